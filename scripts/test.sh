@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# scripts/test.sh - the whole test suite, as CI runs it (.ci/run calls this).
+#
+# 1. installs missing system packages (scripts/setup.sh --deps-only)
+# 2. Release build with warnings as errors (build/), ctest
+# 3. ASan+UBSan build (build-asan/), ctest
+# Extra ctest arguments pass through, e.g. scripts/test.sh -L unit
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --deps-only
+
+jobs=$( (nproc || sysctl -n hw.ncpu) 2>/dev/null || echo 2)
+export CTEST_OUTPUT_ON_FAILURE=1
+# OpenMPI and OpenBLAS keep some memory until exit; suppress only those.
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+export OMPI_MCA_plm_rsh_agent=""   # never ssh from tests
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+run_build() {
+  local dir=$1; shift
+  echo "==== configure $dir ($*)"
+  cmake -S . -B "$dir" "$@" >/dev/null
+  echo "==== build $dir"
+  cmake --build "$dir" -j "$jobs"
+  echo "==== ctest $dir"
+  (cd "$dir" && ctest -j "$jobs" --timeout 600 ${CTEST_ARGS:-} "${EXTRA[@]}")
+}
+
+EXTRA=("$@")
+start=$(date +%s)
+run_build build -DCMAKE_BUILD_TYPE=Release -DTP_FATAL_WARNINGS=ON
+run_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTP_FATAL_WARNINGS=ON -DTP_SANITIZE=address,undefined
+echo "==== all tests passed in both builds ($(( $(date +%s) - start )) s)"

@@ -1,0 +1,67 @@
+/*
+ * server/cli.h - private: the `tpserve` command line.  Each subcommand lives
+ * in its own cmd_*.c file and is listed in the table in main.c.
+ *
+ * Exit codes: 0 success, 1 runtime failure, 2 usage error (bad flag/value).
+ */
+#ifndef TP_SERVER_CLI_H
+#define TP_SERVER_CLI_H
+
+#include <stdint.h>
+
+#include "common/common.h"
+
+enum tp_opt_kind {
+    TP_OPT_FLAG = 0, /* int: set to 1 when present */
+    TP_OPT_INT,      /* int within [min, max] */
+    TP_OPT_U64,      /* uint64_t */
+    TP_OPT_FLOAT,    /* float within [min, max] */
+    TP_OPT_STRING,   /* const char * pointing into argv */
+    TP_OPT_LIST      /* const char * (comma separated list, validated by the command) */
+};
+
+/* One option: `--long_name VALUE`, `--long_name=VALUE` or `-s VALUE`. */
+struct tp_opt {
+    const char *long_name;  /* without dashes */
+    char short_name;        /* 0: none */
+    enum tp_opt_kind kind;
+    void *dest;
+    const char *metavar;    /* for help, e.g. "N" */
+    const char *help;
+    double min, max;        /* for INT/FLOAT; both 0: no range check */
+};
+
+/*
+ * Parse argv[1..argc) (argv[0] is the subcommand name) against opts
+ * (terminated by an entry with long_name NULL).  Positional arguments are
+ * returned in pos (at most max_pos; more is a usage error).  Everything after
+ * a bare `--` is returned via rest_argc/rest_argv when those are non-NULL
+ * (else `--` is a usage error).  `-h`/`--help` prints help built from usage
+ * and opts to stdout.
+ * Returns 0 to proceed, 1 when help was printed (exit 0), 2 after printing a
+ * one-line error to stderr (exit 2).
+ */
+int tp_cli_parse(const char *cmd, const char *usage, const struct tp_opt *opts, int argc, char **argv,
+                 const char **pos, int max_pos, int *n_pos, int *rest_argc, char ***rest_argv);
+
+/* Print the options table (used by tp_cli_parse for --help). */
+void tp_cli_print_help(const char *cmd, const char *usage, const struct tp_opt *opts);
+
+/* Install the stderr log hook with an optional prefix (e.g. "rank 1"). */
+void tp_cli_setup_logging(const char *prefix);
+
+/* One-line error "tpserve CMD: message" to stderr; returns exit code 1. */
+int tp_cli_fail(const char *cmd, const char *fmt, ...) TP_PRINTF(2, 3);
+
+/* Subcommand entry point: argv[0] is the subcommand name. Returns exit code. */
+typedef int (*tp_cli_fn)(int argc, char **argv);
+struct tp_cli_command {
+    const char *name;
+    const char *summary;
+    tp_cli_fn run;
+};
+
+/* Subcommands (one file each). Add new ones here and in main.c's table. */
+int tp_cmd_version(int argc, char **argv);
+
+#endif /* TP_SERVER_CLI_H */
