@@ -63,5 +63,8 @@ struct tp_cli_command {
 
 /* Subcommands (one file each). Add new ones here and in main.c's table. */
 int tp_cmd_version(int argc, char **argv);
+int tp_cmd_bench(int argc, char **argv); /* dispatches to tp_bench_* (table in cmd_bench.c) */
+
+/* Benchmarks (`tpserve bench NAME`), one file each: add here and to cmd_bench.c's table. */
 
 #endif /* TP_SERVER_CLI_H */

@@ -11,6 +11,7 @@
 #include "cli.h"
 
 static const struct tp_cli_command commands[] = {
+    {"bench", "benchmarks: comm, gen, serve, nodes (tables; --json)", tp_cmd_bench},
     {"version", "print version and build configuration", tp_cmd_version},
 };
 

@@ -91,8 +91,25 @@ static void log_hook(enum tp_log_level level, const char *module, const char *ms
     if (level >= TP_LOG_WARN) fprintf(stderr, "    [%s] %s: %s\n", tp_log_level_str(level), module, msg);
 }
 
-int tp_test_main(int argc, char **argv, const struct tp_test_suite *suites, size_t n_suites)
+#define TP_TEST_MAX_SUITES 64
+static struct tp_test_suite g_suites[TP_TEST_MAX_SUITES];
+static size_t g_n_suites;
+
+void tp_test_register(const char *name, const struct tp_test_case *cases)
 {
+    if (g_n_suites >= TP_TEST_MAX_SUITES) {
+        fprintf(stderr, "too many test suites (max %d)\n", TP_TEST_MAX_SUITES);
+        abort();
+    }
+    g_suites[g_n_suites].name = name;
+    g_suites[g_n_suites].cases = cases;
+    g_n_suites++;
+}
+
+int main(int argc, char **argv)
+{
+    const struct tp_test_suite *suites = g_suites;
+    size_t n_suites = g_n_suites;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--suite") == 0 && i + 1 < argc) {

@@ -1,10 +1,17 @@
 /*
  * tests/tp_test.h - shared CUnit runner and helpers for every test suite.
  *
- * Each test executable defines
- *     static const struct tp_test_suite suites[] = {{"name", tests}, ...};
- * and calls tp_test_main(argc, argv, suites, n).  `--suite NAME` runs one
- * suite (ctest registers one entry per suite); no argument runs all.
+ * A module's test executable (test_<module>) is every .c file in tests/<module>/
+ * linked with this runner, which provides main().  Each file declares its
+ * suites with
+ *
+ *     static const struct tp_test_case kernel_cases[] = {{"q4_0", test_q4_0}, ..., {NULL, NULL}};
+ *     TP_TEST_SUITE(kernels, "unit", 120, kernel_cases)
+ *
+ * (name, ctest labels separated by commas, ctest timeout in seconds, cases).
+ * CMake reads these lines and registers one ctest entry <module>.<name> per
+ * suite running `test_<module> --suite <name>`; nothing else to edit.
+ * Labels: unit, multirank, model, slow.
  */
 #ifndef TP_TEST_H
 #define TP_TEST_H
@@ -21,7 +28,14 @@ struct tp_test_suite {
     const struct tp_test_case *cases; /* terminated by {NULL, NULL} */
 };
 
-int tp_test_main(int argc, char **argv, const struct tp_test_suite *suites, size_t n_suites);
+/* Called by TP_TEST_SUITE at start-up (before main). */
+void tp_test_register(const char *name, const struct tp_test_case *cases);
+#define TP_TEST_SUITE(name, labels, timeout_s, cases)                                  \
+    __attribute__((constructor)) static void tp_test_register_##name(void);            \
+    __attribute__((constructor)) static void tp_test_register_##name(void)             \
+    {                                                                                  \
+        tp_test_register(#name, cases);                                                \
+    }
 
 /* Print "SKIP: <reason>" (the test then passes with nothing asserted).
  * Use only for missing optional prerequisites, never for failures. */

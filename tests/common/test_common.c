@@ -256,6 +256,4 @@ static const struct tp_test_case common_cases[] = {
     {NULL, NULL},
 };
 
-static const struct tp_test_suite suites[] = {{"common", common_cases}};
-
-int main(int argc, char **argv) { return tp_test_main(argc, argv, suites, TP_ARRAY_LEN(suites)); }
+TP_TEST_SUITE(common, "unit", 60, common_cases)
