@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PKGS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libopenblas-dev
-             libopenmpi-dev openmpi-bin libibverbs-dev libcunit1-dev)
+             libopenmpi-dev openmpi-bin libibverbs-dev libcunit1-dev
+             iproute2 python3-yaml)   # ops: scripts/netsim (ip, tc), manifest test (YAML)
 BREW_PKGS=(cmake pkg-config libmicrohttpd cjson open-mpi cunit)
 
 deps_only=0
