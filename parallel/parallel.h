@@ -27,8 +27,76 @@ extern "C" {
 
 /* ===================================================== sharding plan ===== */
 
-/* (The parallel issue defines struct tp_shard_plan and tp_parallel_plan() here:
- *  a pure function of (hparams, weight types, world size, shard weights).) */
+/*
+ * A sharding plan is pure data: tp_parallel_plan() is a deterministic
+ * function of (hparams, weight types, world size, shard weights), so every
+ * rank computes the same plan on its own and no network is involved.
+ *
+ *   column-parallel (output dim split): attn_q/k/v, ffn_gate/up, output head
+ *   row-parallel (input dim split, then all_sum): attn_output, ffn_down
+ *   replicated: norms, token embeddings (and the output head when tied)
+ *
+ * Attention is split by whole heads.  When world <= n_head_kv the split is by
+ * whole KV groups (no KV head on two ranks); otherwise by Q heads, and each
+ * rank holds the KV heads covering its Q heads' groups (KV replicated).
+ * Row-parallel splits never cut a quantization block: attn_output's columns
+ * move in units of whole heads whose width is a block multiple, ffn_down's in
+ * multiples of its block (32 for Q4_0/Q8_0, 256 for K-quants); the plan
+ * records the granularity and says in `note` when a boundary moved off the
+ * ideal proportional split.  Shares follow the weights (largest remainder,
+ * ties to the lower rank), every rank gets at least one unit of everything.
+ */
+#define TP_PLAN_MAX_RANKS 64
+
+/* Weight types per tensor role (layer 0's types stand for every layer). */
+struct tp_plan_types {
+    enum tp_wtype attn_q, attn_k, attn_v, attn_o;
+    enum tp_wtype ffn_gate, ffn_up, ffn_down;
+    enum tp_wtype output;     /* ignored when hparams.tied_embeddings */
+    enum tp_wtype token_embd;
+};
+/* All roles of type t (synthetic models, tests). */
+struct tp_plan_types tp_plan_types_uniform(enum tp_wtype t);
+
+struct tp_shard_rank_plan {
+    struct tp_model_shard shard; /* ranges; all_sum hook left NULL */
+    double weight;               /* normalised share (weights sum to 1) */
+    uint64_t sharded_bytes;      /* this rank's slices of q/k/v/o/gate/up/down/output */
+    uint64_t replicated_bytes;   /* norms, embeddings, biases of replicated parts */
+};
+
+struct tp_shard_plan {
+    int world_size;
+    int kv_replicated;   /* some KV head is held by more than one rank */
+    int head_unit;       /* Q heads per indivisible unit (KV group and/or O block) */
+    int ff_unit;         /* FFN columns per indivisible unit (ffn_down block) */
+    int moved;           /* a boundary moved to a block/unit edge (see note) */
+    uint64_t total_bytes;      /* weights of the whole model */
+    uint64_t replicated_bytes; /* of which held by every rank */
+    char note[384];            /* one line on how the plan was made (never empty) */
+    struct tp_shard_rank_plan ranks[TP_PLAN_MAX_RANKS]; /* [world_size] */
+};
+
+/*
+ * Compute the plan.  weights: world_size relative shares (> 0, finite), or
+ * NULL for equal shares.  Refuses with TP_ERR_INVALID_ARG / TP_ERR_UNSUPPORTED
+ * and a message in err naming the problem and the fix: world size out of
+ * [1, TP_PLAN_MAX_RANKS], more ranks than attention units or FFN units, a
+ * zero/negative weight, a weight so small that its rank would get nothing,
+ * unknown block sizes.  Pure: no I/O, no allocation.
+ */
+enum tp_status tp_parallel_plan(const struct tp_hparams *hp, const struct tp_plan_types *types, int world_size,
+                                const double *weights, struct tp_shard_plan *out, struct tp_error *err);
+
+/* Parse "2,1,1" into n_ranks weights (must have exactly that many, each > 0). */
+enum tp_status tp_parallel_parse_weights(const char *text, int n_ranks, double *out, struct tp_error *err);
+
+/* One line per rank ("rank 1: q heads [4,8) kv [2,4) ffn [96,192) vocab ..., 1.2 MiB + 0.3 MiB"),
+ * written into buf (always NUL-terminated); returns the length it needed. */
+size_t tp_shard_plan_describe(const struct tp_shard_plan *plan, char *buf, size_t cap);
+
+/* 64-bit FNV-1a hash of the plan's ranges and world size (consistency checks). */
+uint64_t tp_shard_plan_hash(const struct tp_shard_plan *plan);
 
 /* ============================================================ engine ===== */
 

@@ -1,0 +1,275 @@
+/*
+ * tests/parallel/test_plan.c - the sharding plan as pure data (no network).
+ *
+ * Oracles: every plan must tile each dimension exactly (ranges contiguous,
+ * covering [0, n) with no gap or overlap), KV ranges must cover the groups
+ * of the rank's Q heads, row-parallel boundaries must sit on block
+ * multiples, per-rank bytes must add up to the whole model counted
+ * independently, and specific shapes (32 heads / 8 KV heads at 3, 5, 6, 16
+ * ranks; stories260K's 8/4 heads; weighted 2,1,1) give the exact ranges
+ * worked out by hand below.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "parallel/parallel.h"
+#include "tp_test.h"
+
+static struct tp_hparams llama_hp(int n_embd, int n_head, int n_kv, int n_ff, int n_vocab, int n_layer)
+{
+    struct tp_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.arch = TP_ARCH_LLAMA;
+    hp.n_vocab = n_vocab;
+    hp.n_embd = n_embd;
+    hp.n_layer = n_layer;
+    hp.n_head = n_head;
+    hp.n_head_kv = n_kv;
+    hp.head_dim = n_embd / n_head;
+    hp.n_ff = n_ff;
+    hp.n_ctx_train = 2048;
+    hp.rope_dim = hp.head_dim;
+    hp.rope_theta = 10000.0f;
+    hp.norm_eps = 1e-5f;
+    return hp;
+}
+
+/* Invariants that hold for every valid plan. */
+static void check_tiling(const struct tp_hparams *hp, const struct tp_shard_plan *p, int ff_block)
+{
+    int G = hp->n_head / hp->n_head_kv;
+    CU_ASSERT_EQUAL(p->ranks[0].shard.q_head_begin, 0);
+    CU_ASSERT_EQUAL(p->ranks[0].shard.ff_begin, 0);
+    CU_ASSERT_EQUAL(p->ranks[0].shard.vocab_begin, 0);
+    double wsum = 0;
+    for (int r = 0; r < p->world_size; r++) {
+        const struct tp_model_shard *s = &p->ranks[r].shard;
+        CU_ASSERT(s->q_head_begin < s->q_head_end);
+        CU_ASSERT(s->ff_begin < s->ff_end);
+        CU_ASSERT(s->vocab_begin < s->vocab_end);
+        CU_ASSERT(s->kv_head_begin < s->kv_head_end);
+        CU_ASSERT_EQUAL(s->kv_head_begin, s->q_head_begin / G);
+        CU_ASSERT_EQUAL(s->kv_head_end, (s->q_head_end - 1) / G + 1);
+        CU_ASSERT(s->ff_begin % ff_block == 0);
+        CU_ASSERT(s->ff_end % ff_block == 0 || s->ff_end == hp->n_ff);
+        CU_ASSERT_PTR_NULL(s->all_sum);
+        if (r + 1 < p->world_size) {
+            const struct tp_model_shard *t = &p->ranks[r + 1].shard;
+            CU_ASSERT_EQUAL(s->q_head_end, t->q_head_begin);
+            CU_ASSERT_EQUAL(s->ff_end, t->ff_begin);
+            CU_ASSERT_EQUAL(s->vocab_end, t->vocab_begin);
+        }
+        wsum += p->ranks[r].weight;
+    }
+    const struct tp_model_shard *last = &p->ranks[p->world_size - 1].shard;
+    CU_ASSERT_EQUAL(last->q_head_end, hp->n_head);
+    CU_ASSERT_EQUAL(last->kv_head_end, hp->n_head_kv);
+    CU_ASSERT_EQUAL(last->ff_end, hp->n_ff);
+    CU_ASSERT_EQUAL(last->vocab_end, hp->n_vocab);
+    CU_ASSERT_DOUBLE_EQUAL(wsum, 1.0, 1e-12);
+    CU_ASSERT(strlen(p->note) > 0);
+}
+
+static void test_stories_shapes(void)
+{
+    /* stories260K: n_embd 64, 8 heads, 4 KV heads, n_ff 172, vocab 512, 5 layers, F32. */
+    struct tp_hparams hp = llama_hp(64, 8, 4, 172, 512, 5);
+    hp.tied_embeddings = 1;
+    struct tp_plan_types ty = tp_plan_types_uniform(TP_WTYPE_F32);
+    struct tp_shard_plan p;
+    struct tp_error e = {0};
+    for (int n = 1; n <= 8; n++) {
+        CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, n, NULL, &p, &e), TP_OK);
+        check_tiling(&hp, &p, 1);
+        CU_ASSERT_EQUAL(p.kv_replicated, n > 4);
+        /* sharded bytes add up to the whole minus replicated, counted independently */
+        uint64_t sum = 0;
+        for (int r = 0; r < n; r++) sum += p.ranks[r].sharded_bytes;
+        uint64_t per_layer = 4ull * (64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 172 * 64);
+        uint64_t whole_sharded = 5 * per_layer; /* tied embeddings: no output head */
+        if (n <= 4) CU_ASSERT_EQUAL(sum, whole_sharded);
+        if (n > 4) CU_ASSERT(sum > whole_sharded); /* replicated KV heads counted on each holder */
+        CU_ASSERT_EQUAL(p.total_bytes, whole_sharded + p.replicated_bytes);
+    }
+    /* N=3: KV groups 2,1,1 -> Q heads [0,4) [4,6) [6,8) */
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 3, NULL, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.q_head_end, 4);
+    CU_ASSERT_EQUAL(p.ranks[1].shard.q_head_end, 6);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.kv_head_end, 2);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.ff_end, 58); /* 172 = 58 + 57 + 57 */
+    CU_ASSERT_EQUAL(p.ranks[1].shard.ff_end, 115);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.vocab_end, 171); /* 512 = 171 + 171 + 170 */
+    /* N=8: one Q head each, KV head r/2 replicated on ranks 2k, 2k+1 */
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 8, NULL, &p, &e), TP_OK);
+    for (int r = 0; r < 8; r++) {
+        CU_ASSERT_EQUAL(p.ranks[r].shard.q_head_begin, r);
+        CU_ASSERT_EQUAL(p.ranks[r].shard.kv_head_begin, r / 2);
+        CU_ASSERT_EQUAL(p.ranks[r].shard.kv_head_end, r / 2 + 1);
+    }
+    CU_ASSERT(strstr(p.note, "replicated") != NULL);
+    /* 9 ranks on 8 heads: refused with a message */
+    tp_error_clear(&e);
+    CU_ASSERT_EQUAL(tp_parallel_plan(&hp, &ty, 9, NULL, &p, &e), TP_ERR_UNSUPPORTED);
+    CU_ASSERT(strstr(e.msg, "fewer ranks") != NULL);
+}
+
+static void test_llama_uneven(void)
+{
+    /* TinyLlama-1.1B shapes: 2048 embd, 32 heads, 4 KV heads, ff 5632, vocab 32000, 22 layers. */
+    struct tp_hparams hp = llama_hp(2048, 32, 4, 5632, 32000, 22);
+    struct tp_plan_types ty = tp_plan_types_uniform(TP_WTYPE_Q4_0);
+    struct tp_shard_plan p;
+    struct tp_error e = {0};
+    for (int n = 1; n <= 32; n++) {
+        CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, n, NULL, &p, &e), TP_OK);
+        check_tiling(&hp, &p, 32);
+        CU_ASSERT_EQUAL(p.ff_unit, 32);
+    }
+    /* 3 ranks: FFN 176 blocks of 32 -> 59,59,58 blocks: moved off 1877.33 */
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 3, NULL, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.ff_end, 59 * 32);
+    CU_ASSERT_EQUAL(p.ranks[1].shard.ff_end, 118 * 32);
+    CU_ASSERT(p.moved);
+    CU_ASSERT(strstr(p.note, "FFN split moved to 32-column block boundaries") != NULL);
+    /* 4 KV heads over 3 ranks by groups of 8 Q heads: 2,1,1 groups */
+    CU_ASSERT_EQUAL(p.ranks[0].shard.q_head_end, 16);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.kv_head_end, 2);
+    CU_ASSERT_EQUAL(p.kv_replicated, 0);
+    /* 2 ranks: exact halves, nothing moved */
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 2, NULL, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.moved, 0);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.ff_end, 2816);
+
+    /* 32 heads / 8 KV heads at 3, 5, 6 ranks (Llama-3-8B-like) */
+    struct tp_hparams h8 = llama_hp(4096, 32, 8, 14336, 128256, 2);
+    ty = tp_plan_types_uniform(TP_WTYPE_Q8_0);
+    const int ns[] = {3, 5, 6, 16};
+    const int q0_end[] = {12, 8, 8, 2}; /* KV groups 3,3,2 / 2,2,2,1,1 / 2,2,1,1,1,1 / Q-head split */
+    for (size_t i = 0; i < TP_ARRAY_LEN(ns); i++) {
+        CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&h8, &ty, ns[i], NULL, &p, &e), TP_OK);
+        check_tiling(&h8, &p, 32);
+        CU_ASSERT_EQUAL(p.ranks[0].shard.q_head_end, q0_end[i]);
+        CU_ASSERT_EQUAL(p.kv_replicated, ns[i] > 8);
+    }
+    /* 16 ranks: 2 Q heads each, KV head r/2 replicated */
+    CU_ASSERT_EQUAL(p.ranks[5].shard.kv_head_begin, 2);
+    CU_ASSERT_EQUAL(p.ranks[5].shard.kv_head_end, 3);
+}
+
+static void test_kquant_blocks(void)
+{
+    /* head_dim 64 with Q4_K attn_output (256-column blocks): heads move in units of 4. */
+    struct tp_hparams hp = llama_hp(2048, 32, 32, 5632, 32000, 2);
+    struct tp_plan_types ty = tp_plan_types_uniform(TP_WTYPE_Q4_K);
+    ty.ffn_down = TP_WTYPE_Q6_K;
+    struct tp_shard_plan p;
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 3, NULL, &p, &e), TP_OK);
+    check_tiling(&hp, &p, 256);
+    CU_ASSERT_EQUAL(p.head_unit, 4);
+    CU_ASSERT_EQUAL(p.ff_unit, 256);
+    for (int r = 0; r < 3; r++) CU_ASSERT(p.ranks[r].shard.q_head_begin % 4 == 0);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.q_head_end, 12); /* 8 units: 3,3,2 */
+    CU_ASSERT_EQUAL(p.ranks[0].shard.ff_end, 8 * 256); /* 22 blocks: 8,7,7 */
+    CU_ASSERT(strstr(p.note, "head split moved") != NULL);
+    /* 9 ranks: only 8 head units -> refused */
+    CU_ASSERT_EQUAL(tp_parallel_plan(&hp, &ty, 9, NULL, &p, &e), TP_ERR_UNSUPPORTED);
+    CU_ASSERT(strstr(e.msg, "units of 4") != NULL);
+}
+
+static void test_weighted(void)
+{
+    struct tp_hparams hp = llama_hp(2048, 32, 4, 5632, 32000, 22);
+    struct tp_plan_types ty = tp_plan_types_uniform(TP_WTYPE_Q4_0);
+    struct tp_shard_plan p;
+    struct tp_error e = {0};
+    double w[3];
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_parse_weights("2,1,1", 3, w, &e), TP_OK);
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 3, w, &p, &e), TP_OK);
+    check_tiling(&hp, &p, 32);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.q_head_end, 16);  /* 2 of 4 groups */
+    CU_ASSERT_EQUAL(p.ranks[0].shard.ff_end, 88 * 32); /* 176 blocks: 88,44,44 */
+    CU_ASSERT_EQUAL(p.ranks[1].shard.ff_end, 132 * 32);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.vocab_end, 16000);
+    CU_ASSERT_DOUBLE_EQUAL(p.ranks[0].weight, 0.5, 1e-12);
+    /* rank 0 holds about twice the sharded bytes of rank 1 */
+    double ratio = (double)p.ranks[0].sharded_bytes / (double)p.ranks[1].sharded_bytes;
+    CU_ASSERT(ratio > 1.95 && ratio < 2.05);
+    /* a tiny weight that would leave a rank without heads is refused */
+    double bad[3] = {100, 100, 1};
+    tp_error_clear(&e);
+    CU_ASSERT_EQUAL(tp_parallel_plan(&hp, &ty, 3, bad, &p, &e), TP_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(e.msg, "rank 2") != NULL);
+    double zero[2] = {1, 0};
+    tp_error_clear(&e);
+    CU_ASSERT_EQUAL(tp_parallel_plan(&hp, &ty, 2, zero, &p, &e), TP_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(e.msg, "rank 1") != NULL);
+}
+
+static void test_parse_weights(void)
+{
+    double w[4];
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL(tp_parallel_parse_weights("1.5,0.5", 2, w, &e), TP_OK);
+    CU_ASSERT_DOUBLE_EQUAL(w[0], 1.5, 0);
+    CU_ASSERT_DOUBLE_EQUAL(w[1], 0.5, 0);
+    const char *bad[] = {"", "1,", "1,,1", "a,1", "1,0", "1,-2", "1,2,3", "1", "1,nan", "1,inf"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(bad); i++) {
+        tp_error_clear(&e);
+        CU_ASSERT_NOT_EQUAL(tp_parallel_parse_weights(bad[i], 2, w, &e), TP_OK);
+        CU_ASSERT(strlen(e.msg) > 0);
+    }
+}
+
+static void test_refusals_and_hash(void)
+{
+    struct tp_hparams hp = llama_hp(64, 8, 4, 172, 512, 5);
+    struct tp_plan_types ty = tp_plan_types_uniform(TP_WTYPE_F32);
+    struct tp_shard_plan a, b;
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL(tp_parallel_plan(&hp, &ty, 0, NULL, &a, &e), TP_ERR_INVALID_ARG);
+    tp_error_clear(&e);
+    CU_ASSERT_EQUAL(tp_parallel_plan(&hp, &ty, TP_PLAN_MAX_RANKS + 1, NULL, &a, &e), TP_ERR_INVALID_ARG);
+    struct tp_hparams odd = hp;
+    odd.n_head_kv = 3;
+    tp_error_clear(&e);
+    CU_ASSERT_EQUAL(tp_parallel_plan(&odd, &ty, 2, NULL, &a, &e), TP_ERR_FORMAT);
+    /* Q4_0 attention rows need n_embd % 32 == 0; 172-column ffn_down cannot be Q4_0 */
+    struct tp_plan_types q = tp_plan_types_uniform(TP_WTYPE_Q4_0);
+    tp_error_clear(&e);
+    CU_ASSERT_EQUAL(tp_parallel_plan(&hp, &q, 2, NULL, &a, &e), TP_ERR_FORMAT);
+    CU_ASSERT(strstr(e.msg, "ffn_down") != NULL);
+    struct tp_plan_types unk = ty;
+    unk.attn_q = (enum tp_wtype)33;
+    tp_error_clear(&e);
+    CU_ASSERT_EQUAL(tp_parallel_plan(&hp, &unk, 2, NULL, &a, &e), TP_ERR_UNSUPPORTED);
+
+    /* hash: same inputs same hash; different world/weights different hash */
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 2, NULL, &a, &e), TP_OK);
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 2, NULL, &b, &e), TP_OK);
+    CU_ASSERT_EQUAL(tp_shard_plan_hash(&a), tp_shard_plan_hash(&b));
+    double w[2] = {3, 1};
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 2, w, &b, &e), TP_OK);
+    CU_ASSERT_NOT_EQUAL(tp_shard_plan_hash(&a), tp_shard_plan_hash(&b));
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 3, NULL, &b, &e), TP_OK);
+    CU_ASSERT_NOT_EQUAL(tp_shard_plan_hash(&a), tp_shard_plan_hash(&b));
+
+    char buf[1024];
+    size_t need = tp_shard_plan_describe(&b, buf, sizeof buf);
+    CU_ASSERT_EQUAL(need, strlen(buf));
+    CU_ASSERT(strstr(buf, "rank 2 (share 0.333): q heads [6,8) kv heads [3,4)") != NULL);
+    char small[16];
+    CU_ASSERT_EQUAL(tp_shard_plan_describe(&b, small, sizeof small), need);
+    CU_ASSERT(strlen(small) < sizeof small);
+}
+
+static const struct tp_test_case plan_cases[] = {
+    {"stories_shapes", test_stories_shapes},
+    {"llama_uneven", test_llama_uneven},
+    {"kquant_blocks", test_kquant_blocks},
+    {"weighted", test_weighted},
+    {"parse_weights", test_parse_weights},
+    {"refusals_and_hash", test_refusals_and_hash},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(plan, "unit", 60, plan_cases)
