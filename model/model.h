@@ -123,6 +123,18 @@ struct tp_model_shard {
     int vocab_begin, vocab_end;
     tp_model_all_sum_fn all_sum;
     void *all_sum_ctx;
+    /*
+     * Nonzero: cfg.path is a tpserve shard file (`tpserve shard`, keys
+     * tpserve.shard.*; parallel/ detects it and sets this).  Its metadata
+     * (hparams) is the WHOLE model's, but every sharded tensor already holds
+     * only this shard's slice, so the slice starts at offset 0 of the file
+     * tensor and the file tensor's ne[] are the slice's:
+     *   attn_q/k/v (+ bias), ffn_gate/up, output: ne = [n_embd, slice rows]
+     *   attn_output: ne = [(q_head_end-q_head_begin)*head_dim, n_embd]
+     *   ffn_down:    ne = [ff_end-ff_begin, n_embd]
+     * Replicated tensors (norms, token_embd) are whole.
+     */
+    int file_is_slice;
 };
 
 struct tp_model_config {
