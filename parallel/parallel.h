@@ -98,6 +98,114 @@ size_t tp_shard_plan_describe(const struct tp_shard_plan *plan, char *buf, size_
 /* 64-bit FNV-1a hash of the plan's ranges and world size (consistency checks). */
 uint64_t tp_shard_plan_hash(const struct tp_shard_plan *plan);
 
+/* ================================================= capacity planning ===== */
+
+/*
+ * Planning a deployment before wiring machines (`tpserve plan`): does a model
+ * of this shape and weight type fit on these nodes, which shard weights to
+ * use, how much memory each node needs, what decode speed to expect.  Pure
+ * functions (parallel/capacity.c) on top of tp_parallel_plan(): the shares
+ * are rounded to whole heads / blocks exactly as the engine would.
+ *
+ * Memory per node = weights (its slices + replicated parts, from the plan)
+ *                 + KV cache (n_ctx * n_seq positions of its KV heads)
+ *                 + runtime overhead (fixed + activation scratch).
+ * Usable memory   = physical - max(reserve_min_bytes, reserve_frac * physical).
+ * Shares are proportional to what each node has left after the parts every
+ * node holds anyway (usable - replicated - overhead).
+ * Decode time per token = max over nodes (bytes read per token / (bw * eff))
+ *                 + 2 * n_layer ring all_sums of n_embd floats
+ *                   (2 (N-1) steps of latency + n_embd*4/N bytes / link rate)
+ *                 + logits gather (n_vocab floats) + step broadcast.
+ * It is a first-order model (no compute bound, no overlap): use it to compare
+ * set-ups, and `tpserve bench nodes` to measure.
+ */
+#define TP_CAP_MAX_NODES TP_PLAN_MAX_RANKS
+
+struct tp_cap_node {
+    char name[48];        /* "mac1" (or "node0" when not given) */
+    uint64_t mem_bytes;   /* physical memory */
+    double mem_bw_gbs;    /* peak memory bandwidth, GB/s (1e9 bytes/s) */
+};
+
+struct tp_cap_link {
+    char name[16];        /* profile name ("tb5", "10gbe", ...) */
+    double gbit;          /* link rate, Gbit/s */
+    double latency_us;    /* one-way latency of one message, microseconds */
+};
+
+/* Known link profiles: tb5 (TCP over a Thunderbolt 5 bridge), tb4, 10gbe, 25gbe,
+ * 1gbe, roce100 (RDMA), local (loopback / one host), none (= local).
+ * TP_ERR_INVALID_ARG naming the known ones otherwise. */
+enum tp_status tp_capacity_link_profile(const char *name, struct tp_cap_link *out, struct tp_error *err);
+
+/* Peak memory bandwidth (GB/s) of a machine class ("m2-ultra", "m4-max",
+ * "ddr5-2ch", ...); 0 if unknown.  tp_capacity_classes() lists them. */
+double tp_capacity_class_bw(const char *cls);
+const char *tp_capacity_classes(void);
+
+/*
+ * Parse "mac1:192G,mac2:128G:m2-ultra,64G:400" into nodes: [NAME:]MEM[:BW]
+ * with MEM in K/M/G/T (binary: 192G = 192 GiB) and BW a class name or GB/s.
+ * Nodes without BW get default_bw_gbs.  At most max nodes.  Errors name the
+ * bad item and the expected form.
+ */
+enum tp_status tp_capacity_parse_nodes(const char *text, double default_bw_gbs, struct tp_cap_node *out, int max,
+                                       int *n_out, struct tp_error *err);
+
+struct tp_cap_config {
+    struct tp_hparams hp;          /* model shape (arch-specific fields unused) */
+    enum tp_wtype wtype;           /* type of every weight matrix */
+    int n_ctx;                     /* KV positions per sequence */
+    int n_seq;                     /* sequences in the KV cache */
+    int n_batch;                   /* prefill chunk (activation scratch) */
+    int kv_elem_bytes;             /* 2: f16 KV cache, 4: f32 */
+    double reserve_frac;           /* memory left to the OS: max(frac * mem, min) */
+    uint64_t reserve_min_bytes;
+    uint64_t overhead_bytes;       /* fixed runtime per node (code, threads, HTTP, buffers) */
+    double bw_efficiency;          /* fraction of peak bandwidth a decode step attains */
+    struct tp_cap_link link;
+    int n_nodes;
+    struct tp_cap_node nodes[TP_CAP_MAX_NODES];
+};
+/* n_ctx 4096, n_seq 1, n_batch 512, f16 KV, reserve max(12.5%, 2 GiB),
+ * overhead 512 MiB, efficiency 0.7, link "local", no nodes, wtype q4_0. */
+struct tp_cap_config tp_capacity_default_config(void);
+
+struct tp_cap_node_result {
+    uint64_t usable_bytes;     /* physical minus reserve */
+    uint64_t weight_bytes;     /* sharded + replicated weights held */
+    uint64_t kv_bytes;         /* KV cache */
+    uint64_t overhead_bytes;   /* runtime + scratch */
+    uint64_t need_bytes;       /* weight + kv + overhead */
+    double share;              /* normalised shard weight */
+    int n_q_heads, n_kv_heads, n_ff; /* what the plan gives this node */
+    double compute_ms;         /* per decoded token */
+};
+
+struct tp_cap_result {
+    int fits;                  /* 1: every node holds its part */
+    uint64_t need_bytes;       /* total over nodes */
+    uint64_t usable_bytes;     /* total over nodes */
+    uint64_t short_bytes;      /* when !fits: what is missing (total, or on the worst node) */
+    char reason[512];          /* when !fits: why, by how much, and what to change */
+    char shard_weights[256];   /* "3,2,1": pass to `tpserve serve --shard-weights` */
+    double compute_ms;         /* slowest node per token */
+    double comm_ms;            /* per token */
+    double tg_tps;             /* projected decode tokens/s, one sequence */
+    uint64_t wire_bytes_per_token; /* sent by each rank per decoded token */
+    struct tp_cap_node_result nodes[TP_CAP_MAX_NODES];
+    struct tp_shard_plan plan; /* valid when the plan could be made (plan.world_size > 0) */
+};
+
+/*
+ * Plan cfg.  TP_OK with out->fits 0/1 for a valid question (a model that
+ * does not fit is an answer, with the reason and the shortfall);
+ * TP_ERR_INVALID_ARG with err set for an invalid one (no nodes, bad shape,
+ * unknown type).  Pure: no I/O, no allocation.
+ */
+enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_result *out, struct tp_error *err);
+
 /* ============================================================ engine ===== */
 
 /* Activation dtype on the wire for the per-layer all_sums. */

@@ -1,0 +1,226 @@
+/*
+ * tests/ops/test_capacity.c - the capacity planner (parallel/capacity.c).
+ *
+ * Oracles are computed here independently of the planner: Q4_0 weight bytes
+ * of a Llama-3-70B shape counted tensor by tensor (18 bytes per 32 weights,
+ * f32 norms), the KV cache from its definition, the reserve rule, and the
+ * ring all_sum cost written out in closed form.  The 192G/128G/64G case must
+ * fit with shard weights 3,2,1 (memory proportional) and FFN/KV splits in
+ * that ratio up to whole units; the 16G/16G case must be refused with the
+ * shortfall to the byte (within rounding of doubles).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "parallel/parallel.h"
+#include "tp_test.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static struct tp_hparams llama70b(void)
+{
+    struct tp_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.arch = TP_ARCH_LLAMA;
+    hp.n_vocab = 128256;
+    hp.n_embd = 8192;
+    hp.n_layer = 80;
+    hp.n_head = 64;
+    hp.n_head_kv = 8;
+    hp.head_dim = 128;
+    hp.n_ff = 28672;
+    hp.n_ctx_train = 8192;
+    hp.rope_dim = 128;
+    hp.rope_theta = 500000.0f;
+    hp.norm_eps = 1e-5f;
+    return hp;
+}
+
+/* Q4_0 bytes of the whole model and of the part every rank keeps (embeddings + norms). */
+static void llama70b_q4_0_bytes(double *total, double *replicated)
+{
+    const double E = 8192, KV = 8 * 128, F = 28672, V = 128256, L = 80, q = 18.0 / 32.0;
+    double layer = (E * E + E * KV + E * KV + E * E + 3 * E * F) * q + 2 * E * 4;
+    double embd = V * E * q, out = V * E * q, final_norm = E * 4;
+    *total = L * layer + embd + out + final_norm;
+    *replicated = embd + L * 2 * E * 4 + final_norm;
+}
+
+static struct tp_cap_config cfg_for(const char *nodes, const char *link)
+{
+    struct tp_cap_config c = tp_capacity_default_config();
+    struct tp_error err = {0};
+    c.hp = llama70b();
+    c.wtype = TP_WTYPE_Q4_0;
+    CU_ASSERT_EQUAL_FATAL(tp_capacity_parse_nodes(nodes, 100.0, c.nodes, TP_CAP_MAX_NODES, &c.n_nodes, &err), TP_OK);
+    CU_ASSERT_EQUAL_FATAL(tp_capacity_link_profile(link, &c.link, &err), TP_OK);
+    return c;
+}
+
+static void test_fits_uneven(void)
+{
+    struct tp_cap_config c = cfg_for("mac1:192G:m2-ultra,mac2:128G:m4-max,mac3:64G:m4-pro", "tb5");
+    static struct tp_cap_result r;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&c, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 1);
+    CU_ASSERT_STRING_EQUAL(r.shard_weights, "3,2,1");
+    CU_ASSERT_EQUAL(r.plan.world_size, 3);
+
+    double total, repl;
+    llama70b_q4_0_bytes(&total, &repl);
+    CU_ASSERT(fabs((double)r.plan.total_bytes - total) < 1.0);
+
+    /* shares exactly 3:2:1; FFN split in 32-column blocks in that ratio (896 blocks -> 448, 299, 149) */
+    CU_ASSERT(fabs(r.nodes[0].share - 0.5) < 1e-9);
+    CU_ASSERT(fabs(r.nodes[1].share - 1.0 / 3) < 1e-9);
+    CU_ASSERT(fabs(r.nodes[2].share - 1.0 / 6) < 1e-9);
+    CU_ASSERT_EQUAL(r.nodes[0].n_ff, 448 * 32);
+    CU_ASSERT_EQUAL(r.nodes[1].n_ff, 299 * 32);
+    CU_ASSERT_EQUAL(r.nodes[2].n_ff, 149 * 32);
+    /* 8 KV groups of 8 Q heads: 3:2:1 of 8 by largest remainder = 4, 3, 1 */
+    CU_ASSERT_EQUAL(r.nodes[0].n_kv_heads, 4);
+    CU_ASSERT_EQUAL(r.nodes[1].n_kv_heads, 3);
+    CU_ASSERT_EQUAL(r.nodes[2].n_kv_heads, 1);
+    CU_ASSERT_EQUAL(r.nodes[0].n_q_heads + r.nodes[1].n_q_heads + r.nodes[2].n_q_heads, 64);
+
+    /* memory per node: weights add up to one copy + two extra replicated parts; KV by heads */
+    double sum_w = 0;
+    const double kv_head = 4096.0 * 80 * 2 * 128 * 2; /* ctx * layers * (k,v) * head_dim * f16 */
+    for (int i = 0; i < 3; i++) {
+        sum_w += (double)r.nodes[i].weight_bytes;
+        CU_ASSERT(fabs((double)r.nodes[i].kv_bytes - kv_head * r.nodes[i].n_kv_heads) < 1.0);
+        CU_ASSERT(r.nodes[i].need_bytes <= r.nodes[i].usable_bytes);
+        CU_ASSERT_EQUAL(r.nodes[i].need_bytes,
+                        r.nodes[i].weight_bytes + r.nodes[i].kv_bytes + r.nodes[i].overhead_bytes);
+    }
+    CU_ASSERT(fabs(sum_w - (total + 2 * repl)) < 4.0);
+    /* usable = mem - max(2 GiB, 12.5%) */
+    CU_ASSERT_EQUAL(r.nodes[0].usable_bytes, (uint64_t)(192 * GIB * 0.875));
+    CU_ASSERT_EQUAL(r.nodes[2].usable_bytes, (uint64_t)(64 * GIB * 0.875));
+    /* bigger machines hold more: weights in the order of memory, within 10% of 3:2:1 */
+    double w0 = (double)r.nodes[0].weight_bytes, w1 = (double)r.nodes[1].weight_bytes,
+           w2 = (double)r.nodes[2].weight_bytes;
+    CU_ASSERT(w0 > w1 && w1 > w2);
+    CU_ASSERT(fabs(w0 / w2 / 3.0 - 1.0) < 0.10);
+    CU_ASSERT(fabs(w1 / w2 / 2.0 - 1.0) < 0.10);
+
+    CU_ASSERT(r.compute_ms > 0 && r.comm_ms > 0);
+    CU_ASSERT(fabs(r.tg_tps - 1e3 / (r.compute_ms + r.comm_ms)) < 1e-9);
+}
+
+static void test_refused_16g(void)
+{
+    struct tp_cap_config c = cfg_for("16G,16G", "10gbe");
+    static struct tp_cap_result r;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&c, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 0);
+    double total, repl;
+    llama70b_q4_0_bytes(&total, &repl);
+    const double kv = 4096.0 * 80 * 2 * 8 * 128 * 2;
+    const double overhead = 0.5 * GIB + 512.0 * (4.0 * 8192 + 2.0 * 28672 + 128256) * 4;
+    const double need = total + repl + kv + 2 * overhead; /* one extra copy of the replicated part */
+    const double usable = 2 * (16 - 2) * GIB;             /* reserve max(2 GiB, 12.5% of 16 GiB) */
+    CU_ASSERT(fabs((double)r.short_bytes - (need - usable)) < 16.0);
+    CU_ASSERT(r.short_bytes > (uint64_t)(10 * GIB)); /* ~13.5 GiB: obviously impossible */
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "does not fit"));
+    char by[64];
+    snprintf(by, sizeof by, "short by %.1f GiB", (need - usable) / GIB);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, by));
+}
+
+static void test_comm_closed_form(void)
+{
+    struct tp_cap_config c = cfg_for("a:64G,b:64G", "10gbe");
+    static struct tp_cap_result r;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&c, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 1);
+    CU_ASSERT_STRING_EQUAL(r.shard_weights, "1,1");
+    /* 10gbe: 10 Gbit/s, 30 us.  all_sum of 8192 floats over 2 ranks: 2 steps of 16 KiB. */
+    const double lat = 30e-6, rate = 10e9 / 8;
+    double one = 2 * (lat + 8192 * 4 / 2.0 / rate);
+    double expect = (160 * one + (lat + 128256 * 4 / 2.0 / rate) + lat) * 1e3;
+    CU_ASSERT(fabs(r.comm_ms - expect) < 1e-9);
+    /* equal nodes: equal compute; bytes read = slices + norms + half the KV of one sequence */
+    CU_ASSERT(fabs(r.nodes[0].compute_ms - r.nodes[1].compute_ms) < 1e-6 * r.nodes[0].compute_ms);
+    double read0 = (double)r.plan.ranks[0].sharded_bytes + (2 * 80 + 1) * 8192 * 4.0 + (double)r.nodes[0].kv_bytes * 0.5;
+    CU_ASSERT(fabs(r.nodes[0].compute_ms - read0 / (100e9 * 0.7) * 1e3) < 1e-9);
+
+    /* one node: no communication at all */
+    struct tp_cap_config one_node = cfg_for("big:192G", "10gbe");
+    CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&one_node, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 1);
+    CU_ASSERT_EQUAL(r.comm_ms, 0.0);
+}
+
+static void test_uneven_rounding_refused(void)
+{
+    /* A node with too little memory to hold even the replicated parts is named. */
+    struct tp_cap_config c = cfg_for("big:512G,tiny:2G", "10gbe");
+    static struct tp_cap_result r;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&c, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "tiny"));
+}
+
+static void test_parse_nodes(void)
+{
+    struct tp_cap_node nd[8];
+    int n = 0;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_capacity_parse_nodes("mac1:192G,mac2:128G:m2-ultra,64GiB:400,1.5T", 50.0, nd, 8, &n, &err),
+                          TP_OK);
+    CU_ASSERT_EQUAL(n, 4);
+    CU_ASSERT_STRING_EQUAL(nd[0].name, "mac1");
+    CU_ASSERT_EQUAL(nd[0].mem_bytes, (uint64_t)(192 * GIB));
+    CU_ASSERT_EQUAL(nd[0].mem_bw_gbs, 50.0);
+    CU_ASSERT_STRING_EQUAL(nd[1].name, "mac2");
+    CU_ASSERT_EQUAL(nd[1].mem_bw_gbs, 800.0);
+    CU_ASSERT_STRING_EQUAL(nd[2].name, "node2");
+    CU_ASSERT_EQUAL(nd[2].mem_bytes, (uint64_t)(64 * GIB));
+    CU_ASSERT_EQUAL(nd[2].mem_bw_gbs, 400.0);
+    CU_ASSERT_EQUAL(nd[3].mem_bytes, (uint64_t)(1536 * GIB));
+
+    const char *bad[] = {"", "192", "mac1:abc", "a:1G:zzz", "1G,", "a:b:c:d", "x:-4G", ",1G", "1G:0", NULL};
+    for (int i = 0; bad[i]; i++) {
+        struct tp_error e = {0};
+        CU_ASSERT_EQUAL(tp_capacity_parse_nodes(bad[i], 50.0, nd, 8, &n, &e), TP_ERR_INVALID_ARG);
+        CU_ASSERT(e.msg[0] != '\0');
+    }
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL(tp_capacity_parse_nodes("1G,1G,1G", 50.0, nd, 2, &n, &e), TP_ERR_INVALID_ARG);
+
+    struct tp_cap_link l;
+    CU_ASSERT_EQUAL(tp_capacity_link_profile("tb5", &l, &e), TP_OK);
+    CU_ASSERT_EQUAL(l.gbit, 40.0);
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(tp_capacity_link_profile("carrier-pigeon", &l, &e), TP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "10gbe"));
+}
+
+static void test_invalid_config(void)
+{
+    struct tp_cap_config c = cfg_for("1G", "local");
+    static struct tp_cap_result r;
+    struct tp_error err = {0};
+    c.hp.n_head_kv = 7; /* 64 % 7 != 0 */
+    CU_ASSERT_EQUAL(tp_capacity_plan(&c, &r, &err), TP_ERR_INVALID_ARG);
+    c = cfg_for("1G", "local");
+    c.n_nodes = 0;
+    CU_ASSERT_EQUAL(tp_capacity_plan(&c, &r, &err), TP_ERR_INVALID_ARG);
+}
+
+static const struct tp_test_case capacity_cases[] = {
+    {"fits_uneven_192_128_64", test_fits_uneven},
+    {"refused_16g_16g", test_refused_16g},
+    {"comm_closed_form", test_comm_closed_form},
+    {"node_too_small", test_uneven_rounding_refused},
+    {"parse_nodes", test_parse_nodes},
+    {"invalid_config", test_invalid_config},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(capacity, "unit", 30, capacity_cases)
