@@ -45,5 +45,11 @@ size_t tp_kern_quantize(enum tp_wtype t, const float *src, void *dst, int64_t n)
 const char *tp_kern_isa(void);
 /* Force the scalar reference (tests); 0 restores automatic choice. */
 void tp_kern_force_scalar(int on);
+/* The instruction sets this CPU can run, index 0 = "scalar", last = the default. */
+int tp_kern_isa_count(void);
+const char *tp_kern_isa_name(int i); /* NULL when out of range */
+/* Use the named one (tests, benchmarks); NULL or "" restores the default.
+ * TP_ERR_UNSUPPORTED when this CPU/build lacks it.  Process-wide. */
+enum tp_status tp_kern_force_isa(const char *name);
 
 #endif /* TP_MODEL_KERNELS_H */

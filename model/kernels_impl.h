@@ -1,0 +1,68 @@
+/*
+ * model/kernels_impl.h - private to the kernels*.c files: the exact block
+ * layouts (GGUF/ggml for weights, our own for prepared activations) and the
+ * table of per-ISA entry points that kernels.c fills once at run time.
+ *
+ * Activation blocks ("a8"): {float d; int8 qs[32]} — x[i] ~= d * qs[i], the
+ * same for every ISA (tp_kern_prepare_act dispatches, but all versions give
+ * bit-identical blocks), so SIMD and scalar matmuls see identical inputs.
+ */
+#ifndef TP_MODEL_KERNELS_IMPL_H
+#define TP_MODEL_KERNELS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/kernels.h"
+
+#define TP_QK 32 /* elements per Q8_0 / Q4_0 block */
+
+/* GGUF Q8_0: value = qs[i] * d. 34 bytes. */
+typedef struct {
+    uint16_t d; /* fp16 */
+    int8_t qs[TP_QK];
+} tp_blk_q8_0;
+
+/* GGUF Q4_0: qs[j] low nibble = element j, high nibble = element j+16; value = (q-8)*d. 18 bytes. */
+typedef struct {
+    uint16_t d; /* fp16 */
+    uint8_t qs[TP_QK / 2];
+} tp_blk_q4_0;
+
+/* Prepared activation block for Q8_0 / Q4_0 weights. 36 bytes. */
+typedef struct {
+    float d;
+    int8_t qs[TP_QK];
+} tp_blk_a8;
+
+_Static_assert(sizeof(tp_blk_q8_0) == 34, "Q8_0 block must be 34 bytes");
+_Static_assert(sizeof(tp_blk_q4_0) == 18, "Q4_0 block must be 18 bytes");
+_Static_assert(sizeof(tp_blk_a8) == 36, "a8 block must be 36 bytes");
+
+/* One matmul implementation: same contract as tp_kern_matmul for one type. */
+typedef void (*tp_kern_matmul_fn)(const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
+                                  size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride, int64_t r0,
+                                  int64_t r1);
+/* Quantize n floats (multiple of 32) into n/32 activation blocks. */
+typedef void (*tp_kern_quant_a8_fn)(const float *x, tp_blk_a8 *out, int64_t n);
+
+struct tp_kern_ops {
+    const char *name;
+    tp_kern_matmul_fn matmul[TP_WTYPE_COUNT]; /* NULL: fall back to scalar */
+    tp_kern_quant_a8_fn quant_a8;             /* NULL: fall back to scalar */
+};
+
+/* Each fills only what it implements (ops starts zeroed, name set by caller). */
+void tp_kern_scalar_ops(struct tp_kern_ops *ops);
+#if defined(__x86_64__) || defined(_M_X64)
+void tp_kern_avx2_ops(struct tp_kern_ops *ops);
+void tp_kern_avx512_ops(struct tp_kern_ops *ops);
+#endif
+#if defined(__aarch64__)
+void tp_kern_neon_ops(struct tp_kern_ops *ops, int dotprod);
+#endif
+
+/* Scalar activation quantizer (the reference every SIMD version must match bit for bit). */
+void tp_kern_quant_a8_scalar(const float *x, tp_blk_a8 *out, int64_t n);
+
+#endif /* TP_MODEL_KERNELS_IMPL_H */

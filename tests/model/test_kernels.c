@@ -1,0 +1,494 @@
+/*
+ * tests/model/test_kernels.c - weight-type table and matrix kernels.
+ *
+ * Oracles:
+ *  - hand-computed dequantization of known Q8_0 / Q4_0 / F16 / BF16 blocks;
+ *  - quantize -> dequantize round trips within each format's error bound;
+ *  - the scalar matmul against a double-precision dot of the dequantized
+ *    operands (checks the reference itself);
+ *  - every SIMD instruction set this CPU has against the scalar reference on
+ *    identical inputs, for many shapes (odd row counts, row ranges not
+ *    starting at 0, n_tok 1..17, several n_cols), by normalized MSE
+ *    nmse = sum (y - ref)^2 / sum ref^2 with these thresholds:
+ *      quantized types, SIMD vs scalar: 1e-11.  Both compute the same exact
+ *        integer block dots; only the float summation order of <= 160 block
+ *        terms differs (relative rounding ~ sqrt(nb) * 2^-24 ~ 1e-6 rms, i.e.
+ *        nmse ~ 1e-13), so 1e-11 leaves 100x margin yet catches any wrong
+ *        element, block or scale (those give nmse >= 1e-4).
+ *      float types vs the f64 reference: 1e-10 (f32 accumulation of up to
+ *        1100 products: relative error ~ sqrt(n) * 2^-24 ~ 2e-6 rms).
+ *  - activation quantization: SIMD bit-identical to scalar.
+ *  - rows outside [r0, r1) are never written.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "model/kernels.h"
+#include "model/model.h"
+#include "tp_test.h"
+
+/* ------------------------------------------------------------------ helpers */
+
+static uint64_t rng_state;
+static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
+static uint32_t rng_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+/* uniform in [-1, 1) */
+static float rng_f(void) { return (float)((double)rng_u32() / 4294967296.0 * 2.0 - 1.0); }
+
+/* Random values with varying magnitude per 32-block (realistic: scales differ). */
+static void fill_random(float *x, int64_t n)
+{
+    float scale = 1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        if (i % 32 == 0) scale = 0.05f + 2.0f * (rng_f() + 1.0f);
+        x[i] = rng_f() * scale;
+    }
+}
+
+static double nmse(const float *y, const double *ref, int64_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        num += ((double)y[i] - ref[i]) * ((double)y[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return den > 0.0 ? num / den : num;
+}
+
+static const enum tp_wtype kTypes[] = {TP_WTYPE_F32, TP_WTYPE_F16, TP_WTYPE_BF16, TP_WTYPE_Q8_0, TP_WTYPE_Q4_0};
+
+static int is_quant(enum tp_wtype t) { return tp_wtype_block_elems(t) > 1; }
+
+/* ------------------------------------------------------------------ type table */
+
+static void test_wtype_table(void)
+{
+    CU_ASSERT_STRING_EQUAL(tp_wtype_name(TP_WTYPE_Q4_0), "q4_0");
+    CU_ASSERT_STRING_EQUAL(tp_wtype_name(TP_WTYPE_BF16), "bf16");
+    CU_ASSERT_STRING_EQUAL(tp_wtype_name((enum tp_wtype)4), "type#4");
+    CU_ASSERT_STRING_EQUAL(tp_wtype_name((enum tp_wtype)1000), "type#unknown");
+    enum tp_wtype t;
+    CU_ASSERT_EQUAL(tp_wtype_parse("Q8_0", &t), TP_OK);
+    CU_ASSERT_EQUAL(t, TP_WTYPE_Q8_0);
+    CU_ASSERT_EQUAL(tp_wtype_parse("q6_k", &t), TP_OK);
+    CU_ASSERT_EQUAL(t, TP_WTYPE_Q6_K);
+    CU_ASSERT_NOT_EQUAL(tp_wtype_parse("q9_0", &t), TP_OK);
+    CU_ASSERT_NOT_EQUAL(tp_wtype_parse(NULL, &t), TP_OK);
+    /* ggml's sizes */
+    CU_ASSERT_EQUAL(tp_wtype_block_elems(TP_WTYPE_Q4_0), 32);
+    CU_ASSERT_EQUAL(tp_wtype_block_bytes(TP_WTYPE_Q4_0), 18);
+    CU_ASSERT_EQUAL(tp_wtype_block_bytes(TP_WTYPE_Q8_0), 34);
+    CU_ASSERT_EQUAL(tp_wtype_block_elems(TP_WTYPE_Q6_K), 256);
+    CU_ASSERT_EQUAL(tp_wtype_block_bytes(TP_WTYPE_Q4_K), 144);
+    CU_ASSERT_EQUAL(tp_wtype_block_bytes(TP_WTYPE_Q5_K), 176);
+    CU_ASSERT_EQUAL(tp_wtype_block_bytes(TP_WTYPE_Q6_K), 210);
+    CU_ASSERT_EQUAL(tp_wtype_block_bytes(TP_WTYPE_BF16), 2);
+    CU_ASSERT_EQUAL(tp_wtype_block_bytes((enum tp_wtype)5), 0);
+    for (size_t i = 0; i < TP_ARRAY_LEN(kTypes); i++) CU_ASSERT(tp_wtype_supported(kTypes[i]));
+    CU_ASSERT(!tp_wtype_supported(TP_WTYPE_Q4_1));
+    CU_ASSERT(!tp_wtype_supported((enum tp_wtype)-1));
+    CU_ASSERT_EQUAL(tp_kern_row_bytes(TP_WTYPE_Q4_0, 64), 36);
+    CU_ASSERT_EQUAL(tp_kern_row_bytes(TP_WTYPE_Q4_0, 33), 0);
+    CU_ASSERT_EQUAL(tp_kern_row_bytes(TP_WTYPE_F16, 7), 14);
+}
+
+static void test_isa_choice(void)
+{
+    CU_ASSERT(tp_kern_isa_count() >= 1);
+    CU_ASSERT_STRING_EQUAL(tp_kern_isa_name(0), "scalar");
+    CU_ASSERT_PTR_NULL(tp_kern_isa_name(tp_kern_isa_count()));
+    CU_ASSERT_EQUAL(tp_kern_force_isa("no-such-isa"), TP_ERR_UNSUPPORTED);
+    const char *best = tp_kern_isa_name(tp_kern_isa_count() - 1);
+    if (!getenv("TP_KERN_ISA")) CU_ASSERT_STRING_EQUAL(tp_kern_isa(), best);
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        CU_ASSERT_EQUAL(tp_kern_force_isa("avx2"), TP_OK);
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        CU_ASSERT_STRING_EQUAL(best, "avx512-vnni");
+#endif
+    tp_kern_force_scalar(1);
+    CU_ASSERT_STRING_EQUAL(tp_kern_isa(), "scalar");
+    tp_kern_force_scalar(0);
+    CU_ASSERT_EQUAL(tp_kern_force_isa(NULL), TP_OK);
+    printf("\n  kernels: ISA %s (%d available)\n", tp_kern_isa(), tp_kern_isa_count());
+}
+
+/* ------------------------------------------------------------------ exact dequantization */
+
+static void test_dequant_known_blocks(void)
+{
+    /* Q8_0: d = 0.5 (fp16 0x3800), qs = -128, -1, 0, 1, 127, then i - 16 */
+    uint8_t q8[34];
+    q8[0] = 0x00;
+    q8[1] = 0x38;
+    int8_t qs8[32];
+    for (int i = 0; i < 32; i++) qs8[i] = (int8_t)(i - 16);
+    qs8[0] = -128;
+    qs8[1] = -1;
+    qs8[2] = 0;
+    qs8[3] = 1;
+    qs8[4] = 127;
+    memcpy(q8 + 2, qs8, 32);
+    float out[32];
+    tp_kern_dequant(TP_WTYPE_Q8_0, q8, out, 32);
+    CU_ASSERT_EQUAL(out[0], -64.0f);
+    CU_ASSERT_EQUAL(out[1], -0.5f);
+    CU_ASSERT_EQUAL(out[2], 0.0f);
+    CU_ASSERT_EQUAL(out[3], 0.5f);
+    CU_ASSERT_EQUAL(out[4], 63.5f);
+    CU_ASSERT_EQUAL(out[31], 7.5f);
+
+    /* Q4_0: d = 2.0 (fp16 0x4000); byte j: low nibble = element j, high = element j+16.
+     * qs[0] = 0x9F -> e0 = (15-8)*2 = 14, e16 = (9-8)*2 = 2;
+     * qs[1] = 0x08 -> e1 = 0, e17 = (0-8)*2 = -16;  qs[j>=2] = 0x7A -> e=(10-8)*2=4, e+16=(7-8)*2=-2 */
+    uint8_t q4[18] = {0x00, 0x40, 0x9F, 0x08};
+    for (int j = 2; j < 16; j++) q4[2 + j] = 0x7A;
+    tp_kern_dequant(TP_WTYPE_Q4_0, q4, out, 32);
+    CU_ASSERT_EQUAL(out[0], 14.0f);
+    CU_ASSERT_EQUAL(out[16], 2.0f);
+    CU_ASSERT_EQUAL(out[1], 0.0f);
+    CU_ASSERT_EQUAL(out[17], -16.0f);
+    CU_ASSERT_EQUAL(out[5], 4.0f);
+    CU_ASSERT_EQUAL(out[31], -2.0f);
+
+    /* F16: 0x3C00 = 1, 0xC000 = -2, 0x3555 = 0.333251953125; BF16: 0x3F80 = 1, 0xC0A0 = -5 */
+    uint16_t h[3] = {0x3C00, 0xC000, 0x3555};
+    tp_kern_dequant(TP_WTYPE_F16, h, out, 3);
+    CU_ASSERT_EQUAL(out[0], 1.0f);
+    CU_ASSERT_EQUAL(out[1], -2.0f);
+    CU_ASSERT_EQUAL(out[2], 0.333251953125f);
+    uint16_t bh[2] = {0x3F80, 0xC0A0};
+    tp_kern_dequant(TP_WTYPE_BF16, bh, out, 2);
+    CU_ASSERT_EQUAL(out[0], 1.0f);
+    CU_ASSERT_EQUAL(out[1], -5.0f);
+
+    /* a hand-computed Q4_0 x activation dot: weights above (row of 32), x = 1..32 */
+    float x[32], ref = 0.0f;
+    tp_kern_dequant(TP_WTYPE_Q4_0, q4, out, 32);
+    for (int i = 0; i < 32; i++) {
+        x[i] = (float)(i % 5) - 2.0f; /* -2..2: quantizes exactly (d = 2/127 * k) up to rounding */
+        ref += out[i] * x[i];
+    }
+    uint8_t xq[64];
+    CU_ASSERT_FATAL(tp_kern_act_row_bytes(TP_WTYPE_Q4_0, 32) <= sizeof xq);
+    for (int i = 0; i < tp_kern_isa_count(); i++) {
+        CU_ASSERT_EQUAL_FATAL(tp_kern_force_isa(tp_kern_isa_name(i)), TP_OK);
+        tp_kern_prepare_act(TP_WTYPE_Q4_0, x, xq, 32);
+        float y = 0.0f;
+        tp_kern_matmul(TP_WTYPE_Q4_0, q4, 18, 32, xq, 0, 1, &y, 1, 0, 1);
+        /* x = +-2 quantize to +-127 exactly, +-1 to +-63.5 -> 64: error 0.5/63.5 ~ 0.8% of those terms */
+        CU_ASSERT(fabsf(y - ref) <= 0.01f * fabsf(ref) + 0.5f);
+    }
+    tp_kern_force_isa(NULL);
+}
+
+/* ------------------------------------------------------------------ round trips */
+
+static void test_quant_roundtrip(void)
+{
+    rng_seed(7);
+    enum { N = 32 * 64 };
+    float *x = malloc(N * sizeof(float)), *back = malloc(N * sizeof(float));
+    void *q = malloc(N * 4);
+    CU_ASSERT_FATAL(x && back && q);
+    for (size_t ti = 0; ti < TP_ARRAY_LEN(kTypes); ti++) {
+        enum tp_wtype t = kTypes[ti];
+        for (int i = 0; i < N; i++) x[i] = rng_f(); /* uniform [-1,1): variance 1/3 */
+        CU_ASSERT_EQUAL(tp_kern_quantize(t, x, q, N), tp_kern_row_bytes(t, N));
+        tp_kern_dequant(t, q, back, N);
+        double num = 0.0, den = 0.0;
+        int bad = 0;
+        for (int b = 0; b < N / 32; b++) {
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+            for (int i = b * 32; i < b * 32 + 32; i++) {
+                float err = fabsf(back[i] - x[i]), bound;
+                switch (t) {
+                case TP_WTYPE_F32: bound = 0.0f; break;
+                case TP_WTYPE_F16: bound = fabsf(x[i]) * 0x1p-11f + 0x1p-25f; break;  /* half ulp */
+                case TP_WTYPE_BF16: bound = fabsf(x[i]) * 0x1p-8f; break;
+                /* d = amax/127 stored as fp16 (rel. error 2^-11): |err| <= d/2 + 127 d 2^-11 */
+                case TP_WTYPE_Q8_0: bound = amax / 127.0f * (0.5f + 127.0f * 0x1p-11f) + 1e-7f; break;
+                /* d = amax/8: rounding d/2, except the clamp at +amax (q=16->15): one d */
+                default: bound = amax / 8.0f * (1.0f + 16.0f * 0x1p-11f) + 1e-7f; break;
+                }
+                if (err > bound) bad++;
+                num += (double)(back[i] - x[i]) * (back[i] - x[i]);
+                den += (double)x[i] * x[i];
+            }
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        /* uniform rounding noise: Q8_0 (d^2/12)/(1/3) with d ~ 1/127 -> 1.6e-5;
+         * Q4_0 d ~ 1/8 -> 3.9e-3 (limits 1.5x that); f16 ~ 2^-24/3; bf16 ~ 2^-18/3 */
+        double limit = t == TP_WTYPE_Q8_0 ? 2.5e-5 : t == TP_WTYPE_Q4_0 ? 6e-3 : t == TP_WTYPE_F16 ? 1e-7
+                     : t == TP_WTYPE_BF16 ? 1e-5 : 0.0;
+        double e = num / den;
+        if (e > limit) printf("\n  %s round trip nmse %.3g > %.3g\n", tp_wtype_name(t), e, limit);
+        CU_ASSERT(e <= limit);
+        if (is_quant(t)) CU_ASSERT(e > limit / 20); /* it really quantized */
+    }
+    free(x);
+    free(back);
+    free(q);
+}
+
+static void test_act_quant_identical(void)
+{
+    rng_seed(11);
+    enum { N = 32 * 40 };
+    float x[N];
+    fill_random(x, N);
+    for (int i = 0; i < 32; i++) x[32 * 3 + i] = 0.0f;        /* an all-zero block */
+    for (int i = 0; i < 32; i++) x[32 * 5 + i] = (float)(i - 16) * 0.5f; /* exact halves: ties */
+    size_t rb = tp_kern_act_row_bytes(TP_WTYPE_Q8_0, N);
+    CU_ASSERT_EQUAL_FATAL(rb, tp_kern_act_row_bytes(TP_WTYPE_Q4_0, N));
+    uint8_t *ref = malloc(rb), *got = malloc(rb);
+    CU_ASSERT_FATAL(ref && got);
+    tp_kern_force_scalar(1);
+    tp_kern_prepare_act(TP_WTYPE_Q8_0, x, ref, N);
+    for (int i = 1; i < tp_kern_isa_count(); i++) {
+        CU_ASSERT_EQUAL_FATAL(tp_kern_force_isa(tp_kern_isa_name(i)), TP_OK);
+        memset(got, 0x55, rb);
+        tp_kern_prepare_act(TP_WTYPE_Q4_0, x, got, N);
+        if (memcmp(ref, got, rb) != 0) printf("\n  %s: activation quantization differs from scalar\n", tp_kern_isa_name(i));
+        CU_ASSERT(memcmp(ref, got, rb) == 0);
+    }
+    tp_kern_force_isa(NULL);
+    free(ref);
+    free(got);
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+struct mm_case {
+    enum tp_wtype t;
+    int64_t rows, cols;
+    int n_tok;
+    int64_t r0, r1;
+};
+
+struct mm_data {
+    struct mm_case c;
+    size_t wrb, xrb;
+    uint8_t *w, *xq;
+    float *x, *y;
+    int64_t ys;
+};
+
+static int mm_setup(struct mm_data *d, struct mm_case c)
+{
+    memset(d, 0, sizeof *d);
+    d->c = c;
+    d->wrb = tp_kern_row_bytes(c.t, c.cols);
+    d->xrb = tp_kern_act_row_bytes(c.t, c.cols) + 4 * (c.n_tok & 1); /* padded rows sometimes */
+    d->ys = c.rows + 3;
+    float *wf = malloc((size_t)c.rows * c.cols * sizeof(float));
+    d->w = malloc((size_t)c.rows * d->wrb);
+    d->x = malloc((size_t)c.n_tok * c.cols * sizeof(float));
+    d->xq = malloc((size_t)c.n_tok * d->xrb);
+    d->y = malloc((size_t)c.n_tok * d->ys * sizeof(float));
+    if (!wf || !d->w || !d->x || !d->xq || !d->y) {
+        free(wf);
+        return -1;
+    }
+    fill_random(wf, c.rows * c.cols);
+    for (int64_t r = 0; r < c.rows; r++) tp_kern_quantize(c.t, wf + r * c.cols, d->w + r * d->wrb, c.cols);
+    fill_random(d->x, (int64_t)c.n_tok * c.cols);
+    tp_kern_force_scalar(1); /* identical prepared inputs for every ISA */
+    for (int t = 0; t < c.n_tok; t++) tp_kern_prepare_act(c.t, d->x + t * c.cols, d->xq + t * d->xrb, c.cols);
+    free(wf);
+    return 0;
+}
+
+static void mm_free(struct mm_data *d)
+{
+    free(d->w);
+    free(d->x);
+    free(d->xq);
+    free(d->y);
+}
+
+/* Run with the current ISA; returns 0 if nothing outside [r0,r1) was written. */
+static int mm_run(struct mm_data *d)
+{
+    const float sentinel = -12345.0f;
+    for (int64_t i = 0; i < (int64_t)d->c.n_tok * d->ys; i++) d->y[i] = sentinel;
+    tp_kern_matmul(d->c.t, d->w, d->wrb, d->c.cols, d->xq, d->xrb, d->c.n_tok, d->y, d->ys, d->c.r0, d->c.r1);
+    int bad = 0;
+    for (int t = 0; t < d->c.n_tok; t++)
+        for (int64_t r = 0; r < d->ys; r++)
+            if ((r < d->c.r0 || r >= d->c.r1) && d->y[t * d->ys + r] != sentinel) bad++;
+    return bad;
+}
+
+/* Gather the computed [r0,r1) x n_tok outputs into out. */
+static void mm_take(const struct mm_data *d, float *out)
+{
+    int64_t k = 0;
+    for (int t = 0; t < d->c.n_tok; t++)
+        for (int64_t r = d->c.r0; r < d->c.r1; r++) out[k++] = d->y[t * d->ys + r];
+}
+
+/* f64 oracle: dequantized weights . (dequantized activation for quantized types, else x). */
+static void mm_oracle(const struct mm_data *d, double *ref)
+{
+    const struct mm_case *c = &d->c;
+    float *wr = malloc((size_t)c->cols * sizeof(float)), *xr = malloc((size_t)c->cols * sizeof(float));
+    int64_t k = 0;
+    for (int t = 0; t < c->n_tok; t++) {
+        if (is_quant(c->t)) {
+            /* a8 blocks: {float d; int8 qs[32]} */
+            const uint8_t *xb = d->xq + t * d->xrb;
+            for (int64_t b = 0; b < c->cols / 32; b++) {
+                float s;
+                memcpy(&s, xb + b * 36, 4);
+                for (int i = 0; i < 32; i++) xr[b * 32 + i] = s * (float)(int8_t)xb[b * 36 + 4 + i];
+            }
+        } else {
+            memcpy(xr, d->x + t * c->cols, (size_t)c->cols * sizeof(float));
+        }
+        for (int64_t r = c->r0; r < c->r1; r++) {
+            tp_kern_dequant(c->t, d->w + r * d->wrb, wr, c->cols);
+            double s = 0.0;
+            for (int64_t i = 0; i < c->cols; i++) s += (double)wr[i] * (double)xr[i];
+            ref[k++] = s;
+        }
+    }
+    free(wr);
+    free(xr);
+}
+
+static void check_case(struct mm_case c, double *worst)
+{
+    struct mm_data d;
+    CU_ASSERT_FATAL(mm_setup(&d, c) == 0);
+    int64_t n_out = (c.r1 - c.r0) * c.n_tok;
+    double *ref = malloc((size_t)n_out * sizeof(double));
+    double *sref = malloc((size_t)n_out * sizeof(double));
+    float *got = malloc((size_t)n_out * sizeof(float));
+    CU_ASSERT_FATAL(ref && sref && got);
+    mm_oracle(&d, ref);
+    /* scalar reference vs f64 oracle */
+    tp_kern_force_scalar(1);
+    CU_ASSERT_EQUAL(mm_run(&d), 0);
+    mm_take(&d, got);
+    double e = nmse(got, ref, n_out);
+    if (e > 1e-10)
+        printf("\n  scalar %s %lldx%lld tok %d: nmse vs f64 %.3g\n", tp_wtype_name(c.t), (long long)c.rows,
+               (long long)c.cols, c.n_tok, e);
+    CU_ASSERT(e <= 1e-10);
+    for (int64_t i = 0; i < n_out; i++) sref[i] = got[i];
+    for (int i = 1; i < tp_kern_isa_count(); i++) {
+        CU_ASSERT_EQUAL_FATAL(tp_kern_force_isa(tp_kern_isa_name(i)), TP_OK);
+        CU_ASSERT_EQUAL(mm_run(&d), 0);
+        mm_take(&d, got);
+        /* quantized: vs the scalar result (same integer dots); float: vs f64 */
+        double lim = is_quant(c.t) ? 1e-11 : 1e-10;
+        e = nmse(got, is_quant(c.t) ? sref : ref, n_out);
+        if (e > worst[i]) worst[i] = e;
+        if (e > lim)
+            printf("\n  %s %s %lldx%lld rows [%lld,%lld) tok %d: nmse %.3g > %.0e\n", tp_kern_isa_name(i),
+                   tp_wtype_name(c.t), (long long)c.rows, (long long)c.cols, (long long)c.r0, (long long)c.r1,
+                   c.n_tok, e, lim);
+        CU_ASSERT(e <= lim);
+    }
+    tp_kern_force_isa(NULL);
+    free(ref);
+    free(sref);
+    free(got);
+    mm_free(&d);
+}
+
+static void run_type_cases(enum tp_wtype t)
+{
+    static const int64_t qcols[] = {32, 64, 96, 256, 800, 2048};
+    static const int64_t fcols[] = {1, 7, 8, 13, 33, 100, 256, 1100};
+    const int64_t *cols = is_quant(t) ? qcols : fcols;
+    size_t ncols = is_quant(t) ? TP_ARRAY_LEN(qcols) : TP_ARRAY_LEN(fcols);
+    double worst[8] = {0};
+    rng_seed(1000 + (uint64_t)t);
+    int n = 0;
+    for (size_t ci = 0; ci < ncols; ci++) {
+        for (int n_tok = 1; n_tok <= 17; n_tok += (cols[ci] >= 800 ? 4 : 1)) {
+            int64_t rows = 5 + (int64_t)(rng_u32() % 35); /* odd and even counts */
+            int64_t r0 = (int64_t)(rng_u32() % 4), r1 = rows - (int64_t)(rng_u32() % 3);
+            if (n % 5 == 0) r0 = 0, r1 = rows;
+            check_case((struct mm_case){t, rows, cols[ci], n_tok, r0, r1}, worst);
+            n++;
+        }
+    }
+    printf("\n  %s: %d cases;", tp_wtype_name(t), n);
+    for (int i = 1; i < tp_kern_isa_count(); i++) printf(" %s worst nmse %.2g;", tp_kern_isa_name(i), worst[i]);
+}
+
+static void test_matmul_f32(void) { run_type_cases(TP_WTYPE_F32); }
+static void test_matmul_f16(void) { run_type_cases(TP_WTYPE_F16); }
+static void test_matmul_bf16(void) { run_type_cases(TP_WTYPE_BF16); }
+static void test_matmul_q8_0(void) { run_type_cases(TP_WTYPE_Q8_0); }
+static void test_matmul_q4_0(void) { run_type_cases(TP_WTYPE_Q4_0); }
+
+/* Quantized matmul approximates the float product within the format's noise. */
+static void test_matmul_vs_float(void)
+{
+    rng_seed(99);
+    enum { R = 16, C = 1024, T = 3 };
+    float *wf = malloc(R * C * sizeof(float)), *x = malloc(T * C * sizeof(float));
+    double *ref = malloc(R * T * sizeof(double));
+    float *y = malloc(R * T * sizeof(float));
+    void *wq = malloc(R * C * 4), *xq = malloc(T * C * 4);
+    CU_ASSERT_FATAL(wf && x && ref && y && wq && xq);
+    for (int i = 0; i < R * C; i++) wf[i] = rng_f();
+    for (int i = 0; i < T * C; i++) x[i] = rng_f();
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < R; r++) {
+            double s = 0.0;
+            for (int i = 0; i < C; i++) s += (double)wf[r * C + i] * x[t * C + i];
+            ref[t * R + r] = s;
+        }
+    /* expected nmse ~ weight nmse + activation nmse (independent noise): Q8_0 ~ 3e-5, Q4_0 ~ 4e-3 */
+    const enum tp_wtype ts[] = {TP_WTYPE_Q8_0, TP_WTYPE_Q4_0, TP_WTYPE_F16, TP_WTYPE_BF16};
+    const double lim[] = {1e-4, 1e-2, 1e-6, 1e-4};
+    for (size_t k = 0; k < TP_ARRAY_LEN(ts); k++) {
+        size_t wrb = tp_kern_row_bytes(ts[k], C), xrb = tp_kern_act_row_bytes(ts[k], C);
+        for (int r = 0; r < R; r++) tp_kern_quantize(ts[k], wf + r * C, (char *)wq + r * wrb, C);
+        for (int t = 0; t < T; t++) tp_kern_prepare_act(ts[k], x + t * C, (char *)xq + t * xrb, C);
+        tp_kern_matmul(ts[k], wq, wrb, C, xq, xrb, T, y, R, 0, R);
+        double e = nmse(y, ref, R * T);
+        CU_ASSERT(e < lim[k]);
+        CU_ASSERT(e > 0.0);
+    }
+    free(wf);
+    free(x);
+    free(ref);
+    free(y);
+    free(wq);
+    free(xq);
+}
+
+static const struct tp_test_case kernel_cases[] = {
+    {"wtype_table", test_wtype_table},
+    {"isa_choice", test_isa_choice},
+    {"dequant_known_blocks", test_dequant_known_blocks},
+    {"quant_roundtrip", test_quant_roundtrip},
+    {"act_quant_identical", test_act_quant_identical},
+    {"matmul_f32", test_matmul_f32},
+    {"matmul_f16", test_matmul_f16},
+    {"matmul_bf16", test_matmul_bf16},
+    {"matmul_q8_0", test_matmul_q8_0},
+    {"matmul_q4_0", test_matmul_q4_0},
+    {"matmul_vs_float", test_matmul_vs_float},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(kernels, "unit", 300, kernel_cases)
