@@ -1,0 +1,273 @@
+/*
+ * model/forward.c - tp_model_forward: one pass of a Llama-family decoder over
+ * a batch of tokens from any mix of sequence slots (continuous batching).
+ *
+ * Per layer:  xb = rmsnorm(x)                                  (caller thread)
+ *             q,k,v = xb Wq,Wk,Wv (+bias)                      pool job QKV
+ *             q/k norm, rope, k,v -> KV cache                  (caller thread)
+ *             att = softmax(q k^T / sqrt(hd)) v  per (token, head)   pool job ATTN
+ *             proj = att Wo ; all_sum(proj) ; x += proj        pool job O
+ *             xb = rmsnorm(x) ; hb = silu(xb Wg) * (xb Wu)     pool job FFN_UP
+ *             proj = hb Wd ; all_sum(proj) ; x += proj         pool job DOWN
+ * then logits = rmsnorm(x) Wout for the tokens that asked.
+ * Every job splits the rows of its matrices (or the (token, head) pairs)
+ * evenly over the persistent pool; the small O(n) steps between them run on
+ * the calling thread.  With a shard only the held heads / FFN columns /
+ * vocab rows are computed and the two all_sum calls add the other ranks'
+ * partial sums.  Nothing is allocated here.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "model/kernels.h"
+#include "model/model_impl.h"
+
+/* Rows [r0, r1) of one matrix for n_tok prepared rows; y has y_stride floats per token. */
+static void mm(const struct tp_wmat *w, const uint8_t *xq, size_t xq_stride, int n_tok, float *y, int64_t y_stride,
+               int64_t r0, int64_t r1)
+{
+    if (r1 > r0) tp_kern_matmul(w->type, w->data, w->row_bytes, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
+}
+
+/* Buffer of prepared activations for weight type t (prepared by prep_act). */
+static const uint8_t *act_for(const tp_model_t *m, enum tp_wtype t)
+{
+    for (int i = 0; i < 3; i++)
+        if (m->act_type[i] == t) return m->act[i];
+    return m->act[0];
+}
+
+/* Prepare rows x[n_tok, n] (stride n) for every distinct type among types[0..nt). */
+static void prep_act(tp_model_t *m, const float *x, int n_tok, int64_t n, const enum tp_wtype *types, int nt)
+{
+    int used = 0;
+    for (int i = 0; i < nt; i++) {
+        int seen = 0;
+        for (int j = 0; j < used; j++) seen |= m->act_type[j] == types[i];
+        if (seen) continue;
+        m->act_type[used] = types[i];
+        for (int t = 0; t < n_tok; t++)
+            tp_kern_prepare_act(types[i], x + (size_t)t * (size_t)n, m->act[used] + (size_t)t * m->act_row_max, n);
+        used++;
+    }
+    for (int j = used; j < 3; j++) m->act_type[j] = TP_WTYPE_COUNT;
+}
+
+static void attn_pair(tp_model_t *m, int t, int h, float *sc)
+{
+    const struct tp_batch *b = m->batch;
+    int hd = m->hd, s = b->seq[t], p = b->pos[t];
+    int group = m->hp.n_head / m->hp.n_head_kv;
+    int kvh = (m->q_head0 + h) / group - m->kv_head0;
+    const float *q = m->q + (size_t)t * m->q_dim + (size_t)h * hd;
+    size_t base = ((size_t)m->cur_layer * m->n_seq + (size_t)s) * (size_t)m->n_ctx;
+    const float *kc = m->k_cache + base * m->kv_dim + (size_t)kvh * hd;
+    const float *vc = m->v_cache + base * m->kv_dim + (size_t)kvh * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int j = 0; j <= p; j++) {
+        const float *k = kc + (size_t)j * m->kv_dim;
+        float d = 0.0f;
+        for (int i = 0; i < hd; i++) d += q[i] * k[i];
+        sc[j] = d * scale;
+    }
+    tp_op_softmax(sc, p + 1);
+    float *o = m->att + (size_t)t * m->q_dim + (size_t)h * hd;
+    memset(o, 0, (size_t)hd * sizeof(float));
+    for (int j = 0; j <= p; j++) {
+        const float *v = vc + (size_t)j * m->kv_dim;
+        float a = sc[j];
+        for (int i = 0; i < hd; i++) o[i] += a * v[i];
+    }
+}
+
+static void job(void *ctx, int ith, int nth)
+{
+    tp_model_t *m = ctx;
+    const struct tp_layer *L = m->cur_layer >= 0 ? &m->layers[m->cur_layer] : NULL;
+    int n_tok = m->n_tok;
+    size_t as = m->act_row_max;
+    int64_t r0, r1;
+    switch (m->phase) {
+    case TP_PH_QKV: {
+        int64_t nq = L->wq.rows, nk = L->wk.rows, total = nq + 2 * nk;
+        tp_split_range(total, ith, nth, &r0, &r1);
+        mm(&L->wq, act_for(m, L->wq.type), as, n_tok, m->q, m->q_dim, TP_MAX(r0, 0), TP_MIN(r1, nq));
+        mm(&L->wk, act_for(m, L->wk.type), as, n_tok, m->k, m->kv_dim, TP_MAX(r0 - nq, 0), TP_MIN(r1 - nq, nk));
+        mm(&L->wv, act_for(m, L->wv.type), as, n_tok, m->v, m->kv_dim, TP_MAX(r0 - nq - nk, 0),
+           TP_MIN(r1 - nq - nk, nk));
+        break;
+    }
+    case TP_PH_ATTN: {
+        float *sc = m->scores + (size_t)ith * m->n_ctx;
+        tp_split_range((int64_t)n_tok * m->nq, ith, nth, &r0, &r1);
+        for (int64_t i = r0; i < r1; i++) attn_pair(m, (int)(i / m->nq), (int)(i % m->nq), sc);
+        break;
+    }
+    case TP_PH_O:
+        tp_split_range(L->wo.rows, ith, nth, &r0, &r1);
+        mm(&L->wo, act_for(m, L->wo.type), as, n_tok, m->proj, m->hp.n_embd, r0, r1);
+        break;
+    case TP_PH_FFN_UP: {
+        tp_split_range(L->wgate.rows, ith, nth, &r0, &r1);
+        mm(&L->wgate, act_for(m, L->wgate.type), as, n_tok, m->hb, m->n_ff_l, r0, r1);
+        mm(&L->wup, act_for(m, L->wup.type), as, n_tok, m->hb2, m->n_ff_l, r0, r1);
+        for (int t = 0; t < n_tok; t++) {
+            float *h = m->hb + (size_t)t * m->n_ff_l;
+            tp_op_swiglu(h + r0, h + r0, m->hb2 + (size_t)t * m->n_ff_l + r0, (int)(r1 - r0));
+        }
+        break;
+    }
+    case TP_PH_DOWN:
+        tp_split_range(L->wdown.rows, ith, nth, &r0, &r1);
+        mm(&L->wdown, act_for(m, L->wdown.type), as, n_tok, m->proj, m->hp.n_embd, r0, r1);
+        break;
+    case TP_PH_LOGITS:
+        tp_split_range(m->output.rows, ith, nth, &r0, &r1);
+        mm(&m->output, act_for(m, m->output.type), as, m->n_out, m->logits_out, m->n_vocab_l, r0, r1);
+        break;
+    }
+}
+
+static void run(tp_model_t *m, enum tp_fwd_phase ph)
+{
+    m->phase = ph;
+    tp_pool_run(m->pool, job, m);
+}
+
+static enum tp_status all_sum(tp_model_t *m, float *buf, size_t count)
+{
+    if (!m->shard.all_sum) return TP_OK;
+    uint64_t t0 = tp_now_ns();
+    enum tp_status rc = m->shard.all_sum(m->shard.all_sum_ctx, buf, count);
+    m->stats.ns_all_sum += tp_now_ns() - t0;
+    if (rc != TP_OK) tp_error_set(&m->err, rc, "all_sum hook failed: %s", tp_status_str(rc));
+    return rc;
+}
+
+static enum tp_status check_batch(tp_model_t *m, const struct tp_batch *b)
+{
+    if (m->vocab_only) return tp_error_set(&m->err, TP_ERR_INVALID_ARG, "model was loaded vocab-only: no forward pass");
+    if (!b || b->n_tokens < 1 || b->n_tokens > m->n_batch || !b->token || !b->pos || !b->seq)
+        return tp_error_set(&m->err, TP_ERR_INVALID_ARG, "batch: %d tokens (want 1..n_batch %d) with token/pos/seq arrays",
+                            b ? b->n_tokens : -1, m->n_batch);
+    memcpy(m->seq_tmp, m->seq_len, (size_t)m->n_seq * sizeof(int));
+    for (int i = 0; i < b->n_tokens; i++) {
+        int tok = b->token[i], s = b->seq[i], p = b->pos[i];
+        if (tok < 0 || tok >= m->hp.n_vocab)
+            return tp_error_set(&m->err, TP_ERR_INVALID_ARG, "batch[%d]: token id %d is out of range [0, %d)", i, tok,
+                                m->hp.n_vocab);
+        if (s < 0 || s >= m->n_seq)
+            return tp_error_set(&m->err, TP_ERR_INVALID_ARG, "batch[%d]: sequence slot %d is out of range [0, %d)", i, s,
+                                m->n_seq);
+        if (p < 0 || p >= m->n_ctx)
+            return tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+                                "batch[%d]: position %d is outside the context [0, %d); raise n_ctx or shorten the input",
+                                i, p, m->n_ctx);
+        if (p > m->seq_tmp[s])
+            return tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+                                "batch[%d]: position %d of sequence %d skips ahead of its cache (%d positions)", i, p, s,
+                                m->seq_tmp[s]);
+        m->seq_tmp[s] = TP_MAX(m->seq_tmp[s], p + 1);
+    }
+    return TP_OK;
+}
+
+enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *out)
+{
+    if (!m) return TP_ERR_INVALID_ARG;
+    uint64_t t_start = tp_now_ns();
+    enum tp_status rc = check_batch(m, b);
+    if (rc != TP_OK) return rc;
+    const struct tp_hparams *hp = &m->hp;
+    const int n_tok = b->n_tokens, E = hp->n_embd, hd = m->hd;
+    m->batch = b;
+    m->n_tok = n_tok;
+
+    /* embeddings */
+    for (int t = 0; t < n_tok; t++)
+        tp_kern_dequant(m->tok_embd.type, m->tok_embd.data + (size_t)b->token[t] * m->tok_embd.row_bytes,
+                        m->x + (size_t)t * E, E);
+    for (int t = 0; t < n_tok; t++) tp_op_rope_cs(m->rope_cs + (size_t)t * hp->rope_dim, m->inv_freq, hp->rope_dim, b->pos[t]);
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct tp_layer *L = &m->layers[l];
+        m->cur_layer = l;
+        /* attention */
+        for (int t = 0; t < n_tok; t++)
+            tp_op_rmsnorm(m->xb + (size_t)t * E, m->x + (size_t)t * E, L->attn_norm, E, hp->norm_eps);
+        enum tp_wtype qkv_types[3] = {L->wq.type, L->wk.type, L->wv.type};
+        prep_act(m, m->xb, n_tok, E, qkv_types, 3);
+        run(m, TP_PH_QKV);
+        for (int t = 0; t < n_tok; t++) {
+            float *q = m->q + (size_t)t * m->q_dim, *k = m->k + (size_t)t * m->kv_dim, *v = m->v + (size_t)t * m->kv_dim;
+            const float *cs = m->rope_cs + (size_t)t * hp->rope_dim;
+            if (L->bq) {
+                for (int i = 0; i < m->q_dim; i++) q[i] += L->bq[i];
+                for (int i = 0; i < m->kv_dim; i++) k[i] += L->bk[i];
+                for (int i = 0; i < m->kv_dim; i++) v[i] += L->bv[i];
+            }
+            for (int h = 0; h < m->nq; h++) {
+                if (L->q_norm) tp_op_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
+                tp_op_rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
+            }
+            for (int h = 0; h < m->nkv; h++) {
+                if (L->k_norm) tp_op_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
+                tp_op_rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
+            }
+            size_t off = (((size_t)l * m->n_seq + (size_t)b->seq[t]) * (size_t)m->n_ctx + (size_t)b->pos[t]) * m->kv_dim;
+            memcpy(m->k_cache + off, k, (size_t)m->kv_dim * sizeof(float));
+            memcpy(m->v_cache + off, v, (size_t)m->kv_dim * sizeof(float));
+        }
+        run(m, TP_PH_ATTN);
+        enum tp_wtype o_type = L->wo.type;
+        prep_act(m, m->att, n_tok, m->q_dim, &o_type, 1);
+        run(m, TP_PH_O);
+        TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
+        for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
+        /* feed-forward */
+        for (int t = 0; t < n_tok; t++)
+            tp_op_rmsnorm(m->xb + (size_t)t * E, m->x + (size_t)t * E, L->ffn_norm, E, hp->norm_eps);
+        enum tp_wtype ffn_types[2] = {L->wgate.type, L->wup.type};
+        prep_act(m, m->xb, n_tok, E, ffn_types, 2);
+        run(m, TP_PH_FFN_UP);
+        enum tp_wtype d_type = L->wdown.type;
+        prep_act(m, m->hb, n_tok, m->n_ff_l, &d_type, 1);
+        run(m, TP_PH_DOWN);
+        TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
+        for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
+    }
+    /* sequences now hold the new positions */
+    memcpy(m->seq_len, m->seq_tmp, (size_t)m->n_seq * sizeof(int));
+
+    /* logits for the tokens that want them */
+    m->n_out = 0;
+    for (int t = 0; t < n_tok; t++)
+        if (!b->logits || b->logits[t]) {
+            if (!b->logits && t != n_tok - 1) continue; /* no flags: last token only */
+            tp_op_rmsnorm(m->xb + (size_t)m->n_out * E, m->x + (size_t)t * E, m->output_norm, E, hp->norm_eps);
+            m->n_out++;
+        }
+    if (m->n_out > 0 && out) {
+        enum tp_wtype out_type = m->output.type;
+        prep_act(m, m->xb, m->n_out, E, &out_type, 1);
+        m->cur_layer = -1;
+        m->logits_out = out;
+        run(m, TP_PH_LOGITS);
+    }
+out:
+    m->stats.n_forward++;
+    m->stats.n_tokens += (uint64_t)n_tok;
+    m->stats.ns_forward += tp_now_ns() - t_start;
+    return rc;
+}
+
+void tp_model_seq_truncate(tp_model_t *m, int seq, int from_pos)
+{
+    if (!m || !m->seq_len || seq < 0 || seq >= m->n_seq || from_pos < 0) return;
+    if (from_pos < m->seq_len[seq]) m->seq_len[seq] = from_pos;
+}
+
+void tp_model_get_stats(const tp_model_t *m, struct tp_model_stats *out)
+{
+    if (m && out) *out = m->stats;
+}

@@ -1,0 +1,119 @@
+/*
+ * model/model_impl.h - private: the layout of struct tp_model shared by the
+ * loader (model_load.c) and the forward pass (forward.c), and the small
+ * numeric helpers of ops.c.
+ *
+ * Every size below is LOCAL to this rank's shard ("nq" held query heads,
+ * "nkv" held KV heads, "n_ff_l" held FFN columns, "n_vocab_l" held vocab
+ * rows); with no shard they equal the model's.  All buffers are allocated in
+ * tp_model_init; tp_model_forward allocates nothing.
+ */
+#ifndef TP_MODEL_MODEL_IMPL_H
+#define TP_MODEL_MODEL_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "model/gguf.h"
+#include "model/model.h"
+
+/* A weight matrix of rows x cols (cols contiguous), in the file's type. */
+struct tp_wmat {
+    const uint8_t *data;  /* row r at data + r * row_bytes; into the mmap or `owned` */
+    void *owned;          /* aligned buffer when read with pread (shards), else NULL */
+    enum tp_wtype type;
+    int64_t rows, cols;
+    size_t row_bytes;
+};
+
+struct tp_layer {
+    float *attn_norm;         /* (n_embd) owned */
+    float *ffn_norm;          /* (n_embd) owned */
+    float *bq, *bk, *bv;      /* (nq*hd), (nkv*hd), (nkv*hd) owned; NULL without QKV bias */
+    float *q_norm, *k_norm;   /* (hd) owned; NULL without q/k norm */
+    struct tp_wmat wq;        /* (nq*hd, n_embd) */
+    struct tp_wmat wk, wv;    /* (nkv*hd, n_embd) */
+    struct tp_wmat wo;        /* (n_embd, nq*hd) */
+    struct tp_wmat wgate, wup; /* (n_ff_l, n_embd) */
+    struct tp_wmat wdown;     /* (n_embd, n_ff_l) */
+};
+
+enum tp_fwd_phase { TP_PH_QKV = 0, TP_PH_ATTN, TP_PH_O, TP_PH_FFN_UP, TP_PH_DOWN, TP_PH_LOGITS };
+
+struct tp_model {
+    struct tp_error err;
+    char *path;
+    char *name;
+    char *chat_template;
+    tp_gguf_t *gguf;           /* kept open: weights may point into its mapping */
+    tp_tokenizer_t *tok;
+    struct tp_hparams hp;
+    struct tp_model_shard shard; /* always filled (whole model when cfg.shard is NULL) */
+    int sharded;               /* cfg.shard != NULL */
+    int vocab_only;
+
+    /* local sizes */
+    int nq, nkv, hd, q_dim, kv_dim, n_ff_l, n_vocab_l;
+    int kv_head0;              /* global index of the first held KV head */
+    int q_head0;               /* global index of the first held Q head */
+    int n_ctx, n_seq, n_batch, n_threads;
+
+    /* weights */
+    struct tp_layer *layers;   /* (n_layer) */
+    struct tp_wmat tok_embd;   /* (n_vocab, n_embd): whole, replicated */
+    struct tp_wmat output;     /* (n_vocab_l, n_embd): rows [vocab_begin, vocab_end) */
+    float *output_norm;        /* (n_embd) owned */
+    float *inv_freq;           /* (rope_dim/2) rotation frequency per pair, scaling applied */
+    uint64_t weight_bytes;
+    enum tp_wtype weight_type;
+
+    /* KV cache: (n_layer, n_seq, n_ctx, kv_dim) floats each */
+    float *k_cache, *v_cache;
+    int *seq_len;              /* (n_seq) valid positions per slot */
+    int *seq_tmp;              /* (n_seq) scratch for batch validation */
+
+    /* activations, (n_batch, ...) */
+    float *x;                  /* (n_batch, n_embd) residual stream */
+    float *xb;                 /* (n_batch, n_embd) normed input of a block */
+    float *proj;               /* (n_batch, n_embd) partial output of attn_output / ffn_down */
+    float *q;                  /* (n_batch, q_dim) */
+    float *k, *v;              /* (n_batch, kv_dim) */
+    float *att;                /* (n_batch, q_dim) attention output */
+    float *hb, *hb2;           /* (n_batch, n_ff_l) */
+    uint8_t *act[3];           /* (n_batch, act_row_max) prepared activations per weight type */
+    enum tp_wtype act_type[3];
+    size_t act_row_max;        /* bytes of one prepared row (largest type x largest width) */
+    float *scores;             /* (n_threads, n_ctx) attention scores per thread */
+    float *rope_cs;            /* (n_batch, rope_dim) cos/sin pairs per token */
+    int *out_rows;             /* (n_batch) tokens that want logits */
+
+    tp_pool_t *pool;
+
+    /* per-call job description (read by pool workers) */
+    enum tp_fwd_phase phase;
+    int cur_layer;
+    int n_tok;
+    const struct tp_batch *batch;
+    float *logits_out;
+    int n_out;
+
+    struct tp_model_stats stats;
+};
+
+/* ---- ops.c: small numeric kernels (single thread) ---- */
+/* y = x / rms(x) * w, n elements (y may equal x). */
+void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+/* Rotate one head vector x[head_dim] in place using cs[rope_dim] = (cos,sin) pairs. */
+void tp_op_rope(float *x, const float *cs, int rope_dim, int neox);
+/* Fill cs[rope_dim] = (cos, sin) of pos * inv_freq[i] for i < rope_dim/2. */
+void tp_op_rope_cs(float *cs, const float *inv_freq, int rope_dim, int pos);
+/* In-place softmax of x[n]. */
+void tp_op_softmax(float *x, int n);
+/* y[i] = silu(g[i]) * u[i]. */
+void tp_op_swiglu(float *y, const float *g, const float *u, int n);
+/* Inverse frequencies for (theta, rope_dim) with the hparams' scaling; freq_factors
+ * (rope_dim/2, may be NULL) divide them (llama.cpp rope_freqs.weight). */
+void tp_op_rope_freqs(float *inv_freq, const struct tp_hparams *hp, const float *freq_factors);
+
+#endif /* TP_MODEL_MODEL_IMPL_H */
