@@ -54,4 +54,10 @@ struct tp_vocab_desc {
 /* Build a tokenizer from a descriptor (copies what it keeps). err may be NULL. */
 enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *desc, tp_tokenizer_t **out, struct tp_error *err);
 
+/* Build the tokenizer from the tokenizer.ggml.* metadata of an open GGUF
+ * reader (model/gguf.h; the model loader calls this).  Error text names the
+ * file and the key.  err may be NULL. */
+typedef struct tp_gguf tp_gguf_t;
+enum tp_status tp_tokenizer_from_gguf_handle(tp_gguf_t *g, tp_tokenizer_t **out, struct tp_error *err);
+
 #endif /* TP_MODEL_TOKENIZER_IMPL_H */
