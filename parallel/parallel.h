@@ -256,7 +256,20 @@ struct tp_step {
 };
 enum tp_status tp_parallel_step(tp_parallel_t *p, const struct tp_step *step, float *logits);
 
-/* Rank 0: a no-op step that proves every rank is alive (for /health when idle). */
+/*
+ * Rank 0: like tp_parallel_step, but for greedy decoding: instead of
+ * gathering whole logits rows, each rank sends only the (max, index) of its
+ * vocabulary range per row; ids[i] / max_logit[i] (either may be NULL) get
+ * the argmax over the full vocabulary of the i-th row with batch.logits != 0
+ * (the lowest id on ties, same as a scan of the full row).
+ */
+enum tp_status tp_parallel_step_greedy(tp_parallel_t *p, const struct tp_step *step, int32_t *ids,
+                                       float *max_logit);
+
+/* Rank 0: a no-op step that proves every rank is alive (for /health when idle).
+ * Rank 0 also pings on its own (a keepalive thread) whenever no step ran for a
+ * quarter of the comm op timeout, so idle workers never time out; steps,
+ * pings and the keepalive are serialized by a mutex inside the engine. */
 enum tp_status tp_parallel_ping(tp_parallel_t *p);
 
 /* Ranks > 0: run steps sent by rank 0 until it shuts down (TP_OK) or fails. */
@@ -273,6 +286,13 @@ struct tp_parallel_stats {
     uint64_t bytes_sent;   /* by this rank */
 };
 void tp_parallel_get_stats(const tp_parallel_t *p, struct tp_parallel_stats *out);
+
+/* The plan every rank agreed on (valid until tp_parallel_free). */
+const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p);
+enum tp_wire_dtype tp_parallel_wire_dtype(const tp_parallel_t *p);
+/* "f32" | "f16" | "bf16" | "q8" <-> enum; parse gives TP_ERR_INVALID_ARG otherwise. */
+const char *tp_wire_dtype_name(enum tp_wire_dtype dt);
+enum tp_status tp_wire_dtype_parse(const char *s, enum tp_wire_dtype *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,74 @@
+/*
+ * parallel/parallel_impl.h - private to parallel/: the wire-compressed
+ * all_sum hook (wire.c), the model-file probe and the tpserve shard-file
+ * keys (probe.c, shard_file.c) shared by the engine and `tpserve shard`.
+ */
+#ifndef TP_PARALLEL_IMPL_H
+#define TP_PARALLEL_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parallel/parallel.h"
+
+#define TP_PARALLEL_MODULE "parallel"
+
+/* ---------------------------------------------------------------- wire.c */
+
+/*
+ * The all_sum hook handed to the model (struct tp_model_shard.all_sum).
+ * f32: tp_comm_all_sum in place.  f16 / bf16: convert, all_sum in that dtype
+ * (comm reduces in f32, rounds once), convert back.  q8: every rank
+ * quantizes its partial sums to blocks of 32 int8 + one f32 scale (36
+ * bytes), all_gathers the blocks, and adds all ranks' dequantized values in
+ * rank order, so every rank ends with the same bits.
+ * Buffers are sized once for max_count floats (n_batch x n_embd).
+ */
+struct tp_wire {
+    tp_comm_t *comm;
+    enum tp_wire_dtype dtype;
+    int world;
+    size_t max_count;
+    uint16_t *half;     /* (max_count) f16/bf16 staging */
+    uint8_t *q8;        /* (world, n_blocks(max_count), 36) q8 gather area */
+    uint64_t ns;        /* time inside the hook (comm + conversions) */
+};
+#define TP_WIRE_Q8_BLOCK 32
+#define TP_WIRE_Q8_BYTES 36 /* 32 int8 + f32 scale */
+
+enum tp_status tp_wire_init(struct tp_wire *w, tp_comm_t *comm, enum tp_wire_dtype dt, size_t max_count);
+void tp_wire_release(struct tp_wire *w);
+/* tp_model_all_sum_fn; ctx is a struct tp_wire. */
+enum tp_status tp_wire_all_sum(void *ctx, float *buf, size_t count);
+/* Quantize n floats into q8 blocks / add dequantized blocks into dst (exposed for tests). */
+void tp_wire_q8_pack(const float *src, size_t n, uint8_t *dst);
+void tp_wire_q8_add(float *dst, const uint8_t *src, size_t n);
+
+/* ---------------------------------------------------------------- probe.c */
+
+/* Shard-file metadata keys (written by tp_parallel_write_shards). */
+#define TP_SHARD_KEY_RANK "tpserve.shard.rank"             /* u32 */
+#define TP_SHARD_KEY_WORLD "tpserve.shard.world_size"      /* u32 */
+#define TP_SHARD_KEY_WEIGHTS "tpserve.shard.weights"       /* string: "" (equal) or "2,1,1" */
+#define TP_SHARD_KEY_PLAN "tpserve.shard.plan"             /* i32 array, 8 per rank (ranges) */
+#define TP_SHARD_KEY_PLAN_HASH "tpserve.shard.plan_hash"   /* u64 tp_shard_plan_hash */
+#define TP_SHARD_KEY_SOURCE "tpserve.shard.source"         /* string: file it was cut from */
+
+/* What the engine needs to know about a model file before loading it. */
+struct tp_model_probe {
+    struct tp_hparams hp;
+    struct tp_plan_types types;
+    int is_shard;             /* file has tpserve.shard.* keys */
+    int shard_rank, shard_world;
+    char shard_weights[256];  /* as stored ("" = equal) */
+    int32_t shard_ranges[TP_PLAN_MAX_RANKS * 8];
+    uint64_t shard_plan_hash;
+};
+/* Read hparams (through the model loader, vocab_only) and the tensor types and
+ * shard keys (through the GGUF reader). */
+enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, struct tp_error *err);
+
+/* Hash of everything all ranks must agree on about the model. */
+uint64_t tp_probe_hash(const struct tp_model_probe *pr);
+
+#endif /* TP_PARALLEL_IMPL_H */

@@ -1,0 +1,128 @@
+/*
+ * parallel/probe.c - what a rank learns about its model file before it
+ * loads any weight: the hyper-parameters (through the model loader in
+ * vocab-only mode, so they are exactly what the forward pass will use), the
+ * weight type of every tensor role (from layer 0 of the GGUF tensor table)
+ * and, for a tpserve shard file, the rank / world size / plan it was cut for.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "model/gguf.h"
+#include "parallel/parallel_impl.h"
+
+static enum tp_status role_type(tp_gguf_t *g, const char *name, int required, enum tp_wtype *out,
+                                struct tp_error *err)
+{
+    const struct tp_gguf_tensor *t = tp_gguf_find_tensor(g, name);
+    if (!t) {
+        if (!required) return TP_OK;
+        return tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%s' is missing", tp_gguf_path(g), name);
+    }
+    *out = t->type;
+    return TP_OK;
+}
+
+enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    tp_model_t *m = NULL;
+    tp_gguf_t *g = NULL;
+    memset(out, 0, sizeof *out);
+    if (!path) return tp_error_set(err, TP_ERR_INVALID_ARG, "no model path given");
+
+    struct tp_model_config mc = tp_model_default_config();
+    mc.path = path;
+    mc.vocab_only = 1;
+    mc.n_threads = 1;
+    TP_CHECK_GOTO(tp_model_init(&mc, &m, err), rc, out);
+    out->hp = *tp_model_hparams(m);
+    TP_CHECK_GOTO(tp_gguf_open(path, &g, err), rc, out);
+
+    struct tp_plan_types *ty = &out->types;
+    TP_CHECK_GOTO(role_type(g, "token_embd.weight", 1, &ty->token_embd, err), rc, out);
+    ty->output = ty->token_embd;
+    TP_CHECK_GOTO(role_type(g, "output.weight", !out->hp.tied_embeddings, &ty->output, err), rc, out);
+    TP_CHECK_GOTO(role_type(g, "blk.0.attn_q.weight", 1, &ty->attn_q, err), rc, out);
+    TP_CHECK_GOTO(role_type(g, "blk.0.attn_k.weight", 1, &ty->attn_k, err), rc, out);
+    TP_CHECK_GOTO(role_type(g, "blk.0.attn_v.weight", 1, &ty->attn_v, err), rc, out);
+    TP_CHECK_GOTO(role_type(g, "blk.0.attn_output.weight", 1, &ty->attn_o, err), rc, out);
+    TP_CHECK_GOTO(role_type(g, "blk.0.ffn_gate.weight", 1, &ty->ffn_gate, err), rc, out);
+    TP_CHECK_GOTO(role_type(g, "blk.0.ffn_up.weight", 1, &ty->ffn_up, err), rc, out);
+    TP_CHECK_GOTO(role_type(g, "blk.0.ffn_down.weight", 1, &ty->ffn_down, err), rc, out);
+
+    int64_t v;
+    if (tp_gguf_get_int(g, TP_SHARD_KEY_WORLD, &v) == TP_OK) {
+        out->is_shard = 1;
+        out->shard_world = (int)v;
+        if (v < 1 || v > TP_PLAN_MAX_RANKS) {
+            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: %s = %lld is out of range", path, TP_SHARD_KEY_WORLD,
+                              (long long)v);
+            goto out;
+        }
+        if (tp_gguf_get_int(g, TP_SHARD_KEY_RANK, &v) != TP_OK || v < 0 || v >= out->shard_world) {
+            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: shard file without a valid %s", path, TP_SHARD_KEY_RANK);
+            goto out;
+        }
+        out->shard_rank = (int)v;
+        const char *s = NULL;
+        if (tp_gguf_get_str(g, TP_SHARD_KEY_WEIGHTS, &s) == TP_OK && s)
+            snprintf(out->shard_weights, sizeof out->shard_weights, "%s", s);
+        int k = tp_gguf_find_key(g, TP_SHARD_KEY_PLAN);
+        uint64_t n = k >= 0 ? tp_gguf_arr_len(g, k) : 0;
+        if (k < 0 || n != (uint64_t)out->shard_world * 8 ||
+            tp_gguf_arr_copy_i32(g, k, out->shard_ranges, n) != TP_OK) {
+            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: shard file has no valid %s (want %d ints)", path,
+                              TP_SHARD_KEY_PLAN, out->shard_world * 8);
+            goto out;
+        }
+        uint64_t h = 0;
+        if (tp_gguf_get_u64(g, TP_SHARD_KEY_PLAN_HASH, &h) != TP_OK) {
+            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: shard file without %s", path, TP_SHARD_KEY_PLAN_HASH);
+            goto out;
+        }
+        out->shard_plan_hash = h;
+    }
+out:
+    tp_gguf_close(g);
+    tp_model_free(m);
+    return rc;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+uint64_t tp_probe_hash(const struct tp_model_probe *pr)
+{
+    const struct tp_hparams *hp = &pr->hp;
+    const int32_t iv[] = {(int32_t)hp->arch,   hp->n_vocab,      hp->n_embd,          hp->n_layer,
+                          hp->n_head,          hp->n_head_kv,    hp->head_dim,        hp->n_ff,
+                          hp->rope_dim,        hp->rope_neox,    (int32_t)hp->rope_scaling, hp->tied_embeddings,
+                          hp->has_qkv_bias,    hp->has_qk_norm,  (int32_t)pr->types.attn_q, (int32_t)pr->types.attn_k,
+                          (int32_t)pr->types.attn_v, (int32_t)pr->types.attn_o, (int32_t)pr->types.ffn_gate,
+                          (int32_t)pr->types.ffn_up, (int32_t)pr->types.ffn_down, (int32_t)pr->types.output,
+                          (int32_t)pr->types.token_embd};
+    const float fv[] = {hp->rope_theta, hp->rope_scale_factor, hp->norm_eps};
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < TP_ARRAY_LEN(iv); i++) {
+        uint32_t u = (uint32_t)iv[i];
+        unsigned char b[4] = {(unsigned char)u, (unsigned char)(u >> 8), (unsigned char)(u >> 16),
+                              (unsigned char)(u >> 24)};
+        h = fnv(h, b, 4);
+    }
+    for (size_t i = 0; i < TP_ARRAY_LEN(fv); i++) {
+        uint32_t u;
+        memcpy(&u, &fv[i], 4);
+        unsigned char b[4] = {(unsigned char)u, (unsigned char)(u >> 8), (unsigned char)(u >> 16),
+                              (unsigned char)(u >> 24)};
+        h = fnv(h, b, 4);
+    }
+    return h;
+}
