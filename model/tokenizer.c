@@ -448,7 +448,6 @@ int tp_tokenizer_encode(const tp_tokenizer_t *t, const char *text, size_t len, i
     int ok = 0;
     if (add_bos && t->add_bos) tp_tok_emit(&o, t->bos);
     size_t start = 0;
-    int first = 1;
     for (size_t i = 0; i < len;) {
         int32_t sp = t->n_specials ? match_special(t, text + i, len - i, parse_special) : -1;
         if (sp < 0) {
@@ -456,15 +455,13 @@ int tp_tokenizer_encode(const tp_tokenizer_t *t, const char *text, size_t len, i
             continue;
         }
         if (i > start) {
-            if (tp_tok_encode_fragment(t, &sc, text + start, i - start, first, &o) != 0) goto out;
-            first = 0;
+            if (tp_tok_encode_fragment(t, &sc, text + start, i - start, start == 0, &o) != 0) goto out;
         }
         tp_tok_emit(&o, sp);
-        first = 1; /* SentencePiece (llama.cpp): prefix space again after a special token */
         i += t->toks[sp].piece_len;
         start = i;
     }
-    if (len > start && tp_tok_encode_fragment(t, &sc, text + start, len - start, first, &o) != 0) goto out;
+    if (len > start && tp_tok_encode_fragment(t, &sc, text + start, len - start, start == 0, &o) != 0) goto out;
     if (add_bos && t->add_eos) tp_tok_emit(&o, t->eos);
     ok = 1;
 out:

@@ -333,7 +333,7 @@ static int encode_byte_level(const struct tp_tokenizer *t, struct tp_tok_scratch
 }
 
 int tp_tok_encode_fragment(const struct tp_tokenizer *t, struct tp_tok_scratch *sc, const char *s, size_t len,
-                           int first, struct tp_tok_out *out)
+                           int at_start, struct tp_tok_out *out)
 {
     if (len == 0) return 0;
     if (t->kind == TP_TOK_BPE) {
@@ -350,7 +350,14 @@ int tp_tok_encode_fragment(const struct tp_tokenizer *t, struct tp_tok_scratch *
     /* SentencePiece: optional prefix space, spaces -> U+2581, one word */
     if (grow((void **)&sc->buf, &sc->cap_buf, len * 3 + 4, 1)) return -1;
     size_t o = 0;
-    if (first && t->add_space_prefix) {
+    int prefix = 0;
+    switch (t->add_space_prefix) {
+    case 1: prefix = 1; break;                     /* llama.cpp: input start and after specials */
+    case 2: prefix = at_start && s[0] != ' '; break; /* HF Metaspace "first" */
+    case 3: prefix = s[0] != ' '; break;          /* HF Metaspace "always" */
+    default: break;
+    }
+    if (prefix) {
         memcpy(sc->buf, "\xE2\x96\x81", 3);
         o = 3;
     }

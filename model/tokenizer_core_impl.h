@@ -96,9 +96,10 @@ static inline void tp_tok_emit(struct tp_tok_out *o, int32_t id)
 int tp_tok_bpe_word(const struct tp_tokenizer *t, struct tp_tok_scratch *sc, const char *s, size_t len,
                     struct tp_tok_out *out);
 /* Tokenize one fragment of plain text (no special tokens in it) the way the
- * tokenizer's kind and pre-tokenizer say.  first: fragment starts the input
- * or follows a special token (SPM prefix-space rule).  0, or -1 (no memory). */
+ * tokenizer's kind and pre-tokenizer say.  at_start: the fragment starts the
+ * input (else it follows a special token); used by the SPM prefix-space
+ * rule.  0, or -1 (no memory). */
 int tp_tok_encode_fragment(const struct tp_tokenizer *t, struct tp_tok_scratch *sc, const char *s, size_t len,
-                           int first, struct tp_tok_out *out);
+                           int at_start, struct tp_tok_out *out);
 
 #endif /* TP_MODEL_TOKENIZER_CORE_IMPL_H */

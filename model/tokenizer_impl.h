@@ -47,7 +47,11 @@ struct tp_vocab_desc {
     int ignore_merges;            /* Llama 3: a pre-token already in the vocab is emitted whole */
     int bos_id, eos_id, eot_id, unk_id, pad_id; /* -1 when absent */
     int add_bos, add_eos;
-    int add_space_prefix;         /* SPM: prepend U+2581 to the input */
+    int add_space_prefix;         /* SPM: prepend U+2581 to the input: 0 never; 1 llama.cpp (the
+                                   * input and every text after a special token); 2 Hugging Face
+                                   * Metaspace "first" (only at the start of the input, and not when
+                                   * it already starts with a space); 3 Metaspace "always" (every
+                                   * text piece not starting with a space) */
     int byte_fallback;            /* SPM: unknown bytes -> <0xNN> tokens */
 };
 

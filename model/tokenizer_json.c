@@ -87,7 +87,8 @@ static const char *type_of(const cJSON *o)
 
 /* Inspect the pre-tokenizer (recursively through Sequence). */
 struct pipe_info {
-    int metaspace, byte_level, prepend_first;
+    int metaspace, byte_level;
+    int prepend; /* add_space_prefix mode (see tokenizer_impl.h) */
     const char *regex;
     int byte_level_regex; /* ByteLevel with use_regex: GPT-2 pattern */
 };
@@ -104,8 +105,10 @@ static void scan_pretok(const cJSON *p, struct pipe_info *pi)
         pi->metaspace = 1;
         const cJSON *ps = cJSON_GetObjectItemCaseSensitive(p, "prepend_scheme");
         const cJSON *ap = cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space");
-        if (cJSON_IsString(ps)) pi->prepend_first = strcmp(ps->valuestring, "never") != 0;
-        else pi->prepend_first = ap ? cJSON_IsTrue(ap) : 1;
+        if (cJSON_IsString(ps))
+            pi->prepend = !strcmp(ps->valuestring, "never") ? 0 : !strcmp(ps->valuestring, "first") ? 2 : 3;
+        else /* older files: add_prefix_space */
+            pi->prepend = (ap ? cJSON_IsTrue(ap) : 1) ? 3 : 0;
     } else if (!strcmp(ty, "ByteLevel")) {
         pi->byte_level = 1;
         const cJSON *ur = cJSON_GetObjectItemCaseSensitive(p, "use_regex");
@@ -305,7 +308,7 @@ enum tp_status tp_tokenizer_from_json(const char *tokenizer_json, const char *to
     } else if (pi.metaspace || prepend_normalizer(norm)) {
         d.kind = TP_TOK_SPM;
         d.pretok = TP_PRETOK_SPM;
-        d.add_space_prefix = pi.metaspace ? pi.prepend_first : 1;
+        d.add_space_prefix = pi.metaspace ? pi.prepend : 1;
     } else {
         rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
                           "%s: neither a ByteLevel nor a SentencePiece (Metaspace) pipeline: not supported", path);

@@ -175,3 +175,94 @@ static const struct tp_test_case vector_cases[] = {
     {NULL, NULL},
 };
 TP_TEST_SUITE(tokenizer_vectors, "unit,model", 300, vector_cases)
+
+/* ------------------------------------------------------------ oracle corpus */
+
+/* Decode ids with the streaming detokenizer (one id at a time) + flush. */
+static char *detok_all(const tp_tokenizer_t *t, const int32_t *ids, int n, size_t *len)
+{
+    tp_detok_t *d = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_detok_init(t, &d), TP_OK);
+    size_t cap = 64, o = 0;
+    char *s = malloc(cap);
+    char piece[256];
+    for (int i = 0; i <= n; i++) {
+        size_t k = i < n ? tp_detok_push(d, ids[i], piece, sizeof(piece)) : tp_detok_flush(d, piece, sizeof(piece));
+        if (o + k + 1 > cap) {
+            while (o + k + 1 > cap) cap *= 2;
+            s = realloc(s, cap);
+        }
+        memcpy(s + o, piece, k);
+        o += k;
+    }
+    s[o] = 0;
+    *len = o;
+    tp_detok_free(d);
+    return s;
+}
+
+static void run_oracle(const char *name)
+{
+    char *js = tp_test_read_file(tp_test_repo_path("tests/data/tokenizer/oracle.json"), NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(js);
+    cJSON *root = cJSON_Parse(js);
+    free(js);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    const cJSON *inputs = cJSON_GetObjectItem(root, "inputs");
+    const cJSON *tk = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "tokenizers"), name);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tk);
+    const char *dir = cJSON_GetObjectItem(tk, "dir")->valuestring;
+    tp_tokenizer_t *t = load_json_tok(dir + strlen("tokenizers/"));
+    if (!t) {
+        tp_test_skip("../shared/models/%s not present", dir);
+        cJSON_Delete(root);
+        return;
+    }
+    int n_cases = 0, n_ids_ok = 0, n_text_ok = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(tk, "cases"))
+    {
+        int idx = cJSON_GetObjectItem(c, "input")->valueint;
+        int special = cJSON_IsTrue(cJSON_GetObjectItem(c, "special"));
+        const cJSON *jids = cJSON_GetObjectItem(c, "ids");
+        const char *want_text = cJSON_GetObjectItem(c, "decoded")->valuestring;
+        const char *in = cJSON_GetArrayItem(inputs, idx)->valuestring;
+        int nw = cJSON_GetArraySize(jids);
+        int32_t *want = malloc(((size_t)nw + 1) * sizeof(int32_t));
+        for (int i = 0; i < nw; i++) want[i] = (int32_t)cJSON_GetArrayItem(jids, i)->valueint;
+        int ng;
+        int32_t *got = encode(t, in, strlen(in), 0, special, &ng);
+        n_cases++;
+        if (got && ng == nw && memcmp(got, want, (size_t)nw * sizeof(int32_t)) == 0) n_ids_ok++;
+        else {
+            fprintf(stderr, "%s oracle case %d (\"%.60s\") ids differ\n", name, idx, in);
+            print_ids("want", want, nw);
+            if (got) print_ids("got ", got, ng);
+        }
+        size_t dl;
+        char *dec = detok_all(t, want, nw, &dl);
+        if (dl == strlen(want_text) && memcmp(dec, want_text, dl) == 0) n_text_ok++;
+        else fprintf(stderr, "%s oracle case %d decode differs:\n  want \"%s\"\n  got  \"%s\"\n", name, idx, want_text, dec);
+        free(dec);
+        free(got);
+        free(want);
+    }
+    fprintf(stderr, "%s: %d/%d ids exact, %d/%d decodes exact\n", name, n_ids_ok, n_cases, n_text_ok, n_cases);
+    CU_ASSERT(n_cases >= 50);
+    CU_ASSERT_EQUAL(n_ids_ok, n_cases);
+    CU_ASSERT_EQUAL(n_text_ok, n_cases);
+    tp_tokenizer_free(t);
+    cJSON_Delete(root);
+}
+
+static void test_oracle_llama3(void) { run_oracle("llama3"); }
+static void test_oracle_qwen3(void) { run_oracle("qwen3"); }
+static void test_oracle_mistral(void) { run_oracle("mistral"); }
+
+static const struct tp_test_case oracle_cases[] = {
+    {"llama3", test_oracle_llama3},
+    {"qwen3", test_oracle_qwen3},
+    {"mistral", test_oracle_mistral},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(tokenizer_oracle, "unit,model", 300, oracle_cases)
