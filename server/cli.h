@@ -64,6 +64,9 @@ struct tp_cli_command {
 /* Subcommands (one file each). Add new ones here and in main.c's table. */
 int tp_cmd_version(int argc, char **argv);
 int tp_cmd_bench(int argc, char **argv); /* dispatches to tp_bench_* (table in cmd_bench.c) */
+int tp_cmd_synth(int argc, char **argv); /* random-weight model of a real shape (cmd_synth.c) */
+int tp_cmd_generate(int argc, char **argv); /* prompt -> streamed text (cmd_generate.c) */
+int tp_cmd_plan(int argc, char **argv);  /* capacity planner (cmd_plan.c) */
 
 /* Benchmarks (`tpserve bench NAME`), one file each: add here and to cmd_bench.c's table. */
 

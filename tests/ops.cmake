@@ -6,3 +6,12 @@ set_tests_properties(ops.netsim PROPERTIES LABELS "unit;multirank" TIMEOUT 60 SK
   RUN_SERIAL TRUE)
 # C suites in tests/ops/*.c (capacity planner): test_ops, one ctest entry per suite.
 tp_add_suite(ops LIBS tp_parallel)
+# Hostfile examples + Kubernetes manifests: valid, consistent, and every tpserve flag accepted by the binary.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME ops.configs COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/ops/configs_test.py
+           ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tpserve>)
+  set_tests_properties(ops.configs PROPERTIES LABELS unit TIMEOUT 60 SKIP_RETURN_CODE 77)
+else()
+  message(STATUS "python3 not found: ops.configs (hostfile / Kubernetes manifest checks) is not registered")
+endif()
