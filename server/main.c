@@ -15,7 +15,6 @@ static const struct tp_cli_command commands[] = {
     {"generate", "generate text from a prompt on this machine (streams; tokens/s on stderr)", tp_cmd_generate},
     {"plan", "will a model fit on these machines: shards, memory per node, tokens/s", tp_cmd_plan},
     {"synth", "write a random-weight GGUF model of a real shape (speed and scale tests)", tp_cmd_synth},
-    {"generate", "generate text from a prompt on this machine (streams; tokens/s on stderr)", tp_cmd_generate},
     {"version", "print version and build configuration", tp_cmd_version},
 };
 
