@@ -149,8 +149,11 @@ def check_k8s(repo, tpserve):
     if "-np" not in mpi or int(mpi[mpi.index("-np") + 1]) != replicas:
         fail("%s: mpirun -np must equal the Worker replicas (%d)" % (fname, replicas))
     used = check_tpserve_args(tpserve, cmd[t + 1:], fname + " launcher")
-    if used.get("--backend") != "mpi":
-        fail("%s: tpserve must run with --backend mpi under mpirun" % fname)
+    env = [mpi[i + 1] for i in range(len(mpi) - 1) if mpi[i] == "-x"]
+    if "TP_BACKEND=mpi" not in env and used.get("--backend") != "mpi":
+        fail("%s: under mpirun tpserve needs the mpi backend (mpirun -x TP_BACKEND=mpi)" % fname)
+    if used.get("--host") != "0.0.0.0":
+        fail("%s: rank 0 must listen on 0.0.0.0 (--host) to be reachable through the Service" % fname)
     port = int(used.get("--port", 8080))
 
     # placement: one worker per node
