@@ -1,0 +1,58 @@
+/*
+ * tests/parallel/mr_impl.h - private to the parallel tests: run N real ranks
+ * (forked processes talking TCP on 127.0.0.1 through the ring backend), each
+ * running the engine, with a hard deadline (ranks still alive at the deadline
+ * are killed and reported as hung), and collect what each rank saw.
+ *
+ * Rank 0 generates greedily for two sequences in the same steps (so logits
+ * gathers carry several rows), clears and restarts sequence 1 halfway (the
+ * clear path), and records the tokens of sequence 0 and its final logits.
+ */
+#ifndef TP_TESTS_PARALLEL_MR_IMPL_H
+#define TP_TESTS_PARALLEL_MR_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parallel/parallel.h"
+
+#define MR_MAX_RANKS 8
+#define MR_MAX_STEPS 256
+
+struct mr_run {
+    /* in */
+    int world;
+    const char *model;          /* path, or a printf pattern with one %d (rank) when shard_files */
+    int shard_files;
+    const char *weights;        /* --shard-weights, NULL: equal */
+    enum tp_wire_dtype wire;
+    int n_steps;                /* greedy steps after the prompt */
+    int greedy_api;             /* use tp_parallel_step_greedy instead of full logits */
+    int file_of_rank[MR_MAX_RANKS]; /* shard_files: rank r opens the file of this rank (identity by default) */
+    int deadline_s;             /* whole run; default 60 */
+    int kill_last_rank;         /* rank world-1 exits abruptly 300 ms after init (dead peer test) */
+    /* out */
+    int exit_code[MR_MAX_RANKS]; /* 0 ok, 3 init refused, 4 step failed, -1 killed at the deadline */
+    char msg[MR_MAX_RANKS][512];
+    int n_tokens;
+    int32_t tokens[MR_MAX_STEPS];      /* sequence 0 */
+    int32_t tokens1[MR_MAX_STEPS];     /* sequence 1 */
+    int n_vocab;
+    float *logits;                     /* (n_vocab) last step, sequence 0; malloc'd, mr_free */
+    uint64_t rss[MR_MAX_RANKS];        /* after init */
+    uint64_t plan_bytes[MR_MAX_RANKS]; /* plan sharded + replicated of that rank */
+    uint64_t weight_bytes[MR_MAX_RANKS];
+    struct tp_parallel_stats stats0;   /* rank 0 */
+    double seconds;
+};
+
+void mr_init(struct mr_run *r, const char *model, int world);
+/* 0 when every rank could be started and collected (whatever they returned). */
+int mr_exec(struct mr_run *r);
+void mr_free(struct mr_run *r);
+/* sum (a-b)^2 / sum b^2 */
+double mr_nmse(const float *a, const float *b, int n);
+/* Synthetic models written once per test process (NULL + skip reason when the writer is missing). */
+const char *mr_synth_model(const char *tag, enum tp_wtype type);
+
+#endif
