@@ -220,9 +220,13 @@ typedef struct tp_detok tp_detok_t;
 enum tp_status tp_detok_init(const tp_tokenizer_t *t, tp_detok_t **out);
 void tp_detok_free(tp_detok_t *d);
 void tp_detok_reset(tp_detok_t *d);
-/* Append the text of id; returns bytes written to out (<= cap, complete chars only). */
+/* Append the text of id; returns bytes written to out (<= cap, complete chars only).
+ * Control tokens (BOS, EOS, <|eot_id|> ...) add no text.  Text that does not
+ * fit in cap stays pending for the next push / flush; cap >= 4 guarantees
+ * progress (64 or more is sensible).  Not thread safe per handle. */
 size_t tp_detok_push(tp_detok_t *d, int id, char *out, size_t cap);
-/* Flush held-back bytes (invalid sequences become U+FFFD). */
+/* Flush held-back bytes (invalid sequences become U+FFFD); call until it
+ * returns 0 when cap may be smaller than what is pending. */
 size_t tp_detok_flush(tp_detok_t *d, char *out, size_t cap);
 
 /* ====================================================== forward pass ===== */

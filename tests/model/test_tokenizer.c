@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/common.h"
+#include "model/gguf_write.h"
 #include "model/model.h"
 #include "model/tokenizer_impl.h"
 #include "model/unicode_impl.h"
@@ -266,3 +268,406 @@ static const struct tp_test_case oracle_cases[] = {
     {NULL, NULL},
 };
 TP_TEST_SUITE(tokenizer_oracle, "unit,model", 300, oracle_cases)
+
+/* ------------------------------------------------------------ GGUF byte-level */
+
+/* Write the vocabulary of a tokenizer.json as GGUF tokenizer.ggml.* metadata
+ * (the layout llama.cpp's converter writes) and load it back. */
+static tp_tokenizer_t *gguf_from_json(const char *dir, const char *pre, const char *fname)
+{
+    char rel[256];
+    snprintf(rel, sizeof(rel), "models/tokenizers/%s/tokenizer.json", dir);
+    const char *p = tp_test_shared_path(rel);
+    if (!p) return NULL;
+    char *js = tp_test_read_file(p, NULL);
+    cJSON *root = cJSON_Parse(js);
+    free(js);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    const cJSON *model = cJSON_GetObjectItem(root, "model");
+    const cJSON *vocab = cJSON_GetObjectItem(model, "vocab"), *merges = cJSON_GetObjectItem(model, "merges");
+    const cJSON *added = cJSON_GetObjectItem(root, "added_tokens");
+    int n = cJSON_GetArraySize(vocab) + cJSON_GetArraySize(added);
+    const char **toks = calloc((size_t)n, sizeof(char *));
+    int32_t *types = calloc((size_t)n, sizeof(int32_t));
+    const cJSON *x;
+    int ids_in_range = 1;
+    cJSON_ArrayForEach(x, vocab)
+    {
+        if (x->valueint < 0 || x->valueint >= n) {
+            ids_in_range = 0;
+            continue;
+        }
+        toks[x->valueint] = x->string;
+        types[x->valueint] = TP_TOKEN_TYPE_NORMAL;
+    }
+    cJSON_ArrayForEach(x, added)
+    {
+        int id = cJSON_GetObjectItem(x, "id")->valueint;
+        if (id < 0 || id >= n) {
+            ids_in_range = 0;
+            continue;
+        }
+        toks[id] = cJSON_GetObjectItem(x, "content")->valuestring;
+        types[id] = TP_TOKEN_TYPE_CONTROL;
+    }
+    CU_ASSERT_FATAL(ids_in_range);
+    int nm = cJSON_GetArraySize(merges);
+    char **ms = calloc((size_t)nm, sizeof(char *));
+    int i = 0;
+    cJSON_ArrayForEach(x, merges)
+    {
+        if (cJSON_IsString(x)) {
+            ms[i] = strdup(x->valuestring);
+        } else {
+            const char *a = x->child->valuestring, *b = x->child->next->valuestring;
+            ms[i] = malloc(strlen(a) + strlen(b) + 2);
+            sprintf(ms[i], "%s %s", a, b);
+        }
+        i++;
+    }
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", tp_test_tmpdir(), fname);
+    tp_gguf_writer_t *w = NULL;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_gguf_writer_open(path, 0, &w, &err), TP_OK);
+    tp_gguf_kv_str(w, "general.architecture", "llama");
+    tp_gguf_kv_str(w, "tokenizer.ggml.model", "gpt2");
+    tp_gguf_kv_str(w, "tokenizer.ggml.pre", pre);
+    tp_gguf_kv_array_str(w, "tokenizer.ggml.tokens", toks, NULL, (uint64_t)n);
+    tp_gguf_kv_array(w, "tokenizer.ggml.token_type", TP_GGUF_INT32, types, (uint64_t)n);
+    tp_gguf_kv_array_str(w, "tokenizer.ggml.merges", (const char *const *)ms, NULL, (uint64_t)nm);
+    tp_gguf_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(n - 1));
+    CU_ASSERT_EQUAL(tp_gguf_writer_finish(w), TP_OK);
+    tp_gguf_writer_free(w);
+    for (i = 0; i < nm; i++) free(ms[i]);
+    free(ms);
+    free(toks);
+    free(types);
+    cJSON_Delete(root);
+    tp_tokenizer_t *t = NULL;
+    enum tp_status rc = tp_tokenizer_from_gguf(path, &t, &err);
+    if (rc != TP_OK) fprintf(stderr, "%s: %s\n", path, err.msg);
+    CU_ASSERT_EQUAL(rc, TP_OK);
+    return t;
+}
+
+static void test_gguf_llama3(void)
+{
+    tp_tokenizer_t *t = gguf_from_json("llama3", "llama-bpe", "llama3-vocab.gguf");
+    if (!t) {
+        tp_test_skip("../shared/models/tokenizers/llama3 not present");
+        return;
+    }
+    int total, ok = run_vectors(t, "llama-bpe", &total);
+    CU_ASSERT_EQUAL(total, 47);
+    CU_ASSERT_EQUAL(ok, total);
+    tp_tokenizer_free(t);
+}
+
+static void test_gguf_qwen2(void)
+{
+    tp_tokenizer_t *t = gguf_from_json("qwen3", "qwen2", "qwen2-vocab.gguf");
+    if (!t) {
+        tp_test_skip("../shared/models/tokenizers/qwen3 not present");
+        return;
+    }
+    int total, ok = run_vectors(t, "qwen2", &total);
+    CU_ASSERT_EQUAL(total, 47);
+    CU_ASSERT_EQUAL(ok, total);
+    tp_tokenizer_free(t);
+}
+
+/* ------------------------------------------------------------ specials, BOS/EOS */
+
+static void test_specials_llama3(void)
+{
+    tp_tokenizer_t *t = load_json_tok("llama3");
+    if (!t) {
+        tp_test_skip("../shared/models/tokenizers/llama3 not present");
+        return;
+    }
+    CU_ASSERT_EQUAL(tp_tokenizer_bos(t), 128000);
+    CU_ASSERT_EQUAL(tp_tokenizer_eos(t), 128001);
+    CU_ASSERT(tp_tokenizer_add_bos(t));
+    CU_ASSERT_EQUAL(tp_tokenizer_find_special(t, "<|eot_id|>"), 128009);
+    CU_ASSERT_EQUAL(tp_tokenizer_find_special(t, "<|nope|>"), -1);
+    CU_ASSERT(tp_tokenizer_is_eog(t, 128009));
+    CU_ASSERT(tp_tokenizer_is_eog(t, 128001));
+    CU_ASSERT(!tp_tokenizer_is_eog(t, 128000));
+    CU_ASSERT(!tp_tokenizer_is_eog(t, 9906));
+    CU_ASSERT(!tp_tokenizer_is_eog(t, -1));
+    CU_ASSERT(!tp_tokenizer_is_eog(t, 1 << 30));
+    const char *s = "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>";
+    int n;
+    int32_t *ids = encode(t, s, strlen(s), 1, 1, &n);
+    const int32_t want[] = {128000, 128006, 882, 128007, 271, 13347, 128009};
+    CU_ASSERT_EQUAL(n, 7);
+    CU_ASSERT(n == 7 && memcmp(ids, want, sizeof(want)) == 0);
+    free(ids);
+    /* without parse_special the markers are plain text */
+    ids = encode(t, s, strlen(s), 0, 0, &n);
+    CU_ASSERT(n > 10);
+    for (int i = 0; i < n; i++) CU_ASSERT(ids[i] < 128000);
+    free(ids);
+    /* a short buffer: the full count is returned, nothing past max_ids written */
+    int32_t buf[4] = {-7, -7, -7, -7};
+    CU_ASSERT_EQUAL(tp_tokenizer_encode(t, s, strlen(s), 1, 1, buf, 3), 7);
+    CU_ASSERT(buf[0] == 128000 && buf[1] == 128006 && buf[2] == 882 && buf[3] == -7);
+    /* invalid UTF-8 is refused */
+    CU_ASSERT_EQUAL(tp_tokenizer_encode(t, "ab\xC3(", 4, 0, 0, buf, 4), -1);
+    CU_ASSERT_EQUAL(tp_tokenizer_encode(t, "\xED\xA0\x80", 3, 0, 0, buf, 4), -1); /* surrogate */
+    /* empty input: only BOS */
+    CU_ASSERT_EQUAL(tp_tokenizer_encode(t, "", 0, 1, 0, buf, 4), 1);
+    CU_ASSERT_EQUAL(buf[0], 128000);
+    tp_tokenizer_free(t);
+}
+
+static void test_specials_qwen3(void)
+{
+    tp_tokenizer_t *t = load_json_tok("qwen3");
+    if (!t) {
+        tp_test_skip("../shared/models/tokenizers/qwen3 not present");
+        return;
+    }
+    CU_ASSERT_EQUAL(tp_tokenizer_bos(t), -1);
+    CU_ASSERT(!tp_tokenizer_add_bos(t));
+    CU_ASSERT_EQUAL(tp_tokenizer_eos(t), 151645); /* <|im_end|> per tokenizer_config */
+    CU_ASSERT(tp_tokenizer_is_eog(t, 151645));
+    CU_ASSERT(tp_tokenizer_is_eog(t, 151643)); /* <|endoftext|> */
+    CU_ASSERT(!tp_tokenizer_is_eog(t, 151644));
+    CU_ASSERT_EQUAL(tp_tokenizer_find_special(t, "<think>"), 151667);
+    /* <think> is an added non-special token: matched even without parse_special */
+    int n;
+    int32_t *ids = encode(t, "a<think>b", 9, 1, 0, &n);
+    CU_ASSERT(n == 3 && ids[1] == 151667);
+    free(ids);
+    tp_tokenizer_free(t);
+}
+
+static void test_specials_spm(void)
+{
+    tp_tokenizer_t *t = load_spm_gguf();
+    /* llama.cpp: prefix space at the start and again after a special token */
+    int n;
+    int32_t *ids = encode(t, "Hello</s>world", 14, 1, 1, &n);
+    const int32_t want[] = {1, 15043, 2, 3186};
+    CU_ASSERT(n == 4 && memcmp(ids, want, sizeof(want)) == 0);
+    if (n != 4) print_ids("got", ids, n);
+    free(ids);
+    ids = encode(t, "Hello</s>world", 14, 1, 0, &n);
+    CU_ASSERT(n > 4 && ids[0] == 1);
+    for (int i = 1; i < n; i++) CU_ASSERT(ids[i] != 2);
+    free(ids);
+    CU_ASSERT(tp_tokenizer_is_eog(t, 2));
+    size_t len;
+    const char *p = tp_tokenizer_piece(t, 15043, &len); /* "▁Hello" */
+    CU_ASSERT(len == 6 && memcmp(p, " Hello", 6) == 0);
+    p = tp_tokenizer_piece(t, 13, &len); /* <0x0A> */
+    CU_ASSERT(len == 1 && p[0] == '\n');
+    p = tp_tokenizer_piece(t, 99999, &len);
+    CU_ASSERT(len == 0 && p != NULL);
+    tp_tokenizer_free(t);
+}
+
+static void test_bundled_stories(void)
+{
+    tp_tokenizer_t *t = NULL;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_tokenizer_from_gguf(tp_test_repo_path("models/stories260K.gguf"), &t, &err), TP_OK);
+    CU_ASSERT_EQUAL(tp_tokenizer_n_vocab(t), 512);
+    CU_ASSERT_EQUAL(tp_tokenizer_kind(t), TP_TOK_SPM);
+    const char *s = "Once upon a time, there was a little girl named Lily.";
+    int n;
+    int32_t *ids = encode(t, s, strlen(s), 1, 0, &n);
+    CU_ASSERT(n > 5 && ids[0] == 1);
+    size_t dl;
+    char *d = detok_all(t, ids, n, &dl);
+    CU_ASSERT_STRING_EQUAL(d, s);
+    free(d);
+    free(ids);
+    tp_tokenizer_free(t);
+}
+
+static const struct tp_test_case format_cases[] = {
+    {"gguf_llama3_vectors", test_gguf_llama3},
+    {"gguf_qwen2_vectors", test_gguf_qwen2},
+    {"specials_llama3", test_specials_llama3},
+    {"specials_qwen3", test_specials_qwen3},
+    {"specials_spm", test_specials_spm},
+    {"bundled_stories260K", test_bundled_stories},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(tokenizer_formats, "unit,model", 300, format_cases)
+
+/* ------------------------------------------------------------ detokenizer */
+
+/* Push ids one at a time; every chunk must be valid UTF-8 on its own. */
+static char *stream_all(const tp_tokenizer_t *t, const int32_t *ids, int n, size_t cap, size_t *len, int *chunks_valid)
+{
+    tp_detok_t *d = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_detok_init(t, &d), TP_OK);
+    char *s = malloc(65536), piece[256];
+    size_t o = 0;
+    *chunks_valid = 1;
+    for (int i = 0; i < n; i++) {
+        size_t k = tp_detok_push(d, ids[i], piece, cap);
+        if (k > cap || !tp_utf8_valid(piece, k)) *chunks_valid = 0;
+        memcpy(s + o, piece, k);
+        o += k;
+    }
+    for (;;) { /* drain: with a small cap the rest comes out over several flushes */
+        size_t k = tp_detok_flush(d, piece, cap);
+        if (k == 0) break;
+        if (k > cap || !tp_utf8_valid(piece, k)) *chunks_valid = 0;
+        memcpy(s + o, piece, k);
+        o += k;
+    }
+    s[o] = 0;
+    *len = o;
+    tp_detok_free(d);
+    return s;
+}
+
+static void test_detok_byte_tokens_spm(void)
+{
+    tp_tokenizer_t *t = load_spm_gguf();
+    /* "🦙" has no piece in Llama 2: four <0xNN> byte tokens (243 162 169 156) */
+    const char *s = "this is 🦙.cpp — 東京 ok";
+    int n;
+    int32_t *ids = encode(t, s, strlen(s), 1, 0, &n);
+    int n_byte_tokens = 0;
+    for (int i = 0; i < n; i++) n_byte_tokens += ids[i] >= 3 && ids[i] < 259;
+    CU_ASSERT(n_byte_tokens >= 4);
+    tp_detok_t *d = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_detok_init(t, &d), TP_OK);
+    char out[64];
+    /* partial character held back until its last byte token arrives */
+    CU_ASSERT_EQUAL(tp_detok_push(d, 243, out, sizeof(out)), 0); /* <0xF0> */
+    CU_ASSERT_EQUAL(tp_detok_push(d, 162, out, sizeof(out)), 0); /* <0x9F> */
+    CU_ASSERT_EQUAL(tp_detok_push(d, 169, out, sizeof(out)), 0); /* <0xA6> */
+    size_t k = tp_detok_push(d, 156, out, sizeof(out));          /* <0x99> */
+    CU_ASSERT(k == 4 && memcmp(out, "\xF0\x9F\xA6\x99", 4) == 0);
+    /* an incomplete tail at flush: one U+FFFD per maximal subpart */
+    CU_ASSERT_EQUAL(tp_detok_push(d, 0xE2 + 3, out, sizeof(out)), 0);
+    CU_ASSERT_EQUAL(tp_detok_push(d, 0x82 + 3, out, sizeof(out)), 0);
+    k = tp_detok_flush(d, out, sizeof(out));
+    CU_ASSERT(k == 3 && memcmp(out, "\xEF\xBF\xBD", 3) == 0);
+    CU_ASSERT_EQUAL(tp_detok_flush(d, out, sizeof(out)), 0);
+    /* a byte that can never be valid comes out as U+FFFD at once, then the text */
+    k = tp_detok_push(d, 0xFF + 3, out, sizeof(out));
+    CU_ASSERT(k == 3 && memcmp(out, "\xEF\xBF\xBD", 3) == 0);
+    CU_ASSERT_EQUAL(tp_detok_push(d, 0xF0 + 3, out, sizeof(out)), 0);
+    k = tp_detok_push(d, 'a' + 3, out, sizeof(out)); /* F0 then 'a': F0 alone is ill-formed */
+    CU_ASSERT(k == 4 && memcmp(out, "\xEF\xBF\xBD" "a", 4) == 0);
+    /* SentencePiece: the first piece loses its prefix space; BOS gives no text */
+    tp_detok_reset(d);
+    CU_ASSERT_EQUAL(tp_detok_push(d, 1, out, sizeof(out)), 0);
+    k = tp_detok_push(d, 15043, out, sizeof(out));
+    CU_ASSERT(k == 5 && memcmp(out, "Hello", 5) == 0);
+    k = tp_detok_push(d, 3186, out, sizeof(out));
+    CU_ASSERT(k == 6 && memcmp(out, " world", 6) == 0);
+    tp_detok_free(d);
+    tp_detok_free(NULL);
+    /* whole stream, with roomy and with tiny output buffers */
+    size_t caps[] = {256, 5, 4}; /* a 4-byte character needs cap >= 4 */
+    for (size_t c = 0; c < TP_ARRAY_LEN(caps); c++) {
+        size_t len;
+        int valid;
+        char *r = stream_all(t, ids, n, caps[c], &len, &valid);
+        CU_ASSERT(valid);
+        CU_ASSERT_STRING_EQUAL(r, s);
+        if (strcmp(r, s) != 0) fprintf(stderr, "cap %zu: \"%s\"\n", caps[c], r);
+        free(r);
+    }
+    free(ids);
+    tp_tokenizer_free(t);
+}
+
+/* Byte-level: characters split across tokens (rare CJK / emoji) stream out whole. */
+static void test_detok_stream_byte_level(void)
+{
+    tp_tokenizer_t *t = load_json_tok("llama3");
+    if (!t) {
+        tp_test_skip("../shared/models/tokenizers/llama3 not present");
+        return;
+    }
+    const char *s = "👨‍👩‍👧‍👦 𓀀 𝔘𝔫𝔦 龘龘 Ꭰ ขอบคุณ ăâđêôơư";
+    int n;
+    int32_t *ids = encode(t, s, strlen(s), 1, 0, &n);
+    /* at least one token must end inside a character for this test to mean something */
+    int split = 0;
+    for (int i = 0; i < n; i++) {
+        size_t pl;
+        const char *p = tp_tokenizer_piece(t, ids[i], &pl);
+        if (!tp_utf8_valid(p, pl)) split = 1;
+    }
+    CU_ASSERT(split);
+    size_t len;
+    int valid;
+    char *r = stream_all(t, ids, n, 256, &len, &valid);
+    CU_ASSERT(valid);
+    CU_ASSERT_STRING_EQUAL(r, s);
+    free(r);
+    r = stream_all(t, ids, n, 4, &len, &valid);
+    CU_ASSERT(valid);
+    CU_ASSERT_STRING_EQUAL(r, s);
+    free(r);
+    free(ids);
+    tp_tokenizer_free(t);
+}
+
+/* decode(encode(x)) == x on llama.cpp's inputs for the lossless tokenizers. */
+static void round_trip_vectors(const tp_tokenizer_t *t, const char *name)
+{
+    char rel[256];
+    snprintf(rel, sizeof(rel), "tests/data/tokenizer/ggml-vocab-%s.gguf.inp", name);
+    char *inp = tp_test_read_file(tp_test_repo_path(rel), NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(inp);
+    int bad = 0, n_in = 0;
+    for (char *ip = inp;;) {
+        char *e = strstr(ip, "\n__ggml_vocab_test__\n");
+        if (e) *e = 0;
+        int n;
+        int32_t *ids = encode(t, ip, strlen(ip), 1, 0, &n);
+        size_t len;
+        int valid;
+        char *r = stream_all(t, ids, n, 256, &len, &valid);
+        if (!valid || strcmp(r, ip) != 0) {
+            bad++;
+            fprintf(stderr, "%s round trip differs: \"%s\" -> \"%s\"\n", name, ip, r);
+        }
+        free(r);
+        free(ids);
+        n_in++;
+        if (!e) break;
+        ip = e + strlen("\n__ggml_vocab_test__\n");
+    }
+    CU_ASSERT_EQUAL(n_in, 47);
+    CU_ASSERT_EQUAL(bad, 0);
+    free(inp);
+}
+
+static void test_round_trip(void)
+{
+    tp_tokenizer_t *t = load_spm_gguf();
+    round_trip_vectors(t, "llama-spm");
+    tp_tokenizer_free(t);
+    const char *dirs[] = {"llama3", "qwen3"}, *names[] = {"llama-bpe", "qwen2"};
+    for (int i = 0; i < 2; i++) {
+        t = load_json_tok(dirs[i]);
+        if (!t) {
+            tp_test_skip("../shared/models/tokenizers/%s not present", dirs[i]);
+            continue;
+        }
+        round_trip_vectors(t, names[i]);
+        tp_tokenizer_free(t);
+    }
+}
+
+static const struct tp_test_case detok_cases[] = {
+    {"byte_tokens_spm", test_detok_byte_tokens_spm},
+    {"stream_byte_level", test_detok_stream_byte_level},
+    {"round_trip", test_round_trip},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(tokenizer_detok, "unit,model", 300, detok_cases)
