@@ -144,22 +144,29 @@ size_t tp_kern_act_row_bytes(enum tp_wtype wt, int64_t n)
     case TP_WTYPE_F16:
     case TP_WTYPE_BF16: return (size_t)n * sizeof(float);
     case TP_WTYPE_Q8_0:
-    case TP_WTYPE_Q4_0: return n % TP_QK ? 0 : (size_t)(n / TP_QK) * sizeof(tp_blk_a8);
+    case TP_WTYPE_Q4_0: return n % TP_QK ? 0 : TP_A8_ROW_BYTES(n);
     default: return 0;
     }
 }
 
-void tp_kern_quant_a8_scalar(const float *x, tp_blk_a8 *out, int64_t n)
+void tp_kern_quant_a8_scalar(const float *x, void *out, int64_t n, int kshift)
 {
+    int8_t *qs = out;
+    float *dd = (float *)(qs + n);
+    int32_t *cc = (int32_t *)(dd + n / TP_QK);
     for (int64_t b = 0; b < n / TP_QK; b++) {
         const float *xb = x + b * TP_QK;
         float amax = 0.0f;
         for (int i = 0; i < TP_QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
         float d = amax / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
-        out[b].d = d;
+        dd[b] = d;
         /* nearbyintf = round half to even, as the SIMD conversions do */
-        for (int i = 0; i < TP_QK; i++) out[b].qs[i] = (int8_t)nearbyintf(xb[i] * id);
+        for (int i = 0; i < TP_QK; i++) qs[b * TP_QK + i] = (int8_t)nearbyintf(xb[i] * id);
+        for (int j = 0; j < 8; j++) {
+            const int8_t *q = qs + b * TP_QK + 4 * j;
+            cc[b * 8 + j] = -(((int32_t)q[0] + q[1] + q[2] + q[3]) * (1 << kshift));
+        }
     }
 }
 
@@ -174,7 +181,7 @@ void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
     case TP_WTYPE_Q8_0:
     case TP_WTYPE_Q4_0: {
         const struct tp_kern_ops *o = ops();
-        (o->quant_a8 ? o->quant_a8 : tp_kern_quant_a8_scalar)(x, xq, n);
+        (o->quant_a8 ? o->quant_a8 : tp_kern_quant_a8_scalar)(x, xq, n, TP_A8_KSHIFT(wt));
         break;
     }
     default: TP_ASSERT(!"tp_kern_prepare_act: unsupported weight type");

@@ -6,7 +6,7 @@
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #define KX_TARGET "avx2,fma,f16c"
-#define KX_VNNI 0
+#define KX_512 0
 #define KX_MR 2
 #define KX_NT 4
 #include "model/kernels_x86_impl.h"

@@ -3,9 +3,9 @@
  * layouts (GGUF/ggml for weights, our own for prepared activations) and the
  * table of per-ISA entry points that kernels.c fills once at run time.
  *
- * Activation blocks ("a8"): {float d; int8 qs[32]} — x[i] ~= d * qs[i], the
- * same for every ISA (tp_kern_prepare_act dispatches, but all versions give
- * bit-identical blocks), so SIMD and scalar matmuls see identical inputs.
+ * Activation rows ("a8", below) are the same for every ISA
+ * (tp_kern_prepare_act dispatches, but all versions give bit-identical
+ * rows), so SIMD and scalar matmuls see identical inputs.
  */
 #ifndef TP_MODEL_KERNELS_IMPL_H
 #define TP_MODEL_KERNELS_IMPL_H
@@ -29,22 +29,31 @@ typedef struct {
     uint8_t qs[TP_QK / 2];
 } tp_blk_q4_0;
 
-/* Prepared activation block for Q8_0 / Q4_0 weights. 36 bytes. */
-typedef struct {
-    float d;
-    int8_t qs[TP_QK];
-} tp_blk_a8;
+/*
+ * Prepared activation row for Q8_0 / Q4_0 weights ("a8"), n elements, nb = n/32:
+ *   int8_t  qs[n]         x[i] ~= d[i/32] * qs[i]
+ *   float   d[nb]
+ *   int32_t c[nb * 8]     c[8b + j] = -K * (qs[32b+4j] + .. + qs[32b+4j+3]),
+ *                         K = 8 for Q4_0 (nibble offset), 128 for Q8_0 (the +128
+ *                         bias VNNI kernels use to make weights unsigned)
+ * Structure-of-arrays so SIMD loads are contiguous; c lets u8 x s8 dot
+ * kernels start their integer accumulators at the offset correction.
+ */
+#define TP_A8_ROW_BYTES(n) ((size_t)(n) + (size_t)((n) / TP_QK) * (sizeof(float) + 8 * sizeof(int32_t)))
+#define TP_A8_QS(row) ((const int8_t *)(row))
+#define TP_A8_D(row, n) ((const float *)((const char *)(row) + (n)))
+#define TP_A8_C(row, n) ((const int32_t *)((const char *)(row) + (n) + (size_t)((n) / TP_QK) * sizeof(float)))
+#define TP_A8_KSHIFT(wt) ((wt) == TP_WTYPE_Q4_0 ? 3 : 7) /* K = 1 << kshift */
 
 _Static_assert(sizeof(tp_blk_q8_0) == 34, "Q8_0 block must be 34 bytes");
 _Static_assert(sizeof(tp_blk_q4_0) == 18, "Q4_0 block must be 18 bytes");
-_Static_assert(sizeof(tp_blk_a8) == 36, "a8 block must be 36 bytes");
 
 /* One matmul implementation: same contract as tp_kern_matmul for one type. */
 typedef void (*tp_kern_matmul_fn)(const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
                                   size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride, int64_t r0,
                                   int64_t r1);
-/* Quantize n floats (multiple of 32) into n/32 activation blocks. */
-typedef void (*tp_kern_quant_a8_fn)(const float *x, tp_blk_a8 *out, int64_t n);
+/* Quantize n floats (multiple of 32) into one a8 row (see above), K = 1 << kshift. */
+typedef void (*tp_kern_quant_a8_fn)(const float *x, void *out, int64_t n, int kshift);
 
 struct tp_kern_ops {
     const char *name;
@@ -63,6 +72,6 @@ void tp_kern_neon_ops(struct tp_kern_ops *ops, int dotprod);
 #endif
 
 /* Scalar activation quantizer (the reference every SIMD version must match bit for bit). */
-void tp_kern_quant_a8_scalar(const float *x, tp_blk_a8 *out, int64_t n);
+void tp_kern_quant_a8_scalar(const float *x, void *out, int64_t n, int kshift);
 
 #endif /* TP_MODEL_KERNELS_IMPL_H */

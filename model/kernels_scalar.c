@@ -59,12 +59,13 @@ static void matmul_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, si
     for (int64_t r = r0; r < r1; r++) {
         const tp_blk_q8_0 *wb = ROW(w, wrb, r);
         for (int t = 0; t < n_tok; t++) {
-            const tp_blk_a8 *xb = ROW(xq, xrb, t);
+            const int8_t *xs = TP_A8_QS(ROW(xq, xrb, t));
+            const float *xd = TP_A8_D(ROW(xq, xrb, t), n);
             float s = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 int32_t is = 0;
-                for (int i = 0; i < TP_QK; i++) is += (int32_t)wb[b].qs[i] * (int32_t)xb[b].qs[i];
-                s += (float)is * (tp_fp16_to_f32(wb[b].d) * xb[b].d);
+                for (int i = 0; i < TP_QK; i++) is += (int32_t)wb[b].qs[i] * (int32_t)xs[b * TP_QK + i];
+                s += (float)is * (tp_fp16_to_f32(wb[b].d) * xd[b]);
             }
             y[t * ys + r] = s;
         }
@@ -78,15 +79,17 @@ static void matmul_q4_0(const void *w, size_t wrb, int64_t n, const void *xq, si
     for (int64_t r = r0; r < r1; r++) {
         const tp_blk_q4_0 *wb = ROW(w, wrb, r);
         for (int t = 0; t < n_tok; t++) {
-            const tp_blk_a8 *xb = ROW(xq, xrb, t);
+            const int8_t *xs = TP_A8_QS(ROW(xq, xrb, t));
+            const float *xd = TP_A8_D(ROW(xq, xrb, t), n);
             float s = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 int32_t is = 0;
+                const int8_t *a = xs + b * TP_QK;
                 for (int i = 0; i < TP_QK / 2; i++) {
-                    is += ((int32_t)(wb[b].qs[i] & 0x0F) - 8) * (int32_t)xb[b].qs[i];
-                    is += ((int32_t)(wb[b].qs[i] >> 4) - 8) * (int32_t)xb[b].qs[i + TP_QK / 2];
+                    is += ((int32_t)(wb[b].qs[i] & 0x0F) - 8) * (int32_t)a[i];
+                    is += ((int32_t)(wb[b].qs[i] >> 4) - 8) * (int32_t)a[i + TP_QK / 2];
                 }
-                s += (float)is * (tp_fp16_to_f32(wb[b].d) * xb[b].d);
+                s += (float)is * (tp_fp16_to_f32(wb[b].d) * xd[b]);
             }
             y[t * ys + r] = s;
         }

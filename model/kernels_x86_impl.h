@@ -2,19 +2,25 @@
  * model/kernels_x86_impl.h - private template for the x86-64 kernels,
  * included by kernels_avx2.c and kernels_avx512.c with
  *   KX_TARGET  target attribute string (no -march flags needed in the build)
- *   KX_VNNI    1: integer dots with vpdpbusd (AVX-512 VNNI, 256-bit EVEX);
- *              0: vpmaddubsw + vpmaddwd (AVX2)
- *   KX_MR/KX_NT  register tile: weight rows x tokens per inner kernel
+ *   KX_512     1: 512-bit AVX-512 kernels, integer dots with vpdpbusd (VNNI),
+ *                 two 32-value blocks per zmm register;
+ *              0: 256-bit AVX2 kernels, vpmaddubsw + vpmaddwd, one block per ymm
+ *   KX_MR/KX_NT  register tile for many tokens: weight rows x tokens
  *
- * Quantized types: each weight block is unpacked once per tile and dotted
- * with KX_NT activation blocks (u8 x s8 products: Q4_0 nibbles are 0..15
- * with the -8 offset folded into a per-token correction term; Q8_0 uses the
- * sign trick on AVX2 and a +128 bias with correction on VNNI).  Rows are
- * processed in chunks of KX_CHUNK rows, all token tiles per chunk, so a chunk
- * of weights stays in L1/L2 while the activations stream past it.
+ * Quantized types use u8 x s8 integer dots.  Q4_0 nibbles are 0..15 and the
+ * -8 offset enters through the activation row's correction vector c (see
+ * kernels_impl.h), which seeds the integer accumulator; Q8_0 uses the sign
+ * trick on AVX2 and a +128 bias (xor 0x80) with c on AVX-512.  Either way
+ * each block's integer dot is exact, then scaled by d_w * d_x in float.
+ *
+ * One token (decode) reads rows one after another (a single contiguous
+ * weight stream, prefetched ahead); many tokens (prefill) use a KX_MR x KX_NT
+ * register tile so each unpacked weight block serves KX_NT tokens, over
+ * chunks of KX_CHUNK rows so a chunk's weights stay in L1/L2 while all
+ * token tiles pass over it.
  */
 #ifndef KX_TARGET
-#error "define KX_TARGET, KX_VNNI, KX_MR, KX_NT before including kernels_x86_impl.h"
+#error "define KX_TARGET, KX_512, KX_MR, KX_NT before including kernels_x86_impl.h"
 #endif
 
 #include <immintrin.h>
@@ -25,6 +31,7 @@
 #define KFN static inline __attribute__((always_inline, target(KX_TARGET)))
 #define KOUT static __attribute__((target(KX_TARGET)))
 #define KX_CHUNK 16
+#define KX_PF 768 /* software prefetch distance for the decode weight stream (bytes) */
 #define KROW(p, rb, r) ((const void *)((const char *)(p) + (size_t)(r) * (rb)))
 
 enum { KX_Q4_0, KX_Q8_0, KX_F32, KX_F16, KX_BF16 };
@@ -37,24 +44,86 @@ KFN float kx_hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+KFN uint16_t kx_u16(const void *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* activation row views */
+struct kx_act {
+    const int8_t *qs;
+    const float *d;
+    const int32_t *c;
+};
+KFN struct kx_act kx_act_row(const void *row, int64_t n)
+{
+    struct kx_act a = {TP_A8_QS(row), TP_A8_D(row, n), TP_A8_C(row, n)};
+    return a;
+}
+
+KFN size_t kx_bsz(const int type) { return type == KX_Q4_0 ? sizeof(tp_blk_q4_0) : sizeof(tp_blk_q8_0); }
+
+#if !KX_512
+/* ================================================================== AVX2 (256-bit) */
+
 /* acc + sum over groups of 4 of u8(u) * s8(s), per 32-bit lane */
 KFN __m256i kx_dot(__m256i acc, __m256i u, __m256i s)
 {
-#if KX_VNNI
-    return _mm256_dpbusd_epi32(acc, u, s);
-#else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-#endif
 }
 
-KFN float kx_h2f(uint16_t h) { return _cvtsh_ss(h); }
+/* Exact integer dot of weight block b of row wr with activation block b, as 8 lanes. */
+KFN __m256i kx_idot(const int type, const char *wr, int64_t b, struct kx_act a)
+{
+    const __m256i A = _mm256_loadu_si256((const __m256i *)(a.qs + b * TP_QK));
+    if (type == KX_Q4_0) {
+        const tp_blk_q4_0 *wb = (const tp_blk_q4_0 *)wr + b;
+        const __m128i q = _mm_loadu_si128((const __m128i *)wb->qs);
+        const __m256i W = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+        return kx_dot(_mm256_loadu_si256((const __m256i *)(a.c + b * 8)), W, A);
+    }
+    const tp_blk_q8_0 *wb = (const tp_blk_q8_0 *)wr + b;
+    const __m256i W = _mm256_loadu_si256((const __m256i *)wb->qs);
+    return kx_dot(_mm256_setzero_si256(), _mm256_abs_epi8(W), _mm256_sign_epi8(A, W));
+}
 
-/* ------------------------------------------------------------------ quantized tile */
+KFN float kx_dw(const int type, const char *wr, int64_t b)
+{
+    return _cvtsh_ss(kx_u16(wr + (size_t)b * kx_bsz(type)));
+}
 
-KFN void kx_qtile(const int type, const char *w, size_t wrb, const char *x, size_t xrb, int64_t nb, const int R,
+KFN void kx_qdecode(const int type, const void *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0,
+                    int64_t r1)
+{
+    const int64_t nb = n / TP_QK;
+    const struct kx_act a = kx_act_row(xq, n);
+    for (int64_t r = r0; r < r1; r++) {
+        const char *wr = KROW(w, wrb, r);
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        int64_t b = 0;
+        for (; b + 4 <= nb; b += 4) {
+            _mm_prefetch(wr + (size_t)b * kx_bsz(type) + KX_PF, _MM_HINT_T0);
+            if (type == KX_Q8_0) _mm_prefetch(wr + (size_t)b * kx_bsz(type) + KX_PF + 64, _MM_HINT_T0);
+            for (int k = 0; k < 4; k++)
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kx_idot(type, wr, b + k, a)),
+                                         _mm256_set1_ps(kx_dw(type, wr, b + k) * a.d[b + k]), acc[k]);
+        }
+        for (; b < nb; b++)
+            acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kx_idot(type, wr, b, a)),
+                                     _mm256_set1_ps(kx_dw(type, wr, b) * a.d[b]), acc[0]);
+        y[r] = kx_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    }
+}
+
+KFN void kx_qtile(const int type, const char *w, size_t wrb, const char *x, size_t xrb, int64_t n, const int R,
                   const int T, float *y, int64_t ys)
 {
+    const int64_t nb = n / TP_QK;
     __m256 acc[KX_MR][KX_NT];
+    struct kx_act a[KX_NT];
+    for (int t = 0; t < T; t++) a[t] = kx_act_row(x + (size_t)t * xrb, n);
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -62,45 +131,24 @@ KFN void kx_qtile(const int type, const char *w, size_t wrb, const char *x, size
         __m256i W[KX_MR], Wraw[KX_MR];
         __m256 dw[KX_MR];
         for (int r = 0; r < R; r++) {
+            const char *wr = w + (size_t)r * wrb;
             if (type == KX_Q4_0) {
-                const tp_blk_q4_0 *wb = (const tp_blk_q4_0 *)(w + (size_t)r * wrb) + b;
-                __m128i q = _mm_loadu_si128((const __m128i *)wb->qs);
+                const __m128i q = _mm_loadu_si128((const __m128i *)((const tp_blk_q4_0 *)wr + b)->qs);
                 W[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
                 Wraw[r] = W[r];
-                dw[r] = _mm256_set1_ps(kx_h2f(wb->d));
             } else {
-                const tp_blk_q8_0 *wb = (const tp_blk_q8_0 *)(w + (size_t)r * wrb) + b;
-                Wraw[r] = _mm256_loadu_si256((const __m256i *)wb->qs);
-#if KX_VNNI
-                W[r] = _mm256_xor_si256(Wraw[r], _mm256_set1_epi8((char)0x80)); /* w + 128 as u8 */
-#else
+                Wraw[r] = _mm256_loadu_si256((const __m256i *)((const tp_blk_q8_0 *)wr + b)->qs);
                 W[r] = _mm256_abs_epi8(Wraw[r]);
-#endif
-                dw[r] = _mm256_set1_ps(kx_h2f(wb->d));
             }
+            dw[r] = _mm256_set1_ps(kx_dw(type, wr, b));
         }
         for (int t = 0; t < T; t++) {
-            const tp_blk_a8 *ab = (const tp_blk_a8 *)(x + (size_t)t * xrb) + b;
-            const __m256i A = _mm256_loadu_si256((const __m256i *)ab->qs);
-            const __m256 da = _mm256_broadcast_ss(&ab->d);
-            __m256i C;
-            if (type == KX_Q4_0)
-                C = _mm256_sub_epi32(_mm256_setzero_si256(), kx_dot(_mm256_setzero_si256(), _mm256_set1_epi8(8), A));
-            else
-#if KX_VNNI
-                C = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                     kx_dot(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), A));
-#else
-                C = _mm256_setzero_si256();
-#endif
+            const __m256i A = _mm256_loadu_si256((const __m256i *)(a[t].qs + b * TP_QK));
+            const __m256 da = _mm256_broadcast_ss(a[t].d + b);
+            const __m256i C = type == KX_Q4_0 ? _mm256_loadu_si256((const __m256i *)(a[t].c + b * 8))
+                                              : _mm256_setzero_si256();
             for (int r = 0; r < R; r++) {
-                __m256i i;
-#if !KX_VNNI
-                if (type == KX_Q8_0)
-                    i = kx_dot(C, W[r], _mm256_sign_epi8(A, Wraw[r]));
-                else
-#endif
-                    i = kx_dot(C, W[r], A);
+                const __m256i i = type == KX_Q4_0 ? kx_dot(C, W[r], A) : kx_dot(C, W[r], _mm256_sign_epi8(A, Wraw[r]));
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(dw[r], da), acc[r][t]);
             }
         }
@@ -109,54 +157,8 @@ KFN void kx_qtile(const int type, const char *w, size_t wrb, const char *x, size
         for (int t = 0; t < T; t++) y[(int64_t)t * ys + r] = kx_hsum(acc[r][t]);
 }
 
-/* Dispatch one tile with R (1..KX_MR) rows and T (1..KX_NT) tokens as compile-time constants. */
-#define KX_TILE_T(fn, R, T, ...)                      \
-    switch (T) {                                      \
-    case 1: fn(__VA_ARGS__, R, 1, y, ys); break;      \
-    case 2: if (KX_NT >= 2) fn(__VA_ARGS__, R, 2 < KX_NT ? 2 : KX_NT, y, ys); break; \
-    case 3: if (KX_NT >= 3) fn(__VA_ARGS__, R, 3 < KX_NT ? 3 : KX_NT, y, ys); break; \
-    default: fn(__VA_ARGS__, R, KX_NT, y, ys); break; \
-    }
-
-KFN void kx_qmatmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
-                    float *yy, int64_t ys, int64_t r0, int64_t r1)
-{
-    const int64_t nb = n / TP_QK;
-    for (int64_t c0 = r0; c0 < r1; c0 += KX_CHUNK) {
-        const int64_t c1 = c0 + KX_CHUNK < r1 ? c0 + KX_CHUNK : r1;
-        for (int t0 = 0; t0 < n_tok; t0 += KX_NT) {
-            const int T = n_tok - t0 < KX_NT ? n_tok - t0 : KX_NT;
-            const char *x = KROW(xq, xrb, t0);
-            int64_t r = c0;
-            for (; r + KX_MR <= c1; r += KX_MR) {
-                float *y = yy + (int64_t)t0 * ys + r;
-                const char *wr = KROW(w, wrb, r);
-                KX_TILE_T(kx_qtile, KX_MR, T, type, wr, wrb, x, xrb, nb)
-            }
-            for (; r < c1; r++) {
-                float *y = yy + (int64_t)t0 * ys + r;
-                const char *wr = KROW(w, wrb, r);
-                KX_TILE_T(kx_qtile, 1, T, type, wr, wrb, x, xrb, nb)
-            }
-        }
-    }
-}
-
-KOUT void kx_matmul_q4_0(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                         int64_t ys, int64_t r0, int64_t r1)
-{
-    kx_qmatmul(KX_Q4_0, w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1);
-}
-
-KOUT void kx_matmul_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                         int64_t ys, int64_t r0, int64_t r1)
-{
-    kx_qmatmul(KX_Q8_0, w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1);
-}
-
-/* ------------------------------------------------------------------ float tile */
-
-KFN __m256 kx_ld8(const int type, const void *p, int64_t i)
+/* float weights: 8 at a time, scalar tail */
+KFN __m256 kx_ldw(const int type, const void *p, int64_t i)
 {
     if (type == KX_F32) return _mm256_loadu_ps((const float *)p + i);
     const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
@@ -184,7 +186,7 @@ KFN void kx_ftile(const int type, const char *w, size_t wrb, const char *x, size
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 W[KX_MR];
-        for (int r = 0; r < R; r++) W[r] = kx_ld8(type, w + (size_t)r * wrb, i);
+        for (int r = 0; r < R; r++) W[r] = kx_ldw(type, w + (size_t)r * wrb, i);
         for (int t = 0; t < T; t++) {
             const __m256 A = _mm256_loadu_ps((const float *)(x + (size_t)t * xrb) + i);
             for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(W[r], A, acc[r][t]);
@@ -200,55 +202,231 @@ KFN void kx_ftile(const int type, const char *w, size_t wrb, const char *x, size
     }
 }
 
-KFN void kx_fmatmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
-                    float *yy, int64_t ys, int64_t r0, int64_t r1)
+#else
+/* ================================================================== AVX-512 (512-bit) */
+
+KFN float kx_hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+/* Weight blocks b and b+1 as 64 u8 (one: block b only, upper half zero; never reads b+1). */
+KFN __m512i kx_w2(const int type, const char *wr, int64_t b, const int one)
 {
-    for (int64_t c0 = r0; c0 < r1; c0 += KX_CHUNK) {
-        const int64_t c1 = c0 + KX_CHUNK < r1 ? c0 + KX_CHUNK : r1;
-        for (int t0 = 0; t0 < n_tok; t0 += KX_NT) {
-            const int T = n_tok - t0 < KX_NT ? n_tok - t0 : KX_NT;
-            const char *x = KROW(xq, xrb, t0);
-            int64_t r = c0;
-            for (; r + KX_MR <= c1; r += KX_MR) {
-                float *y = yy + (int64_t)t0 * ys + r;
-                const char *wr = KROW(w, wrb, r);
-                KX_TILE_T(kx_ftile, KX_MR, T, type, wr, wrb, x, xrb, n)
-            }
-            for (; r < c1; r++) {
-                float *y = yy + (int64_t)t0 * ys + r;
-                const char *wr = KROW(w, wrb, r);
-                KX_TILE_T(kx_ftile, 1, T, type, wr, wrb, x, xrb, n)
-            }
+    if (type == KX_Q4_0) {
+        const tp_blk_q4_0 *wb = (const tp_blk_q4_0 *)wr + b;
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)wb[0].qs);
+        const __m128i q1 = one ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)wb[1].qs);
+        const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+        __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y), _mm256_srli_epi16(y, 4), 1);
+        z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)); /* q0, q0>>4, q1, q1>>4 */
+        return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+    }
+    const tp_blk_q8_0 *wb = (const tp_blk_q8_0 *)wr + b;
+    const __m256i y0 = _mm256_loadu_si256((const __m256i *)wb[0].qs);
+    const __m256i y1 = one ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)wb[1].qs);
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1), _mm512_set1_epi8((char)0x80));
+}
+
+/* fp16 scales of blocks b.. b+k-1 (k = 1, 2, 4) as floats in the low lanes of an xmm. */
+KFN __m128 kx_dws(const int type, const char *wr, int64_t b, const int k)
+{
+    const size_t bs = kx_bsz(type);
+    const char *p = wr + (size_t)b * bs;
+    uint64_t v = kx_u16(p);
+    if (k >= 2) v |= (uint64_t)kx_u16(p + bs) << 16;
+    if (k >= 4) v |= (uint64_t)kx_u16(p + 2 * bs) << 32 | (uint64_t)kx_u16(p + 3 * bs) << 48;
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
+}
+
+/* Activation blocks b, b+1: qs (64 s8), corrections (16 i32), scales (2 floats) */
+KFN __m512i kx_a2(struct kx_act a, int64_t b, const int one)
+{
+    return one ? _mm512_maskz_loadu_epi8(0xFFFFFFFFull, a.qs + b * TP_QK) : _mm512_loadu_si512(a.qs + b * TP_QK);
+}
+KFN __m512i kx_c2(struct kx_act a, int64_t b, const int one)
+{
+    return one ? _mm512_maskz_loadu_epi32(0x00FF, a.c + b * 8) : _mm512_loadu_si512(a.c + b * 8);
+}
+KFN __m128 kx_d2(struct kx_act a, int64_t b, const int one)
+{
+    return one ? _mm_load_ss(a.d + b) : _mm_castpd_ps(_mm_load_sd((const double *)(a.d + b)));
+}
+
+/* lanes 0-7 <- s[0], lanes 8-15 <- s[1] (idx01) or s[2], s[3] (idx23) */
+#define KX_IDX01 _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+#define KX_IDX23 _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)
+
+KFN __m512 kx_pair(const int type, const char *wr, int64_t b, struct kx_act a, __m512 scale, __m512 acc, const int one)
+{
+    const __m512i i = _mm512_dpbusd_epi32(kx_c2(a, b, one), kx_w2(type, wr, b, one), kx_a2(a, b, one));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), scale, acc);
+}
+
+KFN void kx_qdecode(const int type, const void *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0,
+                    int64_t r1)
+{
+    const int64_t nb = n / TP_QK;
+    const struct kx_act a = kx_act_row(xq, n);
+    const __m512i i01 = KX_IDX01, i23 = KX_IDX23;
+    for (int64_t r = r0; r < r1; r++) {
+        const char *wr = KROW(w, wrb, r);
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        int64_t b = 0;
+        for (; b + 4 <= nb; b += 4) {
+            _mm_prefetch(wr + (size_t)b * kx_bsz(type) + KX_PF, _MM_HINT_T0);
+            if (type == KX_Q8_0) _mm_prefetch(wr + (size_t)b * kx_bsz(type) + KX_PF + 64, _MM_HINT_T0);
+            const __m512 s4 = _mm512_castps128_ps512(_mm_mul_ps(kx_dws(type, wr, b, 4), _mm_loadu_ps(a.d + b)));
+            acc0 = kx_pair(type, wr, b, a, _mm512_permutexvar_ps(i01, s4), acc0, 0);
+            acc1 = kx_pair(type, wr, b + 2, a, _mm512_permutexvar_ps(i23, s4), acc1, 0);
+        }
+        for (; b < nb; b += 2) {
+            const int one = b + 1 == nb;
+            const __m512 s2 = _mm512_castps128_ps512(
+                _mm_mul_ps(one ? kx_dws(type, wr, b, 1) : kx_dws(type, wr, b, 2), kx_d2(a, b, one)));
+            if (one)
+                acc0 = kx_pair(type, wr, b, a, _mm512_permutexvar_ps(i01, s2), acc0, 1);
+            else
+                acc0 = kx_pair(type, wr, b, a, _mm512_permutexvar_ps(i01, s2), acc0, 0);
+        }
+        y[r] = kx_hsum512(_mm512_add_ps(acc0, acc1));
+    }
+}
+
+/* One step of the R x T tile over blocks b, b+1 (one: block b only). */
+KFN void kx_qtile_step(const int type, const char *w, size_t wrb, const struct kx_act *a, int64_t b, const int R,
+                       const int T, __m512 acc[KX_MR][KX_NT], const int one)
+{
+    const __m512i i01 = KX_IDX01;
+    __m512i W[KX_MR];
+    __m512 dw[KX_MR];
+    for (int r = 0; r < R; r++) {
+        const char *wr = w + (size_t)r * wrb;
+        W[r] = kx_w2(type, wr, b, one);
+        dw[r] = _mm512_permutexvar_ps(i01, _mm512_castps128_ps512(kx_dws(type, wr, b, one ? 1 : 2)));
+    }
+    for (int t = 0; t < T; t++) {
+        const __m512i A = kx_a2(a[t], b, one), C = kx_c2(a[t], b, one);
+        const __m512 da = _mm512_permutexvar_ps(i01, _mm512_castps128_ps512(kx_d2(a[t], b, one)));
+        for (int r = 0; r < R; r++) {
+            const __m512i i = _mm512_dpbusd_epi32(C, W[r], A);
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw[r], da), acc[r][t]);
         }
     }
 }
 
-KOUT void kx_matmul_f32(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                        int64_t ys, int64_t r0, int64_t r1)
+KFN void kx_qtile(const int type, const char *w, size_t wrb, const char *x, size_t xrb, int64_t n, const int R,
+                  const int T, float *y, int64_t ys)
 {
-    kx_fmatmul(KX_F32, w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1);
+    const int64_t nb = n / TP_QK;
+    __m512 acc[KX_MR][KX_NT];
+    struct kx_act a[KX_NT];
+    for (int t = 0; t < T; t++) a[t] = kx_act_row(x + (size_t)t * xrb, n);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) kx_qtile_step(type, w, wrb, a, b, R, T, acc, 0);
+    if (b < nb) kx_qtile_step(type, w, wrb, a, b, R, T, acc, 1);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) y[(int64_t)t * ys + r] = kx_hsum512(acc[r][t]);
 }
 
-KOUT void kx_matmul_f16(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                        int64_t ys, int64_t r0, int64_t r1)
+/* float weights: 16 at a time, masked tail (no scalar remainder) */
+KFN __m512 kx_ldw16(const int type, const void *p, int64_t i, __mmask16 m)
 {
-    kx_fmatmul(KX_F16, w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1);
+    if (type == KX_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i);
+    if (type == KX_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-KOUT void kx_matmul_bf16(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                         int64_t ys, int64_t r0, int64_t r1)
+KFN void kx_ftile(const int type, const char *w, size_t wrb, const char *x, size_t xrb, int64_t n, const int R,
+                  const int T, float *y, int64_t ys)
 {
-    kx_fmatmul(KX_BF16, w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1);
+    __m512 acc[KX_MR][KX_NT];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 W[KX_MR];
+        for (int r = 0; r < R; r++) W[r] = kx_ldw16(type, w + (size_t)r * wrb, i, m);
+        for (int t = 0; t < T; t++) {
+            const __m512 A = _mm512_maskz_loadu_ps(m, (const float *)(x + (size_t)t * xrb) + i);
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(W[r], A, acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) y[(int64_t)t * ys + r] = kx_hsum512(acc[r][t]);
+}
+#endif
+
+/* ================================================================== drivers (shared) */
+
+/* Dispatch one tile with R rows and T (1..KX_NT) tokens as compile-time constants. */
+#define KX_TILE_T(fn, R, T, ...)                         \
+    switch (T) {                                         \
+    case 1: fn(__VA_ARGS__, R, 1, y, ys); break;         \
+    case 2: fn(__VA_ARGS__, R, 2, y, ys); break;         \
+    case 3: fn(__VA_ARGS__, R, 3, y, ys); break;         \
+    default: fn(__VA_ARGS__, R, KX_NT, y, ys); break;    \
+    }
+_Static_assert(KX_NT == 4, "KX_TILE_T assumes 4 tokens per tile");
+
+#define KX_TILED(fn, type, w, wrb, n, xq, xrb, n_tok, yy, ys, r0, r1)                     \
+    for (int64_t c0 = r0; c0 < r1; c0 += KX_CHUNK) {                                       \
+        const int64_t c1 = c0 + KX_CHUNK < r1 ? c0 + KX_CHUNK : r1;                        \
+        for (int t0 = 0; t0 < n_tok; t0 += KX_NT) {                                        \
+            const int T = n_tok - t0 < KX_NT ? n_tok - t0 : KX_NT;                         \
+            const char *x = KROW(xq, xrb, t0);                                             \
+            int64_t r = c0;                                                                \
+            for (; r + KX_MR <= c1; r += KX_MR) {                                          \
+                float *y = yy + (int64_t)t0 * ys + r;                                      \
+                KX_TILE_T(fn, KX_MR, T, type, (const char *)KROW(w, wrb, r), wrb, x, xrb, n) \
+            }                                                                              \
+            for (; r < c1; r++) {                                                          \
+                float *y = yy + (int64_t)t0 * ys + r;                                      \
+                KX_TILE_T(fn, 1, T, type, (const char *)KROW(w, wrb, r), wrb, x, xrb, n)   \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+KFN void kx_qmatmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
+                    float *yy, int64_t ys, int64_t r0, int64_t r1)
+{
+    if (n_tok == 1) {
+        kx_qdecode(type, w, wrb, n, xq, yy, r0, r1);
+        return;
+    }
+    KX_TILED(kx_qtile, type, w, wrb, n, xq, xrb, n_tok, yy, ys, r0, r1)
 }
 
-/* ------------------------------------------------------------------ activation quantizer */
+KFN void kx_fmatmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
+                    float *yy, int64_t ys, int64_t r0, int64_t r1)
+{
+    KX_TILED(kx_ftile, type, w, wrb, n, xq, xrb, n_tok, yy, ys, r0, r1)
+}
+
+#define KX_ENTRY(name, fn, type)                                                                            \
+    KOUT void name(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,  \
+                   int64_t ys, int64_t r0, int64_t r1)                                                     \
+    {                                                                                                      \
+        fn(type, w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1);                                                \
+    }
+KX_ENTRY(kx_matmul_q4_0, kx_qmatmul, KX_Q4_0)
+KX_ENTRY(kx_matmul_q8_0, kx_qmatmul, KX_Q8_0)
+KX_ENTRY(kx_matmul_f32, kx_fmatmul, KX_F32)
+KX_ENTRY(kx_matmul_f16, kx_fmatmul, KX_F16)
+KX_ENTRY(kx_matmul_bf16, kx_fmatmul, KX_BF16)
+
+/* ================================================================== activation quantizer */
 
 /* Bit-identical to tp_kern_quant_a8_scalar: same amax, d = amax/127, id = 1/d,
- * q = round-half-even(x * id) (vcvtps2dq under the default MXCSR). */
-KOUT void kx_quant_a8(const float *x, tp_blk_a8 *out, int64_t n)
+ * q = round-half-even(x * id) (vcvtps2dq under the default MXCSR), exact c. */
+KOUT void kx_quant_a8(const float *x, void *out, int64_t n, int kshift)
 {
+    int8_t *qs = out;
+    float *dd = (float *)(qs + n);
+    int32_t *cc = (int32_t *)(dd + n / TP_QK);
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m128i shift = _mm_cvtsi32_si128(kshift);
     for (int64_t b = 0; b < n / TP_QK; b++) {
         const float *xb = x + b * TP_QK;
         __m256 v0 = _mm256_loadu_ps(xb), v1 = _mm256_loadu_ps(xb + 8);
@@ -261,12 +439,15 @@ KOUT void kx_quant_a8(const float *x, tp_blk_a8 *out, int64_t n)
         const float amax = _mm_cvtss_f32(m4);
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        out[b].d = d;
+        dd[b] = d;
         const __m256 vid = _mm256_set1_ps(id);
         __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
         __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
         __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-        _mm256_storeu_si256((__m256i *)out[b].qs, _mm256_permutevar8x32_epi32(p, perm));
+        p = _mm256_permutevar8x32_epi32(p, perm);
+        _mm256_storeu_si256((__m256i *)(qs + b * TP_QK), p);
+        const __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p), _mm256_set1_epi16(1));
+        _mm256_storeu_si256((__m256i *)(cc + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_sll_epi32(s4, shift)));
     }
 }
 

@@ -181,7 +181,7 @@ static void test_dequant_known_blocks(void)
         x[i] = (float)(i % 5) - 2.0f; /* -2..2: quantizes exactly (d = 2/127 * k) up to rounding */
         ref += out[i] * x[i];
     }
-    uint8_t xq[64];
+    uint8_t xq[128];
     CU_ASSERT_FATAL(tp_kern_act_row_bytes(TP_WTYPE_Q4_0, 32) <= sizeof xq);
     for (int i = 0; i < tp_kern_isa_count(); i++) {
         CU_ASSERT_EQUAL_FATAL(tp_kern_force_isa(tp_kern_isa_name(i)), TP_OK);
@@ -252,22 +252,43 @@ static void test_act_quant_identical(void)
     fill_random(x, N);
     for (int i = 0; i < 32; i++) x[32 * 3 + i] = 0.0f;        /* an all-zero block */
     for (int i = 0; i < 32; i++) x[32 * 5 + i] = (float)(i - 16) * 0.5f; /* exact halves: ties */
-    size_t rb = tp_kern_act_row_bytes(TP_WTYPE_Q8_0, N);
-    CU_ASSERT_EQUAL_FATAL(rb, tp_kern_act_row_bytes(TP_WTYPE_Q4_0, N));
-    uint8_t *ref = malloc(rb), *got = malloc(rb);
-    CU_ASSERT_FATAL(ref && got);
-    tp_kern_force_scalar(1);
-    tp_kern_prepare_act(TP_WTYPE_Q8_0, x, ref, N);
-    for (int i = 1; i < tp_kern_isa_count(); i++) {
-        CU_ASSERT_EQUAL_FATAL(tp_kern_force_isa(tp_kern_isa_name(i)), TP_OK);
-        memset(got, 0x55, rb);
-        tp_kern_prepare_act(TP_WTYPE_Q4_0, x, got, N);
-        if (memcmp(ref, got, rb) != 0) printf("\n  %s: activation quantization differs from scalar\n", tp_kern_isa_name(i));
-        CU_ASSERT(memcmp(ref, got, rb) == 0);
+    const enum tp_wtype wts[] = {TP_WTYPE_Q8_0, TP_WTYPE_Q4_0};
+    for (size_t k = 0; k < TP_ARRAY_LEN(wts); k++) {
+        size_t rb = tp_kern_act_row_bytes(wts[k], N);
+        CU_ASSERT_EQUAL_FATAL(rb, N + N / 32 * 36);
+        uint8_t *ref = malloc(rb), *got = malloc(rb);
+        CU_ASSERT_FATAL(ref && got);
+        tp_kern_force_scalar(1);
+        tp_kern_prepare_act(wts[k], x, ref, N);
+        /* layout: qs[N] ~ x / d, d[N/32], c[8 per block] = -K * (sum of 4 qs), K = 8 (Q4_0) / 128 (Q8_0) */
+        const int8_t *qs = (const int8_t *)ref;
+        int bad = 0;
+        for (int b = 0; b < N / 32; b++) {
+            float d;
+            memcpy(&d, ref + N + 4 * b, 4);
+            for (int i = 0; i < 32; i++)
+                if (fabsf(qs[32 * b + i] * d - x[32 * b + i]) > 0.5f * d * 1.0001f) bad++;
+            for (int j = 0; j < 8; j++) {
+                int32_t c;
+                memcpy(&c, ref + N + N / 32 * 4 + 4 * (8 * b + j), 4);
+                int32_t sum = qs[32 * b + 4 * j] + qs[32 * b + 4 * j + 1] + qs[32 * b + 4 * j + 2] + qs[32 * b + 4 * j + 3];
+                if (c != -sum * (wts[k] == TP_WTYPE_Q4_0 ? 8 : 128)) bad++;
+            }
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        CU_ASSERT_EQUAL(qs[32 * 5 + 0], -127); /* the tie block: -8 / (8/127) */
+        for (int i = 1; i < tp_kern_isa_count(); i++) {
+            CU_ASSERT_EQUAL_FATAL(tp_kern_force_isa(tp_kern_isa_name(i)), TP_OK);
+            memset(got, 0x55, rb);
+            tp_kern_prepare_act(wts[k], x, got, N);
+            if (memcmp(ref, got, rb) != 0)
+                printf("\n  %s: %s activation row differs from scalar\n", tp_kern_isa_name(i), tp_wtype_name(wts[k]));
+            CU_ASSERT(memcmp(ref, got, rb) == 0);
+        }
+        free(ref);
+        free(got);
     }
     tp_kern_force_isa(NULL);
-    free(ref);
-    free(got);
 }
 
 /* ------------------------------------------------------------------ matmul */
@@ -349,12 +370,12 @@ static void mm_oracle(const struct mm_data *d, double *ref)
     int64_t k = 0;
     for (int t = 0; t < c->n_tok; t++) {
         if (is_quant(c->t)) {
-            /* a8 blocks: {float d; int8 qs[32]} */
+            /* a8 rows: int8 qs[n], float d[n/32], (int32 corrections) */
             const uint8_t *xb = d->xq + t * d->xrb;
             for (int64_t b = 0; b < c->cols / 32; b++) {
                 float s;
-                memcpy(&s, xb + b * 36, 4);
-                for (int i = 0; i < 32; i++) xr[b * 32 + i] = s * (float)(int8_t)xb[b * 36 + 4 + i];
+                memcpy(&s, xb + c->cols + b * 4, 4);
+                for (int i = 0; i < 32; i++) xr[b * 32 + i] = s * (float)(int8_t)xb[b * 32 + i];
             }
         } else {
             memcpy(xr, d->x + t * c->cols, (size_t)c->cols * sizeof(float));

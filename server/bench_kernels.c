@@ -1,0 +1,221 @@
+/*
+ * server/bench_kernels.c - `tpserve bench kernels`: matrix-kernel speed.
+ *
+ * For 1..T threads (the persistent pool, rows split as the forward pass
+ * does) it measures a plain streaming read of a buffer larger than the
+ * caches, then for each weight type a rows x cols matrix:
+ *   decode  n_tok = 1 over enough copies of the matrix to exceed the caches:
+ *           weight GB/s and the fraction of the streaming-read figure;
+ *   prefill n_tok = --tokens on one copy: multiply-add throughput (GOP/s).
+ * Best of --reps runs.  Uses the private model/kernels.h (a benchmark of
+ * internals, like the kernels' unit tests).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common/common.h"
+#include "model/kernels.h"
+#include "model/model.h"
+
+struct bk_job {
+    /* stream */
+    const uint64_t *buf;
+    int64_t n_words;
+    uint64_t sums[64];
+    /* matmul */
+    enum tp_wtype t;
+    const uint8_t *w;
+    size_t wrb;
+    int64_t rows, cols;
+    const void *xq;
+    size_t xrb;
+    int n_tok;
+    float *y;
+};
+
+static void bk_stream(void *ctx, int ith, int nth)
+{
+    struct bk_job *j = ctx;
+    int64_t b, e;
+    tp_split_range(j->n_words / 8, ith, nth, &b, &e);
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t i = b * 8; i < e * 8; i += 8) {
+        s0 += j->buf[i] ^ j->buf[i + 4];
+        s1 += j->buf[i + 1] ^ j->buf[i + 5];
+        s2 += j->buf[i + 2] ^ j->buf[i + 6];
+        s3 += j->buf[i + 3] ^ j->buf[i + 7];
+    }
+    j->sums[ith & 63] = s0 + s1 + s2 + s3;
+}
+
+static void bk_matmul(void *ctx, int ith, int nth)
+{
+    struct bk_job *j = ctx;
+    int64_t r0, r1;
+    tp_split_range(j->rows, ith, nth, &r0, &r1);
+    tp_kern_matmul(j->t, j->w, j->wrb, j->cols, j->xq, j->xrb, j->n_tok, j->y, j->rows, r0, r1);
+}
+
+int tp_bench_kernels(int argc, char **argv)
+{
+    const char *types = "q4_0,q8_0,f16,bf16,f32", *isa = NULL;
+    int rows = 2048, cols = 5632, tokens = 128, threads = 2, reps = 5, mb = 256, json = 0;
+    const struct tp_opt opts[] = {
+        {"type", 0, TP_OPT_LIST, &types, "LIST", "weight types (default q4_0,q8_0,f16,bf16,f32)", 0, 0},
+        {"rows", 0, TP_OPT_INT, &rows, "N", "matrix rows (default 2048)", 1, 1 << 20},
+        {"cols", 0, TP_OPT_INT, &cols, "N", "matrix columns, a multiple of 256 (default 5632)", 256, 1 << 20},
+        {"tokens", 'p', TP_OPT_INT, &tokens, "N", "prefill tokens (default 128; 0 skips prefill)", 0, 4096},
+        {"threads", 't', TP_OPT_INT, &threads, "T", "measure 1..T threads (default 2)", 1, 256},
+        {"reps", 0, TP_OPT_INT, &reps, "N", "repeats, best is reported (default 5)", 1, 1000},
+        {"mb", 0, TP_OPT_INT, &mb, "MB", "bytes streamed per decode measurement (default 256)", 16, 65536},
+        {"isa", 0, TP_OPT_STRING, &isa, "NAME", "kernel instruction set (default: best this CPU has)", 0, 0},
+        {"json", 0, TP_OPT_FLAG, &json, NULL, "one JSON object per line instead of the table", 0, 0},
+        {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
+    };
+    int rc = tp_cli_parse("bench kernels", "[options]", opts, argc, argv, NULL, 0, NULL, NULL, NULL);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (cols % 256) {
+        fprintf(stderr, "tpserve bench kernels: --cols %d is not a multiple of 256\n", cols);
+        return 2;
+    }
+    if (isa && tp_kern_force_isa(isa) != TP_OK) {
+        fprintf(stderr, "tpserve bench kernels: --isa %s is not available on this CPU/build; have:", isa);
+        for (int i = 0; i < tp_kern_isa_count(); i++) fprintf(stderr, " %s", tp_kern_isa_name(i));
+        fprintf(stderr, "\n");
+        return 2;
+    }
+    enum tp_wtype tlist[16];
+    int nt = 0;
+    {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", types);
+        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if (nt == 16 || tp_wtype_parse(tok, &tlist[nt]) != TP_OK || !tp_wtype_supported(tlist[nt]) ||
+                tp_kern_act_row_bytes(tlist[nt], cols) == 0) {
+                fprintf(stderr, "tpserve bench kernels: --type '%s' is not a supported weight type\n", tok);
+                return 2;
+            }
+            nt++;
+        }
+    }
+
+    int ret = 1;
+    size_t stream_bytes = (size_t)mb << 20;
+    uint64_t *sbuf = NULL;
+    uint8_t *wall = NULL;
+    float *x = NULL, *y = NULL, *wf = NULL;
+    void *xq = NULL;
+    tp_pool_t *pool = NULL;
+    sbuf = tp_aligned_alloc(64, stream_bytes);
+    x = malloc((size_t)tokens * cols * sizeof(float) + (size_t)cols * sizeof(float));
+    y = malloc(((size_t)tokens + 1) * rows * sizeof(float));
+    wf = malloc((size_t)cols * sizeof(float));
+    xq = malloc(((size_t)tokens + 1) * cols * sizeof(float));
+    if (!sbuf || !x || !y || !wf || !xq) {
+        fprintf(stderr, "tpserve bench kernels: out of memory\n");
+        goto out;
+    }
+    memset(sbuf, 1, stream_bytes);
+    uint64_t seed = 12345;
+    for (int64_t i = 0; i < (int64_t)(tokens + 1) * cols; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    if (!json) {
+        printf("kernels: ISA %s, matrix %d x %d, prefill %d tokens, best of %d\n", tp_kern_isa(), rows, cols, tokens,
+               reps);
+        printf("%-7s %-6s %10s %12s %10s %12s %12s\n", "threads", "type", "MB/matrix", "decode GB/s", "of stream",
+               "decode us", "prefill GOP/s");
+    }
+    for (int th = 1; th <= threads; th++) {
+        struct tp_pool_config pc = tp_pool_default_config();
+        pc.n_threads = th;
+        tp_pool_free(pool);
+        pool = NULL;
+        if (tp_pool_init(&pc, &pool) != TP_OK) {
+            fprintf(stderr, "tpserve bench kernels: cannot start %d threads\n", th);
+            goto out;
+        }
+        struct bk_job job = {.buf = sbuf, .n_words = (int64_t)(stream_bytes / 8)};
+        double best = 1e30;
+        for (int r = 0; r < reps + 1; r++) {
+            double t0 = tp_now_s();
+            tp_pool_run(pool, bk_stream, &job);
+            double dt = tp_now_s() - t0;
+            if (r > 0 && dt < best) best = dt; /* first run warms pages */
+        }
+        double stream_gbs = (double)stream_bytes / best / 1e9;
+        if (json)
+            printf("{\"bench\":\"kernels\",\"threads\":%d,\"type\":\"stream\",\"gbs\":%.2f}\n", th, stream_gbs);
+        else
+            printf("%-7d %-6s %10.1f %12.2f %10s %12s %12s\n", th, "stream", (double)stream_bytes / 1e6, stream_gbs,
+                   "1.00", "-", "-");
+        for (int k = 0; k < nt; k++) {
+            enum tp_wtype t = tlist[k];
+            size_t wrb = tp_kern_row_bytes(t, cols), mat = wrb * (size_t)rows;
+            int copies = (int)((stream_bytes + mat - 1) / mat);
+            if (copies < 2) copies = 2;
+            tp_aligned_free(wall);
+            wall = tp_aligned_alloc(64, mat * (size_t)copies);
+            if (!wall) {
+                fprintf(stderr, "tpserve bench kernels: out of memory for %d x %.0f MB\n", copies, (double)mat / 1e6);
+                goto out;
+            }
+            for (int r = 0; r < rows; r++) {
+                for (int i = 0; i < cols; i++) wf[i] = x[(size_t)(r % (tokens + 1)) * cols + (size_t)((i * 7 + r) % cols)];
+                tp_kern_quantize(t, wf, wall + (size_t)r * wrb, cols);
+            }
+            for (int c = 1; c < copies; c++) memcpy(wall + (size_t)c * mat, wall, mat);
+            size_t xrb = tp_kern_act_row_bytes(t, cols);
+            for (int i = 0; i <= tokens; i++) tp_kern_prepare_act(t, x + (size_t)i * cols, (char *)xq + (size_t)i * xrb, cols);
+            job = (struct bk_job){.t = t, .wrb = wrb, .rows = rows, .cols = cols, .xq = xq, .xrb = xrb, .y = y, .n_tok = 1};
+            best = 1e30;
+            for (int r = 0; r < reps + 1; r++) {
+                double t0 = tp_now_s();
+                for (int c = 0; c < copies; c++) {
+                    job.w = wall + (size_t)c * mat;
+                    tp_pool_run(pool, bk_matmul, &job);
+                }
+                double dt = (tp_now_s() - t0) / copies;
+                if (r > 0 && dt < best) best = dt;
+            }
+            double dec_gbs = (double)mat / best / 1e9, dec_us = best * 1e6;
+            double pp_gops = 0.0;
+            if (tokens > 0) {
+                job.w = wall;
+                job.n_tok = tokens;
+                double pbest = 1e30;
+                for (int r = 0; r < reps; r++) {
+                    double t0 = tp_now_s();
+                    tp_pool_run(pool, bk_matmul, &job);
+                    double dt = tp_now_s() - t0;
+                    if (dt < pbest) pbest = dt;
+                }
+                pp_gops = 2.0 * rows * (double)cols * tokens / pbest / 1e9;
+            }
+            if (json)
+                printf("{\"bench\":\"kernels\",\"isa\":\"%s\",\"threads\":%d,\"type\":\"%s\",\"rows\":%d,\"cols\":%d,"
+                       "\"decode_gbs\":%.2f,\"stream_gbs\":%.2f,\"bw_fraction\":%.3f,\"decode_us\":%.1f,"
+                       "\"pp_tokens\":%d,\"pp_gops\":%.1f}\n",
+                       tp_kern_isa(), th, tp_wtype_name(t), rows, cols, dec_gbs, stream_gbs, dec_gbs / stream_gbs,
+                       dec_us, tokens, pp_gops);
+            else
+                printf("%-7d %-6s %10.1f %12.2f %10.2f %12.1f %12.1f\n", th, tp_wtype_name(t), (double)mat / 1e6,
+                       dec_gbs, dec_gbs / stream_gbs, dec_us, pp_gops);
+            fflush(stdout);
+        }
+    }
+    ret = 0;
+out:
+    tp_pool_free(pool);
+    tp_aligned_free(sbuf);
+    tp_aligned_free(wall);
+    free(x);
+    free(y);
+    free(wf);
+    free(xq);
+    tp_kern_force_isa(NULL);
+    return ret;
+}
