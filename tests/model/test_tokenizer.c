@@ -203,6 +203,42 @@ static char *detok_all(const tp_tokenizer_t *t, const int32_t *ids, int n, size_
     return s;
 }
 
+/* The Llama 3 vocabulary with a plain ByteLevel(use_regex) pre-tokenizer:
+ * exercises the GPT-2 regex (same edit as gen_oracle.mjs). */
+static tp_tokenizer_t *load_gpt2_variant(const char *dir)
+{
+    char rel[256];
+    snprintf(rel, sizeof(rel), "models/%s/tokenizer.json", dir);
+    const char *p = tp_test_shared_path(rel);
+    if (!p) return NULL;
+    char *js = tp_test_read_file(p, NULL);
+    cJSON *root = cJSON_Parse(js);
+    free(js);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    cJSON *pre = cJSON_CreateObject();
+    cJSON_AddStringToObject(pre, "type", "ByteLevel");
+    cJSON_AddFalseToObject(pre, "add_prefix_space");
+    cJSON_AddTrueToObject(pre, "trim_offsets");
+    cJSON_AddTrueToObject(pre, "use_regex");
+    cJSON_ReplaceItemInObject(root, "pre_tokenizer", pre);
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "model"), "ignore_merges", cJSON_CreateFalse());
+    char *txt = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/gpt2-variant.json", tp_test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs(txt, f);
+    fclose(f);
+    free(txt);
+    tp_tokenizer_t *t = NULL;
+    struct tp_error err = {0};
+    enum tp_status rc = tp_tokenizer_from_json(path, NULL, &t, &err);
+    if (rc != TP_OK) fprintf(stderr, "%s: %s\n", path, err.msg);
+    CU_ASSERT_EQUAL(rc, TP_OK);
+    return t;
+}
+
 static void run_oracle(const char *name)
 {
     char *js = tp_test_read_file(tp_test_repo_path("tests/data/tokenizer/oracle.json"), NULL);
@@ -214,7 +250,9 @@ static void run_oracle(const char *name)
     const cJSON *tk = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "tokenizers"), name);
     CU_ASSERT_PTR_NOT_NULL_FATAL(tk);
     const char *dir = cJSON_GetObjectItem(tk, "dir")->valuestring;
-    tp_tokenizer_t *t = load_json_tok(dir + strlen("tokenizers/"));
+    const cJSON *variant = cJSON_GetObjectItem(tk, "variant");
+    tp_tokenizer_t *t = cJSON_IsString(variant) ? load_gpt2_variant(dir)
+                                                : load_json_tok(dir + strlen("tokenizers/"));
     if (!t) {
         tp_test_skip("../shared/models/%s not present", dir);
         cJSON_Delete(root);
@@ -260,11 +298,13 @@ static void run_oracle(const char *name)
 static void test_oracle_llama3(void) { run_oracle("llama3"); }
 static void test_oracle_qwen3(void) { run_oracle("qwen3"); }
 static void test_oracle_mistral(void) { run_oracle("mistral"); }
+static void test_oracle_gpt2(void) { run_oracle("gpt2_regex"); }
 
 static const struct tp_test_case oracle_cases[] = {
     {"llama3", test_oracle_llama3},
     {"qwen3", test_oracle_qwen3},
     {"mistral", test_oracle_mistral},
+    {"gpt2_regex", test_oracle_gpt2},
     {NULL, NULL},
 };
 TP_TEST_SUITE(tokenizer_oracle, "unit,model", 300, oracle_cases)

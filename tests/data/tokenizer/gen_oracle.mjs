@@ -14,6 +14,7 @@
 // (encode with addSpecialTokens=false, i.e. no BOS) and the HF decode with
 // skipSpecialTokens=true.
 import { createRequire } from 'node:module';
+import fs from 'node:fs';
 import path from 'node:path';
 
 const oracleDir = process.env.ORACLE_DIR || process.cwd();
@@ -56,12 +57,23 @@ const tokenizers = [
   { name: 'llama3', dir: 'tokenizers/llama3' },
   { name: 'qwen3', dir: 'tokenizers/qwen3' },
   { name: 'mistral', dir: 'tokenizers/mistral-7b-v0.1' },
+  { name: 'gpt2_regex', dir: 'tokenizers/llama3', variant: 'gpt2' },
 ];
 
 const all = inputs.concat(specialInputs);
+// The GPT-2 pre-tokenizer has no tokenizer file of its own here: the Llama 3
+// vocabulary with a plain ByteLevel(use_regex) pre-tokenizer (the C test
+// builds the same variant).
+const gpt2Variant = (json) => {
+  const j = JSON.parse(json);
+  j.pre_tokenizer = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true };
+  j.model.ignore_merges = false;
+  return JSON.stringify(j);
+};
 const out = { generator: '@anush008/tokenizers 0.6.0 (HF tokenizers 0.22.2)', inputs: all, tokenizers: {} };
 for (const tk of tokenizers) {
-  const tok = Tokenizer.fromFile(path.join(shared, tk.dir, 'tokenizer.json'));
+  const file = path.join(shared, tk.dir, 'tokenizer.json');
+  const tok = tk.variant ? Tokenizer.fromString(gpt2Variant(fs.readFileSync(file, 'utf8'))) : Tokenizer.fromFile(file);
   const cases = [];
   for (let i = 0; i < all.length; i++) {
     const special = i >= inputs.length;
@@ -70,6 +82,6 @@ for (const tk of tokenizers) {
     const text = await tok.decode(ids, true);
     cases.push({ input: i, special, ids, decoded: text });
   }
-  out.tokenizers[tk.name] = { dir: tk.dir, cases };
+  out.tokenizers[tk.name] = { dir: tk.dir, variant: tk.variant || null, cases };
 }
 process.stdout.write(JSON.stringify(out) + '\n');
