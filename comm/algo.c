@@ -1,0 +1,324 @@
+/*
+ * comm/algo.c - the collectives, written once over point-to-point transfers
+ * (tp_comm_xfer), shared by the ring (TCP) and rdma transports.
+ *
+ * Algorithms:
+ *   small messages (<= TP_ALGO_SMALL_BYTES per rank)
+ *     all_reduce / sum_scatter: mesh exchange - every rank sends its data to
+ *     every other rank in one round and reduces locally in rank order
+ *     (d0 op d1 op d2 ...), so every rank computes bit-identical results.
+ *     One network latency per call: this is the decode hot path.
+ *   large messages
+ *     all_reduce = ring reduce-scatter + ring all-gather.  The reduce-scatter
+ *     walks the ring once per chunk of TP_ALGO_CHUNK_BYTES: receive into a
+ *     staging buffer (two, alternating), reduce with the local data into a
+ *     partial-sum buffer (two, alternating), send that partial on at the next
+ *     step.  Each segment is reduced along one chain and then broadcast by the
+ *     all-gather, so results are identical on every rank.  Every rank sends
+ *     and receives 2(n-1)/n of the data: bandwidth-optimal.
+ *   all_gather: mesh for 2 ranks or small blocks, ring otherwise.
+ *   broadcast / scatter / gather: direct root <-> peer transfers.
+ *   send / recv: an 8-byte little-endian length header, then the payload; a
+ *   length mismatch is a protocol error (counts or dtypes differ).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+
+/* First element of segment r when count elements are split into n parts. */
+static size_t seg_begin(size_t count, int n, int r)
+{
+    return (count / (size_t)n) * (size_t)r + (count % (size_t)n) * (size_t)r / (size_t)n;
+}
+
+enum tp_status tp_algo_alloc_scratch(struct tp_comm *c)
+{
+    if (c->stage[0]) return TP_OK;
+    for (int i = 0; i < 2; i++) {
+        c->stage[i] = tp_aligned_alloc(64, TP_ALGO_CHUNK_BYTES);
+        c->acc[i] = tp_aligned_alloc(64, TP_ALGO_CHUNK_BYTES);
+        if (!c->stage[i] || !c->acc[i])
+            return tp_comm_fail(c, TP_ERR_NOMEM, "out of memory for the ring staging buffers (%u bytes)",
+                                4u * TP_ALGO_CHUNK_BYTES);
+    }
+    return TP_OK;
+}
+
+static enum tp_status ensure_small(struct tp_comm *c)
+{
+    if (c->small) return TP_OK;
+    c->small_bytes = (size_t)c->size * TP_ALGO_SMALL_BYTES;
+    c->small = tp_aligned_alloc(64, c->small_bytes);
+    if (!c->small) return tp_comm_fail(c, TP_ERR_NOMEM, "out of memory for the mesh buffer");
+    return TP_OK;
+}
+
+static inline unsigned char *slot(struct tp_comm *c, int r) { return c->small + (size_t)r * TP_ALGO_SMALL_BYTES; }
+
+/* Mesh all-reduce: bytes <= TP_ALGO_SMALL_BYTES. */
+static enum tp_status mesh_all_reduce(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
+                                      enum tp_red_op op)
+{
+    const size_t bytes = count * tp_dtype_size(dt);
+    const int n = c->size, me = c->rank;
+    struct tp_xfer x[2 * TP_ALGO_MAX_RANKS];
+    int nx = 0;
+    enum tp_status rc = ensure_small(c);
+    if (rc != TP_OK) return rc;
+    for (int p = 0; p < n; p++) {
+        if (p == me) continue;
+        x[nx++] = (struct tp_xfer){.peer = p, .is_send = 1, .buf = (void *)send, .bytes = bytes};
+        x[nx++] = (struct tp_xfer){.peer = p, .is_send = 0, .buf = slot(c, p), .bytes = bytes};
+    }
+    rc = tp_comm_xfer(c, x, nx);
+    if (rc != TP_OK) return rc;
+    /* Rank-ordered fold; my own data must survive until its turn. */
+    const void *mine = send;
+    if (send == recv && me >= 2) {
+        memcpy(slot(c, me), send, bytes);
+        mine = slot(c, me);
+    }
+    const void *d0 = me == 0 ? mine : slot(c, 0);
+    const void *d1 = me == 1 ? mine : slot(c, 1);
+    tp_reduce(recv, d0, d1, count, dt, op);
+    for (int r = 2; r < n; r++) tp_reduce(recv, recv, r == me ? mine : slot(c, r), count, dt, op);
+    return TP_OK;
+}
+
+/*
+ * Ring reduce-scatter over n segments of `send` (segment r = elements
+ * [off[r], off[r]+len[r])): this rank ends with the reduced segment `me` in
+ * out[0..len[me]).  out may alias send + off[me].  Walks the ring once per
+ * chunk with the two staging and two partial-sum buffers.
+ */
+static enum tp_status ring_reduce_scatter(struct tp_comm *c, const unsigned char *send, const size_t *off,
+                                          const size_t *len, unsigned char *out, enum tp_dtype dt, enum tp_red_op op)
+{
+    const int n = c->size, me = c->rank;
+    const size_t es = tp_dtype_size(dt);
+    const size_t chunk = TP_ALGO_CHUNK_BYTES / es;
+    const int right = (me + 1) % n, left = (me + n - 1) % n;
+    enum tp_status rc = tp_algo_alloc_scratch(c);
+    if (rc != TP_OK) return rc;
+    size_t maxlen = 0;
+    for (int r = 0; r < n; r++) maxlen = TP_MAX(maxlen, len[r]);
+    for (size_t k0 = 0; k0 < maxlen; k0 += chunk) {
+        int cur = 0;
+        for (int s = 0; s < n - 1; s++) {
+            const int sseg = (me - s - 1 + 2 * n) % n, rseg = (me - s - 2 + 2 * n) % n;
+            const size_t slen = len[sseg] > k0 ? TP_MIN(chunk, len[sseg] - k0) : 0;
+            const size_t rlen = len[rseg] > k0 ? TP_MIN(chunk, len[rseg] - k0) : 0;
+            const void *sp = s == 0 ? send + (off[sseg] + k0) * es : c->acc[cur];
+            struct tp_xfer x[2] = {
+                {.peer = right, .is_send = 1, .buf = (void *)sp, .bytes = slen * es},
+                {.peer = left, .is_send = 0, .buf = c->stage[s & 1], .bytes = rlen * es},
+            };
+            rc = tp_comm_xfer(c, x, 2);
+            if (rc != TP_OK) return rc;
+            void *dst = s == n - 2 ? out + k0 * es : c->acc[cur ^ 1];
+            tp_reduce(dst, c->stage[s & 1], send + (off[rseg] + k0) * es, rlen, dt, op);
+            cur ^= 1;
+        }
+    }
+    return TP_OK;
+}
+
+/* Ring all-gather in place: segment r of buf already holds rank r's part on
+ * rank r; afterwards every segment is everywhere. */
+static enum tp_status ring_all_gather(struct tp_comm *c, unsigned char *buf, const size_t *off, const size_t *len,
+                                      size_t es)
+{
+    const int n = c->size, me = c->rank;
+    const int right = (me + 1) % n, left = (me + n - 1) % n;
+    for (int s = 0; s < n - 1; s++) {
+        const int sseg = (me - s + n) % n, rseg = (me - s - 1 + n) % n;
+        struct tp_xfer x[2] = {
+            {.peer = right, .is_send = 1, .buf = buf + off[sseg] * es, .bytes = len[sseg] * es},
+            {.peer = left, .is_send = 0, .buf = buf + off[rseg] * es, .bytes = len[rseg] * es},
+        };
+        enum tp_status rc = tp_comm_xfer(c, x, 2);
+        if (rc != TP_OK) return rc;
+    }
+    return TP_OK;
+}
+
+
+static enum tp_status net_all_reduce(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
+                                     enum tp_red_op op)
+{
+    const int n = c->size;
+    const size_t es = tp_dtype_size(dt);
+    if (count * es <= TP_ALGO_SMALL_BYTES) return mesh_all_reduce(c, send, recv, count, dt, op);
+    size_t off[TP_ALGO_MAX_RANKS], len[TP_ALGO_MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        off[r] = seg_begin(count, n, r);
+        len[r] = seg_begin(count, n, r + 1) - off[r];
+    }
+    unsigned char *out = (unsigned char *)recv;
+    enum tp_status rc = ring_reduce_scatter(c, send, off, len, out + off[c->rank] * es, dt, op);
+    if (rc != TP_OK) return rc;
+    return ring_all_gather(c, out, off, len, es);
+}
+
+static enum tp_status net_all_gather(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt)
+{
+    const int n = c->size, me = c->rank;
+    const size_t bytes = count * tp_dtype_size(dt);
+    unsigned char *out = recv;
+    if (send != out + (size_t)me * bytes) memcpy(out + (size_t)me * bytes, send, bytes);
+    if (n == 2 || bytes * (size_t)(n - 1) <= (1u << 20)) {
+        struct tp_xfer x[2 * TP_ALGO_MAX_RANKS];
+        int nx = 0;
+        for (int p = 0; p < n; p++) {
+            if (p == me) continue;
+            x[nx++] = (struct tp_xfer){.peer = p, .is_send = 1, .buf = out + (size_t)me * bytes, .bytes = bytes};
+            x[nx++] = (struct tp_xfer){.peer = p, .is_send = 0, .buf = out + (size_t)p * bytes, .bytes = bytes};
+        }
+        return tp_comm_xfer(c, x, nx);
+    }
+    size_t off[TP_ALGO_MAX_RANKS], len[TP_ALGO_MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        off[r] = (size_t)r * count;
+        len[r] = count;
+    }
+    return ring_all_gather(c, out, off, len, tp_dtype_size(dt));
+}
+
+static enum tp_status net_reduce_scatter(struct tp_comm *c, const void *send, void *recv, size_t count,
+                                         enum tp_dtype dt)
+{
+    const int n = c->size, me = c->rank;
+    const size_t es = tp_dtype_size(dt), bytes = count * es;
+    const unsigned char *in = send;
+    if (bytes <= TP_ALGO_SMALL_BYTES) {
+        struct tp_xfer x[2 * TP_ALGO_MAX_RANKS];
+        int nx = 0;
+        enum tp_status rc = ensure_small(c);
+        if (rc != TP_OK) return rc;
+        for (int p = 0; p < n; p++) {
+            if (p == me) continue;
+            x[nx++] = (struct tp_xfer){.peer = p, .is_send = 1, .buf = (void *)(in + (size_t)p * bytes), .bytes = bytes};
+            x[nx++] = (struct tp_xfer){.peer = p, .is_send = 0, .buf = slot(c, p), .bytes = bytes};
+        }
+        rc = tp_comm_xfer(c, x, nx);
+        if (rc != TP_OK) return rc;
+        memcpy(slot(c, me), in + (size_t)me * bytes, bytes);
+        tp_reduce(recv, slot(c, 0), slot(c, 1), count, dt, TP_RED_SUM);
+        for (int r = 2; r < n; r++) tp_reduce(recv, recv, slot(c, r), count, dt, TP_RED_SUM);
+        return TP_OK;
+    }
+    size_t off[TP_ALGO_MAX_RANKS], len[TP_ALGO_MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        off[r] = (size_t)r * count;
+        len[r] = count;
+    }
+    /* recv may not alias send (contract: separate buffers of different sizes),
+     * but if it aliases send's own block the elementwise reduce is still safe. */
+    return ring_reduce_scatter(c, in, off, len, recv, dt, TP_RED_SUM);
+}
+
+static enum tp_status net_broadcast(struct tp_comm *c, void *buf, size_t count, enum tp_dtype dt, int root)
+{
+    const size_t bytes = count * tp_dtype_size(dt);
+    if (c->rank != root) {
+        struct tp_xfer x = {.peer = root, .is_send = 0, .buf = buf, .bytes = bytes};
+        return tp_comm_xfer(c, &x, 1);
+    }
+    struct tp_xfer x[TP_ALGO_MAX_RANKS];
+    int nx = 0;
+    for (int p = 0; p < c->size; p++)
+        if (p != root) x[nx++] = (struct tp_xfer){.peer = p, .is_send = 1, .buf = buf, .bytes = bytes};
+    return tp_comm_xfer(c, x, nx);
+}
+
+static enum tp_status net_scatter(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
+                                  int root)
+{
+    const size_t bytes = count * tp_dtype_size(dt);
+    if (c->rank != root) {
+        struct tp_xfer x = {.peer = root, .is_send = 0, .buf = recv, .bytes = bytes};
+        return tp_comm_xfer(c, &x, 1);
+    }
+    const unsigned char *in = send;
+    struct tp_xfer x[TP_ALGO_MAX_RANKS];
+    int nx = 0;
+    for (int p = 0; p < c->size; p++)
+        if (p != root)
+            x[nx++] = (struct tp_xfer){.peer = p, .is_send = 1, .buf = (void *)(in + (size_t)p * bytes), .bytes = bytes};
+    enum tp_status rc = tp_comm_xfer(c, x, nx);
+    if (rc == TP_OK && recv != in + (size_t)root * bytes) memmove(recv, in + (size_t)root * bytes, bytes);
+    return rc;
+}
+
+static enum tp_status net_gather(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
+                                 int root)
+{
+    const size_t bytes = count * tp_dtype_size(dt);
+    if (c->rank != root) {
+        struct tp_xfer x = {.peer = root, .is_send = 1, .buf = (void *)send, .bytes = bytes};
+        return tp_comm_xfer(c, &x, 1);
+    }
+    unsigned char *out = recv;
+    struct tp_xfer x[TP_ALGO_MAX_RANKS];
+    int nx = 0;
+    if (send != out + (size_t)root * bytes) memmove(out + (size_t)root * bytes, send, bytes);
+    for (int p = 0; p < c->size; p++)
+        if (p != root) x[nx++] = (struct tp_xfer){.peer = p, .is_send = 0, .buf = out + (size_t)p * bytes, .bytes = bytes};
+    return tp_comm_xfer(c, x, nx);
+}
+
+static enum tp_status net_barrier(struct tp_comm *c)
+{
+    unsigned char out = 1, in[TP_ALGO_MAX_RANKS];
+    struct tp_xfer x[2 * TP_ALGO_MAX_RANKS];
+    int nx = 0;
+    for (int p = 0; p < c->size; p++) {
+        if (p == c->rank) continue;
+        x[nx++] = (struct tp_xfer){.peer = p, .is_send = 1, .buf = &out, .bytes = 1};
+        x[nx++] = (struct tp_xfer){.peer = p, .is_send = 0, .buf = &in[p], .bytes = 1};
+    }
+    return tp_comm_xfer(c, x, nx);
+}
+
+static enum tp_status net_send(struct tp_comm *c, const void *buf, size_t bytes, int peer)
+{
+    unsigned char hdr[8];
+    for (int i = 0; i < 8; i++) hdr[i] = (unsigned char)((uint64_t)bytes >> (8 * i));
+    struct tp_xfer x = {.peer = peer, .is_send = 1, .buf = hdr, .bytes = 8};
+    enum tp_status rc = tp_comm_xfer(c, &x, 1);
+    if (rc != TP_OK || bytes == 0) return rc;
+    x = (struct tp_xfer){.peer = peer, .is_send = 1, .buf = (void *)buf, .bytes = bytes};
+    return tp_comm_xfer(c, &x, 1);
+}
+
+static enum tp_status net_recv(struct tp_comm *c, void *buf, size_t bytes, int peer)
+{
+    unsigned char hdr[8];
+    struct tp_xfer x = {.peer = peer, .is_send = 0, .buf = hdr, .bytes = 8};
+    enum tp_status rc = tp_comm_xfer(c, &x, 1);
+    if (rc != TP_OK) return rc;
+    uint64_t got = 0;
+    for (int i = 0; i < 8; i++) got |= (uint64_t)hdr[i] << (8 * i);
+    if (got != (uint64_t)bytes)
+        return tp_comm_fail(c, TP_ERR_PROTOCOL,
+                            "rank %d sent %llu bytes but this recv expects %zu (send and recv counts or dtypes differ)",
+                            peer, (unsigned long long)got, bytes);
+    if (bytes == 0) return TP_OK;
+    x = (struct tp_xfer){.peer = peer, .is_send = 0, .buf = buf, .bytes = bytes};
+    return tp_comm_xfer(c, &x, 1);
+}
+
+const struct tp_coll_ops tp_net_coll_ops = {
+    .all_reduce = net_all_reduce,
+    .all_gather = net_all_gather,
+    .reduce_scatter = net_reduce_scatter,
+    .broadcast = net_broadcast,
+    .scatter = net_scatter,
+    .gather = net_gather,
+    .barrier = net_barrier,
+    .send = net_send,
+    .recv = net_recv,
+    .split = NULL, /* generic split in comm.c */
+    .free = NULL,
+};

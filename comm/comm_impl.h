@@ -1,0 +1,190 @@
+/*
+ * comm/comm_impl.h - private: the group handle, the transport vtable and the
+ * algorithm layer shared by the ring (TCP) and rdma (verbs) backends.
+ *
+ * Layering (top to bottom):
+ *   comm.c        public API: argument checks, poison, stats, async queue,
+ *                 dispatch to the backend's collective table (tp_coll_ops)
+ *   algo.c        collectives written once over point-to-point transfers
+ *                 (mesh exchange for small messages, chunked ring
+ *                 reduce-scatter + all-gather for large ones)
+ *   tcp.c/rdma.c  a transport: moves bytes on peer links (tp_transport_ops)
+ *   backend_mpi.c the MPI backend maps every collective onto MPI directly
+ *
+ * A network (struct tp_net) is the set of links of the world group; groups
+ * made by tp_comm_split share their parent's net (refcounted) and map their
+ * own ranks to net ranks through peer_of[].  Ops on a parent and its
+ * sub-groups must therefore be issued in the same order on every rank (the
+ * links carry raw bytes in order per pair).
+ */
+#ifndef TP_COMM_IMPL_H
+#define TP_COMM_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "comm/comm.h"
+
+#define TP_COMM_MODULE "comm"
+
+enum tp_red_op { TP_RED_SUM = 0, TP_RED_MAX, TP_RED_MIN, TP_RED_COUNT };
+
+/* ---------------------------------------------------------------- reduce.c */
+
+/* dst[i] = a[i] op b[i] for i < n (elements).  dst may alias a or b.
+ * Half types are widened to f32, combined, rounded once.  Integer sums wrap. */
+void tp_reduce(void *dst, const void *a, const void *b, size_t n, enum tp_dtype dt, enum tp_red_op op);
+
+/* ---------------------------------------------------------------- transport */
+
+/* One half of a point-to-point exchange on the link to `peer` (a NET rank). */
+struct tp_xfer {
+    int peer;      /* net rank of the other end */
+    int is_send;   /* 1: send buf[0..bytes), 0: receive into it */
+    void *buf;
+    size_t bytes;
+    size_t done;   /* progress, owned by the transport */
+};
+
+struct tp_net;
+struct tp_transport_ops {
+    const char *name;
+    /* Progress every transfer in x[0..n) together until all are complete,
+     * the op timeout passes, the net is aborted, or a link fails.  Sends and
+     * receives advance together, so two peers sending to each other never
+     * deadlock on full buffers.  On failure writes the reason into err. */
+    enum tp_status (*xfer)(struct tp_net *net, struct tp_xfer *x, int n, struct tp_error *err);
+    /* Make every peer notice at once that we are gone (close/shutdown links). */
+    void (*shutdown)(struct tp_net *net);
+    /* Release the transport state (links already shut down or not). */
+    void (*destroy)(struct tp_net *net);
+};
+
+struct tp_net {
+    atomic_int refs;
+    int rank, size;                       /* this process in the world group */
+    const struct tp_transport_ops *tops;
+    void *impl;                           /* transport private state */
+    int *fds;                             /* (size) TCP link per net rank, -1 for self */
+    int wake_rd, wake_wr;                 /* self-pipe: tp_comm_abort wakes poll() */
+    uint32_t op_timeout_ms;
+    atomic_int poisoned;
+    atomic_int err_claimed;               /* first writer of err wins (signal safe) */
+    struct tp_error err;
+};
+
+void tp_net_release(struct tp_net *net);
+/* Poison the net with a reason (first reason sticks), wake waiters, shut links. */
+void tp_net_poison(struct tp_net *net, enum tp_status st, const char *msg);
+void tp_net_wake(struct tp_net *net);
+
+/* ---------------------------------------------------------------- collectives */
+
+struct tp_comm;
+/* Backend collective table.  Arguments are already validated by comm.c;
+ * count may be 0 only where noted; size-1 groups never reach these. */
+struct tp_coll_ops {
+    enum tp_status (*all_reduce)(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
+                                 enum tp_red_op op);
+    enum tp_status (*all_gather)(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt);
+    enum tp_status (*reduce_scatter)(struct tp_comm *c, const void *send, void *recv, size_t count,
+                                     enum tp_dtype dt);
+    enum tp_status (*broadcast)(struct tp_comm *c, void *buf, size_t count, enum tp_dtype dt, int root);
+    enum tp_status (*scatter)(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
+                              int root);
+    enum tp_status (*gather)(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
+                             int root);
+    enum tp_status (*barrier)(struct tp_comm *c);
+    enum tp_status (*send)(struct tp_comm *c, const void *buf, size_t bytes, int peer);
+    enum tp_status (*recv)(struct tp_comm *c, void *buf, size_t bytes, int peer);
+    /* Backend-specific split (MPI: MPI_Comm_split); NULL = the generic one in
+     * comm.c (all_gather of (color, key), sub-group sharing the parent net). */
+    enum tp_status (*split)(struct tp_comm *c, int color, int key, struct tp_comm **out);
+    void (*free)(struct tp_comm *c);
+};
+
+extern const struct tp_coll_ops tp_net_coll_ops; /* algo.c: ring + rdma */
+
+struct tp_comm_request;
+
+struct tp_comm {
+    enum tp_comm_backend backend;
+    int rank, size;
+    const struct tp_coll_ops *ops;
+    struct tp_net *net;        /* ring/rdma: shared with sub-groups */
+    int *peer_of;              /* (size) group rank -> net rank */
+    void *mpi;                 /* backend_mpi.c state */
+    atomic_int poisoned;
+    atomic_int err_claimed;
+    struct tp_error err;
+    struct tp_comm_stats stats;
+
+    /* Scratch owned by the algorithm layer, allocated once. */
+    unsigned char *small;      /* (size-1) * TP_ALGO_SMALL_BYTES: mesh receive area */
+    size_t small_bytes;
+    unsigned char *stage[2];   /* TP_ALGO_CHUNK_BYTES each: ring receive staging */
+    unsigned char *acc[2];     /* TP_ALGO_CHUNK_BYTES each: ring partial sums */
+
+    /* Non-blocking requests: a progress thread created on first use. */
+    pthread_mutex_t q_mu;
+    pthread_cond_t q_cv;
+    pthread_t q_thread;
+    int q_started, q_stop;
+    int q_inited;
+    struct tp_comm_request *q_slots;    /* TP_COMM_MAX_INFLIGHT */
+    unsigned q_head, q_tail;         /* submitted = tail, finished = head */
+};
+
+#define TP_ALGO_MAX_RANKS 64             /* ring/rdma world size limit (full mesh) */
+#define TP_ALGO_SMALL_BYTES (64u * 1024u)    /* <= this: mesh exchange, one round */
+#define TP_ALGO_CHUNK_BYTES (512u * 1024u)   /* ring pipeline chunk */
+
+/* Transfers on group ranks (mapped to net ranks here); counts stats, poisons
+ * the group (and net) on failure with a message naming the peer. */
+enum tp_status tp_comm_xfer(struct tp_comm *c, struct tp_xfer *x, int n);
+/* Record a failure on c (first reason sticks) and poison it. */
+enum tp_status tp_comm_fail(struct tp_comm *c, enum tp_status st, const char *fmt, ...) TP_PRINTF(3, 4);
+enum tp_status tp_algo_alloc_scratch(struct tp_comm *c);
+/* A fresh group handle inheriting backend and ops from parent (rank, size,
+ * net/mpi and peer_of left for the caller); NULL when out of memory. */
+struct tp_comm *tp_comm_alloc_child(const struct tp_comm *parent);
+void tp_comm_release(struct tp_comm *c);
+
+/* ---------------------------------------------------------------- bootstrap */
+
+/* Parsed hostfile (see configs/README.md). */
+#define TP_HOST_IP_MAX 64
+#define TP_HOST_RDMA_MAX 64
+struct tp_host {
+    char ip[TP_HOST_IP_MAX];       /* first of "ips": where peers connect */
+    int port;
+    char rdma[TP_HOST_RDMA_MAX];   /* first of "rdma" device names, "" if none */
+};
+struct tp_hostfile {
+    int n;
+    struct tp_host *hosts;         /* (n) indexed by rank; owned */
+    char token[256];               /* "cluster_token", "" if none */
+};
+enum tp_status tp_hostfile_load(const char *path, struct tp_hostfile *out, struct tp_error *err);
+void tp_hostfile_free(struct tp_hostfile *hf);
+
+/* Form the TCP mesh of the world group; fills net->fds.  cfg has rank/world
+ * resolved. */
+enum tp_status tp_bootstrap_tcp(const struct tp_comm_config *cfg, struct tp_net *net, struct tp_error *err);
+
+/* Backend entry points: fill c (rank, size, ops, net or mpi). */
+enum tp_status tp_ring_init(const struct tp_comm_config *cfg, struct tp_comm *c, struct tp_error *err);
+enum tp_status tp_rdma_init(const struct tp_comm_config *cfg, struct tp_comm *c, struct tp_error *err);
+enum tp_status tp_mpi_init(const struct tp_comm_config *cfg, struct tp_comm *c, struct tp_error *err);
+/* Non-blocking MPI all-reduce/all-gather (NULL when not built). */
+enum tp_status tp_mpi_start(struct tp_comm *c, int slot, int is_gather, const void *send, void *recv, size_t count,
+                            enum tp_dtype dt);
+enum tp_status tp_mpi_wait(struct tp_comm *c, int slot);
+/* rank/size from an MPI launcher's environment (OMPI_COMM_WORLD_*, PMI_*), -1 when absent. */
+void tp_comm_launcher_env(int *rank, int *size);
+
+/* TCP transport (tcp.c). */
+enum tp_status tp_tcp_net_create(int rank, int size, uint32_t op_timeout_ms, struct tp_net **out,
+                                 struct tp_error *err);
+
+#endif /* TP_COMM_IMPL_H */

@@ -1,0 +1,58 @@
+/*
+ * tests/comm/comm_test.h - helpers shared by the comm suites: start real
+ * rank processes (fork) on 127.0.0.1 with free ports and a generated
+ * hostfile, wait for them with a deadline, and the integer-valued data
+ * oracle that checks every collective exactly.
+ */
+#ifndef TP_COMM_TEST_H
+#define TP_COMM_TEST_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "comm/comm.h"
+
+#define CT_MAX_RANKS 8
+
+/* Body run in each rank process after tp_comm_init; returns its exit code
+ * (0 = all checks passed).  Failures are printed to stderr by the body. */
+typedef int (*ct_rank_fn)(tp_comm_t *c, void *arg);
+
+struct ct_group {
+    int n;
+    char hostfile[512];
+    int ports[CT_MAX_RANKS];
+    pid_t pids[CT_MAX_RANKS];
+    int status[CT_MAX_RANKS];     /* waitpid status */
+    double exit_s[CT_MAX_RANKS];  /* seconds from spawn to exit */
+    int exited[CT_MAX_RANKS];
+};
+
+/* Pick n free ports and write a hostfile for them (token may be NULL). */
+int ct_make_hostfile(struct ct_group *g, int n, const char *token);
+/* Fork n ranks: each builds cfg (defaults + rank, world, g->hostfile, token,
+ * op_timeout_ms if nonzero), inits, runs fn, frees, _exits with fn's code
+ * (100 when init fails).  Returns 0 on success. */
+int ct_spawn(struct ct_group *g, ct_rank_fn fn, void *arg, const char *token, uint32_t op_timeout_ms);
+/* Fork only rank r (same setup as ct_spawn); returns the pid or -1. */
+pid_t ct_spawn_one(struct ct_group *g, int r, ct_rank_fn fn, void *arg, const char *token, uint32_t op_timeout_ms);
+/* Wait for all ranks at most timeout_ms; kills the rest with SIGKILL then.
+ * Returns the number of ranks that did not exit in time. */
+int ct_wait(struct ct_group *g, int timeout_ms);
+/* Spawn + wait + assert every rank exited 0 (CUnit assertions). */
+void ct_run_ok(int n, ct_rank_fn fn, void *arg, int timeout_ms);
+
+/* The data oracle. */
+double ct_val(int rank, size_t i, int salt, enum tp_dtype dt);
+void ct_set(void *buf, enum tp_dtype dt, size_t i, double v);
+double ct_get(const void *buf, enum tp_dtype dt, size_t i);
+void ct_fill(void *buf, enum tp_dtype dt, size_t count, int rank, int salt);
+/* Compare buf[i] with expected(i) for i < count; prints the first few
+ * mismatches with index / expected / got.  Returns mismatch count. */
+size_t ct_check_reduce(const void *buf, enum tp_dtype dt, size_t count, int size, int op, int salt, size_t base_index,
+                       const char *what, int rank);
+
+/* Every collective on c for the given dtypes/counts; returns failures. */
+int ct_check_collectives(tp_comm_t *c, const size_t *counts, int n_counts, int big_all_dtypes);
+
+#endif

@@ -1,0 +1,243 @@
+/*
+ * tests/comm/test_comm_ring.c - the ring (TCP) backend with real rank
+ * processes on 127.0.0.1: every collective, dtype and edge count against
+ * the exact integer oracle, in place, split, send/recv between every pair,
+ * non-blocking requests, the coordinator bootstrap.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "comm_test.h"
+#include "tp_test.h"
+
+static const size_t k_counts[] = {0, 1, 7, 1000, (1u << 20) + 3};
+
+static int body_collectives(tp_comm_t *c, void *arg)
+{
+    (void)arg;
+    return ct_check_collectives(c, k_counts, (int)TP_ARRAY_LEN(k_counts), 1);
+}
+
+static void test_collectives_w2(void) { ct_run_ok(2, body_collectives, NULL, 90000); }
+static void test_collectives_w3(void) { ct_run_ok(3, body_collectives, NULL, 90000); }
+static void test_collectives_w4(void) { ct_run_ok(4, body_collectives, NULL, 120000); }
+
+/* Send/recv between every ordered pair, in order, with per-pair data; also
+ * two messages back to back on one pair and a zero-length message. */
+static int body_p2p(tp_comm_t *c, void *arg)
+{
+    (void)arg;
+    const int me = tp_comm_rank(c), n = tp_comm_size(c);
+    int fails = 0;
+    int32_t buf[300];
+    for (int s = 0; s < n; s++)
+        for (int d = 0; d < n; d++) {
+            if (s == d) continue;
+            size_t count = (size_t)(1 + 37 * s + 11 * d);
+            if (me == s) {
+                for (size_t i = 0; i < count; i++) buf[i] = (int32_t)(1000 * s + 100 * d + (int)i);
+                if (tp_comm_send(c, buf, count, TP_DTYPE_I32, d) != TP_OK ||
+                    tp_comm_send(c, buf, 0, TP_DTYPE_I32, d) != TP_OK) {
+                    fprintf(stderr, "    rank %d: send to %d failed: %s\n", me, d, tp_comm_last_error(c));
+                    return 1;
+                }
+            } else if (me == d) {
+                memset(buf, 0, sizeof buf);
+                if (tp_comm_recv(c, buf, count, TP_DTYPE_I32, s) != TP_OK ||
+                    tp_comm_recv(c, buf + 299, 0, TP_DTYPE_I32, s) != TP_OK) {
+                    fprintf(stderr, "    rank %d: recv from %d failed: %s\n", me, s, tp_comm_last_error(c));
+                    return 1;
+                }
+                for (size_t i = 0; i < count; i++)
+                    if (buf[i] != (int32_t)(1000 * s + 100 * d + (int)i)) {
+                        fprintf(stderr, "    rank %d: recv from %d index %zu expected %d got %d\n", me, s, i,
+                                1000 * s + 100 * d + (int)i, buf[i]);
+                        fails++;
+                        break;
+                    }
+            }
+            if (tp_comm_barrier(c) != TP_OK) return 1;
+        }
+    /* A count mismatch is a protocol error, not garbage. */
+    if (n >= 2 && me < 2) {
+        enum tp_status st = me == 0 ? tp_comm_send(c, buf, 5, TP_DTYPE_I32, 1) : tp_comm_recv(c, buf, 6, TP_DTYPE_I32, 0);
+        if (me == 1 && st != TP_ERR_PROTOCOL) {
+            fprintf(stderr, "    rank 1: mismatched recv returned %s, want protocol\n", tp_status_str(st));
+            fails++;
+        }
+        if (me == 1 && tp_comm_barrier(c) != TP_ERR_POISONED) {
+            fprintf(stderr, "    rank 1: group not poisoned after a failure\n");
+            fails++;
+        }
+    }
+    return fails;
+}
+
+static void test_p2p_w3(void) { ct_run_ok(3, body_p2p, NULL, 30000); }
+static void test_p2p_w4(void) { ct_run_ok(4, body_p2p, NULL, 30000); }
+
+/* split(color = rank % 2, key = -rank): sub-groups in reverse rank order. */
+static int body_split(tp_comm_t *c, void *arg)
+{
+    (void)arg;
+    const int me = tp_comm_rank(c), n = tp_comm_size(c);
+    int fails = 0;
+    tp_comm_t *sub = NULL, *none = NULL;
+    if (tp_comm_split(c, me % 2, -me, &sub) != TP_OK || !sub) {
+        fprintf(stderr, "    rank %d: split failed: %s\n", me, tp_comm_last_error(c));
+        return 1;
+    }
+    int members = 0, pos = 0;
+    for (int r = 0; r < n; r++)
+        if (r % 2 == me % 2) members++;
+    for (int r = n - 1; r >= 0; r--)
+        if (r % 2 == me % 2) {
+            if (r == me) break;
+            pos++;
+        }
+    if (tp_comm_size(sub) != members || tp_comm_rank(sub) != pos) {
+        fprintf(stderr, "    rank %d: sub-group rank/size %d/%d, want %d/%d\n", me, tp_comm_rank(sub),
+                tp_comm_size(sub), pos, members);
+        fails++;
+    }
+    /* all_sum of parent ranks over the sub-group */
+    int64_t v = me, want = 0;
+    for (int r = 0; r < n; r++)
+        if (r % 2 == me % 2) want += r;
+    if (tp_comm_all_sum(sub, &v, &v, 1, TP_DTYPE_I64) != TP_OK || v != want) {
+        fprintf(stderr, "    rank %d: sub all_sum got %lld want %lld (%s)\n", me, (long long)v, (long long)want,
+                tp_comm_last_error(sub));
+        fails++;
+    }
+    static const size_t counts[] = {1, 1000, 20000};
+    fails += ct_check_collectives(sub, counts, 3, 0);
+    /* the parent still works after the sub-group's traffic */
+    int32_t one = 1;
+    if (tp_comm_all_sum(c, &one, &one, 1, TP_DTYPE_I32) != TP_OK || one != n) fails++;
+    /* color < 0: not in any group */
+    if (tp_comm_split(c, me == 0 ? -1 : 0, 0, &none) != TP_OK || (me == 0) != (none == NULL)) fails++;
+    if (none && tp_comm_size(none) != n - 1) fails++;
+    tp_comm_free(none);
+    tp_comm_free(sub);
+    return fails;
+}
+
+static void test_split_w4(void) { ct_run_ok(4, body_split, NULL, 60000); }
+
+/* Non-blocking: several requests in flight, waited in order; a blocking
+ * call after starts waits for them; stats count the traffic. */
+static int body_async(tp_comm_t *c, void *arg)
+{
+    (void)arg;
+    const int me = tp_comm_rank(c), n = tp_comm_size(c);
+    enum { K = 5, N = 4096 };
+    static float in[K][N], out[K][N];
+    float gathered[4 * 16];
+    float mine[16];
+    tp_comm_request_t *req[K + 1];
+    int fails = 0;
+    for (int k = 0; k < K; k++) ct_fill(in[k], TP_DTYPE_F32, N, me, k);
+    for (int i = 0; i < 16; i++) mine[i] = (float)(me * 100 + i);
+    for (int k = 0; k < K; k++)
+        if (tp_comm_all_sum_start(c, in[k], out[k], N, TP_DTYPE_F32, &req[k]) != TP_OK) return 1;
+    if (tp_comm_all_gather_start(c, mine, gathered, 16, TP_DTYPE_F32, &req[K]) != TP_OK) return 1;
+    for (int k = 0; k <= K; k++)
+        if (tp_comm_wait(c, req[k]) != TP_OK) {
+            fprintf(stderr, "    rank %d: wait %d failed: %s\n", me, k, tp_comm_last_error(c));
+            return 1;
+        }
+    for (int k = 0; k < K; k++) fails += ct_check_reduce(out[k], TP_DTYPE_F32, N, n, 0, k, 0, "async all_sum", me) != 0;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < 16; i++)
+            if (gathered[r * 16 + i] != (float)(r * 100 + i)) {
+                fprintf(stderr, "    rank %d: async all_gather block %d index %d wrong\n", me, r, i);
+                fails++;
+                break;
+            }
+    /* start then a blocking call before wait: order is kept */
+    ct_fill(in[0], TP_DTYPE_F32, N, me, 20);
+    if (tp_comm_all_sum_start(c, in[0], out[0], N, TP_DTYPE_F32, &req[0]) != TP_OK) return 1;
+    ct_fill(in[1], TP_DTYPE_F32, N, me, 21);
+    if (tp_comm_all_sum(c, in[1], out[1], N, TP_DTYPE_F32) != TP_OK) return 1;
+    if (tp_comm_wait(c, req[0]) != TP_OK) return 1;
+    fails += ct_check_reduce(out[0], TP_DTYPE_F32, N, n, 0, 20, 0, "async+blocking", me) != 0;
+    fails += ct_check_reduce(out[1], TP_DTYPE_F32, N, n, 0, 21, 0, "blocking after start", me) != 0;
+    struct tp_comm_stats s;
+    tp_comm_get_stats(c, &s);
+    if (s.n_ops < 8 || s.bytes_sent < (uint64_t)7 * N * 4 || s.bytes_received < (uint64_t)7 * N * 4 || s.ns_in_comm == 0) {
+        fprintf(stderr, "    rank %d: stats look wrong: ops %llu sent %llu recv %llu\n", me,
+                (unsigned long long)s.n_ops, (unsigned long long)s.bytes_sent, (unsigned long long)s.bytes_received);
+        fails++;
+    }
+    return fails;
+}
+
+static void test_async_w3(void) { ct_run_ok(3, body_async, NULL, 30000); }
+
+/* Coordinator bootstrap: no hostfile, rank 0 hands out the table. */
+static void test_coordinator_w3(void)
+{
+    struct ct_group g;
+    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile(&g, 1, NULL), 0); /* just for a free port */
+    char coord[64];
+    snprintf(coord, sizeof coord, "127.0.0.1:%d", g.ports[0]);
+    fflush(stdout);
+    pid_t pids[3];
+    for (int r = 0; r < 3; r++) {
+        pids[r] = fork();
+        CU_ASSERT_FATAL(pids[r] >= 0);
+        if (pids[r] == 0) {
+            struct tp_comm_config cfg = tp_comm_default_config();
+            struct tp_error err = {0};
+            tp_comm_t *c = NULL;
+            cfg.rank = r;
+            cfg.world_size = 3;
+            cfg.coordinator = coord;
+            cfg.cluster_token = "coord-token";
+            cfg.connect_timeout_ms = 20000;
+            if (tp_comm_init(&cfg, &c, &err) != TP_OK) {
+                fprintf(stderr, "    rank %d: init failed: %s\n", r, err.msg);
+                _exit(100);
+            }
+            static const size_t counts[] = {1, 1000, 40000};
+            int f = ct_check_collectives(c, counts, 3, 0);
+            f += body_p2p(c, NULL);
+            tp_comm_free(c);
+            _exit(f ? 1 : 0);
+        }
+    }
+    for (int r = 0; r < 3; r++) {
+        int st = 0;
+        uint64_t t0 = tp_now_ns();
+        while (waitpid(pids[r], &st, WNOHANG) == 0) {
+            if (tp_now_ns() - t0 > 60000000000ull) {
+                kill(pids[r], SIGKILL);
+                waitpid(pids[r], &st, 0);
+                break;
+            }
+            tp_sleep_ms(10);
+        }
+        CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+}
+
+static const struct tp_test_case ring_cases[] = {
+    {"collectives_world2", test_collectives_w2},
+    {"collectives_world3", test_collectives_w3},
+    {"collectives_world4", test_collectives_w4},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(ring_collectives, "multirank", 300, ring_cases)
+
+static const struct tp_test_case ring_misc_cases[] = {
+    {"p2p_every_pair_world3", test_p2p_w3},
+    {"p2p_every_pair_world4", test_p2p_w4},
+    {"split_world4", test_split_w4},
+    {"nonblocking_world3", test_async_w3},
+    {"coordinator_world3", test_coordinator_w3},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(ring_misc, "multirank", 240, ring_misc_cases)
