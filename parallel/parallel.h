@@ -98,6 +98,21 @@ size_t tp_shard_plan_describe(const struct tp_shard_plan *plan, char *buf, size_
 /* 64-bit FNV-1a hash of the plan's ranges and world size (consistency checks). */
 uint64_t tp_shard_plan_hash(const struct tp_shard_plan *plan);
 
+/*
+ * Shard files (`tpserve shard`): cut model_path into `world` GGUF files in
+ * out_dir (which must exist), one per rank, named by tp_parallel_shard_name
+ * ("<stem>.rank<R>-of-<N>.gguf").  Each holds the source's metadata, the
+ * tpserve.shard.* keys (rank, world_size, weights, plan, plan_hash, source)
+ * and only that rank's slices of the sharded tensors (whole blocks, never
+ * re-quantized); replicated tensors whole.  tp_parallel_init accepts such a
+ * file in place of the model and refuses one cut for another rank, world
+ * size or --shard-weights, on every rank.
+ */
+enum tp_status tp_parallel_write_shards(const char *model_path, int world, const char *shard_weights,
+                                        const char *out_dir, struct tp_error *err);
+/* File name (no directory) of rank's shard; returns the length needed. */
+size_t tp_parallel_shard_name(const char *model_path, int rank, int world, char *buf, size_t cap);
+
 /* ================================================= capacity planning ===== */
 
 /*

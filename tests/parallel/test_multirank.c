@@ -14,6 +14,7 @@
  * which ranks are killed and the test fails).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mr_impl.h"
@@ -229,7 +230,105 @@ static void test_wire_dtypes(void)
     mr_free(&ref);
 }
 
+/* Cut shards into a fresh directory; returns the printf pattern of the rank files. */
+static const char *cut_shards(const char *model, int world, const char *weights, char *pat, size_t cap)
+{
+    static int n;
+    char dir[600], name[256], cmd[700];
+    snprintf(dir, sizeof dir, "%s/shards%d", tp_test_tmpdir(), ++n);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    if (system(cmd) != 0) return NULL;
+    struct tp_error e = {0};
+    if (tp_parallel_write_shards(model, world, weights, dir, &e) != TP_OK) {
+        fprintf(stderr, "cut_shards: %s\n", e.msg);
+        return NULL;
+    }
+    tp_parallel_shard_name(model, 0, world, name, sizeof name);
+    char *r0 = strstr(name, ".rank0-");
+    if (!r0) return NULL;
+    *r0 = '\0';
+    snprintf(pat, cap, "%s/%s.rank%%d-of-%d.gguf", dir, name, world);
+    return pat;
+}
+
+static void test_shard_files(void)
+{
+    const char *m = stories();
+    if (!m) {
+        tp_test_skip("models/stories260K.gguf not found");
+        return;
+    }
+    char pat3[1024], patw[1024], pat4[1024], patq[1024];
+    struct mr_run ref, r;
+    run_ref(&ref, m, 64);
+    /* round trip: shard files give the tokens and logits of the full file */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cut_shards(m, 3, NULL, pat3, sizeof pat3));
+    mr_init(&r, pat3, 3);
+    r.shard_files = 1;
+    r.n_steps = 64;
+    expect_same(&ref, &r, 1e-10, "stories260K shard files N=3");
+    /* each rank's file is smaller than the model: it holds only that rank's slices */
+    char f0[1100];
+    snprintf(f0, sizeof f0, pat3, 1);
+    size_t full_len = 0, part_len = 0;
+    free(tp_test_read_file(m, &full_len));
+    free(tp_test_read_file(f0, &part_len));
+    CU_ASSERT(part_len > 0 && part_len < full_len);
+    mr_free(&r);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cut_shards(m, 3, "2,1,1", patw, sizeof patw));
+    mr_init(&r, patw, 3);
+    r.shard_files = 1;
+    r.n_steps = 64;
+    expect_same(&ref, &r, 1e-10, "stories260K shard files weighted 2,1,1");
+    mr_free(&r);
+    /* wrong combinations, refused on every rank */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cut_shards(m, 4, NULL, pat4, sizeof pat4));
+    mr_init(&r, pat4, 4); /* rank 1 gets rank 2's file and vice versa */
+    r.shard_files = 1;
+    r.file_of_rank[1] = 2;
+    r.file_of_rank[2] = 1;
+    r.deadline_s = 40;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+    for (int k = 0; k < 4; k++) {
+        CU_ASSERT_EQUAL(r.exit_code[k], 3);
+        CU_ASSERT(strstr(r.msg[k], "holds the slice of rank 2 of 4, but this process is rank 1") != NULL);
+    }
+    mr_free(&r);
+    mr_init(&r, pat4, 2); /* shards for 4 used by 2 */
+    r.shard_files = 1;
+    r.deadline_s = 40;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT_EQUAL(r.exit_code[k], 3);
+        CU_ASSERT(strstr(r.msg[k], "shard file for a world of 4 ranks, but this group has 2") != NULL);
+    }
+    mr_free(&r);
+    mr_init(&r, patw, 3); /* cut with 2,1,1, run with 1,1,2 */
+    r.shard_files = 1;
+    r.weights = "1,1,2";
+    r.deadline_s = 40;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+    for (int k = 0; k < 3; k++) {
+        CU_ASSERT_EQUAL(r.exit_code[k], 3);
+        CU_ASSERT(strstr(r.msg[k], "was cut with --shard-weights '2,1,1'") != NULL);
+    }
+    mr_free(&r);
+    mr_free(&ref);
+    /* quantized: Q4_0 synthetic shards at N=2 */
+    const char *q = mr_synth_model("gqa", TP_WTYPE_Q4_0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+    run_ref(&ref, q, 32);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cut_shards(q, 2, NULL, patq, sizeof patq));
+    mr_init(&r, patq, 2);
+    r.shard_files = 1;
+    r.n_steps = 32;
+    expect_same(&ref, &r, 1e-10, "synthetic q4_0 shard files N=2");
+    mr_free(&r);
+    mr_free(&ref);
+}
+
 static const struct tp_test_case mr_cases[] = {
+    {"shard_files", test_shard_files},
     {"stories_worlds", test_stories_worlds},
     {"synth_gqa_f32", test_synth_gqa_f32},
     {"synth_quant", test_synth_quant},
