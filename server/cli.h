@@ -69,5 +69,6 @@ int tp_cmd_generate(int argc, char **argv); /* prompt -> streamed text (cmd_gene
 int tp_cmd_plan(int argc, char **argv);  /* capacity planner (cmd_plan.c) */
 
 /* Benchmarks (`tpserve bench NAME`), one file each: add here and to cmd_bench.c's table. */
+int tp_bench_kernels(int argc, char **argv); /* matrix kernels vs streaming read (bench_kernels.c) */
 
 #endif /* TP_SERVER_CLI_H */

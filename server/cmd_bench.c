@@ -7,6 +7,7 @@
 
 static const struct tp_cli_command benches[] = {
     {"", "", NULL}, /* placeholder so the table is never empty; skipped below */
+    {"kernels", "matrix-kernel GB/s (decode) and GOP/s (prefill) vs a streaming read", tp_bench_kernels},
 };
 
 int tp_cmd_bench(int argc, char **argv)
