@@ -110,10 +110,19 @@ static enum tp_status mpi_fail(struct tp_comm *c, const char *what, int code)
         if (e_ != MPI_SUCCESS) return mpi_fail(c, what, e_); \
     } while (0)
 
+/* MPI moves the bytes itself: count the payload (what the caller handed in
+ * and got back), not MPI's internal traffic. */
+static void account(struct tp_comm *c, size_t sent, size_t received)
+{
+    c->stats.bytes_sent += sent;
+    c->stats.bytes_received += received;
+}
+
 static enum tp_status m_all_reduce(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
                                    enum tp_red_op op)
 {
     const size_t es = tp_dtype_size(dt);
+    account(c, count * es, count * es);
     for (size_t o = 0; o < count; o += MPI_CHUNK) {
         int n = (int)TP_MIN(MPI_CHUNK, count - o);
         const void *s = send == recv ? MPI_IN_PLACE : (const unsigned char *)send + o * es;
@@ -133,6 +142,7 @@ static enum tp_status m_all_gather(struct tp_comm *c, const void *send, void *re
     if (count > INT_MAX) return too_big(c, "all_gather", count);
     const size_t bytes = count * tp_dtype_size(dt);
     const void *s = send == (unsigned char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
+    account(c, bytes, bytes * (size_t)(c->size - 1));
     CALL(c, "MPI_Allgather", MPI_Allgather(s, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), ST(c)->comm));
     return TP_OK;
 }
@@ -329,6 +339,7 @@ enum tp_status tp_mpi_start(struct tp_comm *c, int slot, int is_gather, const vo
     if (count > INT_MAX) return too_big(c, is_gather ? "all_gather_start" : "all_sum_start", count);
     MPI_Request *rq = &ST(c)->reqs[slot];
     const size_t bytes = count * tp_dtype_size(dt);
+    account(c, bytes, is_gather ? bytes * (size_t)(c->size - 1) : bytes);
     if (is_gather) {
         const void *s = send == (unsigned char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
         CALL(c, "MPI_Iallgather",

@@ -55,4 +55,9 @@ size_t ct_check_reduce(const void *buf, enum tp_dtype dt, size_t count, int size
 /* Every collective on c for the given dtypes/counts; returns failures. */
 int ct_check_collectives(tp_comm_t *c, const size_t *counts, int n_counts, int big_all_dtypes);
 
+/* Rank bodies shared by the ring and mpi suites (test_comm_ring.c). */
+int ct_body_p2p(tp_comm_t *c, void *arg);   /* send/recv every pair; ends poisoned on ranks 0/1 */
+int ct_body_split(tp_comm_t *c, void *arg); /* split(rank % 2, -rank) */
+int ct_body_async(tp_comm_t *c, void *arg); /* non-blocking requests and stats */
+
 #endif

@@ -27,7 +27,7 @@ static void test_collectives_w4(void) { ct_run_ok(4, body_collectives, NULL, 120
 
 /* Send/recv between every ordered pair, in order, with per-pair data; also
  * two messages back to back on one pair and a zero-length message. */
-static int body_p2p(tp_comm_t *c, void *arg)
+int ct_body_p2p(tp_comm_t *c, void *arg)
 {
     (void)arg;
     const int me = tp_comm_rank(c), n = tp_comm_size(c);
@@ -76,11 +76,11 @@ static int body_p2p(tp_comm_t *c, void *arg)
     return fails;
 }
 
-static void test_p2p_w3(void) { ct_run_ok(3, body_p2p, NULL, 30000); }
-static void test_p2p_w4(void) { ct_run_ok(4, body_p2p, NULL, 30000); }
+static void test_p2p_w3(void) { ct_run_ok(3, ct_body_p2p, NULL, 30000); }
+static void test_p2p_w4(void) { ct_run_ok(4, ct_body_p2p, NULL, 30000); }
 
 /* split(color = rank % 2, key = -rank): sub-groups in reverse rank order. */
-static int body_split(tp_comm_t *c, void *arg)
+int ct_body_split(tp_comm_t *c, void *arg)
 {
     (void)arg;
     const int me = tp_comm_rank(c), n = tp_comm_size(c);
@@ -125,11 +125,11 @@ static int body_split(tp_comm_t *c, void *arg)
     return fails;
 }
 
-static void test_split_w4(void) { ct_run_ok(4, body_split, NULL, 60000); }
+static void test_split_w4(void) { ct_run_ok(4, ct_body_split, NULL, 60000); }
 
 /* Non-blocking: several requests in flight, waited in order; a blocking
  * call after starts waits for them; stats count the traffic. */
-static int body_async(tp_comm_t *c, void *arg)
+int ct_body_async(tp_comm_t *c, void *arg)
 {
     (void)arg;
     const int me = tp_comm_rank(c), n = tp_comm_size(c);
@@ -175,7 +175,7 @@ static int body_async(tp_comm_t *c, void *arg)
     return fails;
 }
 
-static void test_async_w3(void) { ct_run_ok(3, body_async, NULL, 30000); }
+static void test_async_w3(void) { ct_run_ok(3, ct_body_async, NULL, 30000); }
 
 /* Coordinator bootstrap: no hostfile, rank 0 hands out the table. */
 static void test_coordinator_w3(void)
@@ -204,7 +204,7 @@ static void test_coordinator_w3(void)
             }
             static const size_t counts[] = {1, 1000, 40000};
             int f = ct_check_collectives(c, counts, 3, 0);
-            f += body_p2p(c, NULL);
+            f += ct_body_p2p(c, NULL);
             tp_comm_free(c);
             _exit(f ? 1 : 0);
         }
