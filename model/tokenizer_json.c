@@ -364,6 +364,11 @@ enum tp_status tp_tokenizer_from_json(const char *tokenizer_json, const char *to
     d.n_merges = im;
     d.merges = merges;
     rc = tp_tokenizer_build(&d, out, err);
+    if (rc != TP_OK && err && err->status == rc && strncmp(err->msg, "tokenizer:", 10) == 0) {
+        char tmp[TP_ERROR_MSG_MAX];
+        memcpy(tmp, err->msg, sizeof(tmp));
+        tp_error_force(err, rc, "%.100s: %.400s", path, tmp);
+    }
     goto out;
 nomem:
     rc = tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);

@@ -711,3 +711,322 @@ static const struct tp_test_case detok_cases[] = {
     {NULL, NULL},
 };
 TP_TEST_SUITE(tokenizer_detok, "unit,model", 300, detok_cases)
+
+/* ------------------------------------------------------------ errors */
+
+static const char *write_tmp(const char *name, const char *text)
+{
+    static char path[8][512];
+    static int slot;
+    char *p = path[slot++ % 8];
+    snprintf(p, 512, "%s/%s", tp_test_tmpdir(), name);
+    FILE *f = fopen(p, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs(text, f);
+    fclose(f);
+    return p;
+}
+
+static void expect_json_error(const char *file_text, enum tp_status want, const char *needle)
+{
+    const char *p = write_tmp("bad-tokenizer.json", file_text);
+    tp_tokenizer_t *t = (tp_tokenizer_t *)1;
+    struct tp_error err = {0};
+    enum tp_status rc = tp_tokenizer_from_json(p, NULL, &t, &err);
+    CU_ASSERT_EQUAL(rc, want);
+    CU_ASSERT_PTR_NULL(t);
+    if (!strstr(err.msg, needle)) fprintf(stderr, "error \"%s\" lacks \"%s\"\n", err.msg, needle);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, needle));
+    if (!strstr(err.msg, "bad-tokenizer.json")) fprintf(stderr, "error \"%s\" lacks the file name\n", err.msg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "bad-tokenizer.json"));
+}
+
+static void test_json_errors(void)
+{
+    tp_tokenizer_t *t = (tp_tokenizer_t *)1;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL(tp_tokenizer_from_json("/nonexistent/tokenizer.json", NULL, &t, &err), TP_ERR_IO);
+    CU_ASSERT_PTR_NULL(t);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "/nonexistent/tokenizer.json"));
+    expect_json_error("{\"model\": {\"type\": \"BPE\", ", TP_ERR_FORMAT, "not valid JSON");
+    expect_json_error("[1, 2]", TP_ERR_FORMAT, "no \"model\"");
+    expect_json_error("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", TP_ERR_UNSUPPORTED, "Unigram");
+    expect_json_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}", TP_ERR_FORMAT, "empty vocabulary");
+    expect_json_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -4}, \"merges\": []}}", TP_ERR_FORMAT,
+                      "not an id");
+    expect_json_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]},"
+                      " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\w+\"}}}",
+                      TP_ERR_UNSUPPORTED, "neither a ByteLevel");
+    expect_json_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]},"
+                      " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\":"
+                      " {\"Regex\": \"\\\\w+\"}}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}}",
+                      TP_ERR_UNSUPPORTED, "regex \"\\w+\" is not supported");
+    /* byte-level vocabulary that cannot spell every byte */
+    expect_json_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]},"
+                      " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+                      TP_ERR_FORMAT, "lacks a token for byte 0x00");
+    expect_json_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [7]},"
+                      " \"pre_tokenizer\": {\"type\": \"Metaspace\"}}",
+                      TP_ERR_FORMAT, "merges[0]");
+}
+
+/* A tiny SentencePiece tokenizer.json with byte fallback, made here. */
+static void test_json_tiny_spm(void)
+{
+    char js[8192];
+    size_t o = 0;
+    o += (size_t)snprintf(js + o, sizeof(js) - o,
+                          "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true},"
+                          "{\"id\": 1, \"content\": \"<s>\", \"special\": true}, {\"id\": 2, \"content\": \"</s>\", \"special\": true}],"
+                          "\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", \"prepend_scheme\": \"first\"},"
+                          "\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\", \"vocab\": {"
+                          "\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2");
+    for (int b = 0; b < 256; b++) o += (size_t)snprintf(js + o, sizeof(js) - o, ", \"<0x%02X>\": %d", b, 3 + b);
+    o += (size_t)snprintf(js + o, sizeof(js) - o,
+                          ", \"\\u2581\": 259, \"h\": 260, \"i\": 261, \"hi\": 262, \"\\u2581hi\": 263},"
+                          " \"merges\": [\"h i\", \"\\u2581 hi\"]}}");
+    const char *p = write_tmp("tiny.json", js);
+    const char *pc = write_tmp("tiny_config.json", "{\"add_bos_token\": true, \"bos_token\": \"<s>\", \"eos_token\": {\"content\": \"</s>\"}}");
+    tp_tokenizer_t *t = NULL;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_tokenizer_from_json(p, pc, &t, &err), TP_OK);
+    CU_ASSERT_EQUAL(tp_tokenizer_kind(t), TP_TOK_SPM);
+    CU_ASSERT_EQUAL(tp_tokenizer_bos(t), 1);
+    CU_ASSERT_EQUAL(tp_tokenizer_eos(t), 2);
+    CU_ASSERT(tp_tokenizer_add_bos(t));
+    int n;
+    int32_t *ids = encode(t, "hi hié", strlen("hi hié"), 1, 0, &n);
+    /* <s> ▁hi ▁hi <0xC3> <0xA9> */
+    const int32_t want[] = {1, 263, 263, 3 + 0xC3, 3 + 0xA9};
+    CU_ASSERT(n == 5 && memcmp(ids, want, sizeof(want)) == 0);
+    if (n != 5) print_ids("got", ids, n);
+    size_t len;
+    char *d = detok_all(t, ids, n, &len);
+    CU_ASSERT_STRING_EQUAL(d, "hi hié");
+    free(d);
+    free(ids);
+    tp_tokenizer_free(t);
+}
+
+static void test_gguf_errors(void)
+{
+    tp_tokenizer_t *t = (tp_tokenizer_t *)1;
+    struct tp_error err = {0};
+    CU_ASSERT_NOT_EQUAL(tp_tokenizer_from_gguf("/nonexistent/x.gguf", &t, &err), TP_OK);
+    CU_ASSERT_PTR_NULL(t);
+    CU_ASSERT(strlen(err.msg) > 0);
+    struct {
+        const char *model;
+        int with_tokens, with_merges;
+        enum tp_status want;
+        const char *needle;
+    } cases[] = {
+        {NULL, 1, 0, TP_ERR_FORMAT, "tokenizer.ggml.model missing"},
+        {"bert", 1, 0, TP_ERR_UNSUPPORTED, "\"bert\" is not supported"},
+        {"gpt2", 0, 0, TP_ERR_FORMAT, "tokenizer.ggml.tokens missing"},
+        {"gpt2", 1, 0, TP_ERR_FORMAT, "without tokenizer.ggml.merges"},
+        {"llama", 1, 0, TP_ERR_FORMAT, "without tokenizer.ggml.scores"},
+    };
+    const char *toks[] = {"a", "b", "ab"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(cases); i++) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/bad-tok-%zu.gguf", tp_test_tmpdir(), i);
+        tp_gguf_writer_t *w = NULL;
+        CU_ASSERT_EQUAL_FATAL(tp_gguf_writer_open(path, 0, &w, &err), TP_OK);
+        tp_gguf_kv_str(w, "general.architecture", "llama");
+        if (cases[i].model) tp_gguf_kv_str(w, "tokenizer.ggml.model", cases[i].model);
+        if (cases[i].with_tokens) tp_gguf_kv_array_str(w, "tokenizer.ggml.tokens", toks, NULL, 3);
+        CU_ASSERT_EQUAL(tp_gguf_writer_finish(w), TP_OK);
+        tp_gguf_writer_free(w);
+        struct tp_error e2 = {0};
+        CU_ASSERT_EQUAL(tp_tokenizer_from_gguf(path, &t, &e2), cases[i].want);
+        CU_ASSERT_PTR_NULL(t);
+        if (!strstr(e2.msg, cases[i].needle)) fprintf(stderr, "error \"%s\" lacks \"%s\"\n", e2.msg, cases[i].needle);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e2.msg, cases[i].needle));
+        CU_ASSERT_PTR_NOT_NULL(strstr(e2.msg, path));
+    }
+}
+
+static void test_build_errors(void)
+{
+    struct tp_vocab_desc d;
+    memset(&d, 0, sizeof(d));
+    tp_tokenizer_t *t = (tp_tokenizer_t *)1;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL(tp_tokenizer_build(&d, &t, &err), TP_ERR_FORMAT);
+    CU_ASSERT_PTR_NULL(t);
+    const char *toks[] = {"a", "b"};
+    const char *merges[] = {"ab"};
+    d.n_tokens = 2;
+    d.tokens = toks;
+    d.kind = TP_TOK_BPE;
+    d.pretok = TP_PRETOK_GPT2;
+    tp_error_clear(&err);
+    CU_ASSERT_EQUAL(tp_tokenizer_build(&d, &t, &err), TP_ERR_FORMAT); /* no merges */
+    d.kind = TP_TOK_SPM; /* SentencePiece without scores needs merges */
+    d.pretok = TP_PRETOK_SPM;
+    tp_error_clear(&err);
+    CU_ASSERT_EQUAL(tp_tokenizer_build(&d, &t, &err), TP_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "neither scores nor merges"));
+    d.n_merges = 1;
+    d.merges = merges;
+    tp_error_clear(&err);
+    CU_ASSERT_EQUAL(tp_tokenizer_build(&d, &t, &err), TP_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "(\"ab\") is not \"left right\""));
+    d.pretok = (enum tp_pretok)99;
+    CU_ASSERT_EQUAL(tp_tokenizer_build(&d, &t, NULL), TP_ERR_UNSUPPORTED);
+    /* encode argument checks */
+    tp_tokenizer_t *s = load_spm_gguf();
+    int32_t ids[4];
+    CU_ASSERT_EQUAL(tp_tokenizer_encode(NULL, "a", 1, 0, 0, ids, 4), -1);
+    CU_ASSERT_EQUAL(tp_tokenizer_encode(s, NULL, 1, 0, 0, ids, 4), -1);
+    CU_ASSERT_EQUAL(tp_tokenizer_encode(s, "a", 1, 0, 0, NULL, 4), -1);
+    CU_ASSERT_EQUAL(tp_tokenizer_encode(s, "a", 1, 1, 0, NULL, 0), 2); /* count only: <s> ▁a */
+    tp_tokenizer_free(s);
+    tp_tokenizer_free(NULL);
+}
+
+/* ------------------------------------------------------------ unicode */
+
+static void expect_nfc(const char *in, const char *want)
+{
+    char *out;
+    size_t len;
+    CU_ASSERT_EQUAL_FATAL(tp_unicode_nfc(in, strlen(in), &out, &len), 0);
+    CU_ASSERT_EQUAL(len, strlen(want));
+    CU_ASSERT_STRING_EQUAL(out, want);
+    free(out);
+}
+
+static void test_unicode(void)
+{
+    /* NFC: compose, reorder marks, Hangul, singletons, exclusions */
+    expect_nfc("e\xCC\x81", "\xC3\xA9");                     /* e + U+0301 -> é */
+    expect_nfc("a\xCC\xA3\xCC\x82", "\xE1\xBA\xAD");         /* a + dot below + circumflex -> ậ */
+    expect_nfc("a\xCC\x82\xCC\xA3", "\xE1\xBA\xAD");         /* marks in the other order */
+    expect_nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8", "\xEA\xB0\x81"); /* jamo -> 각 */
+    expect_nfc("\xE2\x84\xAB", "\xC3\x85");                  /* U+212B ANGSTROM -> Å */
+    expect_nfc("\xE0\xA5\x98", "\xE0\xA4\x95\xE0\xA4\xBC");  /* U+0958 excluded: stays decomposed */
+    expect_nfc("plain ascii", "plain ascii");
+    expect_nfc("\xEF\xAC\x81", "\xEF\xAC\x81");              /* ﬁ: compatibility only, unchanged */
+    char *out;
+    size_t len;
+    CU_ASSERT_EQUAL(tp_unicode_nfc("\xC3", 1, &out, &len), -1); /* invalid UTF-8 */
+    /* classes */
+    CU_ASSERT_EQUAL(tp_unicode_class('A'), TP_UCLS_LETTER);
+    CU_ASSERT_EQUAL(tp_unicode_class('7'), TP_UCLS_NUMBER);
+    CU_ASSERT_EQUAL(tp_unicode_class(' '), TP_UCLS_SPACE | 0u);
+    CU_ASSERT(tp_unicode_class(0x3000) & TP_UCLS_SPACE);  /* ideographic space */
+    CU_ASSERT(tp_unicode_class(0x85) & TP_UCLS_SPACE);    /* NEL */
+    CU_ASSERT(!(tp_unicode_class(0x200B) & TP_UCLS_SPACE)); /* ZWSP is Cf, not White_Space */
+    CU_ASSERT_EQUAL(tp_unicode_class(0x0663), TP_UCLS_NUMBER); /* ARABIC-INDIC THREE */
+    CU_ASSERT_EQUAL(tp_unicode_class(0x216B), TP_UCLS_NUMBER); /* Ⅻ (Nl) */
+    CU_ASSERT_EQUAL(tp_unicode_class(0x00BD), TP_UCLS_NUMBER); /* ½ (No) */
+    CU_ASSERT_EQUAL(tp_unicode_class(0x4E2D), TP_UCLS_LETTER); /* 中 */
+    CU_ASSERT_EQUAL(tp_unicode_class(0x0301), TP_UCLS_MARK);
+    CU_ASSERT_EQUAL(tp_unicode_class(0x20AC), TP_UCLS_SYMBOL); /* € */
+    CU_ASSERT_EQUAL(tp_unicode_class('!'), TP_UCLS_PUNCT);
+    CU_ASSERT_EQUAL(tp_unicode_class(0x1F999), TP_UCLS_SYMBOL); /* 🦙 */
+    CU_ASSERT_EQUAL(tp_unicode_class(0x10FFFF), 0u);
+    CU_ASSERT_EQUAL(tp_unicode_category(0x1D518), TP_UCAT_LU); /* 𝔘 */
+    CU_ASSERT_EQUAL(tp_unicode_ccc(0x0301), 230);
+    CU_ASSERT_EQUAL(tp_unicode_ccc('a'), 0);
+    /* UTF-8 validation and maximal subparts */
+    uint32_t cp;
+    CU_ASSERT_EQUAL(tp_utf8_decode((const unsigned char *)"\xF0\x9F\xA6\x99", 4, &cp), 4);
+    CU_ASSERT_EQUAL(cp, 0x1F999u);
+    CU_ASSERT_EQUAL(tp_utf8_decode((const unsigned char *)"\xC0\x80", 2, &cp), 0);      /* overlong */
+    CU_ASSERT_EQUAL(tp_utf8_decode((const unsigned char *)"\xF4\x90\x80\x80", 4, &cp), 0); /* > U+10FFFF */
+    CU_ASSERT_EQUAL(tp_utf8_check_prefix((const unsigned char *)"\xF0\x9F", 2), -2);
+    CU_ASSERT_EQUAL(tp_utf8_check_prefix((const unsigned char *)"\xF0\x9F" "a", 3), 2);
+    CU_ASSERT_EQUAL(tp_utf8_check_prefix((const unsigned char *)"\xE0\x80", 2), 1);
+    CU_ASSERT_EQUAL(tp_utf8_check_prefix((const unsigned char *)"\x80", 1), 1);
+    CU_ASSERT_EQUAL(tp_utf8_check_prefix((const unsigned char *)"\xC3\xA9", 2), 0);
+    char buf[4];
+    CU_ASSERT_EQUAL(tp_utf8_encode(0x10FFFF, buf), 4);
+    CU_ASSERT(memcmp(buf, "\xF4\x8F\xBF\xBF", 4) == 0);
+    uint32_t map[256];
+    tp_unicode_gpt2_byte_map(map);
+    CU_ASSERT_EQUAL(map[' '], 0x120u); /* Ġ */
+    CU_ASSERT_EQUAL(map['\n'], 0x10Au); /* Ċ */
+    CU_ASSERT_EQUAL(map['A'], (uint32_t)'A');
+}
+
+static const struct tp_test_case error_cases[] = {
+    {"json_errors", test_json_errors},
+    {"json_tiny_spm", test_json_tiny_spm},
+    {"gguf_errors", test_gguf_errors},
+    {"build_errors", test_build_errors},
+    {"unicode", test_unicode},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(tokenizer_errors, "unit", 60, error_cases)
+
+/* ------------------------------------------------------------ speed */
+
+/* Encode time per KB of mixed text and of pathological inputs (one long
+ * word, long whitespace / digit runs): the merge loop must stay O(n log n).
+ * The bound (20 ms per KB) is ~100x what a Release build needs, so that
+ * sanitizer builds and a loaded 2-core machine pass while O(n^2) on a 64 KB
+ * word (seconds) still fails. */
+static double encode_ms_per_kb(const tp_tokenizer_t *t, const char *s, size_t len, int reps)
+{
+    int n = tp_tokenizer_encode(t, s, len, 0, 0, NULL, 0);
+    CU_ASSERT(n > 0);
+    int32_t *ids = malloc((size_t)n * sizeof(int32_t));
+    uint64_t t0 = tp_now_ns();
+    for (int r = 0; r < reps; r++) CU_ASSERT_EQUAL(tp_tokenizer_encode(t, s, len, 0, 0, ids, n), n);
+    double ms = (double)(tp_now_ns() - t0) / 1e6 / reps;
+    free(ids);
+    return ms / ((double)len / 1024.0);
+}
+
+static void speed_one(const tp_tokenizer_t *t, const char *name)
+{
+    const char *para = "The quick brown fox jumps over the lazy dog. It's 2024-06-01, and we've shipped v3.14 "
+                       "to 1,234,567 users! Ça coûte 12,50 € — naïve café. Zürich, Москва, 東京, 서울. "
+                       "if (x != 0) { return y / x; } // done\n\tfor i in range(100):\n";
+    size_t pl = strlen(para), n = 0;
+    char *s = malloc(70000);
+    while (n + pl < 16384) {
+        memcpy(s + n, para, pl);
+        n += pl;
+    }
+    double mixed = encode_ms_per_kb(t, s, n, 5);
+    memset(s, 'a', 65536);
+    double word = encode_ms_per_kb(t, s, 65536, 1);
+    memset(s, ' ', 65536);
+    double spaces = encode_ms_per_kb(t, s, 65536, 1);
+    for (int i = 0; i < 65536; i++) s[i] = (char)('0' + i % 10);
+    double digits = encode_ms_per_kb(t, s, 65536, 1);
+    fprintf(stderr, "%s encode ms/KB: mixed %.4f (%zu B), 64K 'a' %.4f, 64K spaces %.4f, 64K digits %.4f\n", name,
+            mixed, n, word, spaces, digits);
+    CU_ASSERT(mixed < 20.0);
+    CU_ASSERT(word < 20.0);
+    CU_ASSERT(spaces < 20.0);
+    CU_ASSERT(digits < 20.0);
+    free(s);
+}
+
+static void test_speed(void)
+{
+    tp_tokenizer_t *t = load_spm_gguf();
+    speed_one(t, "llama2-spm");
+    tp_tokenizer_free(t);
+    const char *dirs[] = {"llama3", "qwen3", "mistral-7b-v0.1"};
+    for (int i = 0; i < 3; i++) {
+        t = load_json_tok(dirs[i]);
+        if (!t) {
+            tp_test_skip("../shared/models/tokenizers/%s not present", dirs[i]);
+            continue;
+        }
+        speed_one(t, dirs[i]);
+        tp_tokenizer_free(t);
+    }
+}
+
+static const struct tp_test_case speed_cases[] = {
+    {"encode_speed", test_speed},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(tokenizer_speed, "unit,model", 300, speed_cases)
