@@ -239,6 +239,11 @@ enum tp_status tp_parallel_plan(const struct tp_hparams *hp, const struct tp_pla
         unit = g_o;
     }
     const int64_t n_hunits = (nh + unit - 1) / unit;
+    if (n_hunits < world && unit == 1)
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "cannot split %lld attention heads over %d ranks: every rank needs at least one whole "
+                            "head; use at most %lld ranks",
+                            (long long)nh, world, (long long)nh);
     if (n_hunits < world)
         return tp_error_set(err, TP_ERR_UNSUPPORTED,
                             "cannot split %lld attention heads over %d ranks: at most %lld ranks (heads move in "

@@ -67,6 +67,7 @@ int tp_cmd_bench(int argc, char **argv); /* dispatches to tp_bench_* (table in c
 int tp_cmd_synth(int argc, char **argv); /* random-weight model of a real shape (cmd_synth.c) */
 int tp_cmd_generate(int argc, char **argv); /* prompt -> streamed text (cmd_generate.c) */
 int tp_cmd_plan(int argc, char **argv);  /* capacity planner (cmd_plan.c) */
+int tp_cmd_shard(int argc, char **argv); /* one GGUF per rank (cmd_shard.c) */
 
 /* Benchmarks (`tpserve bench NAME`), one file each: add here and to cmd_bench.c's table. */
 int tp_bench_kernels(int argc, char **argv); /* matrix kernels vs streaming read (bench_kernels.c) */

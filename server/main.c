@@ -14,6 +14,7 @@ static const struct tp_cli_command commands[] = {
     {"bench", "benchmarks: comm, gen, serve, nodes (tables; --json)", tp_cmd_bench},
     {"generate", "generate text from a prompt on this machine (streams; tokens/s on stderr)", tp_cmd_generate},
     {"plan", "will a model fit on these machines: shards, memory per node, tokens/s", tp_cmd_plan},
+    {"shard", "cut a model into one file per rank (that rank's slices + the plan)", tp_cmd_shard},
     {"synth", "write a random-weight GGUF model of a real shape (speed and scale tests)", tp_cmd_synth},
     {"version", "print version and build configuration", tp_cmd_version},
 };
