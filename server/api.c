@@ -1,0 +1,470 @@
+/*
+ * server/api.c - POST /v1/completions and /v1/chat/completions.
+ *
+ * The HTTP thread validates the body (json_validate.c), renders the chat
+ * template, tokenizes, checks the context budget, and submits a request to
+ * the engine.  Non-streaming: it waits for the result and answers one JSON
+ * object.  Streaming: it answers 200 with a text/event-stream whose content
+ * callback turns each published token into an OpenAI chunk
+ * (`data: {...}\n\n`), sends `: keep-alive` comments while the prompt is
+ * still being read, a final chunk with finish_reason, a usage chunk when
+ * stream_options.include_usage, then `data: [DONE]`.  An engine failure in
+ * the middle of a stream becomes `data: {"error": {...}}` and the stream ends.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "server/http_impl.h"
+
+#define KEEPALIVE_NS 1000000000ull /* comment every second without output */
+
+static const char *finish_str(enum tp_finish f)
+{
+    return f == TP_FINISH_LENGTH ? "length" : "stop";
+}
+
+static void add_piece_string(struct tp_server *s, cJSON *o, const char *key, int id, int with_bytes)
+{
+    size_t l = 0;
+    const char *p = tp_tokenizer_piece(s->tok, id, &l);
+    struct tp_buf b = {0};
+    tp_srv_utf8_sanitize(p ? p : "", p ? l : 0, &b);
+    cJSON_AddStringToObject(o, key, b.data ? b.data : "");
+    tp_buf_free(&b);
+    if (with_bytes) {
+        cJSON *arr = cJSON_AddArrayToObject(o, "bytes");
+        for (size_t i = 0; p && i < l; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber((unsigned char)p[i]));
+    }
+}
+
+/* Chat logprobs for tokens [from, to): {"content": [...]} (mu held). */
+static cJSON *chat_logprobs(struct tp_server *s, const struct tp_req *r, int from, int to)
+{
+    cJSON *lp = cJSON_CreateObject();
+    cJSON *content = cJSON_AddArrayToObject(lp, "content");
+    for (int i = from; i < to; i++) {
+        const struct tp_gen_tok *g = &r->toks[i];
+        cJSON *t = cJSON_CreateObject();
+        add_piece_string(s, t, "token", g->id, 1);
+        cJSON_AddNumberToObject(t, "logprob", g->logprob);
+        cJSON *top = cJSON_AddArrayToObject(t, "top_logprobs");
+        for (int k = 0; k < g->n_top && k < r->params.top_logprobs; k++) {
+            cJSON *a = cJSON_CreateObject();
+            add_piece_string(s, a, "token", g->top[k].id, 1);
+            cJSON_AddNumberToObject(a, "logprob", g->top[k].logprob);
+            cJSON_AddItemToArray(top, a);
+        }
+        cJSON_AddItemToArray(content, t);
+    }
+    return lp;
+}
+
+/* Completions (legacy) logprobs for tokens [from, to) (mu held). */
+static cJSON *cmpl_logprobs(struct tp_server *s, const struct tp_req *r, int from, int to, size_t base_offset)
+{
+    cJSON *lp = cJSON_CreateObject();
+    cJSON *tokens = cJSON_AddArrayToObject(lp, "tokens");
+    cJSON *tlp = cJSON_AddArrayToObject(lp, "token_logprobs");
+    cJSON *top = cJSON_AddArrayToObject(lp, "top_logprobs");
+    cJSON *off = cJSON_AddArrayToObject(lp, "text_offset");
+    for (int i = from; i < to; i++) {
+        const struct tp_gen_tok *g = &r->toks[i];
+        size_t l = 0;
+        const char *p = tp_tokenizer_piece(s->tok, g->id, &l);
+        struct tp_buf b = {0};
+        tp_srv_utf8_sanitize(p ? p : "", p ? l : 0, &b);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(b.data ? b.data : ""));
+        tp_buf_free(&b);
+        cJSON_AddItemToArray(tlp, cJSON_CreateNumber(g->logprob));
+        cJSON *alt = cJSON_CreateObject();
+        for (int k = 0; k < g->n_top && k < r->params.top_logprobs; k++) {
+            p = tp_tokenizer_piece(s->tok, g->top[k].id, &l);
+            struct tp_buf kb = {0};
+            tp_srv_utf8_sanitize(p ? p : "", p ? l : 0, &kb);
+            if (!cJSON_GetObjectItemCaseSensitive(alt, kb.data ? kb.data : ""))
+                cJSON_AddNumberToObject(alt, kb.data ? kb.data : "", g->top[k].logprob);
+            tp_buf_free(&kb);
+        }
+        cJSON_AddItemToArray(top, alt);
+        size_t o = i > 0 ? r->toks[i - 1].text_end : 0;
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(base_offset + o)));
+    }
+    return lp;
+}
+
+static void add_usage(cJSON *root, const struct tp_req *r)
+{
+    cJSON *u = cJSON_AddObjectToObject(root, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", r->n_toks);
+    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_toks);
+}
+
+static cJSON *envelope(struct tp_server *s, const struct tp_req *r, const char *object)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "id", r->id);
+    cJSON_AddStringToObject(root, "object", object);
+    cJSON_AddNumberToObject(root, "created", (double)time(NULL));
+    cJSON_AddStringToObject(root, "model", s->model_id ? s->model_id : "tpserve");
+    cJSON_AddNullToObject(root, "system_fingerprint");
+    return root;
+}
+
+/* Whole response of a finished request (mu held). */
+static char *final_json(struct tp_server *s, const struct tp_req *r)
+{
+    cJSON *root = envelope(s, r, r->chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", 0);
+    const char *text = r->text.data ? r->text.data : "";
+    if (r->chat) {
+        cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        cJSON_AddStringToObject(msg, "content", text);
+        if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, 0, r->n_toks));
+        else cJSON_AddNullToObject(ch, "logprobs");
+    } else {
+        cJSON_AddStringToObject(ch, "text", text);
+        if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", cmpl_logprobs(s, r, 0, r->n_toks, 0));
+        else cJSON_AddNullToObject(ch, "logprobs");
+    }
+    cJSON_AddStringToObject(ch, "finish_reason", finish_str(r->finish));
+    cJSON_AddItemToArray(choices, ch);
+    add_usage(root, r);
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return json;
+}
+
+/* One streaming chunk carrying text[t0, t1) and tokens [k0, k1) (mu held). */
+static char *chunk_json(struct tp_server *s, const struct tp_req *r, size_t t0, size_t t1, int k0, int k1,
+                        const char *finish, int first)
+{
+    cJSON *root = envelope(s, r, r->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", 0);
+    char *piece = malloc(t1 - t0 + 1);
+    if (piece) {
+        memcpy(piece, (r->text.data ? r->text.data : "") + t0, t1 - t0);
+        piece[t1 - t0] = '\0';
+    }
+    if (r->chat) {
+        cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+        if (first) cJSON_AddStringToObject(d, "role", "assistant");
+        if (!finish || t1 > t0) cJSON_AddStringToObject(d, "content", piece ? piece : "");
+        if (r->params.logprobs && k1 > k0) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, k0, k1));
+        else cJSON_AddNullToObject(ch, "logprobs");
+    } else {
+        cJSON_AddStringToObject(ch, "text", piece ? piece : "");
+        if (r->params.logprobs && k1 > k0) cJSON_AddItemToObject(ch, "logprobs", cmpl_logprobs(s, r, k0, k1, 0));
+        else cJSON_AddNullToObject(ch, "logprobs");
+    }
+    free(piece);
+    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
+    else cJSON_AddNullToObject(ch, "finish_reason");
+    cJSON_AddItemToArray(choices, ch);
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return json;
+}
+
+static char *usage_chunk_json(struct tp_server *s, const struct tp_req *r)
+{
+    cJSON *root = envelope(s, r, r->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddArrayToObject(root, "choices");
+    add_usage(root, r);
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return json;
+}
+
+static void log_done(struct tp_server *s, const struct tp_req *r, int status)
+{
+    double ttft = r->t_first_ns ? (double)(r->t_first_ns - r->t_submit_ns) / 1e9 : 0;
+    double tps = 0;
+    if (r->n_toks > 1 && r->t_done_ns > r->t_first_ns)
+        tps = (double)(r->n_toks - 1) / ((double)(r->t_done_ns - r->t_first_ns) / 1e9);
+    tp_http_log_request(s, r->id, r->chat ? "/v1/chat/completions" : "/v1/completions", status, r->n_prompt,
+                        r->n_toks, ttft, tps);
+    if (tps > 0) tp_metrics_tokens_per_s(s->metrics, tps);
+}
+
+static void deadline_in(struct timespec *ts, long ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_nsec += ms * 1000000L;
+    while (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* ------------------------------------------------------------ streaming */
+
+struct stream {
+    struct tp_server *s;
+    struct tp_req *r;
+    struct MHD_Connection *conn;
+    struct tp_buf out;        /* formatted, not yet handed to MHD */
+    size_t out_pos;
+    int sent_toks;
+    size_t sent_text;
+    int first;
+    int ended;                /* final events formatted */
+    int status;
+    uint64_t last_out_ns;
+};
+
+/* mu held: format everything new into st->out. */
+static void stream_format(struct stream *st)
+{
+    struct tp_req *r = st->r;
+    struct tp_server *s = st->s;
+    while (st->sent_toks < r->n_toks) {
+        int k = st->sent_toks;
+        size_t end = r->toks[k].text_end;
+        if (end < st->sent_text) end = st->sent_text;
+        if (end > st->sent_text || r->params.logprobs || st->first) {
+            char *j = chunk_json(s, r, st->sent_text, end, k, k + 1, NULL, st->first);
+            if (j) tp_sse_data(&st->out, j);
+            free(j);
+            st->first = 0;
+        }
+        st->sent_text = end;
+        st->sent_toks++;
+    }
+    if (r->state != TP_REQ_DONE) return;
+    if (r->finish == TP_FINISH_ERROR) {
+        struct tp_api_error e;
+        tp_api_fail(&e, r->err_status ? r->err_status : 500, NULL, "%s", r->err_msg);
+        char *j = tp_api_error_json(&e);
+        if (j) tp_sse_data(&st->out, j);
+        free(j);
+        st->status = e.status;
+    } else {
+        size_t tl = r->text.len;
+        if (tl > st->sent_text || st->first) {
+            char *j = chunk_json(s, r, st->sent_text, tl, 0, 0, NULL, st->first);
+            if (j) tp_sse_data(&st->out, j);
+            free(j);
+            st->sent_text = tl;
+            st->first = 0;
+        }
+        char *j = chunk_json(s, r, tl, tl, 0, 0, finish_str(r->finish), 0);
+        if (j) tp_sse_data(&st->out, j);
+        free(j);
+        if (r->params.include_usage) {
+            j = usage_chunk_json(s, r);
+            if (j) tp_sse_data(&st->out, j);
+            free(j);
+        }
+    }
+    tp_sse_done(&st->out);
+    st->ended = 1;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct stream *st = cls;
+    pthread_mutex_t *mu = tp_engine_mutex(st->s->engine);
+    for (;;) {
+        if (st->out_pos < st->out.len) {
+            size_t n = TP_MIN(max, st->out.len - st->out_pos);
+            memcpy(buf, st->out.data + st->out_pos, n);
+            st->out_pos += n;
+            if (st->out_pos == st->out.len) st->out_pos = st->out.len = 0;
+            st->last_out_ns = tp_now_ns();
+            return (ssize_t)n;
+        }
+        if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        pthread_mutex_lock(mu);
+        struct tp_req *r = st->r;
+        while (r->n_toks == st->sent_toks && r->state != TP_REQ_DONE) {
+            struct timespec ts;
+            deadline_in(&ts, 100);
+            pthread_cond_timedwait(&r->cond, mu, &ts);
+            if (r->n_toks != st->sent_toks || r->state == TP_REQ_DONE) break;
+            if (tp_http_client_gone(st->conn)) {
+                pthread_mutex_unlock(mu);
+                tp_engine_cancel(st->s->engine, r);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+            if (tp_now_ns() - st->last_out_ns > KEEPALIVE_NS) {
+                tp_sse_comment(&st->out, "keep-alive");
+                break;
+            }
+        }
+        stream_format(st);
+        pthread_mutex_unlock(mu);
+    }
+}
+
+static void stream_free(void *cls)
+{
+    struct stream *st = cls;
+    pthread_mutex_t *mu = tp_engine_mutex(st->s->engine);
+    pthread_mutex_lock(mu);
+    int done = st->r->state == TP_REQ_DONE;
+    pthread_mutex_unlock(mu);
+    if (!done) tp_engine_cancel(st->s->engine, st->r);
+    pthread_mutex_lock(mu);
+    log_done(st->s, st->r, done ? st->status : 499);
+    pthread_mutex_unlock(mu);
+    tp_engine_release(st->s->engine, st->r);
+    tp_buf_free(&st->out);
+    free(st);
+}
+
+/* ------------------------------------------------------------ entry */
+
+static int starts_with(const char *s, const char *p) { return p[0] && strncmp(s, p, strlen(p)) == 0; }
+
+enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connection *c, int chat, const char *body,
+                                         size_t len)
+{
+    struct tp_api_error e;
+    struct tp_req_params p;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (tp_req_parse(body, len, chat, s->n_vocab, s->n_ctx, &p, &e) != 0) return tp_http_send_error(s, c, &e);
+    if (chat) {
+        struct tp_buf text = {0};
+        char msg[256] = "";
+        int rc = tp_chat_render(s->chat, p.msgs, p.n_msgs, 1, s->bos_text, s->eos_text, &text, msg, sizeof msg);
+        if (rc != 0) {
+            tp_buf_free(&text);
+            tp_req_params_free(&p);
+            if (rc == -2) tp_api_fail(&e, 500, NULL, "out of memory");
+            else tp_api_fail(&e, 400, "messages", "the %s chat template refused these messages: %s",
+                             tp_chat_family_name(s->chat), msg);
+            return tp_http_send_error(s, c, &e);
+        }
+        const char *t = text.data ? text.data : "";
+        int add_bos = tp_tokenizer_add_bos(s->tok) && !starts_with(t, s->bos_text);
+        n = tp_server_tokenize(s, t, add_bos, &ids, &e);
+        tp_buf_free(&text);
+    } else if (p.prompt_ids) {
+        ids = p.prompt_ids;
+        n = p.n_prompt_ids;
+        p.prompt_ids = NULL;
+    } else {
+        n = tp_server_tokenize(s, p.prompt, tp_tokenizer_add_bos(s->tok), &ids, &e);
+    }
+    if (n < 0) {
+        tp_req_params_free(&p);
+        return tp_http_send_error(s, c, &e);
+    }
+    const char *pp = chat ? "messages" : "prompt";
+    if (n == 0) {
+        tp_api_fail(&e, 400, pp, "the prompt is empty (0 tokens); send some text");
+    } else if (n >= s->n_ctx) {
+        tp_api_fail(&e, 400, pp, "the prompt has %d tokens but the context holds %d (at least one must remain for "
+                                 "the reply); shorten it or restart with a larger --ctx-size", n, s->n_ctx);
+    } else if (p.max_tokens > 0 && n + p.max_tokens > s->n_ctx) {
+        tp_api_fail(&e, 400, chat ? "max_completion_tokens" : "max_tokens",
+                    "the context holds %d tokens, but %d were requested (%d in the prompt, %d for the completion); "
+                    "lower max_tokens or shorten the prompt", s->n_ctx, n + p.max_tokens, n, p.max_tokens);
+    } else {
+        e.status = 0;
+    }
+    if (e.status) {
+        free(ids);
+        tp_req_params_free(&p);
+        return tp_http_send_error(s, c, &e);
+    }
+    struct tp_req *r = tp_req_new();
+    if (!r) {
+        free(ids);
+        tp_req_params_free(&p);
+        tp_api_fail(&e, 500, NULL, "out of memory");
+        return tp_http_send_error(s, c, &e);
+    }
+    uint64_t num = __atomic_add_fetch(&s->next_id, 1, __ATOMIC_RELAXED);
+    snprintf(r->id, sizeof r->id, "%s-%llx%06llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)s->created,
+             (unsigned long long)num);
+    r->chat = chat;
+    r->params = p;
+    r->prompt = ids;
+    r->n_prompt = n;
+    r->max_tokens = p.max_tokens > 0 ? p.max_tokens : s->n_ctx - n;
+    r->seed = p.has_seed ? p.seed : (tp_now_ns() ^ (num * 0x9E3779B97F4A7C15ull));
+    r->toks = calloc((size_t)r->max_tokens, sizeof *r->toks);
+    if (!r->toks) {
+        tp_engine_release(s->engine, r);
+        tp_engine_release(s->engine, r);
+        tp_api_fail(&e, 500, NULL, "out of memory");
+        return tp_http_send_error(s, c, &e);
+    }
+    int src = tp_engine_submit(s->engine, r, &e);
+    if (src != 0) {
+        tp_engine_release(s->engine, r);
+        tp_engine_release(s->engine, r);
+        return tp_http_send_error(s, c, &e);
+    }
+    pthread_mutex_t *mu = tp_engine_mutex(s->engine);
+    if (p.stream) {
+        struct stream *st = calloc(1, sizeof *st);
+        if (!st) {
+            tp_engine_cancel(s->engine, r);
+            tp_engine_release(s->engine, r);
+            return MHD_NO;
+        }
+        st->s = s;
+        st->r = r;
+        st->conn = c;
+        st->first = chat;
+        st->status = 200;
+        st->last_out_ns = tp_now_ns();
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st,
+                                                                      stream_free);
+        if (!resp) {
+            stream_free(st);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        tp_metrics_request(s->metrics, 200);
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    pthread_mutex_lock(mu);
+    while (r->state != TP_REQ_DONE) {
+        struct timespec ts;
+        deadline_in(&ts, 100);
+        pthread_cond_timedwait(&r->cond, mu, &ts);
+        if (r->state != TP_REQ_DONE && tp_http_client_gone(c)) {
+            pthread_mutex_unlock(mu);
+            tp_engine_cancel(s->engine, r);
+            pthread_mutex_lock(mu);
+            log_done(s, r, 499);
+            pthread_mutex_unlock(mu);
+            tp_engine_release(s->engine, r);
+            return MHD_NO;
+        }
+    }
+    enum MHD_Result ret;
+    if (r->finish == TP_FINISH_ERROR) {
+        tp_api_fail(&e, r->err_status ? r->err_status : 500, NULL, "%s", r->err_msg);
+        log_done(s, r, e.status);
+        pthread_mutex_unlock(mu);
+        ret = tp_http_send_error(s, c, &e);
+    } else {
+        char *json = final_json(s, r);
+        log_done(s, r, 200);
+        pthread_mutex_unlock(mu);
+        ret = json ? tp_http_send_json(s, c, 200, json) : MHD_NO;
+        free(json);
+    }
+    tp_engine_release(s->engine, r);
+    return ret;
+}

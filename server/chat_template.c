@@ -1,0 +1,304 @@
+/*
+ * server/chat_template.c - chat templates rendered in C, one function per
+ * family, each reproducing the output of the family's reference Jinja
+ * template as Hugging Face renders it (trim_blocks + lstrip_blocks; checked
+ * against @huggingface/jinja by tests/node/render_templates.mjs, whose
+ * outputs are committed in tests/server/chat_expected.h).
+ *
+ * Families and the template each reproduces:
+ *   llama3  Meta-Llama-3-8B-Instruct (shared/models/tokenizers/llama3)
+ *   qwen3   Qwen3 (shared/models/tokenizers/qwen3; no tools)
+ *   llama2  Llama-2-chat (<<SYS>> folded into the first user turn)
+ *   mistral Mistral-7B-Instruct-v0.1 ([INST] ... [/INST], no system role)
+ *   chatml  plain ChatML (<|im_start|>role\n...<|im_end|>\n)
+ *   zephyr  zephyr-7b-beta (<|user|>\n...</s>\n)
+ *   plain   tpserve's default for models without a template:
+ *           "<role>: <content>\n" per message, then "assistant:".
+ * A template is recognised by markers it must contain (tp_chat_detect).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "server/server_impl.h"
+
+static const char *const family_names[TP_CHAT_FAMILY_COUNT] = {"unknown", "llama2", "llama3", "chatml",
+                                                                "qwen3",   "mistral", "zephyr", "plain"};
+
+const char *tp_server_chat_template_names(void) { return "llama2, llama3, chatml, qwen3, mistral, zephyr, plain"; }
+
+const char *tp_chat_family_name(enum tp_chat_family f)
+{
+    return (unsigned)f < TP_CHAT_FAMILY_COUNT ? family_names[f] : "unknown";
+}
+
+enum tp_chat_family tp_chat_family_parse(const char *name)
+{
+    for (int i = 1; i < TP_CHAT_FAMILY_COUNT; i++)
+        if (strcmp(name, family_names[i]) == 0) return (enum tp_chat_family)i;
+    return TP_CHAT_UNKNOWN;
+}
+
+enum tp_chat_family tp_chat_detect(const char *t)
+{
+    if (!t || !t[0]) return TP_CHAT_PLAIN;
+    if (strstr(t, "<|start_header_id|>") && strstr(t, "<|eot_id|>")) return TP_CHAT_LLAMA3;
+    if (strstr(t, "<|im_start|>")) return strstr(t, "</think>") ? TP_CHAT_QWEN3 : TP_CHAT_CHATML;
+    if (strstr(t, "<<SYS>>") && strstr(t, "[INST]")) return TP_CHAT_LLAMA2;
+    if (strstr(t, "[INST]")) return TP_CHAT_MISTRAL;
+    if (strstr(t, "<|user|>") && strstr(t, "<|assistant|>")) return TP_CHAT_ZEPHYR;
+    return TP_CHAT_UNKNOWN;
+}
+
+/* ---------------------------------------------------------- string ops */
+
+/* Length of the Unicode whitespace character at s (JS String.prototype.trim's
+ * set, which @huggingface/jinja uses for trim / strip()), or 0. */
+static size_t ws_at(const unsigned char *s, size_t n)
+{
+    if (n >= 1 && (s[0] == ' ' || (s[0] >= 0x09 && s[0] <= 0x0D))) return 1;
+    if (n >= 2 && s[0] == 0xC2 && s[1] == 0xA0) return 2;
+    if (n >= 3) {
+        uint32_t cp = 0;
+        if ((s[0] & 0xF0) == 0xE0) cp = ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+        if (cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+            cp == 0x205F || cp == 0x3000 || cp == 0xFEFF)
+            return 3;
+    }
+    return 0;
+}
+
+/* Whitespace-trim [*b, *e). */
+static void trim_ws(const char **b, const char **e)
+{
+    size_t k;
+    while (*b < *e && (k = ws_at((const unsigned char *)*b, (size_t)(*e - *b))) > 0) *b += k;
+    for (;;) {
+        const char *p = *e;
+        int found = 0;
+        for (size_t back = 1; back <= 3 && p - back >= *b; back++) {
+            k = ws_at((const unsigned char *)(p - back), back);
+            if (k == back) {
+                *e = p - back;
+                found = 1;
+                break;
+            }
+        }
+        if (!found) break;
+    }
+}
+
+static int put(struct tp_buf *o, const char *s) { return tp_buf_puts(o, s); }
+static int putn(struct tp_buf *o, const char *b, const char *e) { return tp_buf_append(o, b, (size_t)(e - b)); }
+static int put_trim(struct tp_buf *o, const char *s)
+{
+    const char *b = s, *e = s + strlen(s);
+    trim_ws(&b, &e);
+    return putn(o, b, e);
+}
+
+#define P(x)                    \
+    do {                        \
+        if ((x) != 0) return -2; \
+    } while (0)
+
+static int raise(char *err, size_t cap, const char *msg)
+{
+    snprintf(err, cap, "%s", msg);
+    return -1;
+}
+
+/* ---------------------------------------------------------- families */
+
+static int render_llama3(const struct tp_chat_msg *m, int n, const char *bos, struct tp_buf *o)
+{
+    for (int i = 0; i < n; i++) {
+        if (i == 0) P(put(o, bos));
+        P(put(o, "<|start_header_id|>"));
+        P(put(o, m[i].role));
+        P(put(o, "<|end_header_id|>\n\n"));
+        P(put_trim(o, m[i].content));
+        P(put(o, "<|eot_id|>"));
+    }
+    P(put(o, "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    return 0;
+}
+
+static int render_llama2(const struct tp_chat_msg *m, int n, const char *bos, const char *eos, struct tp_buf *o,
+                         char *err, size_t cap)
+{
+    const char *sys = NULL;
+    if (n > 0 && strcmp(m[0].role, "system") == 0) {
+        sys = m[0].content;
+        m++;
+        n--;
+    }
+    for (int i = 0; i < n; i++) {
+        int is_user = strcmp(m[i].role, "user") == 0;
+        if (is_user != (i % 2 == 0))
+            return raise(err, cap, "Conversation roles must alternate user/assistant/user/assistant/...");
+        struct tp_buf c = {0};
+        if (i == 0 && sys) {
+            if (put(&c, "<<SYS>>\n") || put(&c, sys) || put(&c, "\n<</SYS>>\n\n")) goto nomem;
+        }
+        if (put(&c, m[i].content)) goto nomem;
+        if (is_user) {
+            if (put(o, bos) || put(o, "[INST] ") || put_trim(o, c.data) || put(o, " [/INST]")) goto nomem;
+        } else if (strcmp(m[i].role, "assistant") == 0) {
+            if (put(o, " ") || put_trim(o, c.data) || put(o, " ") || put(o, eos)) goto nomem;
+        }
+        tp_buf_free(&c);
+        continue;
+    nomem:
+        tp_buf_free(&c);
+        return -2;
+    }
+    return 0;
+}
+
+static int render_mistral(const struct tp_chat_msg *m, int n, const char *bos, const char *eos, struct tp_buf *o,
+                          char *err, size_t cap)
+{
+    P(put(o, bos));
+    for (int i = 0; i < n; i++) {
+        int is_user = strcmp(m[i].role, "user") == 0;
+        if (is_user != (i % 2 == 0))
+            return raise(err, cap, "Conversation roles must alternate user/assistant/user/assistant/...");
+        if (is_user) {
+            P(put(o, "[INST] "));
+            P(put(o, m[i].content));
+            P(put(o, " [/INST]"));
+        } else if (strcmp(m[i].role, "assistant") == 0) {
+            P(put(o, m[i].content));
+            P(put(o, eos));
+        } else {
+            return raise(err, cap, "Only user and assistant roles are supported!");
+        }
+    }
+    return 0;
+}
+
+static int render_chatml(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
+{
+    for (int i = 0; i < n; i++) {
+        P(put(o, "<|im_start|>"));
+        P(put(o, m[i].role));
+        P(put(o, "\n"));
+        P(put(o, m[i].content));
+        P(put(o, "<|im_end|>\n"));
+    }
+    if (add_gen) P(put(o, "<|im_start|>assistant\n"));
+    return 0;
+}
+
+static int render_zephyr(const struct tp_chat_msg *m, int n, int add_gen, const char *eos, struct tp_buf *o)
+{
+    for (int i = 0; i < n; i++) {
+        P(put(o, "<|"));
+        P(put(o, m[i].role));
+        P(put(o, "|>\n"));
+        P(put(o, m[i].content));
+        P(put(o, eos));
+        P(put(o, "\n"));
+        if (i == n - 1 && add_gen) P(put(o, "<|assistant|>\n"));
+    }
+    return 0;
+}
+
+static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+static int ends_with(const char *s, const char *p)
+{
+    size_t a = strlen(s), b = strlen(p);
+    return a >= b && memcmp(s + a - b, p, b) == 0;
+}
+
+static int render_qwen3(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
+{
+    if (n > 0 && strcmp(m[0].role, "system") == 0) {
+        P(put(o, "<|im_start|>system\n"));
+        P(put(o, m[0].content));
+        P(put(o, "<|im_end|>\n"));
+    }
+    int multi_step_tool = 1, last_query = n - 1;
+    for (int idx = n - 1; idx >= 0; idx--) {
+        if (multi_step_tool && strcmp(m[idx].role, "user") == 0 &&
+            !(starts_with(m[idx].content, "<tool_response>") && ends_with(m[idx].content, "</tool_response>"))) {
+            multi_step_tool = 0;
+            last_query = idx;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const char *role = m[i].role;
+        if (strcmp(role, "user") == 0 || (strcmp(role, "system") == 0 && i != 0)) {
+            P(put(o, "<|im_start|>"));
+            P(put(o, role));
+            P(put(o, "\n"));
+            P(put(o, m[i].content));
+            P(put(o, "<|im_end|>\n"));
+        } else if (strcmp(role, "assistant") == 0) {
+            const char *c = m[i].content, *ce = c + strlen(c);
+            const char *rb = "", *re = rb; /* reasoning_content */
+            const char *close = strstr(c, "</think>");
+            if (close) {
+                /* content = c.split('</think>')[-1].lstrip('\n') */
+                const char *last = close, *q;
+                while ((q = strstr(last + 8, "</think>")) != NULL) last = q;
+                const char *cb = last + 8;
+                while (cb < ce && *cb == '\n') cb++;
+                /* reasoning = c.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
+                const char *r0b = c, *r0e = close;
+                while (r0e > r0b && r0e[-1] == '\n') r0e--;
+                const char *open = NULL;
+                for (const char *s = r0b; s + 7 <= r0e; s++)
+                    if (memcmp(s, "<think>", 7) == 0) open = s;
+                if (open) r0b = open + 7;
+                while (r0b < r0e && *r0b == '\n') r0b++;
+                rb = r0b;
+                re = r0e;
+                c = cb;
+            }
+            P(put(o, "<|im_start|>assistant\n"));
+            if (i > last_query && (i == n - 1 || re > rb)) {
+                /* '<think>\n' + reasoning.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') */
+                while (rb < re && *rb == '\n') rb++;
+                while (re > rb && re[-1] == '\n') re--;
+                P(put(o, "<think>\n"));
+                P(putn(o, rb, re));
+                P(put(o, "\n</think>\n\n"));
+                while (c < ce && *c == '\n') c++;
+            }
+            P(putn(o, c, ce));
+            P(put(o, "<|im_end|>\n"));
+        }
+    }
+    if (add_gen) P(put(o, "<|im_start|>assistant\n"));
+    return 0;
+}
+
+static int render_plain(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
+{
+    for (int i = 0; i < n; i++) {
+        P(put(o, m[i].role));
+        P(put(o, ": "));
+        P(put(o, m[i].content));
+        P(put(o, "\n"));
+    }
+    if (add_gen) P(put(o, "assistant:"));
+    return 0;
+}
+
+int tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs, int add_gen, const char *bos,
+                   const char *eos, struct tp_buf *out, char *err, size_t err_cap)
+{
+    if (!bos) bos = "";
+    if (!eos) eos = "";
+    switch (f) {
+    case TP_CHAT_LLAMA3: return render_llama3(msgs, n_msgs, bos, out);
+    case TP_CHAT_LLAMA2: return render_llama2(msgs, n_msgs, bos, eos, out, err, err_cap);
+    case TP_CHAT_MISTRAL: return render_mistral(msgs, n_msgs, bos, eos, out, err, err_cap);
+    case TP_CHAT_CHATML: return render_chatml(msgs, n_msgs, add_gen, out);
+    case TP_CHAT_QWEN3: return render_qwen3(msgs, n_msgs, add_gen, out);
+    case TP_CHAT_ZEPHYR: return render_zephyr(msgs, n_msgs, add_gen, eos, out);
+    case TP_CHAT_PLAIN: return render_plain(msgs, n_msgs, add_gen, out);
+    default: return raise(err, err_cap, "unknown chat template family");
+    }
+}

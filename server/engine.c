@@ -1,0 +1,542 @@
+/*
+ * server/engine.c - the engine thread on rank 0: a bounded request queue,
+ * --parallel sequence slots, continuous batching with chunked prefill.
+ *
+ * Each step the thread
+ *   1. admits queued requests into free slots (the slot's KV sequence is
+ *      cleared in that step's descriptor) and drops cancelled requests;
+ *   2. builds one batch: one decode token for every generating slot first,
+ *      then prefill chunks of the prompts still being read, up to n_batch
+ *      tokens, so a long prompt is fed in pieces between decode steps and
+ *      running streams keep flowing;
+ *   3. runs tp_parallel_step (all ranks compute; rank 0 gets logits);
+ *   4. samples one token per slot whose prompt is complete, runs it through
+ *      the streaming detokenizer and the stop-string matcher, and publishes
+ *      the token and the releasable text to the request (condvar broadcast).
+ * When idle it pings the group every second so /health notices dead ranks.
+ * A failed step poisons the engine: every request gets a 503 error and new
+ * ones are refused.  The token loop allocates nothing except growing the
+ * per-request text buffers (amortised).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/server_impl.h"
+
+struct slot {
+    struct tp_req *req;      /* NULL: free */
+    tp_sampler_t *sampler;   /* per request (params differ), owned */
+    tp_detok_t *detok;       /* owned, reset per request */
+    struct tp_buf text;      /* all text generated so far (incl. held back) */
+    size_t released;         /* bytes of text published to the request */
+    int n_fed;               /* prompt tokens fed to the model */
+    int n_past;              /* positions in the KV cache */
+    int32_t last_tok;        /* next decode input */
+    int fresh;               /* needs its KV sequence cleared in the next step */
+    uint64_t t_prev_tok_ns;
+};
+
+struct tp_engine {
+    struct tp_engine_config cfg;
+    tp_parallel_t *p;
+    tp_tokenizer_t *tok;
+    struct tp_metrics *metrics;
+    int n_vocab, n_ctx;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct tp_req **queue;   /* ring (max_queue) */
+    int q_head, q_len;
+    struct slot *slots;      /* (n_parallel) */
+    int stop, failed;
+    char fail_reason[256];
+    uint64_t last_ok_ns;     /* last successful step or ping */
+    uint64_t busy_since_ns;  /* first step of the current busy period */
+    /* step buffers, sized at init */
+    int32_t *b_tok, *b_pos, *b_seq; /* (n_batch) */
+    int8_t *b_logits;               /* (n_batch) */
+    int *row_slot;                  /* (n_parallel) logits row -> slot */
+    int32_t clear_seq[256], clear_from[256];
+    float *logits;                  /* (n_parallel, n_vocab) */
+    char scratch[1024];
+    pthread_t thread;
+    int thread_started;
+};
+
+struct tp_req *tp_req_new(void)
+{
+    struct tp_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->refs = 2;
+    pthread_cond_init(&r->cond, NULL);
+    return r;
+}
+
+static void req_free(struct tp_req *r)
+{
+    tp_req_params_free(&r->params);
+    free(r->prompt);
+    free(r->toks);
+    tp_buf_free(&r->text);
+    pthread_cond_destroy(&r->cond);
+    free(r);
+}
+
+/* mu held */
+static void req_unref(struct tp_req *r)
+{
+    if (--r->refs == 0) req_free(r);
+}
+
+void tp_engine_release(struct tp_engine *e, struct tp_req *r)
+{
+    pthread_mutex_lock(&e->mu);
+    req_unref(r);
+    pthread_mutex_unlock(&e->mu);
+}
+
+pthread_mutex_t *tp_engine_mutex(struct tp_engine *e) { return &e->mu; }
+
+/* mu held: finish r (engine side) and drop the engine's reference. */
+static void req_finish(struct tp_engine *e, struct tp_req *r, enum tp_finish f, int status, const char *msg)
+{
+    (void)e;
+    r->state = TP_REQ_DONE;
+    r->finish = f;
+    r->t_done_ns = tp_now_ns();
+    if (f == TP_FINISH_ERROR) {
+        r->err_status = status;
+        snprintf(r->err_msg, sizeof r->err_msg, "%s", msg ? msg : "internal error");
+    }
+    pthread_cond_broadcast(&r->cond);
+    req_unref(r);
+}
+
+int tp_engine_submit(struct tp_engine *e, struct tp_req *r, struct tp_api_error *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&e->mu);
+    if (e->failed) {
+        tp_api_fail(err, 503, NULL, "the engine failed (%s); restart the server", e->fail_reason);
+        rc = 503;
+    } else if (e->stop) {
+        tp_api_fail(err, 503, NULL, "the server is shutting down");
+        rc = 503;
+    } else if (e->q_len >= e->cfg.max_queue) {
+        tp_api_fail(err, 429, NULL, "too many requests: %d are waiting (--max-queue); retry shortly", e->q_len);
+        rc = 429;
+    } else {
+        r->state = TP_REQ_QUEUED;
+        r->t_submit_ns = tp_now_ns();
+        e->queue[(e->q_head + e->q_len) % e->cfg.max_queue] = r;
+        e->q_len++;
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+void tp_engine_cancel(struct tp_engine *e, struct tp_req *r)
+{
+    pthread_mutex_lock(&e->mu);
+    r->cancelled = 1;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int tp_engine_healthy(struct tp_engine *e, char *reason, size_t cap)
+{
+    int ok = 1;
+    pthread_mutex_lock(&e->mu);
+    uint64_t now = tp_now_ns();
+    if (e->failed) {
+        snprintf(reason, cap, "engine failed: %s", e->fail_reason);
+        ok = 0;
+    } else if (now - e->last_ok_ns > 5000000000ull && now - e->busy_since_ns > 5000000000ull) {
+        /* no successful step or ping for 5 s: a step is stuck */
+        snprintf(reason, cap, "engine made no progress for %.1f s", (double)(now - e->last_ok_ns) / 1e9);
+        ok = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return ok;
+}
+
+void tp_engine_gauges(struct tp_engine *e, struct tp_metrics_gauges *g)
+{
+    pthread_mutex_lock(&e->mu);
+    g->queue_depth = e->q_len;
+    g->active_seqs = 0;
+    for (int i = 0; i < e->cfg.n_parallel; i++) g->active_seqs += e->slots[i].req != NULL;
+    g->n_parallel = e->cfg.n_parallel;
+    g->healthy = !e->failed;
+    pthread_mutex_unlock(&e->mu);
+    struct tp_parallel_stats st;
+    tp_parallel_get_stats(e->p, &st);
+    g->n_ranks = tp_parallel_size(e->p);
+    g->ns_comm = st.ns_comm;
+    g->ns_compute = st.ns_compute;
+    g->n_steps = st.n_steps;
+}
+
+/* mu held: the engine failed; fail everything. */
+static void engine_poison(struct tp_engine *e, const char *why)
+{
+    if (!e->failed) {
+        e->failed = 1;
+        snprintf(e->fail_reason, sizeof e->fail_reason, "%s", why);
+        tp_log(TP_LOG_ERROR, "server", "engine failed: %s; answering 503 from now on", why);
+    }
+    char msg[400];
+    snprintf(msg, sizeof msg, "the engine failed: %s", e->fail_reason);
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->req) continue;
+        req_finish(e, s->req, TP_FINISH_ERROR, 503, msg);
+        s->req = NULL;
+    }
+    while (e->q_len > 0) {
+        struct tp_req *r = e->queue[e->q_head];
+        e->q_head = (e->q_head + 1) % e->cfg.max_queue;
+        e->q_len--;
+        req_finish(e, r, TP_FINISH_ERROR, 503, msg);
+    }
+}
+
+/* mu held: release text[released..upto) of slot s to its request. */
+static int publish_text(struct slot *s, size_t upto)
+{
+    if (upto <= s->released) return 0;
+    if (tp_buf_append(&s->req->text, s->text.data + s->released, upto - s->released) != 0) return -1;
+    s->released = upto;
+    return 0;
+}
+
+/* mu held: the slot's request is finished (not error): flush held text. */
+static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
+{
+    struct tp_req *r = s->req;
+    size_t nf = tp_detok_flush(s->detok, e->scratch, sizeof e->scratch);
+    if (nf && tp_buf_append(&s->text, e->scratch, nf) != 0) f = TP_FINISH_ERROR;
+    if (f != TP_FINISH_ERROR) {
+        int hit = 0;
+        size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
+                                  r->params.n_stop, &hit);
+        if (hit) f = TP_FINISH_STOP;
+        if (publish_text(s, hit ? rel : s->text.len) != 0) f = TP_FINISH_ERROR;
+        if (r->n_toks > 0) r->toks[r->n_toks - 1].text_end = r->text.len;
+    }
+    if (e->metrics && f != TP_FINISH_ERROR && f != TP_FINISH_CANCELLED) {
+        double ttft = r->t_first_ns ? (double)(r->t_first_ns - r->t_submit_ns) / 1e9 : 0;
+        double gen_s = r->n_toks > 1 ? (double)(tp_now_ns() - r->t_first_ns) / 1e9 : 0;
+        tp_metrics_finished(e->metrics, r->n_prompt, r->n_toks, ttft, r->n_toks > 1 ? gen_s / (r->n_toks - 1) : -1);
+    }
+    req_finish(e, r, f, 500, "out of memory while generating");
+    s->req = NULL;
+}
+
+/* mu held: move queued requests into free slots; drop cancelled ones. */
+static void admit(struct tp_engine *e)
+{
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->req && s->req->cancelled) {
+            req_finish(e, s->req, TP_FINISH_CANCELLED, 0, NULL);
+            s->req = NULL;
+        }
+    }
+    for (int i = 0; i < e->cfg.n_parallel && e->q_len > 0; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->req) continue;
+        struct tp_req *r = NULL;
+        while (e->q_len > 0 && !r) {
+            r = e->queue[e->q_head];
+            e->q_head = (e->q_head + 1) % e->cfg.max_queue;
+            e->q_len--;
+            if (r->cancelled) {
+                req_finish(e, r, TP_FINISH_CANCELLED, 0, NULL);
+                r = NULL;
+            }
+        }
+        if (!r) break;
+        struct tp_sampler_params sp = tp_sampler_default_params();
+        sp.temperature = r->params.temperature;
+        sp.top_k = r->params.top_k;
+        sp.top_p = r->params.top_p;
+        sp.min_p = r->params.min_p;
+        sp.repetition_penalty = r->params.repetition_penalty;
+        sp.presence_penalty = r->params.presence_penalty;
+        sp.frequency_penalty = r->params.frequency_penalty;
+        sp.seed = r->seed;
+        sp.n_logprobs = r->params.logprobs ? r->params.top_logprobs : 0;
+        tp_sampler_free(s->sampler);
+        s->sampler = NULL;
+        if (tp_sampler_init(&sp, e->n_vocab, &s->sampler) != TP_OK) {
+            req_finish(e, r, TP_FINISH_ERROR, 500, "could not create the sampler (out of memory?)");
+            continue;
+        }
+        tp_detok_reset(s->detok);
+        s->req = r;
+        s->text.len = 0;
+        s->released = 0;
+        s->n_fed = 0;
+        s->n_past = 0;
+        s->fresh = 1;
+        r->state = TP_REQ_RUNNING;
+        pthread_cond_broadcast(&r->cond);
+    }
+}
+
+/* Build the step; returns the number of tokens (0: nothing to do). mu held. */
+static int build_step(struct tp_engine *e, struct tp_step *st)
+{
+    int n = 0, n_clear = 0, n_rows = 0;
+    int budget = e->cfg.n_batch;
+    /* decode tokens first: running streams never wait behind a prefill */
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->req || s->n_fed < s->req->n_prompt) continue;
+        e->b_tok[n] = s->last_tok;
+        e->b_pos[n] = s->n_past;
+        e->b_seq[n] = i;
+        e->b_logits[n] = 1;
+        e->row_slot[n_rows++] = i;
+        n++;
+        budget--;
+    }
+    for (int i = 0; i < e->cfg.n_parallel && budget > 0; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->req || s->n_fed >= s->req->n_prompt) continue;
+        if (s->fresh) {
+            e->clear_seq[n_clear] = i;
+            e->clear_from[n_clear++] = 0;
+            s->fresh = 0;
+        }
+        int chunk = TP_MIN(budget, s->req->n_prompt - s->n_fed);
+        for (int k = 0; k < chunk; k++) {
+            e->b_tok[n] = s->req->prompt[s->n_fed + k];
+            e->b_pos[n] = s->n_fed + k;
+            e->b_seq[n] = i;
+            e->b_logits[n] = 0;
+            n++;
+        }
+        s->n_fed += chunk;
+        s->n_past = s->n_fed;
+        s->req->n_prefilled = s->n_fed;
+        budget -= chunk;
+        if (s->n_fed == s->req->n_prompt) {
+            e->b_logits[n - 1] = 1;
+            e->row_slot[n_rows++] = i;
+        }
+    }
+    st->batch.n_tokens = n;
+    st->batch.token = e->b_tok;
+    st->batch.pos = e->b_pos;
+    st->batch.seq = e->b_seq;
+    st->batch.logits = e->b_logits;
+    st->n_clear = n_clear;
+    st->clear_seq = e->clear_seq;
+    st->clear_from = e->clear_from;
+    return n;
+}
+
+/* mu held: sample the next token of slot s from logits row. */
+static void slot_sample(struct tp_engine *e, struct slot *s, const float *row)
+{
+    struct tp_req *r = s->req;
+    struct tp_gen_tok *g = &r->toks[r->n_toks];
+    struct tp_sample_result res;
+    if (tp_sampler_sample(s->sampler, row, &res) != TP_OK) {
+        req_finish(e, r, TP_FINISH_ERROR, 500, "sampling failed");
+        s->req = NULL;
+        return;
+    }
+    uint64_t now = tp_now_ns();
+    if (!r->t_first_ns) r->t_first_ns = now;
+    s->t_prev_tok_ns = now;
+    if (tp_tokenizer_is_eog(e->tok, res.id) && !r->params.ignore_eos) {
+        slot_finish(e, s, TP_FINISH_STOP);
+        return;
+    }
+    tp_sampler_accept(s->sampler, res.id);
+    g->id = res.id;
+    g->logprob = res.logprob;
+    g->n_top = res.n_top;
+    if (res.n_top > 0) memcpy(g->top, res.top, sizeof(struct tp_logprob) * (size_t)res.n_top);
+    size_t nb = tp_detok_push(s->detok, res.id, e->scratch, sizeof e->scratch);
+    if (nb && tp_buf_append(&s->text, e->scratch, nb) != 0) {
+        req_finish(e, r, TP_FINISH_ERROR, 500, "out of memory while generating");
+        s->req = NULL;
+        return;
+    }
+    int hit = 0;
+    size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
+                              r->params.n_stop, &hit);
+    if (publish_text(s, rel) != 0) {
+        req_finish(e, r, TP_FINISH_ERROR, 500, "out of memory while generating");
+        s->req = NULL;
+        return;
+    }
+    g->text_end = r->text.len;
+    r->n_toks++;
+    s->last_tok = res.id;
+    pthread_cond_broadcast(&r->cond);
+    if (hit) {
+        req_finish(e, r, TP_FINISH_STOP, 0, NULL);
+        s->req = NULL;
+    } else if (r->n_toks >= r->max_tokens || s->n_past + 1 >= e->n_ctx) {
+        slot_finish(e, s, TP_FINISH_LENGTH);
+    }
+}
+
+static void *engine_main(void *arg)
+{
+    struct tp_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        if (e->failed) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        admit(e);
+        struct tp_step st;
+        int n = build_step(e, &st);
+        if (n == 0) {
+            e->busy_since_ns = 0;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            int rc = pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+            if (rc != 0 && !e->stop && e->q_len == 0) {
+                pthread_mutex_unlock(&e->mu);
+                enum tp_status ps = tp_parallel_ping(e->p);
+                pthread_mutex_lock(&e->mu);
+                if (ps != TP_OK) engine_poison(e, tp_parallel_last_error(e->p));
+                else e->last_ok_ns = tp_now_ns();
+            }
+            continue;
+        }
+        if (!e->busy_since_ns) e->busy_since_ns = tp_now_ns();
+        pthread_mutex_unlock(&e->mu);
+        enum tp_status rc = tp_parallel_step(e->p, &st, e->logits);
+        pthread_mutex_lock(&e->mu);
+        if (rc != TP_OK) {
+            char why[300];
+            snprintf(why, sizeof why, "%s (%s)", tp_parallel_last_error(e->p), tp_status_str(rc));
+            engine_poison(e, why);
+            continue;
+        }
+        e->last_ok_ns = tp_now_ns();
+        int row = 0;
+        for (int i = 0; i < n; i++) {
+            if (!st.batch.logits[i]) continue;
+            struct slot *s = &e->slots[e->row_slot[row]];
+            const float *lr = e->logits + (size_t)row * (size_t)e->n_vocab;
+            row++;
+            if (!s->req) continue;
+            if (s->req->cancelled) continue; /* dropped by admit() next round */
+            s->n_past = st.batch.pos[i] + 1;
+            slot_sample(e, s, lr);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t *p, struct tp_metrics *metrics,
+                              struct tp_engine **out, struct tp_error *err)
+{
+    *out = NULL;
+    const struct tp_hparams *hp = tp_parallel_hparams(p);
+    tp_model_t *m = tp_parallel_model(p);
+    if (cfg->n_parallel < 1 || cfg->n_parallel > 256)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "--parallel %d: must be between 1 and 256", cfg->n_parallel);
+    if (cfg->n_parallel > tp_model_n_seq(m))
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "--parallel %d exceeds the engine's %d sequence slots",
+                            cfg->n_parallel, tp_model_n_seq(m));
+    if (cfg->n_batch < cfg->n_parallel)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "batch size %d must be >= --parallel %d", cfg->n_batch,
+                            cfg->n_parallel);
+    struct tp_engine *e = calloc(1, sizeof *e);
+    if (!e) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    e->cfg = *cfg;
+    if (e->cfg.max_queue < 1) e->cfg.max_queue = 1;
+    e->p = p;
+    e->tok = tp_parallel_tokenizer(p);
+    e->metrics = metrics;
+    e->n_vocab = hp->n_vocab;
+    e->n_ctx = tp_model_n_ctx(m);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->queue = calloc((size_t)e->cfg.max_queue, sizeof *e->queue);
+    e->slots = calloc((size_t)cfg->n_parallel, sizeof *e->slots);
+    e->b_tok = calloc((size_t)cfg->n_batch, sizeof(int32_t));
+    e->b_pos = calloc((size_t)cfg->n_batch, sizeof(int32_t));
+    e->b_seq = calloc((size_t)cfg->n_batch, sizeof(int32_t));
+    e->b_logits = calloc((size_t)cfg->n_batch, 1);
+    e->row_slot = calloc((size_t)cfg->n_parallel, sizeof(int));
+    e->logits = malloc(sizeof(float) * (size_t)cfg->n_parallel * (size_t)e->n_vocab);
+    if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits)
+        goto nomem;
+    for (int i = 0; i < cfg->n_parallel; i++)
+        if (tp_detok_init(e->tok, &e->slots[i].detok) != TP_OK) goto nomem;
+    e->last_ok_ns = tp_now_ns();
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        tp_engine_free(e);
+        return tp_error_set(err, TP_ERR_NOMEM, "could not start the engine thread");
+    }
+    e->thread_started = 1;
+    *out = e;
+    return TP_OK;
+nomem:
+    tp_engine_free(e);
+    return tp_error_set(err, TP_ERR_NOMEM, "out of memory allocating the engine's buffers");
+}
+
+void tp_engine_stop(struct tp_engine *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->thread_started) pthread_join(e->thread, NULL);
+    e->thread_started = 0;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; e->slots && i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->req) req_finish(e, s->req, TP_FINISH_ERROR, 503, "the server is shutting down");
+        s->req = NULL;
+    }
+    while (e->queue && e->q_len > 0) {
+        struct tp_req *r = e->queue[e->q_head];
+        e->q_head = (e->q_head + 1) % e->cfg.max_queue;
+        e->q_len--;
+        req_finish(e, r, TP_FINISH_ERROR, 503, "the server is shutting down");
+    }
+    pthread_mutex_unlock(&e->mu);
+    e->thread_started = 0;
+}
+
+void tp_engine_free(struct tp_engine *e)
+{
+    if (!e) return;
+    tp_engine_stop(e);
+    for (int i = 0; e->slots && i < e->cfg.n_parallel; i++) {
+        tp_sampler_free(e->slots[i].sampler);
+        tp_detok_free(e->slots[i].detok);
+        tp_buf_free(&e->slots[i].text);
+    }
+    free(e->queue);
+    free(e->slots);
+    free(e->b_tok);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_logits);
+    free(e->row_slot);
+    free(e->logits);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}

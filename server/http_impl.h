@@ -1,0 +1,53 @@
+/*
+ * server/http_impl.h - private: the server handle and the helpers shared by
+ * http.c (daemon, routing, small endpoints) and api.c (completions).
+ */
+#ifndef TP_SERVER_HTTP_IMPL_H
+#define TP_SERVER_HTTP_IMPL_H
+
+#include <microhttpd.h>
+
+#include "server/server_impl.h"
+
+enum tp_srv_state { TP_SRV_LOADING = 0, TP_SRV_READY, TP_SRV_FAILED };
+
+struct tp_server {
+    struct tp_server_config cfg;      /* strings owned (copied) */
+    struct MHD_Daemon *daemon;
+    int port;
+    pthread_mutex_t state_mu;         /* guards state, fail_reason */
+    enum tp_srv_state state;
+    char fail_reason[512];
+    tp_parallel_t *par;               /* not owned */
+    tp_tokenizer_t *tok;              /* owned by the model */
+    pthread_mutex_t tok_mu;           /* encode from HTTP threads */
+    struct tp_engine *engine;
+    struct tp_metrics *metrics;
+    enum tp_chat_family chat;
+    char bos_text[64], eos_text[64];
+    char *model_id;                   /* owned */
+    int n_ctx, n_vocab;
+    int64_t created;
+    uint64_t next_id;                 /* request ids (atomic add) */
+    int stop_pipe[2];
+    pthread_mutex_t stop_mu;
+    pthread_cond_t stop_cv;
+};
+
+enum MHD_Result tp_http_send(struct MHD_Connection *c, int status, const char *content_type, const char *body,
+                             size_t len, const char *extra_name, const char *extra_value);
+enum MHD_Result tp_http_send_json(struct tp_server *s, struct MHD_Connection *c, int status, const char *json);
+enum MHD_Result tp_http_send_error(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e);
+/* Nonzero when the client closed its end of the connection. */
+int tp_http_client_gone(struct MHD_Connection *c);
+void tp_http_log_request(struct tp_server *s, const char *id, const char *path, int status, int n_prompt, int n_gen,
+                         double ttft_s, double tps);
+/* Encode text (special tokens parsed); *out malloc'd. Returns count or -1 with e. */
+int tp_server_tokenize(struct tp_server *s, const char *text, int add_bos, int32_t **out, struct tp_api_error *e);
+/* Append s[0..n) with invalid UTF-8 bytes replaced by U+FFFD. */
+void tp_srv_utf8_sanitize(const char *s, size_t n, struct tp_buf *out);
+/* POST /v1/completions (chat 0) and /v1/chat/completions (chat 1). */
+enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connection *c, int chat, const char *body,
+                                         size_t len);
+
+#endif /* TP_SERVER_HTTP_IMPL_H */

@@ -1,0 +1,163 @@
+/*
+ * server/metrics.c - counters and histograms for GET /metrics, rendered in
+ * the Prometheus text exposition format (0.0.4; checked with
+ * `promtool check metrics` by tests/server when promtool is installed).
+ *
+ * Families: requests by HTTP status, prompt and generated tokens, the last
+ * request's decode rate, time to first token and time per output token
+ * histograms, queue depth, active sequences, engine steps and rank 0's
+ * communication / compute time (tp_parallel_get_stats is rank-local; the
+ * other ranks' figures are not collected).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server_impl.h"
+
+static const int status_codes[] = {200, 400, 401, 404, 405, 413, 429, 499, 500, 503};
+#define N_STATUS ((int)TP_ARRAY_LEN(status_codes))
+static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+static const double tpot_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+#define N_TTFT ((int)TP_ARRAY_LEN(ttft_bounds))
+#define N_TPOT ((int)TP_ARRAY_LEN(tpot_bounds))
+
+struct hist {
+    uint64_t counts[16]; /* per bucket (non-cumulative), last = +Inf */
+    uint64_t n;
+    double sum;
+};
+
+struct tp_metrics {
+    pthread_mutex_t mu;
+    uint64_t by_status[N_STATUS + 1]; /* last: other */
+    uint64_t prompt_tokens, gen_tokens, finished;
+    double last_tps;
+    struct hist ttft, tpot;
+};
+
+struct tp_metrics *tp_metrics_new(void)
+{
+    struct tp_metrics *m = calloc(1, sizeof *m);
+    if (m) pthread_mutex_init(&m->mu, NULL);
+    return m;
+}
+
+void tp_metrics_free(struct tp_metrics *m)
+{
+    if (!m) return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void tp_metrics_request(struct tp_metrics *m, int status)
+{
+    if (!m) return;
+    int k = N_STATUS;
+    for (int i = 0; i < N_STATUS; i++)
+        if (status_codes[i] == status) k = i;
+    pthread_mutex_lock(&m->mu);
+    m->by_status[k]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void hist_add(struct hist *h, const double *bounds, int nb, double v)
+{
+    int k = nb;
+    for (int i = 0; i < nb; i++)
+        if (v <= bounds[i]) {
+            k = i;
+            break;
+        }
+    h->counts[k]++;
+    h->n++;
+    h->sum += v;
+}
+
+void tp_metrics_finished(struct tp_metrics *m, int n_prompt, int n_gen, double ttft_s, double tpot_s)
+{
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    m->prompt_tokens += (uint64_t)(n_prompt > 0 ? n_prompt : 0);
+    m->gen_tokens += (uint64_t)(n_gen > 0 ? n_gen : 0);
+    m->finished++;
+    if (n_gen > 0) hist_add(&m->ttft, ttft_bounds, N_TTFT, ttft_s);
+    if (tpot_s >= 0) hist_add(&m->tpot, tpot_bounds, N_TPOT, tpot_s);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void tp_metrics_tokens_per_s(struct tp_metrics *m, double tps)
+{
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    m->last_tps = tps;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static int hist_render(struct tp_buf *o, const char *name, const char *help, const struct hist *h,
+                       const double *bounds, int nb)
+{
+    int rc = tp_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < nb; i++) {
+        cum += h->counts[i];
+        rc |= tp_buf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
+    }
+    cum += h->counts[nb];
+    rc |= tp_buf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+                        (unsigned long long)cum, name, h->sum, name, (unsigned long long)h->n);
+    return rc;
+}
+
+int tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, struct tp_buf *o)
+{
+    int rc = 0;
+    pthread_mutex_lock(&m->mu);
+    rc |= tp_buf_puts(o, "# HELP tpserve_requests_total HTTP requests answered, by status code.\n"
+                         "# TYPE tpserve_requests_total counter\n");
+    for (int i = 0; i <= N_STATUS; i++) {
+        if (i < N_STATUS)
+            rc |= tp_buf_printf(o, "tpserve_requests_total{status=\"%d\"} %llu\n", status_codes[i],
+                                (unsigned long long)m->by_status[i]);
+        else
+            rc |= tp_buf_printf(o, "tpserve_requests_total{status=\"other\"} %llu\n",
+                                (unsigned long long)m->by_status[i]);
+    }
+    rc |= tp_buf_printf(o,
+                        "# HELP tpserve_prompt_tokens_total Prompt tokens processed.\n"
+                        "# TYPE tpserve_prompt_tokens_total counter\ntpserve_prompt_tokens_total %llu\n"
+                        "# HELP tpserve_generated_tokens_total Tokens generated.\n"
+                        "# TYPE tpserve_generated_tokens_total counter\ntpserve_generated_tokens_total %llu\n"
+                        "# HELP tpserve_completions_total Completions finished (stop or length).\n"
+                        "# TYPE tpserve_completions_total counter\ntpserve_completions_total %llu\n"
+                        "# HELP tpserve_generation_tokens_per_second Decode rate of the last finished request.\n"
+                        "# TYPE tpserve_generation_tokens_per_second gauge\n"
+                        "tpserve_generation_tokens_per_second %.3f\n",
+                        (unsigned long long)m->prompt_tokens, (unsigned long long)m->gen_tokens,
+                        (unsigned long long)m->finished, m->last_tps);
+    rc |= hist_render(o, "tpserve_time_to_first_token_seconds", "Time from request to first generated token.",
+                      &m->ttft, ttft_bounds, N_TTFT);
+    rc |= hist_render(o, "tpserve_time_per_output_token_seconds", "Mean time between generated tokens per request.",
+                      &m->tpot, tpot_bounds, N_TPOT);
+    pthread_mutex_unlock(&m->mu);
+    rc |= tp_buf_printf(o,
+                        "# HELP tpserve_queue_depth Requests waiting for a sequence slot.\n"
+                        "# TYPE tpserve_queue_depth gauge\ntpserve_queue_depth %d\n"
+                        "# HELP tpserve_active_sequences Sequences being generated.\n"
+                        "# TYPE tpserve_active_sequences gauge\ntpserve_active_sequences %d\n"
+                        "# HELP tpserve_parallel_slots Sequence slots (--parallel).\n"
+                        "# TYPE tpserve_parallel_slots gauge\ntpserve_parallel_slots %d\n"
+                        "# HELP tpserve_healthy 1 when the engine and every rank are working.\n"
+                        "# TYPE tpserve_healthy gauge\ntpserve_healthy %d\n"
+                        "# HELP tpserve_ranks Ranks in the tensor-parallel group.\n"
+                        "# TYPE tpserve_ranks gauge\ntpserve_ranks %d\n"
+                        "# HELP tpserve_engine_steps_total Engine steps run.\n"
+                        "# TYPE tpserve_engine_steps_total counter\ntpserve_engine_steps_total %llu\n"
+                        "# HELP tpserve_comm_seconds_total Time spent in communication, per rank (rank 0 measured).\n"
+                        "# TYPE tpserve_comm_seconds_total counter\ntpserve_comm_seconds_total{rank=\"0\"} %.6f\n"
+                        "# HELP tpserve_compute_seconds_total Time spent computing, per rank (rank 0 measured).\n"
+                        "# TYPE tpserve_compute_seconds_total counter\ntpserve_compute_seconds_total{rank=\"0\"} %.6f\n",
+                        g->queue_depth, g->active_seqs, g->n_parallel, g->healthy, g->n_ranks,
+                        (unsigned long long)g->n_steps, (double)g->ns_comm / 1e9, (double)g->ns_compute / 1e9);
+    return rc ? -1 : 0;
+}

@@ -1,0 +1,215 @@
+/*
+ * server/server_impl.h - private: the pieces of the HTTP server shared by its
+ * files (byte buffers, OpenAI-shaped errors, request validation, chat
+ * templates, stop-string matching, SSE framing, metrics, the engine queue).
+ * Everything here is internal to tp_server; tests include it directly.
+ */
+#ifndef TP_SERVER_IMPL_H
+#define TP_SERVER_IMPL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "model/model.h"
+#include "parallel/parallel.h"
+#include "server/server.h"
+
+/* ============================================================ buffers ===== */
+
+/* Growable byte buffer, always NUL-terminated when data != NULL. */
+struct tp_buf {
+    char *data;
+    size_t len, cap;
+};
+int tp_buf_append(struct tp_buf *b, const char *s, size_t n); /* 0, or -1 out of memory */
+int tp_buf_puts(struct tp_buf *b, const char *s);
+int tp_buf_printf(struct tp_buf *b, const char *fmt, ...) TP_PRINTF(2, 3);
+void tp_buf_free(struct tp_buf *b);
+/* Nonzero when s[0..n) is valid UTF-8 (no overlongs, surrogates or > U+10FFFF). */
+int tp_srv_utf8_valid(const char *s, size_t n);
+
+/* ============================================================ errors ===== */
+
+/* One error answer: {"error":{"message","type","param","code"}} with status. */
+struct tp_api_error {
+    int status;            /* 400, 401, 404, 405, 413, 429, 500, 503 */
+    const char *type;      /* "invalid_request_error", ... (static) */
+    const char *code;      /* static or NULL (JSON null) */
+    char param[64];        /* "" -> null */
+    char message[512];
+};
+/* Fill e; type/code are chosen from the status. Returns -1 (for `return tp_api_fail(...)`). */
+int tp_api_fail(struct tp_api_error *e, int status, const char *param, const char *fmt, ...) TP_PRINTF(4, 5);
+/* JSON text of e (malloc'd, caller frees); NULL on out of memory. */
+char *tp_api_error_json(const struct tp_api_error *e);
+
+/* ====================================================== chat templates ===== */
+
+enum tp_chat_family {
+    TP_CHAT_UNKNOWN = 0,
+    TP_CHAT_LLAMA2,
+    TP_CHAT_LLAMA3,
+    TP_CHAT_CHATML,
+    TP_CHAT_QWEN3,
+    TP_CHAT_MISTRAL,
+    TP_CHAT_ZEPHYR,
+    TP_CHAT_PLAIN, /* our default for models without a template (documented in README) */
+    TP_CHAT_FAMILY_COUNT
+};
+struct tp_chat_msg {
+    const char *role;    /* "system" | "user" | "assistant" */
+    const char *content; /* UTF-8 */
+};
+/* Family of a Jinja chat template by its markers; NULL -> PLAIN; unrecognised -> UNKNOWN. */
+enum tp_chat_family tp_chat_detect(const char *tmpl);
+/* "llama3" -> TP_CHAT_LLAMA3; UNKNOWN for other names. */
+enum tp_chat_family tp_chat_family_parse(const char *name);
+const char *tp_chat_family_name(enum tp_chat_family f);
+/*
+ * Render msgs as the family's reference template does (Hugging Face Jinja,
+ * trim_blocks + lstrip_blocks).  bos/eos: the special token texts.  Appends
+ * to out.  Returns 0, -1 with a message in err (the template would raise, e.g.
+ * roles that do not alternate), -2 out of memory.
+ */
+int tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs, int add_generation_prompt,
+                   const char *bos, const char *eos, struct tp_buf *out, char *err, size_t err_cap);
+
+/* ================================================== request parameters ===== */
+
+#define TP_MAX_STOP 16
+#define TP_MAX_STOP_BYTES 256
+
+struct tp_req_params {
+    int chat;                      /* 1: /v1/chat/completions */
+    char *model;                   /* owned; NULL when absent */
+    char *prompt;                  /* completions, text prompt (owned) or NULL */
+    int32_t *prompt_ids;           /* completions, token prompt (owned) or NULL */
+    int n_prompt_ids;
+    struct tp_chat_msg *msgs;      /* chat (owned, strings owned too) */
+    int n_msgs;
+    int max_tokens;                /* -1: until the context is full */
+    float temperature, top_p, min_p;
+    int top_k;
+    float presence_penalty, frequency_penalty, repetition_penalty;
+    int has_seed;
+    uint64_t seed;
+    int logprobs;                  /* chat: 0/1; completions: 1 when logprobs given (>= 0) */
+    int top_logprobs;              /* alternatives per token, 0..20 */
+    int stream, include_usage, ignore_eos;
+    char *stop[TP_MAX_STOP];       /* owned */
+    int n_stop;
+};
+/*
+ * Parse and validate a JSON body.  n_vocab bounds token ids, n_ctx bounds
+ * max_tokens.  Returns 0, or -1 with e filled (400, param named).
+ */
+int tp_req_parse(const char *body, size_t len, int chat, int n_vocab, int n_ctx, struct tp_req_params *p,
+                 struct tp_api_error *e);
+void tp_req_params_free(struct tp_req_params *p);
+
+/* ======================================================= stop strings ===== */
+
+/*
+ * Generated text so far is text[0..len).  Returns how many bytes may be sent
+ * to the client: everything except a tail that could still grow into a stop
+ * string.  When a stop string occurs (searching at offsets >= from), *hit = 1
+ * and the return value is where it starts (the stop string is never sent).
+ */
+size_t tp_stop_scan(const char *text, size_t len, size_t from, char *const *stops, int n_stop, int *hit);
+
+/* ================================================================ SSE ===== */
+
+int tp_sse_data(struct tp_buf *b, const char *json); /* "data: <json>\n\n" */
+int tp_sse_done(struct tp_buf *b);                   /* "data: [DONE]\n\n" */
+int tp_sse_comment(struct tp_buf *b, const char *text); /* ": <text>\n\n" */
+
+/* ============================================================ metrics ===== */
+
+struct tp_metrics;
+struct tp_metrics *tp_metrics_new(void);
+void tp_metrics_free(struct tp_metrics *m);
+void tp_metrics_request(struct tp_metrics *m, int http_status);
+void tp_metrics_finished(struct tp_metrics *m, int n_prompt, int n_gen, double ttft_s, double tpot_s);
+void tp_metrics_tokens_per_s(struct tp_metrics *m, double tps);
+struct tp_metrics_gauges {
+    int queue_depth, active_seqs, n_parallel, healthy;
+    int n_ranks;
+    uint64_t ns_comm, ns_compute, n_steps;
+};
+/* Prometheus text exposition format 0.0.4. Returns 0 or -1 (out of memory). */
+int tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, struct tp_buf *out);
+
+/* ======================================================= engine queue ===== */
+
+enum tp_req_state { TP_REQ_QUEUED = 0, TP_REQ_RUNNING, TP_REQ_DONE };
+enum tp_finish { TP_FINISH_NONE = 0, TP_FINISH_STOP, TP_FINISH_LENGTH, TP_FINISH_ERROR, TP_FINISH_CANCELLED };
+
+/* One generated token as seen by the HTTP side. */
+struct tp_gen_tok {
+    int32_t id;
+    float logprob;
+    size_t text_end;               /* released text length after this token */
+    int n_top;
+    struct tp_logprob top[20];
+};
+
+/*
+ * A request handed from an HTTP thread to the engine.  Fields above `mu
+ * protected` are written by the HTTP thread before tp_engine_submit and then
+ * read-only; the rest are guarded by the engine's mutex.  Two references
+ * (HTTP side, engine side); freed by whichever releases last.
+ */
+struct tp_req {
+    char id[48];
+    int chat;
+    struct tp_req_params params;
+    int32_t *prompt;               /* (n_prompt) token ids, owned */
+    int n_prompt;
+    int max_tokens;                /* effective, >= 1 */
+    uint64_t seed;
+    uint64_t t_submit_ns;
+    /* ---- mu protected ---- */
+    enum tp_req_state state;
+    enum tp_finish finish;
+    int cancelled;                 /* set by the HTTP side (client gone) */
+    int err_status;                /* with TP_FINISH_ERROR: 500/503 */
+    char err_msg[512];
+    struct tp_gen_tok *toks;       /* (max_tokens), owned */
+    int n_toks;
+    struct tp_buf text;            /* released text */
+    int n_prefilled;               /* prompt tokens processed so far */
+    uint64_t t_first_ns, t_done_ns;
+    int refs;
+    pthread_cond_t cond;           /* signalled on every change */
+};
+
+struct tp_engine;
+struct tp_engine_config {
+    int n_parallel;
+    int max_queue;
+    int n_batch;
+};
+/* Starts the engine thread on p (not owned). */
+enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t *p, struct tp_metrics *metrics,
+                              struct tp_engine **out, struct tp_error *err);
+/* Stops the thread and fails queued/running requests (503); later submits get
+ * 503.  The handle stays valid for tp_engine_release/cancel.  Idempotent. */
+void tp_engine_stop(struct tp_engine *e);
+/* tp_engine_stop, then frees.  NULL safe. */
+void tp_engine_free(struct tp_engine *e);
+/* New request with refs = 2 (caller + engine after submit). NULL on out of memory. */
+struct tp_req *tp_req_new(void);
+/* Drop the caller's reference (frees at 0). */
+void tp_engine_release(struct tp_engine *e, struct tp_req *r);
+/* Queue r. Returns 0, 429 (queue full) or 503 (engine failed / stopping) with e filled. */
+int tp_engine_submit(struct tp_engine *e, struct tp_req *r, struct tp_api_error *err);
+/* Client gone: the engine frees the slot at its next step. */
+void tp_engine_cancel(struct tp_engine *e, struct tp_req *r);
+pthread_mutex_t *tp_engine_mutex(struct tp_engine *e);
+/* Nonzero when healthy; otherwise reason filled. */
+int tp_engine_healthy(struct tp_engine *e, char *reason, size_t cap);
+void tp_engine_gauges(struct tp_engine *e, struct tp_metrics_gauges *g);
+
+#endif /* TP_SERVER_IMPL_H */

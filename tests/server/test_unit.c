@@ -1,0 +1,414 @@
+/*
+ * tests/server/test_unit.c - server pieces that need no model: request
+ * validation, the stop-string matcher, SSE framing, OpenAI error bodies,
+ * UTF-8 validation, Prometheus metrics text, and the chat templates against
+ * the outputs of the reference Jinja engine (tests/server/chat_expected.json,
+ * written by tests/node/render_templates.mjs with @huggingface/jinja).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "server/server_impl.h"
+#include "tp_test.h"
+
+/* ------------------------------------------------------------ validation */
+
+static int parse(const char *body, int chat, struct tp_req_params *p, struct tp_api_error *e)
+{
+    return tp_req_parse(body, strlen(body), chat, 512, 256, p, e);
+}
+
+static void expect_bad(const char *body, int chat, const char *param)
+{
+    struct tp_req_params p;
+    struct tp_api_error e;
+    memset(&e, 0, sizeof e);
+    int rc = parse(body, chat, &p, &e);
+    if (rc == 0) {
+        fprintf(stderr, "accepted but should be refused: %s\n", body);
+        tp_req_params_free(&p);
+    }
+    CU_ASSERT_EQUAL(rc, -1);
+    CU_ASSERT_EQUAL(e.status, 400);
+    if (param) {
+        if (strcmp(e.param, param) != 0) fprintf(stderr, "%s: param '%s', want '%s'\n", body, e.param, param);
+        CU_ASSERT_STRING_EQUAL(e.param, param);
+    }
+    CU_ASSERT(strlen(e.message) > 10);
+}
+
+static void test_validate_good(void)
+{
+    struct tp_req_params p;
+    struct tp_api_error e;
+    CU_ASSERT_EQUAL_FATAL(parse("{\"prompt\":\"hi\",\"max_tokens\":5,\"temperature\":0,\"top_p\":0.5,\"top_k\":3,"
+                                "\"min_p\":0.1,\"seed\":-7,\"stop\":[\"a\",\"bc\"],\"stream\":true,"
+                                "\"stream_options\":{\"include_usage\":true},\"logprobs\":2,\"unknown\":[1,{}],"
+                                "\"user\":\"u\",\"n\":1,\"presence_penalty\":null}",
+                                0, &p, &e),
+                          0);
+    CU_ASSERT_STRING_EQUAL(p.prompt, "hi");
+    CU_ASSERT_EQUAL(p.max_tokens, 5);
+    CU_ASSERT_EQUAL(p.temperature, 0.0f);
+    CU_ASSERT_EQUAL(p.top_k, 3);
+    CU_ASSERT_EQUAL(p.has_seed, 1);
+    CU_ASSERT_EQUAL((int64_t)p.seed, -7);
+    CU_ASSERT_EQUAL(p.n_stop, 2);
+    CU_ASSERT_STRING_EQUAL(p.stop[1], "bc");
+    CU_ASSERT_EQUAL(p.stream, 1);
+    CU_ASSERT_EQUAL(p.include_usage, 1);
+    CU_ASSERT_EQUAL(p.logprobs, 1);
+    CU_ASSERT_EQUAL(p.top_logprobs, 2);
+    CU_ASSERT_EQUAL(p.presence_penalty, 0.0f);
+    tp_req_params_free(&p);
+
+    CU_ASSERT_EQUAL_FATAL(parse("{\"prompt\":[1,2,3]}", 0, &p, &e), 0);
+    CU_ASSERT_EQUAL(p.n_prompt_ids, 3);
+    CU_ASSERT_EQUAL(p.prompt_ids[2], 3);
+    CU_ASSERT_EQUAL(p.max_tokens, -1);
+    CU_ASSERT_EQUAL(p.temperature, 1.0f);
+    tp_req_params_free(&p);
+
+    CU_ASSERT_EQUAL_FATAL(parse("{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
+                                "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},"
+                                "{\"role\":\"assistant\",\"content\":null}],\"max_completion_tokens\":7,"
+                                "\"logprobs\":true,\"top_logprobs\":3}",
+                                1, &p, &e),
+                          0);
+    CU_ASSERT_EQUAL(p.n_msgs, 3);
+    CU_ASSERT_STRING_EQUAL(p.msgs[1].content, "ab");
+    CU_ASSERT_STRING_EQUAL(p.msgs[2].content, "");
+    CU_ASSERT_STRING_EQUAL(p.msgs[2].role, "assistant");
+    CU_ASSERT_EQUAL(p.max_tokens, 7);
+    CU_ASSERT_EQUAL(p.top_logprobs, 3);
+    tp_req_params_free(&p);
+}
+
+static void test_validate_bad(void)
+{
+    expect_bad("", 0, NULL);
+    expect_bad("{", 0, NULL);
+    expect_bad("[]", 0, NULL);
+    expect_bad("{\"prompt\":\"a\"} x", 0, NULL);
+    expect_bad("{\"prompt\":\"\xff\"}", 0, NULL);
+    expect_bad("{}", 0, "prompt");
+    expect_bad("{\"prompt\":5}", 0, "prompt");
+    expect_bad("{\"prompt\":[]}", 0, "prompt");
+    expect_bad("{\"prompt\":[\"a\",\"b\"]}", 0, "prompt");
+    expect_bad("{\"prompt\":[1,600]}", 0, "prompt");
+    expect_bad("{\"prompt\":[1,-1]}", 0, "prompt");
+    expect_bad("{\"prompt\":[1.5]}", 0, "prompt");
+    expect_bad("{\"prompt\":\"a\",\"max_tokens\":-1}", 0, "max_tokens");
+    expect_bad("{\"prompt\":\"a\",\"max_tokens\":0}", 0, "max_tokens");
+    expect_bad("{\"prompt\":\"a\",\"max_tokens\":1e12}", 0, "max_tokens");
+    expect_bad("{\"prompt\":\"a\",\"max_tokens\":257}", 0, "max_tokens");
+    expect_bad("{\"prompt\":\"a\",\"max_tokens\":\"5\"}", 0, "max_tokens");
+    expect_bad("{\"prompt\":\"a\",\"max_tokens\":2.5}", 0, "max_tokens");
+    expect_bad("{\"prompt\":\"a\",\"temperature\":-0.1}", 0, "temperature");
+    expect_bad("{\"prompt\":\"a\",\"temperature\":2.5}", 0, "temperature");
+    expect_bad("{\"prompt\":\"a\",\"temperature\":\"hot\"}", 0, "temperature");
+    expect_bad("{\"prompt\":\"a\",\"top_p\":0}", 0, "top_p");
+    expect_bad("{\"prompt\":\"a\",\"top_p\":1.1}", 0, "top_p");
+    expect_bad("{\"prompt\":\"a\",\"top_k\":-2}", 0, "top_k");
+    expect_bad("{\"prompt\":\"a\",\"min_p\":2}", 0, "min_p");
+    expect_bad("{\"prompt\":\"a\",\"presence_penalty\":3}", 0, "presence_penalty");
+    expect_bad("{\"prompt\":\"a\",\"frequency_penalty\":-3}", 0, "frequency_penalty");
+    expect_bad("{\"prompt\":\"a\",\"repetition_penalty\":0}", 0, "repetition_penalty");
+    expect_bad("{\"prompt\":\"a\",\"seed\":\"x\"}", 0, "seed");
+    expect_bad("{\"prompt\":\"a\",\"seed\":1.5}", 0, "seed");
+    expect_bad("{\"prompt\":\"a\",\"n\":2}", 0, "n");
+    expect_bad("{\"prompt\":\"a\",\"stop\":5}", 0, "stop");
+    expect_bad("{\"prompt\":\"a\",\"stop\":[\"\"]}", 0, "stop");
+    expect_bad("{\"prompt\":\"a\",\"stop\":[1]}", 0, "stop");
+    expect_bad("{\"prompt\":\"a\",\"stream\":\"yes\"}", 0, "stream");
+    expect_bad("{\"prompt\":\"a\",\"stream_options\":1}", 0, "stream_options");
+    expect_bad("{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":1}}", 0, "stream_options.include_usage");
+    expect_bad("{\"prompt\":\"a\",\"logprobs\":21}", 0, "logprobs");
+    expect_bad("{\"prompt\":\"a\",\"model\":5}", 0, "model");
+    expect_bad("{\"prompt\":\"a\",\"user\":5}", 0, "user");
+    expect_bad("{\"messages\":[]}", 1, "messages");
+    expect_bad("{\"messages\":{}}", 1, "messages");
+    expect_bad("{}", 1, "messages");
+    expect_bad("{\"messages\":[1]}", 1, "messages[0]");
+    expect_bad("{\"messages\":[{\"content\":\"x\"}]}", 1, "messages[0].role");
+    expect_bad("{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 1, "messages[0].role");
+    expect_bad("{\"messages\":[{\"role\":\"user\"}]}", 1, "messages[0].content");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 1, "messages[0].content");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 1, "messages[0].content");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":1}", 1, "logprobs");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}", 1, "top_logprobs");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":0}", 1,
+               "max_completion_tokens");
+}
+
+/* ------------------------------------------------------------ stop strings */
+
+/* Feed text piece by piece as tokens would arrive; returns what the client sees. */
+static void stream_stops(const char *const *pieces, int n, char *const *stops, int n_stop, char *seen, int *stopped)
+{
+    char text[512] = "";
+    size_t released = 0;
+    seen[0] = '\0';
+    *stopped = 0;
+    for (int i = 0; i < n; i++) {
+        strcat(text, pieces[i]);
+        int hit = 0;
+        size_t rel = tp_stop_scan(text, strlen(text), released, stops, n_stop, &hit);
+        CU_ASSERT(rel >= released);
+        strncat(seen, text + released, rel - released);
+        released = rel;
+        if (hit) {
+            *stopped = 1;
+            return;
+        }
+    }
+    strcat(seen, text + released); /* end of generation flushes the held tail */
+}
+
+static void test_stop_strings(void)
+{
+    char *stops[] = {"END", "\n\n", "xyz"};
+    char seen[512];
+    int stopped;
+    const char *a[] = {"Hello", " E", "N", "D", " more"};
+    stream_stops(a, 5, stops, 3, seen, &stopped);
+    CU_ASSERT_STRING_EQUAL(seen, "Hello ");
+    CU_ASSERT_EQUAL(stopped, 1);
+    const char *b[] = {"Hello", " EN", "Z", " ok"};
+    stream_stops(b, 4, stops, 3, seen, &stopped);
+    CU_ASSERT_STRING_EQUAL(seen, "Hello ENZ ok");
+    CU_ASSERT_EQUAL(stopped, 0);
+    const char *c[] = {"a\n", "\nb"};
+    stream_stops(c, 2, stops, 3, seen, &stopped);
+    CU_ASSERT_STRING_EQUAL(seen, "a");
+    CU_ASSERT_EQUAL(stopped, 1);
+    const char *d[] = {"xyEND"};
+    stream_stops(d, 1, stops, 3, seen, &stopped);
+    CU_ASSERT_STRING_EQUAL(seen, "xy");
+    const char *e[] = {"trailing E"};
+    stream_stops(e, 1, stops, 3, seen, &stopped);
+    CU_ASSERT_STRING_EQUAL(seen, "trailing E");
+    CU_ASSERT_EQUAL(stopped, 0);
+    /* the held-back part is exactly the longest stop prefix */
+    int hit;
+    CU_ASSERT_EQUAL(tp_stop_scan("abcxy", 5, 0, stops, 3, &hit), 3);
+    CU_ASSERT_EQUAL(hit, 0);
+    CU_ASSERT_EQUAL(tp_stop_scan("abc", 3, 0, NULL, 0, &hit), 3);
+    /* earliest occurrence wins across stop strings */
+    char *s2[] = {"cd", "b"};
+    CU_ASSERT_EQUAL(tp_stop_scan("abcd", 4, 0, s2, 2, &hit), 1);
+    CU_ASSERT_EQUAL(hit, 1);
+}
+
+/* ------------------------------------------------------------ framing, errors */
+
+static void test_sse_and_errors(void)
+{
+    struct tp_buf b = {0};
+    CU_ASSERT_EQUAL(tp_sse_data(&b, "{\"a\":1}"), 0);
+    CU_ASSERT_EQUAL(tp_sse_comment(&b, "keep-alive"), 0);
+    CU_ASSERT_EQUAL(tp_sse_done(&b), 0);
+    CU_ASSERT_STRING_EQUAL(b.data, "data: {\"a\":1}\n\n: keep-alive\n\ndata: [DONE]\n\n");
+    tp_buf_free(&b);
+
+    struct tp_api_error e;
+    CU_ASSERT_EQUAL(tp_api_fail(&e, 429, NULL, "busy %d", 3), -1);
+    char *j = tp_api_error_json(&e);
+    CU_ASSERT_STRING_EQUAL(j, "{\"error\":{\"message\":\"busy 3\",\"type\":\"rate_limit_error\",\"param\":null,"
+                              "\"code\":\"rate_limit_exceeded\"}}");
+    free(j);
+    tp_api_fail(&e, 400, "max_tokens", "bad \"quote\"");
+    j = tp_api_error_json(&e);
+    CU_ASSERT_STRING_EQUAL(j, "{\"error\":{\"message\":\"bad \\\"quote\\\"\",\"type\":\"invalid_request_error\","
+                              "\"param\":\"max_tokens\",\"code\":null}}");
+    free(j);
+
+    CU_ASSERT(tp_srv_utf8_valid("h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80", 15));
+    CU_ASSERT(!tp_srv_utf8_valid("\xc3", 1));
+    CU_ASSERT(!tp_srv_utf8_valid("\xc0\xaf", 2));         /* overlong */
+    CU_ASSERT(!tp_srv_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+    CU_ASSERT(!tp_srv_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+    CU_ASSERT(!tp_srv_utf8_valid("\x80", 1));
+}
+
+/* ------------------------------------------------------------ metrics */
+
+static void test_metrics_text(void)
+{
+    struct tp_metrics *m = tp_metrics_new();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    tp_metrics_request(m, 200);
+    tp_metrics_request(m, 200);
+    tp_metrics_request(m, 429);
+    tp_metrics_request(m, 418);
+    tp_metrics_finished(m, 10, 5, 0.03, 0.004);
+    tp_metrics_finished(m, 7, 1, 20.0, -1);
+    struct tp_metrics_gauges g = {.queue_depth = 3, .active_seqs = 2, .n_parallel = 8, .healthy = 1, .n_ranks = 2,
+                                  .ns_comm = 1500000000ull, .n_steps = 9};
+    struct tp_buf b = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_metrics_render(m, &g, &b), 0);
+    const char *want[] = {
+        "tpserve_requests_total{status=\"200\"} 2\n",
+        "tpserve_requests_total{status=\"429\"} 1\n",
+        "tpserve_requests_total{status=\"other\"} 1\n",
+        "tpserve_prompt_tokens_total 17\n",
+        "tpserve_generated_tokens_total 6\n",
+        "tpserve_time_to_first_token_seconds_bucket{le=\"0.025\"} 0\n",
+        "tpserve_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n",
+        "tpserve_time_to_first_token_seconds_bucket{le=\"30\"} 2\n",
+        "tpserve_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n",
+        "tpserve_time_to_first_token_seconds_count 2\n",
+        "tpserve_time_per_output_token_seconds_bucket{le=\"0.005\"} 1\n",
+        "tpserve_time_per_output_token_seconds_count 1\n",
+        "tpserve_queue_depth 3\n",
+        "tpserve_active_sequences 2\n",
+        "tpserve_comm_seconds_total{rank=\"0\"} 1.500000\n",
+        "# TYPE tpserve_time_to_first_token_seconds histogram\n",
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(want); i++) {
+        if (!strstr(b.data, want[i])) fprintf(stderr, "missing: %s", want[i]);
+        CU_ASSERT_PTR_NOT_NULL(strstr(b.data, want[i]));
+    }
+    /* every sample line belongs to a family announced by # TYPE before it */
+    char *copy = strdup(b.data);
+    char family[128] = "";
+    for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "# TYPE ", 7) == 0) {
+            sscanf(line + 7, "%127s", family);
+        } else if (line[0] != '#') {
+            CU_ASSERT(family[0] && strncmp(line, family, strlen(family)) == 0);
+        }
+    }
+    free(copy);
+    tp_buf_free(&b);
+    tp_metrics_free(m);
+}
+
+static void test_metrics_promtool(void)
+{
+    if (system("command -v promtool >/dev/null 2>&1") != 0) {
+        tp_test_skip("promtool not installed (Debian package 'prometheus')");
+        return;
+    }
+    struct tp_metrics *m = tp_metrics_new();
+    tp_metrics_request(m, 200);
+    tp_metrics_finished(m, 10, 5, 0.03, 0.004);
+    struct tp_metrics_gauges g = {.n_parallel = 8, .healthy = 1, .n_ranks = 1};
+    struct tp_buf b = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_metrics_render(m, &g, &b), 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/metrics.txt", tp_test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fwrite(b.data, 1, b.len, f);
+    fclose(f);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "promtool check metrics < %s", path);
+    CU_ASSERT_EQUAL(system(cmd), 0);
+    tp_buf_free(&b);
+    tp_metrics_free(m);
+}
+
+/* ------------------------------------------------------------ chat templates */
+
+static void test_chat_templates_vs_jinja(void)
+{
+    const char *path = tp_test_repo_path("tests/server/chat_expected.json");
+    char *text = tp_test_read_file(path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    cJSON *cases = cJSON_Parse(text);
+    free(text);
+    CU_ASSERT_FATAL(cJSON_IsArray(cases));
+    int n = 0, n_err = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases)
+    {
+        const char *fam = cJSON_GetObjectItem(c, "family")->valuestring;
+        enum tp_chat_family f = tp_chat_family_parse(fam);
+        CU_ASSERT_NOT_EQUAL(f, TP_CHAT_UNKNOWN);
+        const cJSON *msgs = cJSON_GetObjectItem(c, "messages");
+        struct tp_chat_msg m[16];
+        int nm = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, msgs)
+        {
+            m[nm].role = cJSON_GetObjectItem(x, "role")->valuestring;
+            m[nm].content = cJSON_GetObjectItem(x, "content")->valuestring;
+            nm++;
+        }
+        int add_gen = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
+        struct tp_buf out = {0};
+        char err[256] = "";
+        int rc = tp_chat_render(f, m, nm, add_gen, cJSON_GetObjectItem(c, "bos")->valuestring,
+                                cJSON_GetObjectItem(c, "eos")->valuestring, &out, err, sizeof err);
+        const cJSON *exp = cJSON_GetObjectItem(c, "expected");
+        if (exp) {
+            const char *got = out.data ? out.data : "";
+            if (rc != 0 || strcmp(got, exp->valuestring) != 0)
+                fprintf(stderr, "%s case %d: got rc %d '%s'\n  want '%s'\n", fam, n, rc, got, exp->valuestring);
+            CU_ASSERT_EQUAL(rc, 0);
+            CU_ASSERT_STRING_EQUAL(got, exp->valuestring);
+        } else {
+            const char *want = cJSON_GetObjectItem(c, "error")->valuestring;
+            if (rc != -1 || !strstr(want, err)) fprintf(stderr, "%s case %d: rc %d err '%s', want error '%s'\n", fam, n, rc, err, want);
+            CU_ASSERT_EQUAL(rc, -1);
+            CU_ASSERT_PTR_NOT_NULL(strstr(want, err));
+            n_err++;
+        }
+        tp_buf_free(&out);
+        n++;
+    }
+    CU_ASSERT(n >= 100);
+    CU_ASSERT(n_err > 0);
+    cJSON_Delete(cases);
+}
+
+static void test_chat_detect(void)
+{
+    const char *files[][2] = {{"models/tokenizers/llama3/tokenizer_config.json", "llama3"},
+                              {"models/tokenizers/qwen3/tokenizer_config.json", "qwen3"}};
+    for (size_t i = 0; i < TP_ARRAY_LEN(files); i++) {
+        const char *p = tp_test_shared_path(files[i][0]);
+        if (!p) {
+            tp_test_skip("shared models absent: %s", files[i][0]);
+            continue;
+        }
+        char *t = tp_test_read_file(p, NULL);
+        cJSON *cfg = cJSON_Parse(t);
+        free(t);
+        const cJSON *ct = cJSON_GetObjectItem(cfg, "chat_template");
+        CU_ASSERT_FATAL(cJSON_IsString(ct));
+        CU_ASSERT_STRING_EQUAL(tp_chat_family_name(tp_chat_detect(ct->valuestring)), files[i][1]);
+        cJSON_Delete(cfg);
+    }
+    const char *names[] = {"llama2", "mistral", "chatml", "zephyr"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(names); i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "tests/node/templates/%s.jinja", names[i]);
+        char *t = tp_test_read_file(tp_test_repo_path(rel), NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+        CU_ASSERT_STRING_EQUAL(tp_chat_family_name(tp_chat_detect(t)), names[i]);
+        free(t);
+    }
+    CU_ASSERT_EQUAL(tp_chat_detect(NULL), TP_CHAT_PLAIN);
+    CU_ASSERT_EQUAL(tp_chat_detect("{{ messages }}"), TP_CHAT_UNKNOWN);
+    CU_ASSERT_EQUAL(tp_chat_family_parse("nope"), TP_CHAT_UNKNOWN);
+}
+
+static const struct tp_test_case unit_cases[] = {
+    {"validate_good", test_validate_good},
+    {"validate_bad", test_validate_bad},
+    {"stop_strings", test_stop_strings},
+    {"sse_and_errors", test_sse_and_errors},
+    {"metrics_text", test_metrics_text},
+    {"chat_templates_vs_jinja", test_chat_templates_vs_jinja},
+    {"chat_detect", test_chat_detect},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(unit, "unit", 60, unit_cases)
+
+static const struct tp_test_case promtool_cases[] = {{"promtool_check_metrics", test_metrics_promtool}, {NULL, NULL}};
+TP_TEST_SUITE(promtool, "unit", 60, promtool_cases)
