@@ -1,0 +1,58 @@
+# tests/model.cmake - fuzzing of the GGUF reader (tests/fuzz/fuzz_gguf.c).
+#   model.fuzz_gguf_replay  (unit)  plain driver: handcrafted seeds + 5 s of random mutations,
+#                                   in whatever build (the ASan/UBSan build makes it a sanitizer check)
+#   model.fuzz_gguf         (slow)  libFuzzer + ASan/UBSan build with clang, 30 s bounded, when clang
+#                                   with -fsanitize=fuzzer is available (else not registered, with a note)
+add_executable(fuzz_gguf_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_gguf.c)
+target_compile_definitions(fuzz_gguf_replay PRIVATE TP_FUZZ_STANDALONE)
+target_link_libraries(fuzz_gguf_replay PRIVATE tp_model)
+add_test(NAME model.fuzz_gguf_replay COMMAND fuzz_gguf_replay --mutate 5)
+set_tests_properties(model.fuzz_gguf_replay PROPERTIES LABELS unit TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "no crash")
+
+set(TP_FUZZ_CLANG "" CACHE FILEPATH "clang used to build the libFuzzer target (empty: search)")
+if(NOT TP_FUZZ_CLANG)
+  find_program(TP_FUZZ_CLANG_FOUND NAMES clang clang-14 clang-15 clang-16 clang-17 clang-18
+               PATHS /usr/bin /usr/local/bin /opt/homebrew/opt/llvm/bin)
+  if(TP_FUZZ_CLANG_FOUND)
+    set(_tp_clang ${TP_FUZZ_CLANG_FOUND})
+  endif()
+else()
+  set(_tp_clang ${TP_FUZZ_CLANG})
+endif()
+set(_tp_fuzz_ok FALSE)
+if(_tp_clang)
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/fuzz_probe.c
+       "#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);\n"
+       "int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n")
+  execute_process(COMMAND ${_tp_clang} -fsanitize=fuzzer,address,undefined ${CMAKE_CURRENT_BINARY_DIR}/fuzz_probe.c
+                          -o ${CMAKE_CURRENT_BINARY_DIR}/fuzz_probe
+                  RESULT_VARIABLE _tp_fuzz_rc OUTPUT_QUIET ERROR_QUIET)
+  if(_tp_fuzz_rc EQUAL 0)
+    set(_tp_fuzz_ok TRUE)
+  endif()
+endif()
+if(_tp_fuzz_ok)
+  set(_src ${PROJECT_SOURCE_DIR})
+  set(_fuzz_srcs ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_gguf.c ${_src}/model/gguf.c ${_src}/common/status.c
+                 ${_src}/common/log.c)
+  add_custom_command(
+    OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/fuzz_gguf
+    COMMAND ${_tp_clang} -std=c11 -D_DEFAULT_SOURCE -O1 -g -fno-omit-frame-pointer
+            -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+            -I${_src} ${_fuzz_srcs} -o ${CMAKE_CURRENT_BINARY_DIR}/fuzz_gguf
+    DEPENDS ${_fuzz_srcs} ${_src}/model/gguf.h ${_src}/common/common.h
+    COMMENT "Building libFuzzer target fuzz_gguf with ${_tp_clang}")
+  add_custom_target(fuzz_gguf ALL DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/fuzz_gguf)
+  set(_corpus ${CMAKE_CURRENT_BINARY_DIR}/fuzz_gguf_corpus)
+  add_test(NAME model.fuzz_gguf_seeds COMMAND fuzz_gguf_replay --seeds ${_corpus})
+  set_tests_properties(model.fuzz_gguf_seeds PROPERTIES LABELS slow TIMEOUT 30 FIXTURES_SETUP fuzz_gguf_corpus)
+  add_test(NAME model.fuzz_gguf
+           COMMAND ${CMAKE_CURRENT_BINARY_DIR}/fuzz_gguf -max_total_time=30 -rss_limit_mb=2048 -max_len=4096
+                   -print_final_stats=1 ${_corpus})
+  set_tests_properties(model.fuzz_gguf PROPERTIES LABELS slow TIMEOUT 120 FIXTURES_REQUIRED fuzz_gguf_corpus
+    ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1")
+else()
+  message(STATUS "clang with -fsanitize=fuzzer not found: model.fuzz_gguf (libFuzzer) is not registered; "
+                 "model.fuzz_gguf_replay still runs the seeds and random mutations")
+endif()
