@@ -68,6 +68,7 @@ int tp_cmd_synth(int argc, char **argv); /* random-weight model of a real shape 
 int tp_cmd_generate(int argc, char **argv); /* prompt -> streamed text (cmd_generate.c) */
 int tp_cmd_plan(int argc, char **argv);  /* capacity planner (cmd_plan.c) */
 int tp_cmd_shard(int argc, char **argv); /* one GGUF per rank (cmd_shard.c) */
+int tp_cmd_serve(int argc, char **argv); /* OpenAI-compatible HTTP server (cmd_serve.c) */
 
 /* Benchmarks (`tpserve bench NAME`), one file each: add here and to cmd_bench.c's table. */
 int tp_bench_kernels(int argc, char **argv); /* matrix kernels vs streaming read (bench_kernels.c) */

@@ -15,6 +15,7 @@ static const struct tp_cli_command commands[] = {
     {"generate", "generate text from a prompt on this machine (streams; tokens/s on stderr)", tp_cmd_generate},
     {"plan", "will a model fit on these machines: shards, memory per node, tokens/s", tp_cmd_plan},
     {"shard", "cut a model into one file per rank (that rank's slices + the plan)", tp_cmd_shard},
+    {"serve", "serve the OpenAI-compatible HTTP API (rank 0; other ranks compute)", tp_cmd_serve},
     {"synth", "write a random-weight GGUF model of a real shape (speed and scale tests)", tp_cmd_synth},
     {"version", "print version and build configuration", tp_cmd_version},
 };
