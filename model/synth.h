@@ -1,0 +1,68 @@
+/*
+ * model/synth.h - private: model shapes as data (configs/shapes.json, built
+ * into the library) and the random-weight model writer behind
+ * `tpserve synth`.
+ *
+ * A synthetic model is a valid GGUF v3 file with llama.cpp's key and tensor
+ * names (so llama.cpp and tpserve both load it), the real shape of a named
+ * model, uniformly random weights with a standard deviation of 0.02 (norm
+ * weights near 1, biases small) and either an embedded tokenizer.json
+ * vocabulary or a generated SentencePiece-style vocabulary of the shape's
+ * size.  Weights are generated row by row from (seed, tensor name, row), so
+ * the file is identical for any thread count, and streamed to disk with a
+ * few MB of memory.
+ */
+#ifndef TP_MODEL_SYNTH_H
+#define TP_MODEL_SYNTH_H
+
+#include <stdint.h>
+
+#include "common/common.h"
+#include "model/model.h"
+
+/* One model shape (an entry of configs/shapes.json). */
+struct tp_shape {
+    char name[64];
+    char source[160];
+    enum tp_arch arch;
+    int n_embd, n_layer, n_head, n_head_kv;
+    int head_dim;              /* n_embd / n_head unless given */
+    int n_ff, n_vocab, n_ctx;
+    float rope_theta, norm_eps;
+    enum tp_rope_scaling rope_scaling;
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_orig_ctx;
+    int tied, qkv_bias, qk_norm;
+};
+
+/* The shapes built in from configs/shapes.json (NUL-terminated JSON text). */
+const char *tp_shapes_builtin_json(void);
+/* Parse shapes JSON text ({"shapes": [...]}) into a malloc'd array (*out, *n;
+ * free() it).  Every entry is validated (positive sizes, heads dividing
+ * evenly, known arch); errors name the shape and the field. */
+enum tp_status tp_shapes_parse(const char *json, struct tp_shape **out, int *n, struct tp_error *err);
+/* Find a shape by name in json (NULL: the built-in list).  TP_ERR_NOT_FOUND
+ * lists the known names in err. */
+enum tp_status tp_shape_find(const char *json, const char *name, struct tp_shape *out, struct tp_error *err);
+
+/* Weight-tensor parameter counts of a shape (for sizing without a file). */
+uint64_t tp_shape_n_params(const struct tp_shape *s);
+
+struct tp_synth_config {
+    const struct tp_shape *shape;
+    int n_layer;                 /* 0: the shape's */
+    enum tp_wtype type;          /* matrices and embeddings: F32, F16, BF16, Q8_0 or Q4_0 */
+    const char *tokenizer_json;  /* NULL: a generated SPM vocabulary of n_vocab tokens */
+    uint64_t seed;
+    const char *out_path;
+    int n_threads;               /* generation threads; 0: 1 */
+    /* Called after each chunk of tensor data: bytes written of the total. May be NULL. */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+};
+struct tp_synth_config tp_synth_default_config(void);
+
+/* Write the model.  On failure the partial file is removed and err explains. */
+enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error *err);
+
+#endif /* TP_MODEL_SYNTH_H */
