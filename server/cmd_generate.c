@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "model/model.h"
+#include "parallel/parallel.h"
 
 /* One forward step: the batch in, logits (full vocabulary, one row per
  * flagged token) out.  ctx is the driver's. */
@@ -28,6 +29,14 @@ static enum tp_status local_step(void *ctx, const struct tp_batch *b, float *log
     return tp_model_forward(ctx, b, logits);
 }
 static const char *local_error(void *ctx) { return tp_model_last_error(ctx); }
+
+/* Distributed driver (parallel/): rank 0 sends each step to every rank. */
+static enum tp_status parallel_step(void *ctx, const struct tp_batch *b, float *logits)
+{
+    struct tp_step s = {*b, 0, NULL, NULL};
+    return tp_parallel_step(ctx, &s, logits);
+}
+static const char *parallel_error(void *ctx) { return tp_parallel_last_error(ctx); }
 
 struct gen_opts {
     const char *prompt;
@@ -152,7 +161,7 @@ out:
 
 int tp_cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = "";
+    const char *model = NULL, *prompt = "", *shard_weights = NULL, *comm_dtype = "f32";
     int n_predict = 128, threads = 0, ctx = 0, top_k = 40, quiet = 0;
     float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat = 1.0f;
     uint64_t seed = 0;
@@ -170,6 +179,8 @@ int tp_cmd_generate(int argc, char **argv)
         {"threads", 't', TP_OPT_INT, &threads, "T", "compute threads (default: all cores)", 1, 1024},
         {"ctx-size", 'c', TP_OPT_INT, &ctx, "C", "context positions (default: min(trained, 4096))", 1, 1 << 24},
         {"quiet-stats", 0, TP_OPT_FLAG, &quiet, NULL, "do not print the tokens/s line", 0, 0},
+        {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..", "under launch/mpirun: share per rank (default equal)", 0, 0},
+        {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 activations on the wire", 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0}};
     int np = 0;
     /* detect an explicit --seed so 0 is a valid seed */
@@ -183,17 +194,43 @@ int tp_cmd_generate(int argc, char **argv)
         fprintf(stderr, "tpserve generate: -m MODEL is required\n");
         return 2;
     }
-    tp_cli_setup_logging(NULL);
-
-    struct tp_model_config cfg = tp_model_default_config();
-    cfg.path = model;
-    cfg.n_threads = threads;
-    cfg.n_ctx = ctx;
-    cfg.n_seq = 1;
-    cfg.n_batch = 512;
-    tp_model_t *m = NULL;
+    /* One rank, or a group from the environment (tpserve launch / mpirun):
+     * every rank computes its slice, rank 0 samples and prints. */
     struct tp_error err = {0};
-    if (tp_model_init(&cfg, &m, &err) != TP_OK) return tp_cli_fail("generate", "%s", err.msg);
+    struct tp_parallel_config pc = tp_parallel_default_config();
+    if (tp_wire_dtype_parse(comm_dtype, &pc.wire_dtype) != TP_OK) {
+        fprintf(stderr, "tpserve generate: --comm-dtype %s: want f32, f16, bf16 or q8\n", comm_dtype);
+        return 2;
+    }
+    if (tp_comm_config_from_env(&pc.comm, &err) != TP_OK) {
+        fprintf(stderr, "tpserve generate: %s\n", err.msg);
+        return 2;
+    }
+    if (pc.comm.world_size < 0 && !getenv("OMPI_COMM_WORLD_SIZE")) {
+        pc.comm.world_size = 1;
+        pc.comm.rank = 0;
+    }
+    static char prefix[32];
+    snprintf(prefix, sizeof prefix, "rank %d", pc.comm.rank >= 0 ? pc.comm.rank
+                                                 : getenv("OMPI_COMM_WORLD_RANK") ? atoi(getenv("OMPI_COMM_WORLD_RANK")) : 0);
+    tp_cli_setup_logging(pc.comm.world_size == 1 ? NULL : prefix);
+    pc.shard_weights = shard_weights;
+    struct tp_model_config *cfg = &pc.model;
+    cfg->path = model;
+    cfg->n_threads = threads;
+    cfg->n_ctx = ctx;
+    cfg->n_seq = 1;
+    cfg->n_batch = 512;
+    tp_parallel_t *par = NULL;
+    if (tp_parallel_init(&pc, &par, &err) != TP_OK) return tp_cli_fail("generate", "%s", err.msg);
+    if (tp_parallel_rank(par) != 0) {
+        int code = 0;
+        if (tp_parallel_worker_loop(par) != TP_OK)
+            code = tp_cli_fail("generate", "worker stopped: %s", tp_parallel_last_error(par));
+        tp_parallel_free(par);
+        return code;
+    }
+    tp_model_t *m = tp_parallel_model(par);
 
     struct gen_opts o;
     memset(&o, 0, sizeof(o));
@@ -207,8 +244,10 @@ int tp_cmd_generate(int argc, char **argv)
     o.sp.min_p = min_p;
     o.sp.repetition_penalty = repeat;
     o.sp.seed = seed_set ? seed : tp_now_ns();
-    struct tp_gen_step drv = {m, local_step, local_error};
+    struct tp_gen_step drv = {par, parallel_step, parallel_error};
+    (void)local_step;
+    (void)local_error;
     int rc = generate(&drv, m, &o);
-    tp_model_free(m);
+    tp_parallel_free(par);
     return rc;
 }
