@@ -40,6 +40,7 @@ struct mr_run {
     int n_vocab;
     float *logits;                     /* (n_vocab) last step, sequence 0; malloc'd, mr_free */
     uint64_t rss[MR_MAX_RANKS];        /* after init */
+    uint64_t rss_peak[MR_MAX_RANKS];   /* peak RSS of the rank's process at its end (0 if it died) */
     uint64_t plan_bytes[MR_MAX_RANKS]; /* plan sharded + replicated of that rank */
     uint64_t weight_bytes[MR_MAX_RANKS];
     struct tp_parallel_stats stats0;   /* rank 0 */

@@ -184,6 +184,9 @@ static int child(const struct mr_run *r, int rank, int port, const char *dir)
         rc = 4;
     }
     tp_parallel_free(p);
+    uint64_t peak = tp_rss_peak_bytes();
+    snprintf(path, sizeof path, "%s/r%d.peak", dir, rank);
+    write_file(path, &peak, sizeof peak);
     return rc;
 }
 
@@ -253,6 +256,10 @@ int mr_exec(struct mr_run *r)
             r->plan_bytes[k] = info.plan_bytes;
             r->weight_bytes[k] = info.weight_bytes;
         }
+        if (f) fclose(f);
+        snprintf(path, sizeof path, "%s/r%d.peak", dir, k);
+        f = fopen(path, "rb");
+        if (!f || fread(&r->rss_peak[k], sizeof r->rss_peak[k], 1, f) != 1) r->rss_peak[k] = 0;
         if (f) fclose(f);
     }
     snprintf(path, sizeof path, "%s/out.bin", dir);

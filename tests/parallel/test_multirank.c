@@ -327,6 +327,57 @@ static void test_shard_files(void)
     mr_free(&ref);
 }
 
+/*
+ * Each rank reads only its slice: the peak RSS of every rank (measured by
+ * the kernel, so mapped-and-touched pages count, not just allocations) must
+ * stay within 1.1 x the plan's bytes for that rank + RSS_ALLOWANCE, the
+ * fixed cost of a rank that holds no weights at all: code, libc/BLAS/MPI
+ * libraries, tokenizer, KV cache (2 slots x 512 positions), activations and
+ * step buffers (a rank of stories260K, 1 MiB of weights, peaks at ~13 MiB;
+ * 32 MiB allowed).  The model is tinyllama-1.1b's shape with 4 of its 22
+ * layers in Q4_0 (166 MiB, 35 MiB of it the replicated token embedding,
+ * which stays mapped and is only touched row by row), so a rank that read
+ * the whole model would blow the bound at N = 4 (plan 68 MiB per rank,
+ * bound 106 MiB): the test checks that it can fail.
+ */
+#define RSS_ALLOWANCE (32.0 * 1048576.0)
+static void test_rss_per_rank(void)
+{
+    const char *m = mr_synth_model("tinyllama4", TP_WTYPE_Q4_0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    FILE *f = fopen(m, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fseek(f, 0, SEEK_END);
+    long file_len = ftell(f);
+    fclose(f);
+    for (int n = 2; n <= 4; n += 2) {
+        struct mr_run r;
+        mr_init(&r, m, n);
+        r.n_steps = 4;
+        r.deadline_s = 120;
+        CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+        for (int k = 0; k < n; k++) {
+            CU_ASSERT_EQUAL(r.exit_code[k], 0);
+            double bound = 1.1 * (double)r.plan_bytes[k] + RSS_ALLOWANCE;
+            fprintf(stderr, "N=%d rank %d: plan %.1f MiB, weights held %.1f MiB, RSS after load %.1f MiB, peak %.1f MiB "
+                            "(bound %.1f MiB)\n",
+                    n, k, r.plan_bytes[k] / 1048576.0, r.weight_bytes[k] / 1048576.0, r.rss[k] / 1048576.0,
+                    r.rss_peak[k] / 1048576.0, bound / 1048576.0);
+            CU_ASSERT(r.rss_peak[k] > 0);
+            CU_ASSERT((double)r.rss_peak[k] <= bound);
+            CU_ASSERT(r.weight_bytes[k] <= r.plan_bytes[k]);
+            if (n == 4) CU_ASSERT(bound < (double)file_len);
+        }
+        mr_free(&r);
+    }
+}
+
+static const struct tp_test_case rss_cases[] = {
+    {"rss_per_rank", test_rss_per_rank},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(rss, "multirank,slow", 300, rss_cases)
+
 static const struct tp_test_case mr_cases[] = {
     {"shard_files", test_shard_files},
     {"stories_worlds", test_stories_worlds},
