@@ -1,0 +1,430 @@
+/*
+ * tests/server/test_e2e.c - `tpserve serve` end to end with the bundled
+ * stories260K model on a free 127.0.0.1 port:
+ *   bad_input   >= 50 malformed / refused requests, each with the right status
+ *               and an OpenAI-shaped error; the server still answers after.
+ *   greedy      /v1/completions (temperature 0) equals `tpserve generate`.
+ *   concurrent  8 streaming clients at once get exactly what each gets alone.
+ *   endpoints   models, health, metrics, tokenize/detokenize, stop strings,
+ *               logprobs, usage, SSE shape, max_tokens.
+ *   multirank   2 ranks: greedy equals 1 rank; a killed worker gives an error
+ *               event, /health 503 within 5 s, new requests 503, no hang.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/common.h"
+#include "e2e_impl.h"
+#include "tp_test.h"
+
+static int have_model(void)
+{
+    if (access(tp_test_repo_path("models/stories260K.gguf"), R_OK) != 0) {
+        tp_test_skip("models/stories260K.gguf missing");
+        return 0;
+    }
+    return 1;
+}
+
+/* The body is {"error": {"message": str, "type": str, "param": str|null, "code": str|null}}. */
+static int openai_error_shape(const char *body, const char *want_param)
+{
+    cJSON *j = cJSON_Parse(body);
+    cJSON *e = cJSON_GetObjectItem(j, "error");
+    int ok = cJSON_IsObject(e) && cJSON_IsString(cJSON_GetObjectItem(e, "message")) &&
+             strlen(cJSON_GetObjectItem(e, "message")->valuestring) > 5 && cJSON_IsString(cJSON_GetObjectItem(e, "type"));
+    cJSON *p = cJSON_GetObjectItem(e, "param"), *c = cJSON_GetObjectItem(e, "code");
+    ok = ok && p && (cJSON_IsNull(p) || cJSON_IsString(p)) && c && (cJSON_IsNull(c) || cJSON_IsString(c));
+    if (ok && want_param) ok = cJSON_IsString(p) && strcmp(p->valuestring, want_param) == 0;
+    cJSON_Delete(j);
+    return ok;
+}
+
+/* text of choices[0] (chat: message.content); malloc'd */
+static char *completion_text(const char *body, int chat)
+{
+    cJSON *j = cJSON_Parse(body);
+    cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    cJSON *t = chat ? cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "message"), "content") : cJSON_GetObjectItem(ch, "text");
+    char *out = cJSON_IsString(t) ? strdup(t->valuestring) : NULL;
+    cJSON_Delete(j);
+    return out;
+}
+
+#define KEY "Authorization: Bearer sekret\r\n"
+
+struct bad_case {
+    const char *method, *path, *headers, *body;
+    int status;
+    const char *param;
+};
+
+static void test_bad_input(void)
+{
+    if (!have_model()) return;
+    struct srv s;
+    const char *extra[] = {"--api-key", "sekret", "--max-body", "4096", "--ctx-size", "64", NULL};
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, extra), 0);
+    const char *C = "/v1/completions", *H = "/v1/chat/completions";
+    static char big[6000], longp[3000];
+    memset(big, 'a', sizeof big - 1);
+    memcpy(big, "{\"prompt\":\"", 11);
+    memcpy(big + sizeof big - 3, "\"}", 2);
+    strcpy(longp, "{\"prompt\":\"");
+    for (int i = 0; i < 200; i++) strcat(longp, " once");
+    strcat(longp, "\"}");
+    const struct bad_case cases[] = {
+        {"POST", C, KEY, "", 400, NULL},
+        {"POST", C, KEY, "{", 400, NULL},
+        {"POST", C, KEY, "{\"prompt\": }", 400, NULL},
+        {"POST", C, KEY, "[1,2]", 400, NULL},
+        {"POST", C, KEY, "\"just a string\"", 400, NULL},
+        {"POST", C, KEY, "{\"prompt\":\"a\"}garbage", 400, NULL},
+        {"POST", C, KEY, "{\"prompt\":\"\xc3\x28\"}", 400, NULL},
+        {"POST", C, KEY, "{\"prompt\":\"\xed\xa0\x80\"}", 400, NULL},
+        {"POST", C, KEY, "{}", 400, "prompt"},
+        {"POST", C, KEY, "{\"prompt\":null}", 400, "prompt"},
+        {"POST", C, KEY, "{\"prompt\":true}", 400, "prompt"},
+        {"POST", C, KEY, "{\"prompt\":[]}", 400, "prompt"},
+        {"POST", C, KEY, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt"},
+        {"POST", C, KEY, "{\"prompt\":[1,99999]}", 400, "prompt"},
+        {"POST", C, KEY, "{\"prompt\":[{}]}", 400, "prompt"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"max_tokens\":-5}", 400, "max_tokens"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"max_tokens\":99999999999}", 400, "max_tokens"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"max_tokens\":\"ten\"}", 400, "max_tokens"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"max_tokens\":1.5}", 400, "max_tokens"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"max_tokens\":63}", 400, "max_tokens"},
+        {"POST", C, KEY, longp, 400, "prompt"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"temperature\":-1}", 400, "temperature"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"temperature\":3}", 400, "temperature"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"temperature\":[]}", 400, "temperature"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"top_p\":0}", 400, "top_p"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"top_p\":\"x\"}", 400, "top_p"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"top_k\":-3}", 400, "top_k"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"min_p\":1.5}", 400, "min_p"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"presence_penalty\":5}", 400, "presence_penalty"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"frequency_penalty\":\"x\"}", 400, "frequency_penalty"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"repetition_penalty\":-1}", 400, "repetition_penalty"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"seed\":\"abc\"}", 400, "seed"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"n\":3}", 400, "n"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"stop\":42}", 400, "stop"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"stop\":[\"\"]}", 400, "stop"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"stream\":1}", 400, "stream"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"logprobs\":50}", 400, "logprobs"},
+        {"POST", C, KEY, "{\"prompt\":\"a\",\"model\":[]}", 400, "model"},
+        {"POST", H, KEY, "{\"messages\":[]}", 400, "messages"},
+        {"POST", H, KEY, "{\"messages\":\"hi\"}", 400, "messages"},
+        {"POST", H, KEY, "{\"prompt\":\"hi\"}", 400, "messages"},
+        {"POST", H, KEY, "{\"messages\":[{\"role\":\"king\",\"content\":\"x\"}]}", 400, "messages[0].role"},
+        {"POST", H, KEY, "{\"messages\":[{\"role\":7,\"content\":\"x\"}]}", 400, "messages[0].role"},
+        {"POST", H, KEY, "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content"},
+        {"POST", H, KEY, "{\"messages\":[{\"role\":\"user\",\"content\":{}}]}", 400, "messages[0].content"},
+        {"POST", H, KEY, "{\"messages\":[\"hello\"]}", 400, "messages[0]"},
+        {"POST", H, KEY, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":5}", 400, "logprobs"},
+        {"POST", H, KEY, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":3}", 400, "top_logprobs"},
+        {"POST", H, KEY, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":-1}", 400,
+         "max_completion_tokens"},
+        {"POST", H, KEY, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stream_options\":\"x\"}", 400,
+         "stream_options"},
+        {"POST", "/tokenize", KEY, "{\"content\":5}", 400, "content"},
+        {"POST", "/tokenize", KEY, "nope", 400, NULL},
+        {"POST", "/detokenize", KEY, "{\"tokens\":[1,-2]}", 400, "tokens"},
+        {"POST", "/detokenize", KEY, "{\"tokens\":\"abc\"}", 400, "tokens"},
+        {"POST", C, KEY, big, 413, NULL},
+        {"POST", C, NULL, "{\"prompt\":\"a\"}", 401, NULL},
+        {"POST", C, "Authorization: Bearer wrong\r\n", "{\"prompt\":\"a\"}", 401, NULL},
+        {"POST", H, "Authorization: sekret\r\n", "{\"prompt\":\"a\"}", 401, NULL},
+        {"GET", "/v1/models", NULL, NULL, 401, NULL},
+        {"GET", "/v1/nothing", KEY, NULL, 404, NULL},
+        {"POST", "/v2/completions", KEY, "{}", 404, NULL},
+        {"GET", "/", NULL, NULL, 404, NULL},
+        {"GET", C, KEY, NULL, 405, NULL},
+        {"DELETE", H, KEY, NULL, 405, NULL},
+        {"POST", "/health", NULL, "{}", 405, NULL},
+        {"PUT", "/v1/models", KEY, "{}", 405, NULL},
+    };
+    int n = (int)TP_ARRAY_LEN(cases);
+    CU_ASSERT(n >= 50);
+    for (int i = 0; i < n; i++) {
+        const struct bad_case *c = &cases[i];
+        struct resp r;
+        int rc = http_do(s.port, c->method, c->path, c->headers, c->body, c->body ? strlen(c->body) : 0, 30, &r);
+        CU_ASSERT_EQUAL(rc, 0);
+        if (rc != 0) continue;
+        if (r.status != c->status || !openai_error_shape(r.body, c->param))
+            fprintf(stderr, "case %d (%s %s %.60s): status %d (want %d) body %s\n", i, c->method, c->path,
+                    c->body ? c->body : "", r.status, c->status, r.body);
+        CU_ASSERT_EQUAL(r.status, c->status);
+        CU_ASSERT(openai_error_shape(r.body, c->param));
+        if (c->status == 405) CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "Allow:"));
+        resp_free(&r);
+    }
+    /* the prompt-too-long message carries the numbers */
+    struct resp r;
+    CU_ASSERT_EQUAL(http_do(s.port, "POST", C, KEY, longp, strlen(longp), 30, &r), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "context holds 64"));
+    resp_free(&r);
+    /* a declared 100 MB body is refused without reading it */
+    CU_ASSERT_EQUAL(http_do(s.port, "POST", C, KEY "Content-Length: 100000000\r\n", NULL, 0, 30, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 413);
+    resp_free(&r);
+    /* still serving */
+    const char *ok = "{\"prompt\":\"Once\",\"max_tokens\":5,\"temperature\":0}";
+    CU_ASSERT_EQUAL(http_do(s.port, "POST", C, KEY, ok, strlen(ok), 30, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    char *t = completion_text(r.body, 0);
+    CU_ASSERT_PTR_NOT_NULL(t);
+    free(t);
+    resp_free(&r);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
+/* `tpserve generate` stdout for a prompt (greedy); malloc'd generated text only. */
+static char *run_generate(const char *prompt, int n)
+{
+    char cmd[1024], nbuf[16];
+    snprintf(nbuf, sizeof nbuf, "%d", n);
+    snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' -p '%s' -n %s --temp 0 --quiet-stats --threads 1 2>/dev/null",
+             tp_test_tpserve(), tp_test_repo_path("models/stories260K.gguf"), prompt, nbuf);
+    FILE *f = popen(cmd, "r");
+    if (!f) return NULL;
+    char *buf = calloc(1, 65536);
+    size_t k = fread(buf, 1, 65535, f);
+    pclose(f);
+    buf[k] = '\0';
+    size_t pl = strlen(prompt);
+    if (k < pl || strncmp(buf, prompt, pl) != 0) return buf;
+    if (k > 0 && buf[k - 1] == '\n') buf[k - 1] = '\0';
+    memmove(buf, buf + pl, strlen(buf + pl) + 1);
+    return buf;
+}
+
+static const char *prompts[8] = {"Once upon a time", "The little dog", "Lily and Ben went", "One day, a bird",
+                                 "Tom had a red ball", "The sun was", "In the park, there", "Mom said"};
+
+static char *complete(int port, const char *prompt, int n, int stream)
+{
+    char body[512];
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0,\"stream\":%s}", prompt, n,
+             stream ? "true" : "false");
+    struct resp r;
+    if (http_post(port, "/v1/completions", body, &r) != 0) return NULL;
+    char *t = NULL;
+    if (r.status == 200) {
+        if (stream) {
+            int ne, done, err;
+            char fin[32];
+            t = sse_collect(r.body, 0, &ne, &done, fin, sizeof fin, &err);
+            if (!done || err || !fin[0]) {
+                fprintf(stderr, "stream incomplete: done %d err %d finish '%s'\n", done, err, fin);
+                free(t);
+                t = NULL;
+            }
+        } else {
+            t = completion_text(r.body, 0);
+        }
+    }
+    resp_free(&r);
+    return t;
+}
+
+static void check_greedy_matches_generate(int world)
+{
+    struct srv s;
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, world, NULL), 0);
+    for (int i = 0; i < 3; i++) {
+        char *want = run_generate(prompts[i], 40);
+        char *got = complete(s.port, prompts[i], 40, 0);
+        CU_ASSERT_PTR_NOT_NULL(want);
+        CU_ASSERT_PTR_NOT_NULL(got);
+        if (want && got && strcmp(want, got) != 0) fprintf(stderr, "prompt '%s':\n http '%s'\n gen  '%s'\n", prompts[i], got, want);
+        if (want && got) CU_ASSERT_STRING_EQUAL(got, want);
+        CU_ASSERT(got && strlen(got) > 20);
+        free(want);
+        free(got);
+    }
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
+static void test_greedy(void)
+{
+    if (have_model()) check_greedy_matches_generate(1);
+}
+
+struct client {
+    int port;
+    int idx;
+    char *text;
+};
+static void *client_main(void *arg)
+{
+    struct client *c = arg;
+    c->text = complete(c->port, prompts[c->idx], 48, 1);
+    return NULL;
+}
+
+static void test_concurrent(void)
+{
+    if (!have_model()) return;
+    struct srv s;
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, NULL), 0);
+    char *alone[8];
+    for (int i = 0; i < 8; i++) alone[i] = complete(s.port, prompts[i], 48, 1);
+    for (int round = 0; round < 2; round++) {
+        struct client cl[8];
+        pthread_t th[8];
+        for (int i = 0; i < 8; i++) {
+            cl[i] = (struct client){.port = s.port, .idx = i, .text = NULL};
+            pthread_create(&th[i], NULL, client_main, &cl[i]);
+        }
+        for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+        for (int i = 0; i < 8; i++) {
+            CU_ASSERT_PTR_NOT_NULL(alone[i]);
+            CU_ASSERT_PTR_NOT_NULL(cl[i].text);
+            if (alone[i] && cl[i].text) {
+                if (strcmp(alone[i], cl[i].text) != 0)
+                    fprintf(stderr, "client %d:\n concurrent '%s'\n alone      '%s'\n", i, cl[i].text, alone[i]);
+                CU_ASSERT_STRING_EQUAL(cl[i].text, alone[i]);
+            }
+            free(cl[i].text);
+        }
+    }
+    /* all 8 differ from each other (independent sequences) */
+    for (int i = 0; i < 8; i++)
+        for (int j = i + 1; j < 8; j++)
+            if (alone[i] && alone[j]) CU_ASSERT(strcmp(alone[i], alone[j]) != 0);
+    for (int i = 0; i < 8; i++) free(alone[i]);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
+static void test_endpoints(void)
+{
+    if (!have_model()) return;
+    struct srv s;
+    const char *extra[] = {"--log-format", "json", NULL};
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, extra), 0);
+    struct resp r;
+    CU_ASSERT_EQUAL(http_do(s.port, "GET", "/health", NULL, NULL, 0, 10, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    resp_free(&r);
+    CU_ASSERT_EQUAL(http_do(s.port, "GET", "/v1/models", NULL, NULL, 0, 10, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"object\":\"list\""));
+    resp_free(&r);
+
+    /* tokenize -> detokenize round trip; usage.prompt_tokens == tokens + BOS */
+    CU_ASSERT_EQUAL(http_post(s.port, "/tokenize", "{\"content\":\"Once upon a time\"}", &r), 0);
+    cJSON *j = cJSON_Parse(r.body);
+    int n_tok = cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens"));
+    CU_ASSERT(n_tok >= 3);
+    char *toks = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "tokens"));
+    cJSON_Delete(j);
+    resp_free(&r);
+    char body[1024];
+    snprintf(body, sizeof body, "{\"tokens\":%s}", toks);
+    free(toks);
+    CU_ASSERT_EQUAL(http_post(s.port, "/detokenize", body, &r), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "Once upon a time"));
+    resp_free(&r);
+
+    /* usage and logprobs */
+    CU_ASSERT_EQUAL(http_post(s.port, "/v1/completions",
+                              "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"logprobs\":3}", &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    j = cJSON_Parse(r.body);
+    cJSON *u = cJSON_GetObjectItem(j, "usage");
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(u, "prompt_tokens")->valueint, n_tok + 1);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(u, "completion_tokens")->valueint, 12);
+    cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(ch, "finish_reason")->valuestring, "length");
+    cJSON *lp = cJSON_GetObjectItem(ch, "logprobs");
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(lp, "tokens")), 12);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "top_logprobs"), 0)), 3);
+    double l0 = cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "token_logprobs"), 0)->valuedouble;
+    CU_ASSERT(l0 <= 0 && l0 > -20);
+    /* the tokens' texts concatenate to the completion text */
+    struct { char s[4096]; } cat = {{0}};
+    cJSON *tk;
+    cJSON_ArrayForEach(tk, cJSON_GetObjectItem(lp, "tokens")) strcat(cat.s, tk->valuestring);
+    CU_ASSERT_STRING_EQUAL(cat.s, cJSON_GetObjectItem(ch, "text")->valuestring);
+    char full[4096];
+    snprintf(full, sizeof full, "%s", cJSON_GetObjectItem(ch, "text")->valuestring);
+    cJSON_Delete(j);
+    resp_free(&r);
+
+    /* stop strings: cut before the stop, never emitted, stream and not */
+    char *sp = strstr(full, "girl") ? "girl" : NULL;
+    if (!sp && strlen(full) > 10) sp = full + 8;
+    char stop[16];
+    snprintf(stop, sizeof stop, "%.4s", sp);
+    const char *cut = strstr(full, stop);
+    for (int stream = 0; stream < 2; stream++) {
+        snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"stop\":[\"zzzz\",\"%s\"],\"stream\":%s}",
+                 stop, stream ? "true" : "false");
+        CU_ASSERT_EQUAL(http_post(s.port, "/v1/completions", body, &r), 0);
+        char *t;
+        char fin[32] = "";
+        if (stream) {
+            int ne, done, err;
+            t = sse_collect(r.body, 0, &ne, &done, fin, sizeof fin, &err);
+            CU_ASSERT(done);
+        } else {
+            t = completion_text(r.body, 0);
+            j = cJSON_Parse(r.body);
+            snprintf(fin, sizeof fin, "%s", cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "finish_reason")->valuestring);
+            cJSON_Delete(j);
+        }
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+        CU_ASSERT_EQUAL(strlen(t), (size_t)(cut - full));
+        CU_ASSERT(strncmp(t, full, (size_t)(cut - full)) == 0);
+        CU_ASSERT_STRING_EQUAL(fin, "stop");
+        free(t);
+        resp_free(&r);
+    }
+
+    /* chat stream: role first, [DONE] last, usage chunk equals token counts */
+    CU_ASSERT_EQUAL(http_post(s.port, "/v1/chat/completions",
+                              "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":9,\"temperature\":0,"
+                              "\"stream\":true,\"stream_options\":{\"include_usage\":true}}", &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "text/event-stream"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"delta\":{\"role\":\"assistant\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"completion_tokens\":9"));
+    CU_ASSERT(r.body_len > 14 && strcmp(r.body + r.body_len - 14, "data: [DONE]\n\n") == 0);
+    resp_free(&r);
+
+    /* metrics reflect the traffic */
+    CU_ASSERT_EQUAL(http_do(s.port, "GET", "/metrics", NULL, NULL, 0, 10, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "tpserve_generated_tokens_total "));
+    CU_ASSERT_PTR_NULL(strstr(r.body, "tpserve_generated_tokens_total 0\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "tpserve_time_to_first_token_seconds_count "));
+    if (system("command -v promtool >/dev/null 2>&1") == 0) {
+        char path[512], cmd[700];
+        snprintf(path, sizeof path, "%s/live_metrics.txt", tp_test_tmpdir());
+        FILE *f = fopen(path, "wb");
+        fwrite(r.body, 1, r.body_len, f);
+        fclose(f);
+        snprintf(cmd, sizeof cmd, "promtool check metrics < %s", path);
+        CU_ASSERT_EQUAL(system(cmd), 0);
+    }
+    resp_free(&r);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
+static const struct tp_test_case e2e_cases[] = {
+    {"bad_input", test_bad_input},
+    {"greedy_equals_generate", test_greedy},
+    {"concurrent_streams", test_concurrent},
+    {"endpoints", test_endpoints},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(e2e, "model", 240, e2e_cases)
