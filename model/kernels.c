@@ -51,11 +51,6 @@ static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *))
     if (o.quant_a8) dst->quant_a8 = o.quant_a8;
 }
 
-#if defined(__aarch64__)
-static void neon_dot_ops(struct tp_kern_ops *o) { tp_kern_neon_ops(o, 1); }
-static void neon_nodot_ops(struct tp_kern_ops *o) { tp_kern_neon_ops(o, 0); }
-#endif
-
 static void choose_isa(void)
 {
     tp_kern_scalar_ops(&g_scalar);
@@ -75,8 +70,8 @@ static void choose_isa(void)
 #elif defined(__APPLE__)
     dot = 1; /* every Apple arm64 core has the dot-product extension */
 #endif
-    add_isa("neon", neon_nodot_ops);
-    if (dot) add_isa("neon-dotprod", neon_dot_ops);
+    add_isa("neon", tp_kern_neon_ops);
+    if (dot) add_isa("neon-dotprod", tp_kern_neondot_ops);
 #endif
     g_best = &g_isas[g_n_isas - 1];
     const char *want = getenv("TP_KERN_ISA"); /* benchmarks: pin an ISA this CPU has */

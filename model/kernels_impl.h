@@ -68,7 +68,8 @@ void tp_kern_avx2_ops(struct tp_kern_ops *ops);
 void tp_kern_avx512_ops(struct tp_kern_ops *ops);
 #endif
 #if defined(__aarch64__)
-void tp_kern_neon_ops(struct tp_kern_ops *ops, int dotprod);
+void tp_kern_neon_ops(struct tp_kern_ops *ops);
+void tp_kern_neondot_ops(struct tp_kern_ops *ops);
 #endif
 
 /* Scalar activation quantizer (the reference every SIMD version must match bit for bit). */

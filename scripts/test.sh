@@ -31,5 +31,6 @@ run_build() {
 EXTRA=("$@")
 start=$(date +%s)
 run_build build -DCMAKE_BUILD_TYPE=Release -DTP_FATAL_WARNINGS=ON
+scripts/test-arm64.sh   # kernels cross-built for arm64, run under qemu-aarch64
 run_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTP_FATAL_WARNINGS=ON -DTP_SANITIZE=address,undefined
 echo "==== all tests passed in both builds ($(( $(date +%s) - start )) s)"

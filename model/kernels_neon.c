@@ -1,0 +1,13 @@
+/*
+ * model/kernels_neon.c - arm64 NEON kernels without the dot-product
+ * extension (ARMv8.0 baseline); the template is kernels_neon_impl.h.
+ */
+#if defined(__aarch64__)
+#define KN_TARGET "arch=armv8-a"
+#define KN_DOT 0
+#include "model/kernels_neon_impl.h"
+
+void tp_kern_neon_ops(struct tp_kern_ops *ops) { kn_fill_ops(ops); }
+#else
+typedef int tp_kernels_neon_unused; /* ISO C forbids an empty translation unit */
+#endif

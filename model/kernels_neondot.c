@@ -1,0 +1,18 @@
+/*
+ * model/kernels_neondot.c - arm64 NEON kernels with the ARMv8.2 dot-product
+ * extension (sdot), used when the CPU reports it (HWCAP_ASIMDDP; every Apple
+ * arm64 core has it); the template is kernels_neon_impl.h.
+ */
+#if defined(__aarch64__)
+#if defined(__clang__)
+#define KN_TARGET "dotprod"
+#else
+#define KN_TARGET "arch=armv8.2-a+dotprod"
+#endif
+#define KN_DOT 1
+#include "model/kernels_neon_impl.h"
+
+void tp_kern_neondot_ops(struct tp_kern_ops *ops) { kn_fill_ops(ops); }
+#else
+typedef int tp_kernels_neondot_unused; /* ISO C forbids an empty translation unit */
+#endif

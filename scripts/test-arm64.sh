@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# scripts/test-arm64.sh - cross-compile the matrix kernels and their unit test
+# for arm64 (aarch64-linux-gnu-gcc) and run them under qemu-aarch64, once with
+# a CPU that has the dot-product extension (-cpu max: neon-dotprod and neon
+# kernels both checked against the scalar reference) and once with one that
+# lacks it (-cpu cortex-a53: the run-time choice must fall back to plain neon).
+# The test is tests/model/test_kernels.c unchanged, linked with a tiny CUnit
+# stand-in (scripts/arm64/).  Exits 0 with a SKIP line when the cross tools
+# are missing and cannot be installed (they are in scripts/setup.sh's list).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=${TP_ARM64_BUILD:-build-arm64}
+cc=aarch64-linux-gnu-gcc
+if ! command -v "$cc" >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user >/dev/null || true
+  fi
+fi
+if ! command -v "$cc" >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
+  echo "test-arm64: SKIP: needs $cc and qemu-aarch64 (Debian: gcc-aarch64-linux-gnu qemu-user)"
+  exit 0
+fi
+
+mkdir -p "$out"
+start=$(date +%s)
+flags=(-std=c11 -O2 -D_DEFAULT_SOURCE -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes
+       -Wmissing-prototypes -Werror -I. -Itests -Iscripts/arm64)
+echo "==== arm64: cross-compiling kernels + tests/model/test_kernels.c"
+"$cc" "${flags[@]}" model/kernels*.c model/wtype.c common/*.c tests/model/test_kernels.c \
+  scripts/arm64/shim_main.c -o "$out/test_kernels" -lpthread -lm -static
+for cpu in max cortex-a53; do
+  echo "==== arm64: qemu-aarch64 -cpu $cpu"
+  log="$out/test_kernels.$cpu.log"
+  if ! qemu-aarch64 -cpu "$cpu" "$out/test_kernels" >"$log" 2>&1; then
+    cat "$log"
+    echo "test-arm64: FAILED under -cpu $cpu"
+    exit 1
+  fi
+  grep -E "kernels: ISA|worst|tests," "$log" | sed 's/^/  /'
+  want=neon-dotprod; [ "$cpu" = cortex-a53 ] && want=neon
+  grep -q "kernels: ISA $want " "$log" || { echo "test-arm64: expected ISA $want under -cpu $cpu"; exit 1; }
+done
+echo "==== arm64: passed ($(( $(date +%s) - start )) s)"
