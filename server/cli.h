@@ -67,8 +67,13 @@ int tp_cmd_bench(int argc, char **argv); /* dispatches to tp_bench_* (table in c
 int tp_cmd_synth(int argc, char **argv); /* random-weight model of a real shape (cmd_synth.c) */
 int tp_cmd_generate(int argc, char **argv); /* prompt -> streamed text (cmd_generate.c) */
 int tp_cmd_plan(int argc, char **argv);  /* capacity planner (cmd_plan.c) */
+/* `tpserve launch --hostfile FILE ... -- CMD`: one rank per hostfile entry over ssh, or mpirun with
+ * --backend mpi (launch_ssh.c).  argv[0] is "launch"; parses all of launch's options itself. */
+int tp_launch_hostfile_main(int argc, char **argv);
 int tp_cmd_shard(int argc, char **argv); /* one GGUF per rank (cmd_shard.c) */
 int tp_cmd_serve(int argc, char **argv); /* OpenAI-compatible HTTP server (cmd_serve.c) */
+int tp_cmd_launch(int argc, char **argv);        /* N local ranks of a command (cmd_launch.c) */
+int tp_cmd_comm_selftest(int argc, char **argv); /* collective check per rank (cmd_launch.c) */
 
 /* Benchmarks (`tpserve bench NAME`), one file each: add here and to cmd_bench.c's table. */
 int tp_bench_kernels(int argc, char **argv); /* matrix kernels vs streaming read (bench_kernels.c) */
