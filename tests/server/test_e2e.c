@@ -428,3 +428,82 @@ static const struct tp_test_case e2e_cases[] = {
     {NULL, NULL},
 };
 TP_TEST_SUITE(e2e, "model", 240, e2e_cases)
+
+static void test_multirank_greedy(void)
+{
+    if (have_model()) check_greedy_matches_generate(2);
+}
+
+struct long_stream {
+    int port;
+    struct resp r;
+    int rc;
+};
+static void *long_stream_main(void *arg)
+{
+    struct long_stream *ls = arg;
+    const char *body = "{\"prompt\":\"Once\",\"max_tokens\":2000,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}";
+    ls->rc = http_do(ls->port, "POST", "/v1/completions", NULL, body, strlen(body), 60, &ls->r);
+    return NULL;
+}
+
+static void test_worker_killed(void)
+{
+    if (!have_model()) return;
+    struct srv s;
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 2, NULL), 0);
+    struct resp r;
+    CU_ASSERT_EQUAL(http_do(s.port, "GET", "/health", NULL, NULL, 0, 10, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"ranks\":2"));
+    resp_free(&r);
+    struct long_stream ls = {.port = s.port};
+    pthread_t th;
+    pthread_create(&th, NULL, long_stream_main, &ls);
+    tp_sleep_ms(300);
+    srv_kill_rank(&s, 1);
+    double t0 = tp_now_s(), t503 = -1;
+    while (tp_now_s() - t0 < 10) {
+        if (http_do(s.port, "GET", "/health", NULL, NULL, 0, 5, &r) == 0) {
+            int st = r.status;
+            if (st == 503) CU_ASSERT(openai_error_shape(r.body, NULL));
+            resp_free(&r);
+            if (st == 503) {
+                t503 = tp_now_s() - t0;
+                break;
+            }
+        }
+        tp_sleep_ms(100);
+    }
+    fprintf(stderr, "/health turned 503 %.2f s after the worker was killed\n", t503);
+    CU_ASSERT(t503 >= 0 && t503 <= 5.0);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(ls.rc, 0);
+    if (ls.rc == 0) {
+        int ne, done, err;
+        char fin[32];
+        char *t = sse_collect(ls.r.body, 0, &ne, &done, fin, sizeof fin, &err);
+        CU_ASSERT(ne > 1);   /* some tokens arrived before the failure */
+        CU_ASSERT(err == 1); /* then an error event */
+        CU_ASSERT(done == 1);
+        free(t);
+        resp_free(&ls.r);
+    }
+    const char *body = "{\"prompt\":\"Once\",\"max_tokens\":5}";
+    CU_ASSERT_EQUAL(http_do(s.port, "POST", "/v1/completions", NULL, body, strlen(body), 10, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 503);
+    CU_ASSERT(openai_error_shape(r.body, NULL));
+    resp_free(&r);
+    s.pid[1] = 0; /* already dead (reaped below by rank 0's stop) */
+    int st = srv_stop(&s);
+    CU_ASSERT(st != -1);
+    int status;
+    waitpid(-1, &status, WNOHANG);
+}
+
+static const struct tp_test_case multirank_cases[] = {
+    {"greedy_2_ranks_equals_generate", test_multirank_greedy},
+    {"worker_killed_during_stream", test_worker_killed},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(e2e_multirank, "model,multirank", 240, multirank_cases)
