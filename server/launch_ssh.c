@@ -1,0 +1,410 @@
+/*
+ * server/launch_ssh.c - `tpserve launch --hostfile FILE -- CMD ...`: start one
+ * rank per hostfile entry over ssh (like mlx.launch), or hand the job to
+ * mpirun with --backend mpi.
+ *
+ * Rank i runs on hosts[i].host (the ssh destination; hosts[i].ips[0] when
+ * "host" is absent) as
+ *     ssh -o BatchMode=yes -o ConnectTimeout=10 -tt HOST 'cd CWD; checks; exec env TP_RANK=i
+ *         TP_WORLD_SIZE=N TP_HOSTFILE=FILE TP_BACKEND=B [TP_CLUSTER_TOKEN=..] CMD ...'
+ * The remote checks turn the usual mistakes into one clear line and a
+ * distinct exit status: the program is not on the host (127), the hostfile
+ * or the model (-m/--model argument) is not at the same path there (126).
+ * ssh itself exits 255 when the host cannot be reached or refuses the key.
+ * `-tt` gives the remote rank a terminal, so when the launcher's ssh goes
+ * away the rank gets SIGHUP and dies with it (no orphans).
+ *
+ * The launcher prefixes every output line with "[rank R HOST] ", forwards
+ * Ctrl-C (SIGINT/SIGTERM/SIGHUP) to every rank, and when one rank exits
+ * with a failure it stops all the others (SIGTERM, SIGKILL after 5 s) and
+ * exits with that rank's status.  A rank that never joins is detected by the
+ * ranks themselves: the group-forming timeout of comm/ fails them all with
+ * the missing rank named, and the launcher then stops everything.
+ * `--dry-run` prints the exact commands.  TP_LAUNCH_SSH replaces the ssh
+ * program (tests use a stand-in that runs the command locally).
+ */
+#include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define LAUNCH_MAX_RANKS 256
+#define LINE_MAX_BYTES 4096
+#define KILL_GRACE_MS 5000
+
+struct rank_proc {
+    char host[256];
+    pid_t pid;        /* 0 once reaped */
+    int fd;           /* read end of its stdout+stderr, -1 when closed */
+    int status;       /* exit code once reaped */
+    size_t n_line;
+    char line[LINE_MAX_BYTES];
+};
+
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) { g_signal = sig; }
+
+/* Append s to buf as one single-quoted shell word. Returns 0, or -1 when full. */
+static int put_quoted(char *buf, size_t cap, size_t *off, const char *s)
+{
+    if (*off + 3 >= cap) return -1;
+    buf[(*off)++] = '\'';
+    for (; *s; s++) {
+        if (*s == '\'') {
+            if (*off + 5 >= cap) return -1;
+            memcpy(buf + *off, "'\\''", 4);
+            *off += 4;
+        } else {
+            if (*off + 2 >= cap) return -1;
+            buf[(*off)++] = *s;
+        }
+    }
+    buf[(*off)++] = '\'';
+    buf[*off] = '\0';
+    return 0;
+}
+
+static int put_raw(char *buf, size_t cap, size_t *off, const char *s)
+{
+    size_t n = strlen(s);
+    if (*off + n + 1 >= cap) return -1;
+    memcpy(buf + *off, s, n + 1);
+    *off += n;
+    return 0;
+}
+
+/* Hosts of the hostfile: "host" (ssh destination) or else the first of "ips". */
+static int read_hosts(const char *path, struct rank_proc *ranks, int max, int *n_out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return tp_cli_fail("launch", "cannot open hostfile '%s' (see configs/hostfile-*.json)", path), -1;
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    int too_big = !feof(f);
+    fclose(f);
+    if (too_big) return tp_cli_fail("launch", "hostfile '%s' is larger than 1 MiB", path), -1;
+    text[n] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    if (!root) return tp_cli_fail("launch", "hostfile '%s' is not valid JSON", path), -1;
+    const cJSON *hosts = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "hosts") : root;
+    int rc = 0, count = cJSON_IsArray(hosts) ? cJSON_GetArraySize(hosts) : 0;
+    if (count < 1) {
+        rc = tp_cli_fail("launch", "hostfile '%s': want {\"hosts\": [{\"host\": \"mac-a\", \"ips\": [...], "
+                                   "\"port\": N}, ...]} with at least one entry", path);
+    } else if (count > max) {
+        rc = tp_cli_fail("launch", "hostfile '%s' has %d entries (at most %d)", path, count, max);
+    }
+    for (int i = 0; rc == 0 && i < count; i++) {
+        const cJSON *h = cJSON_GetArrayItem(hosts, i);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(h, "host");
+        const cJSON *ips = cJSON_GetObjectItemCaseSensitive(h, "ips");
+        if (!cJSON_IsString(name) && cJSON_IsArray(ips)) name = cJSON_GetArrayItem(ips, 0);
+        if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) >= sizeof ranks[i].host ||
+            name->valuestring[0] == '-') {
+            rc = tp_cli_fail("launch", "hostfile '%s': hosts[%d] needs \"host\" (the ssh destination) or \"ips\"",
+                             path, i);
+            break;
+        }
+        snprintf(ranks[i].host, sizeof ranks[i].host, "%s", name->valuestring);
+    }
+    cJSON_Delete(root);
+    if (rc) return -1;
+    *n_out = count;
+    return 0;
+}
+
+/* The remote shell command of one rank (see the file comment). */
+static int remote_command(char *buf, size_t cap, int rank, int world, const char *hostfile, const char *backend,
+                          const char *cwd, int argc, char **argv)
+{
+    size_t off = 0;
+    char tmp[96];
+    buf[0] = '\0';
+    const char *model = NULL;
+    for (int i = 0; i + 1 < argc; i++)
+        if (strcmp(argv[i], "-m") == 0 || strcmp(argv[i], "--model") == 0) model = argv[i + 1];
+    int bad = put_raw(buf, cap, &off, "cd ") || put_quoted(buf, cap, &off, cwd) ||
+              put_raw(buf, cap, &off, " 2>/dev/null; if ! command -v ") || put_quoted(buf, cap, &off, argv[0]) ||
+              put_raw(buf, cap, &off, " >/dev/null 2>&1; then echo \"tpserve launch: '\"") ||
+              put_quoted(buf, cap, &off, argv[0]) ||
+              put_raw(buf, cap, &off, "\"' not found on $(hostname) (PATH=$PATH): install it at the same path on "
+                                      "every host\" >&2; exit 127; fi; if [ ! -r ") ||
+              put_quoted(buf, cap, &off, hostfile) ||
+              put_raw(buf, cap, &off, " ]; then echo \"tpserve launch: hostfile '\"") ||
+              put_quoted(buf, cap, &off, hostfile) ||
+              put_raw(buf, cap, &off, "\"' is missing on $(hostname): copy it to the same path on every host\" >&2; "
+                                      "exit 126; fi; ");
+    if (!bad && model)
+        bad = put_raw(buf, cap, &off, "if [ ! -r ") || put_quoted(buf, cap, &off, model) ||
+              put_raw(buf, cap, &off, " ]; then echo \"tpserve launch: model '\"") || put_quoted(buf, cap, &off, model) ||
+              put_raw(buf, cap, &off, "\"' is missing on $(hostname): copy it to the same path on every host\" >&2; "
+                                      "exit 126; fi; ");
+    snprintf(tmp, sizeof tmp, "exec env TP_RANK=%d TP_WORLD_SIZE=%d TP_HOSTFILE=", rank, world);
+    bad = bad || put_raw(buf, cap, &off, tmp) || put_quoted(buf, cap, &off, hostfile) ||
+          put_raw(buf, cap, &off, " TP_BACKEND=") || put_quoted(buf, cap, &off, backend);
+    static const char *const pass[] = {"TP_CLUSTER_TOKEN", "TP_LOG_LEVEL", "TP_COMM_TIMEOUT_MS"};
+    for (size_t i = 0; !bad && i < TP_ARRAY_LEN(pass); i++) {
+        const char *v = getenv(pass[i]);
+        if (!v) continue;
+        bad = put_raw(buf, cap, &off, " ") || put_raw(buf, cap, &off, pass[i]) || put_raw(buf, cap, &off, "=") ||
+              put_quoted(buf, cap, &off, v);
+    }
+    for (int i = 0; !bad && i < argc; i++) bad = put_raw(buf, cap, &off, " ") || put_quoted(buf, cap, &off, argv[i]);
+    return bad ? -1 : 0;
+}
+
+static void flush_line(struct rank_proc *r, int rank)
+{
+    if (r->n_line == 0) return;
+    while (r->n_line > 0 && (r->line[r->n_line - 1] == '\r' || r->line[r->n_line - 1] == '\n')) r->n_line--;
+    printf("[rank %d %s] %.*s\n", rank, r->host, (int)r->n_line, r->line);
+    fflush(stdout);
+    r->n_line = 0;
+}
+
+/* Read what rank r has written (non-blocking); print whole lines with the
+ * prefix.  Returns 1 when it read something, 0 otherwise. */
+static int pump(struct rank_proc *r, int rank)
+{
+    char buf[4096];
+    ssize_t n = read(r->fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (n <= 0) {
+        flush_line(r, rank);
+        close(r->fd);
+        r->fd = -1;
+        return 0;
+    }
+    for (ssize_t i = 0; i < n; i++) {
+        if (buf[i] == '\n') {
+            flush_line(r, rank);
+        } else {
+            if (r->n_line == sizeof r->line) flush_line(r, rank);
+            r->line[r->n_line++] = buf[i];
+        }
+    }
+    return 1;
+}
+
+static void signal_all(struct rank_proc *ranks, int n, int sig)
+{
+    for (int i = 0; i < n; i++)
+        if (ranks[i].pid > 0) kill(ranks[i].pid, sig);
+}
+
+static const char *explain(int status)
+{
+    switch (status) {
+    case 255: return " (ssh could not reach the host or log in: check that `ssh HOST true` works without a password)";
+    case 127: return " (program not found there)";
+    case 126: return " (a file is missing there)";
+    default: return "";
+    }
+}
+
+static int run_mpirun(const char *hostfile_hosts, int n, int dry_run, int argc, char **argv)
+{
+    char np[16];
+    snprintf(np, sizeof np, "%d", n);
+    char *args[64 + 16];
+    int k = 0;
+    args[k++] = "mpirun";
+    args[k++] = "-np";
+    args[k++] = np;
+    args[k++] = "--host";
+    args[k++] = (char *)hostfile_hosts;
+    args[k++] = "--map-by";
+    args[k++] = "node";
+    args[k++] = "--bind-to";
+    args[k++] = "none";
+    args[k++] = "-x";
+    args[k++] = "TP_BACKEND=mpi";
+    static const char *const pass[] = {"TP_LOG_LEVEL", "TP_CLUSTER_TOKEN", "TP_COMM_TIMEOUT_MS"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(pass); i++)
+        if (getenv(pass[i])) {
+            args[k++] = "-x";
+            args[k++] = (char *)pass[i];
+        }
+    if (argc > 64) return tp_cli_fail("launch", "too many arguments after -- (at most 64 with --backend mpi)");
+    for (int i = 0; i < argc; i++) args[k++] = argv[i];
+    args[k] = NULL;
+    if (dry_run) {
+        for (int i = 0; i < k; i++) printf("%s%s", i ? " " : "", args[i]);
+        printf("\n");
+        return 0;
+    }
+    fflush(stdout);
+    execvp("mpirun", args);
+    return tp_cli_fail("launch", "cannot run mpirun (%s): install OpenMPI (openmpi-bin) or use --backend ring",
+                       strerror(errno));
+}
+
+int tp_launch_hostfile_main(int argc, char **argv)
+{
+    const char *hostfile = NULL, *backend = "ring";
+    int dry_run = 0;
+    const struct tp_opt opts[] = {
+        {"hostfile", 0, TP_OPT_STRING, &hostfile, "FILE", "JSON hostfile: one rank per entry, over ssh", 0, 0},
+        {"backend", 'b', TP_OPT_STRING, &backend, "NAME", "ring (default), rdma, or mpi (runs mpirun)", 0, 0},
+        {"dry-run", 0, TP_OPT_FLAG, &dry_run, NULL, "print the commands instead of running them", 0, 0},
+        {0},
+    };
+    int rest_argc = 0;
+    char **rest_argv = NULL;
+    int rc = tp_cli_parse("launch",
+                          "Usage: tpserve launch --hostfile FILE [--backend ring|rdma|mpi] [--dry-run] -- CMD [ARGS...]\n"
+                          "Starts CMD once per hostfile entry over ssh with TP_RANK, TP_WORLD_SIZE, TP_HOSTFILE,\n"
+                          "TP_BACKEND (and TP_CLUSTER_TOKEN, TP_LOG_LEVEL when set) in its environment.",
+                          opts, argc, argv, NULL, 0, NULL, &rest_argc, &rest_argv);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (!hostfile) {
+        fprintf(stderr, "tpserve launch: --hostfile FILE is required here\n");
+        return 2;
+    }
+    if (rest_argc < 1) {
+        fprintf(stderr, "tpserve launch: give the command after --, e.g. -- tpserve serve -m MODEL --host 0.0.0.0\n");
+        return 2;
+    }
+    if (strcmp(backend, "ring") != 0 && strcmp(backend, "rdma") != 0 && strcmp(backend, "mpi") != 0) {
+        fprintf(stderr, "tpserve launch: --backend must be ring, rdma or mpi, got '%s'\n", backend);
+        return 2;
+    }
+    static struct rank_proc ranks[LAUNCH_MAX_RANKS];
+    int n = 0;
+    char abs_hostfile[PATH_MAX], cwd[PATH_MAX];
+    if (!realpath(hostfile, abs_hostfile)) return tp_cli_fail("launch", "cannot open hostfile '%s': %s", hostfile,
+                                                              strerror(errno));
+    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, ".");
+    if (read_hosts(abs_hostfile, ranks, LAUNCH_MAX_RANKS, &n)) return 1;
+
+    if (strcmp(backend, "mpi") == 0) {
+        static char hostlist[LAUNCH_MAX_RANKS * 260];
+        size_t off = 0;
+        for (int i = 0; i < n; i++) off += (size_t)snprintf(hostlist + off, sizeof hostlist - off, "%s%s",
+                                                            i ? "," : "", ranks[i].host);
+        return run_mpirun(hostlist, n, dry_run, rest_argc, rest_argv);
+    }
+
+    const char *ssh = getenv("TP_LAUNCH_SSH");
+    if (!ssh || !*ssh) ssh = "ssh";
+    static char cmd[LAUNCH_MAX_RANKS][16384];
+    for (int i = 0; i < n; i++) {
+        if (remote_command(cmd[i], sizeof cmd[i], i, n, abs_hostfile, backend, cwd, rest_argc, rest_argv))
+            return tp_cli_fail("launch", "the command for rank %d is too long", i);
+        if (dry_run) printf("%s -o BatchMode=yes -o ConnectTimeout=10 -tt %s %s\n", ssh, ranks[i].host, cmd[i]);
+    }
+    if (dry_run) return 0;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    fflush(stdout);
+
+    int started = 0;
+    for (int i = 0; i < n; i++) {
+        int p[2];
+        ranks[i].fd = -1;
+        if (pipe(p) != 0) break;
+        pid_t pid = fork();
+        if (pid < 0) {
+            close(p[0]);
+            close(p[1]);
+            break;
+        }
+        if (pid == 0) {
+            int devnull = open("/dev/null", O_RDONLY);
+            if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+            dup2(p[1], STDOUT_FILENO);
+            dup2(p[1], STDERR_FILENO);
+            close(p[0]);
+            close(p[1]);
+            execlp(ssh, ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-tt", ranks[i].host, cmd[i],
+                   (char *)NULL);
+            fprintf(stderr, "tpserve launch: cannot run '%s': %s\n", ssh, strerror(errno));
+            _exit(127);
+        }
+        close(p[1]);
+        fcntl(p[0], F_SETFD, FD_CLOEXEC);
+        fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK);
+        ranks[i].fd = p[0];
+        ranks[i].pid = pid;
+        started++;
+    }
+    int first_fail = -1, exit_code = 0, live = started;
+    uint64_t kill_at = 0;
+    if (started < n) {
+        fprintf(stderr, "tpserve launch: could only start %d of %d ranks (%s); stopping\n", started, n,
+                strerror(errno));
+        first_fail = started;
+        exit_code = 1;
+        signal_all(ranks, n, SIGTERM);
+        kill_at = tp_now_ns() + (uint64_t)KILL_GRACE_MS * 1000000u;
+    }
+    while (live > 0) {
+        if (g_signal && !kill_at) {
+            fprintf(stderr, "tpserve launch: %s: stopping all %d ranks\n", strsignal(g_signal), n);
+            signal_all(ranks, n, g_signal == SIGINT ? SIGINT : SIGTERM);
+            if (!exit_code) exit_code = 128 + g_signal;
+            kill_at = tp_now_ns() + (uint64_t)KILL_GRACE_MS * 1000000u;
+        }
+        if (kill_at && tp_now_ns() > kill_at) {
+            signal_all(ranks, n, SIGKILL);
+            kill_at = UINT64_MAX;
+        }
+        struct pollfd pfd[LAUNCH_MAX_RANKS];
+        int idx[LAUNCH_MAX_RANKS], np = 0;
+        for (int i = 0; i < n; i++)
+            if (ranks[i].fd >= 0) {
+                pfd[np].fd = ranks[i].fd;
+                pfd[np].events = POLLIN;
+                idx[np++] = i;
+            }
+        if (np > 0 && poll(pfd, (nfds_t)np, 100) > 0) {
+            for (int k = 0; k < np; k++)
+                if (pfd[k].revents) pump(&ranks[idx[k]], idx[k]);
+        } else if (np == 0) {
+            usleep(50000);
+        }
+        int st;
+        pid_t pid;
+        while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+            for (int i = 0; i < n; i++) {
+                if (ranks[i].pid != pid) continue;
+                ranks[i].pid = 0;
+                live--;
+                ranks[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+                /* drain what it wrote last (a background child may keep the pipe open: bounded) */
+                for (int k = 0; k < 256 && ranks[i].fd >= 0 && pump(&ranks[i], i); k++) {
+                }
+                if (ranks[i].status != 0 && first_fail < 0 && !g_signal) {
+                    first_fail = i;
+                    exit_code = ranks[i].status;
+                    fprintf(stderr, "tpserve launch: rank %d (%s) exited with status %d%s; stopping the other ranks\n",
+                            i, ranks[i].host, ranks[i].status, explain(ranks[i].status));
+                    signal_all(ranks, n, SIGTERM);
+                    kill_at = tp_now_ns() + (uint64_t)KILL_GRACE_MS * 1000000u;
+                }
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (ranks[i].fd >= 0) close(ranks[i].fd);
+    if (first_fail < 0 && exit_code == 0) fprintf(stderr, "tpserve launch: all %d ranks exited normally\n", n);
+    return exit_code;
+}
