@@ -65,6 +65,7 @@ struct tp_cli_command {
 int tp_cmd_version(int argc, char **argv);
 int tp_cmd_bench(int argc, char **argv); /* dispatches to tp_bench_* (table in cmd_bench.c) */
 int tp_cmd_synth(int argc, char **argv); /* random-weight model of a real shape (cmd_synth.c) */
+int tp_cmd_info(int argc, char **argv);  /* describe a model file (cmd_info.c) */
 int tp_cmd_generate(int argc, char **argv); /* prompt -> streamed text (cmd_generate.c) */
 int tp_cmd_plan(int argc, char **argv);  /* capacity planner (cmd_plan.c) */
 /* `tpserve launch --hostfile FILE ... -- CMD`: one rank per hostfile entry over ssh, or mpirun with

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "model/synth.h"
@@ -13,17 +14,18 @@
 struct progress_state {
     double t0;
     int last_pct;
+    int step; /* percent between lines: 1 on a terminal (rewritten in place), 10 in logs */
 };
 
 static void progress(void *ctx, uint64_t done, uint64_t total)
 {
     struct progress_state *p = ctx;
     int pct = total ? (int)(done * 100 / total) : 100;
-    if (pct == p->last_pct) return;
+    if (pct == p->last_pct || (pct % p->step && done != total)) return;
     p->last_pct = pct;
     double t = tp_now_s() - p->t0;
-    fprintf(stderr, "\rsynth: %3d%%  %.0f / %.0f MiB  %.1f s", pct, (double)done / 1048576.0, (double)total / 1048576.0, t);
-    if (done == total) fputc('\n', stderr);
+    fprintf(stderr, "%ssynth: %3d%%  %.0f / %.0f MiB  %.1f s", p->step == 1 ? "\r" : "", pct, (double)done / 1048576.0, (double)total / 1048576.0, t);
+    if (done == total || p->step != 1) fputc('\n', stderr);
     fflush(stderr);
 }
 
@@ -122,7 +124,7 @@ int tp_cmd_synth(int argc, char **argv)
     }
     free(shapes_text);
 
-    struct progress_state ps = {tp_now_s(), -1};
+    struct progress_state ps = {tp_now_s(), -1, isatty(2) ? 1 : 10};
     struct tp_synth_config cfg = tp_synth_default_config();
     cfg.shape = &shape;
     cfg.n_layer = layers;

@@ -14,6 +14,7 @@ static const struct tp_cli_command commands[] = {
     {"bench", "benchmarks: comm, gen, serve, nodes (tables; --json)", tp_cmd_bench},
     {"comm-selftest", "check the collectives on every rank (run under 'tpserve launch')", tp_cmd_comm_selftest},
     {"generate", "generate text from a prompt on this machine (streams; tokens/s on stderr)", tp_cmd_generate},
+    {"info", "describe a model: architecture, shapes, types, sizes, tokenizer, memory needed", tp_cmd_info},
     {"launch", "start N local ranks of a command (hostfile, ports, token; [rank k] output)", tp_cmd_launch},
     {"plan", "will a model fit on these machines: shards, memory per node, tokens/s", tp_cmd_plan},
     {"shard", "cut a model into one file per rank (that rank's slices + the plan)", tp_cmd_shard},

@@ -1,0 +1,193 @@
+/*
+ * server/cmd_info.c - `tpserve info MODEL`: what a model file holds and what
+ * it needs.  The GGUF reader (model/gguf.h) gives the file-level facts
+ * (version, tensors, types, sizes); the loader in vocab-only mode gives the
+ * hyper-parameters and tokenizer exactly as tpserve will use them (so its
+ * refusals, e.g. an unsupported architecture, show up here with the
+ * loader's own message); the sharding plan (parallel/) gives the memory per
+ * rank for 2, 4 and 8 equal ranks.
+ *
+ * Memory needed = weights + KV cache (f32 K and V for every layer, the
+ * default context min(train ctx, 4096), one sequence slot).  Compute
+ * scratch (a few MB) is not counted.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "parallel/parallel.h"
+
+static double mib(uint64_t b) { return (double)b / 1048576.0; }
+
+static enum tp_wtype tensor_type(const tp_gguf_t *g, const char *name, enum tp_wtype def)
+{
+    const struct tp_gguf_tensor *t = tp_gguf_find_tensor(g, name);
+    return t ? t->type : def;
+}
+
+/* Printable token text: control characters escaped, at most 24 bytes. */
+static void show_token(const tp_tokenizer_t *tok, int id, char *buf, size_t cap)
+{
+    if (id < 0) {
+        snprintf(buf, cap, "none");
+        return;
+    }
+    size_t len = 0;
+    const char *p = tp_tokenizer_piece(tok, id, &len);
+    size_t o = (size_t)snprintf(buf, cap, "%d '", id);
+    for (size_t i = 0; p && i < len && i < 24 && o + 6 < cap; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c < 0x20 || c == 0x7F) o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else buf[o++] = (char)c;
+    }
+    if (o + 2 < cap) {
+        buf[o++] = '\'';
+        buf[o] = 0;
+    }
+}
+
+int tp_cmd_info(int argc, char **argv)
+{
+    int n_ctx = 0;
+    const struct tp_opt opts[] = {
+        {"ctx-size", 'c', TP_OPT_INT, &n_ctx, "N", "context for the KV cache estimate (default min(train ctx, 4096))", 1,
+         1 << 24},
+        {0},
+    };
+    const char *pos[1] = {NULL};
+    int np = 0;
+    int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] MODEL.gguf", opts, argc, argv, pos, 1, &np, NULL,
+                          NULL);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (np != 1) {
+        fprintf(stderr, "tpserve info: give one model file (tpserve info MODEL.gguf)\n");
+        return 2;
+    }
+    const char *path = pos[0];
+    tp_cli_setup_logging(NULL);
+    tp_log_set_level(TP_LOG_WARN);
+
+    struct tp_error err = {0};
+    tp_gguf_t *g = NULL;
+    tp_model_t *m = NULL;
+    int exit_code = 1;
+    if (tp_gguf_open(path, &g, &err) != TP_OK) return tp_cli_fail("info", "%s", err.msg);
+
+    /* ---- file level ---- */
+    const char *name = NULL, *arch_s = "?";
+    (void)tp_gguf_get_str(g, "general.name", &name);
+    (void)tp_gguf_get_str(g, "general.architecture", &arch_s);
+    printf("file        %s (GGUF v%u, %.1f MiB, alignment %u, %d keys)\n", path, tp_gguf_version(g),
+           mib(tp_gguf_file_size(g)), tp_gguf_alignment(g), tp_gguf_n_kv(g));
+    if (name) printf("name        %s\n", name);
+
+    uint64_t type_bytes[TP_WTYPE_COUNT] = {0}, weight_bytes = 0, n_params = 0;
+    int type_count[TP_WTYPE_COUNT] = {0}, other = 0;
+    const int n_t = tp_gguf_n_tensors(g);
+    for (int i = 0; i < n_t; i++) {
+        const struct tp_gguf_tensor *t = tp_gguf_tensor(g, i);
+        weight_bytes += t->n_bytes;
+        n_params += (uint64_t)t->n_elems;
+        if ((int)t->type >= 0 && (int)t->type < TP_WTYPE_COUNT) {
+            type_count[t->type]++;
+            type_bytes[t->type] += t->n_bytes;
+        } else {
+            other++;
+        }
+    }
+    printf("tensors     %d:", n_t);
+    for (int t = 0; t < TP_WTYPE_COUNT; t++)
+        if (type_count[t])
+            printf(" %s x%d (%.1f MiB)", tp_wtype_name((enum tp_wtype)t), type_count[t], mib(type_bytes[t]));
+    if (other) printf(" other x%d", other);
+    printf("\n");
+    printf("weights     %.1f MiB, %.3f %s parameters (%.2f bits per parameter)\n", mib(weight_bytes),
+           n_params >= 1000000000ull ? (double)n_params / 1e9 : (double)n_params / 1e6, n_params >= 1000000000ull ? "B" : "M",
+           n_params ? 8.0 * (double)weight_bytes / (double)n_params : 0.0);
+
+    /* ---- as the loader sees it ---- */
+    struct tp_model_config mc = tp_model_default_config();
+    mc.path = path;
+    mc.vocab_only = 1;
+    mc.n_threads = 1;
+    if (tp_model_init(&mc, &m, &err) != TP_OK) {
+        printf("arch        %s\n", arch_s);
+        tp_cli_fail("info", "%s", err.msg);
+        goto out;
+    }
+    const struct tp_hparams *hp = tp_model_hparams(m);
+    printf("arch        %s\n", tp_arch_name(hp->arch));
+    printf("shape       n_embd %d, n_layer %d, n_head %d, n_head_kv %d (%d q per kv), head_dim %d, n_ff %d, n_vocab %d\n",
+           hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_head_kv ? hp->n_head / hp->n_head_kv : 0,
+           hp->head_dim, hp->n_ff, hp->n_vocab);
+    static const char *const scaling[] = {"none", "linear", "llama3"};
+    printf("rope        theta %g, %d dims, %s pairs, scaling %s", hp->rope_theta, hp->rope_dim,
+           hp->rope_neox ? "neox (halves)" : "interleaved", scaling[hp->rope_scaling % 3]);
+    if (hp->rope_scaling != TP_ROPE_SCALING_NONE) printf(" x%g", hp->rope_scale_factor);
+    printf("\n");
+    printf("context     %d trained\n", hp->n_ctx_train);
+    printf("layers      rms eps %g, tied embeddings %s, qkv bias %s, qk norm %s\n", hp->norm_eps,
+           hp->tied_embeddings ? "yes" : "no", hp->has_qkv_bias ? "yes" : "no", hp->has_qk_norm ? "yes" : "no");
+    tp_tokenizer_t *tok = tp_model_tokenizer(m);
+    char bos[64], eos[64];
+    show_token(tok, tp_tokenizer_bos(tok), bos, sizeof(bos));
+    show_token(tok, tp_tokenizer_eos(tok), eos, sizeof(eos));
+    const char *pre = NULL, *tmodel = NULL;
+    (void)tp_gguf_get_str(g, "tokenizer.ggml.model", &tmodel);
+    (void)tp_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
+    printf("tokenizer   %s (%s%s%s), %d tokens, bos %s, eos %s, adds bos %s\n",
+           tp_tokenizer_kind(tok) == TP_TOK_SPM ? "sentencepiece" : "byte-level bpe", tmodel ? tmodel : "?",
+           pre ? ", pre " : "", pre ? pre : "", tp_tokenizer_n_vocab(tok), bos, eos,
+           tp_tokenizer_add_bos(tok) ? "yes" : "no");
+    const char *tmpl = tp_model_chat_template(m);
+    if (tmpl) printf("chat        template present (%zu bytes)\n", strlen(tmpl));
+    else printf("chat        no template\n");
+
+    /* ---- memory ---- */
+    const int ctx = n_ctx > 0 ? n_ctx : TP_MIN(hp->n_ctx_train, 4096);
+    const uint64_t kv_per_head = 2ull * (uint64_t)hp->n_layer * (uint64_t)ctx * (uint64_t)hp->head_dim * 4u;
+    const uint64_t kv_bytes = kv_per_head * (uint64_t)hp->n_head_kv;
+    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (f32, ctx %d, 1 sequence)\n",
+           mib(weight_bytes + kv_bytes), mib(weight_bytes), mib(kv_bytes), ctx);
+
+    struct tp_plan_types types;
+    const enum tp_wtype wt = tensor_type(g, "blk.0.attn_q.weight", TP_WTYPE_F32);
+    types.attn_q = wt;
+    types.attn_k = tensor_type(g, "blk.0.attn_k.weight", wt);
+    types.attn_v = tensor_type(g, "blk.0.attn_v.weight", wt);
+    types.attn_o = tensor_type(g, "blk.0.attn_output.weight", wt);
+    types.ffn_gate = tensor_type(g, "blk.0.ffn_gate.weight", wt);
+    types.ffn_up = tensor_type(g, "blk.0.ffn_up.weight", wt);
+    types.ffn_down = tensor_type(g, "blk.0.ffn_down.weight", wt);
+    types.token_embd = tensor_type(g, "token_embd.weight", wt);
+    types.output = tensor_type(g, "output.weight", types.token_embd);
+    static struct tp_shard_plan plan; /* large (64 ranks): keep it off the stack */
+    static const int world[] = {2, 4, 8};
+    for (size_t i = 0; i < TP_ARRAY_LEN(world); i++) {
+        struct tp_error perr = {0};
+        printf("%-11s ", i == 0 ? "per rank" : "");
+        if (tp_parallel_plan(hp, &types, world[i], NULL, &plan, &perr) != TP_OK) {
+            printf("%d ranks: not possible: %s\n", world[i], perr.msg);
+            continue;
+        }
+        uint64_t worst = 0, best = UINT64_MAX;
+        for (int r = 0; r < plan.world_size; r++) {
+            const struct tp_shard_rank_plan *rp = &plan.ranks[r];
+            uint64_t kv = kv_per_head * (uint64_t)(rp->shard.kv_head_end - rp->shard.kv_head_begin);
+            uint64_t need = rp->sharded_bytes + rp->replicated_bytes + kv;
+            if (need > worst) worst = need;
+            if (need < best) best = need;
+        }
+        printf("%d ranks: %.1f MiB each%s (%.1f MiB replicated weights%s)\n", world[i], mib(worst),
+               best != worst ? " at most" : "", mib(plan.replicated_bytes),
+               plan.kv_replicated ? ", KV heads replicated" : "");
+    }
+    exit_code = 0;
+out:
+    tp_model_free(m);
+    tp_gguf_close(g);
+    return exit_code;
+}
