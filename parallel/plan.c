@@ -338,8 +338,9 @@ enum tp_status tp_parallel_plan(const struct tp_hparams *hp, const struct tp_pla
                      out->kv_replicated ? ", KV heads replicated where ranks share a group" : "");
     if (moved_attn && n > 0 && (size_t)n < sizeof out->note)
         n += snprintf(out->note + n, sizeof out->note - (size_t)n,
-                      "; head split moved to %lld-head units (attn_output %s blocks / KV groups)", (long long)unit,
-                      tp_wtype_name_plan(ty->attn_o));
+                      "; head split moved to %lld-head units (%s%s%s)", (long long)unit,
+                      kv_mode ? "whole KV groups" : "", kv_mode && g_o > 1 ? " and " : "",
+                      g_o > 1 ? "whole attn_output blocks" : "");
     if (moved_ffn && n > 0 && (size_t)n < sizeof out->note)
         n += snprintf(out->note + n, sizeof out->note - (size_t)n,
                       "; FFN split moved to %lld-column block boundaries (ffn_down %s)", (long long)be_d,
