@@ -277,6 +277,12 @@ static void admit(struct tp_engine *e)
             continue;
         }
         tp_detok_reset(s->detok);
+        /* The reply continues the prompt: feed the prompt's last token to the
+         * detokenizer (output discarded) so SentencePiece's "drop the leading
+         * space of the first piece" applies only at the start of the text. */
+        (void)tp_detok_push(s->detok, r->prompt[r->n_prompt - 1], e->scratch, sizeof e->scratch);
+        (void)tp_detok_flush(s->detok, e->scratch, sizeof e->scratch);
+        for (int k = 0; k < r->n_prompt; k++) tp_sampler_accept(s->sampler, r->prompt[k]);
         s->req = r;
         s->text.len = 0;
         s->released = 0;

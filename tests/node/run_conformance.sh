@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# tests/node/run_conformance.sh TPSERVE MODEL - the official openai npm client
+# (and @huggingface/jinja's template outputs) against a fresh tpserve.
+# Skips (exit 0 with "SKIP: reason") when node/npm are missing or the packages
+# cannot be installed (offline).
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"
+tpserve="$1"; model="$2"
+command -v node >/dev/null 2>&1 || { echo "SKIP: node not installed"; exit 0; }
+command -v npm >/dev/null 2>&1 || { echo "SKIP: npm not installed"; exit 0; }
+if [ ! -d "$here/node_modules/openai" ] || [ ! -d "$here/node_modules/@huggingface/jinja" ]; then
+  (cd "$here" && timeout 300 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
+    { echo "SKIP: npm install failed (offline?)"; exit 0; }
+fi
+# 1. the committed template oracle outputs are what @huggingface/jinja renders now
+shared="${TP_SHARED_DIR:-$here/../../../shared}/models"
+if [ -d "$shared/tokenizers/llama3" ]; then
+  tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"; [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null' EXIT
+  cp "$here/../server/chat_expected.json" "$tmp/committed.json"
+  node "$here/render_templates.mjs" "$shared" >/dev/null || { echo "render_templates.mjs failed"; exit 1; }
+  if ! cmp -s "$tmp/committed.json" "$here/../server/chat_expected.json"; then
+    cp "$tmp/committed.json" "$here/../server/chat_expected.json"
+    echo "FAIL: tests/server/chat_expected.json differs from what @huggingface/jinja renders"; exit 1
+  fi
+else
+  trap '[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null' EXIT
+fi
+# 2. the openai client against a live server
+out="$(mktemp)"
+"$tpserve" serve -m "$model" --port 0 --threads 1 --api-key conformance-key >"$out" 2>/dev/null &
+pid=$!
+port=""
+for _ in $(seq 1 150); do
+  port="$(sed -n 's|.*serving on http://[0-9.]*:\([0-9]*\).*|\1|p' "$out")"
+  [ -n "$port" ] && break
+  sleep 0.2
+done
+rm -f "$out"
+[ -n "$port" ] || { echo "FAIL: tpserve serve did not start"; exit 1; }
+timeout 120 node "$here/conformance.mjs" "http://127.0.0.1:$port/v1" conformance-key
+rc=$?
+kill "$pid"; wait "$pid" 2>/dev/null; pid=""
+exit $rc
