@@ -292,6 +292,18 @@ static size_t next_gpt2(const struct frag *f, size_t i)
     return k ? k : 1;
 }
 
+/* Digits(individual_digits) then GPT-2: each \p{N} is a piece of its own and
+ * the regex runs on the text between digits (it cannot see across them). */
+static size_t next_gpt2_digits(const struct frag *f, size_t i)
+{
+    if (f->cls[i] & CLS_N) return 1;
+    size_t end = i;
+    while (end < f->n && !(f->cls[end] & CLS_N)) end++;
+    struct frag sub = *f;
+    sub.n = end; /* the regex sees the segment's end as the end of text */
+    return next_gpt2(&sub, i);
+}
+
 static int encode_byte_level(const struct tp_tokenizer *t, struct tp_tok_scratch *sc, const char *s, size_t len,
                              struct tp_tok_out *out)
 {
@@ -324,6 +336,7 @@ static int encode_byte_level(const struct tp_tokenizer *t, struct tp_tok_scratch
         switch (t->pretok) {
         case TP_PRETOK_LLAMA3: k = next_llama3(&f, i, 3); break;
         case TP_PRETOK_QWEN2: k = next_llama3(&f, i, 1); break;
+        case TP_PRETOK_GPT2_DIGITS: k = next_gpt2_digits(&f, i); break;
         default: k = next_gpt2(&f, i); break;
         }
         if (tp_tok_bpe_word(t, sc, s + f.off[i], f.off[i + k] - f.off[i], out) != 0) return -1;

@@ -3,7 +3,8 @@
  * the layout llama.cpp writes:
  *   tokenizer.ggml.model        "llama" (SentencePiece) | "gpt2" (byte-level BPE)
  *   tokenizer.ggml.pre          pre-tokenizer for gpt2: "llama-bpe"/"llama3" ->
- *                               Llama 3, "qwen2" -> Qwen2, else GPT-2
+ *                               Llama 3, "qwen2" -> Qwen2, "smollm" / "starcoder" /
+ *                               "refact" -> digits apart + GPT-2, else GPT-2
  *   tokenizer.ggml.tokens       string[n]
  *   tokenizer.ggml.scores       float[n]   (SentencePiece)
  *   tokenizer.ggml.token_type   int32[n]   (enum tp_token_type)
@@ -60,6 +61,8 @@ enum tp_status tp_tokenizer_from_gguf_handle(tp_gguf_t *g, tp_tokenizer_t **out,
             d.ignore_merges = 1;
         } else if (!strcmp(pre, "qwen2")) {
             d.pretok = TP_PRETOK_QWEN2;
+        } else if (!strcmp(pre, "smollm") || !strcmp(pre, "starcoder") || !strcmp(pre, "refact")) {
+            d.pretok = TP_PRETOK_GPT2_DIGITS;
         } else {
             if (strcmp(pre, "default") != 0 && strcmp(pre, "gpt-2") != 0 && strcmp(pre, "gpt2") != 0)
                 tp_log(TP_LOG_WARN, "model", "%s: tokenizer.ggml.pre \"%s\" unknown, using the GPT-2 pre-tokenizer", path,

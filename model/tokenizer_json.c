@@ -4,7 +4,8 @@
  *
  * Supported: model.type "BPE" with
  *   - a ByteLevel pipeline (pre_tokenizer Split(Regex) + ByteLevel, or a
- *     ByteLevel pre-tokenizer with use_regex): the regex must be one of the
+ *     ByteLevel pre-tokenizer with use_regex, optionally after
+ *     Digits(individual_digits) as SmolLM has): the regex must be one of the
  *     GPT-2, Llama 3 or Qwen2 patterns (compared verbatim; anything else is
  *     refused, naming the pattern), normalizer null or NFC;
  *   - a SentencePiece-style pipeline (Metaspace pre-tokenizer, or the
@@ -14,6 +15,8 @@
  * become control tokens (special: true) or user-defined ones.  BOS/EOS come
  * from tokenizer_config.json (bos_token / eos_token / add_bos_token /
  * add_eos_token) or, without it, from the TemplateProcessing post-processor.
+ * Other pre-tokenizers and normalizers are refused by name.  Not handled:
+ * the lstrip / rstrip / single_word / normalized flags of added tokens.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -91,6 +94,8 @@ struct pipe_info {
     int prepend; /* add_space_prefix mode (see tokenizer_impl.h) */
     const char *regex;
     int byte_level_regex; /* ByteLevel with use_regex: GPT-2 pattern */
+    int digits;           /* Digits(individual_digits: true) */
+    const char *unknown;  /* first pre-tokenizer type we do not implement */
 };
 
 static void scan_pretok(const cJSON *p, struct pipe_info *pi)
@@ -117,7 +122,44 @@ static void scan_pretok(const cJSON *p, struct pipe_info *pi)
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
         const cJSON *rx = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
         if (cJSON_IsString(rx)) pi->regex = rx->valuestring;
+        else if (!pi->unknown) pi->unknown = "Split (non-regex pattern)";
+    } else if (!strcmp(ty, "Digits") && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "individual_digits"))) {
+        pi->digits = 1;
+    } else if (!pi->unknown) {
+        pi->unknown = ty[0] ? ty : "(no type)";
     }
+}
+
+/* First normalizer we do not implement, or NULL.  Implemented: NFC (Qwen2),
+ * Prepend(U+2581) and Replace(' ' -> U+2581) (Llama 2's SentencePiece
+ * emulation), Sequence of those. */
+static const char *unsupported_normalizer(const cJSON *n)
+{
+    if (!n || cJSON_IsNull(n)) return NULL;
+    const char *ty = type_of(n);
+    if (!strcmp(ty, "NFC")) return NULL;
+    if (!strcmp(ty, "Prepend")) {
+        const cJSON *pp = cJSON_GetObjectItemCaseSensitive(n, "prepend");
+        return cJSON_IsString(pp) && !strcmp(pp->valuestring, "\xE2\x96\x81") ? NULL : "Prepend (other than U+2581)";
+    }
+    if (!strcmp(ty, "Replace")) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(n, "pattern"), "String");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(n, "content");
+        return cJSON_IsString(pat) && !strcmp(pat->valuestring, " ") && cJSON_IsString(c) &&
+                       !strcmp(c->valuestring, "\xE2\x96\x81")
+                   ? NULL
+                   : "Replace (other than ' ' -> U+2581)";
+    }
+    if (!strcmp(ty, "Sequence")) {
+        const cJSON *x;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(n, "normalizers"))
+        {
+            const char *u = unsupported_normalizer(x);
+            if (u) return u;
+        }
+        return NULL;
+    }
+    return ty[0] ? ty : "(no type)";
 }
 
 static int prepend_normalizer(const cJSON *n)
@@ -286,17 +328,28 @@ enum tp_status tp_tokenizer_from_json(const char *tokenizer_json, const char *to
     memset(&pi, 0, sizeof(pi));
     scan_pretok(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), &pi);
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
+    const char *bad_norm = unsupported_normalizer(norm);
+    if (pi.unknown || bad_norm) {
+        rc = tp_error_set(err, TP_ERR_UNSUPPORTED, "%s: %s \"%s\" is not supported", path,
+                          pi.unknown ? "pre-tokenizer" : "normalizer", pi.unknown ? pi.unknown : bad_norm);
+        goto out;
+    }
     d.byte_fallback = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"));
     d.ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
     if (pi.byte_level) {
         d.kind = TP_TOK_BPE;
         if (pi.regex && !strcmp(pi.regex, RX_LLAMA3)) d.pretok = TP_PRETOK_LLAMA3;
         else if (pi.regex && !strcmp(pi.regex, RX_QWEN2)) d.pretok = TP_PRETOK_QWEN2;
-        else if ((pi.regex && !strcmp(pi.regex, RX_GPT2)) || (!pi.regex && pi.byte_level_regex)) d.pretok = TP_PRETOK_GPT2;
+        else if ((pi.regex && !strcmp(pi.regex, RX_GPT2)) || (!pi.regex && pi.byte_level_regex))
+            d.pretok = pi.digits ? TP_PRETOK_GPT2_DIGITS : TP_PRETOK_GPT2;
         else {
             rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
                               "%s: pre-tokenizer regex \"%.200s\" is not supported (known: GPT-2, Llama 3, Qwen2)", path,
                               pi.regex ? pi.regex : "(none)");
+            goto out;
+        }
+        if (pi.digits && d.pretok != TP_PRETOK_GPT2_DIGITS) {
+            rc = tp_error_set(err, TP_ERR_UNSUPPORTED, "%s: Digits with a Split regex is not supported", path);
             goto out;
         }
         if (d.pretok != TP_PRETOK_QWEN2 && has_nfc(norm)) {

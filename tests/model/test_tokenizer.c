@@ -205,7 +205,7 @@ static char *detok_all(const tp_tokenizer_t *t, const int32_t *ids, int n, size_
 
 /* The Llama 3 vocabulary with a plain ByteLevel(use_regex) pre-tokenizer:
  * exercises the GPT-2 regex (same edit as gen_oracle.mjs). */
-static tp_tokenizer_t *load_gpt2_variant(const char *dir)
+static tp_tokenizer_t *load_gpt2_variant(const char *dir, int digits)
 {
     char rel[256];
     snprintf(rel, sizeof(rel), "models/%s/tokenizer.json", dir);
@@ -220,6 +220,16 @@ static tp_tokenizer_t *load_gpt2_variant(const char *dir)
     cJSON_AddFalseToObject(pre, "add_prefix_space");
     cJSON_AddTrueToObject(pre, "trim_offsets");
     cJSON_AddTrueToObject(pre, "use_regex");
+    if (digits) { /* Sequence [Digits(individual_digits), ByteLevel] as SmolLM */
+        cJSON *seq = cJSON_CreateObject(), *arr = cJSON_CreateArray(), *dg = cJSON_CreateObject();
+        cJSON_AddStringToObject(seq, "type", "Sequence");
+        cJSON_AddStringToObject(dg, "type", "Digits");
+        cJSON_AddTrueToObject(dg, "individual_digits");
+        cJSON_AddItemToArray(arr, dg);
+        cJSON_AddItemToArray(arr, pre);
+        cJSON_AddItemToObject(seq, "pretokenizers", arr);
+        pre = seq;
+    }
     cJSON_ReplaceItemInObject(root, "pre_tokenizer", pre);
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "model"), "ignore_merges", cJSON_CreateFalse());
     char *txt = cJSON_PrintUnformatted(root);
@@ -251,7 +261,7 @@ static void run_oracle(const char *name)
     CU_ASSERT_PTR_NOT_NULL_FATAL(tk);
     const char *dir = cJSON_GetObjectItem(tk, "dir")->valuestring;
     const cJSON *variant = cJSON_GetObjectItem(tk, "variant");
-    tp_tokenizer_t *t = cJSON_IsString(variant) ? load_gpt2_variant(dir)
+    tp_tokenizer_t *t = cJSON_IsString(variant) ? load_gpt2_variant(dir, !strcmp(variant->valuestring, "gpt2_digits"))
                                                 : load_json_tok(dir + strlen("tokenizers/"));
     if (!t) {
         tp_test_skip("../shared/models/%s not present", dir);
@@ -299,12 +309,14 @@ static void test_oracle_llama3(void) { run_oracle("llama3"); }
 static void test_oracle_qwen3(void) { run_oracle("qwen3"); }
 static void test_oracle_mistral(void) { run_oracle("mistral"); }
 static void test_oracle_gpt2(void) { run_oracle("gpt2_regex"); }
+static void test_oracle_gpt2_digits(void) { run_oracle("gpt2_digits"); }
 
 static const struct tp_test_case oracle_cases[] = {
     {"llama3", test_oracle_llama3},
     {"qwen3", test_oracle_qwen3},
     {"mistral", test_oracle_mistral},
     {"gpt2_regex", test_oracle_gpt2},
+    {"gpt2_digits", test_oracle_gpt2_digits},
     {NULL, NULL},
 };
 TP_TEST_SUITE(tokenizer_oracle, "unit,model", 300, oracle_cases)
@@ -761,6 +773,12 @@ static void test_json_errors(void)
                       " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\":"
                       " {\"Regex\": \"\\\\w+\"}}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}}",
                       TP_ERR_UNSUPPORTED, "regex \"\\w+\" is not supported");
+    expect_json_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                      " \"pre_tokenizer\": {\"type\": \"Whitespace\"}}",
+                      TP_ERR_UNSUPPORTED, "pre-tokenizer \"Whitespace\" is not supported");
+    expect_json_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                      " \"normalizer\": {\"type\": \"Lowercase\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+                      TP_ERR_UNSUPPORTED, "normalizer \"Lowercase\" is not supported");
     /* byte-level vocabulary that cannot spell every byte */
     expect_json_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]},"
                       " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
