@@ -80,57 +80,76 @@ static void attn_pair(tp_model_t *m, int t, int h, float *sc)
     }
 }
 
-static void job(void *ctx, int ith, int nth)
+/* Items [i0, i1) of the current job. */
+static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
 {
-    tp_model_t *m = ctx;
     const struct tp_layer *L = m->cur_layer >= 0 ? &m->layers[m->cur_layer] : NULL;
     int n_tok = m->n_tok;
     size_t as = m->act_row_max;
-    int64_t r0, r1;
     switch (m->phase) {
     case TP_PH_QKV: {
-        int64_t nq = L->wq.rows, nk = L->wk.rows, total = nq + 2 * nk;
-        tp_split_range(total, ith, nth, &r0, &r1);
-        mm(&L->wq, act_for(m, L->wq.type), as, n_tok, m->q, m->q_dim, TP_MAX(r0, 0), TP_MIN(r1, nq));
-        mm(&L->wk, act_for(m, L->wk.type), as, n_tok, m->k, m->kv_dim, TP_MAX(r0 - nq, 0), TP_MIN(r1 - nq, nk));
-        mm(&L->wv, act_for(m, L->wv.type), as, n_tok, m->v, m->kv_dim, TP_MAX(r0 - nq - nk, 0),
-           TP_MIN(r1 - nq - nk, nk));
+        int64_t nq = L->wq.rows, nk = L->wk.rows;
+        mm(&L->wq, act_for(m, L->wq.type), as, n_tok, m->q, m->q_dim, TP_MAX(i0, 0), TP_MIN(i1, nq));
+        mm(&L->wk, act_for(m, L->wk.type), as, n_tok, m->k, m->kv_dim, TP_MAX(i0 - nq, 0), TP_MIN(i1 - nq, nk));
+        mm(&L->wv, act_for(m, L->wv.type), as, n_tok, m->v, m->kv_dim, TP_MAX(i0 - nq - nk, 0),
+           TP_MIN(i1 - nq - nk, nk));
         break;
     }
     case TP_PH_ATTN: {
         float *sc = m->scores + (size_t)ith * m->n_ctx;
-        tp_split_range((int64_t)n_tok * m->nq, ith, nth, &r0, &r1);
-        for (int64_t i = r0; i < r1; i++) attn_pair(m, (int)(i / m->nq), (int)(i % m->nq), sc);
+        for (int64_t i = i0; i < i1; i++) attn_pair(m, (int)(i / m->nq), (int)(i % m->nq), sc);
         break;
     }
     case TP_PH_O:
-        tp_split_range(L->wo.rows, ith, nth, &r0, &r1);
-        mm(&L->wo, act_for(m, L->wo.type), as, n_tok, m->proj, m->hp.n_embd, r0, r1);
+        mm(&L->wo, act_for(m, L->wo.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
         break;
-    case TP_PH_FFN_UP: {
-        tp_split_range(L->wgate.rows, ith, nth, &r0, &r1);
-        mm(&L->wgate, act_for(m, L->wgate.type), as, n_tok, m->hb, m->n_ff_l, r0, r1);
-        mm(&L->wup, act_for(m, L->wup.type), as, n_tok, m->hb2, m->n_ff_l, r0, r1);
+    case TP_PH_FFN_UP:
+        mm(&L->wgate, act_for(m, L->wgate.type), as, n_tok, m->hb, m->n_ff_l, i0, i1);
+        mm(&L->wup, act_for(m, L->wup.type), as, n_tok, m->hb2, m->n_ff_l, i0, i1);
         for (int t = 0; t < n_tok; t++) {
             float *h = m->hb + (size_t)t * m->n_ff_l;
-            tp_op_swiglu(h + r0, h + r0, m->hb2 + (size_t)t * m->n_ff_l + r0, (int)(r1 - r0));
+            tp_op_swiglu(h + i0, h + i0, m->hb2 + (size_t)t * m->n_ff_l + i0, (int)(i1 - i0));
         }
         break;
-    }
     case TP_PH_DOWN:
-        tp_split_range(L->wdown.rows, ith, nth, &r0, &r1);
-        mm(&L->wdown, act_for(m, L->wdown.type), as, n_tok, m->proj, m->hp.n_embd, r0, r1);
+        mm(&L->wdown, act_for(m, L->wdown.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
         break;
     case TP_PH_LOGITS:
-        tp_split_range(m->output.rows, ith, nth, &r0, &r1);
-        mm(&m->output, act_for(m, m->output.type), as, m->n_out, m->logits_out, m->n_vocab_l, r0, r1);
+        mm(&m->output, act_for(m, m->output.type), as, m->n_out, m->logits_out, m->n_vocab_l, i0, i1);
         break;
     }
 }
 
-static void run(tp_model_t *m, enum tp_fwd_phase ph)
+/* Pool job: threads claim chunks of the work until none is left, so a thread
+ * that is descheduled (shared cores) or slower does not hold up the others. */
+static void job(void *ctx, int ith, int nth)
 {
+    tp_model_t *m = ctx;
+    (void)nth;
+    for (;;) {
+        int64_t c = (int64_t)atomic_fetch_add_explicit(&m->chunk_next, 1, memory_order_relaxed);
+        int64_t i0 = c * m->chunk_size;
+        if (i0 >= m->chunk_total) break;
+        job_range(m, ith, i0, TP_MIN(i0 + m->chunk_size, m->chunk_total));
+    }
+}
+
+/* Run phase ph over total items; rows are claimed in chunks of a multiple of
+ * `align` (kernels like whole groups of rows), about 4 chunks per thread. */
+static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t align)
+{
+    int nth = m->n_threads;
+    int64_t cs = total / ((int64_t)nth * 4);
+    cs = (cs + align - 1) / align * align;
+    if (cs < align) cs = align;
     m->phase = ph;
+    m->chunk_total = total;
+    m->chunk_size = cs;
+    atomic_store_explicit(&m->chunk_next, 0, memory_order_relaxed);
+    if (nth == 1) {
+        job_range(m, 0, 0, total);
+        return;
+    }
     tp_pool_run(m->pool, job, m);
 }
 
@@ -197,7 +216,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
             tp_op_rmsnorm(m->xb + (size_t)t * E, m->x + (size_t)t * E, L->attn_norm, E, hp->norm_eps);
         enum tp_wtype qkv_types[3] = {L->wq.type, L->wk.type, L->wv.type};
         prep_act(m, m->xb, n_tok, E, qkv_types, 3);
-        run(m, TP_PH_QKV);
+        run(m, TP_PH_QKV, L->wq.rows + L->wk.rows + L->wv.rows, 16);
         for (int t = 0; t < n_tok; t++) {
             float *q = m->q + (size_t)t * m->q_dim, *k = m->k + (size_t)t * m->kv_dim, *v = m->v + (size_t)t * m->kv_dim;
             const float *cs = m->rope_cs + (size_t)t * hp->rope_dim;
@@ -218,10 +237,10 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
             memcpy(m->k_cache + off, k, (size_t)m->kv_dim * sizeof(float));
             memcpy(m->v_cache + off, v, (size_t)m->kv_dim * sizeof(float));
         }
-        run(m, TP_PH_ATTN);
+        run(m, TP_PH_ATTN, (int64_t)n_tok * m->nq, 1);
         enum tp_wtype o_type = L->wo.type;
         prep_act(m, m->att, n_tok, m->q_dim, &o_type, 1);
-        run(m, TP_PH_O);
+        run(m, TP_PH_O, L->wo.rows, 16);
         TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
         for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
         /* feed-forward */
@@ -229,10 +248,10 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
             tp_op_rmsnorm(m->xb + (size_t)t * E, m->x + (size_t)t * E, L->ffn_norm, E, hp->norm_eps);
         enum tp_wtype ffn_types[2] = {L->wgate.type, L->wup.type};
         prep_act(m, m->xb, n_tok, E, ffn_types, 2);
-        run(m, TP_PH_FFN_UP);
+        run(m, TP_PH_FFN_UP, L->wgate.rows, 16);
         enum tp_wtype d_type = L->wdown.type;
         prep_act(m, m->hb, n_tok, m->n_ff_l, &d_type, 1);
-        run(m, TP_PH_DOWN);
+        run(m, TP_PH_DOWN, L->wdown.rows, 16);
         TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
         for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
     }
@@ -252,7 +271,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
         prep_act(m, m->xb, m->n_out, E, &out_type, 1);
         m->cur_layer = -1;
         m->logits_out = out;
-        run(m, TP_PH_LOGITS);
+        run(m, TP_PH_LOGITS, m->output.rows, 16);
     }
 out:
     m->stats.n_forward++;

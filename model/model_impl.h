@@ -11,6 +11,7 @@
 #ifndef TP_MODEL_MODEL_IMPL_H
 #define TP_MODEL_MODEL_IMPL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -92,6 +93,9 @@ struct tp_model {
 
     /* per-call job description (read by pool workers) */
     enum tp_fwd_phase phase;
+    atomic_llong chunk_next;   /* next work chunk of the current job (dynamic split over threads) */
+    int64_t chunk_total;       /* work items of the current job (rows, or (token, head) pairs) */
+    int64_t chunk_size;        /* items per chunk */
     int cur_layer;
     int n_tok;
     const struct tp_batch *batch;
