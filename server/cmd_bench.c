@@ -7,6 +7,7 @@
 
 static const struct tp_cli_command benches[] = {
     {"", "", NULL}, /* placeholder so the table is never empty; skipped below */
+    {"gen", "prefill / decode tokens/s of a model and the fraction of memory bandwidth reached", tp_bench_gen},
     {"kernels", "matrix-kernel GB/s (decode) and GOP/s (prefill) vs a streaming read", tp_bench_kernels},
 };
 

@@ -1,0 +1,314 @@
+/*
+ * server/bench_gen.c - `tpserve bench gen`: end-to-end generation speed of
+ * one model on this machine, in llama-bench's terms.
+ *
+ *   pp  prefill: one forward pass over p prompt tokens (logits for the last
+ *       only), from an empty KV cache: p / time;
+ *   tg  decode: n single-token forward passes from an empty KV cache, each
+ *       feeding back the argmax of the previous logits (EOS ignored):
+ *       n / time;
+ * median over --reps repetitions after one warm-up pass.  In the same run it
+ * measures the machine's streaming-read bandwidth (all --threads summing a
+ * buffer far larger than the caches, best of a few passes) and reports
+ *   bw_fraction = tg_tps * bytes read per decoded token / bandwidth,
+ * where the bytes per token are the weights this rank holds minus the token
+ * embedding table (one row of it is read per token) plus, for tied
+ * embeddings, the table again as the output head.  KV-cache reads (small
+ * at these lengths) are not counted, so the fraction slightly understates.
+ *
+ * Every forward call goes through gen_forward() (one place), so a
+ * tensor-parallel variant can swap in the distributed step and report the
+ * compute / all_sum split from tp_model_get_stats() (tg_comm_frac below is
+ * already that split for the local model: 0 without a hook).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common/common.h"
+#include "model/gguf.h"
+#include "model/kernels.h"
+#include "model/model.h"
+
+/* ------------------------------------------------------------------ bandwidth */
+
+struct bw_job {
+    const uint64_t *buf;
+    int64_t n_words;
+    uint64_t sums[64];
+};
+
+static void bw_read(void *ctx, int ith, int nth)
+{
+    struct bw_job *j = ctx;
+    int64_t b, e;
+    tp_split_range(j->n_words / 8, ith, nth, &b, &e);
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t i = b * 8; i < e * 8; i += 8) {
+        s0 += j->buf[i] ^ j->buf[i + 4];
+        s1 += j->buf[i + 1] ^ j->buf[i + 5];
+        s2 += j->buf[i + 2] ^ j->buf[i + 6];
+        s3 += j->buf[i + 3] ^ j->buf[i + 7];
+    }
+    j->sums[ith & 63] = s0 + s1 + s2 + s3;
+}
+
+static void bw_touch(void *ctx, int ith, int nth)
+{
+    struct bw_job *j = ctx;
+    int64_t b, e;
+    tp_split_range(j->n_words, ith, nth, &b, &e); /* first touch by the reading thread (NUMA) */
+    memset((void *)(uintptr_t)(j->buf + b), 1, (size_t)(e - b) * 8);
+}
+
+/* Streaming-read bandwidth in GB/s (1e9 bytes/s) with pool's threads; best of passes. */
+static double measure_read_bw(tp_pool_t *pool, size_t bytes, int passes)
+{
+    uint64_t *buf = tp_aligned_alloc(64, bytes);
+    if (!buf) return 0.0;
+    struct bw_job job = {.buf = buf, .n_words = (int64_t)(bytes / 8)};
+    tp_pool_run(pool, bw_touch, &job);
+    double best = 1e30;
+    volatile uint64_t sink = 0;
+    for (int p = 0; p < passes; p++) {
+        double t0 = tp_now_s();
+        tp_pool_run(pool, bw_read, &job);
+        double dt = tp_now_s() - t0;
+        if (dt < best) best = dt;
+        for (int i = 0; i < 64; i++) sink += job.sums[i];
+    }
+    (void)sink;
+    tp_aligned_free(buf);
+    return (double)(job.n_words / 8 * 64) / best / 1e9;
+}
+
+/* ------------------------------------------------------------------ the step */
+
+struct gen_ctx {
+    tp_model_t *m;
+    int n_vocab;
+    int32_t *tok, *pos, *seq; /* (p) batch arrays */
+    int8_t *want;             /* (p) logits flags */
+    float *logits;            /* (n_vocab) */
+};
+
+/*
+ * One forward call of n tokens starting at position pos0 of sequence 0;
+ * logits of the last token into g->logits.  The single place a distributed
+ * bench would replace.
+ */
+static enum tp_status gen_forward(struct gen_ctx *g, const int32_t *tokens, int n, int pos0)
+{
+    for (int i = 0; i < n; i++) {
+        g->tok[i] = tokens[i];
+        g->pos[i] = pos0 + i;
+        g->seq[i] = 0;
+        g->want[i] = i == n - 1;
+    }
+    struct tp_batch b = {.n_tokens = n, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
+    return tp_model_forward(g->m, &b, g->logits);
+}
+
+/* s as a JSON string literal (quotes, backslashes, control characters escaped). */
+static void print_json_str(const char *s)
+{
+    putchar('"');
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+static int32_t argmax(const float *x, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Bytes of weights read per decoded token (see the file comment). */
+static uint64_t bytes_per_token(const char *path, tp_model_t *m)
+{
+    uint64_t held = tp_model_weight_bytes(m);
+    tp_gguf_t *g = NULL;
+    struct tp_error err = {0};
+    if (tp_gguf_open(path, &g, &err) != TP_OK) return held;
+    const struct tp_gguf_tensor *te = tp_gguf_find_tensor(g, "token_embd.weight");
+    int tied = tp_model_hparams(m)->tied_embeddings;
+    uint64_t b = held;
+    if (te && !tied && te->n_bytes < held) b = held - te->n_bytes;
+    tp_gguf_close(g);
+    return b;
+}
+
+int tp_bench_gen(int argc, char **argv)
+{
+    const char *path = NULL;
+    int p = 128, n = 64, threads = 0, reps = 3, json = 0, bw_mib = 1024;
+    const struct tp_opt opts[] = {
+        {"model", 'm', TP_OPT_STRING, &path, "FILE", "model (GGUF)", 0, 0},
+        {"prompt-tokens", 'p', TP_OPT_INT, &p, "P", "prefill length (default 128; 0 skips prefill)", 0, 65536},
+        {"gen-tokens", 'n', TP_OPT_INT, &n, "N", "decoded tokens (default 64; 0 skips decode)", 0, 65536},
+        {"threads", 't', TP_OPT_INT, &threads, "T", "compute threads (default: all cores)", 1, 1024},
+        {"reps", 'r', TP_OPT_INT, &reps, "R", "repetitions, median reported (default 3)", 1, 100},
+        {"bw-mib", 0, TP_OPT_INT, &bw_mib, "MIB", "buffer for the bandwidth measurement (default 1024)", 64, 1 << 20},
+        {"json", 0, TP_OPT_FLAG, &json, NULL, "print one JSON object", 0, 0},
+        {0},
+    };
+    const char *usage = "Usage: tpserve bench gen -m MODEL [-p 128] [-n 64] [--threads T] [--reps R] [--json]\n"
+                        "Prefill and decode tokens/s (median of reps) and the fraction of this machine's "
+                        "streaming-read bandwidth the decode reaches.";
+    int np = 0;
+    int rc = tp_cli_parse("bench gen", usage, opts, argc, argv, NULL, 0, &np, NULL, NULL);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (!path) {
+        fprintf(stderr, "tpserve bench gen: -m MODEL is required\n");
+        return 2;
+    }
+    if (p == 0 && n == 0) {
+        fprintf(stderr, "tpserve bench gen: nothing to measure (-p 0 and -n 0)\n");
+        return 2;
+    }
+    tp_cli_setup_logging(NULL);
+    if (tp_log_get_level() < TP_LOG_WARN) tp_log_set_level(TP_LOG_WARN);
+    if (threads <= 0) threads = tp_cpu_count();
+
+    int exit_code = 1;
+    tp_pool_t *pool = NULL;
+    tp_model_t *m = NULL;
+    struct gen_ctx g;
+    memset(&g, 0, sizeof(g));
+    double *pp_s = NULL, *tg_s = NULL;
+    int32_t *prompt = NULL;
+
+    /* bandwidth first, while the model is not yet resident */
+    struct tp_pool_config pc = tp_pool_default_config();
+    pc.n_threads = threads;
+    if (tp_pool_init(&pc, &pool) != TP_OK) return tp_cli_fail("bench gen", "cannot start %d threads", threads);
+    double bw = measure_read_bw(pool, (size_t)bw_mib << 20, 5);
+    tp_pool_free(pool);
+    pool = NULL;
+    if (bw <= 0.0) return tp_cli_fail("bench gen", "cannot allocate %d MiB for the bandwidth measurement (lower --bw-mib)", bw_mib);
+
+    struct tp_model_config mc = tp_model_default_config();
+    mc.path = path;
+    mc.n_threads = threads;
+    mc.n_seq = 1;
+    mc.n_batch = TP_MAX(p, 1);
+    mc.n_ctx = TP_MAX(p, n) + 8;
+    struct tp_error err = {0};
+    double t_load = tp_now_s();
+    if (tp_model_init(&mc, &m, &err) != TP_OK) return tp_cli_fail("bench gen", "%s", err.msg);
+    t_load = tp_now_s() - t_load;
+    g.m = m;
+    g.n_vocab = tp_model_hparams(m)->n_vocab;
+    const int nb = TP_MAX(p, 1);
+    g.tok = malloc((size_t)nb * sizeof(int32_t));
+    g.pos = malloc((size_t)nb * sizeof(int32_t));
+    g.seq = malloc((size_t)nb * sizeof(int32_t));
+    g.want = malloc((size_t)nb);
+    g.logits = malloc((size_t)g.n_vocab * sizeof(float));
+    prompt = malloc((size_t)nb * sizeof(int32_t));
+    pp_s = calloc((size_t)reps, sizeof(double));
+    tg_s = calloc((size_t)reps, sizeof(double));
+    if (!g.tok || !g.pos || !g.seq || !g.want || !g.logits || !prompt || !pp_s || !tg_s) {
+        tp_cli_fail("bench gen", "out of memory");
+        goto out;
+    }
+    /* a fixed pseudo-random prompt over the whole vocabulary */
+    uint64_t x = 0x243F6A8885A308D3ull;
+    for (int i = 0; i < nb; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = (int32_t)((x >> 33) % (uint64_t)g.n_vocab);
+    }
+
+    /* warm-up: pages the weights in, settles the pool */
+    tp_model_seq_truncate(m, 0, 0);
+    if (gen_forward(&g, prompt, TP_MIN(nb, 16), 0) != TP_OK || gen_forward(&g, prompt, 1, TP_MIN(nb, 16)) != TP_OK) {
+        tp_cli_fail("bench gen", "forward failed: %s", tp_model_last_error(m));
+        goto out;
+    }
+    struct tp_model_stats st0, st1;
+    uint64_t tg_ns_fwd = 0, tg_ns_comm = 0;
+    for (int r = 0; r < reps; r++) {
+        if (p > 0) {
+            tp_model_seq_truncate(m, 0, 0);
+            double t0 = tp_now_s();
+            if (gen_forward(&g, prompt, p, 0) != TP_OK) {
+                tp_cli_fail("bench gen", "prefill failed: %s", tp_model_last_error(m));
+                goto out;
+            }
+            pp_s[r] = tp_now_s() - t0;
+        }
+        if (n > 0) {
+            tp_model_seq_truncate(m, 0, 0);
+            int32_t t = prompt[0];
+            tp_model_get_stats(m, &st0);
+            double t0 = tp_now_s();
+            for (int i = 0; i < n; i++) {
+                if (gen_forward(&g, &t, 1, i) != TP_OK) {
+                    tp_cli_fail("bench gen", "decode failed: %s", tp_model_last_error(m));
+                    goto out;
+                }
+                t = argmax(g.logits, g.n_vocab);
+            }
+            tg_s[r] = tp_now_s() - t0;
+            tp_model_get_stats(m, &st1);
+            tg_ns_fwd += st1.ns_forward - st0.ns_forward;
+            tg_ns_comm += st1.ns_all_sum - st0.ns_all_sum;
+        }
+    }
+    double pp_tps = p > 0 ? (double)p / median(pp_s, reps) : 0.0;
+    double tg_tps = n > 0 ? (double)n / median(tg_s, reps) : 0.0;
+    uint64_t bpt = bytes_per_token(path, m);
+    double frac = tg_tps * (double)bpt / (bw * 1e9);
+    double comm_frac = tg_ns_fwd ? (double)tg_ns_comm / (double)tg_ns_fwd : 0.0;
+    const char *type = tp_wtype_name(tp_model_weight_type(m));
+    if (json) {
+        printf("{\"bench\":\"gen\",\"model\":");
+        print_json_str(tp_model_name(m));
+        printf(",\"type\":\"%s\",\"ranks\":1,\"threads\":%d,\"isa\":\"%s\","
+               "\"pp_tokens\":%d,\"tg_tokens\":%d,\"reps\":%d,\"pp_tps\":%.2f,\"tg_tps\":%.2f,\"mem_bw_gbs\":%.2f,"
+               "\"weight_bytes_per_token\":%llu,\"bw_fraction\":%.3f,\"tg_comm_frac\":%.3f}\n",
+               type, tp_model_n_threads(m), tp_kern_isa(), p, n, reps, pp_tps, tg_tps, bw,
+               (unsigned long long)bpt, frac, comm_frac);
+    } else {
+        printf("model   %s (%s, %.1f MiB read per token), %d threads, %s kernels, loaded in %.1f s\n", tp_model_name(m),
+               type, (double)bpt / 1048576.0, tp_model_n_threads(m), tp_kern_isa(), t_load);
+        printf("memory  streaming read %.2f GB/s (%d MiB, %d threads, best of 5)\n", bw, bw_mib, threads);
+        printf("%-8s %10s %12s %10s\n", "test", "t/s", "GB/s", "of bw");
+        if (p > 0) printf("pp%-6d %10.2f %12s %10s\n", p, pp_tps, "", "");
+        if (n > 0) printf("tg%-6d %10.2f %12.2f %9.1f%%\n", n, tg_tps, tg_tps * (double)bpt / 1e9, 100.0 * frac);
+        printf("(median of %d; decode from an empty cache, EOS ignored)\n", reps);
+    }
+    exit_code = 0;
+out:
+    free(g.tok);
+    free(g.pos);
+    free(g.seq);
+    free(g.want);
+    free(g.logits);
+    free(prompt);
+    free(pp_s);
+    free(tg_s);
+    tp_model_free(m);
+    return exit_code;
+}
