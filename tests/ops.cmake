@@ -15,3 +15,8 @@ if(Python3_Interpreter_FOUND)
 else()
   message(STATUS "python3 not found: ops.configs (hostfile / Kubernetes manifest checks) is not registered")
 endif()
+# tpserve launch --hostfile (ssh path, ssh replaced by tests/ops/fake_ssh.sh): mechanics, then 2 and 4
+# ranks of tpserve serve on simulated hosts (127.0.0.1 without namespaces), one killed.
+add_test(NAME ops.launch COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/launch_test.sh ${PROJECT_SOURCE_DIR}
+         $<TARGET_FILE:tpserve>)
+set_tests_properties(ops.launch PROPERTIES LABELS "multirank;model" TIMEOUT 180 SKIP_RETURN_CODE 77)
