@@ -378,10 +378,10 @@ void tp_tokenizer_free(tp_tokenizer_t *t)
 }
 
 int tp_tokenizer_n_vocab(const tp_tokenizer_t *t) { return t ? t->n_vocab : 0; }
-enum tp_tok_kind tp_tokenizer_kind(const tp_tokenizer_t *t) { return t->kind; }
-int tp_tokenizer_bos(const tp_tokenizer_t *t) { return t->bos; }
-int tp_tokenizer_eos(const tp_tokenizer_t *t) { return t->eos; }
-int tp_tokenizer_add_bos(const tp_tokenizer_t *t) { return t->add_bos; }
+enum tp_tok_kind tp_tokenizer_kind(const tp_tokenizer_t *t) { return t ? t->kind : TP_TOK_KIND_COUNT; }
+int tp_tokenizer_bos(const tp_tokenizer_t *t) { return t ? t->bos : -1; }
+int tp_tokenizer_eos(const tp_tokenizer_t *t) { return t ? t->eos : -1; }
+int tp_tokenizer_add_bos(const tp_tokenizer_t *t) { return t ? t->add_bos : 0; }
 
 int tp_tokenizer_is_eog(const tp_tokenizer_t *t, int id)
 {

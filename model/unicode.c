@@ -49,18 +49,24 @@ static unsigned class_of_cat(enum tp_ucat c)
     }
 }
 
+/* ASCII without a table lookup (and without lazily built state). */
+static unsigned ascii_class(uint32_t c)
+{
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return TP_UCLS_LETTER;
+    if (c >= '0' && c <= '9') return TP_UCLS_NUMBER;
+    if (c == ' ' || (c >= 0x09 && c <= 0x0D)) return TP_UCLS_SPACE;
+    if (c < 0x20 || c == 0x7F) return 0; /* Cc */
+    switch (c) {
+    case '$': case '+': case '<': case '=': case '>': case '^': case '`': case '|': case '~':
+        return TP_UCLS_SYMBOL; /* Sc, Sm, Sk */
+    default:
+        return TP_UCLS_PUNCT;
+    }
+}
+
 unsigned tp_unicode_class(uint32_t cp)
 {
-    static unsigned ascii[128];
-    static int ascii_ready;
-    if (cp < 128) {
-        if (!ascii_ready) { /* benign race: every thread writes the same values */
-            for (uint32_t c = 0; c < 128; c++)
-                ascii[c] = class_of_cat(tp_unicode_category(c)) | (is_white_space(c) ? TP_UCLS_SPACE : 0u);
-            ascii_ready = 1;
-        }
-        return ascii[cp];
-    }
+    if (cp < 128) return ascii_class(cp);
     return class_of_cat(tp_unicode_category(cp)) | (is_white_space(cp) ? TP_UCLS_SPACE : 0u);
 }
 
@@ -222,16 +228,36 @@ static uint32_t compose_pair(uint32_t a, uint32_t b)
     return 0;
 }
 
+/* Nonzero if cp may change under NFC or combine with a neighbour. */
+static int nfc_unsafe(uint32_t cp)
+{
+    if (cp < 0x300) return 0;
+    int lo = 0, hi = tp_unfc_unsafe_n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < tp_unfc_unsafe[mid][0]) hi = mid - 1;
+        else if (cp > tp_unfc_unsafe[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
 int tp_unicode_nfc(const char *in, size_t len, char **out, size_t *out_len)
 {
     const unsigned char *p = (const unsigned char *)in;
-    int ascii = 1;
-    for (size_t i = 0; i < len; i++)
-        if (p[i] >= 0x80) {
-            ascii = 0;
-            break;
+    int stable = 1; /* quick check: no code point that NFC could touch */
+    for (size_t i = 0; i < len && stable;) {
+        if (p[i] < 0x80) {
+            i++;
+            continue;
         }
-    if (ascii) {
+        uint32_t cp;
+        int k = tp_utf8_decode(p + i, len - i, &cp);
+        if (k == 0) return -1;
+        if (nfc_unsafe(cp)) stable = 0;
+        i += (size_t)k;
+    }
+    if (stable) {
         char *o = malloc(len + 1);
         if (!o) return -1;
         memcpy(o, in, len);

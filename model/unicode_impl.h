@@ -92,5 +92,7 @@ extern const struct tp_udecomp tp_udecomp[];
 extern const int tp_udecomp_n;
 extern const struct tp_ucomp tp_ucomp[];
 extern const int tp_ucomp_n;
+extern const uint32_t tp_unfc_unsafe[][2];
+extern const int tp_unfc_unsafe_n;
 
 #endif /* TP_MODEL_UNICODE_IMPL_H */

@@ -9,7 +9,9 @@ Writes compact tables used by the tokenizers (model/unicode.c):
     Hangul syllables excluded: they are algorithmic);
   - canonical composition pairs (first, second) -> composite for NFC
     (composition exclusions, singletons and non-starter decompositions
-    are left out, by checking against unicodedata.normalize).
+    are left out, by checking against unicodedata.normalize);
+  - NFC quick-check ranges: code points whose presence means NFC may
+    change the text (text without any is already NFC).
 
 Usage: scripts/gen_unicode_tables.py > model/unicode_tables.c
 The Unicode version is the one of the Python that runs it (recorded in the
@@ -117,6 +119,33 @@ def main():
         w("    {0x%XULL, 0x%X}," % (k, cp))
     w("};")
     w("const int tp_ucomp_n = %d;" % len(pairs))
+    w("")
+    # --- NFC quick check: code points that may change under NFC or change a
+    # neighbour: not NFC-stable alone, non-starters, second halves of a
+    # composition (Hangul V and T jamo included).
+    seconds = set(k & ((1 << 21) - 1) for k, _ in pairs)
+    seconds.update(range(0x1161, 0x1176))
+    seconds.update(range(0x11A8, 0x11C3))
+    unsafe = []
+    cp = 0
+    while cp < MAXCP:
+        def bad(c):
+            ch = chr(c)
+            if 0xD800 <= c < 0xE000:
+                return False
+            return c in seconds or ud.combining(ch) != 0 or ud.normalize("NFC", ch) != ch
+        if bad(cp):
+            s0 = cp
+            while cp + 1 < MAXCP and bad(cp + 1):
+                cp += 1
+            unsafe.append((s0, cp))
+        cp += 1
+    w("/* [start, end] ranges of code points for which NFC is not a no-op on their own account. */")
+    w("const uint32_t tp_unfc_unsafe[%d][2] = {" % len(unsafe))
+    for a, b in unsafe:
+        w("    {0x%X, 0x%X}," % (a, b))
+    w("};")
+    w("const int tp_unfc_unsafe_n = %d;" % len(unsafe))
     sys.stdout.write("\n".join(out) + "\n")
 
 

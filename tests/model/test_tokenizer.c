@@ -307,7 +307,21 @@ static void run_oracle(const char *name)
 
 static void test_oracle_llama3(void) { run_oracle("llama3"); }
 static void test_oracle_qwen3(void) { run_oracle("qwen3"); }
-static void test_oracle_mistral(void) { run_oracle("mistral"); }
+static void test_oracle_mistral(void)
+{
+    run_oracle("mistral");
+    tp_tokenizer_t *t = load_json_tok("mistral-7b-v0.1");
+    if (!t) return;
+    CU_ASSERT_EQUAL(tp_tokenizer_kind(t), TP_TOK_SPM);
+    CU_ASSERT_EQUAL(tp_tokenizer_bos(t), 1);
+    CU_ASSERT_EQUAL(tp_tokenizer_eos(t), 2);
+    CU_ASSERT(tp_tokenizer_add_bos(t));
+    CU_ASSERT(tp_tokenizer_is_eog(t, 2));
+    int32_t ids[8];
+    CU_ASSERT_EQUAL(tp_tokenizer_encode(t, "Hello world", 11, 1, 0, ids, 8), 3);
+    CU_ASSERT(ids[0] == 1 && ids[1] == 22557 && ids[2] == 1526);
+    tp_tokenizer_free(t);
+}
 static void test_oracle_gpt2(void) { run_oracle("gpt2_regex"); }
 static void test_oracle_gpt2_digits(void) { run_oracle("gpt2_digits"); }
 
