@@ -524,6 +524,66 @@ static void test_synth_tokenizer_json(void)
     }
 }
 
+/* The loader reads every synthetic architecture back with the right
+ * hyper-parameters, and the forward pass gives finite, non-constant logits. */
+static void test_synth_loads(void)
+{
+    const char *shapes[] = {"test-tiny", "test-tiny-qwen2", "test-tiny-qwen3", "test-tiny-llama3"};
+    const enum tp_wtype types[] = {TP_WTYPE_Q4_0, TP_WTYPE_Q8_0, TP_WTYPE_F16, TP_WTYPE_BF16};
+    for (size_t i = 0; i < TP_ARRAY_LEN(shapes); i++) {
+        struct tp_shape s;
+        struct tp_error err = {0};
+        CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, shapes[i], &s, &err), TP_OK);
+        const char *path = tmp_path("load.gguf");
+        CU_ASSERT_EQUAL_FATAL(synth(shapes[i], types[i], NULL, 5, 1, 0, path), TP_OK);
+        struct tp_model_config mc = tp_model_default_config();
+        mc.path = path;
+        mc.n_threads = 2;
+        mc.n_ctx = 64;
+        mc.n_batch = 8;
+        tp_model_t *m = NULL;
+        if (tp_model_init(&mc, &m, &err) != TP_OK) fprintf(stderr, "%s: %s\n", shapes[i], err.msg);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+        const struct tp_hparams *hp = tp_model_hparams(m);
+        CU_ASSERT_EQUAL(hp->arch, s.arch);
+        CU_ASSERT(hp->n_embd == s.n_embd && hp->n_layer == s.n_layer && hp->n_head == s.n_head &&
+                  hp->n_head_kv == s.n_head_kv && hp->head_dim == s.head_dim && hp->n_ff == s.n_ff &&
+                  hp->n_vocab == s.n_vocab && hp->n_ctx_train == s.n_ctx);
+        CU_ASSERT(hp->tied_embeddings == s.tied && hp->has_qkv_bias == s.qkv_bias && hp->has_qk_norm == s.qk_norm);
+        CU_ASSERT_EQUAL(hp->rope_scaling, s.rope_scaling);
+        CU_ASSERT_EQUAL(tp_model_weight_type(m), types[i]);
+        tp_tokenizer_t *tok = tp_model_tokenizer(m);
+        CU_ASSERT_EQUAL(tp_tokenizer_n_vocab(tok), s.n_vocab);
+        int32_t ids[16];
+        int n_ids = tp_tokenizer_encode(tok, "hello world", 11, 1, 0, ids, 16);
+        CU_ASSERT(n_ids >= 2 && n_ids <= 16 && ids[0] == 1);
+        if (n_ids < 2 || n_ids > 8) n_ids = 2;
+        int32_t pos[8], seq[8];
+        int8_t want[8];
+        for (int k = 0; k < n_ids; k++) {
+            pos[k] = k;
+            seq[k] = 0;
+            want[k] = k == n_ids - 1;
+        }
+        struct tp_batch b = {.n_tokens = n_ids, .token = ids, .pos = pos, .seq = seq, .logits = want};
+        float *logits = malloc((size_t)s.n_vocab * sizeof(float));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
+        CU_ASSERT_EQUAL(tp_model_forward(m, &b, logits), TP_OK);
+        int finite = 1;
+        double mn = 1e30, mx = -1e30;
+        for (int k = 0; k < s.n_vocab; k++) {
+            finite &= isfinite(logits[k]) != 0;
+            mn = fmin(mn, logits[k]);
+            mx = fmax(mx, logits[k]);
+        }
+        CU_ASSERT(finite);
+        CU_ASSERT(mx - mn > 1e-3); /* random weights: logits spread, not constant */
+        CU_ASSERT(mx - mn < 100.0);
+        free(logits);
+        tp_model_free(m);
+    }
+}
+
 static const struct tp_test_case synth_cases[] = {
     {"shapes_builtin", test_shapes_builtin},
     {"shapes_bad", test_shapes_bad},
@@ -534,6 +594,7 @@ static const struct tp_test_case synth_cases[] = {
     {"synth_reproducible", test_synth_reproducible},
     {"synth_errors", test_synth_errors},
     {"synth_tokenizer_json", test_synth_tokenizer_json},
+    {"synth_loads", test_synth_loads},
     {NULL, NULL},
 };
 TP_TEST_SUITE(synth, "unit", 300, synth_cases)
