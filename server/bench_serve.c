@@ -1,0 +1,311 @@
+/*
+ * server/bench_serve.c - `tpserve bench serve`: load test a running server.
+ *
+ * For each concurrency level C, C client threads are released together
+ * (barrier); each sends --rounds streaming /v1/completions requests one
+ * after the other with a prompt of exactly --prompt-tokens tokens (sent as
+ * token ids, so the count is exact) and ignore_eos so every request
+ * generates exactly --gen-tokens tokens.  Reported per level: aggregate
+ * generated tokens/sec (all tokens / wall time of the level), median time to
+ * first token, median time per output token ((last - first chunk) / (n - 1))
+ * and failed requests.  A benchmark, not a test.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+
+struct bench_target {
+    char host[256];
+    int port;
+    const char *api_key;
+};
+
+struct bench_result {
+    int ok;
+    int n_tokens;
+    double ttft_s, tpot_s;
+};
+
+static int connect_to(const struct bench_target *t)
+{
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    char port[16];
+    snprintf(port, sizeof port, "%d", t->port);
+    if (getaddrinfo(t->host, port, &hints, &res) != 0) return -1;
+    int fd = -1;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        if (fd < 0) continue;
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd >= 0) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    return fd;
+}
+
+/* One request; body_out (malloc'd, may be NULL) gets the raw response. Streaming
+ * responses are parsed on the fly for the first / last chunk times. */
+static int request(const struct bench_target *t, const char *path, const char *body, double timeout_s,
+                   char **resp_out, struct bench_result *br)
+{
+    int fd = connect_to(t);
+    if (fd < 0) return -1;
+    char head[1024];
+    char auth[600] = "";
+    if (t->api_key) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", t->api_key);
+    size_t blen = strlen(body);
+    int hl = snprintf(head, sizeof head,
+                      "POST %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Type: application/json\r\n%s"
+                      "Content-Length: %zu\r\n\r\n",
+                      path, t->host, auth, blen);
+    double t0 = tp_now_s();
+    if (send(fd, head, (size_t)hl, MSG_NOSIGNAL) != hl || send(fd, body, blen, MSG_NOSIGNAL) != (ssize_t)blen) {
+        close(fd);
+        return -1;
+    }
+    size_t cap = 1 << 16, n = 0, scanned = 0;
+    char *buf = malloc(cap);
+    double t_first = -1, t_last = -1;
+    int rc = -1;
+    for (;;) {
+        if (tp_now_s() - t0 > timeout_s) break;
+        struct pollfd pf = {.fd = fd, .events = POLLIN, .revents = 0};
+        if (poll(&pf, 1, 200) <= 0) continue;
+        if (n + 8192 > cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) break;
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t k = recv(fd, buf + n, cap - n - 1, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            rc = 0;
+            break;
+        }
+        n += (size_t)k;
+        buf[n] = '\0';
+        if (br) { /* count "choices":[{ chunks with text as they arrive */
+            const char *p;
+            while ((p = strstr(buf + scanned, "\"text\":\"")) != NULL) {
+                double now = tp_now_s();
+                if (p[8] != '"') { /* non-empty text */
+                    if (t_first < 0) t_first = now;
+                    t_last = now;
+                }
+                scanned = (size_t)(p - buf) + 8;
+            }
+        }
+    }
+    close(fd);
+    buf[n] = '\0';
+    int status = 0;
+    if (rc == 0 && sscanf(buf, "HTTP/1.%*d %d", &status) == 1 && status == 200) {
+        if (br) {
+            const char *u = strstr(buf, "\"completion_tokens\":");
+            br->n_tokens = u ? atoi(u + 20) : 0;
+            br->ttft_s = t_first >= 0 ? t_first - t0 : -1;
+            br->tpot_s = (br->n_tokens > 1 && t_first >= 0) ? (t_last - t_first) / (br->n_tokens - 1) : -1;
+            br->ok = u != NULL && strstr(buf, "data: [DONE]") != NULL && !strstr(buf, "data: {\"error\"");
+        }
+    } else {
+        rc = -1;
+    }
+    if (resp_out) *resp_out = buf;
+    else free(buf);
+    return rc;
+}
+
+struct level_ctx {
+    const struct bench_target *t;
+    pthread_barrier_t *barrier;
+    const int32_t *ids;
+    int n_ids;
+    int prompt_tokens, gen_tokens, rounds, idx;
+    struct bench_result *res; /* (rounds) */
+    double t_end;
+};
+
+static void *client_main(void *arg)
+{
+    struct level_ctx *c = arg;
+    /* each client its own prompt: rotate the id pool */
+    struct tp_buf_lite {
+        char *d;
+        size_t n;
+    } b;
+    size_t cap = (size_t)c->prompt_tokens * 12 + 256;
+    b.d = malloc(cap);
+    b.n = (size_t)snprintf(b.d, cap, "{\"prompt\":[");
+    for (int i = 0; i < c->prompt_tokens; i++)
+        b.n += (size_t)snprintf(b.d + b.n, cap - b.n, "%s%d", i ? "," : "", c->ids[(i + c->idx * 7) % c->n_ids]);
+    snprintf(b.d + b.n, cap - b.n,
+             "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
+             "\"stream_options\":{\"include_usage\":true}}",
+             c->gen_tokens);
+    pthread_barrier_wait(c->barrier);
+    for (int r = 0; r < c->rounds; r++) {
+        memset(&c->res[r], 0, sizeof c->res[r]);
+        if (request(c->t, "/v1/completions", b.d, 600, NULL, &c->res[r]) != 0) c->res[r].ok = 0;
+    }
+    c->t_end = tp_now_s();
+    free(b.d);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    if (n == 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int tp_bench_serve(int argc, char **argv)
+{
+    const char *url = "http://127.0.0.1:8080", *levels = "1,2,4,8", *api_key = NULL;
+    int prompt_tokens = 128, gen_tokens = 64, rounds = 2, json = 0;
+    const struct tp_opt opts[] = {
+        {"url", 0, TP_OPT_STRING, &url, "URL", "server base URL (default http://127.0.0.1:8080)", 0, 0},
+        {"concurrency", 0, TP_OPT_LIST, &levels, "N,N..", "concurrent clients per level (default 1,2,4,8)", 0, 0},
+        {"prompt-tokens", 0, TP_OPT_INT, &prompt_tokens, "N", "prompt length in tokens (default 128)", 1, 1 << 20},
+        {"gen-tokens", 0, TP_OPT_INT, &gen_tokens, "N", "tokens generated per request (default 64)", 1, 1 << 20},
+        {"rounds", 0, TP_OPT_INT, &rounds, "N", "requests per client per level (default 2)", 1, 1000},
+        {"api-key", 0, TP_OPT_STRING, &api_key, "KEY", "API key if the server wants one", 0, 0},
+        {"json", 0, TP_OPT_FLAG, &json, NULL, "one JSON object per level instead of the table", 0, 0},
+        {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
+    };
+    int pr = tp_cli_parse("bench serve", "tpserve bench serve --url URL [options]", opts, argc, argv, NULL, 0, NULL,
+                          NULL, NULL);
+    if (pr == 1) return 0;
+    if (pr == 2) return 2;
+    struct bench_target t;
+    memset(&t, 0, sizeof t);
+    t.api_key = api_key;
+    const char *h = strncmp(url, "http://", 7) == 0 ? url + 7 : url;
+    const char *colon = strchr(h, ':'), *slash = strchr(h, '/');
+    size_t hl = colon ? (size_t)(colon - h) : slash ? (size_t)(slash - h) : strlen(h);
+    if (hl == 0 || hl >= sizeof t.host) {
+        fprintf(stderr, "tpserve bench serve: --url %s: want http://HOST:PORT\n", url);
+        return 2;
+    }
+    memcpy(t.host, h, hl);
+    t.port = colon ? atoi(colon + 1) : 80;
+    int conc[64], n_levels = 0;
+    for (const char *p = levels; *p && n_levels < 64;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 1024) {
+            fprintf(stderr, "tpserve bench serve: --concurrency %s: want a list of integers 1..1024\n", levels);
+            return 2;
+        }
+        conc[n_levels++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            fprintf(stderr, "tpserve bench serve: --concurrency %s: want a list like 1,2,4,8\n", levels);
+            return 2;
+        }
+    }
+    /* a pool of real token ids from /tokenize */
+    char *resp = NULL;
+    const char *text = "{\"content\":\"Once upon a time there was a little girl who lived in a village near the forest. "
+                       "Whenever she went out, the little girl wore a red riding cloak, so everyone in the village "
+                       "called her Little Red Riding Hood.\"}";
+    if (request(&t, "/tokenize", text, 30, &resp, NULL) != 0) {
+        free(resp);
+        return tp_cli_fail("bench serve", "cannot reach %s (POST /tokenize failed); is `tpserve serve` running?", url);
+    }
+    const char *jb = strstr(resp, "\r\n\r\n");
+    cJSON *j = jb ? cJSON_Parse(jb + 4) : NULL;
+    int n_ids = cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens"));
+    int32_t *ids = calloc((size_t)(n_ids > 0 ? n_ids : 1), sizeof(int32_t));
+    for (int i = 0; i < n_ids; i++) ids[i] = (int32_t)cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tokens"), i)->valueint;
+    cJSON_Delete(j);
+    free(resp);
+    if (n_ids < 8) {
+        free(ids);
+        return tp_cli_fail("bench serve", "/tokenize returned %d tokens; cannot build prompts", n_ids);
+    }
+    if (!json)
+        printf("tpserve bench serve: %s, prompt %d tokens, %d generated per request, %d rounds per client\n\n"
+               "%11s %12s %14s %14s %7s\n",
+               url, prompt_tokens, gen_tokens, rounds, "concurrency", "agg tok/s", "TTFT med ms", "TPOT med ms",
+               "errors");
+    for (int li = 0; li < n_levels; li++) {
+        int c = conc[li];
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, (unsigned)c + 1);
+        struct level_ctx *ctx = calloc((size_t)c, sizeof *ctx);
+        pthread_t *th = calloc((size_t)c, sizeof *th);
+        struct bench_result *res = calloc((size_t)c * (size_t)rounds, sizeof *res);
+        for (int i = 0; i < c; i++) {
+            ctx[i] = (struct level_ctx){.t = &t, .barrier = &bar, .ids = ids, .n_ids = n_ids,
+                                        .prompt_tokens = prompt_tokens, .gen_tokens = gen_tokens, .rounds = rounds,
+                                        .idx = i, .res = res + (size_t)i * (size_t)rounds};
+            pthread_create(&th[i], NULL, client_main, &ctx[i]);
+        }
+        pthread_barrier_wait(&bar);
+        double t0 = tp_now_s(), t_end = t0;
+        for (int i = 0; i < c; i++) {
+            pthread_join(th[i], NULL);
+            if (ctx[i].t_end > t_end) t_end = ctx[i].t_end;
+        }
+        pthread_barrier_destroy(&bar);
+        int total = c * rounds, errors = 0, n_ok = 0;
+        long gen = 0;
+        double *ttft = calloc((size_t)total, sizeof(double)), *tpot = calloc((size_t)total, sizeof(double));
+        int nt = 0, np = 0;
+        for (int i = 0; i < total; i++) {
+            if (!res[i].ok || res[i].n_tokens != gen_tokens) {
+                errors++;
+                continue;
+            }
+            n_ok++;
+            gen += res[i].n_tokens;
+            if (res[i].ttft_s >= 0) ttft[nt++] = res[i].ttft_s * 1e3;
+            if (res[i].tpot_s >= 0) tpot[np++] = res[i].tpot_s * 1e3;
+        }
+        double agg = t_end > t0 ? (double)gen / (t_end - t0) : 0;
+        double mt = median(ttft, nt), mp = median(tpot, np);
+        if (json)
+            printf("{\"concurrency\":%d,\"agg_tps\":%.2f,\"ttft_ms_median\":%.2f,\"tpot_ms_median\":%.3f,\"errors\":%d,"
+                   "\"requests\":%d,\"prompt_tokens\":%d,\"gen_tokens\":%d}\n",
+                   c, agg, mt, mp, errors, total, prompt_tokens, gen_tokens);
+        else
+            printf("%11d %12.2f %14.2f %14.3f %7d\n", c, agg, mt, mp, errors);
+        fflush(stdout);
+        free(ttft);
+        free(tpot);
+        free(res);
+        free(th);
+        free(ctx);
+    }
+    free(ids);
+    return 0;
+}
