@@ -79,7 +79,6 @@ int tp_cmd_comm_selftest(int argc, char **argv); /* collective check per rank (c
 /* Benchmarks (`tpserve bench NAME`), one file each: add here and to cmd_bench.c's table. */
 int tp_bench_comm(int argc, char **argv);    /* collectives per message size (bench_comm.c) */
 int tp_bench_serve(int argc, char **argv);   /* load test of a running server (bench_serve.c) */
-int tp_bench_serve(int argc, char **argv);   /* load test of a running server (bench_serve.c) */
 int tp_bench_kernels(int argc, char **argv); /* matrix kernels vs streaming read (bench_kernels.c) */
 int tp_bench_gen(int argc, char **argv);     /* prefill/decode tokens/s vs memory bandwidth (bench_gen.c) */
 

@@ -10,7 +10,6 @@ static const struct tp_cli_command benches[] = {
     {"comm", "collective latency / algbw / busbw per size (run under launch or mpirun; --compare-mpi)", tp_bench_comm},
     {"gen", "prefill / decode tokens/s of a model and the fraction of memory bandwidth reached", tp_bench_gen},
     {"serve", "HTTP load test of a running server: aggregate tok/s, TTFT, TPOT per concurrency", tp_bench_serve},
-    {"serve", "HTTP load test of a running server: aggregate tok/s, TTFT, TPOT per concurrency", tp_bench_serve},
     {"kernels", "matrix-kernel GB/s (decode) and GOP/s (prefill) vs a streaming read", tp_bench_kernels},
 };
 
