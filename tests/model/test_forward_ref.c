@@ -1,0 +1,432 @@
+/*
+ * tests/model/test_forward_ref.c - the forward pass of every architecture
+ * against an independent naive reference, and sharding on quantized models.
+ *
+ *   - Synthetic F32 models of the test shapes (llama, llama3 rope scaling +
+ *     tied embeddings + 4:1 GQA, qwen2 QKV bias, qwen3 q/k norm with
+ *     head_dim != n_embd/n_head) are written with tp_synth_write; a
+ *     straightforward double-precision implementation written here from the
+ *     architecture descriptions (full recompute, no KV cache, no kernels)
+ *     gives the logits at every position; tp_model_forward must agree.
+ *   - Q8_0 / Q4_0 models split over 2 in-process ranks (heads, block-aligned
+ *     FFN columns, vocab) equal the dense model; a split that cuts a quant
+ *     block is refused with a message naming the block.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gguf.h"
+#include "model/kernels.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "tp_test.h"
+
+static const char *synth(const char *shape_name, enum tp_wtype type)
+{
+    static char paths[8][600];
+    static int slot;
+    struct tp_shape shape;
+    struct tp_error err = {0};
+    if (tp_shape_find(NULL, shape_name, &shape, &err) != TP_OK) {
+        fprintf(stderr, "shape %s: %s\n", shape_name, err.msg);
+        return NULL;
+    }
+    char *p = paths[slot++ % 8];
+    snprintf(p, 600, "%s/%s-%s.gguf", tp_test_tmpdir(), shape_name, tp_wtype_name(type));
+    struct tp_synth_config sc = tp_synth_default_config();
+    sc.shape = &shape;
+    sc.type = type;
+    sc.seed = 7;
+    sc.out_path = p;
+    if (tp_synth_write(&sc, &err) != TP_OK) {
+        fprintf(stderr, "synth %s: %s\n", shape_name, err.msg);
+        return NULL;
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------ naive reference */
+
+struct refm {
+    tp_gguf_t *g;
+    struct tp_shape s;
+    int neox;
+};
+
+/* Dequantized copy of a tensor (rows x cols as in the file), malloc'd. */
+static float *deq(struct refm *r, const char *name, int64_t *n_out)
+{
+    const struct tp_gguf_tensor *t = tp_gguf_find_tensor(r->g, name);
+    if (!t) return NULL;
+    float *x = malloc((size_t)t->n_elems * sizeof(float));
+    tp_kern_dequant(t->type, t->data, x, t->n_elems);
+    if (n_out) *n_out = t->n_elems;
+    return x;
+}
+static float *deql(struct refm *r, int l, const char *suffix)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "blk.%d.%s", l, suffix);
+    return deq(r, name, NULL);
+}
+
+/* y[rows] = W[rows x cols] x[cols] */
+static void matvec(double *y, const float *w, const double *x, int rows, int cols)
+{
+    for (int i = 0; i < rows; i++) {
+        double a = 0;
+        for (int j = 0; j < cols; j++) a += (double)w[(size_t)i * cols + j] * x[j];
+        y[i] = a;
+    }
+}
+static void rmsnorm(double *y, const double *x, const float *w, int n, double eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double s = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) y[i] = x[i] * s * w[i];
+}
+static void rope(double *x, int hd, int pos, double theta, const float *ff, int neox)
+{
+    for (int i = 0; i < hd / 2; i++) {
+        double f = pow(theta, -2.0 * i / hd);
+        if (ff) f /= ff[i];
+        double c = cos(pos * f), s = sin(pos * f);
+        int a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
+        double xa = x[a], xb = x[b];
+        x[a] = xa * c - xb * s;
+        x[b] = xa * s + xb * c;
+    }
+}
+
+/* logits[n][n_vocab] for tokens ids[0..n) */
+static void ref_forward(struct refm *r, const int *ids, int n, double *logits)
+{
+    const struct tp_shape *s = &r->s;
+    int E = s->n_embd, H = s->n_head, KV = s->n_head_kv, hd = s->head_dim, F = s->n_ff, V = s->n_vocab;
+    double eps = s->norm_eps;
+    float *emb = deq(r, "token_embd.weight", NULL);
+    float *out = deq(r, "output.weight", NULL);
+    if (!out) out = emb; /* tied */
+    float *onorm = deq(r, "output_norm.weight", NULL);
+    float *ff = deq(r, "rope_freqs.weight", NULL);
+    double *x = calloc((size_t)n * E, sizeof(double));
+    double *K = calloc((size_t)n * KV * hd, sizeof(double)), *Vc = calloc((size_t)n * KV * hd, sizeof(double));
+    double *xb = malloc(sizeof(double) * (size_t)(E > H * hd ? E : H * hd) * 2 + sizeof(double) * F * 2);
+    double *q = malloc(sizeof(double) * H * hd), *att = malloc(sizeof(double) * H * hd);
+    double *o = malloc(sizeof(double) * E), *g = malloc(sizeof(double) * F), *u = malloc(sizeof(double) * F);
+    double *sc = malloc(sizeof(double) * n);
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)ids[t] * E + i];
+    for (int l = 0; l < s->n_layer; l++) {
+        float *an = deql(r, l, "attn_norm.weight"), *fn = deql(r, l, "ffn_norm.weight");
+        float *wq = deql(r, l, "attn_q.weight"), *wk = deql(r, l, "attn_k.weight"), *wv = deql(r, l, "attn_v.weight");
+        float *wo = deql(r, l, "attn_output.weight"), *wg = deql(r, l, "ffn_gate.weight");
+        float *wu = deql(r, l, "ffn_up.weight"), *wd = deql(r, l, "ffn_down.weight");
+        float *bq = deql(r, l, "attn_q.bias"), *bk = deql(r, l, "attn_k.bias"), *bv = deql(r, l, "attn_v.bias");
+        float *qn = deql(r, l, "attn_q_norm.weight"), *kn = deql(r, l, "attn_k_norm.weight");
+        /* K, V of all positions first (causal attention reads only earlier ones) */
+        for (int t = 0; t < n; t++) {
+            double *xt = x + (size_t)t * E;
+            rmsnorm(xb, xt, an, E, eps);
+            double *kt = K + (size_t)t * KV * hd, *vt = Vc + (size_t)t * KV * hd;
+            matvec(kt, wk, xb, KV * hd, E);
+            matvec(vt, wv, xb, KV * hd, E);
+            for (int i = 0; i < KV * hd; i++) {
+                if (bk) kt[i] += bk[i];
+                if (bv) vt[i] += bv[i];
+            }
+            for (int h = 0; h < KV; h++) {
+                if (kn) rmsnorm(kt + h * hd, kt + h * hd, kn, hd, eps);
+                rope(kt + h * hd, hd, t, s->rope_theta, ff, r->neox);
+            }
+        }
+        for (int t = 0; t < n; t++) {
+            double *xt = x + (size_t)t * E;
+            rmsnorm(xb, xt, an, E, eps);
+            matvec(q, wq, xb, H * hd, E);
+            for (int h = 0; h < H; h++) {
+                double *qh = q + h * hd;
+                if (bq)
+                    for (int i = 0; i < hd; i++) qh[i] += bq[h * hd + i];
+                if (qn) rmsnorm(qh, qh, qn, hd, eps);
+                rope(qh, hd, t, s->rope_theta, ff, r->neox);
+                int kvh = h / (H / KV);
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    double d = 0;
+                    for (int i = 0; i < hd; i++) d += qh[i] * K[((size_t)j * KV + kvh) * hd + i];
+                    sc[j] = d / sqrt((double)hd);
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                for (int j = 0; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int i = 0; i < hd; i++) {
+                    double a = 0;
+                    for (int j = 0; j <= t; j++) a += sc[j] / sum * Vc[((size_t)j * KV + kvh) * hd + i];
+                    att[h * hd + i] = a;
+                }
+            }
+            matvec(o, wo, att, E, H * hd);
+            for (int i = 0; i < E; i++) xt[i] += o[i];
+            rmsnorm(xb, xt, fn, E, eps);
+            matvec(g, wg, xb, F, E);
+            matvec(u, wu, xb, F, E);
+            for (int i = 0; i < F; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+            matvec(o, wd, g, E, F);
+            for (int i = 0; i < E; i++) xt[i] += o[i];
+        }
+        free(an), free(fn), free(wq), free(wk), free(wv), free(wo), free(wg), free(wu), free(wd);
+        free(bq), free(bk), free(bv), free(qn), free(kn);
+    }
+    for (int t = 0; t < n; t++) {
+        rmsnorm(xb, x + (size_t)t * E, onorm, E, eps);
+        matvec(logits + (size_t)t * V, out, xb, V, E);
+    }
+    if (out != emb) free(out);
+    free(emb), free(onorm), free(ff), free(x), free(K), free(Vc), free(xb), free(q), free(att), free(o), free(g), free(u);
+    free(sc);
+}
+
+static tp_model_t *open_path(const char *path, int threads, int n_seq, int n_batch, const struct tp_model_shard *sh,
+                             struct tp_error *err)
+{
+    struct tp_model_config cfg = tp_model_default_config();
+    cfg.path = path;
+    cfg.n_threads = threads;
+    cfg.n_ctx = 64;
+    cfg.n_seq = n_seq;
+    cfg.n_batch = n_batch;
+    cfg.shard = sh;
+    tp_model_t *m = NULL;
+    if (tp_model_init(&cfg, &m, err) != TP_OK) return NULL;
+    return m;
+}
+
+static void check_against_reference(const char *shape_name, int expect_neox)
+{
+    enum { N = 40 };
+    const char *path = synth(shape_name, TP_WTYPE_F32);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    struct refm r;
+    memset(&r, 0, sizeof(r));
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, shape_name, &r.s, &err), TP_OK);
+    CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &r.g, &err), TP_OK);
+    r.neox = expect_neox;
+    tp_model_t *m = open_path(path, 2, 1, N, NULL, &err);
+    if (!m) fprintf(stderr, "%s: %s\n", shape_name, err.msg);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    const struct tp_hparams *hp = tp_model_hparams(m);
+    CU_ASSERT_EQUAL(hp->n_embd, r.s.n_embd);
+    CU_ASSERT_EQUAL(hp->head_dim, r.s.head_dim);
+    CU_ASSERT_EQUAL(hp->n_head_kv, r.s.n_head_kv);
+    CU_ASSERT_EQUAL(hp->rope_neox, expect_neox);
+    CU_ASSERT_EQUAL(hp->tied_embeddings, r.s.tied);
+    CU_ASSERT_EQUAL(hp->has_qkv_bias, r.s.qkv_bias);
+    CU_ASSERT_EQUAL(hp->has_qk_norm, r.s.qk_norm);
+    int V = r.s.n_vocab;
+    int ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 37 + 5) % V;
+    double *ref = malloc(sizeof(double) * N * V);
+    ref_forward(&r, ids, N, ref);
+    /* half prefilled in one batch, the rest one token at a time */
+    float *lg = malloc(sizeof(float) * N * V);
+    int32_t tok[N], pos[N], seq[N];
+    int8_t want[N];
+    for (int i = 0; i < N; i++) {
+        tok[i] = ids[i];
+        pos[i] = i;
+        seq[i] = 0;
+        want[i] = 1;
+    }
+    CU_ASSERT_EQUAL(tp_model_forward(m, &(struct tp_batch){N / 2, tok, pos, seq, want}, lg), TP_OK);
+    for (int i = N / 2; i < N; i++)
+        CU_ASSERT_EQUAL(tp_model_forward(m, &(struct tp_batch){1, tok + i, pos + i, seq + i, want + i}, lg + (size_t)i * V),
+                        TP_OK);
+    double maxd = 0, maxabs = 0;
+    for (int i = 0; i < N * V; i++) {
+        maxd = fmax(maxd, fabs(lg[i] - ref[i]));
+        maxabs = fmax(maxabs, fabs(ref[i]));
+    }
+    if (maxd > 1e-4 * fmax(1.0, maxabs) || getenv("TP_TEST_VERBOSE"))
+        fprintf(stderr, "%s: max |logit - reference| = %g (max |logit| %g)\n", shape_name, maxd, maxabs);
+    CU_ASSERT(maxabs > 1e-3); /* the comparison means something */
+    CU_ASSERT(maxd <= 1e-4 * fmax(1.0, maxabs));
+    free(ref);
+    free(lg);
+    tp_model_free(m);
+    tp_gguf_close(r.g);
+}
+
+static void test_ref_llama(void) { check_against_reference("test-tiny", 0); }
+static void test_ref_llama3(void) { check_against_reference("test-tiny-llama3", 0); }
+static void test_ref_qwen2(void) { check_against_reference("test-tiny-qwen2", 1); }
+static void test_ref_qwen3(void) { check_against_reference("test-tiny-qwen3", 1); }
+
+/* ------------------------------------------------------------ 2 ranks, quantized */
+
+struct pair_sum {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived, gen;
+    float *buf[2], *tmp[2];
+};
+struct hook_ctx {
+    struct pair_sum *s;
+    int rank;
+};
+static void pbarrier(struct pair_sum *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int g = s->gen;
+    if (++s->arrived == 2) {
+        s->arrived = 0;
+        s->gen++;
+        pthread_cond_broadcast(&s->cv);
+    } else {
+        while (g == s->gen) pthread_cond_wait(&s->cv, &s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+static enum tp_status pair_hook(void *ctx, float *buf, size_t count)
+{
+    struct hook_ctx *h = ctx;
+    h->s->buf[h->rank] = buf;
+    pbarrier(h->s);
+    for (size_t i = 0; i < count; i++) h->s->tmp[h->rank][i] = h->s->buf[0][i] + h->s->buf[1][i];
+    pbarrier(h->s);
+    memcpy(buf, h->s->tmp[h->rank], count * sizeof(float));
+    return TP_OK;
+}
+struct run_args {
+    tp_model_t *m;
+    const int32_t *tok;
+    int n;
+    float *out; /* n rows of vocab_local */
+    enum tp_status rc;
+};
+static void *run_rank(void *p)
+{
+    struct run_args *a = p;
+    int32_t pos[16], seq[16];
+    int8_t want[16];
+    for (int i = 0; i < a->n; i++) {
+        pos[i] = i;
+        seq[i] = 0;
+        want[i] = 1;
+    }
+    a->rc = tp_model_forward(a->m, &(struct tp_batch){a->n, a->tok, pos, seq, want}, a->out);
+    return NULL;
+}
+
+static void shard_check(const char *shape_name, enum tp_wtype type, const struct tp_model_shard *a,
+                        const struct tp_model_shard *b)
+{
+    enum { N = 8 };
+    const char *path = synth(shape_name, type);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    struct pair_sum s;
+    memset(&s, 0, sizeof(s));
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
+    struct hook_ctx h0 = {&s, 0}, h1 = {&s, 1};
+    struct tp_model_shard s0 = *a, s1 = *b;
+    s0.all_sum = pair_hook;
+    s0.all_sum_ctx = &h0;
+    s1.all_sum = pair_hook;
+    s1.all_sum_ctx = &h1;
+    struct tp_error err = {0};
+    tp_model_t *dense = open_path(path, 1, 1, N, NULL, &err);
+    tp_model_t *m0 = open_path(path, 1, 1, N, &s0, &err);
+    tp_model_t *m1 = open_path(path, 2, 1, N, &s1, &err);
+    if (!m0 || !m1) fprintf(stderr, "%s: %s\n", shape_name, err.msg);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dense);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m1);
+    int V = tp_model_hparams(dense)->n_vocab, E = tp_model_hparams(dense)->n_embd;
+    s.tmp[0] = calloc((size_t)N * E, sizeof(float));
+    s.tmp[1] = calloc((size_t)N * E, sizeof(float));
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (i * 53 + 11) % V;
+    int v0 = a->vocab_end - a->vocab_begin, v1 = b->vocab_end - b->vocab_begin;
+    float *ld = malloc(sizeof(float) * N * V), *l0 = malloc(sizeof(float) * N * v0), *l1 = malloc(sizeof(float) * N * v1);
+    struct run_args ad = {dense, tok, N, ld, TP_OK}, a0 = {m0, tok, N, l0, TP_OK}, a1 = {m1, tok, N, l1, TP_OK};
+    run_rank(&ad);
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_rank, &a1), 0);
+    run_rank(&a0);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(ad.rc, TP_OK);
+    CU_ASSERT_EQUAL(a0.rc, TP_OK);
+    CU_ASSERT_EQUAL(a1.rc, TP_OK);
+    double maxd = 0, maxabs = 0;
+    for (int t = 0; t < N; t++)
+        for (int i = 0; i < V; i++) {
+            float got = i < v0 ? l0[(size_t)t * v0 + i] : l1[(size_t)t * v1 + (i - v0)];
+            maxd = fmax(maxd, fabs(got - ld[(size_t)t * V + i]));
+            maxabs = fmax(maxabs, fabs(ld[(size_t)t * V + i]));
+        }
+    /* activations are re-quantized from differently-rounded partial sums: small slack */
+    if (maxd > 2e-2 * fmax(1.0, maxabs)) fprintf(stderr, "%s %s shard: max diff %g (max %g)\n", shape_name,
+                                                 tp_wtype_name(type), maxd, maxabs);
+    CU_ASSERT(maxabs > 1e-3);
+    CU_ASSERT(maxd <= 2e-2 * fmax(1.0, maxabs));
+    CU_ASSERT(tp_model_weight_bytes(m0) < tp_model_weight_bytes(dense));
+    tp_model_free(dense);
+    tp_model_free(m0);
+    tp_model_free(m1);
+    free(ld), free(l0), free(l1), free(s.tmp[0]), free(s.tmp[1]);
+    pthread_mutex_destroy(&s.mu);
+    pthread_cond_destroy(&s.cv);
+}
+
+static void test_shard_qwen2_q8(void)
+{
+    /* 4 heads (hd 16), 2 kv heads, ff 160 (blocks of 32: split at 96), vocab 512 */
+    struct tp_model_shard a = {0, 2, 0, 1, 0, 96, 0, 200, NULL, NULL, 0};
+    struct tp_model_shard b = {2, 4, 1, 2, 96, 160, 200, 512, NULL, NULL, 0};
+    shard_check("test-tiny-qwen2", TP_WTYPE_Q8_0, &a, &b);
+}
+static void test_shard_qwen3_q4(void)
+{
+    /* head_dim 32: a rank holding 1 of 4 q heads still cuts attn_output on a block */
+    struct tp_model_shard a = {0, 1, 0, 1, 0, 64, 0, 256, NULL, NULL, 0};
+    struct tp_model_shard b = {1, 4, 0, 2, 64, 128, 256, 512, NULL, NULL, 0};
+    shard_check("test-tiny-qwen3", TP_WTYPE_Q4_0, &a, &b);
+}
+static void test_shard_llama3_tied(void)
+{
+    /* 4 q heads share 1 kv head (replicated on both ranks); tied output sliced from token_embd */
+    struct tp_model_shard a = {0, 2, 0, 1, 0, 64, 0, 100, NULL, NULL, 0};
+    struct tp_model_shard b = {2, 4, 0, 1, 64, 96, 100, 384, NULL, NULL, 0};
+    shard_check("test-tiny-llama3", TP_WTYPE_Q8_0, &a, &b);
+}
+
+static void test_shard_cuts_block(void)
+{
+    const char *path = synth("test-tiny", TP_WTYPE_Q8_0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    struct tp_model_shard a = {0, 2, 0, 1, 0, 48, 0, 512, NULL, NULL, 0}; /* ff 48: not a multiple of 32 */
+    struct tp_error err = {0};
+    tp_model_t *m = open_path(path, 1, 1, 4, &a, &err);
+    CU_ASSERT_PTR_NULL(m);
+    CU_ASSERT_EQUAL(err.status, TP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "ffn_down"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "block"));
+    tp_model_free(m);
+}
+
+static const struct tp_test_case ref_cases[] = {
+    {"ref_llama", test_ref_llama},
+    {"ref_llama3_rope_scaling_tied", test_ref_llama3},
+    {"ref_qwen2_bias", test_ref_qwen2},
+    {"ref_qwen3_qk_norm", test_ref_qwen3},
+    {"shard_qwen2_q8_0", test_shard_qwen2_q8},
+    {"shard_qwen3_q4_0", test_shard_qwen3_q4},
+    {"shard_llama3_tied", test_shard_llama3_tied},
+    {"shard_cuts_block", test_shard_cuts_block},
+    {NULL, NULL}};
+TP_TEST_SUITE(forward_ref, "unit,model", 120, ref_cases)
