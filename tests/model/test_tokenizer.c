@@ -275,8 +275,9 @@ static void run_oracle(const char *name)
         int idx = cJSON_GetObjectItem(c, "input")->valueint;
         int special = cJSON_IsTrue(cJSON_GetObjectItem(c, "special"));
         const cJSON *jids = cJSON_GetObjectItem(c, "ids");
-        const char *want_text = cJSON_GetObjectItem(c, "decoded")->valuestring;
         const char *in = cJSON_GetArrayItem(inputs, idx)->valuestring;
+        const cJSON *dec_item = cJSON_GetObjectItem(c, "decoded");
+        const char *want_text = cJSON_IsString(dec_item) ? dec_item->valuestring : in;
         int nw = cJSON_GetArraySize(jids);
         int32_t *want = malloc(((size_t)nw + 1) * sizeof(int32_t));
         for (int i = 0; i < nw; i++) want[i] = (int32_t)cJSON_GetArrayItem(jids, i)->valueint;

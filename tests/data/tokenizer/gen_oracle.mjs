@@ -12,7 +12,7 @@
 // Each case: input index, whether special tokens are parsed (HF always
 // splits added tokens out; tpserve does so with parse_special=1), the ids
 // (encode with addSpecialTokens=false, i.e. no BOS) and the HF decode with
-// skipSpecialTokens=true.
+// skipSpecialTokens=true (left out when it equals the input).
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -48,6 +48,26 @@ const inputs = [
   'ǅungla ǈ ʰʲ ˈstress ー々〆', '1٢3۴5߆6 ７8 𝟖9', 'Ꭰ𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟘𝟙𝟚 𐍈 𓀀', 'tab\tseparated\tvalues\t', "'s 'S 'll 'LL 'Ve 're's",
   para, para.repeat(12),
 ];
+// Random strings over a pool of characters that stress the pre-tokenizer
+// rules (contractions, optional prefix characters, digit runs, whitespace
+// look-ahead, \r\n handling, marks, non-BMP letters), from a fixed seed.
+let seed = 0x5eed1234;
+const rand = () => {
+  seed = (seed + 0x6d2b79f5) | 0;
+  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+};
+const pool = [' ', ' ', ' ', '  ', '\n', '\r', '\t', '\u00a0', '\u3000', "'", "'", 's', 'S', 't', 'l', 'L', 're', 've',
+  'm', 'd', 'a', 'Z', 'é', 'e\u0301', '\u0301', 'ß', 'ж', '中', '文', 'ア', 'ㄱ', 'ㅏ', '𝔘', '0', '1', '2', '3', '45',
+  '6789', '٣', '½', 'Ⅻ', '.', ',', '!', '?', '-', '_', '(', ')', '"', '<', '>', '/', '\\', '$', '€', '+', '=', '#',
+  '🦙', '👍🏽', '\u200d', '\u200b', '\u0085', '\u2028', '\u000b', '\u000c', 'x', 'Q', 'ǅ', 'ʰ', '\u1161'];
+for (let i = 0; i < 200; i++) {
+  let s = '';
+  const n = 1 + Math.floor(rand() * 24);
+  for (let j = 0; j < n; j++) s += pool[Math.floor(rand() * pool.length)];
+  inputs.push(s);
+}
 const specialInputs = [
   '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi there!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n',
   '<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n',
@@ -84,7 +104,10 @@ for (const tk of tokenizers) {
     const enc = await tok.encode(all[i], null, { addSpecialTokens: false });
     const ids = Array.from(enc.getIds());
     const text = await tok.decode(ids, true);
-    cases.push({ input: i, special, ids, decoded: text });
+    const c = { input: i, ids };
+    if (special) c.special = true;
+    if (text !== all[i]) c.decoded = text; // absent: decodes back to the input
+    cases.push(c);
   }
   out.tokenizers[tk.name] = { dir: tk.dir, variant: tk.variant || null, cases };
 }
