@@ -66,17 +66,13 @@ static void attn_pair(tp_model_t *m, int t, int h, float *sc)
     float scale = 1.0f / sqrtf((float)hd);
     for (int j = 0; j <= p; j++) {
         const float *k = kc + (size_t)j * m->kv_dim;
-        float d = 0.0f;
-        for (int i = 0; i < hd; i++) d += q[i] * k[i];
-        sc[j] = d * scale;
+        sc[j] = tp_op_dot(q, k, hd) * scale;
     }
     tp_op_softmax(sc, p + 1);
     float *o = m->att + (size_t)t * m->q_dim + (size_t)h * hd;
     memset(o, 0, (size_t)hd * sizeof(float));
     for (int j = 0; j <= p; j++) {
-        const float *v = vc + (size_t)j * m->kv_dim;
-        float a = sc[j];
-        for (int i = 0; i < hd; i++) o[i] += a * v[i];
+        tp_op_axpy(o, sc[j], vc + (size_t)j * m->kv_dim, hd);
     }
 }
 

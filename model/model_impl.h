@@ -106,6 +106,12 @@ struct tp_model {
 };
 
 /* ---- ops.c: small numeric kernels (single thread) ---- */
+/* Choose the SIMD versions of dot/axpy for this CPU (called by tp_model_init; idempotent). */
+void tp_op_init(void);
+/* sum a[i] * b[i] for i < n. */
+float tp_op_dot(const float *a, const float *b, int n);
+/* y[i] += a * x[i] for i < n. */
+void tp_op_axpy(float *y, float a, const float *x, int n);
 /* y = x / rms(x) * w, n elements (y may equal x). */
 void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 /* Rotate one head vector x[head_dim] in place using cs[rope_dim] = (cos,sin) pairs. */

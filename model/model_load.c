@@ -507,6 +507,7 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
                             cfg->n_ctx, cfg->n_seq, cfg->n_batch);
     m = calloc(1, sizeof(*m));
     if (!m) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", cfg->path);
+    tp_op_init();
     m->path = strdup(cfg->path);
     if (!m->path) {
         rc = tp_error_set(&m->err, TP_ERR_NOMEM, "out of memory");

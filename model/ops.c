@@ -5,8 +5,108 @@
  * live in the kernels (model/kernels.h); these are O(n) and single-threaded.
  */
 #include <math.h>
+#include <pthread.h>
 
 #include "model/model_impl.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define TP_OPS_X86 1
+#include <immintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define TP_OPS_NEON 1
+#include <arm_neon.h>
+#endif
+
+/* ---- dot / axpy for attention (the caches are f32, rows of head_dim) ---- */
+
+static float dot_ref(const float *a, const float *b, int n)
+{
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; i++) s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+static void axpy_ref(float *y, float a, const float *x, int n)
+{
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+#if defined(TP_OPS_X86)
+__attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const float *b, int n)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s0 = _mm256_add_ps(s0, s1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    float s = _mm_cvtss_f32(h);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+__attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float a, const float *x, int n)
+{
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+#elif defined(TP_OPS_NEON)
+static float dot_neon(const float *a, const float *b, int n)
+{
+    float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+        s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+    }
+    float s = vaddvq_f32(vaddq_f32(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+static void axpy_neon(float *y, float a, const float *x, int n)
+{
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+#endif
+
+static float (*dot_fn)(const float *, const float *, int) = dot_ref;
+static void (*axpy_fn)(float *, float, const float *, int) = axpy_ref;
+
+static void op_choose(void)
+{
+#if defined(TP_OPS_X86)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        dot_fn = dot_avx2;
+        axpy_fn = axpy_avx2;
+    }
+#elif defined(TP_OPS_NEON)
+    dot_fn = dot_neon;
+    axpy_fn = axpy_neon;
+#endif
+}
+
+static pthread_once_t op_once = PTHREAD_ONCE_INIT;
+void tp_op_init(void) { pthread_once(&op_once, op_choose); }
+
+float tp_op_dot(const float *a, const float *b, int n) { return dot_fn(a, b, n); }
+void tp_op_axpy(float *y, float a, const float *x, int n) { axpy_fn(y, a, x, n); }
 
 void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 {
