@@ -54,6 +54,7 @@ static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *))
 static void choose_isa(void)
 {
     tp_kern_scalar_ops(&g_scalar);
+    tp_kern_kquant_scalar_ops(&g_scalar);
     g_scalar.name = "scalar";
     g_n_isas = 1;
 #if defined(__x86_64__) || defined(_M_X64)
@@ -140,6 +141,9 @@ size_t tp_kern_act_row_bytes(enum tp_wtype wt, int64_t n)
     case TP_WTYPE_BF16: return (size_t)n * sizeof(float);
     case TP_WTYPE_Q8_0:
     case TP_WTYPE_Q4_0: return n % TP_QK ? 0 : TP_A8_ROW_BYTES(n);
+    case TP_WTYPE_Q4_K:
+    case TP_WTYPE_Q5_K:
+    case TP_WTYPE_Q6_K: return n % TP_QK_K ? 0 : (size_t)(n / TP_QK_K) * sizeof(tp_blk_q8_k);
     default: return 0;
     }
 }
@@ -179,6 +183,9 @@ void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
         (o->quant_a8 ? o->quant_a8 : tp_kern_quant_a8_scalar)(x, xq, n, TP_A8_KSHIFT(wt));
         break;
     }
+    case TP_WTYPE_Q4_K:
+    case TP_WTYPE_Q5_K:
+    case TP_WTYPE_Q6_K: tp_kq_quant_q8k(x, xq, n); break;
     default: TP_ASSERT(!"tp_kern_prepare_act: unsupported weight type");
     }
 }
@@ -248,6 +255,9 @@ void tp_kern_dequant(enum tp_wtype t, const void *src, float *dst, int64_t n)
         }
         break;
     }
+    case TP_WTYPE_Q4_K:
+    case TP_WTYPE_Q5_K:
+    case TP_WTYPE_Q6_K: tp_kq_dequant(t, src, dst, n); break;
     default: TP_ASSERT(!"tp_kern_dequant: unsupported type");
     }
 }
@@ -300,6 +310,9 @@ size_t tp_kern_quantize(enum tp_wtype t, const float *src, void *dst, int64_t n)
         }
         break;
     }
+    case TP_WTYPE_Q4_K:
+    case TP_WTYPE_Q5_K:
+    case TP_WTYPE_Q6_K: tp_kq_quantize(t, src, dst, n); break;
     default: TP_ASSERT(!"tp_kern_quantize: unsupported type"); return 0;
     }
     return tp_kern_row_bytes(t, n);

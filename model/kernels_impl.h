@@ -48,6 +48,52 @@ typedef struct {
 _Static_assert(sizeof(tp_blk_q8_0) == 34, "Q8_0 block must be 34 bytes");
 _Static_assert(sizeof(tp_blk_q4_0) == 18, "Q4_0 block must be 18 bytes");
 
+/* ------------------------------------------------------------ K-quants */
+#define TP_QK_K 256
+
+/* GGUF Q4_K: value = d*sc_j*q - dmin*m_j, j = 32-value sub-block, 6-bit sc/m packed in scales. 144 bytes. */
+typedef struct {
+    uint16_t d, dmin; /* fp16 */
+    uint8_t scales[12];
+    uint8_t qs[TP_QK_K / 2]; /* 32 bytes per 64 values: low nibbles first 32, high nibbles next 32 */
+} tp_blk_q4_k;
+
+/* GGUF Q5_K: as Q4_K plus a 5th bit per value in qh (bit j of qh[l] for sub-block j). 176 bytes. */
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[TP_QK_K / 8];
+    uint8_t qs[TP_QK_K / 2];
+} tp_blk_q5_k;
+
+/* GGUF Q6_K: value = d * scales[j] * (q - 32), j = 16-value sub-block. 210 bytes. */
+typedef struct {
+    uint8_t ql[TP_QK_K / 2];
+    uint8_t qh[TP_QK_K / 4];
+    int8_t scales[TP_QK_K / 16];
+    uint16_t d;
+} tp_blk_q6_k;
+
+/* Q8_K activation block (as ggml's): bsums[j] = sum of qs[16j .. 16j+15]. 292 bytes. */
+typedef struct {
+    float d;
+    int8_t qs[TP_QK_K];
+    int16_t bsums[TP_QK_K / 16];
+} tp_blk_q8_k;
+
+_Static_assert(sizeof(tp_blk_q4_k) == 144, "Q4_K block must be 144 bytes");
+_Static_assert(sizeof(tp_blk_q5_k) == 176, "Q5_K block must be 176 bytes");
+_Static_assert(sizeof(tp_blk_q6_k) == 210, "Q6_K block must be 210 bytes");
+_Static_assert(sizeof(tp_blk_q8_k) == 292, "Q8_K block must be 292 bytes");
+
+struct tp_kern_ops;
+/* kernels_kquant.c */
+void tp_kq_scales_mins(const uint8_t *scales12, uint8_t sc[8], uint8_t mn[8]);
+void tp_kq_dequant(enum tp_wtype t, const void *src, float *dst, int64_t n);
+void tp_kq_quantize(enum tp_wtype t, const float *src, void *dst, int64_t n);
+void tp_kq_quant_q8k(const float *x, void *out, int64_t n);
+void tp_kern_kquant_scalar_ops(struct tp_kern_ops *ops);
+
 /* One matmul implementation: same contract as tp_kern_matmul for one type. */
 typedef void (*tp_kern_matmul_fn)(const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
                                   size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride, int64_t r0,

@@ -65,9 +65,11 @@ static double nmse(const float *y, const double *ref, int64_t n)
     return den > 0.0 ? num / den : num;
 }
 
-static const enum tp_wtype kTypes[] = {TP_WTYPE_F32, TP_WTYPE_F16, TP_WTYPE_BF16, TP_WTYPE_Q8_0, TP_WTYPE_Q4_0};
+static const enum tp_wtype kTypes[] = {TP_WTYPE_F32,  TP_WTYPE_F16,  TP_WTYPE_BF16, TP_WTYPE_Q8_0,
+                                       TP_WTYPE_Q4_0, TP_WTYPE_Q4_K, TP_WTYPE_Q5_K, TP_WTYPE_Q6_K};
 
 static int is_quant(enum tp_wtype t) { return tp_wtype_block_elems(t) > 1; }
+static int is_kquant(enum tp_wtype t) { return tp_wtype_block_elems(t) == 256; }
 
 /* ------------------------------------------------------------------ type table */
 
@@ -194,12 +196,63 @@ static void test_dequant_known_blocks(void)
     tp_kern_force_isa(NULL);
 }
 
+static void test_dequant_known_kquant(void)
+{
+    float out[256];
+    /* Q4_K: d = 1 (0x3C00), dmin = 0.5 (0x3800); sub-block 0: sc 2, m 3; 1: sc 5, m 1;
+     * 4: sc 33 (high bits 2), m 17 (high bits 1) -> packed scales bytes 0=2|2<<6, 4=3|1<<6, 8=1|1<<4, 1=5, 5=1 */
+    uint8_t q4k[144] = {0};
+    q4k[0] = 0x00, q4k[1] = 0x3C, q4k[2] = 0x00, q4k[3] = 0x38;
+    uint8_t *sc = q4k + 4, *qs = q4k + 16;
+    sc[0] = 2 | (2 << 6);
+    sc[4] = 3 | (1 << 6);
+    sc[8] = 1 | (1 << 4);
+    sc[1] = 5;
+    sc[5] = 1;
+    qs[0] = 0x7A;  /* element 0: 10 (sub-block 0), element 32: 7 (sub-block 1) */
+    qs[64] = 0x03; /* element 128: 3 (sub-block 4) */
+    tp_kern_dequant(TP_WTYPE_Q4_K, q4k, out, 256);
+    CU_ASSERT_EQUAL(out[0], 18.5f);  /* 1*2*10 - 0.5*3 */
+    CU_ASSERT_EQUAL(out[1], -1.5f);  /* 1*2*0 - 0.5*3 */
+    CU_ASSERT_EQUAL(out[32], 34.5f); /* 1*5*7 - 0.5*1 */
+    CU_ASSERT_EQUAL(out[128], 90.5f); /* 1*33*3 - 0.5*17 */
+    CU_ASSERT_EQUAL(out[255], 0.0f); /* sub-block 7: sc 0, m 0 */
+
+    /* Q5_K: same scales; qh[0] bit 0 adds 16 to element 0, bit 1 to element 32 */
+    uint8_t q5k[176] = {0};
+    memcpy(q5k, q4k, 16);
+    q5k[16] = 0x03;      /* qh[0] */
+    q5k[16 + 32] = 0x7A; /* qs[0] */
+    tp_kern_dequant(TP_WTYPE_Q5_K, q5k, out, 256);
+    CU_ASSERT_EQUAL(out[0], 50.5f);  /* 2*(10+16) - 1.5 */
+    CU_ASSERT_EQUAL(out[32], 114.5f); /* 5*(7+16) - 0.5 */
+    CU_ASSERT_EQUAL(out[1], -1.5f);
+
+    /* Q6_K: d = 0.5; element 0 = ql[0]&15 | (qh[0]&3)<<4 = 5|32 -> 37-32 = 5, scale[0] = 4 -> 10;
+     * element 32 = ql[32]&15 | ((qh[0]>>2)&3)<<4 = 15 -> -17, scale[2] = -3 -> 25.5;
+     * element 64 = ql[0]>>4 | ((qh[0]>>4)&3)<<4 = 0 -> -32, scale[4] = 1 -> -16 */
+    uint8_t q6k[210] = {0};
+    q6k[0] = 0x05;
+    q6k[32] = 0x0F;
+    q6k[128] = 0x02;
+    int8_t *s6 = (int8_t *)(q6k + 192);
+    s6[0] = 4;
+    s6[2] = -3;
+    s6[4] = 1;
+    q6k[208] = 0x00, q6k[209] = 0x38;
+    tp_kern_dequant(TP_WTYPE_Q6_K, q6k, out, 256);
+    CU_ASSERT_EQUAL(out[0], 10.0f);
+    CU_ASSERT_EQUAL(out[32], 25.5f);
+    CU_ASSERT_EQUAL(out[64], -16.0f);
+    CU_ASSERT_EQUAL(out[16], 0.0f); /* scale[1] = 0 */
+}
+
 /* ------------------------------------------------------------------ round trips */
 
 static void test_quant_roundtrip(void)
 {
     rng_seed(7);
-    enum { N = 32 * 64 };
+    enum { N = 256 * 8 };
     float *x = malloc(N * sizeof(float)), *back = malloc(N * sizeof(float));
     void *q = malloc(N * 4);
     CU_ASSERT_FATAL(x && back && q);
@@ -210,10 +263,11 @@ static void test_quant_roundtrip(void)
         tp_kern_dequant(t, q, back, N);
         double num = 0.0, den = 0.0;
         int bad = 0;
-        for (int b = 0; b < N / 32; b++) {
+        const int bs = t == TP_WTYPE_Q6_K ? 16 : 32; /* scale granularity */
+        for (int b = 0; b < N / bs; b++) {
             float amax = 0.0f;
-            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
-            for (int i = b * 32; i < b * 32 + 32; i++) {
+            for (int i = 0; i < bs; i++) amax = fmaxf(amax, fabsf(x[b * bs + i]));
+            for (int i = b * bs; i < b * bs + bs; i++) {
                 float err = fabsf(back[i] - x[i]), bound;
                 switch (t) {
                 case TP_WTYPE_F32: bound = 0.0f; break;
@@ -222,7 +276,12 @@ static void test_quant_roundtrip(void)
                 /* d = amax/127 stored as fp16 (rel. error 2^-11): |err| <= d/2 + 127 d 2^-11 */
                 case TP_WTYPE_Q8_0: bound = amax / 127.0f * (0.5f + 127.0f * 0x1p-11f) + 1e-7f; break;
                 /* d = amax/8: rounding d/2, except the clamp at +amax (q=16->15): one d */
-                default: bound = amax / 8.0f * (1.0f + 16.0f * 0x1p-11f) + 1e-7f; break;
+                case TP_WTYPE_Q4_0: bound = amax / 8.0f * (1.0f + 16.0f * 0x1p-11f) + 1e-7f; break;
+                /* K-quants: sub-block step s ~ range/qmax (range <= 2 amax) with 6/8-bit scales:
+                 * rounding s/2 plus scale/min quantization, bounded by one step of 2 amax/qmax */
+                case TP_WTYPE_Q4_K: bound = 2.0f * amax / 15.0f; break;
+                case TP_WTYPE_Q5_K: bound = 2.0f * amax / 31.0f; break;
+                default: bound = amax / 31.0f; break; /* Q6_K: s = amax16/31, rounding s/2 + int8 scale */
                 }
                 if (err > bound) bad++;
                 num += (double)(back[i] - x[i]) * (back[i] - x[i]);
@@ -230,10 +289,17 @@ static void test_quant_roundtrip(void)
             }
         }
         CU_ASSERT_EQUAL(bad, 0);
-        /* uniform rounding noise: Q8_0 (d^2/12)/(1/3) with d ~ 1/127 -> 1.6e-5;
-         * Q4_0 d ~ 1/8 -> 3.9e-3 (limits 1.5x that); f16 ~ 2^-24/3; bf16 ~ 2^-18/3 */
-        double limit = t == TP_WTYPE_Q8_0 ? 2.5e-5 : t == TP_WTYPE_Q4_0 ? 6e-3 : t == TP_WTYPE_F16 ? 1e-7
-                     : t == TP_WTYPE_BF16 ? 1e-5 : 0.0;
+        /* uniform rounding noise (step^2/12)/(1/3): Q8_0 step 1/127 -> 1.6e-5; Q4_0 1/8 -> 3.9e-3;
+         * Q4_K 2/15 -> 4.4e-3; Q5_K 2/31 -> 1.0e-3; Q6_K 1/31 -> 2.6e-4 (limits ~1.5x, the K-quant
+         * ones 2x for the 6-bit scale/min rounding); f16 ~ 2^-24/3; bf16 ~ 2^-18/3 */
+        double limit = t == TP_WTYPE_Q8_0   ? 2.5e-5
+                       : t == TP_WTYPE_Q4_0 ? 6e-3
+                       : t == TP_WTYPE_Q4_K ? 9e-3
+                       : t == TP_WTYPE_Q5_K ? 2e-3
+                       : t == TP_WTYPE_Q6_K ? 5e-4
+                       : t == TP_WTYPE_F16  ? 1e-7
+                       : t == TP_WTYPE_BF16 ? 1e-5
+                                            : 0.0;
         double e = num / den;
         if (e > limit) printf("\n  %s round trip nmse %.3g > %.3g\n", tp_wtype_name(t), e, limit);
         CU_ASSERT(e <= limit);
@@ -369,7 +435,15 @@ static void mm_oracle(const struct mm_data *d, double *ref)
     float *wr = malloc((size_t)c->cols * sizeof(float)), *xr = malloc((size_t)c->cols * sizeof(float));
     int64_t k = 0;
     for (int t = 0; t < c->n_tok; t++) {
-        if (is_quant(c->t)) {
+        if (is_kquant(c->t)) {
+            /* Q8_K blocks: {float d; int8 qs[256]; int16 bsums[16]} (292 bytes) */
+            const uint8_t *xb = d->xq + t * d->xrb;
+            for (int64_t b = 0; b < c->cols / 256; b++) {
+                float s;
+                memcpy(&s, xb + b * 292, 4);
+                for (int i = 0; i < 256; i++) xr[b * 256 + i] = s * (float)(int8_t)xb[b * 292 + 4 + i];
+            }
+        } else if (is_quant(c->t)) {
             /* a8 rows: int8 qs[n], float d[n/32], (int32 corrections) */
             const uint8_t *xb = d->xq + t * d->xrb;
             for (int64_t b = 0; b < c->cols / 32; b++) {
@@ -435,9 +509,10 @@ static void check_case(struct mm_case c, double *worst)
 static void run_type_cases(enum tp_wtype t)
 {
     static const int64_t qcols[] = {32, 64, 96, 256, 800, 2048};
+    static const int64_t kcols[] = {256, 512, 768, 2048};
     static const int64_t fcols[] = {1, 7, 8, 13, 33, 100, 256, 1100};
-    const int64_t *cols = is_quant(t) ? qcols : fcols;
-    size_t ncols = is_quant(t) ? TP_ARRAY_LEN(qcols) : TP_ARRAY_LEN(fcols);
+    const int64_t *cols = is_kquant(t) ? kcols : is_quant(t) ? qcols : fcols;
+    size_t ncols = is_kquant(t) ? TP_ARRAY_LEN(kcols) : is_quant(t) ? TP_ARRAY_LEN(qcols) : TP_ARRAY_LEN(fcols);
     double worst[8] = {0};
     rng_seed(1000 + (uint64_t)t);
     int n = 0;
@@ -459,6 +534,9 @@ static void test_matmul_f16(void) { run_type_cases(TP_WTYPE_F16); }
 static void test_matmul_bf16(void) { run_type_cases(TP_WTYPE_BF16); }
 static void test_matmul_q8_0(void) { run_type_cases(TP_WTYPE_Q8_0); }
 static void test_matmul_q4_0(void) { run_type_cases(TP_WTYPE_Q4_0); }
+static void test_matmul_q4_k(void) { run_type_cases(TP_WTYPE_Q4_K); }
+static void test_matmul_q5_k(void) { run_type_cases(TP_WTYPE_Q5_K); }
+static void test_matmul_q6_k(void) { run_type_cases(TP_WTYPE_Q6_K); }
 
 /* Quantized matmul approximates the float product within the format's noise. */
 static void test_matmul_vs_float(void)
@@ -479,8 +557,9 @@ static void test_matmul_vs_float(void)
             ref[t * R + r] = s;
         }
     /* expected nmse ~ weight nmse + activation nmse (independent noise): Q8_0 ~ 3e-5, Q4_0 ~ 4e-3 */
-    const enum tp_wtype ts[] = {TP_WTYPE_Q8_0, TP_WTYPE_Q4_0, TP_WTYPE_F16, TP_WTYPE_BF16};
-    const double lim[] = {1e-4, 1e-2, 1e-6, 1e-4};
+    const enum tp_wtype ts[] = {TP_WTYPE_Q8_0, TP_WTYPE_Q4_0, TP_WTYPE_F16, TP_WTYPE_BF16,
+                                TP_WTYPE_Q4_K, TP_WTYPE_Q5_K, TP_WTYPE_Q6_K};
+    const double lim[] = {1e-4, 1e-2, 1e-6, 1e-4, 1.5e-2, 4e-3, 1e-3};
     for (size_t k = 0; k < TP_ARRAY_LEN(ts); k++) {
         size_t wrb = tp_kern_row_bytes(ts[k], C), xrb = tp_kern_act_row_bytes(ts[k], C);
         for (int r = 0; r < R; r++) tp_kern_quantize(ts[k], wf + r * C, (char *)wq + r * wrb, C);
@@ -509,6 +588,10 @@ static const struct tp_test_case kernel_cases[] = {
     {"matmul_bf16", test_matmul_bf16},
     {"matmul_q8_0", test_matmul_q8_0},
     {"matmul_q4_0", test_matmul_q4_0},
+    {"dequant_known_kquant", test_dequant_known_kquant},
+    {"matmul_q4_k", test_matmul_q4_k},
+    {"matmul_q5_k", test_matmul_q5_k},
+    {"matmul_q6_k", test_matmul_q6_k},
     {"matmul_vs_float", test_matmul_vs_float},
     {NULL, NULL},
 };
