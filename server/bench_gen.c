@@ -16,10 +16,14 @@
  * embeddings, the table again as the output head.  KV-cache reads (small
  * at these lengths) are not counted, so the fraction slightly understates.
  *
- * Every forward call goes through gen_forward() (one place), so a
- * tensor-parallel variant can swap in the distributed step and report the
- * compute / all_sum split from tp_model_get_stats() (tg_comm_frac below is
- * already that split for the local model: 0 without a hook).
+ * Every forward call goes through gen_forward() (one place), which drives
+ * the distributed engine (parallel/): one rank alone, or every rank of a
+ * `tpserve launch -n N` / mpirun group (rank 0 measures and prints, the
+ * others compute in tp_parallel_worker_loop).  Per decoded token it reports
+ * rank 0's compute time, communication time (all_sums, step broadcast,
+ * logits gather) and bytes sent (--json: compute_ms_per_token,
+ * comm_ms_per_token, bytes_per_token); tg_comm_frac is the all_sum share
+ * of the forward time from tp_model_get_stats().
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +35,7 @@
 #include "model/gguf.h"
 #include "model/kernels.h"
 #include "model/model.h"
+#include "parallel/parallel.h"
 
 /* ------------------------------------------------------------------ bandwidth */
 
@@ -88,6 +93,8 @@ static double measure_read_bw(tp_pool_t *pool, size_t bytes, int passes)
 
 struct gen_ctx {
     tp_model_t *m;
+    tp_parallel_t *par;       /* every call goes through the distributed engine (world 1: local) */
+    int reset;                /* clear sequence 0 with the next step */
     int n_vocab;
     int32_t *tok, *pos, *seq; /* (p) batch arrays */
     int8_t *want;             /* (p) logits flags */
@@ -108,8 +115,14 @@ static enum tp_status gen_forward(struct gen_ctx *g, const int32_t *tokens, int 
         g->want[i] = i == n - 1;
     }
     struct tp_batch b = {.n_tokens = n, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
-    return tp_model_forward(g->m, &b, g->logits);
+    static const int32_t clear_seq[1] = {0}, clear_from[1] = {0};
+    struct tp_step st = {b, g->reset, clear_seq, clear_from};
+    g->reset = 0;
+    return tp_parallel_step(g->par, &st, g->logits);
 }
+
+/* Empty sequence 0's KV cache on every rank (sent with the next step). */
+static void gen_reset(struct gen_ctx *g) { g->reset = 1; }
 
 /* s as a JSON string literal (quotes, backslashes, control characters escaped). */
 static void print_json_str(const char *s)
@@ -163,6 +176,7 @@ int tp_bench_gen(int argc, char **argv)
 {
     const char *path = NULL;
     int p = 128, n = 64, threads = 0, reps = 3, json = 0, bw_mib = 1024;
+    const char *shard_weights = NULL, *comm_dtype = "f32";
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &path, "FILE", "model (GGUF)", 0, 0},
         {"prompt-tokens", 'p', TP_OPT_INT, &p, "P", "prefill length (default 128; 0 skips prefill)", 0, 65536},
@@ -171,6 +185,8 @@ int tp_bench_gen(int argc, char **argv)
         {"reps", 'r', TP_OPT_INT, &reps, "R", "repetitions, median reported (default 3)", 1, 100},
         {"bw-mib", 0, TP_OPT_INT, &bw_mib, "MIB", "buffer for the bandwidth measurement (default 1024)", 64, 1 << 20},
         {"json", 0, TP_OPT_FLAG, &json, NULL, "print one JSON object", 0, 0},
+        {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..", "under launch/mpirun: share per rank", 0, 0},
+        {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 on the wire", 0, 0},
         {0},
     };
     const char *usage = "Usage: tpserve bench gen -m MODEL [-p 128] [-n 64] [--threads T] [--reps R] [--json]\n"
@@ -187,9 +203,29 @@ int tp_bench_gen(int argc, char **argv)
         fprintf(stderr, "tpserve bench gen: nothing to measure (-p 0 and -n 0)\n");
         return 2;
     }
-    tp_cli_setup_logging(NULL);
+    /* one rank, or a group from the environment (tpserve launch / mpirun): rank 0 measures and prints */
+    struct tp_parallel_config pcfg = tp_parallel_default_config();
+    struct tp_error perr = {0};
+    if (tp_wire_dtype_parse(comm_dtype, &pcfg.wire_dtype) != TP_OK) {
+        fprintf(stderr, "tpserve bench gen: --comm-dtype %s: want f32, f16, bf16 or q8\n", comm_dtype);
+        return 2;
+    }
+    if (tp_comm_config_from_env(&pcfg.comm, &perr) != TP_OK) {
+        fprintf(stderr, "tpserve bench gen: %s\n", perr.msg);
+        return 2;
+    }
+    if (pcfg.comm.world_size < 0 && !getenv("OMPI_COMM_WORLD_SIZE")) {
+        pcfg.comm.world_size = 1;
+        pcfg.comm.rank = 0;
+    }
+    int rank_hint = pcfg.comm.rank >= 0 ? pcfg.comm.rank
+                    : getenv("OMPI_COMM_WORLD_RANK") ? atoi(getenv("OMPI_COMM_WORLD_RANK")) : 0;
+    static char prefix[32];
+    snprintf(prefix, sizeof prefix, "rank %d", rank_hint);
+    tp_cli_setup_logging(pcfg.comm.world_size == 1 ? NULL : prefix);
     if (tp_log_get_level() < TP_LOG_WARN) tp_log_set_level(TP_LOG_WARN);
     if (threads <= 0) threads = tp_cpu_count();
+    pcfg.shard_weights = shard_weights;
 
     int exit_code = 1;
     tp_pool_t *pool = NULL;
@@ -203,21 +239,30 @@ int tp_bench_gen(int argc, char **argv)
     struct tp_pool_config pc = tp_pool_default_config();
     pc.n_threads = threads;
     if (tp_pool_init(&pc, &pool) != TP_OK) return tp_cli_fail("bench gen", "cannot start %d threads", threads);
-    double bw = measure_read_bw(pool, (size_t)bw_mib << 20, 5);
+    double bw = rank_hint == 0 ? measure_read_bw(pool, (size_t)bw_mib << 20, 5) : 1.0;
     tp_pool_free(pool);
     pool = NULL;
     if (bw <= 0.0) return tp_cli_fail("bench gen", "cannot allocate %d MiB for the bandwidth measurement (lower --bw-mib)", bw_mib);
 
-    struct tp_model_config mc = tp_model_default_config();
-    mc.path = path;
-    mc.n_threads = threads;
-    mc.n_seq = 1;
-    mc.n_batch = TP_MAX(p, 1);
-    mc.n_ctx = TP_MAX(p, n) + 8;
+    struct tp_model_config *mc = &pcfg.model;
+    mc->path = path;
+    mc->n_threads = threads;
+    mc->n_seq = 1;
+    mc->n_batch = TP_MAX(p, 1);
+    mc->n_ctx = TP_MAX(p, n) + 8;
     struct tp_error err = {0};
     double t_load = tp_now_s();
-    if (tp_model_init(&mc, &m, &err) != TP_OK) return tp_cli_fail("bench gen", "%s", err.msg);
+    if (tp_parallel_init(&pcfg, &g.par, &err) != TP_OK) return tp_cli_fail("bench gen", "%s", err.msg);
     t_load = tp_now_s() - t_load;
+    m = tp_parallel_model(g.par);
+    const int world = tp_parallel_size(g.par);
+    if (tp_parallel_rank(g.par) != 0) {
+        int code = 0;
+        if (tp_parallel_worker_loop(g.par) != TP_OK)
+            code = tp_cli_fail("bench gen", "worker stopped: %s", tp_parallel_last_error(g.par));
+        tp_parallel_free(g.par);
+        return code;
+    }
     g.m = m;
     g.n_vocab = tp_model_hparams(m)->n_vocab;
     const int nb = TP_MAX(p, 1);
@@ -241,39 +286,46 @@ int tp_bench_gen(int argc, char **argv)
     }
 
     /* warm-up: pages the weights in, settles the pool */
-    tp_model_seq_truncate(m, 0, 0);
+    gen_reset(&g);
     if (gen_forward(&g, prompt, TP_MIN(nb, 16), 0) != TP_OK || gen_forward(&g, prompt, 1, TP_MIN(nb, 16)) != TP_OK) {
-        tp_cli_fail("bench gen", "forward failed: %s", tp_model_last_error(m));
+        tp_cli_fail("bench gen", "forward failed: %s", tp_parallel_last_error(g.par));
         goto out;
     }
     struct tp_model_stats st0, st1;
-    uint64_t tg_ns_fwd = 0, tg_ns_comm = 0;
+    struct tp_parallel_stats ps0, ps1;
+    uint64_t tg_ns_fwd = 0, tg_ns_comm = 0, tg_ns_compute = 0, tg_ns_pcomm = 0, tg_bytes = 0, tg_count = 0;
     for (int r = 0; r < reps; r++) {
         if (p > 0) {
-            tp_model_seq_truncate(m, 0, 0);
+            gen_reset(&g);
             double t0 = tp_now_s();
             if (gen_forward(&g, prompt, p, 0) != TP_OK) {
-                tp_cli_fail("bench gen", "prefill failed: %s", tp_model_last_error(m));
+                tp_cli_fail("bench gen", "prefill failed: %s", tp_parallel_last_error(g.par));
                 goto out;
             }
             pp_s[r] = tp_now_s() - t0;
         }
         if (n > 0) {
-            tp_model_seq_truncate(m, 0, 0);
+            gen_reset(&g);
             int32_t t = prompt[0];
             tp_model_get_stats(m, &st0);
+            tp_parallel_get_stats(g.par, &ps0);
             double t0 = tp_now_s();
             for (int i = 0; i < n; i++) {
                 if (gen_forward(&g, &t, 1, i) != TP_OK) {
-                    tp_cli_fail("bench gen", "decode failed: %s", tp_model_last_error(m));
+                    tp_cli_fail("bench gen", "decode failed: %s", tp_parallel_last_error(g.par));
                     goto out;
                 }
                 t = argmax(g.logits, g.n_vocab);
             }
             tg_s[r] = tp_now_s() - t0;
             tp_model_get_stats(m, &st1);
+            tp_parallel_get_stats(g.par, &ps1);
             tg_ns_fwd += st1.ns_forward - st0.ns_forward;
             tg_ns_comm += st1.ns_all_sum - st0.ns_all_sum;
+            tg_ns_compute += ps1.ns_compute - ps0.ns_compute;
+            tg_ns_pcomm += ps1.ns_comm - ps0.ns_comm;
+            tg_bytes += ps1.bytes_sent - ps0.bytes_sent;
+            tg_count += (uint64_t)n;
         }
     }
     double pp_tps = p > 0 ? (double)p / median(pp_s, reps) : 0.0;
@@ -281,15 +333,23 @@ int tp_bench_gen(int argc, char **argv)
     uint64_t bpt = bytes_per_token(path, m);
     double frac = tg_tps * (double)bpt / (bw * 1e9);
     double comm_frac = tg_ns_fwd ? (double)tg_ns_comm / (double)tg_ns_fwd : 0.0;
+    /* rank 0's view per decoded token: compute, communication (all_sums, step broadcast,
+     * logits gather), bytes it sent */
+    double cpt_ms = tg_count ? (double)tg_ns_compute / 1e6 / (double)tg_count : 0.0;
+    double mpt_ms = tg_count ? (double)tg_ns_pcomm / 1e6 / (double)tg_count : 0.0;
+    double bpt_sent = tg_count ? (double)tg_bytes / (double)tg_count : 0.0;
     const char *type = tp_wtype_name(tp_model_weight_type(m));
     if (json) {
         printf("{\"bench\":\"gen\",\"model\":");
         print_json_str(tp_model_name(m));
-        printf(",\"type\":\"%s\",\"ranks\":1,\"threads\":%d,\"isa\":\"%s\","
+        printf(",\"type\":\"%s\",\"ranks\":%d,\"threads\":%d,\"isa\":\"%s\","
                "\"pp_tokens\":%d,\"tg_tokens\":%d,\"reps\":%d,\"pp_tps\":%.2f,\"tg_tps\":%.2f,\"mem_bw_gbs\":%.2f,"
-               "\"weight_bytes_per_token\":%llu,\"bw_fraction\":%.3f,\"tg_comm_frac\":%.3f}\n",
-               type, tp_model_n_threads(m), tp_kern_isa(), p, n, reps, pp_tps, tg_tps, bw,
-               (unsigned long long)bpt, frac, comm_frac);
+               "\"weight_bytes_per_token\":%llu,\"bw_fraction\":%.3f,\"tg_comm_frac\":%.3f,"
+               "\"comm_dtype\":\"%s\",\"compute_ms_per_token\":%.3f,\"comm_ms_per_token\":%.3f,"
+               "\"bytes_per_token\":%.0f}\n",
+               type, world, tp_model_n_threads(m), tp_kern_isa(), p, n, reps, pp_tps, tg_tps, bw,
+               (unsigned long long)bpt, frac, comm_frac, tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms,
+               bpt_sent);
     } else {
         printf("model   %s (%s, %.1f MiB read per token), %d threads, %s kernels, loaded in %.1f s\n", tp_model_name(m),
                type, (double)bpt / 1048576.0, tp_model_n_threads(m), tp_kern_isa(), t_load);
@@ -298,6 +358,9 @@ int tp_bench_gen(int argc, char **argv)
         if (p > 0) printf("pp%-6d %10.2f %12s %10s\n", p, pp_tps, "", "");
         if (n > 0) printf("tg%-6d %10.2f %12.2f %9.1f%%\n", n, tg_tps, tg_tps * (double)bpt / 1e9, 100.0 * frac);
         printf("(median of %d; decode from an empty cache, EOS ignored)\n", reps);
+        if (n > 0)
+            printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
+                   tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms, bpt_sent);
     }
     exit_code = 0;
 out:
@@ -309,6 +372,6 @@ out:
     free(prompt);
     free(pp_s);
     free(tg_s);
-    tp_model_free(m);
+    tp_parallel_free(g.par);
     return exit_code;
 }
