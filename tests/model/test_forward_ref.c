@@ -419,7 +419,65 @@ static void test_shard_cuts_block(void)
     tp_model_free(m);
 }
 
+/* Copy src to a new file with the first occurrence of the n bytes `from` replaced by `to`. */
+static const char *patched(const char *src, const char *name, const char *from, const char *to, size_t n)
+{
+    static char paths[4][600];
+    static int slot;
+    size_t len;
+    char *data = tp_test_read_file(src, &len);
+    if (!data) return NULL;
+    char *p = NULL;
+    for (size_t i = 0; i + n <= len && !p; i++)
+        if (memcmp(data + i, from, n) == 0) p = data + i;
+    if (!p) {
+        free(data);
+        return NULL;
+    }
+    memcpy(p, to, n);
+    char *out = paths[slot++ % 4];
+    snprintf(out, 600, "%s/%s", tp_test_tmpdir(), name);
+    FILE *f = fopen(out, "wb");
+    if (f) {
+        fwrite(data, 1, len, f);
+        fclose(f);
+    }
+    free(data);
+    return f ? out : NULL;
+}
+
+static void expect_refused(const char *path, enum tp_status want, const char *needle)
+{
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    struct tp_error err = {0};
+    tp_model_t *m = open_path(path, 1, 1, 4, NULL, &err);
+    CU_ASSERT_PTR_NULL(m);
+    CU_ASSERT_EQUAL(err.status, want);
+    if (!strstr(err.msg, needle)) fprintf(stderr, "message lacks '%s': %s\n", needle, err.msg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, needle));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, path));
+    tp_model_free(m);
+}
+
+/* Valid GGUF files whose model content is wrong or unsupported. */
+static void test_model_refusals(void)
+{
+    const char *ok = synth("test-tiny", TP_WTYPE_Q8_0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ok);
+    /* the architecture value: u64 length 5 then "llama" */
+    expect_refused(patched(ok, "arch.gguf", "\x05\0\0\0\0\0\0\0llama", "\x05\0\0\0\0\0\0\0gpt2x", 13),
+                   TP_ERR_UNSUPPORTED, "architecture 'gpt2x'");
+    expect_refused(patched(ok, "nolayers.gguf", "llama.block_count", "llama.block_coun_", 17), TP_ERR_FORMAT,
+                   "'llama.block_count' is missing");
+    expect_refused(patched(ok, "notensor.gguf", "blk.1.ffn_up.weight", "blk.1.ffn_uX.weight", 19), TP_ERR_FORMAT,
+                   "tensor 'blk.1.ffn_up.weight' is missing");
+    /* without head_count_kv the model claims 4 KV heads: attn_k's shape no longer fits */
+    expect_refused(patched(ok, "nokv.gguf", "llama.attention.head_count_kv", "llama.attention.head_count_kX", 29),
+                   TP_ERR_FORMAT, "'blk.0.attn_k.weight' has shape [64, 32], expected [64, 64]");
+}
+
 static const struct tp_test_case ref_cases[] = {
+    {"model_refusals", test_model_refusals},
     {"ref_llama", test_ref_llama},
     {"ref_llama3_rope_scaling_tied", test_ref_llama3},
     {"ref_qwen2_bias", test_ref_qwen2},
