@@ -4,6 +4,7 @@
  * wire frames, and every bad configuration that must be refused at init
  * with a message naming the problem.
  */
+#include <glob.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,7 +346,52 @@ static void test_backend_unavailable(void)
     }
 }
 
+/* Every example hostfile in configs/ is accepted by the real parser. */
+static void test_example_hostfiles(void)
+{
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int r = glob(tp_test_repo_path("configs/hostfile*.json"), 0, NULL, &g);
+    if (r != 0) {
+        tp_test_skip("no configs/hostfile*.json in this checkout");
+        return;
+    }
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        struct tp_hostfile hf;
+        struct tp_error err = {0};
+        enum tp_status st = tp_hostfile_load(g.gl_pathv[i], &hf, &err);
+        if (st != TP_OK) fprintf(stderr, "    %s: %s\n", g.gl_pathv[i], err.msg);
+        CU_ASSERT_EQUAL(st, TP_OK);
+        if (st == TP_OK) {
+            CU_ASSERT(hf.n >= 1);
+            CU_ASSERT(hf.hosts[0].port >= 1 && hf.hosts[0].ip[0] != '\0');
+            tp_hostfile_free(&hf);
+        }
+    }
+    globfree(&g);
+    /* the documented example in configs/README.md, and a bare array */
+    struct tp_hostfile hf;
+    struct tp_error err = {0};
+    const char *doc = write_tmp("doc.json",
+                                "{\"version\": 1, \"cluster_token\": \"s\", \"_comment\": [\"x\"], \"hosts\": ["
+                                "{\"host\": \"a\", \"ips\": [\"10.10.0.1\"], \"port\": 29500},"
+                                "{\"host\": \"b\", \"ips\": \"10.10.0.2\", \"port\": 29500, \"rdma\": [\"rdma_en5\"]}]}");
+    CU_ASSERT_EQUAL_FATAL(tp_hostfile_load(doc, &hf, &err), TP_OK);
+    CU_ASSERT_EQUAL(hf.n, 2);
+    CU_ASSERT_STRING_EQUAL(hf.token, "s");
+    CU_ASSERT_STRING_EQUAL(hf.hosts[1].ip, "10.10.0.2");
+    CU_ASSERT_STRING_EQUAL(hf.hosts[1].rdma, "rdma_en5");
+    tp_hostfile_free(&hf);
+    const char *arr = write_tmp("arr.json", "[{\"ips\": [\"127.0.0.1\"], \"port\": 7000}]");
+    CU_ASSERT_EQUAL_FATAL(tp_hostfile_load(arr, &hf, &err), TP_OK);
+    CU_ASSERT_EQUAL(hf.n, 1);
+    tp_hostfile_free(&hf);
+    const char *ver = write_tmp("ver.json", "{\"version\": 2, \"hosts\": [{\"ips\": [\"a\"], \"port\": 1}]}");
+    CU_ASSERT_EQUAL(tp_hostfile_load(ver, &hf, &err), TP_ERR_FORMAT);
+}
+
 static const struct tp_test_case unit_cases[] = {
+    {"example_hostfiles", test_example_hostfiles},
     {"names", test_names},
     {"config_from_env", test_config_env},
     {"size1_group", test_size1},
