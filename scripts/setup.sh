@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 DEBIAN_PKGS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libopenblas-dev
              libopenmpi-dev openmpi-bin libibverbs-dev libcunit1-dev
              iproute2 python3-yaml    # ops: scripts/netsim (ip, tc), manifest test (YAML)
+             openssh-server openssh-client curl   # ops: launch --hostfile test (real sshd on simulated hosts)
              gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)   # scripts/test-arm64.sh
 BREW_PKGS=(cmake pkg-config libmicrohttpd cjson open-mpi cunit)
 

@@ -41,12 +41,14 @@
 #define LAUNCH_MAX_RANKS 256
 #define LINE_MAX_BYTES 4096
 #define KILL_GRACE_MS 5000
+#define LAUNCH_MARKER "@tpserve-launch: remote shell started@"
 
 struct rank_proc {
     char host[256];
     pid_t pid;        /* 0 once reaped */
     int fd;           /* read end of its stdout+stderr, -1 when closed */
     int status;       /* exit code once reaped */
+    int reached;      /* the remote shell ran (it printed LAUNCH_MARKER, which is not shown) */
     size_t n_line;
     char line[LINE_MAX_BYTES];
 };
@@ -134,7 +136,7 @@ static int remote_command(char *buf, size_t cap, int rank, int world, const char
     const char *model = NULL;
     for (int i = 0; i + 1 < argc; i++)
         if (strcmp(argv[i], "-m") == 0 || strcmp(argv[i], "--model") == 0) model = argv[i + 1];
-    int bad = put_raw(buf, cap, &off, "cd ") || put_quoted(buf, cap, &off, cwd) ||
+    int bad = put_raw(buf, cap, &off, "echo '" LAUNCH_MARKER "'; cd ") || put_quoted(buf, cap, &off, cwd) ||
               put_raw(buf, cap, &off, " 2>/dev/null; if ! command -v ") || put_quoted(buf, cap, &off, argv[0]) ||
               put_raw(buf, cap, &off, " >/dev/null 2>&1; then echo \"tpserve launch: '\"") ||
               put_quoted(buf, cap, &off, argv[0]) ||
@@ -168,6 +170,11 @@ static void flush_line(struct rank_proc *r, int rank)
 {
     if (r->n_line == 0) return;
     while (r->n_line > 0 && (r->line[r->n_line - 1] == '\r' || r->line[r->n_line - 1] == '\n')) r->n_line--;
+    if (!r->reached && r->n_line == strlen(LAUNCH_MARKER) && memcmp(r->line, LAUNCH_MARKER, r->n_line) == 0) {
+        r->reached = 1;
+        r->n_line = 0;
+        return;
+    }
     printf("[rank %d %s] %.*s\n", rank, r->host, (int)r->n_line, r->line);
     fflush(stdout);
     r->n_line = 0;
@@ -203,10 +210,13 @@ static void signal_all(struct rank_proc *ranks, int n, int sig)
         if (ranks[i].pid > 0) kill(ranks[i].pid, sig);
 }
 
-static const char *explain(int status)
+static const char *explain(const struct rank_proc *r)
 {
-    switch (status) {
-    case 255: return " (ssh could not reach the host or log in: check that `ssh HOST true` works without a password)";
+    switch (r->status) {
+    case 255:
+        return r->reached ? " (ssh lost the connection, or the rank was killed by a signal)"
+                          : " (ssh could not reach the host or log in: check that `ssh HOST true` works without a "
+                            "password)";
     case 127: return " (program not found there)";
     case 126: return " (a file is missing there)";
     default: return "";
@@ -396,7 +406,7 @@ int tp_launch_hostfile_main(int argc, char **argv)
                     first_fail = i;
                     exit_code = ranks[i].status;
                     fprintf(stderr, "tpserve launch: rank %d (%s) exited with status %d%s; stopping the other ranks\n",
-                            i, ranks[i].host, ranks[i].status, explain(ranks[i].status));
+                            i, ranks[i].host, ranks[i].status, explain(&ranks[i]));
                     signal_all(ranks, n, SIGTERM);
                     kill_at = tp_now_ns() + (uint64_t)KILL_GRACE_MS * 1000000u;
                 }

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # tests/ops/launch_test.sh REPO TPSERVE - `tpserve launch --hostfile` (the ssh path) end to end.
 #
-# ssh is replaced by tests/ops/fake_ssh.sh (TP_LAUNCH_SSH), which takes the launcher's exact ssh
-# arguments and runs the remote command with sh: inside the simulated host's network namespace when
-# scripts/netsim works here (every rank on its own address, 10.77.8.x), else on 127.0.0.1.
+# Where scripts/netsim works, 4 simulated hosts (10.77.8.1-4, 10gbe profile) each run a real sshd
+# (openssh-server; root login with a throw-away key, config in a temporary directory) and the launcher
+# runs on h0 with `ssh -i KEY` (TP_LAUNCH_SSH), so every rank is started by sshd on its own address.
+# Without sshd, tests/ops/fake_ssh.sh stands in for ssh (same arguments, runs the command with sh in
+# the host's namespace); without namespaces, on 127.0.0.1.  Part 1 always uses the stand-in.
 #   1. dry run, environment and "[rank R HOST]" prefixes, exit statuses of the usual mistakes
 #      (unreachable host 255, missing program 127, missing model 126), a failing rank stops the
 #      others and its status is the launcher's, Ctrl-C (SIGINT) stops every rank;
 #   2. 2 and 4 ranks of `tpserve serve` on the bundled model: /health answers and a greedy
 #      /v1/completions equals the one-rank answer exactly; then one rank is killed (-9): the
-#      launcher stops everything and exits non-zero within 10 s.
-# TP_TEST_NO_NETNS=1 forces the 127.0.0.1 variant.
+#      launcher stops everything and exits non-zero within 10 s, and no rank process is left.
+# TP_TEST_NO_SSHD=1 / TP_TEST_NO_NETNS=1 force the stand-in / the 127.0.0.1 variants.
 set -uo pipefail
 REPO="$1"
 TPSERVE="$2"
@@ -80,19 +82,48 @@ echo "ok: launcher mechanics"
 
 # ------------------------------------------------- 2. tpserve serve, N ranks ---
 [ -f "$MODEL" ] || { echo "SKIP: $MODEL missing (part 2)"; exit 77; }
+MODE=local
+LAUNCH_NS=()   # the launcher runs here (inside h0 when ssh must reach the simulated hosts)
 if [ -z "${TP_TEST_NO_NETNS:-}" ] && "$REPO/scripts/netsim" check >/dev/null 2>&1 &&
    "$REPO/scripts/netsim" up 4 --profile 10gbe >/dev/null; then
   NETSIM=1
-  export FAKE_SSH_NETNS_PREFIX="$TP_NETSIM_PREFIX"
+  MODE=netns
   addr() { echo "10.77.8.$(( $1 + 1 ))"; }
   port_of() { echo 29500; }
   http() { ip netns exec "$TP_NETSIM_PREFIX-h0" curl -s -m 30 "$@"; }
-  echo "ranks on simulated hosts 10.77.8.1-4 (10gbe)"
+  SSHD=$(command -v sshd || echo /usr/sbin/sshd)
+  if [ -z "${TP_TEST_NO_SSHD:-}" ] && [ -x "$SSHD" ] && command -v ssh >/dev/null && command -v ssh-keygen >/dev/null
+  then
+    # a real sshd on every simulated host: root login with a throw-away key only
+    MODE=sshd
+    mkdir -p /run/sshd
+    ssh-keygen -q -t ed25519 -N "" -f "$WORK/id" && ssh-keygen -q -t ed25519 -N "" -f "$WORK/hostkey" ||
+      fail "ssh-keygen"
+    cp "$WORK/id.pub" "$WORK/authorized_keys"
+    for i in 0 1 2 3; do
+      printf '%s\n' "ListenAddress $(addr $i)" "Port 22" "HostKey $WORK/hostkey" "PidFile $WORK/sshd.$i.pid" \
+        "AuthorizedKeysFile $WORK/authorized_keys" "StrictModes no" "UsePAM no" \
+        "PermitRootLogin prohibit-password" "PasswordAuthentication no" "KbdInteractiveAuthentication no" \
+        >"$WORK/sshd_config.$i"
+      ip netns exec "$TP_NETSIM_PREFIX-h$i" "$SSHD" -f "$WORK/sshd_config.$i" -E "$WORK/sshd.$i.log" ||
+        fail "sshd on h$i: $(cat "$WORK/sshd.$i.log")"
+    done
+    printf '%s\n' '#!/bin/sh' \
+      "exec ssh -i '$WORK/id' -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \"\$@\"" \
+      >"$WORK/ssh.sh"
+    chmod +x "$WORK/ssh.sh"
+    export TP_LAUNCH_SSH="$WORK/ssh.sh"
+    LAUNCH_NS=(ip netns exec "$TP_NETSIM_PREFIX-h0")
+    echo "ranks on simulated hosts 10.77.8.1-4 (10gbe), each started by a real sshd"
+  else
+    export FAKE_SSH_NETNS_PREFIX="$TP_NETSIM_PREFIX"
+    echo "ranks on simulated hosts 10.77.8.1-4 (10gbe); no sshd (openssh-server): ssh stand-in"
+  fi
 else
   addr() { echo 127.0.0.1; }
   port_of() { echo $(( 20000 + ($$ % 2000) * 5 + $1 )); }   # per-run ports: parallel ctest runs do not collide
   http() { curl -s -m 30 "$@"; }
-  echo "network namespaces unavailable: ranks on 127.0.0.1"
+  echo "network namespaces unavailable: ranks on 127.0.0.1 (ssh stand-in)"
 fi
 
 # start_serve N: launcher in the background, rank 0's HTTP address in $URL
@@ -103,7 +134,7 @@ start_serve() {
       printf '%s{"host": "%s", "ips": ["%s"], "port": %d}' "$sep" "$(addr $i)" "$(addr $i)" "$(port_of $i)"; sep=", "
     done
     printf ']}\n'; } >"$WORK/hf$n.json"
-  "$TPSERVE" launch --hostfile "$WORK/hf$n.json" -- "$TPSERVE" serve -m "$MODEL" --host 0.0.0.0 --port 0 \
+  "${LAUNCH_NS[@]}" "$TPSERVE" launch --hostfile "$WORK/hf$n.json" -- "$TPSERVE" serve -m "$MODEL" --host 0.0.0.0 --port 0 \
     --threads 1 >"$WORK/log" 2>&1 &
   LPID=$!
   URL=""
@@ -123,7 +154,16 @@ completion() {
     -d '{"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}' |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])'
 }
-children() { local p; for p in /proc/[0-9]*; do [ "$(awk '{print $4}' "$p/stat" 2>/dev/null)" = "$1" ] && echo "${p#/proc/}"; done; }
+# rank_pids HOSTFILE [RANK]: live rank processes started with that hostfile (and rank), whoever their parent
+rank_pids() {
+  local f p
+  for f in $(grep -lzx "TP_HOSTFILE=$1" /proc/[0-9]*/environ 2>/dev/null); do
+    p=${f#/proc/}; p=${p%/environ}
+    [ -z "${2:-}" ] || grep -qzx "TP_RANK=$2" "$f" 2>/dev/null || continue
+    [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" = Z ] && continue
+    echo "$p"
+  done
+}
 stop_serve() { kill -INT "$LPID" 2>/dev/null; wait "$LPID" 2>/dev/null; LPID=""; }
 
 start_serve 1
@@ -135,11 +175,7 @@ for n in 2 4; do
   got=$(completion) || fail "$n ranks: completion failed"
   [ "$got" = "$want" ] || fail "$n ranks: '$got' != 1 rank '$want'"
   # kill the last rank: everything stops, the launcher exits non-zero within 10 s
-  victim=""
-  ranks=$(children "$LPID")
-  for p in $ranks; do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "TP_RANK=$((n - 1))" && victim=$p
-  done
+  victim=$(rank_pids "$WORK/hf$n.json" $((n - 1)))
   [ -n "$victim" ] || fail "$n ranks: cannot find rank $((n - 1))"
   kill -9 "$victim"
   t0=$(date +%s%N)
@@ -147,8 +183,8 @@ for n in 2 4; do
   dt=$(( ($(date +%s%N) - t0) / 1000000 ))
   [ "$st" -ne 0 ] || fail "$n ranks: launcher exited 0 after a rank was killed"
   [ "$dt" -lt 10000 ] || fail "$n ranks: launcher took ${dt} ms to stop after a rank was killed"
-  sleep 0.2
-  for p in $ranks; do kill -0 "$p" 2>/dev/null && fail "$n ranks: rank process $p survived"; done
-  echo "ok: $n ranks: greedy completion equals 1 rank; rank $((n - 1)) killed -> launcher exit $st in ${dt} ms"
+  for _ in $(seq 50); do [ -z "$(rank_pids "$WORK/hf$n.json")" ] && break; sleep 0.1; done
+  [ -z "$(rank_pids "$WORK/hf$n.json")" ] || fail "$n ranks: rank processes survived: $(rank_pids "$WORK/hf$n.json")"
+  echo "ok: $n ranks ($MODE): greedy completion equals 1 rank; rank $((n - 1)) killed -> launcher exit $st in ${dt} ms"
 done
 echo "PASS: '$want'"
