@@ -155,7 +155,8 @@ static int remote_command(char *buf, size_t cap, int rank, int world, const char
     snprintf(tmp, sizeof tmp, "exec env TP_RANK=%d TP_WORLD_SIZE=%d TP_HOSTFILE=", rank, world);
     bad = bad || put_raw(buf, cap, &off, tmp) || put_quoted(buf, cap, &off, hostfile) ||
           put_raw(buf, cap, &off, " TP_BACKEND=") || put_quoted(buf, cap, &off, backend);
-    static const char *const pass[] = {"TP_CLUSTER_TOKEN", "TP_LOG_LEVEL", "TP_COMM_TIMEOUT_MS"};
+    static const char *const pass[] = {"TP_CLUSTER_TOKEN", "TP_LOG_LEVEL", "TP_COMM_TIMEOUT_MS",
+                                       "TP_COMM_CONNECT_TIMEOUT_MS"};
     for (size_t i = 0; !bad && i < TP_ARRAY_LEN(pass); i++) {
         const char *v = getenv(pass[i]);
         if (!v) continue;
@@ -227,7 +228,7 @@ static int run_mpirun(const char *hostfile_hosts, int n, int dry_run, int argc, 
 {
     char np[16];
     snprintf(np, sizeof np, "%d", n);
-    char *args[64 + 16];
+    char *args[64 + 32]; /* mpirun options (<= 19) + at most 64 of the command + NULL */
     int k = 0;
     args[k++] = "mpirun";
     args[k++] = "-np";
@@ -240,7 +241,8 @@ static int run_mpirun(const char *hostfile_hosts, int n, int dry_run, int argc, 
     args[k++] = "none";
     args[k++] = "-x";
     args[k++] = "TP_BACKEND=mpi";
-    static const char *const pass[] = {"TP_LOG_LEVEL", "TP_CLUSTER_TOKEN", "TP_COMM_TIMEOUT_MS"};
+    static const char *const pass[] = {"TP_LOG_LEVEL", "TP_CLUSTER_TOKEN", "TP_COMM_TIMEOUT_MS",
+                                       "TP_COMM_CONNECT_TIMEOUT_MS"};
     for (size_t i = 0; i < TP_ARRAY_LEN(pass); i++)
         if (getenv(pass[i])) {
             args[k++] = "-x";
@@ -275,7 +277,7 @@ int tp_launch_hostfile_main(int argc, char **argv)
     int rc = tp_cli_parse("launch",
                           "Usage: tpserve launch --hostfile FILE [--backend ring|rdma|mpi] [--dry-run] -- CMD [ARGS...]\n"
                           "Starts CMD once per hostfile entry over ssh with TP_RANK, TP_WORLD_SIZE, TP_HOSTFILE,\n"
-                          "TP_BACKEND (and TP_CLUSTER_TOKEN, TP_LOG_LEVEL when set) in its environment.",
+                          "TP_BACKEND (and TP_CLUSTER_TOKEN, TP_LOG_LEVEL, TP_COMM_*TIMEOUT_MS when set) in its environment.",
                           opts, argc, argv, NULL, 0, NULL, &rest_argc, &rest_argv);
     if (rc) return rc == 1 ? 0 : rc;
     if (!hostfile) {
