@@ -426,7 +426,59 @@ static void test_endpoints(void)
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
 }
 
+
+struct q_client {
+    int port;
+    struct resp r;
+    int rc;
+};
+static void *q_client_main(void *arg)
+{
+    struct q_client *q = arg;
+    const char *body = "{\"prompt\":\"Once\",\"max_tokens\":2000,\"temperature\":0,\"ignore_eos\":true}";
+    q->rc = http_do(q->port, "POST", "/v1/completions", NULL, body, strlen(body), 60, &q->r);
+    return NULL;
+}
+
+/* One slot, a queue of one: of 8 simultaneous requests some must get 429
+ * with Retry-After; the others complete in full. */
+static void test_queue_full(void)
+{
+    if (!have_model()) return;
+    struct srv s;
+    const char *extra[] = {"--parallel", "1", "--max-queue", "1", NULL};
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, extra), 0);
+    struct q_client q[8];
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) {
+        memset(&q[i], 0, sizeof q[i]);
+        q[i].port = s.port;
+        pthread_create(&th[i], NULL, q_client_main, &q[i]);
+    }
+    int n429 = 0, n200 = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        CU_ASSERT_EQUAL(q[i].rc, 0);
+        if (q[i].rc != 0) continue;
+        if (q[i].r.status == 429) {
+            n429++;
+            CU_ASSERT_PTR_NOT_NULL(strstr(q[i].r.headers, "Retry-After:"));
+            CU_ASSERT(openai_error_shape(q[i].r.body, NULL));
+        } else if (q[i].r.status == 200) {
+            n200++;
+            CU_ASSERT_PTR_NOT_NULL(strstr(q[i].r.body, "\"completion_tokens\":2000"));
+        }
+        resp_free(&q[i].r);
+    }
+    fprintf(stderr, "queue_full: %d answered, %d refused with 429\n", n200, n429);
+    CU_ASSERT(n429 >= 1);
+    CU_ASSERT(n200 >= 1);
+    CU_ASSERT_EQUAL(n200 + n429, 8);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
 static const struct tp_test_case e2e_cases[] = {
+    {"queue_full_429", test_queue_full},
     {"bad_input", test_bad_input},
     {"greedy_equals_generate", test_greedy},
     {"concurrent_streams", test_concurrent},
