@@ -8,6 +8,7 @@
  * conversions; [PADi] UNUSED tokens up to the model's vocabulary size).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,89 @@ static int is_byte_token(const char *s) /* "<0xHH>" */
     return strlen(s) == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>';
 }
 
+static uint64_t fnv1a(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/*
+ * SentencePiece scores for a byte-fallback BPE tokenizer.json: a piece's
+ * score is minus the rank of the first merge that produces it (the order
+ * the BPE model builds it, which is what the SPM merge loop needs); pieces
+ * no merge produces (single characters) get scores below every merge.
+ * Piece lookup goes through a small open-addressing hash table.
+ */
+static enum tp_status spm_scores_from_merges(const char *path, const cJSON *model, struct tp_synth_vocab *v,
+                                             struct tp_error *err)
+{
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const int nm = cJSON_GetArraySize(merges);
+    size_t cap = 1;
+    while (cap < (size_t)v->n_tokens * 2) cap <<= 1;
+    int32_t *slot = malloc(cap * sizeof(int32_t));
+    char *buf = NULL;
+    size_t buf_cap = 0;
+    if (!slot) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+    memset(slot, 0xff, cap * sizeof(int32_t)); /* -1: empty */
+    for (int i = 0; i < v->n_tokens; i++) {
+        size_t h = (size_t)fnv1a(v->tokens[i], strlen(v->tokens[i])) & (cap - 1);
+        while (slot[h] >= 0) h = (h + 1) & (cap - 1);
+        slot[h] = i;
+    }
+    int r = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, merges)
+    {
+        const char *a = NULL, *b = NULL;
+        size_t la = 0, lb = 0;
+        if (cJSON_IsString(it)) {
+            const char *sp = strchr(it->valuestring, ' ');
+            if (sp) {
+                a = it->valuestring;
+                la = (size_t)(sp - a);
+                b = sp + 1;
+                lb = strlen(b);
+            }
+        } else if (cJSON_IsArray(it) && cJSON_IsString(cJSON_GetArrayItem(it, 0)) && cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
+            a = cJSON_GetArrayItem(it, 0)->valuestring;
+            b = cJSON_GetArrayItem(it, 1)->valuestring;
+            la = strlen(a);
+            lb = strlen(b);
+        }
+        if (a) {
+            if (la + lb + 1 > buf_cap) {
+                buf_cap = (la + lb + 1) * 2;
+                char *nbuf = realloc(buf, buf_cap);
+                if (!nbuf) {
+                    free(buf);
+                    free(slot);
+                    return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+                }
+                buf = nbuf;
+            }
+            memcpy(buf, a, la);
+            memcpy(buf + la, b, lb);
+            buf[la + lb] = 0;
+            size_t h = (size_t)fnv1a(buf, la + lb) & (cap - 1);
+            for (; slot[h] >= 0; h = (h + 1) & (cap - 1)) {
+                int id = slot[h];
+                if (strcmp(v->tokens[id], buf) == 0) {
+                    if (isnan(v->scores[id])) v->scores[id] = -(float)r;
+                    break;
+                }
+            }
+        }
+        r++;
+    }
+    for (int i = 0; i < v->n_tokens; i++)
+        if (isnan(v->scores[i])) v->scores[i] = -(float)(nm + i);
+    free(buf);
+    free(slot);
+    return TP_OK;
+}
+
 enum tp_status tp_synth_vocab_json(const char *path, int min_tokens, struct tp_synth_vocab *v, struct tp_error *err)
 {
     memset(v, 0, sizeof(*v));
@@ -256,7 +340,7 @@ enum tp_status tp_synth_vocab_json(const char *path, int min_tokens, struct tp_s
         if (spm) {
             if (is_byte_token(it->string)) v->types[id] = TP_TOKEN_TYPE_BYTE;
             else if (strcmp(it->string, "<unk>") == 0) v->types[id] = TP_TOKEN_TYPE_UNKNOWN;
-            else v->scores[id] = -(float)id; /* SentencePiece BPE: pieces in merge order */
+            else v->scores[id] = NAN; /* set from the merge ranks below */
         }
     }
     cJSON_ArrayForEach(it, added)
@@ -280,6 +364,7 @@ enum tp_status tp_synth_vocab_json(const char *path, int min_tokens, struct tp_s
             v->types[i] = TP_TOKEN_TYPE_UNUSED;
         }
 
+    if (spm) TP_CHECK_GOTO(spm_scores_from_merges(path, model, v, err), rc, out);
     if (!spm) {
         const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
         int nm = cJSON_GetArraySize(merges);

@@ -418,7 +418,7 @@ static void test_large_vocab_speed(void)
     fprintf(stderr, "sampler 128k: top-k+top-p %.3f ms, top-p %.3f ms per token\n", per_k * 1e3, per_p * 1e3);
     /* generous bounds for a loaded 2-core CI box (sanitizers included): */
     CU_ASSERT(per_k < 0.05);
-    CU_ASSERT(per_p < 0.05);
+    CU_ASSERT(per_p < 0.1);
     free(l);
 }
 

@@ -518,9 +518,46 @@ static void test_synth_tokenizer_json(void)
             CU_ASSERT(tp_gguf_arr_len(g, tp_gguf_find_key(g, "tokenizer.ggml.merges")) > 100000);
             CU_ASSERT(tp_gguf_find_key(g, "tokenizer.chat_template") >= 0); /* from tokenizer_config.json */
         } else {
-            CU_ASSERT_EQUAL(tp_gguf_arr_len(g, tp_gguf_find_key(g, "tokenizer.ggml.scores")), (uint64_t)cases[i].n_vocab);
+            int ks = tp_gguf_find_key(g, "tokenizer.ggml.scores");
+            CU_ASSERT_EQUAL_FATAL(tp_gguf_arr_len(g, ks), (uint64_t)cases[i].n_vocab);
+            /* scores = minus the rank of the merge producing the piece (Mistral's merges:
+             * rank 0 is "▁ t" -> id 261, rank 58876 is "▁ ▁" -> id 259) */
+            float *sc = malloc((size_t)cases[i].n_vocab * sizeof(float));
+            CU_ASSERT_PTR_NOT_NULL_FATAL(sc);
+            CU_ASSERT_EQUAL(tp_gguf_arr_copy_f32(g, ks, sc, (uint64_t)cases[i].n_vocab), TP_OK);
+            CU_ASSERT_DOUBLE_EQUAL(sc[261], 0.0, 1e-9);
+            CU_ASSERT_DOUBLE_EQUAL(sc[259], -58876.0, 1e-9);
+            CU_ASSERT(sc[28705] < -58980.0); /* "▁" alone: no merge makes it */
+            free(sc);
         }
         tp_gguf_close(g);
+
+        /* the embedded vocabulary tokenizes exactly like the tokenizer.json it came from */
+        char cfg_path[600];
+        snprintf(cfg_path, sizeof(cfg_path), "%s", cases[i].tok);
+        char *slash = strrchr(cfg_path, '/');
+        snprintf(slash + 1, sizeof(cfg_path) - (size_t)(slash + 1 - cfg_path), "tokenizer_config.json");
+        tp_tokenizer_t *tj = NULL, *tg = NULL;
+        CU_ASSERT_EQUAL(tp_tokenizer_from_json(cases[i].tok, access(cfg_path, R_OK) == 0 ? cfg_path : NULL, &tj, &err), TP_OK);
+        CU_ASSERT_EQUAL(tp_tokenizer_from_gguf(path, &tg, &err), TP_OK);
+        if (tj && tg) {
+            static const char *const texts[] = {"Hello world!", "numbers 12345 and   spaces\n\ttabs",
+                                                "caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x98\x80 <tag>"};
+            for (size_t t = 0; t < TP_ARRAY_LEN(texts); t++) {
+                int32_t a[64], b[64];
+                int na = tp_tokenizer_encode(tj, texts[t], strlen(texts[t]), 1, 0, a, 64);
+                int nb = tp_tokenizer_encode(tg, texts[t], strlen(texts[t]), 1, 0, b, 64);
+                if (na != nb || na <= 0 || na > 64 || memcmp(a, b, (size_t)na * sizeof(int32_t)) != 0)
+                {
+                    fprintf(stderr, "%s: json %d ids, gguf %d ids:", cases[i].shape, na, nb);
+                    for (int q = 0; q < na && q < 64; q++) fprintf(stderr, " %d/%d", a[q], q < nb ? b[q] : -1);
+                    fprintf(stderr, "\n");
+                }
+                CU_ASSERT(na == nb && na > 0 && na <= 64 && memcmp(a, b, (size_t)na * sizeof(int32_t)) == 0);
+            }
+        }
+        tp_tokenizer_free(tj);
+        tp_tokenizer_free(tg);
     }
 }
 
