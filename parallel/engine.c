@@ -76,6 +76,7 @@ struct tp_parallel {
     int shut;
     uint32_t step_no;
     struct tp_parallel_stats stats;
+    char path[4096];              /* model path with {rank} expanded */
 
     /* rank 0 keepalive */
     pthread_mutex_t mu;
@@ -187,10 +188,21 @@ static uint64_t mix(uint64_t h, uint64_t v)
 
 /* ------------------------------------------------------------------ plan */
 
+/* cfg path with "{rank}" replaced by this rank (shard files under launch/mpirun). */
+static enum tp_status expand_path(tp_parallel_t *p, const char *tmpl)
+{
+    const char *at = strstr(tmpl, "{rank}");
+    int n = at ? snprintf(p->path, sizeof p->path, "%.*s%d%s", (int)(at - tmpl), tmpl, p->rank, at + 6)
+               : snprintf(p->path, sizeof p->path, "%s", tmpl);
+    if (n < 0 || (size_t)n >= sizeof p->path)
+        return tp_error_set(&p->err, TP_ERR_INVALID_ARG, "model path is longer than %zu bytes", sizeof p->path - 1);
+    return TP_OK;
+}
+
 static enum tp_status make_plan(tp_parallel_t *p, const struct tp_parallel_config *cfg)
 {
     struct tp_model_probe *pr = &p->probe;
-    const char *path = cfg->model.path;
+    const char *path = p->path;
     double w[TP_PLAN_MAX_RANKS];
     const double *wp = NULL;
     enum tp_status st;
@@ -337,7 +349,8 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
     }
 
     /* 2. probe + plan (local), then agree */
-    enum tp_status st = make_plan(p, cfg);
+    enum tp_status st = expand_path(p, cfg->model.path);
+    if (st == TP_OK) st = make_plan(p, cfg);
     uint64_t h = 14695981039346656037ull;
     if (st == TP_OK) {
         h = mix(h, tp_probe_hash(&p->probe));
@@ -351,6 +364,7 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
 
     /* 3. load this rank's slice, then agree that everyone loaded */
     struct tp_model_config mc = cfg->model;
+    mc.path = p->path;
     if (p->world > 1 || p->probe.is_shard) {
         p->shard = p->plan.ranks[p->rank].shard;
         p->shard.all_sum = p->world > 1 ? tp_wire_all_sum : NULL;

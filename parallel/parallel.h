@@ -227,7 +227,10 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
 enum tp_wire_dtype { TP_WIRE_F32 = 0, TP_WIRE_F16, TP_WIRE_BF16, TP_WIRE_Q8, TP_WIRE_COUNT };
 
 struct tp_parallel_config {
-    struct tp_model_config model;  /* path, threads, n_ctx, n_seq, n_batch (shard is filled in by the plan) */
+    struct tp_model_config model;  /* path, threads, n_ctx, n_seq, n_batch (shard is filled in by the plan);
+                                    * "{rank}" in path becomes this rank's number, so one command line can
+                                    * give every rank of a launch/mpirun group its own shard file:
+                                    * -m dir/model.rank{rank}-of-4.gguf */
     struct tp_comm_config comm;    /* backend, rank, world size ... (world 1: no network) */
     const char *shard_weights;     /* "2,1,1": relative share per rank; NULL: equal */
     enum tp_wire_dtype wire_dtype; /* default f32 */
