@@ -137,11 +137,18 @@ int tp_cmd_serve(int argc, char **argv)
         free(key_buf);
         return tp_cli_fail("serve", "%s", err.msg);
     }
-    if (pc.comm.world_size < 0 && !getenv("OMPI_COMM_WORLD_SIZE")) {
+    /* rank / size published by mpirun, srun or another PMI launcher */
+    const char *env_rank = NULL, *env_size = NULL;
+    static const char *const rk[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    static const char *const sz[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_SIZE"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(rk) && !env_rank; i++)
+        if (getenv(rk[i])) env_rank = getenv(rk[i]), env_size = getenv(sz[i]);
+    if (pc.comm.world_size < 0 && !env_rank) {
         pc.comm.world_size = 1;
         pc.comm.rank = 0;
     }
-    int rank_hint = pc.comm.rank >= 0 ? pc.comm.rank : (getenv("OMPI_COMM_WORLD_RANK") ? atoi(getenv("OMPI_COMM_WORLD_RANK")) : 0);
+    (void)env_size;
+    int rank_hint = pc.comm.rank >= 0 ? pc.comm.rank : (env_rank ? atoi(env_rank) : 0);
     static char prefix[32];
     snprintf(prefix, sizeof prefix, "rank %d", rank_hint);
     if (strcmp(log_format, "json") == 0) {
