@@ -203,7 +203,9 @@ int tp_tokenizer_find_special(const tp_tokenizer_t *t, const char *text);
  * one; parse_special: recognise special-token texts in the input (chat
  * templates) instead of tokenizing them as plain text.  Writes at most
  * max_ids ids; returns the number of ids the full encoding needs (call again
- * with a bigger buffer when it exceeds max_ids), or -1 on invalid input.
+ * with a bigger buffer when it exceeds max_ids), or -1 on invalid input
+ * (not UTF-8).  Thread safe: a tokenizer is read-only after loading, so any
+ * number of threads may encode with it at once.
  */
 int tp_tokenizer_encode(const tp_tokenizer_t *t, const char *text, size_t len, int add_bos, int parse_special,
                         int32_t *ids, int max_ids);

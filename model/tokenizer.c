@@ -142,6 +142,8 @@ enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t 
         return tp_error_set(err, TP_ERR_UNSUPPORTED, "tokenizer: unknown kind %d", (int)d->kind);
     if ((int)d->pretok < 0 || d->pretok >= TP_PRETOK_COUNT)
         return tp_error_set(err, TP_ERR_UNSUPPORTED, "tokenizer: unknown pre-tokenizer %d", (int)d->pretok);
+    if (d->n_merges >= (1 << 24))
+        return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: %d merges (limit 16M)", d->n_merges);
     if (d->kind == TP_TOK_BPE && d->n_merges <= 0)
         return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: BPE vocabulary without merges");
     if (d->kind == TP_TOK_SPM && !d->scores && d->n_merges <= 0)

@@ -8,7 +8,9 @@
  * the merge rank (tokenizer.json / GGUF merges) or minus the score of the
  * merged token (SentencePiece scores, as llama.cpp's llm_tokenizer_spm).
  * Popping a stale candidate (a side already merged elsewhere) is detected by
- * the combined length, so the whole word costs O(n log n).
+ * the combined length, so the whole word costs O(n log n).  The heap never
+ * holds more than 2n entries: n-1 at first, and each merge pops one and
+ * pushes at most two.
  *
  * Pre-tokenizers: the regexes of GPT-2, Llama 3 and Qwen2 (see each
  * function), implemented over code points with the \p{L} / \p{N} / \s
@@ -28,7 +30,7 @@ struct tp_tok_sym {
 };
 
 struct tp_tok_cand {
-    double prio;     /* lower first */
+    float prio;      /* lower first: merge rank (< 2^24, exact) or -score */
     int32_t left;    /* symbol index (= position order) */
     uint32_t size;   /* combined length when queued: stale if it changed */
     int32_t result;  /* id of the merged token */
@@ -96,13 +98,13 @@ static void try_pair(const struct tp_tokenizer *t, const char *s, struct tp_tok_
     if (t->use_scores) {
         int32_t id = tp_tok_lookup(t, s + sy[left].start, c.size);
         if (id < 0) return;
-        c.prio = -(double)t->toks[id].score;
+        c.prio = -t->toks[id].score;
         c.result = id;
     } else {
         int32_t rank;
         int32_t id = tp_tok_merge(t, sy[left].id, sy[right].id, &rank);
         if (id < 0) return;
-        c.prio = (double)rank;
+        c.prio = (float)rank;
         c.result = id;
     }
     heap_push(heap, nh, c);
@@ -120,7 +122,7 @@ int tp_tok_bpe_word(const struct tp_tokenizer *t, struct tp_tok_scratch *sc, con
         }
     }
     if (grow((void **)&sc->syms, &sc->cap_syms, len, sizeof(*sc->syms)) ||
-        grow((void **)&sc->heap, &sc->cap_heap, 3 * len + 4, sizeof(*sc->heap)))
+        grow((void **)&sc->heap, &sc->cap_heap, 2 * len + 4, sizeof(*sc->heap)))
         return -1;
     struct tp_tok_sym *sy = sc->syms;
     int32_t n = 0;
