@@ -39,10 +39,11 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 #define g_scalar g_isas[0]
 
 /* Append an ISA table: scalar entries overlaid with what the ISA implements. */
-static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *))
+static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *), void (*fill_kquant)(struct tp_kern_ops *))
 {
     struct tp_kern_ops o = {0};
     fill(&o);
+    if (fill_kquant) fill_kquant(&o);
     struct tp_kern_ops *dst = &g_isas[g_n_isas++];
     *dst = g_scalar;
     dst->name = name;
@@ -60,10 +61,10 @@ static void choose_isa(void)
 #if defined(__x86_64__) || defined(_M_X64)
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2) add_isa("avx2", tp_kern_avx2_ops);
+    if (avx2) add_isa("avx2", tp_kern_avx2_ops, tp_kern_kquant_avx2_ops);
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
-        add_isa("avx512-vnni", tp_kern_avx512_ops);
+        add_isa("avx512-vnni", tp_kern_avx512_ops, tp_kern_kquant_avx2_ops); /* K-quants: the AVX2 kernels */
 #elif defined(__aarch64__)
     int dot = 0;
 #if defined(__linux__)
@@ -71,8 +72,8 @@ static void choose_isa(void)
 #elif defined(__APPLE__)
     dot = 1; /* every Apple arm64 core has the dot-product extension */
 #endif
-    add_isa("neon", tp_kern_neon_ops);
-    if (dot) add_isa("neon-dotprod", tp_kern_neondot_ops);
+    add_isa("neon", tp_kern_neon_ops, tp_kern_kquant_neon_ops);
+    if (dot) add_isa("neon-dotprod", tp_kern_neondot_ops, tp_kern_kquant_neon_ops);
 #endif
     g_best = &g_isas[g_n_isas - 1];
     const char *want = getenv("TP_KERN_ISA"); /* benchmarks: pin an ISA this CPU has */

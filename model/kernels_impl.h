@@ -93,6 +93,12 @@ void tp_kq_dequant(enum tp_wtype t, const void *src, float *dst, int64_t n);
 void tp_kq_quantize(enum tp_wtype t, const float *src, void *dst, int64_t n);
 void tp_kq_quant_q8k(const float *x, void *out, int64_t n);
 void tp_kern_kquant_scalar_ops(struct tp_kern_ops *ops);
+#if defined(__x86_64__) || defined(_M_X64)
+void tp_kern_kquant_avx2_ops(struct tp_kern_ops *ops); /* kernels_kquant_avx2.c */
+#endif
+#if defined(__aarch64__)
+void tp_kern_kquant_neon_ops(struct tp_kern_ops *ops); /* kernels_kquant_neon.c */
+#endif
 
 /* One matmul implementation: same contract as tp_kern_matmul for one type. */
 typedef void (*tp_kern_matmul_fn)(const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
