@@ -5,7 +5,8 @@
  *   pp  prefill: one forward pass over p prompt tokens (logits for the last
  *       only), from an empty KV cache: p / time;
  *   tg  decode: n single-token forward passes from an empty KV cache, each
- *       feeding back the argmax of the previous logits (EOS ignored):
+ *       feeding back the argmax of the previous logits (EOS ignored; the
+ *       engine's distributed argmax, tp_parallel_step_greedy):
  *       n / time;
  * median over --reps repetitions after one warm-up pass.  In the same run it
  * measures the machine's streaming-read bandwidth (all --threads summing a
@@ -121,6 +122,22 @@ static enum tp_status gen_forward(struct gen_ctx *g, const int32_t *tokens, int 
     return tp_parallel_step(g->par, &st, g->logits);
 }
 
+/* One decode step of token *t at position pos; *t becomes the argmax of its
+ * logits, computed by the engine's distributed argmax (each rank sends only
+ * its vocabulary range's best (value, id) instead of its logits rows). */
+static enum tp_status gen_decode(struct gen_ctx *g, int32_t *t, int pos)
+{
+    g->tok[0] = *t;
+    g->pos[0] = pos;
+    g->seq[0] = 0;
+    g->want[0] = 1;
+    struct tp_batch b = {.n_tokens = 1, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
+    static const int32_t clear_seq[1] = {0}, clear_from[1] = {0};
+    struct tp_step st = {b, g->reset, clear_seq, clear_from};
+    g->reset = 0;
+    return tp_parallel_step_greedy(g->par, &st, t, NULL);
+}
+
 /* Empty sequence 0's KV cache on every rank (sent with the next step). */
 static void gen_reset(struct gen_ctx *g) { g->reset = 1; }
 
@@ -135,14 +152,6 @@ static void print_json_str(const char *s)
         else putchar(c);
     }
     putchar('"');
-}
-
-static int32_t argmax(const float *x, int n)
-{
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -311,11 +320,10 @@ int tp_bench_gen(int argc, char **argv)
             tp_parallel_get_stats(g.par, &ps0);
             double t0 = tp_now_s();
             for (int i = 0; i < n; i++) {
-                if (gen_forward(&g, &t, 1, i) != TP_OK) {
+                if (gen_decode(&g, &t, i) != TP_OK) {
                     tp_cli_fail("bench gen", "decode failed: %s", tp_parallel_last_error(g.par));
                     goto out;
                 }
-                t = argmax(g.logits, g.n_vocab);
             }
             tg_s[r] = tp_now_s() - t0;
             tp_model_get_stats(m, &st1);
