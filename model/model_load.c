@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,9 @@ static enum tp_status read_hparams(tp_model_t *m)
     if (hp->head_dim <= 0 || hp->head_dim % 2 != 0)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: head dimension %d (embedding %d / heads %d) must be even",
                             m->path, hp->head_dim, hp->n_embd, hp->n_head);
+    if ((int64_t)hp->n_head * hp->head_dim > big || (int64_t)hp->n_head_kv * hp->head_dim > big)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: %d heads x head dimension %d is absurd", m->path, hp->n_head,
+                            hp->head_dim);
     hp->rope_dim = hp->head_dim;
     TP_CHECK_GOTO(md_int(m, arch, "rope.dimension_count", 0, 2, hp->head_dim, &hp->rope_dim), rc, out);
     if (hp->rope_dim % 2 != 0)
@@ -258,8 +262,18 @@ static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg,
     w->cols = cols;
     w->row_bytes = tp_kern_row_bytes(t->type, cols);
     w->owned = NULL;
-    if (whole) {
+    if (whole && ((uintptr_t)t->data & 31u) == 0) {
         w->data = t->data;
+        progress(m, cfg, t->n_bytes, total);
+        return TP_OK;
+    }
+    if (whole) {
+        /* general.alignment < 32 left the data misaligned for the kernels: keep an aligned copy */
+        w->owned = tp_aligned_alloc(64, (size_t)t->n_bytes);
+        if (!w->owned)
+            return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory for tensor '%s'", m->path, name);
+        memcpy(w->owned, t->data, (size_t)t->n_bytes);
+        w->data = w->owned;
         progress(m, cfg, t->n_bytes, total);
         return TP_OK;
     }
