@@ -74,7 +74,7 @@ static char *read_key_file(const char *path)
 int tp_cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL, *tmpl = NULL;
-    const char *log_format = "text", *alias = NULL, *shard_weights = NULL;
+    const char *log_format = "text", *alias = NULL, *shard_weights = NULL, *comm_dtype = "f32";
     int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256;
     uint64_t max_body = 1u << 20;
     const struct tp_opt opts[] = {
@@ -94,6 +94,8 @@ int tp_cmd_serve(int argc, char **argv)
          "llama2|llama3|chatml|qwen3|mistral|zephyr|plain (default: from the model)", 0, 0},
         {"alias", 0, TP_OPT_STRING, &alias, "NAME", "model id reported by /v1/models", 0, 0},
         {"log-format", 0, TP_OPT_STRING, &log_format, "FMT", "text|json (per-request log lines)", 0, 0},
+        {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 activations on the wire",
+         0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..",
          "under launch/mpirun: share per rank, e.g. from 'tpserve plan' (default equal)", 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
@@ -133,6 +135,11 @@ int tp_cmd_serve(int argc, char **argv)
     pc.model.n_seq = parallel;
     pc.model.n_batch = TP_MAX(batch, parallel);
     pc.shard_weights = shard_weights;
+    if (tp_wire_dtype_parse(comm_dtype, &pc.wire_dtype) != TP_OK) {
+        free(key_buf);
+        fprintf(stderr, "tpserve serve: --comm-dtype %s: want f32, f16, bf16 or q8\n", comm_dtype);
+        return 2;
+    }
     if (tp_comm_config_from_env(&pc.comm, &err) != TP_OK) {
         free(key_buf);
         return tp_cli_fail("serve", "%s", err.msg);
