@@ -118,7 +118,16 @@ int tp_cmd_info(int argc, char **argv)
         tp_cli_fail("info", "%s", err.msg);
         goto out;
     }
-    const struct tp_hparams *hp = tp_model_hparams(m);
+    /* vocab-only loading reads no tensors: the facts that tensors carry
+     * (tied output head, Llama 3 rope_freqs) are taken from the file here */
+    struct tp_hparams hpv = *tp_model_hparams(m);
+    const struct tp_hparams *hp = &hpv;
+    if (!tp_gguf_find_tensor(g, "output.weight")) hpv.tied_embeddings = 1;
+    const struct tp_gguf_tensor *rf = tp_gguf_find_tensor(g, "rope_freqs.weight");
+    if (rf && hpv.rope_scaling == TP_ROPE_SCALING_NONE && rf->type == TP_WTYPE_F32 && rf->n_elems > 0) {
+        hpv.rope_scaling = TP_ROPE_SCALING_LLAMA3;
+        hpv.rope_scale_factor = ((const float *)rf->data)[rf->n_elems - 1]; /* lowest frequency: the full factor */
+    }
     printf("arch        %s\n", tp_arch_name(hp->arch));
     printf("shape       n_embd %d, n_layer %d, n_head %d, n_head_kv %d (%d q per kv), head_dim %d, n_ff %d, n_vocab %d\n",
            hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_head_kv ? hp->n_head / hp->n_head_kv : 0,
