@@ -37,20 +37,44 @@ static const uint8_t *act_for(const tp_model_t *m, enum tp_wtype t)
     return m->act[0];
 }
 
-/* Prepare rows x[n_tok, n] (stride n) for every distinct type among types[0..nt). */
-static void prep_act(tp_model_t *m, const float *x, int n_tok, int64_t n, const enum tp_wtype *types, int nt)
+static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t align);
+
+/* Rows [t0, t1) of the current preparation job. */
+static void prep_rows(tp_model_t *m, int64_t t0, int64_t t1)
+{
+    int64_t n = m->prep_n;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *x = m->prep_src + (size_t)t * (size_t)n;
+        if (m->prep_norm) {
+            float *y = m->prep_dst + (size_t)t * (size_t)n;
+            tp_op_rmsnorm(y, x, m->prep_norm, (int)n, m->hp.norm_eps);
+            x = y;
+        }
+        for (int j = 0; j < m->prep_used; j++)
+            tp_kern_prepare_act(m->act_type[j], x, m->act[j] + (size_t)t * m->act_row_max, n);
+    }
+}
+
+/* Rows x[n_tok, n] (stride n), optionally RMS-normed with norm into dst
+ * first, prepared for every distinct type among types[0..nt).  Many rows
+ * (prefill) are split over the pool; a few (decode) run here. */
+static void prep_act(tp_model_t *m, const float *x, float *dst, const float *norm, int n_tok, int64_t n,
+                     const enum tp_wtype *types, int nt)
 {
     int used = 0;
     for (int i = 0; i < nt; i++) {
         int seen = 0;
         for (int j = 0; j < used; j++) seen |= m->act_type[j] == types[i];
-        if (seen) continue;
-        m->act_type[used] = types[i];
-        for (int t = 0; t < n_tok; t++)
-            tp_kern_prepare_act(types[i], x + (size_t)t * (size_t)n, m->act[used] + (size_t)t * m->act_row_max, n);
-        used++;
+        if (!seen) m->act_type[used++] = types[i];
     }
     for (int j = used; j < 3; j++) m->act_type[j] = TP_WTYPE_COUNT;
+    m->prep_src = x;
+    m->prep_dst = dst;
+    m->prep_norm = norm;
+    m->prep_n = n;
+    m->prep_used = used;
+    if (n_tok >= 8 && m->n_threads > 1) run(m, TP_PH_PREP, n_tok, 1);
+    else prep_rows(m, 0, n_tok);
 }
 
 static void attn_pair(tp_model_t *m, int t, int h, float *sc)
@@ -83,6 +107,7 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
     int n_tok = m->n_tok;
     size_t as = m->act_row_max;
     switch (m->phase) {
+    case TP_PH_PREP: prep_rows(m, i0, i1); break;
     case TP_PH_QKV: {
         int64_t nq = L->wq.rows, nk = L->wk.rows;
         mm(&L->wq, act_for(m, L->wq.type), as, n_tok, m->q, m->q_dim, TP_MAX(i0, 0), TP_MIN(i1, nq));
@@ -208,10 +233,8 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
         const struct tp_layer *L = &m->layers[l];
         m->cur_layer = l;
         /* attention */
-        for (int t = 0; t < n_tok; t++)
-            tp_op_rmsnorm(m->xb + (size_t)t * E, m->x + (size_t)t * E, L->attn_norm, E, hp->norm_eps);
         enum tp_wtype qkv_types[3] = {L->wq.type, L->wk.type, L->wv.type};
-        prep_act(m, m->xb, n_tok, E, qkv_types, 3);
+        prep_act(m, m->x, m->xb, L->attn_norm, n_tok, E, qkv_types, 3);
         run(m, TP_PH_QKV, L->wq.rows + L->wk.rows + L->wv.rows, 16);
         for (int t = 0; t < n_tok; t++) {
             float *q = m->q + (size_t)t * m->q_dim, *k = m->k + (size_t)t * m->kv_dim, *v = m->v + (size_t)t * m->kv_dim;
@@ -235,18 +258,16 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
         }
         run(m, TP_PH_ATTN, (int64_t)n_tok * m->nq, 1);
         enum tp_wtype o_type = L->wo.type;
-        prep_act(m, m->att, n_tok, m->q_dim, &o_type, 1);
+        prep_act(m, m->att, NULL, NULL, n_tok, m->q_dim, &o_type, 1);
         run(m, TP_PH_O, L->wo.rows, 16);
         TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
         for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
         /* feed-forward */
-        for (int t = 0; t < n_tok; t++)
-            tp_op_rmsnorm(m->xb + (size_t)t * E, m->x + (size_t)t * E, L->ffn_norm, E, hp->norm_eps);
         enum tp_wtype ffn_types[2] = {L->wgate.type, L->wup.type};
-        prep_act(m, m->xb, n_tok, E, ffn_types, 2);
+        prep_act(m, m->x, m->xb, L->ffn_norm, n_tok, E, ffn_types, 2);
         run(m, TP_PH_FFN_UP, L->wgate.rows, 16);
         enum tp_wtype d_type = L->wdown.type;
-        prep_act(m, m->hb, n_tok, m->n_ff_l, &d_type, 1);
+        prep_act(m, m->hb, NULL, NULL, n_tok, m->n_ff_l, &d_type, 1);
         run(m, TP_PH_DOWN, L->wdown.rows, 16);
         TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
         for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
@@ -264,7 +285,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
         }
     if (m->n_out > 0 && out) {
         enum tp_wtype out_type = m->output.type;
-        prep_act(m, m->xb, m->n_out, E, &out_type, 1);
+        prep_act(m, m->xb, NULL, NULL, m->n_out, E, &out_type, 1);
         m->cur_layer = -1;
         m->logits_out = out;
         run(m, TP_PH_LOGITS, m->output.rows, 16);

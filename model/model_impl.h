@@ -40,7 +40,7 @@ struct tp_layer {
     struct tp_wmat wdown;     /* (n_embd, n_ff_l) */
 };
 
-enum tp_fwd_phase { TP_PH_QKV = 0, TP_PH_ATTN, TP_PH_O, TP_PH_FFN_UP, TP_PH_DOWN, TP_PH_LOGITS };
+enum tp_fwd_phase { TP_PH_PREP = 0, TP_PH_QKV, TP_PH_ATTN, TP_PH_O, TP_PH_FFN_UP, TP_PH_DOWN, TP_PH_LOGITS };
 
 struct tp_model {
     struct tp_error err;
@@ -101,6 +101,12 @@ struct tp_model {
     const struct tp_batch *batch;
     float *logits_out;
     int n_out;
+    /* TP_PH_PREP: rows t of prep_src (prep_n wide) -> [rmsnorm with prep_norm into prep_dst] -> act[0..prep_used) */
+    const float *prep_src;
+    float *prep_dst;
+    const float *prep_norm;
+    int64_t prep_n;
+    int prep_used;
 
     struct tp_model_stats stats;
 };
