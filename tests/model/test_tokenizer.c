@@ -15,6 +15,7 @@
  *   unicode   NFC and category spot checks against known values.
  */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1146,8 +1147,54 @@ static void test_random_inputs(void)
     for (int k = 0; k < 3; k++) tp_tokenizer_free(toks[k]);
 }
 
+/* Two threads encoding with one tokenizer get the same ids as one thread. */
+struct enc_job {
+    const tp_tokenizer_t *t;
+    const char *text;
+    int n;
+    int32_t ids[4096];
+    int mismatches;
+};
+
+static void *enc_thread(void *arg)
+{
+    struct enc_job *j = arg;
+    for (int r = 0; r < 50; r++) {
+        int32_t ids[4096];
+        int n = tp_tokenizer_encode(j->t, j->text, strlen(j->text), 1, 1, ids, 4096);
+        if (n != j->n || memcmp(ids, j->ids, (size_t)n * sizeof(int32_t)) != 0) j->mismatches++;
+    }
+    return NULL;
+}
+
+static void test_concurrent_encode(void)
+{
+    tp_tokenizer_t *t = load_json_tok("qwen3");
+    if (!t) {
+        tp_test_skip("../shared/models/tokenizers/qwen3 not present");
+        return;
+    }
+    static struct enc_job jobs[2];
+    const char *texts[2] = {"<|im_start|>user\nCafe\u0301 naïve 東京 1234567 🦙🦙 it's fine<|im_end|>\n",
+                            "def f(x):\n    return x ** 2  # e\u0301\u0323 ZWJ 👨‍👩‍👧\n\n\n"};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        jobs[i].t = t;
+        jobs[i].text = texts[i];
+        jobs[i].mismatches = 0;
+        jobs[i].n = tp_tokenizer_encode(t, texts[i], strlen(texts[i]), 1, 1, jobs[i].ids, 4096);
+        CU_ASSERT(jobs[i].n > 10);
+    }
+    for (int i = 0; i < 2; i++) CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, enc_thread, &jobs[i]), 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    CU_ASSERT_EQUAL(jobs[0].mismatches, 0);
+    CU_ASSERT_EQUAL(jobs[1].mismatches, 0);
+    tp_tokenizer_free(t);
+}
+
 static const struct tp_test_case random_cases[] = {
     {"random_inputs", test_random_inputs},
+    {"concurrent_encode", test_concurrent_encode},
     {NULL, NULL},
 };
 TP_TEST_SUITE(tokenizer_random, "unit,model", 300, random_cases)
