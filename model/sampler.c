@@ -114,7 +114,7 @@ enum tp_status tp_sampler_init(const struct tp_sampler_params *p, int n_vocab, t
     if (!out) return TP_ERR_INVALID_ARG;
     *out = NULL;
     if (!p || n_vocab <= 0) return TP_ERR_INVALID_ARG;
-    if (!(p->temperature >= 0.0f) || !isfinite(p->temperature) || p->top_k < 0 || !(p->top_p > 0.0f) ||
+    if (!(p->temperature >= 0.0f) || !isfinite(p->temperature) || p->top_k < 0 || !(p->top_p >= 0.0f) ||
         p->top_p > 1.0f || !(p->min_p >= 0.0f) || p->min_p > 1.0f || !(p->repetition_penalty > 0.0f) ||
         !isfinite(p->repetition_penalty) || !isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty) ||
         p->penalty_last_n < -1 || p->n_logprobs < 0 || p->n_logprobs > 20)

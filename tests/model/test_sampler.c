@@ -84,6 +84,11 @@ static void test_top_p(void)
         CU_ASSERT_EQUAL(got, cases[i].set);
         tp_sampler_free(s);
     }
+    /* top_p 0: only the most likely token (the smallest set reaching 0) */
+    p.top_p = 0.0f;
+    tp_sampler_t *s0 = mk(p, 5);
+    CU_ASSERT_EQUAL(draw_set(s0, dyadic, 500), 0x1u);
+    tp_sampler_free(s0);
     /* top-p after top-k: k=3 renormalises to 4/7, 2/7, 1/7; p=0.8 needs 0.857 -> ids 0..1 */
     p.top_k = 3;
     p.top_p = 0.8f;
@@ -362,7 +367,7 @@ static void test_invalid(void)
     struct tp_sampler_params p = tp_sampler_default_params();
     CU_ASSERT_EQUAL(tp_sampler_init(&p, 0, &s), TP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NULL(s);
-    p.top_p = 0.0f;
+    p.top_p = -0.1f;
     CU_ASSERT_EQUAL(tp_sampler_init(&p, 10, &s), TP_ERR_INVALID_ARG);
     p = tp_sampler_default_params();
     p.n_logprobs = 21;
