@@ -204,10 +204,14 @@ static char *detok_all(const tp_tokenizer_t *t, const int32_t *ids, int n, size_
     return s;
 }
 
-/* The Llama 3 vocabulary with a plain ByteLevel(use_regex) pre-tokenizer:
- * exercises the GPT-2 regex (same edit as gen_oracle.mjs). */
-static tp_tokenizer_t *load_gpt2_variant(const char *dir, int digits)
+/* Variants of a tokenizer.json, the same edits as gen_oracle.mjs makes:
+ *   gpt2 / gpt2_digits  Llama 3 vocabulary with a plain ByteLevel(use_regex)
+ *                       pre-tokenizer (after Digits for gpt2_digits)
+ *   spm_normalizer      Mistral's vocabulary in Llama 2 style: Prepend +
+ *                       Replace normalizers, no pre-tokenizer */
+static tp_tokenizer_t *load_variant(const char *dir, const char *variant)
 {
+    int digits = !strcmp(variant, "gpt2_digits"), spm_norm = !strcmp(variant, "spm_normalizer");
     char rel[256];
     snprintf(rel, sizeof(rel), "models/%s/tokenizer.json", dir);
     const char *p = tp_test_shared_path(rel);
@@ -231,12 +235,22 @@ static tp_tokenizer_t *load_gpt2_variant(const char *dir, int digits)
         cJSON_AddItemToObject(seq, "pretokenizers", arr);
         pre = seq;
     }
-    cJSON_ReplaceItemInObject(root, "pre_tokenizer", pre);
-    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "model"), "ignore_merges", cJSON_CreateFalse());
+    if (spm_norm) {
+        cJSON_Delete(pre);
+        cJSON_ReplaceItemInObject(root, "pre_tokenizer", cJSON_CreateNull());
+        cJSON *norm = cJSON_Parse("{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": "
+                                  "\"\\u2581\"}, {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, "
+                                  "\"content\": \"\\u2581\"}]}");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(norm);
+        cJSON_ReplaceItemInObject(root, "normalizer", norm);
+    } else {
+        cJSON_ReplaceItemInObject(root, "pre_tokenizer", pre);
+        cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "model"), "ignore_merges", cJSON_CreateFalse());
+    }
     char *txt = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     char path[512];
-    snprintf(path, sizeof(path), "%s/gpt2-variant.json", tp_test_tmpdir());
+    snprintf(path, sizeof(path), "%s/variant-%s.json", tp_test_tmpdir(), variant);
     FILE *f = fopen(path, "wb");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     fputs(txt, f);
@@ -262,7 +276,7 @@ static void run_oracle(const char *name)
     CU_ASSERT_PTR_NOT_NULL_FATAL(tk);
     const char *dir = cJSON_GetObjectItem(tk, "dir")->valuestring;
     const cJSON *variant = cJSON_GetObjectItem(tk, "variant");
-    tp_tokenizer_t *t = cJSON_IsString(variant) ? load_gpt2_variant(dir, !strcmp(variant->valuestring, "gpt2_digits"))
+    tp_tokenizer_t *t = cJSON_IsString(variant) ? load_variant(dir, variant->valuestring)
                                                 : load_json_tok(dir + strlen("tokenizers/"));
     if (!t) {
         tp_test_skip("../shared/models/%s not present", dir);
@@ -326,6 +340,7 @@ static void test_oracle_mistral(void)
 }
 static void test_oracle_gpt2(void) { run_oracle("gpt2_regex"); }
 static void test_oracle_gpt2_digits(void) { run_oracle("gpt2_digits"); }
+static void test_oracle_spm_normalizer(void) { run_oracle("spm_normalizer"); }
 
 static const struct tp_test_case oracle_cases[] = {
     {"llama3", test_oracle_llama3},
@@ -333,6 +348,7 @@ static const struct tp_test_case oracle_cases[] = {
     {"mistral", test_oracle_mistral},
     {"gpt2_regex", test_oracle_gpt2},
     {"gpt2_digits", test_oracle_gpt2_digits},
+    {"spm_normalizer", test_oracle_spm_normalizer},
     {NULL, NULL},
 };
 TP_TEST_SUITE(tokenizer_oracle, "unit,model", 300, oracle_cases)

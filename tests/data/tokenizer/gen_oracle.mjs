@@ -79,25 +79,34 @@ const tokenizers = [
   { name: 'mistral', dir: 'tokenizers/mistral-7b-v0.1' },
   { name: 'gpt2_regex', dir: 'tokenizers/llama3', variant: 'gpt2' },
   { name: 'gpt2_digits', dir: 'tokenizers/llama3', variant: 'gpt2_digits' },
+  { name: 'spm_normalizer', dir: 'tokenizers/mistral-7b-v0.1', variant: 'spm_normalizer' },
 ];
 
 const all = inputs.concat(specialInputs);
-// The GPT-2 pre-tokenizer has no tokenizer file of its own here: the Llama 3
-// vocabulary with a plain ByteLevel(use_regex) pre-tokenizer (the C test
-// builds the same variant).
+// Variants (the C test builds the same ones): the GPT-2 pre-tokenizer has no
+// tokenizer file of its own here, so 'gpt2' is the Llama 3 vocabulary with a
+// plain ByteLevel(use_regex) pre-tokenizer; 'spm_normalizer' is Mistral's
+// vocabulary in the Llama 2 tokenizer.json style (Prepend + Replace
+// normalizers instead of a Metaspace pre-tokenizer).
 // 'gpt2_digits' puts Digits(individual_digits) first, as SmolLM does.
-const gpt2Variant = (json, variant) => {
+const makeVariant = (json, variant) => {
   const j = JSON.parse(json);
-  j.pre_tokenizer = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true };
+  if (variant.startsWith('gpt2'))
+    j.pre_tokenizer = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true };
   if (variant === 'gpt2_digits')
     j.pre_tokenizer = { type: 'Sequence', pretokenizers: [{ type: 'Digits', individual_digits: true }, j.pre_tokenizer] };
-  j.model.ignore_merges = false;
+  if (variant === 'spm_normalizer') { // Llama 2 / TinyLlama style: SentencePiece emulated by normalizers
+    j.pre_tokenizer = null;
+    j.normalizer = { type: 'Sequence', normalizers: [{ type: 'Prepend', prepend: '\u2581' },
+      { type: 'Replace', pattern: { String: ' ' }, content: '\u2581' }] };
+  }
+  if (variant.startsWith('gpt2')) j.model.ignore_merges = false;
   return JSON.stringify(j);
 };
 const out = { generator: '@anush008/tokenizers 0.6.0 (HF tokenizers 0.22.2)', inputs: all, tokenizers: {} };
 for (const tk of tokenizers) {
   const file = path.join(shared, tk.dir, 'tokenizer.json');
-  const tok = tk.variant ? Tokenizer.fromString(gpt2Variant(fs.readFileSync(file, 'utf8'), tk.variant)) : Tokenizer.fromFile(file);
+  const tok = tk.variant ? Tokenizer.fromString(makeVariant(fs.readFileSync(file, 'utf8'), tk.variant)) : Tokenizer.fromFile(file);
   const cases = [];
   for (let i = 0; i < all.length; i++) {
     const special = i >= inputs.length;
