@@ -104,27 +104,35 @@ static long gpt2_decode(const int16_t *cp_to_byte, const char *s, size_t len, ch
     return (long)o;
 }
 
-static int cmp_special(const void *a, const void *b, const struct tp_tokenizer *t)
+/* Specials sort by first byte, then longest first (so the first match at a
+ * position is the longest), then id. */
+struct special_key {
+    uint32_t first, len;
+    int32_t id;
+};
+
+static int cmp_special(const void *a, const void *b)
 {
-    const struct tp_tok_entry *x = &t->toks[*(const int32_t *)a], *y = &t->toks[*(const int32_t *)b];
-    unsigned char fx = (unsigned char)t->blob[x->piece_off], fy = (unsigned char)t->blob[y->piece_off];
-    if (fx != fy) return fx < fy ? -1 : 1;
-    if (x->piece_len != y->piece_len) return x->piece_len > y->piece_len ? -1 : 1;
-    return *(const int32_t *)a < *(const int32_t *)b ? -1 : 1;
+    const struct special_key *x = a, *y = b;
+    if (x->first != y->first) return x->first < y->first ? -1 : 1;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Insertion-free sort helper (qsort has no context argument in C11). */
-static void sort_specials(struct tp_tokenizer *t)
+static int sort_specials(struct tp_tokenizer *t)
 {
-    for (int i = 1; i < t->n_specials; i++) {
-        int32_t v = t->specials[i];
-        int j = i;
-        while (j > 0 && cmp_special(&t->specials[j - 1], &v, t) > 0) {
-            t->specials[j] = t->specials[j - 1];
-            j--;
-        }
-        t->specials[j] = v;
+    struct special_key *k = malloc((size_t)t->n_specials * sizeof(*k));
+    if (!k) return -1;
+    for (int i = 0; i < t->n_specials; i++) {
+        const struct tp_tok_entry *e = &t->toks[t->specials[i]];
+        k[i].first = (unsigned char)t->blob[e->piece_off];
+        k[i].len = e->piece_len;
+        k[i].id = t->specials[i];
     }
+    qsort(k, (size_t)t->n_specials, sizeof(*k), cmp_special);
+    for (int i = 0; i < t->n_specials; i++) t->specials[i] = k[i].id;
+    free(k);
+    return 0;
 }
 
 static const char *const eog_texts[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end_of_text|>",
@@ -337,7 +345,7 @@ enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t 
                  e->type == TP_TOKEN_TYPE_UNKNOWN) && e->piece_len > 0)
                 t->specials[t->n_specials++] = i;
         }
-        sort_specials(t);
+        if (sort_specials(t) != 0) goto nomem;
     }
     {
         int j = 0;

@@ -1002,7 +1002,62 @@ static void test_unicode(void)
     CU_ASSERT_EQUAL(map['A'], (uint32_t)'A');
 }
 
-static const struct tp_test_case error_cases[] = {
+/* Special / added tokens: longest match first; control tokens only with
+ * parse_special, user-defined ones always; pieces and detok of each kind. */
+static void test_special_matching(void)
+{
+    const char *toks[263];
+    int32_t types[263];
+    float scores[263];
+    char bytes[256][8];
+    toks[0] = "<unk>", types[0] = TP_TOKEN_TYPE_UNKNOWN;
+    toks[1] = "<s>", types[1] = TP_TOKEN_TYPE_CONTROL;
+    toks[2] = "</s>", types[2] = TP_TOKEN_TYPE_CONTROL;
+    for (int b = 0; b < 256; b++) {
+        snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
+        toks[3 + b] = bytes[b];
+        types[3 + b] = TP_TOKEN_TYPE_BYTE;
+    }
+    toks[259] = "\xE2\x96\x81", types[259] = TP_TOKEN_TYPE_NORMAL;
+    toks[260] = "<x>", types[260] = TP_TOKEN_TYPE_USER_DEFINED;
+    toks[261] = "<x>y", types[261] = TP_TOKEN_TYPE_USER_DEFINED;
+    toks[262] = "<x>yz!", types[262] = TP_TOKEN_TYPE_CONTROL;
+    for (int i = 0; i < 263; i++) scores[i] = 0.0f;
+    struct tp_vocab_desc d;
+    memset(&d, 0, sizeof(d));
+    d.kind = TP_TOK_SPM;
+    d.pretok = TP_PRETOK_SPM;
+    d.n_tokens = 263;
+    d.tokens = toks;
+    d.token_types = types;
+    d.scores = scores;
+    d.bos_id = 1, d.eos_id = 2, d.unk_id = 0, d.eot_id = -1, d.pad_id = -1;
+    d.add_bos = 1;
+    d.add_space_prefix = 1;
+    d.byte_fallback = 1;
+    tp_tokenizer_t *t = NULL;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_tokenizer_build(&d, &t, &err), TP_OK);
+    int32_t ids[16];
+    /* parse_special=0: user-defined <x>y (longest), then text "z!" (prefix space again after it) */
+    int n = tp_tokenizer_encode(t, "<x>y<x>yz!", 10, 0, 0, ids, 16);
+    CU_ASSERT_EQUAL(n, 5);
+    CU_ASSERT(n == 5 && ids[0] == 261 && ids[1] == 261 && ids[2] == 259 && ids[3] == 3 + 'z' && ids[4] == 3 + '!');
+    n = tp_tokenizer_encode(t, "<x>y<x>yz!", 10, 1, 1, ids, 16);
+    CU_ASSERT(n == 3 && ids[0] == 1 && ids[1] == 261 && ids[2] == 262);
+    CU_ASSERT_EQUAL(tp_tokenizer_find_special(t, "<x>yz!"), 262);
+    CU_ASSERT_EQUAL(tp_tokenizer_find_special(t, "<x>"), 260);
+    /* detok: control tokens silent, user-defined ones verbatim (no space stripped) */
+    int32_t seq[] = {1, 260, 262, 259, 3 + 'q', 2};
+    size_t len;
+    char *dec = detok_all(t, seq, 6, &len);
+    CU_ASSERT_STRING_EQUAL(dec, "<x> q");
+    free(dec);
+    tp_tokenizer_free(t);
+}
+
+static const struct tp_test_case unit_cases[] = {
+    {"special_matching", test_special_matching},
     {"json_errors", test_json_errors},
     {"json_tiny_spm", test_json_tiny_spm},
     {"gguf_errors", test_gguf_errors},
@@ -1010,7 +1065,7 @@ static const struct tp_test_case error_cases[] = {
     {"unicode", test_unicode},
     {NULL, NULL},
 };
-TP_TEST_SUITE(tokenizer_errors, "unit", 60, error_cases)
+TP_TEST_SUITE(tokenizer_unit, "unit", 60, unit_cases)
 
 /* ------------------------------------------------------------ speed */
 
