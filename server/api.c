@@ -319,6 +319,7 @@ static void stream_free(void *cls)
     pthread_mutex_lock(mu);
     log_done(st->s, st->r, done ? st->status : 499);
     pthread_mutex_unlock(mu);
+    if (!done) tp_metrics_request(st->s->metrics, 499); /* client closed the stream */
     tp_engine_release(st->s->engine, st->r);
     tp_buf_free(&st->out);
     free(st);
@@ -448,6 +449,7 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
             pthread_mutex_lock(mu);
             log_done(s, r, 499);
             pthread_mutex_unlock(mu);
+            tp_metrics_request(s->metrics, 499);
             tp_engine_release(s->engine, r);
             return MHD_NO;
         }

@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -559,7 +562,54 @@ static void test_worker_killed(void)
     waitpid(-1, &status, WNOHANG);
 }
 
+
+/* A client that closes its stream frees the slot at once: with one slot, the
+ * next request is answered long before the abandoned one could have finished. */
+static void test_disconnect_cancels(void)
+{
+    if (!have_model()) return;
+    struct srv s;
+    const char *extra[] = {"--parallel", "1", NULL};
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 2, extra), 0);
+    /* how long 2000 tokens take here */
+    const char *lng = "{\"prompt\":\"Once\",\"max_tokens\":2000,\"temperature\":0,\"ignore_eos\":true}";
+    struct resp r;
+    double t0 = tp_now_s();
+    CU_ASSERT_EQUAL(http_do(s.port, "POST", "/v1/completions", NULL, lng, strlen(lng), 60, &r), 0);
+    double t_full = tp_now_s() - t0;
+    CU_ASSERT_EQUAL(r.status, 200);
+    resp_free(&r);
+    /* start the same as a stream, read a little, hang up */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CU_ASSERT_EQUAL_FATAL(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const char *sb = "{\"prompt\":\"Once\",\"max_tokens\":2000,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}";
+    char req[512];
+    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                      "Content-Length: %zu\r\n\r\n%s", strlen(sb), sb);
+    CU_ASSERT_EQUAL(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+    char buf[2048];
+    CU_ASSERT(recv(fd, buf, sizeof buf, 0) > 0);
+    close(fd);
+    t0 = tp_now_s();
+    const char *shrt = "{\"prompt\":\"Once\",\"max_tokens\":4,\"temperature\":0}";
+    CU_ASSERT_EQUAL(http_do(s.port, "POST", "/v1/completions", NULL, shrt, strlen(shrt), 60, &r), 0);
+    double t_next = tp_now_s() - t0;
+    CU_ASSERT_EQUAL(r.status, 200);
+    resp_free(&r);
+    fprintf(stderr, "disconnect: full 2000-token request %.2f s; next request after hang-up answered in %.2f s\n",
+            t_full, t_next);
+    CU_ASSERT(t_next < 0.5 * t_full);
+    CU_ASSERT_EQUAL(http_do(s.port, "GET", "/metrics", NULL, NULL, 0, 10, &r), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "tpserve_requests_total{status=\"499\"} 1\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "tpserve_active_sequences 0\n"));
+    resp_free(&r);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
 static const struct tp_test_case multirank_cases[] = {
+    {"client_disconnect_cancels", test_disconnect_cancels},
     {"greedy_2_ranks_equals_generate", test_multirank_greedy},
     {"worker_killed_during_stream", test_worker_killed},
     {NULL, NULL},
