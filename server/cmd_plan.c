@@ -165,7 +165,7 @@ int tp_cmd_plan(int argc, char **argv)
 {
     const char *model = NULL, *shape_name = NULL, *nodes = NULL, *type = NULL, *link = "local", *kv = "f16";
     const char *shapes_file = NULL;
-    int n_ctx = 4096, n_seq = 1, json = 0;
+    int n_ctx = 0, n_seq = 1, json = 0;
     float mem_bw = 100.0f, reserve = 0.125f, eff = 0.7f;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (its metadata gives the shape and type)", 0, 0},
@@ -175,7 +175,8 @@ int tp_cmd_plan(int argc, char **argv)
         {"type", 't', TP_OPT_STRING, &type, "TYPE", "weight type: q4_0, q8_0, q4_k, f16, ... (default q4_0)", 0, 0},
         {"nodes", 0, TP_OPT_LIST, &nodes, "LIST", "machines: [NAME:]MEM[:BW],... (required)", 0, 0},
         {"link", 0, TP_OPT_STRING, &link, "PROFILE", "interconnect profile (default local)", 0, 0},
-        {"ctx", 'c', TP_OPT_INT, &n_ctx, "N", "context length per sequence (default 4096)", 1, 1 << 24},
+        {"ctx", 'c', TP_OPT_INT, &n_ctx, "N", "context per sequence (default min(trained, 4096))", 1, 1 << 24},
+        {"ctx-size", 0, TP_OPT_INT, &n_ctx, "N", "same as --ctx (the name `tpserve serve` uses)", 1, 1 << 24},
         {"seq", 0, TP_OPT_INT, &n_seq, "N", "sequences held at once (default 1)", 1, 4096},
         {"kv-type", 0, TP_OPT_STRING, &kv, "T", "KV cache type: f16 (default) or f32", 0, 0},
         {"mem-bw", 0, TP_OPT_FLOAT, &mem_bw, "GB/s", "bandwidth of nodes given without one (default 100)", 1,
@@ -202,7 +203,6 @@ int tp_cmd_plan(int argc, char **argv)
     static struct tp_cap_result res;
     cfg = tp_capacity_default_config();
     struct tp_error err = {0};
-    cfg.n_ctx = n_ctx;
     cfg.n_seq = n_seq;
     cfg.reserve_frac = reserve;
     cfg.bw_efficiency = eff;
@@ -251,6 +251,7 @@ int tp_cmd_plan(int argc, char **argv)
         tp_model_free(m);
     }
 
+    cfg.n_ctx = n_ctx > 0 ? n_ctx : cfg.hp.n_ctx_train > 0 && cfg.hp.n_ctx_train < 4096 ? cfg.hp.n_ctx_train : 4096;
     if (tp_capacity_plan(&cfg, &res, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
     if (json) print_json(label, &cfg, &res);
     else print_table(label, &cfg, &res);
