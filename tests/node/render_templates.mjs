@@ -9,7 +9,7 @@
 //              llama2, mistral, chatml, zephyr from tests/node/templates/*.jinja
 //              (the published templates of Llama-2-chat, Mistral-7B-Instruct-v0.1,
 //              ChatML and zephyr-7b-beta).
-// Usage: node render_templates.mjs [SHARED_MODELS_DIR]   (regenerates the file)
+// Usage: node render_templates.mjs [SHARED_MODELS_DIR [OUT.json]]   (default: regenerates the committed file)
 import { Template } from "@huggingface/jinja";
 import fs from "node:fs";
 import path from "node:path";
@@ -17,7 +17,7 @@ import { fileURLToPath } from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const shared = process.argv[2] || path.join(here, "../../../shared/models");
-const out = path.join(here, "../server/chat_expected.json");
+const out = process.argv[3] || path.join(here, "../server/chat_expected.json");
 
 const families = [];
 for (const [name, dir] of [["llama3", "llama3"], ["qwen3", "qwen3"]]) {
