@@ -14,6 +14,7 @@
 #include "model/kernels.h"
 #include "model/synth.h"
 #include "model/synth_impl.h"
+#include "model/tokenizer_impl.h"
 #include "tp_test.h"
 
 static const char *tmp_path(const char *name)
@@ -561,6 +562,112 @@ static void test_synth_tokenizer_json(void)
     }
 }
 
+static const char *write_tmp(const char *name, const char *text)
+{
+    const char *path = tmp_path(name);
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* A hand-written byte-level tokenizer.json: ids, gaps, added tokens, both merge forms, pre-tokenizer. */
+static void test_vocab_json_small(void)
+{
+    const char *dir_tok = write_tmp("tokenizer.json",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"\\u0120c\": 4},"
+        " \"merges\": [\"a b\", [\"\\u0120\", \"c\"]]},"
+        " \"added_tokens\": [{\"id\": 5, \"content\": \"<|end|>\", \"special\": true},"
+        "                     {\"id\": 6, \"content\": \"<extra>\", \"special\": false}],"
+        " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\":"
+        " {\"Regex\": \"\\\\p{N}{1,3}\"}}]}}");
+    struct tp_synth_vocab v;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_synth_vocab_json(dir_tok, 10, &v, &err), TP_OK);
+    CU_ASSERT_EQUAL(v.n_tokens, 10); /* padded up to the model's vocabulary */
+    CU_ASSERT_STRING_EQUAL(v.model, "gpt2");
+    CU_ASSERT_STRING_EQUAL(v.pre, "llama-bpe");
+    CU_ASSERT_STRING_EQUAL(v.tokens[2], "ab");
+    CU_ASSERT_STRING_EQUAL(v.tokens[4], "\xC4\xA0" "c");
+    CU_ASSERT_STRING_EQUAL(v.tokens[3], "[PAD3]");
+    CU_ASSERT_STRING_EQUAL(v.tokens[9], "[PAD9]");
+    CU_ASSERT_EQUAL(v.types[3], TP_TOKEN_TYPE_UNUSED);
+    CU_ASSERT_EQUAL(v.types[0], TP_TOKEN_TYPE_NORMAL);
+    CU_ASSERT_EQUAL(v.types[5], TP_TOKEN_TYPE_CONTROL);
+    CU_ASSERT_EQUAL(v.types[6], TP_TOKEN_TYPE_USER_DEFINED);
+    CU_ASSERT_EQUAL_FATAL(v.n_merges, 2);
+    CU_ASSERT_STRING_EQUAL(v.merges[0], "a b");
+    CU_ASSERT_STRING_EQUAL(v.merges[1], "\xC4\xA0 c");
+    CU_ASSERT_EQUAL(v.eos, -1); /* no tokenizer_config.json beside it and no well-known name */
+    CU_ASSERT_EQUAL(v.bos, -1);
+    CU_ASSERT_PTR_NULL(v.scores);
+    tp_synth_vocab_free(&v);
+
+    /* tokenizer_config.json beside it supplies bos/eos/add_bos/chat template */
+    write_tmp("tokenizer_config.json", "{\"bos_token\": {\"content\": \"<extra>\"}, \"eos_token\": \"<|end|>\","
+                                       " \"add_bos_token\": true, \"chat_template\": \"{{ x }}\"}");
+    CU_ASSERT_EQUAL_FATAL(tp_synth_vocab_json(dir_tok, 0, &v, &err), TP_OK);
+    CU_ASSERT_EQUAL(v.n_tokens, 7);
+    CU_ASSERT_EQUAL(v.bos, 6);
+    CU_ASSERT_EQUAL(v.eos, 5);
+    CU_ASSERT_EQUAL(v.add_bos, 1);
+    CU_ASSERT(v.chat_template && strcmp(v.chat_template, "{{ x }}") == 0);
+    tp_synth_vocab_free(&v);
+    remove(tmp_path("tokenizer_config.json"));
+
+    /* refusals name the file and the problem */
+    struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"{", "not valid JSON"},
+        {"{\"model\": {\"type\": \"Unigram\", \"vocab\": {}}}", "BPE"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}}}", "bad id"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}", "merges"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "empty vocabulary"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [7]}}", "merge 0"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"added_tokens\": [{\"id\": \"x\"}]}", "added_tokens"},
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(bad); i++) {
+        const char *path = write_tmp("bad-tokenizer.json", bad[i].json);
+        tp_error_clear(&err);
+        CU_ASSERT_NOT_EQUAL(tp_synth_vocab_json(path, 0, &v, &err), TP_OK);
+        int ok = strstr(err.msg, bad[i].needle) && strstr(err.msg, "bad-tokenizer.json");
+        if (!ok) fprintf(stderr, "case %zu: '%s' lacks '%s'\n", i, err.msg, bad[i].needle);
+        CU_ASSERT(ok);
+        CU_ASSERT_PTR_NULL(v.tokens);
+    }
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The generated SentencePiece vocabulary: exact size, unique pieces, byte tokens, decreasing scores. */
+static void test_vocab_spm(void)
+{
+    struct tp_synth_vocab v;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL(tp_synth_vocab_spm(299, &v, &err), TP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL_FATAL(tp_synth_vocab_spm(152064, &v, &err), TP_OK);
+    CU_ASSERT_EQUAL(v.n_tokens, 152064);
+    CU_ASSERT_STRING_EQUAL(v.model, "llama");
+    CU_ASSERT(v.bos == 1 && v.eos == 2 && v.unk == 0 && v.add_bos == 1);
+    CU_ASSERT_STRING_EQUAL(v.tokens[3 + 0x41], "<0x41>");
+    CU_ASSERT_EQUAL(v.types[3 + 0xFF], TP_TOKEN_TYPE_BYTE);
+    CU_ASSERT_STRING_EQUAL(v.tokens[259], "\xE2\x96\x81");
+    int dec = 1;
+    for (int i = 260; i < v.n_tokens; i++) dec &= v.scores[i] < v.scores[i - 1] && v.types[i] == TP_TOKEN_TYPE_NORMAL;
+    CU_ASSERT(dec);
+    char **sorted = malloc((size_t)v.n_tokens * sizeof(char *));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sorted);
+    memcpy(sorted, v.tokens, (size_t)v.n_tokens * sizeof(char *));
+    qsort(sorted, (size_t)v.n_tokens, sizeof(char *), cmp_str);
+    int dup = 0;
+    for (int i = 1; i < v.n_tokens; i++) dup += strcmp(sorted[i - 1], sorted[i]) == 0;
+    CU_ASSERT_EQUAL(dup, 0);
+    free(sorted);
+    tp_synth_vocab_free(&v);
+}
+
 /* The loader reads every synthetic architecture back with the right
  * hyper-parameters, and the forward pass gives finite, non-constant logits. */
 static void test_synth_loads(void)
@@ -632,6 +739,8 @@ static const struct tp_test_case synth_cases[] = {
     {"synth_errors", test_synth_errors},
     {"synth_tokenizer_json", test_synth_tokenizer_json},
     {"synth_loads", test_synth_loads},
+    {"vocab_json_small", test_vocab_json_small},
+    {"vocab_spm", test_vocab_spm},
     {NULL, NULL},
 };
 TP_TEST_SUITE(synth, "unit", 300, synth_cases)
