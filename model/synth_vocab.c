@@ -402,7 +402,9 @@ enum tp_status tp_synth_vocab_json(const char *path, int min_tokens, struct tp_s
         pre_text = pt ? cJSON_PrintUnformatted(pt) : NULL;
         if (pre_text && strstr(pre_text, "p{N}{1,3}")) v->pre = "llama-bpe";
         else if (pre_text && strstr(pre_text, "p{N}|")) v->pre = "qwen2";
-        else v->pre = "gpt2";
+        else if (pre_text && strstr(pre_text, "\"Digits\"") && strstr(pre_text, "\"individual_digits\":true"))
+            v->pre = "smollm"; /* digits split one by one, then GPT-2 */
+        else v->pre = "gpt-2"; /* llama.cpp's name for the plain GPT-2 regex */
     }
 
     /* bos / eos / add_bos / chat template: tokenizer_config.json next to the file */
