@@ -145,6 +145,7 @@ struct tp_model_config {
     int n_batch;             /* max tokens per forward call (prefill chunk) */
     const struct tp_model_shard *shard; /* NULL: the whole model */
     int vocab_only;          /* load metadata + tokenizer, no weights */
+    int kv_f16;              /* KV cache in fp16 (half the memory, ~1e-3 relative error); 0: f32 */
     /* Progress while reading weights: bytes done of bytes needed. May be NULL. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
@@ -216,7 +217,11 @@ const char *tp_tokenizer_piece(const tp_tokenizer_t *t, int id, size_t *len);
 /*
  * Streaming detokenizer: feeds ids, emits only complete UTF-8 characters
  * (partial sequences are held back until the next token completes them).
- * Handles SentencePiece's leading-space rule for the first token.
+ * Handles SentencePiece's leading-space rule for the first token: the first
+ * text-producing token after init/reset loses one leading space.  To stream
+ * a continuation of a prompt (generation), push the prompt's last token
+ * first and discard what it returns (then flush and discard), else the
+ * first generated " word" loses its space ("Once upon a" + "time").
  */
 typedef struct tp_detok tp_detok_t;
 enum tp_status tp_detok_init(const tp_tokenizer_t *t, tp_detok_t **out);
