@@ -84,19 +84,20 @@ static void attn_pair(tp_model_t *m, int t, int h, float *sc)
     int group = m->hp.n_head / m->hp.n_head_kv;
     int kvh = (m->q_head0 + h) / group - m->kv_head0;
     const float *q = m->q + (size_t)t * m->q_dim + (size_t)h * hd;
-    size_t base = ((size_t)m->cur_layer * m->n_seq + (size_t)s) * (size_t)m->n_ctx;
-    const float *kc = m->k_cache + base * m->kv_dim + (size_t)kvh * hd;
-    const float *vc = m->v_cache + base * m->kv_dim + (size_t)kvh * hd;
+    size_t base = (((size_t)m->cur_layer * m->n_seq + (size_t)s) * (size_t)m->n_ctx) * m->kv_dim + (size_t)kvh * hd;
     float scale = 1.0f / sqrtf((float)hd);
-    for (int j = 0; j <= p; j++) {
-        const float *k = kc + (size_t)j * m->kv_dim;
-        sc[j] = tp_op_dot(q, k, hd) * scale;
-    }
-    tp_op_softmax(sc, p + 1);
     float *o = m->att + (size_t)t * m->q_dim + (size_t)h * hd;
     memset(o, 0, (size_t)hd * sizeof(float));
-    for (int j = 0; j <= p; j++) {
-        tp_op_axpy(o, sc[j], vc + (size_t)j * m->kv_dim, hd);
+    if (m->kv_f16) {
+        const uint16_t *kc = (const uint16_t *)m->k_cache + base, *vc = (const uint16_t *)m->v_cache + base;
+        for (int j = 0; j <= p; j++) sc[j] = tp_op_dot_f16(q, kc + (size_t)j * m->kv_dim, hd) * scale;
+        tp_op_softmax(sc, p + 1);
+        for (int j = 0; j <= p; j++) tp_op_axpy_f16(o, sc[j], vc + (size_t)j * m->kv_dim, hd);
+    } else {
+        const float *kc = (const float *)m->k_cache + base, *vc = (const float *)m->v_cache + base;
+        for (int j = 0; j <= p; j++) sc[j] = tp_op_dot(q, kc + (size_t)j * m->kv_dim, hd) * scale;
+        tp_op_softmax(sc, p + 1);
+        for (int j = 0; j <= p; j++) tp_op_axpy(o, sc[j], vc + (size_t)j * m->kv_dim, hd);
     }
 }
 
@@ -253,8 +254,13 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
                 tp_op_rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
             }
             size_t off = (((size_t)l * m->n_seq + (size_t)b->seq[t]) * (size_t)m->n_ctx + (size_t)b->pos[t]) * m->kv_dim;
-            memcpy(m->k_cache + off, k, (size_t)m->kv_dim * sizeof(float));
-            memcpy(m->v_cache + off, v, (size_t)m->kv_dim * sizeof(float));
+            if (m->kv_f16) {
+                tp_op_to_f16((uint16_t *)m->k_cache + off, k, m->kv_dim);
+                tp_op_to_f16((uint16_t *)m->v_cache + off, v, m->kv_dim);
+            } else {
+                memcpy((float *)m->k_cache + off, k, (size_t)m->kv_dim * sizeof(float));
+                memcpy((float *)m->v_cache + off, v, (size_t)m->kv_dim * sizeof(float));
+            }
         }
         run(m, TP_PH_ATTN, (int64_t)n_tok * m->nq, 1);
         enum tp_wtype o_type = L->wo.type;

@@ -69,8 +69,9 @@ struct tp_model {
     uint64_t weight_bytes;
     enum tp_wtype weight_type;
 
-    /* KV cache: (n_layer, n_seq, n_ctx, kv_dim) floats each */
-    float *k_cache, *v_cache;
+    /* KV cache: (n_layer, n_seq, n_ctx, kv_dim) each, f32 or (kv_f16) fp16 elements */
+    void *k_cache, *v_cache;
+    int kv_f16;
     int *seq_len;              /* (n_seq) valid positions per slot */
     int *seq_tmp;              /* (n_seq) scratch for batch validation */
 
@@ -118,6 +119,10 @@ void tp_op_init(void);
 float tp_op_dot(const float *a, const float *b, int n);
 /* y[i] += a * x[i] for i < n. */
 void tp_op_axpy(float *y, float a, const float *x, int n);
+/* The same with b / x in fp16 (KV cache in half precision), and a row conversion. */
+float tp_op_dot_f16(const float *a, const uint16_t *b, int n);
+void tp_op_axpy_f16(float *y, float a, const uint16_t *x, int n);
+void tp_op_to_f16(uint16_t *dst, const float *src, int n);
 /* y = x / rms(x) * w, n elements (y may equal x). */
 void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 /* Rotate one head vector x[head_dim] in place using cs[rope_dim] = (cos,sin) pairs. */

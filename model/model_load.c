@@ -473,12 +473,13 @@ static enum tp_status alloc_state(tp_model_t *m)
     if (tp_mul_size((size_t)hp->n_layer * (size_t)m->n_seq, (size_t)m->n_ctx, &cache) != 0 ||
         tp_mul_size(cache, (size_t)m->kv_dim, &cache) != 0)
         return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: KV cache size overflows", m->path);
-    m->k_cache = zalloc(cache, sizeof(float), &fail);
-    m->v_cache = zalloc(cache, sizeof(float), &fail);
+    size_t kv_elem = m->kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    m->k_cache = zalloc(cache, kv_elem, &fail);
+    m->v_cache = zalloc(cache, kv_elem, &fail);
     if (fail)
         return tp_error_set(&m->err, TP_ERR_NOMEM,
                             "%s: cannot allocate the KV cache (2 x %zu MiB for n_ctx %d x n_seq %d); lower --ctx-size",
-                            m->path, cache * 4 >> 20, m->n_ctx, m->n_seq);
+                            m->path, cache * kv_elem >> 20, m->n_ctx, m->n_seq);
     m->seq_len = zalloc((size_t)m->n_seq, sizeof(int), &fail);
     m->seq_tmp = zalloc((size_t)m->n_seq, sizeof(int), &fail);
     m->x = zalloc(B * E, sizeof(float), &fail);
@@ -598,6 +599,7 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
     m->n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : TP_MIN(m->hp.n_ctx_train, 4096);
     m->n_seq = cfg->n_seq;
     m->n_batch = cfg->n_batch;
+    m->kv_f16 = cfg->kv_f16 != 0;
     {
         struct tp_pool_config pc = tp_pool_default_config();
         pc.n_threads = cfg->n_threads > 0 ? cfg->n_threads : tp_cpu_count();

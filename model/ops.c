@@ -11,6 +11,7 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define TP_OPS_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #define TP_OPS_NEON 1
@@ -36,6 +37,23 @@ static float dot_ref(const float *a, const float *b, int n)
 static void axpy_ref(float *y, float a, const float *x, int n)
 {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static float dot_f16_ref(const float *a, const uint16_t *b, int n)
+{
+    float s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * tp_fp16_to_f32(b[i]);
+    return s;
+}
+
+static void axpy_f16_ref(float *y, float a, const uint16_t *x, int n)
+{
+    for (int i = 0; i < n; i++) y[i] += a * tp_fp16_to_f32(x[i]);
+}
+
+static void to_f16_ref(uint16_t *dst, const float *src, int n)
+{
+    for (int i = 0; i < n; i++) dst[i] = tp_f32_to_fp16(src[i]);
 }
 
 #if defined(TP_OPS_X86)
@@ -64,7 +82,56 @@ __attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float a, con
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
 }
+
+__attribute__((target("avx2,fma,f16c"))) static float dot_f16_avx2(const float *a, const uint16_t *b, int n)
+{
+    __m256 s0 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), s0);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    float s = _mm_cvtss_f32(h);
+    for (; i < n; i++) s += a[i] * tp_fp16_to_f32(b[i]);
+    return s;
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *y, float a, const uint16_t *x, int n)
+{
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
+                                                _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * tp_fp16_to_f32(x[i]);
+}
+
+__attribute__((target("avx2,f16c"))) static void to_f16_avx2(uint16_t *dst, const float *src, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = tp_f32_to_fp16(src[i]);
+}
 #elif defined(TP_OPS_NEON)
+static float dot_f16_neon(const float *a, const uint16_t *b, int n)
+{
+    float32x4_t s0 = vdupq_n_f32(0);
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        s0 = vfmaq_f32(s0, vld1q_f32(a + i), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(b + i))));
+    float s = vaddvq_f32(s0);
+    for (; i < n; i++) s += a[i] * tp_fp16_to_f32(b[i]);
+    return s;
+}
+static void axpy_f16_neon(float *y, float a, const uint16_t *x, int n)
+{
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(x + i))), a));
+    for (; i < n; i++) y[i] += a * tp_fp16_to_f32(x[i]);
+}
 static float dot_neon(const float *a, const float *b, int n)
 {
     float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0);
@@ -87,6 +154,9 @@ static void axpy_neon(float *y, float a, const float *x, int n)
 
 static float (*dot_fn)(const float *, const float *, int) = dot_ref;
 static void (*axpy_fn)(float *, float, const float *, int) = axpy_ref;
+static float (*dot_f16_fn)(const float *, const uint16_t *, int) = dot_f16_ref;
+static void (*axpy_f16_fn)(float *, float, const uint16_t *, int) = axpy_f16_ref;
+static void (*to_f16_fn)(uint16_t *, const float *, int) = to_f16_ref;
 
 static void op_choose(void)
 {
@@ -95,10 +165,18 @@ static void op_choose(void)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         dot_fn = dot_avx2;
         axpy_fn = axpy_avx2;
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29))) { /* F16C */
+            dot_f16_fn = dot_f16_avx2;
+            axpy_f16_fn = axpy_f16_avx2;
+            to_f16_fn = to_f16_avx2;
+        }
     }
 #elif defined(TP_OPS_NEON)
     dot_fn = dot_neon;
     axpy_fn = axpy_neon;
+    dot_f16_fn = dot_f16_neon;
+    axpy_f16_fn = axpy_f16_neon;
 #endif
 }
 
@@ -107,6 +185,9 @@ void tp_op_init(void) { pthread_once(&op_once, op_choose); }
 
 float tp_op_dot(const float *a, const float *b, int n) { return dot_fn(a, b, n); }
 void tp_op_axpy(float *y, float a, const float *x, int n) { axpy_fn(y, a, x, n); }
+float tp_op_dot_f16(const float *a, const uint16_t *b, int n) { return dot_f16_fn(a, b, n); }
+void tp_op_axpy_f16(float *y, float a, const uint16_t *x, int n) { axpy_f16_fn(y, a, x, n); }
+void tp_op_to_f16(uint16_t *dst, const float *src, int n) { to_f16_fn(dst, src, n); }
 
 void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 {

@@ -56,9 +56,12 @@ static int load_ref(struct ref *r)
     return ok ? 0 : -1;
 }
 
+static int g_kv_f16; /* tests of the fp16 KV cache set this around open_model */
+
 static tp_model_t *open_model(int threads, int n_seq, int n_batch, const struct tp_model_shard *shard)
 {
     struct tp_model_config cfg = tp_model_default_config();
+    cfg.kv_f16 = g_kv_f16;
     cfg.path = model_path();
     cfg.n_threads = threads;
     cfg.n_ctx = 256;
@@ -421,7 +424,46 @@ static void test_bad_shard(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "do not fit"));
 }
 
+/* fp16 KV cache: the same greedy tokens, logits close to the f32 reference;
+ * continuous batching still equals decoding alone. */
+static void test_kv_f16(void)
+{
+    struct ref r;
+    CU_ASSERT_EQUAL_FATAL(load_ref(&r), 0);
+    g_kv_f16 = 1;
+    tp_model_t *m = open_model(2, 1, 16, NULL);
+    g_kv_f16 = 0;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    int ids[REF_N];
+    float first[3][512];
+    greedy(m, ids, REF_N - 1, first);
+    int same = 0;
+    while (same < REF_N && ids[same] == r.ids[same]) same++;
+    if (same < REF_N) fprintf(stderr, "kv_f16: first %d of %d ids equal the reference\n", same, REF_N);
+    CU_ASSERT_EQUAL(same, REF_N);
+    float maxd = 0;
+    for (int s = 0; s < 3; s++)
+        for (int k = 0; k < 5; k++) maxd = fmaxf(maxd, fabsf(first[s][r.top_id[s][k]] - r.top_logit[s][k]));
+    CU_ASSERT(maxd <= 1e-2f);
+    tp_model_free(m);
+    /* really stored in fp16: logits differ a little from the f32 cache's */
+    tp_model_t *m32 = open_model(2, 1, 16, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m32);
+    int ids32[4];
+    float first32[3][512];
+    greedy(m32, ids32, 3, first32);
+    float d32 = 0;
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < 512; i++) d32 = fmaxf(d32, fabsf(first32[s][i] - first[s][i]));
+    CU_ASSERT(d32 > 0.0f && d32 < 1e-2f);
+    tp_model_free(m32);
+    g_kv_f16 = 1;
+    test_continuous_batching();
+    g_kv_f16 = 0;
+}
+
 static const struct tp_test_case forward_cases[] = {
+    {"kv_f16", test_kv_f16},
     {"golden_greedy", test_golden_greedy},
     {"threads_same_tokens", test_threads_same_tokens},
     {"prefill_batch", test_prefill_batch},
