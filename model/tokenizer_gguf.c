@@ -162,8 +162,9 @@ enum tp_status tp_tokenizer_from_gguf_handle(tp_gguf_t *g, tp_tokenizer_t **out,
     d.eot_id = get_id(g, "tokenizer.ggml.eot_token_id", (int)n);
     d.unk_id = get_id(g, "tokenizer.ggml.unknown_token_id", (int)n);
     d.pad_id = get_id(g, "tokenizer.ggml.padding_token_id", (int)n);
-    /* llama.cpp defaults: SPM adds BOS and a prefix space; BPE adds BOS only if asked */
-    d.add_bos = get_flag(g, "tokenizer.ggml.add_bos_token", d.kind == TP_TOK_SPM);
+    /* llama.cpp defaults: SPM and Llama 3 add BOS (SPM a prefix space too);
+     * other BPE vocabularies only if the file asks */
+    d.add_bos = get_flag(g, "tokenizer.ggml.add_bos_token", d.kind == TP_TOK_SPM || d.pretok == TP_PRETOK_LLAMA3);
     d.add_eos = get_flag(g, "tokenizer.ggml.add_eos_token", 0);
     d.add_space_prefix = d.kind == TP_TOK_SPM ? get_flag(g, "tokenizer.ggml.add_space_prefix", 1) : 0;
     d.byte_fallback = d.kind == TP_TOK_SPM;
