@@ -58,8 +58,10 @@ static int list_shapes(const char *json)
            "params", "source");
     for (int i = 0; i < n; i++) {
         const struct tp_shape *s = &arr[i];
-        printf("%-18s %-6s %6d %6d %5d %5d %6d %7d %7.2fB  %s\n", s->name, tp_arch_name(s->arch), s->n_embd, s->n_layer,
-               s->n_head, s->n_head_kv, s->n_ff, s->n_vocab, (double)tp_shape_n_params(s) / 1e9, s->source);
+        double np = (double)tp_shape_n_params(s);
+        printf("%-18s %-6s %6d %6d %5d %5d %6d %7d %7.2f%c  %s\n", s->name, tp_arch_name(s->arch), s->n_embd, s->n_layer,
+               s->n_head, s->n_head_kv, s->n_ff, s->n_vocab, np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? 'B' : 'M',
+               s->source);
     }
     free(arr);
     return 0;
@@ -110,7 +112,9 @@ int tp_cmd_synth(int argc, char **argv)
         return 2;
     }
     enum tp_wtype type;
-    if (tp_wtype_parse(type_name, &type) != TP_OK) {
+    if (tp_wtype_parse(type_name, &type) != TP_OK || (type != TP_WTYPE_Q4_0 && type != TP_WTYPE_Q8_0 &&
+                                                      type != TP_WTYPE_F16 && type != TP_WTYPE_BF16 &&
+                                                      type != TP_WTYPE_F32)) {
         free(shapes_text);
         fprintf(stderr, "tpserve synth: unknown --type '%s' (q4_0, q8_0, f16, bf16, f32)\n", type_name);
         return 2;
