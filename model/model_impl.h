@@ -53,6 +53,7 @@ struct tp_model {
     struct tp_model_shard shard; /* always filled (whole model when cfg.shard is NULL) */
     int sharded;               /* cfg.shard != NULL */
     int vocab_only;
+    int dry_run;               /* loader: sizing pass (validate and count bytes only) */
 
     /* local sizes */
     int nq, nkv, hd, q_dim, kv_dim, n_ff_l, n_vocab_l;

@@ -257,6 +257,10 @@ static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg,
                             "block-aligned FFN/head boundaries",
                             m->path, name, (long long)c0, (long long)c1, tp_wtype_name(t->type), (long long)blck);
     size_t full_row_bytes = tp_kern_row_bytes(t->type, cols_full);
+    if (m->dry_run) { /* sizing pass: count, validate, touch nothing */
+        m->weight_bytes += whole ? t->n_bytes : (uint64_t)tp_kern_row_bytes(t->type, cols) * (uint64_t)rows;
+        return TP_OK;
+    }
     w->type = t->type;
     w->rows = rows;
     w->cols = cols;
@@ -316,6 +320,10 @@ static enum tp_status load_vec(tp_model_t *m, const struct tp_model_config *cfg,
     if (t->type != TP_WTYPE_F32 && t->type != TP_WTYPE_F16 && t->type != TP_WTYPE_BF16)
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s (want f32/f16/bf16)", m->path, name,
                             tp_wtype_name(t->type));
+    if (m->dry_run) {
+        m->weight_bytes += (uint64_t)n * 4;
+        return TP_OK;
+    }
     float *v = tp_aligned_alloc(64, (size_t)(n > 0 ? n : 1) * sizeof(float));
     if (!v) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
     const uint8_t *src = t->data;
@@ -369,18 +377,16 @@ static enum tp_status check_shard(tp_model_t *m, const struct tp_model_shard *s)
 
 /* ----------------------------------------------------------- init/free */
 
-static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *cfg)
+/* Called twice: with m->dry_run set it only validates and sums the bytes this
+ * rank will hold (the progress total), then for real. */
+static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *cfg, uint64_t total)
 {
     enum tp_status rc = TP_OK;
     const struct tp_hparams *hp = &m->hp;
     const struct tp_model_shard *s = &m->shard;
     int64_t E = hp->n_embd, hd = hp->head_dim;
     char name[96];
-    /* total bytes for the progress callback: a sum of the tensors we will touch (approximate for slices) */
-    uint64_t total = 0;
-    for (int i = 0; i < tp_gguf_n_tensors(m->gguf); i++) total += tp_gguf_tensor(m->gguf, i)->n_bytes;
-
-    m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
+    if (!m->layers) m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
     if (!m->layers) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
     TP_CHECK_GOTO(load_mat(m, cfg, "token_embd.weight", hp->n_vocab, E, 0, hp->n_vocab, 0, E, &m->tok_embd, total), rc, out);
     TP_CHECK_GOTO(load_vec(m, cfg, "output_norm.weight", E, 0, E, &m->output_norm, total), rc, out);
@@ -388,7 +394,7 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
         TP_CHECK_GOTO(load_mat(m, cfg, "output.weight", hp->n_vocab, E, s->vocab_begin, s->vocab_end, 0, E, &m->output,
                                total),
                       rc, out);
-    } else {
+    } else if (!m->dry_run) {
         /* tied: the output head is rows of the (replicated) embedding */
         m->hp.tied_embeddings = 1;
         m->output = m->tok_embd;
@@ -428,6 +434,11 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
             TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_k_norm.weight"), hd, 0, hd, &L->k_norm, total), rc, out);
         }
 #undef NM
+    }
+    if (m->dry_run) {
+        const struct tp_gguf_tensor *rf = tp_gguf_find_tensor(m->gguf, "rope_freqs.weight");
+        if (rf) m->weight_bytes += rf->n_bytes;
+        return TP_OK;
     }
     m->weight_type = m->layers[0].wgate.type;
     /* rope frequencies (llama3 GGUFs carry rope_freqs.weight) */
@@ -595,7 +606,14 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
         m->n_ff_l = s->ff_end - s->ff_begin;
         m->n_vocab_l = s->vocab_end - s->vocab_begin;
     }
-    TP_CHECK_GOTO(load_weights(m, cfg), rc, fail);
+    m->dry_run = 1;
+    TP_CHECK_GOTO(load_weights(m, cfg, 0), rc, fail);
+    m->dry_run = 0;
+    {
+        uint64_t total = m->weight_bytes;
+        m->weight_bytes = 0;
+        TP_CHECK_GOTO(load_weights(m, cfg, total), rc, fail);
+    }
     m->n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : TP_MIN(m->hp.n_ctx_train, 4096);
     m->n_seq = cfg->n_seq;
     m->n_batch = cfg->n_batch;

@@ -462,7 +462,47 @@ static void test_kv_f16(void)
     g_kv_f16 = 0;
 }
 
+struct prog {
+    uint64_t done, total, calls, backwards;
+};
+static void on_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    struct prog *p = ctx;
+    if (done < p->done) p->backwards++;
+    p->done = done;
+    p->total = total;
+    p->calls++;
+}
+
+/* The progress callback ends at done == total == the bytes the rank holds. */
+static void test_progress(void)
+{
+    struct tp_model_shard sh = {2, 6, 1, 3, 40, 120, 100, 300, NULL, NULL, 0};
+    for (int i = 0; i < 2; i++) {
+        struct prog p = {0, 0, 0, 0};
+        struct tp_model_config cfg = tp_model_default_config();
+        cfg.path = model_path();
+        cfg.n_threads = 1;
+        cfg.n_ctx = 16;
+        cfg.shard = i ? &sh : NULL;
+        cfg.progress = on_progress;
+        cfg.progress_ctx = &p;
+        struct tp_error err = {0};
+        tp_model_t *m = NULL;
+        CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &m, &err), TP_OK);
+        CU_ASSERT(p.calls > 10);
+        CU_ASSERT_EQUAL(p.backwards, 0u);
+        CU_ASSERT_EQUAL(p.done, p.total);
+        CU_ASSERT_EQUAL(p.total, tp_model_weight_bytes(m));
+        /* whole: every tensor of the file (all f32); shard: less */
+        if (i == 0) CU_ASSERT_EQUAL(p.total, 1185376u - 14176u);
+        if (i == 1) CU_ASSERT(p.total < 1185376u - 14176u);
+        tp_model_free(m);
+    }
+}
+
 static const struct tp_test_case forward_cases[] = {
+    {"progress", test_progress},
     {"kv_f16", test_kv_f16},
     {"golden_greedy", test_golden_greedy},
     {"threads_same_tokens", test_threads_same_tokens},
