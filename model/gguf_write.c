@@ -25,7 +25,8 @@ struct tensor_rec {
 
 struct tp_gguf_writer {
     FILE *f;
-    char *path;
+    char *path;              /* final name */
+    char *tmp_path;          /* path + ".partial": written, renamed to path by finish */
     uint32_t alignment;
     struct tp_error err;
     struct bytebuf kv;       /* serialised key/value pairs */
@@ -100,16 +101,22 @@ enum tp_status tp_gguf_writer_open(const char *path, uint32_t alignment, tp_gguf
     tp_gguf_writer_t *w = calloc(1, sizeof(*w));
     if (!w) return tp_error_set(err, TP_ERR_NOMEM, "gguf writer: out of memory");
     w->path = strdup(path);
+    w->tmp_path = malloc(strlen(path) + sizeof(".partial"));
     w->alignment = alignment;
-    if (!w->path) {
+    if (!w->path || !w->tmp_path) {
+        free(w->path);
+        free(w->tmp_path);
         free(w);
         return tp_error_set(err, TP_ERR_NOMEM, "gguf writer: out of memory");
     }
-    w->f = fopen(path, "wb");
+    memcpy(w->tmp_path, path, strlen(path));
+    memcpy(w->tmp_path + strlen(path), ".partial", sizeof(".partial"));
+    w->f = fopen(w->tmp_path, "wb");
     if (!w->f) {
         enum tp_status st = tp_error_set(err, TP_ERR_IO, "%s: cannot create: %s (check the directory exists and is writable)",
                                          path, strerror(errno));
         free(w->path);
+        free(w->tmp_path);
         free(w);
         return st;
     }
@@ -122,7 +129,8 @@ void tp_gguf_writer_free(tp_gguf_writer_t *w)
 {
     if (!w) return;
     if (w->f) fclose(w->f);
-    if (!w->finished && w->path) (void)unlink(w->path);
+    if (!w->finished) (void)unlink(w->tmp_path);
+    free(w->tmp_path);
     free(w->kv.p);
     free(w->ti.p);
     free(w->tensors);
@@ -368,6 +376,7 @@ enum tp_status tp_gguf_writer_finish(tp_gguf_writer_t *w)
     int rc = fclose(w->f);
     w->f = NULL;
     if (rc != 0) return fail(w, TP_ERR_IO, "%s: close failed: %s", strerror(errno));
+    if (rename(w->tmp_path, w->path) != 0) return fail(w, TP_ERR_IO, "%s: cannot rename the finished file into place: %s", strerror(errno));
     w->finished = 1;
     return TP_OK;
 }

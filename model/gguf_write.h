@@ -31,12 +31,14 @@
 
 typedef struct tp_gguf_writer tp_gguf_writer_t;
 
-/* Create (truncate) path.  alignment: power of two >= 8 (0: 32, GGUF's
- * default); a value other than 32 is also written as general.alignment by
- * the caller's choice (the writer does not add keys on its own). */
+/* Create path (written as path.partial and renamed over path by a
+ * successful finish, so a reader never sees a half-written model).
+ * alignment: power of two >= 8 (0: 32, GGUF's default).  The writer adds no
+ * keys of its own: for an alignment other than 32 the caller must also write
+ * general.alignment. */
 enum tp_status tp_gguf_writer_open(const char *path, uint32_t alignment, tp_gguf_writer_t **out,
                                    struct tp_error *err);
-/* Close the file; if finish was not reached successfully the partial file is removed. NULL safe. */
+/* Close; if finish did not succeed, path.partial is removed (path untouched). NULL safe. */
 void tp_gguf_writer_free(tp_gguf_writer_t *w);
 const char *tp_gguf_writer_error(const tp_gguf_writer_t *w);
 

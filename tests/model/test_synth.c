@@ -221,6 +221,24 @@ static void test_writer_misuse(void)
     tp_gguf_writer_free(w);
     CU_ASSERT_NOT_EQUAL(access(path, F_OK), 0);
 
+    /* a failed write leaves an existing file at path untouched (written via path.partial) */
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("old", f);
+    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(tp_gguf_writer_open(path, 32, &w, &err), TP_OK);
+    CU_ASSERT_EQUAL(tp_gguf_add_tensor(w, "x", TP_WTYPE_F32, 1, ne), TP_OK);
+    CU_ASSERT_EQUAL(tp_gguf_writer_finish(w), TP_ERR_INVALID_ARG);
+    tp_gguf_writer_free(w);
+    size_t old_len = 0;
+    char *old = tp_test_read_file(path, &old_len);
+    CU_ASSERT(old && old_len == 3 && memcmp(old, "old", 3) == 0);
+    free(old);
+    char partial[600];
+    snprintf(partial, sizeof(partial), "%s.partial", path);
+    CU_ASSERT_NOT_EQUAL(access(partial, F_OK), 0);
+    remove(path);
+
     /* finish with a tensor still missing bytes */
     CU_ASSERT_EQUAL_FATAL(tp_gguf_writer_open(path, 32, &w, &err), TP_OK);
     CU_ASSERT_EQUAL(tp_gguf_add_tensor(w, "x", TP_WTYPE_F32, 1, ne), TP_OK);
