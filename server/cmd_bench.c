@@ -9,6 +9,7 @@ static const struct tp_cli_command benches[] = {
     {"", "", NULL}, /* placeholder so the table is never empty; skipped below */
     {"comm", "collective latency / algbw / busbw per size (run under launch or mpirun; --compare-mpi)", tp_bench_comm},
     {"gen", "prefill / decode tokens/s of a model and the fraction of memory bandwidth reached", tp_bench_gen},
+    {"nodes", "tokens/s, compute vs comm, memory per node count (simulated hosts; CSV/MD/JSON/SVG)", tp_bench_nodes},
     {"serve", "HTTP load test of a running server: aggregate tok/s, TTFT, TPOT per concurrency", tp_bench_serve},
     {"kernels", "matrix-kernel GB/s (decode) and GOP/s (prefill) vs a streaming read", tp_bench_kernels},
 };
