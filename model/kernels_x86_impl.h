@@ -247,7 +247,7 @@ KFN __m512i kx_c2(struct kx_act a, int64_t b, const int one)
 }
 KFN __m128 kx_d2(struct kx_act a, int64_t b, const int one)
 {
-    return one ? _mm_load_ss(a.d + b) : _mm_castpd_ps(_mm_load_sd((const double *)(a.d + b)));
+    return one ? _mm_load_ss(a.d + b) : _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(a.d + b)));
 }
 
 /* lanes 0-7 <- s[0], lanes 8-15 <- s[1] (idx01) or s[2], s[3] (idx23) */
