@@ -37,7 +37,7 @@ static const uint8_t *act_for(const tp_model_t *m, enum tp_wtype t)
     return m->act[0];
 }
 
-static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t align);
+static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t align, uint64_t work);
 
 /* Rows [t0, t1) of the current preparation job. */
 static void prep_rows(tp_model_t *m, int64_t t0, int64_t t1)
@@ -73,8 +73,7 @@ static void prep_act(tp_model_t *m, const float *x, float *dst, const float *nor
     m->prep_norm = norm;
     m->prep_n = n;
     m->prep_used = used;
-    if (n_tok >= 8 && m->n_threads > 1) run(m, TP_PH_PREP, n_tok, 1);
-    else prep_rows(m, 0, n_tok);
+    run(m, TP_PH_PREP, n_tok, 1, (uint64_t)n_tok * (uint64_t)n * 8u);
 }
 
 static void attn_pair(tp_model_t *m, int t, int h, float *sc)
@@ -156,9 +155,20 @@ static void job(void *ctx, int ith, int nth)
     }
 }
 
+/* Below this many bytes of work a job runs on the calling thread: waking the
+ * pool costs more than it saves (and much more when cores are oversubscribed). */
+#define TP_FWD_MIN_PARALLEL_WORK (64u * 1024u)
+
+/* Bytes a matmul job streams: the weights, once per 8 tokens (tiles reuse them). */
+static uint64_t mm_work(const struct tp_wmat *w, int n_tok)
+{
+    return (uint64_t)w->row_bytes * (uint64_t)w->rows * (uint64_t)(1 + n_tok / 8);
+}
+
 /* Run phase ph over total items; rows are claimed in chunks of a multiple of
- * `align` (kernels like whole groups of rows), about 4 chunks per thread. */
-static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t align)
+ * `align` (kernels like whole groups of rows), about 4 chunks per thread.
+ * work: approximate bytes touched, to keep tiny jobs off the pool. */
+static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t align, uint64_t work)
 {
     int nth = m->n_threads;
     int64_t cs = total / ((int64_t)nth * 4);
@@ -168,7 +178,7 @@ static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t alig
     m->chunk_total = total;
     m->chunk_size = cs;
     atomic_store_explicit(&m->chunk_next, 0, memory_order_relaxed);
-    if (nth == 1) {
+    if (nth == 1 || work < TP_FWD_MIN_PARALLEL_WORK) {
         job_range(m, 0, 0, total);
         return;
     }
@@ -236,7 +246,8 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
         /* attention */
         enum tp_wtype qkv_types[3] = {L->wq.type, L->wk.type, L->wv.type};
         prep_act(m, m->x, m->xb, L->attn_norm, n_tok, E, qkv_types, 3);
-        run(m, TP_PH_QKV, L->wq.rows + L->wk.rows + L->wv.rows, 16);
+        run(m, TP_PH_QKV, L->wq.rows + L->wk.rows + L->wv.rows, 16,
+            mm_work(&L->wq, n_tok) + mm_work(&L->wk, n_tok) + mm_work(&L->wv, n_tok));
         for (int t = 0; t < n_tok; t++) {
             float *q = m->q + (size_t)t * m->q_dim, *k = m->k + (size_t)t * m->kv_dim, *v = m->v + (size_t)t * m->kv_dim;
             const float *cs = m->rope_cs + (size_t)t * hp->rope_dim;
@@ -262,19 +273,21 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
                 memcpy((float *)m->v_cache + off, v, (size_t)m->kv_dim * sizeof(float));
             }
         }
-        run(m, TP_PH_ATTN, (int64_t)n_tok * m->nq, 1);
+        uint64_t att_work = 0;
+        for (int t = 0; t < n_tok; t++) att_work += (uint64_t)(b->pos[t] + 1) * (uint64_t)m->q_dim * 8u;
+        run(m, TP_PH_ATTN, (int64_t)n_tok * m->nq, 1, att_work);
         enum tp_wtype o_type = L->wo.type;
         prep_act(m, m->att, NULL, NULL, n_tok, m->q_dim, &o_type, 1);
-        run(m, TP_PH_O, L->wo.rows, 16);
+        run(m, TP_PH_O, L->wo.rows, 16, mm_work(&L->wo, n_tok));
         TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
         for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
         /* feed-forward */
         enum tp_wtype ffn_types[2] = {L->wgate.type, L->wup.type};
         prep_act(m, m->x, m->xb, L->ffn_norm, n_tok, E, ffn_types, 2);
-        run(m, TP_PH_FFN_UP, L->wgate.rows, 16);
+        run(m, TP_PH_FFN_UP, L->wgate.rows, 16, mm_work(&L->wgate, n_tok) + mm_work(&L->wup, n_tok));
         enum tp_wtype d_type = L->wdown.type;
         prep_act(m, m->hb, NULL, NULL, n_tok, m->n_ff_l, &d_type, 1);
-        run(m, TP_PH_DOWN, L->wdown.rows, 16);
+        run(m, TP_PH_DOWN, L->wdown.rows, 16, mm_work(&L->wdown, n_tok));
         TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
         for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
     }
@@ -294,7 +307,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
         prep_act(m, m->xb, NULL, NULL, m->n_out, E, &out_type, 1);
         m->cur_layer = -1;
         m->logits_out = out;
-        run(m, TP_PH_LOGITS, m->output.rows, 16);
+        run(m, TP_PH_LOGITS, m->output.rows, 16, mm_work(&m->output, m->n_out));
     }
 out:
     m->stats.n_forward++;
