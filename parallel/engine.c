@@ -297,6 +297,7 @@ static void *keepalive_main(void *arg)
                 if (do_ping_locked(p) != TP_OK)
                     tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "keepalive ping failed: %s", tp_error_msg(&p->err));
             }
+            p->last_ns = tp_now_ns(); /* next look one period later, whatever happened */
             continue;
         }
         uint64_t wait_ns = due - now;
@@ -311,6 +312,50 @@ static void *keepalive_main(void *arg)
         pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     }
     pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------- load sync */
+
+/*
+ * Loading a big model can take longer than the comm op timeout, and ranks
+ * finish at different times.  While the main thread loads, this thread
+ * (the only user of the group meanwhile) runs lockstep rounds with its
+ * peers: every ~200 ms each rank all_gathers its state (0 loading, 1 done,
+ * 2 failed), so nobody waits in one collective for a slow loader; the rounds
+ * end in the same round on every rank, when none is still loading.
+ * The verdict and the messages then go through agree().
+ */
+struct load_sync {
+    tp_parallel_t *p;
+    pthread_t thread;
+    atomic_int state;
+    enum tp_status comm_status;
+};
+
+static void *load_sync_main(void *arg)
+{
+    struct load_sync *ls = arg;
+    tp_parallel_t *p = ls->p;
+    int32_t *all = calloc((size_t)p->world, sizeof(int32_t));
+    if (!all) {
+        ls->comm_status = TP_ERR_NOMEM;
+        tp_comm_abort(p->comm, "parallel: out of memory in load sync");
+        return NULL;
+    }
+    for (;;) {
+        for (int i = 0; i < 20 && atomic_load(&ls->state) == 0; i++) tp_sleep_ms(10);
+        int32_t mine = atomic_load(&ls->state);
+        enum tp_status st = tp_comm_all_gather(p->comm, &mine, all, 1, TP_DTYPE_I32);
+        if (st != TP_OK) {
+            ls->comm_status = st;
+            break;
+        }
+        int done = 1;
+        for (int r = 0; r < p->world; r++) done &= all[r] != 0;
+        if (done) break; /* a failed rank waits for the others too: they cannot be interrupted mid-load */
+    }
+    free(all);
     return NULL;
 }
 
@@ -383,7 +428,20 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
            rp->shard.kv_head_end, rp->shard.ff_begin, rp->shard.ff_end, rp->shard.vocab_begin, rp->shard.vocab_end,
            (double)rp->sharded_bytes / 1048576.0, (double)rp->replicated_bytes / 1048576.0,
            (double)p->plan.total_bytes / 1048576.0, p->plan.note);
+    struct load_sync ls;
+    memset(&ls, 0, sizeof ls);
+    ls.p = p;
+    atomic_init(&ls.state, 0);
+    int ls_started = p->world > 1 && pthread_create(&ls.thread, NULL, load_sync_main, &ls) == 0;
+    if (p->world > 1 && !ls_started) {
+        rc = tp_error_set(&p->err, TP_ERR_NOMEM, "cannot start the load-sync thread");
+        tp_comm_abort(p->comm, "parallel: a rank could not start its load-sync thread");
+        goto fail;
+    }
     st = tp_model_init(&mc, &p->model, &p->err);
+    if (st != TP_OK && p->world > 1)
+        tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "rank %d: %s (telling the other ranks once they have loaded)", p->rank,
+               tp_error_msg(&p->err));
     if (st == TP_OK) {
         p->n_batch = mc.n_batch;
         p->n_seq = tp_model_n_seq(p->model);
@@ -404,6 +462,15 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
         }
         st = alloc_buffers(p);
         if (st != TP_OK) tp_error_set(&p->err, st, "out of memory for the engine's step buffers");
+    }
+    if (ls_started) {
+        atomic_store(&ls.state, st == TP_OK ? 1 : 2);
+        pthread_join(ls.thread, NULL);
+        if (ls.comm_status != TP_OK) {
+            rc = tp_error_force(&p->err, ls.comm_status, "rank %d: group failed while the ranks were loading: %s",
+                                p->rank, tp_comm_last_error(p->comm));
+            goto fail;
+        }
     }
     TP_CHECK_GOTO(agree(p, st, 0, "loading the model"), rc, fail);
     {

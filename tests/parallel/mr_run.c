@@ -139,8 +139,19 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
     return rc;
 }
 
+/* Progress hook of the "slow disk" rank: sleeps once, at its first call. */
+static void slow_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    int *ms = ctx;
+    (void)done;
+    (void)total;
+    if (*ms > 0) tp_sleep_ms((uint32_t)*ms);
+    *ms = 0;
+}
+
 static int child(const struct mr_run *r, int rank, int port, const char *dir)
 {
+    int slow_ms = r->slow_load_ms;
     char model[512], coord[64], path[1024];
     if (r->shard_files) snprintf(model, sizeof model, r->model, r->file_of_rank[rank]);
     else snprintf(model, sizeof model, "%s", r->model);
@@ -155,7 +166,11 @@ static int child(const struct mr_run *r, int rank, int port, const char *dir)
     cfg.comm.rank = rank;
     cfg.comm.world_size = r->world;
     cfg.comm.coordinator = coord;
-    cfg.comm.op_timeout_ms = 10000;
+    cfg.comm.op_timeout_ms = r->op_timeout_ms ? r->op_timeout_ms : 10000;
+    if (slow_ms > 0 && rank == r->world - 1) {
+        cfg.model.progress = slow_progress;
+        cfg.model.progress_ctx = &slow_ms;
+    }
     cfg.comm.connect_timeout_ms = 15000;
     cfg.shard_weights = r->weights;
     cfg.wire_dtype = r->wire;

@@ -197,6 +197,28 @@ static void test_dead_peer(void)
     mr_free(&r);
 }
 
+/* A rank that loads much longer than the comm op timeout (slow disk, big
+ * model): the others must wait for it (load-sync rounds), and an idle
+ * engine must survive several op timeouts (rank 0's keepalive pings). */
+static void test_slow_loader(void)
+{
+    const char *m = stories();
+    if (!m) {
+        tp_test_skip("models/stories260K.gguf not found");
+        return;
+    }
+    struct mr_run ref, r;
+    run_ref(&ref, m, 16);
+    mr_init(&r, m, 3);
+    r.n_steps = 16;
+    r.op_timeout_ms = 400;
+    r.slow_load_ms = 2000; /* 5 op timeouts */
+    expect_same(&ref, &r, 1e-10, "stories260K N=3, one rank loading 2 s with a 0.4 s op timeout");
+    CU_ASSERT(r.seconds >= 2.0);
+    mr_free(&r);
+    mr_free(&ref);
+}
+
 static void test_wire_dtypes(void)
 {
     const char *m = stories();
@@ -394,6 +416,7 @@ static const struct tp_test_case mr_cases[] = {
     {"synth_quant", test_synth_quant},
     {"refused_everywhere", test_refused_everywhere},
     {"dead_peer", test_dead_peer},
+    {"slow_loader", test_slow_loader},
     {"wire_dtypes", test_wire_dtypes},
     {NULL, NULL},
 };
