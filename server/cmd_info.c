@@ -83,6 +83,14 @@ int tp_cmd_info(int argc, char **argv)
     printf("file        %s (GGUF v%u, %.1f MiB, alignment %u, %d keys)\n", path, tp_gguf_version(g),
            mib(tp_gguf_file_size(g)), tp_gguf_alignment(g), tp_gguf_n_kv(g));
     if (name) printf("name        %s\n", name);
+    int64_t shard_rank = -1, shard_world = 0;
+    if (tp_gguf_get_int(g, "tpserve.shard.world_size", &shard_world) == TP_OK &&
+        tp_gguf_get_int(g, "tpserve.shard.rank", &shard_rank) == TP_OK) {
+        const char *src = NULL;
+        (void)tp_gguf_get_str(g, "tpserve.shard.source", &src);
+        printf("shard       rank %lld of %lld (cut from %s): tensors and sizes below are this rank's slices\n",
+               (long long)shard_rank, (long long)shard_world, src ? src : "?");
+    }
 
     uint64_t type_bytes[TP_WTYPE_COUNT] = {0}, weight_bytes = 0, n_params = 0;
     int type_count[TP_WTYPE_COUNT] = {0}, other = 0;
@@ -158,9 +166,18 @@ int tp_cmd_info(int argc, char **argv)
     /* ---- memory ---- */
     const int ctx = n_ctx > 0 ? n_ctx : TP_MIN(hp->n_ctx_train, 4096);
     const uint64_t kv_per_head = 2ull * (uint64_t)hp->n_layer * (uint64_t)ctx * (uint64_t)hp->head_dim * 4u;
-    const uint64_t kv_bytes = kv_per_head * (uint64_t)hp->n_head_kv;
-    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (f32, ctx %d, 1 sequence)\n",
-           mib(weight_bytes + kv_bytes), mib(weight_bytes), mib(kv_bytes), ctx);
+    int kv_heads = hp->n_head_kv;
+    if (shard_world > 0) { /* a shard holds the KV heads of its plan range: 8 ints per rank, kv at [2], [3] */
+        int kp = tp_gguf_find_key(g, "tpserve.shard.plan");
+        int32_t ranges[8 * 64];
+        if (kp >= 0 && shard_world <= 64 && shard_rank >= 0 && shard_rank < shard_world &&
+            tp_gguf_arr_len(g, kp) == (uint64_t)shard_world * 8 &&
+            tp_gguf_arr_copy_i32(g, kp, ranges, (uint64_t)shard_world * 8) == TP_OK)
+            kv_heads = ranges[shard_rank * 8 + 3] - ranges[shard_rank * 8 + 2];
+    }
+    const uint64_t kv_bytes = kv_per_head * (uint64_t)kv_heads;
+    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (f32, ctx %d, 1 sequence, %d KV heads)\n",
+           mib(weight_bytes + kv_bytes), mib(weight_bytes), mib(kv_bytes), ctx, kv_heads);
 
     struct tp_plan_types types;
     const enum tp_wtype wt = tensor_type(g, "blk.0.attn_q.weight", TP_WTYPE_F32);
@@ -173,6 +190,11 @@ int tp_cmd_info(int argc, char **argv)
     types.ffn_down = tensor_type(g, "blk.0.ffn_down.weight", wt);
     types.token_embd = tensor_type(g, "token_embd.weight", wt);
     types.output = tensor_type(g, "output.weight", types.token_embd);
+    if (shard_world > 0) { /* per-rank figures need the whole model */
+        printf("per rank    see 'tpserve info' of the model this shard was cut from\n");
+        exit_code = 0;
+        goto out;
+    }
     static struct tp_shard_plan plan; /* large (64 ranks): keep it off the stack */
     static const int world[] = {2, 4, 8};
     for (size_t i = 0; i < TP_ARRAY_LEN(world); i++) {
