@@ -246,7 +246,9 @@ size_t tp_detok_flush(tp_detok_t *d, char *out, size_t cap);
  *   pos[i]    position within its sequence
  *   seq[i]    sequence slot in [0, n_seq)
  *   logits[i] nonzero: produce logits for this token (usually the last of each
- *             sequence in the batch)
+ *             sequence in the batch); logits == NULL: the last token only
+ * pos[i] may not skip ahead of what the slot holds (pos <= its length);
+ * writing an earlier position overwrites the cache from there.
  */
 struct tp_batch {
     int n_tokens;
