@@ -480,7 +480,52 @@ static void test_queue_full(void)
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
 }
 
+
+/* A synthetic Qwen3-shaped model carrying the real Qwen3 tokenizer and chat
+ * template: the server detects the qwen3 family, renders the conversation and
+ * tokenizes the special tokens as single ids, so usage.prompt_tokens equals
+ * /tokenize of the reference rendering. */
+static void test_chat_real_template(void)
+{
+    const char *tj = tp_test_shared_path("models/tokenizers/qwen3/tokenizer.json");
+    if (!tj) {
+        tp_test_skip("shared/models/tokenizers/qwen3 absent");
+        return;
+    }
+    char model[600], cmd[2048];
+    snprintf(model, sizeof model, "%s/qwen3-tiny.gguf", tp_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "'%s' synth --shape test-tiny-qwen3 --tokenizer '%s' -q --threads 1 -o '%s' 2>/dev/null",
+             tp_test_tpserve(), tj, model);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    for (int override = 0; override < 2; override++) {
+        struct srv s;
+        const char *extra[] = {"-m", model, override ? "--chat-template" : NULL, "chatml", NULL};
+        CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, extra), 0);
+        struct resp r;
+        const char *chat = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\","
+                           "\"content\":\"Hello there\"}],\"max_tokens\":2,\"temperature\":0}";
+        CU_ASSERT_EQUAL(http_post(s.port, "/v1/chat/completions", chat, &r), 0);
+        CU_ASSERT_EQUAL(r.status, 200);
+        cJSON *j = cJSON_Parse(r.body);
+        int pt = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens")->valueint;
+        cJSON_Delete(j);
+        resp_free(&r);
+        /* rendering of @huggingface/jinja for this conversation (same for qwen3 and chatml here) */
+        const char *tok = "{\"content\":\"<|im_start|>system\\nBe brief.<|im_end|>\\n<|im_start|>user\\nHello there"
+                          "<|im_end|>\\n<|im_start|>assistant\\n\"}";
+        CU_ASSERT_EQUAL(http_post(s.port, "/tokenize", tok, &r), 0);
+        j = cJSON_Parse(r.body);
+        int nt = cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens"));
+        cJSON_Delete(j);
+        resp_free(&r);
+        CU_ASSERT_EQUAL(pt, nt);
+        CU_ASSERT(nt > 0 && nt <= 16); /* <|im_start|> etc. are single tokens */
+        CU_ASSERT_EQUAL(srv_stop(&s), 0);
+    }
+}
+
 static const struct tp_test_case e2e_cases[] = {
+    {"chat_real_template", test_chat_real_template},
     {"queue_full_429", test_queue_full},
     {"bad_input", test_bad_input},
     {"greedy_equals_generate", test_greedy},
