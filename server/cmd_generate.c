@@ -92,6 +92,10 @@ static int generate(const struct tp_gen_step *drv, tp_model_t *m, const struct g
         goto out;
     }
     for (int i = 0; i < n_prompt; i++) tp_sampler_accept(smp, ids[i]);
+    /* Continue after the prompt: feed its last token to the detokenizer and drop
+     * the text, so SentencePiece's "strip the first leading space" rule does not
+     * eat the space before the first generated word. */
+    if (n_prompt > 0) (void)tp_detok_push(dt, ids[n_prompt - 1], text, sizeof(text));
     fputs(o->prompt, stdout);
     fflush(stdout);
 
