@@ -20,7 +20,8 @@
  * token's activation); per token the engine does 2 n_layer of them plus about
  * two more for the step broadcast and the distributed argmax:
  *     comm_model(N)        = (2 n_layer + 2) t_sum(N)
- *     projected_tg_tps(N)  = 1000 / (c1 / N + comm_model(N))      c1 = 1-rank compute
+ *     projected_tg_tps(N)  = 1000 / (c1 / N + comm_model(N))
+ * with c1 = 1000 / tg_tps(1), the whole per-token time of the 1-rank run.
  * Check of the model (compute per rank held equal, i.e. using each run's own
  * measured compute instead of c1 / N): 1000 / (compute_ms(N) + comm_model(N))
  * against the measured tg_tps(N); the Markdown output prints the difference.
@@ -463,7 +464,7 @@ int tp_bench_nodes(int argc, char **argv)
     /* projection: c1 / N + comm_model(N) (see the file comment) */
     double c1 = 0;
     for (int r = 0; r < n_runs; r++)
-        if (runs[r].ok && runs[r].n == 1) c1 = runs[r].compute_ms;
+        if (runs[r].ok && runs[r].n == 1 && runs[r].tg_tps > 0) c1 = 1000.0 / runs[r].tg_tps; /* all compute */
     for (int r = 0; r < n_runs; r++) {
         if (!runs[r].ok) continue;
         int N = runs[r].n;
@@ -487,6 +488,12 @@ int tp_bench_nodes(int argc, char **argv)
     fprintf(md, "Model `%s`, %s, prefill %d / decode %d tokens, %d rep(s); ranks %s.\n\n", model,
             have_netsim ? link : "loopback", p, n, reps,
             have_netsim ? "on simulated hosts (scripts/netsim) sharing this machine's cores" : "on 127.0.0.1");
+    {
+        double la[3] = {0, 0, 0};
+        if (getloadavg(la, 3) == 3)
+            fprintf(md, "This machine: %d cores, load average %.1f %.1f %.1f at the end (other work shares the cores).\n\n",
+                    ncpu, la[0], la[1], la[2]);
+    }
     fprintf(md, "| nodes | prefill tok/s | decode tok/s | compute ms/tok | comm ms/tok | bytes/tok | max RSS MiB | "
                 "projected decode tok/s (dedicated) |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     cJSON *root = cJSON_CreateObject();

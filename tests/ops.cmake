@@ -29,3 +29,7 @@ set_tests_properties(ops.plan_70b_refused PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "Refused: does not fit: .* short by 12\\.6 GiB")
 add_test(NAME ops.plan_70b_refused_status COMMAND tpserve plan --shape llama3-70b --type q4_0 --nodes 16G,16G)
 set_tests_properties(ops.plan_70b_refused_status PROPERTIES LABELS unit WILL_FAIL TRUE)
+# tpserve bench nodes writes its four outputs (bundled model, 1 and 2 nodes, 10gbe).
+add_test(NAME ops.bench_nodes COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/bench_nodes_test.sh ${PROJECT_SOURCE_DIR}
+         $<TARGET_FILE:tpserve>)
+set_tests_properties(ops.bench_nodes PROPERTIES LABELS "multirank;model" TIMEOUT 180 SKIP_RETURN_CODE 77)
