@@ -53,7 +53,7 @@ struct tp_engine {
     int stop, failed;
     char fail_reason[256];
     uint64_t last_ok_ns;     /* last successful step or ping */
-    uint64_t busy_since_ns;  /* first step of the current busy period */
+    uint64_t step_start_ns;  /* start of the step or ping in flight; 0: none */
     /* step buffers, sized at init */
     int32_t *b_tok, *b_pos, *b_seq; /* (n_batch) */
     int8_t *b_logits;               /* (n_batch) */
@@ -154,9 +154,13 @@ int tp_engine_healthy(struct tp_engine *e, char *reason, size_t cap)
     if (e->failed) {
         snprintf(reason, cap, "engine failed: %s", e->fail_reason);
         ok = 0;
-    } else if (now - e->last_ok_ns > 5000000000ull && now - e->busy_since_ns > 5000000000ull) {
-        /* no successful step or ping for 5 s: a step is stuck */
-        snprintf(reason, cap, "engine made no progress for %.1f s", (double)(now - e->last_ok_ns) / 1e9);
+    } else if (e->step_start_ns && now - e->step_start_ns > 60000000000ull) {
+        /* a step this long means a rank hangs (a dead one fails the step at once) */
+        snprintf(reason, cap, "an engine step has been running for %.1f s", (double)(now - e->step_start_ns) / 1e9);
+        ok = 0;
+    } else if (!e->step_start_ns && now - e->last_ok_ns > 5000000000ull) {
+        /* idle: the engine pings every second; no answer (or a ping stuck) for 5 s */
+        snprintf(reason, cap, "the ranks have not answered for %.1f s", (double)(now - e->last_ok_ns) / 1e9);
         ok = 0;
     }
     pthread_mutex_unlock(&e->mu);
@@ -409,7 +413,6 @@ static void *engine_main(void *arg)
         struct tp_step st;
         int n = build_step(e, &st);
         if (n == 0) {
-            e->busy_since_ns = 0;
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1;
@@ -423,10 +426,11 @@ static void *engine_main(void *arg)
             }
             continue;
         }
-        if (!e->busy_since_ns) e->busy_since_ns = tp_now_ns();
+        e->step_start_ns = tp_now_ns();
         pthread_mutex_unlock(&e->mu);
         enum tp_status rc = tp_parallel_step(e->p, &st, e->logits);
         pthread_mutex_lock(&e->mu);
+        e->step_start_ns = 0;
         if (rc != TP_OK) {
             char why[300];
             snprintf(why, sizeof why, "%s (%s)", tp_parallel_last_error(e->p), tp_status_str(rc));
