@@ -144,6 +144,48 @@ static enum tp_status ring_all_gather(struct tp_comm *c, unsigned char *buf, con
 }
 
 
+/*
+ * Ring reduce-scatter for all_reduce, accumulating in recv (the classic
+ * in-place ring): at step s rank r streams its partial of segment r-s-1 to
+ * the right (the whole segment as one optional transfer) while it receives
+ * the partial of segment r-s-2 from the left chunk by chunk into the two
+ * staging buffers, adding its own contribution to each chunk as soon as it
+ * lands.  Reduction overlaps the transfer; afterwards recv segment r holds
+ * the full result.  Each segment is written once, so send == recv is fine.
+ */
+static enum tp_status ring_reduce_scatter_inplace(struct tp_comm *c, const unsigned char *send, unsigned char *recv,
+                                                  const size_t *off, const size_t *len, enum tp_dtype dt,
+                                                  enum tp_red_op op)
+{
+    const int n = c->size, me = c->rank;
+    const size_t es = tp_dtype_size(dt);
+    const size_t chunk = TP_ALGO_CHUNK_BYTES / es;
+    const int right = (me + 1) % n, left = (me + n - 1) % n;
+    enum tp_status rc = tp_algo_alloc_scratch(c);
+    if (rc != TP_OK) return rc;
+    for (int s = 0; s < n - 1; s++) {
+        const int sseg = (me - s - 1 + 2 * n) % n, rseg = (me - s - 2 + 2 * n) % n;
+        const unsigned char *src = s == 0 ? send : recv;
+        struct tp_xfer x[2] = {
+            {.peer = right, .is_send = 1, .buf = (void *)(src + off[sseg] * es), .bytes = len[sseg] * es,
+             .optional = 1},
+            {.peer = left, .is_send = 0},
+        };
+        for (size_t k0 = 0; k0 < len[rseg]; k0 += chunk) {
+            const size_t clen = TP_MIN(chunk, len[rseg] - k0);
+            unsigned char *stage = c->stage[(k0 / chunk) & 1];
+            x[1] = (struct tp_xfer){.peer = left, .is_send = 0, .buf = stage, .bytes = clen * es};
+            rc = tp_comm_xfer(c, x, 2);
+            if (rc != TP_OK) return rc;
+            tp_reduce(recv + (off[rseg] + k0) * es, stage, send + (off[rseg] + k0) * es, clen, dt, op);
+        }
+        x[0].optional = 0;
+        rc = tp_comm_xfer(c, x, 1);
+        if (rc != TP_OK) return rc;
+    }
+    return TP_OK;
+}
+
 static enum tp_status net_all_reduce(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
                                      enum tp_red_op op)
 {
@@ -156,7 +198,7 @@ static enum tp_status net_all_reduce(struct tp_comm *c, const void *send, void *
         len[r] = seg_begin(count, n, r + 1) - off[r];
     }
     unsigned char *out = (unsigned char *)recv;
-    enum tp_status rc = ring_reduce_scatter(c, send, off, len, out + off[c->rank] * es, dt, op);
+    enum tp_status rc = ring_reduce_scatter_inplace(c, send, out, off, len, dt, op);
     if (rc != TP_OK) return rc;
     return ring_all_gather(c, out, off, len, es);
 }

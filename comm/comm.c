@@ -166,6 +166,8 @@ enum tp_status tp_comm_fail(struct tp_comm *c, enum tp_status st, const char *fm
 enum tp_status tp_comm_xfer(struct tp_comm *c, struct tp_xfer *x, int n)
 {
     for (int i = 0; i < n; i++) {
+        if (x[i].started) continue;
+        x[i].started = 1;
         x[i].peer = c->peer_of[x[i].peer];
         x[i].done = 0;
         if (x[i].is_send)

@@ -44,13 +44,17 @@ struct tp_xfer {
     void *buf;
     size_t bytes;
     size_t done;   /* progress, owned by the transport */
+    int optional;  /* 1: progressed while others are waited for, not waited for itself */
+    int started;   /* set by tp_comm_xfer once mapped/counted (a transfer may span calls) */
 };
 
 struct tp_net;
 struct tp_transport_ops {
     const char *name;
-    /* Progress every transfer in x[0..n) together until all are complete,
-     * the op timeout passes, the net is aborted, or a link fails.  Sends and
+    /* Progress every transfer in x[0..n) together until all non-optional
+     * ones are complete (optional ones advance as far as the peer allows),
+     * the op timeout passes without progress, the net is aborted, or a link
+     * fails.  Sends and
      * receives advance together, so two peers sending to each other never
      * deadlock on full buffers.  On failure writes the reason into err. */
     enum tp_status (*xfer)(struct tp_net *net, struct tp_xfer *x, int n, struct tp_error *err);
@@ -136,11 +140,12 @@ struct tp_comm {
 };
 
 #define TP_ALGO_MAX_RANKS 64             /* ring/rdma world size limit (full mesh) */
-#define TP_ALGO_SMALL_BYTES (64u * 1024u)    /* <= this: mesh exchange, one round */
-#define TP_ALGO_CHUNK_BYTES (512u * 1024u)   /* ring pipeline chunk */
+#define TP_ALGO_SMALL_BYTES (512u * 1024u)    /* <= this: mesh exchange, one round */
+#define TP_ALGO_CHUNK_BYTES (128u * 1024u)   /* ring pipeline chunk */
 
-/* Transfers on group ranks (mapped to net ranks here); counts stats, poisons
- * the group (and net) on failure with a message naming the peer. */
+/* Transfers on group ranks (mapped to net ranks here on their first call);
+ * counts stats, poisons the group (and net) on failure with a message naming
+ * the peer.  An optional transfer left unfinished may be passed again. */
 enum tp_status tp_comm_xfer(struct tp_comm *c, struct tp_xfer *x, int n);
 /* Record a failure on c (first reason sticks) and poison it. */
 enum tp_status tp_comm_fail(struct tp_comm *c, enum tp_status st, const char *fmt, ...) TP_PRINTF(3, 4);

@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,8 @@
 #include "comm/comm_impl.h"
 #include "comm/comm_wire.h"
 
-#define TCP_SPIN_NS 60000u      /* busy-poll this long after the last progress */
+#define TCP_SPIN_NS 50000u      /* busy-poll this long after the last progress, */
+#define TCP_YIELD_NS 2000000u   /* then poll + sched_yield() this long, then sleep in poll() */
 #define TCP_POLL_SLICE_MS 200   /* upper bound of one poll() sleep */
 #define TCP_MAX_XFER (2 * TP_ALGO_MAX_RANKS)
 
@@ -82,7 +84,7 @@ static enum tp_status tcp_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
             int r = step_one(net, &x[i], err);
             if (r < 0) return err->status;
             progressed |= r;
-            if (x[i].done < x[i].bytes) pending++;
+            if (x[i].done < x[i].bytes && !x[i].optional) pending++;
         }
         if (!pending) return TP_OK;
         if (atomic_load_explicit(&net->poisoned, memory_order_acquire))
@@ -93,10 +95,14 @@ static enum tp_status tcp_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
             for (int k = 0; k < 32; k++) cpu_relax();
             continue;
         }
+        if (now - last < TCP_YIELD_NS) {
+            sched_yield(); /* let a rank sharing this core produce our data */
+            continue;
+        }
         if (now - last >= idle_ns) {
             int who = -1;
             for (int i = 0; i < n && who < 0; i++)
-                if (x[i].done < x[i].bytes) who = i;
+                if (x[i].done < x[i].bytes && !x[i].optional) who = i;
             return tp_error_set(err, TP_ERR_TIMEOUT,
                                 "timed out after %u ms without progress %s rank %d (is it stopped or overloaded? "
                                 "raise TP_COMM_TIMEOUT_MS if it is just slow)",

@@ -13,7 +13,8 @@
  *
  * --compare-mpi (needs mpirun): the same sweep through MPI_Allreduce (an mpi
  * group in the same processes; pass `--mca btl tcp,self` to mpirun for the
- * TCP transport) interleaved size by size, plus the ratios.  The ring group
+ * TCP transport), call by call alternating with ours so that both see the
+ * same machine load, plus the ratios.  The ring group
  * is then formed through a coordinator whose port rank 0 broadcasts over
  * MPI, so no hostfile is needed.
  *
@@ -75,22 +76,39 @@ static enum tp_status run_op(tp_comm_t *c, enum bench_op op, void *a, void *b, s
     }
 }
 
-/* Median seconds per call over iters timed calls, max over ranks.  Returns <0 on failure. */
-static double measure(tp_comm_t *c, enum bench_op op, void *a, void *b, size_t count, enum tp_dtype dt, int iters,
-                      int warmup, double *times)
+static double median_max(tp_comm_t *c, double *times, int iters)
 {
-    if (tp_comm_barrier(c) != TP_OK) return -1;
-    for (int i = 0; i < warmup; i++)
-        if (run_op(c, op, a, b, count, dt) != TP_OK) return -1;
-    for (int i = 0; i < iters; i++) {
-        uint64_t t0 = tp_now_ns();
-        if (run_op(c, op, a, b, count, dt) != TP_OK) return -1;
-        times[i] = (double)(tp_now_ns() - t0) * 1e-9;
-    }
     qsort(times, (size_t)iters, sizeof *times, cmp_double);
     double med = iters % 2 ? times[iters / 2] : 0.5 * (times[iters / 2 - 1] + times[iters / 2]);
     if (tp_comm_all_max(c, &med, &med, 1, TP_DTYPE_I64) != TP_OK) return -1; /* positive doubles order like i64 */
     return med;
+}
+
+/* Median seconds per call over iters timed calls, max over ranks; with a
+ * second group (mpi), its calls alternate with ours one by one so both see
+ * the same machine load.  Returns <0 on failure (*which = 1: the mpi one). */
+static double measure(tp_comm_t *c, tp_comm_t *mpi, enum bench_op op, void *a, void *b, size_t count,
+                      enum tp_dtype dt, int iters, int warmup, double *times, double *mtimes, double *mpi_med,
+                      int *which)
+{
+    *which = 0;
+    if (tp_comm_barrier(c) != TP_OK) return -1;
+    for (int i = 0; i < warmup; i++) {
+        if (run_op(c, op, a, b, count, dt) != TP_OK) return -1;
+        if (mpi && run_op(mpi, op, a, b, count, dt) != TP_OK) return *which = 1, -1;
+    }
+    for (int i = 0; i < iters; i++) {
+        uint64_t t0 = tp_now_ns();
+        if (run_op(c, op, a, b, count, dt) != TP_OK) return -1;
+        uint64_t t1 = tp_now_ns();
+        times[i] = (double)(t1 - t0) * 1e-9;
+        if (mpi) {
+            if (run_op(mpi, op, a, b, count, dt) != TP_OK) return *which = 1, -1;
+            mtimes[i] = (double)(tp_now_ns() - t1) * 1e-9;
+        }
+    }
+    if (mpi && (*mpi_med = median_max(mpi, mtimes, iters)) < 0) return *which = 1, -1;
+    return median_max(c, times, iters);
 }
 
 static double bus_factor(enum bench_op op, int n)
@@ -159,10 +177,10 @@ int tp_bench_comm(int argc, char **argv)
         {"dtype", 0, TP_OPT_STRING, &dtname, "T", "f32 (default) | f16 | bf16 | i32 | i64 | u8", 0, 0},
         {"min-bytes", 0, TP_OPT_STRING, &min_s, "SIZE", "smallest message (default 1K; K/M/G suffixes)", 0, 0},
         {"max-bytes", 0, TP_OPT_STRING, &max_s, "SIZE", "largest message (default 256M)", 0, 0},
-        {"iters", 0, TP_OPT_INT, &iters, "N", "timed calls per size (default: by size, 5..1000)", 1, 1000000},
+        {"iters", 0, TP_OPT_INT, &iters, "N", "timed calls per size (default: by size, 5..1000)", 1, 500000},
         {"warmup", 0, TP_OPT_INT, &warmup, "N", "untimed calls per size first (default: iters/10, >= 2)", 0, 1000000},
         {"json", 0, TP_OPT_FLAG, &json, NULL, "one JSON object per line instead of the table", 0, 0},
-        {"compare-mpi", 0, TP_OPT_FLAG, &compare_mpi, NULL, "also time MPI_Allreduce in the same run (needs mpirun)",
+        {"compare-mpi", 0, TP_OPT_FLAG, &compare_mpi, NULL, "also time the same op through MPI in the same run (needs mpirun)",
          0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
@@ -256,7 +274,7 @@ int tp_bench_comm(int argc, char **argv)
     if (me == 0 && !json) {
         printf("# tpserve bench comm: backend %s, op %s, dtype %s, %d ranks%s\n",
                tp_comm_backend_name(tp_comm_backend(c)), op_names[op], tp_dtype_name(dt), n,
-               mpi && c != mpi ? ", vs MPI_Allreduce in the same processes" : "");
+               mpi && c != mpi ? ", vs the same op through MPI in the same processes" : "");
         printf("%10s %7s %12s %10s %10s", "bytes", "iters", "lat_us(med)", "algbw_GB/s", "busbw_GB/s");
         if (mpi && c != mpi) printf(" %12s %10s %9s %9s", "mpi_lat_us", "mpi_busbw", "lat_ratio", "bw_ratio");
         printf("\n");
@@ -267,20 +285,14 @@ int tp_bench_comm(int argc, char **argv)
         size_t real_bytes = count * es * (op == OP_ALL_GATHER || op == OP_SUM_SCATTER ? (size_t)n : 1);
         int it = iters ? iters : (int)TP_MAX(5.0, TP_MIN(1000.0, 4e8 / (double)real_bytes));
         int wu = warmup >= 0 ? warmup : TP_MAX(2, it / 10);
-        double t = measure(c, op, a, b, count, dt, it, wu, times);
-        if (t < 0) {
-            tp_cli_fail("bench comm", "rank %d: %s of %zu bytes failed: %s", me, op_names[op], real_bytes,
-                        tp_comm_last_error(c));
-            goto out;
-        }
         double tm = 0;
-        if (mpi && c != mpi && op == OP_ALL_SUM) {
-            tm = measure(mpi, op, a, b, count, dt, it, wu, times);
-            if (tm < 0) {
-                tp_cli_fail("bench comm", "rank %d: MPI_Allreduce of %zu bytes failed: %s", me, real_bytes,
-                            tp_comm_last_error(mpi));
-                goto out;
-            }
+        int which = 0;
+        tp_comm_t *other = mpi && c != mpi ? mpi : NULL;
+        double t = measure(c, other, op, a, b, count, dt, it, wu, times, times + 500000, &tm, &which);
+        if (t < 0) {
+            tp_cli_fail("bench comm", "rank %d: %s%s of %zu bytes failed: %s", me, which ? "MPI " : "", op_names[op],
+                        real_bytes, tp_comm_last_error(which ? mpi : c));
+            goto out;
         }
         if (me == 0) {
             double alg = (double)real_bytes / t / 1e9, bus = alg * bf;
