@@ -191,33 +191,39 @@ static enum tp_status all_sum(tp_model_t *m, float *buf, size_t count)
     uint64_t t0 = tp_now_ns();
     enum tp_status rc = m->shard.all_sum(m->shard.all_sum_ctx, buf, count);
     m->stats.ns_all_sum += tp_now_ns() - t0;
-    if (rc != TP_OK) tp_error_set(&m->err, rc, "all_sum hook failed: %s", tp_status_str(rc));
+    if (rc != TP_OK) tp_error_force(&m->err, rc, "all_sum hook failed: %s", tp_status_str(rc));
     return rc;
 }
 
 static enum tp_status check_batch(tp_model_t *m, const struct tp_batch *b)
 {
-    if (m->vocab_only) return tp_error_set(&m->err, TP_ERR_INVALID_ARG, "model was loaded vocab-only: no forward pass");
+    if (m->vocab_only) return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "model was loaded vocab-only: no forward pass");
     if (!b || b->n_tokens < 1 || b->n_tokens > m->n_batch || !b->token || !b->pos || !b->seq)
-        return tp_error_set(&m->err, TP_ERR_INVALID_ARG, "batch: %d tokens (want 1..n_batch %d) with token/pos/seq arrays",
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "batch: %d tokens (want 1..n_batch %d) with token/pos/seq arrays",
                             b ? b->n_tokens : -1, m->n_batch);
     memcpy(m->seq_tmp, m->seq_len, (size_t)m->n_seq * sizeof(int));
+    for (int s = 0; s < m->n_seq; s++) m->seq_last[s] = -1;
     for (int i = 0; i < b->n_tokens; i++) {
         int tok = b->token[i], s = b->seq[i], p = b->pos[i];
         if (tok < 0 || tok >= m->hp.n_vocab)
-            return tp_error_set(&m->err, TP_ERR_INVALID_ARG, "batch[%d]: token id %d is out of range [0, %d)", i, tok,
+            return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "batch[%d]: token id %d is out of range [0, %d)", i, tok,
                                 m->hp.n_vocab);
         if (s < 0 || s >= m->n_seq)
-            return tp_error_set(&m->err, TP_ERR_INVALID_ARG, "batch[%d]: sequence slot %d is out of range [0, %d)", i, s,
+            return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "batch[%d]: sequence slot %d is out of range [0, %d)", i, s,
                                 m->n_seq);
         if (p < 0 || p >= m->n_ctx)
-            return tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+            return tp_error_force(&m->err, TP_ERR_INVALID_ARG,
                                 "batch[%d]: position %d is outside the context [0, %d); raise n_ctx or shorten the input",
                                 i, p, m->n_ctx);
         if (p > m->seq_tmp[s])
-            return tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+            return tp_error_force(&m->err, TP_ERR_INVALID_ARG,
                                 "batch[%d]: position %d of sequence %d skips ahead of its cache (%d positions)", i, p, s,
                                 m->seq_tmp[s]);
+        if (p <= m->seq_last[s])
+            return tp_error_force(&m->err, TP_ERR_INVALID_ARG,
+                                "batch[%d]: position %d of sequence %d is not after its previous token (%d) in this batch",
+                                i, p, s, m->seq_last[s]);
+        m->seq_last[s] = p;
         m->seq_tmp[s] = TP_MAX(m->seq_tmp[s], p + 1);
     }
     return TP_OK;

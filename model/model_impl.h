@@ -75,6 +75,7 @@ struct tp_model {
     int kv_f16;
     int *seq_len;              /* (n_seq) valid positions per slot */
     int *seq_tmp;              /* (n_seq) scratch for batch validation */
+    int *seq_last;             /* (n_seq) scratch: last position seen per slot in the batch */
 
     /* activations, (n_batch, ...) */
     float *x;                  /* (n_batch, n_embd) residual stream */

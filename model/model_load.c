@@ -493,6 +493,7 @@ static enum tp_status alloc_state(tp_model_t *m)
                             m->path, cache * kv_elem >> 20, m->n_ctx, m->n_seq);
     m->seq_len = zalloc((size_t)m->n_seq, sizeof(int), &fail);
     m->seq_tmp = zalloc((size_t)m->n_seq, sizeof(int), &fail);
+    m->seq_last = zalloc((size_t)m->n_seq, sizeof(int), &fail);
     m->x = zalloc(B * E, sizeof(float), &fail);
     m->xb = zalloc(B * E, sizeof(float), &fail);
     m->proj = zalloc(B * E, sizeof(float), &fail);
@@ -671,6 +672,7 @@ void tp_model_free(tp_model_t *m)
     tp_aligned_free(m->v_cache);
     tp_aligned_free(m->seq_len);
     tp_aligned_free(m->seq_tmp);
+    tp_aligned_free(m->seq_last);
     tp_aligned_free(m->x);
     tp_aligned_free(m->xb);
     tp_aligned_free(m->proj);

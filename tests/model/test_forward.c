@@ -271,6 +271,16 @@ static void test_bad_batches(void)
     pos = 0;
     CU_ASSERT_EQUAL(tp_model_forward(m, &b, logits), TP_OK);
     CU_ASSERT_EQUAL(argmax(logits, 512), 403);
+    /* one sequence's positions out of order within a batch */
+    int32_t t2[2] = {403, 407}, p2[2] = {1, 1}, s2[2] = {0, 0};
+    int8_t w2[2] = {0, 1};
+    CU_ASSERT_EQUAL(tp_model_forward(m, &(struct tp_batch){2, t2, p2, s2, w2}, logits), TP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(tp_model_last_error(m), "not after"));
+    /* a failed batch leaves the slot as it was: position 1 continues it */
+    p2[0] = 1;
+    p2[1] = 2;
+    CU_ASSERT_EQUAL(tp_model_forward(m, &(struct tp_batch){2, t2, p2, s2, w2}, logits), TP_OK);
+    CU_ASSERT_EQUAL(argmax(logits, 512), 261);
     tp_model_free(m);
 
     /* bad config and missing file */
