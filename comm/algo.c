@@ -3,7 +3,7 @@
  * (tp_comm_xfer), shared by the ring (TCP) and rdma transports.
  *
  * Algorithms:
- *   small messages (<= TP_ALGO_SMALL_BYTES per rank)
+ *   small messages (<= 512 KiB with 2 ranks, 64 KiB with more: mesh_limit)
  *     all_reduce / sum_scatter: mesh exchange - every rank sends its data to
  *     every other rank in one round and reduces locally in rank order
  *     (d0 op d1 op d2 ...), so every rank computes bit-identical results.
@@ -45,18 +45,21 @@ enum tp_status tp_algo_alloc_scratch(struct tp_comm *c)
     return TP_OK;
 }
 
+/* Largest per-rank message sent by the one-round mesh algorithms. */
+static size_t mesh_limit(const struct tp_comm *c) { return c->size == 2 ? TP_ALGO_SMALL_BYTES : TP_ALGO_SMALL_BYTES_N; }
+
 static enum tp_status ensure_small(struct tp_comm *c)
 {
     if (c->small) return TP_OK;
-    c->small_bytes = (size_t)c->size * TP_ALGO_SMALL_BYTES;
-    c->small = tp_aligned_alloc(64, c->small_bytes);
+    c->small_bytes = mesh_limit(c);
+    c->small = tp_aligned_alloc(64, (size_t)c->size * c->small_bytes);
     if (!c->small) return tp_comm_fail(c, TP_ERR_NOMEM, "out of memory for the mesh buffer");
     return TP_OK;
 }
 
-static inline unsigned char *slot(struct tp_comm *c, int r) { return c->small + (size_t)r * TP_ALGO_SMALL_BYTES; }
+static inline unsigned char *slot(struct tp_comm *c, int r) { return c->small + (size_t)r * c->small_bytes; }
 
-/* Mesh all-reduce: bytes <= TP_ALGO_SMALL_BYTES. */
+/* Mesh all-reduce: bytes <= mesh_limit(c). */
 static enum tp_status mesh_all_reduce(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
                                       enum tp_red_op op)
 {
@@ -191,7 +194,7 @@ static enum tp_status net_all_reduce(struct tp_comm *c, const void *send, void *
 {
     const int n = c->size;
     const size_t es = tp_dtype_size(dt);
-    if (count * es <= TP_ALGO_SMALL_BYTES) return mesh_all_reduce(c, send, recv, count, dt, op);
+    if (count * es <= mesh_limit(c)) return mesh_all_reduce(c, send, recv, count, dt, op);
     size_t off[TP_ALGO_MAX_RANKS], len[TP_ALGO_MAX_RANKS];
     for (int r = 0; r < n; r++) {
         off[r] = seg_begin(count, n, r);
@@ -233,7 +236,7 @@ static enum tp_status net_reduce_scatter(struct tp_comm *c, const void *send, vo
     const int n = c->size, me = c->rank;
     const size_t es = tp_dtype_size(dt), bytes = count * es;
     const unsigned char *in = send;
-    if (bytes <= TP_ALGO_SMALL_BYTES) {
+    if (bytes <= mesh_limit(c)) {
         struct tp_xfer x[2 * TP_ALGO_MAX_RANKS];
         int nx = 0;
         enum tp_status rc = ensure_small(c);

@@ -124,8 +124,8 @@ struct tp_comm {
     struct tp_comm_stats stats;
 
     /* Scratch owned by the algorithm layer, allocated once. */
-    unsigned char *small;      /* (size-1) * TP_ALGO_SMALL_BYTES: mesh receive area */
-    size_t small_bytes;
+    unsigned char *small;      /* (size) * small_bytes: mesh receive slots, one per rank */
+    size_t small_bytes;        /* slot size = the mesh threshold for this group size */
     unsigned char *stage[2];   /* TP_ALGO_CHUNK_BYTES each: ring receive staging */
     unsigned char *acc[2];     /* TP_ALGO_CHUNK_BYTES each: ring partial sums */
 
@@ -140,7 +140,8 @@ struct tp_comm {
 };
 
 #define TP_ALGO_MAX_RANKS 64             /* ring/rdma world size limit (full mesh) */
-#define TP_ALGO_SMALL_BYTES (512u * 1024u)    /* <= this: mesh exchange, one round */
+#define TP_ALGO_SMALL_BYTES (512u * 1024u)   /* 2 ranks: <= this, mesh exchange (one round) */
+#define TP_ALGO_SMALL_BYTES_N (64u * 1024u)  /* 3+ ranks: mesh up to here, ring above */
 #define TP_ALGO_CHUNK_BYTES (128u * 1024u)   /* ring pipeline chunk */
 
 /* Transfers on group ranks (mapped to net ranks here on their first call);
