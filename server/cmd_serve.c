@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "parallel/parallel.h"
@@ -25,6 +26,14 @@ static void on_signal(int sig)
 {
     (void)sig;
     if (g_server) tp_server_stop(g_server);
+}
+
+/* Workers: SIGTERM/SIGINT (forwarded by launch / mpirun to every rank) give
+ * rank 0 up to 10 s to shut the group down cleanly; then SIGALRM ends us. */
+static void on_worker_signal(int sig)
+{
+    (void)sig;
+    alarm(10);
 }
 
 static void json_log_hook(enum tp_log_level level, const char *module, const char *msg, void *user)
@@ -197,6 +206,8 @@ int tp_cmd_serve(int argc, char **argv)
     }
     int code = 0;
     if (tp_parallel_rank(p) != 0) {
+        signal(SIGINT, on_worker_signal);
+        signal(SIGTERM, on_worker_signal);
         enum tp_status st = tp_parallel_worker_loop(p);
         if (st != TP_OK) code = tp_cli_fail("serve", "worker stopped: %s", tp_parallel_last_error(p));
         tp_parallel_free(p);

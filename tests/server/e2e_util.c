@@ -35,21 +35,21 @@ static int free_port(void)
     return ntohs(a.sin_port);
 }
 
-int srv_start(struct srv *s, int world, const char *const *extra)
+static int srv_start_impl(struct srv *s, int world, int launch, const char *const *extra)
 {
     memset(s, 0, sizeof *s);
-    s->n = world;
+    s->n = launch ? 1 : world;
     int coord = world > 1 ? free_port() : 0;
     int fds[2];
     if (pipe(fds) != 0) return -1;
-    for (int rank = 0; rank < world; rank++) {
+    for (int rank = 0; rank < s->n; rank++) {
         pid_t pid = fork();
         if (pid < 0) return -1;
         if (pid == 0) {
             if (rank == 0) dup2(fds[1], 1);
             close(fds[0]);
             close(fds[1]);
-            if (world > 1) {
+            if (world > 1 && !launch) {
                 char buf[64];
                 snprintf(buf, sizeof buf, "%d", rank);
                 setenv("TP_RANK", buf, 1);
@@ -61,6 +61,15 @@ int srv_start(struct srv *s, int world, const char *const *extra)
             }
             const char *argv[64];
             int k = 0;
+            char nbuf[16];
+            snprintf(nbuf, sizeof nbuf, "%d", world);
+            if (launch) {
+                argv[k++] = tp_test_tpserve();
+                argv[k++] = "launch";
+                argv[k++] = "-n";
+                argv[k++] = nbuf;
+                argv[k++] = "--";
+            }
             argv[k++] = tp_test_tpserve();
             argv[k++] = "serve";
             argv[k++] = "-m";
@@ -102,6 +111,12 @@ int srv_start(struct srv *s, int world, const char *const *extra)
         return -1;
     }
     return 0;
+}
+
+int srv_start(struct srv *s, int world, const char *const *extra) { return srv_start_impl(s, world, 0, extra); }
+int srv_start_launch(struct srv *s, int n_ranks, const char *const *extra)
+{
+    return srv_start_impl(s, n_ranks, 1, extra);
 }
 
 void srv_kill_rank(struct srv *s, int rank)

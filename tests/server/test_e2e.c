@@ -239,10 +239,10 @@ static char *complete(int port, const char *prompt, int n, int stream)
     return t;
 }
 
-static void check_greedy_matches_generate(int world)
+static void check_greedy_matches_generate(int world, int launch)
 {
     struct srv s;
-    CU_ASSERT_EQUAL_FATAL(srv_start(&s, world, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(launch ? srv_start_launch(&s, world, NULL) : srv_start(&s, world, NULL), 0);
     for (int i = 0; i < 3; i++) {
         char *want = run_generate(prompts[i], 40);
         char *got = complete(s.port, prompts[i], 40, 0);
@@ -260,12 +260,16 @@ static void check_greedy_matches_generate(int world)
         free(want);
         free(got);
     }
-    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+    int st = srv_stop(&s);
+    if (launch) /* launch reports being terminated (128 + SIGTERM) after its ranks left */
+        CU_ASSERT(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 128 + SIGTERM));
+    else
+        CU_ASSERT_EQUAL(st, 0);
 }
 
 static void test_greedy(void)
 {
-    if (have_model()) check_greedy_matches_generate(1);
+    if (have_model()) check_greedy_matches_generate(1, 0);
 }
 
 struct client {
@@ -537,7 +541,13 @@ TP_TEST_SUITE(e2e, "model", 240, e2e_cases)
 
 static void test_multirank_greedy(void)
 {
-    if (have_model()) check_greedy_matches_generate(2);
+    if (have_model()) check_greedy_matches_generate(2, 0);
+}
+
+static void test_launch_greedy(void)
+{
+    /* the same through `tpserve launch -n 2 -- tpserve serve ...` */
+    if (have_model()) check_greedy_matches_generate(2, 1);
 }
 
 struct long_stream {
@@ -656,6 +666,7 @@ static void test_disconnect_cancels(void)
 static const struct tp_test_case multirank_cases[] = {
     {"client_disconnect_cancels", test_disconnect_cancels},
     {"greedy_2_ranks_equals_generate", test_multirank_greedy},
+    {"launch_2_ranks_equals_generate", test_launch_greedy},
     {"worker_killed_during_stream", test_worker_killed},
     {NULL, NULL},
 };
