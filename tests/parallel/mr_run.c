@@ -97,6 +97,7 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
             rc = 4;
             break;
         }
+        if (r->kill_last_rank) tp_sleep_ms(5); /* keep generating until the peer has died */
         if (!r->greedy_api) {
             ids[0] = argmax(logits, V);
             ids[1] = argmax(logits + V, V);

@@ -187,12 +187,15 @@ static void test_dead_peer(void)
     r.n_steps = MR_MAX_STEPS - 1; /* still generating when the last rank dies */
     r.kill_last_rank = 1;
     r.deadline_s = 40;
-    /* make each step slow enough that rank 2 dies mid-run: many steps on a tiny model are fast,
-     * so a dead peer may also be noticed at shutdown; either way nobody may hang */
     CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
-    CU_ASSERT_NOT_EQUAL(r.exit_code[0], -1);
-    CU_ASSERT_NOT_EQUAL(r.exit_code[1], -1);
+    /* rank 2 dies 0.3 s after start while rank 0 is still generating (>= 1.3 s): ranks 0 and 1 must
+     * both fail their step with the reason, not hang */
+    CU_ASSERT_EQUAL(r.exit_code[0], 4);
+    CU_ASSERT_EQUAL(r.exit_code[1], 4);
     CU_ASSERT_EQUAL(r.exit_code[2], 9);
+    CU_ASSERT(strstr(r.msg[0], "failed") != NULL);
+    CU_ASSERT(strstr(r.msg[1], "failed") != NULL);
+    fprintf(stderr, "dead peer: rank 0 says: %s\n", r.msg[0]);
     CU_ASSERT(r.seconds < 30);
     mr_free(&r);
 }
