@@ -22,7 +22,7 @@
 #define KOUT static __attribute__((target(KN_TARGET)))
 #define KN_MR 4
 #define KN_NT 4
-#define KN_CHUNK 16
+#define KN_CHUNK 64
 #define KROW(p, rb, r) ((const void *)((const char *)(p) + (size_t)(r) * (rb)))
 
 enum { KN_Q4_0, KN_Q8_0, KN_F32, KN_F16, KN_BF16 };

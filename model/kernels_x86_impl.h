@@ -30,7 +30,7 @@
 
 #define KFN static inline __attribute__((always_inline, target(KX_TARGET)))
 #define KOUT static __attribute__((target(KX_TARGET)))
-#define KX_CHUNK 16
+#define KX_CHUNK 64
 #define KX_PF 768 /* software prefetch distance for the decode weight stream (bytes) */
 #define KROW(p, rb, r) ((const void *)((const char *)(p) + (size_t)(r) * (rb)))
 
