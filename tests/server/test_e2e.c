@@ -261,10 +261,11 @@ static void check_greedy_matches_generate(int world, int launch)
         free(got);
     }
     int st = srv_stop(&s);
-    if (launch) /* launch reports being terminated (128 + SIGTERM) after its ranks left */
+    if (launch) { /* launch reports being terminated (128 + SIGTERM) after its ranks left */
         CU_ASSERT(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 128 + SIGTERM));
-    else
+    } else {
         CU_ASSERT_EQUAL(st, 0);
+    }
 }
 
 static void test_greedy(void)
