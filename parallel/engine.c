@@ -725,6 +725,10 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, const struct tp_s
     if (p->shut) return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "engine was shut down");
     enum tp_status st;
     if (s && (st = check_step(p, s)) != TP_OK) return st;
+    if (s && kind == STEP_RUN_LOGITS && !logits)
+        for (int i = 0; i < s->batch.n_tokens; i++)
+            if (s->batch.logits[i])
+                return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step wants logits but the logits buffer is NULL");
     uint64_t t0 = tp_now_ns(), ns_comm = 0;
     struct tp_comm_stats c0, c1;
     if (p->comm) tp_comm_get_stats(p->comm, &c0);
@@ -755,10 +759,12 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, const struct tp_s
             return step_fail(p, st, "step broadcast");
     }
     if (kind == STEP_PING) {
-        uint64_t tb = tp_now_ns();
-        st = p->comm ? tp_comm_barrier(p->comm) : TP_OK;
-        ns_comm += tp_now_ns() - tb;
-        if (st != TP_OK) return step_fail(p, st, "ping");
+        if (p->comm) {
+            uint64_t tb = tp_now_ns();
+            st = tp_comm_barrier(p->comm);
+            ns_comm += tp_now_ns() - tb;
+            if (st != TP_OK) return step_fail(p, st, "ping");
+        }
     } else {
         st = run_step(p, body, logits, ids, maxv, &ns_comm);
         if (st != TP_OK) return step_fail(p, st, "forward step");

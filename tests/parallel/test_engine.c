@@ -1,0 +1,129 @@
+/*
+ * tests/parallel/test_engine.c - the engine in one process (world of 1, no
+ * network): argument checks happen before anything is sent and do not
+ * poison the engine, the distributed-argmax API agrees with a scan of the
+ * full logits, clears work, ping works, and a rank-0 engine refuses the
+ * worker loop.  The multi-rank behaviour is in test_multirank.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "parallel/parallel.h"
+#include "tp_test.h"
+
+static tp_parallel_t *open_stories(void)
+{
+    const char *m = tp_test_repo_path("models/stories260K.gguf");
+    if (access(m, R_OK) != 0) return NULL;
+    struct tp_parallel_config cfg = tp_parallel_default_config();
+    cfg.model.path = m;
+    cfg.model.n_threads = 1;
+    cfg.model.n_ctx = 64;
+    cfg.model.n_seq = 2;
+    cfg.model.n_batch = 8;
+    cfg.comm.world_size = 1;
+    cfg.comm.rank = 0;
+    tp_parallel_t *p = NULL;
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL(tp_parallel_init(&cfg, &p, &e), TP_OK);
+    if (!p) fprintf(stderr, "init: %s\n", e.msg);
+    return p;
+}
+
+static void test_world1_api(void)
+{
+    tp_parallel_t *p = open_stories();
+    if (!p) {
+        tp_test_skip("models/stories260K.gguf not found");
+        return;
+    }
+    CU_ASSERT_EQUAL(tp_parallel_rank(p), 0);
+    CU_ASSERT_EQUAL(tp_parallel_size(p), 1);
+    CU_ASSERT_EQUAL(tp_parallel_get_plan(p)->world_size, 1);
+    const int V = tp_parallel_hparams(p)->n_vocab;
+    float *logits = malloc(2 * (size_t)V * sizeof(float));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
+
+    int32_t tok[3] = {1, 5, 9}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
+    int8_t want[3] = {0, 0, 1};
+    struct tp_step st = {{3, tok, pos, seq, want}, 0, NULL, NULL};
+    /* bad inputs: refused before anything runs, engine stays usable */
+    tok[1] = V;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(tp_parallel_last_error(p), "out of range") != NULL);
+    tok[1] = 5;
+    seq[2] = 2;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    seq[2] = 0;
+    st.batch.n_tokens = 9; /* > n_batch */
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    st.batch.n_tokens = 3;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, NULL), TP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(tp_parallel_is_poisoned(p), 0);
+    CU_ASSERT_EQUAL(tp_parallel_worker_loop(p), TP_ERR_INVALID_ARG);
+
+    /* full logits, then the same step again after a clear, through the greedy API */
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_step(p, &st, logits), TP_OK);
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    int32_t clear_seq[1] = {0}, clear_from[1] = {0}, id = -1;
+    float maxv = 0;
+    struct tp_step again = {{3, tok, pos, seq, want}, 1, clear_seq, clear_from};
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_step_greedy(p, &again, &id, &maxv), TP_OK);
+    CU_ASSERT_EQUAL(id, best);
+    CU_ASSERT_EQUAL(maxv, logits[best]);
+    /* without the clear, positions 0..2 of seq 0 are taken: the model refuses, engine not poisoned */
+    enum tp_status rs = tp_parallel_step(p, &st, logits);
+    if (rs != TP_OK) {
+        CU_ASSERT_EQUAL(rs, TP_ERR_INVALID_ARG);
+        CU_ASSERT_EQUAL(tp_parallel_is_poisoned(p), 0);
+    }
+    /* a step that only clears */
+    struct tp_step only_clear = {{0, NULL, NULL, NULL, NULL}, 1, clear_seq, clear_from};
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &only_clear, NULL), TP_OK);
+    CU_ASSERT_EQUAL(tp_parallel_ping(p), TP_OK);
+
+    struct tp_parallel_stats s;
+    tp_parallel_get_stats(p, &s);
+    CU_ASSERT(s.n_steps >= 3);
+    CU_ASSERT(s.n_tokens >= 6);
+    CU_ASSERT(s.ns_compute > 0);
+    CU_ASSERT_EQUAL(s.ns_comm, 0);
+    CU_ASSERT_EQUAL(s.bytes_sent, 0);
+    free(logits);
+    tp_parallel_free(p);
+    tp_parallel_free(NULL);
+}
+
+static void test_init_refusals(void)
+{
+    struct tp_parallel_config cfg = tp_parallel_default_config();
+    cfg.comm.world_size = 1;
+    tp_parallel_t *p = (tp_parallel_t *)1;
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL(tp_parallel_init(&cfg, &p, &e), TP_ERR_INVALID_ARG); /* no path */
+    CU_ASSERT_PTR_NULL(p);
+    cfg.model.path = "/nonexistent/model.gguf";
+    tp_error_clear(&e);
+    CU_ASSERT_NOT_EQUAL(tp_parallel_init(&cfg, &p, &e), TP_OK);
+    CU_ASSERT(strstr(e.msg, "/nonexistent/model.gguf") != NULL);
+    cfg.model.path = tp_test_repo_path("models/stories260K.gguf");
+    cfg.shard_weights = "1,2"; /* two weights for one rank */
+    tp_error_clear(&e);
+    CU_ASSERT_EQUAL(tp_parallel_init(&cfg, &p, &e), TP_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(e.msg, "one per rank") != NULL);
+    cfg.shard_weights = NULL;
+    cfg.wire_dtype = TP_WIRE_COUNT;
+    tp_error_clear(&e);
+    CU_ASSERT_EQUAL(tp_parallel_init(&cfg, &p, &e), TP_ERR_INVALID_ARG);
+}
+
+static const struct tp_test_case engine_cases[] = {
+    {"world1_api", test_world1_api},
+    {"init_refusals", test_init_refusals},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(engine, "unit,model", 60, engine_cases)
