@@ -525,6 +525,10 @@ static void run_type_cases(enum tp_wtype t)
             n++;
         }
     }
+    /* more rows than one 64-row chunk of the tiled kernels, ragged at both ends */
+    check_case((struct mm_case){t, 150, cols[ncols / 2], 6, 3, 149}, worst);
+    check_case((struct mm_case){t, 131, cols[ncols / 2], 1, 1, 131}, worst);
+    n += 2;
     printf("\n  %s: %d cases;", tp_wtype_name(t), n);
     for (int i = 1; i < tp_kern_isa_count(); i++) printf(" %s worst nmse %.2g;", tp_kern_isa_name(i), worst[i]);
 }
