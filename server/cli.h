@@ -53,6 +53,18 @@ void tp_cli_setup_logging(const char *prefix);
 /* One-line error "tpserve CMD: message" to stderr; returns exit code 1. */
 int tp_cli_fail(const char *cmd, const char *fmt, ...) TP_PRINTF(2, 3);
 
+/* Model-loading progress (load_progress.c): a bar on a terminal, else a log
+ * line per 10% / 5 s.  Set cfg.model.progress = tp_cli_load_progress and
+ * cfg.model.progress_ctx = &state after tp_cli_progress_init(&state, "rank 1"). */
+struct tp_cli_progress {
+    char label[48];
+    int tty;
+    int last_pct;
+    double t0, last_print;
+};
+void tp_cli_progress_init(struct tp_cli_progress *p, const char *label);
+void tp_cli_load_progress(void *ctx, uint64_t done, uint64_t total);
+
 /* Subcommand entry point: argv[0] is the subcommand name. Returns exit code. */
 typedef int (*tp_cli_fn)(int argc, char **argv);
 struct tp_cli_command {

@@ -198,6 +198,10 @@ int tp_cmd_serve(int argc, char **argv)
         tp_log(TP_LOG_INFO, "server", "listening on http://%s:%d (loading %s)", host, tp_server_port(srv), model);
     }
 
+    static struct tp_cli_progress load_progress;
+    tp_cli_progress_init(&load_progress, prefix);
+    pc.model.progress = tp_cli_load_progress;
+    pc.model.progress_ctx = &load_progress;
     tp_parallel_t *p = NULL;
     if (tp_parallel_init(&pc, &p, &err) != TP_OK) {
         tp_server_free(srv);
