@@ -341,14 +341,16 @@ static enum tp_status rdma_xfer(struct tp_net *net, struct tp_xfer *x, int n, st
     for (;;) {
         int progressed = 0, pending = 0;
         enum tp_status rc = rdma_poll(net, st, &progressed, err);
-        if (rc != TP_OK) return rc;
-        for (int i = 0; i < n; i++) {
+        int r = rc == TP_OK ? 0 : -1;
+        for (int i = 0; i < n && r >= 0; i++) {
             if (x[i].done >= x[i].bytes) continue;
-            int r = rdma_step(st, &x[i], err);
-            if (r < 0) return err->status;
-            progressed |= r;
+            r = rdma_step(st, &x[i], err);
+            if (r > 0) progressed = 1;
             if (x[i].done < x[i].bytes && !x[i].optional) pending++;
         }
+        if (r < 0 && atomic_load_explicit(&net->poisoned, memory_order_acquire))
+            return tp_error_force(err, TP_ERR_POISONED, "aborted: %s", tp_error_msg(&net->err));
+        if (r < 0) return err->status;
         if (!pending) return TP_OK;
         if (atomic_load_explicit(&net->poisoned, memory_order_acquire))
             return tp_error_set(err, TP_ERR_POISONED, "aborted: %s", tp_error_msg(&net->err));

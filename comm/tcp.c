@@ -82,6 +82,8 @@ static enum tp_status tcp_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
         for (int i = 0; i < n; i++) {
             if (x[i].done >= x[i].bytes) continue;
             int r = step_one(net, &x[i], err);
+            if (r < 0 && atomic_load_explicit(&net->poisoned, memory_order_acquire))
+                return tp_error_force(err, TP_ERR_POISONED, "aborted: %s", tp_error_msg(&net->err));
             if (r < 0) return err->status;
             progressed |= r;
             if (x[i].done < x[i].bytes && !x[i].optional) pending++;

@@ -6,6 +6,7 @@
  * with a REJECT frame; the group still forms and works).
  */
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,7 +188,45 @@ static void test_wrong_token_rank_fails(void)
     ct_wait(&g, 5000);
 }
 
+/* tp_comm_abort from another thread wakes a call blocked on a silent peer. */
+static void *abort_later(void *arg)
+{
+    tp_sleep_ms(300);
+    tp_comm_abort(arg, "stopped by the watchdog");
+    return NULL;
+}
+
+static int body_abort(tp_comm_t *c, void *arg)
+{
+    (void)arg;
+    if (tp_comm_rank(c) == 0) {
+        tp_sleep_ms(3000); /* says nothing while rank 1 waits */
+        return 0;
+    }
+    pthread_t th;
+    if (pthread_create(&th, NULL, abort_later, c) != 0) return 1;
+    float x[4];
+    uint64_t t0 = tp_now_ns();
+    enum tp_status st = tp_comm_recv(c, x, 4, TP_DTYPE_F32, 0);
+    double s = (double)(tp_now_ns() - t0) / 1e9;
+    pthread_join(th, NULL);
+    int bad = 0;
+    if (st != TP_ERR_POISONED || s > 1.5) {
+        fprintf(stderr, "    rank 1: recv returned %s after %.2f s, want poisoned within 1.5 s\n", tp_status_str(st), s);
+        bad++;
+    }
+    if (!strstr(tp_comm_last_error(c), "stopped by the watchdog")) {
+        fprintf(stderr, "    rank 1: last error '%s' lacks the abort reason\n", tp_comm_last_error(c));
+        bad++;
+    }
+    if (tp_comm_barrier(c) != TP_ERR_POISONED) bad++;
+    return bad;
+}
+
+static void test_abort_wakes(void) { ct_run_ok(2, body_abort, NULL, 20000); }
+
 static const struct tp_test_case fail_cases[] = {
+    {"abort_wakes_blocked_call", test_abort_wakes},
     {"rank_killed_mid_collective", test_rank_killed},
     {"rank_stopped_times_out", test_rank_stopped},
     {"stray_connections_rejected", test_stray_connections},
