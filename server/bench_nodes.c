@@ -414,7 +414,12 @@ int tp_bench_nodes(int argc, char **argv)
         fclose(hf);
         if (have_netsim) {
             snprintf(cmd, sizeof cmd, "'%s' up %d --profile %s >/dev/null", netsim, N, link);
-            if (run_sh(cmd) != 0) return tp_cli_fail("bench nodes", "'%s' failed", cmd);
+            if (run_sh(cmd) != 0) {
+                tp_cli_fail("bench nodes", "'%s' failed", cmd);
+                snprintf(cmd, sizeof cmd, "'%s' down >/dev/null 2>&1", netsim);
+                run_sh(cmd);
+                return 1;
+            }
         }
         int t = threads > 0 ? threads : TP_MAX(1, ncpu / N);
         char ps[16], ns_[16], ts[16], rs[16];
