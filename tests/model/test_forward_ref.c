@@ -205,10 +205,12 @@ static tp_model_t *open_path(const char *path, int threads, int n_seq, int n_bat
     return m;
 }
 
-static void check_against_reference(const char *shape_name, int expect_neox)
+/* tol: allowed max |diff| relative to max(1, max |logit|): ~1e-7 is reached
+ * with F32 weights; quantized weights also quantize the activations (Q8). */
+static void check_type_against_reference(const char *shape_name, int expect_neox, enum tp_wtype type, double tol)
 {
     enum { N = 40 };
-    const char *path = synth(shape_name, TP_WTYPE_F32);
+    const char *path = synth(shape_name, type);
     CU_ASSERT_PTR_NOT_NULL_FATAL(path);
     struct refm r;
     memset(&r, 0, sizeof(r));
@@ -251,20 +253,33 @@ static void check_against_reference(const char *shape_name, int expect_neox)
         maxd = fmax(maxd, fabs(lg[i] - ref[i]));
         maxabs = fmax(maxabs, fabs(ref[i]));
     }
-    if (maxd > 1e-4 * fmax(1.0, maxabs) || getenv("TP_TEST_VERBOSE"))
-        fprintf(stderr, "%s: max |logit - reference| = %g (max |logit| %g)\n", shape_name, maxd, maxabs);
+    if (maxd > tol * fmax(1.0, maxabs) || getenv("TP_TEST_VERBOSE"))
+        fprintf(stderr, "%s %s: max |logit - reference| = %g (max |logit| %g)\n", shape_name, tp_wtype_name(type), maxd,
+                maxabs);
     CU_ASSERT(maxabs > 1e-3); /* the comparison means something */
-    CU_ASSERT(maxd <= 1e-4 * fmax(1.0, maxabs));
+    CU_ASSERT(maxd <= tol * fmax(1.0, maxabs));
     free(ref);
     free(lg);
     tp_model_free(m);
     tp_gguf_close(r.g);
 }
 
+static void check_against_reference(const char *shape_name, int expect_neox)
+{
+    check_type_against_reference(shape_name, expect_neox, TP_WTYPE_F32, 1e-4);
+}
+
 static void test_ref_llama(void) { check_against_reference("test-tiny", 0); }
 static void test_ref_llama3(void) { check_against_reference("test-tiny-llama3", 0); }
 static void test_ref_qwen2(void) { check_against_reference("test-tiny-qwen2", 1); }
 static void test_ref_qwen3(void) { check_against_reference("test-tiny-qwen3", 1); }
+static void test_ref_quantized(void)
+{
+    check_type_against_reference("test-tiny-qwen3", 1, TP_WTYPE_F16, 1e-5);
+    check_type_against_reference("test-tiny-qwen2", 1, TP_WTYPE_BF16, 1e-5);
+    check_type_against_reference("test-tiny", 0, TP_WTYPE_Q8_0, 1.5e-2);
+    check_type_against_reference("test-tiny-llama3", 0, TP_WTYPE_Q4_0, 1.5e-2);
+}
 
 /* ------------------------------------------------------------ 2 ranks, quantized */
 
@@ -482,6 +497,7 @@ static const struct tp_test_case ref_cases[] = {
     {"ref_llama3_rope_scaling_tied", test_ref_llama3},
     {"ref_qwen2_bias", test_ref_qwen2},
     {"ref_qwen3_qk_norm", test_ref_qwen3},
+    {"ref_f16_bf16_q8_0_q4_0", test_ref_quantized},
     {"shard_qwen2_q8_0", test_shard_qwen2_q8},
     {"shard_qwen3_q4_0", test_shard_qwen3_q4},
     {"shard_llama3_tied", test_shard_llama3_tied},
