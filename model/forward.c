@@ -10,9 +10,11 @@
  *             xb = rmsnorm(x) ; hb = silu(xb Wg) * (xb Wu)     pool job FFN_UP
  *             proj = hb Wd ; all_sum(proj) ; x += proj         pool job DOWN
  * then logits = rmsnorm(x) Wout for the tokens that asked.
- * Every job splits the rows of its matrices (or the (token, head) pairs)
- * evenly over the persistent pool; the small O(n) steps between them run on
- * the calling thread.  With a shard only the held heads / FFN columns /
+ * Every job hands out chunks of the rows of its matrices (or of the (token,
+ * head) pairs) to the threads of the persistent pool as they come free; the
+ * small O(n) steps between jobs run on the calling thread (RMSNorm and
+ * activation quantization go to the pool too when many tokens are prefilled),
+ * and jobs under 64 KiB of work never wake the pool.  With a shard only the held heads / FFN columns /
  * vocab rows are computed and the two all_sum calls add the other ranks'
  * partial sums.  Nothing is allocated here.
  */
