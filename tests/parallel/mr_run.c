@@ -225,7 +225,7 @@ int mr_exec(struct mr_run *r)
     char cmd[600];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
     if (system(cmd) != 0) return -1;
-    int port = 21000 + (int)((getpid() * 37 + run * 11) % 20000);
+    int port = 20000 + (int)((getpid() * 37 + run * 11) % 12000); /* below the ephemeral range (32768+) */
     pid_t pids[MR_MAX_RANKS];
     double t0 = tp_now_s();
     fflush(NULL);
