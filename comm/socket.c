@@ -81,37 +81,93 @@ static int resolve(const char *host, int port, int passive, struct addrinfo **re
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = passive ? AI_PASSIVE : 0;
-    if (passive && (!host || !*host)) hints.ai_family = AF_INET;
     return getaddrinfo(host && *host ? host : NULL, ps, &hints, res);
+}
+
+/* All interfaces: an IPv6 dual-stack socket (IPv4 peers arrive v4-mapped)
+ * where the system has IPv6, else plain IPv4. */
+static int socket_any(int port, int *fd_out)
+{
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    if (fd >= 0) {
+        int zero = 0, one = 1;
+        struct sockaddr_in6 a6;
+        memset(&a6, 0, sizeof a6);
+        a6.sin6_family = AF_INET6;
+        a6.sin6_addr = in6addr_any;
+        a6.sin6_port = htons((uint16_t)port);
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == 0 &&
+            bind(fd, (struct sockaddr *)&a6, sizeof a6) == 0) {
+            *fd_out = fd;
+            return 0;
+        }
+        int e = errno;
+        close(fd);
+        if (e == EADDRINUSE) {
+            errno = e;
+            return -1;
+        }
+    }
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    int one = 1;
+    struct sockaddr_in a4;
+    memset(&a4, 0, sizeof a4);
+    a4.sin_family = AF_INET;
+    a4.sin_addr.s_addr = htonl(INADDR_ANY);
+    a4.sin_port = htons((uint16_t)port);
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&a4, sizeof a4) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    *fd_out = fd;
+    return 0;
 }
 
 enum tp_status tp_sock_listen(const char *host, int port, int *fd_out, int *port_out, struct tp_error *err)
 {
     *fd_out = -1;
-    struct addrinfo *res = NULL;
-    int gr = resolve(host, port, 1, &res);
-    if (gr != 0)
-        return tp_error_set(err, TP_ERR_INVALID_ARG, "cannot resolve listen address '%s': %s", host ? host : "*",
-                            gai_strerror(gr));
-    int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
-    if (fd < 0) {
+    int fd = -1;
+    if (!host || !*host) {
+        if (socket_any(port, &fd) != 0) {
+            int e = errno;
+            if (e == EADDRINUSE)
+                return tp_error_set(err, TP_ERR_IO,
+                                    "port %d is already in use (another process listens there): stop it or pick a "
+                                    "free port in the hostfile / TP_COORDINATOR",
+                                    port);
+            return tp_error_set(err, TP_ERR_IO, "cannot bind port %d: %s", port, strerror(e));
+        }
+    } else {
+        struct addrinfo *res = NULL;
+        int gr = resolve(host, port, 1, &res);
+        if (gr != 0)
+            return tp_error_set(err, TP_ERR_INVALID_ARG, "cannot resolve listen address '%s': %s", host,
+                                gai_strerror(gr));
+        fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
+        if (fd < 0) {
+            freeaddrinfo(res);
+            return tp_error_set(err, TP_ERR_IO, "socket() failed: %s", strerror(errno));
+        }
+        int one = 1;
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
+            int e = errno;
+            freeaddrinfo(res);
+            close(fd);
+            if (e == EADDRINUSE)
+                return tp_error_set(err, TP_ERR_IO,
+                                    "port %d is already in use (another process listens there): stop it or pick a "
+                                    "free port in the hostfile / TP_COORDINATOR",
+                                    port);
+            return tp_error_set(err, TP_ERR_IO, "cannot bind %s port %d: %s", host, port, strerror(e));
+        }
         freeaddrinfo(res);
-        return tp_error_set(err, TP_ERR_IO, "socket() failed: %s", strerror(errno));
     }
-    int one = 1;
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
-        int e = errno;
-        freeaddrinfo(res);
-        close(fd);
-        if (e == EADDRINUSE)
-            return tp_error_set(err, TP_ERR_IO,
-                                "port %d is already in use (another process listens there): stop it or pick a "
-                                "free port in the hostfile / TP_COORDINATOR",
-                                port);
-        return tp_error_set(err, TP_ERR_IO, "cannot bind port %d: %s", port, strerror(e));
-    }
-    freeaddrinfo(res);
     if (listen(fd, 64) != 0 || set_nonblock(fd) != 0) {
         int e = errno;
         close(fd);
@@ -255,6 +311,11 @@ void tp_sock_peer_ip(int fd, char *out, size_t cap)
     if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0) return;
     if (ss.ss_family == AF_INET)
         inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out, (socklen_t)cap);
-    else if (ss.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, out, (socklen_t)cap);
+    else if (ss.ss_family == AF_INET6) {
+        const struct in6_addr *a6 = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a6)) /* a v4 peer on a dual-stack socket: give the plain IPv4 form */
+            inet_ntop(AF_INET, &a6->s6_addr[12], out, (socklen_t)cap);
+        else
+            inet_ntop(AF_INET6, a6, out, (socklen_t)cap);
+    }
 }

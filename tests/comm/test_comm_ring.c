@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -224,6 +226,39 @@ static void test_coordinator_w3(void)
     }
 }
 
+/* IPv6 addresses in the hostfile ([::1]); skipped where IPv6 is off. */
+static int body_small(tp_comm_t *c, void *arg)
+{
+    (void)arg;
+    static const size_t counts[] = {1, 1000, 300000};
+    return ct_check_collectives(c, counts, 3, 0);
+}
+
+static void test_ipv6_w2(void)
+{
+    int probe = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a;
+    memset(&a, 0, sizeof a);
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_loopback;
+    if (probe < 0 || bind(probe, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (probe >= 0) close(probe);
+        tp_test_skip("no IPv6 loopback (::1) on this machine");
+        return;
+    }
+    close(probe);
+    struct ct_group g;
+    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile(&g, 2, "v6"), 0);
+    FILE *f = fopen(g.hostfile, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fprintf(f, "{\"hosts\": [{\"ips\": [\"::1\"], \"port\": %d}, {\"ips\": [\"::1\"], \"port\": %d}]}\n", g.ports[0],
+            g.ports[1]);
+    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(ct_spawn(&g, body_small, NULL, NULL, 0), 0);
+    CU_ASSERT_EQUAL(ct_wait(&g, 30000), 0);
+    for (int r = 0; r < 2; r++) CU_ASSERT(WIFEXITED(g.status[r]) && WEXITSTATUS(g.status[r]) == 0);
+}
+
 static const struct tp_test_case ring_cases[] = {
     {"collectives_world2", test_collectives_w2},
     {"collectives_world3", test_collectives_w3},
@@ -238,6 +273,7 @@ static const struct tp_test_case ring_misc_cases[] = {
     {"split_world4", test_split_w4},
     {"nonblocking_world3", test_async_w3},
     {"coordinator_world3", test_coordinator_w3},
+    {"ipv6_world2", test_ipv6_w2},
     {NULL, NULL},
 };
 TP_TEST_SUITE(ring_misc, "multirank", 240, ring_misc_cases)
