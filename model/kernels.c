@@ -64,7 +64,7 @@ static void choose_isa(void)
     if (avx2) add_isa("avx2", tp_kern_avx2_ops, tp_kern_kquant_avx2_ops);
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
-        add_isa("avx512-vnni", tp_kern_avx512_ops, tp_kern_kquant_avx2_ops); /* K-quants: the AVX2 kernels */
+        add_isa("avx512-vnni", tp_kern_avx512_ops, tp_kern_kquant_avx512_ops);
 #elif defined(__aarch64__)
     int dot = 0;
 #if defined(__linux__)

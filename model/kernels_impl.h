@@ -94,7 +94,8 @@ void tp_kq_quantize(enum tp_wtype t, const float *src, void *dst, int64_t n);
 void tp_kq_quant_q8k(const float *x, void *out, int64_t n);
 void tp_kern_kquant_scalar_ops(struct tp_kern_ops *ops);
 #if defined(__x86_64__) || defined(_M_X64)
-void tp_kern_kquant_avx2_ops(struct tp_kern_ops *ops); /* kernels_kquant_avx2.c */
+void tp_kern_kquant_avx2_ops(struct tp_kern_ops *ops);   /* kernels_kquant_avx2.c */
+void tp_kern_kquant_avx512_ops(struct tp_kern_ops *ops); /* kernels_kquant_avx512.c */
 #endif
 #if defined(__aarch64__)
 void tp_kern_kquant_neon_ops(struct tp_kern_ops *ops); /* kernels_kquant_neon.c */
