@@ -33,3 +33,7 @@ set_tests_properties(ops.plan_70b_refused_status PROPERTIES LABELS unit WILL_FAI
 add_test(NAME ops.bench_nodes COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/bench_nodes_test.sh ${PROJECT_SOURCE_DIR}
          $<TARGET_FILE:tpserve>)
 set_tests_properties(ops.bench_nodes PROPERTIES LABELS "multirank;model" TIMEOUT 180 SKIP_RETURN_CODE 77)
+add_test(NAME ops.bench_nodes_tinyllama COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/bench_nodes_test.sh
+         ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tpserve> tinyllama)
+set_tests_properties(ops.bench_nodes_tinyllama PROPERTIES LABELS "multirank;model;slow" TIMEOUT 900
+  SKIP_RETURN_CODE 77)
