@@ -1,0 +1,67 @@
+/*
+ * parallel/engine_impl.h - private to parallel/: the engine handle shared by
+ * engine.c (life cycle) and step.c (step protocol, worker loop, keepalive).
+ */
+#ifndef TP_PARALLEL_ENGINE_IMPL_H
+#define TP_PARALLEL_ENGINE_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "parallel/parallel_impl.h"
+
+#define STEP_MAGIC 0x50535054 /* "TPSP" little-endian */
+#define HDR_WORDS 64
+#define HDR_INLINE_AT 8
+#define HDR_INLINE_MAX (HDR_WORDS - HDR_INLINE_AT)
+enum step_kind { STEP_RUN_LOGITS = 1, STEP_RUN_ARGMAX = 2, STEP_PING = 3, STEP_SHUTDOWN = 4 };
+
+#define GATHER_MAX_FLOATS (4u << 20) /* rank 0's logits gather area: 16 MiB */
+
+struct tp_parallel {
+    struct tp_error err;
+    int rank, world;
+    tp_comm_t *comm;              /* NULL for a world of 1 */
+    tp_model_t *model;
+    struct tp_model_probe probe;
+    struct tp_shard_plan plan;
+    struct tp_model_shard shard;
+    struct tp_wire wire;
+    enum tp_wire_dtype wire_dtype;
+
+    int n_batch, n_seq, n_ctx, n_vocab;
+    int vocab_begin, vocab_local; /* this rank's vocabulary rows */
+    int vocab_max;                /* largest range over ranks (gather padding) */
+    int equal_vocab;              /* every rank has vocab_max rows */
+    int chunk;                    /* rows per logits gather */
+
+    int32_t hdr[HDR_WORDS];
+    int32_t *body;                /* (4*n_batch + 2*n_seq) */
+    float *local;                 /* (n_batch, vocab_local) this rank's logits rows */
+    float *send;                  /* (chunk, vocab_max) padded rows (uneven vocab) */
+    float *gath;                  /* rank 0: (world, chunk, vocab_max) */
+    int8_t *want;                 /* (n_batch) logits flags of the current step */
+    float *pairs;                 /* (n_batch, 2) local (max, index) */
+    float *pairs_all;             /* rank 0: (world, n_batch, 2) */
+
+    atomic_int poisoned;
+    int shut;
+    uint32_t step_no;
+    struct tp_parallel_stats stats;
+    char path[4096];              /* model path with {rank} expanded */
+
+    /* rank 0 keepalive */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t keep;
+    int keep_started, keep_stop, mu_inited;
+    uint32_t keep_ms;
+    uint64_t last_ns;
+};
+
+/* step.c: rank 0's keepalive thread (pthread start routine; arg is the engine). */
+void *tp_engine_keepalive_main(void *arg);
+/* step.c: rank 0 tells the workers to leave (best effort; logs on failure). */
+void tp_engine_send_shutdown(tp_parallel_t *p);
+
+#endif /* TP_PARALLEL_ENGINE_IMPL_H */

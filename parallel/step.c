@@ -1,0 +1,395 @@
+/*
+ * parallel/step.c - the step protocol, the worker loop and rank 0's keepalive.
+ *
+ * Rank 0 drives.  It broadcasts a fixed 256-byte header of 64 little-endian
+ * int32:
+ *   [0] magic 'TPSP'  [1] kind (RUN_LOGITS / RUN_ARGMAX / PING / SHUTDOWN)
+ *   [2] step number   [3] n_tokens  [4] n_clear  [5] body inline (0/1)
+ *   [8..63] the body when it fits (56 words), else a second broadcast.
+ * Body (int32): token[n] pos[n] seq[n] want_logits[n] clear_seq[c] clear_from[c].
+ * Every rank then truncates the cleared sequences and runs the forward pass
+ * on its slice (two all_sums per layer through the wire hook); logits rows
+ * of each rank's vocabulary range are gathered to rank 0 (padded to the
+ * largest range, in chunks), or only each rank's (max, index) pair for the
+ * distributed greedy argmax.  PING adds a barrier (proves every rank alive).
+ * Rank 0 checks every step before sending anything, so a bad step cannot
+ * desynchronise the group.
+ *
+ * Failure: any comm error poisons the engine and aborts the group, so peers
+ * fail within the op timeout instead of waiting; later calls return
+ * TP_ERR_POISONED.  A batch the model rejects as invalid (identically on
+ * every rank, before any all_sum) is returned as TP_ERR_INVALID_ARG without
+ * poisoning.  Idle workers are kept alive by a keepalive thread on rank 0
+ * that sends PING when no step ran for a quarter of the op timeout; steps,
+ * pings and the keepalive are serialized by the engine mutex.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "parallel/engine_impl.h"
+
+/* ------------------------------------------------------------ one step */
+
+/* Record a failure: comm failures poison and abort the group (peers fail fast). */
+static enum tp_status step_fail(tp_parallel_t *p, enum tp_status st, const char *what)
+{
+    if (st == TP_ERR_INVALID_ARG && (!p->comm || !tp_comm_is_poisoned(p->comm))) {
+        tp_error_force(&p->err, st, "%s: %s", what, tp_model_last_error(p->model));
+        return st;
+    }
+    if (!atomic_exchange(&p->poisoned, 1)) {
+        const char *why = p->comm && tp_comm_last_error(p->comm)[0] ? tp_comm_last_error(p->comm)
+                                                                     : tp_model_last_error(p->model);
+        tp_error_force(&p->err, st, "rank %d: %s failed (%s): %s; the engine is stopped, restart every rank",
+                       p->rank, what, tp_status_str(st), why);
+        if (p->comm) tp_comm_abort(p->comm, "parallel: a rank failed during a step");
+        tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "%s", tp_error_msg(&p->err));
+    }
+    return st == TP_ERR_INVALID_ARG ? TP_ERR_PEER : st;
+}
+
+static enum tp_status bcast_timed(tp_parallel_t *p, void *buf, size_t n, uint64_t *ns)
+{
+    uint64_t t0 = tp_now_ns();
+    enum tp_status st = tp_comm_broadcast(p->comm, buf, n, TP_DTYPE_I32, 0);
+    *ns += tp_now_ns() - t0;
+    return st;
+}
+
+/* Gather the logits rows of every rank's vocabulary range into out (rank 0). */
+static enum tp_status gather_logits(tp_parallel_t *p, int n_out, float *out, uint64_t *ns_comm)
+{
+    const int V = p->vocab_max;
+    for (int r0 = 0; r0 < n_out; r0 += p->chunk) {
+        int rows = TP_MIN(p->chunk, n_out - r0);
+        const float *src = p->local + (size_t)r0 * (size_t)p->vocab_local;
+        if (!p->equal_vocab) {
+            for (int i = 0; i < rows; i++) {
+                memcpy(p->send + (size_t)i * V, src + (size_t)i * p->vocab_local, (size_t)p->vocab_local * sizeof(float));
+                memset(p->send + (size_t)i * V + p->vocab_local, 0, (size_t)(V - p->vocab_local) * sizeof(float));
+            }
+            src = p->send;
+        }
+        int direct = p->equal_vocab && rows == 1 && p->rank == 0;
+        float *dst = direct ? out + (size_t)r0 * (size_t)p->n_vocab : p->gath;
+        uint64_t t0 = tp_now_ns();
+        enum tp_status st = tp_comm_gather(p->comm, src, dst, (size_t)rows * (size_t)V, TP_DTYPE_F32, 0);
+        *ns_comm += tp_now_ns() - t0;
+        if (st != TP_OK) return st;
+        if (p->rank != 0 || direct) continue;
+        for (int r = 0; r < p->world; r++) {
+            const struct tp_model_shard *s = &p->plan.ranks[r].shard;
+            size_t vl = (size_t)(s->vocab_end - s->vocab_begin);
+            for (int i = 0; i < rows; i++)
+                memcpy(out + (size_t)(r0 + i) * (size_t)p->n_vocab + (size_t)s->vocab_begin,
+                       p->gath + ((size_t)r * (size_t)rows + (size_t)i) * (size_t)V, vl * sizeof(float));
+        }
+    }
+    return TP_OK;
+}
+
+/* Distributed greedy: each rank's (max, index) per row; rank 0 picks the best (first on ties). */
+static enum tp_status gather_argmax(tp_parallel_t *p, int n_out, int32_t *ids, float *maxv, uint64_t *ns_comm)
+{
+    for (int i = 0; i < n_out; i++) {
+        const float *row = p->local + (size_t)i * (size_t)p->vocab_local;
+        int best = 0;
+        for (int j = 1; j < p->vocab_local; j++)
+            if (row[j] > row[best]) best = j;
+        p->pairs[2 * i] = row[best];
+        p->pairs[2 * i + 1] = (float)(p->vocab_begin + best); /* exact: n_vocab < 2^24 checked */
+    }
+    const float *all = p->pairs;
+    if (p->world > 1) {
+        uint64_t t0 = tp_now_ns();
+        enum tp_status st = tp_comm_gather(p->comm, p->pairs, p->pairs_all, 2 * (size_t)n_out, TP_DTYPE_F32, 0);
+        *ns_comm += tp_now_ns() - t0;
+        if (st != TP_OK) return st;
+        all = p->pairs_all;
+    }
+    if (p->rank != 0) return TP_OK;
+    for (int i = 0; i < n_out; i++) {
+        float bv = all[2 * i];
+        int32_t bi = (int32_t)all[2 * i + 1];
+        for (int r = 1; r < p->world; r++) {
+            const float *q = all + (size_t)r * 2 * (size_t)n_out + 2 * (size_t)i;
+            if (q[0] > bv) {
+                bv = q[0];
+                bi = (int32_t)q[1];
+            }
+        }
+        if (ids) ids[i] = bi;
+        if (maxv) maxv[i] = bv;
+    }
+    return TP_OK;
+}
+
+/* Run a step whose header is in p->hdr and body in body (every rank). */
+static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, float *logits, int32_t *ids, float *maxv,
+                               uint64_t *ns_comm)
+{
+    const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4];
+    const int32_t *cs = body + 4 * n, *cf = body + 4 * n + c;
+    for (int i = 0; i < c; i++) tp_model_seq_truncate(p->model, cs[i], cf[i]);
+    if (n == 0) return TP_OK;
+    /* want_logits travels as int32; the model wants int8 flags */
+    struct tp_batch b = {n, body, body + n, body + 2 * n, p->want};
+    int n_out = 0;
+    for (int i = 0; i < n; i++) {
+        p->want[i] = body[3 * n + i] != 0;
+        n_out += p->want[i];
+    }
+    uint64_t w0 = p->wire.ns;
+    enum tp_status st = tp_model_forward(p->model, &b, p->local);
+    *ns_comm += p->wire.ns - w0;
+    if (st != TP_OK) return st;
+    p->stats.n_tokens += (uint64_t)n;
+    if (kind == STEP_RUN_ARGMAX) return gather_argmax(p, n_out, ids, maxv, ns_comm);
+    if (p->world == 1) {
+        if (logits) memcpy(logits, p->local, (size_t)n_out * (size_t)p->n_vocab * sizeof(float));
+        return TP_OK;
+    }
+    return gather_logits(p, n_out, logits, ns_comm);
+}
+
+/* Rank 0: check a step before anything is sent (a bad step must not desync the group). */
+static enum tp_status check_step(tp_parallel_t *p, const struct tp_step *s)
+{
+    const struct tp_batch *b = &s->batch;
+    if (b->n_tokens < 0 || b->n_tokens > p->n_batch)
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step has %d tokens; the engine takes 0..%d (--batch)",
+                              b->n_tokens, p->n_batch);
+    if (s->n_clear < 0 || s->n_clear > p->n_seq)
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step clears %d sequences; at most %d", s->n_clear,
+                              p->n_seq);
+    if (b->n_tokens > 0 && (!b->token || !b->pos || !b->seq || !b->logits))
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step batch has a NULL array");
+    if (s->n_clear > 0 && (!s->clear_seq || !s->clear_from))
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step clear list has a NULL array");
+    for (int i = 0; i < b->n_tokens; i++) {
+        if (b->token[i] < 0 || b->token[i] >= p->n_vocab || b->seq[i] < 0 || b->seq[i] >= p->n_seq ||
+            b->pos[i] < 0 || b->pos[i] >= p->n_ctx)
+            return tp_error_force(&p->err, TP_ERR_INVALID_ARG,
+                                  "step token %d: id %d / seq %d / pos %d out of range (vocab %d, %d slots, ctx %d)",
+                                  i, b->token[i], b->seq[i], b->pos[i], p->n_vocab, p->n_seq, p->n_ctx);
+    }
+    for (int i = 0; i < s->n_clear; i++)
+        if (s->clear_seq[i] < 0 || s->clear_seq[i] >= p->n_seq || s->clear_from[i] < 0)
+            return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step clears sequence %d from %d: out of range",
+                                  s->clear_seq[i], s->clear_from[i]);
+    return TP_OK;
+}
+
+/* Rank 0, mutex held: send the step to the workers and run it here too. */
+static enum tp_status drive_locked(tp_parallel_t *p, int kind, const struct tp_step *s, float *logits, int32_t *ids,
+                                   float *maxv)
+{
+    if (atomic_load(&p->poisoned)) return tp_error_set(&p->err, TP_ERR_POISONED, "engine already failed");
+    if (p->rank != 0)
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "only rank 0 drives steps; rank %d runs tp_parallel_worker_loop",
+                              p->rank);
+    if (p->shut) return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "engine was shut down");
+    enum tp_status st;
+    if (s && (st = check_step(p, s)) != TP_OK) return st;
+    if (s && kind == STEP_RUN_LOGITS && !logits)
+        for (int i = 0; i < s->batch.n_tokens; i++)
+            if (s->batch.logits[i])
+                return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step wants logits but the logits buffer is NULL");
+    uint64_t t0 = tp_now_ns(), ns_comm = 0;
+    struct tp_comm_stats c0, c1;
+    if (p->comm) tp_comm_get_stats(p->comm, &c0);
+
+    const int n = s ? s->batch.n_tokens : 0, c = s ? s->n_clear : 0;
+    memset(p->hdr, 0, sizeof p->hdr);
+    p->hdr[0] = STEP_MAGIC;
+    p->hdr[1] = kind;
+    p->hdr[2] = (int32_t)++p->step_no;
+    p->hdr[3] = n;
+    p->hdr[4] = c;
+    const int words = 4 * n + 2 * c;
+    int32_t *body = words <= HDR_INLINE_MAX ? p->hdr + HDR_INLINE_AT : p->body;
+    p->hdr[5] = words <= HDR_INLINE_MAX;
+    for (int i = 0; i < n; i++) {
+        body[i] = s->batch.token[i];
+        body[n + i] = s->batch.pos[i];
+        body[2 * n + i] = s->batch.seq[i];
+        body[3 * n + i] = s->batch.logits[i] != 0;
+    }
+    for (int i = 0; i < c; i++) {
+        body[4 * n + i] = s->clear_seq[i];
+        body[4 * n + c + i] = s->clear_from[i];
+    }
+    if (p->comm) {
+        if ((st = bcast_timed(p, p->hdr, HDR_WORDS, &ns_comm)) != TP_OK) return step_fail(p, st, "step broadcast");
+        if (!p->hdr[5] && (st = bcast_timed(p, p->body, (size_t)words, &ns_comm)) != TP_OK)
+            return step_fail(p, st, "step broadcast");
+    }
+    if (kind == STEP_PING) {
+        if (p->comm) {
+            uint64_t tb = tp_now_ns();
+            st = tp_comm_barrier(p->comm);
+            ns_comm += tp_now_ns() - tb;
+            if (st != TP_OK) return step_fail(p, st, "ping");
+        }
+    } else {
+        st = run_step(p, body, logits, ids, maxv, &ns_comm);
+        if (st != TP_OK) return step_fail(p, st, "forward step");
+    }
+    uint64_t dt = tp_now_ns() - t0;
+    p->stats.n_steps++;
+    p->stats.ns_comm += ns_comm;
+    p->stats.ns_compute += dt > ns_comm ? dt - ns_comm : 0;
+    if (p->comm) {
+        tp_comm_get_stats(p->comm, &c1);
+        p->stats.bytes_sent += c1.bytes_sent - c0.bytes_sent;
+    }
+    p->last_ns = tp_now_ns();
+    return TP_OK;
+}
+
+enum tp_status tp_parallel_step(tp_parallel_t *p, const struct tp_step *step, float *logits)
+{
+    if (!p || !step) return TP_ERR_INVALID_ARG;
+    pthread_mutex_lock(&p->mu);
+    enum tp_status st = drive_locked(p, STEP_RUN_LOGITS, step, logits, NULL, NULL);
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
+enum tp_status tp_parallel_step_greedy(tp_parallel_t *p, const struct tp_step *step, int32_t *ids, float *max_logit)
+{
+    if (!p || !step) return TP_ERR_INVALID_ARG;
+    pthread_mutex_lock(&p->mu);
+    enum tp_status st = drive_locked(p, STEP_RUN_ARGMAX, step, NULL, ids, max_logit);
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
+static enum tp_status do_ping_locked(tp_parallel_t *p) { return drive_locked(p, STEP_PING, NULL, NULL, NULL, NULL); }
+
+enum tp_status tp_parallel_ping(tp_parallel_t *p)
+{
+    if (!p) return TP_ERR_INVALID_ARG;
+    pthread_mutex_lock(&p->mu);
+    enum tp_status st = do_ping_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
+enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
+{
+    if (!p) return TP_ERR_INVALID_ARG;
+    if (p->rank == 0)
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "rank 0 drives steps; tp_parallel_worker_loop is for ranks > 0");
+    for (;;) {
+        if (atomic_load(&p->poisoned)) return tp_error_set(&p->err, TP_ERR_POISONED, "engine already failed");
+        uint64_t ns_comm = 0;
+        struct tp_comm_stats c0, c1;
+        tp_comm_get_stats(p->comm, &c0);
+        /* the wait for the next step is idle time, not communication */
+        enum tp_status st = tp_comm_broadcast(p->comm, p->hdr, HDR_WORDS, TP_DTYPE_I32, 0);
+        if (st != TP_OK) return step_fail(p, st, "waiting for the next step from rank 0");
+        uint64_t t0 = tp_now_ns();
+        const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4];
+        if (p->hdr[0] != STEP_MAGIC || kind < STEP_RUN_LOGITS || kind > STEP_SHUTDOWN || n < 0 || n > p->n_batch ||
+            c < 0 || c > p->n_seq) {
+            tp_error_force(&p->err, TP_ERR_PROTOCOL,
+                           "rank %d: malformed step header from rank 0 (magic %08x kind %d n_tokens %d n_clear %d); "
+                           "are all ranks the same tpserve version with the same --batch/--n-seq?",
+                           p->rank, (unsigned)p->hdr[0], kind, n, c);
+            atomic_store(&p->poisoned, 1);
+            tp_comm_abort(p->comm, "parallel: malformed step header");
+            return TP_ERR_PROTOCOL;
+        }
+        if (kind == STEP_SHUTDOWN) {
+            p->shut = 1;
+            tp_log(TP_LOG_DEBUG, TP_PARALLEL_MODULE, "rank %d: shutdown from rank 0", p->rank);
+            return TP_OK;
+        }
+        const int words = 4 * n + 2 * c;
+        const int32_t *body = p->hdr + HDR_INLINE_AT;
+        if (!p->hdr[5]) {
+            if ((st = bcast_timed(p, p->body, (size_t)words, &ns_comm)) != TP_OK)
+                return step_fail(p, st, "receiving a step");
+            body = p->body;
+        }
+        if (kind == STEP_PING) {
+            uint64_t tb = tp_now_ns();
+            st = tp_comm_barrier(p->comm);
+            ns_comm += tp_now_ns() - tb;
+            if (st != TP_OK) return step_fail(p, st, "ping");
+        } else {
+            for (int i = 0; i < c; i++) {
+                const int32_t sq = body[4 * n + i], from = body[4 * n + c + i];
+                if (sq < 0 || sq >= p->n_seq || from < 0) {
+                    tp_comm_abort(p->comm, "parallel: bad clear list");
+                    return step_fail(p, TP_ERR_PROTOCOL, "step clear list");
+                }
+            }
+            st = run_step(p, body, NULL, NULL, NULL, &ns_comm);
+            if (st != TP_OK) {
+                st = step_fail(p, st, "forward step");
+                if (st == TP_ERR_INVALID_ARG) continue; /* rank 0 got the same verdict */
+                return st;
+            }
+        }
+        uint64_t dt = tp_now_ns() - t0;
+        pthread_mutex_lock(&p->mu);
+        p->stats.n_steps++;
+        p->stats.ns_comm += ns_comm;
+        p->stats.ns_compute += dt > ns_comm ? dt - ns_comm : 0;
+        tp_comm_get_stats(p->comm, &c1);
+        p->stats.bytes_sent += c1.bytes_sent - c0.bytes_sent;
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* ------------------------------------------------------------- keepalive */
+
+void *tp_engine_keepalive_main(void *arg)
+{
+    tp_parallel_t *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->keep_stop) {
+        uint64_t now = tp_now_ns();
+        uint64_t due = p->last_ns + (uint64_t)p->keep_ms * 1000000ull;
+        if (now >= due) {
+            if (!atomic_load(&p->poisoned) && !p->shut) {
+                if (do_ping_locked(p) != TP_OK)
+                    tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "keepalive ping failed: %s", tp_error_msg(&p->err));
+            }
+            p->last_ns = tp_now_ns(); /* next look one period later, whatever happened */
+            continue;
+        }
+        uint64_t wait_ns = due - now;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += (time_t)(wait_ns / 1000000000ull);
+        ts.tv_nsec += (long)(wait_ns % 1000000000ull);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+void tp_engine_send_shutdown(tp_parallel_t *p)
+{
+    pthread_mutex_lock(&p->mu);
+    memset(p->hdr, 0, sizeof p->hdr);
+    p->hdr[0] = STEP_MAGIC;
+    p->hdr[1] = STEP_SHUTDOWN;
+    p->hdr[2] = (int32_t)++p->step_no;
+    if (tp_comm_broadcast(p->comm, p->hdr, HDR_WORDS, TP_DTYPE_I32, 0) != TP_OK)
+        tp_log(TP_LOG_WARN, TP_PARALLEL_MODULE, "could not tell the workers to shut down: %s",
+               tp_comm_last_error(p->comm));
+    p->shut = 1;
+    pthread_mutex_unlock(&p->mu);
+}
