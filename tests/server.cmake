@@ -6,3 +6,20 @@ add_test(NAME server.node_conformance
                  ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
 set_tests_properties(server.node_conformance PROPERTIES LABELS "model" TIMEOUT 400
                      ENVIRONMENT "TP_SHARED_DIR=${TP_SHARED_DIR}")
+
+# Command-line refusals of `tpserve serve` (one-line errors, no hang).
+add_test(NAME server.cli_no_model COMMAND tpserve serve --port 0)
+set_tests_properties(server.cli_no_model PROPERTIES LABELS unit PASS_REGULAR_EXPRESSION "-m MODEL is required")
+add_test(NAME server.cli_bad_template
+         COMMAND tpserve serve -m ${PROJECT_SOURCE_DIR}/models/stories260K.gguf --port 0 --chat-template jinja2000)
+set_tests_properties(server.cli_bad_template PROPERTIES LABELS unit TIMEOUT 30
+                     PASS_REGULAR_EXPRESSION "--chat-template jinja2000: unknown; known templates: llama2, llama3")
+add_test(NAME server.cli_missing_key_file
+         COMMAND tpserve serve -m ${PROJECT_SOURCE_DIR}/models/stories260K.gguf --port 0 --api-key-file /nonexistent/key)
+set_tests_properties(server.cli_missing_key_file PROPERTIES LABELS unit TIMEOUT 30
+                     PASS_REGULAR_EXPRESSION "--api-key-file /nonexistent/key: cannot read a key")
+add_test(NAME server.cli_bad_log_format COMMAND tpserve serve -m x.gguf --log-format yaml)
+set_tests_properties(server.cli_bad_log_format PROPERTIES LABELS unit PASS_REGULAR_EXPRESSION "want text or json")
+add_test(NAME server.cli_bad_host
+         COMMAND tpserve serve -m ${PROJECT_SOURCE_DIR}/models/stories260K.gguf --host not-an-ip --port 0)
+set_tests_properties(server.cli_bad_host PROPERTIES LABELS unit TIMEOUT 30 PASS_REGULAR_EXPRESSION "not an IPv4 address")

@@ -73,7 +73,13 @@ static void test_bad_input(void)
 {
     if (!have_model()) return;
     struct srv s;
-    const char *extra[] = {"--api-key", "sekret", "--max-body", "4096", "--ctx-size", "64", NULL};
+    char keyfile[600];
+    snprintf(keyfile, sizeof keyfile, "%s/api.key", tp_test_tmpdir());
+    FILE *kf = fopen(keyfile, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kf);
+    fputs("sekret\n", kf); /* the trailing newline is not part of the key */
+    fclose(kf);
+    const char *extra[] = {"--api-key-file", keyfile, "--max-body", "4096", "--ctx-size", "64", NULL};
     CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, extra), 0);
     const char *C = "/v1/completions", *H = "/v1/chat/completions";
     static char big[6000], longp[3000];
