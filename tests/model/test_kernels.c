@@ -542,6 +542,62 @@ static void test_matmul_q4_k(void) { run_type_cases(TP_WTYPE_Q4_K); }
 static void test_matmul_q5_k(void) { run_type_cases(TP_WTYPE_Q5_K); }
 static void test_matmul_q6_k(void) { run_type_cases(TP_WTYPE_Q6_K); }
 
+/* Rows split over 2 pool threads (as the forward pass does) give the same
+ * result as one call: bit-identical for our kernels (each row is computed the
+ * same way whatever its tile-mates), within 1e-12 nmse for f32 (BLAS sgemm may
+ * block differently).  Also exercises concurrent BLAS calls. */
+struct mt_job {
+    struct mm_data *d;
+};
+static void mt_fn(void *ctx, int ith, int nth)
+{
+    struct mt_job *j = ctx;
+    int64_t b, e;
+    tp_split_range(j->d->c.r1 - j->d->c.r0, ith, nth, &b, &e);
+    tp_kern_matmul(j->d->c.t, j->d->w, j->d->wrb, j->d->c.cols, j->d->xq, j->d->xrb, j->d->c.n_tok, j->d->y,
+                   j->d->ys, j->d->c.r0 + b, j->d->c.r0 + e);
+}
+
+static void test_matmul_threads(void)
+{
+    struct tp_pool_config pc = tp_pool_default_config();
+    pc.n_threads = 2;
+    tp_pool_t *pool = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_pool_init(&pc, &pool), TP_OK);
+    rng_seed(4242);
+    for (size_t k = 0; k < TP_ARRAY_LEN(kTypes); k++) {
+        const enum tp_wtype t = kTypes[k];
+        for (int n_tok = 1; n_tok <= 16; n_tok += 15) {
+            struct mm_data d;
+            CU_ASSERT_FATAL(mm_setup(&d, (struct mm_case){t, 203, 512, n_tok, 1, 202}) == 0);
+            tp_kern_force_isa(NULL);
+            int64_t n_out = (d.c.r1 - d.c.r0) * n_tok;
+            float *one = malloc((size_t)n_out * sizeof(float)), *two = malloc((size_t)n_out * sizeof(float));
+            double *oned = malloc((size_t)n_out * sizeof(double));
+            CU_ASSERT_FATAL(one && two && oned);
+            CU_ASSERT_EQUAL(mm_run(&d), 0);
+            mm_take(&d, one);
+            for (int i = 0; i < 3; i++) {
+                struct mt_job job = {&d};
+                for (int64_t q = 0; q < (int64_t)n_tok * d.ys; q++) d.y[q] = -1.0f;
+                tp_pool_run(pool, mt_fn, &job);
+                mm_take(&d, two);
+                if (t == TP_WTYPE_F32) {
+                    for (int64_t q = 0; q < n_out; q++) oned[q] = one[q];
+                    CU_ASSERT(nmse(two, oned, n_out) <= 1e-12);
+                } else {
+                    CU_ASSERT(memcmp(one, two, (size_t)n_out * sizeof(float)) == 0);
+                }
+            }
+            free(one);
+            free(two);
+            free(oned);
+            mm_free(&d);
+        }
+    }
+    tp_pool_free(pool);
+}
+
 /* Quantized matmul approximates the float product within the format's noise. */
 static void test_matmul_vs_float(void)
 {
@@ -597,6 +653,7 @@ static const struct tp_test_case kernel_cases[] = {
     {"matmul_q5_k", test_matmul_q5_k},
     {"matmul_q6_k", test_matmul_q6_k},
     {"matmul_vs_float", test_matmul_vs_float},
+    {"matmul_threads", test_matmul_threads},
     {NULL, NULL},
 };
 TP_TEST_SUITE(kernels, "unit", 300, kernel_cases)
