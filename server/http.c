@@ -80,8 +80,21 @@ enum MHD_Result tp_http_send_error(struct tp_server *s, struct MHD_Connection *c
     else if (e->status == 405) hn = "Allow", hv = "GET, POST";
     else if (e->status == 401) hn = "WWW-Authenticate", hv = "Bearer";
     enum MHD_Result ret = tp_http_send(c, e->status, "application/json", json, strlen(json), hn, hv);
+    /* one log line per refused request too */
+    if (s->cfg.log_json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "status", e->status);
+        cJSON_AddStringToObject(o, "param", e->param);
+        cJSON_AddStringToObject(o, "error", e->message);
+        char *line = cJSON_PrintUnformatted(o);
+        if (line) tp_log(TP_LOG_INFO, "http", "%s", line);
+        free(line);
+        cJSON_Delete(o);
+    } else {
+        tp_log(TP_LOG_INFO, "http", "refused status=%d%s%s: %s", e->status, e->param[0] ? " param=" : "", e->param,
+               e->message);
+    }
     free(json);
-    tp_log(TP_LOG_DEBUG, "http", "error %d: %s", e->status, e->message);
     return ret;
 }
 
