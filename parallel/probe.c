@@ -42,7 +42,10 @@ enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, stru
     struct tp_plan_types *ty = &out->types;
     TP_CHECK_GOTO(role_type(g, "token_embd.weight", 1, &ty->token_embd, err), rc, out);
     ty->output = ty->token_embd;
-    TP_CHECK_GOTO(role_type(g, "output.weight", !out->hp.tied_embeddings, &ty->output, err), rc, out);
+    /* no output head in the file: the head is the token embedding (tied), whatever the
+     * vocab-only load could tell without looking at tensors */
+    if (!tp_gguf_find_tensor(g, "output.weight")) out->hp.tied_embeddings = 1;
+    TP_CHECK_GOTO(role_type(g, "output.weight", 0, &ty->output, err), rc, out);
     TP_CHECK_GOTO(role_type(g, "blk.0.attn_q.weight", 1, &ty->attn_q, err), rc, out);
     TP_CHECK_GOTO(role_type(g, "blk.0.attn_k.weight", 1, &ty->attn_k, err), rc, out);
     TP_CHECK_GOTO(role_type(g, "blk.0.attn_v.weight", 1, &ty->attn_v, err), rc, out);

@@ -313,7 +313,13 @@ const char *mr_synth_model(const char *tag, enum tp_wtype type)
     memset(&sh, 0, sizeof sh);
     snprintf(sh.name, sizeof sh.name, "test-%s", tag);
     sh.arch = TP_ARCH_LLAMA;
-    if (strcmp(tag, "tinyllama4") == 0) {
+    if (strncmp(tag, "test-", 5) == 0) { /* built-in test shapes (configs/shapes.json) */
+        struct tp_error e = {0};
+        if (tp_shape_find(NULL, tag, &sh, &e) != TP_OK) {
+            fprintf(stderr, "mr_synth_model: %s\n", e.msg);
+            return NULL;
+        }
+    } else if (strcmp(tag, "tinyllama4") == 0) {
         struct tp_error e = {0};
         if (tp_shape_find(NULL, "tinyllama-1.1b", &sh, &e) != TP_OK) return NULL;
         sh.n_layer = 4;
