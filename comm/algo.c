@@ -189,12 +189,53 @@ static enum tp_status ring_reduce_scatter_inplace(struct tp_comm *c, const unsig
     return TP_OK;
 }
 
+/*
+ * Two ranks, large messages: reduce-scatter and all-gather pipelined into
+ * one pass.  Each rank streams the peer's half of its input (optional send)
+ * and receives its own half chunk by chunk into the staging buffers; every
+ * reduced chunk is appended to a second send (the all-gather of its half),
+ * queued behind the first on the same socket, so the all-gather starts while
+ * the reduce-scatter is still running.  Last, the peer's reduced half lands
+ * straight in recv.  In place is safe: the peer's all-gather bytes for a
+ * chunk arrive only after it received (so we sent) that chunk.
+ */
+static enum tp_status pair_all_reduce(struct tp_comm *c, const unsigned char *send, unsigned char *recv, size_t count,
+                                      enum tp_dtype dt, enum tp_red_op op)
+{
+    const int me = c->rank, peer = 1 - me;
+    const size_t es = tp_dtype_size(dt), chunk = TP_ALGO_CHUNK_BYTES / es;
+    const size_t off[2] = {0, count / 2}, len[2] = {count / 2, count - count / 2};
+    enum tp_status rc = tp_algo_alloc_scratch(c);
+    if (rc != TP_OK) return rc;
+    struct tp_xfer x[3] = {
+        {.peer = peer, .is_send = 1, .buf = (void *)(send + off[peer] * es), .bytes = len[peer] * es, .optional = 1},
+        {.peer = peer, .is_send = 1, .buf = recv + off[me] * es, .bytes = 0, .optional = 1},
+        {.peer = peer, .is_send = 0},
+    };
+    for (size_t k0 = 0; k0 < len[me]; k0 += chunk) {
+        const size_t clen = TP_MIN(chunk, len[me] - k0);
+        unsigned char *stage = c->stage[(k0 / chunk) & 1];
+        x[2] = (struct tp_xfer){.peer = peer, .is_send = 0, .buf = stage, .bytes = clen * es};
+        rc = tp_comm_xfer(c, x, 3);
+        if (rc != TP_OK) return rc;
+        /* same operand order on both ranks: a op b is bitwise symmetric for sum/max/min */
+        tp_reduce(recv + (off[me] + k0) * es, stage, send + (off[me] + k0) * es, clen, dt, op);
+        x[1].bytes += clen * es;
+        c->stats.bytes_sent += clen * es;
+    }
+    x[0].optional = 0;
+    x[1].optional = 0;
+    x[2] = (struct tp_xfer){.peer = peer, .is_send = 0, .buf = recv + off[peer] * es, .bytes = len[peer] * es};
+    return tp_comm_xfer(c, x, 3);
+}
+
 static enum tp_status net_all_reduce(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
                                      enum tp_red_op op)
 {
     const int n = c->size;
     const size_t es = tp_dtype_size(dt);
     if (count * es <= mesh_limit(c)) return mesh_all_reduce(c, send, recv, count, dt, op);
+    if (n == 2) return pair_all_reduce(c, send, recv, count, dt, op);
     size_t off[TP_ALGO_MAX_RANKS], len[TP_ALGO_MAX_RANKS];
     for (int r = 0; r < n; r++) {
         off[r] = seg_begin(count, n, r);

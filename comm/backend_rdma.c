@@ -344,6 +344,10 @@ static enum tp_status rdma_xfer(struct tp_net *net, struct tp_xfer *x, int n, st
         int r = rc == TP_OK ? 0 : -1;
         for (int i = 0; i < n && r >= 0; i++) {
             if (x[i].done >= x[i].bytes) continue;
+            if (tp_xfer_blocked(x, i)) {
+                pending += !x[i].optional;
+                continue;
+            }
             r = rdma_step(st, &x[i], err);
             if (r > 0) progressed = 1;
             if (x[i].done < x[i].bytes && !x[i].optional) pending++;

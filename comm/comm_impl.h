@@ -48,6 +48,16 @@ struct tp_xfer {
     int started;   /* set by tp_comm_xfer once mapped/counted (a transfer may span calls) */
 };
 
+/* Transfers on one link in one direction run in array order: entry i waits
+ * while an earlier entry with the same peer and direction is unfinished
+ * (so a send may be queued behind another on the same socket). */
+static inline int tp_xfer_blocked(const struct tp_xfer *x, int i)
+{
+    for (int j = 0; j < i; j++)
+        if (x[j].peer == x[i].peer && x[j].is_send == x[i].is_send && x[j].done < x[j].bytes) return 1;
+    return 0;
+}
+
 struct tp_net;
 struct tp_transport_ops {
     const char *name;
@@ -142,7 +152,7 @@ struct tp_comm {
 #define TP_ALGO_MAX_RANKS 64             /* ring/rdma world size limit (full mesh) */
 #define TP_ALGO_SMALL_BYTES (512u * 1024u)   /* 2 ranks: <= this, mesh exchange (one round) */
 #define TP_ALGO_SMALL_BYTES_N (64u * 1024u)  /* 3+ ranks: mesh up to here, ring above */
-#define TP_ALGO_CHUNK_BYTES (128u * 1024u)   /* ring pipeline chunk */
+#define TP_ALGO_CHUNK_BYTES (32u * 1024u)   /* ring pipeline chunk */
 
 /* Transfers on group ranks (mapped to net ranks here on their first call);
  * counts stats, poisons the group (and net) on failure with a message naming

@@ -81,6 +81,10 @@ static enum tp_status tcp_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
         int pending = 0, progressed = 0;
         for (int i = 0; i < n; i++) {
             if (x[i].done >= x[i].bytes) continue;
+            if (tp_xfer_blocked(x, i)) {
+                pending += !x[i].optional;
+                continue;
+            }
             int r = step_one(net, &x[i], err);
             if (r < 0 && atomic_load_explicit(&net->poisoned, memory_order_acquire))
                 return tp_error_force(err, TP_ERR_POISONED, "aborted: %s", tp_error_msg(&net->err));
@@ -112,7 +116,7 @@ static enum tp_status tcp_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
         }
         int np = 0;
         for (int i = 0; i < n; i++) {
-            if (x[i].done >= x[i].bytes) continue;
+            if (x[i].done >= x[i].bytes || tp_xfer_blocked(x, i)) continue;
             pfd[np].fd = net->fds[x[i].peer];
             pfd[np].events = x[i].is_send ? POLLOUT : POLLIN;
             pfd[np].revents = 0;
