@@ -35,7 +35,10 @@ struct slot {
     int n_fed;               /* prompt tokens fed to the model */
     int n_past;              /* positions in the KV cache */
     int32_t last_tok;        /* next decode input */
-    int fresh;               /* needs its KV sequence cleared in the next step */
+    int fresh;               /* needs its KV sequence cleared (from clear_from) in the next step */
+    int clear_from;          /* first position not reused from the previous request */
+    int32_t *hist;           /* (n_ctx) tokens whose K/V this slot's cache holds, by position */
+    int n_hist;
     uint64_t t_prev_tok_ns;
 };
 
@@ -250,9 +253,10 @@ static void admit(struct tp_engine *e)
             s->req = NULL;
         }
     }
-    for (int i = 0; i < e->cfg.n_parallel && e->q_len > 0; i++) {
-        struct slot *s = &e->slots[i];
-        if (s->req) continue;
+    for (;;) {
+        int n_free = 0;
+        for (int i = 0; i < e->cfg.n_parallel; i++) n_free += e->slots[i].req == NULL;
+        if (n_free == 0 || e->q_len == 0) break;
         struct tp_req *r = NULL;
         while (e->q_len > 0 && !r) {
             r = e->queue[e->q_head];
@@ -264,6 +268,22 @@ static void admit(struct tp_engine *e)
             }
         }
         if (!r) break;
+        /* prompt cache: the free slot whose KV cache holds the longest prefix
+         * of this prompt (multi-turn chats resend the conversation) */
+        struct slot *s = NULL;
+        int best = -1;
+        for (int i = 0; i < e->cfg.n_parallel; i++) {
+            struct slot *c = &e->slots[i];
+            if (c->req) continue;
+            int l = 0, lim = TP_MIN(c->n_hist, r->n_prompt);
+            while (l < lim && c->hist[l] == r->prompt[l]) l++;
+            if (l > best) {
+                best = l;
+                s = c;
+            }
+        }
+        /* at least the prompt's last token is fed again: it gives the logits */
+        int keep = TP_MIN(best, r->n_prompt - 1);
         struct tp_sampler_params sp = tp_sampler_default_params();
         sp.temperature = r->params.temperature;
         sp.top_k = r->params.top_k;
@@ -290,9 +310,12 @@ static void admit(struct tp_engine *e)
         s->req = r;
         s->text.len = 0;
         s->released = 0;
-        s->n_fed = 0;
-        s->n_past = 0;
+        s->n_fed = keep;
+        s->n_past = keep;
+        s->n_hist = keep;
+        s->clear_from = keep;
         s->fresh = 1;
+        r->n_cached = keep;
         r->state = TP_REQ_RUNNING;
         pthread_cond_broadcast(&r->cond);
     }
@@ -309,6 +332,8 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
         if (!s->req || s->n_fed < s->req->n_prompt) continue;
         e->b_tok[n] = s->last_tok;
         e->b_pos[n] = s->n_past;
+        s->hist[s->n_past] = s->last_tok;
+        s->n_hist = s->n_past + 1;
         e->b_seq[n] = i;
         e->b_logits[n] = 1;
         e->row_slot[n_rows++] = i;
@@ -320,19 +345,21 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
         if (!s->req || s->n_fed >= s->req->n_prompt) continue;
         if (s->fresh) {
             e->clear_seq[n_clear] = i;
-            e->clear_from[n_clear++] = 0;
+            e->clear_from[n_clear++] = s->clear_from;
             s->fresh = 0;
         }
         int chunk = TP_MIN(budget, s->req->n_prompt - s->n_fed);
         for (int k = 0; k < chunk; k++) {
             e->b_tok[n] = s->req->prompt[s->n_fed + k];
             e->b_pos[n] = s->n_fed + k;
+            s->hist[s->n_fed + k] = e->b_tok[n];
             e->b_seq[n] = i;
             e->b_logits[n] = 0;
             n++;
         }
         s->n_fed += chunk;
         s->n_past = s->n_fed;
+        s->n_hist = s->n_fed;
         s->req->n_prefilled = s->n_fed;
         budget -= chunk;
         if (s->n_fed == s->req->n_prompt) {
@@ -489,8 +516,10 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->logits = malloc(sizeof(float) * (size_t)cfg->n_parallel * (size_t)e->n_vocab);
     if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits)
         goto nomem;
-    for (int i = 0; i < cfg->n_parallel; i++)
+    for (int i = 0; i < cfg->n_parallel; i++) {
         if (tp_detok_init(e->tok, &e->slots[i].detok) != TP_OK) goto nomem;
+        if (!(e->slots[i].hist = calloc((size_t)e->n_ctx + 1, sizeof(int32_t)))) goto nomem;
+    }
     e->last_ok_ns = tp_now_ns();
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         tp_engine_free(e);
@@ -536,6 +565,7 @@ void tp_engine_free(struct tp_engine *e)
     for (int i = 0; e->slots && i < e->cfg.n_parallel; i++) {
         tp_sampler_free(e->slots[i].sampler);
         tp_detok_free(e->slots[i].detok);
+        free(e->slots[i].hist);
         tp_buf_free(&e->slots[i].text);
     }
     free(e->queue);

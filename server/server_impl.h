@@ -180,6 +180,7 @@ struct tp_req {
     int n_toks;
     struct tp_buf text;            /* released text */
     int n_prefilled;               /* prompt tokens processed so far */
+    int n_cached;                  /* prompt tokens reused from the slot's KV cache */
     uint64_t t_first_ns, t_done_ns;
     int refs;
     pthread_cond_t cond;           /* signalled on every change */

@@ -380,6 +380,21 @@ static void test_endpoints(void)
     cJSON_Delete(j);
     resp_free(&r);
 
+    /* prompt cache: the same request again reuses all but the last prompt
+     * token from the slot's KV cache and gives the same greedy text */
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT_EQUAL(http_post(s.port, "/v1/completions",
+                                  "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0}", &r), 0);
+        j = cJSON_Parse(r.body);
+        ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(ch, "text")->valuestring, full);
+        u = cJSON_GetObjectItem(j, "usage");
+        int cached = cJSON_GetObjectItem(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens")->valueint;
+        CU_ASSERT_EQUAL(cached, n_tok); /* prompt = BOS + n_tok tokens; the last is fed again */
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+
     /* stop strings: cut before the stop, never emitted, stream and not */
     char *sp = strstr(full, "girl") ? "girl" : NULL;
     if (!sp && strlen(full) > 10) sp = full + 8;
