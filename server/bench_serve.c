@@ -150,27 +150,30 @@ struct level_ctx {
 static void *client_main(void *arg)
 {
     struct level_ctx *c = arg;
-    /* each client its own prompt: rotate the id pool */
-    struct tp_buf_lite {
-        char *d;
-        size_t n;
-    } b;
+    /* each request its own prompt (rotations of the id pool, first token
+     * distinct), so neither batching nor the server's prompt cache shares work */
     size_t cap = (size_t)c->prompt_tokens * 12 + 256;
-    b.d = malloc(cap);
-    b.n = (size_t)snprintf(b.d, cap, "{\"prompt\":[");
-    for (int i = 0; i < c->prompt_tokens; i++)
-        b.n += (size_t)snprintf(b.d + b.n, cap - b.n, "%s%d", i ? "," : "", c->ids[(i + c->idx * 7) % c->n_ids]);
-    snprintf(b.d + b.n, cap - b.n,
-             "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
-             "\"stream_options\":{\"include_usage\":true}}",
-             c->gen_tokens);
+    char **bodies = calloc((size_t)c->rounds, sizeof *bodies);
+    for (int r = 0; r < c->rounds; r++) {
+        char *d = malloc(cap);
+        size_t n = (size_t)snprintf(d, cap, "{\"prompt\":[");
+        int shift = c->idx * 7 + r * 131 + 1;
+        for (int i = 0; i < c->prompt_tokens; i++)
+            n += (size_t)snprintf(d + n, cap - n, "%s%d", i ? "," : "", c->ids[(i + shift) % c->n_ids]);
+        snprintf(d + n, cap - n,
+                 "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
+                 "\"stream_options\":{\"include_usage\":true}}",
+                 c->gen_tokens);
+        bodies[r] = d;
+    }
     pthread_barrier_wait(c->barrier);
     for (int r = 0; r < c->rounds; r++) {
         memset(&c->res[r], 0, sizeof c->res[r]);
-        if (request(c->t, "/v1/completions", b.d, 600, NULL, &c->res[r]) != 0) c->res[r].ok = 0;
+        if (request(c->t, "/v1/completions", bodies[r], 600, NULL, &c->res[r]) != 0) c->res[r].ok = 0;
     }
     c->t_end = tp_now_s();
-    free(b.d);
+    for (int r = 0; r < c->rounds; r++) free(bodies[r]);
+    free(bodies);
     return NULL;
 }
 
