@@ -340,6 +340,10 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
         n++;
         budget--;
     }
+    /* while sequences are generating, prompts advance by at most
+     * prefill_chunk tokens per step, so each step (and each running stream's
+     * next token) stays short; with nobody generating, the whole budget */
+    if (n > 0 && e->cfg.prefill_chunk > 0) budget = TP_MIN(budget, e->cfg.prefill_chunk);
     for (int i = 0; i < e->cfg.n_parallel && budget > 0; i++) {
         struct slot *s = &e->slots[i];
         if (!s->req || s->n_fed >= s->req->n_prompt) continue;

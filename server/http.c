@@ -38,6 +38,7 @@ struct tp_server_config tp_server_default_config(void)
     c.max_connections = 256;
     c.conn_timeout_s = 60;
     c.n_batch = 256;
+    c.prefill_chunk = 64;
     return c;
 }
 
@@ -599,7 +600,7 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
     s->n_ctx = tp_model_n_ctx(m);
     s->n_vocab = tp_parallel_hparams(p)->n_vocab;
     struct tp_engine_config ec = {.n_parallel = s->cfg.n_parallel, .max_queue = s->cfg.max_queue,
-                                  .n_batch = s->cfg.n_batch};
+                                  .n_batch = s->cfg.n_batch, .prefill_chunk = s->cfg.prefill_chunk};
     enum tp_status rc = tp_engine_init(&ec, p, s->metrics, &s->engine, err);
     if (rc != TP_OK) {
         tp_server_set_failed(s, err->msg);

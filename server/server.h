@@ -42,6 +42,7 @@ struct tp_server_config {
     int max_connections;       /* concurrent HTTP connections, default 256 */
     unsigned conn_timeout_s;   /* idle connection timeout, default 60 */
     int n_batch;               /* max tokens per engine step (prefill chunk budget), default 256 */
+    int prefill_chunk;         /* max prompt tokens per step while other sequences generate, default 64 */
 };
 struct tp_server_config tp_server_default_config(void);
 

@@ -190,7 +190,8 @@ struct tp_engine;
 struct tp_engine_config {
     int n_parallel;
     int max_queue;
-    int n_batch;
+    int n_batch;       /* max tokens per step */
+    int prefill_chunk; /* max prompt tokens per step while others generate; 0: n_batch */
 };
 /* Starts the engine thread on p (not owned). */
 enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t *p, struct tp_metrics *metrics,
