@@ -30,6 +30,7 @@ struct mr_run {
     int greedy_api;             /* use tp_parallel_step_greedy instead of full logits */
     int file_of_rank[MR_MAX_RANKS]; /* shard_files: rank r opens the file of this rank (identity by default) */
     int deadline_s;             /* whole run; default 60 */
+    int idle_ms;                /* > 0: rank 0 idles this long after init, before its first step */
     int slow_load_ms;           /* > 0: rank world-1 sleeps this long while loading (slow disk) */
     uint32_t op_timeout_ms;     /* comm op timeout of every rank (default 10000) */
     int kill_last_rank;         /* rank world-1 exits abruptly 300 ms after init (dead peer test) */

@@ -189,6 +189,7 @@ static int child(const struct mr_run *r, int rank, int port, const char *dir)
     write_file(path, &info, sizeof info);
     int rc = 0;
     if (rank == 0) {
+        if (r->idle_ms > 0) tp_sleep_ms((uint32_t)r->idle_ms);
         rc = rank0_generate(p, r, dir);
     } else if (r->kill_last_rank && rank == r->world - 1) {
         /* dead peer: leave abruptly (no shutdown) after a short while */

@@ -253,6 +253,13 @@ static void test_slow_loader(void)
     expect_same(&ref, &r, 1e-10, "stories260K N=3, one rank loading 2 s with a 0.4 s op timeout");
     CU_ASSERT(r.seconds >= 2.0);
     mr_free(&r);
+    /* an engine idle for 5 op timeouts: rank 0's keepalive pings keep the workers waiting */
+    mr_init(&r, m, 3);
+    r.n_steps = 16;
+    r.op_timeout_ms = 400;
+    r.idle_ms = 2000;
+    expect_same(&ref, &r, 1e-10, "stories260K N=3, idle 2 s with a 0.4 s op timeout");
+    mr_free(&r);
     mr_free(&ref);
 }
 
