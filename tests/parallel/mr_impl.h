@@ -25,6 +25,7 @@ struct mr_run {
     const char *model;          /* path, or a printf pattern with one %d (rank) when shard_files */
     int shard_files;
     const char *weights;        /* --shard-weights, NULL: equal */
+    const char *weights_last;   /* non-NULL: the last rank uses these instead (disagreement test) */
     enum tp_wire_dtype wire;
     int n_steps;                /* greedy steps after the prompt */
     int greedy_api;             /* use tp_parallel_step_greedy instead of full logits */

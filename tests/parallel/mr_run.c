@@ -173,7 +173,7 @@ static int child(const struct mr_run *r, int rank, int port, const char *dir)
         cfg.model.progress_ctx = &slow_ms;
     }
     cfg.comm.connect_timeout_ms = 15000;
-    cfg.shard_weights = r->weights;
+    cfg.shard_weights = r->weights_last && rank == r->world - 1 ? r->weights_last : r->weights;
     cfg.wire_dtype = r->wire;
     tp_parallel_t *p = NULL;
     struct tp_error err = {0};

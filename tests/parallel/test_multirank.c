@@ -196,6 +196,17 @@ static void test_refused_everywhere(void)
         CU_ASSERT_STRING_EQUAL(r.msg[k], r.msg[0]);
     }
     mr_free(&r);
+    /* ranks that disagree about the plan (the last one was given other weights) */
+    mr_init(&r, m, 3);
+    r.weights = "2,1,1";
+    r.weights_last = "1,1,2";
+    r.deadline_s = 40;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+    for (int k = 0; k < 3; k++) {
+        CU_ASSERT_EQUAL(r.exit_code[k], 3);
+        CU_ASSERT(strstr(r.msg[k], "rank 2 disagrees with rank 0 on the sharding plan") != NULL);
+    }
+    mr_free(&r);
     /* a missing file on one rank only */
     char pat[512];
     snprintf(pat, sizeof pat, "%s", m);
