@@ -98,7 +98,8 @@ void tp_kern_kquant_avx2_ops(struct tp_kern_ops *ops);   /* kernels_kquant_avx2.
 void tp_kern_kquant_avx512_ops(struct tp_kern_ops *ops); /* kernels_kquant_avx512.c */
 #endif
 #if defined(__aarch64__)
-void tp_kern_kquant_neon_ops(struct tp_kern_ops *ops); /* kernels_kquant_neon.c */
+void tp_kern_kquant_neon_ops(struct tp_kern_ops *ops);    /* kernels_kquant_neon.c */
+void tp_kern_kquant_neondot_ops(struct tp_kern_ops *ops); /* kernels_kquant_neondot.c */
 #endif
 
 /* One matmul implementation: same contract as tp_kern_matmul for one type. */

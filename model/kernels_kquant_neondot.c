@@ -1,0 +1,17 @@
+/*
+ * model/kernels_kquant_neondot.c - arm64 NEON K-quant kernels with the
+ * ARMv8.2 dot-product extension (sdot); the template is
+ * kernels_kquant_neon_impl.h.
+ */
+#if defined(__aarch64__)
+#if defined(__clang__)
+#define KQN_TARGET "dotprod"
+#else
+#define KQN_TARGET "arch=armv8.2-a+dotprod"
+#endif
+#define KQN_DOT 1
+#define KQN_FILL tp_kern_kquant_neondot_ops
+#include "model/kernels_kquant_neon_impl.h"
+#else
+typedef int tp_kernels_kquant_neondot_unused; /* ISO C forbids an empty translation unit */
+#endif
