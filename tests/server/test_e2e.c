@@ -685,7 +685,45 @@ static void test_disconnect_cancels(void)
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
 }
 
+
+/* A worker dies while the server is idle: the engine's ping notices, /health
+ * turns 503 within 5 s and requests get 503. */
+static void test_worker_killed_idle(void)
+{
+    if (!have_model()) return;
+    struct srv s;
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 2, NULL), 0);
+    struct resp r;
+    CU_ASSERT_EQUAL(http_do(s.port, "GET", "/health", NULL, NULL, 0, 10, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    resp_free(&r);
+    srv_kill_rank(&s, 1);
+    double t0 = tp_now_s(), t503 = -1;
+    while (tp_now_s() - t0 < 10) {
+        if (http_do(s.port, "GET", "/health", NULL, NULL, 0, 5, &r) == 0) {
+            int st = r.status;
+            resp_free(&r);
+            if (st == 503) {
+                t503 = tp_now_s() - t0;
+                break;
+            }
+        }
+        tp_sleep_ms(100);
+    }
+    fprintf(stderr, "idle: /health turned 503 %.2f s after the worker was killed\n", t503);
+    CU_ASSERT(t503 >= 0 && t503 <= 5.0);
+    const char *body = "{\"prompt\":\"Once\",\"max_tokens\":5}";
+    CU_ASSERT_EQUAL(http_do(s.port, "POST", "/v1/completions", NULL, body, strlen(body), 10, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 503);
+    resp_free(&r);
+    s.pid[1] = 0;
+    CU_ASSERT(srv_stop(&s) != -1);
+    int status;
+    waitpid(-1, &status, WNOHANG);
+}
+
 static const struct tp_test_case multirank_cases[] = {
+    {"worker_killed_while_idle", test_worker_killed_idle},
     {"client_disconnect_cancels", test_disconnect_cancels},
     {"greedy_2_ranks_equals_generate", test_multirank_greedy},
     {"launch_2_ranks_equals_generate", test_launch_greedy},
