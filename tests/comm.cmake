@@ -22,3 +22,15 @@ if(TP_WITH_MPI AND TP_MPIEXEC)
       "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0")
   endif()
 endif()
+# SIGTERM to launch reaches every rank; launch exits 128+15 promptly.
+add_test(NAME comm.launch_forwards_signals COMMAND sh -c
+  "\"$0\" launch -n 2 -- sleep 30 & pid=$!; sleep 1; kill -TERM $pid; wait $pid; rc=$?; echo \"launch exit $rc\"; [ $rc -eq 143 ]"
+  ${_tp_bin})
+set_tests_properties(comm.launch_forwards_signals PROPERTIES LABELS multirank TIMEOUT 20)
+# The benchmark runs under launch and prints its JSON lines (a smoke test, not a measurement).
+add_test(NAME comm.bench_json COMMAND sh -c
+  "out=$(\"$0\" launch -n 2 -- \"$0\" bench comm --min-bytes 1K --max-bytes 1M --iters 5 --json) || exit 1; \
+   printf '%s\\n' \"$out\"; n=$(printf '%s\\n' \"$out\" | grep -c '\"backend\":\"ring\",\"op\":\"all_sum\".*\"ranks\":2.*\"lat_us_median\":.*\"busbw_gbs\":'); \
+   [ \"$n\" -eq 11 ]"
+  ${_tp_bin})
+set_tests_properties(comm.bench_json PROPERTIES LABELS multirank TIMEOUT 60)
