@@ -202,6 +202,30 @@ KFN void kx_ftile(const int type, const char *w, size_t wrb, const char *x, size
     }
 }
 
+/* Decode for float weights: rows one after another (one contiguous stream),
+ * 32 elements per step in 4 accumulators, prefetch ahead, scalar tail. */
+KFN void kx_fdecode(const int type, const void *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0,
+                    int64_t r1)
+{
+    const float *x = xq;
+    const size_t es = type == KX_F32 ? 4 : 2;
+    for (int64_t r = r0; r < r1; r++) {
+        const char *wr = KROW(w, wrb, r);
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        int64_t i = 0;
+        for (; i + 32 <= n; i += 32) {
+            _mm_prefetch(wr + (size_t)i * es + KX_PF, _MM_HINT_T0);
+            if (type == KX_F32) _mm_prefetch(wr + (size_t)i * es + KX_PF + 64, _MM_HINT_T0);
+            for (int k = 0; k < 4; k++)
+                acc[k] = _mm256_fmadd_ps(kx_ldw(type, wr, i + 8 * k), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
+        }
+        for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(kx_ldw(type, wr, i), _mm256_loadu_ps(x + i), acc[0]);
+        float s = kx_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        for (; i < n; i++) s += kx_ld1(type, wr, i) * x[i];
+        y[r] = s;
+    }
+}
+
 #else
 /* ================================================================== AVX-512 (512-bit) */
 
@@ -355,6 +379,36 @@ KFN void kx_ftile(const int type, const char *w, size_t wrb, const char *x, size
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) y[(int64_t)t * ys + r] = kx_hsum512(acc[r][t]);
 }
+
+/* Decode for float weights: rows one after another (one contiguous stream),
+ * 64 elements per step in 4 accumulators, prefetch ahead, masked tail. */
+KFN void kx_fdecode(const int type, const void *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0,
+                    int64_t r1)
+{
+    const float *x = xq;
+    const size_t es = type == KX_F32 ? 4 : 2;
+    for (int64_t r = r0; r < r1; r++) {
+        const char *wr = KROW(w, wrb, r);
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        int64_t i = 0;
+        for (; i + 64 <= n; i += 64) {
+            _mm_prefetch(wr + (size_t)i * es + KX_PF, _MM_HINT_T0);
+            _mm_prefetch(wr + (size_t)i * es + KX_PF + 64, _MM_HINT_T0);
+            if (type == KX_F32) {
+                _mm_prefetch(wr + (size_t)i * es + KX_PF + 128, _MM_HINT_T0);
+                _mm_prefetch(wr + (size_t)i * es + KX_PF + 192, _MM_HINT_T0);
+            }
+            for (int k = 0; k < 4; k++)
+                acc[k] = _mm512_fmadd_ps(kx_ldw16(type, wr, i + 16 * k, (__mmask16)0xFFFF),
+                                         _mm512_loadu_ps(x + i + 16 * k), acc[k]);
+        }
+        for (; i < n; i += 16) {
+            const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+            acc[0] = _mm512_fmadd_ps(kx_ldw16(type, wr, i, m), _mm512_maskz_loadu_ps(m, x + i), acc[0]);
+        }
+        y[r] = kx_hsum512(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    }
+}
 #endif
 
 /* ================================================================== drivers (shared) */
@@ -400,6 +454,10 @@ KFN void kx_qmatmul(const int type, const void *w, size_t wrb, int64_t n, const 
 KFN void kx_fmatmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
                     float *yy, int64_t ys, int64_t r0, int64_t r1)
 {
+    if (n_tok == 1) {
+        kx_fdecode(type, w, wrb, n, xq, yy, r0, r1);
+        return;
+    }
     KX_TILED(kx_ftile, type, w, wrb, n, xq, xrb, n_tok, yy, ys, r0, r1)
 }
 
