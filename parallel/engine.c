@@ -190,7 +190,8 @@ static enum tp_status alloc_buffers(tp_parallel_t *p)
     size_t nb = (size_t)p->n_batch;
     p->body = calloc(4 * nb + 2 * (size_t)p->n_seq + 1, sizeof(int32_t));
     p->local = tp_aligned_alloc(64, nb * (size_t)p->vocab_local * sizeof(float));
-    p->pairs = calloc(2 * nb, sizeof(float));
+    const size_t per = 2 * TP_PARALLEL_TOPK_MAX + 2; /* floats per row: top-k candidates + (max, sum exp) */
+    p->pairs = calloc(per * nb, sizeof(float));
     p->want = calloc(nb, 1);
     if (!p->body || !p->local || !p->pairs || !p->want) return TP_ERR_NOMEM;
     if (p->world > 1) {
@@ -201,7 +202,7 @@ static enum tp_status alloc_buffers(tp_parallel_t *p)
         if (!p->send) return TP_ERR_NOMEM;
         if (p->rank == 0) {
             p->gath = tp_aligned_alloc(64, (size_t)p->chunk * per_row * sizeof(float));
-            p->pairs_all = calloc((size_t)p->world * 2 * nb, sizeof(float));
+            p->pairs_all = calloc((size_t)p->world * per * nb, sizeof(float));
             if (!p->gath || !p->pairs_all) return TP_ERR_NOMEM;
         }
         size_t max_count;

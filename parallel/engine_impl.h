@@ -14,7 +14,7 @@
 #define HDR_WORDS 64
 #define HDR_INLINE_AT 8
 #define HDR_INLINE_MAX (HDR_WORDS - HDR_INLINE_AT)
-enum step_kind { STEP_RUN_LOGITS = 1, STEP_RUN_ARGMAX = 2, STEP_PING = 3, STEP_SHUTDOWN = 4 };
+enum step_kind { STEP_RUN_LOGITS = 1, STEP_RUN_ARGMAX = 2, STEP_PING = 3, STEP_SHUTDOWN = 4, STEP_RUN_TOPK = 5 };
 
 #define GATHER_MAX_FLOATS (4u << 20) /* rank 0's logits gather area: 16 MiB */
 
@@ -41,8 +41,8 @@ struct tp_parallel {
     float *send;                  /* (chunk, vocab_max) padded rows (uneven vocab) */
     float *gath;                  /* rank 0: (world, chunk, vocab_max) */
     int8_t *want;                 /* (n_batch) logits flags of the current step */
-    float *pairs;                 /* (n_batch, 2) local (max, index) */
-    float *pairs_all;             /* rank 0: (world, n_batch, 2) */
+    float *pairs;                 /* (n_batch, 2k+2) local argmax / top-k candidates */
+    float *pairs_all;             /* rank 0: (world, n_batch, 2k+2) */
 
     atomic_int poisoned;
     int shut;

@@ -284,6 +284,23 @@ enum tp_status tp_parallel_step(tp_parallel_t *p, const struct tp_step *step, fl
 enum tp_status tp_parallel_step_greedy(tp_parallel_t *p, const struct tp_step *step, int32_t *ids,
                                        float *max_logit);
 
+/*
+ * Rank 0: distributed top-k for samplers that only need the best k tokens
+ * (top-k / top-p / min-p within k, logprobs): each rank sends per row its k
+ * best (logit, id) and (max, sum of exp) of its vocabulary range instead of
+ * the range itself.  top (n_out x k) gets the k highest logits of each row
+ * over the full vocabulary, highest first (lower id first on ties); lse
+ * (n_out, may be NULL) the row's log-sum-exp, so logprob = logit - lse.
+ * k in [1, TP_PARALLEL_TOPK_MAX].
+ */
+#define TP_PARALLEL_TOPK_MAX 64
+struct tp_parallel_cand {
+    int32_t id;
+    float logit;
+};
+enum tp_status tp_parallel_step_topk(tp_parallel_t *p, const struct tp_step *step, int k,
+                                     struct tp_parallel_cand *top, float *lse);
+
 /* Rank 0: a no-op step that proves every rank is alive (for /health when idle).
  * Rank 0 also pings on its own (a keepalive thread) whenever no step ran for a
  * quarter of the comm op timeout, so idle workers never time out; steps,

@@ -3,15 +3,17 @@
  *
  * Rank 0 drives.  It broadcasts a fixed 256-byte header of 64 little-endian
  * int32:
- *   [0] magic 'TPSP'  [1] kind (RUN_LOGITS / RUN_ARGMAX / PING / SHUTDOWN)
+ *   [0] magic 'TPSP'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
  *   [2] step number   [3] n_tokens  [4] n_clear  [5] body inline (0/1)
+ *   [6] k of RUN_TOPK
  *   [8..63] the body when it fits (56 words), else a second broadcast.
  * Body (int32): token[n] pos[n] seq[n] want_logits[n] clear_seq[c] clear_from[c].
  * Every rank then truncates the cleared sequences and runs the forward pass
  * on its slice (two all_sums per layer through the wire hook); logits rows
  * of each rank's vocabulary range are gathered to rank 0 (padded to the
  * largest range, in chunks), or only each rank's (max, index) pair for the
- * distributed greedy argmax.  PING adds a barrier (proves every rank alive).
+ * distributed greedy argmax, or its k best (logit, id) + (max, sum exp) for
+ * the distributed top-k with log-sum-exp.  PING adds a barrier (proves every rank alive).
  * Rank 0 checks every step before sending anything, so a bad step cannot
  * desynchronise the group.
  *
@@ -23,6 +25,7 @@
  * that sends PING when no step ran for a quarter of the op timeout; steps,
  * pings and the keepalive are serialized by the engine mutex.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -128,9 +131,106 @@ static enum tp_status gather_argmax(tp_parallel_t *p, int n_out, int32_t *ids, f
     return TP_OK;
 }
 
+/* Where rank 0 wants a step's results (unused members NULL). */
+struct step_out {
+    float *logits;                 /* RUN_LOGITS: (n_out, n_vocab) */
+    int32_t *ids;                  /* RUN_ARGMAX: (n_out) */
+    float *maxv;                   /* RUN_ARGMAX: (n_out) */
+    struct tp_parallel_cand *top;  /* RUN_TOPK: (n_out, k) */
+    float *lse;                    /* RUN_TOPK: (n_out) */
+};
+
+/* Candidate a before b: higher logit, then lower id. */
+static int cand_before(float la, int32_t ia, float lb, int32_t ib) { return la > lb || (la == lb && ia < ib); }
+
+/*
+ * Distributed top-k: each rank sends per row its k best (logit, id) (padded
+ * with (-inf, -1) when it holds fewer rows) plus its max m and sum of
+ * exp(x - m); rank 0 merges the candidates (exactly the global top k) and
+ * combines log-sum-exp = M + log(sum_r s_r exp(m_r - M)), M = max m_r.
+ */
+static enum tp_status gather_topk(tp_parallel_t *p, int n_out, int k, struct tp_parallel_cand *top, float *lse,
+                                  uint64_t *ns_comm)
+{
+    const size_t per = 2 * (size_t)k + 2;
+    for (int i = 0; i < n_out; i++) {
+        const float *row = p->local + (size_t)i * (size_t)p->vocab_local;
+        float *o = p->pairs + (size_t)i * per;
+        int have = 0;
+        float m = row[0];
+        for (int j = 0; j < p->vocab_local; j++) {
+            float x = row[j];
+            if (x > m) m = x;
+            int32_t id = p->vocab_begin + j;
+            if (have == k && !cand_before(x, id, o[2 * (k - 1)], (int32_t)o[2 * (k - 1) + 1])) continue;
+            int at = have < k ? have++ : k - 1;
+            while (at > 0 && cand_before(x, id, o[2 * (at - 1)], (int32_t)o[2 * (at - 1) + 1])) {
+                o[2 * at] = o[2 * (at - 1)];
+                o[2 * at + 1] = o[2 * (at - 1) + 1];
+                at--;
+            }
+            o[2 * at] = x;
+            o[2 * at + 1] = (float)id;
+        }
+        for (int j = have; j < k; j++) {
+            o[2 * j] = -INFINITY;
+            o[2 * j + 1] = -1.0f;
+        }
+        double sum = 0.0;
+        for (int j = 0; j < p->vocab_local; j++) sum += exp((double)row[j] - (double)m);
+        o[2 * k] = m;
+        o[2 * k + 1] = (float)sum;
+    }
+    const float *all = p->pairs;
+    if (p->world > 1) {
+        uint64_t t0 = tp_now_ns();
+        enum tp_status st = tp_comm_gather(p->comm, p->pairs, p->pairs_all, per * (size_t)n_out, TP_DTYPE_F32, 0);
+        *ns_comm += tp_now_ns() - t0;
+        if (st != TP_OK) return st;
+        all = p->pairs_all;
+    }
+    if (p->rank != 0) return TP_OK;
+    int pos[TP_PLAN_MAX_RANKS];
+    for (int i = 0; i < n_out; i++) {
+        float M = -INFINITY;
+        for (int r = 0; r < p->world; r++) {
+            const float *o = all + ((size_t)r * (size_t)n_out + (size_t)i) * per;
+            if (o[2 * k] > M) M = o[2 * k];
+            pos[r] = 0;
+        }
+        double S = 0.0;
+        for (int r = 0; r < p->world; r++) {
+            const float *o = all + ((size_t)r * (size_t)n_out + (size_t)i) * per;
+            S += (double)o[2 * k + 1] * exp((double)o[2 * k] - (double)M);
+        }
+        if (lse) lse[i] = (float)((double)M + log(S));
+        /* k-way merge of the ranks' sorted lists */
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            float bl = -INFINITY;
+            int32_t bi = -1;
+            for (int r = 0; r < p->world; r++) {
+                if (pos[r] >= k) continue;
+                const float *o = all + ((size_t)r * (size_t)n_out + (size_t)i) * per + 2 * (size_t)pos[r];
+                if ((int32_t)o[1] < 0) continue;
+                if (best < 0 || cand_before(o[0], (int32_t)o[1], bl, bi)) {
+                    best = r;
+                    bl = o[0];
+                    bi = (int32_t)o[1];
+                }
+            }
+            if (best >= 0) pos[best]++;
+            if (top) {
+                top[(size_t)i * (size_t)k + (size_t)j].id = bi;
+                top[(size_t)i * (size_t)k + (size_t)j].logit = bl;
+            }
+        }
+    }
+    return TP_OK;
+}
+
 /* Run a step whose header is in p->hdr and body in body (every rank). */
-static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, float *logits, int32_t *ids, float *maxv,
-                               uint64_t *ns_comm)
+static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, const struct step_out *out, uint64_t *ns_comm)
 {
     const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4];
     const int32_t *cs = body + 4 * n, *cf = body + 4 * n + c;
@@ -148,12 +248,13 @@ static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, float *log
     *ns_comm += p->wire.ns - w0;
     if (st != TP_OK) return st;
     p->stats.n_tokens += (uint64_t)n;
-    if (kind == STEP_RUN_ARGMAX) return gather_argmax(p, n_out, ids, maxv, ns_comm);
+    if (kind == STEP_RUN_ARGMAX) return gather_argmax(p, n_out, out->ids, out->maxv, ns_comm);
+    if (kind == STEP_RUN_TOPK) return gather_topk(p, n_out, p->hdr[6], out->top, out->lse, ns_comm);
     if (p->world == 1) {
-        if (logits) memcpy(logits, p->local, (size_t)n_out * (size_t)p->n_vocab * sizeof(float));
+        if (out->logits) memcpy(out->logits, p->local, (size_t)n_out * (size_t)p->n_vocab * sizeof(float));
         return TP_OK;
     }
-    return gather_logits(p, n_out, logits, ns_comm);
+    return gather_logits(p, n_out, out->logits, ns_comm);
 }
 
 /* Rank 0: check a step before anything is sent (a bad step must not desync the group). */
@@ -185,9 +286,14 @@ static enum tp_status check_step(tp_parallel_t *p, const struct tp_step *s)
 }
 
 /* Rank 0, mutex held: send the step to the workers and run it here too. */
-static enum tp_status drive_locked(tp_parallel_t *p, int kind, const struct tp_step *s, float *logits, int32_t *ids,
-                                   float *maxv)
+static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const struct tp_step *s,
+                                   const struct step_out *out)
 {
+    static const struct step_out none = {NULL, NULL, NULL, NULL, NULL};
+    if (!out) out = &none;
+    float *logits = out->logits;
+    if (kind == STEP_RUN_TOPK && (k < 1 || k > TP_PARALLEL_TOPK_MAX))
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "top-k of %d: want 1..%d", k, TP_PARALLEL_TOPK_MAX);
     if (atomic_load(&p->poisoned)) return tp_error_set(&p->err, TP_ERR_POISONED, "engine already failed");
     if (p->rank != 0)
         return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "only rank 0 drives steps; rank %d runs tp_parallel_worker_loop",
@@ -213,6 +319,7 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, const struct tp_s
     const int words = 4 * n + 2 * c;
     int32_t *body = words <= HDR_INLINE_MAX ? p->hdr + HDR_INLINE_AT : p->body;
     p->hdr[5] = words <= HDR_INLINE_MAX;
+    p->hdr[6] = k;
     for (int i = 0; i < n; i++) {
         body[i] = s->batch.token[i];
         body[n + i] = s->batch.pos[i];
@@ -236,7 +343,7 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, const struct tp_s
             if (st != TP_OK) return step_fail(p, st, "ping");
         }
     } else {
-        st = run_step(p, body, logits, ids, maxv, &ns_comm);
+        st = run_step(p, body, out, &ns_comm);
         if (st != TP_OK) return step_fail(p, st, "forward step");
     }
     uint64_t dt = tp_now_ns() - t0;
@@ -255,7 +362,8 @@ enum tp_status tp_parallel_step(tp_parallel_t *p, const struct tp_step *step, fl
 {
     if (!p || !step) return TP_ERR_INVALID_ARG;
     pthread_mutex_lock(&p->mu);
-    enum tp_status st = drive_locked(p, STEP_RUN_LOGITS, step, logits, NULL, NULL);
+    struct step_out o = {logits, NULL, NULL, NULL, NULL};
+    enum tp_status st = drive_locked(p, STEP_RUN_LOGITS, 0, step, &o);
     pthread_mutex_unlock(&p->mu);
     return st;
 }
@@ -264,12 +372,24 @@ enum tp_status tp_parallel_step_greedy(tp_parallel_t *p, const struct tp_step *s
 {
     if (!p || !step) return TP_ERR_INVALID_ARG;
     pthread_mutex_lock(&p->mu);
-    enum tp_status st = drive_locked(p, STEP_RUN_ARGMAX, step, NULL, ids, max_logit);
+    struct step_out o = {NULL, ids, max_logit, NULL, NULL};
+    enum tp_status st = drive_locked(p, STEP_RUN_ARGMAX, 0, step, &o);
     pthread_mutex_unlock(&p->mu);
     return st;
 }
 
-static enum tp_status do_ping_locked(tp_parallel_t *p) { return drive_locked(p, STEP_PING, NULL, NULL, NULL, NULL); }
+enum tp_status tp_parallel_step_topk(tp_parallel_t *p, const struct tp_step *step, int k,
+                                     struct tp_parallel_cand *top, float *lse)
+{
+    if (!p || !step) return TP_ERR_INVALID_ARG;
+    pthread_mutex_lock(&p->mu);
+    struct step_out o = {NULL, NULL, NULL, top, lse};
+    enum tp_status st = drive_locked(p, STEP_RUN_TOPK, k, step, &o);
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
+static enum tp_status do_ping_locked(tp_parallel_t *p) { return drive_locked(p, STEP_PING, 0, NULL, NULL); }
 
 enum tp_status tp_parallel_ping(tp_parallel_t *p)
 {
@@ -295,8 +415,8 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
         if (st != TP_OK) return step_fail(p, st, "waiting for the next step from rank 0");
         uint64_t t0 = tp_now_ns();
         const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4];
-        if (p->hdr[0] != STEP_MAGIC || kind < STEP_RUN_LOGITS || kind > STEP_SHUTDOWN || n < 0 || n > p->n_batch ||
-            c < 0 || c > p->n_seq) {
+        if (p->hdr[0] != STEP_MAGIC || kind < STEP_RUN_LOGITS || kind > STEP_RUN_TOPK || n < 0 || n > p->n_batch ||
+            c < 0 || c > p->n_seq || (kind == STEP_RUN_TOPK && (p->hdr[6] < 1 || p->hdr[6] > TP_PARALLEL_TOPK_MAX))) {
             tp_error_force(&p->err, TP_ERR_PROTOCOL,
                            "rank %d: malformed step header from rank 0 (magic %08x kind %d n_tokens %d n_clear %d); "
                            "are all ranks the same tpserve version with the same --batch/--n-seq?",
@@ -330,7 +450,8 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
                     return step_fail(p, TP_ERR_PROTOCOL, "step clear list");
                 }
             }
-            st = run_step(p, body, NULL, NULL, NULL, &ns_comm);
+            static const struct step_out none = {NULL, NULL, NULL, NULL, NULL};
+            st = run_step(p, body, &none, &ns_comm);
             if (st != TP_OK) {
                 st = step_fail(p, st, "forward step");
                 if (st == TP_ERR_INVALID_ARG) continue; /* rank 0 got the same verdict */

@@ -28,7 +28,7 @@ struct mr_run {
     const char *weights_last;   /* non-NULL: the last rank uses these instead (disagreement test) */
     enum tp_wire_dtype wire;
     int n_steps;                /* greedy steps after the prompt */
-    int greedy_api;             /* use tp_parallel_step_greedy instead of full logits */
+    int greedy_api;             /* 1: tp_parallel_step_greedy, 2: tp_parallel_step_topk (k 8), not full logits */
     int file_of_rank[MR_MAX_RANKS]; /* shard_files: rank r opens the file of this rank (identity by default) */
     int deadline_s;             /* whole run; default 60 */
     int idle_ms;                /* > 0: rank 0 idles this long after init, before its first step */
@@ -48,6 +48,9 @@ struct mr_run {
     uint64_t plan_bytes[MR_MAX_RANKS]; /* plan sharded + replicated of that rank */
     uint64_t weight_bytes[MR_MAX_RANKS];
     struct tp_parallel_stats stats0;   /* rank 0 */
+    int32_t top_ids[8];                /* greedy_api 2: last step's top 8 of sequence 0 */
+    float top_logits[8];
+    float lse;                         /* and its log-sum-exp */
     double seconds;
 };
 

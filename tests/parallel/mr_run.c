@@ -68,6 +68,9 @@ static int argmax(const float *x, int n)
 struct mr_out {
     int32_t n_tokens, n_vocab;
     struct tp_parallel_stats stats;
+    int32_t top_ids[8];
+    float top_logits[8];
+    float lse;
 };
 struct mr_info {
     uint64_t rss, plan_bytes, weight_bytes;
@@ -86,8 +89,16 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
     struct tp_step st = {{7, tok, pos, seq, want}, 0, clear_seq, clear_from};
     int p0 = 4, p1 = 3, rc = 0;
     int32_t ids[2];
+    struct tp_parallel_cand top[16];
+    float lse[2] = {0, 0};
     for (int s = 0; s <= r->n_steps && s < MR_MAX_STEPS; s++) {
-        enum tp_status e = r->greedy_api ? tp_parallel_step_greedy(p, &st, ids, NULL) : tp_parallel_step(p, &st, logits);
+        enum tp_status e = r->greedy_api == 2 ? tp_parallel_step_topk(p, &st, 8, top, lse)
+                           : r->greedy_api ? tp_parallel_step_greedy(p, &st, ids, NULL)
+                                           : tp_parallel_step(p, &st, logits);
+        if (e == TP_OK && r->greedy_api == 2) {
+            ids[0] = top[0].id;
+            ids[1] = top[8].id;
+        }
         if (e != TP_OK) {
             char m[512];
             snprintf(m, sizeof m, "%s", tp_parallel_last_error(p));
@@ -122,8 +133,16 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
         want[1] = 1;
         st.batch.n_tokens = 2;
     }
-    struct mr_out o = {rc == 0 ? r->n_steps + 1 : 0, V, {0}};
+    struct mr_out o;
+    memset(&o, 0, sizeof o);
+    o.n_tokens = rc == 0 ? r->n_steps + 1 : 0;
+    o.n_vocab = V;
     tp_parallel_get_stats(p, &o.stats);
+    for (int j = 0; j < 8 && r->greedy_api == 2; j++) {
+        o.top_ids[j] = top[j].id;
+        o.top_logits[j] = top[j].logit;
+    }
+    o.lse = lse[0];
     char path[1024];
     snprintf(path, sizeof path, "%s/out.bin", dir);
     FILE *f = fopen(path, "wb");
@@ -286,6 +305,9 @@ int mr_exec(struct mr_run *r)
         r->n_tokens = o.n_tokens;
         r->n_vocab = o.n_vocab;
         r->stats0 = o.stats;
+        memcpy(r->top_ids, o.top_ids, sizeof r->top_ids);
+        memcpy(r->top_logits, o.top_logits, sizeof r->top_logits);
+        r->lse = o.lse;
         r->logits = malloc((size_t)o.n_vocab * sizeof(float));
         if (fread(r->tokens, sizeof(int32_t), MR_MAX_STEPS, f) != MR_MAX_STEPS ||
             fread(r->tokens1, sizeof(int32_t), MR_MAX_STEPS, f) != MR_MAX_STEPS || !r->logits ||

@@ -5,6 +5,7 @@
  * full logits, clears work, ping works, and a rank-0 engine refuses the
  * worker loop.  The multi-rank behaviour is in test_multirank.c.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,23 @@ static void test_world1_api(void)
     CU_ASSERT_EQUAL_FATAL(tp_parallel_step_greedy(p, &again, &id, &maxv), TP_OK);
     CU_ASSERT_EQUAL(id, best);
     CU_ASSERT_EQUAL(maxv, logits[best]);
+    /* top-k: the 8 best of the full row, highest first, and its log-sum-exp */
+    struct tp_parallel_cand top[8];
+    float lse = 0;
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_step_topk(p, &again, 8, top, &lse), TP_OK);
+    double mx = logits[best], sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    CU_ASSERT_DOUBLE_EQUAL(lse, mx + log(sum), 1e-4);
+    CU_ASSERT_EQUAL(top[0].id, best);
+    for (int j = 0; j < 8; j++) {
+        CU_ASSERT_EQUAL(top[j].logit, logits[top[j].id]);
+        if (j > 0) CU_ASSERT(top[j].logit <= top[j - 1].logit);
+        int above = 0; /* exactly j entries of the row beat the j-th candidate */
+        for (int i = 0; i < V; i++) above += logits[i] > top[j].logit;
+        CU_ASSERT(above <= j);
+    }
+    CU_ASSERT_EQUAL(tp_parallel_step_topk(p, &again, TP_PARALLEL_TOPK_MAX + 1, top, &lse), TP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(tp_parallel_step_topk(p, &again, 0, top, &lse), TP_ERR_INVALID_ARG);
     /* without the clear, positions 0..2 of seq 0 are taken: the model refuses, engine not poisoned */
     enum tp_status rs = tp_parallel_step(p, &st, logits);
     if (rs != TP_OK) {

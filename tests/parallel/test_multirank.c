@@ -13,6 +13,7 @@
  * rank with a message, and nothing may hang (every run has a deadline after
  * which ranks are killed and the test fails).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,25 @@ static void world_sweep(const char *model, int steps, const char *what)
     r.greedy_api = 1;
     snprintf(tag, sizeof tag, "%s greedy api N=3", what);
     expect_same(&ref, &r, -1, tag);
+    mr_free(&r);
+    /* distributed top-k at N=3 (uneven vocabulary ranges): tokens, and the last step's top 8 and
+     * log-sum-exp against the full logits of the single-rank run */
+    mr_init(&r, model, 3);
+    r.n_steps = steps;
+    r.greedy_api = 2;
+    snprintf(tag, sizeof tag, "%s top-k api N=3", what);
+    expect_same(&ref, &r, -1, tag);
+    double mx = ref.logits[0], sum = 0;
+    for (int i = 1; i < ref.n_vocab; i++) mx = ref.logits[i] > mx ? ref.logits[i] : mx;
+    for (int i = 0; i < ref.n_vocab; i++) sum += exp((double)ref.logits[i] - mx);
+    CU_ASSERT_DOUBLE_EQUAL(r.lse, mx + log(sum), 1e-4 * (1.0 + fabs(mx)));
+    for (int j = 0; j < 8; j++) {
+        CU_ASSERT_FATAL(r.top_ids[j] >= 0 && r.top_ids[j] < ref.n_vocab);
+        CU_ASSERT_DOUBLE_EQUAL(r.top_logits[j], ref.logits[r.top_ids[j]], 1e-4 * (1.0 + fabs(mx)));
+        int above = 0;
+        for (int i = 0; i < ref.n_vocab; i++) above += ref.logits[i] > r.top_logits[j] + 1e-4 * (1.0 + fabs(mx));
+        CU_ASSERT(above <= j);
+    }
     mr_free(&r);
     mr_free(&ref);
 }
