@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -550,7 +551,61 @@ static void test_chat_real_template(void)
     }
 }
 
+
+/* A model whose chat template tpserve cannot render: the server refuses to
+ * start, naming --chat-template; with --chat-template chatml it serves. */
+static void test_unknown_template(void)
+{
+    const char *tj = tp_test_shared_path("models/tokenizers/qwen3/tokenizer.json");
+    const char *tc = tp_test_shared_path("models/tokenizers/qwen3/tokenizer_config.json");
+    if (!tj || !tc) {
+        tp_test_skip("shared/models/tokenizers/qwen3 absent");
+        return;
+    }
+    char dir[600], path[700], model[700], cmd[2400];
+    snprintf(dir, sizeof dir, "%s/weird_tok", tp_test_tmpdir());
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    CU_ASSERT_EQUAL_FATAL(symlink(tj, path), 0);
+    char *cfg_text = tp_test_read_file(tc, NULL);
+    cJSON *cfg = cJSON_Parse(cfg_text);
+    free(cfg_text);
+    cJSON_ReplaceItemInObject(cfg, "chat_template", cJSON_CreateString("{% for m in messages %}<<{{ m.content }}>>{% endfor %}"));
+    char *out = cJSON_Print(cfg);
+    cJSON_Delete(cfg);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    snprintf(model, sizeof model, "%s/weird.gguf", tp_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "'%s' synth --shape test-tiny-qwen3 --tokenizer '%s/tokenizer.json' -q --threads 1 -o '%s' 2>/dev/null",
+             tp_test_tpserve(), dir, model);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "timeout 60 '%s' serve -m '%s' --port 0 --threads 1 2>&1", tp_test_tpserve(), model);
+    FILE *pf = popen(cmd, "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pf);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, pf);
+    text[n] = '\0';
+    int st = pclose(pf);
+    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "--chat-template"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "chat template is not one tpserve can render"));
+    struct srv s;
+    const char *extra[] = {"-m", model, "--chat-template", "chatml", NULL};
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, extra), 0);
+    struct resp r;
+    CU_ASSERT_EQUAL(http_post(s.port, "/v1/chat/completions",
+                              "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}", &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    resp_free(&r);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
 static const struct tp_test_case e2e_cases[] = {
+    {"unknown_template_refused", test_unknown_template},
     {"chat_real_template", test_chat_real_template},
     {"queue_full_429", test_queue_full},
     {"bad_input", test_bad_input},
