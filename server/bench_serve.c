@@ -17,6 +17,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,35 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+
+#ifndef MSG_NOSIGNAL /* macOS: SIGPIPE is ignored for the whole run instead */
+#define MSG_NOSIGNAL 0
+#endif
+
+/* Start gate: clients wait until the main thread opens it (portable to
+ * macOS, which has no pthread_barrier_t). */
+struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_waiting, open;
+};
+static void gate_wait(struct gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->n_waiting++;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+/* Wait until n clients are at the gate, then open it. */
+static void gate_open(struct gate *g, int n)
+{
+    pthread_mutex_lock(&g->mu);
+    while (g->n_waiting < n) pthread_cond_wait(&g->cv, &g->mu);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
 
 struct bench_target {
     char host[256];
@@ -139,7 +169,7 @@ static int request(const struct bench_target *t, const char *path, const char *b
 
 struct level_ctx {
     const struct bench_target *t;
-    pthread_barrier_t *barrier;
+    struct gate *gate;
     const int32_t *ids;
     int n_ids;
     int prompt_tokens, gen_tokens, rounds, idx;
@@ -166,7 +196,7 @@ static void *client_main(void *arg)
                  c->gen_tokens);
         bodies[r] = d;
     }
-    pthread_barrier_wait(c->barrier);
+    gate_wait(c->gate);
     for (int r = 0; r < c->rounds; r++) {
         memset(&c->res[r], 0, sizeof c->res[r]);
         if (request(c->t, "/v1/completions", bodies[r], 600, NULL, &c->res[r]) != 0) c->res[r].ok = 0;
@@ -208,6 +238,7 @@ int tp_bench_serve(int argc, char **argv)
                           NULL, NULL);
     if (pr == 1) return 0;
     if (pr == 2) return 2;
+    signal(SIGPIPE, SIG_IGN);
     struct bench_target t;
     memset(&t, 0, sizeof t);
     t.api_key = api_key;
@@ -262,24 +293,27 @@ int tp_bench_serve(int argc, char **argv)
                "errors");
     for (int li = 0; li < n_levels; li++) {
         int c = conc[li];
-        pthread_barrier_t bar;
-        pthread_barrier_init(&bar, NULL, (unsigned)c + 1);
+        struct gate gate;
+        pthread_mutex_init(&gate.mu, NULL);
+        pthread_cond_init(&gate.cv, NULL);
+        gate.n_waiting = gate.open = 0;
         struct level_ctx *ctx = calloc((size_t)c, sizeof *ctx);
         pthread_t *th = calloc((size_t)c, sizeof *th);
         struct bench_result *res = calloc((size_t)c * (size_t)rounds, sizeof *res);
         for (int i = 0; i < c; i++) {
-            ctx[i] = (struct level_ctx){.t = &t, .barrier = &bar, .ids = ids, .n_ids = n_ids,
+            ctx[i] = (struct level_ctx){.t = &t, .gate = &gate, .ids = ids, .n_ids = n_ids,
                                         .prompt_tokens = prompt_tokens, .gen_tokens = gen_tokens, .rounds = rounds,
                                         .idx = i, .res = res + (size_t)i * (size_t)rounds};
             pthread_create(&th[i], NULL, client_main, &ctx[i]);
         }
-        pthread_barrier_wait(&bar);
+        gate_open(&gate, c);
         double t0 = tp_now_s(), t_end = t0;
         for (int i = 0; i < c; i++) {
             pthread_join(th[i], NULL);
             if (ctx[i].t_end > t_end) t_end = ctx[i].t_end;
         }
-        pthread_barrier_destroy(&bar);
+        pthread_mutex_destroy(&gate.mu);
+        pthread_cond_destroy(&gate.cv);
         int total = c * rounds, errors = 0, n_ok = 0;
         long gen = 0;
         double *ttft = calloc((size_t)total, sizeof(double)), *tpot = calloc((size_t)total, sizeof(double));

@@ -8,8 +8,10 @@ here="$(cd "$(dirname "$0")" && pwd)"
 tpserve="$1"; model="$2"
 command -v node >/dev/null 2>&1 || { echo "SKIP: node not installed"; exit 0; }
 command -v npm >/dev/null 2>&1 || { echo "SKIP: npm not installed"; exit 0; }
+# bounded waits (coreutils timeout; absent on stock macOS: run unbounded there)
+tmo() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
 if [ ! -d "$here/node_modules/openai" ] || [ ! -d "$here/node_modules/@huggingface/jinja" ]; then
-  (cd "$here" && timeout 300 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
+  (cd "$here" && tmo 300 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
     { echo "SKIP: npm install failed (offline?)"; exit 0; }
 fi
 # 1. the committed template oracle outputs are what @huggingface/jinja renders now
@@ -36,7 +38,7 @@ for _ in $(seq 1 150); do
 done
 rm -f "$out"
 [ -n "$port" ] || { echo "FAIL: tpserve serve did not start"; exit 1; }
-timeout 120 node "$here/conformance.mjs" "http://127.0.0.1:$port/v1" conformance-key
+tmo 120 node "$here/conformance.mjs" "http://127.0.0.1:$port/v1" conformance-key
 rc=$?
 kill "$pid"; wait "$pid" 2>/dev/null; pid=""
 exit $rc

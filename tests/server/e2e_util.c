@@ -19,6 +19,10 @@
 
 #include "common/common.h"
 #include "e2e_impl.h"
+
+#ifndef MSG_NOSIGNAL /* macOS */
+#define MSG_NOSIGNAL 0
+#endif
 #include "tp_test.h"
 
 static int free_port(void)
