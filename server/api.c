@@ -342,7 +342,8 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
     if (chat) {
         struct tp_buf text = {0};
         char msg[256] = "";
-        int rc = tp_chat_render(s->chat, p.msgs, p.n_msgs, 1, s->bos_text, s->eos_text, &text, msg, sizeof msg);
+        int rc = tp_chat_render(s->chat, p.msgs, p.n_msgs, 1, s->bos_text, s->eos_text,
+                                s->has_default_system ? s->default_system : NULL, &text, msg, sizeof msg);
         if (rc != 0) {
             tp_buf_free(&text);
             tp_req_params_free(&p);

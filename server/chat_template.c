@@ -10,7 +10,8 @@
  *   qwen3   Qwen3 (shared/models/tokenizers/qwen3; no tools)
  *   llama2  Llama-2-chat (<<SYS>> folded into the first user turn)
  *   mistral Mistral-7B-Instruct-v0.1 ([INST] ... [/INST], no system role)
- *   chatml  plain ChatML (<|im_start|>role\n...<|im_end|>\n)
+ *   chatml  plain ChatML (<|im_start|>role\n...<|im_end|>\n); with the default
+ *           system message of Qwen2 / Qwen2.5 templates when they carry one
  *   zephyr  zephyr-7b-beta (<|user|>\n...</s>\n)
  *   plain   tpserve's default for models without a template:
  *           "<role>: <content>\n" per message, then "assistant:".
@@ -177,8 +178,35 @@ static int render_mistral(const struct tp_chat_msg *m, int n, const char *bos, c
     return 0;
 }
 
-static int render_chatml(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
+int tp_chat_default_system(const char *t, char *out, size_t cap)
 {
+    static const char open[] = "<|im_start|>system\\n"; /* as written inside a Jinja string literal */
+    for (const char *p = t ? strstr(t, open) : NULL; p; p = strstr(p + 1, open)) {
+        const char *b = p + strlen(open), *e = strstr(b, "<|im_end|>");
+        if (!e || e == b) continue;
+        size_t k = 0;
+        int literal = 1;
+        for (const char *q = b; q < e && literal; q++) {
+            if (*q == '\'' || *q == '"' || *q == '{' || *q == '}' || *q == '+') literal = 0;
+            else if (k + 1 >= cap) literal = 0;
+            else if (q[0] == '\\' && q + 1 < e && q[1] == 'n') out[k++] = '\n', q++;
+            else out[k++] = *q;
+        }
+        if (literal) {
+            out[k] = '\0';
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int render_chatml(const struct tp_chat_msg *m, int n, int add_gen, const char *default_system, struct tp_buf *o)
+{
+    if (default_system && n > 0 && strcmp(m[0].role, "system") != 0) {
+        P(put(o, "<|im_start|>system\n"));
+        P(put(o, default_system));
+        P(put(o, "<|im_end|>\n"));
+    }
     for (int i = 0; i < n; i++) {
         P(put(o, "<|im_start|>"));
         P(put(o, m[i].role));
@@ -287,7 +315,7 @@ static int render_plain(const struct tp_chat_msg *m, int n, int add_gen, struct 
 }
 
 int tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs, int add_gen, const char *bos,
-                   const char *eos, struct tp_buf *out, char *err, size_t err_cap)
+                   const char *eos, const char *default_system, struct tp_buf *out, char *err, size_t err_cap)
 {
     if (!bos) bos = "";
     if (!eos) eos = "";
@@ -295,7 +323,7 @@ int tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_
     case TP_CHAT_LLAMA3: return render_llama3(msgs, n_msgs, bos, out);
     case TP_CHAT_LLAMA2: return render_llama2(msgs, n_msgs, bos, eos, out, err, err_cap);
     case TP_CHAT_MISTRAL: return render_mistral(msgs, n_msgs, bos, eos, out, err, err_cap);
-    case TP_CHAT_CHATML: return render_chatml(msgs, n_msgs, add_gen, out);
+    case TP_CHAT_CHATML: return render_chatml(msgs, n_msgs, add_gen, default_system, out);
     case TP_CHAT_QWEN3: return render_qwen3(msgs, n_msgs, add_gen, out);
     case TP_CHAT_ZEPHYR: return render_zephyr(msgs, n_msgs, add_gen, eos, out);
     case TP_CHAT_PLAIN: return render_plain(msgs, n_msgs, add_gen, out);

@@ -25,6 +25,8 @@ struct tp_server {
     struct tp_metrics *metrics;
     enum tp_chat_family chat;
     char bos_text[64], eos_text[64];
+    char default_system[512];         /* ChatML default system message, "" if none */
+    int has_default_system;
     char *model_id;                   /* owned */
     int n_ctx, n_vocab;
     int64_t created;

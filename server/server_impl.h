@@ -74,7 +74,16 @@ const char *tp_chat_family_name(enum tp_chat_family f);
  * roles that do not alternate), -2 out of memory.
  */
 int tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs, int add_generation_prompt,
-                   const char *bos, const char *eos, struct tp_buf *out, char *err, size_t err_cap);
+                   const char *bos, const char *eos, const char *default_system, struct tp_buf *out, char *err,
+                   size_t err_cap);
+/*
+ * ChatML templates that open with a default system message when the
+ * conversation has none (Qwen2: "You are a helpful assistant.", Qwen2.5:
+ * "You are Qwen, created by Alibaba Cloud. ..."): the text of the string
+ * literal '<|im_start|>system\n...<|im_end|>' in the template.  Returns 1
+ * and fills out (passed to tp_chat_render as default_system), or 0.
+ */
+int tp_chat_default_system(const char *tmpl, char *out, size_t cap);
 
 /* ================================================== request parameters ===== */
 

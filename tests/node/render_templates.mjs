@@ -6,9 +6,9 @@
 // tests/server/chat_expected.json, which tests/server/test_chat_template.c
 // compares byte for byte with server/chat_template.c.
 //   templates: llama3 + qwen3 from shared/models/tokenizers/*/tokenizer_config.json,
-//              llama2, mistral, chatml, zephyr from tests/node/templates/*.jinja
+//              llama2, mistral, chatml, zephyr, qwen2 from tests/node/templates/*.jinja
 //              (the published templates of Llama-2-chat, Mistral-7B-Instruct-v0.1,
-//              ChatML and zephyr-7b-beta).
+//              ChatML, zephyr-7b-beta and Qwen2-Instruct).
 // Usage: node render_templates.mjs [SHARED_MODELS_DIR [OUT.json]]   (default: regenerates the committed file)
 import { Template } from "@huggingface/jinja";
 import fs from "node:fs";
@@ -26,7 +26,8 @@ for (const [name, dir] of [["llama3", "llama3"], ["qwen3", "qwen3"]]) {
                   bos: cfg.bos_token || "", eos: cfg.eos_token || "" });
 }
 for (const [name, bos, eos] of [["llama2", "<s>", "</s>"], ["mistral", "<s>", "</s>"],
-                                ["chatml", "", "<|im_end|>"], ["zephyr", "<s>", "</s>"]]) {
+                                ["chatml", "", "<|im_end|>"], ["zephyr", "<s>", "</s>"],
+                                ["qwen2", "", "<|im_end|>"]]) {
   families.push({ name, source: `tests/node/templates/${name}.jinja`,
                   template: fs.readFileSync(path.join(here, "templates", name + ".jinja"), "utf8"), bos, eos });
 }

@@ -327,7 +327,20 @@ static void test_chat_templates_vs_jinja(void)
     cJSON_ArrayForEach(c, cases)
     {
         const char *fam = cJSON_GetObjectItem(c, "family")->valuestring;
+        /* qwen2: ChatML plus the default system message read from the template */
+        char dsys[256] = "";
+        const char *default_system = NULL;
         enum tp_chat_family f = tp_chat_family_parse(fam);
+        if (strcmp(fam, "qwen2") == 0) {
+            char *t = tp_test_read_file(tp_test_repo_path("tests/node/templates/qwen2.jinja"), NULL);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+            CU_ASSERT_EQUAL(tp_chat_detect(t), TP_CHAT_CHATML);
+            CU_ASSERT_EQUAL(tp_chat_default_system(t, dsys, sizeof dsys), 1);
+            CU_ASSERT_STRING_EQUAL(dsys, "You are a helpful assistant.");
+            free(t);
+            f = TP_CHAT_CHATML;
+            default_system = dsys;
+        }
         CU_ASSERT_NOT_EQUAL(f, TP_CHAT_UNKNOWN);
         const cJSON *msgs = cJSON_GetObjectItem(c, "messages");
         struct tp_chat_msg m[16];
@@ -343,7 +356,7 @@ static void test_chat_templates_vs_jinja(void)
         struct tp_buf out = {0};
         char err[256] = "";
         int rc = tp_chat_render(f, m, nm, add_gen, cJSON_GetObjectItem(c, "bos")->valuestring,
-                                cJSON_GetObjectItem(c, "eos")->valuestring, &out, err, sizeof err);
+                                cJSON_GetObjectItem(c, "eos")->valuestring, default_system, &out, err, sizeof err);
         const cJSON *exp = cJSON_GetObjectItem(c, "expected");
         if (exp) {
             const char *got = out.data ? out.data : "";
@@ -393,6 +406,13 @@ static void test_chat_detect(void)
         CU_ASSERT_STRING_EQUAL(tp_chat_family_name(tp_chat_detect(t)), names[i]);
         free(t);
     }
+    char dsys[128];
+    CU_ASSERT_EQUAL(tp_chat_default_system("{{'<|im_start|>' + m + '<|im_end|>'}}", dsys, sizeof dsys), 0);
+    CU_ASSERT_EQUAL(tp_chat_default_system("{{ '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+                                           "{{ '<|im_start|>system\\nYou are Qwen.\\nBe nice.<|im_end|>\\n' }}",
+                                           dsys, sizeof dsys),
+                    1);
+    CU_ASSERT_STRING_EQUAL(dsys, "You are Qwen.\nBe nice.");
     CU_ASSERT_EQUAL(tp_chat_detect(NULL), TP_CHAT_PLAIN);
     CU_ASSERT_EQUAL(tp_chat_detect("{{ messages }}"), TP_CHAT_UNKNOWN);
     CU_ASSERT_EQUAL(tp_chat_family_parse("nope"), TP_CHAT_UNKNOWN);
