@@ -113,6 +113,8 @@ enum tp_status tp_comm_config_from_env(struct tp_comm_config *cfg, struct tp_err
     if (set) cfg->op_timeout_ms = (uint32_t)v;
     TP_CHECK_GOTO(env_long("TP_COMM_CONNECT_TIMEOUT_MS", 1, 86400000L, &v, &set, err), rc, out);
     if (set) cfg->connect_timeout_ms = (uint32_t)v;
+    TP_CHECK_GOTO(env_long("TP_COMM_SHM", 0, 1, &v, &set, err), rc, out);
+    if (set) cfg->shm = (int)v;
     const char *s;
     if ((s = getenv("TP_HOSTFILE")) != NULL) cfg->hostfile = s;
     if ((s = getenv("TP_COORDINATOR")) != NULL) cfg->coordinator = s;
@@ -253,6 +255,10 @@ enum tp_status tp_ring_init(const struct tp_comm_config *cfg, struct tp_comm *c,
                             tp_comm_backend_name(cfg->backend), TP_ALGO_MAX_RANKS, c->size);
     TP_CHECK_GOTO(tp_tcp_net_create(c->rank, c->size, cfg->op_timeout_ms, &c->net, err), rc, out);
     TP_CHECK_GOTO(tp_bootstrap_tcp(cfg, c->net, err), rc, out);
+    if (cfg->shm && c->size <= TP_SHM_MAX_RANKS) {
+        int attached = 0;
+        TP_CHECK_GOTO(tp_shm_attach(c->net, cfg->connect_timeout_ms, &attached, err), rc, out);
+    }
     if (identity_peers(c) != TP_OK) rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory");
 out:
     return rc;

@@ -78,6 +78,8 @@ struct tp_comm_config {
     const char *cluster_token;   /* shared secret checked in the hello; may be NULL */
     uint32_t op_timeout_ms;      /* max wait in any collective (TP_COMM_TIMEOUT_MS) */
     uint32_t connect_timeout_ms; /* max time to form the group */
+    int shm;                     /* ring: shared-memory rings when all ranks share one host
+                                    (TP_COMM_SHM=1); default 0 = TCP everywhere */
 };
 
 /* Defaults: ring, rank/world -1, 30 s op timeout, 60 s connect timeout. */
@@ -85,7 +87,8 @@ struct tp_comm_config tp_comm_default_config(void);
 
 /*
  * Fill cfg from the environment: TP_BACKEND, TP_RANK, TP_WORLD_SIZE,
- * TP_HOSTFILE, TP_COORDINATOR, TP_CLUSTER_TOKEN, TP_COMM_TIMEOUT_MS.
+ * TP_HOSTFILE, TP_COORDINATOR, TP_CLUSTER_TOKEN, TP_COMM_TIMEOUT_MS,
+ * TP_COMM_CONNECT_TIMEOUT_MS, TP_COMM_SHM (0/1).
  * Only variables that are set override cfg.  Malformed values give
  * TP_ERR_INVALID_ARG with a message in err naming the variable.
  * Returned strings point into the environment (valid for the process).

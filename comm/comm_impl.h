@@ -199,6 +199,11 @@ enum tp_status tp_mpi_wait(struct tp_comm *c, int slot);
 /* rank/size from an MPI launcher's environment (OMPI_COMM_WORLD_*, PMI_*), -1 when absent. */
 void tp_comm_launcher_env(int *rank, int *size);
 
+/* Shared-memory transport (shm.c): switch net (already formed over TCP) to
+ * shared-memory rings when every rank is on this host; *attached says. */
+enum tp_status tp_shm_attach(struct tp_net *net, uint32_t timeout_ms, int *attached, struct tp_error *err);
+#define TP_SHM_MAX_RANKS 8
+
 /* TCP transport (tcp.c). */
 enum tp_status tp_tcp_net_create(int rank, int size, uint32_t op_timeout_ms, struct tp_net **out,
                                  struct tp_error *err);

@@ -132,7 +132,7 @@ static void fmt_size(size_t b, char *out, size_t cap)
 
 /* Form the ring/rdma group under mpirun: rank 0 picks a free port and
  * broadcasts "host:port" over the mpi group. */
-static enum tp_status ring_via_mpi(tp_comm_t *mpi, enum tp_comm_backend be, uint32_t timeout_ms, tp_comm_t **out,
+static enum tp_status ring_via_mpi(tp_comm_t *mpi, const struct tp_comm_config *env_cfg, tp_comm_t **out,
                                    struct tp_error *err)
 {
     char coord[128];
@@ -157,13 +157,11 @@ static enum tp_status ring_via_mpi(tp_comm_t *mpi, enum tp_comm_backend be, uint
         return tp_error_set(err, TP_ERR_PEER, "broadcast of the coordinator address failed: %s",
                             tp_comm_last_error(mpi));
     coord[sizeof coord - 1] = '\0';
-    struct tp_comm_config cfg = tp_comm_default_config();
-    cfg.backend = be;
+    struct tp_comm_config cfg = *env_cfg; /* backend, timeouts, token, shm from the environment */
     cfg.rank = tp_comm_rank(mpi);
     cfg.world_size = tp_comm_size(mpi);
     cfg.coordinator = coord;
-    cfg.cluster_token = getenv("TP_CLUSTER_TOKEN");
-    if (timeout_ms) cfg.op_timeout_ms = timeout_ms;
+    cfg.hostfile = NULL;
     return tp_comm_init(&cfg, out, err);
 }
 
@@ -245,7 +243,7 @@ int tp_bench_comm(int argc, char **argv)
                 tp_cli_fail("bench comm", "%s", err.msg);
                 goto out;
             }
-        } else if (ring_via_mpi(mpi, cfg.backend, cfg.op_timeout_ms, &c, &err) != TP_OK) {
+        } else if (ring_via_mpi(mpi, &cfg, &c, &err) != TP_OK) {
             tp_cli_fail("bench comm", "%s", err.msg);
             goto out;
         }

@@ -5,7 +5,8 @@
  *
  * ring/rdma: a hostfile with N free loopback ports is generated in a private
  * temporary directory (removed at exit) and a random cluster token is put in
- * the environment.  Every output line of rank k is prefixed "[rank k] " (on
+ * the environment (--shm adds TP_COMM_SHM=1: shared-memory rings between
+ * the local ranks).  Every output line of rank k is prefixed "[rank k] " (on
  * stdout or stderr as the rank wrote it).  SIGINT/SIGTERM/SIGHUP are
  * forwarded to every rank.  When a rank fails (non-zero exit or a signal)
  * the others get SIGTERM, then SIGKILL after a grace period, and launch
@@ -183,8 +184,9 @@ int tp_cmd_launch(int argc, char **argv)
             return tp_launch_hostfile_main(argc, argv);
     int n = 2;
     const char *backend = "ring";
-    int grace_ms = LAUNCH_GRACE_MS;
+    int grace_ms = LAUNCH_GRACE_MS, shm = 0;
     const struct tp_opt opts[] = {
+        {"shm", 0, TP_OPT_FLAG, &shm, NULL, "ring: move data through shared memory (sets TP_COMM_SHM=1)", 0, 0},
         {"np", 'n', TP_OPT_INT, &n, "N", "number of local ranks (1..64, default 2)", 1, LAUNCH_MAX},
         {"backend", 'b', TP_OPT_STRING, &backend, "NAME", "ring (default), rdma or mpi (runs mpirun)", 0, 0},
         {"grace-ms", 0, TP_OPT_INT, &grace_ms, "MS", "after a rank fails, SIGKILL the others this much later", 0,
@@ -288,6 +290,7 @@ int tp_cmd_launch(int argc, char **argv)
             setenv("TP_HOSTFILE", hostfile, 1);
             setenv("TP_CLUSTER_TOKEN", token, 1);
             unsetenv("TP_COORDINATOR");
+            if (shm) setenv("TP_COMM_SHM", "1", 1);
             execvp(rest_argv[0], rest_argv);
             fprintf(stderr, "cannot run '%s': %s\n", rest_argv[0], strerror(errno));
             _exit(127);

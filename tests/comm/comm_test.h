@@ -28,6 +28,9 @@ struct ct_group {
     int exited[CT_MAX_RANKS];
 };
 
+/* Nonzero: ranks started by ct_spawn* ask for the shared-memory transport. */
+extern int ct_shm;
+
 /* Pick n free ports and write a hostfile for them (token may be NULL). */
 int ct_make_hostfile(struct ct_group *g, int n, const char *token);
 /* Fork n ranks: each builds cfg (defaults + rank, world, g->hostfile, token,

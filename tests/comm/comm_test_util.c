@@ -14,6 +14,7 @@
 #include "tp_test.h"
 
 static int g_hostfile_seq;
+int ct_shm;
 
 int ct_make_hostfile(struct ct_group *g, int n, const char *token)
 {
@@ -64,6 +65,7 @@ pid_t ct_spawn_one(struct ct_group *g, int r, ct_rank_fn fn, void *arg, const ch
     cfg.hostfile = g->hostfile;
     cfg.cluster_token = token;
     cfg.connect_timeout_ms = 20000;
+    cfg.shm = ct_shm;
     if (op_timeout_ms) cfg.op_timeout_ms = op_timeout_ms;
     if (tp_comm_init(&cfg, &c, &err) != TP_OK) {
         fprintf(stderr, "    rank %d: tp_comm_init failed: %s\n", r, err.msg);

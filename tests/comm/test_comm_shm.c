@@ -1,0 +1,89 @@
+/*
+ * tests/comm/test_comm_shm.c - the shared-memory transport (cfg.shm) with
+ * real rank processes on this host: every collective against the exact
+ * oracle (the byte rings wrap many times at the large counts), send/recv
+ * between every pair, a killed rank and a stopped rank still fail loudly
+ * and in time (through the TCP side channel and the op timeout).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "comm_test.h"
+#include "tp_test.h"
+
+static int body_collectives(tp_comm_t *c, void *arg)
+{
+    (void)arg;
+    static const size_t counts[] = {0, 1, 7, 1000, (1u << 20) + 3};
+    return ct_check_collectives(c, counts, 5, 1);
+}
+
+static void run_shm(int n, ct_rank_fn fn, int timeout_ms)
+{
+    ct_shm = 1;
+    ct_run_ok(n, fn, NULL, timeout_ms);
+    ct_shm = 0;
+}
+
+static void test_collectives_w2(void) { run_shm(2, body_collectives, 90000); }
+static void test_collectives_w3(void) { run_shm(3, body_collectives, 90000); }
+static void test_p2p_w4(void) { run_shm(4, ct_body_p2p, 30000); }
+static void test_async_w2(void) { run_shm(2, ct_body_async, 30000); }
+
+static int body_until_error(tp_comm_t *c, void *arg)
+{
+    (void)arg;
+    enum { N = 300000 };
+    float *buf = calloc(N, sizeof *buf);
+    if (!buf) return 1;
+    uint64_t t0 = tp_now_ns();
+    enum tp_status st = TP_OK;
+    for (unsigned it = 0; st == TP_OK && tp_now_ns() - t0 < 20000000000ull; it++)
+        st = tp_comm_all_sum(c, buf, buf, (it & 1) ? N : 1000, TP_DTYPE_F32);
+    free(buf);
+    fprintf(stderr, "    rank %d: %s: %s\n", tp_comm_rank(c), tp_status_str(st), tp_comm_last_error(c));
+    return st == TP_OK ? 12 : st == TP_ERR_TIMEOUT ? 10 : 11;
+}
+
+static void kill_or_stop(int sig, uint32_t timeout_ms, double limit_s)
+{
+    struct ct_group g;
+    ct_shm = 1;
+    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile(&g, 3, "shm"), 0);
+    CU_ASSERT_EQUAL_FATAL(ct_spawn(&g, body_until_error, NULL, NULL, timeout_ms), 0);
+    ct_shm = 0;
+    tp_sleep_ms(1500);
+    kill(g.pids[1], sig);
+    uint64_t t0 = tp_now_ns();
+    for (int r = 0; r < 3; r += 2) {
+        int st = 0;
+        while (waitpid(g.pids[r], &st, WNOHANG) == 0 && tp_now_ns() - t0 < 15000000000ull) tp_sleep_ms(5);
+        double s = (double)(tp_now_ns() - t0) / 1e9;
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        fprintf(stderr, "    rank %d exited %.2f s after signal %d with code %d\n", r, s, sig, code);
+        CU_ASSERT(code == 10 || code == 11);
+        CU_ASSERT(s < limit_s);
+        g.exited[r] = 1;
+    }
+    kill(g.pids[1], SIGKILL);
+    kill(g.pids[1], SIGCONT);
+    ct_wait(&g, 5000);
+}
+
+static void test_killed(void) { kill_or_stop(SIGKILL, 30000, 5.0); }
+static void test_stopped(void) { kill_or_stop(SIGSTOP, 1500, 1.5 + 2.5); }
+
+static const struct tp_test_case shm_cases[] = {
+    {"collectives_world2", test_collectives_w2},
+    {"collectives_world3", test_collectives_w3},
+    {"p2p_every_pair_world4", test_p2p_w4},
+    {"nonblocking_world2", test_async_w2},
+    {"rank_killed", test_killed},
+    {"rank_stopped", test_stopped},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(shm, "multirank", 300, shm_cases)
