@@ -141,7 +141,10 @@ enum tp_status tp_comm_recv(tp_comm_t *c, void *buf, size_t count, enum tp_dtype
 
 /* ---- non-blocking variants ------------------------------------------------
  * Start returns at once with a request; buffers must stay valid and untouched
- * until tp_comm_wait() returns.  At most TP_COMM_MAX_INFLIGHT requests per
+ * until tp_comm_wait() returns.  ring/rdma: a per-group progress thread
+ * (started on first use) runs the requests in order while the caller
+ * computes; a blocking call first waits for them.  mpi: MPI_Iallreduce /
+ * MPI_Iallgather.  At most TP_COMM_MAX_INFLIGHT requests per
  * group; they complete in start order.  Wait always releases the request. */
 #define TP_COMM_MAX_INFLIGHT 8
 typedef struct tp_comm_request tp_comm_request_t;
