@@ -4,10 +4,18 @@
  * chosen once at run time.
  *
  * Layout: a weight matrix is `rows` rows of `cols` elements (ggml order:
- * ne0 = cols is contiguous); each row is cols/block_elems blocks.
- * Quantized types compute against activations quantized to their "dot
- * type" (Q8_0 for Q4_0/Q8_0, Q8_K for K-quants); float types use f32
- * activations.  The caller (forward pass) splits rows over threads.
+ * ne0 = cols is contiguous); each row is cols/block_elems blocks in the exact
+ * GGUF layout.  Quantized types compute against activations quantized to 8
+ * bits (tp_kern_prepare_act: Q8_0-style 32-value blocks with f32 scales for
+ * Q4_0/Q8_0, ggml's Q8_K for the K-quants; the layout is private, size it
+ * with tp_kern_act_row_bytes); float types use f32 activations.  The caller
+ * (forward pass) splits rows over threads; every function here is
+ * thread-safe except the tp_kern_force_* test hooks.
+ *
+ * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (tp_wtype_supported).
+ * Decode (n_tok = 1) streams each weight row once; prefill tiles rows x
+ * tokens so an unpacked weight block serves several tokens; F32 with >= 8
+ * tokens goes to BLAS sgemm (single-threaded).
  */
 #ifndef TP_MODEL_KERNELS_H
 #define TP_MODEL_KERNELS_H
