@@ -3,7 +3,7 @@
  * dot-product extension; the template is kernels_kquant_neon_impl.h.
  */
 #if defined(__aarch64__)
-#define KQN_TARGET "arch=armv8-a"
+#define KQN_ATTR /* baseline NEON: every arm64 CPU has it */
 #define KQN_DOT 0
 #define KQN_FILL tp_kern_kquant_neon_ops
 #include "model/kernels_kquant_neon_impl.h"

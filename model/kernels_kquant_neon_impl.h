@@ -8,8 +8,8 @@
  * exact integers, scaled per sub-block in integer and per super-block in
  * float.
  */
-#ifndef KQN_TARGET
-#error "define KQN_TARGET, KQN_DOT and KQN_FILL before including kernels_kquant_neon_impl.h"
+#ifndef KQN_DOT
+#error "define KQN_DOT, KQN_ATTR (target attribute or nothing) and KQN_FILL before including kernels_kquant_neon_impl.h"
 #endif
 #include <arm_neon.h>
 
@@ -18,8 +18,8 @@
 
 #define ROW(w, rb, r) ((const void *)((const char *)(w) + (size_t)(r) * (rb)))
 
-#define KQNFN static inline __attribute__((always_inline, target(KQN_TARGET)))
-#define KQNOUT static __attribute__((target(KQN_TARGET)))
+#define KQNFN static inline __attribute__((always_inline)) KQN_ATTR
+#define KQNOUT static KQN_ATTR
 
 /* exact sum of a[i]*b[i] over 16 int8 pairs, into 4 lanes */
 KQNFN int32x4_t kqn_dot16(int32x4_t acc, int8x16_t a, int8x16_t b)

@@ -4,10 +4,13 @@
  * kernels_kquant_neon_impl.h.
  */
 #if defined(__aarch64__)
-#if defined(__clang__)
-#define KQN_TARGET "dotprod"
+/* the baseline may already include dotprod (Apple arm64): then no attribute */
+#if defined(__ARM_FEATURE_DOTPROD)
+#define KQN_ATTR
+#elif defined(__clang__)
+#define KQN_ATTR __attribute__((target("dotprod")))
 #else
-#define KQN_TARGET "arch=armv8.2-a+dotprod"
+#define KQN_ATTR __attribute__((target("arch=armv8.2-a+dotprod")))
 #endif
 #define KQN_DOT 1
 #define KQN_FILL tp_kern_kquant_neondot_ops

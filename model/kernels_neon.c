@@ -3,7 +3,7 @@
  * extension (ARMv8.0 baseline); the template is kernels_neon_impl.h.
  */
 #if defined(__aarch64__)
-#define KN_TARGET "arch=armv8-a"
+#define KN_ATTR /* baseline NEON: every arm64 CPU has it */
 #define KN_DOT 0
 #include "model/kernels_neon_impl.h"
 

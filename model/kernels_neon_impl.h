@@ -8,8 +8,8 @@
  * d_w * d_x in float.  Decode (one token) walks rows one after another;
  * prefill uses a KN_MR x KN_NT register tile (32 q-registers).
  */
-#ifndef KN_TARGET
-#error "define KN_TARGET and KN_DOT before including kernels_neon_impl.h"
+#ifndef KN_DOT
+#error "define KN_DOT and KN_ATTR (target attribute or nothing) before including kernels_neon_impl.h"
 #endif
 
 #include <arm_neon.h>
@@ -18,8 +18,8 @@
 #include "common/common.h"
 #include "model/kernels_impl.h"
 
-#define KFN static inline __attribute__((always_inline, target(KN_TARGET)))
-#define KOUT static __attribute__((target(KN_TARGET)))
+#define KFN static inline __attribute__((always_inline)) KN_ATTR
+#define KOUT static KN_ATTR
 #define KN_MR 4
 #define KN_NT 4
 #define KN_CHUNK 64

@@ -4,10 +4,13 @@
  * arm64 core has it); the template is kernels_neon_impl.h.
  */
 #if defined(__aarch64__)
-#if defined(__clang__)
-#define KN_TARGET "dotprod"
+/* the baseline may already include dotprod (Apple arm64): then no attribute */
+#if defined(__ARM_FEATURE_DOTPROD)
+#define KN_ATTR
+#elif defined(__clang__)
+#define KN_ATTR __attribute__((target("dotprod")))
 #else
-#define KN_TARGET "arch=armv8.2-a+dotprod"
+#define KN_ATTR __attribute__((target("arch=armv8.2-a+dotprod")))
 #endif
 #define KN_DOT 1
 #include "model/kernels_neon_impl.h"
