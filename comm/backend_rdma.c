@@ -364,9 +364,18 @@ static enum tp_status rdma_xfer(struct tp_net *net, struct tp_xfer *x, int n, st
         if (now - last_check > 20000000u) { /* every 20 ms while stalled */
             int who = -1;
             last_check = now;
-            if (side_channel_dead(net, x, n, &who))
-                return tp_error_set(err, TP_ERR_PEER, "rank %d closed its connection (it exited, crashed or failed)",
-                                    who);
+            if (side_channel_dead(net, x, n, &who)) {
+                /* what the peer sent before leaving may still be completing */
+                int more = 0;
+                if (rdma_poll(net, st, &more, err) != TP_OK) return err->status;
+                for (int i = 0; i < n; i++)
+                    if (x[i].done < x[i].bytes && !tp_xfer_blocked(x, i) && rdma_step(st, &x[i], err) > 0) more = 1;
+                if (!more)
+                    return tp_error_set(err, TP_ERR_PEER,
+                                        "rank %d closed its connection (it exited, crashed or failed)", who);
+                last = now;
+                continue;
+            }
         }
         if (now - last >= idle_ns)
             return tp_error_set(err, TP_ERR_TIMEOUT,

@@ -134,6 +134,15 @@ static enum tp_status shm_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
                         tp_log(TP_LOG_DEBUG, TP_COMM_MODULE, "shm: unexpected data on a side channel");
                     continue;
                 }
+                /* The peer is gone, but what it wrote before leaving is still
+                 * in the rings: drain first, fail only when nothing moves. */
+                int more = 0;
+                for (int k = 0; k < n; k++)
+                    if (x[k].done < x[k].bytes && !tp_xfer_blocked(x, k)) more |= shm_step(net, &x[k]);
+                if (more) {
+                    last = tp_now_ns();
+                    break;
+                }
                 {
                     int who = -1;
                     for (int k = 0; k < net->size; k++)
