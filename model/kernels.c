@@ -73,7 +73,7 @@ static void choose_isa(void)
     dot = 1; /* every Apple arm64 core has the dot-product extension */
 #endif
     add_isa("neon", tp_kern_neon_ops, tp_kern_kquant_neon_ops);
-    if (dot) add_isa("neon-dotprod", tp_kern_neondot_ops, tp_kern_kquant_neondot_ops);
+    if (dot && tp_kern_neondot_built) add_isa("neon-dotprod", tp_kern_neondot_ops, tp_kern_kquant_neondot_ops);
 #endif
     g_best = &g_isas[g_n_isas - 1];
     const char *want = getenv("TP_KERN_ISA"); /* benchmarks: pin an ISA this CPU has */

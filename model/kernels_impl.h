@@ -124,6 +124,7 @@ void tp_kern_avx512_ops(struct tp_kern_ops *ops);
 #if defined(__aarch64__)
 void tp_kern_neon_ops(struct tp_kern_ops *ops);
 void tp_kern_neondot_ops(struct tp_kern_ops *ops);
+extern const int tp_kern_neondot_built; /* 0: this compiler could not build them */
 #endif
 
 /* Scalar activation quantizer (the reference every SIMD version must match bit for bit). */

@@ -3,7 +3,7 @@
  * ARMv8.2 dot-product extension (sdot); the template is
  * kernels_kquant_neon_impl.h.
  */
-#if defined(__aarch64__)
+#if defined(__aarch64__) && (defined(__ARM_FEATURE_DOTPROD) || !defined(__clang__))
 /* the baseline may already include dotprod (Apple arm64): then no attribute */
 #if defined(__ARM_FEATURE_DOTPROD)
 #define KQN_ATTR
@@ -15,6 +15,10 @@
 #define KQN_DOT 1
 #define KQN_FILL tp_kern_kquant_neondot_ops
 #include "model/kernels_kquant_neon_impl.h"
+#elif defined(__aarch64__)
+#include "model/kernels_impl.h"
+/* no dotprod intrinsics in this clang build (see kernels_neondot.c): the plain NEON kernels */
+void tp_kern_kquant_neondot_ops(struct tp_kern_ops *ops) { tp_kern_kquant_neon_ops(ops); }
 #else
 typedef int tp_kernels_kquant_neondot_unused; /* ISO C forbids an empty translation unit */
 #endif
