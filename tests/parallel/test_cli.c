@@ -4,9 +4,12 @@
  * `launch --backend mpi`) must print the same greedy text as one rank;
  * `tpserve shard` files with a {rank} path template must too; shard files
  * used by the wrong world size are refused by every rank with the same
- * message (launch exits non-zero, nothing hangs: every command runs under
- * `timeout`); `bench gen --json` under launch reports the per-token split.
+ * message (launch exits non-zero, nothing hangs: every command has a 90 s
+ * deadline); `bench gen --json` under launch reports the per-token split.
  */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,32 +19,67 @@
 #include "common/common.h"
 #include "tp_test.h"
 
-/* Run a shell command (under timeout), return its output (malloc'd) and exit status. */
+/* Run a shell command with a 90 s deadline (its process group is killed then;
+ * no timeout(1), which macOS lacks); returns its stdout (malloc'd) and exit
+ * status (124 when killed at the deadline). */
 static char *run(const char *cmd, int *status)
 {
-    char full[4096];
-    snprintf(full, sizeof full, "timeout 90 %s", cmd);
-    FILE *f = popen(full, "r");
-    if (!f) return NULL;
+    int fds[2];
+    *status = -1;
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
-    if (!buf) {
-        pclose(f);
+    if (!buf) return NULL;
+    if (pipe(fds) != 0) {
+        free(buf);
         return NULL;
     }
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - 1 - n, f)) > 0) {
-        n += got;
-        if (n + 1 >= cap) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        free(buf);
+        return NULL;
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    close(fds[1]);
+    double deadline = tp_now_s() + 90.0;
+    int killed = 0;
+    for (;;) {
+        struct pollfd pf = {fds[0], POLLIN, 0};
+        int left_ms = (int)((deadline - tp_now_s()) * 1000.0);
+        if (left_ms <= 0) {
+            kill(-pid, SIGKILL);
+            killed = 1;
+            break;
+        }
+        int r = poll(&pf, 1, left_ms < 1000 ? left_ms : 1000);
+        if (r < 0 && errno != EINTR) break;
+        if (r <= 0) continue;
+        if (n + 4096 + 1 > cap) {
             char *nb = realloc(buf, cap * 2);
             if (!nb) break;
             buf = nb;
             cap *= 2;
         }
+        ssize_t got = read(fds[0], buf + n, cap - 1 - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        n += (size_t)got;
     }
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    *status = killed ? 124 : WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     buf[n] = '\0';
-    int st = pclose(f);
-    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     return buf;
 }
 
