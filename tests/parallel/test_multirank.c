@@ -307,21 +307,21 @@ static void test_wire_dtypes(void)
     /* bounds on the final logits' normalized MSE vs f32 (measured ~1e-6, 1e-4, 1e-4 on this model;
      * the bounds leave 10-100x headroom but would catch a wrong scale or a dropped rank's share) */
     const double bound[] = {1e-4, 1e-2, 1e-2};
-    for (size_t i = 0; i < TP_ARRAY_LEN(dts); i++) {
-        mr_init(&r, m, 2);
+    for (size_t i = 0; i < 2 * TP_ARRAY_LEN(dts); i++) {
+        const int world = i < TP_ARRAY_LEN(dts) ? 2 : 3;
+        mr_init(&r, m, world);
         r.n_steps = 64;
-        r.wire = dts[i];
+        r.wire = dts[i % TP_ARRAY_LEN(dts)];
         CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
-        CU_ASSERT_EQUAL(r.exit_code[0], 0);
-        CU_ASSERT_EQUAL(r.exit_code[1], 0);
+        for (int k = 0; k < world; k++) CU_ASSERT_EQUAL(r.exit_code[k], 0);
         CU_ASSERT_EQUAL_FATAL(r.n_tokens, ref.n_tokens);
         int agree = 0;
         for (int k = 0; k < r.n_tokens; k++) agree += r.tokens[k] == ref.tokens[k];
         /* compare logits of the first step (same inputs): the prompt's next-token distribution */
-        fprintf(stderr, "wire %s: %d/%d greedy tokens equal to f32, final logits nmse %.3g\n",
-                tp_wire_dtype_name(dts[i]), agree, r.n_tokens, r.logits ? mr_nmse(r.logits, ref.logits, r.n_vocab) : -1.0);
+        fprintf(stderr, "wire %s N=%d: %d/%d greedy tokens equal to f32, final logits nmse %.3g\n",
+                tp_wire_dtype_name(r.wire), world, agree, r.n_tokens, r.logits ? mr_nmse(r.logits, ref.logits, r.n_vocab) : -1.0);
         CU_ASSERT(r.tokens[0] == ref.tokens[0]);
-        if (agree == r.n_tokens) CU_ASSERT(mr_nmse(r.logits, ref.logits, r.n_vocab) < bound[i]);
+        if (agree == r.n_tokens) CU_ASSERT(mr_nmse(r.logits, ref.logits, r.n_vocab) < bound[i % TP_ARRAY_LEN(dts)]);
         mr_free(&r);
     }
     mr_free(&ref);
