@@ -1,9 +1,10 @@
 /*
  * model/kernels.c - public side of the kernels: row sizes, activation
  * preparation, reference quantize/dequantize, and the run-time choice of
- * instruction set (once, via pthread_once; TP_KERN_ISA=scalar|avx2|avx512-vnni|
- * neon|neon-dotprod in the environment pins one the CPU has, for benchmarks).  Float weights with many
- * tokens go to BLAS (single-threaded: the caller already splits rows).
+ * instruction set (once, via pthread_once; TP_KERN_ISA=scalar|avx2|
+ * avx512-vnni|neon|neon-dotprod in the environment pins one the CPU has, for
+ * benchmarks).  F32 weights with many tokens go to BLAS (single-threaded:
+ * the caller already splits rows over its own threads).
  */
 #include <math.h>
 #include <pthread.h>
@@ -77,8 +78,14 @@ static void choose_isa(void)
 #endif
     g_best = &g_isas[g_n_isas - 1];
     const char *want = getenv("TP_KERN_ISA"); /* benchmarks: pin an ISA this CPU has */
-    for (int i = 0; want && i < g_n_isas; i++)
-        if (strcmp(want, g_isas[i].name) == 0) g_best = &g_isas[i];
+    if (want && *want) {
+        int found = 0;
+        for (int i = 0; i < g_n_isas; i++)
+            if (strcmp(want, g_isas[i].name) == 0) g_best = &g_isas[i], found = 1;
+        if (!found)
+            tp_log(TP_LOG_WARN, "kernels", "TP_KERN_ISA=%s is not available on this CPU/build; using %s", want,
+                   g_best->name);
+    }
     atomic_store(&g_cur, g_best);
 #if defined(TP_BLAS_OPENBLAS)
     openblas_set_num_threads(1); /* rows are already split over our own pool */
