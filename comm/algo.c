@@ -36,11 +36,11 @@ enum tp_status tp_algo_alloc_scratch(struct tp_comm *c)
 {
     if (c->stage[0]) return TP_OK;
     for (int i = 0; i < 2; i++) {
-        c->stage[i] = tp_aligned_alloc(64, TP_ALGO_STAGE_BYTES);
+        c->stage[i] = tp_aligned_alloc(64, TP_ALGO_CHUNK_BYTES);
         c->acc[i] = tp_aligned_alloc(64, TP_ALGO_CHUNK_BYTES);
         if (!c->stage[i] || !c->acc[i])
             return tp_comm_fail(c, TP_ERR_NOMEM, "out of memory for the ring staging buffers (%u bytes)",
-                                2u * (TP_ALGO_STAGE_BYTES + TP_ALGO_CHUNK_BYTES));
+                                4u * TP_ALGO_CHUNK_BYTES);
     }
     return TP_OK;
 }
@@ -203,10 +203,7 @@ static enum tp_status pair_all_reduce(struct tp_comm *c, const unsigned char *se
                                       enum tp_dtype dt, enum tp_red_op op)
 {
     const int me = c->rank, peer = 1 - me;
-    const size_t es = tp_dtype_size(dt);
-    /* ~16 chunks per half: fine enough to overlap, few enough syscalls */
-    const size_t chunk_bytes = TP_MIN((size_t)TP_ALGO_STAGE_BYTES, TP_MAX((size_t)TP_ALGO_CHUNK_BYTES, count * es / 32));
-    const size_t chunk = chunk_bytes / es;
+    const size_t es = tp_dtype_size(dt), chunk = TP_ALGO_CHUNK_BYTES / es;
     const size_t off[2] = {0, count / 2}, len[2] = {count / 2, count - count / 2};
     enum tp_status rc = tp_algo_alloc_scratch(c);
     if (rc != TP_OK) return rc;

@@ -136,7 +136,7 @@ struct tp_comm {
     /* Scratch owned by the algorithm layer, allocated once. */
     unsigned char *small;      /* (size) * small_bytes: mesh receive slots, one per rank */
     size_t small_bytes;        /* slot size = the mesh threshold for this group size */
-    unsigned char *stage[2];   /* TP_ALGO_STAGE_BYTES each: ring receive staging */
+    unsigned char *stage[2];   /* TP_ALGO_CHUNK_BYTES each: ring receive staging */
     unsigned char *acc[2];     /* TP_ALGO_CHUNK_BYTES each: ring partial sums */
 
     /* Non-blocking requests: a progress thread created on first use. */
@@ -152,8 +152,7 @@ struct tp_comm {
 #define TP_ALGO_MAX_RANKS 64             /* ring/rdma world size limit (full mesh) */
 #define TP_ALGO_SMALL_BYTES (512u * 1024u)   /* 2 ranks: <= this, mesh exchange (one round) */
 #define TP_ALGO_SMALL_BYTES_N (64u * 1024u)  /* 3+ ranks: mesh up to here, ring above */
-#define TP_ALGO_CHUNK_BYTES (32u * 1024u)   /* ring pipeline chunk (smallest) */
-#define TP_ALGO_STAGE_BYTES (8u * TP_ALGO_CHUNK_BYTES) /* staging buffer: largest chunk */
+#define TP_ALGO_CHUNK_BYTES (32u * 1024u)   /* ring pipeline chunk (measured best here: 16K..256K tried) */
 
 /* Transfers on group ranks (mapped to net ranks here on their first call);
  * counts stats, poisons the group (and net) on failure with a message naming
