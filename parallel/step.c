@@ -243,11 +243,14 @@ static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, const stru
         p->want[i] = body[3 * n + i] != 0;
         n_out += p->want[i];
     }
+    /* one rank, full logits wanted: the model writes straight into the caller's buffer */
+    const int direct = p->world == 1 && kind == STEP_RUN_LOGITS && out->logits;
     uint64_t w0 = p->wire.ns;
-    enum tp_status st = tp_model_forward(p->model, &b, p->local);
+    enum tp_status st = tp_model_forward(p->model, &b, direct ? out->logits : p->local);
     *ns_comm += p->wire.ns - w0;
     if (st != TP_OK) return st;
     p->stats.n_tokens += (uint64_t)n;
+    if (direct) return TP_OK;
     if (kind == STEP_RUN_ARGMAX) return gather_argmax(p, n_out, out->ids, out->maxv, ns_comm);
     if (kind == STEP_RUN_TOPK) return gather_topk(p, n_out, p->hdr[6], out->top, out->lse, ns_comm);
     if (p->world == 1) {
