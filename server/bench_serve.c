@@ -172,7 +172,7 @@ struct level_ctx {
     struct gate *gate;
     const int32_t *ids;
     int n_ids;
-    int prompt_tokens, gen_tokens, rounds, idx;
+    int prompt_tokens, gen_tokens, rounds, idx, level;
     struct bench_result *res; /* (rounds) */
     double t_end;
 };
@@ -187,7 +187,7 @@ static void *client_main(void *arg)
     for (int r = 0; r < c->rounds; r++) {
         char *d = malloc(cap);
         size_t n = (size_t)snprintf(d, cap, "{\"prompt\":[");
-        int shift = c->idx * 7 + r * 131 + 1;
+        int shift = c->idx * 7 + r * 131 + c->level * 977 + 1; /* distinct across levels too */
         for (int i = 0; i < c->prompt_tokens; i++)
             n += (size_t)snprintf(d + n, cap - n, "%s%d", i ? "," : "", c->ids[(i + shift) % c->n_ids]);
         snprintf(d + n, cap - n,
@@ -303,7 +303,7 @@ int tp_bench_serve(int argc, char **argv)
         for (int i = 0; i < c; i++) {
             ctx[i] = (struct level_ctx){.t = &t, .gate = &gate, .ids = ids, .n_ids = n_ids,
                                         .prompt_tokens = prompt_tokens, .gen_tokens = gen_tokens, .rounds = rounds,
-                                        .idx = i, .res = res + (size_t)i * (size_t)rounds};
+                                        .idx = i, .level = li, .res = res + (size_t)i * (size_t)rounds};
             pthread_create(&th[i], NULL, client_main, &ctx[i]);
         }
         gate_open(&gate, c);
