@@ -187,9 +187,17 @@ static void *client_main(void *arg)
     for (int r = 0; r < c->rounds; r++) {
         char *d = malloc(cap);
         size_t n = (size_t)snprintf(d, cap, "{\"prompt\":[");
-        int shift = c->idx * 7 + r * 131 + c->level * 977 + 1; /* distinct across levels too */
-        for (int i = 0; i < c->prompt_tokens; i++)
-            n += (size_t)snprintf(d + n, cap - n, "%s%d", i ? "," : "", c->ids[(i + shift) % c->n_ids]);
+        /* the first two tokens spell a number unique to this request (base
+         * n_ids), so two prompts share at most one leading token */
+        static unsigned counter;
+        unsigned u = __atomic_fetch_add(&counter, 1u, __ATOMIC_RELAXED);
+        int shift = c->idx * 7 + r * 131 + c->level * 977 + 1;
+        for (int i = 0; i < c->prompt_tokens; i++) {
+            int id = i == 0 ? c->ids[u % (unsigned)c->n_ids]
+                   : i == 1 ? c->ids[(u / (unsigned)c->n_ids) % (unsigned)c->n_ids]
+                            : c->ids[(i + shift) % c->n_ids];
+            n += (size_t)snprintf(d + n, cap - n, "%s%d", i ? "," : "", id);
+        }
         snprintf(d + n, cap - n,
                  "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
                  "\"stream_options\":{\"include_usage\":true}}",
