@@ -174,17 +174,48 @@ static enum MHD_Result handle_metrics(struct tp_server *s, struct MHD_Connection
     return r;
 }
 
-static enum MHD_Result handle_models(struct tp_server *s, struct MHD_Connection *c)
+static cJSON *model_object(struct tp_server *s)
 {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(root, "data");
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->model_id ? s->model_id : "tpserve");
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)s->created);
     cJSON_AddStringToObject(m, "owned_by", "tpserve");
-    cJSON_AddItemToArray(data, m);
+    return m;
+}
+
+/* GET /v1/models/{id} */
+static enum MHD_Result handle_model_one(struct tp_server *s, struct MHD_Connection *c, const char *id)
+{
+    struct tp_api_error e;
+    pthread_mutex_lock(&s->state_mu);
+    int ready = s->state == TP_SRV_READY;
+    pthread_mutex_unlock(&s->state_mu);
+    if (!ready) {
+        tp_api_fail(&e, 503, NULL, "the model is not loaded (yet)");
+        return tp_http_send_error(s, c, &e);
+    }
+    if (!s->model_id || strcmp(id, s->model_id) != 0) {
+        tp_api_fail(&e, 404, "model", "model '%.200s' does not exist here; this server serves '%s'", id,
+                    s->model_id ? s->model_id : "tpserve");
+        e.code = "model_not_found";
+        return tp_http_send_error(s, c, &e);
+    }
+    cJSON *m = model_object(s);
+    char *json = cJSON_PrintUnformatted(m);
+    cJSON_Delete(m);
+    if (!json) return MHD_NO;
+    enum MHD_Result r = tp_http_send_json(s, c, 200, json);
+    free(json);
+    return r;
+}
+
+static enum MHD_Result handle_models(struct tp_server *s, struct MHD_Connection *c)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, model_object(s));
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!json) return MHD_NO;
@@ -364,6 +395,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cc) return MHD_NO;
         cc->route_idx = -1;
         *con_cls = cc;
+        if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) {
+            cc->answered = 1;
+            if (strcmp(method, "GET") != 0) {
+                tp_api_fail(&e, 405, NULL, "method %s is not allowed on %s", method, url);
+                return tp_http_send_error(s, c, &e);
+            }
+            if (!check_auth(s, c)) {
+                tp_api_fail(&e, 401, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
+                return tp_http_send_error(s, c, &e);
+            }
+            return handle_model_one(s, c, url + 11);
+        }
         int path_known = 0;
         for (size_t i = 0; i < TP_ARRAY_LEN(routes); i++) {
             if (strcmp(url, routes[i].path) != 0) continue;

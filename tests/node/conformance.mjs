@@ -17,9 +17,12 @@ async function check(name, fn) {
   console.log(`ok ${n} - ${name}`);
 }
 
-await check("models.list", async () => {
+await check("models.list + models.retrieve", async () => {
   const list = await client.models.list();
   assert.ok(list.data.length >= 1 && typeof list.data[0].id === "string");
+  const m = await client.models.retrieve(list.data[0].id);
+  assert.equal(m.id, list.data[0].id);
+  await assert.rejects(client.models.retrieve("no-such-model"), (e) => e instanceof OpenAI.APIError && e.status === 404);
 });
 
 let greedy;
