@@ -15,7 +15,8 @@
  * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (tp_wtype_supported).
  * Decode (n_tok = 1) streams each weight row once; prefill tiles rows x
  * tokens so an unpacked weight block serves several tokens; F32 with >= 8
- * tokens goes to BLAS sgemm (single-threaded).
+ * tokens goes to BLAS sgemm (single-threaded) unless our AVX-512 tile is
+ * faster (it is against OpenBLAS on Zen 5).
  */
 #ifndef TP_MODEL_KERNELS_H
 #define TP_MODEL_KERNELS_H

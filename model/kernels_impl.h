@@ -113,6 +113,7 @@ struct tp_kern_ops {
     const char *name;
     tp_kern_matmul_fn matmul[TP_WTYPE_COUNT]; /* NULL: fall back to scalar */
     tp_kern_quant_a8_fn quant_a8;             /* NULL: fall back to scalar */
+    int f32_beats_blas;                       /* 1: F32 prefill uses matmul[F32], not sgemm */
 };
 
 /* Each fills only what it implements (ops starts zeroed, name set by caller). */
