@@ -376,7 +376,7 @@ enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp
             double cum = 0.0;
             int bstar = 0;
             for (int bk = TP_SAMPLER_HIST - 1; bk >= 0; bk--) {
-                if (cum + hist[bk] >= target) {
+                if (hist[bk] > 0.0 && cum + hist[bk] >= target) { /* non-empty: top_p 0 keeps the best */
                     bstar = bk;
                     break;
                 }
