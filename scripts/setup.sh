@@ -3,6 +3,7 @@
 #
 #   scripts/setup.sh              deps + Release build in build/
 #   scripts/setup.sh --deps-only  only check / install the system packages
+#   scripts/setup.sh --test-deps  also the packages only the test suite needs
 #
 # Idempotent: installs only missing packages, reuses an existing build tree.
 # Debian/Ubuntu: apt-get when run as root (or with passwordless sudo), else
@@ -10,18 +11,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What tpserve needs to build and run.
 DEBIAN_PKGS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libopenblas-dev
-             libopenmpi-dev openmpi-bin libibverbs-dev libcunit1-dev
-             iproute2 python3-yaml    # ops: scripts/netsim (ip, tc), manifest test (YAML)
-             openssh-server openssh-client curl   # ops: launch --hostfile test (real sshd on simulated hosts)
-             gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)   # scripts/test-arm64.sh
+             libopenmpi-dev openmpi-bin libibverbs-dev libcunit1-dev)
+# What only the test suite needs (scripts/test.sh passes --test-deps).
+DEBIAN_TEST_PKGS=(iproute2 python3-yaml             # ops: scripts/netsim (ip, tc), manifest test (YAML)
+                  openssh-server openssh-client curl  # ops: launch --hostfile test (sshd on simulated hosts)
+                  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)   # scripts/test-arm64.sh
 BREW_PKGS=(cmake pkg-config libmicrohttpd cjson open-mpi cunit)
 
 deps_only=0
 for a in "$@"; do
   case "$a" in
     --deps-only) deps_only=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --test-deps) DEBIAN_PKGS+=("${DEBIAN_TEST_PKGS[@]}") ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a' (try --help)" >&2; exit 2 ;;
   esac
 done

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # scripts/test.sh - the whole test suite, as CI runs it (.ci/run calls this).
 #
-# 1. installs missing system packages (scripts/setup.sh --deps-only)
+# 1. installs missing system packages, test-only ones too (scripts/setup.sh --deps-only --test-deps)
 # 2. Release build with warnings as errors (build/), ctest
 # 3. ASan+UBSan build (build-asan/), ctest
 # Extra ctest arguments pass through, e.g. scripts/test.sh -L unit
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --deps-only
+scripts/setup.sh --deps-only --test-deps
 
 jobs=$( (nproc || sysctl -n hw.ncpu) 2>/dev/null || echo 2)
 export CTEST_OUTPUT_ON_FAILURE=1
