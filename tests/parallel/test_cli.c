@@ -3,9 +3,9 @@
  * `tpserve launch -n N -- tpserve generate` (ring, and mpirun through
  * `launch --backend mpi`) must print the same greedy text as one rank;
  * `tpserve shard` files with a {rank} path template must too; shard files
- * used by the wrong world size are refused by every rank with the same
- * message (launch exits non-zero, nothing hangs: every command has a 90 s
- * deadline); `bench gen --json` under launch reports the per-token split.
+ * used by the wrong world size are refused (launch exits non-zero with the
+ * message, nothing hangs: every command has a 90 s deadline); `bench gen
+ * --json` under launch reports the per-token split.
  */
 #include <errno.h>
 #include <poll.h>
@@ -214,7 +214,9 @@ static void test_shard_cli(void)
     CU_ASSERT(st != 0 && st != 124); /* refused, not timed out */
     CU_ASSERT(tp_now_s() - t0 < 60);
     CU_ASSERT_PTR_NOT_NULL_FATAL(out);
-    CU_ASSERT_EQUAL(count(out, "is a shard file for a world of 2 ranks, but this group has 3 ranks"), 3);
+    /* launch stops the other ranks as soon as one exits, so not every rank may get to print it
+     * (that every rank refuses is checked without launch in test_multirank.c) */
+    CU_ASSERT(count(out, "is a shard file for a world of 2 ranks, but this group has 3 ranks") >= 1);
     free(out);
     /* a single rank handed rank 1's file */
     snprintf(cmd, sizeof cmd, "%s generate -m '%s/stories260K.rank1-of-2.gguf' " GEN_ARGS " 2>&1", tp_test_tpserve(), dir);
