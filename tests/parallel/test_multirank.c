@@ -279,17 +279,17 @@ static void test_slow_loader(void)
     run_ref(&ref, m, 16);
     mr_init(&r, m, 3);
     r.n_steps = 16;
-    r.op_timeout_ms = 400;
-    r.slow_load_ms = 2000; /* 5 op timeouts */
-    expect_same(&ref, &r, 1e-10, "stories260K N=3, one rank loading 2 s with a 0.4 s op timeout");
-    CU_ASSERT(r.seconds >= 2.0);
+    r.op_timeout_ms = 800; /* short, but not so short that a loaded CI machine trips it in normal steps */
+    r.slow_load_ms = 3200; /* 4 op timeouts */
+    expect_same(&ref, &r, 1e-10, "stories260K N=3, one rank loading 3.2 s with a 0.8 s op timeout");
+    CU_ASSERT(r.seconds >= 3.2);
     mr_free(&r);
-    /* an engine idle for 5 op timeouts: rank 0's keepalive pings keep the workers waiting */
+    /* an engine idle for 4 op timeouts: rank 0's keepalive pings keep the workers waiting */
     mr_init(&r, m, 3);
     r.n_steps = 16;
-    r.op_timeout_ms = 400;
-    r.idle_ms = 2000;
-    expect_same(&ref, &r, 1e-10, "stories260K N=3, idle 2 s with a 0.4 s op timeout");
+    r.op_timeout_ms = 800;
+    r.idle_ms = 3200;
+    expect_same(&ref, &r, 1e-10, "stories260K N=3, idle 3.2 s with a 0.8 s op timeout");
     mr_free(&r);
     mr_free(&ref);
 }
