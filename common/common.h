@@ -184,6 +184,11 @@ void tp_split_range(int64_t n, int ith, int nth, int64_t *begin, int64_t *end);
 /* Online CPUs (>= 1). */
 int tp_cpu_count(void);
 
+/* Streaming-read memory bandwidth in GB/s (1e9 bytes/s): pool's threads sum a
+ * buffer of `bytes` (allocated and first-touched here; make it far larger than
+ * the caches); best of `passes`.  0 when the buffer cannot be allocated. */
+double tp_mem_read_bw_gbs(tp_pool_t *pool, size_t bytes, int passes);
+
 #ifdef __cplusplus
 }
 #endif

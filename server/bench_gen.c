@@ -39,84 +39,6 @@
 #include "model/model.h"
 #include "parallel/parallel.h"
 
-/* ------------------------------------------------------------------ bandwidth */
-
-struct bw_job {
-    const uint64_t *buf;
-    int64_t n_words;
-    uint64_t sums[64];
-};
-
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define BW_HAVE_AVX2 1
-/* 32-byte loads: with the baseline's 16-byte SSE2 loads two cores measured
- * ~39 GB/s where AVX2 loads (and the decode kernels) reach 45-65 GB/s on
- * this machine, so the plain loop would understate the streaming limit. */
-__attribute__((target("avx2"))) static uint64_t bw_sum_avx2(const uint64_t *p, int64_t b, int64_t e)
-{
-    __m256i a = _mm256_setzero_si256(), c = _mm256_setzero_si256();
-    for (int64_t i = b * 8; i < e * 8; i += 8) {
-        a = _mm256_xor_si256(a, _mm256_load_si256((const __m256i *)(const void *)(p + i)));
-        c = _mm256_xor_si256(c, _mm256_load_si256((const __m256i *)(const void *)(p + i + 4)));
-    }
-    a = _mm256_xor_si256(a, c);
-    uint64_t out[4];
-    _mm256_storeu_si256((__m256i *)(void *)out, a);
-    return out[0] + out[1] + out[2] + out[3];
-}
-#endif
-
-static void bw_read(void *ctx, int ith, int nth)
-{
-    struct bw_job *j = ctx;
-    int64_t b, e;
-    tp_split_range(j->n_words / 8, ith, nth, &b, &e);
-#ifdef BW_HAVE_AVX2
-    if (__builtin_cpu_supports("avx2")) {
-        j->sums[ith & 63] = bw_sum_avx2(j->buf, b, e);
-        return;
-    }
-#endif
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (int64_t i = b * 8; i < e * 8; i += 8) {
-        s0 += j->buf[i] ^ j->buf[i + 4];
-        s1 += j->buf[i + 1] ^ j->buf[i + 5];
-        s2 += j->buf[i + 2] ^ j->buf[i + 6];
-        s3 += j->buf[i + 3] ^ j->buf[i + 7];
-    }
-    j->sums[ith & 63] = s0 + s1 + s2 + s3;
-}
-
-static void bw_touch(void *ctx, int ith, int nth)
-{
-    struct bw_job *j = ctx;
-    int64_t b, e;
-    tp_split_range(j->n_words, ith, nth, &b, &e); /* first touch by the reading thread (NUMA) */
-    memset((void *)(uintptr_t)(j->buf + b), 1, (size_t)(e - b) * 8);
-}
-
-/* Streaming-read bandwidth in GB/s (1e9 bytes/s) with pool's threads; best of passes. */
-static double measure_read_bw(tp_pool_t *pool, size_t bytes, int passes)
-{
-    uint64_t *buf = tp_aligned_alloc(64, bytes);
-    if (!buf) return 0.0;
-    struct bw_job job = {.buf = buf, .n_words = (int64_t)(bytes / 8)};
-    tp_pool_run(pool, bw_touch, &job);
-    double best = 1e30;
-    volatile uint64_t sink = 0;
-    for (int p = 0; p < passes; p++) {
-        double t0 = tp_now_s();
-        tp_pool_run(pool, bw_read, &job);
-        double dt = tp_now_s() - t0;
-        if (dt < best) best = dt;
-        for (int i = 0; i < 64; i++) sink += job.sums[i];
-    }
-    (void)sink;
-    tp_aligned_free(buf);
-    return (double)(job.n_words / 8 * 64) / best / 1e9;
-}
-
 /* ------------------------------------------------------------------ the step */
 
 struct gen_ctx {
@@ -275,7 +197,7 @@ int tp_bench_gen(int argc, char **argv)
     struct tp_pool_config pc = tp_pool_default_config();
     pc.n_threads = threads;
     if (tp_pool_init(&pc, &pool) != TP_OK) return tp_cli_fail("bench gen", "cannot start %d threads", threads);
-    double bw = rank_hint == 0 ? measure_read_bw(pool, (size_t)bw_mib << 20, 8) : 1.0;
+    double bw = rank_hint == 0 ? tp_mem_read_bw_gbs(pool, (size_t)bw_mib << 20, 8) : 1.0;
     tp_pool_free(pool);
     pool = NULL;
     if (bw <= 0.0) return tp_cli_fail("bench gen", "cannot allocate %d MiB for the bandwidth measurement (lower --bw-mib)", bw_mib);

@@ -20,11 +20,6 @@
 #include "model/model.h"
 
 struct bk_job {
-    /* stream */
-    const uint64_t *buf;
-    int64_t n_words;
-    uint64_t sums[64];
-    /* matmul */
     enum tp_wtype t;
     const uint8_t *w;
     size_t wrb;
@@ -34,21 +29,6 @@ struct bk_job {
     int n_tok;
     float *y;
 };
-
-static void bk_stream(void *ctx, int ith, int nth)
-{
-    struct bk_job *j = ctx;
-    int64_t b, e;
-    tp_split_range(j->n_words / 8, ith, nth, &b, &e);
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (int64_t i = b * 8; i < e * 8; i += 8) {
-        s0 += j->buf[i] ^ j->buf[i + 4];
-        s1 += j->buf[i + 1] ^ j->buf[i + 5];
-        s2 += j->buf[i + 2] ^ j->buf[i + 6];
-        s3 += j->buf[i + 3] ^ j->buf[i + 7];
-    }
-    j->sums[ith & 63] = s0 + s1 + s2 + s3;
-}
 
 static void bk_matmul(void *ctx, int ith, int nth)
 {
@@ -103,21 +83,18 @@ int tp_bench_kernels(int argc, char **argv)
 
     int ret = 1;
     size_t stream_bytes = (size_t)mb << 20;
-    uint64_t *sbuf = NULL;
     uint8_t *wall = NULL;
     float *x = NULL, *y = NULL, *wf = NULL;
     void *xq = NULL;
     tp_pool_t *pool = NULL;
-    sbuf = tp_aligned_alloc(64, stream_bytes);
     x = malloc((size_t)tokens * cols * sizeof(float) + (size_t)cols * sizeof(float));
     y = malloc(((size_t)tokens + 1) * rows * sizeof(float));
     wf = malloc((size_t)cols * sizeof(float));
     xq = malloc(((size_t)tokens + 1) * cols * sizeof(float));
-    if (!sbuf || !x || !y || !wf || !xq) {
+    if (!x || !y || !wf || !xq) {
         fprintf(stderr, "tpserve bench kernels: out of memory\n");
         goto out;
     }
-    memset(sbuf, 1, stream_bytes);
     uint64_t seed = 12345;
     for (int64_t i = 0; i < (int64_t)(tokens + 1) * cols; i++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -138,15 +115,7 @@ int tp_bench_kernels(int argc, char **argv)
             fprintf(stderr, "tpserve bench kernels: cannot start %d threads\n", th);
             goto out;
         }
-        struct bk_job job = {.buf = sbuf, .n_words = (int64_t)(stream_bytes / 8)};
-        double best = 1e30;
-        for (int r = 0; r < reps + 1; r++) {
-            double t0 = tp_now_s();
-            tp_pool_run(pool, bk_stream, &job);
-            double dt = tp_now_s() - t0;
-            if (r > 0 && dt < best) best = dt; /* first run warms pages */
-        }
-        double stream_gbs = (double)stream_bytes / best / 1e9;
+        double stream_gbs = tp_mem_read_bw_gbs(pool, stream_bytes, reps + 1);
         if (json)
             printf("{\"bench\":\"kernels\",\"threads\":%d,\"type\":\"stream\",\"gbs\":%.2f}\n", th, stream_gbs);
         else
@@ -170,8 +139,8 @@ int tp_bench_kernels(int argc, char **argv)
             for (int c = 1; c < copies; c++) memcpy(wall + (size_t)c * mat, wall, mat);
             size_t xrb = tp_kern_act_row_bytes(t, cols);
             for (int i = 0; i <= tokens; i++) tp_kern_prepare_act(t, x + (size_t)i * cols, (char *)xq + (size_t)i * xrb, cols);
-            job = (struct bk_job){.t = t, .wrb = wrb, .rows = rows, .cols = cols, .xq = xq, .xrb = xrb, .y = y, .n_tok = 1};
-            best = 1e30;
+            struct bk_job job = {.t = t, .wrb = wrb, .rows = rows, .cols = cols, .xq = xq, .xrb = xrb, .y = y, .n_tok = 1};
+            double best = 1e30;
             for (int r = 0; r < reps + 1; r++) {
                 double t0 = tp_now_s();
                 for (int c = 0; c < copies; c++) {
@@ -210,7 +179,6 @@ int tp_bench_kernels(int argc, char **argv)
     ret = 0;
 out:
     tp_pool_free(pool);
-    tp_aligned_free(sbuf);
     tp_aligned_free(wall);
     free(x);
     free(y);
