@@ -28,6 +28,16 @@ run_build() {
   (cd "$dir" && ctest -j "$jobs" --timeout 600 ${CTEST_ARGS:-} "${EXTRA[@]}")
 }
 
+# promtool (the /metrics format check) from Debian's prometheus package, unpacked
+# into build-tools/ rather than installed: installing would start a Prometheus service.
+tools_dir=$PWD/build-tools
+if ! command -v promtool >/dev/null && [ ! -x "$tools_dir/usr/bin/promtool" ] && command -v apt-get >/dev/null; then
+  ( mkdir -p "$tools_dir" && cd "$tools_dir" && apt-get download -q prometheus >/dev/null 2>&1 &&
+    dpkg -x prometheus_*.deb . && rm -f prometheus_*.deb ) ||
+    echo "test: could not fetch promtool (apt-get download prometheus); the metrics format check will skip"
+fi
+if [ -x "$tools_dir/usr/bin/promtool" ]; then export PATH="$tools_dir/usr/bin:$PATH"; fi
+
 EXTRA=("$@")
 start=$(date +%s)
 run_build build -DCMAKE_BUILD_TYPE=Release -DTP_FATAL_WARNINGS=ON
