@@ -29,7 +29,10 @@ void tp_cli_load_progress(void *ctx, uint64_t done, uint64_t total)
     if (done > total) done = total;
     double now = tp_now_s(), dt = now - p->t0;
     int pct = (int)(100.0 * (double)done / (double)total);
-    const double gib = 1024.0 * 1024.0 * 1024.0;
+    /* GiB for real models, MiB for small ones (the bundled model is 1.1 MiB) */
+    const int use_gib = total >= (64ull << 20);
+    const double unit = use_gib ? 1024.0 * 1024.0 * 1024.0 : 1024.0 * 1024.0;
+    const char *uname = use_gib ? "GiB" : "MiB";
     double rate = dt > 0 ? (double)done / dt / 1e6 : 0; /* MB/s */
     if (p->tty) {
         if (pct == p->last_pct && done < total && now - p->last_print < 0.1) return;
@@ -37,8 +40,8 @@ void tp_cli_load_progress(void *ctx, uint64_t done, uint64_t total)
         int fill = pct * 30 / 100;
         for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
         bar[30] = '\0';
-        fprintf(stderr, "\r%s%sloading [%s] %3d%%  %.2f / %.2f GiB  %.0f MB/s ", p->label, p->label[0] ? "  " : "",
-                bar, pct, (double)done / gib, (double)total / gib, rate);
+        fprintf(stderr, "\r%s%sloading [%s] %3d%%  %.2f / %.2f %s  %.0f MB/s ", p->label, p->label[0] ? "  " : "",
+                bar, pct, (double)done / unit, (double)total / unit, uname, rate);
         if (done >= total) fprintf(stderr, "\n");
         fflush(stderr);
     } else {
@@ -46,8 +49,8 @@ void tp_cli_load_progress(void *ctx, uint64_t done, uint64_t total)
         if (done < total && step == p->last_pct / 10 && now - p->last_print < 5.0) return;
         if (done >= total && p->last_pct == 100) return;
         /* the log hook already names the rank */
-        tp_log(TP_LOG_INFO, "load", "weights %d%% (%.2f of %.2f GiB, %.0f MB/s)", pct, (double)done / gib,
-               (double)total / gib, rate);
+        tp_log(TP_LOG_INFO, "load", "weights %d%% (%.2f of %.2f %s, %.0f MB/s)", pct, (double)done / unit,
+               (double)total / unit, uname, rate);
     }
     p->last_pct = pct;
     p->last_print = now;
