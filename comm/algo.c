@@ -16,6 +16,14 @@
  *     step.  Each segment is reduced along one chain and then broadcast by the
  *     all-gather, so results are identical on every rank.  Every rank sends
  *     and receives 2(n-1)/n of the data: bandwidth-optimal.
+ *     With 3+ ranks and >= TP_ALGO_BIDIR_BYTES (2 MiB) the buffer is split in
+ *     two halves: the first runs the ring clockwise (send to rank+1), the
+ *     second counter-clockwise (send to rank-1), both progressed in the same
+ *     transfer calls, so every TCP link carries traffic both ways and each
+ *     link direction moves half the data.  Each element is still reduced
+ *     along one fixed chain (see ring_reduce_scatter_lanes), so results stay
+ *     bit-identical on every rank.  2 ranks need no second direction: the
+ *     pair path below already sends and receives on the one link at once.
  *   all_gather: mesh for 2 ranks or small blocks, ring otherwise.
  *   broadcast / scatter / gather: direct root <-> peer transfers.
  *   send / recv: an 8-byte little-endian length header, then the payload; a
@@ -127,66 +135,112 @@ static enum tp_status ring_reduce_scatter(struct tp_comm *c, const unsigned char
     return TP_OK;
 }
 
-/* Ring all-gather in place: segment r of buf already holds rank r's part on
- * rank r; afterwards every segment is everywhere. */
-static enum tp_status ring_all_gather(struct tp_comm *c, unsigned char *buf, const size_t *off, const size_t *len,
-                                      size_t es)
+/*
+ * One ring direction ("lane") of an all-reduce over one part of the buffer:
+ * dir = +1 sends to the right neighbour (rank + 1) and receives from the
+ * left, dir = -1 the reverse.  Segment r of the part is elements
+ * [off[r], off[r] + len[r]) of the whole buffer; stage = the lane's own two
+ * chunk staging buffers.
+ */
+struct ring_lane {
+    int dir;
+    const size_t *off, *len;
+    unsigned char *stage[2];
+};
+
+/* Segment handled k steps "behind" me along the lane: me - dir*k (mod n). */
+static int lane_seg(int me, int dir, int k, int n) { return ((me - dir * k) % n + n) % n; }
+
+/*
+ * Ring reduce-scatter for all_reduce, accumulating in recv (the classic
+ * in-place ring), on nl (1 or 2) lanes at once: at step s rank r streams its
+ * partial of segment r-dir(s+1) to r+dir (the whole segment as one optional
+ * transfer) while it receives the partial of segment r-dir(s+2) from r-dir
+ * chunk by chunk into the lane's two staging buffers, adding its own
+ * contribution to each chunk as soon as it lands.  Both lanes' transfers go
+ * in one tp_comm_xfer call, so with two lanes every link carries data both
+ * ways.  Reduction overlaps the transfer; afterwards recv segment r of every
+ * lane holds the full result.  Each segment is written once, so send == recv
+ * is fine.
+ *
+ * Reduction order (so every rank gets bit-identical results): segment j of
+ * a lane is reduced along one chain, starting from rank j+dir's data, then
+ * ((d[j+dir] op d[j+2dir]) op d[j+3dir]) ... op d[j], each step as
+ * tp_reduce(incoming partial, own data); the all-gather then copies the
+ * final bytes to every rank.
+ */
+static enum tp_status ring_reduce_scatter_lanes(struct tp_comm *c, const unsigned char *send, unsigned char *recv,
+                                                const struct ring_lane *ln, int nl, enum tp_dtype dt,
+                                                enum tp_red_op op)
 {
     const int n = c->size, me = c->rank;
-    const int right = (me + 1) % n, left = (me + n - 1) % n;
+    const size_t es = tp_dtype_size(dt);
+    const size_t chunk = TP_ALGO_CHUNK_BYTES / es;
     for (int s = 0; s < n - 1; s++) {
-        const int sseg = (me - s + n) % n, rseg = (me - s - 1 + n) % n;
-        struct tp_xfer x[2] = {
-            {.peer = right, .is_send = 1, .buf = buf + off[sseg] * es, .bytes = len[sseg] * es},
-            {.peer = left, .is_send = 0, .buf = buf + off[rseg] * es, .bytes = len[rseg] * es},
-        };
-        enum tp_status rc = tp_comm_xfer(c, x, 2);
+        const unsigned char *src = s == 0 ? send : recv;
+        struct tp_xfer x[4];
+        int rseg[2];
+        size_t nchunks = 0;
+        for (int l = 0; l < nl; l++) {
+            const int sseg = lane_seg(me, ln[l].dir, s + 1, n);
+            rseg[l] = lane_seg(me, ln[l].dir, s + 2, n);
+            x[l] = (struct tp_xfer){.peer = (me + ln[l].dir + n) % n, .is_send = 1,
+                                    .buf = (void *)(src + ln[l].off[sseg] * es), .bytes = ln[l].len[sseg] * es,
+                                    .optional = 1};
+            nchunks = TP_MAX(nchunks, (ln[l].len[rseg[l]] + chunk - 1) / chunk);
+        }
+        for (size_t k = 0; k < nchunks; k++) {
+            const size_t k0 = k * chunk;
+            size_t clen[2];
+            for (int l = 0; l < nl; l++) {
+                const size_t rl = ln[l].len[rseg[l]];
+                clen[l] = rl > k0 ? TP_MIN(chunk, rl - k0) : 0;
+                x[nl + l] = (struct tp_xfer){.peer = (me - ln[l].dir + n) % n, .is_send = 0,
+                                             .buf = ln[l].stage[k & 1], .bytes = clen[l] * es};
+            }
+            enum tp_status rc = tp_comm_xfer(c, x, 2 * nl);
+            if (rc != TP_OK) return rc;
+            for (int l = 0; l < nl; l++) {
+                const size_t at = (ln[l].off[rseg[l]] + k0) * es;
+                if (clen[l]) tp_reduce(recv + at, ln[l].stage[k & 1], send + at, clen[l], dt, op);
+            }
+        }
+        for (int l = 0; l < nl; l++) x[l].optional = 0;
+        enum tp_status rc = tp_comm_xfer(c, x, nl);
         if (rc != TP_OK) return rc;
     }
     return TP_OK;
 }
 
-
-/*
- * Ring reduce-scatter for all_reduce, accumulating in recv (the classic
- * in-place ring): at step s rank r streams its partial of segment r-s-1 to
- * the right (the whole segment as one optional transfer) while it receives
- * the partial of segment r-s-2 from the left chunk by chunk into the two
- * staging buffers, adding its own contribution to each chunk as soon as it
- * lands.  Reduction overlaps the transfer; afterwards recv segment r holds
- * the full result.  Each segment is written once, so send == recv is fine.
- */
-static enum tp_status ring_reduce_scatter_inplace(struct tp_comm *c, const unsigned char *send, unsigned char *recv,
-                                                  const size_t *off, const size_t *len, enum tp_dtype dt,
-                                                  enum tp_red_op op)
+/* Ring all-gather in place on nl lanes at once: segment r of every lane
+ * already holds rank r's part on rank r; at step s rank r sends segment
+ * r-dir*s to r+dir and receives segment r-dir(s+1) from r-dir. */
+static enum tp_status ring_all_gather_lanes(struct tp_comm *c, unsigned char *buf, const struct ring_lane *ln, int nl,
+                                            size_t es)
 {
     const int n = c->size, me = c->rank;
-    const size_t es = tp_dtype_size(dt);
-    const size_t chunk = TP_ALGO_CHUNK_BYTES / es;
-    const int right = (me + 1) % n, left = (me + n - 1) % n;
-    enum tp_status rc = tp_algo_alloc_scratch(c);
-    if (rc != TP_OK) return rc;
     for (int s = 0; s < n - 1; s++) {
-        const int sseg = (me - s - 1 + 2 * n) % n, rseg = (me - s - 2 + 2 * n) % n;
-        const unsigned char *src = s == 0 ? send : recv;
-        struct tp_xfer x[2] = {
-            {.peer = right, .is_send = 1, .buf = (void *)(src + off[sseg] * es), .bytes = len[sseg] * es,
-             .optional = 1},
-            {.peer = left, .is_send = 0},
-        };
-        for (size_t k0 = 0; k0 < len[rseg]; k0 += chunk) {
-            const size_t clen = TP_MIN(chunk, len[rseg] - k0);
-            unsigned char *stage = c->stage[(k0 / chunk) & 1];
-            x[1] = (struct tp_xfer){.peer = left, .is_send = 0, .buf = stage, .bytes = clen * es};
-            rc = tp_comm_xfer(c, x, 2);
-            if (rc != TP_OK) return rc;
-            tp_reduce(recv + (off[rseg] + k0) * es, stage, send + (off[rseg] + k0) * es, clen, dt, op);
+        struct tp_xfer x[4];
+        for (int l = 0; l < nl; l++) {
+            const int sseg = lane_seg(me, ln[l].dir, s, n), rseg = lane_seg(me, ln[l].dir, s + 1, n);
+            x[2 * l] = (struct tp_xfer){.peer = (me + ln[l].dir + n) % n, .is_send = 1,
+                                        .buf = buf + ln[l].off[sseg] * es, .bytes = ln[l].len[sseg] * es};
+            x[2 * l + 1] = (struct tp_xfer){.peer = (me - ln[l].dir + n) % n, .is_send = 0,
+                                            .buf = buf + ln[l].off[rseg] * es, .bytes = ln[l].len[rseg] * es};
         }
-        x[0].optional = 0;
-        rc = tp_comm_xfer(c, x, 1);
+        enum tp_status rc = tp_comm_xfer(c, x, 2 * nl);
         if (rc != TP_OK) return rc;
     }
     return TP_OK;
+}
+
+/* Ring all-gather in place: segment r of buf already holds rank r's part on
+ * rank r; afterwards every segment is everywhere. */
+static enum tp_status ring_all_gather(struct tp_comm *c, unsigned char *buf, const size_t *off, const size_t *len,
+                                      size_t es)
+{
+    const struct ring_lane lane = {.dir = 1, .off = off, .len = len};
+    return ring_all_gather_lanes(c, buf, &lane, 1, es);
 }
 
 /*
@@ -236,15 +290,27 @@ static enum tp_status net_all_reduce(struct tp_comm *c, const void *send, void *
     const size_t es = tp_dtype_size(dt);
     if (count * es <= mesh_limit(c)) return mesh_all_reduce(c, send, recv, count, dt, op);
     if (n == 2) return pair_all_reduce(c, send, recv, count, dt, op);
-    size_t off[TP_ALGO_MAX_RANKS], len[TP_ALGO_MAX_RANKS];
-    for (int r = 0; r < n; r++) {
-        off[r] = seg_begin(count, n, r);
-        len[r] = seg_begin(count, n, r + 1) - off[r];
+    enum tp_status rc = tp_algo_alloc_scratch(c);
+    if (rc != TP_OK) return rc;
+    /* Large: two lanes, the first half clockwise, the second counter-clockwise. */
+    const int nl = count * es >= TP_ALGO_BIDIR_BYTES ? 2 : 1;
+    const size_t hbeg[2] = {0, nl == 2 ? count / 2 : count};
+    const size_t hlen[2] = {hbeg[1], count - hbeg[1]};
+    size_t off[2][TP_ALGO_MAX_RANKS], len[2][TP_ALGO_MAX_RANKS];
+    struct ring_lane lanes[2];
+    for (int l = 0; l < nl; l++) {
+        for (int r = 0; r < n; r++) {
+            off[l][r] = hbeg[l] + seg_begin(hlen[l], n, r);
+            len[l][r] = seg_begin(hlen[l], n, r + 1) - seg_begin(hlen[l], n, r);
+        }
+        lanes[l] = (struct ring_lane){.dir = l == 0 ? 1 : -1, .off = off[l], .len = len[l]};
+        lanes[l].stage[0] = l == 0 ? c->stage[0] : c->acc[0];
+        lanes[l].stage[1] = l == 0 ? c->stage[1] : c->acc[1];
     }
     unsigned char *out = (unsigned char *)recv;
-    enum tp_status rc = ring_reduce_scatter_inplace(c, send, out, off, len, dt, op);
+    rc = ring_reduce_scatter_lanes(c, send, out, lanes, nl, dt, op);
     if (rc != TP_OK) return rc;
-    return ring_all_gather(c, out, off, len, es);
+    return ring_all_gather_lanes(c, out, lanes, nl, es);
 }
 
 static enum tp_status net_all_gather(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt)

@@ -4,6 +4,7 @@
  * the exact integer oracle, in place, split, send/recv between every pair,
  * non-blocking requests, the coordinator bootstrap.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "comm/comm_impl.h"
 #include "comm_test.h"
 #include "tp_test.h"
 
@@ -26,6 +28,150 @@ static int body_collectives(tp_comm_t *c, void *arg)
 static void test_collectives_w2(void) { ct_run_ok(2, body_collectives, NULL, 90000); }
 static void test_collectives_w3(void) { ct_run_ok(3, body_collectives, NULL, 90000); }
 static void test_collectives_w4(void) { ct_run_ok(4, body_collectives, NULL, 120000); }
+
+/*
+ * Bidirectional ring (3+ ranks, all_sum >= TP_ALGO_BIDIR_BYTES): exact
+ * integer sums for counts straddling the threshold, odd counts (not
+ * divisible by 2 * world), out of place and in place, i32 / f16 / bf16 / u8,
+ * plus max/min on one count.
+ */
+static int body_bidir_exact(tp_comm_t *c, void *arg)
+{
+    (void)arg;
+    static const enum tp_dtype dts[] = {TP_DTYPE_I32, TP_DTYPE_F16, TP_DTYPE_BF16, TP_DTYPE_U8};
+    const int me = tp_comm_rank(c), n = tp_comm_size(c);
+    int fails = 0;
+    unsigned char *a = malloc(2u * TP_ALGO_BIDIR_BYTES + 64), *b = malloc(2u * TP_ALGO_BIDIR_BYTES + 64);
+    if (!a || !b) goto out;
+    for (size_t d = 0; d < TP_ARRAY_LEN(dts); d++) {
+        const enum tp_dtype dt = dts[d];
+        const size_t t = TP_ALGO_BIDIR_BYTES / tp_dtype_size(dt);
+        const size_t counts[] = {t - 1, t, t + 1, t + 2 * (size_t)n + 1, t + 13};
+        for (size_t k = 0; k < TP_ARRAY_LEN(counts); k++) {
+            const size_t count = counts[k];
+            const int salt = (int)(d * 8 + k);
+            ct_fill(a, dt, count, me, salt);
+            memset(b, 0xA5, count * tp_dtype_size(dt));
+            if (tp_comm_all_sum(c, a, b, count, dt) != TP_OK) {
+                fprintf(stderr, "    rank %d: bidir all_sum %s count %zu: %s\n", me, tp_dtype_name(dt), count,
+                        tp_comm_last_error(c));
+                fails++;
+                goto out;
+            }
+            fails += ct_check_reduce(b, dt, count, n, 0, salt, 0, "bidir all_sum", me) != 0;
+            ct_fill(a, dt, count, me, salt + 1);
+            if (tp_comm_all_sum(c, a, a, count, dt) != TP_OK) {
+                fails++;
+                goto out;
+            }
+            fails += ct_check_reduce(a, dt, count, n, 0, salt + 1, 0, "bidir all_sum in place", me) != 0;
+        }
+    }
+    /* max / min through the same path */
+    const size_t count = TP_ALGO_BIDIR_BYTES / 4 + 5;
+    ct_fill(a, TP_DTYPE_I32, count, me, 40);
+    if (tp_comm_all_max(c, a, b, count, TP_DTYPE_I32) != TP_OK) {
+        fails++;
+        goto out;
+    }
+    fails += ct_check_reduce(b, TP_DTYPE_I32, count, n, 1, 40, 0, "bidir all_max", me) != 0;
+    ct_fill(a, TP_DTYPE_I32, count, me, 41);
+    if (tp_comm_all_min(c, a, a, count, TP_DTYPE_I32) != TP_OK) {
+        fails++;
+        goto out;
+    }
+    fails += ct_check_reduce(a, TP_DTYPE_I32, count, n, 2, 41, 0, "bidir all_min in place", me) != 0;
+out:
+    free(a);
+    free(b);
+    return fails + (a && b ? 0 : 1);
+}
+
+static void test_bidir_exact_w3(void) { ct_run_ok(3, body_bidir_exact, NULL, 60000); }
+static void test_bidir_exact_w4(void) { ct_run_ok(4, body_bidir_exact, NULL, 60000); }
+
+/* Non-integer data whose sum depends on the association (magnitudes 2^-10
+ * .. 2^10, mixed signs), exactly representable in dt. */
+static void order_fill(void *buf, enum tp_dtype dt, size_t count, int rank)
+{
+    for (size_t i = 0; i < count; i++) {
+        uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(rank * 40503 + 17);
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        float v = ((float)(h % 20011u) / 997.0f - 10.0f) * ldexpf(1.0f, (int)((h >> 20) % 21u) - 10);
+        if (dt == TP_DTYPE_BF16) ((uint16_t *)buf)[i] = tp_f32_to_bf16(v);
+        else ((float *)buf)[i] = v;
+    }
+}
+
+static size_t order_seg_begin(size_t count, int n, int r)
+{
+    return (count / (size_t)n) * (size_t)r + (count % (size_t)n) * (size_t)r / (size_t)n;
+}
+
+/*
+ * The documented reduction order (comm/algo.c, ring_reduce_scatter_lanes):
+ * above TP_ALGO_BIDIR_BYTES the first half runs clockwise (dir +1), the
+ * second counter-clockwise (dir -1), else one clockwise lane; segment j of a
+ * lane (split like seg_begin) is ((d[j+dir] + d[j+2dir]) + ...) + d[j].
+ * Every rank must produce exactly these bits.
+ */
+static int body_fixed_order(tp_comm_t *c, void *arg)
+{
+    (void)arg;
+    const int me = tp_comm_rank(c), n = tp_comm_size(c);
+    int fails = 0;
+    const enum tp_dtype dts[] = {TP_DTYPE_F32, TP_DTYPE_BF16};
+    for (size_t d = 0; d < TP_ARRAY_LEN(dts); d++) {
+        const enum tp_dtype dt = dts[d];
+        const size_t es = tp_dtype_size(dt), t = TP_ALGO_BIDIR_BYTES / es;
+        const size_t counts[] = {t - 3, t + 2 * (size_t)n + 1};
+        for (size_t k = 0; k < TP_ARRAY_LEN(counts); k++) {
+            const size_t count = counts[k];
+            unsigned char *all = malloc((size_t)n * count * es), *want = malloc(count * es), *got = malloc(count * es);
+            if (!all || !want || !got) {
+                free(all), free(want), free(got);
+                return fails + 1;
+            }
+            for (int r = 0; r < n; r++) order_fill(all + (size_t)r * count * es, dt, count, r);
+            if (tp_comm_all_sum(c, all + (size_t)me * count * es, got, count, dt) != TP_OK) {
+                fprintf(stderr, "    rank %d: fixed-order all_sum failed: %s\n", me, tp_comm_last_error(c));
+                free(all), free(want), free(got);
+                return fails + 1;
+            }
+            const int nl = count * es >= TP_ALGO_BIDIR_BYTES ? 2 : 1;
+            const size_t hbeg[2] = {0, nl == 2 ? count / 2 : count}, hlen[2] = {hbeg[1], count - hbeg[1]};
+            for (int l = 0; l < nl; l++) {
+                const int dir = l == 0 ? 1 : -1;
+                for (int j = 0; j < n; j++) {
+                    const size_t o = hbeg[l] + order_seg_begin(hlen[l], n, j);
+                    const size_t len = hbeg[l] + order_seg_begin(hlen[l], n, j + 1) - o;
+                    const int r1 = ((j + dir) % n + n) % n;
+                    memcpy(want + o * es, all + ((size_t)r1 * count + o) * es, len * es);
+                    for (int s = 2; s <= n; s++) {
+                        const int r = ((j + dir * s) % n + n) % n;
+                        tp_reduce(want + o * es, want + o * es, all + ((size_t)r * count + o) * es, len, dt,
+                                  TP_RED_SUM);
+                    }
+                }
+            }
+            size_t bad = 0;
+            for (size_t i = 0; i < count && bad < 3; i++)
+                if (memcmp(want + i * es, got + i * es, es) != 0) {
+                    fprintf(stderr, "    rank %d: fixed-order %s count %zu: index %zu expected %.9g got %.9g\n", me,
+                            tp_dtype_name(dt), count, i, ct_get(want, dt, i), ct_get(got, dt, i));
+                    bad++;
+                }
+            fails += bad != 0;
+            free(all), free(want), free(got);
+        }
+    }
+    return fails;
+}
+
+static void test_fixed_order_w3(void) { ct_run_ok(3, body_fixed_order, NULL, 60000); }
+static void test_fixed_order_w4(void) { ct_run_ok(4, body_fixed_order, NULL, 60000); }
 
 /* Send/recv between every ordered pair, in order, with per-pair data; also
  * two messages back to back on one pair and a zero-length message. */
@@ -263,6 +409,10 @@ static const struct tp_test_case ring_cases[] = {
     {"collectives_world2", test_collectives_w2},
     {"collectives_world3", test_collectives_w3},
     {"collectives_world4", test_collectives_w4},
+    {"bidir_threshold_exact_world3", test_bidir_exact_w3},
+    {"bidir_threshold_exact_world4", test_bidir_exact_w4},
+    {"bidir_fixed_order_world3", test_fixed_order_w3},
+    {"bidir_fixed_order_world4", test_fixed_order_w4},
     {NULL, NULL},
 };
 TP_TEST_SUITE(ring_collectives, "multirank", 300, ring_cases)
