@@ -56,6 +56,21 @@ static void on_signal(int sig)
     errno = saved;
 }
 
+/* SIGCHLD only wakes the supervision loop, so the first rank to exit is reaped
+ * (and reported) before the ranks that fail because it left; without it a
+ * 50 ms poll could see several exits at once and blame the lowest rank. */
+static void on_child(int sig)
+{
+    int saved = errno;
+    (void)sig;
+    if (g_sigpipe[1] >= 0) {
+        char b = 0;
+        ssize_t r = write(g_sigpipe[1], &b, 1);
+        (void)r;
+    }
+    errno = saved;
+}
+
 /* Free TCP ports on 127.0.0.1: bind all n to port 0 first, then release, so
  * the n are distinct. */
 static int free_ports(int n, int *ports)
@@ -259,6 +274,12 @@ int tp_cmd_launch(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    struct sigaction sc;
+    memset(&sc, 0, sizeof sc);
+    sc.sa_handler = on_child;
+    sc.sa_flags = SA_NOCLDSTOP | SA_RESTART;
+    sigemptyset(&sc.sa_mask);
+    sigaction(SIGCHLD, &sc, NULL);
 
     fflush(stdout);
     fflush(stderr);
