@@ -91,6 +91,9 @@ void tp_net_release(struct tp_net *net);
 /* Poison the net with a reason (first reason sticks), wake waiters, shut links. */
 void tp_net_poison(struct tp_net *net, enum tp_status st, const char *msg);
 void tp_net_wake(struct tp_net *net);
+/* The timeout error of a transport's transfer loop (shared by tcp and shm):
+ * names the first unfinished, non-optional transfer's peer and direction. */
+enum tp_status tp_net_timeout_error(const struct tp_net *net, const struct tp_xfer *x, int n, struct tp_error *err);
 
 /* ---------------------------------------------------------------- collectives */
 

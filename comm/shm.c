@@ -108,13 +108,7 @@ static enum tp_status shm_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
             continue;
         }
         if (now - last >= idle_ns) {
-            int who = -1;
-            for (int i = 0; i < n && who < 0; i++)
-                if (x[i].done < x[i].bytes && !x[i].optional) who = i;
-            return tp_error_set(err, TP_ERR_TIMEOUT,
-                                "timed out after %u ms without progress %s rank %d (is it stopped or overloaded? "
-                                "raise TP_COMM_TIMEOUT_MS if it is just slow)",
-                                net->op_timeout_ms, x[who].is_send ? "sending to" : "receiving from", x[who].peer);
+            return tp_net_timeout_error(net, x, n, err);
         }
         /* Sleep briefly on the side channel: wakes on a dead peer (EOF) or an abort. */
         int np = 0, seen[TP_ALGO_MAX_RANKS] = {0};

@@ -106,13 +106,7 @@ static enum tp_status tcp_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
             continue;
         }
         if (now - last >= idle_ns) {
-            int who = -1;
-            for (int i = 0; i < n && who < 0; i++)
-                if (x[i].done < x[i].bytes && !x[i].optional) who = i;
-            return tp_error_set(err, TP_ERR_TIMEOUT,
-                                "timed out after %u ms without progress %s rank %d (is it stopped or overloaded? "
-                                "raise TP_COMM_TIMEOUT_MS if it is just slow)",
-                                net->op_timeout_ms, x[who].is_send ? "sending to" : "receiving from", x[who].peer);
+            return tp_net_timeout_error(net, x, n, err);
         }
         int np = 0;
         for (int i = 0; i < n; i++) {
@@ -180,6 +174,20 @@ enum tp_status tp_tcp_net_create(int rank, int size, uint32_t op_timeout_ms, str
     net->op_timeout_ms = op_timeout_ms;
     *out = net;
     return TP_OK;
+}
+
+enum tp_status tp_net_timeout_error(const struct tp_net *net, const struct tp_xfer *x, int n, struct tp_error *err)
+{
+    int who = 0;
+    for (int i = 0; i < n; i++)
+        if (x[i].done < x[i].bytes && !x[i].optional) {
+            who = i;
+            break;
+        }
+    return tp_error_set(err, TP_ERR_TIMEOUT,
+                        "timed out after %u ms without progress %s rank %d (is it stopped or overloaded? "
+                        "raise TP_COMM_TIMEOUT_MS if it is just slow)",
+                        net->op_timeout_ms, x[who].is_send ? "sending to" : "receiving from", x[who].peer);
 }
 
 void tp_net_wake(struct tp_net *net)
