@@ -163,24 +163,10 @@ int tp_bench_gen(int argc, char **argv)
     }
     /* one rank, or a group from the environment (tpserve launch / mpirun): rank 0 measures and prints */
     struct tp_parallel_config pcfg = tp_parallel_default_config();
-    struct tp_error perr = {0};
-    if (tp_wire_dtype_parse(comm_dtype, &pcfg.wire_dtype) != TP_OK) {
-        fprintf(stderr, "tpserve bench gen: --comm-dtype %s: want f32, f16, bf16 or q8\n", comm_dtype);
-        return 2;
-    }
-    if (tp_comm_config_from_env(&pcfg.comm, &perr) != TP_OK) {
-        fprintf(stderr, "tpserve bench gen: %s\n", perr.msg);
-        return 2;
-    }
-    if (pcfg.comm.world_size < 0 && !getenv("OMPI_COMM_WORLD_SIZE")) {
-        pcfg.comm.world_size = 1;
-        pcfg.comm.rank = 0;
-    }
-    int rank_hint = pcfg.comm.rank >= 0 ? pcfg.comm.rank
-                    : getenv("OMPI_COMM_WORLD_RANK") ? atoi(getenv("OMPI_COMM_WORLD_RANK")) : 0;
-    static char prefix[32];
-    snprintf(prefix, sizeof prefix, "rank %d", rank_hint);
-    tp_cli_setup_logging(pcfg.comm.world_size == 1 ? NULL : prefix);
+    int rank_hint = 0;
+    const char *prefix = NULL;
+    if (tp_cli_group_config("bench gen", comm_dtype, &pcfg, &rank_hint, &prefix)) return 2;
+    tp_cli_setup_logging(prefix);
     if (tp_log_get_level() < TP_LOG_WARN) tp_log_set_level(TP_LOG_WARN);
     if (threads <= 0) threads = tp_cpu_count();
     pcfg.shard_weights = shard_weights;

@@ -65,6 +65,20 @@ struct tp_cli_progress {
 void tp_cli_progress_init(struct tp_cli_progress *p, const char *label);
 void tp_cli_load_progress(void *ctx, uint64_t done, uint64_t total);
 
+struct tp_parallel_config;
+/*
+ * For commands that run alone or as one rank of a group (generate, bench gen,
+ * serve): parse --comm-dtype into pc->wire_dtype, fill pc->comm from the
+ * environment, and make it a world of one unless `tpserve launch`, a hostfile,
+ * a coordinator or an MPI/PMI launcher (mpirun, srun) says otherwise.
+ * *rank_hint: this process's rank as far as known before the group forms;
+ * *log_prefix: "rank N" for a group, NULL alone (static storage).  Either
+ * may be NULL.  Returns 0, 1 after printing a bad --comm-dtype, 2 after
+ * printing a bad environment variable.
+ */
+int tp_cli_group_config(const char *cmd, const char *comm_dtype, struct tp_parallel_config *pc, int *rank_hint,
+                        const char **log_prefix);
+
 /* Subcommand entry point: argv[0] is the subcommand name. Returns exit code. */
 typedef int (*tp_cli_fn)(int argc, char **argv);
 struct tp_cli_command {

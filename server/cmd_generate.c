@@ -202,22 +202,9 @@ int tp_cmd_generate(int argc, char **argv)
      * every rank computes its slice, rank 0 samples and prints. */
     struct tp_error err = {0};
     struct tp_parallel_config pc = tp_parallel_default_config();
-    if (tp_wire_dtype_parse(comm_dtype, &pc.wire_dtype) != TP_OK) {
-        fprintf(stderr, "tpserve generate: --comm-dtype %s: want f32, f16, bf16 or q8\n", comm_dtype);
-        return 2;
-    }
-    if (tp_comm_config_from_env(&pc.comm, &err) != TP_OK) {
-        fprintf(stderr, "tpserve generate: %s\n", err.msg);
-        return 2;
-    }
-    if (pc.comm.world_size < 0 && !getenv("OMPI_COMM_WORLD_SIZE")) {
-        pc.comm.world_size = 1;
-        pc.comm.rank = 0;
-    }
-    static char prefix[32];
-    snprintf(prefix, sizeof prefix, "rank %d", pc.comm.rank >= 0 ? pc.comm.rank
-                                                 : getenv("OMPI_COMM_WORLD_RANK") ? atoi(getenv("OMPI_COMM_WORLD_RANK")) : 0);
-    tp_cli_setup_logging(pc.comm.world_size == 1 ? NULL : prefix);
+    const char *prefix = NULL;
+    if (tp_cli_group_config("generate", comm_dtype, &pc, NULL, &prefix)) return 2;
+    tp_cli_setup_logging(prefix);
     pc.shard_weights = shard_weights;
     struct tp_model_config *cfg = &pc.model;
     cfg->path = model;

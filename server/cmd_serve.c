@@ -146,35 +146,15 @@ int tp_cmd_serve(int argc, char **argv)
     pc.model.n_seq = parallel;
     pc.model.n_batch = TP_MAX(batch, parallel);
     pc.shard_weights = shard_weights;
-    if (tp_wire_dtype_parse(comm_dtype, &pc.wire_dtype) != TP_OK) {
+    const char *prefix = NULL;
+    int rank_hint = 0;
+    int grc = tp_cli_group_config("serve", comm_dtype, &pc, &rank_hint, &prefix);
+    if (grc) {
         free(key_buf);
-        fprintf(stderr, "tpserve serve: --comm-dtype %s: want f32, f16, bf16 or q8\n", comm_dtype);
-        return 2;
+        return grc == 1 ? 2 : 1; /* bad --comm-dtype: usage error; bad environment: 1 */
     }
-    if (tp_comm_config_from_env(&pc.comm, &err) != TP_OK) {
-        free(key_buf);
-        return tp_cli_fail("serve", "%s", err.msg);
-    }
-    /* rank / size published by mpirun, srun or another PMI launcher */
-    const char *env_rank = NULL, *env_size = NULL;
-    static const char *const rk[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
-    static const char *const sz[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_SIZE"};
-    for (size_t i = 0; i < TP_ARRAY_LEN(rk) && !env_rank; i++)
-        if (getenv(rk[i])) env_rank = getenv(rk[i]), env_size = getenv(sz[i]);
-    if (pc.comm.world_size < 0 && !env_rank) {
-        pc.comm.world_size = 1;
-        pc.comm.rank = 0;
-    }
-    (void)env_size;
-    int rank_hint = pc.comm.rank >= 0 ? pc.comm.rank : (env_rank ? atoi(env_rank) : 0);
-    static char prefix[32];
-    snprintf(prefix, sizeof prefix, "rank %d", rank_hint);
-    if (strcmp(log_format, "json") == 0) {
-        tp_cli_setup_logging(pc.comm.world_size == 1 ? NULL : prefix);
-        tp_log_set_hook(json_log_hook, NULL);
-    } else {
-        tp_cli_setup_logging(pc.comm.world_size == 1 ? NULL : prefix);
-    }
+    tp_cli_setup_logging(prefix);
+    if (strcmp(log_format, "json") == 0) tp_log_set_hook(json_log_hook, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     tp_server_t *srv = NULL;
