@@ -203,7 +203,9 @@ static enum tp_status alloc_buffers(tp_parallel_t *p)
         if (p->rank == 0) {
             p->gath = tp_aligned_alloc(64, (size_t)p->chunk * per_row * sizeof(float));
             p->pairs_all = calloc((size_t)p->world * per * nb, sizeof(float));
-            if (!p->gath || !p->pairs_all) return TP_ERR_NOMEM;
+            p->rank_stats = calloc((size_t)p->world, sizeof(*p->rank_stats));
+            p->stats_all = calloc((size_t)p->world * STATS_WORDS, sizeof(int32_t));
+            if (!p->gath || !p->pairs_all || !p->rank_stats || !p->stats_all) return TP_ERR_NOMEM;
         }
         size_t max_count;
         if (tp_mul_size(nb, (size_t)p->probe.hp.n_embd, &max_count)) return TP_ERR_NOMEM;
@@ -434,6 +436,8 @@ void tp_parallel_free(tp_parallel_t *p)
     free(p->pairs);
     free(p->want);
     free(p->pairs_all);
+    free(p->rank_stats);
+    free(p->stats_all);
     if (p->mu_inited) {
         pthread_mutex_destroy(&p->mu);
         pthread_cond_destroy(&p->cv);
@@ -456,4 +460,18 @@ void tp_parallel_get_stats(const tp_parallel_t *p, struct tp_parallel_stats *out
     pthread_mutex_lock((pthread_mutex_t *)&p->mu);
     *out = p->stats;
     pthread_mutex_unlock((pthread_mutex_t *)&p->mu);
+}
+
+int tp_parallel_get_rank_stats(const tp_parallel_t *p, struct tp_parallel_stats *out, int max)
+{
+    if (!p || !out || max < 1) return p ? p->world : 0;
+    pthread_mutex_lock((pthread_mutex_t *)&p->mu);
+    int n = TP_MIN(max, p->world);
+    for (int r = 0; r < n; r++) {
+        if (r == p->rank) out[r] = p->stats; /* live */
+        else if (p->rank == 0 && p->rank_stats) out[r] = p->rank_stats[r];
+        else memset(&out[r], 0, sizeof(out[r]));
+    }
+    pthread_mutex_unlock((pthread_mutex_t *)&p->mu);
+    return p->world;
 }

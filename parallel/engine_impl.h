@@ -13,6 +13,10 @@
 #define STEP_MAGIC 0x50535054 /* "TPSP" little-endian */
 #define HDR_WORDS 64
 #define HDR_INLINE_AT 8
+/* hdr[7]: nonzero = after this step every rank sends its stats to rank 0 */
+#define HDR_STATS 7
+#define STATS_WORDS 10 /* struct tp_parallel_stats as 5 little-endian u64 = 10 int32 words */
+#define STATS_EVERY_NS 1000000000ull /* collect at most once a second while steps run */
 #define HDR_INLINE_MAX (HDR_WORDS - HDR_INLINE_AT)
 enum step_kind { STEP_RUN_LOGITS = 1, STEP_RUN_ARGMAX = 2, STEP_PING = 3, STEP_SHUTDOWN = 4, STEP_RUN_TOPK = 5 };
 
@@ -48,6 +52,9 @@ struct tp_parallel {
     int shut;
     uint32_t step_no;
     struct tp_parallel_stats stats;
+    struct tp_parallel_stats *rank_stats; /* rank 0: (world) each rank's counters as last collected; under mu */
+    int32_t *stats_all;                   /* rank 0: (world, STATS_WORDS) gather area */
+    uint64_t stats_ns;                    /* rank 0: when they were last collected */
     char path[4096];              /* model path with {rank} expanded */
 
     /* rank 0 keepalive */

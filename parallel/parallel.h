@@ -321,6 +321,15 @@ struct tp_parallel_stats {
     uint64_t bytes_sent;   /* by this rank */
 };
 void tp_parallel_get_stats(const tp_parallel_t *p, struct tp_parallel_stats *out);
+/*
+ * Rank 0: every rank's counters.  out[r] for r < min(world, max); rank 0's
+ * entry is live, the others' are as last collected: rank 0 asks the workers
+ * for them with a step (at most once a second while steps run) and with
+ * every ping (the idle keepalive, /health), so they lag by about a second
+ * while busy.  On other ranks only their own entry is filled (others zero).
+ * Returns the world size.
+ */
+int tp_parallel_get_rank_stats(const tp_parallel_t *p, struct tp_parallel_stats *out, int max);
 
 /* The plan every rank agreed on (valid until tp_parallel_free). */
 const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p);

@@ -288,6 +288,45 @@ static enum tp_status check_step(tp_parallel_t *p, const struct tp_step *s)
     return TP_OK;
 }
 
+/* ------------------------------------------------------------- stats */
+
+/* Counters as STATS_WORDS int32 words: 5 little-endian u64, low word first. */
+static void stats_pack(const struct tp_parallel_stats *s, int32_t *w)
+{
+    const uint64_t v[5] = {s->n_steps, s->n_tokens, s->ns_compute, s->ns_comm, s->bytes_sent};
+    for (int i = 0; i < 5; i++) {
+        w[2 * i] = (int32_t)(uint32_t)(v[i] & 0xffffffffu);
+        w[2 * i + 1] = (int32_t)(uint32_t)(v[i] >> 32);
+    }
+}
+
+static void stats_unpack(const int32_t *w, struct tp_parallel_stats *s)
+{
+    uint64_t v[5];
+    for (int i = 0; i < 5; i++) v[i] = (uint64_t)(uint32_t)w[2 * i] | (uint64_t)(uint32_t)w[2 * i + 1] << 32;
+    s->n_steps = v[0];
+    s->n_tokens = v[1];
+    s->ns_compute = v[2];
+    s->ns_comm = v[3];
+    s->bytes_sent = v[4];
+}
+
+/* Every rank, after a step whose header has hdr[HDR_STATS] set: gather each
+ * rank's counters to rank 0 (rank 0 holds p->mu; workers are the only
+ * writers of their own counters). */
+static enum tp_status collect_stats(tp_parallel_t *p, uint64_t *ns_comm)
+{
+    int32_t mine[STATS_WORDS];
+    stats_pack(&p->stats, mine);
+    uint64_t t0 = tp_now_ns();
+    enum tp_status st = tp_comm_gather(p->comm, mine, p->stats_all, STATS_WORDS, TP_DTYPE_I32, 0);
+    *ns_comm += tp_now_ns() - t0;
+    if (st != TP_OK || p->rank != 0) return st;
+    for (int r = 1; r < p->world; r++) stats_unpack(p->stats_all + (size_t)r * STATS_WORDS, &p->rank_stats[r]);
+    p->stats_ns = tp_now_ns();
+    return TP_OK;
+}
+
 /* Rank 0, mutex held: send the step to the workers and run it here too. */
 static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const struct tp_step *s,
                                    const struct step_out *out)
@@ -323,6 +362,7 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
     int32_t *body = words <= HDR_INLINE_MAX ? p->hdr + HDR_INLINE_AT : p->body;
     p->hdr[5] = words <= HDR_INLINE_MAX;
     p->hdr[6] = k;
+    p->hdr[HDR_STATS] = p->comm && (kind == STEP_PING || t0 - p->stats_ns >= STATS_EVERY_NS);
     for (int i = 0; i < n; i++) {
         body[i] = s->batch.token[i];
         body[n + i] = s->batch.pos[i];
@@ -349,6 +389,7 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
         st = run_step(p, body, out, &ns_comm);
         if (st != TP_OK) return step_fail(p, st, "forward step");
     }
+    if (p->hdr[HDR_STATS] && (st = collect_stats(p, &ns_comm)) != TP_OK) return step_fail(p, st, "collecting rank stats");
     uint64_t dt = tp_now_ns() - t0;
     p->stats.n_steps++;
     p->stats.ns_comm += ns_comm;
@@ -469,6 +510,13 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
         tp_comm_get_stats(p->comm, &c1);
         p->stats.bytes_sent += c1.bytes_sent - c0.bytes_sent;
         pthread_mutex_unlock(&p->mu);
+        if (p->hdr[HDR_STATS]) { /* after the update, so rank 0 sees this step counted */
+            uint64_t ns_stats = 0;
+            if ((st = collect_stats(p, &ns_stats)) != TP_OK) return step_fail(p, st, "sending rank stats");
+            pthread_mutex_lock(&p->mu);
+            p->stats.ns_comm += ns_stats;
+            pthread_mutex_unlock(&p->mu);
+        }
     }
 }
 

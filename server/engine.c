@@ -179,12 +179,15 @@ void tp_engine_gauges(struct tp_engine *e, struct tp_metrics_gauges *g)
     g->n_parallel = e->cfg.n_parallel;
     g->healthy = !e->failed;
     pthread_mutex_unlock(&e->mu);
-    struct tp_parallel_stats st;
-    tp_parallel_get_stats(e->p, &st);
-    g->n_ranks = tp_parallel_size(e->p);
-    g->ns_comm = st.ns_comm;
-    g->ns_compute = st.ns_compute;
-    g->n_steps = st.n_steps;
+    struct tp_parallel_stats st[TP_METRICS_RANKS_MAX];
+    g->n_ranks = tp_parallel_get_rank_stats(e->p, st, TP_METRICS_RANKS_MAX);
+    g->n_rank_stats = TP_MIN(g->n_ranks, TP_METRICS_RANKS_MAX);
+    g->n_steps = st[0].n_steps;
+    for (int r = 0; r < g->n_rank_stats; r++) {
+        g->ns_comm[r] = st[r].ns_comm;
+        g->ns_compute[r] = st[r].ns_compute;
+        g->bytes_sent[r] = st[r].bytes_sent;
+    }
 }
 
 /* mu held: the engine failed; fail everything. */

@@ -5,9 +5,9 @@
  *
  * Families: requests by HTTP status, prompt and generated tokens, the last
  * request's decode rate, time to first token and time per output token
- * histograms, queue depth, active sequences, engine steps and rank 0's
- * communication / compute time (tp_parallel_get_stats is rank-local; the
- * other ranks' figures are not collected).
+ * histograms, queue depth, active sequences, engine steps, and every rank's
+ * communication / compute time and bytes sent (tp_parallel_get_rank_stats:
+ * rank 0 live, the workers' as collected with the steps, about a second old).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -152,12 +152,21 @@ int tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, s
                         "# HELP tpserve_ranks Ranks in the tensor-parallel group.\n"
                         "# TYPE tpserve_ranks gauge\ntpserve_ranks %d\n"
                         "# HELP tpserve_engine_steps_total Engine steps run.\n"
-                        "# TYPE tpserve_engine_steps_total counter\ntpserve_engine_steps_total %llu\n"
-                        "# HELP tpserve_comm_seconds_total Time spent in communication, per rank (rank 0 measured).\n"
-                        "# TYPE tpserve_comm_seconds_total counter\ntpserve_comm_seconds_total{rank=\"0\"} %.6f\n"
-                        "# HELP tpserve_compute_seconds_total Time spent computing, per rank (rank 0 measured).\n"
-                        "# TYPE tpserve_compute_seconds_total counter\ntpserve_compute_seconds_total{rank=\"0\"} %.6f\n",
+                        "# TYPE tpserve_engine_steps_total counter\ntpserve_engine_steps_total %llu\n",
                         g->queue_depth, g->active_seqs, g->n_parallel, g->healthy, g->n_ranks,
-                        (unsigned long long)g->n_steps, (double)g->ns_comm / 1e9, (double)g->ns_compute / 1e9);
+                        (unsigned long long)g->n_steps);
+    static const char *const fam[3][2] = {
+        {"tpserve_comm_seconds_total", "Time spent in communication (all_sums, step broadcast, logits gather), per rank."},
+        {"tpserve_compute_seconds_total", "Time spent computing the forward pass, per rank."},
+        {"tpserve_comm_bytes_sent_total", "Bytes sent by each rank."}};
+    for (int f = 0; f < 3; f++) {
+        rc |= tp_buf_printf(o, "# HELP %s %s\n# TYPE %s counter\n", fam[f][0], fam[f][1], fam[f][0]);
+        for (int r = 0; r < g->n_rank_stats; r++) {
+            if (f == 2) rc |= tp_buf_printf(o, "%s{rank=\"%d\"} %llu\n", fam[f][0], r, (unsigned long long)g->bytes_sent[r]);
+            else
+                rc |= tp_buf_printf(o, "%s{rank=\"%d\"} %.6f\n", fam[f][0], r,
+                                    (double)(f == 0 ? g->ns_comm[r] : g->ns_compute[r]) / 1e9);
+        }
+    }
     return rc ? -1 : 0;
 }

@@ -142,10 +142,15 @@ void tp_metrics_free(struct tp_metrics *m);
 void tp_metrics_request(struct tp_metrics *m, int http_status);
 void tp_metrics_finished(struct tp_metrics *m, int n_prompt, int n_gen, double ttft_s, double tpot_s);
 void tp_metrics_tokens_per_s(struct tp_metrics *m, double tps);
+#define TP_METRICS_RANKS_MAX 64 /* per-rank series shown (larger groups: the first 64) */
 struct tp_metrics_gauges {
     int queue_depth, active_seqs, n_parallel, healthy;
     int n_ranks;
-    uint64_t ns_comm, ns_compute, n_steps;
+    uint64_t n_steps;                            /* rank 0's engine steps */
+    int n_rank_stats;                            /* entries of the arrays below */
+    uint64_t ns_comm[TP_METRICS_RANKS_MAX];      /* per rank (workers: as last collected, ~1 s lag) */
+    uint64_t ns_compute[TP_METRICS_RANKS_MAX];
+    uint64_t bytes_sent[TP_METRICS_RANKS_MAX];
 };
 /* Prometheus text exposition format 0.0.4. Returns 0 or -1 (out of memory). */
 int tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, struct tp_buf *out);

@@ -735,6 +735,13 @@ static void test_disconnect_cancels(void)
     CU_ASSERT_EQUAL(http_do(s.port, "GET", "/metrics", NULL, NULL, 0, 10, &r), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "tpserve_requests_total{status=\"499\"} 1\n"));
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "tpserve_active_sequences 0\n"));
+    /* the worker's own counters reach rank 0's /metrics (collected with the steps) */
+    const char *w = strstr(r.body, "tpserve_compute_seconds_total{rank=\"1\"} ");
+    CU_ASSERT_PTR_NOT_NULL(w);
+    if (w) CU_ASSERT(strtod(w + strlen("tpserve_compute_seconds_total{rank=\"1\"} "), NULL) > 0.0);
+    w = strstr(r.body, "tpserve_comm_bytes_sent_total{rank=\"1\"} ");
+    CU_ASSERT_PTR_NOT_NULL(w);
+    if (w) CU_ASSERT(strtoull(w + strlen("tpserve_comm_bytes_sent_total{rank=\"1\"} "), NULL, 10) > 0);
     resp_free(&r);
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
 }

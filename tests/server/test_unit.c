@@ -247,7 +247,8 @@ static void test_metrics_text(void)
     tp_metrics_finished(m, 10, 5, 0.03, 0.004);
     tp_metrics_finished(m, 7, 1, 20.0, -1);
     struct tp_metrics_gauges g = {.queue_depth = 3, .active_seqs = 2, .n_parallel = 8, .healthy = 1, .n_ranks = 2,
-                                  .ns_comm = 1500000000ull, .n_steps = 9};
+                                  .n_steps = 9, .n_rank_stats = 2, .ns_comm = {1500000000ull, 2250000000ull},
+                                  .ns_compute = {0, 4000000ull}, .bytes_sent = {123, 456}};
     struct tp_buf b = {0};
     CU_ASSERT_EQUAL_FATAL(tp_metrics_render(m, &g, &b), 0);
     const char *want[] = {
@@ -266,6 +267,10 @@ static void test_metrics_text(void)
         "tpserve_queue_depth 3\n",
         "tpserve_active_sequences 2\n",
         "tpserve_comm_seconds_total{rank=\"0\"} 1.500000\n",
+        "tpserve_comm_seconds_total{rank=\"1\"} 2.250000\n",
+        "tpserve_compute_seconds_total{rank=\"1\"} 0.004000\n",
+        "tpserve_comm_bytes_sent_total{rank=\"0\"} 123\n",
+        "tpserve_comm_bytes_sent_total{rank=\"1\"} 456\n",
         "# TYPE tpserve_time_to_first_token_seconds histogram\n",
     };
     for (size_t i = 0; i < TP_ARRAY_LEN(want); i++) {
