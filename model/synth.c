@@ -7,7 +7,8 @@
  * Types: norm weights, biases, q/k norms and rope_freqs are F32; the
  * attention / FFN matrices, the output head and the token embeddings are of
  * the chosen type (llama.cpp's own Q4_0/Q8_0 files also quantize
- * token_embd; it keeps output.weight at Q6_K, which we do not have).
+ * token_embd; it keeps output.weight at Q6_K), or mixed per tensor and
+ * layer exactly as llama-quantize mixes Q4_K_M / Q5_K_M (enum tp_synth_mix).
  * Values: uniform with standard deviation 0.02 (matrices, embeddings,
  * biases) and 1 +- 0.05 for norm weights, drawn from a generator seeded by
  * (seed, tensor name, row): the same file whatever the thread count.
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "model/gguf_write.h"
 #include "model/kernels.h"
@@ -154,15 +156,81 @@ static int add_plan(struct tensor_plan *p, int n, const char *name, enum tp_wtyp
     return n + 1;
 }
 
+/* ------------------------------------------------------------------ type mixes */
+
+const char *tp_synth_mix_name(enum tp_synth_mix mix)
+{
+    switch (mix) {
+    case TP_SYNTH_MIX_Q4_K_M: return "q4_k_m";
+    case TP_SYNTH_MIX_Q5_K_M: return "q5_k_m";
+    default: return NULL;
+    }
+}
+
+enum tp_status tp_synth_type_parse(const char *name, enum tp_wtype *type, enum tp_synth_mix *mix)
+{
+    if (!name || !type || !mix) return TP_ERR_INVALID_ARG;
+    for (int m = TP_SYNTH_MIX_NONE + 1; m < TP_SYNTH_MIX_COUNT; m++) {
+        if (strcasecmp(name, tp_synth_mix_name((enum tp_synth_mix)m)) == 0) {
+            *mix = (enum tp_synth_mix)m;
+            *type = m == TP_SYNTH_MIX_Q4_K_M ? TP_WTYPE_Q4_K : TP_WTYPE_Q5_K;
+            return TP_OK;
+        }
+    }
+    enum tp_wtype t;
+    if (tp_wtype_parse(name, &t) != TP_OK) return TP_ERR_INVALID_ARG;
+    switch (t) {
+    case TP_WTYPE_F32: case TP_WTYPE_F16: case TP_WTYPE_BF16: case TP_WTYPE_Q8_0: case TP_WTYPE_Q4_0:
+    case TP_WTYPE_Q4_K: case TP_WTYPE_Q5_K: case TP_WTYPE_Q6_K: break;
+    default: return TP_ERR_INVALID_ARG;
+    }
+    *type = t;
+    *mix = TP_SYNTH_MIX_NONE;
+    return TP_OK;
+}
+
+/* Tensor roles the mixes treat differently. */
+enum mix_role { ROLE_OTHER, ROLE_TOKEN_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN };
+
+/* llama.cpp's use_more_bits: first and last eighth of the layers, every third in between. */
+static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+/* The type of one matrix (rows of ne0 values) under the mix; llama_tensor_get_type for
+ * LLAMA_FTYPE_MOSTLY_Q4_K_M / Q5_K_M on dense Llama / Qwen models (no experts, not Falcon). */
+static enum tp_wtype mix_type(const struct tp_shape *s, int n_layer, enum tp_synth_mix mix, enum tp_wtype base,
+                              enum mix_role role, int layer, int64_t ne0)
+{
+    if (mix == TP_SYNTH_MIX_NONE) return base;
+    enum tp_wtype t = base;
+    if (role == ROLE_OUTPUT || (role == ROLE_TOKEN_EMBD && s->tied)) {
+        /* the head (or the embedding that doubles as the head) */
+        t = ne0 % tp_wtype_block_elems(base) ? TP_WTYPE_Q8_0 : TP_WTYPE_Q6_K;
+    } else if (role == ROLE_ATTN_V) {
+        if (use_more_bits(layer, n_layer)) t = TP_WTYPE_Q6_K;
+        /* LLM_TYPE_70B: 8 query heads per KV head make attn_v small, so Q4_K -> Q5_K */
+        else if (s->arch == TP_ARCH_LLAMA && n_layer == 80 && s->n_head != s->n_head_kv && t == TP_WTYPE_Q4_K)
+            t = TP_WTYPE_Q5_K;
+    } else if (role == ROLE_FFN_DOWN) {
+        if (use_more_bits(layer, n_layer)) t = TP_WTYPE_Q6_K;
+    }
+    if (ne0 % tp_wtype_block_elems(t)) { /* llama.cpp's fallback for rows that are not whole super-blocks */
+        t = t == TP_WTYPE_Q4_K ? TP_WTYPE_Q5_0 : t == TP_WTYPE_Q5_K ? TP_WTYPE_Q5_1 : TP_WTYPE_Q8_0;
+        if (ne0 % tp_wtype_block_elems(t)) t = TP_WTYPE_F16;
+    }
+    return t;
+}
+
 /* The tensor list of the model; returns the count (plan has room for 16 per layer + 8). */
-static int make_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, struct tensor_plan *p)
+static int make_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, enum tp_synth_mix mix,
+                     struct tensor_plan *p)
 {
     int n = 0;
     const int64_t e = s->n_embd, q = (int64_t)s->n_head * s->head_dim, kv = (int64_t)s->n_head_kv * s->head_dim;
     char nm[64];
-    n = add_plan(p, n, "token_embd.weight", wt, e, s->n_vocab, FILL_WEIGHT);
+#define MIX(role, layer, ne0) mix_type(s, n_layer, mix, wt, role, layer, ne0)
+    n = add_plan(p, n, "token_embd.weight", MIX(ROLE_TOKEN_EMBD, 0, e), e, s->n_vocab, FILL_WEIGHT);
     n = add_plan(p, n, "output_norm.weight", TP_WTYPE_F32, e, 0, FILL_NORM);
-    if (!s->tied) n = add_plan(p, n, "output.weight", wt, e, s->n_vocab, FILL_WEIGHT);
+    if (!s->tied) n = add_plan(p, n, "output.weight", MIX(ROLE_OUTPUT, 0, e), e, s->n_vocab, FILL_WEIGHT);
     if (s->rope_scaling == TP_ROPE_SCALING_LLAMA3)
         n = add_plan(p, n, "rope_freqs.weight", TP_WTYPE_F32, s->head_dim / 2, 0, FILL_ROPE_FREQS);
     for (int l = 0; l < n_layer; l++) {
@@ -172,9 +240,9 @@ static int make_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, st
         n = add_plan(p, n, nm, type, ne0, ne1, fill);           \
     } while (0)
         T("attn_norm.weight", TP_WTYPE_F32, e, 0, FILL_NORM);
-        T("attn_q.weight", wt, e, q, FILL_WEIGHT);
-        T("attn_k.weight", wt, e, kv, FILL_WEIGHT);
-        T("attn_v.weight", wt, e, kv, FILL_WEIGHT);
+        T("attn_q.weight", MIX(ROLE_OTHER, l, e), e, q, FILL_WEIGHT);
+        T("attn_k.weight", MIX(ROLE_OTHER, l, e), e, kv, FILL_WEIGHT);
+        T("attn_v.weight", MIX(ROLE_ATTN_V, l, e), e, kv, FILL_WEIGHT);
         if (s->qkv_bias) {
             T("attn_q.bias", TP_WTYPE_F32, q, 0, FILL_WEIGHT);
             T("attn_k.bias", TP_WTYPE_F32, kv, 0, FILL_WEIGHT);
@@ -184,31 +252,37 @@ static int make_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, st
             T("attn_q_norm.weight", TP_WTYPE_F32, s->head_dim, 0, FILL_NORM);
             T("attn_k_norm.weight", TP_WTYPE_F32, s->head_dim, 0, FILL_NORM);
         }
-        T("attn_output.weight", wt, q, e, FILL_WEIGHT);
+        T("attn_output.weight", MIX(ROLE_OTHER, l, q), q, e, FILL_WEIGHT);
         T("ffn_norm.weight", TP_WTYPE_F32, e, 0, FILL_NORM);
-        T("ffn_gate.weight", wt, e, s->n_ff, FILL_WEIGHT);
-        T("ffn_up.weight", wt, e, s->n_ff, FILL_WEIGHT);
-        T("ffn_down.weight", wt, s->n_ff, e, FILL_WEIGHT);
+        T("ffn_gate.weight", MIX(ROLE_OTHER, l, e), e, s->n_ff, FILL_WEIGHT);
+        T("ffn_up.weight", MIX(ROLE_OTHER, l, e), e, s->n_ff, FILL_WEIGHT);
+        T("ffn_down.weight", MIX(ROLE_FFN_DOWN, l, s->n_ff), s->n_ff, e, FILL_WEIGHT);
 #undef T
     }
+#undef MIX
     return n;
 }
 
-/* llama_ftype for general.file_type */
-static uint32_t file_type_of(enum tp_wtype t)
+/* llama_ftype for general.file_type (a single K type: as `llama-quantize --pure` labels it) */
+static uint32_t file_type_of(enum tp_wtype t, enum tp_synth_mix mix)
 {
+    if (mix == TP_SYNTH_MIX_Q4_K_M) return 15;
+    if (mix == TP_SYNTH_MIX_Q5_K_M) return 17;
     switch (t) {
     case TP_WTYPE_F32: return 0;
     case TP_WTYPE_F16: return 1;
     case TP_WTYPE_Q4_0: return 2;
     case TP_WTYPE_Q8_0: return 7;
     case TP_WTYPE_BF16: return 32;
+    case TP_WTYPE_Q4_K: return 15; /* LLAMA_FTYPE_MOSTLY_Q4_K_M */
+    case TP_WTYPE_Q5_K: return 17; /* LLAMA_FTYPE_MOSTLY_Q5_K_M */
+    case TP_WTYPE_Q6_K: return 18; /* LLAMA_FTYPE_MOSTLY_Q6_K */
     default: return 0;
     }
 }
 
 static void write_kv(tp_gguf_writer_t *w, const struct tp_shape *s, int n_layer, enum tp_wtype wt,
-                               const struct tp_synth_vocab *v)
+                     enum tp_synth_mix mix, const struct tp_synth_vocab *v)
 {
     const char *arch = tp_arch_name(s->arch);
     char key[128], name[160];
@@ -218,8 +292,9 @@ static void write_kv(tp_gguf_writer_t *w, const struct tp_shape *s, int n_layer,
     tp_gguf_kv_str(w, "general.name", name);
     tp_gguf_kv_str(w, "general.description", "random weights written by tpserve synth (for speed and scale tests)");
     tp_gguf_kv_u32(w, "general.alignment", 32);
-    tp_gguf_kv_u32(w, "general.file_type", file_type_of(wt));
-    if (wt == TP_WTYPE_Q4_0 || wt == TP_WTYPE_Q8_0) tp_gguf_kv_u32(w, "general.quantization_version", 2);
+    tp_gguf_kv_u32(w, "general.file_type", file_type_of(wt, mix));
+    if (wt != TP_WTYPE_F32 && wt != TP_WTYPE_F16 && wt != TP_WTYPE_BF16)
+        tp_gguf_kv_u32(w, "general.quantization_version", 2);
     tp_gguf_kv_u32(w, K("vocab_size"), (uint32_t)v->n_tokens);
     tp_gguf_kv_u32(w, K("context_length"), (uint32_t)s->n_ctx);
     tp_gguf_kv_u32(w, K("embedding_length"), (uint32_t)s->n_embd);
@@ -260,7 +335,10 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
 {
     if (!cfg || !cfg->shape || !cfg->out_path) return tp_error_set(err, TP_ERR_INVALID_ARG, "synth: missing shape or output path");
     const struct tp_shape *s = cfg->shape;
-    const enum tp_wtype wt = cfg->type;
+    const enum tp_synth_mix mix = cfg->mix;
+    const enum tp_wtype wt = mix == TP_SYNTH_MIX_Q4_K_M   ? TP_WTYPE_Q4_K
+                             : mix == TP_SYNTH_MIX_Q5_K_M ? TP_WTYPE_Q5_K
+                                                          : cfg->type;
     enum tp_status rc = TP_OK;
     struct tp_synth_vocab vocab;
     memset(&vocab, 0, sizeof(vocab));
@@ -270,8 +348,12 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
     float *f32 = NULL;
     uint8_t *conv = NULL;
 
-    if (wt != TP_WTYPE_F32 && wt != TP_WTYPE_F16 && wt != TP_WTYPE_BF16 && wt != TP_WTYPE_Q8_0 && wt != TP_WTYPE_Q4_0)
-        return tp_error_set(err, TP_ERR_UNSUPPORTED, "synth: type %s not supported (f32, f16, bf16, q8_0, q4_0)",
+    if ((int)mix < 0 || mix >= TP_SYNTH_MIX_COUNT)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "synth: unknown type mix %d", (int)mix);
+    if (wt != TP_WTYPE_F32 && wt != TP_WTYPE_F16 && wt != TP_WTYPE_BF16 && wt != TP_WTYPE_Q8_0 && wt != TP_WTYPE_Q4_0 &&
+        wt != TP_WTYPE_Q4_K && wt != TP_WTYPE_Q5_K && wt != TP_WTYPE_Q6_K)
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "synth: type %s not supported (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)",
                             tp_wtype_name(wt));
     int n_layer = cfg->n_layer > 0 ? cfg->n_layer : s->n_layer;
     if (cfg->n_layer > s->n_layer)
@@ -291,9 +373,17 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
         rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
         goto out;
     }
-    int n_t = make_plan(&shape, n_layer, wt, plan);
+    int n_t = make_plan(&shape, n_layer, wt, mix, plan);
     int64_t max_ne0 = 0;
     for (int i = 0; i < n_t; i++) {
+        if (!tp_wtype_supported(plan[i].type)) { /* a mix's fallback for rows that are not whole super-blocks */
+            rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
+                              "synth: %s has rows of %lld values, not a multiple of 256, so llama.cpp's %s stores it "
+                              "as %s, which tpserve cannot compute; use --type q8_0 or q4_0 for shape %s",
+                              plan[i].name, (long long)plan[i].ne[0], tp_synth_mix_name(mix),
+                              tp_wtype_name(plan[i].type), shape.name);
+            goto out;
+        }
         int64_t be = tp_wtype_block_elems(plan[i].type);
         if (plan[i].ne[0] % be) {
             rc = tp_error_set(err, TP_ERR_INVALID_ARG,
@@ -305,7 +395,7 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
     }
 
     TP_CHECK_GOTO(tp_gguf_writer_open(cfg->out_path, 32, &w, err), rc, out);
-    write_kv(w, &shape, n_layer, wt, &vocab);
+    write_kv(w, &shape, n_layer, wt, mix, &vocab);
     for (int i = 0; i < n_t; i++) (void)tp_gguf_add_tensor(w, plan[i].name, plan[i].type, plan[i].n_dims, plan[i].ne);
     if (tp_gguf_write_data(w, NULL, 0) != TP_OK) { /* header now, surfaces any metadata error */
         rc = tp_error_set(err, TP_ERR_IO, "synth: %s", tp_gguf_writer_error(w));

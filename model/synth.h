@@ -48,10 +48,36 @@ enum tp_status tp_shape_find(const char *json, const char *name, struct tp_shape
 /* Weight-tensor parameter counts of a shape (for sizing without a file). */
 uint64_t tp_shape_n_params(const struct tp_shape *s);
 
+/*
+ * Per-tensor type mixes of llama.cpp's K-quant "M" file types, exactly as
+ * llama-quantize assigns them (llama_tensor_get_type, Llama-family models
+ * without experts): the base type everywhere except
+ *   output.weight (or token_embd.weight when the head is tied): Q6_K;
+ *   attn_v.weight and ffn_down.weight of the "more bits" layers
+ *     (use_more_bits: i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2): Q6_K;
+ *   Q4_K_M on a Llama 70B (80 layers, GQA): attn_v of the other layers Q5_K;
+ *   rows not a multiple of 256: Q6_K -> Q8_0, Q4_K -> Q5_0, Q5_K -> Q5_1
+ *     (tpserve cannot compute Q5_0 / Q5_1: such shapes are refused).
+ */
+enum tp_synth_mix {
+    TP_SYNTH_MIX_NONE = 0, /* every matrix, embedding and head of cfg->type */
+    TP_SYNTH_MIX_Q4_K_M,   /* base Q4_K, general.file_type 15 */
+    TP_SYNTH_MIX_Q5_K_M,   /* base Q5_K, general.file_type 17 */
+    TP_SYNTH_MIX_COUNT
+};
+
+/* Parse a --type name: a weight type synth can write (f32, f16, bf16, q8_0,
+ * q4_0, q4_k, q5_k, q6_k; *mix = NONE) or a mix (q4_k_m, q5_k_m; *type = its
+ * base type).  TP_ERR_INVALID_ARG for anything else. */
+enum tp_status tp_synth_type_parse(const char *name, enum tp_wtype *type, enum tp_synth_mix *mix);
+/* "q4_k_m", "q5_k_m" (NULL for NONE / out of range). */
+const char *tp_synth_mix_name(enum tp_synth_mix mix);
+
 struct tp_synth_config {
     const struct tp_shape *shape;
     int n_layer;                 /* 0: the shape's */
-    enum tp_wtype type;          /* matrices and embeddings: F32, F16, BF16, Q8_0 or Q4_0 */
+    enum tp_wtype type;          /* matrices and embeddings: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K */
+    enum tp_synth_mix mix;       /* NONE (default): `type` everywhere; else the mix (type is ignored) */
     const char *tokenizer_json;  /* NULL: a generated SPM vocabulary of n_vocab tokens */
     uint64_t seed;
     const char *out_path;

@@ -22,6 +22,18 @@
 
 static double mib(uint64_t b) { return (double)b / 1048576.0; }
 
+/* llama.cpp's llama_ftype names (general.file_type): what a quantizer called the file's mix. */
+static const char *ftype_name(int64_t f)
+{
+    static const char *const names[] = {[0] = "F32",     [1] = "F16",     [2] = "Q4_0",    [3] = "Q4_1",
+                                        [7] = "Q8_0",    [8] = "Q5_0",    [9] = "Q5_1",    [10] = "Q2_K",
+                                        [11] = "Q3_K_S", [12] = "Q3_K_M", [13] = "Q3_K_L", [14] = "Q4_K_S",
+                                        [15] = "Q4_K_M", [16] = "Q5_K_S", [17] = "Q5_K_M", [18] = "Q6_K",
+                                        [32] = "BF16"};
+    if (f >= 0 && f < (int64_t)TP_ARRAY_LEN(names) && names[f]) return names[f];
+    return "other";
+}
+
 static enum tp_wtype tensor_type(const tp_gguf_t *g, const char *name, enum tp_wtype def)
 {
     const struct tp_gguf_tensor *t = tp_gguf_find_tensor(g, name);
@@ -112,6 +124,9 @@ int tp_cmd_info(int argc, char **argv)
             printf(" %s x%d (%.1f MiB)", tp_wtype_name((enum tp_wtype)t), type_count[t], mib(type_bytes[t]));
     if (other) printf(" other x%d", other);
     printf("\n");
+    int64_t ftype = -1;
+    if (tp_gguf_get_int(g, "general.file_type", &ftype) == TP_OK)
+        printf("file type   %s (general.file_type %lld)\n", ftype_name(ftype), (long long)ftype);
     printf("weights     %.1f MiB, %.3f %s parameters (%.2f bits per parameter)\n", mib(weight_bytes),
            n_params >= 1000000000ull ? (double)n_params / 1e9 : (double)n_params / 1e6, n_params >= 1000000000ull ? "B" : "M",
            n_params ? 8.0 * (double)weight_bytes / (double)n_params : 0.0);

@@ -75,7 +75,9 @@ int tp_cmd_synth(int argc, char **argv)
     const struct tp_opt opts[] = {
         {"shape", 's', TP_OPT_STRING, &shape_name, "NAME", "model shape (see --list)", 0, 0},
         {"layers", 'l', TP_OPT_INT, &layers, "L", "number of layers (default: the shape's)", 1, 1000},
-        {"type", 't', TP_OPT_STRING, &type_name, "TYPE", "weight type: q4_0, q8_0, f16, bf16, f32 (default q8_0)", 0, 0},
+        {"type", 't', TP_OPT_STRING, &type_name, "TYPE",
+         "weight type: q4_0, q8_0, f16, bf16, f32, q4_k, q5_k, q6_k, or llama.cpp's per-tensor mix q4_k_m / q5_k_m "
+         "(default q8_0)", 0, 0},
         {"tokenizer", 0, TP_OPT_STRING, &tokenizer, "FILE",
          "embed this tokenizer.json (its tokenizer_config.json beside it adds bos/eos/chat template); default: a "
          "generated SentencePiece vocabulary", 0, 0},
@@ -87,7 +89,7 @@ int tp_cmd_synth(int argc, char **argv)
         {"quiet", 'q', TP_OPT_FLAG, &quiet, NULL, "no progress on stderr", 0, 0},
         {0},
     };
-    const char *usage = "Usage: tpserve synth --shape NAME [--layers L] [--type q4_0|q8_0|f16|bf16|f32] "
+    const char *usage = "Usage: tpserve synth --shape NAME [--layers L] [--type q4_0|q8_0|q4_k_m|q5_k_m|f16|...] "
                         "[--tokenizer tokenizer.json] [--seed S] -o FILE.gguf\n"
                         "Writes a random-weight GGUF model of a real model's shape (for speed and scale tests).";
     int np = 0;
@@ -112,11 +114,11 @@ int tp_cmd_synth(int argc, char **argv)
         return 2;
     }
     enum tp_wtype type;
-    if (tp_wtype_parse(type_name, &type) != TP_OK || (type != TP_WTYPE_Q4_0 && type != TP_WTYPE_Q8_0 &&
-                                                      type != TP_WTYPE_F16 && type != TP_WTYPE_BF16 &&
-                                                      type != TP_WTYPE_F32)) {
+    enum tp_synth_mix mix;
+    if (tp_synth_type_parse(type_name, &type, &mix) != TP_OK) {
         free(shapes_text);
-        fprintf(stderr, "tpserve synth: unknown --type '%s' (q4_0, q8_0, f16, bf16, f32)\n", type_name);
+        fprintf(stderr, "tpserve synth: unknown --type '%s' (q4_0, q8_0, f16, bf16, f32, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)\n",
+                type_name);
         return 2;
     }
     struct tp_shape shape;
@@ -133,6 +135,7 @@ int tp_cmd_synth(int argc, char **argv)
     cfg.shape = &shape;
     cfg.n_layer = layers;
     cfg.type = type;
+    cfg.mix = mix;
     cfg.tokenizer_json = tokenizer;
     cfg.seed = seed;
     cfg.out_path = out;
@@ -142,6 +145,7 @@ int tp_cmd_synth(int argc, char **argv)
     if (tp_synth_write(&cfg, &err) != TP_OK) return tp_cli_fail("synth", "%s", err.msg);
     if (!quiet)
         fprintf(stderr, "synth: wrote %s (%s, %d layers, %s) in %.1f s\n", out, shape.name,
-                layers > 0 ? layers : shape.n_layer, tp_wtype_name(type), tp_now_s() - ps.t0);
+                layers > 0 ? layers : shape.n_layer, mix ? tp_synth_mix_name(mix) : tp_wtype_name(type),
+                tp_now_s() - ps.t0);
     return 0;
 }
