@@ -54,19 +54,9 @@ static uint64_t hash_str(const char *s)
     return h;
 }
 
-enum fill_kind { FILL_WEIGHT, FILL_NORM, FILL_ROPE_FREQS };
-
-struct tensor_plan {
-    char name[64];
-    enum tp_wtype type;
-    int n_dims;
-    int64_t ne[2];
-    enum fill_kind fill;
-};
-
 /* One chunk of rows, filled in parallel (rows split over threads). */
 struct chunk_job {
-    const struct tensor_plan *t;
+    const struct tp_synth_tensor *t;
     const struct tp_shape *shape;
     uint64_t tensor_seed;
     int64_t row0, n_rows;
@@ -96,31 +86,40 @@ static void rope_freqs_fill(const struct tp_shape *s, float *dst, int64_t n)
     }
 }
 
+uint64_t tp_synth_tensor_seed(uint64_t seed, const char *name) { return mix64(seed) ^ hash_str(name); }
+
+void tp_synth_fill_row(const struct tp_shape *shape, const struct tp_synth_tensor *t, uint64_t tensor_seed, int64_t row,
+                       float *x)
+{
+    const int64_t ne0 = t->ne[0];
+    /* uniform on [-a, a] has standard deviation a / sqrt(3) */
+    const float a_w = 0.02f * 1.7320508f, a_n = 0.05f;
+    if (t->fill == TP_SYNTH_FILL_ROPE_FREQS) {
+        rope_freqs_fill(shape, x, ne0);
+        return;
+    }
+    uint64_t st = mix64(tensor_seed ^ (uint64_t)row * 0xD1B54A32D192ED03ull);
+    for (int64_t i = 0; i < ne0; i++) {
+        st += 0x9E3779B97F4A7C15ull;
+        uint64_t z = st;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        float u = (float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f; /* [-1, 1) */
+        x[i] = t->fill == TP_SYNTH_FILL_NORM ? 1.0f + a_n * u : a_w * u;
+    }
+}
+
 static void chunk_worker(void *ctx, int ith, int nth)
 {
     struct chunk_job *j = ctx;
-    const struct tensor_plan *t = j->t;
+    const struct tp_synth_tensor *t = j->t;
     const int64_t ne0 = t->ne[0];
     int64_t b, e;
     tp_split_range(j->n_rows, ith, nth, &b, &e);
-    /* uniform on [-a, a] has standard deviation a / sqrt(3) */
-    const float a_w = 0.02f * 1.7320508f, a_n = 0.05f;
     for (int64_t r = b; r < e; r++) {
         float *x = j->f32 + r * ne0;
-        if (t->fill == FILL_ROPE_FREQS) {
-            rope_freqs_fill(j->shape, x, ne0);
-        } else {
-            uint64_t st = mix64(j->tensor_seed ^ (uint64_t)(j->row0 + r) * 0xD1B54A32D192ED03ull);
-            for (int64_t i = 0; i < ne0; i++) {
-                st += 0x9E3779B97F4A7C15ull;
-                uint64_t z = st;
-                z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-                z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-                z ^= z >> 31;
-                float u = (float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f; /* [-1, 1) */
-                x[i] = t->fill == FILL_NORM ? 1.0f + a_n * u : a_w * u;
-            }
-        }
+        tp_synth_fill_row(j->shape, t, j->tensor_seed, j->row0 + r, x);
         uint8_t *o = j->out + r * (int64_t)j->row_bytes;
         switch (t->type) {
         case TP_WTYPE_F32: memcpy(o, x, (size_t)ne0 * 4); break;
@@ -143,10 +142,10 @@ static void chunk_worker(void *ctx, int ith, int nth)
 
 /* ------------------------------------------------------------------ plan */
 
-static int add_plan(struct tensor_plan *p, int n, const char *name, enum tp_wtype type, int64_t ne0, int64_t ne1,
-                    enum fill_kind fill)
+static int add_plan(struct tp_synth_tensor *p, int n, const char *name, enum tp_wtype type, int64_t ne0, int64_t ne1,
+                    enum tp_synth_fill fill)
 {
-    struct tensor_plan *t = &p[n];
+    struct tp_synth_tensor *t = &p[n];
     snprintf(t->name, sizeof(t->name), "%s", name);
     t->type = type;
     t->n_dims = ne1 > 0 ? 2 : 1;
@@ -220,43 +219,42 @@ static enum tp_wtype mix_type(const struct tp_shape *s, int n_layer, enum tp_syn
     return t;
 }
 
-/* The tensor list of the model; returns the count (plan has room for 16 per layer + 8). */
-static int make_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, enum tp_synth_mix mix,
-                     struct tensor_plan *p)
+int tp_synth_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, enum tp_synth_mix mix,
+                  struct tp_synth_tensor *p)
 {
     int n = 0;
     const int64_t e = s->n_embd, q = (int64_t)s->n_head * s->head_dim, kv = (int64_t)s->n_head_kv * s->head_dim;
     char nm[64];
 #define MIX(role, layer, ne0) mix_type(s, n_layer, mix, wt, role, layer, ne0)
-    n = add_plan(p, n, "token_embd.weight", MIX(ROLE_TOKEN_EMBD, 0, e), e, s->n_vocab, FILL_WEIGHT);
-    n = add_plan(p, n, "output_norm.weight", TP_WTYPE_F32, e, 0, FILL_NORM);
-    if (!s->tied) n = add_plan(p, n, "output.weight", MIX(ROLE_OUTPUT, 0, e), e, s->n_vocab, FILL_WEIGHT);
+    n = add_plan(p, n, "token_embd.weight", MIX(ROLE_TOKEN_EMBD, 0, e), e, s->n_vocab, TP_SYNTH_FILL_WEIGHT);
+    n = add_plan(p, n, "output_norm.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_NORM);
+    if (!s->tied) n = add_plan(p, n, "output.weight", MIX(ROLE_OUTPUT, 0, e), e, s->n_vocab, TP_SYNTH_FILL_WEIGHT);
     if (s->rope_scaling == TP_ROPE_SCALING_LLAMA3)
-        n = add_plan(p, n, "rope_freqs.weight", TP_WTYPE_F32, s->head_dim / 2, 0, FILL_ROPE_FREQS);
+        n = add_plan(p, n, "rope_freqs.weight", TP_WTYPE_F32, s->head_dim / 2, 0, TP_SYNTH_FILL_ROPE_FREQS);
     for (int l = 0; l < n_layer; l++) {
 #define T(suffix, type, ne0, ne1, fill)                         \
     do {                                                        \
         snprintf(nm, sizeof(nm), "blk.%d.%s", l, suffix);       \
         n = add_plan(p, n, nm, type, ne0, ne1, fill);           \
     } while (0)
-        T("attn_norm.weight", TP_WTYPE_F32, e, 0, FILL_NORM);
-        T("attn_q.weight", MIX(ROLE_OTHER, l, e), e, q, FILL_WEIGHT);
-        T("attn_k.weight", MIX(ROLE_OTHER, l, e), e, kv, FILL_WEIGHT);
-        T("attn_v.weight", MIX(ROLE_ATTN_V, l, e), e, kv, FILL_WEIGHT);
+        T("attn_norm.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_NORM);
+        T("attn_q.weight", MIX(ROLE_OTHER, l, e), e, q, TP_SYNTH_FILL_WEIGHT);
+        T("attn_k.weight", MIX(ROLE_OTHER, l, e), e, kv, TP_SYNTH_FILL_WEIGHT);
+        T("attn_v.weight", MIX(ROLE_ATTN_V, l, e), e, kv, TP_SYNTH_FILL_WEIGHT);
         if (s->qkv_bias) {
-            T("attn_q.bias", TP_WTYPE_F32, q, 0, FILL_WEIGHT);
-            T("attn_k.bias", TP_WTYPE_F32, kv, 0, FILL_WEIGHT);
-            T("attn_v.bias", TP_WTYPE_F32, kv, 0, FILL_WEIGHT);
+            T("attn_q.bias", TP_WTYPE_F32, q, 0, TP_SYNTH_FILL_WEIGHT);
+            T("attn_k.bias", TP_WTYPE_F32, kv, 0, TP_SYNTH_FILL_WEIGHT);
+            T("attn_v.bias", TP_WTYPE_F32, kv, 0, TP_SYNTH_FILL_WEIGHT);
         }
         if (s->qk_norm) {
-            T("attn_q_norm.weight", TP_WTYPE_F32, s->head_dim, 0, FILL_NORM);
-            T("attn_k_norm.weight", TP_WTYPE_F32, s->head_dim, 0, FILL_NORM);
+            T("attn_q_norm.weight", TP_WTYPE_F32, s->head_dim, 0, TP_SYNTH_FILL_NORM);
+            T("attn_k_norm.weight", TP_WTYPE_F32, s->head_dim, 0, TP_SYNTH_FILL_NORM);
         }
-        T("attn_output.weight", MIX(ROLE_OTHER, l, q), q, e, FILL_WEIGHT);
-        T("ffn_norm.weight", TP_WTYPE_F32, e, 0, FILL_NORM);
-        T("ffn_gate.weight", MIX(ROLE_OTHER, l, e), e, s->n_ff, FILL_WEIGHT);
-        T("ffn_up.weight", MIX(ROLE_OTHER, l, e), e, s->n_ff, FILL_WEIGHT);
-        T("ffn_down.weight", MIX(ROLE_FFN_DOWN, l, s->n_ff), s->n_ff, e, FILL_WEIGHT);
+        T("attn_output.weight", MIX(ROLE_OTHER, l, q), q, e, TP_SYNTH_FILL_WEIGHT);
+        T("ffn_norm.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_NORM);
+        T("ffn_gate.weight", MIX(ROLE_OTHER, l, e), e, s->n_ff, TP_SYNTH_FILL_WEIGHT);
+        T("ffn_up.weight", MIX(ROLE_OTHER, l, e), e, s->n_ff, TP_SYNTH_FILL_WEIGHT);
+        T("ffn_down.weight", MIX(ROLE_FFN_DOWN, l, s->n_ff), s->n_ff, e, TP_SYNTH_FILL_WEIGHT);
 #undef T
     }
 #undef MIX
@@ -342,7 +340,7 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
     enum tp_status rc = TP_OK;
     struct tp_synth_vocab vocab;
     memset(&vocab, 0, sizeof(vocab));
-    struct tensor_plan *plan = NULL;
+    struct tp_synth_tensor *plan = NULL;
     tp_gguf_writer_t *w = NULL;
     tp_pool_t *pool = NULL;
     float *f32 = NULL;
@@ -373,7 +371,7 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
         rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
         goto out;
     }
-    int n_t = make_plan(&shape, n_layer, wt, mix, plan);
+    int n_t = tp_synth_plan(&shape, n_layer, wt, mix, plan);
     int64_t max_ne0 = 0;
     for (int i = 0; i < n_t; i++) {
         if (!tp_wtype_supported(plan[i].type)) { /* a mix's fallback for rows that are not whole super-blocks */
@@ -420,12 +418,12 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
     uint64_t total = 0, done = 0;
     for (int i = 0; i < n_t; i++) total += tp_gguf_tensor_bytes(plan[i].type, plan[i].n_dims, plan[i].ne);
     for (int i = 0; i < n_t; i++) {
-        const struct tensor_plan *t = &plan[i];
+        const struct tp_synth_tensor *t = &plan[i];
         const int64_t rows = t->ne[1];
         const int64_t chunk_rows = TP_MAX((int64_t)1, SYNTH_CHUNK_ELEMS / t->ne[0]);
         struct chunk_job job = {.t = t,
                                 .shape = &shape,
-                                .tensor_seed = mix64(cfg->seed) ^ hash_str(t->name),
+                                .tensor_seed = tp_synth_tensor_seed(cfg->seed, t->name),
                                 .f32 = f32,
                                 .out = conv,
                                 .row_bytes = (size_t)tp_gguf_tensor_bytes(t->type, 1, t->ne)};
