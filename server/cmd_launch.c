@@ -37,39 +37,10 @@
 
 #include "cli.h"
 #include "comm/comm.h"
+#include "server/supervise.h"
 
 #define LAUNCH_MAX 64
 #define LAUNCH_GRACE_MS 3000
-
-static volatile sig_atomic_t g_signal;
-static int g_sigpipe[2] = {-1, -1};
-
-static void on_signal(int sig)
-{
-    int saved = errno;
-    g_signal = sig;
-    if (g_sigpipe[1] >= 0) {
-        char b = (char)sig;
-        ssize_t r = write(g_sigpipe[1], &b, 1);
-        (void)r;
-    }
-    errno = saved;
-}
-
-/* SIGCHLD only wakes the supervision loop, so the first rank to exit is reaped
- * (and reported) before the ranks that fail because it left; without it a
- * 50 ms poll could see several exits at once and blame the lowest rank. */
-static void on_child(int sig)
-{
-    int saved = errno;
-    (void)sig;
-    if (g_sigpipe[1] >= 0) {
-        char b = 0;
-        ssize_t r = write(g_sigpipe[1], &b, 1);
-        (void)r;
-    }
-    errno = saved;
-}
 
 /* Free TCP ports on 127.0.0.1: bind all n to port 0 first, then release, so
  * the n are distinct. */
@@ -108,48 +79,6 @@ static int random_token(char *out, size_t cap)
     return 0;
 }
 
-/* Per-rank output stream: partial line kept until its newline arrives. */
-struct stream {
-    int fd;
-    FILE *to;
-    char buf[8192];
-    size_t len;
-};
-
-static void emit(struct stream *s, int rank, const char *p, size_t n)
-{
-    fprintf(s->to, "[rank %d] %.*s\n", rank, (int)n, p);
-    fflush(s->to);
-}
-
-/* Read what is there; print complete lines; 0 at EOF. */
-static int pump(struct stream *s, int rank)
-{
-    ssize_t r;
-    do {
-        r = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
-    } while (r < 0 && errno == EINTR);
-    if (r <= 0) {
-        if (s->len) emit(s, rank, s->buf, s->len);
-        s->len = 0;
-        return 0;
-    }
-    s->len += (size_t)r;
-    size_t start = 0;
-    for (size_t i = 0; i < s->len; i++)
-        if (s->buf[i] == '\n') {
-            emit(s, rank, s->buf + start, i - start);
-            start = i + 1;
-        }
-    if (start == 0 && s->len == sizeof s->buf) { /* a very long line: cut it */
-        emit(s, rank, s->buf, s->len);
-        start = s->len;
-    }
-    memmove(s->buf, s->buf + start, s->len - start);
-    s->len -= start;
-    return 1;
-}
-
 static int launch_mpi(int n, const char *token, int argc, char **argv)
 {
     char nstr[16];
@@ -182,13 +111,6 @@ static int launch_mpi(int n, const char *token, int argc, char **argv)
     free(args);
     return tp_cli_fail("launch", "cannot run mpirun (%s): install OpenMPI (openmpi-bin) or use --backend ring",
                        strerror(e));
-}
-
-static int exit_code_of(int status)
-{
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return 1;
 }
 
 int tp_cmd_launch(int argc, char **argv)
@@ -238,11 +160,8 @@ int tp_cmd_launch(int argc, char **argv)
     snprintf(nstr, sizeof nstr, "%d", n);
     int ports[LAUNCH_MAX];
     int exit_code = 1;
-    pid_t pids[LAUNCH_MAX];
-    int alive[LAUNCH_MAX];
-    struct stream out[LAUNCH_MAX], err[LAUNCH_MAX];
+    static struct tp_sup_child kids[LAUNCH_MAX];
     int n_started = 0;
-    memset(alive, 0, sizeof alive);
     if (free_ports(n, ports) != 0) {
         tp_cli_fail("launch", "cannot find %d free TCP ports on 127.0.0.1", n);
         goto cleanup;
@@ -259,147 +178,24 @@ int tp_cmd_launch(int argc, char **argv)
     fprintf(hf, "]}\n");
     fclose(hf);
 
-    if (pipe(g_sigpipe) != 0) {
+    if (tp_sup_install() != 0) {
         tp_cli_fail("launch", "pipe: %s", strerror(errno));
         goto cleanup;
     }
-    fcntl(g_sigpipe[0], F_SETFD, FD_CLOEXEC);
-    fcntl(g_sigpipe[1], F_SETFD, FD_CLOEXEC);
-    fcntl(g_sigpipe[1], F_SETFL, O_NONBLOCK);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    struct sigaction sc;
-    memset(&sc, 0, sizeof sc);
-    sc.sa_handler = on_child;
-    sc.sa_flags = SA_NOCLDSTOP | SA_RESTART;
-    sigemptyset(&sc.sa_mask);
-    sigaction(SIGCHLD, &sc, NULL);
-
-    fflush(stdout);
-    fflush(stderr);
     for (int r = 0; r < n; r++) {
-        int po[2], pe[2];
-        if (pipe(po) != 0 || pipe(pe) != 0) {
-            tp_cli_fail("launch", "pipe: %s", strerror(errno));
-            goto reap;
+        char rstr[16];
+        snprintf(rstr, sizeof rstr, "%d", r);
+        const char *env[] = {"TP_RANK", rstr, "TP_WORLD_SIZE", nstr, "TP_BACKEND", backend, "TP_HOSTFILE", hostfile,
+                             "TP_CLUSTER_TOKEN", token, "TP_COORDINATOR", NULL, "TP_COMM_SHM", shm ? "1" : getenv("TP_COMM_SHM")};
+        memset(&kids[r], 0, sizeof kids[r]);
+        if (tp_sup_spawn(&kids[r], rest_argv, env, (int)(TP_ARRAY_LEN(env) / 2), 0, 0) != 0) {
+            tp_cli_fail("launch", "cannot start rank %d: %s", r, strerror(errno));
+            break;
         }
-        pid_t pid = fork();
-        if (pid < 0) {
-            tp_cli_fail("launch", "fork: %s", strerror(errno));
-            close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
-            goto reap;
-        }
-        if (pid == 0) {
-            char rstr[16];
-            snprintf(rstr, sizeof rstr, "%d", r);
-            dup2(po[1], 1);
-            dup2(pe[1], 2);
-            close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
-            signal(SIGINT, SIG_DFL);
-            signal(SIGTERM, SIG_DFL);
-            signal(SIGHUP, SIG_DFL);
-            signal(SIGPIPE, SIG_DFL);
-            setenv("TP_RANK", rstr, 1);
-            setenv("TP_WORLD_SIZE", nstr, 1);
-            setenv("TP_BACKEND", backend, 1);
-            setenv("TP_HOSTFILE", hostfile, 1);
-            setenv("TP_CLUSTER_TOKEN", token, 1);
-            unsetenv("TP_COORDINATOR");
-            if (shm) setenv("TP_COMM_SHM", "1", 1);
-            execvp(rest_argv[0], rest_argv);
-            fprintf(stderr, "cannot run '%s': %s\n", rest_argv[0], strerror(errno));
-            _exit(127);
-        }
-        close(po[1]);
-        close(pe[1]);
-        pids[r] = pid;
-        alive[r] = 1;
-        out[r] = (struct stream){.fd = po[0], .to = stdout};
-        err[r] = (struct stream){.fd = pe[0], .to = stderr};
         n_started++;
     }
-
-reap:;
-    int failed_rank = -1, failed_status = 0, n_alive = n_started;
-    if (n_started < n) failed_rank = n_started; /* could not start them all */
-    uint64_t kill_at = 0;
-    int forwarded_term = 0;
-    if (failed_rank >= 0) {
-        for (int r = 0; r < n_started; r++) kill(pids[r], SIGTERM);
-        kill_at = tp_now_ns() + (uint64_t)grace_ms * 1000000u;
-        forwarded_term = 1;
-    }
-    for (;;) {
-        struct pollfd pfd[2 * LAUNCH_MAX + 1];
-        struct stream *ps[2 * LAUNCH_MAX + 1];
-        int idx[2 * LAUNCH_MAX + 1];
-        int np_ = 0;
-        for (int r = 0; r < n_started; r++) {
-            if (out[r].fd >= 0) pfd[np_] = (struct pollfd){.fd = out[r].fd, .events = POLLIN}, ps[np_] = &out[r], idx[np_++] = r;
-            if (err[r].fd >= 0) pfd[np_] = (struct pollfd){.fd = err[r].fd, .events = POLLIN}, ps[np_] = &err[r], idx[np_++] = r;
-        }
-        int streams = np_;
-        if (n_alive == 0 && streams == 0) break;
-        pfd[np_] = (struct pollfd){.fd = g_sigpipe[0], .events = POLLIN};
-        ps[np_] = NULL;
-        idx[np_++] = -1;
-        int pr = poll(pfd, (nfds_t)np_, 50);
-        if (pr > 0) {
-            for (int i = 0; i < streams; i++)
-                if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
-                    if (!pump(ps[i], idx[i])) {
-                        close(ps[i]->fd);
-                        ps[i]->fd = -1;
-                    }
-            if (pfd[streams].revents & POLLIN) {
-                char b[16];
-                ssize_t rr = read(g_sigpipe[0], b, sizeof b);
-                (void)rr;
-            }
-        }
-        if (g_signal) {
-            int sig = g_signal;
-            g_signal = 0;
-            for (int r = 0; r < n_started; r++)
-                if (alive[r]) kill(pids[r], sig);
-            if (!kill_at) kill_at = tp_now_ns() + (uint64_t)grace_ms * 1000000u;
-            if (failed_rank < 0) exit_code = 128 + sig;
-            forwarded_term = 1;
-        }
-        for (int r = 0; r < n_started; r++) {
-            if (!alive[r]) continue;
-            int st = 0;
-            if (waitpid(pids[r], &st, WNOHANG) != pids[r]) continue;
-            alive[r] = 0;
-            n_alive--;
-            int code = exit_code_of(st);
-            if (code != 0 && failed_rank < 0) {
-                failed_rank = r;
-                failed_status = code;
-                if (!forwarded_term)
-                    fprintf(stderr, "tpserve launch: rank %d failed (%s %d); stopping the other ranks\n", r,
-                            WIFEXITED(st) ? "exit status" : "signal", WIFEXITED(st) ? code : code - 128);
-                for (int k = 0; k < n_started; k++)
-                    if (alive[k]) kill(pids[k], SIGTERM);
-                if (!kill_at) kill_at = tp_now_ns() + (uint64_t)grace_ms * 1000000u;
-            }
-        }
-        if (kill_at && tp_now_ns() > kill_at) {
-            for (int r = 0; r < n_started; r++)
-                if (alive[r]) kill(pids[r], SIGKILL);
-            kill_at = 0;
-        }
-    }
-    if (failed_rank >= 0)
-        exit_code = failed_status ? failed_status : 1;
-    else if (exit_code == 1 && n_started == n)
-        exit_code = 0;
+    const struct tp_sup_config sc = {.who = "launch", .grace_ms = grace_ms};
+    exit_code = tp_sup_run(kids, n, n_started, &sc);
 cleanup:
     unlink(hostfile);
     rmdir(dir);

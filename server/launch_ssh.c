@@ -37,25 +37,11 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "server/supervise.h"
 
 #define LAUNCH_MAX_RANKS 256
-#define LINE_MAX_BYTES 4096
 #define KILL_GRACE_MS 5000
 #define LAUNCH_MARKER "@tpserve-launch: remote shell started@"
-
-struct rank_proc {
-    char host[256];
-    pid_t pid;        /* 0 once reaped */
-    int fd;           /* read end of its stdout+stderr, -1 when closed */
-    int status;       /* exit code once reaped */
-    int reached;      /* the remote shell ran (it printed LAUNCH_MARKER, which is not shown) */
-    size_t n_line;
-    char line[LINE_MAX_BYTES];
-};
-
-static volatile sig_atomic_t g_signal;
-
-static void on_signal(int sig) { g_signal = sig; }
 
 /* Append s to buf as one single-quoted shell word. Returns 0, or -1 when full. */
 static int put_quoted(char *buf, size_t cap, size_t *off, const char *s)
@@ -87,7 +73,7 @@ static int put_raw(char *buf, size_t cap, size_t *off, const char *s)
 }
 
 /* Hosts of the hostfile: "host" (ssh destination) or else the first of "ips". */
-static int read_hosts(const char *path, struct rank_proc *ranks, int max, int *n_out)
+static int read_hosts(const char *path, struct tp_sup_child *ranks, int max, int *n_out)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return tp_cli_fail("launch", "cannot open hostfile '%s' (see configs/hostfile-*.json)", path), -1;
@@ -112,13 +98,13 @@ static int read_hosts(const char *path, struct rank_proc *ranks, int max, int *n
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(h, "host");
         const cJSON *ips = cJSON_GetObjectItemCaseSensitive(h, "ips");
         if (!cJSON_IsString(name) && cJSON_IsArray(ips)) name = cJSON_GetArrayItem(ips, 0);
-        if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) >= sizeof ranks[i].host ||
+        if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) >= sizeof ranks[i].label ||
             name->valuestring[0] == '-') {
             rc = tp_cli_fail("launch", "hostfile '%s': hosts[%d] needs \"host\" (the ssh destination) or \"ips\"",
                              path, i);
             break;
         }
-        snprintf(ranks[i].host, sizeof ranks[i].host, "%s", name->valuestring);
+        snprintf(ranks[i].label, sizeof ranks[i].label, "%s", name->valuestring);
     }
     cJSON_Delete(root);
     if (rc) return -1;
@@ -167,51 +153,7 @@ static int remote_command(char *buf, size_t cap, int rank, int world, const char
     return bad ? -1 : 0;
 }
 
-static void flush_line(struct rank_proc *r, int rank)
-{
-    if (r->n_line == 0) return;
-    while (r->n_line > 0 && (r->line[r->n_line - 1] == '\r' || r->line[r->n_line - 1] == '\n')) r->n_line--;
-    if (!r->reached && r->n_line == strlen(LAUNCH_MARKER) && memcmp(r->line, LAUNCH_MARKER, r->n_line) == 0) {
-        r->reached = 1;
-        r->n_line = 0;
-        return;
-    }
-    printf("[rank %d %s] %.*s\n", rank, r->host, (int)r->n_line, r->line);
-    fflush(stdout);
-    r->n_line = 0;
-}
-
-/* Read what rank r has written (non-blocking); print whole lines with the
- * prefix.  Returns 1 when it read something, 0 otherwise. */
-static int pump(struct rank_proc *r, int rank)
-{
-    char buf[4096];
-    ssize_t n = read(r->fd, buf, sizeof buf);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    if (n <= 0) {
-        flush_line(r, rank);
-        close(r->fd);
-        r->fd = -1;
-        return 0;
-    }
-    for (ssize_t i = 0; i < n; i++) {
-        if (buf[i] == '\n') {
-            flush_line(r, rank);
-        } else {
-            if (r->n_line == sizeof r->line) flush_line(r, rank);
-            r->line[r->n_line++] = buf[i];
-        }
-    }
-    return 1;
-}
-
-static void signal_all(struct rank_proc *ranks, int n, int sig)
-{
-    for (int i = 0; i < n; i++)
-        if (ranks[i].pid > 0) kill(ranks[i].pid, sig);
-}
-
-static const char *explain(const struct rank_proc *r)
+static const char *explain(const struct tp_sup_child *r)
 {
     switch (r->status) {
     case 255:
@@ -292,7 +234,7 @@ int tp_launch_hostfile_main(int argc, char **argv)
         fprintf(stderr, "tpserve launch: --backend must be ring, rdma or mpi, got '%s'\n", backend);
         return 2;
     }
-    static struct rank_proc ranks[LAUNCH_MAX_RANKS];
+    static struct tp_sup_child ranks[LAUNCH_MAX_RANKS];
     int n = 0;
     char abs_hostfile[PATH_MAX], cwd[PATH_MAX];
     if (!realpath(hostfile, abs_hostfile)) return tp_cli_fail("launch", "cannot open hostfile '%s': %s", hostfile,
@@ -304,7 +246,7 @@ int tp_launch_hostfile_main(int argc, char **argv)
         static char hostlist[LAUNCH_MAX_RANKS * 260];
         size_t off = 0;
         for (int i = 0; i < n; i++) off += (size_t)snprintf(hostlist + off, sizeof hostlist - off, "%s%s",
-                                                            i ? "," : "", ranks[i].host);
+                                                            i ? "," : "", ranks[i].label);
         return run_mpirun(hostlist, n, dry_run, rest_argc, rest_argv);
     }
 
@@ -314,109 +256,22 @@ int tp_launch_hostfile_main(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         if (remote_command(cmd[i], sizeof cmd[i], i, n, abs_hostfile, backend, cwd, rest_argc, rest_argv))
             return tp_cli_fail("launch", "the command for rank %d is too long", i);
-        if (dry_run) printf("%s -o BatchMode=yes -o ConnectTimeout=10 -tt %s %s\n", ssh, ranks[i].host, cmd[i]);
+        if (dry_run) printf("%s -o BatchMode=yes -o ConnectTimeout=10 -tt %s %s\n", ssh, ranks[i].label, cmd[i]);
     }
     if (dry_run) return 0;
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    fflush(stdout);
-
+    if (tp_sup_install() != 0) return tp_cli_fail("launch", "pipe: %s", strerror(errno));
     int started = 0;
     for (int i = 0; i < n; i++) {
-        int p[2];
-        ranks[i].fd = -1;
-        if (pipe(p) != 0) break;
-        pid_t pid = fork();
-        if (pid < 0) {
-            close(p[0]);
-            close(p[1]);
+        char *const args[] = {(char *)ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-tt", ranks[i].label,
+                              cmd[i], NULL};
+        if (tp_sup_spawn(&ranks[i], args, NULL, 0, 1, 1) != 0) {
+            fprintf(stderr, "tpserve launch: cannot start rank %d (%s): %s\n", i, ranks[i].label, strerror(errno));
             break;
         }
-        if (pid == 0) {
-            int devnull = open("/dev/null", O_RDONLY);
-            if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-            dup2(p[1], STDOUT_FILENO);
-            dup2(p[1], STDERR_FILENO);
-            close(p[0]);
-            close(p[1]);
-            execlp(ssh, ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-tt", ranks[i].host, cmd[i],
-                   (char *)NULL);
-            fprintf(stderr, "tpserve launch: cannot run '%s': %s\n", ssh, strerror(errno));
-            _exit(127);
-        }
-        close(p[1]);
-        fcntl(p[0], F_SETFD, FD_CLOEXEC);
-        fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK);
-        ranks[i].fd = p[0];
-        ranks[i].pid = pid;
         started++;
     }
-    int first_fail = -1, exit_code = 0, live = started;
-    uint64_t kill_at = 0;
-    if (started < n) {
-        fprintf(stderr, "tpserve launch: could only start %d of %d ranks (%s); stopping\n", started, n,
-                strerror(errno));
-        first_fail = started;
-        exit_code = 1;
-        signal_all(ranks, n, SIGTERM);
-        kill_at = tp_now_ns() + (uint64_t)KILL_GRACE_MS * 1000000u;
-    }
-    while (live > 0) {
-        if (g_signal && !kill_at) {
-            fprintf(stderr, "tpserve launch: %s: stopping all %d ranks\n", strsignal(g_signal), n);
-            signal_all(ranks, n, g_signal == SIGINT ? SIGINT : SIGTERM);
-            if (!exit_code) exit_code = 128 + g_signal;
-            kill_at = tp_now_ns() + (uint64_t)KILL_GRACE_MS * 1000000u;
-        }
-        if (kill_at && tp_now_ns() > kill_at) {
-            signal_all(ranks, n, SIGKILL);
-            kill_at = UINT64_MAX;
-        }
-        struct pollfd pfd[LAUNCH_MAX_RANKS];
-        int idx[LAUNCH_MAX_RANKS], np = 0;
-        for (int i = 0; i < n; i++)
-            if (ranks[i].fd >= 0) {
-                pfd[np].fd = ranks[i].fd;
-                pfd[np].events = POLLIN;
-                idx[np++] = i;
-            }
-        if (np > 0 && poll(pfd, (nfds_t)np, 100) > 0) {
-            for (int k = 0; k < np; k++)
-                if (pfd[k].revents) pump(&ranks[idx[k]], idx[k]);
-        } else if (np == 0) {
-            usleep(50000);
-        }
-        int st;
-        pid_t pid;
-        while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-            for (int i = 0; i < n; i++) {
-                if (ranks[i].pid != pid) continue;
-                ranks[i].pid = 0;
-                live--;
-                ranks[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-                /* drain what it wrote last (a background child may keep the pipe open: bounded) */
-                for (int k = 0; k < 256 && ranks[i].fd >= 0 && pump(&ranks[i], i); k++) {
-                }
-                if (ranks[i].status != 0 && first_fail < 0 && !g_signal) {
-                    first_fail = i;
-                    exit_code = ranks[i].status;
-                    fprintf(stderr, "tpserve launch: rank %d (%s) exited with status %d%s; stopping the other ranks\n",
-                            i, ranks[i].host, ranks[i].status, explain(&ranks[i]));
-                    signal_all(ranks, n, SIGTERM);
-                    kill_at = tp_now_ns() + (uint64_t)KILL_GRACE_MS * 1000000u;
-                }
-            }
-        }
-    }
-    for (int i = 0; i < n; i++)
-        if (ranks[i].fd >= 0) close(ranks[i].fd);
-    if (first_fail < 0 && exit_code == 0) fprintf(stderr, "tpserve launch: all %d ranks exited normally\n", n);
-    return exit_code;
+    const struct tp_sup_config sc = {.who = "launch", .grace_ms = KILL_GRACE_MS, .marker = LAUNCH_MARKER,
+                                     .explain = explain, .report_ok = 1};
+    return tp_sup_run(ranks, n, started, &sc);
 }
