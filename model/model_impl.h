@@ -18,6 +18,7 @@
 #include "common/common.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 
 /* A weight matrix of rows x cols (cols contiguous), in the file's type. */
 struct tp_wmat {
@@ -47,7 +48,8 @@ struct tp_model {
     char *path;
     char *name;
     char *chat_template;
-    tp_gguf_t *gguf;           /* kept open: weights may point into its mapping */
+    tp_gguf_t *gguf;           /* GGUF file, kept open: weights may point into its mapping (NULL for HF) */
+    tp_st_t *st;               /* Hugging Face directory's safetensors, kept open likewise (NULL for GGUF) */
     tp_tokenizer_t *tok;
     struct tp_hparams hp;
     struct tp_model_shard shard; /* always filled (whole model when cfg.shard is NULL) */

@@ -1,7 +1,13 @@
 /*
- * model/model_load.c - tp_model_init: hyper-parameters from GGUF metadata,
- * the tensor table checked against them, this rank's slice of every weight,
- * and the KV cache and activation scratch the forward pass uses.
+ * model/model_load.c - tp_model_init: hyper-parameters from GGUF metadata
+ * (or a Hugging Face directory's config.json), the tensor table checked
+ * against them, this rank's slice of every weight, and the KV cache and
+ * activation scratch the forward pass uses.
+ *
+ * Weights come through a tensor source (tsrc_impl.h) keyed by GGUF
+ * canonical names: a GGUF file, or an HF directory's safetensors files
+ * (model.layers.N.self_attn.q_proj.weight answers blk.N.attn_q.weight), so
+ * everything below works the same for both.
  *
  * Whole model: weights are used zero-copy from the read-only mapping.
  * Shard (cfg.shard): sharded matrices are read with pread into owned aligned
@@ -17,10 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "model/kernels.h"
 #include "model/model_impl.h"
+#include "model/tsrc_impl.h"
 
 #define MODULE "model"
 
@@ -185,13 +193,35 @@ out:
 
 /* ----------------------------------------------------------- tensors */
 
-static const struct tp_gguf_tensor *find_tensor(tp_model_t *m, const char *name, int required)
+static struct tp_tsrc source_of(const tp_model_t *m)
 {
-    const struct tp_gguf_tensor *t = tp_gguf_find_tensor(m->gguf, name);
-    if (!t && required)
-        tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' is missing (arch %s)", m->path, name,
-                     tp_arch_name(m->hp.arch));
-    return t;
+    struct tp_tsrc s = {m->st ? TP_TSRC_HF : TP_TSRC_GGUF, m->gguf, m->st};
+    return s;
+}
+
+static int has_tensor(const tp_model_t *m, const char *name)
+{
+    struct tp_tsrc src = source_of(m);
+    struct tp_tsrc_tensor t;
+    return tp_tsrc_find(&src, name, &t);
+}
+
+/* Find tensor `name` (GGUF canonical name) in the model's source; 0 (and the
+ * error text when required) when it is absent. */
+static int find_tensor(tp_model_t *m, const char *name, int required, struct tp_tsrc_tensor *t)
+{
+    struct tp_tsrc src = source_of(m);
+    if (tp_tsrc_find(&src, name, t)) return 1;
+    if (required) {
+        char hf[160];
+        if (m->st && tp_tsrc_hf_name(name, hf, sizeof(hf)))
+            tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' is missing (arch %s)", m->path, hf,
+                         tp_arch_name(m->hp.arch));
+        else
+            tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' is missing (arch %s)", m->path, name,
+                         tp_arch_name(m->hp.arch));
+    }
+    return 0;
 }
 
 static void progress(tp_model_t *m, const struct tp_model_config *cfg, uint64_t add, uint64_t total)
@@ -200,15 +230,16 @@ static void progress(tp_model_t *m, const struct tp_model_config *cfg, uint64_t 
     if (cfg->progress) cfg->progress(cfg->progress_ctx, m->weight_bytes, total);
 }
 
-static enum tp_status pread_full(tp_model_t *m, const char *name, void *dst, size_t n, uint64_t off)
+static enum tp_status pread_full(tp_model_t *m, const struct tp_tsrc_tensor *t, void *dst, size_t n, uint64_t off)
 {
-    int fd = tp_gguf_fd(m->gguf);
+    int fd = t->fd;
+    const char *name = t->name;
     uint8_t *p = dst;
     while (n > 0) {
         ssize_t r = pread(fd, p, n, (off_t)off);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0)
-            return tp_error_set(&m->err, TP_ERR_IO, "%s: reading tensor '%s' at offset %llu failed: %s", m->path, name,
+            return tp_error_set(&m->err, TP_ERR_IO, "%s: reading tensor '%s' at offset %llu failed: %s", t->file, name,
                                 (unsigned long long)off, r < 0 ? strerror(errno) : "unexpected end of file");
         p += r;
         n -= (size_t)r;
@@ -226,13 +257,15 @@ static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg,
                                int64_t cols_full, int64_t r0, int64_t r1, int64_t c0, int64_t c1, struct tp_wmat *w,
                                uint64_t total)
 {
-    const struct tp_gguf_tensor *t = find_tensor(m, name, 1);
-    if (!t) return m->err.status;
+    struct tp_tsrc_tensor tt;
+    const struct tp_tsrc_tensor *t = &tt;
+    if (!find_tensor(m, name, 1, &tt)) return m->err.status;
+    name = t->name;
     if (t->ne[2] != 1 || t->ne[3] != 1)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has %d dims (want 2)", m->path, name, t->n_dims);
     if (!tp_wtype_supported(t->type))
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which this build cannot compute with",
-                            m->path, name, tp_wtype_name(t->type));
+                            m->path, name, t->type_name);
     int64_t rows = r1 - r0, cols = c1 - c0;
     int slice_file = m->sharded && m->shard.file_is_slice;
     int whole = 0;
@@ -281,7 +314,7 @@ static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg,
         progress(m, cfg, t->n_bytes, total);
         return TP_OK;
     }
-    if (tp_gguf_fd(m->gguf) < 0)
+    if (t->fd < 0)
         return tp_error_set(&m->err, TP_ERR_INTERNAL, "%s: slice load needs a file descriptor", m->path);
     size_t bytes = 0;
     if (tp_mul_size(w->row_bytes, (size_t)rows, &bytes) != 0 || bytes == 0)
@@ -292,10 +325,10 @@ static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg,
     size_t col_off = tp_kern_row_bytes(t->type, c0);
     enum tp_status rc = TP_OK;
     if (cols == cols_full) {
-        rc = pread_full(m, name, w->owned, bytes, t->file_offset + (uint64_t)r0 * full_row_bytes);
+        rc = pread_full(m, t, w->owned, bytes, t->file_offset + (uint64_t)r0 * full_row_bytes);
     } else {
         for (int64_t r = 0; r < rows && rc == TP_OK; r++)
-            rc = pread_full(m, name, (uint8_t *)w->owned + (size_t)r * w->row_bytes, w->row_bytes,
+            rc = pread_full(m, t, (uint8_t *)w->owned + (size_t)r * w->row_bytes, w->row_bytes,
                             t->file_offset + (uint64_t)(r0 + r) * full_row_bytes + col_off);
     }
     if (rc == TP_OK) progress(m, cfg, bytes, total);
@@ -306,8 +339,10 @@ static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg,
 static enum tp_status load_vec(tp_model_t *m, const struct tp_model_config *cfg, const char *name, int64_t n_full,
                                int64_t e0, int64_t e1, float **out, uint64_t total)
 {
-    const struct tp_gguf_tensor *t = find_tensor(m, name, 1);
-    if (!t) return m->err.status;
+    struct tp_tsrc_tensor tt;
+    const struct tp_tsrc_tensor *t = &tt;
+    if (!find_tensor(m, name, 1, &tt)) return m->err.status;
+    name = t->name;
     int64_t n = e1 - e0;
     if (t->n_elems == n_full && t->ne[0] == n_full) {
         /* whole */
@@ -319,7 +354,7 @@ static enum tp_status load_vec(tp_model_t *m, const struct tp_model_config *cfg,
     }
     if (t->type != TP_WTYPE_F32 && t->type != TP_WTYPE_F16 && t->type != TP_WTYPE_BF16)
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s (want f32/f16/bf16)", m->path, name,
-                            tp_wtype_name(t->type));
+                            t->type_name);
     if (m->dry_run) {
         m->weight_bytes += (uint64_t)n * 4;
         return TP_OK;
@@ -390,7 +425,7 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
     if (!m->layers) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
     TP_CHECK_GOTO(load_mat(m, cfg, "token_embd.weight", hp->n_vocab, E, 0, hp->n_vocab, 0, E, &m->tok_embd, total), rc, out);
     TP_CHECK_GOTO(load_vec(m, cfg, "output_norm.weight", E, 0, E, &m->output_norm, total), rc, out);
-    if (tp_gguf_find_tensor(m->gguf, "output.weight")) {
+    if (has_tensor(m, "output.weight")) {
         TP_CHECK_GOTO(load_mat(m, cfg, "output.weight", hp->n_vocab, E, s->vocab_begin, s->vocab_end, 0, E, &m->output,
                                total),
                       rc, out);
@@ -405,8 +440,8 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
     int64_t q0 = (int64_t)s->q_head_begin * hd, q1 = (int64_t)s->q_head_end * hd;
     int64_t k0 = (int64_t)s->kv_head_begin * hd, k1 = (int64_t)s->kv_head_end * hd;
     int64_t qf = (int64_t)hp->n_head * hd, kf = (int64_t)hp->n_head_kv * hd;
-    m->hp.has_qkv_bias = tp_gguf_find_tensor(m->gguf, "blk.0.attn_q.bias") != NULL;
-    m->hp.has_qk_norm = tp_gguf_find_tensor(m->gguf, "blk.0.attn_q_norm.weight") != NULL;
+    m->hp.has_qkv_bias = has_tensor(m, "blk.0.attn_q.bias");
+    m->hp.has_qk_norm = has_tensor(m, "blk.0.attn_q_norm.weight");
     if (hp->arch == TP_ARCH_QWEN3 && !m->hp.has_qk_norm)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: qwen3 model without blk.0.attn_q_norm.weight", m->path);
     for (int l = 0; l < hp->n_layer; l++) {
@@ -436,15 +471,15 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
 #undef NM
     }
     if (m->dry_run) {
-        const struct tp_gguf_tensor *rf = tp_gguf_find_tensor(m->gguf, "rope_freqs.weight");
-        if (rf) m->weight_bytes += rf->n_bytes;
+        struct tp_tsrc_tensor rf;
+        if (find_tensor(m, "rope_freqs.weight", 0, &rf)) m->weight_bytes += rf.n_bytes;
         return TP_OK;
     }
     m->weight_type = m->layers[0].wgate.type;
     /* rope frequencies (llama3 GGUFs carry rope_freqs.weight) */
     m->inv_freq = tp_aligned_alloc(64, (size_t)hp->rope_dim / 2 * sizeof(float) + 64);
     if (!m->inv_freq) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
-    if (tp_gguf_find_tensor(m->gguf, "rope_freqs.weight")) {
+    if (has_tensor(m, "rope_freqs.weight")) {
         float *ff = NULL;
         TP_CHECK_GOTO(load_vec(m, cfg, "rope_freqs.weight", hp->rope_dim / 2, 0, hp->rope_dim / 2, &ff, total), rc, out);
         for (int i = 0; i < hp->rope_dim / 2; i++)
@@ -520,6 +555,120 @@ static enum tp_status alloc_state(tp_model_t *m)
     return TP_OK;
 }
 
+/* A GGUF file: hyper-parameters, name, chat template and tokenizer from its metadata. */
+static enum tp_status open_gguf(tp_model_t *m)
+{
+    enum tp_status rc = TP_OK;
+    {
+        struct tp_error gerr = {0};
+        rc = tp_gguf_open(m->path, &m->gguf, &gerr);
+        if (rc != TP_OK) {
+            tp_error_set(&m->err, rc, "%s", gerr.msg);
+            goto out;
+        }
+    }
+    TP_CHECK_GOTO(read_hparams(m), rc, out);
+    {
+        const char *nm = NULL;
+        if (tp_gguf_get_str(m->gguf, "general.name", &nm) == TP_OK && nm[0]) {
+            m->name = strdup(nm);
+        } else {
+            const char *b = strrchr(m->path, '/');
+            b = b ? b + 1 : m->path;
+            m->name = strdup(b);
+            char *dot = m->name ? strrchr(m->name, '.') : NULL;
+            if (dot && dot != m->name) *dot = '\0';
+        }
+        const char *ct = NULL;
+        if (tp_gguf_get_str(m->gguf, "tokenizer.chat_template", &ct) == TP_OK) m->chat_template = strdup(ct);
+        if (!m->name || (ct && !m->chat_template)) {
+            rc = tp_error_set(&m->err, TP_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+    }
+    {
+        struct tp_error terr = {0};
+        rc = tp_tokenizer_from_gguf(m->path, &m->tok, &terr);
+        if (rc != TP_OK) {
+            tp_error_set(&m->err, rc, "%s", terr.msg[0] ? terr.msg : "tokenizer could not be loaded");
+            goto out;
+        }
+    }
+    if (m->vocab_only) m->hp.n_vocab = tp_tokenizer_n_vocab(m->tok);
+out:
+    return rc;
+}
+
+/* A Hugging Face directory: config.json, the safetensors set, tokenizer.json
+ * (+ tokenizer_config.json), the chat template; the name is the directory's. */
+static enum tp_status open_hf(tp_model_t *m)
+{
+    enum tp_status rc = TP_OK;
+    char *tj = NULL, *tc = NULL;
+    struct tp_error e = {0};
+    struct tp_hf_config hc;
+    rc = tp_hf_read_config(m->path, &hc, &e);
+    if (rc != TP_OK) return tp_error_set(&m->err, rc, "%s", e.msg);
+    m->hp = hc.hp;
+    {
+        size_t len = strlen(m->path);
+        while (len > 1 && m->path[len - 1] == '/') len--;
+        size_t b = len;
+        while (b > 0 && m->path[b - 1] != '/') b--;
+        m->name = malloc(len - b + 1);
+        if (!m->name) return tp_error_set(&m->err, TP_ERR_NOMEM, "out of memory");
+        memcpy(m->name, m->path + b, len - b);
+        m->name[len - b] = '\0';
+    }
+    rc = tp_hf_chat_template(m->path, &m->chat_template, &e);
+    if (rc != TP_OK) return tp_error_set(&m->err, rc, "%s", e.msg);
+    size_t pl = strlen(m->path) + 32;
+    tj = malloc(pl);
+    tc = malloc(pl);
+    if (!tj || !tc) {
+        rc = tp_error_set(&m->err, TP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    snprintf(tj, pl, "%s/tokenizer.json", m->path);
+    snprintf(tc, pl, "%s/tokenizer_config.json", m->path);
+    if (access(tj, R_OK) != 0) {
+        rc = tp_error_set(&m->err, TP_ERR_NOT_FOUND,
+                          "%s: no tokenizer.json in this Hugging Face directory (copy it from the model's repository)",
+                          m->path);
+        goto out;
+    }
+    rc = tp_tokenizer_from_json(tj, access(tc, R_OK) == 0 ? tc : NULL, &m->tok, &e);
+    if (rc != TP_OK) {
+        tp_error_set(&m->err, rc, "%s", e.msg[0] ? e.msg : "tokenizer could not be loaded");
+        goto out;
+    }
+    if (tp_tokenizer_n_vocab(m->tok) > m->hp.n_vocab) {
+        rc = tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tokenizer.json has %d tokens but config.json vocab_size is %d",
+                          m->path, tp_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+        goto out;
+    }
+    rc = tp_st_open(m->path, &m->st, &e);
+    if (rc != TP_OK) {
+        tp_error_set(&m->err, rc, "%s", e.msg);
+        goto out;
+    }
+    if (!has_tensor(m, "output.weight")) {
+        if (!m->hp.tied_embeddings) {
+            rc = tp_error_set(&m->err, TP_ERR_FORMAT,
+                              "%s: no lm_head.weight and config.json tie_word_embeddings is false: the output head is "
+                              "missing (incomplete download?)",
+                              m->path);
+            goto out;
+        }
+    } else {
+        m->hp.tied_embeddings = 0;
+    }
+out:
+    free(tj);
+    free(tc);
+    return rc;
+}
+
 enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out, struct tp_error *err)
 {
     enum tp_status rc = TP_OK;
@@ -540,56 +689,34 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
         rc = tp_error_set(&m->err, TP_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    {
-        struct tp_error gerr = {0};
-        rc = tp_gguf_open(cfg->path, &m->gguf, &gerr);
-        if (rc != TP_OK) {
-            tp_error_set(&m->err, rc, "%s", gerr.msg);
-            goto fail;
-        }
-    }
-    TP_CHECK_GOTO(read_hparams(m), rc, fail);
-    {
-        const char *nm = NULL;
-        if (tp_gguf_get_str(m->gguf, "general.name", &nm) == TP_OK && nm[0]) {
-            m->name = strdup(nm);
-        } else {
-            const char *b = strrchr(cfg->path, '/');
-            b = b ? b + 1 : cfg->path;
-            m->name = strdup(b);
-            char *dot = m->name ? strrchr(m->name, '.') : NULL;
-            if (dot && dot != m->name) *dot = '\0';
-        }
-        const char *ct = NULL;
-        if (tp_gguf_get_str(m->gguf, "tokenizer.chat_template", &ct) == TP_OK) m->chat_template = strdup(ct);
-        if (!m->name || (ct && !m->chat_template)) {
-            rc = tp_error_set(&m->err, TP_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-    }
-    {
-        struct tp_error terr = {0};
-        rc = tp_tokenizer_from_gguf(cfg->path, &m->tok, &terr);
-        if (rc != TP_OK) {
-            tp_error_set(&m->err, rc, "%s", terr.msg[0] ? terr.msg : "tokenizer could not be loaded");
-            goto fail;
-        }
-    }
     m->vocab_only = cfg->vocab_only;
+    if (tp_hf_is_dir(cfg->path)) {
+        TP_CHECK_GOTO(open_hf(m), rc, fail);
+    } else {
+        struct stat sb;
+        if (stat(cfg->path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            rc = tp_error_set(&m->err, TP_ERR_NOT_FOUND,
+                              "%s: a directory without config.json; give a GGUF file or a Hugging Face model directory "
+                              "(config.json, model.safetensors[.index.json], tokenizer.json)",
+                              cfg->path);
+            goto fail;
+        }
+        TP_CHECK_GOTO(open_gguf(m), rc, fail);
+    }
     if (cfg->vocab_only) {
-        m->hp.n_vocab = tp_tokenizer_n_vocab(m->tok);
         *out = m;
         return TP_OK;
     }
     {
-        const struct tp_gguf_tensor *te = find_tensor(m, "token_embd.weight", 1);
-        if (!te) {
+        struct tp_tsrc_tensor tte;
+        const struct tp_tsrc_tensor *te = &tte;
+        if (!find_tensor(m, "token_embd.weight", 1, &tte)) {
             rc = m->err.status;
             goto fail;
         }
         if (te->ne[0] != m->hp.n_embd || te->ne[1] < 1 || te->ne[1] > INT32_MAX || te->n_dims != 2) {
-            rc = tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor 'token_embd.weight' has shape [%lld, %lld] (want [%d, n_vocab])",
-                              m->path, (long long)te->ne[0], (long long)te->ne[1], m->hp.n_embd);
+            rc = tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld] (want [%d, n_vocab])",
+                              m->path, te->name, (long long)te->ne[0], (long long)te->ne[1], m->hp.n_embd);
             goto fail;
         }
         m->hp.n_vocab = (int)te->ne[1];
@@ -688,6 +815,7 @@ void tp_model_free(tp_model_t *m)
     tp_aligned_free(m->out_rows);
     tp_tokenizer_free(m->tok);
     tp_gguf_close(m->gguf);
+    tp_st_close(m->st);
     free(m->name);
     free(m->chat_template);
     free(m->path);
