@@ -188,6 +188,10 @@ int tp_cpu_count(void);
  * buffer of `bytes` (allocated and first-touched here; make it far larger than
  * the caches); best of `passes`.  0 when the buffer cannot be allocated. */
 double tp_mem_read_bw_gbs(tp_pool_t *pool, size_t bytes, int passes);
+/* The same over a caller's buffer (64-byte aligned, already written; bytes
+ * rounded down to 64), but the MEAN of `passes` reads (bytes * passes /
+ * elapsed), for probes interleaved with timed work.  0 on bad arguments. */
+double tp_mem_read_bw_buf(tp_pool_t *pool, const void *buf, size_t bytes, int passes);
 
 #ifdef __cplusplus
 }

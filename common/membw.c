@@ -8,6 +8,11 @@
  * decode kernels) reach 45-65 GB/s, so the plain loop would understate the
  * limit.  Elsewhere (NEON, other ISAs) a plain 8-word loop, which compilers
  * vectorise.
+ *
+ * tp_mem_read_bw_gbs owns its buffer and reports the best pass (the machine's
+ * limit); tp_mem_read_bw_buf reads a caller's buffer and reports the mean of
+ * its passes (bytes / elapsed, as a decode rep is timed), so a benchmark can
+ * probe the bandwidth right next to each timed rep.
  */
 #include <string.h>
 
@@ -63,6 +68,22 @@ static void bw_touch(void *ctx, int ith, int nth)
     int64_t b, e;
     tp_split_range(j->n_words, ith, nth, &b, &e); /* first touch by the reading thread (NUMA) */
     memset((void *)(uintptr_t)(j->buf + b), 1, (size_t)(e - b) * 8);
+}
+
+double tp_mem_read_bw_buf(tp_pool_t *pool, const void *buf, size_t bytes, int passes)
+{
+    bytes &= ~(size_t)63;
+    if (!buf || bytes == 0 || passes < 1 || ((uintptr_t)buf & 63u)) return 0.0;
+    struct bw_job job = {.buf = buf, .n_words = (int64_t)(bytes / 8)};
+    volatile uint64_t sink = 0;
+    double t0 = tp_now_s();
+    for (int p = 0; p < passes; p++) {
+        tp_pool_run(pool, bw_read, &job);
+        for (int i = 0; i < 64; i++) sink += job.sums[i];
+    }
+    double dt = tp_now_s() - t0;
+    (void)sink;
+    return dt > 0.0 ? (double)bytes * (double)passes / dt / 1e9 : 0.0;
 }
 
 double tp_mem_read_bw_gbs(tp_pool_t *pool, size_t bytes, int passes)

@@ -8,12 +8,21 @@
  *       feeding back the argmax of the previous logits (EOS ignored; the
  *       engine's distributed argmax, tp_parallel_step_greedy):
  *       n / time;
- * median over --reps repetitions after one warm-up pass.  In the same run it
- * measures the machine's streaming-read bandwidth (all --threads summing a
- * buffer far larger than the caches with 32-byte loads where the CPU has
- * AVX2, best of 8 passes) and reports
- *   bw_fraction = tg_tps * bytes read per decoded token / bandwidth,
- * where the bytes per token are the weights this rank holds minus the token
+ * median over --reps repetitions after one warm-up pass.
+ *
+ * Bandwidth, measured in the same run and interleaved with the decode reps:
+ * a probe before every decode rep and one after the last, each a streaming
+ * read of a --bw-mib buffer (allocated and written once, far larger than the
+ * caches) by --threads threads of a pool like the model's (each thread one
+ * contiguous half/third/.. as the decode splits rows; 32-byte loads where
+ * the CPU has AVX2), timed like the decode as bytes / elapsed over
+ * --bw-passes passes.  Decode rep r is paired with the mean of the probes
+ * just before and just after it:
+ *   fraction_r = tg_tps_r * bytes read per decoded token / probe_r,
+ * and bw_fraction is the median of the fractions (mem_bw_gbs the median
+ * probe).  On a shared machine both numbers move with the load; pairing
+ * them in time keeps the ratio honest where a one-off figure swung by 1.5x.
+ * The bytes per token are the weights this rank holds minus the token
  * embedding table (one row of it is read per token) plus, for tied
  * embeddings, the table again as the output head.  KV-cache reads (small
  * at these lengths) are not counted, so the fraction slightly understates.
@@ -133,7 +142,7 @@ static uint64_t bytes_per_token(const char *path, tp_model_t *m)
 int tp_bench_gen(int argc, char **argv)
 {
     const char *path = NULL;
-    int p = 128, n = 64, threads = 0, reps = 3, json = 0, bw_mib = 1024;
+    int p = 128, n = 64, threads = 0, reps = 3, json = 0, bw_mib = 1024, bw_passes = 4;
     const char *shard_weights = NULL, *comm_dtype = "f32";
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &path, "FILE", "model (GGUF)", 0, 0},
@@ -141,7 +150,8 @@ int tp_bench_gen(int argc, char **argv)
         {"gen-tokens", 'n', TP_OPT_INT, &n, "N", "decoded tokens (default 64; 0 skips decode)", 0, 65536},
         {"threads", 't', TP_OPT_INT, &threads, "T", "compute threads (default: all cores)", 1, 1024},
         {"reps", 'r', TP_OPT_INT, &reps, "R", "repetitions, median reported (default 3)", 1, 100},
-        {"bw-mib", 0, TP_OPT_INT, &bw_mib, "MIB", "buffer for the bandwidth measurement (default 1024)", 64, 1 << 20},
+        {"bw-mib", 0, TP_OPT_INT, &bw_mib, "MIB", "buffer of each bandwidth probe (default 1024)", 64, 1 << 20},
+        {"bw-passes", 0, TP_OPT_INT, &bw_passes, "K", "reads of the buffer per probe, mean reported (default 4)", 1, 100},
         {"json", 0, TP_OPT_FLAG, &json, NULL, "print one JSON object", 0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..", "under launch/mpirun: share per rank", 0, 0},
         {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 on the wire", 0, 0},
@@ -149,7 +159,11 @@ int tp_bench_gen(int argc, char **argv)
     };
     const char *usage = "Usage: tpserve bench gen -m MODEL [-p 128] [-n 64] [--threads T] [--reps R] [--json]\n"
                         "Prefill and decode tokens/s (median of reps) and the fraction of this machine's "
-                        "streaming-read bandwidth the decode reaches.";
+                        "streaming-read bandwidth the decode reaches.\n"
+                        "Bandwidth: a probe before each decode rep and after the last (--threads threads read a "
+                        "--bw-mib buffer\n--bw-passes times, bytes / elapsed); each rep's fraction = its weight "
+                        "GB/s / the mean of the\nprobes around it; bw_fraction = median of those, mem_bw_gbs = "
+                        "median probe.";
     int np = 0;
     int rc = tp_cli_parse("bench gen", usage, opts, argc, argv, NULL, 0, &np, NULL, NULL);
     if (rc) return rc == 1 ? 0 : rc;
@@ -176,17 +190,23 @@ int tp_bench_gen(int argc, char **argv)
     tp_model_t *m = NULL;
     struct gen_ctx g;
     memset(&g, 0, sizeof(g));
-    double *pp_s = NULL, *tg_s = NULL;
+    double *pp_s = NULL, *tg_s = NULL, *probe = NULL, *frac_r = NULL, *tmp = NULL;
+    uint64_t *bwbuf = NULL;
+    size_t bw_bytes = (size_t)bw_mib << 20;
     int32_t *prompt = NULL;
 
-    /* bandwidth first, while the model is not yet resident */
-    struct tp_pool_config pc = tp_pool_default_config();
-    pc.n_threads = threads;
-    if (tp_pool_init(&pc, &pool) != TP_OK) return tp_cli_fail("bench gen", "cannot start %d threads", threads);
-    double bw = rank_hint == 0 ? tp_mem_read_bw_gbs(pool, (size_t)bw_mib << 20, 8) : 1.0;
-    tp_pool_free(pool);
-    pool = NULL;
-    if (bw <= 0.0) return tp_cli_fail("bench gen", "cannot allocate %d MiB for the bandwidth measurement (lower --bw-mib)", bw_mib);
+    /* rank 0: the probe buffer and a pool of --threads to read it, kept for the whole run */
+    if (rank_hint == 0 && n > 0) {
+        struct tp_pool_config pc = tp_pool_default_config();
+        pc.n_threads = threads;
+        if (tp_pool_init(&pc, &pool) != TP_OK) return tp_cli_fail("bench gen", "cannot start %d threads", threads);
+        bwbuf = tp_aligned_alloc(64, bw_bytes);
+        if (!bwbuf) {
+            tp_pool_free(pool);
+            return tp_cli_fail("bench gen", "cannot allocate %d MiB for the bandwidth probes (lower --bw-mib)", bw_mib);
+        }
+        memset(bwbuf, 0x5a, bw_bytes);
+    }
 
     struct tp_model_config *mc = &pcfg.model;
     mc->path = path;
@@ -196,7 +216,11 @@ int tp_bench_gen(int argc, char **argv)
     mc->n_ctx = TP_MAX(p, n) + 8;
     struct tp_error err = {0};
     double t_load = tp_now_s();
-    if (tp_parallel_init(&pcfg, &g.par, &err) != TP_OK) return tp_cli_fail("bench gen", "%s", err.msg);
+    if (tp_parallel_init(&pcfg, &g.par, &err) != TP_OK) {
+        tp_pool_free(pool);
+        tp_aligned_free(bwbuf);
+        return tp_cli_fail("bench gen", "%s", err.msg);
+    }
     t_load = tp_now_s() - t_load;
     m = tp_parallel_model(g.par);
     const int world = tp_parallel_size(g.par);
@@ -205,6 +229,8 @@ int tp_bench_gen(int argc, char **argv)
         if (tp_parallel_worker_loop(g.par) != TP_OK)
             code = tp_cli_fail("bench gen", "worker stopped: %s", tp_parallel_last_error(g.par));
         tp_parallel_free(g.par);
+        tp_pool_free(pool);
+        tp_aligned_free(bwbuf);
         return code;
     }
     g.m = m;
@@ -218,7 +244,10 @@ int tp_bench_gen(int argc, char **argv)
     prompt = malloc((size_t)nb * sizeof(int32_t));
     pp_s = calloc((size_t)reps, sizeof(double));
     tg_s = calloc((size_t)reps, sizeof(double));
-    if (!g.tok || !g.pos || !g.seq || !g.want || !g.logits || !prompt || !pp_s || !tg_s) {
+    probe = calloc((size_t)reps + 1, sizeof(double));
+    frac_r = calloc((size_t)reps, sizeof(double));
+    tmp = calloc((size_t)reps + 1, sizeof(double));
+    if (!g.tok || !g.pos || !g.seq || !g.want || !g.logits || !prompt || !pp_s || !tg_s || !probe || !frac_r || !tmp) {
         tp_cli_fail("bench gen", "out of memory");
         goto out;
     }
@@ -249,6 +278,7 @@ int tp_bench_gen(int argc, char **argv)
             pp_s[r] = tp_now_s() - t0;
         }
         if (n > 0) {
+            probe[r] = tp_mem_read_bw_buf(pool, bwbuf, bw_bytes, bw_passes);
             gen_reset(&g);
             int32_t t = prompt[0];
             tp_model_get_stats(m, &st0);
@@ -271,10 +301,26 @@ int tp_bench_gen(int argc, char **argv)
             tg_count += (uint64_t)n;
         }
     }
+    if (n > 0) probe[reps] = tp_mem_read_bw_buf(pool, bwbuf, bw_bytes, bw_passes);
+    uint64_t bpt = bytes_per_token(path, m);
+    double bw = 0.0, frac = 0.0, frac_min = 0.0, frac_max = 0.0;
+    if (n > 0) {
+        for (int r = 0; r < reps; r++) {
+            double around = 0.5 * (probe[r] + probe[r + 1]);
+            frac_r[r] = around > 0.0 ? (double)n / tg_s[r] * (double)bpt / (around * 1e9) : 0.0;
+        }
+        memcpy(tmp, probe, ((size_t)reps + 1) * sizeof(double));
+        bw = median(tmp, reps + 1);
+        memcpy(tmp, frac_r, (size_t)reps * sizeof(double));
+        frac = median(tmp, reps);
+        frac_min = tmp[0];
+        frac_max = tmp[reps - 1];
+    }
+    /* pp_s / tg_s are sorted by median(): per-rep lists are printed before */
+    double *tg_rep = tmp; /* reuse: decode t/s per rep, in rep order */
+    for (int r = 0; r < reps && n > 0; r++) tg_rep[r] = (double)n / tg_s[r];
     double pp_tps = p > 0 ? (double)p / median(pp_s, reps) : 0.0;
     double tg_tps = n > 0 ? (double)n / median(tg_s, reps) : 0.0;
-    uint64_t bpt = bytes_per_token(path, m);
-    double frac = tg_tps * (double)bpt / (bw * 1e9);
     double comm_frac = tg_ns_fwd ? (double)tg_ns_comm / (double)tg_ns_fwd : 0.0;
     /* rank 0's view per decoded token: compute, communication (all_sums, step broadcast,
      * logits gather), bytes it sent */
@@ -289,18 +335,36 @@ int tp_bench_gen(int argc, char **argv)
                "\"pp_tokens\":%d,\"tg_tokens\":%d,\"reps\":%d,\"pp_tps\":%.2f,\"tg_tps\":%.2f,\"mem_bw_gbs\":%.2f,"
                "\"weight_bytes_per_token\":%llu,\"bw_fraction\":%.3f,\"tg_comm_frac\":%.3f,"
                "\"comm_dtype\":\"%s\",\"compute_ms_per_token\":%.3f,\"comm_ms_per_token\":%.3f,"
-               "\"bytes_per_token\":%.0f}\n",
+               "\"bytes_per_token\":%.0f,\"bw_method\":\"probe before each decode rep and after the last, "
+               "%d MiB x %d passes, mean\",\"bw_fraction_min\":%.3f,\"bw_fraction_max\":%.3f",
                type, world, tp_model_n_threads(m), tp_kern_isa(), p, n, reps, pp_tps, tg_tps, bw,
                (unsigned long long)bpt, frac, comm_frac, tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms,
-               bpt_sent);
+               bpt_sent, bw_mib, bw_passes, frac_min, frac_max);
+        printf(",\"tg_tps_per_rep\":[");
+        for (int r = 0; r < reps && n > 0; r++) printf("%s%.2f", r ? "," : "", tg_rep[r]);
+        printf("],\"mem_bw_gbs_per_probe\":[");
+        for (int r = 0; r <= reps && n > 0; r++) printf("%s%.2f", r ? "," : "", probe[r]);
+        printf("],\"bw_fraction_per_rep\":[");
+        for (int r = 0; r < reps && n > 0; r++) printf("%s%.3f", r ? "," : "", frac_r[r]);
+        printf("]}\n");
     } else {
         printf("model   %s (%s, %.1f MiB read per token), %d threads, %s kernels, loaded in %.1f s\n", tp_model_name(m),
                type, (double)bpt / 1048576.0, tp_model_n_threads(m), tp_kern_isa(), t_load);
-        printf("memory  streaming read %.2f GB/s (%d MiB, %d threads, best of 8)\n", bw, bw_mib, threads);
+        if (n > 0) {
+            printf("memory  streaming read, median of %d probes %.2f GB/s (one before each decode rep and after the "
+                   "last; %d MiB x %d passes, %d threads, bytes / elapsed)\n",
+                   reps + 1, bw, bw_mib, bw_passes, threads);
+            printf("%-4s %10s %12s %12s %10s\n", "rep", "tg t/s", "weight GB/s", "probe GB/s", "of bw");
+            for (int r = 0; r < reps; r++)
+                printf("%-4d %10.2f %12.2f %12.2f %9.1f%%\n", r, tg_rep[r], tg_rep[r] * (double)bpt / 1e9,
+                       0.5 * (probe[r] + probe[r + 1]), 100.0 * frac_r[r]);
+        }
         printf("%-8s %10s %12s %10s\n", "test", "t/s", "GB/s", "of bw");
         if (p > 0) printf("pp%-6d %10.2f %12s %10s\n", p, pp_tps, "", "");
         if (n > 0) printf("tg%-6d %10.2f %12.2f %9.1f%%\n", n, tg_tps, tg_tps * (double)bpt / 1e9, 100.0 * frac);
-        printf("(median of %d; decode from an empty cache, EOS ignored)\n", reps);
+        printf("(median of %d; decode from an empty cache, EOS ignored", reps);
+        if (n > 0) printf("; of bw = median of the per-rep fractions, range %.1f-%.1f%%", 100.0 * frac_min, 100.0 * frac_max);
+        printf(")\n");
         if (n > 0)
             printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
                    tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms, bpt_sent);
@@ -315,6 +379,11 @@ out:
     free(prompt);
     free(pp_s);
     free(tg_s);
+    free(probe);
+    free(frac_r);
+    free(tmp);
     tp_parallel_free(g.par);
+    tp_pool_free(pool);
+    tp_aligned_free(bwbuf);
     return exit_code;
 }

@@ -6,7 +6,10 @@
  * caches, then for each weight type a rows x cols matrix:
  *   decode  n_tok = 1 over enough copies of the matrix to exceed the caches:
  *           weight GB/s and the fraction of the streaming-read figure;
- *   prefill n_tok = --tokens on one copy: multiply-add throughput (GOP/s).
+ *   prefill n_tok = --tokens on one copy: multiply-add throughput (GOP/s);
+ *   batch   n_tok in --batch (default 2,4,8,16: a decode step of several
+ *           sequences) over the same copies, weights streamed from memory:
+ *           time per matrix and its ratio to the n_tok = 1 time.
  * Best of --reps runs.  Uses the private model/kernels.h (a benchmark of
  * internals, like the kernels' unit tests).
  */
@@ -40,7 +43,7 @@ static void bk_matmul(void *ctx, int ith, int nth)
 
 int tp_bench_kernels(int argc, char **argv)
 {
-    const char *types = "q4_0,q8_0,f16,bf16,f32", *isa = NULL;
+    const char *types = "q4_0,q8_0,f16,bf16,f32", *isa = NULL, *batch = "2,4,8,16";
     int rows = 2048, cols = 5632, tokens = 128, threads = 2, reps = 5, mb = 256, json = 0;
     const struct tp_opt opts[] = {
         {"type", 0, TP_OPT_LIST, &types, "LIST", "weight types (default q4_0,q8_0,f16,bf16,f32)", 0, 0},
@@ -51,6 +54,7 @@ int tp_bench_kernels(int argc, char **argv)
         {"reps", 0, TP_OPT_INT, &reps, "N", "repeats, best is reported (default 5)", 1, 1000},
         {"mb", 0, TP_OPT_INT, &mb, "MB", "bytes streamed per decode measurement (default 256)", 16, 65536},
         {"isa", 0, TP_OPT_STRING, &isa, "NAME", "kernel instruction set (default: best this CPU has)", 0, 0},
+        {"batch", 0, TP_OPT_LIST, &batch, "LIST", "small-batch token counts, 2..64 (default 2,4,8,16; 0: none)", 0, 0},
         {"json", 0, TP_OPT_FLAG, &json, NULL, "one JSON object per line instead of the table", 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
@@ -65,6 +69,22 @@ int tp_bench_kernels(int argc, char **argv)
         for (int i = 0; i < tp_kern_isa_count(); i++) fprintf(stderr, " %s", tp_kern_isa_name(i));
         fprintf(stderr, "\n");
         return 2;
+    }
+    int blist[16], nbl = 0, max_tok = tokens;
+    {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", batch);
+        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            char *end = NULL;
+            long v = strtol(tok, &end, 10);
+            if (end == tok || *end || v < 0 || v > 64 || v == 1 || nbl == 16) {
+                fprintf(stderr, "tpserve bench kernels: --batch '%s': want up to 16 token counts in 2..64 (or 0)\n", tok);
+                return 2;
+            }
+            if (v == 0) continue;
+            blist[nbl++] = (int)v;
+            if (v > max_tok) max_tok = (int)v;
+        }
     }
     enum tp_wtype tlist[16];
     int nt = 0;
@@ -87,16 +107,16 @@ int tp_bench_kernels(int argc, char **argv)
     float *x = NULL, *y = NULL, *wf = NULL;
     void *xq = NULL;
     tp_pool_t *pool = NULL;
-    x = malloc((size_t)tokens * cols * sizeof(float) + (size_t)cols * sizeof(float));
-    y = malloc(((size_t)tokens + 1) * rows * sizeof(float));
+    x = malloc((size_t)max_tok * cols * sizeof(float) + (size_t)cols * sizeof(float));
+    y = malloc(((size_t)max_tok + 1) * rows * sizeof(float));
     wf = malloc((size_t)cols * sizeof(float));
-    xq = malloc(((size_t)tokens + 1) * cols * sizeof(float));
+    xq = malloc(((size_t)max_tok + 1) * cols * sizeof(float));
     if (!x || !y || !wf || !xq) {
         fprintf(stderr, "tpserve bench kernels: out of memory\n");
         goto out;
     }
     uint64_t seed = 12345;
-    for (int64_t i = 0; i < (int64_t)(tokens + 1) * cols; i++) {
+    for (int64_t i = 0; i < (int64_t)(max_tok + 1) * cols; i++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         x[i] = (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
     }
@@ -138,7 +158,7 @@ int tp_bench_kernels(int argc, char **argv)
             }
             for (int c = 1; c < copies; c++) memcpy(wall + (size_t)c * mat, wall, mat);
             size_t xrb = tp_kern_act_row_bytes(t, cols);
-            for (int i = 0; i <= tokens; i++) tp_kern_prepare_act(t, x + (size_t)i * cols, (char *)xq + (size_t)i * xrb, cols);
+            for (int i = 0; i <= max_tok; i++) tp_kern_prepare_act(t, x + (size_t)i * cols, (char *)xq + (size_t)i * xrb, cols);
             struct bk_job job = {.t = t, .wrb = wrb, .rows = rows, .cols = cols, .xq = xq, .xrb = xrb, .y = y, .n_tok = 1};
             double best = 1e30;
             for (int r = 0; r < reps + 1; r++) {
@@ -173,6 +193,29 @@ int tp_bench_kernels(int argc, char **argv)
             else
                 printf("%-7d %-6s %10.1f %12.2f %10.2f %12.1f %12.1f\n", th, tp_wtype_name(t), (double)mat / 1e6,
                        dec_gbs, dec_gbs / stream_gbs, dec_us, pp_gops);
+            /* small batches: weights from memory, as one decode step of n_tok sequences */
+            if (!json && nbl > 0) printf("%-7d %-6s batch (us per matrix, x the n_tok=1 time):", th, tp_wtype_name(t));
+            for (int bi = 0; bi < nbl; bi++) {
+                job.n_tok = blist[bi];
+                double bbest = 1e30;
+                for (int r = 0; r < reps + 1; r++) {
+                    double t0 = tp_now_s();
+                    for (int c = 0; c < copies; c++) {
+                        job.w = wall + (size_t)c * mat;
+                        tp_pool_run(pool, bk_matmul, &job);
+                    }
+                    double dt = (tp_now_s() - t0) / copies;
+                    if (r > 0 && dt < bbest) bbest = dt;
+                }
+                double gops = 2.0 * rows * (double)cols * blist[bi] / bbest / 1e9;
+                if (json)
+                    printf("{\"bench\":\"kernels_batch\",\"isa\":\"%s\",\"threads\":%d,\"type\":\"%s\",\"n_tok\":%d,"
+                           "\"us\":%.1f,\"x_decode\":%.2f,\"gops\":%.1f}\n",
+                           tp_kern_isa(), th, tp_wtype_name(t), blist[bi], bbest * 1e6, bbest / best, gops);
+                else
+                    printf(" %d: %.0f (%.2fx)", blist[bi], bbest * 1e6, bbest / best);
+            }
+            if (!json && nbl > 0) printf("\n");
             fflush(stdout);
         }
     }
