@@ -15,6 +15,7 @@
 
 #include "common/common.h"
 #include "model/kernels_impl.h"
+#include "model/kernels_mlx_impl.h"
 
 #if defined(TP_BLAS_OPENBLAS)
 #include <cblas.h>
@@ -46,11 +47,14 @@ static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *), void (
     struct tp_kern_ops o = {0};
     fill(&o);
     if (fill_kquant) fill_kquant(&o);
+    tp_kern_mlx_ops(name, &o);
     struct tp_kern_ops *dst = &g_isas[g_n_isas++];
     *dst = g_scalar;
     dst->name = name;
     for (int t = 0; t < TP_WTYPE_COUNT; t++)
         if (o.matmul[t]) dst->matmul[t] = o.matmul[t];
+    for (int v = 0; v < TP_KERN_MLX_VARIANTS; v++)
+        if (o.mlx[v]) dst->mlx[v] = o.mlx[v];
     if (o.quant_a8) dst->quant_a8 = o.quant_a8;
     dst->f32_beats_blas = 0;
 }
@@ -59,6 +63,7 @@ static void choose_isa(void)
 {
     tp_kern_scalar_ops(&g_scalar);
     tp_kern_kquant_scalar_ops(&g_scalar);
+    tp_kern_mlx_ops("scalar", &g_scalar);
     g_scalar.name = "scalar";
     g_n_isas = 1;
 #if defined(__x86_64__) || defined(_M_X64)
@@ -106,6 +111,12 @@ static const struct tp_kern_ops *ops(void)
 }
 
 const char *tp_kern_isa(void) { return ops()->name; }
+const struct tp_kern_ops *tp_kern_ops_current(void) { return ops(); }
+const struct tp_kern_ops *tp_kern_ops_scalar(void)
+{
+    pthread_once(&g_once, choose_isa);
+    return &g_scalar;
+}
 
 void tp_kern_force_scalar(int on)
 {
@@ -159,6 +170,10 @@ size_t tp_kern_act_row_bytes(enum tp_wtype wt, int64_t n)
     case TP_WTYPE_Q4_K:
     case TP_WTYPE_Q5_K:
     case TP_WTYPE_Q6_K: return n % TP_QK_K ? 0 : (size_t)(n / TP_QK_K) * sizeof(tp_blk_q8_k);
+    case TP_WTYPE_MLX_Q4_G32:
+    case TP_WTYPE_MLX_Q4_G64:
+    case TP_WTYPE_MLX_Q8_G32:
+    case TP_WTYPE_MLX_Q8_G64: return tp_kern_mlx_act_row_bytes(wt, n);
     default: return 0;
     }
 }
@@ -201,6 +216,10 @@ void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
     case TP_WTYPE_Q4_K:
     case TP_WTYPE_Q5_K:
     case TP_WTYPE_Q6_K: tp_kq_quant_q8k(x, xq, n); break;
+    case TP_WTYPE_MLX_Q4_G32:
+    case TP_WTYPE_MLX_Q4_G64:
+    case TP_WTYPE_MLX_Q8_G32:
+    case TP_WTYPE_MLX_Q8_G64: tp_kern_mlx_prepare_act(wt, x, xq, n); break;
     default: TP_ASSERT(!"tp_kern_prepare_act: unsupported weight type");
     }
 }

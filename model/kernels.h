@@ -12,7 +12,8 @@
  * (forward pass) splits rows over threads; every function here is
  * thread-safe except the tp_kern_force_* test hooks.
  *
- * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (tp_wtype_supported).
+ * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (tp_wtype_supported),
+ * and the MLX affine types through tp_kern_matmul_mlx (below).
  * Decode (n_tok = 1) streams each weight row once; prefill tiles rows x
  * tokens so an unpacked weight block serves several tokens; F32 with >= 8
  * tokens goes to BLAS sgemm (single-threaded) unless our AVX-512 tile is
@@ -49,6 +50,33 @@ void tp_kern_dequant(enum tp_wtype t, const void *src, float *dst, int64_t n);
 /* Quantize n f32 values (whole blocks) to type t (reference quantizer; used by
  * synth and tests).  Returns bytes written. */
 size_t tp_kern_quantize(enum tp_wtype t, const float *src, void *dst, int64_t n);
+
+/* ------------------------------------------------ MLX affine types
+ * TP_WTYPE_MLX_*: the matrix is three arrays (kernels_mlx_impl.h has the
+ * exact layout): packed uint32 words (row r at w + r * w_row_bytes, the
+ * row's cols * bits / 8 bytes) and per-group scales and biases described by
+ * struct tp_kern_groups.  Activations are prepared with tp_kern_prepare_act
+ * for the same type.  tp_kern_matmul / tp_kern_dequant / tp_kern_quantize do
+ * not take these types (they would have no scales): use the functions below. */
+struct tp_kern_groups {
+    const void *scales; /* (rows, cols / group) fp16 or bf16; row r at scales + r * row_bytes */
+    const void *biases; /* (rows, cols / group), same type and row stride */
+    size_t row_bytes;   /* stride of both */
+    int bf16;           /* 0: fp16, 1: bf16 */
+};
+/* tp_kern_matmul for an MLX type (same contract, plus g). */
+void tp_kern_matmul_mlx(enum tp_wtype wt, const void *w, size_t w_row_bytes, const struct tp_kern_groups *g,
+                        int64_t n_cols, const void *xq, size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride,
+                        int64_t r0, int64_t r1);
+/* Dequantize one row of n elements: packed words w_row, its scales/biases rows. */
+void tp_kern_dequant_mlx(enum tp_wtype t, const void *w_row, const void *scales_row, const void *biases_row, int bf16,
+                         float *dst, int64_t n);
+/* Quantize one row of n floats as mlx.core.quantize does (per group: the
+ * edge of larger magnitude exact, scale (max - min) / (2^bits - 1), q rounded
+ * and clipped), writing n * bits / 8 bytes of words and n / group scales and
+ * biases as fp16 (bf16 = 0) or bf16. */
+void tp_kern_quantize_mlx(enum tp_wtype t, const float *src, void *w_row, uint16_t *scales_row, uint16_t *biases_row,
+                          int bf16, int64_t n);
 
 /* Name of the instruction set chosen at run time ("avx512-vnni", "avx2", "neon-dotprod", "scalar"). */
 const char *tp_kern_isa(void);

@@ -109,9 +109,16 @@ typedef void (*tp_kern_matmul_fn)(const void *w, size_t w_row_bytes, int64_t n_c
 /* Quantize n floats (multiple of 32) into one a8 row (see above), K = 1 << kshift. */
 typedef void (*tp_kern_quant_a8_fn)(const float *x, void *out, int64_t n, int kshift);
 
+/* One MLX affine matmul (kernels_mlx*.c): same contract as tp_kern_matmul_mlx for one variant. */
+typedef void (*tp_kern_mlx_fn)(const void *w, size_t w_row_bytes, const struct tp_kern_groups *g, int64_t n_cols,
+                               const void *xq, size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride, int64_t r0,
+                               int64_t r1);
+#define TP_KERN_MLX_VARIANTS 4 /* q4 g32, q4 g64, q8 g32, q8 g64 */
+
 struct tp_kern_ops {
     const char *name;
     tp_kern_matmul_fn matmul[TP_WTYPE_COUNT]; /* NULL: fall back to scalar */
+    tp_kern_mlx_fn mlx[TP_KERN_MLX_VARIANTS]; /* NULL: fall back to scalar */
     tp_kern_quant_a8_fn quant_a8;             /* NULL: fall back to scalar */
     int f32_beats_blas;                       /* 1: F32 prefill uses matmul[F32], not sgemm */
 };
@@ -127,6 +134,10 @@ void tp_kern_neon_ops(struct tp_kern_ops *ops);
 void tp_kern_neondot_ops(struct tp_kern_ops *ops);
 extern const int tp_kern_neondot_built; /* 0: this compiler could not build them */
 #endif
+
+/* The table in use now (tp_kern_force_isa / TP_KERN_ISA) and the scalar one. kernels.c */
+const struct tp_kern_ops *tp_kern_ops_current(void);
+const struct tp_kern_ops *tp_kern_ops_scalar(void);
 
 /* Scalar activation quantizer (the reference every SIMD version must match bit for bit). */
 void tp_kern_quant_a8_scalar(const float *x, void *out, int64_t n, int kshift);

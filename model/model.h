@@ -24,7 +24,9 @@ extern "C" {
 
 /* ======================================================= weight types ===== */
 
-/* Tensor element types; numbering equals GGUF's ggml_type ids. */
+/* Tensor element types; numbering equals GGUF's ggml_type ids, except the
+ * MLX affine types (64..67), internal ids outside GGUF's numbering that only
+ * safetensors loading produces (gguf.c refuses them in a GGUF file). */
 enum tp_wtype {
     TP_WTYPE_F32 = 0,
     TP_WTYPE_F16 = 1,
@@ -46,8 +48,17 @@ enum tp_wtype {
     TP_WTYPE_I64 = 27,
     TP_WTYPE_F64 = 28,
     TP_WTYPE_BF16 = 30,
-    TP_WTYPE_COUNT = 40 /* upper bound of ids we know by name */
+    /* MLX affine quantization (mlx-community safetensors), BITS x GROUP: packed
+     * uint32 words of unsigned q, plus per-group fp16/bf16 scale and bias held
+     * beside the matrix (w = scale * q + bias); see model/kernels_mlx_impl.h.
+     * Block = one group; block bytes = the packed words only. */
+    TP_WTYPE_MLX_Q4_G32 = 64,
+    TP_WTYPE_MLX_Q4_G64 = 65,
+    TP_WTYPE_MLX_Q8_G32 = 66,
+    TP_WTYPE_MLX_Q8_G64 = 67,
+    TP_WTYPE_COUNT = 68 /* upper bound of ids we know by name */
 };
+#define TP_WTYPE_GGUF_END 40 /* ids below this are GGUF's ggml_type ids */
 
 /* "f32", "q4_0", ...; "type#N" style static text for unknown ids. Never NULL. */
 const char *tp_wtype_name(enum tp_wtype t);
@@ -59,6 +70,11 @@ int tp_wtype_supported(enum tp_wtype t);
 int64_t tp_wtype_block_elems(enum tp_wtype t);
 /* Bytes per block; 0 if unknown. */
 size_t tp_wtype_block_bytes(enum tp_wtype t);
+/* MLX affine types: bits per value (4, 8) and group size (32, 64); 0 for other types. */
+int tp_wtype_mlx_bits(enum tp_wtype t);
+int tp_wtype_mlx_group(enum tp_wtype t);
+/* The MLX type of (bits, group), or TP_WTYPE_COUNT when there is none. */
+enum tp_wtype tp_wtype_mlx(int bits, int group);
 
 /* ================================================== hyper-parameters ===== */
 

@@ -4,7 +4,7 @@
 # a CPU that has the dot-product extension (-cpu max: neon-dotprod and neon
 # kernels both checked against the scalar reference) and once with one that
 # lacks it (-cpu cortex-a53: the run-time choice must fall back to plain neon).
-# The test is tests/model/test_kernels.c unchanged, linked with a tiny CUnit
+# The tests are tests/model/test_kernels.c and test_kernels_mlx.c unchanged, linked with a tiny CUnit
 # stand-in (scripts/arm64/).  Exits 0 with a SKIP line when the cross tools
 # are missing and cannot be installed (they are in scripts/setup.sh's list).
 set -euo pipefail
@@ -27,8 +27,8 @@ mkdir -p "$out"
 start=$(date +%s)
 flags=(-std=c11 -O2 -D_DEFAULT_SOURCE -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes
        -Wmissing-prototypes -Werror -I. -Itests -Iscripts/arm64)
-echo "==== arm64: cross-compiling kernels + tests/model/test_kernels.c"
-"$cc" "${flags[@]}" model/kernels*.c model/wtype.c common/*.c tests/model/test_kernels.c \
+echo "==== arm64: cross-compiling kernels + tests/model/test_kernels.c, test_kernels_mlx.c"
+"$cc" "${flags[@]}" model/kernels*.c model/wtype.c common/*.c tests/model/test_kernels.c tests/model/test_kernels_mlx.c \
   scripts/arm64/shim_main.c -o "$out/test_kernels" -lpthread -lm -static
 for cpu in max cortex-a53; do
   echo "==== arm64: qemu-aarch64 -cpu $cpu"

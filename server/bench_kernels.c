@@ -97,6 +97,11 @@ int tp_bench_kernels(int argc, char **argv)
                 fprintf(stderr, "tpserve bench kernels: --type '%s' is not a supported weight type\n", tok);
                 return 2;
             }
+            if (tp_wtype_mlx_bits(tlist[nt])) { /* three arrays per matrix: not timed here */
+                fprintf(stderr, "tpserve bench kernels: --type '%s' (MLX) is not timed here; use tpserve bench gen on an "
+                                "MLX directory (tpserve synth --format mlx)\n", tok);
+                return 2;
+            }
             nt++;
         }
     }
