@@ -2,24 +2,27 @@
  * parallel/probe.c - what a rank learns about its model file before it
  * loads any weight: the hyper-parameters (through the model loader in
  * vocab-only mode, so they are exactly what the forward pass will use), the
- * weight type of every tensor role (from layer 0 of the GGUF tensor table)
- * and, for a tpserve shard file, the rank / world size / plan it was cut for.
+ * weight type of every tensor role (from layer 0 of the GGUF tensor table,
+ * or of a Hugging Face directory's safetensors under the same canonical
+ * names) and, for a tpserve shard file, the rank / world size / plan it was
+ * cut for.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "model/gguf.h"
+#include "model/tsrc_impl.h"
 #include "parallel/parallel_impl.h"
 
-static enum tp_status role_type(tp_gguf_t *g, const char *name, int required, enum tp_wtype *out,
-                                struct tp_error *err)
+static enum tp_status role_type(const struct tp_tsrc *src, const char *path, const char *name, int required,
+                                enum tp_wtype *out, struct tp_error *err)
 {
-    const struct tp_gguf_tensor *t = tp_gguf_find_tensor(g, name);
-    if (!t) {
+    struct tp_tsrc_tensor t;
+    if (!tp_tsrc_find(src, name, &t)) {
         if (!required) return TP_OK;
-        return tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%s' is missing", tp_gguf_path(g), name);
+        return tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
     }
-    *out = t->type;
+    *out = t.type;
     return TP_OK;
 }
 
@@ -28,6 +31,7 @@ enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, stru
     enum tp_status rc = TP_OK;
     tp_model_t *m = NULL;
     tp_gguf_t *g = NULL;
+    tp_st_t *st = NULL;
     memset(out, 0, sizeof *out);
     if (!path) return tp_error_set(err, TP_ERR_INVALID_ARG, "no model path given");
 
@@ -37,25 +41,34 @@ enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, stru
     mc.n_threads = 1;
     TP_CHECK_GOTO(tp_model_init(&mc, &m, err), rc, out);
     out->hp = *tp_model_hparams(m);
-    TP_CHECK_GOTO(tp_gguf_open(path, &g, err), rc, out);
+    struct tp_tsrc src = {TP_TSRC_GGUF, NULL, NULL};
+    if (tp_hf_is_dir(path)) {
+        src.kind = TP_TSRC_HF;
+        TP_CHECK_GOTO(tp_st_open(path, &st, err), rc, out);
+        src.st = st;
+    } else {
+        TP_CHECK_GOTO(tp_gguf_open(path, &g, err), rc, out);
+        src.gguf = g;
+    }
 
     struct tp_plan_types *ty = &out->types;
-    TP_CHECK_GOTO(role_type(g, "token_embd.weight", 1, &ty->token_embd, err), rc, out);
+    TP_CHECK_GOTO(role_type(&src, path, "token_embd.weight", 1, &ty->token_embd, err), rc, out);
     ty->output = ty->token_embd;
     /* no output head in the file: the head is the token embedding (tied), whatever the
      * vocab-only load could tell without looking at tensors */
-    if (!tp_gguf_find_tensor(g, "output.weight")) out->hp.tied_embeddings = 1;
-    TP_CHECK_GOTO(role_type(g, "output.weight", 0, &ty->output, err), rc, out);
-    TP_CHECK_GOTO(role_type(g, "blk.0.attn_q.weight", 1, &ty->attn_q, err), rc, out);
-    TP_CHECK_GOTO(role_type(g, "blk.0.attn_k.weight", 1, &ty->attn_k, err), rc, out);
-    TP_CHECK_GOTO(role_type(g, "blk.0.attn_v.weight", 1, &ty->attn_v, err), rc, out);
-    TP_CHECK_GOTO(role_type(g, "blk.0.attn_output.weight", 1, &ty->attn_o, err), rc, out);
-    TP_CHECK_GOTO(role_type(g, "blk.0.ffn_gate.weight", 1, &ty->ffn_gate, err), rc, out);
-    TP_CHECK_GOTO(role_type(g, "blk.0.ffn_up.weight", 1, &ty->ffn_up, err), rc, out);
-    TP_CHECK_GOTO(role_type(g, "blk.0.ffn_down.weight", 1, &ty->ffn_down, err), rc, out);
+    struct tp_tsrc_tensor head;
+    if (!tp_tsrc_find(&src, "output.weight", &head)) out->hp.tied_embeddings = 1;
+    TP_CHECK_GOTO(role_type(&src, path, "output.weight", 0, &ty->output, err), rc, out);
+    TP_CHECK_GOTO(role_type(&src, path, "blk.0.attn_q.weight", 1, &ty->attn_q, err), rc, out);
+    TP_CHECK_GOTO(role_type(&src, path, "blk.0.attn_k.weight", 1, &ty->attn_k, err), rc, out);
+    TP_CHECK_GOTO(role_type(&src, path, "blk.0.attn_v.weight", 1, &ty->attn_v, err), rc, out);
+    TP_CHECK_GOTO(role_type(&src, path, "blk.0.attn_output.weight", 1, &ty->attn_o, err), rc, out);
+    TP_CHECK_GOTO(role_type(&src, path, "blk.0.ffn_gate.weight", 1, &ty->ffn_gate, err), rc, out);
+    TP_CHECK_GOTO(role_type(&src, path, "blk.0.ffn_up.weight", 1, &ty->ffn_up, err), rc, out);
+    TP_CHECK_GOTO(role_type(&src, path, "blk.0.ffn_down.weight", 1, &ty->ffn_down, err), rc, out);
 
     int64_t v;
-    if (tp_gguf_get_int(g, TP_SHARD_KEY_WORLD, &v) == TP_OK) {
+    if (g && tp_gguf_get_int(g, TP_SHARD_KEY_WORLD, &v) == TP_OK) {
         out->is_shard = 1;
         out->shard_world = (int)v;
         if (v < 1 || v > TP_PLAN_MAX_RANKS) {
@@ -88,6 +101,7 @@ enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, stru
     }
 out:
     tp_gguf_close(g);
+    tp_st_close(st);
     tp_model_free(m);
     return rc;
 }

@@ -1,6 +1,7 @@
 /*
  * server/cmd_synth.c - `tpserve synth`: write a random-weight model of a
- * real shape as GGUF (model/synth.c does the work; shapes are data in
+ * real shape as GGUF or (--format hf) a Hugging Face directory
+ * (model/synth.c, model/synth_hf.c do the work; shapes are data in
  * configs/shapes.json, built in, or --shapes FILE).
  */
 #include <stdio.h>
@@ -69,7 +70,9 @@ static int list_shapes(const char *json)
 
 int tp_cmd_synth(int argc, char **argv)
 {
-    const char *shape_name = NULL, *type_name = "q8_0", *tokenizer = NULL, *out = NULL, *shapes_file = NULL;
+    const char *shape_name = NULL, *type_name = NULL, *tokenizer = NULL, *out = NULL, *shapes_file = NULL;
+    const char *format = "gguf";
+    uint64_t shard_mib = 0;
     int layers = 0, threads = 0, list = 0, quiet = 0;
     uint64_t seed = 1;
     const struct tp_opt opts[] = {
@@ -83,14 +86,20 @@ int tp_cmd_synth(int argc, char **argv)
          "generated SentencePiece vocabulary", 0, 0},
         {"seed", 0, TP_OPT_U64, &seed, "S", "random seed (default 1)", 0, 0},
         {"threads", 0, TP_OPT_INT, &threads, "T", "generation threads (default: all cores)", 1, 1024},
-        {"output", 'o', TP_OPT_STRING, &out, "FILE.gguf", "output file", 0, 0},
+        {"output", 'o', TP_OPT_STRING, &out, "FILE.gguf|DIR", "output file (a directory for --format hf)", 0, 0},
+        {"format", 0, TP_OPT_STRING, &format, "gguf|hf",
+         "gguf (default) or hf: a Hugging Face directory (config.json, safetensors, tokenizer.json) with the same "
+         "values for the same seed; types f32, f16, bf16 (default bf16)", 0, 0},
+        {"shard-size", 0, TP_OPT_U64, &shard_mib, "MIB",
+         "hf: split the safetensors into files of at most MIB MiB with model.safetensors.index.json (default: one "
+         "file up to 5 GB)", 0, 0},
         {"shapes", 0, TP_OPT_STRING, &shapes_file, "FILE", "shapes JSON instead of the built-in configs/shapes.json", 0, 0},
         {"list", 0, TP_OPT_FLAG, &list, NULL, "list the known shapes and exit", 0, 0},
         {"quiet", 'q', TP_OPT_FLAG, &quiet, NULL, "no progress on stderr", 0, 0},
         {0},
     };
     const char *usage = "Usage: tpserve synth --shape NAME [--layers L] [--type q4_0|q8_0|q4_k_m|q5_k_m|f16|...] "
-                        "[--tokenizer tokenizer.json] [--seed S] -o FILE.gguf\n"
+                        "[--tokenizer tokenizer.json] [--seed S] [--format gguf|hf [--shard-size MIB]] -o FILE.gguf|DIR\n"
                         "Writes a random-weight GGUF model of a real model's shape (for speed and scale tests).";
     int np = 0;
     int rc = tp_cli_parse("synth", usage, opts, argc, argv, NULL, 0, &np, NULL, NULL);
@@ -113,6 +122,18 @@ int tp_cmd_synth(int argc, char **argv)
         fprintf(stderr, "tpserve synth: --shape and -o are required (tpserve synth --list shows the shapes)\n");
         return 2;
     }
+    int hf = strcmp(format, "hf") == 0;
+    if (!hf && strcmp(format, "gguf") != 0) {
+        free(shapes_text);
+        fprintf(stderr, "tpserve synth: unknown --format '%s' (gguf or hf)\n", format);
+        return 2;
+    }
+    if (shard_mib && !hf) {
+        free(shapes_text);
+        fprintf(stderr, "tpserve synth: --shard-size applies to --format hf only\n");
+        return 2;
+    }
+    if (!type_name) type_name = hf ? "bf16" : "q8_0";
     enum tp_wtype type;
     enum tp_synth_mix mix;
     if (tp_synth_type_parse(type_name, &type, &mix) != TP_OK) {
@@ -142,7 +163,9 @@ int tp_cmd_synth(int argc, char **argv)
     cfg.n_threads = threads > 0 ? threads : tp_cpu_count();
     cfg.progress = quiet ? NULL : progress;
     cfg.progress_ctx = &ps;
-    if (tp_synth_write(&cfg, &err) != TP_OK) return tp_cli_fail("synth", "%s", err.msg);
+    cfg.shard_bytes = shard_mib << 20;
+    if ((hf ? tp_synth_write_hf(&cfg, &err) : tp_synth_write(&cfg, &err)) != TP_OK)
+        return tp_cli_fail("synth", "%s", err.msg);
     if (!quiet)
         fprintf(stderr, "synth: wrote %s (%s, %d layers, %s) in %.1f s\n", out, shape.name,
                 layers > 0 ? layers : shape.n_layer, mix ? tp_synth_mix_name(mix) : tp_wtype_name(type),
