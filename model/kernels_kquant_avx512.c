@@ -1,13 +1,224 @@
 /*
- * model/kernels_kquant_avx512.c - K-quant kernels for AVX-512 CPUs (x86-64):
- * the template in kernels_kquant_x86_impl.h compiled with AVX-512F/BW/VL
- * enabled, so the compiler has 32 vector registers (EVEX encoding) and an
- * unpacked 256-value super-block plus its scales stays in registers.
+ * model/kernels_kquant_avx512.c - K-quant kernels (Q4_K, Q5_K, Q6_K against
+ * Q8_K activations) for AVX-512 CPUs with VNNI (the "avx512-vnni" ISA:
+ * Ice Lake and later, Zen 4/5).  Decode streams weights, so the work per
+ * 256-value super-block must stay below the time its bytes take to arrive
+ * (144 bytes for Q4_K: ~20 cycles per thread at 25 GB/s); this version needs
+ * about half of the AVX2 template's instructions:
+ *  - 64 weights per zmm: a 32-byte broadcast load, one masked shift and one
+ *    AND give the low nibbles (first 32 values) and high nibbles (next 32)
+ *    in the two halves, matching 64 contiguous Q8_K activations, so neither
+ *    side needs a lane-crossing shuffle;
+ *  - vpmaddubsw (u8 x s8 -> i16, exact: at most 2*63*127) then vpdpwssd
+ *    with the sub-block scales as i16 lanes (one fused multiply-add of the
+ *    scale and the accumulation into i32);
+ *  - the 6-bit scales and mins unpacked with vector ops from the 12-byte
+ *    field, spread to lanes by vpshufb (Q4_K/Q5_K) or vpermw (Q6_K);
+ *  - the min term (Q4_K/Q5_K) and the -32 offset (Q6_K) from the
+ *    activation's bsums with one vpmaddwd, in float with its own factor.
+ * Only the per-super-block float factor d * d_act is applied in float, so
+ * results equal the scalar reference up to float summation order.
+ * Prefill: a super-block is unpacked once and used for up to 4 tokens, over
+ * chunks of 64 rows so weights stay in L2 while token groups pass.
  */
 #if defined(__x86_64__) || defined(_M_X64)
-#define KQ_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl"
-#define KQ_FILL tp_kern_kquant_avx512_ops
-#include "model/kernels_kquant_x86_impl.h"
+#include <immintrin.h>
+#include <string.h>
+
+#include "model/kernels_impl.h"
+
+#define KQ_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
+#define KFN static inline __attribute__((always_inline, target(KQ_TARGET)))
+#define KOUT static __attribute__((target(KQ_TARGET)))
+#define ROW(w, rb, r) ((const void *)((const char *)(w) + (size_t)(r) * (rb)))
+
+enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };
+#define KQ_MAX_TOK 4   /* tokens sharing one unpacked super-block */
+#define KQ_ROW_CHUNK 64 /* rows per pass of the token groups (prefill) */
+
+/* vpshufb indices (u16 lanes: low byte = source byte, 0x80 zeroes the high byte).
+ * sidx[k]: Q4_K/Q5_K zmm k holds sub-blocks 2k (words 0-15) and 2k+1 (words 16-31). */
+static const uint16_t kq_sidx[4][32] __attribute__((aligned(64))) = {
+#define KQ_S(a, b) {a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b}
+    KQ_S(0x8000, 0x8001), KQ_S(0x8002, 0x8003), KQ_S(0x8004, 0x8005), KQ_S(0x8006, 0x8007),
+#undef KQ_S
+};
+/* midx: mins (bytes 8-15 of the unpacked field) per bsum lane j: mn[j / 2] */
+static const uint16_t kq_midx[16] __attribute__((aligned(32))) = {0x8008, 0x8008, 0x8009, 0x8009, 0x800a, 0x800a,
+                                                                   0x800b, 0x800b, 0x800c, 0x800c, 0x800d, 0x800d,
+                                                                   0x800e, 0x800e, 0x800f, 0x800f};
+/* p6[z]: vpermw indices, Q6_K zmm z covers the 16-value sub-blocks 4z..4z+3 (8 words each) */
+static const uint16_t kq_p6[4][32] __attribute__((aligned(64))) = {
+#define KQ_P(a) {a, a, a, a, a, a, a, a, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, \
+                 a + 2, a + 2, a + 2, a + 2, a + 2, a + 2, a + 2, a + 2, a + 3, a + 3, a + 3, a + 3, a + 3, a + 3, a + 3, a + 3}
+    KQ_P(0), KQ_P(4), KQ_P(8), KQ_P(12),
+#undef KQ_P
+};
+
+KFN float kq_h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* The 8 6-bit scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K/Q5_K block
+ * (ggml's get_scale_min_k4 for all j at once), in vector registers.  Reads 16
+ * bytes from the 12-byte field: the 4 after it are the block's qs. */
+KFN __m128i kq_scales_mins(const uint8_t *scales12)
+{
+    const __m128i u = _mm_loadu_si128((const __m128i *)scales12); /* u32 lanes u0 u1 u2 (u3: not ours) */
+    const __m128i a = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)); /* u0 u2 u1 u2 */
+    const __m128i b = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0)); /* u0 u0 u1 u1 */
+    /* lanes 0, 2: u0 & 0x3f.., u1 & 0x3f.. (sc 0-3, mn 0-3)
+     * lanes 1, 3: ((u2 >> {0,4}) & 0x0f..) | (((u{0,1} >> 6) & 0x03..) << 4) (sc 4-7, mn 4-7) */
+    const __m128i lo = _mm_and_si128(a, _mm_set1_epi32(0x3f3f3f3f));
+    const __m128i t = _mm_srlv_epi32(a, _mm_set_epi32(4, 0, 0, 0));
+    const __m128i h = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_set1_epi32(0x30303030));
+    const __m128i hi = _mm_ternarylogic_epi32(t, _mm_set1_epi32(0x0f0f0f0f), h, 0xEA); /* (A & B) | C */
+    return _mm_blend_epi32(lo, hi, 0xA);
+}
+
+/* One weight super-block unpacked: q[k] = unsigned values for activation
+ * elements 64k..64k+63, s[k] = their scales as i16 lanes of vpmaddubsw's
+ * output; m16 = the factors of the activation bsums (i16, one per 16 values)
+ * for the subtracted term, which is scaled by dm. */
+struct kq_unp {
+    __m512i q[4], s[4];
+    __m256i m16;
+    float d, dm;
+};
+
+KFN void kq_unpack(const int type, const void *wrow, int64_t i, struct kq_unp *u)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    if (type == KQ_Q6_K) {
+        const tp_blk_q6_k *b = (const tp_blk_q6_k *)wrow + i;
+        u->d = kq_h2f(b->d);
+        u->dm = 32.0f * u->d; /* value = q - 32: subtract 32 * sum_j sc_j * bsum_j */
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        u->m16 = sc16;
+        const __m512i scz = _mm512_castsi256_si512(sc16); /* vpermw indices < 16: upper half unused */
+        for (int z = 0; z < 4; z++) u->s[z] = _mm512_permutexvar_epi16(_mm512_load_si512(kq_p6[z]), scz);
+        const __m512i m30 = _mm512_set1_epi8(0x30);
+        /* bits 2q..2q+1 of qh[k] are the high bits of quarter q: to bit 4 by << 4, << 2, >> 0, >> 2 */
+        const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+        const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+        for (int h = 0; h < 2; h++) {
+            const __m512i ql = _mm512_loadu_si512(b->ql + 64 * h);
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
+            const __m512i hl = _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30);
+            const __m512i hh = _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30);
+            u->q[2 * h] = _mm512_ternarylogic_epi32(ql, m4, hl, 0xEA);
+            u->q[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), m4, hh, 0xEA);
+        }
+        return;
+    }
+    const uint8_t *scales, *qs, *qh = NULL;
+    uint16_t dh, dminh;
+    if (type == KQ_Q5_K) {
+        const tp_blk_q5_k *b = (const tp_blk_q5_k *)wrow + i;
+        scales = b->scales, qs = b->qs, qh = b->qh, dh = b->d, dminh = b->dmin;
+    } else {
+        const tp_blk_q4_k *b = (const tp_blk_q4_k *)wrow + i;
+        scales = b->scales, qs = b->qs, dh = b->d, dminh = b->dmin;
+    }
+    u->d = kq_h2f(dh);
+    u->dm = kq_h2f(dminh);
+    const __m128i sm = kq_scales_mins(scales);
+    const __m512i smz = _mm512_broadcast_i32x4(sm);
+    u->m16 = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(sm), _mm256_load_si256((const __m256i *)kq_midx));
+    __m512i qhz = _mm512_setzero_si512();
+    if (type == KQ_Q5_K) qhz = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh));
+    for (int k = 0; k < 4; k++) {
+        u->s[k] = _mm512_shuffle_epi8(smz, _mm512_load_si512(kq_sidx[k]));
+        /* qs[32k + l]: low nibble = value 64k + l, high nibble = value 64k + 32 + l */
+        const __m512i w = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * k)));
+        __m512i q = _mm512_and_si512(_mm512_mask_srli_epi16(w, 0xFFFF0000u, w, 4), m4);
+        if (type == KQ_Q5_K) { /* bit 2k (first 32) / 2k+1 (next 32) of qh[l] adds 16 */
+            const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * k))),
+                                                   _mm256_set1_epi8((char)(1 << (2 * k + 1))), 1);
+            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qhz, bit), q, _mm512_set1_epi8(16));
+        }
+        u->q[k] = q;
+    }
+}
+
+/* acc += d * d_a * sum_k s_k * dot(q_k, a_k);  macc += dm * d_a * (m16 . bsums) */
+KFN void kq_dot(const struct kq_unp *u, const tp_blk_q8_k *a, __m512 *acc, __m256 *macc)
+{
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+    *macc = _mm256_fmadd_ps(_mm256_set1_ps(a->d * u->dm), _mm256_cvtepi32_ps(_mm256_madd_epi16(u->m16, bs)), *macc);
+    __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+    i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(u->q[0], _mm512_loadu_si512(a->qs)), u->s[0]);
+    i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(u->q[1], _mm512_loadu_si512(a->qs + 64)), u->s[1]);
+    i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(u->q[2], _mm512_loadu_si512(a->qs + 128)), u->s[2]);
+    i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(u->q[3], _mm512_loadu_si512(a->qs + 192)), u->s[3]);
+    *acc = _mm512_fmadd_ps(_mm512_set1_ps(a->d * u->d), _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), *acc);
+}
+
+KFN float kq_finish(__m512 acc, __m256 macc)
+{
+    __m256 s = _mm256_sub_ps(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)), macc);
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+/* T (1..KQ_MAX_TOK) tokens of one weight row; each super-block unpacked once for all T. */
+KFN void kq_row(const int type, const void *wr, const char *xq, size_t xrb, int64_t nb, const int T, float *y,
+                int64_t ys)
+{
+    __m512 acc[KQ_MAX_TOK];
+    __m256 macc[KQ_MAX_TOK];
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps(), macc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        struct kq_unp u;
+        kq_unpack(type, wr, i, &u);
+        for (int t = 0; t < T; t++) kq_dot(&u, (const tp_blk_q8_k *)(xq + (size_t)t * xrb) + i, &acc[t], &macc[t]);
+    }
+    for (int t = 0; t < T; t++) y[(int64_t)t * ys] = kq_finish(acc[t], macc[t]);
+}
+
+KFN void kq_matmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
+                   float *y, int64_t ys, int64_t r0, int64_t r1)
+{
+    const int64_t nb = n / TP_QK_K;
+    if (n_tok == 1) { /* decode: one pass over the rows */
+        for (int64_t r = r0; r < r1; r++) kq_row(type, ROW(w, wrb, r), xq, xrb, nb, 1, y + r, ys);
+        return;
+    }
+    for (int64_t c0 = r0; c0 < r1; c0 += KQ_ROW_CHUNK) {
+        const int64_t c1 = c0 + KQ_ROW_CHUNK < r1 ? c0 + KQ_ROW_CHUNK : r1;
+        for (int t0 = 0; t0 < n_tok; t0 += KQ_MAX_TOK) {
+            const int T = n_tok - t0 < KQ_MAX_TOK ? n_tok - t0 : KQ_MAX_TOK;
+            const char *x = (const char *)xq + (size_t)t0 * xrb;
+            for (int64_t r = c0; r < c1; r++) {
+                const void *wr = ROW(w, wrb, r);
+                float *yr = y + (int64_t)t0 * ys + r;
+                switch (T) {
+                case 1: kq_row(type, wr, x, xrb, nb, 1, yr, ys); break;
+                case 2: kq_row(type, wr, x, xrb, nb, 2, yr, ys); break;
+                case 3: kq_row(type, wr, x, xrb, nb, 3, yr, ys); break;
+                default: kq_row(type, wr, x, xrb, nb, 4, yr, ys); break;
+                }
+            }
+        }
+    }
+}
+
+#define KQ_ENTRY(name, type)                                                                                \
+    KOUT void name(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,  \
+                   int64_t ys, int64_t r0, int64_t r1)                                                     \
+    {                                                                                                      \
+        kq_matmul(type, w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1);                                         \
+    }
+KQ_ENTRY(kq512_matmul_q4_k, KQ_Q4_K)
+KQ_ENTRY(kq512_matmul_q5_k, KQ_Q5_K)
+KQ_ENTRY(kq512_matmul_q6_k, KQ_Q6_K)
+
+void tp_kern_kquant_avx512_ops(struct tp_kern_ops *ops)
+{
+    ops->matmul[TP_WTYPE_Q4_K] = kq512_matmul_q4_k;
+    ops->matmul[TP_WTYPE_Q5_K] = kq512_matmul_q5_k;
+    ops->matmul[TP_WTYPE_Q6_K] = kq512_matmul_q6_k;
+}
 #else
 typedef int tp_kernels_kquant_avx512_unused; /* ISO C forbids an empty translation unit */
 #endif
