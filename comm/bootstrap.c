@@ -201,11 +201,16 @@ static enum tp_status parse_hostport(const char *s, char *host, size_t cap, int 
     return TP_OK;
 }
 
-static enum tp_status coordinator_root(struct boot *b, int port, int *fds, struct tp_error *err)
+static enum tp_status coordinator_root(struct boot *b, int port, int listen_fd, int *fds, struct tp_error *err)
 {
     int lfd = -1;
-    enum tp_status rc = tp_sock_listen(NULL, port, &lfd, NULL, err);
-    if (rc != TP_OK) return rc;
+    enum tp_status rc = TP_OK;
+    if (listen_fd > 2 && tp_sock_adopt_listener(listen_fd, port) == 0) {
+        lfd = listen_fd; /* inherited, already bound to the coordinator port */
+        tp_log(TP_LOG_DEBUG, TP_COMM_MODULE, "coordinator: listening on inherited socket %d (port %d)", lfd, port);
+    } else if ((rc = tp_sock_listen(NULL, port, &lfd, NULL, err)) != TP_OK) {
+        return rc;
+    }
     TP_CHECK_GOTO(accept_ranks(b, lfd, 1, b->size, TP_WIRE_REGISTER, fds, err), rc, out);
     size_t tbytes = (size_t)b->size * TP_WIRE_ENTRY_BYTES;
     uint8_t *tab = calloc(1, tbytes + TP_WIRE_FRAME_BYTES);
@@ -295,7 +300,14 @@ enum tp_status tp_bootstrap_tcp(const struct tp_comm_config *cfg, struct tp_net 
     tp_wire_token_digest(token, b.token);
     if (cfg->hostfile && *cfg->hostfile) {
         struct tp_error e = {0};
-        rc = tp_sock_listen(NULL, b.table[b.rank].port, &lfd, NULL, &e);
+        if (cfg->listen_fd > 2 && tp_sock_adopt_listener(cfg->listen_fd, b.table[b.rank].port) == 0) {
+            lfd = cfg->listen_fd; /* the launcher bound it for us */
+            rc = TP_OK;
+            tp_log(TP_LOG_DEBUG, TP_COMM_MODULE, "rank %d: listening on inherited socket %d (port %d)", b.rank, lfd,
+                   b.table[b.rank].port);
+        } else {
+            rc = tp_sock_listen(NULL, b.table[b.rank].port, &lfd, NULL, &e);
+        }
         if (rc != TP_OK) {
             rc = tp_error_set(err, rc, "rank %d (hostfile '%s' entry %d): %s", b.rank, cfg->hostfile, b.rank, e.msg);
             goto out;
@@ -309,7 +321,7 @@ enum tp_status tp_bootstrap_tcp(const struct tp_comm_config *cfg, struct tp_net 
         snprintf(b.table[0].ip, sizeof b.table[0].ip, "%s", host);
         b.table[0].port = port;
         if (b.rank == 0)
-            TP_CHECK_GOTO(coordinator_root(&b, port, net->fds, err), rc, out);
+            TP_CHECK_GOTO(coordinator_root(&b, port, cfg->listen_fd, net->fds, err), rc, out);
         else
             TP_CHECK_GOTO(coordinator_member(&b, host, port, net->fds, err), rc, out);
     } else {

@@ -79,6 +79,7 @@ struct tp_comm_config tp_comm_default_config(void)
     c.world_size = -1;
     c.op_timeout_ms = 30000;
     c.connect_timeout_ms = 60000;
+    c.listen_fd = -1;
     return c;
 }
 
@@ -115,6 +116,8 @@ enum tp_status tp_comm_config_from_env(struct tp_comm_config *cfg, struct tp_err
     if (set) cfg->connect_timeout_ms = (uint32_t)v;
     TP_CHECK_GOTO(env_long("TP_COMM_SHM", 0, 1, &v, &set, err), rc, out);
     if (set) cfg->shm = (int)v;
+    TP_CHECK_GOTO(env_long("TP_LISTEN_FD", 3, 1 << 20, &v, &set, err), rc, out);
+    if (set) cfg->listen_fd = (int)v;
     const char *s;
     if ((s = getenv("TP_HOSTFILE")) != NULL) cfg->hostfile = s;
     if ((s = getenv("TP_COORDINATOR")) != NULL) cfg->coordinator = s;

@@ -80,6 +80,11 @@ struct tp_comm_config {
     uint32_t connect_timeout_ms; /* max time to form the group */
     int shm;                     /* ring: shared-memory rings when all ranks share one host
                                     (TP_COMM_SHM=1); default 0 = TCP everywhere */
+    int listen_fd;               /* ring/rdma: an inherited TCP socket already bound to this rank's
+                                    hostfile port, or on rank 0 to the coordinator port (TP_LISTEN_FD; `tpserve launch` passes one, so no
+                                    other process can take the port between choosing and binding it).
+                                    Used, and closed, instead of binding when it is a socket on that
+                                    port; otherwise ignored.  Default -1: bind the port. */
 };
 
 /* Defaults: ring, rank/world -1, 30 s op timeout, 60 s connect timeout. */
@@ -88,7 +93,7 @@ struct tp_comm_config tp_comm_default_config(void);
 /*
  * Fill cfg from the environment: TP_BACKEND, TP_RANK, TP_WORLD_SIZE,
  * TP_HOSTFILE, TP_COORDINATOR, TP_CLUSTER_TOKEN, TP_COMM_TIMEOUT_MS,
- * TP_COMM_CONNECT_TIMEOUT_MS, TP_COMM_SHM (0/1).
+ * TP_COMM_CONNECT_TIMEOUT_MS, TP_COMM_SHM (0/1), TP_LISTEN_FD.
  * Only variables that are set override cfg.  Malformed values give
  * TP_ERR_INVALID_ARG with a message in err naming the variable.
  * Returned strings point into the environment (valid for the process).

@@ -79,6 +79,10 @@ const char *tp_wire_reject_str(uint32_t reason);
 /* Listen on host:port (host NULL or "" = all interfaces; port 0 = any).
  * Errors name the port and the fix (e.g. "in use"). */
 enum tp_status tp_sock_listen(const char *host, int port, int *fd_out, int *port_out, struct tp_error *err);
+/* Take over fd (inherited from a launcher) as the listening socket for port:
+ * 0 when it is a TCP socket bound to that port (now listening, non-blocking,
+ * close-on-exec; the caller owns it), -1 otherwise (fd left untouched). */
+int tp_sock_adopt_listener(int fd, int port);
 /* One connect attempt with a timeout; *refused set when the peer is not
  * listening yet (worth retrying). */
 enum tp_status tp_sock_connect(const char *host, int port, uint64_t deadline_ns, int *fd_out, int *refused,

@@ -128,6 +128,23 @@ static int socket_any(int port, int *fd_out)
     return 0;
 }
 
+int tp_sock_adopt_listener(int fd, int port)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int type = 0;
+    socklen_t tl = sizeof type;
+    if (fd < 3 || getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM ||
+        getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+        return -1;
+    int bound = ss.ss_family == AF_INET    ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
+                : ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                           : -1;
+    if (bound != port || listen(fd, 64) != 0 || set_nonblock(fd) != 0) return -1;
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return 0;
+}
+
 enum tp_status tp_sock_listen(const char *host, int port, int *fd_out, int *port_out, struct tp_error *err)
 {
     *fd_out = -1;

@@ -4,7 +4,9 @@
  * (TP_RANK, TP_WORLD_SIZE, TP_BACKEND, TP_HOSTFILE, TP_CLUSTER_TOKEN).
  *
  * ring/rdma: a hostfile with N free loopback ports is generated in a private
- * temporary directory (removed at exit) and a random cluster token is put in
+ * temporary directory (removed at exit); each port stays bound by a socket
+ * that its rank inherits (TP_LISTEN_FD, adopted by comm/), so no other
+ * process can take it meanwhile; a random cluster token is put in
  * the environment (--shm adds TP_COMM_SHM=1: shared-memory rings between
  * the local ranks).  Every output line of rank k is prefixed "[rank k] " (on
  * stdout or stderr as the rank wrote it).  SIGINT/SIGTERM/SIGHUP are
@@ -42,11 +44,11 @@
 #define LAUNCH_MAX 64
 #define LAUNCH_GRACE_MS 3000
 
-/* Free TCP ports on 127.0.0.1: bind all n to port 0 first, then release, so
- * the n are distinct. */
-static int free_ports(int n, int *ports)
+/* n distinct free TCP ports on 127.0.0.1, each held by a listening socket
+ * (close-on-exec) that rank i inherits (TP_LISTEN_FD) and listens on, so no
+ * other process can take a port between here and the rank's start-up. */
+static int hold_ports(int n, int *ports, int *fds)
 {
-    int fds[LAUNCH_MAX];
     int rc = 0;
     for (int i = 0; i < n; i++) fds[i] = -1;
     for (int i = 0; i < n && rc == 0; i++) {
@@ -56,15 +58,19 @@ static int free_ports(int n, int *ports)
         a.sin_family = AF_INET;
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&a, sizeof a) != 0 ||
-            getsockname(fds[i], (struct sockaddr *)&a, &al) != 0)
+        if (fds[i] < 0 || fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0 || bind(fds[i], (struct sockaddr *)&a, sizeof a) != 0 ||
+            listen(fds[i], 64) != 0 || getsockname(fds[i], (struct sockaddr *)&a, &al) != 0)
             rc = -1;
         else
             ports[i] = ntohs(a.sin_port);
     }
-    for (int i = 0; i < n; i++)
-        if (fds[i] >= 0) close(fds[i]);
     return rc;
+}
+
+static void release_ports(int n, int *fds)
+{
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0) close(fds[i]), fds[i] = -1;
 }
 
 static int random_token(char *out, size_t cap)
@@ -158,17 +164,19 @@ int tp_cmd_launch(int argc, char **argv)
     if (!mkdtemp(dir)) return tp_cli_fail("launch", "cannot create a temporary directory in %s: %s", dir, strerror(errno));
     snprintf(hostfile, sizeof hostfile, "%s/hostfile.json", dir);
     snprintf(nstr, sizeof nstr, "%d", n);
-    int ports[LAUNCH_MAX];
+    int ports[LAUNCH_MAX], port_fds[LAUNCH_MAX];
     int exit_code = 1;
     static struct tp_sup_child kids[LAUNCH_MAX];
     int n_started = 0;
-    if (free_ports(n, ports) != 0) {
-        tp_cli_fail("launch", "cannot find %d free TCP ports on 127.0.0.1", n);
+    if (hold_ports(n, ports, port_fds) != 0) {
+        tp_cli_fail("launch", "cannot find %d free TCP ports on 127.0.0.1: %s", n, strerror(errno));
+        release_ports(n, port_fds);
         goto cleanup;
     }
     FILE *hf = fopen(hostfile, "w");
     if (!hf) {
         tp_cli_fail("launch", "cannot write %s: %s", hostfile, strerror(errno));
+        release_ports(n, port_fds);
         goto cleanup;
     }
     fprintf(hf, "{\"version\": 1, \"hosts\": [\n");
@@ -180,20 +188,23 @@ int tp_cmd_launch(int argc, char **argv)
 
     if (tp_sup_install() != 0) {
         tp_cli_fail("launch", "pipe: %s", strerror(errno));
+        release_ports(n, port_fds);
         goto cleanup;
     }
     for (int r = 0; r < n; r++) {
-        char rstr[16];
+        char rstr[16], fdstr[16];
         snprintf(rstr, sizeof rstr, "%d", r);
-        const char *env[] = {"TP_RANK", rstr, "TP_WORLD_SIZE", nstr, "TP_BACKEND", backend, "TP_HOSTFILE", hostfile,
+        snprintf(fdstr, sizeof fdstr, "%d", port_fds[r]);
+        const char *env[] = {"TP_LISTEN_FD", fdstr, "TP_RANK", rstr, "TP_WORLD_SIZE", nstr, "TP_BACKEND", backend, "TP_HOSTFILE", hostfile,
                              "TP_CLUSTER_TOKEN", token, "TP_COORDINATOR", NULL, "TP_COMM_SHM", shm ? "1" : getenv("TP_COMM_SHM")};
         memset(&kids[r], 0, sizeof kids[r]);
-        if (tp_sup_spawn(&kids[r], rest_argv, env, (int)(TP_ARRAY_LEN(env) / 2), 0, 0) != 0) {
+        if (tp_sup_spawn(&kids[r], rest_argv, env, (int)(TP_ARRAY_LEN(env) / 2), 0, 0, port_fds[r]) != 0) {
             tp_cli_fail("launch", "cannot start rank %d: %s", r, strerror(errno));
             break;
         }
         n_started++;
     }
+    release_ports(n, port_fds); /* each rank holds its own now */
     const struct tp_sup_config sc = {.who = "launch", .grace_ms = grace_ms};
     exit_code = tp_sup_run(kids, n, n_started, &sc);
 cleanup:

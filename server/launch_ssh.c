@@ -265,7 +265,7 @@ int tp_launch_hostfile_main(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         char *const args[] = {(char *)ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-tt", ranks[i].label,
                               cmd[i], NULL};
-        if (tp_sup_spawn(&ranks[i], args, NULL, 0, 1, 1) != 0) {
+        if (tp_sup_spawn(&ranks[i], args, NULL, 0, 1, 1, -1) != 0) {
             fprintf(stderr, "tpserve launch: cannot start rank %d (%s): %s\n", i, ranks[i].label, strerror(errno));
             break;
         }

@@ -75,7 +75,7 @@ int tp_sup_install(void)
 }
 
 int tp_sup_spawn(struct tp_sup_child *c, char *const argv[], const char *const *env, int n_env, int merge,
-                 int null_stdin)
+                 int null_stdin, int keep_fd)
 {
     int po[2] = {-1, -1}, pe[2] = {-1, -1};
     c->pid = 0;
@@ -99,6 +99,7 @@ int tp_sup_spawn(struct tp_sup_child *c, char *const argv[], const char *const *
         signal(SIGHUP, SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
         signal(SIGCHLD, SIG_DFL);
+        if (keep_fd >= 0) fcntl(keep_fd, F_SETFD, 0);
         for (int i = 0; i < n_env; i++) {
             if (env[2 * i + 1]) setenv(env[2 * i], env[2 * i + 1], 1);
             else unsetenv(env[2 * i]);

@@ -53,11 +53,13 @@ int tp_sup_install(void);
 /*
  * Fork a child that runs argv (execvp) with its stdin from /dev/null when
  * null_stdin, stdout and stderr into pipes (one pipe when merge); setenv
- * pairs env[0..2*n_env) are applied in the child first (value NULL: unset).
+ * pairs env[0..2*n_env) are applied in the child first (value NULL: unset);
+ * keep_fd >= 0 is inherited by the child (its close-on-exec flag cleared
+ * there), every other descriptor of ours is close-on-exec.
  * Fills c->pid and the streams.  0, or -1 with errno (nothing left open).
  */
 int tp_sup_spawn(struct tp_sup_child *c, char *const argv[], const char *const *env, int n_env, int merge,
-                 int null_stdin);
+                 int null_stdin, int keep_fd);
 
 /*
  * Supervise children c[0..n) until all have exited; n_started < n means

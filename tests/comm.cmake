@@ -5,6 +5,12 @@ add_test(NAME comm.launch_selftest COMMAND sh -c
    n=$(printf '%s\\n' \"$out\" | grep -c '^\\[rank [0-2]\\] comm-selftest: rank [0-2] of 3 ok'); [ \"$n\" -eq 3 ]"
   ${_tp_bin})
 set_tests_properties(comm.launch_selftest PROPERTIES LABELS multirank TIMEOUT 60)
+# Every rank listens on the socket launch bound for it (TP_LISTEN_FD): no window for another process to take the port.
+add_test(NAME comm.launch_holds_ports COMMAND sh -c
+  "out=$(TP_LOG_LEVEL=debug \"$0\" launch -n 3 -- \"$0\" comm-selftest 2>&1) || exit 1; \
+   n=$(printf '%s\\n' \"$out\" | grep -c 'rank [0-2]: listening on inherited socket'); [ \"$n\" -eq 3 ]"
+  ${_tp_bin})
+set_tests_properties(comm.launch_holds_ports PROPERTIES LABELS multirank TIMEOUT 60)
 # One rank exits 7: launch stops the others and exits with 7.
 add_test(NAME comm.launch_failure_propagates COMMAND sh -c
   "\"$0\" launch -n 3 --grace-ms 1000 -- \"$0\" comm-selftest --exit-rank 1 --exit-code 7; [ $? -eq 7 ]"

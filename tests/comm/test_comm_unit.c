@@ -36,7 +36,7 @@ static void test_names(void)
 }
 
 static const char *k_env[] = {"TP_BACKEND", "TP_RANK", "TP_WORLD_SIZE", "TP_HOSTFILE", "TP_COORDINATOR",
-                              "TP_CLUSTER_TOKEN", "TP_COMM_TIMEOUT_MS", "TP_COMM_CONNECT_TIMEOUT_MS"};
+                              "TP_CLUSTER_TOKEN", "TP_COMM_TIMEOUT_MS", "TP_COMM_CONNECT_TIMEOUT_MS", "TP_LISTEN_FD"};
 
 static void clear_env(void)
 {
@@ -58,7 +58,10 @@ static void test_config_env(void)
     setenv("TP_HOSTFILE", "/x/hosts.json", 1);
     setenv("TP_CLUSTER_TOKEN", "tok", 1);
     setenv("TP_COMM_TIMEOUT_MS", "1500", 1);
+    CU_ASSERT_EQUAL(cfg.listen_fd, -1);
+    setenv("TP_LISTEN_FD", "7", 1);
     CU_ASSERT_EQUAL(tp_comm_config_from_env(&cfg, &err), TP_OK);
+    CU_ASSERT_EQUAL(cfg.listen_fd, 7);
     CU_ASSERT_EQUAL(cfg.backend, TP_COMM_BACKEND_MPI);
     CU_ASSERT_EQUAL(cfg.rank, 3);
     CU_ASSERT_EQUAL(cfg.world_size, 4);
@@ -67,7 +70,8 @@ static void test_config_env(void)
     CU_ASSERT_EQUAL(cfg.op_timeout_ms, 1500);
     static const char *bad[][2] = {{"TP_RANK", "abc"},           {"TP_RANK", "-1"},
                                    {"TP_WORLD_SIZE", "0"},       {"TP_COMM_TIMEOUT_MS", "10s"},
-                                   {"TP_BACKEND", "nccl"},       {"TP_WORLD_SIZE", ""}};
+                                   {"TP_BACKEND", "nccl"},       {"TP_WORLD_SIZE", ""},
+                                   {"TP_LISTEN_FD", "1"}};
     for (size_t i = 0; i < TP_ARRAY_LEN(bad); i++) {
         clear_env();
         setenv(bad[i][0], bad[i][1], 1);
@@ -390,7 +394,37 @@ static void test_example_hostfiles(void)
     CU_ASSERT_EQUAL(tp_hostfile_load(ver, &hf, &err), TP_ERR_FORMAT);
 }
 
+/* An inherited listener is adopted only when it is a TCP socket bound to the rank's port. */
+static void test_adopt_listener(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CU_ASSERT_FATAL(fd >= 3);
+    struct sockaddr_in a;
+    socklen_t al = sizeof a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CU_ASSERT_EQUAL_FATAL(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    CU_ASSERT_EQUAL_FATAL(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+    int port = ntohs(a.sin_port);
+    CU_ASSERT_EQUAL(tp_sock_adopt_listener(fd, port == 65535 ? 1 : port + 1), -1); /* another port */
+    CU_ASSERT_EQUAL(tp_sock_adopt_listener(fd, port), 0);
+    /* it listens now: a connection is accepted */
+    int cfd = socket(AF_INET, SOCK_STREAM, 0);
+    CU_ASSERT_EQUAL(connect(cfd, (struct sockaddr *)&a, sizeof a), 0);
+    close(cfd);
+    close(fd);
+    int p[2];
+    CU_ASSERT_EQUAL_FATAL(pipe(p), 0);
+    CU_ASSERT_EQUAL(tp_sock_adopt_listener(p[0], port), -1); /* not a socket */
+    close(p[0]);
+    close(p[1]);
+    CU_ASSERT_EQUAL(tp_sock_adopt_listener(0, port), -1); /* never stdio */
+    CU_ASSERT_EQUAL(tp_sock_adopt_listener(-1, port), -1);
+}
+
 static const struct tp_test_case unit_cases[] = {
+    {"adopt_listener", test_adopt_listener},
     {"example_hostfiles", test_example_hostfiles},
     {"names", test_names},
     {"config_from_env", test_config_env},

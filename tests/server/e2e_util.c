@@ -25,17 +25,20 @@
 #endif
 #include "tp_test.h"
 
-static int free_port(void)
+/* A free loopback port, kept bound by *fd_out (rank 0 inherits it as
+ * TP_LISTEN_FD, so no parallel test can take the port meanwhile). */
+static int hold_port(int *fd_out)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t l = sizeof a;
+    *fd_out = -1;
     if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &l) != 0) {
         if (fd >= 0) close(fd);
         return -1;
     }
-    close(fd);
+    *fd_out = fd;
     return ntohs(a.sin_port);
 }
 
@@ -43,9 +46,13 @@ static int srv_start_impl(struct srv *s, int world, int launch, const char *cons
 {
     memset(s, 0, sizeof *s);
     s->n = launch ? 1 : world;
-    int coord = world > 1 ? free_port() : 0;
+    int coord_fd = -1;
+    int coord = world > 1 && !launch ? hold_port(&coord_fd) : 0;
     int fds[2];
-    if (pipe(fds) != 0) return -1;
+    if (pipe(fds) != 0) {
+        if (coord_fd >= 0) close(coord_fd);
+        return -1;
+    }
     for (int rank = 0; rank < s->n; rank++) {
         pid_t pid = fork();
         if (pid < 0) return -1;
@@ -62,6 +69,12 @@ static int srv_start_impl(struct srv *s, int world, int launch, const char *cons
                 snprintf(buf, sizeof buf, "127.0.0.1:%d", coord);
                 setenv("TP_COORDINATOR", buf, 1);
                 setenv("TP_COMM_TIMEOUT_MS", "10000", 1);
+                if (rank == 0) {
+                    snprintf(buf, sizeof buf, "%d", coord_fd);
+                    setenv("TP_LISTEN_FD", buf, 1);
+                } else if (coord_fd >= 0) {
+                    close(coord_fd);
+                }
             }
             const char *argv[64];
             int k = 0;
@@ -89,6 +102,7 @@ static int srv_start_impl(struct srv *s, int world, int launch, const char *cons
         }
         s->pid[rank] = pid;
     }
+    if (coord_fd >= 0) close(coord_fd);
     close(fds[1]);
     /* read rank 0's stdout until "serving on http://HOST:PORT" (30 s) */
     char buf[4096];
