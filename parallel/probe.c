@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "model/gguf.h"
+#include "model/mlx_impl.h"
 #include "model/tsrc_impl.h"
 #include "parallel/parallel_impl.h"
 
@@ -41,11 +42,15 @@ enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, stru
     mc.n_threads = 1;
     TP_CHECK_GOTO(tp_model_init(&mc, &m, err), rc, out);
     out->hp = *tp_model_hparams(m);
-    struct tp_tsrc src = {TP_TSRC_GGUF, NULL, NULL};
+    struct tp_tsrc src = {.kind = TP_TSRC_GGUF};
     if (tp_hf_is_dir(path)) {
         src.kind = TP_TSRC_HF;
         TP_CHECK_GOTO(tp_st_open(path, &st, err), rc, out);
         src.st = st;
+        struct tp_mlx_quant *mq = NULL; /* MLX: config bits name the packed tensors' types */
+        TP_CHECK_GOTO(tp_mlx_read_quant(path, &mq, err), rc, out);
+        src.mlx_bits = mq ? mq->bits : 0;
+        tp_mlx_quant_free(mq);
     } else {
         TP_CHECK_GOTO(tp_gguf_open(path, &g, err), rc, out);
         src.gguf = g;

@@ -1,6 +1,7 @@
 /*
- * server/cmd_info.c - `tpserve info MODEL`: what a model file holds and what
- * it needs.  The GGUF reader (model/gguf.h) gives the file-level facts
+ * server/cmd_info.c - `tpserve info MODEL`: what a model file (or Hugging
+ * Face directory) holds and what it needs.  The GGUF reader (model/gguf.h)
+ * or the safetensors reader (model/safetensors.h) gives the file-level facts
  * (version, tensors, types, sizes); the loader in vocab-only mode gives the
  * hyper-parameters and tokenizer exactly as tpserve will use them (so its
  * refusals, e.g. an unsupported architecture, show up here with the
@@ -18,6 +19,7 @@
 #include "cli.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "model/tsrc_impl.h"
 #include "parallel/parallel.h"
 
 static double mib(uint64_t b) { return (double)b / 1048576.0; }
@@ -34,10 +36,38 @@ static const char *ftype_name(int64_t f)
     return "other";
 }
 
-static enum tp_wtype tensor_type(const tp_gguf_t *g, const char *name, enum tp_wtype def)
+static enum tp_wtype tensor_type(const struct tp_tsrc *src, const char *name, enum tp_wtype def)
 {
-    const struct tp_gguf_tensor *t = tp_gguf_find_tensor(g, name);
-    return t ? t->type : def;
+    struct tp_tsrc_tensor t;
+    return tp_tsrc_find(src, name, &t) ? t.type : def;
+}
+
+/* File-level facts of a Hugging Face directory (config.json + safetensors). */
+static int hf_file_facts(const char *path, tp_st_t *st, uint64_t *weight_bytes)
+{
+    uint64_t bytes[TP_ST_DTYPE_COUNT] = {0}, n_params = 0, file_bytes = 0;
+    int count[TP_ST_DTYPE_COUNT] = {0};
+    *weight_bytes = 0;
+    for (int i = 0; i < tp_st_n_files(st); i++) file_bytes += tp_st_file_size(st, i);
+    printf("directory   %s (Hugging Face: config.json, %d safetensors file%s, %.1f MiB)\n", path, tp_st_n_files(st),
+           tp_st_n_files(st) == 1 ? "" : "s", mib(file_bytes));
+    for (int i = 0; i < tp_st_n_tensors(st); i++) {
+        const struct tp_st_tensor *t = tp_st_tensor(st, i);
+        count[t->dtype]++;
+        bytes[t->dtype] += t->n_bytes;
+        *weight_bytes += t->n_bytes;
+        n_params += (uint64_t)t->n_elems;
+    }
+    printf("tensors     %d:", tp_st_n_tensors(st));
+    for (int d = 0; d < TP_ST_DTYPE_COUNT; d++)
+        if (count[d]) printf(" %s x%d (%.1f MiB)", tp_st_dtype_name((enum tp_st_dtype)d), count[d], mib(bytes[d]));
+    printf("\n");
+    const char *fmt = tp_st_metadata(st, "format");
+    if (fmt) printf("format      %s (safetensors __metadata__)\n", fmt);
+    printf("weights     %.1f MiB, %.3f %s parameters\n", mib(*weight_bytes),
+           n_params >= 1000000000ull ? (double)n_params / 1e9 : (double)n_params / 1e6,
+           n_params >= 1000000000ull ? "B" : "M");
+    return 0;
 }
 
 /* Printable token text: control characters escaped, at most 24 bytes. */
@@ -71,7 +101,7 @@ int tp_cmd_info(int argc, char **argv)
     };
     const char *pos[1] = {NULL};
     int np = 0;
-    int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] MODEL.gguf", opts, argc, argv, pos, 1, &np, NULL,
+    int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] MODEL.gguf|HF_DIR", opts, argc, argv, pos, 1, &np, NULL,
                           NULL);
     if (rc) return rc == 1 ? 0 : rc;
     if (np != 1) {
@@ -84,18 +114,29 @@ int tp_cmd_info(int argc, char **argv)
 
     struct tp_error err = {0};
     tp_gguf_t *g = NULL;
+    tp_st_t *st = NULL;
     tp_model_t *m = NULL;
     int exit_code = 1;
+    struct tp_tsrc tsrc = {.kind = TP_TSRC_GGUF};
+    uint64_t type_bytes[TP_WTYPE_COUNT] = {0}, weight_bytes = 0, n_params = 0;
+    int64_t shard_rank = -1, shard_world = 0;
+    const char *name = NULL, *arch_s = "?";
+    if (tp_hf_is_dir(path)) {
+        if (tp_st_open(path, &st, &err) != TP_OK) return tp_cli_fail("info", "%s", err.msg);
+        tsrc.kind = TP_TSRC_HF;
+        tsrc.st = st;
+        hf_file_facts(path, st, &weight_bytes);
+        goto loader;
+    }
     if (tp_gguf_open(path, &g, &err) != TP_OK) return tp_cli_fail("info", "%s", err.msg);
+    tsrc.gguf = g;
 
     /* ---- file level ---- */
-    const char *name = NULL, *arch_s = "?";
     (void)tp_gguf_get_str(g, "general.name", &name);
     (void)tp_gguf_get_str(g, "general.architecture", &arch_s);
     printf("file        %s (GGUF v%u, %.1f MiB, alignment %u, %d keys)\n", path, tp_gguf_version(g),
            mib(tp_gguf_file_size(g)), tp_gguf_alignment(g), tp_gguf_n_kv(g));
     if (name) printf("name        %s\n", name);
-    int64_t shard_rank = -1, shard_world = 0;
     if (tp_gguf_get_int(g, "tpserve.shard.world_size", &shard_world) == TP_OK &&
         tp_gguf_get_int(g, "tpserve.shard.rank", &shard_rank) == TP_OK) {
         const char *src = NULL;
@@ -104,7 +145,6 @@ int tp_cmd_info(int argc, char **argv)
                (long long)shard_rank, (long long)shard_world, src ? src : "?");
     }
 
-    uint64_t type_bytes[TP_WTYPE_COUNT] = {0}, weight_bytes = 0, n_params = 0;
     int type_count[TP_WTYPE_COUNT] = {0}, other = 0;
     const int n_t = tp_gguf_n_tensors(g);
     for (int i = 0; i < n_t; i++) {
@@ -132,6 +172,7 @@ int tp_cmd_info(int argc, char **argv)
            n_params ? 8.0 * (double)weight_bytes / (double)n_params : 0.0);
 
     /* ---- as the loader sees it ---- */
+loader:;
     struct tp_model_config mc = tp_model_default_config();
     mc.path = path;
     mc.vocab_only = 1;
@@ -145,7 +186,8 @@ int tp_cmd_info(int argc, char **argv)
      * (tied output head, Llama 3 rope_freqs) are taken from the file here */
     struct tp_hparams hpv = *tp_model_hparams(m);
     const struct tp_hparams *hp = &hpv;
-    if (!tp_gguf_find_tensor(g, "output.weight")) hpv.tied_embeddings = 1;
+    struct tp_tsrc_tensor head;
+    if (!tp_tsrc_find(&tsrc, "output.weight", &head)) hpv.tied_embeddings = 1;
     const struct tp_gguf_tensor *rf = tp_gguf_find_tensor(g, "rope_freqs.weight");
     if (rf && hpv.rope_scaling == TP_ROPE_SCALING_NONE && rf->type == TP_WTYPE_F32 && rf->n_elems > 0) {
         hpv.rope_scaling = TP_ROPE_SCALING_LLAMA3;
@@ -168,8 +210,12 @@ int tp_cmd_info(int argc, char **argv)
     show_token(tok, tp_tokenizer_bos(tok), bos, sizeof(bos));
     show_token(tok, tp_tokenizer_eos(tok), eos, sizeof(eos));
     const char *pre = NULL, *tmodel = NULL;
-    (void)tp_gguf_get_str(g, "tokenizer.ggml.model", &tmodel);
-    (void)tp_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
+    if (g) {
+        (void)tp_gguf_get_str(g, "tokenizer.ggml.model", &tmodel);
+        (void)tp_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
+    } else {
+        tmodel = "tokenizer.json";
+    }
     printf("tokenizer   %s (%s%s%s), %d tokens, bos %s, eos %s, adds bos %s\n",
            tp_tokenizer_kind(tok) == TP_TOK_SPM ? "sentencepiece" : "byte-level bpe", tmodel ? tmodel : "?",
            pre ? ", pre " : "", pre ? pre : "", tp_tokenizer_n_vocab(tok), bos, eos,
@@ -195,16 +241,16 @@ int tp_cmd_info(int argc, char **argv)
            mib(weight_bytes + kv_bytes), mib(weight_bytes), mib(kv_bytes), ctx, kv_heads);
 
     struct tp_plan_types types;
-    const enum tp_wtype wt = tensor_type(g, "blk.0.attn_q.weight", TP_WTYPE_F32);
+    const enum tp_wtype wt = tensor_type(&tsrc, "blk.0.attn_q.weight", TP_WTYPE_F32);
     types.attn_q = wt;
-    types.attn_k = tensor_type(g, "blk.0.attn_k.weight", wt);
-    types.attn_v = tensor_type(g, "blk.0.attn_v.weight", wt);
-    types.attn_o = tensor_type(g, "blk.0.attn_output.weight", wt);
-    types.ffn_gate = tensor_type(g, "blk.0.ffn_gate.weight", wt);
-    types.ffn_up = tensor_type(g, "blk.0.ffn_up.weight", wt);
-    types.ffn_down = tensor_type(g, "blk.0.ffn_down.weight", wt);
-    types.token_embd = tensor_type(g, "token_embd.weight", wt);
-    types.output = tensor_type(g, "output.weight", types.token_embd);
+    types.attn_k = tensor_type(&tsrc, "blk.0.attn_k.weight", wt);
+    types.attn_v = tensor_type(&tsrc, "blk.0.attn_v.weight", wt);
+    types.attn_o = tensor_type(&tsrc, "blk.0.attn_output.weight", wt);
+    types.ffn_gate = tensor_type(&tsrc, "blk.0.ffn_gate.weight", wt);
+    types.ffn_up = tensor_type(&tsrc, "blk.0.ffn_up.weight", wt);
+    types.ffn_down = tensor_type(&tsrc, "blk.0.ffn_down.weight", wt);
+    types.token_embd = tensor_type(&tsrc, "token_embd.weight", wt);
+    types.output = tensor_type(&tsrc, "output.weight", types.token_embd);
     if (shard_world > 0) { /* per-rank figures need the whole model */
         printf("per rank    see 'tpserve info' of the model this shard was cut from\n");
         exit_code = 0;
@@ -235,5 +281,6 @@ int tp_cmd_info(int argc, char **argv)
 out:
     tp_model_free(m);
     tp_gguf_close(g);
+    tp_st_close(st);
     return exit_code;
 }
