@@ -56,3 +56,35 @@ else()
   message(STATUS "clang with -fsanitize=fuzzer not found: model.fuzz_gguf (libFuzzer) is not registered; "
                  "model.fuzz_gguf_replay still runs the seeds and random mutations")
 endif()
+
+# ---- safetensors reader (tests/fuzz/fuzz_safetensors.c), same scheme as the GGUF fuzzing above:
+#   model.fuzz_safetensors_replay  (unit)  handcrafted seeds (each corrupt one must be refused) + 5 s of mutations
+#   model.fuzz_safetensors         (slow)  libFuzzer + ASan/UBSan with clang, 30 s bounded, when available
+add_executable(fuzz_safetensors_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_safetensors.c)
+target_compile_definitions(fuzz_safetensors_replay PRIVATE TP_FUZZ_STANDALONE)
+target_link_libraries(fuzz_safetensors_replay PRIVATE tp_model)
+add_test(NAME model.fuzz_safetensors_replay COMMAND fuzz_safetensors_replay --mutate 5)
+set_tests_properties(model.fuzz_safetensors_replay PROPERTIES LABELS unit TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "no crash")
+if(_tp_fuzz_ok)
+  find_library(TP_CJSON_LIB NAMES cjson)
+  set(_st_srcs ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_safetensors.c ${PROJECT_SOURCE_DIR}/model/safetensors.c
+               ${PROJECT_SOURCE_DIR}/common/status.c ${PROJECT_SOURCE_DIR}/common/log.c)
+  add_custom_command(
+    OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/fuzz_safetensors
+    COMMAND ${_tp_clang} -std=c11 -D_DEFAULT_SOURCE -O1 -g -fno-omit-frame-pointer
+            -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+            -I${PROJECT_SOURCE_DIR} ${_st_srcs} ${TP_CJSON_LIB} -o ${CMAKE_CURRENT_BINARY_DIR}/fuzz_safetensors
+    DEPENDS ${_st_srcs} ${PROJECT_SOURCE_DIR}/model/safetensors.h ${PROJECT_SOURCE_DIR}/common/common.h
+    COMMENT "Building libFuzzer target fuzz_safetensors with ${_tp_clang}")
+  add_custom_target(fuzz_safetensors ALL DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/fuzz_safetensors)
+  set(_st_corpus ${CMAKE_CURRENT_BINARY_DIR}/fuzz_safetensors_corpus)
+  add_test(NAME model.fuzz_safetensors_seeds COMMAND fuzz_safetensors_replay --seeds ${_st_corpus})
+  set_tests_properties(model.fuzz_safetensors_seeds PROPERTIES LABELS slow TIMEOUT 30
+    FIXTURES_SETUP fuzz_safetensors_corpus)
+  add_test(NAME model.fuzz_safetensors
+           COMMAND ${CMAKE_CURRENT_BINARY_DIR}/fuzz_safetensors -max_total_time=30 -rss_limit_mb=2048 -max_len=4096
+                   -print_final_stats=1 ${_st_corpus})
+  set_tests_properties(model.fuzz_safetensors PROPERTIES LABELS slow TIMEOUT 120
+    FIXTURES_REQUIRED fuzz_safetensors_corpus ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1")
+endif()
