@@ -3,17 +3,23 @@
  * call of the same meaning on a private duplicate of MPI_COMM_WORLD (or the
  * communicator made by split).  Rank and size come from MPI (mpirun, srun,
  * an MPIJob); f16/bf16 use user-defined MPI ops that reduce in f32.  Errors
- * are returned (MPI_ERRORS_RETURN) and poison the group; MPI itself has no
- * per-operation timeout: a dead peer is detected by the MPI runtime (mpirun
- * aborts the job).  MPI_Init_thread is called on first use
+ * are returned (MPI_ERRORS_RETURN) and poison the group.  MPI has no
+ * per-operation timeout, so every call is the non-blocking variant finished
+ * by polling MPI_Test until the group's op timeout (TP_COMM_TIMEOUT_MS) or
+ * tp_comm_abort: a dead or stuck peer gives TP_ERR_TIMEOUT on every rank
+ * that waits for it, instead of a hang.  A collective that never completed
+ * cannot be cancelled, so after one the process leaves MPI without
+ * MPI_Comm_free / MPI_Finalize (both could block forever) and mpirun then
+ * stops the other ranks.  MPI_Init_thread is called on first use
  * (MPI_THREAD_SERIALIZED) and MPI_Finalize when the last mpi group is freed,
- * if we initialised MPI.  Built only with TP_HAVE_MPI; otherwise the backend
+ * if we initialised MPI and nothing got stuck.  Built only with TP_HAVE_MPI; otherwise the backend
  * answers TP_ERR_NOT_BUILT.
  */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm_impl.h"
 
@@ -53,10 +59,12 @@ enum tp_status tp_mpi_wait(struct tp_comm *c, int slot)
 struct mpi_state {
     MPI_Comm comm;
     MPI_Request reqs[TP_COMM_MAX_INFLIGHT];
+    uint32_t timeout_ms;   /* per operation */
 };
 
 static int g_mpi_users;        /* live mpi groups (engine thread only) */
 static int g_we_initialised;
+static int g_stuck;            /* a request never completed: no MPI_Comm_free / MPI_Finalize */
 static MPI_Op g_half_ops[2][TP_RED_COUNT]; /* [bf16][op] */
 
 #define MPI_CHUNK ((size_t)1 << 30) /* elements per call: MPI counts are int */
@@ -110,6 +118,44 @@ static enum tp_status mpi_fail(struct tp_comm *c, const char *what, int code)
         if (e_ != MPI_SUCCESS) return mpi_fail(c, what, e_); \
     } while (0)
 
+#define MPI_SPIN_NS 1000000ull /* poll MPI_Test flat out this long, then 50 us naps */
+
+/* Drive *rq to completion (MPI_Test) within the op timeout; status may be
+ * NULL.  On timeout or abort the request stays pending for good. */
+static enum tp_status finish(struct tp_comm *c, MPI_Request *rq, MPI_Status *status, const char *what)
+{
+    const uint64_t t0 = tp_now_ns(), limit = (uint64_t)ST(c)->timeout_ms * 1000000ull;
+    for (;;) {
+        int done = 0;
+        int e = MPI_Test(rq, &done, status ? status : MPI_STATUS_IGNORE);
+        if (e != MPI_SUCCESS) return mpi_fail(c, what, e);
+        if (done) return TP_OK;
+        const uint64_t dt = tp_now_ns() - t0;
+        if (atomic_load(&c->poisoned) || dt > limit) {
+            g_stuck = 1;
+            if (dt > limit)
+                return tp_comm_fail(c, TP_ERR_TIMEOUT,
+                                    "%s: no progress for %u ms: another rank is dead, stuck or far behind (raise "
+                                    "TP_COMM_TIMEOUT_MS if it is only slow)",
+                                    what, ST(c)->timeout_ms);
+            return tp_comm_fail(c, TP_ERR_CANCELLED, "%s: aborted", what);
+        }
+        if (dt > MPI_SPIN_NS) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* Start a non-blocking call (expr fills rq) and finish it. */
+#define RUN(c, what, rq, expr)                                   \
+    do {                                                         \
+        int e_ = (expr);                                         \
+        if (e_ != MPI_SUCCESS) return mpi_fail(c, what, e_);     \
+        enum tp_status s_ = finish(c, &(rq), NULL, what);        \
+        if (s_ != TP_OK) return s_;                              \
+    } while (0)
+
 /* MPI moves the bytes itself: count the payload (what the caller handed in
  * and got back), not MPI's internal traffic. */
 static void account(struct tp_comm *c, size_t sent, size_t received)
@@ -126,8 +172,9 @@ static enum tp_status m_all_reduce(struct tp_comm *c, const void *send, void *re
     for (size_t o = 0; o < count; o += MPI_CHUNK) {
         int n = (int)TP_MIN(MPI_CHUNK, count - o);
         const void *s = send == recv ? MPI_IN_PLACE : (const unsigned char *)send + o * es;
-        CALL(c, "MPI_Allreduce",
-             MPI_Allreduce(s, (unsigned char *)recv + o * es, n, mpi_type(dt), mpi_op(dt, op), ST(c)->comm));
+        MPI_Request rq;
+        RUN(c, "MPI_Allreduce", rq,
+            MPI_Iallreduce(s, (unsigned char *)recv + o * es, n, mpi_type(dt), mpi_op(dt, op), ST(c)->comm, &rq));
     }
     return TP_OK;
 }
@@ -143,7 +190,9 @@ static enum tp_status m_all_gather(struct tp_comm *c, const void *send, void *re
     const size_t bytes = count * tp_dtype_size(dt);
     const void *s = send == (unsigned char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
     account(c, bytes, bytes * (size_t)(c->size - 1));
-    CALL(c, "MPI_Allgather", MPI_Allgather(s, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), ST(c)->comm));
+    MPI_Request rq;
+    RUN(c, "MPI_Allgather", rq,
+        MPI_Iallgather(s, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), ST(c)->comm, &rq));
     return TP_OK;
 }
 
@@ -151,8 +200,9 @@ static enum tp_status m_reduce_scatter(struct tp_comm *c, const void *send, void
                                        enum tp_dtype dt)
 {
     if (count > INT_MAX) return too_big(c, "sum_scatter", count);
-    CALL(c, "MPI_Reduce_scatter_block",
-         MPI_Reduce_scatter_block(send, recv, (int)count, mpi_type(dt), mpi_op(dt, TP_RED_SUM), ST(c)->comm));
+    MPI_Request rq;
+    RUN(c, "MPI_Reduce_scatter_block", rq,
+        MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_type(dt), mpi_op(dt, TP_RED_SUM), ST(c)->comm, &rq));
     return TP_OK;
 }
 
@@ -161,7 +211,8 @@ static enum tp_status m_broadcast(struct tp_comm *c, void *buf, size_t count, en
     const size_t es = tp_dtype_size(dt);
     for (size_t o = 0; o < count; o += MPI_CHUNK) {
         int n = (int)TP_MIN(MPI_CHUNK, count - o);
-        CALL(c, "MPI_Bcast", MPI_Bcast((unsigned char *)buf + o * es, n, mpi_type(dt), root, ST(c)->comm));
+        MPI_Request rq;
+        RUN(c, "MPI_Bcast", rq, MPI_Ibcast((unsigned char *)buf + o * es, n, mpi_type(dt), root, ST(c)->comm, &rq));
     }
     return TP_OK;
 }
@@ -173,8 +224,9 @@ static enum tp_status m_scatter(struct tp_comm *c, const void *send, void *recv,
     const size_t bytes = count * tp_dtype_size(dt);
     void *r = recv;
     if (c->rank == root && recv == (const unsigned char *)send + (size_t)root * bytes) r = MPI_IN_PLACE;
-    CALL(c, "MPI_Scatter",
-         MPI_Scatter(send, (int)count, mpi_type(dt), r, (int)count, mpi_type(dt), root, ST(c)->comm));
+    MPI_Request rq;
+    RUN(c, "MPI_Scatter", rq,
+        MPI_Iscatter(send, (int)count, mpi_type(dt), r, (int)count, mpi_type(dt), root, ST(c)->comm, &rq));
     return TP_OK;
 }
 
@@ -185,13 +237,16 @@ static enum tp_status m_gather(struct tp_comm *c, const void *send, void *recv, 
     const size_t bytes = count * tp_dtype_size(dt);
     const void *s = send;
     if (c->rank == root && send == (unsigned char *)recv + (size_t)root * bytes) s = MPI_IN_PLACE;
-    CALL(c, "MPI_Gather", MPI_Gather(s, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), root, ST(c)->comm));
+    MPI_Request rq;
+    RUN(c, "MPI_Gather", rq,
+        MPI_Igather(s, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), root, ST(c)->comm, &rq));
     return TP_OK;
 }
 
 static enum tp_status m_barrier(struct tp_comm *c)
 {
-    CALL(c, "MPI_Barrier", MPI_Barrier(ST(c)->comm));
+    MPI_Request rq;
+    RUN(c, "MPI_Barrier", rq, MPI_Ibarrier(ST(c)->comm, &rq));
     return TP_OK;
 }
 
@@ -199,7 +254,8 @@ static enum tp_status m_send(struct tp_comm *c, const void *buf, size_t bytes, i
 {
     for (size_t o = 0; o == 0 || o < bytes; o += MPI_CHUNK) {
         int n = (int)TP_MIN(MPI_CHUNK, bytes - o);
-        CALL(c, "MPI_Send", MPI_Send((const unsigned char *)buf + o, n, MPI_BYTE, peer, 0, ST(c)->comm));
+        MPI_Request rq;
+        RUN(c, "MPI_Send", rq, MPI_Isend((const unsigned char *)buf + o, n, MPI_BYTE, peer, 0, ST(c)->comm, &rq));
     }
     return TP_OK;
 }
@@ -209,7 +265,10 @@ static enum tp_status m_recv(struct tp_comm *c, void *buf, size_t bytes, int pee
     for (size_t o = 0; o == 0 || o < bytes; o += MPI_CHUNK) {
         int n = (int)TP_MIN(MPI_CHUNK, bytes - o), got = 0;
         MPI_Status status;
-        CALL(c, "MPI_Recv", MPI_Recv((unsigned char *)buf + o, n, MPI_BYTE, peer, 0, ST(c)->comm, &status));
+        MPI_Request rq;
+        CALL(c, "MPI_Irecv", MPI_Irecv((unsigned char *)buf + o, n, MPI_BYTE, peer, 0, ST(c)->comm, &rq));
+        enum tp_status fs = finish(c, &rq, &status, "MPI_Recv");
+        if (fs != TP_OK) return fs;
         MPI_Get_count(&status, MPI_BYTE, &got);
         if (got != n)
             return tp_comm_fail(c, TP_ERR_PROTOCOL,
@@ -238,10 +297,16 @@ static void m_free(struct tp_comm *c)
     if (!st) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && st->comm != MPI_COMM_NULL) MPI_Comm_free(&st->comm);
+    if (!finalized && !g_stuck && st->comm != MPI_COMM_NULL) MPI_Comm_free(&st->comm);
     free(st);
     c->mpi = NULL;
-    if (--g_mpi_users == 0 && g_we_initialised && !finalized) {
+    if (--g_mpi_users == 0 && g_stuck && g_we_initialised && !finalized) {
+        tp_log(TP_LOG_WARN, TP_COMM_MODULE,
+               "mpi: a collective never completed; leaving MPI without MPI_Finalize (mpirun will stop the other "
+               "ranks)");
+        return;
+    }
+    if (g_mpi_users == 0 && g_we_initialised && !finalized) {
         for (int b = 0; b < 2; b++)
             for (int o = 0; o < TP_RED_COUNT; o++) MPI_Op_free(&g_half_ops[b][o]);
         g_ops_ready = 0;
@@ -265,7 +330,7 @@ static const struct tp_coll_ops mpi_ops = {
     .free = m_free,
 };
 
-static enum tp_status attach(struct tp_comm *c, MPI_Comm comm)
+static enum tp_status attach(struct tp_comm *c, MPI_Comm comm, uint32_t timeout_ms)
 {
     struct mpi_state *st = calloc(1, sizeof *st);
     if (!st) {
@@ -273,6 +338,7 @@ static enum tp_status attach(struct tp_comm *c, MPI_Comm comm)
         return TP_ERR_NOMEM;
     }
     st->comm = comm;
+    st->timeout_ms = timeout_ms ? timeout_ms : 30000;
     for (int i = 0; i < TP_COMM_MAX_INFLIGHT; i++) st->reqs[i] = MPI_REQUEST_NULL;
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm, &c->rank);
@@ -296,7 +362,7 @@ static enum tp_status m_split(struct tp_comm *c, int color, int key, struct tp_c
         MPI_Comm_free(&nc);
         return tp_comm_fail(c, TP_ERR_NOMEM, "split: out of memory");
     }
-    if (attach(sub, nc) != TP_OK) {
+    if (attach(sub, nc, ST(c)->timeout_ms) != TP_OK) {
         tp_comm_release(sub);
         return tp_comm_fail(c, TP_ERR_NOMEM, "split: out of memory");
     }
@@ -322,7 +388,7 @@ enum tp_status tp_mpi_init(const struct tp_comm_config *cfg, struct tp_comm *c, 
     MPI_Comm dup = MPI_COMM_NULL;
     if (MPI_Comm_dup(MPI_COMM_WORLD, &dup) != MPI_SUCCESS)
         return tp_error_set(err, TP_ERR_PEER, "MPI_Comm_dup(MPI_COMM_WORLD) failed");
-    if (attach(c, dup) != TP_OK) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    if (attach(c, dup, cfg->op_timeout_ms) != TP_OK) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     if (cfg->world_size > 1 && c->size != cfg->world_size)
         return tp_error_set(err, TP_ERR_INVALID_ARG,
                             "world size %d was requested but MPI has %d ranks: start with 'mpirun -n %d' (or "
@@ -358,10 +424,9 @@ enum tp_status tp_mpi_wait(struct tp_comm *c, int slot)
     MPI_Request *rq = &ST(c)->reqs[slot];
     if (*rq == MPI_REQUEST_NULL) return TP_OK;
     uint64_t t0 = tp_now_ns();
-    int e = MPI_Wait(rq, MPI_STATUS_IGNORE);
+    enum tp_status st = finish(c, rq, NULL, "MPI_Wait");
     c->stats.ns_in_comm += tp_now_ns() - t0;
-    if (e != MPI_SUCCESS) return mpi_fail(c, "MPI_Wait", e);
-    return TP_OK;
+    return st;
 }
 
 #endif /* TP_HAVE_MPI */

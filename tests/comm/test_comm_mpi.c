@@ -42,13 +42,42 @@ static int mpi_rank_main(void)
     return fails ? 1 : 0;
 }
 
+/* A peer that never joins: rank 0's barrier must end with TP_ERR_TIMEOUT
+ * after the op timeout (500 ms), not hang.  Exit 42 = as expected. */
+static int mpi_stall_main(void)
+{
+    struct tp_comm_config cfg = tp_comm_default_config();
+    struct tp_error err = {0};
+    tp_comm_t *c = NULL;
+    cfg.backend = TP_COMM_BACKEND_MPI;
+    cfg.op_timeout_ms = 500;
+    if (tp_comm_init(&cfg, &c, &err) != TP_OK) {
+        fprintf(stderr, "    mpi rank: init failed: %s\n", err.msg);
+        return 100;
+    }
+    if (tp_comm_rank(c) != 0) {
+        tp_sleep_ms(30000); /* stuck; mpirun stops us when rank 0 leaves */
+        return 0;
+    }
+    uint64_t t0 = tp_now_ns();
+    enum tp_status st = tp_comm_barrier(c);
+    double s_ = (double)(tp_now_ns() - t0) / 1e9;
+    const char *msg = tp_comm_last_error(c);
+    int ok = st == TP_ERR_TIMEOUT && s_ > 0.4 && s_ < 5.0 && strstr(msg, "no progress for 500 ms") != NULL;
+    fprintf(stderr, "    mpi rank 0: barrier with a stuck peer -> %s after %.2f s: %s\n", tp_status_str(st), s_, msg);
+    /* a second call fails at once: the group is poisoned */
+    ok = ok && tp_comm_barrier(c) == TP_ERR_POISONED;
+    tp_comm_free(c); /* must not hang on the request that never completed */
+    return ok ? 42 : 1;
+}
+
 __attribute__((constructor)) static void mpi_helper_mode(void);
 __attribute__((constructor)) static void mpi_helper_mode(void)
 {
     const char *h = getenv(HELPER_ENV);
-    if (!h || strcmp(h, "1") != 0) return;
+    if (!h || (strcmp(h, "1") != 0 && strcmp(h, "stall") != 0)) return;
     tp_log_set_level(TP_LOG_LEVEL_COUNT); /* deliberate errors would be noise */
-    int code = mpi_rank_main();
+    int code = strcmp(h, "stall") == 0 ? mpi_stall_main() : mpi_rank_main();
     fflush(stdout);
     fflush(stderr);
     exit(code);
@@ -68,7 +97,7 @@ static const char *find_mpirun(void)
     return NULL;
 }
 
-static void run_mpi(int n)
+static void run_mpi_mode(int n, const char *mode, int want_code, double max_s)
 {
     const char *mpirun = find_mpirun();
     if (!mpirun) {
@@ -92,7 +121,7 @@ static void run_mpi(int n)
     if (pid == 0) {
         setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-        setenv(HELPER_ENV, "1", 1);
+        setenv(HELPER_ENV, mode, 1);
         /* Sanitizer builds: OpenMPI's leaks at exit come from plugins it
          * dlclose()s; only full (slow) unwinding reaches the libmpi frame
          * that tests/lsan.supp names. */
@@ -121,10 +150,17 @@ static void run_mpi(int n)
         tp_test_skip("the mpi backend could not start (not built with MPI?) - see the message above");
         return;
     }
-    if (code != 0) fprintf(stderr, "    mpirun -n %d exited with %d\n", n, code);
-    CU_ASSERT_EQUAL(code, 0);
+    double took = (double)(tp_now_ns() - t0) / 1e9;
+    if (code != want_code) fprintf(stderr, "    mpirun -n %d exited with %d (want %d)\n", n, code, want_code);
+    CU_ASSERT_EQUAL(code, want_code);
+    CU_ASSERT(took < max_s);
 #endif
 }
+
+static void run_mpi(int n) { run_mpi_mode(n, "1", 0, 150); }
+
+/* A stuck peer: rank 0 times out in 0.5 s and exits; mpirun stops the rest and reports rank 0's status. */
+static void test_mpi_stall(void) { run_mpi_mode(3, "stall", 42, 20); }
 
 static void test_mpi_w2(void) { run_mpi(2); }
 static void test_mpi_w3(void) { run_mpi(3); }
@@ -134,6 +170,7 @@ static const struct tp_test_case mpi_cases[] = {
     {"mpirun_world2", test_mpi_w2},
     {"mpirun_world3", test_mpi_w3},
     {"mpirun_world4", test_mpi_w4},
+    {"stuck_peer_times_out", test_mpi_stall},
     {NULL, NULL},
 };
 TP_TEST_SUITE(mpi, "multirank", 480, mpi_cases)
