@@ -28,7 +28,23 @@
 static void mm(const struct tp_wmat *w, const uint8_t *xq, size_t xq_stride, int n_tok, float *y, int64_t y_stride,
                int64_t r0, int64_t r1)
 {
-    if (r1 > r0) tp_kern_matmul(w->type, w->data, w->row_bytes, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
+    if (r1 <= r0) return;
+    if (w->scales) { /* MLX affine: packed words + per-group scales / biases */
+        const struct tp_kern_groups g = {w->scales, w->biases, w->sb_row_bytes, w->sb_bf16};
+        tp_kern_matmul_mlx(w->type, w->data, w->row_bytes, &g, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
+        return;
+    }
+    tp_kern_matmul(w->type, w->data, w->row_bytes, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
+}
+
+/* Row r of w as w->cols floats (token embedding lookup). */
+static void dequant_row(const struct tp_wmat *w, int64_t r, float *dst)
+{
+    if (w->scales)
+        tp_kern_dequant_mlx(w->type, w->data + (size_t)r * w->row_bytes, w->scales + (size_t)r * w->sb_row_bytes,
+                            w->biases + (size_t)r * w->sb_row_bytes, w->sb_bf16, dst, w->cols);
+    else
+        tp_kern_dequant(w->type, w->data + (size_t)r * w->row_bytes, dst, w->cols);
 }
 
 /* Buffer of prepared activations for weight type t (prepared by prep_act). */
@@ -243,9 +259,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
     m->n_tok = n_tok;
 
     /* embeddings */
-    for (int t = 0; t < n_tok; t++)
-        tp_kern_dequant(m->tok_embd.type, m->tok_embd.data + (size_t)b->token[t] * m->tok_embd.row_bytes,
-                        m->x + (size_t)t * E, E);
+    for (int t = 0; t < n_tok; t++) dequant_row(&m->tok_embd, b->token[t], m->x + (size_t)t * E);
     for (int t = 0; t < n_tok; t++) tp_op_rope_cs(m->rope_cs + (size_t)t * hp->rope_dim, m->inv_freq, hp->rope_dim, b->pos[t]);
 
     for (int l = 0; l < hp->n_layer; l++) {

@@ -27,6 +27,13 @@ struct tp_wmat {
     enum tp_wtype type;
     int64_t rows, cols;
     size_t row_bytes;
+    /* MLX affine types only (tp_wtype_mlx_bits != 0), else NULL: per-group scales and
+     * biases, (rows, cols / group) each, row r at scales + r * sb_row_bytes, fp16 or
+     * (sb_bf16) bf16; into the mapping, or into owned_sb (shards: scales, then biases) */
+    const uint8_t *scales, *biases;
+    void *owned_sb;
+    size_t sb_row_bytes;
+    int sb_bf16;
 };
 
 struct tp_layer {
@@ -50,6 +57,7 @@ struct tp_model {
     char *chat_template;
     tp_gguf_t *gguf;           /* GGUF file, kept open: weights may point into its mapping (NULL for HF) */
     tp_st_t *st;               /* Hugging Face directory's safetensors, kept open likewise (NULL for GGUF) */
+    struct tp_mlx_quant *mlxq; /* MLX directories: config.json's quantization block (mlx_impl.h), owned; else NULL */
     tp_tokenizer_t *tok;
     struct tp_hparams hp;
     struct tp_model_shard shard; /* always filled (whole model when cfg.shard is NULL) */

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "model/kernels.h"
+#include "model/mlx_impl.h"
 #include "model/model_impl.h"
 #include "model/tsrc_impl.h"
 
@@ -195,7 +196,7 @@ out:
 
 static struct tp_tsrc source_of(const tp_model_t *m)
 {
-    struct tp_tsrc s = {m->st ? TP_TSRC_HF : TP_TSRC_GGUF, m->gguf, m->st};
+    struct tp_tsrc s = {m->st ? TP_TSRC_HF : TP_TSRC_GGUF, m->gguf, m->st, m->mlxq ? m->mlxq->bits : 0};
     return s;
 }
 
@@ -261,6 +262,13 @@ static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg,
     const struct tp_tsrc_tensor *t = &tt;
     if (!find_tensor(m, name, 1, &tt)) return m->err.status;
     name = t->name;
+    if (t->st && t->st->dtype == TP_ST_U32) { /* MLX quantized: weight + scales + biases (mlx_load.c) */
+        uint64_t held = 0;
+        enum tp_status mrc = tp_mlx_load_mat(m, t, rows_full, cols_full, r0, r1, c0, c1, w, &held);
+        if (mrc == TP_OK && m->dry_run) m->weight_bytes += held;
+        else if (mrc == TP_OK) progress(m, cfg, held, total);
+        return mrc;
+    }
     if (t->ne[2] != 1 || t->ne[3] != 1)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has %d dims (want 2)", m->path, name, t->n_dims);
     if (!tp_wtype_supported(t->type))
@@ -375,7 +383,11 @@ static enum tp_status load_vec(tp_model_t *m, const struct tp_model_config *cfg,
     return TP_OK;
 }
 
-static void free_mat(struct tp_wmat *w) { tp_aligned_free(w->owned); }
+static void free_mat(struct tp_wmat *w)
+{
+    tp_aligned_free(w->owned);
+    tp_aligned_free(w->owned_sb);
+}
 
 /* ----------------------------------------------------------- shard checks */
 
@@ -434,7 +446,12 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
         m->hp.tied_embeddings = 1;
         m->output = m->tok_embd;
         m->output.owned = NULL;
+        m->output.owned_sb = NULL;
         m->output.data = m->tok_embd.data + (size_t)s->vocab_begin * m->tok_embd.row_bytes;
+        if (m->tok_embd.scales) { /* MLX: the same rows of the scales and biases */
+            m->output.scales = m->tok_embd.scales + (size_t)s->vocab_begin * m->tok_embd.sb_row_bytes;
+            m->output.biases = m->tok_embd.biases + (size_t)s->vocab_begin * m->tok_embd.sb_row_bytes;
+        }
         m->output.rows = s->vocab_end - s->vocab_begin;
     }
     int64_t q0 = (int64_t)s->q_head_begin * hd, q1 = (int64_t)s->q_head_end * hd;
@@ -652,6 +669,11 @@ static enum tp_status open_hf(tp_model_t *m)
         tp_error_set(&m->err, rc, "%s", e.msg);
         goto out;
     }
+    rc = tp_mlx_read_quant(m->path, &m->mlxq, &e); /* MLX quantized directories */
+    if (rc != TP_OK) {
+        tp_error_set(&m->err, rc, "%s", e.msg);
+        goto out;
+    }
     if (!has_tensor(m, "output.weight")) {
         if (!m->hp.tied_embeddings) {
             rc = tp_error_set(&m->err, TP_ERR_FORMAT,
@@ -714,7 +736,9 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
             rc = m->err.status;
             goto fail;
         }
-        if (te->ne[0] != m->hp.n_embd || te->ne[1] < 1 || te->ne[1] > INT32_MAX || te->n_dims != 2) {
+        /* MLX packed (U32): the unpacked width depends on the bits, which load_mat checks against config.json */
+        const int mlx_packed = te->st && te->st->dtype == TP_ST_U32;
+        if ((te->ne[0] != m->hp.n_embd && !mlx_packed) || te->ne[1] < 1 || te->ne[1] > INT32_MAX || te->n_dims != 2) {
             rc = tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld] (want [%d, n_vocab])",
                               m->path, te->name, (long long)te->ne[0], (long long)te->ne[1], m->hp.n_embd);
             goto fail;
@@ -816,6 +840,7 @@ void tp_model_free(tp_model_t *m)
     tp_tokenizer_free(m->tok);
     tp_gguf_close(m->gguf);
     tp_st_close(m->st);
+    tp_mlx_quant_free(m->mlxq);
     free(m->name);
     free(m->chat_template);
     free(m->path);

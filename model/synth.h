@@ -83,6 +83,7 @@ struct tp_synth_config {
     const char *out_path;
     int n_threads;               /* generation threads; 0: 1 */
     uint64_t shard_bytes;        /* tp_synth_write_hf: max tensor bytes per safetensors file; 0: 5 GB */
+    int mlx_bf16;                /* tp_synth_write_hf with an MLX type: scales, biases, norms in bf16 (0: fp16) */
     /* Called after each chunk of tensor data: bytes written of the total. May be NULL. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
@@ -94,7 +95,9 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
 /* The same model (same seed: the same values) as a Hugging Face directory at
  * cfg->out_path (created if absent): config.json, model.safetensors or
  * model-0000i-of-0000N.safetensors + model.safetensors.index.json, tokenizer.json
- * (+ tokenizer_config.json).  Types f32, f16, bf16 (mix NONE). */
+ * (+ tokenizer_config.json).  Types f32, f16, bf16 (mix NONE), or an MLX
+ * affine type (TP_WTYPE_MLX_*): mlx-community's quantized layout, see
+ * synth_hf.c. */
 enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_error *err);
 
 #endif /* TP_MODEL_SYNTH_H */

@@ -12,6 +12,13 @@
  * h*hd + s*hd/2 + i holds GGUF row h*hd + 2*i + s (the inverse of llama.cpp's
  * convert_hf_to_gguf permute), and the loader runs HF models with NeoX RoPE.
  *
+ * With an MLX type (`--format mlx`) the directory is mlx-community's layout:
+ * every matrix, the embedding and the output head whose rows are whole
+ * groups become X.weight (U32 packed), X.scales and X.biases (F16, or BF16
+ * with mlx_bf16), quantized from the same f32 values as mlx.core.quantize
+ * does (kernels_mlx.c); norms stay unquantized in that float type; config.json
+ * gets the "quantization" block (and its "quantization_config" copy).
+ *
  * Without --tokenizer the generated SentencePiece vocabulary is written as a
  * byte-fallback BPE tokenizer.json (Llama 2 style normalizer); every piece
  * is merged from its prefix and its last character, in score order.
@@ -24,6 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model/kernels.h"
 #include "model/synth_impl.h"
 #include "model/tsrc_impl.h"
 
@@ -124,7 +132,7 @@ static enum tp_status copy_file(const char *src, const char *dir, const char *na
 /* ------------------------------------------------------------ config.json */
 
 static void config_json(struct sbuf *b, const struct tp_shape *s, int n_layer, int n_vocab, enum tp_wtype wt,
-                        int bos, int eos)
+                        enum tp_wtype mlx_type, int bos, int eos)
 {
     const char *arch = s->arch == TP_ARCH_QWEN2 ? "Qwen2ForCausalLM" : s->arch == TP_ARCH_QWEN3 ? "Qwen3ForCausalLM"
                                                                                             : "LlamaForCausalLM";
@@ -151,6 +159,10 @@ static void config_json(struct sbuf *b, const struct tp_shape *s, int n_layer, i
     if (s->arch == TP_ARCH_LLAMA) sb_printf(b, "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n");
     if (bos >= 0) sb_printf(b, "  \"bos_token_id\": %d,\n", bos);
     if (eos >= 0) sb_printf(b, "  \"eos_token_id\": %d,\n", eos);
+    if (tp_wtype_mlx_bits(mlx_type)) /* mlx-lm writes both */
+        for (int i = 0; i < 2; i++)
+            sb_printf(b, "  \"%s\": {\"group_size\": %d, \"bits\": %d},\n", i ? "quantization_config" : "quantization",
+                      tp_wtype_mlx_group(mlx_type), tp_wtype_mlx_bits(mlx_type));
     sb_printf(b, "  \"torch_dtype\": \"%s\",\n  \"_tpserve_synth\": \"random weights written by tpserve synth (shape %s)\"\n}\n",
               wt == TP_WTYPE_F32 ? "float32" : wt == TP_WTYPE_F16 ? "float16" : "bfloat16", s->name);
 }
@@ -213,6 +225,8 @@ struct hf_tensor {
     int file;
     uint64_t off, bytes; /* within the file's data section */
     int permute_heads;   /* llama q/k: head count for the halves permutation, else 0 */
+    enum tp_wtype wtype; /* written as: F32 / F16 / BF16, or (part 1) t->type, an MLX type */
+    int part;            /* MLX: 1 packed words (U32), 2 scales, 3 biases (from part 1's buffers); 0 plain */
 };
 
 struct gen_job {
@@ -223,6 +237,8 @@ struct gen_job {
     float *f32;       /* (n_rows, ne0) */
     uint8_t *out;     /* (n_rows, row_bytes) */
     size_t row_bytes;
+    uint16_t *mlx_s, *mlx_b; /* MLX part 1: (rows, ne0 / group) scales and biases of the whole tensor */
+    int mlx_bf16;
 };
 
 static void gen_worker(void *ctx, int ith, int nth)
@@ -242,11 +258,15 @@ static void gen_worker(void *ctx, int ith, int nth)
         float *x = j->f32 + r * ne0;
         tp_synth_fill_row(j->shape, t, j->seed, row, x);
         uint8_t *o = j->out + (size_t)r * j->row_bytes;
-        if (t->type == TP_WTYPE_F32) {
+        const enum tp_wtype wt = j->h->wtype;
+        if (j->h->part == 1) {
+            const size_t g0 = (size_t)(j->row0 + r) * (size_t)(ne0 / tp_wtype_mlx_group(wt));
+            tp_kern_quantize_mlx(wt, x, o, j->mlx_s + g0, j->mlx_b + g0, j->mlx_bf16, ne0);
+        } else if (wt == TP_WTYPE_F32) {
             memcpy(o, x, (size_t)ne0 * 4);
         } else {
             for (int64_t i = 0; i < ne0; i++) {
-                uint16_t h = t->type == TP_WTYPE_F16 ? tp_f32_to_fp16(x[i]) : tp_f32_to_bf16(x[i]);
+                uint16_t h = wt == TP_WTYPE_F16 ? tp_f32_to_fp16(x[i]) : tp_f32_to_bf16(x[i]);
                 memcpy(o + 2 * i, &h, 2);
             }
         }
@@ -255,7 +275,16 @@ static void gen_worker(void *ctx, int ith, int nth)
 
 static const char *st_dtype(enum tp_wtype t)
 {
-    return t == TP_WTYPE_F32 ? "F32" : t == TP_WTYPE_F16 ? "F16" : "BF16";
+    return t == TP_WTYPE_F32 ? "F32" : t == TP_WTYPE_F16 ? "F16" : tp_wtype_mlx_bits(t) ? "U32" : "BF16";
+}
+
+/* Row length as stored: MLX words (part 1: ne0 * bits / 32 uint32), groups (parts 2, 3), else ne0. */
+static int64_t hf_cols(const struct hf_tensor *h)
+{
+    const int64_t ne0 = h->t->ne[0];
+    if (h->part == 1) return ne0 * tp_wtype_mlx_bits(h->wtype) / 32;
+    if (h->part >= 2) return ne0 / tp_wtype_mlx_group(h->t->type);
+    return ne0;
 }
 
 static void shard_name(char *out, size_t cap, int n_files, int i)
@@ -267,8 +296,8 @@ static void shard_name(char *out, size_t cap, int n_files, int i)
 /* Write file fi (its header, then its tensors' data). */
 static enum tp_status write_shard(const char *dir, int n_files, int fi, struct hf_tensor *ht, int n_ht,
                                   const struct tp_synth_config *cfg, const struct tp_shape *shape, tp_pool_t *pool,
-                                  float *f32, uint8_t *conv, size_t buf_elems, uint64_t *done, uint64_t total,
-                                  struct tp_error *err)
+                                  float *f32, uint8_t *conv, size_t buf_elems, uint16_t *mlx_s, uint16_t *mlx_b,
+                                  uint64_t *done, uint64_t total, struct tp_error *err)
 {
     enum tp_status rc = TP_OK;
     char name[64], path[4096], part[4200];
@@ -276,17 +305,17 @@ static enum tp_status write_shard(const char *dir, int n_files, int fi, struct h
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     snprintf(part, sizeof(part), "%s.partial", path);
     struct sbuf h = {0};
-    sb_printf(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
+    sb_printf(&h, "{\"__metadata__\":{\"format\":\"%s\"}", tp_wtype_mlx_bits(cfg->type) ? "mlx" : "pt");
     for (int i = 0; i < n_ht; i++) {
         if (ht[i].file != fi) continue;
         const struct tp_synth_tensor *t = ht[i].t;
         sb_add(&h, ",", 1);
         sb_json_str(&h, ht[i].name);
         if (t->n_dims == 2)
-            sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],", st_dtype(t->type), (long long)t->ne[1],
-                      (long long)t->ne[0]);
+            sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],", st_dtype(ht[i].wtype), (long long)t->ne[1],
+                      (long long)hf_cols(&ht[i]));
         else
-            sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld],", st_dtype(t->type), (long long)t->ne[0]);
+            sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld],", st_dtype(ht[i].wtype), (long long)t->ne[0]);
         sb_printf(&h, "\"data_offsets\":[%llu,%llu]}", (unsigned long long)ht[i].off,
                   (unsigned long long)(ht[i].off + ht[i].bytes));
     }
@@ -308,13 +337,23 @@ static enum tp_status write_shard(const char *dir, int n_files, int fi, struct h
         if (ht[i].file != fi) continue;
         const struct tp_synth_tensor *t = ht[i].t;
         const int64_t rows = t->n_dims == 2 ? t->ne[1] : 1;
+        if (ht[i].part >= 2) { /* scales / biases that part 1 (just before, same file) computed */
+            size_t nb = (size_t)ht[i].bytes;
+            bad = fwrite(ht[i].part == 2 ? (void *)mlx_s : (void *)mlx_b, 1, nb, f) != nb;
+            *done += nb;
+            continue;
+        }
         const int64_t chunk_rows = TP_MAX((int64_t)1, (int64_t)buf_elems / t->ne[0]);
         struct gen_job job = {.shape = shape,
                               .h = &ht[i],
                               .seed = tp_synth_tensor_seed(cfg->seed, t->name),
                               .f32 = f32,
                               .out = conv,
-                              .row_bytes = (size_t)t->ne[0] * (t->type == TP_WTYPE_F32 ? 4 : 2)};
+                              .row_bytes = ht[i].part == 1 ? (size_t)hf_cols(&ht[i]) * 4
+                                                           : (size_t)t->ne[0] * (ht[i].wtype == TP_WTYPE_F32 ? 4 : 2),
+                              .mlx_s = mlx_s,
+                              .mlx_b = mlx_b,
+                              .mlx_bf16 = cfg->mlx_bf16};
         for (int64_t r = 0; r < rows && !bad; r += chunk_rows) {
             job.row0 = r;
             job.n_rows = TP_MIN(chunk_rows, rows - r);
@@ -340,10 +379,14 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     const struct tp_shape *s0 = cfg->shape;
     const enum tp_wtype wt = cfg->type;
     const char *dir = cfg->out_path;
-    if (cfg->mix != TP_SYNTH_MIX_NONE || (wt != TP_WTYPE_F32 && wt != TP_WTYPE_F16 && wt != TP_WTYPE_BF16))
+    const int mlx = tp_wtype_mlx_bits(wt) != 0;
+    /* float type of what is not quantized (MLX: norms, and rows that are not whole groups) */
+    const enum tp_wtype ft = mlx ? (cfg->mlx_bf16 ? TP_WTYPE_BF16 : TP_WTYPE_F16) : wt;
+    if (cfg->mix != TP_SYNTH_MIX_NONE ||
+        (!mlx && wt != TP_WTYPE_F32 && wt != TP_WTYPE_F16 && wt != TP_WTYPE_BF16))
         return tp_error_set(err, TP_ERR_UNSUPPORTED,
-                            "synth: --format hf writes f32, f16 or bf16 weights (got %s); for quantized weights use "
-                            "GGUF",
+                            "synth: --format hf writes f32, f16 or bf16 weights and --format mlx MLX affine ones (got "
+                            "%s); for other quantized weights use GGUF",
                             cfg->mix != TP_SYNTH_MIX_NONE ? tp_synth_mix_name(cfg->mix) : tp_wtype_name(wt));
     if (s0->arch == TP_ARCH_LLAMA && s0->qkv_bias)
         return tp_error_set(err, TP_ERR_UNSUPPORTED, "synth: shape %s: a llama with q/k/v biases has no HF layout here",
@@ -356,6 +399,8 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     tp_pool_t *pool = NULL;
     float *f32 = NULL;
     uint8_t *conv = NULL;
+    uint16_t *mlx_s = NULL, *mlx_b = NULL; /* MLX: scales / biases of the tensor being written */
+    size_t mlx_groups = 0;                 /* largest rows x groups of an MLX tensor */
     struct sbuf b = {0};
     int n_layer = cfg->n_layer > 0 ? cfg->n_layer : s0->n_layer;
 
@@ -373,7 +418,7 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     shape.n_vocab = vocab.n_tokens;
 
     plan = calloc((size_t)n_layer * 16 + 8, sizeof(*plan));
-    ht = calloc((size_t)n_layer * 16 + 8, sizeof(*ht));
+    ht = calloc(((size_t)n_layer * 16 + 8) * 3, sizeof(*ht)); /* MLX: three tensors per matrix */
     if (!plan || !ht) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
         goto out;
@@ -393,24 +438,56 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
             rc = tp_error_set(err, TP_ERR_INTERNAL, "synth: no Hugging Face name for %s", t->name);
             goto out;
         }
-        h->bytes = (uint64_t)t->ne[0] * (t->n_dims == 2 ? (uint64_t)t->ne[1] : 1) * (t->type == TP_WTYPE_F32 ? 4 : 2);
-        if (in_file > 0 && in_file + h->bytes > shard_cap) {
+        const int64_t rows = t->n_dims == 2 ? t->ne[1] : 1;
+        /* mlx quantizes every linear / embedding whose rows are whole groups */
+        const int quant = mlx && t->type == wt && t->ne[0] % tp_wtype_mlx_group(wt) == 0;
+        h->wtype = quant ? wt : mlx ? ft : t->type;
+        h->part = quant ? 1 : 0;
+        h->bytes = quant ? (uint64_t)rows * (uint64_t)t->ne[0] * (uint64_t)tp_wtype_mlx_bits(wt) / 8
+                         : (uint64_t)t->ne[0] * (uint64_t)rows * (h->wtype == TP_WTYPE_F32 ? 4 : 2);
+        const uint64_t sb_bytes = quant ? (uint64_t)rows * (uint64_t)(t->ne[0] / tp_wtype_mlx_group(wt)) * 2 : 0;
+        if (in_file > 0 && in_file + h->bytes + 2 * sb_bytes > shard_cap) { /* an MLX triple stays in one file */
             file++;
             in_file = 0;
         }
-        h->file = file;
-        h->off = in_file;
-        in_file += h->bytes;
-        total += h->bytes;
         if (shape.arch == TP_ARCH_LLAMA && strstr(t->name, ".attn_q.weight")) h->permute_heads = shape.n_head;
         if (shape.arch == TP_ARCH_LLAMA && strstr(t->name, ".attn_k.weight")) h->permute_heads = shape.n_head_kv;
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
-        n_ht++;
+        const int n_parts = quant ? 3 : 1;
+        for (int p = 0; p < n_parts; p++) {
+            struct hf_tensor *hp = &ht[n_ht + p];
+            if (p > 0) { /* X.scales, X.biases beside X.weight */
+                *hp = *h;
+                hp->part = p + 1;
+                hp->wtype = ft;
+                hp->bytes = sb_bytes;
+                size_t len = strlen(h->name);
+                if (len > 7 && strcmp(h->name + len - 7, ".weight") == 0) len -= 7;
+                snprintf(hp->name, sizeof(hp->name), "%.*s.%s", (int)len, h->name, p == 1 ? "scales" : "biases");
+                mlx_groups = TP_MAX(mlx_groups, (size_t)(sb_bytes / 2));
+            }
+            hp->file = file;
+            hp->off = in_file;
+            in_file += hp->bytes;
+            total += hp->bytes;
+        }
+        n_ht += n_parts;
+    }
+    if (mlx_groups) {
+        mlx_s = malloc(mlx_groups * 2);
+        mlx_b = malloc(mlx_groups * 2);
+        if (!mlx_s || !mlx_b) {
+            free(mlx_s);
+            free(mlx_b);
+            mlx_s = mlx_b = NULL;
+            rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory for MLX scales");
+            goto out;
+        }
     }
     int n_files = file + 1;
 
     /* config.json, tokenizer */
-    config_json(&b, &shape, n_layer, vocab.n_tokens, wt, vocab.bos, vocab.eos);
+    config_json(&b, &shape, n_layer, vocab.n_tokens, ft, mlx ? wt : TP_WTYPE_COUNT, vocab.bos, vocab.eos);
     if (b.failed) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
         goto out;
@@ -460,7 +537,8 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     }
     uint64_t done = 0;
     for (int fi = 0; fi < n_files; fi++)
-        TP_CHECK_GOTO(write_shard(dir, n_files, fi, ht, n_ht, cfg, &shape, pool, f32, conv, buf_elems, &done, total, err),
+        TP_CHECK_GOTO(write_shard(dir, n_files, fi, ht, n_ht, cfg, &shape, pool, f32, conv, buf_elems, mlx_s, mlx_b, &done,
+                                  total, err),
                       rc, out);
     if (n_files > 1) {
         sb_printf(&b, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {", (unsigned long long)total);
@@ -483,6 +561,8 @@ out:
     tp_pool_free(pool);
     free(f32);
     free(conv);
+    free(mlx_s);
+    free(mlx_b);
     free(ht);
     free(plan);
     tp_synth_vocab_free(&vocab);

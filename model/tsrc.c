@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/mlx_impl.h"
 #include "model/tsrc_impl.h"
 
 /* GGUF canonical name -> Hugging Face name (Llama / Mistral / Qwen2 / Qwen3 layout). */
@@ -110,5 +111,6 @@ int tp_tsrc_find(const struct tp_tsrc *s, const char *name, struct tp_tsrc_tenso
     out->file_offset = t->file_offset;
     out->data = t->data;
     out->st = t;
+    if (t->dtype == TP_ST_U32) tp_mlx_tsrc_describe(s, t, out); /* MLX packed weights: their MLX type, unpacked ne[0] */
     return 1;
 }

@@ -49,6 +49,7 @@ struct tp_tsrc {
     enum tp_tsrc_kind kind;
     tp_gguf_t *gguf;
     tp_st_t *st;
+    int mlx_bits; /* HF: config.json quantization bits (MLX), 0 when unknown: names packed U32 tensors (mlx_impl.h) */
 };
 
 /* Look up a GGUF canonical name.  Returns 1 and fills *out when present, 0 when absent. */

@@ -30,6 +30,9 @@ static int plan_block(enum tp_wtype t, int64_t *elems, size_t *bytes)
         {TP_WTYPE_Q8_1, 32, 36}, {TP_WTYPE_Q2_K, 256, 84}, {TP_WTYPE_Q3_K, 256, 110}, {TP_WTYPE_Q4_K, 256, 144},
         {TP_WTYPE_Q5_K, 256, 176}, {TP_WTYPE_Q6_K, 256, 210}, {TP_WTYPE_Q8_K, 256, 292}, {TP_WTYPE_I8, 1, 1},
         {TP_WTYPE_I16, 1, 2},    {TP_WTYPE_I32, 1, 4},    {TP_WTYPE_I64, 1, 8},    {TP_WTYPE_F64, 1, 8},
+        /* MLX affine: a block is one group; bytes = packed words + its fp16/bf16 scale and bias */
+        {TP_WTYPE_MLX_Q4_G32, 32, 16 + 4}, {TP_WTYPE_MLX_Q4_G64, 64, 32 + 4},
+        {TP_WTYPE_MLX_Q8_G32, 32, 32 + 4}, {TP_WTYPE_MLX_Q8_G64, 64, 64 + 4},
     };
     for (size_t i = 0; i < TP_ARRAY_LEN(tab); i++) {
         if (tab[i].type == (int)t) {
@@ -59,6 +62,10 @@ static const char *tp_wtype_name_plan(enum tp_wtype t)
     case TP_WTYPE_Q4_K: return "q4_k";
     case TP_WTYPE_Q5_K: return "q5_k";
     case TP_WTYPE_Q6_K: return "q6_k";
+    case TP_WTYPE_MLX_Q4_G32: return "mlx 4-bit group-32";
+    case TP_WTYPE_MLX_Q4_G64: return "mlx 4-bit group-64";
+    case TP_WTYPE_MLX_Q8_G32: return "mlx 8-bit group-32";
+    case TP_WTYPE_MLX_Q8_G64: return "mlx 8-bit group-64";
     default: return "quantized";
     }
 }

@@ -73,7 +73,7 @@ int tp_cmd_synth(int argc, char **argv)
     const char *shape_name = NULL, *type_name = NULL, *tokenizer = NULL, *out = NULL, *shapes_file = NULL;
     const char *format = "gguf";
     uint64_t shard_mib = 0;
-    int layers = 0, threads = 0, list = 0, quiet = 0;
+    int layers = 0, threads = 0, list = 0, quiet = 0, bits = 0, group = 0;
     uint64_t seed = 1;
     const struct tp_opt opts[] = {
         {"shape", 's', TP_OPT_STRING, &shape_name, "NAME", "model shape (see --list)", 0, 0},
@@ -87,9 +87,13 @@ int tp_cmd_synth(int argc, char **argv)
         {"seed", 0, TP_OPT_U64, &seed, "S", "random seed (default 1)", 0, 0},
         {"threads", 0, TP_OPT_INT, &threads, "T", "generation threads (default: all cores)", 1, 1024},
         {"output", 'o', TP_OPT_STRING, &out, "FILE.gguf|DIR", "output file (a directory for --format hf)", 0, 0},
-        {"format", 0, TP_OPT_STRING, &format, "gguf|hf",
+        {"format", 0, TP_OPT_STRING, &format, "gguf|hf|mlx",
          "gguf (default) or hf: a Hugging Face directory (config.json, safetensors, tokenizer.json) with the same "
-         "values for the same seed; types f32, f16, bf16 (default bf16)", 0, 0},
+         "values for the same seed; types f32, f16, bf16 (default bf16); or mlx: an mlx-community quantized "
+         "directory of the same values (--bits, --group-size; --type f16|bf16 for scales, biases and norms, default "
+         "f16)", 0, 0},
+        {"bits", 0, TP_OPT_INT, &bits, "4|8", "mlx: bits per weight (default 4)", 4, 8},
+        {"group-size", 0, TP_OPT_INT, &group, "32|64", "mlx: values per scale/bias group (default 64)", 32, 64},
         {"shard-size", 0, TP_OPT_U64, &shard_mib, "MIB",
          "hf: split the safetensors into files of at most MIB MiB with model.safetensors.index.json (default: one "
          "file up to 5 GB)", 0, 0},
@@ -99,7 +103,8 @@ int tp_cmd_synth(int argc, char **argv)
         {0},
     };
     const char *usage = "Usage: tpserve synth --shape NAME [--layers L] [--type q4_0|q8_0|q4_k_m|q5_k_m|f16|...] "
-                        "[--tokenizer tokenizer.json] [--seed S] [--format gguf|hf [--shard-size MIB]] -o FILE.gguf|DIR\n"
+                        "[--tokenizer tokenizer.json] [--seed S] [--format gguf|hf|mlx [--shard-size MIB]] "
+                        "[--bits 4|8 --group-size 32|64] -o FILE.gguf|DIR\n"
                         "Writes a random-weight GGUF model of a real model's shape (for speed and scale tests).";
     int np = 0;
     int rc = tp_cli_parse("synth", usage, opts, argc, argv, NULL, 0, &np, NULL, NULL);
@@ -122,12 +127,32 @@ int tp_cmd_synth(int argc, char **argv)
         fprintf(stderr, "tpserve synth: --shape and -o are required (tpserve synth --list shows the shapes)\n");
         return 2;
     }
-    int hf = strcmp(format, "hf") == 0;
+    int mlx = strcmp(format, "mlx") == 0;
+    int hf = mlx || strcmp(format, "hf") == 0;
     if (!hf && strcmp(format, "gguf") != 0) {
         free(shapes_text);
-        fprintf(stderr, "tpserve synth: unknown --format '%s' (gguf or hf)\n", format);
+        fprintf(stderr, "tpserve synth: unknown --format '%s' (gguf, hf or mlx)\n", format);
         return 2;
     }
+    if ((bits || group) && !mlx) {
+        free(shapes_text);
+        fprintf(stderr, "tpserve synth: --bits and --group-size apply to --format mlx only\n");
+        return 2;
+    }
+    enum tp_wtype mlx_type = tp_wtype_mlx(bits ? bits : 4, group ? group : 64);
+    if (mlx && mlx_type == TP_WTYPE_COUNT) {
+        free(shapes_text);
+        fprintf(stderr, "tpserve synth: --bits %d --group-size %d: MLX affine supports bits 4 or 8, group size 32 or 64\n",
+                bits, group);
+        return 2;
+    }
+    if (mlx && type_name && strcmp(type_name, "f16") != 0 && strcmp(type_name, "bf16") != 0) {
+        free(shapes_text);
+        fprintf(stderr, "tpserve synth: --format mlx: --type names the scales/biases/norms dtype, f16 or bf16 (got '%s'); "
+                        "choose the quantization with --bits and --group-size\n", type_name);
+        return 2;
+    }
+    if (mlx && !type_name) type_name = "f16";
     if (shard_mib && !hf) {
         free(shapes_text);
         fprintf(stderr, "tpserve synth: --shard-size applies to --format hf only\n");
@@ -164,6 +189,10 @@ int tp_cmd_synth(int argc, char **argv)
     cfg.progress = quiet ? NULL : progress;
     cfg.progress_ctx = &ps;
     cfg.shard_bytes = shard_mib << 20;
+    if (mlx) {
+        cfg.mlx_bf16 = type == TP_WTYPE_BF16;
+        cfg.type = type = mlx_type;
+    }
     if ((hf ? tp_synth_write_hf(&cfg, &err) : tp_synth_write(&cfg, &err)) != TP_OK)
         return tp_cli_fail("synth", "%s", err.msg);
     if (!quiet)
