@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "model/mlx_impl.h"
 #include "model/tsrc_impl.h"
 #include "parallel/parallel.h"
 
@@ -42,11 +43,22 @@ static enum tp_wtype tensor_type(const struct tp_tsrc *src, const char *name, en
     return tp_tsrc_find(src, name, &t) ? t.type : def;
 }
 
-/* File-level facts of a Hugging Face directory (config.json + safetensors). */
-static int hf_file_facts(const char *path, tp_st_t *st, uint64_t *weight_bytes)
+/* Ends with suffix? */
+static int ends_with(const char *s, const char *suffix)
 {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* File-level facts of a Hugging Face directory (config.json + safetensors).
+ * MLX quantized directories: packed U32 weights count as their unpacked
+ * parameters, scales / biases as none, and a line gives bits and groups. */
+static int hf_file_facts(const char *path, tp_st_t *st, const struct tp_mlx_quant *mq, uint64_t *weight_bytes)
+{
+    const int mlx_bits = mq ? mq->bits : 0;
     uint64_t bytes[TP_ST_DTYPE_COUNT] = {0}, n_params = 0, file_bytes = 0;
-    int count[TP_ST_DTYPE_COUNT] = {0};
+    int count[TP_ST_DTYPE_COUNT] = {0}, n_mlx[TP_WTYPE_COUNT] = {0}, sb_dtype = -1;
+    const struct tp_tsrc msrc = {.kind = TP_TSRC_HF, .st = st, .mlx_bits = mlx_bits};
     *weight_bytes = 0;
     for (int i = 0; i < tp_st_n_files(st); i++) file_bytes += tp_st_file_size(st, i);
     printf("directory   %s (Hugging Face: config.json, %d safetensors file%s, %.1f MiB)\n", path, tp_st_n_files(st),
@@ -56,7 +68,16 @@ static int hf_file_facts(const char *path, tp_st_t *st, uint64_t *weight_bytes)
         count[t->dtype]++;
         bytes[t->dtype] += t->n_bytes;
         *weight_bytes += t->n_bytes;
-        n_params += (uint64_t)t->n_elems;
+        if (t->dtype == TP_ST_U32) {
+            struct tp_tsrc_tensor d = {.type = TP_WTYPE_COUNT, .n_elems = t->n_elems};
+            tp_mlx_tsrc_describe(&msrc, t, &d);
+            if (d.type != TP_WTYPE_COUNT) n_mlx[d.type]++;
+            n_params += (uint64_t)d.n_elems;
+        } else if (mlx_bits && (ends_with(t->name, ".scales") || ends_with(t->name, ".biases"))) {
+            sb_dtype = (int)t->dtype; /* MLX group parameters, not model parameters */
+        } else {
+            n_params += (uint64_t)t->n_elems;
+        }
     }
     printf("tensors     %d:", tp_st_n_tensors(st));
     for (int d = 0; d < TP_ST_DTYPE_COUNT; d++)
@@ -64,6 +85,18 @@ static int hf_file_facts(const char *path, tp_st_t *st, uint64_t *weight_bytes)
     printf("\n");
     const char *fmt = tp_st_metadata(st, "format");
     if (fmt) printf("format      %s (safetensors __metadata__)\n", fmt);
+    int any_mlx = 0;
+    for (int t = 0; t < TP_WTYPE_COUNT; t++) any_mlx += n_mlx[t];
+    if (any_mlx || mlx_bits) {
+        printf("quantized   MLX affine (config.json: %d bits, group size %d%s):", mlx_bits, mq ? mq->group : 0,
+               mq && mq->n_over ? ", with per-module entries" : "");
+        for (int t = 0; t < TP_WTYPE_COUNT; t++)
+            if (n_mlx[t])
+                printf(" %d-bit group-%d x%d", tp_wtype_mlx_bits((enum tp_wtype)t), tp_wtype_mlx_group((enum tp_wtype)t),
+                       n_mlx[t]);
+        printf("%s%s\n", sb_dtype >= 0 ? ", scales/biases " : "",
+               sb_dtype >= 0 ? tp_st_dtype_name((enum tp_st_dtype)sb_dtype) : "");
+    }
     printf("weights     %.1f MiB, %.3f %s parameters\n", mib(*weight_bytes),
            n_params >= 1000000000ull ? (double)n_params / 1e9 : (double)n_params / 1e6,
            n_params >= 1000000000ull ? "B" : "M");
@@ -125,7 +158,14 @@ int tp_cmd_info(int argc, char **argv)
         if (tp_st_open(path, &st, &err) != TP_OK) return tp_cli_fail("info", "%s", err.msg);
         tsrc.kind = TP_TSRC_HF;
         tsrc.st = st;
-        hf_file_facts(path, st, &weight_bytes);
+        struct tp_mlx_quant *mq = NULL;
+        if (tp_mlx_read_quant(path, &mq, &err) != TP_OK) {
+            tp_st_close(st);
+            return tp_cli_fail("info", "%s", err.msg);
+        }
+        tsrc.mlx_bits = mq ? mq->bits : 0;
+        hf_file_facts(path, st, mq, &weight_bytes);
+        tp_mlx_quant_free(mq);
         goto loader;
     }
     if (tp_gguf_open(path, &g, &err) != TP_OK) return tp_cli_fail("info", "%s", err.msg);
