@@ -71,4 +71,15 @@ enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, stru
 /* Hash of everything all ranks must agree on about the model. */
 uint64_t tp_probe_hash(const struct tp_model_probe *pr);
 
+/* How shard_file.c cuts GGUF tensor `name` for shard s: TP_SHARD_SLICE_NONE
+ * (whole), _ROWS (rows [*a, *b), or elements of a 1-D bias) or _COLS
+ * (columns [*a, *b) of every row). */
+enum { TP_SHARD_SLICE_NONE = 0, TP_SHARD_SLICE_ROWS, TP_SHARD_SLICE_COLS };
+int tp_shard_classify(const char *name, const struct tp_hparams *hp, const struct tp_model_shard *s, int64_t *a,
+                      int64_t *b);
+/* tp_parallel_write_shards for a Hugging Face directory (shard_hf.c): the same
+ * GGUF shard files, written from the safetensors (plan already made). */
+enum tp_status tp_shard_write_hf(const char *dir, const struct tp_model_probe *pr, const struct tp_shard_plan *plan,
+                                 const char *weights, const char *out_dir, struct tp_error *err);
+
 #endif /* TP_PARALLEL_IMPL_H */

@@ -22,6 +22,7 @@
 
 #include "model/gguf.h"
 #include "model/gguf_write.h"
+#include "model/tsrc_impl.h"
 #include "parallel/parallel_impl.h"
 
 enum slice_kind { SLICE_NONE = 0, SLICE_ROWS, SLICE_COLS };
@@ -61,6 +62,12 @@ static enum slice_kind classify(const char *name, const struct tp_hparams *hp, c
         }
     }
     return SLICE_NONE;
+}
+
+int tp_shard_classify(const char *name, const struct tp_hparams *hp, const struct tp_model_shard *s, int64_t *a,
+                      int64_t *b)
+{
+    return (int)classify(name, hp, s, a, b);
 }
 
 /* Copy one metadata entry (any type) from g to w. */
@@ -285,6 +292,10 @@ enum tp_status tp_parallel_write_shards(const char *model_path, int world, const
     if (shard_weights && *shard_weights) TP_CHECK_GOTO(tp_parallel_parse_weights(shard_weights, world, w, err), rc, out);
     TP_CHECK_GOTO(tp_parallel_plan(&pr->hp, &pr->types, world, shard_weights && *shard_weights ? w : NULL, plan, err),
                   rc, out);
+    if (tp_hf_is_dir(model_path)) { /* Hugging Face directory: shard_hf.c */
+        rc = tp_shard_write_hf(model_path, pr, plan, shard_weights, out_dir, err);
+        goto out;
+    }
     TP_CHECK_GOTO(tp_gguf_open(model_path, &g, err), rc, out);
     for (int r = 0; r < world; r++) {
         char name[512], path[1024];

@@ -10,7 +10,9 @@
  *     and logits within 1e-10 (each rank preads only its row / column
  *     slices from the safetensors files);
  *   - a sharded set (model-0000i-of-0000N.safetensors + index, 64 KiB
- *     files so every tensor kind lands in different files) the same.
+ *     files so every tensor kind lands in different files) the same;
+ *   - `tpserve shard` of an HF directory (GGUF shard files) at N = 2, 3
+ *     against the directory at N = 1.
  * Shapes: the llama (GQA, untied head), qwen2 (QKV bias, tied head) and
  * qwen3 (q/k norms, head_dim != n_embd / n_head) test shapes of
  * configs/shapes.json.
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "mr_impl.h"
 #include "model/safetensors.h"
@@ -117,6 +120,41 @@ static void run_shape(const char *shape, uint64_t shard_bytes)
     mr_free(&ref);
 }
 
+/* `tpserve shard` of an HF directory: GGUF shard files (llama q/k rows back in the interleaved
+ * layout) at N = 2 and 3 give the tokens and logits of the directory itself at N = 1. */
+static void shard_files(const char *shape)
+{
+    char gguf[512], dir[512], out[600], pat[800], tag[160];
+    CU_ASSERT_EQUAL_FATAL(write_pair(shape, 0, 0, gguf, dir, sizeof gguf), 0);
+    struct mr_run ref, r;
+    mr_init(&ref, dir, 1);
+    ref.n_steps = 64;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&ref), 0);
+    CU_ASSERT_EQUAL_FATAL(ref.exit_code[0], 0);
+    for (int n = 2; n <= 3; n++) {
+        snprintf(out, sizeof out, "%s/hf-shards-%s-%d", tp_test_tmpdir(), shape, n);
+        mkdir(out, 0755);
+        struct tp_error e = {0};
+        if (tp_parallel_write_shards(dir, n, NULL, out, &e) != TP_OK) fprintf(stderr, "%s\n", e.msg);
+        CU_ASSERT_EQUAL_FATAL(e.status, TP_OK);
+        const char *base = strrchr(dir, '/') + 1;
+        snprintf(pat, sizeof pat, "%s/%s.rank%%d-of-%d.gguf", out, base, n);
+        mr_init(&r, pat, n);
+        r.shard_files = 1;
+        r.n_steps = 64;
+        snprintf(tag, sizeof tag, "%s HF shard files N=%d vs HF N=1", shape, n);
+        expect_same(&ref, &r, 1e-10, tag);
+        mr_free(&r);
+    }
+    mr_free(&ref);
+}
+
+static void test_hf_shard_files(void)
+{
+    shard_files("test-tiny");
+    shard_files("test-tiny-qwen3");
+}
+
 static void test_hf_llama(void) { run_shape("test-tiny", 0); }
 static void test_hf_qwen2(void) { run_shape("test-tiny-qwen2", 0); }
 static void test_hf_qwen3(void) { run_shape("test-tiny-qwen3", 0); }
@@ -126,5 +164,6 @@ static const struct tp_test_case hf_cases[] = {{"llama", test_hf_llama},
                                                {"qwen2", test_hf_qwen2},
                                                {"qwen3", test_hf_qwen3},
                                                {"sharded_index", test_hf_sharded},
+                                               {"shard_files", test_hf_shard_files},
                                                {NULL, NULL}};
 TP_TEST_SUITE(hf_multirank, "multirank,model", 300, hf_cases)

@@ -1,0 +1,248 @@
+/*
+ * parallel/shard_hf.c - `tpserve shard` of a Hugging Face directory: one
+ * tpserve GGUF shard file per rank (the same layout shard_file.c writes
+ * from a GGUF model, so loading, probing and plan checks are shared).
+ *
+ * Each file gets llama.cpp-style metadata from config.json (general.*,
+ * <arch>.* hyper-parameters, rope scaling keys), the tokenizer converted
+ * from tokenizer.json the way `synth --tokenizer` does (+ bos/eos/chat
+ * template from tokenizer_config.json, or chat_template.jinja), the
+ * tpserve.shard.* keys, and the rank's slices of every weight in its HF
+ * dtype (F32 / F16 / BF16), read from whichever safetensors file holds it.
+ * GGUF Llama runs with interleaved RoPE, so Llama q_proj / k_proj rows go
+ * back from HF's rotate-halves layout (GGUF row h*hd + 2i + s <- HF row
+ * h*hd + s*hd/2 + i), as llama.cpp's converter does; head slices are whole
+ * heads, so the permutation stays inside a slice.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gguf_write.h"
+#include "model/synth_impl.h"
+#include "model/tsrc_impl.h"
+#include "parallel/parallel_impl.h"
+
+static enum tp_status write_kv(tp_gguf_writer_t *w, const char *dir, const char *name, const struct tp_hparams *hp,
+                               struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    struct tp_synth_vocab v;
+    memset(&v, 0, sizeof v);
+    char *tmpl = NULL;
+    char tj[4096];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    TP_CHECK_GOTO(tp_synth_vocab_json(tj, hp->n_vocab, &v, err), rc, out);
+    if (v.n_tokens != hp->n_vocab) {
+        rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tokenizer.json gives %d tokens, config.json vocab_size is %d", dir,
+                          v.n_tokens, hp->n_vocab);
+        goto out;
+    }
+    TP_CHECK_GOTO(tp_hf_chat_template(dir, &tmpl, err), rc, out);
+    const char *arch = tp_arch_name(hp->arch);
+    char key[128];
+#define K(suffix) (snprintf(key, sizeof(key), "%s.%s", arch, suffix), key)
+    tp_gguf_kv_str(w, "general.architecture", arch);
+    tp_gguf_kv_str(w, "general.name", name);
+    tp_gguf_kv_u32(w, "general.alignment", 32);
+    tp_gguf_kv_u32(w, K("vocab_size"), (uint32_t)hp->n_vocab);
+    tp_gguf_kv_u32(w, K("context_length"), (uint32_t)hp->n_ctx_train);
+    tp_gguf_kv_u32(w, K("embedding_length"), (uint32_t)hp->n_embd);
+    tp_gguf_kv_u32(w, K("block_count"), (uint32_t)hp->n_layer);
+    tp_gguf_kv_u32(w, K("feed_forward_length"), (uint32_t)hp->n_ff);
+    tp_gguf_kv_u32(w, K("attention.head_count"), (uint32_t)hp->n_head);
+    tp_gguf_kv_u32(w, K("attention.head_count_kv"), (uint32_t)hp->n_head_kv);
+    tp_gguf_kv_u32(w, K("attention.key_length"), (uint32_t)hp->head_dim);
+    tp_gguf_kv_u32(w, K("attention.value_length"), (uint32_t)hp->head_dim);
+    tp_gguf_kv_f32(w, K("attention.layer_norm_rms_epsilon"), hp->norm_eps);
+    tp_gguf_kv_f32(w, K("rope.freq_base"), hp->rope_theta);
+    tp_gguf_kv_u32(w, K("rope.dimension_count"), (uint32_t)hp->rope_dim);
+    if (hp->rope_scaling != TP_ROPE_SCALING_NONE) {
+        tp_gguf_kv_str(w, K("rope.scaling.type"), hp->rope_scaling == TP_ROPE_SCALING_LLAMA3 ? "llama3" : "linear");
+        tp_gguf_kv_f32(w, K("rope.scaling.factor"), hp->rope_scale_factor);
+        if (hp->rope_scaling == TP_ROPE_SCALING_LLAMA3) {
+            tp_gguf_kv_f32(w, K("rope.scaling.low_freq_factor"), hp->rope_low_freq_factor);
+            tp_gguf_kv_f32(w, K("rope.scaling.high_freq_factor"), hp->rope_high_freq_factor);
+            tp_gguf_kv_u32(w, K("rope.scaling.original_context_length"), (uint32_t)hp->rope_orig_ctx);
+        }
+    }
+#undef K
+    tp_gguf_kv_str(w, "tokenizer.ggml.model", v.model);
+    if (v.pre) tp_gguf_kv_str(w, "tokenizer.ggml.pre", v.pre);
+    tp_gguf_kv_array_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, NULL, (uint64_t)v.n_tokens);
+    if (v.scores) tp_gguf_kv_array(w, "tokenizer.ggml.scores", TP_GGUF_FLOAT32, v.scores, (uint64_t)v.n_tokens);
+    tp_gguf_kv_array(w, "tokenizer.ggml.token_type", TP_GGUF_INT32, v.types, (uint64_t)v.n_tokens);
+    if (v.n_merges)
+        tp_gguf_kv_array_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges, NULL, (uint64_t)v.n_merges);
+    if (v.bos >= 0) tp_gguf_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v.bos);
+    if (v.eos >= 0) tp_gguf_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v.eos);
+    if (v.unk >= 0) tp_gguf_kv_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v.unk);
+    if (v.pad >= 0) tp_gguf_kv_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v.pad);
+    tp_gguf_kv_bool(w, "tokenizer.ggml.add_bos_token", v.add_bos);
+    tp_gguf_kv_bool(w, "tokenizer.ggml.add_eos_token", v.add_eos);
+    if (tmpl || v.chat_template) tp_gguf_kv_str(w, "tokenizer.chat_template", tmpl ? tmpl : v.chat_template);
+out:
+    free(tmpl);
+    tp_synth_vocab_free(&v);
+    return rc;
+}
+
+/* The GGUF canonical names of the model, in file order; count. */
+static int tensor_names(const struct tp_tsrc *src, int n_layer, char (*names)[64], int cap)
+{
+    static const char *const global[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
+    static const char *const layer[] = {"attn_norm.weight",  "attn_q.weight",      "attn_k.weight",
+                                        "attn_v.weight",     "attn_q.bias",        "attn_k.bias",
+                                        "attn_v.bias",       "attn_q_norm.weight", "attn_k_norm.weight",
+                                        "attn_output.weight", "ffn_norm.weight",   "ffn_gate.weight",
+                                        "ffn_up.weight",     "ffn_down.weight"};
+    int n = 0;
+    struct tp_tsrc_tensor t;
+    for (size_t i = 0; i < TP_ARRAY_LEN(global) && n < cap; i++)
+        if (tp_tsrc_find(src, global[i], &t)) snprintf(names[n++], 64, "%s", global[i]);
+    for (int l = 0; l < n_layer; l++)
+        for (size_t i = 0; i < TP_ARRAY_LEN(layer) && n < cap; i++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "blk.%d.%s", l, layer[i]);
+            if (tp_tsrc_find(src, nm, &t)) snprintf(names[n++], 64, "%s", nm);
+        }
+    return n;
+}
+
+static int is_qk(const char *name)
+{
+    const char *d = strrchr(name, '.');
+    return d && strcmp(d, ".weight") == 0 && (strstr(name, ".attn_q.") || strstr(name, ".attn_k."));
+}
+
+static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t *st, const struct tp_model_probe *pr,
+                                const struct tp_shard_plan *plan, int rank, const char *weights, const char *path,
+                                struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    tp_gguf_writer_t *w = NULL;
+    uint8_t *row = NULL;
+    const struct tp_hparams *hp = &pr->hp;
+    const struct tp_model_shard *s = &plan->ranks[rank].shard;
+    struct tp_tsrc src = {.kind = TP_TSRC_HF, .st = st};
+    int cap = 3 + 14 * hp->n_layer;
+    char(*names)[64] = calloc((size_t)cap, sizeof *names);
+    if (!names) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    int n = tensor_names(&src, hp->n_layer, names, cap);
+    TP_CHECK_GOTO(tp_gguf_writer_open(path, 32, &w, err), rc, out);
+    TP_CHECK_GOTO(write_kv(w, dir, model_name, hp, err), rc, out);
+    int32_t ranges[TP_PLAN_MAX_RANKS * 8];
+    for (int r = 0; r < plan->world_size; r++) {
+        const struct tp_model_shard *q = &plan->ranks[r].shard;
+        const int32_t v[8] = {q->q_head_begin, q->q_head_end, q->kv_head_begin, q->kv_head_end,
+                              q->ff_begin,     q->ff_end,     q->vocab_begin,   q->vocab_end};
+        memcpy(ranges + r * 8, v, sizeof v);
+    }
+    if ((rc = tp_gguf_kv_u32(w, TP_SHARD_KEY_RANK, (uint32_t)rank)) != TP_OK ||
+        (rc = tp_gguf_kv_u32(w, TP_SHARD_KEY_WORLD, (uint32_t)plan->world_size)) != TP_OK ||
+        (rc = tp_gguf_kv_str(w, TP_SHARD_KEY_WEIGHTS, weights ? weights : "")) != TP_OK ||
+        (rc = tp_gguf_kv_array(w, TP_SHARD_KEY_PLAN, TP_GGUF_INT32, ranges, (uint64_t)plan->world_size * 8)) != TP_OK ||
+        (rc = tp_gguf_kv_u64(w, TP_SHARD_KEY_PLAN_HASH, tp_shard_plan_hash(plan))) != TP_OK ||
+        (rc = tp_gguf_kv_str(w, TP_SHARD_KEY_SOURCE, model_name)) != TP_OK) {
+        tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+        goto out;
+    }
+    /* declare */
+    size_t max_row = 0;
+    for (int i = 0; i < n; i++) {
+        struct tp_tsrc_tensor t;
+        (void)tp_tsrc_find(&src, names[i], &t);
+        if (t.type != TP_WTYPE_F32 && t.type != TP_WTYPE_F16 && t.type != TP_WTYPE_BF16) {
+            rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
+                              "%s: tensor '%s' is %s; tpserve shard cuts F32 / F16 / BF16 safetensors (serve a quantized "
+                              "directory whole: every rank reads only its slices anyway)",
+                              t.file, t.name, t.type_name);
+            goto out;
+        }
+        if (t.n_dims > 2) {
+            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%s' has %d dims (want 1 or 2)", t.file, t.name, t.n_dims);
+            goto out;
+        }
+        int64_t a = 0, b = 0, ne[2] = {t.ne[0], t.ne[1]};
+        int k = tp_shard_classify(names[i], hp, s, &a, &b);
+        int64_t extent = (t.n_dims == 1 || k == TP_SHARD_SLICE_COLS) ? t.ne[0] : t.ne[1];
+        if (k != TP_SHARD_SLICE_NONE && (a < 0 || b > extent || a >= b)) {
+            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%s' is smaller than the plan's range [%lld,%lld)", t.file,
+                              t.name, (long long)a, (long long)b);
+            goto out;
+        }
+        if (k == TP_SHARD_SLICE_ROWS && t.n_dims == 1) ne[0] = b - a;
+        else if (k == TP_SHARD_SLICE_ROWS) ne[1] = b - a;
+        else if (k == TP_SHARD_SLICE_COLS) ne[0] = b - a;
+        if ((rc = tp_gguf_add_tensor(w, names[i], t.type, t.n_dims, ne)) != TP_OK) {
+            tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+            goto out;
+        }
+        size_t rb = (size_t)t.ne[0] * (t.type == TP_WTYPE_F32 ? 4 : 2);
+        max_row = rb > max_row ? rb : max_row;
+    }
+    row = malloc(max_row ? max_row : 1);
+    if (!row) {
+        rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    /* data: rows read with pread from the file that holds each tensor (only the slice's bytes) */
+    for (int i = 0; i < n; i++) {
+        struct tp_tsrc_tensor t;
+        (void)tp_tsrc_find(&src, names[i], &t);
+        const size_t es = t.type == TP_WTYPE_F32 ? 4 : 2;
+        const size_t rb = (size_t)t.ne[0] * es;
+        int64_t a = 0, b = 0;
+        int k = tp_shard_classify(names[i], hp, s, &a, &b);
+        int64_t r0 = 0, r1 = t.n_dims == 1 ? 1 : t.ne[1], c0 = 0, c1 = t.ne[0];
+        if (k == TP_SHARD_SLICE_ROWS && t.n_dims == 1) c0 = a, c1 = b;
+        else if (k == TP_SHARD_SLICE_ROWS) r0 = a, r1 = b;
+        else if (k == TP_SHARD_SLICE_COLS) c0 = a, c1 = b;
+        const int perm = hp->arch == TP_ARCH_LLAMA && is_qk(names[i]);
+        const int64_t hd = hp->head_dim, half = hd / 2;
+        for (int64_t r = r0; rc == TP_OK && r < r1; r++) {
+            int64_t hr = r; /* HF row holding GGUF row r */
+            if (perm) {
+                int64_t h = r / hd, in = r % hd, i2 = in / 2, sgn = in % 2;
+                hr = h * hd + sgn * half + i2;
+            }
+            size_t nb = (size_t)(c1 - c0) * es;
+            rc = tp_st_pread(st, t.st, row, nb, (uint64_t)hr * rb + (uint64_t)c0 * es, err);
+            if (rc == TP_OK && (rc = tp_gguf_write_data(w, row, nb)) != TP_OK)
+                tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+        }
+        if (rc != TP_OK) goto out;
+    }
+    if ((rc = tp_gguf_writer_finish(w)) != TP_OK) tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+out:
+    free(row);
+    free(names);
+    tp_gguf_writer_free(w);
+    return rc;
+}
+
+enum tp_status tp_shard_write_hf(const char *dir, const struct tp_model_probe *pr, const struct tp_shard_plan *plan,
+                                 const char *weights, const char *out_dir, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    tp_st_t *st = NULL;
+    char name[256];
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    size_t b = len;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    snprintf(name, sizeof name, "%.*s", (int)(len - b), dir + b);
+    TP_CHECK_GOTO(tp_st_open(dir, &st, err), rc, out);
+    for (int r = 0; r < plan->world_size; r++) {
+        char fname[512], path[1024];
+        tp_parallel_shard_name(name, r, plan->world_size, fname, sizeof fname);
+        snprintf(path, sizeof path, "%s/%s", out_dir, fname);
+        TP_CHECK_GOTO(write_one(dir, name, st, pr, plan, r, weights, path, err), rc, out);
+        tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE, "wrote %s (%.1f MiB of weights for rank %d of %d)", path,
+               (double)(plan->ranks[r].sharded_bytes + plan->ranks[r].replicated_bytes) / 1048576.0, r,
+               plan->world_size);
+    }
+out:
+    tp_st_close(st);
+    return rc;
+}
