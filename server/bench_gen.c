@@ -44,6 +44,7 @@
 #include "cli.h"
 #include "common/common.h"
 #include "model/gguf.h"
+#include "model/tsrc_impl.h"
 #include "model/kernels.h"
 #include "model/model.h"
 #include "parallel/parallel.h"
@@ -129,13 +130,24 @@ static uint64_t bytes_per_token(const char *path, tp_model_t *m)
 {
     uint64_t held = tp_model_weight_bytes(m);
     tp_gguf_t *g = NULL;
+    tp_st_t *st = NULL;
     struct tp_error err = {0};
-    if (tp_gguf_open(path, &g, &err) != TP_OK) return held;
-    const struct tp_gguf_tensor *te = tp_gguf_find_tensor(g, "token_embd.weight");
+    struct tp_tsrc src = {.kind = TP_TSRC_GGUF};
+    if (tp_hf_is_dir(path)) { /* Hugging Face directory: the same tensor under its HF name */
+        if (tp_st_open(path, &st, &err) != TP_OK) return held;
+        src.kind = TP_TSRC_HF;
+        src.st = st;
+    } else {
+        if (tp_gguf_open(path, &g, &err) != TP_OK) return held;
+        src.gguf = g;
+    }
+    struct tp_tsrc_tensor te;
+    int found = tp_tsrc_find(&src, "token_embd.weight", &te);
     int tied = tp_model_hparams(m)->tied_embeddings;
     uint64_t b = held;
-    if (te && !tied && te->n_bytes < held) b = held - te->n_bytes;
+    if (found && !tied && te.n_bytes < held) b = held - te.n_bytes;
     tp_gguf_close(g);
+    tp_st_close(st);
     return b;
 }
 
