@@ -211,6 +211,18 @@ void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
     case TP_WTYPE_Q4_0: {
         const struct tp_kern_ops *o = ops();
         (o->quant_a8 ? o->quant_a8 : tp_kern_quant_a8_scalar)(x, xq, n, TP_A8_KSHIFT(wt));
+        /* whole-block corrections s[b] (kernels_impl.h), the same for every ISA */
+        const int32_t *c = TP_A8_C(xq, n);
+        char *s = (char *)xq + (size_t)n + (size_t)(n / TP_QK) * 9 * sizeof(int32_t); /* TP_A8_S */
+        for (int64_t b = 0; b < n / TP_QK; b++) {
+            int32_t v = 0;
+            for (int j = 0; j < 8; j++) {
+                int32_t cj;
+                memcpy(&cj, c + 8 * b + j, sizeof cj);
+                v += cj;
+            }
+            memcpy(s + (size_t)b * sizeof v, &v, sizeof v);
+        }
         break;
     }
     case TP_WTYPE_Q4_K:

@@ -2,7 +2,8 @@
  * model/kernels_avx512.c - AVX-512 (F/BW/VL) + VNNI kernels (x86-64), chosen
  * at run time when the CPU has them.  The 512-bit half of the template in
  * kernels_x86_impl.h: two 32-value blocks per zmm register, integer dots as
- * single vpdpbusd instructions, a 4-row x 4-token tile in the 32 registers.
+ * single vpdpbusd instructions; several tokens in the 16-row lane-transposed
+ * kernel (kx_qbatch), float weights in a 4-row x 4-token tile.
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #define KX_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"

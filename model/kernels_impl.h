@@ -36,13 +36,18 @@ typedef struct {
  *   int32_t c[nb * 8]     c[8b + j] = -K * (qs[32b+4j] + .. + qs[32b+4j+3]),
  *                         K = 8 for Q4_0 (nibble offset), 128 for Q8_0 (the +128
  *                         bias VNNI kernels use to make weights unsigned)
+ *   int32_t s[nb]         s[b] = c[8b] + .. + c[8b+7] (the whole block's correction;
+ *                         written by tp_kern_prepare_act after the quantizer, for
+ *                         kernels whose lanes hold whole blocks of different rows)
  * Structure-of-arrays so SIMD loads are contiguous; c lets u8 x s8 dot
  * kernels start their integer accumulators at the offset correction.
+ * Rows may be unaligned (callers pad row strides freely): load with loadu/memcpy.
  */
-#define TP_A8_ROW_BYTES(n) ((size_t)(n) + (size_t)((n) / TP_QK) * (sizeof(float) + 8 * sizeof(int32_t)))
+#define TP_A8_ROW_BYTES(n) ((size_t)(n) + (size_t)((n) / TP_QK) * (sizeof(float) + 9 * sizeof(int32_t)))
 #define TP_A8_QS(row) ((const int8_t *)(row))
 #define TP_A8_D(row, n) ((const float *)((const char *)(row) + (n)))
 #define TP_A8_C(row, n) ((const int32_t *)((const char *)(row) + (n) + (size_t)((n) / TP_QK) * sizeof(float)))
+#define TP_A8_S(row, n) ((const int32_t *)((const char *)(row) + (n) + (size_t)((n) / TP_QK) * 9 * sizeof(float)))
 #define TP_A8_KSHIFT(wt) ((wt) == TP_WTYPE_Q4_0 ? 3 : 7) /* K = 1 << kshift */
 
 _Static_assert(sizeof(tp_blk_q8_0) == 34, "Q8_0 block must be 34 bytes");

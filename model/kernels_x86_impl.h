@@ -14,10 +14,14 @@
  * each block's integer dot is exact, then scaled by d_w * d_x in float.
  *
  * One token (decode) reads rows one after another (a single contiguous
- * weight stream, prefetched ahead); many tokens (prefill) use a KX_MR x KX_NT
- * register tile so each unpacked weight block serves KX_NT tokens, over
- * chunks of KX_CHUNK rows so a chunk's weights stay in L1/L2 while all
- * token tiles pass over it.
+ * weight stream, prefetched ahead).  Several tokens on AVX-512 (small
+ * batches and prefill alike): kx_qbatch puts 16 rows in the 16 lanes of a
+ * zmm (a transposed block costs one vpdpbusd per 4 values of 16 rows, and the
+ * float scale/accumulate runs once per 16 rows x token x block), up to 8
+ * tokens per pass over a 16-row group.  On AVX2 (and AVX-512 when
+ * KX_BATCH_MAX is lowered), a KX_MR x KX_NT register tile so each unpacked
+ * weight block serves KX_NT tokens, over chunks of KX_CHUNK rows so a
+ * chunk's weights stay in L1/L2 while all token tiles pass over it.
  */
 #ifndef KX_TARGET
 #error "define KX_TARGET, KX_512, KX_MR, KX_NT before including kernels_x86_impl.h"
@@ -352,6 +356,173 @@ KFN void kx_qtile(const int type, const char *w, size_t wrb, const char *x, size
         for (int t = 0; t < T; t++) y[(int64_t)t * ys + r] = kx_hsum512(acc[r][t]);
 }
 
+/* ---- small batches and prefill: 16 rows x up to KX_BT tokens, rows in lanes ----
+ *
+ * Lane L of a zmm holds one row of a 16-row group, so one vpdpbusd adds a
+ * 4-value slice of one block for 16 rows at once and, after the 8 slices of
+ * a block, each lane holds its row's whole integer block dot: the float
+ * conversion, the scale (d_w of 16 rows x d_a of the token) and the
+ * accumulation then cost 3 instructions per 16 rows x 1 token x 1 block
+ * instead of 3 per 2 blocks of one row (kx_qtile).  The transposed weight
+ * slices W[0..7] of a block are built once (16 xmm loads, a 4x4 dword
+ * transpose per 128-bit lane) and serve every token; activation slices are
+ * embedded broadcasts.  The block's correction (s[b], kernels_impl.h) seeds
+ * the integer accumulator.  Lane L = 4m + p holds row 4p + m of the group
+ * (the transpose's order); outputs are permuted back once per group.
+ */
+#ifndef KX_BATCH_MAX
+#define KX_BATCH_MAX 1000000 /* n_tok up to this use kx_qbatch, more the kx_qtile tiles */
+#endif
+#define KX_PFB 256 /* prefetch distance per row stream (bytes) */
+#define KX_BT 8 /* tokens per pass over a row group (T accumulators + T chains + 8 slices + scales) */
+
+/* lane L <-> row 4 (L % 4) + L / 4 of the group (an involution) */
+#define KX_LANE_ROWS _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
+
+/* 16 rows' 16-byte slices at p + ro[k] (row k of the group): 4 zmm, each 4 rows (one per 128-bit lane). */
+KFN void kx_load16x16(const char *p, const size_t ro[16], __m512i z[4])
+{
+    for (int k = 0; k < 4; k++) {
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + ro[4 * k])));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ro[4 * k + 1])), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ro[4 * k + 2])), 2);
+        z[k] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ro[4 * k + 3])), 3);
+    }
+}
+
+/* 4x4 dword transpose inside each 128-bit lane: out[j] lane (m, p) = z[p] lane (m, dword j). */
+KFN void kx_tr4(const __m512i z[4], __m512i out[4])
+{
+    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    out[0] = _mm512_unpacklo_epi64(t0, t2);
+    out[1] = _mm512_unpackhi_epi64(t0, t2);
+    out[2] = _mm512_unpacklo_epi64(t1, t3);
+    out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* The block at p (+ ro[k] for row k) of the 16 rows as 8 slices: W[j] lane L = u8 values
+ * 4j..4j+3 of row 4 (L % 4) + L / 4 (Q4_0 nibbles 0..15, Q8_0 q + 128), and the 16 weight
+ * scales as floats in the same lane order. */
+KFN void kx_wslices(const int type, const char *p, const size_t ro[16], __m512i W[8], __m512 *dw)
+{
+    __m512i z[4];
+    if (type == KX_Q4_0) {
+        kx_load16x16(p + 2, ro, z);
+        kx_tr4(z, W);
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        for (int j = 0; j < 4; j++) {
+            W[j + 4] = _mm512_and_si512(_mm512_srli_epi16(W[j], 4), m4);
+            W[j] = _mm512_and_si512(W[j], m4);
+        }
+    } else {
+        const __m512i bias = _mm512_set1_epi8((char)0x80);
+        kx_load16x16(p + 2, ro, z);
+        kx_tr4(z, W);
+        kx_load16x16(p + 18, ro, z);
+        kx_tr4(z, W + 4);
+        for (int j = 0; j < 8; j++) W[j] = _mm512_xor_si512(W[j], bias);
+    }
+    /* the fp16 scale is the low half of dword 0 at each row's block start: the same
+     * loads and the first quarter of the transpose (a gather measured ~2x slower) */
+    kx_load16x16(p, ro, z);
+    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t2 = _mm512_unpacklo_epi32(z[2], z[3]);
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_unpacklo_epi64(t0, t2)));
+}
+
+KFN __m512i kx_bc32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+KFN __m512 kx_bcf(const void *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_ps(v);
+}
+
+/* token t of the pass: block dot for 16 rows (8 slices, seeded with the block correction), scaled, accumulated */
+#define KX_BTOK(t)                                                                                             \
+    if (T > t) {                                                                                               \
+        const char *row = x + (size_t)(t) * xrb;                                                               \
+        const char *q = row + b * TP_QK;                                                                       \
+        __m512i i = kx_bc32(row + soff + 4 * b);                                                               \
+        i = _mm512_dpbusd_epi32(i, W[0], kx_bc32(q));                                                          \
+        i = _mm512_dpbusd_epi32(i, W[1], kx_bc32(q + 4));                                                      \
+        i = _mm512_dpbusd_epi32(i, W[2], kx_bc32(q + 8));                                                      \
+        i = _mm512_dpbusd_epi32(i, W[3], kx_bc32(q + 12));                                                     \
+        i = _mm512_dpbusd_epi32(i, W[4], kx_bc32(q + 16));                                                     \
+        i = _mm512_dpbusd_epi32(i, W[5], kx_bc32(q + 20));                                                     \
+        i = _mm512_dpbusd_epi32(i, W[6], kx_bc32(q + 24));                                                     \
+        i = _mm512_dpbusd_epi32(i, W[7], kx_bc32(q + 28));                                                     \
+        acc##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw, kx_bcf(row + n + 4 * b)), acc##t); \
+    }
+
+/* One pass: the 16 rows at w (+ ro[k]) x T tokens (x, xrb apart), all nb blocks; out[t] in lane order. */
+KFN void kx_qbatch_pass(const int type, const char *w, const size_t ro[16], const char *x, size_t xrb,
+                        int64_t n, const int T, __m512 out[KX_BT])
+{
+    const int64_t nb = n / TP_QK;
+    const size_t bs = kx_bsz(type), soff = (size_t)n + (size_t)nb * 9 * sizeof(int32_t); /* TP_A8_S */
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0, acc5 = acc0, acc6 = acc0,
+           acc7 = acc0;
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i W[8];
+        __m512 dw;
+        /* 16 row streams are more than the hardware prefetcher follows: fetch each row
+         * KX_PFB bytes ahead, every 36 (Q4_0: 2 blocks) or 34 (Q8_0) bytes, so every line once */
+        if (type == KX_Q8_0 || (b & 1) == 0)
+            for (int k = 0; k < 16; k++) _mm_prefetch(w + ro[k] + (size_t)b * bs + KX_PFB, _MM_HINT_T0);
+        kx_wslices(type, w + (size_t)b * bs, ro, W, &dw);
+        KX_BTOK(0)
+        KX_BTOK(1)
+        KX_BTOK(2)
+        KX_BTOK(3)
+        KX_BTOK(4)
+        KX_BTOK(5)
+        KX_BTOK(6)
+        KX_BTOK(7)
+    }
+    out[0] = acc0, out[1] = acc1, out[2] = acc2, out[3] = acc3;
+    out[4] = acc4, out[5] = acc5, out[6] = acc6, out[7] = acc7;
+}
+
+/* Rows [r0, r1), 16 at a time; a ragged last group repeats its last row in
+ * the unused lanes (not stored), so every row is computed the same way
+ * whatever the split of rows over threads. */
+KFN void kx_qbatch(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
+                   float *y, int64_t ys, int64_t r0, int64_t r1)
+{
+    const __m512i lane_rows = KX_LANE_ROWS;
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+        size_t ro[16];
+        for (int k = 0; k < 16; k++) ro[k] = (size_t)(k < nr ? k : nr - 1) * wrb;
+        const __mmask16 keep = (__mmask16)((1u << nr) - 1u);
+        const char *wg = (const char *)KROW(w, wrb, r);
+        for (int t0 = 0; t0 < n_tok; t0 += KX_BT) {
+            const int T = n_tok - t0 < KX_BT ? n_tok - t0 : KX_BT;
+            const char *x = (const char *)KROW(xq, xrb, t0);
+            __m512 out[KX_BT];
+            switch (T) {
+            case 1: kx_qbatch_pass(type, wg, ro, x, xrb, n, 1, out); break;
+            case 2: kx_qbatch_pass(type, wg, ro, x, xrb, n, 2, out); break;
+            case 3: kx_qbatch_pass(type, wg, ro, x, xrb, n, 3, out); break;
+            case 4: kx_qbatch_pass(type, wg, ro, x, xrb, n, 4, out); break;
+            case 5: kx_qbatch_pass(type, wg, ro, x, xrb, n, 5, out); break;
+            case 6: kx_qbatch_pass(type, wg, ro, x, xrb, n, 6, out); break;
+            case 7: kx_qbatch_pass(type, wg, ro, x, xrb, n, 7, out); break;
+            default: kx_qbatch_pass(type, wg, ro, x, xrb, n, KX_BT, out); break;
+            }
+            for (int t = 0; t < T; t++)
+                _mm512_mask_storeu_ps(y + (int64_t)(t0 + t) * ys + r, keep, _mm512_permutexvar_ps(lane_rows, out[t]));
+        }
+    }
+}
+_Static_assert(KX_BT == 8, "kx_qbatch's switch assumes 8 tokens per pass");
+
 /* float weights: 16 at a time, masked tail (no scalar remainder) */
 KFN __m512 kx_ldw16(const int type, const void *p, int64_t i, __mmask16 m)
 {
@@ -448,6 +619,12 @@ KFN void kx_qmatmul(const int type, const void *w, size_t wrb, int64_t n, const 
         kx_qdecode(type, w, wrb, n, xq, yy, r0, r1);
         return;
     }
+#if KX_512
+    if (n_tok <= KX_BATCH_MAX) {
+        kx_qbatch(type, w, wrb, n, xq, xrb, n_tok, yy, ys, r0, r1);
+        return;
+    }
+#endif
     KX_TILED(kx_qtile, type, w, wrb, n, xq, xrb, n_tok, yy, ys, r0, r1)
 }
 

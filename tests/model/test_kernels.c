@@ -8,7 +8,8 @@
  *    operands (checks the reference itself);
  *  - every SIMD instruction set this CPU has against the scalar reference on
  *    identical inputs, for many shapes (odd row counts, row ranges not
- *    starting at 0, n_tok 1..17, several n_cols), by normalized MSE
+ *    starting at 0, n_tok 1..20 for Q8_0/Q4_0 and 1..17 for the others,
+ *    several n_cols), by normalized MSE
  *    nmse = sum (y - ref)^2 / sum ref^2 with these thresholds:
  *      quantized types, SIMD vs scalar: 1e-11.  Both compute the same exact
  *        integer block dots; only the float summation order of <= 160 block
@@ -321,12 +322,13 @@ static void test_act_quant_identical(void)
     const enum tp_wtype wts[] = {TP_WTYPE_Q8_0, TP_WTYPE_Q4_0};
     for (size_t k = 0; k < TP_ARRAY_LEN(wts); k++) {
         size_t rb = tp_kern_act_row_bytes(wts[k], N);
-        CU_ASSERT_EQUAL_FATAL(rb, N + N / 32 * 36);
+        CU_ASSERT_EQUAL_FATAL(rb, N + N / 32 * 40);
         uint8_t *ref = malloc(rb), *got = malloc(rb);
         CU_ASSERT_FATAL(ref && got);
         tp_kern_force_scalar(1);
         tp_kern_prepare_act(wts[k], x, ref, N);
-        /* layout: qs[N] ~ x / d, d[N/32], c[8 per block] = -K * (sum of 4 qs), K = 8 (Q4_0) / 128 (Q8_0) */
+        /* layout: qs[N] ~ x / d, d[N/32], c[8 per block] = -K * (sum of 4 qs), K = 8 (Q4_0) / 128 (Q8_0),
+         * s[N/32] = -K * (sum of the block's 32 qs) */
         const int8_t *qs = (const int8_t *)ref;
         int bad = 0;
         for (int b = 0; b < N / 32; b++) {
@@ -340,6 +342,10 @@ static void test_act_quant_identical(void)
                 int32_t sum = qs[32 * b + 4 * j] + qs[32 * b + 4 * j + 1] + qs[32 * b + 4 * j + 2] + qs[32 * b + 4 * j + 3];
                 if (c != -sum * (wts[k] == TP_WTYPE_Q4_0 ? 8 : 128)) bad++;
             }
+            int32_t sb, bsum = 0;
+            memcpy(&sb, ref + N + N / 32 * 36 + 4 * b, 4);
+            for (int i = 0; i < 32; i++) bsum += qs[32 * b + i];
+            if (sb != -bsum * (wts[k] == TP_WTYPE_Q4_0 ? 8 : 128)) bad++;
         }
         CU_ASSERT_EQUAL(bad, 0);
         CU_ASSERT_EQUAL(qs[32 * 5 + 0], -127); /* the tie block: -8 / (8/127) */
@@ -517,7 +523,11 @@ static void run_type_cases(enum tp_wtype t)
     rng_seed(1000 + (uint64_t)t);
     int n = 0;
     for (size_t ci = 0; ci < ncols; ci++) {
-        for (int n_tok = 1; n_tok <= 17; n_tok += (cols[ci] >= 800 ? 4 : 1)) {
+        /* Q8_0 / Q4_0: every n_tok 1..20 (decode, small-batch passes of 8 with every
+         * remainder, prefill tiles); the others 1..17, fewer for wide rows */
+        const int max_tok = is_quant(t) && !is_kquant(t) ? 20 : 17;
+        const int step = is_quant(t) && !is_kquant(t) ? 1 : cols[ci] >= 800 ? 4 : 1;
+        for (int n_tok = 1; n_tok <= max_tok; n_tok += step) {
             int64_t rows = 5 + (int64_t)(rng_u32() % 35); /* odd and even counts */
             int64_t r0 = (int64_t)(rng_u32() % 4), r1 = rows - (int64_t)(rng_u32() % 3);
             if (n % 5 == 0) r0 = 0, r1 = rows;
