@@ -425,6 +425,46 @@ static void test_chat_template(void)
     tp_model_free(m);
 }
 
+/* A real config.json (Mistral-7B-v0.1, metadata only, from shared/models) read into hparams. */
+static void test_real_config(void)
+{
+    const char *src = tp_test_shared_path("models/tokenizers/mistral-7b-v0.1/config.json");
+    if (!src) {
+        tp_test_skip("shared/models/tokenizers/mistral-7b-v0.1/config.json not found");
+        return;
+    }
+    char dir[512], dst[600];
+    snprintf(dir, sizeof dir, "%s/mistral-config", tp_test_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    char *text = slurp(src);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    spit(dst, text);
+    free(text);
+    CU_ASSERT(tp_hf_is_dir(dir));
+    struct tp_hf_config hc;
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_hf_read_config(dir, &hc, &e), TP_OK);
+    const struct tp_hparams *hp = &hc.hp;
+    CU_ASSERT_STRING_EQUAL(hc.architecture, "MistralForCausalLM");
+    CU_ASSERT_EQUAL(hp->arch, TP_ARCH_LLAMA);
+    CU_ASSERT_EQUAL(hp->n_embd, 4096);
+    CU_ASSERT_EQUAL(hp->n_layer, 32);
+    CU_ASSERT_EQUAL(hp->n_head, 32);
+    CU_ASSERT_EQUAL(hp->n_head_kv, 8);
+    CU_ASSERT_EQUAL(hp->head_dim, 128);
+    CU_ASSERT_EQUAL(hp->rope_dim, 128);
+    CU_ASSERT_EQUAL(hp->n_ff, 14336);
+    CU_ASSERT_EQUAL(hp->n_vocab, 32000);
+    CU_ASSERT_EQUAL(hp->n_ctx_train, 32768);
+    CU_ASSERT_EQUAL(hp->rope_neox, 1);
+    CU_ASSERT_EQUAL(hp->rope_theta, 10000.0f);
+    CU_ASSERT_EQUAL(hp->norm_eps, 1e-5f);
+    CU_ASSERT_EQUAL(hp->tied_embeddings, 0);
+    CU_ASSERT_EQUAL(hp->rope_scaling, TP_ROPE_SCALING_NONE);
+    CU_ASSERT_EQUAL(hc.quant_bits, 0);
+}
+
 static const struct tp_test_case hf_cases[] = {{"same_as_gguf_llama", test_same_llama},
                                                {"same_as_gguf_llama3", test_same_llama3},
                                                {"same_as_gguf_qwen2", test_same_qwen2},
@@ -433,5 +473,6 @@ static const struct tp_test_case hf_cases[] = {{"same_as_gguf_llama", test_same_
                                                {"half_types", test_half},
                                                {"refusals", test_refusals},
                                                {"chat_template", test_chat_template},
+                                               {"real_config", test_real_config},
                                                {NULL, NULL}};
 TP_TEST_SUITE(hf, "unit,model", 120, hf_cases)
