@@ -35,6 +35,8 @@ struct mr_run {
     int slow_load_ms;           /* > 0: rank world-1 sleeps this long while loading (slow disk) */
     uint32_t op_timeout_ms;     /* comm op timeout of every rank (default 10000) */
     int kill_last_rank;         /* rank world-1 exits abruptly 300 ms after init (dead peer test) */
+    const int32_t *force0;      /* non-NULL: after step s sequence 0 is fed force0[s] (teacher forcing)
+                                 * instead of its own choice; tokens[] still records its argmax */
     /* out */
     int exit_code[MR_MAX_RANKS]; /* 0 ok, 3 init refused, 4 step failed, -1 killed at the deadline */
     char msg[MR_MAX_RANKS][512];
@@ -51,6 +53,8 @@ struct mr_run {
     int32_t top_ids[8];                /* greedy_api 2: last step's top 8 of sequence 0 */
     float top_logits[8];
     float lse;                         /* and its log-sum-exp */
+    float gap0[MR_MAX_STEPS];          /* full-logits mode: sequence 0's top-1 minus top-2 logit per step */
+    float rms0[MR_MAX_STEPS];          /* and the root mean square of its logits */
     double seconds;
 };
 

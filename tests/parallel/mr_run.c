@@ -6,6 +6,7 @@
  * whatever is left, and reads the files back.
  */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +82,8 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
     const int V = tp_parallel_hparams(p)->n_vocab;
     float *logits = malloc(2 * (size_t)V * sizeof(float));
     int32_t *t0 = calloc(MR_MAX_STEPS, sizeof(int32_t)), *t1 = calloc(MR_MAX_STEPS, sizeof(int32_t));
-    if (!logits || !t0 || !t1) return 4;
+    float *gap = calloc(2 * MR_MAX_STEPS, sizeof(float)), *rms = gap + MR_MAX_STEPS;
+    if (!logits || !t0 || !t1 || !gap) return 4;
     /* prompts: seq 0 [1 5 9 14], seq 1 [1 7 3] */
     int32_t tok[8] = {1, 5, 9, 14, 1, 7, 3}, pos[8] = {0, 1, 2, 3, 0, 1, 2}, seq[8] = {0, 0, 0, 0, 1, 1, 1};
     int8_t want[8] = {0, 0, 0, 1, 0, 0, 1};
@@ -112,12 +114,19 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
         if (!r->greedy_api) {
             ids[0] = argmax(logits, V);
             ids[1] = argmax(logits + V, V);
+            double second = -1e30, sq = 0;
+            for (int i = 0; i < V; i++) {
+                if (i != ids[0] && logits[i] > second) second = logits[i];
+                sq += (double)logits[i] * logits[i];
+            }
+            gap[s] = (float)(logits[ids[0]] - second);
+            rms[s] = (float)sqrt(sq / V);
         }
         t0[s] = ids[0];
         t1[s] = ids[1];
         /* next step: one token per sequence; halfway, restart sequence 1 from its prompt's first token */
         st.n_clear = 0;
-        tok[0] = ids[0];
+        tok[0] = r->force0 ? r->force0[s] : ids[0];
         pos[0] = p0++;
         seq[0] = 0;
         want[0] = 1;
@@ -151,8 +160,10 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
         fwrite(t0, sizeof(int32_t), MR_MAX_STEPS, f);
         fwrite(t1, sizeof(int32_t), MR_MAX_STEPS, f);
         fwrite(logits, sizeof(float), (size_t)V, f);
+        fwrite(gap, sizeof(float), 2 * MR_MAX_STEPS, f);
         fclose(f);
     }
+    free(gap);
     free(logits);
     free(t0);
     free(t1);
@@ -311,7 +322,9 @@ int mr_exec(struct mr_run *r)
         r->logits = malloc((size_t)o.n_vocab * sizeof(float));
         if (fread(r->tokens, sizeof(int32_t), MR_MAX_STEPS, f) != MR_MAX_STEPS ||
             fread(r->tokens1, sizeof(int32_t), MR_MAX_STEPS, f) != MR_MAX_STEPS || !r->logits ||
-            fread(r->logits, sizeof(float), (size_t)o.n_vocab, f) != (size_t)o.n_vocab)
+            fread(r->logits, sizeof(float), (size_t)o.n_vocab, f) != (size_t)o.n_vocab ||
+            fread(r->gap0, sizeof(float), MR_MAX_STEPS, f) != MR_MAX_STEPS ||
+            fread(r->rms0, sizeof(float), MR_MAX_STEPS, f) != MR_MAX_STEPS)
             r->n_tokens = 0;
     }
     if (f) fclose(f);

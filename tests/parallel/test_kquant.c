@@ -1,0 +1,189 @@
+/*
+ * tests/parallel/test_kquant.c - tensor parallelism over a Q4_K_M model
+ * (`synth --type q4_k_m`: Q4_K matrices, Q6_K head and attn_v / ffn_down
+ * on the "more bits" layers).
+ *
+ * The shape is chosen so that an even split would cut 256-value
+ * super-blocks at 2 and 3 ranks: 16 heads of 64 (attn_output columns move in
+ * 4-head units = one 256-column block; 4 units over 3 ranks = 2,1,1 instead
+ * of 6,5,5 heads) and an FFN of 1280 = 5 blocks (2,2,1 and 3,2 instead of
+ * 427/853 and 640).  Oracles:
+ *  - plan (from the file's own tensor types through the probe): every
+ *    row-parallel boundary (attn_output and ffn_down columns) on a multiple
+ *    of 256, `moved` set and the note saying so;
+ *  - N = 2 and N = 3 real ranks (TCP ring on 127.0.0.1) against N = 1, 48
+ *    greedy steps.  Each rank multiplies the same whole super-blocks the
+ *    single rank does, but the float order of the all_sum differs, and the
+ *    Q8_K re-quantization of the summed activations turns a last-bit
+ *    difference into a whole int8 step now and then (measured: the final
+ *    logits of teacher-forced runs move by a normalized MSE of 1e-4 to
+ *    2.5e-4, i.e. each logit by ~1.5% of the logits' rms; F32 models move
+ *    by 1e-13).  A near-tie in the reference can therefore flip, and after
+ *    one different token a free run continues a different text.  So:
+ *      free greedy: the same tokens as N = 1 up to the end, or up to a step
+ *        where N = 1's top-2 gap is below tau = 8% of the logits' rms (4x the
+ *        typical shift of a difference of two logits; every divergence seen
+ *        over 3 seeds and 5 types was at <= 3%);
+ *      teacher-forced (sequence 0 fed N = 1's tokens): at every step the same
+ *        argmax except at such near-ties (at most 4 of 49), and final logits
+ *        within a normalized MSE of 1e-3.
+ *    A cut super-block, a wrong scale or a lost partial sum moves logits by
+ *    a normalized MSE of order 1 and fails both at once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/synth.h"
+#include "mr_impl.h"
+#include "parallel/parallel_impl.h"
+#include "tp_test.h"
+
+static const char *kq_model(enum tp_synth_mix mix, enum tp_wtype type, uint64_t seed)
+{
+    static char path[512];
+    struct tp_shape s;
+    memset(&s, 0, sizeof s);
+    snprintf(s.name, sizeof s.name, "test-kq-tp");
+    s.arch = TP_ARCH_LLAMA;
+    s.n_embd = 1024;
+    s.n_layer = 4; /* more bits (Q6_K attn_v, ffn_down) on layers 2 and 3 */
+    s.n_head = 16;
+    s.n_head_kv = 4;
+    s.head_dim = 64;
+    s.n_ff = 1280;
+    s.n_vocab = 512;
+    s.n_ctx = 256;
+    s.rope_theta = 10000.0f;
+    s.norm_eps = 1e-5f;
+    char want[512];
+    snprintf(want, sizeof want, "%s/synth-kq-tp-%d-%d-%d.gguf", tp_test_tmpdir(), (int)mix, (int)type, (int)seed);
+    struct tp_synth_config c = tp_synth_default_config();
+    c.shape = &s;
+    c.n_layer = s.n_layer;
+    c.mix = mix;
+    c.type = type;
+    c.seed = seed;
+    c.out_path = want;
+    c.n_threads = 2;
+    struct tp_error e = {0};
+    if (tp_synth_write(&c, &e) != TP_OK) {
+        fprintf(stderr, "q4km_model: %s\n", e.msg);
+        return NULL;
+    }
+    snprintf(path, sizeof path, "%s", want);
+    return path;
+}
+
+static const char *q4km_model(void) { return kq_model(TP_SYNTH_MIX_Q4_K_M, TP_WTYPE_Q4_K, 77); }
+
+static void test_plan_q4_k_m(void)
+{
+    const char *m = q4km_model();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    struct tp_model_probe pr;
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_model_probe(m, &pr, &e), TP_OK);
+    /* the probe saw the mix: layer 0 is Q4_K, the head Q6_K */
+    CU_ASSERT_EQUAL(pr.types.attn_o, TP_WTYPE_Q4_K);
+    CU_ASSERT_EQUAL(pr.types.ffn_down, TP_WTYPE_Q4_K);
+    CU_ASSERT_EQUAL(pr.types.output, TP_WTYPE_Q6_K);
+    static const int want_heads[2][4] = {{0, 8, 16, -1}, {0, 8, 12, 16}};
+    static const int want_ff[2][4] = {{0, 768, 1280, -1}, {0, 512, 1024, 1280}};
+    for (int world = 2; world <= 3; world++) {
+        struct tp_shard_plan p;
+        CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&pr.hp, &pr.types, world, NULL, &p, &e), TP_OK);
+        CU_ASSERT_EQUAL(p.ff_unit, 256);
+        CU_ASSERT_EQUAL(p.head_unit, 4);
+        for (int r = 0; r < world; r++) {
+            const struct tp_model_shard *s = &p.ranks[r].shard;
+            /* attn_output (row-parallel) columns = heads x 64, ffn_down columns = FFN range */
+            CU_ASSERT_EQUAL((s->q_head_begin * 64) % 256, 0);
+            CU_ASSERT_EQUAL((s->q_head_end * 64) % 256, 0);
+            CU_ASSERT_EQUAL(s->ff_begin % 256, 0);
+            CU_ASSERT(s->ff_end % 256 == 0 || s->ff_end == 1280);
+            CU_ASSERT_EQUAL(s->q_head_begin, want_heads[world - 2][r]);
+            CU_ASSERT_EQUAL(s->q_head_end, want_heads[world - 2][r + 1]);
+            CU_ASSERT_EQUAL(s->ff_begin, want_ff[world - 2][r]);
+            CU_ASSERT_EQUAL(s->ff_end, want_ff[world - 2][r + 1]);
+        }
+        CU_ASSERT_EQUAL(p.moved, 1);
+        CU_ASSERT_PTR_NOT_NULL(strstr(p.note, "FFN split moved to 256-column block boundaries"));
+        if (world == 3) CU_ASSERT_PTR_NOT_NULL(strstr(p.note, "head split moved to 4-head units"));
+        fprintf(stderr, "N=%d plan: %s\n", world, p.note);
+    }
+}
+
+/* Rank exit codes, with the messages of those that failed. */
+static void check_ranks(const struct mr_run *r, const char *what)
+{
+    for (int k = 0; k < r->world; k++) {
+        if (r->exit_code[k] != 0) fprintf(stderr, "%s: rank %d exit %d: %s\n", what, k, r->exit_code[k], r->msg[k]);
+        CU_ASSERT_EQUAL(r->exit_code[k], 0);
+    }
+}
+
+static void test_tp_q4_k_m(void)
+{
+    enum { STEPS = 48 };
+    const double tau = 0.08;  /* near-tie: reference top-2 gap below 8% of the logits' rms */
+    const char *m = q4km_model();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    struct mr_run ref, r;
+    mr_init(&ref, m, 1);
+    ref.n_steps = STEPS;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&ref), 0);
+    check_ranks(&ref, "q4_k_m N=1");
+    CU_ASSERT_EQUAL_FATAL(ref.n_tokens, STEPS + 1);
+    int distinct = 0; /* a constant token would match anything */
+    for (int i = 1; i < ref.n_tokens; i++) distinct += ref.tokens[i] != ref.tokens[0];
+    CU_ASSERT(distinct > 0);
+    for (int world = 2; world <= 3; world++) {
+        for (int forced = 0; forced <= 1; forced++) {
+            char what[64];
+            snprintf(what, sizeof what, "q4_k_m N=%d %s", world, forced ? "teacher-forced" : "free greedy");
+            mr_init(&r, m, world);
+            r.n_steps = STEPS;
+            if (forced) r.force0 = ref.tokens;
+            CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+            check_ranks(&r, what);
+            CU_ASSERT_EQUAL_FATAL(r.n_tokens, ref.n_tokens);
+            int first = -1, n_diff = 0, n_far = 0;
+            char steps[256] = "";
+            for (int i = 0; i < r.n_tokens; i++) {
+                if (r.tokens[i] == ref.tokens[i]) continue;
+                double rel = ref.gap0[i] / ref.rms0[i];
+                if (first < 0) first = i;
+                n_diff++;
+                if (rel >= tau) n_far++;
+                size_t l = strlen(steps);
+                if (l < sizeof steps - 32) snprintf(steps + l, sizeof steps - l, " %d (gap %.4f rms)", i, rel);
+                if (!forced) break; /* free run: after a different token the sequences are different texts */
+            }
+            double e = mr_nmse(r.logits, ref.logits, r.n_vocab);
+            fprintf(stderr, "%s: %d of %d tokens as N=1%s%s; final logits nmse %.3g; %.2f s\n", what,
+                    forced ? r.n_tokens - n_diff : (first < 0 ? r.n_tokens : first), r.n_tokens,
+                    n_diff ? ", differing at" : "", steps, e, r.seconds);
+            /* any difference only where N=1 itself had a near-tie */
+            CU_ASSERT_EQUAL(n_far, 0);
+            if (forced) {
+                CU_ASSERT(n_diff <= 4);
+                CU_ASSERT(e <= 1e-3);
+            }
+            mr_free(&r);
+        }
+    }
+    mr_free(&ref);
+}
+
+static const struct tp_test_case kquant_plan_cases[] = {
+    {"plan_q4_k_m", test_plan_q4_k_m},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(kquant_plan, "unit", 60, kquant_plan_cases)
+
+static const struct tp_test_case kquant_tp_cases[] = {
+    {"tp_q4_k_m", test_tp_q4_k_m},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(kquant_tp, "multirank,model", 300, kquant_tp_cases)
