@@ -100,6 +100,33 @@ static enum tp_status gen_decode(struct gen_ctx *g, int32_t *t, int pos)
 /* Empty sequence 0's KV cache on every rank (sent with the next step). */
 static void gen_reset(struct gen_ctx *g) { g->reset = 1; }
 
+/*
+ * --seqs: `steps` decode steps of k sequences at once (slots 0..k-1, one
+ * token each per step, as continuous batching runs them), from empty caches,
+ * each sequence fed its own argmax.  ids[k] hold the first tokens and get the
+ * last.  *sec = elapsed time of the steps.
+ */
+static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int32_t *ids, int32_t *clear, double *sec)
+{
+    for (int i = 0; i < k; i++) clear[i] = i;
+    static const int32_t zeros[64] = {0};
+    double t0 = tp_now_s();
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < k; i++) {
+            g->tok[i] = ids[i];
+            g->pos[i] = s;
+            g->seq[i] = i;
+            g->want[i] = 1;
+        }
+        struct tp_batch b = {.n_tokens = k, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
+        struct tp_step st = {b, s == 0 ? k : 0, clear, zeros};
+        enum tp_status rc = tp_parallel_step_greedy(g->par, &st, ids, NULL);
+        if (rc != TP_OK) return rc;
+    }
+    *sec = tp_now_s() - t0;
+    return TP_OK;
+}
+
 /* s as a JSON string literal (quotes, backslashes, control characters escaped). */
 static void print_json_str(const char *s)
 {
@@ -155,7 +182,7 @@ int tp_bench_gen(int argc, char **argv)
 {
     const char *path = NULL;
     int p = 128, n = 64, threads = 0, reps = 3, json = 0, bw_mib = 1024, bw_passes = 4;
-    const char *shard_weights = NULL, *comm_dtype = "f32";
+    const char *shard_weights = NULL, *comm_dtype = "f32", *seqs = NULL;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &path, "FILE", "model (GGUF)", 0, 0},
         {"prompt-tokens", 'p', TP_OPT_INT, &p, "P", "prefill length (default 128; 0 skips prefill)", 0, 65536},
@@ -164,6 +191,7 @@ int tp_bench_gen(int argc, char **argv)
         {"reps", 'r', TP_OPT_INT, &reps, "R", "repetitions, median reported (default 3)", 1, 100},
         {"bw-mib", 0, TP_OPT_INT, &bw_mib, "MIB", "buffer of each bandwidth probe (default 1024)", 64, 1 << 20},
         {"bw-passes", 0, TP_OPT_INT, &bw_passes, "K", "reads of the buffer per probe, mean reported (default 4)", 1, 100},
+        {"seqs", 0, TP_OPT_LIST, &seqs, "K,K,..", "also time decode steps of K sequences at once (1..64, one token each)", 0, 0},
         {"json", 0, TP_OPT_FLAG, &json, NULL, "print one JSON object", 0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..", "under launch/mpirun: share per rank", 0, 0},
         {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 on the wire", 0, 0},
@@ -182,6 +210,25 @@ int tp_bench_gen(int argc, char **argv)
     if (!path) {
         fprintf(stderr, "tpserve bench gen: -m MODEL is required\n");
         return 2;
+    }
+    int klist[16], nk = 0, kmax = 1;
+    if (seqs) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", seqs);
+        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            char *end = NULL;
+            long v = strtol(tok, &end, 10);
+            if (end == tok || *end || v < 1 || v > 64 || nk == 16) {
+                fprintf(stderr, "tpserve bench gen: --seqs '%s': want up to 16 sequence counts in 1..64\n", tok);
+                return 2;
+            }
+            klist[nk++] = (int)v;
+            kmax = TP_MAX(kmax, (int)v);
+        }
+        if (n == 0) {
+            fprintf(stderr, "tpserve bench gen: --seqs needs decode steps (-n > 0)\n");
+            return 2;
+        }
     }
     if (p == 0 && n == 0) {
         fprintf(stderr, "tpserve bench gen: nothing to measure (-p 0 and -n 0)\n");
@@ -223,8 +270,8 @@ int tp_bench_gen(int argc, char **argv)
     struct tp_model_config *mc = &pcfg.model;
     mc->path = path;
     mc->n_threads = threads;
-    mc->n_seq = 1;
-    mc->n_batch = TP_MAX(p, 1);
+    mc->n_seq = kmax;
+    mc->n_batch = TP_MAX(TP_MAX(p, 1), kmax);
     mc->n_ctx = TP_MAX(p, n) + 8;
     struct tp_error err = {0};
     double t_load = tp_now_s();
@@ -247,7 +294,7 @@ int tp_bench_gen(int argc, char **argv)
     }
     g.m = m;
     g.n_vocab = tp_model_hparams(m)->n_vocab;
-    const int nb = TP_MAX(p, 1);
+    const int nb = TP_MAX(TP_MAX(p, 1), kmax);
     g.tok = malloc((size_t)nb * sizeof(int32_t));
     g.pos = malloc((size_t)nb * sizeof(int32_t));
     g.seq = malloc((size_t)nb * sizeof(int32_t));
@@ -314,6 +361,33 @@ int tp_bench_gen(int argc, char **argv)
         }
     }
     if (n > 0) probe[reps] = tp_mem_read_bw_buf(pool, bwbuf, bw_bytes, bw_passes);
+    /* --seqs: reps x (each k in turn), median step time per k */
+    double k_ms[16] = {0};
+    if (nk > 0) {
+        double *ks = calloc((size_t)reps * 16, sizeof(double));
+        int32_t ids[64], clear[64];
+        if (!ks) {
+            tp_cli_fail("bench gen", "out of memory");
+            goto out;
+        }
+        for (int r = 0; r < reps; r++) {
+            for (int ki = 0; ki < nk; ki++) {
+                for (int i = 0; i < klist[ki]; i++) ids[i] = prompt[i % nb];
+                double sec = 0.0;
+                if (gen_multi(&g, klist[ki], n, ids, clear, &sec) != TP_OK) {
+                    tp_cli_fail("bench gen", "batched decode failed: %s", tp_parallel_last_error(g.par));
+                    free(ks);
+                    goto out;
+                }
+                ks[ki * reps + r] = sec * 1e3 / n;
+            }
+        }
+        for (int ki = 0; ki < nk; ki++) k_ms[ki] = median(ks + ki * reps, reps);
+        free(ks);
+    }
+    double k1_ms = 0.0;
+    for (int ki = 0; ki < nk; ki++)
+        if (klist[ki] == 1) k1_ms = k_ms[ki];
     uint64_t bpt = bytes_per_token(path, m);
     double bw = 0.0, frac = 0.0, frac_min = 0.0, frac_max = 0.0;
     if (n > 0) {
@@ -358,7 +432,15 @@ int tp_bench_gen(int argc, char **argv)
         for (int r = 0; r <= reps && n > 0; r++) printf("%s%.2f", r ? "," : "", probe[r]);
         printf("],\"bw_fraction_per_rep\":[");
         for (int r = 0; r < reps && n > 0; r++) printf("%s%.3f", r ? "," : "", frac_r[r]);
-        printf("]}\n");
+        printf("]");
+        if (nk > 0) {
+            printf(",\"seq_steps\":[");
+            for (int ki = 0; ki < nk; ki++)
+                printf("%s{\"seqs\":%d,\"step_ms\":%.3f,\"agg_tps\":%.2f}", ki ? "," : "", klist[ki], k_ms[ki],
+                       klist[ki] * 1e3 / k_ms[ki]);
+            printf("]");
+        }
+        printf("}\n");
     } else {
         printf("model   %s (%s, %.1f MiB read per token), %d threads, %s kernels, loaded in %.1f s\n", tp_model_name(m),
                type, (double)bpt / 1048576.0, tp_model_n_threads(m), tp_kern_isa(), t_load);
@@ -380,6 +462,16 @@ int tp_bench_gen(int argc, char **argv)
         if (n > 0)
             printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
                    tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms, bpt_sent);
+        if (nk > 0) {
+            printf("decode steps of k sequences (one token each, %d steps from empty caches, median of %d):\n", n, reps);
+            printf("%-6s %10s %12s %12s\n", "seqs", "ms/step", "x 1 seq", "agg t/s");
+            for (int ki = 0; ki < nk; ki++) {
+                printf("%-6d %10.2f ", klist[ki], k_ms[ki]);
+                if (k1_ms > 0.0) printf("%12.2f", k_ms[ki] / k1_ms);
+                else printf("%12s", "-");
+                printf(" %12.2f\n", klist[ki] * 1e3 / k_ms[ki]);
+            }
+        }
     }
     exit_code = 0;
 out:
