@@ -160,16 +160,26 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
 }
 
 /* Pool job: threads claim chunks of the work until none is left, so a thread
- * that is descheduled (shared cores) or slower does not hold up the others. */
+ * that is descheduled (shared cores) or slower does not hold up the others.
+ * Guided sizes: each claim takes 1/(2 nth) of what is left (a multiple of
+ * chunk_align, at least chunk_size), so the first chunks are long (few claims,
+ * long contiguous weight streams) and the last are short (the threads finish
+ * within one short chunk of each other at the barrier). */
 static void job(void *ctx, int ith, int nth)
 {
     tp_model_t *m = ctx;
-    (void)nth;
-    for (;;) {
-        int64_t c = (int64_t)atomic_fetch_add_explicit(&m->chunk_next, 1, memory_order_relaxed);
-        int64_t i0 = c * m->chunk_size;
-        if (i0 >= m->chunk_total) break;
-        job_range(m, ith, i0, TP_MIN(i0 + m->chunk_size, m->chunk_total));
+    const int64_t total = m->chunk_total, align = m->chunk_align, min = m->chunk_size;
+    long long i0 = atomic_load_explicit(&m->chunk_next, memory_order_relaxed);
+    while (i0 < total) {
+        int64_t len = (total - (int64_t)i0) / (2 * (int64_t)nth);
+        len = len / align * align;
+        if (len < min) len = min;
+        const long long i1 = (long long)TP_MIN((int64_t)i0 + len, total);
+        if (atomic_compare_exchange_weak_explicit(&m->chunk_next, &i0, i1, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            job_range(m, ith, i0, i1);
+            i0 = atomic_load_explicit(&m->chunk_next, memory_order_relaxed);
+        }
     }
 }
 
@@ -183,17 +193,19 @@ static uint64_t mm_work(const struct tp_wmat *w, int n_tok)
     return (uint64_t)w->row_bytes * (uint64_t)w->rows * (uint64_t)(1 + n_tok / 8);
 }
 
-/* Run phase ph over total items; rows are claimed in chunks of a multiple of
- * `align` (kernels like whole groups of rows), about 4 chunks per thread.
- * work: approximate bytes touched, to keep tiny jobs off the pool. */
+/* Run phase ph over total items; rows are claimed in guided chunks (see job())
+ * of a multiple of `align` (kernels like whole groups of rows), the smallest
+ * about 1/32 of a thread's share.  work: approximate bytes touched, to keep
+ * tiny jobs off the pool. */
 static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t align, uint64_t work)
 {
     int nth = m->n_threads;
-    int64_t cs = total / ((int64_t)nth * 4);
+    int64_t cs = total / ((int64_t)nth * 32);
     cs = (cs + align - 1) / align * align;
     if (cs < align) cs = align;
     m->phase = ph;
     m->chunk_total = total;
+    m->chunk_align = align;
     m->chunk_size = cs;
     atomic_store_explicit(&m->chunk_next, 0, memory_order_relaxed);
     if (nth == 1 || work < TP_FWD_MIN_PARALLEL_WORK) {
