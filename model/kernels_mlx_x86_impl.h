@@ -238,6 +238,19 @@ KFN __m128 km_d2(const float *ad, int64_t b, const int one)
     return one ? _mm_load_ss(ad + b) : _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(ad + b)));
 }
 
+/* acc + lanes of bias_g * ms_g over the ng groups (16 per step, masked tail): the
+ * bias term joins the accumulator, so a row / tile entry needs one reduction only */
+KFN __m512 km_gacc(__m512 acc, const char *v, const float *ms, int64_t ng, const int bf)
+{
+    for (int64_t g = 0; g < ng; g += 16) {
+        const __mmask16 m = ng - g >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (ng - g)) - 1);
+        const __m256i h = _mm256_maskz_loadu_epi16(m, v + 2 * g);
+        const __m512 bv = bf ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+        acc = _mm512_fmadd_ps(bv, _mm512_maskz_loadu_ps(m, ms + g), acc);
+    }
+    return acc;
+}
+
 KFN __m512 km_pair(const int bits, const uint8_t *wb, const int8_t *a, __m512 scale, __m512 acc, const int one)
 {
     const __m512i i = _mm512_dpbusd_epi32(_mm512_setzero_si512(), km_w2(bits, wb, one), km_a2(a, one));
@@ -273,7 +286,7 @@ KFN void km_decode(const int bits, const int G, const int bf, const uint8_t *w, 
             if (one) acc0 = km_pair(bits, wr + (size_t)b * bpb, aq + b * TP_M8_BLK, s2, acc0, 1);
             else acc0 = km_pair(bits, wr + (size_t)b * bpb, aq + b * TP_M8_BLK, s2, acc0, 0);
         }
-        y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + km_tail(bits, sr, br, ms, ng, bf);
+        y[r] = _mm512_reduce_add_ps(km_gacc(_mm512_add_ps(acc0, acc1), br, ms, ng, bf));
     }
 }
 
@@ -314,9 +327,8 @@ KFN void km_tile(const int bits, const int G, const int bf, const uint8_t *w, si
     if (b < nb) km_tile_step(bits, G, bf, w, wrb, s, srb, x, xrb, n, b, R, T, acc, 1);
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++)
-            y[(int64_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]) +
-                                     km_tail(bits, s + (size_t)r * srb, bi + (size_t)r * srb,
-                                             TP_M8_MS(x + (size_t)t * xrb, n), ng, bf);
+            y[(int64_t)t * ys + r] =
+                _mm512_reduce_add_ps(km_gacc(acc[r][t], bi + (size_t)r * srb, TP_M8_MS(x + (size_t)t * xrb, n), ng, bf));
 }
 #endif
 
