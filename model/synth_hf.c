@@ -461,9 +461,11 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
                 hp->part = p + 1;
                 hp->wtype = ft;
                 hp->bytes = sb_bytes;
-                size_t len = strlen(h->name);
-                if (len > 7 && strcmp(h->name + len - 7, ".weight") == 0) len -= 7;
-                snprintf(hp->name, sizeof(hp->name), "%.*s.%s", (int)len, h->name, p == 1 ? "scales" : "biases");
+                char base[sizeof(hp->name)]; /* a copy: source and destination are both in ht[] (-Wrestrict) */
+                memcpy(base, h->name, sizeof(base));
+                size_t len = strlen(base);
+                if (len > 7 && strcmp(base + len - 7, ".weight") == 0) len -= 7;
+                snprintf(hp->name, sizeof(hp->name), "%.*s.%s", (int)len, base, p == 1 ? "scales" : "biases");
                 mlx_groups = TP_MAX(mlx_groups, (size_t)(sb_bytes / 2));
             }
             hp->file = file;
