@@ -18,7 +18,8 @@
  * batches and prefill alike): kx_qbatch puts 16 rows in the 16 lanes of a
  * zmm (a transposed block costs one vpdpbusd per 4 values of 16 rows, and the
  * float scale/accumulate runs once per 16 rows x token x block), up to 8
- * tokens per pass over a 16-row group.  On AVX2 (and AVX-512 when
+ * tokens per pass over a 16-row group, with those tokens' activations packed
+ * block by block into one stream (an 80 KiB stack buffer).  On AVX2 (and AVX-512 when
  * KX_BATCH_MAX is lowered), a KX_MR x KX_NT register tile so each unpacked
  * weight block serves KX_NT tokens, over chunks of KX_CHUNK rows so a
  * chunk's weights stay in L1/L2 while all token tiles pass over it.
@@ -443,32 +444,52 @@ KFN __m512 kx_bcf(const void *p)
     return _mm512_set1_ps(v);
 }
 
-/* token t of the pass: block dot for 16 rows (8 slices, seeded with the block correction), scaled, accumulated */
-#define KX_BTOK(t)                                                                                             \
-    if (T > t) {                                                                                               \
-        const char *row = x + (size_t)(t) * xrb;                                                               \
-        const char *q = row + b * TP_QK;                                                                       \
-        __m512i i = kx_bc32(row + soff + 4 * b);                                                               \
-        i = _mm512_dpbusd_epi32(i, W[0], kx_bc32(q));                                                          \
-        i = _mm512_dpbusd_epi32(i, W[1], kx_bc32(q + 4));                                                      \
-        i = _mm512_dpbusd_epi32(i, W[2], kx_bc32(q + 8));                                                      \
-        i = _mm512_dpbusd_epi32(i, W[3], kx_bc32(q + 12));                                                     \
-        i = _mm512_dpbusd_epi32(i, W[4], kx_bc32(q + 16));                                                     \
-        i = _mm512_dpbusd_epi32(i, W[5], kx_bc32(q + 20));                                                     \
-        i = _mm512_dpbusd_epi32(i, W[6], kx_bc32(q + 24));                                                     \
-        i = _mm512_dpbusd_epi32(i, W[7], kx_bc32(q + 28));                                                     \
-        acc##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw, kx_bcf(row + n + 4 * b)), acc##t); \
-    }
+/*
+ * Activations of up to KX_BT tokens for KX_SLAB blocks, packed per block so a
+ * pass reads one sequential stream at fixed offsets (16 tokens x 3 separate
+ * rows were more streams than the prefetchers follow):
+ *   block i: qs[t][32] (256 bytes), s[t] (32), d[t] (32)  -> KX_PK bytes
+ */
+#define KX_SLAB 64       /* blocks per slab when several passes reuse a chunk's weights */
+#define KX_SLAB_MAX 256  /* one pass (<= KX_BT tokens): whole rows up to this many blocks */
+#define KX_PK 320
+_Static_assert(KX_PK == KX_BT * (TP_QK + 8), "packed block size");
 
-/* One pass: the 16 rows at w (+ ro[k]) x T tokens (x, xrb apart), all nb blocks; out[t] in lane order. */
-KFN void kx_qbatch_pass(const int type, const char *w, const size_t ro[16], const char *x, size_t xrb,
-                        int64_t n, const int T, __m512 out[KX_BT])
+KFN void kx_pack(char *pk, const char *x, size_t xrb, int64_t n, int64_t b0, int nbs, int T)
 {
-    const int64_t nb = n / TP_QK;
-    const size_t bs = kx_bsz(type), soff = (size_t)n + (size_t)nb * 9 * sizeof(int32_t); /* TP_A8_S */
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0, acc5 = acc0, acc6 = acc0,
-           acc7 = acc0;
-    for (int64_t b = 0; b < nb; b++) {
+    const size_t soff = (size_t)n + (size_t)(n / TP_QK) * 9 * sizeof(int32_t); /* TP_A8_S */
+    for (int t = 0; t < T; t++) {
+        const char *row = x + (size_t)t * xrb;
+        for (int i = 0; i < nbs; i++) {
+            char *o = pk + (size_t)i * KX_PK;
+            const int64_t b = b0 + i;
+            _mm256_storeu_si256((__m256i *)(o + t * TP_QK), _mm256_loadu_si256((const __m256i *)(row + b * TP_QK)));
+            memcpy(o + KX_BT * TP_QK + 4 * t, row + soff + 4 * b, 4);
+            memcpy(o + KX_BT * TP_QK + 32 + 4 * t, row + n + 4 * b, 4);
+        }
+    }
+}
+
+/* The tokens' integer chains advance together, one slice j at a time (T
+ * independent dependency chains in flight), then each token's block dot is
+ * scaled and accumulated.  p: the packed block. */
+#define KX_SEED(t) __m512i i##t = T > t ? kx_bc32(p + KX_BT * TP_QK + 4 * (t)) : _mm512_setzero_si512();
+#define KX_DOT(t, j) \
+    if (T > t) i##t = _mm512_dpbusd_epi32(i##t, W[j], kx_bc32(p + (t) * TP_QK + 4 * (j)));
+#define KX_SLICE(j) KX_DOT(0, j) KX_DOT(1, j) KX_DOT(2, j) KX_DOT(3, j) KX_DOT(4, j) KX_DOT(5, j) KX_DOT(6, j) KX_DOT(7, j)
+#define KX_ACC(t) \
+    if (T > t) \
+        acc##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##t), _mm512_mul_ps(dw, kx_bcf(p + KX_BT * TP_QK + 32 + 4 * (t))), acc##t);
+
+/* One pass: the 16 rows at w (+ ro[k]; w at the slab's first block) x T packed
+ * tokens over nbs blocks, accumulating onto acc[t] (lane order). */
+KFN void kx_qbatch_pass(const int type, const char *w, const size_t ro[16], const char *pk, int nbs, const int T,
+                        __m512 acc[KX_BT])
+{
+    const size_t bs = kx_bsz(type);
+    __m512 acc0 = acc[0], acc1 = acc[1], acc2 = acc[2], acc3 = acc[3], acc4 = acc[4], acc5 = acc[5], acc6 = acc[6],
+           acc7 = acc[7];
+    for (int b = 0; b < nbs; b++) {
         __m512i W[8];
         __m512 dw;
         /* 16 row streams are more than the hardware prefetcher follows: fetch each row
@@ -476,48 +497,70 @@ KFN void kx_qbatch_pass(const int type, const char *w, const size_t ro[16], cons
         if (type == KX_Q8_0 || (b & 1) == 0)
             for (int k = 0; k < 16; k++) _mm_prefetch(w + ro[k] + (size_t)b * bs + KX_PFB, _MM_HINT_T0);
         kx_wslices(type, w + (size_t)b * bs, ro, W, &dw);
-        KX_BTOK(0)
-        KX_BTOK(1)
-        KX_BTOK(2)
-        KX_BTOK(3)
-        KX_BTOK(4)
-        KX_BTOK(5)
-        KX_BTOK(6)
-        KX_BTOK(7)
+        const char *p = pk + (size_t)b * KX_PK;
+        KX_SEED(0) KX_SEED(1) KX_SEED(2) KX_SEED(3) KX_SEED(4) KX_SEED(5) KX_SEED(6) KX_SEED(7)
+        KX_SLICE(0) KX_SLICE(1) KX_SLICE(2) KX_SLICE(3) KX_SLICE(4) KX_SLICE(5) KX_SLICE(6) KX_SLICE(7)
+        KX_ACC(0) KX_ACC(1) KX_ACC(2) KX_ACC(3) KX_ACC(4) KX_ACC(5) KX_ACC(6) KX_ACC(7)
     }
-    out[0] = acc0, out[1] = acc1, out[2] = acc2, out[3] = acc3;
-    out[4] = acc4, out[5] = acc5, out[6] = acc6, out[7] = acc7;
+    acc[0] = acc0, acc[1] = acc1, acc[2] = acc2, acc[3] = acc3;
+    acc[4] = acc4, acc[5] = acc5, acc[6] = acc6, acc[7] = acc7;
 }
 
-/* Rows [r0, r1), 16 at a time; a ragged last group repeats its last row in
- * the unused lanes (not stored), so every row is computed the same way
- * whatever the split of rows over threads. */
+/*
+ * Rows [r0, r1) in chunks of KX_BROWS rows; per chunk, per slab of KX_SLAB
+ * blocks, per pass of up to KX_BT tokens: pack the pass's activations once,
+ * then run every 16-row group of the chunk over the slab (weights of a chunk
+ * x slab stay in L2 across passes).  Partial sums wait in y between slabs and
+ * are reloaded exactly, so the arithmetic of every row and token is the same
+ * single chain of block terms whatever the chunking, the split of rows over
+ * threads or the number of tokens.  A ragged last group repeats its last row
+ * in the unused lanes (not stored).
+ */
+#define KX_BROWS 128
 KFN void kx_qbatch(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
                    float *y, int64_t ys, int64_t r0, int64_t r1)
 {
     const __m512i lane_rows = KX_LANE_ROWS;
-    for (int64_t r = r0; r < r1; r += 16) {
-        const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
-        size_t ro[16];
-        for (int k = 0; k < 16; k++) ro[k] = (size_t)(k < nr ? k : nr - 1) * wrb;
-        const __mmask16 keep = (__mmask16)((1u << nr) - 1u);
-        const char *wg = (const char *)KROW(w, wrb, r);
-        for (int t0 = 0; t0 < n_tok; t0 += KX_BT) {
-            const int T = n_tok - t0 < KX_BT ? n_tok - t0 : KX_BT;
-            const char *x = (const char *)KROW(xq, xrb, t0);
-            __m512 out[KX_BT];
-            switch (T) {
-            case 1: kx_qbatch_pass(type, wg, ro, x, xrb, n, 1, out); break;
-            case 2: kx_qbatch_pass(type, wg, ro, x, xrb, n, 2, out); break;
-            case 3: kx_qbatch_pass(type, wg, ro, x, xrb, n, 3, out); break;
-            case 4: kx_qbatch_pass(type, wg, ro, x, xrb, n, 4, out); break;
-            case 5: kx_qbatch_pass(type, wg, ro, x, xrb, n, 5, out); break;
-            case 6: kx_qbatch_pass(type, wg, ro, x, xrb, n, 6, out); break;
-            case 7: kx_qbatch_pass(type, wg, ro, x, xrb, n, 7, out); break;
-            default: kx_qbatch_pass(type, wg, ro, x, xrb, n, KX_BT, out); break;
+    const int64_t nb = n / TP_QK;
+    const size_t bs = kx_bsz(type);
+    _Alignas(64) char pk[KX_SLAB_MAX * KX_PK]; /* 80 KiB */
+    /* one pass: rows streamed whole (no reuse to keep in L2, and every slab
+     * restarts 16 row streams); several: slabs so a chunk's weights stay in L2 */
+    const int slab = n_tok <= KX_BT && nb <= KX_SLAB_MAX ? (int)nb : KX_SLAB;
+    for (int64_t c0 = r0; c0 < r1; c0 += KX_BROWS) {
+        const int64_t c1 = r1 - c0 < KX_BROWS ? r1 : c0 + KX_BROWS;
+        for (int64_t b0 = 0; b0 < nb; b0 += slab) {
+            const int nbs = nb - b0 < slab ? (int)(nb - b0) : slab;
+            for (int t0 = 0; t0 < n_tok; t0 += KX_BT) {
+                const int T = n_tok - t0 < KX_BT ? n_tok - t0 : KX_BT;
+                kx_pack(pk, (const char *)KROW(xq, xrb, t0), xrb, n, b0, nbs, T);
+                for (int64_t r = c0; r < c1; r += 16) {
+                    const int nr = c1 - r < 16 ? (int)(c1 - r) : 16;
+                    const __mmask16 keep = (__mmask16)((1u << nr) - 1u);
+                    size_t ro[16];
+                    for (int k = 0; k < 16; k++) ro[k] = (size_t)(k < nr ? k : nr - 1) * wrb;
+                    __m512 acc[KX_BT];
+                    for (int t = 0; t < KX_BT; t++) acc[t] = _mm512_setzero_ps();
+                    if (b0 > 0)
+                        for (int t = 0; t < T; t++)
+                            acc[t] = _mm512_permutexvar_ps(lane_rows,
+                                                           _mm512_maskz_loadu_ps(keep, y + (int64_t)(t0 + t) * ys + r));
+                    const char *wg = (const char *)KROW(w, wrb, r) + (size_t)b0 * bs;
+                    switch (T) {
+                    case 1: kx_qbatch_pass(type, wg, ro, pk, nbs, 1, acc); break;
+                    case 2: kx_qbatch_pass(type, wg, ro, pk, nbs, 2, acc); break;
+                    case 3: kx_qbatch_pass(type, wg, ro, pk, nbs, 3, acc); break;
+                    case 4: kx_qbatch_pass(type, wg, ro, pk, nbs, 4, acc); break;
+                    case 5: kx_qbatch_pass(type, wg, ro, pk, nbs, 5, acc); break;
+                    case 6: kx_qbatch_pass(type, wg, ro, pk, nbs, 6, acc); break;
+                    case 7: kx_qbatch_pass(type, wg, ro, pk, nbs, 7, acc); break;
+                    default: kx_qbatch_pass(type, wg, ro, pk, nbs, KX_BT, acc); break;
+                    }
+                    for (int t = 0; t < T; t++)
+                        _mm512_mask_storeu_ps(y + (int64_t)(t0 + t) * ys + r, keep,
+                                              _mm512_permutexvar_ps(lane_rows, acc[t]));
+                }
             }
-            for (int t = 0; t < T; t++)
-                _mm512_mask_storeu_ps(y + (int64_t)(t0 + t) * ys + r, keep, _mm512_permutexvar_ps(lane_rows, out[t]));
         }
     }
 }
