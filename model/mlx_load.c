@@ -152,8 +152,11 @@ static const struct tp_st_tensor *sibling(tp_st_t *st, const char *w_name, const
 {
     size_t len = strlen(w_name);
     if (len > 7 && strcmp(w_name + len - 7, ".weight") == 0) len -= 7;
-    if (len + strlen(suffix) + 2 > cap) return NULL;
-    snprintf(name, cap, "%.*s.%s", (int)len, w_name, suffix);
+    const size_t sl = strlen(suffix);
+    if (len + sl + 2 > cap) return NULL;
+    memcpy(name, w_name, len);
+    name[len] = '.';
+    memcpy(name + len + 1, suffix, sl + 1);
     return tp_st_find(st, name);
 }
 
