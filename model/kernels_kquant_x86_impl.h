@@ -9,6 +9,7 @@
  * bsums, and only the super-block factor is applied in float.  Each weight
  * super-block is unpacked once per group of up to 4 tokens (prefill), over
  * chunks of 64 rows so the weights stay in L2 while token groups pass.
+ * Decode prefetches the weight stream 12 KiB ahead.
  */
 #ifndef KQ_TARGET
 #error "define KQ_TARGET and KQ_FILL before including kernels_kquant_x86_impl.h"
@@ -32,19 +33,20 @@ KFN float kq_hsum(__m256 v)
 
 KFN float kq_h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-/* The 8 6-bit scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K/Q5_K block,
- * unpacked from the 12-byte field (ggml's get_scale_min_k4 for all j at once). */
+/* The 8 6-bit scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K/Q5_K block
+ * (ggml's get_scale_min_k4 for all j at once) with vector ops only.  Reads 16
+ * bytes from the 12-byte field: the 4 after it are the block's qh / qs. */
 KFN __m128i kq_scales_mins(const uint8_t *scales12)
 {
-    uint32_t u[4];
-    memcpy(u, scales12, 12);
-    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
-    u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
-    const uint32_t m03 = u[1] & k1;
-    u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
-    u[2] = m03;
-    u[0] &= k1;
-    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+    const __m128i u = _mm_loadu_si128((const __m128i *)scales12);  /* u32 lanes u0 u1 u2 (u3: not ours) */
+    const __m128i a = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)); /* u0 u2 u1 u2 */
+    const __m128i b = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0)); /* u0 u0 u1 u1 */
+    /* lanes 0, 2: u0 & 0x3f.., u1 & 0x3f.. (sc 0-3, mn 0-3)
+     * lanes 1, 3: ((u2 >> {0,4}) & 0x0f..) | (((u{0,1} >> 6) & 0x03..) << 4) (sc 4-7, mn 4-7) */
+    const __m128i lo = _mm_and_si128(a, _mm_set1_epi32(0x3f3f3f3f));
+    const __m128i t = _mm_and_si128(_mm_srlv_epi32(a, _mm_set_epi32(4, 0, 0, 0)), _mm_set1_epi32(0x0f0f0f0f));
+    const __m128i h = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_set1_epi32(0x30303030));
+    return _mm_blend_epi32(lo, _mm_or_si128(t, h), 0xA);
 }
 
 /* vpshufb mask broadcasting 16-bit lane k of a 128-bit lane to all 8 lanes */
@@ -144,14 +146,25 @@ KFN float kq_finish(__m256 acc, __m128 macc)
     return kq_hsum(acc) - _mm_cvtss_f32(macc);
 }
 
-/* T (1..4) tokens of one weight row: each super-block is unpacked once for all T. */
+#define KQ_PF 12288 /* decode: software prefetch distance in the weight stream (bytes; as the AVX-512 kernels) */
+
+/* T (1..4) tokens of one weight row: each super-block is unpacked once for all T.
+ * T == 1 (decode) prefetches every cache line of the stream KQ_PF bytes ahead. */
 KFN void kq_row(const int type, const void *wr, const char *xq, size_t xrb, int64_t nb, const int T, float *y,
                 int64_t ys)
 {
     __m256 acc[4];
     __m128 macc[4];
+    const size_t bs = type == KQ_Q6_K ? sizeof(tp_blk_q6_k) : type == KQ_Q5_K ? sizeof(tp_blk_q5_k) : sizeof(tp_blk_q4_k);
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps(), macc[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
+        if (T == 1) {
+            const char *p = (const char *)wr + (size_t)i * bs + KQ_PF;
+            _mm_prefetch(p, _MM_HINT_T0);
+            _mm_prefetch(p + 64, _MM_HINT_T0);
+            _mm_prefetch(p + 128, _MM_HINT_T0);
+            if (type == KQ_Q6_K) _mm_prefetch(p + 192, _MM_HINT_T0);
+        }
         struct kq_unp u;
         kq_unpack(type, wr, i, &u);
         for (int t = 0; t < T; t++)
@@ -173,7 +186,6 @@ KFN void kq_matmul(const int type, const void *w, size_t wrb, int64_t n, const v
             for (int64_t r = c0; r < c1; r++) {
                 const void *wr = ROW(w, wrb, r);
                 float *yr = y + (int64_t)t0 * ys + r;
-                if (T == 1 && r + 1 < c1) _mm_prefetch((const char *)ROW(w, wrb, r + 1), _MM_HINT_T0);
                 switch (T) {
                 case 1: kq_row(type, wr, x, xrb, nb, 1, yr, ys); break;
                 case 2: kq_row(type, wr, x, xrb, nb, 2, yr, ys); break;
