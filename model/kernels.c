@@ -56,6 +56,7 @@ static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *), void (
     for (int v = 0; v < TP_KERN_MLX_VARIANTS; v++)
         if (o.mlx[v]) dst->mlx[v] = o.mlx[v];
     if (o.quant_a8) dst->quant_a8 = o.quant_a8;
+    if (o.quant_q8k) dst->quant_q8k = o.quant_q8k;
     dst->f32_beats_blas = 0;
 }
 
@@ -227,7 +228,11 @@ void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
     }
     case TP_WTYPE_Q4_K:
     case TP_WTYPE_Q5_K:
-    case TP_WTYPE_Q6_K: tp_kq_quant_q8k(x, xq, n); break;
+    case TP_WTYPE_Q6_K: {
+        const struct tp_kern_ops *o = ops();
+        (o->quant_q8k ? o->quant_q8k : tp_kq_quant_q8k)(x, xq, n);
+        break;
+    }
     case TP_WTYPE_MLX_Q4_G32:
     case TP_WTYPE_MLX_Q4_G64:
     case TP_WTYPE_MLX_Q8_G32:

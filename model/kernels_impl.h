@@ -125,6 +125,8 @@ struct tp_kern_ops {
     tp_kern_matmul_fn matmul[TP_WTYPE_COUNT]; /* NULL: fall back to scalar */
     tp_kern_mlx_fn mlx[TP_KERN_MLX_VARIANTS]; /* NULL: fall back to scalar */
     tp_kern_quant_a8_fn quant_a8;             /* NULL: fall back to scalar */
+    void (*quant_q8k)(const float *x, void *out, int64_t n); /* K-quant activations; NULL: tp_kq_quant_q8k
+                                                                 (every version bit-identical to it) */
     int f32_beats_blas;                       /* 1: F32 prefill uses matmul[F32], not sgemm */
 };
 

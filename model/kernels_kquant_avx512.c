@@ -300,8 +300,29 @@ KQ_ENTRY(kq512_matmul_q4_k, KQ_Q4_K)
 KQ_ENTRY(kq512_matmul_q5_k, KQ_Q5_K)
 KQ_ENTRY(kq512_matmul_q6_k, KQ_Q6_K)
 
+/* Q8_K activations, bit-identical to tp_kq_quant_q8k: amax (NaN ignored as fmaxf does), d = amax / 127,
+ * q = round-half-even(x / d) (vcvtps2dq in the default rounding mode = nearbyintf), bsums per 16 values. */
+KOUT void kq512_quant_q8k(const float *x, void *out, int64_t n)
+{
+    tp_blk_q8_k *y = out;
+    for (int64_t i = 0; i < n / TP_QK_K; i++, x += TP_QK_K) {
+        __m512 mx = _mm512_setzero_ps();
+        for (int l = 0; l < TP_QK_K; l += 16) mx = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + l)), mx);
+        const float amax = _mm512_reduce_max_ps(mx);
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = d;
+        const __m512 idv = _mm512_set1_ps(id);
+        for (int j = 0; j < TP_QK_K / 16; j++) {
+            const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j), idv));
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * j), _mm512_cvtepi32_epi8(q));
+            y[i].bsums[j] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+    }
+}
+
 void tp_kern_kquant_avx512_ops(struct tp_kern_ops *ops)
 {
+    ops->quant_q8k = kq512_quant_q8k;
     ops->matmul[TP_WTYPE_Q4_K] = kq512_matmul_q4_k;
     ops->matmul[TP_WTYPE_Q5_K] = kq512_matmul_q5_k;
     ops->matmul[TP_WTYPE_Q6_K] = kq512_matmul_q6_k;
