@@ -3,15 +3,16 @@
  * a batch of tokens from any mix of sequence slots (continuous batching).
  *
  * Per layer:  xb = rmsnorm(x)                                  (caller thread)
- *             q,k,v = xb Wq,Wk,Wv (+bias)                      pool job QKV
- *             q/k norm, rope, k,v -> KV cache                  (caller thread)
+ *             q,k,v = xb Wq,Wk,Wv (+bias)                      pool job QKV,
+ *             q/k norm, rope, k,v -> KV cache                  same job, per head
  *             att = softmax(q k^T / sqrt(hd)) v  per (token, head)   pool job ATTN
  *             proj = att Wo ; all_sum(proj) ; x += proj        pool job O
  *             xb = rmsnorm(x) ; hb = silu(xb Wg) * (xb Wu)     pool job FFN_UP
  *             proj = hb Wd ; all_sum(proj) ; x += proj         pool job DOWN
  * then logits = rmsnorm(x) Wout for the tokens that asked.
  * Every job hands out chunks of the rows of its matrices (or of the (token,
- * head) pairs) to the threads of the persistent pool as they come free; the
+ * head) pairs) to the threads of the persistent pool as they come free
+ * (guided: long chunks first, short ones last, see job()); the
  * small O(n) steps between jobs run on the calling thread (RMSNorm and
  * activation quantization go to the pool too when many tokens are prefilled),
  * and jobs under 64 KiB of work never wake the pool.  With a shard only the held heads / FFN columns /
@@ -118,6 +119,45 @@ static void attn_pair(tp_model_t *m, int t, int h, float *sc)
     }
 }
 
+/* Bias, q/k norm, RoPE and the KV-cache store for every token of the whole
+ * heads among QKV rows [i0, i1) (Q heads, then K, then V; i0 and i1 on head
+ * boundaries): done by the thread that computed those rows, right after. */
+static void qkv_post(tp_model_t *m, const struct tp_layer *L, int64_t i0, int64_t i1)
+{
+    const struct tp_hparams *hp = &m->hp;
+    const struct tp_batch *b = m->batch;
+    const int hd = m->hd;
+    const int64_t nq = m->q_dim, nk = m->kv_dim;
+    for (int64_t h0 = i0; h0 < i1; h0 += hd) {
+        for (int t = 0; t < m->n_tok; t++) {
+            const float *cs = m->rope_cs + (size_t)t * hp->rope_dim;
+            if (h0 < nq) {
+                float *q = m->q + (size_t)t * m->q_dim + h0;
+                if (L->bq)
+                    for (int i = 0; i < hd; i++) q[i] += L->bq[h0 + i];
+                if (L->q_norm) tp_op_rmsnorm(q, q, L->q_norm, hd, hp->norm_eps);
+                tp_op_rope(q, cs, hp->rope_dim, hp->rope_neox);
+                continue;
+            }
+            const int is_k = h0 < nq + nk;
+            const int64_t c = is_k ? h0 - nq : h0 - nq - nk; /* column in kv_dim */
+            float *kv = (is_k ? m->k : m->v) + (size_t)t * m->kv_dim + c;
+            const float *bias = is_k ? L->bk : L->bv;
+            if (bias)
+                for (int i = 0; i < hd; i++) kv[i] += bias[c + i];
+            if (is_k) {
+                if (L->k_norm) tp_op_rmsnorm(kv, kv, L->k_norm, hd, hp->norm_eps);
+                tp_op_rope(kv, cs, hp->rope_dim, hp->rope_neox);
+            }
+            size_t off = (((size_t)m->cur_layer * m->n_seq + (size_t)b->seq[t]) * (size_t)m->n_ctx + (size_t)b->pos[t]) *
+                             m->kv_dim + (size_t)c;
+            void *cache = is_k ? m->k_cache : m->v_cache;
+            if (m->kv_f16) tp_op_to_f16((uint16_t *)cache + off, kv, hd);
+            else memcpy((float *)cache + off, kv, (size_t)hd * sizeof(float));
+        }
+    }
+}
+
 /* Items [i0, i1) of the current job. */
 static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
 {
@@ -132,6 +172,7 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
         mm(&L->wk, act_for(m, L->wk.type), as, n_tok, m->k, m->kv_dim, TP_MAX(i0 - nq, 0), TP_MIN(i1 - nq, nk));
         mm(&L->wv, act_for(m, L->wv.type), as, n_tok, m->v, m->kv_dim, TP_MAX(i0 - nq - nk, 0),
            TP_MIN(i1 - nq - nk, nk));
+        qkv_post(m, L, i0, i1);
         break;
     }
     case TP_PH_ATTN: {
@@ -274,39 +315,18 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
     for (int t = 0; t < n_tok; t++) dequant_row(&m->tok_embd, b->token[t], m->x + (size_t)t * E);
     for (int t = 0; t < n_tok; t++) tp_op_rope_cs(m->rope_cs + (size_t)t * hp->rope_dim, m->inv_freq, hp->rope_dim, b->pos[t]);
 
+    int qkv_align = hd; /* lcm(hd, 16) */
+    while (qkv_align % 16) qkv_align += hd;
     for (int l = 0; l < hp->n_layer; l++) {
         const struct tp_layer *L = &m->layers[l];
         m->cur_layer = l;
         /* attention */
         enum tp_wtype qkv_types[3] = {L->wq.type, L->wk.type, L->wv.type};
         prep_act(m, m->x, m->xb, L->attn_norm, n_tok, E, qkv_types, 3);
-        run(m, TP_PH_QKV, L->wq.rows + L->wk.rows + L->wv.rows, 16,
+        /* chunks of whole heads (and of the kernels' 16-row groups): qkv_post
+         * finishes each head in the thread that computed it */
+        run(m, TP_PH_QKV, L->wq.rows + L->wk.rows + L->wv.rows, qkv_align,
             mm_work(&L->wq, n_tok) + mm_work(&L->wk, n_tok) + mm_work(&L->wv, n_tok));
-        for (int t = 0; t < n_tok; t++) {
-            float *q = m->q + (size_t)t * m->q_dim, *k = m->k + (size_t)t * m->kv_dim, *v = m->v + (size_t)t * m->kv_dim;
-            const float *cs = m->rope_cs + (size_t)t * hp->rope_dim;
-            if (L->bq) {
-                for (int i = 0; i < m->q_dim; i++) q[i] += L->bq[i];
-                for (int i = 0; i < m->kv_dim; i++) k[i] += L->bk[i];
-                for (int i = 0; i < m->kv_dim; i++) v[i] += L->bv[i];
-            }
-            for (int h = 0; h < m->nq; h++) {
-                if (L->q_norm) tp_op_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
-                tp_op_rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
-            }
-            for (int h = 0; h < m->nkv; h++) {
-                if (L->k_norm) tp_op_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
-                tp_op_rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
-            }
-            size_t off = (((size_t)l * m->n_seq + (size_t)b->seq[t]) * (size_t)m->n_ctx + (size_t)b->pos[t]) * m->kv_dim;
-            if (m->kv_f16) {
-                tp_op_to_f16((uint16_t *)m->k_cache + off, k, m->kv_dim);
-                tp_op_to_f16((uint16_t *)m->v_cache + off, v, m->kv_dim);
-            } else {
-                memcpy((float *)m->k_cache + off, k, (size_t)m->kv_dim * sizeof(float));
-                memcpy((float *)m->v_cache + off, v, (size_t)m->kv_dim * sizeof(float));
-            }
-        }
         uint64_t att_work = 0;
         for (int t = 0; t < n_tok; t++) att_work += (uint64_t)(b->pos[t] + 1) * (uint64_t)m->q_dim * 8u;
         run(m, TP_PH_ATTN, (int64_t)n_tok * m->nq, 1, att_work);
