@@ -514,7 +514,8 @@ static void check_case(struct mm_case c, double *worst)
 
 static void run_type_cases(enum tp_wtype t)
 {
-    static const int64_t qcols[] = {32, 64, 96, 256, 800, 2048};
+    /* 2336 = 73 blocks: more than one 64-block slab of the AVX-512 batch kernel */
+    static const int64_t qcols[] = {32, 64, 96, 256, 800, 2048, 2336};
     static const int64_t kcols[] = {256, 512, 768, 2048};
     static const int64_t fcols[] = {1, 7, 8, 13, 33, 100, 256, 1100};
     const int64_t *cols = is_kquant(t) ? kcols : is_quant(t) ? qcols : fcols;
