@@ -313,12 +313,18 @@ static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg,
         return TP_OK;
     }
     if (whole) {
-        /* general.alignment < 32 left the data misaligned for the kernels: keep an aligned copy */
+        /* misaligned for the kernels (GGUF general.alignment < 32; safetensors offsets are arbitrary):
+         * keep an aligned copy, read with pread so the mapping's pages never become resident too */
         w->owned = tp_aligned_alloc(64, (size_t)t->n_bytes);
         if (!w->owned)
             return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory for tensor '%s'", m->path, name);
-        memcpy(w->owned, t->data, (size_t)t->n_bytes);
         w->data = w->owned;
+        if (t->fd >= 0) {
+            enum tp_status prc = pread_full(m, t, w->owned, (size_t)t->n_bytes, t->file_offset);
+            if (prc != TP_OK) return prc;
+        } else {
+            memcpy(w->owned, t->data, (size_t)t->n_bytes);
+        }
         progress(m, cfg, t->n_bytes, total);
         return TP_OK;
     }
