@@ -18,7 +18,7 @@
  *    activation's bsums with one vpmaddwd, in float with its own factor.
  * Only the per-super-block float factor d * d_act is applied in float, so
  * results equal the scalar reference up to float summation order.
- * Prefill: a super-block is unpacked once and used for up to 4 tokens, over
+ * Prefill: a super-block is unpacked once and used for up to 8 tokens, over
  * chunks of 64 rows so weights stay in L2 while token groups pass.
  */
 #if defined(__x86_64__) || defined(_M_X64)
@@ -33,7 +33,7 @@
 #define ROW(w, rb, r) ((const void *)((const char *)(w) + (size_t)(r) * (rb)))
 
 enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };
-#define KQ_MAX_TOK 4   /* tokens sharing one unpacked super-block */
+#define KQ_MAX_TOK 8   /* tokens sharing one unpacked super-block */
 #define KQ_ROW_CHUNK 64 /* rows per pass of the token groups (prefill) */
 #define KQ_PF 12288     /* decode: software prefetch distance in the weight stream (bytes; measured best 12-24 KiB) */
 
@@ -283,7 +283,11 @@ KFN void kq_matmul(const int type, const void *w, size_t wrb, int64_t n, const v
                 case 1: kq_row(type, wr, x, xrb, nb, 1, yr, ys, 0); break;
                 case 2: kq_row(type, wr, x, xrb, nb, 2, yr, ys, 0); break;
                 case 3: kq_row(type, wr, x, xrb, nb, 3, yr, ys, 0); break;
-                default: kq_row(type, wr, x, xrb, nb, 4, yr, ys, 0); break;
+                case 4: kq_row(type, wr, x, xrb, nb, 4, yr, ys, 0); break;
+                case 5: kq_row(type, wr, x, xrb, nb, 5, yr, ys, 0); break;
+                case 6: kq_row(type, wr, x, xrb, nb, 6, yr, ys, 0); break;
+                case 7: kq_row(type, wr, x, xrb, nb, 7, yr, ys, 0); break;
+                default: kq_row(type, wr, x, xrb, nb, 8, yr, ys, 0); break;
                 }
             }
         }
