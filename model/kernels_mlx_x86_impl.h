@@ -330,6 +330,222 @@ KFN void km_tile(const int bits, const int G, const int bf, const uint8_t *w, si
             y[(int64_t)t * ys + r] =
                 _mm512_reduce_add_ps(km_gacc(acc[r][t], bi + (size_t)r * srb, TP_M8_MS(x + (size_t)t * xrb, n), ng, bf));
 }
+
+/* ---- several tokens (small batches and prefill): 16 rows in the lanes of a zmm ----
+ *
+ * As kernels_x86_impl.h's kx_qbatch does for Q4_0: lane L of a zmm holds one
+ * row of a 16-row group, so one vpdpbusd adds a 4-value slice of a 32-block
+ * for 16 rows, and after the block's 8 slices each lane holds its row's
+ * exact integer block dot; the conversion, the scale (the 16 rows' group
+ * scales x the token's d[b]) and the accumulation then cost 3 instructions
+ * per 16 rows x token x block, and the bias term one fma per 16 rows x token
+ * x group (the 16 rows' biases x the token's ms[g]).  The transposed slices
+ * of a block are built once per pass and serve up to KM_BT tokens.  Lane
+ * L = 4m + p holds row 4p + m (the 4x4 transpose's order); outputs are
+ * permuted back once per group.  A ragged last group repeats its last row
+ * in the unused lanes (not stored), so every row is computed the same way
+ * whatever the split of rows over threads.
+ */
+#ifndef KM_BATCH_MAX
+#define KM_BATCH_MAX 1000000 /* n_tok (>= 2) up to this use km_batch, more the km_tile tiles */
+#endif
+#define KM_BT 8 /* tokens per pass over a row group */
+#define KM_PFB 256 /* prefetch distance per row stream (bytes) */
+#define KM_LANE_ROWS _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
+
+/* 16 rows' 16-byte slices at p + ro[k] (row k of the group): 4 zmm, each 4 rows (one per 128-bit lane). */
+KFN void km_load16x16(const uint8_t *p, const size_t ro[16], __m512i z[4])
+{
+    for (int k = 0; k < 4; k++) {
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + ro[4 * k])));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ro[4 * k + 1])), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ro[4 * k + 2])), 2);
+        z[k] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ro[4 * k + 3])), 3);
+    }
+}
+
+/* 4x4 dword transpose inside each 128-bit lane: out[j] dword (4m + p) = z[p] lane m's dword j. */
+KFN void km_tr4(const __m512i z[4], __m512i out[4])
+{
+    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    out[0] = _mm512_unpacklo_epi64(t0, t2);
+    out[1] = _mm512_unpackhi_epi64(t0, t2);
+    out[2] = _mm512_unpacklo_epi64(t1, t3);
+    out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* The 32-block at p (+ ro[k] for row k) of 16 rows as 8 slices in m8 position order:
+ * 4 bits: W[j] = low nibbles of packed dword j (positions 4j..4j+3), W[j + 4] its high
+ * nibbles (positions 16 + 4j..); 8 bits: the q bytes as they are. */
+KFN void km_wslices(const int bits, const uint8_t *p, const size_t ro[16], __m512i W[8])
+{
+    __m512i z[4];
+    km_load16x16(p, ro, z);
+    km_tr4(z, W);
+    if (bits == 4) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        for (int j = 0; j < 4; j++) {
+            W[j + 4] = _mm512_and_si512(_mm512_srli_epi16(W[j], 4), m4);
+            W[j] = _mm512_and_si512(W[j], m4);
+        }
+    } else {
+        km_load16x16(p + 16, ro, z);
+        km_tr4(z, W + 4);
+    }
+}
+
+/* Group g's fp16/bf16 values of the 16 rows (lane L: row at offset so[L]) as floats. */
+KFN __m512 km_sb16(const char *s, const size_t so[16], int64_t g, const int bf)
+{
+    uint16_t h[16];
+    for (int l = 0; l < 16; l++) memcpy(&h[l], s + so[l] + 2 * (size_t)g, sizeof h[l]);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)h);
+    return bf ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)) : _mm512_cvtph_ps(v);
+}
+
+/* Groups g0 .. g0 + 7 of the 16 rows as floats in lane order, f[g - g0][lane]: one 16-byte load
+ * per row and the dword transpose (natural-order row offsets sr[k]) when 8 groups remain in
+ * the row, else group by group (lane-order offsets so[l]); never reads past a row. */
+KFN void km_sb8x16(const char *s, const size_t sr[16], const size_t so[16], int64_t g0, int64_t ng, const int bf,
+                   float f[8][16])
+{
+    if (g0 + 8 <= ng) {
+        __m512i z[4], d[4];
+        km_load16x16((const uint8_t *)s + 2 * g0, sr, z);
+        km_tr4(z, d); /* d[j] lane l: groups g0 + 2j (low half), g0 + 2j + 1 (high half) of its row */
+        for (int j = 0; j < 4; j++)
+            for (int h = 0; h < 2; h++) {
+                const __m256i v = _mm512_cvtepi32_epi16(h ? _mm512_srli_epi32(d[j], 16) : d[j]);
+                _mm512_storeu_ps(f[2 * j + h], bf ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16))
+                                                  : _mm512_cvtph_ps(v));
+            }
+        return;
+    }
+    for (int64_t g = g0; g < ng; g++) _mm512_storeu_ps(f[g - g0], km_sb16(s, so, g, bf));
+}
+
+KFN __m512 km_bcf(const void *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_ps(v);
+}
+KFN __m512i km_bc32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+/* Token t of the pass (written out 8 times so the 8 tokens' dependent vpdpbusd chains
+ * interleave): the block's dot for 16 rows, scaled by the rows' group scales x d[b]. */
+#define KM_BTOK(t)                                                                                              \
+    if (T > t) {                                                                                                \
+        const char *row = x + (size_t)(t) * xrb;                                                                \
+        const int8_t *q = TP_M8_QS(row) + b * TP_M8_BLK;                                                        \
+        __m512i i = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[0], km_bc32(q));                              \
+        i = _mm512_dpbusd_epi32(i, W[1], km_bc32(q + 4));                                                       \
+        i = _mm512_dpbusd_epi32(i, W[2], km_bc32(q + 8));                                                       \
+        i = _mm512_dpbusd_epi32(i, W[3], km_bc32(q + 12));                                                      \
+        i = _mm512_dpbusd_epi32(i, W[4], km_bc32(q + 16));                                                      \
+        i = _mm512_dpbusd_epi32(i, W[5], km_bc32(q + 20));                                                      \
+        i = _mm512_dpbusd_epi32(i, W[6], km_bc32(q + 24));                                                      \
+        i = _mm512_dpbusd_epi32(i, W[7], km_bc32(q + 28));                                                      \
+        acc##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(sv, km_bcf(TP_M8_D(row, n) + b)), acc##t); \
+    }
+/* Token t's bias term of group g: the 16 rows' biases x its ms[g]. */
+#define KM_BBIAS(t)                                                                                             \
+    if (T > t) acc##t = _mm512_fmadd_ps(bv, km_bcf(TP_M8_MS(x + (size_t)(t) * xrb, n) + g), acc##t);
+
+/* One pass: 16 rows (weights at w + ro[k], scales / biases at s / bi + sr[k], lane order so[l])
+ * x T tokens, all blocks. */
+KFN void km_batch_pass(const int bits, const int G, const int bf, const uint8_t *w, const size_t ro[16], const char *s,
+                       const char *bi, const size_t sr[16], const size_t so[16], const char *x, size_t xrb, int64_t n,
+                       const int T, __m512 out[KM_BT])
+{
+    const int64_t nb = n / TP_M8_BLK, ng = n / G;
+    float sc[8][16], bs[8][16]; /* 8 groups' scales / biases of the 16 rows, lane order */
+    const size_t bpb = (size_t)TP_M8_BLK * (size_t)bits / 8;
+    const int bpg = G / TP_M8_BLK;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0, acc5 = acc0, acc6 = acc0,
+           acc7 = acc0;
+    __m512 sv = acc0;
+    for (int64_t b = 0; b < nb; b++) {
+        if (b % bpg == 0) { /* a new group: its scales, and its bias term for every token */
+            const int64_t g = b / bpg;
+            if (g % 8 == 0) {
+                km_sb8x16(s, sr, so, g, ng, bf, sc);
+                km_sb8x16(bi, sr, so, g, ng, bf, bs);
+            }
+            sv = _mm512_loadu_ps(sc[g % 8]);
+            const __m512 bv = _mm512_loadu_ps(bs[g % 8]);
+            KM_BBIAS(0)
+            KM_BBIAS(1)
+            KM_BBIAS(2)
+            KM_BBIAS(3)
+            KM_BBIAS(4)
+            KM_BBIAS(5)
+            KM_BBIAS(6)
+            KM_BBIAS(7)
+        }
+        /* 16 row streams are more than the hardware prefetcher follows: each row KM_PFB ahead, every line once */
+        if (bits == 8 || (b & 3) == 0)
+            for (int k = 0; k < 16; k++) _mm_prefetch((const char *)w + ro[k] + (size_t)b * bpb + KM_PFB, _MM_HINT_T0);
+        __m512i W[8];
+        km_wslices(bits, w + (size_t)b * bpb, ro, W);
+        KM_BTOK(0)
+        KM_BTOK(1)
+        KM_BTOK(2)
+        KM_BTOK(3)
+        KM_BTOK(4)
+        KM_BTOK(5)
+        KM_BTOK(6)
+        KM_BTOK(7)
+    }
+    out[0] = acc0, out[1] = acc1, out[2] = acc2, out[3] = acc3;
+    out[4] = acc4, out[5] = acc5, out[6] = acc6, out[7] = acc7;
+}
+
+KFN void km_batch(const int bits, const int G, const int bf, const void *w, size_t wrb, const struct tp_kern_groups *gp,
+                  int64_t n, const void *xq, size_t xrb, int n_tok, float *y, int64_t ys, int64_t r0, int64_t r1)
+{
+    const __m512i lane_rows = KM_LANE_ROWS;
+    const size_t srb = gp->row_bytes;
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+        size_t ro[16], sr[16], so[16];
+        for (int k = 0; k < 16; k++) {
+            ro[k] = (size_t)(k < nr ? k : nr - 1) * wrb;
+            sr[k] = (size_t)(k < nr ? k : nr - 1) * srb;
+        }
+        for (int l = 0; l < 16; l++) { /* lane l holds row 4 (l % 4) + l / 4 */
+            const int k = 4 * (l % 4) + l / 4;
+            so[l] = (size_t)(k < nr ? k : nr - 1) * srb;
+        }
+        const __mmask16 keep = (__mmask16)((1u << nr) - 1u);
+        const uint8_t *wg = (const uint8_t *)w + (size_t)r * wrb;
+        const char *sg = (const char *)gp->scales + (size_t)r * srb, *bg = (const char *)gp->biases + (size_t)r * srb;
+        for (int t0 = 0; t0 < n_tok; t0 += KM_BT) {
+            const int T = n_tok - t0 < KM_BT ? n_tok - t0 : KM_BT;
+            const char *x = (const char *)xq + (size_t)t0 * xrb;
+            __m512 out[KM_BT];
+            switch (T) {
+            case 1: km_batch_pass(bits, G, bf, wg, ro, sg, bg, sr, so, x, xrb, n, 1, out); break;
+            case 2: km_batch_pass(bits, G, bf, wg, ro, sg, bg, sr, so, x, xrb, n, 2, out); break;
+            case 3: km_batch_pass(bits, G, bf, wg, ro, sg, bg, sr, so, x, xrb, n, 3, out); break;
+            case 4: km_batch_pass(bits, G, bf, wg, ro, sg, bg, sr, so, x, xrb, n, 4, out); break;
+            case 5: km_batch_pass(bits, G, bf, wg, ro, sg, bg, sr, so, x, xrb, n, 5, out); break;
+            case 6: km_batch_pass(bits, G, bf, wg, ro, sg, bg, sr, so, x, xrb, n, 6, out); break;
+            case 7: km_batch_pass(bits, G, bf, wg, ro, sg, bg, sr, so, x, xrb, n, 7, out); break;
+            default: km_batch_pass(bits, G, bf, wg, ro, sg, bg, sr, so, x, xrb, n, KM_BT, out); break;
+            }
+            for (int t = 0; t < T; t++)
+                _mm512_mask_storeu_ps(y + (int64_t)(t0 + t) * ys + r, keep, _mm512_permutexvar_ps(lane_rows, out[t]));
+        }
+    }
+}
+_Static_assert(KM_BT == 8, "km_batch's switch assumes 8 tokens per pass");
 #endif
 
 /* ================================================================== driver (shared) */
@@ -352,6 +568,12 @@ KFN void km_matmul(const int bits, const int G, const int bf, const void *w, siz
         km_decode(bits, G, bf, w, wrb, gp, n, xq, yy, r0, r1);
         return;
     }
+#if KM_512
+    if (n_tok <= KM_BATCH_MAX) { /* rows in lanes; the tiles below serve AVX2 (and AVX-512 past KM_BATCH_MAX) */
+        km_batch(bits, G, bf, w, wrb, gp, n, xq, xrb, n_tok, yy, ys, r0, r1);
+        return;
+    }
+#endif
     const size_t srb = gp->row_bytes;
     /* chunks of KM_CHUNK rows: a chunk's weights stay in cache while every token tile passes over them */
     for (int64_t c0 = r0; c0 < r1; c0 += KM_CHUNK) {
