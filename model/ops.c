@@ -196,6 +196,42 @@ __attribute__((target("avx2,fma"))) static void swiglu_avx2(float *y, const floa
 }
 #endif
 
+#if defined(TP_OPS_X86)
+/* x[i] = e^(x[i] - mx) for i < n; returns their sum (8 partial sums). */
+__attribute__((target("avx2,fma"))) static float exp_sub_sum_avx2(float *x, float mx, int n)
+{
+    const __m256 m = _mm256_set1_ps(mx);
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    float sum = _mm_cvtss_f32(s);
+    if (i < n) {
+        float b[8], e[8];
+        for (int k = 0; k < 8; k++) b[k] = i + k < n ? x[i + k] : mx;
+        _mm256_storeu_ps(e, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(b), m)));
+        for (int k = 0; k < n - i; k++) x[i + k] = e[k], sum += e[k];
+    }
+    return sum;
+}
+#endif
+
+static float exp_sub_sum_ref(float *x, float mx, int n)
+{
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    return sum;
+}
+
 static void swiglu_ref(float *y, const float *g, const float *u, int n)
 {
     for (int i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
@@ -207,6 +243,7 @@ static float (*dot_f16_fn)(const float *, const uint16_t *, int) = dot_f16_ref;
 static void (*axpy_f16_fn)(float *, float, const uint16_t *, int) = axpy_f16_ref;
 static void (*to_f16_fn)(uint16_t *, const float *, int) = to_f16_ref;
 static void (*swiglu_fn)(float *, const float *, const float *, int) = swiglu_ref;
+static float (*exp_sub_sum_fn)(float *, float, int) = exp_sub_sum_ref;
 
 static void op_choose(void)
 {
@@ -216,6 +253,7 @@ static void op_choose(void)
         dot_fn = dot_avx2;
         axpy_fn = axpy_avx2;
         swiglu_fn = swiglu_avx2; /* libm expf per element was ~4% of a decode step */
+        exp_sub_sum_fn = exp_sub_sum_avx2;
         unsigned a = 0, b = 0, c = 0, d = 0;
         if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29))) { /* F16C */
             dot_f16_fn = dot_f16_avx2;
@@ -281,11 +319,7 @@ void tp_op_softmax(float *x, int n)
 {
     float mx = x[0];
     for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
-    }
+    float sum = exp_sub_sum_fn(x, mx, n);
     float inv = 1.0f / sum;
     for (int i = 0; i < n; i++) x[i] *= inv;
 }

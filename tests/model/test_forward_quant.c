@@ -19,9 +19,12 @@
  *     value): measured nmse 2e-14 .. 4e-6 with the AVX2 / AVX-512 kernels
  *     (0 with the scalar ones, whose paths are the same).  A wrong row, token
  *     or block scale gives nmse >= 1e-2 (a swapped lane pair measured 0.5).
- *   - SwiGLU (a polynomial exp on AVX2) against double precision: relative
- *     error <= 4e-7 (a few float ulps: 2^-23 = 1.2e-7) over [-100, 100] and
- *     the edges, the same bits for an element whatever the range it is in.
+ *   - SwiGLU and softmax (a polynomial exp on AVX2) against double precision:
+ *     relative error <= 4e-7 for SwiGLU (a few float ulps: 2^-23 = 1.2e-7)
+ *     over [-100, 100] and the edges, the same bits for an element whatever
+ *     the range it is in; softmax <= 5e-6 per element for lengths 1..70 with
+ *     values spread over +-30 (exp ~2 ulp, the float sum of up to 70 terms
+ *     and 1/sum add up to ~40 ulp worst case; a wrong exp is off by >= 1e-3).
  */
 #include <math.h>
 #include <stdio.h>
@@ -230,8 +233,32 @@ static void test_swiglu(void)
     CU_ASSERT(memcmp(y, y2, sizeof y) == 0);
 }
 
+static void test_softmax(void)
+{
+    float x[70];
+    double worst = 0.0;
+    uint32_t r = 12345;
+    for (int n = 1; n <= 70; n++) {
+        double ref[70], mx = -1e300, sum = 0.0;
+        for (int i = 0; i < n; i++) {
+            r = r * 1664525u + 1013904223u;
+            x[i] = ((float)(r >> 8) / 16777216.0f - 0.5f) * 60.0f;
+            if (x[i] > mx) mx = x[i];
+        }
+        for (int i = 0; i < n; i++) sum += ref[i] = exp((double)x[i] - mx);
+        tp_op_softmax(x, n);
+        for (int i = 0; i < n; i++) {
+            const double want = ref[i] / sum, e = fabs(x[i] - want) / want;
+            if (e > worst) worst = e;
+        }
+    }
+    printf("\n  softmax worst relative error %.3g;", worst);
+    CU_ASSERT(worst <= 5e-6);
+}
+
 static const struct tp_test_case fq_cases[] = {
     {"swiglu", test_swiglu},
+    {"softmax", test_softmax},
     {"threads_q4_0", test_threads_q4_0},
     {"threads_q8_0", test_threads_q8_0},
     {"batch_q4_0", test_batch_q4_0},
