@@ -19,8 +19,8 @@
  * zmm (a transposed block costs one vpdpbusd per 4 values of 16 rows, and the
  * float scale/accumulate runs once per 16 rows x token x block), up to 8
  * tokens per pass over a 16-row group, with those tokens' activations packed
- * block by block into one stream (an 80 KiB stack buffer).  On AVX2 (and AVX-512 when
- * KX_BATCH_MAX is lowered), a KX_MR x KX_NT register tile so each unpacked
+ * block by block into one stream (an 80 KiB stack buffer).  On AVX2 (and for
+ * float weights), a KX_MR x KX_NT register tile so each unpacked
  * weight block serves KX_NT tokens, over chunks of KX_CHUNK rows so a
  * chunk's weights stay in L1/L2 while all token tiles pass over it.
  */
@@ -319,44 +319,6 @@ KFN void kx_qdecode(const int type, const void *w, size_t wrb, int64_t n, const 
     }
 }
 
-/* One step of the R x T tile over blocks b, b+1 (one: block b only). */
-KFN void kx_qtile_step(const int type, const char *w, size_t wrb, const struct kx_act *a, int64_t b, const int R,
-                       const int T, __m512 acc[KX_MR][KX_NT], const int one)
-{
-    const __m512i i01 = KX_IDX01;
-    __m512i W[KX_MR];
-    __m512 dw[KX_MR];
-    for (int r = 0; r < R; r++) {
-        const char *wr = w + (size_t)r * wrb;
-        W[r] = kx_w2(type, wr, b, one);
-        dw[r] = _mm512_permutexvar_ps(i01, _mm512_castps128_ps512(kx_dws(type, wr, b, one ? 1 : 2)));
-    }
-    for (int t = 0; t < T; t++) {
-        const __m512i A = kx_a2(a[t], b, one), C = kx_c2(a[t], b, one);
-        const __m512 da = _mm512_permutexvar_ps(i01, _mm512_castps128_ps512(kx_d2(a[t], b, one)));
-        for (int r = 0; r < R; r++) {
-            const __m512i i = _mm512_dpbusd_epi32(C, W[r], A);
-            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw[r], da), acc[r][t]);
-        }
-    }
-}
-
-KFN void kx_qtile(const int type, const char *w, size_t wrb, const char *x, size_t xrb, int64_t n, const int R,
-                  const int T, float *y, int64_t ys)
-{
-    const int64_t nb = n / TP_QK;
-    __m512 acc[KX_MR][KX_NT];
-    struct kx_act a[KX_NT];
-    for (int t = 0; t < T; t++) a[t] = kx_act_row(x + (size_t)t * xrb, n);
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) kx_qtile_step(type, w, wrb, a, b, R, T, acc, 0);
-    if (b < nb) kx_qtile_step(type, w, wrb, a, b, R, T, acc, 1);
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) y[(int64_t)t * ys + r] = kx_hsum512(acc[r][t]);
-}
-
 /* ---- small batches and prefill: 16 rows x up to KX_BT tokens, rows in lanes ----
  *
  * Lane L of a zmm holds one row of a 16-row group, so one vpdpbusd adds a
@@ -364,16 +326,13 @@ KFN void kx_qtile(const int type, const char *w, size_t wrb, const char *x, size
  * a block, each lane holds its row's whole integer block dot: the float
  * conversion, the scale (d_w of 16 rows x d_a of the token) and the
  * accumulation then cost 3 instructions per 16 rows x 1 token x 1 block
- * instead of 3 per 2 blocks of one row (kx_qtile).  The transposed weight
+ * instead of 3 per 2 blocks of one row (the AVX2 kx_qtile).  The transposed weight
  * slices W[0..7] of a block are built once (16 xmm loads, a 4x4 dword
  * transpose per 128-bit lane) and serve every token; activation slices are
  * embedded broadcasts.  The block's correction (s[b], kernels_impl.h) seeds
  * the integer accumulator.  Lane L = 4m + p holds row 4p + m of the group
  * (the transpose's order); outputs are permuted back once per group.
  */
-#ifndef KX_BATCH_MAX
-#define KX_BATCH_MAX 1000000 /* n_tok up to this use kx_qbatch, more the kx_qtile tiles */
-#endif
 #define KX_PFB 256 /* prefetch distance per row stream (bytes) */
 #define KX_BT 8 /* tokens per pass over a row group (T accumulators + T chains + 8 slices + scales) */
 
@@ -450,16 +409,30 @@ KFN __m512 kx_bcf(const void *p)
  * rows were more streams than the prefetchers follow):
  *   block i: qs[t][32] (256 bytes), s[t] (32), d[t] (32)  -> KX_PK bytes
  */
+/* Sanitizer builds instantiate only the full-width pass (the unrolled passes
+ * are slow to compile with ASan/UBSan); every token still gets the same
+ * arithmetic, so results are identical. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
+#define KX_FEW_T 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
+#define KX_FEW_T 1
+#endif
+#endif
+#ifndef KX_FEW_T
+#define KX_FEW_T 0
+#endif
 #define KX_SLAB 64       /* blocks per slab when several passes reuse a chunk's weights */
 #define KX_SLAB_MAX 256  /* one pass (<= KX_BT tokens): whole rows up to this many blocks */
 #define KX_PK 320
 _Static_assert(KX_PK == KX_BT * (TP_QK + 8), "packed block size");
 
-KFN void kx_pack(char *pk, const char *x, size_t xrb, int64_t n, int64_t b0, int nbs, int T)
+/* Tokens t >= T up to Tk repeat token T-1 (padding for a wider pass; not stored). */
+KFN void kx_pack(char *pk, const char *x, size_t xrb, int64_t n, int64_t b0, int nbs, int T, int Tk)
 {
     const size_t soff = (size_t)n + (size_t)(n / TP_QK) * 9 * sizeof(int32_t); /* TP_A8_S */
-    for (int t = 0; t < T; t++) {
-        const char *row = x + (size_t)t * xrb;
+    for (int t = 0; t < Tk; t++) {
+        const char *row = x + (size_t)(t < T ? t : T - 1) * xrb;
         for (int i = 0; i < nbs; i++) {
             char *o = pk + (size_t)i * KX_PK;
             const int64_t b = b0 + i;
@@ -533,7 +506,12 @@ KFN void kx_qbatch(const int type, const void *w, size_t wrb, int64_t n, const v
             const int nbs = nb - b0 < slab ? (int)(nb - b0) : slab;
             for (int t0 = 0; t0 < n_tok; t0 += KX_BT) {
                 const int T = n_tok - t0 < KX_BT ? n_tok - t0 : KX_BT;
-                kx_pack(pk, (const char *)KROW(xq, xrb, t0), xrb, n, b0, nbs, T);
+#if KX_FEW_T
+                const int Tk = KX_BT; /* sanitizer builds: one pass width, padded (compiles 3x faster) */
+#else
+                const int Tk = T;
+#endif
+                kx_pack(pk, (const char *)KROW(xq, xrb, t0), xrb, n, b0, nbs, T, Tk);
                 for (int64_t r = c0; r < c1; r += 16) {
                     const int nr = c1 - r < 16 ? (int)(c1 - r) : 16;
                     const __mmask16 keep = (__mmask16)((1u << nr) - 1u);
@@ -546,7 +524,8 @@ KFN void kx_qbatch(const int type, const void *w, size_t wrb, int64_t n, const v
                             acc[t] = _mm512_permutexvar_ps(lane_rows,
                                                            _mm512_maskz_loadu_ps(keep, y + (int64_t)(t0 + t) * ys + r));
                     const char *wg = (const char *)KROW(w, wrb, r) + (size_t)b0 * bs;
-                    switch (T) {
+                    switch (Tk) {
+#if !KX_FEW_T
                     case 1: kx_qbatch_pass(type, wg, ro, pk, nbs, 1, acc); break;
                     case 2: kx_qbatch_pass(type, wg, ro, pk, nbs, 2, acc); break;
                     case 3: kx_qbatch_pass(type, wg, ro, pk, nbs, 3, acc); break;
@@ -554,6 +533,7 @@ KFN void kx_qbatch(const int type, const void *w, size_t wrb, int64_t n, const v
                     case 5: kx_qbatch_pass(type, wg, ro, pk, nbs, 5, acc); break;
                     case 6: kx_qbatch_pass(type, wg, ro, pk, nbs, 6, acc); break;
                     case 7: kx_qbatch_pass(type, wg, ro, pk, nbs, 7, acc); break;
+#endif
                     default: kx_qbatch_pass(type, wg, ro, pk, nbs, KX_BT, acc); break;
                     }
                     for (int t = 0; t < T; t++)
@@ -663,12 +643,10 @@ KFN void kx_qmatmul(const int type, const void *w, size_t wrb, int64_t n, const 
         return;
     }
 #if KX_512
-    if (n_tok <= KX_BATCH_MAX) {
-        kx_qbatch(type, w, wrb, n, xq, xrb, n_tok, yy, ys, r0, r1);
-        return;
-    }
-#endif
+    kx_qbatch(type, w, wrb, n, xq, xrb, n_tok, yy, ys, r0, r1);
+#else
     KX_TILED(kx_qtile, type, w, wrb, n, xq, xrb, n_tok, yy, ys, r0, r1)
+#endif
 }
 
 KFN void kx_fmatmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
