@@ -729,6 +729,18 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
                               cfg->path);
             goto fail;
         }
+        size_t pl = strlen(cfg->path);
+        static const char *const hf_files[] = {".safetensors", ".safetensors.index.json", "config.json"};
+        for (size_t i = 0; i < TP_ARRAY_LEN(hf_files); i++) {
+            size_t sl = strlen(hf_files[i]);
+            if (pl >= sl && strcmp(cfg->path + pl - sl, hf_files[i]) == 0) {
+                rc = tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+                                  "%s: a file of a Hugging Face model; give its directory (with config.json, "
+                                  "tokenizer.json and the safetensors) instead",
+                                  cfg->path);
+                goto fail;
+            }
+        }
         TP_CHECK_GOTO(open_gguf(m), rc, fail);
     }
     if (cfg->vocab_only) {

@@ -385,6 +385,10 @@ static void test_refusals(void)
     free(text);
     CU_ASSERT_PTR_NULL(open_model(q2, &e));
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "no lm_head.weight and config.json tie_word_embeddings is false"));
+    /* a file of the directory instead of the directory */
+    snprintf(p, sizeof p, "%s/model.safetensors", ref);
+    CU_ASSERT_PTR_NULL(open_model(p, &e));
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "a file of a Hugging Face model; give its directory"));
     /* a directory that is not a model */
     snprintf(p, sizeof p, "%s/not-a-model", tp_test_tmpdir());
     mkdir(p, 0755);
