@@ -317,9 +317,9 @@ KOUT void kq512_quant_q8k(const float *x, void *out, int64_t n)
         y[i].d = d;
         const __m512 idv = _mm512_set1_ps(id);
         for (int j = 0; j < TP_QK_K / 16; j++) {
-            const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j), idv));
-            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * j), _mm512_cvtepi32_epi8(q));
-            y[i].bsums[j] = (int16_t)_mm512_reduce_add_epi32(q);
+            const __m128i q = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j), idv)));
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * j), q);
+            y[i].bsums[j] = (int16_t)_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q)); /* the stored int8 values */
         }
     }
 }
