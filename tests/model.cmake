@@ -88,3 +88,15 @@ if(_tp_fuzz_ok)
   set_tests_properties(model.fuzz_safetensors PROPERTIES LABELS slow TIMEOUT 120
     FIXTURES_REQUIRED fuzz_safetensors_corpus ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1")
 endif()
+
+# `tpserve synth --type q4_k_m` then `tpserve info`: llama.cpp's per-tensor mix on a small shape
+# whose rows are whole 256-value super-blocks (4 layers: Q6_K attn_v / ffn_down on layers 2 and 3,
+# Q6_K output head, Q4_K elsewhere) and the file type read back.
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/kq_shapes.json
+     "{\"shapes\": [{\"name\": \"test-kq\", \"arch\": \"llama\", \"n_embd\": 256, \"n_layer\": 4, \"n_head\": 4, "
+     "\"n_head_kv\": 2, \"n_ff\": 512, \"n_vocab\": 512, \"n_ctx\": 256, \"rope_theta\": 10000.0, "
+     "\"norm_eps\": 1e-05, \"tied\": false, \"source\": \"made up for tests\"}]}\n")
+add_test(NAME model.cli_synth_q4_k_m
+         COMMAND sh -c "\"$<TARGET_FILE:tpserve>\" synth --shapes '${CMAKE_CURRENT_BINARY_DIR}/kq_shapes.json' --shape test-kq --type q4_k_m -q -o '${CMAKE_CURRENT_BINARY_DIR}/kq_cli.gguf' && \"$<TARGET_FILE:tpserve>\" info '${CMAKE_CURRENT_BINARY_DIR}/kq_cli.gguf'")
+set_tests_properties(model.cli_synth_q4_k_m PROPERTIES LABELS unit TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "tensors     39: f32 x9 \\([0-9.]+ MiB\\) q4_k x25 \\([0-9.]+ MiB\\) q6_k x5 \\([0-9.]+ MiB\\).file type   Q4_K_M \\(general.file_type 15\\)")
