@@ -28,7 +28,8 @@
  *  - a column slice on group boundaries (row-parallel sharding: pointers into
  *    the words and the scale/bias rows, strides unchanged) gives the full
  *    product when the slices' results are added: nmse 1e-10 vs the full row.
- *  - rows outside [r0, r1) are never written.
+ *  - rows outside [r0, r1) are never written; rows split anywhere give
+ *    bit-identical results to one call.
  */
 #include <math.h>
 #include <stdint.h>
@@ -463,6 +464,42 @@ static void test_mlx_column_slices(void)
     }
 }
 
+/* Rows split anywhere (as the forward pass splits them over threads) give bit-identical
+ * results to one call: every kernel computes a row the same way whatever its neighbours
+ * (the 16-row AVX-512 batch kernel repeats the last row in unused lanes). */
+static void test_mlx_row_splits(void)
+{
+    rng_seed(808);
+    for (size_t k = 0; k < TP_ARRAY_LEN(kMlx); k++) {
+        for (int n_tok = 1; n_tok <= 9; n_tok += 4) {
+            struct mx_data d;
+            CU_ASSERT_FATAL(mx_setup(&d, (struct mx_case){kMlx[k], (int)k % 2, 53, 256, n_tok, 0, 53}) == 0);
+            for (int i = 0; i < tp_kern_isa_count(); i++) {
+                CU_ASSERT_EQUAL_FATAL(tp_kern_force_isa(tp_kern_isa_name(i)), TP_OK);
+                float *one = malloc(sizeof(float) * (size_t)n_tok * (size_t)d.ys);
+                CU_ASSERT_FATAL(one != NULL);
+                CU_ASSERT_EQUAL(mx_run(&d), 0);
+                memcpy(one, d.y, sizeof(float) * (size_t)n_tok * (size_t)d.ys);
+                static const int64_t cuts[] = {1, 7, 16, 17, 33, 52};
+                for (size_t c = 0; c < TP_ARRAY_LEN(cuts); c++) {
+                    tp_kern_matmul_mlx(d.c.t, d.w, d.wrb, &d.g, d.c.cols, d.xq, d.xrb, n_tok, d.y, d.ys, 0, cuts[c]);
+                    tp_kern_matmul_mlx(d.c.t, d.w, d.wrb, &d.g, d.c.cols, d.xq, d.xrb, n_tok, d.y, d.ys, cuts[c], 53);
+                    int same = 1;
+                    for (int t = 0; t < n_tok; t++)
+                        same &= memcmp(one + t * d.ys, d.y + t * d.ys, 53 * sizeof(float)) == 0;
+                    if (!same)
+                        printf("\n  %s %s n_tok %d: split at %lld differs\n", tp_kern_isa_name(i), tp_wtype_name(d.c.t),
+                               n_tok, (long long)cuts[c]);
+                    CU_ASSERT(same);
+                }
+                free(one);
+            }
+            tp_kern_force_isa(NULL);
+            mx_free(&d);
+        }
+    }
+}
+
 /* MLX matmul approximates the float product within the format's noise:
  * weight nmse (4 bits ~ 4.4e-3 on uniform data, 8 bits ~ 1.5e-5, see the
  * round trip) + activation int8 nmse (~1.5e-5): limits 8e-3 and 1e-4. */
@@ -516,6 +553,7 @@ static const struct tp_test_case mlx_kernel_cases[] = {
     {"matmul_q8_g32", test_matmul_mlx_q8_g32},
     {"matmul_q8_g64", test_matmul_mlx_q8_g64},
     {"column_slices", test_mlx_column_slices},
+    {"row_splits", test_mlx_row_splits},
     {"vs_float", test_mlx_vs_float},
     {NULL, NULL},
 };
