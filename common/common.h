@@ -190,7 +190,9 @@ int tp_cpu_count(void);
 double tp_mem_read_bw_gbs(tp_pool_t *pool, size_t bytes, int passes);
 /* The same over a caller's buffer (64-byte aligned, already written; bytes
  * rounded down to 64), but the MEAN of `passes` reads (bytes * passes /
- * elapsed), for probes interleaved with timed work.  0 on bad arguments. */
+ * elapsed), threads claiming 1 MiB chunks as they come free (as the forward
+ * pass claims rows), for probes interleaved with timed work.  0 on bad
+ * arguments. */
 double tp_mem_read_bw_buf(tp_pool_t *pool, const void *buf, size_t bytes, int passes);
 
 #ifdef __cplusplus

@@ -10,19 +10,25 @@
  * vectorise.
  *
  * tp_mem_read_bw_gbs owns its buffer and reports the best pass (the machine's
- * limit); tp_mem_read_bw_buf reads a caller's buffer and reports the mean of
- * its passes (bytes / elapsed, as a decode rep is timed), so a benchmark can
- * probe the bandwidth right next to each timed rep.
+ * limit; one fixed part per thread); tp_mem_read_bw_buf reads a caller's
+ * buffer and reports the mean of its passes (bytes / elapsed, as a decode
+ * rep is timed), threads claiming 1 MiB chunks as they come free (as the
+ * decode claims rows), so a benchmark can probe the bandwidth right next to
+ * each timed rep and both suffer a busy machine alike.
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "common.h"
 
 struct bw_job {
     const uint64_t *buf;
-    int64_t n_words; /* multiple of 8 */
+    int64_t n_words;         /* multiple of 8 */
+    int dynamic;             /* claim BW_CHUNK_LINES chunks instead of one fixed part per thread */
+    _Atomic int64_t next;    /* dynamic: next unclaimed line */
     uint64_t sums[64];
 };
+#define BW_CHUNK_LINES 16384 /* 1 MiB */
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -41,25 +47,41 @@ __attribute__((target("avx2"))) static uint64_t bw_sum_avx2(const uint64_t *p, i
 }
 #endif
 
-static void bw_read(void *ctx, int ith, int nth)
+/* Sum of lines [b, e) of buf (8 words each). */
+static uint64_t bw_sum(const uint64_t *buf, int64_t b, int64_t e)
 {
-    struct bw_job *j = ctx;
-    int64_t b, e;
-    tp_split_range(j->n_words / 8, ith, nth, &b, &e);
 #ifdef BW_HAVE_AVX2
-    if (__builtin_cpu_supports("avx2")) {
-        j->sums[ith & 63] = bw_sum_avx2(j->buf, b, e);
-        return;
-    }
+    if (__builtin_cpu_supports("avx2")) return bw_sum_avx2(buf, b, e);
 #endif
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     for (int64_t i = b * 8; i < e * 8; i += 8) {
-        s0 += j->buf[i] ^ j->buf[i + 4];
-        s1 += j->buf[i + 1] ^ j->buf[i + 5];
-        s2 += j->buf[i + 2] ^ j->buf[i + 6];
-        s3 += j->buf[i + 3] ^ j->buf[i + 7];
+        s0 += buf[i] ^ buf[i + 4];
+        s1 += buf[i + 1] ^ buf[i + 5];
+        s2 += buf[i + 2] ^ buf[i + 6];
+        s3 += buf[i + 3] ^ buf[i + 7];
     }
-    j->sums[ith & 63] = s0 + s1 + s2 + s3;
+    return s0 + s1 + s2 + s3;
+}
+
+static void bw_read(void *ctx, int ith, int nth)
+{
+    struct bw_job *j = ctx;
+    const int64_t lines = j->n_words / 8;
+    if (!j->dynamic) {
+        int64_t b, e;
+        tp_split_range(lines, ith, nth, &b, &e);
+        j->sums[ith & 63] = bw_sum(j->buf, b, e);
+        return;
+    }
+    /* as the decode's rows: threads claim chunks as they come free, so a thread
+     * descheduled on a shared machine does not leave its whole part behind */
+    uint64_t s = 0;
+    for (;;) {
+        const int64_t b = atomic_fetch_add_explicit(&j->next, BW_CHUNK_LINES, memory_order_relaxed);
+        if (b >= lines) break;
+        s += bw_sum(j->buf, b, b + BW_CHUNK_LINES < lines ? b + BW_CHUNK_LINES : lines);
+    }
+    j->sums[ith & 63] = s;
 }
 
 static void bw_touch(void *ctx, int ith, int nth)
@@ -74,10 +96,11 @@ double tp_mem_read_bw_buf(tp_pool_t *pool, const void *buf, size_t bytes, int pa
 {
     bytes &= ~(size_t)63;
     if (!buf || bytes == 0 || passes < 1 || ((uintptr_t)buf & 63u)) return 0.0;
-    struct bw_job job = {.buf = buf, .n_words = (int64_t)(bytes / 8)};
+    struct bw_job job = {.buf = buf, .n_words = (int64_t)(bytes / 8), .dynamic = 1};
     volatile uint64_t sink = 0;
     double t0 = tp_now_s();
     for (int p = 0; p < passes; p++) {
+        atomic_store_explicit(&job.next, 0, memory_order_relaxed);
         tp_pool_run(pool, bw_read, &job);
         for (int i = 0; i < 64; i++) sink += job.sums[i];
     }

@@ -13,8 +13,8 @@
  * Bandwidth, measured in the same run and interleaved with the decode reps:
  * a probe before every decode rep and one after the last, each a streaming
  * read of a --bw-mib buffer (allocated and written once, far larger than the
- * caches) by --threads threads of a pool like the model's (each thread one
- * contiguous half/third/.. as the decode splits rows; 32-byte loads where
+ * caches) by --threads threads of a pool like the model's (claiming 1 MiB
+ * chunks as they come free, as the decode claims rows; 32-byte loads where
  * the CPU has AVX2), timed like the decode as bytes / elapsed over
  * --bw-passes passes.  Decode rep r is paired with the mean of the probes
  * just before and just after it:
