@@ -19,6 +19,10 @@
  *    those of the whole row); what differs is the float order of the all_sum
  *    and, through it, an occasional one-step int8 rounding flip when the next
  *    layer re-quantizes its input (~1e-6 in energy), well below 1e-4.
+ *  - a tied head (vocab rows of the quantized embedding with their scales /
+ *    biases rows), QKV biases, bf16 scales, group 32 and an unquantized
+ *    ffn_down (rows not whole groups) on test-tiny-qwen2 at N = 2 vs N = 1;
+ *    N = 3 refused by the plan with the reason.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +144,55 @@ static void test_tp_mlx(void)
     mr_free(&ref);
 }
 
+/* Tied head (the output rows are rows of the quantized embedding, with their scales / biases
+ * rows), QKV biases, and an FFN of 160 (not whole 64-groups: ffn_down stays F16 as mlx leaves
+ * it) on test-tiny-qwen2 with 4-bit group-32 at N = 2 vs N = 1 (4 heads of 16: N = 3 cannot
+ * keep 32-column groups whole and is refused by the plan). */
+static void test_tp_mlx_tied(void)
+{
+    struct tp_shape sh;
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, "test-tiny-qwen2", &sh, &e), TP_OK);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/synth-mlx-qwen2", tp_test_tmpdir());
+    struct tp_synth_config c = tp_synth_default_config();
+    c.shape = &sh;
+    c.type = TP_WTYPE_MLX_Q4_G32;
+    c.seed = 21;
+    c.out_path = dir;
+    c.n_threads = 1;
+    c.mlx_bf16 = 1;
+    CU_ASSERT_EQUAL_FATAL(tp_synth_write_hf(&c, &e), TP_OK);
+    struct mr_run ref, r;
+    mr_init(&ref, dir, 1);
+    ref.n_steps = 32;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&ref), 0);
+    if (ref.exit_code[0] != 0) fprintf(stderr, "reference: %s\n", ref.msg[0]);
+    CU_ASSERT_EQUAL_FATAL(ref.exit_code[0], 0);
+    mr_init(&r, dir, 2);
+    r.n_steps = 32;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+    for (int k = 0; k < 2; k++) {
+        if (r.exit_code[k] != 0) fprintf(stderr, "N=2 rank %d exit %d: %s\n", k, r.exit_code[k], r.msg[k]);
+        CU_ASSERT_EQUAL(r.exit_code[k], 0);
+    }
+    CU_ASSERT_EQUAL_FATAL(r.n_tokens, ref.n_tokens);
+    CU_ASSERT(memcmp(r.tokens, ref.tokens, sizeof(int32_t) * (size_t)r.n_tokens) == 0);
+    CU_ASSERT(memcmp(r.tokens1, ref.tokens1, sizeof(int32_t) * (size_t)r.n_tokens) == 0);
+    const double nm = r.logits && ref.logits && r.n_vocab == ref.n_vocab ? mr_nmse(r.logits, ref.logits, r.n_vocab) : 1.0;
+    fprintf(stderr, "mlx 4-bit g32 bf16 tied qwen2 N=2 vs N=1: final logits nmse %.3g\n", nm);
+    CU_ASSERT(nm <= 1e-4);
+    mr_free(&r);
+    mr_init(&r, dir, 3);
+    r.n_steps = 4;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+    CU_ASSERT_NOT_EQUAL(r.exit_code[0], 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.msg[0], "attn_output's mlx 4-bit group-32 blocks are never cut"));
+    if (!strstr(r.msg[0], "never cut")) fprintf(stderr, "N=3: %s\n", r.msg[0]);
+    mr_free(&r);
+    mr_free(&ref);
+}
+
 static const struct tp_test_case mlx_plan_cases[] = {
     {"plan_mlx", test_plan_mlx},
     {NULL, NULL},
@@ -148,6 +201,7 @@ TP_TEST_SUITE(mlx_plan, "unit", 60, mlx_plan_cases)
 
 static const struct tp_test_case mlx_tp_cases[] = {
     {"tp_mlx_q4_g64", test_tp_mlx},
+    {"tp_mlx_tied_qwen2", test_tp_mlx_tied},
     {NULL, NULL},
 };
 TP_TEST_SUITE(mlx_tp, "multirank,model", 300, mlx_tp_cases)
