@@ -403,12 +403,6 @@ KFN __m512 kx_bcf(const void *p)
     return _mm512_set1_ps(v);
 }
 
-/*
- * Activations of up to KX_BT tokens for KX_SLAB blocks, packed per block so a
- * pass reads one sequential stream at fixed offsets (16 tokens x 3 separate
- * rows were more streams than the prefetchers follow):
- *   block i: qs[t][32] (256 bytes), s[t] (32), d[t] (32)  -> KX_PK bytes
- */
 /* Sanitizer builds instantiate only the full-width pass (the unrolled passes
  * are slow to compile with ASan/UBSan); every token still gets the same
  * arithmetic, so results are identical. */
@@ -422,6 +416,13 @@ KFN __m512 kx_bcf(const void *p)
 #ifndef KX_FEW_T
 #define KX_FEW_T 0
 #endif
+
+/*
+ * Activations of up to KX_BT tokens for KX_SLAB blocks, packed per block so a
+ * pass reads one sequential stream at fixed offsets (8 tokens x 3 separate
+ * arrays were more streams than the prefetchers follow):
+ *   block i: qs[t][32] (256 bytes), s[t] (32), d[t] (32)  -> KX_PK bytes
+ */
 #define KX_SLAB 64       /* blocks per slab when several passes reuse a chunk's weights */
 #define KX_SLAB_MAX 256  /* one pass (<= KX_BT tokens): whole rows up to this many blocks */
 #define KX_PK 320
