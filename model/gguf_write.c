@@ -249,6 +249,8 @@ enum tp_status tp_gguf_add_tensor(tp_gguf_writer_t *w, const char *name, enum tp
     if (w->err.status != TP_OK) return w->err.status;
     if (!name || !*name) return fail(w, TP_ERR_INVALID_ARG, "%s: empty tensor name%s", NULL);
     if (w->header_done) return fail(w, TP_ERR_INVALID_ARG, "%s: tensor '%s' added after tensor data started", name);
+    if ((int)type >= TP_WTYPE_GGUF_END) /* MLX affine types: internal ids, no GGUF reader knows them */
+        return fail(w, TP_ERR_INVALID_ARG, "%s: tensor '%s': MLX types have no GGUF id (GGUF holds ggml types only)", name);
     uint64_t nb = tp_gguf_tensor_bytes(type, n_dims, ne);
     if (nb == 0)
         return fail(w, TP_ERR_INVALID_ARG,

@@ -374,9 +374,16 @@ static void test_gguf_refuses_mlx_ids(void)
     snprintf(p, sizeof p, "%s/mlx-id.gguf", tp_test_tmpdir());
     tp_gguf_writer_t *w = NULL;
     struct tp_error e = {0};
+    const int64_t ne[2] = {32, 2};
+    /* the writer refuses them outright */
+    CU_ASSERT_EQUAL_FATAL(tp_gguf_writer_open(p, 32, &w, &e), TP_OK);
+    CU_ASSERT_EQUAL(tp_gguf_add_tensor(w, "x.weight", TP_WTYPE_MLX_Q4_G32, 2, ne), TP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(tp_gguf_writer_error(w), "MLX types have no GGUF id"));
+    tp_gguf_writer_free(w);
+    w = NULL;
+    /* and a file whose type field says 64..67 is refused by the reader */
     CU_ASSERT_EQUAL_FATAL(tp_gguf_writer_open(p, 32, &w, &e), TP_OK);
     tp_gguf_kv_str(w, "general.architecture", "llama");
-    const int64_t ne[2] = {32, 2};
     CU_ASSERT_EQUAL_FATAL(tp_gguf_add_tensor(w, "mlx_victim.weight", TP_WTYPE_Q4_0, 2, ne), TP_OK);
     uint8_t data[36] = {0};
     CU_ASSERT_EQUAL_FATAL(tp_gguf_write_data(w, data, sizeof data), TP_OK);
