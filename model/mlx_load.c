@@ -48,6 +48,13 @@ static enum tp_status bits_group(const cJSON *o, const char *path, const char *w
 static enum tp_status parse_quant(const cJSON *q, const char *path, const char *key, struct tp_mlx_quant *out,
                                   struct tp_error *err)
 {
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(q, "mode"); /* newer mlx: "affine" (default), "mxfp4", ... */
+    if (mode && !(cJSON_IsString(mode) && strcmp(mode->valuestring, "affine") == 0))
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "%s: \"%s\".mode %s%.32s%s is not supported (MLX affine quantization only: bits 4 or 8, "
+                            "group size 32 or 64)",
+                            path, key, cJSON_IsString(mode) ? "'" : "", cJSON_IsString(mode) ? mode->valuestring : "(not a string)",
+                            cJSON_IsString(mode) ? "'" : "");
     enum tp_status rc = bits_group(q, path, key, &out->bits, &out->group, err);
     if (rc != TP_OK) return rc;
     if (!out->bits) return tp_error_set(err, TP_ERR_FORMAT, "%s: \"%s\" has no bits / group_size", path, key);

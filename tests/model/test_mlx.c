@@ -354,13 +354,16 @@ static void test_corrupt(void)
     set_config(dir, "{\"group_size\": 64, \"bits\": 3}");
     expect_refused(dir, "unsupported bits", "MLX quantization with 3 bits and group size 64 is not supported");
     copy_dir(ref, dir);
+    set_config(dir, "{\"group_size\": 32, \"bits\": 4, \"mode\": \"mxfp4\"}");
+    expect_refused(dir, "mode", "\"quantization\".mode 'mxfp4' is not supported (MLX affine quantization only");
+    copy_dir(ref, dir);
     set_config(dir, NULL);
     expect_refused(dir, "no quantization block", "is packed U32 (MLX quantized) but config.json has no \"quantization\"");
     /* a per-module override that matches the file is accepted, one that does not is refused */
     copy_dir(ref, dir);
     set_config(dir, "{\"group_size\": 64, \"bits\": 4, \"" DOWN "\": {\"group_size\": 32, \"bits\": 4}}");
     expect_refused(dir, "override", "'" DOWN ".weight' is 4-bit with group size 64 by its shapes");
-    set_config(dir, "{\"group_size\": 64, \"bits\": 4, \"" DOWN "\": {\"group_size\": 64, \"bits\": 4}}");
+    set_config(dir, "{\"group_size\": 64, \"bits\": 4, \"mode\": \"affine\", \"" DOWN "\": {\"group_size\": 64, \"bits\": 4}}");
     ok = open_model(dir, &e);
     if (!ok) fprintf(stderr, "\n  override accepted? %s\n", e.msg);
     CU_ASSERT_PTR_NOT_NULL(ok);
