@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "model/synth.h"
 #include "parallel/parallel.h"
+#include "parallel/parallel_impl.h"
 
 static const char plan_usage[] =
     "Usage: tpserve plan (-m MODEL.gguf | --shape NAME) --nodes \"mac1:192G,mac2:128G,mac3:64G\" [options]\n"
@@ -246,7 +247,14 @@ int tp_cmd_plan(int argc, char **argv)
         tp_model_t *m = NULL;
         if (tp_model_init(&mc, &m, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
         cfg.hp = *tp_model_hparams(m);
-        if (!type) cfg.wtype = tp_model_weight_type(m);
+        if (!type) { /* a vocab-only load does not read the tensors: the probe names their types */
+            struct tp_model_probe pr;
+            if (tp_model_probe(model, &pr, &err) != TP_OK) {
+                tp_model_free(m);
+                return tp_cli_fail("plan", "%s", err.msg);
+            }
+            cfg.wtype = pr.types.ffn_gate;
+        }
         snprintf(label, sizeof label, "%s", tp_model_name(m));
         tp_model_free(m);
     }
