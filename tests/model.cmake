@@ -89,6 +89,40 @@ if(_tp_fuzz_ok)
     FIXTURES_REQUIRED fuzz_safetensors_corpus ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1")
 endif()
 
+# ---- JSON files of HF / MLX directories (tests/fuzz/fuzz_hf_json.c): config.json (+ the MLX
+# quantization block in the replay build) and model.safetensors.index.json, same scheme:
+#   model.fuzz_hf_json_replay  (unit)  seeds (valid accepted, corrupt refused) + 5 s of mutations
+#   model.fuzz_hf_json         (slow)  libFuzzer + ASan/UBSan with clang, 30 s bounded, when available
+add_executable(fuzz_hf_json_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_hf_json.c)
+target_compile_definitions(fuzz_hf_json_replay PRIVATE TP_FUZZ_STANDALONE)
+target_link_libraries(fuzz_hf_json_replay PRIVATE tp_model)
+add_test(NAME model.fuzz_hf_json_replay COMMAND fuzz_hf_json_replay --mutate 5)
+set_tests_properties(model.fuzz_hf_json_replay PROPERTIES LABELS unit TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "no crash")
+if(_tp_fuzz_ok)
+  set(_hj_srcs ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_hf_json.c ${PROJECT_SOURCE_DIR}/model/hf_config.c
+               ${PROJECT_SOURCE_DIR}/model/safetensors.c ${PROJECT_SOURCE_DIR}/common/status.c
+               ${PROJECT_SOURCE_DIR}/common/log.c)
+  add_custom_command(
+    OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/fuzz_hf_json
+    COMMAND ${_tp_clang} -std=c11 -D_DEFAULT_SOURCE -O1 -g -fno-omit-frame-pointer
+            -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+            -I${PROJECT_SOURCE_DIR} ${_hj_srcs} ${TP_CJSON_LIB} -lm -o ${CMAKE_CURRENT_BINARY_DIR}/fuzz_hf_json
+    DEPENDS ${_hj_srcs} ${PROJECT_SOURCE_DIR}/model/safetensors.h ${PROJECT_SOURCE_DIR}/model/tsrc_impl.h
+            ${PROJECT_SOURCE_DIR}/common/common.h
+    COMMENT "Building libFuzzer target fuzz_hf_json with ${_tp_clang}")
+  add_custom_target(fuzz_hf_json ALL DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/fuzz_hf_json)
+  set(_hj_corpus ${CMAKE_CURRENT_BINARY_DIR}/fuzz_hf_json_corpus)
+  add_test(NAME model.fuzz_hf_json_seeds COMMAND fuzz_hf_json_replay --seeds ${_hj_corpus})
+  set_tests_properties(model.fuzz_hf_json_seeds PROPERTIES LABELS slow TIMEOUT 30
+    FIXTURES_SETUP fuzz_hf_json_corpus)
+  add_test(NAME model.fuzz_hf_json
+           COMMAND ${CMAKE_CURRENT_BINARY_DIR}/fuzz_hf_json -max_total_time=30 -rss_limit_mb=2048 -max_len=4096
+                   -print_final_stats=1 ${_hj_corpus})
+  set_tests_properties(model.fuzz_hf_json PROPERTIES LABELS slow TIMEOUT 120
+    FIXTURES_REQUIRED fuzz_hf_json_corpus ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1")
+endif()
+
 # `tpserve synth --type q4_k_m` then `tpserve info`: llama.cpp's per-tensor mix on a small shape
 # whose rows are whole 256-value super-blocks (4 layers: Q6_K attn_v / ffn_down on layers 2 and 3,
 # Q6_K output head, Q4_K elsewhere) and the file type read back.

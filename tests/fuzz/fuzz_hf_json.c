@@ -1,0 +1,323 @@
+/*
+ * tests/fuzz/fuzz_hf_json.c - fuzz target for the JSON files of a Hugging
+ * Face / MLX directory: config.json (model/hf_config.c: hyper-parameters;
+ * model/mlx_load.c: the "quantization" block, replay build only) and
+ * model.safetensors.index.json (model/safetensors.c: weight_map of a sharded
+ * set).
+ *
+ * The first input byte picks the file (even: config.json, odd: the index);
+ * the rest is written as that file into a private temporary directory that
+ * also holds a valid two-tensor shard "model-00001-of-00001.safetensors",
+ * and the directory is opened as tpserve would.  Every refusal must carry a
+ * message; accepted configs must have sane sizes; an accepted index must
+ * resolve every tensor to data inside its file.
+ *
+ * Built two ways (tests/model.cmake):
+ *   - with clang -fsanitize=fuzzer,address,undefined as `fuzz_hf_json`
+ *     (config.json via hf_config.c and the index via safetensors.c only),
+ *     run for a bounded time on the seed corpus;
+ *   - with TP_FUZZ_STANDALONE as `fuzz_hf_json_replay` (linked with the
+ *     whole model library, so the MLX quantization block is read too):
+ *       fuzz_hf_json_replay --seeds DIR        write the seed corpus
+ *       fuzz_hf_json_replay --mutate SECONDS   seeds (valid ones accepted, corrupt ones
+ *                                              refused), then random mutations
+ *       fuzz_hf_json_replay FILE...            replay files (crash reproducers)
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model/safetensors.h"
+#include "model/tsrc_impl.h"
+#ifdef TP_FUZZ_STANDALONE
+#include "model/mlx_impl.h"
+#endif
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static char g_dir[256];
+static char g_cfg[300], g_index[300];
+
+static void cleanup_dir(void)
+{
+    char p[400];
+    snprintf(p, sizeof p, "%s/model-00001-of-00001.safetensors", g_dir);
+    unlink(p);
+    unlink(g_cfg);
+    unlink(g_index);
+    rmdir(g_dir);
+}
+
+/* The temporary directory with a valid shard holding tensors "a" (F32 [2,2]) and "b" (U8 [3]). */
+static void setup(void)
+{
+    if (g_dir[0]) return;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/fuzz_hf_json.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(g_dir)) abort();
+    snprintf(g_cfg, sizeof g_cfg, "%s/config.json", g_dir);
+    snprintf(g_index, sizeof g_index, "%s/model.safetensors.index.json", g_dir);
+    atexit(cleanup_dir);
+    const char *h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+                    "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[16,19]}}";
+    uint64_t hl = strlen(h);
+    char p[400];
+    snprintf(p, sizeof p, "%s/model-00001-of-00001.safetensors", g_dir);
+    FILE *f = fopen(p, "wb");
+    if (!f) abort();
+    fwrite(&hl, 8, 1, f);
+    fwrite(h, 1, (size_t)hl, f);
+    for (int i = 0; i < 19; i++) fputc(i, f);
+    fclose(f);
+}
+
+static void write_file(const char *path, const uint8_t *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) abort();
+    if (n && fwrite(p, 1, n, f) != n) abort();
+    fclose(f);
+}
+
+/* Returns 1 when the file was accepted. */
+static int run_one(const uint8_t *data, size_t size)
+{
+    setup();
+    if (size < 1) return 0;
+    const int index = data[0] & 1;
+    unlink(g_cfg);
+    unlink(g_index);
+    write_file(index ? g_index : g_cfg, data + 1, size - 1);
+    struct tp_error err = {0};
+    if (!index) {
+        struct tp_hf_config hc;
+        enum tp_status rc = tp_hf_read_config(g_dir, &hc, &err);
+        int ok = rc == TP_OK;
+        if (!ok && err.msg[0] == '\0') abort(); /* every refusal says why */
+        if (ok) {
+            const struct tp_hparams *hp = &hc.hp;
+            if (hp->n_embd < 1 || hp->n_layer < 1 || hp->n_head < 1 || hp->n_head_kv < 1 || hp->n_ff < 1 ||
+                hp->n_vocab < 1 || hp->head_dim < 1 || hp->n_head % hp->n_head_kv != 0 || hp->rope_dim > hp->head_dim ||
+                hp->rope_dim < 0 || !(hp->rope_theta > 0))
+                abort();
+        }
+#ifdef TP_FUZZ_STANDALONE
+        struct tp_mlx_quant *q = NULL;
+        tp_error_clear(&err);
+        if (tp_mlx_read_quant(g_dir, &q, &err) == TP_OK) {
+            if (q && (q->n_over < 0 || (q->n_over > 0 && !q->over))) abort();
+            tp_mlx_quant_free(q);
+        } else if (err.msg[0] == '\0' || q) {
+            abort();
+        }
+#endif
+        return ok;
+    }
+    tp_st_t *st = NULL;
+    enum tp_status rc = tp_st_open(g_dir, &st, &err);
+    if (rc != TP_OK) {
+        if (err.msg[0] == '\0' || st) abort();
+        return 0;
+    }
+    for (int i = 0; i < tp_st_n_tensors(st); i++) {
+        const struct tp_st_tensor *t = tp_st_tensor(st, i);
+        if (tp_st_find(st, t->name) != t) abort();
+        if (t->n_bytes) {
+            uint8_t last;
+            struct tp_error e = {0};
+            if (tp_st_pread(st, t, &last, 1, t->n_bytes - 1, &e) != TP_OK) abort();
+        }
+    }
+    tp_st_close(st);
+    return 1;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    run_one(data, size);
+    return 0;
+}
+
+#ifdef TP_FUZZ_STANDALONE
+#include "common/common.h"
+
+/* Seeds: mode byte + file text; the first N_VALID are accepted, the rest refused. */
+static const char *const k_seeds[] = {
+    /* valid */
+    "0{\"architectures\":[\"MistralForCausalLM\"],\"hidden_act\":\"silu\",\"hidden_size\":4096,"
+    "\"intermediate_size\":14336,\"max_position_embeddings\":32768,\"model_type\":\"mistral\","
+    "\"num_attention_heads\":32,\"num_hidden_layers\":32,\"num_key_value_heads\":8,\"rms_norm_eps\":1e-05,"
+    "\"rope_theta\":10000.0,\"tie_word_embeddings\":false,\"vocab_size\":32000}",
+    "0{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":2048,\"intermediate_size\":8192,"
+    "\"num_attention_heads\":32,\"num_hidden_layers\":16,\"num_key_value_heads\":8,\"head_dim\":64,"
+    "\"rope_scaling\":{\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
+    "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"},\"rope_theta\":500000.0,"
+    "\"tie_word_embeddings\":true,\"vocab_size\":128256,"
+    "\"quantization\":{\"group_size\":64,\"bits\":4,\"model.layers.0.mlp.down_proj\":{\"group_size\":32,\"bits\":8},"
+    "\"model.embed_tokens\":false}}",
+    "0{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":896,\"intermediate_size\":4864,"
+    "\"num_attention_heads\":14,\"num_hidden_layers\":24,\"num_key_value_heads\":2,\"rope_theta\":1000000.0,"
+    "\"tie_word_embeddings\":true,\"vocab_size\":151936,\"quantization_config\":{\"group_size\":32,\"bits\":8}}",
+    "1{\"metadata\":{\"total_size\":19},\"weight_map\":{\"a\":\"model-00001-of-00001.safetensors\","
+    "\"b\":\"model-00001-of-00001.safetensors\"}}",
+    /* refused */
+    "0{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":4096,\"num_local_experts\":8}",
+    "0{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":4096,\"num_attention_heads\":0}",
+    "0{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":4096,\"num_attention_heads\":32,"
+    "\"num_key_value_heads\":7,\"num_hidden_layers\":2,\"intermediate_size\":11008,\"vocab_size\":32000}",
+    "0{\"architectures\":[\"LlamaForCausalLM\"]",
+    "0[]",
+    "1{\"weight_map\":{\"a\":\"model-00002-of-00002.safetensors\"}}",
+    "1{\"weight_map\":{\"zz\":\"model-00001-of-00001.safetensors\"}}",
+    "1{\"weight_map\":{\"a\":\"../../etc/passwd\"}}",
+    "1{\"weight_map\":[]}",
+};
+#define N_SEEDS ((int)(sizeof k_seeds / sizeof k_seeds[0]))
+#define N_VALID 4
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* Byte mutations plus JSON-aware ones (digits, punctuation, keywords). */
+static void mutate(uint8_t *p, size_t *n, size_t cap)
+{
+    static const char tokens[] = "0123456789[]{},:\"-.etrufalsn";
+    static const char *const words[] = {"null", "true", "-1", "1e308", "4294967296", "\"\"", "[]", "{}", "0.0"};
+    int k = 1 + (int)(rnd() % 4);
+    for (int i = 0; i < k && *n > 1; i++) {
+        size_t at = 1 + rnd() % (*n - 1); /* keep the mode byte */
+        switch (rnd() % 6) {
+        case 0: p[at] ^= (uint8_t)(1u << (rnd() % 8)); break;
+        case 1: p[at] = (uint8_t)tokens[rnd() % (sizeof(tokens) - 1)]; break;
+        case 2: *n = at; break; /* truncate */
+        case 3: {
+            const char *w = words[rnd() % (sizeof words / sizeof words[0])];
+            size_t wl = strlen(w);
+            if (*n + wl <= cap) {
+                memmove(p + at + wl, p + at, *n - at);
+                memcpy(p + at, w, wl);
+                *n += wl;
+            }
+            break;
+        }
+        case 4:
+            if (at + 1 < *n) { /* delete a byte */
+                memmove(p + at, p + at + 1, *n - at - 1);
+                (*n)--;
+            }
+            break;
+        default: p[0] ^= 1; break; /* the other file */
+        }
+    }
+}
+
+static uint8_t *read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(sz > 0 ? (size_t)sz : 1);
+    if (p && sz > 0 && fread(p, 1, (size_t)sz, f) != (size_t)sz) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    *n = sz > 0 ? (size_t)sz : 0;
+    return p;
+}
+
+/* A seed as fuzzer input: its first character is the mode ('0' even, '1' odd). */
+static size_t seed_bytes(int i, uint8_t *out, size_t cap)
+{
+    size_t n = strlen(k_seeds[i]);
+    if (n > cap) n = cap;
+    memcpy(out, k_seeds[i], n);
+    out[0] = (uint8_t)(k_seeds[i][0] - '0');
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    tp_log_set_level(TP_LOG_LEVEL_COUNT); /* refusals are expected: no log noise */
+    enum { CAP = 1 << 14, MAXC = 64 };
+    static uint8_t work[CAP];
+    if (argc >= 3 && strcmp(argv[1], "--seeds") == 0) {
+        mkdir(argv[2], 0755);
+        for (int i = 0; i < N_SEEDS; i++) {
+            char path[1024];
+            snprintf(path, sizeof path, "%s/seed%02d.json", argv[2], i);
+            size_t n = seed_bytes(i, work, CAP);
+            FILE *f = fopen(path, "wb");
+            if (!f) {
+                fprintf(stderr, "fuzz_hf_json_replay: cannot write %s\n", path);
+                return 1;
+            }
+            fwrite(work, 1, n, f);
+            fclose(f);
+        }
+        return 0;
+    }
+    double seconds = 0;
+    int first = 1;
+    if (argc >= 3 && strcmp(argv[1], "--mutate") == 0) {
+        seconds = atof(argv[2]);
+        first = 3;
+    }
+    uint8_t *corp[MAXC];
+    size_t corp_n[MAXC];
+    int nc = 0;
+    for (int i = 0; i < N_SEEDS; i++) {
+        size_t n = seed_bytes(i, work, CAP);
+        corp[nc] = malloc(n);
+        memcpy(corp[nc], work, n);
+        corp_n[nc++] = n;
+        int ok = run_one(corp[i], n);
+        if (ok != (i < N_VALID)) {
+            fprintf(stderr, "fuzz_hf_json_replay: seed %d was %s\n", i, ok ? "accepted" : "refused");
+            return 1;
+        }
+    }
+    for (int i = first; i < argc && nc < MAXC; i++) {
+        size_t n;
+        uint8_t *p = read_file(argv[i], &n);
+        if (!p) {
+            fprintf(stderr, "fuzz_hf_json_replay: cannot read %s\n", argv[i]);
+            return 1;
+        }
+        corp[nc] = p;
+        corp_n[nc++] = n;
+        run_one(p, n);
+    }
+    uint64_t iters = 0;
+    if (seconds > 0) {
+        double t_end = tp_now_s() + seconds;
+        while (tp_now_s() < t_end) {
+            for (int r = 0; r < 64; r++) {
+                int c = (int)(rnd() % (uint64_t)nc);
+                size_t n = corp_n[c] < CAP ? corp_n[c] : CAP;
+                memcpy(work, corp[c], n);
+                mutate(work, &n, CAP);
+                uint8_t *exact = malloc(n ? n : 1); /* exact size so ASan sees reads past the end */
+                memcpy(exact, work, n);
+                run_one(exact, n);
+                free(exact);
+                iters++;
+            }
+        }
+    }
+    for (int i = 0; i < nc; i++) free(corp[i]);
+    printf("fuzz_hf_json_replay: %d inputs + %llu mutations, no crash\n", nc, (unsigned long long)iters);
+    return 0;
+}
+#endif
