@@ -5,8 +5,11 @@
  * model.safetensors.index.json (model/safetensors.c: weight_map of a sharded
  * set).
  *
- * The first input byte picks the file (even: config.json, odd: the index);
- * the rest is written as that file into a private temporary directory that
+ * The first input byte picks the file (mod 4: 0 config.json, 1 the index;
+ * replay build also 2 tokenizer.json (model/tokenizer_json.c, then an
+ * encode/decode round of a few strings) and 3 tokenizer_config.json (the
+ * chat template and BOS/EOS beside a fixed valid tokenizer.json)); the rest
+ * is written as that file into a private temporary directory that
  * also holds a valid two-tensor shard "model-00001-of-00001.safetensors",
  * and the directory is opened as tpserve would.  Every refusal must carry a
  * message; accepted configs must have sane sizes; an accepted index must
@@ -39,7 +42,39 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char g_dir[256];
-static char g_cfg[300], g_index[300];
+static char g_cfg[300], g_index[300], g_tok[300], g_tokcfg[300];
+
+/* A small valid byte-level BPE tokenizer.json (GPT-2 pattern: the 256 byte
+ * tokens in GPT-2's byte-to-unicode spelling, "ab", two special tokens),
+ * built by setup() for modes 2 and 3. */
+static char k_tok_json[8192];
+
+static void put_utf8(char **o, unsigned cp)
+{
+    if (cp < 0x80) *(*o)++ = (char)cp;
+    else {
+        *(*o)++ = (char)(0xC0 | (cp >> 6));
+        *(*o)++ = (char)(0x80 | (cp & 0x3F));
+    }
+}
+
+static void build_tok_json(void)
+{
+    char *o = k_tok_json;
+    o += sprintf(o, "{\"model\":{\"type\":\"BPE\",\"vocab\":{");
+    unsigned extra = 0;
+    for (unsigned byte = 0; byte < 256; byte++) {
+        int printable = (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || byte >= 174;
+        unsigned cp = printable ? byte : 256 + extra++;
+        *o++ = '"';
+        if (cp == '"' || cp == '\\') *o++ = '\\';
+        put_utf8(&o, cp);
+        o += sprintf(o, "\":%u,", byte);
+    }
+    o += sprintf(o, "\"ab\":256},\"merges\":[\"a b\"]},\"added_tokens\":[{\"id\":257,\"content\":\"<s>\","
+                    "\"special\":true},{\"id\":258,\"content\":\"</s>\",\"special\":true}],\"normalizer\":null,"
+                    "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}}");
+}
 
 static void cleanup_dir(void)
 {
@@ -48,6 +83,8 @@ static void cleanup_dir(void)
     unlink(p);
     unlink(g_cfg);
     unlink(g_index);
+    unlink(g_tok);
+    unlink(g_tokcfg);
     rmdir(g_dir);
 }
 
@@ -60,6 +97,9 @@ static void setup(void)
     if (!mkdtemp(g_dir)) abort();
     snprintf(g_cfg, sizeof g_cfg, "%s/config.json", g_dir);
     snprintf(g_index, sizeof g_index, "%s/model.safetensors.index.json", g_dir);
+    snprintf(g_tok, sizeof g_tok, "%s/tokenizer.json", g_dir);
+    snprintf(g_tokcfg, sizeof g_tokcfg, "%s/tokenizer_config.json", g_dir);
+    build_tok_json();
     atexit(cleanup_dir);
     const char *h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
                     "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[16,19]}}";
@@ -82,16 +122,66 @@ static void write_file(const char *path, const uint8_t *p, size_t n)
     fclose(f);
 }
 
+#ifdef TP_FUZZ_STANDALONE
+/* Modes 2 (tokenizer.json) and 3 (tokenizer_config.json beside a valid tokenizer.json). */
+static int run_tokenizer(int mode, const uint8_t *p, size_t n)
+{
+    struct tp_error err = {0};
+    if (mode == 2) {
+        write_file(g_tok, p, n);
+    } else {
+        write_file(g_tok, (const uint8_t *)k_tok_json, strlen(k_tok_json));
+        write_file(g_tokcfg, p, n);
+        char *tmpl = NULL;
+        if (tp_hf_chat_template(g_dir, &tmpl, &err) != TP_OK && err.msg[0] == '\0') abort();
+        free(tmpl);
+        tp_error_clear(&err);
+    }
+    tp_tokenizer_t *t = NULL;
+    enum tp_status rc = tp_tokenizer_from_json(g_tok, mode == 3 ? g_tokcfg : NULL, &t, &err);
+    if (rc != TP_OK) {
+        if (err.msg[0] == '\0' || t) abort();
+        return 0;
+    }
+    static const char *const texts[] = {"ab c", "", "<s>a</s>", "\xc3\xa9\xe2\x82\xac \xf0\x9f\x98\x80", "  \n\t 123"};
+    int32_t ids[256];
+    char out[1024];
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        int k = tp_tokenizer_encode(t, texts[i], strlen(texts[i]), 1, 1, ids, 256);
+        if (k < -1 || k > 256) abort();
+        tp_detok_t *d = NULL;
+        if (k > 0 && tp_detok_init(t, &d) == TP_OK) {
+            for (int j = 0; j < k; j++) {
+                if (ids[j] < 0 || ids[j] >= tp_tokenizer_n_vocab(t)) abort();
+                tp_detok_push(d, ids[j], out, sizeof out);
+            }
+            while (tp_detok_flush(d, out, sizeof out) > 0) {
+            }
+            tp_detok_free(d);
+        }
+    }
+    tp_tokenizer_free(t);
+    return 1;
+}
+#endif
+
 /* Returns 1 when the file was accepted. */
 static int run_one(const uint8_t *data, size_t size)
 {
     setup();
     if (size < 1) return 0;
-    const int index = data[0] & 1;
+    const int mode = data[0] & 3, index = mode == 1;
+    struct tp_error err = {0};
+    if (mode >= 2) {
+#ifdef TP_FUZZ_STANDALONE
+        return run_tokenizer(mode, data + 1, size - 1);
+#else
+        return 0; /* the libFuzzer build links only the config and safetensors readers */
+#endif
+    }
     unlink(g_cfg);
     unlink(g_index);
     write_file(index ? g_index : g_cfg, data + 1, size - 1);
-    struct tp_error err = {0};
     if (!index) {
         struct tp_hf_config hc;
         enum tp_status rc = tp_hf_read_config(g_dir, &hc, &err);
@@ -163,7 +253,13 @@ static const char *const k_seeds[] = {
     "\"tie_word_embeddings\":true,\"vocab_size\":151936,\"quantization_config\":{\"group_size\":32,\"bits\":8}}",
     "1{\"metadata\":{\"total_size\":19},\"weight_map\":{\"a\":\"model-00001-of-00001.safetensors\","
     "\"b\":\"model-00001-of-00001.safetensors\"}}",
+    "2@", /* the generated tokenizer.json (k_tok_json) */
+    "3{\"bos_token\":\"<s>\",\"eos_token\":\"</s>\",\"add_bos_token\":true,"
+    "\"chat_template\":\"{% for m in messages %}{{ m['content'] }}{% endfor %}\"}",
     /* refused */
+    "2{\"model\":{\"type\":\"Unigram\",\"vocab\":[[\"a\",0.0]]}}",
+    "2{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a b\"]},"
+    "\"pre_tokenizer\":{\"type\":\"Whitespace\"}}",
     "0{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":4096,\"num_local_experts\":8}",
     "0{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":4096,\"num_attention_heads\":0}",
     "0{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":4096,\"num_attention_heads\":32,"
@@ -176,7 +272,7 @@ static const char *const k_seeds[] = {
     "1{\"weight_map\":[]}",
 };
 #define N_SEEDS ((int)(sizeof k_seeds / sizeof k_seeds[0]))
-#define N_VALID 4
+#define N_VALID 6
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static uint64_t rnd(void)
@@ -215,7 +311,7 @@ static void mutate(uint8_t *p, size_t *n, size_t cap)
                 (*n)--;
             }
             break;
-        default: p[0] ^= 1; break; /* the other file */
+        default: p[0] ^= (uint8_t)(1u + rnd() % 3u); break; /* another file */
         }
     }
 }
@@ -240,9 +336,11 @@ static uint8_t *read_file(const char *path, size_t *n)
 /* A seed as fuzzer input: its first character is the mode ('0' even, '1' odd). */
 static size_t seed_bytes(int i, uint8_t *out, size_t cap)
 {
-    size_t n = strlen(k_seeds[i]);
+    setup();
+    const char *text = strcmp(k_seeds[i], "2@") == 0 ? k_tok_json : k_seeds[i] + 1;
+    size_t n = strlen(text) + 1;
     if (n > cap) n = cap;
-    memcpy(out, k_seeds[i], n);
+    memcpy(out + 1, text, n - 1);
     out[0] = (uint8_t)(k_seeds[i][0] - '0');
     return n;
 }
