@@ -1,9 +1,10 @@
 /*
  * model/kernels_kquant_x86_impl.h - private template for the x86-64 K-quant
- * kernels (Q4_K, Q5_K, Q6_K against Q8_K activations), included by
- * kernels_kquant_avx2.c (KQ_TARGET AVX2: 16 ymm registers) and
- * kernels_kquant_avx512.c (same code with AVX-512VL enabled: 32 registers,
- * so an unpacked super-block stays in registers; ~1.4x faster).  Per super-block the integer
+ * kernels (Q4_K, Q5_K, Q6_K against Q8_K activations) in 256-bit vectors,
+ * included by kernels_kquant_avx2.c (KQ_TARGET AVX2: 16 ymm registers);
+ * AVX-512 CPUs use kernels_kquant_avx512.c, written for zmm and VNNI
+ * instead (KQ_TARGET/KQ_FILL keep the template reusable for another
+ * 256-bit target).  Per super-block the integer
  * sub-block dots (vpmaddubsw, exact) are weighted by the sub-block scales
  * in integer (vpmaddwd), the min / offset terms come from the activation's
  * bsums, and only the super-block factor is applied in float.  Each weight
