@@ -36,7 +36,7 @@
 #define KFN static inline __attribute__((always_inline, target(KX_TARGET)))
 #define KOUT static __attribute__((target(KX_TARGET)))
 #define KX_CHUNK 64
-#define KX_PF 2048 /* software prefetch distance for the decode weight stream (bytes) */
+#define KX_PF 12288 /* software prefetch distance for the decode weight stream (bytes) */
 #define KROW(p, rb, r) ((const void *)((const char *)(p) + (size_t)(r) * (rb)))
 
 enum { KX_Q4_0, KX_Q8_0, KX_F32, KX_F16, KX_BF16 };
