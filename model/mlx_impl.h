@@ -17,6 +17,7 @@
 
 #include <stdint.h>
 
+#include "model/gguf.h"
 #include "model/model_impl.h"
 #include "model/tsrc_impl.h"
 
@@ -39,18 +40,46 @@ struct tp_mlx_quant {
 enum tp_status tp_mlx_read_quant(const char *dir, struct tp_mlx_quant **out, struct tp_error *err);
 void tp_mlx_quant_free(struct tp_mlx_quant *q); /* NULL safe */
 
+/*
+ * MLX matrices in a tpserve GGUF shard file (`tpserve shard` of an MLX
+ * directory, parallel/shard_hf.c): GGUF has no MLX type ids (the reader
+ * refuses 64..67 as file types), so a triple is stored as three GGUF-legal
+ * tensors: "X.weight" I32 [words, rows] (the uint32 words, bit for bit),
+ * "X.scales" and "X.biases" F16 or BF16 [groups, rows].  Keys: the default
+ * bits and group size, and "MODULE:BITS:GROUP" strings (MODULE the GGUF name
+ * without ".weight") for tensors that differ; the loader checks every triple
+ * against them as it checks a directory's against config.json.
+ */
+#define TP_MLX_KEY_BITS "tpserve.mlx.bits"
+#define TP_MLX_KEY_GROUP "tpserve.mlx.group_size"
+#define TP_MLX_KEY_OVERRIDES "tpserve.mlx.overrides"
+
+/* The quantization block of a GGUF shard file's tpserve.mlx.* keys; *out =
+ * NULL (TP_OK) when it has none.  Free with tp_mlx_quant_free. */
+enum tp_status tp_mlx_read_quant_gguf(tp_gguf_t *g, struct tp_mlx_quant **out, struct tp_error *err);
+
+/* The sibling "BASE.<suffix>" of HF tensor "BASE.weight" (name receives it), or NULL. */
+const struct tp_st_tensor *tp_mlx_st_sibling(tp_st_t *st, const char *w_name, const char *suffix, char *name,
+                                             size_t cap);
+
 /* Tensor source hook (tsrc.c): a U32 tensor w with a sibling ".scales" is
  * described as the MLX type its shapes give (bits tried in the order
  * s->mlx_bits, then 4, then 8), with ne[0] the unpacked row length.  Left
  * as is (type TP_WTYPE_COUNT) when nothing fits; the loader then explains. */
 void tp_mlx_tsrc_describe(const struct tp_tsrc *s, const struct tp_st_tensor *w, struct tp_tsrc_tensor *out);
+/* The same for a GGUF shard file: an I32 2-D "X.weight" in a file with the
+ * tpserve.mlx.* keys (s->mlx_bits) or beside "X.scales" sets out->mlx_packed
+ * and, with a sibling "X.scales" whose shapes fit, the MLX type. */
+void tp_mlx_tsrc_describe_gguf(const struct tp_tsrc *s, const struct tp_gguf_tensor *w, struct tp_tsrc_tensor *out);
 
 /*
  * Load rows [r0, r1) x columns [c0, c1) of the MLX-quantized matrix t (full
  * shape rows_full x cols_full in ggml terms) into w: zero-copy pointers into
  * the mappings when the whole matrix is kept, else pread of exactly this
  * rank's byte ranges of the words, scales and biases into one owned buffer
- * each (columns on group boundaries: no repacking).  Validates the triple
+ * each (columns on group boundaries: no repacking).  The triple comes from
+ * the safetensors (t->st) or from a GGUF shard file (m->gguf); a shard file
+ * cut for this rank (m->shard.file_is_slice) may hold exactly the slice.  Validates the triple
  * (dtypes, shapes, bits / group against config.json) with messages naming
  * the tensor and the fix.  Dry run (m->dry_run): validate only.  *bytes =
  * bytes held (words + scales + biases).

@@ -262,7 +262,7 @@ static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg,
     const struct tp_tsrc_tensor *t = &tt;
     if (!find_tensor(m, name, 1, &tt)) return m->err.status;
     name = t->name;
-    if (t->st && t->st->dtype == TP_ST_U32) { /* MLX quantized: weight + scales + biases (mlx_load.c) */
+    if (t->mlx_packed) { /* MLX quantized: weight + scales + biases (mlx_load.c; directory or shard file) */
         uint64_t held = 0;
         enum tp_status mrc = tp_mlx_load_mat(m, t, rows_full, cols_full, r0, r1, c0, c1, w, &held);
         if (mrc == TP_OK && m->dry_run) m->weight_bytes += held;
@@ -592,6 +592,14 @@ static enum tp_status open_gguf(tp_model_t *m)
     }
     TP_CHECK_GOTO(read_hparams(m), rc, out);
     {
+        struct tp_error qerr = {0};
+        rc = tp_mlx_read_quant_gguf(m->gguf, &m->mlxq, &qerr); /* a shard file cut from an MLX directory */
+        if (rc != TP_OK) {
+            tp_error_set(&m->err, rc, "%s", qerr.msg);
+            goto out;
+        }
+    }
+    {
         const char *nm = NULL;
         if (tp_gguf_get_str(m->gguf, "general.name", &nm) == TP_OK && nm[0]) {
             m->name = strdup(nm);
@@ -755,7 +763,7 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
             goto fail;
         }
         /* MLX packed (U32): the unpacked width depends on the bits, which load_mat checks against config.json */
-        const int mlx_packed = te->st && te->st->dtype == TP_ST_U32;
+        const int mlx_packed = te->mlx_packed;
         if ((te->ne[0] != m->hp.n_embd && !mlx_packed) || te->ne[1] < 1 || te->ne[1] > INT32_MAX || te->n_dims != 2) {
             rc = tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld] (want [%d, n_vocab])",
                               m->path, te->name, (long long)te->ne[0], (long long)te->ne[1], m->hp.n_embd);

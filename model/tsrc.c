@@ -88,6 +88,7 @@ int tp_tsrc_find(const struct tp_tsrc *s, const char *name, struct tp_tsrc_tenso
         out->fd = tp_gguf_fd(s->gguf);
         out->file_offset = t->file_offset;
         out->data = t->data;
+        if (t->type == TP_WTYPE_I32) tp_mlx_tsrc_describe_gguf(s, t, out); /* a shard's MLX words (mlx_impl.h) */
         return 1;
     }
     char hf[160];
@@ -111,6 +112,7 @@ int tp_tsrc_find(const struct tp_tsrc *s, const char *name, struct tp_tsrc_tenso
     out->file_offset = t->file_offset;
     out->data = t->data;
     out->st = t;
+    out->mlx_packed = t->dtype == TP_ST_U32;
     if (t->dtype == TP_ST_U32) tp_mlx_tsrc_describe(s, t, out); /* MLX packed weights: their MLX type, unpacked ne[0] */
     return 1;
 }

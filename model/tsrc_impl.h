@@ -40,6 +40,7 @@ struct tp_tsrc_tensor {
     uint64_t file_offset;    /* absolute offset of the first byte in that file */
     const void *data;        /* into the mapping; NULL when n_bytes == 0; NOT necessarily aligned */
     const struct tp_st_tensor *st; /* HF: the safetensors record (MLX scales/biases lookups); NULL for GGUF */
+    int mlx_packed;          /* MLX packed words (HF U32, or a GGUF shard's I32 + ".scales"): tp_mlx_load_mat */
 };
 
 enum tp_tsrc_kind { TP_TSRC_GGUF = 0, TP_TSRC_HF };
@@ -49,7 +50,7 @@ struct tp_tsrc {
     enum tp_tsrc_kind kind;
     tp_gguf_t *gguf;
     tp_st_t *st;
-    int mlx_bits; /* HF: config.json quantization bits (MLX), 0 when unknown: names packed U32 tensors (mlx_impl.h) */
+    int mlx_bits; /* MLX default bits (config.json, or a shard's tpserve.mlx.bits), 0 when unknown (mlx_impl.h) */
 };
 
 /* Look up a GGUF canonical name.  Returns 1 and fills *out when present, 0 when absent. */

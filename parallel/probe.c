@@ -54,6 +54,8 @@ enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, stru
     } else {
         TP_CHECK_GOTO(tp_gguf_open(path, &g, err), rc, out);
         src.gguf = g;
+        int64_t mb = 0; /* a shard file cut from an MLX directory: its default bits name the packed words */
+        if (tp_gguf_get_int(g, TP_MLX_KEY_BITS, &mb) == TP_OK && (mb == 4 || mb == 8)) src.mlx_bits = (int)mb;
     }
 
     struct tp_plan_types *ty = &out->types;

@@ -13,12 +13,20 @@
  * back from HF's rotate-halves layout (GGUF row h*hd + 2i + s <- HF row
  * h*hd + s*hd/2 + i), as llama.cpp's converter does; head slices are whole
  * heads, so the permutation stays inside a slice.
+ *
+ * MLX quantized directories keep their packed form: each triple becomes
+ * "X.weight" I32 (the uint32 words as they are), "X.scales" / "X.biases"
+ * in their F16 / BF16, sliced along rows (column-parallel tensors, the
+ * vocab rows of the head) or along group-aligned columns (row-parallel
+ * ones), with the tpserve.mlx.* keys (mlx_impl.h); the Llama q/k row
+ * permutation moves whole rows of all three.  No value is re-quantized.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/gguf_write.h"
+#include "model/mlx_impl.h"
 #include "model/synth_impl.h"
 #include "model/tsrc_impl.h"
 #include "parallel/parallel_impl.h"
@@ -115,7 +123,52 @@ static int is_qk(const char *name)
     return d && strcmp(d, ".weight") == 0 && (strstr(name, ".attn_q.") || strstr(name, ".attn_k."));
 }
 
-static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t *st, const struct tp_model_probe *pr,
+/* Rows [r0, r1) of safetensors tensor t (rb_full bytes per row), nb bytes from byte col_off of each, appended
+ * to w; Llama q/k rows come from their HF rotate-halves position (perm, head_dim hd).  row: scratch >= nb. */
+static enum tp_status write_rows(tp_st_t *st, const struct tp_st_tensor *t, tp_gguf_writer_t *w, const char *path,
+                                 size_t rb_full, size_t col_off, size_t nb, int64_t r0, int64_t r1, int perm, int64_t hd,
+                                 uint8_t *row, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    const int64_t half = hd / 2;
+    for (int64_t r = r0; rc == TP_OK && r < r1; r++) {
+        int64_t hr = r; /* HF row holding GGUF row r */
+        if (perm) {
+            int64_t h = r / hd, in = r % hd, i2 = in / 2, sgn = in % 2;
+            hr = h * hd + sgn * half + i2;
+        }
+        rc = tp_st_pread(st, t, row, nb, (uint64_t)hr * rb_full + col_off, err);
+        if (rc == TP_OK && (rc = tp_gguf_write_data(w, row, nb)) != TP_OK)
+            tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+    }
+    return rc;
+}
+
+/* The scales and biases of MLX tensor t (HF name t->name, unpacked ne[0] columns), checked: both present, 2-D
+ * [rows, columns / group], one dtype, F16 or BF16.  Names the tensor and the fix otherwise. */
+static enum tp_status mlx_siblings(tp_st_t *st, const struct tp_tsrc_tensor *t, const struct tp_st_tensor **sc,
+                                   const struct tp_st_tensor **bi, struct tp_error *err)
+{
+    char sn[256], bn[256];
+    const int group = tp_wtype_mlx_group(t->type);
+    *sc = tp_mlx_st_sibling(st, t->name, "scales", sn, sizeof sn);
+    *bi = tp_mlx_st_sibling(st, t->name, "biases", bn, sizeof bn);
+    if (!*sc || !*bi)
+        return tp_error_set(err, TP_ERR_FORMAT, "%s: MLX-quantized '%s' needs '%s' and '%s' (incomplete download?)",
+                            t->file, t->name, sn, bn);
+    const struct tp_st_tensor *a = *sc, *b = *bi;
+    if (a->n_dims != 2 || b->n_dims != 2 || a->shape[0] != t->ne[1] || a->shape[1] * group != t->ne[0] ||
+        b->shape[0] != a->shape[0] || b->shape[1] != a->shape[1] || a->dtype != b->dtype ||
+        (a->dtype != TP_ST_F16 && a->dtype != TP_ST_BF16))
+        return tp_error_set(err, TP_ERR_FORMAT,
+                            "%s: MLX '%s': scales / biases must both be F16 or BF16 [%lld, %lld] (have %s and %s)",
+                            t->file, t->name, (long long)t->ne[1], (long long)(t->ne[0] / group),
+                            tp_st_dtype_name(a->dtype), tp_st_dtype_name(b->dtype));
+    return TP_OK;
+}
+
+static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t *st, const struct tp_mlx_quant *mlxq,
+                                const struct tp_model_probe *pr,
                                 const struct tp_shard_plan *plan, int rank, const char *weights, const char *path,
                                 struct tp_error *err)
 {
@@ -124,7 +177,9 @@ static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t
     uint8_t *row = NULL;
     const struct tp_hparams *hp = &pr->hp;
     const struct tp_model_shard *s = &plan->ranks[rank].shard;
-    struct tp_tsrc src = {.kind = TP_TSRC_HF, .st = st};
+    struct tp_tsrc src = {.kind = TP_TSRC_HF, .st = st, .mlx_bits = mlxq ? mlxq->bits : 0};
+    char **over = NULL; /* "MODULE:BITS:GROUP" of MLX tensors off the default (mlx_impl.h), owned */
+    int n_over = 0;
     int cap = 3 + 14 * hp->n_layer;
     char(*names)[64] = calloc((size_t)cap, sizeof *names);
     if (!names) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
@@ -147,15 +202,73 @@ static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t
         tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
         goto out;
     }
+    if (mlxq) { /* MLX: default bits / group, and the tensors that differ */
+        over = calloc((size_t)(n ? n : 1), sizeof *over);
+        if (!over) {
+            rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        for (int i = 0; i < n; i++) {
+            struct tp_tsrc_tensor t;
+            (void)tp_tsrc_find(&src, names[i], &t);
+            const int bits = tp_wtype_mlx_bits(t.type), group = tp_wtype_mlx_group(t.type);
+            if (!bits || (bits == mlxq->bits && group == mlxq->group)) continue;
+            char e[160];
+            snprintf(e, sizeof e, "%.*s:%d:%d", (int)(strlen(names[i]) - 7), names[i], bits, group);
+            if (!(over[n_over] = strdup(e))) {
+                rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+                goto out;
+            }
+            n_over++;
+        }
+        if ((rc = tp_gguf_kv_u32(w, TP_MLX_KEY_BITS, (uint32_t)mlxq->bits)) != TP_OK ||
+            (rc = tp_gguf_kv_u32(w, TP_MLX_KEY_GROUP, (uint32_t)mlxq->group)) != TP_OK ||
+            (n_over && (rc = tp_gguf_kv_array_str(w, TP_MLX_KEY_OVERRIDES, (const char *const *)over, NULL,
+                                                  (uint64_t)n_over)) != TP_OK)) {
+            tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+            goto out;
+        }
+    }
     /* declare */
     size_t max_row = 0;
     for (int i = 0; i < n; i++) {
         struct tp_tsrc_tensor t;
         (void)tp_tsrc_find(&src, names[i], &t);
+        if (tp_wtype_mlx_bits(t.type)) { /* MLX triple: words I32 + scales + biases, sliced, never repacked */
+            const int bits = tp_wtype_mlx_bits(t.type), group = tp_wtype_mlx_group(t.type);
+            const struct tp_st_tensor *sc = NULL, *bi = NULL;
+            TP_CHECK_GOTO(mlx_siblings(st, &t, &sc, &bi, err), rc, out);
+            int64_t a = 0, b = 0, r0 = 0, r1 = t.ne[1], c0 = 0, c1 = t.ne[0];
+            int k = tp_shard_classify(names[i], hp, s, &a, &b);
+            if (k == TP_SHARD_SLICE_ROWS) r0 = a, r1 = b;
+            else if (k == TP_SHARD_SLICE_COLS) c0 = a, c1 = b;
+            if (r0 < 0 || r1 > t.ne[1] || r0 >= r1 || c0 < 0 || c1 > t.ne[0] || c0 >= c1 || c0 % group || c1 % group) {
+                rc = tp_error_set(err, TP_ERR_FORMAT,
+                                  "%s: MLX tensor '%s' [%lld, %lld] (group %d): the plan's rows [%lld,%lld) columns "
+                                  "[%lld,%lld) do not fit or cut a group",
+                                  t.file, t.name, (long long)t.ne[1], (long long)t.ne[0], group, (long long)r0,
+                                  (long long)r1, (long long)c0, (long long)c1);
+                goto out;
+            }
+            char sn[72], bn[72];
+            snprintf(sn, sizeof sn, "%.*s.scales", (int)(strlen(names[i]) - 7), names[i]);
+            snprintf(bn, sizeof bn, "%.*s.biases", (int)(strlen(names[i]) - 7), names[i]);
+            const enum tp_wtype sbt = sc->dtype == TP_ST_BF16 ? TP_WTYPE_BF16 : TP_WTYPE_F16;
+            const int64_t nw[2] = {(c1 - c0) * bits / 32, r1 - r0}, ns[2] = {(c1 - c0) / group, r1 - r0};
+            if ((rc = tp_gguf_add_tensor(w, names[i], TP_WTYPE_I32, 2, nw)) != TP_OK ||
+                (rc = tp_gguf_add_tensor(w, sn, sbt, 2, ns)) != TP_OK ||
+                (rc = tp_gguf_add_tensor(w, bn, sbt, 2, ns)) != TP_OK) {
+                tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+                goto out;
+            }
+            size_t rb = (size_t)t.ne[0] * (size_t)bits / 8;
+            max_row = rb > max_row ? rb : max_row;
+            continue;
+        }
         if (t.type != TP_WTYPE_F32 && t.type != TP_WTYPE_F16 && t.type != TP_WTYPE_BF16) {
             rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
-                              "%s: tensor '%s' is %s; tpserve shard cuts F32 / F16 / BF16 safetensors (serve a quantized "
-                              "directory whole: every rank reads only its slices anyway)",
+                              "%s: tensor '%s' is %s; tpserve shard cuts F32 / F16 / BF16 safetensors and MLX affine "
+                              "4/8-bit triples (serve this directory whole: every rank reads only its slices anyway)",
                               t.file, t.name, t.type_name);
             goto out;
         }
@@ -190,8 +303,6 @@ static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t
     for (int i = 0; i < n; i++) {
         struct tp_tsrc_tensor t;
         (void)tp_tsrc_find(&src, names[i], &t);
-        const size_t es = t.type == TP_WTYPE_F32 ? 4 : 2;
-        const size_t rb = (size_t)t.ne[0] * es;
         int64_t a = 0, b = 0;
         int k = tp_shard_classify(names[i], hp, s, &a, &b);
         int64_t r0 = 0, r1 = t.n_dims == 1 ? 1 : t.ne[1], c0 = 0, c1 = t.ne[0];
@@ -199,22 +310,31 @@ static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t
         else if (k == TP_SHARD_SLICE_ROWS) r0 = a, r1 = b;
         else if (k == TP_SHARD_SLICE_COLS) c0 = a, c1 = b;
         const int perm = hp->arch == TP_ARCH_LLAMA && is_qk(names[i]);
-        const int64_t hd = hp->head_dim, half = hd / 2;
-        for (int64_t r = r0; rc == TP_OK && r < r1; r++) {
-            int64_t hr = r; /* HF row holding GGUF row r */
-            if (perm) {
-                int64_t h = r / hd, in = r % hd, i2 = in / 2, sgn = in % 2;
-                hr = h * hd + sgn * half + i2;
-            }
-            size_t nb = (size_t)(c1 - c0) * es;
-            rc = tp_st_pread(st, t.st, row, nb, (uint64_t)hr * rb + (uint64_t)c0 * es, err);
-            if (rc == TP_OK && (rc = tp_gguf_write_data(w, row, nb)) != TP_OK)
-                tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+        if (tp_wtype_mlx_bits(t.type)) { /* words, then scales, then biases: the declaration order */
+            const size_t bits = (size_t)tp_wtype_mlx_bits(t.type), group = (size_t)tp_wtype_mlx_group(t.type);
+            const struct tp_st_tensor *sc = NULL, *bi = NULL;
+            TP_CHECK_GOTO(mlx_siblings(st, &t, &sc, &bi, err), rc, out);
+            const size_t wrb = (size_t)t.ne[0] * bits / 8, srb = (size_t)t.ne[0] / group * 2;
+            TP_CHECK_GOTO(write_rows(st, t.st, w, path, wrb, (size_t)c0 * bits / 8, (size_t)(c1 - c0) * bits / 8, r0,
+                                     r1, perm, hp->head_dim, row, err),
+                          rc, out);
+            TP_CHECK_GOTO(write_rows(st, sc, w, path, srb, (size_t)c0 / group * 2, (size_t)(c1 - c0) / group * 2, r0,
+                                     r1, perm, hp->head_dim, row, err),
+                          rc, out);
+            TP_CHECK_GOTO(write_rows(st, bi, w, path, srb, (size_t)c0 / group * 2, (size_t)(c1 - c0) / group * 2, r0,
+                                     r1, perm, hp->head_dim, row, err),
+                          rc, out);
+            continue;
         }
-        if (rc != TP_OK) goto out;
+        const size_t es = t.type == TP_WTYPE_F32 ? 4 : 2;
+        TP_CHECK_GOTO(write_rows(st, t.st, w, path, (size_t)t.ne[0] * es, (size_t)c0 * es, (size_t)(c1 - c0) * es, r0,
+                                 r1, perm, hp->head_dim, row, err),
+                      rc, out);
     }
     if ((rc = tp_gguf_writer_finish(w)) != TP_OK) tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
 out:
+    for (int i = 0; i < n_over; i++) free(over[i]);
+    free(over);
     free(row);
     free(names);
     tp_gguf_writer_free(w);
@@ -226,6 +346,7 @@ enum tp_status tp_shard_write_hf(const char *dir, const struct tp_model_probe *p
 {
     enum tp_status rc = TP_OK;
     tp_st_t *st = NULL;
+    struct tp_mlx_quant *mlxq = NULL;
     char name[256];
     size_t len = strlen(dir);
     while (len > 1 && dir[len - 1] == '/') len--;
@@ -233,16 +354,18 @@ enum tp_status tp_shard_write_hf(const char *dir, const struct tp_model_probe *p
     while (b > 0 && dir[b - 1] != '/') b--;
     snprintf(name, sizeof name, "%.*s", (int)(len - b), dir + b);
     TP_CHECK_GOTO(tp_st_open(dir, &st, err), rc, out);
+    TP_CHECK_GOTO(tp_mlx_read_quant(dir, &mlxq, err), rc, out); /* MLX directory: NULL when not quantized */
     for (int r = 0; r < plan->world_size; r++) {
         char fname[512], path[1024];
         tp_parallel_shard_name(name, r, plan->world_size, fname, sizeof fname);
         snprintf(path, sizeof path, "%s/%s", out_dir, fname);
-        TP_CHECK_GOTO(write_one(dir, name, st, pr, plan, r, weights, path, err), rc, out);
+        TP_CHECK_GOTO(write_one(dir, name, st, mlxq, pr, plan, r, weights, path, err), rc, out);
         tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE, "wrote %s (%.1f MiB of weights for rank %d of %d)", path,
                (double)(plan->ranks[r].sharded_bytes + plan->ranks[r].replicated_bytes) / 1048576.0, r,
                plan->world_size);
     }
 out:
+    tp_mlx_quant_free(mlxq);
     tp_st_close(st);
     return rc;
 }

@@ -185,12 +185,23 @@ int tp_cmd_info(int argc, char **argv)
                (long long)shard_rank, (long long)shard_world, src ? src : "?");
     }
 
-    int type_count[TP_WTYPE_COUNT] = {0}, other = 0;
+    int type_count[TP_WTYPE_COUNT] = {0}, other = 0, n_mlx[TP_WTYPE_COUNT] = {0}, any_mlx = 0;
+    int64_t mlx_bits = 0, mlx_group = 0; /* a shard cut from an MLX directory (mlx_impl.h) */
+    (void)tp_gguf_get_int(g, TP_MLX_KEY_BITS, &mlx_bits);
+    (void)tp_gguf_get_int(g, TP_MLX_KEY_GROUP, &mlx_group);
+    const struct tp_tsrc msrc = {.kind = TP_TSRC_GGUF, .gguf = g, .mlx_bits = (int)mlx_bits};
     const int n_t = tp_gguf_n_tensors(g);
     for (int i = 0; i < n_t; i++) {
         const struct tp_gguf_tensor *t = tp_gguf_tensor(g, i);
         weight_bytes += t->n_bytes;
-        n_params += (uint64_t)t->n_elems;
+        struct tp_tsrc_tensor d;
+        if (mlx_bits && t->type == TP_WTYPE_I32 && tp_tsrc_find(&msrc, t->name, &d) && tp_wtype_mlx_bits(d.type)) {
+            n_mlx[d.type]++; /* packed words: count the values they hold */
+            any_mlx++;
+            n_params += (uint64_t)d.n_elems;
+        } else if (!(mlx_bits && (ends_with(t->name, ".scales") || ends_with(t->name, ".biases")))) {
+            n_params += (uint64_t)t->n_elems; /* MLX group parameters are not model parameters */
+        }
         if ((int)t->type >= 0 && (int)t->type < TP_WTYPE_COUNT) {
             type_count[t->type]++;
             type_bytes[t->type] += t->n_bytes;
@@ -204,6 +215,13 @@ int tp_cmd_info(int argc, char **argv)
             printf(" %s x%d (%.1f MiB)", tp_wtype_name((enum tp_wtype)t), type_count[t], mib(type_bytes[t]));
     if (other) printf(" other x%d", other);
     printf("\n");
+    if (any_mlx) {
+        printf("quantized   MLX affine (%s: %lld bits, group size %lld), packed words kept as i32:", TP_MLX_KEY_BITS,
+               (long long)mlx_bits, (long long)mlx_group);
+        for (int t = 0; t < TP_WTYPE_COUNT; t++)
+            if (n_mlx[t]) printf(" %s x%d", tp_wtype_name((enum tp_wtype)t), n_mlx[t]);
+        printf("\n");
+    }
     int64_t ftype = -1;
     if (tp_gguf_get_int(g, "general.file_type", &ftype) == TP_OK)
         printf("file type   %s (general.file_type %lld)\n", ftype_name(ftype), (long long)ftype);

@@ -14,10 +14,11 @@
 #include "parallel/parallel.h"
 
 static const char shard_usage[] =
-    "Usage: tpserve shard MODEL.gguf|HF_DIR -n N [--shard-weights 2,1,1] -o DIR\n"
+    "Usage: tpserve shard MODEL.gguf|HF_DIR|MLX_DIR -n N [--shard-weights 2,1,1] -o DIR\n"
     "\n"
     "Writes DIR/<model>.rank<R>-of-<N>.gguf for R = 0..N-1: each a valid GGUF with the model's metadata,\n"
-    "(from a Hugging Face directory: config.json and tokenizer.json converted, F32/F16/BF16 weights),\n"
+    "(from a Hugging Face directory: config.json and tokenizer.json converted, F32/F16/BF16 weights; from an\n"
+    "MLX quantized directory the packed words, scales and biases as they are, never re-quantized),\n"
     "the sharding plan (tpserve.shard.*) and only rank R's slices of the sharded weights.  Give rank R its\n"
     "file in place of the model (`tpserve serve` / `generate` -m FILE); a file cut for another rank, world\n"
     "size or --shard-weights is refused at start on every rank.";

@@ -23,10 +23,22 @@
  *    biases rows), QKV biases, bf16 scales, group 32 and an unquantized
  *    ffn_down (rows not whole groups) on test-tiny-qwen2 at N = 2 vs N = 1;
  *    N = 3 refused by the plan with the reason.
+ *  - `tpserve shard` of the directory at N = 2 and 3 (GGUF shard files that
+ *    keep the packed words as I32 and the scales / biases slices as they
+ *    are): under real ranks the same greedy tokens as the directory at N = 1
+ *    (logits within the 1e-4 above) and the same logits as the directory at
+ *    the same N within 1e-10 (each rank holds the very words, scales and
+ *    biases it would pread from the directory; only the RoPE layout differs,
+ *    interleaved in the GGUF with q/k rows permuted, as for F32); also the
+ *    tied bf16-scales qwen2 directory above at N = 2.  Two
+ *    damaged shard files are refused naming the tensor: a group-size key that
+ *    disagrees with the shapes, and a missing scales tensor.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "model/synth.h"
 #include "mr_impl.h"
@@ -144,6 +156,8 @@ static void test_tp_mlx(void)
     mr_free(&ref);
 }
 
+static void run_shards(const struct mr_run *ref, const char *pat, int world, double max_nmse, const char *what);
+
 /* Tied head (the output rows are rows of the quantized embedding, with their scales / biases
  * rows), QKV biases, and an FFN of 160 (not whole 64-groups: ffn_down stays F16 as mlx leaves
  * it) on test-tiny-qwen2 with 4-bit group-32 at N = 2 vs N = 1 (4 heads of 16: N = 3 cannot
@@ -183,6 +197,15 @@ static void test_tp_mlx_tied(void)
     fprintf(stderr, "mlx 4-bit g32 bf16 tied qwen2 N=2 vs N=1: final logits nmse %.3g\n", nm);
     CU_ASSERT(nm <= 1e-4);
     mr_free(&r);
+    { /* and its `tpserve shard` files: bf16 scales, the F16 ffn_down beside MLX triples, no output.weight */
+        char out[600], pat[800];
+        snprintf(out, sizeof out, "%s/mlx-qwen2-shards", tp_test_tmpdir());
+        mkdir(out, 0755);
+        if (tp_parallel_write_shards(dir, 2, NULL, out, &e) != TP_OK) fprintf(stderr, "%s\n", e.msg);
+        CU_ASSERT_EQUAL_FATAL(e.status, TP_OK);
+        snprintf(pat, sizeof pat, "%s/synth-mlx-qwen2.rank%%d-of-2.gguf", out);
+        run_shards(&ref, pat, 2, 1e-4, "mlx 4-bit g32 bf16 tied qwen2 shard files N=2 vs directory N=1");
+    }
     mr_init(&r, dir, 3);
     r.n_steps = 4;
     CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
@@ -191,6 +214,174 @@ static void test_tp_mlx_tied(void)
     if (!strstr(r.msg[0], "never cut")) fprintf(stderr, "N=3: %s\n", r.msg[0]);
     mr_free(&r);
     mr_free(&ref);
+}
+
+/* Run the N ranks of shard pattern pat (one %d) against ref: the same tokens, logits within max_nmse. */
+static void run_shards(const struct mr_run *ref, const char *pat, int world, double max_nmse, const char *what)
+{
+    struct mr_run r;
+    mr_init(&r, pat, world);
+    r.shard_files = 1;
+    r.n_steps = ref->n_tokens - 1;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+    for (int k = 0; k < world; k++) {
+        if (r.exit_code[k] != 0) fprintf(stderr, "%s: rank %d exit %d: %s\n", what, k, r.exit_code[k], r.msg[k]);
+        CU_ASSERT_EQUAL(r.exit_code[k], 0);
+    }
+    CU_ASSERT_EQUAL_FATAL(r.n_tokens, ref->n_tokens);
+    const int same = memcmp(r.tokens, ref->tokens, sizeof(int32_t) * (size_t)r.n_tokens) == 0 &&
+                     memcmp(r.tokens1, ref->tokens1, sizeof(int32_t) * (size_t)r.n_tokens) == 0;
+    const double e = r.logits && ref->logits && r.n_vocab == ref->n_vocab ? mr_nmse(r.logits, ref->logits, r.n_vocab) : 1.0;
+    fprintf(stderr, "%s: %d+%d greedy tokens %s, final logits nmse %.3g, %.2f s\n", what, r.n_tokens, r.n_tokens,
+            same ? "identical" : "DIFFER", e, r.seconds);
+    CU_ASSERT(same);
+    CU_ASSERT(e <= max_nmse);
+    /* each rank holds only its slice */
+    if (r.weight_bytes[0] && ref->weight_bytes[0] && ref->world == 1) CU_ASSERT(r.weight_bytes[0] < ref->weight_bytes[0]);
+    mr_free(&r);
+}
+
+/* Overwrite the first occurrence of `find` (len bytes) in file path with `repl` at byte `at` past its start. */
+static int patch_file(const char *path, const void *find, size_t len, size_t at, const void *repl, size_t rlen)
+{
+    FILE *f = fopen(path, "r+b");
+    if (!f) return -1;
+    static unsigned char buf[4 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    int rc = -1;
+    for (size_t i = 0; i + len <= n && rc != 0; i++)
+        if (memcmp(buf + i, find, len) == 0 && i + at + rlen <= n) {
+            rc = fseek(f, (long)(i + at), SEEK_SET) == 0 && fwrite(repl, 1, rlen, f) == rlen ? 0 : -1;
+            break;
+        }
+    fclose(f);
+    return rc;
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, to);
+    CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
+/* `tpserve shard` of the MLX 4-bit directory at N = 2, 3; damaged shard files refused. */
+static void test_mlx_shard_files(void)
+{
+    const char *m = mlx_dir();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    enum { STEPS = 48 };
+    struct mr_run ref, dirn;
+    mr_init(&ref, m, 1);
+    ref.n_steps = STEPS;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&ref), 0);
+    CU_ASSERT_EQUAL_FATAL(ref.exit_code[0], 0);
+    char out[600], pat[800], tag[160], f0[900], bad[900];
+    const char *base = strrchr(m, '/') + 1;
+    for (int n = 2; n <= 3; n++) {
+        snprintf(out, sizeof out, "%s/mlx-shards-%d", tp_test_tmpdir(), n);
+        mkdir(out, 0755);
+        struct tp_error e = {0};
+        if (tp_parallel_write_shards(m, n, NULL, out, &e) != TP_OK) fprintf(stderr, "%s\n", e.msg);
+        CU_ASSERT_EQUAL_FATAL(e.status, TP_OK);
+        snprintf(pat, sizeof pat, "%s/%s.rank%%d-of-%d.gguf", out, base, n);
+        /* the rank's tensors are the packed slices: words I32, scales / biases F16, MLX type by the probe */
+        snprintf(f0, sizeof f0, pat, 0);
+        struct tp_model_probe pr;
+        CU_ASSERT_EQUAL_FATAL(tp_model_probe(f0, &pr, &e), TP_OK);
+        CU_ASSERT_EQUAL(pr.is_shard, 1);
+        CU_ASSERT_EQUAL(pr.types.attn_o, TP_WTYPE_MLX_Q4_G64);
+        CU_ASSERT_EQUAL(pr.types.ffn_down, TP_WTYPE_MLX_Q4_G64);
+        CU_ASSERT_EQUAL(pr.types.output, TP_WTYPE_MLX_Q4_G64);
+        snprintf(tag, sizeof tag, "mlx 4-bit g64 shard files N=%d vs directory N=1", n);
+        run_shards(&ref, pat, n, 1e-4, tag);
+        mr_init(&dirn, m, n); /* the directory at the same N: the same slices, so the same floats */
+        dirn.n_steps = STEPS;
+        CU_ASSERT_EQUAL_FATAL(mr_exec(&dirn), 0);
+        snprintf(tag, sizeof tag, "mlx 4-bit g64 shard files N=%d vs directory N=%d", n, n);
+        run_shards(&dirn, pat, n, 1e-10, tag);
+        mr_free(&dirn);
+    }
+    /* damaged N = 2 shard sets (rank 1's file intact): a group-size key that contradicts the shapes */
+    snprintf(out, sizeof out, "%s/mlx-shards-2", tp_test_tmpdir());
+    static const struct {
+        const char *find, *repl, *want;
+        size_t at;
+    } cases[] = {
+        {"tpserve.mlx.group_size", " ", "by its shapes", 22 + 4}, /* u32 value 64 -> 32 ('\x20') */
+        {"blk.1.ffn_down.scales", "blk.1.ffn_down.scalez", "blk.1.ffn_down.scales", 0},
+    };
+    for (size_t c = 0; c < TP_ARRAY_LEN(cases); c++) {
+        char dir[700];
+        snprintf(dir, sizeof dir, "%s/mlx-bad-%zu", tp_test_tmpdir(), c);
+        mkdir(dir, 0755);
+        for (int k = 0; k < 2; k++) {
+            snprintf(f0, sizeof f0, "%s/%s.rank%d-of-2.gguf", out, base, k);
+            snprintf(bad, sizeof bad, "%s/%s.rank%d-of-2.gguf", dir, base, k);
+            copy_file(f0, bad);
+        }
+        snprintf(bad, sizeof bad, "%s/%s.rank0-of-2.gguf", dir, base);
+        CU_ASSERT_EQUAL_FATAL(patch_file(bad, cases[c].find, strlen(cases[c].find), cases[c].at, cases[c].repl,
+                                         strlen(cases[c].repl)),
+                              0);
+        snprintf(pat, sizeof pat, "%s/%s.rank%%d-of-2.gguf", dir, base);
+        struct mr_run r;
+        mr_init(&r, pat, 2);
+        r.shard_files = 1;
+        r.n_steps = 2;
+        CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+        fprintf(stderr, "damaged shard %zu: rank 0 exit %d: %s\n", c, r.exit_code[0], r.msg[0]);
+        CU_ASSERT_NOT_EQUAL(r.exit_code[0], 0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(r.msg[0], cases[c].want));
+        mr_free(&r);
+    }
+    mr_free(&ref);
+}
+
+/* Run a shell command, capture up to cap-1 bytes of stdout (+ stderr); returns the exit status. */
+static int run_cmd(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The command line: synth --format mlx, shard DIR -n 1 / -n 2, info of a shard, generate from the N = 1 shard
+ * file == generate from the directory. */
+static void test_mlx_shard_cli(void)
+{
+    const char *bin = tp_test_tpserve();
+    if (!bin) {
+        tp_test_skip("tpserve binary not found");
+        return;
+    }
+    const char *tmp = tp_test_tmpdir();
+    char cmd[4096], out[8192], out2[8192];
+    snprintf(cmd, sizeof cmd,
+             "'%s' synth -q --shape test-tiny --format mlx --group-size 32 --seed 9 -o '%s/cli-mlx' 2>&1 && "
+             "mkdir -p '%s/cli-mlx-s1' '%s/cli-mlx-s2' && '%s' shard '%s/cli-mlx' -n 1 -o '%s/cli-mlx-s1' 2>&1 && "
+             "'%s' shard '%s/cli-mlx' -n 2 -o '%s/cli-mlx-s2' 2>&1",
+             bin, tmp, tmp, tmp, bin, tmp, tmp, bin, tmp, tmp);
+    CU_ASSERT_EQUAL_FATAL(run_cmd(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "'%s' info '%s/cli-mlx-s2/cli-mlx.rank1-of-2.gguf' 2>&1", bin, tmp);
+    CU_ASSERT_EQUAL(run_cmd(cmd, out, sizeof out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "shard       rank 1 of 2 (cut from cli-mlx)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "MLX affine (tpserve.mlx.bits: 4 bits, group size 32)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "mlx_q4_g32 x16")); /* 7 per layer x 2 layers + embedding + head */
+    if (!strstr(out, "mlx_q4_g32 x16")) fprintf(stderr, "%s\n", out);
+    snprintf(cmd, sizeof cmd, "'%s' generate -m '%s/cli-mlx' -p 'once upon' -n 24 --temp 0 -t 1 --quiet-stats 2>/dev/null",
+             bin, tmp);
+    CU_ASSERT_EQUAL(run_cmd(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd,
+             "'%s' generate -m '%s/cli-mlx-s1/cli-mlx.rank0-of-1.gguf' -p 'once upon' -n 24 --temp 0 -t 1 "
+             "--quiet-stats 2>/dev/null",
+             bin, tmp);
+    CU_ASSERT_EQUAL(run_cmd(cmd, out2, sizeof out2), 0);
+    CU_ASSERT(strlen(out) > strlen("once upon"));
+    CU_ASSERT_STRING_EQUAL(out, out2);
 }
 
 static const struct tp_test_case mlx_plan_cases[] = {
@@ -202,6 +393,8 @@ TP_TEST_SUITE(mlx_plan, "unit", 60, mlx_plan_cases)
 static const struct tp_test_case mlx_tp_cases[] = {
     {"tp_mlx_q4_g64", test_tp_mlx},
     {"tp_mlx_tied_qwen2", test_tp_mlx_tied},
+    {"mlx_shard_files", test_mlx_shard_files},
+    {"mlx_shard_cli", test_mlx_shard_cli},
     {NULL, NULL},
 };
 TP_TEST_SUITE(mlx_tp, "multirank,model", 300, mlx_tp_cases)
