@@ -3,7 +3,7 @@
 #                                   in whatever build (the ASan/UBSan build makes it a sanitizer check)
 #   model.fuzz_gguf         (slow)  libFuzzer + ASan/UBSan build with clang, 30 s bounded, when clang
 #                                   with -fsanitize=fuzzer is available (else not registered, with a note)
-add_executable(fuzz_gguf_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_gguf.c)
+add_executable(fuzz_gguf_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_gguf.c ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_driver.c)
 target_compile_definitions(fuzz_gguf_replay PRIVATE TP_FUZZ_STANDALONE)
 target_link_libraries(fuzz_gguf_replay PRIVATE tp_model)
 add_test(NAME model.fuzz_gguf_replay COMMAND fuzz_gguf_replay --mutate 5)
@@ -60,7 +60,7 @@ endif()
 # ---- safetensors reader (tests/fuzz/fuzz_safetensors.c), same scheme as the GGUF fuzzing above:
 #   model.fuzz_safetensors_replay  (unit)  handcrafted seeds (each corrupt one must be refused) + 5 s of mutations
 #   model.fuzz_safetensors         (slow)  libFuzzer + ASan/UBSan with clang, 30 s bounded, when available
-add_executable(fuzz_safetensors_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_safetensors.c)
+add_executable(fuzz_safetensors_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_safetensors.c ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_driver.c)
 target_compile_definitions(fuzz_safetensors_replay PRIVATE TP_FUZZ_STANDALONE)
 target_link_libraries(fuzz_safetensors_replay PRIVATE tp_model)
 add_test(NAME model.fuzz_safetensors_replay COMMAND fuzz_safetensors_replay --mutate 5)
@@ -93,7 +93,7 @@ endif()
 # quantization block in the replay build) and model.safetensors.index.json, same scheme:
 #   model.fuzz_hf_json_replay  (unit)  seeds (valid accepted, corrupt refused) + 5 s of mutations
 #   model.fuzz_hf_json         (slow)  libFuzzer + ASan/UBSan with clang, 30 s bounded, when available
-add_executable(fuzz_hf_json_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_hf_json.c)
+add_executable(fuzz_hf_json_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_hf_json.c ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_driver.c)
 target_compile_definitions(fuzz_hf_json_replay PRIVATE TP_FUZZ_STANDALONE)
 target_link_libraries(fuzz_hf_json_replay PRIVATE tp_model)
 add_test(NAME model.fuzz_hf_json_replay COMMAND fuzz_hf_json_replay --mutate 5)

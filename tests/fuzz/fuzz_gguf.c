@@ -81,9 +81,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 #ifdef TP_FUZZ_STANDALONE
-#include <sys/stat.h>
-
 #include "common/common.h"
+#include "fuzz_driver.h"
 
 struct buf {
     uint8_t *b;
@@ -164,133 +163,52 @@ static void seed(struct buf *b, int variant)
 }
 #define N_SEEDS 10
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
 static void mutate(uint8_t *p, size_t *n, size_t cap)
 {
-    int k = 1 + (int)(rnd() % 4);
+    int k = 1 + (int)(tp_fuzz_rand() % 4);
     for (int i = 0; i < k && *n; i++) {
-        size_t at = rnd() % *n;
-        switch (rnd() % 6) {
-        case 0: p[at] ^= (uint8_t)(1u << (rnd() % 8)); break;
-        case 1: p[at] = (uint8_t)rnd(); break;
+        size_t at = tp_fuzz_rand() % *n;
+        switch (tp_fuzz_rand() % 6) {
+        case 0: p[at] ^= (uint8_t)(1u << (tp_fuzz_rand() % 8)); break;
+        case 1: p[at] = (uint8_t)tp_fuzz_rand(); break;
         case 2: { /* interesting u64 */
             static const uint64_t vals[] = {0, 1, 31, 32, 0x7fffffffffffffffull, 0xffffffffffffffffull, 1ull << 32, 255};
-            uint64_t v = vals[rnd() % 8];
+            uint64_t v = vals[tp_fuzz_rand() % 8];
             if (at + 8 <= *n) memcpy(p + at, &v, 8);
             break;
         }
         case 3: *n = at; break; /* truncate */
-        case 4: if (*n < cap) { memmove(p + at + 1, p + at, *n - at); p[at] = (uint8_t)rnd(); (*n)++; } break;
-        default: { uint32_t v = (uint32_t)(rnd() % 40); if (at + 4 <= *n) memcpy(p + at, &v, 4); break; }
+        case 4: if (*n < cap) { memmove(p + at + 1, p + at, *n - at); p[at] = (uint8_t)tp_fuzz_rand(); (*n)++; } break;
+        default: { uint32_t v = (uint32_t)(tp_fuzz_rand() % 40); if (at + 4 <= *n) memcpy(p + at, &v, 4); break; }
         }
     }
 }
 
-static uint8_t *read_file(const char *path, size_t *n)
+static uint8_t *seed_bytes(int i, size_t *n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(sz > 0 ? (size_t)sz : 1);
-    if (p && sz > 0 && fread(p, 1, (size_t)sz, f) != (size_t)sz) {
-        free(p);
-        p = NULL;
+    struct buf b = {0};
+    seed(&b, i);
+    *n = b.n;
+    return b.b;
+}
+
+/* The valid seed (0) must be accepted. */
+static int check_seeds(uint8_t *const *seeds, const size_t *sizes, int n_seeds)
+{
+    (void)n_seeds;
+    tp_gguf_t *g = NULL;
+    if (tp_gguf_open_mem("seed0", seeds[0], sizes[0], &g, NULL) != TP_OK || tp_gguf_n_tensors(g) != 2) {
+        fprintf(stderr, "fuzz_gguf_replay: the valid seed was refused\n");
+        tp_gguf_close(g);
+        return 1;
     }
-    fclose(f);
-    *n = sz > 0 ? (size_t)sz : 0;
-    return p;
+    tp_gguf_close(g);
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    struct buf b = {0};
-    if (argc >= 3 && strcmp(argv[1], "--seeds") == 0) {
-        mkdir(argv[2], 0755);
-        for (int v = 0; v < N_SEEDS; v++) {
-            seed(&b, v);
-            char path[1024];
-            snprintf(path, sizeof(path), "%s/seed%02d.gguf", argv[2], v);
-            FILE *f = fopen(path, "wb");
-            if (!f) {
-                fprintf(stderr, "fuzz_gguf_replay: cannot write %s\n", path);
-                return 1;
-            }
-            fwrite(b.b, 1, b.n, f);
-            fclose(f);
-        }
-        free(b.b);
-        return 0;
-    }
-    double seconds = 0;
-    int first = 1;
-    if (argc >= 3 && strcmp(argv[1], "--mutate") == 0) {
-        seconds = atof(argv[2]);
-        first = 3;
-    }
-    /* corpus: built-in seeds + files */
-    enum { MAXC = 64, CAP = 1 << 16 };
-    uint8_t *corp[MAXC];
-    size_t corp_n[MAXC];
-    int nc = 0;
-    for (int v = 0; v < N_SEEDS; v++) {
-        seed(&b, v);
-        corp[nc] = malloc(b.n);
-        memcpy(corp[nc], b.b, b.n);
-        corp_n[nc++] = b.n;
-    }
-    for (int i = first; i < argc && nc < MAXC; i++) {
-        size_t n;
-        uint8_t *p = read_file(argv[i], &n);
-        if (!p) {
-            fprintf(stderr, "fuzz_gguf_replay: cannot read %s\n", argv[i]);
-            return 1;
-        }
-        corp[nc] = p;
-        corp_n[nc++] = n;
-    }
-    for (int i = 0; i < nc; i++) LLVMFuzzerTestOneInput(corp[i], corp_n[i]);
-    /* the valid seed must be accepted */
-    {
-        tp_gguf_t *g = NULL;
-        if (tp_gguf_open_mem("seed0", corp[0], corp_n[0], &g, NULL) != TP_OK || tp_gguf_n_tensors(g) != 2) {
-            fprintf(stderr, "fuzz_gguf_replay: the valid seed was refused\n");
-            return 1;
-        }
-        tp_gguf_close(g);
-    }
-    uint64_t iters = 0;
-    if (seconds > 0) {
-        uint8_t *work = malloc(CAP);
-        double t_end = tp_now_s() + seconds;
-        while (tp_now_s() < t_end) {
-            for (int r = 0; r < 256; r++) {
-                int c = (int)(rnd() % (uint64_t)nc);
-                size_t n = corp_n[c] < CAP ? corp_n[c] : CAP;
-                memcpy(work, corp[c], n);
-                mutate(work, &n, CAP);
-                /* exact-size copy so ASan sees reads past the end */
-                uint8_t *exact = malloc(n ? n : 1);
-                memcpy(exact, work, n);
-                LLVMFuzzerTestOneInput(exact, n);
-                free(exact);
-                iters++;
-            }
-        }
-        free(work);
-    }
-    printf("fuzz_gguf_replay: %d inputs replayed, %llu mutations, no crash\n", nc, (unsigned long long)iters);
-    for (int i = 0; i < nc; i++) free(corp[i]);
-    free(b.b);
-    return 0;
+    static const struct tp_fuzz_target t = {"fuzz_gguf_replay", ".gguf", N_SEEDS, seed_bytes, mutate, check_seeds};
+    return tp_fuzz_main(&t, argc, argv);
 }
 #endif

@@ -233,6 +233,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #ifdef TP_FUZZ_STANDALONE
 #include "common/common.h"
+#include "fuzz_driver.h"
 
 /* Seeds: mode byte + file text; the first N_VALID are accepted, the rest refused. */
 static const char *const k_seeds[] = {
@@ -274,29 +275,20 @@ static const char *const k_seeds[] = {
 #define N_SEEDS ((int)(sizeof k_seeds / sizeof k_seeds[0]))
 #define N_VALID 6
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
 /* Byte mutations plus JSON-aware ones (digits, punctuation, keywords). */
 static void mutate(uint8_t *p, size_t *n, size_t cap)
 {
     static const char tokens[] = "0123456789[]{},:\"-.etrufalsn";
     static const char *const words[] = {"null", "true", "-1", "1e308", "4294967296", "\"\"", "[]", "{}", "0.0"};
-    int k = 1 + (int)(rnd() % 4);
+    int k = 1 + (int)(tp_fuzz_rand() % 4);
     for (int i = 0; i < k && *n > 1; i++) {
-        size_t at = 1 + rnd() % (*n - 1); /* keep the mode byte */
-        switch (rnd() % 6) {
-        case 0: p[at] ^= (uint8_t)(1u << (rnd() % 8)); break;
-        case 1: p[at] = (uint8_t)tokens[rnd() % (sizeof(tokens) - 1)]; break;
+        size_t at = 1 + tp_fuzz_rand() % (*n - 1); /* keep the mode byte */
+        switch (tp_fuzz_rand() % 6) {
+        case 0: p[at] ^= (uint8_t)(1u << (tp_fuzz_rand() % 8)); break;
+        case 1: p[at] = (uint8_t)tokens[tp_fuzz_rand() % (sizeof(tokens) - 1)]; break;
         case 2: *n = at; break; /* truncate */
         case 3: {
-            const char *w = words[rnd() % (sizeof words / sizeof words[0])];
+            const char *w = words[tp_fuzz_rand() % (sizeof words / sizeof words[0])];
             size_t wl = strlen(w);
             if (*n + wl <= cap) {
                 memmove(p + at + wl, p + at, *n - at);
@@ -311,26 +303,9 @@ static void mutate(uint8_t *p, size_t *n, size_t cap)
                 (*n)--;
             }
             break;
-        default: p[0] ^= (uint8_t)(1u + rnd() % 3u); break; /* another file */
+        default: p[0] ^= (uint8_t)(1u + tp_fuzz_rand() % 3u); break; /* another file */
         }
     }
-}
-
-static uint8_t *read_file(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(sz > 0 ? (size_t)sz : 1);
-    if (p && sz > 0 && fread(p, 1, (size_t)sz, f) != (size_t)sz) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *n = sz > 0 ? (size_t)sz : 0;
-    return p;
 }
 
 /* A seed as fuzzer input: its first character is the mode ('0' even, '1' odd). */
@@ -345,77 +320,30 @@ static size_t seed_bytes(int i, uint8_t *out, size_t cap)
     return n;
 }
 
-int main(int argc, char **argv)
+static uint8_t *seed_alloc(int i, size_t *n)
 {
-    tp_log_set_level(TP_LOG_LEVEL_COUNT); /* refusals are expected: no log noise */
-    enum { CAP = 1 << 14, MAXC = 64 };
-    static uint8_t work[CAP];
-    if (argc >= 3 && strcmp(argv[1], "--seeds") == 0) {
-        mkdir(argv[2], 0755);
-        for (int i = 0; i < N_SEEDS; i++) {
-            char path[1024];
-            snprintf(path, sizeof path, "%s/seed%02d.json", argv[2], i);
-            size_t n = seed_bytes(i, work, CAP);
-            FILE *f = fopen(path, "wb");
-            if (!f) {
-                fprintf(stderr, "fuzz_hf_json_replay: cannot write %s\n", path);
-                return 1;
-            }
-            fwrite(work, 1, n, f);
-            fclose(f);
-        }
-        return 0;
-    }
-    double seconds = 0;
-    int first = 1;
-    if (argc >= 3 && strcmp(argv[1], "--mutate") == 0) {
-        seconds = atof(argv[2]);
-        first = 3;
-    }
-    uint8_t *corp[MAXC];
-    size_t corp_n[MAXC];
-    int nc = 0;
-    for (int i = 0; i < N_SEEDS; i++) {
-        size_t n = seed_bytes(i, work, CAP);
-        corp[nc] = malloc(n);
-        memcpy(corp[nc], work, n);
-        corp_n[nc++] = n;
-        int ok = run_one(corp[i], n);
+    uint8_t *p = malloc(1 << 14);
+    if (p) *n = seed_bytes(i, p, 1 << 14);
+    return p;
+}
+
+/* The first N_VALID seeds are accepted, the rest refused. */
+static int check_seeds(uint8_t *const *seeds, const size_t *sizes, int n_seeds)
+{
+    for (int i = 0; i < n_seeds; i++) {
+        int ok = run_one(seeds[i], sizes[i]);
         if (ok != (i < N_VALID)) {
             fprintf(stderr, "fuzz_hf_json_replay: seed %d was %s\n", i, ok ? "accepted" : "refused");
             return 1;
         }
     }
-    for (int i = first; i < argc && nc < MAXC; i++) {
-        size_t n;
-        uint8_t *p = read_file(argv[i], &n);
-        if (!p) {
-            fprintf(stderr, "fuzz_hf_json_replay: cannot read %s\n", argv[i]);
-            return 1;
-        }
-        corp[nc] = p;
-        corp_n[nc++] = n;
-        run_one(p, n);
-    }
-    uint64_t iters = 0;
-    if (seconds > 0) {
-        double t_end = tp_now_s() + seconds;
-        while (tp_now_s() < t_end) {
-            for (int r = 0; r < 64; r++) {
-                int c = (int)(rnd() % (uint64_t)nc);
-                size_t n = corp_n[c] < CAP ? corp_n[c] : CAP;
-                memcpy(work, corp[c], n);
-                mutate(work, &n, CAP);
-                uint8_t *exact = malloc(n ? n : 1); /* exact size so ASan sees reads past the end */
-                memcpy(exact, work, n);
-                run_one(exact, n);
-                free(exact);
-                iters++;
-            }
-        }
-    }
-    for (int i = 0; i < nc; i++) free(corp[i]);
-    printf("fuzz_hf_json_replay: %d inputs + %llu mutations, no crash\n", nc, (unsigned long long)iters);
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    tp_log_set_level(TP_LOG_LEVEL_COUNT); /* refusals are expected: no log noise */
+    static const struct tp_fuzz_target t = {"fuzz_hf_json_replay", ".json", N_SEEDS, seed_alloc, mutate, check_seeds};
+    return tp_fuzz_main(&t, argc, argv);
 }
 #endif

@@ -64,9 +64,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 #ifdef TP_FUZZ_STANDALONE
-#include <sys/stat.h>
-
 #include "common/common.h"
+#include "fuzz_driver.h"
 
 struct buf {
     uint8_t *b;
@@ -121,37 +120,28 @@ static void seed(struct buf *b, int variant)
     for (int i = 0; i < 64; i++) put(b, &(uint8_t){(uint8_t)(i * 7)}, 1);
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
 /* Byte mutations plus JSON-aware ones: digits and punctuation swapped in. */
 static void mutate(uint8_t *p, size_t *n, size_t cap)
 {
     static const char tokens[] = "0123456789[]{},:\"-.e";
-    int k = 1 + (int)(rnd() % 4);
+    int k = 1 + (int)(tp_fuzz_rand() % 4);
     for (int i = 0; i < k && *n; i++) {
-        size_t at = rnd() % *n;
-        switch (rnd() % 7) {
-        case 0: p[at] ^= (uint8_t)(1u << (rnd() % 8)); break;
-        case 1: p[at] = (uint8_t)rnd(); break;
-        case 2: p[at] = (uint8_t)tokens[rnd() % (sizeof(tokens) - 1)]; break;
+        size_t at = tp_fuzz_rand() % *n;
+        switch (tp_fuzz_rand() % 7) {
+        case 0: p[at] ^= (uint8_t)(1u << (tp_fuzz_rand() % 8)); break;
+        case 1: p[at] = (uint8_t)tp_fuzz_rand(); break;
+        case 2: p[at] = (uint8_t)tokens[tp_fuzz_rand() % (sizeof(tokens) - 1)]; break;
         case 3: *n = at; break; /* truncate */
         case 4:
             if (*n < cap) {
                 memmove(p + at + 1, p + at, *n - at);
-                p[at] = (uint8_t)tokens[rnd() % (sizeof(tokens) - 1)];
+                p[at] = (uint8_t)tokens[tp_fuzz_rand() % (sizeof(tokens) - 1)];
                 (*n)++;
             }
             break;
         case 5: { /* header length field */
             static const uint64_t vals[] = {0, 1, 2, 7, 0xffffffffffffffffull, 1ull << 32, 100ull << 20};
-            uint64_t v = vals[rnd() % 7];
+            uint64_t v = vals[tp_fuzz_rand() % 7];
             if (*n >= 8) memcpy(p, &v, 8);
             break;
         }
@@ -165,102 +155,34 @@ static void mutate(uint8_t *p, size_t *n, size_t cap)
     }
 }
 
-static uint8_t *read_file(const char *path, size_t *n)
+static uint8_t *seed_bytes(int i, size_t *n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(sz > 0 ? (size_t)sz : 1);
-    if (p && sz > 0 && fread(p, 1, (size_t)sz, f) != (size_t)sz) {
-        free(p);
-        p = NULL;
+    struct buf b = {0};
+    seed(&b, i);
+    *n = b.n;
+    return b.b;
+}
+
+/* The valid seed (0) must be accepted with its 5 tensors, every corrupt one refused. */
+static int check_seeds(uint8_t *const *seeds, const size_t *sizes, int n_seeds)
+{
+    for (int v = 0; v < n_seeds; v++) {
+        tp_st_t *st = NULL;
+        enum tp_status rc = tp_st_open_mem("seed", seeds[v], sizes[v], &st, NULL);
+        int bad = (v == 0) != (rc == TP_OK) || (v == 0 && tp_st_n_tensors(st) != 5);
+        tp_st_close(st);
+        if (bad) {
+            fprintf(stderr, "fuzz_safetensors_replay: seed %d was %s\n", v, rc == TP_OK ? "accepted" : "refused");
+            return 1;
+        }
     }
-    fclose(f);
-    *n = sz > 0 ? (size_t)sz : 0;
-    return p;
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    struct buf b = {0};
-    if (argc >= 3 && strcmp(argv[1], "--seeds") == 0) {
-        mkdir(argv[2], 0755);
-        for (int v = 0; v < N_SEEDS; v++) {
-            seed(&b, v);
-            char path[1024];
-            snprintf(path, sizeof(path), "%s/seed%02d.safetensors", argv[2], v);
-            FILE *f = fopen(path, "wb");
-            if (!f) {
-                fprintf(stderr, "fuzz_safetensors_replay: cannot write %s\n", path);
-                return 1;
-            }
-            fwrite(b.b, 1, b.n, f);
-            fclose(f);
-        }
-        free(b.b);
-        return 0;
-    }
-    double seconds = 0;
-    int first = 1;
-    if (argc >= 3 && strcmp(argv[1], "--mutate") == 0) {
-        seconds = atof(argv[2]);
-        first = 3;
-    }
-    enum { MAXC = 64, CAP = 1 << 16 };
-    uint8_t *corp[MAXC];
-    size_t corp_n[MAXC];
-    int nc = 0;
-    for (int v = 0; v < N_SEEDS; v++) {
-        seed(&b, v);
-        corp[nc] = malloc(b.n);
-        memcpy(corp[nc], b.b, b.n);
-        corp_n[nc++] = b.n;
-    }
-    for (int i = first; i < argc && nc < MAXC; i++) {
-        size_t n;
-        uint8_t *p = read_file(argv[i], &n);
-        if (!p) {
-            fprintf(stderr, "fuzz_safetensors_replay: cannot read %s\n", argv[i]);
-            return 1;
-        }
-        corp[nc] = p;
-        corp_n[nc++] = n;
-    }
-    for (int i = 0; i < nc; i++) LLVMFuzzerTestOneInput(corp[i], corp_n[i]);
-    /* the valid seed must be accepted, every corrupt one refused */
-    for (int v = 0; v < N_SEEDS; v++) {
-        tp_st_t *st = NULL;
-        enum tp_status rc = tp_st_open_mem("seed", corp[v], corp_n[v], &st, NULL);
-        if ((v == 0) != (rc == TP_OK) || (v == 0 && tp_st_n_tensors(st) != 5)) {
-            fprintf(stderr, "fuzz_safetensors_replay: seed %d was %s\n", v, rc == TP_OK ? "accepted" : "refused");
-            return 1;
-        }
-        tp_st_close(st);
-    }
-    uint64_t iters = 0;
-    if (seconds > 0) {
-        uint8_t *work = malloc(CAP);
-        double t_end = tp_now_s() + seconds;
-        while (tp_now_s() < t_end) {
-            for (int r = 0; r < 256; r++) {
-                int c = (int)(rnd() % (uint64_t)nc);
-                size_t n = corp_n[c] < CAP ? corp_n[c] : CAP;
-                memcpy(work, corp[c], n);
-                mutate(work, &n, CAP);
-                uint8_t *exact = malloc(n ? n : 1); /* exact size so ASan sees reads past the end */
-                memcpy(exact, work, n);
-                LLVMFuzzerTestOneInput(exact, n);
-                free(exact);
-                iters++;
-            }
-        }
-        free(work);
-    }
-    printf("fuzz_safetensors_replay: %d inputs replayed, %llu mutations, no crash\n", nc, (unsigned long long)iters);
-    for (int i = 0; i < nc; i++) free(corp[i]);
-    free(b.b);
-    return 0;
+    static const struct tp_fuzz_target t = {"fuzz_safetensors_replay", ".safetensors", N_SEEDS, seed_bytes, mutate,
+                                            check_seeds};
+    return tp_fuzz_main(&t, argc, argv);
 }
 #endif
