@@ -182,7 +182,7 @@ int tp_bench_gen(int argc, char **argv)
 {
     const char *path = NULL;
     int p = 128, n = 64, threads = 0, reps = 3, json = 0, bw_mib = 1024, bw_passes = 4;
-    const char *shard_weights = NULL, *comm_dtype = "f32", *seqs = NULL;
+    const char *shard_weights = NULL, *comm_dtype = "f32", *kv_type = "f16", *seqs = NULL;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &path, "FILE", "model (GGUF)", 0, 0},
         {"prompt-tokens", 'p', TP_OPT_INT, &p, "P", "prefill length (default 128; 0 skips prefill)", 0, 65536},
@@ -195,6 +195,7 @@ int tp_bench_gen(int argc, char **argv)
         {"json", 0, TP_OPT_FLAG, &json, NULL, "print one JSON object", 0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..", "under launch/mpirun: share per rank", 0, 0},
         {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 on the wire", 0, 0},
+        {"kv-type", 0, TP_OPT_STRING, &kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
         {0},
     };
     const char *usage = "Usage: tpserve bench gen -m MODEL [-p 128] [-n 64] [--threads T] [--reps R] [--json]\n"
@@ -238,7 +239,7 @@ int tp_bench_gen(int argc, char **argv)
     struct tp_parallel_config pcfg = tp_parallel_default_config();
     int rank_hint = 0;
     const char *prefix = NULL;
-    if (tp_cli_group_config("bench gen", comm_dtype, &pcfg, &rank_hint, &prefix)) return 2;
+    if (tp_cli_group_config("bench gen", comm_dtype, kv_type, &pcfg, &rank_hint, &prefix)) return 2;
     tp_cli_setup_logging(prefix);
     if (tp_log_get_level() < TP_LOG_WARN) tp_log_set_level(TP_LOG_WARN);
     if (threads <= 0) threads = tp_cpu_count();

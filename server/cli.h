@@ -68,16 +68,20 @@ void tp_cli_load_progress(void *ctx, uint64_t done, uint64_t total);
 struct tp_parallel_config;
 /*
  * For commands that run alone or as one rank of a group (generate, bench gen,
- * serve): parse --comm-dtype into pc->wire_dtype, fill pc->comm from the
+ * serve): parse --comm-dtype into pc->wire_dtype and --kv-type (f16 | f32)
+ * into pc->model.kv_f16, fill pc->comm from the
  * environment, and make it a world of one unless `tpserve launch`, a hostfile,
  * a coordinator or an MPI/PMI launcher (mpirun, srun) says otherwise.
  * *rank_hint: this process's rank as far as known before the group forms;
  * *log_prefix: "rank N" for a group, NULL alone (static storage).  Either
- * may be NULL.  Returns 0, 1 after printing a bad --comm-dtype, 2 after
- * printing a bad environment variable.
+ * may be NULL.  Returns 0, 1 after printing a bad --comm-dtype / --kv-type,
+ * 2 after printing a bad environment variable.
  */
-int tp_cli_group_config(const char *cmd, const char *comm_dtype, struct tp_parallel_config *pc, int *rank_hint,
-                        const char **log_prefix);
+int tp_cli_group_config(const char *cmd, const char *comm_dtype, const char *kv_type, struct tp_parallel_config *pc,
+                        int *rank_hint, const char **log_prefix);
+/* Help text of --kv-type, shared by the commands that take it. */
+#define TP_CLI_KV_TYPE_HELP "KV cache element type: f16 (default, half the memory) or f32"
+
 
 /* Subcommand entry point: argv[0] is the subcommand name. Returns exit code. */
 typedef int (*tp_cli_fn)(int argc, char **argv);

@@ -2,20 +2,30 @@
  * server/cli_group.c - how a command that may run as one rank of a group
  * (generate, bench gen, serve) decides its group: the environment set by
  * `tpserve launch` / a hostfile / a coordinator, or an MPI / PMI launcher
- * (mpirun, srun); started alone, it is a world of one.
+ * (mpirun, srun); started alone, it is a world of one.  Also the KV cache
+ * type (--kv-type), which every rank of a group must share.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "parallel/parallel.h"
 
-int tp_cli_group_config(const char *cmd, const char *comm_dtype, struct tp_parallel_config *pc, int *rank_hint,
-                        const char **log_prefix)
+int tp_cli_group_config(const char *cmd, const char *comm_dtype, const char *kv_type, struct tp_parallel_config *pc,
+                        int *rank_hint, const char **log_prefix)
 {
     struct tp_error err = {0};
     if (tp_wire_dtype_parse(comm_dtype, &pc->wire_dtype) != TP_OK) {
         fprintf(stderr, "tpserve %s: --comm-dtype %s: want f32, f16, bf16 or q8\n", cmd, comm_dtype);
+        return 1;
+    }
+    if (strcmp(kv_type, "f16") == 0) {
+        pc->model.kv_f16 = 1;
+    } else if (strcmp(kv_type, "f32") == 0) {
+        pc->model.kv_f16 = 0;
+    } else {
+        fprintf(stderr, "tpserve %s: --kv-type %s: want f16 (half the memory) or f32\n", cmd, kv_type);
         return 1;
     }
     if (tp_comm_config_from_env(&pc->comm, &err) != TP_OK) {

@@ -8,7 +8,7 @@
  * loader's own message); the sharding plan (parallel/) gives the memory per
  * rank for 2, 4 and 8 equal ranks.
  *
- * Memory needed = weights + KV cache (f32 K and V for every layer, the
+ * Memory needed = weights + KV cache (f16 K and V, the commands' default, for every layer, the
  * default context min(train ctx, 4096), one sequence slot).  Compute
  * scratch (a few MB) is not counted.
  */
@@ -246,6 +246,9 @@ loader:;
     const struct tp_hparams *hp = &hpv;
     struct tp_tsrc_tensor head;
     if (!tp_tsrc_find(&tsrc, "output.weight", &head)) hpv.tied_embeddings = 1;
+    struct tp_tsrc_tensor probe_t;
+    if (tp_tsrc_find(&tsrc, "blk.0.attn_q.bias", &probe_t)) hpv.has_qkv_bias = 1;
+    if (tp_tsrc_find(&tsrc, "blk.0.attn_q_norm.weight", &probe_t)) hpv.has_qk_norm = 1;
     const struct tp_gguf_tensor *rf = tp_gguf_find_tensor(g, "rope_freqs.weight");
     if (rf && hpv.rope_scaling == TP_ROPE_SCALING_NONE && rf->type == TP_WTYPE_F32 && rf->n_elems > 0) {
         hpv.rope_scaling = TP_ROPE_SCALING_LLAMA3;
@@ -284,7 +287,8 @@ loader:;
 
     /* ---- memory ---- */
     const int ctx = n_ctx > 0 ? n_ctx : TP_MIN(hp->n_ctx_train, 4096);
-    const uint64_t kv_per_head = 2ull * (uint64_t)hp->n_layer * (uint64_t)ctx * (uint64_t)hp->head_dim * 4u;
+    /* fp16 K and V: the default of generate / serve / bench gen (--kv-type f32 doubles it) */
+    const uint64_t kv_per_head = 2ull * (uint64_t)hp->n_layer * (uint64_t)ctx * (uint64_t)hp->head_dim * 2u;
     int kv_heads = hp->n_head_kv;
     if (shard_world > 0) { /* a shard holds the KV heads of its plan range: 8 ints per rank, kv at [2], [3] */
         int kp = tp_gguf_find_key(g, "tpserve.shard.plan");
@@ -295,7 +299,7 @@ loader:;
             kv_heads = ranges[shard_rank * 8 + 3] - ranges[shard_rank * 8 + 2];
     }
     const uint64_t kv_bytes = kv_per_head * (uint64_t)kv_heads;
-    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (f32, ctx %d, 1 sequence, %d KV heads)\n",
+    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (f16, ctx %d, 1 sequence, %d KV heads)\n",
            mib(weight_bytes + kv_bytes), mib(weight_bytes), mib(kv_bytes), ctx, kv_heads);
 
     struct tp_plan_types types;

@@ -83,7 +83,7 @@ static char *read_key_file(const char *path)
 int tp_cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL, *tmpl = NULL;
-    const char *log_format = "text", *alias = NULL, *shard_weights = NULL, *comm_dtype = "f32";
+    const char *log_format = "text", *alias = NULL, *shard_weights = NULL, *comm_dtype = "f32", *kv_type = "f16";
     int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64;
     uint64_t max_body = 1u << 20;
     const struct tp_opt opts[] = {
@@ -107,6 +107,7 @@ int tp_cmd_serve(int argc, char **argv)
         {"log-format", 0, TP_OPT_STRING, &log_format, "FMT", "text|json (per-request log lines)", 0, 0},
         {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 activations on the wire",
          0, 0},
+        {"kv-type", 0, TP_OPT_STRING, &kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..",
          "under launch/mpirun: share per rank, e.g. from 'tpserve plan' (default equal)", 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
@@ -148,7 +149,7 @@ int tp_cmd_serve(int argc, char **argv)
     pc.shard_weights = shard_weights;
     const char *prefix = NULL;
     int rank_hint = 0;
-    int grc = tp_cli_group_config("serve", comm_dtype, &pc, &rank_hint, &prefix);
+    int grc = tp_cli_group_config("serve", comm_dtype, kv_type, &pc, &rank_hint, &prefix);
     if (grc) {
         free(key_buf);
         return grc == 1 ? 2 : 1; /* bad --comm-dtype: usage error; bad environment: 1 */
