@@ -25,50 +25,15 @@
 #include "model/safetensors.h"
 #include "model/tsrc_impl.h"
 #include "model/synth.h"
+#include "model_test_util.h"
 #include "tp_test.h"
 
 #define STEPS 64
 
-/* Write shape `name` in `type` as GGUF (gguf != NULL) and as an HF directory; seed 99. */
+/* Synthetic models of these tests: seed 99. */
 static int write_model(const char *name, enum tp_wtype type, int hf, const char *out)
 {
-    struct tp_shape sh;
-    struct tp_error e = {0};
-    if (tp_shape_find(NULL, name, &sh, &e) != TP_OK) {
-        fprintf(stderr, "%s\n", e.msg);
-        return -1;
-    }
-    struct tp_synth_config sc = tp_synth_default_config();
-    sc.shape = &sh;
-    sc.type = type;
-    sc.seed = 99;
-    sc.n_threads = 1;
-    sc.out_path = out;
-    enum tp_status rc = hf ? tp_synth_write_hf(&sc, &e) : tp_synth_write(&sc, &e);
-    if (rc != TP_OK) fprintf(stderr, "%s\n", e.msg);
-    return rc == TP_OK ? 0 : -1;
-}
-
-static tp_model_t *open_model(const char *path, struct tp_error *e)
-{
-    struct tp_model_config mc = tp_model_default_config();
-    mc.path = path;
-    mc.n_threads = 1;
-    mc.n_ctx = 128;
-    tp_model_t *m = NULL;
-    memset(e, 0, sizeof(*e));
-    if (tp_model_init(&mc, &m, e) != TP_OK) return NULL;
-    return m;
-}
-
-static double nmse(const float *a, const float *b, int n)
-{
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return den > 0 ? num / den : num;
+    return tm_write_model(name, type, hf, 0, 99, out);
 }
 
 /* A prompt of PROMPT varied tokens fed one by one, then greedy decoding: tokens[STEPS] are the
@@ -102,9 +67,9 @@ static void same_model(const char *shape)
     CU_ASSERT_EQUAL_FATAL(write_model(shape, TP_WTYPE_F32, 0, gguf), 0);
     CU_ASSERT_EQUAL_FATAL(write_model(shape, TP_WTYPE_F32, 1, dir), 0);
     struct tp_error e;
-    tp_model_t *mg = open_model(gguf, &e);
+    tp_model_t *mg = tm_open_model(gguf, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(mg);
-    tp_model_t *mh = open_model(dir, &e);
+    tp_model_t *mh = tm_open_model(dir, &e);
     if (!mh) fprintf(stderr, "%s\n", e.msg);
     CU_ASSERT_PTR_NOT_NULL_FATAL(mh);
     const struct tp_hparams *hg = tp_model_hparams(mg), *hh = tp_model_hparams(mh);
@@ -141,7 +106,7 @@ static void same_model(const char *shape)
     CU_ASSERT(distinct > 0);
     double worst = 0;
     for (int i = 0; i < STEPS; i++) {
-        double x = nmse(lh + (size_t)i * (size_t)nv, lg + (size_t)i * (size_t)nv, nv);
+        double x = tm_nmse(lh + (size_t)i * (size_t)nv, lg + (size_t)i * (size_t)nv, nv);
         worst = x > worst ? x : worst;
     }
     fprintf(stderr, "%s: GGUF F32 vs HF F32: %d greedy tokens %s, worst per-step logits nmse %.3g\n", shape, STEPS,
@@ -229,7 +194,7 @@ static void test_half(void)
     CU_ASSERT_EQUAL_FATAL(write_model("test-tiny-qwen3", TP_WTYPE_F16, 1, p16), 0);
     CU_ASSERT_EQUAL_FATAL(write_model("test-tiny-qwen3", TP_WTYPE_BF16, 1, pbf), 0);
     struct tp_error e;
-    tp_model_t *m[3] = {open_model(p32, &e), open_model(p16, &e), open_model(pbf, &e)};
+    tp_model_t *m[3] = {tm_open_model(p32, &e), tm_open_model(p16, &e), tm_open_model(pbf, &e)};
     for (int i = 0; i < 3; i++) CU_ASSERT_PTR_NOT_NULL_FATAL(m[i]);
     CU_ASSERT_EQUAL(tp_model_weight_type(m[1]), TP_WTYPE_F16);
     CU_ASSERT_EQUAL(tp_model_weight_type(m[2]), TP_WTYPE_BF16);
@@ -241,7 +206,7 @@ static void test_half(void)
         struct tp_batch b = {4, tok, pos, seq, NULL};
         CU_ASSERT_EQUAL_FATAL(tp_model_forward(m[i], &b, lg[i]), TP_OK);
     }
-    double e16 = nmse(lg[1], lg[0], nv), ebf = nmse(lg[2], lg[0], nv);
+    double e16 = tm_nmse(lg[1], lg[0], nv), ebf = tm_nmse(lg[2], lg[0], nv);
     fprintf(stderr, "HF f16 vs f32 logits nmse %.3g (bound 1e-4), bf16 vs f32 %.3g (bound 1e-2)\n", e16, ebf);
     CU_ASSERT(e16 < 1e-4);
     CU_ASSERT(ebf < 1e-2);
@@ -334,7 +299,7 @@ static void test_refusals(void)
         free(out);
         cJSON_Delete(root);
         struct tp_error e;
-        tp_model_t *m = open_model(dir, &e);
+        tp_model_t *m = tm_open_model(dir, &e);
         if (m || !strstr(e.msg, cases[i].expect))
             fprintf(stderr, "case '%s': %s (want '%s')\n", cases[i].what, m ? "accepted" : e.msg, cases[i].expect);
         CU_ASSERT_PTR_NULL(m);
@@ -347,16 +312,16 @@ static void test_refusals(void)
     char p[600];
     snprintf(p, sizeof p, "%s/tokenizer.json", dir);
     remove(p);
-    CU_ASSERT_PTR_NULL(open_model(dir, &e));
+    CU_ASSERT_PTR_NULL(tm_open_model(dir, &e));
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "no tokenizer.json"));
     clone_dir(ref, dir);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     remove(p);
-    CU_ASSERT_PTR_NULL(open_model(dir, &e));
+    CU_ASSERT_PTR_NULL(tm_open_model(dir, &e));
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "neither model.safetensors.index.json nor model.safetensors"));
     clone_dir(ref, dir);
     spit(cfgp, "{\"architectures\": [\"LlamaForCausalLM\"], ");
-    CU_ASSERT_PTR_NULL(open_model(dir, &e));
+    CU_ASSERT_PTR_NULL(tm_open_model(dir, &e));
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "config.json: not a valid JSON object"));
     /* a truncated weights file: the safetensors reader's message comes through */
     clone_dir(ref, dir);
@@ -369,7 +334,7 @@ static void test_refusals(void)
         fclose(f);
         free(d);
     }
-    CU_ASSERT_PTR_NULL(open_model(dir, &e));
+    CU_ASSERT_PTR_NULL(tm_open_model(dir, &e));
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "lie outside the data section"));
     /* untied config without lm_head: clone a tied qwen2 and flip the flag */
     char q2[512];
@@ -383,16 +348,16 @@ static void test_refusals(void)
     memcpy(at, "\"tie_word_embeddings\":false", strlen("\"tie_word_embeddings\":false"));
     spit(p, text);
     free(text);
-    CU_ASSERT_PTR_NULL(open_model(q2, &e));
+    CU_ASSERT_PTR_NULL(tm_open_model(q2, &e));
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "no lm_head.weight and config.json tie_word_embeddings is false"));
     /* a file of the directory instead of the directory */
     snprintf(p, sizeof p, "%s/model.safetensors", ref);
-    CU_ASSERT_PTR_NULL(open_model(p, &e));
+    CU_ASSERT_PTR_NULL(tm_open_model(p, &e));
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "a file of a Hugging Face model; give its directory"));
     /* a directory that is not a model */
     snprintf(p, sizeof p, "%s/not-a-model", tp_test_tmpdir());
     mkdir(p, 0755);
-    CU_ASSERT_PTR_NULL(open_model(p, &e));
+    CU_ASSERT_PTR_NULL(tm_open_model(p, &e));
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "a directory without config.json"));
 }
 
@@ -412,7 +377,7 @@ static void test_chat_template(void)
     static const char *const want[] = {"T1", "T2"};
     for (int i = 0; i < 2; i++) {
         spit(p, cfgs[i]);
-        tp_model_t *m = open_model(ref, &e);
+        tp_model_t *m = tm_open_model(ref, &e);
         CU_ASSERT_PTR_NOT_NULL_FATAL(m);
         CU_ASSERT_PTR_NOT_NULL_FATAL(tp_model_chat_template(m));
         CU_ASSERT_STRING_EQUAL(tp_model_chat_template(m), want[i]);
@@ -423,7 +388,7 @@ static void test_chat_template(void)
     char j[600];
     snprintf(j, sizeof j, "%s/chat_template.jinja", ref);
     spit(j, "T3");
-    tp_model_t *m = open_model(ref, &e);
+    tp_model_t *m = tm_open_model(ref, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     CU_ASSERT_STRING_EQUAL(tp_model_chat_template(m), "T3");
     tp_model_free(m);

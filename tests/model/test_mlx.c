@@ -41,51 +41,15 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/synth.h"
+#include "model_test_util.h"
 #include "tp_test.h"
 
 #define STEPS 64
 
-static int write_model(const char *shape, enum tp_wtype type, int fmt /* 0 gguf, 1 hf */, int mlx_bf16,
-                       const char *out)
+/* Synthetic models of these tests: seed 77 (fmt 0 GGUF, 1 HF / MLX directory). */
+static int write_model(const char *shape, enum tp_wtype type, int fmt, int mlx_bf16, const char *out)
 {
-    struct tp_shape sh;
-    struct tp_error e = {0};
-    if (tp_shape_find(NULL, shape, &sh, &e) != TP_OK) {
-        fprintf(stderr, "%s\n", e.msg);
-        return -1;
-    }
-    struct tp_synth_config sc = tp_synth_default_config();
-    sc.shape = &sh;
-    sc.type = type;
-    sc.seed = 77;
-    sc.n_threads = 1;
-    sc.out_path = out;
-    sc.mlx_bf16 = mlx_bf16;
-    enum tp_status rc = fmt ? tp_synth_write_hf(&sc, &e) : tp_synth_write(&sc, &e);
-    if (rc != TP_OK) fprintf(stderr, "%s\n", e.msg);
-    return rc == TP_OK ? 0 : -1;
-}
-
-static tp_model_t *open_model(const char *path, struct tp_error *e)
-{
-    struct tp_model_config mc = tp_model_default_config();
-    mc.path = path;
-    mc.n_threads = 1;
-    mc.n_ctx = 128;
-    tp_model_t *m = NULL;
-    memset(e, 0, sizeof(*e));
-    if (tp_model_init(&mc, &m, e) != TP_OK) return NULL;
-    return m;
-}
-
-static double nmse(const float *a, const float *b, int n)
-{
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return den > 0 ? num / den : num;
+    return tm_write_model(shape, type, fmt, mlx_bf16, 77, out);
 }
 
 /* One step: feed tok at pos, logits into lg. */
@@ -165,7 +129,7 @@ static void mlx_vs_f32(int bits, int group, int bf16)
     CU_ASSERT(ew > 0.0);
     CU_ASSERT_EQUAL(n_mats, 2 * 7 + 2); /* 7 per layer, embedding, head: all quantized */
     struct tp_error e;
-    tp_model_t *mf = open_model(gguf, &e), *mq = open_model(dir, &e);
+    tp_model_t *mf = tm_open_model(gguf, &e), *mq = tm_open_model(dir, &e);
     if (!mq) fprintf(stderr, "%s\n", e.msg);
     CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
     CU_ASSERT_PTR_NOT_NULL_FATAL(mq);
@@ -181,7 +145,7 @@ static void mlx_vs_f32(int bits, int group, int bf16)
     for (int i = 0; i < STEPS; i++) {
         CU_ASSERT_EQUAL_FATAL(step(mf, tok, i, lf), 0);
         CU_ASSERT_EQUAL_FATAL(step(mq, tok, i, lq), 0);
-        const double x = nmse(lq, lf, nv);
+        const double x = tm_nmse(lq, lf, nv);
         sum += x;
         worst = x > worst ? x : worst;
         agree += argmax(lq, nv) == argmax(lf, nv);
@@ -315,7 +279,7 @@ static void set_config(const char *dir, const char *quant_json)
 static void expect_refused(const char *dir, const char *what, const char *want)
 {
     struct tp_error e;
-    tp_model_t *m = open_model(dir, &e);
+    tp_model_t *m = tm_open_model(dir, &e);
     if (m || !strstr(e.msg, want)) fprintf(stderr, "\n  case '%s': %s (want '%s')\n", what, m ? "accepted" : e.msg, want);
     CU_ASSERT_PTR_NULL(m);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, want));
@@ -329,7 +293,7 @@ static void test_corrupt(void)
     snprintf(dir, sizeof dir, "%s/mlx-corrupt", tp_test_tmpdir());
     CU_ASSERT_EQUAL_FATAL(write_model("test-tiny", TP_WTYPE_MLX_Q4_G64, 1, 0, ref), 0);
     struct tp_error e;
-    tp_model_t *ok = open_model(ref, &e);
+    tp_model_t *ok = tm_open_model(ref, &e);
     CU_ASSERT_PTR_NOT_NULL(ok); /* the reference itself loads */
     tp_model_free(ok);
 
@@ -364,7 +328,7 @@ static void test_corrupt(void)
     set_config(dir, "{\"group_size\": 64, \"bits\": 4, \"" DOWN "\": {\"group_size\": 32, \"bits\": 4}}");
     expect_refused(dir, "override", "'" DOWN ".weight' is 4-bit with group size 64 by its shapes");
     set_config(dir, "{\"group_size\": 64, \"bits\": 4, \"mode\": \"affine\", \"" DOWN "\": {\"group_size\": 64, \"bits\": 4}}");
-    ok = open_model(dir, &e);
+    ok = tm_open_model(dir, &e);
     if (!ok) fprintf(stderr, "\n  override accepted? %s\n", e.msg);
     CU_ASSERT_PTR_NOT_NULL(ok);
     tp_model_free(ok);
