@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -65,6 +66,16 @@ const char *tp_test_shared_path(const char *rel)
 }
 
 const char *tp_test_tpserve(void) { return TP_TEST_TPSERVE; }
+
+int tp_test_run_cmd(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
 
 char *tp_test_read_file(const char *path, size_t *len)
 {

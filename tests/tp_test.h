@@ -53,4 +53,8 @@ const char *tp_test_tmpdir(void);
 /* Read a whole file into a malloc'd NUL-terminated buffer (NULL on error). */
 char *tp_test_read_file(const char *path, size_t *len);
 
+/* Run a shell command, capture up to cap-1 bytes of its stdout (NUL-terminated);
+ * returns its exit status, -1 when it could not run or was killed. */
+int tp_test_run_cmd(const char *cmd, char *out, size_t cap);
+
 #endif

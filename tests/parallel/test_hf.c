@@ -156,17 +156,6 @@ static void test_hf_shard_files(void)
     shard_files("test-tiny-qwen3");
 }
 
-/* Run a shell command, capture up to cap-1 bytes of stdout (+ stderr); returns the exit status. */
-static int run_cmd(const char *cmd, char *out, size_t cap)
-{
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* The command line: synth --format hf (+ sharded), info DIR, generate -m DIR == -m GGUF, shard DIR. */
 static void test_hf_cli(void)
 {
@@ -181,35 +170,35 @@ static void test_hf_cli(void)
              "'%s' synth -q --shape test-tiny --type f32 --seed 5 -o '%s/cli.gguf' 2>&1 && "
              "'%s' synth -q --shape test-tiny --type f32 --seed 5 --format hf -o '%s/cli-hf' 2>&1",
              bin, tmp, bin, tmp);
-    CU_ASSERT_EQUAL_FATAL(run_cmd(cmd, out, sizeof out), 0);
+    CU_ASSERT_EQUAL_FATAL(tp_test_run_cmd(cmd, out, sizeof out), 0);
     snprintf(cmd, sizeof cmd, "'%s' info '%s/cli-hf' 2>&1", bin, tmp);
-    CU_ASSERT_EQUAL(run_cmd(cmd, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tp_test_run_cmd(cmd, out, sizeof out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "(Hugging Face: config.json, 1 safetensors file"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "neox (halves)"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "per rank    2 ranks"));
     snprintf(cmd, sizeof cmd, "'%s' generate -m '%s/cli-hf' -p 'once upon' -n 24 --temp 0 -t 1 --quiet-stats 2>/dev/null",
              bin, tmp);
-    CU_ASSERT_EQUAL(run_cmd(cmd, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tp_test_run_cmd(cmd, out, sizeof out), 0);
     snprintf(cmd, sizeof cmd, "'%s' generate -m '%s/cli.gguf' -p 'once upon' -n 24 --temp 0 -t 1 --quiet-stats 2>/dev/null",
              bin, tmp);
-    CU_ASSERT_EQUAL(run_cmd(cmd, out2, sizeof out2), 0);
+    CU_ASSERT_EQUAL(tp_test_run_cmd(cmd, out2, sizeof out2), 0);
     CU_ASSERT(strlen(out) > strlen("once upon"));
     CU_ASSERT_STRING_EQUAL(out, out2);
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/cli-shards' && '%s' shard '%s/cli-hf' -n 2 -o '%s/cli-shards' 2>&1", tmp,
              bin, tmp, tmp);
-    CU_ASSERT_EQUAL(run_cmd(cmd, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tp_test_run_cmd(cmd, out, sizeof out), 0);
     snprintf(cmd, sizeof cmd, "'%s' info '%s/cli-shards/cli-hf.rank1-of-2.gguf' 2>&1", bin, tmp);
-    CU_ASSERT_EQUAL(run_cmd(cmd, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tp_test_run_cmd(cmd, out, sizeof out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "shard       rank 1 of 2 (cut from cli-hf)"));
     /* refusals: a bad --format, a quantized type for hf, a file where a directory should go */
     snprintf(cmd, sizeof cmd, "'%s' synth --shape test-tiny --format safetensors -o '%s/x' 2>&1", bin, tmp);
-    CU_ASSERT_EQUAL(run_cmd(cmd, out, sizeof out), 2);
+    CU_ASSERT_EQUAL(tp_test_run_cmd(cmd, out, sizeof out), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "unknown --format 'safetensors'"));
     snprintf(cmd, sizeof cmd, "'%s' synth -q --shape test-tiny --format hf --type q4_0 -o '%s/x' 2>&1", bin, tmp);
-    CU_ASSERT_NOT_EQUAL(run_cmd(cmd, out, sizeof out), 0);
+    CU_ASSERT_NOT_EQUAL(tp_test_run_cmd(cmd, out, sizeof out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--format hf writes f32, f16 or bf16 weights"));
     snprintf(cmd, sizeof cmd, "'%s' synth -q --shape test-tiny --format hf -o '%s/cli.gguf' 2>&1", bin, tmp);
-    CU_ASSERT_NOT_EQUAL(run_cmd(cmd, out, sizeof out), 0);
+    CU_ASSERT_NOT_EQUAL(tp_test_run_cmd(cmd, out, sizeof out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "is not a directory"));
 }
 

@@ -338,17 +338,6 @@ static void test_mlx_shard_files(void)
     mr_free(&ref);
 }
 
-/* Run a shell command, capture up to cap-1 bytes of stdout (+ stderr); returns the exit status. */
-static int run_cmd(const char *cmd, char *out, size_t cap)
-{
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* The command line: synth --format mlx, shard DIR -n 1 / -n 2, info of a shard, generate from the N = 1 shard
  * file == generate from the directory. */
 static void test_mlx_shard_cli(void)
@@ -365,21 +354,21 @@ static void test_mlx_shard_cli(void)
              "mkdir -p '%s/cli-mlx-s1' '%s/cli-mlx-s2' && '%s' shard '%s/cli-mlx' -n 1 -o '%s/cli-mlx-s1' 2>&1 && "
              "'%s' shard '%s/cli-mlx' -n 2 -o '%s/cli-mlx-s2' 2>&1",
              bin, tmp, tmp, tmp, bin, tmp, tmp, bin, tmp, tmp);
-    CU_ASSERT_EQUAL_FATAL(run_cmd(cmd, out, sizeof out), 0);
+    CU_ASSERT_EQUAL_FATAL(tp_test_run_cmd(cmd, out, sizeof out), 0);
     snprintf(cmd, sizeof cmd, "'%s' info '%s/cli-mlx-s2/cli-mlx.rank1-of-2.gguf' 2>&1", bin, tmp);
-    CU_ASSERT_EQUAL(run_cmd(cmd, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tp_test_run_cmd(cmd, out, sizeof out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "shard       rank 1 of 2 (cut from cli-mlx)"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "MLX affine (tpserve.mlx.bits: 4 bits, group size 32)"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "mlx_q4_g32 x16")); /* 7 per layer x 2 layers + embedding + head */
     if (!strstr(out, "mlx_q4_g32 x16")) fprintf(stderr, "%s\n", out);
     snprintf(cmd, sizeof cmd, "'%s' generate -m '%s/cli-mlx' -p 'once upon' -n 24 --temp 0 -t 1 --quiet-stats 2>/dev/null",
              bin, tmp);
-    CU_ASSERT_EQUAL(run_cmd(cmd, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(tp_test_run_cmd(cmd, out, sizeof out), 0);
     snprintf(cmd, sizeof cmd,
              "'%s' generate -m '%s/cli-mlx-s1/cli-mlx.rank0-of-1.gguf' -p 'once upon' -n 24 --temp 0 -t 1 "
              "--quiet-stats 2>/dev/null",
              bin, tmp);
-    CU_ASSERT_EQUAL(run_cmd(cmd, out2, sizeof out2), 0);
+    CU_ASSERT_EQUAL(tp_test_run_cmd(cmd, out2, sizeof out2), 0);
     CU_ASSERT(strlen(out) > strlen("once upon"));
     CU_ASSERT_STRING_EQUAL(out, out2);
 }
