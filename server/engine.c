@@ -63,6 +63,7 @@ struct tp_engine {
     int *row_slot;                  /* (n_parallel) logits row -> slot */
     int32_t clear_seq[256], clear_from[256];
     float *logits;                  /* (n_parallel, n_vocab) */
+    int32_t *ids;                   /* (n_parallel) argmax per row of a greedy step */
     char scratch[1024];
     pthread_t thread;
     int thread_started;
@@ -386,29 +387,55 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
 }
 
 /* mu held: sample the next token of slot s from logits row. */
+static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sample_result *res);
+
 static void slot_sample(struct tp_engine *e, struct slot *s, const float *row)
 {
-    struct tp_req *r = s->req;
-    struct tp_gen_tok *g = &r->toks[r->n_toks];
     struct tp_sample_result res;
     if (tp_sampler_sample(s->sampler, row, &res) != TP_OK) {
-        req_finish(e, r, TP_FINISH_ERROR, 500, "sampling failed");
+        req_finish(e, s->req, TP_FINISH_ERROR, 500, "sampling failed");
         s->req = NULL;
         return;
     }
+    slot_take(e, s, &res);
+}
+
+/* Nonzero when every row of this step can be decided by the distributed
+ * argmax (greedy, no penalties, no logprobs) and the group has several ranks:
+ * each rank then sends (max, index) per row instead of its slice of the
+ * vocabulary (8 bytes instead of 4 x n_vocab / N per row). */
+static int step_is_greedy(const struct tp_engine *e, int n_rows)
+{
+    if (tp_parallel_size(e->p) < 2) return 0;
+    for (int row = 0; row < n_rows; row++) {
+        const struct tp_req *r = e->slots[e->row_slot[row]].req;
+        if (!r) continue;
+        const struct tp_req_params *p = &r->params;
+        if (p->temperature > 0.0f || p->logprobs || p->top_logprobs > 0 || p->presence_penalty != 0.0f ||
+            p->frequency_penalty != 0.0f || p->repetition_penalty != 1.0f)
+            return 0;
+    }
+    return 1;
+}
+
+/* The chosen token of slot s: history, text, stop strings, limits. */
+static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sample_result *res)
+{
+    struct tp_req *r = s->req;
+    struct tp_gen_tok *g = &r->toks[r->n_toks];
     uint64_t now = tp_now_ns();
     if (!r->t_first_ns) r->t_first_ns = now;
     s->t_prev_tok_ns = now;
-    if (tp_tokenizer_is_eog(e->tok, res.id) && !r->params.ignore_eos) {
+    if (tp_tokenizer_is_eog(e->tok, res->id) && !r->params.ignore_eos) {
         slot_finish(e, s, TP_FINISH_STOP);
         return;
     }
-    tp_sampler_accept(s->sampler, res.id);
-    g->id = res.id;
-    g->logprob = res.logprob;
-    g->n_top = res.n_top;
-    if (res.n_top > 0) memcpy(g->top, res.top, sizeof(struct tp_logprob) * (size_t)res.n_top);
-    size_t nb = tp_detok_push(s->detok, res.id, e->scratch, sizeof e->scratch);
+    tp_sampler_accept(s->sampler, res->id);
+    g->id = res->id;
+    g->logprob = res->logprob;
+    g->n_top = res->n_top;
+    if (res->n_top > 0) memcpy(g->top, res->top, sizeof(struct tp_logprob) * (size_t)res->n_top);
+    size_t nb = tp_detok_push(s->detok, res->id, e->scratch, sizeof e->scratch);
     if (nb && tp_buf_append(&s->text, e->scratch, nb) != 0) {
         req_finish(e, r, TP_FINISH_ERROR, 500, "out of memory while generating");
         s->req = NULL;
@@ -424,7 +451,7 @@ static void slot_sample(struct tp_engine *e, struct slot *s, const float *row)
     }
     g->text_end = r->text.len;
     r->n_toks++;
-    s->last_tok = res.id;
+    s->last_tok = res->id;
     pthread_cond_broadcast(&r->cond);
     if (hit) {
         req_finish(e, r, TP_FINISH_STOP, 0, NULL);
@@ -460,9 +487,13 @@ static void *engine_main(void *arg)
             }
             continue;
         }
+        int n_rows = 0;
+        for (int i = 0; i < n; i++) n_rows += st.batch.logits[i] != 0;
+        const int greedy = step_is_greedy(e, n_rows);
         e->step_start_ns = tp_now_ns();
         pthread_mutex_unlock(&e->mu);
-        enum tp_status rc = tp_parallel_step(e->p, &st, e->logits);
+        enum tp_status rc = greedy ? tp_parallel_step_greedy(e->p, &st, e->ids, NULL)
+                                   : tp_parallel_step(e->p, &st, e->logits);
         pthread_mutex_lock(&e->mu);
         e->step_start_ns = 0;
         if (rc != TP_OK) {
@@ -481,7 +512,12 @@ static void *engine_main(void *arg)
             if (!s->req) continue;
             if (s->req->cancelled) continue; /* dropped by admit() next round */
             s->n_past = st.batch.pos[i] + 1;
-            slot_sample(e, s, lr);
+            if (greedy) {
+                const struct tp_sample_result res = {.id = e->ids[row - 1], .logprob = 0.0f, .n_top = 0};
+                slot_take(e, s, &res);
+            } else {
+                slot_sample(e, s, lr);
+            }
         }
     }
     pthread_mutex_unlock(&e->mu);
@@ -521,7 +557,9 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->b_logits = calloc((size_t)cfg->n_batch, 1);
     e->row_slot = calloc((size_t)cfg->n_parallel, sizeof(int));
     e->logits = malloc(sizeof(float) * (size_t)cfg->n_parallel * (size_t)e->n_vocab);
-    if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits)
+    e->ids = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
+    if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits ||
+        !e->ids)
         goto nomem;
     for (int i = 0; i < cfg->n_parallel; i++) {
         if (tp_detok_init(e->tok, &e->slots[i].detok) != TP_OK) goto nomem;
@@ -582,6 +620,7 @@ void tp_engine_free(struct tp_engine *e)
     free(e->b_seq);
     free(e->b_logits);
     free(e->row_slot);
+    free(e->ids);
     free(e->logits);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
