@@ -1,14 +1,14 @@
-# tests/model.cmake - fuzzing of the GGUF reader (tests/fuzz/fuzz_gguf.c).
-#   model.fuzz_gguf_replay  (unit)  plain driver: handcrafted seeds + 5 s of random mutations,
-#                                   in whatever build (the ASan/UBSan build makes it a sanitizer check)
-#   model.fuzz_gguf         (slow)  libFuzzer + ASan/UBSan build with clang, 30 s bounded, when clang
-#                                   with -fsanitize=fuzzer is available (else not registered, with a note)
-add_executable(fuzz_gguf_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_gguf.c ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_driver.c)
-target_compile_definitions(fuzz_gguf_replay PRIVATE TP_FUZZ_STANDALONE)
-target_link_libraries(fuzz_gguf_replay PRIVATE tp_model)
-add_test(NAME model.fuzz_gguf_replay COMMAND fuzz_gguf_replay --mutate 5)
-set_tests_properties(model.fuzz_gguf_replay PROPERTIES LABELS unit TIMEOUT 60
-  PASS_REGULAR_EXPRESSION "no crash")
+# tests/model.cmake - fuzzing of the model file parsers, and a synth + info command-line check.
+#
+# Each fuzz target NAME (tests/fuzz/NAME.c) is registered twice (tp_fuzz_target below):
+#   model.NAME_replay  (unit)  plain driver (tests/fuzz/fuzz_driver.c): the handcrafted seeds (valid ones
+#                              accepted, corrupt ones refused) + 5 s of random mutations, in whatever build
+#                              (the ASan/UBSan build makes it a sanitizer check)
+#   model.NAME         (slow)  libFuzzer + ASan/UBSan build with clang, 30 s bounded on the seed corpus, when
+#                              clang with -fsanitize=fuzzer is available (else not registered, with a note)
+# Targets: fuzz_gguf (GGUF reader), fuzz_safetensors (safetensors reader), fuzz_hf_json (config.json with the
+# MLX quantization block, model.safetensors.index.json; tokenizer.json / tokenizer_config.json in the replay
+# build only, which links the whole model library).
 
 set(TP_FUZZ_CLANG "" CACHE FILEPATH "clang used to build the libFuzzer target (empty: search)")
 if(NOT TP_FUZZ_CLANG)
@@ -33,95 +33,48 @@ if(_tp_clang)
   endif()
 endif()
 if(_tp_fuzz_ok)
-  set(_src ${PROJECT_SOURCE_DIR})
-  set(_fuzz_srcs ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_gguf.c ${_src}/model/gguf.c ${_src}/common/status.c
-                 ${_src}/common/log.c)
-  add_custom_command(
-    OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/fuzz_gguf
-    COMMAND ${_tp_clang} -std=c11 -D_DEFAULT_SOURCE -O1 -g -fno-omit-frame-pointer
-            -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-            -I${_src} ${_fuzz_srcs} -o ${CMAKE_CURRENT_BINARY_DIR}/fuzz_gguf
-    DEPENDS ${_fuzz_srcs} ${_src}/model/gguf.h ${_src}/common/common.h
-    COMMENT "Building libFuzzer target fuzz_gguf with ${_tp_clang}")
-  add_custom_target(fuzz_gguf ALL DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/fuzz_gguf)
-  set(_corpus ${CMAKE_CURRENT_BINARY_DIR}/fuzz_gguf_corpus)
-  add_test(NAME model.fuzz_gguf_seeds COMMAND fuzz_gguf_replay --seeds ${_corpus})
-  set_tests_properties(model.fuzz_gguf_seeds PROPERTIES LABELS slow TIMEOUT 30 FIXTURES_SETUP fuzz_gguf_corpus)
-  add_test(NAME model.fuzz_gguf
-           COMMAND ${CMAKE_CURRENT_BINARY_DIR}/fuzz_gguf -max_total_time=30 -rss_limit_mb=2048 -max_len=4096
-                   -print_final_stats=1 ${_corpus})
-  set_tests_properties(model.fuzz_gguf PROPERTIES LABELS slow TIMEOUT 120 FIXTURES_REQUIRED fuzz_gguf_corpus
-    ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1")
-else()
-  message(STATUS "clang with -fsanitize=fuzzer not found: model.fuzz_gguf (libFuzzer) is not registered; "
-                 "model.fuzz_gguf_replay still runs the seeds and random mutations")
-endif()
-
-# ---- safetensors reader (tests/fuzz/fuzz_safetensors.c), same scheme as the GGUF fuzzing above:
-#   model.fuzz_safetensors_replay  (unit)  handcrafted seeds (each corrupt one must be refused) + 5 s of mutations
-#   model.fuzz_safetensors         (slow)  libFuzzer + ASan/UBSan with clang, 30 s bounded, when available
-add_executable(fuzz_safetensors_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_safetensors.c ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_driver.c)
-target_compile_definitions(fuzz_safetensors_replay PRIVATE TP_FUZZ_STANDALONE)
-target_link_libraries(fuzz_safetensors_replay PRIVATE tp_model)
-add_test(NAME model.fuzz_safetensors_replay COMMAND fuzz_safetensors_replay --mutate 5)
-set_tests_properties(model.fuzz_safetensors_replay PROPERTIES LABELS unit TIMEOUT 60
-  PASS_REGULAR_EXPRESSION "no crash")
-if(_tp_fuzz_ok)
   find_library(TP_CJSON_LIB NAMES cjson)
-  set(_st_srcs ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_safetensors.c ${PROJECT_SOURCE_DIR}/model/safetensors.c
-               ${PROJECT_SOURCE_DIR}/common/status.c ${PROJECT_SOURCE_DIR}/common/log.c)
-  add_custom_command(
-    OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/fuzz_safetensors
-    COMMAND ${_tp_clang} -std=c11 -D_DEFAULT_SOURCE -O1 -g -fno-omit-frame-pointer
-            -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-            -I${PROJECT_SOURCE_DIR} ${_st_srcs} ${TP_CJSON_LIB} -o ${CMAKE_CURRENT_BINARY_DIR}/fuzz_safetensors
-    DEPENDS ${_st_srcs} ${PROJECT_SOURCE_DIR}/model/safetensors.h ${PROJECT_SOURCE_DIR}/common/common.h
-    COMMENT "Building libFuzzer target fuzz_safetensors with ${_tp_clang}")
-  add_custom_target(fuzz_safetensors ALL DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/fuzz_safetensors)
-  set(_st_corpus ${CMAKE_CURRENT_BINARY_DIR}/fuzz_safetensors_corpus)
-  add_test(NAME model.fuzz_safetensors_seeds COMMAND fuzz_safetensors_replay --seeds ${_st_corpus})
-  set_tests_properties(model.fuzz_safetensors_seeds PROPERTIES LABELS slow TIMEOUT 30
-    FIXTURES_SETUP fuzz_safetensors_corpus)
-  add_test(NAME model.fuzz_safetensors
-           COMMAND ${CMAKE_CURRENT_BINARY_DIR}/fuzz_safetensors -max_total_time=30 -rss_limit_mb=2048 -max_len=4096
-                   -print_final_stats=1 ${_st_corpus})
-  set_tests_properties(model.fuzz_safetensors PROPERTIES LABELS slow TIMEOUT 120
-    FIXTURES_REQUIRED fuzz_safetensors_corpus ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1")
+else()
+  message(STATUS "clang with -fsanitize=fuzzer not found: the libFuzzer targets (model.fuzz_*) are not "
+                 "registered; model.fuzz_*_replay still run the seeds and random mutations")
 endif()
 
-# ---- JSON files of HF / MLX directories (tests/fuzz/fuzz_hf_json.c): config.json (+ the MLX
-# quantization block in the replay build) and model.safetensors.index.json, same scheme:
-#   model.fuzz_hf_json_replay  (unit)  seeds (valid accepted, corrupt refused) + 5 s of mutations
-#   model.fuzz_hf_json         (slow)  libFuzzer + ASan/UBSan with clang, 30 s bounded, when available
-add_executable(fuzz_hf_json_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_hf_json.c ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_driver.c)
-target_compile_definitions(fuzz_hf_json_replay PRIVATE TP_FUZZ_STANDALONE)
-target_link_libraries(fuzz_hf_json_replay PRIVATE tp_model)
-add_test(NAME model.fuzz_hf_json_replay COMMAND fuzz_hf_json_replay --mutate 5)
-set_tests_properties(model.fuzz_hf_json_replay PROPERTIES LABELS unit TIMEOUT 60
-  PASS_REGULAR_EXPRESSION "no crash")
-if(_tp_fuzz_ok)
-  set(_hj_srcs ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_hf_json.c ${PROJECT_SOURCE_DIR}/model/hf_config.c
-               ${PROJECT_SOURCE_DIR}/model/safetensors.c ${PROJECT_SOURCE_DIR}/common/status.c
-               ${PROJECT_SOURCE_DIR}/common/log.c)
+# tp_fuzz_target(NAME SOURCES <library sources the libFuzzer build compiles> DEPENDS <headers>)
+function(tp_fuzz_target name)
+  cmake_parse_arguments(F "" "" "SOURCES;DEPENDS" ${ARGN})
+  set(_fuzz_c ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/${name}.c)
+  add_executable(${name}_replay ${_fuzz_c} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_driver.c)
+  target_compile_definitions(${name}_replay PRIVATE TP_FUZZ_STANDALONE)
+  target_link_libraries(${name}_replay PRIVATE tp_model)
+  add_test(NAME model.${name}_replay COMMAND ${name}_replay --mutate 5)
+  set_tests_properties(model.${name}_replay PROPERTIES LABELS unit TIMEOUT 60 PASS_REGULAR_EXPRESSION "no crash")
+  if(NOT _tp_fuzz_ok)
+    return()
+  endif()
+  set(_srcs ${_fuzz_c} ${F_SOURCES} ${PROJECT_SOURCE_DIR}/common/status.c ${PROJECT_SOURCE_DIR}/common/log.c)
+  set(_out ${CMAKE_CURRENT_BINARY_DIR}/${name})
   add_custom_command(
-    OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/fuzz_hf_json
+    OUTPUT ${_out}
     COMMAND ${_tp_clang} -std=c11 -D_DEFAULT_SOURCE -O1 -g -fno-omit-frame-pointer
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-            -I${PROJECT_SOURCE_DIR} ${_hj_srcs} ${TP_CJSON_LIB} -lm -o ${CMAKE_CURRENT_BINARY_DIR}/fuzz_hf_json
-    DEPENDS ${_hj_srcs} ${PROJECT_SOURCE_DIR}/model/safetensors.h ${PROJECT_SOURCE_DIR}/model/tsrc_impl.h
-            ${PROJECT_SOURCE_DIR}/common/common.h
-    COMMENT "Building libFuzzer target fuzz_hf_json with ${_tp_clang}")
-  add_custom_target(fuzz_hf_json ALL DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/fuzz_hf_json)
-  set(_hj_corpus ${CMAKE_CURRENT_BINARY_DIR}/fuzz_hf_json_corpus)
-  add_test(NAME model.fuzz_hf_json_seeds COMMAND fuzz_hf_json_replay --seeds ${_hj_corpus})
-  set_tests_properties(model.fuzz_hf_json_seeds PROPERTIES LABELS slow TIMEOUT 30
-    FIXTURES_SETUP fuzz_hf_json_corpus)
-  add_test(NAME model.fuzz_hf_json
-           COMMAND ${CMAKE_CURRENT_BINARY_DIR}/fuzz_hf_json -max_total_time=30 -rss_limit_mb=2048 -max_len=4096
-                   -print_final_stats=1 ${_hj_corpus})
-  set_tests_properties(model.fuzz_hf_json PROPERTIES LABELS slow TIMEOUT 120
-    FIXTURES_REQUIRED fuzz_hf_json_corpus ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1")
-endif()
+            -I${PROJECT_SOURCE_DIR} ${_srcs} ${TP_CJSON_LIB} -lm -o ${_out}
+    DEPENDS ${_srcs} ${F_DEPENDS} ${PROJECT_SOURCE_DIR}/common/common.h
+    COMMENT "Building libFuzzer target ${name} with ${_tp_clang}")
+  add_custom_target(${name} ALL DEPENDS ${_out})
+  set(_corpus ${CMAKE_CURRENT_BINARY_DIR}/${name}_corpus)
+  add_test(NAME model.${name}_seeds COMMAND ${name}_replay --seeds ${_corpus})
+  set_tests_properties(model.${name}_seeds PROPERTIES LABELS slow TIMEOUT 30 FIXTURES_SETUP ${name}_corpus)
+  add_test(NAME model.${name}
+           COMMAND ${_out} -max_total_time=30 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 ${_corpus})
+  set_tests_properties(model.${name} PROPERTIES LABELS slow TIMEOUT 120 FIXTURES_REQUIRED ${name}_corpus
+    ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1")
+endfunction()
+
+tp_fuzz_target(fuzz_gguf SOURCES ${PROJECT_SOURCE_DIR}/model/gguf.c DEPENDS ${PROJECT_SOURCE_DIR}/model/gguf.h)
+tp_fuzz_target(fuzz_safetensors SOURCES ${PROJECT_SOURCE_DIR}/model/safetensors.c
+               DEPENDS ${PROJECT_SOURCE_DIR}/model/safetensors.h)
+tp_fuzz_target(fuzz_hf_json SOURCES ${PROJECT_SOURCE_DIR}/model/hf_config.c ${PROJECT_SOURCE_DIR}/model/safetensors.c
+               DEPENDS ${PROJECT_SOURCE_DIR}/model/safetensors.h ${PROJECT_SOURCE_DIR}/model/tsrc_impl.h)
 
 # `tpserve synth --type q4_k_m` then `tpserve info`: llama.cpp's per-tensor mix on a small shape
 # whose rows are whole 256-value super-blocks (4 layers: Q6_K attn_v / ffn_down on layers 2 and 3,

@@ -16,6 +16,17 @@
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
+void tp_fuzz_put(struct tp_fuzz_buf *b, const void *p, size_t n)
+{
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->b = realloc(b->b, b->cap);
+        if (!b->b) abort();
+    }
+    memcpy(b->b + b->n, p, n);
+    b->n += n;
+}
+
 uint64_t tp_fuzz_rand(void)
 {
     g_rng ^= g_rng << 13;

@@ -33,6 +33,14 @@ struct tp_fuzz_target {
     int (*check)(uint8_t *const *seeds, const size_t *sizes, int n_seeds);
 };
 
+/* A growing byte buffer for building seeds (b: malloc'd, owned by the caller). */
+struct tp_fuzz_buf {
+    uint8_t *b;
+    size_t n, cap;
+};
+/* Append n bytes of p (aborts when out of memory: a test driver). */
+void tp_fuzz_put(struct tp_fuzz_buf *b, const void *p, size_t n);
+
 /* xorshift64, fixed start: runs are repeatable. */
 uint64_t tp_fuzz_rand(void);
 

@@ -84,30 +84,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #include "common/common.h"
 #include "fuzz_driver.h"
 
-struct buf {
-    uint8_t *b;
-    size_t n, cap;
-};
-static void put(struct buf *b, const void *p, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->b = realloc(b->b, b->cap);
-        if (!b->b) abort();
-    }
-    memcpy(b->b + b->n, p, n);
-    b->n += n;
-}
-static void u32(struct buf *b, uint32_t v) { put(b, &v, 4); }
-static void u64(struct buf *b, uint64_t v) { put(b, &v, 8); }
-static void str(struct buf *b, const char *s)
+static void u32(struct tp_fuzz_buf *b, uint32_t v) { tp_fuzz_put(b, &v, 4); }
+static void u64(struct tp_fuzz_buf *b, uint64_t v) { tp_fuzz_put(b, &v, 8); }
+static void str(struct tp_fuzz_buf *b, const char *s)
 {
     u64(b, strlen(s));
-    put(b, s, strlen(s));
+    tp_fuzz_put(b, s, strlen(s));
 }
 
 /* variant 0: valid; 1..: one field corrupted */
-static void seed(struct buf *b, int variant)
+static void seed(struct tp_fuzz_buf *b, int variant)
 {
     b->n = 0;
     u32(b, variant == 1 ? 0x12345678u : 0x46554747u);
@@ -122,17 +108,17 @@ static void seed(struct buf *b, int variant)
     u32(b, variant == 3 ? 24 : 32);
     str(b, "t.u8");
     u32(b, 0);
-    put(b, "\x07", 1);
+    tp_fuzz_put(b, "\x07", 1);
     str(b, "t.i16");
     u32(b, 3);
-    put(b, "\xff\xff", 2);
+    tp_fuzz_put(b, "\xff\xff", 2);
     str(b, "t.u64");
     u32(b, 10);
     u64(b, variant == 4 ? UINT64_MAX : 42);
     str(b, "t.f64");
     u32(b, 12);
     double d = 2.5;
-    put(b, &d, 8);
+    tp_fuzz_put(b, &d, 8);
     str(b, "t.strs");
     u32(b, 9);
     u32(b, 8);
@@ -145,7 +131,7 @@ static void seed(struct buf *b, int variant)
     u32(b, 6);
     u64(b, variant == 5 ? 1000000 : 2);
     float f[2] = {1.0f, -1.0f};
-    put(b, f, 8);
+    tp_fuzz_put(b, f, 8);
     str(b, "w");
     u32(b, 2);
     u64(b, 32);
@@ -157,8 +143,8 @@ static void seed(struct buf *b, int variant)
     u64(b, variant == 7 ? (1ull << 62) : 4);
     u32(b, 0);
     u64(b, variant == 8 ? 8 : 96);
-    while (b->n % 32) put(b, "", 1);
-    for (int i = 0; i < 96 + 16; i++) put(b, &(uint8_t){(uint8_t)i}, 1);
+    while (b->n % 32) tp_fuzz_put(b, "", 1);
+    for (int i = 0; i < 96 + 16; i++) tp_fuzz_put(b, &(uint8_t){(uint8_t)i}, 1);
     if (variant == 9) b->n -= 5;
 }
 #define N_SEEDS 10
@@ -186,7 +172,7 @@ static void mutate(uint8_t *p, size_t *n, size_t cap)
 
 static uint8_t *seed_bytes(int i, size_t *n)
 {
-    struct buf b = {0};
+    struct tp_fuzz_buf b = {0};
     seed(&b, i);
     *n = b.n;
     return b.b;

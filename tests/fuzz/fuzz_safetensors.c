@@ -67,21 +67,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #include "common/common.h"
 #include "fuzz_driver.h"
 
-struct buf {
-    uint8_t *b;
-    size_t n, cap;
-};
-static void put(struct buf *b, const void *p, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->b = realloc(b->b, b->cap);
-        if (!b->b) abort();
-    }
-    memcpy(b->b + b->n, p, n);
-    b->n += n;
-}
-
 /* variant 0: valid; 1..: one corruption each */
 static const char *const k_headers[] = {
     /* 0 valid */
@@ -109,15 +94,15 @@ static const char *const k_headers[] = {
 };
 #define N_SEEDS 9 /* + variant 8: header length past the end */
 
-static void seed(struct buf *b, int variant)
+static void seed(struct tp_fuzz_buf *b, int variant)
 {
     b->n = 0;
     const char *h = k_headers[variant < 8 ? variant : 0];
     uint64_t len = strlen(h);
     uint64_t hl = variant == 8 ? len + 1000 : len;
-    put(b, &hl, 8);
-    put(b, h, (size_t)len);
-    for (int i = 0; i < 64; i++) put(b, &(uint8_t){(uint8_t)(i * 7)}, 1);
+    tp_fuzz_put(b, &hl, 8);
+    tp_fuzz_put(b, h, (size_t)len);
+    for (int i = 0; i < 64; i++) tp_fuzz_put(b, &(uint8_t){(uint8_t)(i * 7)}, 1);
 }
 
 /* Byte mutations plus JSON-aware ones: digits and punctuation swapped in. */
@@ -157,7 +142,7 @@ static void mutate(uint8_t *p, size_t *n, size_t cap)
 
 static uint8_t *seed_bytes(int i, size_t *n)
 {
-    struct buf b = {0};
+    struct tp_fuzz_buf b = {0};
     seed(&b, i);
     *n = b.n;
     return b.b;
