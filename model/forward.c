@@ -35,7 +35,10 @@ static void mm(const struct tp_wmat *w, const uint8_t *xq, size_t xq_stride, int
         tp_kern_matmul_mlx(w->type, w->data, w->row_bytes, &g, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
         return;
     }
-    tp_kern_matmul(w->type, w->data, w->row_bytes, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
+    if (w->x16) /* Q4_0 re-laid 16 rows at a time (repack.c) */
+        tp_kern_matmul_x16(w->data, w->row_bytes, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
+    else
+        tp_kern_matmul(w->type, w->data, w->row_bytes, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
 }
 
 /* Row r of w as w->cols floats (token embedding lookup). */
@@ -374,6 +377,38 @@ void tp_model_seq_truncate(tp_model_t *m, int seq, int from_pos)
 {
     if (!m || !m->seq_len || seq < 0 || seq >= m->n_seq || from_pos < 0) return;
     if (from_pos < m->seq_len[seq]) m->seq_len[seq] = from_pos;
+}
+
+enum tp_status tp_model_kv_copy(tp_model_t *m, int dst_seq, int src_seq, int n_pos)
+{
+    if (!m) return TP_ERR_INVALID_ARG;
+    if (!m->seq_len || !m->k_cache || !m->v_cache)
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "KV copy: the model has no KV cache (vocab-only load)");
+    if (dst_seq < 0 || dst_seq >= m->n_seq || src_seq < 0 || src_seq >= m->n_seq)
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "KV copy from sequence %d to %d: slots are 0..%d",
+                              src_seq, dst_seq, m->n_seq - 1);
+    if (dst_seq == src_seq)
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "KV copy: source and destination are both sequence %d",
+                              src_seq);
+    if (n_pos < 0 || n_pos > m->n_ctx)
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "KV copy of %d positions: want 0..%d (the context size)",
+                              n_pos, m->n_ctx);
+    if (n_pos > m->seq_len[src_seq])
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG,
+                              "KV copy of %d positions from sequence %d, which holds only %d", n_pos, src_seq,
+                              m->seq_len[src_seq]);
+    /* layout (n_layer, n_seq, n_ctx, kv_dim): one contiguous run per layer and cache */
+    const size_t elem = m->kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t run_bytes = (size_t)n_pos * (size_t)m->kv_dim * elem;
+    const size_t seq_bytes = (size_t)m->n_ctx * (size_t)m->kv_dim * elem;
+    for (int l = 0; l < m->hp.n_layer && run_bytes > 0; l++) {
+        const size_t layer = (size_t)l * (size_t)m->n_seq * seq_bytes;
+        char *k = (char *)m->k_cache + layer, *v = (char *)m->v_cache + layer;
+        memcpy(k + (size_t)dst_seq * seq_bytes, k + (size_t)src_seq * seq_bytes, run_bytes);
+        memcpy(v + (size_t)dst_seq * seq_bytes, v + (size_t)src_seq * seq_bytes, run_bytes);
+    }
+    m->seq_len[dst_seq] = n_pos;
+    return TP_OK;
 }
 
 void tp_model_get_stats(const tp_model_t *m, struct tp_model_stats *out)

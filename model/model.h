@@ -162,6 +162,8 @@ struct tp_model_config {
     const struct tp_model_shard *shard; /* NULL: the whole model */
     int vocab_only;          /* load metadata + tokenizer, no weights */
     int kv_f16;              /* KV cache in fp16 (half the memory, ~1e-3 relative error); 0: f32 */
+    int keep_layout;         /* 1: keep Q4_0 matrices row-major as in the file; 0 (default): re-lay them
+                              * 16 rows at a time where this CPU's kernels are faster on that (x16) */
     /* Progress while reading weights: bytes done of bytes needed. May be NULL. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
@@ -284,6 +286,17 @@ struct tp_batch {
 enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *batch, float *out);
 /* Forget positions >= from_pos of sequence seq (from_pos 0: clear it). */
 void tp_model_seq_truncate(tp_model_t *m, int seq, int from_pos);
+/*
+ * Prefix sharing between sequence slots: copy positions [0, n_pos) of every
+ * layer's K and V of src_seq into dst_seq (this rank's KV heads only; under
+ * tensor parallelism every rank copies its own slice), after which dst_seq
+ * holds exactly n_pos positions (whatever it held before is forgotten) and
+ * continues at position n_pos.  Bit-exact (f32 or f16 cache alike).
+ * TP_ERR_INVALID_ARG with the reason in tp_model_last_error: a seq id out of
+ * [0, n_seq), dst_seq == src_seq, n_pos < 0 or > n_ctx, or n_pos beyond
+ * what src_seq holds.  n_pos 0 just clears dst_seq.  Allocates nothing.
+ */
+enum tp_status tp_model_kv_copy(tp_model_t *m, int dst_seq, int src_seq, int n_pos);
 
 /* Per-call timing (for compute vs communication accounting). */
 struct tp_model_stats {

@@ -261,7 +261,11 @@ const struct tp_hparams *tp_parallel_hparams(const tp_parallel_t *p);
 /*
  * One engine step, rank 0 only.  Every rank first truncates the sequences in
  * clear_seq (cancelled or finished; positions >= clear_from[i], usually 0),
- * then runs batch.  logits receives n_vocab floats (the FULL vocabulary)
+ * then copies, in list order, positions [0, copy_len[i]) of sequence
+ * copy_src[i] into sequence copy_dst[i] (prefix sharing between slots,
+ * tp_model_kv_copy on every rank's slice), then runs batch.  A copy reads the
+ * source as it is after the clears and the earlier copies of the list.
+ * n_copy 0 (a zero-initialised step): no copies, exactly the old step.  logits receives n_vocab floats (the FULL vocabulary)
  * per token with batch.logits[i] != 0, in batch order.  Allocates nothing.
  * On a comm failure the engine is poisoned: this and every later call
  * return the error (TP_ERR_PEER / TP_ERR_TIMEOUT / TP_ERR_POISONED).
@@ -269,8 +273,12 @@ const struct tp_hparams *tp_parallel_hparams(const tp_parallel_t *p);
 struct tp_step {
     struct tp_batch batch;
     int n_clear;
-    const int32_t *clear_seq;
-    const int32_t *clear_from;
+    const int32_t *clear_seq;  /* (n_clear) */
+    const int32_t *clear_from; /* (n_clear) */
+    int n_copy;                /* 0..n_seq; each within [0, n_seq), dst != src, len 0..n_ctx */
+    const int32_t *copy_dst;   /* (n_copy) */
+    const int32_t *copy_src;   /* (n_copy) */
+    const int32_t *copy_len;   /* (n_copy) */
 };
 enum tp_status tp_parallel_step(tp_parallel_t *p, const struct tp_step *step, float *logits);
 

@@ -3,12 +3,17 @@
  *
  * Rank 0 drives.  It broadcasts a fixed 256-byte header of 64 little-endian
  * int32:
- *   [0] magic 'TPSP'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
+ *   [0] magic 'TPS2'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
  *   [2] step number   [3] n_tokens  [4] n_clear  [5] body inline (0/1)
- *   [6] k of RUN_TOPK
- *   [8..63] the body when it fits (56 words), else a second broadcast.
- * Body (int32): token[n] pos[n] seq[n] want_logits[n] clear_seq[c] clear_from[c].
- * Every rank then truncates the cleared sequences and runs the forward pass
+ *   [6] k of RUN_TOPK [7] collect stats after the step  [8] n_copy
+ *   [9..63] the body when it fits (55 words), else a second broadcast.
+ * Body (int32): token[n] pos[n] seq[n] want_logits[n] clear_seq[c] clear_from[c]
+ *               copy_dst[k] copy_src[k] copy_len[k].
+ * (Version 1, magic 'TPSP', had no copy list; a worker of the other version
+ * refuses the header as malformed.)  Workers check every count and every
+ * entry of the lists before using them.
+ * Every rank then truncates the cleared sequences, applies the KV copies in
+ * list order (prefix sharing between slots) and runs the forward pass
  * on its slice (two all_sums per layer through the wire hook); logits rows
  * of each rank's vocabulary range are gathered to rank 0 (padded to the
  * largest range, in chunks), or only each rank's (max, index) pair for the
@@ -232,9 +237,14 @@ static enum tp_status gather_topk(tp_parallel_t *p, int n_out, int k, struct tp_
 /* Run a step whose header is in p->hdr and body in body (every rank). */
 static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, const struct step_out *out, uint64_t *ns_comm)
 {
-    const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4];
+    const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4], nc = p->hdr[HDR_N_COPY];
     const int32_t *cs = body + 4 * n, *cf = body + 4 * n + c;
+    const int32_t *cd = body + 4 * n + 2 * c, *csrc = cd + nc, *cl = cd + 2 * nc;
     for (int i = 0; i < c; i++) tp_model_seq_truncate(p->model, cs[i], cf[i]);
+    for (int i = 0; i < nc; i++) {
+        enum tp_status st = tp_model_kv_copy(p->model, cd[i], csrc[i], cl[i]);
+        if (st != TP_OK) return st; /* same verdict on every rank: same state, same list */
+    }
     if (n == 0) return TP_OK;
     /* want_logits travels as int32; the model wants int8 flags */
     struct tp_batch b = {n, body, body + n, body + 2 * n, p->want};
@@ -258,6 +268,12 @@ static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, const stru
         return TP_OK;
     }
     return gather_logits(p, n_out, out->logits, ns_comm);
+}
+
+/* One KV copy entry is within bounds (rank 0 before sending, workers on receipt). */
+static int copy_ok(const tp_parallel_t *p, int32_t dst, int32_t src, int32_t len)
+{
+    return dst >= 0 && dst < p->n_seq && src >= 0 && src < p->n_seq && dst != src && len >= 0 && len <= p->n_ctx;
 }
 
 /* Rank 0: check a step before anything is sent (a bad step must not desync the group). */
@@ -285,6 +301,17 @@ static enum tp_status check_step(tp_parallel_t *p, const struct tp_step *s)
         if (s->clear_seq[i] < 0 || s->clear_seq[i] >= p->n_seq || s->clear_from[i] < 0)
             return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step clears sequence %d from %d: out of range",
                                   s->clear_seq[i], s->clear_from[i]);
+    if (s->n_copy < 0 || s->n_copy > p->n_seq)
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step has %d KV copies; at most %d (one per slot)",
+                              s->n_copy, p->n_seq);
+    if (s->n_copy > 0 && (!s->copy_dst || !s->copy_src || !s->copy_len))
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step copy list has a NULL array");
+    for (int i = 0; i < s->n_copy; i++)
+        if (!copy_ok(p, s->copy_dst[i], s->copy_src[i], s->copy_len[i]))
+            return tp_error_force(&p->err, TP_ERR_INVALID_ARG,
+                                  "step copies %d positions from sequence %d to %d: out of range (%d slots, ctx %d, "
+                                  "source and destination must differ)",
+                                  s->copy_len[i], s->copy_src[i], s->copy_dst[i], p->n_seq, p->n_ctx);
     return TP_OK;
 }
 
@@ -351,14 +378,15 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
     struct tp_comm_stats c0, c1;
     if (p->comm) tp_comm_get_stats(p->comm, &c0);
 
-    const int n = s ? s->batch.n_tokens : 0, c = s ? s->n_clear : 0;
+    const int n = s ? s->batch.n_tokens : 0, c = s ? s->n_clear : 0, nc = s ? s->n_copy : 0;
     memset(p->hdr, 0, sizeof p->hdr);
     p->hdr[0] = STEP_MAGIC;
     p->hdr[1] = kind;
     p->hdr[2] = (int32_t)++p->step_no;
     p->hdr[3] = n;
     p->hdr[4] = c;
-    const int words = 4 * n + 2 * c;
+    p->hdr[HDR_N_COPY] = nc;
+    const int words = 4 * n + 2 * c + 3 * nc;
     int32_t *body = words <= HDR_INLINE_MAX ? p->hdr + HDR_INLINE_AT : p->body;
     p->hdr[5] = words <= HDR_INLINE_MAX;
     p->hdr[6] = k;
@@ -372,6 +400,11 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
     for (int i = 0; i < c; i++) {
         body[4 * n + i] = s->clear_seq[i];
         body[4 * n + c + i] = s->clear_from[i];
+    }
+    for (int i = 0; i < nc; i++) {
+        body[4 * n + 2 * c + i] = s->copy_dst[i];
+        body[4 * n + 2 * c + nc + i] = s->copy_src[i];
+        body[4 * n + 2 * c + 2 * nc + i] = s->copy_len[i];
     }
     if (p->comm) {
         if ((st = bcast_timed(p, p->hdr, HDR_WORDS, &ns_comm)) != TP_OK) return step_fail(p, st, "step broadcast");
@@ -458,13 +491,16 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
         enum tp_status st = tp_comm_broadcast(p->comm, p->hdr, HDR_WORDS, TP_DTYPE_I32, 0);
         if (st != TP_OK) return step_fail(p, st, "waiting for the next step from rank 0");
         uint64_t t0 = tp_now_ns();
-        const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4];
+        const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4], nc = p->hdr[HDR_N_COPY];
+        const int words = 4 * n + 2 * c + 3 * nc;
         if (p->hdr[0] != STEP_MAGIC || kind < STEP_RUN_LOGITS || kind > STEP_RUN_TOPK || n < 0 || n > p->n_batch ||
-            c < 0 || c > p->n_seq || (kind == STEP_RUN_TOPK && (p->hdr[6] < 1 || p->hdr[6] > TP_PARALLEL_TOPK_MAX))) {
+            c < 0 || c > p->n_seq || nc < 0 || nc > p->n_seq ||
+            (p->hdr[5] && words > HDR_INLINE_MAX) ||
+            (kind == STEP_RUN_TOPK && (p->hdr[6] < 1 || p->hdr[6] > TP_PARALLEL_TOPK_MAX))) {
             tp_error_force(&p->err, TP_ERR_PROTOCOL,
-                           "rank %d: malformed step header from rank 0 (magic %08x kind %d n_tokens %d n_clear %d); "
-                           "are all ranks the same tpserve version with the same --batch/--n-seq?",
-                           p->rank, (unsigned)p->hdr[0], kind, n, c);
+                           "rank %d: malformed step header from rank 0 (magic %08x kind %d n_tokens %d n_clear %d "
+                           "n_copy %d); are all ranks the same tpserve version with the same --batch/--n-seq?",
+                           p->rank, (unsigned)p->hdr[0], kind, n, c, nc);
             atomic_store(&p->poisoned, 1);
             tp_comm_abort(p->comm, "parallel: malformed step header");
             return TP_ERR_PROTOCOL;
@@ -474,7 +510,6 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
             tp_log(TP_LOG_DEBUG, TP_PARALLEL_MODULE, "rank %d: shutdown from rank 0", p->rank);
             return TP_OK;
         }
-        const int words = 4 * n + 2 * c;
         const int32_t *body = p->hdr + HDR_INLINE_AT;
         if (!p->hdr[5]) {
             if ((st = bcast_timed(p, p->body, (size_t)words, &ns_comm)) != TP_OK)
@@ -492,6 +527,13 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
                 if (sq < 0 || sq >= p->n_seq || from < 0) {
                     tp_comm_abort(p->comm, "parallel: bad clear list");
                     return step_fail(p, TP_ERR_PROTOCOL, "step clear list");
+                }
+            }
+            for (int i = 0; i < nc; i++) {
+                const int32_t *cp = body + 4 * n + 2 * c + i;
+                if (!copy_ok(p, cp[0], cp[nc], cp[2 * nc])) {
+                    tp_comm_abort(p->comm, "parallel: bad KV copy list");
+                    return step_fail(p, TP_ERR_PROTOCOL, "step KV copy list");
                 }
             }
             static const struct step_out none = {NULL, NULL, NULL, NULL, NULL};

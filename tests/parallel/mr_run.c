@@ -88,7 +88,7 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
     int32_t tok[8] = {1, 5, 9, 14, 1, 7, 3}, pos[8] = {0, 1, 2, 3, 0, 1, 2}, seq[8] = {0, 0, 0, 0, 1, 1, 1};
     int8_t want[8] = {0, 0, 0, 1, 0, 0, 1};
     int32_t clear_seq[1] = {1}, clear_from[1] = {0};
-    struct tp_step st = {{7, tok, pos, seq, want}, 0, clear_seq, clear_from};
+    struct tp_step st = {{7, tok, pos, seq, want}, 0, clear_seq, clear_from, 0, NULL, NULL, NULL};
     int p0 = 4, p1 = 3, rc = 0;
     int32_t ids[2];
     struct tp_parallel_cand top[16];
