@@ -195,7 +195,7 @@ static void log_done(struct tp_server *s, const struct tp_req *r, int status)
     if (r->n_toks > 1 && r->t_done_ns > r->t_first_ns)
         tps = (double)(r->n_toks - 1) / ((double)(r->t_done_ns - r->t_first_ns) / 1e9);
     tp_http_log_request(s, r->id, r->chat ? "/v1/chat/completions" : "/v1/completions", status, r->n_prompt,
-                        r->n_toks, ttft, tps);
+                        r->n_cached, r->n_toks, ttft, tps);
     if (tps > 0) tp_metrics_tokens_per_s(s->metrics, tps);
 }
 

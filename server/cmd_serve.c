@@ -84,7 +84,7 @@ int tp_cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL, *tmpl = NULL;
     const char *log_format = "text", *alias = NULL, *shard_weights = NULL, *comm_dtype = "f32", *kv_type = "f16";
-    int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64;
+    int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64, share_min = 32;
     uint64_t max_body = 1u << 20;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
@@ -96,6 +96,10 @@ int tp_cmd_serve(int argc, char **argv)
          1 << 16},
         {"prefill-chunk", 0, TP_OPT_INT, &chunk, "N",
          "prompt tokens per step while other sequences generate (default 64; 0: --batch-size)", 0, 1 << 16},
+        {"prefix-share-min", 0, TP_OPT_INT, &share_min, "N",
+         "copy a prompt prefix held in another slot's KV cache when it saves at least N more tokens than the "
+         "slot's own cache (default 32; 0: off)",
+         0, 1 << 20},
         {"api-key", 0, TP_OPT_STRING, &api_key, "KEY", "require 'Authorization: Bearer KEY'", 0, 0},
         {"api-key-file", 0, TP_OPT_STRING, &api_key_file, "FILE", "read the API key from FILE", 0, 0},
         {"max-body", 0, TP_OPT_U64, &max_body, "BYTES", "largest request body (default 1048576)", 0, 0},
@@ -172,6 +176,7 @@ int tp_cmd_serve(int argc, char **argv)
         sc.log_json = strcmp(log_format, "json") == 0;
         sc.n_batch = pc.model.n_batch;
         sc.prefill_chunk = chunk;
+        sc.prefix_share_min = share_min;
         if (tp_server_init(&sc, &srv, &err) != TP_OK) {
             free(key_buf);
             return tp_cli_fail("serve", "%s", err.msg);

@@ -5,6 +5,8 @@
  * Each step the thread
  *   1. admits queued requests into free slots (the slot's KV sequence is
  *      cleared in that step's descriptor) and drops cancelled requests;
+ *      a prompt prefix already in a slot's KV cache is not prefilled again
+ *      (see admit(): the slot's own cache, or a copy from another slot's);
  *   2. builds one batch: one decode token for every generating slot first,
  *      then prefill chunks of the prompts still being read, up to n_batch
  *      tokens, so a long prompt is fed in pieces between decode steps and
@@ -62,6 +64,9 @@ struct tp_engine {
     int8_t *b_logits;               /* (n_batch) */
     int *row_slot;                  /* (n_parallel) logits row -> slot */
     int32_t clear_seq[256], clear_from[256];
+    /* KV copies decided by admit(), in admission order, sent with the next step */
+    int32_t copy_dst[256], copy_src[256], copy_len[256];
+    int n_copy;
     float *logits;                  /* (n_parallel, n_vocab) */
     int32_t *ids;                   /* (n_parallel) argmax per row of a greedy step */
     char scratch[1024];
@@ -242,12 +247,50 @@ static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
         double ttft = r->t_first_ns ? (double)(r->t_first_ns - r->t_submit_ns) / 1e9 : 0;
         double gen_s = r->n_toks > 1 ? (double)(tp_now_ns() - r->t_first_ns) / 1e9 : 0;
         tp_metrics_finished(e->metrics, r->n_prompt, r->n_toks, ttft, r->n_toks > 1 ? gen_s / (r->n_toks - 1) : -1);
+        tp_metrics_prompt_cached(e->metrics, r->n_cached);
     }
     req_finish(e, r, f, 500, "out of memory while generating");
     s->req = NULL;
 }
 
-/* mu held: move queued requests into free slots; drop cancelled ones. */
+/* Slot i is the source of a KV copy that the next step makes (mu held):
+ * it may not be cleared or overwritten before then. */
+static int copy_source_pending(const struct tp_engine *e, int i)
+{
+    for (int k = 0; k < e->n_copy; k++)
+        if (e->copy_src[k] == i) return 1;
+    return 0;
+}
+
+/* Positions of slot c whose K/V the cache really holds and that equal
+ * prompt[0..l): hist[0..n_hist) of a free slot; of a busy one only what was
+ * already fed and computed (admission runs between steps, when every fed
+ * position -- n_hist == n_past, n_fed while prefilling -- has been computed;
+ * the min keeps that true should admission ever move).  A slot admitted
+ * earlier in this round counts its kept prefix: its clear starts at that
+ * length and its own copy (if any) comes earlier in the copy list. */
+static int slot_prefix(const struct slot *c, const int32_t *prompt, int n_prompt)
+{
+    int have = c->req ? TP_MIN(c->n_hist, c->n_past) : c->n_hist;
+    int l = 0, lim = TP_MIN(have, n_prompt);
+    while (l < lim && c->hist[l] == prompt[l]) l++;
+    return l;
+}
+
+/* mu held: move queued requests into free slots; drop cancelled ones.
+ *
+ * Prompt cache: a request takes the free slot whose KV cache holds the
+ * longest prefix of its prompt (multi-turn chats resend the conversation).
+ * Prefix sharing: if another slot (busy or free) holds a prefix at least
+ * prefix_share_min tokens longer, the next step copies those positions into
+ * the chosen slot (tp_step copy list: after the clears, before the batch, on
+ * every rank) and prefill starts after them.  Rules that keep the copy
+ * sound: a copy's source never is the slot being cleared (a slot with a
+ * pending outgoing copy is not admitted into in this round), the source
+ * length never exceeds its kept prefix (which its clear leaves intact), and
+ * copies run in admission order (a source admitted earlier in this round
+ * already got its own copy).  Either way the prompt's last token is fed
+ * again: it gives the logits. */
 static void admit(struct tp_engine *e)
 {
     for (int i = 0; i < e->cfg.n_parallel; i++) {
@@ -259,7 +302,7 @@ static void admit(struct tp_engine *e)
     }
     for (;;) {
         int n_free = 0;
-        for (int i = 0; i < e->cfg.n_parallel; i++) n_free += e->slots[i].req == NULL;
+        for (int i = 0; i < e->cfg.n_parallel; i++) n_free += e->slots[i].req == NULL && !copy_source_pending(e, i);
         if (n_free == 0 || e->q_len == 0) break;
         struct tp_req *r = NULL;
         while (e->q_len > 0 && !r) {
@@ -272,22 +315,34 @@ static void admit(struct tp_engine *e)
             }
         }
         if (!r) break;
-        /* prompt cache: the free slot whose KV cache holds the longest prefix
-         * of this prompt (multi-turn chats resend the conversation) */
+        /* prompt cache: the free slot whose KV cache holds the longest prefix */
         struct slot *s = NULL;
-        int best = -1;
+        int best = -1, si = -1;
         for (int i = 0; i < e->cfg.n_parallel; i++) {
             struct slot *c = &e->slots[i];
-            if (c->req) continue;
-            int l = 0, lim = TP_MIN(c->n_hist, r->n_prompt);
-            while (l < lim && c->hist[l] == r->prompt[l]) l++;
+            if (c->req || copy_source_pending(e, i)) continue;
+            int l = slot_prefix(c, r->prompt, r->n_prompt);
             if (l > best) {
                 best = l;
                 s = c;
+                si = i;
             }
         }
         /* at least the prompt's last token is fed again: it gives the logits */
         int keep = TP_MIN(best, r->n_prompt - 1);
+        /* prefix sharing: a longer prefix in another slot's cache */
+        int src = -1, shared = keep;
+        if (e->cfg.prefix_share_min > 0) {
+            for (int i = 0; i < e->cfg.n_parallel; i++) {
+                if (i == si) continue;
+                int l = TP_MIN(slot_prefix(&e->slots[i], r->prompt, r->n_prompt), r->n_prompt - 1);
+                if (l > shared) {
+                    shared = l;
+                    src = i;
+                }
+            }
+            if (src >= 0 && shared - keep < e->cfg.prefix_share_min) src = -1;
+        }
         struct tp_sampler_params sp = tp_sampler_default_params();
         sp.temperature = r->params.temperature;
         sp.top_k = r->params.top_k;
@@ -311,6 +366,15 @@ static void admit(struct tp_engine *e)
         (void)tp_detok_push(s->detok, r->prompt[r->n_prompt - 1], e->scratch, sizeof e->scratch);
         (void)tp_detok_flush(s->detok, e->scratch, sizeof e->scratch);
         for (int k = 0; k < r->n_prompt; k++) tp_sampler_accept(s->sampler, r->prompt[k]);
+        if (src >= 0) {
+            e->copy_dst[e->n_copy] = si;
+            e->copy_src[e->n_copy] = src;
+            e->copy_len[e->n_copy++] = shared;
+            memcpy(s->hist, r->prompt, (size_t)shared * sizeof(int32_t));
+            tp_log(TP_LOG_DEBUG, "server", "%s: slot %d reuses %d prompt tokens of its own cache, copies %d from slot %d",
+                   r->id, si, keep, shared, src);
+            keep = shared;
+        }
         s->req = r;
         s->text.len = 0;
         s->released = 0;
@@ -325,11 +389,21 @@ static void admit(struct tp_engine *e)
     }
 }
 
-/* Build the step; returns the number of tokens (0: nothing to do). mu held. */
+/* Build the step; returns the number of tokens (0: nothing to do). mu held.
+ * Every slot admitted since the last step gets its clear here, and the copy
+ * list admit() made goes with it, whatever the token budget: a copy must run
+ * in the step right after its admission round, before its source can change. */
 static int build_step(struct tp_engine *e, struct tp_step *st)
 {
     int n = 0, n_clear = 0, n_rows = 0;
     int budget = e->cfg.n_batch;
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->fresh) continue;
+        e->clear_seq[n_clear] = i;
+        e->clear_from[n_clear++] = s->clear_from;
+        s->fresh = 0;
+    }
     /* decode tokens first: running streams never wait behind a prefill */
     for (int i = 0; i < e->cfg.n_parallel; i++) {
         struct slot *s = &e->slots[i];
@@ -351,11 +425,6 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
     for (int i = 0; i < e->cfg.n_parallel && budget > 0; i++) {
         struct slot *s = &e->slots[i];
         if (!s->req || s->n_fed >= s->req->n_prompt) continue;
-        if (s->fresh) {
-            e->clear_seq[n_clear] = i;
-            e->clear_from[n_clear++] = s->clear_from;
-            s->fresh = 0;
-        }
         int chunk = TP_MIN(budget, s->req->n_prompt - s->n_fed);
         for (int k = 0; k < chunk; k++) {
             e->b_tok[n] = s->req->prompt[s->n_fed + k];
@@ -383,6 +452,11 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
     st->n_clear = n_clear;
     st->clear_seq = e->clear_seq;
     st->clear_from = e->clear_from;
+    st->n_copy = e->n_copy;
+    st->copy_dst = e->copy_dst;
+    st->copy_src = e->copy_src;
+    st->copy_len = e->copy_len;
+    e->n_copy = 0;
     return n;
 }
 
@@ -473,7 +547,7 @@ static void *engine_main(void *arg)
         admit(e);
         struct tp_step st;
         int n = build_step(e, &st);
-        if (n == 0) {
+        if (n == 0 && st.n_clear == 0 && st.n_copy == 0) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1;

@@ -39,6 +39,7 @@ struct tp_server_config tp_server_default_config(void)
     c.conn_timeout_s = 60;
     c.n_batch = 256;
     c.prefill_chunk = 64;
+    c.prefix_share_min = 32;
     return c;
 }
 
@@ -114,17 +115,17 @@ int tp_http_client_gone(struct MHD_Connection *c)
     return 0;
 }
 
-void tp_http_log_request(struct tp_server *s, const char *id, const char *path, int status, int n_prompt, int n_gen,
-                         double ttft_s, double tps)
+void tp_http_log_request(struct tp_server *s, const char *id, const char *path, int status, int n_prompt,
+                         int n_cached, int n_gen, double ttft_s, double tps)
 {
     if (s->cfg.log_json)
         tp_log(TP_LOG_INFO, "http",
-               "{\"id\":\"%s\",\"path\":\"%s\",\"status\":%d,\"prompt_tokens\":%d,\"completion_tokens\":%d,"
-               "\"ttft_ms\":%.1f,\"tokens_per_s\":%.2f}",
-               id, path, status, n_prompt, n_gen, ttft_s * 1e3, tps);
+               "{\"id\":\"%s\",\"path\":\"%s\",\"status\":%d,\"prompt_tokens\":%d,\"cached_tokens\":%d,"
+               "\"completion_tokens\":%d,\"ttft_ms\":%.1f,\"tokens_per_s\":%.2f}",
+               id, path, status, n_prompt, n_cached, n_gen, ttft_s * 1e3, tps);
     else
-        tp_log(TP_LOG_INFO, "http", "%s %s status=%d prompt=%d gen=%d ttft=%.1fms %.2f tok/s", id, path, status,
-               n_prompt, n_gen, ttft_s * 1e3, tps);
+        tp_log(TP_LOG_INFO, "http", "%s %s status=%d prompt=%d cached=%d gen=%d ttft=%.1fms %.2f tok/s", id, path,
+               status, n_prompt, n_cached, n_gen, ttft_s * 1e3, tps);
 }
 
 /* ------------------------------------------------------------ small endpoints */
@@ -645,7 +646,8 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
     s->n_ctx = tp_model_n_ctx(m);
     s->n_vocab = tp_parallel_hparams(p)->n_vocab;
     struct tp_engine_config ec = {.n_parallel = s->cfg.n_parallel, .max_queue = s->cfg.max_queue,
-                                  .n_batch = s->cfg.n_batch, .prefill_chunk = s->cfg.prefill_chunk};
+                                  .n_batch = s->cfg.n_batch, .prefill_chunk = s->cfg.prefill_chunk,
+                                  .prefix_share_min = s->cfg.prefix_share_min};
     enum tp_status rc = tp_engine_init(&ec, p, s->metrics, &s->engine, err);
     if (rc != TP_OK) {
         tp_server_set_failed(s, err->msg);

@@ -42,8 +42,9 @@ enum MHD_Result tp_http_send_json(struct tp_server *s, struct MHD_Connection *c,
 enum MHD_Result tp_http_send_error(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e);
 /* Nonzero when the client closed its end of the connection. */
 int tp_http_client_gone(struct MHD_Connection *c);
-void tp_http_log_request(struct tp_server *s, const char *id, const char *path, int status, int n_prompt, int n_gen,
-                         double ttft_s, double tps);
+/* One line per finished request (text or JSON per --log-format); n_cached: prompt tokens not prefilled. */
+void tp_http_log_request(struct tp_server *s, const char *id, const char *path, int status, int n_prompt,
+                         int n_cached, int n_gen, double ttft_s, double tps);
 /* Encode text (special tokens parsed); *out malloc'd. Returns count or -1 with e. */
 int tp_server_tokenize(struct tp_server *s, const char *text, int add_bos, int32_t **out, struct tp_api_error *e);
 /* Append s[0..n) with invalid UTF-8 bytes replaced by U+FFFD. */

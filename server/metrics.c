@@ -3,7 +3,7 @@
  * the Prometheus text exposition format (0.0.4; checked with
  * `promtool check metrics` by tests/server when promtool is installed).
  *
- * Families: requests by HTTP status, prompt and generated tokens, the last
+ * Families: requests by HTTP status, prompt (and of those cached) and generated tokens, the last
  * request's decode rate, time to first token and time per output token
  * histograms, queue depth, active sequences, engine steps, and every rank's
  * communication / compute time and bytes sent (tp_parallel_get_rank_stats:
@@ -32,6 +32,7 @@ struct tp_metrics {
     pthread_mutex_t mu;
     uint64_t by_status[N_STATUS + 1]; /* last: other */
     uint64_t prompt_tokens, gen_tokens, finished;
+    uint64_t prompt_cached;          /* prompt tokens not prefilled (KV reuse, prefix sharing) */
     double last_tps;
     struct hist ttft, tpot;
 };
@@ -86,6 +87,14 @@ void tp_metrics_finished(struct tp_metrics *m, int n_prompt, int n_gen, double t
     pthread_mutex_unlock(&m->mu);
 }
 
+void tp_metrics_prompt_cached(struct tp_metrics *m, int n_cached)
+{
+    if (!m || n_cached <= 0) return;
+    pthread_mutex_lock(&m->mu);
+    m->prompt_cached += (uint64_t)n_cached;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void tp_metrics_tokens_per_s(struct tp_metrics *m, double tps)
 {
     if (!m) return;
@@ -126,6 +135,9 @@ int tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, s
     rc |= tp_buf_printf(o,
                         "# HELP tpserve_prompt_tokens_total Prompt tokens processed.\n"
                         "# TYPE tpserve_prompt_tokens_total counter\ntpserve_prompt_tokens_total %llu\n"
+                        "# HELP tpserve_prompt_tokens_cached_total Prompt tokens not prefilled: reused from the "
+                        "slot's KV cache or copied from another slot's (prefix sharing).\n"
+                        "# TYPE tpserve_prompt_tokens_cached_total counter\ntpserve_prompt_tokens_cached_total %llu\n"
                         "# HELP tpserve_generated_tokens_total Tokens generated.\n"
                         "# TYPE tpserve_generated_tokens_total counter\ntpserve_generated_tokens_total %llu\n"
                         "# HELP tpserve_completions_total Completions finished (stop or length).\n"
@@ -133,7 +145,8 @@ int tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, s
                         "# HELP tpserve_generation_tokens_per_second Decode rate of the last finished request.\n"
                         "# TYPE tpserve_generation_tokens_per_second gauge\n"
                         "tpserve_generation_tokens_per_second %.3f\n",
-                        (unsigned long long)m->prompt_tokens, (unsigned long long)m->gen_tokens,
+                        (unsigned long long)m->prompt_tokens, (unsigned long long)m->prompt_cached,
+                        (unsigned long long)m->gen_tokens,
                         (unsigned long long)m->finished, m->last_tps);
     rc |= hist_render(o, "tpserve_time_to_first_token_seconds", "Time from request to first generated token.",
                       &m->ttft, ttft_bounds, N_TTFT);

@@ -43,6 +43,8 @@ struct tp_server_config {
     unsigned conn_timeout_s;   /* idle connection timeout, default 60 */
     int n_batch;               /* max tokens per engine step (prefill chunk budget), default 256 */
     int prefill_chunk;         /* max prompt tokens per step while other sequences generate, default 64 */
+    int prefix_share_min;      /* copy a prompt prefix held in another slot's KV cache when it saves at least
+                                * this many tokens more than the chosen slot's own cache, default 32; 0: off */
 };
 struct tp_server_config tp_server_default_config(void);
 

@@ -141,6 +141,8 @@ struct tp_metrics *tp_metrics_new(void);
 void tp_metrics_free(struct tp_metrics *m);
 void tp_metrics_request(struct tp_metrics *m, int http_status);
 void tp_metrics_finished(struct tp_metrics *m, int n_prompt, int n_gen, double ttft_s, double tpot_s);
+/* Prompt tokens of a finished request that were not prefilled (KV cache reuse / prefix sharing). */
+void tp_metrics_prompt_cached(struct tp_metrics *m, int n_cached);
 void tp_metrics_tokens_per_s(struct tp_metrics *m, double tps);
 #define TP_METRICS_RANKS_MAX 64 /* per-rank series shown (larger groups: the first 64) */
 struct tp_metrics_gauges {
@@ -194,7 +196,8 @@ struct tp_req {
     int n_toks;
     struct tp_buf text;            /* released text */
     int n_prefilled;               /* prompt tokens processed so far */
-    int n_cached;                  /* prompt tokens reused from the slot's KV cache */
+    int n_cached;                  /* prompt tokens not prefilled: reused from the slot's own KV cache or
+                                    * copied from another slot's (prefix sharing) */
     uint64_t t_first_ns, t_done_ns;
     int refs;
     pthread_cond_t cond;           /* signalled on every change */
@@ -206,6 +209,8 @@ struct tp_engine_config {
     int max_queue;
     int n_batch;       /* max tokens per step */
     int prefill_chunk; /* max prompt tokens per step while others generate; 0: n_batch */
+    int prefix_share_min; /* copy a prompt prefix from another slot's KV cache when it is at least this
+                           * many tokens longer than the chosen slot's own; 0: no cross-slot sharing */
 };
 /* Starts the engine thread on p (not owned). */
 enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t *p, struct tp_metrics *metrics,
