@@ -7,6 +7,8 @@
  * Rank 0 generates greedily for two sequences in the same steps (so logits
  * gathers carry several rows), clears and restarts sequence 1 halfway (the
  * clear path), and records the tokens of sequence 0 and its final logits.
+ * With copy_restart, the halfway restart of sequence 1 is a KV copy of
+ * sequence 0 instead (the step's copy list: prefix sharing between slots).
  */
 #ifndef TP_TESTS_PARALLEL_MR_IMPL_H
 #define TP_TESTS_PARALLEL_MR_IMPL_H
@@ -37,6 +39,10 @@ struct mr_run {
     int kill_last_rank;         /* rank world-1 exits abruptly 300 ms after init (dead peer test) */
     const int32_t *force0;      /* non-NULL: after step s sequence 0 is fed force0[s] (teacher forcing)
                                  * instead of its own choice; tokens[] still records its argmax */
+    int copy_restart;           /* halfway, sequence 1 is cleared and gets a KV copy of every position
+                                 * sequence 0 holds, then is fed sequence 0's token at sequence 0's
+                                 * position (in the same step), so from then on it decodes what
+                                 * sequence 0 decodes */
     /* out */
     int exit_code[MR_MAX_RANKS]; /* 0 ok, 3 init refused, 4 step failed, -1 killed at the deadline */
     char msg[MR_MAX_RANKS][512];

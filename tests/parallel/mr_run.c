@@ -88,7 +88,8 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
     int32_t tok[8] = {1, 5, 9, 14, 1, 7, 3}, pos[8] = {0, 1, 2, 3, 0, 1, 2}, seq[8] = {0, 0, 0, 0, 1, 1, 1};
     int8_t want[8] = {0, 0, 0, 1, 0, 0, 1};
     int32_t clear_seq[1] = {1}, clear_from[1] = {0};
-    struct tp_step st = {{7, tok, pos, seq, want}, 0, clear_seq, clear_from, 0, NULL, NULL, NULL};
+    int32_t copy_dst[1] = {1}, copy_src[1] = {0}, copy_len[1] = {0};
+    struct tp_step st = {{7, tok, pos, seq, want}, 0, clear_seq, clear_from, 0, copy_dst, copy_src, copy_len};
     int p0 = 4, p1 = 3, rc = 0;
     int32_t ids[2];
     struct tp_parallel_cand top[16];
@@ -126,11 +127,18 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
         t1[s] = ids[1];
         /* next step: one token per sequence; halfway, restart sequence 1 from its prompt's first token */
         st.n_clear = 0;
+        st.n_copy = 0;
         tok[0] = r->force0 ? r->force0[s] : ids[0];
         pos[0] = p0++;
         seq[0] = 0;
         want[0] = 1;
-        if (s == r->n_steps / 2) {
+        if (s == r->n_steps / 2 && r->copy_restart) {
+            st.n_clear = 1;
+            st.n_copy = 1;
+            copy_len[0] = pos[0]; /* every position sequence 0 holds */
+            p1 = pos[0];
+            tok[1] = tok[0];
+        } else if (s == r->n_steps / 2) {
             st.n_clear = 1;
             p1 = 0;
             tok[1] = 1;

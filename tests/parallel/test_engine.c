@@ -104,6 +104,44 @@ static void test_world1_api(void)
     CU_ASSERT_EQUAL(tp_parallel_step(p, &only_clear, NULL), TP_OK);
     CU_ASSERT_EQUAL(tp_parallel_ping(p), TP_OK);
 
+    /* KV copy lists: out-of-range entries are refused before anything is sent; a copy of
+     * more positions than the source holds is refused by the model; neither poisons */
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_OK); /* seq 0 holds 3 positions */
+    int32_t cd[1] = {1}, cs[1] = {0}, cl[1] = {3};
+    struct tp_step cp = {{0, NULL, NULL, NULL, NULL}, 0, NULL, NULL, 1, cd, cs, cl};
+    const int n_ctx = tp_model_n_ctx(tp_parallel_model(p));
+    struct {
+        int n, d, s, l;
+    } bad[] = {{1, 2, 0, 3}, {1, -1, 0, 3}, {1, 1, 2, 3}, {1, 0, 0, 3}, {1, 1, 0, -1}, {1, 1, 0, n_ctx + 1},
+               {3, 1, 0, 3},  {-1, 1, 0, 3}};
+    for (size_t i = 0; i < TP_ARRAY_LEN(bad); i++) {
+        cp.n_copy = bad[i].n;
+        cd[0] = bad[i].d;
+        cs[0] = bad[i].s;
+        cl[0] = bad[i].l;
+        CU_ASSERT_EQUAL(tp_parallel_step(p, &cp, NULL), TP_ERR_INVALID_ARG);
+        CU_ASSERT(strstr(tp_parallel_last_error(p), "cop") != NULL);
+    }
+    cp.n_copy = 1;
+    cp.copy_len = NULL;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &cp, NULL), TP_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(tp_parallel_last_error(p), "NULL") != NULL);
+    cp.copy_len = cl;
+    cd[0] = 1;
+    cs[0] = 0;
+    cl[0] = 4; /* seq 0 holds only 3 */
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &cp, NULL), TP_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(tp_parallel_last_error(p), "holds only 3") != NULL);
+    CU_ASSERT_EQUAL(tp_parallel_is_poisoned(p), 0);
+    /* a good copy with a batch continuing the copy: seq 1 then gives seq 0's logits for the same token */
+    cl[0] = 3;
+    int32_t t2[2] = {7, 7}, p2[2] = {3, 3}, s2[2] = {0, 1};
+    int8_t w2[2] = {1, 1};
+    cp.batch = (struct tp_batch){2, t2, p2, s2, w2};
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &cp, logits), TP_OK);
+    CU_ASSERT_EQUAL(memcmp(logits, logits + V, (size_t)V * sizeof(float)), 0);
+    CU_ASSERT_EQUAL(tp_parallel_ping(p), TP_OK);
+
     struct tp_parallel_stats s;
     tp_parallel_get_stats(p, &s);
     CU_ASSERT(s.n_steps >= 3);
