@@ -50,6 +50,16 @@ typedef struct {
 #define TP_A8_S(row, n) ((const int32_t *)((const char *)(row) + (n) + (size_t)((n) / TP_QK) * 9 * sizeof(float)))
 #define TP_A8_KSHIFT(wt) ((wt) == TP_WTYPE_Q4_0 ? 3 : 7) /* K = 1 << kshift */
 
+/*
+ * Q4_0 "x16" (kernels.h): group g = rows 16g..16g+15 (a ragged last group
+ * repeats its last row) at g * 16 * row_bytes; in it block b at b * TP_X16_BLK:
+ *   uint16_t d[16]          fp16 scale of row L's block b
+ *   uint8_t  qs[4][16][4]   qs[k][L][i] = row L's Q4_0 qs[4k + i]
+ * A 64-byte load of qs[k] masked with 0x0F holds in 32-bit lane L row L's
+ * values 4k..4k+3, shifted right by 4 its values 16+4k..16+4k+3.
+ */
+#define TP_X16_BLK (16 * (int)sizeof(tp_blk_q4_0))
+
 _Static_assert(sizeof(tp_blk_q8_0) == 34, "Q8_0 block must be 34 bytes");
 _Static_assert(sizeof(tp_blk_q4_0) == 18, "Q4_0 block must be 18 bytes");
 
@@ -124,6 +134,7 @@ struct tp_kern_ops {
     const char *name;
     tp_kern_matmul_fn matmul[TP_WTYPE_COUNT]; /* NULL: fall back to scalar */
     tp_kern_mlx_fn mlx[TP_KERN_MLX_VARIANTS]; /* NULL: fall back to scalar */
+    tp_kern_matmul_fn matmul_q4_0_x16;        /* Q4_0 x16 layout; NULL: no native kernel (scalar) */
     tp_kern_quant_a8_fn quant_a8;             /* NULL: fall back to scalar */
     void (*quant_q8k)(const float *x, void *out, int64_t n); /* K-quant activations; NULL: tp_kq_quant_q8k
                                                                  (every version bit-identical to it) */
@@ -135,6 +146,7 @@ void tp_kern_scalar_ops(struct tp_kern_ops *ops);
 #if defined(__x86_64__) || defined(_M_X64)
 void tp_kern_avx2_ops(struct tp_kern_ops *ops);
 void tp_kern_avx512_ops(struct tp_kern_ops *ops);
+void tp_kern_x16_avx512_ops(struct tp_kern_ops *ops); /* kernels_x16_avx512.c */
 #endif
 #if defined(__aarch64__)
 void tp_kern_neon_ops(struct tp_kern_ops *ops);

@@ -34,6 +34,8 @@ struct tp_wmat {
     void *owned_sb;
     size_t sb_row_bytes;
     int sb_bf16;
+    int x16; /* Q4_0 re-laid 16 rows at a time (kernels.h "x16") into owned by tp_model_repack;
+              * row r is then NOT at data + r * row_bytes (tp_kern_unpack_x16_row) */
 };
 
 struct tp_layer {
@@ -149,5 +151,12 @@ void tp_op_swiglu(float *y, const float *g, const float *u, int n);
 /* Inverse frequencies for (theta, rope_dim) with the hparams' scaling; freq_factors
  * (rope_dim/2, may be NULL) divide them (llama.cpp rope_freqs.weight). */
 void tp_op_rope_freqs(float *inv_freq, const struct tp_hparams *hp, const float *freq_factors);
+
+/* ---- repack.c ---- */
+/* Re-lay this rank's Q4_0 matrices (layers and an untied output head; never
+ * the embedding, read by rows) in the kernels' x16 layout when the chosen
+ * ISA computes it natively, with m->pool; releases the row-major bytes.
+ * TP_ERR_NOMEM (message on m->err) if a matrix's new buffer cannot be had. */
+enum tp_status tp_model_repack(tp_model_t *m);
 
 #endif /* TP_MODEL_MODEL_IMPL_H */

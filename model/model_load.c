@@ -805,6 +805,7 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
         }
         m->n_threads = tp_pool_size(m->pool);
     }
+    if (!cfg->keep_layout) TP_CHECK_GOTO(tp_model_repack(m), rc, fail);
     TP_CHECK_GOTO(alloc_state(m), rc, fail);
     tp_log(TP_LOG_DEBUG, MODULE, "%s: %s, %d layers, embd %d, heads %d/%d, ff %d, vocab %d, %.1f MiB weights held",
            m->path, tp_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv, m->hp.n_ff,
