@@ -13,7 +13,12 @@
  * each with its ratio to the first level.  The wall-clock aggregate includes
  * every request's prefill: with --prompt-tokens 128 --gen-tokens 64 on a
  * CPU whose prefill is compute-bound, the C prompts' prefill bounds it no
- * matter how cheap a batched decode step is.  A benchmark, not a test.
+ * matter how cheap a batched decode step is.  --shared-prefix N makes the
+ * first N prompt tokens the same in every request (a common system prompt or
+ * document, like vLLM's benchmark --random-prefix-len): the rest stays
+ * distinct, and the mean cached_tokens the server reports per request shows
+ * how much prefill its prompt cache / prefix sharing saved.  A benchmark,
+ * not a test.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -71,6 +76,7 @@ struct bench_target {
 struct bench_result {
     int ok;
     int n_tokens;
+    int n_cached;             /* usage.prompt_tokens_details.cached_tokens (0 if absent) */
     double ttft_s, tpot_s;
 };
 
@@ -160,6 +166,8 @@ static int request(const struct bench_target *t, const char *path, const char *b
         if (br) {
             const char *u = strstr(buf, "\"completion_tokens\":");
             br->n_tokens = u ? atoi(u + 20) : 0;
+            const char *ct = strstr(buf, "\"cached_tokens\":");
+            br->n_cached = ct ? atoi(ct + 16) : 0;
             br->ttft_s = t_first >= 0 ? t_first - t0 : -1;
             br->tpot_s = (br->n_tokens > 1 && t_first >= 0) ? (t_last - t_first) / (br->n_tokens - 1) : -1;
             br->ok = u != NULL && strstr(buf, "data: [DONE]") != NULL && !strstr(buf, "data: {\"error\"");
@@ -178,6 +186,7 @@ struct level_ctx {
     const int32_t *ids;
     int n_ids;
     int prompt_tokens, gen_tokens, rounds, idx, level;
+    int shared_prefix;        /* first tokens identical in every request */
     struct bench_result *res; /* (rounds) */
     double t_end;
 };
@@ -186,7 +195,8 @@ static void *client_main(void *arg)
 {
     struct level_ctx *c = arg;
     /* each request its own prompt (rotations of the id pool, first token
-     * distinct), so neither batching nor the server's prompt cache shares work */
+     * after the shared prefix distinct), so neither batching nor the server's
+     * prompt cache shares work beyond --shared-prefix tokens */
     size_t cap = (size_t)c->prompt_tokens * 12 + 256;
     char **bodies = calloc((size_t)c->rounds, sizeof *bodies);
     for (int r = 0; r < c->rounds; r++) {
@@ -197,10 +207,12 @@ static void *client_main(void *arg)
         static unsigned counter;
         unsigned u = __atomic_fetch_add(&counter, 1u, __ATOMIC_RELAXED);
         int shift = c->idx * 7 + r * 131 + c->level * 977 + 1;
+        const int sp = c->shared_prefix;
         for (int i = 0; i < c->prompt_tokens; i++) {
-            int id = i == 0 ? c->ids[u % (unsigned)c->n_ids]
-                   : i == 1 ? c->ids[(u / (unsigned)c->n_ids) % (unsigned)c->n_ids]
-                            : c->ids[(i + shift) % c->n_ids];
+            int id = i < sp        ? c->ids[i % c->n_ids]
+                   : i == sp       ? c->ids[u % (unsigned)c->n_ids]
+                   : i == sp + 1   ? c->ids[(u / (unsigned)c->n_ids) % (unsigned)c->n_ids]
+                                   : c->ids[(i + shift) % c->n_ids];
             n += (size_t)snprintf(d + n, cap - n, "%s%d", i ? "," : "", id);
         }
         snprintf(d + n, cap - n,
@@ -236,12 +248,14 @@ static double median(double *v, int n)
 int tp_bench_serve(int argc, char **argv)
 {
     const char *url = "http://127.0.0.1:8080", *levels = "1,2,4,8", *api_key = NULL;
-    int prompt_tokens = 128, gen_tokens = 64, rounds = 2, json = 0;
+    int prompt_tokens = 128, gen_tokens = 64, rounds = 2, json = 0, shared_prefix = 0;
     const struct tp_opt opts[] = {
         {"url", 0, TP_OPT_STRING, &url, "URL", "server base URL (default http://127.0.0.1:8080)", 0, 0},
         {"concurrency", 0, TP_OPT_LIST, &levels, "N,N..", "concurrent clients per level (default 1,2,4,8)", 0, 0},
         {"prompt-tokens", 0, TP_OPT_INT, &prompt_tokens, "N", "prompt length in tokens (default 128)", 1, 1 << 20},
         {"gen-tokens", 0, TP_OPT_INT, &gen_tokens, "N", "tokens generated per request (default 64)", 1, 1 << 20},
+        {"shared-prefix", 0, TP_OPT_INT, &shared_prefix, "N",
+         "the first N prompt tokens are the same in every request (default 0; N < --prompt-tokens)", 0, 1 << 20},
         {"rounds", 0, TP_OPT_INT, &rounds, "N", "requests per client per level (default 2)", 1, 1000},
         {"api-key", 0, TP_OPT_STRING, &api_key, "KEY", "API key if the server wants one", 0, 0},
         {"json", 0, TP_OPT_FLAG, &json, NULL, "one JSON object per level instead of the table", 0, 0},
@@ -251,6 +265,11 @@ int tp_bench_serve(int argc, char **argv)
                           NULL, NULL);
     if (pr == 1) return 0;
     if (pr == 2) return 2;
+    if (shared_prefix >= prompt_tokens) {
+        fprintf(stderr, "tpserve bench serve: --shared-prefix %d: must be below --prompt-tokens %d\n", shared_prefix,
+                prompt_tokens);
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
     struct bench_target t;
     memset(&t, 0, sizeof t);
@@ -300,10 +319,11 @@ int tp_bench_serve(int argc, char **argv)
         return tp_cli_fail("bench serve", "/tokenize returned %d tokens; cannot build prompts", n_ids);
     }
     if (!json)
-        printf("tpserve bench serve: %s, prompt %d tokens, %d generated per request, %d rounds per client\n\n"
-               "%11s %12s %7s %14s %14s %16s %7s %7s\n",
-               url, prompt_tokens, gen_tokens, rounds, "concurrency", "agg tok/s", "x1", "TTFT med ms", "TPOT med ms",
-               "decode agg t/s", "x1", "errors");
+        printf("tpserve bench serve: %s, prompt %d tokens (shared prefix %d), %d generated per request, %d rounds per "
+               "client\n\n"
+               "%11s %12s %7s %14s %14s %16s %7s %11s %7s\n",
+               url, prompt_tokens, shared_prefix, gen_tokens, rounds, "concurrency", "agg tok/s", "x1", "TTFT med ms",
+               "TPOT med ms", "decode agg t/s", "x1", "cached/req", "errors");
     double base_agg = 0, base_dec = 0;
     for (int li = 0; li < n_levels; li++) {
         int c = conc[li];
@@ -317,6 +337,7 @@ int tp_bench_serve(int argc, char **argv)
         for (int i = 0; i < c; i++) {
             ctx[i] = (struct level_ctx){.t = &t, .gate = &gate, .ids = ids, .n_ids = n_ids,
                                         .prompt_tokens = prompt_tokens, .gen_tokens = gen_tokens, .rounds = rounds,
+                                        .shared_prefix = shared_prefix,
                                         .idx = i, .level = li, .res = res + (size_t)i * (size_t)rounds};
             pthread_create(&th[i], NULL, client_main, &ctx[i]);
         }
@@ -329,7 +350,7 @@ int tp_bench_serve(int argc, char **argv)
         pthread_mutex_destroy(&gate.mu);
         pthread_cond_destroy(&gate.cv);
         int total = c * rounds, errors = 0, n_ok = 0;
-        long gen = 0;
+        long gen = 0, cached = 0;
         double *ttft = calloc((size_t)total, sizeof(double)), *tpot = calloc((size_t)total, sizeof(double));
         int nt = 0, np = 0;
         for (int i = 0; i < total; i++) {
@@ -339,6 +360,7 @@ int tp_bench_serve(int argc, char **argv)
             }
             n_ok++;
             gen += res[i].n_tokens;
+            cached += res[i].n_cached;
             if (res[i].ttft_s >= 0) ttft[nt++] = res[i].ttft_s * 1e3;
             if (res[i].tpot_s >= 0) tpot[np++] = res[i].tpot_s * 1e3;
         }
@@ -350,13 +372,17 @@ int tp_bench_serve(int argc, char **argv)
             base_dec = dec;
         }
         double x_agg = base_agg > 0 ? agg / base_agg : 0, x_dec = base_dec > 0 ? dec / base_dec : 0;
+        double cached_req = n_ok > 0 ? (double)cached / n_ok : 0;
         if (json)
             printf("{\"concurrency\":%d,\"agg_tps\":%.2f,\"ttft_ms_median\":%.2f,\"tpot_ms_median\":%.3f,\"errors\":%d,"
                    "\"decode_agg_tps\":%.2f,\"agg_ratio\":%.3f,\"decode_agg_ratio\":%.3f,"
-                   "\"requests\":%d,\"prompt_tokens\":%d,\"gen_tokens\":%d}\n",
-                   c, agg, mt, mp, errors, dec, x_agg, x_dec, total, prompt_tokens, gen_tokens);
+                   "\"requests\":%d,\"prompt_tokens\":%d,\"shared_prefix\":%d,\"cached_tokens_mean\":%.1f,"
+                   "\"gen_tokens\":%d}\n",
+                   c, agg, mt, mp, errors, dec, x_agg, x_dec, total, prompt_tokens, shared_prefix, cached_req,
+                   gen_tokens);
         else
-            printf("%11d %12.2f %6.2fx %14.2f %14.3f %16.2f %6.2fx %7d\n", c, agg, x_agg, mt, mp, dec, x_dec, errors);
+            printf("%11d %12.2f %6.2fx %14.2f %14.3f %16.2f %6.2fx %11.1f %7d\n", c, agg, x_agg, mt, mp, dec, x_dec,
+                   cached_req, errors);
         fflush(stdout);
         free(ttft);
         free(tpot);
