@@ -8,9 +8,12 @@
  * generates exactly --gen-tokens tokens.  Reported per level: aggregate
  * generated tokens/sec (all tokens / wall time of the level), median time to
  * first token, median time per output token ((last - first chunk) / (n - 1))
- * and failed requests, and the decode-phase aggregate C / median TPOT (the
- * rate the engine produces tokens while C streams decode, prefill excluded),
- * each with its ratio to the first level.  The wall-clock aggregate includes
+ * and failed requests, the decode-phase aggregate C / median TPOT (a
+ * request's TPOT still holds the prefill chunks of requests admitted while
+ * it decodes) and the steady-state rate (tokens all C streams receive while
+ * every one of them is decoding and none has finished, per round: no
+ * prefill runs then; see steady_rate), each with its ratio to the first
+ * level.  The wall-clock aggregate includes
  * every request's prefill: with --prompt-tokens 128 --gen-tokens 64 on a
  * CPU whose prefill is compute-bound, the C prompts' prefill bounds it no
  * matter how cheap a batched decode step is.  --shared-prefix N makes the
@@ -78,6 +81,8 @@ struct bench_result {
     int n_tokens;
     int n_cached;             /* usage.prompt_tokens_details.cached_tokens (0 if absent) */
     double ttft_s, tpot_s;
+    double *t_tok;            /* arrival time of each non-empty text chunk (cap entries; caller's) */
+    int n_t, cap;
 };
 
 static int connect_to(const struct bench_target *t)
@@ -154,6 +159,7 @@ static int request(const struct bench_target *t, const char *path, const char *b
                 if (p[8] != '"') { /* non-empty text */
                     if (t_first < 0) t_first = now;
                     t_last = now;
+                    if (br->t_tok && br->n_t < br->cap) br->t_tok[br->n_t++] = now;
                 }
                 scanned = (size_t)(p - buf) + 8;
             }
@@ -223,7 +229,11 @@ static void *client_main(void *arg)
     }
     gate_wait(c->gate);
     for (int r = 0; r < c->rounds; r++) {
+        double *tt = c->res[r].t_tok;
+        int tcap = c->res[r].cap;
         memset(&c->res[r], 0, sizeof c->res[r]);
+        c->res[r].t_tok = tt;
+        c->res[r].cap = tcap;
         if (request(c->t, "/v1/completions", bodies[r], 600, NULL, &c->res[r]) != 0) c->res[r].ok = 0;
     }
     c->t_end = tp_now_s();
@@ -236,6 +246,42 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* Steady-state decode rate: for each round, the window in which every
+ * client's request of that round is past its first token and none has
+ * finished ([latest first token, earliest last token]; no prefill of that
+ * round runs then, and no client has started its next request), and the
+ * text chunks all of them received in it; total chunks / total window time
+ * over the rounds.  0 when no round has a window holding at least two
+ * chunks per client (streams too staggered to ever all decode together). */
+static double steady_rate(const struct bench_result *res, int c, int rounds)
+{
+    double win = 0;
+    long n = 0;
+    for (int r = 0; r < rounds; r++) {
+        double lo = -1, hi = 1e300;
+        int ok = 1;
+        for (int i = 0; i < c; i++) {
+            const struct bench_result *b = &res[(size_t)i * (size_t)rounds + (size_t)r];
+            if (!b->ok || b->n_t < 2) {
+                ok = 0;
+                break;
+            }
+            if (b->t_tok[0] > lo) lo = b->t_tok[0];
+            if (b->t_tok[b->n_t - 1] < hi) hi = b->t_tok[b->n_t - 1];
+        }
+        if (!ok || hi <= lo) continue;
+        long k = 0;
+        for (int i = 0; i < c; i++) {
+            const struct bench_result *b = &res[(size_t)i * (size_t)rounds + (size_t)r];
+            for (int t = 0; t < b->n_t; t++) k += b->t_tok[t] > lo && b->t_tok[t] <= hi;
+        }
+        if (k < 2L * c) continue;
+        win += hi - lo;
+        n += k;
+    }
+    return win > 0 ? (double)n / win : 0;
 }
 
 static double median(double *v, int n)
@@ -321,10 +367,10 @@ int tp_bench_serve(int argc, char **argv)
     if (!json)
         printf("tpserve bench serve: %s, prompt %d tokens (shared prefix %d), %d generated per request, %d rounds per "
                "client\n\n"
-               "%11s %12s %7s %14s %14s %16s %7s %11s %7s\n",
+               "%11s %12s %7s %14s %14s %16s %7s %13s %7s %11s %7s\n",
                url, prompt_tokens, shared_prefix, gen_tokens, rounds, "concurrency", "agg tok/s", "x1", "TTFT med ms",
-               "TPOT med ms", "decode agg t/s", "x1", "cached/req", "errors");
-    double base_agg = 0, base_dec = 0;
+               "TPOT med ms", "decode agg t/s", "x1", "steady t/s", "x1", "cached/req", "errors");
+    double base_agg = 0, base_dec = 0, base_steady = 0;
     for (int li = 0; li < n_levels; li++) {
         int c = conc[li];
         struct gate gate;
@@ -334,6 +380,11 @@ int tp_bench_serve(int argc, char **argv)
         struct level_ctx *ctx = calloc((size_t)c, sizeof *ctx);
         pthread_t *th = calloc((size_t)c, sizeof *th);
         struct bench_result *res = calloc((size_t)c * (size_t)rounds, sizeof *res);
+        double *t_tok = calloc((size_t)c * (size_t)rounds * (size_t)(gen_tokens + 8), sizeof(double));
+        for (int i = 0; i < c * rounds; i++) {
+            res[i].t_tok = t_tok + (size_t)i * (size_t)(gen_tokens + 8);
+            res[i].cap = gen_tokens + 8;
+        }
         for (int i = 0; i < c; i++) {
             ctx[i] = (struct level_ctx){.t = &t, .gate = &gate, .ids = ids, .n_ids = n_ids,
                                         .prompt_tokens = prompt_tokens, .gen_tokens = gen_tokens, .rounds = rounds,
@@ -365,27 +416,31 @@ int tp_bench_serve(int argc, char **argv)
             if (res[i].tpot_s >= 0) tpot[np++] = res[i].tpot_s * 1e3;
         }
         double agg = t_end > t0 ? (double)gen / (t_end - t0) : 0;
+        double steady = steady_rate(res, c, rounds);
         double mt = median(ttft, nt), mp = median(tpot, np);
         double dec = mp > 0 ? 1000.0 * c / mp : 0;
         if (li == 0) {
             base_agg = agg;
             base_dec = dec;
+            base_steady = steady;
         }
         double x_agg = base_agg > 0 ? agg / base_agg : 0, x_dec = base_dec > 0 ? dec / base_dec : 0;
+        double x_steady = base_steady > 0 && steady > 0 ? steady / base_steady : 0;
         double cached_req = n_ok > 0 ? (double)cached / n_ok : 0;
         if (json)
             printf("{\"concurrency\":%d,\"agg_tps\":%.2f,\"ttft_ms_median\":%.2f,\"tpot_ms_median\":%.3f,\"errors\":%d,"
                    "\"decode_agg_tps\":%.2f,\"agg_ratio\":%.3f,\"decode_agg_ratio\":%.3f,"
                    "\"requests\":%d,\"prompt_tokens\":%d,\"shared_prefix\":%d,\"cached_tokens_mean\":%.1f,"
-                   "\"gen_tokens\":%d}\n",
+                   "\"gen_tokens\":%d,\"steady_agg_tps\":%.2f,\"steady_ratio\":%.3f}\n",
                    c, agg, mt, mp, errors, dec, x_agg, x_dec, total, prompt_tokens, shared_prefix, cached_req,
-                   gen_tokens);
+                   gen_tokens, steady, x_steady);
         else
-            printf("%11d %12.2f %6.2fx %14.2f %14.3f %16.2f %6.2fx %11.1f %7d\n", c, agg, x_agg, mt, mp, dec, x_dec,
-                   cached_req, errors);
+            printf("%11d %12.2f %6.2fx %14.2f %14.3f %16.2f %6.2fx %13.2f %6.2fx %11.1f %7d\n", c, agg, x_agg, mt, mp,
+                   dec, x_dec, steady, x_steady, cached_req, errors);
         fflush(stdout);
         free(ttft);
         free(tpot);
+        free(t_tok);
         free(res);
         free(th);
         free(ctx);
