@@ -14,7 +14,8 @@
  *     copy from R1's slot (or from each other's) explains it;
  *     tpserve_prompt_tokens_cached_total is the sum over the finished ones;
  *   - --prefix-share-min 0: cached_tokens is 0 for R2 (fresh slots, R1 busy),
- *     and R2 sent again reuses its own slot (n_prompt - 1 cached);
+ *     and R2 sent again reuses its own slot (n_prompt - 1 cached, also in a
+ *     stream's usage chunk);
  *   - R1 is checked to be still streaming when R2 and R3 have their answers
  *     (else the check of the busy source proved nothing), then cancelled.
  * The multirank suite runs the sharing-on case on 2 ranks (the copy travels
@@ -272,6 +273,19 @@ static void scenario(int world, int share)
         CU_ASSERT_PTR_NOT_NULL(again.text);
         if (again.text) CU_ASSERT_STRING_EQUAL(again.text, want[1]);
         free(again.text);
+        /* and the stream's usage chunk says so too */
+        char body[1024], expect[64];
+        snprintf(body, sizeof body,
+                 "{\"prompt\":\"%s\",\"max_tokens\":4,\"temperature\":0,\"stream\":true,"
+                 "\"stream_options\":{\"include_usage\":true}}",
+                 prompts[1]);
+        snprintf(expect, sizeof expect, "\"prompt_tokens_details\":{\"cached_tokens\":%d}", nids[1] - 1);
+        struct resp r;
+        CU_ASSERT_EQUAL_FATAL(http_post(s.port, "/v1/completions", body, &r), 0);
+        CU_ASSERT_EQUAL(r.status, 200);
+        if (!r.body || !strstr(r.body, expect)) fprintf(stderr, "stream lacks %s: %s\n", expect, r.body ? r.body : "");
+        CU_ASSERT_PTR_NOT_NULL(r.body ? strstr(r.body, expect) : NULL);
+        resp_free(&r);
     }
     for (int i = 0; i < n_calls; i++) free(c[i].text);
     for (int i = 0; i < 3; i++) free(want[i]);
