@@ -4,7 +4,7 @@
  *
  * Knows comm/ and model/; nothing of HTTP.  Rank 0 drives: each step it
  * sends every rank one step descriptor (tokens, positions, sequences,
- * cleared sequences); all ranks run the forward pass on their slice with two
+ * cleared sequences, KV copies between sequences); all ranks run the forward pass on their slice with two
  * all_sums per layer; rank 0 gets the logits.  Other ranks sit in
  * tp_parallel_worker_loop() until rank 0 shuts the group down or a peer
  * fails.  A world of size 1 is the plain single-rank engine (no comm).
