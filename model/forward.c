@@ -108,18 +108,12 @@ static void attn_pair(tp_model_t *m, int t, int h, float *sc)
     size_t base = (((size_t)m->cur_layer * m->n_seq + (size_t)s) * (size_t)m->n_ctx) * m->kv_dim + (size_t)kvh * hd;
     float scale = 1.0f / sqrtf((float)hd);
     float *o = m->att + (size_t)t * m->q_dim + (size_t)h * hd;
-    memset(o, 0, (size_t)hd * sizeof(float));
-    if (m->kv_f16) {
-        const uint16_t *kc = (const uint16_t *)m->k_cache + base, *vc = (const uint16_t *)m->v_cache + base;
-        for (int j = 0; j <= p; j++) sc[j] = tp_op_dot_f16(q, kc + (size_t)j * m->kv_dim, hd) * scale;
-        tp_op_softmax(sc, p + 1);
-        for (int j = 0; j <= p; j++) tp_op_axpy_f16(o, sc[j], vc + (size_t)j * m->kv_dim, hd);
-    } else {
-        const float *kc = (const float *)m->k_cache + base, *vc = (const float *)m->v_cache + base;
-        for (int j = 0; j <= p; j++) sc[j] = tp_op_dot(q, kc + (size_t)j * m->kv_dim, hd) * scale;
-        tp_op_softmax(sc, p + 1);
-        for (int j = 0; j <= p; j++) tp_op_axpy(o, sc[j], vc + (size_t)j * m->kv_dim, hd);
-    }
+    if (m->kv_f16)
+        tp_op_attn_head(q, (const uint16_t *)m->k_cache + base, (const uint16_t *)m->v_cache + base, m->kv_dim, 1, p + 1,
+                        hd, scale, sc, o);
+    else
+        tp_op_attn_head(q, (const float *)m->k_cache + base, (const float *)m->v_cache + base, m->kv_dim, 0, p + 1, hd,
+                        scale, sc, o);
 }
 
 /* Bias, q/k norm, RoPE and the KV-cache store for every token of the whole

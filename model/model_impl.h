@@ -148,6 +148,14 @@ void tp_op_rope_cs(float *cs, const float *inv_freq, int rope_dim, int pos);
 void tp_op_softmax(float *x, int n);
 /* y[i] = silu(g[i]) * u[i]. */
 void tp_op_swiglu(float *y, const float *g, const float *u, int n);
+/* attn.c: one query head q[hd] over n cached positions: kc / vc row j at
+ * (element) j * kv_stride, fp16 (f16 = 1) or f32; sc: n floats of scratch
+ * (the probabilities on return); o[hd] = softmax(q.k_j * scale) . v (overwritten). */
+void tp_op_attn_head(const float *q, const void *kc, const void *vc, size_t kv_stride, int f16, int n, int hd,
+                     float scale, float *sc, float *o);
+/* the reference (per-position dot / axpy), for tests */
+void tp_op_attn_head_ref(const float *q, const void *kc, const void *vc, size_t kv_stride, int f16, int n, int hd,
+                         float scale, float *sc, float *o);
 /* Inverse frequencies for (theta, rope_dim) with the hparams' scaling; freq_factors
  * (rope_dim/2, may be NULL) divide them (llama.cpp rope_freqs.weight). */
 void tp_op_rope_freqs(float *inv_freq, const struct tp_hparams *hp, const float *freq_factors);
