@@ -30,6 +30,7 @@ struct bk_job {
     const void *xq;
     size_t xrb;
     int n_tok;
+    int x16; /* Q4_0 in the 16-row layout (kernels.h) */
     float *y;
 };
 
@@ -37,16 +38,24 @@ static void bk_matmul(void *ctx, int ith, int nth)
 {
     struct bk_job *j = ctx;
     int64_t r0, r1;
+    if (j->x16) { /* whole 16-row groups per thread, as the forward pass claims them */
+        tp_split_range((j->rows + 15) / 16, ith, nth, &r0, &r1);
+        r0 *= 16;
+        r1 = TP_MIN(r1 * 16, j->rows);
+        tp_kern_matmul_x16(j->w, j->wrb, j->cols, j->xq, j->xrb, j->n_tok, j->y, j->rows, r0, r1);
+        return;
+    }
     tp_split_range(j->rows, ith, nth, &r0, &r1);
     tp_kern_matmul(j->t, j->w, j->wrb, j->cols, j->xq, j->xrb, j->n_tok, j->y, j->rows, r0, r1);
 }
 
 int tp_bench_kernels(int argc, char **argv)
 {
-    const char *types = "q4_0,q8_0,f16,bf16,f32", *isa = NULL, *batch = "2,4,8,16";
+    const char *types = "q4_0,q4_0x16,q8_0,f16,bf16,f32", *isa = NULL, *batch = "2,4,8,16";
     int rows = 2048, cols = 5632, tokens = 128, threads = 2, reps = 5, mb = 256, json = 0;
     const struct tp_opt opts[] = {
-        {"type", 0, TP_OPT_LIST, &types, "LIST", "weight types (default q4_0,q8_0,f16,bf16,f32)", 0, 0},
+        {"type", 0, TP_OPT_LIST, &types, "LIST", "weight types (default q4_0,q4_0x16,q8_0,f16,bf16,f32; q4_0x16: Q4_0 re-laid 16 rows at a time as the model "
+         "does where the CPU has an x16 kernel)", 0, 0},
         {"rows", 0, TP_OPT_INT, &rows, "N", "matrix rows (default 2048)", 1, 1 << 20},
         {"cols", 0, TP_OPT_INT, &cols, "N", "matrix columns, a multiple of 256 (default 5632)", 256, 1 << 20},
         {"tokens", 'p', TP_OPT_INT, &tokens, "N", "prefill tokens (default 128; 0 skips prefill)", 0, 4096},
@@ -87,11 +96,17 @@ int tp_bench_kernels(int argc, char **argv)
         }
     }
     enum tp_wtype tlist[16];
+    int x16list[16] = {0};
     int nt = 0;
     {
         char buf[256];
         snprintf(buf, sizeof buf, "%s", types);
         for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if (nt < 16 && strcmp(tok, "q4_0x16") == 0) {
+                tlist[nt] = TP_WTYPE_Q4_0;
+                x16list[nt++] = 1;
+                continue;
+            }
             if (nt == 16 || tp_wtype_parse(tok, &tlist[nt]) != TP_OK || !tp_wtype_supported(tlist[nt]) ||
                 tp_kern_act_row_bytes(tlist[nt], cols) == 0) {
                 fprintf(stderr, "tpserve bench kernels: --type '%s' is not a supported weight type\n", tok);
@@ -128,7 +143,7 @@ int tp_bench_kernels(int argc, char **argv)
     if (!json) {
         printf("kernels: ISA %s, matrix %d x %d, prefill %d tokens, best of %d\n", tp_kern_isa(), rows, cols, tokens,
                reps);
-        printf("%-7s %-6s %10s %12s %10s %12s %12s\n", "threads", "type", "MB/matrix", "decode GB/s", "of stream",
+        printf("%-7s %-7s %10s %12s %10s %12s %12s\n", "threads", "type", "MB/matrix", "decode GB/s", "of stream",
                "decode us", "prefill GOP/s");
     }
     for (int th = 1; th <= threads; th++) {
@@ -144,11 +159,11 @@ int tp_bench_kernels(int argc, char **argv)
         if (json)
             printf("{\"bench\":\"kernels\",\"threads\":%d,\"type\":\"stream\",\"gbs\":%.2f}\n", th, stream_gbs);
         else
-            printf("%-7d %-6s %10.1f %12.2f %10s %12s %12s\n", th, "stream", (double)stream_bytes / 1e6, stream_gbs,
+            printf("%-7d %-7s %10.1f %12.2f %10s %12s %12s\n", th, "stream", (double)stream_bytes / 1e6, stream_gbs,
                    "1.00", "-", "-");
         for (int k = 0; k < nt; k++) {
             enum tp_wtype t = tlist[k];
-            size_t wrb = tp_kern_row_bytes(t, cols), mat = wrb * (size_t)rows;
+            size_t wrb = tp_kern_row_bytes(t, cols), mat = x16list[k] ? tp_kern_x16_bytes(rows, wrb) : wrb * (size_t)rows;
             int copies = (int)((stream_bytes + mat - 1) / mat);
             if (copies < 2) copies = 2;
             tp_aligned_free(wall);
@@ -161,10 +176,16 @@ int tp_bench_kernels(int argc, char **argv)
                 for (int i = 0; i < cols; i++) wf[i] = x[(size_t)(r % (tokens + 1)) * cols + (size_t)((i * 7 + r) % cols)];
                 tp_kern_quantize(t, wf, wall + (size_t)r * wrb, cols);
             }
+            if (x16list[k]) { /* re-lay copy 0 through copy 1's space, then back */
+                tp_kern_repack_x16(wall, wrb, rows, wall + mat, 0, (rows + 15) / 16);
+                memcpy(wall, wall + mat, mat);
+            }
             for (int c = 1; c < copies; c++) memcpy(wall + (size_t)c * mat, wall, mat);
             size_t xrb = tp_kern_act_row_bytes(t, cols);
             for (int i = 0; i <= max_tok; i++) tp_kern_prepare_act(t, x + (size_t)i * cols, (char *)xq + (size_t)i * xrb, cols);
-            struct bk_job job = {.t = t, .wrb = wrb, .rows = rows, .cols = cols, .xq = xq, .xrb = xrb, .y = y, .n_tok = 1};
+            struct bk_job job = {.t = t, .wrb = wrb, .rows = rows, .cols = cols, .xq = xq, .xrb = xrb, .y = y, .n_tok = 1,
+                                 .x16 = x16list[k]};
+            const char *tname = x16list[k] ? "q4_0x16" : tp_wtype_name(t);
             double best = 1e30;
             for (int r = 0; r < reps + 1; r++) {
                 double t0 = tp_now_s();
@@ -193,13 +214,13 @@ int tp_bench_kernels(int argc, char **argv)
                 printf("{\"bench\":\"kernels\",\"isa\":\"%s\",\"threads\":%d,\"type\":\"%s\",\"rows\":%d,\"cols\":%d,"
                        "\"decode_gbs\":%.2f,\"stream_gbs\":%.2f,\"bw_fraction\":%.3f,\"decode_us\":%.1f,"
                        "\"pp_tokens\":%d,\"pp_gops\":%.1f}\n",
-                       tp_kern_isa(), th, tp_wtype_name(t), rows, cols, dec_gbs, stream_gbs, dec_gbs / stream_gbs,
+                       tp_kern_isa(), th, tname, rows, cols, dec_gbs, stream_gbs, dec_gbs / stream_gbs,
                        dec_us, tokens, pp_gops);
             else
-                printf("%-7d %-6s %10.1f %12.2f %10.2f %12.1f %12.1f\n", th, tp_wtype_name(t), (double)mat / 1e6,
+                printf("%-7d %-7s %10.1f %12.2f %10.2f %12.1f %12.1f\n", th, tname, (double)mat / 1e6,
                        dec_gbs, dec_gbs / stream_gbs, dec_us, pp_gops);
             /* small batches: weights from memory, as one decode step of n_tok sequences */
-            if (!json && nbl > 0) printf("%-7d %-6s batch (us per matrix, x the n_tok=1 time):", th, tp_wtype_name(t));
+            if (!json && nbl > 0) printf("%-7d %-7s batch (us per matrix, x the n_tok=1 time):", th, tname);
             for (int bi = 0; bi < nbl; bi++) {
                 job.n_tok = blist[bi];
                 double bbest = 1e30;
@@ -216,7 +237,7 @@ int tp_bench_kernels(int argc, char **argv)
                 if (json)
                     printf("{\"bench\":\"kernels_batch\",\"isa\":\"%s\",\"threads\":%d,\"type\":\"%s\",\"n_tok\":%d,"
                            "\"us\":%.1f,\"x_decode\":%.2f,\"gops\":%.1f}\n",
-                           tp_kern_isa(), th, tp_wtype_name(t), blist[bi], bbest * 1e6, bbest / best, gops);
+                           tp_kern_isa(), th, tname, blist[bi], bbest * 1e6, bbest / best, gops);
                 else
                     printf(" %d: %.0f (%.2fx)", blist[bi], bbest * 1e6, bbest / best);
             }
