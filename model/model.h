@@ -320,6 +320,8 @@ struct tp_sampler_params {
     int penalty_last_n;       /* history window for penalties; -1: all */
     uint64_t seed;            /* same seed, same choices */
     int n_logprobs;           /* top alternatives to report (0..20) */
+    int no_logprob;           /* 1: skip the chosen token's log-softmax (res.logprob = 0): a pass with
+                               * exp over the vocabulary per token that a caller not reporting it can save */
 };
 struct tp_sampler_params tp_sampler_default_params(void);
 

@@ -273,6 +273,9 @@ static int32_t argmax(const float *v, int n)
 static void fill_logprobs(tp_sampler_t *s, const float *logits, struct tp_sample_result *res)
 {
     int n = s->n_vocab;
+    res->logprob = 0.0f;
+    res->n_top = 0;
+    if (s->p.no_logprob && s->p.n_logprobs <= 0) return;
     float mx = logits[argmax(logits, n)];
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += (double)expf(logits[i] - mx);

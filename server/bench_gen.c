@@ -102,24 +102,46 @@ static void gen_reset(struct gen_ctx *g) { g->reset = 1; }
 
 /*
  * --seqs: `steps` decode steps of k sequences at once (slots 0..k-1, one
- * token each per step, as continuous batching runs them), from empty caches,
- * each sequence fed its own argmax.  ids[k] hold the first tokens and get the
- * last.  *sec = elapsed time of the steps.
+ * token each per step, as continuous batching runs them), each sequence fed
+ * its own argmax, from empty caches or (--seqs-ctx) after each sequence was
+ * prefilled with ctx tokens of prompt[n_prompt] (untimed, n_batch tokens per
+ * call), so the steps attend over ctx.. positions as a server's do.  ids[k]
+ * hold the first tokens and get the last.  *sec = elapsed time of the steps.
  */
-static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int32_t *ids, int32_t *clear, double *sec)
+static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, const int32_t *prompt, int n_prompt,
+                                int n_batch, int32_t *ids, int32_t *clear, double *sec)
 {
     for (int i = 0; i < k; i++) clear[i] = i;
     static const int32_t zeros[64] = {0};
+    int n_clear = k; /* with the first step */
+    for (int i = 0; i < k && ctx > 0; i++) {
+        for (int p0 = 0; p0 < ctx; p0 += n_batch) {
+            const int n = TP_MIN(n_batch, ctx - p0);
+            for (int j = 0; j < n; j++) {
+                g->tok[j] = prompt[(p0 + j) % n_prompt];
+                g->pos[j] = p0 + j;
+                g->seq[j] = i;
+                g->want[j] = j == n - 1;
+            }
+            struct tp_batch b = {.n_tokens = n, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
+            struct tp_step st = {b, n_clear, clear, zeros, 0, NULL, NULL, NULL};
+            int32_t last;
+            enum tp_status rc = tp_parallel_step_greedy(g->par, &st, &last, NULL);
+            if (rc != TP_OK) return rc;
+            n_clear = 0;
+        }
+    }
     double t0 = tp_now_s();
     for (int s = 0; s < steps; s++) {
         for (int i = 0; i < k; i++) {
             g->tok[i] = ids[i];
-            g->pos[i] = s;
+            g->pos[i] = ctx + s;
             g->seq[i] = i;
             g->want[i] = 1;
         }
         struct tp_batch b = {.n_tokens = k, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
-        struct tp_step st = {b, s == 0 ? k : 0, clear, zeros, 0, NULL, NULL, NULL};
+        struct tp_step st = {b, n_clear, clear, zeros, 0, NULL, NULL, NULL};
+        n_clear = 0;
         enum tp_status rc = tp_parallel_step_greedy(g->par, &st, ids, NULL);
         if (rc != TP_OK) return rc;
     }
@@ -183,6 +205,7 @@ int tp_bench_gen(int argc, char **argv)
     const char *path = NULL;
     int p = 128, n = 64, threads = 0, reps = 3, json = 0, bw_mib = 1024, bw_passes = 4;
     const char *shard_weights = NULL, *comm_dtype = "f32", *kv_type = "f16", *seqs = NULL;
+    int seqs_ctx = 0;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &path, "FILE", "model (GGUF)", 0, 0},
         {"prompt-tokens", 'p', TP_OPT_INT, &p, "P", "prefill length (default 128; 0 skips prefill)", 0, 65536},
@@ -192,6 +215,8 @@ int tp_bench_gen(int argc, char **argv)
         {"bw-mib", 0, TP_OPT_INT, &bw_mib, "MIB", "buffer of each bandwidth probe (default 1024)", 64, 1 << 20},
         {"bw-passes", 0, TP_OPT_INT, &bw_passes, "K", "reads of the buffer per probe, mean reported (default 4)", 1, 100},
         {"seqs", 0, TP_OPT_LIST, &seqs, "K,K,..", "also time decode steps of K sequences at once (1..64, one token each)", 0, 0},
+        {"seqs-ctx", 0, TP_OPT_INT, &seqs_ctx, "C",
+         "--seqs steps start after C cached tokens per sequence (prefilled untimed; default 0: empty caches)", 0, 65536},
         {"json", 0, TP_OPT_FLAG, &json, NULL, "print one JSON object", 0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..", "under launch/mpirun: share per rank", 0, 0},
         {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 on the wire", 0, 0},
@@ -273,7 +298,7 @@ int tp_bench_gen(int argc, char **argv)
     mc->n_threads = threads;
     mc->n_seq = kmax;
     mc->n_batch = TP_MAX(TP_MAX(p, 1), kmax);
-    mc->n_ctx = TP_MAX(p, n) + 8;
+    mc->n_ctx = TP_MAX(p, n + seqs_ctx) + 8;
     struct tp_error err = {0};
     double t_load = tp_now_s();
     if (tp_parallel_init(&pcfg, &g.par, &err) != TP_OK) {
@@ -375,7 +400,7 @@ int tp_bench_gen(int argc, char **argv)
             for (int ki = 0; ki < nk; ki++) {
                 for (int i = 0; i < klist[ki]; i++) ids[i] = prompt[i % nb];
                 double sec = 0.0;
-                if (gen_multi(&g, klist[ki], n, ids, clear, &sec) != TP_OK) {
+                if (gen_multi(&g, klist[ki], n, seqs_ctx, prompt, nb, nb, ids, clear, &sec) != TP_OK) {
                     tp_cli_fail("bench gen", "batched decode failed: %s", tp_parallel_last_error(g.par));
                     free(ks);
                     goto out;
@@ -464,7 +489,12 @@ int tp_bench_gen(int argc, char **argv)
             printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
                    tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms, bpt_sent);
         if (nk > 0) {
-            printf("decode steps of k sequences (one token each, %d steps from empty caches, median of %d):\n", n, reps);
+            if (seqs_ctx > 0)
+                printf("decode steps of k sequences (one token each, %d steps after %d cached tokens each, median of %d):\n",
+                       n, seqs_ctx, reps);
+            else
+                printf("decode steps of k sequences (one token each, %d steps from empty caches, median of %d):\n", n,
+                       reps);
             printf("%-6s %10s %12s %12s\n", "seqs", "ms/step", "x 1 seq", "agg t/s");
             for (int ki = 0; ki < nk; ki++) {
                 printf("%-6d %10.2f ", klist[ki], k_ms[ki]);

@@ -353,6 +353,7 @@ static void admit(struct tp_engine *e)
         sp.frequency_penalty = r->params.frequency_penalty;
         sp.seed = r->seed;
         sp.n_logprobs = r->params.logprobs ? r->params.top_logprobs : 0;
+        sp.no_logprob = !r->params.logprobs; /* saves an exp pass over the vocabulary per token */
         tp_sampler_free(s->sampler);
         s->sampler = NULL;
         if (tp_sampler_init(&sp, e->n_vocab, &s->sampler) != TP_OK) {

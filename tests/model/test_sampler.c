@@ -359,6 +359,22 @@ static void test_logprobs(void)
     CU_ASSERT_DOUBLE_EQUAL(r.top[0].logprob, 3.0 - lse, 1e-5);
     CU_ASSERT_DOUBLE_EQUAL(r.top[2].logprob, 2.5 - lse, 1e-5);
     tp_sampler_free(s);
+    /* no_logprob: the same choice, no log-softmax pass (0), unless top alternatives are asked for */
+    p.n_logprobs = 0;
+    p.no_logprob = 1;
+    s = mk(p, 6);
+    tp_sampler_accept(s, 1);
+    CU_ASSERT_EQUAL_FATAL(tp_sampler_sample(s, l, &r), TP_OK);
+    CU_ASSERT_EQUAL(r.id, 3);
+    CU_ASSERT_EQUAL(r.logprob, 0.0f);
+    CU_ASSERT_EQUAL(r.n_top, 0);
+    tp_sampler_free(s);
+    p.n_logprobs = 1;
+    s = mk(p, 6);
+    CU_ASSERT_EQUAL_FATAL(tp_sampler_sample(s, l, &r), TP_OK);
+    CU_ASSERT_DOUBLE_EQUAL(r.logprob, 3.0 - lse, 1e-5);
+    CU_ASSERT_EQUAL(r.n_top, 1);
+    tp_sampler_free(s);
 }
 
 static void test_invalid(void)
