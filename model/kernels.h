@@ -13,7 +13,8 @@
  * thread-safe except the tp_kern_force_* test hooks.
  *
  * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (tp_wtype_supported),
- * and the MLX affine types through tp_kern_matmul_mlx (below).
+ * the MLX affine types through tp_kern_matmul_mlx, and Q4_0 re-laid 16 rows
+ * at a time ("x16") through tp_kern_matmul_x16 (both below).
  * Decode (n_tok = 1) streams each weight row once; prefill tiles rows x
  * tokens so an unpacked weight block serves several tokens; F32 with >= 8
  * tokens goes to BLAS sgemm (single-threaded) unless our AVX-512 tile is
