@@ -19,6 +19,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "model/kernels_a8pack_impl.h"
 #include "model/kernels_impl.h"
 
 #define XT "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
@@ -30,7 +31,7 @@
 #define X16_SLAB 64 /* blocks per slab when several passes reuse a chunk's weights */
 #define X16_SLAB_MAX 256
 #define X16_BROWS 128
-#define X16_PK (X16_BT * (TP_QK + 8)) /* packed block: qs[t][32], s[t], d[t] */
+#define X16_PK TP_A8PACK_BLK /* packed activation block (kernels_a8pack_impl.h) */
 
 XFN __m512i x16_bc32(const void *p)
 {
@@ -123,31 +124,14 @@ XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float 
     }
 }
 
-/* Activations of up to X16_BT tokens for nbs blocks from b0, packed per block;
- * tokens t >= T up to Tk repeat token T-1 (padding of a wider pass). */
-XFN void x16_pack(char *pk, const char *x, size_t xrb, int64_t n, int64_t b0, int nbs, int T, int Tk)
-{
-    const size_t soff = (size_t)n + (size_t)(n / TP_QK) * 9 * sizeof(int32_t); /* TP_A8_S */
-    for (int t = 0; t < Tk; t++) {
-        const char *row = x + (size_t)(t < T ? t : T - 1) * xrb;
-        for (int i = 0; i < nbs; i++) {
-            char *o = pk + (size_t)i * X16_PK;
-            const int64_t b = b0 + i;
-            _mm256_storeu_si256((__m256i *)(o + t * TP_QK), _mm256_loadu_si256((const __m256i *)(row + b * TP_QK)));
-            memcpy(o + X16_BT * TP_QK + 4 * t, row + soff + 4 * b, 4);
-            memcpy(o + X16_BT * TP_QK + 32 + 4 * t, row + n + 4 * b, 4);
-        }
-    }
-}
-
-#define X16_SEED(t) __m512i i##t = T > t ? x16_bc32(p + X16_BT * TP_QK + 4 * (t)) : _mm512_setzero_si512();
+#define X16_SEED(t) __m512i i##t = T > t ? x16_bc32(p + TP_A8PACK_S + 4 * (t)) : _mm512_setzero_si512();
 #define X16_DOT(t, j) \
     if (T > t) i##t = x16_dpb(i##t, W[j], p + (t) * TP_QK + 4 * (j));
 #define X16_SLICE(j) \
     X16_DOT(0, j) X16_DOT(1, j) X16_DOT(2, j) X16_DOT(3, j) X16_DOT(4, j) X16_DOT(5, j) X16_DOT(6, j) X16_DOT(7, j)
 #define X16_ACC(t) \
     if (T > t)     \
-        acc##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##t), _mm512_mul_ps(dw, x16_bcf(p + X16_BT * TP_QK + 32 + 4 * (t))), acc##t);
+        acc##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##t), _mm512_mul_ps(dw, x16_bcf(p + TP_A8PACK_D + 4 * (t))), acc##t);
 
 /* One pass: the group at gp (at the slab's first block) x T packed tokens over nbs blocks. */
 XFN void x16_pass(const char *gp, const char *pk, int nbs, const int T, __m512 acc[X16_BT])
@@ -189,7 +173,7 @@ XFN void x16_batch(const char *w, size_t wrb, int64_t n, const void *xq, size_t 
     const int64_t ga = r0 / 16 * 16; /* first group */
     /* one slab and one pass (a decode step of up to 8 sequences): pack once for every chunk */
     const int once = slab == nb && n_tok <= X16_BT;
-    if (once) x16_pack(pk, xq, xrb, n, 0, (int)nb, n_tok, X16_FEW_T ? X16_BT : n_tok);
+    if (once) tp_a8_pack(pk, xq, xrb, n, 0, (int)nb, n_tok, X16_FEW_T ? X16_BT : n_tok);
     for (int64_t c0 = ga; c0 < r1; c0 += X16_BROWS) {
         const int64_t c1 = r1 - c0 < X16_BROWS ? r1 : c0 + X16_BROWS;
         for (int64_t b0 = 0; b0 < nb; b0 += slab) {
@@ -197,7 +181,7 @@ XFN void x16_batch(const char *w, size_t wrb, int64_t n, const void *xq, size_t 
             for (int t0 = 0; t0 < n_tok; t0 += X16_BT) {
                 const int T = n_tok - t0 < X16_BT ? n_tok - t0 : X16_BT;
                 const int Tk = X16_FEW_T ? X16_BT : T;
-                if (!once) x16_pack(pk, (const char *)xq + (size_t)t0 * xrb, xrb, n, b0, nbs, T, Tk);
+                if (!once) tp_a8_pack(pk, (const char *)xq + (size_t)t0 * xrb, xrb, n, b0, nbs, T, Tk);
                 for (int64_t g0 = c0; g0 < c1; g0 += 16) {
                     const __mmask16 keep = x16_keep(g0, r0, r1);
                     __m512 acc[X16_BT];
@@ -223,7 +207,7 @@ XFN void x16_batch(const char *w, size_t wrb, int64_t n, const void *xq, size_t 
         }
     }
 }
-_Static_assert(X16_BT == 8, "x16_batch's switch assumes 8 tokens per pass");
+_Static_assert(X16_BT == 8 && X16_BT == TP_A8PACK_BT, "x16_batch's switch assumes 8 tokens per pass");
 
 XOUT void x16_matmul(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
                      int64_t ys, int64_t r0, int64_t r1)

@@ -31,6 +31,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "model/kernels_a8pack_impl.h"
 #include "model/kernels_impl.h"
 
 #define KFN static inline __attribute__((always_inline, target(KX_TARGET)))
@@ -417,43 +418,22 @@ KFN __m512 kx_bcf(const void *p)
 #define KX_FEW_T 0
 #endif
 
-/*
- * Activations of up to KX_BT tokens for KX_SLAB blocks, packed per block so a
- * pass reads one sequential stream at fixed offsets (8 tokens x 3 separate
- * arrays were more streams than the prefetchers follow):
- *   block i: qs[t][32] (256 bytes), s[t] (32), d[t] (32)  -> KX_PK bytes
- */
+/* Activations of up to KX_BT tokens packed per block (kernels_a8pack_impl.h). */
 #define KX_SLAB 64       /* blocks per slab when several passes reuse a chunk's weights */
 #define KX_SLAB_MAX 256  /* one pass (<= KX_BT tokens): whole rows up to this many blocks */
-#define KX_PK 320
-_Static_assert(KX_PK == KX_BT * (TP_QK + 8), "packed block size");
-
-/* Tokens t >= T up to Tk repeat token T-1 (padding for a wider pass; not stored). */
-KFN void kx_pack(char *pk, const char *x, size_t xrb, int64_t n, int64_t b0, int nbs, int T, int Tk)
-{
-    const size_t soff = (size_t)n + (size_t)(n / TP_QK) * 9 * sizeof(int32_t); /* TP_A8_S */
-    for (int t = 0; t < Tk; t++) {
-        const char *row = x + (size_t)(t < T ? t : T - 1) * xrb;
-        for (int i = 0; i < nbs; i++) {
-            char *o = pk + (size_t)i * KX_PK;
-            const int64_t b = b0 + i;
-            _mm256_storeu_si256((__m256i *)(o + t * TP_QK), _mm256_loadu_si256((const __m256i *)(row + b * TP_QK)));
-            memcpy(o + KX_BT * TP_QK + 4 * t, row + soff + 4 * b, 4);
-            memcpy(o + KX_BT * TP_QK + 32 + 4 * t, row + n + 4 * b, 4);
-        }
-    }
-}
+#define KX_PK TP_A8PACK_BLK
+_Static_assert(KX_BT == TP_A8PACK_BT, "packed block size");
 
 /* The tokens' integer chains advance together, one slice j at a time (T
  * independent dependency chains in flight), then each token's block dot is
  * scaled and accumulated.  p: the packed block. */
-#define KX_SEED(t) __m512i i##t = T > t ? kx_bc32(p + KX_BT * TP_QK + 4 * (t)) : _mm512_setzero_si512();
+#define KX_SEED(t) __m512i i##t = T > t ? kx_bc32(p + TP_A8PACK_S + 4 * (t)) : _mm512_setzero_si512();
 #define KX_DOT(t, j) \
     if (T > t) i##t = _mm512_dpbusd_epi32(i##t, W[j], kx_bc32(p + (t) * TP_QK + 4 * (j)));
 #define KX_SLICE(j) KX_DOT(0, j) KX_DOT(1, j) KX_DOT(2, j) KX_DOT(3, j) KX_DOT(4, j) KX_DOT(5, j) KX_DOT(6, j) KX_DOT(7, j)
 #define KX_ACC(t) \
     if (T > t) \
-        acc##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##t), _mm512_mul_ps(dw, kx_bcf(p + KX_BT * TP_QK + 32 + 4 * (t))), acc##t);
+        acc##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##t), _mm512_mul_ps(dw, kx_bcf(p + TP_A8PACK_D + 4 * (t))), acc##t);
 
 /* One pass: the 16 rows at w (+ ro[k]; w at the slab's first block) x T packed
  * tokens over nbs blocks, accumulating onto acc[t] (lane order). */
@@ -512,7 +492,7 @@ KFN void kx_qbatch(const int type, const void *w, size_t wrb, int64_t n, const v
 #else
                 const int Tk = T;
 #endif
-                kx_pack(pk, (const char *)KROW(xq, xrb, t0), xrb, n, b0, nbs, T, Tk);
+                tp_a8_pack(pk, (const char *)KROW(xq, xrb, t0), xrb, n, b0, nbs, T, Tk);
                 for (int64_t r = c0; r < c1; r += 16) {
                     const int nr = c1 - r < 16 ? (int)(c1 - r) : 16;
                     const __mmask16 keep = (__mmask16)((1u << nr) - 1u);
