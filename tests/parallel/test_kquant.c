@@ -77,14 +77,16 @@ static const char *kq_model(enum tp_synth_mix mix, enum tp_wtype type, uint64_t 
     return path;
 }
 
-/* Seed 3: of seeds 1-6 the one whose N = 2 and N = 3 runs keep exactly N = 1's
- * 49 greedy tokens (its smallest reference top-2 gap, 1.9% of the logits' rms,
- * does not flip); the others flip once or twice at gaps of 0.05-3.8% of the
- * rms, which the tolerance checks below accept.  The results are deterministic
- * for a build (any thread split gives the same sums), so the exact check is
- * stable; a kernel change that reorders sums may flip the near-tie, and the
- * tolerance checks then tell that apart from a real error. */
-static const char *q4km_model(void) { return kq_model(TP_SYNTH_MIX_Q4_K_M, TP_WTYPE_Q4_K, 3); }
+/* Seed 7: of seeds 1-12 the one whose N = 2 and N = 3 runs keep exactly N = 1's
+ * 49 greedy tokens (its smallest reference top-2 gap, 0.25% of the logits'
+ * rms, does not flip); the others flip once or twice at gaps of 0.07-2.8% of
+ * the rms, which the tolerance checks below accept.  The results are
+ * deterministic for a build (any thread split gives the same sums), so the
+ * exact check is stable; a kernel change that reorders sums may flip a
+ * near-tie (the fused attention head did, for the seed 3 used before it),
+ * and the tolerance checks then tell that apart from a real error; a new
+ * seed with no flip is then picked the same way (run this suite over seeds). */
+static const char *q4km_model(void) { return kq_model(TP_SYNTH_MIX_Q4_K_M, TP_WTYPE_Q4_K, 7); }
 
 static void test_plan_q4_k_m(void)
 {
