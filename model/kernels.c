@@ -56,6 +56,7 @@ static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *), void (
     for (int v = 0; v < TP_KERN_MLX_VARIANTS; v++)
         if (o.mlx[v]) dst->mlx[v] = o.mlx[v];
     if (o.matmul_q4_0_x16) dst->matmul_q4_0_x16 = o.matmul_q4_0_x16;
+    if (o.matmul_q8_0_x16) dst->matmul_q8_0_x16 = o.matmul_q8_0_x16;
     if (o.quant_a8) dst->quant_a8 = o.quant_a8;
     if (o.quant_q8k) dst->quant_q8k = o.quant_q8k;
     dst->f32_beats_blas = 0;

@@ -51,14 +51,17 @@ typedef struct {
 #define TP_A8_KSHIFT(wt) ((wt) == TP_WTYPE_Q4_0 ? 3 : 7) /* K = 1 << kshift */
 
 /*
- * Q4_0 "x16" (kernels.h): group g = rows 16g..16g+15 (a ragged last group
- * repeats its last row) at g * 16 * row_bytes; in it block b at b * TP_X16_BLK:
+ * Q4_0 / Q8_0 "x16" (kernels.h): group g = rows 16g..16g+15 (a ragged last
+ * group repeats its last row) at g * 16 * row_bytes; in it block b at
+ * b * 16 * (block bytes), i.e. 288 (Q4_0) or 544 (Q8_0) bytes:
  *   uint16_t d[16]          fp16 scale of row L's block b
- *   uint8_t  qs[4][16][4]   qs[k][L][i] = row L's Q4_0 qs[4k + i]
- * A 64-byte load of qs[k] masked with 0x0F holds in 32-bit lane L row L's
- * values 4k..4k+3, shifted right by 4 its values 16+4k..16+4k+3.
+ *   uint8_t  qs[K][16][4]   qs[k][L][i] = row L's qs[4k + i]   (K = 4 for Q4_0, 8 for Q8_0)
+ * A 64-byte load of qs[k] holds in 32-bit lane L row L's 4 bytes 4k..4k+3:
+ * for Q4_0 masked with 0x0F its values 4k..4k+3, shifted right by 4 its
+ * values 16+4k..16+4k+3; for Q8_0 its values 4k..4k+3.
  */
-#define TP_X16_BLK (16 * (int)sizeof(tp_blk_q4_0))
+#define TP_X16_BLK (16 * (int)sizeof(tp_blk_q4_0))    /* Q4_0 */
+#define TP_X16_BLK_Q8 (16 * (int)sizeof(tp_blk_q8_0)) /* Q8_0 */
 
 _Static_assert(sizeof(tp_blk_q8_0) == 34, "Q8_0 block must be 34 bytes");
 _Static_assert(sizeof(tp_blk_q4_0) == 18, "Q4_0 block must be 18 bytes");
@@ -135,6 +138,7 @@ struct tp_kern_ops {
     tp_kern_matmul_fn matmul[TP_WTYPE_COUNT]; /* NULL: fall back to scalar */
     tp_kern_mlx_fn mlx[TP_KERN_MLX_VARIANTS]; /* NULL: fall back to scalar */
     tp_kern_matmul_fn matmul_q4_0_x16;        /* Q4_0 x16 layout; NULL: no native kernel (scalar) */
+    tp_kern_matmul_fn matmul_q8_0_x16;        /* Q8_0 x16 layout; likewise */
     tp_kern_quant_a8_fn quant_a8;             /* NULL: fall back to scalar */
     void (*quant_q8k)(const float *x, void *out, int64_t n); /* K-quant activations; NULL: tp_kq_quant_q8k
                                                                  (every version bit-identical to it) */

@@ -1,10 +1,12 @@
 /*
- * model/kernels_x16_avx512.c - AVX-512 VNNI matmul for Q4_0 weights in the
- * 16-row repacked "x16" layout (kernels_impl.h): lane L of a zmm holds row L
- * of a 16-row group, and the layout already stores each block's values in
- * that order, so a block of 16 rows costs four 64-byte loads, a nibble split
- * and eight vpdpbusd per token (the row-major kernels in kernels_x86_impl.h
- * spend most of their instructions gathering and transposing bytes instead).
+ * model/kernels_x16_avx512.c - AVX-512 VNNI matmul for Q4_0 and Q8_0 weights
+ * in the 16-row repacked "x16" layout (kernels_impl.h): lane L of a zmm holds
+ * row L of a 16-row group, and the layout already stores each block's values
+ * in that order, so a block of 16 rows costs four 64-byte loads and a nibble
+ * split (Q4_0) or eight loads and a +128 bias (Q8_0, the a8 correction takes
+ * it back out) and eight vpdpbusd per token (the row-major kernels in
+ * kernels_x86_impl.h spend most of their instructions gathering and
+ * transposing bytes instead).
  * One weight stream per group instead of one per row, and the outputs land
  * in row order.
  *
@@ -60,22 +62,31 @@ XFN __m512i x16_dpb(__m512i acc, __m512i w, const void *p)
 #endif
 }
 
-/* Block at p: the 16 rows' scales as floats and the 8 slices (W[j] lane L = row L's
- * nibbles 4j..4j+3 as u8; j >= 4 are the high nibbles, values 16 + 4(j-4)..). */
-XFN __m512 x16_slices(const char *p, __m512i W[8])
+/* Block stride of the layout (bytes per block of 16 rows). */
+#define X16_BS(q8) ((q8) ? TP_X16_BLK_Q8 : TP_X16_BLK)
+
+/* Block at p: the 16 rows' scales as floats and the 8 slices, W[j] lane L = row L's
+ * values 4j..4j+3 as u8: Q4_0 nibbles (j >= 4 are the high ones, values 16 + 4(j-4)..),
+ * Q8_0 q + 128. */
+XFN __m512 x16_slices(const char *p, __m512i W[8], const int q8)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    for (int k = 0; k < 4; k++) {
-        const __m512i z = _mm512_loadu_si512(p + 32 + 64 * k);
-        W[k] = _mm512_and_si512(z, m4);
-        W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+    if (q8) {
+        const __m512i bias = _mm512_set1_epi8((char)0x80);
+        for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(_mm512_loadu_si512(p + 32 + 64 * k), bias);
+    } else {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        for (int k = 0; k < 4; k++) {
+            const __m512i z = _mm512_loadu_si512(p + 32 + 64 * k);
+            W[k] = _mm512_and_si512(z, m4);
+            W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+        }
     }
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-XFN void x16_prefetch(const char *p)
+XFN void x16_prefetch(const char *p, const int q8)
 {
-    for (int o = 0; o < TP_X16_BLK; o += 64) _mm_prefetch(p + X16_PF + o, _MM_HINT_T0);
+    for (int o = 0; o < X16_BS(q8); o += 64) _mm_prefetch(p + X16_PF + o, _MM_HINT_T0);
 }
 
 /* Lanes [lo, hi) of a group's 16 outputs. */
@@ -87,7 +98,7 @@ XFN __mmask16 x16_keep(int64_t g0, int64_t r0, int64_t r1)
 }
 
 /* One token: groups covering rows [r0, r1), activation row xq read in place. */
-XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0, int64_t r1)
+XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0, int64_t r1, const int q8)
 {
     const int64_t nb = n / TP_QK;
     const int8_t *qs = TP_A8_QS(xq);
@@ -97,10 +108,10 @@ XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float 
         const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
         __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
-            const char *p = gp + (size_t)b * TP_X16_BLK;
-            x16_prefetch(p);
+            const char *p = gp + (size_t)b * X16_BS(q8);
+            x16_prefetch(p, q8);
             __m512i W[8];
-            const __m512 dw = x16_slices(p, W);
+            const __m512 dw = x16_slices(p, W, q8);
             const int8_t *a = qs + b * TP_QK;
             /* two chains of four (the second starts at zero), so a block's dot
              * is not one eight-deep vpdpbusd dependency */
@@ -134,15 +145,15 @@ XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float 
         acc##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##t), _mm512_mul_ps(dw, x16_bcf(p + TP_A8PACK_D + 4 * (t))), acc##t);
 
 /* One pass: the group at gp (at the slab's first block) x T packed tokens over nbs blocks. */
-XFN void x16_pass(const char *gp, const char *pk, int nbs, const int T, __m512 acc[X16_BT])
+XFN void x16_pass(const char *gp, const char *pk, int nbs, const int T, __m512 acc[X16_BT], const int q8)
 {
     __m512 acc0 = acc[0], acc1 = acc[1], acc2 = acc[2], acc3 = acc[3], acc4 = acc[4], acc5 = acc[5], acc6 = acc[6],
            acc7 = acc[7];
     for (int b = 0; b < nbs; b++) {
-        const char *wp = gp + (size_t)b * TP_X16_BLK;
-        x16_prefetch(wp);
+        const char *wp = gp + (size_t)b * X16_BS(q8);
+        x16_prefetch(wp, q8);
         __m512i W[8];
-        const __m512 dw = x16_slices(wp, W);
+        const __m512 dw = x16_slices(wp, W, q8);
         const char *p = pk + (size_t)b * X16_PK;
         X16_SEED(0) X16_SEED(1) X16_SEED(2) X16_SEED(3) X16_SEED(4) X16_SEED(5) X16_SEED(6) X16_SEED(7)
         X16_SLICE(0) X16_SLICE(1) X16_SLICE(2) X16_SLICE(3) X16_SLICE(4) X16_SLICE(5) X16_SLICE(6) X16_SLICE(7)
@@ -165,7 +176,7 @@ XFN void x16_pass(const char *gp, const char *pk, int nbs, const int T, __m512 a
 #endif
 
 XFN void x16_batch(const char *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y, int64_t ys,
-                   int64_t r0, int64_t r1)
+                   int64_t r0, int64_t r1, const int q8)
 {
     const int64_t nb = n / TP_QK;
     _Alignas(64) char pk[X16_SLAB_MAX * X16_PK]; /* 80 KiB */
@@ -188,18 +199,18 @@ XFN void x16_batch(const char *w, size_t wrb, int64_t n, const void *xq, size_t 
                     for (int t = 0; t < X16_BT; t++) acc[t] = _mm512_setzero_ps();
                     if (b0 > 0)
                         for (int t = 0; t < T; t++) acc[t] = _mm512_maskz_loadu_ps(keep, y + (int64_t)(t0 + t) * ys + g0);
-                    const char *gp = w + (size_t)(g0 / 16) * 16 * wrb + (size_t)b0 * TP_X16_BLK;
+                    const char *gp = w + (size_t)(g0 / 16) * 16 * wrb + (size_t)b0 * X16_BS(q8);
                     switch (Tk) {
 #if !X16_FEW_T
-                    case 1: x16_pass(gp, pk, nbs, 1, acc); break;
-                    case 2: x16_pass(gp, pk, nbs, 2, acc); break;
-                    case 3: x16_pass(gp, pk, nbs, 3, acc); break;
-                    case 4: x16_pass(gp, pk, nbs, 4, acc); break;
-                    case 5: x16_pass(gp, pk, nbs, 5, acc); break;
-                    case 6: x16_pass(gp, pk, nbs, 6, acc); break;
-                    case 7: x16_pass(gp, pk, nbs, 7, acc); break;
+                    case 1: x16_pass(gp, pk, nbs, 1, acc, q8); break;
+                    case 2: x16_pass(gp, pk, nbs, 2, acc, q8); break;
+                    case 3: x16_pass(gp, pk, nbs, 3, acc, q8); break;
+                    case 4: x16_pass(gp, pk, nbs, 4, acc, q8); break;
+                    case 5: x16_pass(gp, pk, nbs, 5, acc, q8); break;
+                    case 6: x16_pass(gp, pk, nbs, 6, acc, q8); break;
+                    case 7: x16_pass(gp, pk, nbs, 7, acc, q8); break;
 #endif
-                    default: x16_pass(gp, pk, nbs, X16_BT, acc); break;
+                    default: x16_pass(gp, pk, nbs, X16_BT, acc, q8); break;
                     }
                     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (int64_t)(t0 + t) * ys + g0, keep, acc[t]);
                 }
@@ -209,16 +220,29 @@ XFN void x16_batch(const char *w, size_t wrb, int64_t n, const void *xq, size_t 
 }
 _Static_assert(X16_BT == 8 && X16_BT == TP_A8PACK_BT, "x16_batch's switch assumes 8 tokens per pass");
 
-XOUT void x16_matmul(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                     int64_t ys, int64_t r0, int64_t r1)
+XOUT void x16_matmul_q4_0(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
+                          int64_t ys, int64_t r0, int64_t r1)
 {
     if (n_tok == 1)
-        x16_decode(w, wrb, n, xq, y, r0, r1);
+        x16_decode(w, wrb, n, xq, y, r0, r1, 0);
     else
-        x16_batch(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1);
+        x16_batch(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, 0);
 }
 
-void tp_kern_x16_avx512_ops(struct tp_kern_ops *ops) { ops->matmul_q4_0_x16 = x16_matmul; }
+XOUT void x16_matmul_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
+                          int64_t ys, int64_t r0, int64_t r1)
+{
+    if (n_tok == 1)
+        x16_decode(w, wrb, n, xq, y, r0, r1, 1);
+    else
+        x16_batch(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, 1);
+}
+
+void tp_kern_x16_avx512_ops(struct tp_kern_ops *ops)
+{
+    ops->matmul_q4_0_x16 = x16_matmul_q4_0;
+    ops->matmul_q8_0_x16 = x16_matmul_q8_0;
+}
 #else
 typedef int tp_kernels_x16_avx512_unused; /* ISO C forbids an empty translation unit */
 #endif

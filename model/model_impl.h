@@ -34,7 +34,7 @@ struct tp_wmat {
     void *owned_sb;
     size_t sb_row_bytes;
     int sb_bf16;
-    int x16; /* Q4_0 re-laid 16 rows at a time (kernels.h "x16") into owned by tp_model_repack;
+    int x16; /* Q4_0 / Q8_0 re-laid 16 rows at a time (kernels.h "x16") into owned by tp_model_repack;
               * row r is then NOT at data + r * row_bytes (tp_kern_unpack_x16_row) */
 };
 

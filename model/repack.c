@@ -1,5 +1,5 @@
 /*
- * model/repack.c - after the weights are read, re-lay Q4_0 matrices 16 rows
+ * model/repack.c - after the weights are read, re-lay Q4_0 and Q8_0 matrices 16 rows
  * at a time (the "x16" layout of kernels.h) where the CPU's kernels compute
  * that layout natively: a block of 16 rows then needs no byte gathering or
  * transposing, which roughly halves the instructions per weight byte of a
@@ -30,7 +30,7 @@ static void repack_part(void *ctx, int ith, int nth)
     const struct repack_job *j = ctx;
     int64_t g0, g1;
     tp_split_range((j->w->rows + 15) / 16, ith, nth, &g0, &g1);
-    tp_kern_repack_x16(j->w->data, j->w->row_bytes, j->w->rows, j->dst, g0, g1);
+    tp_kern_repack_x16(j->w->type, j->w->data, j->w->row_bytes, j->w->rows, j->dst, g0, g1);
 }
 
 /* Drop the whole pages of [p, p + n) of a read-only file mapping from the resident set. */
@@ -50,7 +50,9 @@ static void drop_pages(const void *p, size_t n)
 
 static enum tp_status repack(tp_model_t *m, struct tp_wmat *w, const char *what)
 {
-    if (w->type != TP_WTYPE_Q4_0 || w->x16 || w->rows <= 0 || w->scales) return TP_OK;
+    if ((w->type != TP_WTYPE_Q4_0 && w->type != TP_WTYPE_Q8_0) || !tp_kern_x16_native(w->type) || w->x16 ||
+        w->rows <= 0 || w->scales)
+        return TP_OK;
     const size_t bytes = tp_kern_x16_bytes(w->rows, w->row_bytes);
     uint8_t *dst = tp_aligned_alloc(64, bytes);
     if (!dst)
@@ -69,7 +71,7 @@ static enum tp_status repack(tp_model_t *m, struct tp_wmat *w, const char *what)
 
 enum tp_status tp_model_repack(tp_model_t *m)
 {
-    if (!tp_kern_x16_native() || !m->layers) return TP_OK;
+    if (!m->layers) return TP_OK;
     enum tp_status rc = TP_OK;
     for (int l = 0; l < m->hp.n_layer && rc == TP_OK; l++) {
         struct tp_layer *L = &m->layers[l];

@@ -30,7 +30,7 @@ struct bk_job {
     const void *xq;
     size_t xrb;
     int n_tok;
-    int x16; /* Q4_0 in the 16-row layout (kernels.h) */
+    int x16; /* Q4_0 / Q8_0 in the 16-row layout (kernels.h) */
     float *y;
 };
 
@@ -42,7 +42,7 @@ static void bk_matmul(void *ctx, int ith, int nth)
         tp_split_range((j->rows + 15) / 16, ith, nth, &r0, &r1);
         r0 *= 16;
         r1 = TP_MIN(r1 * 16, j->rows);
-        tp_kern_matmul_x16(j->w, j->wrb, j->cols, j->xq, j->xrb, j->n_tok, j->y, j->rows, r0, r1);
+        tp_kern_matmul_x16(j->t, j->w, j->wrb, j->cols, j->xq, j->xrb, j->n_tok, j->y, j->rows, r0, r1);
         return;
     }
     tp_split_range(j->rows, ith, nth, &r0, &r1);
@@ -51,11 +51,11 @@ static void bk_matmul(void *ctx, int ith, int nth)
 
 int tp_bench_kernels(int argc, char **argv)
 {
-    const char *types = "q4_0,q4_0x16,q8_0,f16,bf16,f32", *isa = NULL, *batch = "2,4,8,16";
+    const char *types = "q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32", *isa = NULL, *batch = "2,4,8,16";
     int rows = 2048, cols = 5632, tokens = 128, threads = 2, reps = 5, mb = 256, json = 0;
     const struct tp_opt opts[] = {
-        {"type", 0, TP_OPT_LIST, &types, "LIST", "weight types (default q4_0,q4_0x16,q8_0,f16,bf16,f32; q4_0x16: Q4_0 re-laid 16 rows at a time as the model "
-         "does where the CPU has an x16 kernel)", 0, 0},
+        {"type", 0, TP_OPT_LIST, &types, "LIST", "weight types (default q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32; ..x16: re-laid 16 rows at a time as the "
+         "model does where the CPU has an x16 kernel)", 0, 0},
         {"rows", 0, TP_OPT_INT, &rows, "N", "matrix rows (default 2048)", 1, 1 << 20},
         {"cols", 0, TP_OPT_INT, &cols, "N", "matrix columns, a multiple of 256 (default 5632)", 256, 1 << 20},
         {"tokens", 'p', TP_OPT_INT, &tokens, "N", "prefill tokens (default 128; 0 skips prefill)", 0, 4096},
@@ -102,8 +102,8 @@ int tp_bench_kernels(int argc, char **argv)
         char buf[256];
         snprintf(buf, sizeof buf, "%s", types);
         for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            if (nt < 16 && strcmp(tok, "q4_0x16") == 0) {
-                tlist[nt] = TP_WTYPE_Q4_0;
+            if (nt < 16 && (strcmp(tok, "q4_0x16") == 0 || strcmp(tok, "q8_0x16") == 0)) {
+                tlist[nt] = tok[1] == '4' ? TP_WTYPE_Q4_0 : TP_WTYPE_Q8_0;
                 x16list[nt++] = 1;
                 continue;
             }
@@ -177,7 +177,7 @@ int tp_bench_kernels(int argc, char **argv)
                 tp_kern_quantize(t, wf, wall + (size_t)r * wrb, cols);
             }
             if (x16list[k]) { /* re-lay copy 0 through copy 1's space, then back */
-                tp_kern_repack_x16(wall, wrb, rows, wall + mat, 0, (rows + 15) / 16);
+                tp_kern_repack_x16(t, wall, wrb, rows, wall + mat, 0, (rows + 15) / 16);
                 memcpy(wall, wall + mat, mat);
             }
             for (int c = 1; c < copies; c++) memcpy(wall + (size_t)c * mat, wall, mat);
@@ -185,7 +185,7 @@ int tp_bench_kernels(int argc, char **argv)
             for (int i = 0; i <= max_tok; i++) tp_kern_prepare_act(t, x + (size_t)i * cols, (char *)xq + (size_t)i * xrb, cols);
             struct bk_job job = {.t = t, .wrb = wrb, .rows = rows, .cols = cols, .xq = xq, .xrb = xrb, .y = y, .n_tok = 1,
                                  .x16 = x16list[k]};
-            const char *tname = x16list[k] ? "q4_0x16" : tp_wtype_name(t);
+            const char *tname = !x16list[k] ? tp_wtype_name(t) : t == TP_WTYPE_Q4_0 ? "q4_0x16" : "q8_0x16";
             double best = 1e30;
             for (int r = 0; r < reps + 1; r++) {
                 double t0 = tp_now_s();

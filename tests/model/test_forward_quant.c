@@ -19,7 +19,7 @@
  *     value): measured nmse 2e-14 .. 4e-6 with the AVX2 / AVX-512 kernels
  *     (0 with the scalar ones, whose paths are the same).  A wrong row, token
  *     or block scale gives nmse >= 1e-2 (a swapped lane pair measured 0.5).
- *   - Q4_0 re-laid 16 rows at a time (x16, where the ISA has the kernel) and in
+ *   - Q4_0 / Q8_0 re-laid 16 rows at a time (x16, where the ISA has the kernel) and in
  *     the file's row layout: the same greedy run, nmse <= 1e-4 (see above);
  *   - SwiGLU and softmax (a polynomial exp on AVX2) against double precision:
  *     relative error <= 4e-7 for SwiGLU (a few float ulps: 2^-23 = 1.2e-7)
@@ -151,14 +151,14 @@ static void check_threads(enum tp_wtype t)
     free(two);
 }
 
-/* The x16 re-layout (repack.c) against the file's row layout: the same
+/* The x16 re-layout (repack.c) of type t against the file's row layout: the same
  * model, the same greedy run; logits agree like the batch/decode pair below
  * (exact block dots, float order and then 8-bit activation roundings differ:
  * measured nmse 9e-15 on this model), and the matrices really are re-laid where the ISA
  * has an x16 kernel (the embedding never). */
-static void test_layout_q4_0(void)
+static void check_layout(enum tp_wtype t)
 {
-    const char *path = fq_model(TP_WTYPE_Q4_0);
+    const char *path = fq_model(t);
     CU_ASSERT_FATAL(path != NULL);
     const size_t n = (size_t)(13 + 20) * FQ_VOCAB;
     float *rows = malloc(n * sizeof(float)), *x16 = malloc(n * sizeof(float));
@@ -176,8 +176,8 @@ static void test_layout_q4_0(void)
     cfg.keep_layout = 0;
     CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &mx, &err), TP_OK);
     CU_ASSERT_EQUAL(mr->layers[0].wq.x16, 0);
-    CU_ASSERT_EQUAL(mx->layers[1].wdown.x16, tp_kern_x16_native());
-    CU_ASSERT_EQUAL(mx->output.x16, tp_kern_x16_native());
+    CU_ASSERT_EQUAL(mx->layers[1].wdown.x16, tp_kern_x16_native(t));
+    CU_ASSERT_EQUAL(mx->output.x16, tp_kern_x16_native(t));
     CU_ASSERT_EQUAL(mx->tok_embd.x16, 0);
     CU_ASSERT_EQUAL_FATAL(run_greedy(mr, rows), 0);
     CU_ASSERT_EQUAL_FATAL(run_greedy(mx, x16), 0);
@@ -187,14 +187,16 @@ static void test_layout_q4_0(void)
         den += (double)rows[i] * rows[i];
     }
     const double e = num / den;
-    printf("\n  q4_0 x16 (%s) vs row layout: logits nmse %.3g\n", tp_kern_x16_native() ? "re-laid" : "not native here",
-           e);
+    printf("\n  %s x16 (%s) vs row layout: logits nmse %.3g\n", tp_wtype_name(t),
+           tp_kern_x16_native(t) ? "re-laid" : "not native here", e);
     CU_ASSERT(e <= 1e-4);
     tp_model_free(mr);
     tp_model_free(mx);
     free(rows);
     free(x16);
 }
+static void test_layout_q4_0(void) { check_layout(TP_WTYPE_Q4_0); }
+static void test_layout_q8_0(void) { check_layout(TP_WTYPE_Q8_0); }
 
 static void test_threads_q4_0(void) { check_threads(TP_WTYPE_Q4_0); }
 static void test_threads_q8_0(void) { check_threads(TP_WTYPE_Q8_0); }
@@ -312,5 +314,6 @@ static const struct tp_test_case fq_cases[] = {
     {"batch_q4_0", test_batch_q4_0},
     {"batch_q8_0", test_batch_q8_0},
     {"layout_q4_0", test_layout_q4_0},
+    {"layout_q8_0", test_layout_q8_0},
     {NULL, NULL}};
 TP_TEST_SUITE(forward_quant, "unit", 120, fq_cases)

@@ -439,7 +439,7 @@ static int mm_run_x16(struct mm_data *d, const uint8_t *w16)
 {
     const float sentinel = -12345.0f;
     for (int64_t i = 0; i < (int64_t)d->c.n_tok * d->ys; i++) d->y[i] = sentinel;
-    tp_kern_matmul_x16(w16, d->wrb, d->c.cols, d->xq, d->xrb, d->c.n_tok, d->y, d->ys, d->c.r0, d->c.r1);
+    tp_kern_matmul_x16(d->c.t, w16, d->wrb, d->c.cols, d->xq, d->xrb, d->c.n_tok, d->y, d->ys, d->c.r0, d->c.r1);
     int bad = 0;
     for (int t = 0; t < d->c.n_tok; t++)
         for (int64_t r = 0; r < d->ys; r++)
@@ -447,7 +447,7 @@ static int mm_run_x16(struct mm_data *d, const uint8_t *w16)
     return bad;
 }
 
-/* Q4_0 only: repack into the x16 layout (every row unpacks back exactly), then
+/* Q4_0 and Q8_0: repack into the x16 layout (every row unpacks back exactly), then
  * every ISA's x16 matmul (the scalar reference included) against sref, the
  * row-major scalar result: the same integer block dots, so within 1e-11. */
 static void check_x16(struct mm_data *d, const double *sref, float *got, int64_t n_out, double *worst)
@@ -455,11 +455,11 @@ static void check_x16(struct mm_data *d, const double *sref, float *got, int64_t
     const struct mm_case *c = &d->c;
     uint8_t *w16 = malloc(tp_kern_x16_bytes(c->rows, d->wrb)), *row = malloc(d->wrb);
     CU_ASSERT_FATAL(w16 && row);
-    tp_kern_repack_x16(d->w, d->wrb, c->rows, w16, 0, 1);
-    tp_kern_repack_x16(d->w, d->wrb, c->rows, w16, 1, (c->rows + 15) / 16); /* in two calls, as threads do */
+    tp_kern_repack_x16(c->t, d->w, d->wrb, c->rows, w16, 0, 1);
+    tp_kern_repack_x16(c->t, d->w, d->wrb, c->rows, w16, 1, (c->rows + 15) / 16); /* in two calls, as threads do */
     int same = 1;
     for (int64_t r = 0; r < c->rows; r++) {
-        tp_kern_unpack_x16_row(w16, d->wrb, r, row);
+        tp_kern_unpack_x16_row(c->t, w16, d->wrb, r, row);
         same &= memcmp(row, d->w + r * d->wrb, d->wrb) == 0;
     }
     CU_ASSERT(same);
@@ -470,8 +470,8 @@ static void check_x16(struct mm_data *d, const double *sref, float *got, int64_t
         const double e = nmse(got, sref, n_out);
         if (e > worst[TP_ARRAY_LEN(kTypes) + (size_t)i]) worst[TP_ARRAY_LEN(kTypes) + (size_t)i] = e;
         if (e > 1e-11)
-            printf("\n  %s q4_0 x16 %lldx%lld rows [%lld,%lld) tok %d: nmse %.3g > 1e-11\n", tp_kern_isa_name(i),
-                   (long long)c->rows, (long long)c->cols, (long long)c->r0, (long long)c->r1, c->n_tok, e);
+            printf("\n  %s %s x16 %lldx%lld rows [%lld,%lld) tok %d: nmse %.3g > 1e-11\n", tp_kern_isa_name(i),
+                   tp_wtype_name(c->t), (long long)c->rows, (long long)c->cols, (long long)c->r0, (long long)c->r1, c->n_tok, e);
         CU_ASSERT(e <= 1e-11);
     }
     tp_kern_force_isa(NULL);
@@ -551,7 +551,7 @@ static void check_case(struct mm_case c, double *worst)
         CU_ASSERT(e <= lim);
     }
     tp_kern_force_isa(NULL);
-    if (c.t == TP_WTYPE_Q4_0) check_x16(&d, sref, got, n_out, worst);
+    if (c.t == TP_WTYPE_Q4_0 || c.t == TP_WTYPE_Q8_0) check_x16(&d, sref, got, n_out, worst);
     free(ref);
     free(sref);
     free(got);
@@ -588,7 +588,7 @@ static void run_type_cases(enum tp_wtype t)
     n += 2;
     printf("\n  %s: %d cases;", tp_wtype_name(t), n);
     for (int i = 1; i < tp_kern_isa_count(); i++) printf(" %s worst nmse %.2g;", tp_kern_isa_name(i), worst[i]);
-    if (t == TP_WTYPE_Q4_0)
+    if (t == TP_WTYPE_Q4_0 || t == TP_WTYPE_Q8_0)
         for (int i = 0; i < tp_kern_isa_count(); i++)
             printf(" x16 %s worst nmse %.2g;", tp_kern_isa_name(i), worst[TP_ARRAY_LEN(kTypes) + (size_t)i]);
 }
