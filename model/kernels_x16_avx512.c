@@ -220,23 +220,18 @@ XFN void x16_batch(const char *w, size_t wrb, int64_t n, const void *xq, size_t 
 }
 _Static_assert(X16_BT == 8 && X16_BT == TP_A8PACK_BT, "x16_batch's switch assumes 8 tokens per pass");
 
-XOUT void x16_matmul_q4_0(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                          int64_t ys, int64_t r0, int64_t r1)
-{
-    if (n_tok == 1)
-        x16_decode(w, wrb, n, xq, y, r0, r1, 0);
-    else
-        x16_batch(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, 0);
-}
-
-XOUT void x16_matmul_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                          int64_t ys, int64_t r0, int64_t r1)
-{
-    if (n_tok == 1)
-        x16_decode(w, wrb, n, xq, y, r0, r1, 1);
-    else
-        x16_batch(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, 1);
-}
+/* The matmul entry of one type (q8: 0 Q4_0, 1 Q8_0): decode or batch. */
+#define X16_ENTRY(name, q8)                                                                                     \
+    XOUT void name(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,       \
+                   int64_t ys, int64_t r0, int64_t r1)                                                          \
+    {                                                                                                           \
+        if (n_tok == 1)                                                                                         \
+            x16_decode(w, wrb, n, xq, y, r0, r1, q8);                                                           \
+        else                                                                                                    \
+            x16_batch(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, q8);                                            \
+    }
+X16_ENTRY(x16_matmul_q4_0, 0)
+X16_ENTRY(x16_matmul_q8_0, 1)
 
 void tp_kern_x16_avx512_ops(struct tp_kern_ops *ops)
 {

@@ -37,6 +37,7 @@
 #include "model/model.h"
 #include "model/model_impl.h"
 #include "model/synth.h"
+#include "model_test_util.h"
 #include "tp_test.h"
 
 #define FQ_VOCAB 1000
@@ -73,11 +74,13 @@ static const char *fq_model(enum tp_wtype t)
     return p;
 }
 
-static tp_model_t *fq_open(const char *path, int threads)
+/* keep_layout: tp_model_config.keep_layout (1: no x16 re-layout) */
+static tp_model_t *fq_open(const char *path, int threads, int keep_layout)
 {
     struct tp_model_config cfg = tp_model_default_config();
     cfg.path = path;
     cfg.n_threads = threads;
+    cfg.keep_layout = keep_layout;
     cfg.n_ctx = 64;
     cfg.n_seq = FQ_SEQS;
     cfg.n_batch = 16;
@@ -128,7 +131,7 @@ static void check_threads(enum tp_wtype t)
     const size_t n = (size_t)(13 + 20) * FQ_VOCAB;
     float *one = malloc(n * sizeof(float)), *two = malloc(n * sizeof(float));
     CU_ASSERT_FATAL(one && two);
-    tp_model_t *m1 = fq_open(path, 1), *m2 = fq_open(path, 2);
+    tp_model_t *m1 = fq_open(path, 1, 0), *m2 = fq_open(path, 2, 0);
     CU_ASSERT_FATAL(m1 && m2);
     CU_ASSERT_EQUAL(tp_model_n_threads(m2), 2);
     CU_ASSERT_EQUAL_FATAL(run_greedy(m1, one), 0);
@@ -163,30 +166,15 @@ static void check_layout(enum tp_wtype t)
     const size_t n = (size_t)(13 + 20) * FQ_VOCAB;
     float *rows = malloc(n * sizeof(float)), *x16 = malloc(n * sizeof(float));
     CU_ASSERT_FATAL(rows && x16);
-    struct tp_model_config cfg = tp_model_default_config();
-    cfg.path = path;
-    cfg.n_threads = 2;
-    cfg.n_ctx = 64;
-    cfg.n_seq = 1;
-    cfg.n_batch = 16;
-    cfg.keep_layout = 1;
-    struct tp_error err = {0};
-    tp_model_t *mr = NULL, *mx = NULL;
-    CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &mr, &err), TP_OK);
-    cfg.keep_layout = 0;
-    CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &mx, &err), TP_OK);
+    tp_model_t *mr = fq_open(path, 2, 1), *mx = fq_open(path, 2, 0);
+    CU_ASSERT_FATAL(mr && mx);
     CU_ASSERT_EQUAL(mr->layers[0].wq.x16, 0);
     CU_ASSERT_EQUAL(mx->layers[1].wdown.x16, tp_kern_x16_native(t));
     CU_ASSERT_EQUAL(mx->output.x16, tp_kern_x16_native(t));
     CU_ASSERT_EQUAL(mx->tok_embd.x16, 0);
     CU_ASSERT_EQUAL_FATAL(run_greedy(mr, rows), 0);
     CU_ASSERT_EQUAL_FATAL(run_greedy(mx, x16), 0);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)x16[i] - rows[i]) * ((double)x16[i] - rows[i]);
-        den += (double)rows[i] * rows[i];
-    }
-    const double e = num / den;
+    const double e = tm_nmse(x16, rows, (int)n);
     printf("\n  %s x16 (%s) vs row layout: logits nmse %.3g\n", tp_wtype_name(t),
            tp_kern_x16_native(t) ? "re-laid" : "not native here", e);
     CU_ASSERT(e <= 1e-4);
@@ -211,7 +199,7 @@ static void check_batch(enum tp_wtype t)
     float *bat = malloc(n * sizeof(float)), *alone = malloc(n * sizeof(float));
     int32_t toks[STEPS][FQ_SEQS];
     CU_ASSERT_FATAL(bat && alone);
-    tp_model_t *m = fq_open(path, 2);
+    tp_model_t *m = fq_open(path, 2, 0);
     CU_ASSERT_FATAL(m != NULL);
     /* together: each sequence continues with its own argmax */
     int32_t cur[FQ_SEQS], pos[FQ_SEQS], seq[FQ_SEQS];

@@ -413,18 +413,24 @@ static void mm_free(struct mm_data *d)
     free(d->y);
 }
 
-/* Run with the current ISA; returns 0 if nothing outside [r0,r1) was written. */
-static int mm_run(struct mm_data *d)
+/* Run with the current ISA, on d->w or (w16 != NULL) on the same matrix re-laid
+ * in the x16 layout; returns 0 if nothing outside [r0,r1) was written. */
+static int mm_run_on(struct mm_data *d, const uint8_t *w16)
 {
     const float sentinel = -12345.0f;
     for (int64_t i = 0; i < (int64_t)d->c.n_tok * d->ys; i++) d->y[i] = sentinel;
-    tp_kern_matmul(d->c.t, d->w, d->wrb, d->c.cols, d->xq, d->xrb, d->c.n_tok, d->y, d->ys, d->c.r0, d->c.r1);
+    if (w16)
+        tp_kern_matmul_x16(d->c.t, w16, d->wrb, d->c.cols, d->xq, d->xrb, d->c.n_tok, d->y, d->ys, d->c.r0, d->c.r1);
+    else
+        tp_kern_matmul(d->c.t, d->w, d->wrb, d->c.cols, d->xq, d->xrb, d->c.n_tok, d->y, d->ys, d->c.r0, d->c.r1);
     int bad = 0;
     for (int t = 0; t < d->c.n_tok; t++)
         for (int64_t r = 0; r < d->ys; r++)
             if ((r < d->c.r0 || r >= d->c.r1) && d->y[t * d->ys + r] != sentinel) bad++;
     return bad;
 }
+
+static int mm_run(struct mm_data *d) { return mm_run_on(d, NULL); }
 
 /* Gather the computed [r0,r1) x n_tok outputs into out. */
 static void mm_take(const struct mm_data *d, float *out)
@@ -432,19 +438,6 @@ static void mm_take(const struct mm_data *d, float *out)
     int64_t k = 0;
     for (int t = 0; t < d->c.n_tok; t++)
         for (int64_t r = d->c.r0; r < d->c.r1; r++) out[k++] = d->y[t * d->ys + r];
-}
-
-/* mm_run for the Q4_0 x16 layout (w repacked into w16); same sentinel check. */
-static int mm_run_x16(struct mm_data *d, const uint8_t *w16)
-{
-    const float sentinel = -12345.0f;
-    for (int64_t i = 0; i < (int64_t)d->c.n_tok * d->ys; i++) d->y[i] = sentinel;
-    tp_kern_matmul_x16(d->c.t, w16, d->wrb, d->c.cols, d->xq, d->xrb, d->c.n_tok, d->y, d->ys, d->c.r0, d->c.r1);
-    int bad = 0;
-    for (int t = 0; t < d->c.n_tok; t++)
-        for (int64_t r = 0; r < d->ys; r++)
-            if ((r < d->c.r0 || r >= d->c.r1) && d->y[t * d->ys + r] != sentinel) bad++;
-    return bad;
 }
 
 /* Q4_0 and Q8_0: repack into the x16 layout (every row unpacks back exactly), then
@@ -465,7 +458,7 @@ static void check_x16(struct mm_data *d, const double *sref, float *got, int64_t
     CU_ASSERT(same);
     for (int i = 0; i < tp_kern_isa_count(); i++) {
         CU_ASSERT_EQUAL_FATAL(tp_kern_force_isa(tp_kern_isa_name(i)), TP_OK);
-        CU_ASSERT_EQUAL(mm_run_x16(d, w16), 0);
+        CU_ASSERT_EQUAL(mm_run_on(d, w16), 0);
         mm_take(d, got);
         const double e = nmse(got, sref, n_out);
         if (e > worst[TP_ARRAY_LEN(kTypes) + (size_t)i]) worst[TP_ARRAY_LEN(kTypes) + (size_t)i] = e;
