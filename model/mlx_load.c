@@ -212,30 +212,29 @@ static void expected_for(const struct tp_mlx_quant *q, const char *w_name, int *
 
 /* ------------------------------------------------------------ triples */
 
-const struct tp_st_tensor *tp_mlx_st_sibling(tp_st_t *st, const char *w_name, const char *suffix, char *name, size_t cap)
+/* "BASE.<suffix>" of "BASE.weight" (or of w_name itself) into name[cap]; 0 if it does not fit. */
+static int sibling_name(const char *w_name, const char *suffix, char *name, size_t cap)
 {
     size_t len = strlen(w_name);
     if (len > 7 && strcmp(w_name + len - 7, ".weight") == 0) len -= 7;
     const size_t sl = strlen(suffix);
-    if (len + sl + 2 > cap) return NULL;
+    if (len + sl + 2 > cap) return 0;
     memcpy(name, w_name, len);
     name[len] = '.';
     memcpy(name + len + 1, suffix, sl + 1);
-    return tp_st_find(st, name);
+    return 1;
+}
+
+const struct tp_st_tensor *tp_mlx_st_sibling(tp_st_t *st, const char *w_name, const char *suffix, char *name, size_t cap)
+{
+    return sibling_name(w_name, suffix, name, cap) ? tp_st_find(st, name) : NULL;
 }
 
 /* The GGUF sibling "BASE.<suffix>" of "BASE.weight", or NULL. */
 static const struct tp_gguf_tensor *gguf_sibling(const tp_gguf_t *g, const char *w_name, const char *suffix, char *name,
                                                  size_t cap)
 {
-    size_t len = strlen(w_name);
-    if (len > 7 && strcmp(w_name + len - 7, ".weight") == 0) len -= 7;
-    const size_t sl = strlen(suffix);
-    if (len + sl + 2 > cap) return NULL;
-    memcpy(name, w_name, len);
-    name[len] = '.';
-    memcpy(name + len + 1, suffix, sl + 1);
-    return tp_gguf_find_tensor(g, name);
+    return sibling_name(w_name, suffix, name, cap) ? tp_gguf_find_tensor(g, name) : NULL;
 }
 
 /* rows x words of packed weight with sc_rows x groups scales: the MLX type (bits tried pref, 4, 8) into out */

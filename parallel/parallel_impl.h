@@ -77,6 +77,12 @@ uint64_t tp_probe_hash(const struct tp_model_probe *pr);
 enum { TP_SHARD_SLICE_NONE = 0, TP_SHARD_SLICE_ROWS, TP_SHARD_SLICE_COLS };
 int tp_shard_classify(const char *name, const struct tp_hparams *hp, const struct tp_model_shard *s, int64_t *a,
                       int64_t *b);
+/* The tpserve.shard.* keys of rank's shard file into w (shard_file.c): rank,
+ * world size, weights, the plan's 8 ranges per rank and its hash, source
+ * (the model's file or directory name).  On failure err names path. */
+struct tp_gguf_writer;
+enum tp_status tp_shard_write_keys(struct tp_gguf_writer *w, const struct tp_shard_plan *plan, int rank,
+                                   const char *weights, const char *source, const char *path, struct tp_error *err);
 /* tp_parallel_write_shards for a Hugging Face directory (shard_hf.c): the same
  * GGUF shard files, written from the safetensors (plan already made). */
 enum tp_status tp_shard_write_hf(const char *dir, const struct tp_model_probe *pr, const struct tp_shard_plan *plan,

@@ -178,6 +178,27 @@ size_t tp_parallel_shard_name(const char *model_path, int rank, int world, char 
     return n < 0 ? 0 : (size_t)n;
 }
 
+enum tp_status tp_shard_write_keys(struct tp_gguf_writer *w, const struct tp_shard_plan *plan, int rank,
+                                   const char *weights, const char *source, const char *path, struct tp_error *err)
+{
+    int32_t ranges[TP_PLAN_MAX_RANKS * 8];
+    for (int r = 0; r < plan->world_size; r++) {
+        const struct tp_model_shard *q = &plan->ranks[r].shard;
+        const int32_t v[8] = {q->q_head_begin, q->q_head_end, q->kv_head_begin, q->kv_head_end,
+                              q->ff_begin,     q->ff_end,     q->vocab_begin,   q->vocab_end};
+        memcpy(ranges + r * 8, v, sizeof v);
+    }
+    enum tp_status rc;
+    if ((rc = tp_gguf_kv_u32(w, TP_SHARD_KEY_RANK, (uint32_t)rank)) != TP_OK ||
+        (rc = tp_gguf_kv_u32(w, TP_SHARD_KEY_WORLD, (uint32_t)plan->world_size)) != TP_OK ||
+        (rc = tp_gguf_kv_str(w, TP_SHARD_KEY_WEIGHTS, weights ? weights : "")) != TP_OK ||
+        (rc = tp_gguf_kv_array(w, TP_SHARD_KEY_PLAN, TP_GGUF_INT32, ranges, (uint64_t)plan->world_size * 8)) != TP_OK ||
+        (rc = tp_gguf_kv_u64(w, TP_SHARD_KEY_PLAN_HASH, tp_shard_plan_hash(plan))) != TP_OK ||
+        (rc = tp_gguf_kv_str(w, TP_SHARD_KEY_SOURCE, source)) != TP_OK)
+        return tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+    return TP_OK;
+}
+
 static enum tp_status write_one(tp_gguf_t *g, const struct tp_model_probe *pr, const struct tp_shard_plan *plan,
                                 int rank, const char *weights, const char *path, struct tp_error *err)
 {
@@ -189,24 +210,9 @@ static enum tp_status write_one(tp_gguf_t *g, const struct tp_model_probe *pr, c
         if (strncmp(tp_gguf_key(g, i), "tpserve.shard.", 14) == 0) continue;
         TP_CHECK_GOTO(copy_kv(g, i, w, err), rc, out);
     }
-    int32_t ranges[TP_PLAN_MAX_RANKS * 8];
-    for (int r = 0; r < plan->world_size; r++) {
-        const struct tp_model_shard *q = &plan->ranks[r].shard;
-        const int32_t v[8] = {q->q_head_begin, q->q_head_end, q->kv_head_begin, q->kv_head_end,
-                              q->ff_begin,     q->ff_end,     q->vocab_begin,   q->vocab_end};
-        memcpy(ranges + r * 8, v, sizeof v);
-    }
     const char *src = strrchr(tp_gguf_path(g), '/');
     src = src ? src + 1 : tp_gguf_path(g);
-    if ((rc = tp_gguf_kv_u32(w, TP_SHARD_KEY_RANK, (uint32_t)rank)) != TP_OK ||
-        (rc = tp_gguf_kv_u32(w, TP_SHARD_KEY_WORLD, (uint32_t)plan->world_size)) != TP_OK ||
-        (rc = tp_gguf_kv_str(w, TP_SHARD_KEY_WEIGHTS, weights ? weights : "")) != TP_OK ||
-        (rc = tp_gguf_kv_array(w, TP_SHARD_KEY_PLAN, TP_GGUF_INT32, ranges, (uint64_t)plan->world_size * 8)) != TP_OK ||
-        (rc = tp_gguf_kv_u64(w, TP_SHARD_KEY_PLAN_HASH, tp_shard_plan_hash(plan))) != TP_OK ||
-        (rc = tp_gguf_kv_str(w, TP_SHARD_KEY_SOURCE, src)) != TP_OK) {
-        tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
-        goto out;
-    }
+    TP_CHECK_GOTO(tp_shard_write_keys(w, plan, rank, weights, src, path, err), rc, out);
     /* declare tensors */
     for (int i = 0; i < tp_gguf_n_tensors(g); i++) {
         const struct tp_gguf_tensor *t = tp_gguf_tensor(g, i);

@@ -186,22 +186,7 @@ static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t
     int n = tensor_names(&src, hp->n_layer, names, cap);
     TP_CHECK_GOTO(tp_gguf_writer_open(path, 32, &w, err), rc, out);
     TP_CHECK_GOTO(write_kv(w, dir, model_name, hp, err), rc, out);
-    int32_t ranges[TP_PLAN_MAX_RANKS * 8];
-    for (int r = 0; r < plan->world_size; r++) {
-        const struct tp_model_shard *q = &plan->ranks[r].shard;
-        const int32_t v[8] = {q->q_head_begin, q->q_head_end, q->kv_head_begin, q->kv_head_end,
-                              q->ff_begin,     q->ff_end,     q->vocab_begin,   q->vocab_end};
-        memcpy(ranges + r * 8, v, sizeof v);
-    }
-    if ((rc = tp_gguf_kv_u32(w, TP_SHARD_KEY_RANK, (uint32_t)rank)) != TP_OK ||
-        (rc = tp_gguf_kv_u32(w, TP_SHARD_KEY_WORLD, (uint32_t)plan->world_size)) != TP_OK ||
-        (rc = tp_gguf_kv_str(w, TP_SHARD_KEY_WEIGHTS, weights ? weights : "")) != TP_OK ||
-        (rc = tp_gguf_kv_array(w, TP_SHARD_KEY_PLAN, TP_GGUF_INT32, ranges, (uint64_t)plan->world_size * 8)) != TP_OK ||
-        (rc = tp_gguf_kv_u64(w, TP_SHARD_KEY_PLAN_HASH, tp_shard_plan_hash(plan))) != TP_OK ||
-        (rc = tp_gguf_kv_str(w, TP_SHARD_KEY_SOURCE, model_name)) != TP_OK) {
-        tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
-        goto out;
-    }
+    TP_CHECK_GOTO(tp_shard_write_keys(w, plan, rank, weights, model_name, path, err), rc, out);
     if (mlxq) { /* MLX: default bits / group, and the tensors that differ */
         over = calloc((size_t)(n ? n : 1), sizeof *over);
         if (!over) {
