@@ -353,27 +353,7 @@ KFN void km_tile(const int bits, const int G, const int bf, const uint8_t *w, si
 #define KM_PFB 256 /* prefetch distance per row stream (bytes) */
 #define KM_LANE_ROWS _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
 
-/* 16 rows' 16-byte slices at p + ro[k] (row k of the group): 4 zmm, each 4 rows (one per 128-bit lane). */
-KFN void km_load16x16(const uint8_t *p, const size_t ro[16], __m512i z[4])
-{
-    for (int k = 0; k < 4; k++) {
-        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + ro[4 * k])));
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ro[4 * k + 1])), 1);
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ro[4 * k + 2])), 2);
-        z[k] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ro[4 * k + 3])), 3);
-    }
-}
-
-/* 4x4 dword transpose inside each 128-bit lane: out[j] dword (4m + p) = z[p] lane m's dword j. */
-KFN void km_tr4(const __m512i z[4], __m512i out[4])
-{
-    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
-    out[0] = _mm512_unpacklo_epi64(t0, t2);
-    out[1] = _mm512_unpackhi_epi64(t0, t2);
-    out[2] = _mm512_unpacklo_epi64(t1, t3);
-    out[3] = _mm512_unpackhi_epi64(t1, t3);
-}
+#include "model/kernels_x86_rows16_impl.h"
 
 /* The 32-block at p (+ ro[k] for row k) of 16 rows as 8 slices in m8 position order:
  * 4 bits: W[j] = low nibbles of packed dword j (positions 4j..4j+3), W[j + 4] its high
@@ -381,8 +361,8 @@ KFN void km_tr4(const __m512i z[4], __m512i out[4])
 KFN void km_wslices(const int bits, const uint8_t *p, const size_t ro[16], __m512i W[8])
 {
     __m512i z[4];
-    km_load16x16(p, ro, z);
-    km_tr4(z, W);
+    tp_rows16_load(p, ro, z);
+    tp_rows16_tr4(z, W);
     if (bits == 4) {
         const __m512i m4 = _mm512_set1_epi8(0x0F);
         for (int j = 0; j < 4; j++) {
@@ -390,8 +370,8 @@ KFN void km_wslices(const int bits, const uint8_t *p, const size_t ro[16], __m51
             W[j] = _mm512_and_si512(W[j], m4);
         }
     } else {
-        km_load16x16(p + 16, ro, z);
-        km_tr4(z, W + 4);
+        tp_rows16_load(p + 16, ro, z);
+        tp_rows16_tr4(z, W + 4);
     }
 }
 
@@ -412,8 +392,8 @@ KFN void km_sb8x16(const char *s, const size_t sr[16], const size_t so[16], int6
 {
     if (g0 + 8 <= ng) {
         __m512i z[4], d[4];
-        km_load16x16((const uint8_t *)s + 2 * g0, sr, z);
-        km_tr4(z, d); /* d[j] lane l: groups g0 + 2j (low half), g0 + 2j + 1 (high half) of its row */
+        tp_rows16_load((const uint8_t *)s + 2 * g0, sr, z);
+        tp_rows16_tr4(z, d); /* d[j] lane l: groups g0 + 2j (low half), g0 + 2j + 1 (high half) of its row */
         for (int j = 0; j < 4; j++)
             for (int h = 0; h < 2; h++) {
                 const __m256i v = _mm512_cvtepi32_epi16(h ? _mm512_srli_epi32(d[j], 16) : d[j]);

@@ -340,27 +340,7 @@ KFN void kx_qdecode(const int type, const void *w, size_t wrb, int64_t n, const 
 /* lane L <-> row 4 (L % 4) + L / 4 of the group (an involution) */
 #define KX_LANE_ROWS _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
 
-/* 16 rows' 16-byte slices at p + ro[k] (row k of the group): 4 zmm, each 4 rows (one per 128-bit lane). */
-KFN void kx_load16x16(const char *p, const size_t ro[16], __m512i z[4])
-{
-    for (int k = 0; k < 4; k++) {
-        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + ro[4 * k])));
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ro[4 * k + 1])), 1);
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ro[4 * k + 2])), 2);
-        z[k] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ro[4 * k + 3])), 3);
-    }
-}
-
-/* 4x4 dword transpose inside each 128-bit lane: out[j] lane (m, p) = z[p] lane (m, dword j). */
-KFN void kx_tr4(const __m512i z[4], __m512i out[4])
-{
-    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
-    out[0] = _mm512_unpacklo_epi64(t0, t2);
-    out[1] = _mm512_unpackhi_epi64(t0, t2);
-    out[2] = _mm512_unpacklo_epi64(t1, t3);
-    out[3] = _mm512_unpackhi_epi64(t1, t3);
-}
+#include "model/kernels_x86_rows16_impl.h"
 
 /* The block at p (+ ro[k] for row k) of the 16 rows as 8 slices: W[j] lane L = u8 values
  * 4j..4j+3 of row 4 (L % 4) + L / 4 (Q4_0 nibbles 0..15, Q8_0 q + 128), and the 16 weight
@@ -369,8 +349,8 @@ KFN void kx_wslices(const int type, const char *p, const size_t ro[16], __m512i 
 {
     __m512i z[4];
     if (type == KX_Q4_0) {
-        kx_load16x16(p + 2, ro, z);
-        kx_tr4(z, W);
+        tp_rows16_load(p + 2, ro, z);
+        tp_rows16_tr4(z, W);
         const __m512i m4 = _mm512_set1_epi8(0x0F);
         for (int j = 0; j < 4; j++) {
             W[j + 4] = _mm512_and_si512(_mm512_srli_epi16(W[j], 4), m4);
@@ -378,15 +358,15 @@ KFN void kx_wslices(const int type, const char *p, const size_t ro[16], __m512i 
         }
     } else {
         const __m512i bias = _mm512_set1_epi8((char)0x80);
-        kx_load16x16(p + 2, ro, z);
-        kx_tr4(z, W);
-        kx_load16x16(p + 18, ro, z);
-        kx_tr4(z, W + 4);
+        tp_rows16_load(p + 2, ro, z);
+        tp_rows16_tr4(z, W);
+        tp_rows16_load(p + 18, ro, z);
+        tp_rows16_tr4(z, W + 4);
         for (int j = 0; j < 8; j++) W[j] = _mm512_xor_si512(W[j], bias);
     }
     /* the fp16 scale is the low half of dword 0 at each row's block start: the same
      * loads and the first quarter of the transpose (a gather measured ~2x slower) */
-    kx_load16x16(p, ro, z);
+    tp_rows16_load(p, ro, z);
     const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t2 = _mm512_unpacklo_epi32(z[2], z[3]);
     *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_unpacklo_epi64(t0, t2)));
 }
