@@ -18,12 +18,13 @@ REPO=$(cd "$1" && pwd)
 TPSERVE=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 README="$REPO/README.md"
 
-if [ -z "${TP_README_NS:-}" ] && command -v unshare >/dev/null && unshare -rn true 2>/dev/null; then
+if [ -z "${TP_README_NS:-}" ] && command -v unshare >/dev/null && command -v ip >/dev/null &&
+   unshare -rn true 2>/dev/null; then
   TP_README_NS=1 exec unshare -rn "$0" "$@"
 fi
 if [ -n "${TP_README_NS:-}" ]; then
   ip link set lo up 2>/dev/null || { echo "FAIL: cannot bring up loopback in the namespace" >&2; exit 1; }
-elif command -v curl >/dev/null && curl -s -o /dev/null --max-time 2 http://127.0.0.1:8080/; then
+elif (exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null; then
   echo "SKIP: port 8080 is in use and no network namespace is available"; exit 77
 fi
 command -v curl >/dev/null || { echo "SKIP: curl not installed (README blocks use it)"; exit 77; }
@@ -85,11 +86,12 @@ while IFS='|' read -r n line note; do
       [ "$up" = 1 ] || { tail -20 "$WORK/server$n.log" >&2; fail "README.md:$line: no 200 from /health in 30 s"; }
       ;;
     "")
-      echo "-- README.md:$line"
+      t0=$(date +%s.%N)
       if ! (cd "$REPO" && timeout 60 bash -e -o pipefail "$blk") </dev/null >"$WORK/out$n" 2>&1; then
         tail -30 "$WORK/out$n" >&2; sed 's/^/   | /' "$blk" >&2
         fail "README.md:$line: the block above exited non-zero"
       fi
+      echo "-- README.md:$line ($(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f s", b - a }'))"
       tail -n 6 "$WORK/out$n" | sed 's/^/   | /'
       ;;
     *) fail "README.md:$line: unknown annotation '$note'" ;;
