@@ -3,12 +3,13 @@
 #
 # Each ```sh block runs from REPO with `bash -e -o pipefail`, `tpserve` resolving to TPSERVE (its
 # folder first on PATH) and the quick start serving with TPSERVE (TPSERVE_BIN, see
-# scripts/quickstart.sh); a block fails the test on any non-zero exit or after 60 s.  The HTML
+# scripts/quickstart.sh); a block fails the test on any non-zero exit or after 120 s.  The HTML
 # comment right before a block says how to treat it:
 #   <!-- not-run: REASON -->           not run (a second machine, a large download, the suite itself)
 #   <!-- run: background port=P -->    starts a server: run in the background until the next such
 #                                      block (or the end); the test waits for http://127.0.0.1:P/health
-#                                      to answer 200 and fails if it does not within 30 s
+#                                      to answer 200 and fails if it does not within 30 s, or if
+#                                      the server does not exit 0 (launch: 130) within 10 s of Ctrl-C
 # Paths under /tmp/ in the blocks are moved to a private temporary folder, so runs cannot collide.
 # Where unprivileged network namespaces work the whole run is in a fresh one (own loopback: the
 # README's fixed port 8080 is free); elsewhere it skips (77) if port 8080 is already taken.
@@ -35,11 +36,19 @@ WORK=$(mktemp -d)
 SPID=""
 stop_server() {
   [ -n "$SPID" ] || return 0
-  kill -TERM -- "-$SPID" 2>/dev/null
+  kill -INT -- "-$SPID" 2>/dev/null
   for _ in $(seq 100); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
   kill -KILL -- "-$SPID" 2>/dev/null
   wait "$SPID" 2>/dev/null
+  SRC=$?
   SPID=""
+}
+# Ctrl-C (SIGINT to the group) is how the README says a server stops: it must exit within 10 s with
+# status 0, or 130 (128 + SIGINT), which `tpserve launch` returns after forwarding a Ctrl-C.
+stop_checked() {
+  [ -n "$SPID" ] || return 0
+  stop_server
+  [ "$SRC" = 0 ] || [ "$SRC" = 130 ] || { tail -20 "$WORK/server$SLINE.log" >&2; fail "README.md:$SLINE: server exited with status $SRC after Ctrl-C"; }
 }
 cleanup() { stop_server; rm -rf "$WORK"; }
 trap cleanup EXIT
@@ -72,22 +81,22 @@ while IFS='|' read -r n line note; do
       echo "-- README.md:$line not run (${note#not-run: })"; skipped=$((skipped + 1)); continue ;;
     "run: background port="*)
       port=${note#run: background port=}
-      stop_server
+      stop_checked
       echo "-- README.md:$line background, waiting for :$port/health"
-      (cd "$REPO" && exec setsid bash -e -o pipefail "$blk") </dev/null >"$WORK/server$n.log" 2>&1 &
-      SPID=$!
+      (cd "$REPO" && exec setsid bash -e -o pipefail "$blk") </dev/null >"$WORK/server$line.log" 2>&1 &
+      SPID=$! SLINE=$line
       up=0
       for _ in $(seq 300); do
-        if ! kill -0 "$SPID" 2>/dev/null; then cat "$WORK/server$n.log" >&2; fail "README.md:$line exited early"; fi
+        if ! kill -0 "$SPID" 2>/dev/null; then cat "$WORK/server$line.log" >&2; fail "README.md:$line exited early"; fi
         code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$port/health")
         [ "$code" = 200 ] && { up=1; break; }
         sleep 0.1
       done
-      [ "$up" = 1 ] || { tail -20 "$WORK/server$n.log" >&2; fail "README.md:$line: no 200 from /health in 30 s"; }
+      [ "$up" = 1 ] || { tail -20 "$WORK/server$line.log" >&2; fail "README.md:$line: no 200 from /health in 30 s"; }
       ;;
     "")
       t0=$(date +%s.%N)
-      if ! (cd "$REPO" && timeout 60 bash -e -o pipefail "$blk") </dev/null >"$WORK/out$n" 2>&1; then
+      if ! (cd "$REPO" && timeout 120 bash -e -o pipefail "$blk") </dev/null >"$WORK/out$n" 2>&1; then
         tail -30 "$WORK/out$n" >&2; sed 's/^/   | /' "$blk" >&2
         fail "README.md:$line: the block above exited non-zero"
       fi
@@ -98,5 +107,5 @@ while IFS='|' read -r n line note; do
   esac
   ran=$((ran + 1))
 done <"$WORK/index"
-stop_server
+stop_checked
 echo "ok - $ran README blocks ran, $skipped marked not-run"
