@@ -11,6 +11,19 @@
 
 enum tp_srv_state { TP_SRV_LOADING = 0, TP_SRV_READY, TP_SRV_FAILED };
 
+/*
+ * Memory charged to the server-wide budget per POST request, reserved when its
+ * headers arrive: TP_HTTP_WORK_FACTOR times the body (its Content-Length, or
+ * --max-body for a chunked body) plus TP_HTTP_WORK_CONST.  It covers the body
+ * buffer (grown by doubling), the parsed JSON, token ids and the response
+ * buffers; docs/http.md states the bounds.
+ */
+#define TP_HTTP_WORK_FACTOR 10
+#define TP_HTTP_WORK_CONST ((size_t)256 * 1024)
+
+/* One open TCP connection, for the header/body deadlines and eviction (http.c). */
+struct tp_http_conn;
+
 struct tp_server {
     struct tp_server_config cfg;      /* strings owned (copied) */
     struct MHD_Daemon *daemon;
@@ -34,6 +47,15 @@ struct tp_server {
     int stop_pipe[2];
     pthread_mutex_t stop_mu;
     pthread_cond_t stop_cv;
+    /* connections (guarded by conn_mu; the watchdog thread cuts late ones) */
+    pthread_mutex_t conn_mu;
+    pthread_cond_t conn_cv;           /* wakes the watchdog to stop */
+    struct tp_http_conn *conns;       /* doubly linked, oldest last */
+    int n_conns, n_cut;               /* open; cut but not yet closed by MHD */
+    uint64_t n_cut_total;
+    int watchdog_started, watchdog_stop;
+    pthread_t watchdog;
+    size_t mem_used;                  /* bytes reserved against cfg.mem_budget_bytes (atomic) */
 };
 
 enum MHD_Result tp_http_send(struct MHD_Connection *c, int status, const char *content_type, const char *body,
