@@ -170,26 +170,12 @@ static int send_all_fd(int fd, const char *buf, size_t len, int timeout_ms)
     return 0;
 }
 
-/*
- * Answer e on the socket itself and end the connection (returns MHD_NO, so
- * MHD closes it).  For the two places MHD cannot queue our answer: in the
- * middle of an upload (a chunked body over --max-body), and after MHD has
- * queued its own reply to a malformed Content-Length.  After the answer the
- * write side is shut and at most 64 KiB of the rest of the request is read
- * (for at most 200 ms), so that closing does not reset the connection before
- * the client has read the answer.
- */
-static enum MHD_Result send_raw_and_close(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e)
+void tp_http_refuse_fd(struct tp_server *s, int fd, const struct tp_api_error *e, int timeout_ms)
 {
     tp_metrics_request(s->metrics, e->status);
     log_refused(s, e);
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     char *json = tp_api_error_json(e);
-    if (!ci || !json) {
-        free(json);
-        return MHD_NO;
-    }
-    int fd = ci->connect_fd;
+    if (!json) return;
     const char *hn, *hv;
     error_header(e->status, &hn, &hv);
     const char *reason = MHD_get_reason_phrase_for((unsigned)e->status);
@@ -198,24 +184,39 @@ static enum MHD_Result send_raw_and_close(struct tp_server *s, struct MHD_Connec
     int hl = snprintf(head, sizeof head,
                       "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                       "Connection: close\r\n%s\r\n",
-                      e->status, reason ? reason : "Error", strlen(json), extra);
-    if (hl > 0 && (size_t)hl < sizeof head && send_all_fd(fd, head, (size_t)hl, 2000) == 0 &&
-        send_all_fd(fd, json, strlen(json), 2000) == 0) {
-        shutdown(fd, SHUT_WR);
-        char sink[4096];
-        size_t drained = 0;
-        uint64_t end = tp_now_ns() + 200u * 1000000u;
-        while (drained < 64 * 1024) {
-            uint64_t now = tp_now_ns();
-            if (now >= end) break;
-            struct pollfd pf = {.fd = fd, .events = POLLIN, .revents = 0};
-            if (poll(&pf, 1, (int)((end - now) / 1000000u) + 1) <= 0) break;
-            ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
-            if (n <= 0) break;
-            drained += (size_t)n;
-        }
-    }
+                      e->status, reason && reason[0] ? reason : "Error", strlen(json), extra);
+    if (hl > 0 && (size_t)hl < sizeof head && send_all_fd(fd, head, (size_t)hl, timeout_ms) == 0)
+        send_all_fd(fd, json, strlen(json), timeout_ms);
     free(json);
+}
+
+/*
+ * Answer e on the socket itself and end the connection (returns MHD_NO, so
+ * MHD closes it): in the middle of an upload (a chunked body over
+ * --max-body) MHD cannot queue a response.  After the answer the write side
+ * is shut and at most 64 KiB of the rest of the request is read (for at most
+ * 200 ms), so that closing does not reset the connection before the client
+ * has read the answer.
+ */
+static enum MHD_Result send_raw_and_close(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return MHD_NO;
+    int fd = ci->connect_fd;
+    tp_http_refuse_fd(s, fd, e, 2000);
+    shutdown(fd, SHUT_WR);
+    char sink[4096];
+    size_t drained = 0;
+    uint64_t end = tp_now_ns() + 200u * 1000000u;
+    while (drained < 64 * 1024) {
+        uint64_t now = tp_now_ns();
+        if (now >= end) break;
+        struct pollfd pf = {.fd = fd, .events = POLLIN, .revents = 0};
+        if (poll(&pf, 1, (int)((end - now) / 1000000u) + 1) <= 0) break;
+        ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (n <= 0) break;
+        drained += (size_t)n;
+    }
     return MHD_NO;
 }
 
@@ -395,8 +396,11 @@ static int json_escape_piece(struct tp_buf *o, const char *piece, size_t n)
             esc[0] = '\\', esc[1] = (char)ch;
             rc = tp_buf_append(o, esc, 2);
         } else if (ch < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", ch);
-            rc = tp_buf_append(o, esc, 6);
+            const char *short_esc = ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : ch == '\t' ? "\\t" : ch == '\b' ? "\\b"
+                                    : ch == '\f' ? "\\f" : NULL;
+            if (short_esc) snprintf(esc, sizeof esc, "%s", short_esc);
+            else snprintf(esc, sizeof esc, "\\u%04x", ch);
+            rc = tp_buf_puts(o, esc);
         } else {
             rc = tp_buf_append(o, (const char *)&clean.data[i], 1);
         }
@@ -1056,20 +1060,22 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
      * 503 or are evicting (it closes anything beyond without a word). */
     unsigned mhd_limit = (unsigned)s->cfg.max_connections + 64;
     s->daemon = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD, (uint16_t)cfg->port, NULL, NULL, on_request,
-        s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)s->cfg.conn_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
-        on_connection, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)128 * 1024, MHD_OPTION_END);
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC, 0,
+        NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)s->cfg.max_conn_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.conn_timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)128 * 1024,
+        MHD_OPTION_END);
     if (!s->daemon) {
         tp_server_free(s);
-        return tp_error_set(err, TP_ERR_IO,
-                            "could not listen on %s:%d (port in use? try another --port, or --port 0 for any)", host,
-                            cfg->port);
+        return tp_error_set(err, TP_ERR_IO, "could not start the HTTP daemon (libmicrohttpd)");
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : cfg->port;
+    struct tp_error gerr = {0};
+    if (tp_http_gate_start(s, &sa, &gerr) != TP_OK) {
+        tp_server_free(s);
+        return tp_error_set(err, TP_ERR_IO, "could not listen on %s:%d: %s (port in use? try another --port, or "
+                            "--port 0 for any)", host, cfg->port, gerr.msg);
+    }
     *out = s;
     return TP_OK;
 }
@@ -1157,6 +1163,7 @@ void tp_server_free(tp_server_t *s)
     s->state = TP_SRV_FAILED;
     snprintf(s->fail_reason, sizeof s->fail_reason, "the server is shutting down");
     pthread_mutex_unlock(&s->state_mu);
+    tp_http_gate_stop(s);
     if (s->watchdog_started) {
         pthread_mutex_lock(&s->conn_mu);
         s->watchdog_stop = 1;

@@ -63,6 +63,10 @@ class Server:
                     return int(line.split()[1]) * 1024
         return -1
 
+    def sanitized(self):
+        with open("/proc/%d/maps" % self.p.pid) as f:
+            return "libasan" in f.read()
+
     def stop(self):
         self.p.terminate()
         try:
@@ -180,13 +184,17 @@ def test_framing(port):
         ("Content-Length -1", hdr + "Content-Length: -1\r\n\r\n", body, 400),
         ("Content-Length 1e23", hdr + "Content-Length: 1e23\r\n\r\n", body, 400),
         ("Transfer-Encoding gzip", hdr + "Transfer-Encoding: gzip\r\n\r\n", body, 400),
+        ("Content-Length of 25 digits", hdr + "Content-Length: %s\r\n\r\n" % ("9" * 25), body, 413),
+        ("HTTP/1.1 without Host", "GET /health HTTP/1.1\r\n\r\n", b"", 400),
+        ("a 40 KiB header block", "GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n" % ("p" * 40960), b"", 431),
     ]
     for name, head, b, want in cases:
         raw, how = raw_case(port, head.encode() + b)
         st, h, rb = parse(raw)
-        check(st == want and raw.count(b"HTTP/1.1 ") == 1 and how == "closed",
+        n_status = len(re.findall(rb"HTTP/1\.[01] \d{3} ", raw))
+        check(st == want and n_status == 1 and how == "closed",
               "%s: one %d answer, then the connection closes (got %d, %d status lines, %s)"
-              % (name, want, st, raw.count(b"HTTP/1.1 "), how))
+              % (name, want, st, n_status, how))
         check(rb.startswith(b'{"error"'), "%s: OpenAI-style JSON error body" % name)
 
     # a declared body over --max-body: 413 at once, no 100 Continue, no body byte needed
@@ -406,10 +414,15 @@ def test_tokenize_memory(srv):
         ok = ok and [t["id"] for t in toks] == ids and all(isinstance(t["piece"], str) for t in toks)
     check(ok, "8 concurrent /tokenize with_pieces on 1 MiB: all 200 with the same ids as without pieces")
     hwm = srv.vm("VmHWM")
-    # docs/http.md: each request in flight holds at most 10 x its body + 256 KiB
-    bound = base + 8 * (10 * len(body) + 256 * 1024) + 64 * MIB
+    if srv.sanitized():
+        print("     peak RSS %.1f MiB over idle %.1f MiB; bound not checked under AddressSanitizer (its quarantine "
+              "and shadow memory dominate RSS)" % (hwm / MIB, base / MIB))
+        return
+    # docs/http.md: each request in flight holds at most 10 x its body + 256 KiB, plus the scratch of the one
+    # encode running at a time (<= 48 x its text), plus 16 MiB for thread stacks and allocator arenas
+    bound = base + 8 * (10 * len(body) + 256 * 1024) + 48 * len(body) + 16 * MIB
     check(hwm <= bound, "peak RSS %.1f MiB <= bound %.1f MiB (idle %.1f MiB + 8 x (10 x %.2f MiB + 256 KiB) "
-          "+ 64 MiB)" % (hwm / MIB, bound / MIB, base / MIB, len(body) / MIB))
+          "+ 48 x %.2f MiB + 16 MiB)" % (hwm / MIB, bound / MIB, base / MIB, len(body) / MIB, len(body) / MIB))
     print("     peak RSS %.1f MiB over idle %.1f MiB" % (hwm / MIB, base / MIB))
 
 
