@@ -5,15 +5,17 @@
  * (/health, /metrics, /v1/models, /tokenize, /detokenize).  The completion
  * endpoints live in api.c; the engine thread in engine.c.
  *
- * Defences against clients that hold resources (docs/http.md): MHD caps the
- * connections per client address; every connection is tracked here with the
- * phase it is in (sending headers, sending a body, being answered) and a
- * watchdog thread shuts down those whose header block or body is late; a
- * connection over --max-connections evicts the oldest one still sending its
- * headers, or is answered 503.  Framing that two parsers could read
- * differently (Transfer-Encoding with Content-Length, repeated or malformed
- * Content-Length) is refused before any body byte is read, and POST requests
- * reserve their memory against a server-wide budget (503 when it is spent).
+ * Defences against clients that hold resources (docs/http.md): connections
+ * reach MHD through the gate (http_gate.c) only once their first header block
+ * is complete; MHD caps the connections per client address; every connection
+ * is tracked here with the phase it is in (between requests, sending a body,
+ * being answered) and a watchdog thread shuts down those whose next header
+ * block or body is late; a connection over --max-connections evicts the one
+ * idle longest between requests, or is answered 503.  Framing that two
+ * parsers could read differently (Transfer-Encoding with Content-Length,
+ * repeated or malformed Content-Length) is refused before any body byte is
+ * read, and POST requests reserve their memory against a server-wide budget
+ * (503 when it is spent).
  *
  * Blocking is allowed in this threading mode: a non-streaming request waits
  * for its result inside the access handler, a streaming one inside the
@@ -595,6 +597,7 @@ struct tp_http_conn {
     enum conn_phase phase;
     uint64_t t_phase_ns;    /* when the phase began */
     int cut;                /* shut down by us; MHD closes it */
+    int served;             /* answered a request: idle between requests when in PH_HEADERS */
     int over_limit;         /* opened over --max-connections with nothing to evict: answer 503 */
 };
 
@@ -626,10 +629,13 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         s->conns = k;
         s->n_conns++;
         if (s->n_conns - s->n_cut > s->cfg.max_connections) {
-            /* full: the oldest connection still sending its header block makes room */
+            /* full: the connection idle longest between requests makes room (the
+             * gate hands over only complete header blocks, so a connection not
+             * yet served is about to be answered and is left alone) */
             struct tp_http_conn *victim = NULL;
             for (struct tp_http_conn *o = k->next; o; o = o->next)
-                if (!o->cut && o->phase == PH_HEADERS && (!victim || o->t_phase_ns < victim->t_phase_ns)) victim = o;
+                if (!o->cut && o->served && o->phase == PH_HEADERS && (!victim || o->t_phase_ns < victim->t_phase_ns))
+                    victim = o;
             if (victim) {
                 conn_cut_locked(s, victim);
                 evicted = 1;
@@ -639,7 +645,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         }
         pthread_mutex_unlock(&s->conn_mu);
         if (evicted)
-            tp_log(TP_LOG_DEBUG, "http", "connection limit (%d) reached: closed the oldest one still sending headers",
+            tp_log(TP_LOG_DEBUG, "http", "connection limit (%d) reached: closed the longest idle kept-alive one",
                    s->cfg.max_connections);
     } else {
         struct tp_http_conn *k = *socket_context;
@@ -932,7 +938,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 {
     (void)toe;
     struct tp_server *s = cls;
-    conn_set_phase(s, c, PH_HEADERS); /* a next request on this connection has its own header deadline */
+    struct tp_http_conn *k = conn_of(c);
+    if (k) {
+        /* a next request on this connection has its own header deadline */
+        pthread_mutex_lock(&s->conn_mu);
+        k->phase = PH_HEADERS;
+        k->t_phase_ns = tp_now_ns();
+        k->served = 1;
+        pthread_mutex_unlock(&s->conn_mu);
+    }
     struct conn_ctx *cc = *con_cls;
     if (!cc) return;
     if (cc->reserved) __atomic_sub_fetch(&s->mem_used, cc->reserved, __ATOMIC_ACQ_REL);

@@ -447,6 +447,25 @@ def test_limits(port):
     st, _, _, _ = request(port, "POST", "/tokenize", pad)
     check(st == 200, "budget released: the 256 KiB body is served now (%d)" % st)
 
+    # connection limit: 4 kept-alive connections idle between requests make room for a new client
+    idle = []
+    for _ in range(4):
+        s = connect(port)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = b""
+        while b"}" not in got:
+            b = s.recv(4096)
+            if not b:
+                break
+            got += b
+        idle.append(s)
+    st, _, _, _ = request(port, "GET", "/health", timeout=5)
+    n_closed = sum(1 for s in idle if read_all(s, 0.5)[1] in ("closed", "reset"))
+    check(st == 200 and n_closed == 1, "4 idle kept-alive connections at --max-connections 4: a new client is served "
+          "(%d) and one idle connection is closed for it (%d)" % (st, n_closed))
+    for s in idle:
+        s.close()
+
     # connection limit: 4 connections sending bodies (not evictable), the 5th gets 503
     held = []
     for _ in range(4):
