@@ -221,6 +221,7 @@ struct stream {
     size_t sent_text;
     int first;
     int ended;                /* final events formatted */
+    int complete;             /* every byte handed to MHD */
     int status;
     uint64_t last_out_ns;
 };
@@ -287,7 +288,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             st->last_out_ns = tp_now_ns();
             return (ssize_t)n;
         }
-        if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (st->ended) {
+            st->complete = 1;
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
         pthread_mutex_lock(mu);
         struct tp_req *r = st->r;
         while (r->n_toks == st->sent_toks && r->state != TP_REQ_DONE) {
@@ -318,10 +322,13 @@ static void stream_free(void *cls)
     int done = st->r->state == TP_REQ_DONE;
     pthread_mutex_unlock(mu);
     if (!done) tp_engine_cancel(st->s->engine, st->r);
+    /* counted once, here: under the final status, or 499 when the client left
+     * before the whole stream was handed over */
+    int status = done && st->complete ? st->status : 499;
     pthread_mutex_lock(mu);
-    log_done(st->s, st->r, done ? st->status : 499);
+    log_done(st->s, st->r, status);
     pthread_mutex_unlock(mu);
-    if (!done) tp_metrics_request(st->s->metrics, 499); /* client closed the stream */
+    tp_metrics_request(st->s->metrics, status);
     tp_engine_release(st->s->engine, st->r);
     tp_buf_free(&st->out);
     free(st);
@@ -436,7 +443,6 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
         }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        tp_metrics_request(s->metrics, 200);
         enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         return ret;

@@ -23,8 +23,23 @@ set_tests_properties(server.cli_bad_log_format PROPERTIES LABELS unit PASS_REGUL
 add_test(NAME server.cli_bad_host
          COMMAND tpserve serve -m ${PROJECT_SOURCE_DIR}/models/stories260K.gguf --host not-an-ip --port 0)
 set_tests_properties(server.cli_bad_host PROPERTIES LABELS unit TIMEOUT 30 PASS_REGULAR_EXPRESSION "not an IPv4 address")
+add_test(NAME server.cli_mem_budget_small
+         COMMAND tpserve serve -m ${PROJECT_SOURCE_DIR}/models/stories260K.gguf --port 0 --mem-budget 1000)
+set_tests_properties(server.cli_mem_budget_small PROPERTIES LABELS unit TIMEOUT 30
+                     PASS_REGULAR_EXPRESSION "--mem-budget 1000 is too small for one request of --max-body 1048576")
 add_test(NAME server.cli_missing_model COMMAND tpserve serve -m /nonexistent/model.gguf --port 0)
 set_tests_properties(server.cli_missing_model PROPERTIES LABELS unit TIMEOUT 30 WILL_FAIL TRUE)
 add_test(NAME server.cli_missing_model_message COMMAND tpserve serve -m /nonexistent/model.gguf --port 0)
 set_tests_properties(server.cli_missing_model_message PROPERTIES LABELS unit TIMEOUT 30
                      PASS_REGULAR_EXPRESSION "tpserve serve: .*/nonexistent/model.gguf")
+
+# HTTP abuse (slow clients, connection caps, framing, HEAD, Bearer case,
+# /metrics counting, /tokenize memory bound, memory budget): real servers on
+# 127.0.0.1, about 40 s.  Passes or fails by its exit status.
+find_program(TP_PYTHON3 python3)
+if(TP_PYTHON3)
+  add_test(NAME server.http_abuse
+           COMMAND ${TP_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/server/http_abuse.py $<TARGET_FILE:tpserve>
+                   ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
+  set_tests_properties(server.http_abuse PROPERTIES LABELS "model" TIMEOUT 600 RUN_SERIAL TRUE)
+endif()
