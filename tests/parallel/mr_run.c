@@ -396,3 +396,31 @@ const char *mr_synth_model(const char *tag, enum tp_wtype type)
     snprintf(paths[n], sizeof paths[n], "%s", want);
     return paths[n++];
 }
+
+int mr_near_ties(const struct mr_run *ref, double tau)
+{
+    int n = 0;
+    for (int i = 0; i < ref->n_tokens && i < MR_MAX_STEPS; i++) n += ref->gap0[i] < tau * ref->rms0[i];
+    return n;
+}
+
+int mr_near_tie_violations(const struct mr_run *ref, const struct mr_run *r, double tau, int forced, const char *what)
+{
+    int n = TP_MIN(TP_MIN(r->n_tokens, ref->n_tokens), MR_MAX_STEPS), first = -1, n_diff = 0, n_bad = 0;
+    char steps[256] = "";
+    for (int i = 0; i < n; i++) {
+        if (r->tokens[i] == ref->tokens[i]) continue;
+        double rel = ref->gap0[i] / ref->rms0[i];
+        if (first < 0) first = i;
+        n_diff++;
+        n_bad += !(rel < tau);
+        size_t l = strlen(steps);
+        if (l < sizeof steps - 40)
+            snprintf(steps + l, sizeof steps - l, " %d (gap %.4f rms%s)", i, rel, rel < tau ? "" : ", NOT a near-tie");
+        if (!forced) break; /* free run: after a different token the sequences are different texts */
+    }
+    fprintf(stderr, "%s: %d of %d tokens as N=1%s%s (ref near-ties below %.3f rms: %d)\n", what,
+            forced ? n - n_diff : (first < 0 ? n : first), n, n_diff ? ", differing at" : "", steps, tau,
+            mr_near_ties(ref, tau));
+    return n_bad + (r->n_tokens != ref->n_tokens);
+}
