@@ -68,7 +68,7 @@ static void record_skip(const char *reason)
 
 void tp_test_skip(const char *fmt, ...)
 {
-    char reason[200];
+    char reason[320];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
