@@ -78,7 +78,7 @@ enum MHD_Result tp_http_send_error(struct tp_server *s, struct MHD_Connection *c
     if (!json) return MHD_NO;
     tp_metrics_request(s->metrics, e->status);
     const char *hn = NULL, *hv = NULL;
-    if (e->status == 429) hn = "Retry-After", hv = "1";
+    if (e->status == 429 || e->status == 503) hn = "Retry-After", hv = "1";
     else if (e->status == 405) hn = "Allow", hv = "GET, POST";
     else if (e->status == 401) hn = "WWW-Authenticate", hv = "Bearer";
     enum MHD_Result ret = tp_http_send(c, e->status, "application/json", json, strlen(json), hn, hv);
