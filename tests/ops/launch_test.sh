@@ -187,6 +187,13 @@ for n in 2 4; do
   start_serve $n
   got=$(completion) || fail "$n ranks: completion failed"
   [ "$got" = "$want" ] || fail "$n ranks: '$got' != 1 rank '$want'"
+  # the launcher's token reached the ranks without showing in the output (no terminal echo) or in
+  # any process's command line
+  r0=$(rank_pids "$WORK/hf$n.json" 0)
+  tok=$(tr '\0' '\n' <"/proc/$r0/environ" 2>/dev/null | sed -n 's/^TP_CLUSTER_TOKEN=//p')
+  [ ${#tok} -eq 64 ] || fail "$n ranks: rank 0 has no 64-digit TP_CLUSTER_TOKEN ('$tok')"
+  ! grep -q -- "$tok" "$WORK/log" || fail "$n ranks: the cluster token shows in the launcher's output"
+  ! grep -lq -- "$tok" /proc/[0-9]*/cmdline 2>/dev/null || fail "$n ranks: the cluster token is on a command line"
   # kill the last rank: everything stops, the launcher exits non-zero within 10 s
   victim=$(rank_pids "$WORK/hf$n.json" $((n - 1)))
   [ -n "$victim" ] || fail "$n ranks: cannot find rank $((n - 1))"
