@@ -198,7 +198,7 @@ static void test_junk_then_replay(void)
 {
     struct ct_group g;
     char logpath[512];
-    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile(&g, 2, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile_held(&g, 2, NULL), 0);
     log_to_file(logpath, sizeof logpath);
     CU_ASSERT_FATAL(ct_spawn_one(&g, 0, body_small_check, NULL, TOKEN, 0) > 0);
     log_stop();
@@ -310,7 +310,7 @@ static void *relay_main(void *arg)
 static void test_captured_handshake_replayed(void)
 {
     struct ct_group g, g1;
-    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile(&g, 2, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile_held(&g, 2, NULL), 0);
     /* rank 1 reaches rank 0 through the relay: its hostfile names the relay's port */
     struct relay rl = {.target_port = g.ports[0]};
     struct sockaddr_in sa;
@@ -323,6 +323,8 @@ static void test_captured_handshake_replayed(void)
                     getsockname(rl.lfd, (struct sockaddr *)&sa, &sl) == 0);
     rl.port = ntohs(sa.sin_port);
     g1 = g;
+    g1.listen_fd[0] = -1; /* rank 1 (spawned from g1) takes its socket; rank 0's is g's */
+    g.listen_fd[1] = -1;
     snprintf(g1.hostfile, sizeof g1.hostfile, "%s/hostfile-relay-%d.json", tp_test_tmpdir(), (int)getpid());
     FILE *f = fopen(g1.hostfile, "w");
     CU_ASSERT_FATAL(f != NULL);
@@ -351,7 +353,7 @@ static void test_captured_handshake_replayed(void)
     /* a fresh rank 0 on the same address: the captured frames replayed */
     char logpath[512];
     struct ct_group g2;
-    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile(&g2, 2, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile_held(&g2, 2, NULL), 0);
     log_to_file(logpath, sizeof logpath);
     CU_ASSERT_FATAL(ct_spawn_one(&g2, 0, body_small_check, NULL, TOKEN, 0) > 0);
     log_stop();
@@ -377,7 +379,7 @@ static void test_wrong_token(void)
 {
     struct ct_group g;
     char logpath[512];
-    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile(&g, 2, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile_held(&g, 2, NULL), 0);
     log_to_file(logpath, sizeof logpath);
     CU_ASSERT_FATAL(ct_spawn_one(&g, 0, body_small_check, NULL, "alpha", 0) > 0);
     log_stop();
@@ -389,6 +391,7 @@ static void test_wrong_token(void)
     cfg.hostfile = g.hostfile;
     cfg.cluster_token = "beta";
     cfg.connect_timeout_ms = 5000;
+    cfg.listen_fd = dup(g.listen_fd[1]); /* rank 1's held socket (the attempt closes its copy) */
     CU_ASSERT_EQUAL(tp_comm_init(&cfg, &c, &err), TP_ERR_PROTOCOL);
     CU_ASSERT_PTR_NULL(c);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "authentication failed"));
@@ -396,6 +399,7 @@ static void test_wrong_token(void)
     /* a different group id with the right token is refused the same way */
     cfg.cluster_token = "alpha";
     cfg.group_id = "another-model";
+    cfg.listen_fd = dup(g.listen_fd[1]);
     tp_error_clear(&err);
     CU_ASSERT_EQUAL(tp_comm_init(&cfg, &c, &err), TP_ERR_PROTOCOL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "authentication failed"));
@@ -413,7 +417,7 @@ static void test_random_after_forged_hello(void)
 {
     struct ct_group g;
     char logpath[512];
-    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile(&g, 2, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile_held(&g, 2, NULL), 0);
     log_to_file(logpath, sizeof logpath);
     CU_ASSERT_FATAL(ct_spawn_one(&g, 0, body_small_check, NULL, TOKEN, 0) > 0);
     log_stop();
@@ -454,7 +458,7 @@ static void test_random_after_forged_hello(void)
 static void test_stray_frames(void)
 {
     struct ct_group g;
-    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile(&g, 2, TOKEN), 0);
+    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile_held(&g, 2, TOKEN), 0);
     CU_ASSERT_FATAL(ct_spawn_one(&g, 0, body_small_check, NULL, NULL, 0) > 0);
     struct tp_wire_frame f = {.magic = 0x12345678u, .version = TP_WIRE_VERSION, .kind = TP_WIRE_HELLO,
                               .rank = 1, .world_size = 2};
@@ -545,7 +549,7 @@ static void test_binds_given_address(void)
 {
 #ifdef __linux__
     struct ct_group g;
-    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile(&g, 2, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile_held(&g, 2, NULL), 0);
     CU_ASSERT_FATAL(ct_spawn_one(&g, 0, body_small_check, NULL, NULL, 0) > 0);
     int probe = connect_local(g.ports[0]); /* waits until rank 0 listens; says nothing and leaves */
     CU_ASSERT_FATAL(probe >= 0);
@@ -623,7 +627,7 @@ static void test_stalled_rank_shows(void)
     CU_ASSERT_FATAL(pipe(p) == 0);
     struct live_arg la = {.pipe_wr = p[1]};
     struct ct_group g;
-    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile(&g, 2, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile_held(&g, 2, NULL), 0);
     CU_ASSERT_EQUAL_FATAL(ct_spawn(&g, body_live, &la, NULL, 20000), 0);
     close(p[1]);
     tp_sleep_ms(1500);
