@@ -181,6 +181,12 @@ enum tp_status tp_sock_listen(const char *host, int port, int *fd_out, int *port
                                     "port %d is already in use (another process listens there): stop it or pick a "
                                     "free port in the hostfile / TP_COORDINATOR",
                                     port);
+            if (e == EADDRNOTAVAIL)
+                return tp_error_set(err, TP_ERR_IO,
+                                    "cannot listen on %s port %d: that is not an address of this machine (a rank "
+                                    "listens only on its own hostfile / coordinator address: put this host's address "
+                                    "there)",
+                                    host, port);
             return tp_error_set(err, TP_ERR_IO, "cannot bind %s port %d: %s", host, port, strerror(e));
         }
         freeaddrinfo(res);

@@ -514,6 +514,16 @@ static void test_token_required_off_loopback(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "TP_CLUSTER_TOKEN"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "cluster_token"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "openssl rand -hex 32"));
+    /* with a token, rank 0 binds only its own address: one this machine does not have is refused
+     * locally (nothing is sent anywhere) */
+    cfg.cluster_token = "s3cret";
+    f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fprintf(f, "{\"hosts\": [{\"ips\": [\"192.0.2.7\"], \"port\": 29500}, {\"ips\": [\"127.0.0.1\"], \"port\": 29501}]}\n");
+    fclose(f);
+    tp_error_clear(&err);
+    CU_ASSERT_EQUAL(tp_comm_init(&cfg, &c, &err), TP_ERR_IO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "not an address of this machine"));
     unlink(path);
     /* coordinator mode: the coordinator's host decides */
     cfg = tp_comm_default_config();

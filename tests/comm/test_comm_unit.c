@@ -36,7 +36,8 @@ static void test_names(void)
 }
 
 static const char *k_env[] = {"TP_BACKEND", "TP_RANK", "TP_WORLD_SIZE", "TP_HOSTFILE", "TP_COORDINATOR",
-                              "TP_CLUSTER_TOKEN", "TP_COMM_TIMEOUT_MS", "TP_COMM_CONNECT_TIMEOUT_MS", "TP_LISTEN_FD"};
+                              "TP_CLUSTER_TOKEN", "TP_COMM_TIMEOUT_MS", "TP_COMM_CONNECT_TIMEOUT_MS", "TP_LISTEN_FD",
+                              "TP_GROUP_ID"};
 
 static void clear_env(void)
 {
@@ -57,6 +58,7 @@ static void test_config_env(void)
     setenv("TP_WORLD_SIZE", "4", 1);
     setenv("TP_HOSTFILE", "/x/hosts.json", 1);
     setenv("TP_CLUSTER_TOKEN", "tok", 1);
+    setenv("TP_GROUP_ID", "plan-7", 1);
     setenv("TP_COMM_TIMEOUT_MS", "1500", 1);
     CU_ASSERT_EQUAL(cfg.listen_fd, -1);
     setenv("TP_LISTEN_FD", "7", 1);
@@ -67,6 +69,7 @@ static void test_config_env(void)
     CU_ASSERT_EQUAL(cfg.world_size, 4);
     CU_ASSERT_STRING_EQUAL(cfg.hostfile, "/x/hosts.json");
     CU_ASSERT_STRING_EQUAL(cfg.cluster_token, "tok");
+    CU_ASSERT_STRING_EQUAL(cfg.group_id, "plan-7");
     CU_ASSERT_EQUAL(cfg.op_timeout_ms, 1500);
     static const char *bad[][2] = {{"TP_RANK", "abc"},           {"TP_RANK", "-1"},
                                    {"TP_WORLD_SIZE", "0"},       {"TP_COMM_TIMEOUT_MS", "10s"},
