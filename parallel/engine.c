@@ -448,6 +448,7 @@ void tp_parallel_free(tp_parallel_t *p)
 const char *tp_parallel_last_error(const tp_parallel_t *p) { return p ? tp_error_msg(&p->err) : ""; }
 int tp_parallel_rank(const tp_parallel_t *p) { return p->rank; }
 int tp_parallel_size(const tp_parallel_t *p) { return p->world; }
+const tp_comm_t *tp_parallel_comm(const tp_parallel_t *p) { return p ? p->comm : NULL; }
 tp_model_t *tp_parallel_model(const tp_parallel_t *p) { return p->model; }
 tp_tokenizer_t *tp_parallel_tokenizer(const tp_parallel_t *p) { return tp_model_tokenizer(p->model); }
 const struct tp_hparams *tp_parallel_hparams(const tp_parallel_t *p) { return tp_model_hparams(p->model); }

@@ -254,6 +254,9 @@ const char *tp_parallel_last_error(const tp_parallel_t *p);
 
 int tp_parallel_rank(const tp_parallel_t *p);
 int tp_parallel_size(const tp_parallel_t *p);
+/* The world group (NULL in a world of one): for read-only queries such as
+ * tp_comm_silent_rank() from other threads; collectives stay the engine's. */
+const tp_comm_t *tp_parallel_comm(const tp_parallel_t *p);
 tp_model_t *tp_parallel_model(const tp_parallel_t *p);         /* this rank's slice */
 tp_tokenizer_t *tp_parallel_tokenizer(const tp_parallel_t *p);
 const struct tp_hparams *tp_parallel_hparams(const tp_parallel_t *p);

@@ -16,6 +16,10 @@
  *      the streaming detokenizer and the stop-string matcher, and publishes
  *      the token and the releasable text to the request (condvar broadcast).
  * When idle it pings the group every second so /health notices dead ranks.
+ * A rank that stops answering the comm liveness heartbeats (a stopped or
+ * hung process, even while this thread is blocked in a step) turns /health
+ * to 503 naming it after TP_ENGINE_SILENT_MS, and new requests get 503
+ * instead of queueing behind a step that cannot finish.
  * A failed step poisons the engine: every request gets a 503 error and new
  * ones are refused.  The token loop allocates nothing except growing the
  * per-request text buffers (amortised).
@@ -123,9 +127,26 @@ static void req_finish(struct tp_engine *e, struct tp_req *r, enum tp_finish f, 
     req_unref(r);
 }
 
+#define TP_ENGINE_SILENT_MS 1000u /* heartbeats come every 200 ms */
+
+/* A rank silent for more than TP_ENGINE_SILENT_MS: 1 with reason filled. */
+static int silent_rank(const struct tp_engine *e, char *reason, size_t cap)
+{
+    uint32_t ms = 0;
+    int r = tp_comm_silent_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, &ms);
+    if (r < 0) return 0;
+    snprintf(reason, cap, "rank %d has not answered for %.1f s (stopped, hung or unreachable)", r, ms / 1000.0);
+    return 1;
+}
+
 int tp_engine_submit(struct tp_engine *e, struct tp_req *r, struct tp_api_error *err)
 {
     int rc = 0;
+    char why[160];
+    if (silent_rank(e, why, sizeof why)) {
+        tp_api_fail(err, 503, NULL, "%s; retry shortly", why);
+        return 503;
+    }
     pthread_mutex_lock(&e->mu);
     if (e->failed) {
         tp_api_fail(err, 503, NULL, "the engine failed (%s); restart the server", e->fail_reason);
@@ -162,6 +183,8 @@ int tp_engine_healthy(struct tp_engine *e, char *reason, size_t cap)
     uint64_t now = tp_now_ns();
     if (e->failed) {
         snprintf(reason, cap, "engine failed: %s", e->fail_reason);
+        ok = 0;
+    } else if (silent_rank(e, reason, cap)) {
         ok = 0;
     } else if (e->step_start_ns && now - e->step_start_ns > 60000000000ull) {
         /* a step this long means a rank hangs (a dead one fails the step at once) */
