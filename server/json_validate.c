@@ -357,7 +357,8 @@ static int refuse_unsupported(const cJSON *root, struct tp_api_error *e)
     }
     v = field(root, "echo");
     if (v && !(cJSON_IsBool(v) && !cJSON_IsTrue(v)))
-        return tp_api_fail(e, 400, "echo", "'echo' is not supported (the prompt is not echoed); remove it or send false");
+        return tp_api_fail(e, 400, "echo",
+                           "'echo' is not supported (the prompt is not echoed); remove it or send false");
     v = field(root, "suffix");
     if (v && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
         return tp_api_fail(e, 400, "suffix", "'suffix' (insertion) is not supported; remove it");
@@ -365,8 +366,9 @@ static int refuse_unsupported(const cJSON *root, struct tp_api_error *e)
     if (v) {
         const cJSON *ty = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
         if (!(cJSON_IsString(ty) && strcmp(ty->valuestring, "text") == 0 && cJSON_GetArraySize(v) == 1))
-            return tp_api_fail(e, 400, "response_format", "'response_format' other than {\"type\": \"text\"} (JSON mode, "
-                                                          "JSON schema) is not supported; remove it");
+            return tp_api_fail(e, 400, "response_format",
+                               "'response_format' other than {\"type\": \"text\"} (JSON mode, JSON schema) is not "
+                               "supported; remove it");
     }
     static const char *const lists[] = {"tools", "functions"};
     for (int i = 0; i < 2; i++) {

@@ -62,6 +62,28 @@ static void test_world1_api(void)
     CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
     st.batch.n_tokens = 3;
     CU_ASSERT_EQUAL(tp_parallel_step(p, &st, NULL), TP_ERR_INVALID_ARG);
+    /* logit_bias entries: row beyond the logits rows, id beyond the vocabulary, bias beyond +-100, NULL list */
+    int32_t brow[1] = {1}, bid[1] = {3};
+    float bval[1] = {1.0f};
+    st.n_bias = 1;
+    st.bias_row = brow;
+    st.bias_id = bid;
+    st.bias_val = bval;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG); /* one logits row: row 1 is out */
+    CU_ASSERT(strstr(tp_parallel_last_error(p), "logit_bias") != NULL);
+    brow[0] = 0;
+    bid[0] = V;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    bid[0] = 3;
+    bval[0] = -100.5f;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    bval[0] = NAN;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    st.bias_id = NULL;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    st.n_bias = -1;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    st.n_bias = 0;
     CU_ASSERT_EQUAL(tp_parallel_is_poisoned(p), 0);
     CU_ASSERT_EQUAL(tp_parallel_worker_loop(p), TP_ERR_INVALID_ARG);
 
@@ -72,7 +94,8 @@ static void test_world1_api(void)
         if (logits[i] > logits[best]) best = i;
     int32_t clear_seq[1] = {0}, clear_from[1] = {0}, id = -1;
     float maxv = 0;
-    struct tp_step again = {{3, tok, pos, seq, want}, 1, clear_seq, clear_from, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+    struct tp_step again = {{3, tok, pos, seq, want}, 1, clear_seq, clear_from, 0, NULL, NULL, NULL,
+                            0, NULL, NULL, NULL};
     CU_ASSERT_EQUAL_FATAL(tp_parallel_step_greedy(p, &again, &id, &maxv), TP_OK);
     CU_ASSERT_EQUAL(id, best);
     CU_ASSERT_EQUAL(maxv, logits[best]);
@@ -100,7 +123,8 @@ static void test_world1_api(void)
         CU_ASSERT_EQUAL(tp_parallel_is_poisoned(p), 0);
     }
     /* a step that only clears */
-    struct tp_step only_clear = {{0, NULL, NULL, NULL, NULL}, 1, clear_seq, clear_from, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL};
+    struct tp_step only_clear = {{0, NULL, NULL, NULL, NULL}, 1, clear_seq, clear_from, 0, NULL, NULL, NULL,
+                                 0, NULL, NULL, NULL};
     CU_ASSERT_EQUAL(tp_parallel_step(p, &only_clear, NULL), TP_OK);
     CU_ASSERT_EQUAL(tp_parallel_ping(p), TP_OK);
 
