@@ -16,6 +16,7 @@
  * detokenizer run in this process.  Responses are parsed with the server's
  * NUL-keeping JSON reader (tp_json_parse / tp_json_bytes).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,6 +390,71 @@ static char *complete_text(int port, const char *body, size_t *len)
     return t;
 }
 
+struct job {
+    int port;
+    const char *body;
+    char *text;
+    size_t len;
+    int status;
+};
+
+static void *job_main(void *arg)
+{
+    struct job *j = arg;
+    struct resp r;
+    j->status = http_post(j->port, "/v1/completions", j->body, &r) == 0 ? r.status : 0;
+    if (j->status) {
+        struct tp_api_error e;
+        cJSON *root = tp_json_parse(r.body, r.body_len, &e);
+        const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "choices"), 0);
+        if (tp_json_bytes(cJSON_GetObjectItemCaseSensitive(ch, "text"), &j->text, &j->len) != 0) j->text = NULL;
+        cJSON_Delete(root);
+        resp_free(&r);
+    }
+    return NULL;
+}
+
+/* Requests with different biases decoded in the same steps: each row gets
+ * its own bias (forced, unbiased, 511 banned), the unbiased one answers what
+ * it answers alone. */
+static void check_concurrent_rows(int port, int lily, const char *ban511)
+{
+    char forced[256];
+    char plain[] = "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,\"ignore_eos\":true}";
+    snprintf(forced, sizeof forced, "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,"
+                                    "\"ignore_eos\":true,\"logit_bias\":{\"%d\":100}}", lily);
+    size_t nb = strlen(ban511) + 128;
+    char *banned = malloc(nb);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(banned);
+    snprintf(banned, nb, "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,"
+                         "\"ignore_eos\":true,%s}", ban511);
+    struct job solo = {port, plain, NULL, 0, 0};
+    job_main(&solo);
+    struct job jobs[6];
+    pthread_t th[6];
+    for (int i = 0; i < 6; i++) {
+        jobs[i] = (struct job){port, i % 3 == 0 ? forced : i % 3 == 1 ? plain : banned, NULL, 0, 0};
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, job_main, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 6; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 6; i++) {
+        CU_ASSERT_EQUAL(jobs[i].status, 200);
+        const char *want = i % 3 == 0 ? " Lily" : " happy";
+        if (i % 3 == 1) {
+            CU_ASSERT(solo.text && jobs[i].text && jobs[i].len == solo.len &&
+                      memcmp(jobs[i].text, solo.text, solo.len) == 0);
+        } else {
+            int ok = jobs[i].text && jobs[i].len == 48 * strlen(want);
+            for (size_t k = 0; ok && k < 48; k++) ok = memcmp(jobs[i].text + k * strlen(want), want, strlen(want)) == 0;
+            if (!ok) fprintf(stderr, "concurrent job %d: '%.80s'\n", i, jobs[i].text ? jobs[i].text : "(null)");
+            CU_ASSERT(ok);
+        }
+        free(jobs[i].text);
+    }
+    free(solo.text);
+    free(banned);
+}
+
 static void test_logit_bias(void)
 {
     const char *mp = model_path();
@@ -484,6 +550,8 @@ static void test_logit_bias(void)
             free(t1);
         }
     }
+    check_concurrent_rows(s1.port, cat[0], lb.data);
+    check_concurrent_rows(s2.port, cat[0], lb.data);
     /* banning all 512 is refused */
     lb.len = 0;
     tp_buf_puts(&lb, "{\"prompt\":\"a\",\"logit_bias\":{");
