@@ -259,14 +259,30 @@ static void test_nul(void)
     free(rawresp);
 
     /* 6. generated NUL bytes (the <0x00> token forced by logit_bias): escaped, not cut, streamed too */
-    snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":3,\"temperature\":0,\"logit_bias\":{\"%d\":100}}",
-             nul_id);
+    snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":3,\"temperature\":0,\"logprobs\":1,"
+                                "\"logit_bias\":{\"%d\":100}}", nul_id);
     a = post(s.port, "/v1/completions", body, &st);
     CU_ASSERT_EQUAL(st, 200);
     ta = choice_text(a, 0, &la);
     CU_ASSERT(ta && la == 3 && memcmp(ta, "\0\0\0", 3) == 0);
     free(ta);
+    /* logprobs tokens: the one-byte piece, not "" */
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(a, "choices"), 0), "logprobs"),
+        "tokens");
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(lt), 3);
+    char *pc = NULL;
+    size_t pl = 0;
+    CU_ASSERT_EQUAL(tp_json_bytes(cJSON_GetArrayItem(lt, 0), &pc, &pl), 0);
+    CU_ASSERT(pl == 1 && pc && pc[0] == '\0');
+    free(pc);
     cJSON_Delete(a);
+    /* /tokenize with pieces: the <0x00> token's piece is "\u0000" */
+    rawresp = post_raw(s.port, "/tokenize", "{\"content\":\"a\\u0000b\",\"with_pieces\":true}", &st);
+    CU_ASSERT_EQUAL(st, 200);
+    snprintf(body, sizeof body, "{\"id\":%d,\"piece\":\"\\u0000\"}", nul_id);
+    CU_ASSERT_PTR_NOT_NULL(rawresp && strstr(rawresp, body));
+    free(rawresp);
     snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,"
                                 "\"temperature\":0,\"stream\":true,\"logit_bias\":{\"%d\":100}}", nul_id);
     rawresp = post_raw(s.port, "/v1/chat/completions", body, &st);
