@@ -282,7 +282,19 @@ struct tp_step {
     const int32_t *copy_dst;   /* (n_copy) */
     const int32_t *copy_src;   /* (n_copy) */
     const int32_t *copy_len;   /* (n_copy) */
+    /* logit_bias, applied by every rank to its slice of the vocabulary right
+     * after the forward pass, before the logits gather, the distributed
+     * argmax and the distributed top-k (tp_logit_bias_apply): n_bias entries
+     * (row, token id, bias), row = index among the tokens with
+     * batch.logits != 0, id in [0, n_vocab), bias in [-100, 100] (-100 bans).
+     * At most n_seq x TP_PARALLEL_BIAS_PER_ROW entries per step (one row per
+     * sequence slot with that many each).  0: none. */
+    int n_bias;
+    const int32_t *bias_row;   /* (n_bias) */
+    const int32_t *bias_id;    /* (n_bias) */
+    const float *bias_val;     /* (n_bias) */
 };
+#define TP_PARALLEL_BIAS_PER_ROW 1024
 enum tp_status tp_parallel_step(tp_parallel_t *p, const struct tp_step *step, float *logits);
 
 /*

@@ -43,6 +43,9 @@ struct mr_run {
                                  * sequence 0 holds, then is fed sequence 0's token at sequence 0's
                                  * position (in the same step), so from then on it decodes what
                                  * sequence 0 decodes */
+    int n_bias;                 /* logit_bias of sequence 0 (row 0 of every step): entries of */
+    const int32_t *bias_id;     /* (n_bias) token ids */
+    const float *bias_val;      /* (n_bias) -100..100 */
     /* out */
     int exit_code[MR_MAX_RANKS]; /* 0 ok, 3 init refused, 4 step failed, -1 killed at the deadline */
     char msg[MR_MAX_RANKS][512];
