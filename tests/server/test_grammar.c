@@ -1,0 +1,269 @@
+/*
+ * tests/server/test_grammar.c - the JSON-schema automaton and the token mask.
+ *
+ * Automaton: hand-written accept / reject strings per supported keyword
+ * (a string is accepted when every byte is and the end state is accepting).
+ * Mask: against an independent oracle, a byte-by-byte replay of each token
+ * from a fresh copy of the state, over a small vocabulary with every single
+ * byte plus multi-byte tokens; and random walks that always pick an allowed
+ * token reach an accepting state whose text cJSON parses.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/grammar.h"
+#include "tests/tp_test.h"
+
+static tp_grammar_t *compile(const char *schema_json, char *err, size_t cap)
+{
+    cJSON *s = cJSON_Parse(schema_json);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    tp_grammar_t *g = NULL;
+    enum tp_status st = tp_grammar_from_schema(s, &g, err, cap);
+    cJSON_Delete(s);
+    return st == TP_OK ? g : NULL;
+}
+
+/* 1 when text is a complete value of g. */
+static int accepts(const tp_grammar_t *g, const char *text)
+{
+    struct tp_gstate st;
+    tp_gstate_init(g, &st);
+    if (!tp_gstate_feed_bytes(g, &st, text, strlen(text))) return 0;
+    return tp_gstate_accepting(g, &st);
+}
+
+struct ar {
+    const char *schema;
+    const char *yes[6];
+    const char *no[8];
+};
+
+static const struct ar cases[] = {
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}},\"required\":[\"a\"],"
+     "\"additionalProperties\":false}",
+     {"{\"a\":1}", "{\"a\":-12,\"b\":\"x\"}", "{\"b\":\"\",\"a\":0}", "{ \"a\" : 5 }", NULL},
+     {"{}", "{\"b\":\"x\"}", "{\"a\":1.5}", "{\"a\":1,\"a\":2}", "{\"a\":1,\"c\":2}", "{\"a\":01}", "{\"a\":1} ", NULL}},
+    {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"}},\"additionalProperties\":{\"type\":\"boolean\"}}",
+     {"{}", "{\"name\":\"n\",\"x\":true}", "{\"nam\":false,\"names\":true}", NULL},
+     {"{\"x\":1}", "{\"name\":true}", "{\"name\":\"a\",\"name\":\"b\"}", NULL}},
+    {"{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"minItems\":2,\"maxItems\":3}",
+     {"[1,2]", "[1.5e3,-0.25,7]", "[ 1 , 2 ]", NULL},
+     {"[]", "[1]", "[1,2,3,4]", "[1,]", "[1.,2]", NULL}},
+    {"{\"enum\":[\"red\",\"green\",12,null,{\"k\":[1]}]}",
+     {"\"red\"", "\"green\"", "12", "null", "{\"k\":[1]}", NULL},
+     {"\"blue\"", "1", "123", "\"re\"", "{\"k\":[2]}", NULL}},
+    {"{\"const\":\"only\"}", {"\"only\"", NULL}, {"\"onl\"", "\"only \"", NULL}},
+    {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
+     {"\"ab\"", "\"abc\"", "\"\\u00e9\\n\"", "\"\xc3\xa9\xc3\xa9\"", NULL},
+     {"\"a\"", "\"abcd\"", "\"\\x\"", "\"\\ud800x\"", "\"\x80\x80\"", "\"\xc0\xaf\"", NULL}},
+    {"{\"type\":[\"string\",\"null\"]}", {"\"x\"", "null", NULL}, {"1", "nul", NULL}},
+    {"{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"],"
+     "\"additionalProperties\":false},{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"boolean\"}},"
+     "\"required\":[\"b\"],\"additionalProperties\":false}]}",
+     {"{\"a\":1}", "{\"b\":true}", NULL},
+     {"{\"a\":true}", "{\"b\":1}", "{}", "{\"a\":1,\"b\":true}", NULL}},
+    {"{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"next\":{\"anyOf\":[{\"$ref\":"
+     "\"#/$defs/node\"},{\"type\":\"null\"}]}},\"required\":[\"v\",\"next\"],\"additionalProperties\":false}},"
+     "\"$ref\":\"#/$defs/node\"}",
+     {"{\"v\":1,\"next\":null}", "{\"v\":1,\"next\":{\"v\":2,\"next\":null}}", NULL},
+     {"{\"v\":1}", "{\"v\":1,\"next\":{\"v\":2}}", NULL}},
+    {"{\"type\":\"boolean\"}", {"true", "false", NULL}, {"True", "1", NULL}},
+    {"{\"type\":\"integer\"}", {"0", "-7", "123456789012345", NULL}, {"1.0", "1e3", "-", "1234567890123456", NULL}},
+    {"{\"type\":\"number\"}", {"0.5", "-1e+10", "3E2", "12", NULL}, {".5", "1.", "1e", "+1", NULL}},
+    {"{\"type\":\"object\",\"properties\":{\"q\\\"uote\":{\"type\":\"null\"}},\"required\":[\"q\\\"uote\"],"
+     "\"additionalProperties\":false}",
+     {"{\"q\\\"uote\":null}", NULL}, {"{\"q\":null}", NULL}},
+    {"{\"type\":\"object\"}", {"{}", "{\"a\":[1,{\"b\":null}],\"c\":\"d\"}", NULL}, {"[]", "{\"a\"}", NULL}},
+    {"true", {"1", "\"s\"", "[]", "{}", NULL}, {"", "[", NULL}},
+};
+
+static void test_accept_reject(void)
+{
+    char err[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tp_grammar_t *g = compile(cases[i].schema, err, sizeof err);
+        if (!g) fprintf(stderr, "schema %zu: %s\n", i, err);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+        for (int k = 0; cases[i].yes[k]; k++) {
+            if (!accepts(g, cases[i].yes[k])) fprintf(stderr, "schema %zu should accept %s\n", i, cases[i].yes[k]);
+            CU_ASSERT(accepts(g, cases[i].yes[k]));
+        }
+        for (int k = 0; cases[i].no[k]; k++) {
+            if (accepts(g, cases[i].no[k])) fprintf(stderr, "schema %zu should reject %s\n", i, cases[i].no[k]);
+            CU_ASSERT(!accepts(g, cases[i].no[k]));
+        }
+        tp_grammar_free(g);
+    }
+}
+
+static void test_refused(void)
+{
+    static const struct {
+        const char *schema, *want;
+    } bad[] = {
+        {"{\"type\":\"integer\",\"minimum\":3}", "'minimum'"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"email\"}}}", "#/properties/a"},
+        {"{\"oneOf\":[{\"type\":\"string\"}]}", "'oneOf'"},
+        {"{\"type\":\"string\",\"pattern\":\"^a\"}", "'pattern'"},
+        {"{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "minLength > maxLength"},
+        {"{\"type\":\"array\",\"minItems\":-1}", "minItems"},
+        {"{\"$ref\":\"#/$defs/missing\"}", "does not point"},
+        {"{\"enum\":[1,2],\"type\":\"string\"}", "no value"},
+        {"{\"type\":\"object\",\"required\":[\"x\"],\"additionalProperties\":false}", "'x'"},
+        {"{\"$defs\":{\"a\":{\"type\":\"object\",\"properties\":{\"s\":{\"$ref\":\"#/$defs/a\"}},\"required\":[\"s\"]}},"
+         "\"$ref\":\"#/$defs/a\"}",
+         "no finite value"},
+        {"{\"type\":\"uuid\"}", "unknown type"},
+        {"false", "accepts no value"},
+    };
+    char err[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tp_grammar_t *g = compile(bad[i].schema, err, sizeof err);
+        CU_ASSERT_PTR_NULL(g);
+        tp_grammar_free(g);
+        if (!strstr(err, bad[i].want)) fprintf(stderr, "%s: error '%s' lacks '%s'\n", bad[i].schema, err, bad[i].want);
+        CU_ASSERT(strstr(err, bad[i].want) != NULL);
+    }
+}
+
+/* Vocabulary: the 256 single bytes + multi-byte pieces like a BPE tokenizer's. */
+static const char *const multi[] = {"{\"", "\":", "\",", "\"}", "true", "false", "null", "na", "name", "\":\"",
+                                    "12", "3.", "e+", "]}", "[{", "  ", "\n", "\xc3\xa9", "\xe2\x82", "\xac\"",
+                                    "},{\"", "ab", "\\n", "\\u00", "red", "\"red\"", "}", "\"a\":1,", "ok\"", "\"\""};
+#define N_MULTI (int)(sizeof multi / sizeof multi[0])
+
+struct vocab {
+    int n;
+    char *piece[256 + N_MULTI + 1];
+    size_t len[256 + N_MULTI + 1];
+    uint8_t skip[256 + N_MULTI + 1];
+};
+
+static void vocab_make(struct vocab *v)
+{
+    memset(v, 0, sizeof *v);
+    for (int i = 0; i < 256; i++) {
+        v->piece[i] = malloc(1);
+        v->piece[i][0] = (char)i;
+        v->len[i] = 1;
+    }
+    for (int i = 0; i < N_MULTI; i++) {
+        v->piece[256 + i] = strdup(multi[i]);
+        v->len[256 + i] = strlen(multi[i]);
+    }
+    v->piece[256 + N_MULTI] = strdup("<eos>"); /* a special token: never in a mask */
+    v->len[256 + N_MULTI] = 5;
+    v->skip[256 + N_MULTI] = 1;
+    v->n = 256 + N_MULTI + 1;
+}
+
+static void vocab_free(struct vocab *v)
+{
+    for (int i = 0; i < v->n; i++) free(v->piece[i]);
+}
+
+/* Oracle: token i allowed from st when every byte feeds. */
+static int oracle(const tp_grammar_t *g, const struct tp_gstate *st, const struct vocab *v, int i)
+{
+    if (v->skip[i]) return 0;
+    static struct tp_gstate tmp;
+    tp_gstate_copy(&tmp, st);
+    return tp_gstate_feed_bytes(g, &tmp, v->piece[i], v->len[i]);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void mask_walks(const char *schema, int json_object)
+{
+    struct vocab v;
+    vocab_make(&v);
+    tp_token_trie_t *t = NULL;
+    CU_ASSERT_FATAL(tp_token_trie_init(v.n, (const char *const *)v.piece, v.len, v.skip, &t) == TP_OK);
+    tp_mask_ctx_t *mc = NULL;
+    CU_ASSERT_FATAL(tp_mask_ctx_init(t, &mc) == TP_OK);
+    char err[256];
+    tp_grammar_t *g = NULL;
+    if (json_object) CU_ASSERT_FATAL(tp_grammar_json_object(&g) == TP_OK);
+    if (!json_object) g = compile(schema, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    static struct tp_gstate st;
+    uint32_t mask[(256 + N_MULTI + 1 + 31) / 32];
+    int n_done = 0;
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        uint64_t rs = seed * 0x9E3779B97F4A7C15ull;
+        tp_gstate_init(g, &st);
+        char text[4096];
+        size_t tl = 0;
+        for (int step = 0; step < 600 && !tp_gstate_done(g, &st); step++) {
+            int n_allowed = tp_grammar_mask(mc, g, &st, mask);
+            int count = 0, mismatch = 0;
+            for (int i = 0; i < v.n; i++) {
+                int bit = (int)(mask[i / 32] >> (i % 32) & 1);
+                count += bit;
+                if (bit != oracle(g, &st, &v, i)) mismatch++;
+            }
+            CU_ASSERT_EQUAL(mismatch, 0);
+            CU_ASSERT_EQUAL(count, n_allowed);
+            CU_ASSERT_FATAL(n_allowed > 0); /* no dead end */
+            /* prefer closing tokens now and then so walks finish */
+            int pick = -1, want = (int)(rng_next(&rs) % (uint64_t)n_allowed);
+            if (step > 40 && tp_gstate_accepting(g, &st)) break;
+            if (step > 40) {
+                const char *pref = step % 2 ? "\"}]0:" : "s\"}]0:";
+                for (const char *p = pref; *p && pick < 0; p++)
+                    if (mask[(unsigned char)*p / 32] >> ((unsigned char)*p % 32) & 1) pick = (unsigned char)*p;
+            }
+            for (int i = 0; i < v.n && pick < 0; i++)
+                if ((mask[i / 32] >> (i % 32) & 1) && want-- == 0) pick = i;
+            CU_ASSERT_FATAL(pick >= 0);
+            CU_ASSERT_FATAL(tp_gstate_feed_bytes(g, &st, v.piece[pick], v.len[pick]));
+            if (tl + v.len[pick] < sizeof text) {
+                memcpy(text + tl, v.piece[pick], v.len[pick]);
+                tl += v.len[pick];
+            }
+        }
+        if (tp_gstate_accepting(g, &st)) {
+            n_done++;
+            text[tl] = 0;
+            cJSON *j = cJSON_ParseWithLength(text, tl);
+            if (!j) fprintf(stderr, "not JSON: %s\n", text);
+            CU_ASSERT_PTR_NOT_NULL(j);
+            if (json_object) CU_ASSERT(cJSON_IsObject(j));
+            cJSON_Delete(j);
+        }
+    }
+    if (n_done < 20) fprintf(stderr, "only %d of 40 walks finished\n", n_done);
+    CU_ASSERT(n_done >= 20);
+    tp_grammar_free(g);
+    tp_mask_ctx_free(mc);
+    tp_token_trie_free(t);
+    vocab_free(&v);
+}
+
+static void test_mask_oracle(void)
+{
+    mask_walks("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":6},\"n\":{\"type\":"
+               "\"number\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"na\",true]},\"maxItems\":3}},"
+               "\"required\":[\"name\",\"n\"],\"additionalProperties\":false}",
+               0);
+    mask_walks("{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\"}},\"required\":[\"s\"],"
+               "\"additionalProperties\":{\"type\":[\"integer\",\"null\"]}}",
+               0);
+    mask_walks(NULL, 1);
+}
+
+static const struct tp_test_case grammar_cases[] = {
+    {"accept_reject", test_accept_reject},
+    {"refused_keywords", test_refused},
+    {"mask_vs_oracle", test_mask_oracle},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(grammar, "unit", 120, grammar_cases)
