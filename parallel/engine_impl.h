@@ -10,13 +10,15 @@
 
 #include "parallel/parallel_impl.h"
 
-#define STEP_MAGIC 0x33535054 /* "TPS3" little-endian */
+#define STEP_MAGIC 0x34535054 /* "TPS4" little-endian */
 #define HDR_WORDS 64
 /* hdr[8]: n_copy */
 #define HDR_N_COPY 8
 /* hdr[9]: n_bias (logit_bias entries) */
 #define HDR_N_BIAS 9
-#define HDR_INLINE_AT 10
+/* hdr[10]: n_mask (rows with a token mask) */
+#define HDR_N_MASK 10
+#define HDR_INLINE_AT 11
 /* hdr[7]: nonzero = after this step every rank sends its stats to rank 0 */
 #define HDR_STATS 7
 #define STATS_WORDS 10 /* struct tp_parallel_stats as 5 little-endian u64 = 10 int32 words */
@@ -44,7 +46,8 @@ struct tp_parallel {
     int chunk;                    /* rows per logits gather */
 
     int32_t hdr[HDR_WORDS];
-    int32_t *body;                /* (4*n_batch + 2*n_seq + 3*n_seq + 3*bias_max) */
+    int32_t *body;                /* (4*n_batch + 2*n_seq + 3*n_seq + 3*bias_max + n_seq*(1 + mask_words)) */
+    int mask_words;               /* (n_vocab + 31) / 32: one token mask row */
     int bias_max;                 /* logit_bias entries per step: n_seq x TP_PARALLEL_BIAS_PER_ROW */
     float *local;                 /* (n_batch, vocab_local) this rank's logits rows */
     float *send;                  /* (chunk, vocab_max) padded rows (uneven vocab) */

@@ -293,6 +293,14 @@ struct tp_step {
     const int32_t *bias_row;   /* (n_bias) */
     const int32_t *bias_id;    /* (n_bias) */
     const float *bias_val;     /* (n_bias) */
+    /* Token masks (constrained decoding), applied by every rank to its slice
+     * right after logit_bias: row mask_row[m] keeps the tokens whose bit is
+     * set in mask[m * W .. (m + 1) * W), W = (n_vocab + 31) / 32 words, bit
+     * (id % 32) of word id / 32; the others get -inf.  Each mask allows at
+     * least one token.  At most n_seq rows; 0: none. */
+    int n_mask;
+    const int32_t *mask_row;   /* (n_mask) */
+    const uint32_t *mask;      /* (n_mask x W) */
 };
 #define TP_PARALLEL_BIAS_PER_ROW 1024
 enum tp_status tp_parallel_step(tp_parallel_t *p, const struct tp_step *step, float *logits);

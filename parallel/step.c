@@ -3,20 +3,22 @@
  *
  * Rank 0 drives.  It broadcasts a fixed 256-byte header of 64 little-endian
  * int32:
- *   [0] magic 'TPS3'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
+ *   [0] magic 'TPS4'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
  *   [2] step number   [3] n_tokens  [4] n_clear  [5] body inline (0/1)
  *   [6] k of RUN_TOPK [7] collect stats after the step  [8] n_copy
- *   [9] n_bias
- *   [10..63] the body when it fits (54 words), else a second broadcast.
+ *   [9] n_bias        [10] n_mask
+ *   [11..63] the body when it fits (53 words), else a second broadcast.
  * Body (int32): token[n] pos[n] seq[n] want_logits[n] clear_seq[c] clear_from[c]
  *               copy_dst[k] copy_src[k] copy_len[k]
- *               bias_row[b] bias_id[b] bias_val[b] (float bits).
+ *               bias_row[b] bias_id[b] bias_val[b] (float bits)
+ *               mask_row[m] mask[m x W] (W = (n_vocab + 31) / 32 words of token bits).
  * A worker of another protocol version refuses the header as malformed.
  * Workers check every count and every entry of the lists before using them.
  * Every rank then truncates the cleared sequences, applies the KV copies in
  * list order (prefix sharing between slots) and runs the forward pass
  * on its slice (two all_sums per layer through the wire hook), then adds the
- * logit_bias entries that fall in its vocabulary range; logits rows
+ * logit_bias entries that fall in its vocabulary range and the token masks
+ * (a token whose bit is clear gets -inf); logits rows
  * of each rank's vocabulary range are gathered to rank 0 (padded to the
  * largest range, in chunks), or only each rank's (max, index) pair for the
  * distributed greedy argmax, or its k best (logit, id) + (max, sum exp) for
@@ -243,6 +245,9 @@ static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, const stru
     const int32_t *cs = body + 4 * n, *cf = body + 4 * n + c;
     const int32_t *cd = body + 4 * n + 2 * c, *csrc = cd + nc, *cl = cd + 2 * nc;
     const int32_t *brow = cd + 3 * nc, *bid = brow + nb, *bval = brow + 2 * nb;
+    const int nm = p->hdr[HDR_N_MASK];
+    const int32_t *mrow = brow + 3 * nb;
+    const uint32_t *mbits = (const uint32_t *)(mrow + nm);
     for (int i = 0; i < c; i++) tp_model_seq_truncate(p->model, cs[i], cf[i]);
     for (int i = 0; i < nc; i++) {
         enum tp_status st = tp_model_kv_copy(p->model, cd[i], csrc[i], cl[i]);
@@ -270,6 +275,14 @@ static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, const stru
         float v;
         memcpy(&v, &bval[i], sizeof v);
         tp_logit_bias_apply(rows + (size_t)brow[i] * (size_t)width, begin, width, 1, &bid[i], &v);
+    }
+    for (int m = 0; m < nm; m++) {
+        float *row = rows + (size_t)mrow[m] * (size_t)width;
+        const uint32_t *bits = mbits + (size_t)m * (size_t)p->mask_words;
+        for (int j = 0; j < width; j++) {
+            const int id = begin + j;
+            if (!(bits[id >> 5] >> (id & 31) & 1u)) row[j] = -INFINITY;
+        }
     }
     if (direct) return TP_OK;
     if (kind == STEP_RUN_ARGMAX) return gather_argmax(p, n_out, out->ids, out->maxv, ns_comm);
@@ -336,6 +349,10 @@ static enum tp_status check_step(tp_parallel_t *p, const struct tp_step *s)
                               p->bias_max);
     if (s->n_bias > 0 && (!s->bias_row || !s->bias_id || !s->bias_val))
         return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step logit_bias list has a NULL array");
+    if (s->n_mask < 0 || s->n_mask > p->n_seq)
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step has %d token masks; at most %d", s->n_mask, p->n_seq);
+    if (s->n_mask > 0 && (!s->mask_row || !s->mask))
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step token mask list has a NULL array");
     int n_out = 0;
     for (int i = 0; i < b->n_tokens; i++) n_out += b->logits[i] != 0;
     for (int i = 0; i < s->n_bias; i++) {
@@ -346,6 +363,20 @@ static enum tp_status check_step(tp_parallel_t *p, const struct tp_step *s)
                                   "step logit_bias entry %d: row %d / token %d / bias %g out of range (%d logits rows, "
                                   "vocab %d, bias -100..100)", i, s->bias_row[i], s->bias_id[i], (double)s->bias_val[i],
                                   n_out, p->n_vocab);
+    }
+    for (int m = 0; m < s->n_mask; m++) {
+        if (s->mask_row[m] < 0 || s->mask_row[m] >= n_out)
+            return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step token mask %d: row %d out of range (%d logits rows)",
+                                  m, s->mask_row[m], n_out);
+        const uint32_t *bits = s->mask + (size_t)m * (size_t)p->mask_words;
+        int any = 0;
+        for (int w = 0; w < p->mask_words && !any; w++) {
+            uint32_t v = bits[w];
+            if (w == p->mask_words - 1 && p->n_vocab % 32) v &= (1u << (p->n_vocab % 32)) - 1u;
+            any = v != 0;
+        }
+        if (!any)
+            return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step token mask %d allows no token", m);
     }
     return TP_OK;
 }
@@ -415,6 +446,7 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
 
     const int n = s ? s->batch.n_tokens : 0, c = s ? s->n_clear : 0, nc = s ? s->n_copy : 0;
     const int nb = s && kind != STEP_PING ? s->n_bias : 0;
+    const int nm = s && kind != STEP_PING ? s->n_mask : 0;
     memset(p->hdr, 0, sizeof p->hdr);
     p->hdr[0] = STEP_MAGIC;
     p->hdr[1] = kind;
@@ -423,7 +455,8 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
     p->hdr[4] = c;
     p->hdr[HDR_N_COPY] = nc;
     p->hdr[HDR_N_BIAS] = nb;
-    const int words = 4 * n + 2 * c + 3 * nc + 3 * nb;
+    p->hdr[HDR_N_MASK] = nm;
+    const int words = 4 * n + 2 * c + 3 * nc + 3 * nb + nm * (1 + p->mask_words);
     int32_t *body = words <= HDR_INLINE_MAX ? p->hdr + HDR_INLINE_AT : p->body;
     p->hdr[5] = words <= HDR_INLINE_MAX;
     p->hdr[6] = k;
@@ -449,6 +482,9 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
         bb[nb + i] = s->bias_id[i];
         memcpy(&bb[2 * nb + i], &s->bias_val[i], sizeof(float));
     }
+    int32_t *mb = bb + 3 * nb;
+    for (int m = 0; m < nm; m++) mb[m] = s->mask_row[m];
+    if (nm > 0) memcpy(mb + nm, s->mask, (size_t)nm * (size_t)p->mask_words * sizeof(uint32_t));
     if (p->comm) {
         if ((st = bcast_timed(p, p->hdr, HDR_WORDS, &ns_comm)) != TP_OK) return step_fail(p, st, "step broadcast");
         if (!p->hdr[5] && (st = bcast_timed(p, p->body, (size_t)words, &ns_comm)) != TP_OK)
@@ -535,9 +571,10 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
         if (st != TP_OK) return step_fail(p, st, "waiting for the next step from rank 0");
         uint64_t t0 = tp_now_ns();
         const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4], nc = p->hdr[HDR_N_COPY], nb = p->hdr[HDR_N_BIAS];
-        const int words = 4 * n + 2 * c + 3 * nc + 3 * nb;
+        const int nm = p->hdr[HDR_N_MASK];
+        const int words = 4 * n + 2 * c + 3 * nc + 3 * nb + (nm >= 0 && nm <= p->n_seq ? nm * (1 + p->mask_words) : 0);
         if (p->hdr[0] != STEP_MAGIC || kind < STEP_RUN_LOGITS || kind > STEP_RUN_TOPK || n < 0 || n > p->n_batch ||
-            c < 0 || c > p->n_seq || nc < 0 || nc > p->n_seq || nb < 0 || nb > p->bias_max ||
+            c < 0 || c > p->n_seq || nc < 0 || nc > p->n_seq || nb < 0 || nb > p->bias_max || nm < 0 || nm > p->n_seq ||
             (p->hdr[5] && words > HDR_INLINE_MAX) ||
             (kind == STEP_RUN_TOPK && (p->hdr[6] < 1 || p->hdr[6] > TP_PARALLEL_TOPK_MAX))) {
             tp_error_force(&p->err, TP_ERR_PROTOCOL,
@@ -587,6 +624,12 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
                 if (!bias_ok(p, n_out, bb[i], bb[nb + i], bb[2 * nb + i])) {
                     tp_comm_abort(p->comm, "parallel: bad logit_bias list");
                     return step_fail(p, TP_ERR_PROTOCOL, "step logit_bias list");
+                }
+            }
+            for (int m = 0; m < nm; m++) {
+                if (bb[3 * nb + m] < 0 || bb[3 * nb + m] >= n_out) {
+                    tp_comm_abort(p->comm, "parallel: bad token mask list");
+                    return step_fail(p, TP_ERR_PROTOCOL, "step token mask list");
                 }
             }
             static const struct step_out none = {NULL, NULL, NULL, NULL, NULL};

@@ -50,6 +50,8 @@ struct slot {
     int32_t *hist;           /* (n_ctx) tokens whose K/V this slot's cache holds, by position */
     int n_hist;
     uint64_t t_prev_tok_ns;
+    struct tp_gstate *gst;   /* automaton state when the request has a grammar (owned, allocated once) */
+    int dead_end;            /* this step's mask had no token left (logit_bias banned them all) */
 };
 
 struct tp_engine {
@@ -81,6 +83,16 @@ struct tp_engine {
      * parallel step on every rank's slice of the logits, so the sampler gets them biased */
     int32_t *bias_row, *bias_id;
     float *bias_val;
+    /* constrained decoding: the vocabulary's token trie (built at the first
+     * request with a grammar), one mask per logits row, end-of-generation ids */
+    tp_token_trie_t *trie;
+    tp_mask_ctx_t *mctx;
+    int mask_words;
+    uint32_t *mask;                 /* (n_parallel x mask_words) */
+    int32_t *mask_row;              /* (n_parallel) */
+    int32_t *eog;                   /* (n_eog) */
+    int n_eog;
+    int trie_failed;
     char scratch[1024];
     pthread_t thread;
     int thread_started;
@@ -284,6 +296,52 @@ static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
     s->req = NULL;
 }
 
+/* The token trie for grammar masks, built once from the tokenizer's pieces
+ * (special and control tokens excluded).  0, or -1 out of memory. */
+static int engine_trie(struct tp_engine *e)
+{
+    if (e->trie) return 0;
+    if (e->trie_failed) return -1;
+    const int n = e->n_vocab;
+    const char **piece = calloc((size_t)n, sizeof *piece);
+    size_t *len = calloc((size_t)n, sizeof *len);
+    uint8_t *skip = calloc((size_t)n, 1);
+    int rc = -1;
+    if (!piece || !len || !skip) goto out;
+    e->n_eog = 0;
+    for (int i = 0; i < n; i++) {
+        piece[i] = tp_tokenizer_piece(e->tok, i, &len[i]);
+        if (!piece[i]) {
+            piece[i] = "";
+            len[i] = 0;
+        }
+        if (tp_tokenizer_is_eog(e->tok, i)) {
+            skip[i] = 1;
+            e->eog[e->n_eog++] = i;
+            continue;
+        }
+        if (len[i] > 0 && len[i] < 128 && !memchr(piece[i], 0, len[i])) {
+            char txt[128];
+            memcpy(txt, piece[i], len[i]);
+            txt[len[i]] = 0;
+            if (tp_tokenizer_find_special(e->tok, txt) == i) skip[i] = 1;
+        }
+    }
+    if (tp_token_trie_init(n, piece, len, skip, &e->trie) != TP_OK) goto out;
+    if (tp_mask_ctx_init(e->trie, &e->mctx) != TP_OK) goto out;
+    rc = 0;
+out:
+    free(piece);
+    free(len);
+    free(skip);
+    if (rc != 0) {
+        tp_token_trie_free(e->trie);
+        e->trie = NULL;
+        e->trie_failed = 1;
+    }
+    return rc;
+}
+
 /* Slot i is the source of a KV copy that the next step makes (mu held):
  * it may not be cleared or overwritten before then. */
 static int copy_source_pending(const struct tp_engine *e, int i)
@@ -390,6 +448,13 @@ static void admit(struct tp_engine *e)
         if (tp_sampler_init(&sp, e->n_vocab, &s->sampler) != TP_OK) {
             req_finish(e, r, TP_FINISH_ERROR, 500, "could not create the sampler (out of memory?)");
             continue;
+        }
+        if (r->params.grammar) {
+            if (engine_trie(e) != 0) {
+                req_finish(e, r, TP_FINISH_ERROR, 500, "could not build the token trie for response_format (out of memory?)");
+                continue;
+            }
+            tp_gstate_init(r->params.grammar, s->gst);
         }
         tp_detok_reset(s->detok);
         /* The reply continues the prompt: feed the prompt's last token to the
@@ -502,6 +567,30 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
     st->bias_row = e->bias_row;
     st->bias_id = e->bias_id;
     st->bias_val = e->bias_val;
+    /* grammar masks: the tokens that keep each constrained reply valid, plus
+     * end of generation where the value is complete */
+    int nm = 0;
+    for (int row = 0; row < n_rows; row++) {
+        const struct slot *s = &e->slots[e->row_slot[row]];
+        const tp_grammar_t *g = s->req->params.grammar;
+        if (!g) continue;
+        uint32_t *m = e->mask + (size_t)nm * (size_t)e->mask_words;
+        (void)tp_grammar_mask(e->mctx, g, s->gst, m);
+        if (tp_gstate_accepting(g, s->gst))
+            for (int k = 0; k < e->n_eog; k++) m[e->eog[k] / 32] |= 1u << (e->eog[k] % 32);
+        /* tokens logit_bias bans stay banned; a mask left empty fails the request after the step */
+        const struct tp_req_params *rp = &s->req->params;
+        for (int k = 0; k < rp->n_logit_bias; k++)
+            if (rp->bias_val[k] <= TP_LOGIT_BAN) m[rp->bias_id[k] / 32] &= ~(1u << (rp->bias_id[k] % 32));
+        int any = 0;
+        for (int w = 0; w < e->mask_words && !any; w++) any = m[w] != 0;
+        e->slots[e->row_slot[row]].dead_end = !any;
+        if (!any) m[0] |= 1u; /* keeps the step valid; the row's token is discarded */
+        e->mask_row[nm++] = row;
+    }
+    st->n_mask = nm;
+    st->mask_row = e->mask_row;
+    st->mask = e->mask;
     return n;
 }
 
@@ -549,6 +638,17 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
         slot_finish(e, s, TP_FINISH_STOP);
         return;
     }
+    const tp_grammar_t *gr = r->params.grammar;
+    if (gr) {
+        size_t pl = 0;
+        const char *pc = tp_tokenizer_piece(e->tok, res->id, &pl);
+        if (!pc || !tp_gstate_feed_bytes(gr, s->gst, pc, pl)) {
+            /* only after a mask that allowed nothing (no token spells a valid continuation) */
+            req_finish(e, r, TP_FINISH_ERROR, 500, "no token of this vocabulary continues the response_format value");
+            s->req = NULL;
+            return;
+        }
+    }
     tp_sampler_accept(s->sampler, res->id);
     g->id = res->id;
     g->logprob = res->logprob;
@@ -575,6 +675,8 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     if (hit) {
         req_finish(e, r, TP_FINISH_STOP, 0, NULL);
         s->req = NULL;
+    } else if (gr && tp_gstate_done(gr, s->gst)) {
+        slot_finish(e, s, TP_FINISH_STOP); /* the value is complete; nothing may follow it */
     } else if (r->n_toks >= r->max_tokens || s->n_past + 1 >= e->n_ctx) {
         slot_finish(e, s, TP_FINISH_LENGTH);
     }
@@ -631,6 +733,13 @@ static void *engine_main(void *arg)
             if (!s->req) continue;
             if (s->req->cancelled) continue; /* dropped by admit() next round */
             s->n_past = st.batch.pos[i] + 1;
+            if (s->dead_end) {
+                s->dead_end = 0;
+                req_finish(e, s->req, TP_FINISH_ERROR, 400,
+                           "logit_bias bans every token that continues the response_format value");
+                s->req = NULL;
+                continue;
+            }
             if (greedy) {
                 const struct tp_sample_result res = {.id = e->ids[row - 1], .logprob = 0.0f, .n_top = 0};
                 slot_take(e, s, &res);
@@ -677,16 +786,21 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->row_slot = calloc((size_t)cfg->n_parallel, sizeof(int));
     e->logits = malloc(sizeof(float) * (size_t)cfg->n_parallel * (size_t)e->n_vocab);
     e->ids = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
+    e->mask_words = (e->n_vocab + 31) / 32;
+    e->mask = malloc(sizeof(uint32_t) * (size_t)cfg->n_parallel * (size_t)e->mask_words);
+    e->mask_row = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
+    e->eog = calloc((size_t)e->n_vocab, sizeof(int32_t));
     const size_t n_bias = (size_t)cfg->n_parallel * TP_MAX_LOGIT_BIAS;
     e->bias_row = malloc(n_bias * sizeof(int32_t));
     e->bias_id = malloc(n_bias * sizeof(int32_t));
     e->bias_val = malloc(n_bias * sizeof(float));
     if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits ||
-        !e->ids || !e->bias_row || !e->bias_id || !e->bias_val)
+        !e->ids || !e->bias_row || !e->bias_id || !e->bias_val || !e->mask || !e->mask_row || !e->eog)
         goto nomem;
     for (int i = 0; i < cfg->n_parallel; i++) {
         if (tp_detok_init(e->tok, &e->slots[i].detok) != TP_OK) goto nomem;
         if (!(e->slots[i].hist = calloc((size_t)e->n_ctx + 1, sizeof(int32_t)))) goto nomem;
+        if (!(e->slots[i].gst = malloc(sizeof *e->slots[i].gst))) goto nomem;
     }
     e->last_ok_ns = tp_now_ns();
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
@@ -734,6 +848,7 @@ void tp_engine_free(struct tp_engine *e)
         tp_sampler_free(e->slots[i].sampler);
         tp_detok_free(e->slots[i].detok);
         free(e->slots[i].hist);
+        free(e->slots[i].gst);
         tp_buf_free(&e->slots[i].text);
     }
     free(e->queue);
@@ -747,6 +862,11 @@ void tp_engine_free(struct tp_engine *e)
     free(e->bias_row);
     free(e->bias_id);
     free(e->bias_val);
+    free(e->mask);
+    free(e->mask_row);
+    free(e->eog);
+    tp_mask_ctx_free(e->mctx);
+    tp_token_trie_free(e->trie);
     free(e->logits);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);

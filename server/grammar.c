@@ -12,8 +12,9 @@
  * still be completed afterwards (object keys are accepted only while an
  * unused property or an additional key can match, ',' only while another
  * member may follow, '}' / ']' only once required members / minItems are
- * there, a number stops taking digits at TP_GRAMMAR_NUM_DIGITS, whitespace at
- * TP_GRAMMAR_WS bytes between tokens).  Generated text has no whitespace
+ * there, a number stops taking digits at TP_GRAMMAR_NUM_DIGITS; whitespace
+ * between tokens is one space or a newline and at most TP_GRAMMAR_WS indent
+ * bytes).  Generated text has no whitespace
  * before the value or after it.
  */
 #include <stddef.h>
@@ -739,7 +740,17 @@ enum { A_OPEN, A_FIRST, A_AFTER, A_NEXT };
 enum { S_OPEN, S_BODY, S_ESC, S_HEX };
 enum { N_START, N_SIGN, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 
-static int is_ws(int c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+/* Whitespace between two tokens of the JSON text: nothing, one space, or a
+ * newline followed by up to TP_GRAMMAR_WS spaces or tabs (indentation).
+ * f->ws: 0 none yet, 1 + k after a newline and k indent bytes, 255 closed. */
+static int ws_take(struct tp_gframe *f, int c)
+{
+    if (f->ws == 0 && c == ' ') f->ws = 255;
+    else if (f->ws == 0 && c == '\n') f->ws = 1;
+    else if (f->ws >= 1 && f->ws <= TP_GRAMMAR_WS && (c == ' ' || c == '\t')) f->ws++;
+    else return 0;
+    return 1;
+}
 static int is_digit(int c) { return c >= '0' && c <= '9'; }
 static int is_hex(int c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
@@ -1026,9 +1037,7 @@ static void step_object(const tp_grammar_t *g, struct tp_gstack *s, int c, struc
 {
     struct tp_gframe *f = &s->f[s->depth - 1];
     const struct gnode *n = &g->nodes[f->node];
-    const int ws_ok = f->phase != O_OPEN && is_ws(c) && f->ws < TP_GRAMMAR_WS;
-    if (ws_ok) {
-        f->ws++;
+    if (f->phase != O_OPEN && ws_take(f, c)) {
         emit(out, s);
         return;
     }
@@ -1089,8 +1098,7 @@ static void step_array(const tp_grammar_t *g, struct tp_gstack *s, int c, struct
 {
     struct tp_gframe *f = &s->f[s->depth - 1];
     const struct gnode *n = &g->nodes[f->node];
-    if (f->phase != A_OPEN && is_ws(c) && f->ws < TP_GRAMMAR_WS) {
-        f->ws++;
+    if (f->phase != A_OPEN && ws_take(f, c)) {
         emit(out, s);
         return;
     }

@@ -36,7 +36,7 @@
 #define TP_GRAMMAR_DEPTH 32   /* nesting depth of values (deeper values are not generated) */
 #define TP_GRAMMAR_MAX_PROPS 64 /* properties per object schema */
 #define TP_GRAMMAR_NUM_DIGITS 15 /* integer / fraction digits of a generated number */
-#define TP_GRAMMAR_WS 8       /* whitespace bytes allowed between two tokens of the JSON text */
+#define TP_GRAMMAR_WS 16      /* indentation bytes after a newline between two tokens of the JSON text */
 #define TP_GRAMMAR_KEY_BYTES 64 /* bytes of an additionalProperties key */
 
 typedef struct tp_grammar tp_grammar_t;

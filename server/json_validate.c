@@ -362,14 +362,6 @@ static int refuse_unsupported(const cJSON *root, struct tp_api_error *e)
     v = field(root, "suffix");
     if (v && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
         return tp_api_fail(e, 400, "suffix", "'suffix' (insertion) is not supported; remove it");
-    v = field(root, "response_format");
-    if (v) {
-        const cJSON *ty = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
-        if (!(cJSON_IsString(ty) && strcmp(ty->valuestring, "text") == 0 && cJSON_GetArraySize(v) == 1))
-            return tp_api_fail(e, 400, "response_format",
-                               "'response_format' other than {\"type\": \"text\"} (JSON mode, JSON schema) is not "
-                               "supported; remove it");
-    }
     static const char *const lists[] = {"tools", "functions"};
     for (int i = 0; i < 2; i++) {
         v = field(root, lists[i]);
@@ -393,6 +385,75 @@ static int refuse_unsupported(const cJSON *root, struct tp_api_error *e)
     for (int i = 0; i < 3; i++)
         if (field(root, others[i]))
             return tp_api_fail(e, 400, others[i], "'%s' is not supported by this server; remove it", others[i]);
+    return 0;
+}
+
+/* ------------------------------------------------------- response_format */
+
+/* response_format: {"type": "text"}, {"type": "json_object"} or
+ * {"type": "json_schema", "json_schema": {"name": ..., "schema": {...},
+ * "strict": bool, "description": ...}}; the last two compile the reply's
+ * automaton (server/grammar.c), schemas outside the supported subset are
+ * refused naming the keyword and where it is. */
+static int parse_response_format(const cJSON *root, struct tp_req_params *p, struct tp_api_error *e)
+{
+    const char *pn = "response_format";
+    const cJSON *v = field(root, pn);
+    if (!v) return 0;
+    const cJSON *ty = cJSON_IsObject(v) ? field(v, "type") : NULL;
+    if (!cJSON_IsString(ty))
+        return tp_api_fail(e, 400, pn, "'response_format' must be an object with 'type': \"text\", \"json_object\" or "
+                                       "\"json_schema\"");
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, v)
+    {
+        if (strcmp(kv->string, "type") != 0 && strcmp(kv->string, "json_schema") != 0)
+            return tp_api_fail(e, 400, pn, "'response_format' has an unknown field '%.60s'", kv->string);
+    }
+    if (strcmp(ty->valuestring, "text") == 0) {
+        if (field(v, "json_schema")) return tp_api_fail(e, 400, pn, "'response_format' text takes no json_schema");
+        return 0;
+    }
+    if (strcmp(ty->valuestring, "json_object") == 0) {
+        if (field(v, "json_schema"))
+            return tp_api_fail(e, 400, pn, "'response_format' json_object takes no json_schema (use type json_schema)");
+        if (tp_grammar_json_object(&p->grammar) != TP_OK) return tp_api_fail(e, 500, pn, "out of memory");
+        return 0;
+    }
+    if (strcmp(ty->valuestring, "json_schema") != 0)
+        return tp_api_fail(e, 400, pn, "'response_format.type' is \"%.40s\"; want \"text\", \"json_object\" or "
+                                       "\"json_schema\"", ty->valuestring);
+    const cJSON *js = field(v, "json_schema");
+    if (!cJSON_IsObject(js))
+        return tp_api_fail(e, 400, "response_format.json_schema",
+                           "'response_format.json_schema' must be an object with 'name' and 'schema'");
+    cJSON_ArrayForEach(kv, js)
+    {
+        static const char *const ok[] = {"name", "schema", "strict", "description"};
+        int known = 0;
+        for (int i = 0; i < 4; i++) known |= strcmp(kv->string, ok[i]) == 0;
+        if (!known)
+            return tp_api_fail(e, 400, "response_format.json_schema",
+                               "'response_format.json_schema' has an unknown field '%.60s'", kv->string);
+    }
+    const cJSON *name = field(js, "name"), *strict = field(js, "strict"), *desc = field(js, "description");
+    if (name && !cJSON_IsString(name))
+        return tp_api_fail(e, 400, "response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
+    if (strict && !cJSON_IsBool(strict))
+        return tp_api_fail(e, 400, "response_format.json_schema.strict",
+                           "'response_format.json_schema.strict' must be a boolean");
+    if (desc && !cJSON_IsString(desc))
+        return tp_api_fail(e, 400, "response_format.json_schema.description",
+                           "'response_format.json_schema.description' must be a string");
+    const cJSON *schema = field(js, "schema");
+    if (!schema)
+        return tp_api_fail(e, 400, "response_format.json_schema.schema", "'response_format.json_schema.schema' is missing");
+    char err[300];
+    enum tp_status st = tp_grammar_from_schema(schema, &p->grammar, err, sizeof err);
+    if (st == TP_ERR_NOMEM) return tp_api_fail(e, 500, pn, "out of memory compiling the schema");
+    if (st != TP_OK)
+        return tp_api_fail(e, 400, "response_format.json_schema.schema", "'response_format.json_schema.schema': %s "
+                           "(docs/structured-output.md lists the supported subset)", err);
     return 0;
 }
 
@@ -514,6 +575,7 @@ static int parse_fields(const cJSON *root, const char *body, size_t len, int cha
     if (parse_seed(root, body, len, p, e)) return -1;
     if (refuse_unsupported(root, e)) return -1;
     if (parse_logit_bias(root, n_vocab, p, e)) return -1;
+    if (parse_response_format(root, p, e)) return -1;
     if (chat) {
         if (get_bool(root, "logprobs", &p->logprobs, e)) return -1;
         if (get_int(root, "top_logprobs", 0, 20, &p->top_logprobs, e)) return -1;
@@ -574,5 +636,6 @@ void tp_req_params_free(struct tp_req_params *p)
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
     free(p->bias_id);
     free(p->bias_val);
+    tp_grammar_free(p->grammar);
     memset(p, 0, sizeof *p);
 }

@@ -14,6 +14,7 @@
 #include "common/common.h"
 #include "model/model.h"
 #include "parallel/parallel.h"
+#include "server/grammar.h"
 #include "server/server.h"
 
 /* ============================================================ buffers ===== */
@@ -145,6 +146,8 @@ struct tp_req_params {
     char *stop[TP_MAX_STOP];       /* owned, may hold NUL */
     size_t stop_len[TP_MAX_STOP];  /* bytes of each stop string */
     int n_stop;
+    struct tp_grammar *grammar;    /* response_format json_object / json_schema: the reply's automaton (owned);
+                                    * NULL: unconstrained */
 };
 /*
  * Parse and validate a JSON body.  n_vocab bounds token ids, n_ctx bounds

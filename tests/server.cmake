@@ -39,3 +39,14 @@ if(TP_PYTHON3)
                    ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
   set_tests_properties(server.http_abuse PROPERTIES LABELS "model" TIMEOUT 600 RUN_SERIAL TRUE)
 endif()
+
+# response_format: >= 100 JSON schemas x seeds, greedy, logit_bias, streamed and not, every reply
+# validated by ajv; unsupported keywords refused.  At 1 and 2 ranks (the token mask is applied on
+# each rank's vocabulary slice).
+foreach(_tp_ranks 1 2)
+  add_test(NAME server.node_structured_${_tp_ranks}rank
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve>
+                   ${PROJECT_SOURCE_DIR}/models/stories260K.gguf ${_tp_ranks})
+  set_tests_properties(server.node_structured_${_tp_ranks}rank PROPERTIES LABELS "model" TIMEOUT 400
+                       SKIP_RETURN_CODE 77 RESOURCE_LOCK tp_npm_install)
+endforeach()

@@ -93,7 +93,7 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
     int32_t *bias_row = calloc((size_t)r->n_bias + 1, sizeof(int32_t)); /* every entry on row 0: sequence 0 */
     if (!bias_row) return 4;
     struct tp_step st = {{7, tok, pos, seq, want}, 0, clear_seq, clear_from, 0, copy_dst, copy_src, copy_len,
-                         r->n_bias, bias_row, r->bias_id, r->bias_val};
+                         r->n_bias, bias_row, r->bias_id, r->bias_val, 0, NULL, NULL};
     int p0 = 4, p1 = 3, rc = 0;
     int32_t ids[2];
     struct tp_parallel_cand top[16];
