@@ -304,7 +304,8 @@ static void test_fields(void)
     struct srv s;
     CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, NULL), 0);
     static const char *const refused[][2] = {
-        {"\"response_format\":{\"type\":\"json_object\"}", "response_format"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"integer\",\"minimum\":1}}}", "response_format.json_schema.schema"},
+        {"\"response_format\":{\"type\":\"json_schema\"}", "response_format.json_schema"},
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]", "tools"},
         {"\"tool_choice\":\"required\"", "tool_choice"},
         {"\"functions\":[{\"name\":\"f\"}]", "functions"},

@@ -347,7 +347,8 @@ static void test_seed_range(void)
 static void test_refused_fields(void)
 {
     static const char *const bad[][2] = {
-        {"\"response_format\":{\"type\":\"json_object\"}", "response_format"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"integer\",\"minimum\":1}}}", "response_format.json_schema.schema"},
+        {"\"response_format\":{\"type\":\"json_schema\"}", "response_format.json_schema"},
         {"\"response_format\":\"text\"", "response_format"},
         {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "tools"},
         {"\"tool_choice\":\"required\"", "tool_choice"},
