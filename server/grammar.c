@@ -1244,13 +1244,16 @@ struct trie {
     int max_len;
 };
 
+#define PLAIN_MAX_BYTES 16 /* plain sets hold tokens of at most this many bytes (longer ones are walked) */
+
 struct tp_token_trie {
     int n_vocab;
     int n_words;
     struct trie all;      /* every allowed token */
     struct trie rest;     /* the tokens not in plain */
+    struct trie keyrest;  /* the tokens not in keyplain */
     uint32_t *plain;      /* (n_words) tokens valid anywhere inside a string body at a character boundary */
-    int plain_max_len;    /* longest plain token, bytes */
+    uint32_t *keyplain;   /* (n_words) plain tokens of printable ASCII only (valid in an additional key) */
 };
 
 /* A token for sorting by bytes (qsort has no context argument). */
@@ -1349,12 +1352,14 @@ enum tp_status tp_token_trie_init(int n_vocab, const char *const *piece, const s
     tp_token_trie_t *t = calloc(1, sizeof *t);
     int32_t *ids = malloc(((size_t)n_vocab + 1) * sizeof *ids);
     int32_t *rest = malloc(((size_t)n_vocab + 1) * sizeof *rest);
-    if (!t || !ids || !rest) goto nomem;
+    int32_t *krest = malloc(((size_t)n_vocab + 1) * sizeof *krest);
+    if (!t || !ids || !rest || !krest) goto nomem;
     t->n_vocab = n_vocab;
     t->n_words = (n_vocab + 31) / 32;
     t->plain = calloc((size_t)t->n_words, sizeof *t->plain);
-    if (!t->plain) goto nomem;
-    int n = 0, nr = 0;
+    t->keyplain = calloc((size_t)t->n_words, sizeof *t->keyplain);
+    if (!t->plain || !t->keyplain) goto nomem;
+    int n = 0, nr = 0, nk = 0;
     for (int i = 0; i < n_vocab; i++) {
         if ((skip && skip[i]) || len[i] == 0 || len[i] > 255) continue;
         ids[n++] = i;
@@ -1371,21 +1376,30 @@ enum tp_status tp_token_trie_init(int n_vocab, const char *const *piece, const s
     free(srt);
     for (int i = 0; i < n; i++) {
         int id = ids[i];
-        if (plain_piece((const unsigned char *)piece[id], len[id])) {
+        const unsigned char *pc = (const unsigned char *)piece[id];
+        if (len[id] <= PLAIN_MAX_BYTES && plain_piece(pc, len[id])) {
             t->plain[id / 32] |= 1u << (id % 32);
-            if ((int)len[id] > t->plain_max_len) t->plain_max_len = (int)len[id];
+            int ascii = 1;
+            for (size_t k = 0; k < len[id]; k++) ascii &= pc[k] < 0x7F;
+            if (ascii) t->keyplain[id / 32] |= 1u << (id % 32);
+            else krest[nk++] = id;
         } else {
             rest[nr++] = id;
+            krest[nk++] = id;
         }
     }
-    if (trie_build(&t->all, ids, n, piece, len) || trie_build(&t->rest, rest, nr, piece, len)) goto nomem;
+    if (trie_build(&t->all, ids, n, piece, len) || trie_build(&t->rest, rest, nr, piece, len) ||
+        trie_build(&t->keyrest, krest, nk, piece, len))
+        goto nomem;
     free(ids);
     free(rest);
+    free(krest);
     *out = t;
     return TP_OK;
 nomem:
     free(ids);
     free(rest);
+    free(krest);
     tp_token_trie_free(t);
     return TP_ERR_NOMEM;
 }
@@ -1397,7 +1411,10 @@ void tp_token_trie_free(tp_token_trie_t *t)
     free(t->all.ids);
     free(t->rest.nodes);
     free(t->rest.ids);
+    free(t->keyrest.nodes);
+    free(t->keyrest.ids);
     free(t->plain);
+    free(t->keyplain);
     free(t);
 }
 
@@ -1449,35 +1466,38 @@ static int walk(tp_mask_ctx_t *c, const struct trie *t, const tp_grammar_t *g, u
     return allowed;
 }
 
-static int popcount32(uint32_t v)
+/* mask = set | what the walk of trie adds; returns the number of tokens allowed. */
+static int set_and_walk(tp_mask_ctx_t *c, const uint32_t *set, const struct trie *trie, const tp_grammar_t *g,
+                        uint32_t *mask)
 {
-    int n = 0;
-    for (; v; v &= v - 1) n++;
-    return n;
+    const int nw = c->t->n_words;
+    int allowed = 0;
+    memcpy(mask, set, (size_t)nw * sizeof *mask);
+    for (int w = 0; w < nw; w++) allowed += __builtin_popcount(mask[w]);
+    return allowed + walk(c, trie, g, mask);
 }
 
 int tp_grammar_mask(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, uint32_t *mask)
 {
     const tp_token_trie_t *t = c->t;
     tp_gstate_copy(&c->st[0], st);
-    /* a single stack inside a string body at a character boundary, with room
-     * for the longest plain token: every plain token fits */
-    int fast = 0;
     if (st->n == 1) {
         const struct tp_gstack *s = &st->s[0];
         const struct tp_gframe *f = &s->f[s->depth - 1];
+        /* a string body at a character boundary with room for PLAIN_MAX_BYTES
+         * more characters: every plain token is accepted, walk the others */
         if (f->node != TP_GNODE_ROOT && !(f->flags & FL_KEY) && g->nodes[f->node].kind == G_STRING &&
             f->phase == S_BODY && f->u8 == 0) {
             const struct gnode *n = &g->nodes[f->node];
-            fast = n->max < 0 || (int64_t)n->max - (int64_t)f->n >= t->plain_max_len;
+            if (n->max < 0 || (int64_t)n->max - (int64_t)f->n >= PLAIN_MAX_BYTES)
+                return set_and_walk(c, t->plain, &t->rest, g, mask);
         }
+        /* an additionalProperties key with room for PLAIN_MAX_BYTES more
+         * bytes: every printable-ASCII plain token is accepted */
+        if ((f->flags & FL_KEY) && (f->flags & FL_KEYFREE) && f->pos >= 1 &&
+            TP_GRAMMAR_KEY_BYTES - (int)f->pos >= PLAIN_MAX_BYTES)
+            return set_and_walk(c, t->keyplain, &t->keyrest, g, mask);
     }
-    if (!fast) {
-        memset(mask, 0, (size_t)t->n_words * sizeof *mask);
-        return walk(c, &t->all, g, mask);
-    }
-    int allowed = 0;
-    memcpy(mask, t->plain, (size_t)t->n_words * sizeof *mask);
-    for (int w = 0; w < t->n_words; w++) allowed += popcount32(mask[w]);
-    return allowed + walk(c, &t->rest, g, mask);
+    memset(mask, 0, (size_t)t->n_words * sizeof *mask);
+    return walk(c, &t->all, g, mask);
 }
