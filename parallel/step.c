@@ -607,3 +607,44 @@ void tp_engine_send_shutdown(tp_parallel_t *p)
     p->shut = 1;
     pthread_mutex_unlock(&p->mu);
 }
+
+/* ------------------------------------------------------------- cost */
+
+void tp_parallel_decode_cost(int n_layer, int n_embd, enum tp_wire_dtype dt, int world, int rank,
+                             struct tp_parallel_decode_cost *out)
+{
+    memset(out, 0, sizeof *out);
+    if (world <= 1 || n_layer < 1 || n_embd < 1) return;
+    enum tp_comm_op sum_op = TP_COMM_OP_ALL_SUM;
+    enum tp_dtype sum_dt = TP_DTYPE_F32;
+    size_t sum_count = (size_t)n_embd;
+    if (dt == TP_WIRE_F16) sum_dt = TP_DTYPE_F16;
+    else if (dt == TP_WIRE_BF16) sum_dt = TP_DTYPE_BF16;
+    else if (dt == TP_WIRE_Q8) {
+        sum_op = TP_COMM_OP_ALL_GATHER;
+        sum_dt = TP_DTYPE_U8;
+        sum_count = ((size_t)n_embd + TP_WIRE_Q8_BLOCK - 1) / TP_WIRE_Q8_BLOCK * TP_WIRE_Q8_BYTES;
+    }
+    const struct {
+        const char *what;
+        int times;
+        enum tp_comm_op op;
+        size_t count;
+        enum tp_dtype dt;
+    } calls[3] = {
+        {"step header", 1, TP_COMM_OP_BROADCAST, HDR_WORDS, TP_DTYPE_I32},
+        {"all_sum", 2 * n_layer, sum_op, sum_count, sum_dt},
+        {"argmax gather", 1, TP_COMM_OP_GATHER, 2, TP_DTYPE_F32},
+    };
+    for (int i = 0; i < 3; i++) {
+        struct tp_parallel_coll_cost *c = &out->c[out->n++];
+        c->what = calls[i].what;
+        c->times = calls[i].times;
+        c->cost = tp_comm_op_cost(calls[i].op, world, rank, 0, calls[i].count, calls[i].dt);
+        for (int r = 0; r < world; r++) {
+            uint64_t b = tp_comm_op_cost(calls[i].op, world, r, 0, calls[i].count, calls[i].dt).bytes_sent;
+            if (b > c->max_bytes_sent) c->max_bytes_sent = b;
+        }
+        out->bytes_sent += (uint64_t)c->times * c->cost.bytes_sent;
+    }
+}
