@@ -136,6 +136,8 @@ static void print_json(const char *model, const struct tp_cap_config *c, const s
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", model);
     cJSON_AddStringToObject(o, "type", tp_wtype_name(c->wtype));
+    cJSON_AddNumberToObject(o, "n_layer", c->hp.n_layer);
+    cJSON_AddNumberToObject(o, "n_embd", c->hp.n_embd);
     cJSON_AddStringToObject(o, "link", c->link.name);
     cJSON_AddNumberToObject(o, "n_ctx", c->n_ctx);
     cJSON_AddNumberToObject(o, "n_seq", c->n_seq);

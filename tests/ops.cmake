@@ -37,3 +37,9 @@ add_test(NAME ops.bench_nodes_tinyllama COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/
          ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tpserve> tinyllama)
 set_tests_properties(ops.bench_nodes_tinyllama PROPERTIES LABELS "multirank;model;slow" TIMEOUT 900
   SKIP_RETURN_CODE 77)
+# tpserve plan against a measured run here: 2 and 4 local ranks of a 2-layer synthetic tinyllama-1.1b Q4_0;
+# bytes per token asserted within 5% of bench gen's, communication time reported (TP_PLAN_CHECK_TIME=1 asserts 25%).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME ops.plan_measured COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/plan_measured_test.sh $<TARGET_FILE:tpserve>)
+  set_tests_properties(ops.plan_measured PROPERTIES LABELS multirank TIMEOUT 300)
+endif()
