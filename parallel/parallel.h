@@ -372,6 +372,27 @@ void tp_parallel_get_stats(const tp_parallel_t *p, struct tp_parallel_stats *out
  */
 int tp_parallel_get_rank_stats(const tp_parallel_t *p, struct tp_parallel_stats *out, int max);
 
+/*
+ * A caller-defined action every rank runs at the same moment between steps
+ * (benchmarks: a memory-bandwidth probe of each rank's own machine while
+ * the others probe theirs, as they all read weights at once in a step).
+ * Each rank registers its hook before it runs steps or the worker loop
+ * (tp_parallel_set_hook, not thread safe against a running step); rank 0
+ * calls tp_parallel_run_hook(p, arg, values, max): every rank, rank 0
+ * included, calls hook(ud, arg, out) on its engine thread and rank 0 gets
+ * each rank's TP_PARALLEL_HOOK_VALUES doubles in values[r *
+ * TP_PARALLEL_HOOK_VALUES ...] for r < min(world, max).  A rank without a
+ * hook, or whose hook fails, reports NaN; a failing hook does not stop the
+ * engine.  Comm failures poison it as a step's would.
+ */
+#define TP_PARALLEL_HOOK_VALUES 4
+typedef enum tp_status (*tp_parallel_hook_fn)(void *ud, int32_t arg, double out[TP_PARALLEL_HOOK_VALUES]);
+void tp_parallel_set_hook(tp_parallel_t *p, tp_parallel_hook_fn fn, void *ud);
+enum tp_status tp_parallel_run_hook(tp_parallel_t *p, int32_t arg, double *values, int max);
+
+/* This rank's model path ("{rank}" expanded); valid until tp_parallel_free. */
+const char *tp_parallel_model_path(const tp_parallel_t *p);
+
 /* The plan every rank agreed on (valid until tp_parallel_free). */
 const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p);
 enum tp_wire_dtype tp_parallel_wire_dtype(const tp_parallel_t *p);

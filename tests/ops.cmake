@@ -42,4 +42,8 @@ set_tests_properties(ops.bench_nodes_tinyllama PROPERTIES LABELS "multirank;mode
 if(Python3_Interpreter_FOUND)
   add_test(NAME ops.plan_measured COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/plan_measured_test.sh $<TARGET_FILE:tpserve>)
   set_tests_properties(ops.plan_measured PROPERTIES LABELS multirank TIMEOUT 300)
+  # bench gen under launch: bytes read per token per rank (a tied output head read once by the group), a probe per rank.
+  add_test(NAME ops.bench_gen_ranks COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/bench_gen_ranks_test.sh
+           $<TARGET_FILE:tpserve>)
+  set_tests_properties(ops.bench_gen_ranks PROPERTIES LABELS multirank TIMEOUT 120)
 endif()
