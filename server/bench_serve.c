@@ -310,8 +310,9 @@ static int request(const struct bench_target *t, const char *path, const char *b
         if (br) {
             br->ttft_s = e.t_first >= 0 ? e.t_first - t0 : -1;
             /* the tokens after the first chunk arrived over [t_first, t_last] */
-            const int after = br->n_tokens - e.k_first;
-            br->tpot_s = (after > 0 && e.t_last > e.t_first) ? (e.t_last - e.t_first) / after : -1;
+            const double w = br->n_counted > 0 ? (double)br->n_tokens / br->n_counted : 1.0;
+            const double after = br->n_tokens - e.k_first * w;
+            br->tpot_s = (after > 0.5 && e.t_last > e.t_first) ? (e.t_last - e.t_first) / after : -1;
             br->ok = e.usage && e.done && !e.error;
         }
     } else {
