@@ -49,5 +49,5 @@ if(Python3_Interpreter_FOUND)
   # bench serve against a stand-in server streaming two tokens per event: TPOT and steady rate from token counts.
   add_test(NAME ops.bench_serve_tokens COMMAND ${Python3_EXECUTABLE}
            ${CMAKE_CURRENT_SOURCE_DIR}/ops/bench_serve_tokens_test.py $<TARGET_FILE:tpserve>)
-  set_tests_properties(ops.bench_serve_tokens PROPERTIES LABELS unit TIMEOUT 60)
+  set_tests_properties(ops.bench_serve_tokens PROPERTIES LABELS bench TIMEOUT 60)
 endif()
