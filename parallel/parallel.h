@@ -250,6 +250,15 @@ struct tp_cap_result {
 };
 
 /*
+ * Communication ms per decoded token of one sequence over `world` ranks (the
+ * model in the comment above; link rate and latency, or allsum_us > 0 a
+ * measured decode all_sum); *rounds (may be NULL) gets the network rounds.
+ * 0 for one rank.  Pure.
+ */
+double tp_capacity_comm_ms(const struct tp_hparams *hp, enum tp_wire_dtype dt, int world,
+                           const struct tp_cap_link *link, double allsum_us, int *rounds);
+
+/*
  * Plan cfg.  TP_OK with out->fits 0/1 for a valid question (a model that
  * does not fit is an answer, with the reason and the shortfall);
  * TP_ERR_INVALID_ARG with err set for an invalid one (no nodes, bad shape,
