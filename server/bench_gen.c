@@ -41,7 +41,10 @@
  * rank 0's compute time, communication time (all_sums, step broadcast,
  * logits gather) and bytes sent (--json: compute_ms_per_token,
  * comm_ms_per_token, bytes_per_token); tg_comm_frac is the all_sum share
- * of the forward time from tp_model_get_stats().
+ * of the forward time from tp_model_get_stats().  Per rank (--json arrays
+ * indexed by rank): bytes_read_per_token_per_rank, mem_bw_gbs_per_rank
+ * (median probe), bw_fraction_per_rank (median over reps);
+ * weight_bytes_per_token is their sum.
  */
 #include <math.h>
 #include <stdio.h>
