@@ -195,6 +195,31 @@ struct tp_comm_stats {
 };
 void tp_comm_get_stats(const tp_comm_t *c, struct tp_comm_stats *out);
 
+/*
+ * Cost of one collective as the ring and rdma backends run it (comm/algo.c
+ * chooses the algorithm by message size and world size): the bytes `rank`
+ * sends and the network rounds on the critical path (latencies paid one
+ * after another) for a call of count elements of dt (all_gather: one rank's
+ * block; broadcast / gather: root names the root).  all_sum: one-round mesh up to the mesh limit (512 KiB with
+ * 2 ranks, 64 KiB with more), each rank sending its buffer to every peer;
+ * above it the 2-rank pair exchange (2 rounds) or the ring (2 (n-1) rounds,
+ * 2 (n-1)/n of the buffer).  broadcast / gather: direct root <-> peer
+ * transfers, one round.  The mpi backend's costs are MPI's own.  Pure.
+ */
+enum tp_comm_op {
+    TP_COMM_OP_ALL_SUM = 0,
+    TP_COMM_OP_ALL_GATHER,
+    TP_COMM_OP_BROADCAST,
+    TP_COMM_OP_GATHER,
+    TP_COMM_OP_COUNT
+};
+struct tp_comm_cost {
+    uint64_t bytes_sent; /* by this rank, payload only (what tp_comm_stats.bytes_sent counts) */
+    int rounds;          /* network latencies on the critical path; 0 for a world of 1 */
+};
+struct tp_comm_cost tp_comm_op_cost(enum tp_comm_op op, int world, int rank, int root, size_t count,
+                                    enum tp_dtype dt);
+
 #ifdef __cplusplus
 }
 #endif

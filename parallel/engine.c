@@ -454,6 +454,7 @@ tp_model_t *tp_parallel_model(const tp_parallel_t *p) { return p->model; }
 tp_tokenizer_t *tp_parallel_tokenizer(const tp_parallel_t *p) { return tp_model_tokenizer(p->model); }
 const struct tp_hparams *tp_parallel_hparams(const tp_parallel_t *p) { return tp_model_hparams(p->model); }
 const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p) { return &p->plan; }
+const char *tp_parallel_model_path(const tp_parallel_t *p) { return p->path; }
 int tp_parallel_is_poisoned(const tp_parallel_t *p) { return atomic_load(&p->poisoned); }
 enum tp_wire_dtype tp_parallel_wire_dtype(const tp_parallel_t *p) { return p->wire_dtype; }
 

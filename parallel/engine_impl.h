@@ -22,7 +22,14 @@
 #define STATS_WORDS 10 /* struct tp_parallel_stats as 5 little-endian u64 = 10 int32 words */
 #define STATS_EVERY_NS 1000000000ull /* collect at most once a second while steps run */
 #define HDR_INLINE_MAX (HDR_WORDS - HDR_INLINE_AT)
-enum step_kind { STEP_RUN_LOGITS = 1, STEP_RUN_ARGMAX = 2, STEP_PING = 3, STEP_SHUTDOWN = 4, STEP_RUN_TOPK = 5 };
+enum step_kind {
+    STEP_RUN_LOGITS = 1,
+    STEP_RUN_ARGMAX = 2,
+    STEP_PING = 3,
+    STEP_SHUTDOWN = 4,
+    STEP_RUN_TOPK = 5,
+    STEP_HOOK = 6, /* hdr[6]: the argument; every rank runs its rank hook, values gathered to rank 0 */
+};
 
 #define GATHER_MAX_FLOATS (4u << 20) /* rank 0's logits gather area: 16 MiB */
 
@@ -61,6 +68,8 @@ struct tp_parallel {
     int32_t *stats_all;                   /* rank 0: (world, STATS_WORDS) gather area */
     uint64_t stats_ns;                    /* rank 0: when they were last collected */
     char path[4096];              /* model path with {rank} expanded */
+    tp_parallel_hook_fn hook;     /* tp_parallel_set_hook (NULL: values NaN) */
+    void *hook_ud;
 
     /* rank 0 keepalive */
     pthread_mutex_t mu;
