@@ -389,6 +389,27 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Undo chunked transfer encoding in place in the NUL-terminated body b
+ * (chunk-size lines and the CRLF after each chunk's data removed). */
+static void dechunk(char *b)
+{
+    char *out = b, *p = b;
+    for (;;) {
+        char *end = NULL;
+        unsigned long n = strtoul(p, &end, 16);
+        char *data = end ? strstr(end, "\r\n") : NULL;
+        if (!data || n == 0) break;
+        data += 2;
+        size_t have = strlen(data);
+        if (n > have) n = have;
+        memmove(out, data, n);
+        out += n;
+        p = data + n;
+        if (p[0] == '\r' && p[1] == '\n') p += 2;
+    }
+    *out = '\0';
+}
+
 /* Tokens a chunk of b stands for: its own count, scaled by usage / counted
  * when the chunks do not add up to the usage (text held back, no logprobs). */
 static double chunk_tokens(const struct bench_result *b, int i)
@@ -505,7 +526,13 @@ int tp_bench_serve(int argc, char **argv)
         free(resp);
         return tp_cli_fail("bench serve", "cannot reach %s (POST /tokenize failed); is `tpserve serve` running?", url);
     }
-    const char *jb = strstr(resp, "\r\n\r\n");
+    char *jb = strstr(resp, "\r\n\r\n");
+    if (jb) {
+        int chunked = 0;
+        for (const char *hdr_line = strstr(resp, "\r\n"); hdr_line && hdr_line < jb; hdr_line = strstr(hdr_line + 2, "\r\n"))
+            if (strncasecmp(hdr_line + 2, "Transfer-Encoding: chunked", 26) == 0) chunked = 1;
+        if (chunked) dechunk(jb + 4);
+    }
     cJSON *j = jb ? cJSON_Parse(jb + 4) : NULL;
     int n_ids = cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens"));
     int32_t *ids = calloc((size_t)(n_ids > 0 ? n_ids : 1), sizeof(int32_t));
