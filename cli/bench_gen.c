@@ -44,7 +44,7 @@
 #include "cli.h"
 #include "common/common.h"
 #include "model/gguf.h"
-#include "model/tsrc_impl.h"
+#include "model/tensor_source.h"
 #include "model/kernels.h"
 #include "model/model.h"
 #include "parallel/parallel.h"

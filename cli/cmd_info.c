@@ -19,8 +19,8 @@
 #include "cli.h"
 #include "model/gguf.h"
 #include "model/model.h"
-#include "model/mlx_impl.h"
-#include "model/tsrc_impl.h"
+#include "model/mlx_quant.h"
+#include "model/tensor_source.h"
 #include "parallel/parallel.h"
 
 static double mib(uint64_t b) { return (double)b / 1048576.0; }

@@ -39,7 +39,7 @@
 
 #include "cli.h"
 #include "comm/comm.h"
-#include "server/supervise.h"
+#include "supervise.h"
 
 #define LAUNCH_MAX 64
 #define LAUNCH_GRACE_MS 3000

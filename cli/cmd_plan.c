@@ -15,7 +15,7 @@
 #include "cli.h"
 #include "model/synth.h"
 #include "parallel/parallel.h"
-#include "parallel/parallel_impl.h"
+#include "parallel/probe.h"
 
 static const char plan_usage[] =
     "Usage: tpserve plan (-m MODEL.gguf | --shape NAME) --nodes \"mac1:192G,mac2:128G,mac3:64G\" [options]\n"

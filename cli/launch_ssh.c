@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "server/supervise.h"
+#include "supervise.h"
 
 #define LAUNCH_MAX_RANKS 256
 #define KILL_GRACE_MS 5000

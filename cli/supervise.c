@@ -4,7 +4,7 @@
  * every line, forward the launcher's signals, stop everyone when one child
  * fails.  See supervise.h for the contract.
  */
-#include "server/supervise.h"
+#include "supervise.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,11 +1,11 @@
 /*
- * comm/wire.c - encode and decode the 64-byte bootstrap frames described in
+ * comm/bootstrap_frame.c - encode and decode the 64-byte bootstrap frames described in
  * comm_wire.h, field by field in little-endian order, and the cluster-token
  * digest carried in them.
  */
 #include <string.h>
 
-#include "comm/comm_wire.h"
+#include "comm_wire.h"
 
 _Static_assert(4 + 2 + 2 + 4 + 4 + TP_WIRE_TOKEN_BYTES + 4 + 12 == TP_WIRE_FRAME_BYTES, "hello frame layout");
 _Static_assert(TP_WIRE_IP_BYTES + 2 + 2 == TP_WIRE_ENTRY_BYTES, "table entry layout");

@@ -1,5 +1,5 @@
 /*
- * parallel/wire.c - the per-layer all_sum hook with optional compression of
+ * parallel/act_compress.c - the per-layer all_sum hook with optional compression of
  * the activations that cross the network (--comm-dtype f32|f16|bf16|q8).
  *
  * f32 is exact up to summation order.  f16/bf16 halve the bytes; comm
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/parallel_impl.h"
+#include "parallel_impl.h"
 
 static size_t q8_blocks(size_t n) { return (n + TP_WIRE_Q8_BLOCK - 1) / TP_WIRE_Q8_BLOCK; }
 

@@ -1,5 +1,5 @@
 /*
- * parallel/engine.c - the distributed engine's life cycle: configuration,
+ * parallel/executor.c - the distributed executor's life cycle: configuration,
  * init (collective), free and accessors (see parallel/parallel.h for the
  * contract; the step protocol is in step.c).
  *
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/engine_impl.h"
+#include "executor_impl.h"
 struct tp_parallel_config tp_parallel_default_config(void)
 {
     struct tp_parallel_config c;

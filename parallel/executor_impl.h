@@ -1,14 +1,14 @@
 /*
- * parallel/engine_impl.h - private to parallel/: the engine handle shared by
- * engine.c (life cycle) and step.c (step protocol, worker loop, keepalive).
+ * parallel/executor_impl.h - private to parallel/: the executor handle shared by
+ * executor.c (life cycle) and step.c (step protocol, worker loop, keepalive).
  */
-#ifndef TP_PARALLEL_ENGINE_IMPL_H
-#define TP_PARALLEL_ENGINE_IMPL_H
+#ifndef TP_PARALLEL_EXECUTOR_IMPL_H
+#define TP_PARALLEL_EXECUTOR_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "parallel/parallel_impl.h"
+#include "parallel_impl.h"
 
 #define STEP_MAGIC 0x32535054 /* "TPS2" little-endian (v2: copy list; "TPSP" was v1) */
 #define HDR_WORDS 64
@@ -73,4 +73,4 @@ void *tp_engine_keepalive_main(void *arg);
 /* step.c: rank 0 tells the workers to leave (best effort; logs on failure). */
 void tp_engine_send_shutdown(tp_parallel_t *p);
 
-#endif /* TP_PARALLEL_ENGINE_IMPL_H */
+#endif /* TP_PARALLEL_EXECUTOR_IMPL_H */

@@ -38,7 +38,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "parallel/engine_impl.h"
+#include "executor_impl.h"
 
 /* ------------------------------------------------------------ one step */
 

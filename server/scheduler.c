@@ -1,5 +1,5 @@
 /*
- * server/engine.c - the engine thread on rank 0: a bounded request queue,
+ * server/scheduler.c - the request scheduler (engine thread) on rank 0: a bounded request queue,
  * --parallel sequence slots, continuous batching with chunked prefill.
  *
  * Each step the thread
@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "server/server_impl.h"
+#include "server_impl.h"
 
 struct slot {
     struct tp_req *req;      /* NULL: free */

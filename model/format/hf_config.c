@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "model/tsrc_impl.h"
+#include "model/tensor_source.h"
 
 #define MODULE "model"
 #define MAX_CONFIG_BYTES ((long)16 << 20)

@@ -1,6 +1,6 @@
 /*
  * model/mlx_load.c - MLX quantized safetensors (mlx-community layout, see
- * mlx_impl.h): the quantization block of config.json, naming packed U32
+ * model/mlx_quant.h): the quantization block of config.json, naming packed U32
  * tensors as MLX weight types for the tensor source, and loading one rank's
  * slice of a weight / scales / biases triple, validated, without repacking.
  */
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "model/kernels.h"
-#include "model/mlx_impl.h"
+#include "format/mlx_impl.h"
 
 #define MAX_CONFIG_BYTES ((long)16 << 20)
 

@@ -15,8 +15,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "model/synth_impl.h"
-#include "model/tokenizer_impl.h"
+#include "model/synth_vocab.h"
+#include "tokenizer/tokenizer_impl.h"
 
 void tp_synth_vocab_free(struct tp_synth_vocab *v)
 {

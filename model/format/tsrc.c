@@ -1,5 +1,5 @@
 /*
- * model/tsrc.c - the loader's tensor source (tsrc_impl.h): a GGUF file's
+ * model/tsrc.c - the loader's tensor source (model/tensor_source.h): a GGUF file's
  * tensors by name, or a Hugging Face directory's safetensors tensors under
  * their GGUF canonical names, with the safetensors row-major shape turned
  * into ggml dims.
@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/mlx_impl.h"
-#include "model/tsrc_impl.h"
+#include "format/mlx_impl.h"
+#include "model/tensor_source.h"
 
 /* GGUF canonical name -> Hugging Face name (Llama / Mistral / Qwen2 / Qwen3 layout). */
 static const struct {
@@ -88,7 +88,7 @@ int tp_tsrc_find(const struct tp_tsrc *s, const char *name, struct tp_tsrc_tenso
         out->fd = tp_gguf_fd(s->gguf);
         out->file_offset = t->file_offset;
         out->data = t->data;
-        if (t->type == TP_WTYPE_I32) tp_mlx_tsrc_describe_gguf(s, t, out); /* a shard's MLX words (mlx_impl.h) */
+        if (t->type == TP_WTYPE_I32) tp_mlx_tsrc_describe_gguf(s, t, out); /* a shard's MLX words (model/mlx_quant.h) */
         return 1;
     }
     char hf[160];

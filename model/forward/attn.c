@@ -11,7 +11,7 @@
  */
 #include <pthread.h>
 
-#include "model/model_impl.h"
+#include "forward/model_impl.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define TP_ATTN_X86 1

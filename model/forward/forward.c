@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "model/kernels.h"
-#include "model/model_impl.h"
+#include "forward/model_impl.h"
 
 /* Rows [r0, r1) of one matrix for n_tok prepared rows; y has y_stride floats per token. */
 static void mm(const struct tp_wmat *w, const uint8_t *xq, size_t xq_stride, int n_tok, float *y, int64_t y_stride,

@@ -59,7 +59,7 @@ struct tp_model {
     char *chat_template;
     tp_gguf_t *gguf;           /* GGUF file, kept open: weights may point into its mapping (NULL for HF) */
     tp_st_t *st;               /* Hugging Face directory's safetensors, kept open likewise (NULL for GGUF) */
-    struct tp_mlx_quant *mlxq; /* MLX directories: config.json's quantization block (mlx_impl.h), owned; else NULL */
+    struct tp_mlx_quant *mlxq; /* MLX directories: config.json's quantization block (model/mlx_quant.h), owned; else NULL */
     tp_tokenizer_t *tok;
     struct tp_hparams hp;
     struct tp_model_shard shard; /* always filled (whole model when cfg.shard is NULL) */

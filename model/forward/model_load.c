@@ -4,7 +4,7 @@
  * against them, this rank's slice of every weight, and the KV cache and
  * activation scratch the forward pass uses.
  *
- * Weights come through a tensor source (tsrc_impl.h) keyed by GGUF
+ * Weights come through a tensor source (model/tensor_source.h) keyed by GGUF
  * canonical names: a GGUF file, or an HF directory's safetensors files
  * (model.layers.N.self_attn.q_proj.weight answers blk.N.attn_q.weight), so
  * everything below works the same for both.
@@ -27,9 +27,9 @@
 #include <unistd.h>
 
 #include "model/kernels.h"
-#include "model/mlx_impl.h"
-#include "model/model_impl.h"
-#include "model/tsrc_impl.h"
+#include "format/mlx_impl.h"
+#include "forward/model_impl.h"
+#include "model/tensor_source.h"
 
 #define MODULE "model"
 

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <pthread.h>
 
-#include "model/model_impl.h"
+#include "forward/model_impl.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define TP_OPS_X86 1

@@ -18,7 +18,7 @@
 
 #include "common/common.h"
 #include "model/kernels.h"
-#include "model/model_impl.h"
+#include "forward/model_impl.h"
 
 struct repack_job {
     const struct tp_wmat *w;

@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "model/kernels_impl.h"
-#include "model/kernels_mlx_impl.h"
+#include "kernels/kernels_impl.h"
+#include "kernels/kernels_mlx_impl.h"
 
 #if defined(TP_BLAS_OPENBLAS)
 #include <cblas.h>

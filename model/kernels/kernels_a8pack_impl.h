@@ -12,7 +12,7 @@
 
 #include <string.h>
 
-#include "model/kernels_impl.h"
+#include "kernels/kernels_impl.h"
 
 #define TP_A8PACK_BT 8                               /* tokens per packed block */
 #define TP_A8PACK_BLK (TP_A8PACK_BT * (TP_QK + 8))   /* 320 bytes */

@@ -9,7 +9,7 @@
 #define KX_512 0
 #define KX_MR 2
 #define KX_NT 4
-#include "model/kernels_x86_impl.h"
+#include "kernels/kernels_x86_impl.h"
 
 void tp_kern_avx2_ops(struct tp_kern_ops *ops) { kx_fill_ops(ops); }
 #else

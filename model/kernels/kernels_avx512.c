@@ -10,7 +10,7 @@
 #define KX_512 1
 #define KX_MR 4
 #define KX_NT 4
-#include "model/kernels_x86_impl.h"
+#include "kernels/kernels_x86_impl.h"
 
 void tp_kern_avx512_ops(struct tp_kern_ops *ops)
 {

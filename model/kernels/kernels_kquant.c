@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "model/kernels_impl.h"
+#include "kernels/kernels_impl.h"
 
 #define ROW(w, rb, r) ((const void *)((const char *)(w) + (size_t)(r) * (rb)))
 

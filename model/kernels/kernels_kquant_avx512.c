@@ -30,7 +30,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "model/kernels_impl.h"
+#include "kernels/kernels_impl.h"
 
 #define KQ_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
 #define KFN static inline __attribute__((always_inline, target(KQ_TARGET)))

@@ -6,7 +6,7 @@
 #define KQN_ATTR /* baseline NEON: every arm64 CPU has it */
 #define KQN_DOT 0
 #define KQN_FILL tp_kern_kquant_neon_ops
-#include "model/kernels_kquant_neon_impl.h"
+#include "kernels/kernels_kquant_neon_impl.h"
 #else
 typedef int tp_kernels_kquant_neon_unused; /* ISO C forbids an empty translation unit */
 #endif

@@ -14,9 +14,9 @@
 #endif
 #define KQN_DOT 1
 #define KQN_FILL tp_kern_kquant_neondot_ops
-#include "model/kernels_kquant_neon_impl.h"
+#include "kernels/kernels_kquant_neon_impl.h"
 #elif defined(__aarch64__)
-#include "model/kernels_impl.h"
+#include "kernels/kernels_impl.h"
 /* no dotprod intrinsics in this clang build (see kernels_neondot.c): the plain NEON kernels */
 void tp_kern_kquant_neondot_ops(struct tp_kern_ops *ops) { tp_kern_kquant_neon_ops(ops); }
 #else

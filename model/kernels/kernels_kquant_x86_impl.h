@@ -18,7 +18,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "model/kernels_impl.h"
+#include "kernels/kernels_impl.h"
 
 #define KFN static inline __attribute__((always_inline, target(KQ_TARGET)))
 #define KOUT static __attribute__((target(KQ_TARGET)))

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "model/kernels_mlx_impl.h"
+#include "kernels/kernels_mlx_impl.h"
 
 int tp_kern_mlx_variant(enum tp_wtype t)
 {

@@ -9,7 +9,7 @@
 #define KM_512 1
 #define KM_MR 4
 #define KM_NT 4
-#include "model/kernels_mlx_x86_impl.h"
+#include "kernels/kernels_mlx_x86_impl.h"
 
 void tp_kern_mlx_avx512_ops(struct tp_kern_ops *ops) { km_fill_ops(ops); }
 #else

@@ -40,7 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/kernels_impl.h"
+#include "kernels/kernels_impl.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the MLX kernels read packed little-endian uint32 words byte by byte: little-endian hosts only"

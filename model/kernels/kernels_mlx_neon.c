@@ -6,7 +6,7 @@
 #if defined(__aarch64__)
 #define KMN_ATTR /* baseline NEON: every arm64 CPU has it */
 #define KMN_DOT 0
-#include "model/kernels_mlx_neon_impl.h"
+#include "kernels/kernels_mlx_neon_impl.h"
 
 void tp_kern_mlx_neon_ops(struct tp_kern_ops *ops) { kmn_fill_ops(ops); }
 #else

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "model/kernels_mlx_impl.h"
+#include "kernels/kernels_mlx_impl.h"
 
 #define KFN static inline __attribute__((always_inline)) KMN_ATTR
 #define KOUT static KMN_ATTR

@@ -15,11 +15,11 @@
 #define KMN_ATTR __attribute__((target("arch=armv8.2-a+dotprod")))
 #endif
 #define KMN_DOT 1
-#include "model/kernels_mlx_neon_impl.h"
+#include "kernels/kernels_mlx_neon_impl.h"
 
 void tp_kern_mlx_neondot_ops(struct tp_kern_ops *ops) { kmn_fill_ops(ops); }
 #elif defined(__aarch64__)
-#include "model/kernels_mlx_impl.h"
+#include "kernels/kernels_mlx_impl.h"
 void tp_kern_mlx_neondot_ops(struct tp_kern_ops *ops) { (void)ops; }
 #else
 typedef int tp_kernels_mlx_neondot_unused; /* ISO C forbids an empty translation unit */

@@ -24,7 +24,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "model/kernels_mlx_impl.h"
+#include "kernels/kernels_mlx_impl.h"
 
 #define KFN static inline __attribute__((always_inline, target(KM_TARGET)))
 #define KOUT static __attribute__((target(KM_TARGET)))
@@ -353,7 +353,7 @@ KFN void km_tile(const int bits, const int G, const int bf, const uint8_t *w, si
 #define KM_PFB 256 /* prefetch distance per row stream (bytes) */
 #define KM_LANE_ROWS _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
 
-#include "model/kernels_x86_rows16_impl.h"
+#include "kernels/kernels_x86_rows16_impl.h"
 
 /* The 32-block at p (+ ro[k] for row k) of 16 rows as 8 slices in m8 position order:
  * 4 bits: W[j] = low nibbles of packed dword j (positions 4j..4j+3), W[j + 4] its high

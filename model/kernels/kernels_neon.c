@@ -5,7 +5,7 @@
 #if defined(__aarch64__)
 #define KN_ATTR /* baseline NEON: every arm64 CPU has it */
 #define KN_DOT 0
-#include "model/kernels_neon_impl.h"
+#include "kernels/kernels_neon_impl.h"
 
 void tp_kern_neon_ops(struct tp_kern_ops *ops) { kn_fill_ops(ops); }
 #else

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "model/kernels_impl.h"
+#include "kernels/kernels_impl.h"
 
 #define KFN static inline __attribute__((always_inline)) KN_ATTR
 #define KOUT static KN_ATTR

@@ -13,7 +13,7 @@
 #define KN_ATTR __attribute__((target("arch=armv8.2-a+dotprod")))
 #endif
 #define KN_DOT 1
-#include "model/kernels_neon_impl.h"
+#include "kernels/kernels_neon_impl.h"
 
 void tp_kern_neondot_ops(struct tp_kern_ops *ops) { kn_fill_ops(ops); }
 const int tp_kern_neondot_built = 1;
@@ -21,7 +21,7 @@ const int tp_kern_neondot_built = 1;
 /* clang's arm_neon.h (before per-function targets) declares the dot-product
  * intrinsics only when the baseline has them (-march=armv8.2-a+dotprod, or
  * Apple arm64): without that this build has no dotprod kernels. */
-#include "model/kernels_impl.h"
+#include "kernels/kernels_impl.h"
 void tp_kern_neondot_ops(struct tp_kern_ops *ops) { (void)ops; }
 const int tp_kern_neondot_built = 0;
 #else

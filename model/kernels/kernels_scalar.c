@@ -6,7 +6,7 @@
  * summed in float; float types: dot accumulated in double.
  */
 #include "common/common.h"
-#include "model/kernels_impl.h"
+#include "kernels/kernels_impl.h"
 
 #define ROW(w, rb, r) ((const void *)((const char *)(w) + (size_t)(r) * (rb)))
 

@@ -10,7 +10,7 @@
 
 #include "common/common.h"
 #include "model/kernels.h"
-#include "model/kernels_impl.h"
+#include "kernels/kernels_impl.h"
 
 #define X16_QS_OFF 32 /* the 16 fp16 scales come first */
 

@@ -21,8 +21,8 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "model/kernels_a8pack_impl.h"
-#include "model/kernels_impl.h"
+#include "kernels/kernels_a8pack_impl.h"
+#include "kernels/kernels_impl.h"
 
 #define XT "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
 #define XFN static inline __attribute__((always_inline, target(XT)))

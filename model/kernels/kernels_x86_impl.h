@@ -31,8 +31,8 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "model/kernels_a8pack_impl.h"
-#include "model/kernels_impl.h"
+#include "kernels/kernels_a8pack_impl.h"
+#include "kernels/kernels_impl.h"
 
 #define KFN static inline __attribute__((always_inline, target(KX_TARGET)))
 #define KOUT static __attribute__((target(KX_TARGET)))
@@ -340,7 +340,7 @@ KFN void kx_qdecode(const int type, const void *w, size_t wrb, int64_t n, const 
 /* lane L <-> row 4 (L % 4) + L / 4 of the group (an involution) */
 #define KX_LANE_ROWS _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
 
-#include "model/kernels_x86_rows16_impl.h"
+#include "kernels/kernels_x86_rows16_impl.h"
 
 /* The block at p (+ ro[k] for row k) of the 16 rows as 8 slices: W[j] lane L = u8 values
  * 4j..4j+3 of row 4 (L % 4) + L / 4 (Q4_0 nibbles 0..15, Q8_0 q + 128), and the 16 weight

@@ -23,7 +23,7 @@
 
 #include "model/gguf_write.h"
 #include "model/kernels.h"
-#include "model/synth_impl.h"
+#include "synth_impl.h"
 
 #define SYNTH_CHUNK_ELEMS (1 << 20) /* f32 values generated per chunk (4 MiB) */
 

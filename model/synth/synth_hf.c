@@ -32,8 +32,8 @@
 #include <sys/stat.h>
 
 #include "model/kernels.h"
-#include "model/synth_impl.h"
-#include "model/tsrc_impl.h"
+#include "synth_impl.h"
+#include "model/tensor_source.h"
 
 #define HF_DEFAULT_SHARD_BYTES 5000000000ull /* transformers' save_pretrained default ("5GB") */
 

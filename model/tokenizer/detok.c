@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer_core_impl.h"
-#include "model/unicode_impl.h"
+#include "tokenizer/tokenizer_core_impl.h"
+#include "tokenizer/unicode_impl.h"
 
 struct tp_detok {
     const struct tp_tokenizer *t;

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer_core_impl.h"
-#include "model/unicode_impl.h"
+#include "tokenizer/tokenizer_core_impl.h"
+#include "tokenizer/unicode_impl.h"
 
 uint64_t tp_tok_hash_bytes(const char *s, size_t len)
 {

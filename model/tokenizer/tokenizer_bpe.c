@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer_core_impl.h"
-#include "model/unicode_impl.h"
+#include "tokenizer/tokenizer_core_impl.h"
+#include "tokenizer/unicode_impl.h"
 
 struct tp_tok_sym {
     uint32_t start, len; /* bytes of the word */

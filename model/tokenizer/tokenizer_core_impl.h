@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 struct tp_tok_entry {
     uint32_t key_off, key_len;     /* into tp_tokenizer.blob */

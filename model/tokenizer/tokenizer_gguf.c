@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "model/gguf.h"
-#include "model/tokenizer_core_impl.h"
+#include "tokenizer/tokenizer_core_impl.h"
 
 static int get_id(tp_gguf_t *g, const char *key, int n)
 {

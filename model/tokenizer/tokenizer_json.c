@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer_core_impl.h"
+#include "tokenizer/tokenizer_core_impl.h"
 
 static const char RX_LLAMA3[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/unicode_impl.h"
+#include "tokenizer/unicode_impl.h"
 
 enum tp_ucat tp_unicode_category(uint32_t cp)
 {

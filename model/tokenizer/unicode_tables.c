@@ -5,7 +5,7 @@
  * General categories (ranges), canonical combining classes (ranges),
  * canonical decompositions and canonical composition pairs for NFC.
  */
-#include "model/unicode_impl.h"
+#include "tokenizer/unicode_impl.h"
 
 const char tp_unicode_tables_version[] = "14.0.0";
 

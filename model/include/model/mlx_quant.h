@@ -1,25 +1,24 @@
 /*
- * model/mlx_impl.h - private: MLX quantized safetensors (mlx-community
- * layout) for the loader and the tensor source.
+ * model/mlx_quant.h - MLX quantized safetensors (mlx-community layout):
+ * the quantization block, its GGUF shard-file keys and the tensor-source hook.
  *
  * An MLX-quantized linear layer X is three tensors: X.weight uint32
  * [out, in * bits / 32] (packed q, element j of a word at bits
  * [j * bits, (j + 1) * bits)), X.scales and X.biases [out, in / group] in
- * F16 or BF16; w = scales * q + biases per group (kernels_mlx_impl.h).
+ * F16 or BF16; w = scales * q + biases per group (model/kernels/kernels_mlx_impl.h).
  * config.json says {"quantization": {"group_size": G, "bits": B, and
  * optionally "model.layers.N.mlp.down_proj": {"group_size", "bits"} or false
  * per module}} (mlx-lm also copies it to "quantization_config").  Bits and
  * group of every tensor are deduced from its shapes (the loader knows `in`)
  * and checked against that block.
  */
-#ifndef TP_MODEL_MLX_IMPL_H
-#define TP_MODEL_MLX_IMPL_H
+#ifndef TP_MODEL_MLX_QUANT_H
+#define TP_MODEL_MLX_QUANT_H
 
 #include <stdint.h>
 
 #include "model/gguf.h"
-#include "model/model_impl.h"
-#include "model/tsrc_impl.h"
+#include "model/tensor_source.h"
 
 /* One per-module entry of the quantization block. */
 struct tp_mlx_override {
@@ -72,19 +71,4 @@ void tp_mlx_tsrc_describe(const struct tp_tsrc *s, const struct tp_st_tensor *w,
  * and, with a sibling "X.scales" whose shapes fit, the MLX type. */
 void tp_mlx_tsrc_describe_gguf(const struct tp_tsrc *s, const struct tp_gguf_tensor *w, struct tp_tsrc_tensor *out);
 
-/*
- * Load rows [r0, r1) x columns [c0, c1) of the MLX-quantized matrix t (full
- * shape rows_full x cols_full in ggml terms) into w: zero-copy pointers into
- * the mappings when the whole matrix is kept, else pread of exactly this
- * rank's byte ranges of the words, scales and biases into one owned buffer
- * each (columns on group boundaries: no repacking).  The triple comes from
- * the safetensors (t->st) or from a GGUF shard file (m->gguf); a shard file
- * cut for this rank (m->shard.file_is_slice) may hold exactly the slice.  Validates the triple
- * (dtypes, shapes, bits / group against config.json) with messages naming
- * the tensor and the fix.  Dry run (m->dry_run): validate only.  *bytes =
- * bytes held (words + scales + biases).
- */
-enum tp_status tp_mlx_load_mat(tp_model_t *m, const struct tp_tsrc_tensor *t, int64_t rows_full, int64_t cols_full,
-                               int64_t r0, int64_t r1, int64_t c0, int64_t c1, struct tp_wmat *w, uint64_t *bytes);
-
-#endif /* TP_MODEL_MLX_IMPL_H */
+#endif /* TP_MODEL_MLX_QUANT_H */

@@ -50,7 +50,7 @@ enum tp_wtype {
     TP_WTYPE_BF16 = 30,
     /* MLX affine quantization (mlx-community safetensors), BITS x GROUP: packed
      * uint32 words of unsigned q, plus per-group fp16/bf16 scale and bias held
-     * beside the matrix (w = scale * q + bias); see model/kernels_mlx_impl.h.
+     * beside the matrix (w = scale * q + bias); see model/kernels/kernels_mlx_impl.h.
      * Block = one group; block bytes = the packed words only. */
     TP_WTYPE_MLX_Q4_G32 = 64,
     TP_WTYPE_MLX_Q4_G64 = 65,

@@ -1,5 +1,5 @@
 /*
- * model/tsrc_impl.h - private: where the loader's weights come from.
+ * model/tensor_source.h - where the loader's weights come from.
  *
  * A "tensor source" answers one question for model_load.c: "tensor NAME (a
  * GGUF canonical name such as blk.3.attn_q.weight): what type and dims does
@@ -16,8 +16,8 @@
  * Ownership: a tp_tsrc_tensor only borrows from the source; its pointers are
  * valid until the source (the model's gguf / st handle) is closed.
  */
-#ifndef TP_MODEL_TSRC_IMPL_H
-#define TP_MODEL_TSRC_IMPL_H
+#ifndef TP_MODEL_TENSOR_SOURCE_H
+#define TP_MODEL_TENSOR_SOURCE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -50,7 +50,7 @@ struct tp_tsrc {
     enum tp_tsrc_kind kind;
     tp_gguf_t *gguf;
     tp_st_t *st;
-    int mlx_bits; /* MLX default bits (config.json, or a shard's tpserve.mlx.bits), 0 when unknown (mlx_impl.h) */
+    int mlx_bits; /* MLX default bits (config.json, or a shard's tpserve.mlx.bits), 0 when unknown (model/mlx_quant.h) */
 };
 
 /* Look up a GGUF canonical name.  Returns 1 and fills *out when present, 0 when absent. */
@@ -85,4 +85,4 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
  * chat_template.jinja.  *out = NULL (TP_OK) when there is none; malloc'd. */
 enum tp_status tp_hf_chat_template(const char *dir, char **out, struct tp_error *err);
 
-#endif /* TP_MODEL_TSRC_IMPL_H */
+#endif /* TP_MODEL_TENSOR_SOURCE_H */
