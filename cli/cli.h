@@ -1,5 +1,5 @@
 /*
- * server/cli.h - private: the `tpserve` command line.  Each subcommand lives
+ * cli/cli.h - private: the `tpserve` command line.  Each subcommand lives
  * in its own cmd_*.c file and is listed in the table in main.c.
  *
  * Exit codes: 0 success, 1 runtime failure, 2 usage error (bad flag/value).

@@ -1,4 +1,4 @@
-/* server/cli_args.c - a small, strict option parser for the tpserve subcommands. */
+/* cli/cli_args.c - a small, strict option parser for the tpserve subcommands. */
 #include "cli.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * server/cli_group.c - how a command that may run as one rank of a group
+ * cli/cli_group.c - how a command that may run as one rank of a group
  * (generate, bench gen, serve) decides its group: the environment set by
  * `tpserve launch` / a hostfile / a coordinator, or an MPI / PMI launcher
  * (mpirun, srun); started alone, it is a world of one.  Also the KV cache

@@ -1,4 +1,4 @@
-/* server/cmd_bench.c - `tpserve bench <what>`: dispatch to the benchmark programs.
+/* cli/cmd_bench.c - `tpserve bench <what>`: dispatch to the benchmark programs.
  * Each benchmark prints a table (and JSON lines with --json); none is a test. */
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * server/cmd_generate.c - `tpserve generate`: load a model, tokenize a
+ * cli/cmd_generate.c - `tpserve generate`: load a model, tokenize a
  * prompt, prefill it in n_batch chunks, then sample and stream text token by
  * token (the streaming detokenizer never emits half a UTF-8 character), and
  * finish with prompt and generation tokens/sec on stderr.

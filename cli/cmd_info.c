@@ -1,5 +1,5 @@
 /*
- * server/cmd_info.c - `tpserve info MODEL`: what a model file (or Hugging
+ * cli/cmd_info.c - `tpserve info MODEL`: what a model file (or Hugging
  * Face directory) holds and what it needs.  The GGUF reader (model/gguf.h)
  * or the safetensors reader (model/safetensors.h) gives the file-level facts
  * (version, tensors, types, sizes); the loader in vocab-only mode gives the
@@ -186,7 +186,7 @@ int tp_cmd_info(int argc, char **argv)
     }
 
     int type_count[TP_WTYPE_COUNT] = {0}, other = 0, n_mlx[TP_WTYPE_COUNT] = {0}, any_mlx = 0;
-    int64_t mlx_bits = 0, mlx_group = 0; /* a shard cut from an MLX directory (mlx_impl.h) */
+    int64_t mlx_bits = 0, mlx_group = 0; /* a shard cut from an MLX directory (model/mlx_quant.h) */
     (void)tp_gguf_get_int(g, TP_MLX_KEY_BITS, &mlx_bits);
     (void)tp_gguf_get_int(g, TP_MLX_KEY_GROUP, &mlx_group);
     const struct tp_tsrc msrc = {.kind = TP_TSRC_GGUF, .gguf = g, .mlx_bits = (int)mlx_bits};

@@ -1,5 +1,5 @@
 /*
- * server/cmd_plan.c - `tpserve plan`: will this model fit on these machines,
+ * cli/cmd_plan.c - `tpserve plan`: will this model fit on these machines,
  * with which shard weights, how much memory per node, and how fast will it
  * decode?  The arithmetic is tp_capacity_plan() (parallel/capacity.c); this
  * file gets the model shape (a GGUF file's metadata, or a named shape from

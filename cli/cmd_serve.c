@@ -1,5 +1,5 @@
 /*
- * server/cmd_serve.c - `tpserve serve`: load a model (this rank's slice) and
+ * cli/cmd_serve.c - `tpserve serve`: load a model (this rank's slice) and
  * serve the OpenAI-compatible API on rank 0.
  *
  * Single machine: `tpserve serve -m MODEL`.  Under `tpserve launch -n N` or

@@ -1,5 +1,5 @@
 /*
- * server/cmd_shard.c - `tpserve shard MODEL -n N [--shard-weights W] -o DIR`:
+ * cli/cmd_shard.c - `tpserve shard MODEL -n N [--shard-weights W] -o DIR`:
  * cut a model into one GGUF file per rank (that rank's slices + the plan),
  * so each machine stores only its part.  The work is
  * tp_parallel_write_shards() (parallel/shard_file.c); this file parses the

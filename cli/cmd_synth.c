@@ -1,5 +1,5 @@
 /*
- * server/cmd_synth.c - `tpserve synth`: write a random-weight model of a
+ * cli/cmd_synth.c - `tpserve synth`: write a random-weight model of a
  * real shape as GGUF or (--format hf) a Hugging Face directory
  * (model/synth.c, model/synth_hf.c do the work; shapes are data in
  * configs/shapes.json, built in, or --shapes FILE).

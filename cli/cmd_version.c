@@ -1,4 +1,4 @@
-/* server/cmd_version.c - `tpserve version`: version and build configuration. */
+/* cli/cmd_version.c - `tpserve version`: version and build configuration. */
 #include <stdio.h>
 
 #include "cli.h"

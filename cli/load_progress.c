@@ -1,5 +1,5 @@
 /*
- * server/load_progress.c - model-loading progress for the command line: a
+ * cli/load_progress.c - model-loading progress for the command line: a
  * bar redrawn in place on stderr when it is a terminal ("rank 1  loading
  * [#####.....] 52%  1.4 / 2.7 GiB  610 MB/s"), otherwise one log line per 10%
  * or per 5 s (through tp_log, so under `tpserve launch` each line carries

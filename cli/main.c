@@ -1,5 +1,5 @@
 /*
- * server/main.c - `tpserve`: one executable, many subcommands.
+ * cli/main.c - `tpserve`: one executable, many subcommands.
  *
  *   tpserve <command> [options]      run a command
  *   tpserve <command> --help         its options

@@ -1,5 +1,5 @@
 /*
- * server/supervise.h - private to server/: the supervisor shared by
+ * cli/supervise.h - private to cli/: the supervisor shared by
  * `tpserve launch -n N` (local ranks) and `tpserve launch --hostfile`
  * (ranks over ssh).
  *

@@ -1,5 +1,5 @@
 /*
- * model/gguf.c - the validating GGUF reader declared in model/gguf.h.
+ * model/format/gguf.c - the validating GGUF reader declared in model/gguf.h.
  *
  * The whole header (metadata and tensor table) is parsed through a bounds-
  * checked cursor over the mapped bytes; every length read from the file is

@@ -1,5 +1,5 @@
 /*
- * model/gguf_write.c - streaming GGUF v3 writer (see gguf_write.h for the
+ * model/format/gguf_write.c - streaming GGUF v3 writer (see gguf_write.h for the
  * layout).  Metadata and tensor infos are serialised into two growable byte
  * buffers as they are declared; the first tensor-data write emits the
  * header, both buffers and the alignment padding, then tensor bytes go

@@ -1,5 +1,5 @@
 /*
- * model/hf_config.c - a Hugging Face model directory's config.json read
+ * model/format/hf_config.c - a Hugging Face model directory's config.json read
  * into struct tp_hparams (LlamaForCausalLM, MistralForCausalLM,
  * Qwen2ForCausalLM, Qwen3ForCausalLM), and its chat template.
  *

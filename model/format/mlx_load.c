@@ -1,5 +1,5 @@
 /*
- * model/mlx_load.c - MLX quantized safetensors (mlx-community layout, see
+ * model/format/mlx_load.c - MLX quantized safetensors (mlx-community layout, see
  * model/mlx_quant.h): the quantization block of config.json, naming packed U32
  * tensors as MLX weight types for the tensor source, and loading one rank's
  * slice of a weight / scales / biases triple, validated, without repacking.

@@ -1,5 +1,5 @@
 /*
- * model/safetensors.c - the safetensors reader declared in safetensors.h:
+ * model/format/safetensors.c - the safetensors reader declared in safetensors.h:
  * one file or a sharded set (model.safetensors.index.json), every header
  * validated before use (see the header for the list of checks), tensors
  * sorted by name for lookup, files mmap'd read-only with their fds kept for

@@ -1,5 +1,5 @@
 /*
- * model/synth_vocab.c - the vocabulary a synthetic model embeds: either a
+ * model/format/synth_vocab.c - the vocabulary a synthetic model embeds: either a
  * generated SentencePiece-style vocabulary (so the file is self-contained),
  * or the one of a Hugging Face tokenizer.json (+ its tokenizer_config.json
  * when it sits next to it), converted to GGUF tokenizer.ggml.* terms the way

@@ -1,5 +1,5 @@
 /*
- * model/tsrc.c - the loader's tensor source (model/tensor_source.h): a GGUF file's
+ * model/format/tsrc.c - the loader's tensor source (model/tensor_source.h): a GGUF file's
  * tensors by name, or a Hugging Face directory's safetensors tensors under
  * their GGUF canonical names, with the safetensors row-major shape turned
  * into ggml dims.

@@ -1,5 +1,5 @@
 /*
- * model/attn.c - one query head's attention over a cached sequence:
+ * model/forward/attn.c - one query head's attention over a cached sequence:
  * scores q.k_j * scale for positions j < n, softmax, then o = sum_j p_j v_j,
  * fused so a head is one pass over K and one over V.  The AVX2 version
  * scores four positions at a time (four independent FMA chains, one

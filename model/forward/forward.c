@@ -1,5 +1,5 @@
 /*
- * model/forward.c - tp_model_forward: one pass of a Llama-family decoder over
+ * model/forward/forward.c - tp_model_forward: one pass of a Llama-family decoder over
  * a batch of tokens from any mix of sequence slots (continuous batching).
  *
  * Per layer:  xb = rmsnorm(x)                                  (caller thread)

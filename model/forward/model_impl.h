@@ -1,5 +1,5 @@
 /*
- * model/model_impl.h - private: the layout of struct tp_model shared by the
+ * model/forward/model_impl.h - private: the layout of struct tp_model shared by the
  * loader (model_load.c) and the forward pass (forward.c), and the small
  * numeric helpers of ops.c.
  *

@@ -1,5 +1,5 @@
 /*
- * model/model_load.c - tp_model_init: hyper-parameters from GGUF metadata
+ * model/forward/model_load.c - tp_model_init: hyper-parameters from GGUF metadata
  * (or a Hugging Face directory's config.json), the tensor table checked
  * against them, this rank's slice of every weight, and the KV cache and
  * activation scratch the forward pass uses.

@@ -1,5 +1,5 @@
 /*
- * model/ops.c - the small element-wise pieces of the forward pass: RMSNorm,
+ * model/forward/ops.c - the small element-wise pieces of the forward pass: RMSNorm,
  * rotary position embeddings (interleaved Llama layout and NeoX halves, with
  * linear and llama3 frequency scaling), softmax and SwiGLU (AVX2: a
  * polynomial exp, ~2 ulp).  Matrix products live in the kernels

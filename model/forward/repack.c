@@ -1,5 +1,5 @@
 /*
- * model/repack.c - after the weights are read, re-lay Q4_0 and Q8_0 matrices 16 rows
+ * model/forward/repack.c - after the weights are read, re-lay Q4_0 and Q8_0 matrices 16 rows
  * at a time (the "x16" layout of kernels.h) where the CPU's kernels compute
  * that layout natively: a block of 16 rows then needs no byte gathering or
  * transposing, which roughly halves the instructions per weight byte of a

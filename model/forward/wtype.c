@@ -1,5 +1,5 @@
 /*
- * model/wtype.c - the weight-type table: GGUF ggml_type ids, their names,
+ * model/forward/wtype.c - the weight-type table: GGUF ggml_type ids, their names,
  * block geometry (elements and bytes per block) and whether this build can
  * compute with them (the kernels in kernels*.c).  Sizes follow ggml exactly,
  * because GGUF tensor extents are computed from them.  The MLX affine types

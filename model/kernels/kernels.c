@@ -1,5 +1,5 @@
 /*
- * model/kernels.c - public side of the kernels: row sizes, activation
+ * model/kernels/kernels.c - public side of the kernels: row sizes, activation
  * preparation, reference quantize/dequantize, and the run-time choice of
  * instruction set (once, via pthread_once; TP_KERN_ISA=scalar|avx2|
  * avx512-vnni|neon|neon-dotprod in the environment pins one the CPU has, for

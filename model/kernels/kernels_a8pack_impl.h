@@ -1,5 +1,5 @@
 /*
- * model/kernels_a8pack_impl.h - private: the activation stream of the
+ * model/kernels/kernels_a8pack_impl.h - private: the activation stream of the
  * 16-rows-in-lanes batch kernels (kernels_x86_impl.h kx_qbatch and
  * kernels_x16_avx512.c).  Up to TP_A8PACK_BT tokens' prepared a8 rows
  * (kernels_impl.h) packed block by block, so a pass over a group of rows

@@ -1,5 +1,5 @@
 /*
- * model/kernels_avx2.c - AVX2 + FMA + F16C kernels (x86-64), chosen at run
+ * model/kernels/kernels_avx2.c - AVX2 + FMA + F16C kernels (x86-64), chosen at run
  * time when the CPU has them; the code is the template in kernels_x86_impl.h
  * with vpmaddubsw/vpmaddwd integer dots and a 2-row x 4-token register tile
  * (16 ymm registers).

@@ -1,5 +1,5 @@
 /*
- * model/kernels_avx512.c - AVX-512 (F/BW/VL) + VNNI kernels (x86-64), chosen
+ * model/kernels/kernels_avx512.c - AVX-512 (F/BW/VL) + VNNI kernels (x86-64), chosen
  * at run time when the CPU has them.  The 512-bit half of the template in
  * kernels_x86_impl.h: two 32-value blocks per zmm register, integer dots as
  * single vpdpbusd instructions; several tokens in the 16-row lane-transposed

@@ -1,5 +1,5 @@
 /*
- * model/kernels_impl.h - private to the kernels*.c files: the exact block
+ * model/kernels/kernels_impl.h - private to the kernels*.c files: the exact block
  * layouts (GGUF/ggml for weights, our own for prepared activations) and the
  * table of per-ISA entry points that kernels.c fills once at run time.
  *

@@ -1,5 +1,5 @@
 /*
- * model/kernels_kquant.c - GGUF K-quants (Q4_K, Q5_K, Q6_K): exact ggml
+ * model/kernels/kernels_kquant.c - GGUF K-quants (Q4_K, Q5_K, Q6_K): exact ggml
  * block layouts, reference dequantizers, a simple reference quantizer (valid
  * blocks for synth and tests, not bit-identical to ggml's iterative search),
  * the Q8_K activation quantizer and the scalar matmul oracle.

@@ -1,5 +1,5 @@
 /*
- * model/kernels_kquant_avx2.c - AVX2 (+FMA, F16C) K-quant kernels (x86-64);
+ * model/kernels/kernels_kquant_avx2.c - AVX2 (+FMA, F16C) K-quant kernels (x86-64);
  * the code is the template in kernels_kquant_x86_impl.h.
  */
 #if defined(__x86_64__) || defined(_M_X64)

@@ -1,5 +1,5 @@
 /*
- * model/kernels_kquant_avx512.c - K-quant kernels (Q4_K, Q5_K, Q6_K against
+ * model/kernels/kernels_kquant_avx512.c - K-quant kernels (Q4_K, Q5_K, Q6_K against
  * Q8_K activations) for AVX-512 CPUs with VNNI (the "avx512-vnni" ISA:
  * Ice Lake and later, Zen 4/5).  Decode streams weights, so the work per
  * 256-value super-block must stay below the time its bytes take to arrive

@@ -1,5 +1,5 @@
 /*
- * model/kernels_kquant_neon.c - arm64 NEON K-quant kernels without the
+ * model/kernels/kernels_kquant_neon.c - arm64 NEON K-quant kernels without the
  * dot-product extension; the template is kernels_kquant_neon_impl.h.
  */
 #if defined(__aarch64__)

@@ -1,5 +1,5 @@
 /*
- * model/kernels_kquant_neon_impl.h - private template for the arm64 NEON
+ * model/kernels/kernels_kquant_neon_impl.h - private template for the arm64 NEON
  * K-quant kernels (Q4_K, Q5_K, Q6_K against Q8_K activations), included by
  * kernels_kquant_neon.c (KQN_DOT 0: vmull_s8 + vpadalq_s16) and
  * kernels_kquant_neondot.c (KQN_DOT 1: the sdot instruction).  Weights are

@@ -1,5 +1,5 @@
 /*
- * model/kernels_kquant_neondot.c - arm64 NEON K-quant kernels with the
+ * model/kernels/kernels_kquant_neondot.c - arm64 NEON K-quant kernels with the
  * ARMv8.2 dot-product extension (sdot); the template is
  * kernels_kquant_neon_impl.h.
  */

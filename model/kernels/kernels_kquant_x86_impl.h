@@ -1,5 +1,5 @@
 /*
- * model/kernels_kquant_x86_impl.h - private template for the x86-64 K-quant
+ * model/kernels/kernels_kquant_x86_impl.h - private template for the x86-64 K-quant
  * kernels (Q4_K, Q5_K, Q6_K against Q8_K activations) in 256-bit vectors,
  * included by kernels_kquant_avx2.c (KQ_TARGET AVX2: 16 ymm registers);
  * AVX-512 CPUs use kernels_kquant_avx512.c, written for zmm and VNNI

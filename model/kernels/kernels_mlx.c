@@ -1,5 +1,5 @@
 /*
- * model/kernels_mlx.c - MLX affine-quantized weights (mlx-community
+ * model/kernels/kernels_mlx.c - MLX affine-quantized weights (mlx-community
  * safetensors: packed uint32 words + per-group fp16/bf16 scales and biases,
  * 4 or 8 bits, groups of 32 or 64): the reference quantizer (as
  * mlx.core.quantize), dequantization, the activation preparation ("m8" rows,

@@ -1,5 +1,5 @@
 /*
- * model/kernels_mlx_avx2.c - AVX2 + FMA + F16C kernels for the MLX affine
+ * model/kernels/kernels_mlx_avx2.c - AVX2 + FMA + F16C kernels for the MLX affine
  * types (x86-64), chosen at run time with the rest of the AVX2 kernels; the
  * code is the template in kernels_mlx_x86_impl.h (vpmaddubsw dots, a 2-row x
  * 4-token register tile).

@@ -1,5 +1,5 @@
 /*
- * model/kernels_mlx_avx512.c - AVX-512 (F/BW/VL) + VNNI kernels for the MLX
+ * model/kernels/kernels_mlx_avx512.c - AVX-512 (F/BW/VL) + VNNI kernels for the MLX
  * affine types (x86-64), chosen at run time with the rest of the AVX-512
  * kernels; the 512-bit half of kernels_mlx_x86_impl.h (two 32-value blocks
  * per zmm, vpdpbusd on the unsigned q, a 4-row x 4-token tile).

@@ -1,5 +1,5 @@
 /*
- * model/kernels_mlx_impl.h - private to the kernels_mlx*.c files (and the
+ * model/kernels/kernels_mlx_impl.h - private to the kernels_mlx*.c files (and the
  * ISA table in kernels.c): the exact layout of MLX affine-quantized weights,
  * of the activation rows prepared for them ("m8"), and the per-ISA entry
  * points.

@@ -1,5 +1,5 @@
 /*
- * model/kernels_mlx_neon.c - arm64 NEON kernels for the MLX affine types
+ * model/kernels/kernels_mlx_neon.c - arm64 NEON kernels for the MLX affine types
  * without the dot-product extension (ARMv8.0 baseline); the template is
  * kernels_mlx_neon_impl.h.
  */

@@ -1,5 +1,5 @@
 /*
- * model/kernels_mlx_neon_impl.h - private template for the arm64 NEON MLX
+ * model/kernels/kernels_mlx_neon_impl.h - private template for the arm64 NEON MLX
  * affine kernels, included by kernels_mlx_neon.c (KMN_DOT 0: vmull_s8 +
  * vpadalq_s16 integer dots) and kernels_mlx_neondot.c (KMN_DOT 1: sdot),
  * with KMN_ATTR the target attribute (or nothing).

@@ -1,5 +1,5 @@
 /*
- * model/kernels_mlx_neondot.c - arm64 NEON kernels for the MLX affine types
+ * model/kernels/kernels_mlx_neondot.c - arm64 NEON kernels for the MLX affine types
  * with the ARMv8.2 dot-product extension (sdot), offered when kernels.c
  * offers "neon-dotprod" (HWCAP_ASIMDDP, every Apple arm64 core); the
  * template is kernels_mlx_neon_impl.h.  Same compiler rules as

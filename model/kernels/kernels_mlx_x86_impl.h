@@ -1,5 +1,5 @@
 /*
- * model/kernels_mlx_x86_impl.h - private template for the x86-64 MLX affine
+ * model/kernels/kernels_mlx_x86_impl.h - private template for the x86-64 MLX affine
  * kernels, included by kernels_mlx_avx2.c and kernels_mlx_avx512.c with
  *   KM_TARGET   target attribute string
  *   KM_512      1: AVX-512 + VNNI, two 32-value blocks per zmm, vpdpbusd

@@ -1,5 +1,5 @@
 /*
- * model/kernels_neon.c - arm64 NEON kernels without the dot-product
+ * model/kernels/kernels_neon.c - arm64 NEON kernels without the dot-product
  * extension (ARMv8.0 baseline); the template is kernels_neon_impl.h.
  */
 #if defined(__aarch64__)

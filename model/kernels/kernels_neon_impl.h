@@ -1,5 +1,5 @@
 /*
- * model/kernels_neon_impl.h - private template for the arm64 NEON kernels,
+ * model/kernels/kernels_neon_impl.h - private template for the arm64 NEON kernels,
  * included by kernels_neon.c (KN_DOT 0: vmull_s8 + vpadalq_s16 integer dots)
  * and kernels_neondot.c (KN_DOT 1: the ARMv8.2 dot-product sdot instruction,
  * chosen at run time from HWCAP_ASIMDDP).  Weights and activations are both

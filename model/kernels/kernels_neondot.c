@@ -1,5 +1,5 @@
 /*
- * model/kernels_neondot.c - arm64 NEON kernels with the ARMv8.2 dot-product
+ * model/kernels/kernels_neondot.c - arm64 NEON kernels with the ARMv8.2 dot-product
  * extension (sdot), used when the CPU reports it (HWCAP_ASIMDDP; every Apple
  * arm64 core has it); the template is kernels_neon_impl.h.
  */

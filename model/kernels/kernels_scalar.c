@@ -1,5 +1,5 @@
 /*
- * model/kernels_scalar.c - the scalar reference matmul for every weight type.
+ * model/kernels/kernels_scalar.c - the scalar reference matmul for every weight type.
  * Plain C, no vector intrinsics: this is the oracle the SIMD kernels are
  * tested against and the fallback on CPUs without a SIMD version.
  * Quantized types: exact integer dot per block, scaled by d_w * d_x and

@@ -1,5 +1,5 @@
 /*
- * model/kernels_x16.c - the "x16" layouts of Q4_0 and Q8_0 (kernels_impl.h):
+ * model/kernels/kernels_x16.c - the "x16" layouts of Q4_0 and Q8_0 (kernels_impl.h):
  * repacking row-major matrices 16 rows at a time, unpacking a row back, the
  * scalar reference matmul, and the dispatch to the chosen ISA's x16 kernel
  * (kernels_x16_avx512.c) or, where it has none, the reference.

@@ -1,5 +1,5 @@
 /*
- * model/kernels_x16_avx512.c - AVX-512 VNNI matmul for Q4_0 and Q8_0 weights
+ * model/kernels/kernels_x16_avx512.c - AVX-512 VNNI matmul for Q4_0 and Q8_0 weights
  * in the 16-row repacked "x16" layout (kernels_impl.h): lane L of a zmm holds
  * row L of a 16-row group, and the layout already stores each block's values
  * in that order, so a block of 16 rows costs four 64-byte loads and a nibble

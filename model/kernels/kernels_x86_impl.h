@@ -1,5 +1,5 @@
 /*
- * model/kernels_x86_impl.h - private template for the x86-64 kernels,
+ * model/kernels/kernels_x86_impl.h - private template for the x86-64 kernels,
  * included by kernels_avx2.c and kernels_avx512.c with
  *   KX_TARGET  target attribute string (no -march flags needed in the build)
  *   KX_512     1: 512-bit AVX-512 kernels, integer dots with vpdpbusd (VNNI),

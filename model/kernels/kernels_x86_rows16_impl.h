@@ -1,5 +1,5 @@
 /*
- * model/kernels_x86_rows16_impl.h - private: the two steps with which the
+ * model/kernels/kernels_x86_rows16_impl.h - private: the two steps with which the
  * AVX-512 small-batch kernels that hold 16 weight rows in the lanes of a zmm
  * (kernels_x86_impl.h kx_qbatch, kernels_mlx_x86_impl.h km_batch) turn 16
  * row-major rows into lane order.  Included by those templates inside their

@@ -1,5 +1,5 @@
 /*
- * model/shapes.c - model shapes as data: parse and validate the
+ * model/synth/shapes.c - model shapes as data: parse and validate the
  * configs/shapes.json list (built into the library at compile time by
  * cmake/tp_embed.cmake), look a shape up by name, count its parameters.
  */

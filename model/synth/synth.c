@@ -1,5 +1,5 @@
 /*
- * model/synth.c - write a random-weight model of a real shape as GGUF v3
+ * model/synth/synth.c - write a random-weight model of a real shape as GGUF v3
  * (`tpserve synth`).  Keys and tensor names follow llama.cpp exactly
  * (general.*, <arch>.* hyper-parameters, tokenizer.ggml.*, token_embd /
  * output_norm / output / blk.N.*), dims in ggml order (ne[0] = input dim).

@@ -1,5 +1,5 @@
 /*
- * model/synth_hf.c - `tpserve synth --format hf`: a random-weight model of a
+ * model/synth/synth_hf.c - `tpserve synth --format hf`: a random-weight model of a
  * real shape written as a Hugging Face directory: config.json,
  * model.safetensors (or model-0000i-of-0000N.safetensors + the
  * model.safetensors.index.json weight_map when the data exceeds the shard

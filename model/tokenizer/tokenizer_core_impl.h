@@ -1,5 +1,5 @@
 /*
- * model/tokenizer_core_impl.h - private: the tokenizer's in-memory layout,
+ * model/tokenizer/tokenizer_core_impl.h - private: the tokenizer's in-memory layout,
  * shared by the tokenizer sources (tokenizer.c builds it, tokenizer_bpe.c
  * runs the merge loop and the pre-tokenizers, detok.c decodes).  Nothing
  * outside model/tokenizer*.c and model/detok.c should include this.

@@ -1,5 +1,5 @@
 /*
- * model/tokenizer_impl.h - private: how loaders hand a vocabulary to the
+ * model/tokenizer/tokenizer_impl.h - private: how loaders hand a vocabulary to the
  * tokenizer.  Both the GGUF loader (tokenizer.ggml.* metadata) and the
  * tokenizer.json loader fill a struct tp_vocab_desc and call
  * tp_tokenizer_build(), which copies everything it needs (the descriptor

@@ -1,5 +1,5 @@
 /*
- * model/unicode.c - UTF-8, general categories, NFC and the GPT-2 byte map
+ * model/tokenizer/unicode.c - UTF-8, general categories, NFC and the GPT-2 byte map
  * for the tokenizers (see unicode_impl.h).  Lookups are binary searches over
  * the generated range tables with an ASCII fast path; NFC is the standard
  * decompose / canonical-order / compose algorithm with Hangul done

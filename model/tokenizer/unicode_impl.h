@@ -1,5 +1,5 @@
 /*
- * model/unicode_impl.h - private: the little Unicode the tokenizers need.
+ * model/tokenizer/unicode_impl.h - private: the little Unicode the tokenizers need.
  *
  * UTF-8 decoding/encoding with strict validation, general categories (for the
  * pre-tokenizer regexes \p{L}, \p{N}, \s), NFC normalization (Qwen2/3) and

@@ -1,5 +1,5 @@
 /*
- * comm/comm.h - collective communication for tensor parallelism.
+ * comm/include/comm/comm.h - collective communication for tensor parallelism.
  *
  * A group (tp_comm_t) of `size` ranks, each with an index `rank`, runs
  * collectives on one of three backends chosen at start:

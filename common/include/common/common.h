@@ -1,5 +1,5 @@
 /*
- * common/common.h - the shared basics every tpserve module may include.
+ * common/include/common/common.h - the shared basics every tpserve module may include.
  *
  * Status codes, the error buffer that hangs off every handle, the log hook,
  * the TP_CHECK_GOTO cleanup macro, aligned allocation, a monotonic clock,

@@ -1,5 +1,5 @@
 /*
- * model/gguf.h - a validating, read-only GGUF (v2/v3) reader.
+ * model/include/model/gguf.h - a validating, read-only GGUF (v2/v3) reader.
  *
  * tp_gguf_open() memory-maps the file read-only and checks everything before
  * anyone uses it: magic, version, counts, every string and array length,

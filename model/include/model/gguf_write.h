@@ -1,5 +1,5 @@
 /*
- * model/gguf_write.h - a streaming GGUF v3 writer (used by
+ * model/include/model/gguf_write.h - a streaming GGUF v3 writer (used by
  * `tpserve synth` and by tests that build files on the fly).
  *
  * Use: open -> any number of kv_* and add_tensor calls (metadata is kept in

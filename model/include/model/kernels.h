@@ -1,5 +1,5 @@
 /*
- * model/kernels.h - matrix kernels for every weight type, with a
+ * model/include/model/kernels.h - matrix kernels for every weight type, with a
  * scalar reference and SIMD versions (AVX2, AVX-512/VNNI, NEON/dotprod)
  * chosen once at run time.
  *

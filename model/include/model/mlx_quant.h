@@ -1,5 +1,5 @@
 /*
- * model/mlx_quant.h - MLX quantized safetensors (mlx-community layout):
+ * model/include/model/mlx_quant.h - MLX quantized safetensors (mlx-community layout):
  * the quantization block, its GGUF shard-file keys and the tensor-source hook.
  *
  * An MLX-quantized linear layer X is three tensors: X.weight uint32

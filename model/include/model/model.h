@@ -1,5 +1,5 @@
 /*
- * model/model.h - the single-rank engine: model files, tokenizers, the
+ * model/include/model/model.h - the single-rank engine: model files, tokenizers, the
  * forward pass over a (possibly sharded) slice of the weights, sampling.
  *
  * This module knows nothing of sockets or HTTP.  Tensor parallelism plugs in

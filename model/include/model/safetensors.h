@@ -1,5 +1,5 @@
 /*
- * model/safetensors.h - a validating, read-only reader of Hugging
+ * model/include/model/safetensors.h - a validating, read-only reader of Hugging
  * Face safetensors files, alone or as a sharded set.
  *
  * Format of one file: an 8-byte little-endian header length N, then N bytes

@@ -1,5 +1,5 @@
 /*
- * model/synth_vocab.h - a tokenizer vocabulary in GGUF tokenizer.ggml.*
+ * model/include/model/synth_vocab.h - a tokenizer vocabulary in GGUF tokenizer.ggml.*
  * terms, built for a file writer: the one a synthetic model embeds (synth)
  * and the one `tpserve shard` writes for a Hugging Face directory.
  */

@@ -1,5 +1,5 @@
 /*
- * model/tensor_source.h - where the loader's weights come from.
+ * model/include/model/tensor_source.h - where the loader's weights come from.
  *
  * A "tensor source" answers one question for model_load.c: "tensor NAME (a
  * GGUF canonical name such as blk.3.attn_q.weight): what type and dims does

@@ -1,5 +1,5 @@
 /*
- * parallel/parallel.h - tensor parallelism: sharding plans and the
+ * parallel/include/parallel/parallel.h - tensor parallelism: sharding plans and the
  * distributed engine that runs one model across the ranks of a comm group.
  *
  * Knows comm/ and model/; nothing of HTTP.  Rank 0 drives: each step it

@@ -1,5 +1,5 @@
 /*
- * parallel/probe.h - what a model file says before it is loaded (probe.c):
+ * parallel/include/parallel/probe.h - what a model file says before it is loaded (probe.c):
  * hyperparameters, tensor types and tpserve.shard.* keys, for the executor
  * and for `tpserve plan` / `tpserve info`.
  */

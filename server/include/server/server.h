@@ -1,5 +1,5 @@
 /*
- * server/server.h - the OpenAI-compatible HTTP API served by rank 0.
+ * server/include/server/server.h - the OpenAI-compatible HTTP API served by rank 0.
  *
  * HTTP threads (libmicrohttpd, one thread per connection, bounded) parse and
  * validate requests, tokenize them and hand them to the engine thread, which

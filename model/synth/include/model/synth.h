@@ -1,5 +1,5 @@
 /*
- * model/synth.h - private: model shapes as data (configs/shapes.json, built
+ * model/synth/include/model/synth.h - private: model shapes as data (configs/shapes.json, built
  * into the library) and the random-weight model writer behind
  * `tpserve synth`.
  *
