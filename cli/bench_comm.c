@@ -1,5 +1,5 @@
 /*
- * server/bench_comm.c - `tpserve bench comm`: collective latency and
+ * cli/bench_comm.c - `tpserve bench comm`: collective latency and
  * bandwidth per message size, run on every rank of a group, e.g.
  *
  *   tpserve launch -n 2 -- tpserve bench comm                      (ring)

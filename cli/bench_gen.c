@@ -1,5 +1,5 @@
 /*
- * server/bench_gen.c - `tpserve bench gen`: end-to-end generation speed of
+ * cli/bench_gen.c - `tpserve bench gen`: end-to-end generation speed of
  * one model on this machine, in llama-bench's terms.
  *
  *   pp  prefill: one forward pass over p prompt tokens (logits for the last

@@ -1,5 +1,5 @@
 /*
- * server/bench_kernels.c - `tpserve bench kernels`: matrix-kernel speed.
+ * cli/bench_kernels.c - `tpserve bench kernels`: matrix-kernel speed.
  *
  * For 1..T threads (the persistent pool, rows split as the forward pass
  * does) it measures a plain streaming read of a buffer larger than the

@@ -1,5 +1,5 @@
 /*
- * server/bench_nodes.c - `tpserve bench nodes`: what N nodes buy.
+ * cli/bench_nodes.c - `tpserve bench nodes`: what N nodes buy.
  *
  * For each node count N of --nodes it runs N ranks of `tpserve bench gen
  * --json` (prefill and decode from an empty cache, EOS ignored, median of

@@ -1,5 +1,5 @@
 /*
- * server/bench_serve.c - `tpserve bench serve`: load test a running server.
+ * cli/bench_serve.c - `tpserve bench serve`: load test a running server.
  *
  * For each concurrency level C, C client threads are released together
  * (barrier); each sends --rounds streaming /v1/completions requests one

@@ -1,5 +1,5 @@
 /*
- * server/cmd_launch.c - `tpserve launch -n N [--backend ring|rdma|mpi] -- CMD ...`:
+ * cli/cmd_launch.c - `tpserve launch -n N [--backend ring|rdma|mpi] -- CMD ...`:
  * start N local ranks of CMD with the environment the comm module reads
  * (TP_RANK, TP_WORLD_SIZE, TP_BACKEND, TP_HOSTFILE, TP_CLUSTER_TOKEN).
  *

@@ -1,5 +1,5 @@
 /*
- * server/launch_ssh.c - `tpserve launch --hostfile FILE -- CMD ...`: start one
+ * cli/launch_ssh.c - `tpserve launch --hostfile FILE -- CMD ...`: start one
  * rank per hostfile entry over ssh (like mlx.launch), or hand the job to
  * mpirun with --backend mpi.
  *

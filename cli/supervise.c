@@ -1,5 +1,5 @@
 /*
- * server/supervise.c - the child supervisor behind `tpserve launch` (local
+ * cli/supervise.c - the child supervisor behind `tpserve launch` (local
  * ranks and ranks over ssh): spawn with piped output, prefix and forward
  * every line, forward the launcher's signals, stop everyone when one child
  * fails.  See supervise.h for the contract.

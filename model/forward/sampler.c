@@ -1,5 +1,5 @@
 /*
- * model/sampler.c - choosing the next token from a row of logits.
+ * model/forward/sampler.c - choosing the next token from a row of logits.
  *
  * Pipeline (the Hugging Face / vLLM order, which OpenAI-style clients expect):
  *   1. penalties on a copy of the logits, from the token history (the last

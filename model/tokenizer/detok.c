@@ -1,5 +1,5 @@
 /*
- * model/detok.c - streaming detokenizer.
+ * model/tokenizer/detok.c - streaming detokenizer.
  *
  * Each pushed id appends its piece (raw bytes) to a pending buffer; the
  * longest prefix made of complete UTF-8 characters is emitted and an

@@ -1,5 +1,5 @@
 /*
- * model/tokenizer.c - the tokenizer object: building it from a vocabulary
+ * model/tokenizer/tokenizer.c - the tokenizer object: building it from a vocabulary
  * descriptor (tp_tokenizer_build, filled by the GGUF and tokenizer.json
  * loaders), the lookup tables (open-addressing hashes for token text and
  * merge pairs), accessors, special-token matching and tp_tokenizer_encode.

@@ -1,5 +1,5 @@
 /*
- * model/tokenizer_bpe.c - the merge loop shared by both tokenizer kinds and
+ * model/tokenizer/tokenizer_bpe.c - the merge loop shared by both tokenizer kinds and
  * the hand-written pre-tokenizers.
  *
  * Merge loop: a word starts as one symbol per character (SentencePiece) or

@@ -1,5 +1,5 @@
 /*
- * model/tokenizer_gguf.c - tokenizer from GGUF metadata (tokenizer.ggml.*),
+ * model/tokenizer/tokenizer_gguf.c - tokenizer from GGUF metadata (tokenizer.ggml.*),
  * the layout llama.cpp writes:
  *   tokenizer.ggml.model        "llama" (SentencePiece) | "gpt2" (byte-level BPE)
  *   tokenizer.ggml.pre          pre-tokenizer for gpt2: "llama-bpe"/"llama3" ->

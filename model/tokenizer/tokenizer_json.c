@@ -1,5 +1,5 @@
 /*
- * model/tokenizer_json.c - tokenizer from a Hugging Face tokenizer.json
+ * model/tokenizer/tokenizer_json.c - tokenizer from a Hugging Face tokenizer.json
  * (+ optional tokenizer_config.json), parsed with cJSON.
  *
  * Supported: model.type "BPE" with
