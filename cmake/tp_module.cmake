@@ -33,7 +33,8 @@ function(tp_module name)
   if(TP_LOCALIZE AND APPLE)
     # ld64 -r hides every symbol not in the exported list (they become private externs).
     add_custom_command(OUTPUT ${_all} ${_exports}
-      COMMAND ${CMAKE_COMMAND} -DHEADERS=${_pub_arg} -DOUT=${_exports} -DPREFIX=_ -P ${PROJECT_SOURCE_DIR}/cmake/tp_exports.cmake
+      COMMAND ${CMAKE_COMMAND} -DHEADERS=${_pub_arg} -DOUT=${_exports} -DPREFIX=_ -DNM=${CMAKE_NM}
+              "-DOBJECTS=$<JOIN:$<TARGET_OBJECTS:${name}_obj>,|>" -P ${PROJECT_SOURCE_DIR}/cmake/tp_exports.cmake
       COMMAND ${CMAKE_LINKER} -r -exported_symbols_list ${_exports} -o ${_all} $<TARGET_OBJECTS:${name}_obj>
       DEPENDS ${name}_obj $<TARGET_OBJECTS:${name}_obj> ${_pub} ${PROJECT_SOURCE_DIR}/cmake/tp_exports.cmake
       COMMAND_EXPAND_LISTS VERBATIM COMMENT "Combining ${name} (public API exported)")
