@@ -1,5 +1,5 @@
 /*
- * comm/bootstrap_frame.c - encode and decode the 64-byte bootstrap frames described in
+ * comm/wire.c - encode and decode the 64-byte bootstrap frames described in
  * comm_wire.h, field by field in little-endian order, and the cluster-token
  * digest carried in them.
  */
