@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_impl.h"
+#include "comm_impl.h"
 
 /* First element of segment r when count elements are split into n parts. */
 static size_t seg_begin(size_t count, int n, int r)

@@ -40,7 +40,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "parallel/engine_impl.h"
+#include "executor_impl.h"
 
 static enum tp_status hook_gather(tp_parallel_t *p, int32_t arg, double *values, int max);
 
