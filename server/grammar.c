@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/grammar.h"
+#include "grammar.h"
 
 #define TP_GNODE_ROOT 0xFFFFu
 #define MAX_NODES 4096

@@ -14,7 +14,7 @@
 #include "common/common.h"
 #include "model/model.h"
 #include "parallel/parallel.h"
-#include "server/grammar.h"
+#include "grammar.h"
 #include "server/server.h"
 
 /* ============================================================ buffers ===== */

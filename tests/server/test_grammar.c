@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "server/grammar.h"
-#include "tests/tp_test.h"
+#include "tp_test.h"
 
 static tp_grammar_t *compile(const char *schema_json, char *err, size_t cap)
 {
