@@ -281,9 +281,15 @@ static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, const stru
     for (int m = 0; m < nm; m++) {
         float *row = rows + (size_t)mrow[m] * (size_t)width;
         const uint32_t *bits = mbits + (size_t)m * (size_t)p->mask_words;
-        for (int j = 0; j < width; j++) {
+        for (int j = 0; j < width;) {
             const int id = begin + j;
-            if (!(bits[id >> 5] >> (id & 31) & 1u)) row[j] = -INFINITY;
+            const uint32_t w = bits[id >> 5];
+            if ((id & 31) == 0 && j + 32 <= width && w == 0xFFFFFFFFu) { /* a whole word allowed */
+                j += 32;
+                continue;
+            }
+            if (!(w >> (id & 31) & 1u)) row[j] = -INFINITY;
+            j++;
         }
     }
     if (direct) return TP_OK;

@@ -1174,6 +1174,28 @@ void tp_gstate_copy(struct tp_gstate *dst, const struct tp_gstate *src)
     for (int i = 0; i < src->n; i++) memcpy(&dst->s[i], &src->s[i], stack_bytes(&src->s[i]));
 }
 
+void tp_gstate_normalize(const tp_grammar_t *g, const struct tp_gstate *src, struct tp_gstate *dst)
+{
+    tp_gstate_copy(dst, src);
+    for (int i = 0; i < dst->n; i++) {
+        struct tp_gstack *s = &dst->s[i];
+        for (int d = 0; d < s->depth; d++) {
+            struct tp_gframe *f = &s->f[d];
+            if (f->node == TP_GNODE_ROOT || (f->flags & FL_KEY)) continue;
+            const struct gnode *n = &g->nodes[f->node];
+            if (n->kind == G_STRING && n->max < 0 && (int)f->n >= n->min) f->n = (uint32_t)n->min;
+        }
+    }
+}
+
+int tp_gstate_equal(const struct tp_gstate *a, const struct tp_gstate *b)
+{
+    if (a->n != b->n) return 0;
+    for (int i = 0; i < a->n; i++)
+        if (a->s[i].depth != b->s[i].depth || memcmp(&a->s[i], &b->s[i], stack_bytes(&a->s[i])) != 0) return 0;
+    return 1;
+}
+
 /* Advance src by c into dst (dst != src). */
 static int feed_into(const tp_grammar_t *g, const struct tp_gstate *src, struct tp_gstate *dst, int c)
 {

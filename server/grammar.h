@@ -92,6 +92,13 @@ int tp_gstate_accepting(const tp_grammar_t *g, const struct tp_gstate *st);
 int tp_gstate_done(const tp_grammar_t *g, const struct tp_gstate *st);
 /* Copy the live part of src into dst. */
 void tp_gstate_copy(struct tp_gstate *dst, const struct tp_gstate *src);
+/*
+ * dst = src with the counters that cannot change the allowed tokens cleared
+ * (the length of a string with no maxLength once minLength is reached), so
+ * two states with equal normal forms (tp_gstate_equal) have the same mask.
+ */
+void tp_gstate_normalize(const tp_grammar_t *g, const struct tp_gstate *src, struct tp_gstate *dst);
+int tp_gstate_equal(const struct tp_gstate *a, const struct tp_gstate *b);
 
 /* ------------------------------------------------------------ token mask */
 

@@ -52,6 +52,9 @@ struct slot {
     uint64_t t_prev_tok_ns;
     struct tp_gstate *gst;   /* automaton state when the request has a grammar (owned, allocated once) */
     int dead_end;            /* this step's mask had no token left (logit_bias banned them all) */
+    struct tp_gstate *gkey;  /* normal form of the state smask was computed for (owned) */
+    int gkey_valid;
+    uint32_t *smask;         /* (mask_words) the grammar mask of gkey (owned): reused while a string grows */
 };
 
 struct tp_engine {
@@ -91,6 +94,7 @@ struct tp_engine {
     uint32_t *mask;                 /* (n_parallel x mask_words) */
     int32_t *mask_row;              /* (n_parallel) */
     int32_t *eog;                   /* (n_eog) */
+    struct tp_gstate *gnorm;        /* scratch: a state's normal form */
     int n_eog;
     int trie_failed;
     char scratch[1024];
@@ -455,6 +459,7 @@ static void admit(struct tp_engine *e)
                 continue;
             }
             tp_gstate_init(r->params.grammar, s->gst);
+            s->gkey_valid = 0;
         }
         tp_detok_reset(s->detok);
         /* The reply continues the prompt: feed the prompt's last token to the
@@ -575,7 +580,14 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
         const tp_grammar_t *g = s->req->params.grammar;
         if (!g) continue;
         uint32_t *m = e->mask + (size_t)nm * (size_t)e->mask_words;
-        (void)tp_grammar_mask(e->mctx, g, s->gst, m);
+        struct slot *sw = &e->slots[e->row_slot[row]];
+        tp_gstate_normalize(g, s->gst, e->gnorm);
+        if (!sw->gkey_valid || !tp_gstate_equal(e->gnorm, sw->gkey)) {
+            (void)tp_grammar_mask(e->mctx, g, s->gst, sw->smask);
+            tp_gstate_copy(sw->gkey, e->gnorm);
+            sw->gkey_valid = 1;
+        }
+        memcpy(m, sw->smask, (size_t)e->mask_words * sizeof *m);
         if (tp_gstate_accepting(g, s->gst))
             for (int k = 0; k < e->n_eog; k++) m[e->eog[k] / 32] |= 1u << (e->eog[k] % 32);
         /* tokens logit_bias bans stay banned; a mask left empty fails the request after the step */
@@ -790,17 +802,20 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->mask = malloc(sizeof(uint32_t) * (size_t)cfg->n_parallel * (size_t)e->mask_words);
     e->mask_row = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
     e->eog = calloc((size_t)e->n_vocab, sizeof(int32_t));
+    e->gnorm = malloc(sizeof *e->gnorm);
     const size_t n_bias = (size_t)cfg->n_parallel * TP_MAX_LOGIT_BIAS;
     e->bias_row = malloc(n_bias * sizeof(int32_t));
     e->bias_id = malloc(n_bias * sizeof(int32_t));
     e->bias_val = malloc(n_bias * sizeof(float));
     if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits ||
-        !e->ids || !e->bias_row || !e->bias_id || !e->bias_val || !e->mask || !e->mask_row || !e->eog)
+        !e->ids || !e->bias_row || !e->bias_id || !e->bias_val || !e->mask || !e->mask_row || !e->eog || !e->gnorm)
         goto nomem;
     for (int i = 0; i < cfg->n_parallel; i++) {
         if (tp_detok_init(e->tok, &e->slots[i].detok) != TP_OK) goto nomem;
         if (!(e->slots[i].hist = calloc((size_t)e->n_ctx + 1, sizeof(int32_t)))) goto nomem;
         if (!(e->slots[i].gst = malloc(sizeof *e->slots[i].gst))) goto nomem;
+        if (!(e->slots[i].gkey = malloc(sizeof *e->slots[i].gkey))) goto nomem;
+        if (!(e->slots[i].smask = malloc(sizeof(uint32_t) * (size_t)e->mask_words))) goto nomem;
     }
     e->last_ok_ns = tp_now_ns();
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
@@ -849,6 +864,8 @@ void tp_engine_free(struct tp_engine *e)
         tp_detok_free(e->slots[i].detok);
         free(e->slots[i].hist);
         free(e->slots[i].gst);
+        free(e->slots[i].gkey);
+        free(e->slots[i].smask);
         tp_buf_free(&e->slots[i].text);
     }
     free(e->queue);
@@ -865,6 +882,7 @@ void tp_engine_free(struct tp_engine *e)
     free(e->mask);
     free(e->mask_row);
     free(e->eog);
+    free(e->gnorm);
     tp_mask_ctx_free(e->mctx);
     tp_token_trie_free(e->trie);
     free(e->logits);
