@@ -23,9 +23,38 @@
 
 #define KEEPALIVE_NS 1000000000ull /* comment every second without output */
 
-static const char *finish_str(enum tp_finish f)
+/* The reply of a forced tool call, complete ({"name": ..., "arguments": {...}}
+ * by construction): OpenAI tool_calls [{id, type, function: {name, arguments
+ * (JSON text)}}].  NULL when it does not apply (not a tool call, cut short). */
+static cJSON *tool_calls_json(const struct tp_req *r)
 {
-    return f == TP_FINISH_LENGTH ? "length" : "stop";
+    if (!r->params.tool_call || r->finish != TP_FINISH_STOP || !r->text.data) return NULL;
+    cJSON *v = cJSON_ParseWithLength(r->text.data, r->text.len);
+    const cJSON *name = v ? cJSON_GetObjectItemCaseSensitive(v, "name") : NULL;
+    const cJSON *args = v ? cJSON_GetObjectItemCaseSensitive(v, "arguments") : NULL;
+    char *a = args ? cJSON_PrintUnformatted(args) : NULL;
+    cJSON *calls = NULL;
+    if (cJSON_IsString(name) && a && (calls = cJSON_CreateArray())) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddItemToArray(calls, c);
+        cJSON_AddNumberToObject(c, "index", 0);
+        char id[64];
+        snprintf(id, sizeof id, "call_%s_0", r->id);
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+        cJSON *fn = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(fn, "name", name->valuestring);
+        cJSON_AddStringToObject(fn, "arguments", a);
+    }
+    free(a);
+    cJSON_Delete(v);
+    return calls;
+}
+
+static const char *finish_str(const struct tp_req *r)
+{
+    if (r->finish == TP_FINISH_LENGTH) return "length";
+    return r->params.tool_call ? "tool_calls" : "stop";
 }
 
 static void add_piece_string(struct tp_server *s, cJSON *o, const char *key, int id, int with_bytes)
@@ -123,7 +152,14 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
     if (r->chat) {
         cJSON *msg = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
-        tp_json_add_bytes(msg, "content", text, r->text.len);
+        cJSON *calls = tool_calls_json(r);
+        if (calls) {
+            cJSON_DeleteItemFromObject(cJSON_GetArrayItem(calls, 0), "index"); /* index is for stream deltas */
+            cJSON_AddNullToObject(msg, "content");
+            cJSON_AddItemToObject(msg, "tool_calls", calls);
+        } else {
+            tp_json_add_bytes(msg, "content", text, r->text.len);
+        }
         if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, 0, r->n_toks));
         else cJSON_AddNullToObject(ch, "logprobs");
     } else {
@@ -131,7 +167,7 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
         if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", cmpl_logprobs(s, r, 0, r->n_toks, 0));
         else cJSON_AddNullToObject(ch, "logprobs");
     }
-    cJSON_AddStringToObject(ch, "finish_reason", finish_str(r->finish));
+    cJSON_AddStringToObject(ch, "finish_reason", finish_str(r));
     cJSON_AddItemToArray(choices, ch);
     add_usage(root, r);
     char *json = tp_json_print(root);
@@ -220,7 +256,7 @@ static void stream_format(struct stream *st)
 {
     struct tp_req *r = st->r;
     struct tp_server *s = st->s;
-    while (st->sent_toks < r->n_toks) {
+    while (st->sent_toks < r->n_toks && !r->params.tool_call) {
         int k = st->sent_toks;
         size_t end = r->toks[k].text_end;
         if (end < st->sent_text) end = st->sent_text;
@@ -243,6 +279,25 @@ static void stream_format(struct stream *st)
         st->status = e.status;
     } else {
         size_t tl = r->text.len;
+        cJSON *calls = tool_calls_json(r);
+        if (calls) { /* the whole call in one delta.tool_calls fragment */
+            cJSON *root = envelope(s, r, "chat.completion.chunk");
+            cJSON *ch = cJSON_CreateObject();
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), ch);
+            cJSON_AddNumberToObject(ch, "index", 0);
+            cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+            cJSON_AddStringToObject(d, "role", "assistant");
+            cJSON_AddNullToObject(d, "content");
+            cJSON_AddItemToObject(d, "tool_calls", calls);
+            cJSON_AddNullToObject(ch, "logprobs");
+            cJSON_AddNullToObject(ch, "finish_reason");
+            char *cj = tp_json_print(root);
+            cJSON_Delete(root);
+            if (cj) tp_sse_data(&st->out, cj);
+            free(cj);
+            st->sent_text = tl;
+            st->first = 0;
+        }
         if (tl > st->sent_text || st->first) {
             char *j = chunk_json(s, r, st->sent_text, tl, 0, 0, NULL, st->first);
             if (j) tp_sse_data(&st->out, j);
@@ -250,7 +305,7 @@ static void stream_format(struct stream *st)
             st->sent_text = tl;
             st->first = 0;
         }
-        char *j = chunk_json(s, r, tl, tl, 0, 0, finish_str(r->finish), 0);
+        char *j = chunk_json(s, r, tl, tl, 0, 0, finish_str(r), 0);
         if (j) tp_sse_data(&st->out, j);
         free(j);
         if (r->params.include_usage) {

@@ -362,19 +362,13 @@ static int refuse_unsupported(const cJSON *root, struct tp_api_error *e)
     v = field(root, "suffix");
     if (v && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
         return tp_api_fail(e, 400, "suffix", "'suffix' (insertion) is not supported; remove it");
-    static const char *const lists[] = {"tools", "functions"};
-    for (int i = 0; i < 2; i++) {
-        v = field(root, lists[i]);
-        if (v && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
-            return tp_api_fail(e, 400, lists[i], "'%s' (function calling) is not supported; remove it", lists[i]);
-    }
-    static const char *const choices[] = {"tool_choice", "function_call"};
-    for (int i = 0; i < 2; i++) {
-        v = field(root, choices[i]);
-        if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "none") == 0 || strcmp(v->valuestring, "auto") == 0)))
-            return tp_api_fail(e, 400, choices[i], "'%s' (function calling) is not supported; remove it or send "
-                                                   "\"none\"", choices[i]);
-    }
+    v = field(root, "functions");
+    if (v && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
+        return tp_api_fail(e, 400, "functions", "'functions' (legacy function calling) is not supported; send 'tools'");
+    v = field(root, "function_call");
+    if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "none") == 0 || strcmp(v->valuestring, "auto") == 0)))
+        return tp_api_fail(e, 400, "function_call", "'function_call' (legacy function calling) is not supported; send "
+                                                    "'tool_choice'");
     v = field(root, "modalities");
     if (v) {
         const cJSON *m0 = cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 ? cJSON_GetArrayItem(v, 0) : NULL;
@@ -455,6 +449,163 @@ static int parse_response_format(const cJSON *root, struct tp_req_params *p, str
         return tp_api_fail(e, 400, "response_format.json_schema.schema", "'response_format.json_schema.schema': %s "
                            "(docs/structured-output.md lists the supported subset)", err);
     return 0;
+}
+
+/* ----------------------------------------------------------------- tools */
+
+/* The schema of one forced call {"name": <const>, "arguments": <parameters>}
+ * appended to calls; the parameters' $defs / definitions are hoisted into
+ * defs (the wrapper's root) so their local $refs resolve.  0 or -1 (e filled). */
+static int tool_call_schema(const cJSON *fn, cJSON *calls, cJSON *defs, cJSON *definitions, struct tp_api_error *e)
+{
+    const cJSON *name = field(fn, "name"), *params = field(fn, "parameters");
+    cJSON *one = cJSON_CreateObject(), *props = NULL, *args = NULL;
+    if (!one) return tp_api_fail(e, 500, "tools", "out of memory");
+    cJSON_AddItemToArray(calls, one);
+    cJSON_AddStringToObject(one, "type", "object");
+    props = cJSON_AddObjectToObject(one, "properties");
+    cJSON *nm = cJSON_AddObjectToObject(props, "name");
+    cJSON_AddStringToObject(nm, "const", name->valuestring);
+    if (params) {
+        args = cJSON_Duplicate(params, 1);
+    } else {
+        args = cJSON_CreateObject();
+        cJSON_AddStringToObject(args, "type", "object");
+        cJSON_AddFalseToObject(args, "additionalProperties");
+    }
+    if (!args) return tp_api_fail(e, 500, "tools", "out of memory");
+    static const char *const dk[] = {"$defs", "definitions"};
+    for (int k = 0; k < 2; k++) {
+        cJSON *d = cJSON_DetachItemFromObjectCaseSensitive(args, dk[k]);
+        cJSON *into = k ? definitions : defs;
+        while (d && d->child) {
+            cJSON *it = cJSON_DetachItemViaPointer(d, d->child);
+            const cJSON *have = cJSON_GetObjectItemCaseSensitive(into, it->string);
+            if (have && !cJSON_Compare(have, it, 1)) {
+                cJSON_Delete(it);
+                cJSON_Delete(d);
+                cJSON_Delete(args);
+                return tp_api_fail(e, 400, "tools", "two tools define %s '%.60s' differently; rename one", dk[k],
+                                   have->string);
+            }
+            if (have) cJSON_Delete(it);
+            else cJSON_AddItemToObject(into, it->string, it);
+        }
+        cJSON_Delete(d);
+    }
+    cJSON_AddItemToObject(props, "arguments", args);
+    cJSON *req = cJSON_AddArrayToObject(one, "required");
+    cJSON_AddItemToArray(req, cJSON_CreateString("name"));
+    cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
+    cJSON_AddFalseToObject(one, "additionalProperties");
+    return 0;
+}
+
+/* tools / tool_choice / parallel_tool_calls.  tool_choice "required" or a
+ * named function: the reply is one call, generated under the function's
+ * parameters schema (p->grammar) and returned as tool_calls.  "none" (or no
+ * tools): plain text.  "auto" with tools is refused (the model cannot yet see
+ * the tools: they are not rendered into the prompt). */
+static int parse_tools(const cJSON *root, struct tp_req_params *p, struct tp_api_error *e)
+{
+    const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
+    const cJSON *ptc = field(root, "parallel_tool_calls");
+    if (ptc && !cJSON_IsBool(ptc))
+        return tp_api_fail(e, 400, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    if (tools && !cJSON_IsArray(tools))
+        return tp_api_fail(e, 400, "tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
+    const int n = tools ? cJSON_GetArraySize(tools) : 0;
+    const cJSON *t;
+    int i = 0;
+    cJSON_ArrayForEach(t, tools)
+    {
+        const cJSON *ty = cJSON_IsObject(t) ? field(t, "type") : NULL, *fn = cJSON_IsObject(t) ? field(t, "function") : NULL;
+        const cJSON *name = cJSON_IsObject(fn) ? field(fn, "name") : NULL;
+        if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") != 0 || !cJSON_IsObject(fn))
+            return tp_api_fail(e, 400, "tools", "'tools'[%d] must be {\"type\": \"function\", \"function\": {\"name\", "
+                                                "\"description\", \"parameters\"}}", i);
+        if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 64 ||
+            strspn(name->valuestring, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
+                strlen(name->valuestring))
+            return tp_api_fail(e, 400, "tools", "'tools'[%d].function.name must be 1-64 characters of a-z, A-Z, 0-9, "
+                                                "'_', '-', '.'", i);
+        const cJSON *pa = field(fn, "parameters"), *st = field(fn, "strict"), *de = field(fn, "description");
+        if (pa && !cJSON_IsObject(pa))
+            return tp_api_fail(e, 400, "tools", "'tools'[%d].function.parameters must be a JSON schema object", i);
+        if ((st && !cJSON_IsBool(st)) || (de && !cJSON_IsString(de)))
+            return tp_api_fail(e, 400, "tools", "'tools'[%d].function: 'strict' must be a boolean and 'description' a "
+                                                "string", i);
+        i++;
+    }
+    const char *mode = "auto";
+    const char *named = NULL;
+    if (choice) {
+        if (cJSON_IsString(choice) && (strcmp(choice->valuestring, "none") == 0 || strcmp(choice->valuestring, "auto") == 0 ||
+                                       strcmp(choice->valuestring, "required") == 0)) {
+            mode = choice->valuestring;
+        } else {
+            const cJSON *ty = cJSON_IsObject(choice) ? field(choice, "type") : NULL;
+            const cJSON *fn = cJSON_IsObject(choice) ? field(choice, "function") : NULL;
+            const cJSON *nm = cJSON_IsObject(fn) ? field(fn, "name") : NULL;
+            if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") != 0 || !cJSON_IsString(nm))
+                return tp_api_fail(e, 400, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                                          "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+            mode = "named";
+            named = nm->valuestring;
+        }
+    }
+    if (n == 0) {
+        if (strcmp(mode, "required") == 0 || named)
+            return tp_api_fail(e, 400, "tool_choice", "'tool_choice' %s needs 'tools'", named ? "names a function but" : "\"required\"");
+        return 0;
+    }
+    if (strcmp(mode, "none") == 0) return 0;
+    if (strcmp(mode, "auto") == 0)
+        return tp_api_fail(e, 400, "tool_choice",
+                           "'tool_choice' \"auto\" (the model decides whether to call a tool) is not supported yet; send "
+                           "\"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}} to force a call, or "
+                           "\"none\"");
+    if (p->grammar)
+        return tp_api_fail(e, 400, "tool_choice", "a forced tool call and 'response_format' cannot be combined");
+    cJSON *wrap = cJSON_CreateObject();
+    cJSON *calls = wrap ? cJSON_AddArrayToObject(wrap, "anyOf") : NULL;
+    cJSON *defs = cJSON_CreateObject(), *definitions = cJSON_CreateObject();
+    int rc = -1, found = 0;
+    if (!calls || !defs || !definitions) {
+        tp_api_fail(e, 500, "tools", "out of memory");
+        goto out;
+    }
+    cJSON_ArrayForEach(t, tools)
+    {
+        const cJSON *fn = field(t, "function");
+        if (named && strcmp(field(fn, "name")->valuestring, named) != 0) continue;
+        found = 1;
+        if (tool_call_schema(fn, calls, defs, definitions, e)) goto out;
+    }
+    if (!found) {
+        tp_api_fail(e, 400, "tool_choice", "'tool_choice' names '%.64s', which is not in 'tools'", named);
+        goto out;
+    }
+    if (defs->child) cJSON_AddItemToObject(wrap, "$defs", defs), defs = NULL;
+    if (definitions->child) cJSON_AddItemToObject(wrap, "definitions", definitions), definitions = NULL;
+    char err[300];
+    enum tp_status st = tp_grammar_from_schema(wrap, &p->grammar, err, sizeof err);
+    if (st == TP_ERR_NOMEM) {
+        tp_api_fail(e, 500, "tools", "out of memory compiling the tool schemas");
+        goto out;
+    }
+    if (st != TP_OK) {
+        tp_api_fail(e, 400, "tools", "'tools' parameters: %s (docs/structured-output.md lists the supported subset)",
+                    err);
+        goto out;
+    }
+    p->tool_call = 1;
+    rc = 0;
+out:
+    cJSON_Delete(wrap);
+    cJSON_Delete(defs);
+    cJSON_Delete(definitions);
+    return rc;
 }
 
 /* ------------------------------------------------------------ logit_bias */
@@ -576,6 +727,15 @@ static int parse_fields(const cJSON *root, const char *body, size_t len, int cha
     if (refuse_unsupported(root, e)) return -1;
     if (parse_logit_bias(root, n_vocab, p, e)) return -1;
     if (parse_response_format(root, p, e)) return -1;
+    if (chat) {
+        if (parse_tools(root, p, e)) return -1;
+    } else {
+        const cJSON *tl = field(root, "tools"), *tc = field(root, "tool_choice");
+        if (tl && !(cJSON_IsArray(tl) && cJSON_GetArraySize(tl) == 0))
+            return tp_api_fail(e, 400, "tools", "'tools' is for /v1/chat/completions");
+        if (tc && !(cJSON_IsString(tc) && (strcmp(tc->valuestring, "none") == 0 || strcmp(tc->valuestring, "auto") == 0)))
+            return tp_api_fail(e, 400, "tool_choice", "'tool_choice' is for /v1/chat/completions");
+    }
     if (chat) {
         if (get_bool(root, "logprobs", &p->logprobs, e)) return -1;
         if (get_int(root, "top_logprobs", 0, 20, &p->top_logprobs, e)) return -1;

@@ -148,6 +148,8 @@ struct tp_req_params {
     int n_stop;
     struct tp_grammar *grammar;    /* response_format json_object / json_schema: the reply's automaton (owned);
                                     * NULL: unconstrained */
+    int tool_call;                 /* tool_choice required / named: the reply is {"name", "arguments"} under grammar,
+                                    * returned as tool_calls */
 };
 /*
  * Parse and validate a JSON body.  n_vocab bounds token ids, n_ctx bounds

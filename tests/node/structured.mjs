@@ -5,12 +5,20 @@
 //     plus greedy and logit_bias variants: every reply must parse and
 //     validate, finish "stop", and, streamed, reassemble to the same kind;
 //   - json_object: every reply parses to an object;
-//   - unsupported keywords: 400 naming the keyword, param response_format.json_schema.schema.
+//   - unsupported keywords: 400 naming the keyword, param response_format.json_schema.schema;
+//   - forced tool calls (tool_choice "required" / named), streamed and not:
+//     one call of a listed function whose arguments validate, finish "tool_calls";
+//     tool_choice "auto" with tools and malformed tools refused;
+//   - the openai client's beta.chat.completions.parse with zod (response_format
+//     and a zodFunction tool).
 // A reply cut by max_tokens (finish "length") is accepted only for the
 // schemas with no length bound, and must stay under 5% of the replies.
 // Requests run 4 at a time (continuous batching: each sequence its own automaton).
 // Exit status 0 only when everything held.
 import Ajv from "ajv";
+import OpenAI from "openai";
+import { zodResponseFormat, zodFunction } from "openai/helpers/zod";
+import { z } from "zod";
 
 const [base, key] = process.argv.slice(2);
 const seeds = Number(process.env.TP_STRUCT_SEEDS || 3);
@@ -145,19 +153,27 @@ async function post(body) {
   });
   if (!body.stream || r.status !== 200) {
     const j = await r.json();
-    return { status: r.status, json: j, content: j.choices?.[0]?.message?.content, finish: j.choices?.[0]?.finish_reason };
+    const m = j.choices?.[0]?.message;
+    return { status: r.status, json: j, content: m?.content, tool_calls: m?.tool_calls, finish: j.choices?.[0]?.finish_reason };
   }
   const text = await r.text();
-  let content = "", finish = null;
+  let content = "", finish = null, tool_calls;
   for (const ev of text.split("\n\n")) {
     if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
     const j = JSON.parse(ev.slice(6));
     if (j.error) return { status: 500, json: j };
     const ch = j.choices?.[0];
     if (ch?.delta?.content) content += ch.delta.content;
+    for (const tc of ch?.delta?.tool_calls || []) {
+      tool_calls ??= [];
+      const t = (tool_calls[tc.index] ??= { id: "", type: "function", function: { name: "", arguments: "" } });
+      if (tc.id) t.id = tc.id;
+      if (tc.function?.name) t.function.name += tc.function.name;
+      if (tc.function?.arguments) t.function.arguments += tc.function.arguments;
+    }
     if (ch?.finish_reason) finish = ch.finish_reason;
   }
-  return { status: 200, content, finish };
+  return { status: 200, content, finish, tool_calls };
 }
 
 function rf(schema, name) {
@@ -247,6 +263,98 @@ for (const [bad, param] of [
   jobs.push(async () => {
     const r = await post({ messages: [{ role: "user", content: "x" }], response_format: bad });
     if (r.status !== 400 || r.json?.error?.param !== param) fail(`bad response_format ${JSON.stringify(bad)}: ${r.status} ${JSON.stringify(r.json)}`);
+  });
+}
+
+// ------------------------------------------------------------ forced tool calls
+// tools built from corpus schemas (objects only: parameters are objects); every
+// call must name a listed tool and carry arguments valid under its parameters
+const objSchemas = schemas.filter(([, sc]) => sc.type === "object" && !sc.anyOf);
+const toolSets = [];
+for (let i = 0; i + 3 <= objSchemas.length && toolSets.length < 12; i += 3)
+  toolSets.push(objSchemas.slice(i, i + 3).map(([n, sc], k) => ({ type: "function", function: { name: `f${k}_${n}`, description: n, parameters: sc } })));
+for (const [ti, tools] of toolSets.entries()) {
+  const validators = Object.fromEntries(tools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+  for (const [ci, choice] of ["required", { type: "function", function: { name: tools[1].function.name } }].entries()) {
+    for (const stream of [false, true]) {
+      jobs.push(async () => {
+        const body = { messages: [{ role: "user", content: "Call a tool." }], max_tokens: 400, seed: ti * 10 + ci, tools, tool_choice: choice, stream };
+        const r = await post(body);
+        const what = `tools set ${ti} choice ${JSON.stringify(choice)} stream ${stream}`;
+        if (r.status !== 200) return fail(`${what}: HTTP ${r.status} ${JSON.stringify(r.json)}`);
+        if (r.finish === "length") return void n_length++;
+        const calls = r.tool_calls;
+        if (r.finish !== "tool_calls" || !Array.isArray(calls) || calls.length !== 1) return fail(`${what}: ${JSON.stringify(r)}`);
+        const c = calls[0];
+        if (c.type !== "function" || typeof c.id !== "string" || !c.id) return fail(`${what}: bad call ${JSON.stringify(c)}`);
+        if (typeof choice === "object" && c.function.name !== choice.function.name) return fail(`${what}: called ${c.function.name}`);
+        const v = validators[c.function.name];
+        if (!v) return fail(`${what}: unknown function ${c.function.name}`);
+        let args;
+        try {
+          args = JSON.parse(c.function.arguments);
+        } catch (e) {
+          return fail(`${what}: arguments not JSON: ${c.function.arguments}`);
+        }
+        if (!v(args)) return fail(`${what}: invalid arguments ${c.function.arguments}: ${ajv.errorsText(v.errors)}`);
+        n_checked++;
+      });
+    }
+  }
+}
+const oneTool = [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }];
+for (const [body, param] of [
+  [{ tools: oneTool }, "tool_choice"], // auto (the default with tools) is not supported yet
+  [{ tools: oneTool, tool_choice: { type: "function", function: { name: "g" } } }, "tool_choice"],
+  [{ tool_choice: "required" }, "tool_choice"],
+  [{ tools: [{ type: "function", function: { name: "bad name" } }], tool_choice: "required" }, "tools"],
+  [{ tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { a: { type: "integer", minimum: 1 } } } } }], tool_choice: "required" }, "tools"],
+  [{ tools: oneTool, tool_choice: "required", response_format: { type: "json_object" } }, "tool_choice"],
+]) {
+  jobs.push(async () => {
+    const r = await post({ messages: [{ role: "user", content: "x" }], ...body });
+    if (r.status !== 400 || r.json?.error?.param !== param) fail(`tools refusal ${JSON.stringify(body)}: ${r.status} ${JSON.stringify(r.json)}`);
+  });
+}
+jobs.push(async () => {
+  const r = await post({ messages: [{ role: "user", content: "x" }], max_tokens: 5, tools: oneTool, tool_choice: "none" });
+  if (r.status !== 200 || typeof r.content !== "string" || r.tool_calls) fail(`tool_choice none: ${JSON.stringify(r)}`);
+});
+
+// ------------------------------------------------------------ the openai client: parse() with zod
+const client = new OpenAI({ baseURL: base, apiKey: key });
+const Person = z.object({
+  name: z.string().max(16),
+  age: z.number().int(),
+  pets: z.array(z.object({ kind: z.enum(["cat", "dog"]), name: z.string().max(10) })).max(2),
+  nick: z.string().max(8).nullable(),
+});
+for (let s = 1; s <= 4; s++) {
+  jobs.push(async () => {
+    const c = await client.beta.chat.completions.parse({
+      model: "m",
+      messages: [{ role: "user", content: "A person." }],
+      seed: s,
+      max_tokens: 400,
+      response_format: zodResponseFormat(Person, "person"),
+    });
+    const m = c.choices[0].message;
+    if (c.choices[0].finish_reason !== "stop" || !m.parsed || !Person.safeParse(m.parsed).success) return fail(`openai parse: ${JSON.stringify(c)}`);
+    n_checked++;
+  });
+  jobs.push(async () => {
+    const c = await client.beta.chat.completions.parse({
+      model: "m",
+      messages: [{ role: "user", content: "Record a person." }],
+      seed: s,
+      max_tokens: 400,
+      tools: [zodFunction({ name: "record_person", parameters: Person })],
+      tool_choice: { type: "function", function: { name: "record_person" } },
+    });
+    const call = c.choices[0].message.tool_calls?.[0];
+    if (c.choices[0].finish_reason !== "tool_calls" || call?.function.name !== "record_person" || !Person.safeParse(call.function.parsed_arguments).success)
+      return fail(`openai parse tools: ${JSON.stringify(c)}`);
+    n_checked++;
   });
 }
 

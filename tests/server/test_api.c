@@ -306,7 +306,7 @@ static void test_fields(void)
     static const char *const refused[][2] = {
         {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"integer\",\"minimum\":1}}}", "response_format.json_schema.schema"},
         {"\"response_format\":{\"type\":\"json_schema\"}", "response_format.json_schema"},
-        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]", "tools"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"\",\"parameters\":{}}}],\"tool_choice\":\"required\"", "tools"},
         {"\"tool_choice\":\"required\"", "tool_choice"},
         {"\"functions\":[{\"name\":\"f\"}]", "functions"},
         {"\"function_call\":{\"name\":\"f\"}", "function_call"},

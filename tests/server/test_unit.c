@@ -350,7 +350,7 @@ static void test_refused_fields(void)
         {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"integer\",\"minimum\":1}}}", "response_format.json_schema.schema"},
         {"\"response_format\":{\"type\":\"json_schema\"}", "response_format.json_schema"},
         {"\"response_format\":\"text\"", "response_format"},
-        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "tools"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"bad name\"}}],\"tool_choice\":\"required\"", "tools"},
         {"\"tool_choice\":\"required\"", "tool_choice"},
         {"\"tool_choice\":{\"type\":\"function\"}", "tool_choice"},
         {"\"functions\":[{\"name\":\"f\"}]", "functions"},
