@@ -812,7 +812,11 @@ static void pop_done(struct tp_gstack *s, struct tp_gstate *out)
     emit(out, s);
 }
 
-/* String body byte (also key frames in free mode use a subset). Returns 1 when accepted. */
+/* String body byte.  Returns 1 when accepted.  f->n counts characters (code
+ * points, for minLength) and f->lo the characters beyond U+FFFF, so f->n +
+ * f->lo is the length in UTF-16 units (for maxLength): a string within
+ * maxLength by either count (JSON Schema's code points, JavaScript's
+ * .length as zod checks it) is within it by both. */
 static int string_byte(struct tp_gframe *f, const struct gnode *n, int c)
 {
     if (f->u8) {
@@ -822,7 +826,8 @@ static int string_byte(struct tp_gframe *f, const struct gnode *n, int c)
         f->u8hi = 0xBF;
         return 1;
     }
-    if (n->max >= 0 && (int)f->n >= n->max) return 0;
+    const int units = c >= 0xF0 ? 2 : 1;
+    if (n->max >= 0 && (int)f->n + (int)f->lo + units > n->max) return 0;
     if (c == '\\') {
         f->phase = S_ESC;
         f->n++;
@@ -842,6 +847,7 @@ static int string_byte(struct tp_gframe *f, const struct gnode *n, int c)
     else if (c >= 0xF1 && c <= 0xF3) need = 3;
     else if (c == 0xF4) need = 3, hi = 0x8F;
     else return 0;
+    if (need == 3) f->lo++;
     f->u8 = (uint8_t)need;
     f->u8lo = (uint8_t)lo;
     f->u8hi = (uint8_t)hi;
@@ -1183,7 +1189,10 @@ void tp_gstate_normalize(const tp_grammar_t *g, const struct tp_gstate *src, str
             struct tp_gframe *f = &s->f[d];
             if (f->node == TP_GNODE_ROOT || (f->flags & FL_KEY)) continue;
             const struct gnode *n = &g->nodes[f->node];
-            if (n->kind == G_STRING && n->max < 0 && (int)f->n >= n->min) f->n = (uint32_t)n->min;
+            if (n->kind == G_STRING && n->max < 0 && (int)f->n >= n->min) {
+                f->n = (uint32_t)n->min;
+                f->lo = 0;
+            }
         }
     }
 }
@@ -1511,7 +1520,7 @@ int tp_grammar_mask(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gst
         if (f->node != TP_GNODE_ROOT && !(f->flags & FL_KEY) && g->nodes[f->node].kind == G_STRING &&
             f->phase == S_BODY && f->u8 == 0) {
             const struct gnode *n = &g->nodes[f->node];
-            if (n->max < 0 || (int64_t)n->max - (int64_t)f->n >= PLAIN_MAX_BYTES)
+            if (n->max < 0 || (int64_t)n->max - (int64_t)f->n - (int64_t)f->lo >= PLAIN_MAX_BYTES)
                 return set_and_walk(c, t->plain, &t->rest, g, mask);
         }
         /* an additionalProperties key with room for PLAIN_MAX_BYTES more

@@ -40,13 +40,30 @@ if(TP_PYTHON3)
   set_tests_properties(server.http_abuse PROPERTIES LABELS "model" TIMEOUT 600 RUN_SERIAL TRUE)
 endif()
 
-# response_format: >= 100 JSON schemas x seeds, greedy, logit_bias, streamed and not, every reply
-# validated by ajv; unsupported keywords refused.  At 1 and 2 ranks (the token mask is applied on
-# each rank's vocabulary slice).
-foreach(_tp_ranks 1 2)
-  add_test(NAME server.node_structured_${_tp_ranks}rank
-           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve>
-                   ${PROJECT_SOURCE_DIR}/models/stories260K.gguf ${_tp_ranks})
-  set_tests_properties(server.node_structured_${_tp_ranks}rank PROPERTIES LABELS "model" TIMEOUT 400
-                       SKIP_RETURN_CODE 77 RESOURCE_LOCK tp_npm_install)
+# response_format: >= 100 JSON schemas x seeds, greedy, logit_bias, streamed and not, forced tool
+# calls, the openai client's parse() with zod - every reply validated by ajv; unsupported keywords
+# refused.  At 1 and 2 ranks (the token mask is applied on each rank's vocabulary slice), on
+# stories260K and on random-weight models with the Llama 3 / Qwen3 tokenizer (128K / 152K tokens).
+# Then the Vercel AI SDK and LangChain (clients.mjs).
+foreach(_tp_case "stories_1rank|${PROJECT_SOURCE_DIR}/models/stories260K.gguf|1|structured.mjs"
+                 "stories_2rank|${PROJECT_SOURCE_DIR}/models/stories260K.gguf|2|structured.mjs"
+                 "llama3_1rank_shared|synth:llama3|1|structured.mjs"
+                 "qwen3_1rank_shared|synth:qwen3|1|structured.mjs"
+                 "clients_stories|${PROJECT_SOURCE_DIR}/models/stories260K.gguf|1|clients.mjs"
+                 "clients_llama3_shared|synth:llama3|1|clients.mjs")
+  string(REPLACE "|" ";" _tp_case "${_tp_case}")
+  list(GET _tp_case 0 _n)
+  list(GET _tp_case 1 _m)
+  list(GET _tp_case 2 _r)
+  list(GET _tp_case 3 _s)
+  add_test(NAME server.node_structured_${_n}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve> ${_m} ${_r} ${_s})
+  set_tests_properties(server.node_structured_${_n} PROPERTIES LABELS "model" TIMEOUT 600
+                       SKIP_RETURN_CODE 77 RESOURCE_LOCK tp_npm_install ENVIRONMENT "TP_SHARED_DIR=${TP_SHARED_DIR}")
+  if(_m MATCHES "^synth:")
+    # random weights at a 128K+ vocabulary end strings far less often than stories260K: every
+    # completed reply must validate, replies cut by max_tokens may reach 25%; one seed keeps it short
+    set_tests_properties(server.node_structured_${_n} PROPERTIES ENVIRONMENT
+                         "TP_SHARED_DIR=${TP_SHARED_DIR};TP_STRUCT_SEEDS=1;TP_STRUCT_MAX_TOKENS=600;TP_STRUCT_MAX_CUT_PCT=25")
+  endif()
 endforeach()

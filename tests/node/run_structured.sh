@@ -1,26 +1,44 @@
 #!/usr/bin/env bash
-# tests/node/run_structured.sh TPSERVE MODEL RANKS
-#   structured.mjs (response_format validated by ajv) against a fresh tpserve
-#   of RANKS ranks on 127.0.0.1 (RANKS > 1: under `tpserve launch -n RANKS`).
-# Skips (exit 77 with "SKIP: reason") when node/npm are missing or the packages
-# cannot be installed (offline).
+# tests/node/run_structured.sh TPSERVE MODEL RANKS [SCRIPT]
+#   SCRIPT (structured.mjs: response_format and forced tool calls validated by
+#   ajv; clients.mjs: the Vercel AI SDK and LangChain) against a fresh tpserve of
+#   RANKS ranks on 127.0.0.1 (RANKS > 1: under `tpserve launch -n RANKS`).
+#   MODEL synth:llama3 / synth:qwen3: a random-weight test-tiny model written
+#   with ../shared's Llama 3 / Qwen3 tokenizer.json and chat template.
+# Skips (exit 77 with "SKIP: reason") when node/npm are missing, the packages
+# cannot be installed (offline) or a synth: tokenizer is not in ../shared
+# (a failure with TP_REQUIRE_SHARED=1).
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
-tpserve="$1"; model="$2"; ranks="${3:-1}"
+tpserve="$1"; model="$2"; ranks="${3:-1}"; script="${4:-structured.mjs}"
 command -v node >/dev/null 2>&1 || { echo "SKIP: node not installed"; exit 77; }
 command -v npm >/dev/null 2>&1 || { echo "SKIP: npm not installed"; exit 77; }
 tmo() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
-if [ ! -d "$here/node_modules/ajv" ] || [ ! -d "$here/node_modules/openai" ]; then
+if [ ! -d "$here/node_modules/ajv" ] || [ ! -d "$here/node_modules/zod" ] || [ ! -d "$here/node_modules/ai" ] ||
+   [ ! -d "$here/node_modules/@langchain/openai" ]; then
   (cd "$here" && tmo 300 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
     { echo "SKIP: npm install failed (offline?)"; exit 77; }
 fi
-out="$(mktemp)"
-trap '[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; rm -f "$out"' EXIT
+out="$(mktemp)"; tmpd="$(mktemp -d)"; ctx=()
+trap '[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; rm -f "$out"; rm -rf "$tmpd"' EXIT
+case "$model" in
+  synth:*)
+    fam="${model#synth:}"
+    tj="${TP_SHARED_DIR:-$here/../../../shared}/models/tokenizers/$fam/tokenizer.json"
+    if [ ! -f "$tj" ]; then
+      if [ -n "${TP_REQUIRE_SHARED:-}" ] && [ "$TP_REQUIRE_SHARED" != 0 ]; then echo "FAIL: $tj missing"; exit 1; fi
+      echo "SKIP: $tj not present"; exit 77
+    fi
+    model="$tmpd/synth-$fam.gguf"
+    "$tpserve" synth --shape "test-tiny-$fam" --tokenizer "$tj" -o "$model" -q || { echo "FAIL: tpserve synth"; exit 1; }
+    ctx=(-c 2048) # past the tiny shape's 512 training positions: random weights do not care
+    ;;
+esac
 if [ "$ranks" -gt 1 ]; then
-  "$tpserve" launch -n "$ranks" -- "$tpserve" serve -m "$model" --port 0 --threads 1 --parallel 4 \
+  "$tpserve" launch -n "$ranks" -- "$tpserve" serve -m "$model" "${ctx[@]}" --port 0 --threads 1 --parallel 4 \
     --api-key structured-key >"$out" 2>&1 &
 else
-  "$tpserve" serve -m "$model" --port 0 --threads 1 --parallel 4 --api-key structured-key >"$out" 2>&1 &
+  "$tpserve" serve -m "$model" "${ctx[@]}" --port 0 --threads 1 --parallel 4 --api-key structured-key >"$out" 2>&1 &
 fi
 pid=$!
 port=""
@@ -30,7 +48,7 @@ for _ in $(seq 1 300); do
   sleep 0.2
 done
 [ -n "$port" ] || { echo "FAIL: tpserve serve did not start"; cat "$out"; exit 1; }
-tmo 300 node "$here/structured.mjs" "http://127.0.0.1:$port/v1" structured-key
+tmo 300 node "$here/$script" "http://127.0.0.1:$port/v1" structured-key
 rc=$?
 kill "$pid"; wait "$pid" 2>/dev/null; pid=""
 exit $rc

@@ -59,6 +59,9 @@ static const struct ar cases[] = {
      {"\"ab\"", "\"abc\"", "\"\\u00e9\\n\"", "\"\xc3\xa9\xc3\xa9\"", NULL},
      {"\"a\"", "\"abcd\"", "\"\\x\"", "\"\\ud800x\"", "\"\x80\x80\"", "\"\xc0\xaf\"", NULL}},
     {"{\"type\":[\"string\",\"null\"]}", {"\"x\"", "null", NULL}, {"1", "nul", NULL}},
+    /* maxLength in UTF-16 units (a character beyond U+FFFF is 2), minLength in code points */
+    {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":2}", {"\"ab\"", "\"\xc3\xa9\xc3\xa9\"", NULL},
+     {"\"\xf0\x9f\x98\x80\"", "\"a\xf0\x9f\x98\x80\"", NULL}},
     {"{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"],"
      "\"additionalProperties\":false},{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"boolean\"}},"
      "\"required\":[\"b\"],\"additionalProperties\":false}]}",
