@@ -48,6 +48,8 @@ struct mr_run {
     int n_bias;                 /* logit_bias of sequence 0 (row 0 of every step): entries of */
     const int32_t *bias_id;     /* (n_bias) token ids */
     const float *bias_val;      /* (n_bias) -100..100 */
+    const uint32_t *mask0;      /* non-NULL: token mask of sequence 0 (row 0 of every step), (n_vocab + 31) / 32
+                                 * words, bit set = allowed */
     /* out */
     int exit_code[MR_MAX_RANKS]; /* 0 ok, 3 init refused, 4 step failed, -1 killed at the deadline */
     char msg[MR_MAX_RANKS][512];

@@ -94,6 +94,12 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
     if (!bias_row) return 4;
     struct tp_step st = {{7, tok, pos, seq, want}, 0, clear_seq, clear_from, 0, copy_dst, copy_src, copy_len,
                          r->n_bias, bias_row, r->bias_id, r->bias_val, 0, NULL, NULL};
+    static const int32_t mask_row0[1] = {0};
+    if (r->mask0) {
+        st.n_mask = 1;
+        st.mask_row = mask_row0;
+        st.mask = r->mask0;
+    }
     int p0 = 4, p1 = 3, rc = 0;
     int32_t ids[2];
     struct tp_parallel_cand top[16];

@@ -698,5 +698,57 @@ static const struct tp_test_case mr_cases[] = {
 };
 TP_TEST_SUITE(multirank, "multirank,model", 300, mr_cases)
 
-static const struct tp_test_case bias_cases[] = {{"logit_bias", test_logit_bias}, {NULL, NULL}};
+/* Token masks in the step (constrained decoding): sequence 0 may only pick
+ * tokens whose id is a multiple of 3 or 7 (the first reference tokens
+ * excluded), sequence 1 is free.  Oracles: at one rank every token of
+ * sequence 0 is allowed and the final logits are -inf exactly where the mask
+ * is clear; sequence 1 decodes as without a mask; 2 and 3 ranks decode the
+ * same through the logits gather, the distributed argmax and the top-k. */
+static void test_token_mask(void)
+{
+    const char *m = stories();
+    if (!m) {
+        tp_test_skip("models/stories260K.gguf missing");
+        return;
+    }
+    const int steps = 10;
+    struct mr_run ref, m1, r;
+    run_ref(&ref, m, steps);
+    const int V = ref.n_vocab;
+    uint32_t *mask = calloc((size_t)(V + 31) / 32, sizeof(uint32_t));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mask);
+    for (int i = 0; i < V; i++)
+        if ((i % 3 == 0 || i % 7 == 0) && i != ref.tokens[0] && i != ref.tokens[1]) mask[i / 32] |= 1u << (i % 32);
+    mr_init(&m1, m, 1);
+    m1.n_steps = steps;
+    m1.mask0 = mask;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&m1), 0);
+    CU_ASSERT_EQUAL_FATAL(m1.exit_code[0], 0);
+    CU_ASSERT_EQUAL_FATAL(m1.n_tokens, ref.n_tokens);
+    for (int i = 0; i < m1.n_tokens; i++) CU_ASSERT(mask[m1.tokens[i] / 32] >> (m1.tokens[i] % 32) & 1u);
+    CU_ASSERT(memcmp(m1.tokens1, ref.tokens1, sizeof(int32_t) * (size_t)ref.n_tokens) == 0); /* free row */
+    for (int i = 0; i < V; i++) {
+        const int allowed = (int)(mask[i / 32] >> (i % 32) & 1u);
+        CU_ASSERT(allowed ? isfinite(m1.logits[i]) : (isinf(m1.logits[i]) && m1.logits[i] < 0));
+    }
+    for (int world = 2; world <= 3; world++)
+        for (int api = 0; api <= 2; api++) {
+            char tag[96];
+            snprintf(tag, sizeof tag, "token mask N=%d api %d", world, api);
+            mr_init(&r, m, world);
+            r.n_steps = steps;
+            r.greedy_api = api;
+            r.mask0 = mask;
+            expect_same(&m1, &r, -1, tag);
+            if (api == 0)
+                for (int i = 0; i < V; i++)
+                    if (isinf(m1.logits[i])) CU_ASSERT(isinf(r.logits[i]) && r.logits[i] < 0);
+            mr_free(&r);
+        }
+    mr_free(&m1);
+    mr_free(&ref);
+    free(mask);
+}
+
+static const struct tp_test_case bias_cases[] = {{"logit_bias", test_logit_bias}, {"token_mask", test_token_mask}, {NULL, NULL}};
 TP_TEST_SUITE(logit_bias, "multirank,model", 240, bias_cases)
