@@ -51,6 +51,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli.h"
 #include "common/common.h"
 #include "model/gguf.h"
@@ -159,29 +161,14 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
     return TP_OK;
 }
 
-/* s as a JSON string literal (quotes, backslashes, control characters escaped). */
+/* s (NULL: "") as a JSON string literal. */
 static void print_json_str(const char *s)
 {
-    putchar('"');
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
-    }
-    putchar('"');
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    cJSON *str = cJSON_CreateString(s ? s : "");
+    char *lit = str ? cJSON_PrintUnformatted(str) : NULL;
+    fputs(lit ? lit : "\"\"", stdout);
+    cJSON_free(lit);
+    cJSON_Delete(str);
 }
 
 /* Bytes of weights this rank reads per decoded token (see the file comment). */
@@ -283,7 +270,7 @@ int tp_bench_gen(int argc, char **argv)
                         "the same against its own probes.";
     int np = 0;
     int rc = tp_cli_parse("bench gen", usage, opts, argc, argv, NULL, 0, &np, NULL, NULL);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     if (!path) {
         fprintf(stderr, "tpserve bench gen: -m MODEL is required\n");
         return 2;
@@ -473,7 +460,7 @@ int tp_bench_gen(int argc, char **argv)
                 ks[ki * reps + r] = sec * 1e3 / n;
             }
         }
-        for (int ki = 0; ki < nk; ki++) k_ms[ki] = median(ks + ki * reps, reps);
+        for (int ki = 0; ki < nk; ki++) k_ms[ki] = tp_median(ks + ki * reps, reps);
         free(ks);
     }
     double k1_ms = 0.0;
@@ -498,9 +485,9 @@ int tp_bench_gen(int argc, char **argv)
             }
         }
         memcpy(tmp, probe_sum, ((size_t)reps + 1) * sizeof(double));
-        bw = median(tmp, reps + 1);
+        bw = tp_median(tmp, reps + 1);
         memcpy(tmp, frac_r, (size_t)reps * sizeof(double));
-        frac = median(tmp, reps);
+        frac = tp_median(tmp, reps);
         frac_min = tmp[0];
         frac_max = tmp[reps - 1];
     }
@@ -508,15 +495,15 @@ int tp_bench_gen(int argc, char **argv)
     double rank_bw[TP_PLAN_MAX_RANKS] = {0}, rank_fr[TP_PLAN_MAX_RANKS] = {0}, scratch[101];
     for (int q = 0; q < world && n > 0 && q < TP_PLAN_MAX_RANKS; q++) {
         for (int k = 0; k <= reps; k++) scratch[k] = probe[(size_t)k * world + q];
-        rank_bw[q] = median(scratch, reps + 1);
+        rank_bw[q] = tp_median(scratch, reps + 1);
         for (int r = 0; r < reps; r++) scratch[r] = rank_frac[(size_t)r * world + q];
-        rank_fr[q] = median(scratch, reps);
+        rank_fr[q] = tp_median(scratch, reps);
     }
-    /* pp_s / tg_s are sorted by median(): per-rep lists are printed before */
+    /* pp_s / tg_s are sorted by tp_median(): per-rep lists are printed before */
     double *tg_rep = tmp; /* reuse: decode t/s per rep, in rep order */
     for (int r = 0; r < reps && n > 0; r++) tg_rep[r] = (double)n / tg_s[r];
-    double pp_tps = p > 0 ? (double)p / median(pp_s, reps) : 0.0;
-    double tg_tps = n > 0 ? (double)n / median(tg_s, reps) : 0.0;
+    double pp_tps = p > 0 ? (double)p / tp_median(pp_s, reps) : 0.0;
+    double tg_tps = n > 0 ? (double)n / tp_median(tg_s, reps) : 0.0;
     double comm_frac = tg_ns_fwd ? (double)tg_ns_comm / (double)tg_ns_fwd : 0.0;
     /* rank 0's view per decoded token: compute, communication (all_sums, step broadcast,
      * logits gather), bytes it sent */

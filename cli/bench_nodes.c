@@ -336,7 +336,7 @@ int tp_bench_nodes(int argc, char **argv)
         "each node count (ranks on simulated hosts with the link's bandwidth where scripts/netsim works, else\n"
         "on 127.0.0.1), plus a projection for dedicated machines.  Writes PREFIX.csv/.md/.json/.svg.";
     int rc = tp_cli_parse("bench nodes", usage, opts, argc, argv, NULL, 0, NULL, NULL, NULL);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     if (!model) {
         fprintf(stderr, "tpserve bench nodes: -m MODEL is required\n");
         return 2;

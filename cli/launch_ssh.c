@@ -232,7 +232,7 @@ int tp_launch_hostfile_main(int argc, char **argv)
                           "TP_BACKEND (and TP_LOG_LEVEL, TP_COMM_*TIMEOUT_MS when set) in its environment, and\n"
                           "TP_CLUSTER_TOKEN (yours, the hostfile's cluster_token, or a random one) through ssh's stdin.",
                           opts, argc, argv, NULL, 0, NULL, &rest_argc, &rest_argv);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     if (!hostfile) {
         fprintf(stderr, "tpserve launch: --hostfile FILE is required here\n");
         return 2;

@@ -51,7 +51,8 @@ function(tp_fuzz_target name)
   if(NOT _tp_fuzz_ok)
     return()
   endif()
-  set(_srcs ${_fuzz_c} ${F_SOURCES} ${PROJECT_SOURCE_DIR}/common/status.c ${PROJECT_SOURCE_DIR}/common/log.c)
+  set(_srcs ${_fuzz_c} ${F_SOURCES} ${PROJECT_SOURCE_DIR}/common/status.c ${PROJECT_SOURCE_DIR}/common/log.c
+            ${PROJECT_SOURCE_DIR}/common/util.c)
   set(_out ${CMAKE_CURRENT_BINARY_DIR}/${name})
   add_custom_command(
     OUTPUT ${_out}

@@ -20,7 +20,7 @@
 #include "model/tensor_source.h"
 
 #define MODULE "model"
-#define MAX_CONFIG_BYTES ((long)16 << 20)
+#define MAX_CONFIG_BYTES ((size_t)16 << 20)
 
 int tp_hf_is_dir(const char *path)
 {
@@ -29,44 +29,6 @@ int tp_hf_is_dir(const char *path)
     char p[4096];
     int n = snprintf(p, sizeof(p), "%s/config.json", path);
     return n > 0 && (size_t)n < sizeof(p) && stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* Whole small file as a NUL-terminated malloc'd string. */
-static enum tp_status slurp(const char *path, long cap, char **out, struct tp_error *err)
-{
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return tp_error_set(err, errno == ENOENT ? TP_ERR_NOT_FOUND : TP_ERR_IO, "%s: cannot open: %s", path,
-                            strerror(errno));
-    enum tp_status rc = TP_OK;
-    char *buf = NULL;
-    long sz = -1;
-    if (fseek(f, 0, SEEK_END) == 0) sz = ftell(f);
-    if (sz < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        rc = tp_error_set(err, TP_ERR_IO, "%s: cannot read", path);
-        goto out;
-    }
-    if (sz > cap) {
-        rc = tp_error_set(err, TP_ERR_FORMAT, "%s: %ld bytes is too large for this file", path, sz);
-        goto out;
-    }
-    buf = malloc((size_t)sz + 1);
-    if (!buf) {
-        rc = tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
-        goto out;
-    }
-    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        buf = NULL;
-        rc = tp_error_set(err, TP_ERR_IO, "%s: read failed", path);
-        goto out;
-    }
-    buf[sz] = '\0';
-    *out = buf;
-out:
-    fclose(f);
-    return rc;
 }
 
 /* Integer field: absent -> def (or an error when required); must lie in [lo, hi]. */
@@ -165,7 +127,7 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
     struct tp_hparams *hp = &out->hp;
     int n = snprintf(path, sizeof(path), "%s/config.json", dir);
     if (n < 0 || (size_t)n >= sizeof(path)) return tp_error_set(err, TP_ERR_INVALID_ARG, "%s: path too long", dir);
-    TP_CHECK_GOTO(slurp(path, MAX_CONFIG_BYTES, &text, err), rc, out);
+    TP_CHECK_GOTO(tp_read_file(path, MAX_CONFIG_BYTES, &text, NULL, err), rc, out);
     root = cJSON_Parse(text);
     if (!root || !cJSON_IsObject(root)) {
         rc = tp_error_set(err, TP_ERR_FORMAT, "%s: not a valid JSON object", path);
@@ -304,7 +266,7 @@ enum tp_status tp_hf_chat_template(const char *dir, char **out, struct tp_error 
     cJSON *root = NULL;
     *out = NULL;
     snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
-    rc = slurp(path, MAX_CONFIG_BYTES, &text, err);
+    rc = tp_read_file(path, MAX_CONFIG_BYTES, &text, NULL, err);
     if (rc == TP_ERR_NOT_FOUND) {
         tp_error_clear(err);
         rc = TP_OK;
@@ -342,7 +304,7 @@ enum tp_status tp_hf_chat_template(const char *dir, char **out, struct tp_error 
     snprintf(path, sizeof(path), "%s/chat_template.jinja", dir);
     free(text);
     text = NULL;
-    rc = slurp(path, MAX_CONFIG_BYTES, &text, err);
+    rc = tp_read_file(path, MAX_CONFIG_BYTES, &text, NULL, err);
     if (rc == TP_ERR_NOT_FOUND) {
         tp_error_clear(err);
         rc = TP_OK;
