@@ -57,6 +57,7 @@ enum tp_status {
     TP_ERR_FULL,         /* a bounded queue or table is full              */
     TP_ERR_NOT_FOUND,    /* named thing does not exist                    */
     TP_ERR_INTERNAL,     /* our own invariant broke (a bug)               */
+    TP_ERR_INIT,         /* a runtime we depend on failed to start (MPI)  */
     TP_STATUS_COUNT
 };
 
