@@ -1,50 +1,12 @@
 /*
- * cli/bench_gen.c - `tpserve bench gen`: end-to-end generation speed of
- * one model on this machine, in llama-bench's terms.
- *
- *   pp  prefill: one forward pass over p prompt tokens (logits for the last
- *       only), from an empty KV cache: p / time;
- *   tg  decode: n single-token forward passes from an empty KV cache, each
- *       feeding back the argmax of the previous logits (EOS ignored; the
- *       engine's distributed argmax, tp_parallel_step_greedy):
- *       n / time;
- * median over --reps repetitions after one warm-up pass.
- *
- * Bandwidth, measured in the same run and interleaved with the decode reps,
- * on every rank: a probe before every decode rep and one after the last, in
- * which every rank of the group at the same moment (tp_parallel_run_hook)
- * streams through its own --bw-mib buffer (allocated and written once, far
- * larger than the caches) with --threads threads of a pool like the model's
- * (claiming 1 MiB chunks as they come free, as the decode claims rows;
- * 32-byte loads where the CPU has AVX2), timed like the decode as bytes /
- * elapsed over --bw-passes passes.  Ranks sharing one machine probe while
- * the others do, as they read their weights at once in a decode step.
- * Decode rep i is paired, per rank r, with the mean of r's probes just
- * before and just after it:
- *   fraction_{i,r} = tg_tps_i * bytes read per token by r / probe_{i,r},
- * and bw_fraction is the median over reps of the group's fraction (sum over
- * ranks of the bytes read per second / sum of their probes); mem_bw_gbs is
- * the median of the probes summed over ranks.  On a shared machine both
- * numbers move with the load; pairing them in time keeps the ratio honest.
- * Bytes read per token, per rank, from that rank's own model: the weights
- * it holds (its attention and FFN slices, norms, the token embedding table
- * and, untied, its vocabulary slice of the output head), minus the table
- * (one row of it is read per token), plus, for tied embeddings, the rows of
- * the table that are its vocabulary slice of the output head.  KV-cache
- * reads (small at these lengths) are not counted, so the fraction slightly
- * understates.
- *
- * Every forward call goes through gen_forward() (one place), which drives
- * the distributed engine (parallel/): one rank alone, or every rank of a
- * `tpserve launch -n N` / mpirun group (rank 0 measures and prints, the
- * others compute in tp_parallel_worker_loop).  Per decoded token it reports
- * rank 0's compute time, communication time (all_sums, step broadcast,
- * logits gather) and bytes sent (--json: compute_ms_per_token,
- * comm_ms_per_token, bytes_per_token); tg_comm_frac is the all_sum share
- * of the forward time from tp_model_get_stats().  Per rank (--json arrays
- * indexed by rank): bytes_read_per_token_per_rank, mem_bw_gbs_per_rank
- * (median probe), bw_fraction_per_rank (median over reps);
- * weight_bytes_per_token is their sum.
+ * cli/bench_gen.c - `tpserve bench gen`: end-to-end generation speed of one
+ * model on this machine (or a `launch` / mpirun group), in llama-bench's
+ * terms: pp = p / prefill time, tg = n / decode time (greedy, EOS ignored),
+ * median over --reps after one warm-up pass; plus the memory bandwidth
+ * probed by every rank between the decode reps, the fraction of it the
+ * decode reaches, per-rank bytes read per token, and compute /
+ * communication time per token.  Every forward call goes through
+ * gen_forward().  Method and definitions: docs/bench-gen.md.
  */
 #include <math.h>
 #include <stdio.h>
