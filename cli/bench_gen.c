@@ -199,6 +199,65 @@ static int gen_probe_all(tp_parallel_t *par, int world, double *probe, double *b
     return 0;
 }
 
+/* The arrays of one run, owned together: gen_bufs_alloc allocates them all
+ * (zeroed) or none, gen_bufs_free releases them all (NULL members are fine). */
+struct gen_bufs {
+    int32_t *tok, *pos, *seq; /* (nb) batch arrays, lent to gen_ctx */
+    int8_t *want;             /* (nb) logits flags, lent to gen_ctx */
+    float *logits;            /* (n_vocab), lent to gen_ctx */
+    int32_t *prompt;          /* (nb) */
+    double *pp_s, *tg_s;      /* (reps) seconds per rep */
+    double *probe, *tmp;      /* (reps + 1, world) */
+    double *frac_r;           /* (reps) */
+    double *rank_bytes;       /* (world) */
+    double *rank_frac;        /* (reps, world) */
+    double *probe_sum;        /* (reps + 1): summed over ranks */
+};
+
+static void gen_bufs_free(struct gen_bufs *b)
+{
+    free(b->tok);
+    free(b->pos);
+    free(b->seq);
+    free(b->want);
+    free(b->logits);
+    free(b->prompt);
+    free(b->pp_s);
+    free(b->tg_s);
+    free(b->probe);
+    free(b->tmp);
+    free(b->frac_r);
+    free(b->rank_bytes);
+    free(b->rank_frac);
+    free(b->probe_sum);
+    memset(b, 0, sizeof *b);
+}
+
+static enum tp_status gen_bufs_alloc(struct gen_bufs *b, int nb, int n_vocab, int reps, int world)
+{
+    const size_t snb = (size_t)nb, sr = (size_t)reps, sw = (size_t)world;
+    memset(b, 0, sizeof *b);
+    b->tok = calloc(snb, sizeof(int32_t));
+    b->pos = calloc(snb, sizeof(int32_t));
+    b->seq = calloc(snb, sizeof(int32_t));
+    b->want = calloc(snb, 1);
+    b->logits = calloc((size_t)n_vocab, sizeof(float));
+    b->prompt = calloc(snb, sizeof(int32_t));
+    b->pp_s = calloc(sr, sizeof(double));
+    b->tg_s = calloc(sr, sizeof(double));
+    b->probe = calloc((sr + 1) * sw, sizeof(double));
+    b->tmp = calloc((sr + 1) * sw, sizeof(double));
+    b->frac_r = calloc(sr, sizeof(double));
+    b->rank_bytes = calloc(sw, sizeof(double));
+    b->rank_frac = calloc(sr * sw, sizeof(double));
+    b->probe_sum = calloc(sr + 1, sizeof(double));
+    if (b->tok && b->pos && b->seq && b->want && b->logits && b->prompt && b->pp_s && b->tg_s && b->probe &&
+        b->tmp && b->frac_r && b->rank_bytes && b->rank_frac && b->probe_sum)
+        return TP_OK;
+    gen_bufs_free(b);
+    return TP_ERR_NOMEM;
+}
+
 int tp_bench_gen(int argc, char **argv)
 {
     const char *path = NULL;
@@ -277,6 +336,7 @@ int tp_bench_gen(int argc, char **argv)
     memset(&g, 0, sizeof(g));
     double *pp_s = NULL, *tg_s = NULL, *probe = NULL, *frac_r = NULL, *tmp = NULL, *rank_bytes = NULL;
     double *rank_frac = NULL, *probe_sum = NULL;
+    struct gen_bufs bufs = {0}; /* owns the arrays the pointers above and g's point into */
     uint64_t *bwbuf = NULL;
     size_t bw_bytes = (size_t)bw_mib << 20;
     int32_t *prompt = NULL;
@@ -325,25 +385,13 @@ int tp_bench_gen(int argc, char **argv)
     g.m = m;
     g.n_vocab = tp_model_hparams(m)->n_vocab;
     const int nb = TP_MAX(TP_MAX(p, 1), kmax);
-    g.tok = malloc((size_t)nb * sizeof(int32_t));
-    g.pos = malloc((size_t)nb * sizeof(int32_t));
-    g.seq = malloc((size_t)nb * sizeof(int32_t));
-    g.want = malloc((size_t)nb);
-    g.logits = malloc((size_t)g.n_vocab * sizeof(float));
-    prompt = malloc((size_t)nb * sizeof(int32_t));
-    pp_s = calloc((size_t)reps, sizeof(double));
-    tg_s = calloc((size_t)reps, sizeof(double));
-    probe = calloc(((size_t)reps + 1) * (size_t)world, sizeof(double)); /* (reps + 1, world) */
-    frac_r = calloc((size_t)reps, sizeof(double));
-    tmp = calloc(((size_t)reps + 1) * (size_t)world, sizeof(double));
-    rank_bytes = calloc((size_t)world, sizeof(double));
-    rank_frac = calloc((size_t)reps * (size_t)world, sizeof(double)); /* (reps, world) */
-    probe_sum = calloc((size_t)reps + 1, sizeof(double));               /* (reps + 1): summed over ranks */
-    if (!g.tok || !g.pos || !g.seq || !g.want || !g.logits || !prompt || !pp_s || !tg_s || !probe || !frac_r || !tmp ||
-        !rank_bytes || !rank_frac || !probe_sum) {
+    if (gen_bufs_alloc(&bufs, nb, g.n_vocab, reps, world) != TP_OK) {
         tp_cli_fail("bench gen", "out of memory");
         goto out;
     }
+    g.tok = bufs.tok, g.pos = bufs.pos, g.seq = bufs.seq, g.want = bufs.want, g.logits = bufs.logits;
+    prompt = bufs.prompt, pp_s = bufs.pp_s, tg_s = bufs.tg_s, probe = bufs.probe, frac_r = bufs.frac_r;
+    tmp = bufs.tmp, rank_bytes = bufs.rank_bytes, rank_frac = bufs.rank_frac, probe_sum = bufs.probe_sum;
     /* a fixed pseudo-random prompt over the whole vocabulary */
     uint64_t x = 0x243F6A8885A308D3ull;
     for (int i = 0; i < nb; i++) {
@@ -554,20 +602,7 @@ int tp_bench_gen(int argc, char **argv)
     }
     exit_code = 0;
 out:
-    free(g.tok);
-    free(g.pos);
-    free(g.seq);
-    free(g.want);
-    free(g.logits);
-    free(prompt);
-    free(pp_s);
-    free(tg_s);
-    free(probe);
-    free(frac_r);
-    free(tmp);
-    free(rank_bytes);
-    free(rank_frac);
-    free(probe_sum);
+    gen_bufs_free(&bufs);
     tp_parallel_free(g.par);
     tp_pool_free(pool);
     tp_aligned_free(bwbuf);
