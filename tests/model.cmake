@@ -76,7 +76,7 @@ set(_tp_mf ${PROJECT_SOURCE_DIR}/model/format)
 set(_tp_mi ${PROJECT_SOURCE_DIR}/model/include/model)
 tp_fuzz_target(fuzz_gguf SOURCES ${_tp_mf}/gguf.c DEPENDS ${_tp_mi}/gguf.h)
 tp_fuzz_target(fuzz_safetensors SOURCES ${_tp_mf}/safetensors.c DEPENDS ${_tp_mi}/safetensors.h)
-tp_fuzz_target(fuzz_hf_json SOURCES ${_tp_mf}/hf_config.c ${_tp_mf}/safetensors.c
+tp_fuzz_target(fuzz_hf_json SOURCES ${_tp_mf}/hf_config.c ${_tp_mf}/json_field.c ${_tp_mf}/safetensors.c
                DEPENDS ${_tp_mi}/safetensors.h ${_tp_mi}/tensor_source.h)
 
 # `tpserve synth --type q4_k_m` then `tpserve info`: llama.cpp's per-tensor mix on a small shape

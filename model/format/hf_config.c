@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model/json_field.h"
 #include "model/tensor_source.h"
 
 #define MODULE "model"
@@ -35,15 +36,14 @@ int tp_hf_is_dir(const char *path)
 static enum tp_status get_int(const cJSON *o, const char *path, const char *key, int required, int def, int lo, int hi,
                               int *out, struct tp_error *err)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || cJSON_IsNull(v)) {
+    enum tp_status st = tp_json_field_int(o, key, lo, hi, out);
+    if (st == TP_ERR_NOT_FOUND) {
         if (required) return tp_error_set(err, TP_ERR_FORMAT, "%s: \"%s\" is missing", path, key);
         *out = def;
         return TP_OK;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
+    if (st != TP_OK)
         return tp_error_set(err, TP_ERR_FORMAT, "%s: \"%s\" must be an integer in [%d, %d]", path, key, lo, hi);
-    *out = (int)v->valuedouble;
     return TP_OK;
 }
 
@@ -63,9 +63,8 @@ static enum tp_status get_float(const cJSON *o, const char *path, const char *ke
 
 static int get_bool(const cJSON *o, const char *key, int def)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (cJSON_IsBool(v)) return cJSON_IsTrue(v);
-    return def;
+    int v = def;
+    return tp_json_field_bool(o, key, &v) == TP_OK ? v : def;
 }
 
 static const char *get_str(const cJSON *o, const char *key)
