@@ -176,6 +176,17 @@ static int parse_messages(const cJSON *root, struct tp_req_params *p, struct tp_
             return tp_api_fail(e, 400, param, "'%s' is '%.40s'; supported roles are system, user and assistant",
                                param, r);
         p->msgs[i].role = r[0] == 's' ? "system" : r[0] == 'u' ? "user" : "assistant";
+        /* tool calls in the history would have to be rendered by the chat template's tools block */
+        static const char *const tk[] = {"tool_calls", "function_call"};
+        for (int k = 0; k < 2; k++) {
+            const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, tk[k]);
+            if (tc && !cJSON_IsNull(tc) && !(cJSON_IsArray(tc) && cJSON_GetArraySize(tc) == 0)) {
+                snprintf(param, sizeof param, "messages[%d].%s", i, tk[k]);
+                p->n_msgs = i;
+                return tp_api_fail(e, 400, param, "'%s': tool calls in the conversation history are not supported yet",
+                                   param);
+            }
+        }
         char *content = NULL;
         if (parse_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, r[0] == 'a', &content, e) != 0) {
             p->n_msgs = i;

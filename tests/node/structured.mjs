@@ -319,6 +319,11 @@ for (const [body, param] of [
   });
 }
 jobs.push(async () => {
+  const hist = [{ role: "user", content: "x" }, { role: "assistant", content: "y", tool_calls: [{ id: "a", type: "function", function: { name: "f", arguments: "{}" } }] }, { role: "user", content: "z" }];
+  const r = await post({ messages: hist, max_tokens: 5 });
+  if (r.status !== 400 || r.json?.error?.param !== "messages[1].tool_calls") fail(`history tool_calls: ${r.status} ${JSON.stringify(r.json)}`);
+});
+jobs.push(async () => {
   const r = await post({ messages: [{ role: "user", content: "x" }], max_tokens: 5, tools: oneTool, tool_choice: "none" });
   if (r.status !== 200 || typeof r.content !== "string" || r.tool_calls) fail(`tool_choice none: ${JSON.stringify(r)}`);
 });
