@@ -450,6 +450,7 @@ static int compile_enum(struct cc *c, const cJSON *s, const char *path)
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
     if (en && !cJSON_IsArray(en)) return fail(c, path, "'%s' must be an array", "enum");
     int n_in = en ? cJSON_GetArraySize(en) : 1;
+    if (n_in > 1024) return fail(c, path, "'%s' has more than 1024 values", "enum");
     char **texts = calloc((size_t)n_in + 1, sizeof *texts);
     if (!texts) return oom(c);
     int n = 0, rc = -1;
