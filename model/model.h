@@ -192,6 +192,8 @@ uint64_t tp_model_weight_bytes(const tp_model_t *m);
 /* Dominant weight type (of the attention / FFN matrices). */
 enum tp_wtype tp_model_weight_type(const tp_model_t *m);
 int tp_model_n_ctx(const tp_model_t *m);
+/* Bytes of this rank's KV cache (keys and values, all layers and sequences). */
+uint64_t tp_model_kv_bytes(const tp_model_t *m);
 int tp_model_n_seq(const tp_model_t *m);
 int tp_model_n_threads(const tp_model_t *m);
 

@@ -882,5 +882,10 @@ const char *tp_model_chat_template(const tp_model_t *m) { return m->chat_templat
 uint64_t tp_model_weight_bytes(const tp_model_t *m) { return m->weight_bytes; }
 enum tp_wtype tp_model_weight_type(const tp_model_t *m) { return m->weight_type; }
 int tp_model_n_ctx(const tp_model_t *m) { return m->n_ctx; }
+uint64_t tp_model_kv_bytes(const tp_model_t *m)
+{
+    return 2ull * (uint64_t)m->hp.n_layer * (uint64_t)m->n_seq * (uint64_t)m->n_ctx * (uint64_t)m->kv_dim *
+           (m->kv_f16 ? sizeof(uint16_t) : sizeof(float));
+}
 int tp_model_n_seq(const tp_model_t *m) { return m->n_seq; }
 int tp_model_n_threads(const tp_model_t *m) { return m->n_threads; }

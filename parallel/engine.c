@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "parallel/engine_impl.h"
 struct tp_parallel_config tp_parallel_default_config(void)
@@ -343,6 +344,12 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
         tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "rank %d: %s (telling the other ranks once they have loaded)", p->rank,
                tp_error_msg(&p->err));
     if (st == TP_OK) {
+        p->stats.weight_bytes = tp_model_weight_bytes(p->model);
+        p->stats.kv_bytes = tp_model_kv_bytes(p->model);
+        p->stats.mem_total_bytes = tp_mem_total_bytes();
+        p->stats.rss_bytes = tp_rss_bytes();
+        if (gethostname(p->stats.host, sizeof p->stats.host) != 0) snprintf(p->stats.host, sizeof p->stats.host, "?");
+        p->stats.host[sizeof p->stats.host - 1] = '\0';
         p->n_batch = mc.n_batch;
         p->n_seq = tp_model_n_seq(p->model);
         p->n_ctx = tp_model_n_ctx(p->model);
@@ -454,6 +461,10 @@ const struct tp_hparams *tp_parallel_hparams(const tp_parallel_t *p) { return tp
 const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p) { return &p->plan; }
 int tp_parallel_is_poisoned(const tp_parallel_t *p) { return atomic_load(&p->poisoned); }
 enum tp_wire_dtype tp_parallel_wire_dtype(const tp_parallel_t *p) { return p->wire_dtype; }
+const char *tp_parallel_backend_name(const tp_parallel_t *p)
+{
+    return p->comm ? tp_comm_backend_name(tp_comm_backend(p->comm)) : "local";
+}
 
 void tp_parallel_get_stats(const tp_parallel_t *p, struct tp_parallel_stats *out)
 {
@@ -468,7 +479,10 @@ int tp_parallel_get_rank_stats(const tp_parallel_t *p, struct tp_parallel_stats 
     pthread_mutex_lock((pthread_mutex_t *)&p->mu);
     int n = TP_MIN(max, p->world);
     for (int r = 0; r < n; r++) {
-        if (r == p->rank) out[r] = p->stats; /* live */
+        if (r == p->rank) {
+            out[r] = p->stats; /* live */
+            out[r].rss_bytes = tp_rss_bytes();
+        }
         else if (p->rank == 0 && p->rank_stats) out[r] = p->rank_stats[r];
         else memset(&out[r], 0, sizeof(out[r]));
     }

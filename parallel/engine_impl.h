@@ -17,7 +17,8 @@
 #define HDR_INLINE_AT 9
 /* hdr[7]: nonzero = after this step every rank sends its stats to rank 0 */
 #define HDR_STATS 7
-#define STATS_WORDS 10 /* struct tp_parallel_stats as 5 little-endian u64 = 10 int32 words */
+#define STATS_U64 9     /* counters and memory figures of struct tp_parallel_stats */
+#define STATS_WORDS (2 * STATS_U64 + 8) /* those as little-endian u64 + the 32-byte host name, in int32 words */
 #define STATS_EVERY_NS 1000000000ull /* collect at most once a second while steps run */
 #define HDR_INLINE_MAX (HDR_WORDS - HDR_INLINE_AT)
 enum step_kind { STEP_RUN_LOGITS = 1, STEP_RUN_ARGMAX = 2, STEP_PING = 3, STEP_SHUTDOWN = 4, STEP_RUN_TOPK = 5 };

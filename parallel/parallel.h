@@ -327,6 +327,12 @@ struct tp_parallel_stats {
     uint64_t ns_compute;   /* forward pass minus communication */
     uint64_t ns_comm;      /* all_sums, step broadcast, logits gather */
     uint64_t bytes_sent;   /* by this rank */
+    /* what this rank holds, set at load (rss_bytes: when the counters were taken) */
+    uint64_t weight_bytes;    /* its slice of the weights (tp_model_weight_bytes) */
+    uint64_t kv_bytes;        /* its KV cache (tp_model_kv_bytes) */
+    uint64_t rss_bytes;       /* resident set of its process */
+    uint64_t mem_total_bytes; /* physical memory of its machine */
+    char host[32];            /* its host name (gethostname, cut to 31 bytes) */
 };
 void tp_parallel_get_stats(const tp_parallel_t *p, struct tp_parallel_stats *out);
 /*
@@ -342,6 +348,8 @@ int tp_parallel_get_rank_stats(const tp_parallel_t *p, struct tp_parallel_stats 
 /* The plan every rank agreed on (valid until tp_parallel_free). */
 const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p);
 enum tp_wire_dtype tp_parallel_wire_dtype(const tp_parallel_t *p);
+/* The group's comm backend ("ring", "rdma", "mpi"), or "local" in a world of one. */
+const char *tp_parallel_backend_name(const tp_parallel_t *p);
 /* "f32" | "f16" | "bf16" | "q8" <-> enum; parse gives TP_ERR_INVALID_ARG otherwise. */
 const char *tp_wire_dtype_name(enum tp_wire_dtype dt);
 enum tp_status tp_wire_dtype_parse(const char *s, enum tp_wire_dtype *out);

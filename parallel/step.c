@@ -317,25 +317,39 @@ static enum tp_status check_step(tp_parallel_t *p, const struct tp_step *s)
 
 /* ------------------------------------------------------------- stats */
 
-/* Counters as STATS_WORDS int32 words: 5 little-endian u64, low word first. */
+/* Counters as STATS_WORDS int32 words: STATS_U64 little-endian u64, low word
+ * first, then the host name's 32 bytes (NUL-padded) in 8 words. */
 static void stats_pack(const struct tp_parallel_stats *s, int32_t *w)
 {
-    const uint64_t v[5] = {s->n_steps, s->n_tokens, s->ns_compute, s->ns_comm, s->bytes_sent};
-    for (int i = 0; i < 5; i++) {
+    const uint64_t v[STATS_U64] = {s->n_steps,      s->n_tokens, s->ns_compute, s->ns_comm,        s->bytes_sent,
+                                   s->weight_bytes, s->kv_bytes, s->rss_bytes,  s->mem_total_bytes};
+    for (int i = 0; i < STATS_U64; i++) {
         w[2 * i] = (int32_t)(uint32_t)(v[i] & 0xffffffffu);
         w[2 * i + 1] = (int32_t)(uint32_t)(v[i] >> 32);
+    }
+    for (int i = 0; i < 8; i++) {
+        uint32_t x = 0;
+        for (int b = 0; b < 4; b++) x |= (uint32_t)(unsigned char)s->host[4 * i + b] << (8 * b);
+        w[2 * STATS_U64 + i] = (int32_t)x;
     }
 }
 
 static void stats_unpack(const int32_t *w, struct tp_parallel_stats *s)
 {
-    uint64_t v[5];
-    for (int i = 0; i < 5; i++) v[i] = (uint64_t)(uint32_t)w[2 * i] | (uint64_t)(uint32_t)w[2 * i + 1] << 32;
+    uint64_t v[STATS_U64];
+    for (int i = 0; i < STATS_U64; i++) v[i] = (uint64_t)(uint32_t)w[2 * i] | (uint64_t)(uint32_t)w[2 * i + 1] << 32;
     s->n_steps = v[0];
     s->n_tokens = v[1];
     s->ns_compute = v[2];
     s->ns_comm = v[3];
     s->bytes_sent = v[4];
+    s->weight_bytes = v[5];
+    s->kv_bytes = v[6];
+    s->rss_bytes = v[7];
+    s->mem_total_bytes = v[8];
+    for (int i = 0; i < 8; i++)
+        for (int b = 0; b < 4; b++) s->host[4 * i + b] = (char)(((uint32_t)w[2 * STATS_U64 + i] >> (8 * b)) & 0xff);
+    s->host[sizeof s->host - 1] = '\0'; /* a peer's bytes: always a terminated string here */
 }
 
 /* Every rank, after a step whose header has hdr[HDR_STATS] set: gather each
@@ -344,6 +358,7 @@ static void stats_unpack(const int32_t *w, struct tp_parallel_stats *s)
 static enum tp_status collect_stats(tp_parallel_t *p, uint64_t *ns_comm)
 {
     int32_t mine[STATS_WORDS];
+    p->stats.rss_bytes = tp_rss_bytes();
     stats_pack(&p->stats, mine);
     uint64_t t0 = tp_now_ns();
     enum tp_status st = tp_comm_gather(p->comm, mine, p->stats_all, STATS_WORDS, TP_DTYPE_I32, 0);

@@ -59,6 +59,7 @@ struct tp_engine {
     char fail_reason[256];
     uint64_t last_ok_ns;     /* last successful step or ping */
     uint64_t step_start_ns;  /* start of the step or ping in flight; 0: none */
+    uint64_t n_generated;    /* tokens generated for requests since start */
     /* step buffers, sized at init */
     int32_t *b_tok, *b_pos, *b_seq; /* (n_batch) */
     int8_t *b_logits;               /* (n_batch) */
@@ -184,6 +185,7 @@ void tp_engine_gauges(struct tp_engine *e, struct tp_metrics_gauges *g)
     for (int i = 0; i < e->cfg.n_parallel; i++) g->active_seqs += e->slots[i].req != NULL;
     g->n_parallel = e->cfg.n_parallel;
     g->healthy = !e->failed;
+    g->n_generated = e->n_generated;
     pthread_mutex_unlock(&e->mu);
     struct tp_parallel_stats st[TP_METRICS_RANKS_MAX];
     g->n_ranks = tp_parallel_get_rank_stats(e->p, st, TP_METRICS_RANKS_MAX);
@@ -526,6 +528,7 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     }
     g->text_end = r->text.len;
     r->n_toks++;
+    e->n_generated++;
     s->last_tok = res->id;
     pthread_cond_broadcast(&r->cond);
     if (hit) {

@@ -149,6 +149,7 @@ struct tp_metrics_gauges {
     int queue_depth, active_seqs, n_parallel, healthy;
     int n_ranks;
     uint64_t n_steps;                            /* rank 0's engine steps */
+    uint64_t n_generated;                        /* tokens generated for requests since start */
     int n_rank_stats;                            /* entries of the arrays below */
     uint64_t ns_comm[TP_METRICS_RANKS_MAX];      /* per rank (workers: as last collected, ~1 s lag) */
     uint64_t ns_compute[TP_METRICS_RANKS_MAX];
