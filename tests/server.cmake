@@ -43,3 +43,10 @@ if(TP_PYTHON3)
                    ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
   set_tests_properties(server.http_abuse PROPERTIES LABELS "model" TIMEOUT 600 RUN_SERIAL TRUE)
 endif()
+
+# The web page (GET /): headless Chromium through puppeteer-core against real
+# servers at 1 and 2 ranks and a stand-in server (tests/node/web_test.mjs);
+# about 10 s.  Skipped (77) without node, npm, Chromium or the npm packages.
+add_test(NAME server.web_page
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_web.sh $<TARGET_FILE:tpserve> ${PROJECT_SOURCE_DIR})
+set_tests_properties(server.web_page PROPERTIES LABELS "model;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77)

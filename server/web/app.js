@@ -308,7 +308,9 @@
     reply.stats = {
       tokens,
       ttft_ms: tFirst === null ? null : tFirst - t0,
-      tps: tFirst !== null && tokens > 1 && tEnd > tFirst ? (tokens - 1) / ((tEnd - tFirst) / 1000) : null,
+      // decode rate after the first token; end to end when the reply came in one burst
+      tps: tFirst === null || tokens < 1 ? null
+        : tEnd - tFirst >= 20 && tokens > 1 ? (tokens - 1) / ((tEnd - tFirst) / 1000) : tokens / ((tEnd - t0) / 1000),
       finish,
     };
     controller = null;
@@ -344,6 +346,7 @@
     for (const [cls, v, title] of parts) {
       const s = el('span', 'seg ' + cls);
       s.style.width = total > 0 ? Math.max(0, Math.min(100, (100 * v) / total)).toFixed(2) + '%' : '0';
+      if (v > 0) s.style.minWidth = '2px'; // a small share stays visible
       s.title = title;
       b.appendChild(s);
     }
@@ -387,8 +390,8 @@
     if (s.experts) field(card, 'experts', 'experts', s.experts, range(s.experts));
     const tot = r.compute_ms_per_token + r.comm_ms_per_token;
     card.appendChild(bar([['cp', r.compute_ms_per_token, 'compute'], ['cm', r.comm_ms_per_token, 'communication']], tot));
-    field(card, 'per token', 'time', tot,
-      'compute ' + num(r.compute_ms_per_token, 3) + ' ms \u00b7 comm ' + num(r.comm_ms_per_token, 3) + ' ms');
+    field(card, 'compute / comm', 'time', tot,
+      num(r.compute_ms_per_token, 3) + ' / ' + num(r.comm_ms_per_token, 3) + ' ms per token');
     field(card, 'sent', 'bytes_sent', r.bytes_sent, bytes(r.bytes_sent) + ' over ' + r.n_tokens + ' tokens');
     return card;
   }
@@ -396,14 +399,17 @@
   function plot(history, now) {
     const g = $('plot');
     g.replaceChildren();
-    const W = 600;
+    const W = Math.max(200, Math.round(g.getBoundingClientRect().width) || 600);
     const H = 120;
-    const span = 300;
+    g.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
+    // the last 5 minutes, or since the first sample (at least a minute)
+    const first = history && history.length ? history[0][0] : now;
+    const span = Math.min(300, Math.max(60, now - first));
     const pts = (history || []).filter((p) => p[0] >= now - span);
     const max = Math.max(1, ...pts.map((p) => p[1]));
     g.appendChild(svg('line', { x1: 0, y1: H - 1, x2: W, y2: H - 1, class: 'axis' }));
     g.appendChild(svg('text', { x: 4, y: 12, class: 'label' }, num(max, 1) + ' tok/s'));
-    g.appendChild(svg('text', { x: 4, y: H - 4, class: 'label' }, '-5 min'));
+    g.appendChild(svg('text', { x: 4, y: H - 4, class: 'label' }, '-' + Math.round(span) + ' s'));
     g.appendChild(svg('text', { x: W - 30, y: H - 4, class: 'label' }, 'now'));
     if (pts.length < 2) return;
     const xy = pts.map((p) => ((W * (p[0] - (now - span))) / span).toFixed(1) + ',' + (H - 2 - ((H - 16) * p[1]) / max).toFixed(1));
@@ -513,7 +519,8 @@
     renderChat();
     // GET / says whether the API needs a key, so the page asks before its first call
     try {
-      const r = await fetch('/', { method: 'HEAD', cache: 'no-store' });
+      const r = await fetch('/', { cache: 'no-store' });
+      await r.arrayBuffer();
       if (r.headers.get('X-Tpserve-Auth') === 'required' && !apiKey) askKey('');
     } catch (e) { /* poll() reports an unreachable server */ }
     poll();
