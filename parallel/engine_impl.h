@@ -10,11 +10,13 @@
 
 #include "parallel/parallel_impl.h"
 
-#define STEP_MAGIC 0x32535054 /* "TPS2" little-endian (v2: copy list; "TPSP" was v1) */
+#define STEP_MAGIC 0x33535054 /* "TPS3" little-endian */
 #define HDR_WORDS 64
 /* hdr[8]: n_copy */
 #define HDR_N_COPY 8
-#define HDR_INLINE_AT 9
+/* hdr[9]: n_bias (logit_bias entries) */
+#define HDR_N_BIAS 9
+#define HDR_INLINE_AT 10
 /* hdr[7]: nonzero = after this step every rank sends its stats to rank 0 */
 #define HDR_STATS 7
 #define STATS_U64 9     /* counters and memory figures of struct tp_parallel_stats */
@@ -43,7 +45,8 @@ struct tp_parallel {
     int chunk;                    /* rows per logits gather */
 
     int32_t hdr[HDR_WORDS];
-    int32_t *body;                /* (4*n_batch + 2*n_seq + 3*n_seq) */
+    int32_t *body;                /* (4*n_batch + 2*n_seq + 3*n_seq + 3*bias_max) */
+    int bias_max;                 /* logit_bias entries per step: n_seq x TP_PARALLEL_BIAS_PER_ROW */
     float *local;                 /* (n_batch, vocab_local) this rank's logits rows */
     float *send;                  /* (chunk, vocab_max) padded rows (uneven vocab) */
     float *gath;                  /* rank 0: (world, chunk, vocab_max) */

@@ -254,6 +254,9 @@ const char *tp_parallel_last_error(const tp_parallel_t *p);
 
 int tp_parallel_rank(const tp_parallel_t *p);
 int tp_parallel_size(const tp_parallel_t *p);
+/* The world group (NULL in a world of one): for read-only queries such as
+ * tp_comm_silent_rank() from other threads; collectives stay the engine's. */
+const tp_comm_t *tp_parallel_comm(const tp_parallel_t *p);
 tp_model_t *tp_parallel_model(const tp_parallel_t *p);         /* this rank's slice */
 tp_tokenizer_t *tp_parallel_tokenizer(const tp_parallel_t *p);
 const struct tp_hparams *tp_parallel_hparams(const tp_parallel_t *p);
@@ -279,7 +282,19 @@ struct tp_step {
     const int32_t *copy_dst;   /* (n_copy) */
     const int32_t *copy_src;   /* (n_copy) */
     const int32_t *copy_len;   /* (n_copy) */
+    /* logit_bias, applied by every rank to its slice of the vocabulary right
+     * after the forward pass, before the logits gather, the distributed
+     * argmax and the distributed top-k (tp_logit_bias_apply): n_bias entries
+     * (row, token id, bias), row = index among the tokens with
+     * batch.logits != 0, id in [0, n_vocab), bias in [-100, 100] (-100 bans).
+     * At most n_seq x TP_PARALLEL_BIAS_PER_ROW entries per step (one row per
+     * sequence slot with that many each).  0: none. */
+    int n_bias;
+    const int32_t *bias_row;   /* (n_bias) */
+    const int32_t *bias_id;    /* (n_bias) */
+    const float *bias_val;     /* (n_bias) */
 };
+#define TP_PARALLEL_BIAS_PER_ROW 1024
 enum tp_status tp_parallel_step(tp_parallel_t *p, const struct tp_step *step, float *logits);
 
 /*

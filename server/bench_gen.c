@@ -76,7 +76,7 @@ static enum tp_status gen_forward(struct gen_ctx *g, const int32_t *tokens, int 
     }
     struct tp_batch b = {.n_tokens = n, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
     static const int32_t clear_seq[1] = {0}, clear_from[1] = {0};
-    struct tp_step st = {b, g->reset, clear_seq, clear_from, 0, NULL, NULL, NULL};
+    struct tp_step st = {b, g->reset, clear_seq, clear_from, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL};
     g->reset = 0;
     return tp_parallel_step(g->par, &st, g->logits);
 }
@@ -92,7 +92,7 @@ static enum tp_status gen_decode(struct gen_ctx *g, int32_t *t, int pos)
     g->want[0] = 1;
     struct tp_batch b = {.n_tokens = 1, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
     static const int32_t clear_seq[1] = {0}, clear_from[1] = {0};
-    struct tp_step st = {b, g->reset, clear_seq, clear_from, 0, NULL, NULL, NULL};
+    struct tp_step st = {b, g->reset, clear_seq, clear_from, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL};
     g->reset = 0;
     return tp_parallel_step_greedy(g->par, &st, t, NULL);
 }
@@ -124,7 +124,7 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
                 g->want[j] = j == n - 1;
             }
             struct tp_batch b = {.n_tokens = n, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
-            struct tp_step st = {b, n_clear, clear, zeros, 0, NULL, NULL, NULL};
+            struct tp_step st = {b, n_clear, clear, zeros, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL};
             int32_t last;
             enum tp_status rc = tp_parallel_step_greedy(g->par, &st, &last, NULL);
             if (rc != TP_OK) return rc;
@@ -140,7 +140,7 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
             g->want[i] = 1;
         }
         struct tp_batch b = {.n_tokens = k, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
-        struct tp_step st = {b, n_clear, clear, zeros, 0, NULL, NULL, NULL};
+        struct tp_step st = {b, n_clear, clear, zeros, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL};
         n_clear = 0;
         enum tp_status rc = tp_parallel_step_greedy(g->par, &st, ids, NULL);
         if (rc != TP_OK) return rc;

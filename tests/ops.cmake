@@ -21,14 +21,10 @@ add_test(NAME ops.launch COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/launch_test.sh 
          $<TARGET_FILE:tpserve>)
 set_tests_properties(ops.launch PROPERTIES LABELS "multirank;model" TIMEOUT 180 SKIP_RETURN_CODE 77)
 # tpserve plan: the two cases of the issue, end to end through the command line.
-add_test(NAME ops.plan_70b_fits COMMAND tpserve plan --shape llama3-70b --type q4_0 --nodes 192G,128G,64G --link tb5)
-set_tests_properties(ops.plan_70b_fits PROPERTIES LABELS unit
-  PASS_REGULAR_EXPRESSION "Fits\\. Serve it with: --shard-weights 3,2,1")
-add_test(NAME ops.plan_70b_refused COMMAND tpserve plan --shape llama3-70b --type q4_0 --nodes 16G,16G)
-set_tests_properties(ops.plan_70b_refused PROPERTIES LABELS unit
-  PASS_REGULAR_EXPRESSION "Refused: does not fit: .* short by 12\\.6 GiB")
-add_test(NAME ops.plan_70b_refused_status COMMAND tpserve plan --shape llama3-70b --type q4_0 --nodes 16G,16G)
-set_tests_properties(ops.plan_70b_refused_status PROPERTIES LABELS unit WILL_FAIL TRUE)
+tp_expect_test(ops.plan_70b_fits RC 0 REGEX "Fits\\. Serve it with: --shard-weights 3,2,1" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> plan --shape llama3-70b --type q4_0 --nodes 192G,128G,64G --link tb5)
+tp_expect_test(ops.plan_70b_refused RC 1 REGEX "Refused: does not fit: .* short by 12\\.6 GiB" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> plan --shape llama3-70b --type q4_0 --nodes 16G,16G)
 # tpserve bench nodes writes its four outputs (bundled model, 1 and 2 nodes, 10gbe).
 add_test(NAME ops.bench_nodes COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/bench_nodes_test.sh ${PROJECT_SOURCE_DIR}
          $<TARGET_FILE:tpserve>)

@@ -18,6 +18,10 @@ struct srv {
  * (ranks > 0 get TP_RANK etc.); waits until rank 0 prints its port.
  * Returns 0, or -1 (message on stderr). */
 int srv_start(struct srv *s, int world_size, const char *const *extra);
+/* srv_start, with between(coordinator port, arg) called after rank 0 started
+ * and before the other ranks do (world > 1). */
+int srv_start_staged(struct srv *s, int world, const char *const *extra, void (*between)(int coord_port, void *arg),
+                     void *arg);
 /* Same through `tpserve launch -n N -- tpserve serve ...` (one launcher process). */
 int srv_start_launch(struct srv *s, int n_ranks, const char *const *extra);
 void srv_kill_rank(struct srv *s, int rank);
