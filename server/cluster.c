@@ -20,7 +20,7 @@
 #include "server/http_impl.h"
 #include "server/web_impl.h"
 
-#define LOST_MS 1000u          /* a rank silent on the heartbeats this long is "lost" */
+#define LOST_MS 1000u          /* a rank silent on the heartbeats this long is "lost" (as /health: 503) */
 #define RECOVER_NS 2000000000u /* "recovering": answering again, but silent within this window */
 
 static double unix_now(void)
@@ -30,11 +30,11 @@ static double unix_now(void)
     return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
 }
 
-/* The rank the comm heartbeats report silent for over LOST_MS, or -1. */
+/* The rank the comm heartbeats report silent for over LOST_MS, or -1 (one
+ * rank, or the mpi backend, which has no heartbeats). */
 static int silent_rank(struct tp_server *s)
 {
-    (void)s;
-    return -1;
+    return tp_comm_silent_rank(tp_parallel_comm(s->par), LOST_MS, NULL);
 }
 
 /* w->mu held: record n_generated at t (at most one sample a second) and
@@ -188,7 +188,7 @@ char *tp_cluster_json(struct tp_server *s)
             cJSON_Delete(o);
             return NULL;
         }
-        int world = tp_parallel_get_rank_stats(s->par, st, TP_PLAN_MAX_RANKS);
+        int world = tp_engine_rank_stats(s->engine, st, TP_PLAN_MAX_RANKS);
         int n = world < TP_PLAN_MAX_RANKS ? world : TP_PLAN_MAX_RANKS;
         int silent = silent_rank(s);
         uint64_t tnow = tp_now_ns();

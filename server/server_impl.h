@@ -270,5 +270,10 @@ pthread_mutex_t *tp_engine_mutex(struct tp_engine *e);
 /* Nonzero when healthy; otherwise reason filled. */
 int tp_engine_healthy(struct tp_engine *e, char *reason, size_t cap);
 void tp_engine_gauges(struct tp_engine *e, struct tp_metrics_gauges *g);
+/* Every rank's counters (tp_parallel_get_rank_stats) as the engine thread last
+ * read them: after steps (at most every 250 ms), when it goes idle and after
+ * each ping; never waits on the group.  out[r] for r < min(world, max, 64).
+ * Returns the world size. */
+int tp_engine_rank_stats(struct tp_engine *e, struct tp_parallel_stats *out, int max);
 
 #endif /* TP_SERVER_IMPL_H */

@@ -346,6 +346,22 @@ async function main() {
       check(Number(shown.cards[r.rank].rss_bytes) === r.rss_bytes && Number(shown.cards[r.rank].bytes_sent) === r.bytes_sent, `rank ${r.rank} resident memory and bytes sent are the last /v1/cluster answer's`);
     check(await page.$eval('#plot polyline', (p) => p.getAttribute('points').split(' ').length >= 2).catch(() => false), 'the tokens/s plot has points');
     if (shots) await page.screenshot({ path: path.join(shots, 'web-cluster.png'), fullPage: true });
+    // a stopped worker (SIGSTOP) is lost while the heartbeats miss it, then recovers (SIGCONT)
+    const cardState = (r) => page.evaluate((rank) => (document.querySelector(`.card[data-rank="${rank}"]`) || { dataset: {} }).dataset.state, r);
+    const waitState = async (rank, states, ms) => {
+      const t = Date.now();
+      try {
+        await page.waitForFunction((r, ss) => ss.includes((document.querySelector(`.card[data-rank="${r}"]`) || { dataset: {} }).dataset.state), { timeout: ms, polling: 50 }, rank, states);
+        return Date.now() - t;
+      } catch (e) { return -1; }
+    };
+    process.kill(s3.ranks[1].pid, 'SIGSTOP');
+    const stopMs = await waitState(1, ['lost'], 6000);
+    console.log('# a stopped worker shown as lost after ' + stopMs + ' ms');
+    check(stopMs >= 0 && stopMs <= 2000 && (await cardState(0)) === 'ready', 'a stopped worker is shown as lost within 2 s (' + stopMs + ' ms), rank 0 stays ready');
+    process.kill(s3.ranks[1].pid, 'SIGCONT');
+    check((await waitState(1, ['recovering', 'ready'], 4000)) >= 0, 'after SIGCONT it is shown as recovering or ready');
+    check((await waitState(1, ['ready'], 6000)) >= 0, 'and then as ready');
     const t0 = Date.now();
     s3.ranks[1].kill('SIGKILL');
     let lostMs = -1;
