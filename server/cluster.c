@@ -20,7 +20,7 @@
 #include "server/http_impl.h"
 #include "server/web_impl.h"
 
-#define LOST_MS 1000u          /* a rank silent on the heartbeats this long is "lost" (as /health: 503) */
+#define LOST_MS 600u           /* "lost": three heartbeats (every 200 ms) missed; /health turns 503 at 1 s */
 #define RECOVER_NS 2000000000u /* "recovering": answering again, but silent within this window */
 
 static double unix_now(void)

@@ -390,8 +390,7 @@
     if (s.experts) field(card, 'experts', 'experts', s.experts, range(s.experts));
     const tot = r.compute_ms_per_token + r.comm_ms_per_token;
     card.appendChild(bar([['cp', r.compute_ms_per_token, 'compute'], ['cm', r.comm_ms_per_token, 'communication']], tot));
-    field(card, 'compute / comm', 'time', tot,
-      num(r.compute_ms_per_token, 3) + ' / ' + num(r.comm_ms_per_token, 3) + ' ms per token');
+    field(card, 'compute/comm', 'time', tot, num(r.compute_ms_per_token, 3) + ' / ' + num(r.comm_ms_per_token, 3) + ' ms/token');
     field(card, 'sent', 'bytes_sent', r.bytes_sent, bytes(r.bytes_sent) + ' over ' + r.n_tokens + ' tokens');
     return card;
   }
@@ -438,6 +437,7 @@
   }
 
   async function poll() {
+    const t0 = performance.now();
     try {
       const r = await api('/v1/cluster', { cache: 'no-store' });
       if (!r.ok) throw new Error(await errorText(r));
@@ -452,7 +452,7 @@
       setStatus('server unreachable', 'bad');
       showError($('cluster-error'), e instanceof TypeError ? 'Cannot reach the server.' : e.message);
     }
-    setTimeout(poll, 1000);
+    setTimeout(poll, Math.max(0, 1000 - (performance.now() - t0))); // one poll a second, however long it took
   }
 
   // ---------------------------------------------------------------- benchmark

@@ -317,15 +317,16 @@ async function main() {
     await chat(page, 'Tell me about a cat.');
     await chat(page, 'And a dog?');
     for (let i = 0; i < 6; i++) await apiReply(s3.base, [{ role: 'user', content: 'Once upon a time ' + i }], { max_tokens: 200 });
+    if (shots) await page.screenshot({ path: path.join(shots, 'web-chat.png') });
+    await page.click('.tab[data-view=cluster]');
     if (shots) {
-      await page.screenshot({ path: path.join(shots, 'web-chat.png') });
-      // some minutes of history for the plot: requests of varying length for 40 s
+      // history for the plot: requests of varying length for 40 s, the screenshot while they run
       for (let t = Date.now(), i = 0; Date.now() - t < 40000; i++) {
         await apiReply(s3.base, [{ role: 'user', content: 'Story ' + i }], { max_tokens: 20 + (i % 7) * 40 });
         await sleep(150 + (i % 5) * 120);
       }
+      await page.screenshot({ path: path.join(shots, 'web-cluster.png'), fullPage: true });
     }
-    await page.click('.tab[data-view=cluster]');
     await page.waitForFunction(() => document.querySelectorAll('.card[data-state=ready]').length === 2 && document.querySelector('.card[data-rank="1"] [data-field=bytes_sent]').dataset.value !== '0', { timeout: 20000 });
     await sleep(1200);
     const shown = await page.evaluate(() => {
@@ -345,7 +346,6 @@ async function main() {
     for (const r of shown.state.ranks)
       check(Number(shown.cards[r.rank].rss_bytes) === r.rss_bytes && Number(shown.cards[r.rank].bytes_sent) === r.bytes_sent, `rank ${r.rank} resident memory and bytes sent are the last /v1/cluster answer's`);
     check(await page.$eval('#plot polyline', (p) => p.getAttribute('points').split(' ').length >= 2).catch(() => false), 'the tokens/s plot has points');
-    if (shots) await page.screenshot({ path: path.join(shots, 'web-cluster.png'), fullPage: true });
     // a stopped worker (SIGSTOP) is lost while the heartbeats miss it, then recovers (SIGCONT)
     const cardState = (r) => page.evaluate((rank) => (document.querySelector(`.card[data-rank="${rank}"]`) || { dataset: {} }).dataset.state, r);
     const waitState = async (rank, states, ms) => {

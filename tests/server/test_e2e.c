@@ -159,7 +159,7 @@ static void test_bad_input(void)
         {"GET", "/v1/models", NULL, NULL, 401, NULL},
         {"GET", "/v1/nothing", KEY, NULL, 404, NULL},
         {"POST", "/v2/completions", KEY, "{}", 404, NULL},
-        {"GET", "/", NULL, NULL, 404, NULL},
+        {"GET", "/index.php", NULL, NULL, 404, NULL},
         {"GET", C, KEY, NULL, 405, NULL},
         {"DELETE", H, KEY, NULL, 405, NULL},
         {"POST", "/health", NULL, "{}", 405, NULL},
