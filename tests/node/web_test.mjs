@@ -345,7 +345,9 @@ async function main() {
         check(Number(shown.cards[r.rank][k]) === r[k] && r[k] > 0, `rank ${r.rank} ${k} on the page equals /v1/cluster (${r[k]})`);
     for (const r of shown.state.ranks)
       check(Number(shown.cards[r.rank].rss_bytes) === r.rss_bytes && Number(shown.cards[r.rank].bytes_sent) === r.bytes_sent, `rank ${r.rank} resident memory and bytes sent are the last /v1/cluster answer's`);
-    check(await page.$eval('#plot polyline', (p) => p.getAttribute('points').split(' ').length >= 2).catch(() => false), 'the tokens/s plot has points');
+    // the plot needs two samples a second apart of the page's own polling
+    const plotted = await page.waitForFunction(() => { const p = document.querySelector('#plot polyline'); return p && p.getAttribute('points').split(' ').length >= 2; }, { timeout: 10000 }).then(() => true, () => false);
+    check(plotted, 'the tokens/s plot has points');
     // a stopped worker (SIGSTOP) is lost while the heartbeats miss it, then recovers (SIGCONT)
     const cardState = (r) => page.evaluate((rank) => (document.querySelector(`.card[data-rank="${rank}"]`) || { dataset: {} }).dataset.state, r);
     const waitState = async (rank, states, ms) => {
