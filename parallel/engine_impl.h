@@ -10,7 +10,7 @@
 
 #include "parallel/parallel_impl.h"
 
-#define STEP_MAGIC 0x33535054 /* "TPS3" little-endian */
+#define STEP_MAGIC 0x34535054 /* "TPS4" little-endian */
 #define HDR_WORDS 64
 /* hdr[8]: n_copy */
 #define HDR_N_COPY 8

@@ -3,7 +3,7 @@
  *
  * Rank 0 drives.  It broadcasts a fixed 256-byte header of 64 little-endian
  * int32:
- *   [0] magic 'TPS3'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
+ *   [0] magic 'TPS4'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
  *   [2] step number   [3] n_tokens  [4] n_clear  [5] body inline (0/1)
  *   [6] k of RUN_TOPK [7] collect stats after the step  [8] n_copy
  *   [9] n_bias
@@ -11,6 +11,10 @@
  * Body (int32): token[n] pos[n] seq[n] want_logits[n] clear_seq[c] clear_from[c]
  *               copy_dst[k] copy_src[k] copy_len[k]
  *               bias_row[b] bias_id[b] bias_val[b] (float bits).
+ * With [7] set, every rank's counters are gathered to rank 0 after the step:
+ * STATS_WORDS int32 each (steps, tokens, compute ns, comm ns, bytes sent,
+ * weight / KV / resident / machine memory bytes as little-endian u64, then the
+ * 32-byte host name).
  * A worker of another protocol version refuses the header as malformed.
  * Workers check every count and every entry of the lists before using them.
  * Every rank then truncates the cleared sequences, applies the KV copies in
