@@ -469,7 +469,7 @@
     const maxT = Math.max(...runs.map((r) => Math.max(r.tg_tps, r.projected_tg_tps || 0)));
     const maxMs = Math.max(...runs.map((r) => (r.compute_ms || 0) + (r.comm_ms || 0)));
     const g = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, class: 'bench-chart', role: 'img' });
-    g.appendChild(svg('text', { x: 60, y: 14, class: 'label' }, 'decode tokens/s (measured, | projected)'));
+    g.appendChild(svg('text', { x: 60, y: 14, class: 'label' }, 'decode tokens/s: measured; dashed: projected, dedicated machines'));
     g.appendChild(svg('text', { x: 360, y: 14, class: 'label' }, 'ms per token: compute + communication'));
     runs.forEach((r, i) => {
       const y = 24 + i * rowH;
