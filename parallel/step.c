@@ -44,7 +44,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "parallel/engine_impl.h"
+#include "executor_impl.h"
+
+static enum tp_status hook_gather(tp_parallel_t *p, int32_t arg, double *values, int max);
 
 /* ------------------------------------------------------------ one step */
 
@@ -555,7 +557,7 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
         uint64_t t0 = tp_now_ns();
         const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4], nc = p->hdr[HDR_N_COPY], nb = p->hdr[HDR_N_BIAS];
         const int words = 4 * n + 2 * c + 3 * nc + 3 * nb;
-        if (p->hdr[0] != STEP_MAGIC || kind < STEP_RUN_LOGITS || kind > STEP_RUN_TOPK || n < 0 || n > p->n_batch ||
+        if (p->hdr[0] != STEP_MAGIC || kind < STEP_RUN_LOGITS || kind > STEP_HOOK || n < 0 || n > p->n_batch ||
             c < 0 || c > p->n_seq || nc < 0 || nc > p->n_seq || nb < 0 || nb > p->bias_max ||
             (p->hdr[5] && words > HDR_INLINE_MAX) ||
             (kind == STEP_RUN_TOPK && (p->hdr[6] < 1 || p->hdr[6] > TP_PARALLEL_TOPK_MAX))) {
@@ -572,6 +574,10 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
             p->shut = 1;
             tp_log(TP_LOG_DEBUG, TP_PARALLEL_MODULE, "rank %d: shutdown from rank 0", p->rank);
             return TP_OK;
+        }
+        if (kind == STEP_HOOK) {
+            if ((st = hook_gather(p, p->hdr[6], NULL, 0)) != TP_OK) return step_fail(p, st, "rank hook");
+            continue;
         }
         const int32_t *body = p->hdr + HDR_INLINE_AT;
         if (!p->hdr[5]) {
@@ -634,6 +640,61 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
     }
 }
 
+/* ------------------------------------------------------------- rank hook */
+
+/* Every rank: run the local hook, gather its values to rank 0 (into values
+ * when rank 0, for r < max). */
+static enum tp_status hook_gather(tp_parallel_t *p, int32_t arg, double *values, int max)
+{
+    double mine[TP_PARALLEL_HOOK_VALUES], all[TP_PLAN_MAX_RANKS * TP_PARALLEL_HOOK_VALUES];
+    for (int i = 0; i < TP_PARALLEL_HOOK_VALUES; i++) mine[i] = NAN;
+    if (p->hook && p->hook(p->hook_ud, arg, mine) != TP_OK)
+        for (int i = 0; i < TP_PARALLEL_HOOK_VALUES; i++) mine[i] = NAN;
+    memcpy(all, mine, sizeof mine);
+    if (p->comm) {
+        enum tp_status st = tp_comm_gather(p->comm, mine, all, sizeof mine, TP_DTYPE_U8, 0);
+        if (st != TP_OK) return st;
+    }
+    if (p->rank == 0 && values)
+        memcpy(values, all, (size_t)TP_MIN(max, p->world) * sizeof mine);
+    return TP_OK;
+}
+
+void tp_parallel_set_hook(tp_parallel_t *p, tp_parallel_hook_fn fn, void *ud)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->hook = fn;
+    p->hook_ud = ud;
+    pthread_mutex_unlock(&p->mu);
+}
+
+enum tp_status tp_parallel_run_hook(tp_parallel_t *p, int32_t arg, double *values, int max)
+{
+    if (!p || (max > 0 && !values)) return TP_ERR_INVALID_ARG;
+    pthread_mutex_lock(&p->mu);
+    enum tp_status st = TP_OK;
+    if (atomic_load(&p->poisoned)) st = tp_error_set(&p->err, TP_ERR_POISONED, "engine already failed");
+    else if (p->rank != 0)
+        st = tp_error_force(&p->err, TP_ERR_INVALID_ARG, "only rank 0 runs the rank hook; rank %d runs the worker loop",
+                            p->rank);
+    else if (p->shut) st = tp_error_force(&p->err, TP_ERR_INVALID_ARG, "engine was shut down");
+    if (st == TP_OK && p->comm) {
+        memset(p->hdr, 0, sizeof p->hdr);
+        p->hdr[0] = STEP_MAGIC;
+        p->hdr[1] = STEP_HOOK;
+        p->hdr[2] = (int32_t)++p->step_no;
+        p->hdr[5] = 1; /* no body */
+        p->hdr[6] = arg;
+        if ((st = tp_comm_broadcast(p->comm, p->hdr, HDR_WORDS, TP_DTYPE_I32, 0)) != TP_OK)
+            st = step_fail(p, st, "rank hook broadcast");
+    }
+    if (st == TP_OK && (st = hook_gather(p, arg, values, max)) != TP_OK) st = step_fail(p, st, "rank hook");
+    p->last_ns = tp_now_ns();
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
 /* ------------------------------------------------------------- keepalive */
 
 void *tp_engine_keepalive_main(void *arg)
@@ -678,4 +739,45 @@ void tp_engine_send_shutdown(tp_parallel_t *p)
                tp_comm_last_error(p->comm));
     p->shut = 1;
     pthread_mutex_unlock(&p->mu);
+}
+
+/* ------------------------------------------------------------- cost */
+
+void tp_parallel_decode_cost(int n_layer, int n_embd, enum tp_wire_dtype dt, int world, int rank,
+                             struct tp_parallel_decode_cost *out)
+{
+    memset(out, 0, sizeof *out);
+    if (world <= 1 || n_layer < 1 || n_embd < 1) return;
+    enum tp_comm_op sum_op = TP_COMM_OP_ALL_SUM;
+    enum tp_dtype sum_dt = TP_DTYPE_F32;
+    size_t sum_count = (size_t)n_embd;
+    if (dt == TP_WIRE_F16) sum_dt = TP_DTYPE_F16;
+    else if (dt == TP_WIRE_BF16) sum_dt = TP_DTYPE_BF16;
+    else if (dt == TP_WIRE_Q8) {
+        sum_op = TP_COMM_OP_ALL_GATHER;
+        sum_dt = TP_DTYPE_U8;
+        sum_count = ((size_t)n_embd + TP_WIRE_Q8_BLOCK - 1) / TP_WIRE_Q8_BLOCK * TP_WIRE_Q8_BYTES;
+    }
+    const struct {
+        const char *what;
+        int times;
+        enum tp_comm_op op;
+        size_t count;
+        enum tp_dtype dt;
+    } calls[3] = {
+        {"step header", 1, TP_COMM_OP_BROADCAST, HDR_WORDS, TP_DTYPE_I32},
+        {"all_sum", 2 * n_layer, sum_op, sum_count, sum_dt},
+        {"argmax gather", 1, TP_COMM_OP_GATHER, 2, TP_DTYPE_F32},
+    };
+    for (int i = 0; i < 3; i++) {
+        struct tp_parallel_coll_cost *c = &out->c[out->n++];
+        c->what = calls[i].what;
+        c->times = calls[i].times;
+        c->cost = tp_comm_op_cost(calls[i].op, world, rank, 0, calls[i].count, calls[i].dt);
+        for (int r = 0; r < world; r++) {
+            uint64_t b = tp_comm_op_cost(calls[i].op, world, r, 0, calls[i].count, calls[i].dt).bytes_sent;
+            if (b > c->max_bytes_sent) c->max_bytes_sent = b;
+        }
+        out->bytes_sent += (uint64_t)c->times * c->cost.bytes_sent;
+    }
 }

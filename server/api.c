@@ -19,7 +19,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/http_impl.h"
+#include "http_impl.h"
 
 #define KEEPALIVE_NS 1000000000ull /* comment every second without output */
 

@@ -17,8 +17,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/http_impl.h"
-#include "server/web_impl.h"
+#include "http_impl.h"
+#include "web_impl.h"
 
 #define LOST_MS 600u           /* "lost": three heartbeats (every 200 ms) missed; /health turns 503 at 1 s */
 #define RECOVER_NS 2000000000u /* "recovering": answering again, but silent within this window */

@@ -3,7 +3,7 @@
  * connection, bounded connections, idle timeout), routing, authentication,
  * body collection with the --max-body cap (413), and the small endpoints
  * (/health, /metrics, /v1/models, /tokenize, /detokenize).  The completion
- * endpoints live in api.c; the engine thread in engine.c.
+ * endpoints live in api.c; the engine thread in scheduler.c.
  *
  * Defences against clients that hold resources (docs/http.md): connections
  * reach MHD through the gate (http_gate.c) only once their first header block
@@ -37,7 +37,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/http_impl.h"
+#include "http_impl.h"
 
 struct tp_server_config tp_server_default_config(void)
 {

@@ -9,7 +9,7 @@
 
 #include <microhttpd.h>
 
-#include "server/server_impl.h"
+#include "server_impl.h"
 
 enum tp_srv_state { TP_SRV_LOADING = 0, TP_SRV_READY, TP_SRV_FAILED };
 

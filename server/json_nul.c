@@ -21,7 +21,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/server_impl.h"
+#include "server_impl.h"
 
 #define NUL_HI 0xC0 /* C0 80: U+0000 inside cJSON strings */
 #define NUL_LO 0x80

@@ -19,7 +19,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/server_impl.h"
+#include "server_impl.h"
 
 static const cJSON *field(const cJSON *root, const char *name)
 {

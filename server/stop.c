@@ -10,7 +10,7 @@
  */
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server_impl.h"
 
 size_t tp_stop_scan(const char *text, size_t len, size_t from, char *const *stops, const size_t *stop_lens, int n_stop,
                     int *hit)

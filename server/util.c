@@ -9,7 +9,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/server_impl.h"
+#include "server_impl.h"
 
 /* ------------------------------------------------------------ tp_buf */
 

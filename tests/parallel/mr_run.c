@@ -195,6 +195,21 @@ static void slow_progress(void *ctx, uint64_t done, uint64_t total)
     *ms = 0;
 }
 
+struct mr_hook {
+    int rank;
+    uint64_t weight_bytes;
+};
+
+static enum tp_status mr_hook_fn(void *ud, int32_t arg, double out[TP_PARALLEL_HOOK_VALUES])
+{
+    const struct mr_hook *h = ud;
+    out[0] = h->rank;
+    out[1] = arg;
+    out[2] = (double)h->weight_bytes;
+    out[3] = -1;
+    return TP_OK;
+}
+
 static int child(const struct mr_run *r, int rank, int port, const char *dir)
 {
     int slow_ms = r->slow_load_ms;
@@ -233,8 +248,21 @@ static int child(const struct mr_run *r, int rank, int port, const char *dir)
     snprintf(path, sizeof path, "%s/r%d.info", dir, rank);
     write_file(path, &info, sizeof info);
     int rc = 0;
+    struct mr_hook hook = {rank, info.weight_bytes};
+    if (r->hook && rank < r->world - 1) tp_parallel_set_hook(p, mr_hook_fn, &hook);
     if (rank == 0) {
         if (r->idle_ms > 0) tp_sleep_ms((uint32_t)r->idle_ms);
+        if (r->hook) {
+            double v[MR_MAX_RANKS * TP_PARALLEL_HOOK_VALUES];
+            if (tp_parallel_run_hook(p, 42, v, r->world) != TP_OK) {
+                snprintf(path, sizeof path, "%s/r0.err", dir);
+                write_file(path, tp_parallel_last_error(p), strlen(tp_parallel_last_error(p)));
+                tp_parallel_free(p);
+                return 4;
+            }
+            snprintf(path, sizeof path, "%s/hook.bin", dir);
+            write_file(path, v, sizeof(double) * TP_PARALLEL_HOOK_VALUES * (size_t)r->world);
+        }
         rc = rank0_generate(p, r, dir);
     } else if (r->kill_last_rank && rank == r->world - 1) {
         /* dead peer: leave abruptly (no shutdown) after a short while */
@@ -323,6 +351,14 @@ int mr_exec(struct mr_run *r)
         f = fopen(path, "rb");
         if (!f || fread(&r->rss_peak[k], sizeof r->rss_peak[k], 1, f) != 1) r->rss_peak[k] = 0;
         if (f) fclose(f);
+    }
+    for (size_t i = 0; i < sizeof r->hook_values / sizeof r->hook_values[0]; i++) r->hook_values[i] = NAN;
+    snprintf(path, sizeof path, "%s/hook.bin", dir);
+    FILE *hf = fopen(path, "rb");
+    if (hf) {
+        if (fread(r->hook_values, sizeof(double) * TP_PARALLEL_HOOK_VALUES, (size_t)r->world, hf) != (size_t)r->world)
+            r->hook_values[0] = NAN;
+        fclose(hf);
     }
     snprintf(path, sizeof path, "%s/out.bin", dir);
     FILE *f = fopen(path, "rb");

@@ -256,6 +256,39 @@ static void test_logit_bias(void)
     mr_free(&ref);
 }
 
+/* The rank hook (tp_parallel_run_hook): at N = 3 rank 0 gets every rank's
+ * own values (its rank, the argument, the weight bytes it holds), NaN from
+ * the rank that registered none, and the steps after it decode exactly as
+ * without it. */
+static void test_rank_hook(void)
+{
+    const char *m = mr_synth_model("gqa", TP_WTYPE_F32);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    struct mr_run ref, r;
+    run_ref(&ref, m, 8);
+    mr_init(&r, m, 3);
+    r.n_steps = 8;
+    r.hook = 1;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+    for (int k = 0; k < 3; k++) {
+        if (r.exit_code[k] != 0) fprintf(stderr, "rank hook: rank %d exit %d: %s\n", k, r.exit_code[k], r.msg[k]);
+        CU_ASSERT_EQUAL(r.exit_code[k], 0);
+    }
+    const double *v = r.hook_values;
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT_EQUAL(v[k * TP_PARALLEL_HOOK_VALUES + 0], (double)k);
+        CU_ASSERT_EQUAL(v[k * TP_PARALLEL_HOOK_VALUES + 1], 42.0);
+        CU_ASSERT_EQUAL(v[k * TP_PARALLEL_HOOK_VALUES + 2], (double)r.weight_bytes[k]);
+        CU_ASSERT_EQUAL(v[k * TP_PARALLEL_HOOK_VALUES + 3], -1.0);
+    }
+    for (int i = 0; i < TP_PARALLEL_HOOK_VALUES; i++) CU_ASSERT(isnan(v[2 * TP_PARALLEL_HOOK_VALUES + i]));
+    CU_ASSERT(r.weight_bytes[0] > 0 && r.weight_bytes[1] > 0);
+    CU_ASSERT_EQUAL_FATAL(r.n_tokens, ref.n_tokens);
+    CU_ASSERT_EQUAL(memcmp(r.tokens, ref.tokens, sizeof(int32_t) * (size_t)r.n_tokens), 0);
+    mr_free(&r);
+    mr_free(&ref);
+}
+
 /* A step with a KV copy (prefix sharing between slots, every rank copying its
  * slice): sequence 0 decodes exactly as without it, sequence 1 exactly as
  * before up to the copy and then exactly what sequence 0 decodes (it holds
@@ -660,6 +693,7 @@ static const struct tp_test_case mr_cases[] = {
     {"slow_loader", test_slow_loader},
     {"wire_dtypes", test_wire_dtypes},
     {"kv_copy", test_kv_copy},
+    {"rank_hook", test_rank_hook},
     {NULL, NULL},
 };
 TP_TEST_SUITE(multirank, "multirank,model", 300, mr_cases)
