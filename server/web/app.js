@@ -54,6 +54,7 @@
         keyPromise = null;
         resolve();
       };
+      dlg.oncancel = (ev) => ev.preventDefault(); // Escape: the page cannot work without the key
       if (!dlg.open) dlg.showModal();
     });
     return keyPromise;
@@ -315,6 +316,14 @@
     };
     controller = null;
     busy(false);
+    if (finish === 'error' && !reply.content && !reply.reasoning) {
+      // nothing came back: take the turn out (roles keep alternating) and give the text back
+      conv.splice(-2, 2);
+      save();
+      renderChat();
+      if (!$('input').value) $('input').value = text;
+      return;
+    }
     save();
     fill(node, reply);
   }

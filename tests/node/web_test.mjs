@@ -259,6 +259,11 @@ async function main() {
       await page.waitForFunction(() => !document.getElementById('chat-error').hidden && !document.getElementById('send').disabled, { timeout: 20000 });
       const e = await page.$eval('#chat-error', (n) => n.textContent);
       check(re.test(e), what + ' is reported clearly (' + e + ')');
+      if (what !== 'midstream-error') {
+        const back = await page.evaluate(() => ({ input: document.getElementById('input').value, n: JSON.parse(localStorage.getItem('tpserve.chat')).length }));
+        check(back.input === 'again' && back.n === 4, 'a refused turn is taken out of the conversation and its text put back');
+        await page.$eval('#input', (n) => { n.value = ''; });
+      }
     }
     check(log.errors.filter((e) => !/status of (429|503)/.test(e)).length === 0, 'no console errors besides the scripted 429/503 (' + log.errors.join(' | ') + ')');
     await page.close();
