@@ -404,6 +404,11 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     struct sbuf b = {0};
     int n_layer = cfg->n_layer > 0 ? cfg->n_layer : s0->n_layer;
 
+    if (s0->n_expert > 0)
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "synth: %s is a mixture of experts; --format hf (per-expert safetensors) is not supported "
+                            "for it: write GGUF",
+                            s0->name);
     struct stat sb;
     if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
         return tp_error_set(err, TP_ERR_INVALID_ARG, "synth: %s exists and is not a directory (--format hf writes a directory)",

@@ -82,6 +82,7 @@ enum tp_arch {
     TP_ARCH_LLAMA = 0, /* Llama 1/2/3/3.x, Mistral, TinyLlama, SmolLM */
     TP_ARCH_QWEN2,     /* QKV bias */
     TP_ARCH_QWEN3,     /* q/k RMSNorm per head */
+    TP_ARCH_QWEN3MOE,  /* Qwen3 attention + a mixture-of-experts FFN in every layer (GGUF "qwen3moe") */
     TP_ARCH_COUNT
 };
 const char *tp_arch_name(enum tp_arch a);
@@ -111,6 +112,21 @@ struct tp_hparams {
     int tied_embeddings;            /* output head shares token_embd */
     int has_qkv_bias;               /* Qwen2 */
     int has_qk_norm;                /* Qwen3 */
+    /*
+     * Mixture of experts (n_expert > 0: Qwen3-MoE, Mixtral = llama with experts).
+     * Every layer's FFN is then n_expert SwiGLU experts of width n_ff (the
+     * expert width: GGUF <arch>.expert_feed_forward_length, else
+     * feed_forward_length) and a router ffn_gate_inp (n_expert, n_embd).  Per
+     * token: p = softmax(router logits) over all experts; the n_expert_used
+     * largest p are selected (ties: the lower expert index first); their
+     * weights are p, divided by the sum of the selected p when
+     * expert_weights_norm (Mixtral, Qwen3-MoE: yes; GGUF
+     * <arch>.expert_weights_norm overrides); the FFN output is the weighted
+     * sum of the selected experts' outputs.
+     */
+    int n_expert;                   /* 0: dense FFN */
+    int n_expert_used;              /* top-k, 1..n_expert */
+    int expert_weights_norm;        /* renormalise the selected weights to sum 1 */
 };
 
 /* ====================================================== model files ===== */
@@ -151,6 +167,13 @@ struct tp_model_shard {
      * Replicated tensors (norms, token_embd) are whole.
      */
     int file_is_slice;
+    /* Mixture of experts: the experts [expert_begin, expert_end) held by this
+     * rank (expert parallelism), each with rows [ff_begin, ff_end) of its
+     * gate/up and those columns of its down (tensor parallelism inside every
+     * expert); both at once is allowed.  The router is replicated.  A rank's
+     * partial FFN output (its experts, its columns) goes through the same
+     * all_sum as a dense FFN's.  [0, 0): every expert.  Ignored for dense models. */
+    int expert_begin, expert_end;
 };
 
 struct tp_model_config {

@@ -33,7 +33,13 @@ struct tp_shape {
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_orig_ctx;
     int tied, qkv_bias, qk_norm;
+    /* mixture of experts (n_expert > 0): every layer's FFN is n_expert SwiGLU experts of
+     * width n_ff_exp (0: n_ff, Mixtral) and a router; top-k = n_expert_used.  n_ff is then
+     * the dense width the config names (GGUF feed_forward_length; unused by qwen3moe) */
+    int n_expert, n_expert_used, n_ff_exp;
 };
+/* The width of the FFN a layer computes: the experts' for a mixture of experts, else n_ff. */
+int tp_shape_ff_width(const struct tp_shape *s);
 
 /* The shapes built in from configs/shapes.json (NUL-terminated JSON text). */
 const char *tp_shapes_builtin_json(void);
