@@ -204,7 +204,7 @@ int tp_bench_gen(int argc, char **argv)
 {
     const char *path = NULL;
     int p = 128, n = 64, threads = 0, reps = 3, json = 0, bw_mib = 1024, bw_passes = 4;
-    const char *shard_weights = NULL, *comm_dtype = "f32", *kv_type = "f16", *seqs = NULL;
+    const char *shard_weights = NULL, *moe_split = "auto", *comm_dtype = "f32", *kv_type = "f16", *seqs = NULL;
     int seqs_ctx = 0;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &path, "FILE", "model (GGUF)", 0, 0},
@@ -219,6 +219,7 @@ int tp_bench_gen(int argc, char **argv)
          "--seqs steps start after C cached tokens per sequence (prefilled untimed; default 0: empty caches)", 0, 65536},
         {"json", 0, TP_OPT_FLAG, &json, NULL, "print one JSON object", 0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..", "under launch/mpirun: share per rank", 0, 0},
+        {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
         {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 on the wire", 0, 0},
         {"kv-type", 0, TP_OPT_STRING, &kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
         {0},
@@ -269,6 +270,11 @@ int tp_bench_gen(int argc, char **argv)
     if (tp_log_get_level() < TP_LOG_WARN) tp_log_set_level(TP_LOG_WARN);
     if (threads <= 0) threads = tp_cpu_count();
     pcfg.shard_weights = shard_weights;
+    {
+        struct tp_error merr = {0};
+        if (tp_moe_split_parse(moe_split, &pcfg.moe_split, &merr) != TP_OK)
+            return tp_cli_fail("bench gen", "%s", merr.msg);
+    }
 
     int exit_code = 1;
     tp_pool_t *pool = NULL;

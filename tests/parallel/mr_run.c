@@ -75,6 +75,7 @@ struct mr_out {
 };
 struct mr_info {
     uint64_t rss, plan_bytes, weight_bytes;
+    int64_t split;
 };
 
 static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *dir)
@@ -213,6 +214,7 @@ static int child(const struct mr_run *r, int rank, int port, const char *dir)
     cfg.comm.connect_timeout_ms = 15000;
     cfg.shard_weights = r->weights_last && rank == r->world - 1 ? r->weights_last : r->weights;
     cfg.wire_dtype = r->wire;
+    cfg.moe_split = r->moe_split;
     tp_parallel_t *p = NULL;
     struct tp_error err = {0};
     if (tp_parallel_init(&cfg, &p, &err) != TP_OK) {
@@ -222,7 +224,7 @@ static int child(const struct mr_run *r, int rank, int port, const char *dir)
     }
     const struct tp_shard_plan *plan = tp_parallel_get_plan(p);
     struct mr_info info = {tp_rss_bytes(), plan->ranks[rank].sharded_bytes + plan->ranks[rank].replicated_bytes,
-                           tp_model_weight_bytes(tp_parallel_model(p))};
+                           tp_model_weight_bytes(tp_parallel_model(p)), (int64_t)plan->moe_split};
     snprintf(path, sizeof path, "%s/r%d.info", dir, rank);
     write_file(path, &info, sizeof info);
     int rc = 0;
@@ -310,6 +312,7 @@ int mr_exec(struct mr_run *r)
             r->rss[k] = info.rss;
             r->plan_bytes[k] = info.plan_bytes;
             r->weight_bytes[k] = info.weight_bytes;
+            if (k == 0) r->plan_split = (int)info.split;
         }
         if (f) fclose(f);
         snprintf(path, sizeof path, "%s/r%d.peak", dir, k);
