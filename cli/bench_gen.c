@@ -358,6 +358,7 @@ int tp_bench_gen(int argc, char **argv)
     struct tp_model_stats st0, st1;
     struct tp_parallel_stats ps0, ps1;
     uint64_t tg_ns_fwd = 0, tg_ns_comm = 0, tg_ns_compute = 0, tg_ns_pcomm = 0, tg_bytes = 0, tg_count = 0;
+    uint64_t tg_expert = 0; /* mixture of experts: expert bytes read while decoding (rank 0) */
     for (int r = 0; r < reps; r++) {
         if (p > 0) {
             gen_reset(&g);
@@ -389,6 +390,7 @@ int tp_bench_gen(int argc, char **argv)
             tg_ns_compute += ps1.ns_compute - ps0.ns_compute;
             tg_ns_pcomm += ps1.ns_comm - ps0.ns_comm;
             tg_bytes += ps1.bytes_sent - ps0.bytes_sent;
+            tg_expert += st1.expert_bytes - st0.expert_bytes;
             tg_count += (uint64_t)n;
         }
     }
@@ -421,6 +423,12 @@ int tp_bench_gen(int argc, char **argv)
     for (int ki = 0; ki < nk; ki++)
         if (klist[ki] == 1) k1_ms = k_ms[ki];
     uint64_t bpt = bytes_per_token(path, m);
+    /* mixture of experts: active bytes = everything but the experts, plus the experts the decoded
+     * tokens actually selected (measured: each selected expert's bytes once per token) */
+    const uint64_t held_experts = tp_model_expert_weight_bytes(m);
+    const int moe = held_experts > 0;
+    const uint64_t bpt_held = bpt;
+    if (moe && tg_count > 0 && bpt > held_experts) bpt = bpt - held_experts + tg_expert / tg_count;
     double bw = 0.0, frac = 0.0, frac_min = 0.0, frac_max = 0.0;
     if (n > 0) {
         for (int r = 0; r < reps; r++) {
@@ -458,6 +466,9 @@ int tp_bench_gen(int argc, char **argv)
                type, world, tp_model_n_threads(m), tp_kern_isa(), p, n, reps, pp_tps, tg_tps, bw,
                (unsigned long long)bpt, frac, comm_frac, tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms,
                bpt_sent, bw_mib, bw_passes, frac_min, frac_max);
+        if (moe)
+            printf(",\"moe\":true,\"active_bytes_per_token\":%llu,\"held_bytes_per_token\":%llu",
+                   (unsigned long long)bpt, (unsigned long long)bpt_held);
         printf(",\"tg_tps_per_rep\":[");
         for (int r = 0; r < reps && n > 0; r++) printf("%s%.2f", r ? "," : "", tg_rep[r]);
         printf("],\"mem_bw_gbs_per_probe\":[");
@@ -476,6 +487,10 @@ int tp_bench_gen(int argc, char **argv)
     } else {
         printf("model   %s (%s, %.1f MiB read per token), %d threads, %s kernels, loaded in %.1f s\n", tp_model_name(m),
                type, (double)bpt / 1048576.0, tp_model_n_threads(m), tp_kern_isa(), t_load);
+        if (moe)
+            printf("experts active bytes: attention, routers and the selected experts (measured while decoding) "
+                   "%.1f MiB of the %.1f MiB held per token; GB/s and 'of bw' below count the active bytes\n",
+                   (double)bpt / 1048576.0, (double)bpt_held / 1048576.0);
         if (n > 0) {
             printf("memory  streaming read, median of %d probes %.2f GB/s (one before each decode rep and after the "
                    "last; %d MiB x %d passes, %d threads, bytes / elapsed)\n",

@@ -420,6 +420,10 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
                               rows_bytes(ty->ffn_down, E, nf));
         if (hp->has_qkv_bias) sh += (uint64_t)((nq + 2 * nk) * hd * 4);
         sh *= (uint64_t)L;
+        if (moe)
+            rp->expert_bytes = (uint64_t)L * n_ex *
+                               (rows_bytes(ty->ffn_gate, nf, E) + rows_bytes(ty->ffn_up, nf, E) +
+                                rows_bytes(ty->ffn_down, E, nf));
         if (!hp->tied_embeddings) sh += rows_bytes(ty->output, vb[r + 1] - vb[r], E);
         rp->sharded_bytes = sh;
         rp->replicated_bytes = repl;

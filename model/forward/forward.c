@@ -329,6 +329,9 @@ static void moe_ffn(tp_model_t *m, const struct tp_layer *L, int n_tok)
         m->moe_active[n_active++] = e;
         up_work += mm_work(&L->xgate[e], np) + mm_work(&L->xup[e], np);
         down_work += mm_work(&L->xdown[e], np);
+        m->stats.expert_bytes += (uint64_t)L->xgate[e].rows * L->xgate[e].row_bytes +
+                                 (uint64_t)L->xup[e].rows * L->xup[e].row_bytes +
+                                 (uint64_t)L->xdown[e].rows * L->xdown[e].row_bytes;
     }
     m->moe_n_active = n_active;
     for (int p = 0; p < n_pairs; p++)

@@ -92,6 +92,7 @@ struct tp_model {
     float *output_norm;        /* (n_embd) owned */
     float *inv_freq;           /* (rope_dim/2) rotation frequency per pair, scaling applied */
     uint64_t weight_bytes;
+    uint64_t expert_weight_bytes; /* of which the held experts' matrices */
     enum tp_wtype weight_type;
 
     /* KV cache: (n_layer, n_seq, n_ctx, kv_dim) each, f32 or (kv_f16) fp16 elements */

@@ -944,6 +944,13 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
         }
         m->n_threads = tp_pool_size(m->pool);
     }
+    for (int l = 0; m->hp.n_expert > 0 && l < m->hp.n_layer; l++)
+        for (int e = m->expert0; e < m->expert0 + m->n_expert_l; e++) {
+            const struct tp_layer *L = &m->layers[l];
+            m->expert_weight_bytes += (uint64_t)L->xgate[e].rows * L->xgate[e].row_bytes +
+                                      (uint64_t)L->xup[e].rows * L->xup[e].row_bytes +
+                                      (uint64_t)L->xdown[e].rows * L->xdown[e].row_bytes;
+        }
     if (!cfg->keep_layout) TP_CHECK_GOTO(tp_model_repack(m), rc, fail);
     TP_CHECK_GOTO(alloc_state(m), rc, fail);
     tp_log(TP_LOG_DEBUG, MODULE, "%s: %s, %d layers, embd %d, heads %d/%d, ff %d, vocab %d, %.1f MiB weights held",
@@ -1037,6 +1044,7 @@ tp_tokenizer_t *tp_model_tokenizer(const tp_model_t *m) { return m->tok; }
 const char *tp_model_name(const tp_model_t *m) { return m->name; }
 const char *tp_model_chat_template(const tp_model_t *m) { return m->chat_template; }
 uint64_t tp_model_weight_bytes(const tp_model_t *m) { return m->weight_bytes; }
+uint64_t tp_model_expert_weight_bytes(const tp_model_t *m) { return m->expert_weight_bytes; }
 enum tp_wtype tp_model_weight_type(const tp_model_t *m) { return m->weight_type; }
 int tp_model_n_ctx(const tp_model_t *m) { return m->n_ctx; }
 int tp_model_n_seq(const tp_model_t *m) { return m->n_seq; }

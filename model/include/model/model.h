@@ -327,8 +327,14 @@ struct tp_model_stats {
     uint64_t n_tokens;
     uint64_t ns_forward;   /* wall time in tp_model_forward, hooks included */
     uint64_t ns_all_sum;   /* of which inside the all_sum hook */
+    uint64_t expert_bytes; /* mixture of experts: expert weight bytes streamed (each held expert that some
+                            * token of a call selected, once per call) */
 };
 void tp_model_get_stats(const tp_model_t *m, struct tp_model_stats *out);
+/* Mixture of experts: bytes of the experts' matrices this rank holds (part of
+ * tp_model_weight_bytes); 0 for a dense model.  Decoding reads the rest of the
+ * weights every token but only the selected experts (stats.expert_bytes). */
+uint64_t tp_model_expert_weight_bytes(const tp_model_t *m);
 
 /* ========================================================== sampling ===== */
 

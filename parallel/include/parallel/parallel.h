@@ -85,6 +85,8 @@ struct tp_shard_rank_plan {
     double weight;               /* normalised share (weights sum to 1) */
     uint64_t sharded_bytes;      /* this rank's slices of q/k/v/o/gate/up/down/output */
     uint64_t replicated_bytes;   /* norms, embeddings, biases of replicated parts */
+    uint64_t expert_bytes;       /* mixture of experts: of sharded_bytes, this rank's experts (gate, up, down);
+                                  * a decoded token reads about n_expert_used / n_expert of them */
 };
 
 struct tp_shard_plan {
@@ -209,6 +211,7 @@ struct tp_cap_config {
     uint64_t overhead_bytes;       /* fixed runtime per node (code, threads, HTTP, buffers) */
     double bw_efficiency;          /* fraction of peak bandwidth a decode step attains */
     struct tp_cap_link link;
+    enum tp_moe_split moe_split;   /* mixture of experts (hp.n_expert > 0): the split to plan (AUTO) */
     int n_nodes;
     struct tp_cap_node nodes[TP_CAP_MAX_NODES];
 };
