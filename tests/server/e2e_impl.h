@@ -18,6 +18,8 @@ struct srv {
  * (ranks > 0 get TP_RANK etc.); waits until rank 0 prints its port.
  * Returns 0, or -1 (message on stderr). */
 int srv_start(struct srv *s, int world_size, const char *const *extra);
+/* The same with another model file (NULL: the bundled stories260K). */
+int srv_start_model(struct srv *s, int world_size, const char *model, const char *const *extra);
 /* Same through `tpserve launch -n N -- tpserve serve ...` (one launcher process). */
 int srv_start_launch(struct srv *s, int n_ranks, const char *const *extra);
 void srv_kill_rank(struct srv *s, int rank);

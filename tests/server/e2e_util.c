@@ -42,7 +42,7 @@ static int hold_port(int *fd_out)
     return ntohs(a.sin_port);
 }
 
-static int srv_start_impl(struct srv *s, int world, int launch, const char *const *extra)
+static int srv_start_impl(struct srv *s, int world, int launch, const char *model, const char *const *extra)
 {
     memset(s, 0, sizeof *s);
     s->n = launch ? 1 : world;
@@ -90,7 +90,7 @@ static int srv_start_impl(struct srv *s, int world, int launch, const char *cons
             argv[k++] = tp_test_tpserve();
             argv[k++] = "serve";
             argv[k++] = "-m";
-            argv[k++] = tp_test_repo_path("models/stories260K.gguf");
+            argv[k++] = model ? model : tp_test_repo_path("models/stories260K.gguf");
             argv[k++] = "--port";
             argv[k++] = "0";
             argv[k++] = "--threads";
@@ -131,10 +131,14 @@ static int srv_start_impl(struct srv *s, int world, int launch, const char *cons
     return 0;
 }
 
-int srv_start(struct srv *s, int world, const char *const *extra) { return srv_start_impl(s, world, 0, extra); }
+int srv_start(struct srv *s, int world, const char *const *extra) { return srv_start_impl(s, world, 0, NULL, extra); }
+int srv_start_model(struct srv *s, int world, const char *model, const char *const *extra)
+{
+    return srv_start_impl(s, world, 0, model, extra);
+}
 int srv_start_launch(struct srv *s, int n_ranks, const char *const *extra)
 {
-    return srv_start_impl(s, n_ranks, 1, extra);
+    return srv_start_impl(s, n_ranks, 1, NULL, extra);
 }
 
 void srv_kill_rank(struct srv *s, int rank)
