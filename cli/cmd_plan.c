@@ -62,7 +62,8 @@ static void hp_from_shape(const struct tp_shape *s, struct tp_hparams *hp)
     hp->n_ff = tp_shape_ff_width(s); /* mixture of experts: the experts' width */
     hp->n_expert = s->n_expert;
     hp->n_expert_used = s->n_expert_used;
-    hp->expert_weights_norm = s->n_expert > 0;
+    hp->expert_weights_norm = s->n_expert > 0 && s->arch != TP_ARCH_QWEN2MOE;
+    hp->n_ff_shexp = s->n_ff_shexp;
     hp->n_ctx_train = s->n_ctx;
     hp->rope_dim = hp->head_dim;
     hp->rope_theta = s->rope_theta;

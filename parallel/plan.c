@@ -420,6 +420,9 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
                               rows_bytes(ty->ffn_down, E, nf));
         if (hp->has_qkv_bias) sh += (uint64_t)((nq + 2 * nk) * hd * 4);
         sh *= (uint64_t)L;
+        if (hp->n_ff_shexp > 0 && s->expert_begin == 0 && s->ff_begin == 0) /* Qwen2-MoE shared expert: whole here */
+            sh += (uint64_t)L * (rows_bytes(ty->ffn_gate, hp->n_ff_shexp, E) + rows_bytes(ty->ffn_up, hp->n_ff_shexp, E) +
+                                 rows_bytes(ty->ffn_down, E, hp->n_ff_shexp) + (uint64_t)E * 4);
         if (moe)
             rp->expert_bytes = (uint64_t)L * n_ex *
                                (rows_bytes(ty->ffn_gate, nf, E) + rows_bytes(ty->ffn_up, nf, E) +
@@ -434,6 +437,9 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
                          (rows_bytes(ty->ffn_gate, hp->n_ff, E) + rows_bytes(ty->ffn_up, hp->n_ff, E) +
                           rows_bytes(ty->ffn_down, E, hp->n_ff));
     if (hp->has_qkv_bias) whole += (uint64_t)((nh + 2 * nkv) * hd * 4);
+    if (hp->n_ff_shexp > 0)
+        whole += rows_bytes(ty->ffn_gate, hp->n_ff_shexp, E) + rows_bytes(ty->ffn_up, hp->n_ff_shexp, E) +
+                 rows_bytes(ty->ffn_down, E, hp->n_ff_shexp) + (uint64_t)E * 4;
     whole *= (uint64_t)L;
     if (!hp->tied_embeddings) whole += rows_bytes(ty->output, hp->n_vocab, E);
     out->total_bytes = whole + repl;

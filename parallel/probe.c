@@ -140,7 +140,7 @@ uint64_t tp_probe_hash(const struct tp_model_probe *pr)
                           (int32_t)pr->types.attn_v, (int32_t)pr->types.attn_o, (int32_t)pr->types.ffn_gate,
                           (int32_t)pr->types.ffn_up, (int32_t)pr->types.ffn_down, (int32_t)pr->types.output,
                           (int32_t)pr->types.token_embd, hp->n_expert, hp->n_expert_used,
-                          hp->expert_weights_norm};
+                          hp->expert_weights_norm, hp->n_ff_shexp};
     const float fv[] = {hp->rope_theta, hp->rope_scale_factor, hp->norm_eps};
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < TP_ARRAY_LEN(iv); i++) {

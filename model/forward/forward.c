@@ -183,15 +183,23 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
         mm(&L->wo, act_for(m, L->wo.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
         break;
     case TP_PH_FFN_UP:
-        mm(&L->wgate, act_for(m, L->wgate.type), as, n_tok, m->hb, m->n_ff_l, i0, i1);
-        mm(&L->wup, act_for(m, L->wup.type), as, n_tok, m->hb2, m->n_ff_l, i0, i1);
+    case TP_PH_SHEXP_UP: {
+        const struct tp_wmat *g = m->phase == TP_PH_FFN_UP ? &L->wgate : &L->sgate;
+        const struct tp_wmat *u = m->phase == TP_PH_FFN_UP ? &L->wup : &L->sup;
+        const int64_t F = m->ff_cur;
+        mm(g, act_for(m, g->type), as, n_tok, m->hb, F, i0, i1);
+        mm(u, act_for(m, u->type), as, n_tok, m->hb2, F, i0, i1);
         for (int t = 0; t < n_tok; t++) {
-            float *h = m->hb + (size_t)t * m->n_ff_l;
-            tp_op_swiglu(h + i0, h + i0, m->hb2 + (size_t)t * m->n_ff_l + i0, (int)(i1 - i0));
+            float *h = m->hb + (size_t)t * F;
+            tp_op_swiglu(h + i0, h + i0, m->hb2 + (size_t)t * F + i0, (int)(i1 - i0));
         }
         break;
+    }
     case TP_PH_DOWN:
         mm(&L->wdown, act_for(m, L->wdown.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
+        break;
+    case TP_PH_SHEXP_DOWN:
+        mm(&L->sdown, act_for(m, L->sdown.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
         break;
     case TP_PH_LOGITS:
         mm(&m->output, act_for(m, m->output.type), as, m->n_out, m->logits_out, m->n_vocab_l, i0, i1);
@@ -290,7 +298,8 @@ static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t alig
  * experts nobody selected are never read.  Pair p's input row is the normed
  * x of its token (gathered into moe_x), its hidden rows hb / hb2 row p, its
  * output moe_x row p; proj[t] = sum of w_p * output_p over t's pairs, in
- * expert order.
+ * expert order, added to the gated shared expert's output (Qwen2-MoE, on the
+ * rank holding it).
  */
 static void moe_ffn(tp_model_t *m, const struct tp_layer *L, int n_tok)
 {
@@ -319,8 +328,24 @@ static void moe_ffn(tp_model_t *m, const struct tp_layer *L, int n_tok)
             m->moe_pair_w[p] = m->moe_wsel[(size_t)t * k + j];
         }
     const int n_pairs = off[X];
-    memset(m->proj, 0, sizeof(float) * (size_t)n_tok * (size_t)E);
-    if (n_pairs == 0) return; /* none of this rank's experts was selected: its part is zero */
+    if (m->holds_shexp) { /* Qwen2-MoE: proj = sigmoid(g . xb) * shared_expert(xb), on the rank holding it */
+        const int S = hp->n_ff_shexp;
+        enum tp_wtype st[2] = {L->sgate.type, L->sup.type};
+        prep_act(m, m->xb, NULL, NULL, n_tok, E, st, 2);
+        m->ff_cur = S;
+        run(m, TP_PH_SHEXP_UP, S, 16, mm_work(&L->sgate, n_tok) + mm_work(&L->sup, n_tok));
+        enum tp_wtype sd = L->sdown.type;
+        prep_act(m, m->hb, NULL, NULL, n_tok, S, &sd, 1);
+        run(m, TP_PH_SHEXP_DOWN, E, 16, mm_work(&L->sdown, n_tok));
+        for (int t = 0; t < n_tok; t++) {
+            const float g = 1.0f / (1.0f + expf(-tp_op_dot(m->xb + (size_t)t * E, L->sgate_inp, E)));
+            float *y = m->proj + (size_t)t * E;
+            for (int i = 0; i < E; i++) y[i] *= g;
+        }
+    } else {
+        memset(m->proj, 0, sizeof(float) * (size_t)n_tok * (size_t)E);
+    }
+    if (n_pairs == 0) return; /* none of this rank's experts was selected: its part is the shared expert's */
     int n_active = 0;
     uint64_t up_work = 0, down_work = 0;
     for (int e = e0; e < e1; e++) {
@@ -432,6 +457,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
         } else {
             enum tp_wtype ffn_types[2] = {L->wgate.type, L->wup.type};
             prep_act(m, m->x, m->xb, L->ffn_norm, n_tok, E, ffn_types, 2);
+            m->ff_cur = m->n_ff_l;
             run(m, TP_PH_FFN_UP, L->wgate.rows, 16, mm_work(&L->wgate, n_tok) + mm_work(&L->wup, n_tok));
             enum tp_wtype d_type = L->wdown.type;
             prep_act(m, m->hb, NULL, NULL, n_tok, m->n_ff_l, &d_type, 1);

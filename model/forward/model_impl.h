@@ -55,11 +55,15 @@ struct tp_layer {
     /* the stacked ffn_{gate,up,down}_exps tensors when held whole (the per-expert
      * matrices are then views into them: owned NULL); data NULL otherwise */
     struct tp_wmat xstack[3];
+    /* Qwen2-MoE shared expert (on the rank holding it, else rows 0): gate/up (n_ff_shexp, n_embd),
+     * down (n_embd, n_ff_shexp), and its gate vector (n_embd) owned (NULL where not held) */
+    struct tp_wmat sgate, sup, sdown;
+    float *sgate_inp;
 };
 
 enum tp_fwd_phase {
     TP_PH_PREP = 0, TP_PH_QKV, TP_PH_ATTN, TP_PH_O, TP_PH_FFN_UP, TP_PH_DOWN, TP_PH_LOGITS,
-    TP_PH_ROUTER, TP_PH_MOE_UP, TP_PH_MOE_DOWN
+    TP_PH_ROUTER, TP_PH_MOE_UP, TP_PH_MOE_DOWN, TP_PH_SHEXP_UP, TP_PH_SHEXP_DOWN
 };
 
 struct tp_model {
@@ -112,6 +116,8 @@ struct tp_model {
     float *hb, *hb2;           /* (n_rows_max, n_ff_l) */
     uint8_t *act[3];           /* (n_rows_max, act_row_max) prepared activations per weight type */
     int n_rows_max;            /* n_batch, or n_batch * n_expert_used for MoE (one row per (token, expert)) */
+    int ff_cur;                /* hidden width of the FFN the FFN_UP / DOWN jobs run (n_ff_l, or n_ff_shexp) */
+    int holds_shexp;           /* this rank computes the shared expert */
     /* mixture of experts scratch: the (token, expert) pairs of a batch grouped by expert */
     float *router_logits;      /* (n_batch, n_expert) */
     int *moe_sel;              /* (n_batch, n_expert_used) selected experts per token */

@@ -51,6 +51,7 @@ const char *tp_arch_name(enum tp_arch a)
     case TP_ARCH_QWEN2: return "qwen2";
     case TP_ARCH_QWEN3: return "qwen3";
     case TP_ARCH_QWEN3MOE: return "qwen3moe";
+    case TP_ARCH_QWEN2MOE: return "qwen2moe";
     default: return "unknown";
     }
 }
@@ -105,22 +106,23 @@ static enum tp_status read_hparams(tp_model_t *m)
     else if (strcmp(arch, "qwen2") == 0) hp->arch = TP_ARCH_QWEN2;
     else if (strcmp(arch, "qwen3") == 0) hp->arch = TP_ARCH_QWEN3;
     else if (strcmp(arch, "qwen3moe") == 0) hp->arch = TP_ARCH_QWEN3MOE;
+    else if (strcmp(arch, "qwen2moe") == 0) hp->arch = TP_ARCH_QWEN2MOE;
     else if (strcmp(arch, "deepseek2") == 0 || strcmp(arch, "deepseek") == 0)
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
                             "%s: architecture '%s' (DeepSeek: multi-head latent attention and shared experts) is not "
-                            "supported; supported mixture-of-experts models: Qwen3-MoE (qwen3moe) and Mixtral (llama "
-                            "with experts)",
+                            "supported; supported mixture-of-experts models: Qwen3-MoE (qwen3moe), Qwen2-MoE (qwen2moe) "
+                            "and Mixtral (llama with experts)",
                             m->path, arch);
     else if (strncmp(arch, "glm4moe", 7) == 0 || strcmp(arch, "glm4_moe") == 0)
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
                             "%s: architecture '%s' (GLM-MoE: sigmoid router with expert bias and shared experts) is not "
-                            "supported; supported mixture-of-experts models: Qwen3-MoE (qwen3moe) and Mixtral (llama "
-                            "with experts)",
+                            "supported; supported mixture-of-experts models: Qwen3-MoE (qwen3moe), Qwen2-MoE (qwen2moe) "
+                            "and Mixtral (llama with experts)",
                             m->path, arch);
     else
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
                             "%s: architecture '%.64s' is not supported (supported: llama (incl. Mistral, TinyLlama, "
-                            "SmolLM, Mixtral), qwen2, qwen3, qwen3moe)",
+                            "SmolLM, Mixtral), qwen2, qwen3, qwen2moe, qwen3moe)",
                             m->path, arch);
     int big = 1 << 24;
     TP_CHECK_GOTO(md_int(m, arch, "embedding_length", 1, 1, big, &hp->n_embd), rc, out);
@@ -132,7 +134,7 @@ static enum tp_status read_hparams(tp_model_t *m)
     hp->n_ctx_train = 2048;
     TP_CHECK_GOTO(md_int(m, arch, "context_length", 0, 1, 1 << 30, &hp->n_ctx_train), rc, out);
     TP_CHECK_GOTO(md_int(m, arch, "expert_count", 0, 0, 1 << 16, &hp->n_expert), rc, out);
-    if (hp->arch == TP_ARCH_QWEN3MOE && hp->n_expert == 0)
+    if ((hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE) && hp->n_expert == 0)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: metadata '%s.expert_count' is missing (needed for arch %s)",
                             m->path, arch, arch);
     if (hp->n_expert > 0) {
@@ -143,7 +145,10 @@ static enum tp_status read_hparams(tp_model_t *m)
         TP_CHECK_GOTO(md_int(m, arch, "expert_used_count", 1, 1, hp->n_expert, &hp->n_expert_used), rc, out);
         /* Qwen3-MoE: experts narrower than feed_forward_length (the dense width, unused) */
         TP_CHECK_GOTO(md_int(m, arch, "expert_feed_forward_length", 0, 1, big, &hp->n_ff), rc, out);
-        hp->expert_weights_norm = 1; /* Mixtral and Qwen3-MoE renormalise (llama.cpp: norm_w) */
+        /* Mixtral and Qwen3-MoE renormalise, Qwen2-MoE does not (llama.cpp: norm_w) */
+        hp->expert_weights_norm = hp->arch != TP_ARCH_QWEN2MOE;
+        if (hp->arch == TP_ARCH_QWEN2MOE)
+            TP_CHECK_GOTO(md_int(m, arch, "expert_shared_feed_forward_length", 1, 1, big, &hp->n_ff_shexp), rc, out);
         char nk[128];
         snprintf(nk, sizeof(nk), "%s.expert_weights_norm", arch);
         int b = 0;
@@ -182,6 +187,9 @@ static enum tp_status read_hparams(tp_model_t *m)
                             hp->rope_dim);
     hp->rope_neox = hp->arch != TP_ARCH_LLAMA;
     if (hp->arch == TP_ARCH_QWEN3MOE) hp->has_qk_norm = 1;
+    /* what the architecture implies (load_weights then goes by the tensors present): a
+     * vocab-only load (tpserve plan, the probe) sizes the biases with it */
+    if (hp->arch == TP_ARCH_QWEN2 || hp->arch == TP_ARCH_QWEN2MOE) hp->has_qkv_bias = 1;
     hp->rope_theta = 10000.0f;
     TP_CHECK_GOTO(md_float(m, arch, "rope.freq_base", &hp->rope_theta), rc, out);
     if (!(hp->rope_theta > 1.0f))
@@ -519,6 +527,21 @@ static enum tp_status load_experts(tp_model_t *m, const struct tp_model_config *
         L->xdown = calloc((size_t)X, sizeof(*L->xdown));
         if (!L->xgate || !L->xup || !L->xdown) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
     }
+    if (hp->n_ff_shexp > 0) {
+        char name[96];
+        const int64_t S = hp->n_ff_shexp;
+        m->holds_shexp = s->expert_begin == 0 && s->ff_begin == 0;
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp_shexp.weight", l);
+        if (m->holds_shexp) {
+            TP_CHECK_GOTO(load_vec(m, cfg, name, E, 0, E, &L->sgate_inp, total), rc, out);
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_shexp.weight", l);
+            TP_CHECK_GOTO(load_mat(m, cfg, name, S, E, 0, S, 0, E, &L->sgate, total), rc, out);
+            snprintf(name, sizeof name, "blk.%d.ffn_up_shexp.weight", l);
+            TP_CHECK_GOTO(load_mat(m, cfg, name, S, E, 0, S, 0, E, &L->sup, total), rc, out);
+            snprintf(name, sizeof name, "blk.%d.ffn_down_shexp.weight", l);
+            TP_CHECK_GOTO(load_mat(m, cfg, name, E, S, 0, E, 0, S, &L->sdown, total), rc, out);
+        }
+    }
     const int whole = s->ff_begin == 0 && s->ff_end == F && s->expert_begin == 0 && s->expert_end == X;
     if (whole) {
         TP_CHECK_GOTO(load_mat_st(m, cfg, gname, X * F, E, 0, X * F, 0, E, &L->xstack[0], total, X), rc, out);
@@ -696,13 +719,14 @@ static enum tp_status alloc_state(tp_model_t *m)
         m->moe_active = zalloc((size_t)hp->n_expert, sizeof(int), &fail);
         m->moe_x = zalloc(R * E, sizeof(float), &fail);
     }
-    m->hb = zalloc(R * (size_t)m->n_ff_l, sizeof(float), &fail);
-    m->hb2 = zalloc(R * (size_t)m->n_ff_l, sizeof(float), &fail);
+    const size_t hbn = TP_MAX(R * (size_t)m->n_ff_l, B * (size_t)hp->n_ff_shexp);
+    m->hb = zalloc(hbn, sizeof(float), &fail);
+    m->hb2 = zalloc(hbn, sizeof(float), &fail);
     m->scores = zalloc((size_t)m->n_threads * (size_t)m->n_ctx, sizeof(float), &fail);
     m->rope_cs = zalloc(B * (size_t)hp->rope_dim, sizeof(float), &fail);
     m->out_rows = zalloc(B, sizeof(int), &fail);
     /* prepared activations: widest input is max(n_embd, q_dim, n_ff_l) for any weight type in use */
-    int64_t wmax = TP_MAX(TP_MAX((int64_t)E, (int64_t)m->q_dim), (int64_t)m->n_ff_l);
+    int64_t wmax = TP_MAX(TP_MAX((int64_t)E, (int64_t)m->q_dim), TP_MAX((int64_t)m->n_ff_l, (int64_t)hp->n_ff_shexp));
     size_t amax = 0;
     for (int t = 0; t < TP_WTYPE_COUNT; t++)
         if (tp_wtype_supported((enum tp_wtype)t) && tp_wtype_block_elems((enum tp_wtype)t) > 0 &&
@@ -986,6 +1010,10 @@ void tp_model_free(tp_model_t *m)
             free_mat(&L->wup);
             free_mat(&L->wdown);
             free_mat(&L->wrouter);
+            free_mat(&L->sgate);
+            free_mat(&L->sup);
+            free_mat(&L->sdown);
+            tp_aligned_free(L->sgate_inp);
             for (int e = 0; L->xgate && e < m->hp.n_expert; e++) {
                 free_mat(&L->xgate[e]);
                 free_mat(&L->xup[e]);

@@ -273,6 +273,13 @@ int tp_synth_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, enum 
             n = add_plan3(p, n, nm, MIX(ROLE_OTHER, l, e), e, fx, X);
             snprintf(nm, sizeof(nm), "blk.%d.ffn_down_exps.weight", l);
             n = add_plan3(p, n, nm, MIX(ROLE_FFN_DOWN, l, fx), fx, e, X);
+            if (s->n_ff_shexp > 0) { /* Qwen2-MoE: the shared expert and its sigmoid gate */
+                const int64_t S = s->n_ff_shexp;
+                T("ffn_gate_inp_shexp.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_WEIGHT);
+                T("ffn_gate_shexp.weight", MIX(ROLE_OTHER, l, e), e, S, TP_SYNTH_FILL_WEIGHT);
+                T("ffn_up_shexp.weight", MIX(ROLE_OTHER, l, e), e, S, TP_SYNTH_FILL_WEIGHT);
+                T("ffn_down_shexp.weight", MIX(ROLE_FFN_DOWN, l, S), S, e, TP_SYNTH_FILL_WEIGHT);
+            }
         } else {
             T("ffn_gate.weight", MIX(ROLE_OTHER, l, e), e, s->n_ff, TP_SYNTH_FILL_WEIGHT);
             T("ffn_up.weight", MIX(ROLE_OTHER, l, e), e, s->n_ff, TP_SYNTH_FILL_WEIGHT);
@@ -325,6 +332,8 @@ static void write_kv(tp_gguf_writer_t *w, const struct tp_shape *s, int n_layer,
         tp_gguf_kv_u32(w, K("expert_count"), (uint32_t)s->n_expert);
         tp_gguf_kv_u32(w, K("expert_used_count"), (uint32_t)s->n_expert_used);
         if (s->n_ff_exp > 0) tp_gguf_kv_u32(w, K("expert_feed_forward_length"), (uint32_t)s->n_ff_exp);
+        if (s->n_ff_shexp > 0)
+            tp_gguf_kv_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)s->n_ff_shexp);
     }
     tp_gguf_kv_u32(w, K("attention.head_count"), (uint32_t)s->n_head);
     tp_gguf_kv_u32(w, K("attention.head_count_kv"), (uint32_t)s->n_head_kv);

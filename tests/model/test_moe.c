@@ -210,7 +210,7 @@ static void rope(double *x, int hd, int pos, double theta, int neox)
  * Stacked tensors hold expert e's matrix at element offset e * rows * cols.
  */
 static void ref_moe(const struct tp_shape *s, const float *wr, const float *wg, const float *wu, const float *wd,
-                    const double *xb, double *out)
+                    const double *xb, double *out, const float *const *shexp)
 {
     const int E = s->n_embd, X = s->n_expert, k = s->n_expert_used, F = tp_shape_ff_width(s);
     double *r = calloc((size_t)X, sizeof(double)), *g = malloc(sizeof(double) * F), *u = malloc(sizeof(double) * F);
@@ -237,9 +237,22 @@ static void ref_moe(const struct tp_shape *s, const float *wr, const float *wg, 
         matvec(u, wu + (size_t)e * F * E, xb, F, E);
         for (int i = 0; i < F; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
         matvec(o, wd + (size_t)e * E * F, g, E, F);
-        /* Mixtral (HF: always) and Qwen3-MoE (norm_topk_prob: true in the released configs) renormalise */
-        const double wj = w[j] / zs;
+        /* Mixtral (HF: always) and Qwen3-MoE (norm_topk_prob: true in the released configs) renormalise,
+         * Qwen2-MoE (norm_topk_prob: false) does not */
+        const double wj = s->arch == TP_ARCH_QWEN2MOE ? w[j] : w[j] / zs;
         for (int i = 0; i < E; i++) out[i] += wj * o[i];
+    }
+    if (s->n_ff_shexp > 0) { /* Qwen2-MoE: + sigmoid(gate . xb) * SwiGLU shared expert (xb) */
+        const int S = s->n_ff_shexp;
+        double *sg = malloc(sizeof(double) * S), *su = malloc(sizeof(double) * S), gate = 0;
+        matvec(&gate, shexp[0], xb, 1, E);
+        gate = 1.0 / (1.0 + exp(-gate));
+        matvec(sg, shexp[1], xb, S, E);
+        matvec(su, shexp[2], xb, S, E);
+        for (int i = 0; i < S; i++) sg[i] = sg[i] / (1.0 + exp(-sg[i])) * su[i];
+        matvec(o, shexp[3], sg, E, S);
+        for (int i = 0; i < E; i++) out[i] += gate * o[i];
+        free(sg), free(su);
     }
     free(r), free(g), free(u), free(o), free(taken), free(sel), free(w);
 }
@@ -268,11 +281,18 @@ static void ref_forward(struct refm *r, const int *ids, int n, double *logits)
         float *qn = deql(r, l, "attn_q_norm.weight"), *kn = deql(r, l, "attn_k_norm.weight");
         float *wr = deql(r, l, "ffn_gate_inp.weight"), *wg = deql(r, l, "ffn_gate_exps.weight");
         float *wu = deql(r, l, "ffn_up_exps.weight"), *wd = deql(r, l, "ffn_down_exps.weight");
+        float *bq = deql(r, l, "attn_q.bias"), *bk = deql(r, l, "attn_k.bias"), *bv = deql(r, l, "attn_v.bias");
+        const float *shexp[4] = {deql(r, l, "ffn_gate_inp_shexp.weight"), deql(r, l, "ffn_gate_shexp.weight"),
+                                 deql(r, l, "ffn_up_shexp.weight"), deql(r, l, "ffn_down_shexp.weight")};
         for (int t = 0; t < n; t++) {
             rmsnorm(xb, x + (size_t)t * E, an, E, eps);
             double *kt = K + (size_t)t * KV * hd, *vt = Vc + (size_t)t * KV * hd;
             matvec(kt, wk, xb, KV * hd, E);
             matvec(vt, wv, xb, KV * hd, E);
+            for (int i = 0; i < KV * hd; i++) {
+                if (bk) kt[i] += bk[i];
+                if (bv) vt[i] += bv[i];
+            }
             for (int h = 0; h < KV; h++) {
                 if (kn) rmsnorm(kt + h * hd, kt + h * hd, kn, hd, eps);
                 rope(kt + h * hd, hd, t, s->rope_theta, r->neox);
@@ -284,6 +304,8 @@ static void ref_forward(struct refm *r, const int *ids, int n, double *logits)
             matvec(q, wq, xb, H * hd, E);
             for (int h = 0; h < H; h++) {
                 double *qh = q + h * hd;
+                if (bq)
+                    for (int i = 0; i < hd; i++) qh[i] += bq[h * hd + i];
                 if (qn) rmsnorm(qh, qh, qn, hd, eps);
                 rope(qh, hd, t, s->rope_theta, r->neox);
                 int kvh = h / (H / KV);
@@ -304,11 +326,12 @@ static void ref_forward(struct refm *r, const int *ids, int n, double *logits)
             matvec(o, wo, att, E, H * hd);
             for (int i = 0; i < E; i++) xt[i] += o[i];
             rmsnorm(xb, xt, fn, E, eps);
-            ref_moe(s, wr, wg, wu, wd, xb, o);
+            ref_moe(s, wr, wg, wu, wd, xb, o, shexp);
             for (int i = 0; i < E; i++) xt[i] += o[i];
         }
         free(an), free(fn), free(wq), free(wk), free(wv), free(wo), free(qn), free(kn);
-        free(wr), free(wg), free(wu), free(wd);
+        free(wr), free(wg), free(wu), free(wd), free(bq), free(bk), free(bv);
+        for (int i = 0; i < 4; i++) free((void *)shexp[i]);
     }
     for (int t = 0; t < n; t++) {
         rmsnorm(xb, x + (size_t)t * E, onorm, E, eps);
@@ -380,7 +403,8 @@ static void check_model(const char *path, const char *shape_name, int neox, doub
     CU_ASSERT_EQUAL(hp->n_expert, r.s.n_expert);
     CU_ASSERT_EQUAL(hp->n_expert_used, r.s.n_expert_used);
     CU_ASSERT_EQUAL(hp->n_ff, tp_shape_ff_width(&r.s));
-    CU_ASSERT_EQUAL(hp->expert_weights_norm, 1);
+    CU_ASSERT_EQUAL(hp->expert_weights_norm, r.s.arch != TP_ARCH_QWEN2MOE);
+    CU_ASSERT_EQUAL(hp->n_ff_shexp, r.s.n_ff_shexp);
     CU_ASSERT_EQUAL(hp->rope_neox, neox);
     const int V = r.s.n_vocab, N = P + G;
     int *ids = malloc(sizeof(int) * (size_t)N);
@@ -431,6 +455,13 @@ static void test_ref_mixtral(void)
     const char *p = synth("test-tiny-mixtral", TP_WTYPE_F32, "");
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
     check_model(p, "test-tiny-mixtral", 0, 1e-9, 64);
+}
+/* Qwen2-MoE: QKV bias, weights not renormalised, a shared expert behind a sigmoid gate */
+static void test_ref_qwen2moe(void)
+{
+    const char *p = synth("test-tiny-qwen2moe", TP_WTYPE_F32, "");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    check_model(p, "test-tiny-qwen2moe", 1, 1e-9, 64);
 }
 /* top-k = every expert (4 of 4), tied embeddings */
 static void test_ref_topk_all(void)
@@ -628,6 +659,18 @@ static void test_shard_expert_parallel(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(q);
     shard_check(q, &a, &b, 1e-3);
 }
+/* Qwen2-MoE: the shared expert is computed by the rank holding expert 0 / column 0 only */
+static void test_shard_qwen2moe(void)
+{
+    const char *p = synth("test-tiny-qwen2moe", TP_WTYPE_F32, "-ep");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    struct tp_model_shard a = {0, 2, 0, 1, 0, 32, 0, 256, NULL, NULL, 0, 0, 2};
+    struct tp_model_shard b = {2, 4, 1, 2, 0, 32, 256, 512, NULL, NULL, 0, 2, 6};
+    shard_check(p, &a, &b, 1e-10);
+    struct tp_model_shard c = {0, 2, 0, 1, 0, 16, 0, 256, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard d = {2, 4, 1, 2, 16, 32, 256, 512, NULL, NULL, 0, 0, 0};
+    shard_check(p, &c, &d, 1e-10);
+}
 static void test_shard_tensor_parallel(void)
 {
     const char *p = synth("test-tiny-qwen3moe", TP_WTYPE_Q8_0, "-tp");
@@ -685,12 +728,14 @@ static const struct tp_test_case moe_cases[] = {
     {"route_topk_all", test_route_all},
     {"ref_qwen3moe_f32_greedy64", test_ref_qwen3moe},
     {"ref_mixtral_f32_greedy64", test_ref_mixtral},
+    {"ref_qwen2moe_shared_expert_greedy64", test_ref_qwen2moe},
     {"ref_topk_all_experts", test_ref_topk_all},
     {"ref_router_ties_unused_experts", test_ref_router_ties},
     {"ref_q8_0_q4_0_bf16", test_ref_quantized},
     {"batch_grouping", test_batch_grouping},
     {"shard_expert_parallel", test_shard_expert_parallel},
     {"shard_tensor_parallel", test_shard_tensor_parallel},
+    {"shard_qwen2moe_shared_expert", test_shard_qwen2moe},
     {"shard_bad_experts", test_shard_bad_experts},
     {"refuse_deepseek_glm", test_refuse_others},
     {NULL, NULL}};

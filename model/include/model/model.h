@@ -83,6 +83,7 @@ enum tp_arch {
     TP_ARCH_QWEN2,     /* QKV bias */
     TP_ARCH_QWEN3,     /* q/k RMSNorm per head */
     TP_ARCH_QWEN3MOE,  /* Qwen3 attention + a mixture-of-experts FFN in every layer (GGUF "qwen3moe") */
+    TP_ARCH_QWEN2MOE,  /* Qwen2 attention (QKV bias) + experts + a shared expert with a sigmoid gate (GGUF "qwen2moe") */
     TP_ARCH_COUNT
 };
 const char *tp_arch_name(enum tp_arch a);
@@ -126,7 +127,10 @@ struct tp_hparams {
      */
     int n_expert;                   /* 0: dense FFN */
     int n_expert_used;              /* top-k, 1..n_expert */
-    int expert_weights_norm;        /* renormalise the selected weights to sum 1 */
+    int expert_weights_norm;        /* renormalise the selected weights to sum 1 (Qwen2-MoE: no) */
+    int n_ff_shexp;                 /* Qwen2-MoE: width of the shared expert, a SwiGLU FFN every token
+                                     * runs, its output scaled by sigmoid(ffn_gate_inp_shexp . x) and
+                                     * added to the experts'; 0: none */
 };
 
 /* ====================================================== model files ===== */
@@ -172,7 +176,9 @@ struct tp_model_shard {
      * gate/up and those columns of its down (tensor parallelism inside every
      * expert); both at once is allowed.  The router is replicated.  A rank's
      * partial FFN output (its experts, its columns) goes through the same
-     * all_sum as a dense FFN's.  [0, 0): every expert.  Ignored for dense models. */
+     * all_sum as a dense FFN's.  [0, 0): every expert.  Ignored for dense models.
+     * A shared expert (Qwen2-MoE) is held whole by the rank whose expert_begin
+     * and ff_begin are both 0 (rank 0 of a plan) and adds nothing elsewhere. */
     int expert_begin, expert_end;
 };
 

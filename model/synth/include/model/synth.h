@@ -37,6 +37,7 @@ struct tp_shape {
      * width n_ff_exp (0: n_ff, Mixtral) and a router; top-k = n_expert_used.  n_ff is then
      * the dense width the config names (GGUF feed_forward_length; unused by qwen3moe) */
     int n_expert, n_expert_used, n_ff_exp;
+    int n_ff_shexp;            /* Qwen2-MoE: the shared expert's width (0: none) */
 };
 /* The width of the FFN a layer computes: the experts' for a mixture of experts, else n_ff. */
 int tp_shape_ff_width(const struct tp_shape *s);
