@@ -185,6 +185,15 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
             hp->arch = k_archs[i].tp;
             found = 1;
         }
+    static const char *const moe_archs[] = {"Qwen3MoeForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(moe_archs) && !found; i++)
+        if (arch && strcmp(arch, moe_archs[i]) == 0) {
+            rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
+                              "%s: %s (mixture of experts) is served from GGUF only: convert it with llama.cpp's "
+                              "convert_hf_to_gguf.py (Hugging Face / MLX directories of MoE models are not supported yet)",
+                              path, arch);
+            goto out;
+        }
     if (!found) {
         rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
                           "%s: architecture '%.64s' (model_type '%.32s') is not supported (supported: LlamaForCausalLM, "
@@ -196,8 +205,10 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
     for (size_t i = 0; i < TP_ARRAY_LEN(moe_keys); i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, moe_keys[i]);
         if (cJSON_IsNumber(v) && v->valuedouble > 0) {
-            rc = tp_error_set(err, TP_ERR_UNSUPPORTED, "%s: mixture-of-experts models (%s = %g) are not supported", path,
-                              moe_keys[i], v->valuedouble);
+            rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
+                              "%s: mixture-of-experts models (%s = %g) are served from GGUF only: convert with "
+                              "llama.cpp's convert_hf_to_gguf.py",
+                              path, moe_keys[i], v->valuedouble);
             goto out;
         }
     }

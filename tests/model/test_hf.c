@@ -269,6 +269,8 @@ static void test_refusals(void)
         {"unsupported architecture", "architectures", "[\"GPT2LMHeadModel\"]",
          "architecture 'GPT2LMHeadModel' (model_type 'llama') is not supported"},
         {"mixture of experts", "num_local_experts", "8", "mixture-of-experts models (num_local_experts = 8)"},
+        {"mixture-of-experts architecture", "architectures", "[\"Qwen3MoeForCausalLM\"]",
+         "Qwen3MoeForCausalLM (mixture of experts) is served from GGUF only"},
         {"rope yarn", "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4}", "rope_scaling type 'yarn' is not supported"},
         {"activation", "hidden_act", "\"gelu\"", "hidden_act 'gelu' is not supported"},
         {"mlp bias", "mlp_bias", "true", "mlp_bias = true"},
