@@ -366,6 +366,23 @@ const char *mr_synth_model(const char *tag, enum tp_wtype type)
             fprintf(stderr, "mr_synth_model: %s\n", e.msg);
             return NULL;
         }
+    } else if (strcmp(tag, "moe-mid") == 0) {
+        /* a mid-size Qwen3-MoE (~115 MiB at Q4_0): 16 layers of 32 experts x 256 columns, top 4 */
+        sh.arch = TP_ARCH_QWEN3MOE;
+        sh.n_embd = 512;
+        sh.n_layer = 16;
+        sh.n_head = 8;
+        sh.n_head_kv = 2;
+        sh.head_dim = 64;
+        sh.n_ff = 1024;
+        sh.n_ff_exp = 256;
+        sh.n_expert = 32;
+        sh.n_expert_used = 4;
+        sh.n_vocab = 4096;
+        sh.n_ctx = 512;
+        sh.rope_theta = 1000000.0f;
+        sh.norm_eps = 1e-6f;
+        sh.qk_norm = 1;
     } else if (strcmp(tag, "tinyllama4") == 0) {
         struct tp_error e = {0};
         if (tp_shape_find(NULL, "tinyllama-1.1b", &sh, &e) != TP_OK) return NULL;

@@ -587,8 +587,48 @@ static const struct tp_test_case moe_cases[] = {
 };
 TP_TEST_SUITE(moe_multirank, "multirank,model", 300, moe_cases)
 
+/* The same bound for a mixture of experts, both splits at N = 2: a rank holds its column slice of
+ * every expert, or its whole experts, never the rest (~115 MiB model, ~58 MiB plan per rank, bound
+ * ~96 MiB: a rank that mapped every expert would exceed it). */
+static void test_rss_moe(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    tp_test_skip("RSS bounds do not apply under AddressSanitizer (shadow memory and quarantine)");
+    return;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    tp_test_skip("RSS bounds do not apply under AddressSanitizer (shadow memory and quarantine)");
+    return;
+#endif
+#endif
+    const char *m = mr_synth_model("moe-mid", TP_WTYPE_Q4_0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    const enum tp_moe_split splits[] = {TP_MOE_SPLIT_TENSOR, TP_MOE_SPLIT_EXPERT};
+    for (int sp = 0; sp < 2; sp++) {
+        struct mr_run r;
+        mr_init(&r, m, 2);
+        r.n_steps = 4;
+        r.deadline_s = 120;
+        r.moe_split = splits[sp];
+        CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+        CU_ASSERT_EQUAL(r.plan_split, (int)splits[sp]);
+        for (int k = 0; k < 2; k++) {
+            CU_ASSERT_EQUAL(r.exit_code[k], 0);
+            double bound = 1.1 * (double)r.plan_bytes[k] + RSS_ALLOWANCE;
+            fprintf(stderr, "moe %s rank %d: plan %.1f MiB, weights held %.1f MiB, peak RSS %.1f MiB (bound %.1f MiB)\n",
+                    tp_moe_split_name(splits[sp]), k, r.plan_bytes[k] / 1048576.0, r.weight_bytes[k] / 1048576.0,
+                    r.rss_peak[k] / 1048576.0, bound / 1048576.0);
+            CU_ASSERT(r.rss_peak[k] > 0);
+            CU_ASSERT((double)r.rss_peak[k] <= bound);
+            CU_ASSERT(r.weight_bytes[k] <= r.plan_bytes[k]);
+        }
+        mr_free(&r);
+    }
+}
+
 static const struct tp_test_case rss_cases[] = {
     {"rss_per_rank", test_rss_per_rank},
+    {"rss_moe_both_splits", test_rss_moe},
     {NULL, NULL},
 };
 TP_TEST_SUITE(rss, "multirank,slow", 300, rss_cases)
