@@ -318,10 +318,11 @@ loader:;
     types.attn_k = tensor_type(&tsrc, "blk.0.attn_k.weight", wt);
     types.attn_v = tensor_type(&tsrc, "blk.0.attn_v.weight", wt);
     types.attn_o = tensor_type(&tsrc, "blk.0.attn_output.weight", wt);
-    const int moe = hp->n_expert > 0;
-    types.ffn_gate = tensor_type(&tsrc, moe ? "blk.0.ffn_gate_exps.weight" : "blk.0.ffn_gate.weight", wt);
-    types.ffn_up = tensor_type(&tsrc, moe ? "blk.0.ffn_up_exps.weight" : "blk.0.ffn_up.weight", wt);
-    types.ffn_down = tensor_type(&tsrc, moe ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight", wt);
+    /* mixture of experts: the stacked experts (GGUF), or expert 0 (Hugging Face: one tensor per expert) */
+    const int moe = hp->n_expert > 0, per_expert = moe && !tp_tsrc_find(&tsrc, "blk.0.ffn_gate_exps.weight", &probe_t);
+    types.ffn_gate = tensor_type(&tsrc, per_expert ? "blk.0.ffn_gate_exps.0.weight" : moe ? "blk.0.ffn_gate_exps.weight" : "blk.0.ffn_gate.weight", wt);
+    types.ffn_up = tensor_type(&tsrc, per_expert ? "blk.0.ffn_up_exps.0.weight" : moe ? "blk.0.ffn_up_exps.weight" : "blk.0.ffn_up.weight", wt);
+    types.ffn_down = tensor_type(&tsrc, per_expert ? "blk.0.ffn_down_exps.0.weight" : moe ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight", wt);
     types.token_embd = tensor_type(&tsrc, "token_embd.weight", wt);
     types.output = tensor_type(&tsrc, "output.weight", types.token_embd);
     if (shard_world > 0) { /* per-rank figures need the whole model */

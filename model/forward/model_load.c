@@ -543,6 +543,18 @@ static enum tp_status load_experts(tp_model_t *m, const struct tp_model_config *
         }
     }
     const int whole = s->ff_begin == 0 && s->ff_end == F && s->expert_begin == 0 && s->expert_end == X;
+    if (m->st) { /* Hugging Face: one tensor per expert (tensor_source.h names them blk.N.ffn_*_exps.E.weight) */
+        for (int64_t e = s->expert_begin; e < s->expert_end; e++) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "blk.%d.ffn_gate_exps.%lld.weight", l, (long long)e);
+            TP_CHECK_GOTO(load_mat(m, cfg, nm, F, E, s->ff_begin, s->ff_end, 0, E, &L->xgate[e], total), rc, out);
+            snprintf(nm, sizeof nm, "blk.%d.ffn_up_exps.%lld.weight", l, (long long)e);
+            TP_CHECK_GOTO(load_mat(m, cfg, nm, F, E, s->ff_begin, s->ff_end, 0, E, &L->xup[e], total), rc, out);
+            snprintf(nm, sizeof nm, "blk.%d.ffn_down_exps.%lld.weight", l, (long long)e);
+            TP_CHECK_GOTO(load_mat(m, cfg, nm, E, F, 0, E, s->ff_begin, s->ff_end, &L->xdown[e], total), rc, out);
+        }
+        return TP_OK;
+    }
     if (whole) {
         TP_CHECK_GOTO(load_mat_st(m, cfg, gname, X * F, E, 0, X * F, 0, E, &L->xstack[0], total, X), rc, out);
         TP_CHECK_GOTO(load_mat_st(m, cfg, uname, X * F, E, 0, X * F, 0, E, &L->xstack[1], total, X), rc, out);
