@@ -200,13 +200,15 @@ enum tp_status tp_synth_type_parse(const char *name, enum tp_wtype *type, enum t
 }
 
 /* Tensor roles the mixes treat differently. */
-enum mix_role { ROLE_OTHER, ROLE_TOKEN_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN };
+enum mix_role { ROLE_OTHER, ROLE_TOKEN_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_ATTN_K, ROLE_ATTN_O, ROLE_FFN_DOWN };
 
 /* llama.cpp's use_more_bits: first and last eighth of the layers, every third in between. */
 static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 /* The type of one matrix (rows of ne0 values) under the mix; llama_tensor_get_type for
- * LLAMA_FTYPE_MOSTLY_Q4_K_M / Q5_K_M on dense Llama / Qwen models (no experts, not Falcon). */
+ * LLAMA_FTYPE_MOSTLY_Q4_K_M / Q5_K_M on Llama / Qwen models (not Falcon), experts included:
+ * the router stays F32, stacked experts follow their dense role (ffn_down_exps as ffn_down),
+ * and 8-expert models get attn_v / attn_k in Q8_0 and (Q4_K_M) attn_output in Q5_K. */
 static enum tp_wtype mix_type(const struct tp_shape *s, int n_layer, enum tp_synth_mix mix, enum tp_wtype base,
                               enum mix_role role, int layer, int64_t ne0)
 {
@@ -220,7 +222,14 @@ static enum tp_wtype mix_type(const struct tp_shape *s, int n_layer, enum tp_syn
         /* LLM_TYPE_70B: 8 query heads per KV head make attn_v small, so Q4_K -> Q5_K */
         else if (s->arch == TP_ARCH_LLAMA && n_layer == 80 && s->n_head != s->n_head_kv && t == TP_WTYPE_Q4_K)
             t = TP_WTYPE_Q5_K;
+        /* 8 experts (Mixtral): attn_v costs little next to the experts */
+        if (s->n_expert == 8) t = TP_WTYPE_Q8_0;
+    } else if (role == ROLE_ATTN_K) {
+        if (s->n_expert == 8) t = TP_WTYPE_Q8_0;
+    } else if (role == ROLE_ATTN_O) {
+        if (s->n_expert == 8 && mix == TP_SYNTH_MIX_Q4_K_M) t = TP_WTYPE_Q5_K;
     } else if (role == ROLE_FFN_DOWN) {
+        /* ffn_down, ffn_down_exps and ffn_down_shexp alike, by their layer */
         if (use_more_bits(layer, n_layer)) t = TP_WTYPE_Q6_K;
     }
     if (ne0 % tp_wtype_block_elems(t)) { /* llama.cpp's fallback for rows that are not whole super-blocks */
@@ -250,7 +259,7 @@ int tp_synth_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, enum 
     } while (0)
         T("attn_norm.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_NORM);
         T("attn_q.weight", MIX(ROLE_OTHER, l, e), e, q, TP_SYNTH_FILL_WEIGHT);
-        T("attn_k.weight", MIX(ROLE_OTHER, l, e), e, kv, TP_SYNTH_FILL_WEIGHT);
+        T("attn_k.weight", MIX(ROLE_ATTN_K, l, e), e, kv, TP_SYNTH_FILL_WEIGHT);
         T("attn_v.weight", MIX(ROLE_ATTN_V, l, e), e, kv, TP_SYNTH_FILL_WEIGHT);
         if (s->qkv_bias) {
             T("attn_q.bias", TP_WTYPE_F32, q, 0, TP_SYNTH_FILL_WEIGHT);
@@ -261,7 +270,7 @@ int tp_synth_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, enum 
             T("attn_q_norm.weight", TP_WTYPE_F32, s->head_dim, 0, TP_SYNTH_FILL_NORM);
             T("attn_k_norm.weight", TP_WTYPE_F32, s->head_dim, 0, TP_SYNTH_FILL_NORM);
         }
-        T("attn_output.weight", MIX(ROLE_OTHER, l, q), q, e, TP_SYNTH_FILL_WEIGHT);
+        T("attn_output.weight", MIX(ROLE_ATTN_O, l, q), q, e, TP_SYNTH_FILL_WEIGHT);
         T("ffn_norm.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_NORM);
         if (s->n_expert > 0) {
             /* llama-quantize keeps the router in F32; the experts follow the dense rules */

@@ -57,14 +57,16 @@ uint64_t tp_shape_n_params(const struct tp_shape *s);
 
 /*
  * Per-tensor type mixes of llama.cpp's K-quant "M" file types, exactly as
- * llama-quantize assigns them (llama_tensor_get_type, Llama-family models
- * without experts): the base type everywhere except
+ * llama-quantize assigns them (llama_tensor_get_type, Llama-family and Qwen
+ * models): the base type everywhere except
  *   output.weight (or token_embd.weight when the head is tied): Q6_K;
  *   attn_v.weight and ffn_down.weight of the "more bits" layers
  *     (use_more_bits: i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2): Q6_K;
  *   Q4_K_M on a Llama 70B (80 layers, GQA): attn_v of the other layers Q5_K;
  *   rows not a multiple of 256: Q6_K -> Q8_0, Q4_K -> Q5_0, Q5_K -> Q5_1
- *     (tpserve cannot compute Q5_0 / Q5_1: such shapes are refused).
+ *     (tpserve cannot compute Q5_0 / Q5_1: such shapes are refused);
+ *   mixtures of experts: routers F32; ffn_down_exps (and _shexp) as ffn_down;
+ *     exactly 8 experts: attn_v and attn_k Q8_0, attn_output Q5_K under Q4_K_M.
  */
 enum tp_synth_mix {
     TP_SYNTH_MIX_NONE = 0, /* every matrix, embedding and head of cfg->type */
