@@ -3,6 +3,7 @@
  * bandwidth per message size, run on every rank of a group, e.g.
  *
  *   tpserve launch -n 2 -- tpserve bench comm                      (ring)
+ *   tpserve launch -n 2 --backend mpi -- tpserve bench comm --compare-mpi
  *   mpirun -n 2 --mca btl tcp,self tpserve bench comm --compare-mpi
  *
  * Per size: a barrier, warm-up calls, then `iters` back-to-back calls each
@@ -11,12 +12,14 @@
  * 2(n-1)/n for all_sum, (n-1)/n for all_gather and sum_scatter, 1 for
  * broadcast; bytes = the size of the (full) output buffer.
  *
- * --compare-mpi (needs mpirun): the same sweep through MPI_Allreduce (an mpi
- * group in the same processes; pass `--mca btl tcp,self` to mpirun for the
- * TCP transport), call by call alternating with ours so that both see the
- * same machine load, plus the ratios.  The ring group
- * is then formed through a coordinator whose port rank 0 broadcasts over
- * MPI, so no hostfile is needed.
+ * --compare-mpi (needs mpirun, directly or as `tpserve launch --backend
+ * mpi`): the same sweep through MPI_Allreduce (an mpi group in the same
+ * processes; pass `--mca btl tcp,self` to mpirun for the TCP transport),
+ * call by call alternating with ours so that both see the same machine
+ * load, plus the ratios.  Ours is the ring (TP_BACKEND=mpi, which the
+ * launcher sets, names the MPI side) or --backend rdma.  The ring group is
+ * then formed through a coordinator whose port rank 0 broadcasts over MPI,
+ * so no hostfile is needed.
  *
  * Output: a table on rank 0's stdout; --json: one JSON object per line
  * (backend, op, dtype, ranks, bytes, iters, lat_us_median, algbw_gbs,
@@ -231,9 +234,12 @@ int tp_bench_comm(int argc, char **argv)
             goto out;
         }
         if (tp_comm_size(mpi) < 2) {
-            tp_cli_fail("bench comm", "--compare-mpi needs mpirun -n N with N >= 2 (MPI reports 1 rank)");
+            tp_cli_fail("bench comm",
+                        "--compare-mpi needs an MPI group of N >= 2 (MPI reports 1 rank): run it under "
+                        "`tpserve launch -n N --backend mpi --` or `mpirun -n N`");
             goto out;
         }
+        if (!backend && cfg.backend == TP_COMM_BACKEND_MPI) cfg.backend = TP_COMM_BACKEND_RING;
         if (cfg.backend == TP_COMM_BACKEND_MPI) {
             c = mpi;
         } else if (cfg.hostfile || cfg.coordinator) {

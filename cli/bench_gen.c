@@ -10,22 +10,29 @@
  *       n / time;
  * median over --reps repetitions after one warm-up pass.
  *
- * Bandwidth, measured in the same run and interleaved with the decode reps:
- * a probe before every decode rep and one after the last, each a streaming
- * read of a --bw-mib buffer (allocated and written once, far larger than the
- * caches) by --threads threads of a pool like the model's (claiming 1 MiB
- * chunks as they come free, as the decode claims rows; 32-byte loads where
- * the CPU has AVX2), timed like the decode as bytes / elapsed over
- * --bw-passes passes.  Decode rep r is paired with the mean of the probes
- * just before and just after it:
- *   fraction_r = tg_tps_r * bytes read per decoded token / probe_r,
- * and bw_fraction is the median of the fractions (mem_bw_gbs the median
- * probe).  On a shared machine both numbers move with the load; pairing
- * them in time keeps the ratio honest where a one-off figure swung by 1.5x.
- * The bytes per token are the weights this rank holds minus the token
- * embedding table (one row of it is read per token) plus, for tied
- * embeddings, the table again as the output head.  KV-cache reads (small
- * at these lengths) are not counted, so the fraction slightly understates.
+ * Bandwidth, measured in the same run and interleaved with the decode reps,
+ * on every rank: a probe before every decode rep and one after the last, in
+ * which every rank of the group at the same moment (tp_parallel_run_hook)
+ * streams through its own --bw-mib buffer (allocated and written once, far
+ * larger than the caches) with --threads threads of a pool like the model's
+ * (claiming 1 MiB chunks as they come free, as the decode claims rows;
+ * 32-byte loads where the CPU has AVX2), timed like the decode as bytes /
+ * elapsed over --bw-passes passes.  Ranks sharing one machine probe while
+ * the others do, as they read their weights at once in a decode step.
+ * Decode rep i is paired, per rank r, with the mean of r's probes just
+ * before and just after it:
+ *   fraction_{i,r} = tg_tps_i * bytes read per token by r / probe_{i,r},
+ * and bw_fraction is the median over reps of the group's fraction (sum over
+ * ranks of the bytes read per second / sum of their probes); mem_bw_gbs is
+ * the median of the probes summed over ranks.  On a shared machine both
+ * numbers move with the load; pairing them in time keeps the ratio honest.
+ * Bytes read per token, per rank, from that rank's own model: the weights
+ * it holds (its attention and FFN slices, norms, the token embedding table
+ * and, untied, its vocabulary slice of the output head), minus the table
+ * (one row of it is read per token), plus, for tied embeddings, the rows of
+ * the table that are its vocabulary slice of the output head.  KV-cache
+ * reads (small at these lengths) are not counted, so the fraction slightly
+ * understates.
  *
  * Every forward call goes through gen_forward() (one place), which drives
  * the distributed engine (parallel/): one rank alone, or every rank of a
@@ -34,7 +41,10 @@
  * rank 0's compute time, communication time (all_sums, step broadcast,
  * logits gather) and bytes sent (--json: compute_ms_per_token,
  * comm_ms_per_token, bytes_per_token); tg_comm_frac is the all_sum share
- * of the forward time from tp_model_get_stats().
+ * of the forward time from tp_model_get_stats().  Per rank (--json arrays
+ * indexed by rank): bytes_read_per_token_per_rank, mem_bw_gbs_per_rank
+ * (median probe), bw_fraction_per_rank (median over reps);
+ * weight_bytes_per_token is their sum.
  */
 #include <math.h>
 #include <stdio.h>
@@ -76,7 +86,7 @@ static enum tp_status gen_forward(struct gen_ctx *g, const int32_t *tokens, int 
     }
     struct tp_batch b = {.n_tokens = n, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
     static const int32_t clear_seq[1] = {0}, clear_from[1] = {0};
-    struct tp_step st = {b, g->reset, clear_seq, clear_from, 0, NULL, NULL, NULL};
+    struct tp_step st = {b, g->reset, clear_seq, clear_from, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL};
     g->reset = 0;
     return tp_parallel_step(g->par, &st, g->logits);
 }
@@ -92,7 +102,7 @@ static enum tp_status gen_decode(struct gen_ctx *g, int32_t *t, int pos)
     g->want[0] = 1;
     struct tp_batch b = {.n_tokens = 1, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
     static const int32_t clear_seq[1] = {0}, clear_from[1] = {0};
-    struct tp_step st = {b, g->reset, clear_seq, clear_from, 0, NULL, NULL, NULL};
+    struct tp_step st = {b, g->reset, clear_seq, clear_from, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL};
     g->reset = 0;
     return tp_parallel_step_greedy(g->par, &st, t, NULL);
 }
@@ -124,7 +134,7 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
                 g->want[j] = j == n - 1;
             }
             struct tp_batch b = {.n_tokens = n, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
-            struct tp_step st = {b, n_clear, clear, zeros, 0, NULL, NULL, NULL};
+            struct tp_step st = {b, n_clear, clear, zeros, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL};
             int32_t last;
             enum tp_status rc = tp_parallel_step_greedy(g->par, &st, &last, NULL);
             if (rc != TP_OK) return rc;
@@ -140,7 +150,7 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
             g->want[i] = 1;
         }
         struct tp_batch b = {.n_tokens = k, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
-        struct tp_step st = {b, n_clear, clear, zeros, 0, NULL, NULL, NULL};
+        struct tp_step st = {b, n_clear, clear, zeros, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL};
         n_clear = 0;
         enum tp_status rc = tp_parallel_step_greedy(g->par, &st, ids, NULL);
         if (rc != TP_OK) return rc;
@@ -174,9 +184,13 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Bytes of weights read per decoded token (see the file comment). */
-static uint64_t bytes_per_token(const char *path, tp_model_t *m)
+/* Bytes of weights this rank reads per decoded token (see the file comment). */
+static uint64_t bytes_per_token(tp_parallel_t *par)
 {
+    tp_model_t *m = tp_parallel_model(par);
+    const char *path = tp_parallel_model_path(par);
+    const struct tp_hparams *hp = tp_model_hparams(m);
+    const struct tp_model_shard *sh = &tp_parallel_get_plan(par)->ranks[tp_parallel_rank(par)].shard;
     uint64_t held = tp_model_weight_bytes(m);
     tp_gguf_t *g = NULL;
     tp_st_t *st = NULL;
@@ -191,13 +205,62 @@ static uint64_t bytes_per_token(const char *path, tp_model_t *m)
         src.gguf = g;
     }
     struct tp_tsrc_tensor te;
-    int found = tp_tsrc_find(&src, "token_embd.weight", &te);
-    int tied = tp_model_hparams(m)->tied_embeddings;
     uint64_t b = held;
-    if (found && !tied && te.n_bytes < held) b = held - te.n_bytes;
+    if (tp_tsrc_find(&src, "token_embd.weight", &te) && te.n_bytes < held && hp->n_vocab > 0) {
+        const uint64_t row = te.n_bytes / (uint64_t)hp->n_vocab;
+        const uint64_t head_rows = hp->tied_embeddings ? (uint64_t)(sh->vocab_end - sh->vocab_begin) : 0;
+        b = held - te.n_bytes + row * (1 + head_rows);
+    }
     tp_gguf_close(g);
     tp_st_close(st);
     return b;
+}
+
+/* What every rank's bandwidth probe needs (tp_parallel_run_hook). */
+#define GEN_HOOK_PROBE 1
+struct gen_probe {
+    tp_pool_t *pool;
+    uint64_t *buf;            /* (bytes) written once */
+    size_t bytes;
+    int passes;
+    uint64_t bytes_read;      /* per decoded token by this rank */
+    tp_model_t *m;            /* mixture of experts: its expert stats make bytes_read the active bytes */
+};
+
+/* Mixture of experts: a decoded token reads this rank's weights except its experts, plus the
+ * experts the token selected; the mean over the single-token forward calls so far (measured). */
+static uint64_t active_bytes(const struct gen_probe *pr)
+{
+    const uint64_t held = pr->m ? tp_model_expert_weight_bytes(pr->m) : 0;
+    struct tp_model_stats st;
+    if (!held) return pr->bytes_read;
+    tp_model_get_stats(pr->m, &st);
+    if (st.n_decode == 0 || pr->bytes_read < held) return pr->bytes_read;
+    return pr->bytes_read - held + st.expert_bytes_decode / st.n_decode;
+}
+
+/* GEN_HOOK_PROBE: out[0] = this rank's streaming-read GB/s, out[1] = the
+ * bytes it reads per decoded token. */
+static enum tp_status gen_hook(void *ud, int32_t arg, double out[TP_PARALLEL_HOOK_VALUES])
+{
+    struct gen_probe *pr = ud;
+    if (arg != GEN_HOOK_PROBE || !pr->pool || !pr->buf) return TP_ERR_INVALID_ARG;
+    out[0] = tp_mem_read_bw_buf(pr->pool, pr->buf, pr->bytes, pr->passes);
+    out[1] = (double)active_bytes(pr);
+    return TP_OK;
+}
+
+/* All ranks probe at once; probe[r] / bytes[r] for r < world.  Rank 0 only. */
+static int gen_probe_all(tp_parallel_t *par, int world, double *probe, double *bytes)
+{
+    double v[TP_PLAN_MAX_RANKS * TP_PARALLEL_HOOK_VALUES];
+    if (tp_parallel_run_hook(par, GEN_HOOK_PROBE, v, world) != TP_OK) return -1;
+    for (int r = 0; r < world; r++) {
+        if (!(v[r * TP_PARALLEL_HOOK_VALUES] > 0)) return -1;
+        probe[r] = v[r * TP_PARALLEL_HOOK_VALUES];
+        bytes[r] = v[r * TP_PARALLEL_HOOK_VALUES + 1];
+    }
+    return 0;
 }
 
 int tp_bench_gen(int argc, char **argv)
@@ -212,7 +275,7 @@ int tp_bench_gen(int argc, char **argv)
         {"gen-tokens", 'n', TP_OPT_INT, &n, "N", "decoded tokens (default 64; 0 skips decode)", 0, 65536},
         {"threads", 't', TP_OPT_INT, &threads, "T", "compute threads (default: all cores)", 1, 1024},
         {"reps", 'r', TP_OPT_INT, &reps, "R", "repetitions, median reported (default 3)", 1, 100},
-        {"bw-mib", 0, TP_OPT_INT, &bw_mib, "MIB", "buffer of each bandwidth probe (default 1024)", 64, 1 << 20},
+        {"bw-mib", 0, TP_OPT_INT, &bw_mib, "MIB", "buffer of each bandwidth probe, on every rank (default 1024)", 64, 1 << 20},
         {"bw-passes", 0, TP_OPT_INT, &bw_passes, "K", "reads of the buffer per probe, mean reported (default 4)", 1, 100},
         {"seqs", 0, TP_OPT_LIST, &seqs, "K,K,..", "also time decode steps of K sequences at once (1..64, one token each)", 0, 0},
         {"seqs-ctx", 0, TP_OPT_INT, &seqs_ctx, "C",
@@ -227,10 +290,11 @@ int tp_bench_gen(int argc, char **argv)
     const char *usage = "Usage: tpserve bench gen -m MODEL [-p 128] [-n 64] [--threads T] [--reps R] [--json]\n"
                         "Prefill and decode tokens/s (median of reps) and the fraction of this machine's "
                         "streaming-read bandwidth the decode reaches.\n"
-                        "Bandwidth: a probe before each decode rep and after the last (--threads threads read a "
-                        "--bw-mib buffer\n--bw-passes times, bytes / elapsed); each rep's fraction = its weight "
-                        "GB/s / the mean of the\nprobes around it; bw_fraction = median of those, mem_bw_gbs = "
-                        "median probe.";
+                        "Bandwidth: a probe before each decode rep and after the last, on every rank at once "
+                        "(--threads threads\nread a --bw-mib buffer --bw-passes times, bytes / elapsed); each "
+                        "rep's fraction = the weight GB/s\nthe ranks read / the mean of their probes around it; "
+                        "bw_fraction = median of those, mem_bw_gbs =\nmedian probe (summed over ranks); per rank "
+                        "the same against its own probes.";
     int np = 0;
     int rc = tp_cli_parse("bench gen", usage, opts, argc, argv, NULL, 0, &np, NULL, NULL);
     if (rc) return rc == 1 ? 0 : rc;
@@ -281,13 +345,15 @@ int tp_bench_gen(int argc, char **argv)
     tp_model_t *m = NULL;
     struct gen_ctx g;
     memset(&g, 0, sizeof(g));
-    double *pp_s = NULL, *tg_s = NULL, *probe = NULL, *frac_r = NULL, *tmp = NULL;
+    double *pp_s = NULL, *tg_s = NULL, *probe = NULL, *frac_r = NULL, *tmp = NULL, *rank_bytes = NULL;
+    double *rank_frac = NULL, *probe_sum = NULL;
     uint64_t *bwbuf = NULL;
     size_t bw_bytes = (size_t)bw_mib << 20;
     int32_t *prompt = NULL;
+    (void)rank_hint;
 
-    /* rank 0: the probe buffer and a pool of --threads to read it, kept for the whole run */
-    if (rank_hint == 0 && n > 0) {
+    /* every rank: the probe buffer and a pool of --threads to read it, kept for the whole run */
+    if (n > 0) {
         struct tp_pool_config pc = tp_pool_default_config();
         pc.n_threads = threads;
         if (tp_pool_init(&pc, &pool) != TP_OK) return tp_cli_fail("bench gen", "cannot start %d threads", threads);
@@ -315,6 +381,8 @@ int tp_bench_gen(int argc, char **argv)
     t_load = tp_now_s() - t_load;
     m = tp_parallel_model(g.par);
     const int world = tp_parallel_size(g.par);
+    struct gen_probe gp = {pool, bwbuf, bw_bytes, bw_passes, bytes_per_token(g.par), m};
+    tp_parallel_set_hook(g.par, gen_hook, &gp);
     if (tp_parallel_rank(g.par) != 0) {
         int code = 0;
         if (tp_parallel_worker_loop(g.par) != TP_OK)
@@ -335,10 +403,14 @@ int tp_bench_gen(int argc, char **argv)
     prompt = malloc((size_t)nb * sizeof(int32_t));
     pp_s = calloc((size_t)reps, sizeof(double));
     tg_s = calloc((size_t)reps, sizeof(double));
-    probe = calloc((size_t)reps + 1, sizeof(double));
+    probe = calloc(((size_t)reps + 1) * (size_t)world, sizeof(double)); /* (reps + 1, world) */
     frac_r = calloc((size_t)reps, sizeof(double));
-    tmp = calloc((size_t)reps + 1, sizeof(double));
-    if (!g.tok || !g.pos || !g.seq || !g.want || !g.logits || !prompt || !pp_s || !tg_s || !probe || !frac_r || !tmp) {
+    tmp = calloc(((size_t)reps + 1) * (size_t)world, sizeof(double));
+    rank_bytes = calloc((size_t)world, sizeof(double));
+    rank_frac = calloc((size_t)reps * (size_t)world, sizeof(double)); /* (reps, world) */
+    probe_sum = calloc((size_t)reps + 1, sizeof(double));               /* (reps + 1): summed over ranks */
+    if (!g.tok || !g.pos || !g.seq || !g.want || !g.logits || !prompt || !pp_s || !tg_s || !probe || !frac_r || !tmp ||
+        !rank_bytes || !rank_frac || !probe_sum) {
         tp_cli_fail("bench gen", "out of memory");
         goto out;
     }
@@ -358,7 +430,6 @@ int tp_bench_gen(int argc, char **argv)
     struct tp_model_stats st0, st1;
     struct tp_parallel_stats ps0, ps1;
     uint64_t tg_ns_fwd = 0, tg_ns_comm = 0, tg_ns_compute = 0, tg_ns_pcomm = 0, tg_bytes = 0, tg_count = 0;
-    uint64_t tg_expert = 0; /* mixture of experts: expert bytes read while decoding (rank 0) */
     for (int r = 0; r < reps; r++) {
         if (p > 0) {
             gen_reset(&g);
@@ -370,7 +441,10 @@ int tp_bench_gen(int argc, char **argv)
             pp_s[r] = tp_now_s() - t0;
         }
         if (n > 0) {
-            probe[r] = tp_mem_read_bw_buf(pool, bwbuf, bw_bytes, bw_passes);
+            if (gen_probe_all(g.par, world, probe + (size_t)r * world, rank_bytes) != 0) {
+                tp_cli_fail("bench gen", "bandwidth probe failed on some rank: %s", tp_parallel_last_error(g.par));
+                goto out;
+            }
             gen_reset(&g);
             int32_t t = prompt[0];
             tp_model_get_stats(m, &st0);
@@ -390,11 +464,13 @@ int tp_bench_gen(int argc, char **argv)
             tg_ns_compute += ps1.ns_compute - ps0.ns_compute;
             tg_ns_pcomm += ps1.ns_comm - ps0.ns_comm;
             tg_bytes += ps1.bytes_sent - ps0.bytes_sent;
-            tg_expert += st1.expert_bytes - st0.expert_bytes;
             tg_count += (uint64_t)n;
         }
     }
-    if (n > 0) probe[reps] = tp_mem_read_bw_buf(pool, bwbuf, bw_bytes, bw_passes);
+    if (n > 0 && gen_probe_all(g.par, world, probe + (size_t)reps * world, rank_bytes) != 0) {
+        tp_cli_fail("bench gen", "bandwidth probe failed on some rank: %s", tp_parallel_last_error(g.par));
+        goto out;
+    }
     /* --seqs: reps x (each k in turn), median step time per k */
     double k_ms[16] = {0};
     if (nk > 0) {
@@ -422,25 +498,40 @@ int tp_bench_gen(int argc, char **argv)
     double k1_ms = 0.0;
     for (int ki = 0; ki < nk; ki++)
         if (klist[ki] == 1) k1_ms = k_ms[ki];
-    uint64_t bpt = bytes_per_token(path, m);
-    /* mixture of experts: active bytes = everything but the experts, plus the experts the decoded
-     * tokens actually selected (measured: each selected expert's bytes once per token) */
-    const uint64_t held_experts = tp_model_expert_weight_bytes(m);
-    const int moe = held_experts > 0;
-    const uint64_t bpt_held = bpt;
-    if (moe && tg_count > 0 && bpt > held_experts) bpt = bpt - held_experts + tg_expert / tg_count;
+    /* the group's bytes per token: every rank's (rank 0's own when nothing was decoded) */
+    uint64_t bpt = 0;
+    for (int q = 0; q < world; q++) bpt += n > 0 ? (uint64_t)rank_bytes[q] : 0;
+    if (n == 0) bpt = active_bytes(&gp);
+    /* mixture of experts: what every rank holds, for comparison with the active bytes above */
+    const int moe = tp_model_expert_weight_bytes(m) > 0;
     double bw = 0.0, frac = 0.0, frac_min = 0.0, frac_max = 0.0;
     if (n > 0) {
-        for (int r = 0; r < reps; r++) {
-            double around = 0.5 * (probe[r] + probe[r + 1]);
-            frac_r[r] = around > 0.0 ? (double)n / tg_s[r] * (double)bpt / (around * 1e9) : 0.0;
+        for (int k = 0; k <= reps; k++) {
+            probe_sum[k] = 0.0;
+            for (int q = 0; q < world; q++) probe_sum[k] += probe[(size_t)k * world + q];
         }
-        memcpy(tmp, probe, ((size_t)reps + 1) * sizeof(double));
+        for (int r = 0; r < reps; r++) {
+            double around = 0.5 * (probe_sum[r] + probe_sum[r + 1]);
+            frac_r[r] = around > 0.0 ? (double)n / tg_s[r] * (double)bpt / (around * 1e9) : 0.0;
+            for (int q = 0; q < world; q++) {
+                double a = 0.5 * (probe[(size_t)r * world + q] + probe[(size_t)(r + 1) * world + q]);
+                rank_frac[(size_t)r * world + q] = a > 0.0 ? (double)n / tg_s[r] * rank_bytes[q] / (a * 1e9) : 0.0;
+            }
+        }
+        memcpy(tmp, probe_sum, ((size_t)reps + 1) * sizeof(double));
         bw = median(tmp, reps + 1);
         memcpy(tmp, frac_r, (size_t)reps * sizeof(double));
         frac = median(tmp, reps);
         frac_min = tmp[0];
         frac_max = tmp[reps - 1];
+    }
+    /* per rank: median of its probes and of its per-rep fractions */
+    double rank_bw[TP_PLAN_MAX_RANKS] = {0}, rank_fr[TP_PLAN_MAX_RANKS] = {0}, scratch[101];
+    for (int q = 0; q < world && n > 0 && q < TP_PLAN_MAX_RANKS; q++) {
+        for (int k = 0; k <= reps; k++) scratch[k] = probe[(size_t)k * world + q];
+        rank_bw[q] = median(scratch, reps + 1);
+        for (int r = 0; r < reps; r++) scratch[r] = rank_frac[(size_t)r * world + q];
+        rank_fr[q] = median(scratch, reps);
     }
     /* pp_s / tg_s are sorted by median(): per-rep lists are printed before */
     double *tg_rep = tmp; /* reuse: decode t/s per rep, in rep order */
@@ -467,14 +558,20 @@ int tp_bench_gen(int argc, char **argv)
                (unsigned long long)bpt, frac, comm_frac, tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms,
                bpt_sent, bw_mib, bw_passes, frac_min, frac_max);
         if (moe)
-            printf(",\"moe\":true,\"active_bytes_per_token\":%llu,\"held_bytes_per_token\":%llu",
-                   (unsigned long long)bpt, (unsigned long long)bpt_held);
+            printf(",\"moe\":true,\"rank0_held_bytes\":%llu,\"rank0_expert_bytes\":%llu",
+                   (unsigned long long)tp_model_weight_bytes(m), (unsigned long long)tp_model_expert_weight_bytes(m));
         printf(",\"tg_tps_per_rep\":[");
         for (int r = 0; r < reps && n > 0; r++) printf("%s%.2f", r ? "," : "", tg_rep[r]);
         printf("],\"mem_bw_gbs_per_probe\":[");
-        for (int r = 0; r <= reps && n > 0; r++) printf("%s%.2f", r ? "," : "", probe[r]);
+        for (int r = 0; r <= reps && n > 0; r++) printf("%s%.2f", r ? "," : "", probe_sum[r]);
         printf("],\"bw_fraction_per_rep\":[");
         for (int r = 0; r < reps && n > 0; r++) printf("%s%.3f", r ? "," : "", frac_r[r]);
+        printf("],\"bytes_read_per_token_per_rank\":[");
+        for (int q = 0; q < world && n > 0; q++) printf("%s%.0f", q ? "," : "", rank_bytes[q]);
+        printf("],\"mem_bw_gbs_per_rank\":[");
+        for (int q = 0; q < world && n > 0; q++) printf("%s%.2f", q ? "," : "", rank_bw[q]);
+        printf("],\"bw_fraction_per_rank\":[");
+        for (int q = 0; q < world && n > 0; q++) printf("%s%.3f", q ? "," : "", rank_fr[q]);
         printf("]");
         if (nk > 0) {
             printf(",\"seq_steps\":[");
@@ -485,20 +582,22 @@ int tp_bench_gen(int argc, char **argv)
         }
         printf("}\n");
     } else {
-        printf("model   %s (%s, %.1f MiB read per token), %d threads, %s kernels, loaded in %.1f s\n", tp_model_name(m),
-               type, (double)bpt / 1048576.0, tp_model_n_threads(m), tp_kern_isa(), t_load);
+        printf("model   %s (%s, %.1f MiB read per token%s), %d threads%s, %s kernels, loaded in %.1f s\n",
+               tp_model_name(m), type, (double)bpt / 1048576.0, world > 1 ? " by all ranks" : "",
+               tp_model_n_threads(m), world > 1 ? " per rank" : "", tp_kern_isa(), t_load);
         if (moe)
-            printf("experts active bytes: attention, routers and the selected experts (measured while decoding) "
-                   "%.1f MiB of the %.1f MiB held per token; GB/s and 'of bw' below count the active bytes\n",
-                   (double)bpt / 1048576.0, (double)bpt_held / 1048576.0);
+            printf("experts active bytes: attention, routers, output head and the experts the decoded tokens selected "
+                   "(measured); rank 0 holds %.1f MiB of which %.1f MiB experts\n",
+                   (double)tp_model_weight_bytes(m) / 1048576.0, (double)tp_model_expert_weight_bytes(m) / 1048576.0);
         if (n > 0) {
-            printf("memory  streaming read, median of %d probes %.2f GB/s (one before each decode rep and after the "
+            printf("memory  streaming read, median of %d probes %.2f GB/s%s (one before each decode rep and after the "
                    "last; %d MiB x %d passes, %d threads, bytes / elapsed)\n",
-                   reps + 1, bw, bw_mib, bw_passes, threads);
+                   reps + 1, bw, world > 1 ? " summed over the ranks probing at once" : "", bw_mib, bw_passes,
+                   threads);
             printf("%-4s %10s %12s %12s %10s\n", "rep", "tg t/s", "weight GB/s", "probe GB/s", "of bw");
             for (int r = 0; r < reps; r++)
                 printf("%-4d %10.2f %12.2f %12.2f %9.1f%%\n", r, tg_rep[r], tg_rep[r] * (double)bpt / 1e9,
-                       0.5 * (probe[r] + probe[r + 1]), 100.0 * frac_r[r]);
+                       0.5 * (probe_sum[r] + probe_sum[r + 1]), 100.0 * frac_r[r]);
         }
         printf("%-8s %10s %12s %10s\n", "test", "t/s", "GB/s", "of bw");
         if (p > 0) printf("pp%-6d %10.2f %12s %10s\n", p, pp_tps, "", "");
@@ -506,6 +605,13 @@ int tp_bench_gen(int argc, char **argv)
         printf("(median of %d; decode from an empty cache, EOS ignored", reps);
         if (n > 0) printf("; of bw = median of the per-rep fractions, range %.1f-%.1f%%", 100.0 * frac_min, 100.0 * frac_max);
         printf(")\n");
+        if (n > 0 && world > 1) {
+            printf("per rank (each probed its own memory at the same moment as the others; median over reps):\n");
+            printf("%-5s %14s %12s %12s %10s\n", "rank", "MiB/token", "weight GB/s", "probe GB/s", "of bw");
+            for (int q = 0; q < world; q++)
+                printf("%-5d %14.1f %12.2f %12.2f %9.1f%%\n", q, rank_bytes[q] / 1048576.0,
+                       tg_tps * rank_bytes[q] / 1e9, rank_bw[q], 100.0 * rank_fr[q]);
+        }
         if (n > 0)
             printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
                    tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms, bpt_sent);
@@ -538,6 +644,9 @@ out:
     free(probe);
     free(frac_r);
     free(tmp);
+    free(rank_bytes);
+    free(rank_frac);
+    free(probe_sum);
     tp_parallel_free(g.par);
     tp_pool_free(pool);
     tp_aligned_free(bwbuf);

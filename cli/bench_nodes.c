@@ -17,9 +17,10 @@
  * the way it would on N machines.  The communication model is calibrated in
  * the same set-up (same namespaces, same link profile) by `tpserve bench comm`:
  * t_sum(N) = median latency of one all_sum of n_embd floats (one decoded
- * token's activation); per token the engine does 2 n_layer of them plus about
- * two more for the step broadcast and the distributed argmax:
- *     comm_model(N)        = (2 n_layer + 2) t_sum(N)
+ * token's activation); per token the engine does 2 n_layer of them plus the
+ * step broadcast and the distributed argmax, one round each, as `tpserve
+ * plan` models them (tp_capacity_comm_ms with the measured t_sum):
+ *     comm_model(N)        = 2 n_layer t_sum(N) + 2 rounds of t_sum's latency
  *     projected_tg_tps(N)  = 1000 / (c1 / N + comm_model(N))
  * with c1 = 1000 / tg_tps(1), the whole per-token time of the 1-rank run.
  * Check of the model (compute per rank held equal, i.e. using each run's own
@@ -47,6 +48,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "parallel/parallel.h"
 #include "model/model.h"
 
 #define NODES_MAX 16
@@ -57,7 +59,7 @@ struct node_run {
     double pp_tps, tg_tps, compute_ms, comm_ms, bytes_per_token;
     uint64_t rss_bytes_max;
     double allsum_us;          /* bench comm: median all_sum of n_embd floats in this set-up */
-    double comm_model_ms;      /* 2 n_layer all_sums + 2 (step broadcast, argmax) per token */
+    double comm_model_ms;      /* tp_capacity_comm_ms with allsum_us: 2 n_layer all_sums + step broadcast + argmax */
     double projected_tg_tps, check_tg_tps;
 };
 
@@ -396,6 +398,9 @@ int tp_bench_nodes(int argc, char **argv)
     snprintf(token, sizeof token, "bench-%d-%llu", (int)getpid(), (unsigned long long)tp_now_ns());
     int ncpu = tp_cpu_count();
     int failures = 0;
+    struct tp_cap_link plan_link;
+    if (tp_capacity_link_profile(have_netsim ? link : "local", &plan_link, NULL) != TP_OK)
+        tp_capacity_link_profile("local", &plan_link, NULL);
     for (int r = 0; r < n_runs; r++) {
         int N = runs[r].n;
         char hostfile[PATH_MAX], json_path[PATH_MAX], log_path[PATH_MAX];
@@ -449,7 +454,8 @@ int tp_bench_nodes(int argc, char **argv)
                 if (run_group(exe, have_netsim ? prefix : NULL, subnet, N, hostfile, token, comm_args, json_path,
                               log_path, timeout_s, &scratch) == 0 &&
                     (runs[r].allsum_us = parse_comm_latency(json_path)) > 0) {
-                    runs[r].comm_model_ms = (2.0 * hp.n_layer + 2.0) * runs[r].allsum_us / 1000.0;
+                    runs[r].comm_model_ms =
+                        tp_capacity_comm_ms(&hp, TP_WIRE_F32, N, &plan_link, runs[r].allsum_us, NULL);
                     fprintf(stderr, "%.1f us\n", runs[r].allsum_us);
                 } else {
                     runs[r].allsum_us = 0;
@@ -533,8 +539,9 @@ int tp_bench_nodes(int argc, char **argv)
         }
         cJSON_AddItemToArray(arr, o);
     }
-    fprintf(md, "\nProjection for dedicated machines: 1-rank compute / N + (2 x %d + 2) all_sums of %d floats, "
-                "each as measured by `tpserve bench comm` in the same set-up (",
+    fprintf(md, "\nProjection for dedicated machines: 1-rank compute / N + 2 x %d all_sums of %d floats (and the "
+                "step broadcast and argmax gather, one round each), each as measured by `tpserve bench comm` in the "
+                "same set-up (",
             hp.n_layer, hp.n_embd);
     for (int r = 0; r < n_runs; r++)
         if (runs[r].ok && runs[r].n > 1) fprintf(md, "N=%d: %.1f us; ", runs[r].n, runs[r].allsum_us);

@@ -5,9 +5,18 @@
  * (barrier); each sends --rounds streaming /v1/completions requests one
  * after the other with a prompt of exactly --prompt-tokens tokens (sent as
  * token ids, so the count is exact) and ignore_eos so every request
- * generates exactly --gen-tokens tokens.  Reported per level: aggregate
- * generated tokens/sec (all tokens / wall time of the level), median time to
- * first token, median time per output token ((last - first chunk) / (n - 1))
+ * generates exactly --gen-tokens tokens.  Tokens are counted, not text
+ * chunks: a streamed chunk may carry several tokens (one whose text is an
+ * incomplete UTF-8 sequence is sent with the next), so each request's count
+ * is the final usage chunk's completion_tokens, and with --logprobs every
+ * chunk's own count (logprobs.tokens).  Without --logprobs the chunks of a
+ * request whose chunk count differs from its usage are weighted by usage /
+ * chunks (reported as requests_chunks_not_tokens); --logprobs makes every
+ * arrival time exact but moves the server off its greedy fast path.
+ * Reported per level: aggregate generated tokens/sec (all tokens / wall time
+ * of the level), median time to first token, median time per output token
+ * ((last arrival - first arrival) / the tokens that arrived after the first
+ * chunk)
  * and failed requests, the decode-phase aggregate C / median TPOT (a
  * request's TPOT still holds the prefill chunks of requests admitted while
  * it decodes) and the steady-state rate (tokens all C streams receive while
@@ -34,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -78,10 +88,12 @@ struct bench_target {
 
 struct bench_result {
     int ok;
-    int n_tokens;
+    int n_tokens;             /* usage.completion_tokens */
+    int n_counted;            /* tokens seen in the chunks (logprobs.tokens, else 1 per non-empty text) */
     int n_cached;             /* usage.prompt_tokens_details.cached_tokens (0 if absent) */
     double ttft_s, tpot_s;
-    double *t_tok;            /* arrival time of each non-empty text chunk (cap entries; caller's) */
+    double *t_tok;            /* arrival time of each chunk carrying tokens (cap entries; caller's) */
+    int *k_tok;               /* tokens that chunk carried (cap entries; caller's) */
     int n_t, cap;
 };
 
@@ -110,8 +122,128 @@ static int connect_to(const struct bench_target *t)
     return fd;
 }
 
-/* One request; body_out (malloc'd, may be NULL) gets the raw response. Streaming
- * responses are parsed on the fly for the first / last chunk times. */
+/*
+ * Streaming response parser: the HTTP body, de-chunked when the server uses
+ * chunked transfer encoding, split into server-sent events ("data: {...}"
+ * then a blank line); each choices chunk carrying tokens is recorded with its
+ * arrival time, the usage chunk gives the totals.
+ */
+struct sse {
+    struct bench_result *br;
+    int chunked;              /* Transfer-Encoding: chunked */
+    size_t left;              /* bytes left in the current HTTP chunk */
+    int in_size;              /* reading a chunk-size line */
+    char *body;               /* de-chunked body (body_cap bytes) */
+    size_t body_len, body_cap, scanned;
+    int done, error, usage;
+    double t_first, t_last;
+    int k_first;              /* tokens in the first chunk */
+};
+
+static void sse_event(struct sse *e, const char *json, double now)
+{
+    if (strcmp(json, "[DONE]") == 0) {
+        e->done = 1;
+        return;
+    }
+    cJSON *o = cJSON_Parse(json);
+    if (!o) return;
+    if (cJSON_GetObjectItem(o, "error")) e->error = 1;
+    const cJSON *u = cJSON_GetObjectItem(o, "usage");
+    if (cJSON_IsObject(u)) {
+        const cJSON *ct = cJSON_GetObjectItem(u, "completion_tokens");
+        const cJSON *d = cJSON_GetObjectItem(u, "prompt_tokens_details");
+        const cJSON *cached = d ? cJSON_GetObjectItem(d, "cached_tokens") : NULL;
+        if (cJSON_IsNumber(ct)) {
+            e->br->n_tokens = ct->valueint;
+            e->usage = 1;
+        }
+        if (cJSON_IsNumber(cached)) e->br->n_cached = cached->valueint;
+    }
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+    if (ch) {
+        const cJSON *lp = cJSON_GetObjectItem(ch, "logprobs");
+        const cJSON *toks = cJSON_IsObject(lp) ? cJSON_GetObjectItem(lp, "tokens") : NULL;
+        const cJSON *text = cJSON_GetObjectItem(ch, "text");
+        int k = cJSON_IsArray(toks) ? cJSON_GetArraySize(toks)
+                : cJSON_IsString(text) && text->valuestring[0] ? 1
+                                                               : 0;
+        if (k > 0) {
+            if (e->t_first < 0) {
+                e->t_first = now;
+                e->k_first = k;
+            }
+            e->t_last = now;
+            e->br->n_counted += k;
+            if (e->br->t_tok && e->br->n_t < e->br->cap) {
+                e->br->t_tok[e->br->n_t] = now;
+                e->br->k_tok[e->br->n_t++] = k;
+            }
+        }
+    }
+    cJSON_Delete(o);
+}
+
+/* Append body bytes; parse every complete event. */
+static int sse_body(struct sse *e, const char *p, size_t n, double now)
+{
+    if (e->body_len + n + 1 > e->body_cap) {
+        size_t cap = TP_MAX(e->body_cap * 2, e->body_len + n + 4096);
+        char *nb = realloc(e->body, cap);
+        if (!nb) return -1;
+        e->body = nb;
+        e->body_cap = cap;
+    }
+    memcpy(e->body + e->body_len, p, n);
+    e->body_len += n;
+    e->body[e->body_len] = '\0';
+    char *end;
+    while ((end = strstr(e->body + e->scanned, "\n\n")) != NULL) {
+        *end = '\0';
+        for (char *line = e->body + e->scanned; line && *line;) {
+            char *nl = strchr(line, '\n');
+            if (nl) *nl = '\0';
+            if (strncmp(line, "data: ", 6) == 0) sse_event(e, line + 6, now);
+            line = nl ? nl + 1 : NULL;
+        }
+        e->scanned = (size_t)(end - e->body) + 2;
+    }
+    return 0;
+}
+
+/* Feed raw body bytes (after the headers), undoing chunked encoding. */
+static int sse_feed(struct sse *e, const char *p, size_t n, double now, char *line, size_t *line_len)
+{
+    if (!e->chunked) return sse_body(e, p, n, now);
+    while (n > 0) {
+        if (e->left > 0) {
+            size_t k = TP_MIN(e->left, n);
+            if (sse_body(e, p, k, now) != 0) return -1;
+            e->left -= k;
+            p += k;
+            n -= k;
+            if (e->left == 0) e->in_size = 2; /* the CRLF after the data, then a size line */
+            continue;
+        }
+        char c = *p++;
+        n--;
+        if (c != '\n') {
+            if (*line_len < 31) line[(*line_len)++] = c;
+            continue;
+        }
+        line[*line_len] = '\0';
+        *line_len = 0;
+        if (e->in_size == 2) { /* the empty line ending a chunk's data */
+            e->in_size = 1;
+            continue;
+        }
+        e->left = strtoul(line, NULL, 16); /* 0: the last chunk; the connection closes next */
+    }
+    return 0;
+}
+
+/* One request; body_out (malloc'd, may be NULL) gets the raw response.  With
+ * br the response is parsed as it arrives (token counts and arrival times). */
 static int request(const struct bench_target *t, const char *path, const char *body, double timeout_s,
                    char **resp_out, struct bench_result *br)
 {
@@ -130,11 +262,17 @@ static int request(const struct bench_target *t, const char *path, const char *b
         close(fd);
         return -1;
     }
-    size_t cap = 1 << 16, n = 0, scanned = 0;
+    size_t cap = 1 << 16, n = 0, hdr_end = 0;
     char *buf = malloc(cap);
-    double t_first = -1, t_last = -1;
-    int rc = -1;
-    for (;;) {
+    struct sse e;
+    memset(&e, 0, sizeof e);
+    e.br = br;
+    e.in_size = 1;
+    e.t_first = e.t_last = -1;
+    char line[32];
+    size_t line_len = 0;
+    int rc = -1, oom = !buf;
+    while (!oom) {
         if (tp_now_s() - t0 > timeout_s) break;
         struct pollfd pf = {.fd = fd, .events = POLLIN, .revents = 0};
         if (poll(&pf, 1, 200) <= 0) continue;
@@ -150,37 +288,37 @@ static int request(const struct bench_target *t, const char *path, const char *b
             rc = 0;
             break;
         }
+        size_t from = n;
         n += (size_t)k;
         buf[n] = '\0';
-        if (br) { /* count "choices":[{ chunks with text as they arrive */
-            const char *p;
-            while ((p = strstr(buf + scanned, "\"text\":\"")) != NULL) {
-                double now = tp_now_s();
-                if (p[8] != '"') { /* non-empty text */
-                    if (t_first < 0) t_first = now;
-                    t_last = now;
-                    if (br->t_tok && br->n_t < br->cap) br->t_tok[br->n_t++] = now;
-                }
-                scanned = (size_t)(p - buf) + 8;
-            }
+        if (!br) continue;
+        double now = tp_now_s();
+        if (!hdr_end) {
+            char *he = strstr(buf, "\r\n\r\n");
+            if (!he) continue;
+            hdr_end = (size_t)(he - buf) + 4;
+            for (char *h = buf; h < he; h++)
+                if (strncasecmp(h, "\nTransfer-Encoding: chunked", 27) == 0) e.chunked = 1;
+            from = hdr_end;
         }
+        if (sse_feed(&e, buf + from, n - from, now, line, &line_len) != 0) oom = 1;
     }
     close(fd);
-    buf[n] = '\0';
+    if (buf) buf[n] = '\0';
     int status = 0;
-    if (rc == 0 && sscanf(buf, "HTTP/1.%*d %d", &status) == 1 && status == 200) {
+    if (rc == 0 && !oom && sscanf(buf, "HTTP/1.%*d %d", &status) == 1 && status == 200) {
         if (br) {
-            const char *u = strstr(buf, "\"completion_tokens\":");
-            br->n_tokens = u ? atoi(u + 20) : 0;
-            const char *ct = strstr(buf, "\"cached_tokens\":");
-            br->n_cached = ct ? atoi(ct + 16) : 0;
-            br->ttft_s = t_first >= 0 ? t_first - t0 : -1;
-            br->tpot_s = (br->n_tokens > 1 && t_first >= 0) ? (t_last - t_first) / (br->n_tokens - 1) : -1;
-            br->ok = u != NULL && strstr(buf, "data: [DONE]") != NULL && !strstr(buf, "data: {\"error\"");
+            br->ttft_s = e.t_first >= 0 ? e.t_first - t0 : -1;
+            /* the tokens after the first chunk arrived over [t_first, t_last] */
+            const double w = br->n_counted > 0 ? (double)br->n_tokens / br->n_counted : 1.0;
+            const double after = br->n_tokens - e.k_first * w;
+            br->tpot_s = (after > 0.5 && e.t_last > e.t_first) ? (e.t_last - e.t_first) / after : -1;
+            br->ok = e.usage && e.done && !e.error;
         }
     } else {
         rc = -1;
     }
+    free(e.body);
     if (resp_out) *resp_out = buf;
     else free(buf);
     return rc;
@@ -193,6 +331,7 @@ struct level_ctx {
     int n_ids;
     int prompt_tokens, gen_tokens, rounds, idx, level;
     int shared_prefix;        /* first tokens identical in every request */
+    int logprobs;             /* ask for logprobs: every chunk's own token count */
     struct bench_result *res; /* (rounds) */
     double t_end;
 };
@@ -222,17 +361,19 @@ static void *client_main(void *arg)
             n += (size_t)snprintf(d + n, cap - n, "%s%d", i ? "," : "", id);
         }
         snprintf(d + n, cap - n,
-                 "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
+                 "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,%s"
                  "\"stream_options\":{\"include_usage\":true}}",
-                 c->gen_tokens);
+                 c->gen_tokens, c->logprobs ? "\"logprobs\":0," : "");
         bodies[r] = d;
     }
     gate_wait(c->gate);
     for (int r = 0; r < c->rounds; r++) {
         double *tt = c->res[r].t_tok;
+        int *kt = c->res[r].k_tok;
         int tcap = c->res[r].cap;
         memset(&c->res[r], 0, sizeof c->res[r]);
         c->res[r].t_tok = tt;
+        c->res[r].k_tok = kt;
         c->res[r].cap = tcap;
         if (request(c->t, "/v1/completions", bodies[r], 600, NULL, &c->res[r]) != 0) c->res[r].ok = 0;
     }
@@ -248,17 +389,46 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Undo chunked transfer encoding in place in the NUL-terminated body b
+ * (chunk-size lines and the CRLF after each chunk's data removed). */
+static void dechunk(char *b)
+{
+    char *out = b, *p = b;
+    for (;;) {
+        char *end = NULL;
+        unsigned long n = strtoul(p, &end, 16);
+        char *data = end ? strstr(end, "\r\n") : NULL;
+        if (!data || n == 0) break;
+        data += 2;
+        size_t have = strlen(data);
+        if (n > have) n = have;
+        memmove(out, data, n);
+        out += n;
+        p = data + n;
+        if (p[0] == '\r' && p[1] == '\n') p += 2;
+    }
+    *out = '\0';
+}
+
+/* Tokens a chunk of b stands for: its own count, scaled by usage / counted
+ * when the chunks do not add up to the usage (text held back, no logprobs). */
+static double chunk_tokens(const struct bench_result *b, int i)
+{
+    double w = b->n_counted > 0 && b->n_counted != b->n_tokens ? (double)b->n_tokens / b->n_counted : 1.0;
+    return b->k_tok[i] * w;
+}
+
 /* Steady-state decode rate: for each round, the window in which every
  * client's request of that round is past its first token and none has
- * finished ([latest first token, earliest last token]; no prefill of that
- * round runs then, and no client has started its next request), and the
- * text chunks all of them received in it; total chunks / total window time
- * over the rounds.  0 when no round has a window holding at least two
- * chunks per client (streams too staggered to ever all decode together). */
+ * finished ([latest first arrival, earliest last arrival]; no prefill of
+ * that round runs then, and no client has started its next request), and the
+ * tokens all of them received in it (chunk_tokens); total tokens / total
+ * window time over the rounds.  0 when no round has a window holding at
+ * least two tokens per client (streams too staggered to ever all decode
+ * together). */
 static double steady_rate(const struct bench_result *res, int c, int rounds)
 {
-    double win = 0;
-    long n = 0;
+    double win = 0, n = 0;
     for (int r = 0; r < rounds; r++) {
         double lo = -1, hi = 1e300;
         int ok = 1;
@@ -272,16 +442,17 @@ static double steady_rate(const struct bench_result *res, int c, int rounds)
             if (b->t_tok[b->n_t - 1] < hi) hi = b->t_tok[b->n_t - 1];
         }
         if (!ok || hi <= lo) continue;
-        long k = 0;
+        double k = 0;
         for (int i = 0; i < c; i++) {
             const struct bench_result *b = &res[(size_t)i * (size_t)rounds + (size_t)r];
-            for (int t = 0; t < b->n_t; t++) k += b->t_tok[t] > lo && b->t_tok[t] <= hi;
+            for (int t = 0; t < b->n_t; t++)
+                if (b->t_tok[t] > lo && b->t_tok[t] <= hi) k += chunk_tokens(b, t);
         }
-        if (k < 2L * c) continue;
+        if (k < 2.0 * c) continue;
         win += hi - lo;
         n += k;
     }
-    return win > 0 ? (double)n / win : 0;
+    return win > 0 ? n / win : 0;
 }
 
 static double median(double *v, int n)
@@ -294,7 +465,7 @@ static double median(double *v, int n)
 int tp_bench_serve(int argc, char **argv)
 {
     const char *url = "http://127.0.0.1:8080", *levels = "1,2,4,8", *api_key = NULL;
-    int prompt_tokens = 128, gen_tokens = 64, rounds = 2, json = 0, shared_prefix = 0;
+    int prompt_tokens = 128, gen_tokens = 64, rounds = 2, json = 0, shared_prefix = 0, logprobs = 0;
     const struct tp_opt opts[] = {
         {"url", 0, TP_OPT_STRING, &url, "URL", "server base URL (default http://127.0.0.1:8080)", 0, 0},
         {"concurrency", 0, TP_OPT_LIST, &levels, "N,N..", "concurrent clients per level (default 1,2,4,8)", 0, 0},
@@ -304,6 +475,8 @@ int tp_bench_serve(int argc, char **argv)
          "the first N prompt tokens are the same in every request (default 0; N < --prompt-tokens)", 0, 1 << 20},
         {"rounds", 0, TP_OPT_INT, &rounds, "N", "requests per client per level (default 2)", 1, 1000},
         {"api-key", 0, TP_OPT_STRING, &api_key, "KEY", "API key if the server wants one", 0, 0},
+        {"logprobs", 0, TP_OPT_FLAG, &logprobs, NULL,
+         "ask for logprobs so each chunk's token count is exact (the server then leaves its greedy fast path)", 0, 0},
         {"json", 0, TP_OPT_FLAG, &json, NULL, "one JSON object per level instead of the table", 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
@@ -353,7 +526,13 @@ int tp_bench_serve(int argc, char **argv)
         free(resp);
         return tp_cli_fail("bench serve", "cannot reach %s (POST /tokenize failed); is `tpserve serve` running?", url);
     }
-    const char *jb = strstr(resp, "\r\n\r\n");
+    char *jb = strstr(resp, "\r\n\r\n");
+    if (jb) {
+        int chunked = 0;
+        for (const char *hdr_line = strstr(resp, "\r\n"); hdr_line && hdr_line < jb; hdr_line = strstr(hdr_line + 2, "\r\n"))
+            if (strncasecmp(hdr_line + 2, "Transfer-Encoding: chunked", 26) == 0) chunked = 1;
+        if (chunked) dechunk(jb + 4);
+    }
     cJSON *j = jb ? cJSON_Parse(jb + 4) : NULL;
     int n_ids = cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens"));
     int32_t *ids = calloc((size_t)(n_ids > 0 ? n_ids : 1), sizeof(int32_t));
@@ -381,14 +560,25 @@ int tp_bench_serve(int argc, char **argv)
         pthread_t *th = calloc((size_t)c, sizeof *th);
         struct bench_result *res = calloc((size_t)c * (size_t)rounds, sizeof *res);
         double *t_tok = calloc((size_t)c * (size_t)rounds * (size_t)(gen_tokens + 8), sizeof(double));
+        int *k_tok = calloc((size_t)c * (size_t)rounds * (size_t)(gen_tokens + 8), sizeof(int));
+        if (!ctx || !th || !res || !t_tok || !k_tok) {
+            free(ctx);
+            free(th);
+            free(res);
+            free(t_tok);
+            free(k_tok);
+            free(ids);
+            return tp_cli_fail("bench serve", "out of memory for %d clients", c);
+        }
         for (int i = 0; i < c * rounds; i++) {
             res[i].t_tok = t_tok + (size_t)i * (size_t)(gen_tokens + 8);
+            res[i].k_tok = k_tok + (size_t)i * (size_t)(gen_tokens + 8);
             res[i].cap = gen_tokens + 8;
         }
         for (int i = 0; i < c; i++) {
             ctx[i] = (struct level_ctx){.t = &t, .gate = &gate, .ids = ids, .n_ids = n_ids,
                                         .prompt_tokens = prompt_tokens, .gen_tokens = gen_tokens, .rounds = rounds,
-                                        .shared_prefix = shared_prefix,
+                                        .shared_prefix = shared_prefix, .logprobs = logprobs,
                                         .idx = i, .level = li, .res = res + (size_t)i * (size_t)rounds};
             pthread_create(&th[i], NULL, client_main, &ctx[i]);
         }
@@ -400,7 +590,7 @@ int tp_bench_serve(int argc, char **argv)
         }
         pthread_mutex_destroy(&gate.mu);
         pthread_cond_destroy(&gate.cv);
-        int total = c * rounds, errors = 0, n_ok = 0;
+        int total = c * rounds, errors = 0, n_ok = 0, mismatch = 0;
         long gen = 0, cached = 0;
         double *ttft = calloc((size_t)total, sizeof(double)), *tpot = calloc((size_t)total, sizeof(double));
         int nt = 0, np = 0;
@@ -410,6 +600,7 @@ int tp_bench_serve(int argc, char **argv)
                 continue;
             }
             n_ok++;
+            mismatch += res[i].n_counted != res[i].n_tokens;
             gen += res[i].n_tokens;
             cached += res[i].n_cached;
             if (res[i].ttft_s >= 0) ttft[nt++] = res[i].ttft_s * 1e3;
@@ -431,16 +622,19 @@ int tp_bench_serve(int argc, char **argv)
             printf("{\"concurrency\":%d,\"agg_tps\":%.2f,\"ttft_ms_median\":%.2f,\"tpot_ms_median\":%.3f,\"errors\":%d,"
                    "\"decode_agg_tps\":%.2f,\"agg_ratio\":%.3f,\"decode_agg_ratio\":%.3f,"
                    "\"requests\":%d,\"prompt_tokens\":%d,\"shared_prefix\":%d,\"cached_tokens_mean\":%.1f,"
-                   "\"gen_tokens\":%d,\"steady_agg_tps\":%.2f,\"steady_ratio\":%.3f}\n",
+                   "\"gen_tokens\":%d,\"steady_agg_tps\":%.2f,\"steady_ratio\":%.3f,\"tokens_counted_from\":\"%s\","
+                   "\"requests_chunks_not_tokens\":%d}\n",
                    c, agg, mt, mp, errors, dec, x_agg, x_dec, total, prompt_tokens, shared_prefix, cached_req,
-                   gen_tokens, steady, x_steady);
+                   gen_tokens, steady, x_steady, logprobs ? "logprobs" : "usage", mismatch);
         else
-            printf("%11d %12.2f %6.2fx %14.2f %14.3f %16.2f %6.2fx %13.2f %6.2fx %11.1f %7d\n", c, agg, x_agg, mt, mp,
-                   dec, x_dec, steady, x_steady, cached_req, errors);
+            printf("%11d %12.2f %6.2fx %14.2f %14.3f %16.2f %6.2fx %13.2f %6.2fx %11.1f %7d%s\n", c, agg, x_agg, mt,
+                   mp, dec, x_dec, steady, x_steady, cached_req, errors,
+                   mismatch ? "  (chunks != tokens in some requests: weighted by usage; --logprobs for exact)" : "");
         fflush(stdout);
         free(ttft);
         free(tpot);
         free(t_tok);
+        free(k_tok);
         free(res);
         free(th);
         free(ctx);

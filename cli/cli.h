@@ -104,6 +104,9 @@ int tp_cmd_plan(int argc, char **argv);  /* capacity planner (cmd_plan.c) */
 /* `tpserve launch --hostfile FILE ... -- CMD`: one rank per hostfile entry over ssh, or mpirun with
  * --backend mpi (launch_ssh.c).  argv[0] is "launch"; parses all of launch's options itself. */
 int tp_launch_hostfile_main(int argc, char **argv);
+/* A fresh cluster token for launched ranks: 32 bytes from OpenSSL's RAND_bytes
+ * as 64 hex digits in out (cap >= 65).  0, or -1 when the generator failed. */
+int tp_launch_random_token(char *out, size_t cap);
 int tp_cmd_shard(int argc, char **argv); /* one GGUF per rank (cmd_shard.c) */
 int tp_cmd_serve(int argc, char **argv); /* OpenAI-compatible HTTP server (cmd_serve.c) */
 int tp_cmd_launch(int argc, char **argv);        /* N local ranks of a command (cmd_launch.c) */

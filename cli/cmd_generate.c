@@ -33,7 +33,7 @@ static const char *local_error(void *ctx) { return tp_model_last_error(ctx); }
 /* Distributed driver (parallel/): rank 0 sends each step to every rank. */
 static enum tp_status parallel_step(void *ctx, const struct tp_batch *b, float *logits)
 {
-    struct tp_step s = {*b, 0, NULL, NULL, 0, NULL, NULL, NULL};
+    struct tp_step s = {*b, 0, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL};
     return tp_parallel_step(ctx, &s, logits);
 }
 static const char *parallel_error(void *ctx) { return tp_parallel_last_error(ctx); }

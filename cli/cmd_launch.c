@@ -6,8 +6,9 @@
  * ring/rdma: a hostfile with N free loopback ports is generated in a private
  * temporary directory (removed at exit); each port stays bound by a socket
  * that its rank inherits (TP_LISTEN_FD, adopted by comm/), so no other
- * process can take it meanwhile; a random cluster token is put in
- * the environment (--shm adds TP_COMM_SHM=1: shared-memory rings between
+ * process can take it meanwhile; the cluster token (TP_CLUSTER_TOKEN when
+ * set, else 32 random bytes in hex) is put in the ranks' environment, never
+ * on a command line (--shm adds TP_COMM_SHM=1: shared-memory rings between
  * the local ranks).  Every output line of rank k is prefixed "[rank k] " (on
  * stdout or stderr as the rank wrote it).  SIGINT/SIGTERM/SIGHUP are
  * forwarded to every rank.  When a rank fails (non-zero exit or a signal)
@@ -36,6 +37,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 
 #include "cli.h"
 #include "comm/comm.h"
@@ -73,15 +77,12 @@ static void release_ports(int n, int *fds)
         if (fds[i] >= 0) close(fds[i]), fds[i] = -1;
 }
 
-static int random_token(char *out, size_t cap)
+int tp_launch_random_token(char *out, size_t cap)
 {
-    unsigned char raw[16];
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t r = read(fd, raw, sizeof raw);
-    close(fd);
-    if (r != (ssize_t)sizeof raw || cap < 2 * sizeof raw + 1) return -1;
+    unsigned char raw[32];
+    if (cap < 2 * sizeof raw + 1 || RAND_bytes(raw, (int)sizeof raw) != 1) return -1;
     for (size_t i = 0; i < sizeof raw; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    OPENSSL_cleanse(raw, sizeof raw);
     return 0;
 }
 
@@ -153,8 +154,13 @@ int tp_cmd_launch(int argc, char **argv)
         fprintf(stderr, "tpserve launch: --backend must be ring, rdma or mpi, got '%s'\n", backend);
         return 2;
     }
-    char token[64];
-    if (random_token(token, sizeof token) != 0) return tp_cli_fail("launch", "cannot read /dev/urandom for a token");
+    char token[256];
+    const char *given = getenv("TP_CLUSTER_TOKEN");
+    if (given && strlen(given) >= sizeof token)
+        return tp_cli_fail("launch", "TP_CLUSTER_TOKEN is %zu bytes long (at most %zu)", strlen(given), sizeof token - 1);
+    if (given && *given) snprintf(token, sizeof token, "%s", given);
+    else if (tp_launch_random_token(token, sizeof token) != 0)
+        return tp_cli_fail("launch", "the system's random generator failed (OpenSSL RAND_bytes): no cluster token");
     if (be == TP_COMM_BACKEND_MPI) return launch_mpi(n, token, rest_argc, rest_argv);
 
     /* hostfile with free ports in a private directory */

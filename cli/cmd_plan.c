@@ -8,6 +8,7 @@
  * reason and the shortfall are printed), 2 for a usage error.
  */
 #include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,8 @@ static const char plan_usage[] =
     "\n"
     "Nodes: [NAME:]MEMORY[:BANDWIDTH], comma separated.  MEMORY in K/M/G/T (binary: 192G = 192 GiB).\n"
     "BANDWIDTH in GB/s or a machine class (m2-ultra, m4-max, m4-pro, ddr5-2ch, ...); default --mem-bw.\n"
-    "Links (--link): local, tb5 (Thunderbolt 5 bridge), tb4, 10gbe, 25gbe, 1gbe, roce100.\n"
+    "Links (--link): local, tb5 (Thunderbolt 5 bridge), tb4, 10gbe, 25gbe, 1gbe, roce100; or a measured all_sum\n"
+    "time (--comm-json from `tpserve bench comm --json`, or --allsum-us) on the hosts themselves.\n"
     "Shapes (--shape): the names in configs/shapes.json (e.g. llama3-70b, qwen2.5-72b, tinyllama-1.1b).";
 
 /* Text of a whole file (malloc'd, NUL-terminated) or NULL. */
@@ -47,6 +49,64 @@ static char *read_text(const char *path)
     }
     fclose(f);
     return buf;
+}
+
+/*
+ * From `tpserve bench comm --json` lines (one object per message size), the
+ * median all_sum time for this many ranks at the size of one decode all_sum
+ * (n_embd values in the wire dtype; q8 sends an all_gather and has no
+ * all_sum line to take): the line nearest that size; none within 2x of it
+ * is an error naming the command that measures it.
+ */
+static int comm_json_allsum(const char *path, const struct tp_cap_config *c, double *us)
+{
+    char *text = read_text(path);
+    if (!text) {
+        fprintf(stderr, "tpserve plan: cannot read --comm-json file '%s'\n", path);
+        return -1;
+    }
+    if (c->wire_dtype == TP_WIRE_Q8) {
+        free(text);
+        fprintf(stderr, "tpserve plan: --comm-json holds all_sum times; q8 activations travel by all_gather "
+                        "(use --allsum-us with a measured time instead)\n");
+        return -1;
+    }
+    const double want = (double)c->hp.n_embd * (c->wire_dtype == TP_WIRE_F32 ? 4.0 : 2.0);
+    double best = 0, best_bytes = 0;
+    int n_lines = 0;
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *brace = strchr(line, '{'); /* tolerate a "[rank 0] " prefix from tpserve launch */
+        cJSON *o = brace ? cJSON_Parse(brace) : NULL;
+        if (!o) continue;
+        const cJSON *op = cJSON_GetObjectItem(o, "op"), *rk = cJSON_GetObjectItem(o, "ranks");
+        const cJSON *by = cJSON_GetObjectItem(o, "bytes"), *lat = cJSON_GetObjectItem(o, "lat_us_median");
+        if (cJSON_IsString(op) && strcmp(op->valuestring, "all_sum") == 0 && cJSON_IsNumber(rk) &&
+            rk->valueint == c->n_nodes && cJSON_IsNumber(by) && cJSON_IsNumber(lat) && lat->valuedouble > 0) {
+            n_lines++;
+            if (!best_bytes || fabs(log(by->valuedouble / want)) < fabs(log(best_bytes / want))) {
+                best_bytes = by->valuedouble;
+                best = lat->valuedouble;
+            }
+        }
+        cJSON_Delete(o);
+    }
+    free(text);
+    if (!n_lines) {
+        fprintf(stderr,
+                "tpserve plan: --comm-json '%s' has no all_sum line for %d ranks (run `tpserve launch -n %d -- "
+                "tpserve bench comm --min-bytes %.0f --max-bytes %.0f --json` on the same hosts)\n",
+                path, c->n_nodes, c->n_nodes, want, want);
+        return -1;
+    }
+    if (best_bytes > 2 * want || best_bytes < want / 2) {
+        fprintf(stderr,
+                "tpserve plan: --comm-json '%s': the nearest all_sum size is %.0f bytes, the decode all_sum is %.0f "
+                "(measure --min-bytes %.0f --max-bytes %.0f)\n",
+                path, best_bytes, want, want, want);
+        return -1;
+    }
+    *us = best;
+    return 0;
 }
 
 static void hp_from_shape(const struct tp_shape *s, struct tp_hparams *hp)
@@ -80,6 +140,8 @@ static void print_json(const char *model, const struct tp_cap_config *c, const s
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", model);
     cJSON_AddStringToObject(o, "type", tp_wtype_name(c->wtype));
+    cJSON_AddNumberToObject(o, "n_layer", c->hp.n_layer);
+    cJSON_AddNumberToObject(o, "n_embd", c->hp.n_embd);
     cJSON_AddStringToObject(o, "link", c->link.name);
     cJSON_AddNumberToObject(o, "n_ctx", c->n_ctx);
     cJSON_AddNumberToObject(o, "n_seq", c->n_seq);
@@ -96,6 +158,9 @@ static void print_json(const char *model, const struct tp_cap_config *c, const s
         cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
         cJSON_AddNumberToObject(o, "projected_tg_tps", r->tg_tps);
         cJSON_AddNumberToObject(o, "wire_bytes_per_token", (double)r->wire_bytes_per_token);
+        cJSON_AddNumberToObject(o, "comm_rounds_per_token", r->comm_rounds_per_token);
+        cJSON_AddStringToObject(o, "comm_dtype", tp_wire_dtype_name(c->wire_dtype));
+        if (c->allsum_us > 0) cJSON_AddNumberToObject(o, "allsum_us_measured", c->allsum_us);
     }
     cJSON *arr = cJSON_AddArrayToObject(o, "nodes");
     for (int i = 0; i < c->n_nodes; i++) {
@@ -115,6 +180,7 @@ static void print_json(const char *model, const struct tp_cap_config *c, const s
             cJSON_AddNumberToObject(e, "overhead_bytes", (double)n->overhead_bytes);
             cJSON_AddNumberToObject(e, "need_bytes", (double)n->need_bytes);
             cJSON_AddNumberToObject(e, "compute_ms", n->compute_ms);
+            cJSON_AddNumberToObject(e, "wire_bytes_per_token", (double)n->wire_bytes_per_token);
         }
         cJSON_AddItemToArray(arr, e);
     }
@@ -152,11 +218,16 @@ static void print_table(const char *model, const struct tp_cap_config *c, const 
         printf("Projected decode, one sequence: %.1f tokens/s = %.1f ms compute (slowest node) + %.1f ms "
                "communication per token\n",
                r->tg_tps, r->compute_ms, r->comm_ms);
-        if (c->n_nodes > 1)
-            printf("  (2 x %d all_sums of %d floats + logits gather, %.1f KiB sent per rank per token)\n",
-                   c->hp.n_layer, c->hp.n_embd, (double)r->wire_bytes_per_token / 1024.0);
-        printf("  model: bytes read per token / (bandwidth x %.2f) + ring latency and bytes on the link; "
-               "measure with `tpserve bench nodes`\n",
+        if (c->n_nodes > 1) {
+            printf("  communication: step header + 2 x %d all_sums of %d %s values + argmax gather, %d network "
+                   "rounds and %.0f bytes sent by rank 0 per token",
+                   c->hp.n_layer, c->hp.n_embd, tp_wire_dtype_name(c->wire_dtype), r->comm_rounds_per_token,
+                   (double)r->wire_bytes_per_token);
+            if (c->allsum_us > 0) printf(" (all_sum measured: %.1f us)", c->allsum_us);
+            printf("\n");
+        }
+        printf("  model: bytes read per token / (bandwidth x %.2f) + the collectives comm/ runs (latency rounds "
+               "and bytes on the link); measure with `tpserve bench gen` under `tpserve launch`\n",
                c->bw_efficiency);
         if (c->hp.n_expert > 0)
             printf("  mixture of experts: a token reads the routers and %d of %d experts (active bytes, not the "
@@ -176,7 +247,8 @@ int tp_cmd_plan(int argc, char **argv)
     const char *moe_split = "auto";
     const char *shapes_file = NULL;
     int n_ctx = 0, n_seq = 1, json = 0;
-    float mem_bw = 100.0f, reserve = 0.125f, eff = 0.7f;
+    float mem_bw = 100.0f, reserve = 0.125f, eff = 0.7f, allsum_us = 0.0f;
+    const char *comm_dtype = "f32", *comm_json = NULL;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (its metadata gives the shape and type)", 0, 0},
         {"shape", 0, TP_OPT_STRING, &shape_name, "NAME", "a named shape from configs/shapes.json instead", 0, 0},
@@ -196,6 +268,14 @@ int tp_cmd_plan(int argc, char **argv)
          0.9},
         {"efficiency", 0, TP_OPT_FLOAT, &eff, "FRAC", "fraction of peak bandwidth decode attains (default 0.7)",
          0.01, 1},
+        {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "activations on the wire: f32 (default), f16, bf16, q8",
+         0, 0},
+        {"allsum-us", 0, TP_OPT_FLOAT, &allsum_us, "US",
+         "measured time of one decode all_sum on these hosts (replaces the link model)", 0.001f, 1e9f},
+        {"comm-json", 0, TP_OPT_STRING, &comm_json, "FILE",
+         "`tpserve bench comm --json` output from these hosts: its all_sum time at the decode size and rank count "
+         "replaces the link model",
+         0, 0},
         {"json", 0, TP_OPT_FLAG, &json, NULL, "print JSON instead of a table", 0, 0},
         {0},
     };
@@ -232,6 +312,15 @@ int tp_cmd_plan(int argc, char **argv)
         fprintf(stderr, "tpserve plan: --nodes: %s\n", err.msg);
         return 2;
     }
+    if (tp_wire_dtype_parse(comm_dtype, &cfg.wire_dtype) != TP_OK) {
+        fprintf(stderr, "tpserve plan: --comm-dtype must be f32, f16, bf16 or q8, got '%s'\n", comm_dtype);
+        return 2;
+    }
+    if (allsum_us > 0 && comm_json) {
+        fprintf(stderr, "tpserve plan: give --allsum-us or --comm-json, not both\n");
+        return 2;
+    }
+    cfg.allsum_us = allsum_us;
     if (type && tp_wtype_parse(type, &cfg.wtype) != TP_OK) {
         fprintf(stderr, "tpserve plan: unknown --type '%s' (e.g. q4_0, q8_0, q4_k, q6_k, f16, bf16, f32)\n", type);
         return 2;
@@ -270,6 +359,7 @@ int tp_cmd_plan(int argc, char **argv)
         tp_model_free(m);
     }
 
+    if (comm_json && cfg.n_nodes > 1 && comm_json_allsum(comm_json, &cfg, &cfg.allsum_us) != 0) return 2;
     cfg.n_ctx = n_ctx > 0 ? n_ctx : cfg.hp.n_ctx_train > 0 && cfg.hp.n_ctx_train < 4096 ? cfg.hp.n_ctx_train : 4096;
     if (tp_capacity_plan(&cfg, &res, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
     if (json) print_json(label, &cfg, &res);

@@ -85,7 +85,8 @@ int tp_cmd_serve(int argc, char **argv)
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL, *tmpl = NULL;
     const char *log_format = "text", *alias = NULL, *shard_weights = NULL, *moe_split = "auto", *comm_dtype = "f32", *kv_type = "f16";
     int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64, share_min = 32;
-    uint64_t max_body = 1u << 20;
+    uint64_t max_body = 1u << 20, mem_budget = (uint64_t)256 << 20;
+    int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
         {"host", 0, TP_OPT_STRING, &host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
@@ -103,6 +104,16 @@ int tp_cmd_serve(int argc, char **argv)
         {"api-key", 0, TP_OPT_STRING, &api_key, "KEY", "require 'Authorization: Bearer KEY'", 0, 0},
         {"api-key-file", 0, TP_OPT_STRING, &api_key_file, "FILE", "read the API key from FILE", 0, 0},
         {"max-body", 0, TP_OPT_U64, &max_body, "BYTES", "largest request body (default 1048576)", 0, 0},
+        {"mem-budget", 0, TP_OPT_U64, &mem_budget, "BYTES",
+         "memory for request bodies in flight, each charged 10x its body + 256 KiB; over it 503 (default 268435456)",
+         0, 0},
+        {"max-connections", 0, TP_OPT_INT, &max_conn, "N", "open HTTP connections (default 256)", 4, 100000},
+        {"max-conn-per-ip", 0, TP_OPT_INT, &max_conn_ip, "N", "open HTTP connections per client address (default 32)",
+         1, 100000},
+        {"header-timeout", 0, TP_OPT_INT, &header_timeout, "S",
+         "seconds for a client to send a complete header block (default 10)", 1, 3600},
+        {"body-timeout", 0, TP_OPT_INT, &body_timeout, "S",
+         "seconds for a client to send a request body after its headers (default 30)", 1, 3600},
         {"max-queue", 0, TP_OPT_INT, &max_queue, "N", "waiting requests before 429 (default 64)", 1, 1 << 20},
         {"threads", 't', TP_OPT_INT, &threads, "N", "compute threads (default: all cores)", 0, 4096},
         {"chat-template", 0, TP_OPT_STRING, &tmpl, "NAME",
@@ -172,6 +183,11 @@ int tp_cmd_serve(int argc, char **argv)
         sc.n_parallel = parallel;
         sc.max_queue = max_queue;
         sc.max_body_bytes = (size_t)max_body;
+        sc.mem_budget_bytes = (size_t)mem_budget;
+        sc.max_connections = max_conn;
+        sc.max_conn_per_ip = max_conn_ip;
+        sc.header_timeout_s = (unsigned)header_timeout;
+        sc.body_timeout_s = (unsigned)body_timeout;
         sc.api_key = api_key;
         sc.chat_template = tmpl;
         sc.model_id = alias;

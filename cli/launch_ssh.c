@@ -5,8 +5,14 @@
  *
  * Rank i runs on hosts[i].host (the ssh destination; hosts[i].ips[0] when
  * "host" is absent) as
- *     ssh -o BatchMode=yes -o ConnectTimeout=10 -tt HOST 'cd CWD; checks; exec env TP_RANK=i
- *         TP_WORLD_SIZE=N TP_HOSTFILE=FILE TP_BACKEND=B [TP_CLUSTER_TOKEN=..] CMD ...'
+ *     ssh -o BatchMode=yes -o ConnectTimeout=10 -tt HOST 'stty -echo; echo MARKER;
+ *         read -r TP_CLUSTER_TOKEN; export ...; cd CWD; checks; exec env TP_RANK=i
+ *         TP_WORLD_SIZE=N TP_HOSTFILE=FILE TP_BACKEND=B CMD ...'
+ * The cluster token (TP_CLUSTER_TOKEN when set, else the hostfile's
+ * "cluster_token", else 32 random bytes in hex made here) is never on the
+ * command line: the launcher writes it to ssh's stdin once the remote shell
+ * printed the marker line, after it turned the terminal's echo off, so it
+ * shows neither in `ps` on either machine nor in the output.
  * The remote checks turn the usual mistakes into one clear line and a
  * distinct exit status: the program is not on the host (127), the hostfile
  * or the model (-m/--model argument) is not at the same path there (126).
@@ -73,7 +79,7 @@ static int put_raw(char *buf, size_t cap, size_t *off, const char *s)
 }
 
 /* Hosts of the hostfile: "host" (ssh destination) or else the first of "ips". */
-static int read_hosts(const char *path, struct tp_sup_child *ranks, int max, int *n_out)
+static int read_hosts(const char *path, struct tp_sup_child *ranks, int max, int *n_out, char *token, size_t tcap)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return tp_cli_fail("launch", "cannot open hostfile '%s' (see configs/hostfile-*.json)", path), -1;
@@ -86,6 +92,9 @@ static int read_hosts(const char *path, struct tp_sup_child *ranks, int max, int
     cJSON *root = cJSON_Parse(text);
     if (!root) return tp_cli_fail("launch", "hostfile '%s' is not valid JSON", path), -1;
     const cJSON *hosts = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "hosts") : root;
+    const cJSON *tok = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "cluster_token") : NULL;
+    token[0] = '\0';
+    if (cJSON_IsString(tok) && strlen(tok->valuestring) < tcap) snprintf(token, tcap, "%s", tok->valuestring);
     int rc = 0, count = cJSON_IsArray(hosts) ? cJSON_GetArraySize(hosts) : 0;
     if (count < 1) {
         rc = tp_cli_fail("launch", "hostfile '%s': want {\"hosts\": [{\"host\": \"mac-a\", \"ips\": [...], "
@@ -122,7 +131,9 @@ static int remote_command(char *buf, size_t cap, int rank, int world, const char
     const char *model = NULL;
     for (int i = 0; i + 1 < argc; i++)
         if (strcmp(argv[i], "-m") == 0 || strcmp(argv[i], "--model") == 0) model = argv[i + 1];
-    int bad = put_raw(buf, cap, &off, "echo '" LAUNCH_MARKER "'; cd ") || put_quoted(buf, cap, &off, cwd) ||
+    int bad = put_raw(buf, cap, &off,
+                      "stty -echo 2>/dev/null; echo '" LAUNCH_MARKER "'; IFS= read -r TP_CLUSTER_TOKEN; "
+                      "export TP_CLUSTER_TOKEN; cd ") || put_quoted(buf, cap, &off, cwd) ||
               put_raw(buf, cap, &off, " 2>/dev/null; if ! command -v ") || put_quoted(buf, cap, &off, argv[0]) ||
               put_raw(buf, cap, &off, " >/dev/null 2>&1; then echo \"tpserve launch: '\"") ||
               put_quoted(buf, cap, &off, argv[0]) ||
@@ -141,8 +152,7 @@ static int remote_command(char *buf, size_t cap, int rank, int world, const char
     snprintf(tmp, sizeof tmp, "exec env TP_RANK=%d TP_WORLD_SIZE=%d TP_HOSTFILE=", rank, world);
     bad = bad || put_raw(buf, cap, &off, tmp) || put_quoted(buf, cap, &off, hostfile) ||
           put_raw(buf, cap, &off, " TP_BACKEND=") || put_quoted(buf, cap, &off, backend);
-    static const char *const pass[] = {"TP_CLUSTER_TOKEN", "TP_LOG_LEVEL", "TP_COMM_TIMEOUT_MS",
-                                       "TP_COMM_CONNECT_TIMEOUT_MS"};
+    static const char *const pass[] = {"TP_LOG_LEVEL", "TP_COMM_TIMEOUT_MS", "TP_COMM_CONNECT_TIMEOUT_MS"};
     for (size_t i = 0; !bad && i < TP_ARRAY_LEN(pass); i++) {
         const char *v = getenv(pass[i]);
         if (!v) continue;
@@ -219,7 +229,8 @@ int tp_launch_hostfile_main(int argc, char **argv)
     int rc = tp_cli_parse("launch",
                           "Usage: tpserve launch --hostfile FILE [--backend ring|rdma|mpi] [--dry-run] -- CMD [ARGS...]\n"
                           "Starts CMD once per hostfile entry over ssh with TP_RANK, TP_WORLD_SIZE, TP_HOSTFILE,\n"
-                          "TP_BACKEND (and TP_CLUSTER_TOKEN, TP_LOG_LEVEL, TP_COMM_*TIMEOUT_MS when set) in its environment.",
+                          "TP_BACKEND (and TP_LOG_LEVEL, TP_COMM_*TIMEOUT_MS when set) in its environment, and\n"
+                          "TP_CLUSTER_TOKEN (yours, the hostfile's cluster_token, or a random one) through ssh's stdin.",
                           opts, argc, argv, NULL, 0, NULL, &rest_argc, &rest_argv);
     if (rc) return rc == 1 ? 0 : rc;
     if (!hostfile) {
@@ -240,7 +251,17 @@ int tp_launch_hostfile_main(int argc, char **argv)
     if (!realpath(hostfile, abs_hostfile)) return tp_cli_fail("launch", "cannot open hostfile '%s': %s", hostfile,
                                                               strerror(errno));
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, ".");
-    if (read_hosts(abs_hostfile, ranks, LAUNCH_MAX_RANKS, &n)) return 1;
+    static char token[256];
+    if (read_hosts(abs_hostfile, ranks, LAUNCH_MAX_RANKS, &n, token, sizeof token)) return 1;
+    const char *given = getenv("TP_CLUSTER_TOKEN");
+    if (given && *given) {
+        if (strlen(given) >= sizeof token)
+            return tp_cli_fail("launch", "TP_CLUSTER_TOKEN is %zu bytes long (at most %zu)", strlen(given),
+                               sizeof token - 1);
+        snprintf(token, sizeof token, "%s", given);
+    } else if (!token[0] && tp_launch_random_token(token, sizeof token) != 0) {
+        return tp_cli_fail("launch", "the system's random generator failed (OpenSSL RAND_bytes): no cluster token");
+    }
 
     if (strcmp(backend, "mpi") == 0) {
         static char hostlist[LAUNCH_MAX_RANKS * 260];
@@ -265,6 +286,7 @@ int tp_launch_hostfile_main(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         char *const args[] = {(char *)ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-tt", ranks[i].label,
                               cmd[i], NULL};
+        ranks[i].stdin_line = token;
         if (tp_sup_spawn(&ranks[i], args, NULL, 0, 1, 1, -1) != 0) {
             fprintf(stderr, "tpserve launch: cannot start rank %d (%s): %s\n", i, ranks[i].label, strerror(errno));
             break;

@@ -77,16 +77,19 @@ int tp_sup_install(void)
 int tp_sup_spawn(struct tp_sup_child *c, char *const argv[], const char *const *env, int n_env, int merge,
                  int null_stdin, int keep_fd)
 {
-    int po[2] = {-1, -1}, pe[2] = {-1, -1};
+    int po[2] = {-1, -1}, pe[2] = {-1, -1}, pi[2] = {-1, -1};
     c->pid = 0;
-    c->out.fd = c->err.fd = -1;
-    if (pipe(po) != 0 || (!merge && pipe(pe) != 0)) goto fail;
+    c->out.fd = c->err.fd = c->in_fd = -1;
+    if (pipe(po) != 0 || (!merge && pipe(pe) != 0) || (c->stdin_line && pipe(pi) != 0)) goto fail;
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
     if (pid < 0) goto fail;
     if (pid == 0) {
-        if (null_stdin) {
+        if (pi[0] >= 0) {
+            dup2(pi[0], STDIN_FILENO);
+            close(pi[0]), close(pi[1]);
+        } else if (null_stdin) {
             int dn = open("/dev/null", O_RDONLY);
             if (dn >= 0) dup2(dn, STDIN_FILENO);
         }
@@ -109,6 +112,11 @@ int tp_sup_spawn(struct tp_sup_child *c, char *const argv[], const char *const *
         _exit(127);
     }
     close(po[1]);
+    if (pi[0] >= 0) {
+        close(pi[0]);
+        c->in_fd = pi[1];
+        fcntl(c->in_fd, F_SETFD, FD_CLOEXEC);
+    }
     c->out = (struct tp_sup_stream){.fd = po[0], .to_err = 0};
     if (!merge) {
         close(pe[1]);
@@ -125,8 +133,8 @@ int tp_sup_spawn(struct tp_sup_child *c, char *const argv[], const char *const *
     return 0;
 fail:;
     int saved = errno;
-    int all[4] = {po[0], po[1], pe[0], pe[1]};
-    for (int i = 0; i < 4; i++)
+    int all[6] = {po[0], po[1], pe[0], pe[1], pi[0], pi[1]};
+    for (int i = 0; i < 6; i++)
         if (all[i] >= 0) close(all[i]);
     errno = saved;
     return -1;
@@ -139,6 +147,13 @@ static void emit(struct tp_sup_child *c, int rank, struct tp_sup_stream *s, cons
     s->len = 0;
     if (cfg->marker && !c->reached && n == strlen(cfg->marker) && memcmp(s->buf, cfg->marker, n) == 0) {
         c->reached = 1;
+        if (c->in_fd >= 0) { /* a short line into an empty pipe: written at once (SIGPIPE is ignored) */
+            ssize_t w = write(c->in_fd, c->stdin_line, strlen(c->stdin_line));
+            if (w >= 0) w = write(c->in_fd, "\n", 1);
+            (void)w;
+            close(c->in_fd);
+            c->in_fd = -1;
+        }
         return;
     }
     FILE *to = s->to_err ? stderr : stdout;
@@ -277,7 +292,10 @@ int tp_sup_run(struct tp_sup_child *c, int n, int n_started, const struct tp_sup
             }
         }
     }
-    for (int i = 0; i < n_started; i++) close_streams(&c[i], i, cfg);
+    for (int i = 0; i < n_started; i++) {
+        close_streams(&c[i], i, cfg);
+        if (c[i].in_fd >= 0) close(c[i].in_fd), c[i].in_fd = -1;
+    }
     free(pfd), free(ps), free(owner);
     if (first_fail < 0 && exit_code == 0 && cfg->report_ok)
         fprintf(stderr, "tpserve %s: all %d ranks exited normally\n", cfg->who, n);

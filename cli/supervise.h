@@ -35,6 +35,11 @@ struct tp_sup_child {
     int reached;              /* it printed the config's marker line (which is not shown) */
     struct tp_sup_stream out; /* stdout (and stderr when started with merge) */
     struct tp_sup_stream err; /* stderr; fd -1 when merged */
+    const char *stdin_line;   /* set before tp_sup_spawn (NULL: none): the child's stdin is a pipe,
+                                 and this line plus a newline is written to it once the child
+                                 prints the config's marker line, then the pipe is closed (a
+                                 secret that must not be on a command line); not owned */
+    int in_fd;                /* write end of that pipe, -1 when none or written */
 };
 
 struct tp_sup_config {
@@ -51,7 +56,8 @@ struct tp_sup_config {
 int tp_sup_install(void);
 
 /*
- * Fork a child that runs argv (execvp) with its stdin from /dev/null when
+ * Fork a child that runs argv (execvp) with its stdin from a pipe when
+ * c->stdin_line is set (see struct tp_sup_child), else from /dev/null when
  * null_stdin, stdout and stderr into pipes (one pipe when merge); setenv
  * pairs env[0..2*n_env) are applied in the child first (value NULL: unset);
  * keep_fd >= 0 is inherited by the child (its close-on-exec flag cleared

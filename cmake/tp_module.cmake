@@ -1,4 +1,4 @@
-# tp_module(NAME [DIRS dir...] [SOURCES file...] [DEPS lib...]): one module library.
+# tp_module(NAME [DIRS dir...] [SOURCES file...] [DEPS] lib...): one module library.
 #
 #   NAME_obj  OBJECT library of every *.c in DIRS (default: the module folder itself; sub-folders
 #             are listed explicitly) plus SOURCES.  Include path: the module folder (PRIVATE, so
@@ -13,6 +13,7 @@
 #             TP_LOCALIZE=OFF (or no objcopy) archives the objects as they are.
 function(tp_module name)
   cmake_parse_arguments(M "" "" "DIRS;SOURCES;DEPS" ${ARGN})
+  list(APPEND M_DEPS ${M_UNPARSED_ARGUMENTS})
   if(NOT M_DIRS)
     set(M_DIRS .)
   endif()

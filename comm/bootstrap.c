@@ -3,17 +3,26 @@
  *
  * Two ways to learn the addresses:
  *   hostfile     every rank reads the same table (rank = entry index) and
- *                listens on its own port;
+ *                listens on its own entry's address and port;
  *   coordinator  rank 0 listens on TP_COORDINATOR=host:port, every other rank
- *                listens on a free port, registers (REGISTER frame carrying
+ *                connects there, listens on a free port of the local address
+ *                that connection uses, registers (REGISTER frame carrying
  *                that port) and receives the address table (TABLE frame);
  *                the registration connection becomes its link to rank 0.
  * Then rank i connects to every lower rank and accepts every higher one (a
- * fixed order, so there is no cycle of waits).  The connector sends HELLO;
- * the acceptor checks magic, version, world size, rank and token digest and
- * answers ACCEPT or REJECT (with a reason) before closing a bad connection.
- * Strays (port scanners, a wrong cluster) are rejected and do not count: the
- * group keeps forming.  Every wait is bounded by connect_timeout_ms.
+ * fixed order, so there is no cycle of waits).  Each connection is
+ * authenticated both ways by the challenge-response of comm_wire.h before
+ * it counts; every worker also opens a second, authenticated connection to
+ * rank 0 that becomes its liveness link (liveness.c).  Strays (port
+ * scanners, a wrong cluster, replayed or forged frames) get a REJECT that
+ * carries no secret material, are logged with their address and their
+ * bytes escaped, and do not count: the group keeps forming.  Every wait is
+ * bounded by connect_timeout_ms.
+ *
+ * Listeners bind only the address their rank was given, never all
+ * interfaces.  A group that listens on a non-loopback address must have a
+ * cluster token (TP_CLUSTER_TOKEN or the hostfile's "cluster_token"); a
+ * loopback-only group without one runs the same handshake with an empty key.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,13 +36,17 @@
 
 struct boot {
     int rank, size;
-    uint8_t token[TP_WIRE_TOKEN_BYTES];
+    struct tp_wire_key key;               /* the cluster token's bytes (empty when none) */
+    uint8_t group[TP_WIRE_AUTH_BYTES];    /* SHA-256 of the group id */
     uint64_t deadline;
     uint32_t timeout_ms;
-    struct tp_host *table;   /* (size) */
+    struct tp_host *table;                /* (size) */
+    int *live_fds;                        /* (size) liveness links (rank 0: per worker; workers: [0]) */
+    struct tp_wire_transcript *reg;       /* coordinator root: (size) each member's REGISTER handshake */
 };
 
-static void make_frame(const struct boot *b, uint16_t kind, uint32_t arg, uint8_t out[TP_WIRE_FRAME_BYTES])
+static void make_frame(const struct boot *b, uint16_t kind, uint32_t arg, const uint8_t *auth,
+                       uint8_t out[TP_WIRE_FRAME_BYTES])
 {
     struct tp_wire_frame f = {.magic = TP_WIRE_MAGIC,
                               .version = TP_WIRE_VERSION,
@@ -41,21 +54,43 @@ static void make_frame(const struct boot *b, uint16_t kind, uint32_t arg, uint8_
                               .rank = (uint32_t)b->rank,
                               .world_size = (uint32_t)b->size,
                               .arg = arg};
-    memcpy(f.token, b->token, TP_WIRE_TOKEN_BYTES);
+    if (auth) memcpy(f.auth, auth, TP_WIRE_AUTH_BYTES);
     tp_wire_encode(&f, out);
 }
 
-/* Validate a peer's first frame.  Returns the reject reason or TP_REJECT_NONE. */
+/* Answer a refused peer with a REJECT (reason only, no secret material),
+ * log it with its address and the first bytes it sent (escaped), close. */
+static void reject(const struct boot *b, int *fd, uint32_t why, const uint8_t *got, size_t n_got)
+{
+    uint8_t buf[TP_WIRE_FRAME_BYTES];
+    char peer[96], esc[16 * 4 + 1];
+    struct tp_error e = {0};
+    tp_sock_peer_str(*fd, peer, sizeof peer);
+    tp_wire_escape(got, TP_MIN(n_got, (size_t)16), esc, sizeof esc);
+    tp_log(TP_LOG_WARN, TP_COMM_MODULE, "rank %d: rejected a connection from %s: %s (it sent %s...)", b->rank, peer,
+           tp_wire_reject_str(why), esc);
+    make_frame(b, TP_WIRE_REJECT, why, NULL, buf);
+    (void)tp_sock_write_full(*fd, buf, sizeof buf, tp_now_ns() + 200000000ull, &e);
+    tp_sock_close(fd);
+}
+
+/* Structural checks of a peer's first frame (nothing secret is involved).
+ * Sets *slots to the array its link goes into.  Returns the reject reason
+ * or TP_REJECT_NONE. */
 static uint32_t check_hello(const struct boot *b, const struct tp_wire_frame *f, uint16_t want_kind, int lo, int hi,
-                            const int *have)
+                            int *fds, int **slots)
 {
     if (f->magic != TP_WIRE_MAGIC) return TP_REJECT_MAGIC;
     if (f->version != TP_WIRE_VERSION) return TP_REJECT_VERSION;
-    if (memcmp(f->token, b->token, TP_WIRE_TOKEN_BYTES) != 0) return TP_REJECT_TOKEN;
     if (f->world_size != (uint32_t)b->size) return TP_REJECT_WORLD;
-    if (f->kind != want_kind) return TP_REJECT_KIND;
+    if (f->kind == TP_WIRE_HELLO && f->arg == TP_WIRE_CH_LIVENESS && b->rank == 0 && b->live_fds)
+        *slots = b->live_fds;
+    else if (f->kind == want_kind && (want_kind != TP_WIRE_HELLO || f->arg == TP_WIRE_CH_DATA))
+        *slots = fds;
+    else
+        return TP_REJECT_KIND;
     if (f->rank < (uint32_t)lo || f->rank >= (uint32_t)hi) return TP_REJECT_RANK;
-    if (have[f->rank] >= 0) return TP_REJECT_DUPLICATE;
+    if ((*slots)[f->rank] >= 0) return TP_REJECT_DUPLICATE;
     return TP_REJECT_NONE;
 }
 
@@ -79,42 +114,111 @@ static enum tp_status connect_retry(const struct boot *b, int peer, const char *
     }
 }
 
-/* Send our first frame on fd and read the answer (ACCEPT, REJECT or TABLE). */
-static enum tp_status say_hello(const struct boot *b, int fd, int peer, uint16_t kind, uint32_t arg,
-                                struct tp_wire_frame *reply, struct tp_error *err)
+/* Read one frame; a REJECT, a bad magic or another kind than want is an
+ * error naming the peer. */
+static enum tp_status read_answer(const struct boot *b, int fd, int peer, uint16_t want, struct tp_wire_frame *f,
+                                  struct tp_error *err)
 {
     uint8_t buf[TP_WIRE_FRAME_BYTES];
     struct tp_error e = {0};
-    make_frame(b, kind, arg, buf);
-    enum tp_status st = tp_sock_write_full(fd, buf, sizeof buf, b->deadline, &e);
-    if (st == TP_OK) st = tp_sock_read_full(fd, buf, sizeof buf, b->deadline, &e);
-    if (st != TP_OK)
-        return tp_error_set(err, st, "hello exchange with rank %d failed: %s (is that rank part of this group?)", peer,
-                            e.msg);
-    tp_wire_decode(buf, reply);
-    if (reply->magic != TP_WIRE_MAGIC)
+    if (tp_sock_read_full(fd, buf, sizeof buf, b->deadline, &e) != TP_OK)
+        return tp_error_set(err, e.status, "hello exchange with rank %d failed: %s (is that rank part of this group?)",
+                            peer, e.msg);
+    tp_wire_decode(buf, f);
+    if (f->magic != TP_WIRE_MAGIC)
         return tp_error_set(err, TP_ERR_PROTOCOL, "rank %d's address answered with something that is not tpserve comm",
                             peer);
-    if (reply->kind == TP_WIRE_REJECT)
+    if (f->kind == TP_WIRE_REJECT)
         return tp_error_set(err, TP_ERR_PROTOCOL, "rank %d rejected rank %d: %s", peer, b->rank,
-                            tp_wire_reject_str(reply->arg));
-    if (reply->version != TP_WIRE_VERSION || reply->rank != (uint32_t)peer ||
-        reply->world_size != (uint32_t)b->size ||
-        memcmp(reply->token, b->token, TP_WIRE_TOKEN_BYTES) != 0)
+                            tp_wire_reject_str(f->arg));
+    if (f->version != TP_WIRE_VERSION || f->rank != (uint32_t)peer || f->world_size != (uint32_t)b->size ||
+        f->kind != want)
         return tp_error_set(err, TP_ERR_PROTOCOL,
-                            "the process at rank %d's address answered as rank %u of %u with another token or "
-                            "version: two clusters share a port?",
-                            peer, reply->rank, reply->world_size);
+                            "the process at rank %d's address answered as rank %u of %u (frame kind %u, version %u): "
+                            "two clusters share a port?",
+                            peer, f->rank, f->world_size, f->kind, f->version);
     return TP_OK;
 }
 
-/* Accept until every rank in [lo, hi) has a link in fds (HELLO frames with
- * kind want_kind).  REGISTER mode also records the peer's address. */
+/* The connector's side of the handshake on fd (see comm_wire.h): HELLO or
+ * REGISTER with a fresh nonce, CHALLENGE, PROOF, then the acceptor's MAC in
+ * its ACCEPT, checked.  *t gets the transcript (for the TABLE's MAC). */
+static enum tp_status handshake_connect(const struct boot *b, int fd, int peer, uint16_t kind, uint32_t arg,
+                                        struct tp_wire_transcript *t, struct tp_error *err)
+{
+    uint8_t buf[TP_WIRE_FRAME_BYTES], mac[TP_WIRE_AUTH_BYTES];
+    struct tp_wire_frame f;
+    struct tp_error e = {0};
+    enum tp_status st;
+    memset(t, 0, sizeof *t);
+    t->hello_kind = kind;
+    t->hello_arg = arg;
+    t->world_size = (uint32_t)b->size;
+    t->rank_c = (uint32_t)b->rank;
+    t->rank_a = (uint32_t)peer;
+    memcpy(t->group, b->group, sizeof t->group);
+    if (tp_wire_random(t->nonce_c, sizeof t->nonce_c) != 0)
+        return tp_error_set(err, TP_ERR_INTERNAL, "the system's random generator failed (OpenSSL RAND_bytes)");
+    make_frame(b, kind, arg, t->nonce_c, buf);
+    if ((st = tp_sock_write_full(fd, buf, sizeof buf, b->deadline, &e)) != TP_OK)
+        return tp_error_set(err, st, "hello to rank %d failed: %s", peer, e.msg);
+    if ((st = read_answer(b, fd, peer, TP_WIRE_CHALLENGE, &f, err)) != TP_OK) return st;
+    memcpy(t->nonce_a, f.auth, sizeof t->nonce_a);
+    if (tp_wire_mac(&b->key, 'C', t, mac) != 0)
+        return tp_error_set(err, TP_ERR_INTERNAL, "HMAC-SHA-256 failed in libcrypto");
+    make_frame(b, TP_WIRE_PROOF, 0, mac, buf);
+    if ((st = tp_sock_write_full(fd, buf, sizeof buf, b->deadline, &e)) != TP_OK)
+        return tp_error_set(err, st, "proof to rank %d failed: %s", peer, e.msg);
+    if ((st = read_answer(b, fd, peer, TP_WIRE_ACCEPT, &f, err)) != TP_OK) return st;
+    if (tp_wire_mac(&b->key, 'A', t, mac) != 0 || !tp_wire_mac_equal(mac, f.auth))
+        return tp_error_set(err, TP_ERR_PROTOCOL,
+                            "the process at rank %d's address could not prove it holds the cluster token: another "
+                            "cluster, a different TP_CLUSTER_TOKEN / hostfile cluster_token or group id, or someone "
+                            "else on that address",
+                            peer);
+    return TP_OK;
+}
+
+/* The acceptor's side after a first frame f passed check_hello: CHALLENGE,
+ * then the PROOF checked in constant time.  Returns TP_REJECT_NONE with *t
+ * filled, or the reject reason (bytes of the bad frame in bad). */
+static uint32_t handshake_accept(const struct boot *b, int fd, const struct tp_wire_frame *f,
+                                 struct tp_wire_transcript *t, uint8_t bad[TP_WIRE_FRAME_BYTES], size_t *n_bad)
+{
+    uint8_t buf[TP_WIRE_FRAME_BYTES], mac[TP_WIRE_AUTH_BYTES];
+    struct tp_error e = {0};
+    struct tp_wire_frame p;
+    memset(t, 0, sizeof *t);
+    t->hello_kind = f->kind;
+    t->hello_arg = f->arg;
+    t->world_size = (uint32_t)b->size;
+    t->rank_c = f->rank;
+    t->rank_a = (uint32_t)b->rank;
+    memcpy(t->nonce_c, f->auth, sizeof t->nonce_c);
+    memcpy(t->group, b->group, sizeof t->group);
+    *n_bad = 0;
+    if (tp_wire_random(t->nonce_a, sizeof t->nonce_a) != 0) return TP_REJECT_AUTH;
+    make_frame(b, TP_WIRE_CHALLENGE, 0, t->nonce_a, buf);
+    uint64_t dl = tp_now_ns() + HELLO_READ_MS * 1000000ull;
+    if (dl > b->deadline) dl = b->deadline;
+    if (tp_sock_write_full(fd, buf, sizeof buf, dl, &e) != TP_OK) return TP_REJECT_AUTH;
+    if (tp_sock_read_full(fd, bad, TP_WIRE_FRAME_BYTES, dl, &e) != TP_OK) return TP_REJECT_AUTH;
+    *n_bad = TP_WIRE_FRAME_BYTES;
+    tp_wire_decode(bad, &p);
+    if (p.magic != TP_WIRE_MAGIC) return TP_REJECT_MAGIC;
+    if (p.kind != TP_WIRE_PROOF || p.version != TP_WIRE_VERSION || p.rank != f->rank) return TP_REJECT_KIND;
+    if (tp_wire_mac(&b->key, 'C', t, mac) != 0 || !tp_wire_mac_equal(mac, p.auth)) return TP_REJECT_AUTH;
+    return TP_REJECT_NONE;
+}
+
+/* Accept until every rank in [lo, hi) has a link in fds (first frames of
+ * kind want_kind) and, on rank 0 with live_fds, a liveness link.  REGISTER
+ * mode also records the peer's address and handshake. */
 static enum tp_status accept_ranks(const struct boot *b, int lfd, int lo, int hi, uint16_t want_kind, int *fds,
                                    struct tp_error *err)
 {
     int need = 0;
-    for (int r = lo; r < hi; r++) need += fds[r] < 0;
+    for (int r = lo; r < hi; r++) need += (fds[r] < 0) + (b->rank == 0 && b->live_fds && b->live_fds[r] < 0);
     while (need > 0) {
         int fd = -1;
         struct tp_error e = {0};
@@ -123,49 +227,57 @@ static enum tp_status accept_ranks(const struct boot *b, int lfd, int lo, int hi
             char missing[256] = "";
             size_t len = 0;
             for (int r = lo; r < hi && len + 16 < sizeof missing; r++)
-                if (fds[r] < 0) len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", len ? "," : "", r);
+                if (fds[r] < 0 || (b->rank == 0 && b->live_fds && b->live_fds[r] < 0))
+                    len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", len ? "," : "", r);
             return tp_error_set(err, st == TP_ERR_TIMEOUT ? TP_ERR_TIMEOUT : st,
                                 "rank %d waited %u ms for rank(s) %s to connect (%s): start every rank, check that "
-                                "they use the same hostfile/coordinator and world size",
+                                "they use the same hostfile/coordinator, world size and cluster token",
                                 b->rank, b->timeout_ms, missing, e.msg);
         }
-        uint8_t buf[TP_WIRE_FRAME_BYTES];
+        uint8_t buf[TP_WIRE_FRAME_BYTES], bad[TP_WIRE_FRAME_BYTES];
+        size_t n_bad = 0;
         uint64_t dl = tp_now_ns() + HELLO_READ_MS * 1000000ull;
         if (dl > b->deadline) dl = b->deadline;
         if (tp_sock_read_full(fd, buf, sizeof buf, dl, &e) != TP_OK) {
-            tp_log(TP_LOG_WARN, TP_COMM_MODULE, "rank %d: dropped a connection that sent no hello (%s)", b->rank,
-                   e.msg);
+            char peer[96];
+            tp_sock_peer_str(fd, peer, sizeof peer);
+            tp_log(TP_LOG_WARN, TP_COMM_MODULE, "rank %d: dropped a connection from %s that sent no hello (%s)",
+                   b->rank, peer, e.msg);
             tp_sock_close(&fd);
             continue;
         }
         struct tp_wire_frame f;
+        struct tp_wire_transcript t;
+        int *slots = NULL;
         tp_wire_decode(buf, &f);
-        uint32_t why = check_hello(b, &f, want_kind, lo, hi, fds);
+        uint32_t why = check_hello(b, &f, want_kind, lo, hi, fds, &slots);
         if (why != TP_REJECT_NONE) {
-            tp_log(TP_LOG_WARN, TP_COMM_MODULE, "rank %d: rejected a connection: %s", b->rank, tp_wire_reject_str(why));
-            make_frame(b, TP_WIRE_REJECT, why, buf);
-            (void)tp_sock_write_full(fd, buf, sizeof buf, tp_now_ns() + 200000000ull, &e);
-            tp_sock_close(&fd);
+            reject(b, &fd, why, buf, sizeof buf);
+            continue;
+        }
+        why = handshake_accept(b, fd, &f, &t, bad, &n_bad);
+        if (why == TP_REJECT_NONE && f.kind == TP_WIRE_REGISTER && (f.arg < 1 || f.arg > 65535)) why = TP_REJECT_KIND;
+        if (why != TP_REJECT_NONE) {
+            reject(b, &fd, why, n_bad ? bad : buf, n_bad ? n_bad : sizeof buf);
             continue;
         }
         int r = (int)f.rank;
-        if (want_kind == TP_WIRE_REGISTER) {
-            if (f.arg < 1 || f.arg > 65535) {
-                make_frame(b, TP_WIRE_REJECT, TP_REJECT_KIND, buf);
-                (void)tp_sock_write_full(fd, buf, sizeof buf, tp_now_ns() + 200000000ull, &e);
-                tp_sock_close(&fd);
-                continue;
-            }
+        uint8_t mac[TP_WIRE_AUTH_BYTES];
+        if (tp_wire_mac(&b->key, 'A', &t, mac) != 0) {
+            tp_sock_close(&fd);
+            return tp_error_set(err, TP_ERR_INTERNAL, "HMAC-SHA-256 failed in libcrypto");
+        }
+        make_frame(b, TP_WIRE_ACCEPT, 0, mac, buf);
+        if (tp_sock_write_full(fd, buf, sizeof buf, b->deadline, &e) != TP_OK) {
+            tp_sock_close(&fd);
+            continue;
+        }
+        if (slots == fds && want_kind == TP_WIRE_REGISTER) {
             b->table[r].port = (int)f.arg;
             tp_sock_peer_ip(fd, b->table[r].ip, sizeof b->table[r].ip);
-        } else {
-            make_frame(b, TP_WIRE_ACCEPT, 0, buf);
-            if (tp_sock_write_full(fd, buf, sizeof buf, b->deadline, &e) != TP_OK) {
-                tp_sock_close(&fd);
-                continue;
-            }
+            b->reg[r] = t;
         }
-        fds[r] = fd;
+        slots[r] = fd;
         need--;
     }
     return TP_OK;
@@ -173,15 +285,22 @@ static enum tp_status accept_ranks(const struct boot *b, int lfd, int lo, int hi
 
 static enum tp_status connect_lower(const struct boot *b, int lo, int *fds, struct tp_error *err)
 {
+    struct tp_wire_transcript t;
     for (int j = lo; j < b->rank; j++) {
-        struct tp_wire_frame reply;
         enum tp_status st = connect_retry(b, j, b->table[j].ip, b->table[j].port, &fds[j], err);
-        if (st == TP_OK) st = say_hello(b, fds[j], j, TP_WIRE_HELLO, 0, &reply, err);
+        if (st == TP_OK) st = handshake_connect(b, fds[j], j, TP_WIRE_HELLO, TP_WIRE_CH_DATA, &t, err);
         if (st != TP_OK) return st;
-        if (reply.kind != TP_WIRE_ACCEPT)
-            return tp_error_set(err, TP_ERR_PROTOCOL, "rank %d answered our hello with frame kind %u", j, reply.kind);
     }
     return TP_OK;
+}
+
+/* A worker's liveness link to rank 0 at ip:port. */
+static enum tp_status connect_liveness(const struct boot *b, const char *ip, int port, struct tp_error *err)
+{
+    struct tp_wire_transcript t;
+    enum tp_status st = connect_retry(b, 0, ip, port, &b->live_fds[0], err);
+    if (st == TP_OK) st = handshake_connect(b, b->live_fds[0], 0, TP_WIRE_HELLO, TP_WIRE_CH_LIVENESS, &t, err);
+    return st;
 }
 
 static enum tp_status parse_hostport(const char *s, char *host, size_t cap, int *port, struct tp_error *err)
@@ -201,35 +320,51 @@ static enum tp_status parse_hostport(const char *s, char *host, size_t cap, int 
     return TP_OK;
 }
 
-static enum tp_status coordinator_root(struct boot *b, int port, int listen_fd, int *fds, struct tp_error *err)
+static enum tp_status coordinator_root(struct boot *b, const char *host, int port, int listen_fd, int *fds,
+                                      struct tp_error *err)
 {
     int lfd = -1;
     enum tp_status rc = TP_OK;
+    uint8_t *tab = NULL;
     if (listen_fd > 2 && tp_sock_adopt_listener(listen_fd, port) == 0) {
         lfd = listen_fd; /* inherited, already bound to the coordinator port */
         tp_log(TP_LOG_DEBUG, TP_COMM_MODULE, "coordinator: listening on inherited socket %d (port %d)", lfd, port);
-    } else if ((rc = tp_sock_listen(NULL, port, &lfd, NULL, err)) != TP_OK) {
+    } else if ((rc = tp_sock_listen(host, port, &lfd, NULL, err)) != TP_OK) {
         return rc;
+    }
+    b->reg = calloc((size_t)b->size, sizeof *b->reg);
+    if (!b->reg) {
+        rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory for the registrations");
+        goto out;
     }
     TP_CHECK_GOTO(accept_ranks(b, lfd, 1, b->size, TP_WIRE_REGISTER, fds, err), rc, out);
     size_t tbytes = (size_t)b->size * TP_WIRE_ENTRY_BYTES;
-    uint8_t *tab = calloc(1, tbytes + TP_WIRE_FRAME_BYTES);
+    tab = calloc(1, tbytes + TP_WIRE_FRAME_BYTES);
     if (!tab) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory for the address table");
         goto out;
     }
-    make_frame(b, TP_WIRE_TABLE, (uint32_t)b->size, tab);
+    uint8_t *entries = tab + TP_WIRE_FRAME_BYTES;
     for (int r = 0; r < b->size; r++) {
-        uint8_t *e = tab + TP_WIRE_FRAME_BYTES + (size_t)r * TP_WIRE_ENTRY_BYTES;
+        uint8_t *e = entries + (size_t)r * TP_WIRE_ENTRY_BYTES;
         size_t iplen = TP_MIN(strlen(b->table[r].ip), (size_t)TP_WIRE_IP_BYTES - 1);
         memcpy(e, b->table[r].ip, iplen); /* NUL padded by calloc */
         e[TP_WIRE_IP_BYTES] = (uint8_t)b->table[r].port;
         e[TP_WIRE_IP_BYTES + 1] = (uint8_t)(b->table[r].port >> 8);
     }
-    for (int r = 1; r < b->size && rc == TP_OK; r++)
+    for (int r = 1; r < b->size && rc == TP_OK; r++) {
+        uint8_t mac[TP_WIRE_AUTH_BYTES];
+        if (tp_wire_table_mac(&b->key, &b->reg[r], entries, tbytes, mac) != 0) {
+            rc = tp_error_set(err, TP_ERR_INTERNAL, "HMAC-SHA-256 failed in libcrypto");
+            break;
+        }
+        make_frame(b, TP_WIRE_TABLE, (uint32_t)b->size, mac, tab);
         rc = tp_sock_write_full(fds[r], tab, tbytes + TP_WIRE_FRAME_BYTES, b->deadline, err);
-    free(tab);
+    }
 out:
+    free(tab);
+    free(b->reg);
+    b->reg = NULL;
     tp_sock_close(&lfd);
     return rc;
 }
@@ -239,14 +374,20 @@ static enum tp_status coordinator_member(struct boot *b, const char *chost, int 
 {
     int lfd = -1, my_port = 0;
     uint8_t *tab = NULL;
-    enum tp_status rc = tp_sock_listen(NULL, 0, &lfd, &my_port, err);
-    if (rc != TP_OK) return rc;
+    char my_ip[TP_HOST_IP_MAX];
+    struct tp_wire_transcript t;
     struct tp_wire_frame reply;
-    TP_CHECK_GOTO(connect_retry(b, 0, chost, cport, &fds[0], err), rc, out);
-    TP_CHECK_GOTO(say_hello(b, fds[0], 0, TP_WIRE_REGISTER, (uint32_t)my_port, &reply, err), rc, out);
-    if (reply.kind != TP_WIRE_TABLE || reply.arg != (uint32_t)b->size) {
-        rc = tp_error_set(err, TP_ERR_PROTOCOL, "coordinator sent frame kind %u with %u entries, want a table of %d",
-                          reply.kind, reply.arg, b->size);
+    enum tp_status rc = connect_retry(b, 0, chost, cport, &fds[0], err);
+    if (rc != TP_OK) return rc;
+    /* listen on the local address that reaches the coordinator: the address
+     * the coordinator will publish for us */
+    tp_sock_local_ip(fds[0], my_ip, sizeof my_ip);
+    TP_CHECK_GOTO(tp_sock_listen(my_ip, 0, &lfd, &my_port, err), rc, out);
+    TP_CHECK_GOTO(handshake_connect(b, fds[0], 0, TP_WIRE_REGISTER, (uint32_t)my_port, &t, err), rc, out);
+    TP_CHECK_GOTO(connect_liveness(b, chost, cport, err), rc, out);
+    TP_CHECK_GOTO(read_answer(b, fds[0], 0, TP_WIRE_TABLE, &reply, err), rc, out);
+    if (reply.arg != (uint32_t)b->size) {
+        rc = tp_error_set(err, TP_ERR_PROTOCOL, "coordinator sent a table of %u entries, want %d", reply.arg, b->size);
         goto out;
     }
     size_t tbytes = (size_t)b->size * TP_WIRE_ENTRY_BYTES;
@@ -256,6 +397,12 @@ static enum tp_status coordinator_member(struct boot *b, const char *chost, int 
         goto out;
     }
     TP_CHECK_GOTO(tp_sock_read_full(fds[0], tab, tbytes, b->deadline, err), rc, out);
+    uint8_t mac[TP_WIRE_AUTH_BYTES];
+    if (tp_wire_table_mac(&b->key, &t, tab, tbytes, mac) != 0 || !tp_wire_mac_equal(mac, reply.auth)) {
+        rc = tp_error_set(err, TP_ERR_PROTOCOL,
+                          "the coordinator's address table failed its MAC check (altered on the way?)");
+        goto out;
+    }
     for (int r = 0; r < b->size; r++) {
         const uint8_t *e = tab + (size_t)r * TP_WIRE_ENTRY_BYTES;
         if (memchr(e, '\0', TP_WIRE_IP_BYTES) == NULL) {
@@ -273,6 +420,31 @@ out:
     return rc;
 }
 
+/* A group listening on a non-loopback address needs a token. */
+static enum tp_status check_token_needed(const char *addr, int rank, const char *token, const char *where,
+                                         struct tp_error *err)
+{
+    if ((token && *token) || tp_sock_is_loopback(addr)) return TP_OK;
+    return tp_error_set(err, TP_ERR_INVALID_ARG,
+                        "%s gives rank %d the address '%s', which is not a loopback address, and no cluster token is "
+                        "set: anyone who can reach that port could join the group.  Set the same secret on every "
+                        "rank in TP_CLUSTER_TOKEN or the hostfile's \"cluster_token\" (make one with `openssl rand "
+                        "-hex 32`; `tpserve launch` makes one for you), or use 127.0.0.1 for a one-machine group",
+                        where, rank, addr);
+}
+
+enum tp_status tp_comm_check_token(const struct tp_comm_config *cfg, const struct tp_host *table, int n,
+                                   const char *token, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    if (cfg->hostfile && *cfg->hostfile) {
+        for (int r = 0; r < n && rc == TP_OK; r++) rc = check_token_needed(table[r].ip, r, token, "the hostfile", err);
+    } else if (cfg->coordinator && *cfg->coordinator) {
+        rc = check_token_needed(table[0].ip, 0, token, "TP_COORDINATOR", err);
+    }
+    return rc;
+}
+
 enum tp_status tp_bootstrap_tcp(const struct tp_comm_config *cfg, struct tp_net *net, struct tp_error *err)
 {
     enum tp_status rc = TP_OK;
@@ -281,6 +453,8 @@ enum tp_status tp_bootstrap_tcp(const struct tp_comm_config *cfg, struct tp_net 
     int lfd = -1;
     b.deadline = tp_now_ns() + (uint64_t)cfg->connect_timeout_ms * 1000000ull;
     const char *token = cfg->cluster_token;
+    char host[TP_HOST_IP_MAX];
+    int port = 0;
     if (cfg->hostfile && *cfg->hostfile) {
         TP_CHECK_GOTO(tp_hostfile_load(cfg->hostfile, &hf, err), rc, out);
         if (hf.n != cfg->world_size) {
@@ -296,32 +470,42 @@ enum tp_status tp_bootstrap_tcp(const struct tp_comm_config *cfg, struct tp_net 
             rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory for the address table");
             goto out;
         }
+        if (cfg->coordinator && *cfg->coordinator) {
+            TP_CHECK_GOTO(parse_hostport(cfg->coordinator, host, sizeof host, &port, err), rc, out);
+            snprintf(b.table[0].ip, sizeof b.table[0].ip, "%s", host);
+            b.table[0].port = port;
+        }
     }
-    tp_wire_token_digest(token, b.token);
+    TP_CHECK_GOTO(tp_comm_check_token(cfg, b.table, b.size, token, err), rc, out);
+    b.key.bytes = (const uint8_t *)(token ? token : "");
+    b.key.len = token ? strlen(token) : 0;
+    if (tp_wire_group_hash(cfg->group_id, b.group) != 0) {
+        rc = tp_error_set(err, TP_ERR_INTERNAL, "SHA-256 failed in libcrypto");
+        goto out;
+    }
+    b.live_fds = net->live_fds;
     if (cfg->hostfile && *cfg->hostfile) {
         struct tp_error e = {0};
-        if (cfg->listen_fd > 2 && tp_sock_adopt_listener(cfg->listen_fd, b.table[b.rank].port) == 0) {
+        const struct tp_host *me = &b.table[b.rank];
+        if (cfg->listen_fd > 2 && tp_sock_adopt_listener(cfg->listen_fd, me->port) == 0) {
             lfd = cfg->listen_fd; /* the launcher bound it for us */
             rc = TP_OK;
             tp_log(TP_LOG_DEBUG, TP_COMM_MODULE, "rank %d: listening on inherited socket %d (port %d)", b.rank, lfd,
-                   b.table[b.rank].port);
+                   me->port);
         } else {
-            rc = tp_sock_listen(NULL, b.table[b.rank].port, &lfd, NULL, &e);
+            rc = tp_sock_listen(me->ip, me->port, &lfd, NULL, &e);
         }
         if (rc != TP_OK) {
-            rc = tp_error_set(err, rc, "rank %d (hostfile '%s' entry %d): %s", b.rank, cfg->hostfile, b.rank, e.msg);
+            rc = tp_error_set(err, rc, "rank %d (hostfile '%s' entry %d, %s:%d): %s", b.rank, cfg->hostfile, b.rank,
+                              me->ip, me->port, e.msg);
             goto out;
         }
         TP_CHECK_GOTO(connect_lower(&b, 0, net->fds, err), rc, out);
+        if (b.rank > 0) TP_CHECK_GOTO(connect_liveness(&b, b.table[0].ip, b.table[0].port, err), rc, out);
         TP_CHECK_GOTO(accept_ranks(&b, lfd, b.rank + 1, b.size, TP_WIRE_HELLO, net->fds, err), rc, out);
     } else if (cfg->coordinator && *cfg->coordinator) {
-        char host[TP_HOST_IP_MAX];
-        int port = 0;
-        TP_CHECK_GOTO(parse_hostport(cfg->coordinator, host, sizeof host, &port, err), rc, out);
-        snprintf(b.table[0].ip, sizeof b.table[0].ip, "%s", host);
-        b.table[0].port = port;
         if (b.rank == 0)
-            TP_CHECK_GOTO(coordinator_root(&b, port, cfg->listen_fd, net->fds, err), rc, out);
+            TP_CHECK_GOTO(coordinator_root(&b, host, port, cfg->listen_fd, net->fds, err), rc, out);
         else
             TP_CHECK_GOTO(coordinator_member(&b, host, port, net->fds, err), rc, out);
     } else {
@@ -333,6 +517,7 @@ enum tp_status tp_bootstrap_tcp(const struct tp_comm_config *cfg, struct tp_net 
     }
     for (int r = 0; r < b.size; r++)
         if (r != b.rank) TP_CHECK_GOTO(tp_sock_tune(net->fds[r], err), rc, out);
+    TP_CHECK_GOTO(tp_live_start(net, err), rc, out);
 out:
     tp_sock_close(&lfd);
     if (hf.hosts)

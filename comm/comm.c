@@ -122,6 +122,7 @@ enum tp_status tp_comm_config_from_env(struct tp_comm_config *cfg, struct tp_err
     if ((s = getenv("TP_HOSTFILE")) != NULL) cfg->hostfile = s;
     if ((s = getenv("TP_COORDINATOR")) != NULL) cfg->coordinator = s;
     if ((s = getenv("TP_CLUSTER_TOKEN")) != NULL) cfg->cluster_token = s;
+    if ((s = getenv("TP_GROUP_ID")) != NULL) cfg->group_id = s;
 out:
     return rc;
 }
@@ -214,6 +215,13 @@ void tp_comm_abort(tp_comm_t *c, const char *reason)
     set_err_once((atomic_int *)&c->err_claimed, &c->err, TP_ERR_CANCELLED, r);
     atomic_store(&c->poisoned, 1);
     tp_net_poison(c->net, TP_ERR_CANCELLED, r);
+}
+
+int tp_comm_silent_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_for_ms)
+{
+    if (silent_for_ms) *silent_for_ms = 0;
+    if (!c || c->size == 1 || !c->net) return -1;
+    return tp_live_silent(c->net, silent_ms, silent_for_ms);
 }
 
 int tp_comm_rank(const tp_comm_t *c) { return c ? c->rank : -1; }

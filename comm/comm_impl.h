@@ -80,6 +80,10 @@ struct tp_net {
     const struct tp_transport_ops *tops;
     void *impl;                           /* transport private state */
     int *fds;                             /* (size) TCP link per net rank, -1 for self */
+    int *live_fds;                        /* (size) liveness links: on rank 0 one per worker, on a
+                                             worker [0] only; -1 elsewhere (owned by liveness.c once
+                                             tp_live_start ran) */
+    struct tp_live *live;                 /* heartbeat thread state (liveness.c), NULL before start */
     int wake_rd, wake_wr;                 /* self-pipe: tp_comm_abort wakes poll() */
     uint32_t op_timeout_ms;
     atomic_int poisoned;
@@ -212,6 +216,20 @@ void tp_comm_launcher_env(int *rank, int *size);
  * shared-memory rings when every rank is on this host; *attached says. */
 enum tp_status tp_shm_attach(struct tp_net *net, uint32_t timeout_ms, int *attached, struct tp_error *err);
 #define TP_SHM_MAX_RANKS 8
+
+/* A group that listens on a non-loopback address (hostfile entries, or the
+ * coordinator host in table[0]) needs a cluster token: TP_ERR_INVALID_ARG
+ * naming TP_CLUSTER_TOKEN / "cluster_token" otherwise (bootstrap.c). */
+enum tp_status tp_comm_check_token(const struct tp_comm_config *cfg, const struct tp_host *table, int n,
+                                   const char *token, struct tp_error *err);
+
+/* Liveness (liveness.c): a heartbeat thread on the liveness links formed by
+ * the bootstrap.  Start takes ownership of net->live_fds' sockets; stop
+ * (idempotent, called by tp_net_release) joins the thread and closes them. */
+enum tp_status tp_live_start(struct tp_net *net, struct tp_error *err);
+void tp_live_stop(struct tp_net *net);
+/* First net rank silent for more than silent_ms, or -1 (see tp_comm_silent_rank). */
+int tp_live_silent(const struct tp_net *net, uint32_t silent_ms, uint32_t *silent_for_ms);
 
 /* TCP transport (tcp.c). */
 enum tp_status tp_tcp_net_create(int rank, int size, uint32_t op_timeout_ms, struct tp_net **out,

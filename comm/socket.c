@@ -181,6 +181,12 @@ enum tp_status tp_sock_listen(const char *host, int port, int *fd_out, int *port
                                     "port %d is already in use (another process listens there): stop it or pick a "
                                     "free port in the hostfile / TP_COORDINATOR",
                                     port);
+            if (e == EADDRNOTAVAIL)
+                return tp_error_set(err, TP_ERR_IO,
+                                    "cannot listen on %s port %d: that is not an address of this machine (a rank "
+                                    "listens only on its own hostfile / coordinator address: put this host's address "
+                                    "there)",
+                                    host, port);
             return tp_error_set(err, TP_ERR_IO, "cannot bind %s port %d: %s", host, port, strerror(e));
         }
         freeaddrinfo(res);
@@ -335,4 +341,61 @@ void tp_sock_peer_ip(int fd, char *out, size_t cap)
         else
             inet_ntop(AF_INET6, a6, out, (socklen_t)cap);
     }
+}
+
+static void addr_str(const struct sockaddr_storage *ss, char *out, size_t cap, int *port)
+{
+    out[0] = '\0';
+    *port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a4 = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &a4->sin_addr, out, (socklen_t)cap);
+        *port = ntohs(a4->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)ss;
+        if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr))
+            inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], out, (socklen_t)cap);
+        else
+            inet_ntop(AF_INET6, &a6->sin6_addr, out, (socklen_t)cap);
+        *port = ntohs(a6->sin6_port);
+    }
+}
+
+void tp_sock_local_ip(int fd, char *out, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int port;
+    out[0] = '\0';
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) addr_str(&ss, out, cap, &port);
+}
+
+void tp_sock_peer_str(int fd, char *out, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char ip[INET6_ADDRSTRLEN] = "";
+    int port = 0;
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) addr_str(&ss, ip, sizeof ip, &port);
+    snprintf(out, cap, "%s:%d", ip[0] ? ip : "?", port);
+}
+
+int tp_sock_is_loopback(const char *host)
+{
+    struct addrinfo *res = NULL;
+    if (!host || !*host || resolve(host, 0, 0, &res) != 0 || !res) return 0;
+    int all = 1;
+    for (const struct addrinfo *ai = res; ai && all; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET) {
+            uint32_t a = ntohl(((const struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr);
+            all = (a >> 24) == 127;
+        } else if (ai->ai_family == AF_INET6) {
+            const struct in6_addr *a6 = &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
+            all = IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+        } else {
+            all = 0;
+        }
+    }
+    freeaddrinfo(res);
+    return all;
 }

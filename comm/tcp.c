@@ -152,13 +152,15 @@ enum tp_status tp_tcp_net_create(int rank, int size, uint32_t op_timeout_ms, str
     struct tp_net *net = calloc(1, sizeof *net);
     if (!net) return tp_error_set(err, TP_ERR_NOMEM, "out of memory for the network state");
     net->fds = malloc((size_t)size * sizeof(int));
+    net->live_fds = malloc((size_t)size * sizeof(int));
     int pfds[2] = {-1, -1};
-    if (!net->fds || pipe(pfds) != 0) {
+    if (!net->fds || !net->live_fds || pipe(pfds) != 0) {
         free(net->fds);
+        free(net->live_fds);
         free(net);
         return tp_error_set(err, TP_ERR_NOMEM, "cannot allocate network state (fds or self-pipe)");
     }
-    for (int i = 0; i < size; i++) net->fds[i] = -1;
+    for (int i = 0; i < size; i++) net->fds[i] = net->live_fds[i] = -1;
     for (int i = 0; i < 2; i++) {
         fcntl(pfds[i], F_SETFL, fcntl(pfds[i], F_GETFL, 0) | O_NONBLOCK);
         fcntl(pfds[i], F_SETFD, FD_CLOEXEC);
@@ -214,9 +216,11 @@ void tp_net_release(struct tp_net *net)
 {
     if (!net) return;
     if (atomic_fetch_sub(&net->refs, 1) != 1) return;
+    tp_live_stop(net);
     if (net->tops && net->tops->destroy) net->tops->destroy(net);
     if (net->wake_rd >= 0) close(net->wake_rd);
     if (net->wake_wr >= 0) close(net->wake_wr);
     free(net->fds);
+    free(net->live_fds);
     free(net);
 }

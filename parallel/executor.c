@@ -195,7 +195,8 @@ static enum tp_status make_plan(tp_parallel_t *p, const struct tp_parallel_confi
 static enum tp_status alloc_buffers(tp_parallel_t *p)
 {
     size_t nb = (size_t)p->n_batch;
-    p->body = calloc(4 * nb + 5 * (size_t)p->n_seq + 1, sizeof(int32_t));
+    p->bias_max = (int)TP_MIN((size_t)p->n_seq * TP_PARALLEL_BIAS_PER_ROW, (size_t)1 << 24);
+    p->body = calloc(4 * nb + 5 * (size_t)p->n_seq + 3 * (size_t)p->bias_max + 1, sizeof(int32_t));
     p->local = tp_aligned_alloc(64, nb * (size_t)p->vocab_local * sizeof(float));
     const size_t per = 2 * TP_PARALLEL_TOPK_MAX + 2; /* floats per row: top-k candidates + (max, sum exp) */
     p->pairs = calloc(per * nb, sizeof(float));
@@ -455,10 +456,12 @@ void tp_parallel_free(tp_parallel_t *p)
 const char *tp_parallel_last_error(const tp_parallel_t *p) { return p ? tp_error_msg(&p->err) : ""; }
 int tp_parallel_rank(const tp_parallel_t *p) { return p->rank; }
 int tp_parallel_size(const tp_parallel_t *p) { return p->world; }
+const tp_comm_t *tp_parallel_comm(const tp_parallel_t *p) { return p ? p->comm : NULL; }
 tp_model_t *tp_parallel_model(const tp_parallel_t *p) { return p->model; }
 tp_tokenizer_t *tp_parallel_tokenizer(const tp_parallel_t *p) { return tp_model_tokenizer(p->model); }
 const struct tp_hparams *tp_parallel_hparams(const tp_parallel_t *p) { return tp_model_hparams(p->model); }
 const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p) { return &p->plan; }
+const char *tp_parallel_model_path(const tp_parallel_t *p) { return p->path; }
 int tp_parallel_is_poisoned(const tp_parallel_t *p) { return atomic_load(&p->poisoned); }
 enum tp_wire_dtype tp_parallel_wire_dtype(const tp_parallel_t *p) { return p->wire_dtype; }
 

@@ -10,17 +10,26 @@
 
 #include "parallel_impl.h"
 
-#define STEP_MAGIC 0x32535054 /* "TPS2" little-endian (v2: copy list; "TPSP" was v1) */
+#define STEP_MAGIC 0x33535054 /* "TPS3" little-endian */
 #define HDR_WORDS 64
 /* hdr[8]: n_copy */
 #define HDR_N_COPY 8
-#define HDR_INLINE_AT 9
+/* hdr[9]: n_bias (logit_bias entries) */
+#define HDR_N_BIAS 9
+#define HDR_INLINE_AT 10
 /* hdr[7]: nonzero = after this step every rank sends its stats to rank 0 */
 #define HDR_STATS 7
 #define STATS_WORDS 10 /* struct tp_parallel_stats as 5 little-endian u64 = 10 int32 words */
 #define STATS_EVERY_NS 1000000000ull /* collect at most once a second while steps run */
 #define HDR_INLINE_MAX (HDR_WORDS - HDR_INLINE_AT)
-enum step_kind { STEP_RUN_LOGITS = 1, STEP_RUN_ARGMAX = 2, STEP_PING = 3, STEP_SHUTDOWN = 4, STEP_RUN_TOPK = 5 };
+enum step_kind {
+    STEP_RUN_LOGITS = 1,
+    STEP_RUN_ARGMAX = 2,
+    STEP_PING = 3,
+    STEP_SHUTDOWN = 4,
+    STEP_RUN_TOPK = 5,
+    STEP_HOOK = 6, /* hdr[6]: the argument; every rank runs its rank hook, values gathered to rank 0 */
+};
 
 #define GATHER_MAX_FLOATS (4u << 20) /* rank 0's logits gather area: 16 MiB */
 
@@ -42,7 +51,8 @@ struct tp_parallel {
     int chunk;                    /* rows per logits gather */
 
     int32_t hdr[HDR_WORDS];
-    int32_t *body;                /* (4*n_batch + 2*n_seq + 3*n_seq) */
+    int32_t *body;                /* (4*n_batch + 2*n_seq + 3*n_seq + 3*bias_max) */
+    int bias_max;                 /* logit_bias entries per step: n_seq x TP_PARALLEL_BIAS_PER_ROW */
     float *local;                 /* (n_batch, vocab_local) this rank's logits rows */
     float *send;                  /* (chunk, vocab_max) padded rows (uneven vocab) */
     float *gath;                  /* rank 0: (world, chunk, vocab_max) */
@@ -58,6 +68,8 @@ struct tp_parallel {
     int32_t *stats_all;                   /* rank 0: (world, STATS_WORDS) gather area */
     uint64_t stats_ns;                    /* rank 0: when they were last collected */
     char path[4096];              /* model path with {rank} expanded */
+    tp_parallel_hook_fn hook;     /* tp_parallel_set_hook (NULL: values NaN) */
+    void *hook_ud;
 
     /* rank 0 keepalive */
     pthread_mutex_t mu;

@@ -12,13 +12,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # What tpserve needs to build and run.
-DEBIAN_PKGS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libopenblas-dev
+DEBIAN_PKGS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libopenblas-dev libssl-dev
              libopenmpi-dev openmpi-bin libibverbs-dev libcunit1-dev)
 # What only the test suite needs (scripts/test.sh passes --test-deps).
 DEBIAN_TEST_PKGS=(iproute2 python3-yaml             # ops: scripts/netsim (ip, tc), manifest test (YAML)
                   openssh-server openssh-client curl  # ops: launch --hostfile test (sshd on simulated hosts)
                   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)   # scripts/test-arm64.sh
-BREW_PKGS=(cmake pkg-config libmicrohttpd cjson open-mpi cunit)
+BREW_PKGS=(cmake pkg-config libmicrohttpd cjson open-mpi cunit openssl@3)
 
 deps_only=0
 for a in "$@"; do

@@ -17,6 +17,14 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export OMPI_MCA_plm_rsh_agent=""   # never ssh from tests
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Where ../shared (the test data: tokenizers, models) sits beside the checkout, as in CI, a test
+# that needs it must run: a skip for missing shared data becomes a failure (tests/tp_test.h).
+if [ -d ../shared/models ]; then
+  export TP_REQUIRE_SHARED=1
+  echo "test: ../shared found: tests that need its data must run (TP_REQUIRE_SHARED=1)"
+else
+  echo "test: no ../shared beside this checkout: tests that need its data will show as skipped"
+fi
 
 run_build() {
   local dir=$1; shift

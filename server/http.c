@@ -5,6 +5,18 @@
  * (/health, /metrics, /v1/models, /tokenize, /detokenize).  The completion
  * endpoints live in api.c; the engine thread in scheduler.c.
  *
+ * Defences against clients that hold resources (docs/http.md): connections
+ * reach MHD through the gate (http_gate.c) only once their first header block
+ * is complete; MHD caps the connections per client address; every connection
+ * is tracked here with the phase it is in (between requests, sending a body,
+ * being answered) and a watchdog thread shuts down those whose next header
+ * block or body is late; a connection over --max-connections evicts the one
+ * idle longest between requests, or is answered 503.  Framing that two
+ * parsers could read differently (Transfer-Encoding with Content-Length,
+ * repeated or malformed Content-Length) is refused before any body byte is
+ * read, and POST requests reserve their memory against a server-wide budget
+ * (503 when it is spent).
+ *
  * Blocking is allowed in this threading mode: a non-streaming request waits
  * for its result inside the access handler, a streaming one inside the
  * response's content callback; both poll the client socket every 100 ms and
@@ -18,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,7 +49,11 @@ struct tp_server_config tp_server_default_config(void)
     c.max_queue = 64;
     c.max_body_bytes = 1u << 20;
     c.max_connections = 256;
+    c.max_conn_per_ip = 32;
     c.conn_timeout_s = 60;
+    c.header_timeout_s = 10;
+    c.body_timeout_s = 30;
+    c.mem_budget_bytes = (size_t)256 << 20;
     c.n_batch = 256;
     c.prefill_chunk = 64;
     c.prefix_share_min = 32;
@@ -72,17 +89,54 @@ enum MHD_Result tp_http_send_json(struct tp_server *s, struct MHD_Connection *c,
     return tp_http_send(c, status, "application/json", json, strlen(json), NULL, NULL);
 }
 
+/* The header an error status carries besides Content-Type (name NULL: none). */
+static void error_header(int status, const char **name, const char **value)
+{
+    *name = *value = NULL;
+    if (status == 429 || status == 503) *name = "Retry-After", *value = "1";
+    else if (status == 405) *name = "Allow", *value = "GET, HEAD, POST";
+    else if (status == 401) *name = "WWW-Authenticate", *value = "Bearer";
+}
+
+static void log_refused(struct tp_server *s, const struct tp_api_error *e);
+
+/* tp_http_send_error, plus "Connection: close": for answers given before the
+ * request body was read, so that no unread body is taken for a next request. */
+static enum MHD_Result send_error_close(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e)
+{
+    char *json = tp_api_error_json(e);
+    if (!json) return MHD_NO;
+    tp_metrics_request(s->metrics, e->status);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_COPY);
+    free(json);
+    if (!r) return MHD_NO;
+    const char *hn, *hv;
+    error_header(e->status, &hn, &hv);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Connection", "close");
+    if (hn) MHD_add_response_header(r, hn, hv);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)e->status, r);
+    MHD_destroy_response(r);
+    log_refused(s, e);
+    return ret;
+}
+
 enum MHD_Result tp_http_send_error(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e)
 {
     char *json = tp_api_error_json(e);
     if (!json) return MHD_NO;
     tp_metrics_request(s->metrics, e->status);
-    const char *hn = NULL, *hv = NULL;
-    if (e->status == 429) hn = "Retry-After", hv = "1";
-    else if (e->status == 405) hn = "Allow", hv = "GET, POST";
-    else if (e->status == 401) hn = "WWW-Authenticate", hv = "Bearer";
+    const char *hn, *hv;
+    error_header(e->status, &hn, &hv);
     enum MHD_Result ret = tp_http_send(c, e->status, "application/json", json, strlen(json), hn, hv);
-    /* one log line per refused request too */
+    free(json);
+    log_refused(s, e);
+    return ret;
+}
+
+/* One log line per refused request. */
+static void log_refused(struct tp_server *s, const struct tp_api_error *e)
+{
     if (s->cfg.log_json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "status", e->status);
@@ -96,10 +150,85 @@ enum MHD_Result tp_http_send_error(struct tp_server *s, struct MHD_Connection *c
         tp_log(TP_LOG_INFO, "http", "refused status=%d%s%s: %s", e->status, e->param[0] ? " param=" : "", e->param,
                e->message);
     }
-    free(json);
-    return ret;
 }
 
+/* Write all of buf[0..len) to fd within timeout_ms.  Returns 0 or -1. */
+static int send_all_fd(int fd, const char *buf, size_t len, int timeout_ms)
+{
+    uint64_t end = tp_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    while (len > 0) {
+        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            buf += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+        uint64_t now = tp_now_ns();
+        if (now >= end) return -1;
+        struct pollfd pf = {.fd = fd, .events = POLLOUT, .revents = 0};
+        poll(&pf, 1, (int)((end - now) / 1000000u) + 1);
+    }
+    return 0;
+}
+
+void tp_http_refuse_fd(struct tp_server *s, int fd, const struct tp_api_error *e, int timeout_ms)
+{
+    tp_metrics_request(s->metrics, e->status);
+    log_refused(s, e);
+    char *json = tp_api_error_json(e);
+    if (!json) return;
+    const char *hn, *hv;
+    error_header(e->status, &hn, &hv);
+    const char *reason = MHD_get_reason_phrase_for((unsigned)e->status);
+    char extra[96] = "", head[512];
+    if (hn) snprintf(extra, sizeof extra, "%s: %s\r\n", hn, hv);
+    int hl = snprintf(head, sizeof head,
+                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                      "Connection: close\r\n%s\r\n",
+                      e->status, reason && reason[0] ? reason : "Error", strlen(json), extra);
+    if (hl > 0 && (size_t)hl < sizeof head && send_all_fd(fd, head, (size_t)hl, timeout_ms) == 0)
+        send_all_fd(fd, json, strlen(json), timeout_ms);
+    free(json);
+}
+
+/*
+ * Answer e on the socket itself and end the connection (returns MHD_NO, so
+ * MHD closes it): in the middle of an upload (a chunked body over
+ * --max-body) MHD cannot queue a response.  After the answer the write side
+ * is shut and at most 64 KiB of the rest of the request is read (for at most
+ * 200 ms), so that closing does not reset the connection before the client
+ * has read the answer.
+ */
+static enum MHD_Result send_raw_and_close(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return MHD_NO;
+    int fd = ci->connect_fd;
+    tp_http_refuse_fd(s, fd, e, 2000);
+    shutdown(fd, SHUT_WR);
+    char sink[4096];
+    size_t drained = 0;
+    uint64_t end = tp_now_ns() + 200u * 1000000u;
+    while (drained < 64 * 1024) {
+        uint64_t now = tp_now_ns();
+        if (now >= end) break;
+        struct pollfd pf = {.fd = fd, .events = POLLIN, .revents = 0};
+        if (poll(&pf, 1, (int)((end - now) / 1000000u) + 1) <= 0) break;
+        ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (n <= 0) break;
+        drained += (size_t)n;
+    }
+    return MHD_NO;
+}
+
+/*
+ * A client whose connection was reset (or errored) is gone.  End of input
+ * alone is not: a client may shut its write side after sending the request
+ * and still read the answer, and TCP cannot tell that from a full close
+ * until something is written.  (Streams write as they go, so a closed
+ * stream is noticed at its next chunk or keep-alive comment.)
+ */
 int tp_http_client_gone(struct MHD_Connection *c)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -107,10 +236,9 @@ int tp_http_client_gone(struct MHD_Connection *c)
     int fd = ci->connect_fd;
     struct pollfd pf = {.fd = fd, .events = POLLIN, .revents = 0};
     if (poll(&pf, 1, 0) <= 0) return 0;
-    if (pf.revents & (POLLERR | POLLNVAL)) return 1;
+    if (pf.revents & (POLLERR | POLLNVAL | POLLHUP)) return 1;
     char ch;
     ssize_t n = recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return 1;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 1;
     return 0;
 }
@@ -227,24 +355,115 @@ static enum MHD_Result handle_models(struct tp_server *s, struct MHD_Connection 
 
 static int parse_body_object(const char *body, size_t len, cJSON **out, struct tp_api_error *e)
 {
-    if (len == 0) return tp_api_fail(e, 400, NULL, "the request body is empty; send a JSON object");
-    if (!tp_srv_utf8_valid(body, len)) return tp_api_fail(e, 400, NULL, "the request body is not valid UTF-8");
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) return tp_api_fail(e, 400, NULL, "the request body is not valid JSON");
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return tp_api_fail(e, 400, NULL, "the request body must be a JSON object");
-    }
+    cJSON *root = tp_json_parse(body, len, e); /* strings hold NUL as C0 80 */
+    if (!root) return -1;
     *out = root;
     return 0;
+}
+
+/*
+ * POST /tokenize answers {"tokens":[...]} written piece by piece from the
+ * token ids as MHD asks for it, so the response costs a 16 KiB block
+ * whatever the number of tokens: with_pieces objects for a 1 MiB body would
+ * otherwise be tens of MiB of JSON (or hundreds as a cJSON tree).
+ */
+struct tok_stream {
+    struct tp_server *s;
+    int32_t *ids;            /* (n) owned */
+    int n, next;             /* next: first id not yet formatted */
+    int with_pieces;
+    int stage;               /* 0: "{"tokens":[" pending, 1: items, 2: "]}" pending, 3: done */
+    struct tp_buf item;      /* formatted, not yet handed out (one item at most) */
+    size_t item_pos;
+};
+
+/* Append piece[0..n) as the body of a JSON string: quote, backslash and
+ * control bytes (NUL included) escaped; bytes that are not UTF-8 become
+ * U+FFFD.  Returns 0 or -1 (out of memory). */
+static int json_escape_piece(struct tp_buf *o, const char *piece, size_t n)
+{
+    struct tp_buf clean = {0};
+    tp_srv_utf8_sanitize(piece, n, &clean);
+    int rc = clean.data ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < clean.len; i++) {
+        unsigned char ch = (unsigned char)clean.data[i];
+        char esc[8];
+        if (ch == '"' || ch == '\\') {
+            esc[0] = '\\', esc[1] = (char)ch;
+            rc = tp_buf_append(o, esc, 2);
+        } else if (ch < 0x20) {
+            const char *short_esc = ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : ch == '\t' ? "\\t" : ch == '\b' ? "\\b"
+                                    : ch == '\f' ? "\\f" : NULL;
+            if (short_esc) snprintf(esc, sizeof esc, "%s", short_esc);
+            else snprintf(esc, sizeof esc, "\\u%04x", ch);
+            rc = tp_buf_puts(o, esc);
+        } else {
+            rc = tp_buf_append(o, (const char *)&clean.data[i], 1);
+        }
+    }
+    tp_buf_free(&clean);
+    return rc;
+}
+
+/* Format the next piece of the response into ts->item.  Returns 0, 1 at the end, -1 out of memory. */
+static int tok_stream_next(struct tok_stream *ts)
+{
+    ts->item.len = 0;
+    ts->item_pos = 0;
+    if (ts->stage == 0) {
+        ts->stage = 1;
+        return tp_buf_puts(&ts->item, "{\"tokens\":[");
+    }
+    if (ts->stage == 1 && ts->next < ts->n) {
+        int k = ts->next++, id = ts->ids[k];
+        int rc = k > 0 ? tp_buf_puts(&ts->item, ",") : 0;
+        if (!ts->with_pieces) return rc | tp_buf_printf(&ts->item, "%d", (int)id);
+        size_t pl = 0;
+        const char *piece = tp_tokenizer_piece(ts->s->tok, id, &pl);
+        rc |= tp_buf_printf(&ts->item, "{\"id\":%d,\"piece\":\"", (int)id);
+        rc |= json_escape_piece(&ts->item, piece ? piece : "", piece ? pl : 0);
+        rc |= tp_buf_puts(&ts->item, "\"}");
+        return rc ? -1 : 0;
+    }
+    if (ts->stage <= 2) {
+        ts->stage = 3;
+        return tp_buf_puts(&ts->item, "]}");
+    }
+    return 1;
+}
+
+static ssize_t tok_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct tok_stream *ts = cls;
+    size_t n = 0;
+    while (n < max) {
+        if (ts->item_pos == ts->item.len) {
+            int rc = tok_stream_next(ts);
+            if (rc < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (rc > 0) break;
+        }
+        size_t k = TP_MIN(max - n, ts->item.len - ts->item_pos);
+        memcpy(buf + n, ts->item.data + ts->item_pos, k);
+        ts->item_pos += k;
+        n += k;
+    }
+    return n > 0 ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void tok_stream_free(void *cls)
+{
+    struct tok_stream *ts = cls;
+    free(ts->ids);
+    tp_buf_free(&ts->item);
+    free(ts);
 }
 
 static enum MHD_Result handle_tokenize(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len)
 {
     struct tp_api_error e;
-    cJSON *root = NULL, *resp = NULL;
+    cJSON *root = NULL;
     int32_t *ids = NULL;
-    enum MHD_Result ret;
     if (parse_body_object(body, len, &root, &e) != 0) return tp_http_send_error(s, c, &e);
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(root, "content");
     const cJSON *add_special = cJSON_GetObjectItemCaseSensitive(root, "add_special");
@@ -261,31 +480,35 @@ static enum MHD_Result handle_tokenize(struct tp_server *s, struct MHD_Connectio
         tp_api_fail(&e, 400, "with_pieces", "'with_pieces' must be a boolean");
         goto fail;
     }
-    int n = tp_server_tokenize(s, content->valuestring, cJSON_IsTrue(add_special), &ids, &e);
-    if (n < 0) goto fail;
-    resp = cJSON_CreateObject();
-    cJSON *arr = cJSON_AddArrayToObject(resp, "tokens");
-    for (int i = 0; i < n; i++) {
-        if (cJSON_IsTrue(with_pieces)) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddNumberToObject(o, "id", ids[i]);
-            size_t pl = 0;
-            const char *piece = tp_tokenizer_piece(s->tok, ids[i], &pl);
-            struct tp_buf pb = {0};
-            tp_srv_utf8_sanitize(piece, pl, &pb);
-            cJSON_AddStringToObject(o, "piece", pb.data ? pb.data : "");
-            tp_buf_free(&pb);
-            cJSON_AddItemToArray(arr, o);
-        } else {
-            cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
-        }
+    char *text = NULL;
+    size_t text_len = 0;
+    if (tp_json_bytes(content, &text, &text_len) != 0) {
+        tp_api_fail(&e, 500, NULL, "out of memory");
+        goto fail;
     }
-    char *json = cJSON_PrintUnformatted(resp);
-    ret = json ? tp_http_send_json(s, c, 200, json) : MHD_NO;
-    free(json);
-    cJSON_Delete(resp);
+    int n = tp_server_tokenize(s, text, text_len, cJSON_IsTrue(add_special), &ids, &e);
+    free(text);
+    if (n < 0) goto fail;
+    struct tok_stream *ts = calloc(1, sizeof *ts);
+    if (!ts) {
+        tp_api_fail(&e, 500, NULL, "out of memory");
+        goto fail;
+    }
+    ts->s = s;
+    ts->ids = ids;
+    ts->n = n;
+    ts->with_pieces = cJSON_IsTrue(with_pieces);
     cJSON_Delete(root);
-    free(ids);
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, tok_stream_read, ts, tok_stream_free);
+    if (!r) {
+        tok_stream_free(ts);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    tp_metrics_request(s->metrics, 200);
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
     return ret;
 fail:
     cJSON_Delete(root);
@@ -338,9 +561,9 @@ static enum MHD_Result handle_detokenize(struct tp_server *s, struct MHD_Connect
         return tp_http_send_error(s, c, &e);
     }
     cJSON *resp = cJSON_CreateObject();
-    cJSON_AddStringToObject(resp, "content", text.data ? text.data : "");
+    int added = resp && tp_json_add_bytes(resp, "content", text.data ? text.data : "", text.len) == 0;
     tp_buf_free(&text);
-    char *json = cJSON_PrintUnformatted(resp);
+    char *json = added ? tp_json_print(resp) : NULL; /* NUL bytes (the <0x00> token) as \u0000 */
     cJSON_Delete(resp);
     enum MHD_Result ret = json ? tp_http_send_json(s, c, 200, json) : MHD_NO;
     free(json);
@@ -365,10 +588,151 @@ static const struct {
     {"/detokenize", "POST", R_DETOKENIZE, 1, 1},
 };
 
+/* ------------------------------------------------------------ connections */
+
+enum conn_phase { PH_HEADERS = 0, PH_BODY, PH_BUSY };
+
+struct tp_http_conn {
+    struct tp_http_conn *prev, *next;
+    int fd;                 /* owned by MHD; valid until the CLOSED notification */
+    enum conn_phase phase;
+    uint64_t t_phase_ns;    /* when the phase began */
+    int cut;                /* shut down by us; MHD closes it */
+    int served;             /* answered a request: idle between requests when in PH_HEADERS */
+    int over_limit;         /* opened over --max-connections with nothing to evict: answer 503 */
+};
+
+/* conn_mu held.  Shutting the socket down makes its MHD thread see the end
+ * of input and close the connection; the fd stays valid until then. */
+static void conn_cut_locked(struct tp_server *s, struct tp_http_conn *k)
+{
+    k->cut = 1;
+    s->n_cut++;
+    s->n_cut_total++;
+    if (k->fd >= 0) shutdown(k->fd, SHUT_RDWR);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct tp_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct tp_http_conn *k = calloc(1, sizeof *k);
+        *socket_context = k;
+        if (!k) return;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        k->fd = ci ? ci->connect_fd : -1;
+        k->t_phase_ns = tp_now_ns();
+        int evicted = 0;
+        pthread_mutex_lock(&s->conn_mu);
+        k->next = s->conns;
+        if (s->conns) s->conns->prev = k;
+        s->conns = k;
+        s->n_conns++;
+        if (s->n_conns - s->n_cut > s->cfg.max_connections) {
+            /* full: the connection idle longest between requests makes room (the
+             * gate hands over only complete header blocks, so a connection not
+             * yet served is about to be answered and is left alone) */
+            struct tp_http_conn *victim = NULL;
+            for (struct tp_http_conn *o = k->next; o; o = o->next)
+                if (!o->cut && o->served && o->phase == PH_HEADERS && (!victim || o->t_phase_ns < victim->t_phase_ns))
+                    victim = o;
+            if (victim) {
+                conn_cut_locked(s, victim);
+                evicted = 1;
+            } else {
+                k->over_limit = 1;
+            }
+        }
+        pthread_mutex_unlock(&s->conn_mu);
+        if (evicted)
+            tp_log(TP_LOG_DEBUG, "http", "connection limit (%d) reached: closed the longest idle kept-alive one",
+                   s->cfg.max_connections);
+    } else {
+        struct tp_http_conn *k = *socket_context;
+        if (!k) return;
+        pthread_mutex_lock(&s->conn_mu);
+        if (k->prev) k->prev->next = k->next;
+        else s->conns = k->next;
+        if (k->next) k->next->prev = k->prev;
+        s->n_conns--;
+        if (k->cut) s->n_cut--;
+        pthread_mutex_unlock(&s->conn_mu);
+        free(k);
+        *socket_context = NULL;
+    }
+}
+
+static struct tp_http_conn *conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void conn_set_phase(struct tp_server *s, struct MHD_Connection *c, enum conn_phase ph)
+{
+    struct tp_http_conn *k = conn_of(c);
+    if (!k) return;
+    pthread_mutex_lock(&s->conn_mu);
+    k->phase = ph;
+    k->t_phase_ns = tp_now_ns();
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+/* Every 200 ms: cut the connections whose header block or body is late. */
+static void *watchdog_main(void *arg)
+{
+    struct tp_server *s = arg;
+    const uint64_t hdr_ns = (uint64_t)s->cfg.header_timeout_s * 1000000000u;
+    const uint64_t body_ns = (uint64_t)s->cfg.body_timeout_s * 1000000000u;
+    pthread_mutex_lock(&s->conn_mu);
+    while (!s->watchdog_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->conn_cv, &s->conn_mu, &ts);
+        if (s->watchdog_stop) break;
+        uint64_t now = tp_now_ns();
+        int n_hdr = 0, n_body = 0;
+        for (struct tp_http_conn *k = s->conns; k; k = k->next) {
+            if (k->cut || now < k->t_phase_ns) continue;
+            if (k->phase == PH_HEADERS && hdr_ns && now - k->t_phase_ns > hdr_ns) {
+                conn_cut_locked(s, k);
+                n_hdr++;
+            } else if (k->phase == PH_BODY && body_ns && now - k->t_phase_ns > body_ns) {
+                conn_cut_locked(s, k);
+                n_body++;
+            }
+        }
+        if (n_hdr + n_body > 0) {
+            pthread_mutex_unlock(&s->conn_mu);
+            tp_log(TP_LOG_INFO, "http",
+                   "closed %d connection(s) whose header block took over %u s and %d whose body took over %u s",
+                   n_hdr, s->cfg.header_timeout_s, n_body, s->cfg.body_timeout_s);
+            pthread_mutex_lock(&s->conn_mu);
+        }
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+    return NULL;
+}
+
+/* Reserve n bytes of the server-wide budget.  Returns 0, or -1 when it would overflow. */
+static int budget_reserve(struct tp_server *s, size_t n)
+{
+    size_t cur = __atomic_load_n(&s->mem_used, __ATOMIC_RELAXED);
+    do {
+        if (n > s->cfg.mem_budget_bytes || cur > s->cfg.mem_budget_bytes - n) return -1;
+    } while (!__atomic_compare_exchange_n(&s->mem_used, &cur, cur + n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+    return 0;
+}
+
+/* ------------------------------------------------------------ requests */
+
 struct conn_ctx {
     int route_idx;
     struct tp_buf body;
-    int too_big;
+    size_t reserved;   /* bytes of the budget held until the request completes */
     int answered;
 };
 
@@ -376,12 +740,142 @@ static int check_auth(struct tp_server *s, struct MHD_Connection *c)
 {
     if (!s->cfg.api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return 0;
-    const char *k = h + 7;
+    /* the scheme name is case-insensitive (RFC 9110 11.1) */
+    if (!h || strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t')) return 0;
+    const char *k = h + 6;
+    while (*k == ' ' || *k == '\t') k++;
     size_t a = strlen(k), b = strlen(s->cfg.api_key);
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned)(k[i] ^ s->cfg.api_key[i]);
     return diff == 0;
+}
+
+struct framing {
+    int n_cl, n_te;
+    const char *cl, *te;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    struct framing *f = cls;
+    if (strcasecmp(key, "Content-Length") == 0) f->n_cl++, f->cl = value;
+    else if (strcasecmp(key, "Transfer-Encoding") == 0) f->n_te++, f->te = value;
+    return MHD_YES;
+}
+
+/*
+ * Check how the body is delimited, before any of it is read.  Returns 0 with
+ * *cl (declared length) and *has_cl, or -1 with e filled; *raw is set when
+ * MHD has already queued its own reply (a Content-Length it could not parse),
+ * so ours must go out on the socket.
+ */
+static int check_framing(struct MHD_Connection *c, unsigned long long *cl, int *has_cl, int *raw,
+                         struct tp_api_error *e)
+{
+    struct framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    *cl = 0;
+    *has_cl = 0;
+    *raw = 0;
+    if (f.n_te && f.n_cl)
+        return tp_api_fail(e, 400, NULL, "the request has both Transfer-Encoding and Content-Length; send one");
+    if (f.n_te > 1 || (f.n_te && strcasecmp(f.te, "chunked") != 0))
+        return tp_api_fail(e, 400, NULL, "Transfer-Encoding '%.64s' is not supported; send 'chunked' or a "
+                                         "Content-Length", f.te);
+    if (f.n_cl > 1) return tp_api_fail(e, 400, NULL, "the request has %d Content-Length headers; send one", f.n_cl);
+    if (f.n_cl) {
+        const char *v = f.cl;
+        size_t n = strlen(v);
+        int digits = n > 0 && n <= 19;
+        for (size_t i = 0; digits && i < n; i++) digits = v[i] >= '0' && v[i] <= '9';
+        if (!digits) {
+            *raw = 1;
+            return tp_api_fail(e, 400, NULL, "Content-Length '%.32s' is not a decimal byte count", v);
+        }
+        *cl = strtoull(v, NULL, 10);
+        *has_cl = 1;
+    }
+    return 0;
+}
+
+static int route_matches(const char *method, const char *route_method)
+{
+    /* HEAD is answered wherever GET is (MHD sends the headers only) */
+    return strcmp(method, route_method) == 0 || (strcmp(method, "HEAD") == 0 && strcmp(route_method, "GET") == 0);
+}
+
+/* First call for a request: the header block is complete, no body byte read yet. */
+static enum MHD_Result on_headers(struct tp_server *s, struct MHD_Connection *c, struct conn_ctx *cc, const char *url,
+                                  const char *method)
+{
+    struct tp_api_error e;
+    struct tp_http_conn *k = conn_of(c);
+    conn_set_phase(s, c, PH_BODY);
+    cc->answered = 1; /* unless the request passes every check below */
+    if (k && k->over_limit) {
+        tp_api_fail(&e, 503, NULL, "the server has %d connections open, its limit (--max-connections); retry shortly",
+                    s->cfg.max_connections);
+        e.code = "server_busy";
+        return send_error_close(s, c, &e);
+    }
+    unsigned long long cl;
+    int has_cl, raw;
+    if (check_framing(c, &cl, &has_cl, &raw, &e) != 0)
+        return raw ? send_raw_and_close(s, c, &e) : send_error_close(s, c, &e);
+    if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) {
+        if (!route_matches(method, "GET")) {
+            tp_api_fail(&e, 405, NULL, "method %s is not allowed on %s", method, url);
+            return send_error_close(s, c, &e);
+        }
+        if (!check_auth(s, c)) {
+            tp_api_fail(&e, 401, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
+            return send_error_close(s, c, &e);
+        }
+        return handle_model_one(s, c, url + 11);
+    }
+    int path_known = 0;
+    for (size_t i = 0; i < TP_ARRAY_LEN(routes); i++) {
+        if (strcmp(url, routes[i].path) != 0) continue;
+        path_known = 1;
+        if (route_matches(method, routes[i].method)) cc->route_idx = (int)i;
+    }
+    if (cc->route_idx < 0) {
+        if (path_known)
+            tp_api_fail(&e, 405, NULL, "method %s is not allowed on %s", method, url);
+        else
+            tp_api_fail(&e, 404, NULL, "no such endpoint: %s %s (see /v1/completions, /v1/chat/completions, "
+                                       "/v1/models, /health, /metrics, /tokenize, /detokenize)", method, url);
+        return send_error_close(s, c, &e);
+    }
+    if (routes[cc->route_idx].auth && !check_auth(s, c)) {
+        tp_api_fail(&e, 401, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
+        return send_error_close(s, c, &e);
+    }
+    if (has_cl && cl > s->cfg.max_body_bytes) {
+        tp_api_fail(&e, 413, NULL, "request body of %llu bytes exceeds the limit of %zu bytes (--max-body)", cl,
+                    s->cfg.max_body_bytes);
+        return send_error_close(s, c, &e);
+    }
+    if (strcmp(routes[cc->route_idx].method, "POST") == 0) {
+        size_t body = has_cl ? (size_t)cl : s->cfg.max_body_bytes;
+        size_t want = body * TP_HTTP_WORK_FACTOR + TP_HTTP_WORK_CONST;
+        if (budget_reserve(s, want) != 0) {
+            tp_api_fail(&e, 503, NULL, "the server is holding its memory budget for requests in flight "
+                                       "(--mem-budget %zu bytes); retry shortly", s->cfg.mem_budget_bytes);
+            e.code = "server_busy";
+            return send_error_close(s, c, &e);
+        }
+        cc->reserved = want;
+        if (has_cl && cl > 0) {
+            cc->body.data = malloc((size_t)cl + 1);
+            if (!cc->body.data) return MHD_NO;
+            cc->body.cap = (size_t)cl + 1;
+            cc->body.data[0] = '\0';
+        }
+    }
+    cc->answered = 0;
+    return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -396,68 +890,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cc) return MHD_NO;
         cc->route_idx = -1;
         *con_cls = cc;
-        if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) {
-            cc->answered = 1;
-            if (strcmp(method, "GET") != 0) {
-                tp_api_fail(&e, 405, NULL, "method %s is not allowed on %s", method, url);
-                return tp_http_send_error(s, c, &e);
-            }
-            if (!check_auth(s, c)) {
-                tp_api_fail(&e, 401, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
-                return tp_http_send_error(s, c, &e);
-            }
-            return handle_model_one(s, c, url + 11);
-        }
-        int path_known = 0;
-        for (size_t i = 0; i < TP_ARRAY_LEN(routes); i++) {
-            if (strcmp(url, routes[i].path) != 0) continue;
-            path_known = 1;
-            if (strcmp(method, routes[i].method) == 0) cc->route_idx = (int)i;
-        }
-        if (cc->route_idx < 0) {
-            cc->answered = 1;
-            if (path_known)
-                tp_api_fail(&e, 405, NULL, "method %s is not allowed on %s", method, url);
-            else
-                tp_api_fail(&e, 404, NULL, "no such endpoint: %s %s (see /v1/completions, /v1/chat/completions, "
-                                           "/v1/models, /health, /metrics, /tokenize, /detokenize)", method, url);
-            return tp_http_send_error(s, c, &e);
-        }
-        if (routes[cc->route_idx].auth && !check_auth(s, c)) {
-            cc->answered = 1;
-            tp_api_fail(&e, 401, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
-            return tp_http_send_error(s, c, &e);
-        }
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl) {
-            unsigned long long v = strtoull(cl, NULL, 10);
-            if (v > s->cfg.max_body_bytes && v > 64ull * 1024 * 1024) {
-                cc->answered = 1;
-                tp_api_fail(&e, 413, NULL, "request body of %llu bytes exceeds the limit of %zu bytes (--max-body)",
-                            v, s->cfg.max_body_bytes);
-                return tp_http_send_error(s, c, &e);
-            }
-        }
-        return MHD_YES;
+        return on_headers(s, c, cc, url, method);
     }
     if (*upload_size > 0) {
-        if (!cc->answered && !cc->too_big) {
-            if (cc->body.len + *upload_size > s->cfg.max_body_bytes) {
-                cc->too_big = 1;
-                tp_buf_free(&cc->body);
-            } else if (tp_buf_append(&cc->body, upload, *upload_size) != 0) {
-                return MHD_NO;
-            }
-        }
+        size_t n = *upload_size;
         *upload_size = 0;
+        if (cc->answered) return MHD_YES;
+        if (cc->body.len + n > s->cfg.max_body_bytes) {
+            /* a chunked body past the limit: stop reading it */
+            cc->answered = 1;
+            tp_api_fail(&e, 413, NULL, "request body exceeds the limit of %zu bytes (--max-body)",
+                        s->cfg.max_body_bytes);
+            return send_raw_and_close(s, c, &e);
+        }
+        if (tp_buf_append(&cc->body, upload, n) != 0) return MHD_NO;
         return MHD_YES;
     }
     if (cc->answered) return MHD_YES;
     cc->answered = 1;
-    if (cc->too_big) {
-        tp_api_fail(&e, 413, NULL, "request body exceeds the limit of %zu bytes (--max-body)", s->cfg.max_body_bytes);
-        return tp_http_send_error(s, c, &e);
-    }
+    conn_set_phase(s, c, PH_BUSY);
     enum route r = routes[cc->route_idx].r;
     if (r == R_HEALTH) return handle_health(s, c);
     if (r == R_METRICS) return handle_metrics(s, c);
@@ -486,11 +937,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)c;
     (void)toe;
+    struct tp_server *s = cls;
+    struct tp_http_conn *k = conn_of(c);
+    if (k) {
+        /* a next request on this connection has its own header deadline */
+        pthread_mutex_lock(&s->conn_mu);
+        k->phase = PH_HEADERS;
+        k->t_phase_ns = tp_now_ns();
+        k->served = 1;
+        pthread_mutex_unlock(&s->conn_mu);
+    }
     struct conn_ctx *cc = *con_cls;
     if (!cc) return;
+    if (cc->reserved) __atomic_sub_fetch(&s->mem_used, cc->reserved, __ATOMIC_ACQ_REL);
     tp_buf_free(&cc->body);
     free(cc);
     *con_cls = NULL;
@@ -504,9 +964,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ------------------------------------------------------------ life cycle */
 
-int tp_server_tokenize(struct tp_server *s, const char *text, int add_bos, int32_t **out, struct tp_api_error *e)
+int tp_server_tokenize(struct tp_server *s, const char *text, size_t len, int add_bos, int32_t **out,
+                       struct tp_api_error *e)
 {
-    size_t len = strlen(text);
     int cap = (int)TP_MIN(len + 16, (size_t)1 << 24);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
     if (!ids) return tp_api_fail(e, 500, NULL, "out of memory");
@@ -570,6 +1030,13 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
         return tp_error_set(err, TP_ERR_INVALID_ARG, "--host %s: not an IPv4 address (use e.g. 127.0.0.1 or 0.0.0.0)",
                             host);
+    if (cfg->max_body_bytes > (cfg->mem_budget_bytes - TP_MIN(cfg->mem_budget_bytes, TP_HTTP_WORK_CONST)) /
+                                    TP_HTTP_WORK_FACTOR) {
+        return tp_error_set(err, TP_ERR_INVALID_ARG,
+                            "--mem-budget %zu is too small for one request of --max-body %zu bytes (each reserves "
+                            "%d x its body + %zu bytes); raise --mem-budget or lower --max-body",
+                            cfg->mem_budget_bytes, cfg->max_body_bytes, TP_HTTP_WORK_FACTOR, TP_HTTP_WORK_CONST);
+    }
     struct tp_server *s = calloc(1, sizeof *s);
     if (!s) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     s->cfg = *cfg;
@@ -579,11 +1046,14 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
     s->cfg.model_id = dup_or_null(cfg->model_id);
     if (s->cfg.max_queue < 1) s->cfg.max_queue = 1;
     if (s->cfg.max_connections < 4) s->cfg.max_connections = 4;
+    if (s->cfg.max_conn_per_ip < 1) s->cfg.max_conn_per_ip = 1;
     if (s->cfg.n_batch < s->cfg.n_parallel) s->cfg.n_batch = s->cfg.n_parallel;
     pthread_mutex_init(&s->state_mu, NULL);
     pthread_mutex_init(&s->tok_mu, NULL);
     pthread_mutex_init(&s->stop_mu, NULL);
     pthread_cond_init(&s->stop_cv, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
+    pthread_cond_init(&s->conn_cv, NULL);
     s->state = TP_SRV_LOADING;
     s->created = (int64_t)time(NULL);
     s->metrics = tp_metrics_new();
@@ -596,20 +1066,31 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
         tp_server_free(s);
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     }
+    if (pthread_create(&s->watchdog, NULL, watchdog_main, s) != 0) {
+        tp_server_free(s);
+        return tp_error_set(err, TP_ERR_IO, "could not start the connection watchdog thread");
+    }
+    s->watchdog_started = 1;
+    /* MHD's own limit leaves room above ours for the connections we answer
+     * 503 or are evicting (it closes anything beyond without a word). */
+    unsigned mhd_limit = (unsigned)s->cfg.max_connections + 64;
     s->daemon = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD, (uint16_t)cfg->port, NULL, NULL, on_request,
-        s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.conn_timeout_s,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)128 * 1024, MHD_OPTION_END);
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC, 0,
+        NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)s->cfg.max_conn_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.conn_timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)128 * 1024,
+        MHD_OPTION_END);
     if (!s->daemon) {
         tp_server_free(s);
-        return tp_error_set(err, TP_ERR_IO,
-                            "could not listen on %s:%d (port in use? try another --port, or --port 0 for any)", host,
-                            cfg->port);
+        return tp_error_set(err, TP_ERR_IO, "could not start the HTTP daemon (libmicrohttpd)");
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : cfg->port;
+    struct tp_error gerr = {0};
+    if (tp_http_gate_start(s, &sa, &gerr) != TP_OK) {
+        tp_server_free(s);
+        return tp_error_set(err, TP_ERR_IO, "could not listen on %s:%d: %s (port in use? try another --port, or "
+                            "--port 0 for any)", host, cfg->port, gerr.msg);
+    }
     *out = s;
     return TP_OK;
 }
@@ -697,6 +1178,14 @@ void tp_server_free(tp_server_t *s)
     s->state = TP_SRV_FAILED;
     snprintf(s->fail_reason, sizeof s->fail_reason, "the server is shutting down");
     pthread_mutex_unlock(&s->state_mu);
+    tp_http_gate_stop(s);
+    if (s->watchdog_started) {
+        pthread_mutex_lock(&s->conn_mu);
+        s->watchdog_stop = 1;
+        pthread_cond_signal(&s->conn_cv);
+        pthread_mutex_unlock(&s->conn_mu);
+        pthread_join(s->watchdog, NULL);
+    }
     if (s->daemon) MHD_stop_daemon(s->daemon);
     tp_engine_free(s->engine);
     tp_metrics_free(s->metrics);
@@ -711,5 +1200,7 @@ void tp_server_free(tp_server_t *s)
     pthread_mutex_destroy(&s->tok_mu);
     pthread_mutex_destroy(&s->stop_mu);
     pthread_cond_destroy(&s->stop_cv);
+    pthread_mutex_destroy(&s->conn_mu);
+    pthread_cond_destroy(&s->conn_cv);
     free(s);
 }

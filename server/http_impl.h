@@ -5,11 +5,28 @@
 #ifndef TP_SERVER_HTTP_IMPL_H
 #define TP_SERVER_HTTP_IMPL_H
 
+#include <netinet/in.h>
+
 #include <microhttpd.h>
 
 #include "server_impl.h"
 
 enum tp_srv_state { TP_SRV_LOADING = 0, TP_SRV_READY, TP_SRV_FAILED };
+
+/*
+ * Memory charged to the server-wide budget per POST request, reserved when its
+ * headers arrive: TP_HTTP_WORK_FACTOR times the body (its Content-Length, or
+ * --max-body for a chunked body) plus TP_HTTP_WORK_CONST.  It covers the body
+ * buffer (grown by doubling), the parsed JSON, token ids and the response
+ * buffers; docs/http.md states the bounds.
+ */
+#define TP_HTTP_WORK_FACTOR 10
+#define TP_HTTP_WORK_CONST ((size_t)256 * 1024)
+
+/* One open TCP connection, for the header/body deadlines and eviction (http.c). */
+struct tp_http_conn;
+/* The listening socket and the connections still sending their first header block (http_gate.c). */
+struct tp_http_gate;
 
 struct tp_server {
     struct tp_server_config cfg;      /* strings owned (copied) */
@@ -34,19 +51,40 @@ struct tp_server {
     int stop_pipe[2];
     pthread_mutex_t stop_mu;
     pthread_cond_t stop_cv;
+    /* connections (guarded by conn_mu; the watchdog thread cuts late ones) */
+    pthread_mutex_t conn_mu;
+    pthread_cond_t conn_cv;           /* wakes the watchdog to stop */
+    struct tp_http_conn *conns;       /* doubly linked, oldest last */
+    int n_conns, n_cut;               /* open; cut but not yet closed by MHD */
+    uint64_t n_cut_total;
+    int watchdog_started, watchdog_stop;
+    pthread_t watchdog;
+    size_t mem_used;                  /* bytes reserved against cfg.mem_budget_bytes (atomic) */
+    struct tp_http_gate *gate;        /* owned */
 };
 
 enum MHD_Result tp_http_send(struct MHD_Connection *c, int status, const char *content_type, const char *body,
                              size_t len, const char *extra_name, const char *extra_value);
 enum MHD_Result tp_http_send_json(struct tp_server *s, struct MHD_Connection *c, int status, const char *json);
 enum MHD_Result tp_http_send_error(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e);
-/* Nonzero when the client closed its end of the connection. */
+/* Write e as a whole HTTP response with "Connection: close" on fd, waiting at
+ * most timeout_ms for socket space (0: only what fits now); counted in
+ * /metrics and logged.  The caller shuts down and closes the connection. */
+void tp_http_refuse_fd(struct tp_server *s, int fd, const struct tp_api_error *e, int timeout_ms);
+/* Bind sa, listen, and start the gate thread that hands connections with a
+ * complete first header block to s->daemon; sets s->port.  On failure the
+ * caller still calls tp_http_gate_stop. */
+enum tp_status tp_http_gate_start(struct tp_server *s, const struct sockaddr_in *sa, struct tp_error *err);
+/* Stop the gate thread, close the connections still waiting and the listening socket.  Idempotent. */
+void tp_http_gate_stop(struct tp_server *s);
+/* Nonzero when the client's connection was reset (see http.c). */
 int tp_http_client_gone(struct MHD_Connection *c);
 /* One line per finished request (text or JSON per --log-format); n_cached: prompt tokens not prefilled. */
 void tp_http_log_request(struct tp_server *s, const char *id, const char *path, int status, int n_prompt,
                          int n_cached, int n_gen, double ttft_s, double tps);
-/* Encode text (special tokens parsed); *out malloc'd. Returns count or -1 with e. */
-int tp_server_tokenize(struct tp_server *s, const char *text, int add_bos, int32_t **out, struct tp_api_error *e);
+/* Encode text[0..len) (NUL is an ordinary byte; special tokens parsed); *out malloc'd. Returns count or -1 with e. */
+int tp_server_tokenize(struct tp_server *s, const char *text, size_t len, int add_bos, int32_t **out,
+                       struct tp_api_error *e);
 /* Append s[0..n) with invalid UTF-8 bytes replaced by U+FFFD. */
 void tp_srv_utf8_sanitize(const char *s, size_t n, struct tp_buf *out);
 /* POST /v1/completions (chat 0) and /v1/chat/completions (chat 1). */

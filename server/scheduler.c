@@ -11,11 +11,17 @@
  *      then prefill chunks of the prompts still being read, up to n_batch
  *      tokens, so a long prompt is fed in pieces between decode steps and
  *      running streams keep flowing;
- *   3. runs tp_parallel_step (all ranks compute; rank 0 gets logits);
+ *   3. runs tp_parallel_step (all ranks compute and add each row's
+ *      logit_bias to their slice of the vocabulary; rank 0 gets logits, or
+ *      the distributed argmax of a greedy step);
  *   4. samples one token per slot whose prompt is complete, runs it through
  *      the streaming detokenizer and the stop-string matcher, and publishes
  *      the token and the releasable text to the request (condvar broadcast).
  * When idle it pings the group every second so /health notices dead ranks.
+ * A rank that stops answering the comm liveness heartbeats (a stopped or
+ * hung process, even while this thread is blocked in a step) turns /health
+ * to 503 naming it after TP_ENGINE_SILENT_MS, and new requests get 503
+ * instead of queueing behind a step that cannot finish.
  * A failed step poisons the engine: every request gets a 503 error and new
  * ones are refused.  The token loop allocates nothing except growing the
  * per-request text buffers (amortised).
@@ -27,6 +33,8 @@
 #include <time.h>
 
 #include "server_impl.h"
+
+_Static_assert(TP_MAX_LOGIT_BIAS <= TP_PARALLEL_BIAS_PER_ROW, "a request's logit_bias must fit one step row");
 
 struct slot {
     struct tp_req *req;      /* NULL: free */
@@ -69,6 +77,10 @@ struct tp_engine {
     int n_copy;
     float *logits;                  /* (n_parallel, n_vocab) */
     int32_t *ids;                   /* (n_parallel) argmax per row of a greedy step */
+    /* logit_bias of the step's rows, (n_parallel x TP_MAX_LOGIT_BIAS) each; applied by the
+     * parallel step on every rank's slice of the logits, so the sampler gets them biased */
+    int32_t *bias_row, *bias_id;
+    float *bias_val;
     char scratch[1024];
     pthread_t thread;
     int thread_started;
@@ -123,9 +135,26 @@ static void req_finish(struct tp_engine *e, struct tp_req *r, enum tp_finish f, 
     req_unref(r);
 }
 
+#define TP_ENGINE_SILENT_MS 1000u /* heartbeats come every 200 ms */
+
+/* A rank silent for more than TP_ENGINE_SILENT_MS: 1 with reason filled. */
+static int silent_rank(const struct tp_engine *e, char *reason, size_t cap)
+{
+    uint32_t ms = 0;
+    int r = tp_comm_silent_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, &ms);
+    if (r < 0) return 0;
+    snprintf(reason, cap, "rank %d has not answered for %.1f s (stopped, hung or unreachable)", r, ms / 1000.0);
+    return 1;
+}
+
 int tp_engine_submit(struct tp_engine *e, struct tp_req *r, struct tp_api_error *err)
 {
     int rc = 0;
+    char why[160];
+    if (silent_rank(e, why, sizeof why)) {
+        tp_api_fail(err, 503, NULL, "%s; retry shortly", why);
+        return 503;
+    }
     pthread_mutex_lock(&e->mu);
     if (e->failed) {
         tp_api_fail(err, 503, NULL, "the engine failed (%s); restart the server", e->fail_reason);
@@ -162,6 +191,8 @@ int tp_engine_healthy(struct tp_engine *e, char *reason, size_t cap)
     uint64_t now = tp_now_ns();
     if (e->failed) {
         snprintf(reason, cap, "engine failed: %s", e->fail_reason);
+        ok = 0;
+    } else if (silent_rank(e, reason, cap)) {
         ok = 0;
     } else if (e->step_start_ns && now - e->step_start_ns > 60000000000ull) {
         /* a step this long means a rank hangs (a dead one fails the step at once) */
@@ -238,7 +269,7 @@ static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
     if (f != TP_FINISH_ERROR) {
         int hit = 0;
         size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
-                                  r->params.n_stop, &hit);
+                                  r->params.stop_len, r->params.n_stop, &hit);
         if (hit) f = TP_FINISH_STOP;
         if (publish_text(s, hit ? rel : s->text.len) != 0) f = TP_FINISH_ERROR;
         if (r->n_toks > 0) r->toks[r->n_toks - 1].text_end = r->text.len;
@@ -458,6 +489,19 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
     st->copy_src = e->copy_src;
     st->copy_len = e->copy_len;
     e->n_copy = 0;
+    int nb = 0;
+    for (int row = 0; row < n_rows; row++) {
+        const struct tp_req_params *p = &e->slots[e->row_slot[row]].req->params;
+        for (int k = 0; k < p->n_logit_bias; k++) {
+            e->bias_row[nb] = row;
+            e->bias_id[nb] = p->bias_id[k];
+            e->bias_val[nb++] = p->bias_val[k];
+        }
+    }
+    st->n_bias = nb;
+    st->bias_row = e->bias_row;
+    st->bias_id = e->bias_id;
+    st->bias_val = e->bias_val;
     return n;
 }
 
@@ -518,7 +562,7 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     }
     int hit = 0;
     size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
-                              r->params.n_stop, &hit);
+                              r->params.stop_len, r->params.n_stop, &hit);
     if (publish_text(s, rel) != 0) {
         req_finish(e, r, TP_FINISH_ERROR, 500, "out of memory while generating");
         s->req = NULL;
@@ -633,8 +677,12 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->row_slot = calloc((size_t)cfg->n_parallel, sizeof(int));
     e->logits = malloc(sizeof(float) * (size_t)cfg->n_parallel * (size_t)e->n_vocab);
     e->ids = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
+    const size_t n_bias = (size_t)cfg->n_parallel * TP_MAX_LOGIT_BIAS;
+    e->bias_row = malloc(n_bias * sizeof(int32_t));
+    e->bias_id = malloc(n_bias * sizeof(int32_t));
+    e->bias_val = malloc(n_bias * sizeof(float));
     if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits ||
-        !e->ids)
+        !e->ids || !e->bias_row || !e->bias_id || !e->bias_val)
         goto nomem;
     for (int i = 0; i < cfg->n_parallel; i++) {
         if (tp_detok_init(e->tok, &e->slots[i].detok) != TP_OK) goto nomem;
@@ -696,6 +744,9 @@ void tp_engine_free(struct tp_engine *e)
     free(e->b_logits);
     free(e->row_slot);
     free(e->ids);
+    free(e->bias_row);
+    free(e->bias_id);
+    free(e->bias_val);
     free(e->logits);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);

@@ -1,15 +1,12 @@
 # Command-line contract of the tpserve executable.
-add_test(NAME cli.help COMMAND tpserve --help)
-set_tests_properties(cli.help PROPERTIES LABELS unit PASS_REGULAR_EXPRESSION "Usage: tpserve <command>")
-add_test(NAME cli.version COMMAND tpserve --version)
-set_tests_properties(cli.version PROPERTIES LABELS unit PASS_REGULAR_EXPRESSION "tpserve [0-9]+\\.[0-9]+\\.[0-9]+")
-add_test(NAME cli.unknown_command COMMAND tpserve nosuchcmd)
-set_tests_properties(cli.unknown_command PROPERTIES LABELS unit WILL_FAIL TRUE)
-add_test(NAME cli.unknown_command_message COMMAND tpserve nosuchcmd)
-set_tests_properties(cli.unknown_command_message PROPERTIES LABELS unit
-  PASS_REGULAR_EXPRESSION "unknown command 'nosuchcmd'")
-add_test(NAME cli.unknown_flag COMMAND tpserve version --bogus)
-set_tests_properties(cli.unknown_flag PROPERTIES LABELS unit WILL_FAIL TRUE)
+# Exit status and output checked together (tp_expect_test, tests/expect_run.cmake); usage errors exit 2.
+tp_expect_test(cli.help RC 0 REGEX "Usage: tpserve <command>" LABELS unit COMMAND $<TARGET_FILE:tpserve> --help)
+tp_expect_test(cli.version RC 0 REGEX "tpserve [0-9]+\\.[0-9]+\\.[0-9]+" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> --version)
+tp_expect_test(cli.unknown_command RC 2 REGEX "unknown command 'nosuchcmd'" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> nosuchcmd)
+tp_expect_test(cli.unknown_flag RC 2 REGEX "unknown option '--bogus'" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> version --bogus)
 # --kv-type: a bad value is a usage error naming the choices; f16 (default) and f32 caches give the
 # same greedy text on the bundled model (fp16 rounds K/V by ~1e-3 relative, far below its top-2 gaps).
 add_test(NAME cli.kv_type_bad COMMAND sh -c

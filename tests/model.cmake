@@ -46,8 +46,8 @@ function(tp_fuzz_target name)
   add_executable(${name}_replay ${_fuzz_c} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_driver.c)
   target_compile_definitions(${name}_replay PRIVATE TP_FUZZ_STANDALONE)
   target_link_libraries(${name}_replay PRIVATE tp_model)
-  add_test(NAME model.${name}_replay COMMAND ${name}_replay --mutate 5)
-  set_tests_properties(model.${name}_replay PROPERTIES LABELS unit TIMEOUT 60 PASS_REGULAR_EXPRESSION "no crash")
+  tp_expect_test(model.${name}_replay RC 0 REGEX "no crash" LABELS unit TIMEOUT 60
+                 COMMAND $<TARGET_FILE:${name}_replay> --mutate 5)
   if(NOT _tp_fuzz_ok)
     return()
   endif()
@@ -85,7 +85,6 @@ file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/kq_shapes.json
      "{\"shapes\": [{\"name\": \"test-kq\", \"arch\": \"llama\", \"n_embd\": 256, \"n_layer\": 4, \"n_head\": 4, "
      "\"n_head_kv\": 2, \"n_ff\": 512, \"n_vocab\": 512, \"n_ctx\": 256, \"rope_theta\": 10000.0, "
      "\"norm_eps\": 1e-05, \"tied\": false, \"source\": \"made up for tests\"}]}\n")
-add_test(NAME model.cli_synth_q4_k_m
-         COMMAND sh -c "\"$<TARGET_FILE:tpserve>\" synth --shapes '${CMAKE_CURRENT_BINARY_DIR}/kq_shapes.json' --shape test-kq --type q4_k_m -q -o '${CMAKE_CURRENT_BINARY_DIR}/kq_cli.gguf' && \"$<TARGET_FILE:tpserve>\" info '${CMAKE_CURRENT_BINARY_DIR}/kq_cli.gguf'")
-set_tests_properties(model.cli_synth_q4_k_m PROPERTIES LABELS unit TIMEOUT 60
-  PASS_REGULAR_EXPRESSION "tensors     39: f32 x9 \\([0-9.]+ MiB\\) q4_k x25 \\([0-9.]+ MiB\\) q6_k x5 \\([0-9.]+ MiB\\).file type   Q4_K_M \\(general.file_type 15\\)")
+tp_expect_test(model.cli_synth_q4_k_m RC 0 LABELS unit TIMEOUT 60
+  REGEX "tensors     39: f32 x9 \\([0-9.]+ MiB\\) q4_k x25 \\([0-9.]+ MiB\\) q6_k x5 \\([0-9.]+ MiB\\).file type   Q4_K_M \\(general.file_type 15\\)"
+  COMMAND sh -c "\"$<TARGET_FILE:tpserve>\" synth --shapes '${CMAKE_CURRENT_BINARY_DIR}/kq_shapes.json' --shape test-kq --type q4_k_m -q -o '${CMAKE_CURRENT_BINARY_DIR}/kq_cli.gguf' && \"$<TARGET_FILE:tpserve>\" info '${CMAKE_CURRENT_BINARY_DIR}/kq_cli.gguf'")

@@ -21,14 +21,10 @@ add_test(NAME ops.launch COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/launch_test.sh 
          $<TARGET_FILE:tpserve>)
 set_tests_properties(ops.launch PROPERTIES LABELS "multirank;model" TIMEOUT 180 SKIP_RETURN_CODE 77)
 # tpserve plan: the two cases of the issue, end to end through the command line.
-add_test(NAME ops.plan_70b_fits COMMAND tpserve plan --shape llama3-70b --type q4_0 --nodes 192G,128G,64G --link tb5)
-set_tests_properties(ops.plan_70b_fits PROPERTIES LABELS unit
-  PASS_REGULAR_EXPRESSION "Fits\\. Serve it with: --shard-weights 3,2,1")
-add_test(NAME ops.plan_70b_refused COMMAND tpserve plan --shape llama3-70b --type q4_0 --nodes 16G,16G)
-set_tests_properties(ops.plan_70b_refused PROPERTIES LABELS unit
-  PASS_REGULAR_EXPRESSION "Refused: does not fit: .* short by 12\\.6 GiB")
-add_test(NAME ops.plan_70b_refused_status COMMAND tpserve plan --shape llama3-70b --type q4_0 --nodes 16G,16G)
-set_tests_properties(ops.plan_70b_refused_status PROPERTIES LABELS unit WILL_FAIL TRUE)
+tp_expect_test(ops.plan_70b_fits RC 0 REGEX "Fits\\. Serve it with: --shard-weights 3,2,1" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> plan --shape llama3-70b --type q4_0 --nodes 192G,128G,64G --link tb5)
+tp_expect_test(ops.plan_70b_refused RC 1 REGEX "Refused: does not fit: .* short by 12\\.6 GiB" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> plan --shape llama3-70b --type q4_0 --nodes 16G,16G)
 # tpserve bench nodes writes its four outputs (bundled model, 1 and 2 nodes, 10gbe).
 add_test(NAME ops.bench_nodes COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/bench_nodes_test.sh ${PROJECT_SOURCE_DIR}
          $<TARGET_FILE:tpserve>)
@@ -37,3 +33,26 @@ add_test(NAME ops.bench_nodes_tinyllama COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/
          ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tpserve> tinyllama)
 set_tests_properties(ops.bench_nodes_tinyllama PROPERTIES LABELS "multirank;model;slow" TIMEOUT 900
   SKIP_RETURN_CODE 77)
+# Every shell block of README.md, run as written against this build (tests/ops/readme_test.sh: servers
+# in the background, blocks marked not-run skipped); also checks .ci/run = the README's test command.
+add_test(NAME ops.readme COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/readme_test.sh ${PROJECT_SOURCE_DIR}
+         $<TARGET_FILE:tpserve>)
+set_tests_properties(ops.readme PROPERTIES LABELS "multirank;model" TIMEOUT 180 SKIP_RETURN_CODE 77)
+if(TP_SANITIZE)
+  # OpenMPI's exit-time leaks sit in plugins it dlclose()s: only full unwinding reaches libmpi (lsan.supp).
+  set_tests_properties(ops.readme PROPERTIES ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0")
+endif()
+# tpserve plan against a measured run here: 2 and 4 local ranks of a 2-layer synthetic tinyllama-1.1b Q4_0;
+# bytes per token asserted within 5% of bench gen's, communication time reported (TP_PLAN_CHECK_TIME=1 asserts 25%).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME ops.plan_measured COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/plan_measured_test.sh $<TARGET_FILE:tpserve>)
+  set_tests_properties(ops.plan_measured PROPERTIES LABELS multirank TIMEOUT 300)
+  # bench gen under launch: bytes read per token per rank (a tied output head read once by the group), a probe per rank.
+  add_test(NAME ops.bench_gen_ranks COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/bench_gen_ranks_test.sh
+           $<TARGET_FILE:tpserve>)
+  set_tests_properties(ops.bench_gen_ranks PROPERTIES LABELS multirank TIMEOUT 120)
+  # bench serve against a stand-in server streaming two tokens per event: TPOT and steady rate from token counts.
+  add_test(NAME ops.bench_serve_tokens COMMAND ${Python3_EXECUTABLE}
+           ${CMAKE_CURRENT_SOURCE_DIR}/ops/bench_serve_tokens_test.py $<TARGET_FILE:tpserve>)
+  set_tests_properties(ops.bench_serve_tokens PROPERTIES LABELS bench TIMEOUT 60)
+endif()

@@ -1,30 +1,41 @@
 # Extra server tests: the official openai npm client (node) against a live
 # server, and the chat-template oracle re-rendered with @huggingface/jinja.
-# Skips with a reason when node/npm are unavailable.
+# Skip (exit 77) with a reason when node/npm are unavailable; the template check also needs ../shared.
 add_test(NAME server.node_conformance
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_conformance.sh $<TARGET_FILE:tpserve>
-                 ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
-set_tests_properties(server.node_conformance PROPERTIES LABELS "model" TIMEOUT 400
-                     ENVIRONMENT "TP_SHARED_DIR=${TP_SHARED_DIR}")
+                 ${PROJECT_SOURCE_DIR}/models/stories260K.gguf client)
+set_tests_properties(server.node_conformance PROPERTIES LABELS "model" TIMEOUT 400 SKIP_RETURN_CODE 77
+                     RESOURCE_LOCK tp_npm_install)
+add_test(NAME server.node_templates_shared
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_conformance.sh $<TARGET_FILE:tpserve>
+                 ${PROJECT_SOURCE_DIR}/models/stories260K.gguf templates)
+set_tests_properties(server.node_templates_shared PROPERTIES LABELS "model" TIMEOUT 400 SKIP_RETURN_CODE 77
+                     RESOURCE_LOCK tp_npm_install ENVIRONMENT "TP_SHARED_DIR=${TP_SHARED_DIR}")
 
-# Command-line refusals of `tpserve serve` (one-line errors, no hang).
-add_test(NAME server.cli_no_model COMMAND tpserve serve --port 0)
-set_tests_properties(server.cli_no_model PROPERTIES LABELS unit PASS_REGULAR_EXPRESSION "-m MODEL is required")
-add_test(NAME server.cli_bad_template
-         COMMAND tpserve serve -m ${PROJECT_SOURCE_DIR}/models/stories260K.gguf --port 0 --chat-template jinja2000)
-set_tests_properties(server.cli_bad_template PROPERTIES LABELS unit TIMEOUT 30
-                     PASS_REGULAR_EXPRESSION "--chat-template jinja2000: unknown; known templates: llama2, llama3")
-add_test(NAME server.cli_missing_key_file
-         COMMAND tpserve serve -m ${PROJECT_SOURCE_DIR}/models/stories260K.gguf --port 0 --api-key-file /nonexistent/key)
-set_tests_properties(server.cli_missing_key_file PROPERTIES LABELS unit TIMEOUT 30
-                     PASS_REGULAR_EXPRESSION "--api-key-file /nonexistent/key: cannot read a key")
-add_test(NAME server.cli_bad_log_format COMMAND tpserve serve -m x.gguf --log-format yaml)
-set_tests_properties(server.cli_bad_log_format PROPERTIES LABELS unit PASS_REGULAR_EXPRESSION "want text or json")
-add_test(NAME server.cli_bad_host
-         COMMAND tpserve serve -m ${PROJECT_SOURCE_DIR}/models/stories260K.gguf --host not-an-ip --port 0)
-set_tests_properties(server.cli_bad_host PROPERTIES LABELS unit TIMEOUT 30 PASS_REGULAR_EXPRESSION "not an IPv4 address")
-add_test(NAME server.cli_missing_model COMMAND tpserve serve -m /nonexistent/model.gguf --port 0)
-set_tests_properties(server.cli_missing_model PROPERTIES LABELS unit TIMEOUT 30 WILL_FAIL TRUE)
-add_test(NAME server.cli_missing_model_message COMMAND tpserve serve -m /nonexistent/model.gguf --port 0)
-set_tests_properties(server.cli_missing_model_message PROPERTIES LABELS unit TIMEOUT 30
-                     PASS_REGULAR_EXPRESSION "tpserve serve: .*/nonexistent/model.gguf")
+# Command-line refusals of `tpserve serve` (one-line errors, no hang): exit status and message together.
+set(_tp_bin $<TARGET_FILE:tpserve>)
+set(_tp_stories ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
+tp_expect_test(server.cli_no_model RC 2 REGEX "-m MODEL is required" LABELS unit COMMAND ${_tp_bin} serve --port 0)
+tp_expect_test(server.cli_bad_template RC 1 REGEX "--chat-template jinja2000: unknown; known templates: llama2, llama3"
+               LABELS unit COMMAND ${_tp_bin} serve -m ${_tp_stories} --port 0 --chat-template jinja2000)
+tp_expect_test(server.cli_missing_key_file RC 1 REGEX "--api-key-file /nonexistent/key: cannot read a key"
+               LABELS unit COMMAND ${_tp_bin} serve -m ${_tp_stories} --port 0 --api-key-file /nonexistent/key)
+tp_expect_test(server.cli_bad_log_format RC 2 REGEX "want text or json" LABELS unit
+               COMMAND ${_tp_bin} serve -m x.gguf --log-format yaml)
+tp_expect_test(server.cli_bad_host RC 1 REGEX "not an IPv4 address" LABELS unit
+               COMMAND ${_tp_bin} serve -m ${_tp_stories} --host not-an-ip --port 0)
+tp_expect_test(server.cli_missing_model RC 1 REGEX "tpserve serve: .*/nonexistent/model.gguf" LABELS unit
+               COMMAND ${_tp_bin} serve -m /nonexistent/model.gguf --port 0)
+tp_expect_test(server.cli_mem_budget_small RC 1 REGEX "--mem-budget 1000 is too small for one request of --max-body 1048576"
+               LABELS unit COMMAND ${_tp_bin} serve -m ${_tp_stories} --port 0 --mem-budget 1000)
+
+# HTTP abuse (slow clients, connection caps, framing, HEAD, Bearer case,
+# /metrics counting, /tokenize memory bound, memory budget): real servers on
+# 127.0.0.1, about 40 s.  Passes or fails by its exit status.
+find_program(TP_PYTHON3 python3)
+if(TP_PYTHON3)
+  add_test(NAME server.http_abuse
+           COMMAND ${TP_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/server/http_abuse.py $<TARGET_FILE:tpserve>
+                   ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
+  set_tests_properties(server.http_abuse PROPERTIES LABELS "model" TIMEOUT 600 RUN_SERIAL TRUE)
+endif()

@@ -35,15 +35,51 @@ const char *tp_test_tmpdir(void)
     return g_tmpdir;
 }
 
+/* Per-case record of the run, filled as cases call tp_test_skip / tp_test_shared_path. */
+#define TP_TEST_MAX_CASES 1024
+struct case_rec {
+    CU_pTest test;
+    const char *suite, *name;
+    int skipped;      /* tp_test_skip or absent ../shared data */
+    int uses_shared;  /* looked up ../shared data (present or not) */
+    char reason[320]; /* the first skip reason */
+};
+static struct case_rec g_cases[TP_TEST_MAX_CASES];
+static size_t g_n_cases;
+
+static struct case_rec *current_case(void)
+{
+    CU_pTest t = CU_get_current_test();
+    for (size_t i = 0; t && i < g_n_cases; i++)
+        if (g_cases[i].test == t) return &g_cases[i];
+    return NULL;
+}
+
+static void record_skip(const char *reason)
+{
+    printf("\n    SKIP: %s\n", reason);
+    fflush(stdout);
+    struct case_rec *c = current_case();
+    if (c && !c->skipped) {
+        c->skipped = 1;
+        snprintf(c->reason, sizeof c->reason, "%.300s", reason);
+    }
+}
+
 void tp_test_skip(const char *fmt, ...)
 {
+    char reason[320];
     va_list ap;
     va_start(ap, fmt);
-    printf("\n    SKIP: ");
-    vprintf(fmt, ap);
-    printf("\n");
+    vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    fflush(stdout);
+    record_skip(reason);
+}
+
+static int require_shared(void)
+{
+    const char *v = getenv("TP_REQUIRE_SHARED");
+    return v && *v && strcmp(v, "0") != 0;
 }
 
 static char g_paths[8][1024];
@@ -60,9 +96,21 @@ const char *tp_test_repo_path(const char *rel) { return path_join(TP_TEST_SOURCE
 
 const char *tp_test_shared_path(const char *rel)
 {
+    struct case_rec *c = current_case();
+    if (c) c->uses_shared = 1;
     const char *p = path_join(TP_TEST_SHARED_DIR, rel);
     struct stat st;
-    return stat(p, &st) == 0 ? p : NULL;
+    if (stat(p, &st) == 0) return p;
+    char msg[1200];
+    if (require_shared()) {
+        snprintf(msg, sizeof msg, "../shared/%s is missing and TP_REQUIRE_SHARED=1: this case needs it", rel);
+        CU_assertImplementation(CU_FALSE, __LINE__, msg, __FILE__, "", CU_FALSE);
+        fprintf(stderr, "    FAIL: %s\n", msg);
+    } else {
+        snprintf(msg, sizeof msg, "../shared/%s not present", rel);
+        record_skip(msg);
+    }
+    return NULL;
 }
 
 const char *tp_test_tpserve(void) { return TP_TEST_TPSERVE; }
@@ -117,6 +165,49 @@ void tp_test_register(const char *name, const struct tp_test_case *cases)
     g_n_suites++;
 }
 
+/* The per-case report and the exit status (see tp_test.h).  any_failed: CUnit
+ * counted a failure (possibly outside any case). */
+static int report(int any_failed)
+{
+    size_t n_pass = 0, n_skip = 0, n_fail = 0;
+    int mixed = 0;
+    printf("\ntp_test report:\n");
+    for (size_t i = 0; i < g_n_cases; i++) {
+        struct case_rec *c = &g_cases[i];
+        int failed = 0;
+        for (CU_pFailureRecord f = CU_get_failure_list(); f; f = f->pNext)
+            if (f->pTest == c->test) failed = 1;
+        if (failed) {
+            n_fail++;
+            printf("  FAIL %s.%s\n", c->suite, c->name);
+        } else if (c->skipped) {
+            n_skip++;
+            printf("  SKIP %s.%s: %s\n", c->suite, c->name, c->reason);
+        } else {
+            n_pass++;
+        }
+    }
+    /* a suite mixing ../shared cases with others would pass without ../shared */
+    for (size_t i = 0; i < g_n_cases; i++) {
+        if (!g_cases[i].uses_shared) continue;
+        for (size_t j = 0; j < g_n_cases; j++) {
+            if (g_cases[j].uses_shared || strcmp(g_cases[i].suite, g_cases[j].suite) != 0) continue;
+            printf("  FAIL suite %s mixes %s, which needs ../shared data, with %s, which does not: move the "
+                   "data-dependent cases to a suite of their own (*_shared)\n",
+                   g_cases[i].suite, g_cases[i].name, g_cases[j].name);
+            mixed = 1;
+            break;
+        }
+    }
+    printf("  %zu passed, %zu skipped, %zu failed of %zu cases\n", n_pass, n_skip, n_fail, g_n_cases);
+    if (any_failed || n_fail || mixed) return 1;
+    if (n_skip && n_skip == g_n_cases) {
+        printf("  every case skipped: exit 77 (ctest: skipped)\n");
+        return 77;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const struct tp_test_suite *suites = g_suites;
@@ -139,8 +230,11 @@ int main(int argc, char **argv)
         matched++;
         CU_pSuite suite = CU_add_suite(suites[s].name, NULL, NULL);
         if (!suite) return 1;
-        for (const struct tp_test_case *c = suites[s].cases; c->name; c++)
-            if (!CU_add_test(suite, c->name, c->fn)) return 1;
+        for (const struct tp_test_case *c = suites[s].cases; c->name; c++) {
+            CU_pTest t = CU_add_test(suite, c->name, c->fn);
+            if (!t || g_n_cases >= TP_TEST_MAX_CASES) return 1;
+            g_cases[g_n_cases++] = (struct case_rec){.test = t, .suite = suites[s].name, .name = c->name};
+        }
     }
     if (!matched) {
         fprintf(stderr, "no suite named '%s'\n", only ? only : "");
@@ -149,7 +243,7 @@ int main(int argc, char **argv)
     }
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    int code = report(CU_get_number_of_failures() + CU_get_number_of_tests_failed() > 0);
     CU_cleanup_registry();
-    return failed ? 1 : 0;
+    return code;
 }

@@ -12,6 +12,19 @@
  * CMake reads these lines and registers one ctest entry <module>.<name> per
  * suite running `test_<module> --suite <name>`; nothing else to edit.
  * Labels: unit, multirank, model, slow.
+ *
+ * Outcome of one run (`test_<module> --suite NAME`), read by ctest from the
+ * exit status alone:
+ *   1   some case failed (an assertion, or data missing under TP_REQUIRE_SHARED=1)
+ *   77  every case skipped (SKIP_RETURN_CODE: ctest shows the entry as skipped)
+ *   0   otherwise; cases that skipped while others ran are listed in the
+ *       report the runner prints last ("skipped: case: reason").
+ * A case skips by calling tp_test_skip() or by looking up ../shared data that
+ * is absent (tp_test_shared_path).  So that a checkout without ../shared shows
+ * every data-dependent suite as skipped rather than passed, a suite may not
+ * mix cases that look up ../shared data with cases that do not: the runner
+ * fails such a suite, naming the cases to move (suites of data-dependent
+ * cases are named *_shared by convention).
  */
 #ifndef TP_TEST_H
 #define TP_TEST_H
@@ -37,13 +50,18 @@ void tp_test_register(const char *name, const struct tp_test_case *cases);
         tp_test_register(#name, cases);                                                \
     }
 
-/* Print "SKIP: <reason>" (the test then passes with nothing asserted).
- * Use only for missing optional prerequisites, never for failures. */
+/* Print "SKIP: <reason>" and record the current case as skipped (the caller
+ * then returns without asserting more).  Use only for missing optional
+ * prerequisites (a tool, an IPv6 loopback), never for failures; for ../shared
+ * data use tp_test_shared_path(), which records the skip itself. */
 void tp_test_skip(const char *fmt, ...);
 
-/* Path helpers: "<repo>/rel", "<shared>/rel" (NULL when ../shared lacks it),
- * the tpserve binary.  Returned pointers are to static storage per call slot
- * (up to 8 live at once). */
+/* Path helpers: "<repo>/rel", "<shared>/rel", the tpserve binary.  Returned
+ * pointers are to static storage per call slot (up to 8 live at once).
+ * tp_test_shared_path marks the current case as depending on ../shared and,
+ * when the file is absent, returns NULL after recording the case as skipped,
+ * or, with TP_REQUIRE_SHARED=1 in the environment (scripts/test.sh sets it
+ * where ../shared exists), as failed. */
 const char *tp_test_repo_path(const char *rel);
 const char *tp_test_shared_path(const char *rel);
 const char *tp_test_tpserve(void);

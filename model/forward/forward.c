@@ -420,6 +420,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
 {
     if (!m) return TP_ERR_INVALID_ARG;
     uint64_t t_start = tp_now_ns();
+    const uint64_t expert_bytes0 = m->stats.expert_bytes;
     enum tp_status rc = check_batch(m, b);
     if (rc != TP_OK) return rc;
     const struct tp_hparams *hp = &m->hp;
@@ -485,6 +486,10 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
         run(m, TP_PH_LOGITS, m->output.rows, 16, mm_work(&m->output, m->n_out));
     }
 out:
+    if (b->n_tokens == 1) {
+        m->stats.n_decode++;
+        m->stats.expert_bytes_decode += m->stats.expert_bytes - expert_bytes0;
+    }
     m->stats.n_forward++;
     m->stats.n_tokens += (uint64_t)n_tok;
     m->stats.ns_forward += tp_now_ns() - t_start;

@@ -2,6 +2,8 @@
  * model/forward/sampler.c - choosing the next token from a row of logits.
  *
  * Pipeline (the Hugging Face / vLLM order, which OpenAI-style clients expect):
+ *   0. logit_bias (tp_logit_bias_apply) on a copy of the logits, when given:
+ *      every later step, and the reported logprobs, see the biased logits;
  *   1. penalties on a copy of the logits, from the token history (the last
  *      penalty_last_n accepted tokens, or all of them):
  *        repetition (llama.cpp / CTRL style): l > 0 ? l / r : l * r, once per
@@ -16,8 +18,9 @@
  *   5. draw from the renormalised survivors with a xoshiro256** generator
  *      seeded with splitmix64(seed): the same seed and the same inputs give
  *      the same choices.
- * The reported logprobs are the log-softmax of the raw logits (no penalties,
- * T = 1), for the chosen token and the n_logprobs most likely tokens.
+ * The reported logprobs are the log-softmax of the logits after logit_bias
+ * (no penalties, T = 1), for the chosen token and the n_logprobs most
+ * likely tokens that are not banned.
  *
  * All scratch (n_vocab floats and ids, per-token counts, the history ring)
  * is allocated in tp_sampler_init; tp_sampler_sample allocates nothing.
@@ -44,7 +47,22 @@ struct tp_sampler {
     int32_t *ring;       /* (ring_cap) last accepted ids; NULL when the window is unbounded */
     int ring_cap, ring_len, ring_head;
     int64_t n_hist;      /* distinct-or-not tokens counted (for the "any history" fast path) */
+    int n_bias;          /* logit_bias entries (p.bias_id / p.bias_val point at the copies below) */
+    int32_t *bias_id;    /* (n_bias) owned copy */
+    float *bias_val;     /* (n_bias) owned copy */
+    float *biased;       /* (n_vocab) logits after logit_bias; NULL without a bias */
 };
+
+void tp_logit_bias_apply(float *row, int vocab_begin, int n, int n_bias, const int32_t *bias_id,
+                         const float *bias_val)
+{
+    for (int i = 0; i < n_bias; i++) {
+        int64_t j = (int64_t)bias_id[i] - vocab_begin;
+        if (j < 0 || j >= n) continue;
+        if (bias_val[i] <= TP_LOGIT_BAN) row[j] = -INFINITY;
+        else row[j] += bias_val[i];
+    }
+}
 
 struct tp_sampler_params tp_sampler_default_params(void)
 {
@@ -117,8 +135,11 @@ enum tp_status tp_sampler_init(const struct tp_sampler_params *p, int n_vocab, t
     if (!(p->temperature >= 0.0f) || !isfinite(p->temperature) || p->top_k < 0 || !(p->top_p >= 0.0f) ||
         p->top_p > 1.0f || !(p->min_p >= 0.0f) || p->min_p > 1.0f || !(p->repetition_penalty > 0.0f) ||
         !isfinite(p->repetition_penalty) || !isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty) ||
-        p->penalty_last_n < -1 || p->n_logprobs < 0 || p->n_logprobs > 20)
+        p->penalty_last_n < -1 || p->n_logprobs < 0 || p->n_logprobs > 20 || p->n_logit_bias < 0 ||
+        (p->n_logit_bias > 0 && (!p->bias_id || !p->bias_val)))
         return TP_ERR_INVALID_ARG;
+    for (int i = 0; i < p->n_logit_bias; i++)
+        if (p->bias_id[i] < 0 || p->bias_id[i] >= n_vocab || isnan(p->bias_val[i])) return TP_ERR_INVALID_ARG;
 
     tp_sampler_t *s = calloc(1, sizeof(*s));
     if (!s) return TP_ERR_NOMEM;
@@ -132,7 +153,18 @@ enum tp_status tp_sampler_init(const struct tp_sampler_params *p, int n_vocab, t
         s->ring_cap = p->penalty_last_n;
         s->ring = malloc((size_t)s->ring_cap * sizeof(int32_t));
     }
-    if (!s->work || !s->cand || !s->heap || !s->counts || (s->ring_cap && !s->ring)) {
+    if (p->n_logit_bias > 0) {
+        s->n_bias = p->n_logit_bias;
+        s->bias_id = malloc((size_t)s->n_bias * sizeof(int32_t));
+        s->bias_val = malloc((size_t)s->n_bias * sizeof(float));
+        s->biased = malloc((size_t)n_vocab * sizeof(float));
+        if (s->bias_id) memcpy(s->bias_id, p->bias_id, (size_t)s->n_bias * sizeof(int32_t));
+        if (s->bias_val) memcpy(s->bias_val, p->bias_val, (size_t)s->n_bias * sizeof(float));
+    }
+    s->p.bias_id = s->bias_id; /* never the caller's arrays */
+    s->p.bias_val = s->bias_val;
+    if (!s->work || !s->cand || !s->heap || !s->counts || (s->ring_cap && !s->ring) ||
+        (s->n_bias && (!s->bias_id || !s->bias_val || !s->biased))) {
         tp_sampler_free(s);
         return TP_ERR_NOMEM;
     }
@@ -149,6 +181,9 @@ void tp_sampler_free(tp_sampler_t *s)
     free(s->heap);
     free(s->counts);
     free(s->ring);
+    free(s->bias_id);
+    free(s->bias_val);
+    free(s->biased);
     free(s);
 }
 
@@ -302,11 +337,13 @@ static void fill_logprobs(tp_sampler_t *s, const float *logits, struct tp_sample
         heap[0] = heap[--hn];
         heap_sift_down(heap, hn, 0, logits);
     }
+    int kept = 0;
     for (int i = 0; i < nl; i++) {
-        res->top[i].id = top[i];
-        res->top[i].logprob = (float)((double)logits[top[i]] - lse);
+        if (!(logits[top[i]] > -INFINITY)) break; /* banned (logit_bias -100): not an alternative */
+        res->top[kept].id = top[i];
+        res->top[kept++].logprob = (float)((double)logits[top[i]] - lse);
     }
-    res->n_top = nl;
+    res->n_top = kept;
 }
 
 enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp_sample_result *res)
@@ -315,6 +352,13 @@ enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp
     const struct tp_sampler_params *p = &s->p;
     const int n = s->n_vocab;
     float *w = s->work;
+
+    /* 0. logit_bias: from here on "logits" are the biased ones */
+    if (s->n_bias > 0) {
+        memcpy(s->biased, logits, (size_t)n * sizeof(float));
+        tp_logit_bias_apply(s->biased, 0, n, s->n_bias, s->bias_id, s->bias_val);
+        logits = s->biased;
+    }
 
     /* 1. penalties */
     memcpy(w, logits, (size_t)n * sizeof(float));
@@ -334,6 +378,7 @@ enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp
     /* 2. greedy */
     if (p->temperature <= 0.0f || p->top_k == 1) {
         res->id = argmax(w, n);
+        if (!(w[res->id] > -INFINITY)) return TP_ERR_INVALID_ARG; /* every token banned (or NaN) */
         fill_logprobs(s, logits, res);
         return TP_OK;
     }

@@ -26,6 +26,8 @@ struct ct_group {
     int status[CT_MAX_RANKS];     /* waitpid status */
     double exit_s[CT_MAX_RANKS];  /* seconds from spawn to exit */
     int exited[CT_MAX_RANKS];
+    int listen_fd[CT_MAX_RANKS];  /* ct_make_hostfile_held: rank r's bound, listening socket until
+                                     rank r is spawned (it inherits and adopts it); <= 2: none */
 };
 
 /* Nonzero: ranks started by ct_spawn* ask for the shared-memory transport. */
@@ -33,6 +35,9 @@ extern int ct_shm;
 
 /* Pick n free ports and write a hostfile for them (token may be NULL). */
 int ct_make_hostfile(struct ct_group *g, int n, const char *token);
+/* Same, but each port stays bound and listening in g->listen_fd until its
+ * rank is spawned (TP_LISTEN_FD style), so no other process can take it. */
+int ct_make_hostfile_held(struct ct_group *g, int n, const char *token);
 /* Fork n ranks: each builds cfg (defaults + rank, world, g->hostfile, token,
  * op_timeout_ms if nonzero), inits, runs fn, frees, _exits with fn's code
  * (100 when init fails).  Returns 0 on success. */

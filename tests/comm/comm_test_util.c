@@ -16,7 +16,7 @@
 static int g_hostfile_seq;
 int ct_shm;
 
-int ct_make_hostfile(struct ct_group *g, int n, const char *token)
+static int make_hostfile(struct ct_group *g, int n, const char *token, int hold)
 {
     int fds[CT_MAX_RANKS];
     memset(g, 0, sizeof *g);
@@ -29,11 +29,14 @@ int ct_make_hostfile(struct ct_group *g, int n, const char *token)
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         fds[r] = socket(AF_INET, SOCK_STREAM, 0);
         if (fds[r] < 0 || bind(fds[r], (struct sockaddr *)&a, sizeof a) != 0 ||
-            getsockname(fds[r], (struct sockaddr *)&a, &al) != 0)
+            getsockname(fds[r], (struct sockaddr *)&a, &al) != 0 || (hold && listen(fds[r], 64) != 0))
             return -1;
         g->ports[r] = ntohs(a.sin_port);
     }
-    for (int r = 0; r < n; r++) close(fds[r]);
+    for (int r = 0; r < n; r++) {
+        if (hold) g->listen_fd[r] = fds[r];
+        else close(fds[r]);
+    }
     snprintf(g->hostfile, sizeof g->hostfile, "%s/hostfile-%d-%d.json", tp_test_tmpdir(), (int)getpid(),
              g_hostfile_seq++);
     FILE *f = fopen(g->hostfile, "w");
@@ -48,6 +51,9 @@ int ct_make_hostfile(struct ct_group *g, int n, const char *token)
     return 0;
 }
 
+int ct_make_hostfile(struct ct_group *g, int n, const char *token) { return make_hostfile(g, n, token, 0); }
+int ct_make_hostfile_held(struct ct_group *g, int n, const char *token) { return make_hostfile(g, n, token, 1); }
+
 pid_t ct_spawn_one(struct ct_group *g, int r, ct_rank_fn fn, void *arg, const char *token, uint32_t op_timeout_ms)
 {
     fflush(stdout);
@@ -55,8 +61,12 @@ pid_t ct_spawn_one(struct ct_group *g, int r, ct_rank_fn fn, void *arg, const ch
     pid_t pid = fork();
     if (pid != 0) {
         if (pid > 0) g->pids[r] = pid;
+        if (g->listen_fd[r] > 2) close(g->listen_fd[r]); /* the rank holds it now */
+        g->listen_fd[r] = -1;
         return pid;
     }
+    for (int k = 0; k < g->n; k++)
+        if (k != r && g->listen_fd[k] > 2) close(g->listen_fd[k]);
     struct tp_comm_config cfg = tp_comm_default_config();
     struct tp_error err = {0};
     tp_comm_t *c = NULL;
@@ -66,6 +76,7 @@ pid_t ct_spawn_one(struct ct_group *g, int r, ct_rank_fn fn, void *arg, const ch
     cfg.cluster_token = token;
     cfg.connect_timeout_ms = 20000;
     cfg.shm = ct_shm;
+    if (g->listen_fd[r] > 2) cfg.listen_fd = g->listen_fd[r];
     if (op_timeout_ms) cfg.op_timeout_ms = op_timeout_ms;
     if (tp_comm_init(&cfg, &c, &err) != TP_OK) {
         fprintf(stderr, "    rank %d: tp_comm_init failed: %s\n", r, err.msg);

@@ -36,7 +36,8 @@ static void test_names(void)
 }
 
 static const char *k_env[] = {"TP_BACKEND", "TP_RANK", "TP_WORLD_SIZE", "TP_HOSTFILE", "TP_COORDINATOR",
-                              "TP_CLUSTER_TOKEN", "TP_COMM_TIMEOUT_MS", "TP_COMM_CONNECT_TIMEOUT_MS", "TP_LISTEN_FD"};
+                              "TP_CLUSTER_TOKEN", "TP_COMM_TIMEOUT_MS", "TP_COMM_CONNECT_TIMEOUT_MS", "TP_LISTEN_FD",
+                              "TP_GROUP_ID"};
 
 static void clear_env(void)
 {
@@ -57,6 +58,7 @@ static void test_config_env(void)
     setenv("TP_WORLD_SIZE", "4", 1);
     setenv("TP_HOSTFILE", "/x/hosts.json", 1);
     setenv("TP_CLUSTER_TOKEN", "tok", 1);
+    setenv("TP_GROUP_ID", "plan-7", 1);
     setenv("TP_COMM_TIMEOUT_MS", "1500", 1);
     CU_ASSERT_EQUAL(cfg.listen_fd, -1);
     setenv("TP_LISTEN_FD", "7", 1);
@@ -67,6 +69,7 @@ static void test_config_env(void)
     CU_ASSERT_EQUAL(cfg.world_size, 4);
     CU_ASSERT_STRING_EQUAL(cfg.hostfile, "/x/hosts.json");
     CU_ASSERT_STRING_EQUAL(cfg.cluster_token, "tok");
+    CU_ASSERT_STRING_EQUAL(cfg.group_id, "plan-7");
     CU_ASSERT_EQUAL(cfg.op_timeout_ms, 1500);
     static const char *bad[][2] = {{"TP_RANK", "abc"},           {"TP_RANK", "-1"},
                                    {"TP_WORLD_SIZE", "0"},       {"TP_COMM_TIMEOUT_MS", "10s"},
@@ -167,22 +170,93 @@ static void test_wire(void)
 {
     struct tp_wire_frame f = {.magic = TP_WIRE_MAGIC, .version = TP_WIRE_VERSION, .kind = TP_WIRE_HELLO,
                               .rank = 3, .world_size = 7, .arg = 0xdeadbeef};
-    tp_wire_token_digest("secret", f.token);
-    uint8_t buf[TP_WIRE_FRAME_BYTES], tok2[TP_WIRE_TOKEN_BYTES], zero[TP_WIRE_TOKEN_BYTES] = {0};
+    for (unsigned i = 0; i < TP_WIRE_AUTH_BYTES; i++) f.auth[i] = (uint8_t)(i * 7 + 1);
+    uint8_t buf[TP_WIRE_FRAME_BYTES];
     tp_wire_encode(&f, buf);
     CU_ASSERT_EQUAL(buf[0], 'T'); /* little-endian magic spells TPCM */
     CU_ASSERT_EQUAL(buf[3], 'M');
+    CU_ASSERT_EQUAL(buf[4], TP_WIRE_VERSION);
     CU_ASSERT_EQUAL(buf[8], 3);
+    CU_ASSERT_EQUAL(buf[16], 1);
+    CU_ASSERT_EQUAL(buf[47], (uint8_t)(31 * 7 + 1));
+    CU_ASSERT_EQUAL(buf[48], 0xef);
+    for (unsigned i = 52; i < TP_WIRE_FRAME_BYTES; i++) CU_ASSERT_EQUAL(buf[i], 0);
     struct tp_wire_frame g;
     tp_wire_decode(buf, &g);
     CU_ASSERT_EQUAL(g.rank, 3);
     CU_ASSERT_EQUAL(g.world_size, 7);
     CU_ASSERT_EQUAL(g.arg, 0xdeadbeefu);
-    CU_ASSERT_EQUAL(memcmp(g.token, f.token, TP_WIRE_TOKEN_BYTES), 0);
-    tp_wire_token_digest("secreT", tok2);
-    CU_ASSERT_NOT_EQUAL(memcmp(tok2, f.token, TP_WIRE_TOKEN_BYTES), 0);
-    tp_wire_token_digest(NULL, tok2);
-    CU_ASSERT_EQUAL(memcmp(tok2, zero, TP_WIRE_TOKEN_BYTES), 0);
+    CU_ASSERT_EQUAL(memcmp(g.auth, f.auth, TP_WIRE_AUTH_BYTES), 0);
+}
+
+/* The handshake MACs: SHA-256 against the FIPS 180-2 "abc" vector, and the
+ * MAC changing with every input it must cover. */
+static void test_wire_mac(void)
+{
+    static const uint8_t sha_abc[32] = {0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40,
+                                        0xde, 0x5d, 0xae, 0x22, 0x23, 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17,
+                                        0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00, 0x15, 0xad};
+    uint8_t h[TP_WIRE_AUTH_BYTES];
+    CU_ASSERT_EQUAL(tp_wire_group_hash("abc", h), 0);
+    CU_ASSERT_EQUAL(memcmp(h, sha_abc, 32), 0);
+
+    struct tp_wire_transcript t = {.hello_kind = TP_WIRE_HELLO, .hello_arg = 0, .world_size = 2, .rank_c = 1,
+                                   .rank_a = 0};
+    CU_ASSERT_EQUAL(tp_wire_random(t.nonce_c, sizeof t.nonce_c), 0);
+    CU_ASSERT_EQUAL(tp_wire_random(t.nonce_a, sizeof t.nonce_a), 0);
+    CU_ASSERT_NOT_EQUAL(memcmp(t.nonce_c, t.nonce_a, sizeof t.nonce_a), 0); /* 2^-256 to fail by chance */
+    CU_ASSERT_EQUAL(tp_wire_group_hash(NULL, t.group), 0);
+    const struct tp_wire_key k = {(const uint8_t *)"secret", 6}, k2 = {(const uint8_t *)"secreT", 6},
+                             empty = {NULL, 0};
+    uint8_t base[32], m[32], again[32];
+    CU_ASSERT_EQUAL(tp_wire_mac(&k, 'C', &t, base), 0);
+    CU_ASSERT_EQUAL(tp_wire_mac(&k, 'C', &t, again), 0);
+    CU_ASSERT(tp_wire_mac_equal(base, again));
+    CU_ASSERT_EQUAL(tp_wire_mac(&k, 'A', &t, m), 0);
+    CU_ASSERT(!tp_wire_mac_equal(base, m)); /* role */
+    CU_ASSERT_EQUAL(tp_wire_mac(&k2, 'C', &t, m), 0);
+    CU_ASSERT(!tp_wire_mac_equal(base, m)); /* key */
+    CU_ASSERT_EQUAL(tp_wire_mac(&empty, 'C', &t, m), 0);
+    CU_ASSERT(!tp_wire_mac_equal(base, m)); /* empty key is a key, not a skip */
+    struct tp_wire_transcript u = t;
+    u.nonce_a[31] ^= 1;
+    CU_ASSERT_EQUAL(tp_wire_mac(&k, 'C', &u, m), 0);
+    CU_ASSERT(!tp_wire_mac_equal(base, m)); /* acceptor's nonce */
+    u = t;
+    u.nonce_c[0] ^= 0x80;
+    CU_ASSERT_EQUAL(tp_wire_mac(&k, 'C', &u, m), 0);
+    CU_ASSERT(!tp_wire_mac_equal(base, m)); /* connector's nonce */
+    u = t;
+    u.rank_c = 2;
+    CU_ASSERT_EQUAL(tp_wire_mac(&k, 'C', &u, m), 0);
+    CU_ASSERT(!tp_wire_mac_equal(base, m));
+    u = t;
+    u.world_size = 3;
+    CU_ASSERT_EQUAL(tp_wire_mac(&k, 'C', &u, m), 0);
+    CU_ASSERT(!tp_wire_mac_equal(base, m));
+    u = t;
+    u.hello_arg = TP_WIRE_CH_LIVENESS;
+    CU_ASSERT_EQUAL(tp_wire_mac(&k, 'C', &u, m), 0);
+    CU_ASSERT(!tp_wire_mac_equal(base, m));
+    u = t;
+    CU_ASSERT_EQUAL(tp_wire_group_hash("model-a", u.group), 0);
+    CU_ASSERT_EQUAL(tp_wire_mac(&k, 'C', &u, m), 0);
+    CU_ASSERT(!tp_wire_mac_equal(base, m));
+    /* the MAC is not the key, a digest of the key alone, or a nonce */
+    CU_ASSERT(memcmp(base, "secret", 6) != 0);
+    CU_ASSERT(!tp_wire_mac_equal(base, t.nonce_c));
+    uint8_t tab[2] = {1, 2}, tm[32], tm2[32];
+    CU_ASSERT_EQUAL(tp_wire_table_mac(&k, &t, tab, 2, tm), 0);
+    tab[1] = 3;
+    CU_ASSERT_EQUAL(tp_wire_table_mac(&k, &t, tab, 2, tm2), 0);
+    CU_ASSERT(!tp_wire_mac_equal(tm, tm2));
+
+    char esc[64];
+    const uint8_t raw[] = {'A', 0x00, 0x1b, '\n', 0xff};
+    tp_wire_escape(raw, sizeof raw, esc, sizeof esc);
+    CU_ASSERT_STRING_EQUAL(esc, "\\x41\\x00\\x1b\\x0a\\xff");
+    tp_wire_escape(raw, sizeof raw, esc, 10); /* room for two bytes only */
+    CU_ASSERT_STRING_EQUAL(esc, "\\x41\\x00");
 }
 
 /* ---- bad configurations: refused at init with a message naming the problem */
@@ -431,6 +505,7 @@ static const struct tp_test_case unit_cases[] = {
     {"size1_group", test_size1},
     {"reduce_kernels", test_reduce_kernels},
     {"wire_frames", test_wire},
+    {"wire_mac", test_wire_mac},
     {"bad_hostfiles", test_bad_hostfiles},
     {"port_in_use_and_unreachable", test_port_in_use_and_unreachable},
     {"backend_unavailable", test_backend_unavailable},

@@ -4,7 +4,9 @@
  *   vectors   llama.cpp's test vectors (47 inputs each, ids without BOS):
  *             Llama 2 SentencePiece from the bundled vocab-only GGUF,
  *             Llama 3 and Qwen2 byte-level BPE from tokenizer.json in
- *             ../shared (skipped when absent).
+ *             ../shared.
+ * Cases that need ../shared sit in the *_shared suites and tokenizer_oracle
+ * (reported skipped when ../shared is absent; see tests/tp_test.h).
  *   oracle    a wider corpus (Unicode, code, numbers, whitespace runs,
  *             emoji, CJK, combining marks) whose ids were produced by the
  *             Hugging Face tokenizers library (tests/data/tokenizer/
@@ -145,10 +147,7 @@ static void test_vectors_llama_spm(void)
 static void test_vectors_llama3(void)
 {
     tp_tokenizer_t *t = load_json_tok("llama3");
-    if (!t) {
-        tp_test_skip("../shared/models/tokenizers/llama3 not present");
-        return;
-    }
+    if (!t) return; /* ../shared data absent: recorded as a skip */
     CU_ASSERT_EQUAL(tp_tokenizer_kind(t), TP_TOK_BPE);
     CU_ASSERT_EQUAL(tp_tokenizer_n_vocab(t), 128256);
     int total, ok = run_vectors(t, "llama-bpe", &total);
@@ -160,10 +159,7 @@ static void test_vectors_llama3(void)
 static void test_vectors_qwen2(void)
 {
     tp_tokenizer_t *t = load_json_tok("qwen3");
-    if (!t) {
-        tp_test_skip("../shared/models/tokenizers/qwen3 not present");
-        return;
-    }
+    if (!t) return; /* ../shared data absent: recorded as a skip */
     CU_ASSERT_EQUAL(tp_tokenizer_kind(t), TP_TOK_BPE);
     int total, ok = run_vectors(t, "qwen2", &total);
     CU_ASSERT_EQUAL(total, 47);
@@ -173,11 +169,15 @@ static void test_vectors_qwen2(void)
 
 static const struct tp_test_case vector_cases[] = {
     {"llama_spm_gguf", test_vectors_llama_spm},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(tokenizer_vectors, "unit,model", 300, vector_cases)
+static const struct tp_test_case vector_shared_cases[] = {
     {"llama3_json", test_vectors_llama3},
     {"qwen2_json", test_vectors_qwen2},
     {NULL, NULL},
 };
-TP_TEST_SUITE(tokenizer_vectors, "unit,model", 300, vector_cases)
+TP_TEST_SUITE(tokenizer_vectors_shared, "unit,model", 300, vector_shared_cases)
 
 /* ------------------------------------------------------------ oracle corpus */
 
@@ -278,8 +278,7 @@ static void run_oracle(const char *name)
     const cJSON *variant = cJSON_GetObjectItem(tk, "variant");
     tp_tokenizer_t *t = cJSON_IsString(variant) ? load_variant(dir, variant->valuestring)
                                                 : load_json_tok(dir + strlen("tokenizers/"));
-    if (!t) {
-        tp_test_skip("../shared/models/%s not present", dir);
+    if (!t) { /* ../shared data absent: recorded as a skip */
         cJSON_Delete(root);
         return;
     }
@@ -438,10 +437,7 @@ static tp_tokenizer_t *gguf_from_json(const char *dir, const char *pre, const ch
 static void test_gguf_llama3(void)
 {
     tp_tokenizer_t *t = gguf_from_json("llama3", "llama-bpe", "llama3-vocab.gguf");
-    if (!t) {
-        tp_test_skip("../shared/models/tokenizers/llama3 not present");
-        return;
-    }
+    if (!t) return; /* ../shared data absent: recorded as a skip */
     int total, ok = run_vectors(t, "llama-bpe", &total);
     CU_ASSERT_EQUAL(total, 47);
     CU_ASSERT_EQUAL(ok, total);
@@ -451,10 +447,7 @@ static void test_gguf_llama3(void)
 static void test_gguf_qwen2(void)
 {
     tp_tokenizer_t *t = gguf_from_json("qwen3", "qwen2", "qwen2-vocab.gguf");
-    if (!t) {
-        tp_test_skip("../shared/models/tokenizers/qwen3 not present");
-        return;
-    }
+    if (!t) return; /* ../shared data absent: recorded as a skip */
     int total, ok = run_vectors(t, "qwen2", &total);
     CU_ASSERT_EQUAL(total, 47);
     CU_ASSERT_EQUAL(ok, total);
@@ -466,10 +459,7 @@ static void test_gguf_qwen2(void)
 static void test_specials_llama3(void)
 {
     tp_tokenizer_t *t = load_json_tok("llama3");
-    if (!t) {
-        tp_test_skip("../shared/models/tokenizers/llama3 not present");
-        return;
-    }
+    if (!t) return; /* ../shared data absent: recorded as a skip */
     CU_ASSERT_EQUAL(tp_tokenizer_bos(t), 128000);
     CU_ASSERT_EQUAL(tp_tokenizer_eos(t), 128001);
     CU_ASSERT(tp_tokenizer_add_bos(t));
@@ -509,10 +499,7 @@ static void test_specials_llama3(void)
 static void test_specials_qwen3(void)
 {
     tp_tokenizer_t *t = load_json_tok("qwen3");
-    if (!t) {
-        tp_test_skip("../shared/models/tokenizers/qwen3 not present");
-        return;
-    }
+    if (!t) return; /* ../shared data absent: recorded as a skip */
     CU_ASSERT_EQUAL(tp_tokenizer_bos(t), -1);
     CU_ASSERT(!tp_tokenizer_add_bos(t));
     CU_ASSERT_EQUAL(tp_tokenizer_eos(t), 151645); /* <|im_end|> per tokenizer_config */
@@ -573,15 +560,19 @@ static void test_bundled_stories(void)
 }
 
 static const struct tp_test_case format_cases[] = {
-    {"gguf_llama3_vectors", test_gguf_llama3},
-    {"gguf_qwen2_vectors", test_gguf_qwen2},
-    {"specials_llama3", test_specials_llama3},
-    {"specials_qwen3", test_specials_qwen3},
     {"specials_spm", test_specials_spm},
     {"bundled_stories260K", test_bundled_stories},
     {NULL, NULL},
 };
 TP_TEST_SUITE(tokenizer_formats, "unit,model", 300, format_cases)
+static const struct tp_test_case format_shared_cases[] = {
+    {"gguf_llama3_vectors", test_gguf_llama3},
+    {"gguf_qwen2_vectors", test_gguf_qwen2},
+    {"specials_llama3", test_specials_llama3},
+    {"specials_qwen3", test_specials_qwen3},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(tokenizer_formats_shared, "unit,model", 300, format_shared_cases)
 
 /* ------------------------------------------------------------ detokenizer */
 
@@ -671,10 +662,7 @@ static void test_detok_byte_tokens_spm(void)
 static void test_detok_stream_byte_level(void)
 {
     tp_tokenizer_t *t = load_json_tok("llama3");
-    if (!t) {
-        tp_test_skip("../shared/models/tokenizers/llama3 not present");
-        return;
-    }
+    if (!t) return; /* ../shared data absent: recorded as a skip */
     const char *s = "👨‍👩‍👧‍👦 𓀀 𝔘𝔫𝔦 龘龘 Ꭰ ขอบคุณ ăâđêôơư";
     int n;
     int32_t *ids = encode(t, s, strlen(s), 1, 0, &n);
@@ -731,18 +719,19 @@ static void round_trip_vectors(const tp_tokenizer_t *t, const char *name)
     free(inp);
 }
 
-static void test_round_trip(void)
+static void test_round_trip_spm(void)
 {
     tp_tokenizer_t *t = load_spm_gguf();
     round_trip_vectors(t, "llama-spm");
     tp_tokenizer_free(t);
+}
+
+static void test_round_trip_json(void)
+{
     const char *dirs[] = {"llama3", "qwen3"}, *names[] = {"llama-bpe", "qwen2"};
     for (int i = 0; i < 2; i++) {
-        t = load_json_tok(dirs[i]);
-        if (!t) {
-            tp_test_skip("../shared/models/tokenizers/%s not present", dirs[i]);
-            continue;
-        }
+        tp_tokenizer_t *t = load_json_tok(dirs[i]);
+        if (!t) continue; /* ../shared data absent: recorded as a skip */
         round_trip_vectors(t, names[i]);
         tp_tokenizer_free(t);
     }
@@ -750,11 +739,16 @@ static void test_round_trip(void)
 
 static const struct tp_test_case detok_cases[] = {
     {"byte_tokens_spm", test_detok_byte_tokens_spm},
-    {"stream_byte_level", test_detok_stream_byte_level},
-    {"round_trip", test_round_trip},
+    {"round_trip_spm", test_round_trip_spm},
     {NULL, NULL},
 };
 TP_TEST_SUITE(tokenizer_detok, "unit,model", 300, detok_cases)
+static const struct tp_test_case detok_shared_cases[] = {
+    {"stream_byte_level", test_detok_stream_byte_level},
+    {"round_trip_json", test_round_trip_json},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(tokenizer_detok_shared, "unit,model", 300, detok_shared_cases)
 
 /* ------------------------------------------------------------ errors */
 
@@ -1067,74 +1061,61 @@ static const struct tp_test_case unit_cases[] = {
 };
 TP_TEST_SUITE(tokenizer_unit, "unit", 60, unit_cases)
 
-/* ------------------------------------------------------------ speed */
+/* ------------------------------------------------------------ long inputs */
 
-/* Encode time per KB of mixed text and of pathological inputs (one long
- * word, long whitespace / digit runs): the merge loop must stay O(n log n).
- * The bound (20 ms per KB) is ~100x what a Release build needs, so that
- * sanitizer builds and a loaded 2-core machine pass while O(n^2) on a 64 KB
- * word (seconds) still fails. */
-static double encode_ms_per_kb(const tp_tokenizer_t *t, const char *s, size_t len, int reps)
-{
-    int n = tp_tokenizer_encode(t, s, len, 0, 0, NULL, 0);
-    CU_ASSERT(n > 0);
-    int32_t *ids = malloc((size_t)n * sizeof(int32_t));
-    uint64_t t0 = tp_now_ns();
-    for (int r = 0; r < reps; r++) CU_ASSERT_EQUAL(tp_tokenizer_encode(t, s, len, 0, 0, ids, n), n);
-    double ms = (double)(tp_now_ns() - t0) / 1e6 / reps;
-    free(ids);
-    return ms / ((double)len / 1024.0);
-}
-
-static void speed_one(const tp_tokenizer_t *t, const char *name)
+/* 16 KB of mixed text and 64 KB pathological inputs (one long word, whitespace and digit
+ * runs): the counting call and the filling call agree and decode(encode(x)) == x.  (Encode
+ * speed is a benchmark's business, not a unit test's: ctest's timeout is the only bound here.) */
+static void long_inputs_one(const tp_tokenizer_t *t, const char *name)
 {
     const char *para = "The quick brown fox jumps over the lazy dog. It's 2024-06-01, and we've shipped v3.14 "
                        "to 1,234,567 users! Ça coûte 12,50 € — naïve café. Zürich, Москва, 東京, 서울. "
                        "if (x != 0) { return y / x; } // done\n\tfor i in range(100):\n";
     size_t pl = strlen(para), n = 0;
-    char *s = malloc(70000);
+    char *s = malloc(65537);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     while (n + pl < 16384) {
         memcpy(s + n, para, pl);
         n += pl;
     }
-    double mixed = encode_ms_per_kb(t, s, n, 5);
-    memset(s, 'a', 65536);
-    double word = encode_ms_per_kb(t, s, 65536, 1);
-    memset(s, ' ', 65536);
-    double spaces = encode_ms_per_kb(t, s, 65536, 1);
-    for (int i = 0; i < 65536; i++) s[i] = (char)('0' + i % 10);
-    double digits = encode_ms_per_kb(t, s, 65536, 1);
-    fprintf(stderr, "%s encode ms/KB: mixed %.4f (%zu B), 64K 'a' %.4f, 64K spaces %.4f, 64K digits %.4f\n", name,
-            mixed, n, word, spaces, digits);
-    CU_ASSERT(mixed < 20.0);
-    CU_ASSERT(word < 20.0);
-    CU_ASSERT(spaces < 20.0);
-    CU_ASSERT(digits < 20.0);
+    for (int kind = 0; kind < 4; kind++) {
+        size_t len = kind == 0 ? n : 65536;
+        if (kind == 1) memset(s, 'a', len);
+        if (kind == 2) memset(s, ' ', len);
+        if (kind == 3)
+            for (size_t i = 0; i < len; i++) s[i] = (char)('0' + i % 10);
+        s[len] = 0;
+        int cnt = tp_tokenizer_encode(t, s, len, 0, 0, NULL, 0);
+        CU_ASSERT_FATAL(cnt > 0);
+        int32_t *ids = malloc((size_t)cnt * sizeof(int32_t));
+        CU_ASSERT_EQUAL(tp_tokenizer_encode(t, s, len, 0, 0, ids, cnt), cnt);
+        size_t dl;
+        char *dec = detok_all(t, ids, cnt, &dl);
+        if (dl != len || memcmp(dec, s, len) != 0) fprintf(stderr, "%s: input %d (%zu B) does not round-trip\n", name, kind, len);
+        CU_ASSERT(dl == len && memcmp(dec, s, len) == 0);
+        free(dec);
+        free(ids);
+    }
     free(s);
 }
 
-static void test_speed(void)
+static void test_long_inputs_spm(void)
 {
     tp_tokenizer_t *t = load_spm_gguf();
-    speed_one(t, "llama2-spm");
+    long_inputs_one(t, "llama2-spm");
     tp_tokenizer_free(t);
-    const char *dirs[] = {"llama3", "qwen3", "mistral-7b-v0.1"};
-    for (int i = 0; i < 3; i++) {
-        t = load_json_tok(dirs[i]);
-        if (!t) {
-            tp_test_skip("../shared/models/tokenizers/%s not present", dirs[i]);
-            continue;
-        }
-        speed_one(t, dirs[i]);
+}
+
+static void test_long_inputs_json(void)
+{
+    const char *dirs[] = {"llama3", "qwen3"};
+    for (int i = 0; i < 2; i++) {
+        tp_tokenizer_t *t = load_json_tok(dirs[i]);
+        if (!t) continue; /* ../shared data absent: recorded as a skip */
+        long_inputs_one(t, dirs[i]);
         tp_tokenizer_free(t);
     }
 }
-
-static const struct tp_test_case speed_cases[] = {
-    {"encode_speed", test_speed},
-    {NULL, NULL},
-};
-TP_TEST_SUITE(tokenizer_speed, "unit,model", 300, speed_cases)
 
 /* ------------------------------------------------------------ random robustness */
 
@@ -1149,9 +1130,8 @@ static uint64_t rng_next(uint64_t *s)
 /* Random byte strings: encode never crashes, refuses invalid UTF-8 with -1,
  * and valid text round-trips through the streaming decoder (SentencePiece
  * and Llama 3 are lossless; Qwen2 gives the NFC form). */
-static void test_random_inputs(void)
+static void random_inputs(tp_tokenizer_t *toks[3])
 {
-    tp_tokenizer_t *toks[3] = {load_spm_gguf(), load_json_tok("llama3"), load_json_tok("qwen3")};
     static const uint32_t pool[] = {' ', ' ', '\n', '\r', '\t', 'a', 'Z', '\'', 's', '7', '0', '.', '<', '|', '>',
                                     0xA0, 0xE9, 0x301, 0x3000, 0x4E2D, 0x1F999, 0x10FFFF, 0x2581, 0xFFFD, 0x85, 0};
     uint64_t seed = 0x9E3779B97F4A7C15ULL;
@@ -1218,6 +1198,15 @@ static void test_random_inputs(void)
     for (int k = 0; k < 3; k++) tp_tokenizer_free(toks[k]);
 }
 
+static void test_random_spm(void) { random_inputs((tp_tokenizer_t *[3]){load_spm_gguf(), NULL, NULL}); }
+
+static void test_random_json(void)
+{
+    tp_tokenizer_t *toks[3] = {NULL, load_json_tok("llama3"), load_json_tok("qwen3")};
+    if (!toks[1] && !toks[2]) return; /* ../shared data absent: recorded as a skip */
+    random_inputs(toks);
+}
+
 /* Two threads encoding with one tokenizer get the same ids as one thread. */
 struct enc_job {
     const tp_tokenizer_t *t;
@@ -1241,10 +1230,7 @@ static void *enc_thread(void *arg)
 static void test_concurrent_encode(void)
 {
     tp_tokenizer_t *t = load_json_tok("qwen3");
-    if (!t) {
-        tp_test_skip("../shared/models/tokenizers/qwen3 not present");
-        return;
-    }
+    if (!t) return; /* ../shared data absent: recorded as a skip */
     static struct enc_job jobs[2];
     const char *texts[2] = {"<|im_start|>user\nCafe\u0301 naïve 東京 1234567 🦙🦙 it's fine<|im_end|>\n",
                             "def f(x):\n    return x ** 2  # e\u0301\u0323 ZWJ 👨‍👩‍👧\n\n\n"};
@@ -1264,8 +1250,15 @@ static void test_concurrent_encode(void)
 }
 
 static const struct tp_test_case random_cases[] = {
-    {"random_inputs", test_random_inputs},
-    {"concurrent_encode", test_concurrent_encode},
+    {"random_inputs_spm", test_random_spm},
+    {"long_inputs_spm", test_long_inputs_spm},
     {NULL, NULL},
 };
 TP_TEST_SUITE(tokenizer_random, "unit,model", 300, random_cases)
+static const struct tp_test_case random_shared_cases[] = {
+    {"random_inputs_json", test_random_json},
+    {"long_inputs_json", test_long_inputs_json},
+    {"concurrent_encode", test_concurrent_encode},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(tokenizer_random_shared, "unit,model", 300, random_shared_cases)

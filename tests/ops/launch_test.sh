@@ -6,7 +6,8 @@
 # runs on h0 with `ssh -i KEY` (TP_LAUNCH_SSH), so every rank is started by sshd on its own address.
 # Without sshd, tests/ops/fake_ssh.sh stands in for ssh (same arguments, runs the command with sh in
 # the host's namespace); without namespaces, on 127.0.0.1.  Part 1 always uses the stand-in.
-#   1. dry run, environment and "[rank R HOST]" prefixes, exit statuses of the usual mistakes
+#   1. dry run, environment and "[rank R HOST]" prefixes, the cluster token (random or given, through
+#      stdin, never on a command line), exit statuses of the usual mistakes
 #      (unreachable host 255, missing program 127, missing model 126), a failing rank stops the
 #      others and its status is the launcher's, Ctrl-C (SIGINT) stops every rank;
 #   2. 2 and 4 ranks of `tpserve serve` on the bundled model: /health answers and a greedy
@@ -50,6 +51,18 @@ grep -q "^mpirun -np 2 --host alpha,beta .*-x TP_BACKEND=mpi tpserve serve" "$WO
 expect 0 "$TPSERVE" launch --hostfile "$WORK/hf2.json" -- sh -c 'echo "r$TP_RANK/$TP_WORLD_SIZE $TP_BACKEND"; echo e >&2'
 grep -qx "\[rank 0 alpha\] r0/2 ring" "$WORK/out" && grep -qx "\[rank 1 beta\] r1/2 ring" "$WORK/out" &&
   grep -qx "\[rank 1 beta\] e" "$WORK/out" || fail "prefixes/environment: $(cat "$WORK/out")"
+
+# the cluster token: random (64 hex digits, the same on every rank) when none is given, passed through
+# ssh's stdin (never in the remote command line), or the caller's TP_CLUSTER_TOKEN as it is
+grep -q "TP_CLUSTER_TOKEN=" <("$TPSERVE" launch --hostfile "$WORK/hf2.json" --dry-run -- true) &&
+  fail "dry run shows a token on the command line"
+expect 0 "$TPSERVE" launch --hostfile "$WORK/hf2.json" -- sh -c 'echo "tok=$TP_CLUSTER_TOKEN"; ps -o args= -p $PPID $$'
+t0=$(sed -n 's/^\[rank 0 alpha\] tok=\([0-9a-f]\{64\}\)$/\1/p' "$WORK/out")
+t1=$(sed -n 's/^\[rank 1 beta\] tok=\([0-9a-f]\{64\}\)$/\1/p' "$WORK/out")
+[ -n "$t0" ] && [ "$t0" = "$t1" ] || fail "random token: $(cat "$WORK/out")"
+[ "$(grep -c -- "$t0" "$WORK/out")" -eq 2 ] || fail "the token shows in a command line: $(cat "$WORK/out")"
+TP_CLUSTER_TOKEN="mine 'quoted'" expect 0 "$TPSERVE" launch --hostfile "$WORK/hf2.json" -- sh -c 'echo "tok=$TP_CLUSTER_TOKEN"'
+[ "$(grep -c "^\[rank [01] [a-z]*\] tok=mine 'quoted'$" "$WORK/out")" -eq 2 ] || fail "given token: $(cat "$WORK/out")"
 
 t0=$(date +%s)
 expect 3 "$TPSERVE" launch --hostfile "$WORK/hf2.json" -- sh -c '[ $TP_RANK = 1 ] && { sleep 0.3; exit 3; }; exec sleep 60'
@@ -174,6 +187,13 @@ for n in 2 4; do
   start_serve $n
   got=$(completion) || fail "$n ranks: completion failed"
   [ "$got" = "$want" ] || fail "$n ranks: '$got' != 1 rank '$want'"
+  # the launcher's token reached the ranks without showing in the output (no terminal echo) or in
+  # any process's command line
+  r0=$(rank_pids "$WORK/hf$n.json" 0)
+  tok=$(tr '\0' '\n' <"/proc/$r0/environ" 2>/dev/null | sed -n 's/^TP_CLUSTER_TOKEN=//p')
+  [ ${#tok} -eq 64 ] || fail "$n ranks: rank 0 has no 64-digit TP_CLUSTER_TOKEN ('$tok')"
+  ! grep -q -- "$tok" "$WORK/log" || fail "$n ranks: the cluster token shows in the launcher's output"
+  ! grep -lq -- "$tok" /proc/[0-9]*/cmdline 2>/dev/null || fail "$n ranks: the cluster token is on a command line"
   # kill the last rank: everything stops, the launcher exits non-zero within 10 s
   victim=$(rank_pids "$WORK/hf$n.json" $((n - 1)))
   [ -n "$victim" ] || fail "$n ranks: cannot find rank $((n - 1))"

@@ -40,10 +40,15 @@ struct mr_run {
     const int32_t *force0;      /* non-NULL: after step s sequence 0 is fed force0[s] (teacher forcing)
                                  * instead of its own choice; tokens[] still records its argmax */
     enum tp_moe_split moe_split; /* mixture of experts: the split every rank asks for (default AUTO) */
+    int hook;                   /* before generating, rank 0 runs the rank hook with argument 42; every rank
+                                 * but the last registered one reporting {rank, arg, its weight bytes, -1} */
     int copy_restart;           /* halfway, sequence 1 is cleared and gets a KV copy of every position
                                  * sequence 0 holds, then is fed sequence 0's token at sequence 0's
                                  * position (in the same step), so from then on it decodes what
                                  * sequence 0 decodes */
+    int n_bias;                 /* logit_bias of sequence 0 (row 0 of every step): entries of */
+    const int32_t *bias_id;     /* (n_bias) token ids */
+    const float *bias_val;      /* (n_bias) -100..100 */
     /* out */
     int exit_code[MR_MAX_RANKS]; /* 0 ok, 3 init refused, 4 step failed, -1 killed at the deadline */
     char msg[MR_MAX_RANKS][512];
@@ -63,6 +68,9 @@ struct mr_run {
     float lse;                         /* and its log-sum-exp */
     float gap0[MR_MAX_STEPS];          /* full-logits mode: sequence 0's top-1 minus top-2 logit per step */
     float rms0[MR_MAX_STEPS];          /* and the root mean square of its logits */
+    float gap1[MR_MAX_STEPS];          /* the same for sequence 1 */
+    float rms1[MR_MAX_STEPS];
+    double hook_values[MR_MAX_RANKS * TP_PARALLEL_HOOK_VALUES]; /* hook: what rank 0 got (NaN: none) */
     double seconds;
 };
 
@@ -72,6 +80,21 @@ int mr_exec(struct mr_run *r);
 void mr_free(struct mr_run *r);
 /* sum (a-b)^2 / sum b^2 */
 double mr_nmse(const float *a, const float *b, int n);
+/* The near-tie rule for greedy tokens at N > 1 ranks (r) against N = 1 (ref), both run in full-logits
+ * mode.  N ranks add partial sums in another order than one rank (and quantized types re-quantize
+ * the summed activations), so logits move by a small amount relative to their rms; where ref's top
+ * two logits are closer than that, the argmax may flip.  A step is a near-tie when ref's top-1 minus
+ * top-2 logit is below tau times the rms of ref's logits at that step.  The rule, per sequence:
+ *   free run: r's tokens equal ref's up to the first step where they differ, and that step is a
+ *     near-tie; after it the texts differ and nothing more is compared.  (So the tokens are equal
+ *     at least up to ref's first near-tie, on any model and seed.)
+ *   teacher-forced (forced 1: sequence 0 fed ref's tokens): every step where sequence 0's argmax
+ *     differs is a near-tie; sequence 1 runs free.
+ * Prints one line per sequence; returns the number of differing steps that are not near-ties, plus
+ * 1 if the runs differ in length (0: the rule holds). */
+int mr_near_tie_violations(const struct mr_run *ref, const struct mr_run *r, double tau, int forced, const char *what);
+/* Steps of ref's sequence 0 (full-logits mode) that are near-ties at tau. */
+int mr_near_ties(const struct mr_run *ref, double tau);
 /* Synthetic models written once per test process (NULL + skip reason when the writer is missing). */
 const char *mr_synth_model(const char *tag, enum tp_wtype type);
 

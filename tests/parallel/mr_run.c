@@ -83,14 +83,18 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
     const int V = tp_parallel_hparams(p)->n_vocab;
     float *logits = malloc(2 * (size_t)V * sizeof(float));
     int32_t *t0 = calloc(MR_MAX_STEPS, sizeof(int32_t)), *t1 = calloc(MR_MAX_STEPS, sizeof(int32_t));
-    float *gap = calloc(2 * MR_MAX_STEPS, sizeof(float)), *rms = gap + MR_MAX_STEPS;
+    /* gap, rms: sequence 0; then the same for sequence 1 */
+    float *gap = calloc(4 * MR_MAX_STEPS, sizeof(float)), *rms = gap + MR_MAX_STEPS;
     if (!logits || !t0 || !t1 || !gap) return 4;
     /* prompts: seq 0 [1 5 9 14], seq 1 [1 7 3] */
     int32_t tok[8] = {1, 5, 9, 14, 1, 7, 3}, pos[8] = {0, 1, 2, 3, 0, 1, 2}, seq[8] = {0, 0, 0, 0, 1, 1, 1};
     int8_t want[8] = {0, 0, 0, 1, 0, 0, 1};
     int32_t clear_seq[1] = {1}, clear_from[1] = {0};
     int32_t copy_dst[1] = {1}, copy_src[1] = {0}, copy_len[1] = {0};
-    struct tp_step st = {{7, tok, pos, seq, want}, 0, clear_seq, clear_from, 0, copy_dst, copy_src, copy_len};
+    int32_t *bias_row = calloc((size_t)r->n_bias + 1, sizeof(int32_t)); /* every entry on row 0: sequence 0 */
+    if (!bias_row) return 4;
+    struct tp_step st = {{7, tok, pos, seq, want}, 0, clear_seq, clear_from, 0, copy_dst, copy_src, copy_len,
+                         r->n_bias, bias_row, r->bias_id, r->bias_val};
     int p0 = 4, p1 = 3, rc = 0;
     int32_t ids[2];
     struct tp_parallel_cand top[16];
@@ -114,15 +118,17 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
         }
         if (r->kill_last_rank) tp_sleep_ms(5); /* keep generating until the peer has died */
         if (!r->greedy_api) {
-            ids[0] = argmax(logits, V);
-            ids[1] = argmax(logits + V, V);
-            double second = -1e30, sq = 0;
-            for (int i = 0; i < V; i++) {
-                if (i != ids[0] && logits[i] > second) second = logits[i];
-                sq += (double)logits[i] * logits[i];
+            for (int q = 0; q < 2; q++) {
+                const float *lq = logits + (size_t)q * V;
+                ids[q] = argmax(lq, V);
+                double second = -1e30, sq = 0;
+                for (int i = 0; i < V; i++) {
+                    if (i != ids[q] && lq[i] > second) second = lq[i];
+                    sq += (double)lq[i] * lq[i];
+                }
+                gap[2 * q * MR_MAX_STEPS + s] = (float)(lq[ids[q]] - second);
+                rms[2 * q * MR_MAX_STEPS + s] = (float)sqrt(sq / V);
             }
-            gap[s] = (float)(logits[ids[0]] - second);
-            rms[s] = (float)sqrt(sq / V);
         }
         t0[s] = ids[0];
         t1[s] = ids[1];
@@ -169,9 +175,10 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
         fwrite(t0, sizeof(int32_t), MR_MAX_STEPS, f);
         fwrite(t1, sizeof(int32_t), MR_MAX_STEPS, f);
         fwrite(logits, sizeof(float), (size_t)V, f);
-        fwrite(gap, sizeof(float), 2 * MR_MAX_STEPS, f);
+        fwrite(gap, sizeof(float), 4 * MR_MAX_STEPS, f);
         fclose(f);
     }
+    free(bias_row);
     free(gap);
     free(logits);
     free(t0);
@@ -187,6 +194,21 @@ static void slow_progress(void *ctx, uint64_t done, uint64_t total)
     (void)total;
     if (*ms > 0) tp_sleep_ms((uint32_t)*ms);
     *ms = 0;
+}
+
+struct mr_hook {
+    int rank;
+    uint64_t weight_bytes;
+};
+
+static enum tp_status mr_hook_fn(void *ud, int32_t arg, double out[TP_PARALLEL_HOOK_VALUES])
+{
+    const struct mr_hook *h = ud;
+    out[0] = h->rank;
+    out[1] = arg;
+    out[2] = (double)h->weight_bytes;
+    out[3] = -1;
+    return TP_OK;
 }
 
 static int child(const struct mr_run *r, int rank, int port, const char *dir)
@@ -228,8 +250,21 @@ static int child(const struct mr_run *r, int rank, int port, const char *dir)
     snprintf(path, sizeof path, "%s/r%d.info", dir, rank);
     write_file(path, &info, sizeof info);
     int rc = 0;
+    struct mr_hook hook = {rank, info.weight_bytes};
+    if (r->hook && rank < r->world - 1) tp_parallel_set_hook(p, mr_hook_fn, &hook);
     if (rank == 0) {
         if (r->idle_ms > 0) tp_sleep_ms((uint32_t)r->idle_ms);
+        if (r->hook) {
+            double v[MR_MAX_RANKS * TP_PARALLEL_HOOK_VALUES];
+            if (tp_parallel_run_hook(p, 42, v, r->world) != TP_OK) {
+                snprintf(path, sizeof path, "%s/r0.err", dir);
+                write_file(path, tp_parallel_last_error(p), strlen(tp_parallel_last_error(p)));
+                tp_parallel_free(p);
+                return 4;
+            }
+            snprintf(path, sizeof path, "%s/hook.bin", dir);
+            write_file(path, v, sizeof(double) * TP_PARALLEL_HOOK_VALUES * (size_t)r->world);
+        }
         rc = rank0_generate(p, r, dir);
     } else if (r->kill_last_rank && rank == r->world - 1) {
         /* dead peer: leave abruptly (no shutdown) after a short while */
@@ -320,6 +355,14 @@ int mr_exec(struct mr_run *r)
         if (!f || fread(&r->rss_peak[k], sizeof r->rss_peak[k], 1, f) != 1) r->rss_peak[k] = 0;
         if (f) fclose(f);
     }
+    for (size_t i = 0; i < sizeof r->hook_values / sizeof r->hook_values[0]; i++) r->hook_values[i] = NAN;
+    snprintf(path, sizeof path, "%s/hook.bin", dir);
+    FILE *hf = fopen(path, "rb");
+    if (hf) {
+        if (fread(r->hook_values, sizeof(double) * TP_PARALLEL_HOOK_VALUES, (size_t)r->world, hf) != (size_t)r->world)
+            r->hook_values[0] = NAN;
+        fclose(hf);
+    }
     snprintf(path, sizeof path, "%s/out.bin", dir);
     FILE *f = fopen(path, "rb");
     struct mr_out o;
@@ -335,7 +378,9 @@ int mr_exec(struct mr_run *r)
             fread(r->tokens1, sizeof(int32_t), MR_MAX_STEPS, f) != MR_MAX_STEPS || !r->logits ||
             fread(r->logits, sizeof(float), (size_t)o.n_vocab, f) != (size_t)o.n_vocab ||
             fread(r->gap0, sizeof(float), MR_MAX_STEPS, f) != MR_MAX_STEPS ||
-            fread(r->rms0, sizeof(float), MR_MAX_STEPS, f) != MR_MAX_STEPS)
+            fread(r->rms0, sizeof(float), MR_MAX_STEPS, f) != MR_MAX_STEPS ||
+            fread(r->gap1, sizeof(float), MR_MAX_STEPS, f) != MR_MAX_STEPS ||
+            fread(r->rms1, sizeof(float), MR_MAX_STEPS, f) != MR_MAX_STEPS)
             r->n_tokens = 0;
     }
     if (f) fclose(f);
@@ -415,4 +460,37 @@ const char *mr_synth_model(const char *tag, enum tp_wtype type)
     }
     snprintf(paths[n], sizeof paths[n], "%s", want);
     return paths[n++];
+}
+
+int mr_near_ties(const struct mr_run *ref, double tau)
+{
+    int n = 0;
+    for (int i = 0; i < ref->n_tokens && i < MR_MAX_STEPS; i++) n += ref->gap0[i] < tau * ref->rms0[i];
+    return n;
+}
+
+int mr_near_tie_violations(const struct mr_run *ref, const struct mr_run *r, double tau, int forced, const char *what)
+{
+    int n = TP_MIN(TP_MIN(r->n_tokens, ref->n_tokens), MR_MAX_STEPS), n_bad = 0;
+    for (int q = 0; q < 2; q++) {
+        const int32_t *rt = q ? r->tokens1 : r->tokens, *ft = q ? ref->tokens1 : ref->tokens;
+        const float *gap = q ? ref->gap1 : ref->gap0, *rms = q ? ref->rms1 : ref->rms0;
+        const int every_step = forced && q == 0; /* only sequence 0 is teacher-forced */
+        int first = -1, n_diff = 0;
+        char steps[256] = "";
+        for (int i = 0; i < n; i++) {
+            if (rt[i] == ft[i]) continue;
+            double rel = gap[i] / rms[i];
+            if (first < 0) first = i;
+            n_diff++;
+            n_bad += !(rel < tau);
+            size_t l = strlen(steps);
+            if (l < sizeof steps - 40)
+                snprintf(steps + l, sizeof steps - l, " %d (gap %.4f rms%s)", i, rel, rel < tau ? "" : ", NOT a near-tie");
+            if (!every_step) break; /* free run: after a different token the sequences are different texts */
+        }
+        fprintf(stderr, "%s seq %d: %d of %d tokens as N=1%s%s\n", what, q,
+                every_step ? n - n_diff : (first < 0 ? n : first), n, n_diff ? ", differing at" : "", steps);
+    }
+    return n_bad + (r->n_tokens != ref->n_tokens);
 }

@@ -12,25 +12,19 @@
  *    row-parallel boundary (attn_output and ffn_down columns) on a multiple
  *    of 256, `moved` set and the note saying so;
  *  - N = 2 and N = 3 real ranks (TCP ring on 127.0.0.1) against N = 1, 48
- *    greedy steps: on this model exactly the same tokens, free and
- *    teacher-forced (see q4km_model).  Why another model may differ at a
- *    near-tie:  Each rank multiplies the same whole super-blocks the
- *    single rank does, but the float order of the all_sum differs, and the
- *    Q8_K re-quantization of the summed activations turns a last-bit
- *    difference into a whole int8 step now and then (measured: the final
- *    logits of teacher-forced runs move by a normalized MSE of 1e-4 to
- *    2.5e-4, i.e. each logit by ~1.5% of the logits' rms; F32 models move
- *    by 1e-13).  A near-tie in the reference can therefore flip, and after
- *    one different token a free run continues a different text.  So:
- *      free greedy: the same tokens as N = 1 up to the end, or up to a step
- *        where N = 1's top-2 gap is below tau = 8% of the logits' rms (4x the
- *        typical shift of a difference of two logits; every divergence seen
- *        over 3 seeds and 5 types was at <= 3%);
- *      teacher-forced (sequence 0 fed N = 1's tokens): at every step the same
- *        argmax except at such near-ties (at most 4 of 49), and final logits
- *        within a normalized MSE of 1e-3.
+ *    greedy steps, free and teacher-forced, on the models of seeds 1 to 4,
+ *    under the near-tie rule (mr_near_tie_violations in mr_impl.h): each
+ *    rank multiplies the same whole super-blocks the single rank does, but
+ *    the float order of the all_sum differs, and the Q8_K re-quantization of
+ *    the summed activations turns a last-bit difference into a whole int8
+ *    step now and then.  Measured: final logits of teacher-forced runs move
+ *    by a normalized MSE of 1e-4 to 2.5e-4, i.e. each logit by ~1.5% of the
+ *    logits' rms and a difference of two logits by ~2%; F32 models move by
+ *    1e-13.  So a step whose N = 1 top-2 gap is below tau = 8% of the rms
+ *    (4x that shift) is a near-tie that may flip; a difference anywhere else
+ *    fails.  Teacher-forced final logits stay within a normalized MSE of 1e-3.
  *    A cut super-block, a wrong scale or a lost partial sum moves logits by
- *    a normalized MSE of order 1 and fails both at once.
+ *    a normalized MSE of order 1 and fails both checks at once.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,16 +71,8 @@ static const char *kq_model(enum tp_synth_mix mix, enum tp_wtype type, uint64_t 
     return path;
 }
 
-/* Seed 7: of seeds 1-12 the one whose N = 2 and N = 3 runs keep exactly N = 1's
- * 49 greedy tokens (its smallest reference top-2 gap, 0.25% of the logits'
- * rms, does not flip); the others flip once or twice at gaps of 0.07-2.8% of
- * the rms, which the tolerance checks below accept.  The results are
- * deterministic for a build (any thread split gives the same sums), so the
- * exact check is stable; a kernel change that reorders sums may flip a
- * near-tie (the fused attention head did, for the seed 3 used before it),
- * and the tolerance checks then tell that apart from a real error; a new
- * seed with no flip is then picked the same way (run this suite over seeds). */
-static const char *q4km_model(void) { return kq_model(TP_SYNTH_MIX_Q4_K_M, TP_WTYPE_Q4_K, 7); }
+static const char *q4km_model_seed(uint64_t seed) { return kq_model(TP_SYNTH_MIX_Q4_K_M, TP_WTYPE_Q4_K, seed); }
+static const char *q4km_model(void) { return q4km_model_seed(1); }
 
 static void test_plan_q4_k_m(void)
 {
@@ -134,11 +120,11 @@ static void check_ranks(const struct mr_run *r, const char *what)
     }
 }
 
-static void test_tp_q4_k_m(void)
+static void tp_q4_k_m_seed(uint64_t seed)
 {
     enum { STEPS = 48 };
-    const double tau = 0.08;  /* near-tie: reference top-2 gap below 8% of the logits' rms */
-    const char *m = q4km_model();
+    const double tau = 0.08; /* near-tie: N = 1's top-2 gap below 8% of its logits' rms (see the top) */
+    const char *m = q4km_model_seed(seed);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     struct mr_run ref, r;
     mr_init(&ref, m, 1);
@@ -149,48 +135,37 @@ static void test_tp_q4_k_m(void)
     int distinct = 0; /* a constant token would match anything */
     for (int i = 1; i < ref.n_tokens; i++) distinct += ref.tokens[i] != ref.tokens[0];
     CU_ASSERT(distinct > 0);
-    double min_gap = 1e30; /* smallest reference top-2 gap, in logits' rms */
-    for (int i = 0; i < ref.n_tokens; i++) min_gap = TP_MIN(min_gap, ref.gap0[i] / ref.rms0[i]);
-    fprintf(stderr, "q4_k_m N=1: smallest top-2 gap over %d steps %.4f rms (near-tie below %.2f)\n", ref.n_tokens,
-            min_gap, tau);
+    /* the rule has power only on decisive steps (not near-ties): the teacher-forced runs must match
+     * N = 1 on at least 16 of them, which a wrong sum (flipping most decisive steps) cannot do */
+    int n_decisive = ref.n_tokens - mr_near_ties(&ref, tau);
+    fprintf(stderr, "q4_k_m seed %d N=1: %d of %d steps decisive (top-2 gap >= %.2f rms)\n", (int)seed, n_decisive,
+            ref.n_tokens, tau);
+    CU_ASSERT(n_decisive >= 16);
     for (int world = 2; world <= 3; world++) {
         for (int forced = 0; forced <= 1; forced++) {
-            char what[64];
-            snprintf(what, sizeof what, "q4_k_m N=%d %s", world, forced ? "teacher-forced" : "free greedy");
+            char what[96];
+            snprintf(what, sizeof what, "q4_k_m seed %d N=%d %s", (int)seed, world, forced ? "teacher-forced" : "free greedy");
             mr_init(&r, m, world);
             r.n_steps = STEPS;
             if (forced) r.force0 = ref.tokens;
             CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
             check_ranks(&r, what);
             CU_ASSERT_EQUAL_FATAL(r.n_tokens, ref.n_tokens);
-            int first = -1, n_diff = 0, n_far = 0;
-            char steps[256] = "";
-            for (int i = 0; i < r.n_tokens; i++) {
-                if (r.tokens[i] == ref.tokens[i]) continue;
-                double rel = ref.gap0[i] / ref.rms0[i];
-                if (first < 0) first = i;
-                n_diff++;
-                if (rel >= tau) n_far++;
-                size_t l = strlen(steps);
-                if (l < sizeof steps - 32) snprintf(steps + l, sizeof steps - l, " %d (gap %.4f rms)", i, rel);
-                if (!forced) break; /* free run: after a different token the sequences are different texts */
-            }
-            double e = mr_nmse(r.logits, ref.logits, r.n_vocab);
-            fprintf(stderr, "%s: %d of %d tokens as N=1%s%s; final logits nmse %.3g; %.2f s\n", what,
-                    forced ? r.n_tokens - n_diff : (first < 0 ? r.n_tokens : first), r.n_tokens,
-                    n_diff ? ", differing at" : "", steps, e, r.seconds);
-            /* any difference only where N=1 itself had a near-tie ... */
-            CU_ASSERT_EQUAL(n_far, 0);
-            /* ... and on this model none at all: the check, the same greedy tokens as N = 1 */
-            CU_ASSERT_EQUAL(n_diff, 0);
+            CU_ASSERT_EQUAL(mr_near_tie_violations(&ref, &r, tau, forced, what), 0);
             if (forced) {
-                CU_ASSERT(n_diff <= 4);
+                double e = mr_nmse(r.logits, ref.logits, r.n_vocab);
+                fprintf(stderr, "%s: final logits nmse %.3g; %.2f s\n", what, e, r.seconds);
                 CU_ASSERT(e <= 1e-3);
             }
             mr_free(&r);
         }
     }
     mr_free(&ref);
+}
+
+static void test_tp_q4_k_m(void)
+{
+    for (uint64_t seed = 1; seed <= 4; seed++) tp_q4_k_m_seed(seed);
 }
 
 static const struct tp_test_case kquant_plan_cases[] = {

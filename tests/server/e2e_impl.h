@@ -20,6 +20,10 @@ struct srv {
 int srv_start(struct srv *s, int world_size, const char *const *extra);
 /* The same with another model file (NULL: the bundled stories260K). */
 int srv_start_model(struct srv *s, int world_size, const char *model, const char *const *extra);
+/* srv_start, with between(coord_port, arg) called after rank 0 started
+ * and before the other ranks do (world > 1). */
+int srv_start_staged(struct srv *s, int world, const char *const *extra, void (*between)(int coord_port, void *arg),
+                     void *arg);
 /* Same through `tpserve launch -n N -- tpserve serve ...` (one launcher process). */
 int srv_start_launch(struct srv *s, int n_ranks, const char *const *extra);
 void srv_kill_rank(struct srv *s, int rank);

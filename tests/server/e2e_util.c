@@ -42,7 +42,8 @@ static int hold_port(int *fd_out)
     return ntohs(a.sin_port);
 }
 
-static int srv_start_impl(struct srv *s, int world, int launch, const char *model, const char *const *extra)
+static int srv_start_impl(struct srv *s, int world, int launch, const char *model, const char *const *extra,
+                          void (*between)(int coord_port, void *arg), void *between_arg)
 {
     memset(s, 0, sizeof *s);
     s->n = launch ? 1 : world;
@@ -101,6 +102,7 @@ static int srv_start_impl(struct srv *s, int world, int launch, const char *mode
             _exit(127);
         }
         s->pid[rank] = pid;
+        if (rank == 0 && between) between(coord, between_arg);
     }
     if (coord_fd >= 0) close(coord_fd);
     close(fds[1]);
@@ -131,14 +133,22 @@ static int srv_start_impl(struct srv *s, int world, int launch, const char *mode
     return 0;
 }
 
-int srv_start(struct srv *s, int world, const char *const *extra) { return srv_start_impl(s, world, 0, NULL, extra); }
+int srv_start(struct srv *s, int world, const char *const *extra)
+{
+    return srv_start_impl(s, world, 0, NULL, extra, NULL, NULL);
+}
 int srv_start_model(struct srv *s, int world, const char *model, const char *const *extra)
 {
-    return srv_start_impl(s, world, 0, model, extra);
+    return srv_start_impl(s, world, 0, model, extra, NULL, NULL);
+}
+int srv_start_staged(struct srv *s, int world, const char *const *extra, void (*between)(int coord_port, void *arg),
+                     void *arg)
+{
+    return srv_start_impl(s, world, 0, NULL, extra, between, arg);
 }
 int srv_start_launch(struct srv *s, int n_ranks, const char *const *extra)
 {
-    return srv_start_impl(s, n_ranks, 1, NULL, extra);
+    return srv_start_impl(s, n_ranks, 1, NULL, extra, NULL, NULL);
 }
 
 void srv_kill_rank(struct srv *s, int rank)

@@ -29,7 +29,16 @@
  * the op timeout (a dead peer fails loudly on every rank; nothing hangs).
  *
  * Threads: a group is used by one thread at a time (the engine thread).
- * tp_comm_abort() may be called from any thread (e.g. a signal watcher).
+ * tp_comm_abort() may be called from any thread (e.g. a signal watcher),
+ * tp_comm_silent_rank() from any thread while the group exists.
+ *
+ * Security (ring, rdma): ranks authenticate each other while the group forms
+ * with a challenge-response keyed by the cluster token (HMAC-SHA-256 over
+ * fresh nonces from both sides, both ranks, the world size, the protocol
+ * version and the group id); listeners bind only the address their rank was
+ * given; a group that listens on a non-loopback address refuses to start
+ * without a token.  After that the data path is plain TCP: not encrypted,
+ * not authenticated per frame (see docs/security.md).
  */
 #ifndef TP_COMM_H
 #define TP_COMM_H
@@ -75,7 +84,10 @@ struct tp_comm_config {
     int world_size;              /* -1: take from environment / MPI */
     const char *hostfile;        /* JSON hostfile path (ring, rdma); may be NULL */
     const char *coordinator;     /* "host:port": rank 0 listens, others register */
-    const char *cluster_token;   /* shared secret checked in the hello; may be NULL */
+    const char *cluster_token;   /* shared secret keying the handshake MACs; NULL or "": an empty key,
+                                    allowed only when every rank listens on a loopback address */
+    const char *group_id;        /* optional: what this group runs (e.g. a model/plan hash); ranks
+                                    with different ids refuse each other.  NULL = "" */
     uint32_t op_timeout_ms;      /* max wait in any collective (TP_COMM_TIMEOUT_MS) */
     uint32_t connect_timeout_ms; /* max time to form the group */
     int shm;                     /* ring: shared-memory rings when all ranks share one host
@@ -93,7 +105,7 @@ struct tp_comm_config tp_comm_default_config(void);
 /*
  * Fill cfg from the environment: TP_BACKEND, TP_RANK, TP_WORLD_SIZE,
  * TP_HOSTFILE, TP_COORDINATOR, TP_CLUSTER_TOKEN, TP_COMM_TIMEOUT_MS,
- * TP_COMM_CONNECT_TIMEOUT_MS, TP_COMM_SHM (0/1), TP_LISTEN_FD.
+ * TP_COMM_CONNECT_TIMEOUT_MS, TP_COMM_SHM (0/1), TP_LISTEN_FD, TP_GROUP_ID.
  * Only variables that are set override cfg.  Malformed values give
  * TP_ERR_INVALID_ARG with a message in err naming the variable.
  * Returned strings point into the environment (valid for the process).
@@ -121,6 +133,21 @@ const char *tp_comm_last_error(const tp_comm_t *c);
 int tp_comm_is_poisoned(const tp_comm_t *c);
 /* Poison the group and wake any blocked call (thread/signal safe). */
 void tp_comm_abort(tp_comm_t *c, const char *reason);
+
+/*
+ * Liveness (ring, rdma): every worker keeps a side connection to rank 0 on
+ * which both ends send a heartbeat every 200 ms from a thread of their own,
+ * also while the engine thread is blocked inside a collective.  Returns the
+ * WORLD rank of the first peer that has sent nothing for more than
+ * silent_ms (on rank 0: any worker; on a worker: rank 0), with
+ * *silent_for_ms (may be NULL) set to how long; -1 when every peer is
+ * answering.  A peer whose link closed stays silent.  Thread safe; cheap
+ * (atomic loads).  Size-1 groups and the mpi backend return -1: MPI owns
+ * its processes, and mpirun (or the resource manager) detects and kills a
+ * job whose rank died; a stopped MPI rank shows only as a collective that
+ * does not finish.
+ */
+int tp_comm_silent_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_for_ms);
 
 /*
  * Sub-group of ranks with equal color, ordered by (key, rank).  Collective
@@ -167,6 +194,31 @@ struct tp_comm_stats {
     uint64_t ns_in_comm;   /* wall time spent inside collectives */
 };
 void tp_comm_get_stats(const tp_comm_t *c, struct tp_comm_stats *out);
+
+/*
+ * Cost of one collective as the ring and rdma backends run it (comm/algo.c
+ * chooses the algorithm by message size and world size): the bytes `rank`
+ * sends and the network rounds on the critical path (latencies paid one
+ * after another) for a call of count elements of dt (all_gather: one rank's
+ * block; broadcast / gather: root names the root).  all_sum: one-round mesh up to the mesh limit (512 KiB with
+ * 2 ranks, 64 KiB with more), each rank sending its buffer to every peer;
+ * above it the 2-rank pair exchange (2 rounds) or the ring (2 (n-1) rounds,
+ * 2 (n-1)/n of the buffer).  broadcast / gather: direct root <-> peer
+ * transfers, one round.  The mpi backend's costs are MPI's own.  Pure.
+ */
+enum tp_comm_op {
+    TP_COMM_OP_ALL_SUM = 0,
+    TP_COMM_OP_ALL_GATHER,
+    TP_COMM_OP_BROADCAST,
+    TP_COMM_OP_GATHER,
+    TP_COMM_OP_COUNT
+};
+struct tp_comm_cost {
+    uint64_t bytes_sent; /* by this rank, payload only (what tp_comm_stats.bytes_sent counts) */
+    int rounds;          /* network latencies on the critical path; 0 for a world of 1 */
+};
+struct tp_comm_cost tp_comm_op_cost(enum tp_comm_op op, int world, int rank, int root, size_t count,
+                                    enum tp_dtype dt);
 
 #ifdef __cplusplus
 }

@@ -335,6 +335,8 @@ struct tp_model_stats {
     uint64_t ns_all_sum;   /* of which inside the all_sum hook */
     uint64_t expert_bytes; /* mixture of experts: expert weight bytes streamed (each held expert that some
                             * token of a call selected, once per call) */
+    uint64_t n_decode;     /* calls with a single token */
+    uint64_t expert_bytes_decode; /* of expert_bytes, in those calls */
 };
 void tp_model_get_stats(const tp_model_t *m, struct tp_model_stats *out);
 /* Mixture of experts: bytes of the experts' matrices this rank holds (part of
@@ -357,8 +359,24 @@ struct tp_sampler_params {
     int n_logprobs;           /* top alternatives to report (0..20) */
     int no_logprob;           /* 1: skip the chosen token's log-softmax (res.logprob = 0): a pass with
                                * exp over the vocabulary per token that a caller not reporting it can save */
+    int n_logit_bias;         /* entries of bias_id / bias_val (0: none); copied by tp_sampler_init */
+    const int32_t *bias_id;   /* (n_logit_bias) token ids in [0, n_vocab) */
+    const float *bias_val;    /* (n_logit_bias) added to the logit; <= TP_LOGIT_BAN bans the token */
 };
 struct tp_sampler_params tp_sampler_default_params(void);
+
+/*
+ * OpenAI logit_bias: add bias_val[i] to the logit of token bias_id[i]; a
+ * value <= TP_LOGIT_BAN (-100) sets it to -inf (the token is never chosen).
+ * row holds the logits of tokens [vocab_begin, vocab_begin + n) (a rank's
+ * slice of the vocabulary, or all of it with vocab_begin 0); entries for
+ * other tokens are skipped, so every rank can apply the same list to its
+ * slice.  The sampler applies it first, before penalties and temperature,
+ * and reports logprobs of the biased logits.
+ */
+#define TP_LOGIT_BAN (-100.0f)
+void tp_logit_bias_apply(float *row, int vocab_begin, int n, int n_bias, const int32_t *bias_id,
+                         const float *bias_val);
 
 struct tp_logprob {
     int32_t id;
@@ -366,7 +384,7 @@ struct tp_logprob {
 };
 struct tp_sample_result {
     int32_t id;
-    float logprob;                 /* log-softmax of the chosen token (before penalties, T=1) */
+    float logprob;                 /* log-softmax of the chosen token (after logit_bias, before penalties, T=1) */
     int n_top;
     struct tp_logprob top[20];
 };
@@ -379,7 +397,8 @@ void tp_sampler_free(tp_sampler_t *s);
 void tp_sampler_reset(tp_sampler_t *s, uint64_t seed);
 /* Add an accepted token to the penalty history (prompt tokens too). */
 void tp_sampler_accept(tp_sampler_t *s, int32_t id);
-/* Choose a token from logits[n_vocab] (not modified). */
+/* Choose a token from logits[n_vocab] (not modified).  TP_ERR_INVALID_ARG when no token
+ * can be chosen (every logit -inf or NaN). */
 enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp_sample_result *res);
 
 #ifdef __cplusplus

@@ -144,6 +144,32 @@ enum tp_status tp_parallel_write_shards(const char *model_path, int world, const
 /* File name (no directory) of rank's shard; returns the length needed. */
 size_t tp_parallel_shard_name(const char *model_path, int rank, int world, char *buf, size_t cap);
 
+/* Activation dtype on the wire for the per-layer all_sums. */
+enum tp_wire_dtype { TP_WIRE_F32 = 0, TP_WIRE_F16, TP_WIRE_BF16, TP_WIRE_Q8, TP_WIRE_COUNT };
+
+/*
+ * Communication of one greedy decode step of one token as the engine runs
+ * it (tp_parallel_step_greedy, the path `bench gen` and greedy requests
+ * take): the step header broadcast from rank 0, 2 n_layer all_sums of n_embd
+ * activations in wire dtype dt (q8: an all_gather of the packed blocks), and
+ * each rank's (max, id) gathered to rank 0.  Per collective, the cost comm/
+ * reports for its algorithm (tp_comm_op_cost) on `rank` and the most any
+ * rank sends.  Pure.
+ */
+struct tp_parallel_coll_cost {
+    const char *what;           /* "step header", "all_sum", "argmax gather" */
+    int times;                  /* calls per token */
+    struct tp_comm_cost cost;   /* one call on this rank */
+    uint64_t max_bytes_sent;    /* one call, the busiest rank */
+};
+struct tp_parallel_decode_cost {
+    int n;                                /* entries of c */
+    struct tp_parallel_coll_cost c[3];
+    uint64_t bytes_sent;                  /* this rank, per token: sum of times * bytes */
+};
+void tp_parallel_decode_cost(int n_layer, int n_embd, enum tp_wire_dtype dt, int world, int rank,
+                             struct tp_parallel_decode_cost *out);
+
 /* ================================================= capacity planning ===== */
 
 /*
@@ -160,9 +186,14 @@ size_t tp_parallel_shard_name(const char *model_path, int rank, int world, char 
  * Shares are proportional to what each node has left after the parts every
  * node holds anyway (usable - replicated - overhead).
  * Decode time per token = max over nodes (bytes read per token / (bw * eff))
- *                 + 2 * n_layer ring all_sums of n_embd floats
- *                   (2 (N-1) steps of latency + n_embd*4/N bytes / link rate)
- *                 + logits gather (n_vocab floats) + step broadcast.
+ *                 + communication: the collectives of one greedy decode step
+ *                   (tp_parallel_decode_cost: step header broadcast, 2 n_layer
+ *                   all_sums of n_embd activations, argmax gather) with the
+ *                   algorithm comm/ runs for each size (decode all_sums: one
+ *                   mesh round, each rank sending n_embd values to every
+ *                   peer), each call = rounds * latency + the busiest rank's
+ *                   bytes / link rate; or, given allsum_us (`tpserve bench
+ *                   comm` on the same hosts), that measured time per all_sum.
  * It is a first-order model (no compute bound, no overlap): use it to compare
  * set-ups, and `tpserve bench nodes` to measure.
  */
@@ -212,6 +243,9 @@ struct tp_cap_config {
     double bw_efficiency;          /* fraction of peak bandwidth a decode step attains */
     struct tp_cap_link link;
     enum tp_moe_split moe_split;   /* mixture of experts (hp.n_expert > 0): the split to plan (AUTO) */
+    enum tp_wire_dtype wire_dtype; /* activations on the wire (default f32) */
+    double allsum_us;              /* > 0: measured time of one decode all_sum on these hosts (replaces the
+                                    * link model for it; its latency sets the round time of the rest) */
     int n_nodes;
     struct tp_cap_node nodes[TP_CAP_MAX_NODES];
 };
@@ -228,6 +262,7 @@ struct tp_cap_node_result {
     double share;              /* normalised shard weight */
     int n_q_heads, n_kv_heads, n_ff; /* what the plan gives this node */
     double compute_ms;         /* per decoded token */
+    uint64_t wire_bytes_per_token; /* sent by this node per decoded token */
 };
 
 struct tp_cap_result {
@@ -240,10 +275,20 @@ struct tp_cap_result {
     double compute_ms;         /* slowest node per token */
     double comm_ms;            /* per token */
     double tg_tps;             /* projected decode tokens/s, one sequence */
-    uint64_t wire_bytes_per_token; /* sent by each rank per decoded token */
+    uint64_t wire_bytes_per_token; /* per decoded token, by the node that sends most (rank 0) */
+    int comm_rounds_per_token;     /* network latencies paid one after another per token */
     struct tp_cap_node_result nodes[TP_CAP_MAX_NODES];
     struct tp_shard_plan plan; /* valid when the plan could be made (plan.world_size > 0) */
 };
+
+/*
+ * Communication ms per decoded token of one sequence over `world` ranks (the
+ * model in the comment above; link rate and latency, or allsum_us > 0 a
+ * measured decode all_sum); *rounds (may be NULL) gets the network rounds.
+ * 0 for one rank.  Pure.
+ */
+double tp_capacity_comm_ms(const struct tp_hparams *hp, enum tp_wire_dtype dt, int world,
+                           const struct tp_cap_link *link, double allsum_us, int *rounds);
 
 /*
  * Plan cfg.  TP_OK with out->fits 0/1 for a valid question (a model that
@@ -254,9 +299,6 @@ struct tp_cap_result {
 enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_result *out, struct tp_error *err);
 
 /* ============================================================ engine ===== */
-
-/* Activation dtype on the wire for the per-layer all_sums. */
-enum tp_wire_dtype { TP_WIRE_F32 = 0, TP_WIRE_F16, TP_WIRE_BF16, TP_WIRE_Q8, TP_WIRE_COUNT };
 
 struct tp_parallel_config {
     struct tp_model_config model;  /* path, threads, n_ctx, n_seq, n_batch (shard is filled in by the plan);
@@ -287,6 +329,9 @@ const char *tp_parallel_last_error(const tp_parallel_t *p);
 
 int tp_parallel_rank(const tp_parallel_t *p);
 int tp_parallel_size(const tp_parallel_t *p);
+/* The world group (NULL in a world of one): for read-only queries such as
+ * tp_comm_silent_rank() from other threads; collectives stay the engine's. */
+const tp_comm_t *tp_parallel_comm(const tp_parallel_t *p);
 tp_model_t *tp_parallel_model(const tp_parallel_t *p);         /* this rank's slice */
 tp_tokenizer_t *tp_parallel_tokenizer(const tp_parallel_t *p);
 const struct tp_hparams *tp_parallel_hparams(const tp_parallel_t *p);
@@ -312,7 +357,19 @@ struct tp_step {
     const int32_t *copy_dst;   /* (n_copy) */
     const int32_t *copy_src;   /* (n_copy) */
     const int32_t *copy_len;   /* (n_copy) */
+    /* logit_bias, applied by every rank to its slice of the vocabulary right
+     * after the forward pass, before the logits gather, the distributed
+     * argmax and the distributed top-k (tp_logit_bias_apply): n_bias entries
+     * (row, token id, bias), row = index among the tokens with
+     * batch.logits != 0, id in [0, n_vocab), bias in [-100, 100] (-100 bans).
+     * At most n_seq x TP_PARALLEL_BIAS_PER_ROW entries per step (one row per
+     * sequence slot with that many each).  0: none. */
+    int n_bias;
+    const int32_t *bias_row;   /* (n_bias) */
+    const int32_t *bias_id;    /* (n_bias) */
+    const float *bias_val;     /* (n_bias) */
 };
+#define TP_PARALLEL_BIAS_PER_ROW 1024
 enum tp_status tp_parallel_step(tp_parallel_t *p, const struct tp_step *step, float *logits);
 
 /*
@@ -371,6 +428,27 @@ void tp_parallel_get_stats(const tp_parallel_t *p, struct tp_parallel_stats *out
  * Returns the world size.
  */
 int tp_parallel_get_rank_stats(const tp_parallel_t *p, struct tp_parallel_stats *out, int max);
+
+/*
+ * A caller-defined action every rank runs at the same moment between steps
+ * (benchmarks: a memory-bandwidth probe of each rank's own machine while
+ * the others probe theirs, as they all read weights at once in a step).
+ * Each rank registers its hook before it runs steps or the worker loop
+ * (tp_parallel_set_hook, not thread safe against a running step); rank 0
+ * calls tp_parallel_run_hook(p, arg, values, max): every rank, rank 0
+ * included, calls hook(ud, arg, out) on its engine thread and rank 0 gets
+ * each rank's TP_PARALLEL_HOOK_VALUES doubles in values[r *
+ * TP_PARALLEL_HOOK_VALUES ...] for r < min(world, max).  A rank without a
+ * hook, or whose hook fails, reports NaN; a failing hook does not stop the
+ * engine.  Comm failures poison it as a step's would.
+ */
+#define TP_PARALLEL_HOOK_VALUES 4
+typedef enum tp_status (*tp_parallel_hook_fn)(void *ud, int32_t arg, double out[TP_PARALLEL_HOOK_VALUES]);
+void tp_parallel_set_hook(tp_parallel_t *p, tp_parallel_hook_fn fn, void *ud);
+enum tp_status tp_parallel_run_hook(tp_parallel_t *p, int32_t arg, double *values, int max);
+
+/* This rank's model path ("{rank}" expanded); valid until tp_parallel_free. */
+const char *tp_parallel_model_path(const tp_parallel_t *p);
 
 /* The plan every rank agreed on (valid until tp_parallel_free). */
 const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p);

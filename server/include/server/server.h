@@ -39,8 +39,17 @@ struct tp_server_config {
     const char *chat_template; /* NULL: detect from model metadata; else a family name (tp_server_chat_template_names) */
     const char *model_id;      /* id reported by /v1/models; NULL: the model's name */
     int log_json;              /* per-request log lines as JSON objects */
-    int max_connections;       /* concurrent HTTP connections, default 256 */
-    unsigned conn_timeout_s;   /* idle connection timeout, default 60 */
+    int max_connections;       /* connections waiting for their first header block, and connections being
+                                * served, each at most this many, default 256.  A new waiting one evicts the
+                                * one waiting longest; a served one over it evicts the connection idle longest
+                                * between requests, else it is answered 503 */
+    int max_conn_per_ip;       /* the same two counts per client address, default 32 (more are closed) */
+    unsigned conn_timeout_s;   /* idle connection timeout (no bytes moving), default 60 */
+    unsigned header_timeout_s; /* a complete header block must arrive within this many seconds of the
+                                * connection opening (or of the previous response on it), default 10 */
+    unsigned body_timeout_s;   /* a request body must be complete this many seconds after its headers, default 30 */
+    size_t mem_budget_bytes;   /* request bodies and their per-request work held at once (see docs/http.md);
+                                * a request that would exceed it gets 503, default 256 MiB */
     int n_batch;               /* max tokens per engine step (prefill chunk budget), default 256 */
     int prefill_chunk;         /* max prompt tokens per step while other sequences generate, default 64 */
     int prefix_share_min;      /* copy a prompt prefix held in another slot's KV cache when it saves at least

@@ -1,0 +1,173 @@
+/*
+ * comm/liveness.c - heartbeats on a side channel, so a stalled rank shows
+ * within a second or two even while the engine thread is blocked inside a
+ * collective.
+ *
+ * The bootstrap gives every worker one extra authenticated TCP connection
+ * to rank 0 (net->live_fds).  A small thread on each rank sends one byte on
+ * its liveness links every TP_LIVE_BEAT_MS and records, per peer, when it
+ * last received anything (an atomic timestamp).  The thread runs whether or
+ * not the engine is computing or communicating, so a peer that stops
+ * answering (SIGSTOP, a hung host, a cut link) stops refreshing its
+ * timestamp while a busy but healthy peer keeps it fresh.  A closed link
+ * stops its timestamp too.  The bytes carry nothing: the data links
+ * (and their op timeout) decide whether a collective fails; this channel
+ * only reports silence.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "comm_impl.h"
+#include "comm_wire.h"
+
+#define TP_LIVE_BEAT_MS 200u
+
+struct tp_live {
+    pthread_t th;
+    int stop_rd, stop_wr;         /* self-pipe: stop wakes the thread */
+    int n;                        /* net size */
+    int *fds;                     /* (n) liveness link per net rank, -1 where none (owned) */
+    _Atomic uint64_t *last_ns;    /* (n) tp_now_ns() of the last byte received, 0 where no link */
+};
+
+static void *live_main(void *arg)
+{
+    struct tp_live *lv = arg;
+    struct pollfd pfd[TP_ALGO_MAX_RANKS + 1];
+    int who[TP_ALGO_MAX_RANKS + 1];
+    int open_fd[TP_ALGO_MAX_RANKS];
+    for (int r = 0; r < lv->n; r++) open_fd[r] = lv->fds[r] >= 0;
+    uint64_t next_beat = 0;
+    for (;;) {
+        uint64_t now = tp_now_ns();
+        if (now >= next_beat) {
+            static const uint8_t beat = 0xb7;
+            for (int r = 0; r < lv->n; r++) {
+                if (!open_fd[r]) continue;
+                ssize_t w = send(lv->fds[r], &beat, 1, tp_sock_send_flags());
+                if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) open_fd[r] = 0;
+            }
+            next_beat = now + TP_LIVE_BEAT_MS * 1000000ull;
+        }
+        int np = 0;
+        pfd[np] = (struct pollfd){.fd = lv->stop_rd, .events = POLLIN};
+        who[np++] = -1;
+        for (int r = 0; r < lv->n; r++)
+            if (open_fd[r]) {
+                pfd[np] = (struct pollfd){.fd = lv->fds[r], .events = POLLIN};
+                who[np++] = r;
+            }
+        uint64_t left_ns = next_beat > now ? next_beat - now : 0;
+        int pr = poll(pfd, (nfds_t)np, (int)(left_ns / 1000000u) + 1);
+        if (pr < 0 && errno != EINTR) break;
+        if (pr <= 0) continue;
+        if (pfd[0].revents) break; /* stop */
+        for (int i = 1; i < np; i++) {
+            if (!pfd[i].revents) continue;
+            int r = who[i];
+            uint8_t buf[256];
+            ssize_t got = recv(lv->fds[r], buf, sizeof buf, 0);
+            if (got > 0)
+                atomic_store(&lv->last_ns[r], tp_now_ns());
+            else if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                open_fd[r] = 0; /* closed: its timestamp stops, so it reads as silent */
+        }
+    }
+    return NULL;
+}
+
+static void live_free(struct tp_live *lv)
+{
+    if (!lv) return;
+    for (int r = 0; r < lv->n; r++)
+        if (lv->fds && lv->fds[r] >= 0) close(lv->fds[r]);
+    if (lv->stop_rd >= 0) close(lv->stop_rd);
+    if (lv->stop_wr >= 0) close(lv->stop_wr);
+    free(lv->fds);
+    free((void *)lv->last_ns);
+    free(lv);
+}
+
+enum tp_status tp_live_start(struct tp_net *net, struct tp_error *err)
+{
+    int any = 0;
+    for (int r = 0; r < net->size; r++) any |= net->live_fds[r] >= 0;
+    if (!any || net->size > TP_ALGO_MAX_RANKS) return TP_OK;
+    struct tp_live *lv = calloc(1, sizeof *lv);
+    if (!lv) return tp_error_set(err, TP_ERR_NOMEM, "out of memory for the liveness thread");
+    lv->n = net->size;
+    lv->stop_rd = lv->stop_wr = -1;
+    lv->fds = malloc((size_t)lv->n * sizeof *lv->fds);
+    lv->last_ns = calloc((size_t)lv->n, sizeof *lv->last_ns);
+    int p[2] = {-1, -1};
+    if (!lv->fds || !lv->last_ns || pipe(p) != 0) {
+        free(lv->fds);
+        lv->fds = NULL;
+        live_free(lv);
+        return tp_error_set(err, TP_ERR_NOMEM, "cannot set up the liveness thread");
+    }
+    lv->stop_rd = p[0];
+    lv->stop_wr = p[1];
+    (void)fcntl(p[0], F_SETFD, FD_CLOEXEC);
+    (void)fcntl(p[1], F_SETFD, FD_CLOEXEC);
+    uint64_t now = tp_now_ns();
+    for (int r = 0; r < lv->n; r++) {
+        lv->fds[r] = net->live_fds[r];
+        net->live_fds[r] = -1;
+        atomic_init(&lv->last_ns[r], lv->fds[r] >= 0 ? now : 0);
+        if (lv->fds[r] >= 0) {
+            struct tp_error e = {0};
+            if (tp_sock_tune(lv->fds[r], &e) != TP_OK) {
+                live_free(lv);
+                return tp_error_set(err, e.status, "liveness link to rank %d: %s", r, e.msg);
+            }
+        }
+    }
+    if (pthread_create(&lv->th, NULL, live_main, lv) != 0) {
+        live_free(lv);
+        return tp_error_set(err, TP_ERR_NOMEM, "cannot start the liveness thread");
+    }
+    net->live = lv;
+    return TP_OK;
+}
+
+void tp_live_stop(struct tp_net *net)
+{
+    if (!net) return;
+    if (net->live_fds)
+        for (int r = 0; r < net->size; r++) tp_sock_close(&net->live_fds[r]);
+    struct tp_live *lv = net->live;
+    if (!lv) return;
+    net->live = NULL;
+    char b = 1;
+    ssize_t w;
+    do {
+        w = write(lv->stop_wr, &b, 1);
+    } while (w < 0 && errno == EINTR);
+    pthread_join(lv->th, NULL);
+    live_free(lv);
+}
+
+int tp_live_silent(const struct tp_net *net, uint32_t silent_ms, uint32_t *silent_for_ms)
+{
+    const struct tp_live *lv = net ? net->live : NULL;
+    if (silent_for_ms) *silent_for_ms = 0;
+    if (!lv) return -1;
+    uint64_t now = tp_now_ns();
+    for (int r = 0; r < lv->n; r++) {
+        uint64_t last = atomic_load(&((struct tp_live *)lv)->last_ns[r]);
+        if (!last || now <= last) continue;
+        uint64_t ms = (now - last) / 1000000u;
+        if (ms > silent_ms) {
+            if (silent_for_ms) *silent_for_ms = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+            return r;
+        }
+    }
+    return -1;
+}
