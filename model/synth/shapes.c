@@ -117,7 +117,7 @@ static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, str
     else if (s->arch != TP_ARCH_QWEN2MOE && s->n_ff_shexp) bad = "n_ff_shexp is a qwen2moe feature";
     else if (s->arch != TP_ARCH_QWEN3 && s->arch != TP_ARCH_QWEN3MOE && s->qk_norm) bad = "qk_norm is a qwen3 feature";
     else if (s->arch == TP_ARCH_QWEN3MOE && (!s->qk_norm || s->n_expert <= 0)) bad = "qwen3moe needs qk_norm and n_expert";
-    else if (s->arch == TP_ARCH_QWEN2 && s->n_expert) bad = "qwen2 has no experts (qwen2moe is not supported)";
+    else if (s->arch == TP_ARCH_QWEN2 && s->n_expert) bad = "qwen2 has no experts (use arch qwen2moe)";
     else if (s->n_expert < 0 || s->n_ff_exp < 0 || (s->n_expert > 0 && (s->n_expert_used < 1 || s->n_expert_used > s->n_expert)))
         bad = "n_expert_used must be in [1, n_expert]";
     else if (s->n_expert == 0 && (s->n_expert_used || s->n_ff_exp)) bad = "n_expert_used / n_ff_exp without n_expert";
