@@ -89,7 +89,8 @@ static char *read_key_file(const char *path)
 int tp_cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL, *tmpl = NULL;
-    const char *log_format = "text", *alias = NULL, *cors_origin = NULL, *shard_weights = NULL, *comm_dtype = "f32", *kv_type = "f16";
+    const char *log_format = "text", *alias = NULL, *cors_origin = NULL, *shard_weights = NULL, *moe_split = "auto";
+    const char *comm_dtype = "f32", *kv_type = "f16";
     int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64, share_min = 32;
     uint64_t max_body = 1u << 20, mem_budget = (uint64_t)256 << 20;
     int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30;
@@ -134,6 +135,7 @@ int tp_cmd_serve(int argc, char **argv)
         {"kv-type", 0, TP_OPT_STRING, &kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..",
          "under launch/mpirun: share per rank, e.g. from 'tpserve plan' (default equal)", 0, 0},
+        {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int pr = tp_cli_parse("serve", "tpserve serve -m MODEL [options]", opts, argc, argv, NULL, 0, NULL, NULL, NULL);
@@ -170,6 +172,7 @@ int tp_cmd_serve(int argc, char **argv)
     pc.model.n_seq = parallel;
     pc.model.n_batch = TP_MAX(batch, parallel);
     pc.shard_weights = shard_weights;
+    if (tp_moe_split_parse(moe_split, &pc.moe_split, &err) != TP_OK) return tp_cli_fail("serve", "%s", err.msg);
     const char *prefix = NULL;
     int rank_hint = 0;
     int grc = tp_cli_group_config("serve", comm_dtype, kv_type, &pc, &rank_hint, &prefix);

@@ -27,6 +27,7 @@ struct tp_parallel_config tp_parallel_default_config(void)
     c.comm = tp_comm_default_config();
     c.shard_weights = NULL;
     c.wire_dtype = TP_WIRE_F32;
+    c.moe_split = TP_MOE_SPLIT_AUTO;
     return c;
 }
 
@@ -164,7 +165,13 @@ static enum tp_status make_plan(tp_parallel_t *p, const struct tp_parallel_confi
     if (pr->hp.n_vocab >= (1 << 24))
         return tp_error_set(&p->err, TP_ERR_UNSUPPORTED, "vocabulary of %d tokens is too large (max 2^24)",
                             pr->hp.n_vocab);
-    if ((st = tp_parallel_plan(&pr->hp, &pr->types, p->world, wp, &p->plan, &p->err)) != TP_OK) return st;
+    if (pr->is_shard && pr->hp.n_expert > 0)
+        return tp_error_set(&p->err, TP_ERR_UNSUPPORTED,
+                            "%s: shard files of mixture-of-experts models are not supported; give every rank the whole "
+                            "GGUF (each reads only its slice)",
+                            path);
+    if ((st = tp_parallel_plan_moe(&pr->hp, &pr->types, p->world, wp, cfg->moe_split, &p->plan, &p->err)) != TP_OK)
+        return st;
     if (pr->is_shard) {
         int same = tp_shard_plan_hash(&p->plan) == pr->shard_plan_hash;
         for (int r = 0; same && r < p->world; r++) {
