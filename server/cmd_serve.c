@@ -86,7 +86,7 @@ int tp_cmd_serve(int argc, char **argv)
     const char *log_format = "text", *alias = NULL, *shard_weights = NULL, *comm_dtype = "f32", *kv_type = "f16";
     int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64, share_min = 32;
     uint64_t max_body = 1u << 20, mem_budget = (uint64_t)256 << 20;
-    int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30;
+    int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30, recover_wait = 60, rejoin = 0;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
         {"host", 0, TP_OPT_STRING, &host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
@@ -114,6 +114,14 @@ int tp_cmd_serve(int argc, char **argv)
          "seconds for a client to send a complete header block (default 10)", 1, 3600},
         {"body-timeout", 0, TP_OPT_INT, &body_timeout, "S",
          "seconds for a client to send a request body after its headers (default 30)", 1, 3600},
+        {"recover-wait", 0, TP_OPT_INT, &recover_wait, "S",
+         "rank 0: after a worker is lost, queued requests wait this long for the group to re-form, then 503 "
+         "(default 60; see docs/recovery.md)",
+         1, 86400},
+        {"rejoin", 0, TP_OPT_FLAG, &rejoin, NULL,
+         "workers: when the group fails, rejoin rank 0's next group epoch instead of exiting (set by "
+         "'tpserve launch --restart'; also TP_REJOIN=1)",
+         0, 0},
         {"max-queue", 0, TP_OPT_INT, &max_queue, "N", "waiting requests before 429 (default 64)", 1, 1 << 20},
         {"threads", 't', TP_OPT_INT, &threads, "N", "compute threads (default: all cores)", 0, 4096},
         {"chat-template", 0, TP_OPT_STRING, &tmpl, "NAME",
@@ -193,6 +201,7 @@ int tp_cmd_serve(int argc, char **argv)
         sc.n_batch = pc.model.n_batch;
         sc.prefill_chunk = chunk;
         sc.prefix_share_min = share_min;
+        sc.recover_wait_s = (unsigned)recover_wait;
         if (tp_server_init(&sc, &srv, &err) != TP_OK) {
             free(key_buf);
             return tp_cli_fail("serve", "%s", err.msg);
@@ -217,7 +226,21 @@ int tp_cmd_serve(int argc, char **argv)
     if (tp_parallel_rank(p) != 0) {
         signal(SIGINT, on_worker_signal);
         signal(SIGTERM, on_worker_signal);
-        enum tp_status st = tp_parallel_worker_loop(p);
+        const char *rj = getenv("TP_REJOIN");
+        if (rj && strcmp(rj, "1") == 0) rejoin = 1;
+        enum tp_status st;
+        while ((st = tp_parallel_worker_loop(p)) != TP_OK && rejoin) {
+            /* rank 0 re-forms the group in a new epoch; join it, keeping our slice */
+            uint32_t window_ms = pc.comm.connect_timeout_ms ? pc.comm.connect_timeout_ms : 60000;
+            uint64_t give_up = tp_now_ns() + (uint64_t)window_ms * 1000000ull;
+            tp_log(TP_LOG_WARN, "serve", "the group failed (%s); rejoining rank 0 (for up to %u s)",
+                   tp_parallel_last_error(p), window_ms / 1000);
+            while ((st = tp_parallel_rejoin(p, TP_MIN(window_ms, 5000u))) != TP_OK && st != TP_ERR_UNSUPPORTED &&
+                   tp_now_ns() < give_up)
+                tp_sleep_ms(100);
+            if (st != TP_OK) break;
+            tp_log(TP_LOG_INFO, "serve", "rejoined the group (epoch %u)", tp_parallel_epoch(p));
+        }
         if (st != TP_OK) code = tp_cli_fail("serve", "worker stopped: %s", tp_parallel_last_error(p));
         tp_parallel_free(p);
         tp_server_free(srv);
