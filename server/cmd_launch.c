@@ -66,6 +66,10 @@ static int hold_ports(int n, int *ports, int *fds)
         a.sin_family = AF_INET;
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        /* SO_REUSEADDR like every comm listener: connections accepted on it inherit the flag, so after
+         * the rank dies (or re-forms its group) its port can be bound again at once despite TIME_WAIT */
+        int one = 1;
+        if (fds[i] >= 0) (void)setsockopt(fds[i], SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (fds[i] < 0 || fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0 || bind(fds[i], (struct sockaddr *)&a, sizeof a) != 0 ||
             listen(fds[i], 64) != 0 || getsockname(fds[i], (struct sockaddr *)&a, &al) != 0)
             rc = -1;

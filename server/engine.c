@@ -82,6 +82,7 @@ struct tp_engine {
     char lost_reason[300];
     struct tp_engine_recovery_stats rs;
     uint64_t last_ok_ns;     /* last successful step or ping */
+    uint64_t last_ping_ns;   /* last idle ping started */
     uint64_t step_start_ns;  /* start of the step or ping in flight; 0: none */
     /* step buffers, sized at init */
     int32_t *b_tok, *b_pos, *b_seq; /* (n_batch) */
@@ -156,9 +157,11 @@ static int silent_rank(const struct tp_engine *e, char *reason, size_t cap)
 {
     uint32_t ms = 0;
     if (e->recovering) return 0;
-    int r = tp_comm_silent_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, &ms);
+    /* a closed liveness link at once (an exited or killed rank), a silent one after TP_ENGINE_SILENT_MS */
+    int r = tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, &ms);
     if (r < 0) return 0;
-    snprintf(reason, cap, "rank %d has not answered for %.1f s (stopped, hung or unreachable)", r, ms / 1000.0);
+    snprintf(reason, cap, "rank %d has not answered for %.1f s (stopped, hung, exited or unreachable)", r,
+             ms / 1000.0);
     return 1;
 }
 
@@ -755,11 +758,17 @@ static void *engine_main(void *arg)
         struct tp_step st;
         int n = build_step(e, &st);
         if (n == 0 && st.n_clear == 0 && st.n_copy == 0) {
+            /* idle: ping every second, or at once when a rank's liveness link closed */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
+            ts.tv_nsec += 200000000L;
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
             int rc = pthread_cond_timedwait(&e->cv, &e->mu, &ts);
-            if (rc != 0 && !e->stop && e->q_len == 0) {
+            uint64_t now = tp_now_ns();
+            int due = now - e->last_ping_ns >= 1000000000ull ||
+                      (!e->recovering && tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, NULL) >= 0);
+            if (rc != 0 && due && !e->stop && e->q_len == 0) {
+                e->last_ping_ns = now;
                 pthread_mutex_unlock(&e->mu);
                 enum tp_status ps = tp_parallel_ping(e->p);
                 if (ps != TP_OK) {

@@ -206,7 +206,7 @@ static void close_streams(struct tp_sup_child *c, int rank, const struct tp_sup_
 
 #define SUP_BACKOFF_MIN_MS 250u
 #define SUP_BACKOFF_MAX_MS 8000u
-#define SUP_STABLE_NS 60000000000ull /* a child that ran this long starts its backoff over */
+#define SUP_STABLE_NS 2000000000ull /* a child that ran this long (it started, so not a start-up crash loop) starts its backoff over */
 
 struct sup_restart {
     uint64_t at_ns;      /* restart due; 0: none scheduled */

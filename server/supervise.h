@@ -12,7 +12,7 @@
  * exit is the one reported, not one that failed because it left.
  * With max_restarts > 0 a failed child other than index 0 (a worker) is
  * started again instead, after a backoff (250 ms doubling to 8 s; back to
- * 250 ms once a child ran 60 s), at most max_restarts times in a row; index
+ * 250 ms once a child ran 2 s), at most max_restarts times in a row; index
  * 0 (rank 0) failing still stops everyone, with its status.
  */
 #ifndef TP_SERVER_SUPERVISE_H
