@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_impl.h"
+#include "comm_impl.h"
 
 /* First element of segment r when count elements are split into n parts. */
 static size_t seg_begin(size_t count, int n, int r)
@@ -474,3 +474,58 @@ const struct tp_coll_ops tp_net_coll_ops = {
     .split = NULL, /* generic split in comm.c */
     .free = NULL,
 };
+
+/* ---------------------------------------------------------------- cost -- */
+
+/* Bytes rank me sends in one ring all-reduce lane over segments len[0..n)
+ * (reduce-scatter: every segment but its own; all-gather: every segment but
+ * the one of its upstream neighbour me+dir). */
+static uint64_t ring_lane_sent(size_t count, int n, int me, int dir, size_t es)
+{
+    const int up = ((me + dir) % n + n) % n;
+    const uint64_t mine = seg_begin(count, n, me + 1) - seg_begin(count, n, me);
+    const uint64_t upn = seg_begin(count, n, up + 1) - seg_begin(count, n, up);
+    return (2 * (uint64_t)count - mine - upn) * es;
+}
+
+struct tp_comm_cost tp_comm_op_cost(enum tp_comm_op op, int world, int rank, int root, size_t count,
+                                    enum tp_dtype dt)
+{
+    struct tp_comm_cost c = {0, 0};
+    const size_t es = tp_dtype_size(dt), bytes = count * es;
+    if (world <= 1 || rank < 0 || rank >= world || es == 0) return c;
+    const uint64_t n1 = (uint64_t)(world - 1);
+    switch (op) {
+    case TP_COMM_OP_ALL_SUM: {
+        const size_t limit = world == 2 ? TP_ALGO_SMALL_BYTES : TP_ALGO_SMALL_BYTES_N;
+        if (bytes <= limit) {
+            c.bytes_sent = n1 * bytes;
+            c.rounds = 1;
+        } else if (world == 2) {
+            c.bytes_sent = bytes; /* the peer's half out, then its own reduced half */
+            c.rounds = 2;
+        } else { /* the ring, on two lanes (halves) from TP_ALGO_BIDIR_BYTES */
+            const int nl = bytes >= TP_ALGO_BIDIR_BYTES ? 2 : 1;
+            const size_t h0 = nl == 2 ? count / 2 : count;
+            c.bytes_sent = ring_lane_sent(h0, world, rank, 1, es);
+            if (nl == 2) c.bytes_sent += ring_lane_sent(count - h0, world, rank, -1, es);
+            c.rounds = 2 * (world - 1);
+        }
+        break;
+    }
+    case TP_COMM_OP_ALL_GATHER:
+        c.bytes_sent = n1 * bytes;
+        c.rounds = world == 2 || bytes * n1 <= (1u << 20) ? 1 : world - 1;
+        break;
+    case TP_COMM_OP_BROADCAST:
+        c.bytes_sent = rank == root ? n1 * bytes : 0;
+        c.rounds = 1;
+        break;
+    case TP_COMM_OP_GATHER:
+        c.bytes_sent = rank == root ? 0 : bytes;
+        c.rounds = 1;
+        break;
+    default: break;
+    }
+    return c;
+}

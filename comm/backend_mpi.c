@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/comm_impl.h"
+#include "comm_impl.h"
 
 #ifndef TP_HAVE_MPI
 

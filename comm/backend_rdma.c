@@ -36,8 +36,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "comm/comm_impl.h"
-#include "comm/comm_wire.h"
+#include "comm_impl.h"
+#include "comm_wire.h"
 
 #ifndef TP_HAVE_RDMA
 

@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_impl.h"
-#include "comm/comm_wire.h"
+#include "comm_impl.h"
+#include "comm_wire.h"
 
 #define HELLO_READ_MS 3000u   /* a silent stray may hold the accept loop this long */
 #define CONNECT_RETRY_MS 50u

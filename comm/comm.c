@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_impl.h"
+#include "comm_impl.h"
 
 _Static_assert(TP_DTYPE_COUNT == 6, "update dtype tables");
 _Static_assert(TP_COMM_BACKEND_COUNT == 3, "update backend tables");

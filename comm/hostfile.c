@@ -14,7 +14,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "comm/comm_impl.h"
+#include "comm_impl.h"
 
 #define HOSTFILE_MAX_BYTES (4u << 20)
 

@@ -23,8 +23,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "comm/comm_impl.h"
-#include "comm/comm_wire.h"
+#include "comm_impl.h"
+#include "comm_wire.h"
 
 #define TP_LIVE_BEAT_MS 200u
 

@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "comm/comm_impl.h"
+#include "comm_impl.h"
 
 /* d may alias a or b (in-place reductions), so no `restrict`: the compiler
  * vectorises with a run-time overlap check. */

@@ -28,8 +28,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm/comm_impl.h"
-#include "comm/comm_wire.h"
+#include "comm_impl.h"
+#include "comm_wire.h"
 
 #define SHM_RING_BYTES (1u << 20) /* per ordered pair; power of two */
 #define SHM_SPIN_NS 50000u

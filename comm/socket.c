@@ -16,7 +16,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#include "comm/comm_wire.h"
+#include "comm_wire.h"
 
 int tp_sock_send_flags(void)
 {

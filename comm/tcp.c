@@ -22,8 +22,8 @@
 #include <unistd.h>
 #include <fcntl.h>
 
-#include "comm/comm_impl.h"
-#include "comm/comm_wire.h"
+#include "comm_impl.h"
+#include "comm_wire.h"
 
 #define TCP_SPIN_NS 50000u      /* busy-poll this long after the last progress, */
 #define TCP_YIELD_NS 2000000u   /* then poll + sched_yield() this long, then sleep in poll() */

@@ -1,5 +1,5 @@
 /* common/half.c - IEEE fp16 and bfloat16 conversions (portable, bit exact). */
-#include "common.h"
+#include "common/common.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* common/log.c - the process-wide log hook.  Library code logs, programs print. */
-#include "common.h"
+#include "common/common.h"
 
 #include <stdio.h>
 #include <string.h>

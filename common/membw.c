@@ -19,7 +19,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 
 struct bw_job {
     const uint64_t *buf;

@@ -1,6 +1,6 @@
 /* common/memory.c - aligned allocation, checked size arithmetic, clock, RSS. */
 #define _POSIX_C_SOURCE 200809L
-#include "common.h"
+#include "common/common.h"
 
 #include <errno.h>
 #include <stdio.h>

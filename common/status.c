@@ -1,5 +1,5 @@
 /* common/status.c - status names, error buffers and invariant failures. */
-#include "common.h"
+#include "common/common.h"
 
 #include <stdio.h>
 #include <stdlib.h>

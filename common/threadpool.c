@@ -9,7 +9,7 @@
  * handshake.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "common.h"
+#include "common/common.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -220,6 +220,35 @@ static void integer_weights(const double *w, int n, char *buf, size_t cap, doubl
 
 static double gb(uint64_t b) { return (double)b / GIB; }
 
+/* The collectives of a greedy decode step with the algorithm comm/ picks for
+ * each (tp_parallel_decode_cost): each call costs its rounds of link latency
+ * plus the busiest rank's bytes at the link rate; a measured all_sum time
+ * replaces the model for the all_sums and sets the latency of one round for
+ * the rest. */
+double tp_capacity_comm_ms(const struct tp_hparams *hp, enum tp_wire_dtype dt, int world,
+                           const struct tp_cap_link *link, double allsum_us, int *rounds)
+{
+    if (rounds) *rounds = 0;
+    if (world <= 1) return 0.0;
+    const double rate = link->gbit * 1e9 / 8.0;
+    double lat = link->latency_us * 1e-6;
+    struct tp_parallel_decode_cost dc;
+    tp_parallel_decode_cost(hp->n_layer, hp->n_embd, dt, world, 0, &dc);
+    const struct tp_parallel_coll_cost *sum = NULL;
+    for (int i = 0; i < dc.n; i++)
+        if (strcmp(dc.c[i].what, "all_sum") == 0) sum = &dc.c[i];
+    if (allsum_us > 0 && sum) lat = fmax(0.0, allsum_us * 1e-6 - (double)sum->max_bytes_sent / rate) / sum->cost.rounds;
+    double t = 0;
+    for (int i = 0; i < dc.n; i++) {
+        const struct tp_parallel_coll_cost *c = &dc.c[i];
+        double one = c->cost.rounds * lat + (double)c->max_bytes_sent / rate;
+        if (c == sum && allsum_us > 0) one = allsum_us * 1e-6;
+        t += c->times * one;
+        if (rounds) *rounds += c->times * c->cost.rounds;
+    }
+    return t * 1e3;
+}
+
 enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_result *out, struct tp_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -343,17 +372,14 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
                  gb(out->short_bytes));
     }
 
-    /* Communication per token (ring all_sum: reduce-scatter + all-gather, 2 (N-1) steps). */
     if (n > 1) {
-        const double lat = cfg->link.latency_us * 1e-6, rate = cfg->link.gbit * 1e9 / 8.0;
-        const double steps = 2.0 * (n - 1);
-        const double sum_bytes = (double)hp->n_embd * sizeof(float);
-        const double one_sum = steps * (lat + sum_bytes / n / rate);
-        const double logits = (n - 1) * lat + (double)hp->n_vocab * sizeof(float) * (n - 1) / n / rate;
-        const double step_bcast = (n - 1) * lat;
-        out->comm_ms = (2.0 * hp->n_layer * one_sum + logits + step_bcast) * 1e3;
-        out->wire_bytes_per_token =
-            (uint64_t)(2.0 * hp->n_layer * steps * sum_bytes / n + (double)hp->n_vocab * sizeof(float) / n);
+        out->comm_ms = tp_capacity_comm_ms(hp, cfg->wire_dtype, n, &cfg->link, cfg->allsum_us, &out->comm_rounds_per_token);
+        for (int i = 0; i < n; i++) {
+            struct tp_parallel_decode_cost ri;
+            tp_parallel_decode_cost(hp->n_layer, hp->n_embd, cfg->wire_dtype, n, i, &ri);
+            out->nodes[i].wire_bytes_per_token = ri.bytes_sent;
+            if (ri.bytes_sent > out->wire_bytes_per_token) out->wire_bytes_per_token = ri.bytes_sent;
+        }
     }
     out->tg_tps = 1e3 / (out->compute_ms + out->comm_ms);
     return TP_OK;

@@ -1,7 +1,8 @@
 /*
  * parallel/parallel_impl.h - private to parallel/: the wire-compressed
- * all_sum hook (wire.c), the model-file probe and the tpserve shard-file
- * keys (probe.c, shard_file.c) shared by the engine and `tpserve shard`.
+ * all_sum hook (act_compress.c) and the tpserve shard-file keys
+ * (probe.c, shard_file.c) shared by the executor and `tpserve shard`; the
+ * model-file probe is public in parallel/probe.h.
  */
 #ifndef TP_PARALLEL_IMPL_H
 #define TP_PARALLEL_IMPL_H
@@ -10,10 +11,11 @@
 #include <stdint.h>
 
 #include "parallel/parallel.h"
+#include "parallel/probe.h"
 
 #define TP_PARALLEL_MODULE "parallel"
 
-/* ---------------------------------------------------------------- wire.c */
+/* -------------------------------------------------------- act_compress.c */
 
 /*
  * The all_sum hook handed to the model (struct tp_model_shard.all_sum).
@@ -53,23 +55,6 @@ void tp_wire_q8_add(float *dst, const uint8_t *src, size_t n);
 #define TP_SHARD_KEY_PLAN "tpserve.shard.plan"             /* i32 array, 8 per rank (ranges) */
 #define TP_SHARD_KEY_PLAN_HASH "tpserve.shard.plan_hash"   /* u64 tp_shard_plan_hash */
 #define TP_SHARD_KEY_SOURCE "tpserve.shard.source"         /* string: file it was cut from */
-
-/* What the engine needs to know about a model file before loading it. */
-struct tp_model_probe {
-    struct tp_hparams hp;
-    struct tp_plan_types types;
-    int is_shard;             /* file has tpserve.shard.* keys */
-    int shard_rank, shard_world;
-    char shard_weights[256];  /* as stored ("" = equal) */
-    int32_t shard_ranges[TP_PLAN_MAX_RANKS * 8];
-    uint64_t shard_plan_hash;
-};
-/* Read hparams (through the model loader, vocab_only) and the tensor types and
- * shard keys (through the GGUF reader). */
-enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, struct tp_error *err);
-
-/* Hash of everything all ranks must agree on about the model. */
-uint64_t tp_probe_hash(const struct tp_model_probe *pr);
 
 /* How shard_file.c cuts GGUF tensor `name` for shard s: TP_SHARD_SLICE_NONE
  * (whole), _ROWS (rows [*a, *b), or elements of a 1-D bias) or _COLS

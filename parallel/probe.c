@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "model/gguf.h"
-#include "model/mlx_impl.h"
-#include "model/tsrc_impl.h"
-#include "parallel/parallel_impl.h"
+#include "model/mlx_quant.h"
+#include "model/tensor_source.h"
+#include "parallel_impl.h"
 
 static enum tp_status role_type(const struct tp_tsrc *src, const char *path, const char *name, int required,
                                 enum tp_wtype *out, struct tp_error *err)

@@ -22,8 +22,8 @@
 
 #include "model/gguf.h"
 #include "model/gguf_write.h"
-#include "model/tsrc_impl.h"
-#include "parallel/parallel_impl.h"
+#include "model/tensor_source.h"
+#include "parallel_impl.h"
 
 enum slice_kind { SLICE_NONE = 0, SLICE_ROWS, SLICE_COLS };
 

@@ -26,10 +26,10 @@
 #include <string.h>
 
 #include "model/gguf_write.h"
-#include "model/mlx_impl.h"
-#include "model/synth_impl.h"
-#include "model/tsrc_impl.h"
-#include "parallel/parallel_impl.h"
+#include "model/mlx_quant.h"
+#include "model/synth_vocab.h"
+#include "model/tensor_source.h"
+#include "parallel_impl.h"
 
 static enum tp_status write_kv(tp_gguf_writer_t *w, const char *dir, const char *name, const struct tp_hparams *hp,
                                struct tp_error *err)

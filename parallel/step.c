@@ -3,18 +3,20 @@
  *
  * Rank 0 drives.  It broadcasts a fixed 256-byte header of 64 little-endian
  * int32:
- *   [0] magic 'TPS2'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
+ *   [0] magic 'TPS3'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
  *   [2] step number   [3] n_tokens  [4] n_clear  [5] body inline (0/1)
  *   [6] k of RUN_TOPK [7] collect stats after the step  [8] n_copy
- *   [9..63] the body when it fits (55 words), else a second broadcast.
+ *   [9] n_bias
+ *   [10..63] the body when it fits (54 words), else a second broadcast.
  * Body (int32): token[n] pos[n] seq[n] want_logits[n] clear_seq[c] clear_from[c]
- *               copy_dst[k] copy_src[k] copy_len[k].
- * (Version 1, magic 'TPSP', had no copy list; a worker of the other version
- * refuses the header as malformed.)  Workers check every count and every
- * entry of the lists before using them.
+ *               copy_dst[k] copy_src[k] copy_len[k]
+ *               bias_row[b] bias_id[b] bias_val[b] (float bits).
+ * A worker of another protocol version refuses the header as malformed.
+ * Workers check every count and every entry of the lists before using them.
  * Every rank then truncates the cleared sequences, applies the KV copies in
  * list order (prefix sharing between slots) and runs the forward pass
- * on its slice (two all_sums per layer through the wire hook); logits rows
+ * on its slice (two all_sums per layer through the wire hook), then adds the
+ * logit_bias entries that fall in its vocabulary range; logits rows
  * of each rank's vocabulary range are gathered to rank 0 (padded to the
  * largest range, in chunks), or only each rank's (max, index) pair for the
  * distributed greedy argmax, or its k best (logit, id) + (max, sum exp) for
@@ -38,7 +40,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "parallel/engine_impl.h"
+#include "executor_impl.h"
+
+static enum tp_status hook_gather(tp_parallel_t *p, int32_t arg, double *values, int max);
 
 /* ------------------------------------------------------------ one step */
 
@@ -181,8 +185,8 @@ static enum tp_status gather_topk(tp_parallel_t *p, int n_out, int k, struct tp_
             o[2 * j] = -INFINITY;
             o[2 * j + 1] = -1.0f;
         }
-        double sum = 0.0;
-        for (int j = 0; j < p->vocab_local; j++) sum += exp((double)row[j] - (double)m);
+        double sum = 0.0; /* a slice banned whole by logit_bias (m = -inf) adds nothing */
+        for (int j = 0; isfinite(m) && j < p->vocab_local; j++) sum += exp((double)row[j] - (double)m);
         o[2 * k] = m;
         o[2 * k + 1] = (float)sum;
     }
@@ -206,7 +210,7 @@ static enum tp_status gather_topk(tp_parallel_t *p, int n_out, int k, struct tp_
         double S = 0.0;
         for (int r = 0; r < p->world; r++) {
             const float *o = all + ((size_t)r * (size_t)n_out + (size_t)i) * per;
-            S += (double)o[2 * k + 1] * exp((double)o[2 * k] - (double)M);
+            if (o[2 * k + 1] > 0.0f) S += (double)o[2 * k + 1] * exp((double)o[2 * k] - (double)M);
         }
         if (lse) lse[i] = (float)((double)M + log(S));
         /* k-way merge of the ranks' sorted lists */
@@ -237,9 +241,10 @@ static enum tp_status gather_topk(tp_parallel_t *p, int n_out, int k, struct tp_
 /* Run a step whose header is in p->hdr and body in body (every rank). */
 static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, const struct step_out *out, uint64_t *ns_comm)
 {
-    const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4], nc = p->hdr[HDR_N_COPY];
+    const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4], nc = p->hdr[HDR_N_COPY], nb = p->hdr[HDR_N_BIAS];
     const int32_t *cs = body + 4 * n, *cf = body + 4 * n + c;
     const int32_t *cd = body + 4 * n + 2 * c, *csrc = cd + nc, *cl = cd + 2 * nc;
+    const int32_t *brow = cd + 3 * nc, *bid = brow + nb, *bval = brow + 2 * nb;
     for (int i = 0; i < c; i++) tp_model_seq_truncate(p->model, cs[i], cf[i]);
     for (int i = 0; i < nc; i++) {
         enum tp_status st = tp_model_kv_copy(p->model, cd[i], csrc[i], cl[i]);
@@ -260,6 +265,14 @@ static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, const stru
     *ns_comm += p->wire.ns - w0;
     if (st != TP_OK) return st;
     p->stats.n_tokens += (uint64_t)n;
+    /* logit_bias on this rank's slice of each row (the whole row when direct) */
+    float *rows = direct ? out->logits : p->local;
+    const int width = direct ? p->n_vocab : p->vocab_local, begin = direct ? 0 : p->vocab_begin;
+    for (int i = 0; i < nb; i++) {
+        float v;
+        memcpy(&v, &bval[i], sizeof v);
+        tp_logit_bias_apply(rows + (size_t)brow[i] * (size_t)width, begin, width, 1, &bid[i], &v);
+    }
     if (direct) return TP_OK;
     if (kind == STEP_RUN_ARGMAX) return gather_argmax(p, n_out, out->ids, out->maxv, ns_comm);
     if (kind == STEP_RUN_TOPK) return gather_topk(p, n_out, p->hdr[6], out->top, out->lse, ns_comm);
@@ -274,6 +287,14 @@ static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, const stru
 static int copy_ok(const tp_parallel_t *p, int32_t dst, int32_t src, int32_t len)
 {
     return dst >= 0 && dst < p->n_seq && src >= 0 && src < p->n_seq && dst != src && len >= 0 && len <= p->n_ctx;
+}
+
+/* Bias entries (row, id, value bits) valid for a step with n_out logits rows. */
+static int bias_ok(const tp_parallel_t *p, int n_out, int32_t row, int32_t id, int32_t bits)
+{
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return row >= 0 && row < n_out && id >= 0 && id < p->n_vocab && v >= -100.0f && v <= 100.0f;
 }
 
 /* Rank 0: check a step before anything is sent (a bad step must not desync the group). */
@@ -312,6 +333,22 @@ static enum tp_status check_step(tp_parallel_t *p, const struct tp_step *s)
                                   "step copies %d positions from sequence %d to %d: out of range (%d slots, ctx %d, "
                                   "source and destination must differ)",
                                   s->copy_len[i], s->copy_src[i], s->copy_dst[i], p->n_seq, p->n_ctx);
+    if (s->n_bias < 0 || s->n_bias > p->bias_max)
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step has %d logit_bias entries; at most %d", s->n_bias,
+                              p->bias_max);
+    if (s->n_bias > 0 && (!s->bias_row || !s->bias_id || !s->bias_val))
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step logit_bias list has a NULL array");
+    int n_out = 0;
+    for (int i = 0; i < b->n_tokens; i++) n_out += b->logits[i] != 0;
+    for (int i = 0; i < s->n_bias; i++) {
+        int32_t bits;
+        memcpy(&bits, &s->bias_val[i], sizeof bits);
+        if (!bias_ok(p, n_out, s->bias_row[i], s->bias_id[i], bits))
+            return tp_error_force(&p->err, TP_ERR_INVALID_ARG,
+                                  "step logit_bias entry %d: row %d / token %d / bias %g out of range (%d logits rows, "
+                                  "vocab %d, bias -100..100)", i, s->bias_row[i], s->bias_id[i], (double)s->bias_val[i],
+                                  n_out, p->n_vocab);
+    }
     return TP_OK;
 }
 
@@ -379,6 +416,7 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
     if (p->comm) tp_comm_get_stats(p->comm, &c0);
 
     const int n = s ? s->batch.n_tokens : 0, c = s ? s->n_clear : 0, nc = s ? s->n_copy : 0;
+    const int nb = s && kind != STEP_PING ? s->n_bias : 0;
     memset(p->hdr, 0, sizeof p->hdr);
     p->hdr[0] = STEP_MAGIC;
     p->hdr[1] = kind;
@@ -386,7 +424,8 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
     p->hdr[3] = n;
     p->hdr[4] = c;
     p->hdr[HDR_N_COPY] = nc;
-    const int words = 4 * n + 2 * c + 3 * nc;
+    p->hdr[HDR_N_BIAS] = nb;
+    const int words = 4 * n + 2 * c + 3 * nc + 3 * nb;
     int32_t *body = words <= HDR_INLINE_MAX ? p->hdr + HDR_INLINE_AT : p->body;
     p->hdr[5] = words <= HDR_INLINE_MAX;
     p->hdr[6] = k;
@@ -405,6 +444,12 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
         body[4 * n + 2 * c + i] = s->copy_dst[i];
         body[4 * n + 2 * c + nc + i] = s->copy_src[i];
         body[4 * n + 2 * c + 2 * nc + i] = s->copy_len[i];
+    }
+    int32_t *bb = body + 4 * n + 2 * c + 3 * nc;
+    for (int i = 0; i < nb; i++) {
+        bb[i] = s->bias_row[i];
+        bb[nb + i] = s->bias_id[i];
+        memcpy(&bb[2 * nb + i], &s->bias_val[i], sizeof(float));
     }
     if (p->comm) {
         if ((st = bcast_timed(p, p->hdr, HDR_WORDS, &ns_comm)) != TP_OK) return step_fail(p, st, "step broadcast");
@@ -491,16 +536,17 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
         enum tp_status st = tp_comm_broadcast(p->comm, p->hdr, HDR_WORDS, TP_DTYPE_I32, 0);
         if (st != TP_OK) return step_fail(p, st, "waiting for the next step from rank 0");
         uint64_t t0 = tp_now_ns();
-        const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4], nc = p->hdr[HDR_N_COPY];
-        const int words = 4 * n + 2 * c + 3 * nc;
-        if (p->hdr[0] != STEP_MAGIC || kind < STEP_RUN_LOGITS || kind > STEP_RUN_TOPK || n < 0 || n > p->n_batch ||
-            c < 0 || c > p->n_seq || nc < 0 || nc > p->n_seq ||
+        const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4], nc = p->hdr[HDR_N_COPY], nb = p->hdr[HDR_N_BIAS];
+        const int words = 4 * n + 2 * c + 3 * nc + 3 * nb;
+        if (p->hdr[0] != STEP_MAGIC || kind < STEP_RUN_LOGITS || kind > STEP_HOOK || n < 0 || n > p->n_batch ||
+            c < 0 || c > p->n_seq || nc < 0 || nc > p->n_seq || nb < 0 || nb > p->bias_max ||
             (p->hdr[5] && words > HDR_INLINE_MAX) ||
             (kind == STEP_RUN_TOPK && (p->hdr[6] < 1 || p->hdr[6] > TP_PARALLEL_TOPK_MAX))) {
             tp_error_force(&p->err, TP_ERR_PROTOCOL,
                            "rank %d: malformed step header from rank 0 (magic %08x kind %d n_tokens %d n_clear %d "
-                           "n_copy %d); are all ranks the same tpserve version with the same --batch/--n-seq?",
-                           p->rank, (unsigned)p->hdr[0], kind, n, c, nc);
+                           "n_copy %d n_bias %d); are all ranks the same tpserve version with the same "
+                           "--batch/--n-seq?",
+                           p->rank, (unsigned)p->hdr[0], kind, n, c, nc, nb);
             atomic_store(&p->poisoned, 1);
             tp_comm_abort(p->comm, "parallel: malformed step header");
             return TP_ERR_PROTOCOL;
@@ -509,6 +555,10 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
             p->shut = 1;
             tp_log(TP_LOG_DEBUG, TP_PARALLEL_MODULE, "rank %d: shutdown from rank 0", p->rank);
             return TP_OK;
+        }
+        if (kind == STEP_HOOK) {
+            if ((st = hook_gather(p, p->hdr[6], NULL, 0)) != TP_OK) return step_fail(p, st, "rank hook");
+            continue;
         }
         const int32_t *body = p->hdr + HDR_INLINE_AT;
         if (!p->hdr[5]) {
@@ -536,6 +586,15 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
                     return step_fail(p, TP_ERR_PROTOCOL, "step KV copy list");
                 }
             }
+            int n_out = 0;
+            for (int i = 0; i < n; i++) n_out += body[3 * n + i] != 0;
+            const int32_t *bb = body + 4 * n + 2 * c + 3 * nc;
+            for (int i = 0; i < nb; i++) {
+                if (!bias_ok(p, n_out, bb[i], bb[nb + i], bb[2 * nb + i])) {
+                    tp_comm_abort(p->comm, "parallel: bad logit_bias list");
+                    return step_fail(p, TP_ERR_PROTOCOL, "step logit_bias list");
+                }
+            }
             static const struct step_out none = {NULL, NULL, NULL, NULL, NULL};
             st = run_step(p, body, &none, &ns_comm);
             if (st != TP_OK) {
@@ -560,6 +619,61 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
             pthread_mutex_unlock(&p->mu);
         }
     }
+}
+
+/* ------------------------------------------------------------- rank hook */
+
+/* Every rank: run the local hook, gather its values to rank 0 (into values
+ * when rank 0, for r < max). */
+static enum tp_status hook_gather(tp_parallel_t *p, int32_t arg, double *values, int max)
+{
+    double mine[TP_PARALLEL_HOOK_VALUES], all[TP_PLAN_MAX_RANKS * TP_PARALLEL_HOOK_VALUES];
+    for (int i = 0; i < TP_PARALLEL_HOOK_VALUES; i++) mine[i] = NAN;
+    if (p->hook && p->hook(p->hook_ud, arg, mine) != TP_OK)
+        for (int i = 0; i < TP_PARALLEL_HOOK_VALUES; i++) mine[i] = NAN;
+    memcpy(all, mine, sizeof mine);
+    if (p->comm) {
+        enum tp_status st = tp_comm_gather(p->comm, mine, all, sizeof mine, TP_DTYPE_U8, 0);
+        if (st != TP_OK) return st;
+    }
+    if (p->rank == 0 && values)
+        memcpy(values, all, (size_t)TP_MIN(max, p->world) * sizeof mine);
+    return TP_OK;
+}
+
+void tp_parallel_set_hook(tp_parallel_t *p, tp_parallel_hook_fn fn, void *ud)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->hook = fn;
+    p->hook_ud = ud;
+    pthread_mutex_unlock(&p->mu);
+}
+
+enum tp_status tp_parallel_run_hook(tp_parallel_t *p, int32_t arg, double *values, int max)
+{
+    if (!p || (max > 0 && !values)) return TP_ERR_INVALID_ARG;
+    pthread_mutex_lock(&p->mu);
+    enum tp_status st = TP_OK;
+    if (atomic_load(&p->poisoned)) st = tp_error_set(&p->err, TP_ERR_POISONED, "engine already failed");
+    else if (p->rank != 0)
+        st = tp_error_force(&p->err, TP_ERR_INVALID_ARG, "only rank 0 runs the rank hook; rank %d runs the worker loop",
+                            p->rank);
+    else if (p->shut) st = tp_error_force(&p->err, TP_ERR_INVALID_ARG, "engine was shut down");
+    if (st == TP_OK && p->comm) {
+        memset(p->hdr, 0, sizeof p->hdr);
+        p->hdr[0] = STEP_MAGIC;
+        p->hdr[1] = STEP_HOOK;
+        p->hdr[2] = (int32_t)++p->step_no;
+        p->hdr[5] = 1; /* no body */
+        p->hdr[6] = arg;
+        if ((st = tp_comm_broadcast(p->comm, p->hdr, HDR_WORDS, TP_DTYPE_I32, 0)) != TP_OK)
+            st = step_fail(p, st, "rank hook broadcast");
+    }
+    if (st == TP_OK && (st = hook_gather(p, arg, values, max)) != TP_OK) st = step_fail(p, st, "rank hook");
+    p->last_ns = tp_now_ns();
+    pthread_mutex_unlock(&p->mu);
+    return st;
 }
 
 /* ------------------------------------------------------------- keepalive */
@@ -606,4 +720,45 @@ void tp_engine_send_shutdown(tp_parallel_t *p)
                tp_comm_last_error(p->comm));
     p->shut = 1;
     pthread_mutex_unlock(&p->mu);
+}
+
+/* ------------------------------------------------------------- cost */
+
+void tp_parallel_decode_cost(int n_layer, int n_embd, enum tp_wire_dtype dt, int world, int rank,
+                             struct tp_parallel_decode_cost *out)
+{
+    memset(out, 0, sizeof *out);
+    if (world <= 1 || n_layer < 1 || n_embd < 1) return;
+    enum tp_comm_op sum_op = TP_COMM_OP_ALL_SUM;
+    enum tp_dtype sum_dt = TP_DTYPE_F32;
+    size_t sum_count = (size_t)n_embd;
+    if (dt == TP_WIRE_F16) sum_dt = TP_DTYPE_F16;
+    else if (dt == TP_WIRE_BF16) sum_dt = TP_DTYPE_BF16;
+    else if (dt == TP_WIRE_Q8) {
+        sum_op = TP_COMM_OP_ALL_GATHER;
+        sum_dt = TP_DTYPE_U8;
+        sum_count = ((size_t)n_embd + TP_WIRE_Q8_BLOCK - 1) / TP_WIRE_Q8_BLOCK * TP_WIRE_Q8_BYTES;
+    }
+    const struct {
+        const char *what;
+        int times;
+        enum tp_comm_op op;
+        size_t count;
+        enum tp_dtype dt;
+    } calls[3] = {
+        {"step header", 1, TP_COMM_OP_BROADCAST, HDR_WORDS, TP_DTYPE_I32},
+        {"all_sum", 2 * n_layer, sum_op, sum_count, sum_dt},
+        {"argmax gather", 1, TP_COMM_OP_GATHER, 2, TP_DTYPE_F32},
+    };
+    for (int i = 0; i < 3; i++) {
+        struct tp_parallel_coll_cost *c = &out->c[out->n++];
+        c->what = calls[i].what;
+        c->times = calls[i].times;
+        c->cost = tp_comm_op_cost(calls[i].op, world, rank, 0, calls[i].count, calls[i].dt);
+        for (int r = 0; r < world; r++) {
+            uint64_t b = tp_comm_op_cost(calls[i].op, world, r, 0, calls[i].count, calls[i].dt).bytes_sent;
+            if (b > c->max_bytes_sent) c->max_bytes_sent = b;
+        }
+        out->bytes_sent += (uint64_t)c->times * c->cost.bytes_sent;
+    }
 }

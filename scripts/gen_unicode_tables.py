@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Generate model/unicode_tables.c from Python's unicodedata.
+"""Generate model/tokenizer/unicode_tables.c from Python's unicodedata.
 
-Writes compact tables used by the tokenizers (model/unicode.c):
+Writes compact tables used by the tokenizers (model/tokenizer/unicode.c):
   - general category as ranges (start code point + category id, each range
     runs to the next start), covering U+0000..U+10FFFF;
   - canonical combining class as ranges (start, end, ccc) for ccc != 0;
@@ -13,7 +13,7 @@ Writes compact tables used by the tokenizers (model/unicode.c):
   - NFC quick-check ranges: code points whose presence means NFC may
     change the text (text without any is already NFC).
 
-Usage: scripts/gen_unicode_tables.py > model/unicode_tables.c
+Usage: scripts/gen_unicode_tables.py > model/tokenizer/unicode_tables.c
 The Unicode version is the one of the Python that runs it (recorded in the
 output); re-run and commit when upgrading.
 """
@@ -37,7 +37,7 @@ def main():
     w(" * General categories (ranges), canonical combining classes (ranges),")
     w(" * canonical decompositions and canonical composition pairs for NFC.")
     w(" */")
-    w('#include "model/unicode_impl.h"')
+    w('#include "tokenizer/unicode_impl.h"')
     w("")
     w('const char tp_unicode_tables_version[] = "%s";' % ud.unidata_version)
     w("")

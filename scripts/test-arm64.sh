@@ -26,9 +26,9 @@ fi
 mkdir -p "$out"
 start=$(date +%s)
 flags=(-std=c11 -O2 -D_DEFAULT_SOURCE -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes
-       -Wmissing-prototypes -Werror -I. -Itests -Iscripts/arm64)
+       -Wmissing-prototypes -Werror -I. -Icommon/include -Imodel/include -Imodel -Itests -Iscripts/arm64)
 echo "==== arm64: cross-compiling kernels + tests/model/test_kernels.c, test_kernels_mlx.c"
-"$cc" "${flags[@]}" model/kernels*.c model/wtype.c common/*.c tests/model/test_kernels.c tests/model/test_kernels_mlx.c \
+"$cc" "${flags[@]}" model/kernels/kernels*.c model/forward/wtype.c common/*.c tests/model/test_kernels.c tests/model/test_kernels_mlx.c \
   scripts/arm64/shim_main.c -o "$out/test_kernels" -lpthread -lm -static
 for cpu in max cortex-a53; do
   echo "==== arm64: qemu-aarch64 -cpu $cpu"

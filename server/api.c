@@ -19,7 +19,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/http_impl.h"
+#include "http_impl.h"
 
 #define KEEPALIVE_NS 1000000000ull /* comment every second without output */
 
@@ -32,10 +32,7 @@ static void add_piece_string(struct tp_server *s, cJSON *o, const char *key, int
 {
     size_t l = 0;
     const char *p = tp_tokenizer_piece(s->tok, id, &l);
-    struct tp_buf b = {0};
-    tp_srv_utf8_sanitize(p ? p : "", p ? l : 0, &b);
-    cJSON_AddStringToObject(o, key, b.data ? b.data : "");
-    tp_buf_free(&b);
+    tp_json_add_bytes(o, key, p ? p : "", p ? l : 0);
     if (with_bytes) {
         cJSON *arr = cJSON_AddArrayToObject(o, "bytes");
         for (size_t i = 0; p && i < l; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber((unsigned char)p[i]));
@@ -76,16 +73,13 @@ static cJSON *cmpl_logprobs(struct tp_server *s, const struct tp_req *r, int fro
         const struct tp_gen_tok *g = &r->toks[i];
         size_t l = 0;
         const char *p = tp_tokenizer_piece(s->tok, g->id, &l);
-        struct tp_buf b = {0};
-        tp_srv_utf8_sanitize(p ? p : "", p ? l : 0, &b);
-        cJSON_AddItemToArray(tokens, cJSON_CreateString(b.data ? b.data : ""));
-        tp_buf_free(&b);
+        cJSON_AddItemToArray(tokens, tp_json_string_bytes(p ? p : "", p ? l : 0));
         cJSON_AddItemToArray(tlp, cJSON_CreateNumber(g->logprob));
         cJSON *alt = cJSON_CreateObject();
         for (int k = 0; k < g->n_top && k < r->params.top_logprobs; k++) {
             p = tp_tokenizer_piece(s->tok, g->top[k].id, &l);
             struct tp_buf kb = {0};
-            tp_srv_utf8_sanitize(p ? p : "", p ? l : 0, &kb);
+            tp_json_encode_bytes(p ? p : "", p ? l : 0, &kb);
             if (!cJSON_GetObjectItemCaseSensitive(alt, kb.data ? kb.data : ""))
                 cJSON_AddNumberToObject(alt, kb.data ? kb.data : "", g->top[k].logprob);
             tp_buf_free(&kb);
@@ -129,18 +123,18 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
     if (r->chat) {
         cJSON *msg = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddStringToObject(msg, "content", text);
+        tp_json_add_bytes(msg, "content", text, r->text.len);
         if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, 0, r->n_toks));
         else cJSON_AddNullToObject(ch, "logprobs");
     } else {
-        cJSON_AddStringToObject(ch, "text", text);
+        tp_json_add_bytes(ch, "text", text, r->text.len);
         if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", cmpl_logprobs(s, r, 0, r->n_toks, 0));
         else cJSON_AddNullToObject(ch, "logprobs");
     }
     cJSON_AddStringToObject(ch, "finish_reason", finish_str(r->finish));
     cJSON_AddItemToArray(choices, ch);
     add_usage(root, r);
-    char *json = cJSON_PrintUnformatted(root);
+    char *json = tp_json_print(root);
     cJSON_Delete(root);
     return json;
 }
@@ -153,27 +147,22 @@ static char *chunk_json(struct tp_server *s, const struct tp_req *r, size_t t0, 
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
     cJSON *ch = cJSON_CreateObject();
     cJSON_AddNumberToObject(ch, "index", 0);
-    char *piece = malloc(t1 - t0 + 1);
-    if (piece) {
-        memcpy(piece, (r->text.data ? r->text.data : "") + t0, t1 - t0);
-        piece[t1 - t0] = '\0';
-    }
+    const char *piece = (r->text.data ? r->text.data : "") + t0;
     if (r->chat) {
         cJSON *d = cJSON_AddObjectToObject(ch, "delta");
         if (first) cJSON_AddStringToObject(d, "role", "assistant");
-        if (!finish || t1 > t0) cJSON_AddStringToObject(d, "content", piece ? piece : "");
+        if (!finish || t1 > t0) tp_json_add_bytes(d, "content", piece, t1 - t0);
         if (r->params.logprobs && k1 > k0) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, k0, k1));
         else cJSON_AddNullToObject(ch, "logprobs");
     } else {
-        cJSON_AddStringToObject(ch, "text", piece ? piece : "");
+        tp_json_add_bytes(ch, "text", piece, t1 - t0);
         if (r->params.logprobs && k1 > k0) cJSON_AddItemToObject(ch, "logprobs", cmpl_logprobs(s, r, k0, k1, 0));
         else cJSON_AddNullToObject(ch, "logprobs");
     }
-    free(piece);
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
     cJSON_AddItemToArray(choices, ch);
-    char *json = cJSON_PrintUnformatted(root);
+    char *json = tp_json_print(root);
     cJSON_Delete(root);
     return json;
 }
@@ -183,7 +172,7 @@ static char *usage_chunk_json(struct tp_server *s, const struct tp_req *r)
     cJSON *root = envelope(s, r, r->chat ? "chat.completion.chunk" : "text_completion");
     cJSON_AddArrayToObject(root, "choices");
     add_usage(root, r);
-    char *json = cJSON_PrintUnformatted(root);
+    char *json = tp_json_print(root);
     cJSON_Delete(root);
     return json;
 }
@@ -336,7 +325,11 @@ static void stream_free(void *cls)
 
 /* ------------------------------------------------------------ entry */
 
-static int starts_with(const char *s, const char *p) { return p[0] && strncmp(s, p, strlen(p)) == 0; }
+static int starts_with(const char *s, size_t n, const char *p)
+{
+    size_t pl = strlen(p);
+    return pl > 0 && n >= pl && memcmp(s, p, pl) == 0;
+}
 
 enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connection *c, int chat, const char *body,
                                          size_t len)
@@ -360,15 +353,16 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
             return tp_http_send_error(s, c, &e);
         }
         const char *t = text.data ? text.data : "";
-        int add_bos = tp_tokenizer_add_bos(s->tok) && !starts_with(t, s->bos_text);
-        n = tp_server_tokenize(s, t, add_bos, &ids, &e);
+        size_t tl = tp_json_decode_nul(text.data, text.len); /* contents held NUL in tree form */
+        int add_bos = tp_tokenizer_add_bos(s->tok) && !starts_with(t, tl, s->bos_text);
+        n = tp_server_tokenize(s, t, tl, add_bos, &ids, &e);
         tp_buf_free(&text);
     } else if (p.prompt_ids) {
         ids = p.prompt_ids;
         n = p.n_prompt_ids;
         p.prompt_ids = NULL;
     } else {
-        n = tp_server_tokenize(s, p.prompt, tp_tokenizer_add_bos(s->tok), &ids, &e);
+        n = tp_server_tokenize(s, p.prompt, p.prompt_len, tp_tokenizer_add_bos(s->tok), &ids, &e);
     }
     if (n < 0) {
         tp_req_params_free(&p);

@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server_impl.h"
 
 static const char *const family_names[TP_CHAT_FAMILY_COUNT] = {"unknown", "llama2", "llama3", "chatml",
                                                                 "qwen3",   "mistral", "zephyr", "plain"};

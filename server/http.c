@@ -3,7 +3,7 @@
  * connection, bounded connections, idle timeout), routing, authentication,
  * body collection with the --max-body cap (413), and the small endpoints
  * (/health, /metrics, /v1/models, /tokenize, /detokenize).  The completion
- * endpoints live in api.c; the engine thread in engine.c.
+ * endpoints live in api.c; the engine thread in scheduler.c.
  *
  * Defences against clients that hold resources (docs/http.md): connections
  * reach MHD through the gate (http_gate.c) only once their first header block
@@ -37,7 +37,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/http_impl.h"
+#include "http_impl.h"
 
 struct tp_server_config tp_server_default_config(void)
 {
@@ -356,14 +356,8 @@ static enum MHD_Result handle_models(struct tp_server *s, struct MHD_Connection 
 
 static int parse_body_object(const char *body, size_t len, cJSON **out, struct tp_api_error *e)
 {
-    if (len == 0) return tp_api_fail(e, 400, NULL, "the request body is empty; send a JSON object");
-    if (!tp_srv_utf8_valid(body, len)) return tp_api_fail(e, 400, NULL, "the request body is not valid UTF-8");
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) return tp_api_fail(e, 400, NULL, "the request body is not valid JSON");
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return tp_api_fail(e, 400, NULL, "the request body must be a JSON object");
-    }
+    cJSON *root = tp_json_parse(body, len, e); /* strings hold NUL as C0 80 */
+    if (!root) return -1;
     *out = root;
     return 0;
 }
@@ -487,7 +481,14 @@ static enum MHD_Result handle_tokenize(struct tp_server *s, struct MHD_Connectio
         tp_api_fail(&e, 400, "with_pieces", "'with_pieces' must be a boolean");
         goto fail;
     }
-    int n = tp_server_tokenize(s, content->valuestring, cJSON_IsTrue(add_special), &ids, &e);
+    char *text = NULL;
+    size_t text_len = 0;
+    if (tp_json_bytes(content, &text, &text_len) != 0) {
+        tp_api_fail(&e, 500, NULL, "out of memory");
+        goto fail;
+    }
+    int n = tp_server_tokenize(s, text, text_len, cJSON_IsTrue(add_special), &ids, &e);
+    free(text);
     if (n < 0) goto fail;
     struct tok_stream *ts = calloc(1, sizeof *ts);
     if (!ts) {
@@ -561,9 +562,9 @@ static enum MHD_Result handle_detokenize(struct tp_server *s, struct MHD_Connect
         return tp_http_send_error(s, c, &e);
     }
     cJSON *resp = cJSON_CreateObject();
-    cJSON_AddStringToObject(resp, "content", text.data ? text.data : "");
+    int added = resp && tp_json_add_bytes(resp, "content", text.data ? text.data : "", text.len) == 0;
     tp_buf_free(&text);
-    char *json = cJSON_PrintUnformatted(resp);
+    char *json = added ? tp_json_print(resp) : NULL; /* NUL bytes (the <0x00> token) as \u0000 */
     cJSON_Delete(resp);
     enum MHD_Result ret = json ? tp_http_send_json(s, c, 200, json) : MHD_NO;
     free(json);
@@ -964,9 +965,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ------------------------------------------------------------ life cycle */
 
-int tp_server_tokenize(struct tp_server *s, const char *text, int add_bos, int32_t **out, struct tp_api_error *e)
+int tp_server_tokenize(struct tp_server *s, const char *text, size_t len, int add_bos, int32_t **out,
+                       struct tp_api_error *e)
 {
-    size_t len = strlen(text);
     int cap = (int)TP_MIN(len + 16, (size_t)1 << 24);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
     if (!ids) return tp_api_fail(e, 500, NULL, "out of memory");

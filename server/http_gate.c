@@ -31,7 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "server/http_impl.h"
+#include "http_impl.h"
 
 #define GATE_HEADER_MAX (32 * 1024) /* a header block must fit in this many bytes (else 431) */
 #define GATE_DRAIN_MAX (64 * 1024)

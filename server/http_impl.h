@@ -9,7 +9,7 @@
 
 #include <microhttpd.h>
 
-#include "server/server_impl.h"
+#include "server_impl.h"
 
 enum tp_srv_state { TP_SRV_LOADING = 0, TP_SRV_READY, TP_SRV_FAILED };
 
@@ -82,8 +82,9 @@ int tp_http_client_gone(struct MHD_Connection *c);
 /* One line per finished request (text or JSON per --log-format); n_cached: prompt tokens not prefilled. */
 void tp_http_log_request(struct tp_server *s, const char *id, const char *path, int status, int n_prompt,
                          int n_cached, int n_gen, double ttft_s, double tps);
-/* Encode text (special tokens parsed); *out malloc'd. Returns count or -1 with e. */
-int tp_server_tokenize(struct tp_server *s, const char *text, int add_bos, int32_t **out, struct tp_api_error *e);
+/* Encode text[0..len) (NUL is an ordinary byte; special tokens parsed); *out malloc'd. Returns count or -1 with e. */
+int tp_server_tokenize(struct tp_server *s, const char *text, size_t len, int add_bos, int32_t **out,
+                       struct tp_api_error *e);
 /* Append s[0..n) with invalid UTF-8 bytes replaced by U+FFFD. */
 void tp_srv_utf8_sanitize(const char *s, size_t n, struct tp_buf *out);
 /* POST /v1/completions (chat 0) and /v1/chat/completions (chat 1). */

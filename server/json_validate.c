@@ -2,11 +2,16 @@
  * server/json_validate.c - parse and validate the JSON body of
  * /v1/completions and /v1/chat/completions into struct tp_req_params.
  *
- * Rules: the body must be valid UTF-8 and a JSON object; unknown fields are
- * ignored; a field that is present with JSON null counts as absent; a field
- * of the wrong type or out of range is refused with 400 naming the field
- * (OpenAI's "param").  Ranges follow OpenAI's documentation where it has one.
+ * Rules: the body must be valid UTF-8 and a JSON object (tp_json_parse:
+ * \u0000 stays a NUL in the prompt and stop strings, chat contents keep it
+ * in tree form, role and model names refuse it); unknown fields are ignored;
+ * OpenAI fields that would change the output but are not implemented are
+ * refused (docs/api-fields.md); a field that is present with JSON null
+ * counts as absent; a field of the wrong type or out of range is refused
+ * with 400 naming the field (OpenAI's "param").  Ranges follow OpenAI's
+ * documentation where it has one.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +19,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/server_impl.h"
+#include "server_impl.h"
 
 static const cJSON *field(const cJSON *root, const char *name)
 {
@@ -92,10 +97,8 @@ static int parse_prompt(const cJSON *root, int n_vocab, struct tp_req_params *p,
 {
     const cJSON *v = field(root, "prompt");
     if (!v) return tp_api_fail(e, 400, "prompt", "'prompt' is required (a string, or a list of token ids)");
-    if (cJSON_IsString(v)) {
-        p->prompt = dup_str(v->valuestring);
-        return p->prompt ? 0 : tp_api_fail(e, 500, "prompt", "out of memory");
-    }
+    if (cJSON_IsString(v))
+        return tp_json_bytes(v, &p->prompt, &p->prompt_len) == 0 ? 0 : tp_api_fail(e, 500, "prompt", "out of memory");
     if (!cJSON_IsArray(v)) return tp_api_fail(e, 400, "prompt", "'prompt' must be a string or a list");
     int n = cJSON_GetArraySize(v);
     if (n == 0) return tp_api_fail(e, 400, "prompt", "'prompt' is an empty list");
@@ -103,10 +106,9 @@ static int parse_prompt(const cJSON *root, int n_vocab, struct tp_req_params *p,
     if (cJSON_IsNumber(first)) return parse_token_list(v, n_vocab, "prompt", p, e);
     if (n != 1)
         return tp_api_fail(e, 400, "prompt", "'prompt' lists %d prompts; this server takes one prompt per request", n);
-    if (cJSON_IsString(first)) {
-        p->prompt = dup_str(first->valuestring);
-        return p->prompt ? 0 : tp_api_fail(e, 500, "prompt", "out of memory");
-    }
+    if (cJSON_IsString(first))
+        return tp_json_bytes(first, &p->prompt, &p->prompt_len) == 0 ? 0
+                                                                      : tp_api_fail(e, 500, "prompt", "out of memory");
     if (cJSON_IsArray(first)) return parse_token_list(first, n_vocab, "prompt", p, e);
     return tp_api_fail(e, 400, "prompt", "'prompt' must be a string, a list of strings or a list of token ids");
 }
@@ -170,6 +172,8 @@ static int parse_messages(const cJSON *root, struct tp_req_params *p, struct tp_
         snprintf(param, sizeof param, "messages[%d].role", i);
         if (!cJSON_IsString(role)) return tp_api_fail(e, 400, param, "'%s' must be a string", param);
         const char *r = role->valuestring;
+        if (tp_json_has_nul(r))
+            return tp_api_fail(e, 400, param, "'%s' holds a NUL character (\\u0000); a role name cannot", param);
         if (strcmp(r, "developer") == 0) r = "system";
         if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0)
             return tp_api_fail(e, 400, param, "'%s' is '%.40s'; supported roles are system, user and assistant",
@@ -207,23 +211,275 @@ static int parse_stop(const cJSON *root, struct tp_req_params *p, struct tp_api_
         return tp_api_fail(e, 400, "stop", "'stop' must be a string or a list of strings");
     }
     for (int i = 0; i < n; i++) {
-        size_t l = strlen(items[i]->valuestring);
+        char *d = NULL;
+        size_t l = 0;
+        if (tp_json_bytes(items[i], &d, &l) != 0) return tp_api_fail(e, 500, "stop", "out of memory");
+        p->stop[i] = d;
+        p->stop_len[i] = l;
+        p->n_stop = i + 1;
         if (l == 0) return tp_api_fail(e, 400, "stop", "'stop' strings must not be empty");
         if (l > TP_MAX_STOP_BYTES)
             return tp_api_fail(e, 400, "stop", "a 'stop' string has %zu bytes (at most %d)", l, TP_MAX_STOP_BYTES);
-        p->stop[i] = dup_str(items[i]->valuestring);
-        if (!p->stop[i]) return tp_api_fail(e, 500, "stop", "out of memory");
-        p->n_stop = i + 1;
     }
     return 0;
 }
 
-static int parse_fields(const cJSON *root, int chat, int n_vocab, int n_ctx, struct tp_req_params *p,
-                        struct tp_api_error *e)
+/* ------------------------------------------------------------ seed */
+
+static size_t skip_ws(const char *s, size_t i, size_t n)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) i++;
+    return i;
+}
+
+/* s[i] == '"': index after the closing quote. */
+static size_t skip_string(const char *s, size_t i, size_t n)
+{
+    for (i++; i < n && s[i] != '"'; i++)
+        if (s[i] == '\\') i++;
+    return i < n ? i + 1 : n;
+}
+
+/* Index after the JSON value starting at s[i] (the text is known to be valid JSON). */
+static size_t skip_value(const char *s, size_t i, size_t n)
+{
+    if (i < n && s[i] == '"') return skip_string(s, i, n);
+    if (i < n && (s[i] == '{' || s[i] == '[')) {
+        int depth = 0;
+        while (i < n) {
+            if (s[i] == '"') {
+                i = skip_string(s, i, n);
+                continue;
+            }
+            if (s[i] == '{' || s[i] == '[') depth++;
+            else if ((s[i] == '}' || s[i] == ']') && --depth == 0) return i + 1;
+            i++;
+        }
+        return n;
+    }
+    while (i < n && !strchr(",}] \t\r\n", s[i])) i++;
+    return i;
+}
+
+/* The text of the first top-level member named key of the JSON object in
+ * body[0..len) (valid JSON, as cJSON has parsed it): *at, *n.  0 if absent. */
+static int member_text(const char *body, size_t len, const char *key, const char **at, size_t *n)
+{
+    size_t i = skip_ws(body, 0, len);
+    if (i >= len || body[i] != '{') return 0;
+    i = skip_ws(body, i + 1, len);
+    const size_t kl = strlen(key);
+    while (i < len && body[i] == '"') {
+        size_t ks = i, ke = skip_string(body, i, len);
+        int match = ke - ks == kl + 2 && memcmp(body + ks + 1, key, kl) == 0;
+        if (!match && memchr(body + ks, '\\', ke - ks)) { /* an escaped name: compare it decoded */
+            cJSON *k = cJSON_ParseWithLength(body + ks, ke - ks);
+            match = cJSON_IsString(k) && strcmp(k->valuestring, key) == 0;
+            cJSON_Delete(k);
+        }
+        i = skip_ws(body, ke, len);
+        if (i < len && body[i] == ':') i++;
+        i = skip_ws(body, i, len);
+        size_t vs = i;
+        i = skip_value(body, i, len);
+        if (match) {
+            *at = body + vs;
+            *n = i - vs;
+            return 1;
+        }
+        i = skip_ws(body, i, len);
+        if (i < len && body[i] == ',') i = skip_ws(body, i + 1, len);
+    }
+    return 0;
+}
+
+/* seed: any integer in [-2^63, 2^64 - 1] (a negative one is taken modulo 2^64).
+ * cJSON keeps numbers as doubles, which hold integers exactly only up to
+ * 2^53, so a seed written as plain digits is read from the body's text. */
+static int parse_seed(const cJSON *root, const char *body, size_t len, struct tp_req_params *p, struct tp_api_error *e)
+{
+    const cJSON *v = field(root, "seed");
+    if (!v) return 0;
+    const char *range = "'seed' must be an integer from -9223372036854775808 to 18446744073709551615";
+    if (!is_integer(v)) return tp_api_fail(e, 400, "seed", "%s", range);
+    const char *t = NULL;
+    size_t n = 0;
+    char digits[32];
+    if (member_text(body, len, "seed", &t, &n) && n > 0 && n < sizeof digits) {
+        memcpy(digits, t, n);
+        digits[n] = '\0';
+        size_t d0 = digits[0] == '-';
+        if (d0 < n && strspn(digits + d0, "0123456789") == n - d0) {
+            errno = 0;
+            char *end = NULL;
+            if (d0) {
+                long long x = strtoll(digits, &end, 10);
+                if (errno || *end) return tp_api_fail(e, 400, "seed", "%s", range);
+                p->seed = (uint64_t)x;
+            } else {
+                unsigned long long x = strtoull(digits, &end, 10);
+                if (errno || *end) return tp_api_fail(e, 400, "seed", "%s", range);
+                p->seed = (uint64_t)x;
+            }
+            p->has_seed = 1;
+            return 0;
+        }
+    }
+    /* written with a fraction or an exponent (e.g. 1e3): the double's value */
+    double d = v->valuedouble;
+    if (!(d >= -9223372036854775808.0 && d < 18446744073709551616.0)) return tp_api_fail(e, 400, "seed", "%s", range);
+    p->seed = d < 0 ? (uint64_t)(int64_t)d : (uint64_t)d;
+    p->has_seed = 1;
+    return 0;
+}
+
+/* -------------------------------------------------- fields not implemented */
+
+/* OpenAI fields that would change the output and are not implemented are
+ * refused with 400 naming them; values that ask for the default behaviour
+ * (echo false, best_of 1, n 1, suffix "", tools [], response_format text,
+ * tool_choice / function_call "none" or "auto") are accepted. */
+static int refuse_unsupported(const cJSON *root, struct tp_api_error *e)
+{
+    const cJSON *v = field(root, "n");
+    if (v) {
+        if (!is_integer(v)) return tp_api_fail(e, 400, "n", "'n' must be an integer");
+        if (v->valuedouble != 1)
+            return tp_api_fail(e, 400, "n", "'n' is %.0f; this server generates one choice per request (n = 1)",
+                               v->valuedouble);
+    }
+    v = field(root, "best_of");
+    if (v) {
+        if (!is_integer(v)) return tp_api_fail(e, 400, "best_of", "'best_of' must be an integer");
+        if (v->valuedouble != 1)
+            return tp_api_fail(e, 400, "best_of", "'best_of' is %.0f; this server generates one candidate per request "
+                                                  "(best_of = 1)", v->valuedouble);
+    }
+    v = field(root, "echo");
+    if (v && !(cJSON_IsBool(v) && !cJSON_IsTrue(v)))
+        return tp_api_fail(e, 400, "echo",
+                           "'echo' is not supported (the prompt is not echoed); remove it or send false");
+    v = field(root, "suffix");
+    if (v && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
+        return tp_api_fail(e, 400, "suffix", "'suffix' (insertion) is not supported; remove it");
+    v = field(root, "response_format");
+    if (v) {
+        const cJSON *ty = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
+        if (!(cJSON_IsString(ty) && strcmp(ty->valuestring, "text") == 0 && cJSON_GetArraySize(v) == 1))
+            return tp_api_fail(e, 400, "response_format",
+                               "'response_format' other than {\"type\": \"text\"} (JSON mode, JSON schema) is not "
+                               "supported; remove it");
+    }
+    static const char *const lists[] = {"tools", "functions"};
+    for (int i = 0; i < 2; i++) {
+        v = field(root, lists[i]);
+        if (v && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
+            return tp_api_fail(e, 400, lists[i], "'%s' (function calling) is not supported; remove it", lists[i]);
+    }
+    static const char *const choices[] = {"tool_choice", "function_call"};
+    for (int i = 0; i < 2; i++) {
+        v = field(root, choices[i]);
+        if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "none") == 0 || strcmp(v->valuestring, "auto") == 0)))
+            return tp_api_fail(e, 400, choices[i], "'%s' (function calling) is not supported; remove it or send "
+                                                   "\"none\"", choices[i]);
+    }
+    v = field(root, "modalities");
+    if (v) {
+        const cJSON *m0 = cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 ? cJSON_GetArrayItem(v, 0) : NULL;
+        if (!(cJSON_IsString(m0) && strcmp(m0->valuestring, "text") == 0))
+            return tp_api_fail(e, 400, "modalities", "'modalities' other than [\"text\"] is not supported; remove it");
+    }
+    static const char *const others[] = {"audio", "web_search_options", "reasoning_effort"};
+    for (int i = 0; i < 3; i++)
+        if (field(root, others[i]))
+            return tp_api_fail(e, 400, others[i], "'%s' is not supported by this server; remove it", others[i]);
+    return 0;
+}
+
+/* ------------------------------------------------------------ logit_bias */
+
+static int cmp_bias(const void *a, const void *b)
+{
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* logit_bias: {"<token id>": bias, ...}, bias in [-100, 100]; at most
+ * TP_MAX_LOGIT_BIAS entries, each token once, not every token banned.
+ * Stored sorted by id. */
+static int parse_logit_bias(const cJSON *root, int n_vocab, struct tp_req_params *p, struct tp_api_error *e)
+{
+    const char *pn = "logit_bias";
+    const cJSON *v = field(root, pn);
+    if (!v) return 0;
+    if (!cJSON_IsObject(v))
+        return tp_api_fail(e, 400, pn, "'logit_bias' must be an object mapping token ids (as strings) to numbers from "
+                                       "-100 to 100");
+    int n = cJSON_GetArraySize(v);
+    if (n == 0) return 0;
+    if (n > TP_MAX_LOGIT_BIAS)
+        return tp_api_fail(e, 400, pn, "'logit_bias' has %d entries (at most %d)", n, TP_MAX_LOGIT_BIAS);
+    /* (id, index) pairs sorted by id find duplicates; values follow the order */
+    int32_t *pairs = malloc(sizeof(int32_t) * 2 * (size_t)n);
+    p->bias_id = malloc(sizeof(int32_t) * (size_t)n);
+    p->bias_val = malloc(sizeof(float) * (size_t)n);
+    float *vals = malloc(sizeof(float) * (size_t)n);
+    int rc = 0;
+    if (!pairs || !p->bias_id || !p->bias_val || !vals) {
+        rc = tp_api_fail(e, 500, pn, "out of memory");
+        goto out;
+    }
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v)
+    {
+        const char *k = it->string ? it->string : "";
+        size_t kl = strlen(k);
+        long id = -1;
+        if (kl > 0 && kl <= 9 && strspn(k, "0123456789") == kl) id = strtol(k, NULL, 10);
+        if (id < 0 || id >= n_vocab) {
+            rc = tp_api_fail(e, 400, pn, "'logit_bias' key \"%.40s\" is not a token id in [0, %d)", k, n_vocab);
+            goto out;
+        }
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100.0 && it->valuedouble <= 100.0)) {
+            rc = tp_api_fail(e, 400, pn, "'logit_bias'[\"%ld\"] must be a number from -100 to 100", id);
+            goto out;
+        }
+        pairs[2 * i] = (int32_t)id;
+        pairs[2 * i + 1] = i;
+        vals[i] = (float)it->valuedouble;
+        i++;
+    }
+    qsort(pairs, (size_t)n, 2 * sizeof(int32_t), cmp_bias);
+    int n_ban = 0;
+    for (i = 0; i < n; i++) {
+        if (i > 0 && pairs[2 * i] == pairs[2 * i - 2]) {
+            rc = tp_api_fail(e, 400, pn, "'logit_bias' lists token %d twice", pairs[2 * i]);
+            goto out;
+        }
+        p->bias_id[i] = pairs[2 * i];
+        p->bias_val[i] = vals[pairs[2 * i + 1]];
+        n_ban += p->bias_val[i] <= -100.0f;
+    }
+    if (n_ban >= n_vocab) {
+        rc = tp_api_fail(e, 400, pn, "'logit_bias' bans all %d tokens (-100); leave at least one allowed", n_vocab);
+        goto out;
+    }
+    p->n_logit_bias = n;
+out:
+    free(pairs);
+    free(vals);
+    return rc;
+}
+
+static int parse_fields(const cJSON *root, const char *body, size_t len, int chat, int n_vocab, int n_ctx,
+                        struct tp_req_params *p, struct tp_api_error *e)
 {
     const cJSON *v = field(root, "model");
     if (v) {
         if (!cJSON_IsString(v)) return tp_api_fail(e, 400, "model", "'model' must be a string");
+        if (tp_json_has_nul(v->valuestring))
+            return tp_api_fail(e, 400, "model", "'model' holds a NUL character (\\u0000); a model name cannot");
         if (!(p->model = dup_str(v->valuestring))) return tp_api_fail(e, 500, "model", "out of memory");
     }
     if (chat ? parse_messages(root, p, e) : parse_prompt(root, n_vocab, p, e)) return -1;
@@ -255,20 +511,9 @@ static int parse_fields(const cJSON *root, int chat, int n_vocab, int n_ctx, str
     if (get_number(root, "repetition_penalty", 0, 10, &p->repetition_penalty, e)) return -1;
     if (field(root, "repetition_penalty") && p->repetition_penalty <= 0)
         return tp_api_fail(e, 400, "repetition_penalty", "'repetition_penalty' must be greater than 0");
-    v = field(root, "seed");
-    if (v) {
-        if (!is_integer(v) || fabs(v->valuedouble) > 9007199254740992.0)
-            return tp_api_fail(e, 400, "seed", "'seed' must be an integer");
-        p->has_seed = 1;
-        p->seed = (uint64_t)(int64_t)v->valuedouble;
-    }
-    v = field(root, "n");
-    if (v) {
-        if (!is_integer(v)) return tp_api_fail(e, 400, "n", "'n' must be an integer");
-        if (v->valuedouble != 1)
-            return tp_api_fail(e, 400, "n", "'n' is %.0f; this server generates one choice per request (n = 1)",
-                               v->valuedouble);
-    }
+    if (parse_seed(root, body, len, p, e)) return -1;
+    if (refuse_unsupported(root, e)) return -1;
+    if (parse_logit_bias(root, n_vocab, p, e)) return -1;
     if (chat) {
         if (get_bool(root, "logprobs", &p->logprobs, e)) return -1;
         if (get_int(root, "top_logprobs", 0, 20, &p->top_logprobs, e)) return -1;
@@ -311,21 +556,9 @@ int tp_req_parse(const char *body, size_t len, int chat, int n_vocab, int n_ctx,
     p->temperature = 1.0f;
     p->top_p = 1.0f;
     p->repetition_penalty = 1.0f;
-    if (len == 0) return tp_api_fail(e, 400, NULL, "the request body is empty; send a JSON object");
-    if (!tp_srv_utf8_valid(body, len)) return tp_api_fail(e, 400, NULL, "the request body is not valid UTF-8");
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (!root) {
-        size_t off = end ? (size_t)(end - body) : 0;
-        return tp_api_fail(e, 400, NULL, "the request body is not valid JSON (error near byte %zu)", off);
-    }
-    int rc;
-    while (end && end < body + len && (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n')) end++;
-    if (end && end < body + len)
-        rc = tp_api_fail(e, 400, NULL, "the request body has extra data after the JSON value (byte %zu)",
-                         (size_t)(end - body));
-    else if (!cJSON_IsObject(root)) rc = tp_api_fail(e, 400, NULL, "the request body must be a JSON object");
-    else rc = parse_fields(root, chat, n_vocab, n_ctx, p, e);
+    cJSON *root = tp_json_parse(body, len, e);
+    if (!root) return -1;
+    int rc = parse_fields(root, body, len, chat, n_vocab, n_ctx, p, e);
     cJSON_Delete(root);
     if (rc != 0) tp_req_params_free(p);
     return rc;
@@ -339,5 +572,7 @@ void tp_req_params_free(struct tp_req_params *p)
     for (int i = 0; i < p->n_msgs; i++) free((char *)p->msgs[i].content);
     free(p->msgs);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    free(p->bias_id);
+    free(p->bias_val);
     memset(p, 0, sizeof *p);
 }

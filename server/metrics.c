@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server_impl.h"
 
 static const int status_codes[] = {200, 400, 401, 404, 405, 413, 429, 499, 500, 503};
 #define N_STATUS ((int)TP_ARRAY_LEN(status_codes))

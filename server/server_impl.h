@@ -45,6 +45,35 @@ int tp_api_fail(struct tp_api_error *e, int status, const char *param, const cha
 /* JSON text of e (malloc'd, caller frees); NULL on out of memory. */
 char *tp_api_error_json(const struct tp_api_error *e);
 
+/* ===================================================== JSON with NUL ===== */
+
+/*
+ * cJSON strings are NUL-terminated, so inside the server's cJSON trees U+0000
+ * is written as the two bytes C0 80 (json_nul.c; C0 never occurs in valid
+ * UTF-8).  tp_json_parse: the body must be valid UTF-8 without a raw NUL
+ * byte and a JSON object; each \u0000 escape becomes C0 80 before cJSON
+ * parses it.  Returns the tree (caller cJSON_Delete's it), or NULL with e
+ * filled (400; 500 out of memory).
+ */
+struct cJSON;
+struct cJSON *tp_json_parse(const char *body, size_t len, struct tp_api_error *e);
+/* String value v (C0 80 -> NUL) as malloc'd bytes *out[0..*len) (NUL-terminated
+ * too; caller frees).  Not a string: "".  Returns 0, -1 out of memory. */
+int tp_json_bytes(const struct cJSON *v, char **out, size_t *len);
+/* C0 80 -> NUL in place in s[0..n); returns the new length. */
+size_t tp_json_decode_nul(char *s, size_t n);
+/* Nonzero when the tree string s holds a NUL (C0 80). */
+int tp_json_has_nul(const char *s);
+/* Append bytes s[0..n) in tree form: NUL -> C0 80, invalid UTF-8 -> U+FFFD.
+ * Returns 0, -1 out of memory. */
+int tp_json_encode_bytes(const char *s, size_t n, struct tp_buf *out);
+/* A cJSON string of bytes s[0..n) (tree form), NULL on out of memory. */
+struct cJSON *tp_json_string_bytes(const char *s, size_t n);
+/* obj[key] = bytes s[0..n).  Returns 0, -1 out of memory. */
+int tp_json_add_bytes(struct cJSON *obj, const char *key, const char *s, size_t n);
+/* cJSON_PrintUnformatted with each C0 80 written as \u0000 (malloc'd; NULL on out of memory). */
+char *tp_json_print(const struct cJSON *root);
+
 /* ====================================================== chat templates ===== */
 
 enum tp_chat_family {
@@ -60,7 +89,8 @@ enum tp_chat_family {
 };
 struct tp_chat_msg {
     const char *role;    /* "system" | "user" | "assistant" */
-    const char *content; /* UTF-8 */
+    const char *content; /* UTF-8 in tree form (NUL as C0 80, see tp_json_parse): templates treat it as one
+                          * more character; tp_json_decode_nul the rendered text before tokenizing */
 };
 /* Family of a Jinja chat template by its markers; NULL -> PLAIN; unrecognised -> UNKNOWN. */
 enum tp_chat_family tp_chat_detect(const char *tmpl);
@@ -89,11 +119,13 @@ int tp_chat_default_system(const char *tmpl, char *out, size_t cap);
 
 #define TP_MAX_STOP 16
 #define TP_MAX_STOP_BYTES 256
+#define TP_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
 
 struct tp_req_params {
     int chat;                      /* 1: /v1/chat/completions */
     char *model;                   /* owned; NULL when absent */
-    char *prompt;                  /* completions, text prompt (owned) or NULL */
+    char *prompt;                  /* completions, text prompt (owned, may hold NUL) or NULL */
+    size_t prompt_len;             /* bytes of prompt */
     int32_t *prompt_ids;           /* completions, token prompt (owned) or NULL */
     int n_prompt_ids;
     struct tp_chat_msg *msgs;      /* chat (owned, strings owned too) */
@@ -103,11 +135,15 @@ struct tp_req_params {
     int top_k;
     float presence_penalty, frequency_penalty, repetition_penalty;
     int has_seed;
-    uint64_t seed;
+    uint64_t seed;                 /* any integer in [-2^63, 2^64 - 1], negative ones taken modulo 2^64 */
+    int n_logit_bias;              /* logit_bias entries, 0..TP_MAX_LOGIT_BIAS */
+    int32_t *bias_id;              /* (n_logit_bias) token ids, ascending, distinct (owned) */
+    float *bias_val;               /* (n_logit_bias) -100..100; -100 bans the token (owned) */
     int logprobs;                  /* chat: 0/1; completions: 1 when logprobs given (>= 0) */
     int top_logprobs;              /* alternatives per token, 0..20 */
     int stream, include_usage, ignore_eos;
-    char *stop[TP_MAX_STOP];       /* owned */
+    char *stop[TP_MAX_STOP];       /* owned, may hold NUL */
+    size_t stop_len[TP_MAX_STOP];  /* bytes of each stop string */
     int n_stop;
 };
 /*
@@ -126,7 +162,8 @@ void tp_req_params_free(struct tp_req_params *p);
  * string.  When a stop string occurs (searching at offsets >= from), *hit = 1
  * and the return value is where it starts (the stop string is never sent).
  */
-size_t tp_stop_scan(const char *text, size_t len, size_t from, char *const *stops, int n_stop, int *hit);
+size_t tp_stop_scan(const char *text, size_t len, size_t from, char *const *stops, const size_t *stop_lens, int n_stop,
+                    int *hit);
 
 /* ================================================================ SSE ===== */
 

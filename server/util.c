@@ -9,7 +9,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/server_impl.h"
+#include "server_impl.h"
 
 /* ------------------------------------------------------------ tp_buf */
 
@@ -126,7 +126,7 @@ char *tp_api_error_json(const struct tp_api_error *e)
     else cJSON_AddNullToObject(o, "param");
     if (e->code) cJSON_AddStringToObject(o, "code", e->code);
     else cJSON_AddNullToObject(o, "code");
-    out = cJSON_PrintUnformatted(root);
+    out = tp_json_print(root); /* user text quoted in messages may hold NUL (C0 80) */
 out:
     cJSON_Delete(root);
     return out;

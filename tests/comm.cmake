@@ -22,9 +22,16 @@ if(TP_WITH_MPI AND TP_MPIEXEC)
      n=$(printf '%s\\n' \"$out\" | grep -c 'of 2 ok (backend mpi)'); [ \"$n\" -eq 2 ]"
     ${_tp_bin})
   set_tests_properties(comm.launch_mpi PROPERTIES LABELS multirank TIMEOUT 60)
+  # The documented comparison command: ring vs MPI in the same processes, started by launch --backend mpi.
+  add_test(NAME comm.launch_compare_mpi COMMAND sh -c
+    "out=$(\"$0\" launch -n 2 --backend mpi -- \"$0\" bench comm --compare-mpi --max-bytes 4K --iters 20 --json) \
+     || exit 1; printf '%s\\n' \"$out\"; \
+     n=$(printf '%s\\n' \"$out\" | grep -c '\"backend\":\"ring\".*\"mpi_lat_us_median\"'); [ \"$n\" -eq 3 ]"
+    ${_tp_bin})
+  set_tests_properties(comm.launch_compare_mpi PROPERTIES LABELS multirank TIMEOUT 60)
   if(TP_SANITIZE)
     # OpenMPI's exit-time leaks sit in plugins it dlclose()s: only full unwinding reaches libmpi (lsan.supp).
-    set_tests_properties(comm.launch_mpi PROPERTIES ENVIRONMENT
+    set_tests_properties(comm.launch_mpi comm.launch_compare_mpi PROPERTIES ENVIRONMENT
       "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0")
   endif()
 endif()

@@ -57,8 +57,9 @@ function(tp_fuzz_target name)
     OUTPUT ${_out}
     COMMAND ${_tp_clang} -std=c11 -D_DEFAULT_SOURCE -O1 -g -fno-omit-frame-pointer
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-            -I${PROJECT_SOURCE_DIR} ${_srcs} ${TP_CJSON_LIB} -lm -o ${_out}
-    DEPENDS ${_srcs} ${F_DEPENDS} ${PROJECT_SOURCE_DIR}/common/common.h
+            -I${PROJECT_SOURCE_DIR}/common/include -I${PROJECT_SOURCE_DIR}/model/include
+            -I${PROJECT_SOURCE_DIR}/model -I${PROJECT_SOURCE_DIR} ${_srcs} ${TP_CJSON_LIB} -lm -o ${_out}
+    DEPENDS ${_srcs} ${F_DEPENDS} ${PROJECT_SOURCE_DIR}/common/include/common/common.h
     COMMENT "Building libFuzzer target ${name} with ${_tp_clang}")
   add_custom_target(${name} ALL DEPENDS ${_out})
   set(_corpus ${CMAKE_CURRENT_BINARY_DIR}/${name}_corpus)
@@ -70,11 +71,12 @@ function(tp_fuzz_target name)
     ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1")
 endfunction()
 
-tp_fuzz_target(fuzz_gguf SOURCES ${PROJECT_SOURCE_DIR}/model/gguf.c DEPENDS ${PROJECT_SOURCE_DIR}/model/gguf.h)
-tp_fuzz_target(fuzz_safetensors SOURCES ${PROJECT_SOURCE_DIR}/model/safetensors.c
-               DEPENDS ${PROJECT_SOURCE_DIR}/model/safetensors.h)
-tp_fuzz_target(fuzz_hf_json SOURCES ${PROJECT_SOURCE_DIR}/model/hf_config.c ${PROJECT_SOURCE_DIR}/model/safetensors.c
-               DEPENDS ${PROJECT_SOURCE_DIR}/model/safetensors.h ${PROJECT_SOURCE_DIR}/model/tsrc_impl.h)
+set(_tp_mf ${PROJECT_SOURCE_DIR}/model/format)
+set(_tp_mi ${PROJECT_SOURCE_DIR}/model/include/model)
+tp_fuzz_target(fuzz_gguf SOURCES ${_tp_mf}/gguf.c DEPENDS ${_tp_mi}/gguf.h)
+tp_fuzz_target(fuzz_safetensors SOURCES ${_tp_mf}/safetensors.c DEPENDS ${_tp_mi}/safetensors.h)
+tp_fuzz_target(fuzz_hf_json SOURCES ${_tp_mf}/hf_config.c ${_tp_mf}/safetensors.c
+               DEPENDS ${_tp_mi}/safetensors.h ${_tp_mi}/tensor_source.h)
 
 # `tpserve synth --type q4_k_m` then `tpserve info`: llama.cpp's per-tensor mix on a small shape
 # whose rows are whole 256-value super-blocks (4 layers: Q6_K attn_v / ffn_down on layers 2 and 3,

@@ -42,3 +42,17 @@ if(TP_SANITIZE)
   # OpenMPI's exit-time leaks sit in plugins it dlclose()s: only full unwinding reaches libmpi (lsan.supp).
   set_tests_properties(ops.readme PROPERTIES ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0")
 endif()
+# tpserve plan against a measured run here: 2 and 4 local ranks of a 2-layer synthetic tinyllama-1.1b Q4_0;
+# bytes per token asserted within 5% of bench gen's, communication time reported (TP_PLAN_CHECK_TIME=1 asserts 25%).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME ops.plan_measured COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/plan_measured_test.sh $<TARGET_FILE:tpserve>)
+  set_tests_properties(ops.plan_measured PROPERTIES LABELS multirank TIMEOUT 300)
+  # bench gen under launch: bytes read per token per rank (a tied output head read once by the group), a probe per rank.
+  add_test(NAME ops.bench_gen_ranks COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/bench_gen_ranks_test.sh
+           $<TARGET_FILE:tpserve>)
+  set_tests_properties(ops.bench_gen_ranks PROPERTIES LABELS multirank TIMEOUT 120)
+  # bench serve against a stand-in server streaming two tokens per event: TPOT and steady rate from token counts.
+  add_test(NAME ops.bench_serve_tokens COMMAND ${Python3_EXECUTABLE}
+           ${CMAKE_CURRENT_SOURCE_DIR}/ops/bench_serve_tokens_test.py $<TARGET_FILE:tpserve>)
+  set_tests_properties(ops.bench_serve_tokens PROPERTIES LABELS bench TIMEOUT 60)
+endif()

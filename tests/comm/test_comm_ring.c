@@ -405,6 +405,47 @@ static void test_ipv6_w2(void)
     for (int r = 0; r < 2; r++) CU_ASSERT(WIFEXITED(g.status[r]) && WEXITSTATUS(g.status[r]) == 0);
 }
 
+/* tp_comm_op_cost against the byte counters of real calls: every algorithm
+ * branch (mesh, pair, ring on one and two lanes; mesh and ring all_gather;
+ * broadcast and gather from root 1), odd counts so segments are uneven.
+ * Oracle: tp_comm_stats.bytes_sent, counted by the transfer layer. */
+static int body_cost(tp_comm_t *c, void *arg)
+{
+    (void)arg;
+    const int n = tp_comm_size(c), me = tp_comm_rank(c);
+    static const size_t counts[] = {1, 2048, 16385, 131073, 262147, 1048579};
+    const size_t maxc = 1048579;
+    float *a = calloc(maxc * (size_t)n, sizeof(float)), *b = calloc(maxc * (size_t)n, sizeof(float));
+    int bad = 0;
+    if (!a || !b) bad++;
+    for (size_t i = 0; !bad && i < TP_ARRAY_LEN(counts); i++) {
+        for (int op = 0; op < TP_COMM_OP_COUNT; op++) {
+            const size_t cnt = counts[i];
+            struct tp_comm_stats s0, s1;
+            tp_comm_get_stats(c, &s0);
+            enum tp_status st = op == TP_COMM_OP_ALL_SUM      ? tp_comm_all_sum(c, a, b, cnt, TP_DTYPE_F32)
+                                : op == TP_COMM_OP_ALL_GATHER ? tp_comm_all_gather(c, a, b, cnt, TP_DTYPE_F32)
+                                : op == TP_COMM_OP_BROADCAST  ? tp_comm_broadcast(c, a, cnt, TP_DTYPE_F32, 1)
+                                                              : tp_comm_gather(c, a, b, cnt, TP_DTYPE_F32, 1);
+            tp_comm_get_stats(c, &s1);
+            struct tp_comm_cost k = tp_comm_op_cost((enum tp_comm_op)op, n, me, 1, cnt, TP_DTYPE_F32);
+            if (st != TP_OK || s1.bytes_sent - s0.bytes_sent != k.bytes_sent || k.rounds < 1) {
+                fprintf(stderr, "rank %d/%d op %d count %zu: status %d, sent %llu, cost says %llu (%d rounds)\n", me,
+                        n, op, cnt, (int)st, (unsigned long long)(s1.bytes_sent - s0.bytes_sent),
+                        (unsigned long long)k.bytes_sent, k.rounds);
+                bad++;
+            }
+        }
+    }
+    free(a);
+    free(b);
+    return bad ? 1 : 0;
+}
+
+static void test_cost_w2(void) { ct_run_ok(2, body_cost, NULL, 60000); }
+static void test_cost_w3(void) { ct_run_ok(3, body_cost, NULL, 60000); }
+static void test_cost_w4(void) { ct_run_ok(4, body_cost, NULL, 60000); }
+
 static const struct tp_test_case ring_cases[] = {
     {"collectives_world2", test_collectives_w2},
     {"collectives_world3", test_collectives_w3},
@@ -424,6 +465,9 @@ static const struct tp_test_case ring_misc_cases[] = {
     {"nonblocking_world3", test_async_w3},
     {"coordinator_world3", test_coordinator_w3},
     {"ipv6_world2", test_ipv6_w2},
+    {"op_cost_world2", test_cost_w2},
+    {"op_cost_world3", test_cost_w3},
+    {"op_cost_world4", test_cost_w4},
     {NULL, NULL},
 };
 TP_TEST_SUITE(ring_misc, "multirank", 240, ring_misc_cases)

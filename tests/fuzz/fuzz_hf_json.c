@@ -34,9 +34,9 @@
 #include <unistd.h>
 
 #include "model/safetensors.h"
-#include "model/tsrc_impl.h"
+#include "model/tensor_source.h"
 #ifdef TP_FUZZ_STANDALONE
-#include "model/mlx_impl.h"
+#include "model/mlx_quant.h"
 #endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model_impl.h"
+#include "model/forward/model_impl.h"
 #include "tp_test.h"
 
 static uint64_t at_state = 0x9E3779B97F4A7C15ull;

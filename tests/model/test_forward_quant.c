@@ -35,7 +35,7 @@
 
 #include "model/kernels.h"
 #include "model/model.h"
-#include "model/model_impl.h"
+#include "model/forward/model_impl.h"
 #include "model/synth.h"
 #include "model_test_util.h"
 #include "tp_test.h"

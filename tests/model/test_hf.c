@@ -23,7 +23,7 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/safetensors.h"
-#include "model/tsrc_impl.h"
+#include "model/tensor_source.h"
 #include "model/synth.h"
 #include "model_test_util.h"
 #include "tp_test.h"

@@ -405,6 +405,97 @@ static void test_invalid(void)
     tp_sampler_free(s);
 }
 
+/* logit_bias: -100 bans, +100 forces, other values add; logprobs of the
+ * biased logits, banned tokens never listed; a slice applies only its ids. */
+static void test_logit_bias(void)
+{
+    const float l[6] = {1.0f, 3.0f, -2.0f, 3.0f, 2.5f, 0.0f};
+    struct tp_sampler_params p = tp_sampler_default_params();
+    p.temperature = 0.0f;
+    p.n_logprobs = 3;
+    int32_t ids[5] = {1, 3, 4};
+    float vals[5] = {-100.0f, -100.0f, 1.0f};
+    p.n_logit_bias = 3;
+    p.bias_id = ids;
+    p.bias_val = vals;
+    tp_sampler_t *s = mk(p, 6);
+    ids[0] = 0; /* the sampler keeps its own copy */
+    vals[2] = -100.0f;
+    struct tp_sample_result r;
+    CU_ASSERT_EQUAL_FATAL(tp_sampler_sample(s, l, &r), TP_OK);
+    /* biased logits {1, -inf, -2, -inf, 3.5, 0}: 4 wins */
+    double lse = log(exp(1.0) + exp(-2.0) + exp(3.5) + exp(0.0));
+    CU_ASSERT_EQUAL(r.id, 4);
+    CU_ASSERT_DOUBLE_EQUAL(r.logprob, 3.5 - lse, 1e-5);
+    CU_ASSERT_EQUAL_FATAL(r.n_top, 3);
+    CU_ASSERT_EQUAL(r.top[0].id, 4);
+    CU_ASSERT_EQUAL(r.top[1].id, 0);
+    CU_ASSERT_EQUAL(r.top[2].id, 5);
+    CU_ASSERT_DOUBLE_EQUAL(r.top[1].logprob, 1.0 - lse, 1e-5);
+    tp_sampler_free(s);
+    /* banned tokens are not alternatives: 5 of 6 banned leaves one entry */
+    int32_t ban5[5] = {0, 1, 2, 3, 4};
+    float m100[5] = {-100.0f, -100.0f, -100.0f, -100.0f, -100.0f};
+    p.n_logit_bias = 5;
+    p.bias_id = ban5;
+    p.bias_val = m100;
+    s = mk(p, 6);
+    CU_ASSERT_EQUAL_FATAL(tp_sampler_sample(s, l, &r), TP_OK);
+    CU_ASSERT_EQUAL(r.id, 5);
+    CU_ASSERT_DOUBLE_EQUAL(r.logprob, 0.0, 1e-6);
+    CU_ASSERT_EQUAL(r.n_top, 1);
+    tp_sampler_free(s);
+    /* sampling at temperature 1.5 with top-p: only the allowed token is ever drawn */
+    p.temperature = 1.5f;
+    p.top_p = 0.9f;
+    p.n_logprobs = 0;
+    s = mk(p, 6);
+    for (int i = 0; i < 200; i++) CU_ASSERT_EQUAL(draw(s, l), 5);
+    tp_sampler_free(s);
+    /* +100 forces the lowest logit at temperature 1 (exp(-105) of mass left to the others) */
+    int32_t f[1] = {2};
+    float plus[1] = {100.0f};
+    p = tp_sampler_default_params();
+    p.n_logit_bias = 1;
+    p.bias_id = f;
+    p.bias_val = plus;
+    p.seed = 7;
+    s = mk(p, 6);
+    for (int i = 0; i < 500; i++) CU_ASSERT_EQUAL(draw(s, l), 2);
+    tp_sampler_free(s);
+    /* every token banned: nothing to choose (greedy and sampling) */
+    int32_t all[6] = {0, 1, 2, 3, 4, 5};
+    float m6[6] = {-100.0f, -100.0f, -100.0f, -100.0f, -100.0f, -100.0f};
+    p.n_logit_bias = 6;
+    p.bias_id = all;
+    p.bias_val = m6;
+    s = mk(p, 6);
+    CU_ASSERT_EQUAL(tp_sampler_sample(s, l, &r), TP_ERR_INVALID_ARG);
+    tp_sampler_free(s);
+    p.temperature = 0.0f;
+    s = mk(p, 6);
+    CU_ASSERT_EQUAL(tp_sampler_sample(s, l, &r), TP_ERR_INVALID_ARG);
+    tp_sampler_free(s);
+    /* bad lists */
+    p.n_logit_bias = 1;
+    p.bias_id = f;
+    f[0] = 6;
+    CU_ASSERT_EQUAL(tp_sampler_init(&p, 6, &s), TP_ERR_INVALID_ARG);
+    f[0] = -1;
+    CU_ASSERT_EQUAL(tp_sampler_init(&p, 6, &s), TP_ERR_INVALID_ARG);
+    p.bias_id = NULL;
+    CU_ASSERT_EQUAL(tp_sampler_init(&p, 6, &s), TP_ERR_INVALID_ARG);
+    /* a rank's slice [10, 20): only ids in it, at id - 10 */
+    float row[10] = {0};
+    const int32_t sid[4] = {5, 10, 15, 20};
+    const float sval[4] = {7.0f, 2.0f, -100.0f, 9.0f};
+    tp_logit_bias_apply(row, 10, 10, 4, sid, sval);
+    CU_ASSERT_EQUAL(row[0], 2.0f);
+    CU_ASSERT(isinf(row[5]) && row[5] < 0);
+    for (int i = 0; i < 10; i++)
+        if (i != 0 && i != 5) CU_ASSERT_EQUAL(row[i], 0.0f);
+}
+
 static int cmp_float_desc(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -476,6 +567,7 @@ static const struct tp_test_case sampler_cases[] = {
     {"logprobs", test_logprobs},
     {"invalid", test_invalid},
     {"large_vocab", test_large_vocab},
+    {"logit_bias", test_logit_bias},
     {NULL, NULL},
 };
 TP_TEST_SUITE(sampler, "unit", 120, sampler_cases)

@@ -13,8 +13,8 @@
 #include "model/gguf_write.h"
 #include "model/kernels.h"
 #include "model/synth.h"
-#include "model/synth_impl.h"
-#include "model/tokenizer_impl.h"
+#include "model/synth/synth_impl.h"
+#include "model/tokenizer/tokenizer_impl.h"
 #include "tp_test.h"
 
 static const char *tmp_path(const char *name)

@@ -25,8 +25,8 @@
 #include "common/common.h"
 #include "model/gguf_write.h"
 #include "model/model.h"
-#include "model/tokenizer_impl.h"
-#include "model/unicode_impl.h"
+#include "model/tokenizer/tokenizer_impl.h"
+#include "model/tokenizer/unicode_impl.h"
 #include "tp_test.h"
 
 /* ------------------------------------------------------------ helpers */

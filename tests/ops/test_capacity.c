@@ -4,7 +4,7 @@
  * Oracles are computed here independently of the planner: Q4_0 weight bytes
  * of a Llama-3-70B shape counted tensor by tensor (18 bytes per 32 weights,
  * f32 norms), the KV cache from its definition, the reserve rule, and the
- * ring all_sum cost written out in closed form.  The 192G/128G/64G case must
+ * bytes the engine's decode collectives send.  The 192G/128G/64G case must
  * fit with shard weights 3,2,1 (memory proportional) and FFN/KV splits in
  * that ratio up to whole units; the 16G/16G case must be refused with the
  * shortfall to the byte (within rounding of doubles).
@@ -131,20 +131,44 @@ static void test_refused_16g(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, by));
 }
 
-static void test_comm_closed_form(void)
+/*
+ * Communication: the bytes each node sends per decoded token, from what the
+ * engine and comm/ do (documented in comm/algo.c and parallel/step.c, not
+ * taken from the planner): rank 0 broadcasts the 256-byte step header to
+ * each peer; every decode all_sum of 8192 f32 (32 KiB, under the mesh
+ * limit) is one round in which each rank sends its buffer to every peer;
+ * the argmax gather sends one (value, id) pair to rank 0.  The time check
+ * against a measured run is ops.plan_measured (tests/ops/plan_measured_test.sh).
+ */
+static void test_comm_bytes_and_rounds(void)
 {
-    struct tp_cap_config c = cfg_for("a:64G,b:64G", "10gbe");
     static struct tp_cap_result r;
     struct tp_error err = {0};
-    CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&c, &r, &err), TP_OK);
-    CU_ASSERT_EQUAL(r.fits, 1);
-    CU_ASSERT_STRING_EQUAL(r.shard_weights, "1,1");
-    /* 10gbe: 10 Gbit/s, 30 us.  all_sum of 8192 floats over 2 ranks: 2 steps of 16 KiB. */
-    const double lat = 30e-6, rate = 10e9 / 8;
-    double one = 2 * (lat + 8192 * 4 / 2.0 / rate);
-    double expect = (160 * one + (lat + 128256 * 4 / 2.0 / rate) + lat) * 1e3;
-    CU_ASSERT(fabs(r.comm_ms - expect) < 1e-9);
+    const char *nodes[3] = {"a:64G,b:64G", "a:64G,b:64G,c:64G", "a:64G,b:64G,c:64G,d:64G"};
+    for (int k = 0; k < 3; k++) {
+        struct tp_cap_config c = cfg_for(nodes[k], "10gbe");
+        const int n = k + 2;
+        CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&c, &r, &err), TP_OK);
+        const uint64_t sums = 160ull * 32768ull * (uint64_t)(n - 1);
+        CU_ASSERT_EQUAL(r.nodes[0].wire_bytes_per_token, sums + 256ull * (uint64_t)(n - 1));
+        for (int i = 1; i < n; i++) CU_ASSERT_EQUAL(r.nodes[i].wire_bytes_per_token, sums + 8);
+        CU_ASSERT_EQUAL(r.wire_bytes_per_token, r.nodes[0].wire_bytes_per_token);
+        CU_ASSERT_EQUAL(r.comm_rounds_per_token, 162); /* one per all_sum, header, gather: not 2 (N-1) */
+        /* 162 rounds of 30 us latency + what rank 0 sends at 10 Gbit/s (to 0.01 ms: the gather's 8 bytes) */
+        CU_ASSERT(fabs(r.comm_ms - (162 * 0.030 + (double)r.wire_bytes_per_token / 1.25e9 * 1e3)) < 0.01);
+        /* f16 on the wire halves the all_sum bytes */
+        c.wire_dtype = TP_WIRE_F16;
+        CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&c, &r, &err), TP_OK);
+        CU_ASSERT_EQUAL(r.nodes[1].wire_bytes_per_token, sums / 2 + 8);
+        /* a measured all_sum time replaces the link model: 160 of them + 2 one-round calls */
+        c.wire_dtype = TP_WIRE_F32;
+        c.allsum_us = 50.0;
+        CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&c, &r, &err), TP_OK);
+        CU_ASSERT(r.comm_ms > 160 * 0.050 && r.comm_ms <= 162 * 0.050 + 1e-9);
+    }
     /* equal nodes: equal compute; bytes read = slices + norms + half the KV of one sequence */
+    struct tp_cap_config c = cfg_for("a:64G,b:64G", "10gbe");
+    CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&c, &r, &err), TP_OK);
     CU_ASSERT(fabs(r.nodes[0].compute_ms - r.nodes[1].compute_ms) < 1e-6 * r.nodes[0].compute_ms);
     double read0 = (double)r.plan.ranks[0].sharded_bytes + (2 * 80 + 1) * 8192 * 4.0 + (double)r.nodes[0].kv_bytes * 0.5;
     CU_ASSERT(fabs(r.nodes[0].compute_ms - read0 / (100e9 * 0.7) * 1e3) < 1e-9);
@@ -154,6 +178,7 @@ static void test_comm_closed_form(void)
     CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&one_node, &r, &err), TP_OK);
     CU_ASSERT_EQUAL(r.fits, 1);
     CU_ASSERT_EQUAL(r.comm_ms, 0.0);
+    CU_ASSERT_EQUAL(r.wire_bytes_per_token, 0);
 }
 
 static void test_uneven_rounding_refused(void)
@@ -217,7 +242,7 @@ static void test_invalid_config(void)
 static const struct tp_test_case capacity_cases[] = {
     {"fits_uneven_192_128_64", test_fits_uneven},
     {"refused_16g_16g", test_refused_16g},
-    {"comm_closed_form", test_comm_closed_form},
+    {"comm_bytes_and_rounds", test_comm_bytes_and_rounds},
     {"node_too_small", test_uneven_rounding_refused},
     {"parse_nodes", test_parse_nodes},
     {"invalid_config", test_invalid_config},

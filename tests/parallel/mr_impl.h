@@ -39,10 +39,15 @@ struct mr_run {
     int kill_last_rank;         /* rank world-1 exits abruptly 300 ms after init (dead peer test) */
     const int32_t *force0;      /* non-NULL: after step s sequence 0 is fed force0[s] (teacher forcing)
                                  * instead of its own choice; tokens[] still records its argmax */
+    int hook;                   /* before generating, rank 0 runs the rank hook with argument 42; every rank
+                                 * but the last registered one reporting {rank, arg, its weight bytes, -1} */
     int copy_restart;           /* halfway, sequence 1 is cleared and gets a KV copy of every position
                                  * sequence 0 holds, then is fed sequence 0's token at sequence 0's
                                  * position (in the same step), so from then on it decodes what
                                  * sequence 0 decodes */
+    int n_bias;                 /* logit_bias of sequence 0 (row 0 of every step): entries of */
+    const int32_t *bias_id;     /* (n_bias) token ids */
+    const float *bias_val;      /* (n_bias) -100..100 */
     /* out */
     int exit_code[MR_MAX_RANKS]; /* 0 ok, 3 init refused, 4 step failed, -1 killed at the deadline */
     char msg[MR_MAX_RANKS][512];
@@ -63,6 +68,7 @@ struct mr_run {
     float rms0[MR_MAX_STEPS];          /* and the root mean square of its logits */
     float gap1[MR_MAX_STEPS];          /* the same for sequence 1 */
     float rms1[MR_MAX_STEPS];
+    double hook_values[MR_MAX_RANKS * TP_PARALLEL_HOOK_VALUES]; /* hook: what rank 0 got (NaN: none) */
     double seconds;
 };
 

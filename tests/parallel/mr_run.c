@@ -90,7 +90,10 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
     int8_t want[8] = {0, 0, 0, 1, 0, 0, 1};
     int32_t clear_seq[1] = {1}, clear_from[1] = {0};
     int32_t copy_dst[1] = {1}, copy_src[1] = {0}, copy_len[1] = {0};
-    struct tp_step st = {{7, tok, pos, seq, want}, 0, clear_seq, clear_from, 0, copy_dst, copy_src, copy_len};
+    int32_t *bias_row = calloc((size_t)r->n_bias + 1, sizeof(int32_t)); /* every entry on row 0: sequence 0 */
+    if (!bias_row) return 4;
+    struct tp_step st = {{7, tok, pos, seq, want}, 0, clear_seq, clear_from, 0, copy_dst, copy_src, copy_len,
+                         r->n_bias, bias_row, r->bias_id, r->bias_val};
     int p0 = 4, p1 = 3, rc = 0;
     int32_t ids[2];
     struct tp_parallel_cand top[16];
@@ -174,6 +177,7 @@ static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *
         fwrite(gap, sizeof(float), 4 * MR_MAX_STEPS, f);
         fclose(f);
     }
+    free(bias_row);
     free(gap);
     free(logits);
     free(t0);
@@ -189,6 +193,21 @@ static void slow_progress(void *ctx, uint64_t done, uint64_t total)
     (void)total;
     if (*ms > 0) tp_sleep_ms((uint32_t)*ms);
     *ms = 0;
+}
+
+struct mr_hook {
+    int rank;
+    uint64_t weight_bytes;
+};
+
+static enum tp_status mr_hook_fn(void *ud, int32_t arg, double out[TP_PARALLEL_HOOK_VALUES])
+{
+    const struct mr_hook *h = ud;
+    out[0] = h->rank;
+    out[1] = arg;
+    out[2] = (double)h->weight_bytes;
+    out[3] = -1;
+    return TP_OK;
 }
 
 static int child(const struct mr_run *r, int rank, int port, const char *dir)
@@ -229,8 +248,21 @@ static int child(const struct mr_run *r, int rank, int port, const char *dir)
     snprintf(path, sizeof path, "%s/r%d.info", dir, rank);
     write_file(path, &info, sizeof info);
     int rc = 0;
+    struct mr_hook hook = {rank, info.weight_bytes};
+    if (r->hook && rank < r->world - 1) tp_parallel_set_hook(p, mr_hook_fn, &hook);
     if (rank == 0) {
         if (r->idle_ms > 0) tp_sleep_ms((uint32_t)r->idle_ms);
+        if (r->hook) {
+            double v[MR_MAX_RANKS * TP_PARALLEL_HOOK_VALUES];
+            if (tp_parallel_run_hook(p, 42, v, r->world) != TP_OK) {
+                snprintf(path, sizeof path, "%s/r0.err", dir);
+                write_file(path, tp_parallel_last_error(p), strlen(tp_parallel_last_error(p)));
+                tp_parallel_free(p);
+                return 4;
+            }
+            snprintf(path, sizeof path, "%s/hook.bin", dir);
+            write_file(path, v, sizeof(double) * TP_PARALLEL_HOOK_VALUES * (size_t)r->world);
+        }
         rc = rank0_generate(p, r, dir);
     } else if (r->kill_last_rank && rank == r->world - 1) {
         /* dead peer: leave abruptly (no shutdown) after a short while */
@@ -319,6 +351,14 @@ int mr_exec(struct mr_run *r)
         f = fopen(path, "rb");
         if (!f || fread(&r->rss_peak[k], sizeof r->rss_peak[k], 1, f) != 1) r->rss_peak[k] = 0;
         if (f) fclose(f);
+    }
+    for (size_t i = 0; i < sizeof r->hook_values / sizeof r->hook_values[0]; i++) r->hook_values[i] = NAN;
+    snprintf(path, sizeof path, "%s/hook.bin", dir);
+    FILE *hf = fopen(path, "rb");
+    if (hf) {
+        if (fread(r->hook_values, sizeof(double) * TP_PARALLEL_HOOK_VALUES, (size_t)r->world, hf) != (size_t)r->world)
+            r->hook_values[0] = NAN;
+        fclose(hf);
     }
     snprintf(path, sizeof path, "%s/out.bin", dir);
     FILE *f = fopen(path, "rb");

@@ -49,7 +49,7 @@ static void test_world1_api(void)
 
     int32_t tok[3] = {1, 5, 9}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
     int8_t want[3] = {0, 0, 1};
-    struct tp_step st = {{3, tok, pos, seq, want}, 0, NULL, NULL, 0, NULL, NULL, NULL};
+    struct tp_step st = {{3, tok, pos, seq, want}, 0, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL};
     /* bad inputs: refused before anything runs, engine stays usable */
     tok[1] = V;
     CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
@@ -62,6 +62,28 @@ static void test_world1_api(void)
     CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
     st.batch.n_tokens = 3;
     CU_ASSERT_EQUAL(tp_parallel_step(p, &st, NULL), TP_ERR_INVALID_ARG);
+    /* logit_bias entries: row beyond the logits rows, id beyond the vocabulary, bias beyond +-100, NULL list */
+    int32_t brow[1] = {1}, bid[1] = {3};
+    float bval[1] = {1.0f};
+    st.n_bias = 1;
+    st.bias_row = brow;
+    st.bias_id = bid;
+    st.bias_val = bval;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG); /* one logits row: row 1 is out */
+    CU_ASSERT(strstr(tp_parallel_last_error(p), "logit_bias") != NULL);
+    brow[0] = 0;
+    bid[0] = V;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    bid[0] = 3;
+    bval[0] = -100.5f;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    bval[0] = NAN;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    st.bias_id = NULL;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    st.n_bias = -1;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    st.n_bias = 0;
     CU_ASSERT_EQUAL(tp_parallel_is_poisoned(p), 0);
     CU_ASSERT_EQUAL(tp_parallel_worker_loop(p), TP_ERR_INVALID_ARG);
 
@@ -72,7 +94,8 @@ static void test_world1_api(void)
         if (logits[i] > logits[best]) best = i;
     int32_t clear_seq[1] = {0}, clear_from[1] = {0}, id = -1;
     float maxv = 0;
-    struct tp_step again = {{3, tok, pos, seq, want}, 1, clear_seq, clear_from, 0, NULL, NULL, NULL};
+    struct tp_step again = {{3, tok, pos, seq, want}, 1, clear_seq, clear_from, 0, NULL, NULL, NULL,
+                            0, NULL, NULL, NULL};
     CU_ASSERT_EQUAL_FATAL(tp_parallel_step_greedy(p, &again, &id, &maxv), TP_OK);
     CU_ASSERT_EQUAL(id, best);
     CU_ASSERT_EQUAL(maxv, logits[best]);
@@ -100,7 +123,8 @@ static void test_world1_api(void)
         CU_ASSERT_EQUAL(tp_parallel_is_poisoned(p), 0);
     }
     /* a step that only clears */
-    struct tp_step only_clear = {{0, NULL, NULL, NULL, NULL}, 1, clear_seq, clear_from, 0, NULL, NULL, NULL};
+    struct tp_step only_clear = {{0, NULL, NULL, NULL, NULL}, 1, clear_seq, clear_from, 0, NULL, NULL, NULL,
+                                 0, NULL, NULL, NULL};
     CU_ASSERT_EQUAL(tp_parallel_step(p, &only_clear, NULL), TP_OK);
     CU_ASSERT_EQUAL(tp_parallel_ping(p), TP_OK);
 
@@ -108,7 +132,7 @@ static void test_world1_api(void)
      * more positions than the source holds is refused by the model; neither poisons */
     CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_OK); /* seq 0 holds 3 positions */
     int32_t cd[1] = {1}, cs[1] = {0}, cl[1] = {3};
-    struct tp_step cp = {{0, NULL, NULL, NULL, NULL}, 0, NULL, NULL, 1, cd, cs, cl};
+    struct tp_step cp = {{0, NULL, NULL, NULL, NULL}, 0, NULL, NULL, 1, cd, cs, cl, 0, NULL, NULL, NULL};
     const int n_ctx = tp_model_n_ctx(tp_parallel_model(p));
     struct {
         int n, d, s, l;

@@ -129,6 +129,166 @@ static void world_sweep(const char *model, int steps, const char *what)
     mr_free(&ref);
 }
 
+/* logit_bias in the step: every rank adds the entries of its vocabulary slice
+ * before the gather / argmax / top-k.  Sequence 0 gets the bias (banning the
+ * tokens the unbiased run decodes first, boosting one), sequence 1 none.
+ * Oracles: the single-rank run teacher-forced with the biased run's tokens
+ * and no bias has the same final logits except -inf at the banned ids and
+ * +bias at the boosted one; every layout and step API decodes the same
+ * tokens; banning all tokens but one decodes only that one. */
+static void test_logit_bias(void)
+{
+    const char *m = stories();
+    if (!m) {
+        tp_test_skip("models/stories260K.gguf missing");
+        return;
+    }
+    const int steps = 12;
+    struct mr_run ref, b1, forced, r;
+    run_ref(&ref, m, steps);
+    int32_t ids[8];
+    float vals[8];
+    int nb = 0;
+    for (int i = 0; i < ref.n_tokens && nb < 3; i++) {
+        int dup = 0;
+        for (int k = 0; k < nb; k++) dup |= ids[k] == ref.tokens[i];
+        if (!dup) {
+            ids[nb] = ref.tokens[i];
+            vals[nb++] = -100.0f;
+        }
+    }
+    const int boost = (ids[0] + 7) % ref.n_vocab == ids[1] ? (ids[0] + 8) % ref.n_vocab : (ids[0] + 7) % ref.n_vocab;
+    ids[nb] = boost;
+    vals[nb++] = 4.5f;
+    mr_init(&b1, m, 1);
+    b1.n_steps = steps;
+    b1.n_bias = nb;
+    b1.bias_id = ids;
+    b1.bias_val = vals;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&b1), 0);
+    CU_ASSERT_EQUAL_FATAL(b1.exit_code[0], 0);
+    CU_ASSERT_EQUAL_FATAL(b1.n_tokens, ref.n_tokens);
+    CU_ASSERT(b1.tokens[0] != ref.tokens[0]);
+    for (int i = 0; i < b1.n_tokens; i++)
+        for (int k = 0; k < nb - 1; k++) CU_ASSERT(b1.tokens[i] != ids[k]);
+    CU_ASSERT(memcmp(b1.tokens1, ref.tokens1, sizeof(int32_t) * (size_t)ref.n_tokens) == 0); /* unbiased row */
+    mr_init(&forced, m, 1);
+    forced.n_steps = steps;
+    forced.force0 = b1.tokens;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&forced), 0);
+    CU_ASSERT_EQUAL_FATAL(forced.exit_code[0], 0);
+    int best = 0;
+    float best_v = -INFINITY;
+    for (int i = 0; i < ref.n_vocab; i++) {
+        float want = forced.logits[i];
+        for (int k = 0; k < nb; k++)
+            if (ids[k] == i) want = vals[k] <= -100.0f ? -INFINITY : want + vals[k];
+        if (!(b1.logits[i] == want)) fprintf(stderr, "logit_bias: token %d: %g, want %g\n", i, b1.logits[i], want);
+        CU_ASSERT(b1.logits[i] == want);
+        if (want > best_v) {
+            best_v = want;
+            best = i;
+        }
+    }
+    CU_ASSERT_EQUAL(b1.tokens[b1.n_tokens - 1], best);
+    /* the same at N = 2 and 3 through the logits gather, the distributed argmax and top-k */
+    for (int world = 2; world <= 3; world++)
+        for (int api = 0; api <= 2; api++) {
+            char tag[96];
+            snprintf(tag, sizeof tag, "logit_bias N=%d api %d", world, api);
+            mr_init(&r, m, world);
+            r.n_steps = steps;
+            r.greedy_api = api;
+            r.n_bias = nb;
+            r.bias_id = ids;
+            r.bias_val = vals;
+            expect_same(&b1, &r, -1, tag);
+            if (api == 0) { /* banned logits -inf on every layout, the rest as close as without a bias */
+                double num = 0, den = 0;
+                for (int i = 0; i < r.n_vocab; i++) {
+                    if (isinf(b1.logits[i])) {
+                        CU_ASSERT(isinf(r.logits[i]) && r.logits[i] < 0);
+                        continue;
+                    }
+                    double d = (double)r.logits[i] - (double)b1.logits[i];
+                    num += d * d;
+                    den += (double)b1.logits[i] * (double)b1.logits[i];
+                }
+                CU_ASSERT(num <= 1e-10 * den);
+            }
+            if (api == 2)
+                for (int j = 0; j < 8; j++)
+                    for (int k = 0; k < nb - 1; k++) CU_ASSERT(r.top_ids[j] != ids[k]);
+            mr_free(&r);
+        }
+    /* ban all but one token */
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)ref.n_vocab);
+    float *ban = malloc(sizeof(float) * (size_t)ref.n_vocab);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(all);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ban);
+    const int keep = 42;
+    int n = 0;
+    for (int i = 0; i < ref.n_vocab; i++)
+        if (i != keep) {
+            all[n] = i;
+            ban[n++] = -100.0f;
+        }
+    for (int world = 1; world <= 2; world++)
+        for (int api = 0; api <= 2; api++) {
+            if (world == 1 && api > 0) continue;
+            mr_init(&r, m, world);
+            r.n_steps = 6;
+            r.greedy_api = api;
+            r.n_bias = n;
+            r.bias_id = all;
+            r.bias_val = ban;
+            CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+            for (int k = 0; k < world; k++) CU_ASSERT_EQUAL(r.exit_code[k], 0);
+            CU_ASSERT_EQUAL(r.n_tokens, 7);
+            for (int i = 0; i < r.n_tokens; i++) CU_ASSERT_EQUAL(r.tokens[i], keep);
+            if (api == 2) CU_ASSERT(isfinite(r.lse) && r.top_ids[0] == keep);
+            mr_free(&r);
+        }
+    free(all);
+    free(ban);
+    mr_free(&forced);
+    mr_free(&b1);
+    mr_free(&ref);
+}
+
+/* The rank hook (tp_parallel_run_hook): at N = 3 rank 0 gets every rank's
+ * own values (its rank, the argument, the weight bytes it holds), NaN from
+ * the rank that registered none, and the steps after it decode exactly as
+ * without it. */
+static void test_rank_hook(void)
+{
+    const char *m = mr_synth_model("gqa", TP_WTYPE_F32);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    struct mr_run ref, r;
+    run_ref(&ref, m, 8);
+    mr_init(&r, m, 3);
+    r.n_steps = 8;
+    r.hook = 1;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+    for (int k = 0; k < 3; k++) {
+        if (r.exit_code[k] != 0) fprintf(stderr, "rank hook: rank %d exit %d: %s\n", k, r.exit_code[k], r.msg[k]);
+        CU_ASSERT_EQUAL(r.exit_code[k], 0);
+    }
+    const double *v = r.hook_values;
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT_EQUAL(v[k * TP_PARALLEL_HOOK_VALUES + 0], (double)k);
+        CU_ASSERT_EQUAL(v[k * TP_PARALLEL_HOOK_VALUES + 1], 42.0);
+        CU_ASSERT_EQUAL(v[k * TP_PARALLEL_HOOK_VALUES + 2], (double)r.weight_bytes[k]);
+        CU_ASSERT_EQUAL(v[k * TP_PARALLEL_HOOK_VALUES + 3], -1.0);
+    }
+    for (int i = 0; i < TP_PARALLEL_HOOK_VALUES; i++) CU_ASSERT(isnan(v[2 * TP_PARALLEL_HOOK_VALUES + i]));
+    CU_ASSERT(r.weight_bytes[0] > 0 && r.weight_bytes[1] > 0);
+    CU_ASSERT_EQUAL_FATAL(r.n_tokens, ref.n_tokens);
+    CU_ASSERT_EQUAL(memcmp(r.tokens, ref.tokens, sizeof(int32_t) * (size_t)r.n_tokens), 0);
+    mr_free(&r);
+    mr_free(&ref);
+}
+
 /* A step with a KV copy (prefix sharing between slots, every rank copying its
  * slice): sequence 0 decodes exactly as without it, sequence 1 exactly as
  * before up to the copy and then exactly what sequence 0 decodes (it holds
@@ -533,6 +693,10 @@ static const struct tp_test_case mr_cases[] = {
     {"slow_loader", test_slow_loader},
     {"wire_dtypes", test_wire_dtypes},
     {"kv_copy", test_kv_copy},
+    {"rank_hook", test_rank_hook},
     {NULL, NULL},
 };
 TP_TEST_SUITE(multirank, "multirank,model", 300, mr_cases)
+
+static const struct tp_test_case bias_cases[] = {{"logit_bias", test_logit_bias}, {NULL, NULL}};
+TP_TEST_SUITE(logit_bias, "multirank,model", 240, bias_cases)

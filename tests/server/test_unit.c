@@ -146,6 +146,14 @@ static void test_validate_bad(void)
 
 /* ------------------------------------------------------------ stop strings */
 
+/* Lengths of C-string stop strings. */
+static const size_t *lens_of(char *const *stops, int n)
+{
+    static size_t l[TP_MAX_STOP];
+    for (int i = 0; i < n; i++) l[i] = strlen(stops[i]);
+    return l;
+}
+
 /* Feed text piece by piece as tokens would arrive; returns what the client sees. */
 static void stream_stops(const char *const *pieces, int n, char *const *stops, int n_stop, char *seen, int *stopped)
 {
@@ -156,7 +164,7 @@ static void stream_stops(const char *const *pieces, int n, char *const *stops, i
     for (int i = 0; i < n; i++) {
         strcat(text, pieces[i]);
         int hit = 0;
-        size_t rel = tp_stop_scan(text, strlen(text), released, stops, n_stop, &hit);
+        size_t rel = tp_stop_scan(text, strlen(text), released, stops, lens_of(stops, n_stop), n_stop, &hit);
         CU_ASSERT(rel >= released);
         strncat(seen, text + released, rel - released);
         released = rel;
@@ -194,13 +202,233 @@ static void test_stop_strings(void)
     CU_ASSERT_EQUAL(stopped, 0);
     /* the held-back part is exactly the longest stop prefix */
     int hit;
-    CU_ASSERT_EQUAL(tp_stop_scan("abcxy", 5, 0, stops, 3, &hit), 3);
+    CU_ASSERT_EQUAL(tp_stop_scan("abcxy", 5, 0, stops, lens_of(stops, 3), 3, &hit), 3);
     CU_ASSERT_EQUAL(hit, 0);
-    CU_ASSERT_EQUAL(tp_stop_scan("abc", 3, 0, NULL, 0, &hit), 3);
+    CU_ASSERT_EQUAL(tp_stop_scan("abc", 3, 0, NULL, NULL, 0, &hit), 3);
     /* earliest occurrence wins across stop strings */
     char *s2[] = {"cd", "b"};
-    CU_ASSERT_EQUAL(tp_stop_scan("abcd", 4, 0, s2, 2, &hit), 1);
+    CU_ASSERT_EQUAL(tp_stop_scan("abcd", 4, 0, s2, lens_of(s2, 2), 2, &hit), 1);
     CU_ASSERT_EQUAL(hit, 1);
+    /* NUL is an ordinary byte: "the\0zzz" does not match "the dog", holds
+     * back a tail "the\0z" that may still grow into it, matches the full bytes */
+    char nulstop[] = "the\0zzz";
+    char *s3[] = {nulstop};
+    const size_t l3[] = {7};
+    CU_ASSERT_EQUAL(tp_stop_scan("the dog", 7, 0, s3, l3, 1, &hit), 7);
+    CU_ASSERT_EQUAL(hit, 0);
+    CU_ASSERT_EQUAL(tp_stop_scan("the", 3, 0, s3, l3, 1, &hit), 0); /* "the" is held back, not a match */
+    CU_ASSERT_EQUAL(hit, 0);
+    CU_ASSERT_EQUAL(tp_stop_scan("xthe\0z", 6, 0, s3, l3, 1, &hit), 1);
+    CU_ASSERT_EQUAL(hit, 0);
+    CU_ASSERT_EQUAL(tp_stop_scan("xthe\0zzz!", 9, 0, s3, l3, 1, &hit), 1);
+    CU_ASSERT_EQUAL(hit, 1);
+    CU_ASSERT_EQUAL(tp_stop_scan("xthe\0zzy", 8, 0, s3, l3, 1, &hit), 8);
+    CU_ASSERT_EQUAL(hit, 0);
+}
+
+/* ------------------------------------------------------------ NUL in JSON */
+
+static void test_nul_strings(void)
+{
+    struct tp_req_params p;
+    struct tp_api_error e;
+    /* prompt: \u0000 is a NUL byte with the length kept; \\u0000 is a backslash + "u0000" */
+    CU_ASSERT_EQUAL_FATAL(parse("{\"prompt\":\"a\\u0000b\\\\u0000\",\"stop\":[\"the\\u0000zzz\",\"\\u0000\"]}", 0,
+                                &p, &e), 0);
+    CU_ASSERT_EQUAL(p.prompt_len, 9);
+    CU_ASSERT(memcmp(p.prompt, "a\0b\\u0000", 9) == 0);
+    CU_ASSERT_EQUAL(p.n_stop, 2);
+    CU_ASSERT_EQUAL(p.stop_len[0], 7);
+    CU_ASSERT(memcmp(p.stop[0], "the\0zzz", 7) == 0);
+    CU_ASSERT_EQUAL(p.stop_len[1], 1);
+    CU_ASSERT_EQUAL(p.stop[1][0], '\0');
+    tp_req_params_free(&p);
+    /* prompt given as a one-string list */
+    CU_ASSERT_EQUAL_FATAL(parse("{\"prompt\":[\"\\u0000x\"]}", 0, &p, &e), 0);
+    CU_ASSERT_EQUAL(p.prompt_len, 2);
+    CU_ASSERT(p.prompt[0] == '\0' && p.prompt[1] == 'x');
+    tp_req_params_free(&p);
+    /* chat content keeps NUL in tree form through the template, decoded after rendering */
+    CU_ASSERT_EQUAL_FATAL(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"},{\"role\":\"assistant\","
+                                "\"content\":[{\"type\":\"text\",\"text\":\"\\u0000\"}]}]}", 1, &p, &e), 0);
+    struct tp_buf out = {0};
+    char msg[128];
+    CU_ASSERT_EQUAL_FATAL(tp_chat_render(TP_CHAT_PLAIN, p.msgs, p.n_msgs, 1, "", "", NULL, &out, msg, sizeof msg), 0);
+    size_t n = tp_json_decode_nul(out.data, out.len);
+    const char want[] = "user: a\0b\nassistant: \0\nassistant:";
+    CU_ASSERT_EQUAL(n, sizeof want - 1);
+    CU_ASSERT(n == sizeof want - 1 && memcmp(out.data, want, n) == 0);
+    tp_buf_free(&out);
+    tp_req_params_free(&p);
+    /* fields that cannot hold NUL: 400 naming them */
+    expect_bad("{\"messages\":[{\"role\":\"user\\u0000\",\"content\":\"a\"}]}", 1, "messages[0].role");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"\\u0000assistant\",\"content\":\"b\"}]}",
+               1, "messages[1].role");
+    expect_bad("{\"prompt\":\"a\",\"model\":\"m\\u0000\"}", 0, "model");
+    /* a raw NUL byte in the body, and the C0 80 sentinel written raw (invalid UTF-8) */
+    static const char raw[] = "{\"prompt\":\"a\0b\"}";
+    CU_ASSERT_EQUAL(tp_req_parse(raw, sizeof raw - 1, 0, 512, 256, &p, &e), -1);
+    CU_ASSERT_EQUAL(e.status, 400);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.message, "NUL"));
+    expect_bad("{\"prompt\":\"a\xC0\x80\"}", 0, NULL);
+    /* a high surrogate followed by \u0000 is not a pair */
+    expect_bad("{\"prompt\":\"\\ud800\\u0000\"}", 0, NULL);
+    /* the error offset counts the original \u0000 escapes */
+    expect_bad("{\"prompt\":\"\\u0000\" x}", 0, NULL);
+    CU_ASSERT_EQUAL(tp_req_parse("{\"prompt\":\"\\u0000\" x}", 21, 0, 512, 256, &p, &e), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.message, "byte 19"));
+
+    /* output: NUL bytes printed as \u0000, invalid UTF-8 as U+FFFD, keys too */
+    cJSON *o = cJSON_CreateObject();
+    CU_ASSERT_EQUAL(tp_json_add_bytes(o, "t", "a\0b\xff\n", 5), 0);
+    struct tp_buf key = {0};
+    CU_ASSERT_EQUAL(tp_json_encode_bytes("\0", 1, &key), 0);
+    cJSON_AddNumberToObject(o, key.data, 1);
+    tp_buf_free(&key);
+    char *js = tp_json_print(o);
+    CU_ASSERT_STRING_EQUAL(js, "{\"t\":\"a\\u0000b\xEF\xBF\xBD\\n\",\"\\u0000\":1}");
+    /* and it parses back to the same bytes */
+    cJSON *back = tp_json_parse(js, strlen(js), &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(back);
+    char *b = NULL;
+    size_t bl = 0;
+    CU_ASSERT_EQUAL(tp_json_bytes(cJSON_GetObjectItemCaseSensitive(back, "t"), &b, &bl), 0);
+    CU_ASSERT(bl == 7 && memcmp(b, "a\0b\xEF\xBF\xBD\n", 7) == 0);
+    free(b);
+    cJSON_Delete(back);
+    free(js);
+    cJSON_Delete(o);
+    /* an error message quoting a NUL-holding value stays valid JSON */
+    tp_api_fail(&e, 400, "x", "bad '%s'", "a\xC0\x80");
+    js = tp_api_error_json(&e);
+    CU_ASSERT_PTR_NOT_NULL(strstr(js, "bad 'a\\u0000'"));
+    CU_ASSERT(tp_srv_utf8_valid(js, strlen(js)));
+    free(js);
+}
+
+/* ------------------------------------------------------------ seed, refused fields, logit_bias */
+
+static uint64_t seed_of(const char *body)
+{
+    struct tp_req_params p;
+    struct tp_api_error e;
+    int rc = parse(body, 0, &p, &e);
+    CU_ASSERT_EQUAL(rc, 0);
+    if (rc != 0) {
+        fprintf(stderr, "%s: %s\n", body, e.message);
+        return 0;
+    }
+    CU_ASSERT_EQUAL(p.has_seed, 1);
+    uint64_t s = p.seed;
+    tp_req_params_free(&p);
+    return s;
+}
+
+static void test_seed_range(void)
+{
+    CU_ASSERT_EQUAL(seed_of("{\"prompt\":\"a\",\"seed\":9223372036854775808}"), 1ull << 63);
+    CU_ASSERT_EQUAL(seed_of("{\"prompt\":\"a\",\"seed\":9223372036854775809}"), (1ull << 63) + 1);
+    CU_ASSERT_EQUAL(seed_of("{\"prompt\":\"a\",\"seed\":18446744073709551615}"), UINT64_MAX);
+    CU_ASSERT_EQUAL(seed_of("{\"prompt\":\"a\",\"seed\":-9223372036854775808}"), 1ull << 63);
+    CU_ASSERT_EQUAL(seed_of("{\"prompt\":\"a\",\"seed\":-1}"), UINT64_MAX);
+    CU_ASSERT_EQUAL(seed_of("{\"prompt\":\"a\",\"seed\":0}"), 0);
+    CU_ASSERT_EQUAL(seed_of("{\"prompt\":\"a\",\"seed\":1e3}"), 1000);
+    /* the top-level member, not a nested one; an escaped name; the first of duplicates (as cJSON) */
+    CU_ASSERT_EQUAL(seed_of("{\"x\":{\"seed\":1,\"s\":\"}\\\"\"},\"prompt\":\"a\",\"seed\" : 18446744073709551614 }"),
+                    UINT64_MAX - 1);
+    CU_ASSERT_EQUAL(seed_of("{\"prompt\":\"a\",\"s\\u0065ed\":12345678901234567891}"), 12345678901234567891ull);
+    CU_ASSERT_EQUAL(seed_of("{\"prompt\":\"a\",\"seed\":7,\"seed\":8}"), 7);
+    expect_bad("{\"prompt\":\"a\",\"seed\":18446744073709551616}", 0, "seed");
+    expect_bad("{\"prompt\":\"a\",\"seed\":-9223372036854775809}", 0, "seed");
+    expect_bad("{\"prompt\":\"a\",\"seed\":1e30}", 0, "seed");
+    expect_bad("{\"prompt\":\"a\",\"seed\":true}", 0, "seed");
+}
+
+static void test_refused_fields(void)
+{
+    static const char *const bad[][2] = {
+        {"\"response_format\":{\"type\":\"json_object\"}", "response_format"},
+        {"\"response_format\":\"text\"", "response_format"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "tools"},
+        {"\"tool_choice\":\"required\"", "tool_choice"},
+        {"\"tool_choice\":{\"type\":\"function\"}", "tool_choice"},
+        {"\"functions\":[{\"name\":\"f\"}]", "functions"},
+        {"\"function_call\":{\"name\":\"f\"}", "function_call"},
+        {"\"echo\":true", "echo"},
+        {"\"echo\":1", "echo"},
+        {"\"best_of\":2", "best_of"},
+        {"\"best_of\":0", "best_of"},
+        {"\"suffix\":\"end\"", "suffix"},
+        {"\"n\":2", "n"},
+        {"\"n\":0", "n"},
+        {"\"modalities\":[\"text\",\"audio\"]", "modalities"},
+        {"\"audio\":{\"voice\":\"x\"}", "audio"},
+        {"\"web_search_options\":{}", "web_search_options"},
+        {"\"reasoning_effort\":\"low\"", "reasoning_effort"},
+    };
+    char body[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{\"prompt\":\"a\",%s}", bad[i][0]);
+        expect_bad(body, 0, bad[i][1]);
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],%s}", bad[i][0]);
+        expect_bad(body, 1, bad[i][1]);
+    }
+    /* values that ask for the default behaviour, null, and fields that do not change the output */
+    struct tp_req_params p;
+    struct tp_api_error e;
+    CU_ASSERT_EQUAL(parse("{\"prompt\":\"a\",\"echo\":false,\"best_of\":1,\"n\":1,\"suffix\":\"\",\"tools\":[],"
+                          "\"functions\":[],\"tool_choice\":\"none\",\"function_call\":\"auto\","
+                          "\"response_format\":{\"type\":\"text\"},\"modalities\":[\"text\"],\"audio\":null,"
+                          "\"user\":\"u\",\"metadata\":{\"k\":\"v\"},\"store\":false,\"service_tier\":\"auto\","
+                          "\"parallel_tool_calls\":true}", 0, &p, &e), 0);
+    tp_req_params_free(&p);
+}
+
+static void test_logit_bias_parse(void)
+{
+    struct tp_req_params p;
+    struct tp_api_error e;
+    CU_ASSERT_EQUAL_FATAL(parse("{\"prompt\":\"a\",\"logit_bias\":{\"300\":5,\"7\":-100,\"0\":100,\"511\":-0.5}}", 0,
+                                &p, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(p.n_logit_bias, 4);
+    const int32_t ids[] = {0, 7, 300, 511};
+    const float vals[] = {100.0f, -100.0f, 5.0f, -0.5f};
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_EQUAL(p.bias_id[i], ids[i]);
+        CU_ASSERT_EQUAL(p.bias_val[i], vals[i]);
+    }
+    tp_req_params_free(&p);
+    CU_ASSERT_EQUAL_FATAL(parse("{\"prompt\":\"a\",\"logit_bias\":{}}", 0, &p, &e), 0);
+    CU_ASSERT_EQUAL(p.n_logit_bias, 0);
+    tp_req_params_free(&p);
+    expect_bad("{\"prompt\":\"a\",\"logit_bias\":[1]}", 0, "logit_bias");
+    expect_bad("{\"prompt\":\"a\",\"logit_bias\":{\"abc\":1}}", 0, "logit_bias");
+    expect_bad("{\"prompt\":\"a\",\"logit_bias\":{\"512\":1}}", 0, "logit_bias");
+    expect_bad("{\"prompt\":\"a\",\"logit_bias\":{\"-1\":1}}", 0, "logit_bias");
+    expect_bad("{\"prompt\":\"a\",\"logit_bias\":{\"\":1}}", 0, "logit_bias");
+    expect_bad("{\"prompt\":\"a\",\"logit_bias\":{\"1\\u0000\":1}}", 0, "logit_bias");
+    expect_bad("{\"prompt\":\"a\",\"logit_bias\":{\"99999999999\":1}}", 0, "logit_bias");
+    expect_bad("{\"prompt\":\"a\",\"logit_bias\":{\"5\":100.5}}", 0, "logit_bias");
+    expect_bad("{\"prompt\":\"a\",\"logit_bias\":{\"5\":-101}}", 0, "logit_bias");
+    expect_bad("{\"prompt\":\"a\",\"logit_bias\":{\"5\":\"1\"}}", 0, "logit_bias");
+    expect_bad("{\"prompt\":\"a\",\"logit_bias\":{\"5\":1,\"5\":2}}", 0, "logit_bias");
+    /* every token banned; more entries than TP_MAX_LOGIT_BIAS (vocabulary 2048 here) */
+    struct tp_buf b = {0};
+    tp_buf_puts(&b, "{\"prompt\":\"a\",\"logit_bias\":{");
+    for (int i = 0; i < 512; i++) tp_buf_printf(&b, "%s\"%d\":-100", i ? "," : "", i);
+    tp_buf_puts(&b, "}}");
+    CU_ASSERT_EQUAL(tp_req_parse(b.data, b.len, 0, 512, 256, &p, &e), -1);
+    CU_ASSERT_STRING_EQUAL(e.param, "logit_bias");
+    CU_ASSERT_EQUAL(tp_req_parse(b.data, b.len, 0, 513, 256, &p, &e), 0); /* one token left */
+    CU_ASSERT_EQUAL(p.n_logit_bias, 512);
+    tp_req_params_free(&p);
+    b.len = 0;
+    tp_buf_puts(&b, "{\"prompt\":\"a\",\"logit_bias\":{");
+    for (int i = 0; i <= TP_MAX_LOGIT_BIAS; i++) tp_buf_printf(&b, "%s\"%d\":1", i ? "," : "", i);
+    tp_buf_puts(&b, "}}");
+    CU_ASSERT_EQUAL(tp_req_parse(b.data, b.len, 0, 2048, 256, &p, &e), -1);
+    CU_ASSERT_STRING_EQUAL(e.param, "logit_bias");
+    tp_buf_free(&b);
 }
 
 /* ------------------------------------------------------------ framing, errors */
@@ -434,8 +662,8 @@ static void test_validate_fuzz(void)
     static const char *seeds[] = {
         "{\"prompt\":\"hi\",\"max_tokens\":5,\"stop\":[\"a\",\"b\"],\"temperature\":0.5,\"logprobs\":2}",
         "{\"prompt\":[1,2,3],\"stream\":true,\"stream_options\":{\"include_usage\":true},\"seed\":42}",
-        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}]},{\"role\":\"assistant\","
-        "\"content\":null}],\"logprobs\":true,\"top_logprobs\":3,\"max_completion_tokens\":9}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\\u0000\"}]},{\"role\":\"assistant\","
+        "\"content\":null}],\"logprobs\":true,\"top_logprobs\":3,\"max_completion_tokens\":9,\"logit_bias\":{\"3\":-100}}",
     };
     uint64_t x = 0x9E3779B97F4A7C15ull;
     char buf[512];
@@ -476,6 +704,10 @@ static const struct tp_test_case unit_cases[] = {
     {"validate_good", test_validate_good},
     {"validate_bad", test_validate_bad},
     {"stop_strings", test_stop_strings},
+    {"nul_strings", test_nul_strings},
+    {"seed_range", test_seed_range},
+    {"refused_fields", test_refused_fields},
+    {"logit_bias_parse", test_logit_bias_parse},
     {"sse_and_errors", test_sse_and_errors},
     {"metrics_text", test_metrics_text},
     {"chat_templates_vs_jinja", test_chat_templates_vs_jinja},

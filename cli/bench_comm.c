@@ -1,0 +1,333 @@
+/*
+ * cli/bench_comm.c - `tpserve bench comm`: collective latency and
+ * bandwidth per message size, run on every rank of a group, e.g.
+ *
+ *   tpserve launch -n 2 -- tpserve bench comm                      (ring)
+ *   tpserve launch -n 2 --backend mpi -- tpserve bench comm --compare-mpi
+ *   mpirun -n 2 --mca btl tcp,self tpserve bench comm --compare-mpi
+ *
+ * Per size: a barrier, warm-up calls, then `iters` back-to-back calls each
+ * timed alone; the latency is the median per rank, maxed over ranks.
+ * Bandwidths follow nccl-tests: algbw = bytes / time; busbw = algbw *
+ * 2(n-1)/n for all_sum, (n-1)/n for all_gather and sum_scatter, 1 for
+ * broadcast; bytes = the size of the (full) output buffer.
+ *
+ * --compare-mpi (needs mpirun, directly or as `tpserve launch --backend
+ * mpi`): the same sweep through MPI_Allreduce (an mpi group in the same
+ * processes; pass `--mca btl tcp,self` to mpirun for the TCP transport),
+ * call by call alternating with ours so that both see the same machine
+ * load, plus the ratios.  Ours is the ring (TP_BACKEND=mpi, which the
+ * launcher sets, names the MPI side) or --backend rdma.  The ring group is
+ * then formed through a coordinator whose port rank 0 broadcasts over MPI,
+ * so no hostfile is needed.
+ *
+ * Output: a table on rank 0's stdout; --json: one JSON object per line
+ * (backend, op, dtype, ranks, bytes, iters, lat_us_median, algbw_gbs,
+ * busbw_gbs, and with --compare-mpi mpi_lat_us_median, mpi_busbw_gbs,
+ * lat_ratio_vs_mpi, busbw_ratio_vs_mpi).
+ */
+#include <ctype.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "cli.h"
+#include "comm/comm.h"
+
+enum bench_op { OP_ALL_SUM = 0, OP_ALL_GATHER, OP_SUM_SCATTER, OP_BROADCAST, OP_COUNT };
+static const char *const op_names[OP_COUNT] = {"all_sum", "all_gather", "sum_scatter", "broadcast"};
+
+static int parse_bytes(const char *s, size_t *out)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return -1;
+    double mult = 1;
+    if (*end) {
+        switch (toupper((unsigned char)*end)) {
+        case 'K': mult = 1024.0; break;
+        case 'M': mult = 1024.0 * 1024.0; break;
+        case 'G': mult = 1024.0 * 1024.0 * 1024.0; break;
+        default: return -1;
+        }
+        end++;
+        if (*end == 'i' || *end == 'I') end++;
+        if (*end == 'B' || *end == 'b') end++;
+        if (*end) return -1;
+    }
+    *out = (size_t)(v * mult);
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static enum tp_status run_op(tp_comm_t *c, enum bench_op op, void *a, void *b, size_t count, enum tp_dtype dt)
+{
+    switch (op) {
+    case OP_ALL_SUM: return tp_comm_all_sum(c, a, b, count, dt);
+    case OP_ALL_GATHER: return tp_comm_all_gather(c, a, b, count, dt);
+    case OP_SUM_SCATTER: return tp_comm_sum_scatter(c, a, b, count, dt);
+    default: return tp_comm_broadcast(c, a, count, dt, 0);
+    }
+}
+
+static double median_max(tp_comm_t *c, double *times, int iters)
+{
+    qsort(times, (size_t)iters, sizeof *times, cmp_double);
+    double med = iters % 2 ? times[iters / 2] : 0.5 * (times[iters / 2 - 1] + times[iters / 2]);
+    if (tp_comm_all_max(c, &med, &med, 1, TP_DTYPE_I64) != TP_OK) return -1; /* positive doubles order like i64 */
+    return med;
+}
+
+/* Median seconds per call over iters timed calls, max over ranks; with a
+ * second group (mpi), its calls alternate with ours one by one so both see
+ * the same machine load.  Returns <0 on failure (*which = 1: the mpi one). */
+static double measure(tp_comm_t *c, tp_comm_t *mpi, enum bench_op op, void *a, void *b, size_t count,
+                      enum tp_dtype dt, int iters, int warmup, double *times, double *mtimes, double *mpi_med,
+                      int *which)
+{
+    *which = 0;
+    if (tp_comm_barrier(c) != TP_OK) return -1;
+    for (int i = 0; i < warmup; i++) {
+        if (run_op(c, op, a, b, count, dt) != TP_OK) return -1;
+        if (mpi && run_op(mpi, op, a, b, count, dt) != TP_OK) return *which = 1, -1;
+    }
+    for (int i = 0; i < iters; i++) {
+        uint64_t t0 = tp_now_ns();
+        if (run_op(c, op, a, b, count, dt) != TP_OK) return -1;
+        uint64_t t1 = tp_now_ns();
+        times[i] = (double)(t1 - t0) * 1e-9;
+        if (mpi) {
+            if (run_op(mpi, op, a, b, count, dt) != TP_OK) return *which = 1, -1;
+            mtimes[i] = (double)(tp_now_ns() - t1) * 1e-9;
+        }
+    }
+    if (mpi && (*mpi_med = median_max(mpi, mtimes, iters)) < 0) return *which = 1, -1;
+    return median_max(c, times, iters);
+}
+
+static double bus_factor(enum bench_op op, int n)
+{
+    if (n <= 1) return 1.0;
+    switch (op) {
+    case OP_ALL_SUM: return 2.0 * (n - 1) / n;
+    case OP_ALL_GATHER:
+    case OP_SUM_SCATTER: return (double)(n - 1) / n;
+    default: return 1.0;
+    }
+}
+
+static void fmt_size(size_t b, char *out, size_t cap)
+{
+    if (b >= (1u << 30) && b % (1u << 30) == 0) snprintf(out, cap, "%zuG", b >> 30);
+    else if (b >= (1u << 20) && b % (1u << 20) == 0) snprintf(out, cap, "%zuM", b >> 20);
+    else if (b >= 1024 && b % 1024 == 0) snprintf(out, cap, "%zuK", b >> 10);
+    else snprintf(out, cap, "%zu", b);
+}
+
+/* Form the ring/rdma group under mpirun: rank 0 picks a free port and
+ * broadcasts "host:port" over the mpi group. */
+static enum tp_status ring_via_mpi(tp_comm_t *mpi, const struct tp_comm_config *env_cfg, tp_comm_t **out,
+                                   struct tp_error *err)
+{
+    char coord[128];
+    memset(coord, 0, sizeof coord);
+    if (tp_comm_rank(mpi) == 0) {
+        struct sockaddr_in a;
+        socklen_t al = sizeof a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        int port = 0;
+        if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+            getsockname(fd, (struct sockaddr *)&a, &al) == 0)
+            port = ntohs(a.sin_port);
+        if (fd >= 0) close(fd);
+        char host[64] = "127.0.0.1";
+        const char *h = getenv("TP_BENCH_COORD_HOST");
+        if (h && *h) snprintf(host, sizeof host, "%s", h);
+        snprintf(coord, sizeof coord, "%s:%d", host, port);
+    }
+    if (tp_comm_broadcast(mpi, coord, sizeof coord, TP_DTYPE_U8, 0) != TP_OK)
+        return tp_error_set(err, TP_ERR_PEER, "broadcast of the coordinator address failed: %s",
+                            tp_comm_last_error(mpi));
+    coord[sizeof coord - 1] = '\0';
+    struct tp_comm_config cfg = *env_cfg; /* backend, timeouts, token, shm from the environment */
+    cfg.rank = tp_comm_rank(mpi);
+    cfg.world_size = tp_comm_size(mpi);
+    cfg.coordinator = coord;
+    cfg.hostfile = NULL;
+    return tp_comm_init(&cfg, out, err);
+}
+
+int tp_bench_comm(int argc, char **argv)
+{
+    const char *backend = NULL, *opname = "all_sum", *dtname = "f32", *min_s = "1K", *max_s = "256M";
+    int iters = 0, warmup = -1, json = 0, compare_mpi = 0;
+    const struct tp_opt opts[] = {
+        {"backend", 'b', TP_OPT_STRING, &backend, "NAME", "ring | rdma | mpi (default: TP_BACKEND or ring)", 0, 0},
+        {"op", 0, TP_OPT_STRING, &opname, "OP", "all_sum (default) | all_gather | sum_scatter | broadcast", 0, 0},
+        {"dtype", 0, TP_OPT_STRING, &dtname, "T", "f32 (default) | f16 | bf16 | i32 | i64 | u8", 0, 0},
+        {"min-bytes", 0, TP_OPT_STRING, &min_s, "SIZE", "smallest message (default 1K; K/M/G suffixes)", 0, 0},
+        {"max-bytes", 0, TP_OPT_STRING, &max_s, "SIZE", "largest message (default 256M)", 0, 0},
+        {"iters", 0, TP_OPT_INT, &iters, "N", "timed calls per size (default: by size, 5..1000)", 1, 500000},
+        {"warmup", 0, TP_OPT_INT, &warmup, "N", "untimed calls per size first (default: iters/10, >= 2)", 0, 1000000},
+        {"json", 0, TP_OPT_FLAG, &json, NULL, "one JSON object per line instead of the table", 0, 0},
+        {"compare-mpi", 0, TP_OPT_FLAG, &compare_mpi, NULL, "also time the same op through MPI in the same run (needs mpirun)",
+         0, 0},
+        {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
+    };
+    int np = 0;
+    int rc = tp_cli_parse("bench comm",
+                          "Usage: tpserve launch -n 2 -- tpserve bench comm [options]\n"
+                          "       mpirun -n 2 --mca btl tcp,self tpserve bench comm --compare-mpi [options]",
+                          opts, argc, argv, NULL, 0, &np, NULL, NULL);
+    if (rc) return rc == 1 ? 0 : rc;
+    enum bench_op op = OP_COUNT;
+    for (int i = 0; i < OP_COUNT; i++)
+        if (strcmp(opname, op_names[i]) == 0) op = (enum bench_op)i;
+    if (op == OP_COUNT) {
+        fprintf(stderr, "tpserve bench comm: --op must be all_sum, all_gather, sum_scatter or broadcast, got '%s'\n",
+                opname);
+        return 2;
+    }
+    enum tp_dtype dt = TP_DTYPE_COUNT;
+    for (int i = 0; i < TP_DTYPE_COUNT; i++)
+        if (strcmp(dtname, tp_dtype_name((enum tp_dtype)i)) == 0) dt = (enum tp_dtype)i;
+    if (dt == TP_DTYPE_COUNT) {
+        fprintf(stderr, "tpserve bench comm: --dtype must be f32, f16, bf16, i32, i64 or u8, got '%s'\n", dtname);
+        return 2;
+    }
+    size_t min_b = 0, max_b = 0;
+    if (parse_bytes(min_s, &min_b) || parse_bytes(max_s, &max_b) || min_b < 1 || max_b < min_b ||
+        max_b > ((size_t)4 << 30)) {
+        fprintf(stderr, "tpserve bench comm: want 1 <= --min-bytes <= --max-bytes <= 4G (e.g. 1K, 256M), got %s / %s\n",
+                min_s, max_s);
+        return 2;
+    }
+    tp_cli_setup_logging(NULL);
+
+    struct tp_comm_config cfg = tp_comm_default_config();
+    struct tp_error err = {0};
+    tp_comm_t *c = NULL, *mpi = NULL;
+    double *times = NULL;
+    unsigned char *a = NULL, *b = NULL;
+    int exit_code = 1;
+    if (tp_comm_config_from_env(&cfg, &err) != TP_OK) return tp_cli_fail("bench comm", "%s", err.msg);
+    if (backend && tp_comm_backend_parse(backend, &cfg.backend) != TP_OK) {
+        fprintf(stderr, "tpserve bench comm: --backend must be ring, rdma or mpi, got '%s'\n", backend);
+        return 2;
+    }
+    if (compare_mpi) {
+        struct tp_comm_config mcfg = tp_comm_default_config();
+        mcfg.backend = TP_COMM_BACKEND_MPI;
+        if (tp_comm_init(&mcfg, &mpi, &err) != TP_OK) {
+            tp_cli_fail("bench comm", "--compare-mpi: %s", err.msg);
+            goto out;
+        }
+        if (tp_comm_size(mpi) < 2) {
+            tp_cli_fail("bench comm",
+                        "--compare-mpi needs an MPI group of N >= 2 (MPI reports 1 rank): run it under "
+                        "`tpserve launch -n N --backend mpi --` or `mpirun -n N`");
+            goto out;
+        }
+        if (!backend && cfg.backend == TP_COMM_BACKEND_MPI) cfg.backend = TP_COMM_BACKEND_RING;
+        if (cfg.backend == TP_COMM_BACKEND_MPI) {
+            c = mpi;
+        } else if (cfg.hostfile || cfg.coordinator) {
+            cfg.rank = tp_comm_rank(mpi);
+            cfg.world_size = tp_comm_size(mpi);
+            if (tp_comm_init(&cfg, &c, &err) != TP_OK) {
+                tp_cli_fail("bench comm", "%s", err.msg);
+                goto out;
+            }
+        } else if (ring_via_mpi(mpi, &cfg, &c, &err) != TP_OK) {
+            tp_cli_fail("bench comm", "%s", err.msg);
+            goto out;
+        }
+    } else if (tp_comm_init(&cfg, &c, &err) != TP_OK) {
+        tp_cli_fail("bench comm", "%s", err.msg);
+        goto out;
+    }
+    const int me = tp_comm_rank(c), n = tp_comm_size(c);
+    const size_t es = tp_dtype_size(dt);
+    const size_t in_mult = op == OP_SUM_SCATTER ? (size_t)n : 1, out_mult = op == OP_ALL_GATHER ? (size_t)n : 1;
+    /* bytes = full output buffer (all_gather: n blocks; sum_scatter: the input) */
+    size_t max_count = TP_MAX(max_b / es, 1);
+    a = tp_aligned_alloc(64, max_count * es * in_mult + 64);
+    b = tp_aligned_alloc(64, max_count * es * out_mult + 64);
+    times = malloc(1000000 * sizeof *times);
+    if (!a || !b || !times) {
+        tp_cli_fail("bench comm", "out of memory for %zu-byte buffers", max_count * es * TP_MAX(in_mult, out_mult));
+        goto out;
+    }
+    for (size_t i = 0; i < max_count * in_mult; i++) {
+        if (dt == TP_DTYPE_F32) ((float *)a)[i] = (float)((i + (size_t)me) % 7);
+        else memset(a + i * es, 0, es);
+    }
+    memset(b, 0, max_count * es * out_mult);
+    const double bf = bus_factor(op, n);
+    if (me == 0 && !json) {
+        printf("# tpserve bench comm: backend %s, op %s, dtype %s, %d ranks%s\n",
+               tp_comm_backend_name(tp_comm_backend(c)), op_names[op], tp_dtype_name(dt), n,
+               mpi && c != mpi ? ", vs the same op through MPI in the same processes" : "");
+        printf("%10s %7s %12s %10s %10s", "bytes", "iters", "lat_us(med)", "algbw_GB/s", "busbw_GB/s");
+        if (mpi && c != mpi) printf(" %12s %10s %9s %9s", "mpi_lat_us", "mpi_busbw", "lat_ratio", "bw_ratio");
+        printf("\n");
+        fflush(stdout);
+    }
+    for (size_t bytes = min_b; bytes <= max_b; bytes *= 2) {
+        size_t count = TP_MAX(bytes / es / (op == OP_ALL_GATHER || op == OP_SUM_SCATTER ? (size_t)n : 1), 1);
+        size_t real_bytes = count * es * (op == OP_ALL_GATHER || op == OP_SUM_SCATTER ? (size_t)n : 1);
+        int it = iters ? iters : (int)TP_MAX(5.0, TP_MIN(1000.0, 4e8 / (double)real_bytes));
+        int wu = warmup >= 0 ? warmup : TP_MAX(2, it / 10);
+        double tm = 0;
+        int which = 0;
+        tp_comm_t *other = mpi && c != mpi ? mpi : NULL;
+        double t = measure(c, other, op, a, b, count, dt, it, wu, times, times + 500000, &tm, &which);
+        if (t < 0) {
+            tp_cli_fail("bench comm", "rank %d: %s%s of %zu bytes failed: %s", me, which ? "MPI " : "", op_names[op],
+                        real_bytes, tp_comm_last_error(which ? mpi : c));
+            goto out;
+        }
+        if (me == 0) {
+            double alg = (double)real_bytes / t / 1e9, bus = alg * bf;
+            double malg = tm > 0 ? (double)real_bytes / tm / 1e9 : 0, mbus = malg * bf;
+            if (json) {
+                printf("{\"backend\":\"%s\",\"op\":\"%s\",\"dtype\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"iters\":%d,"
+                       "\"lat_us_median\":%.3f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f",
+                       tp_comm_backend_name(tp_comm_backend(c)), op_names[op], tp_dtype_name(dt), n, real_bytes, it,
+                       t * 1e6, alg, bus);
+                if (tm > 0)
+                    printf(",\"mpi_lat_us_median\":%.3f,\"mpi_busbw_gbs\":%.4f,\"lat_ratio_vs_mpi\":%.3f,"
+                           "\"busbw_ratio_vs_mpi\":%.3f",
+                           tm * 1e6, mbus, t / tm, bus / mbus);
+                printf("}\n");
+            } else {
+                char sz[32];
+                fmt_size(real_bytes, sz, sizeof sz);
+                printf("%10s %7d %12.2f %10.3f %10.3f", sz, it, t * 1e6, alg, bus);
+                if (tm > 0) printf(" %12.2f %10.3f %9.2f %9.2f", tm * 1e6, mbus, t / tm, bus / mbus);
+                printf("\n");
+            }
+            fflush(stdout);
+        }
+        if (bytes > max_b / 2) break;
+    }
+    exit_code = 0;
+out:
+    if (c != mpi) tp_comm_free(c);
+    tp_comm_free(mpi);
+    tp_aligned_free(a);
+    tp_aligned_free(b);
+    free(times);
+    return exit_code;
+}

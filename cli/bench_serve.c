@@ -1,0 +1,644 @@
+/*
+ * cli/bench_serve.c - `tpserve bench serve`: load test a running server.
+ *
+ * For each concurrency level C, C client threads are released together
+ * (barrier); each sends --rounds streaming /v1/completions requests one
+ * after the other with a prompt of exactly --prompt-tokens tokens (sent as
+ * token ids, so the count is exact) and ignore_eos so every request
+ * generates exactly --gen-tokens tokens.  Tokens are counted, not text
+ * chunks: a streamed chunk may carry several tokens (one whose text is an
+ * incomplete UTF-8 sequence is sent with the next), so each request's count
+ * is the final usage chunk's completion_tokens, and with --logprobs every
+ * chunk's own count (logprobs.tokens).  Without --logprobs the chunks of a
+ * request whose chunk count differs from its usage are weighted by usage /
+ * chunks (reported as requests_chunks_not_tokens); --logprobs makes every
+ * arrival time exact but moves the server off its greedy fast path.
+ * Reported per level: aggregate generated tokens/sec (all tokens / wall time
+ * of the level), median time to first token, median time per output token
+ * ((last arrival - first arrival) / the tokens that arrived after the first
+ * chunk)
+ * and failed requests, the decode-phase aggregate C / median TPOT (a
+ * request's TPOT still holds the prefill chunks of requests admitted while
+ * it decodes) and the steady-state rate (tokens all C streams receive while
+ * every one of them is decoding and none has finished, per round: no
+ * prefill runs then; see steady_rate), each with its ratio to the first
+ * level.  The wall-clock aggregate includes
+ * every request's prefill: with --prompt-tokens 128 --gen-tokens 64 on a
+ * CPU whose prefill is compute-bound, the C prompts' prefill bounds it no
+ * matter how cheap a batched decode step is.  --shared-prefix N makes the
+ * first N prompt tokens the same in every request (a common system prompt or
+ * document, like vLLM's benchmark --random-prefix-len): the rest stays
+ * distinct, and the mean cached_tokens the server reports per request shows
+ * how much prefill its prompt cache / prefix sharing saved.  A benchmark,
+ * not a test.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+
+#ifndef MSG_NOSIGNAL /* macOS: SIGPIPE is ignored for the whole run instead */
+#define MSG_NOSIGNAL 0
+#endif
+
+/* Start gate: clients wait until the main thread opens it (portable to
+ * macOS, which has no pthread_barrier_t). */
+struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_waiting, open;
+};
+static void gate_wait(struct gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->n_waiting++;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+/* Wait until n clients are at the gate, then open it. */
+static void gate_open(struct gate *g, int n)
+{
+    pthread_mutex_lock(&g->mu);
+    while (g->n_waiting < n) pthread_cond_wait(&g->cv, &g->mu);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+struct bench_target {
+    char host[256];
+    int port;
+    const char *api_key;
+};
+
+struct bench_result {
+    int ok;
+    int n_tokens;             /* usage.completion_tokens */
+    int n_counted;            /* tokens seen in the chunks (logprobs.tokens, else 1 per non-empty text) */
+    int n_cached;             /* usage.prompt_tokens_details.cached_tokens (0 if absent) */
+    double ttft_s, tpot_s;
+    double *t_tok;            /* arrival time of each chunk carrying tokens (cap entries; caller's) */
+    int *k_tok;               /* tokens that chunk carried (cap entries; caller's) */
+    int n_t, cap;
+};
+
+static int connect_to(const struct bench_target *t)
+{
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    char port[16];
+    snprintf(port, sizeof port, "%d", t->port);
+    if (getaddrinfo(t->host, port, &hints, &res) != 0) return -1;
+    int fd = -1;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        if (fd < 0) continue;
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd >= 0) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    return fd;
+}
+
+/*
+ * Streaming response parser: the HTTP body, de-chunked when the server uses
+ * chunked transfer encoding, split into server-sent events ("data: {...}"
+ * then a blank line); each choices chunk carrying tokens is recorded with its
+ * arrival time, the usage chunk gives the totals.
+ */
+struct sse {
+    struct bench_result *br;
+    int chunked;              /* Transfer-Encoding: chunked */
+    size_t left;              /* bytes left in the current HTTP chunk */
+    int in_size;              /* reading a chunk-size line */
+    char *body;               /* de-chunked body (body_cap bytes) */
+    size_t body_len, body_cap, scanned;
+    int done, error, usage;
+    double t_first, t_last;
+    int k_first;              /* tokens in the first chunk */
+};
+
+static void sse_event(struct sse *e, const char *json, double now)
+{
+    if (strcmp(json, "[DONE]") == 0) {
+        e->done = 1;
+        return;
+    }
+    cJSON *o = cJSON_Parse(json);
+    if (!o) return;
+    if (cJSON_GetObjectItem(o, "error")) e->error = 1;
+    const cJSON *u = cJSON_GetObjectItem(o, "usage");
+    if (cJSON_IsObject(u)) {
+        const cJSON *ct = cJSON_GetObjectItem(u, "completion_tokens");
+        const cJSON *d = cJSON_GetObjectItem(u, "prompt_tokens_details");
+        const cJSON *cached = d ? cJSON_GetObjectItem(d, "cached_tokens") : NULL;
+        if (cJSON_IsNumber(ct)) {
+            e->br->n_tokens = ct->valueint;
+            e->usage = 1;
+        }
+        if (cJSON_IsNumber(cached)) e->br->n_cached = cached->valueint;
+    }
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+    if (ch) {
+        const cJSON *lp = cJSON_GetObjectItem(ch, "logprobs");
+        const cJSON *toks = cJSON_IsObject(lp) ? cJSON_GetObjectItem(lp, "tokens") : NULL;
+        const cJSON *text = cJSON_GetObjectItem(ch, "text");
+        int k = cJSON_IsArray(toks) ? cJSON_GetArraySize(toks)
+                : cJSON_IsString(text) && text->valuestring[0] ? 1
+                                                               : 0;
+        if (k > 0) {
+            if (e->t_first < 0) {
+                e->t_first = now;
+                e->k_first = k;
+            }
+            e->t_last = now;
+            e->br->n_counted += k;
+            if (e->br->t_tok && e->br->n_t < e->br->cap) {
+                e->br->t_tok[e->br->n_t] = now;
+                e->br->k_tok[e->br->n_t++] = k;
+            }
+        }
+    }
+    cJSON_Delete(o);
+}
+
+/* Append body bytes; parse every complete event. */
+static int sse_body(struct sse *e, const char *p, size_t n, double now)
+{
+    if (e->body_len + n + 1 > e->body_cap) {
+        size_t cap = TP_MAX(e->body_cap * 2, e->body_len + n + 4096);
+        char *nb = realloc(e->body, cap);
+        if (!nb) return -1;
+        e->body = nb;
+        e->body_cap = cap;
+    }
+    memcpy(e->body + e->body_len, p, n);
+    e->body_len += n;
+    e->body[e->body_len] = '\0';
+    char *end;
+    while ((end = strstr(e->body + e->scanned, "\n\n")) != NULL) {
+        *end = '\0';
+        for (char *line = e->body + e->scanned; line && *line;) {
+            char *nl = strchr(line, '\n');
+            if (nl) *nl = '\0';
+            if (strncmp(line, "data: ", 6) == 0) sse_event(e, line + 6, now);
+            line = nl ? nl + 1 : NULL;
+        }
+        e->scanned = (size_t)(end - e->body) + 2;
+    }
+    return 0;
+}
+
+/* Feed raw body bytes (after the headers), undoing chunked encoding. */
+static int sse_feed(struct sse *e, const char *p, size_t n, double now, char *line, size_t *line_len)
+{
+    if (!e->chunked) return sse_body(e, p, n, now);
+    while (n > 0) {
+        if (e->left > 0) {
+            size_t k = TP_MIN(e->left, n);
+            if (sse_body(e, p, k, now) != 0) return -1;
+            e->left -= k;
+            p += k;
+            n -= k;
+            if (e->left == 0) e->in_size = 2; /* the CRLF after the data, then a size line */
+            continue;
+        }
+        char c = *p++;
+        n--;
+        if (c != '\n') {
+            if (*line_len < 31) line[(*line_len)++] = c;
+            continue;
+        }
+        line[*line_len] = '\0';
+        *line_len = 0;
+        if (e->in_size == 2) { /* the empty line ending a chunk's data */
+            e->in_size = 1;
+            continue;
+        }
+        e->left = strtoul(line, NULL, 16); /* 0: the last chunk; the connection closes next */
+    }
+    return 0;
+}
+
+/* One request; body_out (malloc'd, may be NULL) gets the raw response.  With
+ * br the response is parsed as it arrives (token counts and arrival times). */
+static int request(const struct bench_target *t, const char *path, const char *body, double timeout_s,
+                   char **resp_out, struct bench_result *br)
+{
+    int fd = connect_to(t);
+    if (fd < 0) return -1;
+    char head[1024];
+    char auth[600] = "";
+    if (t->api_key) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", t->api_key);
+    size_t blen = strlen(body);
+    int hl = snprintf(head, sizeof head,
+                      "POST %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Type: application/json\r\n%s"
+                      "Content-Length: %zu\r\n\r\n",
+                      path, t->host, auth, blen);
+    double t0 = tp_now_s();
+    if (send(fd, head, (size_t)hl, MSG_NOSIGNAL) != hl || send(fd, body, blen, MSG_NOSIGNAL) != (ssize_t)blen) {
+        close(fd);
+        return -1;
+    }
+    size_t cap = 1 << 16, n = 0, hdr_end = 0;
+    char *buf = malloc(cap);
+    struct sse e;
+    memset(&e, 0, sizeof e);
+    e.br = br;
+    e.in_size = 1;
+    e.t_first = e.t_last = -1;
+    char line[32];
+    size_t line_len = 0;
+    int rc = -1, oom = !buf;
+    while (!oom) {
+        if (tp_now_s() - t0 > timeout_s) break;
+        struct pollfd pf = {.fd = fd, .events = POLLIN, .revents = 0};
+        if (poll(&pf, 1, 200) <= 0) continue;
+        if (n + 8192 > cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) break;
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t k = recv(fd, buf + n, cap - n - 1, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            rc = 0;
+            break;
+        }
+        size_t from = n;
+        n += (size_t)k;
+        buf[n] = '\0';
+        if (!br) continue;
+        double now = tp_now_s();
+        if (!hdr_end) {
+            char *he = strstr(buf, "\r\n\r\n");
+            if (!he) continue;
+            hdr_end = (size_t)(he - buf) + 4;
+            for (char *h = buf; h < he; h++)
+                if (strncasecmp(h, "\nTransfer-Encoding: chunked", 27) == 0) e.chunked = 1;
+            from = hdr_end;
+        }
+        if (sse_feed(&e, buf + from, n - from, now, line, &line_len) != 0) oom = 1;
+    }
+    close(fd);
+    if (buf) buf[n] = '\0';
+    int status = 0;
+    if (rc == 0 && !oom && sscanf(buf, "HTTP/1.%*d %d", &status) == 1 && status == 200) {
+        if (br) {
+            br->ttft_s = e.t_first >= 0 ? e.t_first - t0 : -1;
+            /* the tokens after the first chunk arrived over [t_first, t_last] */
+            const double w = br->n_counted > 0 ? (double)br->n_tokens / br->n_counted : 1.0;
+            const double after = br->n_tokens - e.k_first * w;
+            br->tpot_s = (after > 0.5 && e.t_last > e.t_first) ? (e.t_last - e.t_first) / after : -1;
+            br->ok = e.usage && e.done && !e.error;
+        }
+    } else {
+        rc = -1;
+    }
+    free(e.body);
+    if (resp_out) *resp_out = buf;
+    else free(buf);
+    return rc;
+}
+
+struct level_ctx {
+    const struct bench_target *t;
+    struct gate *gate;
+    const int32_t *ids;
+    int n_ids;
+    int prompt_tokens, gen_tokens, rounds, idx, level;
+    int shared_prefix;        /* first tokens identical in every request */
+    int logprobs;             /* ask for logprobs: every chunk's own token count */
+    struct bench_result *res; /* (rounds) */
+    double t_end;
+};
+
+static void *client_main(void *arg)
+{
+    struct level_ctx *c = arg;
+    /* each request its own prompt (rotations of the id pool, first token
+     * after the shared prefix distinct), so neither batching nor the server's
+     * prompt cache shares work beyond --shared-prefix tokens */
+    size_t cap = (size_t)c->prompt_tokens * 12 + 256;
+    char **bodies = calloc((size_t)c->rounds, sizeof *bodies);
+    for (int r = 0; r < c->rounds; r++) {
+        char *d = malloc(cap);
+        size_t n = (size_t)snprintf(d, cap, "{\"prompt\":[");
+        /* the first two tokens spell a number unique to this request (base
+         * n_ids), so two prompts share at most one leading token */
+        static unsigned counter;
+        unsigned u = __atomic_fetch_add(&counter, 1u, __ATOMIC_RELAXED);
+        int shift = c->idx * 7 + r * 131 + c->level * 977 + 1;
+        const int sp = c->shared_prefix;
+        for (int i = 0; i < c->prompt_tokens; i++) {
+            int id = i < sp        ? c->ids[i % c->n_ids]
+                   : i == sp       ? c->ids[u % (unsigned)c->n_ids]
+                   : i == sp + 1   ? c->ids[(u / (unsigned)c->n_ids) % (unsigned)c->n_ids]
+                                   : c->ids[(i + shift) % c->n_ids];
+            n += (size_t)snprintf(d + n, cap - n, "%s%d", i ? "," : "", id);
+        }
+        snprintf(d + n, cap - n,
+                 "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,%s"
+                 "\"stream_options\":{\"include_usage\":true}}",
+                 c->gen_tokens, c->logprobs ? "\"logprobs\":0," : "");
+        bodies[r] = d;
+    }
+    gate_wait(c->gate);
+    for (int r = 0; r < c->rounds; r++) {
+        double *tt = c->res[r].t_tok;
+        int *kt = c->res[r].k_tok;
+        int tcap = c->res[r].cap;
+        memset(&c->res[r], 0, sizeof c->res[r]);
+        c->res[r].t_tok = tt;
+        c->res[r].k_tok = kt;
+        c->res[r].cap = tcap;
+        if (request(c->t, "/v1/completions", bodies[r], 600, NULL, &c->res[r]) != 0) c->res[r].ok = 0;
+    }
+    c->t_end = tp_now_s();
+    for (int r = 0; r < c->rounds; r++) free(bodies[r]);
+    free(bodies);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Undo chunked transfer encoding in place in the NUL-terminated body b
+ * (chunk-size lines and the CRLF after each chunk's data removed). */
+static void dechunk(char *b)
+{
+    char *out = b, *p = b;
+    for (;;) {
+        char *end = NULL;
+        unsigned long n = strtoul(p, &end, 16);
+        char *data = end ? strstr(end, "\r\n") : NULL;
+        if (!data || n == 0) break;
+        data += 2;
+        size_t have = strlen(data);
+        if (n > have) n = have;
+        memmove(out, data, n);
+        out += n;
+        p = data + n;
+        if (p[0] == '\r' && p[1] == '\n') p += 2;
+    }
+    *out = '\0';
+}
+
+/* Tokens a chunk of b stands for: its own count, scaled by usage / counted
+ * when the chunks do not add up to the usage (text held back, no logprobs). */
+static double chunk_tokens(const struct bench_result *b, int i)
+{
+    double w = b->n_counted > 0 && b->n_counted != b->n_tokens ? (double)b->n_tokens / b->n_counted : 1.0;
+    return b->k_tok[i] * w;
+}
+
+/* Steady-state decode rate: for each round, the window in which every
+ * client's request of that round is past its first token and none has
+ * finished ([latest first arrival, earliest last arrival]; no prefill of
+ * that round runs then, and no client has started its next request), and the
+ * tokens all of them received in it (chunk_tokens); total tokens / total
+ * window time over the rounds.  0 when no round has a window holding at
+ * least two tokens per client (streams too staggered to ever all decode
+ * together). */
+static double steady_rate(const struct bench_result *res, int c, int rounds)
+{
+    double win = 0, n = 0;
+    for (int r = 0; r < rounds; r++) {
+        double lo = -1, hi = 1e300;
+        int ok = 1;
+        for (int i = 0; i < c; i++) {
+            const struct bench_result *b = &res[(size_t)i * (size_t)rounds + (size_t)r];
+            if (!b->ok || b->n_t < 2) {
+                ok = 0;
+                break;
+            }
+            if (b->t_tok[0] > lo) lo = b->t_tok[0];
+            if (b->t_tok[b->n_t - 1] < hi) hi = b->t_tok[b->n_t - 1];
+        }
+        if (!ok || hi <= lo) continue;
+        double k = 0;
+        for (int i = 0; i < c; i++) {
+            const struct bench_result *b = &res[(size_t)i * (size_t)rounds + (size_t)r];
+            for (int t = 0; t < b->n_t; t++)
+                if (b->t_tok[t] > lo && b->t_tok[t] <= hi) k += chunk_tokens(b, t);
+        }
+        if (k < 2.0 * c) continue;
+        win += hi - lo;
+        n += k;
+    }
+    return win > 0 ? n / win : 0;
+}
+
+static double median(double *v, int n)
+{
+    if (n == 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int tp_bench_serve(int argc, char **argv)
+{
+    const char *url = "http://127.0.0.1:8080", *levels = "1,2,4,8", *api_key = NULL;
+    int prompt_tokens = 128, gen_tokens = 64, rounds = 2, json = 0, shared_prefix = 0, logprobs = 0;
+    const struct tp_opt opts[] = {
+        {"url", 0, TP_OPT_STRING, &url, "URL", "server base URL (default http://127.0.0.1:8080)", 0, 0},
+        {"concurrency", 0, TP_OPT_LIST, &levels, "N,N..", "concurrent clients per level (default 1,2,4,8)", 0, 0},
+        {"prompt-tokens", 0, TP_OPT_INT, &prompt_tokens, "N", "prompt length in tokens (default 128)", 1, 1 << 20},
+        {"gen-tokens", 0, TP_OPT_INT, &gen_tokens, "N", "tokens generated per request (default 64)", 1, 1 << 20},
+        {"shared-prefix", 0, TP_OPT_INT, &shared_prefix, "N",
+         "the first N prompt tokens are the same in every request (default 0; N < --prompt-tokens)", 0, 1 << 20},
+        {"rounds", 0, TP_OPT_INT, &rounds, "N", "requests per client per level (default 2)", 1, 1000},
+        {"api-key", 0, TP_OPT_STRING, &api_key, "KEY", "API key if the server wants one", 0, 0},
+        {"logprobs", 0, TP_OPT_FLAG, &logprobs, NULL,
+         "ask for logprobs so each chunk's token count is exact (the server then leaves its greedy fast path)", 0, 0},
+        {"json", 0, TP_OPT_FLAG, &json, NULL, "one JSON object per level instead of the table", 0, 0},
+        {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
+    };
+    int pr = tp_cli_parse("bench serve", "tpserve bench serve --url URL [options]", opts, argc, argv, NULL, 0, NULL,
+                          NULL, NULL);
+    if (pr == 1) return 0;
+    if (pr == 2) return 2;
+    if (shared_prefix >= prompt_tokens) {
+        fprintf(stderr, "tpserve bench serve: --shared-prefix %d: must be below --prompt-tokens %d\n", shared_prefix,
+                prompt_tokens);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    struct bench_target t;
+    memset(&t, 0, sizeof t);
+    t.api_key = api_key;
+    const char *h = strncmp(url, "http://", 7) == 0 ? url + 7 : url;
+    const char *colon = strchr(h, ':'), *slash = strchr(h, '/');
+    size_t hl = colon ? (size_t)(colon - h) : slash ? (size_t)(slash - h) : strlen(h);
+    if (hl == 0 || hl >= sizeof t.host) {
+        fprintf(stderr, "tpserve bench serve: --url %s: want http://HOST:PORT\n", url);
+        return 2;
+    }
+    memcpy(t.host, h, hl);
+    t.port = colon ? atoi(colon + 1) : 80;
+    int conc[64], n_levels = 0;
+    for (const char *p = levels; *p && n_levels < 64;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 1024) {
+            fprintf(stderr, "tpserve bench serve: --concurrency %s: want a list of integers 1..1024\n", levels);
+            return 2;
+        }
+        conc[n_levels++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            fprintf(stderr, "tpserve bench serve: --concurrency %s: want a list like 1,2,4,8\n", levels);
+            return 2;
+        }
+    }
+    /* a pool of real token ids from /tokenize */
+    char *resp = NULL;
+    const char *text = "{\"content\":\"Once upon a time there was a little girl who lived in a village near the forest. "
+                       "Whenever she went out, the little girl wore a red riding cloak, so everyone in the village "
+                       "called her Little Red Riding Hood.\"}";
+    if (request(&t, "/tokenize", text, 30, &resp, NULL) != 0) {
+        free(resp);
+        return tp_cli_fail("bench serve", "cannot reach %s (POST /tokenize failed); is `tpserve serve` running?", url);
+    }
+    char *jb = strstr(resp, "\r\n\r\n");
+    if (jb) {
+        int chunked = 0;
+        for (const char *hdr_line = strstr(resp, "\r\n"); hdr_line && hdr_line < jb; hdr_line = strstr(hdr_line + 2, "\r\n"))
+            if (strncasecmp(hdr_line + 2, "Transfer-Encoding: chunked", 26) == 0) chunked = 1;
+        if (chunked) dechunk(jb + 4);
+    }
+    cJSON *j = jb ? cJSON_Parse(jb + 4) : NULL;
+    int n_ids = cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens"));
+    int32_t *ids = calloc((size_t)(n_ids > 0 ? n_ids : 1), sizeof(int32_t));
+    for (int i = 0; i < n_ids; i++) ids[i] = (int32_t)cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tokens"), i)->valueint;
+    cJSON_Delete(j);
+    free(resp);
+    if (n_ids < 8) {
+        free(ids);
+        return tp_cli_fail("bench serve", "/tokenize returned %d tokens; cannot build prompts", n_ids);
+    }
+    if (!json)
+        printf("tpserve bench serve: %s, prompt %d tokens (shared prefix %d), %d generated per request, %d rounds per "
+               "client\n\n"
+               "%11s %12s %7s %14s %14s %16s %7s %13s %7s %11s %7s\n",
+               url, prompt_tokens, shared_prefix, gen_tokens, rounds, "concurrency", "agg tok/s", "x1", "TTFT med ms",
+               "TPOT med ms", "decode agg t/s", "x1", "steady t/s", "x1", "cached/req", "errors");
+    double base_agg = 0, base_dec = 0, base_steady = 0;
+    for (int li = 0; li < n_levels; li++) {
+        int c = conc[li];
+        struct gate gate;
+        pthread_mutex_init(&gate.mu, NULL);
+        pthread_cond_init(&gate.cv, NULL);
+        gate.n_waiting = gate.open = 0;
+        struct level_ctx *ctx = calloc((size_t)c, sizeof *ctx);
+        pthread_t *th = calloc((size_t)c, sizeof *th);
+        struct bench_result *res = calloc((size_t)c * (size_t)rounds, sizeof *res);
+        double *t_tok = calloc((size_t)c * (size_t)rounds * (size_t)(gen_tokens + 8), sizeof(double));
+        int *k_tok = calloc((size_t)c * (size_t)rounds * (size_t)(gen_tokens + 8), sizeof(int));
+        if (!ctx || !th || !res || !t_tok || !k_tok) {
+            free(ctx);
+            free(th);
+            free(res);
+            free(t_tok);
+            free(k_tok);
+            free(ids);
+            return tp_cli_fail("bench serve", "out of memory for %d clients", c);
+        }
+        for (int i = 0; i < c * rounds; i++) {
+            res[i].t_tok = t_tok + (size_t)i * (size_t)(gen_tokens + 8);
+            res[i].k_tok = k_tok + (size_t)i * (size_t)(gen_tokens + 8);
+            res[i].cap = gen_tokens + 8;
+        }
+        for (int i = 0; i < c; i++) {
+            ctx[i] = (struct level_ctx){.t = &t, .gate = &gate, .ids = ids, .n_ids = n_ids,
+                                        .prompt_tokens = prompt_tokens, .gen_tokens = gen_tokens, .rounds = rounds,
+                                        .shared_prefix = shared_prefix, .logprobs = logprobs,
+                                        .idx = i, .level = li, .res = res + (size_t)i * (size_t)rounds};
+            pthread_create(&th[i], NULL, client_main, &ctx[i]);
+        }
+        gate_open(&gate, c);
+        double t0 = tp_now_s(), t_end = t0;
+        for (int i = 0; i < c; i++) {
+            pthread_join(th[i], NULL);
+            if (ctx[i].t_end > t_end) t_end = ctx[i].t_end;
+        }
+        pthread_mutex_destroy(&gate.mu);
+        pthread_cond_destroy(&gate.cv);
+        int total = c * rounds, errors = 0, n_ok = 0, mismatch = 0;
+        long gen = 0, cached = 0;
+        double *ttft = calloc((size_t)total, sizeof(double)), *tpot = calloc((size_t)total, sizeof(double));
+        int nt = 0, np = 0;
+        for (int i = 0; i < total; i++) {
+            if (!res[i].ok || res[i].n_tokens != gen_tokens) {
+                errors++;
+                continue;
+            }
+            n_ok++;
+            mismatch += res[i].n_counted != res[i].n_tokens;
+            gen += res[i].n_tokens;
+            cached += res[i].n_cached;
+            if (res[i].ttft_s >= 0) ttft[nt++] = res[i].ttft_s * 1e3;
+            if (res[i].tpot_s >= 0) tpot[np++] = res[i].tpot_s * 1e3;
+        }
+        double agg = t_end > t0 ? (double)gen / (t_end - t0) : 0;
+        double steady = steady_rate(res, c, rounds);
+        double mt = median(ttft, nt), mp = median(tpot, np);
+        double dec = mp > 0 ? 1000.0 * c / mp : 0;
+        if (li == 0) {
+            base_agg = agg;
+            base_dec = dec;
+            base_steady = steady;
+        }
+        double x_agg = base_agg > 0 ? agg / base_agg : 0, x_dec = base_dec > 0 ? dec / base_dec : 0;
+        double x_steady = base_steady > 0 && steady > 0 ? steady / base_steady : 0;
+        double cached_req = n_ok > 0 ? (double)cached / n_ok : 0;
+        if (json)
+            printf("{\"concurrency\":%d,\"agg_tps\":%.2f,\"ttft_ms_median\":%.2f,\"tpot_ms_median\":%.3f,\"errors\":%d,"
+                   "\"decode_agg_tps\":%.2f,\"agg_ratio\":%.3f,\"decode_agg_ratio\":%.3f,"
+                   "\"requests\":%d,\"prompt_tokens\":%d,\"shared_prefix\":%d,\"cached_tokens_mean\":%.1f,"
+                   "\"gen_tokens\":%d,\"steady_agg_tps\":%.2f,\"steady_ratio\":%.3f,\"tokens_counted_from\":\"%s\","
+                   "\"requests_chunks_not_tokens\":%d}\n",
+                   c, agg, mt, mp, errors, dec, x_agg, x_dec, total, prompt_tokens, shared_prefix, cached_req,
+                   gen_tokens, steady, x_steady, logprobs ? "logprobs" : "usage", mismatch);
+        else
+            printf("%11d %12.2f %6.2fx %14.2f %14.3f %16.2f %6.2fx %13.2f %6.2fx %11.1f %7d%s\n", c, agg, x_agg, mt,
+                   mp, dec, x_dec, steady, x_steady, cached_req, errors,
+                   mismatch ? "  (chunks != tokens in some requests: weighted by usage; --logprobs for exact)" : "");
+        fflush(stdout);
+        free(ttft);
+        free(tpot);
+        free(t_tok);
+        free(k_tok);
+        free(res);
+        free(th);
+        free(ctx);
+    }
+    free(ids);
+    return 0;
+}

@@ -1,0 +1,348 @@
+/*
+ * cli/cmd_info.c - `tpserve info MODEL`: what a model file (or Hugging
+ * Face directory) holds and what it needs.  The GGUF reader (model/gguf.h)
+ * or the safetensors reader (model/safetensors.h) gives the file-level facts
+ * (version, tensors, types, sizes); the loader in vocab-only mode gives the
+ * hyper-parameters and tokenizer exactly as tpserve will use them (so its
+ * refusals, e.g. an unsupported architecture, show up here with the
+ * loader's own message); the sharding plan (parallel/) gives the memory per
+ * rank for 2, 4 and 8 equal ranks.
+ *
+ * Memory needed = weights + KV cache (f16 K and V, the commands' default, for every layer, the
+ * default context min(train ctx, 4096), one sequence slot).  Compute
+ * scratch (a few MB) is not counted.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/mlx_quant.h"
+#include "model/tensor_source.h"
+#include "parallel/parallel.h"
+
+static double mib(uint64_t b) { return (double)b / 1048576.0; }
+
+/* llama.cpp's llama_ftype names (general.file_type): what a quantizer called the file's mix. */
+static const char *ftype_name(int64_t f)
+{
+    static const char *const names[] = {[0] = "F32",     [1] = "F16",     [2] = "Q4_0",    [3] = "Q4_1",
+                                        [7] = "Q8_0",    [8] = "Q5_0",    [9] = "Q5_1",    [10] = "Q2_K",
+                                        [11] = "Q3_K_S", [12] = "Q3_K_M", [13] = "Q3_K_L", [14] = "Q4_K_S",
+                                        [15] = "Q4_K_M", [16] = "Q5_K_S", [17] = "Q5_K_M", [18] = "Q6_K",
+                                        [32] = "BF16"};
+    if (f >= 0 && f < (int64_t)TP_ARRAY_LEN(names) && names[f]) return names[f];
+    return "other";
+}
+
+static enum tp_wtype tensor_type(const struct tp_tsrc *src, const char *name, enum tp_wtype def)
+{
+    struct tp_tsrc_tensor t;
+    return tp_tsrc_find(src, name, &t) ? t.type : def;
+}
+
+/* Ends with suffix? */
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* File-level facts of a Hugging Face directory (config.json + safetensors).
+ * MLX quantized directories: packed U32 weights count as their unpacked
+ * parameters, scales / biases as none, and a line gives bits and groups. */
+static int hf_file_facts(const char *path, tp_st_t *st, const struct tp_mlx_quant *mq, uint64_t *weight_bytes)
+{
+    const int mlx_bits = mq ? mq->bits : 0;
+    uint64_t bytes[TP_ST_DTYPE_COUNT] = {0}, n_params = 0, file_bytes = 0;
+    int count[TP_ST_DTYPE_COUNT] = {0}, n_mlx[TP_WTYPE_COUNT] = {0}, sb_dtype = -1;
+    const struct tp_tsrc msrc = {.kind = TP_TSRC_HF, .st = st, .mlx_bits = mlx_bits};
+    *weight_bytes = 0;
+    for (int i = 0; i < tp_st_n_files(st); i++) file_bytes += tp_st_file_size(st, i);
+    printf("directory   %s (Hugging Face: config.json, %d safetensors file%s, %.1f MiB)\n", path, tp_st_n_files(st),
+           tp_st_n_files(st) == 1 ? "" : "s", mib(file_bytes));
+    for (int i = 0; i < tp_st_n_tensors(st); i++) {
+        const struct tp_st_tensor *t = tp_st_tensor(st, i);
+        count[t->dtype]++;
+        bytes[t->dtype] += t->n_bytes;
+        *weight_bytes += t->n_bytes;
+        if (t->dtype == TP_ST_U32) {
+            struct tp_tsrc_tensor d = {.type = TP_WTYPE_COUNT, .n_elems = t->n_elems};
+            tp_mlx_tsrc_describe(&msrc, t, &d);
+            if (d.type != TP_WTYPE_COUNT) n_mlx[d.type]++;
+            n_params += (uint64_t)d.n_elems;
+        } else if (mlx_bits && (ends_with(t->name, ".scales") || ends_with(t->name, ".biases"))) {
+            sb_dtype = (int)t->dtype; /* MLX group parameters, not model parameters */
+        } else {
+            n_params += (uint64_t)t->n_elems;
+        }
+    }
+    printf("tensors     %d:", tp_st_n_tensors(st));
+    for (int d = 0; d < TP_ST_DTYPE_COUNT; d++)
+        if (count[d]) printf(" %s x%d (%.1f MiB)", tp_st_dtype_name((enum tp_st_dtype)d), count[d], mib(bytes[d]));
+    printf("\n");
+    const char *fmt = tp_st_metadata(st, "format");
+    if (fmt) printf("format      %s (safetensors __metadata__)\n", fmt);
+    int any_mlx = 0;
+    for (int t = 0; t < TP_WTYPE_COUNT; t++) any_mlx += n_mlx[t];
+    if (any_mlx || mlx_bits) {
+        printf("quantized   MLX affine (config.json: %d bits, group size %d%s):", mlx_bits, mq ? mq->group : 0,
+               mq && mq->n_over ? ", with per-module entries" : "");
+        for (int t = 0; t < TP_WTYPE_COUNT; t++)
+            if (n_mlx[t])
+                printf(" %d-bit group-%d x%d", tp_wtype_mlx_bits((enum tp_wtype)t), tp_wtype_mlx_group((enum tp_wtype)t),
+                       n_mlx[t]);
+        printf("%s%s\n", sb_dtype >= 0 ? ", scales/biases " : "",
+               sb_dtype >= 0 ? tp_st_dtype_name((enum tp_st_dtype)sb_dtype) : "");
+    }
+    printf("weights     %.1f MiB, %.3f %s parameters\n", mib(*weight_bytes),
+           n_params >= 1000000000ull ? (double)n_params / 1e9 : (double)n_params / 1e6,
+           n_params >= 1000000000ull ? "B" : "M");
+    return 0;
+}
+
+/* Printable token text: control characters escaped, at most 24 bytes. */
+static void show_token(const tp_tokenizer_t *tok, int id, char *buf, size_t cap)
+{
+    if (id < 0) {
+        snprintf(buf, cap, "none");
+        return;
+    }
+    size_t len = 0;
+    const char *p = tp_tokenizer_piece(tok, id, &len);
+    size_t o = (size_t)snprintf(buf, cap, "%d '", id);
+    for (size_t i = 0; p && i < len && i < 24 && o + 6 < cap; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c < 0x20 || c == 0x7F) o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else buf[o++] = (char)c;
+    }
+    if (o + 2 < cap) {
+        buf[o++] = '\'';
+        buf[o] = 0;
+    }
+}
+
+int tp_cmd_info(int argc, char **argv)
+{
+    int n_ctx = 0;
+    const struct tp_opt opts[] = {
+        {"ctx-size", 'c', TP_OPT_INT, &n_ctx, "N", "context for the KV cache estimate (default min(train ctx, 4096))", 1,
+         1 << 24},
+        {0},
+    };
+    const char *pos[1] = {NULL};
+    int np = 0;
+    int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] MODEL.gguf|HF_DIR", opts, argc, argv, pos, 1, &np, NULL,
+                          NULL);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (np != 1) {
+        fprintf(stderr, "tpserve info: give one model file (tpserve info MODEL.gguf)\n");
+        return 2;
+    }
+    const char *path = pos[0];
+    tp_cli_setup_logging(NULL);
+    tp_log_set_level(TP_LOG_WARN);
+
+    struct tp_error err = {0};
+    tp_gguf_t *g = NULL;
+    tp_st_t *st = NULL;
+    tp_model_t *m = NULL;
+    int exit_code = 1;
+    struct tp_tsrc tsrc = {.kind = TP_TSRC_GGUF};
+    uint64_t type_bytes[TP_WTYPE_COUNT] = {0}, weight_bytes = 0, n_params = 0;
+    int64_t shard_rank = -1, shard_world = 0;
+    const char *name = NULL, *arch_s = "?";
+    if (tp_hf_is_dir(path)) {
+        if (tp_st_open(path, &st, &err) != TP_OK) return tp_cli_fail("info", "%s", err.msg);
+        tsrc.kind = TP_TSRC_HF;
+        tsrc.st = st;
+        struct tp_mlx_quant *mq = NULL;
+        if (tp_mlx_read_quant(path, &mq, &err) != TP_OK) {
+            tp_st_close(st);
+            return tp_cli_fail("info", "%s", err.msg);
+        }
+        tsrc.mlx_bits = mq ? mq->bits : 0;
+        hf_file_facts(path, st, mq, &weight_bytes);
+        tp_mlx_quant_free(mq);
+        goto loader;
+    }
+    if (tp_gguf_open(path, &g, &err) != TP_OK) return tp_cli_fail("info", "%s", err.msg);
+    tsrc.gguf = g;
+
+    /* ---- file level ---- */
+    (void)tp_gguf_get_str(g, "general.name", &name);
+    (void)tp_gguf_get_str(g, "general.architecture", &arch_s);
+    printf("file        %s (GGUF v%u, %.1f MiB, alignment %u, %d keys)\n", path, tp_gguf_version(g),
+           mib(tp_gguf_file_size(g)), tp_gguf_alignment(g), tp_gguf_n_kv(g));
+    if (name) printf("name        %s\n", name);
+    if (tp_gguf_get_int(g, "tpserve.shard.world_size", &shard_world) == TP_OK &&
+        tp_gguf_get_int(g, "tpserve.shard.rank", &shard_rank) == TP_OK) {
+        const char *src = NULL;
+        (void)tp_gguf_get_str(g, "tpserve.shard.source", &src);
+        printf("shard       rank %lld of %lld (cut from %s): tensors and sizes below are this rank's slices\n",
+               (long long)shard_rank, (long long)shard_world, src ? src : "?");
+    }
+
+    int type_count[TP_WTYPE_COUNT] = {0}, other = 0, n_mlx[TP_WTYPE_COUNT] = {0}, any_mlx = 0;
+    int64_t mlx_bits = 0, mlx_group = 0; /* a shard cut from an MLX directory (model/mlx_quant.h) */
+    (void)tp_gguf_get_int(g, TP_MLX_KEY_BITS, &mlx_bits);
+    (void)tp_gguf_get_int(g, TP_MLX_KEY_GROUP, &mlx_group);
+    const struct tp_tsrc msrc = {.kind = TP_TSRC_GGUF, .gguf = g, .mlx_bits = (int)mlx_bits};
+    const int n_t = tp_gguf_n_tensors(g);
+    for (int i = 0; i < n_t; i++) {
+        const struct tp_gguf_tensor *t = tp_gguf_tensor(g, i);
+        weight_bytes += t->n_bytes;
+        struct tp_tsrc_tensor d;
+        if (mlx_bits && t->type == TP_WTYPE_I32 && tp_tsrc_find(&msrc, t->name, &d) && tp_wtype_mlx_bits(d.type)) {
+            n_mlx[d.type]++; /* packed words: count the values they hold */
+            any_mlx++;
+            n_params += (uint64_t)d.n_elems;
+        } else if (!(mlx_bits && (ends_with(t->name, ".scales") || ends_with(t->name, ".biases")))) {
+            n_params += (uint64_t)t->n_elems; /* MLX group parameters are not model parameters */
+        }
+        if ((int)t->type >= 0 && (int)t->type < TP_WTYPE_COUNT) {
+            type_count[t->type]++;
+            type_bytes[t->type] += t->n_bytes;
+        } else {
+            other++;
+        }
+    }
+    printf("tensors     %d:", n_t);
+    for (int t = 0; t < TP_WTYPE_COUNT; t++)
+        if (type_count[t])
+            printf(" %s x%d (%.1f MiB)", tp_wtype_name((enum tp_wtype)t), type_count[t], mib(type_bytes[t]));
+    if (other) printf(" other x%d", other);
+    printf("\n");
+    if (any_mlx) {
+        printf("quantized   MLX affine (%s: %lld bits, group size %lld), packed words kept as i32:", TP_MLX_KEY_BITS,
+               (long long)mlx_bits, (long long)mlx_group);
+        for (int t = 0; t < TP_WTYPE_COUNT; t++)
+            if (n_mlx[t]) printf(" %s x%d", tp_wtype_name((enum tp_wtype)t), n_mlx[t]);
+        printf("\n");
+    }
+    int64_t ftype = -1;
+    if (tp_gguf_get_int(g, "general.file_type", &ftype) == TP_OK)
+        printf("file type   %s (general.file_type %lld)\n", ftype_name(ftype), (long long)ftype);
+    printf("weights     %.1f MiB, %.3f %s parameters (%.2f bits per parameter)\n", mib(weight_bytes),
+           n_params >= 1000000000ull ? (double)n_params / 1e9 : (double)n_params / 1e6, n_params >= 1000000000ull ? "B" : "M",
+           n_params ? 8.0 * (double)weight_bytes / (double)n_params : 0.0);
+
+    /* ---- as the loader sees it ---- */
+loader:;
+    struct tp_model_config mc = tp_model_default_config();
+    mc.path = path;
+    mc.vocab_only = 1;
+    mc.n_threads = 1;
+    if (tp_model_init(&mc, &m, &err) != TP_OK) {
+        printf("arch        %s\n", arch_s);
+        tp_cli_fail("info", "%s", err.msg);
+        goto out;
+    }
+    /* vocab-only loading reads no tensors: the facts that tensors carry
+     * (tied output head, Llama 3 rope_freqs) are taken from the file here */
+    struct tp_hparams hpv = *tp_model_hparams(m);
+    const struct tp_hparams *hp = &hpv;
+    struct tp_tsrc_tensor head;
+    if (!tp_tsrc_find(&tsrc, "output.weight", &head)) hpv.tied_embeddings = 1;
+    struct tp_tsrc_tensor probe_t;
+    if (tp_tsrc_find(&tsrc, "blk.0.attn_q.bias", &probe_t)) hpv.has_qkv_bias = 1;
+    if (tp_tsrc_find(&tsrc, "blk.0.attn_q_norm.weight", &probe_t)) hpv.has_qk_norm = 1;
+    const struct tp_gguf_tensor *rf = tp_gguf_find_tensor(g, "rope_freqs.weight");
+    if (rf && hpv.rope_scaling == TP_ROPE_SCALING_NONE && rf->type == TP_WTYPE_F32 && rf->n_elems > 0) {
+        hpv.rope_scaling = TP_ROPE_SCALING_LLAMA3;
+        hpv.rope_scale_factor = ((const float *)rf->data)[rf->n_elems - 1]; /* lowest frequency: the full factor */
+    }
+    printf("arch        %s\n", tp_arch_name(hp->arch));
+    printf("shape       n_embd %d, n_layer %d, n_head %d, n_head_kv %d (%d q per kv), head_dim %d, n_ff %d, n_vocab %d\n",
+           hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_head_kv ? hp->n_head / hp->n_head_kv : 0,
+           hp->head_dim, hp->n_ff, hp->n_vocab);
+    static const char *const scaling[] = {"none", "linear", "llama3"};
+    printf("rope        theta %g, %d dims, %s pairs, scaling %s", hp->rope_theta, hp->rope_dim,
+           hp->rope_neox ? "neox (halves)" : "interleaved", scaling[hp->rope_scaling % 3]);
+    if (hp->rope_scaling != TP_ROPE_SCALING_NONE) printf(" x%g", hp->rope_scale_factor);
+    printf("\n");
+    printf("context     %d trained\n", hp->n_ctx_train);
+    printf("layers      rms eps %g, tied embeddings %s, qkv bias %s, qk norm %s\n", hp->norm_eps,
+           hp->tied_embeddings ? "yes" : "no", hp->has_qkv_bias ? "yes" : "no", hp->has_qk_norm ? "yes" : "no");
+    tp_tokenizer_t *tok = tp_model_tokenizer(m);
+    char bos[64], eos[64];
+    show_token(tok, tp_tokenizer_bos(tok), bos, sizeof(bos));
+    show_token(tok, tp_tokenizer_eos(tok), eos, sizeof(eos));
+    const char *pre = NULL, *tmodel = NULL;
+    if (g) {
+        (void)tp_gguf_get_str(g, "tokenizer.ggml.model", &tmodel);
+        (void)tp_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
+    } else {
+        tmodel = "tokenizer.json";
+    }
+    printf("tokenizer   %s (%s%s%s), %d tokens, bos %s, eos %s, adds bos %s\n",
+           tp_tokenizer_kind(tok) == TP_TOK_SPM ? "sentencepiece" : "byte-level bpe", tmodel ? tmodel : "?",
+           pre ? ", pre " : "", pre ? pre : "", tp_tokenizer_n_vocab(tok), bos, eos,
+           tp_tokenizer_add_bos(tok) ? "yes" : "no");
+    const char *tmpl = tp_model_chat_template(m);
+    if (tmpl) printf("chat        template present (%zu bytes)\n", strlen(tmpl));
+    else printf("chat        no template\n");
+
+    /* ---- memory ---- */
+    const int ctx = n_ctx > 0 ? n_ctx : TP_MIN(hp->n_ctx_train, 4096);
+    /* fp16 K and V: the default of generate / serve / bench gen (--kv-type f32 doubles it) */
+    const uint64_t kv_per_head = 2ull * (uint64_t)hp->n_layer * (uint64_t)ctx * (uint64_t)hp->head_dim * 2u;
+    int kv_heads = hp->n_head_kv;
+    if (shard_world > 0) { /* a shard holds the KV heads of its plan range: 8 ints per rank, kv at [2], [3] */
+        int kp = tp_gguf_find_key(g, "tpserve.shard.plan");
+        int32_t ranges[8 * 64];
+        if (kp >= 0 && shard_world <= 64 && shard_rank >= 0 && shard_rank < shard_world &&
+            tp_gguf_arr_len(g, kp) == (uint64_t)shard_world * 8 &&
+            tp_gguf_arr_copy_i32(g, kp, ranges, (uint64_t)shard_world * 8) == TP_OK)
+            kv_heads = ranges[shard_rank * 8 + 3] - ranges[shard_rank * 8 + 2];
+    }
+    const uint64_t kv_bytes = kv_per_head * (uint64_t)kv_heads;
+    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (f16, ctx %d, 1 sequence, %d KV heads)\n",
+           mib(weight_bytes + kv_bytes), mib(weight_bytes), mib(kv_bytes), ctx, kv_heads);
+
+    struct tp_plan_types types;
+    const enum tp_wtype wt = tensor_type(&tsrc, "blk.0.attn_q.weight", TP_WTYPE_F32);
+    types.attn_q = wt;
+    types.attn_k = tensor_type(&tsrc, "blk.0.attn_k.weight", wt);
+    types.attn_v = tensor_type(&tsrc, "blk.0.attn_v.weight", wt);
+    types.attn_o = tensor_type(&tsrc, "blk.0.attn_output.weight", wt);
+    types.ffn_gate = tensor_type(&tsrc, "blk.0.ffn_gate.weight", wt);
+    types.ffn_up = tensor_type(&tsrc, "blk.0.ffn_up.weight", wt);
+    types.ffn_down = tensor_type(&tsrc, "blk.0.ffn_down.weight", wt);
+    types.token_embd = tensor_type(&tsrc, "token_embd.weight", wt);
+    types.output = tensor_type(&tsrc, "output.weight", types.token_embd);
+    if (shard_world > 0) { /* per-rank figures need the whole model */
+        printf("per rank    see 'tpserve info' of the model this shard was cut from\n");
+        exit_code = 0;
+        goto out;
+    }
+    static struct tp_shard_plan plan; /* large (64 ranks): keep it off the stack */
+    static const int world[] = {2, 4, 8};
+    for (size_t i = 0; i < TP_ARRAY_LEN(world); i++) {
+        struct tp_error perr = {0};
+        printf("%-11s ", i == 0 ? "per rank" : "");
+        if (tp_parallel_plan(hp, &types, world[i], NULL, &plan, &perr) != TP_OK) {
+            printf("%d ranks: not possible: %s\n", world[i], perr.msg);
+            continue;
+        }
+        uint64_t worst = 0, best = UINT64_MAX;
+        for (int r = 0; r < plan.world_size; r++) {
+            const struct tp_shard_rank_plan *rp = &plan.ranks[r];
+            uint64_t kv = kv_per_head * (uint64_t)(rp->shard.kv_head_end - rp->shard.kv_head_begin);
+            uint64_t need = rp->sharded_bytes + rp->replicated_bytes + kv;
+            if (need > worst) worst = need;
+            if (need < best) best = need;
+        }
+        printf("%d ranks: %.1f MiB each%s (%.1f MiB replicated weights%s)\n", world[i], mib(worst),
+               best != worst ? " at most" : "", mib(plan.replicated_bytes),
+               plan.kv_replicated ? ", KV heads replicated" : "");
+    }
+    exit_code = 0;
+out:
+    tp_model_free(m);
+    tp_gguf_close(g);
+    tp_st_close(st);
+    return exit_code;
+}

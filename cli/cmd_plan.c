@@ -1,0 +1,357 @@
+/*
+ * cli/cmd_plan.c - `tpserve plan`: will this model fit on these machines,
+ * with which shard weights, how much memory per node, and how fast will it
+ * decode?  The arithmetic is tp_capacity_plan() (parallel/capacity.c); this
+ * file gets the model shape (a GGUF file's metadata, or a named shape from
+ * configs/shapes.json), parses the node list and prints the answer as a
+ * table or JSON.  Exit status 0 when the plan fits, 1 when it does not (the
+ * reason and the shortfall are printed), 2 for a usage error.
+ */
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "model/synth.h"
+#include "parallel/parallel.h"
+#include "parallel/probe.h"
+
+static const char plan_usage[] =
+    "Usage: tpserve plan (-m MODEL.gguf | --shape NAME) --nodes \"mac1:192G,mac2:128G,mac3:64G\" [options]\n"
+    "\n"
+    "Whether a model fits on a set of machines, the shard weights to serve it with (uneven machines get\n"
+    "uneven shards, rounded to whole heads and quantization blocks exactly as `tpserve serve` splits),\n"
+    "memory per node, and projected decode tokens/s.  Exit status 1 when it does not fit.\n"
+    "\n"
+    "Nodes: [NAME:]MEMORY[:BANDWIDTH], comma separated.  MEMORY in K/M/G/T (binary: 192G = 192 GiB).\n"
+    "BANDWIDTH in GB/s or a machine class (m2-ultra, m4-max, m4-pro, ddr5-2ch, ...); default --mem-bw.\n"
+    "Links (--link): local, tb5 (Thunderbolt 5 bridge), tb4, 10gbe, 25gbe, 1gbe, roce100; or a measured all_sum\n"
+    "time (--comm-json from `tpserve bench comm --json`, or --allsum-us) on the hosts themselves.\n"
+    "Shapes (--shape): the names in configs/shapes.json (e.g. llama3-70b, qwen2.5-72b, tinyllama-1.1b).";
+
+/* Text of a whole file (malloc'd, NUL-terminated) or NULL. */
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n >= 0 && n < (64L << 20) && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
+        if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+            free(buf);
+            buf = NULL;
+        } else {
+            buf[n] = '\0';
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+/*
+ * From `tpserve bench comm --json` lines (one object per message size), the
+ * median all_sum time for this many ranks at the size of one decode all_sum
+ * (n_embd values in the wire dtype; q8 sends an all_gather and has no
+ * all_sum line to take): the line nearest that size; none within 2x of it
+ * is an error naming the command that measures it.
+ */
+static int comm_json_allsum(const char *path, const struct tp_cap_config *c, double *us)
+{
+    char *text = read_text(path);
+    if (!text) {
+        fprintf(stderr, "tpserve plan: cannot read --comm-json file '%s'\n", path);
+        return -1;
+    }
+    if (c->wire_dtype == TP_WIRE_Q8) {
+        free(text);
+        fprintf(stderr, "tpserve plan: --comm-json holds all_sum times; q8 activations travel by all_gather "
+                        "(use --allsum-us with a measured time instead)\n");
+        return -1;
+    }
+    const double want = (double)c->hp.n_embd * (c->wire_dtype == TP_WIRE_F32 ? 4.0 : 2.0);
+    double best = 0, best_bytes = 0;
+    int n_lines = 0;
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *brace = strchr(line, '{'); /* tolerate a "[rank 0] " prefix from tpserve launch */
+        cJSON *o = brace ? cJSON_Parse(brace) : NULL;
+        if (!o) continue;
+        const cJSON *op = cJSON_GetObjectItem(o, "op"), *rk = cJSON_GetObjectItem(o, "ranks");
+        const cJSON *by = cJSON_GetObjectItem(o, "bytes"), *lat = cJSON_GetObjectItem(o, "lat_us_median");
+        if (cJSON_IsString(op) && strcmp(op->valuestring, "all_sum") == 0 && cJSON_IsNumber(rk) &&
+            rk->valueint == c->n_nodes && cJSON_IsNumber(by) && cJSON_IsNumber(lat) && lat->valuedouble > 0) {
+            n_lines++;
+            if (!best_bytes || fabs(log(by->valuedouble / want)) < fabs(log(best_bytes / want))) {
+                best_bytes = by->valuedouble;
+                best = lat->valuedouble;
+            }
+        }
+        cJSON_Delete(o);
+    }
+    free(text);
+    if (!n_lines) {
+        fprintf(stderr,
+                "tpserve plan: --comm-json '%s' has no all_sum line for %d ranks (run `tpserve launch -n %d -- "
+                "tpserve bench comm --min-bytes %.0f --max-bytes %.0f --json` on the same hosts)\n",
+                path, c->n_nodes, c->n_nodes, want, want);
+        return -1;
+    }
+    if (best_bytes > 2 * want || best_bytes < want / 2) {
+        fprintf(stderr,
+                "tpserve plan: --comm-json '%s': the nearest all_sum size is %.0f bytes, the decode all_sum is %.0f "
+                "(measure --min-bytes %.0f --max-bytes %.0f)\n",
+                path, best_bytes, want, want, want);
+        return -1;
+    }
+    *us = best;
+    return 0;
+}
+
+static void hp_from_shape(const struct tp_shape *s, struct tp_hparams *hp)
+{
+    memset(hp, 0, sizeof *hp);
+    hp->arch = s->arch;
+    hp->n_vocab = s->n_vocab;
+    hp->n_embd = s->n_embd;
+    hp->n_layer = s->n_layer;
+    hp->n_head = s->n_head;
+    hp->n_head_kv = s->n_head_kv;
+    hp->head_dim = s->head_dim > 0 ? s->head_dim : s->n_embd / s->n_head;
+    hp->n_ff = s->n_ff;
+    hp->n_ctx_train = s->n_ctx;
+    hp->rope_dim = hp->head_dim;
+    hp->rope_theta = s->rope_theta;
+    hp->norm_eps = s->norm_eps;
+    hp->tied_embeddings = s->tied;
+    hp->has_qkv_bias = s->qkv_bias;
+    hp->has_qk_norm = s->qk_norm;
+}
+
+static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+static void print_json(const char *model, const struct tp_cap_config *c, const struct tp_cap_result *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", model);
+    cJSON_AddStringToObject(o, "type", tp_wtype_name(c->wtype));
+    cJSON_AddNumberToObject(o, "n_layer", c->hp.n_layer);
+    cJSON_AddNumberToObject(o, "n_embd", c->hp.n_embd);
+    cJSON_AddStringToObject(o, "link", c->link.name);
+    cJSON_AddNumberToObject(o, "n_ctx", c->n_ctx);
+    cJSON_AddNumberToObject(o, "n_seq", c->n_seq);
+    cJSON_AddBoolToObject(o, "fits", r->fits);
+    if (!r->fits) {
+        cJSON_AddStringToObject(o, "reason", r->reason);
+        cJSON_AddNumberToObject(o, "short_bytes", (double)r->short_bytes);
+    }
+    cJSON_AddNumberToObject(o, "need_bytes", (double)r->need_bytes);
+    cJSON_AddNumberToObject(o, "usable_bytes", (double)r->usable_bytes);
+    if (r->plan.world_size > 0) {
+        cJSON_AddStringToObject(o, "shard_weights", r->shard_weights);
+        cJSON_AddNumberToObject(o, "compute_ms", r->compute_ms);
+        cJSON_AddNumberToObject(o, "comm_ms", r->comm_ms);
+        cJSON_AddNumberToObject(o, "projected_tg_tps", r->tg_tps);
+        cJSON_AddNumberToObject(o, "wire_bytes_per_token", (double)r->wire_bytes_per_token);
+        cJSON_AddNumberToObject(o, "comm_rounds_per_token", r->comm_rounds_per_token);
+        cJSON_AddStringToObject(o, "comm_dtype", tp_wire_dtype_name(c->wire_dtype));
+        if (c->allsum_us > 0) cJSON_AddNumberToObject(o, "allsum_us_measured", c->allsum_us);
+    }
+    cJSON *arr = cJSON_AddArrayToObject(o, "nodes");
+    for (int i = 0; i < c->n_nodes; i++) {
+        const struct tp_cap_node_result *n = &r->nodes[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", c->nodes[i].name);
+        cJSON_AddNumberToObject(e, "mem_bytes", (double)c->nodes[i].mem_bytes);
+        cJSON_AddNumberToObject(e, "mem_bw_gbs", c->nodes[i].mem_bw_gbs);
+        cJSON_AddNumberToObject(e, "usable_bytes", (double)n->usable_bytes);
+        if (r->plan.world_size > 0) {
+            cJSON_AddNumberToObject(e, "share", n->share);
+            cJSON_AddNumberToObject(e, "q_heads", n->n_q_heads);
+            cJSON_AddNumberToObject(e, "kv_heads", n->n_kv_heads);
+            cJSON_AddNumberToObject(e, "ffn_cols", n->n_ff);
+            cJSON_AddNumberToObject(e, "weight_bytes", (double)n->weight_bytes);
+            cJSON_AddNumberToObject(e, "kv_bytes", (double)n->kv_bytes);
+            cJSON_AddNumberToObject(e, "overhead_bytes", (double)n->overhead_bytes);
+            cJSON_AddNumberToObject(e, "need_bytes", (double)n->need_bytes);
+            cJSON_AddNumberToObject(e, "compute_ms", n->compute_ms);
+            cJSON_AddNumberToObject(e, "wire_bytes_per_token", (double)n->wire_bytes_per_token);
+        }
+        cJSON_AddItemToArray(arr, e);
+    }
+    char *s = cJSON_Print(o);
+    if (s) printf("%s\n", s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+static void print_table(const char *model, const struct tp_cap_config *c, const struct tp_cap_result *r)
+{
+    printf("Plan: %s (%s) on %d node%s over %s (%.0f Gbit/s, %.0f us), context %d x %d sequence%s, %s KV cache\n",
+           model, tp_wtype_name(c->wtype), c->n_nodes, c->n_nodes == 1 ? "" : "s", c->link.name, c->link.gbit,
+           c->link.latency_us, c->n_ctx, c->n_seq, c->n_seq == 1 ? "" : "s", c->kv_elem_bytes == 2 ? "f16" : "f32");
+    printf("Needs %.1f GiB in all; the nodes have %.1f GiB usable (memory minus max(%.1f%%, %.1f GiB) for the OS)\n\n",
+           gib(r->need_bytes), gib(r->usable_bytes), c->reserve_frac * 100, gib(c->reserve_min_bytes));
+    int planned = r->plan.world_size > 0;
+    printf("%-12s %8s %8s %6s %7s %7s %8s %8s %7s %8s %8s %9s\n", "node", "mem GiB", "usable", "share", "q/kv",
+           "ffn", "weights", "kv", "runtime", "total", "free", "ms/token");
+    for (int i = 0; i < c->n_nodes; i++) {
+        const struct tp_cap_node_result *n = &r->nodes[i];
+        printf("%-12s %8.1f %8.1f", c->nodes[i].name, gib(c->nodes[i].mem_bytes), gib(n->usable_bytes));
+        if (planned) {
+            char heads[24];
+            snprintf(heads, sizeof heads, "%d/%d", n->n_q_heads, n->n_kv_heads);
+            double free_gib = gib(n->usable_bytes) - gib(n->need_bytes);
+            printf(" %6.3f %7s %7d %8.1f %8.2f %7.2f %8.1f %8.1f %9.1f", n->share, heads, n->n_ff,
+                   gib(n->weight_bytes), gib(n->kv_bytes), gib(n->overhead_bytes), gib(n->need_bytes), free_gib,
+                   n->compute_ms);
+        }
+        printf("\n");
+    }
+    printf("\n");
+    if (planned) {
+        printf("Projected decode, one sequence: %.1f tokens/s = %.1f ms compute (slowest node) + %.1f ms "
+               "communication per token\n",
+               r->tg_tps, r->compute_ms, r->comm_ms);
+        if (c->n_nodes > 1) {
+            printf("  communication: step header + 2 x %d all_sums of %d %s values + argmax gather, %d network "
+                   "rounds and %.0f bytes sent by rank 0 per token",
+                   c->hp.n_layer, c->hp.n_embd, tp_wire_dtype_name(c->wire_dtype), r->comm_rounds_per_token,
+                   (double)r->wire_bytes_per_token);
+            if (c->allsum_us > 0) printf(" (all_sum measured: %.1f us)", c->allsum_us);
+            printf("\n");
+        }
+        printf("  model: bytes read per token / (bandwidth x %.2f) + the collectives comm/ runs (latency rounds "
+               "and bytes on the link); measure with `tpserve bench gen` under `tpserve launch`\n",
+               c->bw_efficiency);
+    }
+    if (r->fits) {
+        printf("Fits. Serve it with: --shard-weights %s  (rank i on node i, in this order)\n", r->shard_weights);
+    } else {
+        printf("Refused: %s\n", r->reason);
+    }
+}
+
+int tp_cmd_plan(int argc, char **argv)
+{
+    const char *model = NULL, *shape_name = NULL, *nodes = NULL, *type = NULL, *link = "local", *kv = "f16";
+    const char *shapes_file = NULL;
+    int n_ctx = 0, n_seq = 1, json = 0;
+    float mem_bw = 100.0f, reserve = 0.125f, eff = 0.7f, allsum_us = 0.0f;
+    const char *comm_dtype = "f32", *comm_json = NULL;
+    const struct tp_opt opts[] = {
+        {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (its metadata gives the shape and type)", 0, 0},
+        {"shape", 0, TP_OPT_STRING, &shape_name, "NAME", "a named shape from configs/shapes.json instead", 0, 0},
+        {"shapes", 0, TP_OPT_STRING, &shapes_file, "FILE", "shapes JSON to look NAME up in (default: built in)", 0,
+         0},
+        {"type", 't', TP_OPT_STRING, &type, "TYPE", "weight type: q4_0, q8_0, q4_k, f16, ... (default q4_0)", 0, 0},
+        {"nodes", 0, TP_OPT_LIST, &nodes, "LIST", "machines: [NAME:]MEM[:BW],... (required)", 0, 0},
+        {"link", 0, TP_OPT_STRING, &link, "PROFILE", "interconnect profile (default local)", 0, 0},
+        {"ctx", 'c', TP_OPT_INT, &n_ctx, "N", "context per sequence (default min(trained, 4096))", 1, 1 << 24},
+        {"ctx-size", 0, TP_OPT_INT, &n_ctx, "N", "same as --ctx (the name `tpserve serve` uses)", 1, 1 << 24},
+        {"seq", 0, TP_OPT_INT, &n_seq, "N", "sequences held at once (default 1)", 1, 4096},
+        {"kv-type", 0, TP_OPT_STRING, &kv, "T", "KV cache type: f16 (default) or f32", 0, 0},
+        {"mem-bw", 0, TP_OPT_FLOAT, &mem_bw, "GB/s", "bandwidth of nodes given without one (default 100)", 1,
+         100000},
+        {"reserve", 0, TP_OPT_FLOAT, &reserve, "FRAC", "memory left to the OS (default 0.125, at least 2 GiB)", 0,
+         0.9},
+        {"efficiency", 0, TP_OPT_FLOAT, &eff, "FRAC", "fraction of peak bandwidth decode attains (default 0.7)",
+         0.01, 1},
+        {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "activations on the wire: f32 (default), f16, bf16, q8",
+         0, 0},
+        {"allsum-us", 0, TP_OPT_FLOAT, &allsum_us, "US",
+         "measured time of one decode all_sum on these hosts (replaces the link model)", 0.001f, 1e9f},
+        {"comm-json", 0, TP_OPT_STRING, &comm_json, "FILE",
+         "`tpserve bench comm --json` output from these hosts: its all_sum time at the decode size and rank count "
+         "replaces the link model",
+         0, 0},
+        {"json", 0, TP_OPT_FLAG, &json, NULL, "print JSON instead of a table", 0, 0},
+        {0},
+    };
+    int rc = tp_cli_parse("plan", plan_usage, opts, argc, argv, NULL, 0, NULL, NULL, NULL);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (!model == !shape_name) {
+        fprintf(stderr, "tpserve plan: give exactly one of -m MODEL.gguf or --shape NAME (see 'tpserve plan --help')\n");
+        return 2;
+    }
+    if (!nodes) {
+        fprintf(stderr, "tpserve plan: --nodes is required, e.g. --nodes \"mac1:192G,mac2:128G\"\n");
+        return 2;
+    }
+
+    static struct tp_cap_config cfg;
+    static struct tp_cap_result res;
+    cfg = tp_capacity_default_config();
+    struct tp_error err = {0};
+    cfg.n_seq = n_seq;
+    cfg.reserve_frac = reserve;
+    cfg.bw_efficiency = eff;
+    if (strcmp(kv, "f16") == 0) cfg.kv_elem_bytes = 2;
+    else if (strcmp(kv, "f32") == 0) cfg.kv_elem_bytes = 4;
+    else {
+        fprintf(stderr, "tpserve plan: --kv-type must be f16 or f32, got '%s'\n", kv);
+        return 2;
+    }
+    if (tp_capacity_link_profile(link, &cfg.link, &err) != TP_OK) {
+        fprintf(stderr, "tpserve plan: --link: %s\n", err.msg);
+        return 2;
+    }
+    if (tp_capacity_parse_nodes(nodes, mem_bw, cfg.nodes, TP_CAP_MAX_NODES, &cfg.n_nodes, &err) != TP_OK) {
+        fprintf(stderr, "tpserve plan: --nodes: %s\n", err.msg);
+        return 2;
+    }
+    if (tp_wire_dtype_parse(comm_dtype, &cfg.wire_dtype) != TP_OK) {
+        fprintf(stderr, "tpserve plan: --comm-dtype must be f32, f16, bf16 or q8, got '%s'\n", comm_dtype);
+        return 2;
+    }
+    if (allsum_us > 0 && comm_json) {
+        fprintf(stderr, "tpserve plan: give --allsum-us or --comm-json, not both\n");
+        return 2;
+    }
+    cfg.allsum_us = allsum_us;
+    if (type && tp_wtype_parse(type, &cfg.wtype) != TP_OK) {
+        fprintf(stderr, "tpserve plan: unknown --type '%s' (e.g. q4_0, q8_0, q4_k, q6_k, f16, bf16, f32)\n", type);
+        return 2;
+    }
+
+    char label[128];
+    if (shape_name) {
+        char *text = NULL;
+        if (shapes_file && !(text = read_text(shapes_file)))
+            return tp_cli_fail("plan", "cannot read --shapes file '%s'", shapes_file);
+        struct tp_shape shape;
+        enum tp_status st = tp_shape_find(text, shape_name, &shape, &err);
+        free(text);
+        if (st != TP_OK) {
+            fprintf(stderr, "tpserve plan: --shape: %s\n", err.msg);
+            return 2;
+        }
+        hp_from_shape(&shape, &cfg.hp);
+        snprintf(label, sizeof label, "%s", shape.name);
+    } else {
+        struct tp_model_config mc = tp_model_default_config();
+        mc.path = model;
+        mc.vocab_only = 1;
+        tp_model_t *m = NULL;
+        if (tp_model_init(&mc, &m, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
+        cfg.hp = *tp_model_hparams(m);
+        if (!type) { /* a vocab-only load does not read the tensors: the probe names their types */
+            struct tp_model_probe pr;
+            if (tp_model_probe(model, &pr, &err) != TP_OK) {
+                tp_model_free(m);
+                return tp_cli_fail("plan", "%s", err.msg);
+            }
+            cfg.wtype = pr.types.ffn_gate;
+        }
+        snprintf(label, sizeof label, "%s", tp_model_name(m));
+        tp_model_free(m);
+    }
+
+    if (comm_json && cfg.n_nodes > 1 && comm_json_allsum(comm_json, &cfg, &cfg.allsum_us) != 0) return 2;
+    cfg.n_ctx = n_ctx > 0 ? n_ctx : cfg.hp.n_ctx_train > 0 && cfg.hp.n_ctx_train < 4096 ? cfg.hp.n_ctx_train : 4096;
+    if (tp_capacity_plan(&cfg, &res, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
+    if (json) print_json(label, &cfg, &res);
+    else print_table(label, &cfg, &res);
+    return res.fits ? 0 : 1;
+}

@@ -1,0 +1,268 @@
+/*
+ * cli/cmd_serve.c - `tpserve serve`: load a model (this rank's slice) and
+ * serve the OpenAI-compatible API on rank 0.
+ *
+ * Single machine: `tpserve serve -m MODEL`.  Under `tpserve launch -n N` or
+ * mpirun the group comes from the environment (TP_RANK / TP_WORLD_SIZE /
+ * TP_COORDINATOR ..., or OpenMPI's variables with TP_BACKEND=mpi): rank 0
+ * serves HTTP and drives the engine, the other ranks run
+ * tp_parallel_worker_loop() until rank 0 shuts down or fails.
+ * HTTP comes up before the model loads, so /health answers 503 "loading".
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "parallel/parallel.h"
+#include "server/server.h"
+
+static tp_server_t *g_server; /* for the signal handler only */
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (g_server) tp_server_stop(g_server);
+}
+
+/* Workers: SIGTERM/SIGINT (forwarded by launch / mpirun to every rank) give
+ * rank 0 up to 10 s to shut the group down cleanly; then SIGALRM ends us. */
+static void on_worker_signal(int sig)
+{
+    (void)sig;
+    alarm(10);
+}
+
+static void json_log_hook(enum tp_log_level level, const char *module, const char *msg, void *user)
+{
+    (void)user;
+    char line[2048];
+    if (msg[0] == '{') {
+        /* already a JSON object (per-request lines): add level and module */
+        snprintf(line, sizeof line, "{\"level\":\"%s\",\"module\":\"%s\",%s\n", tp_log_level_str(level), module,
+                 msg + 1);
+    } else {
+        char esc[1500];
+        size_t k = 0;
+        for (const char *p = msg; *p && k + 7 < sizeof esc; p++) {
+            unsigned char ch = (unsigned char)*p;
+            if (ch == '"' || ch == '\\') {
+                esc[k++] = '\\';
+                esc[k++] = (char)ch;
+            } else if (ch < 0x20) {
+                k += (size_t)snprintf(esc + k, sizeof esc - k, "\\u%04x", ch);
+            } else {
+                esc[k++] = (char)ch;
+            }
+        }
+        esc[k] = '\0';
+        snprintf(line, sizeof line, "{\"level\":\"%s\",\"module\":\"%s\",\"msg\":\"%s\"}\n", tp_log_level_str(level),
+                 module, esc);
+    }
+    fputs(line, stderr);
+}
+
+static char *read_key_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
+    if (n == 0) return NULL;
+    char *k = malloc(n + 1);
+    if (k) memcpy(k, buf, n + 1);
+    return k;
+}
+
+int tp_cmd_serve(int argc, char **argv)
+{
+    const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL, *tmpl = NULL;
+    const char *log_format = "text", *alias = NULL, *shard_weights = NULL, *comm_dtype = "f32", *kv_type = "f16";
+    int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64, share_min = 32;
+    uint64_t max_body = 1u << 20, mem_budget = (uint64_t)256 << 20;
+    int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30, recover_wait = 60, rejoin = 0;
+    const struct tp_opt opts[] = {
+        {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
+        {"host", 0, TP_OPT_STRING, &host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
+        {"port", 0, TP_OPT_INT, &port, "N", "TCP port (default 8080; 0: any free port)", 0, 65535},
+        {"parallel", 0, TP_OPT_INT, &parallel, "N", "sequences generated together (default 8)", 1, 256},
+        {"ctx-size", 'c', TP_OPT_INT, &ctx, "N", "context tokens per sequence (default min(train, 4096))", 0, 1 << 20},
+        {"batch-size", 'b', TP_OPT_INT, &batch, "N", "max tokens per engine step / prefill chunk (default 256)", 1,
+         1 << 16},
+        {"prefill-chunk", 0, TP_OPT_INT, &chunk, "N",
+         "prompt tokens per step while other sequences generate (default 64; 0: --batch-size)", 0, 1 << 16},
+        {"prefix-share-min", 0, TP_OPT_INT, &share_min, "N",
+         "copy a prompt prefix held in another slot's KV cache when it saves at least N more tokens than the "
+         "slot's own cache (default 32; 0: off)",
+         0, 1 << 20},
+        {"api-key", 0, TP_OPT_STRING, &api_key, "KEY", "require 'Authorization: Bearer KEY'", 0, 0},
+        {"api-key-file", 0, TP_OPT_STRING, &api_key_file, "FILE", "read the API key from FILE", 0, 0},
+        {"max-body", 0, TP_OPT_U64, &max_body, "BYTES", "largest request body (default 1048576)", 0, 0},
+        {"mem-budget", 0, TP_OPT_U64, &mem_budget, "BYTES",
+         "memory for request bodies in flight, each charged 10x its body + 256 KiB; over it 503 (default 268435456)",
+         0, 0},
+        {"max-connections", 0, TP_OPT_INT, &max_conn, "N", "open HTTP connections (default 256)", 4, 100000},
+        {"max-conn-per-ip", 0, TP_OPT_INT, &max_conn_ip, "N", "open HTTP connections per client address (default 32)",
+         1, 100000},
+        {"header-timeout", 0, TP_OPT_INT, &header_timeout, "S",
+         "seconds for a client to send a complete header block (default 10)", 1, 3600},
+        {"body-timeout", 0, TP_OPT_INT, &body_timeout, "S",
+         "seconds for a client to send a request body after its headers (default 30)", 1, 3600},
+        {"recover-wait", 0, TP_OPT_INT, &recover_wait, "S",
+         "rank 0: after a worker is lost, queued requests wait this long for the group to re-form, then 503 "
+         "(default 60; see docs/recovery.md)",
+         1, 86400},
+        {"rejoin", 0, TP_OPT_FLAG, &rejoin, NULL,
+         "workers: when the group fails, rejoin rank 0's next group epoch instead of exiting (set by "
+         "'tpserve launch --restart'; also TP_REJOIN=1)",
+         0, 0},
+        {"max-queue", 0, TP_OPT_INT, &max_queue, "N", "waiting requests before 429 (default 64)", 1, 1 << 20},
+        {"threads", 't', TP_OPT_INT, &threads, "N", "compute threads (default: all cores)", 0, 4096},
+        {"chat-template", 0, TP_OPT_STRING, &tmpl, "NAME",
+         "llama2|llama3|chatml|qwen3|mistral|zephyr|plain (default: from the model)", 0, 0},
+        {"alias", 0, TP_OPT_STRING, &alias, "NAME", "model id reported by /v1/models", 0, 0},
+        {"log-format", 0, TP_OPT_STRING, &log_format, "FMT", "text|json (per-request log lines)", 0, 0},
+        {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 activations on the wire",
+         0, 0},
+        {"kv-type", 0, TP_OPT_STRING, &kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
+        {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..",
+         "under launch/mpirun: share per rank, e.g. from 'tpserve plan' (default equal)", 0, 0},
+        {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
+    };
+    int pr = tp_cli_parse("serve", "tpserve serve -m MODEL [options]", opts, argc, argv, NULL, 0, NULL, NULL, NULL);
+    if (pr == 1) return 0;
+    if (pr == 2) return 2;
+    if (!model) {
+        fprintf(stderr, "tpserve serve: -m MODEL is required (e.g. -m models/stories260K.gguf)\n");
+        return 2;
+    }
+    if (strcmp(log_format, "text") != 0 && strcmp(log_format, "json") != 0) {
+        fprintf(stderr, "tpserve serve: --log-format %s: want text or json\n", log_format);
+        return 2;
+    }
+    if (api_key && api_key_file) {
+        fprintf(stderr, "tpserve serve: give --api-key or --api-key-file, not both\n");
+        return 2;
+    }
+    if (max_body < 64 || max_body > (1ull << 32)) {
+        fprintf(stderr, "tpserve serve: --max-body %llu: must be between 64 and 4294967296\n",
+                (unsigned long long)max_body);
+        return 2;
+    }
+    char *key_buf = NULL;
+    if (api_key_file) {
+        key_buf = read_key_file(api_key_file);
+        if (!key_buf) return tp_cli_fail("serve", "--api-key-file %s: cannot read a key from it", api_key_file);
+        api_key = key_buf;
+    }
+
+    struct tp_error err = {0};
+    struct tp_parallel_config pc = tp_parallel_default_config();
+    pc.model.path = model;
+    pc.model.n_threads = threads;
+    pc.model.n_ctx = ctx;
+    pc.model.n_seq = parallel;
+    pc.model.n_batch = TP_MAX(batch, parallel);
+    pc.shard_weights = shard_weights;
+    const char *prefix = NULL;
+    int rank_hint = 0;
+    int grc = tp_cli_group_config("serve", comm_dtype, kv_type, &pc, &rank_hint, &prefix);
+    if (grc) {
+        free(key_buf);
+        return grc == 1 ? 2 : 1; /* bad --comm-dtype: usage error; bad environment: 1 */
+    }
+    tp_cli_setup_logging(prefix);
+    if (strcmp(log_format, "json") == 0) tp_log_set_hook(json_log_hook, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    tp_server_t *srv = NULL;
+    if (rank_hint == 0) {
+        struct tp_server_config sc = tp_server_default_config();
+        sc.host = host;
+        sc.port = port;
+        sc.n_parallel = parallel;
+        sc.max_queue = max_queue;
+        sc.max_body_bytes = (size_t)max_body;
+        sc.mem_budget_bytes = (size_t)mem_budget;
+        sc.max_connections = max_conn;
+        sc.max_conn_per_ip = max_conn_ip;
+        sc.header_timeout_s = (unsigned)header_timeout;
+        sc.body_timeout_s = (unsigned)body_timeout;
+        sc.api_key = api_key;
+        sc.chat_template = tmpl;
+        sc.model_id = alias;
+        sc.log_json = strcmp(log_format, "json") == 0;
+        sc.n_batch = pc.model.n_batch;
+        sc.prefill_chunk = chunk;
+        sc.prefix_share_min = share_min;
+        sc.recover_wait_s = (unsigned)recover_wait;
+        if (tp_server_init(&sc, &srv, &err) != TP_OK) {
+            free(key_buf);
+            return tp_cli_fail("serve", "%s", err.msg);
+        }
+        g_server = srv;
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        tp_log(TP_LOG_INFO, "server", "listening on http://%s:%d (loading %s)", host, tp_server_port(srv), model);
+    }
+
+    static struct tp_cli_progress load_progress;
+    tp_cli_progress_init(&load_progress, prefix);
+    pc.model.progress = tp_cli_load_progress;
+    pc.model.progress_ctx = &load_progress;
+    tp_parallel_t *p = NULL;
+    if (tp_parallel_init(&pc, &p, &err) != TP_OK) {
+        tp_server_free(srv);
+        free(key_buf);
+        return tp_cli_fail("serve", "%s", err.msg);
+    }
+    int code = 0;
+    if (tp_parallel_rank(p) != 0) {
+        signal(SIGINT, on_worker_signal);
+        signal(SIGTERM, on_worker_signal);
+        const char *rj = getenv("TP_REJOIN");
+        if (rj && strcmp(rj, "1") == 0) rejoin = 1;
+        enum tp_status st;
+        while ((st = tp_parallel_worker_loop(p)) != TP_OK && rejoin) {
+            /* rank 0 re-forms the group in a new epoch; join it, keeping our slice */
+            uint32_t window_ms = pc.comm.connect_timeout_ms ? pc.comm.connect_timeout_ms : 60000;
+            uint64_t give_up = tp_now_ns() + (uint64_t)window_ms * 1000000ull;
+            tp_log(TP_LOG_WARN, "serve", "the group failed (%s); rejoining rank 0 (for up to %u s)",
+                   tp_parallel_last_error(p), window_ms / 1000);
+            while ((st = tp_parallel_rejoin(p, TP_MIN(window_ms, 5000u))) != TP_OK && st != TP_ERR_UNSUPPORTED &&
+                   tp_now_ns() < give_up)
+                tp_sleep_ms(100);
+            if (st != TP_OK) break;
+            tp_log(TP_LOG_INFO, "serve", "rejoined the group (epoch %u)", tp_parallel_epoch(p));
+        }
+        if (st != TP_OK) code = tp_cli_fail("serve", "worker stopped: %s", tp_parallel_last_error(p));
+        tp_parallel_free(p);
+        tp_server_free(srv);
+        free(key_buf);
+        return code;
+    }
+    if (!srv) { /* rank 0 by MPI but the hint said otherwise: cannot happen with sane env */
+        tp_parallel_free(p);
+        free(key_buf);
+        return tp_cli_fail("serve", "rank mismatch between the environment and the group");
+    }
+    if (tp_server_start(srv, p, &err) != TP_OK) {
+        code = tp_cli_fail("serve", "%s", err.msg);
+    } else {
+        printf("tpserve: serving on http://%s:%d/v1\n", host, tp_server_port(srv));
+        fflush(stdout);
+        tp_server_run(srv);
+        tp_log(TP_LOG_INFO, "server", "shutting down");
+    }
+    g_server = NULL;
+    tp_server_free(srv);
+    tp_parallel_free(p);
+    free(key_buf);
+    return code;
+}

@@ -1,0 +1,244 @@
+/*
+ * comm/include/comm/comm.h - collective communication for tensor parallelism.
+ *
+ * A group (tp_comm_t) of `size` ranks, each with an index `rank`, runs
+ * collectives on one of three backends chosen at start:
+ *   ring  TCP sockets (Ethernet, Thunderbolt bridge, loopback); the default
+ *   rdma  libibverbs reliable-connected queue pairs, loaded at run time
+ *   mpi   OpenMPI (mpirun, Slurm, Kubernetes MPIJob)
+ * This module knows nothing of models: it moves and reduces typed buffers.
+ *
+ * Buffer contracts (counts are ELEMENTS of `dtype`, never bytes):
+ *   all_sum/all_max/all_min(send, recv, count): recv[i] = op over ranks of send[i];
+ *       send == recv is allowed (in place).
+ *   all_gather(send, recv, count): recv holds size*count elements; rank r's
+ *       send lands at recv + r*count.  In place when send == recv + rank*count.
+ *   sum_scatter(send, recv, count): send holds size*count elements; recv (count
+ *       elements) gets the sum over ranks of send[rank*count .. +count).
+ *   broadcast(buf, count, root): root's buf is copied to every rank's buf.
+ *   scatter(send, recv, count, root): root's send holds size*count; rank r gets
+ *       send[r*count..] in recv.  send ignored on non-roots.
+ *   gather(send, recv, count, root): root's recv gets size*count; recv ignored on
+ *       non-roots.
+ *   send/recv(buf, count, peer): point to point, matched in order per pair.
+ * Half types (f16, bf16) are reduced in f32 and rounded once per step.
+ *
+ * Errors: every call returns enum tp_status; tp_comm_last_error() has the
+ * text.  After any failure the group is poisoned: every later call on it
+ * returns TP_ERR_POISONED at once, and peers of a failed rank fail within
+ * the op timeout (a dead peer fails loudly on every rank; nothing hangs).
+ *
+ * Threads: a group is used by one thread at a time (the engine thread).
+ * tp_comm_abort() may be called from any thread (e.g. a signal watcher),
+ * tp_comm_silent_rank() from any thread while the group exists.
+ *
+ * Security (ring, rdma): ranks authenticate each other while the group forms
+ * with a challenge-response keyed by the cluster token (HMAC-SHA-256 over
+ * fresh nonces from both sides, both ranks, the world size, the protocol
+ * version and the group id); listeners bind only the address their rank was
+ * given; a group that listens on a non-loopback address refuses to start
+ * without a token.  After that the data path is plain TCP: not encrypted,
+ * not authenticated per frame (see docs/security.md).
+ */
+#ifndef TP_COMM_H
+#define TP_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tp_comm tp_comm_t;
+
+enum tp_comm_backend {
+    TP_COMM_BACKEND_RING = 0,
+    TP_COMM_BACKEND_RDMA,
+    TP_COMM_BACKEND_MPI,
+    TP_COMM_BACKEND_COUNT
+};
+
+enum tp_dtype {
+    TP_DTYPE_F32 = 0,
+    TP_DTYPE_F16,
+    TP_DTYPE_BF16,
+    TP_DTYPE_I32,
+    TP_DTYPE_I64,
+    TP_DTYPE_U8,
+    TP_DTYPE_COUNT
+};
+
+/* Bytes per element; 0 for an invalid dtype. */
+size_t tp_dtype_size(enum tp_dtype dt);
+const char *tp_dtype_name(enum tp_dtype dt);
+const char *tp_comm_backend_name(enum tp_comm_backend b);
+/* "ring" | "rdma" | "mpi" -> backend; TP_ERR_INVALID_ARG otherwise. */
+enum tp_status tp_comm_backend_parse(const char *s, enum tp_comm_backend *out);
+
+struct tp_comm_config {
+    enum tp_comm_backend backend;
+    int rank;                    /* -1: take from environment / MPI */
+    int world_size;              /* -1: take from environment / MPI */
+    const char *hostfile;        /* JSON hostfile path (ring, rdma); may be NULL */
+    const char *coordinator;     /* "host:port": rank 0 listens, others register */
+    const char *cluster_token;   /* shared secret keying the handshake MACs; NULL or "": an empty key,
+                                    allowed only when every rank listens on a loopback address */
+    const char *group_id;        /* optional: what this group runs (e.g. a model/plan hash); ranks
+                                    with different ids refuse each other.  NULL = "" */
+    uint32_t op_timeout_ms;      /* max wait in any collective (TP_COMM_TIMEOUT_MS) */
+    uint32_t connect_timeout_ms; /* max time to form the group */
+    int shm;                     /* ring: shared-memory rings when all ranks share one host
+                                    (TP_COMM_SHM=1); default 0 = TCP everywhere */
+    int listen_fd;               /* ring/rdma: an inherited TCP socket already bound to this rank's
+                                    hostfile port, or on rank 0 to the coordinator port (TP_LISTEN_FD; `tpserve launch` passes one, so no
+                                    other process can take the port between choosing and binding it).
+                                    Used, and closed, instead of binding when it is a socket on that
+                                    port; otherwise ignored.  Default -1: bind the port. */
+    uint32_t epoch;              /* ring/rdma group epoch, authenticated in the handshake: rank 0 runs
+                                    this epoch (0 means 1) and refuses ranks of another one; a worker
+                                    with 0 joins whatever epoch rank 0 runs, one with N > 0 only N.
+                                    A group that re-forms after losing a rank takes a new epoch, so
+                                    a rank of the previous one cannot join it.  Default 0. */
+};
+
+/* Defaults: ring, rank/world -1, 30 s op timeout, 60 s connect timeout. */
+struct tp_comm_config tp_comm_default_config(void);
+
+/*
+ * Fill cfg from the environment: TP_BACKEND, TP_RANK, TP_WORLD_SIZE,
+ * TP_HOSTFILE, TP_COORDINATOR, TP_CLUSTER_TOKEN, TP_COMM_TIMEOUT_MS,
+ * TP_COMM_CONNECT_TIMEOUT_MS, TP_COMM_SHM (0/1), TP_LISTEN_FD, TP_GROUP_ID.
+ * Only variables that are set override cfg.  Malformed values give
+ * TP_ERR_INVALID_ARG with a message in err naming the variable.
+ * Returned strings point into the environment (valid for the process).
+ */
+enum tp_status tp_comm_config_from_env(struct tp_comm_config *cfg, struct tp_error *err);
+
+/*
+ * Form the group (blocks until every rank joined or connect_timeout_ms).
+ * On failure *out is NULL and err (may be NULL) says what went wrong, naming
+ * the problem and the fix (missing hostfile, rank out of range, port in use,
+ * unreachable peer, "not built with MPI", no RDMA device ...).
+ * A world of size 1 needs no network and costs nothing per call.
+ */
+enum tp_status tp_comm_init(const struct tp_comm_config *cfg, tp_comm_t **out, struct tp_error *err);
+
+/* Leave the group and release everything.  Never hangs.  NULL safe. */
+void tp_comm_free(tp_comm_t *c);
+
+int tp_comm_rank(const tp_comm_t *c);
+int tp_comm_size(const tp_comm_t *c);
+enum tp_comm_backend tp_comm_backend(const tp_comm_t *c);
+/* Text of the first failure on this group, "" if none.  Never NULL. */
+const char *tp_comm_last_error(const tp_comm_t *c);
+/* Nonzero once the group failed; all later calls return TP_ERR_POISONED. */
+int tp_comm_is_poisoned(const tp_comm_t *c);
+/* Poison the group and wake any blocked call (thread/signal safe). */
+void tp_comm_abort(tp_comm_t *c, const char *reason);
+
+/*
+ * Liveness (ring, rdma): every worker keeps a side connection to rank 0 on
+ * which both ends send a heartbeat every 200 ms from a thread of their own,
+ * also while the engine thread is blocked inside a collective.  Returns the
+ * WORLD rank of the first peer that has sent nothing for more than
+ * silent_ms (on rank 0: any worker; on a worker: rank 0), with
+ * *silent_for_ms (may be NULL) set to how long; -1 when every peer is
+ * answering.  A peer whose link closed stays silent.  Thread safe; cheap
+ * (atomic loads).  Size-1 groups and the mpi backend return -1: MPI owns
+ * its processes, and mpirun (or the resource manager) detects and kills a
+ * job whose rank died; a stopped MPI rank shows only as a collective that
+ * does not finish.
+ */
+int tp_comm_silent_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_for_ms);
+
+/*
+ * Which peer was lost, for a report after a collective failed: the rank
+ * whose liveness link closed first (a killed process, a lost link), else
+ * the rank silent longest when that is more than silent_ms (a stopped or
+ * hung one), else -1.  *silent_for_ms (may be NULL) as above.  Same
+ * threads and backends as tp_comm_silent_rank().
+ */
+int tp_comm_lost_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_for_ms);
+
+/* The group epoch agreed while the group formed (see tp_comm_config.epoch);
+ * 0 for size-1 groups and the mpi backend. */
+uint32_t tp_comm_epoch(const tp_comm_t *c);
+
+/*
+ * Sub-group of ranks with equal color, ordered by (key, rank).  Collective
+ * over c: every rank must call it.  color < 0 gives *out = NULL (not in any
+ * sub-group).
+ */
+enum tp_status tp_comm_split(tp_comm_t *c, int color, int key, tp_comm_t **out);
+
+/* ---- blocking collectives (see buffer contracts above) ---------------- */
+enum tp_status tp_comm_all_sum(tp_comm_t *c, const void *send, void *recv, size_t count, enum tp_dtype dt);
+enum tp_status tp_comm_all_max(tp_comm_t *c, const void *send, void *recv, size_t count, enum tp_dtype dt);
+enum tp_status tp_comm_all_min(tp_comm_t *c, const void *send, void *recv, size_t count, enum tp_dtype dt);
+enum tp_status tp_comm_all_gather(tp_comm_t *c, const void *send, void *recv, size_t count, enum tp_dtype dt);
+enum tp_status tp_comm_sum_scatter(tp_comm_t *c, const void *send, void *recv, size_t count, enum tp_dtype dt);
+enum tp_status tp_comm_broadcast(tp_comm_t *c, void *buf, size_t count, enum tp_dtype dt, int root);
+enum tp_status tp_comm_scatter(tp_comm_t *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
+                               int root);
+enum tp_status tp_comm_gather(tp_comm_t *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
+                              int root);
+enum tp_status tp_comm_barrier(tp_comm_t *c);
+enum tp_status tp_comm_send(tp_comm_t *c, const void *buf, size_t count, enum tp_dtype dt, int peer);
+enum tp_status tp_comm_recv(tp_comm_t *c, void *buf, size_t count, enum tp_dtype dt, int peer);
+
+/* ---- non-blocking variants ------------------------------------------------
+ * Start returns at once with a request; buffers must stay valid and untouched
+ * until tp_comm_wait() returns.  ring/rdma: a per-group progress thread
+ * (started on first use) runs the requests in order while the caller
+ * computes; a blocking call first waits for them.  mpi: MPI_Iallreduce /
+ * MPI_Iallgather.  At most TP_COMM_MAX_INFLIGHT requests per
+ * group; they complete in start order.  Wait always releases the request. */
+#define TP_COMM_MAX_INFLIGHT 8
+typedef struct tp_comm_request tp_comm_request_t;
+enum tp_status tp_comm_all_sum_start(tp_comm_t *c, const void *send, void *recv, size_t count,
+                                     enum tp_dtype dt, tp_comm_request_t **req);
+enum tp_status tp_comm_all_gather_start(tp_comm_t *c, const void *send, void *recv, size_t count,
+                                        enum tp_dtype dt, tp_comm_request_t **req);
+enum tp_status tp_comm_wait(tp_comm_t *c, tp_comm_request_t *req);
+
+/* Counters since init (for per-token compute/communication split). */
+struct tp_comm_stats {
+    uint64_t n_ops;
+    uint64_t bytes_sent;
+    uint64_t bytes_received;
+    uint64_t ns_in_comm;   /* wall time spent inside collectives */
+};
+void tp_comm_get_stats(const tp_comm_t *c, struct tp_comm_stats *out);
+
+/*
+ * Cost of one collective as the ring and rdma backends run it (comm/algo.c
+ * chooses the algorithm by message size and world size): the bytes `rank`
+ * sends and the network rounds on the critical path (latencies paid one
+ * after another) for a call of count elements of dt (all_gather: one rank's
+ * block; broadcast / gather: root names the root).  all_sum: one-round mesh up to the mesh limit (512 KiB with
+ * 2 ranks, 64 KiB with more), each rank sending its buffer to every peer;
+ * above it the 2-rank pair exchange (2 rounds) or the ring (2 (n-1) rounds,
+ * 2 (n-1)/n of the buffer).  broadcast / gather: direct root <-> peer
+ * transfers, one round.  The mpi backend's costs are MPI's own.  Pure.
+ */
+enum tp_comm_op {
+    TP_COMM_OP_ALL_SUM = 0,
+    TP_COMM_OP_ALL_GATHER,
+    TP_COMM_OP_BROADCAST,
+    TP_COMM_OP_GATHER,
+    TP_COMM_OP_COUNT
+};
+struct tp_comm_cost {
+    uint64_t bytes_sent; /* by this rank, payload only (what tp_comm_stats.bytes_sent counts) */
+    int rounds;          /* network latencies on the critical path; 0 for a world of 1 */
+};
+struct tp_comm_cost tp_comm_op_cost(enum tp_comm_op op, int world, int rank, int root, size_t count,
+                                    enum tp_dtype dt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TP_COMM_H */

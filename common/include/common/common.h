@@ -1,0 +1,201 @@
+/*
+ * common/include/common/common.h - the shared basics every tpserve module may include.
+ *
+ * Status codes, the error buffer that hangs off every handle, the log hook,
+ * the TP_CHECK_GOTO cleanup macro, aligned allocation, a monotonic clock,
+ * half-precision conversions and a persistent thread pool.  Nothing here
+ * knows about models, sockets or HTTP.
+ *
+ * Conventions (see README "Code conventions"):
+ *   - every fallible call returns enum tp_status; detail text lives on the
+ *     handle (struct tp_error) and is read with the module's *_last_error();
+ *   - library code never prints or exits: it calls tp_log(), which goes to
+ *     the hook installed by the program (tp_log_set_hook), or nowhere.
+ */
+#ifndef TP_COMMON_H
+#define TP_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TP_VERSION_MAJOR 0
+#define TP_VERSION_MINOR 1
+#define TP_VERSION_PATCH 0
+#define TP_VERSION_STRING "0.1.0"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TP_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
+#define TP_LIKELY(x) __builtin_expect(!!(x), 1)
+#define TP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define TP_PRINTF(fmt_idx, arg_idx)
+#define TP_LIKELY(x) (x)
+#define TP_UNLIKELY(x) (x)
+#endif
+
+/* ------------------------------------------------------------------ status */
+
+/* Closed set of result codes.  Keep tp_status_str() in sync (static assert). */
+enum tp_status {
+    TP_OK = 0,
+    TP_ERR_INVALID_ARG,  /* caller passed something impossible            */
+    TP_ERR_NOMEM,        /* allocation failed                             */
+    TP_ERR_IO,           /* file or socket I/O failed                     */
+    TP_ERR_FORMAT,       /* malformed file, frame or request              */
+    TP_ERR_UNSUPPORTED,  /* valid but not supported (type, arch, feature) */
+    TP_ERR_NOT_BUILT,    /* backend/library not compiled in or not found  */
+    TP_ERR_TIMEOUT,      /* a wait ran past its deadline                  */
+    TP_ERR_PEER,         /* a peer closed, reset or misbehaved            */
+    TP_ERR_PROTOCOL,     /* peer spoke the wrong protocol / bad hello     */
+    TP_ERR_POISONED,     /* handle failed earlier; all calls fail fast    */
+    TP_ERR_CANCELLED,    /* operation cancelled by request                */
+    TP_ERR_FULL,         /* a bounded queue or table is full              */
+    TP_ERR_NOT_FOUND,    /* named thing does not exist                    */
+    TP_ERR_INTERNAL,     /* our own invariant broke (a bug)               */
+    TP_STATUS_COUNT
+};
+
+/* Static string naming the code ("TP_ERR_TIMEOUT" -> "timeout"). Never NULL. */
+const char *tp_status_str(enum tp_status st);
+
+/*
+ * Error text carried by a handle.  Fixed size: setting it never allocates,
+ * so it works after TP_ERR_NOMEM too.  The first error sticks unless the
+ * caller clears it (keep the root cause, not the last symptom).
+ */
+#define TP_ERROR_MSG_MAX 512
+struct tp_error {
+    enum tp_status status;
+    char msg[TP_ERROR_MSG_MAX];
+};
+
+/* Record (st, formatted message) in err if err holds no error yet; returns st. */
+enum tp_status tp_error_set(struct tp_error *err, enum tp_status st, const char *fmt, ...)
+    TP_PRINTF(3, 4);
+/* Same, overwriting any earlier error. */
+enum tp_status tp_error_force(struct tp_error *err, enum tp_status st, const char *fmt, ...)
+    TP_PRINTF(3, 4);
+void tp_error_clear(struct tp_error *err);
+/* Message, or "" when none. Never NULL. */
+const char *tp_error_msg(const struct tp_error *err);
+
+/* Evaluate call (an enum tp_status expression); on failure store it in rc and jump. */
+#define TP_CHECK_GOTO(call, rc, label)      \
+    do {                                    \
+        enum tp_status tp__st = (call);     \
+        if (TP_UNLIKELY(tp__st != TP_OK)) { \
+            (rc) = tp__st;                  \
+            goto label;                     \
+        }                                   \
+    } while (0)
+
+/* Invariant we own: on violation log and abort (never for external input). */
+#define TP_ASSERT(cond)                                                  \
+    do {                                                                 \
+        if (TP_UNLIKELY(!(cond))) tp_assert_fail(#cond, __FILE__, __LINE__); \
+    } while (0)
+_Noreturn void tp_assert_fail(const char *expr, const char *file, int line);
+
+#define TP_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define TP_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TP_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ------------------------------------------------------------------ logging */
+
+enum tp_log_level { TP_LOG_DEBUG = 0, TP_LOG_INFO, TP_LOG_WARN, TP_LOG_ERROR, TP_LOG_LEVEL_COUNT };
+
+/* Hook receives one complete line without trailing newline. Must be thread safe. */
+typedef void (*tp_log_fn)(enum tp_log_level level, const char *module, const char *msg, void *user);
+
+/* Install the process-wide hook (NULL: drop everything). Not thread safe vs tp_log. */
+void tp_log_set_hook(tp_log_fn fn, void *user);
+/* Messages below level are dropped before formatting. Default TP_LOG_INFO. */
+void tp_log_set_level(enum tp_log_level level);
+enum tp_log_level tp_log_get_level(void);
+void tp_log(enum tp_log_level level, const char *module, const char *fmt, ...) TP_PRINTF(3, 4);
+void tp_logv(enum tp_log_level level, const char *module, const char *fmt, va_list ap);
+/* Ready-made hook for programs: "[level] module: msg" to stderr, with an optional
+ * prefix string passed as user (e.g. "rank 1"); thread safe (one fputs per line). */
+void tp_log_stderr_hook(enum tp_log_level level, const char *module, const char *msg, void *user);
+const char *tp_log_level_str(enum tp_log_level level);
+/* Parse "debug|info|warn|error"; returns TP_ERR_INVALID_ARG on anything else. */
+enum tp_status tp_log_level_parse(const char *s, enum tp_log_level *out);
+
+/* ------------------------------------------------------------------ memory */
+
+/* Aligned allocation (align: power of two >= sizeof(void*)); NULL on failure
+ * or size 0.  Release with tp_aligned_free (NULL safe). */
+void *tp_aligned_alloc(size_t align, size_t size);
+void tp_aligned_free(void *p);
+/* size_t multiply/add with overflow detection: returns 0 and sets *out, or -1. */
+int tp_mul_size(size_t a, size_t b, size_t *out);
+int tp_add_size(size_t a, size_t b, size_t *out);
+
+/* ------------------------------------------------------------------ clock */
+
+/* Monotonic nanoseconds since an arbitrary origin. */
+uint64_t tp_now_ns(void);
+double tp_now_s(void);
+void tp_sleep_ms(uint32_t ms);
+/* Current resident set size of this process in bytes (0 when unknown). */
+size_t tp_rss_bytes(void);
+/* Peak resident set size in bytes (0 when unknown). */
+size_t tp_rss_peak_bytes(void);
+
+/* ------------------------------------------------------------------ half floats */
+
+float tp_fp16_to_f32(uint16_t h);
+uint16_t tp_f32_to_fp16(float f);   /* round to nearest even, inf/nan kept */
+float tp_bf16_to_f32(uint16_t h);
+uint16_t tp_f32_to_bf16(float f);   /* round to nearest even, nan kept */
+
+/* ------------------------------------------------------------------ thread pool */
+
+/*
+ * Persistent pool of n_threads workers (the caller counts as thread 0, so
+ * n_threads-1 OS threads are created once, at init).  tp_pool_run() hands one
+ * job to every thread and returns when all have finished it: a fork/join with
+ * no allocation and no thread creation per call.  Waiting workers spin for a
+ * short while (low latency for the per-layer jobs of a decode step), then
+ * sleep on a condition variable (no burnt cores when idle).
+ *
+ * Not re-entrant: one tp_pool_run at a time per pool (the engine thread).
+ */
+typedef struct tp_pool tp_pool_t;
+/* Job: called once per thread with its index ith in [0, nth). */
+typedef void (*tp_pool_fn)(void *ctx, int ith, int nth);
+
+struct tp_pool_config {
+    int n_threads;          /* >= 1; 0 means tp_cpu_count() */
+    uint32_t spin_us;       /* how long idle workers spin before sleeping */
+};
+struct tp_pool_config tp_pool_default_config(void);
+enum tp_status tp_pool_init(const struct tp_pool_config *cfg, tp_pool_t **out);
+void tp_pool_free(tp_pool_t *pool);   /* joins workers; NULL safe */
+int tp_pool_size(const tp_pool_t *pool);
+void tp_pool_run(tp_pool_t *pool, tp_pool_fn fn, void *ctx);
+/* Split [0, n) into nth nearly equal parts; part ith is [*begin, *end). */
+void tp_split_range(int64_t n, int ith, int nth, int64_t *begin, int64_t *end);
+/* Online CPUs (>= 1). */
+int tp_cpu_count(void);
+
+/* Streaming-read memory bandwidth in GB/s (1e9 bytes/s): pool's threads sum a
+ * buffer of `bytes` (allocated and first-touched here; make it far larger than
+ * the caches); best of `passes`.  0 when the buffer cannot be allocated. */
+double tp_mem_read_bw_gbs(tp_pool_t *pool, size_t bytes, int passes);
+/* The same over a caller's buffer (64-byte aligned, already written; bytes
+ * rounded down to 64), but the MEAN of `passes` reads (bytes * passes /
+ * elapsed), threads claiming 1 MiB chunks as they come free (as the forward
+ * pass claims rows), for probes interleaved with timed work.  0 on bad
+ * arguments. */
+double tp_mem_read_bw_buf(tp_pool_t *pool, const void *buf, size_t bytes, int passes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TP_COMMON_H */

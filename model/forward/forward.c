@@ -1,0 +1,411 @@
+/*
+ * model/forward/forward.c - tp_model_forward: one pass of a Llama-family decoder over
+ * a batch of tokens from any mix of sequence slots (continuous batching).
+ *
+ * Per layer:  xb = rmsnorm(x)                                  (caller thread)
+ *             q,k,v = xb Wq,Wk,Wv (+bias)                      pool job QKV,
+ *             q/k norm, rope, k,v -> KV cache                  same job, per head
+ *             att = softmax(q k^T / sqrt(hd)) v  per (token, head)   pool job ATTN
+ *             proj = att Wo ; all_sum(proj) ; x += proj        pool job O
+ *             xb = rmsnorm(x) ; hb = silu(xb Wg) * (xb Wu)     pool job FFN_UP
+ *             proj = hb Wd ; all_sum(proj) ; x += proj         pool job DOWN
+ * then logits = rmsnorm(x) Wout for the tokens that asked.
+ * Every job hands out chunks of the rows of its matrices (or of the (token,
+ * head) pairs) to the threads of the persistent pool as they come free
+ * (guided: long chunks first, short ones last, see job()); the
+ * small O(n) steps between jobs run on the calling thread (RMSNorm and
+ * activation quantization go to the pool too when many tokens are prefilled),
+ * and jobs under 64 KiB of work never wake the pool.  With a shard only the held heads / FFN columns /
+ * vocab rows are computed and the two all_sum calls add the other ranks'
+ * partial sums.  Nothing is allocated here.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "model/kernels.h"
+#include "forward/model_impl.h"
+
+/* Rows [r0, r1) of one matrix for n_tok prepared rows; y has y_stride floats per token. */
+static void mm(const struct tp_wmat *w, const uint8_t *xq, size_t xq_stride, int n_tok, float *y, int64_t y_stride,
+               int64_t r0, int64_t r1)
+{
+    if (r1 <= r0) return;
+    if (w->scales) { /* MLX affine: packed words + per-group scales / biases */
+        const struct tp_kern_groups g = {w->scales, w->biases, w->sb_row_bytes, w->sb_bf16};
+        tp_kern_matmul_mlx(w->type, w->data, w->row_bytes, &g, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
+        return;
+    }
+    if (w->x16) /* Q4_0 / Q8_0 re-laid 16 rows at a time (repack.c) */
+        tp_kern_matmul_x16(w->type, w->data, w->row_bytes, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
+    else
+        tp_kern_matmul(w->type, w->data, w->row_bytes, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
+}
+
+/* Row r of w as w->cols floats (token embedding lookup). */
+static void dequant_row(const struct tp_wmat *w, int64_t r, float *dst)
+{
+    if (w->scales)
+        tp_kern_dequant_mlx(w->type, w->data + (size_t)r * w->row_bytes, w->scales + (size_t)r * w->sb_row_bytes,
+                            w->biases + (size_t)r * w->sb_row_bytes, w->sb_bf16, dst, w->cols);
+    else
+        tp_kern_dequant(w->type, w->data + (size_t)r * w->row_bytes, dst, w->cols);
+}
+
+/* Buffer of prepared activations for weight type t (prepared by prep_act). */
+static const uint8_t *act_for(const tp_model_t *m, enum tp_wtype t)
+{
+    for (int i = 0; i < 3; i++)
+        if (m->act_type[i] == t) return m->act[i];
+    return m->act[0];
+}
+
+static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t align, uint64_t work);
+
+/* Rows [t0, t1) of the current preparation job. */
+static void prep_rows(tp_model_t *m, int64_t t0, int64_t t1)
+{
+    int64_t n = m->prep_n;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *x = m->prep_src + (size_t)t * (size_t)n;
+        if (m->prep_norm) {
+            float *y = m->prep_dst + (size_t)t * (size_t)n;
+            tp_op_rmsnorm(y, x, m->prep_norm, (int)n, m->hp.norm_eps);
+            x = y;
+        }
+        for (int j = 0; j < m->prep_used; j++)
+            tp_kern_prepare_act(m->act_type[j], x, m->act[j] + (size_t)t * m->act_row_max, n);
+    }
+}
+
+/* Rows x[n_tok, n] (stride n), optionally RMS-normed with norm into dst
+ * first, prepared for every distinct type among types[0..nt).  Many rows
+ * (prefill) are split over the pool; a few (decode) run here. */
+static void prep_act(tp_model_t *m, const float *x, float *dst, const float *norm, int n_tok, int64_t n,
+                     const enum tp_wtype *types, int nt)
+{
+    int used = 0;
+    for (int i = 0; i < nt; i++) {
+        int seen = 0;
+        for (int j = 0; j < used; j++) seen |= m->act_type[j] == types[i];
+        if (!seen) m->act_type[used++] = types[i];
+    }
+    for (int j = used; j < 3; j++) m->act_type[j] = TP_WTYPE_COUNT;
+    m->prep_src = x;
+    m->prep_dst = dst;
+    m->prep_norm = norm;
+    m->prep_n = n;
+    m->prep_used = used;
+    run(m, TP_PH_PREP, n_tok, 1, (uint64_t)n_tok * (uint64_t)n * 8u);
+}
+
+static void attn_pair(tp_model_t *m, int t, int h, float *sc)
+{
+    const struct tp_batch *b = m->batch;
+    int hd = m->hd, s = b->seq[t], p = b->pos[t];
+    int group = m->hp.n_head / m->hp.n_head_kv;
+    int kvh = (m->q_head0 + h) / group - m->kv_head0;
+    const float *q = m->q + (size_t)t * m->q_dim + (size_t)h * hd;
+    size_t base = (((size_t)m->cur_layer * m->n_seq + (size_t)s) * (size_t)m->n_ctx) * m->kv_dim + (size_t)kvh * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *o = m->att + (size_t)t * m->q_dim + (size_t)h * hd;
+    if (m->kv_f16)
+        tp_op_attn_head(q, (const uint16_t *)m->k_cache + base, (const uint16_t *)m->v_cache + base, m->kv_dim, 1, p + 1,
+                        hd, scale, sc, o);
+    else
+        tp_op_attn_head(q, (const float *)m->k_cache + base, (const float *)m->v_cache + base, m->kv_dim, 0, p + 1, hd,
+                        scale, sc, o);
+}
+
+/* Bias, q/k norm, RoPE and the KV-cache store for every token of the whole
+ * heads among QKV rows [i0, i1) (Q heads, then K, then V; i0 and i1 on head
+ * boundaries): done by the thread that computed those rows, right after. */
+static void qkv_post(tp_model_t *m, const struct tp_layer *L, int64_t i0, int64_t i1)
+{
+    const struct tp_hparams *hp = &m->hp;
+    const struct tp_batch *b = m->batch;
+    const int hd = m->hd;
+    const int64_t nq = m->q_dim, nk = m->kv_dim;
+    for (int64_t h0 = i0; h0 < i1; h0 += hd) {
+        for (int t = 0; t < m->n_tok; t++) {
+            const float *cs = m->rope_cs + (size_t)t * hp->rope_dim;
+            if (h0 < nq) {
+                float *q = m->q + (size_t)t * m->q_dim + h0;
+                if (L->bq)
+                    for (int i = 0; i < hd; i++) q[i] += L->bq[h0 + i];
+                if (L->q_norm) tp_op_rmsnorm(q, q, L->q_norm, hd, hp->norm_eps);
+                tp_op_rope(q, cs, hp->rope_dim, hp->rope_neox);
+                continue;
+            }
+            const int is_k = h0 < nq + nk;
+            const int64_t c = is_k ? h0 - nq : h0 - nq - nk; /* column in kv_dim */
+            float *kv = (is_k ? m->k : m->v) + (size_t)t * m->kv_dim + c;
+            const float *bias = is_k ? L->bk : L->bv;
+            if (bias)
+                for (int i = 0; i < hd; i++) kv[i] += bias[c + i];
+            if (is_k) {
+                if (L->k_norm) tp_op_rmsnorm(kv, kv, L->k_norm, hd, hp->norm_eps);
+                tp_op_rope(kv, cs, hp->rope_dim, hp->rope_neox);
+            }
+            size_t off = (((size_t)m->cur_layer * m->n_seq + (size_t)b->seq[t]) * (size_t)m->n_ctx + (size_t)b->pos[t]) *
+                             m->kv_dim + (size_t)c;
+            void *cache = is_k ? m->k_cache : m->v_cache;
+            if (m->kv_f16) tp_op_to_f16((uint16_t *)cache + off, kv, hd);
+            else memcpy((float *)cache + off, kv, (size_t)hd * sizeof(float));
+        }
+    }
+}
+
+/* Items [i0, i1) of the current job. */
+static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
+{
+    const struct tp_layer *L = m->cur_layer >= 0 ? &m->layers[m->cur_layer] : NULL;
+    int n_tok = m->n_tok;
+    size_t as = m->act_row_max;
+    switch (m->phase) {
+    case TP_PH_PREP: prep_rows(m, i0, i1); break;
+    case TP_PH_QKV: {
+        int64_t nq = L->wq.rows, nk = L->wk.rows;
+        mm(&L->wq, act_for(m, L->wq.type), as, n_tok, m->q, m->q_dim, TP_MAX(i0, 0), TP_MIN(i1, nq));
+        mm(&L->wk, act_for(m, L->wk.type), as, n_tok, m->k, m->kv_dim, TP_MAX(i0 - nq, 0), TP_MIN(i1 - nq, nk));
+        mm(&L->wv, act_for(m, L->wv.type), as, n_tok, m->v, m->kv_dim, TP_MAX(i0 - nq - nk, 0),
+           TP_MIN(i1 - nq - nk, nk));
+        qkv_post(m, L, i0, i1);
+        break;
+    }
+    case TP_PH_ATTN: {
+        float *sc = m->scores + (size_t)ith * m->n_ctx;
+        for (int64_t i = i0; i < i1; i++) attn_pair(m, (int)(i / m->nq), (int)(i % m->nq), sc);
+        break;
+    }
+    case TP_PH_O:
+        mm(&L->wo, act_for(m, L->wo.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
+        break;
+    case TP_PH_FFN_UP:
+        mm(&L->wgate, act_for(m, L->wgate.type), as, n_tok, m->hb, m->n_ff_l, i0, i1);
+        mm(&L->wup, act_for(m, L->wup.type), as, n_tok, m->hb2, m->n_ff_l, i0, i1);
+        for (int t = 0; t < n_tok; t++) {
+            float *h = m->hb + (size_t)t * m->n_ff_l;
+            tp_op_swiglu(h + i0, h + i0, m->hb2 + (size_t)t * m->n_ff_l + i0, (int)(i1 - i0));
+        }
+        break;
+    case TP_PH_DOWN:
+        mm(&L->wdown, act_for(m, L->wdown.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
+        break;
+    case TP_PH_LOGITS:
+        mm(&m->output, act_for(m, m->output.type), as, m->n_out, m->logits_out, m->n_vocab_l, i0, i1);
+        break;
+    }
+}
+
+/* Pool job: threads claim chunks of the work until none is left, so a thread
+ * that is descheduled (shared cores) or slower does not hold up the others.
+ * Guided sizes: each claim takes 1/(2 nth) of what is left (a multiple of
+ * chunk_align, at least chunk_size), so the first chunks are long (few claims,
+ * long contiguous weight streams) and the last are short (the threads finish
+ * within one short chunk of each other at the barrier). */
+static void job(void *ctx, int ith, int nth)
+{
+    tp_model_t *m = ctx;
+    const int64_t total = m->chunk_total, align = m->chunk_align, min = m->chunk_size;
+    long long i0 = atomic_load_explicit(&m->chunk_next, memory_order_relaxed);
+    while (i0 < total) {
+        int64_t len = (total - (int64_t)i0) / (2 * (int64_t)nth);
+        len = len / align * align;
+        if (len < min) len = min;
+        const long long i1 = (long long)TP_MIN((int64_t)i0 + len, total);
+        if (atomic_compare_exchange_weak_explicit(&m->chunk_next, &i0, i1, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            job_range(m, ith, i0, i1);
+            i0 = atomic_load_explicit(&m->chunk_next, memory_order_relaxed);
+        }
+    }
+}
+
+/* Below this many bytes of work a job runs on the calling thread: waking the
+ * pool costs more than it saves (and much more when cores are oversubscribed). */
+#define TP_FWD_MIN_PARALLEL_WORK (64u * 1024u)
+
+/* Bytes a matmul job streams: the weights, once per 8 tokens (tiles reuse them). */
+static uint64_t mm_work(const struct tp_wmat *w, int n_tok)
+{
+    return (uint64_t)w->row_bytes * (uint64_t)w->rows * (uint64_t)(1 + n_tok / 8);
+}
+
+/* Run phase ph over total items; rows are claimed in guided chunks (see job())
+ * of a multiple of `align` (kernels like whole groups of rows), the smallest
+ * about 1/32 of a thread's share.  work: approximate bytes touched, to keep
+ * tiny jobs off the pool. */
+static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t align, uint64_t work)
+{
+    int nth = m->n_threads;
+    int64_t cs = total / ((int64_t)nth * 32);
+    cs = (cs + align - 1) / align * align;
+    if (cs < align) cs = align;
+    m->phase = ph;
+    m->chunk_total = total;
+    m->chunk_align = align;
+    m->chunk_size = cs;
+    atomic_store_explicit(&m->chunk_next, 0, memory_order_relaxed);
+    if (nth == 1 || work < TP_FWD_MIN_PARALLEL_WORK) {
+        job_range(m, 0, 0, total);
+        return;
+    }
+    tp_pool_run(m->pool, job, m);
+}
+
+static enum tp_status all_sum(tp_model_t *m, float *buf, size_t count)
+{
+    if (!m->shard.all_sum) return TP_OK;
+    uint64_t t0 = tp_now_ns();
+    enum tp_status rc = m->shard.all_sum(m->shard.all_sum_ctx, buf, count);
+    m->stats.ns_all_sum += tp_now_ns() - t0;
+    if (rc != TP_OK) tp_error_force(&m->err, rc, "all_sum hook failed: %s", tp_status_str(rc));
+    return rc;
+}
+
+static enum tp_status check_batch(tp_model_t *m, const struct tp_batch *b)
+{
+    if (m->vocab_only) return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "model was loaded vocab-only: no forward pass");
+    if (!b || b->n_tokens < 1 || b->n_tokens > m->n_batch || !b->token || !b->pos || !b->seq)
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "batch: %d tokens (want 1..n_batch %d) with token/pos/seq arrays",
+                            b ? b->n_tokens : -1, m->n_batch);
+    memcpy(m->seq_tmp, m->seq_len, (size_t)m->n_seq * sizeof(int));
+    for (int s = 0; s < m->n_seq; s++) m->seq_last[s] = -1;
+    for (int i = 0; i < b->n_tokens; i++) {
+        int tok = b->token[i], s = b->seq[i], p = b->pos[i];
+        if (tok < 0 || tok >= m->hp.n_vocab)
+            return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "batch[%d]: token id %d is out of range [0, %d)", i, tok,
+                                m->hp.n_vocab);
+        if (s < 0 || s >= m->n_seq)
+            return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "batch[%d]: sequence slot %d is out of range [0, %d)", i, s,
+                                m->n_seq);
+        if (p < 0 || p >= m->n_ctx)
+            return tp_error_force(&m->err, TP_ERR_INVALID_ARG,
+                                "batch[%d]: position %d is outside the context [0, %d); raise n_ctx or shorten the input",
+                                i, p, m->n_ctx);
+        if (p > m->seq_tmp[s])
+            return tp_error_force(&m->err, TP_ERR_INVALID_ARG,
+                                "batch[%d]: position %d of sequence %d skips ahead of its cache (%d positions)", i, p, s,
+                                m->seq_tmp[s]);
+        if (p <= m->seq_last[s])
+            return tp_error_force(&m->err, TP_ERR_INVALID_ARG,
+                                "batch[%d]: position %d of sequence %d is not after its previous token (%d) in this batch",
+                                i, p, s, m->seq_last[s]);
+        m->seq_last[s] = p;
+        m->seq_tmp[s] = TP_MAX(m->seq_tmp[s], p + 1);
+    }
+    return TP_OK;
+}
+
+enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *out)
+{
+    if (!m) return TP_ERR_INVALID_ARG;
+    uint64_t t_start = tp_now_ns();
+    enum tp_status rc = check_batch(m, b);
+    if (rc != TP_OK) return rc;
+    const struct tp_hparams *hp = &m->hp;
+    const int n_tok = b->n_tokens, E = hp->n_embd, hd = m->hd;
+    m->batch = b;
+    m->n_tok = n_tok;
+
+    /* embeddings */
+    for (int t = 0; t < n_tok; t++) dequant_row(&m->tok_embd, b->token[t], m->x + (size_t)t * E);
+    for (int t = 0; t < n_tok; t++) tp_op_rope_cs(m->rope_cs + (size_t)t * hp->rope_dim, m->inv_freq, hp->rope_dim, b->pos[t]);
+
+    int qkv_align = hd; /* lcm(hd, 16) */
+    while (qkv_align % 16) qkv_align += hd;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct tp_layer *L = &m->layers[l];
+        m->cur_layer = l;
+        /* attention */
+        enum tp_wtype qkv_types[3] = {L->wq.type, L->wk.type, L->wv.type};
+        prep_act(m, m->x, m->xb, L->attn_norm, n_tok, E, qkv_types, 3);
+        /* chunks of whole heads (and of the kernels' 16-row groups): qkv_post
+         * finishes each head in the thread that computed it */
+        run(m, TP_PH_QKV, L->wq.rows + L->wk.rows + L->wv.rows, qkv_align,
+            mm_work(&L->wq, n_tok) + mm_work(&L->wk, n_tok) + mm_work(&L->wv, n_tok));
+        uint64_t att_work = 0;
+        for (int t = 0; t < n_tok; t++) att_work += (uint64_t)(b->pos[t] + 1) * (uint64_t)m->q_dim * 8u;
+        run(m, TP_PH_ATTN, (int64_t)n_tok * m->nq, 1, att_work);
+        enum tp_wtype o_type = L->wo.type;
+        prep_act(m, m->att, NULL, NULL, n_tok, m->q_dim, &o_type, 1);
+        run(m, TP_PH_O, L->wo.rows, 16, mm_work(&L->wo, n_tok));
+        TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
+        for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
+        /* feed-forward */
+        enum tp_wtype ffn_types[2] = {L->wgate.type, L->wup.type};
+        prep_act(m, m->x, m->xb, L->ffn_norm, n_tok, E, ffn_types, 2);
+        run(m, TP_PH_FFN_UP, L->wgate.rows, 16, mm_work(&L->wgate, n_tok) + mm_work(&L->wup, n_tok));
+        enum tp_wtype d_type = L->wdown.type;
+        prep_act(m, m->hb, NULL, NULL, n_tok, m->n_ff_l, &d_type, 1);
+        run(m, TP_PH_DOWN, L->wdown.rows, 16, mm_work(&L->wdown, n_tok));
+        TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
+        for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
+    }
+    /* sequences now hold the new positions */
+    memcpy(m->seq_len, m->seq_tmp, (size_t)m->n_seq * sizeof(int));
+
+    /* logits for the tokens that want them */
+    m->n_out = 0;
+    for (int t = 0; t < n_tok; t++)
+        if (!b->logits || b->logits[t]) {
+            if (!b->logits && t != n_tok - 1) continue; /* no flags: last token only */
+            tp_op_rmsnorm(m->xb + (size_t)m->n_out * E, m->x + (size_t)t * E, m->output_norm, E, hp->norm_eps);
+            m->n_out++;
+        }
+    if (m->n_out > 0 && out) {
+        enum tp_wtype out_type = m->output.type;
+        prep_act(m, m->xb, NULL, NULL, m->n_out, E, &out_type, 1);
+        m->cur_layer = -1;
+        m->logits_out = out;
+        run(m, TP_PH_LOGITS, m->output.rows, 16, mm_work(&m->output, m->n_out));
+    }
+out:
+    m->stats.n_forward++;
+    m->stats.n_tokens += (uint64_t)n_tok;
+    m->stats.ns_forward += tp_now_ns() - t_start;
+    return rc;
+}
+
+void tp_model_seq_truncate(tp_model_t *m, int seq, int from_pos)
+{
+    if (!m || !m->seq_len || seq < 0 || seq >= m->n_seq || from_pos < 0) return;
+    if (from_pos < m->seq_len[seq]) m->seq_len[seq] = from_pos;
+}
+
+enum tp_status tp_model_kv_copy(tp_model_t *m, int dst_seq, int src_seq, int n_pos)
+{
+    if (!m) return TP_ERR_INVALID_ARG;
+    if (!m->seq_len || !m->k_cache || !m->v_cache)
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "KV copy: the model has no KV cache (vocab-only load)");
+    if (dst_seq < 0 || dst_seq >= m->n_seq || src_seq < 0 || src_seq >= m->n_seq)
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "KV copy from sequence %d to %d: slots are 0..%d",
+                              src_seq, dst_seq, m->n_seq - 1);
+    if (dst_seq == src_seq)
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "KV copy: source and destination are both sequence %d",
+                              src_seq);
+    if (n_pos < 0 || n_pos > m->n_ctx)
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "KV copy of %d positions: want 0..%d (the context size)",
+                              n_pos, m->n_ctx);
+    if (n_pos > m->seq_len[src_seq])
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG,
+                              "KV copy of %d positions from sequence %d, which holds only %d", n_pos, src_seq,
+                              m->seq_len[src_seq]);
+    /* layout (n_layer, n_seq, n_ctx, kv_dim): one contiguous run per layer and cache */
+    const size_t elem = m->kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t run_bytes = (size_t)n_pos * (size_t)m->kv_dim * elem;
+    const size_t seq_bytes = (size_t)m->n_ctx * (size_t)m->kv_dim * elem;
+    for (int l = 0; l < m->hp.n_layer && run_bytes > 0; l++) {
+        const size_t layer = (size_t)l * (size_t)m->n_seq * seq_bytes;
+        char *k = (char *)m->k_cache + layer, *v = (char *)m->v_cache + layer;
+        memcpy(k + (size_t)dst_seq * seq_bytes, k + (size_t)src_seq * seq_bytes, run_bytes);
+        memcpy(v + (size_t)dst_seq * seq_bytes, v + (size_t)src_seq * seq_bytes, run_bytes);
+    }
+    m->seq_len[dst_seq] = n_pos;
+    return TP_OK;
+}
+
+void tp_model_get_stats(const tp_model_t *m, struct tp_model_stats *out)
+{
+    if (m && out) *out = m->stats;
+}

@@ -1,0 +1,170 @@
+/*
+ * model/forward/model_impl.h - private: the layout of struct tp_model shared by the
+ * loader (model_load.c) and the forward pass (forward.c), and the small
+ * numeric helpers of ops.c.
+ *
+ * Every size below is LOCAL to this rank's shard ("nq" held query heads,
+ * "nkv" held KV heads, "n_ff_l" held FFN columns, "n_vocab_l" held vocab
+ * rows); with no shard they equal the model's.  All buffers are allocated in
+ * tp_model_init; tp_model_forward allocates nothing.
+ */
+#ifndef TP_MODEL_MODEL_IMPL_H
+#define TP_MODEL_MODEL_IMPL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+/* A weight matrix of rows x cols (cols contiguous), in the file's type. */
+struct tp_wmat {
+    const uint8_t *data;  /* row r at data + r * row_bytes; into the mmap or `owned` */
+    void *owned;          /* aligned buffer when read with pread (shards), else NULL */
+    enum tp_wtype type;
+    int64_t rows, cols;
+    size_t row_bytes;
+    /* MLX affine types only (tp_wtype_mlx_bits != 0), else NULL: per-group scales and
+     * biases, (rows, cols / group) each, row r at scales + r * sb_row_bytes, fp16 or
+     * (sb_bf16) bf16; into the mapping, or into owned_sb (shards: scales, then biases) */
+    const uint8_t *scales, *biases;
+    void *owned_sb;
+    size_t sb_row_bytes;
+    int sb_bf16;
+    int x16; /* Q4_0 / Q8_0 re-laid 16 rows at a time (kernels.h "x16") into owned by tp_model_repack;
+              * row r is then NOT at data + r * row_bytes (tp_kern_unpack_x16_row) */
+};
+
+struct tp_layer {
+    float *attn_norm;         /* (n_embd) owned */
+    float *ffn_norm;          /* (n_embd) owned */
+    float *bq, *bk, *bv;      /* (nq*hd), (nkv*hd), (nkv*hd) owned; NULL without QKV bias */
+    float *q_norm, *k_norm;   /* (hd) owned; NULL without q/k norm */
+    struct tp_wmat wq;        /* (nq*hd, n_embd) */
+    struct tp_wmat wk, wv;    /* (nkv*hd, n_embd) */
+    struct tp_wmat wo;        /* (n_embd, nq*hd) */
+    struct tp_wmat wgate, wup; /* (n_ff_l, n_embd) */
+    struct tp_wmat wdown;     /* (n_embd, n_ff_l) */
+};
+
+enum tp_fwd_phase { TP_PH_PREP = 0, TP_PH_QKV, TP_PH_ATTN, TP_PH_O, TP_PH_FFN_UP, TP_PH_DOWN, TP_PH_LOGITS };
+
+struct tp_model {
+    struct tp_error err;
+    char *path;
+    char *name;
+    char *chat_template;
+    tp_gguf_t *gguf;           /* GGUF file, kept open: weights may point into its mapping (NULL for HF) */
+    tp_st_t *st;               /* Hugging Face directory's safetensors, kept open likewise (NULL for GGUF) */
+    struct tp_mlx_quant *mlxq; /* MLX directories: config.json's quantization block (model/mlx_quant.h), owned; else NULL */
+    tp_tokenizer_t *tok;
+    struct tp_hparams hp;
+    struct tp_model_shard shard; /* always filled (whole model when cfg.shard is NULL) */
+    int sharded;               /* cfg.shard != NULL */
+    int vocab_only;
+    int dry_run;               /* loader: sizing pass (validate and count bytes only) */
+
+    /* local sizes */
+    int nq, nkv, hd, q_dim, kv_dim, n_ff_l, n_vocab_l;
+    int kv_head0;              /* global index of the first held KV head */
+    int q_head0;               /* global index of the first held Q head */
+    int n_ctx, n_seq, n_batch, n_threads;
+
+    /* weights */
+    struct tp_layer *layers;   /* (n_layer) */
+    struct tp_wmat tok_embd;   /* (n_vocab, n_embd): whole, replicated */
+    struct tp_wmat output;     /* (n_vocab_l, n_embd): rows [vocab_begin, vocab_end) */
+    float *output_norm;        /* (n_embd) owned */
+    float *inv_freq;           /* (rope_dim/2) rotation frequency per pair, scaling applied */
+    uint64_t weight_bytes;
+    enum tp_wtype weight_type;
+
+    /* KV cache: (n_layer, n_seq, n_ctx, kv_dim) each, f32 or (kv_f16) fp16 elements */
+    void *k_cache, *v_cache;
+    int kv_f16;
+    int *seq_len;              /* (n_seq) valid positions per slot */
+    int *seq_tmp;              /* (n_seq) scratch for batch validation */
+    int *seq_last;             /* (n_seq) scratch: last position seen per slot in the batch */
+
+    /* activations, (n_batch, ...) */
+    float *x;                  /* (n_batch, n_embd) residual stream */
+    float *xb;                 /* (n_batch, n_embd) normed input of a block */
+    float *proj;               /* (n_batch, n_embd) partial output of attn_output / ffn_down */
+    float *q;                  /* (n_batch, q_dim) */
+    float *k, *v;              /* (n_batch, kv_dim) */
+    float *att;                /* (n_batch, q_dim) attention output */
+    float *hb, *hb2;           /* (n_batch, n_ff_l) */
+    uint8_t *act[3];           /* (n_batch, act_row_max) prepared activations per weight type */
+    enum tp_wtype act_type[3];
+    size_t act_row_max;        /* bytes of one prepared row (largest type x largest width) */
+    float *scores;             /* (n_threads, n_ctx) attention scores per thread */
+    float *rope_cs;            /* (n_batch, rope_dim) cos/sin pairs per token */
+    int *out_rows;             /* (n_batch) tokens that want logits */
+
+    tp_pool_t *pool;
+
+    /* per-call job description (read by pool workers) */
+    enum tp_fwd_phase phase;
+    atomic_llong chunk_next;   /* first unclaimed item of the current job (dynamic split over threads) */
+    int64_t chunk_total;       /* work items of the current job (rows, or (token, head) pairs) */
+    int64_t chunk_size;        /* fewest items per chunk (chunks shrink towards it, see forward.c job()) */
+    int64_t chunk_align;       /* chunk lengths are multiples of this (kernels' row groups) */
+    int cur_layer;
+    int n_tok;
+    const struct tp_batch *batch;
+    float *logits_out;
+    int n_out;
+    /* TP_PH_PREP: rows t of prep_src (prep_n wide) -> [rmsnorm with prep_norm into prep_dst] -> act[0..prep_used) */
+    const float *prep_src;
+    float *prep_dst;
+    const float *prep_norm;
+    int64_t prep_n;
+    int prep_used;
+
+    struct tp_model_stats stats;
+};
+
+/* ---- ops.c: small numeric kernels (single thread) ---- */
+/* Choose the SIMD versions of dot/axpy for this CPU (called by tp_model_init; idempotent). */
+void tp_op_init(void);
+/* sum a[i] * b[i] for i < n. */
+float tp_op_dot(const float *a, const float *b, int n);
+/* y[i] += a * x[i] for i < n. */
+void tp_op_axpy(float *y, float a, const float *x, int n);
+/* The same with b / x in fp16 (KV cache in half precision), and a row conversion. */
+float tp_op_dot_f16(const float *a, const uint16_t *b, int n);
+void tp_op_axpy_f16(float *y, float a, const uint16_t *x, int n);
+void tp_op_to_f16(uint16_t *dst, const float *src, int n);
+/* y = x / rms(x) * w, n elements (y may equal x). */
+void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+/* Rotate one head vector x[head_dim] in place using cs[rope_dim] = (cos,sin) pairs. */
+void tp_op_rope(float *x, const float *cs, int rope_dim, int neox);
+/* Fill cs[rope_dim] = (cos, sin) of pos * inv_freq[i] for i < rope_dim/2. */
+void tp_op_rope_cs(float *cs, const float *inv_freq, int rope_dim, int pos);
+/* In-place softmax of x[n]. */
+void tp_op_softmax(float *x, int n);
+/* y[i] = silu(g[i]) * u[i]. */
+void tp_op_swiglu(float *y, const float *g, const float *u, int n);
+/* attn.c: one query head q[hd] over n cached positions: kc / vc row j at
+ * (element) j * kv_stride, fp16 (f16 = 1) or f32; sc: n floats of scratch
+ * (the probabilities on return); o[hd] = softmax(q.k_j * scale) . v (overwritten). */
+void tp_op_attn_head(const float *q, const void *kc, const void *vc, size_t kv_stride, int f16, int n, int hd,
+                     float scale, float *sc, float *o);
+/* the reference (per-position dot / axpy), for tests */
+void tp_op_attn_head_ref(const float *q, const void *kc, const void *vc, size_t kv_stride, int f16, int n, int hd,
+                         float scale, float *sc, float *o);
+/* Inverse frequencies for (theta, rope_dim) with the hparams' scaling; freq_factors
+ * (rope_dim/2, may be NULL) divide them (llama.cpp rope_freqs.weight). */
+void tp_op_rope_freqs(float *inv_freq, const struct tp_hparams *hp, const float *freq_factors);
+
+/* ---- repack.c ---- */
+/* Re-lay this rank's Q4_0 matrices (layers and an untied output head; never
+ * the embedding, read by rows) in the kernels' x16 layout when the chosen
+ * ISA computes it natively, with m->pool; releases the row-major bytes.
+ * TP_ERR_NOMEM (message on m->err) if a matrix's new buffer cannot be had. */
+enum tp_status tp_model_repack(tp_model_t *m);
+
+#endif /* TP_MODEL_MODEL_IMPL_H */

@@ -1,0 +1,886 @@
+/*
+ * model/forward/model_load.c - tp_model_init: hyper-parameters from GGUF metadata
+ * (or a Hugging Face directory's config.json), the tensor table checked
+ * against them, this rank's slice of every weight, and the KV cache and
+ * activation scratch the forward pass uses.
+ *
+ * Weights come through a tensor source (model/tensor_source.h) keyed by GGUF
+ * canonical names: a GGUF file, or an HF directory's safetensors files
+ * (model.layers.N.self_attn.q_proj.weight answers blk.N.attn_q.weight), so
+ * everything below works the same for both.
+ *
+ * Whole model: weights are used zero-copy from the read-only mapping.
+ * Shard (cfg.shard): sharded matrices are read with pread into owned aligned
+ * buffers (column-parallel Q/K/V, gate/up and the output head: contiguous
+ * rows; row-parallel attn_output / ffn_down: a column sub-range of every row,
+ * on quantization block boundaries), so only the slice becomes resident;
+ * replicated tensors (norms, token_embd) stay mapped.  A tpserve shard file
+ * (shard->file_is_slice) already holds the slices: they are used whole.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model/kernels.h"
+#include "format/mlx_impl.h"
+#include "forward/model_impl.h"
+#include "model/tensor_source.h"
+
+#define MODULE "model"
+
+struct tp_model_config tp_model_default_config(void)
+{
+    struct tp_model_config c;
+    memset(&c, 0, sizeof(c));
+    c.n_threads = 0;
+    c.n_ctx = 0;
+    c.n_seq = 1;
+    c.n_batch = 512;
+    return c;
+}
+
+const char *tp_arch_name(enum tp_arch a)
+{
+    switch (a) {
+    case TP_ARCH_LLAMA: return "llama";
+    case TP_ARCH_QWEN2: return "qwen2";
+    case TP_ARCH_QWEN3: return "qwen3";
+    default: return "unknown";
+    }
+}
+
+/* ----------------------------------------------------------- metadata */
+
+static enum tp_status md_int(tp_model_t *m, const char *arch, const char *suffix, int required, int64_t lo, int64_t hi,
+                             int *out)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+    int64_t v;
+    enum tp_status rc = tp_gguf_get_int(m->gguf, key, &v);
+    if (rc == TP_ERR_NOT_FOUND) {
+        if (!required) return TP_OK;
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: metadata '%s' is missing (needed for arch %s)", m->path, key,
+                            arch);
+    }
+    if (rc != TP_OK) return tp_error_set(&m->err, rc, "%s", tp_gguf_last_error(m->gguf));
+    if (v < lo || v > hi)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: metadata '%s' = %lld is out of range [%lld, %lld]", m->path,
+                            key, (long long)v, (long long)lo, (long long)hi);
+    *out = (int)v;
+    return TP_OK;
+}
+
+static enum tp_status md_float(tp_model_t *m, const char *arch, const char *suffix, float *out)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+    double v;
+    enum tp_status rc = tp_gguf_get_float(m->gguf, key, &v);
+    if (rc == TP_ERR_NOT_FOUND) return TP_OK;
+    if (rc != TP_OK) return tp_error_set(&m->err, rc, "%s", tp_gguf_last_error(m->gguf));
+    if (!isfinite(v))
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: metadata '%s' is not a finite number", m->path, key);
+    *out = (float)v;
+    return TP_OK;
+}
+
+static enum tp_status read_hparams(tp_model_t *m)
+{
+    enum tp_status rc = TP_OK;
+    struct tp_hparams *hp = &m->hp;
+    const char *arch = NULL;
+    memset(hp, 0, sizeof(*hp));
+    rc = tp_gguf_get_str(m->gguf, "general.architecture", &arch);
+    if (rc == TP_ERR_NOT_FOUND)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: metadata 'general.architecture' is missing", m->path);
+    if (rc != TP_OK) return tp_error_set(&m->err, rc, "%s", tp_gguf_last_error(m->gguf));
+    if (strcmp(arch, "llama") == 0 || strcmp(arch, "mistral") == 0) hp->arch = TP_ARCH_LLAMA;
+    else if (strcmp(arch, "qwen2") == 0) hp->arch = TP_ARCH_QWEN2;
+    else if (strcmp(arch, "qwen3") == 0) hp->arch = TP_ARCH_QWEN3;
+    else
+        return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
+                            "%s: architecture '%.64s' is not supported (supported: llama (incl. Mistral, TinyLlama, "
+                            "SmolLM), qwen2, qwen3)",
+                            m->path, arch);
+    int big = 1 << 24;
+    TP_CHECK_GOTO(md_int(m, arch, "embedding_length", 1, 1, big, &hp->n_embd), rc, out);
+    TP_CHECK_GOTO(md_int(m, arch, "block_count", 1, 1, 4096, &hp->n_layer), rc, out);
+    TP_CHECK_GOTO(md_int(m, arch, "attention.head_count", 1, 1, 65536, &hp->n_head), rc, out);
+    hp->n_head_kv = hp->n_head;
+    TP_CHECK_GOTO(md_int(m, arch, "attention.head_count_kv", 0, 1, 65536, &hp->n_head_kv), rc, out);
+    TP_CHECK_GOTO(md_int(m, arch, "feed_forward_length", 1, 1, big, &hp->n_ff), rc, out);
+    hp->n_ctx_train = 2048;
+    TP_CHECK_GOTO(md_int(m, arch, "context_length", 0, 1, 1 << 30, &hp->n_ctx_train), rc, out);
+    int expert_count = 0;
+    TP_CHECK_GOTO(md_int(m, arch, "expert_count", 0, 0, 1 << 20, &expert_count), rc, out);
+    if (expert_count > 0)
+        return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: mixture-of-experts models (%s.expert_count = %d) are not supported",
+                            m->path, arch, expert_count);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d", m->path,
+                            hp->n_head, hp->n_head_kv);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    int key_len = 0, val_len = 0;
+    TP_CHECK_GOTO(md_int(m, arch, "attention.key_length", 0, 1, 65536, &key_len), rc, out);
+    TP_CHECK_GOTO(md_int(m, arch, "attention.value_length", 0, 1, 65536, &val_len), rc, out);
+    if (key_len) hp->head_dim = key_len;
+    if (val_len && val_len != hp->head_dim)
+        return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: key_length %d != value_length %d is not supported", m->path,
+                            hp->head_dim, val_len);
+    if (hp->head_dim <= 0 || hp->head_dim % 2 != 0)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: head dimension %d (embedding %d / heads %d) must be even",
+                            m->path, hp->head_dim, hp->n_embd, hp->n_head);
+    if ((int64_t)hp->n_head * hp->head_dim > big || (int64_t)hp->n_head_kv * hp->head_dim > big)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: %d heads x head dimension %d is absurd", m->path, hp->n_head,
+                            hp->head_dim);
+    hp->rope_dim = hp->head_dim;
+    TP_CHECK_GOTO(md_int(m, arch, "rope.dimension_count", 0, 2, hp->head_dim, &hp->rope_dim), rc, out);
+    if (hp->rope_dim % 2 != 0)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: %s.rope.dimension_count %d must be even", m->path, arch,
+                            hp->rope_dim);
+    hp->rope_neox = hp->arch != TP_ARCH_LLAMA;
+    hp->rope_theta = 10000.0f;
+    TP_CHECK_GOTO(md_float(m, arch, "rope.freq_base", &hp->rope_theta), rc, out);
+    if (!(hp->rope_theta > 1.0f))
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: %s.rope.freq_base %g must be > 1", m->path, arch,
+                            (double)hp->rope_theta);
+    hp->norm_eps = 1e-5f;
+    TP_CHECK_GOTO(md_float(m, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps), rc, out);
+    if (!(hp->norm_eps >= 0.0f && hp->norm_eps < 1.0f))
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: rms epsilon %g is out of range", m->path, (double)hp->norm_eps);
+
+    /* rope scaling */
+    hp->rope_scaling = TP_ROPE_SCALING_NONE;
+    hp->rope_scale_factor = 1.0f;
+    hp->rope_low_freq_factor = 1.0f;
+    hp->rope_high_freq_factor = 4.0f;
+    hp->rope_orig_ctx = 8192;
+    char key[128];
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
+    const char *stype = NULL;
+    rc = tp_gguf_get_str(m->gguf, key, &stype);
+    if (rc != TP_OK && rc != TP_ERR_NOT_FOUND) return tp_error_set(&m->err, rc, "%s", tp_gguf_last_error(m->gguf));
+    rc = TP_OK;
+    float lin = 0.0f;
+    TP_CHECK_GOTO(md_float(m, arch, "rope.scale_linear", &lin), rc, out);
+    if (lin > 0.0f && lin != 1.0f) {
+        hp->rope_scaling = TP_ROPE_SCALING_LINEAR;
+        hp->rope_scale_factor = lin;
+    }
+    if (stype && strcmp(stype, "none") != 0) {
+        if (strcmp(stype, "linear") == 0) hp->rope_scaling = TP_ROPE_SCALING_LINEAR;
+        else if (strcmp(stype, "llama3") == 0) hp->rope_scaling = TP_ROPE_SCALING_LLAMA3;
+        else
+            return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
+                                "%s: %s = '%.32s' is not supported (supported: none, linear, llama3)", m->path, key, stype);
+        TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.factor", &hp->rope_scale_factor), rc, out);
+        TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.low_freq_factor", &hp->rope_low_freq_factor), rc, out);
+        TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.high_freq_factor", &hp->rope_high_freq_factor), rc, out);
+        TP_CHECK_GOTO(md_int(m, arch, "rope.scaling.original_context_length", 0, 1, 1 << 30, &hp->rope_orig_ctx), rc,
+                      out);
+        if (!(hp->rope_scale_factor > 0.0f) ||
+            (hp->rope_scaling == TP_ROPE_SCALING_LLAMA3 && !(hp->rope_high_freq_factor > hp->rope_low_freq_factor)))
+            return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: rope scaling parameters are inconsistent", m->path);
+    }
+out:
+    return rc;
+}
+
+/* ----------------------------------------------------------- tensors */
+
+static struct tp_tsrc source_of(const tp_model_t *m)
+{
+    struct tp_tsrc s = {m->st ? TP_TSRC_HF : TP_TSRC_GGUF, m->gguf, m->st, m->mlxq ? m->mlxq->bits : 0};
+    return s;
+}
+
+static int has_tensor(const tp_model_t *m, const char *name)
+{
+    struct tp_tsrc src = source_of(m);
+    struct tp_tsrc_tensor t;
+    return tp_tsrc_find(&src, name, &t);
+}
+
+/* Find tensor `name` (GGUF canonical name) in the model's source; 0 (and the
+ * error text when required) when it is absent. */
+static int find_tensor(tp_model_t *m, const char *name, int required, struct tp_tsrc_tensor *t)
+{
+    struct tp_tsrc src = source_of(m);
+    if (tp_tsrc_find(&src, name, t)) return 1;
+    if (required) {
+        char hf[160];
+        if (m->st && tp_tsrc_hf_name(name, hf, sizeof(hf)))
+            tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' is missing (arch %s)", m->path, hf,
+                         tp_arch_name(m->hp.arch));
+        else
+            tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' is missing (arch %s)", m->path, name,
+                         tp_arch_name(m->hp.arch));
+    }
+    return 0;
+}
+
+static void progress(tp_model_t *m, const struct tp_model_config *cfg, uint64_t add, uint64_t total)
+{
+    m->weight_bytes += add;
+    if (cfg->progress) cfg->progress(cfg->progress_ctx, m->weight_bytes, total);
+}
+
+static enum tp_status pread_full(tp_model_t *m, const struct tp_tsrc_tensor *t, void *dst, size_t n, uint64_t off)
+{
+    int fd = t->fd;
+    const char *name = t->name;
+    uint8_t *p = dst;
+    while (n > 0) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return tp_error_set(&m->err, TP_ERR_IO, "%s: reading tensor '%s' at offset %llu failed: %s", t->file, name,
+                                (unsigned long long)off, r < 0 ? strerror(errno) : "unexpected end of file");
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return TP_OK;
+}
+
+/*
+ * Load a 2-D weight whose full shape is (rows_full, cols_full) in ggml terms
+ * (ne = [cols_full, rows_full]) and keep rows [r0, r1) x cols [c0, c1).
+ * Reads from the mapping when the whole tensor is kept, else with pread.
+ */
+static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg, const char *name, int64_t rows_full,
+                               int64_t cols_full, int64_t r0, int64_t r1, int64_t c0, int64_t c1, struct tp_wmat *w,
+                               uint64_t total)
+{
+    struct tp_tsrc_tensor tt;
+    const struct tp_tsrc_tensor *t = &tt;
+    if (!find_tensor(m, name, 1, &tt)) return m->err.status;
+    name = t->name;
+    if (t->mlx_packed) { /* MLX quantized: weight + scales + biases (mlx_load.c; directory or shard file) */
+        uint64_t held = 0;
+        enum tp_status mrc = tp_mlx_load_mat(m, t, rows_full, cols_full, r0, r1, c0, c1, w, &held);
+        if (mrc == TP_OK && m->dry_run) m->weight_bytes += held;
+        else if (mrc == TP_OK) progress(m, cfg, held, total);
+        return mrc;
+    }
+    if (t->ne[2] != 1 || t->ne[3] != 1)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has %d dims (want 2)", m->path, name, t->n_dims);
+    if (!tp_wtype_supported(t->type))
+        return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which this build cannot compute with",
+                            m->path, name, t->type_name);
+    int64_t rows = r1 - r0, cols = c1 - c0;
+    int slice_file = m->sharded && m->shard.file_is_slice;
+    int whole = 0;
+    if (t->ne[0] == cols_full && t->ne[1] == rows_full) {
+        whole = (rows == rows_full && cols == cols_full);
+    } else if (slice_file && t->ne[0] == cols && t->ne[1] == rows) {
+        whole = 1;
+        r0 = 0;
+        c0 = 0;
+        rows_full = rows;
+        cols_full = cols;
+    } else {
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]%s",
+                            m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)cols_full,
+                            (long long)rows_full,
+                            slice_file ? " (or this shard's slice)" : "");
+    }
+    int64_t blck = tp_wtype_block_elems(t->type);
+    if (blck <= 0 || c0 % blck != 0 || cols % blck != 0)
+        return tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+                            "%s: tensor '%s': shard columns [%lld, %lld) cut a %s block of %lld elements; choose "
+                            "block-aligned FFN/head boundaries",
+                            m->path, name, (long long)c0, (long long)c1, tp_wtype_name(t->type), (long long)blck);
+    size_t full_row_bytes = tp_kern_row_bytes(t->type, cols_full);
+    if (m->dry_run) { /* sizing pass: count, validate, touch nothing */
+        m->weight_bytes += whole ? t->n_bytes : (uint64_t)tp_kern_row_bytes(t->type, cols) * (uint64_t)rows;
+        return TP_OK;
+    }
+    w->type = t->type;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = tp_kern_row_bytes(t->type, cols);
+    w->owned = NULL;
+    if (whole && ((uintptr_t)t->data & 31u) == 0) {
+        w->data = t->data;
+        progress(m, cfg, t->n_bytes, total);
+        return TP_OK;
+    }
+    if (whole) {
+        /* misaligned for the kernels (GGUF general.alignment < 32; safetensors offsets are arbitrary):
+         * keep an aligned copy, read with pread so the mapping's pages never become resident too */
+        w->owned = tp_aligned_alloc(64, (size_t)t->n_bytes);
+        if (!w->owned)
+            return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory for tensor '%s'", m->path, name);
+        w->data = w->owned;
+        if (t->fd >= 0) {
+            enum tp_status prc = pread_full(m, t, w->owned, (size_t)t->n_bytes, t->file_offset);
+            if (prc != TP_OK) return prc;
+        } else {
+            memcpy(w->owned, t->data, (size_t)t->n_bytes);
+        }
+        progress(m, cfg, t->n_bytes, total);
+        return TP_OK;
+    }
+    if (t->fd < 0)
+        return tp_error_set(&m->err, TP_ERR_INTERNAL, "%s: slice load needs a file descriptor", m->path);
+    size_t bytes = 0;
+    if (tp_mul_size(w->row_bytes, (size_t)rows, &bytes) != 0 || bytes == 0)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s': slice size overflows", m->path, name);
+    w->owned = tp_aligned_alloc(64, bytes);
+    if (!w->owned) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory for tensor '%s' (%zu bytes)", m->path, name, bytes);
+    w->data = w->owned;
+    size_t col_off = tp_kern_row_bytes(t->type, c0);
+    enum tp_status rc = TP_OK;
+    if (cols == cols_full) {
+        rc = pread_full(m, t, w->owned, bytes, t->file_offset + (uint64_t)r0 * full_row_bytes);
+    } else {
+        for (int64_t r = 0; r < rows && rc == TP_OK; r++)
+            rc = pread_full(m, t, (uint8_t *)w->owned + (size_t)r * w->row_bytes, w->row_bytes,
+                            t->file_offset + (uint64_t)(r0 + r) * full_row_bytes + col_off);
+    }
+    if (rc == TP_OK) progress(m, cfg, bytes, total);
+    return rc;
+}
+
+/* A 1-D tensor (norm weight or bias) of n_full elements, elements [e0, e1) kept, as owned f32. */
+static enum tp_status load_vec(tp_model_t *m, const struct tp_model_config *cfg, const char *name, int64_t n_full,
+                               int64_t e0, int64_t e1, float **out, uint64_t total)
+{
+    struct tp_tsrc_tensor tt;
+    const struct tp_tsrc_tensor *t = &tt;
+    if (!find_tensor(m, name, 1, &tt)) return m->err.status;
+    name = t->name;
+    int64_t n = e1 - e0;
+    if (t->n_elems == n_full && t->ne[0] == n_full) {
+        /* whole */
+    } else if (m->sharded && m->shard.file_is_slice && t->ne[0] == n && t->n_elems == n) {
+        e0 = 0;
+    } else {
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has %lld elements, expected %lld", m->path, name,
+                            (long long)t->n_elems, (long long)n_full);
+    }
+    if (t->type != TP_WTYPE_F32 && t->type != TP_WTYPE_F16 && t->type != TP_WTYPE_BF16)
+        return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s (want f32/f16/bf16)", m->path, name,
+                            t->type_name);
+    if (m->dry_run) {
+        m->weight_bytes += (uint64_t)n * 4;
+        return TP_OK;
+    }
+    float *v = tp_aligned_alloc(64, (size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!v) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
+    const uint8_t *src = t->data;
+    for (int64_t i = 0; i < n; i++) {
+        if (t->type == TP_WTYPE_F32) memcpy(&v[i], src + (e0 + i) * 4, 4);
+        else {
+            uint16_t h;
+            memcpy(&h, src + (e0 + i) * 2, 2);
+            v[i] = t->type == TP_WTYPE_F16 ? tp_fp16_to_f32(h) : tp_bf16_to_f32(h);
+        }
+    }
+    *out = v;
+    progress(m, cfg, (uint64_t)n * 4, total);
+    return TP_OK;
+}
+
+static void free_mat(struct tp_wmat *w)
+{
+    tp_aligned_free(w->owned);
+    tp_aligned_free(w->owned_sb);
+}
+
+/* ----------------------------------------------------------- shard checks */
+
+static enum tp_status check_shard(tp_model_t *m, const struct tp_model_shard *s)
+{
+    const struct tp_hparams *hp = &m->hp;
+    if (!s) {
+        memset(&m->shard, 0, sizeof(m->shard));
+        m->shard.q_head_end = hp->n_head;
+        m->shard.kv_head_end = hp->n_head_kv;
+        m->shard.ff_end = hp->n_ff;
+        m->shard.vocab_end = hp->n_vocab;
+        return TP_OK;
+    }
+    m->shard = *s;
+    m->sharded = 1;
+    if (s->q_head_begin < 0 || s->q_head_end > hp->n_head || s->q_head_begin >= s->q_head_end ||
+        s->kv_head_begin < 0 || s->kv_head_end > hp->n_head_kv || s->kv_head_begin >= s->kv_head_end ||
+        s->ff_begin < 0 || s->ff_end > hp->n_ff || s->ff_begin >= s->ff_end || s->vocab_begin < 0 ||
+        s->vocab_end > hp->n_vocab || s->vocab_begin >= s->vocab_end)
+        return tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+                            "%s: shard ranges q[%d,%d) kv[%d,%d) ff[%d,%d) vocab[%d,%d) do not fit the model (heads %d, "
+                            "kv heads %d, ff %d, vocab %d)",
+                            m->path, s->q_head_begin, s->q_head_end, s->kv_head_begin, s->kv_head_end, s->ff_begin,
+                            s->ff_end, s->vocab_begin, s->vocab_end, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_vocab);
+    int group = hp->n_head / hp->n_head_kv;
+    int kv_lo = s->q_head_begin / group, kv_hi = (s->q_head_end - 1) / group;
+    if (kv_lo < s->kv_head_begin || kv_hi >= s->kv_head_end)
+        return tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+                            "%s: shard KV heads [%d,%d) do not cover the groups [%d,%d] of Q heads [%d,%d)", m->path,
+                            s->kv_head_begin, s->kv_head_end, kv_lo, kv_hi, s->q_head_begin, s->q_head_end);
+    return TP_OK;
+}
+
+/* ----------------------------------------------------------- init/free */
+
+/* Called twice: with m->dry_run set it only validates and sums the bytes this
+ * rank will hold (the progress total), then for real. */
+static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *cfg, uint64_t total)
+{
+    enum tp_status rc = TP_OK;
+    const struct tp_hparams *hp = &m->hp;
+    const struct tp_model_shard *s = &m->shard;
+    int64_t E = hp->n_embd, hd = hp->head_dim;
+    char name[96];
+    if (!m->layers) m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
+    if (!m->layers) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
+    TP_CHECK_GOTO(load_mat(m, cfg, "token_embd.weight", hp->n_vocab, E, 0, hp->n_vocab, 0, E, &m->tok_embd, total), rc, out);
+    TP_CHECK_GOTO(load_vec(m, cfg, "output_norm.weight", E, 0, E, &m->output_norm, total), rc, out);
+    if (has_tensor(m, "output.weight")) {
+        TP_CHECK_GOTO(load_mat(m, cfg, "output.weight", hp->n_vocab, E, s->vocab_begin, s->vocab_end, 0, E, &m->output,
+                               total),
+                      rc, out);
+    } else if (!m->dry_run) {
+        /* tied: the output head is rows of the (replicated) embedding */
+        m->hp.tied_embeddings = 1;
+        m->output = m->tok_embd;
+        m->output.owned = NULL;
+        m->output.owned_sb = NULL;
+        m->output.data = m->tok_embd.data + (size_t)s->vocab_begin * m->tok_embd.row_bytes;
+        if (m->tok_embd.scales) { /* MLX: the same rows of the scales and biases */
+            m->output.scales = m->tok_embd.scales + (size_t)s->vocab_begin * m->tok_embd.sb_row_bytes;
+            m->output.biases = m->tok_embd.biases + (size_t)s->vocab_begin * m->tok_embd.sb_row_bytes;
+        }
+        m->output.rows = s->vocab_end - s->vocab_begin;
+    }
+    int64_t q0 = (int64_t)s->q_head_begin * hd, q1 = (int64_t)s->q_head_end * hd;
+    int64_t k0 = (int64_t)s->kv_head_begin * hd, k1 = (int64_t)s->kv_head_end * hd;
+    int64_t qf = (int64_t)hp->n_head * hd, kf = (int64_t)hp->n_head_kv * hd;
+    m->hp.has_qkv_bias = has_tensor(m, "blk.0.attn_q.bias");
+    m->hp.has_qk_norm = has_tensor(m, "blk.0.attn_q_norm.weight");
+    if (hp->arch == TP_ARCH_QWEN3 && !m->hp.has_qk_norm)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: qwen3 model without blk.0.attn_q_norm.weight", m->path);
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct tp_layer *L = &m->layers[l];
+#define NM(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", l, suffix), name)
+        TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_norm.weight"), E, 0, E, &L->attn_norm, total), rc, out);
+        TP_CHECK_GOTO(load_vec(m, cfg, NM("ffn_norm.weight"), E, 0, E, &L->ffn_norm, total), rc, out);
+        TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_q.weight"), qf, E, q0, q1, 0, E, &L->wq, total), rc, out);
+        TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_k.weight"), kf, E, k0, k1, 0, E, &L->wk, total), rc, out);
+        TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_v.weight"), kf, E, k0, k1, 0, E, &L->wv, total), rc, out);
+        TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_output.weight"), E, qf, 0, E, q0, q1, &L->wo, total), rc, out);
+        TP_CHECK_GOTO(load_mat(m, cfg, NM("ffn_gate.weight"), hp->n_ff, E, s->ff_begin, s->ff_end, 0, E, &L->wgate, total),
+                      rc, out);
+        TP_CHECK_GOTO(load_mat(m, cfg, NM("ffn_up.weight"), hp->n_ff, E, s->ff_begin, s->ff_end, 0, E, &L->wup, total), rc,
+                      out);
+        TP_CHECK_GOTO(load_mat(m, cfg, NM("ffn_down.weight"), E, hp->n_ff, 0, E, s->ff_begin, s->ff_end, &L->wdown, total),
+                      rc, out);
+        if (m->hp.has_qkv_bias) {
+            TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_q.bias"), qf, q0, q1, &L->bq, total), rc, out);
+            TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_k.bias"), kf, k0, k1, &L->bk, total), rc, out);
+            TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_v.bias"), kf, k0, k1, &L->bv, total), rc, out);
+        }
+        if (m->hp.has_qk_norm) {
+            TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_q_norm.weight"), hd, 0, hd, &L->q_norm, total), rc, out);
+            TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_k_norm.weight"), hd, 0, hd, &L->k_norm, total), rc, out);
+        }
+#undef NM
+    }
+    if (m->dry_run) {
+        struct tp_tsrc_tensor rf;
+        if (find_tensor(m, "rope_freqs.weight", 0, &rf)) m->weight_bytes += rf.n_bytes;
+        return TP_OK;
+    }
+    m->weight_type = m->layers[0].wgate.type;
+    /* rope frequencies (llama3 GGUFs carry rope_freqs.weight) */
+    m->inv_freq = tp_aligned_alloc(64, (size_t)hp->rope_dim / 2 * sizeof(float) + 64);
+    if (!m->inv_freq) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
+    if (has_tensor(m, "rope_freqs.weight")) {
+        float *ff = NULL;
+        TP_CHECK_GOTO(load_vec(m, cfg, "rope_freqs.weight", hp->rope_dim / 2, 0, hp->rope_dim / 2, &ff, total), rc, out);
+        for (int i = 0; i < hp->rope_dim / 2; i++)
+            if (!(ff[i] > 0.0f)) {
+                tp_aligned_free(ff);
+                return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: rope_freqs.weight[%d] is not positive", m->path, i);
+            }
+        if (m->hp.rope_scaling == TP_ROPE_SCALING_NONE) m->hp.rope_scaling = TP_ROPE_SCALING_LLAMA3;
+        tp_op_rope_freqs(m->inv_freq, &m->hp, ff);
+        tp_aligned_free(ff);
+    } else {
+        tp_op_rope_freqs(m->inv_freq, &m->hp, NULL);
+    }
+out:
+    return rc;
+}
+
+static void *zalloc(size_t n, size_t elem, int *fail)
+{
+    size_t bytes;
+    if (tp_mul_size(n, elem, &bytes) != 0) {
+        *fail = 1;
+        return NULL;
+    }
+    void *p = tp_aligned_alloc(64, bytes ? bytes : 64);
+    if (!p) *fail = 1;
+    else memset(p, 0, bytes);
+    return p;
+}
+
+static enum tp_status alloc_state(tp_model_t *m)
+{
+    const struct tp_hparams *hp = &m->hp;
+    int fail = 0;
+    size_t B = (size_t)m->n_batch, E = (size_t)hp->n_embd;
+    size_t cache = 0;
+    if (tp_mul_size((size_t)hp->n_layer * (size_t)m->n_seq, (size_t)m->n_ctx, &cache) != 0 ||
+        tp_mul_size(cache, (size_t)m->kv_dim, &cache) != 0)
+        return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: KV cache size overflows", m->path);
+    size_t kv_elem = m->kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    m->k_cache = zalloc(cache, kv_elem, &fail);
+    m->v_cache = zalloc(cache, kv_elem, &fail);
+    if (fail)
+        return tp_error_set(&m->err, TP_ERR_NOMEM,
+                            "%s: cannot allocate the KV cache (2 x %zu MiB for n_ctx %d x n_seq %d); lower --ctx-size",
+                            m->path, cache * kv_elem >> 20, m->n_ctx, m->n_seq);
+    m->seq_len = zalloc((size_t)m->n_seq, sizeof(int), &fail);
+    m->seq_tmp = zalloc((size_t)m->n_seq, sizeof(int), &fail);
+    m->seq_last = zalloc((size_t)m->n_seq, sizeof(int), &fail);
+    m->x = zalloc(B * E, sizeof(float), &fail);
+    m->xb = zalloc(B * E, sizeof(float), &fail);
+    m->proj = zalloc(B * E, sizeof(float), &fail);
+    m->q = zalloc(B * (size_t)m->q_dim, sizeof(float), &fail);
+    m->att = zalloc(B * (size_t)m->q_dim, sizeof(float), &fail);
+    m->k = zalloc(B * (size_t)m->kv_dim, sizeof(float), &fail);
+    m->v = zalloc(B * (size_t)m->kv_dim, sizeof(float), &fail);
+    m->hb = zalloc(B * (size_t)m->n_ff_l, sizeof(float), &fail);
+    m->hb2 = zalloc(B * (size_t)m->n_ff_l, sizeof(float), &fail);
+    m->scores = zalloc((size_t)m->n_threads * (size_t)m->n_ctx, sizeof(float), &fail);
+    m->rope_cs = zalloc(B * (size_t)hp->rope_dim, sizeof(float), &fail);
+    m->out_rows = zalloc(B, sizeof(int), &fail);
+    /* prepared activations: widest input is max(n_embd, q_dim, n_ff_l) for any weight type in use */
+    int64_t wmax = TP_MAX(TP_MAX((int64_t)E, (int64_t)m->q_dim), (int64_t)m->n_ff_l);
+    size_t amax = 0;
+    for (int t = 0; t < TP_WTYPE_COUNT; t++)
+        if (tp_wtype_supported((enum tp_wtype)t) && tp_wtype_block_elems((enum tp_wtype)t) > 0 &&
+            wmax % tp_wtype_block_elems((enum tp_wtype)t) == 0)
+            amax = TP_MAX(amax, tp_kern_act_row_bytes((enum tp_wtype)t, wmax));
+    amax = (amax + 63) & ~(size_t)63;
+    m->act_row_max = amax;
+    for (int i = 0; i < 3; i++) m->act[i] = zalloc(B, amax, &fail);
+    if (fail) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory for activations (n_batch %d)", m->path, m->n_batch);
+    return TP_OK;
+}
+
+/* A GGUF file: hyper-parameters, name, chat template and tokenizer from its metadata. */
+static enum tp_status open_gguf(tp_model_t *m)
+{
+    enum tp_status rc = TP_OK;
+    {
+        struct tp_error gerr = {0};
+        rc = tp_gguf_open(m->path, &m->gguf, &gerr);
+        if (rc != TP_OK) {
+            tp_error_set(&m->err, rc, "%s", gerr.msg);
+            goto out;
+        }
+    }
+    TP_CHECK_GOTO(read_hparams(m), rc, out);
+    {
+        struct tp_error qerr = {0};
+        rc = tp_mlx_read_quant_gguf(m->gguf, &m->mlxq, &qerr); /* a shard file cut from an MLX directory */
+        if (rc != TP_OK) {
+            tp_error_set(&m->err, rc, "%s", qerr.msg);
+            goto out;
+        }
+    }
+    {
+        const char *nm = NULL;
+        if (tp_gguf_get_str(m->gguf, "general.name", &nm) == TP_OK && nm[0]) {
+            m->name = strdup(nm);
+        } else {
+            const char *b = strrchr(m->path, '/');
+            b = b ? b + 1 : m->path;
+            m->name = strdup(b);
+            char *dot = m->name ? strrchr(m->name, '.') : NULL;
+            if (dot && dot != m->name) *dot = '\0';
+        }
+        const char *ct = NULL;
+        if (tp_gguf_get_str(m->gguf, "tokenizer.chat_template", &ct) == TP_OK) m->chat_template = strdup(ct);
+        if (!m->name || (ct && !m->chat_template)) {
+            rc = tp_error_set(&m->err, TP_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+    }
+    {
+        struct tp_error terr = {0};
+        rc = tp_tokenizer_from_gguf(m->path, &m->tok, &terr);
+        if (rc != TP_OK) {
+            tp_error_set(&m->err, rc, "%s", terr.msg[0] ? terr.msg : "tokenizer could not be loaded");
+            goto out;
+        }
+    }
+    if (m->vocab_only) m->hp.n_vocab = tp_tokenizer_n_vocab(m->tok);
+out:
+    return rc;
+}
+
+/* A Hugging Face directory: config.json, the safetensors set, tokenizer.json
+ * (+ tokenizer_config.json), the chat template; the name is the directory's. */
+static enum tp_status open_hf(tp_model_t *m)
+{
+    enum tp_status rc = TP_OK;
+    char *tj = NULL, *tc = NULL;
+    struct tp_error e = {0};
+    struct tp_hf_config hc;
+    rc = tp_hf_read_config(m->path, &hc, &e);
+    if (rc != TP_OK) return tp_error_set(&m->err, rc, "%s", e.msg);
+    m->hp = hc.hp;
+    {
+        size_t len = strlen(m->path);
+        while (len > 1 && m->path[len - 1] == '/') len--;
+        size_t b = len;
+        while (b > 0 && m->path[b - 1] != '/') b--;
+        m->name = malloc(len - b + 1);
+        if (!m->name) return tp_error_set(&m->err, TP_ERR_NOMEM, "out of memory");
+        memcpy(m->name, m->path + b, len - b);
+        m->name[len - b] = '\0';
+    }
+    rc = tp_hf_chat_template(m->path, &m->chat_template, &e);
+    if (rc != TP_OK) return tp_error_set(&m->err, rc, "%s", e.msg);
+    size_t pl = strlen(m->path) + 32;
+    tj = malloc(pl);
+    tc = malloc(pl);
+    if (!tj || !tc) {
+        rc = tp_error_set(&m->err, TP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    snprintf(tj, pl, "%s/tokenizer.json", m->path);
+    snprintf(tc, pl, "%s/tokenizer_config.json", m->path);
+    if (access(tj, R_OK) != 0) {
+        rc = tp_error_set(&m->err, TP_ERR_NOT_FOUND,
+                          "%s: no tokenizer.json in this Hugging Face directory (copy it from the model's repository)",
+                          m->path);
+        goto out;
+    }
+    rc = tp_tokenizer_from_json(tj, access(tc, R_OK) == 0 ? tc : NULL, &m->tok, &e);
+    if (rc != TP_OK) {
+        tp_error_set(&m->err, rc, "%s", e.msg[0] ? e.msg : "tokenizer could not be loaded");
+        goto out;
+    }
+    if (tp_tokenizer_n_vocab(m->tok) > m->hp.n_vocab) {
+        rc = tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tokenizer.json has %d tokens but config.json vocab_size is %d",
+                          m->path, tp_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+        goto out;
+    }
+    rc = tp_st_open(m->path, &m->st, &e);
+    if (rc != TP_OK) {
+        tp_error_set(&m->err, rc, "%s", e.msg);
+        goto out;
+    }
+    rc = tp_mlx_read_quant(m->path, &m->mlxq, &e); /* MLX quantized directories */
+    if (rc != TP_OK) {
+        tp_error_set(&m->err, rc, "%s", e.msg);
+        goto out;
+    }
+    if (!has_tensor(m, "output.weight")) {
+        if (!m->hp.tied_embeddings) {
+            rc = tp_error_set(&m->err, TP_ERR_FORMAT,
+                              "%s: no lm_head.weight and config.json tie_word_embeddings is false: the output head is "
+                              "missing (incomplete download?)",
+                              m->path);
+            goto out;
+        }
+    } else {
+        m->hp.tied_embeddings = 0;
+    }
+out:
+    free(tj);
+    free(tc);
+    return rc;
+}
+
+enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    tp_model_t *m = NULL;
+    if (!out) return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_model_init: out is NULL");
+    *out = NULL;
+    if (!cfg || !cfg->path) return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_model_init: no model path given");
+    if (cfg->n_threads < 0 || cfg->n_ctx < 0 || cfg->n_seq < 1 || cfg->n_batch < 1 || cfg->n_seq > 4096 ||
+        cfg->n_batch > (1 << 20) || cfg->n_threads > 1024)
+        return tp_error_set(err, TP_ERR_INVALID_ARG,
+                            "tp_model_init: bad config (n_threads %d, n_ctx %d, n_seq %d, n_batch %d)", cfg->n_threads,
+                            cfg->n_ctx, cfg->n_seq, cfg->n_batch);
+    m = calloc(1, sizeof(*m));
+    if (!m) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", cfg->path);
+    tp_op_init();
+    m->path = strdup(cfg->path);
+    if (!m->path) {
+        rc = tp_error_set(&m->err, TP_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    m->vocab_only = cfg->vocab_only;
+    if (tp_hf_is_dir(cfg->path)) {
+        TP_CHECK_GOTO(open_hf(m), rc, fail);
+    } else {
+        struct stat sb;
+        if (stat(cfg->path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            rc = tp_error_set(&m->err, TP_ERR_NOT_FOUND,
+                              "%s: a directory without config.json; give a GGUF file or a Hugging Face model directory "
+                              "(config.json, model.safetensors[.index.json], tokenizer.json)",
+                              cfg->path);
+            goto fail;
+        }
+        size_t pl = strlen(cfg->path);
+        static const char *const hf_files[] = {".safetensors", ".safetensors.index.json", "config.json"};
+        for (size_t i = 0; i < TP_ARRAY_LEN(hf_files); i++) {
+            size_t sl = strlen(hf_files[i]);
+            if (pl >= sl && strcmp(cfg->path + pl - sl, hf_files[i]) == 0) {
+                rc = tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+                                  "%s: a file of a Hugging Face model; give its directory (with config.json, "
+                                  "tokenizer.json and the safetensors) instead",
+                                  cfg->path);
+                goto fail;
+            }
+        }
+        TP_CHECK_GOTO(open_gguf(m), rc, fail);
+    }
+    if (cfg->vocab_only) {
+        *out = m;
+        return TP_OK;
+    }
+    {
+        struct tp_tsrc_tensor tte;
+        const struct tp_tsrc_tensor *te = &tte;
+        if (!find_tensor(m, "token_embd.weight", 1, &tte)) {
+            rc = m->err.status;
+            goto fail;
+        }
+        /* MLX packed (U32): the unpacked width depends on the bits, which load_mat checks against config.json */
+        const int mlx_packed = te->mlx_packed;
+        if ((te->ne[0] != m->hp.n_embd && !mlx_packed) || te->ne[1] < 1 || te->ne[1] > INT32_MAX || te->n_dims != 2) {
+            rc = tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld] (want [%d, n_vocab])",
+                              m->path, te->name, (long long)te->ne[0], (long long)te->ne[1], m->hp.n_embd);
+            goto fail;
+        }
+        m->hp.n_vocab = (int)te->ne[1];
+    }
+    TP_CHECK_GOTO(check_shard(m, cfg->shard), rc, fail);
+    {
+        const struct tp_model_shard *s = &m->shard;
+        m->hd = m->hp.head_dim;
+        m->nq = s->q_head_end - s->q_head_begin;
+        m->nkv = s->kv_head_end - s->kv_head_begin;
+        m->q_head0 = s->q_head_begin;
+        m->kv_head0 = s->kv_head_begin;
+        m->q_dim = m->nq * m->hd;
+        m->kv_dim = m->nkv * m->hd;
+        m->n_ff_l = s->ff_end - s->ff_begin;
+        m->n_vocab_l = s->vocab_end - s->vocab_begin;
+    }
+    m->dry_run = 1;
+    TP_CHECK_GOTO(load_weights(m, cfg, 0), rc, fail);
+    m->dry_run = 0;
+    {
+        uint64_t total = m->weight_bytes;
+        m->weight_bytes = 0;
+        TP_CHECK_GOTO(load_weights(m, cfg, total), rc, fail);
+    }
+    m->n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : TP_MIN(m->hp.n_ctx_train, 4096);
+    m->n_seq = cfg->n_seq;
+    m->n_batch = cfg->n_batch;
+    m->kv_f16 = cfg->kv_f16 != 0;
+    {
+        struct tp_pool_config pc = tp_pool_default_config();
+        pc.n_threads = cfg->n_threads > 0 ? cfg->n_threads : tp_cpu_count();
+        if (tp_pool_init(&pc, &m->pool) != TP_OK) {
+            rc = tp_error_set(&m->err, TP_ERR_NOMEM, "cannot start %d compute threads", pc.n_threads);
+            goto fail;
+        }
+        m->n_threads = tp_pool_size(m->pool);
+    }
+    if (!cfg->keep_layout) TP_CHECK_GOTO(tp_model_repack(m), rc, fail);
+    TP_CHECK_GOTO(alloc_state(m), rc, fail);
+    tp_log(TP_LOG_DEBUG, MODULE, "%s: %s, %d layers, embd %d, heads %d/%d, ff %d, vocab %d, %.1f MiB weights held",
+           m->path, tp_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv, m->hp.n_ff,
+           m->hp.n_vocab, (double)m->weight_bytes / 1048576.0);
+    *out = m;
+    return TP_OK;
+fail:
+    if (err) tp_error_set(err, rc, "%s", m->err.msg[0] ? m->err.msg : tp_status_str(rc));
+    tp_model_free(m);
+    return rc;
+}
+
+void tp_model_free(tp_model_t *m)
+{
+    if (!m) return;
+    tp_pool_free(m->pool);
+    if (m->layers) {
+        for (int l = 0; l < m->hp.n_layer; l++) {
+            struct tp_layer *L = &m->layers[l];
+            tp_aligned_free(L->attn_norm);
+            tp_aligned_free(L->ffn_norm);
+            tp_aligned_free(L->bq);
+            tp_aligned_free(L->bk);
+            tp_aligned_free(L->bv);
+            tp_aligned_free(L->q_norm);
+            tp_aligned_free(L->k_norm);
+            free_mat(&L->wq);
+            free_mat(&L->wk);
+            free_mat(&L->wv);
+            free_mat(&L->wo);
+            free_mat(&L->wgate);
+            free_mat(&L->wup);
+            free_mat(&L->wdown);
+        }
+        free(m->layers);
+    }
+    free_mat(&m->tok_embd);
+    free_mat(&m->output);
+    tp_aligned_free(m->output_norm);
+    tp_aligned_free(m->inv_freq);
+    tp_aligned_free(m->k_cache);
+    tp_aligned_free(m->v_cache);
+    tp_aligned_free(m->seq_len);
+    tp_aligned_free(m->seq_tmp);
+    tp_aligned_free(m->seq_last);
+    tp_aligned_free(m->x);
+    tp_aligned_free(m->xb);
+    tp_aligned_free(m->proj);
+    tp_aligned_free(m->q);
+    tp_aligned_free(m->att);
+    tp_aligned_free(m->k);
+    tp_aligned_free(m->v);
+    tp_aligned_free(m->hb);
+    tp_aligned_free(m->hb2);
+    for (int i = 0; i < 3; i++) tp_aligned_free(m->act[i]);
+    tp_aligned_free(m->scores);
+    tp_aligned_free(m->rope_cs);
+    tp_aligned_free(m->out_rows);
+    tp_tokenizer_free(m->tok);
+    tp_gguf_close(m->gguf);
+    tp_st_close(m->st);
+    tp_mlx_quant_free(m->mlxq);
+    free(m->name);
+    free(m->chat_template);
+    free(m->path);
+    free(m);
+}
+
+const char *tp_model_last_error(const tp_model_t *m) { return m ? tp_error_msg(&m->err) : ""; }
+const struct tp_hparams *tp_model_hparams(const tp_model_t *m) { return &m->hp; }
+tp_tokenizer_t *tp_model_tokenizer(const tp_model_t *m) { return m->tok; }
+const char *tp_model_name(const tp_model_t *m) { return m->name; }
+const char *tp_model_chat_template(const tp_model_t *m) { return m->chat_template; }
+uint64_t tp_model_weight_bytes(const tp_model_t *m) { return m->weight_bytes; }
+enum tp_wtype tp_model_weight_type(const tp_model_t *m) { return m->weight_type; }
+int tp_model_n_ctx(const tp_model_t *m) { return m->n_ctx; }
+int tp_model_n_seq(const tp_model_t *m) { return m->n_seq; }
+int tp_model_n_threads(const tp_model_t *m) { return m->n_threads; }

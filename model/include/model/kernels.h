@@ -1,0 +1,112 @@
+/*
+ * model/include/model/kernels.h - matrix kernels for every weight type, with a
+ * scalar reference and SIMD versions (AVX2, AVX-512/VNNI, NEON/dotprod)
+ * chosen once at run time.
+ *
+ * Layout: a weight matrix is `rows` rows of `cols` elements (ggml order:
+ * ne0 = cols is contiguous); each row is cols/block_elems blocks in the exact
+ * GGUF layout.  Quantized types compute against activations quantized to 8
+ * bits (tp_kern_prepare_act: Q8_0-style 32-value blocks with f32 scales for
+ * Q4_0/Q8_0, ggml's Q8_K for the K-quants; the layout is private, size it
+ * with tp_kern_act_row_bytes); float types use f32 activations.  The caller
+ * (forward pass) splits rows over threads; every function here is
+ * thread-safe except the tp_kern_force_* test hooks.
+ *
+ * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (tp_wtype_supported),
+ * the MLX affine types through tp_kern_matmul_mlx, and Q4_0 / Q8_0 re-laid 16
+ * rows at a time ("x16") through tp_kern_matmul_x16 (both below).
+ * Decode (n_tok = 1) streams each weight row once; prefill tiles rows x
+ * tokens so an unpacked weight block serves several tokens; F32 with >= 8
+ * tokens goes to BLAS sgemm (single-threaded) unless our AVX-512 tile is
+ * faster (it is against OpenBLAS on Zen 5).
+ */
+#ifndef TP_MODEL_KERNELS_H
+#define TP_MODEL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+/* Bytes of one weight row of n elements (n a multiple of the block size). */
+size_t tp_kern_row_bytes(enum tp_wtype t, int64_t n);
+
+/* Bytes needed for one activation row of n elements prepared for weights of type wt. */
+size_t tp_kern_act_row_bytes(enum tp_wtype wt, int64_t n);
+/* Prepare (quantize or copy) one activation row x[n] into xq for weights of type wt. */
+void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n);
+
+/*
+ * y[t * y_stride + r] = dot(W[r, :], x[t, :]) for r in [r0, r1), t in [0, n_tok).
+ *   w        weight matrix base (row r at w + r * w_row_bytes)
+ *   xq       n_tok prepared activation rows, xq_row_bytes apart
+ *   n_cols   elements per row
+ * Scalar and SIMD versions give the same result up to float rounding.
+ */
+void tp_kern_matmul(enum tp_wtype wt, const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
+                    size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride, int64_t r0, int64_t r1);
+
+/* Dequantize n elements (whole blocks) of type t to f32. */
+void tp_kern_dequant(enum tp_wtype t, const void *src, float *dst, int64_t n);
+/* Quantize n f32 values (whole blocks) to type t (reference quantizer; used by
+ * synth and tests).  Returns bytes written. */
+size_t tp_kern_quantize(enum tp_wtype t, const float *src, void *dst, int64_t n);
+
+/* ------------------------------------------------ MLX affine types
+ * TP_WTYPE_MLX_*: the matrix is three arrays (kernels_mlx_impl.h has the
+ * exact layout): packed uint32 words (row r at w + r * w_row_bytes, the
+ * row's cols * bits / 8 bytes) and per-group scales and biases described by
+ * struct tp_kern_groups.  Activations are prepared with tp_kern_prepare_act
+ * for the same type.  tp_kern_matmul / tp_kern_dequant / tp_kern_quantize do
+ * not take these types (they would have no scales): use the functions below. */
+struct tp_kern_groups {
+    const void *scales; /* (rows, cols / group) fp16 or bf16; row r at scales + r * row_bytes */
+    const void *biases; /* (rows, cols / group), same type and row stride */
+    size_t row_bytes;   /* stride of both */
+    int bf16;           /* 0: fp16, 1: bf16 */
+};
+/* tp_kern_matmul for an MLX type (same contract, plus g). */
+void tp_kern_matmul_mlx(enum tp_wtype wt, const void *w, size_t w_row_bytes, const struct tp_kern_groups *g,
+                        int64_t n_cols, const void *xq, size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride,
+                        int64_t r0, int64_t r1);
+/* Dequantize one row of n elements: packed words w_row, its scales/biases rows. */
+void tp_kern_dequant_mlx(enum tp_wtype t, const void *w_row, const void *scales_row, const void *biases_row, int bf16,
+                         float *dst, int64_t n);
+/* Quantize one row of n floats as mlx.core.quantize does (per group: the
+ * edge of larger magnitude exact, scale (max - min) / (2^bits - 1), q rounded
+ * and clipped), writing n * bits / 8 bytes of words and n / group scales and
+ * biases as fp16 (bf16 = 0) or bf16. */
+void tp_kern_quantize_mlx(enum tp_wtype t, const float *src, void *w_row, uint16_t *scales_row, uint16_t *biases_row,
+                          int bf16, int64_t n);
+
+/* ------------------------------------------------ Q4_0 / Q8_0 "x16" layouts
+ * Q4_0 and Q8_0 matrices re-laid 16 rows at a time so a SIMD kernel holds
+ * one row per vector lane without gathering bytes (layout in
+ * kernels_impl.h).  Same bytes per group of 16 rows as the row-major form; a
+ * ragged last group is padded to 16 rows (repeats of the last row), so the
+ * buffer holds tp_kern_x16_bytes(rows, row_bytes).  The model repacks its
+ * matrices of type t at load when tp_kern_x16_native(t); tp_kern_matmul_x16
+ * has the tp_kern_matmul contract (rows r0..r1, any alignment) and runs on
+ * every ISA (scalar reference where there is no x16 kernel).  t: Q4_0 or Q8_0. */
+int tp_kern_x16_native(enum tp_wtype t); /* the chosen ISA has an x16 kernel for t */
+size_t tp_kern_x16_bytes(int64_t rows, size_t row_bytes);
+/* Groups [g0, g1) of src (rows x row_bytes, row-major) into dst (x16). */
+void tp_kern_repack_x16(enum tp_wtype t, const void *src, size_t row_bytes, int64_t rows, void *dst, int64_t g0,
+                        int64_t g1);
+/* Row r of an x16 matrix back in the GGUF row layout (row_bytes bytes). */
+void tp_kern_unpack_x16_row(enum tp_wtype t, const void *w, size_t row_bytes, int64_t r, void *dst_row);
+void tp_kern_matmul_x16(enum tp_wtype t, const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
+                        size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride, int64_t r0, int64_t r1);
+
+/* Name of the instruction set chosen at run time ("avx512-vnni", "avx2", "neon-dotprod", "scalar"). */
+const char *tp_kern_isa(void);
+/* Force the scalar reference (tests); 0 restores automatic choice. */
+void tp_kern_force_scalar(int on);
+/* The instruction sets this CPU can run, index 0 = "scalar", last = the default. */
+int tp_kern_isa_count(void);
+const char *tp_kern_isa_name(int i); /* NULL when out of range */
+/* Use the named one (tests, benchmarks); NULL or "" restores the default.
+ * TP_ERR_UNSUPPORTED when this CPU/build lacks it.  Process-wide. */
+enum tp_status tp_kern_force_isa(const char *name);
+
+#endif /* TP_MODEL_KERNELS_H */

@@ -1,0 +1,88 @@
+/*
+ * model/include/model/tensor_source.h - where the loader's weights come from.
+ *
+ * A "tensor source" answers one question for model_load.c: "tensor NAME (a
+ * GGUF canonical name such as blk.3.attn_q.weight): what type and dims does
+ * it have, and where are its bytes (fd + absolute file offset for pread, and
+ * the mapped pointer)?".  Two kinds:
+ *   GGUF file:        names as in the file;
+ *   Hugging Face dir: config.json + model.safetensors[.index.json]; names
+ *                     translated (blk.N.attn_q.weight <-
+ *                     model.layers.N.self_attn.q_proj.weight, output.weight
+ *                     <- lm_head.weight, ...) and row-major shapes reversed
+ *                     into ggml order (ne[0] = the contiguous row length).
+ * The HF half also reads config.json into struct tp_hparams.
+ *
+ * Ownership: a tp_tsrc_tensor only borrows from the source; its pointers are
+ * valid until the source (the model's gguf / st handle) is closed.
+ */
+#ifndef TP_MODEL_TENSOR_SOURCE_H
+#define TP_MODEL_TENSOR_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+/* One tensor as the loader sees it. */
+struct tp_tsrc_tensor {
+    const char *name;        /* the name in the source (the HF name for a directory): for messages */
+    const char *file;        /* path of the file that holds it: for messages */
+    enum tp_wtype type;      /* TP_WTYPE_COUNT when the source's dtype has no tp_wtype (e.g. U32) */
+    const char *type_name;   /* the source's own type name ("q4_0", "BF16", "U32"): for messages */
+    int n_dims;
+    int64_t ne[4];           /* ggml order: ne[0] contiguous; unused dims 1 (dims past 4 folded into ne[3]) */
+    int64_t n_elems;
+    uint64_t n_bytes;
+    int fd;                  /* for pread; -1 when only the mapping exists */
+    uint64_t file_offset;    /* absolute offset of the first byte in that file */
+    const void *data;        /* into the mapping; NULL when n_bytes == 0; NOT necessarily aligned */
+    const struct tp_st_tensor *st; /* HF: the safetensors record (MLX scales/biases lookups); NULL for GGUF */
+    int mlx_packed;          /* MLX packed words (HF U32, or a GGUF shard's I32 + ".scales"): tp_mlx_load_mat */
+};
+
+enum tp_tsrc_kind { TP_TSRC_GGUF = 0, TP_TSRC_HF };
+
+/* Borrowed handles; exactly one is non-NULL. */
+struct tp_tsrc {
+    enum tp_tsrc_kind kind;
+    tp_gguf_t *gguf;
+    tp_st_t *st;
+    int mlx_bits; /* MLX default bits (config.json, or a shard's tpserve.mlx.bits), 0 when unknown (model/mlx_quant.h) */
+};
+
+/* Look up a GGUF canonical name.  Returns 1 and fills *out when present, 0 when absent. */
+int tp_tsrc_find(const struct tp_tsrc *s, const char *name, struct tp_tsrc_tensor *out);
+
+/* The Hugging Face name of a GGUF canonical name ("blk.3.ffn_up.weight" ->
+ * "model.layers.3.mlp.up_proj.weight") into out; 0 when there is no mapping
+ * or it does not fit in cap. */
+int tp_tsrc_hf_name(const char *gguf_name, char *out, size_t cap);
+
+/* ------------------------------------------------------ HF config.json */
+
+/* Nonzero when path is a directory holding a config.json. */
+int tp_hf_is_dir(const char *path);
+
+struct tp_hf_config {
+    struct tp_hparams hp;     /* n_vocab = vocab_size; tied_embeddings = tie_word_embeddings; rope_neox = 1 */
+    char architecture[64];    /* architectures[0] (or model_type when absent) */
+    char model_type[32];
+    int attention_bias;       /* config says q/k/v projections have biases (Qwen2 has them implicitly) */
+    int quant_bits;           /* MLX "quantization": {"bits", "group_size"}; 0 when absent */
+    int quant_group_size;
+};
+
+/* Read and validate DIR/config.json.  Unsupported architectures, MoE, other
+ * activations, rope scaling kinds other than linear / llama3, and foreign
+ * quantization (GPTQ, AWQ, bitsandbytes, ...) are refused by name. */
+enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, struct tp_error *err);
+
+/* The chat template of an HF directory: tokenizer_config.json "chat_template"
+ * (a string, or the "default" entry of a list of {name, template}), else
+ * chat_template.jinja.  *out = NULL (TP_OK) when there is none; malloc'd. */
+enum tp_status tp_hf_chat_template(const char *dir, char **out, struct tp_error *err);
+
+#endif /* TP_MODEL_TENSOR_SOURCE_H */

@@ -1,0 +1,372 @@
+/*
+ * model/kernels/kernels.c - public side of the kernels: row sizes, activation
+ * preparation, reference quantize/dequantize, and the run-time choice of
+ * instruction set (once, via pthread_once; TP_KERN_ISA=scalar|avx2|
+ * avx512-vnni|neon|neon-dotprod in the environment pins one the CPU has, for
+ * benchmarks).  F32 weights with many tokens go to BLAS (single-threaded:
+ * the caller already splits rows over its own threads), except where our own
+ * tile measured faster (AVX-512 vs OpenBLAS).
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "kernels/kernels_impl.h"
+#include "kernels/kernels_mlx_impl.h"
+
+#if defined(TP_BLAS_OPENBLAS)
+#include <cblas.h>
+#elif defined(TP_BLAS_ACCELERATE)
+#include <Accelerate/Accelerate.h>
+#endif
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#endif
+
+/* Float weights with at least this many tokens use BLAS sgemm. */
+#define TP_BLAS_MIN_TOKENS 8
+
+#define TP_MAX_ISAS 4
+static struct tp_kern_ops g_isas[TP_MAX_ISAS]; /* [0] = scalar, then ever wider */
+static int g_n_isas;
+static const struct tp_kern_ops *g_best;
+static _Atomic(const struct tp_kern_ops *) g_cur;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+#define g_scalar g_isas[0]
+
+/* Append an ISA table: scalar entries overlaid with what the ISA implements. */
+static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *), void (*fill_kquant)(struct tp_kern_ops *))
+{
+    struct tp_kern_ops o = {0};
+    fill(&o);
+    if (fill_kquant) fill_kquant(&o);
+    tp_kern_mlx_ops(name, &o);
+    struct tp_kern_ops *dst = &g_isas[g_n_isas++];
+    *dst = g_scalar;
+    dst->name = name;
+    for (int t = 0; t < TP_WTYPE_COUNT; t++)
+        if (o.matmul[t]) dst->matmul[t] = o.matmul[t];
+    for (int v = 0; v < TP_KERN_MLX_VARIANTS; v++)
+        if (o.mlx[v]) dst->mlx[v] = o.mlx[v];
+    if (o.matmul_q4_0_x16) dst->matmul_q4_0_x16 = o.matmul_q4_0_x16;
+    if (o.matmul_q8_0_x16) dst->matmul_q8_0_x16 = o.matmul_q8_0_x16;
+    if (o.quant_a8) dst->quant_a8 = o.quant_a8;
+    if (o.quant_q8k) dst->quant_q8k = o.quant_q8k;
+    dst->f32_beats_blas = 0;
+}
+
+static void choose_isa(void)
+{
+    tp_kern_scalar_ops(&g_scalar);
+    tp_kern_kquant_scalar_ops(&g_scalar);
+    tp_kern_mlx_ops("scalar", &g_scalar);
+    g_scalar.name = "scalar";
+    g_n_isas = 1;
+#if defined(__x86_64__) || defined(_M_X64)
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2) add_isa("avx2", tp_kern_avx2_ops, tp_kern_kquant_avx2_ops);
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+        add_isa("avx512-vnni", tp_kern_avx512_ops, tp_kern_kquant_avx512_ops);
+#if !defined(TP_BLAS_ACCELERATE)
+        /* measured on Zen 5: our 4x4 zmm tile ~100-150 GOP/s vs single-threaded OpenBLAS sgemm ~50-100 */
+        g_isas[g_n_isas - 1].f32_beats_blas = 1;
+#endif
+    }
+#elif defined(__aarch64__)
+    int dot = 0;
+#if defined(__linux__)
+    dot = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#elif defined(__APPLE__)
+    dot = 1; /* every Apple arm64 core has the dot-product extension */
+#endif
+    add_isa("neon", tp_kern_neon_ops, tp_kern_kquant_neon_ops);
+    if (dot && tp_kern_neondot_built) add_isa("neon-dotprod", tp_kern_neondot_ops, tp_kern_kquant_neondot_ops);
+#endif
+    g_best = &g_isas[g_n_isas - 1];
+    const char *want = getenv("TP_KERN_ISA"); /* benchmarks: pin an ISA this CPU has */
+    if (want && *want) {
+        int found = 0;
+        for (int i = 0; i < g_n_isas; i++)
+            if (strcmp(want, g_isas[i].name) == 0) g_best = &g_isas[i], found = 1;
+        if (!found)
+            tp_log(TP_LOG_WARN, "kernels", "TP_KERN_ISA=%s is not available on this CPU/build; using %s", want,
+                   g_best->name);
+    }
+    atomic_store(&g_cur, g_best);
+#if defined(TP_BLAS_OPENBLAS)
+    openblas_set_num_threads(1); /* rows are already split over our own pool */
+#endif
+}
+
+static const struct tp_kern_ops *ops(void)
+{
+    pthread_once(&g_once, choose_isa);
+    return atomic_load_explicit(&g_cur, memory_order_relaxed);
+}
+
+const char *tp_kern_isa(void) { return ops()->name; }
+const struct tp_kern_ops *tp_kern_ops_current(void) { return ops(); }
+const struct tp_kern_ops *tp_kern_ops_scalar(void)
+{
+    pthread_once(&g_once, choose_isa);
+    return &g_scalar;
+}
+
+void tp_kern_force_scalar(int on)
+{
+    pthread_once(&g_once, choose_isa);
+    atomic_store(&g_cur, on ? &g_scalar : g_best);
+}
+
+int tp_kern_isa_count(void)
+{
+    pthread_once(&g_once, choose_isa);
+    return g_n_isas;
+}
+
+const char *tp_kern_isa_name(int i)
+{
+    pthread_once(&g_once, choose_isa);
+    return i >= 0 && i < g_n_isas ? g_isas[i].name : NULL;
+}
+
+enum tp_status tp_kern_force_isa(const char *name)
+{
+    pthread_once(&g_once, choose_isa);
+    if (!name || !*name) {
+        atomic_store(&g_cur, g_best);
+        return TP_OK;
+    }
+    for (int i = 0; i < g_n_isas; i++) {
+        if (strcmp(name, g_isas[i].name) == 0) {
+            atomic_store(&g_cur, &g_isas[i]);
+            return TP_OK;
+        }
+    }
+    return TP_ERR_UNSUPPORTED;
+}
+
+size_t tp_kern_row_bytes(enum tp_wtype t, int64_t n)
+{
+    int64_t be = tp_wtype_block_elems(t);
+    if (be <= 0 || n < 0 || n % be) return 0;
+    return (size_t)(n / be) * tp_wtype_block_bytes(t);
+}
+
+size_t tp_kern_act_row_bytes(enum tp_wtype wt, int64_t n)
+{
+    switch (wt) {
+    case TP_WTYPE_F32:
+    case TP_WTYPE_F16:
+    case TP_WTYPE_BF16: return (size_t)n * sizeof(float);
+    case TP_WTYPE_Q8_0:
+    case TP_WTYPE_Q4_0: return n % TP_QK ? 0 : TP_A8_ROW_BYTES(n);
+    case TP_WTYPE_Q4_K:
+    case TP_WTYPE_Q5_K:
+    case TP_WTYPE_Q6_K: return n % TP_QK_K ? 0 : (size_t)(n / TP_QK_K) * sizeof(tp_blk_q8_k);
+    case TP_WTYPE_MLX_Q4_G32:
+    case TP_WTYPE_MLX_Q4_G64:
+    case TP_WTYPE_MLX_Q8_G32:
+    case TP_WTYPE_MLX_Q8_G64: return tp_kern_mlx_act_row_bytes(wt, n);
+    default: return 0;
+    }
+}
+
+void tp_kern_quant_a8_scalar(const float *x, void *out, int64_t n, int kshift)
+{
+    int8_t *qs = out;
+    float *dd = (float *)(qs + n);
+    int32_t *cc = (int32_t *)(dd + n / TP_QK);
+    for (int64_t b = 0; b < n / TP_QK; b++) {
+        const float *xb = x + b * TP_QK;
+        float amax = 0.0f;
+        for (int i = 0; i < TP_QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        dd[b] = d;
+        /* nearbyintf = round half to even, as the SIMD conversions do */
+        for (int i = 0; i < TP_QK; i++) qs[b * TP_QK + i] = (int8_t)nearbyintf(xb[i] * id);
+        for (int j = 0; j < 8; j++) {
+            const int8_t *q = qs + b * TP_QK + 4 * j;
+            cc[b * 8 + j] = -(((int32_t)q[0] + q[1] + q[2] + q[3]) * (1 << kshift));
+        }
+    }
+}
+
+void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
+{
+    switch (wt) {
+    case TP_WTYPE_F32:
+    case TP_WTYPE_F16:
+    case TP_WTYPE_BF16:
+        if ((const void *)x != xq) memcpy(xq, x, (size_t)n * sizeof(float));
+        break;
+    case TP_WTYPE_Q8_0:
+    case TP_WTYPE_Q4_0: {
+        const struct tp_kern_ops *o = ops();
+        (o->quant_a8 ? o->quant_a8 : tp_kern_quant_a8_scalar)(x, xq, n, TP_A8_KSHIFT(wt));
+        /* whole-block corrections s[b] (kernels_impl.h), the same for every ISA */
+        const int32_t *c = TP_A8_C(xq, n);
+        char *s = (char *)xq + (size_t)n + (size_t)(n / TP_QK) * 9 * sizeof(int32_t); /* TP_A8_S */
+        for (int64_t b = 0; b < n / TP_QK; b++) {
+            int32_t v = 0;
+            for (int j = 0; j < 8; j++) {
+                int32_t cj;
+                memcpy(&cj, c + 8 * b + j, sizeof cj);
+                v += cj;
+            }
+            memcpy(s + (size_t)b * sizeof v, &v, sizeof v);
+        }
+        break;
+    }
+    case TP_WTYPE_Q4_K:
+    case TP_WTYPE_Q5_K:
+    case TP_WTYPE_Q6_K: {
+        const struct tp_kern_ops *o = ops();
+        (o->quant_q8k ? o->quant_q8k : tp_kq_quant_q8k)(x, xq, n);
+        break;
+    }
+    case TP_WTYPE_MLX_Q4_G32:
+    case TP_WTYPE_MLX_Q4_G64:
+    case TP_WTYPE_MLX_Q8_G32:
+    case TP_WTYPE_MLX_Q8_G64: tp_kern_mlx_prepare_act(wt, x, xq, n); break;
+    default: TP_ASSERT(!"tp_kern_prepare_act: unsupported weight type");
+    }
+}
+
+#if defined(TP_BLAS_OPENBLAS) || defined(TP_BLAS_ACCELERATE)
+/* y[t, r0:r1] = x[t, :] . W[r0:r1, :]^T for f32 weights, one sgemm. */
+static int blas_f32(const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq, size_t xq_row_bytes,
+                    int n_tok, float *y, int64_t y_stride, int64_t r0, int64_t r1)
+{
+    if (w_row_bytes % sizeof(float) || xq_row_bytes % sizeof(float)) return 0;
+    const float *wr = (const float *)((const char *)w + (size_t)r0 * w_row_bytes);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tok, (int)(r1 - r0), (int)n_cols, 1.0f, xq,
+                (int)(xq_row_bytes / sizeof(float)), wr, (int)(w_row_bytes / sizeof(float)), 0.0f, y + r0,
+                (int)y_stride);
+    return 1;
+}
+#endif
+
+void tp_kern_matmul(enum tp_wtype wt, const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
+                    size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride, int64_t r0, int64_t r1)
+{
+    if (r1 <= r0 || n_tok <= 0) return;
+    TP_ASSERT((int)wt >= 0 && (int)wt < TP_WTYPE_COUNT);
+    const struct tp_kern_ops *o = ops();
+#if defined(TP_BLAS_OPENBLAS) || defined(TP_BLAS_ACCELERATE)
+    if (wt == TP_WTYPE_F32 && n_tok >= TP_BLAS_MIN_TOKENS && o != &g_scalar && !o->f32_beats_blas &&
+        blas_f32(w, w_row_bytes, n_cols, xq, xq_row_bytes, n_tok, y, y_stride, r0, r1))
+        return;
+#endif
+    tp_kern_matmul_fn fn = o->matmul[wt] ? o->matmul[wt] : g_scalar.matmul[wt];
+    TP_ASSERT(fn != NULL);
+    fn(w, w_row_bytes, n_cols, xq, xq_row_bytes, n_tok, y, y_stride, r0, r1);
+}
+
+/* ------------------------------------------------------------ reference (de)quantizers */
+
+void tp_kern_dequant(enum tp_wtype t, const void *src, float *dst, int64_t n)
+{
+    switch (t) {
+    case TP_WTYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
+    case TP_WTYPE_F16: {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = tp_fp16_to_f32(s[i]);
+        break;
+    }
+    case TP_WTYPE_BF16: {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = tp_bf16_to_f32(s[i]);
+        break;
+    }
+    case TP_WTYPE_Q8_0: {
+        const tp_blk_q8_0 *b = src;
+        for (int64_t k = 0; k < n / TP_QK; k++) {
+            float d = tp_fp16_to_f32(b[k].d);
+            for (int i = 0; i < TP_QK; i++) dst[k * TP_QK + i] = (float)b[k].qs[i] * d;
+        }
+        break;
+    }
+    case TP_WTYPE_Q4_0: {
+        const tp_blk_q4_0 *b = src;
+        for (int64_t k = 0; k < n / TP_QK; k++) {
+            float d = tp_fp16_to_f32(b[k].d);
+            for (int i = 0; i < TP_QK / 2; i++) {
+                dst[k * TP_QK + i] = (float)((b[k].qs[i] & 0x0F) - 8) * d;
+                dst[k * TP_QK + i + TP_QK / 2] = (float)((b[k].qs[i] >> 4) - 8) * d;
+            }
+        }
+        break;
+    }
+    case TP_WTYPE_Q4_K:
+    case TP_WTYPE_Q5_K:
+    case TP_WTYPE_Q6_K: tp_kq_dequant(t, src, dst, n); break;
+    default: TP_ASSERT(!"tp_kern_dequant: unsupported type");
+    }
+}
+
+size_t tp_kern_quantize(enum tp_wtype t, const float *src, void *dst, int64_t n)
+{
+    switch (t) {
+    case TP_WTYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
+    case TP_WTYPE_F16: {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i] = tp_f32_to_fp16(src[i]);
+        break;
+    }
+    case TP_WTYPE_BF16: {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i] = tp_f32_to_bf16(src[i]);
+        break;
+    }
+    case TP_WTYPE_Q8_0: { /* as ggml's quantize_row_q8_0_ref */
+        tp_blk_q8_0 *b = dst;
+        for (int64_t k = 0; k < n / TP_QK; k++) {
+            const float *x = src + k * TP_QK;
+            float amax = 0.0f;
+            for (int i = 0; i < TP_QK; i++) amax = fmaxf(amax, fabsf(x[i]));
+            float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            b[k].d = tp_f32_to_fp16(d);
+            for (int i = 0; i < TP_QK; i++) b[k].qs[i] = (int8_t)roundf(x[i] * id);
+        }
+        break;
+    }
+    case TP_WTYPE_Q4_0: { /* as ggml's quantize_row_q4_0_ref */
+        tp_blk_q4_0 *b = dst;
+        for (int64_t k = 0; k < n / TP_QK; k++) {
+            const float *x = src + k * TP_QK;
+            float amax = 0.0f, max = 0.0f;
+            for (int i = 0; i < TP_QK; i++) {
+                if (fabsf(x[i]) > amax) {
+                    amax = fabsf(x[i]);
+                    max = x[i];
+                }
+            }
+            float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            b[k].d = tp_f32_to_fp16(d);
+            for (int i = 0; i < TP_QK / 2; i++) {
+                int q0 = (int)(x[i] * id + 8.5f), q1 = (int)(x[i + TP_QK / 2] * id + 8.5f);
+                q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
+                q1 = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
+                b[k].qs[i] = (uint8_t)(q0 | (q1 << 4));
+            }
+        }
+        break;
+    }
+    case TP_WTYPE_Q4_K:
+    case TP_WTYPE_Q5_K:
+    case TP_WTYPE_Q6_K: tp_kq_quantize(t, src, dst, n); break;
+    default: TP_ASSERT(!"tp_kern_quantize: unsupported type"); return 0;
+    }
+    return tp_kern_row_bytes(t, n);
+}

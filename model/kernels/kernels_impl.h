@@ -1,0 +1,168 @@
+/*
+ * model/kernels/kernels_impl.h - private to the kernels*.c files: the exact block
+ * layouts (GGUF/ggml for weights, our own for prepared activations) and the
+ * table of per-ISA entry points that kernels.c fills once at run time.
+ *
+ * Activation rows ("a8", below) are the same for every ISA
+ * (tp_kern_prepare_act dispatches, but all versions give bit-identical
+ * rows), so SIMD and scalar matmuls see identical inputs.
+ */
+#ifndef TP_MODEL_KERNELS_IMPL_H
+#define TP_MODEL_KERNELS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/kernels.h"
+
+#define TP_QK 32 /* elements per Q8_0 / Q4_0 block */
+
+/* GGUF Q8_0: value = qs[i] * d. 34 bytes. */
+typedef struct {
+    uint16_t d; /* fp16 */
+    int8_t qs[TP_QK];
+} tp_blk_q8_0;
+
+/* GGUF Q4_0: qs[j] low nibble = element j, high nibble = element j+16; value = (q-8)*d. 18 bytes. */
+typedef struct {
+    uint16_t d; /* fp16 */
+    uint8_t qs[TP_QK / 2];
+} tp_blk_q4_0;
+
+/*
+ * Prepared activation row for Q8_0 / Q4_0 weights ("a8"), n elements, nb = n/32:
+ *   int8_t  qs[n]         x[i] ~= d[i/32] * qs[i]
+ *   float   d[nb]
+ *   int32_t c[nb * 8]     c[8b + j] = -K * (qs[32b+4j] + .. + qs[32b+4j+3]),
+ *                         K = 8 for Q4_0 (nibble offset), 128 for Q8_0 (the +128
+ *                         bias VNNI kernels use to make weights unsigned)
+ *   int32_t s[nb]         s[b] = c[8b] + .. + c[8b+7] (the whole block's correction;
+ *                         written by tp_kern_prepare_act after the quantizer, for
+ *                         kernels whose lanes hold whole blocks of different rows)
+ * Structure-of-arrays so SIMD loads are contiguous; c lets u8 x s8 dot
+ * kernels start their integer accumulators at the offset correction.
+ * Rows may be unaligned (callers pad row strides freely): load with loadu/memcpy.
+ */
+#define TP_A8_ROW_BYTES(n) ((size_t)(n) + (size_t)((n) / TP_QK) * (sizeof(float) + 9 * sizeof(int32_t)))
+#define TP_A8_QS(row) ((const int8_t *)(row))
+#define TP_A8_D(row, n) ((const float *)((const char *)(row) + (n)))
+#define TP_A8_C(row, n) ((const int32_t *)((const char *)(row) + (n) + (size_t)((n) / TP_QK) * sizeof(float)))
+#define TP_A8_S(row, n) ((const int32_t *)((const char *)(row) + (n) + (size_t)((n) / TP_QK) * 9 * sizeof(float)))
+#define TP_A8_KSHIFT(wt) ((wt) == TP_WTYPE_Q4_0 ? 3 : 7) /* K = 1 << kshift */
+
+/*
+ * Q4_0 / Q8_0 "x16" (kernels.h): group g = rows 16g..16g+15 (a ragged last
+ * group repeats its last row) at g * 16 * row_bytes; in it block b at
+ * b * 16 * (block bytes), i.e. 288 (Q4_0) or 544 (Q8_0) bytes:
+ *   uint16_t d[16]          fp16 scale of row L's block b
+ *   uint8_t  qs[K][16][4]   qs[k][L][i] = row L's qs[4k + i]   (K = 4 for Q4_0, 8 for Q8_0)
+ * A 64-byte load of qs[k] holds in 32-bit lane L row L's 4 bytes 4k..4k+3:
+ * for Q4_0 masked with 0x0F its values 4k..4k+3, shifted right by 4 its
+ * values 16+4k..16+4k+3; for Q8_0 its values 4k..4k+3.
+ */
+#define TP_X16_BLK (16 * (int)sizeof(tp_blk_q4_0))    /* Q4_0 */
+#define TP_X16_BLK_Q8 (16 * (int)sizeof(tp_blk_q8_0)) /* Q8_0 */
+
+_Static_assert(sizeof(tp_blk_q8_0) == 34, "Q8_0 block must be 34 bytes");
+_Static_assert(sizeof(tp_blk_q4_0) == 18, "Q4_0 block must be 18 bytes");
+
+/* ------------------------------------------------------------ K-quants */
+#define TP_QK_K 256
+
+/* GGUF Q4_K: value = d*sc_j*q - dmin*m_j, j = 32-value sub-block, 6-bit sc/m packed in scales. 144 bytes. */
+typedef struct {
+    uint16_t d, dmin; /* fp16 */
+    uint8_t scales[12];
+    uint8_t qs[TP_QK_K / 2]; /* 32 bytes per 64 values: low nibbles first 32, high nibbles next 32 */
+} tp_blk_q4_k;
+
+/* GGUF Q5_K: as Q4_K plus a 5th bit per value in qh (bit j of qh[l] for sub-block j). 176 bytes. */
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[TP_QK_K / 8];
+    uint8_t qs[TP_QK_K / 2];
+} tp_blk_q5_k;
+
+/* GGUF Q6_K: value = d * scales[j] * (q - 32), j = 16-value sub-block. 210 bytes. */
+typedef struct {
+    uint8_t ql[TP_QK_K / 2];
+    uint8_t qh[TP_QK_K / 4];
+    int8_t scales[TP_QK_K / 16];
+    uint16_t d;
+} tp_blk_q6_k;
+
+/* Q8_K activation block (as ggml's): bsums[j] = sum of qs[16j .. 16j+15]. 292 bytes. */
+typedef struct {
+    float d;
+    int8_t qs[TP_QK_K];
+    int16_t bsums[TP_QK_K / 16];
+} tp_blk_q8_k;
+
+_Static_assert(sizeof(tp_blk_q4_k) == 144, "Q4_K block must be 144 bytes");
+_Static_assert(sizeof(tp_blk_q5_k) == 176, "Q5_K block must be 176 bytes");
+_Static_assert(sizeof(tp_blk_q6_k) == 210, "Q6_K block must be 210 bytes");
+_Static_assert(sizeof(tp_blk_q8_k) == 292, "Q8_K block must be 292 bytes");
+
+struct tp_kern_ops;
+/* kernels_kquant.c */
+void tp_kq_scales_mins(const uint8_t *scales12, uint8_t sc[8], uint8_t mn[8]);
+void tp_kq_dequant(enum tp_wtype t, const void *src, float *dst, int64_t n);
+void tp_kq_quantize(enum tp_wtype t, const float *src, void *dst, int64_t n);
+void tp_kq_quant_q8k(const float *x, void *out, int64_t n);
+void tp_kern_kquant_scalar_ops(struct tp_kern_ops *ops);
+#if defined(__x86_64__) || defined(_M_X64)
+void tp_kern_kquant_avx2_ops(struct tp_kern_ops *ops);   /* kernels_kquant_avx2.c */
+void tp_kern_kquant_avx512_ops(struct tp_kern_ops *ops); /* kernels_kquant_avx512.c */
+#endif
+#if defined(__aarch64__)
+void tp_kern_kquant_neon_ops(struct tp_kern_ops *ops);    /* kernels_kquant_neon.c */
+void tp_kern_kquant_neondot_ops(struct tp_kern_ops *ops); /* kernels_kquant_neondot.c */
+#endif
+
+/* One matmul implementation: same contract as tp_kern_matmul for one type. */
+typedef void (*tp_kern_matmul_fn)(const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
+                                  size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride, int64_t r0,
+                                  int64_t r1);
+/* Quantize n floats (multiple of 32) into one a8 row (see above), K = 1 << kshift. */
+typedef void (*tp_kern_quant_a8_fn)(const float *x, void *out, int64_t n, int kshift);
+
+/* One MLX affine matmul (kernels_mlx*.c): same contract as tp_kern_matmul_mlx for one variant. */
+typedef void (*tp_kern_mlx_fn)(const void *w, size_t w_row_bytes, const struct tp_kern_groups *g, int64_t n_cols,
+                               const void *xq, size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride, int64_t r0,
+                               int64_t r1);
+#define TP_KERN_MLX_VARIANTS 4 /* q4 g32, q4 g64, q8 g32, q8 g64 */
+
+struct tp_kern_ops {
+    const char *name;
+    tp_kern_matmul_fn matmul[TP_WTYPE_COUNT]; /* NULL: fall back to scalar */
+    tp_kern_mlx_fn mlx[TP_KERN_MLX_VARIANTS]; /* NULL: fall back to scalar */
+    tp_kern_matmul_fn matmul_q4_0_x16;        /* Q4_0 x16 layout; NULL: no native kernel (scalar) */
+    tp_kern_matmul_fn matmul_q8_0_x16;        /* Q8_0 x16 layout; likewise */
+    tp_kern_quant_a8_fn quant_a8;             /* NULL: fall back to scalar */
+    void (*quant_q8k)(const float *x, void *out, int64_t n); /* K-quant activations; NULL: tp_kq_quant_q8k
+                                                                 (every version bit-identical to it) */
+    int f32_beats_blas;                       /* 1: F32 prefill uses matmul[F32], not sgemm */
+};
+
+/* Each fills only what it implements (ops starts zeroed, name set by caller). */
+void tp_kern_scalar_ops(struct tp_kern_ops *ops);
+#if defined(__x86_64__) || defined(_M_X64)
+void tp_kern_avx2_ops(struct tp_kern_ops *ops);
+void tp_kern_avx512_ops(struct tp_kern_ops *ops);
+void tp_kern_x16_avx512_ops(struct tp_kern_ops *ops); /* kernels_x16_avx512.c */
+#endif
+#if defined(__aarch64__)
+void tp_kern_neon_ops(struct tp_kern_ops *ops);
+void tp_kern_neondot_ops(struct tp_kern_ops *ops);
+extern const int tp_kern_neondot_built; /* 0: this compiler could not build them */
+#endif
+
+/* The table in use now (tp_kern_force_isa / TP_KERN_ISA) and the scalar one. kernels.c */
+const struct tp_kern_ops *tp_kern_ops_current(void);
+const struct tp_kern_ops *tp_kern_ops_scalar(void);
+
+/* Scalar activation quantizer (the reference every SIMD version must match bit for bit). */
+void tp_kern_quant_a8_scalar(const float *x, void *out, int64_t n, int kshift);
+
+#endif /* TP_MODEL_KERNELS_IMPL_H */

@@ -1,0 +1,572 @@
+/*
+ * model/synth/synth_hf.c - `tpserve synth --format hf`: a random-weight model of a
+ * real shape written as a Hugging Face directory: config.json,
+ * model.safetensors (or model-0000i-of-0000N.safetensors + the
+ * model.safetensors.index.json weight_map when the data exceeds the shard
+ * size), tokenizer.json (+ tokenizer_config.json).
+ *
+ * The values are those of the GGUF writer for the same seed (same plan,
+ * same per-(seed, GGUF tensor name, row) generator, synth_impl.h), so a GGUF
+ * F32 file and an HF F32 directory of one seed are the same model.  Llama
+ * q_proj / k_proj rows are written in HF's rotate-halves layout: HF row
+ * h*hd + s*hd/2 + i holds GGUF row h*hd + 2*i + s (the inverse of llama.cpp's
+ * convert_hf_to_gguf permute), and the loader runs HF models with NeoX RoPE.
+ *
+ * With an MLX type (`--format mlx`) the directory is mlx-community's layout:
+ * every matrix, the embedding and the output head whose rows are whole
+ * groups become X.weight (U32 packed), X.scales and X.biases (F16, or BF16
+ * with mlx_bf16), quantized from the same f32 values as mlx.core.quantize
+ * does (kernels_mlx.c); norms stay unquantized in that float type; config.json
+ * gets the "quantization" block (and its "quantization_config" copy).
+ *
+ * Without --tokenizer the generated SentencePiece vocabulary is written as a
+ * byte-fallback BPE tokenizer.json (Llama 2 style normalizer); every piece
+ * is merged from its prefix and its last character, in score order.
+ * Files are written as NAME.partial and renamed when complete.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/kernels.h"
+#include "synth_impl.h"
+#include "model/tensor_source.h"
+
+#define HF_DEFAULT_SHARD_BYTES 5000000000ull /* transformers' save_pretrained default ("5GB") */
+
+/* A growable text buffer; on allocation failure `failed` sticks. */
+struct sbuf {
+    char *p;
+    size_t n, cap;
+    int failed;
+};
+
+static void sb_add(struct sbuf *b, const char *s, size_t len)
+{
+    if (b->failed) return;
+    if (b->n + len + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + len + 1) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->failed = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, len);
+    b->n += len;
+    b->p[b->n] = '\0';
+}
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) TP_PRINTF(2, 3);
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(tmp)) {
+        b->failed = 1;
+        return;
+    }
+    sb_add(b, tmp, (size_t)n);
+}
+
+/* JSON string literal (escapes quotes, backslashes and control bytes). */
+static void sb_json_str(struct sbuf *b, const char *s)
+{
+    sb_add(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            sb_add(b, e, 2);
+        } else if (c < 0x20) {
+            sb_printf(b, "\\u%04x", c);
+        } else {
+            sb_add(b, (const char *)&c, 1);
+        }
+    }
+    sb_add(b, "\"", 1);
+}
+
+static enum tp_status write_text(const char *dir, const char *name, const char *text, size_t len, struct tp_error *err)
+{
+    char path[4096], part[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(part, sizeof(part), "%s.partial", path);
+    FILE *f = fopen(part, "wb");
+    if (!f) return tp_error_set(err, TP_ERR_IO, "synth: cannot create %s: %s", part, strerror(errno));
+    int bad = fwrite(text, 1, len, f) != len;
+    bad |= fclose(f) != 0;
+    if (bad || rename(part, path) != 0) {
+        remove(part);
+        return tp_error_set(err, TP_ERR_IO, "synth: writing %s failed", path);
+    }
+    return TP_OK;
+}
+
+static enum tp_status copy_file(const char *src, const char *dir, const char *name, struct tp_error *err)
+{
+    FILE *f = fopen(src, "rb");
+    if (!f) return tp_error_set(err, TP_ERR_IO, "synth: cannot open %s: %s", src, strerror(errno));
+    struct sbuf b = {0};
+    char tmp[65536];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0) sb_add(&b, tmp, n);
+    int bad = ferror(f);
+    fclose(f);
+    enum tp_status rc;
+    if (bad || b.failed) rc = tp_error_set(err, TP_ERR_IO, "synth: reading %s failed", src);
+    else rc = write_text(dir, name, b.p ? b.p : "", b.n, err);
+    free(b.p);
+    return rc;
+}
+
+/* ------------------------------------------------------------ config.json */
+
+static void config_json(struct sbuf *b, const struct tp_shape *s, int n_layer, int n_vocab, enum tp_wtype wt,
+                        enum tp_wtype mlx_type, int bos, int eos)
+{
+    const char *arch = s->arch == TP_ARCH_QWEN2 ? "Qwen2ForCausalLM" : s->arch == TP_ARCH_QWEN3 ? "Qwen3ForCausalLM"
+                                                                                            : "LlamaForCausalLM";
+    const char *mt = s->arch == TP_ARCH_QWEN2 ? "qwen2" : s->arch == TP_ARCH_QWEN3 ? "qwen3" : "llama";
+    sb_printf(b, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n", arch, mt);
+    sb_printf(b, "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n", s->n_embd,
+              s->n_ff, n_layer);
+    sb_printf(b, "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n", s->n_head,
+              s->n_head_kv, s->head_dim);
+    sb_printf(b, "  \"max_position_embeddings\": %d,\n  \"vocab_size\": %d,\n", s->n_ctx, n_vocab);
+    /* %.9g: parsing gives back the same float */
+    sb_printf(b, "  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n", (double)s->norm_eps, (double)s->rope_theta);
+    if (s->rope_scaling == TP_ROPE_SCALING_LLAMA3)
+        sb_printf(b,
+                  "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": %.9g, \"low_freq_factor\": %.9g, "
+                  "\"high_freq_factor\": %.9g, \"original_max_position_embeddings\": %d},\n",
+                  (double)s->rope_factor, (double)s->rope_low_freq_factor, (double)s->rope_high_freq_factor,
+                  s->rope_orig_ctx);
+    else if (s->rope_scaling == TP_ROPE_SCALING_LINEAR)
+        sb_printf(b, "  \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": %.9g},\n", (double)s->rope_factor);
+    else
+        sb_printf(b, "  \"rope_scaling\": null,\n");
+    sb_printf(b, "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n", s->tied ? "true" : "false");
+    if (s->arch == TP_ARCH_LLAMA) sb_printf(b, "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n");
+    if (bos >= 0) sb_printf(b, "  \"bos_token_id\": %d,\n", bos);
+    if (eos >= 0) sb_printf(b, "  \"eos_token_id\": %d,\n", eos);
+    if (tp_wtype_mlx_bits(mlx_type)) /* mlx-lm writes both */
+        for (int i = 0; i < 2; i++)
+            sb_printf(b, "  \"%s\": {\"group_size\": %d, \"bits\": %d},\n", i ? "quantization_config" : "quantization",
+                      tp_wtype_mlx_group(mlx_type), tp_wtype_mlx_bits(mlx_type));
+    sb_printf(b, "  \"torch_dtype\": \"%s\",\n  \"_tpserve_synth\": \"random weights written by tpserve synth (shape %s)\"\n}\n",
+              wt == TP_WTYPE_F32 ? "float32" : wt == TP_WTYPE_F16 ? "float16" : "bfloat16", s->name);
+}
+
+/* ------------------------------------------------------------ tokenizer */
+
+/* The generated SPM vocabulary as a byte-fallback BPE tokenizer.json. */
+static void spm_tokenizer_json(struct sbuf *b, const struct tp_synth_vocab *v)
+{
+    sb_printf(b, "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": [");
+    int first = 1;
+    for (int i = 0; i < v->n_tokens; i++) {
+        if (v->types[i] != 2 /* control */ && v->types[i] != 3 /* unknown */) continue;
+        sb_printf(b, "%s{\"id\": %d, \"content\": ", first ? "" : ", ", i);
+        sb_json_str(b, v->tokens[i]);
+        sb_printf(b, ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
+                     "\"special\": true}");
+        first = 0;
+    }
+    sb_printf(b, "], \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": "
+                 "\"\xE2\x96\x81\"}, {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": "
+                 "\"\xE2\x96\x81\"}]}, \"pre_tokenizer\": null, \"post_processor\": null, \"decoder\": null, ");
+    sb_printf(b, "\"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": \"<unk>\", "
+                 "\"continuing_subword_prefix\": null, \"end_of_word_suffix\": null, \"fuse_unk\": true, "
+                 "\"byte_fallback\": true, \"ignore_merges\": false, \"vocab\": {");
+    for (int i = 0; i < v->n_tokens; i++) {
+        if (i) sb_add(b, ", ", 2);
+        sb_json_str(b, v->tokens[i]);
+        sb_printf(b, ": %d", i);
+    }
+    sb_printf(b, "}, \"merges\": [");
+    first = 1;
+    for (int i = 0; i < v->n_tokens; i++) {
+        if (v->types[i] != 1 /* normal */) continue;
+        const char *t = v->tokens[i];
+        size_t len = strlen(t);
+        /* pieces are "▁" + ASCII or ASCII: the last character is one byte, except for "▁" itself */
+        if (len < 2 || strcmp(t, "\xE2\x96\x81") == 0) continue;
+        char left[64], right[8];
+        if (len - 1 >= sizeof(left)) continue;
+        memcpy(left, t, len - 1);
+        left[len - 1] = '\0';
+        right[0] = t[len - 1];
+        right[1] = '\0';
+        sb_printf(b, "%s[", first ? "" : ", ");
+        sb_json_str(b, left);
+        sb_add(b, ", ", 2);
+        sb_json_str(b, right);
+        sb_add(b, "]", 1);
+        first = 0;
+    }
+    sb_printf(b, "]}}\n");
+}
+
+/* ------------------------------------------------------------ tensors */
+
+struct hf_tensor {
+    const struct tp_synth_tensor *t;
+    char name[160];
+    int file;
+    uint64_t off, bytes; /* within the file's data section */
+    int permute_heads;   /* llama q/k: head count for the halves permutation, else 0 */
+    enum tp_wtype wtype; /* written as: F32 / F16 / BF16, or (part 1) t->type, an MLX type */
+    int part;            /* MLX: 1 packed words (U32), 2 scales, 3 biases (from part 1's buffers); 0 plain */
+};
+
+struct gen_job {
+    const struct tp_shape *shape;
+    const struct hf_tensor *h;
+    uint64_t seed;
+    int64_t row0, n_rows;
+    float *f32;       /* (n_rows, ne0) */
+    uint8_t *out;     /* (n_rows, row_bytes) */
+    size_t row_bytes;
+    uint16_t *mlx_s, *mlx_b; /* MLX part 1: (rows, ne0 / group) scales and biases of the whole tensor */
+    int mlx_bf16;
+};
+
+static void gen_worker(void *ctx, int ith, int nth)
+{
+    struct gen_job *j = ctx;
+    const struct tp_synth_tensor *t = j->h->t;
+    const int64_t ne0 = t->ne[0];
+    int64_t b, e;
+    tp_split_range(j->n_rows, ith, nth, &b, &e);
+    for (int64_t r = b; r < e; r++) {
+        int64_t row = j->row0 + r;
+        if (j->h->permute_heads) {
+            int64_t hd = t->ne[1] / j->h->permute_heads, half = hd / 2;
+            int64_t head = row / hd, in = row % hd, s = in / half, i = in % half;
+            row = head * hd + 2 * i + s;
+        }
+        float *x = j->f32 + r * ne0;
+        tp_synth_fill_row(j->shape, t, j->seed, row, x);
+        uint8_t *o = j->out + (size_t)r * j->row_bytes;
+        const enum tp_wtype wt = j->h->wtype;
+        if (j->h->part == 1) {
+            const size_t g0 = (size_t)(j->row0 + r) * (size_t)(ne0 / tp_wtype_mlx_group(wt));
+            tp_kern_quantize_mlx(wt, x, o, j->mlx_s + g0, j->mlx_b + g0, j->mlx_bf16, ne0);
+        } else if (wt == TP_WTYPE_F32) {
+            memcpy(o, x, (size_t)ne0 * 4);
+        } else {
+            for (int64_t i = 0; i < ne0; i++) {
+                uint16_t h = wt == TP_WTYPE_F16 ? tp_f32_to_fp16(x[i]) : tp_f32_to_bf16(x[i]);
+                memcpy(o + 2 * i, &h, 2);
+            }
+        }
+    }
+}
+
+static const char *st_dtype(enum tp_wtype t)
+{
+    return t == TP_WTYPE_F32 ? "F32" : t == TP_WTYPE_F16 ? "F16" : tp_wtype_mlx_bits(t) ? "U32" : "BF16";
+}
+
+/* Row length as stored: MLX words (part 1: ne0 * bits / 32 uint32), groups (parts 2, 3), else ne0. */
+static int64_t hf_cols(const struct hf_tensor *h)
+{
+    const int64_t ne0 = h->t->ne[0];
+    if (h->part == 1) return ne0 * tp_wtype_mlx_bits(h->wtype) / 32;
+    if (h->part >= 2) return ne0 / tp_wtype_mlx_group(h->t->type);
+    return ne0;
+}
+
+static void shard_name(char *out, size_t cap, int n_files, int i)
+{
+    if (n_files == 1) snprintf(out, cap, "model.safetensors");
+    else snprintf(out, cap, "model-%05d-of-%05d.safetensors", i + 1, n_files);
+}
+
+/* Write file fi (its header, then its tensors' data). */
+static enum tp_status write_shard(const char *dir, int n_files, int fi, struct hf_tensor *ht, int n_ht,
+                                  const struct tp_synth_config *cfg, const struct tp_shape *shape, tp_pool_t *pool,
+                                  float *f32, uint8_t *conv, size_t buf_elems, uint16_t *mlx_s, uint16_t *mlx_b,
+                                  uint64_t *done, uint64_t total, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    char name[64], path[4096], part[4200];
+    shard_name(name, sizeof(name), n_files, fi);
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(part, sizeof(part), "%s.partial", path);
+    struct sbuf h = {0};
+    sb_printf(&h, "{\"__metadata__\":{\"format\":\"%s\"}", tp_wtype_mlx_bits(cfg->type) ? "mlx" : "pt");
+    for (int i = 0; i < n_ht; i++) {
+        if (ht[i].file != fi) continue;
+        const struct tp_synth_tensor *t = ht[i].t;
+        sb_add(&h, ",", 1);
+        sb_json_str(&h, ht[i].name);
+        if (t->n_dims == 2)
+            sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],", st_dtype(ht[i].wtype), (long long)t->ne[1],
+                      (long long)hf_cols(&ht[i]));
+        else
+            sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld],", st_dtype(ht[i].wtype), (long long)t->ne[0]);
+        sb_printf(&h, "\"data_offsets\":[%llu,%llu]}", (unsigned long long)ht[i].off,
+                  (unsigned long long)(ht[i].off + ht[i].bytes));
+    }
+    sb_add(&h, "}", 1);
+    /* pad the header with spaces so the data section starts 64-byte aligned (the reference writer
+     * aligns to 8): tensors whose offsets are multiples of 32 are then used in place from the mapping */
+    while (!h.failed && (8 + h.n) % 64) sb_add(&h, " ", 1);
+    if (h.failed) return tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory for a safetensors header");
+    FILE *f = fopen(part, "wb");
+    if (!f) {
+        free(h.p);
+        return tp_error_set(err, TP_ERR_IO, "synth: cannot create %s: %s", part, strerror(errno));
+    }
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
+    int bad = fwrite(len8, 1, 8, f) != 8 || fwrite(h.p, 1, h.n, f) != h.n;
+    free(h.p);
+    for (int i = 0; i < n_ht && !bad; i++) {
+        if (ht[i].file != fi) continue;
+        const struct tp_synth_tensor *t = ht[i].t;
+        const int64_t rows = t->n_dims == 2 ? t->ne[1] : 1;
+        if (ht[i].part >= 2) { /* scales / biases that part 1 (just before, same file) computed */
+            size_t nb = (size_t)ht[i].bytes;
+            bad = fwrite(ht[i].part == 2 ? (void *)mlx_s : (void *)mlx_b, 1, nb, f) != nb;
+            *done += nb;
+            continue;
+        }
+        const int64_t chunk_rows = TP_MAX((int64_t)1, (int64_t)buf_elems / t->ne[0]);
+        struct gen_job job = {.shape = shape,
+                              .h = &ht[i],
+                              .seed = tp_synth_tensor_seed(cfg->seed, t->name),
+                              .f32 = f32,
+                              .out = conv,
+                              .row_bytes = ht[i].part == 1 ? (size_t)hf_cols(&ht[i]) * 4
+                                                           : (size_t)t->ne[0] * (ht[i].wtype == TP_WTYPE_F32 ? 4 : 2),
+                              .mlx_s = mlx_s,
+                              .mlx_b = mlx_b,
+                              .mlx_bf16 = cfg->mlx_bf16};
+        for (int64_t r = 0; r < rows && !bad; r += chunk_rows) {
+            job.row0 = r;
+            job.n_rows = TP_MIN(chunk_rows, rows - r);
+            tp_pool_run(pool, gen_worker, &job);
+            size_t nb = (size_t)job.n_rows * job.row_bytes;
+            bad = fwrite(conv, 1, nb, f) != nb;
+            *done += nb;
+            if (cfg->progress) cfg->progress(cfg->progress_ctx, *done, total);
+        }
+    }
+    bad |= fclose(f) != 0;
+    if (bad || rename(part, path) != 0) {
+        remove(part);
+        rc = tp_error_set(err, TP_ERR_IO, "synth: writing %s failed (disk full?)", path);
+    }
+    return rc;
+}
+
+enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_error *err)
+{
+    if (!cfg || !cfg->shape || !cfg->out_path)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "synth: missing shape or output directory");
+    const struct tp_shape *s0 = cfg->shape;
+    const enum tp_wtype wt = cfg->type;
+    const char *dir = cfg->out_path;
+    const int mlx = tp_wtype_mlx_bits(wt) != 0;
+    /* float type of what is not quantized (MLX: norms, and rows that are not whole groups) */
+    const enum tp_wtype ft = mlx ? (cfg->mlx_bf16 ? TP_WTYPE_BF16 : TP_WTYPE_F16) : wt;
+    if (cfg->mix != TP_SYNTH_MIX_NONE ||
+        (!mlx && wt != TP_WTYPE_F32 && wt != TP_WTYPE_F16 && wt != TP_WTYPE_BF16))
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "synth: --format hf writes f32, f16 or bf16 weights and --format mlx MLX affine ones (got "
+                            "%s); for other quantized weights use GGUF",
+                            cfg->mix != TP_SYNTH_MIX_NONE ? tp_synth_mix_name(cfg->mix) : tp_wtype_name(wt));
+    if (s0->arch == TP_ARCH_LLAMA && s0->qkv_bias)
+        return tp_error_set(err, TP_ERR_UNSUPPORTED, "synth: shape %s: a llama with q/k/v biases has no HF layout here",
+                            s0->name);
+    enum tp_status rc = TP_OK;
+    struct tp_synth_vocab vocab;
+    memset(&vocab, 0, sizeof(vocab));
+    struct tp_synth_tensor *plan = NULL;
+    struct hf_tensor *ht = NULL;
+    tp_pool_t *pool = NULL;
+    float *f32 = NULL;
+    uint8_t *conv = NULL;
+    uint16_t *mlx_s = NULL, *mlx_b = NULL; /* MLX: scales / biases of the tensor being written */
+    size_t mlx_groups = 0;                 /* largest rows x groups of an MLX tensor */
+    struct sbuf b = {0};
+    int n_layer = cfg->n_layer > 0 ? cfg->n_layer : s0->n_layer;
+
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "synth: %s exists and is not a directory (--format hf writes a directory)",
+                            dir);
+    if (stat(dir, &sb) != 0 && mkdir(dir, 0755) != 0)
+        return tp_error_set(err, TP_ERR_IO, "synth: cannot create directory %s: %s", dir, strerror(errno));
+
+    /* vocabulary: the same size the GGUF writer would use */
+    if (cfg->tokenizer_json) TP_CHECK_GOTO(tp_synth_vocab_json(cfg->tokenizer_json, s0->n_vocab, &vocab, err), rc, out);
+    else TP_CHECK_GOTO(tp_synth_vocab_spm(s0->n_vocab, &vocab, err), rc, out);
+    struct tp_shape shape = *s0;
+    shape.n_vocab = vocab.n_tokens;
+
+    plan = calloc((size_t)n_layer * 16 + 8, sizeof(*plan));
+    ht = calloc(((size_t)n_layer * 16 + 8) * 3, sizeof(*ht)); /* MLX: three tensors per matrix */
+    if (!plan || !ht) {
+        rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
+        goto out;
+    }
+    int n_plan = tp_synth_plan(&shape, n_layer, wt, TP_SYNTH_MIX_NONE, plan);
+    int n_ht = 0;
+    uint64_t shard_cap = cfg->shard_bytes ? cfg->shard_bytes : HF_DEFAULT_SHARD_BYTES;
+    uint64_t total = 0, in_file = 0;
+    int file = 0;
+    int64_t max_ne0 = 0;
+    for (int i = 0; i < n_plan; i++) {
+        const struct tp_synth_tensor *t = &plan[i];
+        if (t->fill == TP_SYNTH_FILL_ROPE_FREQS) continue; /* HF: rope_scaling in config.json */
+        struct hf_tensor *h = &ht[n_ht];
+        h->t = t;
+        if (!tp_tsrc_hf_name(t->name, h->name, sizeof(h->name))) {
+            rc = tp_error_set(err, TP_ERR_INTERNAL, "synth: no Hugging Face name for %s", t->name);
+            goto out;
+        }
+        const int64_t rows = t->n_dims == 2 ? t->ne[1] : 1;
+        /* mlx quantizes every linear / embedding whose rows are whole groups */
+        const int quant = mlx && t->type == wt && t->ne[0] % tp_wtype_mlx_group(wt) == 0;
+        h->wtype = quant ? wt : mlx ? ft : t->type;
+        h->part = quant ? 1 : 0;
+        h->bytes = quant ? (uint64_t)rows * (uint64_t)t->ne[0] * (uint64_t)tp_wtype_mlx_bits(wt) / 8
+                         : (uint64_t)t->ne[0] * (uint64_t)rows * (h->wtype == TP_WTYPE_F32 ? 4 : 2);
+        const uint64_t sb_bytes = quant ? (uint64_t)rows * (uint64_t)(t->ne[0] / tp_wtype_mlx_group(wt)) * 2 : 0;
+        if (in_file > 0 && in_file + h->bytes + 2 * sb_bytes > shard_cap) { /* an MLX triple stays in one file */
+            file++;
+            in_file = 0;
+        }
+        if (shape.arch == TP_ARCH_LLAMA && strstr(t->name, ".attn_q.weight")) h->permute_heads = shape.n_head;
+        if (shape.arch == TP_ARCH_LLAMA && strstr(t->name, ".attn_k.weight")) h->permute_heads = shape.n_head_kv;
+        if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
+        const int n_parts = quant ? 3 : 1;
+        for (int p = 0; p < n_parts; p++) {
+            struct hf_tensor *hp = &ht[n_ht + p];
+            if (p > 0) { /* X.scales, X.biases beside X.weight */
+                *hp = *h;
+                hp->part = p + 1;
+                hp->wtype = ft;
+                hp->bytes = sb_bytes;
+                char base[sizeof(hp->name)]; /* a copy: source and destination are both in ht[] (-Wrestrict) */
+                memcpy(base, h->name, sizeof(base));
+                size_t len = strlen(base);
+                if (len > 7 && strcmp(base + len - 7, ".weight") == 0) len -= 7;
+                snprintf(hp->name, sizeof(hp->name), "%.*s.%s", (int)len, base, p == 1 ? "scales" : "biases");
+                mlx_groups = TP_MAX(mlx_groups, (size_t)(sb_bytes / 2));
+            }
+            hp->file = file;
+            hp->off = in_file;
+            in_file += hp->bytes;
+            total += hp->bytes;
+        }
+        n_ht += n_parts;
+    }
+    if (mlx_groups) {
+        mlx_s = malloc(mlx_groups * 2);
+        mlx_b = malloc(mlx_groups * 2);
+        if (!mlx_s || !mlx_b) {
+            free(mlx_s);
+            free(mlx_b);
+            mlx_s = mlx_b = NULL;
+            rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory for MLX scales");
+            goto out;
+        }
+    }
+    int n_files = file + 1;
+
+    /* config.json, tokenizer */
+    config_json(&b, &shape, n_layer, vocab.n_tokens, ft, mlx ? wt : TP_WTYPE_COUNT, vocab.bos, vocab.eos);
+    if (b.failed) {
+        rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
+        goto out;
+    }
+    TP_CHECK_GOTO(write_text(dir, "config.json", b.p, b.n, err), rc, out);
+    b.n = 0;
+    if (cfg->tokenizer_json) {
+        TP_CHECK_GOTO(copy_file(cfg->tokenizer_json, dir, "tokenizer.json", err), rc, out);
+        /* tokenizer_config.json beside it, as the GGUF writer reads it */
+        size_t pl = strlen(cfg->tokenizer_json) + 32;
+        char *tc = malloc(pl);
+        if (!tc) {
+            rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
+            goto out;
+        }
+        snprintf(tc, pl, "%s", cfg->tokenizer_json);
+        char *slash = strrchr(tc, '/');
+        snprintf(slash ? slash + 1 : tc, pl - (size_t)(slash ? slash + 1 - tc : 0), "tokenizer_config.json");
+        if (stat(tc, &sb) == 0) rc = copy_file(tc, dir, "tokenizer_config.json", err);
+        free(tc);
+        if (rc != TP_OK) goto out;
+    } else {
+        spm_tokenizer_json(&b, &vocab);
+        if (b.failed) {
+            rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory for tokenizer.json");
+            goto out;
+        }
+        TP_CHECK_GOTO(write_text(dir, "tokenizer.json", b.p, b.n, err), rc, out);
+        b.n = 0;
+        sb_printf(&b, "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"unk_token\": \"<unk>\", "
+                      "\"add_bos_token\": true, \"add_eos_token\": false, \"model_max_length\": %d}\n",
+                  shape.n_ctx);
+        TP_CHECK_GOTO(write_text(dir, "tokenizer_config.json", b.p, b.n, err), rc, out);
+        b.n = 0;
+    }
+    tp_synth_vocab_free(&vocab);
+
+    /* weights */
+    const size_t buf_elems = (size_t)TP_MAX((int64_t)(1 << 20), max_ne0);
+    f32 = malloc(buf_elems * sizeof(float));
+    conv = malloc(buf_elems * sizeof(float));
+    struct tp_pool_config pc = tp_pool_default_config();
+    pc.n_threads = cfg->n_threads > 0 ? cfg->n_threads : 1;
+    if (!f32 || !conv || tp_pool_init(&pc, &pool) != TP_OK) {
+        rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
+        goto out;
+    }
+    uint64_t done = 0;
+    for (int fi = 0; fi < n_files; fi++)
+        TP_CHECK_GOTO(write_shard(dir, n_files, fi, ht, n_ht, cfg, &shape, pool, f32, conv, buf_elems, mlx_s, mlx_b, &done,
+                                  total, err),
+                      rc, out);
+    if (n_files > 1) {
+        sb_printf(&b, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {", (unsigned long long)total);
+        for (int i = 0; i < n_ht; i++) {
+            char fname[64];
+            shard_name(fname, sizeof(fname), n_files, ht[i].file);
+            sb_printf(&b, "%s\n    ", i ? "," : "");
+            sb_json_str(&b, ht[i].name);
+            sb_printf(&b, ": \"%s\"", fname);
+        }
+        sb_printf(&b, "\n  }\n}\n");
+        if (b.failed) {
+            rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
+            goto out;
+        }
+        TP_CHECK_GOTO(write_text(dir, "model.safetensors.index.json", b.p, b.n, err), rc, out);
+    }
+out:
+    free(b.p);
+    tp_pool_free(pool);
+    free(f32);
+    free(conv);
+    free(mlx_s);
+    free(mlx_b);
+    free(ht);
+    free(plan);
+    tp_synth_vocab_free(&vocab);
+    return rc;
+}

@@ -1,0 +1,480 @@
+/*
+ * model/tokenizer/tokenizer.c - the tokenizer object: building it from a vocabulary
+ * descriptor (tp_tokenizer_build, filled by the GGUF and tokenizer.json
+ * loaders), the lookup tables (open-addressing hashes for token text and
+ * merge pairs), accessors, special-token matching and tp_tokenizer_encode.
+ * The merge loop and the pre-tokenizers live in tokenizer_bpe.c, decoding
+ * in detok.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tokenizer_core_impl.h"
+#include "tokenizer/unicode_impl.h"
+
+uint64_t tp_tok_hash_bytes(const char *s, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+static inline uint64_t hash_u64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+int32_t tp_tok_lookup(const struct tp_tokenizer *t, const char *s, size_t len)
+{
+    size_t i = (size_t)tp_tok_hash_bytes(s, len) & t->key_mask;
+    for (;;) {
+        int32_t id = t->key_hash[i];
+        if (id < 0) return -1;
+        const struct tp_tok_entry *e = &t->toks[id];
+        if (e->key_len == len && memcmp(t->blob + e->key_off, s, len) == 0) return id;
+        i = (i + 1) & t->key_mask;
+    }
+}
+
+int32_t tp_tok_merge(const struct tp_tokenizer *t, int32_t left, int32_t right, int32_t *rank)
+{
+    if (!t->merges || left < 0 || right < 0) return -1;
+    uint64_t key = ((uint64_t)(uint32_t)(left + 1) << 32) | (uint32_t)(right + 1);
+    size_t i = (size_t)hash_u64(key) & t->merge_mask;
+    for (;;) {
+        const struct tp_merge_slot *m = &t->merges[i];
+        if (m->key == 0) return -1;
+        if (m->key == key) {
+            *rank = m->rank;
+            return m->result;
+        }
+        i = (i + 1) & t->merge_mask;
+    }
+}
+
+static size_t pow2_at_least(size_t n)
+{
+    size_t c = 16;
+    while (c < n) c <<= 1;
+    return c;
+}
+
+/* Token text of a descriptor entry. */
+static const char *desc_tok(const struct tp_vocab_desc *d, int i, size_t *len)
+{
+    const char *s = d->tokens[i] ? d->tokens[i] : "";
+    *len = d->token_lens ? d->token_lens[i] : strlen(s);
+    return s;
+}
+
+/* "<0xNN>" -> NN, or -1. */
+static int parse_byte_token(const char *s, size_t len)
+{
+    if (len != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* Decode a GPT-2 byte-mapped text into raw bytes (out has room for len
+ * bytes).  Returns the byte count, or -1 if a code point is not in the map. */
+static long gpt2_decode(const int16_t *cp_to_byte, const char *s, size_t len, char *out)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        int k = tp_utf8_decode((const unsigned char *)s + i, len - i, &cp);
+        if (k == 0 || cp >= 512 || cp_to_byte[cp] < 0) return -1;
+        out[o++] = (char)cp_to_byte[cp];
+        i += (size_t)k;
+    }
+    return (long)o;
+}
+
+/* Specials sort by first byte, then longest first (so the first match at a
+ * position is the longest), then id. */
+struct special_key {
+    uint32_t first, len;
+    int32_t id;
+};
+
+static int cmp_special(const void *a, const void *b)
+{
+    const struct special_key *x = a, *y = b;
+    if (x->first != y->first) return x->first < y->first ? -1 : 1;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int sort_specials(struct tp_tokenizer *t)
+{
+    struct special_key *k = malloc((size_t)t->n_specials * sizeof(*k));
+    if (!k) return -1;
+    for (int i = 0; i < t->n_specials; i++) {
+        const struct tp_tok_entry *e = &t->toks[t->specials[i]];
+        k[i].first = (unsigned char)t->blob[e->piece_off];
+        k[i].len = e->piece_len;
+        k[i].id = t->specials[i];
+    }
+    qsort(k, (size_t)t->n_specials, sizeof(*k), cmp_special);
+    for (int i = 0; i < t->n_specials; i++) t->specials[i] = k[i].id;
+    free(k);
+    return 0;
+}
+
+static const char *const eog_texts[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end_of_text|>",
+                                        "<|endoftext|>", "<end_of_turn>", "<|end|>", "<|return|>"};
+
+enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t **out, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    struct tp_tokenizer *t = NULL;
+    char *tmp = NULL;
+    *out = NULL;
+    if (!d || d->n_tokens <= 0 || !d->tokens)
+        return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: empty vocabulary (no tokens)");
+    if (d->kind != TP_TOK_SPM && d->kind != TP_TOK_BPE)
+        return tp_error_set(err, TP_ERR_UNSUPPORTED, "tokenizer: unknown kind %d", (int)d->kind);
+    if ((int)d->pretok < 0 || d->pretok >= TP_PRETOK_COUNT)
+        return tp_error_set(err, TP_ERR_UNSUPPORTED, "tokenizer: unknown pre-tokenizer %d", (int)d->pretok);
+    if (d->n_merges >= (1 << 24))
+        return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: %d merges (limit 16M)", d->n_merges);
+    if (d->kind == TP_TOK_BPE && d->n_merges <= 0)
+        return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: BPE vocabulary without merges");
+    if (d->kind == TP_TOK_SPM && !d->scores && d->n_merges <= 0)
+        return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: SentencePiece vocabulary with neither scores nor merges");
+    int n = d->n_tokens;
+    int byte_level = d->kind == TP_TOK_BPE;
+
+    t = calloc(1, sizeof(*t));
+    if (!t) return tp_error_set(err, TP_ERR_NOMEM, "tokenizer: out of memory");
+    t->kind = d->kind;
+    t->pretok = d->pretok;
+    t->n_vocab = n;
+    t->use_scores = d->kind == TP_TOK_SPM && d->scores != NULL;
+    t->add_bos = d->add_bos;
+    t->add_eos = d->add_eos;
+    t->add_space_prefix = d->add_space_prefix;
+    t->byte_fallback = d->byte_fallback;
+    t->ignore_merges = d->ignore_merges;
+    int *ids[5] = {&t->bos, &t->eos, &t->eot, &t->unk, &t->pad};
+    int src[5] = {d->bos_id, d->eos_id, d->eot_id, d->unk_id, d->pad_id};
+    for (int i = 0; i < 5; i++) *ids[i] = (src[i] >= 0 && src[i] < n) ? src[i] : -1;
+    if (t->add_bos && t->bos < 0) t->add_bos = 0;
+    if (t->add_eos && t->eos < 0) t->add_eos = 0;
+    for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
+
+    /* blob: key then piece of every token; sizes bounded by 2x the text */
+    size_t total = 0, max_len = 0;
+    for (int i = 0; i < n; i++) {
+        size_t l;
+        desc_tok(d, i, &l);
+        if (l > 0xFFFFFF) {
+            rc = tp_error_set(err, TP_ERR_FORMAT, "tokenizer: token %d is %zu bytes long (limit 16 MiB)", i, l);
+            goto fail;
+        }
+        total += 2 * l;
+        if (l > max_len) max_len = l;
+    }
+    if (total > 0xFFFFFFF0u) {
+        rc = tp_error_set(err, TP_ERR_FORMAT, "tokenizer: token texts too large (%zu bytes)", total);
+        goto fail;
+    }
+    t->toks = calloc((size_t)n, sizeof(*t->toks));
+    t->blob = malloc(total + 1);
+    tmp = malloc(max_len + 1);
+    if (!t->toks || !t->blob || !tmp) goto nomem;
+
+    int16_t cp_to_byte[512];
+    uint32_t byte_to_cp[256];
+    tp_unicode_gpt2_byte_map(byte_to_cp);
+    for (int i = 0; i < 512; i++) cp_to_byte[i] = -1;
+    for (int b = 0; b < 256; b++) cp_to_byte[byte_to_cp[b]] = (int16_t)b;
+
+    size_t off = 0;
+    int n_special = 0;
+    for (int i = 0; i < n; i++) {
+        size_t l;
+        const char *s = desc_tok(d, i, &l);
+        struct tp_tok_entry *e = &t->toks[i];
+        int type = d->token_types ? d->token_types[i] : TP_TOKEN_TYPE_NORMAL;
+        if (type < TP_TOKEN_TYPE_UNDEFINED || type > TP_TOKEN_TYPE_BYTE) type = TP_TOKEN_TYPE_NORMAL;
+        if (type == TP_TOKEN_TYPE_UNDEFINED) type = TP_TOKEN_TYPE_NORMAL;
+        int bv = parse_byte_token(s, l);
+        if (!byte_level && bv >= 0 && (type == TP_TOKEN_TYPE_BYTE || (d->byte_fallback && type == TP_TOKEN_TYPE_NORMAL)))
+            type = TP_TOKEN_TYPE_BYTE;
+        e->type = (uint8_t)type;
+        e->score = d->scores ? d->scores[i] : 0.0f;
+        /* key */
+        e->key_off = (uint32_t)off;
+        long kl = -1;
+        if (byte_level && type == TP_TOKEN_TYPE_NORMAL) kl = gpt2_decode(cp_to_byte, s, l, t->blob + off);
+        if (kl < 0) {
+            memcpy(t->blob + off, s, l);
+            kl = (long)l;
+        }
+        e->key_len = (uint32_t)kl;
+        off += (size_t)kl;
+        /* piece */
+        e->piece_off = (uint32_t)off;
+        size_t pl = 0;
+        if (type == TP_TOKEN_TYPE_BYTE && bv >= 0) {
+            t->blob[off] = (char)bv;
+            pl = 1;
+            if (t->byte_tok[bv] < 0) t->byte_tok[bv] = i;
+        } else if (byte_level || type != TP_TOKEN_TYPE_NORMAL) {
+            memcpy(t->blob + off, t->blob + e->key_off, e->key_len);
+            pl = e->key_len;
+        } else { /* SentencePiece: U+2581 -> ' ' */
+            for (size_t j = 0; j < l; j++) {
+                if (j + 2 < l && (unsigned char)s[j] == 0xE2 && (unsigned char)s[j + 1] == 0x96 &&
+                    (unsigned char)s[j + 2] == 0x81) {
+                    t->blob[off + pl++] = ' ';
+                    j += 2;
+                } else {
+                    t->blob[off + pl++] = s[j];
+                }
+            }
+        }
+        e->piece_len = (uint32_t)pl;
+        off += pl;
+        if ((int)pl > t->max_piece_len) t->max_piece_len = (int)pl;
+        e->in_key_hash = type == TP_TOKEN_TYPE_NORMAL;
+        if (byte_level && type == TP_TOKEN_TYPE_NORMAL && e->key_len == 1)
+            t->byte_tok[(unsigned char)t->blob[e->key_off]] = i;
+        if ((type == TP_TOKEN_TYPE_CONTROL || type == TP_TOKEN_TYPE_USER_DEFINED || type == TP_TOKEN_TYPE_UNKNOWN) &&
+            e->piece_len > 0)
+            n_special++;
+    }
+    t->blob_len = off;
+    if (byte_level) {
+        for (int b = 0; b < 256; b++)
+            if (t->byte_tok[b] < 0) {
+                rc = tp_error_set(err, TP_ERR_FORMAT,
+                                  "tokenizer: byte-level vocabulary lacks a token for byte 0x%02X", b);
+                goto fail;
+            }
+    }
+
+    /* key hash */
+    t->key_mask = pow2_at_least((size_t)n * 2) - 1;
+    t->key_hash = malloc((t->key_mask + 1) * sizeof(int32_t));
+    if (!t->key_hash) goto nomem;
+    memset(t->key_hash, 0xFF, (t->key_mask + 1) * sizeof(int32_t));
+    for (int i = 0; i < n; i++) {
+        struct tp_tok_entry *e = &t->toks[i];
+        if (!e->in_key_hash || e->key_len == 0) continue;
+        const char *k = t->blob + e->key_off;
+        if (tp_tok_lookup(t, k, e->key_len) >= 0) continue; /* duplicate text: first id wins */
+        size_t h = (size_t)tp_tok_hash_bytes(k, e->key_len) & t->key_mask;
+        while (t->key_hash[h] >= 0) h = (h + 1) & t->key_mask;
+        t->key_hash[h] = i;
+    }
+
+    /* merges: "left right" -> (rank, result) */
+    if (d->n_merges > 0 && !t->use_scores) {
+        t->merge_mask = pow2_at_least((size_t)d->n_merges * 4 / 3 + 1) - 1;
+        t->merges = calloc(t->merge_mask + 1, sizeof(*t->merges));
+        char *mb = NULL;
+        size_t mb_cap = 0;
+        if (!t->merges) goto nomem;
+        for (int r = 0; r < d->n_merges; r++) {
+            const char *m = d->merges[r] ? d->merges[r] : "";
+            size_t ml = d->merge_lens ? d->merge_lens[r] : strlen(m);
+            const char *sp = memchr(m, ' ', ml);
+            if (!sp || sp == m || sp == m + ml - 1) {
+                free(mb);
+                rc = tp_error_set(err, TP_ERR_FORMAT, "tokenizer: merge %d (\"%.*s\") is not \"left right\"", r,
+                                  (int)TP_MIN(ml, 60), m);
+                goto fail;
+            }
+            if (ml + 1 > mb_cap) {
+                char *nb = realloc(mb, ml + 16);
+                if (!nb) {
+                    free(mb);
+                    goto nomem;
+                }
+                mb = nb;
+                mb_cap = ml + 16;
+            }
+            size_t ll = (size_t)(sp - m), rl = ml - ll - 1;
+            long dl = ll, dr = rl;
+            if (byte_level) {
+                dl = gpt2_decode(cp_to_byte, m, ll, mb);
+                dr = dl < 0 ? -1 : gpt2_decode(cp_to_byte, sp + 1, rl, mb + dl);
+            } else {
+                memcpy(mb, m, ll);
+                memcpy(mb + ll, sp + 1, rl);
+            }
+            if (dl < 0 || dr < 0) continue; /* not representable: can never apply */
+            int32_t li = tp_tok_lookup(t, mb, (size_t)dl), ri = tp_tok_lookup(t, mb + dl, (size_t)dr);
+            int32_t res = tp_tok_lookup(t, mb, (size_t)(dl + dr));
+            if (li < 0 || ri < 0 || res < 0) continue; /* refers to unknown tokens: never applies */
+            uint64_t key = ((uint64_t)(uint32_t)(li + 1) << 32) | (uint32_t)(ri + 1);
+            size_t h = (size_t)hash_u64(key) & t->merge_mask;
+            while (t->merges[h].key != 0 && t->merges[h].key != key) h = (h + 1) & t->merge_mask;
+            if (t->merges[h].key == key) continue; /* duplicate: the first (lowest rank) wins */
+            t->merges[h].key = key;
+            t->merges[h].rank = r;
+            t->merges[h].result = res;
+            t->n_merges++;
+        }
+        free(mb);
+    }
+
+    /* specials */
+    if (n_special > 0) {
+        t->specials = malloc((size_t)n_special * sizeof(int32_t));
+        if (!t->specials) goto nomem;
+        for (int i = 0; i < n; i++) {
+            const struct tp_tok_entry *e = &t->toks[i];
+            if ((e->type == TP_TOKEN_TYPE_CONTROL || e->type == TP_TOKEN_TYPE_USER_DEFINED ||
+                 e->type == TP_TOKEN_TYPE_UNKNOWN) && e->piece_len > 0)
+                t->specials[t->n_specials++] = i;
+        }
+        if (sort_specials(t) != 0) goto nomem;
+    }
+    {
+        int j = 0;
+        for (int b = 0; b <= 256; b++) {
+            while (j < t->n_specials && (unsigned char)t->blob[t->toks[t->specials[j]].piece_off] < b) j++;
+            t->special_first[b] = j;
+        }
+    }
+
+    /* end of generation */
+    if (t->eos >= 0) t->toks[t->eos].eog = 1;
+    if (t->eot >= 0) t->toks[t->eot].eog = 1;
+    for (int i = 0; i < n; i++) {
+        struct tp_tok_entry *e = &t->toks[i];
+        if (e->type != TP_TOKEN_TYPE_CONTROL && e->type != TP_TOKEN_TYPE_USER_DEFINED) continue;
+        for (size_t k = 0; k < TP_ARRAY_LEN(eog_texts); k++)
+            if (e->piece_len == strlen(eog_texts[k]) && memcmp(t->blob + e->piece_off, eog_texts[k], e->piece_len) == 0)
+                e->eog = 1;
+    }
+    free(tmp);
+    *out = t;
+    return TP_OK;
+nomem:
+    rc = tp_error_set(err, TP_ERR_NOMEM, "tokenizer: out of memory building tables for %d tokens", n);
+fail:
+    free(tmp);
+    tp_tokenizer_free(t);
+    return rc;
+}
+
+void tp_tokenizer_free(tp_tokenizer_t *t)
+{
+    if (!t) return;
+    free(t->toks);
+    free(t->blob);
+    free(t->key_hash);
+    free(t->merges);
+    free(t->specials);
+    free(t);
+}
+
+int tp_tokenizer_n_vocab(const tp_tokenizer_t *t) { return t ? t->n_vocab : 0; }
+enum tp_tok_kind tp_tokenizer_kind(const tp_tokenizer_t *t) { return t ? t->kind : TP_TOK_KIND_COUNT; }
+int tp_tokenizer_bos(const tp_tokenizer_t *t) { return t ? t->bos : -1; }
+int tp_tokenizer_eos(const tp_tokenizer_t *t) { return t ? t->eos : -1; }
+int tp_tokenizer_add_bos(const tp_tokenizer_t *t) { return t ? t->add_bos : 0; }
+
+int tp_tokenizer_is_eog(const tp_tokenizer_t *t, int id)
+{
+    return t && id >= 0 && id < t->n_vocab && t->toks[id].eog;
+}
+
+int tp_tokenizer_find_special(const tp_tokenizer_t *t, const char *text)
+{
+    if (!t || !text) return -1;
+    size_t len = strlen(text);
+    for (int i = 0; i < t->n_specials; i++) {
+        const struct tp_tok_entry *e = &t->toks[t->specials[i]];
+        if (e->piece_len == len && memcmp(t->blob + e->piece_off, text, len) == 0) return t->specials[i];
+    }
+    return -1;
+}
+
+const char *tp_tokenizer_piece(const tp_tokenizer_t *t, int id, size_t *len)
+{
+    if (!t || id < 0 || id >= t->n_vocab) {
+        if (len) *len = 0;
+        return "";
+    }
+    const struct tp_tok_entry *e = &t->toks[id];
+    if (len) *len = e->piece_len;
+    return t->blob + e->piece_off;
+}
+
+/* Longest special token starting at s[0..len), or -1.  Control / unknown
+ * tokens only when parse_special; user-defined (added, non-special) ones
+ * always, as Hugging Face and llama.cpp do. */
+static int32_t match_special(const struct tp_tokenizer *t, const char *s, size_t len, int parse_special)
+{
+    unsigned char b = (unsigned char)s[0];
+    for (int j = t->special_first[b]; j < t->special_first[b + 1]; j++) {
+        int32_t id = t->specials[j];
+        const struct tp_tok_entry *e = &t->toks[id];
+        if (!parse_special && e->type != TP_TOKEN_TYPE_USER_DEFINED) continue;
+        if (e->piece_len <= len && memcmp(t->blob + e->piece_off, s, e->piece_len) == 0) return id;
+    }
+    return -1;
+}
+
+void tp_tok_scratch_free(struct tp_tok_scratch *s)
+{
+    free(s->syms);
+    free(s->heap);
+    free(s->cps);
+    free(s->cls);
+    free(s->offs);
+    free(s->buf);
+    memset(s, 0, sizeof(*s));
+}
+
+int tp_tokenizer_encode(const tp_tokenizer_t *t, const char *text, size_t len, int add_bos, int parse_special,
+                        int32_t *ids, int max_ids)
+{
+    if (!t || (!text && len > 0) || (max_ids > 0 && !ids)) return -1;
+    if (max_ids < 0) max_ids = 0;
+    if (len > (size_t)0x3FFFFFFF) return -1;
+    if (!tp_utf8_valid(text, len)) return -1;
+    struct tp_tok_out o = {ids, max_ids, 0};
+    struct tp_tok_scratch sc = {0};
+    int ok = 0;
+    if (add_bos && t->add_bos) tp_tok_emit(&o, t->bos);
+    size_t start = 0;
+    for (size_t i = 0; i < len;) {
+        int32_t sp = t->n_specials ? match_special(t, text + i, len - i, parse_special) : -1;
+        if (sp < 0) {
+            i++;
+            continue;
+        }
+        if (i > start) {
+            if (tp_tok_encode_fragment(t, &sc, text + start, i - start, start == 0, &o) != 0) goto out;
+        }
+        tp_tok_emit(&o, sp);
+        i += t->toks[sp].piece_len;
+        start = i;
+    }
+    if (len > start && tp_tok_encode_fragment(t, &sc, text + start, len - start, start == 0, &o) != 0) goto out;
+    if (add_bos && t->add_eos) tp_tok_emit(&o, t->eos);
+    ok = 1;
+out:
+    tp_tok_scratch_free(&sc);
+    return ok ? o.n : -1;
+}

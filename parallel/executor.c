@@ -1,0 +1,581 @@
+/*
+ * parallel/executor.c - the distributed executor's life cycle: configuration,
+ * init (collective), free and accessors (see parallel/parallel.h for the
+ * contract; the step protocol is in step.c).
+ *
+ * Init: form the group, probe the model file, compute the plan (same on
+ * every rank), agree, load this rank's slice (load-sync rounds meanwhile),
+ * agree again.  Each agreement all_gathers a 256-byte record per rank
+ * {status, hash, message}, so a rank that cannot go on (missing file, wrong
+ * shard file, impossible plan, load failure) makes EVERY rank fail with the
+ * same message naming that rank, and ranks that disagree about the
+ * model/plan/config (hash) fail too; nobody is left waiting.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "executor_impl.h"
+struct tp_parallel_config tp_parallel_default_config(void)
+{
+    struct tp_parallel_config c;
+    memset(&c, 0, sizeof c);
+    c.model = tp_model_default_config();
+    c.comm = tp_comm_default_config();
+    c.shard_weights = NULL;
+    c.wire_dtype = TP_WIRE_F32;
+    return c;
+}
+
+const char *tp_wire_dtype_name(enum tp_wire_dtype dt)
+{
+    switch (dt) {
+    case TP_WIRE_F32: return "f32";
+    case TP_WIRE_F16: return "f16";
+    case TP_WIRE_BF16: return "bf16";
+    case TP_WIRE_Q8: return "q8";
+    default: return "unknown";
+    }
+}
+
+enum tp_status tp_wire_dtype_parse(const char *s, enum tp_wire_dtype *out)
+{
+    for (int i = 0; i < TP_WIRE_COUNT; i++)
+        if (s && strcmp(s, tp_wire_dtype_name((enum tp_wire_dtype)i)) == 0) {
+            *out = (enum tp_wire_dtype)i;
+            return TP_OK;
+        }
+    return TP_ERR_INVALID_ARG;
+}
+
+/* ------------------------------------------------------------ agreement */
+
+struct agree_rec {
+    int32_t status;
+    int32_t pad;
+    uint64_t hash;
+    char msg[240];
+};
+_Static_assert(sizeof(struct agree_rec) == 256, "agreement record is 256 bytes on the wire");
+
+/*
+ * Collective: every rank contributes (st, hash, its error text); every rank
+ * returns the same verdict.  On a comm failure the comm error is returned.
+ */
+static enum tp_status agree(tp_parallel_t *p, enum tp_status st, uint64_t hash, const char *what)
+{
+    if (p->world == 1) return st == TP_OK ? TP_OK : tp_error_set(&p->err, st, "%s", tp_error_msg(&p->err));
+    struct agree_rec mine, *all = calloc((size_t)p->world, sizeof *all);
+    if (!all) {
+        tp_comm_abort(p->comm, "parallel: out of memory during start-up agreement");
+        return tp_error_set(&p->err, TP_ERR_NOMEM, "out of memory during start-up agreement");
+    }
+    memset(&mine, 0, sizeof mine);
+    mine.status = (int32_t)st;
+    mine.hash = hash;
+    snprintf(mine.msg, sizeof mine.msg, "%s", st == TP_OK ? "" : tp_error_msg(&p->err));
+    enum tp_status cs = tp_comm_all_gather(p->comm, &mine, all, sizeof mine, TP_DTYPE_U8);
+    enum tp_status rc = TP_OK;
+    if (cs != TP_OK) {
+        rc = tp_error_force(&p->err, cs, "rank %d: group failed while agreeing on %s: %s", p->rank, what,
+                            tp_comm_last_error(p->comm));
+        goto out;
+    }
+    for (int r = 0; r < p->world; r++) {
+        if (all[r].status != TP_OK) {
+            all[r].msg[sizeof all[r].msg - 1] = '\0';
+            enum tp_status rs = all[r].status > 0 && all[r].status < TP_STATUS_COUNT ? (enum tp_status)all[r].status
+                                                                                      : TP_ERR_PROTOCOL;
+            rc = tp_error_force(&p->err, rs, "rank %d of %d failed %s: %s", r, p->world, what,
+                                all[r].msg[0] ? all[r].msg : tp_status_str(rs));
+            goto out;
+        }
+    }
+    for (int r = 1; r < p->world; r++) {
+        if (all[r].hash != all[0].hash) {
+            rc = tp_error_force(&p->err, TP_ERR_INVALID_ARG,
+                                "rank %d disagrees with rank 0 on %s (hash %016llx vs %016llx): every rank needs the "
+                                "same model (or its shard files), --shard-weights, --ctx/--n-seq/--batch and "
+                                "--comm-dtype",
+                                r, what, (unsigned long long)all[r].hash, (unsigned long long)all[0].hash);
+            goto out;
+        }
+    }
+out:
+    free(all);
+    return rc;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        h ^= (v >> (8 * i)) & 0xffu;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* ------------------------------------------------------------------ plan */
+
+/* cfg path with "{rank}" replaced by this rank (shard files under launch/mpirun). */
+static enum tp_status expand_path(tp_parallel_t *p, const char *tmpl)
+{
+    const char *at = strstr(tmpl, "{rank}");
+    int n = at ? snprintf(p->path, sizeof p->path, "%.*s%d%s", (int)(at - tmpl), tmpl, p->rank, at + 6)
+               : snprintf(p->path, sizeof p->path, "%s", tmpl);
+    if (n < 0 || (size_t)n >= sizeof p->path)
+        return tp_error_set(&p->err, TP_ERR_INVALID_ARG, "model path is longer than %zu bytes", sizeof p->path - 1);
+    return TP_OK;
+}
+
+static enum tp_status make_plan(tp_parallel_t *p, const struct tp_parallel_config *cfg)
+{
+    struct tp_model_probe *pr = &p->probe;
+    const char *path = p->path;
+    double w[TP_PLAN_MAX_RANKS];
+    const double *wp = NULL;
+    enum tp_status st;
+
+    if ((st = tp_model_probe(path, pr, &p->err)) != TP_OK) return st;
+    if (p->world > TP_PLAN_MAX_RANKS)
+        return tp_error_set(&p->err, TP_ERR_UNSUPPORTED, "world size %d is above the %d ranks a plan supports",
+                            p->world, TP_PLAN_MAX_RANKS);
+    const char *wtext = cfg->shard_weights;
+    if (pr->is_shard) {
+        if (pr->shard_world != p->world)
+            return tp_error_set(&p->err, TP_ERR_INVALID_ARG,
+                                "%s is a shard file for a world of %d ranks, but this group has %d ranks; launch %d "
+                                "ranks or cut new shards with `tpserve shard MODEL -n %d -o DIR`",
+                                path, pr->shard_world, p->world, pr->shard_world, p->world);
+        if (pr->shard_rank != p->rank)
+            return tp_error_set(&p->err, TP_ERR_INVALID_ARG,
+                                "%s holds the slice of rank %d of %d, but this process is rank %d; give each rank "
+                                "its own file (rank %d needs the one with tpserve.shard.rank = %d)",
+                                path, pr->shard_rank, pr->shard_world, p->rank, p->rank, p->rank);
+        if (!wtext || !*wtext) wtext = pr->shard_weights;
+    }
+    if (wtext && *wtext) {
+        if ((st = tp_parallel_parse_weights(wtext, p->world, w, &p->err)) != TP_OK) return st;
+        wp = w;
+    }
+    if (pr->hp.n_vocab >= (1 << 24))
+        return tp_error_set(&p->err, TP_ERR_UNSUPPORTED, "vocabulary of %d tokens is too large (max 2^24)",
+                            pr->hp.n_vocab);
+    if ((st = tp_parallel_plan(&pr->hp, &pr->types, p->world, wp, &p->plan, &p->err)) != TP_OK) return st;
+    if (pr->is_shard) {
+        int same = tp_shard_plan_hash(&p->plan) == pr->shard_plan_hash;
+        for (int r = 0; same && r < p->world; r++) {
+            const struct tp_model_shard *s = &p->plan.ranks[r].shard;
+            const int32_t *f = pr->shard_ranges + r * 8;
+            same = f[0] == s->q_head_begin && f[1] == s->q_head_end && f[2] == s->kv_head_begin &&
+                   f[3] == s->kv_head_end && f[4] == s->ff_begin && f[5] == s->ff_end && f[6] == s->vocab_begin &&
+                   f[7] == s->vocab_end;
+        }
+        if (!same)
+            return tp_error_set(&p->err, TP_ERR_INVALID_ARG,
+                                "%s was cut with --shard-weights '%s', which does not match the plan asked for "
+                                "('%s'); drop --shard-weights or cut new shards",
+                                path, pr->shard_weights[0] ? pr->shard_weights : "equal",
+                                cfg->shard_weights ? cfg->shard_weights : "equal");
+    }
+    return TP_OK;
+}
+
+/* -------------------------------------------------------------- buffers */
+
+static enum tp_status alloc_buffers(tp_parallel_t *p)
+{
+    size_t nb = (size_t)p->n_batch;
+    p->bias_max = (int)TP_MIN((size_t)p->n_seq * TP_PARALLEL_BIAS_PER_ROW, (size_t)1 << 24);
+    p->body = calloc(4 * nb + 5 * (size_t)p->n_seq + 3 * (size_t)p->bias_max + 1, sizeof(int32_t));
+    p->local = tp_aligned_alloc(64, nb * (size_t)p->vocab_local * sizeof(float));
+    const size_t per = 2 * TP_PARALLEL_TOPK_MAX + 2; /* floats per row: top-k candidates + (max, sum exp) */
+    p->pairs = calloc(per * nb, sizeof(float));
+    p->want = calloc(nb, 1);
+    if (!p->body || !p->local || !p->pairs || !p->want) return TP_ERR_NOMEM;
+    if (p->world > 1) {
+        size_t per_row = (size_t)p->world * (size_t)p->vocab_max;
+        size_t chunk = GATHER_MAX_FLOATS / per_row;
+        p->chunk = (int)TP_MAX((size_t)1, TP_MIN(chunk, nb));
+        p->send = tp_aligned_alloc(64, (size_t)p->chunk * (size_t)p->vocab_max * sizeof(float));
+        if (!p->send) return TP_ERR_NOMEM;
+        if (p->rank == 0) {
+            p->gath = tp_aligned_alloc(64, (size_t)p->chunk * per_row * sizeof(float));
+            p->pairs_all = calloc((size_t)p->world * per * nb, sizeof(float));
+            p->rank_stats = calloc((size_t)p->world, sizeof(*p->rank_stats));
+            p->stats_all = calloc((size_t)p->world * STATS_WORDS, sizeof(int32_t));
+            if (!p->gath || !p->pairs_all || !p->rank_stats || !p->stats_all) return TP_ERR_NOMEM;
+        }
+        size_t max_count;
+        if (tp_mul_size(nb, (size_t)p->probe.hp.n_embd, &max_count)) return TP_ERR_NOMEM;
+        p->wire_max_count = max_count;
+        enum tp_status st = tp_wire_init(&p->wire, p->comm, p->wire_dtype, max_count);
+        if (st != TP_OK) return st;
+    }
+    return TP_OK;
+}
+
+/* ------------------------------------------------------------- load sync */
+
+/*
+ * Loading a big model can take longer than the comm op timeout, and ranks
+ * finish at different times.  While the main thread loads, this thread
+ * (the only user of the group meanwhile) runs lockstep rounds with its
+ * peers: every ~200 ms each rank all_gathers its state (0 loading, 1 done,
+ * 2 failed), so nobody waits in one collective for a slow loader; the rounds
+ * end in the same round on every rank, when none is still loading.
+ * The verdict and the messages then go through agree().
+ */
+struct load_sync {
+    tp_parallel_t *p;
+    pthread_t thread;
+    atomic_int state;
+    enum tp_status comm_status;
+};
+
+static void *load_sync_main(void *arg)
+{
+    struct load_sync *ls = arg;
+    tp_parallel_t *p = ls->p;
+    int32_t *all = calloc((size_t)p->world, sizeof(int32_t));
+    if (!all) {
+        ls->comm_status = TP_ERR_NOMEM;
+        tp_comm_abort(p->comm, "parallel: out of memory in load sync");
+        return NULL;
+    }
+    for (;;) {
+        for (int i = 0; i < 20 && atomic_load(&ls->state) == 0; i++) tp_sleep_ms(10);
+        int32_t mine = atomic_load(&ls->state);
+        enum tp_status st = tp_comm_all_gather(p->comm, &mine, all, 1, TP_DTYPE_I32);
+        if (st != TP_OK) {
+            ls->comm_status = st;
+            break;
+        }
+        int done = 1;
+        for (int r = 0; r < p->world; r++) done &= all[r] != 0;
+        if (done) break; /* a failed rank waits for the others too: they cannot be interrupted mid-load */
+    }
+    free(all);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ init */
+
+/* Rank 0 of a group: start the thread that pings idle workers. */
+static enum tp_status start_keepalive(tp_parallel_t *p)
+{
+    p->last_ns = tp_now_ns();
+    if (p->world < 2 || p->rank != 0) return TP_OK;
+    uint32_t op = p->comm_cfg.op_timeout_ms ? p->comm_cfg.op_timeout_ms : 30000;
+    p->keep_ms = TP_MAX(50u, op / 4);
+    p->keep_stop = 0;
+    if (pthread_create(&p->keep, NULL, tp_engine_keepalive_main, p) != 0) {
+        tp_comm_abort(p->comm, "parallel: rank 0 could not start its keepalive thread");
+        return tp_error_set(&p->err, TP_ERR_NOMEM, "cannot start the keepalive thread");
+    }
+    p->keep_started = 1;
+    return TP_OK;
+}
+
+static void stop_keepalive(tp_parallel_t *p)
+{
+    if (!p->keep_started) return;
+    pthread_mutex_lock(&p->mu);
+    p->keep_stop = 1;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->keep, NULL);
+    p->keep_started = 0;
+}
+
+enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_parallel_t **out, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    tp_parallel_t *p = NULL;
+    if (!out) return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_init: out is NULL");
+    *out = NULL;
+    if (!cfg || !cfg->model.path)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_init: no model path (give MODEL or --model)");
+    if ((int)cfg->wire_dtype < 0 || cfg->wire_dtype >= TP_WIRE_COUNT)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "unknown --comm-dtype (want f32, f16, bf16 or q8)");
+    p = calloc(1, sizeof *p);
+    if (!p) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    atomic_init(&p->poisoned, 0);
+    atomic_init(&p->rejoin_phase, 0);
+    p->comm_cfg = cfg->comm;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->mu_inited = 1;
+    p->wire_dtype = cfg->wire_dtype;
+
+    /* 1. group */
+    if (cfg->comm.world_size == 1) {
+        p->rank = 0;
+        p->world = 1;
+        if (cfg->comm.rank > 0) {
+            rc = tp_error_set(&p->err, TP_ERR_INVALID_ARG, "rank %d is out of range for a world of 1", cfg->comm.rank);
+            goto fail;
+        }
+    } else {
+        TP_CHECK_GOTO(tp_comm_init(&cfg->comm, &p->comm, &p->err), rc, fail);
+        p->rank = tp_comm_rank(p->comm);
+        p->world = tp_comm_size(p->comm);
+    }
+
+    /* 2. probe + plan (local), then agree */
+    enum tp_status st = expand_path(p, cfg->model.path);
+    if (st == TP_OK) st = make_plan(p, cfg);
+    uint64_t h = 14695981039346656037ull;
+    if (st == TP_OK) {
+        h = mix(h, tp_probe_hash(&p->probe));
+        h = mix(h, tp_shard_plan_hash(&p->plan));
+        h = mix(h, (uint64_t)cfg->wire_dtype);
+        h = mix(h, (uint64_t)(uint32_t)cfg->model.n_ctx);
+        h = mix(h, (uint64_t)(uint32_t)cfg->model.n_seq);
+        h = mix(h, (uint64_t)(uint32_t)cfg->model.n_batch);
+    }
+    p->plan_hash = h;
+    TP_CHECK_GOTO(agree(p, st, h, "the sharding plan"), rc, fail);
+
+    /* 3. load this rank's slice, then agree that everyone loaded */
+    struct tp_model_config mc = cfg->model;
+    mc.path = p->path;
+    if (p->world > 1 || p->probe.is_shard) {
+        p->shard = p->plan.ranks[p->rank].shard;
+        p->shard.all_sum = p->world > 1 ? tp_wire_all_sum : NULL;
+        p->shard.all_sum_ctx = &p->wire;
+        p->shard.file_is_slice = p->probe.is_shard;
+        mc.shard = &p->shard;
+    } else {
+        mc.shard = NULL;
+    }
+    mc.vocab_only = 0;
+    const struct tp_shard_rank_plan *rp = &p->plan.ranks[p->rank];
+    tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE,
+           "rank %d/%d: q heads [%d,%d) kv heads [%d,%d) ffn [%d,%d) vocab [%d,%d); plan %.1f MiB sharded + %.1f MiB "
+           "replicated of %.1f MiB; %s",
+           p->rank, p->world, rp->shard.q_head_begin, rp->shard.q_head_end, rp->shard.kv_head_begin,
+           rp->shard.kv_head_end, rp->shard.ff_begin, rp->shard.ff_end, rp->shard.vocab_begin, rp->shard.vocab_end,
+           (double)rp->sharded_bytes / 1048576.0, (double)rp->replicated_bytes / 1048576.0,
+           (double)p->plan.total_bytes / 1048576.0, p->plan.note);
+    struct load_sync ls;
+    memset(&ls, 0, sizeof ls);
+    ls.p = p;
+    atomic_init(&ls.state, 0);
+    int ls_started = p->world > 1 && pthread_create(&ls.thread, NULL, load_sync_main, &ls) == 0;
+    if (p->world > 1 && !ls_started) {
+        rc = tp_error_set(&p->err, TP_ERR_NOMEM, "cannot start the load-sync thread");
+        tp_comm_abort(p->comm, "parallel: a rank could not start its load-sync thread");
+        goto fail;
+    }
+    st = tp_model_init(&mc, &p->model, &p->err);
+    if (st != TP_OK && p->world > 1)
+        tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "rank %d: %s (telling the other ranks once they have loaded)", p->rank,
+               tp_error_msg(&p->err));
+    if (st == TP_OK) {
+        p->n_batch = mc.n_batch;
+        p->n_seq = tp_model_n_seq(p->model);
+        p->n_ctx = tp_model_n_ctx(p->model);
+        p->n_vocab = p->probe.hp.n_vocab;
+        p->vocab_begin = rp->shard.vocab_begin;
+        p->vocab_local = rp->shard.vocab_end - rp->shard.vocab_begin;
+        p->vocab_max = 0;
+        p->equal_vocab = 1;
+        for (int r = 0; r < p->world; r++) {
+            int v = p->plan.ranks[r].shard.vocab_end - p->plan.ranks[r].shard.vocab_begin;
+            if (p->vocab_max && v != p->vocab_max) p->equal_vocab = 0;
+            p->vocab_max = TP_MAX(p->vocab_max, v);
+        }
+        if (p->world == 1) {
+            p->vocab_begin = 0;
+            p->vocab_local = p->vocab_max = p->n_vocab;
+        }
+        st = alloc_buffers(p);
+        if (st != TP_OK) tp_error_set(&p->err, st, "out of memory for the engine's step buffers");
+    }
+    if (ls_started) {
+        atomic_store(&ls.state, st == TP_OK ? 1 : 2);
+        pthread_join(ls.thread, NULL);
+        if (ls.comm_status != TP_OK) {
+            rc = tp_error_force(&p->err, ls.comm_status, "rank %d: group failed while the ranks were loading: %s",
+                                p->rank, tp_comm_last_error(p->comm));
+            goto fail;
+        }
+    }
+    TP_CHECK_GOTO(agree(p, st, 0, "loading the model"), rc, fail);
+    {
+        uint64_t wb = tp_model_weight_bytes(p->model);
+        size_t rss = tp_rss_bytes();
+        const struct tp_hparams *hp = &p->probe.hp;
+        /* KV cache: (n_layer, n_seq, n_ctx, held KV heads x head_dim) for K and V; not part of the plan */
+        double kv = (double)hp->n_layer * p->n_seq * p->n_ctx * (rp->shard.kv_head_end - rp->shard.kv_head_begin) *
+                    hp->head_dim * 2.0 * (cfg->model.kv_f16 ? 2.0 : 4.0);
+        tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE,
+               "rank %d/%d: resident weights %.1f MiB (plan %.1f MiB) + KV cache %.1f MiB, process RSS %.1f MiB, "
+               "comm dtype %s",
+               p->rank, p->world, (double)wb / 1048576.0,
+               (double)(rp->sharded_bytes + rp->replicated_bytes) / 1048576.0, kv / 1048576.0,
+               (double)rss / 1048576.0, tp_wire_dtype_name(p->wire_dtype));
+    }
+
+    /* 4. rank 0 keeps idle workers alive */
+    TP_CHECK_GOTO(start_keepalive(p), rc, fail);
+    *out = p;
+    return TP_OK;
+
+fail:
+    /* Every rank reached the same verdict (or the group already failed), so
+     * leaving without a SHUTDOWN step is safe: tp_comm_free never hangs. */
+    if (err) tp_error_set(err, rc, "%s", tp_error_msg(&p->err));
+    p->shut = 1;
+    tp_parallel_free(p);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- rejoin */
+
+/* The load-sync rounds of tp_parallel_init from a rank that has its slice
+ * already: state "done" in every round until no rank is loading. */
+static enum tp_status load_sync_loaded(tp_parallel_t *p)
+{
+    int32_t *all = calloc((size_t)p->world, sizeof(int32_t));
+    if (!all) return tp_error_set(&p->err, TP_ERR_NOMEM, "out of memory in load sync");
+    enum tp_status st;
+    for (;;) {
+        int32_t mine = 1;
+        st = tp_comm_all_gather(p->comm, &mine, all, 1, TP_DTYPE_I32);
+        if (st != TP_OK) {
+            tp_error_force(&p->err, st, "rank %d: group failed while a rank was loading: %s", p->rank,
+                           tp_comm_last_error(p->comm));
+            break;
+        }
+        int done = 1;
+        for (int r = 0; r < p->world; r++) done &= all[r] != 0;
+        if (done) break;
+        atomic_store(&p->rejoin_phase, 2);
+    }
+    free(all);
+    return st;
+}
+
+enum tp_status tp_parallel_rejoin(tp_parallel_t *p, uint32_t connect_timeout_ms)
+{
+    if (!p) return TP_ERR_INVALID_ARG;
+    if (p->world < 2 || p->comm_cfg.backend == TP_COMM_BACKEND_MPI)
+        return tp_error_force(&p->err, TP_ERR_UNSUPPORTED,
+                              "a group of %d rank(s) on the %s backend cannot re-form in place", p->world,
+                              tp_comm_backend_name(p->comm_cfg.backend));
+    enum tp_status rc;
+    stop_keepalive(p);
+    atomic_store(&p->poisoned, 1);
+    atomic_store(&p->rejoin_phase, 1);
+    const int had_group = p->comm != NULL;
+    uint32_t epoch = p->comm ? tp_comm_epoch(p->comm) : 0;
+    tp_wire_release(&p->wire);
+    memset(&p->wire, 0, sizeof p->wire);
+    tp_comm_free(p->comm);
+    p->comm = NULL;
+    struct tp_comm_config cc = p->comm_cfg;
+    cc.listen_fd = -1; /* an inherited socket was adopted (and closed) by the first group */
+    cc.rank = p->rank;
+    cc.world_size = p->world;
+    if (connect_timeout_ms) cc.connect_timeout_ms = connect_timeout_ms;
+    /* Rank 0 starts the next epoch after a group that had formed; an attempt
+     * that formed nothing is retried in the same epoch.  Workers learn it. */
+    if (p->rank == 0) {
+        if (had_group) {
+            uint32_t last = TP_MAX(epoch, p->comm_cfg.epoch);
+            p->comm_cfg.epoch = (last ? last : 1u) + 1u;
+        }
+        cc.epoch = p->comm_cfg.epoch;
+    } else {
+        cc.epoch = 0;
+    }
+    TP_CHECK_GOTO(tp_comm_init(&cc, &p->comm, &p->err), rc, out);
+    TP_CHECK_GOTO(agree(p, TP_OK, p->plan_hash, "the sharding plan"), rc, out);
+    TP_CHECK_GOTO(load_sync_loaded(p), rc, out);
+    TP_CHECK_GOTO(agree(p, TP_OK, 0, "loading the model"), rc, out);
+    if ((rc = tp_wire_init(&p->wire, p->comm, p->wire_dtype, p->wire_max_count)) != TP_OK) {
+        tp_error_force(&p->err, rc, "out of memory for the wire buffers");
+        tp_comm_abort(p->comm, "parallel: a rank could not rejoin");
+        goto out;
+    }
+    p->shut = 0;
+    pthread_mutex_lock(&p->mu);
+    if (p->rank_stats) memset(p->rank_stats, 0, (size_t)p->world * sizeof(*p->rank_stats));
+    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->poisoned, 0);
+    TP_CHECK_GOTO(start_keepalive(p), rc, out);
+    tp_error_clear(&p->err);
+    tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE, "rank %d/%d: group re-formed in epoch %u", p->rank, p->world,
+           tp_comm_epoch(p->comm));
+out:
+    if (rc != TP_OK) atomic_store(&p->poisoned, 1);
+    atomic_store(&p->rejoin_phase, 0);
+    return rc;
+}
+
+int tp_parallel_rejoin_phase(const tp_parallel_t *p) { return p ? atomic_load(&p->rejoin_phase) : 0; }
+uint32_t tp_parallel_epoch(const tp_parallel_t *p) { return p && p->comm ? tp_comm_epoch(p->comm) : 0; }
+
+/* ------------------------------------------------------------------ free */
+
+void tp_parallel_free(tp_parallel_t *p)
+{
+    if (!p) return;
+    stop_keepalive(p);
+    if (p->rank == 0 && p->comm && !p->shut && !atomic_load(&p->poisoned) && !tp_comm_is_poisoned(p->comm))
+        tp_engine_send_shutdown(p);
+    tp_model_free(p->model);
+    tp_wire_release(&p->wire);
+    tp_comm_free(p->comm);
+    free(p->body);
+    tp_aligned_free(p->local);
+    tp_aligned_free(p->send);
+    tp_aligned_free(p->gath);
+    free(p->pairs);
+    free(p->want);
+    free(p->pairs_all);
+    free(p->rank_stats);
+    free(p->stats_all);
+    if (p->mu_inited) {
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->cv);
+    }
+    free(p);
+}
+
+const char *tp_parallel_last_error(const tp_parallel_t *p) { return p ? tp_error_msg(&p->err) : ""; }
+int tp_parallel_rank(const tp_parallel_t *p) { return p->rank; }
+int tp_parallel_size(const tp_parallel_t *p) { return p->world; }
+const tp_comm_t *tp_parallel_comm(const tp_parallel_t *p) { return p ? p->comm : NULL; }
+tp_model_t *tp_parallel_model(const tp_parallel_t *p) { return p->model; }
+tp_tokenizer_t *tp_parallel_tokenizer(const tp_parallel_t *p) { return tp_model_tokenizer(p->model); }
+const struct tp_hparams *tp_parallel_hparams(const tp_parallel_t *p) { return tp_model_hparams(p->model); }
+const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p) { return &p->plan; }
+const char *tp_parallel_model_path(const tp_parallel_t *p) { return p->path; }
+int tp_parallel_is_poisoned(const tp_parallel_t *p) { return atomic_load(&p->poisoned); }
+enum tp_wire_dtype tp_parallel_wire_dtype(const tp_parallel_t *p) { return p->wire_dtype; }
+
+void tp_parallel_get_stats(const tp_parallel_t *p, struct tp_parallel_stats *out)
+{
+    pthread_mutex_lock((pthread_mutex_t *)&p->mu);
+    *out = p->stats;
+    pthread_mutex_unlock((pthread_mutex_t *)&p->mu);
+}
+
+int tp_parallel_get_rank_stats(const tp_parallel_t *p, struct tp_parallel_stats *out, int max)
+{
+    if (!p || !out || max < 1) return p ? p->world : 0;
+    pthread_mutex_lock((pthread_mutex_t *)&p->mu);
+    int n = TP_MIN(max, p->world);
+    for (int r = 0; r < n; r++) {
+        if (r == p->rank) out[r] = p->stats; /* live */
+        else if (p->rank == 0 && p->rank_stats) out[r] = p->rank_stats[r];
+        else memset(&out[r], 0, sizeof(out[r]));
+    }
+    pthread_mutex_unlock((pthread_mutex_t *)&p->mu);
+    return p->world;
+}

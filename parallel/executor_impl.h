@@ -1,0 +1,92 @@
+/*
+ * parallel/executor_impl.h - private to parallel/: the executor handle shared by
+ * executor.c (life cycle) and step.c (step protocol, worker loop, keepalive).
+ */
+#ifndef TP_PARALLEL_EXECUTOR_IMPL_H
+#define TP_PARALLEL_EXECUTOR_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "parallel_impl.h"
+
+#define STEP_MAGIC 0x33535054 /* "TPS3" little-endian */
+#define HDR_WORDS 64
+/* hdr[8]: n_copy */
+#define HDR_N_COPY 8
+/* hdr[9]: n_bias (logit_bias entries) */
+#define HDR_N_BIAS 9
+#define HDR_INLINE_AT 10
+/* hdr[7]: nonzero = after this step every rank sends its stats to rank 0 */
+#define HDR_STATS 7
+#define STATS_WORDS 10 /* struct tp_parallel_stats as 5 little-endian u64 = 10 int32 words */
+#define STATS_EVERY_NS 1000000000ull /* collect at most once a second while steps run */
+#define HDR_INLINE_MAX (HDR_WORDS - HDR_INLINE_AT)
+enum step_kind {
+    STEP_RUN_LOGITS = 1,
+    STEP_RUN_ARGMAX = 2,
+    STEP_PING = 3,
+    STEP_SHUTDOWN = 4,
+    STEP_RUN_TOPK = 5,
+    STEP_HOOK = 6, /* hdr[6]: the argument; every rank runs its rank hook, values gathered to rank 0 */
+};
+
+#define GATHER_MAX_FLOATS (4u << 20) /* rank 0's logits gather area: 16 MiB */
+
+struct tp_parallel {
+    struct tp_error err;
+    int rank, world;
+    tp_comm_t *comm;              /* NULL for a world of 1 */
+    tp_model_t *model;
+    struct tp_model_probe probe;
+    struct tp_shard_plan plan;
+    struct tp_model_shard shard;
+    struct tp_wire wire;
+    enum tp_wire_dtype wire_dtype;
+
+    int n_batch, n_seq, n_ctx, n_vocab;
+    int vocab_begin, vocab_local; /* this rank's vocabulary rows */
+    int vocab_max;                /* largest range over ranks (gather padding) */
+    int equal_vocab;              /* every rank has vocab_max rows */
+    int chunk;                    /* rows per logits gather */
+
+    int32_t hdr[HDR_WORDS];
+    int32_t *body;                /* (4*n_batch + 2*n_seq + 3*n_seq + 3*bias_max) */
+    int bias_max;                 /* logit_bias entries per step: n_seq x TP_PARALLEL_BIAS_PER_ROW */
+    float *local;                 /* (n_batch, vocab_local) this rank's logits rows */
+    float *send;                  /* (chunk, vocab_max) padded rows (uneven vocab) */
+    float *gath;                  /* rank 0: (world, chunk, vocab_max) */
+    int8_t *want;                 /* (n_batch) logits flags of the current step */
+    float *pairs;                 /* (n_batch, 2k+2) local argmax / top-k candidates */
+    float *pairs_all;             /* rank 0: (world, n_batch, 2k+2) */
+
+    atomic_int poisoned;
+    int shut;
+    uint32_t step_no;
+    struct tp_parallel_stats stats;
+    struct tp_parallel_stats *rank_stats; /* rank 0: (world) each rank's counters as last collected; under mu */
+    int32_t *stats_all;                   /* rank 0: (world, STATS_WORDS) gather area */
+    uint64_t stats_ns;                    /* rank 0: when they were last collected */
+    char path[4096];              /* model path with {rank} expanded */
+    struct tp_comm_config comm_cfg; /* as given to init (strings are the caller's), for tp_parallel_rejoin */
+    uint64_t plan_hash;           /* what the ranks agreed on at init (model, plan, dtype, sizes) */
+    size_t wire_max_count;        /* tp_wire_init's max_count */
+    atomic_int rejoin_phase;      /* see tp_parallel_rejoin_phase() */
+    tp_parallel_hook_fn hook;     /* tp_parallel_set_hook (NULL: values NaN) */
+    void *hook_ud;
+
+    /* rank 0 keepalive */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t keep;
+    int keep_started, keep_stop, mu_inited;
+    uint32_t keep_ms;
+    uint64_t last_ns;
+};
+
+/* step.c: rank 0's keepalive thread (pthread start routine; arg is the engine). */
+void *tp_engine_keepalive_main(void *arg);
+/* step.c: rank 0 tells the workers to leave (best effort; logs on failure). */
+void tp_engine_send_shutdown(tp_parallel_t *p);
+
+#endif /* TP_PARALLEL_EXECUTOR_IMPL_H */

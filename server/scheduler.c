@@ -1,0 +1,955 @@
+/*
+ * server/scheduler.c - the request scheduler (engine thread) on rank 0: a bounded request queue,
+ * --parallel sequence slots, continuous batching with chunked prefill.
+ *
+ * Each step the thread
+ *   1. admits queued requests into free slots (the slot's KV sequence is
+ *      cleared in that step's descriptor) and drops cancelled requests;
+ *      a prompt prefix already in a slot's KV cache is not prefilled again
+ *      (see admit(): the slot's own cache, or a copy from another slot's);
+ *   2. builds one batch: one decode token for every generating slot first,
+ *      then prefill chunks of the prompts still being read, up to n_batch
+ *      tokens, so a long prompt is fed in pieces between decode steps and
+ *      running streams keep flowing;
+ *   3. runs tp_parallel_step (all ranks compute and add each row's
+ *      logit_bias to their slice of the vocabulary; rank 0 gets logits, or
+ *      the distributed argmax of a greedy step);
+ *   4. samples one token per slot whose prompt is complete, runs it through
+ *      the streaming detokenizer and the stop-string matcher, and publishes
+ *      the token and the releasable text to the request (condvar broadcast).
+ * When idle it pings the group every second so /health notices dead ranks.
+ * A rank that stops answering the comm liveness heartbeats (a stopped or
+ * hung process, even while this thread is blocked in a step) turns /health
+ * to 503 naming it after TP_ENGINE_SILENT_MS, and new requests get 503
+ * instead of queueing behind a step that cannot finish.
+ * A failed step in a group that can re-form (ring/rdma, several ranks) is a
+ * lost rank, not the end: the requests being generated end with a 503 error
+ * naming the rank, the queue is kept and keeps accepting, /health says
+ * "waiting for rank N" (then "reloading"), and a recovery thread calls
+ * tp_parallel_rejoin() until the group re-forms in a new epoch (a
+ * restarted or replacement worker joins); then every KV sequence is
+ * treated as empty and the queue is served.  A request that waited in the
+ * queue longer than recover_wait_ms meanwhile gets 503.  Elsewhere (a world
+ * of one, mpi) a failed step poisons the engine: every request gets a 503
+ * error and new ones are refused.  The token loop allocates nothing except growing the
+ * per-request text buffers (amortised).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server_impl.h"
+
+_Static_assert(TP_MAX_LOGIT_BIAS <= TP_PARALLEL_BIAS_PER_ROW, "a request's logit_bias must fit one step row");
+
+struct slot {
+    struct tp_req *req;      /* NULL: free */
+    tp_sampler_t *sampler;   /* per request (params differ), owned */
+    tp_detok_t *detok;       /* owned, reset per request */
+    struct tp_buf text;      /* all text generated so far (incl. held back) */
+    size_t released;         /* bytes of text published to the request */
+    int n_fed;               /* prompt tokens fed to the model */
+    int n_past;              /* positions in the KV cache */
+    int32_t last_tok;        /* next decode input */
+    int fresh;               /* needs its KV sequence cleared (from clear_from) in the next step */
+    int clear_from;          /* first position not reused from the previous request */
+    int32_t *hist;           /* (n_ctx) tokens whose K/V this slot's cache holds, by position */
+    int n_hist;
+    uint64_t t_prev_tok_ns;
+};
+
+struct tp_engine {
+    struct tp_engine_config cfg;
+    tp_parallel_t *p;
+    tp_tokenizer_t *tok;
+    struct tp_metrics *metrics;
+    int n_vocab, n_ctx;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct tp_req **queue;   /* ring (max_queue) */
+    int q_head, q_len;
+    struct slot *slots;      /* (n_parallel) */
+    int stop, failed;
+    char fail_reason[256];
+    /* rank loss and recovery (mu) */
+    int can_recover;          /* the group can re-form in place (ring/rdma, several ranks) */
+    int recovering;           /* a rank was lost; the recovery thread re-forms the group. While set,
+                                 only the recovery thread touches the group (no silent_rank()) */
+    int rec_done;             /* the recovery thread finished (joinable) */
+    enum tp_status rec_status;
+    pthread_t rec_thread;
+    int rec_thread_started;
+    int lost_rank;            /* -1: not known */
+    uint64_t lost_ns;         /* when it was lost */
+    char lost_reason[300];
+    struct tp_engine_recovery_stats rs;
+    uint64_t last_ok_ns;     /* last successful step or ping */
+    uint64_t last_ping_ns;   /* last idle ping started */
+    uint64_t step_start_ns;  /* start of the step or ping in flight; 0: none */
+    /* step buffers, sized at init */
+    int32_t *b_tok, *b_pos, *b_seq; /* (n_batch) */
+    int8_t *b_logits;               /* (n_batch) */
+    int *row_slot;                  /* (n_parallel) logits row -> slot */
+    int32_t clear_seq[256], clear_from[256];
+    /* KV copies decided by admit(), in admission order, sent with the next step */
+    int32_t copy_dst[256], copy_src[256], copy_len[256];
+    int n_copy;
+    float *logits;                  /* (n_parallel, n_vocab) */
+    int32_t *ids;                   /* (n_parallel) argmax per row of a greedy step */
+    /* logit_bias of the step's rows, (n_parallel x TP_MAX_LOGIT_BIAS) each; applied by the
+     * parallel step on every rank's slice of the logits, so the sampler gets them biased */
+    int32_t *bias_row, *bias_id;
+    float *bias_val;
+    char scratch[1024];
+    pthread_t thread;
+    int thread_started;
+};
+
+struct tp_req *tp_req_new(void)
+{
+    struct tp_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->refs = 2;
+    pthread_cond_init(&r->cond, NULL);
+    return r;
+}
+
+static void req_free(struct tp_req *r)
+{
+    tp_req_params_free(&r->params);
+    free(r->prompt);
+    free(r->toks);
+    tp_buf_free(&r->text);
+    pthread_cond_destroy(&r->cond);
+    free(r);
+}
+
+/* mu held */
+static void req_unref(struct tp_req *r)
+{
+    if (--r->refs == 0) req_free(r);
+}
+
+void tp_engine_release(struct tp_engine *e, struct tp_req *r)
+{
+    pthread_mutex_lock(&e->mu);
+    req_unref(r);
+    pthread_mutex_unlock(&e->mu);
+}
+
+pthread_mutex_t *tp_engine_mutex(struct tp_engine *e) { return &e->mu; }
+
+/* mu held: finish r (engine side) and drop the engine's reference. */
+static void req_finish(struct tp_engine *e, struct tp_req *r, enum tp_finish f, int status, const char *msg)
+{
+    (void)e;
+    r->state = TP_REQ_DONE;
+    r->finish = f;
+    r->t_done_ns = tp_now_ns();
+    if (f == TP_FINISH_ERROR) {
+        r->err_status = status;
+        snprintf(r->err_msg, sizeof r->err_msg, "%s", msg ? msg : "internal error");
+    }
+    pthread_cond_broadcast(&r->cond);
+    req_unref(r);
+}
+
+#define TP_ENGINE_SILENT_MS 1000u /* heartbeats come every 200 ms */
+#define TP_ENGINE_REJOIN_ATTEMPT_MS 5000u /* one attempt to re-form; bounds a shutdown during recovery */
+
+/* mu held: a rank silent for more than TP_ENGINE_SILENT_MS: 1 with reason
+ * filled.  Never while recovering (the group is being replaced). */
+static int silent_rank(const struct tp_engine *e, char *reason, size_t cap)
+{
+    uint32_t ms = 0;
+    if (e->recovering) return 0;
+    /* a closed liveness link at once (an exited or killed rank), a silent one after TP_ENGINE_SILENT_MS */
+    int r = tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, &ms);
+    if (r < 0) return 0;
+    snprintf(reason, cap, "rank %d has not answered for %.1f s (stopped, hung, exited or unreachable)", r,
+             ms / 1000.0);
+    return 1;
+}
+
+int tp_engine_submit(struct tp_engine *e, struct tp_req *r, struct tp_api_error *err)
+{
+    int rc = 0;
+    char why[160];
+    pthread_mutex_lock(&e->mu);
+    if (silent_rank(e, why, sizeof why)) {
+        tp_api_fail(err, 503, NULL, "%s; retry shortly", why);
+        rc = 503;
+    } else if (e->failed) {
+        tp_api_fail(err, 503, NULL, "the engine failed (%s); restart the server", e->fail_reason);
+        rc = 503;
+    } else if (e->stop) {
+        tp_api_fail(err, 503, NULL, "the server is shutting down");
+        rc = 503;
+    } else if (e->q_len >= e->cfg.max_queue) {
+        tp_api_fail(err, 429, NULL, "too many requests: %d are waiting (--max-queue); retry shortly", e->q_len);
+        rc = 429;
+    } else {
+        r->state = TP_REQ_QUEUED;
+        r->t_submit_ns = tp_now_ns();
+        e->queue[(e->q_head + e->q_len) % e->cfg.max_queue] = r;
+        e->q_len++;
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+void tp_engine_cancel(struct tp_engine *e, struct tp_req *r)
+{
+    pthread_mutex_lock(&e->mu);
+    r->cancelled = 1;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int tp_engine_healthy(struct tp_engine *e, char *reason, size_t cap)
+{
+    int ok = 1;
+    pthread_mutex_lock(&e->mu);
+    uint64_t now = tp_now_ns();
+    if (e->failed) {
+        snprintf(reason, cap, "engine failed: %s", e->fail_reason);
+        ok = 0;
+    } else if (e->recovering) {
+        double ago = (double)(now - e->lost_ns) / 1e9;
+        int phase = tp_parallel_rejoin_phase(e->p);
+        char who[32] = "a rank";
+        if (e->lost_rank >= 0) snprintf(who, sizeof who, "rank %d", e->lost_rank);
+        if (phase == 2)
+            snprintf(reason, cap, "reloading: %s rejoined and is loading its slice (lost %.1f s ago: %s)", who, ago,
+                     e->lost_reason);
+        else
+            snprintf(reason, cap, "waiting for %s to rejoin (lost %.1f s ago: %s); %d request(s) queued", who, ago,
+                     e->lost_reason, e->q_len);
+        ok = 0;
+    } else if (silent_rank(e, reason, cap)) {
+        ok = 0;
+    } else if (e->step_start_ns && now - e->step_start_ns > 60000000000ull) {
+        /* a step this long means a rank hangs (a dead one fails the step at once) */
+        snprintf(reason, cap, "an engine step has been running for %.1f s", (double)(now - e->step_start_ns) / 1e9);
+        ok = 0;
+    } else if (!e->step_start_ns && now - e->last_ok_ns > 5000000000ull) {
+        /* idle: the engine pings every second; no answer (or a ping stuck) for 5 s */
+        snprintf(reason, cap, "the ranks have not answered for %.1f s", (double)(now - e->last_ok_ns) / 1e9);
+        ok = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return ok;
+}
+
+void tp_engine_gauges(struct tp_engine *e, struct tp_metrics_gauges *g)
+{
+    pthread_mutex_lock(&e->mu);
+    g->queue_depth = e->q_len;
+    g->active_seqs = 0;
+    for (int i = 0; i < e->cfg.n_parallel; i++) g->active_seqs += e->slots[i].req != NULL;
+    g->n_parallel = e->cfg.n_parallel;
+    g->healthy = !e->failed && !e->recovering;
+    g->recovery = e->rs;
+    g->recovering = e->recovering;
+    pthread_mutex_unlock(&e->mu);
+    struct tp_parallel_stats st[TP_METRICS_RANKS_MAX];
+    g->n_ranks = tp_parallel_get_rank_stats(e->p, st, TP_METRICS_RANKS_MAX);
+    g->n_rank_stats = TP_MIN(g->n_ranks, TP_METRICS_RANKS_MAX);
+    g->n_steps = st[0].n_steps;
+    for (int r = 0; r < g->n_rank_stats; r++) {
+        g->ns_comm[r] = st[r].ns_comm;
+        g->ns_compute[r] = st[r].ns_compute;
+        g->bytes_sent[r] = st[r].bytes_sent;
+    }
+}
+
+/* mu held: the engine failed; fail everything. */
+static void engine_poison(struct tp_engine *e, const char *why)
+{
+    if (!e->failed) {
+        e->failed = 1;
+        snprintf(e->fail_reason, sizeof e->fail_reason, "%s", why);
+        tp_log(TP_LOG_ERROR, "server", "engine failed: %s; answering 503 from now on", why);
+    }
+    char msg[400];
+    snprintf(msg, sizeof msg, "the engine failed: %s", e->fail_reason);
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->req) continue;
+        req_finish(e, s->req, TP_FINISH_ERROR, 503, msg);
+        s->req = NULL;
+    }
+    while (e->q_len > 0) {
+        struct tp_req *r = e->queue[e->q_head];
+        e->q_head = (e->q_head + 1) % e->cfg.max_queue;
+        e->q_len--;
+        req_finish(e, r, TP_FINISH_ERROR, 503, msg);
+    }
+}
+
+/* mu held: release text[released..upto) of slot s to its request. */
+static int publish_text(struct slot *s, size_t upto)
+{
+    if (upto <= s->released) return 0;
+    if (tp_buf_append(&s->req->text, s->text.data + s->released, upto - s->released) != 0) return -1;
+    s->released = upto;
+    return 0;
+}
+
+/* mu held: the slot's request is finished (not error): flush held text. */
+static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
+{
+    struct tp_req *r = s->req;
+    size_t nf = tp_detok_flush(s->detok, e->scratch, sizeof e->scratch);
+    if (nf && tp_buf_append(&s->text, e->scratch, nf) != 0) f = TP_FINISH_ERROR;
+    if (f != TP_FINISH_ERROR) {
+        int hit = 0;
+        size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
+                                  r->params.stop_len, r->params.n_stop, &hit);
+        if (hit) f = TP_FINISH_STOP;
+        if (publish_text(s, hit ? rel : s->text.len) != 0) f = TP_FINISH_ERROR;
+        if (r->n_toks > 0) r->toks[r->n_toks - 1].text_end = r->text.len;
+    }
+    if (e->metrics && f != TP_FINISH_ERROR && f != TP_FINISH_CANCELLED) {
+        double ttft = r->t_first_ns ? (double)(r->t_first_ns - r->t_submit_ns) / 1e9 : 0;
+        double gen_s = r->n_toks > 1 ? (double)(tp_now_ns() - r->t_first_ns) / 1e9 : 0;
+        tp_metrics_finished(e->metrics, r->n_prompt, r->n_toks, ttft, r->n_toks > 1 ? gen_s / (r->n_toks - 1) : -1);
+        tp_metrics_prompt_cached(e->metrics, r->n_cached);
+    }
+    req_finish(e, r, f, 500, "out of memory while generating");
+    s->req = NULL;
+}
+
+/* Slot i is the source of a KV copy that the next step makes (mu held):
+ * it may not be cleared or overwritten before then. */
+static int copy_source_pending(const struct tp_engine *e, int i)
+{
+    for (int k = 0; k < e->n_copy; k++)
+        if (e->copy_src[k] == i) return 1;
+    return 0;
+}
+
+/* Positions of slot c whose K/V the cache really holds and that equal
+ * prompt[0..l): hist[0..n_hist) of a free slot; of a busy one only what was
+ * already fed and computed (admission runs between steps, when every fed
+ * position -- n_hist == n_past, n_fed while prefilling -- has been computed;
+ * the min keeps that true should admission ever move).  A slot admitted
+ * earlier in this round counts its kept prefix: its clear starts at that
+ * length and its own copy (if any) comes earlier in the copy list. */
+static int slot_prefix(const struct slot *c, const int32_t *prompt, int n_prompt)
+{
+    int have = c->req ? TP_MIN(c->n_hist, c->n_past) : c->n_hist;
+    int l = 0, lim = TP_MIN(have, n_prompt);
+    while (l < lim && c->hist[l] == prompt[l]) l++;
+    return l;
+}
+
+/* mu held: move queued requests into free slots; drop cancelled ones.
+ *
+ * Prompt cache: a request takes the free slot whose KV cache holds the
+ * longest prefix of its prompt (multi-turn chats resend the conversation).
+ * Prefix sharing: if another slot (busy or free) holds a prefix at least
+ * prefix_share_min tokens longer, the next step copies those positions into
+ * the chosen slot (tp_step copy list: after the clears, before the batch, on
+ * every rank) and prefill starts after them.  Rules that keep the copy
+ * sound: a copy's source never is the slot being cleared (a slot with a
+ * pending outgoing copy is not admitted into in this round), the source
+ * length never exceeds its kept prefix (which its clear leaves intact), and
+ * copies run in admission order (a source admitted earlier in this round
+ * already got its own copy).  Either way the prompt's last token is fed
+ * again: it gives the logits. */
+static void admit(struct tp_engine *e)
+{
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->req && s->req->cancelled) {
+            req_finish(e, s->req, TP_FINISH_CANCELLED, 0, NULL);
+            s->req = NULL;
+        }
+    }
+    for (;;) {
+        int n_free = 0;
+        for (int i = 0; i < e->cfg.n_parallel; i++) n_free += e->slots[i].req == NULL && !copy_source_pending(e, i);
+        if (n_free == 0 || e->q_len == 0) break;
+        struct tp_req *r = NULL;
+        while (e->q_len > 0 && !r) {
+            r = e->queue[e->q_head];
+            e->q_head = (e->q_head + 1) % e->cfg.max_queue;
+            e->q_len--;
+            if (r->cancelled) {
+                req_finish(e, r, TP_FINISH_CANCELLED, 0, NULL);
+                r = NULL;
+            }
+        }
+        if (!r) break;
+        /* prompt cache: the free slot whose KV cache holds the longest prefix */
+        struct slot *s = NULL;
+        int best = -1, si = -1;
+        for (int i = 0; i < e->cfg.n_parallel; i++) {
+            struct slot *c = &e->slots[i];
+            if (c->req || copy_source_pending(e, i)) continue;
+            int l = slot_prefix(c, r->prompt, r->n_prompt);
+            if (l > best) {
+                best = l;
+                s = c;
+                si = i;
+            }
+        }
+        /* at least the prompt's last token is fed again: it gives the logits */
+        int keep = TP_MIN(best, r->n_prompt - 1);
+        /* prefix sharing: a longer prefix in another slot's cache */
+        int src = -1, shared = keep;
+        if (e->cfg.prefix_share_min > 0) {
+            for (int i = 0; i < e->cfg.n_parallel; i++) {
+                if (i == si) continue;
+                int l = TP_MIN(slot_prefix(&e->slots[i], r->prompt, r->n_prompt), r->n_prompt - 1);
+                if (l > shared) {
+                    shared = l;
+                    src = i;
+                }
+            }
+            if (src >= 0 && shared - keep < e->cfg.prefix_share_min) src = -1;
+        }
+        struct tp_sampler_params sp = tp_sampler_default_params();
+        sp.temperature = r->params.temperature;
+        sp.top_k = r->params.top_k;
+        sp.top_p = r->params.top_p;
+        sp.min_p = r->params.min_p;
+        sp.repetition_penalty = r->params.repetition_penalty;
+        sp.presence_penalty = r->params.presence_penalty;
+        sp.frequency_penalty = r->params.frequency_penalty;
+        sp.seed = r->seed;
+        sp.n_logprobs = r->params.logprobs ? r->params.top_logprobs : 0;
+        sp.no_logprob = !r->params.logprobs; /* saves an exp pass over the vocabulary per token */
+        tp_sampler_free(s->sampler);
+        s->sampler = NULL;
+        if (tp_sampler_init(&sp, e->n_vocab, &s->sampler) != TP_OK) {
+            req_finish(e, r, TP_FINISH_ERROR, 500, "could not create the sampler (out of memory?)");
+            continue;
+        }
+        tp_detok_reset(s->detok);
+        /* The reply continues the prompt: feed the prompt's last token to the
+         * detokenizer (output discarded) so SentencePiece's "drop the leading
+         * space of the first piece" applies only at the start of the text. */
+        (void)tp_detok_push(s->detok, r->prompt[r->n_prompt - 1], e->scratch, sizeof e->scratch);
+        (void)tp_detok_flush(s->detok, e->scratch, sizeof e->scratch);
+        for (int k = 0; k < r->n_prompt; k++) tp_sampler_accept(s->sampler, r->prompt[k]);
+        if (src >= 0) {
+            e->copy_dst[e->n_copy] = si;
+            e->copy_src[e->n_copy] = src;
+            e->copy_len[e->n_copy++] = shared;
+            memcpy(s->hist, r->prompt, (size_t)shared * sizeof(int32_t));
+            tp_log(TP_LOG_DEBUG, "server", "%s: slot %d reuses %d prompt tokens of its own cache, copies %d from slot %d",
+                   r->id, si, keep, shared, src);
+            keep = shared;
+        }
+        s->req = r;
+        s->text.len = 0;
+        s->released = 0;
+        s->n_fed = keep;
+        s->n_past = keep;
+        s->n_hist = keep;
+        s->clear_from = keep;
+        s->fresh = 1;
+        r->n_cached = keep;
+        r->state = TP_REQ_RUNNING;
+        pthread_cond_broadcast(&r->cond);
+    }
+}
+
+/* Build the step; returns the number of tokens (0: nothing to do). mu held.
+ * Every slot admitted since the last step gets its clear here, and the copy
+ * list admit() made goes with it, whatever the token budget: a copy must run
+ * in the step right after its admission round, before its source can change. */
+static int build_step(struct tp_engine *e, struct tp_step *st)
+{
+    int n = 0, n_clear = 0, n_rows = 0;
+    int budget = e->cfg.n_batch;
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->fresh) continue;
+        e->clear_seq[n_clear] = i;
+        e->clear_from[n_clear++] = s->clear_from;
+        s->fresh = 0;
+    }
+    /* decode tokens first: running streams never wait behind a prefill */
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->req || s->n_fed < s->req->n_prompt) continue;
+        e->b_tok[n] = s->last_tok;
+        e->b_pos[n] = s->n_past;
+        s->hist[s->n_past] = s->last_tok;
+        s->n_hist = s->n_past + 1;
+        e->b_seq[n] = i;
+        e->b_logits[n] = 1;
+        e->row_slot[n_rows++] = i;
+        n++;
+        budget--;
+    }
+    /* while sequences are generating, prompts advance by at most
+     * prefill_chunk tokens per step, so each step (and each running stream's
+     * next token) stays short; with nobody generating, the whole budget */
+    if (n > 0 && e->cfg.prefill_chunk > 0) budget = TP_MIN(budget, e->cfg.prefill_chunk);
+    for (int i = 0; i < e->cfg.n_parallel && budget > 0; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->req || s->n_fed >= s->req->n_prompt) continue;
+        int chunk = TP_MIN(budget, s->req->n_prompt - s->n_fed);
+        for (int k = 0; k < chunk; k++) {
+            e->b_tok[n] = s->req->prompt[s->n_fed + k];
+            e->b_pos[n] = s->n_fed + k;
+            s->hist[s->n_fed + k] = e->b_tok[n];
+            e->b_seq[n] = i;
+            e->b_logits[n] = 0;
+            n++;
+        }
+        s->n_fed += chunk;
+        s->n_past = s->n_fed;
+        s->n_hist = s->n_fed;
+        s->req->n_prefilled = s->n_fed;
+        budget -= chunk;
+        if (s->n_fed == s->req->n_prompt) {
+            e->b_logits[n - 1] = 1;
+            e->row_slot[n_rows++] = i;
+        }
+    }
+    st->batch.n_tokens = n;
+    st->batch.token = e->b_tok;
+    st->batch.pos = e->b_pos;
+    st->batch.seq = e->b_seq;
+    st->batch.logits = e->b_logits;
+    st->n_clear = n_clear;
+    st->clear_seq = e->clear_seq;
+    st->clear_from = e->clear_from;
+    st->n_copy = e->n_copy;
+    st->copy_dst = e->copy_dst;
+    st->copy_src = e->copy_src;
+    st->copy_len = e->copy_len;
+    e->n_copy = 0;
+    int nb = 0;
+    for (int row = 0; row < n_rows; row++) {
+        const struct tp_req_params *p = &e->slots[e->row_slot[row]].req->params;
+        for (int k = 0; k < p->n_logit_bias; k++) {
+            e->bias_row[nb] = row;
+            e->bias_id[nb] = p->bias_id[k];
+            e->bias_val[nb++] = p->bias_val[k];
+        }
+    }
+    st->n_bias = nb;
+    st->bias_row = e->bias_row;
+    st->bias_id = e->bias_id;
+    st->bias_val = e->bias_val;
+    return n;
+}
+
+/* mu held: sample the next token of slot s from logits row. */
+static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sample_result *res);
+
+static void slot_sample(struct tp_engine *e, struct slot *s, const float *row)
+{
+    struct tp_sample_result res;
+    if (tp_sampler_sample(s->sampler, row, &res) != TP_OK) {
+        req_finish(e, s->req, TP_FINISH_ERROR, 500, "sampling failed");
+        s->req = NULL;
+        return;
+    }
+    slot_take(e, s, &res);
+}
+
+/* Nonzero when every row of this step can be decided by the distributed
+ * argmax (greedy, no penalties, no logprobs) and the group has several ranks:
+ * each rank then sends (max, index) per row instead of its slice of the
+ * vocabulary (8 bytes instead of 4 x n_vocab / N per row). */
+static int step_is_greedy(const struct tp_engine *e, int n_rows)
+{
+    if (tp_parallel_size(e->p) < 2) return 0;
+    for (int row = 0; row < n_rows; row++) {
+        const struct tp_req *r = e->slots[e->row_slot[row]].req;
+        if (!r) continue;
+        const struct tp_req_params *p = &r->params;
+        if (p->temperature > 0.0f || p->logprobs || p->top_logprobs > 0 || p->presence_penalty != 0.0f ||
+            p->frequency_penalty != 0.0f || p->repetition_penalty != 1.0f)
+            return 0;
+    }
+    return 1;
+}
+
+/* The chosen token of slot s: history, text, stop strings, limits. */
+static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sample_result *res)
+{
+    struct tp_req *r = s->req;
+    struct tp_gen_tok *g = &r->toks[r->n_toks];
+    uint64_t now = tp_now_ns();
+    if (!r->t_first_ns) r->t_first_ns = now;
+    s->t_prev_tok_ns = now;
+    if (tp_tokenizer_is_eog(e->tok, res->id) && !r->params.ignore_eos) {
+        slot_finish(e, s, TP_FINISH_STOP);
+        return;
+    }
+    tp_sampler_accept(s->sampler, res->id);
+    g->id = res->id;
+    g->logprob = res->logprob;
+    g->n_top = res->n_top;
+    if (res->n_top > 0) memcpy(g->top, res->top, sizeof(struct tp_logprob) * (size_t)res->n_top);
+    size_t nb = tp_detok_push(s->detok, res->id, e->scratch, sizeof e->scratch);
+    if (nb && tp_buf_append(&s->text, e->scratch, nb) != 0) {
+        req_finish(e, r, TP_FINISH_ERROR, 500, "out of memory while generating");
+        s->req = NULL;
+        return;
+    }
+    int hit = 0;
+    size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
+                              r->params.stop_len, r->params.n_stop, &hit);
+    if (publish_text(s, rel) != 0) {
+        req_finish(e, r, TP_FINISH_ERROR, 500, "out of memory while generating");
+        s->req = NULL;
+        return;
+    }
+    g->text_end = r->text.len;
+    r->n_toks++;
+    s->last_tok = res->id;
+    pthread_cond_broadcast(&r->cond);
+    if (hit) {
+        req_finish(e, r, TP_FINISH_STOP, 0, NULL);
+        s->req = NULL;
+    } else if (r->n_toks >= r->max_tokens || s->n_past + 1 >= e->n_ctx) {
+        slot_finish(e, s, TP_FINISH_LENGTH);
+    }
+}
+
+/* Which rank was lost after a failed step (engine thread, before the group
+ * is replaced): a closed liveness link shows at once, a silent one after
+ * TP_ENGINE_SILENT_MS; give the heartbeat thread up to 600 ms to see it. */
+static int identify_lost(const struct tp_engine *e)
+{
+    for (int i = 0; i < 12; i++) {
+        int r = tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, NULL);
+        if (r >= 0) return r;
+        tp_sleep_ms(50);
+    }
+    return -1;
+}
+
+/* mu held: a rank was lost.  Requests being generated end with a 503 naming
+ * it; queued ones stay; every slot's KV cache counts as empty from now on. */
+static void engine_lose(struct tp_engine *e, int lost, uint64_t t_fail_ns, const char *why)
+{
+    e->recovering = 1;
+    e->rec_done = 0;
+    e->lost_rank = lost;
+    e->lost_ns = t_fail_ns;
+    snprintf(e->lost_reason, sizeof e->lost_reason, "%s", why);
+    e->rs.n_losses++;
+    char who[32] = "a rank";
+    if (lost >= 0) snprintf(who, sizeof who, "rank %d", lost);
+    tp_log(TP_LOG_ERROR, "server", "lost %s: %s; failing the requests in flight, keeping %d queued, re-forming the group",
+           who, why, e->q_len);
+    char msg[480];
+    snprintf(msg, sizeof msg, "%s was lost while this request was generating (%s); the group is re-forming, retry shortly",
+             who, why);
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        s->n_hist = 0; /* a replacement rank's cache is empty: no prefix reuse across the loss */
+        s->fresh = 0;
+        if (!s->req) continue;
+        req_finish(e, s->req, TP_FINISH_ERROR, 503, msg);
+        s->req = NULL;
+        e->rs.n_failed_by_loss++;
+    }
+    e->n_copy = 0;
+}
+
+/* The recovery thread: re-form the group, attempt after attempt, until it
+ * works or the engine stops. */
+static void *recover_main(void *arg)
+{
+    struct tp_engine *e = arg;
+    enum tp_status st = TP_ERR_POISONED;
+    unsigned n = 0;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        int stop = e->stop;
+        pthread_mutex_unlock(&e->mu);
+        if (stop) break;
+        st = tp_parallel_rejoin(e->p, TP_ENGINE_REJOIN_ATTEMPT_MS);
+        if (st == TP_OK || st == TP_ERR_UNSUPPORTED) break;
+        if (n++ % 6 == 0)
+            tp_log(TP_LOG_WARN, "server", "the group has not re-formed yet: %s; still waiting", tp_parallel_last_error(e->p));
+        tp_sleep_ms(100);
+    }
+    pthread_mutex_lock(&e->mu);
+    e->rec_status = st;
+    e->rec_done = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* mu held: requests that waited longer than recover_wait_ms get a 503. */
+static void expire_queue(struct tp_engine *e)
+{
+    uint64_t now = tp_now_ns(), wait_ns = (uint64_t)e->cfg.recover_wait_ms * 1000000ull;
+    int kept = 0;
+    for (int i = 0; i < e->q_len; i++) {
+        struct tp_req *r = e->queue[(e->q_head + i) % e->cfg.max_queue];
+        if (r->cancelled) {
+            req_finish(e, r, TP_FINISH_CANCELLED, 0, NULL);
+        } else if (now - r->t_submit_ns > wait_ns) {
+            char msg[420], who[32] = "a rank";
+            if (e->lost_rank >= 0) snprintf(who, sizeof who, "rank %d", e->lost_rank);
+            snprintf(msg, sizeof msg,
+                     "no answer within --recover-wait %.1f s: the group is still re-forming after losing %s (%s); "
+                     "retry later",
+                     e->cfg.recover_wait_ms / 1000.0, who, e->lost_reason);
+            req_finish(e, r, TP_FINISH_ERROR, 503, msg);
+            e->rs.n_expired++;
+        } else {
+            e->queue[(e->q_head + kept) % e->cfg.max_queue] = r;
+            kept++;
+        }
+    }
+    e->q_len = kept;
+}
+
+/* mu held: one round of the recovering engine: start the recovery thread,
+ * expire old queued requests, and once the group re-formed resume. */
+static void engine_recover_round(struct tp_engine *e)
+{
+    if (!e->rec_thread_started) {
+        if (pthread_create(&e->rec_thread, NULL, recover_main, e) != 0) {
+            e->recovering = 0;
+            engine_poison(e, "could not start the recovery thread");
+            return;
+        }
+        e->rec_thread_started = 1;
+    }
+    expire_queue(e);
+    if (!e->rec_done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        return;
+    }
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->rec_thread, NULL);
+    pthread_mutex_lock(&e->mu);
+    e->rec_thread_started = 0;
+    e->recovering = 0;
+    if (e->rec_status != TP_OK) {
+        if (!e->stop) engine_poison(e, tp_parallel_last_error(e->p));
+        return;
+    }
+    double secs = (double)(tp_now_ns() - e->lost_ns) / 1e9;
+    e->rs.n_recoveries++;
+    e->rs.recovery_s_total += secs;
+    e->rs.last_recovery_s = secs;
+    e->last_ok_ns = tp_now_ns();
+    tp_log(TP_LOG_INFO, "server", "group re-formed in epoch %u after %.2f s; serving %d queued request(s)",
+           tp_parallel_epoch(e->p), secs, e->q_len);
+}
+
+/* mu NOT held: a step or ping failed with why. */
+static void engine_failed(struct tp_engine *e, const char *why)
+{
+    uint64_t t_fail = tp_now_ns();
+    int lost = e->can_recover ? identify_lost(e) : -1;
+    pthread_mutex_lock(&e->mu);
+    if (e->can_recover && !e->stop) engine_lose(e, lost, t_fail, why);
+    else engine_poison(e, why);
+}
+
+static void *engine_main(void *arg)
+{
+    struct tp_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        if (e->failed) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        if (e->recovering) {
+            engine_recover_round(e);
+            continue;
+        }
+        admit(e);
+        struct tp_step st;
+        int n = build_step(e, &st);
+        if (n == 0 && st.n_clear == 0 && st.n_copy == 0) {
+            /* idle: ping every second, or at once when a rank's liveness link closed */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200000000L;
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            int rc = pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+            uint64_t now = tp_now_ns();
+            int due = now - e->last_ping_ns >= 1000000000ull ||
+                      (!e->recovering && tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, NULL) >= 0);
+            if (rc != 0 && due && !e->stop && e->q_len == 0) {
+                e->last_ping_ns = now;
+                pthread_mutex_unlock(&e->mu);
+                enum tp_status ps = tp_parallel_ping(e->p);
+                if (ps != TP_OK) {
+                    engine_failed(e, tp_parallel_last_error(e->p)); /* returns with mu held */
+                    continue;
+                }
+                pthread_mutex_lock(&e->mu);
+                e->last_ok_ns = tp_now_ns();
+            }
+            continue;
+        }
+        int n_rows = 0;
+        for (int i = 0; i < n; i++) n_rows += st.batch.logits[i] != 0;
+        const int greedy = step_is_greedy(e, n_rows);
+        e->step_start_ns = tp_now_ns();
+        pthread_mutex_unlock(&e->mu);
+        enum tp_status rc = greedy ? tp_parallel_step_greedy(e->p, &st, e->ids, NULL)
+                                   : tp_parallel_step(e->p, &st, e->logits);
+        if (rc != TP_OK) {
+            char why[300];
+            snprintf(why, sizeof why, "%s (%s)", tp_parallel_last_error(e->p), tp_status_str(rc));
+            engine_failed(e, why); /* returns with mu held */
+            e->step_start_ns = 0;
+            continue;
+        }
+        pthread_mutex_lock(&e->mu);
+        e->step_start_ns = 0;
+        e->last_ok_ns = tp_now_ns();
+        int row = 0;
+        for (int i = 0; i < n; i++) {
+            if (!st.batch.logits[i]) continue;
+            struct slot *s = &e->slots[e->row_slot[row]];
+            const float *lr = e->logits + (size_t)row * (size_t)e->n_vocab;
+            row++;
+            if (!s->req) continue;
+            if (s->req->cancelled) continue; /* dropped by admit() next round */
+            s->n_past = st.batch.pos[i] + 1;
+            if (greedy) {
+                const struct tp_sample_result res = {.id = e->ids[row - 1], .logprob = 0.0f, .n_top = 0};
+                slot_take(e, s, &res);
+            } else {
+                slot_sample(e, s, lr);
+            }
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t *p, struct tp_metrics *metrics,
+                              struct tp_engine **out, struct tp_error *err)
+{
+    *out = NULL;
+    const struct tp_hparams *hp = tp_parallel_hparams(p);
+    tp_model_t *m = tp_parallel_model(p);
+    if (cfg->n_parallel < 1 || cfg->n_parallel > 256)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "--parallel %d: must be between 1 and 256", cfg->n_parallel);
+    if (cfg->n_parallel > tp_model_n_seq(m))
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "--parallel %d exceeds the engine's %d sequence slots",
+                            cfg->n_parallel, tp_model_n_seq(m));
+    if (cfg->n_batch < cfg->n_parallel)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "batch size %d must be >= --parallel %d", cfg->n_batch,
+                            cfg->n_parallel);
+    struct tp_engine *e = calloc(1, sizeof *e);
+    if (!e) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    e->cfg = *cfg;
+    if (e->cfg.max_queue < 1) e->cfg.max_queue = 1;
+    e->p = p;
+    e->tok = tp_parallel_tokenizer(p);
+    e->metrics = metrics;
+    e->n_vocab = hp->n_vocab;
+    e->n_ctx = tp_model_n_ctx(m);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->queue = calloc((size_t)e->cfg.max_queue, sizeof *e->queue);
+    e->slots = calloc((size_t)cfg->n_parallel, sizeof *e->slots);
+    e->b_tok = calloc((size_t)cfg->n_batch, sizeof(int32_t));
+    e->b_pos = calloc((size_t)cfg->n_batch, sizeof(int32_t));
+    e->b_seq = calloc((size_t)cfg->n_batch, sizeof(int32_t));
+    e->b_logits = calloc((size_t)cfg->n_batch, 1);
+    e->row_slot = calloc((size_t)cfg->n_parallel, sizeof(int));
+    e->logits = malloc(sizeof(float) * (size_t)cfg->n_parallel * (size_t)e->n_vocab);
+    e->ids = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
+    const size_t n_bias = (size_t)cfg->n_parallel * TP_MAX_LOGIT_BIAS;
+    e->bias_row = malloc(n_bias * sizeof(int32_t));
+    e->bias_id = malloc(n_bias * sizeof(int32_t));
+    e->bias_val = malloc(n_bias * sizeof(float));
+    if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits ||
+        !e->ids || !e->bias_row || !e->bias_id || !e->bias_val)
+        goto nomem;
+    for (int i = 0; i < cfg->n_parallel; i++) {
+        if (tp_detok_init(e->tok, &e->slots[i].detok) != TP_OK) goto nomem;
+        if (!(e->slots[i].hist = calloc((size_t)e->n_ctx + 1, sizeof(int32_t)))) goto nomem;
+    }
+    e->last_ok_ns = tp_now_ns();
+    e->lost_rank = -1;
+    e->can_recover = tp_parallel_size(p) > 1 && tp_comm_backend(tp_parallel_comm(p)) != TP_COMM_BACKEND_MPI;
+    if (e->cfg.recover_wait_ms == 0) e->cfg.recover_wait_ms = 60000;
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        tp_engine_free(e);
+        return tp_error_set(err, TP_ERR_NOMEM, "could not start the engine thread");
+    }
+    e->thread_started = 1;
+    *out = e;
+    return TP_OK;
+nomem:
+    tp_engine_free(e);
+    return tp_error_set(err, TP_ERR_NOMEM, "out of memory allocating the engine's buffers");
+}
+
+void tp_engine_stop(struct tp_engine *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->thread_started) pthread_join(e->thread, NULL);
+    e->thread_started = 0;
+    if (e->rec_thread_started) pthread_join(e->rec_thread, NULL); /* at most one attempt */
+    e->rec_thread_started = 0;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; e->slots && i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->req) req_finish(e, s->req, TP_FINISH_ERROR, 503, "the server is shutting down");
+        s->req = NULL;
+    }
+    while (e->queue && e->q_len > 0) {
+        struct tp_req *r = e->queue[e->q_head];
+        e->q_head = (e->q_head + 1) % e->cfg.max_queue;
+        e->q_len--;
+        req_finish(e, r, TP_FINISH_ERROR, 503, "the server is shutting down");
+    }
+    pthread_mutex_unlock(&e->mu);
+    e->thread_started = 0;
+}
+
+void tp_engine_free(struct tp_engine *e)
+{
+    if (!e) return;
+    tp_engine_stop(e);
+    for (int i = 0; e->slots && i < e->cfg.n_parallel; i++) {
+        tp_sampler_free(e->slots[i].sampler);
+        tp_detok_free(e->slots[i].detok);
+        free(e->slots[i].hist);
+        tp_buf_free(&e->slots[i].text);
+    }
+    free(e->queue);
+    free(e->slots);
+    free(e->b_tok);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_logits);
+    free(e->row_slot);
+    free(e->ids);
+    free(e->bias_row);
+    free(e->bias_id);
+    free(e->bias_val);
+    free(e->logits);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}

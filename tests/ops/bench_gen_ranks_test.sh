@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# tests/ops/bench_gen_ranks_test.sh TPSERVE - `tpserve bench gen` reports bytes read per token and
+# bandwidth per rank under `tpserve launch`.  Model: a 2-layer synthetic smollm2-135m Q4_0, whose tied
+# token embedding (the output head too) is most of its weights.  Oracle: the ranks split the output
+# head by vocabulary, so together they read the table once: the bytes the 2 ranks read per token sum
+# to the 1-rank figure plus what both hold whole (norms, one embedding row: under 1%), and each reads
+# under 60% of it (counting the whole table as every rank's output head would give ~90%).  Every rank
+# reports its own probe and fraction.
+set -uo pipefail
+TPSERVE="$1"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+MODEL="$WORK/model.gguf"
+timeout 120 "$TPSERVE" synth --shape smollm2-135m --layers 2 --type q4_0 -q -o "$MODEL" >"$WORK/out" 2>&1 ||
+  { cat "$WORK/out"; fail "synth"; }
+ARGS=(bench gen -m "$MODEL" -p 0 -n 4 -r 1 -t 1 --bw-mib 64 --json)
+timeout 120 "$TPSERVE" "${ARGS[@]}" >"$WORK/gen-1.json" 2>"$WORK/err" || { cat "$WORK/err"; fail "bench gen, 1 rank"; }
+timeout 120 "$TPSERVE" launch -n 2 -- "$TPSERVE" "${ARGS[@]}" >"$WORK/gen-2.json" 2>"$WORK/err" ||
+  { cat "$WORK/err"; fail "bench gen, 2 ranks"; }
+python3 - "$WORK/gen-1.json" "$WORK/gen-2.json" <<'PY' || fail "per-rank figures"
+import json, sys
+def load(path):
+    line = [l for l in open(path) if '{' in l][-1]
+    return json.loads(line[line.index('{'):])
+one, two = load(sys.argv[1]), load(sys.argv[2])
+b1, b2 = one["bytes_read_per_token_per_rank"], two["bytes_read_per_token_per_rank"]
+print("1 rank:", b1, " 2 ranks:", b2)
+assert len(b1) == 1 and b1[0] == one["weight_bytes_per_token"], one
+assert len(b2) == 2 and sum(b2) == two["weight_bytes_per_token"], two
+assert b1[0] <= sum(b2) <= b1[0] * 1.01, "the ranks together must read the model about once"
+assert all(0.4 * b1[0] < b < 0.6 * b1[0] for b in b2), "each rank reads about half"
+for k in ("mem_bw_gbs_per_rank", "bw_fraction_per_rank"):
+    assert len(two[k]) == 2 and all(v > 0 for v in two[k]), (k, two[k])
+assert abs(sum(two["mem_bw_gbs_per_rank"]) - two["mem_bw_gbs"]) <= 0.05 * two["mem_bw_gbs"] + 0.1, two
+PY
+echo PASS
