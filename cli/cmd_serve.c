@@ -9,7 +9,9 @@
  * tp_parallel_worker_loop() until rank 0 shuts down or fails.
  * HTTP comes up before the model loads, so /health answers 503 "loading".
  */
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +65,35 @@ static void json_log_hook(enum tp_log_level level, const char *module, const cha
                  module, esc);
     }
     fputs(line, stderr);
+}
+
+/* Rank 0 of an MPI group: an MPI job cannot re-form in place, so once the
+ * group failed (a rank died or stalled past the op timeout) rank 0 stops
+ * serving and exits non-zero at once, naming the failure, for mpirun or
+ * the scheduler (Slurm --requeue, Kubeflow restartPolicy) to restart the
+ * job; see docs/recovery.md. */
+struct mpi_watch {
+    tp_parallel_t *p;
+    tp_server_t *srv;
+    atomic_int stop, failed;
+};
+
+static void *mpi_watch_main(void *arg)
+{
+    struct mpi_watch *w = arg;
+    while (!atomic_load(&w->stop)) {
+        if (tp_parallel_is_poisoned(w->p)) {
+            atomic_store(&w->failed, 1);
+            tp_log(TP_LOG_ERROR, "serve",
+                   "the MPI group failed (%s); an MPI job cannot re-form in place: exiting so that mpirun or the "
+                   "scheduler restarts the job",
+                   tp_parallel_last_error(w->p));
+            tp_server_stop(w->srv);
+            break;
+        }
+        tp_sleep_ms(100);
+    }
+    return NULL;
 }
 
 static char *read_key_file(const char *path)
@@ -257,7 +288,18 @@ int tp_cmd_serve(int argc, char **argv)
     } else {
         printf("tpserve: serving on http://%s:%d/v1\n", host, tp_server_port(srv));
         fflush(stdout);
+        struct mpi_watch w = {.p = p, .srv = srv};
+        atomic_init(&w.stop, 0);
+        atomic_init(&w.failed, 0);
+        pthread_t wt;
+        int watching = tp_parallel_size(p) > 1 && pc.comm.backend == TP_COMM_BACKEND_MPI &&
+                       pthread_create(&wt, NULL, mpi_watch_main, &w) == 0;
         tp_server_run(srv);
+        if (watching) {
+            atomic_store(&w.stop, 1);
+            pthread_join(wt, NULL);
+            if (atomic_load(&w.failed)) code = 1;
+        }
         tp_log(TP_LOG_INFO, "server", "shutting down");
     }
     g_server = NULL;
