@@ -31,10 +31,15 @@ static void on_signal(int sig)
 }
 
 /* Workers: SIGTERM/SIGINT (forwarded by launch / mpirun to every rank) give
- * rank 0 up to 10 s to shut the group down cleanly; then SIGALRM ends us. */
+ * rank 0 up to 10 s to shut the group down cleanly; then SIGALRM ends us.
+ * A worker trying to rejoin a group has no rank 0 to wait for: it exits. */
+static volatile sig_atomic_t g_rejoining; /* a worker between groups: no rank 0 to shut it down */
+static volatile sig_atomic_t g_worker_sig; /* the stop signal a worker received, 0: none */
+
 static void on_worker_signal(int sig)
 {
-    (void)sig;
+    g_worker_sig = sig;
+    if (g_rejoining) _exit(128 + sig);
     alarm(10);
 }
 
@@ -266,9 +271,17 @@ int tp_cmd_serve(int argc, char **argv)
             uint64_t give_up = tp_now_ns() + (uint64_t)window_ms * 1000000ull;
             tp_log(TP_LOG_WARN, "serve", "the group failed (%s); rejoining rank 0 (for up to %u s)",
                    tp_parallel_last_error(p), window_ms / 1000);
-            while ((st = tp_parallel_rejoin(p, TP_MIN(window_ms, 5000u))) != TP_OK && st != TP_ERR_UNSUPPORTED &&
-                   tp_now_ns() < give_up)
+            g_rejoining = 1;
+            if (g_worker_sig) _exit(128 + g_worker_sig); /* told to stop before the group failed */
+            for (;;) {
+                uint64_t now = tp_now_ns();
+                uint32_t left_ms = now < give_up ? (uint32_t)((give_up - now) / 1000000u) : 0;
+                if (left_ms == 0) break;
+                st = tp_parallel_rejoin(p, TP_MIN(left_ms, 5000u));
+                if (st == TP_OK || st == TP_ERR_UNSUPPORTED) break;
                 tp_sleep_ms(100);
+            }
+            g_rejoining = 0;
             if (st != TP_OK) break;
             tp_log(TP_LOG_INFO, "serve", "rejoined the group (epoch %u)", tp_parallel_epoch(p));
         }

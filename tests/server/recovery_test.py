@@ -16,6 +16,12 @@ usage: recovery_test.py TPSERVE MODEL SCENARIO N_RANKS
   repeat  SIGKILL rank 1 twenty times in a row, each time waiting for the
           group to re-form and checking the greedy output: no hang, rank 0
           RSS flat within 5% between the 2nd and the 20th recovery.
+  rank0   SIGKILL rank 0: launch ends at once with a non-zero status and
+          no rank is left running.
+  hand    ranks started by hand (no launcher) from a hostfile: SIGKILL
+          rank 1, start a replacement by hand: it joins the next epoch and
+          the output is the same; then SIGKILL rank 0: the worker (TP_REJOIN=1)
+          exits non-zero once its rejoin window ends.
 The oracle for "same output" is the greedy completion of the same prompts
 taken from the same server before any fault.
 """
@@ -332,21 +338,124 @@ def scenario_repeat(g, ref):
     check(metric(g.port, "tpserve_recoveries_total") == 20, "/metrics: 20 recoveries")
 
 
+def scenario_rank0(g, ref):
+    workers = [g.rank_pid(r) for r in range(1, N_RANKS)]
+    t0 = time.time()
+    os.kill(g.rank_pid(0), signal.SIGKILL)
+    try:
+        rc = g.p.wait(20)
+    except subprocess.TimeoutExpired:
+        rc = None
+    check(rc is not None and rc != 0, "launch ended with a non-zero status (%s) %.2f s after rank 0 was killed" %
+          (rc, time.time() - t0))
+    time.sleep(0.2)
+    left = [w for w in workers if w and os.path.exists("/proc/%d" % w) and
+            open("/proc/%d/stat" % w).read().rsplit(")", 1)[1].split()[0] != "Z"]
+    check(not left, "no worker left running (%s)" % left)
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def scenario_hand(_g, _ref):
+    hf = os.path.abspath("recovery_hand_%d.json" % os.getpid())
+    ports = [free_port(), free_port()]
+    with open(hf, "w") as f:
+        json.dump({"version": 1, "hosts": [{"host": "127.0.0.1", "ips": ["127.0.0.1"], "port": p} for p in ports]}, f)
+    log = open("recovery_hand.log", "w")
+    base = dict(os.environ, TP_WORLD_SIZE="2", TP_HOSTFILE=hf, TP_COMM_TIMEOUT_MS="3000",
+                TP_COMM_CONNECT_TIMEOUT_MS="4000")
+    base.pop("TP_LISTEN_FD", None)
+
+    def start(rank, extra):
+        env = dict(base, TP_RANK=str(rank), **extra)
+        return subprocess.Popen([TPSERVE, "serve", "-m", MODEL, "--port", "0", "--threads", "1", "--parallel", "2"],
+                                stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL, stderr=log, text=True,
+                                env=env)
+
+    r0 = start(0, {})
+    w = start(1, {"TP_REJOIN": "1"})
+    procs = [r0, w]
+    try:
+        port = None
+        t0 = time.time()
+        while port is None and time.time() - t0 < 60:
+            r, _, _ = select.select([r0.stdout], [], [], 1.0)
+            if r:
+                line = r0.stdout.readline()
+                if not line:
+                    break
+                m = re.search(r"serving on http://[^:]+:(\d+)", line)
+                if m:
+                    port = int(m.group(1))
+        if not check(port is not None, "hand-started group of 2 is serving"):
+            return
+        ok, _, _ = wait_health(port, 200, 30)
+        ref = [greedy(port, p)[1] for p in PROMPTS]
+        w.kill()
+        w.wait()
+        ok, body, _ = wait_health(port, 503, 10, r"rank 1")
+        check(ok, "/health 503 naming rank 1 after the kill: %s" % body[:120])
+        w2 = start(1, {})  # a replacement started by hand, as a scheduler would
+        procs.append(w2)
+        ok, _, secs = wait_health(port, 200, 30)
+        check(ok, "the replacement started by hand joined: /health 200 after %.2f s" % secs)
+        for k in range(len(PROMPTS)):
+            check(greedy(port, PROMPTS[k]) == (200, ref[k]), "hand: greedy output of prompt %d equals before" % k)
+        check(metric(port, "tpserve_recoveries_total") == 1, "hand: /metrics one recovery")
+        # rank 0 dies: a worker that would rejoin gives up after its window and exits non-zero
+        w3 = start(1, {"TP_REJOIN": "1"})
+        procs.append(w3)
+        w2.kill()
+        w2.wait()
+        ok, _, _ = wait_health(port, 200, 30)
+        check(ok, "hand: a rejoin-enabled replacement joined")
+        t0 = time.time()
+        r0.kill()
+        r0.wait()
+        try:
+            rc = w3.wait(30)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc is not None and rc != 0, "hand: after rank 0 died the worker exited with status %s in %.1f s" %
+              (rc, time.time() - t0))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        log.close()
+        os.unlink(hf)
+
+
 def main():
     if not os.path.exists(MODEL):
         print("skip: %s not found" % MODEL)
         return 77
+    if SCENARIO == "hand":
+        scenario_hand(None, None)
+        if FAILS:
+            print("%d check(s) failed; rank log in %s" % (len(FAILS), os.path.abspath("recovery_hand.log")))
+        return 1 if FAILS else 0
     g = Group(N_RANKS)
     try:
         ok, _, _ = wait_health(g.port, 200, 30)
         check(ok, "group of %d ranks is healthy" % N_RANKS)
         ref = [greedy(g.port, p)[1] for p in PROMPTS]
-        {"kill": scenario_kill, "stop": scenario_stop, "repeat": scenario_repeat}[SCENARIO](g, ref)
-        st, _ = health(g.port)
-        check(st == 200, "/health 200 at the end")
+        {"kill": scenario_kill, "stop": scenario_stop, "repeat": scenario_repeat,
+         "rank0": scenario_rank0}[SCENARIO](g, ref)
+        if SCENARIO != "rank0":
+            st, _ = health(g.port)
+            check(st == 200, "/health 200 at the end")
     finally:
         rc = g.stop()
-    check(rc is not None, "launch ended after SIGTERM (status %s)" % rc)
+    check(rc is not None, "launch ended (status %s)" % rc)
     if FAILS:
         print("%d check(s) failed; launch log in %s" % (len(FAILS), os.path.abspath(g.log.name)))
         return 1
