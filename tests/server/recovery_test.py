@@ -375,7 +375,8 @@ def scenario_hand(_g, _ref):
 
     def start(rank, extra):
         env = dict(base, TP_RANK=str(rank), **extra)
-        return subprocess.Popen([TPSERVE, "serve", "-m", MODEL, "--port", "0", "--threads", "1", "--parallel", "2"],
+        return subprocess.Popen([TPSERVE, "serve", "-m", MODEL, "--port", "0", "--threads", "1", "--parallel", "2",
+                                 "--recover-wait", "2"],
                                 stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL, stderr=log, text=True,
                                 env=env)
 
@@ -402,6 +403,21 @@ def scenario_hand(_g, _ref):
         w.wait()
         ok, body, _ = wait_health(port, 503, 10, r"rank 1")
         check(ok, "/health 503 naming rank 1 after the kill: %s" % body[:120])
+        ok, body, _ = wait_health(port, 503, 10, r"waiting for rank 1")
+        # nobody replaces it for a while: a queued request gets 503 + Retry-After after --recover-wait 2
+        t0 = time.time()
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("POST", "/v1/completions", json.dumps({"prompt": "Once", "max_tokens": 8}),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        body = r.read().decode()
+        waited = time.time() - t0
+        check(r.status == 503 and r.getheader("Retry-After") is not None and "--recover-wait" in body and
+              "rank 1" in body and 1.5 <= waited <= 10,
+              "a request queued during the recovery got 503 + Retry-After after %.1f s (--recover-wait 2): %s" %
+              (waited, body[:160]))
+        c.close()
+        check(metric(port, "tpserve_requests_recover_wait_expired_total") == 1, "hand: /metrics one expired request")
         w2 = start(1, {})  # a replacement started by hand, as a scheduler would
         procs.append(w2)
         ok, _, secs = wait_health(port, 200, 30)
