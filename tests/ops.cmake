@@ -37,7 +37,7 @@ set_tests_properties(ops.bench_nodes_tinyllama PROPERTIES LABELS "multirank;mode
 # in the background, blocks marked not-run skipped); also checks .ci/run = the README's test command.
 add_test(NAME ops.readme COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/readme_test.sh ${PROJECT_SOURCE_DIR}
          $<TARGET_FILE:tpserve>)
-set_tests_properties(ops.readme PROPERTIES LABELS "multirank;model" TIMEOUT 180 SKIP_RETURN_CODE 77)
+set_tests_properties(ops.readme PROPERTIES LABELS "multirank;model" TIMEOUT 600 SKIP_RETURN_CODE 77)
 if(TP_SANITIZE)
   # OpenMPI's exit-time leaks sit in plugins it dlclose()s: only full unwinding reaches libmpi (lsan.supp).
   set_tests_properties(ops.readme PROPERTIES ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0")

@@ -3,7 +3,7 @@
 #
 # Each ```sh block runs from REPO with `bash -e -o pipefail`, `tpserve` resolving to TPSERVE (its
 # folder first on PATH) and the quick start serving with TPSERVE (TPSERVE_BIN, see
-# scripts/quickstart.sh); a block fails the test on any non-zero exit or after 120 s.  The HTML
+# scripts/quickstart.sh); a block fails the test on any non-zero exit or after TP_README_BLOCK_S seconds (default 240).  The HTML
 # comment right before a block says how to treat it:
 #   <!-- not-run: REASON -->           not run (a second machine, a large download, the suite itself)
 #   <!-- run: background port=P -->    starts a server: run in the background until the next such
@@ -96,7 +96,7 @@ while IFS='|' read -r n line note; do
       ;;
     "")
       t0=$(date +%s.%N)
-      if ! (cd "$REPO" && timeout 120 bash -e -o pipefail "$blk") </dev/null >"$WORK/out$n" 2>&1; then
+      if ! (cd "$REPO" && timeout "${TP_README_BLOCK_S:-240}" bash -e -o pipefail "$blk") </dev/null >"$WORK/out$n" 2>&1; then
         tail -30 "$WORK/out$n" >&2; sed 's/^/   | /' "$blk" >&2
         fail "README.md:$line: the block above exited non-zero"
       fi
