@@ -63,12 +63,6 @@ static int parse_bytes(const char *s, size_t *out)
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static enum tp_status run_op(tp_comm_t *c, enum bench_op op, void *a, void *b, size_t count, enum tp_dtype dt)
 {
     switch (op) {
@@ -81,8 +75,7 @@ static enum tp_status run_op(tp_comm_t *c, enum bench_op op, void *a, void *b, s
 
 static double median_max(tp_comm_t *c, double *times, int iters)
 {
-    qsort(times, (size_t)iters, sizeof *times, cmp_double);
-    double med = iters % 2 ? times[iters / 2] : 0.5 * (times[iters / 2 - 1] + times[iters / 2]);
+    double med = tp_median(times, iters);
     if (tp_comm_all_max(c, &med, &med, 1, TP_DTYPE_I64) != TP_OK) return -1; /* positive doubles order like i64 */
     return med;
 }
@@ -190,7 +183,7 @@ int tp_bench_comm(int argc, char **argv)
                           "Usage: tpserve launch -n 2 -- tpserve bench comm [options]\n"
                           "       mpirun -n 2 --mca btl tcp,self tpserve bench comm --compare-mpi [options]",
                           opts, argc, argv, NULL, 0, &np, NULL, NULL);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     enum bench_op op = OP_COUNT;
     for (int i = 0; i < OP_COUNT; i++)
         if (strcmp(opname, op_names[i]) == 0) op = (enum bench_op)i;

@@ -1,55 +1,19 @@
 /*
- * cli/bench_gen.c - `tpserve bench gen`: end-to-end generation speed of
- * one model on this machine, in llama-bench's terms.
- *
- *   pp  prefill: one forward pass over p prompt tokens (logits for the last
- *       only), from an empty KV cache: p / time;
- *   tg  decode: n single-token forward passes from an empty KV cache, each
- *       feeding back the argmax of the previous logits (EOS ignored; the
- *       engine's distributed argmax, tp_parallel_step_greedy):
- *       n / time;
- * median over --reps repetitions after one warm-up pass.
- *
- * Bandwidth, measured in the same run and interleaved with the decode reps,
- * on every rank: a probe before every decode rep and one after the last, in
- * which every rank of the group at the same moment (tp_parallel_run_hook)
- * streams through its own --bw-mib buffer (allocated and written once, far
- * larger than the caches) with --threads threads of a pool like the model's
- * (claiming 1 MiB chunks as they come free, as the decode claims rows;
- * 32-byte loads where the CPU has AVX2), timed like the decode as bytes /
- * elapsed over --bw-passes passes.  Ranks sharing one machine probe while
- * the others do, as they read their weights at once in a decode step.
- * Decode rep i is paired, per rank r, with the mean of r's probes just
- * before and just after it:
- *   fraction_{i,r} = tg_tps_i * bytes read per token by r / probe_{i,r},
- * and bw_fraction is the median over reps of the group's fraction (sum over
- * ranks of the bytes read per second / sum of their probes); mem_bw_gbs is
- * the median of the probes summed over ranks.  On a shared machine both
- * numbers move with the load; pairing them in time keeps the ratio honest.
- * Bytes read per token, per rank, from that rank's own model: the weights
- * it holds (its attention and FFN slices, norms, the token embedding table
- * and, untied, its vocabulary slice of the output head), minus the table
- * (one row of it is read per token), plus, for tied embeddings, the rows of
- * the table that are its vocabulary slice of the output head.  KV-cache
- * reads (small at these lengths) are not counted, so the fraction slightly
- * understates.
- *
- * Every forward call goes through gen_forward() (one place), which drives
- * the distributed engine (parallel/): one rank alone, or every rank of a
- * `tpserve launch -n N` / mpirun group (rank 0 measures and prints, the
- * others compute in tp_parallel_worker_loop).  Per decoded token it reports
- * rank 0's compute time, communication time (all_sums, step broadcast,
- * logits gather) and bytes sent (--json: compute_ms_per_token,
- * comm_ms_per_token, bytes_per_token); tg_comm_frac is the all_sum share
- * of the forward time from tp_model_get_stats().  Per rank (--json arrays
- * indexed by rank): bytes_read_per_token_per_rank, mem_bw_gbs_per_rank
- * (median probe), bw_fraction_per_rank (median over reps);
- * weight_bytes_per_token is their sum.
+ * cli/bench_gen.c - `tpserve bench gen`: end-to-end generation speed of one
+ * model on this machine (or a `launch` / mpirun group), in llama-bench's
+ * terms: pp = p / prefill time, tg = n / decode time (greedy, EOS ignored),
+ * median over --reps after one warm-up pass; plus the memory bandwidth
+ * probed by every rank between the decode reps, the fraction of it the
+ * decode reaches, per-rank bytes read per token, and compute /
+ * communication time per token.  Every forward call goes through
+ * gen_forward().  Method and definitions: docs/bench-gen.md.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "cli.h"
 #include "common/common.h"
@@ -159,29 +123,14 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
     return TP_OK;
 }
 
-/* s as a JSON string literal (quotes, backslashes, control characters escaped). */
+/* s (NULL: "") as a JSON string literal. */
 static void print_json_str(const char *s)
 {
-    putchar('"');
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
-    }
-    putchar('"');
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    cJSON *str = cJSON_CreateString(s ? s : "");
+    char *lit = str ? cJSON_PrintUnformatted(str) : NULL;
+    fputs(lit ? lit : "\"\"", stdout);
+    cJSON_free(lit);
+    cJSON_Delete(str);
 }
 
 /* Bytes of weights this rank reads per decoded token (see the file comment). */
@@ -250,6 +199,65 @@ static int gen_probe_all(tp_parallel_t *par, int world, double *probe, double *b
     return 0;
 }
 
+/* The arrays of one run, owned together: gen_bufs_alloc allocates them all
+ * (zeroed) or none, gen_bufs_free releases them all (NULL members are fine). */
+struct gen_bufs {
+    int32_t *tok, *pos, *seq; /* (nb) batch arrays, lent to gen_ctx */
+    int8_t *want;             /* (nb) logits flags, lent to gen_ctx */
+    float *logits;            /* (n_vocab), lent to gen_ctx */
+    int32_t *prompt;          /* (nb) */
+    double *pp_s, *tg_s;      /* (reps) seconds per rep */
+    double *probe, *tmp;      /* (reps + 1, world) */
+    double *frac_r;           /* (reps) */
+    double *rank_bytes;       /* (world) */
+    double *rank_frac;        /* (reps, world) */
+    double *probe_sum;        /* (reps + 1): summed over ranks */
+};
+
+static void gen_bufs_free(struct gen_bufs *b)
+{
+    free(b->tok);
+    free(b->pos);
+    free(b->seq);
+    free(b->want);
+    free(b->logits);
+    free(b->prompt);
+    free(b->pp_s);
+    free(b->tg_s);
+    free(b->probe);
+    free(b->tmp);
+    free(b->frac_r);
+    free(b->rank_bytes);
+    free(b->rank_frac);
+    free(b->probe_sum);
+    memset(b, 0, sizeof *b);
+}
+
+static enum tp_status gen_bufs_alloc(struct gen_bufs *b, int nb, int n_vocab, int reps, int world)
+{
+    const size_t snb = (size_t)nb, sr = (size_t)reps, sw = (size_t)world;
+    memset(b, 0, sizeof *b);
+    b->tok = calloc(snb, sizeof(int32_t));
+    b->pos = calloc(snb, sizeof(int32_t));
+    b->seq = calloc(snb, sizeof(int32_t));
+    b->want = calloc(snb, 1);
+    b->logits = calloc((size_t)n_vocab, sizeof(float));
+    b->prompt = calloc(snb, sizeof(int32_t));
+    b->pp_s = calloc(sr, sizeof(double));
+    b->tg_s = calloc(sr, sizeof(double));
+    b->probe = calloc((sr + 1) * sw, sizeof(double));
+    b->tmp = calloc((sr + 1) * sw, sizeof(double));
+    b->frac_r = calloc(sr, sizeof(double));
+    b->rank_bytes = calloc(sw, sizeof(double));
+    b->rank_frac = calloc(sr * sw, sizeof(double));
+    b->probe_sum = calloc(sr + 1, sizeof(double));
+    if (b->tok && b->pos && b->seq && b->want && b->logits && b->prompt && b->pp_s && b->tg_s && b->probe &&
+        b->tmp && b->frac_r && b->rank_bytes && b->rank_frac && b->probe_sum)
+        return TP_OK;
+    gen_bufs_free(b);
+    return TP_ERR_NOMEM;
+}
+
 int tp_bench_gen(int argc, char **argv)
 {
     const char *path = NULL;
@@ -283,7 +291,7 @@ int tp_bench_gen(int argc, char **argv)
                         "the same against its own probes.";
     int np = 0;
     int rc = tp_cli_parse("bench gen", usage, opts, argc, argv, NULL, 0, &np, NULL, NULL);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     if (!path) {
         fprintf(stderr, "tpserve bench gen: -m MODEL is required\n");
         return 2;
@@ -328,6 +336,7 @@ int tp_bench_gen(int argc, char **argv)
     memset(&g, 0, sizeof(g));
     double *pp_s = NULL, *tg_s = NULL, *probe = NULL, *frac_r = NULL, *tmp = NULL, *rank_bytes = NULL;
     double *rank_frac = NULL, *probe_sum = NULL;
+    struct gen_bufs bufs = {0}; /* owns the arrays the pointers above and g's point into */
     uint64_t *bwbuf = NULL;
     size_t bw_bytes = (size_t)bw_mib << 20;
     int32_t *prompt = NULL;
@@ -376,25 +385,13 @@ int tp_bench_gen(int argc, char **argv)
     g.m = m;
     g.n_vocab = tp_model_hparams(m)->n_vocab;
     const int nb = TP_MAX(TP_MAX(p, 1), kmax);
-    g.tok = malloc((size_t)nb * sizeof(int32_t));
-    g.pos = malloc((size_t)nb * sizeof(int32_t));
-    g.seq = malloc((size_t)nb * sizeof(int32_t));
-    g.want = malloc((size_t)nb);
-    g.logits = malloc((size_t)g.n_vocab * sizeof(float));
-    prompt = malloc((size_t)nb * sizeof(int32_t));
-    pp_s = calloc((size_t)reps, sizeof(double));
-    tg_s = calloc((size_t)reps, sizeof(double));
-    probe = calloc(((size_t)reps + 1) * (size_t)world, sizeof(double)); /* (reps + 1, world) */
-    frac_r = calloc((size_t)reps, sizeof(double));
-    tmp = calloc(((size_t)reps + 1) * (size_t)world, sizeof(double));
-    rank_bytes = calloc((size_t)world, sizeof(double));
-    rank_frac = calloc((size_t)reps * (size_t)world, sizeof(double)); /* (reps, world) */
-    probe_sum = calloc((size_t)reps + 1, sizeof(double));               /* (reps + 1): summed over ranks */
-    if (!g.tok || !g.pos || !g.seq || !g.want || !g.logits || !prompt || !pp_s || !tg_s || !probe || !frac_r || !tmp ||
-        !rank_bytes || !rank_frac || !probe_sum) {
+    if (gen_bufs_alloc(&bufs, nb, g.n_vocab, reps, world) != TP_OK) {
         tp_cli_fail("bench gen", "out of memory");
         goto out;
     }
+    g.tok = bufs.tok, g.pos = bufs.pos, g.seq = bufs.seq, g.want = bufs.want, g.logits = bufs.logits;
+    prompt = bufs.prompt, pp_s = bufs.pp_s, tg_s = bufs.tg_s, probe = bufs.probe, frac_r = bufs.frac_r;
+    tmp = bufs.tmp, rank_bytes = bufs.rank_bytes, rank_frac = bufs.rank_frac, probe_sum = bufs.probe_sum;
     /* a fixed pseudo-random prompt over the whole vocabulary */
     uint64_t x = 0x243F6A8885A308D3ull;
     for (int i = 0; i < nb; i++) {
@@ -473,7 +470,7 @@ int tp_bench_gen(int argc, char **argv)
                 ks[ki * reps + r] = sec * 1e3 / n;
             }
         }
-        for (int ki = 0; ki < nk; ki++) k_ms[ki] = median(ks + ki * reps, reps);
+        for (int ki = 0; ki < nk; ki++) k_ms[ki] = tp_median(ks + ki * reps, reps);
         free(ks);
     }
     double k1_ms = 0.0;
@@ -498,9 +495,9 @@ int tp_bench_gen(int argc, char **argv)
             }
         }
         memcpy(tmp, probe_sum, ((size_t)reps + 1) * sizeof(double));
-        bw = median(tmp, reps + 1);
+        bw = tp_median(tmp, reps + 1);
         memcpy(tmp, frac_r, (size_t)reps * sizeof(double));
-        frac = median(tmp, reps);
+        frac = tp_median(tmp, reps);
         frac_min = tmp[0];
         frac_max = tmp[reps - 1];
     }
@@ -508,15 +505,15 @@ int tp_bench_gen(int argc, char **argv)
     double rank_bw[TP_PLAN_MAX_RANKS] = {0}, rank_fr[TP_PLAN_MAX_RANKS] = {0}, scratch[101];
     for (int q = 0; q < world && n > 0 && q < TP_PLAN_MAX_RANKS; q++) {
         for (int k = 0; k <= reps; k++) scratch[k] = probe[(size_t)k * world + q];
-        rank_bw[q] = median(scratch, reps + 1);
+        rank_bw[q] = tp_median(scratch, reps + 1);
         for (int r = 0; r < reps; r++) scratch[r] = rank_frac[(size_t)r * world + q];
-        rank_fr[q] = median(scratch, reps);
+        rank_fr[q] = tp_median(scratch, reps);
     }
-    /* pp_s / tg_s are sorted by median(): per-rep lists are printed before */
+    /* pp_s / tg_s are sorted by tp_median(): per-rep lists are printed before */
     double *tg_rep = tmp; /* reuse: decode t/s per rep, in rep order */
     for (int r = 0; r < reps && n > 0; r++) tg_rep[r] = (double)n / tg_s[r];
-    double pp_tps = p > 0 ? (double)p / median(pp_s, reps) : 0.0;
-    double tg_tps = n > 0 ? (double)n / median(tg_s, reps) : 0.0;
+    double pp_tps = p > 0 ? (double)p / tp_median(pp_s, reps) : 0.0;
+    double tg_tps = n > 0 ? (double)n / tp_median(tg_s, reps) : 0.0;
     double comm_frac = tg_ns_fwd ? (double)tg_ns_comm / (double)tg_ns_fwd : 0.0;
     /* rank 0's view per decoded token: compute, communication (all_sums, step broadcast,
      * logits gather), bytes it sent */
@@ -605,20 +602,7 @@ int tp_bench_gen(int argc, char **argv)
     }
     exit_code = 0;
 out:
-    free(g.tok);
-    free(g.pos);
-    free(g.seq);
-    free(g.want);
-    free(g.logits);
-    free(prompt);
-    free(pp_s);
-    free(tg_s);
-    free(probe);
-    free(frac_r);
-    free(tmp);
-    free(rank_bytes);
-    free(rank_frac);
-    free(probe_sum);
+    gen_bufs_free(&bufs);
     tp_parallel_free(g.par);
     tp_pool_free(pool);
     tp_aligned_free(bwbuf);

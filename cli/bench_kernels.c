@@ -68,7 +68,7 @@ int tp_bench_kernels(int argc, char **argv)
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int rc = tp_cli_parse("bench kernels", "[options]", opts, argc, argv, NULL, 0, NULL, NULL, NULL);
-    if (rc) return rc == 1 ? 0 : 2;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     if (cols % 256) {
         fprintf(stderr, "tpserve bench kernels: --cols %d is not a multiple of 256\n", cols);
         return 2;

@@ -218,13 +218,11 @@ static int run_group(const char *exe, const char *prefix, const char *subnet, in
 
 static int parse_json_result(const char *path, struct node_run *r)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    char buf[8192];
-    size_t k = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[k] = '\0';
+    char *buf = NULL;
+    struct tp_error err = {0};
+    if (tp_read_file(path, (size_t)1 << 20, &buf, NULL, &err) != TP_OK) return -1;
     cJSON *o = cJSON_Parse(buf);
+    free(buf);
     if (!o) return -1;
     const char *keys[] = {"pp_tps", "tg_tps", "compute_ms_per_token", "comm_ms_per_token", "bytes_per_token"};
     double *dst[] = {&r->pp_tps, &r->tg_tps, &r->compute_ms, &r->comm_ms, &r->bytes_per_token};
@@ -241,13 +239,11 @@ static int parse_json_result(const char *path, struct node_run *r)
 /* Rank 0's "lat_us_median" from `bench comm --json` output; -1 if absent. */
 static double parse_comm_latency(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    char buf[4096];
-    size_t k = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[k] = '\0';
+    char *buf = NULL;
+    struct tp_error err = {0};
+    if (tp_read_file(path, (size_t)1 << 20, &buf, NULL, &err) != TP_OK) return -1;
     cJSON *o = cJSON_Parse(buf);
+    free(buf);
     const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, "lat_us_median") : NULL;
     double lat = cJSON_IsNumber(v) ? v->valuedouble : -1;
     cJSON_Delete(o);
@@ -336,7 +332,7 @@ int tp_bench_nodes(int argc, char **argv)
         "each node count (ranks on simulated hosts with the link's bandwidth where scripts/netsim works, else\n"
         "on 127.0.0.1), plus a projection for dedicated machines.  Writes PREFIX.csv/.md/.json/.svg.";
     int rc = tp_cli_parse("bench nodes", usage, opts, argc, argv, NULL, 0, NULL, NULL, NULL);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     if (!model) {
         fprintf(stderr, "tpserve bench nodes: -m MODEL is required\n");
         return 2;

@@ -383,12 +383,6 @@ static void *client_main(void *arg)
     return NULL;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Undo chunked transfer encoding in place in the NUL-terminated body b
  * (chunk-size lines and the CRLF after each chunk's data removed). */
 static void dechunk(char *b)
@@ -455,13 +449,6 @@ static double steady_rate(const struct bench_result *res, int c, int rounds)
     return win > 0 ? n / win : 0;
 }
 
-static double median(double *v, int n)
-{
-    if (n == 0) return 0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int tp_bench_serve(int argc, char **argv)
 {
     const char *url = "http://127.0.0.1:8080", *levels = "1,2,4,8", *api_key = NULL;
@@ -482,8 +469,7 @@ int tp_bench_serve(int argc, char **argv)
     };
     int pr = tp_cli_parse("bench serve", "tpserve bench serve --url URL [options]", opts, argc, argv, NULL, 0, NULL,
                           NULL, NULL);
-    if (pr == 1) return 0;
-    if (pr == 2) return 2;
+    TP_CLI_RETURN_UNLESS_PARSED(pr);
     if (shared_prefix >= prompt_tokens) {
         fprintf(stderr, "tpserve bench serve: --shared-prefix %d: must be below --prompt-tokens %d\n", shared_prefix,
                 prompt_tokens);
@@ -608,7 +594,7 @@ int tp_bench_serve(int argc, char **argv)
         }
         double agg = t_end > t0 ? (double)gen / (t_end - t0) : 0;
         double steady = steady_rate(res, c, rounds);
-        double mt = median(ttft, nt), mp = median(tpot, np);
+        double mt = tp_median(ttft, nt), mp = tp_median(tpot, np);
         double dec = mp > 0 ? 1000.0 * c / mp : 0;
         if (li == 0) {
             base_agg = agg;

@@ -43,6 +43,12 @@ struct tp_opt {
  */
 int tp_cli_parse(const char *cmd, const char *usage, const struct tp_opt *opts, int argc, char **argv,
                  const char **pos, int max_pos, int *n_pos, int *rest_argc, char ***rest_argv);
+/* In a command, after rc = tp_cli_parse(...): return the command's exit status
+ * (0 after --help, 2 after a usage error) unless rc says to proceed. */
+#define TP_CLI_RETURN_UNLESS_PARSED(rc)     \
+    do {                                    \
+        if (rc) return (rc) == 1 ? 0 : (rc); \
+    } while (0)
 
 /* Print the options table (used by tp_cli_parse for --help). */
 void tp_cli_print_help(const char *cmd, const char *usage, const struct tp_opt *opts);

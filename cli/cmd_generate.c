@@ -193,8 +193,7 @@ int tp_cmd_generate(int argc, char **argv)
         if (strcmp(argv[i], "--seed") == 0 || strncmp(argv[i], "--seed=", 7) == 0) seed_set = 1;
     int prc = tp_cli_parse("generate", "tpserve generate -m MODEL [-p PROMPT] [-n N] [options]", opts, argc, argv, NULL, 0,
                            &np, NULL, NULL);
-    if (prc == 1) return 0;
-    if (prc != 0) return 2;
+    TP_CLI_RETURN_UNLESS_PARSED(prc);
     if (!model) {
         fprintf(stderr, "tpserve generate: -m MODEL is required\n");
         return 2;

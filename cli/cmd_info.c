@@ -43,13 +43,6 @@ static enum tp_wtype tensor_type(const struct tp_tsrc *src, const char *name, en
     return tp_tsrc_find(src, name, &t) ? t.type : def;
 }
 
-/* Ends with suffix? */
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 /* File-level facts of a Hugging Face directory (config.json + safetensors).
  * MLX quantized directories: packed U32 weights count as their unpacked
  * parameters, scales / biases as none, and a line gives bits and groups. */
@@ -73,7 +66,7 @@ static int hf_file_facts(const char *path, tp_st_t *st, const struct tp_mlx_quan
             tp_mlx_tsrc_describe(&msrc, t, &d);
             if (d.type != TP_WTYPE_COUNT) n_mlx[d.type]++;
             n_params += (uint64_t)d.n_elems;
-        } else if (mlx_bits && (ends_with(t->name, ".scales") || ends_with(t->name, ".biases"))) {
+        } else if (mlx_bits && (tp_str_ends_with(t->name, ".scales") || tp_str_ends_with(t->name, ".biases"))) {
             sb_dtype = (int)t->dtype; /* MLX group parameters, not model parameters */
         } else {
             n_params += (uint64_t)t->n_elems;
@@ -136,7 +129,7 @@ int tp_cmd_info(int argc, char **argv)
     int np = 0;
     int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] MODEL.gguf|HF_DIR", opts, argc, argv, pos, 1, &np, NULL,
                           NULL);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     if (np != 1) {
         fprintf(stderr, "tpserve info: give one model file (tpserve info MODEL.gguf)\n");
         return 2;
@@ -199,7 +192,7 @@ int tp_cmd_info(int argc, char **argv)
             n_mlx[d.type]++; /* packed words: count the values they hold */
             any_mlx++;
             n_params += (uint64_t)d.n_elems;
-        } else if (!(mlx_bits && (ends_with(t->name, ".scales") || ends_with(t->name, ".biases")))) {
+        } else if (!(mlx_bits && (tp_str_ends_with(t->name, ".scales") || tp_str_ends_with(t->name, ".biases")))) {
             n_params += (uint64_t)t->n_elems; /* MLX group parameters are not model parameters */
         }
         if ((int)t->type >= 0 && (int)t->type < TP_WTYPE_COUNT) {

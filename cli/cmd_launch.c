@@ -174,7 +174,7 @@ int tp_cmd_launch(int argc, char **argv)
                           "       tpserve launch --hostfile FILE [...] -- COMMAND [ARGS...]   (ssh; see --hostfile --help)",
                           opts,
                           argc, argv, NULL, 0, &np, &rest_argc, &rest_argv);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     if (rest_argc < 1) {
         fprintf(stderr, "tpserve launch: no command given (usage: tpserve launch -n N -- COMMAND [ARGS...])\n");
         return 2;
@@ -305,7 +305,7 @@ int tp_cmd_comm_selftest(int argc, char **argv)
     int np = 0;
     int rc = tp_cli_parse("comm-selftest", "Usage: tpserve comm-selftest   (run under 'tpserve launch -n N --')",
                           opts, argc, argv, NULL, 0, &np, NULL, NULL);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     tp_cli_setup_logging(NULL);
     struct tp_comm_config cfg = tp_comm_default_config();
     struct tp_error err = {0};

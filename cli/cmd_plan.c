@@ -34,21 +34,9 @@ static const char plan_usage[] =
 /* Text of a whole file (malloc'd, NUL-terminated) or NULL. */
 static char *read_text(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
     char *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n >= 0 && n < (64L << 20) && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-        if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-            free(buf);
-            buf = NULL;
-        } else {
-            buf[n] = '\0';
-        }
-    }
-    fclose(f);
-    return buf;
+    struct tp_error err = {0};
+    return tp_read_file(path, (size_t)64 << 20, &buf, NULL, &err) == TP_OK ? buf : NULL;
 }
 
 /*
@@ -270,7 +258,7 @@ int tp_cmd_plan(int argc, char **argv)
         {0},
     };
     int rc = tp_cli_parse("plan", plan_usage, opts, argc, argv, NULL, 0, NULL, NULL, NULL);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     if (!model == !shape_name) {
         fprintf(stderr, "tpserve plan: give exactly one of -m MODEL.gguf or --shape NAME (see 'tpserve plan --help')\n");
         return 2;

@@ -18,6 +18,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli.h"
 #include "parallel/parallel.h"
 #include "server/server.h"
@@ -51,25 +53,17 @@ static void json_log_hook(enum tp_log_level level, const char *module, const cha
         /* already a JSON object (per-request lines): add level and module */
         snprintf(line, sizeof line, "{\"level\":\"%s\",\"module\":\"%s\",%s\n", tp_log_level_str(level), module,
                  msg + 1);
-    } else {
-        char esc[1500];
-        size_t k = 0;
-        for (const char *p = msg; *p && k + 7 < sizeof esc; p++) {
-            unsigned char ch = (unsigned char)*p;
-            if (ch == '"' || ch == '\\') {
-                esc[k++] = '\\';
-                esc[k++] = (char)ch;
-            } else if (ch < 0x20) {
-                k += (size_t)snprintf(esc + k, sizeof esc - k, "\\u%04x", ch);
-            } else {
-                esc[k++] = (char)ch;
-            }
-        }
-        esc[k] = '\0';
-        snprintf(line, sizeof line, "{\"level\":\"%s\",\"module\":\"%s\",\"msg\":\"%s\"}\n", tp_log_level_str(level),
-                 module, esc);
+        fputs(line, stderr);
+        return;
     }
-    fputs(line, stderr);
+    cJSON *o = cJSON_CreateObject();
+    int ok = o && cJSON_AddStringToObject(o, "level", tp_log_level_str(level)) &&
+             cJSON_AddStringToObject(o, "module", module) && cJSON_AddStringToObject(o, "msg", msg);
+    char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
+    if (text) fprintf(stderr, "%s\n", text);
+    else fputs("{\"level\":\"error\",\"module\":\"cli\",\"msg\":\"out of memory formatting a log line\"}\n", stderr);
+    cJSON_free(text);
+    cJSON_Delete(o);
 }
 
 /* Rank 0 of an MPI group: an MPI job cannot re-form in place, so once the
@@ -172,8 +166,7 @@ int tp_cmd_serve(int argc, char **argv)
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int pr = tp_cli_parse("serve", "tpserve serve -m MODEL [options]", opts, argc, argv, NULL, 0, NULL, NULL, NULL);
-    if (pr == 1) return 0;
-    if (pr == 2) return 2;
+    TP_CLI_RETURN_UNLESS_PARSED(pr);
     if (!model) {
         fprintf(stderr, "tpserve serve: -m MODEL is required (e.g. -m models/stories260K.gguf)\n");
         return 2;

@@ -33,8 +33,7 @@ int tp_cmd_shard(int argc, char **argv)
         {"output", 'o', TP_OPT_STRING, &out_dir, "DIR", "output directory (created if missing; required)", 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0}};
     int prc = tp_cli_parse("shard", shard_usage, opts, argc, argv, pos, 1, &np, NULL, NULL);
-    if (prc == 1) return 0;
-    if (prc != 0) return 2;
+    TP_CLI_RETURN_UNLESS_PARSED(prc);
     if (np != 1 || n < 1 || !out_dir) {
         fprintf(stderr, "tpserve shard: need MODEL, -n N and -o DIR (see tpserve shard --help)\n");
         return 2;

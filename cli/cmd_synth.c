@@ -30,25 +30,6 @@ static void progress(void *ctx, uint64_t done, uint64_t total)
     fflush(stderr);
 }
 
-static char *read_all(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && n < (1L << 26) && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-            if (fread(buf, 1, (size_t)n, f) == (size_t)n) buf[n] = 0;
-            else {
-                free(buf);
-                buf = NULL;
-            }
-        }
-    }
-    fclose(f);
-    return buf;
-}
-
 static int list_shapes(const char *json)
 {
     struct tp_shape *arr = NULL;
@@ -108,13 +89,14 @@ int tp_cmd_synth(int argc, char **argv)
                         "Writes a random-weight GGUF model of a real model's shape (for speed and scale tests).";
     int np = 0;
     int rc = tp_cli_parse("synth", usage, opts, argc, argv, NULL, 0, &np, NULL, NULL);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     tp_cli_setup_logging(NULL);
 
     char *shapes_text = NULL;
     if (shapes_file) {
-        shapes_text = read_all(shapes_file);
-        if (!shapes_text) return tp_cli_fail("synth", "cannot read shapes file %s", shapes_file);
+        struct tp_error rerr = {0};
+        if (tp_read_file(shapes_file, (size_t)1 << 26, &shapes_text, NULL, &rerr) != TP_OK)
+            return tp_cli_fail("synth", "cannot read shapes file %s (%s)", shapes_file, rerr.msg);
     }
     const char *json = shapes_text ? shapes_text : tp_shapes_builtin_json();
     if (list) {

@@ -8,7 +8,7 @@ int tp_cmd_version(int argc, char **argv)
     static const struct tp_opt opts[] = {{0}};
     int np = 0;
     int rc = tp_cli_parse("version", "Usage: tpserve version", opts, argc, argv, NULL, 0, &np, NULL, NULL);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     printf("tpserve %s\n", TP_VERSION_STRING);
     printf("backends: ring");
 #ifdef TP_HAVE_MPI

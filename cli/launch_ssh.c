@@ -81,15 +81,13 @@ static int put_raw(char *buf, size_t cap, size_t *off, const char *s)
 /* Hosts of the hostfile: "host" (ssh destination) or else the first of "ips". */
 static int read_hosts(const char *path, struct tp_sup_child *ranks, int max, int *n_out, char *token, size_t tcap)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tp_cli_fail("launch", "cannot open hostfile '%s' (see configs/hostfile-*.json)", path), -1;
-    static char text[1 << 20];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    int too_big = !feof(f);
-    fclose(f);
-    if (too_big) return tp_cli_fail("launch", "hostfile '%s' is larger than 1 MiB", path), -1;
-    text[n] = '\0';
+    char *text = NULL;
+    struct tp_error rerr = {0};
+    enum tp_status rst = tp_read_file(path, (size_t)1 << 20, &text, NULL, &rerr);
+    if (rst == TP_ERR_FORMAT) return tp_cli_fail("launch", "hostfile '%s' is larger than 1 MiB", path), -1;
+    if (rst != TP_OK) return tp_cli_fail("launch", "cannot open hostfile '%s' (see configs/hostfile-*.json)", path), -1;
     cJSON *root = cJSON_Parse(text);
+    free(text);
     if (!root) return tp_cli_fail("launch", "hostfile '%s' is not valid JSON", path), -1;
     const cJSON *hosts = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "hosts") : root;
     const cJSON *tok = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "cluster_token") : NULL;
@@ -254,7 +252,7 @@ int tp_launch_hostfile_main(int argc, char **argv)
                           "TP_BACKEND (and TP_LOG_LEVEL, TP_COMM_*TIMEOUT_MS when set) in its environment, and\n"
                           "TP_CLUSTER_TOKEN (yours, the hostfile's cluster_token, or a random one) through ssh's stdin.",
                           opts, argc, argv, NULL, 0, NULL, &rest_argc, &rest_argv);
-    if (rc) return rc == 1 ? 0 : rc;
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
     if (!hostfile) {
         fprintf(stderr, "tpserve launch: --hostfile FILE is required here\n");
         return 2;

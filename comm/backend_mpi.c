@@ -12,8 +12,9 @@
  * MPI_Comm_free / MPI_Finalize (both could block forever) and mpirun then
  * stops the other ranks.  MPI_Init_thread is called on first use
  * (MPI_THREAD_SERIALIZED) and MPI_Finalize when the last mpi group is freed,
- * if we initialised MPI and nothing got stuck.  Built only with TP_HAVE_MPI; otherwise the backend
- * answers TP_ERR_NOT_BUILT.
+ * if we initialised MPI and nothing got stuck; a failed MPI_Init_thread is
+ * TP_ERR_INIT with MPI's error string.  Built only with TP_HAVE_MPI; otherwise
+ * the backend answers TP_ERR_NOT_BUILT.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -330,10 +331,17 @@ static const struct tp_coll_ops mpi_ops = {
     .free = m_free,
 };
 
+/* Make c a group over comm, which it takes over: on failure (TP_ERR_NOMEM)
+ * comm is freed and c is left untouched. */
 static enum tp_status attach(struct tp_comm *c, MPI_Comm comm, uint32_t timeout_ms)
 {
+    int size = 0;
+    MPI_Comm_size(comm, &size);
     struct mpi_state *st = calloc(1, sizeof *st);
-    if (!st) {
+    int *peer_of = size > 0 ? malloc((size_t)size * sizeof(int)) : NULL;
+    if (!st || !peer_of) {
+        free(st);
+        free(peer_of);
         MPI_Comm_free(&comm);
         return TP_ERR_NOMEM;
     }
@@ -342,12 +350,11 @@ static enum tp_status attach(struct tp_comm *c, MPI_Comm comm, uint32_t timeout_
     for (int i = 0; i < TP_COMM_MAX_INFLIGHT; i++) st->reqs[i] = MPI_REQUEST_NULL;
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm, &c->rank);
-    MPI_Comm_size(comm, &c->size);
+    c->size = size;
     c->mpi = st;
     c->ops = &mpi_ops;
     g_mpi_users++;
-    c->peer_of = malloc((size_t)c->size * sizeof(int));
-    if (!c->peer_of) return TP_ERR_NOMEM;
+    c->peer_of = peer_of;
     for (int i = 0; i < c->size; i++) c->peer_of[i] = i;
     return TP_OK;
 }
@@ -362,9 +369,10 @@ static enum tp_status m_split(struct tp_comm *c, int color, int key, struct tp_c
         MPI_Comm_free(&nc);
         return tp_comm_fail(c, TP_ERR_NOMEM, "split: out of memory");
     }
-    if (attach(sub, nc, ST(c)->timeout_ms) != TP_OK) {
+    enum tp_status rc = attach(sub, nc, ST(c)->timeout_ms);
+    if (rc != TP_OK) {
         tp_comm_release(sub);
-        return tp_comm_fail(c, TP_ERR_NOMEM, "split: out of memory");
+        return tp_comm_fail(c, rc, "split: out of memory");
     }
     *out = sub;
     return TP_OK;
@@ -380,15 +388,21 @@ enum tp_status tp_mpi_init(const struct tp_comm_config *cfg, struct tp_comm *c, 
     MPI_Initialized(&inited);
     if (!inited) {
         int provided = 0;
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
-            return tp_error_set(err, TP_ERR_NOT_BUILT, "MPI_Init_thread failed: run under mpirun / srun");
+        int code = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        if (code != MPI_SUCCESS) {
+            char text[MPI_MAX_ERROR_STRING];
+            int len = 0;
+            if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "error %d", code);
+            return tp_error_set(err, TP_ERR_INIT, "MPI_Init_thread failed: %s (run under mpirun / srun)", text);
+        }
         g_we_initialised = 1;
     }
     make_ops();
     MPI_Comm dup = MPI_COMM_NULL;
     if (MPI_Comm_dup(MPI_COMM_WORLD, &dup) != MPI_SUCCESS)
         return tp_error_set(err, TP_ERR_PEER, "MPI_Comm_dup(MPI_COMM_WORLD) failed");
-    if (attach(c, dup, cfg->op_timeout_ms) != TP_OK) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    enum tp_status rc = attach(c, dup, cfg->op_timeout_ms);
+    if (rc != TP_OK) return tp_error_set(err, rc, "mpi: out of memory for the group over MPI_COMM_WORLD");
     if (cfg->world_size > 1 && c->size != cfg->world_size)
         return tp_error_set(err, TP_ERR_INVALID_ARG,
                             "world size %d was requested but MPI has %d ranks: start with 'mpirun -n %d' (or "

@@ -24,9 +24,9 @@
  * latency path (mesh exchange) and the ring path alike.
  *
  * With no RDMA device, start-up fails at once with an error naming what is
- * missing and how to enable it.  NOTE: no RDMA hardware was available where
- * this was written: the verbs data path compiles and was reviewed but has
- * not run on a device; the algorithms above it are tested through TCP.
+ * missing and how to enable it.  TODO: the verbs data path is compiled but
+ * not tested on an RDMA device; the algorithms above it are tested through
+ * TCP.
  */
 #include <errno.h>
 #include <poll.h>

@@ -160,12 +160,12 @@ struct tp_comm {
 #define TP_ALGO_MAX_RANKS 64             /* ring/rdma world size limit (full mesh) */
 #define TP_ALGO_SMALL_BYTES (512u * 1024u)   /* 2 ranks: <= this, mesh exchange (one round) */
 #define TP_ALGO_SMALL_BYTES_N (64u * 1024u)  /* 3+ ranks: mesh up to here, ring above */
-#define TP_ALGO_CHUNK_BYTES (32u * 1024u)   /* ring pipeline chunk (measured best here: 16K..256K tried) */
+#define TP_ALGO_CHUNK_BYTES (32u * 1024u)   /* ring pipeline chunk (choice: docs/design-measurements.md) */
 /* 3+ ranks, all_reduce of >= this many bytes: bidirectional ring (first half
  * clockwise, second half counter-clockwise at once, so each link direction
- * carries half the data).  Below it one direction: at 1 MiB (3 ranks,
- * loopback, 2 cores) the two lanes' extra transfers and half-size segments
- * measured ~1.5x slower; from 2 MiB they were on par or slightly ahead. */
+ * carries half the data).  Below it one direction, where the two lanes'
+ * extra transfers and half-size segments cost more than the halved link
+ * load saves (docs/design-measurements.md). */
 #define TP_ALGO_BIDIR_BYTES (2u << 20)
 
 /* Transfers on group ranks (mapped to net ranks here on their first call);

@@ -28,25 +28,16 @@ void tp_hostfile_free(struct tp_hostfile *hf)
 
 static char *read_all(const char *path, struct tp_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    char *buf = NULL;
+    struct tp_error rerr = {0};
+    enum tp_status rc = tp_read_file(path, HOSTFILE_MAX_BYTES, &buf, NULL, &rerr);
+    if (rc == TP_ERR_NOT_FOUND || rc == TP_ERR_IO)
         tp_error_set(err, TP_ERR_NOT_FOUND,
                      "cannot open hostfile '%s' (check TP_HOSTFILE / --hostfile; see configs/README.md)", path);
-        return NULL;
-    }
-    char *buf = malloc(HOSTFILE_MAX_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, HOSTFILE_MAX_BYTES + 1, f) : 0;
-    fclose(f);
-    if (!buf) {
-        tp_error_set(err, TP_ERR_NOMEM, "out of memory reading hostfile '%s'", path);
-        return NULL;
-    }
-    if (n > HOSTFILE_MAX_BYTES) {
-        free(buf);
+    else if (rc == TP_ERR_FORMAT)
         tp_error_set(err, TP_ERR_FORMAT, "hostfile '%s' is larger than %u bytes", path, HOSTFILE_MAX_BYTES);
-        return NULL;
-    }
-    buf[n] = '\0';
+    else if (rc != TP_OK)
+        tp_error_set(err, rc, "out of memory reading hostfile '%s'", path);
     return buf;
 }
 

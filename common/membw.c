@@ -3,10 +3,10 @@
  * with a pool's threads summing a buffer far larger than the caches.  The
  * benchmarks quote decode speed as a fraction of this number.
  *
- * 32-byte loads where the CPU has AVX2: with the baseline's 16-byte SSE2
- * loads two cores measured ~39 GB/s on an AMD EPYC where AVX2 loads (and the
- * decode kernels) reach 45-65 GB/s, so the plain loop would understate the
- * limit.  Elsewhere (NEON, other ISAs) a plain 8-word loop, which compilers
+ * 32-byte loads where the CPU has AVX2, as the decode kernels use: 16-byte
+ * SSE2 loads can fall short of the bandwidth those kernels reach, so the
+ * probe would understate the limit (docs/design-measurements.md).
+ * Elsewhere (NEON, other ISAs) a plain 8-word loop, which compilers
  * vectorise.
  *
  * tp_mem_read_bw_gbs owns its buffer and reports the best pass (the machine's

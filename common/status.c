@@ -21,6 +21,7 @@ static const char *const status_names[] = {
     [TP_ERR_FULL] = "full",
     [TP_ERR_NOT_FOUND] = "not found",
     [TP_ERR_INTERNAL] = "internal error",
+    [TP_ERR_INIT] = "initialisation failed",
 };
 _Static_assert(TP_ARRAY_LEN(status_names) == TP_STATUS_COUNT, "status_names out of sync");
 

@@ -325,12 +325,6 @@ static void stream_free(void *cls)
 
 /* ------------------------------------------------------------ entry */
 
-static int starts_with(const char *s, size_t n, const char *p)
-{
-    size_t pl = strlen(p);
-    return pl > 0 && n >= pl && memcmp(s, p, pl) == 0;
-}
-
 enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connection *c, int chat, const char *body,
                                          size_t len)
 {
@@ -354,7 +348,9 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
         }
         const char *t = text.data ? text.data : "";
         size_t tl = tp_json_decode_nul(text.data, text.len); /* contents held NUL in tree form */
-        int add_bos = tp_tokenizer_add_bos(s->tok) && !starts_with(t, tl, s->bos_text);
+        /* no BOS added when the rendered text already begins with it (an empty BOS text never does) */
+        int add_bos = tp_tokenizer_add_bos(s->tok) &&
+                      !(s->bos_text[0] && tl >= strlen(s->bos_text) && tp_str_starts_with(t, s->bos_text));
         n = tp_server_tokenize(s, t, tl, add_bos, &ids, &e);
         tp_buf_free(&text);
     } else if (p.prompt_ids) {

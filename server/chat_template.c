@@ -232,13 +232,6 @@ static int render_zephyr(const struct tp_chat_msg *m, int n, int add_gen, const 
     return 0;
 }
 
-static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
-static int ends_with(const char *s, const char *p)
-{
-    size_t a = strlen(s), b = strlen(p);
-    return a >= b && memcmp(s + a - b, p, b) == 0;
-}
-
 static int render_qwen3(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
 {
     if (n > 0 && strcmp(m[0].role, "system") == 0) {
@@ -249,7 +242,7 @@ static int render_qwen3(const struct tp_chat_msg *m, int n, int add_gen, struct 
     int multi_step_tool = 1, last_query = n - 1;
     for (int idx = n - 1; idx >= 0; idx--) {
         if (multi_step_tool && strcmp(m[idx].role, "user") == 0 &&
-            !(starts_with(m[idx].content, "<tool_response>") && ends_with(m[idx].content, "</tool_response>"))) {
+            !(tp_str_starts_with(m[idx].content, "<tool_response>") && tp_str_ends_with(m[idx].content, "</tool_response>"))) {
             multi_step_tool = 0;
             last_query = idx;
         }

@@ -378,31 +378,15 @@ struct tok_stream {
     size_t item_pos;
 };
 
-/* Append piece[0..n) as the body of a JSON string: quote, backslash and
- * control bytes (NUL included) escaped; bytes that are not UTF-8 become
- * U+FFFD.  Returns 0 or -1 (out of memory). */
-static int json_escape_piece(struct tp_buf *o, const char *piece, size_t n)
+/* Append piece[0..n) as a JSON string literal (json_nul.c: NUL as \u0000,
+ * bytes that are not UTF-8 as U+FFFD).  Returns 0 or -1 (out of memory). */
+static int json_string_piece(struct tp_buf *o, const char *piece, size_t n)
 {
-    struct tp_buf clean = {0};
-    tp_srv_utf8_sanitize(piece, n, &clean);
-    int rc = clean.data ? 0 : -1;
-    for (size_t i = 0; rc == 0 && i < clean.len; i++) {
-        unsigned char ch = (unsigned char)clean.data[i];
-        char esc[8];
-        if (ch == '"' || ch == '\\') {
-            esc[0] = '\\', esc[1] = (char)ch;
-            rc = tp_buf_append(o, esc, 2);
-        } else if (ch < 0x20) {
-            const char *short_esc = ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : ch == '\t' ? "\\t" : ch == '\b' ? "\\b"
-                                    : ch == '\f' ? "\\f" : NULL;
-            if (short_esc) snprintf(esc, sizeof esc, "%s", short_esc);
-            else snprintf(esc, sizeof esc, "\\u%04x", ch);
-            rc = tp_buf_puts(o, esc);
-        } else {
-            rc = tp_buf_append(o, (const char *)&clean.data[i], 1);
-        }
-    }
-    tp_buf_free(&clean);
+    cJSON *str = tp_json_string_bytes(piece, n);
+    char *lit = str ? tp_json_print(str) : NULL;
+    int rc = lit ? tp_buf_puts(o, lit) : -1;
+    cJSON_free(lit);
+    cJSON_Delete(str);
     return rc;
 }
 
@@ -421,9 +405,9 @@ static int tok_stream_next(struct tok_stream *ts)
         if (!ts->with_pieces) return rc | tp_buf_printf(&ts->item, "%d", (int)id);
         size_t pl = 0;
         const char *piece = tp_tokenizer_piece(ts->s->tok, id, &pl);
-        rc |= tp_buf_printf(&ts->item, "{\"id\":%d,\"piece\":\"", (int)id);
-        rc |= json_escape_piece(&ts->item, piece ? piece : "", piece ? pl : 0);
-        rc |= tp_buf_puts(&ts->item, "\"}");
+        rc |= tp_buf_printf(&ts->item, "{\"id\":%d,\"piece\":", (int)id);
+        rc |= json_string_piece(&ts->item, piece ? piece : "", piece ? pl : 0);
+        rc |= tp_buf_puts(&ts->item, "}");
         return rc ? -1 : 0;
     }
     if (ts->stage <= 2) {

@@ -12,6 +12,7 @@
  * documentation where it has one.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "model/json_field.h"
 #include "server_impl.h"
 
 static const cJSON *field(const cJSON *root, const char *name)
@@ -47,23 +49,18 @@ static int is_integer(const cJSON *v)
 
 static int get_int(const cJSON *root, const char *name, double lo, double hi, int *out, struct tp_api_error *e)
 {
-    const cJSON *v = field(root, name);
-    if (!v) return 0;
-    if (!is_integer(v)) return tp_api_fail(e, 400, name, "'%s' must be an integer", name);
-    double d = v->valuedouble;
-    if (d < lo || d > hi)
-        return tp_api_fail(e, 400, name, "'%s' is %.0f; it must be between %.0f and %.0f", name, d, lo, hi);
-    *out = (int)d;
-    return 0;
+    enum tp_status st = tp_json_field_int(root, name, lo, hi, out);
+    if (st == TP_OK || st == TP_ERR_NOT_FOUND) return 0;
+    if (st == TP_ERR_FORMAT) return tp_api_fail(e, 400, name, "'%s' must be an integer", name);
+    return tp_api_fail(e, 400, name, "'%s' is %.0f; it must be between %.0f and %.0f", name,
+                       field(root, name)->valuedouble, TP_MAX(lo, (double)INT_MIN), TP_MIN(hi, (double)INT_MAX));
 }
 
 static int get_bool(const cJSON *root, const char *name, int *out, struct tp_api_error *e)
 {
-    const cJSON *v = field(root, name);
-    if (!v) return 0;
-    if (!cJSON_IsBool(v)) return tp_api_fail(e, 400, name, "'%s' must be a boolean", name);
-    *out = cJSON_IsTrue(v);
-    return 0;
+    enum tp_status st = tp_json_field_bool(root, name, out);
+    if (st == TP_OK || st == TP_ERR_NOT_FOUND) return 0;
+    return tp_api_fail(e, 400, name, "'%s' must be a boolean", name);
 }
 
 static char *dup_str(const char *s)

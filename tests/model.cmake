@@ -51,7 +51,8 @@ function(tp_fuzz_target name)
   if(NOT _tp_fuzz_ok)
     return()
   endif()
-  set(_srcs ${_fuzz_c} ${F_SOURCES} ${PROJECT_SOURCE_DIR}/common/status.c ${PROJECT_SOURCE_DIR}/common/log.c)
+  set(_srcs ${_fuzz_c} ${F_SOURCES} ${PROJECT_SOURCE_DIR}/common/status.c ${PROJECT_SOURCE_DIR}/common/log.c
+            ${PROJECT_SOURCE_DIR}/common/util.c)
   set(_out ${CMAKE_CURRENT_BINARY_DIR}/${name})
   add_custom_command(
     OUTPUT ${_out}
@@ -75,7 +76,7 @@ set(_tp_mf ${PROJECT_SOURCE_DIR}/model/format)
 set(_tp_mi ${PROJECT_SOURCE_DIR}/model/include/model)
 tp_fuzz_target(fuzz_gguf SOURCES ${_tp_mf}/gguf.c DEPENDS ${_tp_mi}/gguf.h)
 tp_fuzz_target(fuzz_safetensors SOURCES ${_tp_mf}/safetensors.c DEPENDS ${_tp_mi}/safetensors.h)
-tp_fuzz_target(fuzz_hf_json SOURCES ${_tp_mf}/hf_config.c ${_tp_mf}/safetensors.c
+tp_fuzz_target(fuzz_hf_json SOURCES ${_tp_mf}/hf_config.c ${_tp_mf}/json_field.c ${_tp_mf}/safetensors.c
                DEPENDS ${_tp_mi}/safetensors.h ${_tp_mi}/tensor_source.h)
 
 # `tpserve synth --type q4_k_m` then `tpserve info`: llama.cpp's per-tensor mix on a small shape

@@ -20,7 +20,7 @@ endif()
 add_test(NAME ops.launch COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/launch_test.sh ${PROJECT_SOURCE_DIR}
          $<TARGET_FILE:tpserve>)
 set_tests_properties(ops.launch PROPERTIES LABELS "multirank;model" TIMEOUT 180 SKIP_RETURN_CODE 77)
-# tpserve plan: the two cases of the issue, end to end through the command line.
+# tpserve plan end to end through the command line: a 70B model over three unequal nodes that fits, and one that does not.
 tp_expect_test(ops.plan_70b_fits RC 0 REGEX "Fits\\. Serve it with: --shard-weights 3,2,1" LABELS unit
                COMMAND $<TARGET_FILE:tpserve> plan --shape llama3-70b --type q4_0 --nodes 192G,128G,64G --link tb5)
 tp_expect_test(ops.plan_70b_refused RC 1 REGEX "Refused: does not fit: .* short by 12\\.6 GiB" LABELS unit

@@ -17,10 +17,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model/json_field.h"
 #include "model/tensor_source.h"
 
 #define MODULE "model"
-#define MAX_CONFIG_BYTES ((long)16 << 20)
+#define MAX_CONFIG_BYTES ((size_t)16 << 20)
 
 int tp_hf_is_dir(const char *path)
 {
@@ -31,57 +32,18 @@ int tp_hf_is_dir(const char *path)
     return n > 0 && (size_t)n < sizeof(p) && stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* Whole small file as a NUL-terminated malloc'd string. */
-static enum tp_status slurp(const char *path, long cap, char **out, struct tp_error *err)
-{
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return tp_error_set(err, errno == ENOENT ? TP_ERR_NOT_FOUND : TP_ERR_IO, "%s: cannot open: %s", path,
-                            strerror(errno));
-    enum tp_status rc = TP_OK;
-    char *buf = NULL;
-    long sz = -1;
-    if (fseek(f, 0, SEEK_END) == 0) sz = ftell(f);
-    if (sz < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        rc = tp_error_set(err, TP_ERR_IO, "%s: cannot read", path);
-        goto out;
-    }
-    if (sz > cap) {
-        rc = tp_error_set(err, TP_ERR_FORMAT, "%s: %ld bytes is too large for this file", path, sz);
-        goto out;
-    }
-    buf = malloc((size_t)sz + 1);
-    if (!buf) {
-        rc = tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
-        goto out;
-    }
-    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        buf = NULL;
-        rc = tp_error_set(err, TP_ERR_IO, "%s: read failed", path);
-        goto out;
-    }
-    buf[sz] = '\0';
-    *out = buf;
-out:
-    fclose(f);
-    return rc;
-}
-
 /* Integer field: absent -> def (or an error when required); must lie in [lo, hi]. */
 static enum tp_status get_int(const cJSON *o, const char *path, const char *key, int required, int def, int lo, int hi,
                               int *out, struct tp_error *err)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || cJSON_IsNull(v)) {
+    enum tp_status st = tp_json_field_int(o, key, lo, hi, out);
+    if (st == TP_ERR_NOT_FOUND) {
         if (required) return tp_error_set(err, TP_ERR_FORMAT, "%s: \"%s\" is missing", path, key);
         *out = def;
         return TP_OK;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
+    if (st != TP_OK)
         return tp_error_set(err, TP_ERR_FORMAT, "%s: \"%s\" must be an integer in [%d, %d]", path, key, lo, hi);
-    *out = (int)v->valuedouble;
     return TP_OK;
 }
 
@@ -101,9 +63,8 @@ static enum tp_status get_float(const cJSON *o, const char *path, const char *ke
 
 static int get_bool(const cJSON *o, const char *key, int def)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (cJSON_IsBool(v)) return cJSON_IsTrue(v);
-    return def;
+    int v = def;
+    return tp_json_field_bool(o, key, &v) == TP_OK ? v : def;
 }
 
 static const char *get_str(const cJSON *o, const char *key)
@@ -165,7 +126,7 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
     struct tp_hparams *hp = &out->hp;
     int n = snprintf(path, sizeof(path), "%s/config.json", dir);
     if (n < 0 || (size_t)n >= sizeof(path)) return tp_error_set(err, TP_ERR_INVALID_ARG, "%s: path too long", dir);
-    TP_CHECK_GOTO(slurp(path, MAX_CONFIG_BYTES, &text, err), rc, out);
+    TP_CHECK_GOTO(tp_read_file(path, MAX_CONFIG_BYTES, &text, NULL, err), rc, out);
     root = cJSON_Parse(text);
     if (!root || !cJSON_IsObject(root)) {
         rc = tp_error_set(err, TP_ERR_FORMAT, "%s: not a valid JSON object", path);
@@ -304,7 +265,7 @@ enum tp_status tp_hf_chat_template(const char *dir, char **out, struct tp_error 
     cJSON *root = NULL;
     *out = NULL;
     snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
-    rc = slurp(path, MAX_CONFIG_BYTES, &text, err);
+    rc = tp_read_file(path, MAX_CONFIG_BYTES, &text, NULL, err);
     if (rc == TP_ERR_NOT_FOUND) {
         tp_error_clear(err);
         rc = TP_OK;
@@ -342,7 +303,7 @@ enum tp_status tp_hf_chat_template(const char *dir, char **out, struct tp_error 
     snprintf(path, sizeof(path), "%s/chat_template.jinja", dir);
     free(text);
     text = NULL;
-    rc = slurp(path, MAX_CONFIG_BYTES, &text, err);
+    rc = tp_read_file(path, MAX_CONFIG_BYTES, &text, NULL, err);
     if (rc == TP_ERR_NOT_FOUND) {
         tp_error_clear(err);
         rc = TP_OK;

@@ -120,12 +120,6 @@ static int exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 /* A JSON number that is an exact non-negative integer <= 2^53. */
 static int json_uint(const cJSON *v, uint64_t *out)
 {
@@ -598,7 +592,7 @@ enum tp_status tp_st_open(const char *path, tp_st_t **out, struct tp_error *err)
             TP_CHECK_GOTO(add_file(st, p, err), rc, fail);
             TP_CHECK_GOTO(finish(st, err), rc, fail);
         }
-    } else if (ends_with(path, ".json")) {
+    } else if (tp_str_ends_with(path, ".json")) {
         TP_CHECK_GOTO(open_index(st, path, err), rc, fail);
     } else {
         TP_CHECK_GOTO(add_file(st, path, err), rc, fail);

@@ -3,8 +3,8 @@
  * Q8_K activations) for AVX-512 CPUs with VNNI (the "avx512-vnni" ISA:
  * Ice Lake and later, Zen 4/5).  Decode streams weights, so the work per
  * 256-value super-block must stay below the time its bytes take to arrive
- * (144 bytes for Q4_K: ~20 cycles per thread at 25 GB/s); this version needs
- * about half of the AVX2 template's instructions:
+ * (144 bytes for Q4_K); this version needs about half of the AVX2
+ * template's instructions:
  *  - 64 weights per zmm: a 32-byte broadcast load, one masked shift and one
  *    AND give the low nibbles (first 32 values) and high nibbles (next 32)
  *    in the two halves, matching 64 contiguous Q8_K activations, so neither
@@ -20,8 +20,7 @@
  * results equal the scalar reference up to float summation order.
  * Decode: Q4_K/Q5_K rows go two super-blocks per step (scales of both
  * unpacked in one ymm, the two fp16 factors converted together), and every
- * cache line of the weight stream is prefetched 12 KiB ahead (from memory,
- * one thread: 0.77 -> 1.01 of the streaming read for Q4_K).
+ * cache line of the weight stream is prefetched KQ_PF bytes ahead.
  * Prefill: a super-block is unpacked once and used for up to 8 tokens, over
  * chunks of 64 rows so weights stay in L2 while token groups pass.
  * Also the Q8_K activation quantizer, bit-identical to the scalar one.
@@ -40,7 +39,7 @@
 enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };
 #define KQ_MAX_TOK 8   /* tokens sharing one unpacked super-block */
 #define KQ_ROW_CHUNK 64 /* rows per pass of the token groups (prefill) */
-#define KQ_PF 12288     /* decode: software prefetch distance in the weight stream (bytes; measured best 12-24 KiB) */
+#define KQ_PF 12288     /* decode: software prefetch distance in the weight stream (bytes; docs/design-measurements.md) */
 
 /* vpshufb indices (u16 lanes: low byte = source byte, 0x80 zeroes the high byte).
  * sidx[k]: Q4_K/Q5_K zmm k holds sub-blocks 2k (words 0-15) and 2k+1 (words 16-31). */

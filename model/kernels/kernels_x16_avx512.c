@@ -51,7 +51,7 @@ XFN __m512 x16_bcf(const void *p)
 /* acc + vpdpbusd(w, the 4 bytes at p broadcast to every lane).  Written as the
  * instruction's embedded broadcast ({1to16} memory operand): compilers emit a
  * separate vpbroadcastd for _mm512_set1_epi32(*p), one more vector uop for
- * every vpdpbusd of the batch pass (measured ~15% of its time on Zen 5). */
+ * every vpdpbusd of the batch pass. */
 XFN __m512i x16_dpb(__m512i acc, __m512i w, const void *p)
 {
 #if defined(__GNUC__) && !defined(X16_NO_ASM)

@@ -365,7 +365,7 @@ KFN void kx_wslices(const int type, const char *p, const size_t ro[16], __m512i 
         for (int j = 0; j < 8; j++) W[j] = _mm512_xor_si512(W[j], bias);
     }
     /* the fp16 scale is the low half of dword 0 at each row's block start: the same
-     * loads and the first quarter of the transpose (a gather measured ~2x slower) */
+     * loads and the first quarter of the transpose (cheaper than a gather) */
     tp_rows16_load(p, ro, z);
     const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t2 = _mm512_unpacklo_epi32(z[2], z[3]);
     *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_unpacklo_epi64(t0, t2)));

@@ -3,12 +3,14 @@
  * configs/shapes.json list (built into the library at compile time by
  * cmake/tp_embed.cmake), look a shape up by name, count its parameters.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
+#include "model/json_field.h"
 #include "model/synth.h"
 
 extern const char tp_shapes_json_text[];
@@ -17,13 +19,10 @@ const char *tp_shapes_builtin_json(void) { return tp_shapes_json_text; }
 
 static int get_int(const cJSON *o, const char *k, int def, int *ok)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!v) return def;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble) {
-        *ok = 0;
-        return def;
-    }
-    return (int)v->valuedouble;
+    int v = def;
+    enum tp_status st = tp_json_field_int(o, k, INT_MIN, INT_MAX, &v);
+    if (st != TP_OK && st != TP_ERR_NOT_FOUND) *ok = 0;
+    return v;
 }
 
 static float get_float(const cJSON *o, const char *k, float def, int *ok)
@@ -39,13 +38,10 @@ static float get_float(const cJSON *o, const char *k, float def, int *ok)
 
 static int get_bool(const cJSON *o, const char *k, int *ok)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!v) return 0;
-    if (!cJSON_IsBool(v)) {
-        *ok = 0;
-        return 0;
-    }
-    return cJSON_IsTrue(v);
+    int v = 0;
+    enum tp_status st = tp_json_field_bool(o, k, &v);
+    if (st != TP_OK && st != TP_ERR_NOT_FOUND) *ok = 0;
+    return v;
 }
 
 static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, struct tp_error *err)

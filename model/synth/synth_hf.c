@@ -31,6 +31,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+
 #include "model/kernels.h"
 #include "synth_impl.h"
 #include "model/tensor_source.h"
@@ -78,22 +80,15 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
     sb_add(b, tmp, (size_t)n);
 }
 
-/* JSON string literal (escapes quotes, backslashes and control bytes). */
+/* s as a JSON string literal. */
 static void sb_json_str(struct sbuf *b, const char *s)
 {
-    sb_add(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            sb_add(b, e, 2);
-        } else if (c < 0x20) {
-            sb_printf(b, "\\u%04x", c);
-        } else {
-            sb_add(b, (const char *)&c, 1);
-        }
-    }
-    sb_add(b, "\"", 1);
+    cJSON *str = cJSON_CreateString(s);
+    char *lit = str ? cJSON_PrintUnformatted(str) : NULL;
+    if (lit) sb_add(b, lit, strlen(lit));
+    else b->failed = 1;
+    cJSON_free(lit);
+    cJSON_Delete(str);
 }
 
 static enum tp_status write_text(const char *dir, const char *name, const char *text, size_t len, struct tp_error *err)

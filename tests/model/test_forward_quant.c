@@ -8,7 +8,7 @@
  *   - with 1 and 2 threads: a 13-token prefill (the batch kernel in passes of
  *     8 + 5 tokens) and 20 greedy decode steps must give bit-identical logits
  *     (every row is computed the same way whatever the split of rows over
- *     threads; the issue asks for the same tokens);
+ *     threads, so the same tokens follow whatever the thread count);
  *   - as 8 sequences decoded together (one token each per step: the
  *     small-batch kernel) and each sequence alone (the decode kernel), fed the
  *     same tokens: logits agree to nmse <= 1e-4.  Both paths compute exact

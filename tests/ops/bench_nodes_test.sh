@@ -12,7 +12,7 @@ trap 'rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 NODES=1,2
 if [ "${3:-}" = tinyllama ]; then
-  # the case: a synthetic tinyllama-1.1b Q4_0 (random weights, real shape) at 1, 2 and 4 nodes
+  # the reference case: a synthetic tinyllama-1.1b Q4_0 (random weights, real shape) at 1, 2 and 4 nodes
   MODEL="$WORK/tinyllama-1.1b-q4_0.gguf"
   NODES=1,2,4
   timeout 300 "$TPSERVE" synth --shape tinyllama-1.1b --type q4_0 -o "$MODEL" >"$WORK/out" 2>&1 ||

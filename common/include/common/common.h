@@ -57,6 +57,7 @@ enum tp_status {
     TP_ERR_FULL,         /* a bounded queue or table is full              */
     TP_ERR_NOT_FOUND,    /* named thing does not exist                    */
     TP_ERR_INTERNAL,     /* our own invariant broke (a bug)               */
+    TP_ERR_INIT,         /* a runtime we depend on failed to start (MPI)  */
     TP_STATUS_COUNT
 };
 
@@ -146,6 +147,24 @@ void tp_sleep_ms(uint32_t ms);
 size_t tp_rss_bytes(void);
 /* Peak resident set size in bytes (0 when unknown). */
 size_t tp_rss_peak_bytes(void);
+
+/* ------------------------------------------------------------------ small helpers */
+
+/* qsort comparator for doubles, ascending (NaN-free input). */
+int tp_cmp_double(const void *a, const void *b);
+/* Median of v[0..n): sorts v in place; the mean of the two middle values
+ * when n is even; 0 when n <= 0. */
+double tp_median(double *v, int n);
+/* 1 when the NUL-terminated s begins (ends) with prefix (suffix), else 0.
+ * An empty prefix or suffix matches every string. */
+int tp_str_starts_with(const char *s, const char *prefix);
+int tp_str_ends_with(const char *s, const char *suffix);
+/* Read the whole file at path into *out (malloc'd, NUL-terminated after
+ * *out_len bytes; out_len may be NULL; the caller frees).  Errors:
+ * TP_ERR_NOT_FOUND (no such file), TP_ERR_IO (cannot open or read),
+ * TP_ERR_FORMAT (more than max_bytes bytes), TP_ERR_NOMEM; *out is NULL then
+ * and err says which file and why. */
+enum tp_status tp_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len, struct tp_error *err);
 
 /* ------------------------------------------------------------------ half floats */
 

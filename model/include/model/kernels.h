@@ -17,8 +17,8 @@
  * rows at a time ("x16") through tp_kern_matmul_x16 (both below).
  * Decode (n_tok = 1) streams each weight row once; prefill tiles rows x
  * tokens so an unpacked weight block serves several tokens; F32 with >= 8
- * tokens goes to BLAS sgemm (single-threaded) unless our AVX-512 tile is
- * faster (it is against OpenBLAS on Zen 5).
+ * tokens goes to BLAS sgemm (single-threaded), or to our own tile on
+ * AVX-512 CPUs (except with Accelerate).
  */
 #ifndef TP_MODEL_KERNELS_H
 #define TP_MODEL_KERNELS_H
