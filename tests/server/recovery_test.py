@@ -246,7 +246,10 @@ def scenario_kill(g, ref):
     os.kill(pid, signal.SIGKILL)
     ok, body, _ = wait_health(g.port, 503, 10, r"rank %d" % victim)
     check(ok, "/health answered 503 naming rank %d after the kill: %s" % (victim, body[:160]))
-    # requests sent during the recovery wait in the queue and complete after it
+    # once rank 0 is re-forming the group (before that, a request gets 503 at once naming the silent rank),
+    # requests sent wait in the queue and complete after the recovery
+    ok, body, _ = wait_health(g.port, 503, 10, r"waiting for rank %d|reloading" % victim)
+    check(ok, "/health says the group is re-forming: %s" % body[:120])
     queued = {}
 
     def q(k):
