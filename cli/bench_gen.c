@@ -173,7 +173,20 @@ struct gen_probe {
     size_t bytes;
     int passes;
     uint64_t bytes_read;      /* per decoded token by this rank */
+    tp_model_t *m;            /* mixture of experts: its expert stats make bytes_read the active bytes */
 };
+
+/* Mixture of experts: a decoded token reads this rank's weights except its experts, plus the
+ * experts the token selected; the mean over the single-token forward calls so far (measured). */
+static uint64_t active_bytes(const struct gen_probe *pr)
+{
+    const uint64_t held = pr->m ? tp_model_expert_weight_bytes(pr->m) : 0;
+    struct tp_model_stats st;
+    if (!held) return pr->bytes_read;
+    tp_model_get_stats(pr->m, &st);
+    if (st.n_decode == 0 || pr->bytes_read < held) return pr->bytes_read;
+    return pr->bytes_read - held + st.expert_bytes_decode / st.n_decode;
+}
 
 /* GEN_HOOK_PROBE: out[0] = this rank's streaming-read GB/s, out[1] = the
  * bytes it reads per decoded token. */
@@ -182,7 +195,7 @@ static enum tp_status gen_hook(void *ud, int32_t arg, double out[TP_PARALLEL_HOO
     struct gen_probe *pr = ud;
     if (arg != GEN_HOOK_PROBE || !pr->pool || !pr->buf) return TP_ERR_INVALID_ARG;
     out[0] = tp_mem_read_bw_buf(pr->pool, pr->buf, pr->bytes, pr->passes);
-    out[1] = (double)pr->bytes_read;
+    out[1] = (double)active_bytes(pr);
     return TP_OK;
 }
 
@@ -262,7 +275,7 @@ int tp_bench_gen(int argc, char **argv)
 {
     const char *path = NULL;
     int p = 128, n = 64, threads = 0, reps = 3, json = 0, bw_mib = 1024, bw_passes = 4;
-    const char *shard_weights = NULL, *comm_dtype = "f32", *kv_type = "f16", *seqs = NULL;
+    const char *shard_weights = NULL, *moe_split = "auto", *comm_dtype = "f32", *kv_type = "f16", *seqs = NULL;
     int seqs_ctx = 0;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &path, "FILE", "model (GGUF)", 0, 0},
@@ -277,6 +290,7 @@ int tp_bench_gen(int argc, char **argv)
          "--seqs steps start after C cached tokens per sequence (prefilled untimed; default 0: empty caches)", 0, 65536},
         {"json", 0, TP_OPT_FLAG, &json, NULL, "print one JSON object", 0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..", "under launch/mpirun: share per rank", 0, 0},
+        {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
         {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 on the wire", 0, 0},
         {"kv-type", 0, TP_OPT_STRING, &kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
         {0},
@@ -328,6 +342,11 @@ int tp_bench_gen(int argc, char **argv)
     if (tp_log_get_level() < TP_LOG_WARN) tp_log_set_level(TP_LOG_WARN);
     if (threads <= 0) threads = tp_cpu_count();
     pcfg.shard_weights = shard_weights;
+    {
+        struct tp_error merr = {0};
+        if (tp_moe_split_parse(moe_split, &pcfg.moe_split, &merr) != TP_OK)
+            return tp_cli_fail("bench gen", "%s", merr.msg);
+    }
 
     int exit_code = 1;
     tp_pool_t *pool = NULL;
@@ -371,7 +390,7 @@ int tp_bench_gen(int argc, char **argv)
     t_load = tp_now_s() - t_load;
     m = tp_parallel_model(g.par);
     const int world = tp_parallel_size(g.par);
-    struct gen_probe gp = {pool, bwbuf, bw_bytes, bw_passes, bytes_per_token(g.par)};
+    struct gen_probe gp = {pool, bwbuf, bw_bytes, bw_passes, bytes_per_token(g.par), m};
     tp_parallel_set_hook(g.par, gen_hook, &gp);
     if (tp_parallel_rank(g.par) != 0) {
         int code = 0;
@@ -479,7 +498,9 @@ int tp_bench_gen(int argc, char **argv)
     /* the group's bytes per token: every rank's (rank 0's own when nothing was decoded) */
     uint64_t bpt = 0;
     for (int q = 0; q < world; q++) bpt += n > 0 ? (uint64_t)rank_bytes[q] : 0;
-    if (n == 0) bpt = gp.bytes_read;
+    if (n == 0) bpt = active_bytes(&gp);
+    /* mixture of experts: what every rank holds, for comparison with the active bytes above */
+    const int moe = tp_model_expert_weight_bytes(m) > 0;
     double bw = 0.0, frac = 0.0, frac_min = 0.0, frac_max = 0.0;
     if (n > 0) {
         for (int k = 0; k <= reps; k++) {
@@ -533,6 +554,9 @@ int tp_bench_gen(int argc, char **argv)
                type, world, tp_model_n_threads(m), tp_kern_isa(), p, n, reps, pp_tps, tg_tps, bw,
                (unsigned long long)bpt, frac, comm_frac, tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms,
                bpt_sent, bw_mib, bw_passes, frac_min, frac_max);
+        if (moe)
+            printf(",\"moe\":true,\"rank0_held_bytes\":%llu,\"rank0_expert_bytes\":%llu",
+                   (unsigned long long)tp_model_weight_bytes(m), (unsigned long long)tp_model_expert_weight_bytes(m));
         printf(",\"tg_tps_per_rep\":[");
         for (int r = 0; r < reps && n > 0; r++) printf("%s%.2f", r ? "," : "", tg_rep[r]);
         printf("],\"mem_bw_gbs_per_probe\":[");
@@ -558,6 +582,10 @@ int tp_bench_gen(int argc, char **argv)
         printf("model   %s (%s, %.1f MiB read per token%s), %d threads%s, %s kernels, loaded in %.1f s\n",
                tp_model_name(m), type, (double)bpt / 1048576.0, world > 1 ? " by all ranks" : "",
                tp_model_n_threads(m), world > 1 ? " per rank" : "", tp_kern_isa(), t_load);
+        if (moe)
+            printf("experts active bytes: attention, routers, output head and the experts the decoded tokens selected "
+                   "(measured); rank 0 holds %.1f MiB of which %.1f MiB experts\n",
+                   (double)tp_model_weight_bytes(m) / 1048576.0, (double)tp_model_expert_weight_bytes(m) / 1048576.0);
         if (n > 0) {
             printf("memory  streaming read, median of %d probes %.2f GB/s%s (one before each decode rep and after the "
                    "last; %d MiB x %d passes, %d threads, bytes / elapsed)\n",

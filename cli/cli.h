@@ -87,6 +87,9 @@ int tp_cli_group_config(const char *cmd, const char *comm_dtype, const char *kv_
                         int *rank_hint, const char **log_prefix);
 /* Help text of --kv-type, shared by the commands that take it. */
 #define TP_CLI_KV_TYPE_HELP "KV cache element type: f16 (default, half the memory) or f32"
+#define TP_CLI_MOE_SPLIT_HELP                                                                                     \
+    "mixture of experts under launch/mpirun: auto (default: the plan chooses and says why), tensor (a slice of "  \
+    "every expert per rank) or expert (whole experts per rank)"
 
 
 /* Subcommand entry point: argv[0] is the subcommand name. Returns exit code. */

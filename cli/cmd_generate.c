@@ -165,7 +165,7 @@ out:
 
 int tp_cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = "", *shard_weights = NULL, *comm_dtype = "f32", *kv_type = "f16";
+    const char *model = NULL, *prompt = "", *shard_weights = NULL, *moe_split = "auto", *comm_dtype = "f32", *kv_type = "f16";
     int n_predict = 128, threads = 0, ctx = 0, top_k = 40, quiet = 0;
     float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat = 1.0f;
     uint64_t seed = 0;
@@ -184,6 +184,7 @@ int tp_cmd_generate(int argc, char **argv)
         {"ctx-size", 'c', TP_OPT_INT, &ctx, "C", "context positions (default: min(trained, 4096))", 1, 1 << 24},
         {"quiet-stats", 0, TP_OPT_FLAG, &quiet, NULL, "do not print the tokens/s line", 0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..", "under launch/mpirun: share per rank (default equal)", 0, 0},
+        {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
         {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 activations on the wire", 0, 0},
         {"kv-type", 0, TP_OPT_STRING, &kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0}};
@@ -206,6 +207,7 @@ int tp_cmd_generate(int argc, char **argv)
     if (tp_cli_group_config("generate", comm_dtype, kv_type, &pc, NULL, &prefix)) return 2;
     tp_cli_setup_logging(prefix);
     pc.shard_weights = shard_weights;
+    if (tp_moe_split_parse(moe_split, &pc.moe_split, &err) != TP_OK) return tp_cli_fail("generate", "%s", err.msg);
     struct tp_model_config *cfg = &pc.model;
     cfg->path = model;
     cfg->n_threads = threads;

@@ -259,6 +259,16 @@ loader:;
     printf("context     %d trained\n", hp->n_ctx_train);
     printf("layers      rms eps %g, tied embeddings %s, qkv bias %s, qk norm %s\n", hp->norm_eps,
            hp->tied_embeddings ? "yes" : "no", hp->has_qkv_bias ? "yes" : "no", hp->has_qk_norm ? "yes" : "no");
+    if (hp->n_expert > 0) {
+        /* parameters a token does not touch: the unselected experts' gate, up and down */
+        const double idle = 3.0 * (double)hp->n_embd * (double)hp->n_ff * (double)(hp->n_expert - hp->n_expert_used) *
+                            (double)hp->n_layer;
+        printf("experts     %d per layer of width %d, %d used per token (router: softmax, top-%d%s)\n", hp->n_expert,
+               hp->n_ff, hp->n_expert_used, hp->n_expert_used,
+               hp->expert_weights_norm ? ", renormalised" : ", not renormalised");
+        printf("            about %.1f M of the %.1f M expert parameters are inactive for each token\n", idle / 1e6,
+               (double)hp->n_layer * 3.0 * (double)hp->n_embd * (double)hp->n_ff * (double)hp->n_expert / 1e6);
+    }
     tp_tokenizer_t *tok = tp_model_tokenizer(m);
     char bos[64], eos[64];
     show_token(tok, tp_tokenizer_bos(tok), bos, sizeof(bos));
@@ -301,9 +311,11 @@ loader:;
     types.attn_k = tensor_type(&tsrc, "blk.0.attn_k.weight", wt);
     types.attn_v = tensor_type(&tsrc, "blk.0.attn_v.weight", wt);
     types.attn_o = tensor_type(&tsrc, "blk.0.attn_output.weight", wt);
-    types.ffn_gate = tensor_type(&tsrc, "blk.0.ffn_gate.weight", wt);
-    types.ffn_up = tensor_type(&tsrc, "blk.0.ffn_up.weight", wt);
-    types.ffn_down = tensor_type(&tsrc, "blk.0.ffn_down.weight", wt);
+    /* mixture of experts: the stacked experts (GGUF), or expert 0 (Hugging Face: one tensor per expert) */
+    const int moe = hp->n_expert > 0, per_expert = moe && !tp_tsrc_find(&tsrc, "blk.0.ffn_gate_exps.weight", &probe_t);
+    types.ffn_gate = tensor_type(&tsrc, per_expert ? "blk.0.ffn_gate_exps.0.weight" : moe ? "blk.0.ffn_gate_exps.weight" : "blk.0.ffn_gate.weight", wt);
+    types.ffn_up = tensor_type(&tsrc, per_expert ? "blk.0.ffn_up_exps.0.weight" : moe ? "blk.0.ffn_up_exps.weight" : "blk.0.ffn_up.weight", wt);
+    types.ffn_down = tensor_type(&tsrc, per_expert ? "blk.0.ffn_down_exps.0.weight" : moe ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight", wt);
     types.token_embd = tensor_type(&tsrc, "token_embd.weight", wt);
     types.output = tensor_type(&tsrc, "output.weight", types.token_embd);
     if (shard_world > 0) { /* per-rank figures need the whole model */

@@ -107,7 +107,11 @@ static void hp_from_shape(const struct tp_shape *s, struct tp_hparams *hp)
     hp->n_head = s->n_head;
     hp->n_head_kv = s->n_head_kv;
     hp->head_dim = s->head_dim > 0 ? s->head_dim : s->n_embd / s->n_head;
-    hp->n_ff = s->n_ff;
+    hp->n_ff = tp_shape_ff_width(s); /* mixture of experts: the experts' width */
+    hp->n_expert = s->n_expert;
+    hp->n_expert_used = s->n_expert_used;
+    hp->expert_weights_norm = s->n_expert > 0 && s->arch != TP_ARCH_QWEN2MOE;
+    hp->n_ff_shexp = s->n_ff_shexp;
     hp->n_ctx_train = s->n_ctx;
     hp->rope_dim = hp->head_dim;
     hp->rope_theta = s->rope_theta;
@@ -213,6 +217,10 @@ static void print_table(const char *model, const struct tp_cap_config *c, const 
         printf("  model: bytes read per token / (bandwidth x %.2f) + the collectives comm/ runs (latency rounds "
                "and bytes on the link); measure with `tpserve bench gen` under `tpserve launch`\n",
                c->bw_efficiency);
+        if (c->hp.n_expert > 0)
+            printf("  mixture of experts: a token reads the routers and %d of %d experts (active bytes, not the "
+                   "whole model)\n  plan: %s\n",
+                   c->hp.n_expert_used, c->hp.n_expert, r->plan.note);
     }
     if (r->fits) {
         printf("Fits. Serve it with: --shard-weights %s  (rank i on node i, in this order)\n", r->shard_weights);
@@ -224,6 +232,7 @@ static void print_table(const char *model, const struct tp_cap_config *c, const 
 int tp_cmd_plan(int argc, char **argv)
 {
     const char *model = NULL, *shape_name = NULL, *nodes = NULL, *type = NULL, *link = "local", *kv = "f16";
+    const char *moe_split = "auto";
     const char *shapes_file = NULL;
     int n_ctx = 0, n_seq = 1, json = 0;
     float mem_bw = 100.0f, reserve = 0.125f, eff = 0.7f, allsum_us = 0.0f;
@@ -236,6 +245,7 @@ int tp_cmd_plan(int argc, char **argv)
         {"type", 't', TP_OPT_STRING, &type, "TYPE", "weight type: q4_0, q8_0, q4_k, f16, ... (default q4_0)", 0, 0},
         {"nodes", 0, TP_OPT_LIST, &nodes, "LIST", "machines: [NAME:]MEM[:BW],... (required)", 0, 0},
         {"link", 0, TP_OPT_STRING, &link, "PROFILE", "interconnect profile (default local)", 0, 0},
+        {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
         {"ctx", 'c', TP_OPT_INT, &n_ctx, "N", "context per sequence (default min(trained, 4096))", 1, 1 << 24},
         {"ctx-size", 0, TP_OPT_INT, &n_ctx, "N", "same as --ctx (the name `tpserve serve` uses)", 1, 1 << 24},
         {"seq", 0, TP_OPT_INT, &n_seq, "N", "sequences held at once (default 1)", 1, 4096},
@@ -272,6 +282,7 @@ int tp_cmd_plan(int argc, char **argv)
     static struct tp_cap_result res;
     cfg = tp_capacity_default_config();
     struct tp_error err = {0};
+    if (tp_moe_split_parse(moe_split, &cfg.moe_split, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
     cfg.n_seq = n_seq;
     cfg.reserve_frac = reserve;
     cfg.bw_efficiency = eff;

@@ -95,6 +95,18 @@ static void *mpi_watch_main(void *arg)
     return NULL;
 }
 
+/* Loading progress: the command line's, and rank 0's for GET /v1/cluster. */
+struct serve_progress {
+    struct tp_cli_progress cli;
+    tp_server_t *srv; /* rank 0, else NULL */
+};
+static void serve_load_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    struct serve_progress *p = ctx;
+    tp_cli_load_progress(&p->cli, done, total);
+    tp_server_load_progress(p->srv, done, total);
+}
+
 static char *read_key_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -113,7 +125,8 @@ static char *read_key_file(const char *path)
 int tp_cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL, *tmpl = NULL;
-    const char *log_format = "text", *alias = NULL, *shard_weights = NULL, *comm_dtype = "f32", *kv_type = "f16";
+    const char *log_format = "text", *alias = NULL, *cors_origin = NULL, *shard_weights = NULL, *moe_split = "auto";
+    const char *comm_dtype = "f32", *kv_type = "f16";
     int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64, share_min = 32;
     uint64_t max_body = 1u << 20, mem_budget = (uint64_t)256 << 20;
     int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30, recover_wait = 60, rejoin = 0;
@@ -158,11 +171,15 @@ int tp_cmd_serve(int argc, char **argv)
          "llama2|llama3|chatml|qwen3|mistral|zephyr|plain (default: from the model)", 0, 0},
         {"alias", 0, TP_OPT_STRING, &alias, "NAME", "model id reported by /v1/models", 0, 0},
         {"log-format", 0, TP_OPT_STRING, &log_format, "FMT", "text|json (per-request log lines)", 0, 0},
+        {"cors-origin", 0, TP_OPT_STRING, &cors_origin, "ORIGIN",
+         "let a web app served from ORIGIN (e.g. https://app.example.com, or *) call this API (default: off)", 0,
+         0},
         {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 activations on the wire",
          0, 0},
         {"kv-type", 0, TP_OPT_STRING, &kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..",
          "under launch/mpirun: share per rank, e.g. from 'tpserve plan' (default equal)", 0, 0},
+        {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int pr = tp_cli_parse("serve", "tpserve serve -m MODEL [options]", opts, argc, argv, NULL, 0, NULL, NULL, NULL);
@@ -199,6 +216,7 @@ int tp_cmd_serve(int argc, char **argv)
     pc.model.n_seq = parallel;
     pc.model.n_batch = TP_MAX(batch, parallel);
     pc.shard_weights = shard_weights;
+    if (tp_moe_split_parse(moe_split, &pc.moe_split, &err) != TP_OK) return tp_cli_fail("serve", "%s", err.msg);
     const char *prefix = NULL;
     int rank_hint = 0;
     int grc = tp_cli_group_config("serve", comm_dtype, kv_type, &pc, &rank_hint, &prefix);
@@ -231,6 +249,7 @@ int tp_cmd_serve(int argc, char **argv)
         sc.prefill_chunk = chunk;
         sc.prefix_share_min = share_min;
         sc.recover_wait_s = (unsigned)recover_wait;
+        sc.cors_origin = cors_origin;
         if (tp_server_init(&sc, &srv, &err) != TP_OK) {
             free(key_buf);
             return tp_cli_fail("serve", "%s", err.msg);
@@ -241,9 +260,10 @@ int tp_cmd_serve(int argc, char **argv)
         tp_log(TP_LOG_INFO, "server", "listening on http://%s:%d (loading %s)", host, tp_server_port(srv), model);
     }
 
-    static struct tp_cli_progress load_progress;
-    tp_cli_progress_init(&load_progress, prefix);
-    pc.model.progress = tp_cli_load_progress;
+    static struct serve_progress load_progress;
+    tp_cli_progress_init(&load_progress.cli, prefix);
+    load_progress.srv = srv;
+    pc.model.progress = serve_load_progress;
     pc.model.progress_ctx = &load_progress;
     tp_parallel_t *p = NULL;
     if (tp_parallel_init(&pc, &p, &err) != TP_OK) {

@@ -85,6 +85,15 @@ size_t tp_rss_peak_bytes(void)
 #endif
 }
 
+uint64_t tp_mem_total_bytes(void)
+{
+#if defined(_SC_PHYS_PAGES)
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) return (uint64_t)pages * (uint64_t)page;
+#endif
+    return 0;
+}
+
 int tp_cpu_count(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -282,7 +282,7 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
     /* Whole-model bytes and the replicated part, from a one-rank plan. */
     struct tp_shard_plan *plan = &out->plan;
     struct tp_error perr = {0};
-    if (tp_parallel_plan(hp, &types, 1, NULL, plan, &perr) != TP_OK)
+    if (tp_parallel_plan_moe(hp, &types, 1, NULL, cfg->moe_split, plan, &perr) != TP_OK)
         return tp_error_set(err, TP_ERR_INVALID_ARG, "%s", perr.msg);
     const double total_w = (double)plan->total_bytes, repl = (double)plan->replicated_bytes;
     const double sharded_total = total_w - repl;
@@ -329,7 +329,7 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
     double w[TP_CAP_MAX_NODES], iw[TP_CAP_MAX_NODES];
     for (int i = 0; i < n; i++) w[i] = room[i] / sum_room;
     integer_weights(w, n, out->shard_weights, sizeof out->shard_weights, iw);
-    if (tp_parallel_plan(hp, &types, n, iw, plan, &perr) != TP_OK) {
+    if (tp_parallel_plan_moe(hp, &types, n, iw, cfg->moe_split, plan, &perr) != TP_OK) {
         memset(plan, 0, sizeof *plan);
         snprintf(out->reason, sizeof out->reason, "cannot be split over %d nodes: %.440s", n, perr.msg);
         return TP_OK;
@@ -338,7 +338,11 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
     /* Per node: memory, and bytes read per decoded token (its slices, the norms, the output
      * head when tied, and a KV cache half full on average). */
     const double norms = (2.0 * hp->n_layer + 1.0) * hp->n_embd * sizeof(float);
-    const double read_repl = hp->tied_embeddings ? repl : norms;
+    /* mixture of experts: the routers (replicated, F32) every token, and about k / n_expert of the
+     * rank's experts (any split: each expert is equally likely to be selected) */
+    const double routers = hp->n_expert > 0 ? (double)hp->n_layer * hp->n_expert * hp->n_embd * sizeof(float) : 0.0;
+    const double idle_frac = hp->n_expert > 0 ? 1.0 - (double)hp->n_expert_used / hp->n_expert : 0.0;
+    const double read_repl = (hp->tied_embeddings ? repl : norms + routers);
     out->fits = 1;
     double worst_short = 0;
     int worst = -1;
@@ -354,7 +358,7 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
         nr->overhead_bytes = (uint64_t)overhead;
         nr->need_bytes = nr->weight_bytes + nr->kv_bytes + nr->overhead_bytes;
         double kv_read = kv_per_head * nr->n_kv_heads / cfg->n_seq * 0.5;
-        double bytes = (double)rp->sharded_bytes + read_repl + kv_read;
+        double bytes = (double)rp->sharded_bytes - idle_frac * (double)rp->expert_bytes + read_repl + kv_read;
         nr->compute_ms = bytes / (cfg->nodes[i].mem_bw_gbs * 1e9 * cfg->bw_efficiency) * 1e3;
         if (nr->compute_ms > out->compute_ms) out->compute_ms = nr->compute_ms;
         if ((double)nr->need_bytes > usable[i] && (double)nr->need_bytes - usable[i] > worst_short) {

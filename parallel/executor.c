@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "executor_impl.h"
 struct tp_parallel_config tp_parallel_default_config(void)
@@ -26,6 +27,7 @@ struct tp_parallel_config tp_parallel_default_config(void)
     c.comm = tp_comm_default_config();
     c.shard_weights = NULL;
     c.wire_dtype = TP_WIRE_F32;
+    c.moe_split = TP_MOE_SPLIT_AUTO;
     return c;
 }
 
@@ -163,7 +165,13 @@ static enum tp_status make_plan(tp_parallel_t *p, const struct tp_parallel_confi
     if (pr->hp.n_vocab >= (1 << 24))
         return tp_error_set(&p->err, TP_ERR_UNSUPPORTED, "vocabulary of %d tokens is too large (max 2^24)",
                             pr->hp.n_vocab);
-    if ((st = tp_parallel_plan(&pr->hp, &pr->types, p->world, wp, &p->plan, &p->err)) != TP_OK) return st;
+    if (pr->is_shard && pr->hp.n_expert > 0)
+        return tp_error_set(&p->err, TP_ERR_UNSUPPORTED,
+                            "%s: shard files of mixture-of-experts models are not supported; give every rank the whole "
+                            "GGUF (each reads only its slice)",
+                            path);
+    if ((st = tp_parallel_plan_moe(&pr->hp, &pr->types, p->world, wp, cfg->moe_split, &p->plan, &p->err)) != TP_OK)
+        return st;
     if (pr->is_shard) {
         int same = tp_shard_plan_hash(&p->plan) == pr->shard_plan_hash;
         for (int r = 0; same && r < p->world; r++) {
@@ -375,6 +383,12 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
         tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "rank %d: %s (telling the other ranks once they have loaded)", p->rank,
                tp_error_msg(&p->err));
     if (st == TP_OK) {
+        p->stats.weight_bytes = tp_model_weight_bytes(p->model);
+        p->stats.kv_bytes = tp_model_kv_bytes(p->model);
+        p->stats.mem_total_bytes = tp_mem_total_bytes();
+        p->stats.rss_bytes = tp_rss_bytes();
+        if (gethostname(p->stats.host, sizeof p->stats.host) != 0) snprintf(p->stats.host, sizeof p->stats.host, "?");
+        p->stats.host[sizeof p->stats.host - 1] = '\0';
         p->n_batch = mc.n_batch;
         p->n_seq = tp_model_n_seq(p->model);
         p->n_ctx = tp_model_n_ctx(p->model);
@@ -558,6 +572,10 @@ const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p) { retur
 const char *tp_parallel_model_path(const tp_parallel_t *p) { return p->path; }
 int tp_parallel_is_poisoned(const tp_parallel_t *p) { return atomic_load(&p->poisoned); }
 enum tp_wire_dtype tp_parallel_wire_dtype(const tp_parallel_t *p) { return p->wire_dtype; }
+const char *tp_parallel_backend_name(const tp_parallel_t *p)
+{
+    return p->comm ? tp_comm_backend_name(tp_comm_backend(p->comm)) : "local";
+}
 
 void tp_parallel_get_stats(const tp_parallel_t *p, struct tp_parallel_stats *out)
 {
@@ -572,7 +590,10 @@ int tp_parallel_get_rank_stats(const tp_parallel_t *p, struct tp_parallel_stats 
     pthread_mutex_lock((pthread_mutex_t *)&p->mu);
     int n = TP_MIN(max, p->world);
     for (int r = 0; r < n; r++) {
-        if (r == p->rank) out[r] = p->stats; /* live */
+        if (r == p->rank) {
+            out[r] = p->stats; /* live */
+            out[r].rss_bytes = tp_rss_bytes();
+        }
         else if (p->rank == 0 && p->rank_stats) out[r] = p->rank_stats[r];
         else memset(&out[r], 0, sizeof(out[r]));
     }

@@ -10,7 +10,7 @@
 
 #include "parallel_impl.h"
 
-#define STEP_MAGIC 0x33535054 /* "TPS3" little-endian */
+#define STEP_MAGIC 0x34535054 /* "TPS4" little-endian */
 #define HDR_WORDS 64
 /* hdr[8]: n_copy */
 #define HDR_N_COPY 8
@@ -19,7 +19,8 @@
 #define HDR_INLINE_AT 10
 /* hdr[7]: nonzero = after this step every rank sends its stats to rank 0 */
 #define HDR_STATS 7
-#define STATS_WORDS 10 /* struct tp_parallel_stats as 5 little-endian u64 = 10 int32 words */
+#define STATS_U64 9     /* counters and memory figures of struct tp_parallel_stats */
+#define STATS_WORDS (2 * STATS_U64 + 8) /* those as little-endian u64 + the 32-byte host name, in int32 words */
 #define STATS_EVERY_NS 1000000000ull /* collect at most once a second while steps run */
 #define HDR_INLINE_MAX (HDR_WORDS - HDR_INLINE_AT)
 enum step_kind {

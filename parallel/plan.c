@@ -198,10 +198,42 @@ static enum tp_status check_type(enum tp_wtype t, const char *role, int64_t n_in
     return TP_OK;
 }
 
+const char *tp_moe_split_name(enum tp_moe_split s)
+{
+    switch (s) {
+    case TP_MOE_SPLIT_AUTO: return "auto";
+    case TP_MOE_SPLIT_TENSOR: return "tensor";
+    case TP_MOE_SPLIT_EXPERT: return "expert";
+    default: return "unknown";
+    }
+}
+
+enum tp_status tp_moe_split_parse(const char *text, enum tp_moe_split *out, struct tp_error *err)
+{
+    for (int i = 0; i < TP_MOE_SPLIT_COUNT; i++)
+        if (text && strcmp(text, tp_moe_split_name((enum tp_moe_split)i)) == 0) {
+            *out = (enum tp_moe_split)i;
+            return TP_OK;
+        }
+    return tp_error_set(err, TP_ERR_INVALID_ARG,
+                        "--moe-split '%s': want auto, tensor (every rank a slice of every expert) or expert (whole "
+                        "experts per rank)",
+                        text ? text : "");
+}
+
 enum tp_status tp_parallel_plan(const struct tp_hparams *hp, const struct tp_plan_types *ty, int world,
                                 const double *weights, struct tp_shard_plan *out, struct tp_error *err)
 {
+    return tp_parallel_plan_moe(hp, ty, world, weights, TP_MOE_SPLIT_AUTO, out, err);
+}
+
+enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp_plan_types *ty, int world,
+                                    const double *weights, enum tp_moe_split split, struct tp_shard_plan *out,
+                                    struct tp_error *err)
+{
     if (!hp || !ty || !out) return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_plan: NULL argument");
+    if ((int)split < 0 || split >= TP_MOE_SPLIT_COUNT)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_plan: unknown expert split %d", (int)split);
     memset(out, 0, sizeof *out);
     if (world < 1 || world > TP_PLAN_MAX_RANKS)
         return tp_error_set(err, TP_ERR_INVALID_ARG, "world size %d is out of range [1, %d]", world,
@@ -266,22 +298,80 @@ enum tp_status tp_parallel_plan(const struct tp_hparams *hp, const struct tp_pla
     unit_bounds(cnt, world, unit, nh, hb);
     int moved_attn = unit > 1 && bounds_moved(hb, world, nh, w);
 
-    /* ---- FFN: units of ffn_down blocks */
+    /* ---- FFN: units of ffn_down blocks (mixture of experts: of every expert, or whole experts) */
     int64_t be_d;
     size_t bb_d;
     plan_block(ty->ffn_down, &be_d, &bb_d);
     const int64_t n_funits = (hp->n_ff + be_d - 1) / be_d;
-    if (n_funits < world)
-        return tp_error_set(err, TP_ERR_UNSUPPORTED,
-                            "cannot split an FFN of %d columns over %d ranks in %lld-column %s blocks; use fewer ranks",
-                            hp->n_ff, world, (long long)be_d, tp_wtype_name_plan(ty->ffn_down));
-    int64_t fb[TP_PLAN_MAX_RANKS + 1];
-    zr = split_units(n_funits, world, w, cnt);
-    if (zr >= 0)
-        return tp_error_set(err, TP_ERR_INVALID_ARG,
-                            "shard weight of rank %d is too small: it would get no FFN columns; raise its weight", zr);
-    unit_bounds(cnt, world, be_d, hp->n_ff, fb);
-    int moved_ffn = be_d > 1 && bounds_moved(fb, world, hp->n_ff, w);
+    const int moe = hp->n_expert > 0;
+    int64_t fb[TP_PLAN_MAX_RANKS + 1], eb[TP_PLAN_MAX_RANKS + 1];
+    int64_t ecnt[TP_PLAN_MAX_RANKS];
+    const int tp_fits = n_funits >= world && split_units(n_funits, world, w, cnt) < 0;
+    int moved_ffn = 0;
+    if (tp_fits) {
+        unit_bounds(cnt, world, be_d, hp->n_ff, fb);
+        moved_ffn = be_d > 1 && bounds_moved(fb, world, hp->n_ff, w);
+    }
+    const int ep_fits = moe && hp->n_expert >= world && split_units(hp->n_expert, world, w, ecnt) < 0;
+    enum tp_moe_split chosen = TP_MOE_SPLIT_AUTO;
+    char why[200] = "";
+    if (moe) {
+        if (split == TP_MOE_SPLIT_TENSOR && !tp_fits)
+            return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                                "cannot split experts of %d columns over %d ranks in %lld-column %s blocks%s; use "
+                                "--moe-split expert (whole experts per rank) or fewer ranks",
+                                hp->n_ff, world, (long long)be_d, tp_wtype_name_plan(ty->ffn_down),
+                                n_funits >= world ? " with these shard weights" : "");
+        if (split == TP_MOE_SPLIT_EXPERT && !ep_fits)
+            return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                                "cannot give each of %d ranks whole experts: the model has %d%s; use --moe-split "
+                                "tensor or fewer ranks",
+                                world, hp->n_expert, hp->n_expert >= world ? " and a rank's weight is too small" : "");
+        if (split == TP_MOE_SPLIT_TENSOR) {
+            chosen = TP_MOE_SPLIT_TENSOR;
+            snprintf(why, sizeof why, "asked for");
+        } else if (split == TP_MOE_SPLIT_EXPERT) {
+            chosen = TP_MOE_SPLIT_EXPERT;
+            snprintf(why, sizeof why, "asked for");
+        } else if (tp_fits && !moved_ffn) {
+            chosen = TP_MOE_SPLIT_TENSOR;
+            snprintf(why, sizeof why,
+                     "every rank computes each selected expert at its share of the width, balanced whatever the "
+                     "router picks");
+        } else if (ep_fits) {
+            chosen = TP_MOE_SPLIT_EXPERT;
+            if (!tp_fits)
+                snprintf(why, sizeof why, "experts of %d columns are %lld %s blocks, too few for %d ranks", hp->n_ff,
+                         (long long)n_funits, tp_wtype_name_plan(ty->ffn_down), world);
+            else
+                snprintf(why, sizeof why,
+                         "a column split would move off the shard weights to %lld-column %s block boundaries",
+                         (long long)be_d, tp_wtype_name_plan(ty->ffn_down));
+        } else if (tp_fits) {
+            chosen = TP_MOE_SPLIT_TENSOR;
+            snprintf(why, sizeof why, "fewer experts (%d) than ranks", hp->n_expert);
+        } else {
+            return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                                "cannot split %d experts of %d columns over %d ranks: fewer experts than ranks and "
+                                "fewer %lld-column %s blocks than ranks; use fewer ranks",
+                                hp->n_expert, hp->n_ff, world, (long long)be_d, tp_wtype_name_plan(ty->ffn_down));
+        }
+        if (chosen == TP_MOE_SPLIT_EXPERT) {
+            unit_bounds(ecnt, world, 1, hp->n_expert, eb);
+            moved_ffn = 0;
+        }
+    } else {
+        if (n_funits < world)
+            return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                                "cannot split an FFN of %d columns over %d ranks in %lld-column %s blocks; use fewer "
+                                "ranks",
+                                hp->n_ff, world, (long long)be_d, tp_wtype_name_plan(ty->ffn_down));
+        if (!tp_fits)
+            return tp_error_set(err, TP_ERR_INVALID_ARG,
+                                "shard weight of rank %d is too small: it would get no FFN columns; raise its weight",
+                                split_units(n_funits, world, w, cnt));
+    }
+    out->moe_split = chosen;
 
     /* ---- vocabulary rows of the output head */
     int64_t vb[TP_PLAN_MAX_RANKS + 1];
@@ -297,6 +387,7 @@ enum tp_status tp_parallel_plan(const struct tp_hparams *hp, const struct tp_pla
     /* ---- bytes */
     const int64_t L = hp->n_layer;
     uint64_t repl = (uint64_t)L * (uint64_t)(2 * E * 4) + (uint64_t)E * 4 + rows_bytes(ty->token_embd, hp->n_vocab, E);
+    if (moe) repl += (uint64_t)L * (uint64_t)hp->n_expert * (uint64_t)E * 4; /* routers (F32, as llama.cpp keeps them) */
     if (hp->has_qk_norm) repl += (uint64_t)L * (uint64_t)(2 * hd * 4);
     out->world_size = world;
     out->head_unit = (int)unit;
@@ -311,29 +402,44 @@ enum tp_status tp_parallel_plan(const struct tp_hparams *hp, const struct tp_pla
         s->q_head_end = (int)hb[r + 1];
         s->kv_head_begin = (int)(hb[r] / G);
         s->kv_head_end = (int)((hb[r + 1] - 1) / G + 1);
-        s->ff_begin = (int)fb[r];
-        s->ff_end = (int)fb[r + 1];
+        const int whole_experts = chosen == TP_MOE_SPLIT_EXPERT; /* every column of its own experts */
+        s->ff_begin = whole_experts ? 0 : (int)fb[r];
+        s->ff_end = whole_experts ? hp->n_ff : (int)fb[r + 1];
         s->vocab_begin = (int)vb[r];
         s->vocab_end = (int)vb[r + 1];
+        s->expert_begin = whole_experts ? (int)eb[r] : 0;
+        s->expert_end = whole_experts ? (int)eb[r + 1] : hp->n_expert; /* dense: 0 */
         if (r > 0 && s->kv_head_begin < kv_prev_end) out->kv_replicated = 1;
         kv_prev_end = s->kv_head_end;
         rp->weight = w[r];
-        const int64_t nq = hb[r + 1] - hb[r], nk = s->kv_head_end - s->kv_head_begin, nf = fb[r + 1] - fb[r];
+        const int64_t nq = hb[r + 1] - hb[r], nk = s->kv_head_end - s->kv_head_begin, nf = s->ff_end - s->ff_begin;
+        const uint64_t n_ex = moe ? (uint64_t)(s->expert_end - s->expert_begin) : 1;
         uint64_t sh = rows_bytes(ty->attn_q, nq * hd, E) + rows_bytes(ty->attn_k, nk * hd, E) +
                       rows_bytes(ty->attn_v, nk * hd, E) + rows_bytes(ty->attn_o, E, nq * hd) +
-                      rows_bytes(ty->ffn_gate, nf, E) + rows_bytes(ty->ffn_up, nf, E) +
-                      rows_bytes(ty->ffn_down, E, nf);
+                      n_ex * (rows_bytes(ty->ffn_gate, nf, E) + rows_bytes(ty->ffn_up, nf, E) +
+                              rows_bytes(ty->ffn_down, E, nf));
         if (hp->has_qkv_bias) sh += (uint64_t)((nq + 2 * nk) * hd * 4);
         sh *= (uint64_t)L;
+        if (hp->n_ff_shexp > 0 && s->expert_begin == 0 && s->ff_begin == 0) /* Qwen2-MoE shared expert: whole here */
+            sh += (uint64_t)L * (rows_bytes(ty->ffn_gate, hp->n_ff_shexp, E) + rows_bytes(ty->ffn_up, hp->n_ff_shexp, E) +
+                                 rows_bytes(ty->ffn_down, E, hp->n_ff_shexp) + (uint64_t)E * 4);
+        if (moe)
+            rp->expert_bytes = (uint64_t)L * n_ex *
+                               (rows_bytes(ty->ffn_gate, nf, E) + rows_bytes(ty->ffn_up, nf, E) +
+                                rows_bytes(ty->ffn_down, E, nf));
         if (!hp->tied_embeddings) sh += rows_bytes(ty->output, vb[r + 1] - vb[r], E);
         rp->sharded_bytes = sh;
         rp->replicated_bytes = repl;
     }
     uint64_t whole = rows_bytes(ty->attn_q, nh * hd, E) + rows_bytes(ty->attn_k, nkv * hd, E) +
                      rows_bytes(ty->attn_v, nkv * hd, E) + rows_bytes(ty->attn_o, E, nh * hd) +
-                     rows_bytes(ty->ffn_gate, hp->n_ff, E) + rows_bytes(ty->ffn_up, hp->n_ff, E) +
-                     rows_bytes(ty->ffn_down, E, hp->n_ff);
+                     (uint64_t)(moe ? hp->n_expert : 1) *
+                         (rows_bytes(ty->ffn_gate, hp->n_ff, E) + rows_bytes(ty->ffn_up, hp->n_ff, E) +
+                          rows_bytes(ty->ffn_down, E, hp->n_ff));
     if (hp->has_qkv_bias) whole += (uint64_t)((nh + 2 * nkv) * hd * 4);
+    if (hp->n_ff_shexp > 0)
+        whole += rows_bytes(ty->ffn_gate, hp->n_ff_shexp, E) + rows_bytes(ty->ffn_up, hp->n_ff_shexp, E) +
+                 rows_bytes(ty->ffn_down, E, hp->n_ff_shexp) + (uint64_t)E * 4;
     whole *= (uint64_t)L;
     if (!hp->tied_embeddings) whole += rows_bytes(ty->output, hp->n_vocab, E);
     out->total_bytes = whole + repl;
@@ -352,6 +458,11 @@ enum tp_status tp_parallel_plan(const struct tp_hparams *hp, const struct tp_pla
         n += snprintf(out->note + n, sizeof out->note - (size_t)n,
                       "; FFN split moved to %lld-column block boundaries (ffn_down %s)", (long long)be_d,
                       tp_wtype_name_plan(ty->ffn_down));
+    if (moe && n > 0 && (size_t)n < sizeof out->note)
+        n += snprintf(out->note + n, sizeof out->note - (size_t)n, "; %d experts %s (%s)", hp->n_expert,
+                      chosen == TP_MOE_SPLIT_EXPERT ? "expert-parallel: whole experts per rank"
+                                                    : "tensor-parallel: a column slice of every expert per rank",
+                      why);
     (void)n;
     return TP_OK;
 }
@@ -359,17 +470,19 @@ enum tp_status tp_parallel_plan(const struct tp_hparams *hp, const struct tp_pla
 size_t tp_shard_plan_describe(const struct tp_shard_plan *plan, char *buf, size_t cap)
 {
     size_t need = 0;
-    char line[256];
+    char line[320];
     if (cap) buf[0] = '\0';
     for (int r = 0; r < plan->world_size; r++) {
         const struct tp_shard_rank_plan *rp = &plan->ranks[r];
         const struct tp_model_shard *s = &rp->shard;
+        char ex[48] = "";
+        if (plan->moe_split != TP_MOE_SPLIT_AUTO) snprintf(ex, sizeof ex, " experts [%d,%d)", s->expert_begin, s->expert_end);
         int n = snprintf(line, sizeof line,
-                         "rank %d (share %.3f): q heads [%d,%d) kv heads [%d,%d) ffn [%d,%d) vocab [%d,%d); "
+                         "rank %d (share %.3f): q heads [%d,%d) kv heads [%d,%d) ffn [%d,%d)%s vocab [%d,%d); "
                          "%.2f MiB sharded + %.2f MiB replicated\n",
                          r, rp->weight, s->q_head_begin, s->q_head_end, s->kv_head_begin, s->kv_head_end,
-                         s->ff_begin, s->ff_end, s->vocab_begin, s->vocab_end, (double)rp->sharded_bytes / 1048576.0,
-                         (double)rp->replicated_bytes / 1048576.0);
+                         s->ff_begin, s->ff_end, ex, s->vocab_begin, s->vocab_end,
+                         (double)rp->sharded_bytes / 1048576.0, (double)rp->replicated_bytes / 1048576.0);
         if (n < 0) continue;
         if (need + (size_t)n < cap) memcpy(buf + need, line, (size_t)n + 1);
         else if (cap) buf[need < cap ? need : cap - 1] = '\0';
@@ -396,6 +509,10 @@ uint64_t tp_shard_plan_hash(const struct tp_shard_plan *plan)
         const int v[8] = {s->q_head_begin, s->q_head_end, s->kv_head_begin, s->kv_head_end,
                           s->ff_begin,     s->ff_end,     s->vocab_begin,   s->vocab_end};
         for (int i = 0; i < 8; i++) h = fnv_u32(h, (uint32_t)v[i]);
+        if (plan->moe_split != TP_MOE_SPLIT_AUTO) { /* dense plans hash as they always have */
+            h = fnv_u32(h, (uint32_t)s->expert_begin);
+            h = fnv_u32(h, (uint32_t)s->expert_end);
+        }
     }
     return h;
 }

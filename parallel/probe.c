@@ -70,9 +70,18 @@ enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, stru
     TP_CHECK_GOTO(role_type(&src, path, "blk.0.attn_k.weight", 1, &ty->attn_k, err), rc, out);
     TP_CHECK_GOTO(role_type(&src, path, "blk.0.attn_v.weight", 1, &ty->attn_v, err), rc, out);
     TP_CHECK_GOTO(role_type(&src, path, "blk.0.attn_output.weight", 1, &ty->attn_o, err), rc, out);
-    TP_CHECK_GOTO(role_type(&src, path, "blk.0.ffn_gate.weight", 1, &ty->ffn_gate, err), rc, out);
-    TP_CHECK_GOTO(role_type(&src, path, "blk.0.ffn_up.weight", 1, &ty->ffn_up, err), rc, out);
-    TP_CHECK_GOTO(role_type(&src, path, "blk.0.ffn_down.weight", 1, &ty->ffn_down, err), rc, out);
+    /* mixture of experts: the FFN roles are the stacked experts' (hp.n_ff is their width) */
+    /* (a Hugging Face directory keeps one tensor per expert: expert 0's type stands for all) */
+    struct tp_tsrc_tensor probe_t;
+    const int moe = out->hp.n_expert > 0, per_expert = moe && !tp_tsrc_find(&src, "blk.0.ffn_gate_exps.weight", &probe_t);
+    TP_CHECK_GOTO(role_type(&src, path, per_expert ? "blk.0.ffn_gate_exps.0.weight" : moe ? "blk.0.ffn_gate_exps.weight" : "blk.0.ffn_gate.weight", 1, &ty->ffn_gate,
+                            err),
+                  rc, out);
+    TP_CHECK_GOTO(role_type(&src, path, per_expert ? "blk.0.ffn_up_exps.0.weight" : moe ? "blk.0.ffn_up_exps.weight" : "blk.0.ffn_up.weight", 1, &ty->ffn_up, err),
+                  rc, out);
+    TP_CHECK_GOTO(role_type(&src, path, per_expert ? "blk.0.ffn_down_exps.0.weight" : moe ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight", 1, &ty->ffn_down,
+                            err),
+                  rc, out);
 
     int64_t v;
     if (g && tp_gguf_get_int(g, TP_SHARD_KEY_WORLD, &v) == TP_OK) {
@@ -132,7 +141,8 @@ uint64_t tp_probe_hash(const struct tp_model_probe *pr)
                           hp->has_qkv_bias,    hp->has_qk_norm,  (int32_t)pr->types.attn_q, (int32_t)pr->types.attn_k,
                           (int32_t)pr->types.attn_v, (int32_t)pr->types.attn_o, (int32_t)pr->types.ffn_gate,
                           (int32_t)pr->types.ffn_up, (int32_t)pr->types.ffn_down, (int32_t)pr->types.output,
-                          (int32_t)pr->types.token_embd};
+                          (int32_t)pr->types.token_embd, hp->n_expert, hp->n_expert_used,
+                          hp->expert_weights_norm, hp->n_ff_shexp};
     const float fv[] = {hp->rope_theta, hp->rope_scale_factor, hp->norm_eps};
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < TP_ARRAY_LEN(iv); i++) {

@@ -295,6 +295,13 @@ enum tp_status tp_parallel_write_shards(const char *model_path, int world, const
         rc = tp_error_set(err, TP_ERR_INVALID_ARG, "-n %d is out of range [1, %d]", world, TP_PLAN_MAX_RANKS);
         goto out;
     }
+    if (pr->hp.n_expert > 0) {
+        rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
+                          "%s is a mixture-of-experts model (%d experts): shard files of these are not supported; "
+                          "give every rank the whole GGUF (each rank reads only its slice of the experts)",
+                          model_path, pr->hp.n_expert);
+        goto out;
+    }
     if (shard_weights && *shard_weights) TP_CHECK_GOTO(tp_parallel_parse_weights(shard_weights, world, w, err), rc, out);
     TP_CHECK_GOTO(tp_parallel_plan(&pr->hp, &pr->types, world, shard_weights && *shard_weights ? w : NULL, plan, err),
                   rc, out);

@@ -3,7 +3,7 @@
  *
  * Rank 0 drives.  It broadcasts a fixed 256-byte header of 64 little-endian
  * int32:
- *   [0] magic 'TPS3'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
+ *   [0] magic 'TPS4'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
  *   [2] step number   [3] n_tokens  [4] n_clear  [5] body inline (0/1)
  *   [6] k of RUN_TOPK [7] collect stats after the step  [8] n_copy
  *   [9] n_bias
@@ -11,6 +11,10 @@
  * Body (int32): token[n] pos[n] seq[n] want_logits[n] clear_seq[c] clear_from[c]
  *               copy_dst[k] copy_src[k] copy_len[k]
  *               bias_row[b] bias_id[b] bias_val[b] (float bits).
+ * With [7] set, every rank's counters are gathered to rank 0 after the step:
+ * STATS_WORDS int32 each (steps, tokens, compute ns, comm ns, bytes sent,
+ * weight / KV / resident / machine memory bytes as little-endian u64, then the
+ * 32-byte host name).
  * A worker of another protocol version refuses the header as malformed.
  * Workers check every count and every entry of the lists before using them.
  * Every rank then truncates the cleared sequences, applies the KV copies in
@@ -354,25 +358,39 @@ static enum tp_status check_step(tp_parallel_t *p, const struct tp_step *s)
 
 /* ------------------------------------------------------------- stats */
 
-/* Counters as STATS_WORDS int32 words: 5 little-endian u64, low word first. */
+/* Counters as STATS_WORDS int32 words: STATS_U64 little-endian u64, low word
+ * first, then the host name's 32 bytes (NUL-padded) in 8 words. */
 static void stats_pack(const struct tp_parallel_stats *s, int32_t *w)
 {
-    const uint64_t v[5] = {s->n_steps, s->n_tokens, s->ns_compute, s->ns_comm, s->bytes_sent};
-    for (int i = 0; i < 5; i++) {
+    const uint64_t v[STATS_U64] = {s->n_steps,      s->n_tokens, s->ns_compute, s->ns_comm,        s->bytes_sent,
+                                   s->weight_bytes, s->kv_bytes, s->rss_bytes,  s->mem_total_bytes};
+    for (int i = 0; i < STATS_U64; i++) {
         w[2 * i] = (int32_t)(uint32_t)(v[i] & 0xffffffffu);
         w[2 * i + 1] = (int32_t)(uint32_t)(v[i] >> 32);
+    }
+    for (int i = 0; i < 8; i++) {
+        uint32_t x = 0;
+        for (int b = 0; b < 4; b++) x |= (uint32_t)(unsigned char)s->host[4 * i + b] << (8 * b);
+        w[2 * STATS_U64 + i] = (int32_t)x;
     }
 }
 
 static void stats_unpack(const int32_t *w, struct tp_parallel_stats *s)
 {
-    uint64_t v[5];
-    for (int i = 0; i < 5; i++) v[i] = (uint64_t)(uint32_t)w[2 * i] | (uint64_t)(uint32_t)w[2 * i + 1] << 32;
+    uint64_t v[STATS_U64];
+    for (int i = 0; i < STATS_U64; i++) v[i] = (uint64_t)(uint32_t)w[2 * i] | (uint64_t)(uint32_t)w[2 * i + 1] << 32;
     s->n_steps = v[0];
     s->n_tokens = v[1];
     s->ns_compute = v[2];
     s->ns_comm = v[3];
     s->bytes_sent = v[4];
+    s->weight_bytes = v[5];
+    s->kv_bytes = v[6];
+    s->rss_bytes = v[7];
+    s->mem_total_bytes = v[8];
+    for (int i = 0; i < 8; i++)
+        for (int b = 0; b < 4; b++) s->host[4 * i + b] = (char)(((uint32_t)w[2 * STATS_U64 + i] >> (8 * b)) & 0xff);
+    s->host[sizeof s->host - 1] = '\0'; /* a peer's bytes: always a terminated string here */
 }
 
 /* Every rank, after a step whose header has hdr[HDR_STATS] set: gather each
@@ -381,6 +399,7 @@ static void stats_unpack(const int32_t *w, struct tp_parallel_stats *s)
 static enum tp_status collect_stats(tp_parallel_t *p, uint64_t *ns_comm)
 {
     int32_t mine[STATS_WORDS];
+    p->stats.rss_bytes = tp_rss_bytes();
     stats_pack(&p->stats, mine);
     uint64_t t0 = tp_now_ns();
     enum tp_status st = tp_comm_gather(p->comm, mine, p->stats_all, STATS_WORDS, TP_DTYPE_I32, 0);

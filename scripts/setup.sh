@@ -17,6 +17,7 @@ DEBIAN_PKGS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev lib
 # What only the test suite needs (scripts/test.sh passes --test-deps).
 DEBIAN_TEST_PKGS=(iproute2 python3-yaml             # ops: scripts/netsim (ip, tc), manifest test (YAML)
                   openssh-server openssh-client curl  # ops: launch --hostfile test (sshd on simulated hosts)
+                  chromium                            # server.web_page: the web page in headless Chromium
                   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)   # scripts/test-arm64.sh
 BREW_PKGS=(cmake pkg-config libmicrohttpd cjson open-mpi cunit openssl@3)
 

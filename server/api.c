@@ -433,7 +433,7 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
         }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        enum MHD_Result ret = tp_http_queue(s, c, 200, resp);
         MHD_destroy_response(resp);
         return ret;
     }

@@ -72,14 +72,14 @@ static char *dup_or_null(const char *s)
 
 /* ------------------------------------------------------------ responses */
 
-enum MHD_Result tp_http_send(struct MHD_Connection *c, int status, const char *content_type, const char *body,
-                             size_t len, const char *extra_name, const char *extra_value)
+enum MHD_Result tp_http_send(struct tp_server *s, struct MHD_Connection *c, int status, const char *content_type,
+                             const char *body, size_t len, const char *extra_name, const char *extra_value)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", content_type);
     if (extra_name) MHD_add_response_header(r, extra_name, extra_value);
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    enum MHD_Result ret = tp_http_queue(s, c, status, r);
     MHD_destroy_response(r);
     return ret;
 }
@@ -87,7 +87,7 @@ enum MHD_Result tp_http_send(struct MHD_Connection *c, int status, const char *c
 enum MHD_Result tp_http_send_json(struct tp_server *s, struct MHD_Connection *c, int status, const char *json)
 {
     tp_metrics_request(s->metrics, status);
-    return tp_http_send(c, status, "application/json", json, strlen(json), NULL, NULL);
+    return tp_http_send(s, c, status, "application/json", json, strlen(json), NULL, NULL);
 }
 
 /* The header an error status carries besides Content-Type (name NULL: none). */
@@ -116,7 +116,7 @@ static enum MHD_Result send_error_close(struct tp_server *s, struct MHD_Connecti
     MHD_add_response_header(r, "Content-Type", "application/json");
     MHD_add_response_header(r, "Connection", "close");
     if (hn) MHD_add_response_header(r, hn, hv);
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)e->status, r);
+    enum MHD_Result ret = tp_http_queue(s, c, e->status, r);
     MHD_destroy_response(r);
     log_refused(s, e);
     return ret;
@@ -129,7 +129,7 @@ enum MHD_Result tp_http_send_error(struct tp_server *s, struct MHD_Connection *c
     tp_metrics_request(s->metrics, e->status);
     const char *hn, *hv;
     error_header(e->status, &hn, &hv);
-    enum MHD_Result ret = tp_http_send(c, e->status, "application/json", json, strlen(json), hn, hv);
+    enum MHD_Result ret = tp_http_send(s, c, e->status, "application/json", json, strlen(json), hn, hv);
     free(json);
     log_refused(s, e);
     return ret;
@@ -299,7 +299,7 @@ static enum MHD_Result handle_metrics(struct tp_server *s, struct MHD_Connection
         tp_buf_free(&b);
         return MHD_NO;
     }
-    enum MHD_Result r = tp_http_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, NULL, NULL);
+    enum MHD_Result r = tp_http_send(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, NULL, NULL);
     tp_buf_free(&b);
     return r;
 }
@@ -492,7 +492,7 @@ static enum MHD_Result handle_tokenize(struct tp_server *s, struct MHD_Connectio
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
     tp_metrics_request(s->metrics, 200);
-    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    enum MHD_Result ret = tp_http_queue(s, c, 200, r);
     MHD_destroy_response(r);
     return ret;
 fail:
@@ -721,7 +721,7 @@ struct conn_ctx {
     int answered;
 };
 
-static int check_auth(struct tp_server *s, struct MHD_Connection *c)
+int tp_http_check_auth(struct tp_server *s, struct MHD_Connection *c)
 {
     if (!s->cfg.api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
@@ -808,12 +808,14 @@ static enum MHD_Result on_headers(struct tp_server *s, struct MHD_Connection *c,
     int has_cl, raw;
     if (check_framing(c, &cl, &has_cl, &raw, &e) != 0)
         return raw ? send_raw_and_close(s, c, &e) : send_error_close(s, c, &e);
+    enum MHD_Result web_ret;
+    if (tp_web_route(s, c, url, method, &web_ret)) return web_ret;
     if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) {
         if (!route_matches(method, "GET")) {
             tp_api_fail(&e, 405, NULL, "method %s is not allowed on %s", method, url);
             return send_error_close(s, c, &e);
         }
-        if (!check_auth(s, c)) {
+        if (!tp_http_check_auth(s, c)) {
             tp_api_fail(&e, 401, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
             return send_error_close(s, c, &e);
         }
@@ -830,10 +832,11 @@ static enum MHD_Result on_headers(struct tp_server *s, struct MHD_Connection *c,
             tp_api_fail(&e, 405, NULL, "method %s is not allowed on %s", method, url);
         else
             tp_api_fail(&e, 404, NULL, "no such endpoint: %s %s (see /v1/completions, /v1/chat/completions, "
-                                       "/v1/models, /health, /metrics, /tokenize, /detokenize)", method, url);
+                                       "/v1/models, /v1/cluster, /health, /metrics, /tokenize, /detokenize, "
+                                       "and the web page at /)", method, url);
         return send_error_close(s, c, &e);
     }
-    if (routes[cc->route_idx].auth && !check_auth(s, c)) {
+    if (routes[cc->route_idx].auth && !tp_http_check_auth(s, c)) {
         tp_api_fail(&e, 401, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
         return send_error_close(s, c, &e);
     }
@@ -1022,6 +1025,10 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
                             "%d x its body + %zu bytes); raise --mem-budget or lower --max-body",
                             cfg->mem_budget_bytes, cfg->max_body_bytes, TP_HTTP_WORK_FACTOR, TP_HTTP_WORK_CONST);
     }
+    if (cfg->cors_origin && !tp_web_origin_valid(cfg->cors_origin))
+        return tp_error_set(err, TP_ERR_INVALID_ARG,
+                            "--cors-origin '%.200s': want '*' or an origin such as https://app.example.com:8443 "
+                            "(scheme://host[:port], no path)", cfg->cors_origin);
     struct tp_server *s = calloc(1, sizeof *s);
     if (!s) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     s->cfg = *cfg;
@@ -1029,6 +1036,7 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
     s->cfg.api_key = dup_or_null(cfg->api_key);
     s->cfg.chat_template = dup_or_null(cfg->chat_template);
     s->cfg.model_id = dup_or_null(cfg->model_id);
+    s->cfg.cors_origin = dup_or_null(cfg->cors_origin);
     if (s->cfg.max_queue < 1) s->cfg.max_queue = 1;
     if (s->cfg.max_connections < 4) s->cfg.max_connections = 4;
     if (s->cfg.max_conn_per_ip < 1) s->cfg.max_conn_per_ip = 1;
@@ -1042,12 +1050,13 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
     s->state = TP_SRV_LOADING;
     s->created = (int64_t)time(NULL);
     s->metrics = tp_metrics_new();
+    s->web = tp_web_new();
     if (pipe(s->stop_pipe) != 0) {
         s->stop_pipe[0] = s->stop_pipe[1] = -1;
         tp_server_free(s);
         return tp_error_set(err, TP_ERR_IO, "pipe: %s", strerror(errno));
     }
-    if (!s->metrics) {
+    if (!s->metrics || !s->web || (cfg->cors_origin && !s->cfg.cors_origin)) {
         tp_server_free(s);
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     }
@@ -1175,12 +1184,14 @@ void tp_server_free(tp_server_t *s)
     if (s->daemon) MHD_stop_daemon(s->daemon);
     tp_engine_free(s->engine);
     tp_metrics_free(s->metrics);
+    tp_web_free(s->web);
     if (s->stop_pipe[0] >= 0) close(s->stop_pipe[0]);
     if (s->stop_pipe[1] >= 0) close(s->stop_pipe[1]);
     free((char *)s->cfg.host);
     free((char *)s->cfg.api_key);
     free((char *)s->cfg.chat_template);
     free((char *)s->cfg.model_id);
+    free((char *)s->cfg.cors_origin);
     free(s->model_id);
     pthread_mutex_destroy(&s->state_mu);
     pthread_mutex_destroy(&s->tok_mu);

@@ -61,10 +61,28 @@ struct tp_server {
     pthread_t watchdog;
     size_t mem_used;                  /* bytes reserved against cfg.mem_budget_bytes (atomic) */
     struct tp_http_gate *gate;        /* owned */
+    struct tp_web *web;               /* owned: the web page's and /v1/cluster's state (web.c) */
 };
 
-enum MHD_Result tp_http_send(struct MHD_Connection *c, int status, const char *content_type, const char *body,
-                             size_t len, const char *extra_name, const char *extra_value);
+enum MHD_Result tp_http_send(struct tp_server *s, struct MHD_Connection *c, int status, const char *content_type,
+                             const char *body, size_t len, const char *extra_name, const char *extra_value);
+/* MHD_queue_response plus the server-wide headers (CORS when --cors-origin is set). */
+enum MHD_Result tp_http_queue(struct tp_server *s, struct MHD_Connection *c, int status, struct MHD_Response *r);
+
+/* ---- web.c: GET / (the page), GET /v1/cluster, CORS preflights ---- */
+/* State for web.c; NULL on out of memory. */
+struct tp_web *tp_web_new(void);
+void tp_web_free(struct tp_web *w); /* NULL safe */
+/* Answers the request when it is web.c's (returns 1, *ret set), else 0.
+ * Called with the request line and headers, before the route table. */
+int tp_web_route(struct tp_server *s, struct MHD_Connection *c, const char *url, const char *method,
+                 enum MHD_Result *ret);
+/* GET /v1/cluster's JSON (cluster.c); malloc'd, NULL on out of memory. */
+char *tp_cluster_json(struct tp_server *s);
+/* Nonzero when origin is '*' or scheme://host[:port] in printable ASCII. */
+int tp_web_origin_valid(const char *origin);
+/* Nonzero when the request carries the API key (or none is configured). */
+int tp_http_check_auth(struct tp_server *s, struct MHD_Connection *c);
 enum MHD_Result tp_http_send_json(struct tp_server *s, struct MHD_Connection *c, int status, const char *json);
 enum MHD_Result tp_http_send_error(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e);
 /* Write e as a whole HTTP response with "Connection: close" on fd, waiting at

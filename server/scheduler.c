@@ -88,6 +88,14 @@ struct tp_engine {
     uint64_t last_ok_ns;     /* last successful step or ping */
     uint64_t last_ping_ns;   /* last idle ping started */
     uint64_t step_start_ns;  /* start of the step or ping in flight; 0: none */
+    uint64_t n_generated;    /* tokens generated for requests since start */
+    /* every rank's counters as the engine thread last read them (tp_parallel_get_rank_stats can wait
+     * behind a step or ping stuck on a stopped rank; readers of these never do) */
+    struct tp_parallel_stats *rank_stats; /* (TP_METRICS_RANKS_MAX), under mu */
+    struct tp_parallel_stats *stats_tmp;  /* (TP_METRICS_RANKS_MAX), engine thread only */
+    int n_ranks;                          /* world size, under mu */
+    uint64_t stats_ns;                    /* engine thread: when last read */
+    int stats_dirty;                      /* engine thread: a step ran since */
     /* step buffers, sized at init */
     int32_t *b_tok, *b_pos, *b_seq; /* (n_batch) */
     int8_t *b_logits;               /* (n_batch) */
@@ -254,16 +262,41 @@ void tp_engine_gauges(struct tp_engine *e, struct tp_metrics_gauges *g)
     g->healthy = !e->failed && !e->recovering;
     g->recovery = e->rs;
     g->recovering = e->recovering;
-    pthread_mutex_unlock(&e->mu);
-    struct tp_parallel_stats st[TP_METRICS_RANKS_MAX];
-    g->n_ranks = tp_parallel_get_rank_stats(e->p, st, TP_METRICS_RANKS_MAX);
+    g->n_generated = e->n_generated;
+    g->n_ranks = e->n_ranks;
     g->n_rank_stats = TP_MIN(g->n_ranks, TP_METRICS_RANKS_MAX);
-    g->n_steps = st[0].n_steps;
+    g->n_steps = e->rank_stats[0].n_steps;
     for (int r = 0; r < g->n_rank_stats; r++) {
-        g->ns_comm[r] = st[r].ns_comm;
-        g->ns_compute[r] = st[r].ns_compute;
-        g->bytes_sent[r] = st[r].bytes_sent;
+        g->ns_comm[r] = e->rank_stats[r].ns_comm;
+        g->ns_compute[r] = e->rank_stats[r].ns_compute;
+        g->bytes_sent[r] = e->rank_stats[r].bytes_sent;
     }
+    pthread_mutex_unlock(&e->mu);
+}
+
+int tp_engine_rank_stats(struct tp_engine *e, struct tp_parallel_stats *out, int max)
+{
+    pthread_mutex_lock(&e->mu);
+    int n = TP_MIN(TP_MIN(max, e->n_ranks), TP_METRICS_RANKS_MAX);
+    memcpy(out, e->rank_stats, sizeof(*out) * (size_t)n);
+    int world = e->n_ranks;
+    pthread_mutex_unlock(&e->mu);
+    return world;
+}
+
+/* Engine thread, mu NOT held: re-read every rank's counters when `force`
+ * or 250 ms passed since the last read, then publish them under mu. */
+static void refresh_stats(struct tp_engine *e, int force)
+{
+    uint64_t now = tp_now_ns();
+    if (!force && now - e->stats_ns < 250000000ull) return;
+    e->stats_ns = now;
+    e->stats_dirty = 0;
+    int world = tp_parallel_get_rank_stats(e->p, e->stats_tmp, TP_METRICS_RANKS_MAX);
+    pthread_mutex_lock(&e->mu);
+    e->n_ranks = world;
+    memcpy(e->rank_stats, e->stats_tmp, sizeof(*e->stats_tmp) * (size_t)TP_MIN(world, TP_METRICS_RANKS_MAX));
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* mu held: the engine failed; fail everything. */
@@ -609,6 +642,7 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     }
     g->text_end = r->text.len;
     r->n_toks++;
+    e->n_generated++;
     s->last_tok = res->id;
     pthread_cond_broadcast(&r->cond);
     if (hit) {
@@ -779,6 +813,13 @@ static void *engine_main(void *arg)
         struct tp_step st;
         int n = build_step(e, &st);
         if (n == 0 && st.n_clear == 0 && st.n_copy == 0) {
+            if (e->stats_dirty) {
+                /* going idle: publish the counters of the last steps */
+                pthread_mutex_unlock(&e->mu);
+                refresh_stats(e, 1);
+                pthread_mutex_lock(&e->mu);
+                continue;
+            }
             /* idle: ping every second, or at once when a rank's liveness link closed */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -796,6 +837,7 @@ static void *engine_main(void *arg)
                     engine_failed(e, tp_parallel_last_error(e->p)); /* returns with mu held */
                     continue;
                 }
+                refresh_stats(e, 1);
                 pthread_mutex_lock(&e->mu);
                 e->last_ok_ns = tp_now_ns();
             }
@@ -808,6 +850,10 @@ static void *engine_main(void *arg)
         pthread_mutex_unlock(&e->mu);
         enum tp_status rc = greedy ? tp_parallel_step_greedy(e->p, &st, e->ids, NULL)
                                    : tp_parallel_step(e->p, &st, e->logits);
+        if (rc == TP_OK) {
+            e->stats_dirty = 1;
+            refresh_stats(e, 0);
+        }
         if (rc != TP_OK) {
             char why[300];
             snprintf(why, sizeof why, "%s (%s)", tp_parallel_last_error(e->p), tp_status_str(rc));
@@ -873,13 +919,16 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->row_slot = calloc((size_t)cfg->n_parallel, sizeof(int));
     e->logits = malloc(sizeof(float) * (size_t)cfg->n_parallel * (size_t)e->n_vocab);
     e->ids = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
+    e->rank_stats = calloc(TP_METRICS_RANKS_MAX, sizeof(*e->rank_stats));
+    e->stats_tmp = calloc(TP_METRICS_RANKS_MAX, sizeof(*e->stats_tmp));
     const size_t n_bias = (size_t)cfg->n_parallel * TP_MAX_LOGIT_BIAS;
     e->bias_row = malloc(n_bias * sizeof(int32_t));
     e->bias_id = malloc(n_bias * sizeof(int32_t));
     e->bias_val = malloc(n_bias * sizeof(float));
     if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits ||
-        !e->ids || !e->bias_row || !e->bias_id || !e->bias_val)
+        !e->ids || !e->bias_row || !e->bias_id || !e->bias_val || !e->rank_stats || !e->stats_tmp)
         goto nomem;
+    e->n_ranks = tp_parallel_get_rank_stats(p, e->rank_stats, TP_METRICS_RANKS_MAX);
     for (int i = 0; i < cfg->n_parallel; i++) {
         if (tp_detok_init(e->tok, &e->slots[i].detok) != TP_OK) goto nomem;
         if (!(e->slots[i].hist = calloc((size_t)e->n_ctx + 1, sizeof(int32_t)))) goto nomem;
@@ -945,6 +994,8 @@ void tp_engine_free(struct tp_engine *e)
     free(e->b_logits);
     free(e->row_slot);
     free(e->ids);
+    free(e->rank_stats);
+    free(e->stats_tmp);
     free(e->bias_row);
     free(e->bias_id);
     free(e->bias_val);

@@ -198,6 +198,7 @@ struct tp_metrics_gauges {
     struct tp_engine_recovery_stats recovery;
     int n_ranks;
     uint64_t n_steps;                            /* rank 0's engine steps */
+    uint64_t n_generated;                        /* tokens generated for requests since start */
     int n_rank_stats;                            /* entries of the arrays below */
     uint64_t ns_comm[TP_METRICS_RANKS_MAX];      /* per rank (workers: as last collected, ~1 s lag) */
     uint64_t ns_compute[TP_METRICS_RANKS_MAX];
@@ -283,5 +284,10 @@ pthread_mutex_t *tp_engine_mutex(struct tp_engine *e);
 /* Nonzero when healthy; otherwise reason filled. */
 int tp_engine_healthy(struct tp_engine *e, char *reason, size_t cap);
 void tp_engine_gauges(struct tp_engine *e, struct tp_metrics_gauges *g);
+/* Every rank's counters (tp_parallel_get_rank_stats) as the engine thread last
+ * read them: after steps (at most every 250 ms), when it goes idle and after
+ * each ping; never waits on the group.  out[r] for r < min(world, max, 64).
+ * Returns the world size. */
+int tp_engine_rank_stats(struct tp_engine *e, struct tp_parallel_stats *out, int max);
 
 #endif /* TP_SERVER_IMPL_H */

@@ -26,6 +26,8 @@ tp_expect_test(server.cli_bad_host RC 1 REGEX "not an IPv4 address" LABELS unit
                COMMAND ${_tp_bin} serve -m ${_tp_stories} --host not-an-ip --port 0)
 tp_expect_test(server.cli_missing_model RC 1 REGEX "tpserve serve: .*/nonexistent/model.gguf" LABELS unit
                COMMAND ${_tp_bin} serve -m /nonexistent/model.gguf --port 0)
+tp_expect_test(server.cli_bad_cors_origin RC 1 REGEX "--cors-origin 'https://app.example.com/path': want '\\*' or an origin"
+               LABELS unit COMMAND ${_tp_bin} serve -m ${_tp_stories} --port 0 --cors-origin https://app.example.com/path)
 tp_expect_test(server.cli_mem_budget_small RC 1 REGEX "--mem-budget 1000 is too small for one request of --max-body 1048576"
                LABELS unit COMMAND ${_tp_bin} serve -m ${_tp_stories} --port 0 --mem-budget 1000)
 
@@ -49,3 +51,11 @@ if(TP_PYTHON3)
     set_tests_properties(server.recovery_${_sc} PROPERTIES LABELS "multirank;model" TIMEOUT 300 SKIP_RETURN_CODE 77)
   endforeach()
 endif()
+
+# The web page (GET /): headless Chromium through puppeteer-core against real
+# servers at 1 and 2 ranks and a stand-in server (tests/node/web_test.mjs);
+# about 10 s.  Skipped (77) without node, npm, Chromium or the npm packages.
+add_test(NAME server.web_page
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_web.sh $<TARGET_FILE:tpserve> ${PROJECT_SOURCE_DIR})
+set_tests_properties(server.web_page PROPERTIES LABELS "model;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77
+                     RESOURCE_LOCK tp_npm_install)

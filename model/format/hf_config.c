@@ -81,6 +81,9 @@ static const struct {
     {"MistralForCausalLM", "mistral", TP_ARCH_LLAMA},
     {"Qwen2ForCausalLM", "qwen2", TP_ARCH_QWEN2},
     {"Qwen3ForCausalLM", "qwen3", TP_ARCH_QWEN3},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", TP_ARCH_QWEN3MOE},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", TP_ARCH_QWEN2MOE},
+    {"MixtralForCausalLM", "mixtral", TP_ARCH_LLAMA},
 };
 
 static enum tp_status read_rope_scaling(const cJSON *root, const char *path, struct tp_hparams *hp,
@@ -149,16 +152,21 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
     if (!found) {
         rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
                           "%s: architecture '%.64s' (model_type '%.32s') is not supported (supported: LlamaForCausalLM, "
-                          "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+                          "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, "
+                          "MixtralForCausalLM)",
                           path, arch ? arch : "(none)", mt ? mt : "(none)");
         goto out;
     }
+    const int moe_arch = hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE ||
+                         (arch && strcmp(arch, "MixtralForCausalLM") == 0) || strcmp(out->model_type, "mixtral") == 0;
     static const char *const moe_keys[] = {"num_experts", "num_local_experts", "n_routed_experts"};
-    for (size_t i = 0; i < TP_ARRAY_LEN(moe_keys); i++) {
+    for (size_t i = 0; i < TP_ARRAY_LEN(moe_keys) && !moe_arch; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, moe_keys[i]);
         if (cJSON_IsNumber(v) && v->valuedouble > 0) {
-            rc = tp_error_set(err, TP_ERR_UNSUPPORTED, "%s: mixture-of-experts models (%s = %g) are not supported", path,
-                              moe_keys[i], v->valuedouble);
+            rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
+                              "%s: mixture-of-experts models (%s = %g) of architecture %s are not supported "
+                              "(supported: Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, MixtralForCausalLM)",
+                              path, moe_keys[i], v->valuedouble, out->architecture);
             goto out;
         }
     }
@@ -241,9 +249,34 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
         goto out;
     }
     TP_CHECK_GOTO(read_rope_scaling(root, path, hp, err), rc, out);
+    if (moe_arch) {
+        const int mixtral = hp->arch == TP_ARCH_LLAMA;
+        TP_CHECK_GOTO(get_int(root, path, mixtral ? "num_local_experts" : "num_experts", 1, 0, 1, 1 << 16, &hp->n_expert,
+                              err),
+                      rc, out);
+        TP_CHECK_GOTO(get_int(root, path, "num_experts_per_tok", 1, 0, 1, hp->n_expert, &hp->n_expert_used, err), rc,
+                      out);
+        if (!mixtral) /* Qwen-MoE experts are moe_intermediate_size wide (intermediate_size: dense layers) */
+            TP_CHECK_GOTO(get_int(root, path, "moe_intermediate_size", 1, 0, 1, big, &hp->n_ff, err), rc, out);
+        if (hp->arch == TP_ARCH_QWEN2MOE)
+            TP_CHECK_GOTO(get_int(root, path, "shared_expert_intermediate_size", 1, 0, 1, big, &hp->n_ff_shexp, err), rc,
+                          out);
+        /* Mixtral always renormalises; Qwen-MoE as norm_topk_prob says (transformers' default: false) */
+        hp->expert_weights_norm = mixtral ? 1 : get_bool(root, "norm_topk_prob", 0);
+        int step = 1;
+        TP_CHECK_GOTO(get_int(root, path, "decoder_sparse_step", 0, 1, 1, 4096, &step, err), rc, out);
+        const cJSON *mlp_only = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+        if (step != 1 || (cJSON_IsArray(mlp_only) && cJSON_GetArraySize(mlp_only) > 0)) {
+            rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
+                              "%s: dense layers between the expert layers (decoder_sparse_step %d, mlp_only_layers) are "
+                              "not supported",
+                              path, step);
+            goto out;
+        }
+    }
     hp->tied_embeddings = get_bool(root, "tie_word_embeddings", 0);
-    hp->has_qkv_bias = hp->arch == TP_ARCH_QWEN2 || out->attention_bias;
-    hp->has_qk_norm = hp->arch == TP_ARCH_QWEN3;
+    hp->has_qkv_bias = hp->arch == TP_ARCH_QWEN2 || hp->arch == TP_ARCH_QWEN2MOE || out->attention_bias;
+    hp->has_qk_norm = hp->arch == TP_ARCH_QWEN3 || hp->arch == TP_ARCH_QWEN3MOE;
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
     if (cJSON_IsNumber(sw) && sw->valuedouble > 0 && sw->valuedouble < hp->n_ctx_train &&
         get_bool(root, "use_sliding_window", hp->arch == TP_ARCH_LLAMA))

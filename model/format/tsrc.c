@@ -38,6 +38,40 @@ static const struct {
     {"ffn_down.weight", "mlp.down_proj.weight"},
 };
 
+/* Mixture-of-experts names (see tensor_source.h): variant 0 Qwen-MoE, 1 Mixtral. */
+static int hf_moe_name(const char *gguf_name, int layer, const char *suffix, int variant, char *out, size_t cap)
+{
+    static const char *const part[3] = {"gate", "up", "down"};
+    static const char *const mixtral[3] = {"w1", "w3", "w2"};
+    int n = -1, e = -1, used = 0;
+    if (strcmp(suffix, "ffn_gate_inp.weight") == 0)
+        n = snprintf(out, cap, "model.layers.%d.%s.gate.weight", layer, variant ? "block_sparse_moe" : "mlp");
+    for (int i = 0; i < 3 && n < 0; i++) {
+        char pat[48];
+        snprintf(pat, sizeof pat, "ffn_%s_exps.%%d.weight%%n", part[i]);
+        used = 0;
+        if (sscanf(suffix, pat, &e, &used) == 1 && used > 0 && suffix[used] == '\0' && e >= 0)
+            n = variant ? snprintf(out, cap, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", layer, e, mixtral[i])
+                        : snprintf(out, cap, "model.layers.%d.mlp.experts.%d.%s_proj.weight", layer, e, part[i]);
+        char sh[48];
+        snprintf(sh, sizeof sh, "ffn_%s_shexp.weight", part[i]);
+        if (n < 0 && variant == 0 && strcmp(suffix, sh) == 0)
+            n = snprintf(out, cap, "model.layers.%d.mlp.shared_expert.%s_proj.weight", layer, part[i]);
+    }
+    if (n < 0 && variant == 0 && strcmp(suffix, "ffn_gate_inp_shexp.weight") == 0)
+        n = snprintf(out, cap, "model.layers.%d.mlp.shared_expert_gate.weight", layer);
+    (void)gguf_name;
+    return n > 0 && (size_t)n < cap;
+}
+
+int tp_tsrc_hf_name_variant(const char *gguf_name, int variant, char *out, size_t cap)
+{
+    int layer = -1, used = 0;
+    if (variant == 0 && tp_tsrc_hf_name(gguf_name, out, cap)) return 1;
+    if (sscanf(gguf_name, "blk.%d.%n", &layer, &used) != 1 || used == 0 || layer < 0) return 0;
+    return hf_moe_name(gguf_name, layer, gguf_name + used, variant, out, cap);
+}
+
 int tp_tsrc_hf_name(const char *gguf_name, char *out, size_t cap)
 {
     for (size_t i = 0; i < TP_ARRAY_LEN(k_global); i++)
@@ -53,7 +87,7 @@ int tp_tsrc_hf_name(const char *gguf_name, char *out, size_t cap)
             int n = snprintf(out, cap, "model.layers.%d.%s", layer, k_layer[i].hf);
             return n > 0 && (size_t)n < cap;
         }
-    return 0;
+    return hf_moe_name(gguf_name, layer, suffix, 0, out, cap);
 }
 
 static enum tp_wtype wtype_of(enum tp_st_dtype d)
@@ -92,8 +126,9 @@ int tp_tsrc_find(const struct tp_tsrc *s, const char *name, struct tp_tsrc_tenso
         return 1;
     }
     char hf[160];
-    if (!s->st || !tp_tsrc_hf_name(name, hf, sizeof(hf))) return 0;
-    const struct tp_st_tensor *t = tp_st_find(s->st, hf);
+    const struct tp_st_tensor *t = NULL;
+    for (int v = 0; v < 2 && !t && s->st; v++)
+        if (tp_tsrc_hf_name_variant(name, v, hf, sizeof(hf))) t = tp_st_find(s->st, hf);
     if (!t) return 0;
     out->name = t->name;
     out->file = tp_st_file_path(s->st, t->file);

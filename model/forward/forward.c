@@ -9,6 +9,8 @@
  *             proj = att Wo ; all_sum(proj) ; x += proj        pool job O
  *             xb = rmsnorm(x) ; hb = silu(xb Wg) * (xb Wu)     pool job FFN_UP
  *             proj = hb Wd ; all_sum(proj) ; x += proj         pool job DOWN
+ * (mixture of experts: the FFN step routes each token to its experts and runs
+ * each selected expert once over all its tokens, see moe_ffn)
  * then logits = rmsnorm(x) Wout for the tokens that asked.
  * Every job hands out chunks of the rows of its matrices (or of the (token,
  * head) pairs) to the threads of the persistent pool as they come free
@@ -181,19 +183,52 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
         mm(&L->wo, act_for(m, L->wo.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
         break;
     case TP_PH_FFN_UP:
-        mm(&L->wgate, act_for(m, L->wgate.type), as, n_tok, m->hb, m->n_ff_l, i0, i1);
-        mm(&L->wup, act_for(m, L->wup.type), as, n_tok, m->hb2, m->n_ff_l, i0, i1);
+    case TP_PH_SHEXP_UP: {
+        const struct tp_wmat *g = m->phase == TP_PH_FFN_UP ? &L->wgate : &L->sgate;
+        const struct tp_wmat *u = m->phase == TP_PH_FFN_UP ? &L->wup : &L->sup;
+        const int64_t F = m->ff_cur;
+        mm(g, act_for(m, g->type), as, n_tok, m->hb, F, i0, i1);
+        mm(u, act_for(m, u->type), as, n_tok, m->hb2, F, i0, i1);
         for (int t = 0; t < n_tok; t++) {
-            float *h = m->hb + (size_t)t * m->n_ff_l;
-            tp_op_swiglu(h + i0, h + i0, m->hb2 + (size_t)t * m->n_ff_l + i0, (int)(i1 - i0));
+            float *h = m->hb + (size_t)t * F;
+            tp_op_swiglu(h + i0, h + i0, m->hb2 + (size_t)t * F + i0, (int)(i1 - i0));
         }
         break;
+    }
     case TP_PH_DOWN:
         mm(&L->wdown, act_for(m, L->wdown.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
+        break;
+    case TP_PH_SHEXP_DOWN:
+        mm(&L->sdown, act_for(m, L->sdown.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
         break;
     case TP_PH_LOGITS:
         mm(&m->output, act_for(m, m->output.type), as, m->n_out, m->logits_out, m->n_vocab_l, i0, i1);
         break;
+    case TP_PH_ROUTER:
+        mm(&L->wrouter, act_for(m, L->wrouter.type), as, n_tok, m->router_logits, m->hp.n_expert, i0, i1);
+        break;
+    case TP_PH_MOE_UP: { /* items: (active expert a, row r) as a * n_ff_l + r */
+        const int64_t F = m->n_ff_l;
+        for (int64_t a = i0 / F; a * F < i1; a++) {
+            const int e = m->moe_active[a], p0 = m->moe_off[e], np = m->moe_off[e + 1] - p0;
+            const int64_t r0 = TP_MAX(i0 - a * F, 0), r1 = TP_MIN(i1 - a * F, F);
+            float *g = m->hb + (size_t)p0 * F, *u = m->hb2 + (size_t)p0 * F;
+            mm(&L->xgate[e], act_for(m, L->xgate[e].type) + (size_t)p0 * as, as, np, g, F, r0, r1);
+            mm(&L->xup[e], act_for(m, L->xup[e].type) + (size_t)p0 * as, as, np, u, F, r0, r1);
+            for (int q = 0; q < np; q++) tp_op_swiglu(g + q * F + r0, g + q * F + r0, u + q * F + r0, (int)(r1 - r0));
+        }
+        break;
+    }
+    case TP_PH_MOE_DOWN: { /* items: (active expert a, output row r) as a * n_embd + r */
+        const int64_t E = m->hp.n_embd;
+        for (int64_t a = i0 / E; a * E < i1; a++) {
+            const int e = m->moe_active[a], p0 = m->moe_off[e], np = m->moe_off[e + 1] - p0;
+            const int64_t r0 = TP_MAX(i0 - a * E, 0), r1 = TP_MIN(i1 - a * E, E);
+            mm(&L->xdown[e], act_for(m, L->xdown[e].type) + (size_t)p0 * as, as, np, m->moe_x + (size_t)p0 * E, E, r0,
+               r1);
+        }
+        break;
+    }
     }
 }
 
@@ -253,6 +288,90 @@ static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t alig
     tp_pool_run(m->pool, job, m);
 }
 
+/*
+ * The mixture-of-experts FFN of layer L (input: the residual m->x; output:
+ * this rank's partial sum in m->proj, before the all_sum).  Every token is
+ * routed (replicated router), then the (token, expert) pairs are grouped by
+ * expert (counting sort, tokens in batch order within an expert) and only the
+ * held experts that some token selected run, each over all of its tokens at
+ * once: its weights are streamed once per call whatever the batch, and the
+ * experts nobody selected are never read.  Pair p's input row is the normed
+ * x of its token (gathered into moe_x), its hidden rows hb / hb2 row p, its
+ * output moe_x row p; proj[t] = sum of w_p * output_p over t's pairs, in
+ * expert order, added to the gated shared expert's output (Qwen2-MoE, on the
+ * rank holding it).
+ */
+static void moe_ffn(tp_model_t *m, const struct tp_layer *L, int n_tok)
+{
+    const struct tp_hparams *hp = &m->hp;
+    const int E = hp->n_embd, X = hp->n_expert, k = hp->n_expert_used, F = m->n_ff_l;
+    const int e0 = m->expert0, e1 = m->expert0 + m->n_expert_l;
+    enum tp_wtype rt = L->wrouter.type;
+    prep_act(m, m->x, m->xb, L->ffn_norm, n_tok, E, &rt, 1);
+    run(m, TP_PH_ROUTER, X, 16, mm_work(&L->wrouter, n_tok));
+    int *off = m->moe_off, *cur = m->moe_active;
+    memset(off, 0, sizeof(int) * (size_t)(X + 1));
+    for (int t = 0; t < n_tok; t++) {
+        int *sel = m->moe_sel + (size_t)t * k;
+        tp_moe_route(m->router_logits + (size_t)t * X, X, k, hp->expert_weights_norm, sel, m->moe_wsel + (size_t)t * k);
+        for (int j = 0; j < k; j++)
+            if (sel[j] >= e0 && sel[j] < e1) off[sel[j] + 1]++;
+    }
+    for (int e = 0; e < X; e++) off[e + 1] += off[e];
+    memcpy(cur, off, sizeof(int) * (size_t)X);
+    for (int t = 0; t < n_tok; t++)
+        for (int j = 0; j < k; j++) {
+            const int e = m->moe_sel[(size_t)t * k + j];
+            if (e < e0 || e >= e1) continue;
+            const int p = cur[e]++;
+            m->moe_pair_tok[p] = t;
+            m->moe_pair_w[p] = m->moe_wsel[(size_t)t * k + j];
+        }
+    const int n_pairs = off[X];
+    if (m->holds_shexp) { /* Qwen2-MoE: proj = sigmoid(g . xb) * shared_expert(xb), on the rank holding it */
+        const int S = hp->n_ff_shexp;
+        enum tp_wtype st[2] = {L->sgate.type, L->sup.type};
+        prep_act(m, m->xb, NULL, NULL, n_tok, E, st, 2);
+        m->ff_cur = S;
+        run(m, TP_PH_SHEXP_UP, S, 16, mm_work(&L->sgate, n_tok) + mm_work(&L->sup, n_tok));
+        enum tp_wtype sd = L->sdown.type;
+        prep_act(m, m->hb, NULL, NULL, n_tok, S, &sd, 1);
+        run(m, TP_PH_SHEXP_DOWN, E, 16, mm_work(&L->sdown, n_tok));
+        for (int t = 0; t < n_tok; t++) {
+            const float g = 1.0f / (1.0f + expf(-tp_op_dot(m->xb + (size_t)t * E, L->sgate_inp, E)));
+            float *y = m->proj + (size_t)t * E;
+            for (int i = 0; i < E; i++) y[i] *= g;
+        }
+    } else {
+        memset(m->proj, 0, sizeof(float) * (size_t)n_tok * (size_t)E);
+    }
+    if (n_pairs == 0) return; /* none of this rank's experts was selected: its part is the shared expert's */
+    int n_active = 0;
+    uint64_t up_work = 0, down_work = 0;
+    for (int e = e0; e < e1; e++) {
+        const int np = off[e + 1] - off[e];
+        if (np == 0) continue;
+        m->moe_active[n_active++] = e;
+        up_work += mm_work(&L->xgate[e], np) + mm_work(&L->xup[e], np);
+        down_work += mm_work(&L->xdown[e], np);
+        m->stats.expert_bytes += (uint64_t)L->xgate[e].rows * L->xgate[e].row_bytes +
+                                 (uint64_t)L->xup[e].rows * L->xup[e].row_bytes +
+                                 (uint64_t)L->xdown[e].rows * L->xdown[e].row_bytes;
+    }
+    m->moe_n_active = n_active;
+    for (int p = 0; p < n_pairs; p++)
+        memcpy(m->moe_x + (size_t)p * E, m->xb + (size_t)m->moe_pair_tok[p] * E, sizeof(float) * (size_t)E);
+    const int ea = m->moe_active[0];
+    enum tp_wtype up_types[2] = {L->xgate[ea].type, L->xup[ea].type};
+    prep_act(m, m->moe_x, NULL, NULL, n_pairs, E, up_types, 2);
+    run(m, TP_PH_MOE_UP, (int64_t)n_active * F, 16, up_work);
+    enum tp_wtype d_type = L->xdown[ea].type;
+    prep_act(m, m->hb, NULL, NULL, n_pairs, F, &d_type, 1);
+    run(m, TP_PH_MOE_DOWN, (int64_t)n_active * E, 16, down_work);
+    for (int p = 0; p < n_pairs; p++)
+        tp_op_axpy(m->proj + (size_t)m->moe_pair_tok[p] * E, m->moe_pair_w[p], m->moe_x + (size_t)p * E, E);
+}
+
 static enum tp_status all_sum(tp_model_t *m, float *buf, size_t count)
 {
     if (!m->shard.all_sum) return TP_OK;
@@ -301,6 +420,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
 {
     if (!m) return TP_ERR_INVALID_ARG;
     uint64_t t_start = tp_now_ns();
+    const uint64_t expert_bytes0 = m->stats.expert_bytes;
     enum tp_status rc = check_batch(m, b);
     if (rc != TP_OK) return rc;
     const struct tp_hparams *hp = &m->hp;
@@ -333,12 +453,17 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
         TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
         for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
         /* feed-forward */
-        enum tp_wtype ffn_types[2] = {L->wgate.type, L->wup.type};
-        prep_act(m, m->x, m->xb, L->ffn_norm, n_tok, E, ffn_types, 2);
-        run(m, TP_PH_FFN_UP, L->wgate.rows, 16, mm_work(&L->wgate, n_tok) + mm_work(&L->wup, n_tok));
-        enum tp_wtype d_type = L->wdown.type;
-        prep_act(m, m->hb, NULL, NULL, n_tok, m->n_ff_l, &d_type, 1);
-        run(m, TP_PH_DOWN, L->wdown.rows, 16, mm_work(&L->wdown, n_tok));
+        if (hp->n_expert > 0) {
+            moe_ffn(m, L, n_tok);
+        } else {
+            enum tp_wtype ffn_types[2] = {L->wgate.type, L->wup.type};
+            prep_act(m, m->x, m->xb, L->ffn_norm, n_tok, E, ffn_types, 2);
+            m->ff_cur = m->n_ff_l;
+            run(m, TP_PH_FFN_UP, L->wgate.rows, 16, mm_work(&L->wgate, n_tok) + mm_work(&L->wup, n_tok));
+            enum tp_wtype d_type = L->wdown.type;
+            prep_act(m, m->hb, NULL, NULL, n_tok, m->n_ff_l, &d_type, 1);
+            run(m, TP_PH_DOWN, L->wdown.rows, 16, mm_work(&L->wdown, n_tok));
+        }
         TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
         for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
     }
@@ -361,6 +486,10 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
         run(m, TP_PH_LOGITS, m->output.rows, 16, mm_work(&m->output, m->n_out));
     }
 out:
+    if (b->n_tokens == 1) {
+        m->stats.n_decode++;
+        m->stats.expert_bytes_decode += m->stats.expert_bytes - expert_bytes0;
+    }
     m->stats.n_forward++;
     m->stats.n_tokens += (uint64_t)n_tok;
     m->stats.ns_forward += tp_now_ns() - t_start;

@@ -48,9 +48,23 @@ struct tp_layer {
     struct tp_wmat wo;        /* (n_embd, nq*hd) */
     struct tp_wmat wgate, wup; /* (n_ff_l, n_embd) */
     struct tp_wmat wdown;     /* (n_embd, n_ff_l) */
+    /* mixture of experts (hp.n_expert > 0; the dense wgate/wup/wdown are then unused) */
+    struct tp_wmat wrouter;   /* ffn_gate_inp (n_expert, n_embd), whole on every rank */
+    struct tp_wmat *xgate, *xup; /* (n_expert) per expert (n_ff_l, n_embd); rows 0 for experts not held */
+    struct tp_wmat *xdown;    /* (n_expert) per expert (n_embd, n_ff_l); rows 0 for experts not held */
+    /* the stacked ffn_{gate,up,down}_exps tensors when held whole (the per-expert
+     * matrices are then views into them: owned NULL); data NULL otherwise */
+    struct tp_wmat xstack[3];
+    /* Qwen2-MoE shared expert (on the rank holding it, else rows 0): gate/up (n_ff_shexp, n_embd),
+     * down (n_embd, n_ff_shexp), and its gate vector (n_embd) owned (NULL where not held) */
+    struct tp_wmat sgate, sup, sdown;
+    float *sgate_inp;
 };
 
-enum tp_fwd_phase { TP_PH_PREP = 0, TP_PH_QKV, TP_PH_ATTN, TP_PH_O, TP_PH_FFN_UP, TP_PH_DOWN, TP_PH_LOGITS };
+enum tp_fwd_phase {
+    TP_PH_PREP = 0, TP_PH_QKV, TP_PH_ATTN, TP_PH_O, TP_PH_FFN_UP, TP_PH_DOWN, TP_PH_LOGITS,
+    TP_PH_ROUTER, TP_PH_MOE_UP, TP_PH_MOE_DOWN, TP_PH_SHEXP_UP, TP_PH_SHEXP_DOWN
+};
 
 struct tp_model {
     struct tp_error err;
@@ -72,6 +86,8 @@ struct tp_model {
     int kv_head0;              /* global index of the first held KV head */
     int q_head0;               /* global index of the first held Q head */
     int n_ctx, n_seq, n_batch, n_threads;
+    int n_expert_l;            /* experts held (expert_end - expert_begin); 0 for dense models */
+    int expert0;               /* global index of the first held expert */
 
     /* weights */
     struct tp_layer *layers;   /* (n_layer) */
@@ -80,6 +96,7 @@ struct tp_model {
     float *output_norm;        /* (n_embd) owned */
     float *inv_freq;           /* (rope_dim/2) rotation frequency per pair, scaling applied */
     uint64_t weight_bytes;
+    uint64_t expert_weight_bytes; /* of which the held experts' matrices */
     enum tp_wtype weight_type;
 
     /* KV cache: (n_layer, n_seq, n_ctx, kv_dim) each, f32 or (kv_f16) fp16 elements */
@@ -96,8 +113,21 @@ struct tp_model {
     float *q;                  /* (n_batch, q_dim) */
     float *k, *v;              /* (n_batch, kv_dim) */
     float *att;                /* (n_batch, q_dim) attention output */
-    float *hb, *hb2;           /* (n_batch, n_ff_l) */
-    uint8_t *act[3];           /* (n_batch, act_row_max) prepared activations per weight type */
+    float *hb, *hb2;           /* (n_rows_max, n_ff_l) */
+    uint8_t *act[3];           /* (n_rows_max, act_row_max) prepared activations per weight type */
+    int n_rows_max;            /* n_batch, or n_batch * n_expert_used for MoE (one row per (token, expert)) */
+    int ff_cur;                /* hidden width of the FFN the FFN_UP / DOWN jobs run (n_ff_l, or n_ff_shexp) */
+    int holds_shexp;           /* this rank computes the shared expert */
+    /* mixture of experts scratch: the (token, expert) pairs of a batch grouped by expert */
+    float *router_logits;      /* (n_batch, n_expert) */
+    int *moe_sel;              /* (n_batch, n_expert_used) selected experts per token */
+    float *moe_wsel;           /* (n_batch, n_expert_used) their weights */
+    int *moe_off;              /* (n_expert + 1) first pair of each expert in the grouped order */
+    int *moe_pair_tok;         /* (n_rows_max) token of each grouped pair */
+    float *moe_pair_w;         /* (n_rows_max) router weight of each grouped pair */
+    int *moe_active;           /* (n_expert) held experts with at least one pair in this batch */
+    int moe_n_active;
+    float *moe_x;              /* (n_rows_max, n_embd) inputs gathered per pair, then the experts' outputs */
     enum tp_wtype act_type[3];
     size_t act_row_max;        /* bytes of one prepared row (largest type x largest width) */
     float *scores;             /* (n_threads, n_ctx) attention scores per thread */
@@ -159,6 +189,13 @@ void tp_op_attn_head_ref(const float *q, const void *kc, const void *vc, size_t 
 /* Inverse frequencies for (theta, rope_dim) with the hparams' scaling; freq_factors
  * (rope_dim/2, may be NULL) divide them (llama.cpp rope_freqs.weight). */
 void tp_op_rope_freqs(float *inv_freq, const struct tp_hparams *hp, const float *freq_factors);
+
+/* ---- moe.c ---- */
+/* The router of one token: logits[n_expert] -> the k selected experts sel[k]
+ * (descending probability; ties: the lower index first) and their weights
+ * w[k] (softmax probabilities over all experts, renormalised over the k when
+ * norm).  1 <= k <= n_expert. */
+void tp_moe_route(const float *logits, int n_expert, int k, int norm, int *sel, float *w);
 
 /* ---- repack.c ---- */
 /* Re-lay this rank's Q4_0 matrices (layers and an untied output head; never

@@ -50,6 +50,8 @@ const char *tp_arch_name(enum tp_arch a)
     case TP_ARCH_LLAMA: return "llama";
     case TP_ARCH_QWEN2: return "qwen2";
     case TP_ARCH_QWEN3: return "qwen3";
+    case TP_ARCH_QWEN3MOE: return "qwen3moe";
+    case TP_ARCH_QWEN2MOE: return "qwen2moe";
     default: return "unknown";
     }
 }
@@ -103,10 +105,24 @@ static enum tp_status read_hparams(tp_model_t *m)
     if (strcmp(arch, "llama") == 0 || strcmp(arch, "mistral") == 0) hp->arch = TP_ARCH_LLAMA;
     else if (strcmp(arch, "qwen2") == 0) hp->arch = TP_ARCH_QWEN2;
     else if (strcmp(arch, "qwen3") == 0) hp->arch = TP_ARCH_QWEN3;
+    else if (strcmp(arch, "qwen3moe") == 0) hp->arch = TP_ARCH_QWEN3MOE;
+    else if (strcmp(arch, "qwen2moe") == 0) hp->arch = TP_ARCH_QWEN2MOE;
+    else if (strcmp(arch, "deepseek2") == 0 || strcmp(arch, "deepseek") == 0)
+        return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
+                            "%s: architecture '%s' (DeepSeek: multi-head latent attention and shared experts) is not "
+                            "supported; supported mixture-of-experts models: Qwen3-MoE (qwen3moe), Qwen2-MoE (qwen2moe) "
+                            "and Mixtral (llama with experts)",
+                            m->path, arch);
+    else if (strncmp(arch, "glm4moe", 7) == 0 || strcmp(arch, "glm4_moe") == 0)
+        return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
+                            "%s: architecture '%s' (GLM-MoE: sigmoid router with expert bias and shared experts) is not "
+                            "supported; supported mixture-of-experts models: Qwen3-MoE (qwen3moe), Qwen2-MoE (qwen2moe) "
+                            "and Mixtral (llama with experts)",
+                            m->path, arch);
     else
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
                             "%s: architecture '%.64s' is not supported (supported: llama (incl. Mistral, TinyLlama, "
-                            "SmolLM), qwen2, qwen3)",
+                            "SmolLM, Mixtral), qwen2, qwen3, qwen2moe, qwen3moe)",
                             m->path, arch);
     int big = 1 << 24;
     TP_CHECK_GOTO(md_int(m, arch, "embedding_length", 1, 1, big, &hp->n_embd), rc, out);
@@ -117,11 +133,36 @@ static enum tp_status read_hparams(tp_model_t *m)
     TP_CHECK_GOTO(md_int(m, arch, "feed_forward_length", 1, 1, big, &hp->n_ff), rc, out);
     hp->n_ctx_train = 2048;
     TP_CHECK_GOTO(md_int(m, arch, "context_length", 0, 1, 1 << 30, &hp->n_ctx_train), rc, out);
-    int expert_count = 0;
-    TP_CHECK_GOTO(md_int(m, arch, "expert_count", 0, 0, 1 << 20, &expert_count), rc, out);
-    if (expert_count > 0)
-        return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: mixture-of-experts models (%s.expert_count = %d) are not supported",
-                            m->path, arch, expert_count);
+    TP_CHECK_GOTO(md_int(m, arch, "expert_count", 0, 0, 1 << 16, &hp->n_expert), rc, out);
+    if ((hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE) && hp->n_expert == 0)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: metadata '%s.expert_count' is missing (needed for arch %s)",
+                            m->path, arch, arch);
+    if (hp->n_expert > 0) {
+        if (hp->arch == TP_ARCH_QWEN2)
+            return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
+                                "%s: qwen2 with %d experts is not supported (mixture-of-experts: qwen3moe, llama/Mixtral)",
+                                m->path, hp->n_expert);
+        TP_CHECK_GOTO(md_int(m, arch, "expert_used_count", 1, 1, hp->n_expert, &hp->n_expert_used), rc, out);
+        /* Qwen3-MoE: experts narrower than feed_forward_length (the dense width, unused) */
+        TP_CHECK_GOTO(md_int(m, arch, "expert_feed_forward_length", 0, 1, big, &hp->n_ff), rc, out);
+        /* Mixtral and Qwen3-MoE renormalise, Qwen2-MoE does not (llama.cpp: norm_w) */
+        hp->expert_weights_norm = hp->arch != TP_ARCH_QWEN2MOE;
+        if (hp->arch == TP_ARCH_QWEN2MOE)
+            TP_CHECK_GOTO(md_int(m, arch, "expert_shared_feed_forward_length", 1, 1, big, &hp->n_ff_shexp), rc, out);
+        char nk[128];
+        snprintf(nk, sizeof(nk), "%s.expert_weights_norm", arch);
+        int b = 0;
+        enum tp_status brc = tp_gguf_get_bool(m->gguf, nk, &b);
+        if (brc == TP_OK) hp->expert_weights_norm = b != 0;
+        else if (brc != TP_ERR_NOT_FOUND) return tp_error_set(&m->err, brc, "%s", tp_gguf_last_error(m->gguf));
+        int lead = 0;
+        TP_CHECK_GOTO(md_int(m, arch, "leading_dense_block_count", 0, 0, 4096, &lead), rc, out);
+        if (lead > 0)
+            return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
+                                "%s: %s.leading_dense_block_count = %d: dense layers before the expert layers are not "
+                                "supported",
+                                m->path, arch, lead);
+    }
     if (hp->n_head % hp->n_head_kv != 0)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d", m->path,
                             hp->n_head, hp->n_head_kv);
@@ -145,6 +186,10 @@ static enum tp_status read_hparams(tp_model_t *m)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: %s.rope.dimension_count %d must be even", m->path, arch,
                             hp->rope_dim);
     hp->rope_neox = hp->arch != TP_ARCH_LLAMA;
+    if (hp->arch == TP_ARCH_QWEN3MOE) hp->has_qk_norm = 1;
+    /* what the architecture implies (load_weights then goes by the tensors present): a
+     * vocab-only load (tpserve plan, the probe) sizes the biases with it */
+    if (hp->arch == TP_ARCH_QWEN2 || hp->arch == TP_ARCH_QWEN2MOE) hp->has_qkv_bias = 1;
     hp->rope_theta = 10000.0f;
     TP_CHECK_GOTO(md_float(m, arch, "rope.freq_base", &hp->rope_theta), rc, out);
     if (!(hp->rope_theta > 1.0f))
@@ -254,14 +299,21 @@ static enum tp_status pread_full(tp_model_t *m, const struct tp_tsrc_tensor *t, 
  * (ne = [cols_full, rows_full]) and keep rows [r0, r1) x cols [c0, c1).
  * Reads from the mapping when the whole tensor is kept, else with pread.
  */
-static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg, const char *name, int64_t rows_full,
-                               int64_t cols_full, int64_t r0, int64_t r1, int64_t c0, int64_t c1, struct tp_wmat *w,
-                               uint64_t total)
+/* n_stack > 1: a 3-D tensor of n_stack matrices (the stacked experts, ne = [cols, rows_full / n_stack, n_stack])
+ * seen as one (rows_full, cols_full) matrix: expert e's row r is row e * rows_full / n_stack + r. */
+static enum tp_status load_mat_st(tp_model_t *m, const struct tp_model_config *cfg, const char *name, int64_t rows_full,
+                                  int64_t cols_full, int64_t r0, int64_t r1, int64_t c0, int64_t c1, struct tp_wmat *w,
+                                  uint64_t total, int64_t n_stack)
 {
     struct tp_tsrc_tensor tt;
     const struct tp_tsrc_tensor *t = &tt;
     if (!find_tensor(m, name, 1, &tt)) return m->err.status;
     name = t->name;
+    if (n_stack > 1 && (t->mlx_packed || t->ne[2] != n_stack || t->ne[3] != 1 || t->ne[0] != cols_full ||
+                        t->ne[1] * n_stack != rows_full))
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
+                            m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                            (long long)cols_full, (long long)(rows_full / n_stack), (long long)n_stack);
     if (t->mlx_packed) { /* MLX quantized: weight + scales + biases (mlx_load.c; directory or shard file) */
         uint64_t held = 0;
         enum tp_status mrc = tp_mlx_load_mat(m, t, rows_full, cols_full, r0, r1, c0, c1, w, &held);
@@ -269,7 +321,7 @@ static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg,
         else if (mrc == TP_OK) progress(m, cfg, held, total);
         return mrc;
     }
-    if (t->ne[2] != 1 || t->ne[3] != 1)
+    if (n_stack == 1 && (t->ne[2] != 1 || t->ne[3] != 1))
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has %d dims (want 2)", m->path, name, t->n_dims);
     if (!tp_wtype_supported(t->type))
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which this build cannot compute with",
@@ -277,9 +329,9 @@ static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg,
     int64_t rows = r1 - r0, cols = c1 - c0;
     int slice_file = m->sharded && m->shard.file_is_slice;
     int whole = 0;
-    if (t->ne[0] == cols_full && t->ne[1] == rows_full) {
+    if (t->ne[0] == cols_full && t->ne[1] * n_stack == rows_full) {
         whole = (rows == rows_full && cols == cols_full);
-    } else if (slice_file && t->ne[0] == cols && t->ne[1] == rows) {
+    } else if (slice_file && n_stack == 1 && t->ne[0] == cols && t->ne[1] == rows) {
         whole = 1;
         r0 = 0;
         c0 = 0;
@@ -349,6 +401,13 @@ static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg,
     return rc;
 }
 
+static enum tp_status load_mat(tp_model_t *m, const struct tp_model_config *cfg, const char *name, int64_t rows_full,
+                               int64_t cols_full, int64_t r0, int64_t r1, int64_t c0, int64_t c1, struct tp_wmat *w,
+                               uint64_t total)
+{
+    return load_mat_st(m, cfg, name, rows_full, cols_full, r0, r1, c0, c1, w, total, 1);
+}
+
 /* A 1-D tensor (norm weight or bias) of n_full elements, elements [e0, e1) kept, as owned f32. */
 static enum tp_status load_vec(tp_model_t *m, const struct tp_model_config *cfg, const char *name, int64_t n_full,
                                int64_t e0, int64_t e1, float **out, uint64_t total)
@@ -406,10 +465,17 @@ static enum tp_status check_shard(tp_model_t *m, const struct tp_model_shard *s)
         m->shard.kv_head_end = hp->n_head_kv;
         m->shard.ff_end = hp->n_ff;
         m->shard.vocab_end = hp->n_vocab;
+        m->shard.expert_end = hp->n_expert;
         return TP_OK;
     }
     m->shard = *s;
     m->sharded = 1;
+    if (m->shard.expert_begin == 0 && m->shard.expert_end == 0) m->shard.expert_end = hp->n_expert;
+    if (hp->n_expert > 0 && s->file_is_slice)
+        return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
+                            "%s: tpserve shard files of mixture-of-experts models are not supported; load the whole "
+                            "GGUF on every rank (each rank reads only its slice)",
+                            m->path);
     if (s->q_head_begin < 0 || s->q_head_end > hp->n_head || s->q_head_begin >= s->q_head_end ||
         s->kv_head_begin < 0 || s->kv_head_end > hp->n_head_kv || s->kv_head_begin >= s->kv_head_end ||
         s->ff_begin < 0 || s->ff_end > hp->n_ff || s->ff_begin >= s->ff_end || s->vocab_begin < 0 ||
@@ -419,6 +485,10 @@ static enum tp_status check_shard(tp_model_t *m, const struct tp_model_shard *s)
                             "kv heads %d, ff %d, vocab %d)",
                             m->path, s->q_head_begin, s->q_head_end, s->kv_head_begin, s->kv_head_end, s->ff_begin,
                             s->ff_end, s->vocab_begin, s->vocab_end, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_vocab);
+    if (hp->n_expert > 0 && !(s->expert_begin == 0 && s->expert_end == 0) &&
+        (s->expert_begin < 0 || s->expert_end > hp->n_expert || s->expert_begin >= s->expert_end))
+        return tp_error_set(&m->err, TP_ERR_INVALID_ARG, "%s: shard experts [%d,%d) do not fit the model's %d experts",
+                            m->path, s->expert_begin, s->expert_end, hp->n_expert);
     int group = hp->n_head / hp->n_head_kv;
     int kv_lo = s->q_head_begin / group, kv_hi = (s->q_head_end - 1) / group;
     if (kv_lo < s->kv_head_begin || kv_hi >= s->kv_head_end)
@@ -429,6 +499,88 @@ static enum tp_status check_shard(tp_model_t *m, const struct tp_model_shard *s)
 }
 
 /* ----------------------------------------------------------- init/free */
+
+/*
+ * Layer l's mixture of experts: the router ffn_gate_inp (whole) and, of the
+ * stacked ffn_{gate,up,down}_exps, the held experts' slices.  Held whole (no
+ * shard of the experts) the stacked tensors are used as they are (mapped)
+ * and each expert's matrices are views into them; otherwise each held
+ * expert's rows [ff_begin, ff_end) of gate/up and those columns of down are
+ * read into owned buffers, so only this rank's part becomes resident.
+ */
+static enum tp_status load_experts(tp_model_t *m, const struct tp_model_config *cfg, int l, uint64_t total)
+{
+    enum tp_status rc = TP_OK;
+    const struct tp_hparams *hp = &m->hp;
+    const struct tp_model_shard *s = &m->shard;
+    struct tp_layer *L = &m->layers[l];
+    const int64_t E = hp->n_embd, F = hp->n_ff, X = hp->n_expert;
+    char gname[96], uname[96], dname[96], rname[96];
+    snprintf(rname, sizeof(rname), "blk.%d.ffn_gate_inp.weight", l);
+    snprintf(gname, sizeof(gname), "blk.%d.ffn_gate_exps.weight", l);
+    snprintf(uname, sizeof(uname), "blk.%d.ffn_up_exps.weight", l);
+    snprintf(dname, sizeof(dname), "blk.%d.ffn_down_exps.weight", l);
+    TP_CHECK_GOTO(load_mat(m, cfg, rname, X, E, 0, X, 0, E, &L->wrouter, total), rc, out);
+    if (!L->xgate) {
+        L->xgate = calloc((size_t)X, sizeof(*L->xgate));
+        L->xup = calloc((size_t)X, sizeof(*L->xup));
+        L->xdown = calloc((size_t)X, sizeof(*L->xdown));
+        if (!L->xgate || !L->xup || !L->xdown) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
+    }
+    if (hp->n_ff_shexp > 0) {
+        char name[96];
+        const int64_t S = hp->n_ff_shexp;
+        m->holds_shexp = s->expert_begin == 0 && s->ff_begin == 0;
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp_shexp.weight", l);
+        if (m->holds_shexp) {
+            TP_CHECK_GOTO(load_vec(m, cfg, name, E, 0, E, &L->sgate_inp, total), rc, out);
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_shexp.weight", l);
+            TP_CHECK_GOTO(load_mat(m, cfg, name, S, E, 0, S, 0, E, &L->sgate, total), rc, out);
+            snprintf(name, sizeof name, "blk.%d.ffn_up_shexp.weight", l);
+            TP_CHECK_GOTO(load_mat(m, cfg, name, S, E, 0, S, 0, E, &L->sup, total), rc, out);
+            snprintf(name, sizeof name, "blk.%d.ffn_down_shexp.weight", l);
+            TP_CHECK_GOTO(load_mat(m, cfg, name, E, S, 0, E, 0, S, &L->sdown, total), rc, out);
+        }
+    }
+    const int whole = s->ff_begin == 0 && s->ff_end == F && s->expert_begin == 0 && s->expert_end == X;
+    if (m->st) { /* Hugging Face: one tensor per expert (tensor_source.h names them blk.N.ffn_*_exps.E.weight) */
+        for (int64_t e = s->expert_begin; e < s->expert_end; e++) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "blk.%d.ffn_gate_exps.%lld.weight", l, (long long)e);
+            TP_CHECK_GOTO(load_mat(m, cfg, nm, F, E, s->ff_begin, s->ff_end, 0, E, &L->xgate[e], total), rc, out);
+            snprintf(nm, sizeof nm, "blk.%d.ffn_up_exps.%lld.weight", l, (long long)e);
+            TP_CHECK_GOTO(load_mat(m, cfg, nm, F, E, s->ff_begin, s->ff_end, 0, E, &L->xup[e], total), rc, out);
+            snprintf(nm, sizeof nm, "blk.%d.ffn_down_exps.%lld.weight", l, (long long)e);
+            TP_CHECK_GOTO(load_mat(m, cfg, nm, E, F, 0, E, s->ff_begin, s->ff_end, &L->xdown[e], total), rc, out);
+        }
+        return TP_OK;
+    }
+    if (whole) {
+        TP_CHECK_GOTO(load_mat_st(m, cfg, gname, X * F, E, 0, X * F, 0, E, &L->xstack[0], total, X), rc, out);
+        TP_CHECK_GOTO(load_mat_st(m, cfg, uname, X * F, E, 0, X * F, 0, E, &L->xstack[1], total, X), rc, out);
+        TP_CHECK_GOTO(load_mat_st(m, cfg, dname, X * E, F, 0, X * E, 0, F, &L->xstack[2], total, X), rc, out);
+        if (m->dry_run) return TP_OK;
+        for (int64_t e = 0; e < X; e++) {
+            struct tp_wmat *v[3] = {&L->xgate[e], &L->xup[e], &L->xdown[e]};
+            for (int i = 0; i < 3; i++) {
+                const int64_t rows = i == 2 ? E : F;
+                *v[i] = L->xstack[i];
+                v[i]->owned = NULL;
+                v[i]->rows = rows;
+                v[i]->data = L->xstack[i].data + (size_t)(e * rows) * L->xstack[i].row_bytes;
+            }
+        }
+        return TP_OK;
+    }
+    const int64_t f0 = s->ff_begin, f1 = s->ff_end;
+    for (int64_t e = s->expert_begin; e < s->expert_end; e++) {
+        TP_CHECK_GOTO(load_mat_st(m, cfg, gname, X * F, E, e * F + f0, e * F + f1, 0, E, &L->xgate[e], total, X), rc, out);
+        TP_CHECK_GOTO(load_mat_st(m, cfg, uname, X * F, E, e * F + f0, e * F + f1, 0, E, &L->xup[e], total, X), rc, out);
+        TP_CHECK_GOTO(load_mat_st(m, cfg, dname, X * E, F, e * E, (e + 1) * E, f0, f1, &L->xdown[e], total, X), rc, out);
+    }
+out:
+    return rc;
+}
 
 /* Called twice: with m->dry_run set it only validates and sums the bytes this
  * rank will hold (the progress total), then for real. */
@@ -465,8 +617,9 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
     int64_t qf = (int64_t)hp->n_head * hd, kf = (int64_t)hp->n_head_kv * hd;
     m->hp.has_qkv_bias = has_tensor(m, "blk.0.attn_q.bias");
     m->hp.has_qk_norm = has_tensor(m, "blk.0.attn_q_norm.weight");
-    if (hp->arch == TP_ARCH_QWEN3 && !m->hp.has_qk_norm)
-        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: qwen3 model without blk.0.attn_q_norm.weight", m->path);
+    if ((hp->arch == TP_ARCH_QWEN3 || hp->arch == TP_ARCH_QWEN3MOE) && !m->hp.has_qk_norm)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: %s model without blk.0.attn_q_norm.weight", m->path,
+                            tp_arch_name(hp->arch));
     for (int l = 0; l < hp->n_layer; l++) {
         struct tp_layer *L = &m->layers[l];
 #define NM(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", l, suffix), name)
@@ -476,12 +629,18 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
         TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_k.weight"), kf, E, k0, k1, 0, E, &L->wk, total), rc, out);
         TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_v.weight"), kf, E, k0, k1, 0, E, &L->wv, total), rc, out);
         TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_output.weight"), E, qf, 0, E, q0, q1, &L->wo, total), rc, out);
-        TP_CHECK_GOTO(load_mat(m, cfg, NM("ffn_gate.weight"), hp->n_ff, E, s->ff_begin, s->ff_end, 0, E, &L->wgate, total),
-                      rc, out);
-        TP_CHECK_GOTO(load_mat(m, cfg, NM("ffn_up.weight"), hp->n_ff, E, s->ff_begin, s->ff_end, 0, E, &L->wup, total), rc,
-                      out);
-        TP_CHECK_GOTO(load_mat(m, cfg, NM("ffn_down.weight"), E, hp->n_ff, 0, E, s->ff_begin, s->ff_end, &L->wdown, total),
-                      rc, out);
+        if (hp->n_expert > 0) {
+            TP_CHECK_GOTO(load_experts(m, cfg, l, total), rc, out);
+        } else {
+            TP_CHECK_GOTO(load_mat(m, cfg, NM("ffn_gate.weight"), hp->n_ff, E, s->ff_begin, s->ff_end, 0, E, &L->wgate,
+                                   total),
+                          rc, out);
+            TP_CHECK_GOTO(load_mat(m, cfg, NM("ffn_up.weight"), hp->n_ff, E, s->ff_begin, s->ff_end, 0, E, &L->wup, total),
+                          rc, out);
+            TP_CHECK_GOTO(load_mat(m, cfg, NM("ffn_down.weight"), E, hp->n_ff, 0, E, s->ff_begin, s->ff_end, &L->wdown,
+                                   total),
+                          rc, out);
+        }
         if (m->hp.has_qkv_bias) {
             TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_q.bias"), qf, q0, q1, &L->bq, total), rc, out);
             TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_k.bias"), kf, k0, k1, &L->bk, total), rc, out);
@@ -498,7 +657,7 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
         if (find_tensor(m, "rope_freqs.weight", 0, &rf)) m->weight_bytes += rf.n_bytes;
         return TP_OK;
     }
-    m->weight_type = m->layers[0].wgate.type;
+    m->weight_type = hp->n_expert > 0 ? m->layers[0].xgate[s->expert_begin].type : m->layers[0].wgate.type;
     /* rope frequencies (llama3 GGUFs carry rope_freqs.weight) */
     m->inv_freq = tp_aligned_alloc(64, (size_t)hp->rope_dim / 2 * sizeof(float) + 64);
     if (!m->inv_freq) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
@@ -559,13 +718,27 @@ static enum tp_status alloc_state(tp_model_t *m)
     m->att = zalloc(B * (size_t)m->q_dim, sizeof(float), &fail);
     m->k = zalloc(B * (size_t)m->kv_dim, sizeof(float), &fail);
     m->v = zalloc(B * (size_t)m->kv_dim, sizeof(float), &fail);
-    m->hb = zalloc(B * (size_t)m->n_ff_l, sizeof(float), &fail);
-    m->hb2 = zalloc(B * (size_t)m->n_ff_l, sizeof(float), &fail);
+    /* mixture of experts: one row per (token, selected expert) for the expert FFNs */
+    const size_t R = B * (size_t)(hp->n_expert > 0 ? hp->n_expert_used : 1);
+    m->n_rows_max = (int)R;
+    if (hp->n_expert > 0) {
+        m->router_logits = zalloc(B * (size_t)hp->n_expert, sizeof(float), &fail);
+        m->moe_sel = zalloc(R, sizeof(int), &fail);
+        m->moe_wsel = zalloc(R, sizeof(float), &fail);
+        m->moe_off = zalloc((size_t)hp->n_expert + 1, sizeof(int), &fail);
+        m->moe_pair_tok = zalloc(R, sizeof(int), &fail);
+        m->moe_pair_w = zalloc(R, sizeof(float), &fail);
+        m->moe_active = zalloc((size_t)hp->n_expert, sizeof(int), &fail);
+        m->moe_x = zalloc(R * E, sizeof(float), &fail);
+    }
+    const size_t hbn = TP_MAX(R * (size_t)m->n_ff_l, B * (size_t)hp->n_ff_shexp);
+    m->hb = zalloc(hbn, sizeof(float), &fail);
+    m->hb2 = zalloc(hbn, sizeof(float), &fail);
     m->scores = zalloc((size_t)m->n_threads * (size_t)m->n_ctx, sizeof(float), &fail);
     m->rope_cs = zalloc(B * (size_t)hp->rope_dim, sizeof(float), &fail);
     m->out_rows = zalloc(B, sizeof(int), &fail);
     /* prepared activations: widest input is max(n_embd, q_dim, n_ff_l) for any weight type in use */
-    int64_t wmax = TP_MAX(TP_MAX((int64_t)E, (int64_t)m->q_dim), (int64_t)m->n_ff_l);
+    int64_t wmax = TP_MAX(TP_MAX((int64_t)E, (int64_t)m->q_dim), TP_MAX((int64_t)m->n_ff_l, (int64_t)hp->n_ff_shexp));
     size_t amax = 0;
     for (int t = 0; t < TP_WTYPE_COUNT; t++)
         if (tp_wtype_supported((enum tp_wtype)t) && tp_wtype_block_elems((enum tp_wtype)t) > 0 &&
@@ -573,7 +746,7 @@ static enum tp_status alloc_state(tp_model_t *m)
             amax = TP_MAX(amax, tp_kern_act_row_bytes((enum tp_wtype)t, wmax));
     amax = (amax + 63) & ~(size_t)63;
     m->act_row_max = amax;
-    for (int i = 0; i < 3; i++) m->act[i] = zalloc(B, amax, &fail);
+    for (int i = 0; i < 3; i++) m->act[i] = zalloc(R, amax, &fail);
     if (fail) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory for activations (n_batch %d)", m->path, m->n_batch);
     return TP_OK;
 }
@@ -783,6 +956,8 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
         m->kv_dim = m->nkv * m->hd;
         m->n_ff_l = s->ff_end - s->ff_begin;
         m->n_vocab_l = s->vocab_end - s->vocab_begin;
+        m->expert0 = s->expert_begin;
+        m->n_expert_l = s->expert_end - s->expert_begin;
     }
     m->dry_run = 1;
     TP_CHECK_GOTO(load_weights(m, cfg, 0), rc, fail);
@@ -805,6 +980,13 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
         }
         m->n_threads = tp_pool_size(m->pool);
     }
+    for (int l = 0; m->hp.n_expert > 0 && l < m->hp.n_layer; l++)
+        for (int e = m->expert0; e < m->expert0 + m->n_expert_l; e++) {
+            const struct tp_layer *L = &m->layers[l];
+            m->expert_weight_bytes += (uint64_t)L->xgate[e].rows * L->xgate[e].row_bytes +
+                                      (uint64_t)L->xup[e].rows * L->xup[e].row_bytes +
+                                      (uint64_t)L->xdown[e].rows * L->xdown[e].row_bytes;
+        }
     if (!cfg->keep_layout) TP_CHECK_GOTO(tp_model_repack(m), rc, fail);
     TP_CHECK_GOTO(alloc_state(m), rc, fail);
     tp_log(TP_LOG_DEBUG, MODULE, "%s: %s, %d layers, embd %d, heads %d/%d, ff %d, vocab %d, %.1f MiB weights held",
@@ -839,6 +1021,20 @@ void tp_model_free(tp_model_t *m)
             free_mat(&L->wgate);
             free_mat(&L->wup);
             free_mat(&L->wdown);
+            free_mat(&L->wrouter);
+            free_mat(&L->sgate);
+            free_mat(&L->sup);
+            free_mat(&L->sdown);
+            tp_aligned_free(L->sgate_inp);
+            for (int e = 0; L->xgate && e < m->hp.n_expert; e++) {
+                free_mat(&L->xgate[e]);
+                free_mat(&L->xup[e]);
+                free_mat(&L->xdown[e]);
+            }
+            for (int i = 0; i < 3; i++) free_mat(&L->xstack[i]);
+            free(L->xgate);
+            free(L->xup);
+            free(L->xdown);
         }
         free(m->layers);
     }
@@ -860,6 +1056,14 @@ void tp_model_free(tp_model_t *m)
     tp_aligned_free(m->v);
     tp_aligned_free(m->hb);
     tp_aligned_free(m->hb2);
+    tp_aligned_free(m->router_logits);
+    tp_aligned_free(m->moe_sel);
+    tp_aligned_free(m->moe_wsel);
+    tp_aligned_free(m->moe_off);
+    tp_aligned_free(m->moe_pair_tok);
+    tp_aligned_free(m->moe_pair_w);
+    tp_aligned_free(m->moe_active);
+    tp_aligned_free(m->moe_x);
     for (int i = 0; i < 3; i++) tp_aligned_free(m->act[i]);
     tp_aligned_free(m->scores);
     tp_aligned_free(m->rope_cs);
@@ -880,7 +1084,13 @@ tp_tokenizer_t *tp_model_tokenizer(const tp_model_t *m) { return m->tok; }
 const char *tp_model_name(const tp_model_t *m) { return m->name; }
 const char *tp_model_chat_template(const tp_model_t *m) { return m->chat_template; }
 uint64_t tp_model_weight_bytes(const tp_model_t *m) { return m->weight_bytes; }
+uint64_t tp_model_expert_weight_bytes(const tp_model_t *m) { return m->expert_weight_bytes; }
 enum tp_wtype tp_model_weight_type(const tp_model_t *m) { return m->weight_type; }
 int tp_model_n_ctx(const tp_model_t *m) { return m->n_ctx; }
+uint64_t tp_model_kv_bytes(const tp_model_t *m)
+{
+    return 2ull * (uint64_t)m->hp.n_layer * (uint64_t)m->n_seq * (uint64_t)m->n_ctx * (uint64_t)m->kv_dim *
+           (m->kv_f16 ? sizeof(uint16_t) : sizeof(float));
+}
 int tp_model_n_seq(const tp_model_t *m) { return m->n_seq; }
 int tp_model_n_threads(const tp_model_t *m) { return m->n_threads; }

@@ -77,6 +77,15 @@ enum tp_status tp_model_repack(tp_model_t *m)
         struct tp_layer *L = &m->layers[l];
         struct tp_wmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0] && rc == TP_OK; i++) rc = repack(m, ws[i], "a layer matrix");
+        if (rc == TP_OK) rc = repack(m, &L->wrouter, "a router matrix");
+        struct tp_wmat *sh[] = {&L->sgate, &L->sup, &L->sdown};
+        for (size_t i = 0; i < 3 && rc == TP_OK; i++) rc = repack(m, sh[i], "a shared-expert matrix");
+        /* experts one by one: a view into a stacked tensor gets its own x16 buffer, and the
+         * stacked bytes it covered are released page by page as above */
+        for (int e = 0; L->xgate && e < m->hp.n_expert && rc == TP_OK; e++) {
+            struct tp_wmat *xs[] = {&L->xgate[e], &L->xup[e], &L->xdown[e]};
+            for (size_t i = 0; i < 3 && rc == TP_OK; i++) rc = repack(m, xs[i], "an expert matrix");
+        }
     }
     const uint8_t *e0 = m->tok_embd.data, *e1 = e0 + (size_t)m->tok_embd.rows * m->tok_embd.row_bytes;
     const int tied = m->output.data >= e0 && m->output.data < e1; /* the embedding's rows: stay row-major */

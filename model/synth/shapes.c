@@ -58,9 +58,11 @@ static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, str
     if (strcmp(arch->valuestring, "llama") == 0) s->arch = TP_ARCH_LLAMA;
     else if (strcmp(arch->valuestring, "qwen2") == 0) s->arch = TP_ARCH_QWEN2;
     else if (strcmp(arch->valuestring, "qwen3") == 0) s->arch = TP_ARCH_QWEN3;
+    else if (strcmp(arch->valuestring, "qwen3moe") == 0) s->arch = TP_ARCH_QWEN3MOE;
+    else if (strcmp(arch->valuestring, "qwen2moe") == 0) s->arch = TP_ARCH_QWEN2MOE;
     else
-        return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: arch \"%s\" unknown (llama, qwen2, qwen3)", s->name,
-                            arch->valuestring);
+        return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: arch \"%s\" unknown (llama, qwen2, qwen3, qwen2moe, qwen3moe)",
+                            s->name, arch->valuestring);
     int ok = 1;
     s->n_embd = get_int(o, "n_embd", 0, &ok);
     s->n_layer = get_int(o, "n_layer", 0, &ok);
@@ -75,6 +77,10 @@ static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, str
     s->tied = get_bool(o, "tied", &ok);
     s->qkv_bias = get_bool(o, "qkv_bias", &ok);
     s->qk_norm = get_bool(o, "qk_norm", &ok);
+    s->n_expert = get_int(o, "n_expert", 0, &ok);
+    s->n_expert_used = get_int(o, "n_expert_used", 0, &ok);
+    s->n_ff_exp = get_int(o, "n_ff_exp", 0, &ok);
+    s->n_ff_shexp = get_int(o, "n_ff_shexp", 0, &ok);
     if (!ok) return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: a field has the wrong JSON type", s->name);
     s->rope_scaling = TP_ROPE_SCALING_NONE;
     s->rope_factor = 1.0f;
@@ -105,8 +111,16 @@ static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, str
     else if (s->n_ctx <= 0) bad = "n_ctx must be > 0";
     else if (!(s->rope_theta > 0.0f)) bad = "rope_theta must be > 0";
     else if (!(s->norm_eps > 0.0f)) bad = "norm_eps must be > 0";
-    else if (s->arch != TP_ARCH_QWEN2 && s->qkv_bias) bad = "qkv_bias is a qwen2 feature";
-    else if (s->arch != TP_ARCH_QWEN3 && s->qk_norm) bad = "qk_norm is a qwen3 feature";
+    else if (s->arch != TP_ARCH_QWEN2 && s->arch != TP_ARCH_QWEN2MOE && s->qkv_bias) bad = "qkv_bias is a qwen2 feature";
+    else if (s->arch == TP_ARCH_QWEN2MOE && (!s->qkv_bias || s->n_expert <= 0 || s->n_ff_shexp <= 0))
+        bad = "qwen2moe needs qkv_bias, n_expert and n_ff_shexp";
+    else if (s->arch != TP_ARCH_QWEN2MOE && s->n_ff_shexp) bad = "n_ff_shexp is a qwen2moe feature";
+    else if (s->arch != TP_ARCH_QWEN3 && s->arch != TP_ARCH_QWEN3MOE && s->qk_norm) bad = "qk_norm is a qwen3 feature";
+    else if (s->arch == TP_ARCH_QWEN3MOE && (!s->qk_norm || s->n_expert <= 0)) bad = "qwen3moe needs qk_norm and n_expert";
+    else if (s->arch == TP_ARCH_QWEN2 && s->n_expert) bad = "qwen2 has no experts (use arch qwen2moe)";
+    else if (s->n_expert < 0 || s->n_ff_exp < 0 || (s->n_expert > 0 && (s->n_expert_used < 1 || s->n_expert_used > s->n_expert)))
+        bad = "n_expert_used must be in [1, n_expert]";
+    else if (s->n_expert == 0 && (s->n_expert_used || s->n_ff_exp)) bad = "n_expert_used / n_ff_exp without n_expert";
     if (bad) return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: %s", s->name, bad);
     return TP_OK;
 }
@@ -178,11 +192,16 @@ enum tp_status tp_shape_find(const char *json, const char *name, struct tp_shape
     return tp_error_set(err, TP_ERR_NOT_FOUND, "unknown shape '%s' (known: %s)", name, names);
 }
 
+int tp_shape_ff_width(const struct tp_shape *s) { return s->n_expert > 0 && s->n_ff_exp > 0 ? s->n_ff_exp : s->n_ff; }
+
 uint64_t tp_shape_n_params(const struct tp_shape *s)
 {
     uint64_t e = (uint64_t)s->n_embd, q = (uint64_t)s->n_head * (uint64_t)s->head_dim,
-             kv = (uint64_t)s->n_head_kv * (uint64_t)s->head_dim, ff = (uint64_t)s->n_ff;
+             kv = (uint64_t)s->n_head_kv * (uint64_t)s->head_dim, ff = (uint64_t)tp_shape_ff_width(s);
     uint64_t layer = e * q * 2 + e * kv * 2 + 3 * e * ff + 2 * e;
+    if (s->n_expert > 0)
+        layer = e * q * 2 + e * kv * 2 + (uint64_t)s->n_expert * (3 * e * ff + e) + 2 * e +
+                (s->n_ff_shexp > 0 ? 3 * e * (uint64_t)s->n_ff_shexp + e : 0);
     if (s->qkv_bias) layer += q + 2 * kv;
     if (s->qk_norm) layer += 2 * (uint64_t)s->head_dim;
     uint64_t total = layer * (uint64_t)s->n_layer + (uint64_t)s->n_vocab * e * (s->tied ? 1 : 2) + e;

@@ -151,8 +151,19 @@ static int add_plan(struct tp_synth_tensor *p, int n, const char *name, enum tp_
     t->n_dims = ne1 > 0 ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1 > 0 ? ne1 : 1;
+    t->ne[2] = 1;
     t->fill = fill;
     return n + 1;
+}
+
+/* A stack of ne2 matrices (ne1 rows of ne0), as llama.cpp stores experts: ne = [ne0, ne1, ne2]. */
+static int add_plan3(struct tp_synth_tensor *p, int n, const char *name, enum tp_wtype type, int64_t ne0, int64_t ne1,
+                     int64_t ne2)
+{
+    n = add_plan(p, n, name, type, ne0, ne1, TP_SYNTH_FILL_WEIGHT);
+    p[n - 1].n_dims = 3;
+    p[n - 1].ne[2] = ne2;
+    return n;
 }
 
 /* ------------------------------------------------------------------ type mixes */
@@ -189,13 +200,15 @@ enum tp_status tp_synth_type_parse(const char *name, enum tp_wtype *type, enum t
 }
 
 /* Tensor roles the mixes treat differently. */
-enum mix_role { ROLE_OTHER, ROLE_TOKEN_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN };
+enum mix_role { ROLE_OTHER, ROLE_TOKEN_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_ATTN_K, ROLE_ATTN_O, ROLE_FFN_DOWN };
 
 /* llama.cpp's use_more_bits: first and last eighth of the layers, every third in between. */
 static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 /* The type of one matrix (rows of ne0 values) under the mix; llama_tensor_get_type for
- * LLAMA_FTYPE_MOSTLY_Q4_K_M / Q5_K_M on dense Llama / Qwen models (no experts, not Falcon). */
+ * LLAMA_FTYPE_MOSTLY_Q4_K_M / Q5_K_M on Llama / Qwen models (not Falcon), experts included:
+ * the router stays F32, stacked experts follow their dense role (ffn_down_exps as ffn_down),
+ * and 8-expert models get attn_v / attn_k in Q8_0 and (Q4_K_M) attn_output in Q5_K. */
 static enum tp_wtype mix_type(const struct tp_shape *s, int n_layer, enum tp_synth_mix mix, enum tp_wtype base,
                               enum mix_role role, int layer, int64_t ne0)
 {
@@ -209,7 +222,14 @@ static enum tp_wtype mix_type(const struct tp_shape *s, int n_layer, enum tp_syn
         /* LLM_TYPE_70B: 8 query heads per KV head make attn_v small, so Q4_K -> Q5_K */
         else if (s->arch == TP_ARCH_LLAMA && n_layer == 80 && s->n_head != s->n_head_kv && t == TP_WTYPE_Q4_K)
             t = TP_WTYPE_Q5_K;
+        /* 8 experts (Mixtral): attn_v costs little next to the experts */
+        if (s->n_expert == 8) t = TP_WTYPE_Q8_0;
+    } else if (role == ROLE_ATTN_K) {
+        if (s->n_expert == 8) t = TP_WTYPE_Q8_0;
+    } else if (role == ROLE_ATTN_O) {
+        if (s->n_expert == 8 && mix == TP_SYNTH_MIX_Q4_K_M) t = TP_WTYPE_Q5_K;
     } else if (role == ROLE_FFN_DOWN) {
+        /* ffn_down, ffn_down_exps and ffn_down_shexp alike, by their layer */
         if (use_more_bits(layer, n_layer)) t = TP_WTYPE_Q6_K;
     }
     if (ne0 % tp_wtype_block_elems(t)) { /* llama.cpp's fallback for rows that are not whole super-blocks */
@@ -239,7 +259,7 @@ int tp_synth_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, enum 
     } while (0)
         T("attn_norm.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_NORM);
         T("attn_q.weight", MIX(ROLE_OTHER, l, e), e, q, TP_SYNTH_FILL_WEIGHT);
-        T("attn_k.weight", MIX(ROLE_OTHER, l, e), e, kv, TP_SYNTH_FILL_WEIGHT);
+        T("attn_k.weight", MIX(ROLE_ATTN_K, l, e), e, kv, TP_SYNTH_FILL_WEIGHT);
         T("attn_v.weight", MIX(ROLE_ATTN_V, l, e), e, kv, TP_SYNTH_FILL_WEIGHT);
         if (s->qkv_bias) {
             T("attn_q.bias", TP_WTYPE_F32, q, 0, TP_SYNTH_FILL_WEIGHT);
@@ -250,11 +270,30 @@ int tp_synth_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, enum 
             T("attn_q_norm.weight", TP_WTYPE_F32, s->head_dim, 0, TP_SYNTH_FILL_NORM);
             T("attn_k_norm.weight", TP_WTYPE_F32, s->head_dim, 0, TP_SYNTH_FILL_NORM);
         }
-        T("attn_output.weight", MIX(ROLE_OTHER, l, q), q, e, TP_SYNTH_FILL_WEIGHT);
+        T("attn_output.weight", MIX(ROLE_ATTN_O, l, q), q, e, TP_SYNTH_FILL_WEIGHT);
         T("ffn_norm.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_NORM);
-        T("ffn_gate.weight", MIX(ROLE_OTHER, l, e), e, s->n_ff, TP_SYNTH_FILL_WEIGHT);
-        T("ffn_up.weight", MIX(ROLE_OTHER, l, e), e, s->n_ff, TP_SYNTH_FILL_WEIGHT);
-        T("ffn_down.weight", MIX(ROLE_FFN_DOWN, l, s->n_ff), s->n_ff, e, TP_SYNTH_FILL_WEIGHT);
+        if (s->n_expert > 0) {
+            /* llama-quantize keeps the router in F32; the experts follow the dense rules */
+            const int64_t fx = tp_shape_ff_width(s), X = s->n_expert;
+            T("ffn_gate_inp.weight", TP_WTYPE_F32, e, X, TP_SYNTH_FILL_WEIGHT);
+            snprintf(nm, sizeof(nm), "blk.%d.ffn_gate_exps.weight", l);
+            n = add_plan3(p, n, nm, MIX(ROLE_OTHER, l, e), e, fx, X);
+            snprintf(nm, sizeof(nm), "blk.%d.ffn_up_exps.weight", l);
+            n = add_plan3(p, n, nm, MIX(ROLE_OTHER, l, e), e, fx, X);
+            snprintf(nm, sizeof(nm), "blk.%d.ffn_down_exps.weight", l);
+            n = add_plan3(p, n, nm, MIX(ROLE_FFN_DOWN, l, fx), fx, e, X);
+            if (s->n_ff_shexp > 0) { /* Qwen2-MoE: the shared expert and its sigmoid gate */
+                const int64_t S = s->n_ff_shexp;
+                T("ffn_gate_inp_shexp.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_WEIGHT);
+                T("ffn_gate_shexp.weight", MIX(ROLE_OTHER, l, e), e, S, TP_SYNTH_FILL_WEIGHT);
+                T("ffn_up_shexp.weight", MIX(ROLE_OTHER, l, e), e, S, TP_SYNTH_FILL_WEIGHT);
+                T("ffn_down_shexp.weight", MIX(ROLE_FFN_DOWN, l, S), S, e, TP_SYNTH_FILL_WEIGHT);
+            }
+        } else {
+            T("ffn_gate.weight", MIX(ROLE_OTHER, l, e), e, s->n_ff, TP_SYNTH_FILL_WEIGHT);
+            T("ffn_up.weight", MIX(ROLE_OTHER, l, e), e, s->n_ff, TP_SYNTH_FILL_WEIGHT);
+            T("ffn_down.weight", MIX(ROLE_FFN_DOWN, l, s->n_ff), s->n_ff, e, TP_SYNTH_FILL_WEIGHT);
+        }
 #undef T
     }
 #undef MIX
@@ -298,6 +337,13 @@ static void write_kv(tp_gguf_writer_t *w, const struct tp_shape *s, int n_layer,
     tp_gguf_kv_u32(w, K("embedding_length"), (uint32_t)s->n_embd);
     tp_gguf_kv_u32(w, K("block_count"), (uint32_t)n_layer);
     tp_gguf_kv_u32(w, K("feed_forward_length"), (uint32_t)s->n_ff);
+    if (s->n_expert > 0) {
+        tp_gguf_kv_u32(w, K("expert_count"), (uint32_t)s->n_expert);
+        tp_gguf_kv_u32(w, K("expert_used_count"), (uint32_t)s->n_expert_used);
+        if (s->n_ff_exp > 0) tp_gguf_kv_u32(w, K("expert_feed_forward_length"), (uint32_t)s->n_ff_exp);
+        if (s->n_ff_shexp > 0)
+            tp_gguf_kv_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)s->n_ff_shexp);
+    }
     tp_gguf_kv_u32(w, K("attention.head_count"), (uint32_t)s->n_head);
     tp_gguf_kv_u32(w, K("attention.head_count_kv"), (uint32_t)s->n_head_kv);
     if (s->head_dim * s->n_head != s->n_embd) {
@@ -395,6 +441,7 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
     TP_CHECK_GOTO(tp_gguf_writer_open(cfg->out_path, 32, &w, err), rc, out);
     write_kv(w, &shape, n_layer, wt, mix, &vocab);
     for (int i = 0; i < n_t; i++) (void)tp_gguf_add_tensor(w, plan[i].name, plan[i].type, plan[i].n_dims, plan[i].ne);
+    /* (ne[] holds three dims; tp_gguf_add_tensor reads n_dims of them) */
     if (tp_gguf_write_data(w, NULL, 0) != TP_OK) { /* header now, surfaces any metadata error */
         rc = tp_error_set(err, TP_ERR_IO, "synth: %s", tp_gguf_writer_error(w));
         goto out;
@@ -419,7 +466,7 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
     for (int i = 0; i < n_t; i++) total += tp_gguf_tensor_bytes(plan[i].type, plan[i].n_dims, plan[i].ne);
     for (int i = 0; i < n_t; i++) {
         const struct tp_synth_tensor *t = &plan[i];
-        const int64_t rows = t->ne[1];
+        const int64_t rows = t->ne[1] * t->ne[2];
         const int64_t chunk_rows = TP_MAX((int64_t)1, SYNTH_CHUNK_ELEMS / t->ne[0]);
         struct chunk_job job = {.t = t,
                                 .shape = &shape,

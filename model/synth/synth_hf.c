@@ -129,9 +129,19 @@ static enum tp_status copy_file(const char *src, const char *dir, const char *na
 static void config_json(struct sbuf *b, const struct tp_shape *s, int n_layer, int n_vocab, enum tp_wtype wt,
                         enum tp_wtype mlx_type, int bos, int eos)
 {
-    const char *arch = s->arch == TP_ARCH_QWEN2 ? "Qwen2ForCausalLM" : s->arch == TP_ARCH_QWEN3 ? "Qwen3ForCausalLM"
-                                                                                            : "LlamaForCausalLM";
-    const char *mt = s->arch == TP_ARCH_QWEN2 ? "qwen2" : s->arch == TP_ARCH_QWEN3 ? "qwen3" : "llama";
+    const int mixtral = s->arch == TP_ARCH_LLAMA && s->n_expert > 0;
+    const char *arch = s->arch == TP_ARCH_QWEN2      ? "Qwen2ForCausalLM"
+                       : s->arch == TP_ARCH_QWEN3    ? "Qwen3ForCausalLM"
+                       : s->arch == TP_ARCH_QWEN3MOE ? "Qwen3MoeForCausalLM"
+                       : s->arch == TP_ARCH_QWEN2MOE ? "Qwen2MoeForCausalLM"
+                       : mixtral                     ? "MixtralForCausalLM"
+                                                     : "LlamaForCausalLM";
+    const char *mt = s->arch == TP_ARCH_QWEN2      ? "qwen2"
+                     : s->arch == TP_ARCH_QWEN3    ? "qwen3"
+                     : s->arch == TP_ARCH_QWEN3MOE ? "qwen3_moe"
+                     : s->arch == TP_ARCH_QWEN2MOE ? "qwen2_moe"
+                     : mixtral                     ? "mixtral"
+                                                   : "llama";
     sb_printf(b, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n", arch, mt);
     sb_printf(b, "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n", s->n_embd,
               s->n_ff, n_layer);
@@ -152,6 +162,14 @@ static void config_json(struct sbuf *b, const struct tp_shape *s, int n_layer, i
         sb_printf(b, "  \"rope_scaling\": null,\n");
     sb_printf(b, "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n", s->tied ? "true" : "false");
     if (s->arch == TP_ARCH_LLAMA) sb_printf(b, "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n");
+    if (mixtral)
+        sb_printf(b, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n", s->n_expert, s->n_expert_used);
+    else if (s->n_expert > 0)
+        sb_printf(b,
+                  "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"moe_intermediate_size\": %d,\n"
+                  "  \"norm_topk_prob\": %s,\n  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n",
+                  s->n_expert, s->n_expert_used, tp_shape_ff_width(s), s->arch == TP_ARCH_QWEN3MOE ? "true" : "false");
+    if (s->n_ff_shexp > 0) sb_printf(b, "  \"shared_expert_intermediate_size\": %d,\n", s->n_ff_shexp);
     if (bos >= 0) sb_printf(b, "  \"bos_token_id\": %d,\n", bos);
     if (eos >= 0) sb_printf(b, "  \"eos_token_id\": %d,\n", eos);
     if (tp_wtype_mlx_bits(mlx_type)) /* mlx-lm writes both */
@@ -222,6 +240,8 @@ struct hf_tensor {
     int permute_heads;   /* llama q/k: head count for the halves permutation, else 0 */
     enum tp_wtype wtype; /* written as: F32 / F16 / BF16, or (part 1) t->type, an MLX type */
     int part;            /* MLX: 1 packed words (U32), 2 scales, 3 biases (from part 1's buffers); 0 plain */
+    int64_t row_base;    /* stacked experts: this expert's first row in t (one HF tensor per expert), else 0 */
+    int shape_1xn;       /* a 1-D GGUF vector stored as [1, n] (Qwen2-MoE shared_expert_gate) */
 };
 
 struct gen_job {
@@ -244,7 +264,7 @@ static void gen_worker(void *ctx, int ith, int nth)
     int64_t b, e;
     tp_split_range(j->n_rows, ith, nth, &b, &e);
     for (int64_t r = b; r < e; r++) {
-        int64_t row = j->row0 + r;
+        int64_t row = j->row0 + r + j->h->row_base;
         if (j->h->permute_heads) {
             int64_t hd = t->ne[1] / j->h->permute_heads, half = hd / 2;
             int64_t head = row / hd, in = row % hd, s = in / half, i = in % half;
@@ -306,9 +326,11 @@ static enum tp_status write_shard(const char *dir, int n_files, int fi, struct h
         const struct tp_synth_tensor *t = ht[i].t;
         sb_add(&h, ",", 1);
         sb_json_str(&h, ht[i].name);
-        if (t->n_dims == 2)
+        if (t->n_dims >= 2) /* a stacked tensor: one expert's [rows, cols] */
             sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],", st_dtype(ht[i].wtype), (long long)t->ne[1],
                       (long long)hf_cols(&ht[i]));
+        else if (ht[i].shape_1xn)
+            sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[1,%lld],", st_dtype(ht[i].wtype), (long long)t->ne[0]);
         else
             sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld],", st_dtype(ht[i].wtype), (long long)t->ne[0]);
         sb_printf(&h, "\"data_offsets\":[%llu,%llu]}", (unsigned long long)ht[i].off,
@@ -331,7 +353,7 @@ static enum tp_status write_shard(const char *dir, int n_files, int fi, struct h
     for (int i = 0; i < n_ht && !bad; i++) {
         if (ht[i].file != fi) continue;
         const struct tp_synth_tensor *t = ht[i].t;
-        const int64_t rows = t->n_dims == 2 ? t->ne[1] : 1;
+        const int64_t rows = t->n_dims >= 2 ? t->ne[1] : 1;
         if (ht[i].part >= 2) { /* scales / biases that part 1 (just before, same file) computed */
             size_t nb = (size_t)ht[i].bytes;
             bad = fwrite(ht[i].part == 2 ? (void *)mlx_s : (void *)mlx_b, 1, nb, f) != nb;
@@ -399,6 +421,11 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     struct sbuf b = {0};
     int n_layer = cfg->n_layer > 0 ? cfg->n_layer : s0->n_layer;
 
+    if (s0->n_expert > 0 && tp_wtype_mlx_bits(cfg->type))
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "synth: %s is a mixture of experts; --format mlx (switch_mlp) is not supported for it: "
+                            "write GGUF or --format hf",
+                            s0->name);
     struct stat sb;
     if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
         return tp_error_set(err, TP_ERR_INVALID_ARG, "synth: %s exists and is not a directory (--format hf writes a directory)",
@@ -413,7 +440,8 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     shape.n_vocab = vocab.n_tokens;
 
     plan = calloc((size_t)n_layer * 16 + 8, sizeof(*plan));
-    ht = calloc(((size_t)n_layer * 16 + 8) * 3, sizeof(*ht)); /* MLX: three tensors per matrix */
+    /* MLX: three tensors per matrix; experts: one per expert */
+    ht = calloc(((size_t)n_layer * (16 + 3 * (size_t)shape.n_expert) + 8) * 3, sizeof(*ht));
     if (!plan || !ht) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
         goto out;
@@ -427,12 +455,43 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     for (int i = 0; i < n_plan; i++) {
         const struct tp_synth_tensor *t = &plan[i];
         if (t->fill == TP_SYNTH_FILL_ROPE_FREQS) continue; /* HF: rope_scaling in config.json */
+        if (t->ne[2] > 1) { /* stacked experts: Hugging Face keeps one [rows, cols] tensor per expert */
+            const int mixtral = shape.arch == TP_ARCH_LLAMA;
+            size_t len = strlen(t->name);
+            for (int64_t e = 0; e < t->ne[2]; e++) {
+                struct hf_tensor *h = &ht[n_ht++];
+                char gname[96];
+                h->t = t;
+                h->row_base = e * t->ne[1];
+                /* "blk.N.ffn_gate_exps.weight" -> "blk.N.ffn_gate_exps.E.weight" */
+                snprintf(gname, sizeof gname, "%.*s.%lld.weight", (int)(len - 7), t->name, (long long)e);
+                if (!tp_tsrc_hf_name_variant(gname, mixtral, h->name, sizeof(h->name))) {
+                    rc = tp_error_set(err, TP_ERR_INTERNAL, "synth: no Hugging Face name for %s", gname);
+                    goto out;
+                }
+                h->wtype = t->type;
+                h->bytes = (uint64_t)t->ne[0] * (uint64_t)t->ne[1] * (h->wtype == TP_WTYPE_F32 ? 4 : 2);
+                if (in_file > 0 && in_file + h->bytes > shard_cap) {
+                    file++;
+                    in_file = 0;
+                }
+                h->file = file;
+                h->off = in_file;
+                in_file += h->bytes;
+                total += h->bytes;
+            }
+            if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
+            continue;
+        }
         struct hf_tensor *h = &ht[n_ht];
         h->t = t;
-        if (!tp_tsrc_hf_name(t->name, h->name, sizeof(h->name))) {
+        const int mixtral_name = shape.arch == TP_ARCH_LLAMA && shape.n_expert > 0;
+        if (!(mixtral_name && tp_tsrc_hf_name_variant(t->name, 1, h->name, sizeof(h->name))) &&
+            !tp_tsrc_hf_name(t->name, h->name, sizeof(h->name))) {
             rc = tp_error_set(err, TP_ERR_INTERNAL, "synth: no Hugging Face name for %s", t->name);
             goto out;
         }
+        h->shape_1xn = strstr(t->name, "ffn_gate_inp_shexp") != NULL;
         const int64_t rows = t->n_dims == 2 ? t->ne[1] : 1;
         /* mlx quantizes every linear / embedding whose rows are whole groups */
         const int quant = mlx && t->type == wt && t->ne[0] % tp_wtype_mlx_group(wt) == 0;

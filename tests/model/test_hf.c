@@ -122,6 +122,14 @@ static void test_same_llama(void) { same_model("test-tiny"); }
 static void test_same_llama3(void) { same_model("test-tiny-llama3"); }
 static void test_same_qwen2(void) { same_model("test-tiny-qwen2"); }
 static void test_same_qwen3(void) { same_model("test-tiny-qwen3"); }
+/* mixture of experts: GGUF's stacked experts vs one safetensors tensor per expert (Qwen-MoE
+ * mlp.experts.E.*_proj, Mixtral block_sparse_moe.experts.E.w1/w2/w3), Qwen2-MoE's shared expert */
+static void test_same_moe(void)
+{
+    same_model("test-tiny-qwen3moe");
+    same_model("test-tiny-mixtral");
+    same_model("test-tiny-qwen2moe");
+}
 
 /* The values themselves: HF q_proj row h*hd + s*hd/2 + i holds GGUF attn_q row h*hd + 2i + s
  * (k_proj likewise per KV head); every other tensor byte for byte. */
@@ -435,6 +443,7 @@ static const struct tp_test_case hf_cases[] = {{"same_as_gguf_llama", test_same_
                                                {"same_as_gguf_llama3", test_same_llama3},
                                                {"same_as_gguf_qwen2", test_same_qwen2},
                                                {"same_as_gguf_qwen3", test_same_qwen3},
+                                               {"same_as_gguf_moe", test_same_moe},
                                                {"values_permuted", test_values_permuted},
                                                {"half_types", test_half},
                                                {"refusals", test_refusals},

@@ -293,7 +293,58 @@ static void test_type_parse(void)
     CU_ASSERT_PTR_NULL(tp_synth_mix_name(TP_SYNTH_MIX_NONE));
 }
 
+/* Mixture of experts (llama_tensor_get_type with n_expert): the router ffn_gate_inp stays F32;
+ * ffn_down_exps follows ffn_down's use_more_bits by its layer, gate/up_exps the base; a model
+ * with exactly 8 experts (Mixtral) gets attn_v and attn_k in Q8_0 and, under Q4_K_M, attn_output
+ * in Q5_K; with another expert count (Qwen3-MoE's 128: here 16) those stay as for a dense model. */
+static void test_q4_k_m_experts(void)
+{
+    /* 8 layers: use_more_bits = {0, 3, 6, 7} */
+    const int more[] = {0, 3, 6, 7};
+    for (int x = 0; x < 2; x++) {
+        struct tp_shape s = small_shape(8, 0);
+        s.n_expert = x == 0 ? 8 : 16;
+        s.n_expert_used = 2;
+        struct tp_error err = {0};
+        const char *path = kq_path(x == 0 ? "q4km-moe8.gguf" : "q4km-moe16.gguf");
+        CU_ASSERT_EQUAL_FATAL(write_mix(&s, TP_SYNTH_MIX_Q4_K_M, path, &err), TP_OK);
+        tp_gguf_t *g = NULL;
+        CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &g, &err), TP_OK);
+        char nm[64];
+        for (int l = 0; l < 8; l++) {
+            int is_more = l == more[0] || l == more[1] || l == more[2] || l == more[3];
+            const enum tp_wtype v = x == 0 ? TP_WTYPE_Q8_0 : is_more ? TP_WTYPE_Q6_K : TP_WTYPE_Q4_K;
+            const struct {
+                const char *suffix;
+                enum tp_wtype want;
+            } roles[] = {
+                {"attn_q.weight", TP_WTYPE_Q4_K},
+                {"attn_k.weight", x == 0 ? TP_WTYPE_Q8_0 : TP_WTYPE_Q4_K},
+                {"attn_v.weight", v},
+                {"attn_output.weight", x == 0 ? TP_WTYPE_Q5_K : TP_WTYPE_Q4_K},
+                {"ffn_gate_inp.weight", TP_WTYPE_F32},
+                {"ffn_gate_exps.weight", TP_WTYPE_Q4_K},
+                {"ffn_up_exps.weight", TP_WTYPE_Q4_K},
+                {"ffn_down_exps.weight", is_more ? TP_WTYPE_Q6_K : TP_WTYPE_Q4_K},
+            };
+            for (size_t r = 0; r < TP_ARRAY_LEN(roles); r++) {
+                snprintf(nm, sizeof nm, "blk.%d.%s", l, roles[r].suffix);
+                int got = tensor_type(g, nm);
+                if (got != (int)roles[r].want)
+                    fprintf(stderr, "%d experts %s: %s, want %s\n", s.n_expert, nm,
+                            tp_wtype_name((enum tp_wtype)got), tp_wtype_name(roles[r].want));
+                CU_ASSERT_EQUAL(got, (int)roles[r].want);
+            }
+        }
+        CU_ASSERT_EQUAL(tensor_type(g, "output.weight"), (int)TP_WTYPE_Q6_K);
+        CU_ASSERT_EQUAL(get_int(g, "llama.expert_count"), s.n_expert);
+        tp_gguf_close(g);
+        unlink(path);
+    }
+}
+
 static const struct tp_test_case synth_kquant_cases[] = {
+    {"q4_k_m_experts", test_q4_k_m_experts},
     {"type_parse", test_type_parse},
     {"q4_k_m_tinyllama_layers", test_q4_k_m_tinyllama_layers},
     {"q5_k_m", test_q5_k_m},

@@ -39,6 +39,7 @@ struct mr_run {
     int kill_last_rank;         /* rank world-1 exits abruptly 300 ms after init (dead peer test) */
     const int32_t *force0;      /* non-NULL: after step s sequence 0 is fed force0[s] (teacher forcing)
                                  * instead of its own choice; tokens[] still records its argmax */
+    enum tp_moe_split moe_split; /* mixture of experts: the split every rank asks for (default AUTO) */
     int hook;                   /* before generating, rank 0 runs the rank hook with argument 42; every rank
                                  * but the last registered one reporting {rank, arg, its weight bytes, -1} */
     int copy_restart;           /* halfway, sequence 1 is cleared and gets a KV copy of every position
@@ -59,6 +60,7 @@ struct mr_run {
     uint64_t rss[MR_MAX_RANKS];        /* after init */
     uint64_t rss_peak[MR_MAX_RANKS];   /* peak RSS of the rank's process at its end (0 if it died) */
     uint64_t plan_bytes[MR_MAX_RANKS]; /* plan sharded + replicated of that rank */
+    int plan_split;                    /* rank 0's plan: enum tp_moe_split it chose */
     uint64_t weight_bytes[MR_MAX_RANKS];
     struct tp_parallel_stats stats0;   /* rank 0 */
     int32_t top_ids[8];                /* greedy_api 2: last step's top 8 of sequence 0 */

@@ -75,6 +75,7 @@ struct mr_out {
 };
 struct mr_info {
     uint64_t rss, plan_bytes, weight_bytes;
+    int64_t split;
 };
 
 static int rank0_generate(tp_parallel_t *p, const struct mr_run *r, const char *dir)
@@ -235,6 +236,7 @@ static int child(const struct mr_run *r, int rank, int port, const char *dir)
     cfg.comm.connect_timeout_ms = 15000;
     cfg.shard_weights = r->weights_last && rank == r->world - 1 ? r->weights_last : r->weights;
     cfg.wire_dtype = r->wire;
+    cfg.moe_split = r->moe_split;
     tp_parallel_t *p = NULL;
     struct tp_error err = {0};
     if (tp_parallel_init(&cfg, &p, &err) != TP_OK) {
@@ -244,7 +246,7 @@ static int child(const struct mr_run *r, int rank, int port, const char *dir)
     }
     const struct tp_shard_plan *plan = tp_parallel_get_plan(p);
     struct mr_info info = {tp_rss_bytes(), plan->ranks[rank].sharded_bytes + plan->ranks[rank].replicated_bytes,
-                           tp_model_weight_bytes(tp_parallel_model(p))};
+                           tp_model_weight_bytes(tp_parallel_model(p)), (int64_t)plan->moe_split};
     snprintf(path, sizeof path, "%s/r%d.info", dir, rank);
     write_file(path, &info, sizeof info);
     int rc = 0;
@@ -345,6 +347,7 @@ int mr_exec(struct mr_run *r)
             r->rss[k] = info.rss;
             r->plan_bytes[k] = info.plan_bytes;
             r->weight_bytes[k] = info.weight_bytes;
+            if (k == 0) r->plan_split = (int)info.split;
         }
         if (f) fclose(f);
         snprintf(path, sizeof path, "%s/r%d.peak", dir, k);
@@ -408,6 +411,23 @@ const char *mr_synth_model(const char *tag, enum tp_wtype type)
             fprintf(stderr, "mr_synth_model: %s\n", e.msg);
             return NULL;
         }
+    } else if (strcmp(tag, "moe-mid") == 0) {
+        /* a mid-size Qwen3-MoE (~115 MiB at Q4_0): 16 layers of 32 experts x 256 columns, top 4 */
+        sh.arch = TP_ARCH_QWEN3MOE;
+        sh.n_embd = 512;
+        sh.n_layer = 16;
+        sh.n_head = 8;
+        sh.n_head_kv = 2;
+        sh.head_dim = 64;
+        sh.n_ff = 1024;
+        sh.n_ff_exp = 256;
+        sh.n_expert = 32;
+        sh.n_expert_used = 4;
+        sh.n_vocab = 4096;
+        sh.n_ctx = 512;
+        sh.rope_theta = 1000000.0f;
+        sh.norm_eps = 1e-6f;
+        sh.qk_norm = 1;
     } else if (strcmp(tag, "tinyllama4") == 0) {
         struct tp_error e = {0};
         if (tp_shape_find(NULL, "tinyllama-1.1b", &sh, &e) != TP_OK) return NULL;

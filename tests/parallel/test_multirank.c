@@ -676,8 +676,119 @@ static void test_rss_per_rank(void)
     }
 }
 
+/* ---- mixture of experts: both splits at N = 2, 3, 4 and weighted 2,1,1 against one rank */
+
+static void moe_sweep(const char *shape, enum tp_wtype type, int steps)
+{
+    const char *m = mr_synth_model(shape, type);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    struct mr_run ref, r;
+    run_ref(&ref, m, steps);
+    const enum tp_moe_split splits[] = {TP_MOE_SPLIT_TENSOR, TP_MOE_SPLIT_EXPERT};
+    for (size_t s = 0; s < TP_ARRAY_LEN(splits); s++) {
+        for (int n = 2; n <= 5; n++) { /* 5: N = 3 with weights 2,1,1 */
+            char tag[160];
+            mr_init(&r, m, n == 5 ? 3 : n);
+            r.n_steps = steps;
+            r.moe_split = splits[s];
+            if (n == 5) r.weights = "2,1,1";
+            snprintf(tag, sizeof tag, "%s %s %s-parallel %s", shape, tp_wtype_name(type), tp_moe_split_name(splits[s]),
+                     n == 5 ? "weighted 2,1,1" : (n == 2 ? "N=2" : n == 3 ? "N=3" : "N=4"));
+            /* F32: only summation orders differ; quantized: the activations' Q8 rounding may move too */
+            expect_same(&ref, &r, type == TP_WTYPE_F32 ? 1e-10 : -1, tag);
+            CU_ASSERT_EQUAL(r.plan_split, (int)splits[s]);
+            for (int k = 0; k < r.world; k++) {
+                if (r.weight_bytes[k] > r.plan_bytes[k])
+                    fprintf(stderr, "%s: rank %d holds %llu bytes, the plan says %llu\n", tag, k,
+                            (unsigned long long)r.weight_bytes[k], (unsigned long long)r.plan_bytes[k]);
+                CU_ASSERT(r.weight_bytes[k] <= r.plan_bytes[k]);
+            }
+            mr_free(&r);
+        }
+    }
+    mr_free(&ref);
+}
+
+static void test_moe_qwen3moe_f32(void) { moe_sweep("test-tiny-qwen3moe", TP_WTYPE_F32, 48); }
+static void test_moe_mixtral_f32(void) { moe_sweep("test-tiny-mixtral", TP_WTYPE_F32, 48); }
+static void test_moe_qwen2moe_f32(void) { moe_sweep("test-tiny-qwen2moe", TP_WTYPE_F32, 48); }
+
+/* Q4_0 experts of 64 columns are 2 blocks: at 4 ranks the plan must pick whole experts by itself
+ * (and refuse the column split when asked for it, on every rank, before loading anything). */
+static void test_moe_block_limit(void)
+{
+    const char *m = mr_synth_model("test-tiny-qwen3moe", TP_WTYPE_Q4_0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    struct mr_run ref, r;
+    run_ref(&ref, m, 32);
+    mr_init(&r, m, 4);
+    r.n_steps = 32;
+    expect_same(&ref, &r, -1, "test-tiny-qwen3moe q4_0 auto N=4");
+    CU_ASSERT_EQUAL(r.plan_split, (int)TP_MOE_SPLIT_EXPERT);
+    mr_free(&r);
+    mr_init(&r, m, 4);
+    r.n_steps = 4;
+    r.moe_split = TP_MOE_SPLIT_TENSOR;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+    for (int k = 0; k < 4; k++) {
+        CU_ASSERT_EQUAL(r.exit_code[k], 3);
+        CU_ASSERT_PTR_NOT_NULL(strstr(r.msg[k], "--moe-split expert"));
+    }
+    mr_free(&r);
+    mr_free(&ref);
+}
+
+static const struct tp_test_case moe_cases[] = {
+    {"qwen3moe_f32_tensor_expert", test_moe_qwen3moe_f32},
+    {"mixtral_f32_tensor_expert", test_moe_mixtral_f32},
+    {"qwen2moe_f32_tensor_expert", test_moe_qwen2moe_f32},
+    {"q4_0_block_limit", test_moe_block_limit},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(moe_multirank, "multirank,model", 300, moe_cases)
+
+/* The same bound for a mixture of experts, both splits at N = 2: a rank holds its column slice of
+ * every expert, or its whole experts, never the rest (~115 MiB model, ~58 MiB plan per rank, bound
+ * ~96 MiB: a rank that mapped every expert would exceed it). */
+static void test_rss_moe(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    tp_test_skip("RSS bounds do not apply under AddressSanitizer (shadow memory and quarantine)");
+    return;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    tp_test_skip("RSS bounds do not apply under AddressSanitizer (shadow memory and quarantine)");
+    return;
+#endif
+#endif
+    const char *m = mr_synth_model("moe-mid", TP_WTYPE_Q4_0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    const enum tp_moe_split splits[] = {TP_MOE_SPLIT_TENSOR, TP_MOE_SPLIT_EXPERT};
+    for (int sp = 0; sp < 2; sp++) {
+        struct mr_run r;
+        mr_init(&r, m, 2);
+        r.n_steps = 4;
+        r.deadline_s = 120;
+        r.moe_split = splits[sp];
+        CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+        CU_ASSERT_EQUAL(r.plan_split, (int)splits[sp]);
+        for (int k = 0; k < 2; k++) {
+            CU_ASSERT_EQUAL(r.exit_code[k], 0);
+            double bound = 1.1 * (double)r.plan_bytes[k] + RSS_ALLOWANCE;
+            fprintf(stderr, "moe %s rank %d: plan %.1f MiB, weights held %.1f MiB, peak RSS %.1f MiB (bound %.1f MiB)\n",
+                    tp_moe_split_name(splits[sp]), k, r.plan_bytes[k] / 1048576.0, r.weight_bytes[k] / 1048576.0,
+                    r.rss_peak[k] / 1048576.0, bound / 1048576.0);
+            CU_ASSERT(r.rss_peak[k] > 0);
+            CU_ASSERT((double)r.rss_peak[k] <= bound);
+            CU_ASSERT(r.weight_bytes[k] <= r.plan_bytes[k]);
+        }
+        mr_free(&r);
+    }
+}
+
 static const struct tp_test_case rss_cases[] = {
     {"rss_per_rank", test_rss_per_rank},
+    {"rss_moe_both_splits", test_rss_moe},
     {NULL, NULL},
 };
 TP_TEST_SUITE(rss, "multirank,slow", 300, rss_cases)

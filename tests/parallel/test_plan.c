@@ -263,7 +263,123 @@ static void test_refusals_and_hash(void)
     CU_ASSERT(strlen(small) < sizeof small);
 }
 
+/* ---- mixture of experts: Qwen3-30B-A3B's shape (2048 wide, 32/4 heads, 128 experts of 768 columns, top 8) */
+
+static struct tp_hparams moe_hp(void)
+{
+    struct tp_hparams hp = llama_hp(2048, 32, 4, 768, 151936, 48);
+    hp.arch = TP_ARCH_QWEN3MOE;
+    hp.head_dim = 128;
+    hp.has_qk_norm = 1;
+    hp.n_expert = 128;
+    hp.n_expert_used = 8;
+    hp.expert_weights_norm = 1;
+    return hp;
+}
+
+/* Per-rank expert bytes add up to the whole model's experts counted here independently. */
+static void check_moe_bytes(const struct tp_hparams *hp, const struct tp_plan_types *ty, const struct tp_shard_plan *p,
+                            uint64_t expert_row_bytes_in, uint64_t expert_row_bytes_ff)
+{
+    (void)ty;
+    uint64_t sum = 0;
+    for (int r = 0; r < p->world_size; r++) sum += p->ranks[r].sharded_bytes;
+    const uint64_t experts = (uint64_t)hp->n_layer * (uint64_t)hp->n_expert *
+                             (2 * (uint64_t)hp->n_ff * expert_row_bytes_in + (uint64_t)hp->n_embd * expert_row_bytes_ff);
+    /* attention, output head: as for a dense model; the experts on top */
+    CU_ASSERT(sum > experts);
+    CU_ASSERT_EQUAL(p->total_bytes - p->replicated_bytes, sum);
+    /* the routers are replicated: n_layer x (n_expert x n_embd) F32 each */
+    CU_ASSERT(p->replicated_bytes >= (uint64_t)hp->n_layer * hp->n_expert * hp->n_embd * 4);
+}
+
+static void test_moe_splits(void)
+{
+    struct tp_hparams hp = moe_hp();
+    struct tp_plan_types ty = tp_plan_types_uniform(TP_WTYPE_Q4_0);
+    ty.output = TP_WTYPE_Q6_K;
+    struct tp_shard_plan p;
+    struct tp_error e = {0};
+    /* Q4_0 (32-column blocks) at 2 ranks: 24 blocks split 12 / 12 exactly -> tensor-parallel */
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 2, NULL, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.moe_split, TP_MOE_SPLIT_TENSOR);
+    check_tiling(&hp, &p, 32);
+    for (int r = 0; r < 2; r++) {
+        CU_ASSERT_EQUAL(p.ranks[r].shard.expert_begin, 0);
+        CU_ASSERT_EQUAL(p.ranks[r].shard.expert_end, 128);
+    }
+    CU_ASSERT_EQUAL(p.ranks[0].shard.ff_end, 384);
+    CU_ASSERT_PTR_NOT_NULL(strstr(p.note, "tensor-parallel"));
+    check_moe_bytes(&hp, &ty, &p, 2048 / 32 * 18, 768 / 32 * 18);
+    /* the same asked for whole experts: 64 / 64, every column */
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan_moe(&hp, &ty, 2, NULL, TP_MOE_SPLIT_EXPERT, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.moe_split, TP_MOE_SPLIT_EXPERT);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.expert_end, 64);
+    CU_ASSERT_EQUAL(p.ranks[1].shard.expert_begin, 64);
+    CU_ASSERT_EQUAL(p.ranks[1].shard.expert_end, 128);
+    CU_ASSERT_EQUAL(p.ranks[1].shard.ff_begin, 0);
+    CU_ASSERT_EQUAL(p.ranks[1].shard.ff_end, 768);
+    check_moe_bytes(&hp, &ty, &p, 2048 / 32 * 18, 768 / 32 * 18);
+    char buf[1024];
+    tp_shard_plan_describe(&p, buf, sizeof buf);
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "experts [64,128)"));
+    /* weighted 2,1,1: whole experts in proportion */
+    double w[3] = {2, 1, 1};
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan_moe(&hp, &ty, 3, w, TP_MOE_SPLIT_EXPERT, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.expert_end, 64);
+    CU_ASSERT_EQUAL(p.ranks[1].shard.expert_end, 96);
+    CU_ASSERT_EQUAL(p.ranks[2].shard.expert_end, 128);
+    CU_ASSERT(p.ranks[0].sharded_bytes > p.ranks[1].sharded_bytes);
+}
+
+static void test_moe_block_limits(void)
+{
+    struct tp_hparams hp = moe_hp();
+    struct tp_plan_types ty = tp_plan_types_uniform(TP_WTYPE_Q4_K);
+    struct tp_shard_plan p;
+    struct tp_error e = {0};
+    /* 768 columns are 3 Q4_K super-blocks: no column split at 4 ranks -> whole experts, with the reason */
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 4, NULL, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.moe_split, TP_MOE_SPLIT_EXPERT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(p.note, "3 q4_k blocks, too few for 4 ranks"));
+    for (int r = 0; r < 4; r++) CU_ASSERT_EQUAL(p.ranks[r].shard.expert_end - p.ranks[r].shard.expert_begin, 32);
+    check_moe_bytes(&hp, &ty, &p, 2048 / 256 * 144, 768 / 256 * 144);
+    /* asked for a column split anyway: refused up front, naming the way out */
+    CU_ASSERT_EQUAL(tp_parallel_plan_moe(&hp, &ty, 4, NULL, TP_MOE_SPLIT_TENSOR, &p, &e), TP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "--moe-split expert"));
+    /* 2 ranks: 3 blocks split 2 / 1 is off the equal shares -> whole experts */
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 2, NULL, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.moe_split, TP_MOE_SPLIT_EXPERT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(p.note, "block boundaries"));
+    /* ... but tensor-parallel on block boundaries when asked */
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan_moe(&hp, &ty, 2, NULL, TP_MOE_SPLIT_TENSOR, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.ff_end, 512);
+    CU_ASSERT_EQUAL(p.ranks[1].shard.ff_end, 768);
+    /* fewer experts than ranks: whole experts refused, columns chosen */
+    hp.n_expert = 2;
+    hp.n_expert_used = 1;
+    ty = tp_plan_types_uniform(TP_WTYPE_F32);
+    struct tp_error e2 = {0}; /* a tp_error keeps its first message */
+    CU_ASSERT_EQUAL(tp_parallel_plan_moe(&hp, &ty, 3, NULL, TP_MOE_SPLIT_EXPERT, &p, &e2), TP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e2.msg, "--moe-split tensor"));
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan(&hp, &ty, 3, NULL, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.moe_split, TP_MOE_SPLIT_TENSOR);
+    /* the split is part of the hash: ranks disagreeing on it are caught */
+    struct tp_shard_plan a, b;
+    hp = moe_hp();
+    ty = tp_plan_types_uniform(TP_WTYPE_F32);
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan_moe(&hp, &ty, 2, NULL, TP_MOE_SPLIT_TENSOR, &a, &e), TP_OK);
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan_moe(&hp, &ty, 2, NULL, TP_MOE_SPLIT_EXPERT, &b, &e), TP_OK);
+    CU_ASSERT_NOT_EQUAL(tp_shard_plan_hash(&a), tp_shard_plan_hash(&b));
+    enum tp_moe_split sp;
+    CU_ASSERT_EQUAL(tp_moe_split_parse("expert", &sp, &e), TP_OK);
+    CU_ASSERT_EQUAL(sp, TP_MOE_SPLIT_EXPERT);
+    CU_ASSERT_EQUAL(tp_moe_split_parse("experts", &sp, &e), TP_ERR_INVALID_ARG);
+}
+
 static const struct tp_test_case plan_cases[] = {
+    {"moe_splits", test_moe_splits},
+    {"moe_block_limits", test_moe_block_limits},
     {"stories_shapes", test_stories_shapes},
     {"llama_uneven", test_llama_uneven},
     {"kquant_blocks", test_kquant_blocks},

@@ -18,7 +18,9 @@ struct srv {
  * (ranks > 0 get TP_RANK etc.); waits until rank 0 prints its port.
  * Returns 0, or -1 (message on stderr). */
 int srv_start(struct srv *s, int world_size, const char *const *extra);
-/* srv_start, with between(coordinator port, arg) called after rank 0 started
+/* The same with another model file (NULL: the bundled stories260K). */
+int srv_start_model(struct srv *s, int world_size, const char *model, const char *const *extra);
+/* srv_start, with between(coord_port, arg) called after rank 0 started
  * and before the other ranks do (world > 1). */
 int srv_start_staged(struct srv *s, int world, const char *const *extra, void (*between)(int coord_port, void *arg),
                      void *arg);

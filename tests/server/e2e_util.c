@@ -42,7 +42,7 @@ static int hold_port(int *fd_out)
     return ntohs(a.sin_port);
 }
 
-static int srv_start_impl(struct srv *s, int world, int launch, const char *const *extra,
+static int srv_start_impl(struct srv *s, int world, int launch, const char *model, const char *const *extra,
                           void (*between)(int coord_port, void *arg), void *between_arg)
 {
     memset(s, 0, sizeof *s);
@@ -91,7 +91,7 @@ static int srv_start_impl(struct srv *s, int world, int launch, const char *cons
             argv[k++] = tp_test_tpserve();
             argv[k++] = "serve";
             argv[k++] = "-m";
-            argv[k++] = tp_test_repo_path("models/stories260K.gguf");
+            argv[k++] = model ? model : tp_test_repo_path("models/stories260K.gguf");
             argv[k++] = "--port";
             argv[k++] = "0";
             argv[k++] = "--threads";
@@ -135,16 +135,20 @@ static int srv_start_impl(struct srv *s, int world, int launch, const char *cons
 
 int srv_start(struct srv *s, int world, const char *const *extra)
 {
-    return srv_start_impl(s, world, 0, extra, NULL, NULL);
+    return srv_start_impl(s, world, 0, NULL, extra, NULL, NULL);
+}
+int srv_start_model(struct srv *s, int world, const char *model, const char *const *extra)
+{
+    return srv_start_impl(s, world, 0, model, extra, NULL, NULL);
 }
 int srv_start_staged(struct srv *s, int world, const char *const *extra, void (*between)(int coord_port, void *arg),
                      void *arg)
 {
-    return srv_start_impl(s, world, 0, extra, between, arg);
+    return srv_start_impl(s, world, 0, NULL, extra, between, arg);
 }
 int srv_start_launch(struct srv *s, int n_ranks, const char *const *extra)
 {
-    return srv_start_impl(s, n_ranks, 1, extra, NULL, NULL);
+    return srv_start_impl(s, n_ranks, 1, NULL, extra, NULL, NULL);
 }
 
 void srv_kill_rank(struct srv *s, int rank)

@@ -147,6 +147,8 @@ void tp_sleep_ms(uint32_t ms);
 size_t tp_rss_bytes(void);
 /* Peak resident set size in bytes (0 when unknown). */
 size_t tp_rss_peak_bytes(void);
+/* Physical memory of this machine in bytes (0 when unknown). */
+uint64_t tp_mem_total_bytes(void);
 
 /* ------------------------------------------------------------------ small helpers */
 

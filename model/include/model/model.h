@@ -82,6 +82,8 @@ enum tp_arch {
     TP_ARCH_LLAMA = 0, /* Llama 1/2/3/3.x, Mistral, TinyLlama, SmolLM */
     TP_ARCH_QWEN2,     /* QKV bias */
     TP_ARCH_QWEN3,     /* q/k RMSNorm per head */
+    TP_ARCH_QWEN3MOE,  /* Qwen3 attention + a mixture-of-experts FFN in every layer (GGUF "qwen3moe") */
+    TP_ARCH_QWEN2MOE,  /* Qwen2 attention (QKV bias) + experts + a shared expert with a sigmoid gate (GGUF "qwen2moe") */
     TP_ARCH_COUNT
 };
 const char *tp_arch_name(enum tp_arch a);
@@ -111,6 +113,24 @@ struct tp_hparams {
     int tied_embeddings;            /* output head shares token_embd */
     int has_qkv_bias;               /* Qwen2 */
     int has_qk_norm;                /* Qwen3 */
+    /*
+     * Mixture of experts (n_expert > 0: Qwen3-MoE, Mixtral = llama with experts).
+     * Every layer's FFN is then n_expert SwiGLU experts of width n_ff (the
+     * expert width: GGUF <arch>.expert_feed_forward_length, else
+     * feed_forward_length) and a router ffn_gate_inp (n_expert, n_embd).  Per
+     * token: p = softmax(router logits) over all experts; the n_expert_used
+     * largest p are selected (ties: the lower expert index first); their
+     * weights are p, divided by the sum of the selected p when
+     * expert_weights_norm (Mixtral, Qwen3-MoE: yes; GGUF
+     * <arch>.expert_weights_norm overrides); the FFN output is the weighted
+     * sum of the selected experts' outputs.
+     */
+    int n_expert;                   /* 0: dense FFN */
+    int n_expert_used;              /* top-k, 1..n_expert */
+    int expert_weights_norm;        /* renormalise the selected weights to sum 1 (Qwen2-MoE: no) */
+    int n_ff_shexp;                 /* Qwen2-MoE: width of the shared expert, a SwiGLU FFN every token
+                                     * runs, its output scaled by sigmoid(ffn_gate_inp_shexp . x) and
+                                     * added to the experts'; 0: none */
 };
 
 /* ====================================================== model files ===== */
@@ -151,6 +171,15 @@ struct tp_model_shard {
      * Replicated tensors (norms, token_embd) are whole.
      */
     int file_is_slice;
+    /* Mixture of experts: the experts [expert_begin, expert_end) held by this
+     * rank (expert parallelism), each with rows [ff_begin, ff_end) of its
+     * gate/up and those columns of its down (tensor parallelism inside every
+     * expert); both at once is allowed.  The router is replicated.  A rank's
+     * partial FFN output (its experts, its columns) goes through the same
+     * all_sum as a dense FFN's.  [0, 0): every expert.  Ignored for dense models.
+     * A shared expert (Qwen2-MoE) is held whole by the rank whose expert_begin
+     * and ff_begin are both 0 (rank 0 of a plan) and adds nothing elsewhere. */
+    int expert_begin, expert_end;
 };
 
 struct tp_model_config {
@@ -192,6 +221,8 @@ uint64_t tp_model_weight_bytes(const tp_model_t *m);
 /* Dominant weight type (of the attention / FFN matrices). */
 enum tp_wtype tp_model_weight_type(const tp_model_t *m);
 int tp_model_n_ctx(const tp_model_t *m);
+/* Bytes of this rank's KV cache (keys and values, all layers and sequences). */
+uint64_t tp_model_kv_bytes(const tp_model_t *m);
 int tp_model_n_seq(const tp_model_t *m);
 int tp_model_n_threads(const tp_model_t *m);
 
@@ -304,8 +335,16 @@ struct tp_model_stats {
     uint64_t n_tokens;
     uint64_t ns_forward;   /* wall time in tp_model_forward, hooks included */
     uint64_t ns_all_sum;   /* of which inside the all_sum hook */
+    uint64_t expert_bytes; /* mixture of experts: expert weight bytes streamed (each held expert that some
+                            * token of a call selected, once per call) */
+    uint64_t n_decode;     /* calls with a single token */
+    uint64_t expert_bytes_decode; /* of expert_bytes, in those calls */
 };
 void tp_model_get_stats(const tp_model_t *m, struct tp_model_stats *out);
+/* Mixture of experts: bytes of the experts' matrices this rank holds (part of
+ * tp_model_weight_bytes); 0 for a dense model.  Decoding reads the rest of the
+ * weights every token but only the selected experts (stats.expert_bytes). */
+uint64_t tp_model_expert_weight_bytes(const tp_model_t *m);
 
 /* ========================================================== sampling ===== */
 

@@ -60,6 +60,19 @@ int tp_tsrc_find(const struct tp_tsrc *s, const char *name, struct tp_tsrc_tenso
  * "model.layers.3.mlp.up_proj.weight") into out; 0 when there is no mapping
  * or it does not fit in cap. */
 int tp_tsrc_hf_name(const char *gguf_name, char *out, size_t cap);
+/*
+ * The same for one of the Hugging Face layouts a name has (tp_tsrc_find tries
+ * them in order): variant 0 is the Llama / Qwen layout (tp_tsrc_hf_name's),
+ * variant 1 Mixtral's block_sparse_moe layout for the mixture-of-experts names.
+ * Mixture-of-experts names: the router "blk.N.ffn_gate_inp.weight" (mlp.gate /
+ * block_sparse_moe.gate), one expert "blk.N.ffn_{gate,up,down}_exps.E.weight"
+ * (mlp.experts.E.{gate,up,down}_proj / block_sparse_moe.experts.E.{w1,w3,w2}; GGUF
+ * stacks them in one tensor, Hugging Face keeps one per expert), and Qwen2-MoE's
+ * shared expert "blk.N.ffn_{gate,up,down}_shexp.weight" (mlp.shared_expert.*_proj)
+ * with its gate "blk.N.ffn_gate_inp_shexp.weight" (mlp.shared_expert_gate).
+ * 0 when the name has no such variant.
+ */
+int tp_tsrc_hf_name_variant(const char *gguf_name, int variant, char *out, size_t cap);
 
 /* ------------------------------------------------------ HF config.json */
 

@@ -48,6 +48,28 @@ extern "C" {
  */
 #define TP_PLAN_MAX_RANKS 64
 
+/*
+ * Mixture of experts (hparams.n_expert > 0): how the experts are shared.
+ *   TENSOR: every rank holds every expert's FFN columns [ff_begin, ff_end)
+ *           (column slice of gate/up, row slice of down), block-aligned like a
+ *           dense FFN; each rank computes every selected expert at 1/N width,
+ *           so a decode step's work is balanced whatever the router picks.
+ *   EXPERT: every rank holds whole experts [expert_begin, expert_end), as many
+ *           as its weight's share (largest remainder, like heads); the router
+ *           runs on every rank and a rank adds only its experts' outputs.
+ *           No quantization block is ever cut.
+ * Both sum the FFN output in the one all_sum a dense FFN uses.
+ *   AUTO:   TENSOR when every rank's column share lands on block boundaries
+ *           exactly as its weight asks; else EXPERT when there are at least
+ *           as many experts as ranks; else TENSOR with moved boundaries.  The
+ *           plan's note says which and why.
+ */
+enum tp_moe_split { TP_MOE_SPLIT_AUTO = 0, TP_MOE_SPLIT_TENSOR, TP_MOE_SPLIT_EXPERT, TP_MOE_SPLIT_COUNT };
+/* "auto", "tensor", "expert" */
+const char *tp_moe_split_name(enum tp_moe_split s);
+/* Parse one of those names; TP_ERR_INVALID_ARG (message naming them) otherwise. */
+enum tp_status tp_moe_split_parse(const char *text, enum tp_moe_split *out, struct tp_error *err);
+
 /* Weight types per tensor role (layer 0's types stand for every layer). */
 struct tp_plan_types {
     enum tp_wtype attn_q, attn_k, attn_v, attn_o;
@@ -63,6 +85,8 @@ struct tp_shard_rank_plan {
     double weight;               /* normalised share (weights sum to 1) */
     uint64_t sharded_bytes;      /* this rank's slices of q/k/v/o/gate/up/down/output */
     uint64_t replicated_bytes;   /* norms, embeddings, biases of replicated parts */
+    uint64_t expert_bytes;       /* mixture of experts: of sharded_bytes, this rank's experts (gate, up, down);
+                                  * a decoded token reads about n_expert_used / n_expert of them */
 };
 
 struct tp_shard_plan {
@@ -73,7 +97,8 @@ struct tp_shard_plan {
     int moved;           /* a boundary moved to a block/unit edge (see note) */
     uint64_t total_bytes;      /* weights of the whole model */
     uint64_t replicated_bytes; /* of which held by every rank */
-    char note[384];            /* one line on how the plan was made (never empty) */
+    enum tp_moe_split moe_split; /* TENSOR or EXPERT for a mixture of experts; AUTO (0) for a dense model */
+    char note[512];            /* one line on how the plan was made (never empty) */
     struct tp_shard_rank_plan ranks[TP_PLAN_MAX_RANKS]; /* [world_size] */
 };
 
@@ -87,6 +112,12 @@ struct tp_shard_plan {
  */
 enum tp_status tp_parallel_plan(const struct tp_hparams *hp, const struct tp_plan_types *types, int world_size,
                                 const double *weights, struct tp_shard_plan *out, struct tp_error *err);
+/* The same with the experts' split chosen (tp_parallel_plan: AUTO; ignored for dense
+ * models).  A split that cannot be made (TENSOR: fewer expert-FFN blocks than ranks;
+ * EXPERT: fewer experts than ranks) is refused with a message naming the other. */
+enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp_plan_types *types, int world_size,
+                                    const double *weights, enum tp_moe_split split, struct tp_shard_plan *out,
+                                    struct tp_error *err);
 
 /* Parse "2,1,1" into n_ranks weights (must have exactly that many, each > 0). */
 enum tp_status tp_parallel_parse_weights(const char *text, int n_ranks, double *out, struct tp_error *err);
@@ -211,6 +242,7 @@ struct tp_cap_config {
     uint64_t overhead_bytes;       /* fixed runtime per node (code, threads, HTTP, buffers) */
     double bw_efficiency;          /* fraction of peak bandwidth a decode step attains */
     struct tp_cap_link link;
+    enum tp_moe_split moe_split;   /* mixture of experts (hp.n_expert > 0): the split to plan (AUTO) */
     enum tp_wire_dtype wire_dtype; /* activations on the wire (default f32) */
     double allsum_us;              /* > 0: measured time of one decode all_sum on these hosts (replaces the
                                     * link model for it; its latency sets the round time of the rest) */
@@ -275,6 +307,7 @@ struct tp_parallel_config {
                                     * -m dir/model.rank{rank}-of-4.gguf */
     struct tp_comm_config comm;    /* backend, rank, world size ... (world 1: no network) */
     const char *shard_weights;     /* "2,1,1": relative share per rank; NULL: equal */
+    enum tp_moe_split moe_split;   /* mixture of experts: how experts are shared (default AUTO) */
     enum tp_wire_dtype wire_dtype; /* default f32 */
 };
 /* Defaults: tp_model_default_config(), tp_comm_default_config() then
@@ -410,6 +443,12 @@ struct tp_parallel_stats {
     uint64_t ns_compute;   /* forward pass minus communication */
     uint64_t ns_comm;      /* all_sums, step broadcast, logits gather */
     uint64_t bytes_sent;   /* by this rank */
+    /* what this rank holds, set at load (rss_bytes: when the counters were taken) */
+    uint64_t weight_bytes;    /* its slice of the weights (tp_model_weight_bytes) */
+    uint64_t kv_bytes;        /* its KV cache (tp_model_kv_bytes) */
+    uint64_t rss_bytes;       /* resident set of its process */
+    uint64_t mem_total_bytes; /* physical memory of its machine */
+    char host[32];            /* its host name (gethostname, cut to 31 bytes) */
 };
 void tp_parallel_get_stats(const tp_parallel_t *p, struct tp_parallel_stats *out);
 /*
@@ -446,6 +485,8 @@ const char *tp_parallel_model_path(const tp_parallel_t *p);
 /* The plan every rank agreed on (valid until tp_parallel_free). */
 const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p);
 enum tp_wire_dtype tp_parallel_wire_dtype(const tp_parallel_t *p);
+/* The group's comm backend ("ring", "rdma", "mpi"), or "local" in a world of one. */
+const char *tp_parallel_backend_name(const tp_parallel_t *p);
 /* "f32" | "f16" | "bf16" | "q8" <-> enum; parse gives TP_ERR_INVALID_ARG otherwise. */
 const char *tp_wire_dtype_name(enum tp_wire_dtype dt);
 enum tp_status tp_wire_dtype_parse(const char *s, enum tp_wire_dtype *out);

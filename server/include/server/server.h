@@ -14,7 +14,9 @@
  *     tp_server_free(srv);                // joins threads; engine not freed
  *
  * Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
- * GET /health, GET /metrics, POST /tokenize, POST /detokenize.
+ * GET /health, GET /metrics, POST /tokenize, POST /detokenize, GET /v1/cluster
+ * (per-rank JSON for the web page and scripts) and GET / (the web page;
+ * server/web.c, docs/web.md).
  */
 #ifndef TP_SERVER_H
 #define TP_SERVER_H
@@ -56,6 +58,8 @@ struct tp_server_config {
                                 * this many tokens more than the chosen slot's own cache, default 32; 0: off */
     unsigned recover_wait_s;   /* after a worker was lost, a queued request waits at most this long for the
                                 * group to re-form, then gets 503 with Retry-After (docs/recovery.md), default 60 */
+    const char *cors_origin;   /* NULL: no CORS headers (browsers refuse cross-origin calls); else every answer
+                                * carries Access-Control-Allow-Origin: this, and OPTIONS preflights get 204 */
 };
 struct tp_server_config tp_server_default_config(void);
 
@@ -73,6 +77,9 @@ int tp_server_port(const tp_server_t *s);
  * thread.  Fails (and the server keeps answering 503) on an unknown chat
  * template or a bad n_parallel; the message is in err. */
 enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *engine, struct tp_error *err);
+/* Rank 0's loading progress for GET /v1/cluster (bytes of its slice read of
+ * total); callable from the loading thread while HTTP threads answer. */
+void tp_server_load_progress(tp_server_t *s, uint64_t done, uint64_t total);
 /* Mark loading as failed: /health and the API answer 503 with reason. */
 void tp_server_set_failed(tp_server_t *s, const char *reason);
 /* Block until tp_server_stop(). */

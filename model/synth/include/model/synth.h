@@ -33,7 +33,14 @@ struct tp_shape {
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_orig_ctx;
     int tied, qkv_bias, qk_norm;
+    /* mixture of experts (n_expert > 0): every layer's FFN is n_expert SwiGLU experts of
+     * width n_ff_exp (0: n_ff, Mixtral) and a router; top-k = n_expert_used.  n_ff is then
+     * the dense width the config names (GGUF feed_forward_length; unused by qwen3moe) */
+    int n_expert, n_expert_used, n_ff_exp;
+    int n_ff_shexp;            /* Qwen2-MoE: the shared expert's width (0: none) */
 };
+/* The width of the FFN a layer computes: the experts' for a mixture of experts, else n_ff. */
+int tp_shape_ff_width(const struct tp_shape *s);
 
 /* The shapes built in from configs/shapes.json (NUL-terminated JSON text). */
 const char *tp_shapes_builtin_json(void);
@@ -50,14 +57,16 @@ uint64_t tp_shape_n_params(const struct tp_shape *s);
 
 /*
  * Per-tensor type mixes of llama.cpp's K-quant "M" file types, exactly as
- * llama-quantize assigns them (llama_tensor_get_type, Llama-family models
- * without experts): the base type everywhere except
+ * llama-quantize assigns them (llama_tensor_get_type, Llama-family and Qwen
+ * models): the base type everywhere except
  *   output.weight (or token_embd.weight when the head is tied): Q6_K;
  *   attn_v.weight and ffn_down.weight of the "more bits" layers
  *     (use_more_bits: i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2): Q6_K;
  *   Q4_K_M on a Llama 70B (80 layers, GQA): attn_v of the other layers Q5_K;
  *   rows not a multiple of 256: Q6_K -> Q8_0, Q4_K -> Q5_0, Q5_K -> Q5_1
- *     (tpserve cannot compute Q5_0 / Q5_1: such shapes are refused).
+ *     (tpserve cannot compute Q5_0 / Q5_1: such shapes are refused);
+ *   mixtures of experts: routers F32; ffn_down_exps (and _shexp) as ffn_down;
+ *     exactly 8 experts: attn_v and attn_k Q8_0, attn_output Q5_K under Q4_K_M.
  */
 enum tp_synth_mix {
     TP_SYNTH_MIX_NONE = 0, /* every matrix, embedding and head of cfg->type */
