@@ -14,6 +14,10 @@
  * forwarded to every rank.  When a rank fails (non-zero exit or a signal)
  * the others get SIGTERM, then SIGKILL after a grace period, and launch
  * exits with the failed rank's status (128+signal for a signal).
+ * With --restart N a worker (rank > 0) that fails is started again with
+ * backoff instead (at most N times in a row; TP_REJOIN=1 in every rank's
+ * environment makes the survivors rejoin rank 0's next group epoch, see
+ * docs/recovery.md); rank 0 failing still ends the job with its status.
  * mpi: runs `mpirun --oversubscribe -n N` on CMD with TP_BACKEND=mpi (MPI
  * does the rest; --tag-output prefixes lines with [job,rank]).
  *
@@ -62,6 +66,10 @@ static int hold_ports(int n, int *ports, int *fds)
         a.sin_family = AF_INET;
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        /* SO_REUSEADDR like every comm listener: connections accepted on it inherit the flag, so after
+         * the rank dies (or re-forms its group) its port can be bound again at once despite TIME_WAIT */
+        int one = 1;
+        if (fds[i] >= 0) (void)setsockopt(fds[i], SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (fds[i] < 0 || fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0 || bind(fds[i], (struct sockaddr *)&a, sizeof a) != 0 ||
             listen(fds[i], 64) != 0 || getsockname(fds[i], (struct sockaddr *)&a, &al) != 0)
             rc = -1;
@@ -120,6 +128,24 @@ static int launch_mpi(int n, const char *token, int argc, char **argv)
                        strerror(e));
 }
 
+/* What a worker restart needs (the hostfile and token of this launch). */
+struct respawn_ctx {
+    char **argv;
+    const char *nstr, *backend, *hostfile, *token, *shm;
+};
+
+static int respawn_local(struct tp_sup_child *c, int index, void *arg)
+{
+    const struct respawn_ctx *x = arg;
+    char rstr[16];
+    snprintf(rstr, sizeof rstr, "%d", index);
+    /* no TP_LISTEN_FD: the dead rank's port is free again and the new process binds it */
+    const char *env[] = {"TP_LISTEN_FD", NULL, "TP_RANK", rstr, "TP_WORLD_SIZE", x->nstr, "TP_BACKEND", x->backend,
+                         "TP_HOSTFILE", x->hostfile, "TP_CLUSTER_TOKEN", x->token, "TP_COORDINATOR", NULL,
+                         "TP_COMM_SHM", x->shm, "TP_REJOIN", "1"};
+    return tp_sup_spawn(c, x->argv, env, (int)(TP_ARRAY_LEN(env) / 2), 0, 0, -1);
+}
+
 int tp_cmd_launch(int argc, char **argv)
 {
     /* `--hostfile FILE`: ranks on other machines over ssh (launch_ssh.c). */
@@ -128,11 +154,15 @@ int tp_cmd_launch(int argc, char **argv)
             return tp_launch_hostfile_main(argc, argv);
     int n = 2;
     const char *backend = "ring";
-    int grace_ms = LAUNCH_GRACE_MS, shm = 0;
+    int grace_ms = LAUNCH_GRACE_MS, shm = 0, restarts = 0;
     const struct tp_opt opts[] = {
         {"shm", 0, TP_OPT_FLAG, &shm, NULL, "ring: move data through shared memory (sets TP_COMM_SHM=1)", 0, 0},
         {"np", 'n', TP_OPT_INT, &n, "N", "number of local ranks (1..64, default 2)", 1, LAUNCH_MAX},
         {"backend", 'b', TP_OPT_STRING, &backend, "NAME", "ring (default), rdma or mpi (runs mpirun)", 0, 0},
+        {"restart", 0, TP_OPT_INT, &restarts, "N",
+         "restart a failed worker (rank > 0) with backoff, up to N times in a row, and let the survivors rejoin "
+         "(ring/rdma; default 0: stop every rank)",
+         0, 1000000},
         {"grace-ms", 0, TP_OPT_INT, &grace_ms, "MS", "after a rank fails, SIGKILL the others this much later", 0,
          600000},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
@@ -161,6 +191,12 @@ int tp_cmd_launch(int argc, char **argv)
     if (given && *given) snprintf(token, sizeof token, "%s", given);
     else if (tp_launch_random_token(token, sizeof token) != 0)
         return tp_cli_fail("launch", "the system's random generator failed (OpenSSL RAND_bytes): no cluster token");
+    if (be == TP_COMM_BACKEND_MPI && restarts > 0) {
+        fprintf(stderr, "tpserve launch: --restart does not apply to --backend mpi: an MPI job cannot re-form in "
+                        "place; a failed rank ends the mpirun job and the scheduler restarts it (Slurm --requeue, "
+                        "Kubeflow restartPolicy; see docs/recovery.md)\n");
+        return 2;
+    }
     if (be == TP_COMM_BACKEND_MPI) return launch_mpi(n, token, rest_argc, rest_argv);
 
     /* hostfile with free ports in a private directory */
@@ -202,7 +238,8 @@ int tp_cmd_launch(int argc, char **argv)
         snprintf(rstr, sizeof rstr, "%d", r);
         snprintf(fdstr, sizeof fdstr, "%d", port_fds[r]);
         const char *env[] = {"TP_LISTEN_FD", fdstr, "TP_RANK", rstr, "TP_WORLD_SIZE", nstr, "TP_BACKEND", backend, "TP_HOSTFILE", hostfile,
-                             "TP_CLUSTER_TOKEN", token, "TP_COORDINATOR", NULL, "TP_COMM_SHM", shm ? "1" : getenv("TP_COMM_SHM")};
+                             "TP_CLUSTER_TOKEN", token, "TP_COORDINATOR", NULL, "TP_COMM_SHM", shm ? "1" : getenv("TP_COMM_SHM"),
+                             "TP_REJOIN", restarts > 0 ? "1" : getenv("TP_REJOIN")};
         memset(&kids[r], 0, sizeof kids[r]);
         if (tp_sup_spawn(&kids[r], rest_argv, env, (int)(TP_ARRAY_LEN(env) / 2), 0, 0, port_fds[r]) != 0) {
             tp_cli_fail("launch", "cannot start rank %d: %s", r, strerror(errno));
@@ -211,7 +248,10 @@ int tp_cmd_launch(int argc, char **argv)
         n_started++;
     }
     release_ports(n, port_fds); /* each rank holds its own now */
-    const struct tp_sup_config sc = {.who = "launch", .grace_ms = grace_ms};
+    struct respawn_ctx rx = {.argv = rest_argv, .nstr = nstr, .backend = backend, .hostfile = hostfile,
+                             .token = token, .shm = shm ? "1" : getenv("TP_COMM_SHM")};
+    const struct tp_sup_config sc = {.who = "launch", .grace_ms = grace_ms, .max_restarts = restarts,
+                                     .respawn = respawn_local, .respawn_ctx = &rx};
     exit_code = tp_sup_run(kids, n, n_started, &sc);
 cleanup:
     unlink(hostfile);

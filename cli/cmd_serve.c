@@ -9,7 +9,9 @@
  * tp_parallel_worker_loop() until rank 0 shuts down or fails.
  * HTTP comes up before the model loads, so /health answers 503 "loading".
  */
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +33,15 @@ static void on_signal(int sig)
 }
 
 /* Workers: SIGTERM/SIGINT (forwarded by launch / mpirun to every rank) give
- * rank 0 up to 10 s to shut the group down cleanly; then SIGALRM ends us. */
+ * rank 0 up to 10 s to shut the group down cleanly; then SIGALRM ends us.
+ * A worker trying to rejoin a group has no rank 0 to wait for: it exits. */
+static volatile sig_atomic_t g_rejoining; /* a worker between groups: no rank 0 to shut it down */
+static volatile sig_atomic_t g_worker_sig; /* the stop signal a worker received, 0: none */
+
 static void on_worker_signal(int sig)
 {
-    (void)sig;
+    g_worker_sig = sig;
+    if (g_rejoining) _exit(128 + sig);
     alarm(10);
 }
 
@@ -57,6 +64,35 @@ static void json_log_hook(enum tp_log_level level, const char *module, const cha
     else fputs("{\"level\":\"error\",\"module\":\"cli\",\"msg\":\"out of memory formatting a log line\"}\n", stderr);
     cJSON_free(text);
     cJSON_Delete(o);
+}
+
+/* Rank 0 of an MPI group: an MPI job cannot re-form in place, so once the
+ * group failed (a rank died or stalled past the op timeout) rank 0 stops
+ * serving and exits non-zero at once, naming the failure, for mpirun or
+ * the scheduler (Slurm --requeue, Kubeflow restartPolicy) to restart the
+ * job; see docs/recovery.md. */
+struct mpi_watch {
+    tp_parallel_t *p;
+    tp_server_t *srv;
+    atomic_int stop, failed;
+};
+
+static void *mpi_watch_main(void *arg)
+{
+    struct mpi_watch *w = arg;
+    while (!atomic_load(&w->stop)) {
+        if (tp_parallel_is_poisoned(w->p)) {
+            atomic_store(&w->failed, 1);
+            tp_log(TP_LOG_ERROR, "serve",
+                   "the MPI group failed (%s); an MPI job cannot re-form in place: exiting so that mpirun or the "
+                   "scheduler restarts the job",
+                   tp_parallel_last_error(w->p));
+            tp_server_stop(w->srv);
+            break;
+        }
+        tp_sleep_ms(100);
+    }
+    return NULL;
 }
 
 /* Loading progress: the command line's, and rank 0's for GET /v1/cluster. */
@@ -94,6 +130,7 @@ int tp_cmd_serve(int argc, char **argv)
     int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64, share_min = 32;
     uint64_t max_body = 1u << 20, mem_budget = (uint64_t)256 << 20;
     int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30, idle_timeout = 60;
+    int recover_wait = 60, rejoin = 0;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
         {"host", 0, TP_OPT_STRING, &host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
@@ -124,6 +161,14 @@ int tp_cmd_serve(int argc, char **argv)
         {"idle-timeout", 0, TP_OPT_INT, &idle_timeout, "S",
          "seconds a connection may sit with no bytes moving; time spent generating a reply does not count "
          "(default 60)", 1, 3600},
+        {"recover-wait", 0, TP_OPT_INT, &recover_wait, "S",
+         "rank 0: after a worker is lost, queued requests wait this long for the group to re-form, then 503 "
+         "(default 60; see docs/recovery.md)",
+         1, 86400},
+        {"rejoin", 0, TP_OPT_FLAG, &rejoin, NULL,
+         "workers: when the group fails, rejoin rank 0's next group epoch instead of exiting (set by "
+         "'tpserve launch --restart'; also TP_REJOIN=1)",
+         0, 0},
         {"max-queue", 0, TP_OPT_INT, &max_queue, "N", "waiting requests before 429 (default 64)", 1, 1 << 20},
         {"threads", 't', TP_OPT_INT, &threads, "N", "compute threads (default: all cores)", 0, 4096},
         {"chat-template", 0, TP_OPT_STRING, &tmpl, "NAME",
@@ -208,6 +253,7 @@ int tp_cmd_serve(int argc, char **argv)
         sc.n_batch = pc.model.n_batch;
         sc.prefill_chunk = chunk;
         sc.prefix_share_min = share_min;
+        sc.recover_wait_s = (unsigned)recover_wait;
         sc.cors_origin = cors_origin;
         if (tp_server_init(&sc, &srv, &err) != TP_OK) {
             free(key_buf);
@@ -234,7 +280,29 @@ int tp_cmd_serve(int argc, char **argv)
     if (tp_parallel_rank(p) != 0) {
         signal(SIGINT, on_worker_signal);
         signal(SIGTERM, on_worker_signal);
-        enum tp_status st = tp_parallel_worker_loop(p);
+        const char *rj = getenv("TP_REJOIN");
+        if (rj && strcmp(rj, "1") == 0) rejoin = 1;
+        enum tp_status st;
+        while ((st = tp_parallel_worker_loop(p)) != TP_OK && rejoin) {
+            /* rank 0 re-forms the group in a new epoch; join it, keeping our slice */
+            uint32_t window_ms = pc.comm.connect_timeout_ms ? pc.comm.connect_timeout_ms : 60000;
+            uint64_t give_up = tp_now_ns() + (uint64_t)window_ms * 1000000ull;
+            tp_log(TP_LOG_WARN, "serve", "the group failed (%s); rejoining rank 0 (for up to %u s)",
+                   tp_parallel_last_error(p), window_ms / 1000);
+            g_rejoining = 1;
+            if (g_worker_sig) _exit(128 + g_worker_sig); /* told to stop before the group failed */
+            for (;;) {
+                uint64_t now = tp_now_ns();
+                uint32_t left_ms = now < give_up ? (uint32_t)((give_up - now) / 1000000u) : 0;
+                if (left_ms == 0) break;
+                st = tp_parallel_rejoin(p, TP_MIN(left_ms, 5000u));
+                if (st == TP_OK || st == TP_ERR_UNSUPPORTED) break;
+                tp_sleep_ms(100);
+            }
+            g_rejoining = 0;
+            if (st != TP_OK) break;
+            tp_log(TP_LOG_INFO, "serve", "rejoined the group (epoch %u)", tp_parallel_epoch(p));
+        }
         if (st != TP_OK) code = tp_cli_fail("serve", "worker stopped: %s", tp_parallel_last_error(p));
         tp_parallel_free(p);
         tp_server_free(srv);
@@ -251,7 +319,18 @@ int tp_cmd_serve(int argc, char **argv)
     } else {
         printf("tpserve: serving on http://%s:%d/v1\n", host, tp_server_port(srv));
         fflush(stdout);
+        struct mpi_watch w = {.p = p, .srv = srv};
+        atomic_init(&w.stop, 0);
+        atomic_init(&w.failed, 0);
+        pthread_t wt;
+        int watching = tp_parallel_size(p) > 1 && pc.comm.backend == TP_COMM_BACKEND_MPI &&
+                       pthread_create(&wt, NULL, mpi_watch_main, &w) == 0;
         tp_server_run(srv);
+        if (watching) {
+            atomic_store(&w.stop, 1);
+            pthread_join(wt, NULL);
+            if (atomic_load(&w.failed)) code = 1;
+        }
         tp_log(TP_LOG_INFO, "server", "shutting down");
     }
     g_server = NULL;

@@ -121,7 +121,7 @@ static int read_hosts(const char *path, struct tp_sup_child *ranks, int max, int
 
 /* The remote shell command of one rank (see the file comment). */
 static int remote_command(char *buf, size_t cap, int rank, int world, const char *hostfile, const char *backend,
-                          const char *cwd, int argc, char **argv)
+                          int rejoin, const char *cwd, int argc, char **argv)
 {
     size_t off = 0;
     char tmp[96];
@@ -149,7 +149,8 @@ static int remote_command(char *buf, size_t cap, int rank, int world, const char
                                       "exit 126; fi; ");
     snprintf(tmp, sizeof tmp, "exec env TP_RANK=%d TP_WORLD_SIZE=%d TP_HOSTFILE=", rank, world);
     bad = bad || put_raw(buf, cap, &off, tmp) || put_quoted(buf, cap, &off, hostfile) ||
-          put_raw(buf, cap, &off, " TP_BACKEND=") || put_quoted(buf, cap, &off, backend);
+          put_raw(buf, cap, &off, " TP_BACKEND=") || put_quoted(buf, cap, &off, backend) ||
+          (rejoin && put_raw(buf, cap, &off, " TP_REJOIN=1"));
     static const char *const pass[] = {"TP_LOG_LEVEL", "TP_COMM_TIMEOUT_MS", "TP_COMM_CONNECT_TIMEOUT_MS"};
     for (size_t i = 0; !bad && i < TP_ARRAY_LEN(pass); i++) {
         const char *v = getenv(pass[i]);
@@ -172,6 +173,23 @@ static const char *explain(const struct tp_sup_child *r)
     case 126: return " (a file is missing there)";
     default: return "";
     }
+}
+
+/* A worker's restart (--restart): the same ssh command, the token again on its stdin. */
+struct ssh_respawn {
+    const char *ssh;
+    char (*cmd)[16384];
+    const char *token;
+};
+
+static int respawn_ssh(struct tp_sup_child *c, int index, void *arg)
+{
+    const struct ssh_respawn *x = arg;
+    char *const args[] = {(char *)x->ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-tt", c->label,
+                          x->cmd[index], NULL};
+    c->reached = 0;
+    c->stdin_line = x->token;
+    return tp_sup_spawn(c, args, NULL, 0, 1, 1, -1);
 }
 
 static int run_mpirun(const char *hostfile_hosts, int n, int dry_run, int argc, char **argv)
@@ -215,8 +233,12 @@ static int run_mpirun(const char *hostfile_hosts, int n, int dry_run, int argc, 
 int tp_launch_hostfile_main(int argc, char **argv)
 {
     const char *hostfile = NULL, *backend = "ring";
-    int dry_run = 0;
+    int dry_run = 0, restarts = 0;
     const struct tp_opt opts[] = {
+        {"restart", 0, TP_OPT_INT, &restarts, "N",
+         "restart a failed worker (rank > 0) with backoff, up to N times in a row, and let the survivors rejoin "
+         "(ring/rdma; default 0: stop every rank)",
+         0, 1000000},
         {"hostfile", 0, TP_OPT_STRING, &hostfile, "FILE", "JSON hostfile: one rank per entry, over ssh", 0, 0},
         {"backend", 'b', TP_OPT_STRING, &backend, "NAME", "ring (default), rdma, or mpi (runs mpirun)", 0, 0},
         {"dry-run", 0, TP_OPT_FLAG, &dry_run, NULL, "print the commands instead of running them", 0, 0},
@@ -261,6 +283,11 @@ int tp_launch_hostfile_main(int argc, char **argv)
         return tp_cli_fail("launch", "the system's random generator failed (OpenSSL RAND_bytes): no cluster token");
     }
 
+    if (strcmp(backend, "mpi") == 0 && restarts > 0) {
+        fprintf(stderr, "tpserve launch: --restart does not apply to --backend mpi: an MPI job cannot re-form in "
+                        "place; a failed rank ends the mpirun job and the scheduler restarts it (see docs/recovery.md)\n");
+        return 2;
+    }
     if (strcmp(backend, "mpi") == 0) {
         static char hostlist[LAUNCH_MAX_RANKS * 260];
         size_t off = 0;
@@ -273,7 +300,8 @@ int tp_launch_hostfile_main(int argc, char **argv)
     if (!ssh || !*ssh) ssh = "ssh";
     static char cmd[LAUNCH_MAX_RANKS][16384];
     for (int i = 0; i < n; i++) {
-        if (remote_command(cmd[i], sizeof cmd[i], i, n, abs_hostfile, backend, cwd, rest_argc, rest_argv))
+        if (remote_command(cmd[i], sizeof cmd[i], i, n, abs_hostfile, backend, restarts > 0, cwd, rest_argc,
+                           rest_argv))
             return tp_cli_fail("launch", "the command for rank %d is too long", i);
         if (dry_run) printf("%s -o BatchMode=yes -o ConnectTimeout=10 -tt %s %s\n", ssh, ranks[i].label, cmd[i]);
     }
@@ -291,7 +319,9 @@ int tp_launch_hostfile_main(int argc, char **argv)
         }
         started++;
     }
+    struct ssh_respawn rx = {.ssh = ssh, .cmd = cmd, .token = token};
     const struct tp_sup_config sc = {.who = "launch", .grace_ms = KILL_GRACE_MS, .marker = LAUNCH_MARKER,
-                                     .explain = explain, .report_ok = 1};
+                                     .explain = explain, .report_ok = 1, .max_restarts = restarts,
+                                     .respawn = respawn_ssh, .respawn_ctx = &rx};
     return tp_sup_run(ranks, n, started, &sc);
 }

@@ -204,11 +204,54 @@ static void close_streams(struct tp_sup_child *c, int rank, const struct tp_sup_
     }
 }
 
+#define SUP_BACKOFF_MIN_MS 250u
+#define SUP_BACKOFF_MAX_MS 8000u
+#define SUP_STABLE_NS 2000000000ull /* a child that ran this long (it started, so not a start-up crash loop) starts its backoff over */
+
+struct sup_restart {
+    uint64_t at_ns;      /* restart due; 0: none scheduled */
+    uint64_t started_ns; /* when the running child started */
+    int n_row;           /* restarts in a row (reset once a child ran SUP_STABLE_NS) */
+};
+
+/* Child i failed: schedule its restart (1) or not (0: the caller stops everyone). */
+static int schedule_restart(struct tp_sup_child *c, int i, struct sup_restart *rs, const struct tp_sup_config *cfg)
+{
+    if (i == 0 || cfg->max_restarts <= 0 || !cfg->respawn || g_signal) return 0;
+    uint64_t now = tp_now_ns();
+    if (rs->started_ns && now - rs->started_ns > SUP_STABLE_NS) rs->n_row = 0;
+    if (rs->n_row >= cfg->max_restarts) {
+        fprintf(stderr, "tpserve %s: rank %d failed %d times in a row (--restart %d); giving up\n", cfg->who, i,
+                rs->n_row + 1, cfg->max_restarts);
+        return 0;
+    }
+    uint32_t ms = SUP_BACKOFF_MIN_MS << (rs->n_row < 5 ? rs->n_row : 5);
+    if (ms > SUP_BACKOFF_MAX_MS) ms = SUP_BACKOFF_MAX_MS;
+    rs->n_row++;
+    rs->at_ns = now + (uint64_t)ms * 1000000ull;
+    if (c->signaled)
+        fprintf(stderr, "tpserve %s: rank %d was killed by signal %d (%s); restarting it in %.2f s (restart %d of %d)\n",
+                cfg->who, i, c->status - 128, strsignal(c->status - 128), ms / 1000.0, rs->n_row, cfg->max_restarts);
+    else
+        fprintf(stderr, "tpserve %s: rank %d exited with status %d; restarting it in %.2f s (restart %d of %d)\n",
+                cfg->who, i, c->status, ms / 1000.0, rs->n_row, cfg->max_restarts);
+    return 1;
+}
+
 int tp_sup_run(struct tp_sup_child *c, int n, int n_started, const struct tp_sup_config *cfg)
 {
     const uint64_t grace_ns = (uint64_t)cfg->grace_ms * 1000000u;
-    int first_fail = -1, exit_code = 0, live = 0;
+    int first_fail = -1, exit_code = 0, live = 0, pending = 0;
     uint64_t kill_at = 0;
+    struct sup_restart *rs = calloc((size_t)n, sizeof *rs);
+    if (!rs) {
+        fprintf(stderr, "tpserve %s: out of memory; stopping the ranks\n", cfg->who);
+        signal_all(c, n_started, SIGKILL);
+        for (int i = 0; i < n_started; i++)
+            if (c[i].pid > 0) waitpid(c[i].pid, NULL, 0), c[i].pid = 0;
+        return 1;
+    }
+    for (int i = 0; i < n; i++) rs[i].started_ns = tp_now_ns();
     for (int i = 0; i < n_started; i++) live += c[i].pid > 0;
     if (n_started < n) {
         fprintf(stderr, "tpserve %s: could only start %d of %d ranks; stopping\n", cfg->who, n_started, n);
@@ -225,10 +268,33 @@ int tp_sup_run(struct tp_sup_child *c, int n, int n_started, const struct tp_sup
         signal_all(c, n_started, SIGKILL);
         for (int i = 0; i < n_started; i++)
             if (c[i].pid > 0) waitpid(c[i].pid, NULL, 0), c[i].pid = 0;
-        free(pfd), free(ps), free(owner);
+        free(pfd), free(ps), free(owner), free(rs);
         return 1;
     }
-    while (live > 0) {
+    while (live > 0 || pending > 0) {
+        for (int i = 1; i < n_started && pending > 0; i++) {
+            if (!rs[i].at_ns) continue;
+            if (g_signal || kill_at || first_fail >= 0 || c[0].pid == 0) { /* stopping: no more restarts */
+                rs[i].at_ns = 0;
+                pending--;
+                continue;
+            }
+            if (tp_now_ns() < rs[i].at_ns) continue;
+            rs[i].at_ns = 0;
+            pending--;
+            close_streams(&c[i], i, cfg);
+            if (cfg->respawn(&c[i], i, cfg->respawn_ctx) != 0) {
+                fprintf(stderr, "tpserve %s: cannot restart rank %d: %s; stopping the ranks\n", cfg->who, i,
+                        strerror(errno));
+                first_fail = i;
+                if (!exit_code) exit_code = 1;
+                signal_all(c, n_started, SIGTERM);
+                if (!kill_at) kill_at = tp_now_ns() + grace_ns;
+                continue;
+            }
+            rs[i].started_ns = tp_now_ns();
+            live++;
+        }
         if (g_signal) {
             int sig = g_signal;
             g_signal = 0;
@@ -274,7 +340,9 @@ int tp_sup_run(struct tp_sup_child *c, int n, int n_started, const struct tp_sup
                 /* what it wrote last (a background grandchild may hold the pipe open: bounded) */
                 for (int k = 0; k < 256 && (pump(&c[i], i, &c[i].out, cfg) | pump(&c[i], i, &c[i].err, cfg)); k++) {
                 }
-                if (c[i].status != 0 && first_fail < 0 && !exit_code) {
+                if (c[i].status != 0 && first_fail < 0 && !exit_code && !kill_at && schedule_restart(&c[i], i, &rs[i], cfg)) {
+                    pending++;
+                } else if (c[i].status != 0 && first_fail < 0 && !exit_code) {
                     first_fail = i;
                     exit_code = c[i].status;
                     const char *why = cfg->explain ? cfg->explain(&c[i]) : "";
@@ -296,7 +364,7 @@ int tp_sup_run(struct tp_sup_child *c, int n, int n_started, const struct tp_sup
         close_streams(&c[i], i, cfg);
         if (c[i].in_fd >= 0) close(c[i].in_fd), c[i].in_fd = -1;
     }
-    free(pfd), free(ps), free(owner);
+    free(pfd), free(ps), free(owner), free(rs);
     if (first_fail < 0 && exit_code == 0 && cfg->report_ok)
         fprintf(stderr, "tpserve %s: all %d ranks exited normally\n", cfg->who, n);
     return exit_code;

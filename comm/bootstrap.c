@@ -38,6 +38,7 @@ struct boot {
     int rank, size;
     struct tp_wire_key key;               /* the cluster token's bytes (empty when none) */
     uint8_t group[TP_WIRE_AUTH_BYTES];    /* SHA-256 of the group id */
+    uint32_t epoch;                       /* group epoch; 0 on a joining worker until rank 0 tells it */
     uint64_t deadline;
     uint32_t timeout_ms;
     struct tp_host *table;                /* (size) */
@@ -53,7 +54,8 @@ static void make_frame(const struct boot *b, uint16_t kind, uint32_t arg, const 
                               .kind = kind,
                               .rank = (uint32_t)b->rank,
                               .world_size = (uint32_t)b->size,
-                              .arg = arg};
+                              .arg = arg,
+                              .epoch = b->epoch};
     if (auth) memcpy(f.auth, auth, TP_WIRE_AUTH_BYTES);
     tp_wire_encode(&f, out);
 }
@@ -83,6 +85,8 @@ static uint32_t check_hello(const struct boot *b, const struct tp_wire_frame *f,
     if (f->magic != TP_WIRE_MAGIC) return TP_REJECT_MAGIC;
     if (f->version != TP_WIRE_VERSION) return TP_REJECT_VERSION;
     if (f->world_size != (uint32_t)b->size) return TP_REJECT_WORLD;
+    /* rank 0 lets a joining worker (epoch 0) learn the epoch; between workers it is known */
+    if (f->epoch != b->epoch && (b->rank != 0 || f->epoch != 0)) return TP_REJECT_EPOCH;
     if (f->kind == TP_WIRE_HELLO && f->arg == TP_WIRE_CH_LIVENESS && b->rank == 0 && b->live_fds)
         *slots = b->live_fds;
     else if (f->kind == want_kind && (want_kind != TP_WIRE_HELLO || f->arg == TP_WIRE_CH_DATA))
@@ -143,7 +147,7 @@ static enum tp_status read_answer(const struct boot *b, int fd, int peer, uint16
 /* The connector's side of the handshake on fd (see comm_wire.h): HELLO or
  * REGISTER with a fresh nonce, CHALLENGE, PROOF, then the acceptor's MAC in
  * its ACCEPT, checked.  *t gets the transcript (for the TABLE's MAC). */
-static enum tp_status handshake_connect(const struct boot *b, int fd, int peer, uint16_t kind, uint32_t arg,
+static enum tp_status handshake_connect(struct boot *b, int fd, int peer, uint16_t kind, uint32_t arg,
                                         struct tp_wire_transcript *t, struct tp_error *err)
 {
     uint8_t buf[TP_WIRE_FRAME_BYTES], mac[TP_WIRE_AUTH_BYTES];
@@ -163,6 +167,13 @@ static enum tp_status handshake_connect(const struct boot *b, int fd, int peer, 
     if ((st = tp_sock_write_full(fd, buf, sizeof buf, b->deadline, &e)) != TP_OK)
         return tp_error_set(err, st, "hello to rank %d failed: %s", peer, e.msg);
     if ((st = read_answer(b, fd, peer, TP_WIRE_CHALLENGE, &f, err)) != TP_OK) return st;
+    if (b->epoch == 0 && peer == 0 && f.epoch != 0) b->epoch = f.epoch; /* joining: rank 0 says which epoch */
+    if (f.epoch != b->epoch)
+        return tp_error_set(err, TP_ERR_PROTOCOL,
+                            "rank %d answered in group epoch %u, this rank is in epoch %u: a rank of another "
+                            "epoch of a group that re-formed (restart this rank to join the current one)",
+                            peer, f.epoch, b->epoch);
+    t->epoch = b->epoch;
     memcpy(t->nonce_a, f.auth, sizeof t->nonce_a);
     if (tp_wire_mac(&b->key, 'C', t, mac) != 0)
         return tp_error_set(err, TP_ERR_INTERNAL, "HMAC-SHA-256 failed in libcrypto");
@@ -196,6 +207,7 @@ static uint32_t handshake_accept(const struct boot *b, int fd, const struct tp_w
     t->rank_a = (uint32_t)b->rank;
     memcpy(t->nonce_c, f->auth, sizeof t->nonce_c);
     memcpy(t->group, b->group, sizeof t->group);
+    t->epoch = b->epoch;
     *n_bad = 0;
     if (tp_wire_random(t->nonce_a, sizeof t->nonce_a) != 0) return TP_REJECT_AUTH;
     make_frame(b, TP_WIRE_CHALLENGE, 0, t->nonce_a, buf);
@@ -283,7 +295,7 @@ static enum tp_status accept_ranks(const struct boot *b, int lfd, int lo, int hi
     return TP_OK;
 }
 
-static enum tp_status connect_lower(const struct boot *b, int lo, int *fds, struct tp_error *err)
+static enum tp_status connect_lower(struct boot *b, int lo, int *fds, struct tp_error *err)
 {
     struct tp_wire_transcript t;
     for (int j = lo; j < b->rank; j++) {
@@ -295,7 +307,7 @@ static enum tp_status connect_lower(const struct boot *b, int lo, int *fds, stru
 }
 
 /* A worker's liveness link to rank 0 at ip:port. */
-static enum tp_status connect_liveness(const struct boot *b, const char *ip, int port, struct tp_error *err)
+static enum tp_status connect_liveness(struct boot *b, const char *ip, int port, struct tp_error *err)
 {
     struct tp_wire_transcript t;
     enum tp_status st = connect_retry(b, 0, ip, port, &b->live_fds[0], err);
@@ -450,6 +462,7 @@ enum tp_status tp_bootstrap_tcp(const struct tp_comm_config *cfg, struct tp_net 
     enum tp_status rc = TP_OK;
     struct tp_hostfile hf = {0};
     struct boot b = {.rank = cfg->rank, .size = cfg->world_size, .timeout_ms = cfg->connect_timeout_ms};
+    b.epoch = cfg->rank == 0 ? (cfg->epoch ? cfg->epoch : 1u) : cfg->epoch;
     int lfd = -1;
     b.deadline = tp_now_ns() + (uint64_t)cfg->connect_timeout_ms * 1000000ull;
     const char *token = cfg->cluster_token;
@@ -518,6 +531,7 @@ enum tp_status tp_bootstrap_tcp(const struct tp_comm_config *cfg, struct tp_net 
     for (int r = 0; r < b.size; r++)
         if (r != b.rank) TP_CHECK_GOTO(tp_sock_tune(net->fds[r], err), rc, out);
     TP_CHECK_GOTO(tp_live_start(net, err), rc, out);
+    net->epoch = b.epoch;
 out:
     tp_sock_close(&lfd);
     if (hf.hosts)

@@ -81,7 +81,7 @@ int tp_wire_mac(const struct tp_wire_key *key, char role, const struct tp_wire_t
     put_u32(m + off, t->world_size), off += 4;
     put_u32(m + off, t->rank_c), off += 4;
     put_u32(m + off, t->rank_a), off += 4;
-    put_u32(m + off, 0), off += 4;
+    put_u32(m + off, t->epoch), off += 4;
     memcpy(m + off, t->nonce_c, TP_WIRE_AUTH_BYTES), off += TP_WIRE_AUTH_BYTES;
     memcpy(m + off, t->nonce_a, TP_WIRE_AUTH_BYTES), off += TP_WIRE_AUTH_BYTES;
     memcpy(m + off, t->group, TP_WIRE_AUTH_BYTES), off += TP_WIRE_AUTH_BYTES;
@@ -122,6 +122,7 @@ void tp_wire_encode(const struct tp_wire_frame *f, uint8_t out[TP_WIRE_FRAME_BYT
     put_u32(out + 12, f->world_size);
     memcpy(out + 16, f->auth, TP_WIRE_AUTH_BYTES);
     put_u32(out + 48, f->arg);
+    put_u32(out + 52, f->epoch);
 }
 
 void tp_wire_decode(const uint8_t in[TP_WIRE_FRAME_BYTES], struct tp_wire_frame *f)
@@ -133,6 +134,7 @@ void tp_wire_decode(const uint8_t in[TP_WIRE_FRAME_BYTES], struct tp_wire_frame 
     f->world_size = get_u32(in + 12);
     memcpy(f->auth, in + 16, TP_WIRE_AUTH_BYTES);
     f->arg = get_u32(in + 48);
+    f->epoch = get_u32(in + 52);
 }
 
 const char *tp_wire_reject_str(uint32_t reason)
@@ -144,6 +146,7 @@ const char *tp_wire_reject_str(uint32_t reason)
     case TP_REJECT_RANK: return "unexpected rank (rank out of range or wrong connect order)";
     case TP_REJECT_DUPLICATE: return "duplicate rank (two processes claim the same TP_RANK)";
     case TP_REJECT_KIND: return "unexpected frame kind";
+    case TP_REJECT_EPOCH: return "group epoch mismatch (a rank of an earlier epoch of a group that has re-formed since)";
     case TP_REJECT_AUTH:
         return "authentication failed: the peer does not hold this group's cluster token (set the same "
                "TP_CLUSTER_TOKEN / hostfile cluster_token everywhere) or runs another group id / model plan";

@@ -224,6 +224,14 @@ int tp_comm_silent_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent
     return tp_live_silent(c->net, silent_ms, silent_for_ms);
 }
 
+int tp_comm_lost_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_for_ms)
+{
+    if (silent_for_ms) *silent_for_ms = 0;
+    if (!c || c->size == 1 || !c->net) return -1;
+    return tp_live_lost(c->net, silent_ms, silent_for_ms);
+}
+
+uint32_t tp_comm_epoch(const tp_comm_t *c) { return c && c->size > 1 && c->net ? c->net->epoch : 0; }
 int tp_comm_rank(const tp_comm_t *c) { return c ? c->rank : -1; }
 int tp_comm_size(const tp_comm_t *c) { return c ? c->size : 0; }
 enum tp_comm_backend tp_comm_backend(const tp_comm_t *c) { return c ? c->backend : TP_COMM_BACKEND_RING; }

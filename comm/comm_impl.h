@@ -86,6 +86,7 @@ struct tp_net {
     struct tp_live *live;                 /* heartbeat thread state (liveness.c), NULL before start */
     int wake_rd, wake_wr;                 /* self-pipe: tp_comm_abort wakes poll() */
     uint32_t op_timeout_ms;
+    uint32_t epoch;                       /* group epoch agreed in the bootstrap (0: none, e.g. mpi) */
     atomic_int poisoned;
     atomic_int err_claimed;               /* first writer of err wins (signal safe) */
     struct tp_error err;
@@ -230,6 +231,8 @@ enum tp_status tp_live_start(struct tp_net *net, struct tp_error *err);
 void tp_live_stop(struct tp_net *net);
 /* First net rank silent for more than silent_ms, or -1 (see tp_comm_silent_rank). */
 int tp_live_silent(const struct tp_net *net, uint32_t silent_ms, uint32_t *silent_for_ms);
+/* tp_comm_lost_rank() on the net (world ranks == net ranks for the world group). */
+int tp_live_lost(const struct tp_net *net, uint32_t silent_ms, uint32_t *silent_for_ms);
 
 /* TCP transport (tcp.c). */
 enum tp_status tp_tcp_net_create(int rank, int size, uint32_t op_timeout_ms, struct tp_net **out,

@@ -18,7 +18,9 @@
  *                         MAC; TABLE: MAC of the table; REJECT: zeros
  *    48    4 arg          HELLO: channel (TP_WIRE_CH_*); REGISTER: listen
  *                         port; REJECT: reason code; TABLE: entries that follow
- *    52   12 reserved     zero
+ *    52    4 epoch        the sender's group epoch (0: a joining worker that
+ *                         does not know it yet; see below)
+ *    56    8 reserved     zero
  *
  * A TABLE frame is followed by `arg` entries of TP_WIRE_ENTRY_BYTES:
  *   ip (48 bytes, NUL padded text), port (u16), reserved (u16).
@@ -35,6 +37,14 @@
  * proved the key depends on the key, so a listener learns nothing to replay
  * or to guess the token offline from, and a replayed PROOF fails against a
  * fresh nonce_a.  MACs are compared in constant time (CRYPTO_memcmp).
+ * Epochs: rank 0 runs the group in an epoch (>= 1) and starts a new one each
+ * time it re-forms the group after losing a rank.  A connector sends the
+ * epoch it knows (0 when it is joining and does not know it yet); rank 0
+ * REJECTs a HELLO/REGISTER of any other non-zero epoch (a process still in
+ * a previous epoch), answers with its epoch in the CHALLENGE, and a joining
+ * connector adopts it; between workers both epochs must be equal (a worker
+ * always links to rank 0 first).  The agreed epoch is part of the MACed
+ * transcript, so a frame or connection of another epoch never verifies.
  * The coordinator's TABLE carries HMAC("T", nonce_c, nonce_a, SHA-256(entries)).
  */
 #ifndef TP_COMM_WIRE_H
@@ -78,6 +88,7 @@ enum tp_wire_reject {
     TP_REJECT_RANK,
     TP_REJECT_DUPLICATE,
     TP_REJECT_KIND,
+    TP_REJECT_EPOCH,         /* the connector is in another group epoch (a stale rank) */
 };
 
 struct tp_wire_frame {
@@ -88,6 +99,7 @@ struct tp_wire_frame {
     uint32_t world_size;
     uint8_t auth[TP_WIRE_AUTH_BYTES];
     uint32_t arg;
+    uint32_t epoch;
 };
 
 /* What both MACs of one handshake cover (see the file comment). */
@@ -99,6 +111,7 @@ struct tp_wire_transcript {
     uint8_t nonce_c[TP_WIRE_AUTH_BYTES];
     uint8_t nonce_a[TP_WIRE_AUTH_BYTES];
     uint8_t group[TP_WIRE_AUTH_BYTES];        /* tp_wire_group_hash() */
+    uint32_t epoch;                           /* the group epoch both sides agreed on */
 };
 
 /* The handshake key: the cluster token's bytes (an empty key when none). */

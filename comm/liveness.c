@@ -34,6 +34,7 @@ struct tp_live {
     int n;                        /* net size */
     int *fds;                     /* (n) liveness link per net rank, -1 where none (owned) */
     _Atomic uint64_t *last_ns;    /* (n) tp_now_ns() of the last byte received, 0 where no link */
+    _Atomic uint64_t *closed_ns;  /* (n) tp_now_ns() when the link closed, 0 while open */
 };
 
 static void *live_main(void *arg)
@@ -75,8 +76,10 @@ static void *live_main(void *arg)
             ssize_t got = recv(lv->fds[r], buf, sizeof buf, 0);
             if (got > 0)
                 atomic_store(&lv->last_ns[r], tp_now_ns());
-            else if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            else if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
                 open_fd[r] = 0; /* closed: its timestamp stops, so it reads as silent */
+                atomic_store(&lv->closed_ns[r], tp_now_ns());
+            }
         }
     }
     return NULL;
@@ -91,6 +94,7 @@ static void live_free(struct tp_live *lv)
     if (lv->stop_wr >= 0) close(lv->stop_wr);
     free(lv->fds);
     free((void *)lv->last_ns);
+    free((void *)lv->closed_ns);
     free(lv);
 }
 
@@ -105,8 +109,9 @@ enum tp_status tp_live_start(struct tp_net *net, struct tp_error *err)
     lv->stop_rd = lv->stop_wr = -1;
     lv->fds = malloc((size_t)lv->n * sizeof *lv->fds);
     lv->last_ns = calloc((size_t)lv->n, sizeof *lv->last_ns);
+    lv->closed_ns = calloc((size_t)lv->n, sizeof *lv->closed_ns);
     int p[2] = {-1, -1};
-    if (!lv->fds || !lv->last_ns || pipe(p) != 0) {
+    if (!lv->fds || !lv->last_ns || !lv->closed_ns || pipe(p) != 0) {
         free(lv->fds);
         lv->fds = NULL;
         live_free(lv);
@@ -121,6 +126,7 @@ enum tp_status tp_live_start(struct tp_net *net, struct tp_error *err)
         lv->fds[r] = net->live_fds[r];
         net->live_fds[r] = -1;
         atomic_init(&lv->last_ns[r], lv->fds[r] >= 0 ? now : 0);
+        atomic_init(&lv->closed_ns[r], 0);
         if (lv->fds[r] >= 0) {
             struct tp_error e = {0};
             if (tp_sock_tune(lv->fds[r], &e) != TP_OK) {
@@ -170,4 +176,32 @@ int tp_live_silent(const struct tp_net *net, uint32_t silent_ms, uint32_t *silen
         }
     }
     return -1;
+}
+
+int tp_live_lost(const struct tp_net *net, uint32_t silent_ms, uint32_t *silent_for_ms)
+{
+    struct tp_live *lv = net ? net->live : NULL;
+    if (silent_for_ms) *silent_for_ms = 0;
+    if (!lv) return -1;
+    uint64_t now = tp_now_ns(), first = 0;
+    int who = -1;
+    for (int r = 0; r < lv->n; r++) {
+        uint64_t c = atomic_load(&lv->closed_ns[r]);
+        if (c && (!first || c < first)) first = c, who = r;
+    }
+    if (who >= 0) {
+        uint64_t last = atomic_load(&lv->last_ns[who]);
+        uint64_t ms = now > last ? (now - last) / 1000000u : 0;
+        if (silent_for_ms) *silent_for_ms = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+        return who;
+    }
+    uint64_t oldest = UINT64_MAX;
+    for (int r = 0; r < lv->n; r++) {
+        uint64_t last = atomic_load(&lv->last_ns[r]);
+        if (last && last < oldest) oldest = last, who = r;
+    }
+    if (who < 0 || now <= oldest || (now - oldest) / 1000000u <= silent_ms) return -1;
+    uint64_t ms = (now - oldest) / 1000000u;
+    if (silent_for_ms) *silent_for_ms = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+    return who;
 }

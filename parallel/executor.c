@@ -221,6 +221,7 @@ static enum tp_status alloc_buffers(tp_parallel_t *p)
         }
         size_t max_count;
         if (tp_mul_size(nb, (size_t)p->probe.hp.n_embd, &max_count)) return TP_ERR_NOMEM;
+        p->wire_max_count = max_count;
         enum tp_status st = tp_wire_init(&p->wire, p->comm, p->wire_dtype, max_count);
         if (st != TP_OK) return st;
     }
@@ -273,6 +274,33 @@ static void *load_sync_main(void *arg)
 
 /* ------------------------------------------------------------------ init */
 
+/* Rank 0 of a group: start the thread that pings idle workers. */
+static enum tp_status start_keepalive(tp_parallel_t *p)
+{
+    p->last_ns = tp_now_ns();
+    if (p->world < 2 || p->rank != 0) return TP_OK;
+    uint32_t op = p->comm_cfg.op_timeout_ms ? p->comm_cfg.op_timeout_ms : 30000;
+    p->keep_ms = TP_MAX(50u, op / 4);
+    p->keep_stop = 0;
+    if (pthread_create(&p->keep, NULL, tp_engine_keepalive_main, p) != 0) {
+        tp_comm_abort(p->comm, "parallel: rank 0 could not start its keepalive thread");
+        return tp_error_set(&p->err, TP_ERR_NOMEM, "cannot start the keepalive thread");
+    }
+    p->keep_started = 1;
+    return TP_OK;
+}
+
+static void stop_keepalive(tp_parallel_t *p)
+{
+    if (!p->keep_started) return;
+    pthread_mutex_lock(&p->mu);
+    p->keep_stop = 1;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->keep, NULL);
+    p->keep_started = 0;
+}
+
 enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_parallel_t **out, struct tp_error *err)
 {
     enum tp_status rc = TP_OK;
@@ -286,6 +314,8 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
     p = calloc(1, sizeof *p);
     if (!p) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     atomic_init(&p->poisoned, 0);
+    atomic_init(&p->rejoin_phase, 0);
+    p->comm_cfg = cfg->comm;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->mu_inited = 1;
@@ -317,6 +347,7 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
         h = mix(h, (uint64_t)(uint32_t)cfg->model.n_seq);
         h = mix(h, (uint64_t)(uint32_t)cfg->model.n_batch);
     }
+    p->plan_hash = h;
     TP_CHECK_GOTO(agree(p, st, h, "the sharding plan"), rc, fail);
 
     /* 3. load this rank's slice, then agree that everyone loaded */
@@ -407,17 +438,7 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
     }
 
     /* 4. rank 0 keeps idle workers alive */
-    p->last_ns = tp_now_ns();
-    if (p->world > 1 && p->rank == 0) {
-        uint32_t op = cfg->comm.op_timeout_ms ? cfg->comm.op_timeout_ms : 30000;
-        p->keep_ms = TP_MAX(50u, op / 4);
-        if (pthread_create(&p->keep, NULL, tp_engine_keepalive_main, p) != 0) {
-            rc = tp_error_set(&p->err, TP_ERR_NOMEM, "cannot start the keepalive thread");
-            tp_comm_abort(p->comm, "parallel: rank 0 could not start");
-            goto fail;
-        }
-        p->keep_started = 1;
-    }
+    TP_CHECK_GOTO(start_keepalive(p), rc, fail);
     *out = p;
     return TP_OK;
 
@@ -430,18 +451,98 @@ fail:
     return rc;
 }
 
+/* ---------------------------------------------------------------- rejoin */
+
+/* The load-sync rounds of tp_parallel_init from a rank that has its slice
+ * already: state "done" in every round until no rank is loading. */
+static enum tp_status load_sync_loaded(tp_parallel_t *p)
+{
+    int32_t *all = calloc((size_t)p->world, sizeof(int32_t));
+    if (!all) return tp_error_set(&p->err, TP_ERR_NOMEM, "out of memory in load sync");
+    enum tp_status st;
+    for (;;) {
+        int32_t mine = 1;
+        st = tp_comm_all_gather(p->comm, &mine, all, 1, TP_DTYPE_I32);
+        if (st != TP_OK) {
+            tp_error_force(&p->err, st, "rank %d: group failed while a rank was loading: %s", p->rank,
+                           tp_comm_last_error(p->comm));
+            break;
+        }
+        int done = 1;
+        for (int r = 0; r < p->world; r++) done &= all[r] != 0;
+        if (done) break;
+        atomic_store(&p->rejoin_phase, 2);
+    }
+    free(all);
+    return st;
+}
+
+enum tp_status tp_parallel_rejoin(tp_parallel_t *p, uint32_t connect_timeout_ms)
+{
+    if (!p) return TP_ERR_INVALID_ARG;
+    if (p->world < 2 || p->comm_cfg.backend == TP_COMM_BACKEND_MPI)
+        return tp_error_force(&p->err, TP_ERR_UNSUPPORTED,
+                              "a group of %d rank(s) on the %s backend cannot re-form in place", p->world,
+                              tp_comm_backend_name(p->comm_cfg.backend));
+    enum tp_status rc;
+    stop_keepalive(p);
+    atomic_store(&p->poisoned, 1);
+    atomic_store(&p->rejoin_phase, 1);
+    const int had_group = p->comm != NULL;
+    uint32_t epoch = p->comm ? tp_comm_epoch(p->comm) : 0;
+    tp_wire_release(&p->wire);
+    memset(&p->wire, 0, sizeof p->wire);
+    tp_comm_free(p->comm);
+    p->comm = NULL;
+    struct tp_comm_config cc = p->comm_cfg;
+    cc.listen_fd = -1; /* an inherited socket was adopted (and closed) by the first group */
+    cc.rank = p->rank;
+    cc.world_size = p->world;
+    if (connect_timeout_ms) cc.connect_timeout_ms = connect_timeout_ms;
+    /* Rank 0 starts the next epoch after a group that had formed; an attempt
+     * that formed nothing is retried in the same epoch.  Workers learn it. */
+    if (p->rank == 0) {
+        if (had_group) {
+            uint32_t last = TP_MAX(epoch, p->comm_cfg.epoch);
+            p->comm_cfg.epoch = (last ? last : 1u) + 1u;
+        }
+        cc.epoch = p->comm_cfg.epoch;
+    } else {
+        cc.epoch = 0;
+    }
+    TP_CHECK_GOTO(tp_comm_init(&cc, &p->comm, &p->err), rc, out);
+    TP_CHECK_GOTO(agree(p, TP_OK, p->plan_hash, "the sharding plan"), rc, out);
+    TP_CHECK_GOTO(load_sync_loaded(p), rc, out);
+    TP_CHECK_GOTO(agree(p, TP_OK, 0, "loading the model"), rc, out);
+    if ((rc = tp_wire_init(&p->wire, p->comm, p->wire_dtype, p->wire_max_count)) != TP_OK) {
+        tp_error_force(&p->err, rc, "out of memory for the wire buffers");
+        tp_comm_abort(p->comm, "parallel: a rank could not rejoin");
+        goto out;
+    }
+    p->shut = 0;
+    pthread_mutex_lock(&p->mu);
+    if (p->rank_stats) memset(p->rank_stats, 0, (size_t)p->world * sizeof(*p->rank_stats));
+    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->poisoned, 0);
+    TP_CHECK_GOTO(start_keepalive(p), rc, out);
+    tp_error_clear(&p->err);
+    tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE, "rank %d/%d: group re-formed in epoch %u", p->rank, p->world,
+           tp_comm_epoch(p->comm));
+out:
+    if (rc != TP_OK) atomic_store(&p->poisoned, 1);
+    atomic_store(&p->rejoin_phase, 0);
+    return rc;
+}
+
+int tp_parallel_rejoin_phase(const tp_parallel_t *p) { return p ? atomic_load(&p->rejoin_phase) : 0; }
+uint32_t tp_parallel_epoch(const tp_parallel_t *p) { return p && p->comm ? tp_comm_epoch(p->comm) : 0; }
+
 /* ------------------------------------------------------------------ free */
 
 void tp_parallel_free(tp_parallel_t *p)
 {
     if (!p) return;
-    if (p->keep_started) {
-        pthread_mutex_lock(&p->mu);
-        p->keep_stop = 1;
-        pthread_cond_signal(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-        pthread_join(p->keep, NULL);
-    }
+    stop_keepalive(p);
     if (p->rank == 0 && p->comm && !p->shut && !atomic_load(&p->poisoned) && !tp_comm_is_poisoned(p->comm))
         tp_engine_send_shutdown(p);
     tp_model_free(p->model);

@@ -72,6 +72,10 @@ struct tp_parallel {
     int32_t *stats_all;                   /* rank 0: (world, STATS_WORDS) gather area */
     uint64_t stats_ns;                    /* rank 0: when they were last collected */
     char path[4096];              /* model path with {rank} expanded */
+    struct tp_comm_config comm_cfg; /* as given to init (strings are the caller's), for tp_parallel_rejoin */
+    uint64_t plan_hash;           /* what the ranks agreed on at init (model, plan, dtype, sizes) */
+    size_t wire_max_count;        /* tp_wire_init's max_count */
+    atomic_int rejoin_phase;      /* see tp_parallel_rejoin_phase() */
     tp_parallel_hook_fn hook;     /* tp_parallel_set_hook (NULL: values NaN) */
     void *hook_ud;
 

@@ -62,7 +62,7 @@ static enum tp_status step_fail(tp_parallel_t *p, enum tp_status st, const char 
     if (!atomic_exchange(&p->poisoned, 1)) {
         const char *why = p->comm && tp_comm_last_error(p->comm)[0] ? tp_comm_last_error(p->comm)
                                                                      : tp_model_last_error(p->model);
-        tp_error_force(&p->err, st, "rank %d: %s failed (%s): %s; the engine is stopped, restart every rank",
+        tp_error_force(&p->err, st, "rank %d: %s failed (%s): %s; this group is stopped",
                        p->rank, what, tp_status_str(st), why);
         if (p->comm) tp_comm_abort(p->comm, "parallel: a rank failed during a step");
         tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "%s", tp_error_msg(&p->err));

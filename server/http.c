@@ -57,6 +57,7 @@ struct tp_server_config tp_server_default_config(void)
     c.n_batch = 256;
     c.prefill_chunk = 64;
     c.prefix_share_min = 32;
+    c.recover_wait_s = 60;
     return c;
 }
 
@@ -1127,7 +1128,8 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
     s->n_vocab = tp_parallel_hparams(p)->n_vocab;
     struct tp_engine_config ec = {.n_parallel = s->cfg.n_parallel, .max_queue = s->cfg.max_queue,
                                   .n_batch = s->cfg.n_batch, .prefill_chunk = s->cfg.prefill_chunk,
-                                  .prefix_share_min = s->cfg.prefix_share_min};
+                                  .prefix_share_min = s->cfg.prefix_share_min,
+                                  .recover_wait_ms = s->cfg.recover_wait_s * 1000u};
     enum tp_status rc = tp_engine_init(&ec, p, s->metrics, &s->engine, err);
     if (rc != TP_OK) {
         tp_server_set_failed(s, err->msg);

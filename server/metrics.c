@@ -168,6 +168,29 @@ int tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, s
                         "# TYPE tpserve_engine_steps_total counter\ntpserve_engine_steps_total %llu\n",
                         g->queue_depth, g->active_seqs, g->n_parallel, g->healthy, g->n_ranks,
                         (unsigned long long)g->n_steps);
+    const struct tp_engine_recovery_stats *rs = &g->recovery;
+    rc |= tp_buf_printf(o,
+                        "# HELP tpserve_recovering 1 while a rank is lost and the group is re-forming.\n"
+                        "# TYPE tpserve_recovering gauge\ntpserve_recovering %d\n"
+                        "# HELP tpserve_rank_losses_total Ranks lost (a step or ping failed; the group re-forms).\n"
+                        "# TYPE tpserve_rank_losses_total counter\ntpserve_rank_losses_total %llu\n"
+                        "# HELP tpserve_recoveries_total Times the group re-formed after losing a rank.\n"
+                        "# TYPE tpserve_recoveries_total counter\ntpserve_recoveries_total %llu\n"
+                        "# HELP tpserve_recovery_seconds_total Time from losing a rank to the group re-formed, summed.\n"
+                        "# TYPE tpserve_recovery_seconds_total counter\ntpserve_recovery_seconds_total %.3f\n"
+                        "# HELP tpserve_last_recovery_seconds Time the last recovery took.\n"
+                        "# TYPE tpserve_last_recovery_seconds gauge\ntpserve_last_recovery_seconds %.3f\n"
+                        "# HELP tpserve_requests_failed_by_rank_loss_total Requests generating when a rank was lost "
+                        "(ended with 503).\n"
+                        "# TYPE tpserve_requests_failed_by_rank_loss_total counter\n"
+                        "tpserve_requests_failed_by_rank_loss_total %llu\n"
+                        "# HELP tpserve_requests_recover_wait_expired_total Queued requests that waited out "
+                        "--recover-wait during a recovery (503).\n"
+                        "# TYPE tpserve_requests_recover_wait_expired_total counter\n"
+                        "tpserve_requests_recover_wait_expired_total %llu\n",
+                        g->recovering, (unsigned long long)rs->n_losses, (unsigned long long)rs->n_recoveries,
+                        rs->recovery_s_total, rs->last_recovery_s, (unsigned long long)rs->n_failed_by_loss,
+                        (unsigned long long)rs->n_expired);
     static const char *const fam[3][2] = {
         {"tpserve_comm_seconds_total", "Time spent in communication (all_sums, step broadcast, logits gather), per rank."},
         {"tpserve_compute_seconds_total", "Time spent computing the forward pass, per rank."},

@@ -22,8 +22,16 @@
  * hung process, even while this thread is blocked in a step) turns /health
  * to 503 naming it after TP_ENGINE_SILENT_MS, and new requests get 503
  * instead of queueing behind a step that cannot finish.
- * A failed step poisons the engine: every request gets a 503 error and new
- * ones are refused.  The token loop allocates nothing except growing the
+ * A failed step in a group that can re-form (ring/rdma, several ranks) is a
+ * lost rank, not the end: the requests being generated end with a 503 error
+ * naming the rank, the queue is kept and keeps accepting, /health says
+ * "waiting for rank N" (then "reloading"), and a recovery thread calls
+ * tp_parallel_rejoin() until the group re-forms in a new epoch (a
+ * restarted or replacement worker joins); then every KV sequence is
+ * treated as empty and the queue is served.  A request that waited in the
+ * queue longer than recover_wait_ms meanwhile gets 503.  Elsewhere (a world
+ * of one, mpi) a failed step poisons the engine: every request gets a 503
+ * error and new ones are refused.  The token loop allocates nothing except growing the
  * per-request text buffers (amortised).
  */
 #include <inttypes.h>
@@ -70,7 +78,20 @@ struct tp_engine {
     struct slot *slots;      /* (n_parallel) */
     int stop, failed;
     char fail_reason[256];
+    /* rank loss and recovery (mu) */
+    int can_recover;          /* the group can re-form in place (ring/rdma, several ranks) */
+    int recovering;           /* a rank was lost; the recovery thread re-forms the group. While set,
+                                 only the recovery thread touches the group (no silent_rank()) */
+    int rec_done;             /* the recovery thread finished (joinable) */
+    enum tp_status rec_status;
+    pthread_t rec_thread;
+    int rec_thread_started;
+    int lost_rank;            /* -1: not known */
+    uint64_t lost_ns;         /* when it was lost */
+    char lost_reason[300];
+    struct tp_engine_recovery_stats rs;
     uint64_t last_ok_ns;     /* last successful step or ping */
+    uint64_t last_ping_ns;   /* last idle ping started */
     uint64_t step_start_ns;  /* start of the step or ping in flight; 0: none */
     uint64_t n_generated;    /* tokens generated for requests since start */
     /* every rank's counters as the engine thread last read them (tp_parallel_get_rank_stats can wait
@@ -160,14 +181,19 @@ static void req_finish(struct tp_engine *e, struct tp_req *r, enum tp_finish f, 
 }
 
 #define TP_ENGINE_SILENT_MS 1000u /* heartbeats come every 200 ms */
+#define TP_ENGINE_REJOIN_ATTEMPT_MS 5000u /* one attempt to re-form; bounds a shutdown during recovery */
 
-/* A rank silent for more than TP_ENGINE_SILENT_MS: 1 with reason filled. */
+/* mu held: a rank silent for more than TP_ENGINE_SILENT_MS: 1 with reason
+ * filled.  Never while recovering (the group is being replaced). */
 static int silent_rank(const struct tp_engine *e, char *reason, size_t cap)
 {
     uint32_t ms = 0;
-    int r = tp_comm_silent_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, &ms);
+    if (e->recovering) return 0;
+    /* a closed liveness link at once (an exited or killed rank), a silent one after TP_ENGINE_SILENT_MS */
+    int r = tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, &ms);
     if (r < 0) return 0;
-    snprintf(reason, cap, "rank %d has not answered for %.1f s (stopped, hung or unreachable)", r, ms / 1000.0);
+    snprintf(reason, cap, "rank %d has not answered for %.1f s (stopped, hung, exited or unreachable)", r,
+             ms / 1000.0);
     return 1;
 }
 
@@ -175,12 +201,11 @@ int tp_engine_submit(struct tp_engine *e, struct tp_req *r, struct tp_api_error 
 {
     int rc = 0;
     char why[160];
+    pthread_mutex_lock(&e->mu);
     if (silent_rank(e, why, sizeof why)) {
         tp_api_fail(err, 503, NULL, "%s; retry shortly", why);
-        return 503;
-    }
-    pthread_mutex_lock(&e->mu);
-    if (e->failed) {
+        rc = 503;
+    } else if (e->failed) {
         tp_api_fail(err, 503, NULL, "the engine failed (%s); restart the server", e->fail_reason);
         rc = 503;
     } else if (e->stop) {
@@ -216,6 +241,18 @@ int tp_engine_healthy(struct tp_engine *e, char *reason, size_t cap)
     if (e->failed) {
         snprintf(reason, cap, "engine failed: %s", e->fail_reason);
         ok = 0;
+    } else if (e->recovering) {
+        double ago = (double)(now - e->lost_ns) / 1e9;
+        int phase = tp_parallel_rejoin_phase(e->p);
+        char who[32] = "a rank";
+        if (e->lost_rank >= 0) snprintf(who, sizeof who, "rank %d", e->lost_rank);
+        if (phase == 2)
+            snprintf(reason, cap, "reloading: %s rejoined and is loading its slice (lost %.1f s ago: %s)", who, ago,
+                     e->lost_reason);
+        else
+            snprintf(reason, cap, "waiting for %s to rejoin (lost %.1f s ago: %s); %d request(s) queued", who, ago,
+                     e->lost_reason, e->q_len);
+        ok = 0;
     } else if (silent_rank(e, reason, cap)) {
         ok = 0;
     } else if (e->step_start_ns && now - e->step_start_ns > 60000000000ull) {
@@ -238,7 +275,9 @@ void tp_engine_gauges(struct tp_engine *e, struct tp_metrics_gauges *g)
     g->active_seqs = 0;
     for (int i = 0; i < e->cfg.n_parallel; i++) g->active_seqs += e->slots[i].req != NULL;
     g->n_parallel = e->cfg.n_parallel;
-    g->healthy = !e->failed;
+    g->healthy = !e->failed && !e->recovering;
+    g->recovery = e->rs;
+    g->recovering = e->recovering;
     g->n_generated = e->n_generated;
     g->n_ranks = e->n_ranks;
     g->n_rank_stats = TP_MIN(g->n_ranks, TP_METRICS_RANKS_MAX);
@@ -728,6 +767,149 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     }
 }
 
+/* Which rank was lost after a failed step (engine thread, before the group
+ * is replaced): a closed liveness link shows at once, a silent one after
+ * TP_ENGINE_SILENT_MS; give the heartbeat thread up to 600 ms to see it. */
+static int identify_lost(const struct tp_engine *e)
+{
+    for (int i = 0; i < 12; i++) {
+        int r = tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, NULL);
+        if (r >= 0) return r;
+        tp_sleep_ms(50);
+    }
+    return -1;
+}
+
+/* mu held: a rank was lost.  Requests being generated end with a 503 naming
+ * it; queued ones stay; every slot's KV cache counts as empty from now on. */
+static void engine_lose(struct tp_engine *e, int lost, uint64_t t_fail_ns, const char *why)
+{
+    e->recovering = 1;
+    e->rec_done = 0;
+    e->lost_rank = lost;
+    e->lost_ns = t_fail_ns;
+    snprintf(e->lost_reason, sizeof e->lost_reason, "%s", why);
+    e->rs.n_losses++;
+    char who[32] = "a rank";
+    if (lost >= 0) snprintf(who, sizeof who, "rank %d", lost);
+    tp_log(TP_LOG_ERROR, "server", "lost %s: %s; failing the requests in flight, keeping %d queued, re-forming the group",
+           who, why, e->q_len);
+    char msg[480];
+    snprintf(msg, sizeof msg, "%s was lost while this request was generating (%s); the group is re-forming, retry shortly",
+             who, why);
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        s->n_hist = 0; /* a replacement rank's cache is empty: no prefix reuse across the loss */
+        s->fresh = 0;
+        if (!s->req) continue;
+        req_finish(e, s->req, TP_FINISH_ERROR, 503, msg);
+        s->req = NULL;
+        e->rs.n_failed_by_loss++;
+    }
+    e->n_copy = 0;
+}
+
+/* The recovery thread: re-form the group, attempt after attempt, until it
+ * works or the engine stops. */
+static void *recover_main(void *arg)
+{
+    struct tp_engine *e = arg;
+    enum tp_status st = TP_ERR_POISONED;
+    unsigned n = 0;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        int stop = e->stop;
+        pthread_mutex_unlock(&e->mu);
+        if (stop) break;
+        st = tp_parallel_rejoin(e->p, TP_ENGINE_REJOIN_ATTEMPT_MS);
+        if (st == TP_OK || st == TP_ERR_UNSUPPORTED) break;
+        if (n++ % 6 == 0)
+            tp_log(TP_LOG_WARN, "server", "the group has not re-formed yet: %s; still waiting", tp_parallel_last_error(e->p));
+        tp_sleep_ms(100);
+    }
+    pthread_mutex_lock(&e->mu);
+    e->rec_status = st;
+    e->rec_done = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* mu held: requests that waited longer than recover_wait_ms get a 503. */
+static void expire_queue(struct tp_engine *e)
+{
+    uint64_t now = tp_now_ns(), wait_ns = (uint64_t)e->cfg.recover_wait_ms * 1000000ull;
+    int kept = 0;
+    for (int i = 0; i < e->q_len; i++) {
+        struct tp_req *r = e->queue[(e->q_head + i) % e->cfg.max_queue];
+        if (r->cancelled) {
+            req_finish(e, r, TP_FINISH_CANCELLED, 0, NULL);
+        } else if (now - r->t_submit_ns > wait_ns) {
+            char msg[420], who[32] = "a rank";
+            if (e->lost_rank >= 0) snprintf(who, sizeof who, "rank %d", e->lost_rank);
+            snprintf(msg, sizeof msg,
+                     "no answer within --recover-wait %.1f s: the group is still re-forming after losing %s (%s); "
+                     "retry later",
+                     e->cfg.recover_wait_ms / 1000.0, who, e->lost_reason);
+            req_finish(e, r, TP_FINISH_ERROR, 503, msg);
+            e->rs.n_expired++;
+        } else {
+            e->queue[(e->q_head + kept) % e->cfg.max_queue] = r;
+            kept++;
+        }
+    }
+    e->q_len = kept;
+}
+
+/* mu held: one round of the recovering engine: start the recovery thread,
+ * expire old queued requests, and once the group re-formed resume. */
+static void engine_recover_round(struct tp_engine *e)
+{
+    if (!e->rec_thread_started) {
+        if (pthread_create(&e->rec_thread, NULL, recover_main, e) != 0) {
+            e->recovering = 0;
+            engine_poison(e, "could not start the recovery thread");
+            return;
+        }
+        e->rec_thread_started = 1;
+    }
+    expire_queue(e);
+    if (!e->rec_done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        return;
+    }
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->rec_thread, NULL);
+    pthread_mutex_lock(&e->mu);
+    e->rec_thread_started = 0;
+    e->recovering = 0;
+    if (e->rec_status != TP_OK) {
+        if (!e->stop) engine_poison(e, tp_parallel_last_error(e->p));
+        return;
+    }
+    double secs = (double)(tp_now_ns() - e->lost_ns) / 1e9;
+    e->rs.n_recoveries++;
+    e->rs.recovery_s_total += secs;
+    e->rs.last_recovery_s = secs;
+    e->last_ok_ns = tp_now_ns();
+    tp_log(TP_LOG_INFO, "server", "group re-formed in epoch %u after %.2f s; serving %d queued request(s)",
+           tp_parallel_epoch(e->p), secs, e->q_len);
+}
+
+/* mu NOT held: a step or ping failed with why. */
+static void engine_failed(struct tp_engine *e, const char *why)
+{
+    uint64_t t_fail = tp_now_ns();
+    int lost = e->can_recover ? identify_lost(e) : -1;
+    pthread_mutex_lock(&e->mu);
+    if (e->can_recover && !e->stop) engine_lose(e, lost, t_fail, why);
+    else engine_poison(e, why);
+}
+
 static void *engine_main(void *arg)
 {
     struct tp_engine *e = arg;
@@ -735,6 +917,10 @@ static void *engine_main(void *arg)
     while (!e->stop) {
         if (e->failed) {
             pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        if (e->recovering) {
+            engine_recover_round(e);
             continue;
         }
         admit(e);
@@ -748,17 +934,26 @@ static void *engine_main(void *arg)
                 pthread_mutex_lock(&e->mu);
                 continue;
             }
+            /* idle: ping every second, or at once when a rank's liveness link closed */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
+            ts.tv_nsec += 200000000L;
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
             int rc = pthread_cond_timedwait(&e->cv, &e->mu, &ts);
-            if (rc != 0 && !e->stop && e->q_len == 0) {
+            uint64_t now = tp_now_ns();
+            int due = now - e->last_ping_ns >= 1000000000ull ||
+                      (!e->recovering && tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, NULL) >= 0);
+            if (rc != 0 && due && !e->stop && e->q_len == 0) {
+                e->last_ping_ns = now;
                 pthread_mutex_unlock(&e->mu);
                 enum tp_status ps = tp_parallel_ping(e->p);
-                if (ps == TP_OK) refresh_stats(e, 1);
+                if (ps != TP_OK) {
+                    engine_failed(e, tp_parallel_last_error(e->p)); /* returns with mu held */
+                    continue;
+                }
+                refresh_stats(e, 1);
                 pthread_mutex_lock(&e->mu);
-                if (ps != TP_OK) engine_poison(e, tp_parallel_last_error(e->p));
-                else e->last_ok_ns = tp_now_ns();
+                e->last_ok_ns = tp_now_ns();
             }
             continue;
         }
@@ -773,14 +968,15 @@ static void *engine_main(void *arg)
             e->stats_dirty = 1;
             refresh_stats(e, 0);
         }
-        pthread_mutex_lock(&e->mu);
-        e->step_start_ns = 0;
         if (rc != TP_OK) {
             char why[300];
             snprintf(why, sizeof why, "%s (%s)", tp_parallel_last_error(e->p), tp_status_str(rc));
-            engine_poison(e, why);
+            engine_failed(e, why); /* returns with mu held */
+            e->step_start_ns = 0;
             continue;
         }
+        pthread_mutex_lock(&e->mu);
+        e->step_start_ns = 0;
         e->last_ok_ns = tp_now_ns();
         int row = 0;
         for (int i = 0; i < n; i++) {
@@ -868,6 +1064,9 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
         if (!(e->slots[i].smask = malloc(sizeof(uint32_t) * (size_t)e->mask_words))) goto nomem;
     }
     e->last_ok_ns = tp_now_ns();
+    e->lost_rank = -1;
+    e->can_recover = tp_parallel_size(p) > 1 && tp_comm_backend(tp_parallel_comm(p)) != TP_COMM_BACKEND_MPI;
+    if (e->cfg.recover_wait_ms == 0) e->cfg.recover_wait_ms = 60000;
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         tp_engine_free(e);
         return tp_error_set(err, TP_ERR_NOMEM, "could not start the engine thread");
@@ -889,6 +1088,8 @@ void tp_engine_stop(struct tp_engine *e)
     pthread_mutex_unlock(&e->mu);
     if (e->thread_started) pthread_join(e->thread, NULL);
     e->thread_started = 0;
+    if (e->rec_thread_started) pthread_join(e->rec_thread, NULL); /* at most one attempt */
+    e->rec_thread_started = 0;
     pthread_mutex_lock(&e->mu);
     for (int i = 0; e->slots && i < e->cfg.n_parallel; i++) {
         struct slot *s = &e->slots[i];

@@ -187,8 +187,20 @@ void tp_metrics_finished(struct tp_metrics *m, int n_prompt, int n_gen, double t
 void tp_metrics_prompt_cached(struct tp_metrics *m, int n_cached);
 void tp_metrics_tokens_per_s(struct tp_metrics *m, double tps);
 #define TP_METRICS_RANKS_MAX 64 /* per-rank series shown (larger groups: the first 64) */
+/* Rank losses and recoveries of the engine (counters since start). */
+struct tp_engine_recovery_stats {
+    uint64_t n_losses;          /* ranks lost (steps or pings that failed in a group that can re-form) */
+    uint64_t n_recoveries;      /* times the group re-formed */
+    uint64_t n_failed_by_loss;  /* requests that were generating when a rank was lost (ended with 503) */
+    uint64_t n_expired;         /* queued requests that waited out --recover-wait (503) */
+    double recovery_s_total;    /* sum over recoveries of loss -> group re-formed */
+    double last_recovery_s;
+};
+
 struct tp_metrics_gauges {
     int queue_depth, active_seqs, n_parallel, healthy;
+    int recovering;                              /* a rank is lost and the group is re-forming */
+    struct tp_engine_recovery_stats recovery;
     int n_ranks;
     uint64_t n_steps;                            /* rank 0's engine steps */
     uint64_t n_generated;                        /* tokens generated for requests since start */
@@ -254,6 +266,8 @@ struct tp_engine_config {
     int prefill_chunk; /* max prompt tokens per step while others generate; 0: n_batch */
     int prefix_share_min; /* copy a prompt prefix from another slot's KV cache when it is at least this
                            * many tokens longer than the chosen slot's own; 0: no cross-slot sharing */
+    uint32_t recover_wait_ms; /* after a rank was lost, a queued request waits at most this long for the
+                               * group to re-form, then gets 503; 0: 60000 */
 };
 /* Starts the engine thread on p (not owned). */
 enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t *p, struct tp_metrics *metrics,

@@ -20,3 +20,6 @@ add_test(NAME cli.kv_type_same_text COMMAND sh -c
    [ -n \"$a\" ] && [ \"$a\" = \"$b\" ]"
   $<TARGET_FILE:tpserve> ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
 set_tests_properties(cli.kv_type_same_text PROPERTIES LABELS unit TIMEOUT 60)
+# launch --restart cannot apply to mpirun jobs (they cannot re-form in place): refused naming why.
+tp_expect_test(cli.launch_restart_mpi RC 2 REGEX "--restart does not apply to --backend mpi: an MPI job cannot re-form"
+               LABELS unit COMMAND $<TARGET_FILE:tpserve> launch -n 2 --backend mpi --restart 3 -- true)

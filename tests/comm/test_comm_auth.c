@@ -490,6 +490,70 @@ static void test_stray_frames(void)
     finish_group(&g, NULL); /* both take the token from the hostfile */
 }
 
+/* Group epochs: rank 0 runs epoch 1 (the default); a HELLO of another
+ * non-zero epoch (a process of an earlier or later group) is refused before
+ * any challenge, a real rank of epoch 9 cannot join, and a joining rank
+ * (epoch 0) learns epoch 1 from rank 0's CHALLENGE and forms the group. */
+static void test_stale_epoch(void)
+{
+    struct ct_group g;
+    CU_ASSERT_EQUAL_FATAL(ct_make_hostfile_held(&g, 2, NULL), 0);
+    CU_ASSERT_FATAL(ct_spawn_one(&g, 0, body_small_check, NULL, TOKEN, 0) > 0);
+    struct tp_wire_frame f = {.magic = TP_WIRE_MAGIC, .version = TP_WIRE_VERSION, .kind = TP_WIRE_HELLO,
+                              .rank = 1, .world_size = 2, .arg = TP_WIRE_CH_DATA, .epoch = 2};
+    int fd = connect_local(g.ports[0]);
+    CU_ASSERT_FATAL(fd >= 0);
+    send_frame(fd, &f);
+    expect_reject(fd, TP_REJECT_EPOCH);
+    close(fd);
+    /* epoch 0: a CHALLENGE that names rank 0's epoch */
+    fd = connect_local(g.ports[0]);
+    CU_ASSERT_FATAL(fd >= 0);
+    f.epoch = 0;
+    send_frame(fd, &f);
+    uint8_t buf[TP_WIRE_FRAME_BYTES];
+    CU_ASSERT_EQUAL_FATAL(read_n(fd, buf, sizeof buf), 0);
+    struct tp_wire_frame ch;
+    tp_wire_decode(buf, &ch);
+    CU_ASSERT_EQUAL(ch.kind, TP_WIRE_CHALLENGE);
+    CU_ASSERT_EQUAL(ch.epoch, 1);
+    close(fd);
+    struct tp_comm_config cfg = tp_comm_default_config();
+    struct tp_error err = {0};
+    tp_comm_t *c = NULL;
+    cfg.rank = 1;
+    cfg.world_size = 2;
+    cfg.hostfile = g.hostfile;
+    cfg.cluster_token = TOKEN;
+    cfg.connect_timeout_ms = 5000;
+    cfg.epoch = 9;
+    cfg.listen_fd = dup(g.listen_fd[1]);
+    CU_ASSERT_EQUAL(tp_comm_init(&cfg, &c, &err), TP_ERR_PROTOCOL);
+    CU_ASSERT_PTR_NULL(c);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "group epoch mismatch"));
+    finish_group(&g, TOKEN); /* the real rank 1 (epoch 0) joins epoch 1 */
+}
+
+/* The MAC covers the epoch: the same transcript in two epochs gives two MACs. */
+static void test_epoch_in_mac(void)
+{
+    struct tp_wire_key key = {.bytes = (const uint8_t *)"k", .len = 1};
+    struct tp_wire_transcript t;
+    memset(&t, 0, sizeof t);
+    t.hello_kind = TP_WIRE_HELLO;
+    t.world_size = 2;
+    t.rank_c = 1;
+    t.epoch = 1;
+    uint8_t a[TP_WIRE_AUTH_BYTES], b[TP_WIRE_AUTH_BYTES];
+    CU_ASSERT_EQUAL(tp_wire_mac(&key, 'C', &t, a), 0);
+    t.epoch = 2;
+    CU_ASSERT_EQUAL(tp_wire_mac(&key, 'C', &t, b), 0);
+    CU_ASSERT_FALSE(tp_wire_mac_equal(a, b));
+    t.epoch = 1;
+    CU_ASSERT_EQUAL(tp_wire_mac(&key, 'C', &t, b), 0);
+    CU_ASSERT_TRUE(tp_wire_mac_equal(a, b));
+}
+
 /* A non-loopback address without a token is refused before any socket. */
 static void test_token_required_off_loopback(void)
 {
@@ -670,6 +734,8 @@ static const struct tp_test_case auth_cases[] = {
     {"token_required_off_loopback", test_token_required_off_loopback},
     {"binds_given_address", test_binds_given_address},
     {"stalled_rank_shows", test_stalled_rank_shows},
+    {"stale_epoch", test_stale_epoch},
+    {"epoch_in_mac", test_epoch_in_mac},
     {NULL, NULL},
 };
 TP_TEST_SUITE(auth, "multirank", 120, auth_cases)

@@ -97,6 +97,11 @@ struct tp_comm_config {
                                     other process can take the port between choosing and binding it).
                                     Used, and closed, instead of binding when it is a socket on that
                                     port; otherwise ignored.  Default -1: bind the port. */
+    uint32_t epoch;              /* ring/rdma group epoch, authenticated in the handshake: rank 0 runs
+                                    this epoch (0 means 1) and refuses ranks of another one; a worker
+                                    with 0 joins whatever epoch rank 0 runs, one with N > 0 only N.
+                                    A group that re-forms after losing a rank takes a new epoch, so
+                                    a rank of the previous one cannot join it.  Default 0. */
 };
 
 /* Defaults: ring, rank/world -1, 30 s op timeout, 60 s connect timeout. */
@@ -148,6 +153,19 @@ void tp_comm_abort(tp_comm_t *c, const char *reason);
  * does not finish.
  */
 int tp_comm_silent_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_for_ms);
+
+/*
+ * Which peer was lost, for a report after a collective failed: the rank
+ * whose liveness link closed first (a killed process, a lost link), else
+ * the rank silent longest when that is more than silent_ms (a stopped or
+ * hung one), else -1.  *silent_for_ms (may be NULL) as above.  Same
+ * threads and backends as tp_comm_silent_rank().
+ */
+int tp_comm_lost_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_for_ms);
+
+/* The group epoch agreed while the group formed (see tp_comm_config.epoch);
+ * 0 for size-1 groups and the mpi backend. */
+uint32_t tp_comm_epoch(const tp_comm_t *c);
 
 /*
  * Sub-group of ranks with equal color, ordered by (key, rank).  Collective

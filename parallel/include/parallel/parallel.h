@@ -416,8 +416,34 @@ enum tp_status tp_parallel_ping(tp_parallel_t *p);
 /* Ranks > 0: run steps sent by rank 0 until it shuts down (TP_OK) or fails. */
 enum tp_status tp_parallel_worker_loop(tp_parallel_t *p);
 
-/* Nonzero after a failure: the group cannot be used any more. */
+/* Nonzero after a failure: the group cannot be used any more (until rejoined). */
 int tp_parallel_is_poisoned(const tp_parallel_t *p);
+
+/*
+ * Re-form the group after a rank was lost (ring/rdma), keeping this rank's
+ * loaded slice.  Collective over the NEW group: rank 0 leaves the old group
+ * (closing its links, so every survivor's next call fails at once), listens
+ * again and runs a new group epoch (tp_comm_config.epoch, authenticated in
+ * the handshake, so a rank of the old epoch cannot join); a surviving worker
+ * joins with epoch 0 (whatever rank 0 runs now); a replacement process
+ * joins with a plain tp_parallel_init.  Every rank then runs the same
+ * agreement as tp_parallel_init (plan hash: the state check; load sync
+ * while a replacement loads; load verdict), so a rank with another model,
+ * plan or config is refused with the usual message.  Waits at most
+ * connect_timeout_ms (0: the configured one) for the group to form.  On
+ * success the engine is usable again (not poisoned); its KV caches keep
+ * stale contents, so the caller must clear every sequence before reuse.
+ * On failure the engine stays poisoned and the call may be retried.
+ * TP_ERR_UNSUPPORTED for the mpi backend and a world of one.
+ * Threads: the engine thread only; no other thread may use the group (or
+ * tp_parallel_comm()) meanwhile.
+ */
+enum tp_status tp_parallel_rejoin(tp_parallel_t *p, uint32_t connect_timeout_ms);
+/* What a rejoin in progress is doing: 0 none, 1 forming the group (waiting
+ * for ranks), 2 the group formed and a rank is loading its slice.  Any thread. */
+int tp_parallel_rejoin_phase(const tp_parallel_t *p);
+/* The current group epoch (0 in a world of one or under mpi).  Engine thread. */
+uint32_t tp_parallel_epoch(const tp_parallel_t *p);
 
 struct tp_parallel_stats {
     uint64_t n_steps;

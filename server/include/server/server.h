@@ -56,6 +56,8 @@ struct tp_server_config {
     int prefill_chunk;         /* max prompt tokens per step while other sequences generate, default 64 */
     int prefix_share_min;      /* copy a prompt prefix held in another slot's KV cache when it saves at least
                                 * this many tokens more than the chosen slot's own cache, default 32; 0: off */
+    unsigned recover_wait_s;   /* after a worker was lost, a queued request waits at most this long for the
+                                * group to re-form, then gets 503 with Retry-After (docs/recovery.md), default 60 */
     const char *cors_origin;   /* NULL: no CORS headers (browsers refuse cross-origin calls); else every answer
                                 * carries Access-Control-Allow-Origin: this, and OPTIONS preflights get 204 */
 };

@@ -1,0 +1,500 @@
+#!/usr/bin/env python3
+"""Rank-loss recovery of `tpserve launch --restart` + `tpserve serve` (real
+ranks on 127.0.0.1, bounded in time; exit status 0 only when every check
+passed, each failure is printed).
+
+usage: recovery_test.py TPSERVE MODEL SCENARIO N_RANKS
+  kill    SIGKILL rank 1 mid-stream under load from 4 streaming
+          clients: the requests in flight end with an error naming the rank
+          (SSE error event or 503), requests queued during the recovery
+          complete with the greedy output of before, nothing hangs or is
+          lost, /health goes 503 (naming the rank) then 200, /metrics counts
+          the loss, the recovery and the failed requests.
+  stop    SIGSTOP the last worker for 1 s (shorter than the 3 s op timeout:
+          no loss, every stream completes) then for 6 s (longer: a loss, the
+          same process is re-admitted after SIGCONT, not replaced).
+  repeat  SIGKILL rank 1 twenty times in a row, each time waiting for the
+          group to re-form and checking the greedy output: no hang, rank 0
+          RSS flat within 5% between the 2nd and the 20th recovery.
+  rank0   SIGKILL rank 0: launch ends at once with a non-zero status and
+          no rank is left running.
+  hand    ranks started by hand (no launcher) from a hostfile: SIGKILL
+          rank 1, start a replacement by hand: it joins the next epoch and
+          the output is the same; then SIGKILL rank 0: the worker (TP_REJOIN=1)
+          exits non-zero once its rejoin window ends.
+The oracle for "same output" is the greedy completion of the same prompts
+taken from the same server before any fault.
+"""
+import http.client
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+TPSERVE, MODEL, SCENARIO, N_RANKS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+FAILS = []
+PROMPTS = ["Once upon a time", "The little dog", "One day, Lily went"]
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        FAILS.append(what)
+    return cond
+
+
+class Group:
+    """`tpserve launch -n N --restart 100 -- tpserve serve ...` with a 3 s op timeout."""
+
+    def __init__(self, n):
+        env = dict(os.environ, TP_COMM_TIMEOUT_MS="3000", TP_COMM_CONNECT_TIMEOUT_MS="20000")
+        # under AddressSanitizer freed memory would sit in its quarantine and grow the RSS: reuse it at
+        # once, so the RSS check sees leaks only (ignored by builds without ASan)
+        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0").lstrip(":")
+        self.log = open("recovery_%s_%d.log" % (SCENARIO, n), "w")
+        self.p = subprocess.Popen(
+            [TPSERVE, "launch", "-n", str(n), "--restart", "100", "--", TPSERVE, "serve", "-m", MODEL, "--port", "0",
+             "--threads", "1", "--parallel", "4", "--recover-wait", "30"],
+            stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, start_new_session=True)
+        self.port = None
+        t0 = time.time()
+        while time.time() - t0 < 60 and self.port is None:
+            r, _, _ = select.select([self.p.stdout], [], [], 1.0)
+            if not r:
+                continue
+            line = self.p.stdout.readline()
+            if not line:
+                break
+            m = re.search(r"serving on http://[^:]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+        if self.port is None:
+            self.stop()
+            raise RuntimeError("the group did not start (see the log)")
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        for _ in self.p.stdout:
+            pass
+
+    def rank_pid(self, rank):
+        """pid of the child of launch that runs TP_RANK=rank."""
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % pid) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                if ppid != self.p.pid:
+                    continue
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+                if ("TP_RANK=%d" % rank).encode() in env:
+                    return int(pid)
+            except (OSError, ValueError, IndexError):
+                continue
+        return None
+
+    def rss_kib(self, pid):
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self):
+        """SIGTERM to rank 0: it shuts the group down; launch's status is then 0 only when every rank
+        exited 0 (a sanitizer report at exit fails its rank)."""
+        r0 = self.rank_pid(0)
+        if self.p.poll() is None and r0:
+            os.kill(r0, signal.SIGTERM)
+            try:
+                self.p.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait()
+        self.log.close()
+        return self.p.returncode
+
+
+def request(port, path, body=None, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        if body is None:
+            c.request("GET", path)
+        else:
+            c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        return r.status, r.read().decode("utf-8", "replace")
+    finally:
+        c.close()
+
+
+def health(port):
+    try:
+        return request(port, "/health", timeout=5)
+    except OSError as e:
+        return 0, str(e)
+
+
+def greedy(port, prompt, timeout=60):
+    st, body = request(port, "/v1/completions", {"prompt": prompt, "max_tokens": 48, "temperature": 0},
+                       timeout=timeout)
+    if st != 200:
+        return st, body
+    return st, json.loads(body)["choices"][0]["text"]
+
+
+def metric(port, name):
+    _, body = request(port, "/metrics")
+    m = re.search(r"^%s (\S+)$" % name, body, re.M)
+    return float(m.group(1)) if m else -1
+
+
+class Clients:
+    """4 threads streaming long greedy completions until stopped; every
+    request's outcome is recorded: ok / error (SSE error event) / refused
+    (an HTTP error status) / hang (no end within 60 s)."""
+
+    def __init__(self, port):
+        self.port, self.stop_evt, self.lock = port, threading.Event(), threading.Lock()
+        self.outcomes = []           # (outcome, message)
+        self.streaming = [threading.Event() for _ in range(4)]
+        self.threads = [threading.Thread(target=self._run, args=(i,)) for i in range(4)]
+        for t in self.threads:
+            t.start()
+
+    def _one(self, i):
+        body = {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": 400, "temperature": 0, "ignore_eos": True,
+                "stream": True}
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+            r = c.getresponse()
+            if r.status != 200:
+                return "refused", "%d %s" % (r.status, r.read().decode("utf-8", "replace"))
+            finished = done = False
+            err = None
+            for raw in r:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data: "):
+                    continue
+                data = line[6:]
+                if data == "[DONE]":
+                    done = True
+                    break
+                j = json.loads(data)
+                if "error" in j:
+                    err = j["error"].get("message", "")
+                    continue
+                self.streaming[i].set()
+                if j["choices"][0].get("finish_reason"):
+                    finished = True
+            if err is not None:
+                return "error", err
+            return ("ok", "") if finished and done else ("cut", "stream ended without finish_reason/[DONE]")
+        except OSError as e:
+            return "hang", str(e)
+        finally:
+            c.close()
+
+    def _run(self, i):
+        while not self.stop_evt.is_set():
+            out = self._one(i)
+            with self.lock:
+                self.outcomes.append(out)
+            if out[0] != "ok":
+                time.sleep(0.05)
+
+    def finish(self):
+        self.stop_evt.set()
+        for t in self.threads:
+            t.join(90)
+        return not any(t.is_alive() for t in self.threads)
+
+
+def wait_health(port, want, bound_s, need=None):
+    """Poll /health every 20 ms until its status is want (and its body matches need); (ok, body, seconds)."""
+    t0 = time.time()
+    while time.time() - t0 < bound_s:
+        st, body = health(port)
+        if st == want and (need is None or re.search(need, body)):
+            return True, body, time.time() - t0
+        time.sleep(0.02)
+    return False, "", time.time() - t0
+
+
+def scenario_kill(g, ref):
+    victim = 1  # with 3 ranks a middle one: the survivor above it must link to its replacement
+    pid = g.rank_pid(victim)
+    check(pid is not None, "found rank %d's process" % victim)
+    cl = Clients(g.port)
+    for ev in cl.streaming:
+        ev.wait(30)
+    time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    ok, body, _ = wait_health(g.port, 503, 10, r"rank %d" % victim)
+    check(ok, "/health answered 503 naming rank %d after the kill: %s" % (victim, body[:160]))
+    # once rank 0 is re-forming the group (before that, a request gets 503 at once naming the silent rank),
+    # requests sent wait in the queue and complete after the recovery
+    ok, body, _ = wait_health(g.port, 503, 10, r"waiting for rank %d|reloading" % victim)
+    check(ok, "/health says the group is re-forming: %s" % body[:120])
+    queued = {}
+
+    def q(k):
+        queued[k] = greedy(g.port, PROMPTS[k], timeout=90)
+
+    qt = [threading.Thread(target=q, args=(k,)) for k in range(len(PROMPTS))]
+    for t in qt:
+        t.start()
+    ok, _, secs = wait_health(g.port, 200, 60)
+    check(ok, "/health back to 200 after %.2f s" % secs)
+    for t in qt:
+        t.join(90)
+    check(not any(t.is_alive() for t in qt), "requests queued during the recovery ended")
+    for k in range(len(PROMPTS)):
+        check(queued.get(k) == (200, ref[k]), "queued request %d completed after the recovery with the greedy text "
+              "of before (%s)" % (k, str(queued.get(k))[:120]))
+    time.sleep(1.0)  # the clients run on the re-formed group for a while
+    check(cl.finish(), "every client thread ended (no request hangs)")
+    kinds = [o[0] for o in cl.outcomes]
+    print("client outcomes: %s" % {k: kinds.count(k) for k in set(kinds)}, flush=True)
+    check("hang" not in kinds and "cut" not in kinds, "no stream hung or ended without an error or finish")
+    lost = [m for k, m in cl.outcomes if k in ("error", "refused") and ("rank %d" % victim) in m]
+    check(len(lost) >= 1, "a request in flight ended with an error naming rank %d (%s)" %
+          (victim, lost[0][:140] if lost else "none"))
+    check(kinds[-4:].count("ok") >= 1 and kinds.count("ok") >= 1, "streams complete again after the recovery")
+    for k in range(len(PROMPTS)):
+        check(greedy(g.port, PROMPTS[k]) == (200, ref[k]), "greedy output of prompt %d after the recovery equals "
+              "before" % k)
+    check(metric(g.port, "tpserve_rank_losses_total") == 1, "/metrics: one rank loss")
+    check(metric(g.port, "tpserve_recoveries_total") == 1, "/metrics: one recovery")
+    check(metric(g.port, "tpserve_recovery_seconds_total") > 0, "/metrics: recovery seconds counted")
+    check(metric(g.port, "tpserve_requests_failed_by_rank_loss_total") >= 1, "/metrics: requests failed by the loss")
+
+
+def scenario_stop(g, ref):
+    victim = N_RANKS - 1
+    pid = g.rank_pid(victim)
+    # short stop: below the op timeout, nothing is lost
+    cl = Clients(g.port)
+    for ev in cl.streaming:
+        ev.wait(30)
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(1.0)
+    os.kill(pid, signal.SIGCONT)
+    time.sleep(1.0)
+    check(cl.finish(), "short stop: every client thread ended")
+    kinds = [o[0] for o in cl.outcomes]
+    print("short stop outcomes: %s" % {k: kinds.count(k) for k in set(kinds)}, flush=True)
+    check(not [k for k in kinds if k in ("error", "hang", "cut")], "short stop: no stream failed")
+    check(metric(g.port, "tpserve_rank_losses_total") == 0, "short stop: no rank loss")
+    ok, _, _ = wait_health(g.port, 200, 10)
+    check(ok, "short stop: /health 200")
+    # long stop: past the op timeout the rank is lost; after SIGCONT the same process rejoins
+    cl = Clients(g.port)
+    for ev in cl.streaming:
+        ev.wait(30)
+    os.kill(pid, signal.SIGSTOP)
+    ok, body, _ = wait_health(g.port, 503, 10, r"waiting for rank %d" % victim)
+    check(ok, "long stop: /health 503 'waiting for rank %d': %s" % (victim, body[:160]))
+    time.sleep(3.0)
+    os.kill(pid, signal.SIGCONT)
+    ok, _, secs = wait_health(g.port, 200, 40)
+    check(ok, "long stop: /health 200 %.2f s after SIGCONT" % secs)
+    time.sleep(1.0)
+    check(cl.finish(), "long stop: every client thread ended")
+    kinds = [o[0] for o in cl.outcomes]
+    print("long stop outcomes: %s" % {k: kinds.count(k) for k in set(kinds)}, flush=True)
+    check("hang" not in kinds and "cut" not in kinds, "long stop: no stream hung")
+    check(g.rank_pid(victim) == pid, "long stop: the stopped process was re-admitted (same pid %d)" % pid)
+    check(metric(g.port, "tpserve_rank_losses_total") == 1, "long stop: one rank loss")
+    check(metric(g.port, "tpserve_recoveries_total") == 1, "long stop: one recovery")
+    for k in range(len(PROMPTS)):
+        check(greedy(g.port, PROMPTS[k]) == (200, ref[k]), "long stop: greedy output of prompt %d equals before" % k)
+
+
+def scenario_repeat(g, ref):
+    r0 = g.rank_pid(0)
+    rss = []
+    for i in range(20):
+        pid = g.rank_pid(1)
+        if not check(pid is not None, "kill %d: rank 1 is running" % (i + 1)):
+            return
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.time()
+        while metric(g.port, "tpserve_recoveries_total") < i + 1 and time.time() - t0 < 60:
+            time.sleep(0.02)
+        ok, _, _ = wait_health(g.port, 200, 10)
+        secs = time.time() - t0
+        if not check(ok and metric(g.port, "tpserve_recoveries_total") == i + 1,
+                     "kill %d: the group re-formed, /health 200 (%.2f s)" % (i + 1, secs)):
+            return
+        got = greedy(g.port, PROMPTS[i % len(PROMPTS)])
+        if not check(got == (200, ref[i % len(PROMPTS)]), "kill %d: greedy output equals before" % (i + 1)):
+            return
+        rss.append(g.rss_kib(r0))
+        # let the new worker run past the supervisor's 2 s start-up window, so the restart backoff stays short
+        time.sleep(2.2)
+    print("rank 0 RSS (KiB) after each recovery: %s" % rss, flush=True)
+    check(rss[-1] <= rss[1] * 1.05, "rank 0 RSS flat within 5%% from the 2nd to the 20th recovery (%d -> %d KiB)" %
+          (rss[1], rss[-1]))
+    check(metric(g.port, "tpserve_recoveries_total") == 20, "/metrics: 20 recoveries")
+
+
+def scenario_rank0(g, ref):
+    workers = [g.rank_pid(r) for r in range(1, N_RANKS)]
+    t0 = time.time()
+    os.kill(g.rank_pid(0), signal.SIGKILL)
+    try:
+        rc = g.p.wait(20)
+    except subprocess.TimeoutExpired:
+        rc = None
+    check(rc is not None and rc != 0, "launch ended with a non-zero status (%s) %.2f s after rank 0 was killed" %
+          (rc, time.time() - t0))
+    time.sleep(0.2)
+    left = [w for w in workers if w and os.path.exists("/proc/%d" % w) and
+            open("/proc/%d/stat" % w).read().rsplit(")", 1)[1].split()[0] != "Z"]
+    check(not left, "no worker left running (%s)" % left)
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def scenario_hand(_g, _ref):
+    hf = os.path.abspath("recovery_hand_%d.json" % os.getpid())
+    ports = [free_port(), free_port()]
+    with open(hf, "w") as f:
+        json.dump({"version": 1, "hosts": [{"host": "127.0.0.1", "ips": ["127.0.0.1"], "port": p} for p in ports]}, f)
+    log = open("recovery_hand.log", "w")
+    base = dict(os.environ, TP_WORLD_SIZE="2", TP_HOSTFILE=hf, TP_COMM_TIMEOUT_MS="3000",
+                TP_COMM_CONNECT_TIMEOUT_MS="4000")
+    base.pop("TP_LISTEN_FD", None)
+
+    def start(rank, extra):
+        env = dict(base, TP_RANK=str(rank), **extra)
+        return subprocess.Popen([TPSERVE, "serve", "-m", MODEL, "--port", "0", "--threads", "1", "--parallel", "2",
+                                 "--recover-wait", "2"],
+                                stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL, stderr=log, text=True,
+                                env=env)
+
+    r0 = start(0, {})
+    w = start(1, {"TP_REJOIN": "1"})
+    procs = [r0, w]
+    try:
+        port = None
+        t0 = time.time()
+        while port is None and time.time() - t0 < 60:
+            r, _, _ = select.select([r0.stdout], [], [], 1.0)
+            if r:
+                line = r0.stdout.readline()
+                if not line:
+                    break
+                m = re.search(r"serving on http://[^:]+:(\d+)", line)
+                if m:
+                    port = int(m.group(1))
+        if not check(port is not None, "hand-started group of 2 is serving"):
+            return
+        ok, _, _ = wait_health(port, 200, 30)
+        ref = [greedy(port, p)[1] for p in PROMPTS]
+        w.kill()
+        w.wait()
+        ok, body, _ = wait_health(port, 503, 10, r"rank 1")
+        check(ok, "/health 503 naming rank 1 after the kill: %s" % body[:120])
+        ok, body, _ = wait_health(port, 503, 10, r"waiting for rank 1")
+        # nobody replaces it for a while: a queued request gets 503 + Retry-After after --recover-wait 2
+        t0 = time.time()
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("POST", "/v1/completions", json.dumps({"prompt": "Once", "max_tokens": 8}),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        body = r.read().decode()
+        waited = time.time() - t0
+        check(r.status == 503 and r.getheader("Retry-After") is not None and "--recover-wait" in body and
+              "rank 1" in body and 1.5 <= waited <= 10,
+              "a request queued during the recovery got 503 + Retry-After after %.1f s (--recover-wait 2): %s" %
+              (waited, body[:160]))
+        c.close()
+        check(metric(port, "tpserve_requests_recover_wait_expired_total") == 1, "hand: /metrics one expired request")
+        w2 = start(1, {})  # a replacement started by hand, as a scheduler would
+        procs.append(w2)
+        ok, _, secs = wait_health(port, 200, 30)
+        check(ok, "the replacement started by hand joined: /health 200 after %.2f s" % secs)
+        for k in range(len(PROMPTS)):
+            check(greedy(port, PROMPTS[k]) == (200, ref[k]), "hand: greedy output of prompt %d equals before" % k)
+        check(metric(port, "tpserve_recoveries_total") == 1, "hand: /metrics one recovery")
+        # rank 0 dies: a worker that would rejoin gives up after its window and exits non-zero
+        w3 = start(1, {"TP_REJOIN": "1"})
+        procs.append(w3)
+        w2.kill()
+        w2.wait()
+        ok, _, _ = wait_health(port, 200, 30)
+        check(ok, "hand: a rejoin-enabled replacement joined")
+        t0 = time.time()
+        r0.kill()
+        r0.wait()
+        try:
+            rc = w3.wait(30)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc is not None and rc != 0, "hand: after rank 0 died the worker exited with status %s in %.1f s" %
+              (rc, time.time() - t0))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        log.close()
+        os.unlink(hf)
+
+
+def main():
+    if not os.path.exists(MODEL):
+        print("skip: %s not found" % MODEL)
+        return 77
+    if SCENARIO == "hand":
+        scenario_hand(None, None)
+        if FAILS:
+            print("%d check(s) failed; rank log in %s" % (len(FAILS), os.path.abspath("recovery_hand.log")))
+        return 1 if FAILS else 0
+    g = Group(N_RANKS)
+    try:
+        ok, _, _ = wait_health(g.port, 200, 30)
+        check(ok, "group of %d ranks is healthy" % N_RANKS)
+        ref = [greedy(g.port, p)[1] for p in PROMPTS]
+        {"kill": scenario_kill, "stop": scenario_stop, "repeat": scenario_repeat,
+         "rank0": scenario_rank0}[SCENARIO](g, ref)
+        if SCENARIO != "rank0":
+            st, _ = health(g.port)
+            check(st == 200, "/health 200 at the end")
+    finally:
+        rc = g.stop()
+    if SCENARIO == "rank0":
+        check(rc is not None, "launch ended (status %s)" % rc)
+    else:
+        check(rc == 0, "SIGTERM to rank 0: every rank shut down cleanly, launch status %s" % rc)
+    if FAILS:
+        print("%d check(s) failed; launch log in %s" % (len(FAILS), os.path.abspath(g.log.name)))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
