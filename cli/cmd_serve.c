@@ -129,7 +129,7 @@ int tp_cmd_serve(int argc, char **argv)
     const char *comm_dtype = "f32", *kv_type = "f16";
     int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64, share_min = 32;
     uint64_t max_body = 1u << 20, mem_budget = (uint64_t)256 << 20;
-    int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30, idle_timeout = 60;
+    int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30;
     int recover_wait = 60, rejoin = 0;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
@@ -158,9 +158,6 @@ int tp_cmd_serve(int argc, char **argv)
          "seconds for a client to send a complete header block (default 10)", 1, 3600},
         {"body-timeout", 0, TP_OPT_INT, &body_timeout, "S",
          "seconds for a client to send a request body after its headers (default 30)", 1, 3600},
-        {"idle-timeout", 0, TP_OPT_INT, &idle_timeout, "S",
-         "seconds a connection may sit with no bytes moving; time spent generating a reply does not count "
-         "(default 60)", 1, 3600},
         {"recover-wait", 0, TP_OPT_INT, &recover_wait, "S",
          "rank 0: after a worker is lost, queued requests wait this long for the group to re-form, then 503 "
          "(default 60; see docs/recovery.md)",
@@ -245,7 +242,6 @@ int tp_cmd_serve(int argc, char **argv)
         sc.max_conn_per_ip = max_conn_ip;
         sc.header_timeout_s = (unsigned)header_timeout;
         sc.body_timeout_s = (unsigned)body_timeout;
-        sc.conn_timeout_s = (unsigned)idle_timeout;
         sc.api_key = api_key;
         sc.chat_template = tmpl;
         sc.model_id = alias;

@@ -492,7 +492,6 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
         MHD_destroy_response(resp);
         return ret;
     }
-    tp_http_hold_timeout(s, c, 1); /* MHD's idle timer must not count the time spent generating */
     pthread_mutex_lock(mu);
     while (r->state != TP_REQ_DONE) {
         struct timespec ts;
@@ -509,7 +508,6 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
             return MHD_NO;
         }
     }
-    tp_http_hold_timeout(s, c, 0);
     enum MHD_Result ret;
     if (r->finish == TP_FINISH_ERROR) {
         tp_api_fail(&e, r->err_status ? r->err_status : 500, NULL, "%s", r->err_msg);

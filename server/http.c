@@ -230,12 +230,6 @@ static enum MHD_Result send_raw_and_close(struct tp_server *s, struct MHD_Connec
  * until something is written.  (Streams write as they go, so a closed
  * stream is noticed at its next chunk or keep-alive comment.)
  */
-void tp_http_hold_timeout(struct tp_server *s, struct MHD_Connection *c, int hold)
-{
-    /* A timeout of 0 turns the idle timer off; setting it again after 0 restarts the timer. */
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, hold ? 0u : s->cfg.conn_timeout_s);
-}
-
 int tp_http_client_gone(struct MHD_Connection *c)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);

@@ -97,9 +97,6 @@ enum tp_status tp_http_gate_start(struct tp_server *s, const struct sockaddr_in 
 void tp_http_gate_stop(struct tp_server *s);
 /* Nonzero when the client's connection was reset (see http.c). */
 int tp_http_client_gone(struct MHD_Connection *c);
-/* hold != 0: stop MHD's idle timer on c while the handler waits for the engine (a long non-streamed
- * generation is not idleness); hold == 0: restart it with the configured timeout. */
-void tp_http_hold_timeout(struct tp_server *s, struct MHD_Connection *c, int hold);
 /* One line per finished request (text or JSON per --log-format); n_cached: prompt tokens not prefilled. */
 void tp_http_log_request(struct tp_server *s, const char *id, const char *path, int status, int n_prompt,
                          int n_cached, int n_gen, double ttft_s, double tps);
