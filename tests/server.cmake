@@ -48,7 +48,8 @@ if(TP_PYTHON3)
     add_test(NAME server.recovery_${_sc}
              COMMAND ${TP_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/server/recovery_test.py $<TARGET_FILE:tpserve>
                      ${PROJECT_SOURCE_DIR}/models/stories260K.gguf ${_args})
-    set_tests_properties(server.recovery_${_sc} PROPERTIES LABELS "multirank;model" TIMEOUT 300 SKIP_RETURN_CODE 77)
+    set_tests_properties(server.recovery_${_sc} PROPERTIES LABELS "multirank;model" TIMEOUT 300 SKIP_RETURN_CODE 77
+                         RUN_SERIAL TRUE)  # timing-sensitive (stop vs op timeout): no other test competes for the 2 cores
   endforeach()
 endif()
 
