@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "tp_test.h"
+#include "model_test_util.h"
 
 static const char *synth(const char *shape_name, enum tp_wtype type)
 {
@@ -283,75 +284,19 @@ static void test_ref_quantized(void)
 
 /* ------------------------------------------------------------ 2 ranks, quantized */
 
-struct pair_sum {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int arrived, gen;
-    float *buf[2], *tmp[2];
-};
-struct hook_ctx {
-    struct pair_sum *s;
-    int rank;
-};
-static void pbarrier(struct pair_sum *s)
-{
-    pthread_mutex_lock(&s->mu);
-    int g = s->gen;
-    if (++s->arrived == 2) {
-        s->arrived = 0;
-        s->gen++;
-        pthread_cond_broadcast(&s->cv);
-    } else {
-        while (g == s->gen) pthread_cond_wait(&s->cv, &s->mu);
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-static enum tp_status pair_hook(void *ctx, float *buf, size_t count)
-{
-    struct hook_ctx *h = ctx;
-    h->s->buf[h->rank] = buf;
-    pbarrier(h->s);
-    for (size_t i = 0; i < count; i++) h->s->tmp[h->rank][i] = h->s->buf[0][i] + h->s->buf[1][i];
-    pbarrier(h->s);
-    memcpy(buf, h->s->tmp[h->rank], count * sizeof(float));
-    return TP_OK;
-}
-struct run_args {
-    tp_model_t *m;
-    const int32_t *tok;
-    int n;
-    float *out; /* n rows of vocab_local */
-    enum tp_status rc;
-};
-static void *run_rank(void *p)
-{
-    struct run_args *a = p;
-    int32_t pos[16], seq[16];
-    int8_t want[16];
-    for (int i = 0; i < a->n; i++) {
-        pos[i] = i;
-        seq[i] = 0;
-        want[i] = 1;
-    }
-    a->rc = tp_model_forward(a->m, &(struct tp_batch){a->n, a->tok, pos, seq, want}, a->out);
-    return NULL;
-}
-
 static void shard_check(const char *shape_name, enum tp_wtype type, const struct tp_model_shard *a,
                         const struct tp_model_shard *b)
 {
     enum { N = 8 };
     const char *path = synth(shape_name, type);
     CU_ASSERT_PTR_NOT_NULL_FATAL(path);
-    struct pair_sum s;
-    memset(&s, 0, sizeof(s));
-    pthread_mutex_init(&s.mu, NULL);
-    pthread_cond_init(&s.cv, NULL);
-    struct hook_ctx h0 = {&s, 0}, h1 = {&s, 1};
+    struct tm_pair s;
+    tm_pair_init(&s);
+    struct tm_pair_rank h0 = {&s, 0}, h1 = {&s, 1};
     struct tp_model_shard s0 = *a, s1 = *b;
-    s0.all_sum = pair_hook;
+    s0.all_sum = tm_pair_all_sum;
     s0.all_sum_ctx = &h0;
-    s1.all_sum = pair_hook;
+    s1.all_sum = tm_pair_all_sum;
     s1.all_sum_ctx = &h1;
     struct tp_error err = {0};
     tp_model_t *dense = open_path(path, 1, 1, N, NULL, &err);
@@ -361,22 +306,12 @@ static void shard_check(const char *shape_name, enum tp_wtype type, const struct
     CU_ASSERT_PTR_NOT_NULL_FATAL(dense);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m1);
-    int V = tp_model_hparams(dense)->n_vocab, E = tp_model_hparams(dense)->n_embd;
-    s.tmp[0] = calloc((size_t)N * E, sizeof(float));
-    s.tmp[1] = calloc((size_t)N * E, sizeof(float));
+    int V = tp_model_hparams(dense)->n_vocab;
     int32_t tok[N];
     for (int i = 0; i < N; i++) tok[i] = (i * 53 + 11) % V;
     int v0 = a->vocab_end - a->vocab_begin, v1 = b->vocab_end - b->vocab_begin;
     float *ld = malloc(sizeof(float) * N * V), *l0 = malloc(sizeof(float) * N * v0), *l1 = malloc(sizeof(float) * N * v1);
-    struct run_args ad = {dense, tok, N, ld, TP_OK}, a0 = {m0, tok, N, l0, TP_OK}, a1 = {m1, tok, N, l1, TP_OK};
-    run_rank(&ad);
-    pthread_t th;
-    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, run_rank, &a1), 0);
-    run_rank(&a0);
-    pthread_join(th, NULL);
-    CU_ASSERT_EQUAL(ad.rc, TP_OK);
-    CU_ASSERT_EQUAL(a0.rc, TP_OK);
-    CU_ASSERT_EQUAL(a1.rc, TP_OK);
+    CU_ASSERT_EQUAL(tm_forward_pair(&s, dense, m0, m1, tok, N, ld, l0, l1), 0);
     double maxd = 0, maxabs = 0;
     for (int t = 0; t < N; t++)
         for (int i = 0; i < V; i++) {
@@ -393,9 +328,8 @@ static void shard_check(const char *shape_name, enum tp_wtype type, const struct
     tp_model_free(dense);
     tp_model_free(m0);
     tp_model_free(m1);
-    free(ld), free(l0), free(l1), free(s.tmp[0]), free(s.tmp[1]);
-    pthread_mutex_destroy(&s.mu);
-    pthread_cond_destroy(&s.cv);
+    free(ld), free(l0), free(l1);
+    tm_pair_destroy(&s);
 }
 
 static void test_shard_qwen2_q8(void)
