@@ -122,6 +122,26 @@ static char *read_key_file(const char *path)
     return k;
 }
 
+/* "64G", "512M", "1.5T", "1048576": bytes (K/M/G/T binary); 0 on a malformed size. */
+static uint64_t parse_size(const char *s)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (!s[0] || end == s || !(v > 0)) return 0;
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1048576.0; end++; break;
+    case 'g': case 'G': mul = 1073741824.0; end++; break;
+    case 't': case 'T': mul = 1099511627776.0; end++; break;
+    default: break;
+    }
+    if (*end == 'i' && mul > 1) end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end || v * mul >= 1.8e19) return 0;
+    return (uint64_t)(v * mul);
+}
+
 int tp_cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL, *tmpl = NULL;
@@ -130,7 +150,8 @@ int tp_cmd_serve(int argc, char **argv)
     int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64, share_min = 32;
     uint64_t max_body = 1u << 20, mem_budget = (uint64_t)256 << 20;
     int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30;
-    int recover_wait = 60, rejoin = 0;
+    int recover_wait = 60, rejoin = 0, replan_after = 10;
+    const char *on_rank_loss = "wait", *mem_limit = NULL;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
         {"host", 0, TP_OPT_STRING, &host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
@@ -162,6 +183,16 @@ int tp_cmd_serve(int argc, char **argv)
          "rank 0: after a worker is lost, queued requests wait this long for the group to re-form, then 503 "
          "(default 60; see docs/recovery.md)",
          1, 86400},
+        {"on-rank-loss", 0, TP_OPT_STRING, &on_rank_loss, "MODE",
+         "rank 0: wait (default) for a lost worker to rejoin, or replan: once it has been gone --replan-after "
+         "seconds and the surviving ranks have the memory, go on without it (see docs/recovery.md)",
+         0, 0},
+        {"replan-after", 0, TP_OPT_INT, &replan_after, "S",
+         "rank 0, --on-rank-loss replan: how long a lost worker may take to come back first (default 10)", 1, 86400},
+        {"mem-limit", 0, TP_OPT_STRING, &mem_limit, "SIZE",
+         "memory this rank offers the model (weights + KV cache, e.g. 48G) when rank 0 decides whether the "
+         "survivors can hold it without a lost rank (default: its machine's memory less a reserve)",
+         0, 0},
         {"rejoin", 0, TP_OPT_FLAG, &rejoin, NULL,
          "workers: when the group fails, rejoin rank 0's next group epoch instead of exiting (set by "
          "'tpserve launch --restart'; also TP_REJOIN=1)",
@@ -202,6 +233,15 @@ int tp_cmd_serve(int argc, char **argv)
                 (unsigned long long)max_body);
         return 2;
     }
+    if (strcmp(on_rank_loss, "wait") != 0 && strcmp(on_rank_loss, "replan") != 0) {
+        fprintf(stderr, "tpserve serve: --on-rank-loss %s: want wait or replan\n", on_rank_loss);
+        return 2;
+    }
+    uint64_t mem_limit_bytes = mem_limit ? parse_size(mem_limit) : 0;
+    if (mem_limit && !mem_limit_bytes) {
+        fprintf(stderr, "tpserve serve: --mem-limit %s: want a size such as 48G, 512M or a byte count\n", mem_limit);
+        return 2;
+    }
     char *key_buf = NULL;
     if (api_key_file) {
         key_buf = read_key_file(api_key_file);
@@ -217,6 +257,7 @@ int tp_cmd_serve(int argc, char **argv)
     pc.model.n_seq = parallel;
     pc.model.n_batch = TP_MAX(batch, parallel);
     pc.shard_weights = shard_weights;
+    pc.mem_limit_bytes = mem_limit_bytes;
     if (tp_moe_split_parse(moe_split, &pc.moe_split, &err) != TP_OK) return tp_cli_fail("serve", "%s", err.msg);
     const char *prefix = NULL;
     int rank_hint = 0;
@@ -250,6 +291,8 @@ int tp_cmd_serve(int argc, char **argv)
         sc.prefill_chunk = chunk;
         sc.prefix_share_min = share_min;
         sc.recover_wait_s = (unsigned)recover_wait;
+        sc.on_rank_loss_replan = strcmp(on_rank_loss, "replan") == 0;
+        sc.replan_after_s = (unsigned)replan_after;
         sc.cors_origin = cors_origin;
         if (tp_server_init(&sc, &srv, &err) != TP_OK) {
             free(key_buf);
@@ -267,10 +310,12 @@ int tp_cmd_serve(int argc, char **argv)
     pc.model.progress = serve_load_progress;
     pc.model.progress_ctx = &load_progress;
     tp_parallel_t *p = NULL;
-    if (tp_parallel_init(&pc, &p, &err) != TP_OK) {
+    enum tp_status irc = tp_parallel_init(&pc, &p, &err);
+    if (irc != TP_OK) {
         tp_server_free(srv);
         free(key_buf);
-        return tp_cli_fail("serve", "%s", err.msg);
+        int fc = tp_cli_fail("serve", "%s", err.msg);
+        return irc == TP_ERR_CANCELLED && rank_hint > 0 ? TP_CLI_EXIT_LEFT_OUT : fc;
     }
     int code = 0;
     if (tp_parallel_rank(p) != 0) {
@@ -292,7 +337,7 @@ int tp_cmd_serve(int argc, char **argv)
                 uint32_t left_ms = now < give_up ? (uint32_t)((give_up - now) / 1000000u) : 0;
                 if (left_ms == 0) break;
                 st = tp_parallel_rejoin(p, TP_MIN(left_ms, 5000u));
-                if (st == TP_OK || st == TP_ERR_UNSUPPORTED) break;
+                if (st == TP_OK || st == TP_ERR_UNSUPPORTED || st == TP_ERR_CANCELLED) break;
                 tp_sleep_ms(100);
             }
             g_rejoining = 0;
@@ -300,6 +345,7 @@ int tp_cmd_serve(int argc, char **argv)
             tp_log(TP_LOG_INFO, "serve", "rejoined the group (epoch %u)", tp_parallel_epoch(p));
         }
         if (st != TP_OK) code = tp_cli_fail("serve", "worker stopped: %s", tp_parallel_last_error(p));
+        if (st == TP_ERR_CANCELLED) code = TP_CLI_EXIT_LEFT_OUT;
         tp_parallel_free(p);
         tp_server_free(srv);
         free(key_buf);

@@ -322,6 +322,7 @@ int tp_launch_hostfile_main(int argc, char **argv)
     struct ssh_respawn rx = {.ssh = ssh, .cmd = cmd, .token = token};
     const struct tp_sup_config sc = {.who = "launch", .grace_ms = KILL_GRACE_MS, .marker = LAUNCH_MARKER,
                                      .explain = explain, .report_ok = 1, .max_restarts = restarts,
+                                     .left_out_status = TP_CLI_EXIT_LEFT_OUT,
                                      .respawn = respawn_ssh, .respawn_ctx = &rx};
     return tp_sup_run(ranks, n, started, &sc);
 }

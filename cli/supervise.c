@@ -340,7 +340,12 @@ int tp_sup_run(struct tp_sup_child *c, int n, int n_started, const struct tp_sup
                 /* what it wrote last (a background grandchild may hold the pipe open: bounded) */
                 for (int k = 0; k < 256 && (pump(&c[i], i, &c[i].out, cfg) | pump(&c[i], i, &c[i].err, cfg)); k++) {
                 }
-                if (c[i].status != 0 && first_fail < 0 && !exit_code && !kill_at && schedule_restart(&c[i], i, &rs[i], cfg)) {
+                if (i > 0 && cfg->left_out_status && !c[i].signaled && c[i].status == cfg->left_out_status &&
+                    first_fail < 0 && !kill_at) {
+                    fprintf(stderr, "tpserve %s: rank %d was left out of the group (rank 0 re-planned without it); "
+                            "not restarting it, the other ranks go on\n", cfg->who, i);
+                } else if (c[i].status != 0 && first_fail < 0 && !exit_code && !kill_at &&
+                           schedule_restart(&c[i], i, &rs[i], cfg)) {
                     pending++;
                 } else if (c[i].status != 0 && first_fail < 0 && !exit_code) {
                     first_fail = i;

@@ -58,6 +58,10 @@ struct tp_sup_config {
      * Required when max_restarts > 0. */
     int (*respawn)(struct tp_sup_child *c, int index, void *ctx);
     void *respawn_ctx;
+    /* A worker (index > 0) exiting with this status (non-zero) was left out of the group by rank 0
+     * (it re-planned without it, docs/recovery.md): it is neither restarted nor stops the others.
+     * 0: none. */
+    int left_out_status;
 };
 
 /* Install the signal handlers (SIGINT/SIGTERM/SIGHUP recorded, SIGCHLD wakes,

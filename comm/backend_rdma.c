@@ -596,6 +596,10 @@ enum tp_status tp_rdma_init(const struct tp_comm_config *cfg, struct tp_comm *c,
             tp_hostfile_free(&hf);
         }
     }
+    if (cfg->drop_rank || cfg->allow_shrink || cfg->hostfile_skip) {
+        rc = tp_error_set(err, TP_ERR_UNSUPPORTED, "the rdma backend cannot shrink a group (use ring)");
+        goto fail;
+    }
     TP_CHECK_GOTO(tp_tcp_net_create(c->rank, c->size, cfg->op_timeout_ms, &c->net, err), rc, fail);
     TP_CHECK_GOTO(tp_bootstrap_tcp(cfg, c->net, err), rc, fail);
     TP_CHECK_GOTO(rdma_connect(cfg, c->net, st, want_dev, err), rc, fail);

@@ -39,6 +39,10 @@ struct boot {
     struct tp_wire_key key;               /* the cluster token's bytes (empty when none) */
     uint8_t group[TP_WIRE_AUTH_BYTES];    /* SHA-256 of the group id */
     uint32_t epoch;                       /* group epoch; 0 on a joining worker until rank 0 tells it */
+    int drop;                             /* rank 0 shrinking: the failed group's rank left out (0: none) */
+    int former_world;                     /* rank 0: the largest world before it shrank (0: never) */
+    int allow_shrink;                     /* a joining worker accepts rank 0's renumbering */
+    int dropped;                          /* a worker that was renumbered: the rank left out (0: none) */
     uint64_t deadline;
     uint32_t timeout_ms;
     struct tp_host *table;                /* (size) */
@@ -80,11 +84,21 @@ static void reject(const struct boot *b, int *fd, uint32_t why, const uint8_t *g
  * Sets *slots to the array its link goes into.  Returns the reject reason
  * or TP_REJECT_NONE. */
 static uint32_t check_hello(const struct boot *b, const struct tp_wire_frame *f, uint16_t want_kind, int lo, int hi,
-                            int *fds, int **slots)
+                            int *fds, int **slots, int *rank)
 {
     if (f->magic != TP_WIRE_MAGIC) return TP_REJECT_MAGIC;
     if (f->version != TP_WIRE_VERSION) return TP_REJECT_VERSION;
-    if (f->world_size != (uint32_t)b->size) return TP_REJECT_WORLD;
+    *rank = (int)TP_MIN(f->rank, (uint32_t)INT32_MAX);
+    if (b->rank == 0 && b->drop > 0 && f->epoch == 0 && f->world_size == (uint32_t)b->size + 1) {
+        /* a worker of the group that failed, joining the smaller one: same order, drop left out */
+        if (f->rank == (uint32_t)b->drop) return TP_REJECT_DROPPED;
+        if (f->rank > (uint32_t)b->drop) (*rank)--;
+    } else if (b->rank == 0 && f->epoch == 0 && f->world_size > (uint32_t)b->size &&
+               f->world_size <= (uint32_t)b->former_world) {
+        return TP_REJECT_DROPPED; /* a rank of the group before it shrank (restarted, or woken up) */
+    } else if (f->world_size != (uint32_t)b->size) {
+        return TP_REJECT_WORLD;
+    }
     /* rank 0 lets a joining worker (epoch 0) learn the epoch; between workers it is known */
     if (f->epoch != b->epoch && (b->rank != 0 || f->epoch != 0)) return TP_REJECT_EPOCH;
     if (f->kind == TP_WIRE_HELLO && f->arg == TP_WIRE_CH_LIVENESS && b->rank == 0 && b->live_fds)
@@ -93,8 +107,8 @@ static uint32_t check_hello(const struct boot *b, const struct tp_wire_frame *f,
         *slots = fds;
     else
         return TP_REJECT_KIND;
-    if (f->rank < (uint32_t)lo || f->rank >= (uint32_t)hi) return TP_REJECT_RANK;
-    if ((*slots)[f->rank] >= 0) return TP_REJECT_DUPLICATE;
+    if (*rank < lo || *rank >= hi) return TP_REJECT_RANK;
+    if ((*slots)[*rank] >= 0) return TP_REJECT_DUPLICATE;
     return TP_REJECT_NONE;
 }
 
@@ -123,6 +137,10 @@ static enum tp_status connect_retry(const struct boot *b, int peer, const char *
 static enum tp_status read_answer(const struct boot *b, int fd, int peer, uint16_t want, struct tp_wire_frame *f,
                                   struct tp_error *err)
 {
+    /* a joining worker may hear rank 0 run a group one smaller (see handshake_connect) */
+    const uint32_t shrunk = b->allow_shrink && b->epoch == 0 && peer == 0 && want == TP_WIRE_CHALLENGE && b->size > 2
+                                ? (uint32_t)b->size - 1
+                                : (uint32_t)b->size;
     uint8_t buf[TP_WIRE_FRAME_BYTES];
     struct tp_error e = {0};
     if (tp_sock_read_full(fd, buf, sizeof buf, b->deadline, &e) != TP_OK)
@@ -133,10 +151,10 @@ static enum tp_status read_answer(const struct boot *b, int fd, int peer, uint16
         return tp_error_set(err, TP_ERR_PROTOCOL, "rank %d's address answered with something that is not tpserve comm",
                             peer);
     if (f->kind == TP_WIRE_REJECT)
-        return tp_error_set(err, TP_ERR_PROTOCOL, "rank %d rejected rank %d: %s", peer, b->rank,
-                            tp_wire_reject_str(f->arg));
-    if (f->version != TP_WIRE_VERSION || f->rank != (uint32_t)peer || f->world_size != (uint32_t)b->size ||
-        f->kind != want)
+        return tp_error_set(err, f->arg == TP_REJECT_DROPPED ? TP_ERR_CANCELLED : TP_ERR_PROTOCOL,
+                            "rank %d rejected rank %d: %s", peer, b->rank, tp_wire_reject_str(f->arg));
+    if (f->version != TP_WIRE_VERSION || f->rank != (uint32_t)peer ||
+        (f->world_size != (uint32_t)b->size && f->world_size != shrunk) || f->kind != want)
         return tp_error_set(err, TP_ERR_PROTOCOL,
                             "the process at rank %d's address answered as rank %u of %u (frame kind %u, version %u): "
                             "two clusters share a port?",
@@ -167,6 +185,22 @@ static enum tp_status handshake_connect(struct boot *b, int fd, int peer, uint16
     if ((st = tp_sock_write_full(fd, buf, sizeof buf, b->deadline, &e)) != TP_OK)
         return tp_error_set(err, st, "hello to rank %d failed: %s", peer, e.msg);
     if ((st = read_answer(b, fd, peer, TP_WIRE_CHALLENGE, &f, err)) != TP_OK) return st;
+    if (f.world_size + 1 == (uint32_t)b->size) {
+        /* rank 0 re-planned over the survivors: it left out rank f.arg of this group; the ranks
+         * above it move down one.  Taken as the epoch is: the MACs below cover the new place. */
+        if (f.arg < 1 || f.arg >= (uint32_t)b->size || f.arg == (uint32_t)b->rank)
+            return tp_error_set(err, TP_ERR_PROTOCOL, "rank 0 shrank the group leaving out rank %u, which is "
+                                "impossible for rank %d of %d", f.arg, b->rank, b->size);
+        b->dropped = (int)f.arg;
+        if (b->rank > b->dropped) b->rank--;
+        memmove(&b->table[b->dropped], &b->table[b->dropped + 1],
+                (size_t)(b->size - 1 - b->dropped) * sizeof *b->table);
+        b->size--;
+        t->world_size = (uint32_t)b->size;
+        t->rank_c = (uint32_t)b->rank;
+        tp_log(TP_LOG_INFO, TP_COMM_MODULE, "rank 0 re-formed the group without rank %d: this rank is now %d of %d",
+               b->dropped, b->rank, b->size);
+    }
     if (b->epoch == 0 && peer == 0 && f.epoch != 0) b->epoch = f.epoch; /* joining: rank 0 says which epoch */
     if (f.epoch != b->epoch)
         return tp_error_set(err, TP_ERR_PROTOCOL,
@@ -193,7 +227,7 @@ static enum tp_status handshake_connect(struct boot *b, int fd, int peer, uint16
 /* The acceptor's side after a first frame f passed check_hello: CHALLENGE,
  * then the PROOF checked in constant time.  Returns TP_REJECT_NONE with *t
  * filled, or the reject reason (bytes of the bad frame in bad). */
-static uint32_t handshake_accept(const struct boot *b, int fd, const struct tp_wire_frame *f,
+static uint32_t handshake_accept(const struct boot *b, int fd, const struct tp_wire_frame *f, int rank_c,
                                  struct tp_wire_transcript *t, uint8_t bad[TP_WIRE_FRAME_BYTES], size_t *n_bad)
 {
     uint8_t buf[TP_WIRE_FRAME_BYTES], mac[TP_WIRE_AUTH_BYTES];
@@ -203,14 +237,16 @@ static uint32_t handshake_accept(const struct boot *b, int fd, const struct tp_w
     t->hello_kind = f->kind;
     t->hello_arg = f->arg;
     t->world_size = (uint32_t)b->size;
-    t->rank_c = f->rank;
+    t->rank_c = (uint32_t)rank_c;
     t->rank_a = (uint32_t)b->rank;
     memcpy(t->nonce_c, f->auth, sizeof t->nonce_c);
     memcpy(t->group, b->group, sizeof t->group);
     t->epoch = b->epoch;
     *n_bad = 0;
     if (tp_wire_random(t->nonce_a, sizeof t->nonce_a) != 0) return TP_REJECT_AUTH;
-    make_frame(b, TP_WIRE_CHALLENGE, 0, t->nonce_a, buf);
+    /* a worker of the failed group learns from the arg which rank was left out */
+    const uint32_t carg = b->drop > 0 && f->world_size != (uint32_t)b->size ? (uint32_t)b->drop : 0u;
+    make_frame(b, TP_WIRE_CHALLENGE, carg, t->nonce_a, buf);
     uint64_t dl = tp_now_ns() + HELLO_READ_MS * 1000000ull;
     if (dl > b->deadline) dl = b->deadline;
     if (tp_sock_write_full(fd, buf, sizeof buf, dl, &e) != TP_OK) return TP_REJECT_AUTH;
@@ -218,7 +254,7 @@ static uint32_t handshake_accept(const struct boot *b, int fd, const struct tp_w
     *n_bad = TP_WIRE_FRAME_BYTES;
     tp_wire_decode(bad, &p);
     if (p.magic != TP_WIRE_MAGIC) return TP_REJECT_MAGIC;
-    if (p.kind != TP_WIRE_PROOF || p.version != TP_WIRE_VERSION || p.rank != f->rank) return TP_REJECT_KIND;
+    if (p.kind != TP_WIRE_PROOF || p.version != TP_WIRE_VERSION || p.rank != (uint32_t)rank_c) return TP_REJECT_KIND;
     if (tp_wire_mac(&b->key, 'C', t, mac) != 0 || !tp_wire_mac_equal(mac, p.auth)) return TP_REJECT_AUTH;
     return TP_REJECT_NONE;
 }
@@ -260,20 +296,19 @@ static enum tp_status accept_ranks(const struct boot *b, int lfd, int lo, int hi
         }
         struct tp_wire_frame f;
         struct tp_wire_transcript t;
-        int *slots = NULL;
+        int *slots = NULL, r = -1;
         tp_wire_decode(buf, &f);
-        uint32_t why = check_hello(b, &f, want_kind, lo, hi, fds, &slots);
+        uint32_t why = check_hello(b, &f, want_kind, lo, hi, fds, &slots, &r);
         if (why != TP_REJECT_NONE) {
             reject(b, &fd, why, buf, sizeof buf);
             continue;
         }
-        why = handshake_accept(b, fd, &f, &t, bad, &n_bad);
+        why = handshake_accept(b, fd, &f, r, &t, bad, &n_bad);
         if (why == TP_REJECT_NONE && f.kind == TP_WIRE_REGISTER && (f.arg < 1 || f.arg > 65535)) why = TP_REJECT_KIND;
         if (why != TP_REJECT_NONE) {
             reject(b, &fd, why, n_bad ? bad : buf, n_bad ? n_bad : sizeof buf);
             continue;
         }
-        int r = (int)f.rank;
         uint8_t mac[TP_WIRE_AUTH_BYTES];
         if (tp_wire_mac(&b->key, 'A', &t, mac) != 0) {
             tp_sock_close(&fd);
@@ -463,6 +498,9 @@ enum tp_status tp_bootstrap_tcp(const struct tp_comm_config *cfg, struct tp_net 
     struct tp_hostfile hf = {0};
     struct boot b = {.rank = cfg->rank, .size = cfg->world_size, .timeout_ms = cfg->connect_timeout_ms};
     b.epoch = cfg->rank == 0 ? (cfg->epoch ? cfg->epoch : 1u) : cfg->epoch;
+    b.drop = cfg->rank == 0 && cfg->drop_rank > 0 && cfg->drop_rank <= cfg->world_size ? cfg->drop_rank : 0;
+    b.allow_shrink = cfg->rank > 0 && cfg->allow_shrink;
+    b.former_world = cfg->rank == 0 ? cfg->former_world : 0;
     int lfd = -1;
     b.deadline = tp_now_ns() + (uint64_t)cfg->connect_timeout_ms * 1000000ull;
     const char *token = cfg->cluster_token;
@@ -470,9 +508,13 @@ enum tp_status tp_bootstrap_tcp(const struct tp_comm_config *cfg, struct tp_net 
     int port = 0;
     if (cfg->hostfile && *cfg->hostfile) {
         TP_CHECK_GOTO(tp_hostfile_load(cfg->hostfile, &hf, err), rc, out);
-        if (hf.n != cfg->world_size) {
+        /* entries dropped by earlier shrinks are not in the group: rank r is the r-th one left */
+        int kept = 0;
+        for (int i = 0; i < hf.n; i++)
+            if (i >= 64 || !(cfg->hostfile_skip & (1ull << i))) hf.hosts[kept++] = hf.hosts[i];
+        if (kept != cfg->world_size) {
             rc = tp_error_set(err, TP_ERR_INVALID_ARG, "hostfile '%s' lists %d ranks but the world size is %d",
-                              cfg->hostfile, hf.n, cfg->world_size);
+                              cfg->hostfile, kept, cfg->world_size);
             goto out;
         }
         if ((!token || !*token) && hf.token[0]) token = hf.token;
@@ -530,8 +572,16 @@ enum tp_status tp_bootstrap_tcp(const struct tp_comm_config *cfg, struct tp_net 
     }
     for (int r = 0; r < b.size; r++)
         if (r != b.rank) TP_CHECK_GOTO(tp_sock_tune(net->fds[r], err), rc, out);
-    TP_CHECK_GOTO(tp_live_start(net, err), rc, out);
+    net->rank = b.rank;
+    net->size = b.size;
+    net->dropped = b.drop ? b.drop : b.dropped;
+    if (b.rank == 0 && (b.drop || b.former_world > b.size) && lfd >= 0) {
+        net->door_fd = lfd; /* liveness.c answers left-out ranks on it */
+        net->door_former = TP_MAX(b.former_world, b.size + (b.drop ? 1 : 0));
+        lfd = -1;
+    }
     net->epoch = b.epoch;
+    TP_CHECK_GOTO(tp_live_start(net, err), rc, out);
 out:
     tp_sock_close(&lfd);
     if (hf.hosts)

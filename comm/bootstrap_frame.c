@@ -146,6 +146,9 @@ const char *tp_wire_reject_str(uint32_t reason)
     case TP_REJECT_RANK: return "unexpected rank (rank out of range or wrong connect order)";
     case TP_REJECT_DUPLICATE: return "duplicate rank (two processes claim the same TP_RANK)";
     case TP_REJECT_KIND: return "unexpected frame kind";
+    case TP_REJECT_DROPPED:
+        return "this rank was left out when the group re-planned over the surviving ranks (restart the whole job to "
+               "bring it back)";
     case TP_REJECT_EPOCH: return "group epoch mismatch (a rank of an earlier epoch of a group that has re-formed since)";
     case TP_REJECT_AUTH:
         return "authentication failed: the peer does not hold this group's cluster token (set the same "

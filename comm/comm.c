@@ -232,6 +232,16 @@ int tp_comm_lost_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_f
 }
 
 uint32_t tp_comm_epoch(const tp_comm_t *c) { return c && c->size > 1 && c->net ? c->net->epoch : 0; }
+int tp_comm_dropped_rank(const tp_comm_t *c) { return c && c->net ? c->net->dropped : 0; }
+
+uint64_t tp_comm_skip_add(uint64_t skip, int rank)
+{
+    for (int i = 0, r = 0; i < 64; i++) {
+        if (skip & (1ull << i)) continue;
+        if (r++ == rank) return skip | (1ull << i);
+    }
+    return skip;
+}
 int tp_comm_rank(const tp_comm_t *c) { return c ? c->rank : -1; }
 int tp_comm_size(const tp_comm_t *c) { return c ? c->size : 0; }
 enum tp_comm_backend tp_comm_backend(const tp_comm_t *c) { return c ? c->backend : TP_COMM_BACKEND_RING; }
@@ -274,6 +284,8 @@ enum tp_status tp_ring_init(const struct tp_comm_config *cfg, struct tp_comm *c,
                             tp_comm_backend_name(cfg->backend), TP_ALGO_MAX_RANKS, c->size);
     TP_CHECK_GOTO(tp_tcp_net_create(c->rank, c->size, cfg->op_timeout_ms, &c->net, err), rc, out);
     TP_CHECK_GOTO(tp_bootstrap_tcp(cfg, c->net, err), rc, out);
+    c->rank = c->net->rank; /* a shrinking group renumbers a joining worker */
+    c->size = c->net->size;
     if (cfg->shm && c->size <= TP_SHM_MAX_RANKS) {
         int attached = 0;
         TP_CHECK_GOTO(tp_shm_attach(c->net, cfg->connect_timeout_ms, &attached, err), rc, out);

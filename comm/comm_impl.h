@@ -87,6 +87,12 @@ struct tp_net {
     int wake_rd, wake_wr;                 /* self-pipe: tp_comm_abort wakes poll() */
     uint32_t op_timeout_ms;
     uint32_t epoch;                       /* group epoch agreed in the bootstrap (0: none, e.g. mpi) */
+    int dropped;                          /* the bootstrap shrank the group: the previous group's rank
+                                             left out (rank and size above are the new ones); 0: none */
+    int door_fd;                          /* rank 0 of a group that shrank (hostfile): its bootstrap
+                                             listener, kept open so that a left-out rank trying to join
+                                             is told so at once (liveness.c); -1: none */
+    int door_former;                      /* the largest world before the shrink */
     atomic_int poisoned;
     atomic_int err_claimed;               /* first writer of err wins (signal safe) */
     struct tp_error err;

@@ -89,6 +89,7 @@ enum tp_wire_reject {
     TP_REJECT_DUPLICATE,
     TP_REJECT_KIND,
     TP_REJECT_EPOCH,         /* the connector is in another group epoch (a stale rank) */
+    TP_REJECT_DROPPED,       /* the connector's rank was left out when the group shrank */
 };
 
 struct tp_wire_frame {

@@ -170,6 +170,7 @@ enum tp_status tp_tcp_net_create(int rank, int size, uint32_t op_timeout_ms, str
     atomic_init(&net->err_claimed, 0);
     net->rank = rank;
     net->size = size;
+    net->door_fd = -1;
     net->tops = &tcp_ops;
     net->wake_rd = pfds[0];
     net->wake_wr = pfds[1];
@@ -218,6 +219,7 @@ void tp_net_release(struct tp_net *net)
     if (atomic_fetch_sub(&net->refs, 1) != 1) return;
     tp_live_stop(net);
     if (net->tops && net->tops->destroy) net->tops->destroy(net);
+    if (net->door_fd >= 0) close(net->door_fd);
     if (net->wake_rd >= 0) close(net->wake_rd);
     if (net->wake_wr >= 0) close(net->wake_wr);
     free(net->fds);

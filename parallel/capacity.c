@@ -388,3 +388,103 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
     out->tg_tps = 1e3 / (out->compute_ms + out->comm_ms);
     return TP_OK;
 }
+
+/* ------------------------------------------- re-planning after a lost rank */
+
+static double mib(uint64_t b) { return (double)b / 1048576.0; }
+
+enum tp_status tp_parallel_replan_check(const struct tp_replan_input *in, struct tp_replan_result *out,
+                                        struct tp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!in || !in->hp || !in->types)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_replan_check: no model shape or weight types");
+    const int world = in->world, n = world - 1;
+    if (world < 2 || world > TP_PLAN_MAX_RANKS || in->drop < 1 || in->drop >= world)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "cannot drop rank %d of a group of %d (want 1..%d, 2..%d ranks)",
+                            in->drop, world, world - 1, TP_PLAN_MAX_RANKS);
+    if (in->n_ctx < 1 || in->n_seq < 1 || (in->kv_elem_bytes != 2 && in->kv_elem_bytes != 4))
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "invalid context settings (ctx %d, seq %d, kv %d B)", in->n_ctx,
+                            in->n_seq, in->kv_elem_bytes);
+    if (in->is_shard) {
+        snprintf(out->reason, sizeof out->reason,
+                 "the ranks load shard files cut for %d ranks, which cannot be re-planned (give every rank the whole "
+                 "model file to allow --on-rank-loss replan)",
+                 world);
+        return TP_OK;
+    }
+    /* survivors in order: new rank i is old rank old_of[i] */
+    int old_of[TP_PLAN_MAX_RANKS];
+    double w[TP_PLAN_MAX_RANKS];
+    for (int r = 0, i = 0; r < world; r++) {
+        if (r == in->drop) continue;
+        old_of[i] = r;
+        w[i++] = in->weights ? in->weights[r] : 1.0;
+    }
+    struct tp_error perr = {0};
+    if (tp_parallel_plan_moe(in->hp, in->types, n, in->weights ? w : NULL, in->moe_split, &out->plan, &perr) !=
+        TP_OK) {
+        memset(&out->plan, 0, sizeof out->plan);
+        snprintf(out->reason, sizeof out->reason, "the model cannot be split over the %d surviving rank(s): %.400s", n,
+                 perr.msg);
+        return TP_OK;
+    }
+    const struct tp_hparams *hp = in->hp;
+    const int head_dim = hp->head_dim > 0 ? hp->head_dim : (hp->n_head > 0 ? hp->n_embd / hp->n_head : 0);
+    for (int i = 0; i < n; i++) {
+        const struct tp_shard_rank_plan *rp = &out->plan.ranks[i];
+        const uint64_t kv = (uint64_t)hp->n_layer * (uint64_t)in->n_seq * (uint64_t)in->n_ctx *
+                            (uint64_t)(rp->shard.kv_head_end - rp->shard.kv_head_begin) * (uint64_t)head_dim * 2u *
+                            (uint64_t)in->kv_elem_bytes;
+        out->need_bytes[i] = rp->sharded_bytes + rp->replicated_bytes + kv;
+    }
+    /* each survivor's own offer */
+    for (int i = 0; i < n; i++) {
+        const struct tp_replan_rank *rk = &in->ranks[old_of[i]];
+        uint64_t lim = rk->mem_limit_bytes;
+        out->avail_bytes[i] = lim ? lim : UINT64_MAX;
+        if (lim && out->need_bytes[i] > lim) {
+            snprintf(out->reason, sizeof out->reason,
+                     "rank %d would need %.1f MiB (weights and KV cache over %d ranks) but offers %.1f MiB "
+                     "(--mem-limit): short by %.1f MiB",
+                     old_of[i], mib(out->need_bytes[i]), n, mib(lim), mib(out->need_bytes[i] - lim));
+            return TP_OK;
+        }
+    }
+    /* machines: survivors with the same host name and memory share it */
+    const struct tp_cap_config defaults = tp_capacity_default_config();
+    for (int i = 0; i < n; i++) {
+        const struct tp_replan_rank *a = &in->ranks[old_of[i]];
+        if (!a->mem_total_bytes) continue;
+        int first = 1, n_here = 0;
+        uint64_t need = 0;
+        for (int j = 0; j < n; j++) {
+            const struct tp_replan_rank *b = &in->ranks[old_of[j]];
+            if (b->mem_total_bytes != a->mem_total_bytes || strncmp(a->host, b->host, sizeof a->host) != 0) continue;
+            if (j < i) first = 0;
+            need += out->need_bytes[j];
+            n_here++;
+        }
+        const double mem = (double)a->mem_total_bytes;
+        const double usable = fmax(0.0, mem - fmax((double)defaults.reserve_min_bytes, defaults.reserve_frac * mem));
+        const uint64_t share = (uint64_t)(usable / n_here);
+        if (share < out->avail_bytes[i]) out->avail_bytes[i] = share;
+        if (first && (double)need > usable) {
+            char host[sizeof a->host + 1];
+            snprintf(host, sizeof host, "%.*s", (int)sizeof a->host, a->host);
+            snprintf(out->reason, sizeof out->reason,
+                     "the %d surviving rank(s) on host '%s' would need %.1f MiB together but it has %.1f MiB usable "
+                     "(%.1f MiB less a reserve of max(12.5%%, 2 GiB)): short by %.1f MiB",
+                     n_here, host, mib(need), mib((uint64_t)usable), mib(a->mem_total_bytes),
+                     mib(need - (uint64_t)usable));
+            return TP_OK;
+        }
+    }
+    out->fits = 1;
+    size_t len = (size_t)snprintf(out->reason, sizeof out->reason, "%d rank(s) hold the model without rank %d:", n,
+                                  in->drop);
+    for (int i = 0; i < n && len < sizeof out->reason; i++)
+        len += (size_t)snprintf(out->reason + len, sizeof out->reason - len, "%s rank %d -> %d needs %.1f MiB",
+                                i ? "," : "", old_of[i], i, mib(out->need_bytes[i]));
+    return TP_OK;
+}

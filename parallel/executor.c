@@ -121,6 +121,19 @@ static uint64_t mix(uint64_t h, uint64_t v)
 
 /* ------------------------------------------------------------------ plan */
 
+/* What the ranks agree on: model, plan, wire dtype and sizes. */
+static uint64_t plan_hash(const tp_parallel_t *p)
+{
+    uint64_t h = 14695981039346656037ull;
+    h = mix(h, tp_probe_hash(&p->probe));
+    h = mix(h, tp_shard_plan_hash(&p->plan));
+    h = mix(h, (uint64_t)p->wire_dtype);
+    h = mix(h, (uint64_t)(uint32_t)p->cfg_n_ctx);
+    h = mix(h, (uint64_t)(uint32_t)p->cfg_n_seq);
+    h = mix(h, (uint64_t)(uint32_t)p->cfg_n_batch);
+    return h;
+}
+
 /* cfg path with "{rank}" replaced by this rank (shard files under launch/mpirun). */
 static enum tp_status expand_path(tp_parallel_t *p, const char *tmpl)
 {
@@ -161,7 +174,10 @@ static enum tp_status make_plan(tp_parallel_t *p, const struct tp_parallel_confi
     if (wtext && *wtext) {
         if ((st = tp_parallel_parse_weights(wtext, p->world, w, &p->err)) != TP_OK) return st;
         wp = w;
+        memcpy(p->weights, w, (size_t)p->world * sizeof *w);
+        p->has_weights = 1;
     }
+    p->moe_split = cfg->moe_split;
     if (pr->hp.n_vocab >= (1 << 24))
         return tp_error_set(&p->err, TP_ERR_UNSUPPORTED, "vocabulary of %d tokens is too large (max 2^24)",
                             pr->hp.n_vocab);
@@ -226,6 +242,60 @@ static enum tp_status alloc_buffers(tp_parallel_t *p)
         if (st != TP_OK) return st;
     }
     return TP_OK;
+}
+
+/* The step buffers of alloc_buffers (a re-plan sizes them again). */
+static void free_buffers(tp_parallel_t *p)
+{
+    free(p->body);
+    tp_aligned_free(p->local);
+    tp_aligned_free(p->send);
+    tp_aligned_free(p->gath);
+    free(p->pairs);
+    free(p->want);
+    free(p->pairs_all);
+    pthread_mutex_lock(&p->mu);
+    free(p->rank_stats);
+    p->rank_stats = NULL;
+    pthread_mutex_unlock(&p->mu);
+    free(p->stats_all);
+    p->body = NULL;
+    p->local = p->send = p->gath = p->pairs = p->pairs_all = NULL;
+    p->want = NULL;
+    p->stats_all = NULL;
+}
+
+/* After this rank's slice loaded: its figures, the vocabulary ranges of the
+ * plan, the step buffers. */
+static enum tp_status after_load(tp_parallel_t *p)
+{
+    const struct tp_shard_rank_plan *rp = &p->plan.ranks[p->rank];
+    p->stats.weight_bytes = tp_model_weight_bytes(p->model);
+    p->stats.kv_bytes = tp_model_kv_bytes(p->model);
+    p->stats.mem_total_bytes = tp_mem_total_bytes();
+    p->stats.rss_bytes = tp_rss_bytes();
+    if (gethostname(p->stats.host, sizeof p->stats.host) != 0) snprintf(p->stats.host, sizeof p->stats.host, "?");
+    p->stats.host[sizeof p->stats.host - 1] = '\0';
+    p->n_batch = p->cfg_n_batch;
+    p->n_seq = tp_model_n_seq(p->model);
+    p->n_ctx = tp_model_n_ctx(p->model);
+    p->n_vocab = p->probe.hp.n_vocab;
+    p->vocab_begin = rp->shard.vocab_begin;
+    p->vocab_local = rp->shard.vocab_end - rp->shard.vocab_begin;
+    p->vocab_max = 0;
+    p->equal_vocab = 1;
+    for (int r = 0; r < p->world; r++) {
+        int v = p->plan.ranks[r].shard.vocab_end - p->plan.ranks[r].shard.vocab_begin;
+        if (p->vocab_max && v != p->vocab_max) p->equal_vocab = 0;
+        p->vocab_max = TP_MAX(p->vocab_max, v);
+    }
+    if (p->world == 1) {
+        p->vocab_begin = 0;
+        p->vocab_local = p->vocab_max = p->n_vocab;
+    }
+    enum tp_status st = alloc_buffers(p);
+    if (st != TP_OK) tp_error_set(&p->err, st, "out of memory for the engine's step buffers");
+    return st;
 }
 
 /* ------------------------------------------------------------- load sync */
@@ -338,15 +408,11 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
     /* 2. probe + plan (local), then agree */
     enum tp_status st = expand_path(p, cfg->model.path);
     if (st == TP_OK) st = make_plan(p, cfg);
-    uint64_t h = 14695981039346656037ull;
-    if (st == TP_OK) {
-        h = mix(h, tp_probe_hash(&p->probe));
-        h = mix(h, tp_shard_plan_hash(&p->plan));
-        h = mix(h, (uint64_t)cfg->wire_dtype);
-        h = mix(h, (uint64_t)(uint32_t)cfg->model.n_ctx);
-        h = mix(h, (uint64_t)(uint32_t)cfg->model.n_seq);
-        h = mix(h, (uint64_t)(uint32_t)cfg->model.n_batch);
-    }
+    p->cfg_n_ctx = cfg->model.n_ctx;
+    p->cfg_n_seq = cfg->model.n_seq;
+    p->cfg_n_batch = cfg->model.n_batch;
+    p->kv_f16 = cfg->model.kv_f16 != 0;
+    uint64_t h = st == TP_OK ? plan_hash(p) : 14695981039346656037ull;
     p->plan_hash = h;
     TP_CHECK_GOTO(agree(p, st, h, "the sharding plan"), rc, fail);
 
@@ -385,33 +451,8 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
     if (st != TP_OK && p->world > 1)
         tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "rank %d: %s (telling the other ranks once they have loaded)", p->rank,
                tp_error_msg(&p->err));
-    if (st == TP_OK) {
-        p->stats.weight_bytes = tp_model_weight_bytes(p->model);
-        p->stats.kv_bytes = tp_model_kv_bytes(p->model);
-        p->stats.mem_total_bytes = tp_mem_total_bytes();
-        p->stats.rss_bytes = tp_rss_bytes();
-        if (gethostname(p->stats.host, sizeof p->stats.host) != 0) snprintf(p->stats.host, sizeof p->stats.host, "?");
-        p->stats.host[sizeof p->stats.host - 1] = '\0';
-        p->n_batch = mc.n_batch;
-        p->n_seq = tp_model_n_seq(p->model);
-        p->n_ctx = tp_model_n_ctx(p->model);
-        p->n_vocab = p->probe.hp.n_vocab;
-        p->vocab_begin = rp->shard.vocab_begin;
-        p->vocab_local = rp->shard.vocab_end - rp->shard.vocab_begin;
-        p->vocab_max = 0;
-        p->equal_vocab = 1;
-        for (int r = 0; r < p->world; r++) {
-            int v = p->plan.ranks[r].shard.vocab_end - p->plan.ranks[r].shard.vocab_begin;
-            if (p->vocab_max && v != p->vocab_max) p->equal_vocab = 0;
-            p->vocab_max = TP_MAX(p->vocab_max, v);
-        }
-        if (p->world == 1) {
-            p->vocab_begin = 0;
-            p->vocab_local = p->vocab_max = p->n_vocab;
-        }
-        st = alloc_buffers(p);
-        if (st != TP_OK) tp_error_set(&p->err, st, "out of memory for the engine's step buffers");
-    }
+    p->stats.mem_limit_bytes = cfg->mem_limit_bytes;
+    if (st == TP_OK) st = after_load(p);
     if (ls_started) {
         atomic_store(&ls.state, st == TP_OK ? 1 : 2);
         pthread_join(ls.thread, NULL);
@@ -477,17 +518,96 @@ static enum tp_status load_sync_loaded(tp_parallel_t *p)
     return st;
 }
 
-enum tp_status tp_parallel_rejoin(tp_parallel_t *p, uint32_t connect_timeout_ms)
+/*
+ * The group formed smaller (drop > 0: the failed group's rank left out) or,
+ * on rank 0 of a group of two, not at all (new_world 1): take the new place,
+ * re-plan over the survivors, load the new slice (load-sync rounds
+ * meanwhile), agree on both.  A failure is final (model_lost): the ranks'
+ * places, plans and slices have changed.
+ */
+static enum tp_status reshape(tp_parallel_t *p, int drop, int new_rank, int new_world)
+{
+    enum tp_status st;
+    const int old_world = p->world;
+    p->model_lost = 1; /* from here the ranks' places and slices change: a failure is final */
+    if (p->has_weights)
+        memmove(&p->weights[drop], &p->weights[drop + 1], (size_t)(old_world - 1 - drop) * sizeof p->weights[0]);
+    p->rank = new_rank;
+    p->world = new_world;
+    p->comm_cfg.rank = new_rank;
+    p->comm_cfg.world_size = new_world;
+    p->comm_cfg.drop_rank = 0;
+    p->comm_cfg.former_world = TP_MAX(p->comm_cfg.former_world, old_world);
+    if (p->comm_cfg.hostfile && *p->comm_cfg.hostfile)
+        p->comm_cfg.hostfile_skip = tp_comm_skip_add(p->comm_cfg.hostfile_skip, drop);
+    if (p->probe.is_shard)
+        st = tp_error_set(&p->err, TP_ERR_UNSUPPORTED,
+                          "%s is a shard file cut for %d ranks: it cannot be re-planned over %d (give every rank the "
+                          "whole model to use --on-rank-loss replan)",
+                          p->path, old_world, new_world);
+    else
+        st = tp_parallel_plan_moe(&p->probe.hp, &p->probe.types, new_world, p->has_weights ? p->weights : NULL,
+                                  p->moe_split, &p->plan, &p->err);
+    if (st == TP_OK) p->plan_hash = plan_hash(p);
+    if ((st = agree(p, st, st == TP_OK ? p->plan_hash : 0, "the re-planned shards")) != TP_OK) return st;
+    const struct tp_shard_rank_plan *rp = &p->plan.ranks[p->rank];
+    tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE,
+           "rank %d/%d (re-planned without rank %d of %d): q heads [%d,%d) kv heads [%d,%d) ffn [%d,%d) vocab [%d,%d); "
+           "%.1f MiB sharded + %.1f MiB replicated; loading the new slice",
+           p->rank, p->world, drop, old_world, rp->shard.q_head_begin, rp->shard.q_head_end, rp->shard.kv_head_begin,
+           rp->shard.kv_head_end, rp->shard.ff_begin, rp->shard.ff_end, rp->shard.vocab_begin, rp->shard.vocab_end,
+           (double)rp->sharded_bytes / 1048576.0, (double)rp->replicated_bytes / 1048576.0);
+    free_buffers(p);
+    p->shard = rp->shard;
+    p->shard.all_sum = p->world > 1 ? tp_wire_all_sum : NULL;
+    p->shard.all_sum_ctx = &p->wire;
+    p->shard.file_is_slice = 0;
+    atomic_store(&p->rejoin_phase, 2);
+    struct load_sync ls;
+    memset(&ls, 0, sizeof ls);
+    ls.p = p;
+    atomic_init(&ls.state, 0);
+    int ls_started = p->world > 1 && pthread_create(&ls.thread, NULL, load_sync_main, &ls) == 0;
+    if (p->world > 1 && !ls_started) {
+        tp_comm_abort(p->comm, "parallel: a rank could not start its load-sync thread");
+        return tp_error_set(&p->err, TP_ERR_NOMEM, "cannot start the load-sync thread");
+    }
+    st = tp_model_reload(p->model, p->world > 1 ? &p->shard : NULL, &p->err);
+    if (st == TP_OK) {
+        st = after_load(p);
+    } else {
+        tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "rank %d: %s", p->rank, tp_error_msg(&p->err));
+    }
+    if (ls_started) {
+        atomic_store(&ls.state, st == TP_OK ? 1 : 2);
+        pthread_join(ls.thread, NULL);
+        if (ls.comm_status != TP_OK)
+            return tp_error_force(&p->err, ls.comm_status, "rank %d: group failed while the ranks were loading: %s",
+                                  p->rank, tp_comm_last_error(p->comm));
+    }
+    if ((st = agree(p, st, 0, "loading the re-planned slice")) != TP_OK) return st;
+    p->model_lost = 0;
+    return TP_OK;
+}
+
+static enum tp_status rejoin(tp_parallel_t *p, int drop, uint32_t connect_timeout_ms)
 {
     if (!p) return TP_ERR_INVALID_ARG;
     if (p->world < 2 || p->comm_cfg.backend == TP_COMM_BACKEND_MPI)
         return tp_error_force(&p->err, TP_ERR_UNSUPPORTED,
                               "a group of %d rank(s) on the %s backend cannot re-form in place", p->world,
                               tp_comm_backend_name(p->comm_cfg.backend));
-    enum tp_status rc;
+    if (p->model_lost) {
+        char why[sizeof p->err.msg];
+        snprintf(why, sizeof why, "%s", tp_error_msg(&p->err));
+        return tp_error_force(&p->err, TP_ERR_UNSUPPORTED,
+                              "a re-plan over fewer ranks failed on this rank (%.400s); restart the job", why);
+    }
+    enum tp_status rc = TP_OK;
     stop_keepalive(p);
     atomic_store(&p->poisoned, 1);
     atomic_store(&p->rejoin_phase, 1);
+    tp_error_clear(&p->err); /* this attempt's error, not the failure that led here */
     const int had_group = p->comm != NULL;
     uint32_t epoch = p->comm ? tp_comm_epoch(p->comm) : 0;
     tp_wire_release(&p->wire);
@@ -507,17 +627,33 @@ enum tp_status tp_parallel_rejoin(tp_parallel_t *p, uint32_t connect_timeout_ms)
             p->comm_cfg.epoch = (last ? last : 1u) + 1u;
         }
         cc.epoch = p->comm_cfg.epoch;
+        if (drop > 0) {
+            cc.world_size = p->world - 1;
+            cc.drop_rank = drop;
+            if (cc.hostfile && *cc.hostfile) cc.hostfile_skip = tp_comm_skip_add(cc.hostfile_skip, drop);
+        }
     } else {
         cc.epoch = 0;
+        cc.allow_shrink = p->comm_cfg.backend == TP_COMM_BACKEND_RING; /* rank 0 may have re-planned without a rank */
     }
-    TP_CHECK_GOTO(tp_comm_init(&cc, &p->comm, &p->err), rc, out);
-    TP_CHECK_GOTO(agree(p, TP_OK, p->plan_hash, "the sharding plan"), rc, out);
-    TP_CHECK_GOTO(load_sync_loaded(p), rc, out);
-    TP_CHECK_GOTO(agree(p, TP_OK, 0, "loading the model"), rc, out);
-    if ((rc = tp_wire_init(&p->wire, p->comm, p->wire_dtype, p->wire_max_count)) != TP_OK) {
-        tp_error_force(&p->err, rc, "out of memory for the wire buffers");
-        tp_comm_abort(p->comm, "parallel: a rank could not rejoin");
-        goto out;
+    if (drop > 0 && p->world == 2) {
+        /* rank 0 alone: no group to form */
+        TP_CHECK_GOTO(reshape(p, drop, 0, 1), rc, out);
+    } else {
+        TP_CHECK_GOTO(tp_comm_init(&cc, &p->comm, &p->err), rc, out);
+        const int dropped = tp_comm_dropped_rank(p->comm);
+        if (dropped > 0) {
+            TP_CHECK_GOTO(reshape(p, dropped, tp_comm_rank(p->comm), tp_comm_size(p->comm)), rc, out);
+        } else {
+            TP_CHECK_GOTO(agree(p, TP_OK, p->plan_hash, "the sharding plan"), rc, out);
+            TP_CHECK_GOTO(load_sync_loaded(p), rc, out);
+            TP_CHECK_GOTO(agree(p, TP_OK, 0, "loading the model"), rc, out);
+            if ((rc = tp_wire_init(&p->wire, p->comm, p->wire_dtype, p->wire_max_count)) != TP_OK) {
+                tp_error_force(&p->err, rc, "out of memory for the wire buffers");
+                tp_comm_abort(p->comm, "parallel: a rank could not rejoin");
+                goto out;
+            }
+        }
     }
     p->shut = 0;
     pthread_mutex_lock(&p->mu);
@@ -532,6 +668,48 @@ out:
     if (rc != TP_OK) atomic_store(&p->poisoned, 1);
     atomic_store(&p->rejoin_phase, 0);
     return rc;
+}
+
+enum tp_status tp_parallel_rejoin(tp_parallel_t *p, uint32_t connect_timeout_ms)
+{
+    return rejoin(p, 0, connect_timeout_ms);
+}
+
+enum tp_status tp_parallel_replan(tp_parallel_t *p, int drop, uint32_t connect_timeout_ms)
+{
+    if (!p) return TP_ERR_INVALID_ARG;
+    if (p->rank != 0 || p->world < 2 || drop < 1 || drop >= p->world || p->comm_cfg.backend != TP_COMM_BACKEND_RING)
+        return tp_error_force(&p->err, TP_ERR_UNSUPPORTED,
+                              "only rank 0 of a ring group can re-plan without one of its ranks 1..%d (rank %d of %d, "
+                              "%s backend, drop %d)",
+                              p->world - 1, p->rank, p->world, tp_comm_backend_name(p->comm_cfg.backend), drop);
+    return rejoin(p, drop, connect_timeout_ms);
+}
+
+enum tp_status tp_parallel_replan_query(tp_parallel_t *p, int drop, struct tp_replan_result *out)
+{
+    struct tp_replan_input in;
+    memset(&in, 0, sizeof in);
+    in.hp = &p->probe.hp;
+    in.types = &p->probe.types;
+    in.moe_split = p->plan.moe_split != TP_MOE_SPLIT_AUTO ? p->plan.moe_split : p->moe_split;
+    in.world = p->world;
+    in.drop = drop;
+    in.weights = p->has_weights ? p->weights : NULL;
+    in.n_ctx = p->n_ctx;
+    in.n_seq = p->n_seq;
+    in.kv_elem_bytes = p->kv_f16 ? 2 : 4;
+    in.is_shard = p->probe.is_shard;
+    pthread_mutex_lock(&p->mu);
+    for (int r = 0; r < p->world && r < TP_PLAN_MAX_RANKS; r++) {
+        const struct tp_parallel_stats *s = r == 0 ? &p->stats : (p->rank_stats ? &p->rank_stats[r] : NULL);
+        if (!s) continue;
+        in.ranks[r].mem_total_bytes = s->mem_total_bytes;
+        in.ranks[r].mem_limit_bytes = s->mem_limit_bytes;
+        memcpy(in.ranks[r].host, s->host, sizeof in.ranks[r].host);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return tp_parallel_replan_check(&in, out, &p->err);
 }
 
 int tp_parallel_rejoin_phase(const tp_parallel_t *p) { return p ? atomic_load(&p->rejoin_phase) : 0; }

@@ -10,7 +10,7 @@
 
 #include "parallel_impl.h"
 
-#define STEP_MAGIC 0x35535054 /* "TPS5" little-endian */
+#define STEP_MAGIC 0x36535054 /* "TPS6" little-endian */
 #define HDR_WORDS 64
 /* hdr[8]: n_copy */
 #define HDR_N_COPY 8
@@ -21,7 +21,7 @@
 #define HDR_INLINE_AT 11
 /* hdr[7]: nonzero = after this step every rank sends its stats to rank 0 */
 #define HDR_STATS 7
-#define STATS_U64 9     /* counters and memory figures of struct tp_parallel_stats */
+#define STATS_U64 10    /* counters and memory figures of struct tp_parallel_stats */
 #define STATS_WORDS (2 * STATS_U64 + 8) /* those as little-endian u64 + the 32-byte host name, in int32 words */
 #define STATS_EVERY_NS 1000000000ull /* collect at most once a second while steps run */
 #define HDR_INLINE_MAX (HDR_WORDS - HDR_INLINE_AT)
@@ -76,6 +76,13 @@ struct tp_parallel {
     uint64_t plan_hash;           /* what the ranks agreed on at init (model, plan, dtype, sizes) */
     size_t wire_max_count;        /* tp_wire_init's max_count */
     atomic_int rejoin_phase;      /* see tp_parallel_rejoin_phase() */
+    /* what a re-plan over fewer ranks needs (tp_parallel_replan) */
+    double weights[TP_PLAN_MAX_RANKS]; /* (world) the plan's shard weights when has_weights */
+    int has_weights;
+    enum tp_moe_split moe_split;
+    int cfg_n_ctx, cfg_n_seq, cfg_n_batch; /* as given to init (part of plan_hash) */
+    int kv_f16;                   /* the KV cache is f16 (the re-plan's memory check) */
+    int model_lost;               /* a re-plan freed the slice and the new one did not load */
     tp_parallel_hook_fn hook;     /* tp_parallel_set_hook (NULL: values NaN) */
     void *hook_ud;
 

@@ -3,7 +3,7 @@
  *
  * Rank 0 drives.  It broadcasts a fixed 256-byte header of 64 little-endian
  * int32:
- *   [0] magic 'TPS5'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
+ *   [0] magic 'TPS6'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
  *   [2] step number   [3] n_tokens  [4] n_clear  [5] body inline (0/1)
  *   [6] k of RUN_TOPK [7] collect stats after the step  [8] n_copy
  *   [9] n_bias        [10] n_mask
@@ -14,8 +14,8 @@
  *               mask_row[m] mask[m x W] (W = (n_vocab + 31) / 32 words of token bits).
  * With [7] set, every rank's counters are gathered to rank 0 after the step:
  * STATS_WORDS int32 each (steps, tokens, compute ns, comm ns, bytes sent,
- * weight / KV / resident / machine memory bytes as little-endian u64, then the
- * 32-byte host name).
+ * weight / KV / resident / machine memory / memory limit bytes as
+ * little-endian u64, then the 32-byte host name).
  * A worker of another protocol version refuses the header as malformed.
  * Workers check every count and every entry of the lists before using them.
  * Every rank then truncates the cleared sequences, applies the KV copies in
@@ -400,7 +400,8 @@ static enum tp_status check_step(tp_parallel_t *p, const struct tp_step *s)
 static void stats_pack(const struct tp_parallel_stats *s, int32_t *w)
 {
     const uint64_t v[STATS_U64] = {s->n_steps,      s->n_tokens, s->ns_compute, s->ns_comm,        s->bytes_sent,
-                                   s->weight_bytes, s->kv_bytes, s->rss_bytes,  s->mem_total_bytes};
+                                   s->weight_bytes, s->kv_bytes, s->rss_bytes,  s->mem_total_bytes,
+                                   s->mem_limit_bytes};
     for (int i = 0; i < STATS_U64; i++) {
         w[2 * i] = (int32_t)(uint32_t)(v[i] & 0xffffffffu);
         w[2 * i + 1] = (int32_t)(uint32_t)(v[i] >> 32);
@@ -425,6 +426,7 @@ static void stats_unpack(const int32_t *w, struct tp_parallel_stats *s)
     s->kv_bytes = v[6];
     s->rss_bytes = v[7];
     s->mem_total_bytes = v[8];
+    s->mem_limit_bytes = v[9];
     for (int i = 0; i < 8; i++)
         for (int b = 0; b < 4; b++) s->host[4 * i + b] = (char)(((uint32_t)w[2 * STATS_U64 + i] >> (8 * b)) & 0xff);
     s->host[sizeof s->host - 1] = '\0'; /* a peer's bytes: always a terminated string here */

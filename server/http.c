@@ -58,6 +58,7 @@ struct tp_server_config tp_server_default_config(void)
     c.prefill_chunk = 64;
     c.prefix_share_min = 32;
     c.recover_wait_s = 60;
+    c.replan_after_s = 10;
     return c;
 }
 
@@ -1123,7 +1124,9 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
     struct tp_engine_config ec = {.n_parallel = s->cfg.n_parallel, .max_queue = s->cfg.max_queue,
                                   .n_batch = s->cfg.n_batch, .prefill_chunk = s->cfg.prefill_chunk,
                                   .prefix_share_min = s->cfg.prefix_share_min,
-                                  .recover_wait_ms = s->cfg.recover_wait_s * 1000u};
+                                  .recover_wait_ms = s->cfg.recover_wait_s * 1000u,
+                                  .replan = s->cfg.on_rank_loss_replan,
+                                  .replan_after_ms = s->cfg.replan_after_s * 1000u};
     enum tp_status rc = tp_engine_init(&ec, p, s->metrics, &s->engine, err);
     if (rc != TP_OK) {
         tp_server_set_failed(s, err->msg);

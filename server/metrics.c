@@ -187,10 +187,13 @@ int tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, s
                         "# HELP tpserve_requests_recover_wait_expired_total Queued requests that waited out "
                         "--recover-wait during a recovery (503).\n"
                         "# TYPE tpserve_requests_recover_wait_expired_total counter\n"
-                        "tpserve_requests_recover_wait_expired_total %llu\n",
+                        "tpserve_requests_recover_wait_expired_total %llu\n"
+                        "# HELP tpserve_replans_total Times the group re-formed without a lost rank "
+                        "(--on-rank-loss replan).\n"
+                        "# TYPE tpserve_replans_total counter\ntpserve_replans_total %llu\n",
                         g->recovering, (unsigned long long)rs->n_losses, (unsigned long long)rs->n_recoveries,
                         rs->recovery_s_total, rs->last_recovery_s, (unsigned long long)rs->n_failed_by_loss,
-                        (unsigned long long)rs->n_expired);
+                        (unsigned long long)rs->n_expired, (unsigned long long)rs->n_replans);
     static const char *const fam[3][2] = {
         {"tpserve_comm_seconds_total", "Time spent in communication (all_sums, step broadcast, logits gather), per rank."},
         {"tpserve_compute_seconds_total", "Time spent computing the forward pass, per rank."},

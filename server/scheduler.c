@@ -89,6 +89,9 @@ struct tp_engine {
     int lost_rank;            /* -1: not known */
     uint64_t lost_ns;         /* when it was lost */
     char lost_reason[300];
+    int replanning;           /* the recovery thread re-forms the group without the lost rank */
+    int replan_done;          /* the last recovery re-planned (log line) */
+    char replan_note[512];    /* --on-rank-loss replan: why the survivors cannot go on without it ("": none) */
     struct tp_engine_recovery_stats rs;
     uint64_t last_ok_ns;     /* last successful step or ping */
     uint64_t last_ping_ns;   /* last idle ping started */
@@ -246,9 +249,17 @@ int tp_engine_healthy(struct tp_engine *e, char *reason, size_t cap)
         int phase = tp_parallel_rejoin_phase(e->p);
         char who[32] = "a rank";
         if (e->lost_rank >= 0) snprintf(who, sizeof who, "rank %d", e->lost_rank);
-        if (phase == 2)
+        if (e->replanning)
+            snprintf(reason, cap,
+                     "re-planning without %s (lost %.1f s ago: %s): the %d surviving rank(s) %s; %d request(s) queued",
+                     who, ago, e->lost_reason, e->n_ranks - 1,
+                     phase == 2 ? "are loading their new slices" : "are re-forming the group", e->q_len);
+        else if (phase == 2)
             snprintf(reason, cap, "reloading: %s rejoined and is loading its slice (lost %.1f s ago: %s)", who, ago,
                      e->lost_reason);
+        else if (e->replan_note[0])
+            snprintf(reason, cap, "waiting for %s to rejoin (lost %.1f s ago: %s); %d request(s) queued; not "
+                     "re-planning without it: %s", who, ago, e->lost_reason, e->q_len, e->replan_note);
         else
             snprintf(reason, cap, "waiting for %s to rejoin (lost %.1f s ago: %s); %d request(s) queued", who, ago,
                      e->lost_reason, e->q_len);
@@ -816,12 +827,57 @@ static void *recover_main(void *arg)
     struct tp_engine *e = arg;
     enum tp_status st = TP_ERR_POISONED;
     unsigned n = 0;
+    int replanned = 0;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        int stop = e->stop;
+        int stop = e->stop, lost = e->lost_rank;
+        uint64_t gone_ns = tp_now_ns() - e->lost_ns;
         pthread_mutex_unlock(&e->mu);
         if (stop) break;
-        st = tp_parallel_rejoin(e->p, TP_ENGINE_REJOIN_ATTEMPT_MS);
+        if (e->cfg.replan && lost > 0 && gone_ns >= (uint64_t)e->cfg.replan_after_ms * 1000000ull) {
+            /* the rank stayed gone: go on without it if the survivors can hold the model */
+            struct tp_replan_result *res = malloc(sizeof *res);
+            char note[512] = "";
+            int fits = 0;
+            if (!res)
+                snprintf(note, sizeof note, "out of memory for the re-plan");
+            else if (tp_parallel_replan_query(e->p, lost, res) != TP_OK)
+                snprintf(note, sizeof note, "%s", tp_parallel_last_error(e->p));
+            else if (!(fits = res->fits))
+                snprintf(note, sizeof note, "%s", res->reason);
+            pthread_mutex_lock(&e->mu);
+            if (strcmp(note, e->replan_note) != 0 && note[0])
+                tp_log(TP_LOG_WARN, "server", "not re-planning without rank %d: %s; waiting for it", lost, note);
+            snprintf(e->replan_note, sizeof e->replan_note, "%s", note);
+            e->replanning = fits;
+            pthread_mutex_unlock(&e->mu);
+            if (fits) {
+                tp_log(TP_LOG_WARN, "server", "rank %d has been gone %.1f s: re-planning over the survivors (%s)", lost,
+                       (double)gone_ns / 1e9, res->reason);
+                st = tp_parallel_replan(e->p, lost, TP_ENGINE_REJOIN_ATTEMPT_MS);
+                replanned = st == TP_OK;
+            }
+            free(res);
+            if (fits) {
+                pthread_mutex_lock(&e->mu);
+                e->replanning = 0;
+                pthread_mutex_unlock(&e->mu);
+                if (st == TP_OK || st == TP_ERR_UNSUPPORTED) break;
+                if (n++ % 6 == 0)
+                    tp_log(TP_LOG_WARN, "server", "the group has not re-formed without rank %d yet: %s; still trying",
+                           lost, tp_parallel_last_error(e->p));
+                tp_sleep_ms(100);
+                continue;
+            }
+        }
+        uint32_t attempt_ms = TP_ENGINE_REJOIN_ATTEMPT_MS;
+        const uint64_t due_ns = (uint64_t)e->cfg.replan_after_ms * 1000000ull;
+        if (e->cfg.replan && lost > 0 && gone_ns < due_ns) {
+            /* end this attempt when the re-plan is due */
+            uint64_t left_ms = (due_ns - gone_ns) / 1000000u;
+            attempt_ms = (uint32_t)TP_MAX(500u, TP_MIN((uint64_t)attempt_ms, left_ms + 50u));
+        }
+        st = tp_parallel_rejoin(e->p, attempt_ms);
         if (st == TP_OK || st == TP_ERR_UNSUPPORTED) break;
         if (n++ % 6 == 0)
             tp_log(TP_LOG_WARN, "server", "the group has not re-formed yet: %s; still waiting", tp_parallel_last_error(e->p));
@@ -829,6 +885,7 @@ static void *recover_main(void *arg)
     }
     pthread_mutex_lock(&e->mu);
     e->rec_status = st;
+    e->replan_done = replanned;
     e->rec_done = 1;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
@@ -896,8 +953,20 @@ static void engine_recover_round(struct tp_engine *e)
     e->rs.recovery_s_total += secs;
     e->rs.last_recovery_s = secs;
     e->last_ok_ns = tp_now_ns();
-    tp_log(TP_LOG_INFO, "server", "group re-formed in epoch %u after %.2f s; serving %d queued request(s)",
-           tp_parallel_epoch(e->p), secs, e->q_len);
+    e->replan_note[0] = '\0';
+    if (e->replan_done) {
+        e->rs.n_replans++;
+        e->n_ranks = tp_parallel_size(e->p);
+        e->can_recover = e->n_ranks > 1;
+        e->stats_dirty = 1;
+        tp_log(TP_LOG_INFO, "server",
+               "group re-planned without rank %d in epoch %u after %.2f s: serving on %d rank(s); serving %d queued "
+               "request(s)",
+               e->lost_rank, tp_parallel_epoch(e->p), secs, e->n_ranks, e->q_len);
+    } else {
+        tp_log(TP_LOG_INFO, "server", "group re-formed in epoch %u after %.2f s; serving %d queued request(s)",
+               tp_parallel_epoch(e->p), secs, e->q_len);
+    }
 }
 
 /* mu NOT held: a step or ping failed with why. */
@@ -1067,6 +1136,7 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->lost_rank = -1;
     e->can_recover = tp_parallel_size(p) > 1 && tp_comm_backend(tp_parallel_comm(p)) != TP_COMM_BACKEND_MPI;
     if (e->cfg.recover_wait_ms == 0) e->cfg.recover_wait_ms = 60000;
+    if (e->cfg.replan_after_ms == 0) e->cfg.replan_after_ms = 10000;
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         tp_engine_free(e);
         return tp_error_set(err, TP_ERR_NOMEM, "could not start the engine thread");

@@ -195,6 +195,7 @@ struct tp_engine_recovery_stats {
     uint64_t n_expired;         /* queued requests that waited out --recover-wait (503) */
     double recovery_s_total;    /* sum over recoveries of loss -> group re-formed */
     double last_recovery_s;
+    uint64_t n_replans;         /* times the group re-formed without a lost rank (--on-rank-loss replan) */
 };
 
 struct tp_metrics_gauges {
@@ -268,6 +269,9 @@ struct tp_engine_config {
                            * many tokens longer than the chosen slot's own; 0: no cross-slot sharing */
     uint32_t recover_wait_ms; /* after a rank was lost, a queued request waits at most this long for the
                                * group to re-form, then gets 503; 0: 60000 */
+    int replan;               /* --on-rank-loss replan: a rank gone for replan_after_ms is left out when the
+                               * survivors have the memory (tp_parallel_replan_query); 0: wait for it */
+    uint32_t replan_after_ms; /* 0: 10000 */
 };
 /* Starts the engine thread on p (not owned). */
 enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t *p, struct tp_metrics *metrics,

@@ -41,9 +41,10 @@ if(TP_PYTHON3)
                    ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
   set_tests_properties(server.http_abuse PROPERTIES LABELS "model" TIMEOUT 600 RUN_SERIAL TRUE)
   # Rank loss and recovery under `tpserve launch --restart` (docs/recovery.md): SIGKILL a worker under load
-  # from 4 streaming clients, SIGSTOP/SIGCONT one (short and long), kill one 20 times (rank 0 RSS flat).
+  # from 4 streaming clients, SIGSTOP/SIGCONT one (short and long), kill one 20 times (rank 0 RSS flat);
+  # --on-rank-loss replan: 3 ranks go on as 2 (then 1) with the same greedy text, or wait and say why.
   # Real ranks on 127.0.0.1; each passes or fails by its exit status.
-  foreach(_sc kill_2 kill_3 stop_2 stop_3 repeat_2 rank0_3 hand_2)
+  foreach(_sc kill_2 kill_3 stop_2 stop_3 repeat_2 rank0_3 hand_2 replan_3 nofit_3)
     string(REPLACE "_" ";" _args ${_sc})
     add_test(NAME server.recovery_${_sc}
              COMMAND ${TP_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/server/recovery_test.py $<TARGET_FILE:tpserve>

@@ -86,6 +86,7 @@ struct tp_model {
     int kv_head0;              /* global index of the first held KV head */
     int q_head0;               /* global index of the first held Q head */
     int n_ctx, n_seq, n_batch, n_threads;
+    int keep_layout;           /* cfg.keep_layout (tp_model_reload loads the same way) */
     int n_expert_l;            /* experts held (expert_end - expert_begin); 0 for dense models */
     int expert0;               /* global index of the first held expert */
 

@@ -971,6 +971,7 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
     m->n_seq = cfg->n_seq;
     m->n_batch = cfg->n_batch;
     m->kv_f16 = cfg->kv_f16 != 0;
+    m->keep_layout = cfg->keep_layout != 0;
     {
         struct tp_pool_config pc = tp_pool_default_config();
         pc.n_threads = cfg->n_threads > 0 ? cfg->n_threads : tp_cpu_count();
@@ -1000,9 +1001,9 @@ fail:
     return rc;
 }
 
-void tp_model_free(tp_model_t *m)
+/* Everything the model owns except the struct itself. */
+static void free_contents(tp_model_t *m)
 {
-    if (!m) return;
     tp_pool_free(m->pool);
     if (m->layers) {
         for (int l = 0; l < m->hp.n_layer; l++) {
@@ -1075,7 +1076,55 @@ void tp_model_free(tp_model_t *m)
     free(m->name);
     free(m->chat_template);
     free(m->path);
+}
+
+void tp_model_free(tp_model_t *m)
+{
+    if (!m) return;
+    free_contents(m);
     free(m);
+}
+
+enum tp_status tp_model_reload(tp_model_t *m, const struct tp_model_shard *shard, struct tp_error *err)
+{
+    if (!m || m->vocab_only)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_model_reload: no model, or a vocabulary-only one");
+    struct tp_model_config cfg = tp_model_default_config();
+    cfg.n_threads = m->n_threads;
+    cfg.n_ctx = m->n_ctx;
+    cfg.n_seq = m->n_seq;
+    cfg.n_batch = m->n_batch;
+    cfg.kv_f16 = m->kv_f16;
+    cfg.keep_layout = m->keep_layout;
+    cfg.shard = shard;
+    /* what callers hold pointers to stays: tokenizer, strings, hparams */
+    tp_tokenizer_t *tok = m->tok;
+    char *name = m->name, *tmpl = m->chat_template, *path = m->path;
+    struct tp_hparams hp = m->hp;
+    m->tok = NULL;
+    m->name = m->chat_template = m->path = NULL;
+    cfg.path = path;
+    /* the old slice goes first, so the peak is one slice, not two */
+    free_contents(m);
+    memset(m, 0, sizeof *m);
+    tp_model_t *fresh = NULL;
+    enum tp_status rc = tp_model_init(&cfg, &fresh, err);
+    if (rc == TP_OK) {
+        *m = *fresh; /* the pool's workers take their context per run: nothing points at fresh */
+        tp_tokenizer_free(m->tok);
+        free(m->name);
+        free(m->chat_template);
+        free(m->path);
+        free(fresh);
+    } else {
+        tp_error_set(&m->err, rc, "%s", err && err->msg[0] ? err->msg : tp_status_str(rc));
+    }
+    m->tok = tok;
+    m->name = name;
+    m->chat_template = tmpl;
+    m->path = path;
+    m->hp = hp;
+    return rc;
 }
 
 const char *tp_model_last_error(const tp_model_t *m) { return m ? tp_error_msg(&m->err) : ""; }

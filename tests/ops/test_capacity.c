@@ -7,7 +7,10 @@
  * bytes the engine's decode collectives send.  The 192G/128G/64G case must
  * fit with shard weights 3,2,1 (memory proportional) and FFN/KV splits in
  * that ratio up to whole units; the 16G/16G case must be refused with the
- * shortfall to the byte (within rounding of doubles).
+ * shortfall to the byte (within rounding of doubles).  The re-plan check
+ * (tp_parallel_replan_check) is held to the same oracles: each of two equal
+ * survivors of the 70B model needs half the split part + the replicated part
+ * + its KV cache, exactly, and the machine rule flips at 7/8 of memory.
  */
 #include <math.h>
 #include <stdio.h>
@@ -239,7 +242,148 @@ static void test_invalid_config(void)
     CU_ASSERT_EQUAL(tp_capacity_plan(&c, &r, &err), TP_ERR_INVALID_ARG);
 }
 
+/* ---- re-planning over the survivors (tp_parallel_replan_check) ---- */
+
+/* 70B Q4_0 over 3 ranks, rank `drop` lost; every rank on its own host of mem GiB unless host given. */
+static struct tp_replan_input replan_in(const struct tp_hparams *hp, const struct tp_plan_types *ty, int world,
+                                        int drop, double mem_gib, const char *host)
+{
+    struct tp_replan_input in;
+    memset(&in, 0, sizeof in);
+    in.hp = hp;
+    in.types = ty;
+    in.world = world;
+    in.drop = drop;
+    in.n_ctx = 4096;
+    in.n_seq = 1;
+    in.kv_elem_bytes = 2;
+    for (int r = 0; r < world; r++) {
+        in.ranks[r].mem_total_bytes = (uint64_t)(mem_gib * GIB);
+        snprintf(in.ranks[r].host, sizeof in.ranks[r].host, "%s%d", host ? host : "node", host ? 0 : r);
+    }
+    return in;
+}
+
+/* Oracle: weights + KV of one of two equal survivors of the 70B model (every split is exact at 2 ranks:
+ * 32 of 64 heads, 4 of 8 KV heads, 14336 of 28672 FFN columns, 64128 of 128256 vocabulary rows). */
+static double half_need_70b(void)
+{
+    double total, repl;
+    llama70b_q4_0_bytes(&total, &repl);
+    const double kv = 80.0 * 1 * 4096 * 4 * 128 * 2 * 2;
+    return (total - repl) / 2 + repl + kv;
+}
+
+static void test_replan_fits(void)
+{
+    struct tp_hparams hp = llama70b();
+    struct tp_plan_types ty = tp_plan_types_uniform(TP_WTYPE_Q4_0);
+    struct tp_replan_input in = replan_in(&hp, &ty, 3, 1, 128, NULL);
+    struct tp_replan_result r;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 1);
+    CU_ASSERT_EQUAL(r.plan.world_size, 2);
+    CU_ASSERT_EQUAL(r.plan.ranks[0].shard.q_head_end, 32);
+    CU_ASSERT_EQUAL(r.plan.ranks[1].shard.kv_head_begin, 4);
+    CU_ASSERT_EQUAL(r.plan.ranks[1].shard.ff_begin, 14336);
+    CU_ASSERT_DOUBLE_EQUAL((double)r.need_bytes[0], half_need_70b(), 1.0);
+    CU_ASSERT_DOUBLE_EQUAL((double)r.need_bytes[1], half_need_70b(), 1.0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "rank 2 -> 1"));
+    /* the survivors keep their shard weights: 3,2,1 without rank 1 is 3:1 */
+    const double w[3] = {3, 2, 1};
+    in.weights = w;
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 1);
+    CU_ASSERT_DOUBLE_EQUAL(r.plan.ranks[0].weight, 0.75, 1e-12);
+    CU_ASSERT_EQUAL(r.plan.ranks[0].shard.q_head_end, 48);
+    /* two ranks to one: rank 0 alone holds everything */
+    in = replan_in(&hp, &ty, 2, 1, 128, NULL);
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    double total, repl;
+    llama70b_q4_0_bytes(&total, &repl);
+    CU_ASSERT_EQUAL(r.fits, 1);
+    CU_ASSERT_EQUAL(r.plan.world_size, 1);
+    CU_ASSERT_DOUBLE_EQUAL((double)r.need_bytes[0], total + 80.0 * 4096 * 8 * 128 * 2 * 2, 1.0);
+}
+
+/* The machine rule at its edge: usable = mem - max(2 GiB, mem / 8) against the oracle need. */
+static void test_replan_memory_edge(void)
+{
+    struct tp_hparams hp = llama70b();
+    struct tp_plan_types ty = tp_plan_types_uniform(TP_WTYPE_Q4_0);
+    struct tp_replan_result r;
+    struct tp_error err = {0};
+    const double need = half_need_70b();
+    const double mem_ok = need * 8.0 / 7.0 + 4096; /* usable = 7/8 mem (mem > 16 GiB) */
+    const double mem_short = need * 8.0 / 7.0 - 4096;
+    struct tp_replan_input in = replan_in(&hp, &ty, 3, 2, mem_ok / GIB, NULL);
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 1);
+    in = replan_in(&hp, &ty, 3, 2, mem_short / GIB, NULL);
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "short by"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "host 'node0'"));
+    /* the same memory is plenty on 3 machines (each holds a third) but not when the ranks share one */
+    in = replan_in(&hp, &ty, 3, 1, 2.5 * mem_ok / GIB, NULL);
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 1);
+    in = replan_in(&hp, &ty, 3, 1, 1.5 * mem_ok / GIB, "mac");
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "2 surviving rank(s) on host 'mac0'"));
+    in = replan_in(&hp, &ty, 3, 1, 2.5 * mem_ok / GIB, "mac");
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 1);
+}
+
+static void test_replan_refused(void)
+{
+    struct tp_hparams hp = llama70b();
+    struct tp_plan_types ty = tp_plan_types_uniform(TP_WTYPE_Q4_0);
+    struct tp_replan_result r;
+    struct tp_error err = {0};
+    /* a survivor's own offer (--mem-limit) below its need */
+    struct tp_replan_input in = replan_in(&hp, &ty, 3, 1, 512, NULL);
+    in.ranks[2].mem_limit_bytes = (uint64_t)(16 * GIB);
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "rank 2 would need"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "--mem-limit"));
+    /* the lost rank's offer does not count */
+    in.ranks[2].mem_limit_bytes = 0;
+    in.ranks[1].mem_limit_bytes = 1;
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 1);
+    /* shard files cannot be re-planned */
+    in.is_shard = 1;
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "shard files"));
+    /* more survivors than KV groups... a plan that cannot be made is an answer, not an error */
+    struct tp_hparams tiny = hp;
+    tiny.n_head = 2;
+    tiny.n_head_kv = 2;
+    tiny.head_dim = 4096;
+    in = replan_in(&tiny, &ty, 4, 1, 512, NULL);
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.fits, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "cannot be split over the 3 surviving"));
+    /* malformed questions */
+    in = replan_in(&hp, &ty, 3, 0, 128, NULL);
+    CU_ASSERT_EQUAL(tp_parallel_replan_check(&in, &r, &err), TP_ERR_INVALID_ARG);
+    in = replan_in(&hp, &ty, 3, 3, 128, NULL);
+    CU_ASSERT_EQUAL(tp_parallel_replan_check(&in, &r, &err), TP_ERR_INVALID_ARG);
+    in = replan_in(&hp, &ty, 1, 0, 128, NULL);
+    CU_ASSERT_EQUAL(tp_parallel_replan_check(&in, &r, &err), TP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(tp_parallel_replan_check(NULL, &r, &err), TP_ERR_INVALID_ARG);
+}
+
 static const struct tp_test_case capacity_cases[] = {
+    {"replan_fits", test_replan_fits},
+    {"replan_memory_edge", test_replan_memory_edge},
+    {"replan_refused", test_replan_refused},
     {"fits_uneven_192_128_64", test_fits_uneven},
     {"refused_16g_16g", test_refused_16g},
     {"comm_bytes_and_rounds", test_comm_bytes_and_rounds},

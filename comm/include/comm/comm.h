@@ -102,6 +102,22 @@ struct tp_comm_config {
                                     with 0 joins whatever epoch rank 0 runs, one with N > 0 only N.
                                     A group that re-forms after losing a rank takes a new epoch, so
                                     a rank of the previous one cannot join it.  Default 0. */
+    /* Shrinking a ring group by one rank (re-planning over the survivors, docs/recovery.md):
+     * drop_rank  rank 0 only: world_size is one less than the group that failed, and its rank
+     *            drop_rank (1 .. world_size) is left out.  Workers of the failed group that join
+     *            (epoch 0) keep their order: rank r > drop_rank becomes r - 1; drop_rank itself
+     *            is refused.  0: no shrink (rank 0 is never dropped).
+     * allow_shrink  a joining worker (epoch 0) accepts that renumbering from rank 0's
+     *            authenticated handshake; tp_comm_rank/size then give the new place and
+     *            tp_comm_dropped_rank the dropped rank.
+     * hostfile_skip  hostfile entries that are not in the group (bit i: entry i), dropped by
+     *            earlier shrinks: rank r is the r-th entry not skipped.  Default 0. */
+    int drop_rank;
+    int allow_shrink;
+    uint64_t hostfile_skip;
+    int former_world;  /* rank 0: the largest world this group had before it shrank (0: never): a joining
+                        * worker of a world in (world_size, former_world] was left out and is refused
+                        * (its tp_comm_init returns TP_ERR_CANCELLED) */
 };
 
 /* Defaults: ring, rank/world -1, 30 s op timeout, 60 s connect timeout. */
@@ -122,6 +138,8 @@ enum tp_status tp_comm_config_from_env(struct tp_comm_config *cfg, struct tp_err
  * On failure *out is NULL and err (may be NULL) says what went wrong, naming
  * the problem and the fix (missing hostfile, rank out of range, port in use,
  * unreachable peer, "not built with MPI", no RDMA device ...).
+ * TP_ERR_CANCELLED: rank 0 refused this rank because the group shrank
+ * without it (see tp_comm_config.drop_rank).
  * A world of size 1 needs no network and costs nothing per call.
  */
 enum tp_status tp_comm_init(const struct tp_comm_config *cfg, tp_comm_t **out, struct tp_error *err);
@@ -166,6 +184,12 @@ int tp_comm_lost_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_f
 /* The group epoch agreed while the group formed (see tp_comm_config.epoch);
  * 0 for size-1 groups and the mpi backend. */
 uint32_t tp_comm_epoch(const tp_comm_t *c);
+/* The rank of the previous, one larger group that this group left out when it
+ * formed by shrinking (see tp_comm_config.drop_rank); 0 when it did not shrink. */
+int tp_comm_dropped_rank(const tp_comm_t *c);
+/* hostfile_skip after the group of `skip` dropped its rank `rank` (the entry of
+ * the rank-th entry not in skip is added).  Pure. */
+uint64_t tp_comm_skip_add(uint64_t skip, int rank);
 
 /*
  * Sub-group of ranks with equal color, ordered by (key, rank).  Collective

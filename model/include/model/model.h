@@ -207,6 +207,13 @@ typedef struct tp_tokenizer tp_tokenizer_t;
  * the field and the reason. */
 enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out, struct tp_error *err);
 void tp_model_free(tp_model_t *m); /* NULL safe */
+/* Replace the slice this model holds with `shard`'s (NULL: the whole model) of the
+ * same file and settings (threads, n_ctx, n_seq, n_batch, KV type, layout; no
+ * progress callback).  The old weights, KV cache and scratch are freed first, so the
+ * peak is one slice.  The tokenizer, name, chat template and hparams stay where they
+ * are (pointers to them stay valid).  On failure the model holds no weights: only
+ * tp_model_free may follow.  Not thread safe (the engine thread, between steps). */
+enum tp_status tp_model_reload(tp_model_t *m, const struct tp_model_shard *shard, struct tp_error *err);
 const char *tp_model_last_error(const tp_model_t *m);
 
 const struct tp_hparams *tp_model_hparams(const tp_model_t *m);

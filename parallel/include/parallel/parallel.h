@@ -298,6 +298,51 @@ double tp_capacity_comm_ms(const struct tp_hparams *hp, enum tp_wire_dtype dt, i
  */
 enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_result *out, struct tp_error *err);
 
+/* ====================================== re-planning after a lost rank ===== */
+
+/*
+ * --on-rank-loss replan: when a rank of a group stays gone, can the survivors
+ * hold the model between them?  Pure (parallel/capacity.c): the plan over the
+ * world - 1 surviving ranks (their shard weights kept, the lost rank's dropped;
+ * the same split as before for a mixture of experts), and per survivor the
+ * memory it needs (its slices + replicated parts from the plan + its KV cache,
+ * n_layer x n_seq x n_ctx x held KV heads x head_dim x 2 x kv_elem_bytes)
+ * against what it has:
+ *   - its own offer (mem_limit_bytes) when set;
+ *   - its machine's usable memory (physical minus max(12.5%, 2 GiB), as
+ *     tp_capacity_plan reserves), shared by every survivor with the same host
+ *     name and physical memory: their needs together must fit it.
+ * Survivors are renumbered in order (rank r > drop becomes r - 1).
+ */
+struct tp_replan_rank {
+    uint64_t mem_total_bytes; /* physical memory of its machine (0: unknown: only mem_limit_bytes counts) */
+    uint64_t mem_limit_bytes; /* what it offers the model (0: not set) */
+    char host[32];            /* host name (ranks on one machine share its memory) */
+};
+struct tp_replan_input {
+    const struct tp_hparams *hp;
+    const struct tp_plan_types *types;
+    enum tp_moe_split moe_split; /* the split the group runs (mixture of experts) */
+    int world;                   /* ranks of the group that failed, 3..TP_PLAN_MAX_RANKS (2: rank 0 alone) */
+    int drop;                    /* its lost rank, 1..world-1 */
+    const double *weights;       /* (world) shard weights, or NULL: equal */
+    int n_ctx, n_seq;            /* KV positions per sequence, sequences */
+    int kv_elem_bytes;           /* 2: f16 KV cache, 4: f32 */
+    int is_shard;                /* the ranks load shard files (cut for this world: cannot re-plan) */
+    struct tp_replan_rank ranks[TP_PLAN_MAX_RANKS]; /* (world) indexed by the old rank */
+};
+struct tp_replan_result {
+    int fits;                    /* 1: re-plan; 0: wait for the lost rank (reason says why) */
+    char reason[512];            /* fits: what each survivor will hold; else why not, by how much */
+    struct tp_shard_plan plan;   /* over world - 1 ranks (valid when plan.world_size > 0) */
+    uint64_t need_bytes[TP_PLAN_MAX_RANKS];  /* (world - 1) by new rank: weights + KV cache */
+    uint64_t avail_bytes[TP_PLAN_MAX_RANKS]; /* (world - 1) by new rank: its limit, or its share of the machine */
+};
+/* TP_OK with out->fits 0/1 (a plan that does not fit, or cannot be made, is an
+ * answer with its reason); TP_ERR_INVALID_ARG for a malformed question. */
+enum tp_status tp_parallel_replan_check(const struct tp_replan_input *in, struct tp_replan_result *out,
+                                        struct tp_error *err);
+
 /* ============================================================ engine ===== */
 
 struct tp_parallel_config {
@@ -309,6 +354,9 @@ struct tp_parallel_config {
     const char *shard_weights;     /* "2,1,1": relative share per rank; NULL: equal */
     enum tp_moe_split moe_split;   /* mixture of experts: how experts are shared (default AUTO) */
     enum tp_wire_dtype wire_dtype; /* default f32 */
+    uint64_t mem_limit_bytes;      /* memory this rank offers the model (weights + KV cache) when rank 0
+                                    * decides whether a re-plan over fewer ranks fits (tp_parallel_replan_check);
+                                    * 0: its machine's usable memory.  Reported to rank 0 with the stats. */
 };
 /* Defaults: tp_model_default_config(), tp_comm_default_config() then
  * tp_comm_config_from_env() is NOT applied (the caller decides). */
@@ -439,6 +487,28 @@ int tp_parallel_is_poisoned(const tp_parallel_t *p);
  * tp_parallel_comm()) meanwhile.
  */
 enum tp_status tp_parallel_rejoin(tp_parallel_t *p, uint32_t connect_timeout_ms);
+/*
+ * Rank 0 only: would the group fit without its rank `drop`?  tp_parallel_replan_check
+ * on this engine's model, plan and config and every rank's memory as last reported
+ * (tp_parallel_get_rank_stats).  Engine thread.
+ */
+enum tp_status tp_parallel_replan_query(tp_parallel_t *p, int drop, struct tp_replan_result *out);
+/*
+ * Rank 0 only, after the group failed (ring backend): re-form it WITHOUT its rank
+ * `drop` (1..world-1).  Like tp_parallel_rejoin, in a new epoch, but the survivors
+ * (workers in tp_parallel_rejoin) are renumbered in order (tp_comm_config.drop_rank),
+ * every rank re-plans over world - 1 ranks (the shard weights of the others kept),
+ * agrees on the new plan, frees its slice and loads its new one (tp_model_reload;
+ * load-sync rounds meanwhile) and agrees on the load.  A group of 2 becomes rank 0
+ * alone (no network).  The lost rank, if it comes back, is refused (restart the job to
+ * bring it back).  On success the engine serves with world - 1 ranks
+ * (tp_parallel_size); its KV caches are empty.  On failure before the group formed
+ * the engine stays poisoned and the call may be retried (or tp_parallel_rejoin);
+ * once the smaller group formed, a failure is final: TP_ERR_UNSUPPORTED from then on.
+ * TP_ERR_UNSUPPORTED too for shard files, the mpi / rdma backends and world < 2.
+ * Threads: the engine thread only.
+ */
+enum tp_status tp_parallel_replan(tp_parallel_t *p, int drop, uint32_t connect_timeout_ms);
 /* What a rejoin in progress is doing: 0 none, 1 forming the group (waiting
  * for ranks), 2 the group formed and a rank is loading its slice.  Any thread. */
 int tp_parallel_rejoin_phase(const tp_parallel_t *p);
@@ -456,6 +526,7 @@ struct tp_parallel_stats {
     uint64_t kv_bytes;        /* its KV cache (tp_model_kv_bytes) */
     uint64_t rss_bytes;       /* resident set of its process */
     uint64_t mem_total_bytes; /* physical memory of its machine */
+    uint64_t mem_limit_bytes; /* what it offers the model (tp_parallel_config.mem_limit_bytes); 0: not set */
     char host[32];            /* its host name (gethostname, cut to 31 bytes) */
 };
 void tp_parallel_get_stats(const tp_parallel_t *p, struct tp_parallel_stats *out);

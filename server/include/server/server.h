@@ -58,6 +58,9 @@ struct tp_server_config {
                                 * this many tokens more than the chosen slot's own cache, default 32; 0: off */
     unsigned recover_wait_s;   /* after a worker was lost, a queued request waits at most this long for the
                                 * group to re-form, then gets 503 with Retry-After (docs/recovery.md), default 60 */
+    int on_rank_loss_replan;   /* 1: a rank gone for replan_after_s is left out when the surviving ranks have the
+                                * memory for the model (they re-plan and reload); 0 (default): wait for it */
+    unsigned replan_after_s;   /* default 10 */
     const char *cors_origin;   /* NULL: no CORS headers (browsers refuse cross-origin calls); else every answer
                                 * carries Access-Control-Allow-Origin: this, and OPTIONS preflights get 204 */
 };
