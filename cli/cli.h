@@ -60,7 +60,7 @@ void tp_cli_setup_logging(const char *prefix);
 int tp_cli_fail(const char *cmd, const char *fmt, ...) TP_PRINTF(2, 3);
 /* `serve` on a worker that rank 0 left out of the group (it re-planned without it):
  * `launch` neither restarts it nor stops the others. */
-#define TP_CLI_EXIT_LEFT_OUT 3
+#define TP_CLI_EXIT_LEFT_OUT 88
 
 /* Model-loading progress (load_progress.c): a bar on a terminal, else a log
  * line per 10% / 5 s.  Set cfg.model.progress = tp_cli_load_progress and

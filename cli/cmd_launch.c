@@ -15,9 +15,10 @@
  * the others get SIGTERM, then SIGKILL after a grace period, and launch
  * exits with the failed rank's status (128+signal for a signal).
  * With --restart N a worker (rank > 0) that fails is started again with
- * backoff instead (at most N times in a row; TP_REJOIN=1 in every rank's
- * environment makes the survivors rejoin rank 0's next group epoch, see
- * docs/recovery.md); rank 0 failing still ends the job with its status.
+ * backoff instead (at most N times in a row, then it stays stopped and the
+ * others go on; TP_REJOIN=1 in every rank's environment makes the survivors
+ * rejoin rank 0's next group epoch, see docs/recovery.md); rank 0 failing
+ * still ends the job with its status.
  * mpi: runs `mpirun --oversubscribe -n N` on CMD with TP_BACKEND=mpi (MPI
  * does the rest; --tag-output prefixes lines with [job,rank]).
  *
@@ -160,8 +161,8 @@ int tp_cmd_launch(int argc, char **argv)
         {"np", 'n', TP_OPT_INT, &n, "N", "number of local ranks (1..64, default 2)", 1, LAUNCH_MAX},
         {"backend", 'b', TP_OPT_STRING, &backend, "NAME", "ring (default), rdma or mpi (runs mpirun)", 0, 0},
         {"restart", 0, TP_OPT_INT, &restarts, "N",
-         "restart a failed worker (rank > 0) with backoff, up to N times in a row, and let the survivors rejoin "
-         "(ring/rdma; default 0: stop every rank)",
+         "restart a failed worker (rank > 0) with backoff, up to N times in a row (then leave it stopped), and let "
+         "the survivors rejoin (ring/rdma; default 0: stop every rank)",
          0, 1000000},
         {"grace-ms", 0, TP_OPT_INT, &grace_ms, "MS", "after a rank fails, SIGKILL the others this much later", 0,
          600000},
@@ -251,7 +252,7 @@ int tp_cmd_launch(int argc, char **argv)
     struct respawn_ctx rx = {.argv = rest_argv, .nstr = nstr, .backend = backend, .hostfile = hostfile,
                              .token = token, .shm = shm ? "1" : getenv("TP_COMM_SHM")};
     const struct tp_sup_config sc = {.who = "launch", .grace_ms = grace_ms, .max_restarts = restarts,
-                                     .left_out_status = TP_CLI_EXIT_LEFT_OUT,
+                                     .left_out_status = restarts > 0 ? TP_CLI_EXIT_LEFT_OUT : 0,
                                      .respawn = respawn_local, .respawn_ctx = &rx};
     exit_code = tp_sup_run(kids, n, n_started, &sc);
 cleanup:

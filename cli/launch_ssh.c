@@ -236,8 +236,8 @@ int tp_launch_hostfile_main(int argc, char **argv)
     int dry_run = 0, restarts = 0;
     const struct tp_opt opts[] = {
         {"restart", 0, TP_OPT_INT, &restarts, "N",
-         "restart a failed worker (rank > 0) with backoff, up to N times in a row, and let the survivors rejoin "
-         "(ring/rdma; default 0: stop every rank)",
+         "restart a failed worker (rank > 0) with backoff, up to N times in a row (then leave it stopped), and let "
+         "the survivors rejoin (ring/rdma; default 0: stop every rank)",
          0, 1000000},
         {"hostfile", 0, TP_OPT_STRING, &hostfile, "FILE", "JSON hostfile: one rank per entry, over ssh", 0, 0},
         {"backend", 'b', TP_OPT_STRING, &backend, "NAME", "ring (default), rdma, or mpi (runs mpirun)", 0, 0},
@@ -322,7 +322,7 @@ int tp_launch_hostfile_main(int argc, char **argv)
     struct ssh_respawn rx = {.ssh = ssh, .cmd = cmd, .token = token};
     const struct tp_sup_config sc = {.who = "launch", .grace_ms = KILL_GRACE_MS, .marker = LAUNCH_MARKER,
                                      .explain = explain, .report_ok = 1, .max_restarts = restarts,
-                                     .left_out_status = TP_CLI_EXIT_LEFT_OUT,
+                                     .left_out_status = restarts > 0 ? TP_CLI_EXIT_LEFT_OUT : 0,
                                      .respawn = respawn_ssh, .respawn_ctx = &rx};
     return tp_sup_run(ranks, n, started, &sc);
 }

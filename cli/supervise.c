@@ -214,16 +214,20 @@ struct sup_restart {
     int n_row;           /* restarts in a row (reset once a child ran SUP_STABLE_NS) */
 };
 
-/* Child i failed: schedule its restart (1) or not (0: the caller stops everyone). */
+/* Child i failed: schedule its restart (1), give up on it while the others go on (2), or
+ * not (0: the caller stops everyone). */
 static int schedule_restart(struct tp_sup_child *c, int i, struct sup_restart *rs, const struct tp_sup_config *cfg)
 {
     if (i == 0 || cfg->max_restarts <= 0 || !cfg->respawn || g_signal) return 0;
     uint64_t now = tp_now_ns();
     if (rs->started_ns && now - rs->started_ns > SUP_STABLE_NS) rs->n_row = 0;
     if (rs->n_row >= cfg->max_restarts) {
-        fprintf(stderr, "tpserve %s: rank %d failed %d times in a row (--restart %d); giving up\n", cfg->who, i,
-                rs->n_row + 1, cfg->max_restarts);
-        return 0;
+        /* rank 0 outlives its workers: it waits for the rank (503 with the reason) or re-plans without it */
+        fprintf(stderr,
+                "tpserve %s: rank %d failed %d times in a row (--restart %d); giving up on it, the other ranks go "
+                "on (rank 0 waits for it, or re-plans without it under --on-rank-loss replan)\n",
+                cfg->who, i, rs->n_row + 1, cfg->max_restarts);
+        return 2;
     }
     uint32_t ms = SUP_BACKOFF_MIN_MS << (rs->n_row < 5 ? rs->n_row : 5);
     if (ms > SUP_BACKOFF_MAX_MS) ms = SUP_BACKOFF_MAX_MS;
@@ -332,6 +336,7 @@ int tp_sup_run(struct tp_sup_child *c, int n, int n_started, const struct tp_sup
         pid_t pid;
         while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
             for (int i = 0; i < n_started; i++) {
+                int sr = 0;
                 if (c[i].pid != pid) continue;
                 c[i].pid = 0;
                 live--;
@@ -345,8 +350,8 @@ int tp_sup_run(struct tp_sup_child *c, int n, int n_started, const struct tp_sup
                     fprintf(stderr, "tpserve %s: rank %d was left out of the group (rank 0 re-planned without it); "
                             "not restarting it, the other ranks go on\n", cfg->who, i);
                 } else if (c[i].status != 0 && first_fail < 0 && !exit_code && !kill_at &&
-                           schedule_restart(&c[i], i, &rs[i], cfg)) {
-                    pending++;
+                           (sr = schedule_restart(&c[i], i, &rs[i], cfg)) != 0) {
+                    pending += sr == 1;
                 } else if (c[i].status != 0 && first_fail < 0 && !exit_code) {
                     first_fail = i;
                     exit_code = c[i].status;

@@ -12,8 +12,11 @@
  * exit is the one reported, not one that failed because it left.
  * With max_restarts > 0 a failed child other than index 0 (a worker) is
  * started again instead, after a backoff (250 ms doubling to 8 s; back to
- * 250 ms once a child ran 2 s), at most max_restarts times in a row; index
- * 0 (rank 0) failing still stops everyone, with its status.
+ * 250 ms once a child ran 2 s), at most max_restarts times in a row, then
+ * it stays stopped while the others go on (rank 0 waits for the rank or
+ * re-plans without it); a worker exiting with left_out_status is not
+ * restarted at all.  Index 0 (rank 0) failing still stops everyone, with
+ * its status.
  */
 #ifndef TP_SERVER_SUPERVISE_H
 #define TP_SERVER_SUPERVISE_H
@@ -53,7 +56,8 @@ struct tp_sup_config {
     /* Extra words for a failure, e.g. " (program not found there)"; may be NULL. */
     const char *(*explain)(const struct tp_sup_child *c);
     int report_ok;        /* print "all N ranks exited normally" at the end */
-    int max_restarts;     /* > 0: restart a failed worker (index > 0) up to this many times in a row */
+    int max_restarts;     /* > 0: restart a failed worker (index > 0) up to this many times in a row, then
+                           * leave it stopped while the others go on (rank 0 decides what to do) */
     /* Start child `index` again (its streams are closed, label kept); 0 or -1 with errno.
      * Required when max_restarts > 0. */
     int (*respawn)(struct tp_sup_child *c, int index, void *ctx);

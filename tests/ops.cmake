@@ -20,6 +20,15 @@ endif()
 add_test(NAME ops.launch COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/launch_test.sh ${PROJECT_SOURCE_DIR}
          $<TARGET_FILE:tpserve>)
 set_tests_properties(ops.launch PROPERTIES LABELS "multirank;model" TIMEOUT 180 SKIP_RETURN_CODE 77)
+if(TP_PYTHON3)
+  # launch --hostfile --restart over ssh (fake_ssh.sh): a killed worker is restarted through ssh and rejoins
+  # with the same greedy output; with --on-rank-loss replan and its host down, rank 0 goes on with 2 of 3
+  # ranks and the launcher does not restart the rank that was left out.
+  add_test(NAME ops.launch_restart COMMAND ${TP_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/ops/launch_restart_test.py
+                                           ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tpserve>)
+  set_tests_properties(ops.launch_restart PROPERTIES LABELS "multirank;model" TIMEOUT 240 SKIP_RETURN_CODE 77
+                       RUN_SERIAL TRUE)
+endif()
 # tpserve plan end to end through the command line: a 70B model over three unequal nodes that fits, and one that does not.
 tp_expect_test(ops.plan_70b_fits RC 0 REGEX "Fits\\. Serve it with: --shard-weights 3,2,1" LABELS unit
                COMMAND $<TARGET_FILE:tpserve> plan --shape llama3-70b --type q4_0 --nodes 192G,128G,64G --link tb5)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/ops/fake_ssh.sh - stand-in for ssh in the launcher tests (TP_LAUNCH_SSH): takes the same
 # arguments as the launcher gives ssh (-o OPT ... -tt HOST COMMAND) and runs COMMAND with sh.
-# HOST "unreachable.invalid" behaves like an unreachable host (ssh's exit status 255).
+# HOST "unreachable.invalid" behaves like an unreachable host (ssh's exit status 255), and so does
+# any HOST while the file "$FAKE_SSH_DOWN.HOST" exists (a host that goes down during a test).
 # With FAKE_SSH_NETNS_PREFIX set and HOST an address of a scripts/netsim host, COMMAND runs inside
 # that host's network namespace, so every rank has its own address.
 while [ $# -gt 0 ]; do
@@ -12,7 +13,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 host="$1"; cmd="$2"
-if [ "$host" = "unreachable.invalid" ]; then
+if [ "$host" = "unreachable.invalid" ] || { [ -n "${FAKE_SSH_DOWN:-}" ] && [ -e "$FAKE_SSH_DOWN.$host" ]; }; then
   echo "ssh: Could not resolve hostname $host: Name or service not known" >&2
   exit 255
 fi
