@@ -24,9 +24,11 @@
  * cluster token (TP_CLUSTER_TOKEN or the hostfile's "cluster_token"); a
  * loopback-only group without one runs the same handshake with an empty key.
  */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "comm_impl.h"
 #include "comm_wire.h"
@@ -270,7 +272,22 @@ static enum tp_status accept_ranks(const struct boot *b, int lfd, int lo, int hi
     while (need > 0) {
         int fd = -1;
         struct tp_error e = {0};
-        enum tp_status st = tp_sock_accept(lfd, b->deadline, &fd, &e);
+        /* a worker waits in slices and gives up as soon as rank 0 closes its link (rank 0 ended this
+         * attempt, e.g. to re-form without a lost rank): no waiting out a group that cannot form */
+        const int watch = b->rank > 0 && fds[0] >= 0;
+        uint64_t slice = watch ? tp_now_ns() + 100000000ull : b->deadline;
+        enum tp_status st = tp_sock_accept(lfd, slice < b->deadline ? slice : b->deadline, &fd, &e);
+        if (st == TP_ERR_TIMEOUT && watch && tp_now_ns() < b->deadline) {
+            struct pollfd pf = {.fd = fds[0], .events = POLLIN};
+            uint8_t peek;
+            if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLERR | POLLHUP) ||
+                                        recv(fds[0], &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 0))
+                return tp_error_set(err, TP_ERR_PEER,
+                                    "rank 0 closed its link while rank %d waited for higher ranks to connect (it ended "
+                                    "this attempt to form the group)",
+                                    b->rank);
+            continue;
+        }
         if (st != TP_OK) {
             char missing[256] = "";
             size_t len = 0;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Outage of `tpserve serve` when a worker is lost (docs/recovery.md).
 
-usage: scripts/bench_recovery.py TPSERVE MODEL [--ranks N] [--scenarios kill,stop] [--repeat K]
+usage: scripts/bench_recovery.py TPSERVE MODEL [--ranks N] [--scenarios kill,stop,replan] [--repeat K]
 
 Starts `tpserve launch -n N --restart 100 -- tpserve serve -m MODEL` on
 127.0.0.1 (TP_COMM_TIMEOUT_MS=3000), keeps one greedy streaming client
@@ -12,6 +12,11 @@ before the fault to the first token streamed after the recovery.
   stop   SIGSTOP the last worker for 5 s (past the 3 s op timeout), then
          SIGCONT: the group re-forms with the same process; the outage
          includes the 5 s stop, so "over the stop" is printed too.
+  replan a group of its own with --on-rank-loss replan --replan-after 1:
+         SIGSTOP the last worker for good (a laptop asleep); after the op
+         timeout (3 s) and --replan-after (1 s) the survivors re-plan and
+         load their new slices; "over the wait" excludes those 4 s.  The
+         stopped worker is then woken: it is told it was left out.
 It also prints the worker's own load time (a world-of-one `tpserve
 generate -n 1` of the same model: start, load, one token), the yardstick
 of the target: outage <= load time + 2 s.
@@ -29,10 +34,11 @@ import threading
 import time
 
 
-def start_group(tpserve, model, n):
+def start_group(tpserve, model, n, extra=()):
     env = dict(os.environ, TP_COMM_TIMEOUT_MS="3000")
     p = subprocess.Popen([tpserve, "launch", "-n", str(n), "--restart", "100", "--", tpserve, "serve", "-m", model,
-                          "--port", "0", "--parallel", "2"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          "--port", "0", "--parallel", "2"] + list(extra), stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL,
                          text=True, env=env, start_new_session=True)
     t0 = time.time()
     while time.time() - t0 < 600:
@@ -124,22 +130,51 @@ def load_time(tpserve, model):
     return time.time() - t0
 
 
+def replan_once(a, k):
+    p, port = start_group(a.tpserve, a.model, a.ranks, ["--on-rank-loss", "replan", "--replan-after", "1"])
+    s = Streamer(port)
+    try:
+        time.sleep(2.5)  # every rank's memory figures reach rank 0
+        pid = rank_pid(p.pid, a.ranks - 1)
+        t_fault = time.time()
+        os.kill(pid, signal.SIGSTOP)
+        got = s.outage_since(t_fault, 180)
+        if not got:
+            print("replan #%d: no recovery within 180 s" % (k + 1), flush=True)
+        else:
+            out = got[1] - got[0]
+            print("replan #%d: outage %.2f s  (%.2f s over the 3 s op timeout + 1 s --replan-after), %d -> %d ranks" %
+                  (k + 1, out, out - 4, a.ranks, a.ranks - 1), flush=True)
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(1)
+    finally:
+        s.stop = True
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(30)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("tpserve")
     ap.add_argument("model")
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--scenarios", default="kill,stop")
+    ap.add_argument("--scenarios", default="kill,stop,replan")
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
     lt = load_time(a.tpserve, a.model)
     print("model %s, %d ranks; worker load time (world-of-one generate -n 1): %.2f s; target outage <= %.2f s" %
           (os.path.basename(a.model), a.ranks, lt, lt + 2), flush=True)
+    scenarios = a.scenarios.split(",")
+    for k in range(a.repeat if "replan" in scenarios else 0):
+        replan_once(a, k)
+    scenarios = [sc for sc in scenarios if sc != "replan"]
+    if not scenarios:
+        return
     p, port = start_group(a.tpserve, a.model, a.ranks)
     s = Streamer(port)
     try:
         time.sleep(2)
-        for sc in a.scenarios.split(","):
+        for sc in scenarios:
             for k in range(a.repeat):
                 pid = rank_pid(p.pid, a.ranks - 1)
                 t_fault = time.time()

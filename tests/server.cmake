@@ -44,7 +44,11 @@ if(TP_PYTHON3)
   # from 4 streaming clients, SIGSTOP/SIGCONT one (short and long), kill one 20 times (rank 0 RSS flat);
   # --on-rank-loss replan: 3 ranks go on as 2 (then 1) with the same greedy text, or wait and say why.
   # Real ranks on 127.0.0.1; each passes or fails by its exit status.
-  foreach(_sc kill_2 kill_3 stop_2 stop_3 repeat_2 rank0_3 hand_2 replan_3 nofit_3)
+  set(_scs kill_2 kill_3 stop_2 stop_3 repeat_2 rank0_3 hand_2 replan_3 nofit_3)
+  if(TP_WITH_MPI AND TP_MPIEXEC)
+    list(APPEND _scs mpi_2)  # a killed rank ends an mpirun job quickly, non-zero, saying why
+  endif()
+  foreach(_sc ${_scs})
     string(REPLACE "_" ";" _args ${_sc})
     add_test(NAME server.recovery_${_sc}
              COMMAND ${TP_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/server/recovery_test.py $<TARGET_FILE:tpserve>

@@ -25,6 +25,8 @@
  *    fails.  Teacher-forced final logits stay within a normalized MSE of 1e-3.
  *    A cut super-block, a wrong scale or a lost partial sum moves logits by
  *    a normalized MSE of order 1 and fails both checks at once.
+ * The same rule holds a Qwen3-MoE as Q4_K_M and as Q8_0 to one rank, both
+ * expert splits (moe_quant_seed).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +170,108 @@ static void test_tp_q4_k_m(void)
     for (uint64_t seed = 1; seed <= 4; seed++) tp_q4_k_m_seed(seed);
 }
 
+/* ---- mixture of experts, quantized beyond Q4_0: a Qwen3-MoE (16 heads of 64, like the dense shape above)
+ * of 8 experts x 512 columns (2 super-blocks),
+ * top 2, as llama-quantize's Q4_K_M mix (Q4_K experts, Q6_K where it puts more bits) and as Q8_0.  At 2
+ * ranks both splits (the column split cuts each expert on its 256 boundary), at 3 ranks the experts
+ * (2 blocks cannot go to 3 ranks: the plan picks whole experts).  Same oracle and rule as the dense
+ * Q4_K_M check above: N = 1's greedy tokens under the near-tie rule (tau = 8% of the logits' rms), at
+ * least 16 decisive steps, teacher-forced final logits within a normalized MSE of 1e-3. */
+static const char *moe_q_model(enum tp_synth_mix mix, enum tp_wtype type, uint64_t seed)
+{
+    static char path[512];
+    struct tp_shape s;
+    memset(&s, 0, sizeof s);
+    snprintf(s.name, sizeof s.name, "test-moe-q");
+    s.arch = TP_ARCH_QWEN3MOE;
+    s.n_embd = 1024;
+    s.n_layer = 2;
+    s.n_head = 16; /* attn_output moves in 4-head units (256 columns): 4 units go to 3 ranks */
+    s.n_head_kv = 4;
+    s.head_dim = 64;
+    s.n_ff = 512;
+    s.n_ff_exp = 512;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_vocab = 512;
+    s.n_ctx = 256;
+    s.qk_norm = 1;
+    s.rope_theta = 1000000.0f;
+    s.norm_eps = 1e-6f;
+    char want[512];
+    snprintf(want, sizeof want, "%s/synth-moe-q-%d-%d-%d.gguf", tp_test_tmpdir(), (int)mix, (int)type, (int)seed);
+    struct tp_synth_config c = tp_synth_default_config();
+    c.shape = &s;
+    c.n_layer = s.n_layer;
+    c.mix = mix;
+    c.type = type;
+    c.seed = seed;
+    c.out_path = want;
+    c.n_threads = 2;
+    struct tp_error e = {0};
+    if (tp_synth_write(&c, &e) != TP_OK) {
+        fprintf(stderr, "moe_q_model: %s\n", e.msg);
+        return NULL;
+    }
+    snprintf(path, sizeof path, "%s", want);
+    return path;
+}
+
+static void moe_quant_seed(enum tp_synth_mix mix, enum tp_wtype type, uint64_t seed, const char *name)
+{
+    enum { STEPS = 48 };
+    const double tau = 0.08;
+    const char *m = moe_q_model(mix, type, seed);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    struct mr_run ref, r;
+    mr_init(&ref, m, 1);
+    ref.n_steps = STEPS;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&ref), 0);
+    check_ranks(&ref, name);
+    CU_ASSERT_EQUAL_FATAL(ref.n_tokens, STEPS + 1);
+    int n_decisive = ref.n_tokens - mr_near_ties(&ref, tau);
+    fprintf(stderr, "%s seed %d N=1: %d of %d steps decisive\n", name, (int)seed, n_decisive, ref.n_tokens);
+    CU_ASSERT(n_decisive >= 16);
+    static const struct {
+        int world;
+        enum tp_moe_split split;
+    } runs[] = {{2, TP_MOE_SPLIT_TENSOR}, {2, TP_MOE_SPLIT_EXPERT}, {3, TP_MOE_SPLIT_AUTO}};
+    for (size_t i = 0; i < TP_ARRAY_LEN(runs); i++) {
+        for (int forced = 0; forced <= 1; forced++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s seed %d N=%d %s %s", name, (int)seed, runs[i].world,
+                     tp_moe_split_name(runs[i].split), forced ? "teacher-forced" : "free greedy");
+            mr_init(&r, m, runs[i].world);
+            r.n_steps = STEPS;
+            r.moe_split = runs[i].split;
+            if (forced) r.force0 = ref.tokens;
+            CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+            check_ranks(&r, what);
+            CU_ASSERT_EQUAL(r.plan_split, runs[i].split == TP_MOE_SPLIT_AUTO ? (int)TP_MOE_SPLIT_EXPERT
+                                                                              : (int)runs[i].split);
+            CU_ASSERT_EQUAL_FATAL(r.n_tokens, ref.n_tokens);
+            CU_ASSERT_EQUAL(mr_near_tie_violations(&ref, &r, tau, forced, what), 0);
+            if (forced) {
+                double e = mr_nmse(r.logits, ref.logits, r.n_vocab);
+                fprintf(stderr, "%s: final logits nmse %.3g\n", what, e);
+                CU_ASSERT(e <= 1e-3);
+            }
+            mr_free(&r);
+        }
+    }
+    mr_free(&ref);
+}
+
+static void test_moe_q4_k_m(void)
+{
+    for (uint64_t seed = 1; seed <= 2; seed++) moe_quant_seed(TP_SYNTH_MIX_Q4_K_M, TP_WTYPE_Q4_K, seed, "moe q4_k_m");
+}
+
+static void test_moe_q8_0(void)
+{
+    for (uint64_t seed = 1; seed <= 2; seed++) moe_quant_seed(TP_SYNTH_MIX_NONE, TP_WTYPE_Q8_0, seed, "moe q8_0");
+}
+
 static const struct tp_test_case kquant_plan_cases[] = {
     {"plan_q4_k_m", test_plan_q4_k_m},
     {NULL, NULL},
@@ -176,6 +280,8 @@ TP_TEST_SUITE(kquant_plan, "unit", 60, kquant_plan_cases)
 
 static const struct tp_test_case kquant_tp_cases[] = {
     {"tp_q4_k_m", test_tp_q4_k_m},
+    {"moe_q4_k_m_tensor_expert", test_moe_q4_k_m},
+    {"moe_q8_0_tensor_expert", test_moe_q8_0},
     {NULL, NULL},
 };
 TP_TEST_SUITE(kquant_tp, "multirank,model", 300, kquant_tp_cases)

@@ -18,6 +18,10 @@ usage: recovery_test.py TPSERVE MODEL SCENARIO N_RANKS
           RSS flat within 5% between the 2nd and the 20th recovery.
   rank0   SIGKILL rank 0: launch ends at once with a non-zero status and
           no rank is left running.
+  mpi     `launch --backend mpi`: SIGKILL rank 1: the job ends non-zero within 15 s and the log says
+          why (an MPI job cannot re-form in place; the scheduler restarts it).
+  replan  --on-rank-loss replan, 3 ranks from a hostfile: 3 -> 2 -> 1 with the same greedy text.
+  nofit   --on-rank-loss replan where the survivors cannot hold the model: the group waits, says why.
   hand    ranks started by hand (no launcher) from a hostfile: SIGKILL
           rank 1, start a replacement by hand: it joins the next epoch and
           the output is the same; then SIGKILL rank 0: the worker (TP_REJOIN=1)
@@ -639,10 +643,79 @@ def scenario_nofit(_g, _ref):
     check(all(p.returncode == 0 for p in g.procs), "every rank exited 0 (%s)" % [p.returncode for p in g.procs])
 
 
+def scenario_mpi(_g, _ref):
+    """--backend mpi: an MPI job cannot re-form in place; a killed worker ends the job quickly, non-zero, and
+    rank 0 says why (the scheduler restarts the job)."""
+    log = open("recovery_mpi.log", "w+")
+    env = dict(os.environ, TP_COMM_TIMEOUT_MS="3000")
+    p = subprocess.Popen([TPSERVE, "launch", "-n", "2", "--backend", "mpi", "--", TPSERVE, "serve", "-m", MODEL,
+                          "--port", "0", "--threads", "1", "--parallel", "2"], stdout=log, stderr=log, text=True,
+                         env=env, start_new_session=True)
+    try:
+        port = None
+        t0 = time.time()
+        while port is None and time.time() - t0 < 60 and p.poll() is None:
+            log.flush()
+            log.seek(0)
+            text = log.read()
+            if "not built with MPI" in text or "mpirun: not found" in text or "cannot run 'mpirun'" in text:
+                print("skip: no MPI here")
+                return 77
+            m = re.search(r"serving on http://[^:]+:(\d+)", text)
+            port = int(m.group(1)) if m else None
+            time.sleep(0.1)
+        if not check(port is not None, "mpi: 2 ranks serving under mpirun"):
+            return 0
+        ref = greedy(port, PROMPTS[0])
+        check(ref[0] == 200, "mpi: a greedy completion")
+        victim = None
+        for pid in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    env_b = f.read().split(b"\0")
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"OMPI_COMM_WORLD_RANK=1" in env_b and len(cmd) > 1 and cmd[1] == b"serve":
+                victim = int(pid)
+        if not check(victim is not None, "mpi: found rank 1"):
+            return 0
+        t0 = time.time()
+        os.kill(victim, signal.SIGKILL)
+        try:
+            rc = p.wait(30)
+        except subprocess.TimeoutExpired:
+            rc = None
+        secs = time.time() - t0
+        check(rc is not None and rc != 0 and secs < 15, "mpi: the job ended non-zero (%s) %.1f s after the kill" %
+              (rc, secs))
+        log.flush()
+        log.seek(0)
+        text = log.read()
+        # rank 0 says it cannot re-form when it sees the failure first; mpirun names the rank when it kills
+        # the job first
+        check(re.search(r"cannot re-form in place|process rank 1 .*exited on signal 9", text) is not None,
+              "mpi: the log says why the job ended (rank 1 killed / cannot re-form in place)")
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        log.close()
+    return 0
+
+
 def main():
     if not os.path.exists(MODEL):
         print("skip: %s not found" % MODEL)
         return 77
+    if SCENARIO == "mpi":
+        rc = scenario_mpi(None, None)
+        if rc == 77:
+            return 77
+        if FAILS:
+            print("%d check(s) failed; log in recovery_mpi.log" % len(FAILS))
+        return 1 if FAILS else 0
     if SCENARIO in ("hand", "replan", "nofit"):
         {"hand": scenario_hand, "replan": scenario_replan, "nofit": scenario_nofit}[SCENARIO](None, None)
         if FAILS:
