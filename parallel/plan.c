@@ -373,6 +373,19 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
     }
     out->moe_split = chosen;
 
+    /* ---- Qwen2-MoE shared expert: split like a dense FFN (ffn_down blocks, by weight) when every rank gets
+     * a block; else whole on rank 0 */
+    int64_t sb[TP_PLAN_MAX_RANKS + 1];
+    int shexp_split = 0;
+    if (hp->n_ff_shexp > 0) {
+        const int64_t n_sunits = (hp->n_ff_shexp + be_d - 1) / be_d;
+        int64_t scnt[TP_PLAN_MAX_RANKS];
+        if (n_sunits >= world && split_units(n_sunits, world, w, scnt) < 0) {
+            unit_bounds(scnt, world, be_d, hp->n_ff_shexp, sb);
+            shexp_split = 1;
+        }
+    }
+
     /* ---- vocabulary rows of the output head */
     int64_t vb[TP_PLAN_MAX_RANKS + 1];
     if (hp->n_vocab < world)
@@ -409,6 +422,8 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
         s->vocab_end = (int)vb[r + 1];
         s->expert_begin = whole_experts ? (int)eb[r] : 0;
         s->expert_end = whole_experts ? (int)eb[r + 1] : hp->n_expert; /* dense: 0 */
+        s->shexp_begin = shexp_split ? (int)sb[r] : 0;
+        s->shexp_end = shexp_split ? (int)sb[r + 1] : (r == 0 ? hp->n_ff_shexp : 0);
         if (r > 0 && s->kv_head_begin < kv_prev_end) out->kv_replicated = 1;
         kv_prev_end = s->kv_head_end;
         rp->weight = w[r];
@@ -420,9 +435,10 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
                               rows_bytes(ty->ffn_down, E, nf));
         if (hp->has_qkv_bias) sh += (uint64_t)((nq + 2 * nk) * hd * 4);
         sh *= (uint64_t)L;
-        if (hp->n_ff_shexp > 0 && s->expert_begin == 0 && s->ff_begin == 0) /* Qwen2-MoE shared expert: whole here */
-            sh += (uint64_t)L * (rows_bytes(ty->ffn_gate, hp->n_ff_shexp, E) + rows_bytes(ty->ffn_up, hp->n_ff_shexp, E) +
-                                 rows_bytes(ty->ffn_down, E, hp->n_ff_shexp) + (uint64_t)E * 4);
+        const int64_t ns = s->shexp_end - s->shexp_begin; /* Qwen2-MoE shared expert: its columns and gate vector */
+        if (ns > 0)
+            sh += (uint64_t)L * (rows_bytes(ty->ffn_gate, ns, E) + rows_bytes(ty->ffn_up, ns, E) +
+                                 rows_bytes(ty->ffn_down, E, ns) + (uint64_t)E * 4);
         if (moe)
             rp->expert_bytes = (uint64_t)L * n_ex *
                                (rows_bytes(ty->ffn_gate, nf, E) + rows_bytes(ty->ffn_up, nf, E) +
@@ -512,6 +528,10 @@ uint64_t tp_shard_plan_hash(const struct tp_shard_plan *plan)
         if (plan->moe_split != TP_MOE_SPLIT_AUTO) { /* dense plans hash as they always have */
             h = fnv_u32(h, (uint32_t)s->expert_begin);
             h = fnv_u32(h, (uint32_t)s->expert_end);
+            if (s->shexp_end) {
+                h = fnv_u32(h, (uint32_t)s->shexp_begin);
+                h = fnv_u32(h, (uint32_t)s->shexp_end);
+            }
         }
     }
     return h;

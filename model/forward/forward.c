@@ -328,8 +328,8 @@ static void moe_ffn(tp_model_t *m, const struct tp_layer *L, int n_tok)
             m->moe_pair_w[p] = m->moe_wsel[(size_t)t * k + j];
         }
     const int n_pairs = off[X];
-    if (m->holds_shexp) { /* Qwen2-MoE: proj = sigmoid(g . xb) * shared_expert(xb), on the rank holding it */
-        const int S = hp->n_ff_shexp;
+    if (m->holds_shexp) { /* Qwen2-MoE: proj = sigmoid(g . xb) * shared_expert(xb), this rank's columns of it */
+        const int S = m->n_shexp_l;
         enum tp_wtype st[2] = {L->sgate.type, L->sup.type};
         prep_act(m, m->xb, NULL, NULL, n_tok, E, st, 2);
         m->ff_cur = S;

@@ -118,7 +118,8 @@ struct tp_model {
     uint8_t *act[3];           /* (n_rows_max, act_row_max) prepared activations per weight type */
     int n_rows_max;            /* n_batch, or n_batch * n_expert_used for MoE (one row per (token, expert)) */
     int ff_cur;                /* hidden width of the FFN the FFN_UP / DOWN jobs run (n_ff_l, or n_ff_shexp) */
-    int holds_shexp;           /* this rank computes the shared expert */
+    int holds_shexp;           /* this rank computes (its columns of) the shared expert */
+    int n_shexp_l;             /* its columns of the shared expert (shard.shexp_begin..end) */
     /* mixture of experts scratch: the (token, expert) pairs of a batch grouped by expert */
     float *router_logits;      /* (n_batch, n_expert) */
     int *moe_sel;              /* (n_batch, n_expert_used) selected experts per token */

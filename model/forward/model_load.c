@@ -530,16 +530,22 @@ static enum tp_status load_experts(tp_model_t *m, const struct tp_model_config *
     if (hp->n_ff_shexp > 0) {
         char name[96];
         const int64_t S = hp->n_ff_shexp;
-        m->holds_shexp = s->expert_begin == 0 && s->ff_begin == 0;
+        int64_t sb = s->shexp_begin, se = s->shexp_end;
+        if (sb == 0 && se == 0 && s->expert_begin == 0 && s->ff_begin == 0) se = S; /* whole on this rank */
+        if (sb < 0 || se < sb || se > S)
+            return tp_error_set(&m->err, TP_ERR_INVALID_ARG, "%s: shared-expert columns [%lld,%lld) out of [0,%lld)",
+                                m->path, (long long)sb, (long long)se, (long long)S);
+        m->holds_shexp = se > sb;
+        m->n_shexp_l = (int)(se - sb);
         snprintf(name, sizeof name, "blk.%d.ffn_gate_inp_shexp.weight", l);
         if (m->holds_shexp) {
             TP_CHECK_GOTO(load_vec(m, cfg, name, E, 0, E, &L->sgate_inp, total), rc, out);
             snprintf(name, sizeof name, "blk.%d.ffn_gate_shexp.weight", l);
-            TP_CHECK_GOTO(load_mat(m, cfg, name, S, E, 0, S, 0, E, &L->sgate, total), rc, out);
+            TP_CHECK_GOTO(load_mat(m, cfg, name, S, E, sb, se, 0, E, &L->sgate, total), rc, out);
             snprintf(name, sizeof name, "blk.%d.ffn_up_shexp.weight", l);
-            TP_CHECK_GOTO(load_mat(m, cfg, name, S, E, 0, S, 0, E, &L->sup, total), rc, out);
+            TP_CHECK_GOTO(load_mat(m, cfg, name, S, E, sb, se, 0, E, &L->sup, total), rc, out);
             snprintf(name, sizeof name, "blk.%d.ffn_down_shexp.weight", l);
-            TP_CHECK_GOTO(load_mat(m, cfg, name, E, S, 0, E, 0, S, &L->sdown, total), rc, out);
+            TP_CHECK_GOTO(load_mat(m, cfg, name, E, S, 0, E, sb, se, &L->sdown, total), rc, out);
         }
     }
     const int whole = s->ff_begin == 0 && s->ff_end == F && s->expert_begin == 0 && s->expert_end == X;

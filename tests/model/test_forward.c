@@ -368,8 +368,8 @@ static void test_shard_two_ranks(void)
     s.tmp[1] = calloc(64 * 16, sizeof(float));
     struct rank_ctx rc0 = {&s, 0}, rc1 = {&s, 1};
     /* rank 0: q heads 0-3 (kv 0-1), ff 0-99, vocab 0-255; rank 1 the rest */
-    struct tp_model_shard sh0 = {0, 4, 0, 2, 0, 100, 0, 256, sum_hook, &rc0, 0, 0, 0};
-    struct tp_model_shard sh1 = {4, 8, 2, 4, 100, 172, 256, 512, sum_hook, &rc1, 0, 0, 0};
+    struct tp_model_shard sh0 = {0, 4, 0, 2, 0, 100, 0, 256, sum_hook, &rc0, 0, 0, 0, 0, 0};
+    struct tp_model_shard sh1 = {4, 8, 2, 4, 100, 172, 256, 512, sum_hook, &rc1, 0, 0, 0, 0, 0};
     tp_model_t *m0 = open_model(1, 1, 16, &sh0);
     tp_model_t *m1 = open_model(2, 1, 16, &sh1);
     tp_model_t *dense = open_model(1, 1, 16, NULL);
@@ -422,12 +422,12 @@ static void test_bad_shard(void)
     struct tp_error err = {0};
     tp_model_t *m = NULL;
     /* Q heads 0-3 need KV heads 0-1 */
-    struct tp_model_shard sh = {0, 4, 2, 4, 0, 172, 0, 512, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard sh = {0, 4, 2, 4, 0, 172, 0, 512, NULL, NULL, 0, 0, 0, 0, 0};
     cfg.shard = &sh;
     CU_ASSERT_EQUAL(tp_model_init(&cfg, &m, &err), TP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NULL(m);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "KV heads"));
-    struct tp_model_shard sh2 = {0, 9, 0, 4, 0, 172, 0, 512, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard sh2 = {0, 9, 0, 4, 0, 172, 0, 512, NULL, NULL, 0, 0, 0, 0, 0};
     cfg.shard = &sh2;
     memset(&err, 0, sizeof(err));
     CU_ASSERT_EQUAL(tp_model_init(&cfg, &m, &err), TP_ERR_INVALID_ARG);
@@ -487,7 +487,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 /* The progress callback ends at done == total == the bytes the rank holds. */
 static void test_progress(void)
 {
-    struct tp_model_shard sh = {2, 6, 1, 3, 40, 120, 100, 300, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard sh = {2, 6, 1, 3, 40, 120, 100, 300, NULL, NULL, 0, 0, 0, 0, 0};
     for (int i = 0; i < 2; i++) {
         struct prog p = {0, 0, 0, 0};
         struct tp_model_config cfg = tp_model_default_config();

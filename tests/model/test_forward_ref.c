@@ -335,22 +335,22 @@ static void shard_check(const char *shape_name, enum tp_wtype type, const struct
 static void test_shard_qwen2_q8(void)
 {
     /* 4 heads (hd 16), 2 kv heads, ff 160 (blocks of 32: split at 96), vocab 512 */
-    struct tp_model_shard a = {0, 2, 0, 1, 0, 96, 0, 200, NULL, NULL, 0, 0, 0};
-    struct tp_model_shard b = {2, 4, 1, 2, 96, 160, 200, 512, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard a = {0, 2, 0, 1, 0, 96, 0, 200, NULL, NULL, 0, 0, 0, 0, 0};
+    struct tp_model_shard b = {2, 4, 1, 2, 96, 160, 200, 512, NULL, NULL, 0, 0, 0, 0, 0};
     shard_check("test-tiny-qwen2", TP_WTYPE_Q8_0, &a, &b);
 }
 static void test_shard_qwen3_q4(void)
 {
     /* head_dim 32: a rank holding 1 of 4 q heads still cuts attn_output on a block */
-    struct tp_model_shard a = {0, 1, 0, 1, 0, 64, 0, 256, NULL, NULL, 0, 0, 0};
-    struct tp_model_shard b = {1, 4, 0, 2, 64, 128, 256, 512, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard a = {0, 1, 0, 1, 0, 64, 0, 256, NULL, NULL, 0, 0, 0, 0, 0};
+    struct tp_model_shard b = {1, 4, 0, 2, 64, 128, 256, 512, NULL, NULL, 0, 0, 0, 0, 0};
     shard_check("test-tiny-qwen3", TP_WTYPE_Q4_0, &a, &b);
 }
 static void test_shard_llama3_tied(void)
 {
     /* 4 q heads share 1 kv head (replicated on both ranks); tied output sliced from token_embd */
-    struct tp_model_shard a = {0, 2, 0, 1, 0, 64, 0, 100, NULL, NULL, 0, 0, 0};
-    struct tp_model_shard b = {2, 4, 0, 1, 64, 96, 100, 384, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard a = {0, 2, 0, 1, 0, 64, 0, 100, NULL, NULL, 0, 0, 0, 0, 0};
+    struct tp_model_shard b = {2, 4, 0, 1, 64, 96, 100, 384, NULL, NULL, 0, 0, 0, 0, 0};
     shard_check("test-tiny-llama3", TP_WTYPE_Q8_0, &a, &b);
 }
 
@@ -358,7 +358,7 @@ static void test_shard_cuts_block(void)
 {
     const char *path = synth("test-tiny", TP_WTYPE_Q8_0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(path);
-    struct tp_model_shard a = {0, 2, 0, 1, 0, 48, 0, 512, NULL, NULL, 0, 0, 0}; /* ff 48: not a multiple of 32 */
+    struct tp_model_shard a = {0, 2, 0, 1, 0, 48, 0, 512, NULL, NULL, 0, 0, 0, 0, 0}; /* ff 48: not a multiple of 32 */
     struct tp_error err = {0};
     tp_model_t *m = open_path(path, 1, 1, 4, &a, &err);
     CU_ASSERT_PTR_NULL(m);

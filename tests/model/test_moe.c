@@ -586,8 +586,8 @@ static void test_shard_expert_parallel(void)
     /* test-tiny-qwen3moe: 4 heads, 2 kv heads, 8 experts of width 64, vocab 512 */
     const char *p = synth("test-tiny-qwen3moe", TP_WTYPE_F32, "-ep");
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
-    struct tp_model_shard a = {0, 2, 0, 1, 0, 64, 0, 256, NULL, NULL, 0, 0, 3};
-    struct tp_model_shard b = {2, 4, 1, 2, 0, 64, 256, 512, NULL, NULL, 0, 3, 8};
+    struct tp_model_shard a = {0, 2, 0, 1, 0, 64, 0, 256, NULL, NULL, 0, 0, 3, 0, 0};
+    struct tp_model_shard b = {2, 4, 1, 2, 0, 64, 256, 512, NULL, NULL, 0, 3, 8, 0, 0};
     shard_check(p, &a, &b, 1e-10);
     const char *q = synth("test-tiny-qwen3moe", TP_WTYPE_Q4_0, "-ep");
     CU_ASSERT_PTR_NOT_NULL_FATAL(q);
@@ -598,11 +598,11 @@ static void test_shard_qwen2moe(void)
 {
     const char *p = synth("test-tiny-qwen2moe", TP_WTYPE_F32, "-ep");
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
-    struct tp_model_shard a = {0, 2, 0, 1, 0, 32, 0, 256, NULL, NULL, 0, 0, 2};
-    struct tp_model_shard b = {2, 4, 1, 2, 0, 32, 256, 512, NULL, NULL, 0, 2, 6};
+    struct tp_model_shard a = {0, 2, 0, 1, 0, 32, 0, 256, NULL, NULL, 0, 0, 2, 0, 0};
+    struct tp_model_shard b = {2, 4, 1, 2, 0, 32, 256, 512, NULL, NULL, 0, 2, 6, 0, 0};
     shard_check(p, &a, &b, 1e-10);
-    struct tp_model_shard c = {0, 2, 0, 1, 0, 16, 0, 256, NULL, NULL, 0, 0, 0};
-    struct tp_model_shard d = {2, 4, 1, 2, 16, 32, 256, 512, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard c = {0, 2, 0, 1, 0, 16, 0, 256, NULL, NULL, 0, 0, 0, 0, 0};
+    struct tp_model_shard d = {2, 4, 1, 2, 16, 32, 256, 512, NULL, NULL, 0, 0, 0, 0, 0};
     shard_check(p, &c, &d, 1e-10);
 }
 static void test_shard_tensor_parallel(void)
@@ -610,13 +610,13 @@ static void test_shard_tensor_parallel(void)
     const char *p = synth("test-tiny-qwen3moe", TP_WTYPE_Q8_0, "-tp");
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
     /* every expert: columns [0, 32) on one rank, [32, 64) on the other (one Q8_0 block each) */
-    struct tp_model_shard a = {0, 2, 0, 1, 0, 32, 0, 100, NULL, NULL, 0, 0, 0};
-    struct tp_model_shard b = {2, 4, 1, 2, 32, 64, 100, 512, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard a = {0, 2, 0, 1, 0, 32, 0, 100, NULL, NULL, 0, 0, 0, 0, 0};
+    struct tp_model_shard b = {2, 4, 1, 2, 32, 64, 100, 512, NULL, NULL, 0, 0, 0, 0, 0};
     shard_check(p, &a, &b, 1e-3);
     const char *f = synth("test-tiny-mixtral", TP_WTYPE_F32, "-tp");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    struct tp_model_shard c = {0, 1, 0, 1, 0, 40, 0, 300, NULL, NULL, 0, 0, 0};
-    struct tp_model_shard d = {1, 4, 0, 2, 40, 96, 300, 512, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard c = {0, 1, 0, 1, 0, 40, 0, 300, NULL, NULL, 0, 0, 0, 0, 0};
+    struct tp_model_shard d = {1, 4, 0, 2, 40, 96, 300, 512, NULL, NULL, 0, 0, 0, 0, 0};
     shard_check(f, &c, &d, 1e-10);
 }
 
@@ -625,7 +625,7 @@ static void test_shard_bad_experts(void)
 {
     const char *p = synth("test-tiny-qwen3moe", TP_WTYPE_F32, "-bad");
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
-    struct tp_model_shard a = {0, 4, 0, 2, 0, 64, 0, 512, NULL, NULL, 0, 4, 9};
+    struct tp_model_shard a = {0, 4, 0, 2, 0, 64, 0, 512, NULL, NULL, 0, 4, 9, 0, 0};
     struct tp_error err = {0};
     tp_model_t *m = open_path(p, 1, 4, &a, &err);
     CU_ASSERT_PTR_NULL(m);

@@ -377,8 +377,56 @@ static void test_moe_block_limits(void)
     CU_ASSERT_EQUAL(tp_moe_split_parse("experts", &sp, &e), TP_ERR_INVALID_ARG);
 }
 
+/* Qwen1.5-MoE-A2.7B's shared expert (5632 columns = 176 Q4_0 blocks) is split like a dense FFN in
+ * both expert splits: contiguous, on 32-column boundaries, in proportion to the weights, each rank's
+ * bytes counting only its columns (their sum is one rank's plus the gate vector twice); with fewer blocks
+ * than ranks it stays whole on rank 0. */
+static void test_moe_shared_expert(void)
+{
+    struct tp_hparams hp = llama_hp(2048, 16, 16, 1408, 151936, 24);
+    hp.arch = TP_ARCH_QWEN2MOE;
+    hp.n_expert = 60;
+    hp.n_expert_used = 4;
+    hp.n_ff_shexp = 5632;
+    struct tp_plan_types ty = tp_plan_types_uniform(TP_WTYPE_Q4_0);
+    struct tp_shard_plan p, one;
+    struct tp_error e = {0};
+    if (tp_parallel_plan(&hp, &ty, 1, NULL, &one, &e) != TP_OK) fprintf(stderr, "plan: %s\n", e.msg);
+    CU_ASSERT_EQUAL_FATAL(e.status, TP_OK);
+    CU_ASSERT_EQUAL(one.ranks[0].shard.shexp_begin, 0);
+    CU_ASSERT_EQUAL(one.ranks[0].shard.shexp_end, 5632);
+    const double w[3] = {2, 1, 1};
+    for (int split = TP_MOE_SPLIT_TENSOR; split <= TP_MOE_SPLIT_EXPERT; split++) {
+        CU_ASSERT_EQUAL_FATAL(tp_parallel_plan_moe(&hp, &ty, 3, w, (enum tp_moe_split)split, &p, &e), TP_OK);
+        int prev = 0;
+        for (int r = 0; r < 3; r++) {
+            const struct tp_model_shard *s = &p.ranks[r].shard;
+            CU_ASSERT_EQUAL(s->shexp_begin, prev);
+            CU_ASSERT_EQUAL(s->shexp_begin % 32, 0);
+            CU_ASSERT(s->shexp_end > s->shexp_begin);
+            prev = s->shexp_end;
+        }
+        CU_ASSERT_EQUAL(prev, 5632);
+        /* 176 blocks by 2,1,1: 88, 44, 44 */
+        CU_ASSERT_EQUAL(p.ranks[0].shard.shexp_end, 88 * 32);
+        CU_ASSERT_EQUAL(p.ranks[1].shard.shexp_end, 132 * 32);
+        /* each rank counts only its columns of the shared expert (and the gate vector): the ranks together
+         * hold what one rank holds, plus the gate vector twice more */
+        uint64_t sum = 0;
+        for (int r = 0; r < 3; r++) sum += p.ranks[r].sharded_bytes;
+        const uint64_t vec = (uint64_t)24 * 2048 * 4 * 2; /* the gate vector, on ranks 1 and 2 as well */
+        CU_ASSERT_EQUAL(sum, one.ranks[0].sharded_bytes + vec);
+    }
+    /* 5 ranks of a 2-block shared expert: whole on rank 0, nothing elsewhere */
+    hp.n_ff_shexp = 64;
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan_moe(&hp, &ty, 5, NULL, TP_MOE_SPLIT_EXPERT, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.ranks[0].shard.shexp_end, 64);
+    for (int r = 1; r < 5; r++) CU_ASSERT_EQUAL(p.ranks[r].shard.shexp_end, 0);
+}
+
 static const struct tp_test_case plan_cases[] = {
     {"moe_splits", test_moe_splits},
+    {"moe_shared_expert", test_moe_shared_expert},
     {"moe_block_limits", test_moe_block_limits},
     {"stories_shapes", test_stories_shapes},
     {"llama_uneven", test_llama_uneven},

@@ -177,9 +177,13 @@ struct tp_model_shard {
      * expert); both at once is allowed.  The router is replicated.  A rank's
      * partial FFN output (its experts, its columns) goes through the same
      * all_sum as a dense FFN's.  [0, 0): every expert.  Ignored for dense models.
-     * A shared expert (Qwen2-MoE) is held whole by the rank whose expert_begin
-     * and ff_begin are both 0 (rank 0 of a plan) and adds nothing elsewhere. */
+     * A shared expert (Qwen2-MoE) is split like a dense FFN: this rank holds
+     * rows [shexp_begin, shexp_end) of its gate/up and those columns of its
+     * down (and its gate vector whole), and adds its partial output, scaled
+     * by the gate, to the same all_sum.  [0, 0): the rank whose expert_begin
+     * and ff_begin are both 0 holds it whole, the others nothing. */
     int expert_begin, expert_end;
+    int shexp_begin, shexp_end;
 };
 
 struct tp_model_config {

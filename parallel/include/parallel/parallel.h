@@ -58,7 +58,9 @@ extern "C" {
  *           as its weight's share (largest remainder, like heads); the router
  *           runs on every rank and a rank adds only its experts' outputs.
  *           No quantization block is ever cut.
- * Both sum the FFN output in the one all_sum a dense FFN uses.
+ * Both sum the FFN output in the one all_sum a dense FFN uses.  A Qwen2-MoE
+ * shared expert is split like a dense FFN in both (columns in ffn_down
+ * blocks, by weight; whole on rank 0 when it has fewer blocks than ranks).
  *   AUTO:   TENSOR when every rank's column share lands on block boundaries
  *           exactly as its weight asks; else EXPERT when there are at least
  *           as many experts as ranks; else TENSOR with moved boundaries.  The
