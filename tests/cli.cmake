@@ -32,3 +32,6 @@ add_test(NAME cli.help_names_command COMMAND sh -c
      [ $rc -eq 0 ] || { echo \"$c --help: exit $rc\"; bad=1; }; done; exit $bad"
   $<TARGET_FILE:tpserve>)
 set_tests_properties(cli.help_names_command PROPERTIES LABELS unit TIMEOUT 30)
+# bench comm --compare-mpi with --backend mpi would compare MPI with itself: a usage error, before any MPI start.
+tp_expect_test(cli.compare_mpi_backend_mpi RC 2 REGEX "it would compare MPI with itself" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> bench comm --compare-mpi --backend mpi)
