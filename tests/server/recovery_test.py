@@ -628,8 +628,11 @@ def scenario_nofit(_g, _ref):
         check(ok, "/health says the survivors cannot hold the model: %s" % body[:300])
         time.sleep(3.0)
         st, body = health(g.port)
-        check(st == 503 and "waiting for rank %d" % victim in body and metric(g.port, "tpserve_ranks") == N_RANKS,
-              "still waiting for rank %d with %d ranks: %s" % (victim, N_RANKS, body[:120]))
+        # which rank /health names after a stop can be the survivor whose collective timed out first (its
+        # link closes before the stopped rank's silence is counted; docs/recovery.md, known race)
+        check(st == 503 and re.search(r"waiting for rank \d to rejoin", body) is not None and
+              metric(g.port, "tpserve_ranks") == N_RANKS and metric(g.port, "tpserve_replans_total") == 0,
+              "still waiting with %d ranks, no re-plan: %s" % (N_RANKS, body[:120]))
         g.procs[victim].send_signal(signal.SIGCONT)
         ok, _, secs = wait_health(g.port, 200, 30)
         check(ok, "the stopped rank rejoined after SIGCONT: /health 200 after %.2f s" % secs)
