@@ -1109,7 +1109,7 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
             return TP_ERR_UNSUPPORTED;
         }
     }
-    if (!s->cfg.chat_template && s->chat == TP_CHAT_CHATML)
+    if (!s->cfg.chat_template && (s->chat == TP_CHAT_CHATML || s->chat == TP_CHAT_QWEN25))
         s->has_default_system = tp_chat_default_system(tmpl, s->default_system, sizeof s->default_system);
     int bos = tp_tokenizer_bos(s->tok), eos = tp_tokenizer_eos(s->tok);
     size_t l = 0;

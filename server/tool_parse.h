@@ -2,7 +2,7 @@
  * server/tool_parse.h - private: tool calls in a model's native output format.
  *
  * A chat family that can call tools writes its calls in one format
- * (tp_tool_format_of).  tp_tool_scan reads the reply generated so far and
+ * (tp_chat_tool_format in server_impl.h).  tp_tool_scan reads the reply generated so far and
  * says which part is plain content and which calls have begun, with their
  * names and the raw JSON bytes of their arguments.  It keeps no state: call
  * it again on the longer text after every token (a reply is small; the scan
