@@ -63,6 +63,10 @@ struct slot {
     struct tp_gstate *gkey;  /* normal form of the state smask was computed for (owned) */
     int gkey_valid;
     uint32_t *smask;         /* (mask_words) the grammar mask of gkey (owned): reused while a string grows */
+    int gon;                 /* the grammar constrains this step: always for response_format and forced calls;
+                              * with tool_choice "auto" only from where a call's JSON begins to where it ends */
+    size_t gfrom;            /* auto: text offset from which the next call marker is looked for */
+    int32_t marker_id;       /* auto: the token of the format's call marker (kept in the text), -1: none */
 };
 
 struct tp_engine {
@@ -533,6 +537,11 @@ static void admit(struct tp_engine *e)
             tp_gstate_init(r->params.grammar, s->gst);
             s->gkey_valid = 0;
         }
+        s->gon = r->params.grammar && !r->params.tool_auto;
+        s->gfrom = 0;
+        s->marker_id = -1;
+        const char *marker = r->params.tool_auto ? tp_tool_marker_token(r->params.tool_format) : NULL;
+        if (marker) s->marker_id = tp_tokenizer_find_special(e->tok, marker);
         tp_detok_reset(s->detok);
         /* The reply continues the prompt: feed the prompt's last token to the
          * detokenizer (output discarded) so SentencePiece's "drop the leading
@@ -650,7 +659,7 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
     for (int row = 0; row < n_rows; row++) {
         const struct slot *s = &e->slots[e->row_slot[row]];
         const tp_grammar_t *g = s->req->params.grammar;
-        if (!g) continue;
+        if (!g || !s->gon) continue;
         uint32_t *m = e->mask + (size_t)nm * (size_t)e->mask_words;
         struct slot *sw = &e->slots[e->row_slot[row]];
         tp_gstate_normalize(g, s->gst, e->gnorm);
@@ -723,7 +732,7 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
         return;
     }
     const tp_grammar_t *gr = r->params.grammar;
-    if (gr) {
+    if (gr && s->gon) {
         size_t pl = 0;
         const char *pc = tp_tokenizer_piece(e->tok, res->id, &pl);
         if (!pc || !tp_gstate_feed_bytes(gr, s->gst, pc, pl)) {
@@ -739,10 +748,36 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     g->n_top = res->n_top;
     if (res->n_top > 0) memcpy(g->top, res->top, sizeof(struct tp_logprob) * (size_t)res->n_top);
     size_t nb = tp_detok_push(s->detok, res->id, e->scratch, sizeof e->scratch);
+    if (nb == 0 && res->id == s->marker_id) { /* a control token: keep its text so the call can be read */
+        const char *mk = tp_tool_marker_token(r->params.tool_format);
+        nb = strlen(mk);
+        memcpy(e->scratch, mk, nb);
+    }
     if (nb && tp_buf_append(&s->text, e->scratch, nb) != 0) {
         req_finish(e, r, TP_FINISH_ERROR, 500, "out of memory while generating");
         s->req = NULL;
         return;
+    }
+    int call_done = 0;
+    if (gr && r->params.tool_auto) {
+        size_t off = 0;
+        if (s->gon && tp_gstate_done(gr, s->gst)) {
+            /* the call's JSON is complete: free text again (another call, or the end) */
+            s->gon = 0;
+            s->gfrom = s->text.len;
+            call_done = 1;
+        } else if (!s->gon && tp_tool_marker_find(r->params.tool_format, s->text.data, s->text.len, s->gfrom, &off)) {
+            /* a call begins: constrain its JSON from here (bytes already generated after the marker are fed;
+             * when they cannot start a call, this one stays unconstrained) */
+            tp_gstate_init(gr, s->gst);
+            s->gkey_valid = 0;
+            if (tp_gstate_feed_bytes(gr, s->gst, s->text.data + off, s->text.len - off)) s->gon = 1;
+            s->gfrom = s->text.len;
+            if (s->gon && tp_gstate_done(gr, s->gst)) {
+                s->gon = 0;
+                call_done = 1;
+            }
+        }
     }
     int hit = 0;
     size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
@@ -760,8 +795,10 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     if (hit) {
         req_finish(e, r, TP_FINISH_STOP, 0, NULL);
         s->req = NULL;
-    } else if (gr && tp_gstate_done(gr, s->gst)) {
+    } else if (gr && !r->params.tool_auto && tp_gstate_done(gr, s->gst)) {
         slot_finish(e, s, TP_FINISH_STOP); /* the value is complete; nothing may follow it */
+    } else if (call_done && !r->params.parallel_tool_calls) {
+        slot_finish(e, s, TP_FINISH_STOP); /* parallel_tool_calls false: the reply ends after its call */
     } else if (r->n_toks >= r->max_tokens || s->n_past + 1 >= e->n_ctx) {
         slot_finish(e, s, TP_FINISH_LENGTH);
     }

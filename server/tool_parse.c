@@ -233,7 +233,10 @@ int tp_tool_marker_find(enum tp_tool_format f, const char *t, size_t n, size_t f
         if (from > 0) return 0;
         size_t i = skip_ws(t, n, 0);
         static const char tag[] = "<|python_tag|>";
-        if (n - i >= sizeof tag - 1 && memcmp(t + i, tag, sizeof tag - 1) == 0) i = skip_ws(t, n, i + sizeof tag - 1);
+        if (n - i >= sizeof tag - 1 && memcmp(t + i, tag, sizeof tag - 1) == 0) {
+            *json_off = skip_ws(t, n, i + sizeof tag - 1);
+            return 1;
+        }
         if (i < n && t[i] == '{') {
             *json_off = i;
             return 1;
@@ -244,10 +247,7 @@ int tp_tool_marker_find(enum tp_tool_format f, const char *t, size_t n, size_t f
         const char *m = tp_tool_marker_token(f);
         const char *hit = find(t, n, from, m);
         if (!hit) return 0;
-        size_t i = (size_t)(hit - t) + strlen(m);
-        i = skip_ws(t, n, i);
-        if (i >= n) return 0;
-        *json_off = i;
+        *json_off = skip_ws(t, n, (size_t)(hit - t) + strlen(m));
         return 1;
     }
     return 0;

@@ -71,11 +71,13 @@ struct tp_tool_scan {
 void tp_tool_scan(enum tp_tool_format f, const char *text, size_t len, int final, struct tp_tool_scan *out);
 
 /*
- * Where the next call's JSON begins at or after byte from: returns 1 and sets
- * *json_off to the offset of its first byte ('{'; '[' for MISTRAL) when a
- * complete marker is in text[from, len) (JSON: always at 0; LLAMA3: only a
- * reply that starts, after whitespace and <|python_tag|>, with '{'), else 0.
- * The scheduler constrains the bytes from *json_off with the tools' grammar.
+ * Where the next call begins at or after byte from: returns 1 when a complete
+ * marker is in text[from, len) and sets *json_off to the offset of the call's
+ * JSON (after the marker and any whitespace; it may equal len when the JSON
+ * is still to come).  JSON: always at 0; LLAMA3: only at the start of the
+ * reply, a '{' or <|python_tag|>; HERMES / MISTRAL: <tool_call> / [TOOL_CALLS].
+ * Else 0.  The scheduler constrains the bytes from *json_off with the tools'
+ * grammar.
  */
 int tp_tool_marker_find(enum tp_tool_format f, const char *text, size_t len, size_t from, size_t *json_off);
 

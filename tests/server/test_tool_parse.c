@@ -108,7 +108,10 @@ static void test_markers(void)
     CU_ASSERT_EQUAL(tp_tool_marker_find(TP_TOOL_FORMAT_HERMES, h, strlen(h), 0, &off), 1);
     CU_ASSERT_EQUAL(off, 15u);
     CU_ASSERT_EQUAL(tp_tool_marker_find(TP_TOOL_FORMAT_HERMES, h, strlen(h), 4, &off), 0);
-    CU_ASSERT_EQUAL(tp_tool_marker_find(TP_TOOL_FORMAT_HERMES, "<tool_call>\n", 12, 0, &off), 0); /* no JSON byte yet */
+    CU_ASSERT_EQUAL(tp_tool_marker_find(TP_TOOL_FORMAT_HERMES, "<tool_call>\n", 12, 0, &off), 1); /* JSON still to come */
+    CU_ASSERT_EQUAL(off, 12u);
+    CU_ASSERT_EQUAL(tp_tool_marker_find(TP_TOOL_FORMAT_LLAMA3, "<|python_tag|>", 14, 0, &off), 1);
+    CU_ASSERT_EQUAL(off, 14u);
     const char *l = " <|python_tag|>{";
     CU_ASSERT_EQUAL(tp_tool_marker_find(TP_TOOL_FORMAT_LLAMA3, l, strlen(l), 0, &off), 1);
     CU_ASSERT_EQUAL(off, strlen(l) - 1);
