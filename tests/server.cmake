@@ -81,6 +81,26 @@ foreach(_tp_case "stories_1rank|${PROJECT_SOURCE_DIR}/models/stories260K.gguf|1|
   endif()
 endforeach()
 
+# tool_choice "auto" (tests/node/tools.mjs): calls pushed by logit_bias on the format's marker token
+# are made under the tools' grammar, parsed into tool_calls and streamed as fragments; raw HTTP, the
+# openai stream helper, the Vercel AI SDK streamText with tools, LangChain bindTools.  Hermes
+# (Qwen3's template) at 1 and 2 ranks; Llama 3.1 (the Llama 3 tokenizer served with its template).
+foreach(_tp_case "qwen3_1rank|1|qwen3||<tool_call>|1" "qwen3_2rank|2|qwen3||<tool_call>|1"
+                 "llama31_1rank|1|llama3|llama3.1|{|0")
+  string(REPLACE "|" ";" _tp_case "${_tp_case}")
+  list(GET _tp_case 0 _n)
+  list(GET _tp_case 1 _r)
+  list(GET _tp_case 2 _m)
+  list(GET _tp_case 3 _t)
+  list(GET _tp_case 4 _k)
+  list(GET _tp_case 5 _p)
+  add_test(NAME server.node_tools_${_n}_shared
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve> synth:${_m} ${_r} tools.mjs)
+  set_tests_properties(server.node_tools_${_n}_shared PROPERTIES LABELS "model" TIMEOUT 400 SKIP_RETURN_CODE 77
+                       RESOURCE_LOCK tp_npm_install ENVIRONMENT
+                       "TP_SHARED_DIR=${TP_SHARED_DIR};TP_SERVE_CHAT_TEMPLATE=${_t};TP_TOOLS_MARKER=${_k};TP_TOOLS_PARALLEL=${_p}")
+endforeach()
+
 # The web page (GET /): headless Chromium through puppeteer-core against real
 # servers at 1 and 2 ranks and a stand-in server (tests/node/web_test.mjs);
 # about 10 s.  Skipped (77) without node, npm, Chromium or the npm packages.

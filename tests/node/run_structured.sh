@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # tests/node/run_structured.sh TPSERVE MODEL RANKS [SCRIPT]
 #   SCRIPT (structured.mjs: response_format and forced tool calls validated by
-#   ajv; clients.mjs: the Vercel AI SDK and LangChain) against a fresh tpserve of
+#   ajv; clients.mjs: the Vercel AI SDK and LangChain; tools.mjs: tool_choice
+#   auto, streamed tool calls) against a fresh tpserve of
 #   RANKS ranks on 127.0.0.1 (RANKS > 1: under `tpserve launch -n RANKS`).
 #   MODEL synth:llama3 / synth:qwen3: a random-weight test-tiny model written
 #   with ../shared's Llama 3 / Qwen3 tokenizer.json and chat template.
+#   TP_SERVE_CHAT_TEMPLATE: serve with --chat-template (e.g. llama3.1).
 # Skips (exit 77 with "SKIP: reason") when node/npm are missing, the packages
 # cannot be installed (offline) or a synth: tokenizer is not in ../shared
 # (a failure with TP_REQUIRE_SHARED=1).
@@ -32,8 +34,10 @@ case "$model" in
     model="$tmpd/synth-$fam.gguf"
     "$tpserve" synth --shape "test-tiny-$fam" --tokenizer "$tj" -o "$model" -q || { echo "FAIL: tpserve synth"; exit 1; }
     ctx=(-c 2048) # past the tiny shape's 512 training positions: random weights do not care
+    [ "$fam" = qwen3 ] && export TP_STRUCT_TOOLS=1 # its template renders tools (Hermes format)
     ;;
 esac
+[ -n "${TP_SERVE_CHAT_TEMPLATE:-}" ] && ctx+=(--chat-template "$TP_SERVE_CHAT_TEMPLATE")
 if [ "$ranks" -gt 1 ]; then
   "$tpserve" launch -n "$ranks" -- "$tpserve" serve -m "$model" "${ctx[@]}" --port 0 --threads 1 --parallel 4 \
     --api-key structured-key >"$out" 2>&1 &
