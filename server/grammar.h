@@ -127,4 +127,30 @@ void tp_mask_ctx_free(tp_mask_ctx_t *c); /* NULL safe */
  */
 int tp_grammar_mask(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, uint32_t *mask);
 
+/* ------------------------------------------------- closing within a budget */
+
+/*
+ * The cost of a state: the bytes of its shortest completion (every frame
+ * closed at its shortest: missing required members with shortest values,
+ * minItems, minLength, the rest of a literal or key, closing brackets), plus
+ * one when only an end-of-generation token can end it; 0 once done.  A
+ * vocabulary with a token for every single byte can always lower the cost
+ * by one per token, so a reply whose cost after each token stays within
+ * the tokens left always ends complete.  Allocates nothing.
+ */
+int tp_gstate_cost(const tp_grammar_t *g, const struct tp_gstate *st);
+/*
+ * A bound on how much one token (at most the trie's longest) can raise the
+ * cost: while cost + window is within the tokens left, no token can break
+ * the budget and the plain mask applies.
+ */
+int tp_grammar_cost_window(const tp_grammar_t *g, const tp_token_trie_t *t);
+/*
+ * tp_grammar_mask keeping only the tokens after which tp_gstate_cost is at
+ * most budget (budget < 0: tp_grammar_mask).  May allow none (the caller
+ * falls back to the plain mask).
+ */
+int tp_grammar_mask_budget(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, int budget,
+                           uint32_t *mask);
+
 #endif
