@@ -2,25 +2,28 @@
  * server/chat_impl.h - private to the chat template files: the string
  * helpers every family's renderer uses (chat_template.c) and the renderers
  * that live in their own files, one per family group (chat_llama3.c,
- * chat_qwen.c, chat_mistral.c).  The dispatch (tp_chat_render_opts) adds a family in one case line.  Each renderer appends to o and returns 0,
- * -1 with a message in err (what the reference template would raise), or -2
- * out of memory.
+ * chat_qwen.c, chat_mistral.c).  The dispatch (tp_chat_render_opts) adds a
+ * family in one case line.  Each renderer appends to o and returns TP_OK,
+ * TP_ERR_INVALID_ARG with the reference template's own message in err (what
+ * it would raise), or TP_ERR_NOMEM.
  */
 #ifndef TP_SERVER_CHAT_IMPL_H
 #define TP_SERVER_CHAT_IMPL_H
 
 #include "server_impl.h"
 
-/* Append s / [b, e) / s without surrounding Unicode whitespace (Jinja's trim, JS String.trim's set). 0 or -1. */
-int tp_chat_put(struct tp_buf *o, const char *s);
-int tp_chat_putn(struct tp_buf *o, const char *b, const char *e);
-int tp_chat_put_trim(struct tp_buf *o, const char *s);
-/* Write msg into err; returns -1. */
-int tp_chat_raise(char *err, size_t cap, const char *msg);
+/* Append s / [b, e) / s without surrounding Unicode whitespace (Jinja's trim, JS String.trim's set).
+ * TP_OK or TP_ERR_NOMEM. */
+enum tp_status tp_chat_put(struct tp_buf *o, const char *s);
+enum tp_status tp_chat_putn(struct tp_buf *o, const char *b, const char *e);
+enum tp_status tp_chat_put_trim(struct tp_buf *o, const char *s);
+/* What the reference template's raise_exception would say: msg into err; returns TP_ERR_INVALID_ARG. */
+enum tp_status tp_chat_raise(struct tp_error *err, const char *msg);
 
-#define TP_CHAT_P(x)                    \
-    do {                                \
-        if ((x) != 0) return -2;        \
+/* Append, or return TP_ERR_NOMEM. */
+#define TP_CHAT_P(x)                               \
+    do {                                           \
+        if ((x) != TP_OK) return TP_ERR_NOMEM;     \
     } while (0)
 
 struct tp_chat_ctx {
@@ -31,17 +34,16 @@ struct tp_chat_ctx {
     const char *default_system;  /* NULL: none */
     const struct cJSON *tools;   /* array, NULL: none */
     char date[32];               /* today's date as llama3.2 prints it ("25 Nov 2026") */
-    char *err;
-    size_t err_cap;
+    struct tp_error *err;
 };
 
-int tp_chat_render_llama3(const struct tp_chat_ctx *c, struct tp_buf *o);
+enum tp_status tp_chat_render_llama3(const struct tp_chat_ctx *c, struct tp_buf *o);
 /* date: the date line ("25 Nov 2026"); NULL: the template's default, 26 Jul 2024 (Llama 3.1 / 3.3). */
-int tp_chat_render_llama31(const struct tp_chat_ctx *c, const char *date, struct tp_buf *o);
-int tp_chat_render_chatml(const struct tp_chat_ctx *c, struct tp_buf *o);
-int tp_chat_render_qwen3(const struct tp_chat_ctx *c, struct tp_buf *o);
-int tp_chat_render_qwen25(const struct tp_chat_ctx *c, struct tp_buf *o);
-int tp_chat_render_mistral(const struct tp_chat_ctx *c, struct tp_buf *o);
-int tp_chat_render_mistral_nemo(const struct tp_chat_ctx *c, struct tp_buf *o);
+enum tp_status tp_chat_render_llama31(const struct tp_chat_ctx *c, const char *date, struct tp_buf *o);
+enum tp_status tp_chat_render_chatml(const struct tp_chat_ctx *c, struct tp_buf *o);
+enum tp_status tp_chat_render_qwen3(const struct tp_chat_ctx *c, struct tp_buf *o);
+enum tp_status tp_chat_render_qwen25(const struct tp_chat_ctx *c, struct tp_buf *o);
+enum tp_status tp_chat_render_mistral(const struct tp_chat_ctx *c, struct tp_buf *o);
+enum tp_status tp_chat_render_mistral_nemo(const struct tp_chat_ctx *c, struct tp_buf *o);
 
 #endif /* TP_SERVER_CHAT_IMPL_H */

@@ -139,4 +139,7 @@ static int tojson(const cJSON *v, int indent, int level, struct tp_buf *o)
     return tp_buf_puts(o, obj ? "}" : "]");
 }
 
-int tp_chat_tojson(const cJSON *v, int indent, struct tp_buf *out) { return tojson(v, indent, 0, out); }
+enum tp_status tp_chat_tojson(const cJSON *v, int indent, struct tp_buf *out)
+{
+    return tojson(v, indent, 0, out) == 0 ? TP_OK : TP_ERR_NOMEM;
+}

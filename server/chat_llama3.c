@@ -21,7 +21,7 @@
 #define put_trim tp_chat_put_trim
 #define P TP_CHAT_P
 
-int tp_chat_render_llama3(const struct tp_chat_ctx *c, struct tp_buf *o)
+enum tp_status tp_chat_render_llama3(const struct tp_chat_ctx *c, struct tp_buf *o)
 {
     for (int i = 0; i < c->n; i++) {
         if (i == 0) P(put(o, c->bos));
@@ -32,11 +32,11 @@ int tp_chat_render_llama3(const struct tp_chat_ctx *c, struct tp_buf *o)
         P(put(o, "<|eot_id|>"));
     }
     P(put(o, "<|start_header_id|>assistant<|end_header_id|>\n\n"));
-    return 0;
+    return TP_OK;
 }
 
 /* tojson of a string (the template's `message.content | tojson`). */
-static int put_json_string(struct tp_buf *o, const char *s)
+static enum tp_status put_json_string(struct tp_buf *o, const char *s)
 {
     cJSON *v = cJSON_CreateString(s);
     if (!v) return -1;
@@ -45,7 +45,7 @@ static int put_json_string(struct tp_buf *o, const char *s)
     return rc;
 }
 
-int tp_chat_render_llama31(const struct tp_chat_ctx *c, const char *date, struct tp_buf *o)
+enum tp_status tp_chat_render_llama31(const struct tp_chat_ctx *c, const char *date, struct tp_buf *o)
 {
     const struct tp_chat_msg *m = c->m;
     int n = c->n;
@@ -66,7 +66,7 @@ int tp_chat_render_llama31(const struct tp_chat_ctx *c, const char *date, struct
     P(put(o, "<|eot_id|>"));
     if (tools) {
         if (n == 0)
-            return tp_chat_raise(c->err, c->err_cap,
+            return tp_chat_raise(c->err,
                                  "Cannot put tools in the first user message when there's no first user message!");
         P(put(o, "<|start_header_id|>user<|end_header_id|>\n\n"
                  "Given the following functions, please respond with a JSON for a function call with its proper "
@@ -92,7 +92,7 @@ int tp_chat_render_llama31(const struct tp_chat_ctx *c, const char *date, struct
             P(put(o, "<|eot_id|>"));
         } else if (m[i].n_calls > 0) {
             if (m[i].n_calls != 1)
-                return tp_chat_raise(c->err, c->err_cap, "This model only supports single tool-calls at once!");
+                return tp_chat_raise(c->err, "This model only supports single tool-calls at once!");
             P(put(o, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \""));
             P(put(o, m[i].calls[0].name));
             P(put(o, "\", \"parameters\": "));
@@ -105,5 +105,5 @@ int tp_chat_render_llama31(const struct tp_chat_ctx *c, const char *date, struct
         }
     }
     if (c->add_gen) P(put(o, "<|start_header_id|>assistant<|end_header_id|>\n\n"));
-    return 0;
+    return TP_OK;
 }

@@ -20,7 +20,7 @@
 #define put tp_chat_put
 #define P TP_CHAT_P
 
-int tp_chat_render_mistral(const struct tp_chat_ctx *c, struct tp_buf *o)
+enum tp_status tp_chat_render_mistral(const struct tp_chat_ctx *c, struct tp_buf *o)
 {
     const struct tp_chat_msg *m = c->m;
     const int n = c->n;
@@ -29,7 +29,7 @@ int tp_chat_render_mistral(const struct tp_chat_ctx *c, struct tp_buf *o)
     for (int i = 0; i < n; i++) {
         int is_user = strcmp(m[i].role, "user") == 0;
         if (is_user != (i % 2 == 0))
-            return tp_chat_raise(c->err, c->err_cap, "Conversation roles must alternate user/assistant/user/assistant/...");
+            return tp_chat_raise(c->err, "Conversation roles must alternate user/assistant/user/assistant/...");
         if (is_user) {
             P(put(o, "[INST] "));
             P(put(o, m[i].content));
@@ -38,10 +38,10 @@ int tp_chat_render_mistral(const struct tp_chat_ctx *c, struct tp_buf *o)
             P(put(o, m[i].content));
             P(put(o, eos));
         } else {
-            return tp_chat_raise(c->err, c->err_cap, "Only user and assistant roles are supported!");
+            return tp_chat_raise(c->err, "Only user and assistant roles are supported!");
         }
     }
-    return 0;
+    return TP_OK;
 }
 
 /* Characters (code points) of UTF-8 s. */
@@ -52,7 +52,7 @@ static size_t n_chars(const char *s)
     return k;
 }
 
-static int put_available_tools(struct tp_buf *o, const cJSON *tools)
+static enum tp_status put_available_tools(struct tp_buf *o, const cJSON *tools)
 {
     P(put(o, "[AVAILABLE_TOOLS]["));
     for (const cJSON *t = tools->child; t; t = t->next) {
@@ -78,10 +78,10 @@ static int put_available_tools(struct tp_buf *o, const cJSON *tools)
         P(put(o, t->next ? ", " : "]"));
     }
     P(put(o, "[/AVAILABLE_TOOLS]"));
-    return 0;
+    return TP_OK;
 }
 
-int tp_chat_render_mistral_nemo(const struct tp_chat_ctx *c, struct tp_buf *o)
+enum tp_status tp_chat_render_mistral_nemo(const struct tp_chat_ctx *c, struct tp_buf *o)
 {
     static const char bad_id[] = "Tool call IDs should be alphanumeric strings with length 9!";
     const struct tp_chat_msg *m = c->m;
@@ -98,7 +98,7 @@ int tp_chat_render_mistral_nemo(const struct tp_chat_ctx *c, struct tp_buf *o)
         if (strcmp(m[i].role, "user") == 0) last_user = i;
         if (strcmp(m[i].role, "tool") == 0 || m[i].n_calls > 0) continue;
         if ((strcmp(m[i].role, "user") == 0) != (idx % 2 == 0))
-            return tp_chat_raise(c->err, c->err_cap, "After the optional system message, conversation roles must "
+            return tp_chat_raise(c->err, "After the optional system message, conversation roles must "
                                                      "alternate user/assistant/user/assistant/...");
         idx++;
     }
@@ -119,12 +119,12 @@ int tp_chat_render_mistral_nemo(const struct tp_chat_ctx *c, struct tp_buf *o)
             for (int k = 0; k < m[i].n_calls; k++) {
                 const struct tp_chat_call *call = &m[i].calls[k];
                 cJSON *name = cJSON_CreateString(call->name);
-                if (!name) return -2;
+                if (!name) return TP_ERR_NOMEM;
                 int rc = put(o, "{\"name\": ") || tp_chat_tojson(name, 0, o) || put(o, ", \"arguments\": ") ||
                          tp_chat_tojson(call->arguments, 0, o);
                 cJSON_Delete(name);
-                if (rc) return -2;
-                if (n_chars(call->id) != 9) return tp_chat_raise(c->err, c->err_cap, bad_id);
+                if (rc) return TP_ERR_NOMEM;
+                if (n_chars(call->id) != 9) return tp_chat_raise(c->err, bad_id);
                 P(put(o, ", \"id\": \""));
                 P(put(o, call->id));
                 P(put(o, "\"}"));
@@ -142,14 +142,14 @@ int tp_chat_render_mistral_nemo(const struct tp_chat_ctx *c, struct tp_buf *o)
             P(put(o, "[TOOL_RESULTS]{\"content\": "));
             P(put(o, m[i].content));
             P(put(o, ", "));
-            if (n_chars(m[i].tool_call_id) != 9) return tp_chat_raise(c->err, c->err_cap, bad_id);
+            if (n_chars(m[i].tool_call_id) != 9) return tp_chat_raise(c->err, bad_id);
             P(put(o, "\"call_id\": \""));
             P(put(o, m[i].tool_call_id));
             P(put(o, "\"}[/TOOL_RESULTS]"));
         } else {
-            return tp_chat_raise(c->err, c->err_cap, "Only user and assistant roles are supported, with the exception "
+            return tp_chat_raise(c->err, "Only user and assistant roles are supported, with the exception "
                                                      "of an initial optional system message!");
         }
     }
-    return 0;
+    return TP_OK;
 }

@@ -22,7 +22,7 @@
 #define P TP_CHAT_P
 
 /* The "# Tools" block that ends the system turn (Qwen2.5 and Qwen3 write it alike). */
-static int put_tools(struct tp_buf *o, const cJSON *tools)
+static enum tp_status put_tools(struct tp_buf *o, const cJSON *tools)
 {
     P(put(o, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
              "function signatures within <tools></tools> XML tags:\n<tools>"));
@@ -33,31 +33,31 @@ static int put_tools(struct tp_buf *o, const cJSON *tools)
     P(put(o, "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
              "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
              "<args-json-object>}\n</tool_call><|im_end|>\n"));
-    return 0;
+    return TP_OK;
 }
 
-static int put_call(struct tp_buf *o, const struct tp_chat_call *call)
+static enum tp_status put_call(struct tp_buf *o, const struct tp_chat_call *call)
 {
     P(put(o, "<tool_call>\n{\"name\": \""));
     P(put(o, call->name));
     P(put(o, "\", \"arguments\": "));
     P(tp_chat_tojson(call->arguments, 0, o));
     P(put(o, "}\n</tool_call>"));
-    return 0;
+    return TP_OK;
 }
 
 /* Tool message i: consecutive ones share one user turn. */
-static int put_tool_result(struct tp_buf *o, const struct tp_chat_msg *m, int n, int i)
+static enum tp_status put_tool_result(struct tp_buf *o, const struct tp_chat_msg *m, int n, int i)
 {
     if (i == 0 || strcmp(m[i - 1].role, "tool") != 0) P(put(o, "<|im_start|>user"));
     P(put(o, "\n<tool_response>\n"));
     P(put(o, m[i].content));
     P(put(o, "\n</tool_response>"));
     if (i == n - 1 || strcmp(m[i + 1].role, "tool") != 0) P(put(o, "<|im_end|>\n"));
-    return 0;
+    return TP_OK;
 }
 
-int tp_chat_render_chatml(const struct tp_chat_ctx *cx, struct tp_buf *o)
+enum tp_status tp_chat_render_chatml(const struct tp_chat_ctx *cx, struct tp_buf *o)
 {
     const struct tp_chat_msg *m = cx->m;
     const int n = cx->n;
@@ -74,10 +74,10 @@ int tp_chat_render_chatml(const struct tp_chat_ctx *cx, struct tp_buf *o)
         P(put(o, "<|im_end|>\n"));
     }
     if (cx->add_gen) P(put(o, "<|im_start|>assistant\n"));
-    return 0;
+    return TP_OK;
 }
 
-int tp_chat_render_qwen3(const struct tp_chat_ctx *cx, struct tp_buf *o)
+enum tp_status tp_chat_render_qwen3(const struct tp_chat_ctx *cx, struct tp_buf *o)
 {
     const struct tp_chat_msg *m = cx->m;
     const int n = cx->n;
@@ -155,10 +155,10 @@ int tp_chat_render_qwen3(const struct tp_chat_ctx *cx, struct tp_buf *o)
         }
     }
     if (cx->add_gen) P(put(o, "<|im_start|>assistant\n"));
-    return 0;
+    return TP_OK;
 }
 
-int tp_chat_render_qwen25(const struct tp_chat_ctx *cx, struct tp_buf *o)
+enum tp_status tp_chat_render_qwen25(const struct tp_chat_ctx *cx, struct tp_buf *o)
 {
     const struct tp_chat_msg *m = cx->m;
     const int n = cx->n;
@@ -198,5 +198,5 @@ int tp_chat_render_qwen25(const struct tp_chat_ctx *cx, struct tp_buf *o)
         }
     }
     if (cx->add_gen) P(put(o, "<|im_start|>assistant\n"));
-    return 0;
+    return TP_OK;
 }

@@ -129,9 +129,12 @@ static void trim_ws(const char **b, const char **e)
     }
 }
 
-int tp_chat_put(struct tp_buf *o, const char *s) { return tp_buf_puts(o, s); }
-int tp_chat_putn(struct tp_buf *o, const char *b, const char *e) { return tp_buf_append(o, b, (size_t)(e - b)); }
-int tp_chat_put_trim(struct tp_buf *o, const char *s)
+enum tp_status tp_chat_put(struct tp_buf *o, const char *s) { return tp_buf_puts(o, s); }
+enum tp_status tp_chat_putn(struct tp_buf *o, const char *b, const char *e)
+{
+    return tp_buf_append(o, b, (size_t)(e - b));
+}
+enum tp_status tp_chat_put_trim(struct tp_buf *o, const char *s)
 {
     const char *b = s, *e = s + strlen(s);
     trim_ws(&b, &e);
@@ -142,16 +145,15 @@ int tp_chat_put_trim(struct tp_buf *o, const char *s)
 #define put_trim tp_chat_put_trim
 #define P TP_CHAT_P
 
-int tp_chat_raise(char *err, size_t cap, const char *msg)
+enum tp_status tp_chat_raise(struct tp_error *err, const char *msg)
 {
-    snprintf(err, cap, "%s", msg);
-    return -1;
+    return tp_error_set(err, TP_ERR_INVALID_ARG, "%s", msg);
 }
 
 /* ---------------------------------------------------------- families */
 
-static int render_llama2(const struct tp_chat_msg *m, int n, const char *bos, const char *eos, struct tp_buf *o,
-                         char *err, size_t cap)
+static enum tp_status render_llama2(const struct tp_chat_msg *m, int n, const char *bos, const char *eos,
+                                   struct tp_buf *o, struct tp_error *err)
 {
     const char *sys = NULL;
     if (n > 0 && strcmp(m[0].role, "system") == 0) {
@@ -162,7 +164,7 @@ static int render_llama2(const struct tp_chat_msg *m, int n, const char *bos, co
     for (int i = 0; i < n; i++) {
         int is_user = strcmp(m[i].role, "user") == 0;
         if (is_user != (i % 2 == 0))
-            return tp_chat_raise(err, cap, "Conversation roles must alternate user/assistant/user/assistant/...");
+            return tp_chat_raise(err, "Conversation roles must alternate user/assistant/user/assistant/...");
         struct tp_buf c = {0};
         if (i == 0 && sys) {
             if (put(&c, "<<SYS>>\n") || put(&c, sys) || put(&c, "\n<</SYS>>\n\n")) goto nomem;
@@ -204,7 +206,7 @@ int tp_chat_default_system(const char *t, char *out, size_t cap)
     return 0;
 }
 
-static int render_zephyr(const struct tp_chat_msg *m, int n, int add_gen, const char *eos, struct tp_buf *o)
+static enum tp_status render_zephyr(const struct tp_chat_msg *m, int n, int add_gen, const char *eos, struct tp_buf *o)
 {
     for (int i = 0; i < n; i++) {
         P(put(o, "<|"));
@@ -218,7 +220,7 @@ static int render_zephyr(const struct tp_chat_msg *m, int n, int add_gen, const 
     return 0;
 }
 
-static int render_plain(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
+static enum tp_status render_plain(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
 {
     for (int i = 0; i < n; i++) {
         P(put(o, m[i].role));
@@ -230,21 +232,22 @@ static int render_plain(const struct tp_chat_msg *m, int n, int add_gen, struct 
     return 0;
 }
 
-int tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs, int add_gen, const char *bos,
-                   const char *eos, const char *default_system, struct tp_buf *out, char *err, size_t err_cap)
+enum tp_status tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs, int add_gen,
+                              const char *bos, const char *eos, const char *default_system, struct tp_buf *out,
+                              struct tp_error *err)
 {
     struct tp_chat_opts o = {.add_generation_prompt = add_gen, .bos = bos, .eos = eos, .default_system = default_system};
-    return tp_chat_render_opts(f, msgs, n_msgs, &o, out, err, err_cap);
+    return tp_chat_render_opts(f, msgs, n_msgs, &o, out, err);
 }
 
-int tp_chat_render_opts(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs, const struct tp_chat_opts *o,
-                        struct tp_buf *out, char *err, size_t err_cap)
+enum tp_status tp_chat_render_opts(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs,
+                                   const struct tp_chat_opts *o, struct tp_buf *out, struct tp_error *err)
 {
     const char *bos = o->bos ? o->bos : "", *eos = o->eos ? o->eos : "";
     const int add_gen = o->add_generation_prompt;
     const cJSON *tools = o->tools;
     struct tp_chat_ctx c = {.m = msgs, .n = n_msgs, .add_gen = add_gen, .bos = bos, .eos = eos,
-                            .default_system = o->default_system, .tools = tools, .err = err, .err_cap = err_cap};
+                            .default_system = o->default_system, .tools = tools, .err = err};
     if (o->date) {
         snprintf(c.date, sizeof c.date, "%s", o->date);
     } else {
@@ -255,23 +258,20 @@ int tp_chat_render_opts(enum tp_chat_family f, const struct tp_chat_msg *msgs, i
     }
     if (!tp_chat_has_tools(f)) {
         /* these templates have no place for tools: refuse rather than drop them silently */
-        char msg[160];
         const char *what = NULL;
         if (tools && cJSON_GetArraySize(tools) > 0) what = "tools";
         for (int i = 0; i < n_msgs && !what; i++)
             if (msgs[i].n_calls > 0) what = "tool calls in the history";
             else if (strcmp(msgs[i].role, "tool") == 0) what = "tool messages";
-        if (what) {
-            snprintf(msg, sizeof msg, "the %s chat template has no tool format, so %s cannot be rendered",
-                     tp_chat_family_name(f), what);
-            return tp_chat_raise(err, err_cap, msg);
-        }
+        if (what)
+            return tp_error_set(err, TP_ERR_INVALID_ARG, "the %s chat template has no tool format, so %s cannot be "
+                                "rendered", tp_chat_family_name(f), what);
     }
     switch (f) {
     case TP_CHAT_LLAMA3: return tp_chat_render_llama3(&c, out);
     case TP_CHAT_LLAMA31:
     case TP_CHAT_LLAMA32: return tp_chat_render_llama31(&c, f == TP_CHAT_LLAMA32 ? c.date : NULL, out);
-    case TP_CHAT_LLAMA2: return render_llama2(msgs, n_msgs, c.bos, c.eos, out, err, err_cap);
+    case TP_CHAT_LLAMA2: return render_llama2(msgs, n_msgs, c.bos, c.eos, out, err);
     case TP_CHAT_MISTRAL: return tp_chat_render_mistral(&c, out);
     case TP_CHAT_MISTRAL_NEMO: return tp_chat_render_mistral_nemo(&c, out);
     case TP_CHAT_CHATML: return tp_chat_render_chatml(&c, out);
@@ -279,6 +279,6 @@ int tp_chat_render_opts(enum tp_chat_family f, const struct tp_chat_msg *msgs, i
     case TP_CHAT_QWEN25: return tp_chat_render_qwen25(&c, out);
     case TP_CHAT_ZEPHYR: return render_zephyr(msgs, n_msgs, add_gen, c.eos, out);
     case TP_CHAT_PLAIN: return render_plain(msgs, n_msgs, add_gen, out);
-    default: return tp_chat_raise(err, err_cap, "unknown chat template family");
+    default: return tp_chat_raise(err, "unknown chat template family");
     }
 }
