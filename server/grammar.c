@@ -56,7 +56,6 @@ struct tp_grammar {
     int any; /* node for "any JSON value", -1 until needed */
     int64_t *minlen; /* (n_nodes) bytes of the shortest value of each node (closing costs, see gstate_cost) */
     int64_t root_cost; /* the shortest root value, plus one when it needs end-of-generation to end */
-    int64_t step_max; /* most one byte can raise the cost of a state (a bound, see tp_grammar_cost_window) */
 };
 
 /* ================================================================ build */
@@ -742,10 +741,7 @@ static int64_t root_len(const tp_grammar_t *g, int node, int hops)
 }
 
 /* Shortest value of every node (a fixed point: recursion through $ref and
- * anyOf), and a bound on the cost one byte can add: choosing an optional
- * member, a longer branch or literal, or one more item costs at most a
- * separator, a key and a shortest value (a string byte costs nothing, a
- * number's '.' or 'e' one).  0, or -1 out of memory. */
+ * anyOf).  0, or -1 out of memory. */
 static int cost_init(tp_grammar_t *g)
 {
     g->minlen = malloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1) * sizeof *g->minlen);
@@ -784,11 +780,6 @@ static int cost_init(tp_grammar_t *g)
             if (v < g->minlen[i]) g->minlen[i] = v, changed = 1;
         }
     }
-    int64_t mx = 0, key = TP_GRAMMAR_KEY_BYTES + 2;
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->minlen[i] < COST_INF) mx = TP_MAX(mx, g->minlen[i]);
-    for (int i = 0; i < g->n_strs; i++) key = TP_MAX(key, (int64_t)g->strs[i].len);
-    g->step_max = mx + key + 3;
     g->root_cost = root_len(g, g->root, 0);
     return 0;
 }
@@ -1686,6 +1677,8 @@ struct tp_mask_ctx {
     const tp_token_trie_t *t;
     struct tp_gstate *st; /* (max_len + 1) states, one per trie depth */
     int budget;           /* tokens are kept only when the cost after them is at most this; -1: no limit */
+    int track;            /* record maxcost */
+    int64_t maxcost;      /* the highest cost after an allowed token (a bound for the plain sets) */
 };
 
 enum tp_status tp_mask_ctx_init(const tp_token_trie_t *t, tp_mask_ctx_t **out)
@@ -1719,9 +1712,13 @@ static int walk(tp_mask_ctx_t *c, const struct trie *t, const tp_grammar_t *g, u
             i = x->skip;
             continue;
         }
-        if (x->tok_count > 0 && c->budget >= 0 && tp_gstate_cost(g, &c->st[x->depth]) > c->budget) {
-            i++; /* too far from closing for the tokens left; a longer token may close more */
-            continue;
+        if (x->tok_count > 0 && (c->budget >= 0 || c->track)) {
+            const int64_t cost = tp_gstate_cost(g, &c->st[x->depth]);
+            if (c->budget >= 0 && cost > c->budget) {
+                i++; /* too far from closing for the tokens left; a longer token may close more */
+                continue;
+            }
+            c->maxcost = TP_MAX(c->maxcost, cost);
         }
         for (int k = 0; k < x->tok_count; k++) {
             int id = t->ids[x->tok_first + k];
@@ -1744,44 +1741,56 @@ static int set_and_walk(tp_mask_ctx_t *c, const uint32_t *set, const struct trie
     return allowed + walk(c, trie, g, mask);
 }
 
-int tp_grammar_cost_window(const tp_grammar_t *g, const tp_token_trie_t *t)
-{
-    int64_t w = g->step_max * (t ? t->all.max_len : 1);
-    return w >= INT32_MAX ? INT32_MAX : (int)w;
-}
-
 int tp_grammar_mask(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, uint32_t *mask)
 {
-    return tp_grammar_mask_budget(c, g, st, -1, mask);
+    return tp_grammar_mask_budget(c, g, st, -1, mask, NULL);
 }
 
-int tp_grammar_mask_budget(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, int budget,
-                           uint32_t *mask)
+static int mask_budget(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, int budget, uint32_t *mask)
 {
     const tp_token_trie_t *t = c->t;
-    tp_gstate_copy(&c->st[0], st);
-    c->budget = budget;
-    /* inside a string body a plain token raises the cost by at most the 3 continuation bytes of a
-     * character it leaves unfinished; inside an additional key it may leave a cheaper property name
-     * behind, so the cost after it is at most that of ending the key as an additional one */
-    const int plain_ok = budget < 0 || (int64_t)tp_gstate_cost(g, st) + 3 <= budget;
+    const int costs = budget >= 0 || c->track;
+    const int64_t cost0 = costs ? tp_gstate_cost(g, st) : 0;
     if (st->n == 1) {
         const struct tp_gstack *s = &st->s[0];
         const struct tp_gframe *f = &s->f[s->depth - 1];
         /* a string body at a character boundary with room for PLAIN_MAX_BYTES
-         * more characters: every plain token is accepted, walk the others */
-        if (plain_ok && f->node != TP_GNODE_ROOT && !(f->flags & FL_KEY) && g->nodes[f->node].kind == G_STRING &&
-            f->phase == S_BODY && f->u8 == 0) {
+         * more characters: every plain token is accepted, walk the others.  A
+         * plain token raises the cost by at most the 3 continuation bytes of a
+         * character it leaves unfinished. */
+        if ((budget < 0 || cost0 + 3 <= budget) && f->node != TP_GNODE_ROOT && !(f->flags & FL_KEY) &&
+            g->nodes[f->node].kind == G_STRING && f->phase == S_BODY && f->u8 == 0) {
             const struct gnode *n = &g->nodes[f->node];
-            if (n->max < 0 || (int64_t)n->max - (int64_t)f->n - (int64_t)f->lo >= PLAIN_MAX_BYTES)
+            if (n->max < 0 || (int64_t)n->max - (int64_t)f->n - (int64_t)f->lo >= PLAIN_MAX_BYTES) {
+                c->maxcost = cost0 + 3;
                 return set_and_walk(c, t->plain, &t->rest, g, mask);
+            }
         }
         /* an additionalProperties key with room for PLAIN_MAX_BYTES more
-         * bytes: every printable-ASCII plain token is accepted */
-        if ((budget < 0 || stack_cost(g, s, 1) <= budget) && (f->flags & FL_KEY) && (f->flags & FL_KEYFREE) && f->pos >= 1 &&
-            TP_GRAMMAR_KEY_BYTES - (int)f->pos >= PLAIN_MAX_BYTES)
-            return set_and_walk(c, t->keyplain, &t->keyrest, g, mask);
+         * bytes: every printable-ASCII plain token is accepted.  One may leave
+         * a cheaper property name behind: the cost after it is at most that of
+         * ending the key as an additional one. */
+        if ((f->flags & FL_KEY) && (f->flags & FL_KEYFREE) && f->pos >= 1 &&
+            TP_GRAMMAR_KEY_BYTES - (int)f->pos >= PLAIN_MAX_BYTES) {
+            const int64_t free_cost = costs ? stack_cost(g, s, 1) : 0;
+            if (budget < 0 || free_cost <= budget) {
+                c->maxcost = free_cost;
+                return set_and_walk(c, t->keyplain, &t->keyrest, g, mask);
+            }
+        }
     }
     memset(mask, 0, (size_t)t->n_words * sizeof *mask);
     return walk(c, &t->all, g, mask);
+}
+
+int tp_grammar_mask_budget(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, int budget,
+                           uint32_t *mask, int *max_cost)
+{
+    tp_gstate_copy(&c->st[0], st);
+    c->budget = budget;
+    c->track = max_cost != NULL;
+    c->maxcost = 0;
+    int n = mask_budget(c, g, st, budget, mask);
+    if (max_cost) *max_cost = c->maxcost >= INT32_MAX ? INT32_MAX : (int)c->maxcost;
+    return n;
 }

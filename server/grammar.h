@@ -140,17 +140,13 @@ int tp_grammar_mask(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gst
  */
 int tp_gstate_cost(const tp_grammar_t *g, const struct tp_gstate *st);
 /*
- * A bound on how much one token (at most the trie's longest) can raise the
- * cost: while cost + window is within the tokens left, no token can break
- * the budget and the plain mask applies.
- */
-int tp_grammar_cost_window(const tp_grammar_t *g, const tp_token_trie_t *t);
-/*
  * tp_grammar_mask keeping only the tokens after which tp_gstate_cost is at
  * most budget (budget < 0: tp_grammar_mask).  May allow none (the caller
- * falls back to the plain mask).
+ * falls back to the plain mask).  max_cost (NULL: not wanted) receives a
+ * bound on the cost after any allowed token: a plain mask whose bound is
+ * within the tokens left needs no budget.  Allocates nothing.
  */
 int tp_grammar_mask_budget(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, int budget,
-                           uint32_t *mask);
+                           uint32_t *mask, int *max_cost);
 
 #endif

@@ -63,6 +63,7 @@ struct slot {
     struct tp_gstate *gkey;  /* normal form of the state smask was computed for (owned) */
     int gkey_valid;
     uint32_t *smask;         /* (mask_words) the grammar mask of gkey (owned): reused while a string grows */
+    int smask_maxcost;       /* the highest closing cost (tp_gstate_cost) a token of smask can leave */
     int gon;                 /* the grammar constrains this step: always for response_format and forced calls;
                               * with tool_choice "auto" only from where a call's JSON begins to where it ends */
     size_t gfrom;            /* auto: text offset from which the next call marker is looked for */
@@ -658,23 +659,24 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
         if (!g || !s->gon) continue;
         uint32_t *m = e->mask + (size_t)nm * (size_t)e->mask_words;
         struct slot *sw = &e->slots[e->row_slot[row]];
-        /* near the end of max_tokens only tokens that leave the value closable in the tokens left are
-         * allowed (tp_gstate_cost); when none are (a tiny budget), the plain mask applies */
-        const int left = s->req->max_tokens - s->req->n_toks - 1; /* tokens after this one */
-        const int cost = tp_gstate_cost(g, s->gst);
-        int budgeted = 0;
-        if ((int64_t)cost + tp_grammar_cost_window(g, e->trie) > left && cost <= left + 1)
-            budgeted = tp_grammar_mask_budget(e->mctx, g, s->gst, left, m) > 0 ||
-                       (left >= 0 && cost <= 1 && tp_gstate_accepting(g, s->gst));
-        if (!budgeted) {
-            tp_gstate_normalize(g, s->gst, e->gnorm);
-            if (!sw->gkey_valid || !tp_gstate_equal(e->gnorm, sw->gkey)) {
-                (void)tp_grammar_mask(e->mctx, g, s->gst, sw->smask);
-                tp_gstate_copy(sw->gkey, e->gnorm);
-                sw->gkey_valid = 1;
-            }
-            memcpy(m, sw->smask, (size_t)e->mask_words * sizeof *m);
+        tp_gstate_normalize(g, s->gst, e->gnorm);
+        if (!sw->gkey_valid || !tp_gstate_equal(e->gnorm, sw->gkey)) {
+            (void)tp_grammar_mask_budget(e->mctx, g, s->gst, -1, sw->smask, &sw->smask_maxcost);
+            tp_gstate_copy(sw->gkey, e->gnorm);
+            sw->gkey_valid = 1;
         }
+        /* near the end of max_tokens, when a token the plain mask allows could leave more to close than
+         * tokens left, only tokens that leave the value closable in time are allowed (tp_gstate_cost);
+         * when none are (a budget below the shortest value), the plain mask applies */
+        const int left = s->req->max_tokens - s->req->n_toks - 1; /* tokens after this one */
+        int budgeted = 0;
+        if (sw->smask_maxcost > left) {
+            const int cost = tp_gstate_cost(g, s->gst);
+            if (cost <= left + 1)
+                budgeted = tp_grammar_mask_budget(e->mctx, g, s->gst, left, m, NULL) > 0 ||
+                           (left >= 0 && cost <= 1 && tp_gstate_accepting(g, s->gst));
+        }
+        if (!budgeted) memcpy(m, sw->smask, (size_t)e->mask_words * sizeof *m);
         if (tp_gstate_accepting(g, s->gst))
             for (int k = 0; k < e->n_eog; k++) m[e->eog[k] / 32] |= 1u << (e->eog[k] % 32);
         /* tokens logit_bias bans stay banned; a mask left empty fails the request after the step */

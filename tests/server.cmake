@@ -76,7 +76,7 @@ foreach(_tp_case "stories_1rank|${PROJECT_SOURCE_DIR}/models/stories260K.gguf|1|
   if(_m MATCHES "^synth:")
     # random weights at a 128K+ vocabulary: one seed keeps it short
     set_tests_properties(server.node_structured_${_n} PROPERTIES ENVIRONMENT
-                         "TP_SHARED_DIR=${TP_SHARED_DIR};TP_STRUCT_SEEDS=1;TP_STRUCT_MAX_TOKENS=600")
+                         "TP_SHARED_DIR=${TP_SHARED_DIR};TP_STRUCT_SEEDS=1;TP_STRUCT_MAX_TOKENS=300")
   endif()
 endforeach()
 

@@ -52,7 +52,7 @@ for _ in $(seq 1 300); do
   sleep 0.2
 done
 [ -n "$port" ] || { echo "FAIL: tpserve serve did not start"; cat "$out"; exit 1; }
-tmo 300 node "$here/$script" "http://127.0.0.1:$port/v1" structured-key
+tmo 500 node "$here/$script" "http://127.0.0.1:$port/v1" structured-key
 rc=$?
 kill "$pid"; wait "$pid" 2>/dev/null; pid=""
 exit $rc

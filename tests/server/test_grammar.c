@@ -363,8 +363,10 @@ static void test_cost_exact(void)
 
 /* Generation under a token budget: random tokens from the byte + multi-byte
  * vocabulary, masked with tp_grammar_mask_budget(tokens left after this
- * one) once the window is reached; every walk ends complete within its
- * max_tokens, whatever max_tokens is (from the initial cost up). */
+ * one); every walk ends complete within its max_tokens, whatever max_tokens
+ * is (from the initial cost up).  The plain mask's max_cost bounds the cost
+ * after each token it allows (the scheduler reuses a plain mask while that
+ * bound is within the tokens left). */
 static void test_budget_closes(void)
 {
     struct vocab v;
@@ -390,7 +392,17 @@ static void test_budget_closes(void)
                 int done = 0;
                 for (int k = 0; k < max_tokens && !done; k++) {
                     const int left = max_tokens - k - 1;
-                    int n_allowed = tp_grammar_mask_budget(mc, g, &st, left, mask);
+                    /* the plain mask's bound on the cost after its tokens holds for each of them */
+                    int max_cost = -1;
+                    (void)tp_grammar_mask_budget(mc, g, &st, -1, mask, &max_cost);
+                    for (int i = 0; i < v.n; i++)
+                        if (mask[i / 32] >> (i % 32) & 1) {
+                            static struct tp_gstate nx;
+                            tp_gstate_copy(&nx, &st);
+                            CU_ASSERT_FATAL(tp_gstate_feed_bytes(g, &nx, v.piece[i], v.len[i]));
+                            CU_ASSERT(tp_gstate_cost(g, &nx) <= max_cost);
+                        }
+                    int n_allowed = tp_grammar_mask_budget(mc, g, &st, left, mask, NULL);
                     for (int i = 0; i < v.n; i++) /* every allowed token keeps the value closable */
                         if (mask[i / 32] >> (i % 32) & 1) {
                             static struct tp_gstate nx;
