@@ -59,7 +59,7 @@ static cJSON *tool_calls_json(const struct tp_req *r, size_t *content_end)
         cJSON *c = cJSON_CreateObject();
         cJSON_AddItemToArray(calls, c);
         cJSON_AddNumberToObject(c, "index", cJSON_GetArraySize(calls) - 1);
-        char id[64];
+        char id[80]; /* "call_" + a request id (< 48) + "_" + k */
         call_id(r, k, id, sizeof id);
         cJSON_AddStringToObject(c, "id", id);
         cJSON_AddStringToObject(c, "type", "function");
@@ -299,7 +299,7 @@ static void tool_delta(struct stream *st, int k, const char *name, const char *a
     cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), c);
     cJSON_AddNumberToObject(c, "index", k);
     if (hdr) {
-        char id[64];
+        char id[80]; /* "call_" + a request id (< 48) + "_" + k */
         call_id(r, k, id, sizeof id);
         cJSON_AddStringToObject(c, "id", id);
         cJSON_AddStringToObject(c, "type", "function");
