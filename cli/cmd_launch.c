@@ -261,13 +261,15 @@ cleanup:
 
 /* ------------------------------------------------------------ comm-selftest */
 
-static int selftest_sum(tp_comm_t *c, size_t count, enum tp_dtype dt)
+/* One all_sum of count values checked against the exact sums.  TP_OK, the collective's failure, or
+ * TP_ERR_INTERNAL (wrong values, printed). */
+static enum tp_status selftest_sum(tp_comm_t *c, size_t count, enum tp_dtype dt)
 {
     const int me = tp_comm_rank(c), n = tp_comm_size(c);
     const size_t es = tp_dtype_size(dt);
     unsigned char *buf = malloc(count * es + 1);
     int bad = 0;
-    if (!buf) return 1;
+    if (!buf) return TP_ERR_NOMEM;
     for (size_t i = 0; i < count; i++) {
         int32_t v = (int32_t)((i * 3 + (size_t)me * 5) % 11) - 5;
         if (dt == TP_DTYPE_F32) ((float *)buf)[i] = (float)v;
@@ -278,7 +280,7 @@ static int selftest_sum(tp_comm_t *c, size_t count, enum tp_dtype dt)
         fprintf(stderr, "comm-selftest: rank %d: all_sum of %zu %s failed: %s\n", me, count, tp_dtype_name(dt),
                 tp_comm_last_error(c));
         free(buf);
-        return 1;
+        return st;
     }
     for (size_t i = 0; i < count && bad < 3; i++) {
         int32_t want = 0;
@@ -291,15 +293,15 @@ static int selftest_sum(tp_comm_t *c, size_t count, enum tp_dtype dt)
         }
     }
     free(buf);
-    return bad;
+    return bad ? TP_ERR_INTERNAL : TP_OK;
 }
 
 int tp_cmd_comm_selftest(int argc, char **argv)
 {
-    int exit_rank = -1, exit_code = 3;
+    int exit_rank = -1, exit_code = 5;
     const struct tp_opt opts[] = {
         {"exit-rank", 0, TP_OPT_INT, &exit_rank, "R", "(testing) rank R exits right after joining", 0, 1 << 20},
-        {"exit-code", 0, TP_OPT_INT, &exit_code, "C", "(testing) with this status (default 3)", 0, 255},
+        {"exit-code", 0, TP_OPT_INT, &exit_code, "C", "(testing) with this status (default 5)", 0, 255},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int np = 0;
@@ -318,22 +320,23 @@ int tp_cmd_comm_selftest(int argc, char **argv)
         fflush(stderr);
         _exit(exit_code);
     }
-    int bad = 0;
+    enum tp_status st = TP_OK;
     static const size_t counts[] = {1, 4096, 300000};
-    for (size_t k = 0; k < TP_ARRAY_LEN(counts) && !bad; k++) {
-        bad += selftest_sum(c, counts[k], TP_DTYPE_F32);
-        if (!bad) bad += selftest_sum(c, counts[k], TP_DTYPE_I32);
+    for (size_t k = 0; k < TP_ARRAY_LEN(counts) && st == TP_OK; k++) {
+        st = selftest_sum(c, counts[k], TP_DTYPE_F32);
+        if (st == TP_OK) st = selftest_sum(c, counts[k], TP_DTYPE_I32);
     }
     int32_t mine = me * 10, all[LAUNCH_MAX];
-    if (!bad && n <= LAUNCH_MAX) {
-        if (tp_comm_all_gather(c, &mine, all, 1, TP_DTYPE_I32) != TP_OK) bad++;
-        for (int r = 0; r < n && !bad; r++) bad += all[r] != r * 10;
+    if (st == TP_OK && n <= LAUNCH_MAX) {
+        st = tp_comm_all_gather(c, &mine, all, 1, TP_DTYPE_I32);
+        for (int r = 0; r < n && st == TP_OK; r++)
+            if (all[r] != r * 10) st = TP_ERR_INTERNAL;
     }
-    if (!bad && tp_comm_barrier(c) != TP_OK) bad++;
-    if (bad) {
+    if (st == TP_OK) st = tp_comm_barrier(c);
+    if (st != TP_OK) {
         fprintf(stderr, "comm-selftest: rank %d of %d FAILED: %s\n", me, n, tp_comm_last_error(c));
         tp_comm_free(c);
-        return 1;
+        return tp_cli_exit_for(st);
     }
     printf("comm-selftest: rank %d of %d ok (backend %s)\n", me, n, tp_comm_backend_name(tp_comm_backend(c)));
     tp_comm_free(c);
