@@ -1,36 +1,12 @@
 /*
  * cli/bench_serve.c - `tpserve bench serve`: load test a running server.
- *
- * For each concurrency level C, C client threads are released together
- * (barrier); each sends --rounds streaming /v1/completions requests one
- * after the other with a prompt of exactly --prompt-tokens tokens (sent as
- * token ids, so the count is exact) and ignore_eos so every request
- * generates exactly --gen-tokens tokens.  Tokens are counted, not text
- * chunks: a streamed chunk may carry several tokens (one whose text is an
- * incomplete UTF-8 sequence is sent with the next), so each request's count
- * is the final usage chunk's completion_tokens, and with --logprobs every
- * chunk's own count (logprobs.tokens).  Without --logprobs the chunks of a
- * request whose chunk count differs from its usage are weighted by usage /
- * chunks (reported as requests_chunks_not_tokens); --logprobs makes every
- * arrival time exact but moves the server off its greedy fast path.
- * Reported per level: aggregate generated tokens/sec (all tokens / wall time
- * of the level), median time to first token, median time per output token
- * ((last arrival - first arrival) / the tokens that arrived after the first
- * chunk)
- * and failed requests, the decode-phase aggregate C / median TPOT (a
- * request's TPOT still holds the prefill chunks of requests admitted while
- * it decodes) and the steady-state rate (tokens all C streams receive while
- * every one of them is decoding and none has finished, per round: no
- * prefill runs then; see steady_rate), each with its ratio to the first
- * level.  The wall-clock aggregate includes
- * every request's prefill: with --prompt-tokens 128 --gen-tokens 64 on a
- * CPU whose prefill is compute-bound, the C prompts' prefill bounds it no
- * matter how cheap a batched decode step is.  --shared-prefix N makes the
- * first N prompt tokens the same in every request (a common system prompt or
- * document, like vLLM's benchmark --random-prefix-len): the rest stays
- * distinct, and the mean cached_tokens the server reports per request shows
- * how much prefill its prompt cache / prefix sharing saved.  A benchmark,
- * not a test.
+ * For each concurrency level C, C client threads released together each
+ * send --rounds streaming /v1/completions requests of exactly
+ * --prompt-tokens prompt tokens (token ids) and --gen-tokens generated ones
+ * (ignore_eos); it reports per level the aggregate tokens/s, median TTFT and
+ * TPOT, the decode-phase and steady-state rates and errors.  Tokens are
+ * counted from the usage chunk (or logprobs), never from text chunks.  What
+ * each figure means: docs/serving.md ("Load test").  A benchmark, not a test.
  */
 #include <arpa/inet.h>
 #include <errno.h>

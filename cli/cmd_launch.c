@@ -1,32 +1,12 @@
 /*
- * cli/cmd_launch.c - `tpserve launch -n N [--backend ring|rdma|mpi] -- CMD ...`:
- * start N local ranks of CMD with the environment the comm module reads
- * (TP_RANK, TP_WORLD_SIZE, TP_BACKEND, TP_HOSTFILE, TP_CLUSTER_TOKEN).
- *
- * ring/rdma: a hostfile with N free loopback ports is generated in a private
- * temporary directory (removed at exit); each port stays bound by a socket
- * that its rank inherits (TP_LISTEN_FD, adopted by comm/), so no other
- * process can take it meanwhile; the cluster token (TP_CLUSTER_TOKEN when
- * set, else 32 random bytes in hex) is put in the ranks' environment, never
- * on a command line (--shm adds TP_COMM_SHM=1: shared-memory rings between
- * the local ranks).  Every output line of rank k is prefixed "[rank k] " (on
- * stdout or stderr as the rank wrote it).  SIGINT/SIGTERM/SIGHUP are
- * forwarded to every rank.  When a rank fails (non-zero exit or a signal)
- * the others get SIGTERM, then SIGKILL after a grace period, and launch
- * exits with the failed rank's status (128+signal for a signal).
- * With --restart N a worker (rank > 0) that fails is started again with
- * backoff instead (at most N times in a row; TP_REJOIN=1 in every rank's
- * environment makes the survivors rejoin rank 0's next group epoch, see
- * docs/recovery.md); rank 0 failing still ends the job with its status.
- * mpi: runs `mpirun --oversubscribe -n N` on CMD with TP_BACKEND=mpi (MPI
- * does the rest; --tag-output prefixes lines with [job,rank]).
- *
- * With --hostfile FILE the ranks run on the hosts of that file over ssh
- * instead (tp_launch_hostfile_main in launch_ssh.c).
- *
- * Also `tpserve comm-selftest`: a small collective check run by every rank
- * under launch (used by the ctest of launch and as a first smoke test of a
- * new cluster).
+ * cli/cmd_launch.c - `tpserve launch -n N [--backend ring|rdma|mpi] -- CMD`:
+ * N local ranks of CMD with the environment comm/ reads (TP_RANK,
+ * TP_WORLD_SIZE, TP_BACKEND, TP_HOSTFILE, TP_CLUSTER_TOKEN); each rank
+ * inherits the socket of its loopback port (TP_LISTEN_FD), the token is in
+ * the environment only; --restart N restarts failed workers; mpi runs
+ * mpirun.  With --hostfile: launch_ssh.c.  Also `tpserve comm-selftest`, a
+ * collective check every rank runs under launch.  Details: docs/multi-node.md
+ * ("Launching"), exit status: docs/cli.md.
  */
 #include <errno.h>
 #include <fcntl.h>

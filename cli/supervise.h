@@ -3,20 +3,14 @@
  * `tpserve launch -n N` (local ranks) and `tpserve launch --hostfile`
  * (ranks over ssh).
  *
- * The caller forks the children with tp_sup_spawn (stdout and stderr on
- * pipes, or both on one); tp_sup_run then prints every output line with a
- * "[rank R] " or "[rank R LABEL] " prefix (stdout to stdout, stderr to
- * stderr), forwards SIGINT/SIGTERM/SIGHUP to every child, and when a child
- * fails (non-zero exit or a signal) stops the others: SIGTERM, then SIGKILL
- * after the grace period.  The failure reported is the first one seen
- * (children that ended together are taken in rank order), except that one
- * ending with TP_SUP_EXIT_PEER_LOST (a rank that stopped because it lost a
- * peer) gives way to the first later failure of another kind that launch's
- * own signals did not cause.
- * With max_restarts > 0 a failed child other than index 0 (a worker) is
- * started again instead, after a backoff (250 ms doubling to 8 s; back to
- * 250 ms once a child ran 2 s), at most max_restarts times in a row; index
- * 0 (rank 0) failing still stops everyone, with its status.
+ * tp_sup_spawn forks a child with piped output; tp_sup_run prefixes every
+ * line with "[rank R] ", forwards SIGINT/SIGTERM/SIGHUP, and when a child
+ * fails stops the others (SIGTERM, SIGKILL after the grace period).  The
+ * failure reported: the first seen (children that ended together in rank
+ * order), except that a TP_SUP_EXIT_PEER_LOST one gives way to the first
+ * later failure of another kind not caused by launch's own signals
+ * (docs/cli.md).  With max_restarts > 0 a failed worker (index > 0) is
+ * restarted after a backoff (250 ms doubling to 8 s) instead.
  */
 #ifndef TP_SERVER_SUPERVISE_H
 #define TP_SERVER_SUPERVISE_H

@@ -1,26 +1,12 @@
 /*
- * server/http.c - the HTTP layer: libmicrohttpd daemon (one thread per
- * connection, bounded connections, idle timeout), routing, authentication,
- * body collection with the --max-body cap (413), and the small endpoints
- * (/health, /metrics, /v1/models, /tokenize, /detokenize).  The completion
- * endpoints live in api.c; the engine thread in scheduler.c.
- *
- * Defences against clients that hold resources (docs/http.md): connections
- * reach MHD through the gate (http_gate.c) only once their first header block
- * is complete; MHD caps the connections per client address; every connection
- * is tracked here with the phase it is in (between requests, sending a body,
- * being answered) and a watchdog thread shuts down those whose next header
- * block or body is late; a connection over --max-connections evicts the one
- * idle longest between requests, or is answered 503.  Framing that two
- * parsers could read differently (Transfer-Encoding with Content-Length,
- * repeated or malformed Content-Length) is refused before any body byte is
- * read, and POST requests reserve their memory against a server-wide budget
- * (503 when it is spent).
- *
- * Blocking is allowed in this threading mode: a non-streaming request waits
- * for its result inside the access handler, a streaming one inside the
- * response's content callback; both poll the client socket every 100 ms and
- * cancel the sequence when the client has gone.
+ * server/http.c - the HTTP layer: the libmicrohttpd daemon, routing,
+ * authentication, body collection (--max-body), the connection watchdog and
+ * the memory budget, the small endpoints (/health, /metrics, /v1/models,
+ * /tokenize, /detokenize), and tp_http_error_kind, the one place where a
+ * status becomes an HTTP status.  Completions: api.c; the gate in front of
+ * MHD: http_gate.c.  Handlers may block (a thread per connection): a waiting
+ * request polls its client every 100 ms and cancels its sequence when the
+ * client has gone.  Limits, defences and the error table: docs/http.md.
  */
 #include <arpa/inet.h>
 #include <errno.h>
