@@ -642,8 +642,8 @@ void tp_model_seq_truncate(tp_model_t *m, int seq, int from_pos)
 int tp_model_seq_reusable(const tp_model_t *m, int seq, int n_pos)
 {
     if (!m || !m->seq_len || seq < 0 || seq >= m->n_seq || n_pos <= 0) return 0;
-    const int n = TP_MIN(n_pos, m->seq_len[seq]);
-    if (n == 0 || m->n_ring == 0) return n;
+    const int n = n_pos;
+    if (m->n_ring == 0) return n;
     /* continuing at n writes position n; every smaller n needs keys at least as old */
     return ring_holds(m, seq, n, TP_MAX(m->seq_hi[seq], n + 1)) ? n : 0;
 }

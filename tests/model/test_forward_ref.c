@@ -441,7 +441,8 @@ static void check_window(enum tp_kv_type kt, double tol)
     FEED(0, 0, 30);
     CHECK_ROWS(0, 30, "prefill 0..30 in chunks");
     CU_ASSERT_EQUAL(tp_model_seq_reusable(m, 0, 25), 25);
-    CU_ASSERT_EQUAL(tp_model_seq_reusable(m, 0, 100), 30);
+    CU_ASSERT_EQUAL(tp_model_seq_reusable(m, 0, 30), 30);
+    CU_ASSERT_EQUAL(tp_model_seq_reusable(m, 0, 0), 0);
     CU_ASSERT_EQUAL(tp_model_seq_reusable(m, 0, 15), 0); /* the ring holds 19..29: window of 15 is 10..15 */
     CU_ASSERT_EQUAL(tp_model_kv_copy(m, 2, 0, 15), TP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(tp_model_last_error(m), "sliding-window"));

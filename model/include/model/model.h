@@ -353,11 +353,12 @@ enum tp_status tp_model_kv_copy(tp_model_t *m, int dst_seq, int src_seq, int n_p
 /*
  * Sliding-window layers keep a ring of min(n_ctx, window + n_batch) positions
  * per sequence, so a sequence can only continue (or be copied) at a position
- * whose window the ring still holds.  Returns the largest n <= n_pos such
- * that sequence seq can continue at position n (after a truncation to n) or
- * be the source of tp_model_kv_copy of n positions (n_pos is first clamped to
- * what the slot holds; without windowed layers that is the answer).  The
- * scheduler bounds prompt-cache reuse and prefix copies with it.
+ * whose window the ring still holds.  Returns n_pos when sequence seq, holding
+ * at least n_pos positions, can continue at position n_pos (after a
+ * truncation to n_pos) or be the source of tp_model_kv_copy of n_pos
+ * positions, else 0 (start it over); always n_pos without windowed layers,
+ * 0 for a bad seq or n_pos <= 0.  The scheduler bounds prompt-cache reuse and
+ * prefix copies with it.
  */
 int tp_model_seq_reusable(const tp_model_t *m, int seq, int n_pos);
 
