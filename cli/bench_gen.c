@@ -123,6 +123,50 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
     return TP_OK;
 }
 
+/*
+ * Prefill n tokens of prompt[] into sequence 0 from position 0 (cleared
+ * first), chunk tokens per forward call, then (steps > 0) decode `steps`
+ * tokens greedily from position n; *pp_sec / *tg_sec: elapsed time of each
+ * part (NULL: not wanted).  --prompt-sizes and --depth.
+ */
+static enum tp_status gen_prefill_decode(struct gen_ctx *g, const int32_t *prompt, int n, int chunk, int steps,
+                                         double *pp_sec, double *tg_sec)
+{
+    gen_reset(g);
+    double t0 = tp_now_s();
+    for (int p0 = 0; p0 < n; p0 += chunk) {
+        enum tp_status rc = gen_forward(g, prompt + p0, TP_MIN(chunk, n - p0), p0);
+        if (rc != TP_OK) return rc;
+    }
+    if (pp_sec) *pp_sec = tp_now_s() - t0;
+    int32_t t = prompt[n > 0 ? n - 1 : 0];
+    t0 = tp_now_s();
+    for (int i = 0; i < steps; i++) {
+        enum tp_status rc = gen_decode(g, &t, n + i);
+        if (rc != TP_OK) return rc;
+    }
+    if (tg_sec) *tg_sec = tp_now_s() - t0;
+    return TP_OK;
+}
+
+/* Parse "a,b,c" into out[<= max] within [lo, hi]; the count, or -1 after printing what is wrong. */
+static int parse_int_list(const char *opt, const char *s, int *out, int max, int lo, int hi)
+{
+    char buf[256];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *end = NULL;
+        long v = strtol(tok, &end, 10);
+        if (end == tok || *end || v < lo || v > hi || n == max) {
+            fprintf(stderr, "tpserve bench gen: --%s '%s': want up to %d values in %d..%d\n", opt, tok, max, lo, hi);
+            return -1;
+        }
+        out[n++] = (int)v;
+    }
+    return n;
+}
+
 /* s (NULL: "") as a JSON string literal. */
 static void print_json_str(const char *s)
 {
@@ -276,7 +320,8 @@ int tp_bench_gen(int argc, char **argv)
     const char *path = NULL;
     int p = 128, n = 64, threads = 0, reps = 3, json = 0, bw_mib = 1024, bw_passes = 4;
     const char *shard_weights = NULL, *moe_split = "auto", *comm_dtype = "f32", *kv_type = "f16", *seqs = NULL;
-    int seqs_ctx = 0;
+    int seqs_ctx = 0, chunk = 512;
+    const char *psizes = NULL, *depths = NULL;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &path, "FILE", "model (GGUF)", 0, 0},
         {"prompt-tokens", 'p', TP_OPT_INT, &p, "P", "prefill length (default 128; 0 skips prefill)", 0, 65536},
@@ -288,6 +333,12 @@ int tp_bench_gen(int argc, char **argv)
         {"seqs", 0, TP_OPT_LIST, &seqs, "K,K,..", "also time decode steps of K sequences at once (1..64, one token each)", 0, 0},
         {"seqs-ctx", 0, TP_OPT_INT, &seqs_ctx, "C",
          "--seqs steps start after C cached tokens per sequence (prefilled untimed; default 0: empty caches)", 0, 65536},
+        {"prompt-sizes", 0, TP_OPT_LIST, &psizes, "P,P,..",
+         "also time prefill of P tokens each (e.g. 128,2048,8192; --batch tokens per call)", 0, 0},
+        {"depth", 0, TP_OPT_LIST, &depths, "D,D,..",
+         "also time -n decode steps after D cached tokens each (prefilled untimed; e.g. 0,2048,8192)", 0, 0},
+        {"batch", 0, TP_OPT_INT, &chunk, "B", "prefill tokens per forward call for --prompt-sizes / --depth (default 512)",
+         1, 65536},
         {"json", 0, TP_OPT_FLAG, &json, NULL, "print one JSON object", 0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..", "under launch/mpirun: share per rank", 0, 0},
         {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
@@ -329,6 +380,16 @@ int tp_bench_gen(int argc, char **argv)
             return 2;
         }
     }
+    int plist[16], np_sizes = 0, dlist[16], nd = 0, big = 0;
+    if (psizes && (np_sizes = parse_int_list("prompt-sizes", psizes, plist, 16, 1, 1 << 20)) < 0) return 2;
+    if (depths && (nd = parse_int_list("depth", depths, dlist, 16, 0, 1 << 20)) < 0) return 2;
+    if (nd > 0 && n == 0) {
+        fprintf(stderr, "tpserve bench gen: --depth needs decode steps (-n > 0)\n");
+        return 2;
+    }
+    for (int i = 0; i < np_sizes; i++) big = TP_MAX(big, plist[i]);
+    for (int i = 0; i < nd; i++) big = TP_MAX(big, dlist[i] + n);
+    if (big == 0) chunk = 0; /* no --prompt-sizes / --depth: no chunked calls */
     if (p == 0 && n == 0) {
         fprintf(stderr, "tpserve bench gen: nothing to measure (-p 0 and -n 0)\n");
         return 2;
@@ -378,8 +439,8 @@ int tp_bench_gen(int argc, char **argv)
     mc->path = path;
     mc->n_threads = threads;
     mc->n_seq = kmax;
-    mc->n_batch = TP_MAX(TP_MAX(p, 1), kmax);
-    mc->n_ctx = TP_MAX(p, n + seqs_ctx) + 8;
+    mc->n_batch = TP_MAX(TP_MAX(TP_MAX(p, 1), kmax), chunk);
+    mc->n_ctx = TP_MAX(TP_MAX(p, n + seqs_ctx), big) + 8;
     struct tp_error err = {0};
     double t_load = tp_now_s();
     if (tp_parallel_init(&pcfg, &g.par, &err) != TP_OK) {
@@ -403,8 +464,8 @@ int tp_bench_gen(int argc, char **argv)
     }
     g.m = m;
     g.n_vocab = tp_model_hparams(m)->n_vocab;
-    const int nb = TP_MAX(TP_MAX(p, 1), kmax);
-    if (gen_bufs_alloc(&bufs, nb, g.n_vocab, reps, world) != TP_OK) {
+    const int nb = TP_MAX(TP_MAX(TP_MAX(p, 1), kmax), chunk);
+    if (gen_bufs_alloc(&bufs, TP_MAX(nb, big), g.n_vocab, reps, world) != TP_OK) {
         tp_cli_fail("bench gen", "out of memory");
         goto out;
     }
@@ -413,7 +474,7 @@ int tp_bench_gen(int argc, char **argv)
     tmp = bufs.tmp, rank_bytes = bufs.rank_bytes, rank_frac = bufs.rank_frac, probe_sum = bufs.probe_sum;
     /* a fixed pseudo-random prompt over the whole vocabulary */
     uint64_t x = 0x243F6A8885A308D3ull;
-    for (int i = 0; i < nb; i++) {
+    for (int i = 0; i < TP_MAX(nb, big); i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         prompt[i] = (int32_t)((x >> 33) % (uint64_t)g.n_vocab);
     }
@@ -491,6 +552,44 @@ int tp_bench_gen(int argc, char **argv)
         }
         for (int ki = 0; ki < nk; ki++) k_ms[ki] = tp_median(ks + ki * reps, reps);
         free(ks);
+    }
+    /* --prompt-sizes, --depth: reps x each size in turn, medians */
+    double p_tps[16] = {0}, d_ms[16] = {0};
+    if (np_sizes > 0 || nd > 0) {
+        double *ts = calloc((size_t)reps * 32, sizeof(double));
+        if (!ts) {
+            tp_cli_fail("bench gen", "out of memory");
+            goto out;
+        }
+        for (int r = 0; r < reps; r++) {
+            for (int i = 0; i < np_sizes; i++)
+                if (gen_prefill_decode(&g, prompt, plist[i], chunk, 0, &ts[i * reps + r], NULL) != TP_OK) {
+                    tp_cli_fail("bench gen", "prefill failed: %s", tp_parallel_last_error(g.par));
+                    free(ts);
+                    goto out;
+                }
+            for (int i = 0; i < nd; i++)
+                if (gen_prefill_decode(&g, prompt, dlist[i], chunk, n, NULL, &ts[(16 + i) * reps + r]) != TP_OK) {
+                    tp_cli_fail("bench gen", "decode at depth %d failed: %s", dlist[i], tp_parallel_last_error(g.par));
+                    free(ts);
+                    goto out;
+                }
+        }
+        for (int i = 0; i < np_sizes; i++) p_tps[i] = plist[i] / tp_median(ts + i * reps, reps);
+        for (int i = 0; i < nd; i++) d_ms[i] = tp_median(ts + (16 + i) * reps, reps) * 1e3 / n;
+        free(ts);
+    }
+    /* KV bytes all ranks read per decode step at depth D (mean over the -n steps from D) */
+    double d_kv[16] = {0};
+    {
+        const struct tp_shard_plan *plan = tp_parallel_get_plan(g.par);
+        uint64_t heads = 0;
+        for (int q = 0; q < world; q++) heads += (uint64_t)(plan->ranks[q].shard.kv_head_end - plan->ranks[q].shard.kv_head_begin);
+        for (int i = 0; i < nd; i++) {
+            double sum = 0.0;
+            for (int s = 0; s < n; s++) sum += (double)tp_model_kv_head_bytes_read(m, dlist[i] + s);
+            d_kv[i] = sum / n * (double)heads;
+        }
     }
     double k1_ms = 0.0;
     for (int ki = 0; ki < nk; ki++)
@@ -577,6 +676,23 @@ int tp_bench_gen(int argc, char **argv)
                        klist[ki] * 1e3 / k_ms[ki]);
             printf("]");
         }
+        if (np_sizes > 0) {
+            printf(",\"prefill_chunk\":%d,\"prefill\":[", chunk);
+            for (int i = 0; i < np_sizes; i++)
+                printf("%s{\"tokens\":%d,\"pp_tps\":%.2f,\"vs_first\":%.3f}", i ? "," : "", plist[i], p_tps[i],
+                       p_tps[i] / p_tps[0]);
+            printf("]");
+        }
+        if (nd > 0) {
+            printf(",\"kv_type\":\"%s\",\"decode_depth\":[", tp_kv_type_name(tp_model_kv_type(m)));
+            for (int i = 0; i < nd; i++) {
+                const double bound = bw > 0.0 ? ((double)bpt + d_kv[i]) / (bw * 1e9) * 1e3 : 0.0;
+                printf("%s{\"depth\":%d,\"ms_per_token\":%.3f,\"kv_bytes_per_token\":%.0f,\"bound_ms\":%.3f,"
+                       "\"vs_bound\":%.3f}",
+                       i ? "," : "", dlist[i], d_ms[i], d_kv[i], bound, bound > 0.0 ? d_ms[i] / bound : 0.0);
+            }
+            printf("]");
+        }
         printf("}\n");
     } else {
         printf("model   %s (%s, %.1f MiB read per token%s), %d threads%s, %s kernels, loaded in %.1f s\n",
@@ -612,6 +728,23 @@ int tp_bench_gen(int argc, char **argv)
         if (n > 0)
             printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
                    tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms, bpt_sent);
+        if (np_sizes > 0) {
+            printf("prefill by prompt length (%d tokens per call, median of %d):\n", chunk, reps);
+            printf("%-8s %10s %10s\n", "tokens", "t/s", "x first");
+            for (int i = 0; i < np_sizes; i++)
+                printf("pp%-6d %10.2f %10.3f\n", plist[i], p_tps[i], p_tps[i] / p_tps[0]);
+        }
+        if (nd > 0) {
+            printf("decode by depth (%d steps after D cached tokens, KV cache %s, median of %d; bound = (weight bytes + "
+                   "KV bytes read) / %.2f GB/s):\n",
+                   n, tp_kv_type_name(tp_model_kv_type(m)), reps, bw);
+            printf("%-8s %10s %12s %10s %10s\n", "depth", "ms/token", "KV MiB/tok", "bound ms", "x bound");
+            for (int i = 0; i < nd; i++) {
+                const double bound = bw > 0.0 ? ((double)bpt + d_kv[i]) / (bw * 1e9) * 1e3 : 0.0;
+                printf("%-8d %10.3f %12.2f %10.3f %10.3f\n", dlist[i], d_ms[i], d_kv[i] / 1048576.0, bound,
+                       bound > 0.0 ? d_ms[i] / bound : 0.0);
+            }
+        }
         if (nk > 0) {
             if (seqs_ctx > 0)
                 printf("decode steps of k sequences (one token each, %d steps after %d cached tokens each, median of %d):\n",

@@ -27,8 +27,8 @@
 
 /* ------------------------------------------------------------ cache rows */
 
-#define KV_Q8_BLOCK 32
-#define KV_Q8_BYTES 34 /* fp16 scale + 32 int8 */
+/* q8_0 rows: blocks of B int8 values after their fp16 scale, B = 32 when head_dim allows, else 16 or 8 */
+static int q8_block(int hd) { return hd % 32 == 0 ? 32 : hd % 16 == 0 ? 16 : hd % 8 == 0 ? 8 : 0; }
 
 const char *tp_kv_type_name(enum tp_kv_type t)
 {
@@ -56,7 +56,7 @@ size_t tp_kv_row_bytes(enum tp_kv_type t, int hd)
     switch (t) {
     case TP_KV_F32: return (size_t)hd * 4;
     case TP_KV_F16: return (size_t)hd * 2;
-    case TP_KV_Q8_0: return hd % KV_Q8_BLOCK ? 0 : (size_t)hd / KV_Q8_BLOCK * KV_Q8_BYTES;
+    case TP_KV_Q8_0: return q8_block(hd) ? (size_t)hd / (size_t)q8_block(hd) * (size_t)(q8_block(hd) + 2) : 0;
     default: return 0;
     }
 }
@@ -67,16 +67,20 @@ void tp_kv_store(enum tp_kv_type t, uint8_t *dst, const float *x, int hd)
         memcpy(dst, x, sizeof(float) * (size_t)hd);
     } else if (t == TP_KV_F16) {
         tp_op_to_f16((uint16_t *)(void *)dst, x, hd);
-    } else { /* q8_0: d = amax / 127, q = round(x / d) */
-        for (int b = 0; b < hd / KV_Q8_BLOCK; b++) {
-            const float *xb = x + b * KV_Q8_BLOCK;
-            uint8_t *blk = dst + (size_t)b * KV_Q8_BYTES;
+    } else { /* q8_0: d = amax / 127 rounded to fp16, q = round(x / d) within +-127 */
+        const int B = q8_block(hd);
+        for (int b = 0; b < hd / B; b++) {
+            const float *xb = x + b * B;
+            uint8_t *blk = dst + (size_t)b * (size_t)(B + 2);
             float amax = 0.0f;
-            for (int i = 0; i < KV_Q8_BLOCK; i++) amax = fmaxf(amax, fabsf(xb[i]));
-            const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-            const uint16_t dh = tp_f32_to_fp16(d);
+            for (int i = 0; i < B; i++) amax = fmaxf(amax, fabsf(xb[i]));
+            const uint16_t dh = tp_f32_to_fp16(amax / 127.0f);
+            const float d = tp_fp16_to_f32(dh), id = d > 0.0f ? 1.0f / d : 0.0f;
             memcpy(blk, &dh, 2);
-            for (int i = 0; i < KV_Q8_BLOCK; i++) blk[2 + i] = (uint8_t)(int8_t)lrintf(xb[i] * id);
+            for (int i = 0; i < B; i++) {
+                const long q = lrintf(xb[i] * id);
+                blk[2 + i] = (uint8_t)(int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
+            }
         }
     }
 }
@@ -89,12 +93,13 @@ void tp_kv_load(enum tp_kv_type t, const uint8_t *src, float *dst, int hd)
         const uint16_t *h = (const uint16_t *)(const void *)src;
         for (int i = 0; i < hd; i++) dst[i] = tp_fp16_to_f32(h[i]);
     } else {
-        for (int b = 0; b < hd / KV_Q8_BLOCK; b++) {
-            const uint8_t *blk = src + (size_t)b * KV_Q8_BYTES;
+        const int B = q8_block(hd);
+        for (int b = 0; b < hd / B; b++) {
+            const uint8_t *blk = src + (size_t)b * (size_t)(B + 2);
             uint16_t dh;
             memcpy(&dh, blk, 2);
             const float d = tp_fp16_to_f32(dh);
-            for (int i = 0; i < KV_Q8_BLOCK; i++) dst[b * KV_Q8_BLOCK + i] = d * (float)(int8_t)blk[2 + i];
+            for (int i = 0; i < B; i++) dst[b * B + i] = d * (float)(int8_t)blk[2 + i];
         }
     }
 }
@@ -121,6 +126,12 @@ static inline float ref_dot(const float *a, const float *b, int n)
     }
     for (; i < n; i++) s0 += a[i] * b[i];
     return (s0 + s1) + (s2 + s3);
+}
+
+/* s[j] = q . k_j for the n rows k (hd floats each) */
+static inline void ref_dots(const float *q, const float *k, int n, int hd, float *s)
+{
+    for (int j = 0; j < n; j++) s[j] = ref_dot(q, k + (size_t)j * hd, hd);
 }
 
 /* x[i] = e^(x[i] - mx), returns the sum */
@@ -190,30 +201,44 @@ AVX void avx_load_row(enum tp_kv_type t, const uint8_t *src, float *dst, int hd)
         for (int i = 0; i < hd; i += 8)
             _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i))));
     } else {
-        for (int b = 0; b < hd / KV_Q8_BLOCK; b++) {
-            const uint8_t *blk = src + (size_t)b * KV_Q8_BYTES;
+        const int B = q8_block(hd);
+        for (int b = 0; b < hd / B; b++) {
+            const uint8_t *blk = src + (size_t)b * (size_t)(B + 2);
             uint16_t dh;
             memcpy(&dh, blk, 2);
             const __m256 d = _mm256_set1_ps(tp_fp16_to_f32(dh));
-            for (int k = 0; k < 4; k++) {
-                const __m128i q8 = _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + 8 * k));
+            for (int k = 0; k < B; k += 8) {
+                const __m128i q8 = _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + k));
                 const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
-                _mm256_storeu_ps(dst + b * KV_Q8_BLOCK + 8 * k, _mm256_mul_ps(d, f));
+                _mm256_storeu_ps(dst + b * B + k, _mm256_mul_ps(d, f));
             }
         }
     }
 }
 
-AVX float avx_dot(const float *a, const float *b, int n)
+/* s[j] = q . k_j, four keys at a time (four FMA chains, one reduction per four) */
+AVX void avx_dots(const float *q, const float *k, int n, int hd, float *s)
 {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *k0 = k + (size_t)j * hd;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i += 8) {
+            const __m256 qv = _mm256_loadu_ps(q + i);
+            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
+            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + hd + i), a1);
+            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 2 * hd + i), a2);
+            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 3 * hd + i), a3);
+        }
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        _mm_storeu_ps(s + j, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
     }
-    for (; i < n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    return avx_hsum(_mm256_add_ps(s0, s1));
+    for (; j < n; j++) {
+        __m256 a = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i += 8)
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + (size_t)j * hd + i), a);
+        s[j] = avx_hsum(a);
+    }
 }
 
 AVX float avx_exp_sum(float *x, int n, float mx)

@@ -4,7 +4,7 @@
  * attn.c defines
  *   AT_FN       function attributes (static, target)
  *   AT_NAME(x)  the instruction set's name for x
- * and the helpers AT_NAME(load_row), AT_NAME(dot), AT_NAME(exp_sum),
+ * and the helpers AT_NAME(load_row), AT_NAME(dots), AT_NAME(exp_sum),
  * AT_NAME(pv), AT_NAME(scal) (see attn.c for their contracts).
  */
 
@@ -48,10 +48,8 @@ AT_FN void AT_NAME(tile)(const struct tp_attn_geom *g, const struct tp_attn_rows
                 const float *qs = Qs + (size_t)row * hd;
                 float *s = S + (size_t)row * KB;
                 float mx = M[row];
-                for (int j = a; j < b; j++) {
-                    s[j] = AT_NAME(dot)(qs, Kt + (size_t)j * hd, hd);
-                    if (s[j] > mx) mx = s[j];
-                }
+                AT_NAME(dots)(qs, Kt + (size_t)a * hd, b - a, hd, s + a);
+                for (int j = a; j < b; j++) mx = s[j] > mx ? s[j] : mx;
                 const float corr = M[row] == -INFINITY ? 0.0f : expf(M[row] - mx);
                 const float sum = AT_NAME(exp_sum)(s + a, b - a, mx);
                 L[row] = L[row] * corr + sum;

@@ -1020,7 +1020,7 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
     m->kv_row_bytes = tp_kv_row_bytes(m->kv_type, m->hd);
     if (!cfg->vocab_only && m->kv_row_bytes == 0) {
         rc = tp_error_set(&m->err, TP_ERR_INVALID_ARG,
-                          "KV cache type %s cannot hold head_dim %d (q8_0 needs a multiple of 32); use f16 or f32",
+                          "KV cache type %s cannot hold head_dim %d (q8_0 needs a multiple of 8); use f16 or f32",
                           tp_kv_type_name(m->kv_type), m->hd);
         goto fail;
     }
@@ -1155,5 +1155,15 @@ uint64_t tp_model_kv_bytes(const tp_model_t *m)
     return 2ull * m->kv_total_bytes;
 }
 enum tp_kv_type tp_model_kv_type(const tp_model_t *m) { return m->kv_type; }
+uint64_t tp_model_kv_head_bytes_read(const tp_model_t *m, int pos)
+{
+    uint64_t b = 0;
+    for (int l = 0; m && m->layers && pos >= 0 && l < m->hp.n_layer; l++) {
+        const int W = m->layers[l].attn_window;
+        const int n = W > 0 && W < pos + 1 ? W : pos + 1;
+        b += 2ull * (uint64_t)n * m->kv_row_bytes;
+    }
+    return b;
+}
 int tp_model_n_seq(const tp_model_t *m) { return m->n_seq; }
 int tp_model_n_threads(const tp_model_t *m) { return m->n_threads; }

@@ -3,6 +3,7 @@
  * against a float64 oracle that masks explicitly, and against the
  * per-position reference:
  *   - head sizes 64, 80, 128; 1..9000 positions; f32, f16 and q8_0 caches
+ *     (q8_0 blocks of 32, and of 16 for head 80)
  *     (the oracle reads the cache rows as stored, so it checks the kernel,
  *     not the rounding of the cache); full attention and sliding windows of
  *     4, 128 and 4096, the cache a ring of window + block rows when that is
@@ -130,14 +131,13 @@ static double run_case(int hd, enum tp_kv_type t, int n, int window, int nt, int
 
 static void test_tile_oracle(void)
 {
-    static const int hds[] = {64, 80, 128};
+    static const int hds[] = {8, 24, 64, 80, 128};
     static const int ns[] = {1, 2, 63, 64, 65, 129, 700};
     static const int windows[] = {0, 4, 128};
     double worst = 0;
     int cases = 0;
     for (size_t a = 0; a < TP_ARRAY_LEN(hds); a++)
         for (int t = 0; t < TP_KV_TYPE_COUNT; t++) {
-            if (tp_kv_row_bytes((enum tp_kv_type)t, hds[a]) == 0) continue; /* q8_0 with head 80 */
             for (size_t b = 0; b < TP_ARRAY_LEN(ns); b++)
                 for (size_t w = 0; w < TP_ARRAY_LEN(windows); w++)
                     for (int shape = 0; shape < 3; shape++) {
@@ -203,13 +203,16 @@ static void test_tile_vs_ref(void)
     }
 }
 
-/* q8_0 rows: each value within half a step (amax / 127 / 2, plus the fp16 rounding of the scale). */
+/* q8_0 rows: each value within half a step (amax / 127 / 2, plus the fp16 rounding of the scale); head 80 in
+ * blocks of 16 */
 static void test_q8_row(void)
 {
     float x[128], y[128];
     uint8_t row[136];
     CU_ASSERT_EQUAL(tp_kv_row_bytes(TP_KV_Q8_0, 128), 136u);
-    CU_ASSERT_EQUAL(tp_kv_row_bytes(TP_KV_Q8_0, 80), 0u);
+    CU_ASSERT_EQUAL(tp_kv_row_bytes(TP_KV_Q8_0, 80), 90u); /* 5 blocks of 16 */
+    CU_ASSERT_EQUAL(tp_kv_row_bytes(TP_KV_Q8_0, 8), 10u);
+    CU_ASSERT_EQUAL(tp_kv_row_bytes(TP_KV_Q8_0, 12), 0u);
     CU_ASSERT_EQUAL(tp_kv_row_bytes(TP_KV_F16, 80), 160u);
     for (int i = 0; i < 128; i++) x[i] = 4.0f * at_rand();
     x[5] = 0.0f;
@@ -221,6 +224,14 @@ static void test_q8_row(void)
         for (int i = 0; i < 32; i++) CU_ASSERT(fabsf(x[b * 32 + i] - y[b * 32 + i]) <= amax / 127.0f * 0.5f * 1.002f + 1e-7f);
     }
     CU_ASSERT_EQUAL(y[5], 0.0f);
+    uint8_t row80[90];
+    tp_kv_store(TP_KV_Q8_0, row80, x, 80);
+    tp_kv_load(TP_KV_Q8_0, row80, y, 80);
+    for (int b = 0; b < 5; b++) {
+        float amax = 0;
+        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[b * 16 + i]));
+        for (int i = 0; i < 16; i++) CU_ASSERT(fabsf(x[b * 16 + i] - y[b * 16 + i]) <= amax / 127.0f * 0.5f * 1.002f + 1e-7f);
+    }
     enum tp_kv_type t;
     CU_ASSERT_EQUAL(tp_kv_type_parse("q8_0", &t), TP_OK);
     CU_ASSERT_EQUAL(t, TP_KV_Q8_0);

@@ -187,8 +187,9 @@ struct tp_model_shard {
 
 /*
  * KV cache element types.  Keys and values of one head at one position are a
- * row of head_dim elements: f32, fp16, or q8_0 (blocks of 32 int8 with one
- * fp16 scale each, 34 bytes per 32 values; needs head_dim % 32 == 0).  Error
+ * row of head_dim elements: f32, fp16, or q8_0 (blocks of B int8 values after
+ * their fp16 scale d = max |x| / 127, B = 32 where head_dim % 32 == 0 (34
+ * bytes per 32 values), else 16 or 8; needs head_dim % 8 == 0).  Error
  * figures: docs/long-context.md.
  */
 enum tp_kv_type { TP_KV_F32 = 0, TP_KV_F16, TP_KV_Q8_0, TP_KV_TYPE_COUNT };
@@ -197,7 +198,7 @@ const char *tp_kv_type_name(enum tp_kv_type t);
 /* Parse a name as printed by tp_kv_type_name (case-sensitive); TP_ERR_INVALID_ARG otherwise. */
 enum tp_status tp_kv_type_parse(const char *s, enum tp_kv_type *out);
 /* Bytes of one head's key (or value) row of head_dim elements; 0 when the type cannot hold
- * head_dim (q8_0 with head_dim % 32 != 0) or t is unknown. */
+ * head_dim (q8_0 with head_dim % 8 != 0) or t is unknown. */
 size_t tp_kv_row_bytes(enum tp_kv_type t, int head_dim);
 
 struct tp_model_config {
@@ -245,6 +246,10 @@ int tp_model_n_ctx(const tp_model_t *m);
 uint64_t tp_model_kv_bytes(const tp_model_t *m);
 /* The KV cache element type in use. */
 enum tp_kv_type tp_model_kv_type(const tp_model_t *m);
+/* Bytes of keys and values of ONE KV head, over all layers, that attention
+ * reads for a query at position pos (a sliding-window layer reads at most its
+ * window); times the held KV heads is what a decode step at depth pos reads. */
+uint64_t tp_model_kv_head_bytes_read(const tp_model_t *m, int pos);
 int tp_model_n_seq(const tp_model_t *m);
 int tp_model_n_threads(const tp_model_t *m);
 
