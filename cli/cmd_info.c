@@ -120,16 +120,23 @@ static void show_token(const tp_tokenizer_t *tok, int id, char *buf, size_t cap)
 int tp_cmd_info(int argc, char **argv)
 {
     int n_ctx = 0;
+    const char *kv_name = "f16";
     const struct tp_opt opts[] = {
         {"ctx-size", 'c', TP_OPT_INT, &n_ctx, "N", "context for the KV cache estimate (default min(train ctx, 4096))", 1,
          1 << 24},
+        {"kv-type", 0, TP_OPT_STRING, &kv_name, "T", "KV cache type of the estimate: f16 (default), q8_0 or f32", 0, 0},
         {0},
     };
     const char *pos[1] = {NULL};
     int np = 0;
-    int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] MODEL.gguf|HF_DIR", opts, argc, argv, pos, 1, &np, NULL,
-                          NULL);
+    int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] [--kv-type T] MODEL.gguf|HF_DIR", opts, argc, argv,
+                          pos, 1, &np, NULL, NULL);
     TP_CLI_RETURN_UNLESS_PARSED(rc);
+    enum tp_kv_type kv_type;
+    if (tp_kv_type_parse(kv_name, &kv_type) != TP_OK) {
+        fprintf(stderr, "tpserve info: --kv-type %s: want f16, q8_0 or f32\n", kv_name);
+        return 2;
+    }
     if (np != 1) {
         fprintf(stderr, "tpserve info: give one model file (tpserve info MODEL.gguf)\n");
         return 2;
@@ -290,8 +297,11 @@ loader:;
 
     /* ---- memory ---- */
     const int ctx = n_ctx > 0 ? n_ctx : TP_MIN(hp->n_ctx_train, 4096);
-    /* fp16 K and V: the default of generate / serve / bench gen (--kv-type f32 doubles it) */
-    const uint64_t kv_per_head = 2ull * (uint64_t)hp->n_layer * (uint64_t)ctx * (uint64_t)hp->head_dim * 2u;
+    /* K and V of --kv-type (f16: the default of generate / serve / bench gen); a sliding window keeps a ring of
+     * window + 512 (the default batch) positions */
+    const int kv_pos = hp->sliding_window > 0 && hp->sliding_window + 512 < ctx ? hp->sliding_window + 512 : ctx;
+    const uint64_t kv_per_head =
+        2ull * (uint64_t)hp->n_layer * (uint64_t)kv_pos * (uint64_t)tp_kv_row_bytes(kv_type, hp->head_dim);
     int kv_heads = hp->n_head_kv;
     if (shard_world > 0) { /* a shard holds the KV heads of its plan range: 8 ints per rank, kv at [2], [3] */
         int kp = tp_gguf_find_key(g, "tpserve.shard.plan");
@@ -302,8 +312,11 @@ loader:;
             kv_heads = ranges[shard_rank * 8 + 3] - ranges[shard_rank * 8 + 2];
     }
     const uint64_t kv_bytes = kv_per_head * (uint64_t)kv_heads;
-    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (f16, ctx %d, 1 sequence, %d KV heads)\n",
-           mib(weight_bytes + kv_bytes), mib(weight_bytes), mib(kv_bytes), ctx, kv_heads);
+    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (%s, ctx %d, 1 sequence, %d KV heads)\n",
+           mib(weight_bytes + kv_bytes), mib(weight_bytes), mib(kv_bytes), tp_kv_type_name(kv_type), ctx, kv_heads);
+    if (hp->sliding_window > 0)
+        printf("attention   sliding window of %d positions in every layer (KV ring of %d positions)\n",
+               hp->sliding_window, kv_pos);
 
     struct tp_plan_types types;
     const enum tp_wtype wt = tensor_type(&tsrc, "blk.0.attn_q.weight", TP_WTYPE_F32);
