@@ -311,11 +311,155 @@ AVX void avx_pv(float *o, const float *p, const float *v, int n, int hd)
 #include "forward/attn_tile_impl.h"
 #undef AT_FN
 #undef AT_NAME
+
+/* --------------------------------------------------------- AVX-512 helpers */
+
+#define Z512 __attribute__((always_inline, target("avx512f,avx2,fma,f16c"))) static inline
+
+/* e^x as avx_exp, 16 lanes */
+Z512 __m512 z_exp(__m512 x)
+{
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    const __m512i pow2n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(e, _mm512_castsi512_ps(pow2n));
+}
+
+/* hd % 16 == 0 (the dispatcher checks), so q8_0 blocks are 16 or 32 */
+Z512 void z_load_row(enum tp_kv_type t, const uint8_t *src, float *dst, int hd)
+{
+    if (t == TP_KV_F32) {
+        memcpy(dst, src, sizeof(float) * (size_t)hd);
+    } else if (t == TP_KV_F16) {
+        for (int i = 0; i < hd; i += 16)
+            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(src + 2 * i))));
+    } else {
+        const int B = q8_block(hd);
+        for (int b = 0; b < hd / B; b++) {
+            const uint8_t *blk = src + (size_t)b * (size_t)(B + 2);
+            uint16_t dh;
+            memcpy(&dh, blk, 2);
+            const __m512 d = _mm512_set1_ps(tp_fp16_to_f32(dh));
+            for (int k = 0; k < B; k += 16) {
+                const __m128i q8 = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2 + k));
+                _mm512_storeu_ps(dst + b * B + k, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8))));
+            }
+        }
+    }
+}
+
+Z512 void z_dots(const float *q, const float *k, int n, int hd, float *s)
+{
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *k0 = k + (size_t)j * hd;
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+        for (int i = 0; i < hd; i += 16) {
+            const __m512 qv = _mm512_loadu_ps(q + i);
+            a0 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + i), a0);
+            a1 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + hd + i), a1);
+            a2 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + 2 * hd + i), a2);
+            a3 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + 3 * hd + i), a3);
+        }
+        s[j] = _mm512_reduce_add_ps(a0);
+        s[j + 1] = _mm512_reduce_add_ps(a1);
+        s[j + 2] = _mm512_reduce_add_ps(a2);
+        s[j + 3] = _mm512_reduce_add_ps(a3);
+    }
+    for (; j < n; j++) {
+        __m512 a = _mm512_setzero_ps();
+        for (int i = 0; i < hd; i += 16)
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + (size_t)j * hd + i), a);
+        s[j] = _mm512_reduce_add_ps(a);
+    }
+}
+
+Z512 float z_exp_sum(float *x, int n, float mx)
+{
+    const __m512 m = _mm512_set1_ps(mx);
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 e = z_exp(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
+        _mm512_storeu_ps(x + i, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (i < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+        const __m512 e = z_exp(_mm512_sub_ps(_mm512_mask_loadu_ps(m, k, x + i), m));
+        _mm512_mask_storeu_ps(x + i, k, e);
+        acc = _mm512_mask_add_ps(acc, k, acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+Z512 void z_scal(float *o, float c, int hd)
+{
+    const __m512 vc = _mm512_set1_ps(c);
+    for (int i = 0; i < hd; i += 16) _mm512_storeu_ps(o + i, _mm512_mul_ps(vc, _mm512_loadu_ps(o + i)));
+}
+
+/* 128 columns kept in 8 registers over all n values */
+Z512 void z_pv128(float *o, const float *p, const float *v, int n, int hd)
+{
+    __m512 a[8];
+    for (int c = 0; c < 8; c++) a[c] = _mm512_loadu_ps(o + 16 * c);
+    for (int j = 0; j < n; j++) {
+        const __m512 s = _mm512_set1_ps(p[j]);
+        const float *r = v + (size_t)j * hd;
+        for (int c = 0; c < 8; c++) a[c] = _mm512_fmadd_ps(s, _mm512_loadu_ps(r + 16 * c), a[c]);
+    }
+    for (int c = 0; c < 8; c++) _mm512_storeu_ps(o + 16 * c, a[c]);
+}
+
+Z512 void z_pv(float *o, const float *p, const float *v, int n, int hd)
+{
+    int c = 0;
+    for (; c + 128 <= hd; c += 128) z_pv128(o + c, p, v + c, n, hd);
+    for (; c + 64 <= hd; c += 64) {
+        __m512 a0 = _mm512_loadu_ps(o + c), a1 = _mm512_loadu_ps(o + c + 16), a2 = _mm512_loadu_ps(o + c + 32),
+               a3 = _mm512_loadu_ps(o + c + 48);
+        for (int j = 0; j < n; j++) {
+            const __m512 s = _mm512_set1_ps(p[j]);
+            const float *r = v + (size_t)j * hd + c;
+            a0 = _mm512_fmadd_ps(s, _mm512_loadu_ps(r), a0);
+            a1 = _mm512_fmadd_ps(s, _mm512_loadu_ps(r + 16), a1);
+            a2 = _mm512_fmadd_ps(s, _mm512_loadu_ps(r + 32), a2);
+            a3 = _mm512_fmadd_ps(s, _mm512_loadu_ps(r + 48), a3);
+        }
+        _mm512_storeu_ps(o + c, a0);
+        _mm512_storeu_ps(o + c + 16, a1);
+        _mm512_storeu_ps(o + c + 32, a2);
+        _mm512_storeu_ps(o + c + 48, a3);
+    }
+    for (; c < hd; c += 16) {
+        __m512 a = _mm512_loadu_ps(o + c);
+        for (int j = 0; j < n; j++)
+            a = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_loadu_ps(v + (size_t)j * hd + c), a);
+        _mm512_storeu_ps(o + c, a);
+    }
+}
+
+#define AT_FN __attribute__((target("avx512f,avx2,fma,f16c"))) static
+#define AT_NAME(x) z_##x
+#include "forward/attn_tile_impl.h"
+#undef AT_FN
+#undef AT_NAME
 #endif
 
 /* -------------------------------------------------------------- dispatch */
 
-static int attn_has_avx2;
+static int attn_has_avx2, attn_has_avx512;
 
 static void attn_choose(void)
 {
@@ -324,17 +468,39 @@ static void attn_choose(void)
     unsigned a = 0, b = 0, c = 0, d = 0;
     attn_has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
                     (c & (1u << 29)); /* F16C */
+    attn_has_avx512 = attn_has_avx2 && __builtin_cpu_supports("avx512f");
 #endif
 }
 
 static pthread_once_t attn_once = PTHREAD_ONCE_INIT;
+static int attn_level_max = 2; /* tp_attn_isa_limit */
+
+int tp_attn_isa_limit(int level)
+{
+    pthread_once(&attn_once, attn_choose);
+    const int prev = attn_level_max;
+    attn_level_max = level;
+    return prev;
+}
+
+int tp_attn_isa_level(void)
+{
+    pthread_once(&attn_once, attn_choose);
+    const int have = attn_has_avx512 ? 2 : attn_has_avx2 ? 1 : 0;
+    return have < attn_level_max ? have : attn_level_max;
+}
 
 void tp_attn_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc, const uint8_t *vc,
                   int k0, int k1, float *scratch, float *o, size_t o_stride, float *part)
 {
     pthread_once(&attn_once, attn_choose);
 #if defined(TP_ATTN_X86)
-    if (attn_has_avx2 && g->hd % 8 == 0) {
+    const int level = tp_attn_isa_level();
+    if (level >= 2 && g->hd % 16 == 0) {
+        z_tile(g, r, kc, vc, k0, k1, scratch, o, o_stride, part);
+        return;
+    }
+    if (level >= 1 && g->hd % 8 == 0) {
         avx_tile(g, r, kc, vc, k0, k1, scratch, o, o_stride, part);
         return;
     }

@@ -108,6 +108,10 @@ struct tp_attn_rows {
  */
 void tp_attn_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc, const uint8_t *vc,
                   int k0, int k1, float *scratch, float *o, size_t o_stride, float *part);
+/* The instruction set tp_attn_tile uses: 0 plain C, 1 AVX2, 2 AVX-512 (the best this CPU has, at most the
+ * limit).  tp_attn_isa_limit sets the limit (tests; not while a forward pass runs) and returns the previous. */
+int tp_attn_isa_level(void);
+int tp_attn_isa_limit(int level);
 /* Floats of scratch tp_attn_tile needs for `rows` query rows of head dim hd. */
 size_t tp_attn_scratch_floats(int hd, int rows);
 /* Floats of one partial (tp_attn_tile part) of `rows` rows. */

@@ -11,6 +11,7 @@
  *   - blocks of 1 and 5 query positions times 1 and 4 query heads per KV
  *     head; the keys in one item and split into 3 key ranges merged with
  *     tp_attn_merge (the split decode);
+ *   - every instruction set the CPU has (AVX-512, AVX2, plain C);
  *   - q8_0 rows: round trip within half a quantization step;
  *   - the per-position reference (tp_op_attn_head_ref) equals the kernel.
  * Bound: NMSE of the output against the oracle <= 1e-9: float32 scores and
@@ -129,7 +130,9 @@ static double run_case(int hd, enum tp_kv_type t, int n, int window, int nt, int
     return e1 > e2 ? e1 : e2;
 }
 
-static void test_tile_oracle(void)
+static void test_tile_long_at(void);
+
+static void tile_oracle_at(void)
 {
     static const int hds[] = {8, 24, 64, 80, 128};
     static const int ns[] = {1, 2, 63, 64, 65, 129, 700};
@@ -153,11 +156,24 @@ static void test_tile_oracle(void)
                         cases++;
                     }
         }
-    fprintf(stderr, "attn tile: %d cases, worst NMSE vs float64 %.3g\n", cases, worst);
+    fprintf(stderr, "attn tile (isa level %d): %d cases, worst NMSE vs float64 %.3g\n", tp_attn_isa_level(), cases,
+            worst);
+}
+
+/* every instruction set this CPU has: AVX-512, AVX2, plain C */
+static void test_tile_oracle(void)
+{
+    const int top = tp_attn_isa_level();
+    for (int level = top; level >= 0; level--) {
+        tp_attn_isa_limit(level);
+        tile_oracle_at();
+        if (level == top) test_tile_long_at();
+    }
+    tp_attn_isa_limit(2);
 }
 
 /* Long sequences: 9000 positions, full and windowed (4096 with sinks, the ring shorter than the sequence). */
-static void test_tile_long(void)
+static void test_tile_long_at(void)
 {
     static const struct {
         int hd, t, window, nt, ng, sinks;
@@ -240,7 +256,6 @@ static void test_q8_row(void)
 
 static const struct tp_test_case attn_cases[] = {
     {"tile_oracle", test_tile_oracle},
-    {"tile_long", test_tile_long},
     {"tile_vs_ref", test_tile_vs_ref},
     {"q8_row", test_q8_row},
     {NULL, NULL},
