@@ -181,8 +181,8 @@ static uint64_t attn_plan(tp_model_t *m, int l)
     /* pass 1: blocks; pass 2: items */
     for (int pass = 0; pass < 2; pass++) {
         int64_t C = 0;
-        if (pass == 1) {
-            C = span_sum / (4 * (int64_t)m->n_threads);
+        if (pass == 1) { /* one thread: nothing to split for */
+            C = m->n_threads > 1 ? span_sum / (4 * (int64_t)m->n_threads) : INT64_MAX;
             if (C < 4 * TP_ATTN_KB) C = 4 * TP_ATTN_KB;
         }
         for (int t = 0; t < m->n_tok;) {

@@ -157,7 +157,74 @@ static void test_stories_greedy(void)
     CU_ASSERT(free_same >= 100);
 }
 
+/*
+ * The split decode (forward.c attn_plan): with 2 threads a sequence at depth
+ * 400 has its keys split over work items and merged, with 1 thread not.
+ * stories260K, f32 cache: sequence 0 prefilled with 400 tokens, sequence 1
+ * with 12, then 16 steps decoding both in one batch (mixed depths) and
+ * greedy; the logits of both runs agree within 1e-5 of the largest and the
+ * tokens are equal.
+ */
+static void test_split_decode(void)
+{
+    enum { D0 = 400, D1 = 12, NS = 16, NB = 64 };
+    const char *path = tp_test_repo_path("models/stories260K.gguf");
+    if (access(path, R_OK) != 0) {
+        tp_test_skip("models/stories260K.gguf missing");
+        return;
+    }
+    static float lg[2][NS][2][512];
+    static int32_t out[2][NS][2];
+    for (int k = 0; k < 2; k++) {
+        struct tp_model_config cfg = tp_model_default_config();
+        cfg.path = path;
+        cfg.n_threads = k ? 2 : 1;
+        cfg.n_ctx = 512;
+        cfg.n_seq = 2;
+        cfg.n_batch = NB;
+        struct tp_error err = {0};
+        tp_model_t *m = NULL;
+        CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &m, &err), TP_OK);
+        CU_ASSERT_EQUAL_FATAL(tp_model_hparams(m)->n_vocab, 512);
+        int32_t ids[D0], pos[NB], seq[NB];
+        for (int i = 0; i < D0; i++) ids[i] = (int32_t)((i * 131u + 17u) % 512u);
+        for (int s = 0; s < 2; s++) {
+            const int d = s ? D1 : D0;
+            for (int p0 = 0; p0 < d; p0 += NB) {
+                const int n = d - p0 < NB ? d - p0 : NB;
+                for (int i = 0; i < n; i++) pos[i] = p0 + i, seq[i] = s;
+                CU_ASSERT_EQUAL(tp_model_forward(m, &(struct tp_batch){n, ids + p0, pos, seq, NULL}, lg[k][0][0]), TP_OK);
+            }
+        }
+        int32_t cur[2] = {ids[D0 - 1], ids[D1 - 1]}, p2[2] = {D0, D1}, s2[2] = {0, 1};
+        const int8_t want[2] = {1, 1};
+        for (int st = 0; st < NS; st++) {
+            CU_ASSERT_EQUAL(tp_model_forward(m, &(struct tp_batch){2, cur, p2, s2, want}, lg[k][st][0]), TP_OK);
+            for (int s = 0; s < 2; s++) {
+                int best = 0;
+                for (int v = 1; v < 512; v++) best = lg[k][st][s][v] > lg[k][st][s][best] ? v : best;
+                out[k][st][s] = cur[s] = best;
+                p2[s]++;
+            }
+        }
+        tp_model_free(m);
+    }
+    float dmax = 0, amax = 0;
+    for (int st = 0; st < NS; st++)
+        for (int s = 0; s < 2; s++) {
+            CU_ASSERT_EQUAL(out[0][st][s], out[1][st][s]);
+            for (int v = 0; v < 512; v++) {
+                dmax = fmaxf(dmax, fabsf(lg[0][st][s][v] - lg[1][st][s][v]));
+                amax = fmaxf(amax, fabsf(lg[0][st][s][v]));
+            }
+        }
+    if (dmax > 1e-5f * amax) fprintf(stderr, "split decode: max |1 thread - 2 threads| %g of %g\n", dmax, amax);
+    CU_ASSERT(amax > 0.1f);
+    CU_ASSERT(dmax <= 1e-5f * amax);
+}
+
 static const struct tp_test_case kv_quant_cases[] = {
+    {"split_decode_mixed_depth", test_split_decode},
     {"synth_4k_nmse", test_synth_4k},
     {"stories260k_greedy", test_stories_greedy},
     {NULL, NULL},
