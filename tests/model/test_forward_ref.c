@@ -290,12 +290,10 @@ static void test_ref_quantized(void)
 
 /* ------------------------------------------------------------ 2 ranks, quantized */
 
-static void shard_check(const char *shape_name, enum tp_wtype type, const struct tp_model_shard *a,
-                        const struct tp_model_shard *b)
+static void shard_check_path(const char *path, const char *shape_name, enum tp_wtype type,
+                             const struct tp_model_shard *a, const struct tp_model_shard *b)
 {
     enum { N = 8 };
-    const char *path = synth(shape_name, type);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
     struct tm_pair s;
     tm_pair_init(&s);
     struct tm_pair_rank h0 = {&s, 0}, h1 = {&s, 1};
@@ -336,6 +334,35 @@ static void shard_check(const char *shape_name, enum tp_wtype type, const struct
     tp_model_free(m1);
     free(ld), free(l0), free(l1);
     tm_pair_destroy(&s);
+}
+
+static void shard_check(const char *shape_name, enum tp_wtype type, const struct tp_model_shard *a,
+                        const struct tp_model_shard *b)
+{
+    const char *path = synth(shape_name, type);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    shard_check_path(path, shape_name, type, a, b);
+}
+
+/* Sliding window 3 over 8 tokens at 2 ranks (one KV head each, its ring of window + batch rows) equals the
+ * dense windowed model. */
+static void test_shard_window(void)
+{
+    struct tp_shape s;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, "test-tiny", &s, &err), TP_OK);
+    s.sliding_window = 3;
+    char path[600];
+    snprintf(path, sizeof path, "%s/test-tiny-window3.gguf", tp_test_tmpdir());
+    struct tp_synth_config sc = tp_synth_default_config();
+    sc.shape = &s;
+    sc.type = TP_WTYPE_F32;
+    sc.seed = 3;
+    sc.out_path = path;
+    CU_ASSERT_EQUAL_FATAL(tp_synth_write(&sc, &err), TP_OK);
+    struct tp_model_shard a = {0, 2, 0, 1, 0, 64, 0, 256, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard b = {2, 4, 1, 2, 64, 128, 256, 512, NULL, NULL, 0, 0, 0};
+    shard_check_path(path, "test-tiny window 3", TP_WTYPE_F32, &a, &b);
 }
 
 static void test_shard_qwen2_q8(void)
@@ -552,6 +579,7 @@ static const struct tp_test_case ref_cases[] = {
     {"ref_qwen3_qk_norm", test_ref_qwen3},
     {"ref_f16_bf16_q8_0_q4_0", test_ref_quantized},
     {"ref_window_sinks", test_window_sinks},
+    {"shard_window", test_shard_window},
     {"shard_qwen2_q8_0", test_shard_qwen2_q8},
     {"shard_qwen3_q4_0", test_shard_qwen3_q4},
     {"shard_llama3_tied", test_shard_llama3_tied},
