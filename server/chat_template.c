@@ -27,6 +27,7 @@
  *   plain    tpserve's default for models without a template:
  *            "<role>: <content>\n" per message, then "assistant:".
  * A template is recognised by markers it must contain (tp_chat_detect).
+ * docs/serving.md ("Chat templates").
  */
 #include <stdio.h>
 #include <string.h>
