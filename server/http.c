@@ -37,6 +37,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "api_run.h"
 #include "http_impl.h"
 
 struct tp_server_config tp_server_default_config(void)
@@ -557,7 +558,7 @@ static enum MHD_Result handle_detokenize(struct tp_server *s, struct MHD_Connect
 
 /* ------------------------------------------------------------ routing */
 
-enum route { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE };
+enum route { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EXT };
 static const struct {
     const char *path;
     const char *method;
@@ -571,6 +572,9 @@ static const struct {
     {"/v1/chat/completions", "POST", R_CHAT, 1, 1},
     {"/tokenize", "POST", R_TOKENIZE, 1, 1},
     {"/detokenize", "POST", R_DETOKENIZE, 1, 1},
+    /* the other APIs (api_run.h: tp_api_route_ext) */
+    {"/v1/messages", "POST", R_EXT, 1, 1},
+    {"/v1/messages/count_tokens", "POST", R_EXT, 1, 1},
 };
 
 /* ------------------------------------------------------------ connections */
@@ -725,6 +729,13 @@ int tp_http_check_auth(struct tp_server *s, struct MHD_Connection *c)
 {
     if (!s->cfg.api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *xk = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"); /* Anthropic's clients */
+    if (xk && !h) {
+        size_t a = strlen(xk), b = strlen(s->cfg.api_key);
+        unsigned diff = (unsigned)(a ^ b);
+        for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned)(xk[i] ^ s->cfg.api_key[i]);
+        return diff == 0;
+    }
     /* the scheme name is case-insensitive (RFC 9110 11.1) */
     if (!h || strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t')) return 0;
     const char *k = h + 6;
@@ -915,6 +926,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_MODELS: return handle_models(s, c);
     case R_TOKENIZE: return handle_tokenize(s, c, body, cc->body.len);
     case R_DETOKENIZE: return handle_detokenize(s, c, body, cc->body.len);
+    case R_EXT: return tp_api_route_ext(s, c, routes[cc->route_idx].path, body, cc->body.len);
     case R_COMPLETIONS: return tp_api_handle_completion(s, c, 0, body, cc->body.len);
     case R_CHAT: return tp_api_handle_completion(s, c, 1, body, cc->body.len);
     default: break;

@@ -348,6 +348,15 @@ static int publish_text(struct slot *s, size_t upto)
     return 0;
 }
 
+/* Which of r's stop strings starts at text[at..len): 1 + its index (0: none). */
+static int stop_which(const struct tp_req *r, const char *text, size_t len, size_t at)
+{
+    for (int i = 0; i < r->params.n_stop; i++)
+        if (at + r->params.stop_len[i] <= len && memcmp(text + at, r->params.stop[i], r->params.stop_len[i]) == 0)
+            return i + 1;
+    return 0;
+}
+
 /* mu held: the slot's request is finished (not error): flush held text. */
 static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
 {
@@ -358,7 +367,7 @@ static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
         int hit = 0;
         size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
                                   r->params.stop_len, r->params.n_stop, &hit);
-        if (hit) f = TP_FINISH_STOP;
+        if (hit) f = TP_FINISH_STOP, r->stop_idx = stop_which(r, s->text.data, s->text.len, rel);
         if (publish_text(s, hit ? rel : s->text.len) != 0) f = TP_FINISH_ERROR;
         if (r->n_toks > 0) r->toks[r->n_toks - 1].text_end = r->text.len;
     }
@@ -758,6 +767,7 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     s->last_tok = res->id;
     pthread_cond_broadcast(&r->cond);
     if (hit) {
+        r->stop_idx = stop_which(r, s->text.data, s->text.len, rel);
         req_finish(e, r, TP_FINISH_STOP, 0, NULL);
         s->req = NULL;
     } else if (gr && tp_gstate_done(gr, s->gst)) {

@@ -244,6 +244,8 @@ struct tp_req {
     /* ---- mu protected ---- */
     enum tp_req_state state;
     enum tp_finish finish;
+    int stop_idx;                  /* with TP_FINISH_STOP: 1 + the index of the stop string that ended it; 0: EOS,
+                                    * a complete grammar value or no stop string */
     int cancelled;                 /* set by the HTTP side (client gone) */
     int err_status;                /* with TP_FINISH_ERROR: 500/503 */
     char err_msg[512];
