@@ -130,7 +130,7 @@ int tp_cmd_serve(int argc, char **argv)
     int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64, share_min = 32;
     uint64_t max_body = 1u << 20, mem_budget = (uint64_t)256 << 20;
     int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30;
-    int recover_wait = 60, rejoin = 0;
+    int recover_wait = 60, rejoin = 0, resp_store = 256;
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
         {"host", 0, TP_OPT_STRING, &host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
@@ -166,6 +166,9 @@ int tp_cmd_serve(int argc, char **argv)
          "workers: when the group fails, rejoin rank 0's next group epoch instead of exiting (set by "
          "'tpserve launch --restart'; also TP_REJOIN=1)",
          0, 0},
+        {"responses-store", 0, TP_OPT_INT, &resp_store, "N",
+         "finished /v1/responses kept in memory for previous_response_id, oldest evicted first (default 256; 0: "
+         "none)", 0, 1 << 20},
         {"max-queue", 0, TP_OPT_INT, &max_queue, "N", "waiting requests before 429 (default 64)", 1, 1 << 20},
         {"threads", 't', TP_OPT_INT, &threads, "N", "compute threads (default: all cores)", 0, 4096},
         {"chat-template", 0, TP_OPT_STRING, &tmpl, "NAME",
@@ -250,6 +253,7 @@ int tp_cmd_serve(int argc, char **argv)
         sc.prefill_chunk = chunk;
         sc.prefix_share_min = share_min;
         sc.recover_wait_s = (unsigned)recover_wait;
+        sc.responses_store = resp_store;
         sc.cors_origin = cors_origin;
         if (tp_server_init(&sc, &srv, &err) != TP_OK) {
             free(key_buf);

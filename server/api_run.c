@@ -374,6 +374,8 @@ enum MHD_Result tp_api_route_ext(struct tp_server *s, struct MHD_Connection *c, 
 {
     if (strcmp(path, "/v1/messages") == 0) return tp_api_messages(s, c, body, len);
     if (strcmp(path, "/v1/messages/count_tokens") == 0) return tp_api_messages_count(s, c, body, len);
+    if (strcmp(path, "/v1/responses") == 0 || strcmp(path, "/responses") == 0) return tp_api_responses(s, c, body, len);
+    if (strcmp(path, "/v1/responses/input_tokens") == 0) return tp_api_responses_input_tokens(s, c, body, len);
     struct tp_api_error e;
     tp_api_fail(&e, 500, NULL, "unrouted request %s", path);
     return tp_http_send_error(s, c, &e);

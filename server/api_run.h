@@ -116,4 +116,12 @@ enum MHD_Result tp_api_messages_count(struct tp_server *s, struct MHD_Connection
 /* The Anthropic error shape {"type":"error","error":{"type","message"}} (malloc'd). */
 char *tp_api_messages_error_json(const struct tp_api_error *e);
 
+enum MHD_Result tp_api_responses(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
+enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Connection *c, const char *body,
+                                              size_t len);
+/* The Responses store (previous_response_id): cap entries, oldest evicted first; 0 stores nothing.
+ * NULL on out of memory.  Thread safe. */
+struct tp_resp_store *tp_resp_store_new(int cap);
+void tp_resp_store_free(struct tp_resp_store *st); /* NULL safe */
+
 #endif /* TP_SERVER_API_RUN_H */

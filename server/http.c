@@ -59,6 +59,7 @@ struct tp_server_config tp_server_default_config(void)
     c.prefill_chunk = 64;
     c.prefix_share_min = 32;
     c.recover_wait_s = 60;
+    c.responses_store = 256;
     return c;
 }
 
@@ -575,6 +576,8 @@ static const struct {
     /* the other APIs (api_run.h: tp_api_route_ext) */
     {"/v1/messages", "POST", R_EXT, 1, 1},
     {"/v1/messages/count_tokens", "POST", R_EXT, 1, 1},
+    {"/v1/responses", "POST", R_EXT, 1, 1},
+    {"/v1/responses/input_tokens", "POST", R_EXT, 1, 1},
 };
 
 /* ------------------------------------------------------------ connections */
@@ -1063,12 +1066,13 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
     s->created = (int64_t)time(NULL);
     s->metrics = tp_metrics_new();
     s->web = tp_web_new();
+    s->resp_store = tp_resp_store_new(cfg->responses_store);
     if (pipe(s->stop_pipe) != 0) {
         s->stop_pipe[0] = s->stop_pipe[1] = -1;
         tp_server_free(s);
         return tp_error_set(err, TP_ERR_IO, "pipe: %s", strerror(errno));
     }
-    if (!s->metrics || !s->web || (cfg->cors_origin && !s->cfg.cors_origin)) {
+    if (!s->metrics || !s->web || !s->resp_store || (cfg->cors_origin && !s->cfg.cors_origin)) {
         tp_server_free(s);
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     }
@@ -1197,6 +1201,7 @@ void tp_server_free(tp_server_t *s)
     tp_engine_free(s->engine);
     tp_metrics_free(s->metrics);
     tp_web_free(s->web);
+    tp_resp_store_free(s->resp_store);
     if (s->stop_pipe[0] >= 0) close(s->stop_pipe[0]);
     if (s->stop_pipe[1] >= 0) close(s->stop_pipe[1]);
     free((char *)s->cfg.host);
