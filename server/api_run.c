@@ -107,7 +107,8 @@ int tp_run_parse_chat(struct tp_server *s, const cJSON *req, const char *const (
 {
     char *body = tp_json_print(req);
     if (!body) return tp_api_fail(e, 500, NULL, "out of memory");
-    int rc = tp_req_parse(body, strlen(body), 1, s->n_vocab, s->n_ctx, p, e);
+    int chat = cJSON_GetObjectItemCaseSensitive(req, "prompt") == NULL;
+    int rc = tp_req_parse(body, strlen(body), chat, s->n_vocab, s->n_ctx, p, e);
     free(body);
     if (rc != 0 && rename) {
         for (int i = 0; rename[i][0]; i++) {
@@ -376,6 +377,7 @@ enum MHD_Result tp_api_route_ext(struct tp_server *s, struct MHD_Connection *c, 
     if (strcmp(path, "/v1/messages/count_tokens") == 0) return tp_api_messages_count(s, c, body, len);
     if (strcmp(path, "/v1/responses") == 0 || strcmp(path, "/responses") == 0) return tp_api_responses(s, c, body, len);
     if (strcmp(path, "/v1/responses/input_tokens") == 0) return tp_api_responses_input_tokens(s, c, body, len);
+    if (strncmp(path, "/api/", 5) == 0) return tp_api_ollama(s, c, path, body, len);
     struct tp_api_error e;
     tp_api_fail(&e, 500, NULL, "unrouted request %s", path);
     return tp_http_send_error(s, c, &e);

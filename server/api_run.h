@@ -87,7 +87,7 @@ enum MHD_Result tp_run_send_error(struct tp_server *s, struct MHD_Connection *c,
 /*
  * Parse an OpenAI chat-completions body (text of `req`, printed with
  * tp_json_print) into p: tp_req_parse with the server's vocabulary and
- * context.  On failure e names the chat-completions field; rename maps such
+ * context (a completions request when it has a "prompt").  On failure e names the chat-completions field; rename maps such
  * names to the calling API's ({from, to} pairs, NULL-terminated), applied to
  * e->param and the message.
  */
@@ -119,6 +119,9 @@ char *tp_api_messages_error_json(const struct tp_api_error *e);
 enum MHD_Result tp_api_responses(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
 enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Connection *c, const char *body,
                                               size_t len);
+/* Ollama's routes: /api/version, /api/tags, /api/ps, /api/show, /api/chat, /api/generate. */
+enum MHD_Result tp_api_ollama(struct tp_server *s, struct MHD_Connection *c, const char *path, const char *body,
+                              size_t len);
 /* The Responses store (previous_response_id): cap entries, oldest evicted first; 0 stores nothing.
  * NULL on out of memory.  Thread safe. */
 struct tp_resp_store *tp_resp_store_new(int cap);
