@@ -131,6 +131,7 @@ int tp_cmd_serve(int argc, char **argv)
     uint64_t max_body = 1u << 20, mem_budget = (uint64_t)256 << 20;
     int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30;
     int recover_wait = 60, rejoin = 0, resp_store = 256;
+    const char *pooling = "auto";
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
         {"host", 0, TP_OPT_STRING, &host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
@@ -166,6 +167,8 @@ int tp_cmd_serve(int argc, char **argv)
          "workers: when the group fails, rejoin rank 0's next group epoch instead of exiting (set by "
          "'tpserve launch --restart'; also TP_REJOIN=1)",
          0, 0},
+        {"pooling", 0, TP_OPT_STRING, &pooling, "MODE",
+         "/v1/embeddings pooling: auto (the model's GGUF pooling_type, else mean), mean, last, cls", 0, 0},
         {"responses-store", 0, TP_OPT_INT, &resp_store, "N",
          "finished /v1/responses kept in memory for previous_response_id, oldest evicted first (default 256; 0: "
          "none)", 0, 1 << 20},
@@ -254,6 +257,11 @@ int tp_cmd_serve(int argc, char **argv)
         sc.prefix_share_min = share_min;
         sc.recover_wait_s = (unsigned)recover_wait;
         sc.responses_store = resp_store;
+        sc.pooling = strcmp(pooling, "mean") == 0 ? 1 : strcmp(pooling, "last") == 0 ? 2 : strcmp(pooling, "cls") == 0 ? 3 : 0;
+        if (!sc.pooling && strcmp(pooling, "auto") != 0) {
+            free(key_buf);
+            return tp_cli_fail("serve", "--pooling %s: want auto, mean, last or cls", pooling);
+        }
         sc.cors_origin = cors_origin;
         if (tp_server_init(&sc, &srv, &err) != TP_OK) {
             free(key_buf);

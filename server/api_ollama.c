@@ -665,6 +665,6 @@ enum MHD_Result tp_api_ollama(struct tp_server *s, struct MHD_Connection *c, con
     if (strcmp(path, "/api/chat") == 0) return chat(s, c, body, len);
     if (strcmp(path, "/api/generate") == 0) return generate(s, c, body, len);
     struct tp_api_error e;
-    tp_api_fail(&e, 501, NULL, "%s is not implemented by this server (no embedding path yet)", path);
+    tp_api_fail(&e, 404, NULL, "%s is not an Ollama route this server serves", path);
     return tp_run_send_error(s, c, &ollama_chat_ops, &e);
 }

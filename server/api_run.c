@@ -377,6 +377,9 @@ enum MHD_Result tp_api_route_ext(struct tp_server *s, struct MHD_Connection *c, 
     if (strcmp(path, "/v1/messages/count_tokens") == 0) return tp_api_messages_count(s, c, body, len);
     if (strcmp(path, "/v1/responses") == 0 || strcmp(path, "/responses") == 0) return tp_api_responses(s, c, body, len);
     if (strcmp(path, "/v1/responses/input_tokens") == 0) return tp_api_responses_input_tokens(s, c, body, len);
+    if (strcmp(path, "/v1/embeddings") == 0 || strcmp(path, "/embeddings") == 0)
+        return tp_api_embeddings(s, c, body, len, 0);
+    if (strcmp(path, "/api/embed") == 0) return tp_api_embeddings(s, c, body, len, 1);
     if (strncmp(path, "/api/", 5) == 0) return tp_api_ollama(s, c, path, body, len);
     struct tp_api_error e;
     tp_api_fail(&e, 500, NULL, "unrouted request %s", path);

@@ -122,6 +122,12 @@ enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Co
 /* Ollama's routes: /api/version, /api/tags, /api/ps, /api/show, /api/chat, /api/generate. */
 enum MHD_Result tp_api_ollama(struct tp_server *s, struct MHD_Connection *c, const char *path, const char *body,
                               size_t len);
+/* POST /v1/embeddings (ollama 0) and /api/embed (ollama 1). */
+enum MHD_Result tp_api_embeddings(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len,
+                                  int ollama);
+/* The pooling of embeddings (enum tp_pooling): --pooling, else the model's GGUF pooling_type, else mean; 0
+ * with e filled when the model gives no embeddings (a reranker). */
+int tp_api_pooling(struct tp_server *s, struct tp_api_error *e);
 /* The Responses store (previous_response_id): cap entries, oldest evicted first; 0 stores nothing.
  * NULL on out of memory.  Thread safe. */
 struct tp_resp_store *tp_resp_store_new(int cap);

@@ -133,6 +133,8 @@ static enum tp_status read_hparams(tp_model_t *m)
     TP_CHECK_GOTO(md_int(m, arch, "feed_forward_length", 1, 1, big, &hp->n_ff), rc, out);
     hp->n_ctx_train = 2048;
     TP_CHECK_GOTO(md_int(m, arch, "context_length", 0, 1, 1 << 30, &hp->n_ctx_train), rc, out);
+    hp->pooling_type = -1;
+    TP_CHECK_GOTO(md_int(m, arch, "pooling_type", 0, 0, 4, &hp->pooling_type), rc, out);
     TP_CHECK_GOTO(md_int(m, arch, "expert_count", 0, 0, 1 << 16, &hp->n_expert), rc, out);
     if ((hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE) && hp->n_expert == 0)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: metadata '%s.expert_count' is missing (needed for arch %s)",

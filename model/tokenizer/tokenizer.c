@@ -392,6 +392,7 @@ enum tp_tok_kind tp_tokenizer_kind(const tp_tokenizer_t *t) { return t ? t->kind
 int tp_tokenizer_bos(const tp_tokenizer_t *t) { return t ? t->bos : -1; }
 int tp_tokenizer_eos(const tp_tokenizer_t *t) { return t ? t->eos : -1; }
 int tp_tokenizer_add_bos(const tp_tokenizer_t *t) { return t ? t->add_bos : 0; }
+int tp_tokenizer_add_eos(const tp_tokenizer_t *t) { return t ? t->add_eos : 0; }
 
 int tp_tokenizer_is_eog(const tp_tokenizer_t *t, int id)
 {

@@ -360,6 +360,32 @@ await check("ollama generate: raw and templated, format json", async () => {
   assert.ok(citySchema.properties.city.enum.includes(JSON.parse(js.response).city));
 });
 
+await check("embeddings.create (base64 decoded by the client, and float) and ollama.embed agree", async () => {
+  const inputs = ["Once upon a time", "a cat sat on the mat", "Once upon a time"];
+  const a = await openai.embeddings.create({ model, input: inputs });            // the client asks for base64
+  const b = await openai.embeddings.create({ model, input: inputs, encoding_format: "float" });
+  assert.equal(a.object, "list");
+  assert.equal(a.data.length, 3);
+  assert.equal(a.usage.prompt_tokens, a.usage.total_tokens);
+  assert.ok(a.usage.prompt_tokens > 6);
+  const dot = (x, y) => x.reduce((s, v, i) => s + v * y[i], 0);
+  for (let i = 0; i < 3; i++) {
+    assert.equal(a.data[i].object, "embedding");
+    assert.equal(a.data[i].index, i);
+    const v = a.data[i].embedding, w = b.data[i].embedding;
+    assert.equal(v.length, w.length);
+    assert.ok(Math.abs(dot(v, v) - 1) < 1e-5);
+    for (let k = 0; k < v.length; k++) assert.ok(Math.abs(v[k] - w[k]) < 1e-6);
+  }
+  assert.ok(dot(b.data[0].embedding, b.data[2].embedding) > 0.99999);    // same text, same vector
+  assert.ok(dot(b.data[0].embedding, b.data[1].embedding) < 0.999);      // different text, different vector
+  const o = await ollama.embed({ model, input: inputs });
+  assert.equal(o.embeddings.length, 3);
+  for (let k = 0; k < o.embeddings[1].length; k++) assert.ok(Math.abs(o.embeddings[1][k] - b.data[1].embedding[k]) < 1e-5);
+  await assert.rejects(openai.embeddings.create({ model, input: "" }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === "input");
+});
+
 await check("ollama errors: {error} with the status", async () => {
   const bad = [
     [{ model, messages: [{ role: "user", content: "x" }], options: { num_ctx: 1 << 24 } }, /num_ctx/],
