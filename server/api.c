@@ -19,6 +19,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "api_run.h"
 #include "http_impl.h"
 
 #define KEEPALIVE_NS 1000000000ull /* comment every second without output */
@@ -387,6 +388,7 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
     struct tp_req_params p;
     int32_t *ids = NULL;
     int n = 0;
+    if (!chat && tp_api_is_fim_completion(body, len)) return tp_api_completion_fim(s, c, body, len); /* api_infill.c */
     if (tp_req_parse(body, len, chat, s->n_vocab, s->n_ctx, &p, &e) != 0) return tp_http_send_error(s, c, &e);
     if (chat) {
         struct tp_buf text = {0};

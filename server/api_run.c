@@ -379,6 +379,7 @@ enum MHD_Result tp_api_route_ext(struct tp_server *s, struct MHD_Connection *c, 
     if (strcmp(path, "/v1/responses/input_tokens") == 0) return tp_api_responses_input_tokens(s, c, body, len);
     if (strcmp(path, "/v1/embeddings") == 0 || strcmp(path, "/embeddings") == 0)
         return tp_api_embeddings(s, c, body, len, 0);
+    if (strcmp(path, "/infill") == 0) return tp_api_infill(s, c, body, len);
     if (strcmp(path, "/api/embed") == 0) return tp_api_embeddings(s, c, body, len, 1);
     if (strncmp(path, "/api/", 5) == 0) return tp_api_ollama(s, c, path, body, len);
     struct tp_api_error e;

@@ -128,6 +128,11 @@ enum MHD_Result tp_api_embeddings(struct tp_server *s, struct MHD_Connection *c,
 /* The pooling of embeddings (enum tp_pooling): --pooling, else the model's GGUF pooling_type, else mean; 0
  * with e filled when the model gives no embeddings (a reranker). */
 int tp_api_pooling(struct tp_server *s, struct tp_api_error *e);
+/* Fill-in-the-middle (api_infill.c): POST /infill, and /v1/completions bodies with a non-empty suffix
+ * (tp_api_is_fim_completion), whose FIM prompt goes on to tp_api_handle_completion as token ids. */
+enum MHD_Result tp_api_infill(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
+int tp_api_is_fim_completion(const char *body, size_t len);
+enum MHD_Result tp_api_completion_fim(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
 /* The Responses store (previous_response_id): cap entries, oldest evicted first; 0 stores nothing.
  * NULL on out of memory.  Thread safe. */
 struct tp_resp_store *tp_resp_store_new(int cap);

@@ -579,6 +579,7 @@ static const struct {
     {"/v1/responses", "POST", R_EXT, 1, 1},
     {"/v1/responses/input_tokens", "POST", R_EXT, 1, 1},
     {"/v1/embeddings", "POST", R_EXT, 1, 1},
+    {"/infill", "POST", R_EXT, 1, 1},
     {"/api/version", "GET", R_EXT, 1, 0},
     {"/api/tags", "GET", R_EXT, 1, 1},
     {"/api/ps", "GET", R_EXT, 1, 1},

@@ -246,6 +246,13 @@ int tp_tokenizer_bos(const tp_tokenizer_t *t);     /* -1 if none */
 int tp_tokenizer_eos(const tp_tokenizer_t *t);     /* -1 if none */
 int tp_tokenizer_add_bos(const tp_tokenizer_t *t); /* model wants BOS prepended */
 int tp_tokenizer_add_eos(const tp_tokenizer_t *t); /* model wants EOS appended (embedding models, e.g. Qwen3-Embedding) */
+/* Fill-in-the-middle tokens: prefix, suffix, middle, file separator, repository name. */
+enum tp_fim { TP_FIM_PRE = 0, TP_FIM_SUF, TP_FIM_MID, TP_FIM_SEP, TP_FIM_REP, TP_FIM_COUNT };
+/* ids[TP_FIM_COUNT]: each FIM token's id, -1 when the model has none: from GGUF
+ * tokenizer.ggml.fim_*_token_id, else the special token with a code model's
+ * name for it (<|fim_prefix|>, <fim_prefix>, <PRE>, ...).  Returns 1 when
+ * prefix, suffix and middle all exist (the model can fill in the middle). */
+int tp_tokenizer_fim(const tp_tokenizer_t *t, int ids[TP_FIM_COUNT]);
 /* Nonzero if id ends generation (eos, eot, im_end ...). */
 int tp_tokenizer_is_eog(const tp_tokenizer_t *t, int id);
 /* Id of a special / added token by its text ("<|eot_id|>"), or -1. */
