@@ -613,7 +613,7 @@ int tp_bench_serve(int argc, char **argv)
          "tokens as text in one user message; only chat can ignore EOS)", 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
-    int pr = tp_cli_parse("bench serve", "tpserve bench serve --url URL [options]", opts, argc, argv, NULL, 0, NULL,
+    int pr = tp_cli_parse("bench serve", "Usage: tpserve bench serve --url URL [options]", opts, argc, argv, NULL, 0, NULL,
                           NULL, NULL);
     TP_CLI_RETURN_UNLESS_PARSED(pr);
     if (shared_prefix >= prompt_tokens) {

@@ -57,34 +57,35 @@ int tp_api_pooling(struct tp_server *s, struct tp_api_error *e)
     case 2: return TP_POOL_CLS;
     case 3: return TP_POOL_LAST;
     case 4:
-        tp_api_fail(e, 400, "model", "this model is a reranker (GGUF pooling_type rank): it scores pairs and gives no "
+        tp_api_err(e, TP_ERR_INVALID_ARG, "model", "this model is a reranker (GGUF pooling_type rank): it scores pairs and gives no "
                                      "embeddings; restart with --pooling mean|last|cls to embed with it anyway");
         return 0;
     default: return TP_POOL_MEAN; /* 1 mean, 0 none (per-token: not served), -1 not said */
     }
 }
 
-/* One input as token ids (*ids malloc'd).  Returns the count or -1 with e. */
-static int input_tokens(struct tp_server *s, const cJSON *in, const char *param, int32_t **ids, struct tp_api_error *e)
+/* One input as token ids: *ids (malloc'd) and their count *n_out.  TP_OK or an error in e. */
+static enum tp_status input_tokens(struct tp_server *s, const cJSON *in, const char *param, int32_t **ids, int *n_out,
+                                   struct tp_api_error *e)
 {
     *ids = NULL;
-    int n;
+    int n = 0;
     if (cJSON_IsString(in)) {
         char *b = NULL;
         size_t bl = 0;
-        if (tp_json_bytes(in, &b, &bl) != 0) return tp_api_fail(e, 500, NULL, "out of memory");
+        if (tp_json_bytes(in, &b, &bl) != 0) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
         if (bl == 0) {
             free(b);
-            return tp_api_fail(e, 400, param, "'%s' is an empty string; an input needs at least one token", param);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is an empty string; an input needs at least one token", param);
         }
-        n = tp_server_tokenize(s, b, bl, tp_tokenizer_add_bos(s->tok), ids, e);
+        enum tp_status st = tp_server_tokenize(s, b, bl, tp_tokenizer_add_bos(s->tok), ids, &n, e);
         free(b);
-        if (n < 0) return -1;
+        if (st != TP_OK) return st;
     } else if (cJSON_IsArray(in)) {
         n = cJSON_GetArraySize(in);
-        if (n == 0) return tp_api_fail(e, 400, param, "'%s' is an empty list of tokens", param);
+        if (n == 0) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is an empty list of tokens", param);
         *ids = malloc(sizeof(int32_t) * ((size_t)n + 1));
-        if (!*ids) return tp_api_fail(e, 500, NULL, "out of memory");
+        if (!*ids) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
         int i = 0;
         const cJSON *t;
         cJSON_ArrayForEach(t, in)
@@ -93,13 +94,14 @@ static int input_tokens(struct tp_server *s, const cJSON *in, const char *param,
                 t->valuedouble >= s->n_vocab) {
                 free(*ids);
                 *ids = NULL;
-                return tp_api_fail(e, 400, param, "'%s'[%d] is not a token id in [0, %d)", param, i, s->n_vocab);
+                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d] is not a token id in [0, %d)", param, i, s->n_vocab);
             }
             (*ids)[i++] = (int32_t)t->valuedouble;
         }
-        return n; /* token ids are taken as they are */
+        *n_out = n; /* token ids are taken as they are */
+        return TP_OK;
     } else {
-        return tp_api_fail(e, 400, param, "'%s' must be a string or a list of token ids", param);
+        return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string or a list of token ids", param);
     }
     int eos = tp_tokenizer_eos(s->tok);
     if (tp_tokenizer_add_eos(s->tok) && eos >= 0 && (n == 0 || (*ids)[n - 1] != eos)) {
@@ -107,12 +109,13 @@ static int input_tokens(struct tp_server *s, const cJSON *in, const char *param,
         if (!g) {
             free(*ids);
             *ids = NULL;
-            return tp_api_fail(e, 500, NULL, "out of memory");
+            return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
         }
         *ids = g;
         (*ids)[n++] = eos;
     }
-    return n;
+    *n_out = n;
+    return TP_OK;
 }
 
 /* Base64 of the floats' little-endian bytes (OpenAI's encoding_format "base64"). */
@@ -164,23 +167,23 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
         int ok = 0;
         for (size_t i = 0; i < n_known && !ok; i++) ok = strcmp(kv->string, known[i]) == 0;
         if (!ok) {
-            tp_api_fail(&e, 400, kv->string, "unknown field '%.60s'", kv->string);
+            tp_api_err(&e, TP_ERR_INVALID_ARG, kv->string, "unknown field '%.60s'", kv->string);
             goto fail;
         }
     }
     const cJSON *v = field(root, "model");
     if (v && !cJSON_IsString(v)) {
-        tp_api_fail(&e, 400, "model", "'model' must be a string");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "model", "'model' must be a string");
         goto fail;
     }
     if (ollama && !v) {
-        tp_api_fail(&e, 400, "model", "model is required");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "model", "model is required");
         goto fail;
     }
     v = field(root, "encoding_format");
     if (v) {
         if (!cJSON_IsString(v) || (strcmp(v->valuestring, "float") && strcmp(v->valuestring, "base64"))) {
-            tp_api_fail(&e, 400, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+            tp_api_err(&e, TP_ERR_INVALID_ARG, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
             goto fail;
         }
         b64 = strcmp(v->valuestring, "base64") == 0;
@@ -188,39 +191,39 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
     const int E = tp_parallel_hparams(s->par)->n_embd;
     v = field(root, "dimensions");
     if (v && !(cJSON_IsNumber(v) && v->valuedouble == E)) {
-        tp_api_fail(&e, 400, "dimensions", "'dimensions' must be this model's %d (vectors are not shortened)", E);
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "dimensions", "'dimensions' must be this model's %d (vectors are not shortened)", E);
         goto fail;
     }
     v = field(root, "truncate");
     if (v && !(cJSON_IsBool(v))) {
-        tp_api_fail(&e, 400, "truncate", "truncate must be a boolean");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "truncate", "truncate must be a boolean");
         goto fail;
     }
     v = field(root, "options");
     if (v && !cJSON_IsObject(v)) {
-        tp_api_fail(&e, 400, "options", "options must be an object");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "options", "options must be an object");
         goto fail;
     }
     if (!(pooling = tp_api_pooling(s, &e))) goto fail;
     const cJSON *input = field(root, "input");
     if (!input) {
-        tp_api_fail(&e, 400, "input", "'input' is required (a string, a list of strings or token ids)");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "input", "'input' is required (a string, a list of strings or token ids)");
         goto fail;
     }
     /* one input (a string or a list of token ids) or several */
     int single = cJSON_IsString(input) || (cJSON_IsArray(input) && cJSON_IsNumber(cJSON_GetArrayItem(input, 0)));
     n_in = single ? 1 : cJSON_IsArray(input) ? cJSON_GetArraySize(input) : 0;
     if (!single && !cJSON_IsArray(input)) {
-        tp_api_fail(&e, 400, "input", "'input' must be a string, a list of strings or token ids");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "input", "'input' must be a string, a list of strings or token ids");
         goto fail;
     }
     if (n_in == 0 || n_in > MAX_INPUTS) {
-        tp_api_fail(&e, 400, "input", "'input' has %d entries; send 1 to %d", n_in, MAX_INPUTS);
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "input", "'input' has %d entries; send 1 to %d", n_in, MAX_INPUTS);
         goto fail;
     }
     reqs = calloc((size_t)n_in, sizeof *reqs);
     if (!reqs) {
-        tp_api_fail(&e, 500, NULL, "out of memory");
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
     for (int i = 0; i < n_in; i++) {
@@ -228,11 +231,11 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
         snprintf(param, sizeof param, single ? "input" : "input[%d]", i);
         const cJSON *in = single ? input : cJSON_GetArrayItem(input, i);
         int32_t *ids = NULL;
-        int n = input_tokens(s, in, param, &ids, &e);
-        if (n < 0) goto fail;
+        int n = 0;
+        if (input_tokens(s, in, param, &ids, &n, &e) != TP_OK) goto fail;
         if (n >= s->n_ctx) {
             free(ids);
-            tp_api_fail(&e, 400, param, "'%s' has %d tokens but the context holds %d; shorten it or restart with a "
+            tp_api_err(&e, TP_ERR_INVALID_ARG, param, "'%s' has %d tokens but the context holds %d; shorten it or restart with a "
                                         "larger --ctx-size", param, n, s->n_ctx);
             e.code = "context_length_exceeded";
             goto fail;
@@ -240,7 +243,7 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
         struct tp_req *r = tp_req_new();
         if (!r) {
             free(ids);
-            tp_api_fail(&e, 500, NULL, "out of memory");
+            tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
             goto fail;
         }
         reqs[i] = r;
@@ -256,7 +259,7 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
         r->toks = calloc(1, sizeof *r->toks);
         r->embd = calloc((size_t)E, sizeof(float));
         if (!r->toks || !r->embd) {
-            tp_api_fail(&e, 500, NULL, "out of memory");
+            tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
             goto fail;
         }
         n_tokens += n;
@@ -285,7 +288,7 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
             }
         }
         if (r->finish == TP_FINISH_ERROR) {
-            tp_api_fail(&e, r->err_status ? r->err_status : 500, NULL, "%s", r->err_msg);
+            tp_api_err_from(&e, &r->err);
             pthread_mutex_unlock(mu);
             goto fail;
         }

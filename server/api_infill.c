@@ -37,11 +37,12 @@ static int push_text(struct tp_server *s, const cJSON *v, cJSON *ids, struct tp_
 {
     char *b = NULL;
     size_t bl = 0;
-    if (tp_json_bytes(v, &b, &bl) != 0) return tp_api_fail(e, 500, NULL, "out of memory");
+    if (tp_json_bytes(v, &b, &bl) != 0) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
     int32_t *t = NULL;
-    int n = bl ? tp_server_tokenize(s, b, bl, 0, &t, e) : 0;
+    int n = 0;
+    enum tp_status st = bl ? tp_server_tokenize(s, b, bl, 0, &t, &n, e) : TP_OK;
     free(b);
-    if (n < 0) return -1;
+    if (st != TP_OK) return -1;
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(t[i]));
     free(t);
     return 0;
@@ -56,7 +57,7 @@ static cJSON *fim_prompt(struct tp_server *s, const cJSON *prefix, const cJSON *
 {
     int fim[TP_FIM_COUNT];
     if (!tp_tokenizer_fim(s->tok, fim)) {
-        tp_api_fail(e, 400, prefix_name, "this model has no fill-in-the-middle tokens (GGUF "
+        tp_api_err(e, TP_ERR_INVALID_ARG, prefix_name, "this model has no fill-in-the-middle tokens (GGUF "
                                          "tokenizer.ggml.fim_pre/suf/mid_token_id, or <|fim_prefix|> / <fim_prefix> / "
                                          "<PRE> tokens); serve a code model trained for infilling, such as "
                                          "Qwen2.5-Coder, StarCoder2 or CodeLlama");
@@ -65,14 +66,14 @@ static cJSON *fim_prompt(struct tp_server *s, const cJSON *prefix, const cJSON *
     }
     cJSON *ids = cJSON_CreateArray();
     if (!ids) {
-        tp_api_fail(e, 500, NULL, "out of memory");
+        tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
         return NULL;
     }
     int bos = tp_tokenizer_bos(s->tok);
     if (tp_tokenizer_add_bos(s->tok) && bos >= 0) push_id(ids, bos);
     if (extra && cJSON_GetArraySize(extra) > 0) {
         if (fim[TP_FIM_SEP] < 0) {
-            tp_api_fail(e, 400, "input_extra", "'input_extra' needs the model's file separator token (<|file_sep|>), "
+            tp_api_err(e, TP_ERR_INVALID_ARG, "input_extra", "'input_extra' needs the model's file separator token (<|file_sep|>), "
                                                "which this model does not have; leave input_extra out");
             goto fail;
         }
@@ -89,7 +90,7 @@ static cJSON *fim_prompt(struct tp_server *s, const cJSON *prefix, const cJSON *
         {
             const cJSON *fn = cJSON_IsObject(ch) ? field(ch, "filename") : NULL, *tx = field(ch, "text");
             if (!cJSON_IsString(tx) || (fn && !cJSON_IsString(fn))) {
-                tp_api_fail(e, 400, "input_extra", "'input_extra'[%d] must be {\"filename\": string, \"text\": string}",
+                tp_api_err(e, TP_ERR_INVALID_ARG, "input_extra", "'input_extra'[%d] must be {\"filename\": string, \"text\": string}",
                             i);
                 goto fail;
             }
@@ -138,7 +139,7 @@ enum MHD_Result tp_api_completion_fim(struct tp_server *s, struct MHD_Connection
         prompt = cJSON_GetArrayItem(prompt, 0);
     if (prompt && !cJSON_IsString(prompt)) {
         cJSON_Delete(root);
-        tp_api_fail(&e, 400, "prompt", "with 'suffix' (fill-in-the-middle), 'prompt' must be a string (the text "
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "prompt", "with 'suffix' (fill-in-the-middle), 'prompt' must be a string (the text "
                                        "before the insertion point)");
         return tp_http_send_error(s, c, &e);
     }
@@ -153,7 +154,7 @@ enum MHD_Result tp_api_completion_fim(struct tp_server *s, struct MHD_Connection
     char *nb = tp_json_print(root);
     cJSON_Delete(root);
     if (!nb) {
-        tp_api_fail(&e, 500, NULL, "out of memory");
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
         return tp_http_send_error(s, c, &e);
     }
     enum MHD_Result ret = tp_api_handle_completion(s, c, 0, nb, strlen(nb));
@@ -275,27 +276,27 @@ enum MHD_Result tp_api_infill(struct tp_server *s, struct MHD_Connection *c, con
         int ok = 0;
         for (size_t i = 0; i < TP_ARRAY_LEN(known) && !ok; i++) ok = strcmp(kv->string, known[i]) == 0;
         if (!ok) {
-            tp_api_fail(&e, 400, kv->string, "'%.60s' is not a field of /infill that this server serves", kv->string);
+            tp_api_err(&e, TP_ERR_INVALID_ARG, kv->string, "'%.60s' is not a field of /infill that this server serves", kv->string);
             goto fail;
         }
     }
     /* fields whose non-default values would change the answer and are not implemented */
     const cJSON *v = field(root, "n_indent");
     if (v && !(cJSON_IsNumber(v) && v->valuedouble == 0)) {
-        tp_api_fail(&e, 400, "n_indent", "'n_indent' is not supported by this server; leave it out");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "n_indent", "'n_indent' is not supported by this server; leave it out");
         goto fail;
     }
     static const char *const strs[] = {"input_prefix", "input_suffix", "prompt"};
     for (int i = 0; i < 3; i++) {
         v = field(root, strs[i]);
         if (v && !cJSON_IsString(v)) {
-            tp_api_fail(&e, 400, strs[i], "'%s' must be a string", strs[i]);
+            tp_api_err(&e, TP_ERR_INVALID_ARG, strs[i], "'%s' must be a string", strs[i]);
             goto fail;
         }
     }
     v = field(root, "input_extra");
     if (v && !cJSON_IsArray(v)) {
-        tp_api_fail(&e, 400, "input_extra", "'input_extra' must be a list of {\"filename\", \"text\"}");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "input_extra", "'input_extra' must be a list of {\"filename\", \"text\"}");
         goto fail;
     }
     cJSON *ids = fim_prompt(s, field(root, "input_prefix"), field(root, "input_suffix"), v, field(root, "prompt"),
@@ -312,7 +313,7 @@ enum MHD_Result tp_api_infill(struct tp_server *s, struct MHD_Connection *c, con
     v = field(root, "n_predict");
     if (v) {
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1 || v->valuedouble == -1)) {
-            tp_api_fail(&e, 400, "n_predict", "'n_predict' must be a positive integer, or -1 for no limit");
+            tp_api_err(&e, TP_ERR_INVALID_ARG, "n_predict", "'n_predict' must be a positive integer, or -1 for no limit");
             goto fail;
         }
         cJSON_DeleteItemFromObjectCaseSensitive(out, "max_tokens");

@@ -44,7 +44,7 @@ char *tp_api_messages_error_json(const struct tp_api_error *e)
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "type", "error");
     cJSON *er = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(er, "type", error_type(e->status));
+    cJSON_AddStringToObject(er, "type", error_type(tp_http_error_kind(e->status).http_status));
     if (e->param[0] && !strstr(e->message, e->param)) {
         char m[700];
         snprintf(m, sizeof m, "%s: %s", e->param, e->message);
@@ -69,35 +69,35 @@ static const cJSON *field(const cJSON *o, const char *k)
  * other block types are refused naming them. */
 static int content_text(const cJSON *c, const char *param, struct tp_buf *b, struct tp_api_error *e)
 {
-    if (cJSON_IsString(c)) return tp_buf_puts(b, c->valuestring) ? tp_api_fail(e, 500, NULL, "out of memory") : 0;
-    if (!cJSON_IsArray(c)) return tp_api_fail(e, 400, param, "%s: must be a string or a list of content blocks", param);
+    if (cJSON_IsString(c)) return tp_buf_puts(b, c->valuestring) ? tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory") : 0;
+    if (!cJSON_IsArray(c)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s: must be a string or a list of content blocks", param);
     int k = 0;
     const cJSON *blk;
     cJSON_ArrayForEach(blk, c)
     {
         const cJSON *ty = cJSON_IsObject(blk) ? field(blk, "type") : NULL;
         if (!cJSON_IsString(ty))
-            return tp_api_fail(e, 400, param, "%s.%d: a content block must be an object with a 'type'", param, k);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d: a content block must be an object with a 'type'", param, k);
         const char *t = ty->valuestring;
         if (strcmp(t, "text") == 0) {
             const cJSON *tx = field(blk, "text");
             if (!cJSON_IsString(tx))
-                return tp_api_fail(e, 400, param, "%s.%d.text: Field required (a string)", param, k);
+                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d.text: Field required (a string)", param, k);
             const cJSON *kv;
             cJSON_ArrayForEach(kv, blk)
             {
                 if (strcmp(kv->string, "type") && strcmp(kv->string, "text") && strcmp(kv->string, "cache_control") &&
                     strcmp(kv->string, "citations"))
-                    return tp_api_fail(e, 400, param, "%s.%d.%.40s: Extra inputs are not permitted", param, k,
+                    return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d.%.40s: Extra inputs are not permitted", param, k,
                                        kv->string);
             }
-            if (tp_buf_puts(b, tx->valuestring)) return tp_api_fail(e, 500, NULL, "out of memory");
+            if (tp_buf_puts(b, tx->valuestring)) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
         } else if (strcmp(t, "tool_use") == 0 || strcmp(t, "tool_result") == 0) {
-            return tp_api_fail(e, 400, param, "%s.%d: '%s' blocks in the conversation history are not supported yet "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d: '%s' blocks in the conversation history are not supported yet "
                                               "by this server (it cannot render tool turns into the model's prompt)",
                                param, k, t);
         } else {
-            return tp_api_fail(e, 400, param, "%s.%d: content blocks of type '%.40s' are not supported by this server "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d: content blocks of type '%.40s' are not supported by this server "
                                               "(text only)", param, k, t);
         }
         k++;
@@ -109,7 +109,7 @@ static int content_text(const cJSON *c, const char *param, struct tp_buf *b, str
 static int translate_tools(const cJSON *root, cJSON *out, int for_count, struct tp_api_error *e)
 {
     const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
-    if (tools && !cJSON_IsArray(tools)) return tp_api_fail(e, 400, "tools", "tools: Input should be a valid list");
+    if (tools && !cJSON_IsArray(tools)) return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "tools: Input should be a valid list");
     if (tools) {
         cJSON *arr = cJSON_AddArrayToObject(out, "tools");
         int i = 0;
@@ -121,15 +121,15 @@ static int translate_tools(const cJSON *root, cJSON *out, int for_count, struct 
             const cJSON *sc = cJSON_IsObject(t) ? field(t, "input_schema") : NULL;
             const cJSON *de = cJSON_IsObject(t) ? field(t, "description") : NULL;
             if (ty && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "custom") == 0))
-                return tp_api_fail(e, 400, "tools", "tools.%d: tool type '%.40s' is not supported by this server "
+                return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "tools.%d: tool type '%.40s' is not supported by this server "
                                                     "(custom tools with an input_schema only)", i,
                                    cJSON_IsString(ty) ? ty->valuestring : "?");
             if (!cJSON_IsString(nm))
-                return tp_api_fail(e, 400, "tools", "tools.%d.name: Field required (a string)", i);
+                return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "tools.%d.name: Field required (a string)", i);
             if (!cJSON_IsObject(sc))
-                return tp_api_fail(e, 400, "tools", "tools.%d.input_schema: Field required (a JSON schema object)", i);
+                return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "tools.%d.input_schema: Field required (a JSON schema object)", i);
             if (de && !cJSON_IsString(de))
-                return tp_api_fail(e, 400, "tools", "tools.%d.description: Input should be a valid string", i);
+                return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "tools.%d.description: Input should be a valid string", i);
             cJSON *o = cJSON_CreateObject();
             cJSON_AddItemToArray(arr, o);
             cJSON_AddStringToObject(o, "type", "function");
@@ -145,7 +145,7 @@ static int translate_tools(const cJSON *root, cJSON *out, int for_count, struct 
     const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
     const cJSON *dp = cJSON_IsObject(choice) ? field(choice, "disable_parallel_tool_use") : NULL;
     if (dp && !cJSON_IsBool(dp))
-        return tp_api_fail(e, 400, "tool_choice", "tool_choice.disable_parallel_tool_use: Input should be a valid boolean");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "tool_choice.disable_parallel_tool_use: Input should be a valid boolean");
     if (for_count) return 0;
     if (strcmp(t, "auto") == 0) {
         cJSON_AddStringToObject(out, "tool_choice", "auto");
@@ -155,12 +155,12 @@ static int translate_tools(const cJSON *root, cJSON *out, int for_count, struct 
         cJSON_AddStringToObject(out, "tool_choice", "none");
     } else if (strcmp(t, "tool") == 0) {
         const cJSON *nm = field(choice, "name");
-        if (!cJSON_IsString(nm)) return tp_api_fail(e, 400, "tool_choice", "tool_choice.name: Field required");
+        if (!cJSON_IsString(nm)) return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "tool_choice.name: Field required");
         cJSON *o = cJSON_AddObjectToObject(out, "tool_choice");
         cJSON_AddStringToObject(o, "type", "function");
         cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "function"), "name", nm->valuestring);
     } else {
-        return tp_api_fail(e, 400, "tool_choice", "tool_choice: must be {\"type\": \"auto\" | \"any\" | \"tool\" | "
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "tool_choice: must be {\"type\": \"auto\" | \"any\" | \"tool\" | "
                                                   "\"none\"} (\"tool\" with a \"name\")");
     }
     return 0;
@@ -185,7 +185,7 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
     struct tp_buf b = {0};
     int rc = -1;
     if (!out) {
-        tp_api_fail(e, 500, NULL, "out of memory");
+        tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
         goto done;
     }
     static const char *const known[] = {"model", "messages", "max_tokens", "system", "stop_sequences", "stream",
@@ -201,34 +201,34 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
                  strcmp(kv->string, "stream") && strcmp(kv->string, "temperature") && strcmp(kv->string, "top_p") &&
                  strcmp(kv->string, "top_k") && strcmp(kv->string, "metadata") && strcmp(kv->string, "service_tier");
         if (!ok) {
-            tp_api_fail(e, 400, kv->string, "%.60s: Extra inputs are not permitted", kv->string);
+            tp_api_err(e, TP_ERR_INVALID_ARG, kv->string, "%.60s: Extra inputs are not permitted", kv->string);
             goto done;
         }
     }
     const cJSON *v = field(root, "model");
     if (!cJSON_IsString(v)) {
-        tp_api_fail(e, 400, "model", "model: Field required (a string)");
+        tp_api_err(e, TP_ERR_INVALID_ARG, "model", "model: Field required (a string)");
         goto done;
     }
     cJSON_AddStringToObject(out, "model", v->valuestring);
     if (!for_count) {
         v = field(root, "max_tokens");
         if (!v) {
-            tp_api_fail(e, 400, "max_tokens", "max_tokens: Field required");
+            tp_api_err(e, TP_ERR_INVALID_ARG, "max_tokens", "max_tokens: Field required");
             goto done;
         }
         if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long long)v->valuedouble) {
-            tp_api_fail(e, 400, "max_tokens", "max_tokens: Input should be a valid integer");
+            tp_api_err(e, TP_ERR_INVALID_ARG, "max_tokens", "max_tokens: Input should be a valid integer");
             goto done;
         }
         if (v->valuedouble < 1) {
-            tp_api_fail(e, 400, "max_tokens", "max_tokens: Input should be greater than or equal to 1");
+            tp_api_err(e, TP_ERR_INVALID_ARG, "max_tokens", "max_tokens: Input should be greater than or equal to 1");
             goto done;
         }
         cJSON_AddNumberToObject(out, "max_tokens", v->valuedouble);
         v = field(root, "temperature");
         if (v && (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1)) {
-            tp_api_fail(e, 400, "temperature", "temperature: Input should be a number from 0 to 1");
+            tp_api_err(e, TP_ERR_INVALID_ARG, "temperature", "temperature: Input should be a number from 0 to 1");
             goto done;
         }
         /* Anthropic's default temperature is 1.0, as the engine's */
@@ -238,19 +238,19 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
         v = field(root, "stop_sequences");
         if (v) {
             if (!cJSON_IsArray(v)) {
-                tp_api_fail(e, 400, "stop_sequences", "stop_sequences: Input should be a valid list");
+                tp_api_err(e, TP_ERR_INVALID_ARG, "stop_sequences", "stop_sequences: Input should be a valid list");
                 goto done;
             }
             if (cJSON_GetArraySize(v) > 0) cJSON_AddItemToObject(out, "stop", cJSON_Duplicate(v, 1));
         }
         v = field(root, "metadata");
         if (v && !cJSON_IsObject(v)) {
-            tp_api_fail(e, 400, "metadata", "metadata: Input should be a valid dictionary");
+            tp_api_err(e, TP_ERR_INVALID_ARG, "metadata", "metadata: Input should be a valid dictionary");
             goto done;
         }
         v = field(root, "service_tier");
         if (v && !cJSON_IsString(v)) {
-            tp_api_fail(e, 400, "service_tier", "service_tier: Input should be 'auto' or 'standard_only'");
+            tp_api_err(e, TP_ERR_INVALID_ARG, "service_tier", "service_tier: Input should be 'auto' or 'standard_only'");
             goto done;
         }
     }
@@ -258,7 +258,7 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
     if (v) {
         const cJSON *ty = cJSON_IsObject(v) ? field(v, "type") : NULL;
         if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "disabled") != 0) {
-            tp_api_fail(e, 400, "thinking", "thinking: extended thinking is not available: this server's model has "
+            tp_api_err(e, TP_ERR_INVALID_ARG, "thinking", "thinking: extended thinking is not available: this server's model has "
                                             "no reasoning channel it can separate; send {\"type\": \"disabled\"} or "
                                             "leave it out");
             goto done;
@@ -276,11 +276,11 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
     }
     v = field(root, "messages");
     if (!cJSON_IsArray(v)) {
-        tp_api_fail(e, 400, "messages", v ? "messages: Input should be a valid list" : "messages: Field required");
+        tp_api_err(e, TP_ERR_INVALID_ARG, "messages", v ? "messages: Input should be a valid list" : "messages: Field required");
         goto done;
     }
     if (cJSON_GetArraySize(v) == 0) {
-        tp_api_fail(e, 400, "messages", "messages: at least one message is required");
+        tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages: at least one message is required");
         goto done;
     }
     int i = 0;
@@ -293,19 +293,19 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
         snprintf(param, sizeof param, "messages.%d", i);
         const cJSON *role = cJSON_IsObject(m) ? field(m, "role") : NULL;
         if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant"))) {
-            tp_api_fail(e, 400, "messages", "%s.role: Input should be 'user' or 'assistant'", param);
+            tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "%s.role: Input should be 'user' or 'assistant'", param);
             goto done;
         }
         const cJSON *c = field(m, "content");
         snprintf(param, sizeof param, "messages.%d.content", i);
         if (!c) {
-            tp_api_fail(e, 400, "messages", "%s: Field required", param);
+            tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "%s: Field required", param);
             goto done;
         }
         cJSON_ArrayForEach(kv, m)
         {
             if (strcmp(kv->string, "role") && strcmp(kv->string, "content")) {
-                tp_api_fail(e, 400, "messages", "messages.%d.%.40s: Extra inputs are not permitted", i, kv->string);
+                tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages.%d.%.40s: Extra inputs are not permitted", i, kv->string);
                 goto done;
             }
         }
@@ -317,7 +317,7 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
             struct tp_buf j = {0};
             if (tp_buf_puts(&j, pc->valuestring) || tp_buf_puts(&j, "\n\n") || tp_buf_puts(&j, b.data ? b.data : "")) {
                 tp_buf_free(&j);
-                tp_api_fail(e, 500, NULL, "out of memory");
+                tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
                 goto done;
             }
             cJSON_ReplaceItemInObjectCaseSensitive(prev, "content", cJSON_CreateString(j.data));
@@ -333,7 +333,7 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
         i++;
     }
     if (prev_role && prev_role[0] == 'a' && !for_count) {
-        tp_api_fail(e, 400, "messages", "messages: the last message is from the assistant (a prefill to continue); "
+        tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages: the last message is from the assistant (a prefill to continue); "
                                         "this server starts a new assistant turn and does not continue one, so end "
                                         "with a user message");
         goto done;
@@ -568,10 +568,11 @@ enum MHD_Result tp_api_messages_count(struct tp_server *s, struct MHD_Connection
     struct tp_api_error e;
     if (parse_messages_request(s, body, len, 1, &p, &e) != 0) return tp_run_send_error(s, c, &messages_ops, &e);
     int32_t *ids = NULL;
-    int n = tp_run_tokens(s, &p, "messages", &ids, &e);
+    int n = 0;
+    enum tp_status st = tp_run_tokens(s, &p, "messages", &ids, &n, &e);
     free(ids);
     tp_req_params_free(&p);
-    if (n < 0) return tp_run_send_error(s, c, &messages_ops, &e);
+    if (st != TP_OK) return tp_run_send_error(s, c, &messages_ops, &e);
     char json[64];
     snprintf(json, sizeof json, "{\"input_tokens\":%d}", n);
     return tp_http_send_json(s, c, 200, json);

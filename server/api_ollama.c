@@ -190,13 +190,13 @@ static enum MHD_Result show_model(struct tp_server *s, struct MHD_Connection *c,
     if (!nm) nm = field(root, "name");
     if (!cJSON_IsString(nm)) {
         cJSON_Delete(root);
-        tp_api_fail(&e, 400, NULL, "model is required");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "model is required");
         return tp_run_send_error(s, c, &ollama_chat_ops, &e);
     }
     if (!is_our_model(s, nm->valuestring)) {
         char name[300];
         model_name(s, name, sizeof name);
-        tp_api_fail(&e, 404, NULL, "model '%.200s' not found; this server serves '%s'", nm->valuestring, name);
+        tp_api_err(&e, TP_ERR_NOT_FOUND, NULL, "model '%.200s' not found; this server serves '%s'", nm->valuestring, name);
         cJSON_Delete(root);
         return tp_run_send_error(s, c, &ollama_chat_ops, &e);
     }
@@ -241,7 +241,7 @@ static int translate_options(const cJSON *root, cJSON *out, int n_ctx, struct tp
 {
     const cJSON *opt = field(root, "options");
     if (!opt) return 0;
-    if (!cJSON_IsObject(opt)) return tp_api_fail(e, 400, "options", "options must be an object");
+    if (!cJSON_IsObject(opt)) return tp_api_err(e, TP_ERR_INVALID_ARG, "options", "options must be an object");
     static const char *const map[][2] = {
         {"temperature", "temperature"},       {"top_p", "top_p"},
         {"top_k", "top_k"},                   {"min_p", "min_p"},
@@ -265,15 +265,15 @@ static int translate_options(const cJSON *root, cJSON *out, int n_ctx, struct tp
         for (size_t i = 0; i < TP_ARRAY_LEN(runtime) && !done; i++) done = strcmp(k, runtime[i]) == 0;
         if (done) continue;
         if (strcmp(k, "num_predict") == 0) {
-            if (!cJSON_IsNumber(kv)) return tp_api_fail(e, 400, NULL, "options.num_predict must be an integer");
+            if (!cJSON_IsNumber(kv)) return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "options.num_predict must be an integer");
             /* -1: until the end of the reply, -2: until the context is full (both: no cap here) */
             if (kv->valuedouble > 0) cJSON_AddNumberToObject(out, "max_tokens", kv->valuedouble);
-            else if (kv->valuedouble == 0) return tp_api_fail(e, 400, NULL, "options.num_predict is 0; send a "
+            else if (kv->valuedouble == 0) return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "options.num_predict is 0; send a "
                                                                             "positive count, or -1 for no limit");
         } else if (strcmp(k, "num_ctx") == 0) {
-            if (!cJSON_IsNumber(kv)) return tp_api_fail(e, 400, NULL, "options.num_ctx must be an integer");
+            if (!cJSON_IsNumber(kv)) return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "options.num_ctx must be an integer");
             if (kv->valuedouble > n_ctx)
-                return tp_api_fail(e, 400, NULL, "options.num_ctx is %.0f but this server's context holds %d tokens "
+                return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "options.num_ctx is %.0f but this server's context holds %d tokens "
                                                  "(restart it with a larger --ctx-size)", kv->valuedouble, n_ctx);
         } else if (strcmp(k, "num_keep") == 0 || strcmp(k, "repeat_last_n") == 0 ||
                    strcmp(k, "penalize_newline") == 0) {
@@ -281,10 +281,10 @@ static int translate_options(const cJSON *root, cJSON *out, int n_ctx, struct tp
             if (!(cJSON_IsNumber(kv) && kv->valuedouble <= 0 && strcmp(k, "repeat_last_n") != 0) &&
                 !(strcmp(k, "repeat_last_n") == 0 && cJSON_IsNumber(kv) && (kv->valuedouble == -1)) &&
                 !(cJSON_IsBool(kv) && !cJSON_IsTrue(kv)))
-                return tp_api_fail(e, 400, NULL, "options.%s is not supported by this server (penalties look at the "
+                return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "options.%s is not supported by this server (penalties look at the "
                                                  "whole reply, and the context is never shifted); leave it out", k);
         } else {
-            return tp_api_fail(e, 400, NULL, "options.%.60s is not supported by this server; leave it out", k);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "options.%.60s is not supported by this server; leave it out", k);
         }
     }
     return 0;
@@ -298,11 +298,11 @@ static int translate_format(const cJSON *root, cJSON *out, struct tp_api_error *
     cJSON *rf = cJSON_AddObjectToObject(out, "response_format");
     if (cJSON_IsString(f)) {
         if (strcmp(f->valuestring, "json") != 0)
-            return tp_api_fail(e, 400, NULL, "format must be \"json\" or a JSON schema object");
+            return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "format must be \"json\" or a JSON schema object");
         cJSON_AddStringToObject(rf, "type", "json_object");
         return 0;
     }
-    if (!cJSON_IsObject(f)) return tp_api_fail(e, 400, NULL, "format must be \"json\" or a JSON schema object");
+    if (!cJSON_IsObject(f)) return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "format must be \"json\" or a JSON schema object");
     cJSON_AddStringToObject(rf, "type", "json_schema");
     cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
     cJSON_AddStringToObject(js, "name", "format");
@@ -314,18 +314,18 @@ static int translate_format(const cJSON *root, cJSON *out, struct tp_api_error *
 static int common_fields(const cJSON *root, cJSON *out, struct tp_server *s, struct tp_api_error *e)
 {
     const cJSON *v = field(root, "model");
-    if (!cJSON_IsString(v)) return tp_api_fail(e, 400, NULL, "model is required");
+    if (!cJSON_IsString(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "model is required");
     cJSON_AddStringToObject(out, "model", v->valuestring);
     v = field(root, "stream");
-    if (v && !cJSON_IsBool(v)) return tp_api_fail(e, 400, NULL, "stream must be a boolean");
+    if (v && !cJSON_IsBool(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "stream must be a boolean");
     cJSON_AddBoolToObject(out, "stream", !v || cJSON_IsTrue(v)); /* Ollama streams by default */
     v = field(root, "think");
     if (v && !(cJSON_IsBool(v) && !cJSON_IsTrue(v)))
-        return tp_api_fail(e, 400, NULL, "think: this model has no reasoning channel (\"think\" is not supported); "
+        return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "think: this model has no reasoning channel (\"think\" is not supported); "
                                          "leave it out or send false");
     v = field(root, "keep_alive"); /* the model stays loaded while the server runs */
     if (v && !cJSON_IsString(v) && !cJSON_IsNumber(v))
-        return tp_api_fail(e, 400, NULL, "keep_alive must be a duration string or a number of seconds");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "keep_alive must be a duration string or a number of seconds");
     if (translate_options(root, out, s->n_ctx, e)) return -1;
     return translate_format(root, out, e);
 }
@@ -351,7 +351,7 @@ static int known_fields(const cJSON *root, const char *const *known, size_t n, s
     {
         int ok = 0;
         for (size_t i = 0; i < n && !ok; i++) ok = strcmp(kv->string, known[i]) == 0;
-        if (!ok) return tp_api_fail(e, 400, NULL, "unknown field '%.60s'", kv->string);
+        if (!ok) return tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "unknown field '%.60s'", kv->string);
     }
     return 0;
 }
@@ -515,7 +515,7 @@ static enum MHD_Result chat(struct tp_server *s, struct MHD_Connection *c, const
     if (known_fields(root, known, TP_ARRAY_LEN(known), &e) || common_fields(root, out, s, &e)) goto fail;
     const cJSON *msgs = field(root, "messages");
     if (msgs && !cJSON_IsArray(msgs)) {
-        tp_api_fail(&e, 400, NULL, "messages must be a list");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "messages must be a list");
         goto fail;
     }
     if (!msgs || cJSON_GetArraySize(msgs) == 0) {
@@ -533,19 +533,19 @@ static enum MHD_Result chat(struct tp_server *s, struct MHD_Connection *c, const
         const cJSON *img = field(m, "images"), *tc = field(m, "tool_calls");
         const char *r = cJSON_IsString(role) ? role->valuestring : "";
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
-            tp_api_fail(&e, 400, NULL, strcmp(r, "tool") == 0
+            tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, strcmp(r, "tool") == 0
                                            ? "messages[%d]: tool messages are not supported yet by this server (it "
                                              "cannot render tool turns into the model's prompt)"
                                            : "messages[%d].role must be system, user or assistant", i);
             goto fail;
         }
         if ((img && cJSON_GetArraySize(img) > 0) || (tc && cJSON_GetArraySize(tc) > 0)) {
-            tp_api_fail(&e, 400, NULL, "messages[%d]: %s are not supported by this server", i,
+            tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "messages[%d]: %s are not supported by this server", i,
                         img ? "images" : "tool calls in the history");
             goto fail;
         }
         if (content && !cJSON_IsString(content)) {
-            tp_api_fail(&e, 400, NULL, "messages[%d].content must be a string", i);
+            tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "messages[%d].content must be a string", i);
             goto fail;
         }
         cJSON *o = cJSON_CreateObject();
@@ -560,7 +560,7 @@ static enum MHD_Result chat(struct tp_server *s, struct MHD_Connection *c, const
     struct ol_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
         tp_req_params_free(&p);
-        tp_api_fail(&e, 500, NULL, "out of memory");
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
     snprintf(ctx->model, sizeof ctx->model, "%s", field(root, "model")->valuestring);
@@ -587,15 +587,15 @@ static enum MHD_Result generate(struct tp_server *s, struct MHD_Connection *c, c
     if (known_fields(root, known, TP_ARRAY_LEN(known), &e) || common_fields(root, out, s, &e)) goto fail;
     const cJSON *prompt = field(root, "prompt"), *sys = field(root, "system"), *raw = field(root, "raw");
     if (prompt && !cJSON_IsString(prompt)) {
-        tp_api_fail(&e, 400, NULL, "prompt must be a string");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "prompt must be a string");
         goto fail;
     }
     if (sys && !cJSON_IsString(sys)) {
-        tp_api_fail(&e, 400, NULL, "system must be a string");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "system must be a string");
         goto fail;
     }
     if (raw && !cJSON_IsBool(raw)) {
-        tp_api_fail(&e, 400, NULL, "raw must be a boolean");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "raw must be a boolean");
         goto fail;
     }
     static const char *const refused[][2] = {
@@ -608,7 +608,7 @@ static enum MHD_Result generate(struct tp_server *s, struct MHD_Connection *c, c
     for (size_t i = 0; i < TP_ARRAY_LEN(refused); i++) {
         const cJSON *v = field(root, refused[i][0]);
         if (v && !(cJSON_IsString(v) && !v->valuestring[0]) && !(cJSON_IsArray(v) && !cJSON_GetArraySize(v))) {
-            tp_api_fail(&e, 400, NULL, "%s", refused[i][1]);
+            tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "%s", refused[i][1]);
             goto fail;
         }
     }
@@ -620,7 +620,7 @@ static enum MHD_Result generate(struct tp_server *s, struct MHD_Connection *c, c
     }
     if (raw && cJSON_IsTrue(raw)) {
         if (sys) {
-            tp_api_fail(&e, 400, NULL, "system cannot be used with raw: true (the prompt is sent as is)");
+            tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "system cannot be used with raw: true (the prompt is sent as is)");
             goto fail;
         }
         cJSON_AddStringToObject(out, "prompt", prompt->valuestring);
@@ -641,7 +641,7 @@ static enum MHD_Result generate(struct tp_server *s, struct MHD_Connection *c, c
     struct ol_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
         tp_req_params_free(&p);
-        tp_api_fail(&e, 500, NULL, "out of memory");
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
     ctx->generate = 1;
@@ -665,6 +665,6 @@ enum MHD_Result tp_api_ollama(struct tp_server *s, struct MHD_Connection *c, con
     if (strcmp(path, "/api/chat") == 0) return chat(s, c, body, len);
     if (strcmp(path, "/api/generate") == 0) return generate(s, c, body, len);
     struct tp_api_error e;
-    tp_api_fail(&e, 404, NULL, "%s is not an Ollama route this server serves", path);
+    tp_api_err(&e, TP_ERR_NOT_FOUND, NULL, "%s is not an Ollama route this server serves", path);
     return tp_run_send_error(s, c, &ollama_chat_ops, &e);
 }

@@ -118,14 +118,14 @@ static cJSON *store_get(struct tp_server *s, const char *id, struct tp_api_error
     if (strncmp(id, mine, (size_t)ml) == 0 && strspn(id + ml, "0123456789") == strlen(id + ml) && id[ml]) {
         uint64_t num = strtoull(id + ml, NULL, 10);
         if (num < evicted_below)
-            tp_api_fail(e, 400, "previous_response_id", "Previous response with id '%.64s' was evicted: this server "
+            tp_api_err(e, TP_ERR_INVALID_ARG, "previous_response_id", "Previous response with id '%.64s' was evicted: this server "
                         "keeps the last %d responses in memory (--responses-store); start the conversation again "
                         "with the whole input", id, cap);
         else
-            tp_api_fail(e, 400, "previous_response_id", "Previous response with id '%.64s' was not stored (it was "
+            tp_api_err(e, TP_ERR_INVALID_ARG, "previous_response_id", "Previous response with id '%.64s' was not stored (it was "
                         "sent with store: false, did not finish, or the store is off: --responses-store %d)", id, cap);
     } else {
-        tp_api_fail(e, 400, "previous_response_id", "Previous response with id '%.64s' not found (this server keeps "
+        tp_api_err(e, TP_ERR_INVALID_ARG, "previous_response_id", "Previous response with id '%.64s' not found (this server keeps "
                     "its own responses in memory only, and they are lost when it restarts)", id);
     }
     e->code = "previous_response_not_found";
@@ -162,8 +162,8 @@ static void ctx_free(void *p)
 /* Text of an item's content: a string, or a list of input_text / output_text parts (joined). */
 static int content_text(const cJSON *c, const char *param, struct tp_buf *b, struct tp_api_error *e)
 {
-    if (cJSON_IsString(c)) return tp_buf_puts(b, c->valuestring) ? tp_api_fail(e, 500, NULL, "out of memory") : 0;
-    if (!cJSON_IsArray(c)) return tp_api_fail(e, 400, param, "'%s' must be a string or a list of content parts", param);
+    if (cJSON_IsString(c)) return tp_buf_puts(b, c->valuestring) ? tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory") : 0;
+    if (!cJSON_IsArray(c)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string or a list of content parts", param);
     int k = 0;
     const cJSON *part;
     cJSON_ArrayForEach(part, c)
@@ -171,10 +171,10 @@ static int content_text(const cJSON *c, const char *param, struct tp_buf *b, str
         const cJSON *ty = cJSON_IsObject(part) ? field(part, "type") : NULL, *tx = field(part, "text");
         const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
         if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text"))
-            return tp_api_fail(e, 400, param, "'%s'[%d] is a '%.40s' part; this server takes input_text and "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d] is a '%.40s' part; this server takes input_text and "
                                               "output_text parts only", param, k, t[0] ? t : "?");
-        if (!cJSON_IsString(tx)) return tp_api_fail(e, 400, param, "'%s'[%d].text must be a string", param, k);
-        if (tp_buf_puts(b, tx->valuestring)) return tp_api_fail(e, 500, NULL, "out of memory");
+        if (!cJSON_IsString(tx)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d].text must be a string", param, k);
+        if (tp_buf_puts(b, tx->valuestring)) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
         k++;
     }
     return 0;
@@ -195,26 +195,26 @@ static int translate_input(const cJSON *input, cJSON *msgs, struct tp_api_error 
         add_msg(msgs, "user", input->valuestring);
         return 0;
     }
-    if (!cJSON_IsArray(input)) return tp_api_fail(e, 400, "input", "'input' must be a string or a list of items");
+    if (!cJSON_IsArray(input)) return tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' must be a string or a list of items");
     int i = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, input)
     {
         char param[48];
         snprintf(param, sizeof param, "input[%d]", i);
-        if (!cJSON_IsObject(it)) return tp_api_fail(e, 400, param, "'%s' must be an object", param);
+        if (!cJSON_IsObject(it)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be an object", param);
         const cJSON *ty = field(it, "type"), *role = field(it, "role");
         const char *t = cJSON_IsString(ty) ? ty->valuestring : "message";
         if (strcmp(t, "message") == 0) {
             const char *r = cJSON_IsString(role) ? role->valuestring : "";
             if (strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "system") && strcmp(r, "developer"))
-                return tp_api_fail(e, 400, param, "'%s.role' must be \"user\", \"assistant\", \"system\" or "
+                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s.role' must be \"user\", \"assistant\", \"system\" or "
                                                   "\"developer\"", param);
             struct tp_buf b = {0};
             char cp[64];
             snprintf(cp, sizeof cp, "%s.content", param);
             const cJSON *c = field(it, "content");
-            if (!c) return tp_api_fail(e, 400, cp, "'%s' is required", cp);
+            if (!c) return tp_api_err(e, TP_ERR_INVALID_ARG, cp, "'%s' is required", cp);
             if (content_text(c, cp, &b, e)) {
                 tp_buf_free(&b);
                 return -1;
@@ -222,17 +222,17 @@ static int translate_input(const cJSON *input, cJSON *msgs, struct tp_api_error 
             add_msg(msgs, strcmp(r, "developer") == 0 ? "system" : r, b.data ? b.data : "");
             tp_buf_free(&b);
         } else if (strcmp(t, "function_call") == 0 || strcmp(t, "function_call_output") == 0) {
-            return tp_api_fail(e, 400, param, "'%s' is a %s item; tool turns in the input are not supported yet by "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is a %s item; tool turns in the input are not supported yet by "
                                               "this server (it cannot render them into the model's prompt)", param, t);
         } else if (strcmp(t, "reasoning") == 0) {
-            return tp_api_fail(e, 400, param, "'%s' is a reasoning item; this server's model has no reasoning "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is a reasoning item; this server's model has no reasoning "
                                               "channel", param);
         } else {
-            return tp_api_fail(e, 400, param, "'%s' has type '%.40s'; this server takes message items", param, t);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' has type '%.40s'; this server takes message items", param, t);
         }
         i++;
     }
-    if (i == 0) return tp_api_fail(e, 400, "input", "'input' is an empty list");
+    if (i == 0) return tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' is an empty list");
     return 0;
 }
 
@@ -250,7 +250,7 @@ static int hosted_tool(const char *t)
 static int translate_tools(const cJSON *root, cJSON *out, cJSON *echo, struct tp_api_error *e)
 {
     const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
-    if (tools && !cJSON_IsArray(tools)) return tp_api_fail(e, 400, "tools", "'tools' must be a list");
+    if (tools && !cJSON_IsArray(tools)) return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools' must be a list");
     cJSON *arr = cJSON_CreateArray(), *earr = cJSON_AddArrayToObject(echo, "tools");
     int i = 0, n = 0;
     const cJSON *t;
@@ -261,7 +261,7 @@ static int translate_tools(const cJSON *root, cJSON *out, cJSON *echo, struct tp
         if (strcmp(tn, "function") != 0) {
             if (!hosted_tool(tn)) {
                 cJSON_Delete(arr);
-                return tp_api_fail(e, 400, "tools", "'tools'[%d] has type '%.40s'; this server runs function tools",
+                return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools'[%d] has type '%.40s'; this server runs function tools",
                                    i, tn[0] ? tn : "?");
             }
             tp_log(TP_LOG_INFO, "http", "/v1/responses: hosted tool '%s' left out (this server cannot run it)", tn);
@@ -272,7 +272,7 @@ static int translate_tools(const cJSON *root, cJSON *out, cJSON *echo, struct tp
         const cJSON *sx = field(t, "strict");
         if (!cJSON_IsString(nm)) {
             cJSON_Delete(arr);
-            return tp_api_fail(e, 400, "tools", "'tools'[%d].name is required (a string)", i);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools'[%d].name is required (a string)", i);
         }
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToArray(arr, o);
@@ -296,14 +296,14 @@ static int translate_tools(const cJSON *root, cJSON *out, cJSON *echo, struct tp
     if (cJSON_IsString(choice)) {
         if (strcmp(choice->valuestring, "auto") && strcmp(choice->valuestring, "none") &&
             strcmp(choice->valuestring, "required"))
-            return tp_api_fail(e, 400, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
                                                       "{\"type\": \"function\", \"name\": ...}");
         if (n || strcmp(choice->valuestring, "auto")) cJSON_AddStringToObject(out, "tool_choice", choice->valuestring);
         return 0;
     }
     const cJSON *ty = cJSON_IsObject(choice) ? field(choice, "type") : NULL, *nm = field(choice, "name");
     if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") || !cJSON_IsString(nm))
-        return tp_api_fail(e, 400, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
                                                   "{\"type\": \"function\", \"name\": ...}");
     cJSON *o = cJSON_AddObjectToObject(out, "tool_choice");
     cJSON_AddStringToObject(o, "type", "function");
@@ -316,16 +316,16 @@ static int translate_text(const cJSON *root, cJSON *out, cJSON *echo, struct tp_
 {
     const cJSON *tx = field(root, "text");
     const cJSON *fmt = cJSON_IsObject(tx) ? field(tx, "format") : NULL;
-    if (tx && !cJSON_IsObject(tx)) return tp_api_fail(e, 400, "text", "'text' must be an object {\"format\": ...}");
+    if (tx && !cJSON_IsObject(tx)) return tp_api_err(e, TP_ERR_INVALID_ARG, "text", "'text' must be an object {\"format\": ...}");
     const cJSON *kv;
     cJSON_ArrayForEach(kv, tx)
     {
         if (strcmp(kv->string, "format") && strcmp(kv->string, "verbosity"))
-            return tp_api_fail(e, 400, "text", "Unknown parameter: 'text.%.40s'.", kv->string);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "text", "Unknown parameter: 'text.%.40s'.", kv->string);
     }
     const cJSON *verb = tx ? field(tx, "verbosity") : NULL;
     if (verb && !(cJSON_IsString(verb) && strcmp(verb->valuestring, "medium") == 0))
-        return tp_api_fail(e, 400, "text.verbosity", "'text.verbosity' other than \"medium\" is not supported by "
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "text.verbosity", "'text.verbosity' other than \"medium\" is not supported by "
                                                      "this server");
     cJSON *etext = cJSON_AddObjectToObject(echo, "text");
     if (!fmt) {
@@ -342,7 +342,7 @@ static int translate_text(const cJSON *root, cJSON *out, cJSON *echo, struct tp_
         return 0;
     }
     if (strcmp(t, "json_schema") != 0)
-        return tp_api_fail(e, 400, "text.format.type", "'text.format.type' must be \"text\", \"json_object\" or "
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "text.format.type", "'text.format.type' must be \"text\", \"json_object\" or "
                                                        "\"json_schema\"");
     cJSON_AddStringToObject(rf, "type", "json_schema");
     cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
@@ -351,7 +351,7 @@ static int translate_text(const cJSON *root, cJSON *out, cJSON *echo, struct tp_
         if (strcmp(kv->string, "type") == 0) continue;
         cJSON_AddItemToObject(js, kv->string, cJSON_Duplicate(kv, 1));
     }
-    if (!field(fmt, "name")) return tp_api_fail(e, 400, "text.format.name", "'text.format.name' is required");
+    if (!field(fmt, "name")) return tp_api_err(e, TP_ERR_INVALID_ARG, "text.format.name", "'text.format.name' is required");
     return 0;
 }
 
@@ -384,7 +384,7 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
         int ok = 0;
         for (size_t i = 0; i < TP_ARRAY_LEN(known) && !ok; i++) ok = strcmp(kv->string, known[i]) == 0;
         if (!ok) {
-            tp_api_fail(e, 400, kv->string, "Unknown parameter: '%.60s'.", kv->string);
+            tp_api_err(e, TP_ERR_INVALID_ARG, kv->string, "Unknown parameter: '%.60s'.", kv->string);
             e->code = "unknown_parameter";
             goto done;
         }
@@ -398,20 +398,20 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
     for (size_t i = 0; i < TP_ARRAY_LEN(refused); i++) {
         const cJSON *v = field(root, refused[i][0]);
         if (v && !(cJSON_IsBool(v) && !cJSON_IsTrue(v))) {
-            tp_api_fail(e, 400, refused[i][0], "'%s': %s", refused[i][0], refused[i][1]);
+            tp_api_err(e, TP_ERR_INVALID_ARG, refused[i][0], "'%s': %s", refused[i][0], refused[i][1]);
             goto done;
         }
     }
     const cJSON *v = field(root, "top_logprobs");
     if (v && !(cJSON_IsNumber(v) && v->valuedouble == 0)) {
-        tp_api_fail(e, 400, "top_logprobs", "'top_logprobs' is not supported on /v1/responses by this server; use "
+        tp_api_err(e, TP_ERR_INVALID_ARG, "top_logprobs", "'top_logprobs' is not supported on /v1/responses by this server; use "
                                             "/v1/chat/completions with logprobs");
         goto done;
     }
     v = field(root, "include");
     if (v) {
         if (!cJSON_IsArray(v)) {
-            tp_api_fail(e, 400, "include", "'include' must be a list of strings");
+            tp_api_err(e, TP_ERR_INVALID_ARG, "include", "'include' must be a list of strings");
             goto done;
         }
         const cJSON *inc;
@@ -419,7 +419,7 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
         {
             /* encrypted reasoning: there is none to include */
             if (!cJSON_IsString(inc) || strcmp(inc->valuestring, "reasoning.encrypted_content") != 0) {
-                tp_api_fail(e, 400, "include", "'include' value '%.60s' is not supported by this server",
+                tp_api_err(e, TP_ERR_INVALID_ARG, "include", "'include' value '%.60s' is not supported by this server",
                             cJSON_IsString(inc) ? inc->valuestring : "?");
                 goto done;
             }
@@ -429,7 +429,7 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
     if (v) {
         const cJSON *eff = cJSON_IsObject(v) ? field(v, "effort") : NULL;
         if (!cJSON_IsObject(v) || (eff && !(cJSON_IsString(eff) && strcmp(eff->valuestring, "none") == 0))) {
-            tp_api_fail(e, 400, "reasoning.effort", "'reasoning.effort' is not supported with this model: it has no "
+            tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning.effort", "'reasoning.effort' is not supported with this model: it has no "
                                                     "reasoning channel; leave 'reasoning' out");
             e->code = "unsupported_parameter";
             goto done;
@@ -437,20 +437,20 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
     }
     v = field(root, "truncation");
     if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "disabled") == 0 || strcmp(v->valuestring, "auto") == 0))) {
-        tp_api_fail(e, 400, "truncation", "'truncation' must be \"disabled\" or \"auto\"");
+        tp_api_err(e, TP_ERR_INVALID_ARG, "truncation", "'truncation' must be \"disabled\" or \"auto\"");
         goto done;
     }
     cJSON_AddStringToObject(echo, "truncation", "disabled");
     v = field(root, "store");
     if (v && !cJSON_IsBool(v)) {
-        tp_api_fail(e, 400, "store", "'store' must be a boolean");
+        tp_api_err(e, TP_ERR_INVALID_ARG, "store", "'store' must be a boolean");
         goto done;
     }
     ctx->store = !v || cJSON_IsTrue(v);
     cJSON_AddBoolToObject(echo, "store", ctx->store);
     v = field(root, "metadata");
     if (v && !cJSON_IsObject(v)) {
-        tp_api_fail(e, 400, "metadata", "'metadata' must be an object of strings");
+        tp_api_err(e, TP_ERR_INVALID_ARG, "metadata", "'metadata' must be an object of strings");
         goto done;
     }
     cJSON_AddItemToObject(echo, "metadata", v ? cJSON_Duplicate(v, 1) : cJSON_CreateObject());
@@ -458,7 +458,7 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
     for (size_t i = 0; i < TP_ARRAY_LEN(strs); i++) {
         v = field(root, strs[i]);
         if (v && !cJSON_IsString(v)) {
-            tp_api_fail(e, 400, strs[i], "'%s' must be a string", strs[i]);
+            tp_api_err(e, TP_ERR_INVALID_ARG, strs[i], "'%s' must be a string", strs[i]);
             goto done;
         }
     }
@@ -488,7 +488,7 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
     cJSON_AddItemToObject(echo, "previous_response_id", v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull());
     if (v) {
         if (!cJSON_IsString(v)) {
-            tp_api_fail(e, 400, "previous_response_id", "'previous_response_id' must be a string");
+            tp_api_err(e, TP_ERR_INVALID_ARG, "previous_response_id", "'previous_response_id' must be a string");
             goto done;
         }
         cJSON *prev = store_get(s, v->valuestring, e);
@@ -500,14 +500,14 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
     cJSON_AddItemToObject(echo, "instructions", v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull());
     if (v) {
         if (!cJSON_IsString(v)) {
-            tp_api_fail(e, 400, "instructions", "'instructions' must be a string");
+            tp_api_err(e, TP_ERR_INVALID_ARG, "instructions", "'instructions' must be a string");
             goto done;
         }
         add_msg(msgs, "system", v->valuestring);
     }
     v = field(root, "input");
     if (!v) {
-        tp_api_fail(e, 400, "input", "'input' is required (a string or a list of items)");
+        tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' is required (a string or a list of items)");
         goto done;
     }
     if (translate_input(v, ctx->history, e)) goto done;
@@ -760,7 +760,7 @@ static void s_end(struct tp_run *x, struct tp_buf *out)
 static void s_error(struct tp_run *x, const struct tp_api_error *e, struct tp_buf *out)
 {
     cJSON *o = ev("error");
-    cJSON_AddStringToObject(o, "code", e->status == 503 ? "server_is_overloaded" : "server_error");
+    cJSON_AddStringToObject(o, "code", tp_http_error_kind(e->status).http_status == 503 ? "server_is_overloaded" : "server_error");
     cJSON_AddStringToObject(o, "message", e->message);
     cJSON_AddNullToObject(o, "param");
     event(x, out, o);
@@ -787,7 +787,7 @@ enum MHD_Result tp_api_responses(struct tp_server *s, struct MHD_Connection *c, 
     struct tp_api_error e;
     struct resp_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
-        tp_api_fail(&e, 500, NULL, "out of memory");
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
         return tp_run_send_error(s, c, &responses_ops, &e);
     }
     ctx->created_at = (int64_t)time(NULL);
@@ -809,10 +809,11 @@ enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Co
     cJSON_Delete(ctx.history);
     if (rc != 0) return tp_run_send_error(s, c, &responses_ops, &e);
     int32_t *ids = NULL;
-    int n = tp_run_tokens(s, &p, "input", &ids, &e);
+    int n = 0;
+    enum tp_status st = tp_run_tokens(s, &p, "input", &ids, &n, &e);
     free(ids);
     tp_req_params_free(&p);
-    if (n < 0) return tp_run_send_error(s, c, &responses_ops, &e);
+    if (st != TP_OK) return tp_run_send_error(s, c, &responses_ops, &e);
     char json[96];
     snprintf(json, sizeof json, "{\"object\":\"response.input_tokens\",\"input_tokens\":%d}", n);
     return tp_http_send_json(s, c, 200, json);

@@ -32,12 +32,12 @@ enum MHD_Result tp_run_send_error(struct tp_server *s, struct MHD_Connection *c,
 {
     char *json = ops->error_json(e);
     if (!json) return MHD_NO;
-    tp_metrics_request(s->metrics, e->status);
-    const char *hn = NULL, *hv = NULL;
-    if (e->status == 429 || e->status == 503) hn = "Retry-After", hv = "1";
-    enum MHD_Result ret = tp_http_send(s, c, e->status, "application/json", json, strlen(json), hn, hv);
+    const struct tp_http_error_kind k = tp_http_error_kind(e->status);
+    tp_metrics_request(s->metrics, k.http_status);
+    enum MHD_Result ret = tp_http_send(s, c, k.http_status, "application/json", json, strlen(json), k.header_name,
+                                       k.header_value);
     free(json);
-    tp_log(e->status >= 500 ? TP_LOG_WARN : TP_LOG_INFO, "http", "%s %d %s", ops->path, e->status, e->message);
+    tp_log(k.http_status >= 500 ? TP_LOG_WARN : TP_LOG_INFO, "http", "%s %d %s", ops->path, k.http_status, e->message);
     return ret;
 }
 
@@ -47,36 +47,39 @@ void tp_run_make_id(struct tp_server *s, const char *prefix, char *out, size_t c
     snprintf(out, cap, "%s%llx%06llu", prefix, (unsigned long long)s->created, (unsigned long long)num);
 }
 
-int tp_run_tokens(struct tp_server *s, const struct tp_req_params *p, const char *param, int32_t **ids,
-                  struct tp_api_error *e)
+enum tp_status tp_run_tokens(struct tp_server *s, const struct tp_req_params *p, const char *param, int32_t **ids,
+                             int *n, struct tp_api_error *e)
 {
     *ids = NULL;
+    *n = 0;
     if (!p->chat) {
         if (p->prompt_ids) {
             *ids = malloc(sizeof(int32_t) * (size_t)p->n_prompt_ids);
-            if (!*ids) return tp_api_fail(e, 500, NULL, "out of memory");
+            if (!*ids) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
             memcpy(*ids, p->prompt_ids, sizeof(int32_t) * (size_t)p->n_prompt_ids);
-            return p->n_prompt_ids;
+            *n = p->n_prompt_ids;
+            return TP_OK;
         }
-        return tp_server_tokenize(s, p->prompt ? p->prompt : "", p->prompt_len, tp_tokenizer_add_bos(s->tok), ids, e);
+        return tp_server_tokenize(s, p->prompt ? p->prompt : "", p->prompt_len, tp_tokenizer_add_bos(s->tok), ids, n,
+                                  e);
     }
     struct tp_buf text = {0};
-    char msg[256] = "";
-    int rc = tp_chat_render(s->chat, p->msgs, p->n_msgs, 1, s->bos_text, s->eos_text,
-                            s->has_default_system ? s->default_system : NULL, &text, msg, sizeof msg);
-    if (rc != 0) {
+    struct tp_error err = {0};
+    enum tp_status st = tp_chat_render(s->chat, p->msgs, p->n_msgs, 1, s->bos_text, s->eos_text,
+                                       s->has_default_system ? s->default_system : NULL, &text, &err);
+    if (st != TP_OK) {
         tp_buf_free(&text);
-        if (rc == -2) return tp_api_fail(e, 500, NULL, "out of memory");
-        return tp_api_fail(e, 400, param, "the %s chat template refused these messages: %s",
-                           tp_chat_family_name(s->chat), msg);
+        if (st == TP_ERR_NOMEM) return tp_api_err(e, st, NULL, "out of memory");
+        return tp_api_err(e, st, param, "the %s chat template refused these messages: %s",
+                          tp_chat_family_name(s->chat), tp_error_msg(&err));
     }
     const char *t = text.data ? text.data : "";
     size_t tl = tp_json_decode_nul(text.data, text.len);
     int add_bos = tp_tokenizer_add_bos(s->tok) &&
                   !(s->bos_text[0] && tl >= strlen(s->bos_text) && tp_str_starts_with(t, s->bos_text));
-    int n = tp_server_tokenize(s, t, tl, add_bos, ids, e);
+    st = tp_server_tokenize(s, t, tl, add_bos, ids, n, e);
     tp_buf_free(&text);
-    return n;
+    return st;
 }
 
 /* Replace every "from" by "to" in s (in place, bounded by cap). */
@@ -106,7 +109,7 @@ int tp_run_parse_chat(struct tp_server *s, const cJSON *req, const char *const (
                       struct tp_api_error *e)
 {
     char *body = tp_json_print(req);
-    if (!body) return tp_api_fail(e, 500, NULL, "out of memory");
+    if (!body) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
     int chat = cJSON_GetObjectItemCaseSensitive(req, "prompt") == NULL;
     int rc = tp_req_parse(body, strlen(body), chat, s->n_vocab, s->n_ctx, p, e);
     free(body);
@@ -191,9 +194,9 @@ static void run_format(struct tp_run *x)
     if (r->state != TP_REQ_DONE) return;
     if (r->finish == TP_FINISH_ERROR) {
         struct tp_api_error e;
-        tp_api_fail(&e, r->err_status ? r->err_status : 500, NULL, "%s", r->err_msg);
+        tp_api_err_from(&e, &r->err);
         x->ops->error(x, &e, &x->out);
-        x->status = e.status;
+        x->status = tp_http_error_kind(e.status).http_status;
     } else {
         x->ops->end(x, &x->out);
     }
@@ -268,7 +271,7 @@ enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, co
         free(ids);
         tp_req_params_free(p);
         if (ctx_free) ctx_free(ctx);
-        tp_api_fail(&e, 500, NULL, "out of memory");
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
         return tp_run_send_error(s, c, ops, &e);
     }
     x->s = s;
@@ -278,17 +281,16 @@ enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, co
     x->conn = c;
     x->status = 200;
     int n = n_ids;
-    if (!ids) n = tp_run_tokens(s, p, p->chat ? "messages" : "prompt", &ids, &e);
-    if (n >= 0) {
+    if (ids || tp_run_tokens(s, p, p->chat ? "messages" : "prompt", &ids, &n, &e) == TP_OK) {
         const char *pp = p->chat ? "messages" : "prompt";
         if (n == 0) {
-            tp_api_fail(&e, 400, pp, "the prompt is empty (0 tokens); send some text");
+            tp_api_err(&e, TP_ERR_INVALID_ARG, pp, "the prompt is empty (0 tokens); send some text");
         } else if (n >= s->n_ctx) {
-            tp_api_fail(&e, 400, pp, "the prompt has %d tokens but the context holds %d (at least one must remain "
+            tp_api_err(&e, TP_ERR_INVALID_ARG, pp, "the prompt has %d tokens but the context holds %d (at least one must remain "
                                      "for the reply); shorten it or restart with a larger --ctx-size", n, s->n_ctx);
             e.code = "context_length_exceeded";
         } else if (p->max_tokens > 0 && n + p->max_tokens > s->n_ctx) {
-            tp_api_fail(&e, 400, max_tokens_param,
+            tp_api_err(&e, TP_ERR_INVALID_ARG, max_tokens_param,
                         "the context holds %d tokens, but %d were requested (%d in the prompt, %d for the reply); "
                         "lower %s or shorten the prompt", s->n_ctx, n + p->max_tokens, n, p->max_tokens,
                         max_tokens_param);
@@ -296,7 +298,7 @@ enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, co
         }
     }
     struct tp_req *r = NULL;
-    if (!e.status && !(r = tp_req_new())) tp_api_fail(&e, 500, NULL, "out of memory");
+    if (!e.status && !(r = tp_req_new())) tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
     if (e.status) {
         free(ids);
         tp_req_params_free(p);
@@ -313,7 +315,7 @@ enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, co
     r->seed = r->params.has_seed ? r->params.seed : (tp_now_ns() ^ ((uint64_t)(uintptr_t)r * 0x9E3779B97F4A7C15ull));
     r->toks = calloc((size_t)r->max_tokens, sizeof *r->toks);
     if (!r->toks || tp_engine_submit(s->engine, r, &e) != 0) {
-        if (!r->toks) tp_api_fail(&e, 500, NULL, "out of memory");
+        if (!r->toks) tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
         tp_engine_release(s->engine, r); /* the engine's reference */
         x->r = r;
         run_free(x);
@@ -353,8 +355,8 @@ enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, co
     }
     enum MHD_Result ret;
     if (r->finish == TP_FINISH_ERROR) {
-        tp_api_fail(&e, r->err_status ? r->err_status : 500, NULL, "%s", r->err_msg);
-        run_log(x, e.status);
+        tp_api_err_from(&e, &r->err);
+        run_log(x, tp_http_error_kind(e.status).http_status);
         pthread_mutex_unlock(mu);
         ret = tp_run_send_error(s, c, ops, &e);
     } else {
@@ -383,6 +385,6 @@ enum MHD_Result tp_api_route_ext(struct tp_server *s, struct MHD_Connection *c, 
     if (strcmp(path, "/api/embed") == 0) return tp_api_embeddings(s, c, body, len, 1);
     if (strncmp(path, "/api/", 5) == 0) return tp_api_ollama(s, c, path, body, len);
     struct tp_api_error e;
-    tp_api_fail(&e, 500, NULL, "unrouted request %s", path);
+    tp_api_err(&e, TP_ERR_INTERNAL, NULL, "unrouted request %s", path);
     return tp_http_send_error(s, c, &e);
 }

@@ -61,12 +61,12 @@ struct tp_run {
 
 /*
  * Render p's messages with the server's chat template (p->chat) or take p's
- * prompt, and tokenize: *ids (malloc'd, caller frees), returns the count, or
- * -1 with e filled (400 when the template refuses the messages, 500 out of
- * memory).  param names the field to blame in a template error.
+ * prompt, and tokenize: *ids (malloc'd, caller frees) and their count *n.
+ * Returns TP_OK, or with e filled TP_ERR_INVALID_ARG (the template refuses
+ * the messages; param names the field to blame) or TP_ERR_NOMEM.
  */
-int tp_run_tokens(struct tp_server *s, const struct tp_req_params *p, const char *param, int32_t **ids,
-                  struct tp_api_error *e);
+enum tp_status tp_run_tokens(struct tp_server *s, const struct tp_req_params *p, const char *param, int32_t **ids,
+                             int *n, struct tp_api_error *e);
 
 /*
  * Run p (owned from here on, also on failure) as one engine request and answer
