@@ -27,7 +27,7 @@
 
 #define OLLAMA_VERSION "0.12.0" /* the Ollama API level these routes follow */
 
-static char *error_json(const struct tp_api_error *e)
+char *tp_api_ollama_error_json(const struct tp_api_error *e)
 {
     cJSON *o = cJSON_CreateObject();
     if (e->param[0] && !strstr(e->message, e->param)) {
@@ -41,6 +41,8 @@ static char *error_json(const struct tp_api_error *e)
     cJSON_Delete(o);
     return j;
 }
+
+static char *error_json(const struct tp_api_error *e) { return tp_api_ollama_error_json(e); }
 
 static const cJSON *field(const cJSON *o, const char *k)
 {

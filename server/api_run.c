@@ -372,6 +372,14 @@ enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, co
 
 /* ------------------------------------------------------------ routes */
 
+char *tp_api_error_json_for(const char *path, const struct tp_api_error *e)
+{
+    if (path && strncmp(path, "/v1/messages", 12) == 0 && (path[12] == '\0' || path[12] == '/'))
+        return tp_api_messages_error_json(e);
+    if (path && strncmp(path, "/api/", 5) == 0) return tp_api_ollama_error_json(e);
+    return tp_api_error_json(e);
+}
+
 enum MHD_Result tp_api_route_ext(struct tp_server *s, struct MHD_Connection *c, const char *path, const char *body,
                                  size_t len)
 {

@@ -110,6 +110,10 @@ void tp_run_make_id(struct tp_server *s, const char *prefix, char *out, size_t c
 enum MHD_Result tp_api_route_ext(struct tp_server *s, struct MHD_Connection *c, const char *path, const char *body,
                                  size_t len);
 
+/* e as JSON in the shape of the API that path belongs to: Anthropic's for /v1/messages..., Ollama's for
+ * /api/..., else OpenAI's (malloc'd; NULL on out of memory).  For answers given before the body is read. */
+char *tp_api_error_json_for(const char *path, const struct tp_api_error *e);
+
 /* ---- the APIs (each in its own file) ---- */
 enum MHD_Result tp_api_messages(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
 enum MHD_Result tp_api_messages_count(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
@@ -119,6 +123,8 @@ char *tp_api_messages_error_json(const struct tp_api_error *e);
 enum MHD_Result tp_api_responses(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
 enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Connection *c, const char *body,
                                               size_t len);
+/* Ollama's error shape {"error": "..."} (malloc'd). */
+char *tp_api_ollama_error_json(const struct tp_api_error *e);
 /* Ollama's routes: /api/version, /api/tags, /api/ps, /api/show, /api/chat, /api/generate. */
 enum MHD_Result tp_api_ollama(struct tp_server *s, struct MHD_Connection *c, const char *path, const char *body,
                               size_t len);

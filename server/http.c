@@ -151,10 +151,11 @@ static void log_refused(struct tp_server *s, const struct tp_api_error *e);
 
 /* tp_http_send_error, plus "Connection: close": for answers given before the
  * request body was read, so that no unread body is taken for a next request. */
-static enum MHD_Result send_error_close(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e)
+static enum MHD_Result send_error_close(struct tp_server *s, struct MHD_Connection *c, const char *url,
+                                        const struct tp_api_error *e)
 {
     struct tp_http_error_kind k = tp_http_error_kind(e->status);
-    char *json = tp_api_error_json(e);
+    char *json = tp_api_error_json_for(url, e); /* in the shape of the API the path belongs to */
     if (!json) return MHD_NO;
     tp_metrics_request(s->metrics, k.http_status);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_COPY);
@@ -623,6 +624,12 @@ static const struct {
     {"/tokenize", "POST", R_TOKENIZE, 1, 1},
     {"/detokenize", "POST", R_DETOKENIZE, 1, 1},
     /* the other APIs (api_run.h: tp_api_route_ext) */
+    /* the un-prefixed paths some clients build from a base URL without /v1 */
+    {"/models", "GET", R_MODELS, 1, 0},
+    {"/completions", "POST", R_COMPLETIONS, 1, 1},
+    {"/chat/completions", "POST", R_CHAT, 1, 1},
+    {"/embeddings", "POST", R_EXT, 1, 1},
+    {"/responses", "POST", R_EXT, 1, 1},
     {"/v1/messages", "POST", R_EXT, 1, 1},
     {"/v1/messages/count_tokens", "POST", R_EXT, 1, 1},
     {"/v1/responses", "POST", R_EXT, 1, 1},
@@ -876,22 +883,22 @@ static enum MHD_Result on_headers(struct tp_server *s, struct MHD_Connection *c,
                    "the server has %d connections open, its limit (--max-connections); retry shortly",
                    s->cfg.max_connections);
         e.code = "server_busy";
-        return send_error_close(s, c, &e);
+        return send_error_close(s, c, url, &e);
     }
     unsigned long long cl;
     int has_cl, raw;
     if (check_framing(c, &cl, &has_cl, &raw, &e) != TP_OK)
-        return raw ? send_raw_and_close(s, c, &e) : send_error_close(s, c, &e);
+        return raw ? send_raw_and_close(s, c, &e) : send_error_close(s, c, url, &e);
     enum MHD_Result web_ret;
     if (tp_web_route(s, c, url, method, &web_ret)) return web_ret;
     if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) {
         if (!route_matches(method, "GET")) {
             tp_api_err(&e, TP_ERR_NOT_ALLOWED, NULL, "method %s is not allowed on %s", method, url);
-            return send_error_close(s, c, &e);
+            return send_error_close(s, c, url, &e);
         }
         if (!tp_http_check_auth(s, c)) {
-            tp_api_err(&e, TP_ERR_DENIED, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
-            return send_error_close(s, c, &e);
+            tp_api_err(&e, TP_ERR_DENIED, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
+            return send_error_close(s, c, url, &e);
         }
         return handle_model_one(s, c, url + 11);
     }
@@ -907,18 +914,19 @@ static enum MHD_Result on_headers(struct tp_server *s, struct MHD_Connection *c,
         else
             tp_api_err(&e, TP_ERR_NOT_FOUND, NULL,
                        "no such endpoint: %s %s (see /v1/completions, /v1/chat/completions, /v1/models, "
-                       "/v1/cluster, /health, /metrics, /tokenize, /detokenize, and the web page at /)",
+                       "/v1/messages, /v1/responses, /v1/embeddings, /infill, the Ollama /api/ routes, "
+                       "/v1/cluster, /health, /metrics, /tokenize, /detokenize, and the web page at /; docs/api.md)",
                        method, url);
-        return send_error_close(s, c, &e);
+        return send_error_close(s, c, url, &e);
     }
     if (routes[cc->route_idx].auth && !tp_http_check_auth(s, c)) {
-        tp_api_err(&e, TP_ERR_DENIED, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
-        return send_error_close(s, c, &e);
+        tp_api_err(&e, TP_ERR_DENIED, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
+        return send_error_close(s, c, url, &e);
     }
     if (has_cl && cl > s->cfg.max_body_bytes) {
         tp_api_err(&e, TP_ERR_TOO_LARGE, NULL, "request body of %llu bytes exceeds the limit of %zu bytes (--max-body)",
                    cl, s->cfg.max_body_bytes);
-        return send_error_close(s, c, &e);
+        return send_error_close(s, c, url, &e);
     }
     if (strcmp(routes[cc->route_idx].method, "POST") == 0) {
         size_t body = has_cl ? (size_t)cl : s->cfg.max_body_bytes;
@@ -928,7 +936,7 @@ static enum MHD_Result on_headers(struct tp_server *s, struct MHD_Connection *c,
                        "the server is holding its memory budget for requests in flight (--mem-budget %zu bytes); "
                        "retry shortly", s->cfg.mem_budget_bytes);
             e.code = "server_busy";
-            return send_error_close(s, c, &e);
+            return send_error_close(s, c, url, &e);
         }
         cc->reserved = want;
         if (has_cl && cl > 0) {

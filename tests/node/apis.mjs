@@ -45,6 +45,14 @@ await check("reference: chat completions, greedy", async () => {
   assert.ok(ref.text.length > 10);
 });
 
+await check("un-prefixed aliases answer like /v1/", async () => {
+  const alias = new OpenAI({ baseURL: root, apiKey, maxRetries: 0 });
+  const r = await alias.chat.completions.create({ model, messages: [{ role: "user", content: prompt }],
+                                                  max_tokens: N, temperature: 0 });
+  assert.equal(r.choices[0].message.content, ref.text);
+  assert.ok((await alias.models.list()).data.length === 1);
+});
+
 // ------------------------------------------------------------ Anthropic Messages
 await check("messages.create: a Message, same text and counts as chat completions", async () => {
   const m = await anthropic.messages.create({ model, max_tokens: N, temperature: 0,
@@ -162,7 +170,8 @@ await check("messages errors: Anthropic's shape and status", async () => {
   }
   const wrongKey = new Anthropic({ baseURL: root, apiKey: "wrong", maxRetries: 0 });
   await assert.rejects(wrongKey.messages.create({ model, max_tokens: 1, messages: [{ role: "user", content: "x" }] }),
-                       (e) => e instanceof Anthropic.AuthenticationError && e.status === 401);
+                       (e) => e instanceof Anthropic.AuthenticationError && e.status === 401 &&
+                              e.error.error.type === "authentication_error");
 });
 
 // ------------------------------------------------------------ OpenAI Responses
@@ -319,6 +328,8 @@ await check("ollama list / ps / show / version", async () => {
   assert.equal(typeof sh.model_info["general.architecture"], "string");
   assert.ok(sh.capabilities.includes("completion"));
   await assert.rejects(ollama.show({ model: "no-such-model" }), (e) => e.status_code === 404 && /not found/.test(e.error));
+  const noKey = new Ollama({ host: root });
+  await assert.rejects(noKey.list(), (e) => e.status_code === 401 && /API key/.test(e.error));
   const v = await fetch(`${root}/api/version`, { headers: { authorization: `Bearer ${apiKey}` } }).then((x) => x.json());
   assert.match(v.version, /^\d+\.\d+\.\d+$/);
 });
