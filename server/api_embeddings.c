@@ -264,8 +264,9 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
         }
         n_tokens += n;
     }
-    /* a window of inputs in the queue at a time, so a long list neither fills the queue nor waits behind it */
-    const int window = TP_MAX(1, s->cfg.n_parallel * 2);
+    /* a window of inputs in the queue at a time, so that a long list leaves room in the queue for other
+     * requests, yet keeps every slot busy while it waits for its inputs in order */
+    const int window = TP_MAX(TP_MAX(1, s->cfg.n_parallel * 2), s->cfg.max_queue / 2);
     pthread_mutex_t *mu = tp_engine_mutex(s->engine);
     for (int i = 0; i < n_in; i++) {
         while (n_sub < n_in && n_sub - i < window) {
