@@ -27,15 +27,19 @@
 enum { N_IN = 3, MAXT = 40 };
 static const int lens[N_IN] = {7, 33, 1};
 
-static const char *synth_model(void)
+/* shape: test-tiny-qwen3 (no pooling_type), test-tiny-qwen3-embed (pooling_type last, tied output) */
+static const char *synth_model_shape(const char *shape)
 {
-    static char path[600];
+    static char path[2][600];
     char cmd[1400];
-    snprintf(path, sizeof path, "%s/embed-qwen3.gguf", tp_test_tmpdir());
-    snprintf(cmd, sizeof cmd, "'%s' synth --shape test-tiny-qwen3 --type f32 -q -o '%s' >/dev/null 2>&1",
-             tp_test_tpserve(), path);
-    return system(cmd) == 0 ? path : NULL;
+    char *p = path[strcmp(shape, "test-tiny-qwen3") != 0];
+    snprintf(p, 600, "%s/embed-%s.gguf", tp_test_tmpdir(), shape);
+    snprintf(cmd, sizeof cmd, "'%s' synth --shape %s --type f32 -q -o '%s' >/dev/null 2>&1", tp_test_tpserve(), shape,
+             p);
+    return system(cmd) == 0 ? p : NULL;
 }
+
+static const char *synth_model(void) { return synth_model_shape("test-tiny-qwen3"); }
 
 static int tok_of(int i, int t, int n_vocab) { return (i * 131 + t * 29 + 3) % n_vocab; }
 
@@ -125,7 +129,8 @@ static double cosine(const double *a, const double *b, int n)
     return ab / sqrt(aa * bb);
 }
 
-static void check_pooling(const char *path, int last)
+/* flag: the --pooling the servers get (NULL: none, the model's own) */
+static void check_pooling_flag(const char *path, int last, const char *flag)
 {
     int E = 0;
     double *want = malloc(sizeof(double) * N_IN * 4096);
@@ -146,7 +151,8 @@ static void check_pooling(const char *path, int last)
     }
     for (int world = 1; world <= 2; world++) {
         /* a small batch budget: the 33-token input is prefilled in several chunks next to the others */
-        const char *extra[] = {"--pooling", last ? "last" : "mean", "--parallel", "4", "--batch-size", "16", NULL};
+        const char *with_flag[] = {"--pooling", flag, "--parallel", "4", "--batch-size", "16", NULL};
+        const char *const *extra = flag ? with_flag : with_flag + 2;
         struct srv s;
         CU_ASSERT_EQUAL_FATAL(srv_start_model(&s, world, path, extra), 0);
         fetch(s.port, "/v1/embeddings", n_vocab, E, got[world - 1]);
@@ -173,6 +179,27 @@ static void check_pooling(const char *path, int last)
     free(got[0]);
     free(got[1]);
     free(gol);
+}
+
+static void check_pooling(const char *path, int last) { check_pooling_flag(path, last, last ? "last" : "mean"); }
+
+/* A model whose GGUF says pooling_type last (as Qwen3-Embedding's does) is pooled on its last token without a
+ * flag; --pooling mean overrides it. */
+static void test_gguf_pooling_type(void)
+{
+    const char *path = synth_model_shape("test-tiny-qwen3-embed");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    struct tp_model_config cfg = tp_model_default_config();
+    struct tp_error err = {0};
+    tp_model_t *m = NULL;
+    cfg.path = path;
+    cfg.n_threads = 1;
+    cfg.n_ctx = 16;
+    CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &m, &err), TP_OK);
+    CU_ASSERT_EQUAL(tp_model_hparams(m)->pooling_type, 3);
+    tp_model_free(m);
+    check_pooling_flag(path, 1, NULL);
+    check_pooling_flag(path, 0, "mean");
 }
 
 static void test_last(void)
@@ -241,6 +268,7 @@ static void test_errors(void)
 static const struct tp_test_case embed_cases[] = {
     {"last_token_pooling_1_and_2_ranks", test_last},
     {"mean_pooling_1_and_2_ranks", test_mean},
+    {"gguf_pooling_type_last", test_gguf_pooling_type},
     {"errors", test_errors},
     {NULL, NULL},
 };
