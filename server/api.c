@@ -19,6 +19,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "api_run.h"
 #include "http_impl.h"
 
 #define KEEPALIVE_NS 1000000000ull /* comment every second without output */
@@ -631,6 +632,7 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
 {
     struct tp_api_error e;
     struct tp_req *r = NULL;
+    if (!chat && tp_api_is_fim_completion(body, len)) return tp_api_completion_fim(s, c, body, len); /* api_infill.c */
     if (prepare_request(s, chat, body, len, &r, &e) != TP_OK) return tp_http_send_error(s, c, &e);
     if (tp_engine_submit(s->engine, r, &e) != TP_OK) {
         tp_engine_release(s->engine, r);

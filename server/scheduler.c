@@ -9,6 +9,7 @@
  * behaviour in detail: docs/serving.md ("Engine") and docs/recovery.md.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,7 @@ struct tp_engine {
     int32_t copy_dst[256], copy_src[256], copy_len[256];
     int n_copy;
     float *logits;                  /* (n_parallel, n_vocab) */
+    float *hidden;                  /* (n_embd) one token's final hidden state (embed_rows) */
     int32_t *ids;                   /* (n_parallel) argmax per row of a greedy step */
     /* logit_bias of the step's rows, (n_parallel x TP_MAX_LOGIT_BIAS) each; applied by the
      * parallel step on every rank's slice of the logits, so the sampler gets them biased */
@@ -124,6 +126,7 @@ static void req_free(struct tp_req *r)
     tp_req_params_free(&r->params);
     free(r->prompt);
     free(r->toks);
+    free(r->embd);
     tp_buf_free(&r->text);
     pthread_cond_destroy(&r->cond);
     free(r);
@@ -323,6 +326,15 @@ static enum tp_status publish_text(struct slot *s, size_t upto)
     return TP_OK;
 }
 
+/* Which of r's stop strings starts at text[at..len): 1 + its index (0: none). */
+static int stop_which(const struct tp_req *r, const char *text, size_t len, size_t at)
+{
+    for (int i = 0; i < r->params.n_stop; i++)
+        if (at + r->params.stop_len[i] <= len && memcmp(text + at, r->params.stop[i], r->params.stop_len[i]) == 0)
+            return i + 1;
+    return 0;
+}
+
 /* mu held: the slot's request is finished (not error): flush held text. */
 static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
 {
@@ -333,7 +345,7 @@ static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
         int hit = 0;
         size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
                                   r->params.stop_len, r->params.n_stop, &hit);
-        if (hit) f = TP_FINISH_STOP;
+        if (hit) f = TP_FINISH_STOP, r->stop_idx = stop_which(r, s->text.data, s->text.len, rel);
         if (publish_text(s, hit ? rel : s->text.len) != TP_OK) f = TP_FINISH_ERROR;
         if (r->n_toks > 0) r->toks[r->n_toks - 1].text_end = r->text.len;
     }
@@ -485,6 +497,8 @@ static void admit(struct tp_engine *e)
             }
             if (src >= 0 && shared - keep < e->cfg.prefix_share_min) src = -1;
         }
+        /* mean and cls pooling need the hidden state of every prompt token / the first: all are read */
+        if (r->params.embed == TP_POOL_MEAN || r->params.embed == TP_POOL_CLS) keep = 0, src = -1;
         struct tp_sampler_params sp = tp_sampler_default_params();
         sp.temperature = r->params.temperature;
         sp.top_k = r->params.top_k;
@@ -685,6 +699,39 @@ static void slot_sample(struct tp_engine *e, struct slot *s, const float *row)
     slot_take(e, s, &res);
 }
 
+/* mu held, after a step: embedding requests take the final hidden states of
+ * their tokens in it (every token for mean pooling, the first or the last
+ * prompt token for cls / last; tp_model_hidden on rank 0, whose residual
+ * stream is whole).  A request whose last prompt token was in the step is
+ * finished with its vector L2-normalised; its logits row is not sampled. */
+static void embed_rows(struct tp_engine *e, const struct tp_step *st)
+{
+    tp_model_t *m = tp_parallel_model(e->p);
+    const int E = tp_parallel_hparams(e->p)->n_embd;
+    for (int i = 0; i < st->batch.n_tokens; i++) {
+        struct slot *s = &e->slots[st->batch.seq[i]];
+        struct tp_req *r = s->req;
+        if (!r || !r->params.embed || r->cancelled) continue;
+        const int pos = st->batch.pos[i], mode = r->params.embed;
+        if (!(mode == TP_POOL_MEAN || (mode == TP_POOL_CLS && pos == 0) || (mode == TP_POOL_LAST && pos == r->n_prompt - 1)))
+            continue;
+        if (tp_model_hidden(m, i, e->hidden) != TP_OK) {
+            req_finish(e, r, TP_FINISH_ERROR, TP_ERR_INTERNAL, "the final hidden state is not available");
+            s->req = NULL;
+            continue;
+        }
+        for (int k = 0; k < E; k++) r->embd[k] = mode == TP_POOL_MEAN ? r->embd[k] + e->hidden[k] : e->hidden[k];
+        if (pos != r->n_prompt - 1) continue;
+        double ss = 0;
+        for (int k = 0; k < E; k++) ss += (double)r->embd[k] * r->embd[k];
+        const double scale = ss > 0 ? 1.0 / sqrt(ss) : 0; /* the mean's 1 / n cancels in the normalisation */
+        for (int k = 0; k < E; k++) r->embd[k] = (float)(r->embd[k] * scale);
+        if (!r->t_first_ns) r->t_first_ns = tp_now_ns();
+        req_finish(e, r, TP_FINISH_STOP, TP_OK, NULL);
+        s->req = NULL;
+    }
+}
+
 /* Nonzero when every row of this step can be decided by the distributed
  * argmax (greedy, no penalties, no logprobs) and the group has several ranks:
  * each rank then sends (max, index) per row instead of its slice of the
@@ -777,6 +824,7 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     s->last_tok = res->id;
     pthread_cond_broadcast(&r->cond);
     if (hit) {
+        r->stop_idx = stop_which(r, s->text.data, s->text.len, rel);
         req_finish(e, r, TP_FINISH_STOP, TP_OK, NULL);
         s->req = NULL;
     } else if (gr && !r->params.tool_auto && tp_gstate_done(gr, s->gst)) {
@@ -1000,6 +1048,7 @@ static void *engine_main(void *arg)
         pthread_mutex_lock(&e->mu);
         e->step_start_ns = 0;
         e->last_ok_ns = tp_now_ns();
+        embed_rows(e, &st);
         int row = 0;
         for (int i = 0; i < n; i++) {
             if (!st.batch.logits[i]) continue;
@@ -1062,6 +1111,7 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->row_slot = calloc((size_t)cfg->n_parallel, sizeof(int));
     e->logits = malloc(sizeof(float) * (size_t)cfg->n_parallel * (size_t)e->n_vocab);
     e->ids = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
+    e->hidden = malloc(sizeof(float) * (size_t)hp->n_embd);
     e->mask_words = (e->n_vocab + 31) / 32;
     e->mask = malloc(sizeof(uint32_t) * (size_t)cfg->n_parallel * (size_t)e->mask_words);
     e->mask_row = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
@@ -1075,7 +1125,7 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->bias_val = malloc(n_bias * sizeof(float));
     if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits ||
         !e->ids || !e->bias_row || !e->bias_id || !e->bias_val || !e->mask || !e->mask_row || !e->eog || !e->gnorm ||
-        !e->rank_stats || !e->stats_tmp)
+        !e->rank_stats || !e->stats_tmp || !e->hidden)
         goto nomem;
     e->n_ranks = tp_parallel_get_rank_stats(p, e->rank_stats, TP_METRICS_RANKS_MAX);
     for (int i = 0; i < cfg->n_parallel; i++) {
@@ -1161,6 +1211,7 @@ void tp_engine_free(struct tp_engine *e)
     tp_mask_ctx_free(e->mctx);
     tp_token_trie_free(e->trie);
     free(e->logits);
+    free(e->hidden);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);

@@ -180,6 +180,9 @@ int tp_chat_default_system(const char *tmpl, char *out, size_t cap);
 
 /* ================================================== request parameters ===== */
 
+/* How an embedding request pools its tokens' final hidden states. */
+enum tp_pooling { TP_POOL_NONE = 0, TP_POOL_MEAN, TP_POOL_LAST, TP_POOL_CLS, TP_POOL_COUNT };
+
 #define TP_MAX_STOP 16
 #define TP_MAX_STOP_BYTES 256
 #define TP_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
@@ -210,6 +213,8 @@ struct tp_req_params {
     int n_stop;
     struct tp_grammar *grammar;    /* response_format json_object / json_schema: the reply's automaton (owned);
                                     * NULL: unconstrained */
+    int embed;                     /* enum tp_pooling: nonzero: an embedding request: the prompt is read and its
+                                    * final hidden states pooled into tp_req.embd; nothing is generated */
     int tool_call;                 /* tool_choice required / named: the reply is {"name", "arguments"} under grammar,
                                     * returned as tool_calls */
     struct cJSON *tools;           /* chat: the request's tools (owned, tree form) when the model may see them
@@ -329,12 +334,16 @@ struct tp_req {
     /* ---- mu protected ---- */
     enum tp_req_state state;
     enum tp_finish finish;
+    int stop_idx;                  /* with TP_FINISH_STOP: 1 + the index of the stop string that ended it; 0: EOS,
+                                    * a complete grammar value or no stop string */
     int cancelled;                 /* set by the HTTP side (client gone) */
     struct tp_error err;           /* with TP_FINISH_ERROR: why (TP_ERR_PEER rank lost, TP_ERR_BUSY stopping,
                                     * TP_ERR_TIMEOUT recovery wait over, TP_ERR_NOMEM, TP_ERR_INTERNAL, ...) */
     struct tp_gen_tok *toks;       /* (max_tokens), owned */
     int n_toks;
     struct tp_buf text;            /* released text */
+    float *embd;                   /* (n_embd) with params.embed: the pooled hidden state, L2-normalised when the
+                                    * request is done (owned; allocated zeroed by the submitter) */
     int n_prefilled;               /* prompt tokens processed so far */
     int n_cached;                  /* prompt tokens not prefilled: reused from the slot's own KV cache or
                                     * copied from another slot's (prefix sharing) */

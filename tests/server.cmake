@@ -105,6 +105,16 @@ foreach(_tp_case "qwen3_1rank|1|qwen3||<tool_call>|1" "qwen3_2rank|2|qwen3||<too
                        "TP_SHARED_DIR=${TP_SHARED_DIR};TP_SERVE_CHAT_TEMPLATE=${_t};TP_TOOLS_MARKER=${_k};TP_TOOLS_PARALLEL=${_p}")
 endforeach()
 
+# Anthropic Messages, OpenAI Responses and Ollama through their official npm clients
+# (tests/node/apis.mjs), at 1 and 2 ranks.
+foreach(_r 1 2)
+  add_test(NAME server.node_apis_${_r}rank
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve>
+                   ${PROJECT_SOURCE_DIR}/models/stories260K.gguf ${_r} apis.mjs)
+  set_tests_properties(server.node_apis_${_r}rank PROPERTIES LABELS "model" TIMEOUT 400 SKIP_RETURN_CODE 77
+                       RESOURCE_LOCK tp_npm_install)
+endforeach()
+
 # The web page (GET /): headless Chromium through puppeteer-core against real
 # servers at 1 and 2 ranks and a stand-in server (tests/node/web_test.mjs);
 # about 10 s.  Skipped (77) without node, npm, Chromium or the npm packages.

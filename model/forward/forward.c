@@ -561,6 +561,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
     const int n_tok = b->n_tokens, E = hp->n_embd, hd = m->hd;
     m->batch = b;
     m->n_tok = n_tok;
+    m->hidden_valid = 0;
 
     /* embeddings */
     for (int t = 0; t < n_tok; t++) dequant_row(&m->tok_embd, b->token[t], m->x + (size_t)t * E);
@@ -604,6 +605,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
     }
     /* sequences now hold the new positions */
     memcpy(m->seq_len, m->seq_tmp, (size_t)m->n_seq * sizeof(int));
+    m->hidden_valid = 1; /* x holds every token's final residual (tp_model_hidden) */
     for (int s = 0; s < m->n_seq; s++) m->seq_hi[s] = TP_MAX(m->seq_hi[s], m->seq_len[s]);
 
     /* logits for the tokens that want them */
@@ -630,6 +632,14 @@ out:
     m->stats.n_tokens += (uint64_t)n_tok;
     m->stats.ns_forward += tp_now_ns() - t_start;
     return rc;
+}
+
+enum tp_status tp_model_hidden(const tp_model_t *m, int t, float *out)
+{
+    if (!m || !out || !m->hidden_valid || t < 0 || t >= m->n_tok) return TP_ERR_INVALID_ARG;
+    const int E = m->hp.n_embd;
+    tp_op_rmsnorm(out, m->x + (size_t)t * E, m->output_norm, E, m->hp.norm_eps);
+    return TP_OK;
 }
 
 void tp_model_seq_truncate(tp_model_t *m, int seq, int from_pos)

@@ -235,6 +235,7 @@ struct tp_model {
     int64_t chunk_align;       /* chunk lengths are multiples of this (kernels' row groups) */
     int cur_layer;
     int n_tok;
+    int hidden_valid;          /* the last forward completed: x holds its tokens' final residuals */
     const struct tp_batch *batch;
     float *logits_out;
     int n_out;

@@ -133,6 +133,8 @@ static enum tp_status read_hparams(tp_model_t *m)
     TP_CHECK_GOTO(md_int(m, arch, "feed_forward_length", 1, 1, big, &hp->n_ff), rc, out);
     hp->n_ctx_train = 2048;
     TP_CHECK_GOTO(md_int(m, arch, "context_length", 0, 1, 1 << 30, &hp->n_ctx_train), rc, out);
+    hp->pooling_type = -1;
+    TP_CHECK_GOTO(md_int(m, arch, "pooling_type", 0, 0, 4, &hp->pooling_type), rc, out);
     hp->sliding_window = 0; /* Mistral v0.1: every layer attends to the last 4096 positions */
     TP_CHECK_GOTO(md_int(m, arch, "attention.sliding_window", 0, 0, 1 << 30, &hp->sliding_window), rc, out);
     if (hp->sliding_window >= hp->n_ctx_train) hp->sliding_window = 0;

@@ -83,6 +83,16 @@ static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, str
     s->n_ff_shexp = get_int(o, "n_ff_shexp", 0, &ok);
     s->sliding_window = get_int(o, "sliding_window", 0, &ok);
     if (!ok) return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: a field has the wrong JSON type", s->name);
+    const cJSON *pool = cJSON_GetObjectItemCaseSensitive(o, "pooling");
+    s->pooling_type = 0;
+    if (pool) {
+        static const char *const names[] = {"mean", "cls", "last"};
+        for (int i = 0; i < 3 && cJSON_IsString(pool); i++)
+            if (strcmp(pool->valuestring, names[i]) == 0) s->pooling_type = i + 1;
+        if (!s->pooling_type)
+            return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: pooling must be \"mean\", \"cls\" or \"last\"",
+                                s->name);
+    }
     s->rope_scaling = TP_ROPE_SCALING_NONE;
     s->rope_factor = 1.0f;
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");

@@ -2,9 +2,10 @@
 # tests/node/run_structured.sh TPSERVE MODEL RANKS [SCRIPT[,SCRIPT...]]
 #   each SCRIPT in turn (structured.mjs: response_format and forced tool calls
 #   validated by ajv; clients.mjs: the Vercel AI SDK and LangChain; tools.mjs:
-#   tool_choice auto, streamed tool calls) against one fresh tpserve of RANKS
-#   ranks on 127.0.0.1 (RANKS > 1: under `tpserve launch -n RANKS`); fails when
-#   any script fails.
+#   tool_choice auto, streamed tool calls; apis.mjs: the Anthropic, OpenAI
+#   Responses and Ollama clients) against one fresh tpserve of RANKS ranks on
+#   127.0.0.1 (RANKS > 1: under `tpserve launch -n RANKS`); fails when any
+#   script fails.
 #   MODEL synth:llama3 / synth:qwen3: a random-weight test-tiny model written
 #   with ../shared's Llama 3 / Qwen3 tokenizer.json and chat template.
 #   TP_SERVE_CHAT_TEMPLATE: serve with --chat-template (e.g. llama3.1).
@@ -18,7 +19,8 @@ command -v node >/dev/null 2>&1 || { echo "SKIP: node not installed"; exit 77; }
 command -v npm >/dev/null 2>&1 || { echo "SKIP: npm not installed"; exit 77; }
 tmo() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
 if [ ! -d "$here/node_modules/ajv" ] || [ ! -d "$here/node_modules/zod" ] || [ ! -d "$here/node_modules/ai" ] ||
-   [ ! -d "$here/node_modules/@langchain/openai" ]; then
+   [ ! -d "$here/node_modules/@langchain/openai" ] || [ ! -d "$here/node_modules/@anthropic-ai/sdk" ] ||
+   [ ! -d "$here/node_modules/ollama" ]; then
   (cd "$here" && tmo 300 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
     { echo "SKIP: npm install failed (offline?)"; exit 77; }
 fi

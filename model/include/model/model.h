@@ -101,6 +101,8 @@ struct tp_hparams {
     int head_dim;      /* per head; usually n_embd / n_head */
     int n_ff;          /* FFN intermediate size */
     int n_ctx_train;   /* context length the model was trained for */
+    int pooling_type;  /* embedding models: GGUF <arch>.pooling_type as llama.cpp numbers it (0 none, 1 mean,
+                        * 2 cls, 3 last, 4 rank); -1 when the file does not say */
     int rope_dim;      /* rotated dims per head (<= head_dim) */
     int rope_neox;     /* 0: interleaved pairs (Llama GGUF), 1: halves (NeoX / Qwen) */
     float rope_theta;
@@ -270,6 +272,14 @@ enum tp_tok_kind tp_tokenizer_kind(const tp_tokenizer_t *t);
 int tp_tokenizer_bos(const tp_tokenizer_t *t);     /* -1 if none */
 int tp_tokenizer_eos(const tp_tokenizer_t *t);     /* -1 if none */
 int tp_tokenizer_add_bos(const tp_tokenizer_t *t); /* model wants BOS prepended */
+int tp_tokenizer_add_eos(const tp_tokenizer_t *t); /* model wants EOS appended (embedding models, e.g. Qwen3-Embedding) */
+/* Fill-in-the-middle tokens: prefix, suffix, middle, file separator, repository name. */
+enum tp_fim { TP_FIM_PRE = 0, TP_FIM_SUF, TP_FIM_MID, TP_FIM_SEP, TP_FIM_REP, TP_FIM_COUNT };
+/* ids[TP_FIM_COUNT]: each FIM token's id, -1 when the model has none: from GGUF
+ * tokenizer.ggml.fim_*_token_id, else the special token with a code model's
+ * name for it (<|fim_prefix|>, <fim_prefix>, <PRE>, ...).  Returns 1 when
+ * prefix, suffix and middle all exist (the model can fill in the middle). */
+int tp_tokenizer_fim(const tp_tokenizer_t *t, int ids[TP_FIM_COUNT]);
 /* Nonzero if id ends generation (eos, eot, im_end ...). */
 int tp_tokenizer_is_eog(const tp_tokenizer_t *t, int id);
 /* Id of a special / added token by its text ("<|eot_id|>"), or -1. */
@@ -342,6 +352,16 @@ struct tp_batch {
  * out of range), or whatever the all_sum hook returned.
  */
 enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *batch, float *out);
+/*
+ * The final hidden state of token t (its index in the last forward's batch,
+ * any token, not only those that asked for logits) after the output norm:
+ * out[0..n_embd) = rmsnorm(x_t) * output_norm.weight, the vector the output
+ * head multiplies (embeddings pool it).  The residual stream is whole on
+ * every rank after its all_sums, so any rank of a sharded model gives it.
+ * Valid until the next forward.  TP_ERR_INVALID_ARG when t is not a token of
+ * the last batch (or that forward failed).
+ */
+enum tp_status tp_model_hidden(const tp_model_t *m, int t, float *out);
 /* Forget positions >= from_pos of sequence seq (from_pos 0: clear it). */
 void tp_model_seq_truncate(tp_model_t *m, int seq, int from_pos);
 /*
