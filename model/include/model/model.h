@@ -48,6 +48,7 @@ enum tp_wtype {
     TP_WTYPE_I64 = 27,
     TP_WTYPE_F64 = 28,
     TP_WTYPE_BF16 = 30,
+    TP_WTYPE_MXFP4 = 39, /* 32 E2M1 values + an E8M0 shared exponent (gpt-oss experts) */
     /* MLX affine quantization (mlx-community safetensors), BITS x GROUP: packed
      * uint32 words of unsigned q, plus per-group fp16/bf16 scale and bias held
      * beside the matrix (w = scale * q + bias); see model/kernels/kernels_mlx_impl.h.
@@ -66,7 +67,7 @@ const char *tp_wtype_name(enum tp_wtype t);
 enum tp_status tp_wtype_parse(const char *s, enum tp_wtype *out);
 /* Nonzero if this build can compute with weights of type t. */
 int tp_wtype_supported(enum tp_wtype t);
-/* Elements per block (1 for float types, 32 for Q8_0/Q4_0, 256 for K-quants); 0 if unknown. */
+/* Elements per block (1 for float types, 32 for Q8_0/Q4_0/MXFP4, 256 for K-quants); 0 if unknown. */
 int64_t tp_wtype_block_elems(enum tp_wtype t);
 /* Bytes per block; 0 if unknown. */
 size_t tp_wtype_block_bytes(enum tp_wtype t);
