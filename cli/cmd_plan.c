@@ -119,6 +119,14 @@ static void hp_from_shape(const struct tp_shape *s, struct tp_hparams *hp)
     hp->tied_embeddings = s->tied;
     hp->has_qkv_bias = s->qkv_bias;
     hp->has_qk_norm = s->qk_norm;
+    if (s->arch == TP_ARCH_GPTOSS) { /* as model_load.c reads a gpt-oss GGUF */
+        hp->router_softmax_topk = 1;
+        hp->expert_weights_norm = 0;
+        hp->swiglu_alpha = 1.702f;
+        hp->swiglu_limit = 7.0f;
+        hp->n_swa = s->sliding_window;
+        hp->swa_period = 2;
+    }
 }
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }

@@ -52,6 +52,7 @@ const char *tp_arch_name(enum tp_arch a)
     case TP_ARCH_QWEN3: return "qwen3";
     case TP_ARCH_QWEN3MOE: return "qwen3moe";
     case TP_ARCH_QWEN2MOE: return "qwen2moe";
+    case TP_ARCH_GPTOSS: return "gpt-oss";
     default: return "unknown";
     }
 }
@@ -107,6 +108,7 @@ static enum tp_status read_hparams(tp_model_t *m)
     else if (strcmp(arch, "qwen3") == 0) hp->arch = TP_ARCH_QWEN3;
     else if (strcmp(arch, "qwen3moe") == 0) hp->arch = TP_ARCH_QWEN3MOE;
     else if (strcmp(arch, "qwen2moe") == 0) hp->arch = TP_ARCH_QWEN2MOE;
+    else if (strcmp(arch, "gpt-oss") == 0) hp->arch = TP_ARCH_GPTOSS;
     else if (strcmp(arch, "deepseek2") == 0 || strcmp(arch, "deepseek") == 0)
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
                             "%s: architecture '%s' (DeepSeek: multi-head latent attention and shared experts) is not "
@@ -122,7 +124,7 @@ static enum tp_status read_hparams(tp_model_t *m)
     else
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
                             "%s: architecture '%.64s' is not supported (supported: llama (incl. Mistral, TinyLlama, "
-                            "SmolLM, Mixtral), qwen2, qwen3, qwen2moe, qwen3moe)",
+                            "SmolLM, Mixtral), qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss)",
                             m->path, arch);
     int big = 1 << 24;
     TP_CHECK_GOTO(md_int(m, arch, "embedding_length", 1, 1, big, &hp->n_embd), rc, out);
@@ -134,7 +136,8 @@ static enum tp_status read_hparams(tp_model_t *m)
     hp->n_ctx_train = 2048;
     TP_CHECK_GOTO(md_int(m, arch, "context_length", 0, 1, 1 << 30, &hp->n_ctx_train), rc, out);
     TP_CHECK_GOTO(md_int(m, arch, "expert_count", 0, 0, 1 << 16, &hp->n_expert), rc, out);
-    if ((hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE) && hp->n_expert == 0)
+    if ((hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE || hp->arch == TP_ARCH_GPTOSS) &&
+        hp->n_expert == 0)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: metadata '%s.expert_count' is missing (needed for arch %s)",
                             m->path, arch, arch);
     if (hp->n_expert > 0) {
@@ -145,8 +148,15 @@ static enum tp_status read_hparams(tp_model_t *m)
         TP_CHECK_GOTO(md_int(m, arch, "expert_used_count", 1, 1, hp->n_expert, &hp->n_expert_used), rc, out);
         /* Qwen3-MoE: experts narrower than feed_forward_length (the dense width, unused) */
         TP_CHECK_GOTO(md_int(m, arch, "expert_feed_forward_length", 0, 1, big, &hp->n_ff), rc, out);
-        /* Mixtral and Qwen3-MoE renormalise, Qwen2-MoE does not (llama.cpp: norm_w) */
+        /* Mixtral and Qwen3-MoE renormalise, Qwen2-MoE does not (llama.cpp: norm_w); gpt-oss's
+         * softmax over the selected logits sums to 1 by itself */
         hp->expert_weights_norm = hp->arch != TP_ARCH_QWEN2MOE;
+        if (hp->arch == TP_ARCH_GPTOSS) {
+            hp->router_softmax_topk = 1;
+            hp->expert_weights_norm = 0;
+            hp->swiglu_alpha = 1.702f; /* OpenAI's gpt-oss reference: swiglu(alpha=1.702, limit=7.0) */
+            hp->swiglu_limit = 7.0f;
+        }
         if (hp->arch == TP_ARCH_QWEN2MOE)
             TP_CHECK_GOTO(md_int(m, arch, "expert_shared_feed_forward_length", 1, 1, big, &hp->n_ff_shexp), rc, out);
         char nk[128];
@@ -200,8 +210,17 @@ static enum tp_status read_hparams(tp_model_t *m)
     if (!(hp->norm_eps >= 0.0f && hp->norm_eps < 1.0f))
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: rms epsilon %g is out of range", m->path, (double)hp->norm_eps);
 
+    if (hp->arch == TP_ARCH_GPTOSS) {
+        /* sliding windows on the even layers (llama.cpp: swa pattern 2; HF layer_types) */
+        TP_CHECK_GOTO(md_int(m, arch, "attention.sliding_window", 0, 0, 1 << 30, &hp->n_swa), rc, out);
+        hp->swa_period = 2;
+    }
+
     /* rope scaling */
     hp->rope_scaling = TP_ROPE_SCALING_NONE;
+    hp->rope_yarn_beta_fast = 32.0f;
+    hp->rope_yarn_beta_slow = 1.0f;
+    hp->rope_attn_factor = 1.0f;
     hp->rope_scale_factor = 1.0f;
     hp->rope_low_freq_factor = 1.0f;
     hp->rope_high_freq_factor = 4.0f;
@@ -221,17 +240,25 @@ static enum tp_status read_hparams(tp_model_t *m)
     if (stype && strcmp(stype, "none") != 0) {
         if (strcmp(stype, "linear") == 0) hp->rope_scaling = TP_ROPE_SCALING_LINEAR;
         else if (strcmp(stype, "llama3") == 0) hp->rope_scaling = TP_ROPE_SCALING_LLAMA3;
+        else if (strcmp(stype, "yarn") == 0) hp->rope_scaling = TP_ROPE_SCALING_YARN;
         else
             return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
-                                "%s: %s = '%.32s' is not supported (supported: none, linear, llama3)", m->path, key, stype);
+                                "%s: %s = '%.32s' is not supported (supported: none, linear, llama3, yarn)", m->path, key,
+                                stype);
         TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.factor", &hp->rope_scale_factor), rc, out);
         TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.low_freq_factor", &hp->rope_low_freq_factor), rc, out);
         TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.high_freq_factor", &hp->rope_high_freq_factor), rc, out);
         TP_CHECK_GOTO(md_int(m, arch, "rope.scaling.original_context_length", 0, 1, 1 << 30, &hp->rope_orig_ctx), rc,
                       out);
+        TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.yarn_beta_fast", &hp->rope_yarn_beta_fast), rc, out);
+        TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.yarn_beta_slow", &hp->rope_yarn_beta_slow), rc, out);
         if (!(hp->rope_scale_factor > 0.0f) ||
-            (hp->rope_scaling == TP_ROPE_SCALING_LLAMA3 && !(hp->rope_high_freq_factor > hp->rope_low_freq_factor)))
+            (hp->rope_scaling == TP_ROPE_SCALING_LLAMA3 && !(hp->rope_high_freq_factor > hp->rope_low_freq_factor)) ||
+            (hp->rope_scaling == TP_ROPE_SCALING_YARN &&
+             !(hp->rope_yarn_beta_fast > hp->rope_yarn_beta_slow && hp->rope_yarn_beta_slow > 0.0f)))
             return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: rope scaling parameters are inconsistent", m->path);
+        if (hp->rope_scaling == TP_ROPE_SCALING_YARN && hp->rope_scale_factor > 1.0f)
+            hp->rope_attn_factor = 0.1f * logf(hp->rope_scale_factor) + 1.0f;
     }
 out:
     return rc;
@@ -448,6 +475,46 @@ static enum tp_status load_vec(tp_model_t *m, const struct tp_model_config *cfg,
     return TP_OK;
 }
 
+/*
+ * A 2-D f32/f16/bf16 tensor of ne = [ne0, ne1] (ne1 rows of ne0), as owned f32 (ne1, c1 - c0):
+ * elements [c0, c1) of every row.  The gpt-oss expert biases, one row per expert.
+ */
+static enum tp_status load_rows(tp_model_t *m, const struct tp_model_config *cfg, const char *name, int64_t ne0,
+                                int64_t ne1, int64_t c0, int64_t c1, float **out, uint64_t total)
+{
+    struct tp_tsrc_tensor tt;
+    const struct tp_tsrc_tensor *t = &tt;
+    if (!find_tensor(m, name, 1, &tt)) return m->err.status;
+    name = t->name;
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->n_elems != ne0 * ne1)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]",
+                            m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)ne0, (long long)ne1);
+    if (t->type != TP_WTYPE_F32 && t->type != TP_WTYPE_F16 && t->type != TP_WTYPE_BF16)
+        return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s (want f32/f16/bf16)", m->path, name,
+                            t->type_name);
+    const int64_t n = c1 - c0;
+    if (m->dry_run) {
+        m->weight_bytes += (uint64_t)(n * ne1) * 4;
+        return TP_OK;
+    }
+    float *v = tp_aligned_alloc(64, (size_t)(n * ne1 > 0 ? n * ne1 : 1) * sizeof(float));
+    if (!v) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
+    const uint8_t *src = t->data;
+    for (int64_t r = 0; r < ne1; r++)
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t k = r * ne0 + c0 + i;
+            if (t->type == TP_WTYPE_F32) memcpy(&v[r * n + i], src + k * 4, 4);
+            else {
+                uint16_t h;
+                memcpy(&h, src + k * 2, 2);
+                v[r * n + i] = t->type == TP_WTYPE_F16 ? tp_fp16_to_f32(h) : tp_bf16_to_f32(h);
+            }
+        }
+    *out = v;
+    progress(m, cfg, (uint64_t)(n * ne1) * 4, total);
+    return TP_OK;
+}
+
 static void free_mat(struct tp_wmat *w)
 {
     tp_aligned_free(w->owned);
@@ -521,6 +588,19 @@ static enum tp_status load_experts(tp_model_t *m, const struct tp_model_config *
     snprintf(uname, sizeof(uname), "blk.%d.ffn_up_exps.weight", l);
     snprintf(dname, sizeof(dname), "blk.%d.ffn_down_exps.weight", l);
     TP_CHECK_GOTO(load_mat(m, cfg, rname, X, E, 0, X, 0, E, &L->wrouter, total), rc, out);
+    if (hp->arch == TP_ARCH_GPTOSS) { /* router and expert biases (the held columns; down on one rank) */
+        char bname[96];
+        snprintf(bname, sizeof bname, "blk.%d.ffn_gate_inp.bias", l);
+        TP_CHECK_GOTO(load_vec(m, cfg, bname, X, 0, X, &L->brouter, total), rc, out);
+        snprintf(bname, sizeof bname, "blk.%d.ffn_gate_exps.bias", l);
+        TP_CHECK_GOTO(load_rows(m, cfg, bname, F, X, s->ff_begin, s->ff_end, &L->xgate_b, total), rc, out);
+        snprintf(bname, sizeof bname, "blk.%d.ffn_up_exps.bias", l);
+        TP_CHECK_GOTO(load_rows(m, cfg, bname, F, X, s->ff_begin, s->ff_end, &L->xup_b, total), rc, out);
+        if (s->ff_begin == 0) {
+            snprintf(bname, sizeof bname, "blk.%d.ffn_down_exps.bias", l);
+            TP_CHECK_GOTO(load_rows(m, cfg, bname, E, X, 0, E, &L->xdown_b, total), rc, out);
+        }
+    }
     if (!L->xgate) {
         L->xgate = calloc((size_t)X, sizeof(*L->xgate));
         L->xup = calloc((size_t)X, sizeof(*L->xup));
@@ -624,7 +704,10 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
         struct tp_layer *L = &m->layers[l];
 #define NM(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", l, suffix), name)
         TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_norm.weight"), E, 0, E, &L->attn_norm, total), rc, out);
-        TP_CHECK_GOTO(load_vec(m, cfg, NM("ffn_norm.weight"), E, 0, E, &L->ffn_norm, total), rc, out);
+        /* gpt-oss names the norm before the FFN post_attention_norm */
+        TP_CHECK_GOTO(load_vec(m, cfg, NM(hp->arch == TP_ARCH_GPTOSS ? "post_attention_norm.weight" : "ffn_norm.weight"),
+                               E, 0, E, &L->ffn_norm, total),
+                      rc, out);
         TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_q.weight"), qf, E, q0, q1, 0, E, &L->wq, total), rc, out);
         TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_k.weight"), kf, E, k0, k1, 0, E, &L->wk, total), rc, out);
         TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_v.weight"), kf, E, k0, k1, 0, E, &L->wv, total), rc, out);
@@ -650,6 +733,15 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
             TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_q_norm.weight"), hd, 0, hd, &L->q_norm, total), rc, out);
             TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_k_norm.weight"), hd, 0, hd, &L->k_norm, total), rc, out);
         }
+        if (hp->arch == TP_ARCH_GPTOSS) {
+            /* attn_output's bias (added once, after the all_sum) and one sink logit per Q head, this
+             * rank's heads */
+            TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_output.bias"), E, 0, E, &L->bo, total), rc, out);
+            TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_sinks.weight"), hp->n_head, s->q_head_begin, s->q_head_end,
+                                   &L->attn_sinks, total),
+                          rc, out);
+        }
+        L->attn_window = hp->n_swa > 0 && (hp->swa_period <= 0 || l % hp->swa_period < hp->swa_period - 1) ? hp->n_swa : 0;
 #undef NM
     }
     if (m->dry_run) {
@@ -1014,6 +1106,12 @@ void tp_model_free(tp_model_t *m)
             tp_aligned_free(L->bv);
             tp_aligned_free(L->q_norm);
             tp_aligned_free(L->k_norm);
+            tp_aligned_free(L->attn_sinks);
+            tp_aligned_free(L->bo);
+            tp_aligned_free(L->brouter);
+            tp_aligned_free(L->xgate_b);
+            tp_aligned_free(L->xup_b);
+            tp_aligned_free(L->xdown_b);
             free_mat(&L->wq);
             free_mat(&L->wk);
             free_mat(&L->wv);

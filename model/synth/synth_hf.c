@@ -397,6 +397,10 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     const enum tp_wtype wt = cfg->type;
     const char *dir = cfg->out_path;
     const int mlx = tp_wtype_mlx_bits(wt) != 0;
+    if (s0->arch == TP_ARCH_GPTOSS)
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "synth: the Hugging Face layout of gpt-oss (MXFP4 *_blocks / *_scales, fused gate_up) is "
+                            "not written; use --format gguf");
     /* float type of what is not quantized (MLX: norms, and rows that are not whole groups) */
     const enum tp_wtype ft = mlx ? (cfg->mlx_bf16 ? TP_WTYPE_BF16 : TP_WTYPE_F16) : wt;
     if (cfg->mix != TP_SYNTH_MIX_NONE ||
@@ -439,7 +443,7 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     struct tp_shape shape = *s0;
     shape.n_vocab = vocab.n_tokens;
 
-    plan = calloc((size_t)n_layer * 16 + 8, sizeof(*plan));
+    plan = calloc((size_t)n_layer * 24 + 8, sizeof(*plan));
     /* MLX: three tensors per matrix; experts: one per expert */
     ht = calloc(((size_t)n_layer * (16 + 3 * (size_t)shape.n_expert) + 8) * 3, sizeof(*ht));
     if (!plan || !ht) {

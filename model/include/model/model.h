@@ -85,11 +85,14 @@ enum tp_arch {
     TP_ARCH_QWEN3,     /* q/k RMSNorm per head */
     TP_ARCH_QWEN3MOE,  /* Qwen3 attention + a mixture-of-experts FFN in every layer (GGUF "qwen3moe") */
     TP_ARCH_QWEN2MOE,  /* Qwen2 attention (QKV bias) + experts + a shared expert with a sigmoid gate (GGUF "qwen2moe") */
+    TP_ARCH_GPTOSS,    /* gpt-oss (GGUF "gpt-oss", HF GptOssForCausalLM): attention with q/k/v/o biases, learned
+                        * sinks and sliding windows on every other layer, YaRN RoPE; experts with biases, the
+                        * clamped SwiGLU and a top-k-then-softmax router (hparams below) */
     TP_ARCH_COUNT
 };
 const char *tp_arch_name(enum tp_arch a);
 
-enum tp_rope_scaling { TP_ROPE_SCALING_NONE = 0, TP_ROPE_SCALING_LINEAR, TP_ROPE_SCALING_LLAMA3 };
+enum tp_rope_scaling { TP_ROPE_SCALING_NONE = 0, TP_ROPE_SCALING_LINEAR, TP_ROPE_SCALING_LLAMA3, TP_ROPE_SCALING_YARN };
 
 /* Everything the forward pass needs to know about the shape of a model. */
 struct tp_hparams {
@@ -109,7 +112,17 @@ struct tp_hparams {
     float rope_scale_factor;        /* linear / llama3 factor */
     float rope_low_freq_factor;     /* llama3 */
     float rope_high_freq_factor;    /* llama3 */
-    int rope_orig_ctx;              /* llama3 original_max_position_embeddings */
+    int rope_orig_ctx;              /* llama3 / yarn original_max_position_embeddings */
+    /*
+     * YaRN (rope_scaling YARN), as OpenAI's gpt-oss reference and Hugging Face with truncate =
+     * false: per frequency pair i < rope_dim/2, with f_i = theta^(-2i/rope_dim),
+     * low/high = (rope_dim/2) ln(orig_ctx / (beta_fast|slow * 2 pi)) / ln(theta),
+     * ramp_i = clamp((i - low) / (high - low), 0, 1), inv_freq_i = f_i / factor * ramp_i + f_i *
+     * (1 - ramp_i); cos and sin are scaled by rope_attn_factor = 0.1 ln(factor) + 1.
+     */
+    float rope_yarn_beta_fast;      /* 32 */
+    float rope_yarn_beta_slow;      /* 1 */
+    float rope_attn_factor;         /* multiplies cos/sin; 1 without YaRN */
     float norm_eps;
     int tied_embeddings;            /* output head shares token_embd */
     int has_qkv_bias;               /* Qwen2 */
@@ -132,6 +145,15 @@ struct tp_hparams {
     int n_ff_shexp;                 /* Qwen2-MoE: width of the shared expert, a SwiGLU FFN every token
                                      * runs, its output scaled by sigmoid(ffn_gate_inp_shexp . x) and
                                      * added to the experts'; 0: none */
+    /* gpt-oss: router logits get a bias, the top n_expert_used are selected by logit and their
+     * weights are the softmax over those k logits only (router_softmax_topk); experts have gate,
+     * up and down biases and the clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit,
+     * limit), h = g * sigmoid(alpha g) * (u + 1) (swiglu_limit > 0; alpha 1.702, limit 7). */
+    int router_softmax_topk;
+    float swiglu_alpha, swiglu_limit;   /* 0: plain SwiGLU */
+    /* Sliding-window attention: n_swa positions (0: none); with swa_period p > 0, layer l is
+     * windowed when l % p < p - 1 (gpt-oss: p = 2, the even layers), p == 0: every layer. */
+    int n_swa, swa_period;
 };
 
 /* ====================================================== model files ===== */
