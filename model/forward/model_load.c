@@ -199,7 +199,7 @@ static enum tp_status read_hparams(tp_model_t *m)
     if (hp->arch == TP_ARCH_QWEN3MOE) hp->has_qk_norm = 1;
     /* what the architecture implies (load_weights then goes by the tensors present): a
      * vocab-only load (tpserve plan, the probe) sizes the biases with it */
-    if (hp->arch == TP_ARCH_QWEN2 || hp->arch == TP_ARCH_QWEN2MOE) hp->has_qkv_bias = 1;
+    if (hp->arch == TP_ARCH_QWEN2 || hp->arch == TP_ARCH_QWEN2MOE || hp->arch == TP_ARCH_GPTOSS) hp->has_qkv_bias = 1;
     hp->rope_theta = 10000.0f;
     TP_CHECK_GOTO(md_float(m, arch, "rope.freq_base", &hp->rope_theta), rc, out);
     if (!(hp->rope_theta > 1.0f))
