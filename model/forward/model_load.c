@@ -567,6 +567,145 @@ static enum tp_status check_shard(tp_model_t *m, const struct tp_model_shard *s)
 
 /* ----------------------------------------------------------- init/free */
 
+/* ------------------------------------------------------------ gpt-oss, Hugging Face layout */
+
+/* A safetensors tensor by its HF name with the expected dtype and shape (n dims); NULL + error. */
+static const struct tp_st_tensor *hf_tensor(tp_model_t *m, const char *name, int n, const int64_t *shape, int u8)
+{
+    const struct tp_st_tensor *t = tp_st_find(m->st, name);
+    if (!t) {
+        tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' is missing (arch gpt-oss)", m->path, name);
+        return NULL;
+    }
+    int ok = t->n_dims == n && t->data != NULL;
+    for (int i = 0; ok && i < n; i++) ok = t->shape[i] == shape[i];
+    if (u8) ok = ok && t->dtype == TP_ST_U8;
+    else ok = ok && (t->dtype == TP_ST_F32 || t->dtype == TP_ST_BF16 || t->dtype == TP_ST_F16);
+    if (!ok) {
+        tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' is %s with %d dims [%lld, %lld, ...]; expected %s [%lld, %lld, ...]",
+                     m->path, name, tp_st_dtype_name(t->dtype), t->n_dims, (long long)t->shape[0],
+                     (long long)(t->n_dims > 1 ? t->shape[1] : 0), u8 ? "U8" : "F32/BF16/F16", (long long)shape[0],
+                     (long long)(n > 1 ? shape[1] : 0));
+        return NULL;
+    }
+    return t;
+}
+
+static float st_f32(const struct tp_st_tensor *t, int64_t i)
+{
+    const uint8_t *p = t->data;
+    if (t->dtype == TP_ST_F32) {
+        float v;
+        memcpy(&v, p + i * 4, 4);
+        return v;
+    }
+    uint16_t h;
+    memcpy(&h, p + i * 2, 2);
+    return t->dtype == TP_ST_BF16 ? tp_bf16_to_f32(h) : tp_fp16_to_f32(h);
+}
+
+/*
+ * Expert x's MXFP4 matrix from OpenAI's layout (PREFIX_blocks U8 (X, R, C/32, 16): byte i of a
+ * block holds element 2i in its low nibble and 2i+1 in its high one; PREFIX_scales U8 (X, R, C/32):
+ * the E8M0 exponents), rows r0, r0 + step, ... (n of them), column blocks [cb0, cb1), re-laid as
+ * GGUF MXFP4 rows (17-byte blocks: the exponent, then element j low / j+16 high) in an owned buffer.
+ */
+static enum tp_status hf_mxfp4(tp_model_t *m, const struct tp_model_config *cfg, const char *prefix, int64_t X,
+                               int64_t R, int64_t C, int64_t x, int64_t r0, int64_t step, int64_t n, int64_t cb0,
+                               int64_t cb1, struct tp_wmat *w, uint64_t total)
+{
+    char nb[200], ns[200];
+    snprintf(nb, sizeof nb, "%s_blocks", prefix);
+    snprintf(ns, sizeof ns, "%s_scales", prefix);
+    const int64_t shb[4] = {X, R, C / 32, 16}, shs[3] = {X, R, C / 32};
+    const struct tp_st_tensor *tb = hf_tensor(m, nb, 4, shb, 1), *ts = tb ? hf_tensor(m, ns, 3, shs, 1) : NULL;
+    if (!tb || !ts) return m->err.status;
+    const int64_t nblk = cb1 - cb0;
+    const size_t row_bytes = (size_t)nblk * sizeof(uint8_t) * 17;
+    if (m->dry_run) {
+        m->weight_bytes += (uint64_t)row_bytes * (uint64_t)n;
+        return TP_OK;
+    }
+    w->type = TP_WTYPE_MXFP4;
+    w->rows = n;
+    w->cols = nblk * 32;
+    w->row_bytes = row_bytes;
+    w->owned = tp_aligned_alloc(64, row_bytes * (size_t)(n > 0 ? n : 1));
+    if (!w->owned) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory for '%s'", m->path, nb);
+    w->data = w->owned;
+    const uint8_t *B = tb->data, *S = ts->data;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t r = r0 + i * step;
+        uint8_t *dst = (uint8_t *)w->owned + (size_t)i * row_bytes;
+        for (int64_t b = 0; b < nblk; b++) {
+            const size_t k = (size_t)((x * R + r) * (C / 32) + cb0 + b);
+            const uint8_t *src = B + k * 16;
+            uint8_t *o = dst + (size_t)b * 17;
+            o[0] = S[k];
+            for (int j = 0; j < 16; j++) {
+                /* element e's code: byte e/2, low nibble for even e */
+                const uint8_t lo = (uint8_t)(j & 1 ? src[j / 2] >> 4 : src[j / 2] & 0x0F);
+                const uint8_t hi = (uint8_t)((j + 16) & 1 ? src[(j + 16) / 2] >> 4 : src[(j + 16) / 2] & 0x0F);
+                o[1 + j] = (uint8_t)(lo | (hi << 4));
+            }
+        }
+    }
+    progress(m, cfg, (uint64_t)row_bytes * (uint64_t)n, total);
+    return TP_OK;
+}
+
+/* gpt-oss experts of a Hugging Face directory (OpenAI's MXFP4 checkpoint layout): the fused
+ * gate_up projection (rows 2f gate, 2f+1 up of output f) and down, their biases, and the router
+ * (mapped by the tensor source). */
+static enum tp_status load_experts_gptoss_hf(tp_model_t *m, const struct tp_model_config *cfg, int l, uint64_t total)
+{
+    enum tp_status rc = TP_OK;
+    const struct tp_hparams *hp = &m->hp;
+    const struct tp_model_shard *s = &m->shard;
+    struct tp_layer *L = &m->layers[l];
+    const int64_t E = hp->n_embd, F = hp->n_ff, X = hp->n_expert, f0 = s->ff_begin, f1 = s->ff_end, nf = f1 - f0;
+    char gu[160], dn[160], nm[200];
+    snprintf(gu, sizeof gu, "model.layers.%d.mlp.experts.gate_up_proj", l);
+    snprintf(dn, sizeof dn, "model.layers.%d.mlp.experts.down_proj", l);
+    if (E % 32 || F % 32 || f0 % 32 || f1 % 32)
+        return tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+                            "%s: gpt-oss experts: hidden %lld, width %lld and the shard columns [%lld, %lld) must be "
+                            "multiples of the 32-value MXFP4 block",
+                            m->path, (long long)E, (long long)F, (long long)f0, (long long)f1);
+    for (int64_t e = s->expert_begin; e < s->expert_end; e++) {
+        TP_CHECK_GOTO(hf_mxfp4(m, cfg, gu, X, 2 * F, E, e, 2 * f0, 2, nf, 0, E / 32, &L->xgate[e], total), rc, out);
+        TP_CHECK_GOTO(hf_mxfp4(m, cfg, gu, X, 2 * F, E, e, 2 * f0 + 1, 2, nf, 0, E / 32, &L->xup[e], total), rc, out);
+        TP_CHECK_GOTO(hf_mxfp4(m, cfg, dn, X, E, F, e, 0, 1, E, f0 / 32, f1 / 32, &L->xdown[e], total), rc, out);
+    }
+    snprintf(nm, sizeof nm, "%s_bias", gu);
+    const int64_t shg[2] = {X, 2 * F}, shd[2] = {X, E};
+    const struct tp_st_tensor *bg = hf_tensor(m, nm, 2, shg, 0);
+    if (!bg) return m->err.status;
+    snprintf(nm, sizeof nm, "%s_bias", dn);
+    const struct tp_st_tensor *bd = hf_tensor(m, nm, 2, shd, 0);
+    if (!bd) return m->err.status;
+    const uint64_t bias_bytes = (uint64_t)(X * nf * 2 + (f0 == 0 ? X * E : 0)) * 4;
+    if (m->dry_run) {
+        m->weight_bytes += bias_bytes;
+        return TP_OK;
+    }
+    L->xgate_b = tp_aligned_alloc(64, (size_t)(X * nf) * sizeof(float));
+    L->xup_b = tp_aligned_alloc(64, (size_t)(X * nf) * sizeof(float));
+    if (f0 == 0) L->xdown_b = tp_aligned_alloc(64, (size_t)(X * E) * sizeof(float));
+    if (!L->xgate_b || !L->xup_b || (f0 == 0 && !L->xdown_b))
+        return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
+    for (int64_t x = 0; x < X; x++) {
+        for (int64_t i = 0; i < nf; i++) {
+            L->xgate_b[x * nf + i] = st_f32(bg, x * 2 * F + 2 * (f0 + i));
+            L->xup_b[x * nf + i] = st_f32(bg, x * 2 * F + 2 * (f0 + i) + 1);
+        }
+        for (int64_t i = 0; f0 == 0 && i < E; i++) L->xdown_b[x * E + i] = st_f32(bd, x * E + i);
+    }
+    progress(m, cfg, bias_bytes, total);
+out:
+    return rc;
+}
+
 /*
  * Layer l's mixture of experts: the router ffn_gate_inp (whole) and, of the
  * stacked ffn_{gate,up,down}_exps, the held experts' slices.  Held whole (no
@@ -588,6 +727,18 @@ static enum tp_status load_experts(tp_model_t *m, const struct tp_model_config *
     snprintf(uname, sizeof(uname), "blk.%d.ffn_up_exps.weight", l);
     snprintf(dname, sizeof(dname), "blk.%d.ffn_down_exps.weight", l);
     TP_CHECK_GOTO(load_mat(m, cfg, rname, X, E, 0, X, 0, E, &L->wrouter, total), rc, out);
+    if (hp->arch == TP_ARCH_GPTOSS && !L->xgate) {
+        L->xgate = calloc((size_t)X, sizeof(*L->xgate));
+        L->xup = calloc((size_t)X, sizeof(*L->xup));
+        L->xdown = calloc((size_t)X, sizeof(*L->xdown));
+        if (!L->xgate || !L->xup || !L->xdown) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
+    }
+    if (hp->arch == TP_ARCH_GPTOSS && m->st) {
+        char bname[96];
+        snprintf(bname, sizeof bname, "blk.%d.ffn_gate_inp.bias", l);
+        TP_CHECK_GOTO(load_vec(m, cfg, bname, X, 0, X, &L->brouter, total), rc, out);
+        return load_experts_gptoss_hf(m, cfg, l, total);
+    }
     if (hp->arch == TP_ARCH_GPTOSS) { /* router and expert biases (the held columns; down on one rank) */
         char bname[96];
         snprintf(bname, sizeof bname, "blk.%d.ffn_gate_inp.bias", l);

@@ -214,7 +214,10 @@ static enum tp_wtype mix_type(const struct tp_shape *s, int n_layer, enum tp_syn
                               enum mix_role role, int layer, int64_t ne0)
 {
     if (mix == TP_SYNTH_MIX_NONE) return base;
-    if (mix == TP_SYNTH_MIX_MXFP4) return role == ROLE_EXPERT ? TP_WTYPE_MXFP4 : TP_WTYPE_Q8_0;
+    if (mix == TP_SYNTH_MIX_MXFP4) /* the rest Q8_0 (ggml-org's GGUF) or a float base (OpenAI's bf16) */
+        return role == ROLE_EXPERT ? TP_WTYPE_MXFP4
+               : base == TP_WTYPE_F32 || base == TP_WTYPE_F16 || base == TP_WTYPE_BF16 ? base
+                                                                                        : TP_WTYPE_Q8_0;
     enum tp_wtype t = base;
     if (role == ROLE_OUTPUT || (role == ROLE_TOKEN_EMBD && s->tied)) {
         /* the head (or the embedding that doubles as the head) */
@@ -405,8 +408,10 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
     const enum tp_synth_mix mix = cfg->mix;
     const enum tp_wtype wt = mix == TP_SYNTH_MIX_Q4_K_M   ? TP_WTYPE_Q4_K
                              : mix == TP_SYNTH_MIX_Q5_K_M ? TP_WTYPE_Q5_K
-                             : mix == TP_SYNTH_MIX_MXFP4  ? TP_WTYPE_Q8_0
-                                                          : cfg->type;
+                             : mix == TP_SYNTH_MIX_MXFP4 && cfg->type != TP_WTYPE_F32 && cfg->type != TP_WTYPE_F16 &&
+                                       cfg->type != TP_WTYPE_BF16
+                                 ? TP_WTYPE_Q8_0
+                                 : cfg->type;
     enum tp_status rc = TP_OK;
     struct tp_synth_vocab vocab;
     memset(&vocab, 0, sizeof(vocab));

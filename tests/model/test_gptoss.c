@@ -128,7 +128,7 @@ static const char *synth_tiny(const char *shape_name, const char *tag, int f32)
     struct tp_synth_config sc = tp_synth_default_config();
     sc.shape = &shape;
     sc.mix = f32 ? TP_SYNTH_MIX_NONE : TP_SYNTH_MIX_MXFP4;
-    sc.type = TP_WTYPE_F32;
+    sc.type = f32 ? TP_WTYPE_F32 : TP_WTYPE_Q8_0;
     sc.seed = 5;
     sc.out_path = p;
     if (tp_synth_write(&sc, &err) != TP_OK) {
@@ -371,6 +371,52 @@ static void check_reference(const char *shape, int plain, int f32)
     free(first);
 }
 
+/* OpenAI's Hugging Face layout (fused, interleaved gate_up MXFP4 blocks / scales with their own
+ * nibble order, router, sinks, biases) from the same seed as a GGUF whose other matrices are
+ * also bf16: the same model, so the logits are bit-identical, at one rank and for a shard. */
+static void test_hf_equals_gguf(void)
+{
+    struct tp_shape shape;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_shape_find(kShapes, "gpt-oss-tiny", &shape, &err), TP_OK);
+    char gg[600], hf[600];
+    snprintf(gg, sizeof gg, "%s/gptoss-bf16.gguf", tp_test_tmpdir());
+    snprintf(hf, sizeof hf, "%s/gptoss-hf", tp_test_tmpdir());
+    struct tp_synth_config sc = tp_synth_default_config();
+    sc.shape = &shape;
+    sc.mix = TP_SYNTH_MIX_MXFP4;
+    sc.type = TP_WTYPE_BF16;
+    sc.seed = 9;
+    sc.out_path = gg;
+    CU_ASSERT_EQUAL_FATAL(tp_synth_write(&sc, &err), TP_OK);
+    sc.out_path = hf;
+    if (tp_synth_write_hf(&sc, &err) != TP_OK) fprintf(stderr, "synth hf: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(err.status, TP_OK);
+    const struct tp_model_shard shard = {.q_head_begin = 0, .q_head_end = 2, .kv_head_begin = 0, .kv_head_end = 1,
+                                         .ff_begin = 32, .ff_end = 64, .vocab_begin = 0, .vocab_end = 384};
+    for (int sh = 0; sh < 2; sh++) {
+        tp_model_t *a = load(gg, sh ? &shard : NULL), *b = load(hf, sh ? &shard : NULL);
+        CU_ASSERT_FATAL(a && b);
+        CU_ASSERT_EQUAL(tp_model_hparams(b)->arch, TP_ARCH_GPTOSS);
+        CU_ASSERT_EQUAL(tp_model_hparams(b)->n_swa, 8);
+        CU_ASSERT_EQUAL(tp_model_weight_type(b), TP_WTYPE_MXFP4);
+        CU_ASSERT_EQUAL(tp_model_weight_bytes(a), tp_model_weight_bytes(b));
+        float la[V], lb[V];
+        int32_t tok = 5, diff = 0;
+        for (int p = 0; p < 12; p++) {
+            int32_t q = 0;
+            struct tp_batch one = {1, &tok, &p, &q, NULL};
+            CU_ASSERT_EQUAL_FATAL(tp_model_forward(a, &one, la), TP_OK);
+            CU_ASSERT_EQUAL_FATAL(tp_model_forward(b, &one, lb), TP_OK);
+            diff += memcmp(la, lb, sizeof la) != 0;
+            tok = argmax(la, V);
+        }
+        CU_ASSERT_EQUAL(diff, 0);
+        tp_model_free(a);
+        tp_model_free(b);
+    }
+}
+
 static void test_reference_plain_f32(void) { check_reference("gpt-oss-tiny-full", 1, 1); }
 static void test_reference_plain_mxfp4(void) { check_reference("gpt-oss-tiny-full", 1, 0); }
 
@@ -379,6 +425,7 @@ static const struct tp_test_case gptoss_cases[] = {
     {"router_topk_softmax", test_router_topk_softmax},
     {"yarn_freqs", test_yarn_freqs},
     {"load", test_load},
+    {"hf_equals_gguf", test_hf_equals_gguf},
     {"reference_plain_f32", test_reference_plain_f32},
     {"reference_plain_mxfp4", test_reference_plain_mxfp4},
     {NULL, NULL},

@@ -74,7 +74,8 @@ enum tp_synth_mix {
     TP_SYNTH_MIX_Q4_K_M,   /* base Q4_K, general.file_type 15 */
     TP_SYNTH_MIX_Q5_K_M,   /* base Q5_K, general.file_type 17 */
     TP_SYNTH_MIX_MXFP4,    /* gpt-oss as published (ggml-org GGUF): the stacked experts MXFP4, every other
-                            * matrix, the embedding and the head Q8_0; general.file_type 38 (MOSTLY_MXFP4_MOE) */
+                            * matrix, the embedding and the head Q8_0 (or cfg->type when that is f32 / f16 /
+                            * bf16: OpenAI's checkpoint is bf16); general.file_type 38 (MOSTLY_MXFP4_MOE) */
     TP_SYNTH_MIX_COUNT
 };
 
