@@ -10,7 +10,9 @@
  *             xb = rmsnorm(x) ; hb = silu(xb Wg) * (xb Wu)     pool job FFN_UP
  *             proj = hb Wd ; all_sum(proj) ; x += proj         pool job DOWN
  * (mixture of experts: the FFN step routes each token to its experts and runs
- * each selected expert once over all its tokens, see moe_ffn)
+ * each selected expert once over all its tokens, see moe_ffn; gpt-oss adds the
+ * attn_output bias after its all_sum, a router bias, expert biases and the
+ * clamped SwiGLU, and scales the YaRN cos/sin by the attention factor)
  * then logits = rmsnorm(x) Wout for the tokens that asked.
  * Every job hands out chunks of the rows of its matrices (or of the (token,
  * head) pairs) to the threads of the persistent pool as they come free
