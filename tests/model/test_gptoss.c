@@ -417,6 +417,65 @@ static void test_hf_equals_gguf(void)
     }
 }
 
+/* Replace the first `from` in dir/config.json with `to`; 0 on success. */
+static int edit_config(const char *dir, const char *from, const char *to)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    size_t n = 0;
+    char *text = tp_test_read_file(path, &n);
+    if (!text) return -1;
+    char *at = strstr(text, from);
+    int rc = -1;
+    if (at) {
+        FILE *f = fopen(path, "wb");
+        if (f) {
+            rc = fwrite(text, 1, (size_t)(at - text), f) == (size_t)(at - text) && fputs(to, f) >= 0 &&
+                         fputs(at + strlen(from), f) >= 0
+                     ? 0
+                     : -1;
+            if (fclose(f) != 0) rc = -1;
+        }
+    }
+    free(text);
+    return rc;
+}
+
+/* config.json cases tpserve cannot run are refused with the reason, never loaded wrong. */
+static void test_hf_refusals(void)
+{
+    struct tp_shape shape;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_shape_find(kShapes, "gpt-oss-tiny", &shape, &err), TP_OK);
+    static const struct {
+        const char *from, *to, *expect;
+    } cases[] = {
+        {"\"quantization_config\"", "\"_unused\"", "gpt-oss without quantization_config mxfp4"},
+        {"[\"sliding_attention\", \"full_attention\"]", "[\"full_attention\", \"sliding_attention\"]",
+         "layer_types[0] is not \"sliding_attention\""},
+        {"\"truncate\": false", "\"truncate\": true", "truncate = true"},
+        {"\"beta_slow\": 1.0", "\"beta_slow\": 64.0", "beta_fast must exceed beta_slow"},
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(cases); i++) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/gptoss-refuse-%zu", tp_test_tmpdir(), i);
+        struct tp_synth_config sc = tp_synth_default_config();
+        sc.shape = &shape;
+        sc.mix = TP_SYNTH_MIX_MXFP4;
+        sc.out_path = dir;
+        CU_ASSERT_EQUAL_FATAL(tp_synth_write_hf(&sc, &err), TP_OK);
+        CU_ASSERT_EQUAL_FATAL(edit_config(dir, cases[i].from, cases[i].to), 0);
+        struct tp_model_config c = tp_model_default_config();
+        c.path = dir;
+        tp_model_t *m = NULL;
+        struct tp_error e = {0};
+        CU_ASSERT_NOT_EQUAL(tp_model_init(&c, &m, &e), TP_OK);
+        CU_ASSERT_PTR_NULL(m);
+        if (!strstr(e.msg, cases[i].expect)) printf("\n  case %zu: %s (want '%s')", i, e.msg, cases[i].expect);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, cases[i].expect));
+    }
+}
+
 static void test_reference_plain_f32(void) { check_reference("gpt-oss-tiny-full", 1, 1); }
 static void test_reference_plain_mxfp4(void) { check_reference("gpt-oss-tiny-full", 1, 0); }
 
@@ -426,6 +485,7 @@ static const struct tp_test_case gptoss_cases[] = {
     {"yarn_freqs", test_yarn_freqs},
     {"load", test_load},
     {"hf_equals_gguf", test_hf_equals_gguf},
+    {"hf_refusals", test_hf_refusals},
     {"reference_plain_f32", test_reference_plain_f32},
     {"reference_plain_mxfp4", test_reference_plain_mxfp4},
     {NULL, NULL},
