@@ -35,8 +35,9 @@ typedef struct {
  *   int8_t  qs[n]         x[i] ~= d[i/32] * qs[i]
  *   float   d[nb]
  *   int32_t c[nb * 8]     c[8b + j] = -K * (qs[32b+4j] + .. + qs[32b+4j+3]),
- *                         K = 8 for Q4_0 (nibble offset), 128 for Q8_0 (the +128
- *                         bias VNNI kernels use to make weights unsigned)
+ *                         K = 8 for Q4_0 (nibble offset), 16 for MXFP4 (code
+ *                         offset), 128 for Q8_0 (the +128 bias VNNI kernels use
+ *                         to make weights unsigned)
  *   int32_t s[nb]         s[b] = c[8b] + .. + c[8b+7] (the whole block's correction;
  *                         written by tp_kern_prepare_act after the quantizer, for
  *                         kernels whose lanes hold whole blocks of different rows)
@@ -49,7 +50,9 @@ typedef struct {
 #define TP_A8_D(row, n) ((const float *)((const char *)(row) + (n)))
 #define TP_A8_C(row, n) ((const int32_t *)((const char *)(row) + (n) + (size_t)((n) / TP_QK) * sizeof(float)))
 #define TP_A8_S(row, n) ((const int32_t *)((const char *)(row) + (n) + (size_t)((n) / TP_QK) * 9 * sizeof(float)))
-#define TP_A8_KSHIFT(wt) ((wt) == TP_WTYPE_Q4_0 ? 3 : 7) /* K = 1 << kshift */
+/* K = 1 << kshift: 8 for Q4_0 (nibble offset), 16 for MXFP4 (its codes offset by 16 to be
+ * unsigned in the x86 kernels), 128 for Q8_0 */
+#define TP_A8_KSHIFT(wt) ((wt) == TP_WTYPE_Q4_0 ? 3 : (wt) == TP_WTYPE_MXFP4 ? 4 : 7)
 
 /*
  * Q4_0 / Q8_0 "x16" (kernels.h): group g = rows 16g..16g+15 (a ragged last
