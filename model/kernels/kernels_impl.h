@@ -140,7 +140,8 @@ void tp_kern_mxfp4_avx2_ops(struct tp_kern_ops *ops);   /* kernels_mxfp4_x86.c *
 void tp_kern_mxfp4_avx512_ops(struct tp_kern_ops *ops); /* kernels_mxfp4_x86.c */
 #endif
 #if defined(__aarch64__)
-void tp_kern_mxfp4_neon_ops(struct tp_kern_ops *ops); /* kernels_mxfp4_neon.c */
+void tp_kern_mxfp4_neon_ops(struct tp_kern_ops *ops);    /* kernels_mxfp4_neon.c */
+void tp_kern_mxfp4_neondot_ops(struct tp_kern_ops *ops); /* kernels_mxfp4_neondot.c */
 #endif
 
 struct tp_kern_ops;

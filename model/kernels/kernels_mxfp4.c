@@ -103,7 +103,7 @@ void tp_kern_mxfp4_ops(const char *isa, struct tp_kern_ops *ops)
     if (strcmp(isa, "avx512-vnni") == 0) tp_kern_mxfp4_avx512_ops(ops);
 #endif
 #if defined(__aarch64__)
-    /* one kernel for both arm64 ISAs: widening multiplies (no sdot needed) */
-    if (strcmp(isa, "neon") == 0 || strcmp(isa, "neon-dotprod") == 0) tp_kern_mxfp4_neon_ops(ops);
+    if (strcmp(isa, "neon") == 0) tp_kern_mxfp4_neon_ops(ops);
+    if (strcmp(isa, "neon-dotprod") == 0) tp_kern_mxfp4_neondot_ops(ops);
 #endif
 }
