@@ -259,8 +259,8 @@ loader:;
         printf(" (original context %d, beta %g..%g, attention factor %.4f)", hp->rope_orig_ctx,
                (double)hp->rope_yarn_beta_slow, (double)hp->rope_yarn_beta_fast, (double)hp->rope_attn_factor);
     printf("\n");
-    if (hp->n_swa > 0)
-        printf("attention   sliding window %d positions on %s, full attention on the others%s\n", hp->n_swa,
+    if (hp->sliding_window > 0 && hp->swa_period > 0)
+        printf("attention   sliding window %d positions on %s, full attention on the others%s\n", hp->sliding_window,
                hp->swa_period == 2 ? "the even layers" : "some layers",
                hp->arch == TP_ARCH_GPTOSS ? "; a learned sink logit per head" : "");
     printf("context     %d trained\n", hp->n_ctx_train);

@@ -124,7 +124,7 @@ static void hp_from_shape(const struct tp_shape *s, struct tp_hparams *hp)
         hp->expert_weights_norm = 0;
         hp->swiglu_alpha = 1.702f;
         hp->swiglu_limit = 7.0f;
-        hp->n_swa = s->sliding_window;
+        hp->sliding_window = s->sliding_window;
         hp->swa_period = 2;
     }
 }

@@ -315,7 +315,7 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
                 l++;
             }
         }
-        hp->n_swa = win;
+        hp->sliding_window = win;
         hp->swa_period = 2;
     } else if (moe_arch) {
         const int mixtral = hp->arch == TP_ARCH_LLAMA;

@@ -135,6 +135,9 @@ static enum tp_status read_hparams(tp_model_t *m)
     TP_CHECK_GOTO(md_int(m, arch, "feed_forward_length", 1, 1, big, &hp->n_ff), rc, out);
     hp->n_ctx_train = 2048;
     TP_CHECK_GOTO(md_int(m, arch, "context_length", 0, 1, 1 << 30, &hp->n_ctx_train), rc, out);
+    hp->sliding_window = 0; /* Mistral v0.1: every layer attends to the last 4096 positions */
+    TP_CHECK_GOTO(md_int(m, arch, "attention.sliding_window", 0, 0, 1 << 30, &hp->sliding_window), rc, out);
+    if (hp->sliding_window >= hp->n_ctx_train) hp->sliding_window = 0;
     TP_CHECK_GOTO(md_int(m, arch, "expert_count", 0, 0, 1 << 16, &hp->n_expert), rc, out);
     if ((hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE || hp->arch == TP_ARCH_GPTOSS) &&
         hp->n_expert == 0)
@@ -210,11 +213,7 @@ static enum tp_status read_hparams(tp_model_t *m)
     if (!(hp->norm_eps >= 0.0f && hp->norm_eps < 1.0f))
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: rms epsilon %g is out of range", m->path, (double)hp->norm_eps);
 
-    if (hp->arch == TP_ARCH_GPTOSS) {
-        /* sliding windows on the even layers (llama.cpp: swa pattern 2; HF layer_types) */
-        TP_CHECK_GOTO(md_int(m, arch, "attention.sliding_window", 0, 0, 1 << 30, &hp->n_swa), rc, out);
-        hp->swa_period = 2;
-    }
+    if (hp->arch == TP_ARCH_GPTOSS) hp->swa_period = 2; /* windows on the even layers (llama.cpp: swa pattern 2) */
 
     /* rope scaling */
     hp->rope_scaling = TP_ROPE_SCALING_NONE;
@@ -892,7 +891,9 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
                                    &L->attn_sinks, total),
                           rc, out);
         }
-        L->attn_window = hp->n_swa > 0 && (hp->swa_period <= 0 || l % hp->swa_period < hp->swa_period - 1) ? hp->n_swa : 0;
+        L->attn_window = hp->sliding_window > 0 && (hp->swa_period <= 0 || l % hp->swa_period < hp->swa_period - 1)
+                             ? hp->sliding_window
+                             : 0;
 #undef NM
     }
     if (m->dry_run) {

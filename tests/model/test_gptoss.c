@@ -191,7 +191,7 @@ static void test_load(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     const struct tp_hparams *hp = tp_model_hparams(m);
     CU_ASSERT_EQUAL(hp->arch, TP_ARCH_GPTOSS);
-    CU_ASSERT_EQUAL(hp->n_swa, 8);
+    CU_ASSERT_EQUAL(hp->sliding_window, 8);
     CU_ASSERT_EQUAL(hp->rope_scaling, TP_ROPE_SCALING_YARN);
     CU_ASSERT_DOUBLE_EQUAL(hp->rope_attn_factor, 0.1 * log(32.0) + 1.0, 1e-6);
     CU_ASSERT(hp->router_softmax_topk && hp->rope_neox && hp->has_qkv_bias);
@@ -398,7 +398,7 @@ static void test_hf_equals_gguf(void)
         tp_model_t *a = load(gg, sh ? &shard : NULL), *b = load(hf, sh ? &shard : NULL);
         CU_ASSERT_FATAL(a && b);
         CU_ASSERT_EQUAL(tp_model_hparams(b)->arch, TP_ARCH_GPTOSS);
-        CU_ASSERT_EQUAL(tp_model_hparams(b)->n_swa, 8);
+        CU_ASSERT_EQUAL(tp_model_hparams(b)->sliding_window, 8);
         CU_ASSERT_EQUAL(tp_model_weight_type(b), TP_WTYPE_MXFP4);
         CU_ASSERT_EQUAL(tp_model_weight_bytes(a), tp_model_weight_bytes(b));
         float la[V], lb[V];

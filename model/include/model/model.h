@@ -145,15 +145,18 @@ struct tp_hparams {
     int n_ff_shexp;                 /* Qwen2-MoE: width of the shared expert, a SwiGLU FFN every token
                                      * runs, its output scaled by sigmoid(ffn_gate_inp_shexp . x) and
                                      * added to the experts'; 0: none */
+    int sliding_window;             /* every layer attends to the last sliding_window positions only (itself
+                                     * included; Mistral v0.1: 4096; GGUF <arch>.attention.sliding_window,
+                                     * config.json sliding_window); 0: full attention */
     /* gpt-oss: router logits get a bias, the top n_expert_used are selected by logit and their
      * weights are the softmax over those k logits only (router_softmax_topk); experts have gate,
      * up and down biases and the clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit,
      * limit), h = g * sigmoid(alpha g) * (u + 1) (swiglu_limit > 0; alpha 1.702, limit 7). */
     int router_softmax_topk;
     float swiglu_alpha, swiglu_limit;   /* 0: plain SwiGLU */
-    /* Sliding-window attention: n_swa positions (0: none); with swa_period p > 0, layer l is
-     * windowed when l % p < p - 1 (gpt-oss: p = 2, the even layers), p == 0: every layer. */
-    int n_swa, swa_period;
+    /* swa_period p > 0: only the layers l with l % p < p - 1 have the sliding window (gpt-oss:
+     * p = 2, the even layers), the others attend to everything; 0: every layer (as above). */
+    int swa_period;
 };
 
 /* ====================================================== model files ===== */
