@@ -119,11 +119,12 @@ static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, str
         bad = "qkv_bias is a qwen2 / gpt-oss feature";
     else if (s->arch == TP_ARCH_GPTOSS && (!s->qkv_bias || s->n_expert <= 0))
         bad = "gpt-oss needs qkv_bias and n_expert";
-    else if (s->sliding_window < 0 || (s->arch != TP_ARCH_GPTOSS && s->sliding_window))
-        bad = "sliding_window is a gpt-oss feature (>= 0)";
     else if (s->arch == TP_ARCH_QWEN2MOE && (!s->qkv_bias || s->n_expert <= 0 || s->n_ff_shexp <= 0))
         bad = "qwen2moe needs qkv_bias, n_expert and n_ff_shexp";
     else if (s->arch != TP_ARCH_QWEN2MOE && s->n_ff_shexp) bad = "n_ff_shexp is a qwen2moe feature";
+    else if (s->sliding_window < 0) bad = "sliding_window must be >= 0";
+    else if (s->sliding_window > 0 && s->arch != TP_ARCH_LLAMA && s->arch != TP_ARCH_GPTOSS)
+        bad = "sliding_window is a llama (Mistral v0.1) / gpt-oss feature";
     else if (s->arch != TP_ARCH_QWEN3 && s->arch != TP_ARCH_QWEN3MOE && s->qk_norm) bad = "qk_norm is a qwen3 feature";
     else if (s->arch == TP_ARCH_QWEN3MOE && (!s->qk_norm || s->n_expert <= 0)) bad = "qwen3moe needs qk_norm and n_expert";
     else if (s->arch == TP_ARCH_QWEN2 && s->n_expert) bad = "qwen2 has no experts (use arch qwen2moe)";

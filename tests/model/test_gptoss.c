@@ -16,7 +16,8 @@
  *    matmuls are the only difference) and the same 64 greedy tokens.  Variant
  *    "plain" writes the sink logits as -1e30 (exp gives 0: no sink mass) and no
  *    sliding window, so it checks everything but those two; "sinks_window"
- *    (sinks as drawn, window 8 < the 70 positions) checks them too.
+ *    (sinks as drawn, window 8 on the even layers, 70 positions through a ring
+ *    of 24 rows) checks them too.
  * The reference needs python3 with NumPy (Debian python3-numpy); without it
  * those cases skip.
  */
@@ -175,7 +176,7 @@ static tp_model_t *load(const char *path, const struct tp_model_shard *shard)
     c.path = path;
     c.n_threads = 2;
     c.n_ctx = 256;
-    c.n_batch = 64;
+    c.n_batch = 16; /* windowed layers keep a ring of window + n_batch = 24 rows: 70 positions wrap it */
     c.shard = shard;
     tp_model_t *m = NULL;
     struct tp_error err = {0};
@@ -478,6 +479,9 @@ static void test_hf_refusals(void)
 
 static void test_reference_plain_f32(void) { check_reference("gpt-oss-tiny-full", 1, 1); }
 static void test_reference_plain_mxfp4(void) { check_reference("gpt-oss-tiny-full", 1, 0); }
+/* sinks as drawn and a window of 8 on layer 0 (70 positions, the ring wraps): the attention kernel's part */
+static void test_reference_sinks_window_f32(void) { check_reference("gpt-oss-tiny", 0, 1); }
+static void test_reference_sinks_window_mxfp4(void) { check_reference("gpt-oss-tiny", 0, 0); }
 
 static const struct tp_test_case gptoss_cases[] = {
     {"swiglu_clamped", test_swiglu_clamped},
@@ -488,6 +492,8 @@ static const struct tp_test_case gptoss_cases[] = {
     {"hf_refusals", test_hf_refusals},
     {"reference_plain_f32", test_reference_plain_f32},
     {"reference_plain_mxfp4", test_reference_plain_mxfp4},
+    {"reference_sinks_window_f32", test_reference_sinks_window_f32},
+    {"reference_sinks_window_mxfp4", test_reference_sinks_window_mxfp4},
     {NULL, NULL},
 };
 TP_TEST_SUITE(gptoss, "unit", 300, gptoss_cases)
