@@ -48,6 +48,7 @@ static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *), void (
     fill(&o);
     if (fill_kquant) fill_kquant(&o);
     tp_kern_mlx_ops(name, &o);
+    tp_kern_mxfp4_ops(name, &o);
     struct tp_kern_ops *dst = &g_isas[g_n_isas++];
     *dst = g_scalar;
     dst->name = name;
@@ -67,6 +68,7 @@ static void choose_isa(void)
     tp_kern_scalar_ops(&g_scalar);
     tp_kern_kquant_scalar_ops(&g_scalar);
     tp_kern_mlx_ops("scalar", &g_scalar);
+    tp_kern_mxfp4_ops("scalar", &g_scalar);
     g_scalar.name = "scalar";
     g_n_isas = 1;
 #if defined(__x86_64__) || defined(_M_X64)
@@ -169,7 +171,8 @@ size_t tp_kern_act_row_bytes(enum tp_wtype wt, int64_t n)
     case TP_WTYPE_F16:
     case TP_WTYPE_BF16: return (size_t)n * sizeof(float);
     case TP_WTYPE_Q8_0:
-    case TP_WTYPE_Q4_0: return n % TP_QK ? 0 : TP_A8_ROW_BYTES(n);
+    case TP_WTYPE_Q4_0:
+    case TP_WTYPE_MXFP4: return n % TP_QK ? 0 : TP_A8_ROW_BYTES(n);
     case TP_WTYPE_Q4_K:
     case TP_WTYPE_Q5_K:
     case TP_WTYPE_Q6_K: return n % TP_QK_K ? 0 : (size_t)(n / TP_QK_K) * sizeof(tp_blk_q8_k);
@@ -211,7 +214,8 @@ void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
         if ((const void *)x != xq) memcpy(xq, x, (size_t)n * sizeof(float));
         break;
     case TP_WTYPE_Q8_0:
-    case TP_WTYPE_Q4_0: {
+    case TP_WTYPE_Q4_0:
+    case TP_WTYPE_MXFP4: { /* MXFP4: the Q8_0 row (its corrections c, s go unused) */
         const struct tp_kern_ops *o = ops();
         (o->quant_a8 ? o->quant_a8 : tp_kern_quant_a8_scalar)(x, xq, n, TP_A8_KSHIFT(wt));
         /* whole-block corrections s[b] (kernels_impl.h), the same for every ISA */
@@ -311,6 +315,7 @@ void tp_kern_dequant(enum tp_wtype t, const void *src, float *dst, int64_t n)
     case TP_WTYPE_Q4_K:
     case TP_WTYPE_Q5_K:
     case TP_WTYPE_Q6_K: tp_kq_dequant(t, src, dst, n); break;
+    case TP_WTYPE_MXFP4: tp_mxfp4_dequant(src, dst, n); break;
     default: TP_ASSERT(!"tp_kern_dequant: unsupported type");
     }
 }
@@ -366,6 +371,7 @@ size_t tp_kern_quantize(enum tp_wtype t, const float *src, void *dst, int64_t n)
     case TP_WTYPE_Q4_K:
     case TP_WTYPE_Q5_K:
     case TP_WTYPE_Q6_K: tp_kq_quantize(t, src, dst, n); break;
+    case TP_WTYPE_MXFP4: tp_mxfp4_quantize(src, dst, n); break;
     default: TP_ASSERT(!"tp_kern_quantize: unsupported type"); return 0;
     }
     return tp_kern_row_bytes(t, n);

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "model/kernels.h"
 
@@ -34,8 +35,9 @@ typedef struct {
  *   int8_t  qs[n]         x[i] ~= d[i/32] * qs[i]
  *   float   d[nb]
  *   int32_t c[nb * 8]     c[8b + j] = -K * (qs[32b+4j] + .. + qs[32b+4j+3]),
- *                         K = 8 for Q4_0 (nibble offset), 128 for Q8_0 (the +128
- *                         bias VNNI kernels use to make weights unsigned)
+ *                         K = 8 for Q4_0 (nibble offset), 16 for MXFP4 (code
+ *                         offset), 128 for Q8_0 (the +128 bias VNNI kernels use
+ *                         to make weights unsigned)
  *   int32_t s[nb]         s[b] = c[8b] + .. + c[8b+7] (the whole block's correction;
  *                         written by tp_kern_prepare_act after the quantizer, for
  *                         kernels whose lanes hold whole blocks of different rows)
@@ -48,7 +50,9 @@ typedef struct {
 #define TP_A8_D(row, n) ((const float *)((const char *)(row) + (n)))
 #define TP_A8_C(row, n) ((const int32_t *)((const char *)(row) + (n) + (size_t)((n) / TP_QK) * sizeof(float)))
 #define TP_A8_S(row, n) ((const int32_t *)((const char *)(row) + (n) + (size_t)((n) / TP_QK) * 9 * sizeof(float)))
-#define TP_A8_KSHIFT(wt) ((wt) == TP_WTYPE_Q4_0 ? 3 : 7) /* K = 1 << kshift */
+/* K = 1 << kshift: 8 for Q4_0 (nibble offset), 16 for MXFP4 (its codes offset by 16 to be
+ * unsigned in the x86 kernels), 128 for Q8_0 */
+#define TP_A8_KSHIFT(wt) ((wt) == TP_WTYPE_Q4_0 ? 3 : (wt) == TP_WTYPE_MXFP4 ? 4 : 7)
 
 /*
  * Q4_0 / Q8_0 "x16" (kernels.h): group g = rows 16g..16g+15 (a ragged last
@@ -103,6 +107,42 @@ _Static_assert(sizeof(tp_blk_q4_k) == 144, "Q4_K block must be 144 bytes");
 _Static_assert(sizeof(tp_blk_q5_k) == 176, "Q5_K block must be 176 bytes");
 _Static_assert(sizeof(tp_blk_q6_k) == 210, "Q6_K block must be 210 bytes");
 _Static_assert(sizeof(tp_blk_q8_k) == 292, "Q8_K block must be 292 bytes");
+
+/* ------------------------------------------------------------ MXFP4 */
+struct tp_kern_ops;
+/* GGUF MXFP4 (ggml type 39, OCP microscaling FP4): 32 values of 4-bit E2M1
+ * sharing one E8M0 exponent byte.  qs[j] low nibble = element j, high nibble
+ * = element j+16 (as Q4_0).  value = tp_mxfp4_kvalues[q] * 2^(e - 128): the
+ * table holds the E2M1 values (0, .5, 1, 1.5, 2, 3, 4, 6, then negated)
+ * doubled, so they are integers, and the scale is halved to match (ggml's
+ * kvalues_mxfp4 and GGML_E8M0_TO_FP32_HALF).  17 bytes. */
+typedef struct {
+    uint8_t e;
+    uint8_t qs[TP_QK / 2];
+} tp_blk_mxfp4;
+_Static_assert(sizeof(tp_blk_mxfp4) == 17, "MXFP4 block must be 17 bytes");
+extern const int8_t tp_mxfp4_kvalues[16];
+/* 2^(e - 128) as a float, exactly (e < 2: the subnormals 2^-128, 2^-127). */
+static inline float tp_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+/* kernels_mxfp4.c: reference dequantize / quantize (ggml's quantize_row_mxfp4_ref) and the
+ * per-ISA matmul table entries (activations: a8 rows as for Q8_0) */
+void tp_mxfp4_dequant(const void *src, float *dst, int64_t n);
+void tp_mxfp4_quantize(const float *src, void *dst, int64_t n);
+void tp_kern_mxfp4_ops(const char *isa, struct tp_kern_ops *ops);
+#if defined(__x86_64__) || defined(_M_X64)
+void tp_kern_mxfp4_avx2_ops(struct tp_kern_ops *ops);   /* kernels_mxfp4_x86.c */
+void tp_kern_mxfp4_avx512_ops(struct tp_kern_ops *ops); /* kernels_mxfp4_x86.c */
+#endif
+#if defined(__aarch64__)
+void tp_kern_mxfp4_neon_ops(struct tp_kern_ops *ops);    /* kernels_mxfp4_neon.c */
+void tp_kern_mxfp4_neondot_ops(struct tp_kern_ops *ops); /* kernels_mxfp4_neondot.c */
+#endif
 
 struct tp_kern_ops;
 /* kernels_kquant.c */

@@ -12,7 +12,8 @@
  * (forward pass) splits rows over threads; every function here is
  * thread-safe except the tp_kern_force_* test hooks.
  *
- * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (tp_wtype_supported),
+ * Types: F32, F16, BF16, Q8_0, Q4_0, MXFP4 (its activations are Q8_0's), Q4_K, Q5_K, Q6_K
+ * (tp_wtype_supported),
  * the MLX affine types through tp_kern_matmul_mlx, and Q4_0 / Q8_0 re-laid 16
  * rows at a time ("x16") through tp_kern_matmul_x16 (both below).
  * Decode (n_tok = 1) streams each weight row once; prefill tiles rows x

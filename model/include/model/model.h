@@ -48,6 +48,7 @@ enum tp_wtype {
     TP_WTYPE_I64 = 27,
     TP_WTYPE_F64 = 28,
     TP_WTYPE_BF16 = 30,
+    TP_WTYPE_MXFP4 = 39, /* 32 E2M1 values + an E8M0 shared exponent (gpt-oss experts) */
     /* MLX affine quantization (mlx-community safetensors), BITS x GROUP: packed
      * uint32 words of unsigned q, plus per-group fp16/bf16 scale and bias held
      * beside the matrix (w = scale * q + bias); see model/kernels/kernels_mlx_impl.h.
@@ -66,7 +67,7 @@ const char *tp_wtype_name(enum tp_wtype t);
 enum tp_status tp_wtype_parse(const char *s, enum tp_wtype *out);
 /* Nonzero if this build can compute with weights of type t. */
 int tp_wtype_supported(enum tp_wtype t);
-/* Elements per block (1 for float types, 32 for Q8_0/Q4_0, 256 for K-quants); 0 if unknown. */
+/* Elements per block (1 for float types, 32 for Q8_0/Q4_0/MXFP4, 256 for K-quants); 0 if unknown. */
 int64_t tp_wtype_block_elems(enum tp_wtype t);
 /* Bytes per block; 0 if unknown. */
 size_t tp_wtype_block_bytes(enum tp_wtype t);
@@ -84,11 +85,14 @@ enum tp_arch {
     TP_ARCH_QWEN3,     /* q/k RMSNorm per head */
     TP_ARCH_QWEN3MOE,  /* Qwen3 attention + a mixture-of-experts FFN in every layer (GGUF "qwen3moe") */
     TP_ARCH_QWEN2MOE,  /* Qwen2 attention (QKV bias) + experts + a shared expert with a sigmoid gate (GGUF "qwen2moe") */
+    TP_ARCH_GPTOSS,    /* gpt-oss (GGUF "gpt-oss", HF GptOssForCausalLM): attention with q/k/v/o biases, learned
+                        * sinks and sliding windows on every other layer, YaRN RoPE; experts with biases, the
+                        * clamped SwiGLU and a top-k-then-softmax router (hparams below) */
     TP_ARCH_COUNT
 };
 const char *tp_arch_name(enum tp_arch a);
 
-enum tp_rope_scaling { TP_ROPE_SCALING_NONE = 0, TP_ROPE_SCALING_LINEAR, TP_ROPE_SCALING_LLAMA3 };
+enum tp_rope_scaling { TP_ROPE_SCALING_NONE = 0, TP_ROPE_SCALING_LINEAR, TP_ROPE_SCALING_LLAMA3, TP_ROPE_SCALING_YARN };
 
 /* Everything the forward pass needs to know about the shape of a model. */
 struct tp_hparams {
@@ -110,7 +114,17 @@ struct tp_hparams {
     float rope_scale_factor;        /* linear / llama3 factor */
     float rope_low_freq_factor;     /* llama3 */
     float rope_high_freq_factor;    /* llama3 */
-    int rope_orig_ctx;              /* llama3 original_max_position_embeddings */
+    int rope_orig_ctx;              /* llama3 / yarn original_max_position_embeddings */
+    /*
+     * YaRN (rope_scaling YARN), as OpenAI's gpt-oss reference and Hugging Face with truncate =
+     * false: per frequency pair i < rope_dim/2, with f_i = theta^(-2i/rope_dim),
+     * low/high = (rope_dim/2) ln(orig_ctx / (beta_fast|slow * 2 pi)) / ln(theta),
+     * ramp_i = clamp((i - low) / (high - low), 0, 1), inv_freq_i = f_i / factor * ramp_i + f_i *
+     * (1 - ramp_i); cos and sin are scaled by rope_attn_factor = 0.1 ln(factor) + 1.
+     */
+    float rope_yarn_beta_fast;      /* 32 */
+    float rope_yarn_beta_slow;      /* 1 */
+    float rope_attn_factor;         /* multiplies cos/sin; 1 without YaRN */
     float norm_eps;
     int tied_embeddings;            /* output head shares token_embd */
     int has_qkv_bias;               /* Qwen2 */
@@ -136,6 +150,15 @@ struct tp_hparams {
     int sliding_window;             /* every layer attends to the last sliding_window positions only (itself
                                      * included; Mistral v0.1: 4096; GGUF <arch>.attention.sliding_window,
                                      * config.json sliding_window); 0: full attention */
+    /* gpt-oss: router logits get a bias, the top n_expert_used are selected by logit and their
+     * weights are the softmax over those k logits only (router_softmax_topk); experts have gate,
+     * up and down biases and the clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit,
+     * limit), h = g * sigmoid(alpha g) * (u + 1) (swiglu_limit > 0; alpha 1.702, limit 7). */
+    int router_softmax_topk;
+    float swiglu_alpha, swiglu_limit;   /* 0: plain SwiGLU */
+    /* swa_period p > 0: only the layers l with l % p < p - 1 have the sliding window (gpt-oss:
+     * p = 2, the even layers), the others attend to everything; 0: every layer (as above). */
+    int swa_period;
 };
 
 /* ====================================================== model files ===== */
