@@ -57,6 +57,8 @@ static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *), void (
         if (o.mlx[v]) dst->mlx[v] = o.mlx[v];
     if (o.matmul_q4_0_x16) dst->matmul_q4_0_x16 = o.matmul_q4_0_x16;
     if (o.matmul_q8_0_x16) dst->matmul_q8_0_x16 = o.matmul_q8_0_x16;
+    for (int k = 0; k < 3; k++)
+        if (o.matmul_kq_x16[k]) dst->matmul_kq_x16[k] = o.matmul_kq_x16[k];
     if (o.quant_a8) dst->quant_a8 = o.quant_a8;
     if (o.quant_q8k) dst->quant_q8k = o.quant_q8k;
     dst->f32_beats_blas = 0;
@@ -172,7 +174,7 @@ size_t tp_kern_act_row_bytes(enum tp_wtype wt, int64_t n)
     case TP_WTYPE_Q4_0: return n % TP_QK ? 0 : TP_A8_ROW_BYTES(n);
     case TP_WTYPE_Q4_K:
     case TP_WTYPE_Q5_K:
-    case TP_WTYPE_Q6_K: return n % TP_QK_K ? 0 : (size_t)(n / TP_QK_K) * sizeof(tp_blk_q8_k);
+    case TP_WTYPE_Q6_K: return n % TP_QK_K ? 0 : TP_Q8K_ROW_BYTES(n);
     case TP_WTYPE_MLX_Q4_G32:
     case TP_WTYPE_MLX_Q4_G64:
     case TP_WTYPE_MLX_Q8_G32:
@@ -233,6 +235,7 @@ void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
     case TP_WTYPE_Q6_K: {
         const struct tp_kern_ops *o = ops();
         (o->quant_q8k ? o->quant_q8k : tp_kq_quant_q8k)(x, xq, n);
+        tp_kq_act_pairs(xq, n);
         break;
     }
     case TP_WTYPE_MLX_Q4_G32:
