@@ -30,7 +30,7 @@ struct bk_job {
     const void *xq;
     size_t xrb;
     int n_tok;
-    int x16; /* Q4_0 / Q8_0 in the 16-row layout (kernels.h) */
+    int x16; /* in the 16-row layout (kernels.h) */
     float *y;
 };
 
@@ -54,8 +54,8 @@ int tp_bench_kernels(int argc, char **argv)
     const char *types = "q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32", *isa = NULL, *batch = "2,4,8,16";
     int rows = 2048, cols = 5632, tokens = 128, threads = 2, reps = 5, mb = 256, json = 0;
     const struct tp_opt opts[] = {
-        {"type", 0, TP_OPT_LIST, &types, "LIST", "weight types (default q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32; ..x16: re-laid 16 rows at a time as the "
-         "model does where the CPU has an x16 kernel)", 0, 0},
+        {"type", 0, TP_OPT_LIST, &types, "LIST", "weight types (default q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32; TYPEx16 for q4_0, q8_0, q4_k, q5_k, q6_k: "
+         "re-laid 16 rows at a time as the model does where the CPU has an x16 kernel)", 0, 0},
         {"rows", 0, TP_OPT_INT, &rows, "N", "matrix rows (default 2048)", 1, 1 << 20},
         {"cols", 0, TP_OPT_INT, &cols, "N", "matrix columns, a multiple of 256 (default 5632)", 256, 1 << 20},
         {"tokens", 'p', TP_OPT_INT, &tokens, "N", "prefill tokens (default 128; 0 skips prefill)", 0, 4096},
@@ -102,8 +102,16 @@ int tp_bench_kernels(int argc, char **argv)
         char buf[256];
         snprintf(buf, sizeof buf, "%s", types);
         for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            if (nt < 16 && (strcmp(tok, "q4_0x16") == 0 || strcmp(tok, "q8_0x16") == 0)) {
-                tlist[nt] = tok[1] == '4' ? TP_WTYPE_Q4_0 : TP_WTYPE_Q8_0;
+            const size_t tl = strlen(tok);
+            if (nt < 16 && tl > 3 && strcmp(tok + tl - 3, "x16") == 0) { /* <type>x16: the 16-row layout */
+                char base[32];
+                snprintf(base, sizeof base, "%.*s", (int)(tl - 3), tok);
+                if (tp_wtype_parse(base, &tlist[nt]) != TP_OK || !tp_kern_x16_type(tlist[nt]) ||
+                    tp_kern_act_row_bytes(tlist[nt], cols) == 0) {
+                    fprintf(stderr, "tpserve bench kernels: --type '%s': only q4_0, q8_0, q4_k, q5_k and q6_k have an x16 "
+                                    "layout\n", tok);
+                    return 2;
+                }
                 x16list[nt++] = 1;
                 continue;
             }
@@ -185,7 +193,8 @@ int tp_bench_kernels(int argc, char **argv)
             for (int i = 0; i <= max_tok; i++) tp_kern_prepare_act(t, x + (size_t)i * cols, (char *)xq + (size_t)i * xrb, cols);
             struct bk_job job = {.t = t, .wrb = wrb, .rows = rows, .cols = cols, .xq = xq, .xrb = xrb, .y = y, .n_tok = 1,
                                  .x16 = x16list[k]};
-            const char *tname = !x16list[k] ? tp_wtype_name(t) : t == TP_WTYPE_Q4_0 ? "q4_0x16" : "q8_0x16";
+            char tname[32];
+            snprintf(tname, sizeof tname, "%s%s", tp_wtype_name(t), x16list[k] ? "x16" : "");
             double best = 1e30;
             for (int r = 0; r < reps + 1; r++) {
                 double t0 = tp_now_s();
