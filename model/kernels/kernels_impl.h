@@ -197,10 +197,12 @@ void tp_kern_avx2_ops(struct tp_kern_ops *ops);
 void tp_kern_avx512_ops(struct tp_kern_ops *ops);
 void tp_kern_x16_avx512_ops(struct tp_kern_ops *ops); /* kernels_x16_avx512.c */
 void tp_kern_kx16_avx512_ops(struct tp_kern_ops *ops); /* kernels_kx16_avx512.c */
+void tp_kern_x16_avx2_ops(struct tp_kern_ops *ops);    /* kernels_x16_avx2.c */
 #endif
 #if defined(__aarch64__)
 void tp_kern_neon_ops(struct tp_kern_ops *ops);
 void tp_kern_neondot_ops(struct tp_kern_ops *ops);
+void tp_kern_x16_neondot_ops(struct tp_kern_ops *ops); /* kernels_x16_neondot.c (no-op without dotprod) */
 extern const int tp_kern_neondot_built; /* 0: this compiler could not build them */
 #endif
 
