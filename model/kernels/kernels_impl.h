@@ -140,6 +140,15 @@ _Static_assert(sizeof(tp_blk_q8_k) == 292, "Q8_K block must be 292 bytes");
 #define TP_Q8K_PAIR(row, n, i) \
     ((const int16_t *)((const char *)(row) + (size_t)((n) / TP_QK_K) * sizeof(tp_blk_q8_k)) + (size_t)(i) * TP_Q8K_PAIRS)
 
+/* Unroll the next loop completely (sub-block loops whose index selects shifts and offsets). */
+#if defined(__clang__)
+#define KX_UNROLL _Pragma("clang loop unroll(full)")
+#elif defined(__GNUC__)
+#define KX_UNROLL _Pragma("GCC unroll 16")
+#else
+#define KX_UNROLL
+#endif
+
 struct tp_kern_ops;
 /* kernels_kquant.c */
 void tp_kq_scales_mins(const uint8_t *scales12, uint8_t sc[8], uint8_t mn[8]);

@@ -115,6 +115,7 @@ XFN void kx_sb(const int type, const int Tk, const char *p, const char *x, const
         const char *qs = p + (type == KX_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS);
         const char *qh = p + TP_KX_Q5K_QH;
         const __m512i m10 = _mm512_set1_epi8(0x10);
+        KX_UNROLL
         for (int j = 0; j < 8; j++) { /* 32-value sub-block j: chunks 8(j/2)..+7, low (even j) or high nibbles */
             const __m512 scf = _mm512_mul_ps(kx_byte_u(j < 4 ? sclo : schi, j), DL);
             __m512i D[KX_BT];
@@ -147,6 +148,7 @@ XFN void kx_sb(const int type, const int Tk, const char *p, const char *x, const
         }
     } else {
         const char *sc = p + TP_KX_Q6K_SC, *qh = p + TP_KX_Q6K_QH, *ql = p + TP_KX_Q6K_QL;
+        KX_UNROLL
         for (int j = 0; j < 16; j++) { /* 16-value sub-block j */
             const __m512 scf = _mm512_mul_ps(kx_byte_s(kx_ld(sc + 64 * (j >> 2)), j), DL);
             const int half = j >> 3, quarter = (j >> 1) & 3;

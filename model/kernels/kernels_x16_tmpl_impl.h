@@ -60,6 +60,7 @@ KV_FN void xt_blk_a8(const int type, const int Tk, const char *p, int lb, const 
 {
     const kvf dw = kv_h2f(p + lb / 2);
     kvi I[KV_BT];
+    KX_UNROLL
     for (int t = 0; t < Tk; t++) {
         int32_t s0 = 0;
         if (type == XT_Q4_0) memcpy(&s0, TP_A8_S(x + xo[t], n) + b, sizeof s0); /* -8 * the block's sum */
@@ -67,9 +68,11 @@ KV_FN void xt_blk_a8(const int type, const int Tk, const char *p, int lb, const 
     }
     if (type == XT_Q4_0) {
         const kvi mF = kv_b8(0x0F);
+        KX_UNROLL
         for (int k = 0; k < 4; k++) {
             const kvi z = kv_ld(p + 32 + 64 * k + lb);
             const kvi lo = kv_and(z, mF), hi = kv_and(kv_srl16(z, 4), mF);
+            KX_UNROLL
             for (int t = 0; t < Tk; t++) {
                 const int8_t *a = TP_A8_QS(x + xo[t]) + b * TP_QK;
                 I[t] = kv_dpb(I[t], lo, a + 4 * k);
@@ -77,11 +80,14 @@ KV_FN void xt_blk_a8(const int type, const int Tk, const char *p, int lb, const 
             }
         }
     } else {
+        KX_UNROLL
         for (int k = 0; k < 8; k++) {
             const kvi z = kv_ld(p + 32 + 64 * k + lb);
+            KX_UNROLL
             for (int t = 0; t < Tk; t++) I[t] = kv_dpbs(I[t], z, TP_A8_QS(x + xo[t]) + b * TP_QK + 4 * k);
         }
     }
+    KX_UNROLL
     for (int t = 0; t < Tk; t++) {
         float d;
         memcpy(&d, TP_A8_D(x + xo[t], n) + b, sizeof d);
@@ -96,12 +102,14 @@ KV_FN void xt_sb_k(const int type, const int Tk, const char *p, int lb, const ch
     const kvi mF = kv_b8(0x0F), m30 = kv_b8(0x30);
     const tp_blk_q8_k *a[KV_BT];
     const int16_t *pr[KV_BT];
+    KX_UNROLL
     for (int t = 0; t < Tk; t++) {
         a[t] = (const tp_blk_q8_k *)(x + xo[t]) + i;
         pr[t] = TP_Q8K_PAIR(x + xo[t], nb * TP_QK_K, i);
     }
     kvf fs[KV_BT];
     const kvf DL = kv_h2f(p + lb / 2);
+    KX_UNROLL
     for (int t = 0; t < Tk; t++) fs[t] = kv_fzero();
     if (type != XT_Q6K) {
         const kvf DM = kv_h2f(p + TP_KX_Q4K_DMIN + lb / 2);
@@ -115,10 +123,13 @@ KV_FN void xt_sb_k(const int type, const int Tk, const char *p, int lb, const ch
         const char *qs = p + (type == XT_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS) + lb;
         const char *qh = p + TP_KX_Q5K_QH + lb;
         const kvi m10 = kv_b8(0x10);
+        KX_UNROLL
         for (int j = 0; j < 8; j++) {
             const kvf scf = kv_mul(xt_byte_u(j < 4 ? sclo : schi, j), DL);
             kvi D[KV_BT];
+            KX_UNROLL
             for (int t = 0; t < Tk; t++) D[t] = kv_zero();
+            KX_UNROLL
             for (int m = 0; m < 8; m++) {
                 const kvi z = kv_ld(qs + 64 * (8 * (j >> 1) + m));
                 const kvi bq = (j & 1) ? kv_srl16(z, 4) : z;
@@ -130,13 +141,16 @@ KV_FN void xt_sb_k(const int type, const int Tk, const char *p, int lb, const ch
                 } else {
                     v = kv_and(bq, mF);
                 }
+                KX_UNROLL
                 for (int t = 0; t < Tk; t++) D[t] = kv_dpb(D[t], v, a[t]->qs + 32 * j + 4 * m);
             }
+            KX_UNROLL
             for (int t = 0; t < Tk; t++) fs[t] = kv_fma(kv_cvt(D[t]), scf, fs[t]);
         }
         const kvi lo16 = kv_b32(0x00FF00FF);
         const kvi e0 = kv_and(mnlo, lo16), o0 = kv_srl16(mnlo, 8);
         const kvi e1 = kv_and(mnhi, lo16), o1 = kv_srl16(mnhi, 8);
+        KX_UNROLL
         for (int t = 0; t < Tk; t++) {
             kvi s = kv_dpwd(kv_zero(), e0, pr[t]);
             s = kv_dpwd(s, o0, pr[t] + 2);
@@ -146,11 +160,14 @@ KV_FN void xt_sb_k(const int type, const int Tk, const char *p, int lb, const ch
         }
     } else {
         const char *sc = p + TP_KX_Q6K_SC + lb, *qh = p + TP_KX_Q6K_QH + lb, *ql = p + TP_KX_Q6K_QL + lb;
+        KX_UNROLL
         for (int j = 0; j < 16; j++) {
             const kvf scf = kv_mul(xt_byte_s(kv_ld(sc + 64 * (j >> 2)), j), DL);
             const int half = j >> 3, quarter = (j >> 1) & 3;
             kvi D[KV_BT];
+            KX_UNROLL
             for (int t = 0; t < Tk; t++) D[t] = kv_zero();
+            KX_UNROLL
             for (int s = 0; s < 4; s++) {
                 const kvi z = kv_ld(ql + 64 * (16 * half + 4 * (j & 1) + s + 8 * (quarter & 1)));
                 const kvi h = kv_ld(qh + 64 * (8 * half + 4 * (j & 1) + s));
@@ -160,20 +177,24 @@ KV_FN void xt_sb_k(const int type, const int Tk, const char *p, int lb, const ch
                                : quarter == 2 ? h
                                               : kv_srl16(h, 2);
                 const kvi v = kv_bsel(bq, mF, kv_and(hs, m30));
+                KX_UNROLL
                 for (int t = 0; t < Tk; t++) D[t] = kv_dpb(D[t], v, a[t]->qs + 16 * j + 4 * s);
             }
+            KX_UNROLL
             for (int t = 0; t < Tk; t++) fs[t] = kv_fma(kv_cvt(D[t]), scf, fs[t]);
         }
         const kvf dl32 = kv_mul(DL, kv_setf(32.0f));
         for (int m = 0; m < 4; m++) {
             const kvi s4 = kv_ld(sc + 64 * m);
             const kvi ev = kv_sra16(kv_sll16(s4, 8), 8), od = kv_sra16(s4, 8);
+            KX_UNROLL
             for (int t = 0; t < Tk; t++) {
                 const kvi s = kv_dpwd(kv_dpwd(kv_zero(), ev, pr[t] + 8 + 4 * m), od, pr[t] + 8 + 4 * m + 2);
                 fs[t] = kv_fnma(kv_cvt(s), dl32, fs[t]);
             }
         }
     }
+    KX_UNROLL
     for (int t = 0; t < Tk; t++) acc[t] = kv_fma(fs[t], kv_setf(a[t]->d), acc[t]);
 }
 
@@ -183,6 +204,7 @@ KV_FN void xt_half(const int type, const int Tk, const char *gp, int lb, int64_t
                    int T, float *y, int64_t ys, int64_t g0, int64_t r0, int64_t r1)
 {
     kvf acc[KV_BT];
+    KX_UNROLL
     for (int t = 0; t < Tk; t++) acc[t] = kv_fzero();
     const size_t gbs = xt_gbs(type);
     const int kq = type >= XT_Q4K;
