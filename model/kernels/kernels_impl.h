@@ -212,6 +212,9 @@ void tp_kern_x16_avx2_ops(struct tp_kern_ops *ops);    /* kernels_x16_avx2.c */
 void tp_kern_neon_ops(struct tp_kern_ops *ops);
 void tp_kern_neondot_ops(struct tp_kern_ops *ops);
 void tp_kern_x16_neondot_ops(struct tp_kern_ops *ops); /* kernels_x16_neondot.c (no-op without dotprod) */
+void tp_kern_neoni8mm_ops(struct tp_kern_ops *ops);     /* kernels_x16_i8mm.c: neon-dotprod + smmla x16 batches */
+void tp_kern_x16_i8mm_sdot_ops(struct tp_kern_ops *ops); /* the template's fill in that file (unused) */
+extern const int tp_kern_i8mm_built;                    /* 0: this compiler could not build them */
 extern const int tp_kern_neondot_built; /* 0: this compiler could not build them */
 #endif
 

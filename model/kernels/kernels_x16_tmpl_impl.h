@@ -54,6 +54,87 @@ KV_FN kvf xt_byte_s(kvi s, int j)
     return kv_cvt((j & 3) == 3 ? kv_sra32(s, 24) : kv_sra32(kv_sll32(s, 24 - 8 * (j & 3)), 24));
 }
 
+/* The 4 weights per lane of slice k (0..7) of a Q4_0 / Q8_0 block p: values 4k..4k+3
+ * (Q4_0: nibbles 0..15, k < 4 the low nibbles of chunk k, else the high ones of chunk k-4). */
+KV_FN kvi xt_slice_a8(const int type, const char *p, int lb, int k)
+{
+    if (type == XT_Q8_0) return kv_ld(p + 32 + 64 * k + lb);
+    const kvi z = kv_ld(p + 32 + 64 * (k & 3) + lb);
+    return kv_and(k < 4 ? z : kv_srl16(z, 4), kv_b8(0x0F));
+}
+
+/* The 4 unsigned weights per lane of slice m of sub-block j of a K-quant super-block p:
+ * values xt_aoff_k(type, j, m) .. +3 (Q4_K / Q5_K: 8 sub-blocks of 8 slices, Q6_K: 16 of 4). */
+KV_FN kvi xt_slice_k(const int type, const char *p, int lb, int j, int m)
+{
+    const kvi mF = kv_b8(0x0F);
+    if (type == XT_Q6K) {
+        const int half = j >> 3, quarter = (j >> 1) & 3;
+        const kvi z = kv_ld(p + TP_KX_Q6K_QL + lb + 64 * (16 * half + 4 * (j & 1) + m + 8 * (quarter & 1)));
+        const kvi h = kv_ld(p + TP_KX_Q6K_QH + lb + 64 * (8 * half + 4 * (j & 1) + m));
+        const kvi bq = (quarter & 2) ? kv_srl16(z, 4) : z;
+        /* bits 2q, 2q+1 of qh are the value's bits 4, 5 */
+        const kvi hs = quarter == 0 ? kv_sll16(h, 4) : quarter == 1 ? kv_sll16(h, 2) : quarter == 2 ? h : kv_srl16(h, 2);
+        return kv_bsel(bq, mF, kv_and(hs, kv_b8(0x30)));
+    }
+    const kvi z = kv_ld(p + (type == XT_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS) + lb + 64 * (8 * (j >> 1) + m));
+    const kvi bq = (j & 1) ? kv_srl16(z, 4) : z;
+    if (type != XT_Q5K) return kv_and(bq, mF);
+    const kvi h = kv_ld(p + TP_KX_Q5K_QH + lb + 64 * m); /* bit j: the 5th bit, to bit 4 */
+    const kvi hs = j < 4 ? kv_sll16(h, 4 - j) : j == 4 ? h : kv_srl16(h, j - 4);
+    return kv_bsel(bq, mF, kv_and(hs, kv_b8(0x10)));
+}
+KV_FN int xt_aoff_k(const int type, int j, int m) { return type == XT_Q6K ? 16 * j + 4 * m : 32 * j + 4 * m; }
+#define XT_NSUB(type) ((type) == XT_Q6K ? 16 : 8)   /* sub-blocks per super-block */
+#define XT_NSLICE(type) ((type) == XT_Q6K ? 4 : 8)  /* slices per sub-block */
+
+/* Q4_K / Q5_K: the 6-bit scales (sc[0]: 0..3, sc[1]: 4..7, one per byte) and the mins as
+ * i16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7) of each lane (ggml's get_scale_min_k4). */
+KV_FN void xt_scales_mins(const char *p, int lb, kvi sc[2], kvi mp[4])
+{
+    const kvi mF = kv_b8(0x0F), m30 = kv_b8(0x30), m3f = kv_b8(0x3F);
+    const kvi U0 = kv_ld(p + TP_KX_Q4K_SC + lb), U1 = kv_ld(p + TP_KX_Q4K_SC + 64 + lb);
+    const kvi U2 = kv_ld(p + TP_KX_Q4K_SC + 128 + lb);
+    sc[0] = kv_and(U0, m3f);
+    sc[1] = kv_bsel(U2, mF, kv_and(kv_srl32(U0, 2), m30));
+    const kvi mnlo = kv_and(U1, m3f);
+    const kvi mnhi = kv_bsel(kv_srl32(U2, 4), mF, kv_and(kv_srl32(U1, 2), m30));
+    const kvi lo16 = kv_b32(0x00FF00FF);
+    mp[0] = kv_and(mnlo, lo16), mp[1] = kv_srl16(mnlo, 8);
+    mp[2] = kv_and(mnhi, lo16), mp[3] = kv_srl16(mnhi, 8);
+}
+
+/* d * scale of sub-block j per lane (sc from xt_scales_mins; Q6_K reads its int8 scales). */
+KV_FN kvf xt_scf(const int type, const char *p, int lb, const kvi sc[2], int j, kvf DL)
+{
+    if (type == XT_Q6K) return kv_mul(xt_byte_s(kv_ld(p + TP_KX_Q6K_SC + lb + 64 * (j >> 2)), j), DL);
+    return kv_mul(xt_byte_u(sc[j >> 2], j), DL);
+}
+
+/* The offset term per lane of one token (pr: its pair sums): Q4_K / Q5_K the mins' sum
+ * (to scale by dmin), Q6_K sum_j sc_j * bsum_j (to scale by 32 d); mp from xt_scales_mins. */
+KV_FN kvi xt_offset(const int type, const char *p, int lb, const kvi mp[4], const int16_t *pr)
+{
+    kvi s = kv_zero();
+    if (type != XT_Q6K) {
+        KX_UNROLL
+        for (int k = 0; k < 4; k++) s = kv_dpwd(s, mp[k], pr + 2 * k);
+        return s;
+    }
+    KX_UNROLL
+    for (int m = 0; m < 4; m++) { /* the int8 scales as i16 pairs (s4m, s4m+2), (s4m+1, s4m+3) */
+        const kvi s4 = kv_ld(p + TP_KX_Q6K_SC + lb + 64 * m);
+        s = kv_dpwd(kv_dpwd(s, kv_sra16(kv_sll16(s4, 8), 8), pr + 8 + 4 * m), kv_sra16(s4, 8), pr + 8 + 4 * m + 2);
+    }
+    return s;
+}
+
+/* The factor of xt_offset's sum per lane (subtracted): dmin, or 32 d. */
+KV_FN kvf xt_offset_f(const int type, const char *p, int lb, kvf DL)
+{
+    return type == XT_Q6K ? kv_mul(DL, kv_setf(32.0f)) : kv_h2f(p + TP_KX_Q4K_DMIN + lb / 2);
+}
+
 /* Q4_0 / Q8_0: block b (p: its 16-row block) for Tk tokens (a8 rows at x + xo[t]). */
 KV_FN void xt_blk_a8(const int type, const int Tk, const char *p, int lb, const char *x, const size_t *xo, int64_t n,
                      int64_t b, kvf acc[KV_BT])
@@ -66,25 +147,13 @@ KV_FN void xt_blk_a8(const int type, const int Tk, const char *p, int lb, const 
         if (type == XT_Q4_0) memcpy(&s0, TP_A8_S(x + xo[t], n) + b, sizeof s0); /* -8 * the block's sum */
         I[t] = kv_b32(s0);
     }
-    if (type == XT_Q4_0) {
-        const kvi mF = kv_b8(0x0F);
+    KX_UNROLL
+    for (int k = 0; k < 8; k++) {
+        const kvi v = xt_slice_a8(type, p, lb, k);
         KX_UNROLL
-        for (int k = 0; k < 4; k++) {
-            const kvi z = kv_ld(p + 32 + 64 * k + lb);
-            const kvi lo = kv_and(z, mF), hi = kv_and(kv_srl16(z, 4), mF);
-            KX_UNROLL
-            for (int t = 0; t < Tk; t++) {
-                const int8_t *a = TP_A8_QS(x + xo[t]) + b * TP_QK;
-                I[t] = kv_dpb(I[t], lo, a + 4 * k);
-                I[t] = kv_dpb(I[t], hi, a + 16 + 4 * k);
-            }
-        }
-    } else {
-        KX_UNROLL
-        for (int k = 0; k < 8; k++) {
-            const kvi z = kv_ld(p + 32 + 64 * k + lb);
-            KX_UNROLL
-            for (int t = 0; t < Tk; t++) I[t] = kv_dpbs(I[t], z, TP_A8_QS(x + xo[t]) + b * TP_QK + 4 * k);
+        for (int t = 0; t < Tk; t++) {
+            const int8_t *a = TP_A8_QS(x + xo[t]) + b * TP_QK + 4 * k;
+            I[t] = type == XT_Q8_0 ? kv_dpbs(I[t], v, a) : kv_dpb(I[t], v, a);
         }
     }
     KX_UNROLL
@@ -99,7 +168,6 @@ KV_FN void xt_blk_a8(const int type, const int Tk, const char *p, int lb, const 
 KV_FN void xt_sb_k(const int type, const int Tk, const char *p, int lb, const char *x, const size_t *xo, int64_t nb,
                    int64_t i, kvf acc[KV_BT])
 {
-    const kvi mF = kv_b8(0x0F), m30 = kv_b8(0x30);
     const tp_blk_q8_k *a[KV_BT];
     const int16_t *pr[KV_BT];
     KX_UNROLL
@@ -111,91 +179,31 @@ KV_FN void xt_sb_k(const int type, const int Tk, const char *p, int lb, const ch
     const kvf DL = kv_h2f(p + lb / 2);
     KX_UNROLL
     for (int t = 0; t < Tk; t++) fs[t] = kv_fzero();
-    if (type != XT_Q6K) {
-        const kvf DM = kv_h2f(p + TP_KX_Q4K_DMIN + lb / 2);
-        const kvi U0 = kv_ld(p + TP_KX_Q4K_SC + lb), U1 = kv_ld(p + TP_KX_Q4K_SC + 64 + lb);
-        const kvi U2 = kv_ld(p + TP_KX_Q4K_SC + 128 + lb);
-        const kvi m3f = kv_b8(0x3F);
-        const kvi sclo = kv_and(U0, m3f);
-        const kvi schi = kv_bsel(U2, mF, kv_and(kv_srl32(U0, 2), m30));
-        const kvi mnlo = kv_and(U1, m3f);
-        const kvi mnhi = kv_bsel(kv_srl32(U2, 4), mF, kv_and(kv_srl32(U1, 2), m30));
-        const char *qs = p + (type == XT_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS) + lb;
-        const char *qh = p + TP_KX_Q5K_QH + lb;
-        const kvi m10 = kv_b8(0x10);
-        KX_UNROLL
-        for (int j = 0; j < 8; j++) {
-            const kvf scf = kv_mul(xt_byte_u(j < 4 ? sclo : schi, j), DL);
-            kvi D[KV_BT];
-            KX_UNROLL
-            for (int t = 0; t < Tk; t++) D[t] = kv_zero();
-            KX_UNROLL
-            for (int m = 0; m < 8; m++) {
-                const kvi z = kv_ld(qs + 64 * (8 * (j >> 1) + m));
-                const kvi bq = (j & 1) ? kv_srl16(z, 4) : z;
-                kvi v;
-                if (type == XT_Q5K) {
-                    const kvi h = kv_ld(qh + 64 * m);
-                    const kvi hs = j < 4 ? kv_sll16(h, 4 - j) : j == 4 ? h : kv_srl16(h, j - 4);
-                    v = kv_bsel(bq, mF, kv_and(hs, m10));
-                } else {
-                    v = kv_and(bq, mF);
-                }
-                KX_UNROLL
-                for (int t = 0; t < Tk; t++) D[t] = kv_dpb(D[t], v, a[t]->qs + 32 * j + 4 * m);
-            }
-            KX_UNROLL
-            for (int t = 0; t < Tk; t++) fs[t] = kv_fma(kv_cvt(D[t]), scf, fs[t]);
-        }
-        const kvi lo16 = kv_b32(0x00FF00FF);
-        const kvi e0 = kv_and(mnlo, lo16), o0 = kv_srl16(mnlo, 8);
-        const kvi e1 = kv_and(mnhi, lo16), o1 = kv_srl16(mnhi, 8);
-        KX_UNROLL
-        for (int t = 0; t < Tk; t++) {
-            kvi s = kv_dpwd(kv_zero(), e0, pr[t]);
-            s = kv_dpwd(s, o0, pr[t] + 2);
-            s = kv_dpwd(s, e1, pr[t] + 4);
-            s = kv_dpwd(s, o1, pr[t] + 6);
-            fs[t] = kv_fnma(kv_cvt(s), DM, fs[t]);
-        }
-    } else {
-        const char *sc = p + TP_KX_Q6K_SC + lb, *qh = p + TP_KX_Q6K_QH + lb, *ql = p + TP_KX_Q6K_QL + lb;
-        KX_UNROLL
-        for (int j = 0; j < 16; j++) {
-            const kvf scf = kv_mul(xt_byte_s(kv_ld(sc + 64 * (j >> 2)), j), DL);
-            const int half = j >> 3, quarter = (j >> 1) & 3;
-            kvi D[KV_BT];
-            KX_UNROLL
-            for (int t = 0; t < Tk; t++) D[t] = kv_zero();
-            KX_UNROLL
-            for (int s = 0; s < 4; s++) {
-                const kvi z = kv_ld(ql + 64 * (16 * half + 4 * (j & 1) + s + 8 * (quarter & 1)));
-                const kvi h = kv_ld(qh + 64 * (8 * half + 4 * (j & 1) + s));
-                const kvi bq = (quarter & 2) ? kv_srl16(z, 4) : z;
-                const kvi hs = quarter == 0   ? kv_sll16(h, 4)
-                               : quarter == 1 ? kv_sll16(h, 2)
-                               : quarter == 2 ? h
-                                              : kv_srl16(h, 2);
-                const kvi v = kv_bsel(bq, mF, kv_and(hs, m30));
-                KX_UNROLL
-                for (int t = 0; t < Tk; t++) D[t] = kv_dpb(D[t], v, a[t]->qs + 16 * j + 4 * s);
-            }
-            KX_UNROLL
-            for (int t = 0; t < Tk; t++) fs[t] = kv_fma(kv_cvt(D[t]), scf, fs[t]);
-        }
-        const kvf dl32 = kv_mul(DL, kv_setf(32.0f));
-        for (int m = 0; m < 4; m++) {
-            const kvi s4 = kv_ld(sc + 64 * m);
-            const kvi ev = kv_sra16(kv_sll16(s4, 8), 8), od = kv_sra16(s4, 8);
-            KX_UNROLL
-            for (int t = 0; t < Tk; t++) {
-                const kvi s = kv_dpwd(kv_dpwd(kv_zero(), ev, pr[t] + 8 + 4 * m), od, pr[t] + 8 + 4 * m + 2);
-                fs[t] = kv_fnma(kv_cvt(s), dl32, fs[t]);
-            }
-        }
-    }
+    kvi sc[2] = {kv_zero(), kv_zero()}, mp[4] = {kv_zero(), kv_zero(), kv_zero(), kv_zero()};
+    if (type != XT_Q6K) xt_scales_mins(p, lb, sc, mp);
     KX_UNROLL
-    for (int t = 0; t < Tk; t++) acc[t] = kv_fma(fs[t], kv_setf(a[t]->d), acc[t]);
+    for (int j = 0; j < 16; j++) { /* constant bounds, so the loops unroll */
+        if (j >= XT_NSUB(type)) break;
+        const kvf scf = xt_scf(type, p, lb, sc, j, DL);
+        kvi D[KV_BT];
+        KX_UNROLL
+        for (int t = 0; t < Tk; t++) D[t] = kv_zero();
+        KX_UNROLL
+        for (int m = 0; m < 8; m++) {
+            if (m >= XT_NSLICE(type)) break;
+            const kvi v = xt_slice_k(type, p, lb, j, m);
+            KX_UNROLL
+            for (int t = 0; t < Tk; t++) D[t] = kv_dpb(D[t], v, a[t]->qs + xt_aoff_k(type, j, m));
+        }
+        KX_UNROLL
+        for (int t = 0; t < Tk; t++) fs[t] = kv_fma(kv_cvt(D[t]), scf, fs[t]);
+    }
+    const kvf of = xt_offset_f(type, p, lb, DL);
+    KX_UNROLL
+    for (int t = 0; t < Tk; t++) {
+        fs[t] = kv_fnma(kv_cvt(xt_offset(type, p, lb, mp, pr[t])), of, fs[t]);
+        acc[t] = kv_fma(fs[t], kv_setf(a[t]->d), acc[t]);
+    }
 }
 
 /* One half-group (rows g0 + lb/4 .. +8 of the group at gp) x Tk tokens over every block;
