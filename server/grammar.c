@@ -1,21 +1,11 @@
 /*
- * server/grammar.c - JSON schema -> byte-level pushdown automaton.
- *
- * Compilation turns the schema into a graph of nodes (object, array, string,
- * number, integer, literal set, anyOf); $ref targets are shared nodes, so
- * recursive schemas are finite graphs.  A state is a set of frame stacks;
- * feeding a byte advances every stack and drops those that reject it.  A
- * value frame is pushed by its parent together with the value's first byte;
- * an anyOf node forks the stack into one copy per branch at that moment.
- *
- * The grammar admits no dead end: a byte is accepted only when the value can
- * still be completed afterwards (object keys are accepted only while an
- * unused property or an additional key can match, ',' only while another
- * member may follow, '}' / ']' only once required members / minItems are
- * there, a number stops taking digits at TP_GRAMMAR_NUM_DIGITS; whitespace
- * between tokens is one space or a newline and at most TP_GRAMMAR_WS indent
- * bytes).  Generated text has no whitespace
- * before the value or after it.
+ * server/grammar.c - JSON schema -> byte-level pushdown automaton.  The
+ * schema becomes a graph of nodes ($ref targets shared, so recursive schemas
+ * are finite); a state is a set of frame stacks, and an anyOf forks a stack
+ * per branch.  A byte is accepted only when the value can still be completed
+ * afterwards (no dead ends; numbers stop at TP_GRAMMAR_NUM_DIGITS digits,
+ * whitespace between tokens is one space or a newline and at most
+ * TP_GRAMMAR_WS indent bytes).  docs/structured-output.md.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -172,8 +162,7 @@ struct memo {
 struct cc {
     tp_grammar_t *g;
     const cJSON *root;
-    char *err;
-    size_t err_cap;
+    struct tp_error *err; /* the first failure's message (may be NULL) */
     int failed;
     struct memo memo[256];
     int n_memo;
@@ -185,7 +174,7 @@ static int fail(struct cc *c, const char *path, const char *fmt, const char *wha
     if (!c->failed) {
         char m[256];
         snprintf(m, sizeof m, fmt, what);
-        snprintf(c->err, c->err_cap, "%s at %s", m, path[0] ? path : "#");
+        tp_error_set(c->err, TP_ERR_INVALID_ARG, "%s at %s", m, path[0] ? path : "#");
     }
     c->failed = 1;
     return -1;
@@ -193,7 +182,8 @@ static int fail(struct cc *c, const char *path, const char *fmt, const char *wha
 
 static int oom(struct cc *c)
 {
-    if (!c->failed) snprintf(c->err, c->err_cap, "schema too large (out of memory or more than %d nodes)", MAX_NODES);
+    if (!c->failed)
+        tp_error_set(c->err, TP_ERR_INVALID_ARG, "schema too large (out of memory or more than %d nodes)", MAX_NODES);
     c->failed = 1;
     return -1;
 }
@@ -661,11 +651,11 @@ void tp_grammar_free(tp_grammar_t *g)
 }
 
 /* Every node can produce some value (an anyOf cycle with no base case cannot).
- * Fixed point over "productive" nodes. */
-static int productive_check(tp_grammar_t *g, char *err, size_t cap)
+ * Fixed point over "productive" nodes.  TP_OK, TP_ERR_INVALID_ARG (err set) or TP_ERR_NOMEM. */
+static enum tp_status productive_check(tp_grammar_t *g, struct tp_error *err)
 {
     char *ok = calloc((size_t)g->n_nodes, 1);
-    if (!ok) return -1;
+    if (!ok) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     for (int changed = 1; changed;) {
         changed = 0;
         for (int i = 0; i < g->n_nodes; i++) {
@@ -689,31 +679,30 @@ static int productive_check(tp_grammar_t *g, char *err, size_t cap)
     }
     int good = ok[g->root];
     free(ok);
-    if (!good) snprintf(err, cap, "the schema admits no finite value (a required recursion without a base case)");
-    return good ? 0 : 1;
+    if (good) return TP_OK;
+    return tp_error_set(err, TP_ERR_INVALID_ARG,
+                        "the schema admits no finite value (a required recursion without a base case)");
 }
 
-enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, char *err, size_t err_cap)
+enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, struct tp_error *err)
 {
     *out = NULL;
-    if (err_cap) err[0] = 0;
     tp_grammar_t *g = grammar_new();
-    if (!g) return TP_ERR_NOMEM;
+    if (!g) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     struct cc c;
     memset(&c, 0, sizeof c);
     c.g = g;
     c.root = schema;
     c.err = err;
-    c.err_cap = err_cap;
     g->root = compile(&c, schema, "#");
     if (g->root < 0) {
         tp_grammar_free(g);
         return TP_ERR_INVALID_ARG;
     }
-    int pc = productive_check(g, err, err_cap);
-    if (pc != 0) {
+    enum tp_status st = productive_check(g, err);
+    if (st != TP_OK) {
         tp_grammar_free(g);
-        return pc < 0 ? TP_ERR_NOMEM : TP_ERR_INVALID_ARG;
+        return st;
     }
     *out = g;
     return TP_OK;
