@@ -40,7 +40,7 @@ static void mm(const struct tp_wmat *w, const uint8_t *xq, size_t xq_stride, int
         tp_kern_matmul_mlx(w->type, w->data, w->row_bytes, &g, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
         return;
     }
-    if (w->x16) /* Q4_0 / Q8_0 re-laid 16 rows at a time (repack.c) */
+    if (w->x16) /* re-laid 16 rows at a time (repack.c) */
         tp_kern_matmul_x16(w->type, w->data, w->row_bytes, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
     else
         tp_kern_matmul(w->type, w->data, w->row_bytes, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);

@@ -34,7 +34,7 @@ struct tp_wmat {
     void *owned_sb;
     size_t sb_row_bytes;
     int sb_bf16;
-    int x16; /* Q4_0 / Q8_0 re-laid 16 rows at a time (kernels.h "x16") into owned by tp_model_repack;
+    int x16; /* quantized, re-laid 16 rows at a time (kernels.h "x16") into owned by tp_model_repack;
               * row r is then NOT at data + r * row_bytes (tp_kern_unpack_x16_row) */
 };
 
@@ -299,7 +299,7 @@ void tp_moe_route(const float *logits, int n_expert, int k, int norm, int *sel, 
 void tp_moe_route_topk_softmax(const float *logits, int n_expert, int k, int *sel, float *w);
 
 /* ---- repack.c ---- */
-/* Re-lay this rank's Q4_0 matrices (layers and an untied output head; never
+/* Re-lay this rank's quantized matrices of an x16 type (layers, experts and an untied output head; never
  * the embedding, read by rows) in the kernels' x16 layout when the chosen
  * ISA computes it natively, with m->pool; releases the row-major bytes.
  * TP_ERR_NOMEM (message on m->err) if a matrix's new buffer cannot be had. */

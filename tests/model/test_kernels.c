@@ -481,9 +481,12 @@ static void mm_take(const struct mm_data *d, float *out)
         for (int64_t r = d->c.r0; r < d->c.r1; r++) out[k++] = d->y[t * d->ys + r];
 }
 
-/* Q4_0 and Q8_0: repack into the x16 layout (every row unpacks back exactly), then
- * every ISA's x16 matmul (the scalar reference included) against sref, the
- * row-major scalar result: the same integer block dots, so within 1e-11. */
+/* Q4_0, Q8_0 and the K-quants: repack into the x16 layout (every row unpacks back
+ * exactly), then every ISA's x16 matmul (the scalar reference included) against
+ * sref, the row-major scalar result.  Within 1e-11: Q4_0 / Q8_0 kernels compute
+ * the same integer block dots; the K-quant kernels sum each sub-block's exact
+ * integer dot in float (one rounding of ~6e-8 relative per term, ~1e-15 in
+ * NMSE), where a wrong scale, min, nibble or bit would give ~1e-3 or more. */
 static void check_x16(struct mm_data *d, const double *sref, float *got, int64_t n_out, double *worst)
 {
     const struct mm_case *c = &d->c;
@@ -585,7 +588,7 @@ static void check_case(struct mm_case c, double *worst)
         CU_ASSERT(e <= lim);
     }
     tp_kern_force_isa(NULL);
-    if (c.t == TP_WTYPE_Q4_0 || c.t == TP_WTYPE_Q8_0) check_x16(&d, sref, got, n_out, worst);
+    if (tp_kern_x16_type(c.t)) check_x16(&d, sref, got, n_out, worst);
     free(ref);
     free(sref);
     free(got);
@@ -604,10 +607,10 @@ static void run_type_cases(enum tp_wtype t)
     rng_seed(1000 + (uint64_t)t);
     int n = 0;
     for (size_t ci = 0; ci < ncols; ci++) {
-        /* Q8_0 / Q4_0: every n_tok 1..20 (decode, small-batch passes of 8 with every
-         * remainder, prefill tiles); the others 1..17, fewer for wide rows */
-        const int max_tok = is_quant(t) && !is_kquant(t) ? 20 : 17;
-        const int step = is_quant(t) && !is_kquant(t) ? 1 : cols[ci] >= 800 ? 4 : 1;
+        /* quantized: n_tok 1..20 (decode, small-batch passes of 8 with every remainder,
+         * prefill tiles; K-quants every third for wide rows); float types 1..17 */
+        const int max_tok = is_quant(t) ? 20 : 17;
+        const int step = is_quant(t) && !is_kquant(t) ? 1 : cols[ci] >= 800 ? 3 : 1;
         for (int n_tok = 1; n_tok <= max_tok; n_tok += step) {
             int64_t rows = 5 + (int64_t)(rng_u32() % 35); /* odd and even counts */
             int64_t r0 = (int64_t)(rng_u32() % 4), r1 = rows - (int64_t)(rng_u32() % 3);
@@ -622,7 +625,7 @@ static void run_type_cases(enum tp_wtype t)
     n += 2;
     printf("\n  %s: %d cases;", tp_wtype_name(t), n);
     for (int i = 1; i < tp_kern_isa_count(); i++) printf(" %s worst nmse %.2g;", tp_kern_isa_name(i), worst[i]);
-    if (t == TP_WTYPE_Q4_0 || t == TP_WTYPE_Q8_0)
+    if (tp_kern_x16_type(t))
         for (int i = 0; i < tp_kern_isa_count(); i++)
             printf(" x16 %s worst nmse %.2g;", tp_kern_isa_name(i), worst[TP_ARRAY_LEN(kTypes) + (size_t)i]);
 }

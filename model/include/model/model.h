@@ -236,7 +236,7 @@ struct tp_model_config {
     int vocab_only;          /* load metadata + tokenizer, no weights */
     int kv_f16;              /* KV cache in fp16 (half the memory, ~1e-3 relative error); 0: kv_type decides */
     enum tp_kv_type kv_type; /* KV cache element type when kv_f16 is 0 (default TP_KV_F32) */
-    int keep_layout;         /* 1: keep Q4_0 / Q8_0 matrices row-major as in the file; 0 (default): re-lay them
+    int keep_layout;         /* 1: keep quantized matrices row-major as in the file; 0 (default): re-lay them
                               * 16 rows at a time where this CPU's kernels are faster on that (x16) */
     /* Progress while reading weights: bytes done of bytes needed. May be NULL. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
