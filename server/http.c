@@ -482,7 +482,8 @@ static enum MHD_Result handle_tokenize(struct tp_server *s, struct MHD_Connectio
     const cJSON *add_special = cJSON_GetObjectItemCaseSensitive(root, "add_special");
     const cJSON *with_pieces = cJSON_GetObjectItemCaseSensitive(root, "with_pieces");
     if (!cJSON_IsString(content)) {
-        tp_api_err(&e, TP_ERR_INVALID_ARG, "content", "'content' (the text to tokenize) is required and must be a string");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "content",
+                   "'content' (the text to tokenize) is required and must be a string");
         goto fail;
     }
     if (add_special && !cJSON_IsBool(add_special)) {
@@ -820,7 +821,8 @@ static enum tp_status check_framing(struct MHD_Connection *c, unsigned long long
     *has_cl = 0;
     *raw = 0;
     if (f.n_te && f.n_cl)
-        return tp_api_err(e, TP_ERR_FORMAT, NULL, "the request has both Transfer-Encoding and Content-Length; send one");
+        return tp_api_err(e, TP_ERR_FORMAT, NULL,
+                          "the request has both Transfer-Encoding and Content-Length; send one");
     if (f.n_te > 1 || (f.n_te && strcasecmp(f.te, "chunked") != 0))
         return tp_api_err(e, TP_ERR_FORMAT, NULL,
                           "Transfer-Encoding '%.64s' is not supported; send 'chunked' or a Content-Length", f.te);
