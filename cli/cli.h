@@ -2,7 +2,9 @@
  * cli/cli.h - private: the `tpserve` command line.  Each subcommand lives
  * in its own cmd_*.c file and is listed in the table in main.c.
  *
- * Exit codes: 0 success, 1 runtime failure, 2 usage error (bad flag/value).
+ * Exit codes: 0 success, 1 runtime failure, 2 usage error (bad flag/value),
+ * TP_CLI_EXIT_PEER_LOST (3) a rank of a group stopped because another rank
+ * was lost (`tpserve launch` reports another rank's failure before such one).
  */
 #ifndef TP_SERVER_CLI_H
 #define TP_SERVER_CLI_H
@@ -62,6 +64,11 @@ int tp_cli_fail(const char *cmd, const char *fmt, ...) TP_PRINTF(2, 3);
  * `launch` neither restarts it nor stops the others. */
 #define TP_CLI_EXIT_LEFT_OUT 88
 
+#define TP_CLI_EXIT_PEER_LOST 3
+/* The exit code of a rank whose group work failed with st: TP_CLI_EXIT_PEER_LOST when st says another
+ * rank was lost (TP_ERR_PEER, TP_ERR_POISONED, TP_ERR_TIMEOUT), else 1. */
+int tp_cli_exit_for(enum tp_status st);
+
 /* Model-loading progress (load_progress.c): a bar on a terminal, else a log
  * line per 10% / 5 s.  Set cfg.model.progress = tp_cli_load_progress and
  * cfg.model.progress_ctx = &state after tp_cli_progress_init(&state, "rank 1"). */
@@ -77,8 +84,8 @@ void tp_cli_load_progress(void *ctx, uint64_t done, uint64_t total);
 struct tp_parallel_config;
 /*
  * For commands that run alone or as one rank of a group (generate, bench gen,
- * serve): parse --comm-dtype into pc->wire_dtype and --kv-type (f16 | f32)
- * into pc->model.kv_f16, fill pc->comm from the
+ * serve): parse --comm-dtype into pc->wire_dtype and --kv-type (f16 | q8_0 | f32)
+ * into pc->model.kv_type, fill pc->comm from the
  * environment, and make it a world of one unless `tpserve launch`, a hostfile,
  * a coordinator or an MPI/PMI launcher (mpirun, srun) says otherwise.
  * *rank_hint: this process's rank as far as known before the group forms;
@@ -89,7 +96,7 @@ struct tp_parallel_config;
 int tp_cli_group_config(const char *cmd, const char *comm_dtype, const char *kv_type, struct tp_parallel_config *pc,
                         int *rank_hint, const char **log_prefix);
 /* Help text of --kv-type, shared by the commands that take it. */
-#define TP_CLI_KV_TYPE_HELP "KV cache element type: f16 (default, half the memory) or f32"
+#define TP_CLI_KV_TYPE_HELP "KV cache element type: f16 (default), q8_0 (0.53x the memory of f16, head_dim % 32 == 0) or f32"
 #define TP_CLI_MOE_SPLIT_HELP                                                                                     \
     "mixture of experts under launch/mpirun: auto (default: the plan chooses and says why), tensor (a slice of "  \
     "every expert per rank) or expert (whole experts per rank)"
