@@ -33,6 +33,7 @@ import http.client
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
