@@ -167,8 +167,8 @@ static enum tp_status parse_history_call(const cJSON *tc, int i, int k, struct t
     }
     if (!a) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     c->arguments = a;
-    c->name = dup_str(name->valuestring);
-    c->id = dup_str(id ? id->valuestring : "");
+    c->name = strdup(name->valuestring);
+    c->id = strdup(id ? id->valuestring : "");
     if (!c->name || !c->id) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     return TP_OK;
 }
@@ -245,7 +245,7 @@ static enum tp_status parse_messages(const cJSON *root, struct tp_req_params *p,
                 p->n_msgs = i;
                 return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string (the id of the call answered)", param);
             }
-            if (id && id->valuestring[0] && !(p->msgs[i].tool_call_id = dup_str(id->valuestring))) {
+            if (id && id->valuestring[0] && !(p->msgs[i].tool_call_id = strdup(id->valuestring))) {
                 p->n_msgs = i;
                 return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
             }
