@@ -254,11 +254,18 @@ static void info_print_model(const struct info_file *f, const struct tp_hparams 
            "n_vocab %d\n",
            hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_head_kv ? hp->n_head / hp->n_head_kv : 0,
            hp->head_dim, hp->n_ff, hp->n_vocab);
-    static const char *const scaling[] = {"none", "linear", "llama3"};
+    static const char *const scaling[] = {"none", "linear", "llama3", "yarn"};
     printf("rope        theta %g, %d dims, %s pairs, scaling %s", hp->rope_theta, hp->rope_dim,
-           hp->rope_neox ? "neox (halves)" : "interleaved", scaling[hp->rope_scaling % 3]);
+           hp->rope_neox ? "neox (halves)" : "interleaved", scaling[hp->rope_scaling % 4]);
     if (hp->rope_scaling != TP_ROPE_SCALING_NONE) printf(" x%g", hp->rope_scale_factor);
+    if (hp->rope_scaling == TP_ROPE_SCALING_YARN)
+        printf(" (original context %d, beta %g..%g, attention factor %.4f)", hp->rope_orig_ctx,
+               (double)hp->rope_yarn_beta_slow, (double)hp->rope_yarn_beta_fast, (double)hp->rope_attn_factor);
     printf("\n");
+    if (hp->sliding_window > 0 && hp->swa_period > 0)
+        printf("attention   sliding window %d positions on %s, full attention on the others%s\n", hp->sliding_window,
+               hp->swa_period == 2 ? "the even layers" : "some layers",
+               hp->arch == TP_ARCH_GPTOSS ? "; a learned sink logit per head" : "");
     printf("context     %d trained\n", hp->n_ctx_train);
     printf("layers      rms eps %g, tied embeddings %s, qkv bias %s, qk norm %s\n", hp->norm_eps,
            hp->tied_embeddings ? "yes" : "no", hp->has_qkv_bias ? "yes" : "no", hp->has_qk_norm ? "yes" : "no");
@@ -266,9 +273,15 @@ static void info_print_model(const struct info_file *f, const struct tp_hparams 
         /* parameters a token does not touch: the unselected experts' gate, up and down */
         const double idle = 3.0 * (double)hp->n_embd * (double)hp->n_ff * (double)(hp->n_expert - hp->n_expert_used) *
                             (double)hp->n_layer;
-        printf("experts     %d per layer of width %d, %d used per token (router: softmax, top-%d%s)\n", hp->n_expert,
-               hp->n_ff, hp->n_expert_used, hp->n_expert_used,
-               hp->expert_weights_norm ? ", renormalised" : ", not renormalised");
+        if (hp->router_softmax_topk)
+            printf("experts     %d per layer of width %d, %d used per token (router: top-%d logits with bias, softmax "
+                   "over those; clamped SwiGLU alpha %g limit %g, expert biases)\n",
+                   hp->n_expert, hp->n_ff, hp->n_expert_used, hp->n_expert_used, (double)hp->swiglu_alpha,
+                   (double)hp->swiglu_limit);
+        else
+            printf("experts     %d per layer of width %d, %d used per token (router: softmax, top-%d%s)\n", hp->n_expert,
+                   hp->n_ff, hp->n_expert_used, hp->n_expert_used,
+                   hp->expert_weights_norm ? ", renormalised" : ", not renormalised");
         printf("            about %.1f M of the %.1f M expert parameters are inactive for each token\n", idle / 1e6,
                (double)hp->n_layer * 3.0 * (double)hp->n_embd * (double)hp->n_ff * (double)hp->n_expert / 1e6);
     }
@@ -318,11 +331,15 @@ static struct tp_plan_types info_plan_types(const struct tp_tsrc *tsrc, const st
 }
 
 /* Memory for one rank, and per rank for 2, 4 and 8 equal ranks (not for a shard). */
-static void info_print_memory(const struct info_file *f, const struct tp_hparams *hp, int n_ctx)
+static void info_print_memory(const struct info_file *f, const struct tp_hparams *hp, int n_ctx,
+                              enum tp_kv_type kv_type)
 {
     const int ctx = n_ctx > 0 ? n_ctx : TP_MIN(hp->n_ctx_train, 4096);
-    /* fp16 K and V: the default of generate / serve / bench gen (--kv-type f32 doubles it) */
-    const uint64_t kv_per_head = 2ull * (uint64_t)hp->n_layer * (uint64_t)ctx * (uint64_t)hp->head_dim * 2u;
+    /* K and V of --kv-type (f16: the default of generate / serve / bench gen); a sliding window keeps a ring of
+     * window + 512 (the default batch) positions */
+    const int kv_pos = hp->sliding_window > 0 && hp->sliding_window + 512 < ctx ? hp->sliding_window + 512 : ctx;
+    const uint64_t kv_per_head =
+        2ull * (uint64_t)hp->n_layer * (uint64_t)kv_pos * (uint64_t)tp_kv_row_bytes(kv_type, hp->head_dim);
     int kv_heads = hp->n_head_kv;
     if (f->shard_world > 0) { /* a shard holds the KV heads of its plan range: 8 ints per rank, kv at [2], [3] */
         int kp = tp_gguf_find_key(f->g, "tpserve.shard.plan");
@@ -333,8 +350,12 @@ static void info_print_memory(const struct info_file *f, const struct tp_hparams
             kv_heads = ranges[f->shard_rank * 8 + 3] - ranges[f->shard_rank * 8 + 2];
     }
     const uint64_t kv_bytes = kv_per_head * (uint64_t)kv_heads;
-    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (f16, ctx %d, 1 sequence, %d KV heads)\n",
-           mib(f->weight_bytes + kv_bytes), mib(f->weight_bytes), mib(kv_bytes), ctx, kv_heads);
+    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (%s, ctx %d, 1 sequence, %d KV heads)\n",
+           mib(f->weight_bytes + kv_bytes), mib(f->weight_bytes), mib(kv_bytes), tp_kv_type_name(kv_type), ctx,
+           kv_heads);
+    if (hp->sliding_window > 0)
+        printf("attention   sliding window of %d positions in every layer (KV ring of %d positions)\n",
+               hp->sliding_window, kv_pos);
     if (f->shard_world > 0) { /* per-rank figures need the whole model */
         printf("per rank    see 'tpserve info' of the model this shard was cut from\n");
         return;
@@ -366,16 +387,23 @@ static void info_print_memory(const struct info_file *f, const struct tp_hparams
 int tp_cmd_info(int argc, char **argv)
 {
     int n_ctx = 0;
+    const char *kv_name = "f16";
     const struct tp_opt opts[] = {
         {"ctx-size", 'c', TP_OPT_INT, &n_ctx, "N", "context for the KV cache estimate (default min(train ctx, 4096))", 1,
          1 << 24},
+        {"kv-type", 0, TP_OPT_STRING, &kv_name, "T", "KV cache type of the estimate: f16 (default), q8_0 or f32", 0, 0},
         {0},
     };
     const char *pos[1] = {NULL};
     int np = 0;
-    int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] MODEL.gguf|HF_DIR", opts, argc, argv, pos, 1,
-                          &np, NULL, NULL);
+    int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] [--kv-type T] MODEL.gguf|HF_DIR", opts, argc,
+                          argv, pos, 1, &np, NULL, NULL);
     TP_CLI_RETURN_UNLESS_PARSED(rc);
+    enum tp_kv_type kv_type;
+    if (tp_kv_type_parse(kv_name, &kv_type) != TP_OK) {
+        fprintf(stderr, "tpserve info: --kv-type %s: want f16, q8_0 or f32\n", kv_name);
+        return 2;
+    }
     if (np != 1) {
         fprintf(stderr, "tpserve info: give one model file (tpserve info MODEL.gguf)\n");
         return 2;
@@ -393,7 +421,7 @@ int tp_cmd_info(int argc, char **argv)
         tp_cli_fail("info", "%s", err.msg);
     } else {
         info_print_model(&f, &hp);
-        info_print_memory(&f, &hp, n_ctx);
+        info_print_memory(&f, &hp, n_ctx, kv_type);
         exit_code = 0;
     }
     info_close(&f);
