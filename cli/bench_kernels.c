@@ -66,22 +66,9 @@ static int bk_parse(int argc, char **argv, struct bk_opts *o)
     *o = (struct bk_opts){.types = "q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32", .batch = "2,4,8,16", .rows = 2048,
                           .cols = 5632, .tokens = 128, .threads = 2, .reps = 5, .mb = 256};
     const struct tp_opt opts[] = {
-<<<<<<< HEAD
-        {"type", 0, TP_OPT_LIST, &types, "LIST", "weight types (default q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32; TYPEx16 for q4_0, q8_0, q4_k, q5_k, q6_k: "
-         "re-laid 16 rows at a time as the model does where the CPU has an x16 kernel)", 0, 0},
-        {"rows", 0, TP_OPT_INT, &rows, "N", "matrix rows (default 2048)", 1, 1 << 20},
-        {"cols", 0, TP_OPT_INT, &cols, "N", "matrix columns, a multiple of 256 (default 5632)", 256, 1 << 20},
-        {"tokens", 'p', TP_OPT_INT, &tokens, "N", "prefill tokens (default 128; 0 skips prefill)", 0, 4096},
-        {"threads", 't', TP_OPT_INT, &threads, "T", "measure 1..T threads (default 2)", 1, 256},
-        {"reps", 0, TP_OPT_INT, &reps, "N", "repeats, best is reported (default 5)", 1, 1000},
-        {"mb", 0, TP_OPT_INT, &mb, "MB", "bytes streamed per decode measurement (default 256)", 16, 65536},
-        {"isa", 0, TP_OPT_STRING, &isa, "NAME", "kernel instruction set (default: best this CPU has)", 0, 0},
-        {"batch", 0, TP_OPT_LIST, &batch, "LIST", "small-batch token counts, 2..64 (default 2,4,8,16; 0: none)", 0, 0},
-        {"json", 0, TP_OPT_FLAG, &json, NULL, "one JSON object per line instead of the table", 0, 0},
-=======
         {"type", 0, TP_OPT_LIST, &o->types, "LIST",
-         "weight types (default q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32; ..x16: re-laid 16 rows at a time as the "
-         "model does where the CPU has an x16 kernel)", 0, 0},
+         "weight types (default q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32; TYPEx16 for q4_0, q8_0, q4_k, q5_k, q6_k: "
+         "re-laid 16 rows at a time as the model does where the CPU has an x16 kernel)", 0, 0},
         {"rows", 0, TP_OPT_INT, &o->rows, "N", "matrix rows (default 2048)", 1, 1 << 20},
         {"cols", 0, TP_OPT_INT, &o->cols, "N", "matrix columns, a multiple of 256 (default 5632)", 256, 1 << 20},
         {"tokens", 'p', TP_OPT_INT, &o->tokens, "N", "prefill tokens (default 128; 0 skips prefill)", 0, 4096},
@@ -92,7 +79,6 @@ static int bk_parse(int argc, char **argv, struct bk_opts *o)
         {"batch", 0, TP_OPT_LIST, &o->batch, "LIST", "small-batch token counts, 2..64 (default 2,4,8,16; 0: none)",
          0, 0},
         {"json", 0, TP_OPT_FLAG, &o->json, NULL, "one JSON object per line instead of the table", 0, 0},
->>>>>>> main
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     const char *usage = "Usage: tpserve bench kernels [--type LIST] [--rows N] [--cols N] [-p TOKENS] [-t T] [--json]\n"
@@ -124,46 +110,20 @@ static int bk_parse(int argc, char **argv, struct bk_opts *o)
         o->blist[o->nbl++] = (int)v;
         o->max_tok = TP_MAX(o->max_tok, (int)v);
     }
-<<<<<<< HEAD
-    enum tp_wtype tlist[16];
-    int x16list[16] = {0};
-    int nt = 0;
-    {
-        char buf[256];
-        snprintf(buf, sizeof buf, "%s", types);
-        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            const size_t tl = strlen(tok);
-            if (nt < 16 && tl > 3 && strcmp(tok + tl - 3, "x16") == 0) { /* <type>x16: the 16-row layout */
-                char base[32];
-                snprintf(base, sizeof base, "%.*s", (int)(tl - 3), tok);
-                if (tp_wtype_parse(base, &tlist[nt]) != TP_OK || !tp_kern_x16_type(tlist[nt]) ||
-                    tp_kern_act_row_bytes(tlist[nt], cols) == 0) {
-                    fprintf(stderr, "tpserve bench kernels: --type '%s': only q4_0, q8_0, q4_k, q5_k and q6_k have an x16 "
-                                    "layout\n", tok);
-                    return 2;
-                }
-                x16list[nt++] = 1;
-                continue;
-            }
-            if (nt == 16 || tp_wtype_parse(tok, &tlist[nt]) != TP_OK || !tp_wtype_supported(tlist[nt]) ||
-                tp_kern_act_row_bytes(tlist[nt], cols) == 0) {
-                fprintf(stderr, "tpserve bench kernels: --type '%s' is not a supported weight type\n", tok);
-                return 2;
-            }
-            if (tp_wtype_mlx_bits(tlist[nt])) { /* three arrays per matrix: not timed here */
-                fprintf(stderr, "tpserve bench kernels: --type '%s' (MLX) is not timed here; use tpserve bench gen on an "
-                                "MLX directory (tpserve synth --format mlx)\n", tok);
-                return 2;
-            }
-            nt++;
-=======
     snprintf(buf, sizeof buf, "%s", o->types);
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (o->nt < 16 && (strcmp(tok, "q4_0x16") == 0 || strcmp(tok, "q8_0x16") == 0)) {
-            o->tlist[o->nt] = tok[1] == '4' ? TP_WTYPE_Q4_0 : TP_WTYPE_Q8_0;
+        const size_t tl = strlen(tok);
+        if (o->nt < 16 && tl > 3 && strcmp(tok + tl - 3, "x16") == 0) { /* <type>x16: the 16-row layout */
+            char base[32];
+            snprintf(base, sizeof base, "%.*s", (int)(tl - 3), tok);
+            if (tp_wtype_parse(base, &o->tlist[o->nt]) != TP_OK || !tp_kern_x16_type(o->tlist[o->nt]) ||
+                tp_kern_act_row_bytes(o->tlist[o->nt], o->cols) == 0) {
+                fprintf(stderr, "tpserve bench kernels: --type '%s': only q4_0, q8_0, q4_k, q5_k and q6_k have an x16 "
+                                "layout\n", tok);
+                return 2;
+            }
             o->x16list[o->nt++] = 1;
             continue;
->>>>>>> main
         }
         if (o->nt == 16 || tp_wtype_parse(tok, &o->tlist[o->nt]) != TP_OK || !tp_wtype_supported(o->tlist[o->nt]) ||
             tp_kern_act_row_bytes(o->tlist[o->nt], o->cols) == 0) {
@@ -222,7 +182,7 @@ static enum tp_status bk_run_init(struct bk_run *R, const struct bk_opts *o, str
 
 /* What one weight type measured at one thread count. */
 struct bk_result {
-    const char *tname;
+    char tname[32];
     double mat_bytes, dec_gbs, dec_us, pp_gops;
     double batch_s[16]; /* per --batch entry: seconds per matrix */
 };
@@ -272,7 +232,7 @@ static enum tp_status bk_measure_type(struct bk_run *R, const struct bk_opts *o,
     struct bk_job job = {.t = t, .wrb = wrb, .rows = rows, .cols = cols, .xq = R->xq, .xrb = xrb, .y = R->y,
                          .n_tok = 1, .x16 = x16};
     memset(res, 0, sizeof *res);
-    res->tname = !x16 ? tp_wtype_name(t) : t == TP_WTYPE_Q4_0 ? "q4_0x16" : "q8_0x16";
+    snprintf(res->tname, sizeof res->tname, "%s%s", tp_wtype_name(t), x16 ? "x16" : "");
     res->mat_bytes = (double)mat;
     const double best = bk_time_copies(R, &job, mat, copies, o->reps);
     res->dec_gbs = (double)mat / best / 1e9;
@@ -356,96 +316,10 @@ int tp_bench_kernels(int argc, char **argv)
         else
             printf("%-7d %-7s %10.1f %12.2f %10s %12s %12s\n", th, "stream", (double)stream_bytes / 1e6, stream_gbs,
                    "1.00", "-", "-");
-<<<<<<< HEAD
-        for (int k = 0; k < nt; k++) {
-            enum tp_wtype t = tlist[k];
-            size_t wrb = tp_kern_row_bytes(t, cols), mat = x16list[k] ? tp_kern_x16_bytes(rows, wrb) : wrb * (size_t)rows;
-            int copies = (int)((stream_bytes + mat - 1) / mat);
-            if (copies < 2) copies = 2;
-            tp_aligned_free(wall);
-            wall = tp_aligned_alloc(64, mat * (size_t)copies);
-            if (!wall) {
-                fprintf(stderr, "tpserve bench kernels: out of memory for %d x %.0f MB\n", copies, (double)mat / 1e6);
-                goto out;
-            }
-            for (int r = 0; r < rows; r++) {
-                for (int i = 0; i < cols; i++) wf[i] = x[(size_t)(r % (tokens + 1)) * cols + (size_t)((i * 7 + r) % cols)];
-                tp_kern_quantize(t, wf, wall + (size_t)r * wrb, cols);
-            }
-            if (x16list[k]) { /* re-lay copy 0 through copy 1's space, then back */
-                tp_kern_repack_x16(t, wall, wrb, rows, wall + mat, 0, (rows + 15) / 16);
-                memcpy(wall, wall + mat, mat);
-            }
-            for (int c = 1; c < copies; c++) memcpy(wall + (size_t)c * mat, wall, mat);
-            size_t xrb = tp_kern_act_row_bytes(t, cols);
-            for (int i = 0; i <= max_tok; i++) tp_kern_prepare_act(t, x + (size_t)i * cols, (char *)xq + (size_t)i * xrb, cols);
-            struct bk_job job = {.t = t, .wrb = wrb, .rows = rows, .cols = cols, .xq = xq, .xrb = xrb, .y = y, .n_tok = 1,
-                                 .x16 = x16list[k]};
-            char tname[32];
-            snprintf(tname, sizeof tname, "%s%s", tp_wtype_name(t), x16list[k] ? "x16" : "");
-            double best = 1e30;
-            for (int r = 0; r < reps + 1; r++) {
-                double t0 = tp_now_s();
-                for (int c = 0; c < copies; c++) {
-                    job.w = wall + (size_t)c * mat;
-                    tp_pool_run(pool, bk_matmul, &job);
-                }
-                double dt = (tp_now_s() - t0) / copies;
-                if (r > 0 && dt < best) best = dt;
-            }
-            double dec_gbs = (double)mat / best / 1e9, dec_us = best * 1e6;
-            double pp_gops = 0.0;
-            if (tokens > 0) {
-                job.w = wall;
-                job.n_tok = tokens;
-                double pbest = 1e30;
-                for (int r = 0; r < reps; r++) {
-                    double t0 = tp_now_s();
-                    tp_pool_run(pool, bk_matmul, &job);
-                    double dt = tp_now_s() - t0;
-                    if (dt < pbest) pbest = dt;
-                }
-                pp_gops = 2.0 * rows * (double)cols * tokens / pbest / 1e9;
-            }
-            if (json)
-                printf("{\"bench\":\"kernels\",\"isa\":\"%s\",\"threads\":%d,\"type\":\"%s\",\"rows\":%d,\"cols\":%d,"
-                       "\"decode_gbs\":%.2f,\"stream_gbs\":%.2f,\"bw_fraction\":%.3f,\"decode_us\":%.1f,"
-                       "\"pp_tokens\":%d,\"pp_gops\":%.1f}\n",
-                       tp_kern_isa(), th, tname, rows, cols, dec_gbs, stream_gbs, dec_gbs / stream_gbs,
-                       dec_us, tokens, pp_gops);
-            else
-                printf("%-7d %-7s %10.1f %12.2f %10.2f %12.1f %12.1f\n", th, tname, (double)mat / 1e6,
-                       dec_gbs, dec_gbs / stream_gbs, dec_us, pp_gops);
-            /* small batches: weights from memory, as one decode step of n_tok sequences */
-            if (!json && nbl > 0) printf("%-7d %-7s batch (us per matrix, x the n_tok=1 time):", th, tname);
-            for (int bi = 0; bi < nbl; bi++) {
-                job.n_tok = blist[bi];
-                double bbest = 1e30;
-                for (int r = 0; r < reps + 1; r++) {
-                    double t0 = tp_now_s();
-                    for (int c = 0; c < copies; c++) {
-                        job.w = wall + (size_t)c * mat;
-                        tp_pool_run(pool, bk_matmul, &job);
-                    }
-                    double dt = (tp_now_s() - t0) / copies;
-                    if (r > 0 && dt < bbest) bbest = dt;
-                }
-                double gops = 2.0 * rows * (double)cols * blist[bi] / bbest / 1e9;
-                if (json)
-                    printf("{\"bench\":\"kernels_batch\",\"isa\":\"%s\",\"threads\":%d,\"type\":\"%s\",\"n_tok\":%d,"
-                           "\"us\":%.1f,\"x_decode\":%.2f,\"gops\":%.1f}\n",
-                           tp_kern_isa(), th, tname, blist[bi], bbest * 1e6, bbest / best, gops);
-                else
-                    printf(" %d: %.0f (%.2fx)", blist[bi], bbest * 1e6, bbest / best);
-            }
-            if (!json && nbl > 0) printf("\n");
-            fflush(stdout);
-=======
         for (int k = 0; k < o.nt && st == TP_OK; k++) {
             struct bk_result res;
             st = bk_measure_type(&R, &o, k, &res, &err);
             if (st == TP_OK) bk_report_type(&o, th, stream_gbs, &res);
->>>>>>> main
         }
     }
     bk_run_free(&R);

@@ -47,8 +47,7 @@ static int is_integer(const cJSON *v)
     return cJSON_IsNumber(v) && isfinite(v->valuedouble) && floor(v->valuedouble) == v->valuedouble;
 }
 
-static enum tp_status get_int(const cJSON *root, const char *name, double lo, double hi, int *out,
-                              struct tp_api_error *e)
+static enum tp_status get_int(const cJSON *root, const char *name, double lo, double hi, int *out, struct tp_api_error *e)
 {
     enum tp_status st = tp_json_field_int(root, name, lo, hi, out);
     if (st == TP_OK || st == TP_ERR_NOT_FOUND) return TP_OK;
@@ -86,26 +85,21 @@ static enum tp_status parse_token_list(const cJSON *arr, int n_vocab, const char
 static enum tp_status parse_prompt(const cJSON *root, int n_vocab, struct tp_req_params *p, struct tp_api_error *e)
 {
     const cJSON *v = field(root, "prompt");
-    if (!v) return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt",
-                              "'prompt' is required (a string, or a list of token ids)");
+    if (!v) return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt", "'prompt' is required (a string, or a list of token ids)");
     if (cJSON_IsString(v))
-        return tp_json_bytes(v, &p->prompt, &p->prompt_len) == 0 ? TP_OK : tp_api_err(e, TP_ERR_NOMEM, "prompt",
-                                                                                      "out of memory");
+        return tp_json_bytes(v, &p->prompt, &p->prompt_len) == 0 ? TP_OK : tp_api_err(e, TP_ERR_NOMEM, "prompt", "out of memory");
     if (!cJSON_IsArray(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt", "'prompt' must be a string or a list");
     int n = cJSON_GetArraySize(v);
     if (n == 0) return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt", "'prompt' is an empty list");
     const cJSON *first = cJSON_GetArrayItem(v, 0);
     if (cJSON_IsNumber(first)) return parse_token_list(v, n_vocab, "prompt", p, e);
     if (n != 1)
-        return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt",
-                          "'prompt' lists %d prompts; this server takes one prompt per request", n);
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt", "'prompt' lists %d prompts; this server takes one prompt per request", n);
     if (cJSON_IsString(first))
         return tp_json_bytes(first, &p->prompt, &p->prompt_len) == TP_OK ? TP_OK
-                                                                      : tp_api_err(e, TP_ERR_NOMEM, "prompt",
-                                                                                   "out of memory");
+                                                                      : tp_api_err(e, TP_ERR_NOMEM, "prompt", "out of memory");
     if (cJSON_IsArray(first)) return parse_token_list(first, n_vocab, "prompt", p, e);
-    return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt",
-                      "'prompt' must be a string, a list of strings or a list of token ids");
+    return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt", "'prompt' must be a string, a list of strings or a list of token ids");
 }
 
 /* content: a string, or a list of {"type":"text","text":...} parts (joined). */
@@ -122,8 +116,7 @@ static enum tp_status parse_content(const cJSON *c, int idx, int allow_null, cha
         *out = strdup(c->valuestring);
         return *out ? TP_OK : tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     }
-    if (!cJSON_IsArray(c)) return tp_api_err(e, TP_ERR_INVALID_ARG, param,
-                                             "'%s' must be a string or a list of text parts", param);
+    if (!cJSON_IsArray(c)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string or a list of text parts", param);
     struct tp_buf b = {0};
     const cJSON *part;
     int k = 0;
@@ -134,8 +127,7 @@ static enum tp_status parse_content(const cJSON *c, int idx, int allow_null, cha
         if (!cJSON_IsObject(part) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
             !cJSON_IsString(text)) {
             tp_buf_free(&b);
-            return tp_api_err(e, TP_ERR_INVALID_ARG, param,
-                              "'%s'[%d] must be {\"type\": \"text\", \"text\": \"...\"} (only text is supported)",
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d] must be {\"type\": \"text\", \"text\": \"...\"} (only text is supported)",
                               param, k);
         }
         if (tp_buf_puts(&b, text->valuestring) != TP_OK) {
@@ -206,15 +198,13 @@ static enum tp_status parse_messages(const cJSON *root, struct tp_req_params *p,
     {
         char param[48];
         snprintf(param, sizeof param, "messages[%d]", i);
-        if (!cJSON_IsObject(m)) return tp_api_err(e, TP_ERR_INVALID_ARG, param,
-                                                  "'%s' must be an object {role, content}", param);
+        if (!cJSON_IsObject(m)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be an object {role, content}", param);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         snprintf(param, sizeof param, "messages[%d].role", i);
         if (!cJSON_IsString(role)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string", param);
         const char *r = role->valuestring;
         if (tp_json_has_nul(r))
-            return tp_api_err(e, TP_ERR_INVALID_ARG, param,
-                              "'%s' holds a NUL character (\\u0000); a role name cannot", param);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' holds a NUL character (\\u0000); a role name cannot", param);
         if (strcmp(r, "developer") == 0) r = "system";
         if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0 && strcmp(r, "tool") != 0)
             return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is '%.40s'; supported roles are system, user, assistant and tool",
@@ -283,13 +273,11 @@ static enum tp_status parse_stop(const cJSON *root, struct tp_req_params *p, str
         items[n++] = v;
     } else if (cJSON_IsArray(v)) {
         if (cJSON_GetArraySize(v) > TP_MAX_STOP)
-            return tp_api_err(e, TP_ERR_INVALID_ARG, "stop",
-                              "'stop' has %d strings (at most %d)", cJSON_GetArraySize(v), TP_MAX_STOP);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "stop", "'stop' has %d strings (at most %d)", cJSON_GetArraySize(v), TP_MAX_STOP);
         const cJSON *s;
         cJSON_ArrayForEach(s, v)
         {
-            if (!cJSON_IsString(s)) return tp_api_err(e, TP_ERR_INVALID_ARG, "stop",
-                                                      "'stop' must be a string or a list of strings");
+            if (!cJSON_IsString(s)) return tp_api_err(e, TP_ERR_INVALID_ARG, "stop", "'stop' must be a string or a list of strings");
             items[n++] = s;
         }
     } else {
@@ -304,8 +292,7 @@ static enum tp_status parse_stop(const cJSON *root, struct tp_req_params *p, str
         p->n_stop = i + 1;
         if (l == 0) return tp_api_err(e, TP_ERR_INVALID_ARG, "stop", "'stop' strings must not be empty");
         if (l > TP_MAX_STOP_BYTES)
-            return tp_api_err(e, TP_ERR_INVALID_ARG, "stop",
-                              "a 'stop' string has %zu bytes (at most %d)", l, TP_MAX_STOP_BYTES);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "stop", "a 'stop' string has %zu bytes (at most %d)", l, TP_MAX_STOP_BYTES);
     }
     return TP_OK;
 }
@@ -382,8 +369,7 @@ static int member_text(const char *body, size_t len, const char *key, const char
 /* seed: any integer in [-2^63, 2^64 - 1] (a negative one is taken modulo 2^64).
  * cJSON keeps numbers as doubles, which hold integers exactly only up to
  * 2^53, so a seed written as plain digits is read from the body's text. */
-static enum tp_status parse_seed(const cJSON *root, const char *body, size_t len, struct tp_req_params *p,
-                                 struct tp_api_error *e)
+static enum tp_status parse_seed(const cJSON *root, const char *body, size_t len, struct tp_req_params *p, struct tp_api_error *e)
 {
     const cJSON *v = field(root, "seed");
     if (!v) return TP_OK;
@@ -414,8 +400,7 @@ static enum tp_status parse_seed(const cJSON *root, const char *body, size_t len
     }
     /* written with a fraction or an exponent (e.g. 1e3): the double's value */
     double d = v->valuedouble;
-    if (!(d >= -9223372036854775808.0 && d < 18446744073709551616.0)) return tp_api_err(e, TP_ERR_INVALID_ARG, "seed",
-                                                                                        "%s", range);
+    if (!(d >= -9223372036854775808.0 && d < 18446744073709551616.0)) return tp_api_err(e, TP_ERR_INVALID_ARG, "seed", "%s", range);
     p->seed = d < 0 ? (uint64_t)(int64_t)d : (uint64_t)d;
     p->has_seed = 1;
     return TP_OK;
@@ -433,16 +418,14 @@ static enum tp_status refuse_unsupported(const cJSON *root, struct tp_api_error 
     if (v) {
         if (!is_integer(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "n", "'n' must be an integer");
         if (v->valuedouble != 1)
-            return tp_api_err(e, TP_ERR_UNSUPPORTED, "n",
-                              "'n' is %.0f; this server generates one choice per request (n = 1)",
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, "n", "'n' is %.0f; this server generates one choice per request (n = 1)",
                               v->valuedouble);
     }
     v = field(root, "best_of");
     if (v) {
         if (!is_integer(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "best_of", "'best_of' must be an integer");
         if (v->valuedouble != 1)
-            return tp_api_err(e, TP_ERR_UNSUPPORTED, "best_of",
-                              "'best_of' is %.0f; this server generates one candidate per request "
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, "best_of", "'best_of' is %.0f; this server generates one candidate per request "
                                                   "(best_of = 1)", v->valuedouble);
     }
     v = field(root, "echo");
@@ -454,25 +437,21 @@ static enum tp_status refuse_unsupported(const cJSON *root, struct tp_api_error 
         return tp_api_err(e, TP_ERR_UNSUPPORTED, "suffix", "'suffix' (insertion) is not supported; remove it");
     v = field(root, "functions");
     if (v && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
-        return tp_api_err(e, TP_ERR_UNSUPPORTED, "functions",
-                          "'functions' (legacy function calling) is not supported; send 'tools'");
+        return tp_api_err(e, TP_ERR_UNSUPPORTED, "functions", "'functions' (legacy function calling) is not supported; send 'tools'");
     v = field(root, "function_call");
     if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "none") == 0 || strcmp(v->valuestring, "auto") == 0)))
-        return tp_api_err(e, TP_ERR_UNSUPPORTED, "function_call",
-                          "'function_call' (legacy function calling) is not supported; send "
+        return tp_api_err(e, TP_ERR_UNSUPPORTED, "function_call", "'function_call' (legacy function calling) is not supported; send "
                                                     "'tool_choice'");
     v = field(root, "modalities");
     if (v) {
         const cJSON *m0 = cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 ? cJSON_GetArrayItem(v, 0) : NULL;
         if (!(cJSON_IsString(m0) && strcmp(m0->valuestring, "text") == 0))
-            return tp_api_err(e, TP_ERR_UNSUPPORTED, "modalities",
-                              "'modalities' other than [\"text\"] is not supported; remove it");
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, "modalities", "'modalities' other than [\"text\"] is not supported; remove it");
     }
     static const char *const others[] = {"audio", "web_search_options", "reasoning_effort"};
     for (int i = 0; i < 3; i++)
         if (field(root, others[i]))
-            return tp_api_err(e, TP_ERR_UNSUPPORTED, others[i],
-                              "'%s' is not supported by this server; remove it", others[i]);
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, others[i], "'%s' is not supported by this server; remove it", others[i]);
     return TP_OK;
 }
 
@@ -490,8 +469,7 @@ static enum tp_status parse_response_format(const cJSON *root, struct tp_req_par
     if (!v) return TP_OK;
     const cJSON *ty = cJSON_IsObject(v) ? field(v, "type") : NULL;
     if (!cJSON_IsString(ty))
-        return tp_api_err(e, TP_ERR_INVALID_ARG, pn,
-                          "'response_format' must be an object with 'type': \"text\", \"json_object\" or "
+        return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'response_format' must be an object with 'type': \"text\", \"json_object\" or "
                                        "\"json_schema\"");
     const cJSON *kv;
     cJSON_ArrayForEach(kv, v)
@@ -500,20 +478,17 @@ static enum tp_status parse_response_format(const cJSON *root, struct tp_req_par
             return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'response_format' has an unknown field '%.60s'", kv->string);
     }
     if (strcmp(ty->valuestring, "text") == 0) {
-        if (field(v, "json_schema")) return tp_api_err(e, TP_ERR_INVALID_ARG, pn,
-                                                       "'response_format' text takes no json_schema");
+        if (field(v, "json_schema")) return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'response_format' text takes no json_schema");
         return TP_OK;
     }
     if (strcmp(ty->valuestring, "json_object") == 0) {
         if (field(v, "json_schema"))
-            return tp_api_err(e, TP_ERR_INVALID_ARG, pn,
-                              "'response_format' json_object takes no json_schema (use type json_schema)");
+            return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'response_format' json_object takes no json_schema (use type json_schema)");
         if (tp_grammar_json_object(&p->grammar) != TP_OK) return tp_api_err(e, TP_ERR_NOMEM, pn, "out of memory");
         return TP_OK;
     }
     if (strcmp(ty->valuestring, "json_schema") != 0)
-        return tp_api_err(e, TP_ERR_INVALID_ARG, pn,
-                          "'response_format.type' is \"%.40s\"; want \"text\", \"json_object\" or "
+        return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'response_format.type' is \"%.40s\"; want \"text\", \"json_object\" or "
                                        "\"json_schema\"", ty->valuestring);
     const cJSON *js = field(v, "json_schema");
     if (!cJSON_IsObject(js))
@@ -530,8 +505,7 @@ static enum tp_status parse_response_format(const cJSON *root, struct tp_req_par
     }
     const cJSON *name = field(js, "name"), *strict = field(js, "strict"), *desc = field(js, "description");
     if (name && !cJSON_IsString(name))
-        return tp_api_err(e, TP_ERR_INVALID_ARG, "response_format.json_schema.name",
-                          "'response_format.json_schema.name' must be a string");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
     if (strict && !cJSON_IsBool(strict))
         return tp_api_err(e, TP_ERR_INVALID_ARG, "response_format.json_schema.strict",
                           "'response_format.json_schema.strict' must be a boolean");
@@ -540,14 +514,12 @@ static enum tp_status parse_response_format(const cJSON *root, struct tp_req_par
                           "'response_format.json_schema.description' must be a string");
     const cJSON *schema = field(js, "schema");
     if (!schema)
-        return tp_api_err(e, TP_ERR_INVALID_ARG, "response_format.json_schema.schema",
-                          "'response_format.json_schema.schema' is missing");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "response_format.json_schema.schema", "'response_format.json_schema.schema' is missing");
     struct tp_error err = {0};
     enum tp_status st = tp_grammar_from_schema(schema, &p->grammar, &err);
     if (st == TP_ERR_NOMEM) return tp_api_err(e, TP_ERR_NOMEM, pn, "out of memory compiling the schema");
     if (st != TP_OK)
-        return tp_api_err(e, st == TP_ERR_UNSUPPORTED ? st : TP_ERR_INVALID_ARG, "response_format.json_schema.schema",
-                          "'response_format.json_schema.schema': %s "
+        return tp_api_err(e, st == TP_ERR_UNSUPPORTED ? st : TP_ERR_INVALID_ARG, "response_format.json_schema.schema", "'response_format.json_schema.schema': %s "
                           "(docs/structured-output.md lists the supported subset)", tp_error_msg(&err));
     return TP_OK;
 }
@@ -671,8 +643,7 @@ static enum tp_status parse_tools(const cJSON *root, struct tp_req_params *p, st
         return tp_api_err(e, TP_ERR_INVALID_ARG, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
     p->parallel_tool_calls = !ptc || cJSON_IsTrue(ptc);
     if (tools && !cJSON_IsArray(tools))
-        return tp_api_err(e, TP_ERR_INVALID_ARG, "tools",
-                          "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
     const int n = tools ? cJSON_GetArraySize(tools) : 0;
     if (n > 128) return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools' lists %d functions (at most 128)", n);
     const cJSON *t;
@@ -682,22 +653,18 @@ static enum tp_status parse_tools(const cJSON *root, struct tp_req_params *p, st
         const cJSON *ty = cJSON_IsObject(t) ? field(t, "type") : NULL, *fn = cJSON_IsObject(t) ? field(t, "function") : NULL;
         const cJSON *name = cJSON_IsObject(fn) ? field(fn, "name") : NULL;
         if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") != 0 || !cJSON_IsObject(fn))
-            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools",
-                              "'tools'[%d] must be {\"type\": \"function\", \"function\": {\"name\", "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools'[%d] must be {\"type\": \"function\", \"function\": {\"name\", "
                                                 "\"description\", \"parameters\"}}", i);
         if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 64 ||
             strspn(name->valuestring, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
                 strlen(name->valuestring))
-            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools",
-                              "'tools'[%d].function.name must be 1-64 characters of a-z, A-Z, 0-9, "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools'[%d].function.name must be 1-64 characters of a-z, A-Z, 0-9, "
                                                 "'_', '-', '.'", i);
         const cJSON *pa = field(fn, "parameters"), *st = field(fn, "strict"), *de = field(fn, "description");
         if (pa && !cJSON_IsObject(pa))
-            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools",
-                              "'tools'[%d].function.parameters must be a JSON schema object", i);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools'[%d].function.parameters must be a JSON schema object", i);
         if ((st && !cJSON_IsBool(st)) || (de && !cJSON_IsString(de)))
-            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools",
-                              "'tools'[%d].function: 'strict' must be a boolean and 'description' a "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools'[%d].function: 'strict' must be a boolean and 'description' a "
                                                 "string", i);
         i++;
     }
@@ -712,8 +679,7 @@ static enum tp_status parse_tools(const cJSON *root, struct tp_req_params *p, st
             const cJSON *fn = cJSON_IsObject(choice) ? field(choice, "function") : NULL;
             const cJSON *nm = cJSON_IsObject(fn) ? field(fn, "name") : NULL;
             if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") != 0 || !cJSON_IsString(nm))
-                return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice",
-                                  "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                                                           "{\"type\": \"function\", \"function\": {\"name\": ...}}");
             mode = "named";
             named = nm->valuestring;
@@ -721,8 +687,7 @@ static enum tp_status parse_tools(const cJSON *root, struct tp_req_params *p, st
     }
     if (n == 0) {
         if (strcmp(mode, "required") == 0 || named)
-            return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice",
-                              "'tool_choice' %s needs 'tools'", named ? "names a function but" : "\"required\"");
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' %s needs 'tools'", named ? "names a function but" : "\"required\"");
         return TP_OK;
     }
     if (strcmp(mode, "none") == 0) return TP_OK;
@@ -777,8 +742,7 @@ static enum tp_status parse_logit_bias(const cJSON *root, int n_vocab, struct tp
     const cJSON *v = field(root, pn);
     if (!v) return TP_OK;
     if (!cJSON_IsObject(v))
-        return tp_api_err(e, TP_ERR_INVALID_ARG, pn,
-                          "'logit_bias' must be an object mapping token ids (as strings) to numbers from "
+        return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'logit_bias' must be an object mapping token ids (as strings) to numbers from "
                                        "-100 to 100");
     int n = cJSON_GetArraySize(v);
     if (n == 0) return TP_OK;
@@ -803,8 +767,7 @@ static enum tp_status parse_logit_bias(const cJSON *root, int n_vocab, struct tp
         long id = -1;
         if (kl > 0 && kl <= 9 && strspn(k, "0123456789") == kl) id = strtol(k, NULL, 10);
         if (id < 0 || id >= n_vocab) {
-            rc = tp_api_err(e, TP_ERR_INVALID_ARG, pn,
-                            "'logit_bias' key \"%.40s\" is not a token id in [0, %d)", k, n_vocab);
+            rc = tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'logit_bias' key \"%.40s\" is not a token id in [0, %d)", k, n_vocab);
             goto out;
         }
         if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100.0 && it->valuedouble <= 100.0)) {
@@ -828,8 +791,7 @@ static enum tp_status parse_logit_bias(const cJSON *root, int n_vocab, struct tp
         n_ban += p->bias_val[i] <= -100.0f;
     }
     if (n_ban >= n_vocab) {
-        rc = tp_api_err(e, TP_ERR_INVALID_ARG, pn,
-                        "'logit_bias' bans all %d tokens (-100); leave at least one allowed", n_vocab);
+        rc = tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'logit_bias' bans all %d tokens (-100); leave at least one allowed", n_vocab);
         goto out;
     }
     p->n_logit_bias = n;
@@ -846,8 +808,7 @@ static enum tp_status parse_fields(const cJSON *root, const char *body, size_t l
     if (v) {
         if (!cJSON_IsString(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "model", "'model' must be a string");
         if (tp_json_has_nul(v->valuestring))
-            return tp_api_err(e, TP_ERR_INVALID_ARG, "model",
-                              "'model' holds a NUL character (\\u0000); a model name cannot");
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "model", "'model' holds a NUL character (\\u0000); a model name cannot");
         if (!(p->model = strdup(v->valuestring))) return tp_api_err(e, TP_ERR_NOMEM, "model", "out of memory");
     }
     if (chat ? parse_messages(root, p, e) : parse_prompt(root, n_vocab, p, e)) return e->status;
@@ -865,14 +826,12 @@ static enum tp_status parse_fields(const cJSON *root, const char *body, size_t l
         double d = field(root, mt_name)->valuedouble;
         if (d < 1) return tp_api_err(e, TP_ERR_INVALID_ARG, mt_name, "'%s' is %.0f; it must be at least 1", mt_name, d);
         if (d > n_ctx)
-            return tp_api_err(e, TP_ERR_INVALID_ARG, mt_name,
-                              "'%s' is %.0f but the context holds only %d tokens", mt_name, d, n_ctx);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, mt_name, "'%s' is %.0f but the context holds only %d tokens", mt_name, d, n_ctx);
         p->max_tokens = (int)d;
     }
     if (get_number(root, "temperature", 0, 2, &p->temperature, e)) return e->status;
     if (get_number(root, "top_p", 0, 1, &p->top_p, e)) return e->status;
-    if (field(root, "top_p") && p->top_p <= 0) return tp_api_err(e, TP_ERR_INVALID_ARG, "top_p",
-                                                                 "'top_p' must be greater than 0");
+    if (field(root, "top_p") && p->top_p <= 0) return tp_api_err(e, TP_ERR_INVALID_ARG, "top_p", "'top_p' must be greater than 0");
     if (get_number(root, "min_p", 0, 1, &p->min_p, e)) return e->status;
     if (get_int(root, "top_k", -1, n_vocab, &p->top_k, e)) return e->status;
     if (p->top_k < 0) p->top_k = 0;
@@ -913,13 +872,11 @@ static enum tp_status parse_fields(const cJSON *root, const char *body, size_t l
     if (get_bool(root, "stream", &p->stream, e)) return e->status;
     v = field(root, "stream_options");
     if (v) {
-        if (!cJSON_IsObject(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "stream_options",
-                                                  "'stream_options' must be an object");
+        if (!cJSON_IsObject(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "stream_options", "'stream_options' must be an object");
         const cJSON *iu = field(v, "include_usage");
         if (iu) {
             if (!cJSON_IsBool(iu))
-                return tp_api_err(e, TP_ERR_INVALID_ARG, "stream_options.include_usage",
-                                  "'stream_options.include_usage' must be a boolean");
+                return tp_api_err(e, TP_ERR_INVALID_ARG, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
             p->include_usage = cJSON_IsTrue(iu);
         }
     }
