@@ -1,22 +1,9 @@
 /*
  * server/grammar.h - constrained decoding: JSON schemas compiled into a
- * byte-level pushdown automaton, and the per-step token mask.
- *
- * A tp_grammar is compiled once per request from a JSON schema (the subset in
- * docs/structured-output.md) or for "any JSON object".  Generation keeps a
- * struct tp_gstate per sequence (a small set of frame stacks: anyOf branches
- * that share a prefix are followed side by side) and feeds it the bytes of
- * every chosen token.  The automaton has no dead ends: every state reached by
- * accepted bytes can still be completed, so the output is valid by
- * construction whatever the model prefers.
- *
- * tp_token_trie holds the vocabulary's byte strings as a prefix trie in
- * preorder (built once per tokenizer); tp_grammar_mask walks it with the
- * automaton, skipping whole subtrees at the first rejected byte.  Inside a
- * free string body, tokens made only of plain string bytes (no quote,
- * backslash or control byte; UTF-8 that can continue from a character
- * boundary) are accepted as a precomputed bit set, and only the others are
- * walked.
+ * byte-level pushdown automaton with no dead ends (every reachable state can
+ * still finish), a per-sequence state fed the bytes of each chosen token,
+ * and the per-step token mask computed over a trie of the vocabulary's byte
+ * strings.  How it works and the schema subset: docs/structured-output.md.
  *
  * Thread safety: a compiled grammar and a trie are read-only after
  * creation and may be shared; a tp_gstate and a tp_mask_ctx belong to one
@@ -126,5 +113,27 @@ void tp_mask_ctx_free(tp_mask_ctx_t *c); /* NULL safe */
  * Returns the number of allowed tokens.  Allocates nothing.
  */
 int tp_grammar_mask(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, uint32_t *mask);
+
+/* ------------------------------------------------- closing within a budget */
+
+/*
+ * The cost of a state: the bytes of its shortest completion (every frame
+ * closed at its shortest: missing required members with shortest values,
+ * minItems, minLength, the rest of a literal or key, closing brackets), plus
+ * one when only an end-of-generation token can end it; 0 once done.  A
+ * vocabulary with a token for every single byte can always lower the cost
+ * by one per token, so a reply whose cost after each token stays within
+ * the tokens left always ends complete.  Allocates nothing.
+ */
+int tp_gstate_cost(const tp_grammar_t *g, const struct tp_gstate *st);
+/*
+ * tp_grammar_mask keeping only the tokens after which tp_gstate_cost is at
+ * most budget (budget < 0: tp_grammar_mask).  May allow none (the caller
+ * falls back to the plain mask).  max_cost (NULL: not wanted) receives a
+ * bound on the cost after any allowed token: a plain mask whose bound is
+ * within the tokens left needs no budget.  Allocates nothing.
+ */
+int tp_grammar_mask_budget(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, int budget,
+                           uint32_t *mask, int *max_cost);
 
 #endif
