@@ -110,7 +110,12 @@ static int argmax(const float *x, int n)
 
 /* 13-token prefill (logits at every position) then 20 greedy steps of sequence 0;
  * all logits into out ((13 + 20) x vocab).  0 on success. */
-static int run_greedy(tp_model_t *m, float *out)
+static int run_forced(tp_model_t *m, float *out, const float *force);
+static int run_greedy(tp_model_t *m, float *out) { return run_forced(m, out, NULL); }
+
+/* run_greedy, but each decode step fed the argmax of force's logits (teacher forcing: two
+ * models compared on the same tokens even where a near-tie picks differently). */
+static int run_forced(tp_model_t *m, float *out, const float *force)
 {
     int32_t tok[13], pos[13], seq[13];
     int8_t want[13];
@@ -122,14 +127,15 @@ static int run_greedy(tp_model_t *m, float *out)
     }
     struct tp_batch b = {13, tok, pos, seq, want};
     if (tp_model_forward(m, &b, out) != TP_OK) return -1;
-    int32_t t = argmax(out + 12 * FQ_VOCAB, FQ_VOCAB);
+    const float *src = force ? force : out;
+    int32_t t = argmax(src + 12 * FQ_VOCAB, FQ_VOCAB);
     for (int s = 0; s < 20; s++) {
         int32_t p = 13 + s, q = 0;
         int8_t w = 1;
         float *row = out + (size_t)(13 + s) * FQ_VOCAB;
         struct tp_batch d = {1, &t, &p, &q, &w};
         if (tp_model_forward(m, &d, row) != TP_OK) return -1;
-        t = argmax(row, FQ_VOCAB);
+        t = argmax((force ? force : out) + (size_t)(13 + s) * FQ_VOCAB, FQ_VOCAB);
     }
     return 0;
 }
@@ -188,11 +194,20 @@ static void check_layout(enum tp_wtype t)
         CU_ASSERT_EQUAL(mx->output.type, TP_WTYPE_Q6_K);
     }
     CU_ASSERT_EQUAL_FATAL(run_greedy(mr, rows), 0);
-    CU_ASSERT_EQUAL_FATAL(run_greedy(mx, x16), 0);
-    int same_tokens = 1; /* the greedy continuation (each step's argmax) is the same */
-    for (int st = 12; st < 13 + 20; st++)
-        same_tokens &= argmax(rows + (size_t)st * FQ_VOCAB, FQ_VOCAB) == argmax(x16 + (size_t)st * FQ_VOCAB, FQ_VOCAB);
-    CU_ASSERT(same_tokens);
+    CU_ASSERT_EQUAL_FATAL(run_forced(mx, x16, rows), 0); /* on the row layout's greedy tokens */
+    /* each step's argmax is the same, except at a near-tie: the two logits closer than 3x the
+     * rms error the nmse bound allows (sqrt(1e-4) = 1e-2 of the row's rms logit), which an
+     * 8-bit activation rounding flip (see above) can reorder */
+    int diff_tokens = 0;
+    for (int st = 12; st < 13 + 20; st++) {
+        const float *a = rows + (size_t)st * FQ_VOCAB, *b = x16 + (size_t)st * FQ_VOCAB;
+        const int ia = argmax(a, FQ_VOCAB), ib = argmax(b, FQ_VOCAB);
+        double ss = 0.0;
+        for (int v = 0; v < FQ_VOCAB; v++) ss += (double)a[v] * a[v];
+        const double tau = 3.0 * 1e-2 * sqrt(ss / FQ_VOCAB);
+        if (ia != ib && fabs((double)a[ia] - a[ib]) > tau) diff_tokens++;
+    }
+    CU_ASSERT_EQUAL(diff_tokens, 0);
     const double e = tm_nmse(x16, rows, (int)n);
     printf("\n  %s x16 (%s) vs row layout: logits nmse %.3g\n", tp_wtype_name(t),
            tp_kern_x16_native(t) ? "re-laid" : "not native here", e);
