@@ -57,6 +57,16 @@ static const char *finish_str(const struct tp_req *r)
     return r->params.tool_call ? "tool_calls" : "stop";
 }
 
+/* ------------------------------------------------------- harmony replies */
+
+static int is_harmony(const struct tp_server *s, const struct tp_req *r) { return r->chat && s->chat == TP_CHAT_HARMONY; }
+
+static const char *harmony_finish(const struct tp_req *r, int n_calls)
+{
+    if (r->finish == TP_FINISH_LENGTH) return "length";
+    return n_calls > 0 ? "tool_calls" : "stop";
+}
+
 static void add_piece_string(struct tp_server *s, cJSON *o, const char *key, int id, int with_bytes)
 {
     size_t l = 0;
@@ -149,7 +159,15 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
     cJSON *ch = cJSON_CreateObject();
     cJSON_AddNumberToObject(ch, "index", 0);
     const char *text = r->text.data ? r->text.data : "";
-    if (r->chat) {
+    const char *finish = finish_str(r);
+    if (is_harmony(s, r)) {
+        int n_calls = 0;
+        tp_harmony_message(&s->harmony, r->toks, r->n_toks, r->text.data ? r->text.data : "", r->text.len, r->id,
+                           cJSON_AddObjectToObject(ch, "message"), &n_calls);
+        finish = harmony_finish(r, n_calls);
+        if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, 0, r->n_toks));
+        else cJSON_AddNullToObject(ch, "logprobs");
+    } else if (r->chat) {
         cJSON *msg = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
         cJSON *calls = tool_calls_json(r);
@@ -167,7 +185,7 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
         if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", cmpl_logprobs(s, r, 0, r->n_toks, 0));
         else cJSON_AddNullToObject(ch, "logprobs");
     }
-    cJSON_AddStringToObject(ch, "finish_reason", finish_str(r));
+    cJSON_AddStringToObject(ch, "finish_reason", finish);
     cJSON_AddItemToArray(choices, ch);
     add_usage(root, r);
     char *json = tp_json_print(root);
@@ -249,14 +267,55 @@ struct stream {
     int complete;             /* every byte handed to MHD */
     int status;
     uint64_t last_out_ns;
+    struct tp_harmony_cursor h; /* harmony: where the stream stands */
 };
+
+/* One harmony chunk: delta (owned; {} when NULL) with role on the first chunk and the
+ * logprobs of the tokens not yet sent (mu held). */
+static void harmony_chunk(struct stream *st, cJSON *delta)
+{
+    struct tp_req *r = st->r;
+    cJSON *root = envelope(st->s, r, "chat.completion.chunk");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), ch);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON *d = delta ? delta : cJSON_CreateObject();
+    if (st->first) cJSON_AddItemToObject(d, "role", cJSON_CreateString("assistant"));
+    cJSON_AddItemToObject(ch, "delta", d);
+    if (r->params.logprobs && r->n_toks > st->sent_toks)
+        cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(st->s, r, st->sent_toks, r->n_toks));
+    else cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
+    st->sent_toks = r->n_toks;
+    st->first = 0;
+    char *j = tp_json_print(root);
+    cJSON_Delete(root);
+    if (j) tp_sse_data(&st->out, j);
+    free(j);
+}
+
+/* Stream what is new in a harmony reply (mu held). */
+static void harmony_stream(struct stream *st)
+{
+    struct tp_req *r = st->r;
+    cJSON *deltas = cJSON_CreateArray();
+    if (!deltas) return;
+    tp_harmony_deltas(&st->s->harmony, r->toks, r->n_toks, r->text.data ? r->text.data : "", r->text.len,
+                      r->state == TP_REQ_DONE, r->id, &st->h, deltas);
+    while (deltas->child) harmony_chunk(st, cJSON_DetachItemViaPointer(deltas, deltas->child));
+    cJSON_Delete(deltas);
+    if (r->params.logprobs && r->n_toks > st->sent_toks) harmony_chunk(st, NULL);
+    st->sent_toks = r->n_toks;
+}
 
 /* mu held: format everything new into st->out. */
 static void stream_format(struct stream *st)
 {
     struct tp_req *r = st->r;
     struct tp_server *s = st->s;
-    while (st->sent_toks < r->n_toks && !r->params.tool_call) {
+    int harmony = is_harmony(s, r);
+    if (harmony) harmony_stream(st);
+    while (!harmony && st->sent_toks < r->n_toks && !r->params.tool_call) {
         int k = st->sent_toks;
         size_t end = r->toks[k].text_end;
         if (end < st->sent_text) end = st->sent_text;
@@ -277,6 +336,17 @@ static void stream_format(struct stream *st)
         if (j) tp_sse_data(&st->out, j);
         free(j);
         st->status = e.status;
+    } else if (harmony) {
+        if (st->first) harmony_chunk(st, NULL);
+        size_t tl = r->text.len;
+        char *j = chunk_json(s, r, tl, tl, 0, 0, harmony_finish(r, st->h.calls + (st->h.announced ? 1 : 0)), 0);
+        if (j) tp_sse_data(&st->out, j);
+        free(j);
+        if (r->params.include_usage) {
+            j = usage_chunk_json(s, r);
+            if (j) tp_sse_data(&st->out, j);
+            free(j);
+        }
     } else {
         size_t tl = r->text.len;
         cJSON *calls = tool_calls_json(r);
@@ -380,6 +450,29 @@ static void stream_free(void *cls)
 
 /* ------------------------------------------------------------ entry */
 
+/* What only the harmony renderer shows the model: refused (400) for the other templates. */
+static int refuse_for_template(struct tp_server *s, const struct tp_req_params *p, struct tp_api_error *e)
+{
+    const char *fam = tp_chat_family_name(s->chat);
+    if (p->reasoning_effort)
+        return tp_api_fail(e, 400, "reasoning_effort", "'reasoning_effort' is not supported by the %s chat template "
+                                                       "(it applies to gpt-oss, the harmony format); remove it", fam);
+    if (p->tool_auto)
+        return tp_api_fail(e, 400, "tool_choice",
+                           "'tool_choice' \"auto\" (the model decides whether to call a tool) is not supported yet by "
+                           "the %s chat template; send \"required\" or {\"type\": \"function\", \"function\": "
+                           "{\"name\": ...}} to force a call, or \"none\"", fam);
+    for (int i = 0; i < p->n_msgs; i++) {
+        char param[48];
+        if (p->msgs[i].tool_calls || strcmp(p->msgs[i].role, "tool") == 0) {
+            snprintf(param, sizeof param, p->msgs[i].tool_calls ? "messages[%d].tool_calls" : "messages[%d].role", i);
+            return tp_api_fail(e, 400, param, "'%s': tool calls in the conversation history are not supported yet by "
+                                              "the %s chat template", param, fam);
+        }
+    }
+    return 0;
+}
+
 enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connection *c, int chat, const char *body,
                                          size_t len)
 {
@@ -390,9 +483,26 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
     if (tp_req_parse(body, len, chat, s->n_vocab, s->n_ctx, &p, &e) != 0) return tp_http_send_error(s, c, &e);
     if (chat) {
         struct tp_buf text = {0};
-        char msg[256] = "";
-        int rc = tp_chat_render(s->chat, p.msgs, p.n_msgs, 1, s->bos_text, s->eos_text,
+        char msg[512] = "";
+        int rc;
+        if (s->chat == TP_CHAT_HARMONY) {
+            if (p.tool_call) {
+                tp_req_params_free(&p);
+                tp_api_fail(&e, 400, "tool_choice", "'tool_choice' \"required\" or a named function is not supported "
+                                                    "with the harmony format (gpt-oss): send \"auto\" (the model "
+                                                    "calls a tool on its commentary channel) or \"none\"");
+                return tp_http_send_error(s, c, &e);
+            }
+            struct tp_harmony_opts ho = {p.reasoning_effort, NULL, p.tools, 1};
+            rc = tp_harmony_render(p.msgs, p.n_msgs, &ho, &text, msg, sizeof msg);
+        } else {
+            if (refuse_for_template(s, &p, &e) != 0) {
+                tp_req_params_free(&p);
+                return tp_http_send_error(s, c, &e);
+            }
+            rc = tp_chat_render(s->chat, p.msgs, p.n_msgs, 1, s->bos_text, s->eos_text,
                                 s->has_default_system ? s->default_system : NULL, &text, msg, sizeof msg);
+        }
         if (rc != 0) {
             tp_buf_free(&text);
             tp_req_params_free(&p);

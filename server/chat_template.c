@@ -13,6 +13,7 @@
  *   chatml  plain ChatML (<|im_start|>role\n...<|im_end|>\n); with the default
  *           system message of Qwen2 / Qwen2.5 templates when they carry one
  *   zephyr  zephyr-7b-beta (<|user|>\n...</s>\n)
+ *   harmony gpt-oss (openai-gpt-oss-120b.jinja): rendered by harmony.c
  *   plain   tpserve's default for models without a template:
  *           "<role>: <content>\n" per message, then "assistant:".
  * A template is recognised by markers it must contain (tp_chat_detect).
@@ -22,10 +23,13 @@
 
 #include "server_impl.h"
 
-static const char *const family_names[TP_CHAT_FAMILY_COUNT] = {"unknown", "llama2", "llama3", "chatml",
-                                                                "qwen3",   "mistral", "zephyr", "plain"};
+static const char *const family_names[TP_CHAT_FAMILY_COUNT] = {"unknown", "llama2", "llama3", "chatml", "qwen3",
+                                                                "mistral", "zephyr", "plain",  "harmony"};
 
-const char *tp_server_chat_template_names(void) { return "llama2, llama3, chatml, qwen3, mistral, zephyr, plain"; }
+const char *tp_server_chat_template_names(void)
+{
+    return "llama2, llama3, chatml, qwen3, mistral, zephyr, plain, harmony";
+}
 
 const char *tp_chat_family_name(enum tp_chat_family f)
 {
@@ -43,6 +47,7 @@ enum tp_chat_family tp_chat_detect(const char *t)
 {
     if (!t || !t[0]) return TP_CHAT_PLAIN;
     if (strstr(t, "<|start_header_id|>") && strstr(t, "<|eot_id|>")) return TP_CHAT_LLAMA3;
+    if (strstr(t, "<|channel|>") && strstr(t, "<|message|>")) return TP_CHAT_HARMONY; /* gpt-oss: harmony.c */
     if (strstr(t, "<|im_start|>")) return strstr(t, "</think>") ? TP_CHAT_QWEN3 : TP_CHAT_CHATML;
     if (strstr(t, "<<SYS>>") && strstr(t, "[INST]")) return TP_CHAT_LLAMA2;
     if (strstr(t, "[INST]")) return TP_CHAT_MISTRAL;
@@ -320,6 +325,10 @@ int tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_
     case TP_CHAT_QWEN3: return render_qwen3(msgs, n_msgs, add_gen, out);
     case TP_CHAT_ZEPHYR: return render_zephyr(msgs, n_msgs, add_gen, eos, out);
     case TP_CHAT_PLAIN: return render_plain(msgs, n_msgs, add_gen, out);
+    case TP_CHAT_HARMONY: {
+        struct tp_harmony_opts o = {NULL, NULL, NULL, add_gen};
+        return tp_harmony_render(msgs, n_msgs, &o, out, err, err_cap);
+    }
     default: return raise(err, err_cap, "unknown chat template family");
     }
 }

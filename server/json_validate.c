@@ -148,6 +148,54 @@ static int parse_content(const cJSON *c, int idx, int allow_null, char **out, st
     return *out ? 0 : tp_api_fail(e, 500, param, "out of memory");
 }
 
+/* An assistant message's tool_calls ([{id?, type: "function", function: {name,
+ * arguments: JSON text}}], kept as JSON text) and reasoning_content; a tool
+ * message's tool_call_id.  Whether the chat template can render them is
+ * checked when the prompt is rendered (api.c). */
+static int parse_history_extras(const cJSON *m, int i, char role, struct tp_chat_msg *out, struct tp_api_error *e)
+{
+    char param[64];
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+    if (tc && !cJSON_IsNull(tc) && !(cJSON_IsArray(tc) && cJSON_GetArraySize(tc) == 0)) {
+        snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+        if (role != 'a') return tp_api_fail(e, 400, param, "'%s': only assistant messages carry tool calls", param);
+        if (!cJSON_IsArray(tc)) return tp_api_fail(e, 400, param, "'%s' must be a list of calls", param);
+        int k = 0;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, tc)
+        {
+            const cJSON *ty = cJSON_IsObject(c) ? field(c, "type") : NULL, *fn = cJSON_IsObject(c) ? field(c, "function") : NULL;
+            const cJSON *nm = cJSON_IsObject(fn) ? field(fn, "name") : NULL, *ar = cJSON_IsObject(fn) ? field(fn, "arguments") : NULL;
+            const cJSON *id = cJSON_IsObject(c) ? field(c, "id") : NULL;
+            if ((ty && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) || !cJSON_IsString(nm) ||
+                !nm->valuestring[0] || tp_json_has_nul(nm->valuestring) || !cJSON_IsString(ar) || (id && !cJSON_IsString(id)))
+                return tp_api_fail(e, 400, param, "'%s'[%d] must be {\"id\": \"...\", \"type\": \"function\", \"function\": "
+                                                  "{\"name\": \"...\", \"arguments\": \"<JSON text>\"}}", param, k);
+            cJSON *args = cJSON_Parse(ar->valuestring);
+            int ok = args != NULL;
+            cJSON_Delete(args);
+            if (!ok)
+                return tp_api_fail(e, 400, param, "'%s'[%d].function.arguments is not valid JSON text", param, k);
+            k++;
+        }
+        if (!(out->tool_calls = cJSON_PrintUnformatted(tc))) return tp_api_fail(e, 500, param, "out of memory");
+    }
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+    if (rc && !cJSON_IsNull(rc)) {
+        snprintf(param, sizeof param, "messages[%d].reasoning_content", i);
+        if (role != 'a' || !cJSON_IsString(rc))
+            return tp_api_fail(e, 400, param, "'%s' must be a string on an assistant message", param);
+        if (!(out->reasoning = dup_str(rc->valuestring))) return tp_api_fail(e, 500, param, "out of memory");
+    }
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+    if (id && !cJSON_IsNull(id) && role == 't') {
+        snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
+        if (!cJSON_IsString(id)) return tp_api_fail(e, 400, param, "'%s' must be a string", param);
+        if (!(out->tool_call_id = dup_str(id->valuestring))) return tp_api_fail(e, 500, param, "out of memory");
+    }
+    return 0;
+}
+
 static int parse_messages(const cJSON *root, struct tp_req_params *p, struct tp_api_error *e)
 {
     const cJSON *v = field(root, "messages");
@@ -172,28 +220,21 @@ static int parse_messages(const cJSON *root, struct tp_req_params *p, struct tp_
         if (tp_json_has_nul(r))
             return tp_api_fail(e, 400, param, "'%s' holds a NUL character (\\u0000); a role name cannot", param);
         if (strcmp(r, "developer") == 0) r = "system";
-        if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0)
-            return tp_api_fail(e, 400, param, "'%s' is '%.40s'; supported roles are system, user and assistant",
-                               param, r);
-        p->msgs[i].role = r[0] == 's' ? "system" : r[0] == 'u' ? "user" : "assistant";
-        /* tool calls in the history would have to be rendered by the chat template's tools block */
-        static const char *const tk[] = {"tool_calls", "function_call"};
-        for (int k = 0; k < 2; k++) {
-            const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, tk[k]);
-            if (tc && !cJSON_IsNull(tc) && !(cJSON_IsArray(tc) && cJSON_GetArraySize(tc) == 0)) {
-                snprintf(param, sizeof param, "messages[%d].%s", i, tk[k]);
-                p->n_msgs = i;
-                return tp_api_fail(e, 400, param, "'%s': tool calls in the conversation history are not supported yet",
-                                   param);
-            }
+        if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0 && strcmp(r, "tool") != 0)
+            return tp_api_fail(e, 400, param, "'%s' is '%.40s'; supported roles are system, developer, user, assistant "
+                                              "and tool", param, r);
+        p->msgs[i].role = r[0] == 's' ? "system" : r[0] == 'u' ? "user" : r[0] == 't' ? "tool" : "assistant";
+        p->n_msgs = i + 1; /* freed from here on */
+        const cJSON *fc = cJSON_GetObjectItemCaseSensitive(m, "function_call");
+        if (fc && !cJSON_IsNull(fc)) {
+            snprintf(param, sizeof param, "messages[%d].function_call", i);
+            return tp_api_fail(e, 400, param, "'%s' (legacy function calling) is not supported; send tool_calls", param);
         }
+        if (parse_history_extras(m, i, r[0], &p->msgs[i], e) != 0) return -1;
         char *content = NULL;
-        if (parse_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, r[0] == 'a', &content, e) != 0) {
-            p->n_msgs = i;
-            return -1;
-        }
+        if (parse_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, r[0] == 'a', &content, e) != 0) return -1;
         p->msgs[i].content = content;
-        p->n_msgs = ++i;
+        i++;
     }
     return 0;
 }
@@ -383,8 +424,8 @@ static int refuse_unsupported(const cJSON *root, struct tp_api_error *e)
         if (!(cJSON_IsString(m0) && strcmp(m0->valuestring, "text") == 0))
             return tp_api_fail(e, 400, "modalities", "'modalities' other than [\"text\"] is not supported; remove it");
     }
-    static const char *const others[] = {"audio", "web_search_options", "reasoning_effort"};
-    for (int i = 0; i < 3; i++)
+    static const char *const others[] = {"audio", "web_search_options"};
+    for (int i = 0; i < 2; i++)
         if (field(root, others[i]))
             return tp_api_fail(e, 400, others[i], "'%s' is not supported by this server; remove it", others[i]);
     return 0;
@@ -568,11 +609,12 @@ static int parse_tools(const cJSON *root, struct tp_req_params *p, struct tp_api
         return 0;
     }
     if (strcmp(mode, "none") == 0) return 0;
-    if (strcmp(mode, "auto") == 0)
-        return tp_api_fail(e, 400, "tool_choice",
-                           "'tool_choice' \"auto\" (the model decides whether to call a tool) is not supported yet; send "
-                           "\"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}} to force a call, or "
-                           "\"none\"");
+    /* the tools as the prompt shows them to the model (a template that renders tools: harmony) */
+    if (!(p->tools = cJSON_Duplicate(tools, 1))) return tp_api_fail(e, 500, "tools", "out of memory");
+    if (strcmp(mode, "auto") == 0) {
+        p->tool_auto = 1; /* api.c refuses it where the chat template cannot show the tools */
+        return 0;
+    }
     if (p->grammar)
         return tp_api_fail(e, 400, "tool_choice", "a forced tool call and 'response_format' cannot be combined");
     cJSON *wrap = cJSON_CreateObject();
@@ -733,6 +775,14 @@ static int parse_fields(const cJSON *root, const char *body, size_t len, int cha
         return tp_api_fail(e, 400, "repetition_penalty", "'repetition_penalty' must be greater than 0");
     if (parse_seed(root, body, len, p, e)) return -1;
     if (refuse_unsupported(root, e)) return -1;
+    const cJSON *re = field(root, "reasoning_effort");
+    if (re && !cJSON_IsNull(re)) {
+        if (!chat) return tp_api_fail(e, 400, "reasoning_effort", "'reasoning_effort' is for /v1/chat/completions");
+        if (!cJSON_IsString(re) || !tp_harmony_effort_valid(re->valuestring))
+            return tp_api_fail(e, 400, "reasoning_effort", "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+        if (!(p->reasoning_effort = dup_str(re->valuestring)))
+            return tp_api_fail(e, 500, "reasoning_effort", "out of memory");
+    }
     if (parse_logit_bias(root, n_vocab, p, e)) return -1;
     if (parse_response_format(root, p, e)) return -1;
     if (chat) {
@@ -799,7 +849,14 @@ void tp_req_params_free(struct tp_req_params *p)
     free(p->model);
     free(p->prompt);
     free(p->prompt_ids);
-    for (int i = 0; i < p->n_msgs; i++) free((char *)p->msgs[i].content);
+    for (int i = 0; i < p->n_msgs; i++) {
+        free((char *)p->msgs[i].content);
+        free((char *)p->msgs[i].reasoning);
+        free((char *)p->msgs[i].tool_calls);
+        free((char *)p->msgs[i].tool_call_id);
+    }
+    free(p->reasoning_effort);
+    cJSON_Delete(p->tools);
     free(p->msgs);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
     free(p->bias_id);

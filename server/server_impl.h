@@ -86,12 +86,16 @@ enum tp_chat_family {
     TP_CHAT_MISTRAL,
     TP_CHAT_ZEPHYR,
     TP_CHAT_PLAIN, /* our default for models without a template (documented in README) */
+    TP_CHAT_HARMONY, /* gpt-oss (server/harmony.c) */
     TP_CHAT_FAMILY_COUNT
 };
 struct tp_chat_msg {
-    const char *role;    /* "system" | "user" | "assistant" */
+    const char *role;    /* "system" | "user" | "assistant" | "tool" */
     const char *content; /* UTF-8 in tree form (NUL as C0 80, see tp_json_parse): templates treat it as one
                           * more character; tp_json_decode_nul the rendered text before tokenizing */
+    const char *reasoning;    /* assistant: reasoning_content (owned) or NULL */
+    const char *tool_calls;   /* assistant: its tool_calls list as JSON text (owned), NULL when none */
+    const char *tool_call_id; /* tool: the call it answers (owned) or NULL */
 };
 /* Family of a Jinja chat template by its markers; NULL -> PLAIN; unrecognised -> UNKNOWN. */
 enum tp_chat_family tp_chat_detect(const char *tmpl);
@@ -115,6 +119,79 @@ int tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_
  * and fills out (passed to tp_chat_render as default_system), or 0.
  */
 int tp_chat_default_system(const char *tmpl, char *out, size_t cap);
+
+/* ============================================ harmony (gpt-oss) format ===== */
+
+struct tp_harmony_opts {
+    const char *reasoning_effort; /* "low" | "medium" | "high"; NULL: the template's "medium" */
+    const char *date;             /* "YYYY-MM-DD" for "Current date:"; NULL: today, local time */
+    const struct cJSON *tools;    /* the request's tools list (validated), or NULL */
+    int add_generation_prompt;
+};
+/* Nonzero for "low", "medium", "high". */
+int tp_harmony_effort_valid(const char *effort);
+/*
+ * Render msgs as openai-gpt-oss-120b.jinja does (see server/harmony.c for
+ * how the request maps onto the template and where it is refused).
+ * Appends to out.  Returns 0, -1 with a message in err, -2 out of memory.
+ */
+int tp_harmony_render(const struct tp_chat_msg *msgs, int n_msgs, const struct tp_harmony_opts *opt,
+                      struct tp_buf *out, char *err, size_t err_cap);
+
+/* The harmony control tokens of a vocabulary (-1 when absent). */
+struct tp_harmony_ids {
+    int32_t start, end, message, channel, constrain, ret, call;
+};
+/* Fill h; returns 1 when the vocabulary has <|start|> <|end|> <|message|> <|channel|>
+ * <|return|> and <|call|>, else 0. */
+int tp_harmony_ids_init(const tp_tokenizer_t *t, struct tp_harmony_ids *h);
+
+enum tp_harmony_kind { TP_HARMONY_REASONING = 0, TP_HARMONY_CONTENT, TP_HARMONY_CALL };
+/* One message body of a reply: its text is reply_text[b, e). */
+struct tp_harmony_seg {
+    enum tp_harmony_kind kind;
+    size_t b, e;
+    size_t name_b, name_e; /* CALL: the function name (after "to=functions.") in the reply text */
+    int closed;            /* its end token (<|end|>, <|return|>, <|call|>) was generated */
+};
+/*
+ * Split a reply into message bodies.  toks[i] is the i-th generated token
+ * (its id, and text_end: the reply's text length after it; control tokens
+ * add no text); text[0, text_len) is the reply's text.  done: the reply is finished (a
+ * reply that never opened a message body is then one content segment: a
+ * model that ignores the format still answers).  Writes up to max_segs
+ * segments, returns how many there are.  Stateless: call it again on a
+ * longer reply to stream.
+ */
+struct tp_gen_tok;
+int tp_harmony_scan(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text,
+                    size_t text_len, int done, struct tp_harmony_seg *segs, int max_segs);
+
+/*
+ * The assistant message of a finished reply (its tokens and text as for
+ * tp_harmony_scan): adds role, content (null when the reply is only tool
+ * calls), reasoning_content (when there is any) and tool_calls ({id
+ * "call_<req_id>_<k>", type, function {name, arguments}}) to msg; *n_calls
+ * set.  Returns 0, -1 out of memory.
+ */
+int tp_harmony_message(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text,
+                       size_t text_len, const char *req_id, struct cJSON *msg, int *n_calls);
+/* Where a stream stands: the body being sent, bytes of it sent, its call announced, calls finished. */
+struct tp_harmony_cursor {
+    int seg;
+    size_t pos;
+    int announced, calls;
+};
+/*
+ * Stream deltas for what is new in a reply since cur (zeroed at the start):
+ * appends OpenAI delta objects to the cJSON array deltas ({"reasoning_content":
+ * text}, {"content": text}, a call announced as {"tool_calls": [{index, id,
+ * type, function {name, arguments: ""}}]} once its header is complete, then
+ * {"tool_calls": [{index, function {arguments: text}}]} as it grows) and
+ * advances cur.  Returns the number appended, -1 out of memory.
+ */
+int tp_harmony_deltas(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text,
+                      size_t text_len, int done, const char *req_id, struct tp_harmony_cursor *cur, struct cJSON *deltas);
 
 /* ================================================== request parameters ===== */
 
@@ -150,6 +227,9 @@ struct tp_req_params {
                                     * NULL: unconstrained */
     int tool_call;                 /* tool_choice required / named: the reply is {"name", "arguments"} under grammar,
                                     * returned as tool_calls */
+    struct cJSON *tools;           /* the request's tools (owned) when tool_choice is not "none", else NULL */
+    int tool_auto;                 /* tool_choice "auto" with tools: the model decides (harmony only) */
+    char *reasoning_effort;        /* "low" | "medium" | "high" (owned) or NULL */
 };
 /*
  * Parse and validate a JSON body.  n_vocab bounds token ids, n_ctx bounds

@@ -365,7 +365,7 @@ static void test_refused_fields(void)
         {"\"modalities\":[\"text\",\"audio\"]", "modalities"},
         {"\"audio\":{\"voice\":\"x\"}", "audio"},
         {"\"web_search_options\":{}", "web_search_options"},
-        {"\"reasoning_effort\":\"low\"", "reasoning_effort"},
+        {"\"reasoning_effort\":\"maximal\"", "reasoning_effort"},
     };
     char body[256];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
