@@ -88,3 +88,10 @@ add_test(NAME server.web_page
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_web.sh $<TARGET_FILE:tpserve> ${PROJECT_SOURCE_DIR})
 set_tests_properties(server.web_page PROPERTIES LABELS "model;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77
                      RESOURCE_LOCK tp_npm_install)
+
+# The harmony format (gpt-oss) end to end: prompt token counts against tiktoken of the real
+# template's rendering, streamed vs non-streamed channel splits, refusals (tests/node/harmony_e2e.mjs
+# on a random-weight model with the o200k vocabulary).  Skipped (77) without node or the npm packages.
+add_test(NAME server.node_harmony COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_harmony.sh $<TARGET_FILE:tpserve>)
+set_tests_properties(server.node_harmony PROPERTIES LABELS "model" TIMEOUT 400 SKIP_RETURN_CODE 77
+                     RESOURCE_LOCK tp_npm_install)
