@@ -60,6 +60,11 @@ static const char *finish_str(const struct tp_req *r)
 /* ------------------------------------------------------- harmony replies */
 
 static int is_harmony(const struct tp_server *s, const struct tp_req *r) { return r->chat && s->chat == TP_CHAT_HARMONY; }
+/* qwen3-family replies: <think> reasoning split from the answer (not a forced tool call). */
+static int is_think(const struct tp_server *s, const struct tp_req *r)
+{
+    return r->chat && s->chat == TP_CHAT_QWEN3 && !r->params.tool_call;
+}
 
 static const char *harmony_finish(const struct tp_req *r, int n_calls)
 {
@@ -167,6 +172,16 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
         finish = harmony_finish(r, n_calls);
         if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, 0, r->n_toks));
         else cJSON_AddNullToObject(ch, "logprobs");
+    } else if (is_think(s, r)) {
+        struct tp_think_parts tp;
+        tp_think_split(text, r->text.len, 1, &tp);
+        cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        tp_json_add_bytes(msg, "content", text + tp.content_b, tp.content_e - tp.content_b);
+        if (tp.thinking)
+            tp_json_add_bytes(msg, "reasoning_content", text + tp.reasoning_b, tp.reasoning_e - tp.reasoning_b);
+        if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, 0, r->n_toks));
+        else cJSON_AddNullToObject(ch, "logprobs");
     } else if (r->chat) {
         cJSON *msg = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
@@ -268,11 +283,12 @@ struct stream {
     int status;
     uint64_t last_out_ns;
     struct tp_harmony_cursor h; /* harmony: where the stream stands */
+    size_t think_r, think_c;    /* <think> replies: reasoning and content bytes sent */
 };
 
-/* One harmony chunk: delta (owned; {} when NULL) with role on the first chunk and the
- * logprobs of the tokens not yet sent (mu held). */
-static void harmony_chunk(struct stream *st, cJSON *delta)
+/* One chunk of a split reply (harmony, <think>): delta (owned; {} when NULL) with role on
+ * the first chunk and the logprobs of the tokens not yet sent (mu held). */
+static void delta_chunk(struct stream *st, cJSON *delta)
 {
     struct tp_req *r = st->r;
     cJSON *root = envelope(st->s, r, "chat.completion.chunk");
@@ -302,9 +318,31 @@ static void harmony_stream(struct stream *st)
     if (!deltas) return;
     tp_harmony_deltas(&st->s->harmony, r->toks, r->n_toks, r->text.data ? r->text.data : "", r->text.len,
                       r->state == TP_REQ_DONE, r->id, &st->h, deltas);
-    while (deltas->child) harmony_chunk(st, cJSON_DetachItemViaPointer(deltas, deltas->child));
+    while (deltas->child) delta_chunk(st, cJSON_DetachItemViaPointer(deltas, deltas->child));
     cJSON_Delete(deltas);
-    if (r->params.logprobs && r->n_toks > st->sent_toks) harmony_chunk(st, NULL);
+    if (r->params.logprobs && r->n_toks > st->sent_toks) delta_chunk(st, NULL);
+    st->sent_toks = r->n_toks;
+}
+
+/* Stream what is new in a <think> reply: reasoning_content, then content (mu held). */
+static void think_stream(struct stream *st)
+{
+    struct tp_req *r = st->r;
+    const char *text = r->text.data ? r->text.data : "";
+    struct tp_think_parts tp;
+    tp_think_split(text, r->text.len, r->state == TP_REQ_DONE, &tp);
+    const char *keys[2] = {"reasoning_content", "content"};
+    size_t b[2] = {tp.reasoning_b, tp.content_b}, e[2] = {tp.reasoning_e, tp.content_e};
+    size_t *sent[2] = {&st->think_r, &st->think_c};
+    for (int k = 0; k < 2; k++) {
+        if (e[k] <= b[k] + *sent[k]) continue;
+        cJSON *d = cJSON_CreateObject();
+        if (!d) return;
+        tp_json_add_bytes(d, keys[k], text + b[k] + *sent[k], e[k] - b[k] - *sent[k]);
+        delta_chunk(st, d);
+        *sent[k] = e[k] - b[k];
+    }
+    if (r->params.logprobs && r->n_toks > st->sent_toks) delta_chunk(st, NULL);
     st->sent_toks = r->n_toks;
 }
 
@@ -313,9 +351,10 @@ static void stream_format(struct stream *st)
 {
     struct tp_req *r = st->r;
     struct tp_server *s = st->s;
-    int harmony = is_harmony(s, r);
+    int harmony = is_harmony(s, r), split = harmony || is_think(s, r);
     if (harmony) harmony_stream(st);
-    while (!harmony && st->sent_toks < r->n_toks && !r->params.tool_call) {
+    else if (split) think_stream(st);
+    while (!split && st->sent_toks < r->n_toks && !r->params.tool_call) {
         int k = st->sent_toks;
         size_t end = r->toks[k].text_end;
         if (end < st->sent_text) end = st->sent_text;
@@ -336,10 +375,11 @@ static void stream_format(struct stream *st)
         if (j) tp_sse_data(&st->out, j);
         free(j);
         st->status = e.status;
-    } else if (harmony) {
-        if (st->first) harmony_chunk(st, NULL);
+    } else if (split) {
+        if (st->first) delta_chunk(st, NULL);
         size_t tl = r->text.len;
-        char *j = chunk_json(s, r, tl, tl, 0, 0, harmony_finish(r, st->h.calls + (st->h.announced ? 1 : 0)), 0);
+        const char *fin = harmony ? harmony_finish(r, st->h.calls + (st->h.announced ? 1 : 0)) : finish_str(r);
+        char *j = chunk_json(s, r, tl, tl, 0, 0, fin, 0);
         if (j) tp_sse_data(&st->out, j);
         free(j);
         if (r->params.include_usage) {

@@ -193,6 +193,23 @@ struct tp_harmony_cursor {
 int tp_harmony_deltas(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text,
                       size_t text_len, int done, const char *req_id, struct tp_harmony_cursor *cur, struct cJSON *deltas);
 
+/* ==================================== <think> reasoning (qwen3 family) ===== */
+
+/* A reply split into reasoning and answer: text[reasoning_b, reasoning_e) and
+ * text[content_b, content_e). */
+struct tp_think_parts {
+    int thinking;                /* the reply opens with <think> */
+    int closed;                  /* </think> seen */
+    size_t reasoning_b, reasoning_e;
+    size_t content_b, content_e;
+};
+/*
+ * Split the reply so far, text[0, len) (server/think.c).  done: the reply is
+ * finished (text held back as a possible tag is then released).  The parts
+ * only grow as the reply does, so a stream sends each part's new bytes.
+ */
+void tp_think_split(const char *text, size_t len, int done, struct tp_think_parts *p);
+
 /* ================================================== request parameters ===== */
 
 #define TP_MAX_STOP 16

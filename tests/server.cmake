@@ -63,7 +63,8 @@ foreach(_tp_case "stories_1rank|${PROJECT_SOURCE_DIR}/models/stories260K.gguf|1|
                  "llama3_1rank_shared|synth:llama3|1|structured.mjs"
                  "qwen3_1rank_shared|synth:qwen3|1|structured.mjs"
                  "clients_stories|${PROJECT_SOURCE_DIR}/models/stories260K.gguf|1|clients.mjs"
-                 "clients_llama3_shared|synth:llama3|1|clients.mjs")
+                 "clients_llama3_shared|synth:llama3|1|clients.mjs"
+                 "think_qwen3_shared|synth:qwen3|1|think_e2e.mjs")
   string(REPLACE "|" ";" _tp_case "${_tp_case}")
   list(GET _tp_case 0 _n)
   list(GET _tp_case 1 _m)

@@ -14,6 +14,8 @@
  *            fed token by token (reasoning_content / content pieces that add up
  *            to the bodies, a call announced once with its id and name, then its
  *            arguments) and the final message (content null beside tool_calls).
+ *   think    <think> replies (qwen3 family) split into reasoning and content; every
+ *            prefix of a reply splits into prefixes of the final parts (streaming).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -401,6 +403,58 @@ static void test_stream_and_message(void)
     CU_ASSERT_PTR_NULL(c.reasoning.data);
     collected_free(&c);
 }
+
+/* ------------------------------------------------------------------ think */
+
+static int part_is(const char *t, size_t b, size_t e, const char *want)
+{
+    return e - b == strlen(want) && memcmp(t + b, want, e - b) == 0;
+}
+
+/* Every prefix of text splits into parts that are prefixes of the final parts: a stream
+ * sending each part's new bytes adds up to the finished reply. */
+static void check_think_stream(const char *text, const char *reasoning, const char *content, int thinking)
+{
+    size_t len = strlen(text);
+    struct tp_think_parts fin, p;
+    tp_think_split(text, len, 1, &fin);
+    CU_ASSERT_EQUAL(fin.thinking, thinking);
+    CU_ASSERT(part_is(text, fin.reasoning_b, fin.reasoning_e, reasoning));
+    CU_ASSERT(part_is(text, fin.content_b, fin.content_e, content));
+    size_t sent_r = 0, sent_c = 0;
+    for (size_t k = 0; k <= len; k++) {
+        tp_think_split(text, k, k == len, &p);
+        size_t rl = p.reasoning_e - p.reasoning_b, cl = p.content_e - p.content_b;
+        CU_ASSERT(rl >= sent_r && cl >= sent_c);
+        CU_ASSERT(rl <= strlen(reasoning) && memcmp(text + p.reasoning_b, reasoning, rl) == 0);
+        CU_ASSERT(cl <= strlen(content) && memcmp(text + p.content_b, content, cl) == 0);
+        sent_r = rl;
+        sent_c = cl;
+    }
+    CU_ASSERT_EQUAL(sent_r, strlen(reasoning));
+    CU_ASSERT_EQUAL(sent_c, strlen(content));
+}
+
+static void test_think_split(void)
+{
+    check_think_stream("<think>\nThe user asks 2+2.\n</think>\n\nIt is 4.", "The user asks 2+2.\n", "It is 4.", 1);
+    check_think_stream("\n<think>\n\nshort</think>answer</think> kept", "short", "answer</think> kept", 1);
+    check_think_stream("<think>\n\n</think>\n\nNo reasoning.", "", "No reasoning.", 1);
+    check_think_stream("<think>cut short by max_tokens </thi", "cut short by max_tokens </thi", "", 1);
+    check_think_stream("Plain answer with <think> inside.", "", "Plain answer with <think> inside.", 0);
+    check_think_stream("<thi", "", "<thi", 0);
+    check_think_stream("", "", "", 0);
+    /* undecided while streaming: nothing released */
+    struct tp_think_parts p;
+    tp_think_split("  <thin", 7, 0, &p);
+    CU_ASSERT(p.content_e == p.content_b && p.reasoning_e == p.reasoning_b);
+}
+
+static const struct tp_test_case think_cases[] = {
+    {"split", test_think_split},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(think, "unit", 60, think_cases)
 
 static const struct tp_test_case harmony_cases[] = {
     {"stream_and_message", test_stream_and_message},
