@@ -263,8 +263,11 @@ static int render_qwen3(const struct tp_chat_msg *m, int n, int add_gen, struct 
         } else if (strcmp(role, "assistant") == 0) {
             const char *c = m[i].content, *ce = c + strlen(c);
             const char *rb = "", *re = rb; /* reasoning_content */
-            const char *close = strstr(c, "</think>");
-            if (close) {
+            const char *close = m[i].reasoning ? NULL : strstr(c, "</think>");
+            if (m[i].reasoning) {
+                rb = m[i].reasoning;
+                re = rb + strlen(rb);
+            } else if (close) {
                 /* content = c.split('</think>')[-1].lstrip('\n') */
                 const char *last = close, *q;
                 while ((q = strstr(last + 8, "</think>")) != NULL) last = q;

@@ -3,7 +3,8 @@
 #   The harmony format end to end (harmony_e2e.mjs) against a fresh tpserve running a
 #   random-weight test-tiny model whose vocabulary is o200k with the harmony tokens
 #   (built from the tiktoken package's ranks by o200k_oracle.mjs) and whose chat
-#   template is the real gpt-oss one (tests/data/chat/openai-gpt-oss-120b.jinja).
+#   template is the real gpt-oss one (tests/data/chat/openai-gpt-oss-120b.jinja); first, the
+#   committed tests/server/harmony_expected.json must be what render_harmony.mjs writes.
 # Skips (exit 77 with "SKIP: reason") when node/npm are missing or the packages cannot
 # be installed (offline).
 set -u
@@ -18,6 +19,10 @@ if [ ! -d "$here/node_modules/tiktoken" ] || [ ! -d "$here/node_modules/@hugging
 fi
 out="$(mktemp)"; tmpd="$(mktemp -d)"
 trap '[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; rm -f "$out"; rm -rf "$tmpd"' EXIT
+# the committed rendering oracle is what @huggingface/jinja renders now
+tmo 120 node "$here/render_harmony.mjs" "$tmpd/harmony_expected.json" >/dev/null || { echo "FAIL: render_harmony.mjs"; exit 1; }
+cmp -s "$tmpd/harmony_expected.json" "$here/../server/harmony_expected.json" ||
+  { echo "FAIL: tests/server/harmony_expected.json differs from what @huggingface/jinja renders"; exit 1; }
 tmo 120 node "$here/o200k_oracle.mjs" "$tmpd" 1 >/dev/null || { echo "FAIL: o200k_oracle.mjs"; exit 1; }
 node -e 'const fs = require("fs");
 fs.writeFileSync(process.argv[2], JSON.stringify({ bos_token: "<|startoftext|>", eos_token: "<|return|>",

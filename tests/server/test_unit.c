@@ -582,8 +582,11 @@ static void test_chat_templates_vs_jinja(void)
         const cJSON *x;
         cJSON_ArrayForEach(x, msgs)
         {
+            memset(&m[nm], 0, sizeof m[nm]);
             m[nm].role = cJSON_GetObjectItem(x, "role")->valuestring;
             m[nm].content = cJSON_GetObjectItem(x, "content")->valuestring;
+            const cJSON *rc = cJSON_GetObjectItem(x, "reasoning_content");
+            if (cJSON_IsString(rc)) m[nm].reasoning = rc->valuestring;
             nm++;
         }
         int add_gen = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
