@@ -1,30 +1,10 @@
 /*
  * cli/bench_comm.c - `tpserve bench comm`: collective latency and
- * bandwidth per message size, run on every rank of a group, e.g.
- *
- *   tpserve launch -n 2 -- tpserve bench comm                      (ring)
- *   tpserve launch -n 2 --backend mpi -- tpserve bench comm --compare-mpi
- *   mpirun -n 2 --mca btl tcp,self tpserve bench comm --compare-mpi
- *
- * Per size: a barrier, warm-up calls, then `iters` back-to-back calls each
- * timed alone; the latency is the median per rank, maxed over ranks.
- * Bandwidths follow nccl-tests: algbw = bytes / time; busbw = algbw *
- * 2(n-1)/n for all_sum, (n-1)/n for all_gather and sum_scatter, 1 for
- * broadcast; bytes = the size of the (full) output buffer.
- *
- * --compare-mpi (needs mpirun, directly or as `tpserve launch --backend
- * mpi`): the same sweep through MPI_Allreduce (an mpi group in the same
- * processes; pass `--mca btl tcp,self` to mpirun for the TCP transport),
- * call by call alternating with ours so that both see the same machine
- * load, plus the ratios.  Ours is the ring (TP_BACKEND=mpi, which the
- * launcher sets, names the MPI side) or --backend rdma.  The ring group is
- * then formed through a coordinator whose port rank 0 broadcasts over MPI,
- * so no hostfile is needed.
- *
- * Output: a table on rank 0's stdout; --json: one JSON object per line
- * (backend, op, dtype, ranks, bytes, iters, lat_us_median, algbw_gbs,
- * busbw_gbs, and with --compare-mpi mpi_lat_us_median, mpi_busbw_gbs,
- * lat_ratio_vs_mpi, busbw_ratio_vs_mpi).
+ * bandwidth per message size, run on every rank of a group
+ * (`tpserve launch -n 2 -- tpserve bench comm`); --compare-mpi times the
+ * same op through MPI in the same processes, call by call.  Output: a table
+ * on rank 0's stdout, or one JSON object per size (--json).  Method, the
+ * bandwidth definitions and the JSON fields: docs/performance.md.
  */
 #include <ctype.h>
 #include <netinet/in.h>
@@ -206,6 +186,11 @@ int tp_bench_comm(int argc, char **argv)
                 min_s, max_s);
         return 2;
     }
+    if (compare_mpi && backend && strcmp(backend, "mpi") == 0) {
+        fprintf(stderr, "tpserve bench comm: --compare-mpi times the ring or rdma backend against MPI; with --backend "
+                        "mpi it would compare MPI with itself (leave --backend out, or give ring or rdma)\n");
+        return 2;
+    }
     tp_cli_setup_logging(NULL);
 
     struct tp_comm_config cfg = tp_comm_default_config();
@@ -232,10 +217,9 @@ int tp_bench_comm(int argc, char **argv)
                         "`tpserve launch -n N --backend mpi --` or `mpirun -n N`");
             goto out;
         }
-        if (!backend && cfg.backend == TP_COMM_BACKEND_MPI) cfg.backend = TP_COMM_BACKEND_RING;
-        if (cfg.backend == TP_COMM_BACKEND_MPI) {
-            c = mpi;
-        } else if (cfg.hostfile || cfg.coordinator) {
+        /* TP_BACKEND=mpi (set by launch --backend mpi) names the launcher, not what is compared */
+        if (cfg.backend == TP_COMM_BACKEND_MPI) cfg.backend = TP_COMM_BACKEND_RING;
+        if (cfg.hostfile || cfg.coordinator) {
             cfg.rank = tp_comm_rank(mpi);
             cfg.world_size = tp_comm_size(mpi);
             if (tp_comm_init(&cfg, &c, &err) != TP_OK) {
@@ -271,9 +255,9 @@ int tp_bench_comm(int argc, char **argv)
     if (me == 0 && !json) {
         printf("# tpserve bench comm: backend %s, op %s, dtype %s, %d ranks%s\n",
                tp_comm_backend_name(tp_comm_backend(c)), op_names[op], tp_dtype_name(dt), n,
-               mpi && c != mpi ? ", vs the same op through MPI in the same processes" : "");
+               mpi ? ", vs the same op through MPI in the same processes" : "");
         printf("%10s %7s %12s %10s %10s", "bytes", "iters", "lat_us(med)", "algbw_GB/s", "busbw_GB/s");
-        if (mpi && c != mpi) printf(" %12s %10s %9s %9s", "mpi_lat_us", "mpi_busbw", "lat_ratio", "bw_ratio");
+        if (mpi) printf(" %12s %10s %9s %9s", "mpi_lat_us", "mpi_busbw", "lat_ratio", "bw_ratio");
         printf("\n");
         fflush(stdout);
     }
@@ -284,7 +268,7 @@ int tp_bench_comm(int argc, char **argv)
         int wu = warmup >= 0 ? warmup : TP_MAX(2, it / 10);
         double tm = 0;
         int which = 0;
-        tp_comm_t *other = mpi && c != mpi ? mpi : NULL;
+        tp_comm_t *other = mpi;
         double t = measure(c, other, op, a, b, count, dt, it, wu, times, times + 500000, &tm, &which);
         if (t < 0) {
             tp_cli_fail("bench comm", "rank %d: %s%s of %zu bytes failed: %s", me, which ? "MPI " : "", op_names[op],
@@ -299,7 +283,7 @@ int tp_bench_comm(int argc, char **argv)
                        "\"lat_us_median\":%.3f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f",
                        tp_comm_backend_name(tp_comm_backend(c)), op_names[op], tp_dtype_name(dt), n, real_bytes, it,
                        t * 1e6, alg, bus);
-                if (tm > 0)
+                if (mpi)
                     printf(",\"mpi_lat_us_median\":%.3f,\"mpi_busbw_gbs\":%.4f,\"lat_ratio_vs_mpi\":%.3f,"
                            "\"busbw_ratio_vs_mpi\":%.3f",
                            tm * 1e6, mbus, t / tm, bus / mbus);
@@ -308,7 +292,7 @@ int tp_bench_comm(int argc, char **argv)
                 char sz[32];
                 fmt_size(real_bytes, sz, sizeof sz);
                 printf("%10s %7d %12.2f %10.3f %10.3f", sz, it, t * 1e6, alg, bus);
-                if (tm > 0) printf(" %12.2f %10.3f %9.2f %9.2f", tm * 1e6, mbus, t / tm, bus / mbus);
+                if (mpi) printf(" %12.2f %10.3f %9.2f %9.2f", tm * 1e6, mbus, t / tm, bus / mbus);
                 printf("\n");
             }
             fflush(stdout);
@@ -317,7 +301,7 @@ int tp_bench_comm(int argc, char **argv)
     }
     exit_code = 0;
 out:
-    if (c != mpi) tp_comm_free(c);
+    tp_comm_free(c);
     tp_comm_free(mpi);
     tp_aligned_free(a);
     tp_aligned_free(b);

@@ -199,17 +199,19 @@ static enum tp_status gen_hook(void *ud, int32_t arg, double out[TP_PARALLEL_HOO
     return TP_OK;
 }
 
-/* All ranks probe at once; probe[r] / bytes[r] for r < world.  Rank 0 only. */
-static int gen_probe_all(tp_parallel_t *par, int world, double *probe, double *bytes)
+/* All ranks probe at once; probe[r] / bytes[r] for r < world.  Rank 0 only.
+ * TP_OK, or the hook's failure (TP_ERR_INTERNAL: a rank measured nothing). */
+static enum tp_status gen_probe_all(tp_parallel_t *par, int world, double *probe, double *bytes)
 {
     double v[TP_PLAN_MAX_RANKS * TP_PARALLEL_HOOK_VALUES];
-    if (tp_parallel_run_hook(par, GEN_HOOK_PROBE, v, world) != TP_OK) return -1;
+    enum tp_status st = tp_parallel_run_hook(par, GEN_HOOK_PROBE, v, world);
+    if (st != TP_OK) return st;
     for (int r = 0; r < world; r++) {
-        if (!(v[r * TP_PARALLEL_HOOK_VALUES] > 0)) return -1;
+        if (!(v[r * TP_PARALLEL_HOOK_VALUES] > 0)) return TP_ERR_INTERNAL;
         probe[r] = v[r * TP_PARALLEL_HOOK_VALUES];
         bytes[r] = v[r * TP_PARALLEL_HOOK_VALUES + 1];
     }
-    return 0;
+    return TP_OK;
 }
 
 /* The arrays of one run, owned together: gen_bufs_alloc allocates them all
@@ -271,28 +273,42 @@ static enum tp_status gen_bufs_alloc(struct gen_bufs *b, int nb, int n_vocab, in
     return TP_ERR_NOMEM;
 }
 
-int tp_bench_gen(int argc, char **argv)
+/* ------------------------------------------------------------------ parse */
+
+struct gen_opts {
+    const char *path;
+    int p, n, threads, reps, json, bw_mib, bw_passes, seqs_ctx;
+    const char *shard_weights, *moe_split, *comm_dtype, *kv_type, *seqs;
+    int klist[16], nk, kmax; /* --seqs: the sequence counts; kmax >= 1 */
+};
+
+/* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after
+ * --help, 2 after printing a usage error. */
+static int gen_parse(int argc, char **argv, struct gen_opts *o)
 {
-    const char *path = NULL;
-    int p = 128, n = 64, threads = 0, reps = 3, json = 0, bw_mib = 1024, bw_passes = 4;
-    const char *shard_weights = NULL, *moe_split = "auto", *comm_dtype = "f32", *kv_type = "f16", *seqs = NULL;
-    int seqs_ctx = 0;
+    *o = (struct gen_opts){.p = 128, .n = 64, .reps = 3, .bw_mib = 1024, .bw_passes = 4, .moe_split = "auto",
+                           .comm_dtype = "f32", .kv_type = "f16", .kmax = 1};
     const struct tp_opt opts[] = {
-        {"model", 'm', TP_OPT_STRING, &path, "FILE", "model (GGUF)", 0, 0},
-        {"prompt-tokens", 'p', TP_OPT_INT, &p, "P", "prefill length (default 128; 0 skips prefill)", 0, 65536},
-        {"gen-tokens", 'n', TP_OPT_INT, &n, "N", "decoded tokens (default 64; 0 skips decode)", 0, 65536},
-        {"threads", 't', TP_OPT_INT, &threads, "T", "compute threads (default: all cores)", 1, 1024},
-        {"reps", 'r', TP_OPT_INT, &reps, "R", "repetitions, median reported (default 3)", 1, 100},
-        {"bw-mib", 0, TP_OPT_INT, &bw_mib, "MIB", "buffer of each bandwidth probe, on every rank (default 1024)", 64, 1 << 20},
-        {"bw-passes", 0, TP_OPT_INT, &bw_passes, "K", "reads of the buffer per probe, mean reported (default 4)", 1, 100},
-        {"seqs", 0, TP_OPT_LIST, &seqs, "K,K,..", "also time decode steps of K sequences at once (1..64, one token each)", 0, 0},
-        {"seqs-ctx", 0, TP_OPT_INT, &seqs_ctx, "C",
-         "--seqs steps start after C cached tokens per sequence (prefilled untimed; default 0: empty caches)", 0, 65536},
-        {"json", 0, TP_OPT_FLAG, &json, NULL, "print one JSON object", 0, 0},
-        {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..", "under launch/mpirun: share per rank", 0, 0},
-        {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
-        {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 on the wire", 0, 0},
-        {"kv-type", 0, TP_OPT_STRING, &kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
+        {"model", 'm', TP_OPT_STRING, &o->path, "FILE", "model (GGUF)", 0, 0},
+        {"prompt-tokens", 'p', TP_OPT_INT, &o->p, "P", "prefill length (default 128; 0 skips prefill)", 0, 65536},
+        {"gen-tokens", 'n', TP_OPT_INT, &o->n, "N", "decoded tokens (default 64; 0 skips decode)", 0, 65536},
+        {"threads", 't', TP_OPT_INT, &o->threads, "T", "compute threads (default: all cores)", 1, 1024},
+        {"reps", 'r', TP_OPT_INT, &o->reps, "R", "repetitions, median reported (default 3)", 1, 100},
+        {"bw-mib", 0, TP_OPT_INT, &o->bw_mib, "MIB", "buffer of each bandwidth probe, on every rank (default 1024)",
+         64, 1 << 20},
+        {"bw-passes", 0, TP_OPT_INT, &o->bw_passes, "K", "reads of the buffer per probe, mean reported (default 4)",
+         1, 100},
+        {"seqs", 0, TP_OPT_LIST, &o->seqs, "K,K,..",
+         "also time decode steps of K sequences at once (1..64, one token each)", 0, 0},
+        {"seqs-ctx", 0, TP_OPT_INT, &o->seqs_ctx, "C",
+         "--seqs steps start after C cached tokens per sequence (prefilled untimed; default 0: empty caches)", 0,
+         65536},
+        {"json", 0, TP_OPT_FLAG, &o->json, NULL, "print one JSON object", 0, 0},
+        {"shard-weights", 0, TP_OPT_LIST, &o->shard_weights, "W,W,..", "under launch/mpirun: share per rank", 0, 0},
+        {"moe-split", 0, TP_OPT_STRING, &o->moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
+        {"comm-dtype", 0, TP_OPT_STRING, &o->comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 on the wire", 0,
+         0},
+        {"kv-type", 0, TP_OPT_STRING, &o->kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
         {0},
     };
     const char *usage = "Usage: tpserve bench gen -m MODEL [-p 128] [-n 64] [--threads T] [--reps R] [--json]\n"
@@ -305,334 +321,393 @@ int tp_bench_gen(int argc, char **argv)
                         "the same against its own probes.";
     int np = 0;
     int rc = tp_cli_parse("bench gen", usage, opts, argc, argv, NULL, 0, &np, NULL, NULL);
-    TP_CLI_RETURN_UNLESS_PARSED(rc);
-    if (!path) {
+    if (rc) return rc;
+    if (!o->path) {
         fprintf(stderr, "tpserve bench gen: -m MODEL is required\n");
         return 2;
     }
-    int klist[16], nk = 0, kmax = 1;
-    if (seqs) {
+    if (o->seqs) {
         char buf[256];
-        snprintf(buf, sizeof buf, "%s", seqs);
+        snprintf(buf, sizeof buf, "%s", o->seqs);
         for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
             char *end = NULL;
             long v = strtol(tok, &end, 10);
-            if (end == tok || *end || v < 1 || v > 64 || nk == 16) {
+            if (end == tok || *end || v < 1 || v > 64 || o->nk == 16) {
                 fprintf(stderr, "tpserve bench gen: --seqs '%s': want up to 16 sequence counts in 1..64\n", tok);
                 return 2;
             }
-            klist[nk++] = (int)v;
-            kmax = TP_MAX(kmax, (int)v);
+            o->klist[o->nk++] = (int)v;
+            o->kmax = TP_MAX(o->kmax, (int)v);
         }
-        if (n == 0) {
+        if (o->n == 0) {
             fprintf(stderr, "tpserve bench gen: --seqs needs decode steps (-n > 0)\n");
             return 2;
         }
     }
-    if (p == 0 && n == 0) {
+    if (o->p == 0 && o->n == 0) {
         fprintf(stderr, "tpserve bench gen: nothing to measure (-p 0 and -n 0)\n");
         return 2;
     }
-    /* one rank, or a group from the environment (tpserve launch / mpirun): rank 0 measures and prints */
-    struct tp_parallel_config pcfg = tp_parallel_default_config();
-    int rank_hint = 0;
-    const char *prefix = NULL;
-    if (tp_cli_group_config("bench gen", comm_dtype, kv_type, &pcfg, &rank_hint, &prefix)) return 2;
-    tp_cli_setup_logging(prefix);
-    if (tp_log_get_level() < TP_LOG_WARN) tp_log_set_level(TP_LOG_WARN);
-    if (threads <= 0) threads = tp_cpu_count();
-    pcfg.shard_weights = shard_weights;
-    {
-        struct tp_error merr = {0};
-        if (tp_moe_split_parse(moe_split, &pcfg.moe_split, &merr) != TP_OK)
-            return tp_cli_fail("bench gen", "%s", merr.msg);
-    }
+    return 0;
+}
 
-    int exit_code = 1;
-    tp_pool_t *pool = NULL;
-    tp_model_t *m = NULL;
-    struct gen_ctx g;
-    memset(&g, 0, sizeof(g));
-    double *pp_s = NULL, *tg_s = NULL, *probe = NULL, *frac_r = NULL, *tmp = NULL, *rank_bytes = NULL;
-    double *rank_frac = NULL, *probe_sum = NULL;
-    struct gen_bufs bufs = {0}; /* owns the arrays the pointers above and g's point into */
-    uint64_t *bwbuf = NULL;
-    size_t bw_bytes = (size_t)bw_mib << 20;
-    int32_t *prompt = NULL;
-    (void)rank_hint;
+/* ------------------------------------------------------------------ run */
 
-    /* every rank: the probe buffer and a pool of --threads to read it, kept for the whole run */
-    if (n > 0) {
+/* Everything one run owns, released in one place (gen_run_free), and rank 0's raw measurements. */
+struct gen_run {
+    struct tp_parallel_config pcfg;
+    tp_pool_t *pool;          /* --threads threads that read the probe buffer (decode runs only) */
+    uint64_t *bwbuf;          /* (bw_bytes) the probe buffer, on every rank */
+    size_t bw_bytes;
+    struct gen_probe gp;      /* the probe hook's state: lends pool and bwbuf */
+    struct gen_ctx g;         /* g.par owned; g's arrays lent by bufs */
+    struct gen_bufs bufs;
+    int world, nb;            /* nb: batch arrays and prompt length */
+    double t_load;            /* seconds to load this rank's slice */
+    /* decode reps, rank 0's view: forward and all_sum time of its model, compute and communication time and
+     * bytes sent of the engine, decoded tokens */
+    uint64_t tg_ns_fwd, tg_ns_comm, tg_ns_compute, tg_ns_pcomm, tg_bytes, tg_count;
+    double k_ms[16];          /* --seqs: median ms per step for klist[i] */
+};
+
+static void gen_run_free(struct gen_run *R)
+{
+    gen_bufs_free(&R->bufs);
+    tp_parallel_free(R->g.par);
+    tp_pool_free(R->pool);
+    tp_aligned_free(R->bwbuf);
+    memset(R, 0, sizeof *R);
+}
+
+/* Every rank: the probe pool and buffer, then the model (or this rank's slice of it) and the probe hook.
+ * R->pcfg is filled by the caller. */
+static enum tp_status gen_start(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
+{
+    const int threads = o->threads > 0 ? o->threads : tp_cpu_count();
+    R->bw_bytes = (size_t)o->bw_mib << 20;
+    if (o->n > 0) { /* kept for the whole run */
         struct tp_pool_config pc = tp_pool_default_config();
         pc.n_threads = threads;
-        if (tp_pool_init(&pc, &pool) != TP_OK) return tp_cli_fail("bench gen", "cannot start %d threads", threads);
-        bwbuf = tp_aligned_alloc(64, bw_bytes);
-        if (!bwbuf) {
-            tp_pool_free(pool);
-            return tp_cli_fail("bench gen", "cannot allocate %d MiB for the bandwidth probes (lower --bw-mib)", bw_mib);
-        }
-        memset(bwbuf, 0x5a, bw_bytes);
+        if (tp_pool_init(&pc, &R->pool) != TP_OK)
+            return tp_error_set(err, TP_ERR_NOMEM, "cannot start %d threads", threads);
+        R->bwbuf = tp_aligned_alloc(64, R->bw_bytes);
+        if (!R->bwbuf)
+            return tp_error_set(err, TP_ERR_NOMEM,
+                                "cannot allocate %d MiB for the bandwidth probes (lower --bw-mib)", o->bw_mib);
+        memset(R->bwbuf, 0x5a, R->bw_bytes);
     }
-
-    struct tp_model_config *mc = &pcfg.model;
-    mc->path = path;
+    struct tp_model_config *mc = &R->pcfg.model;
+    mc->path = o->path;
     mc->n_threads = threads;
-    mc->n_seq = kmax;
-    mc->n_batch = TP_MAX(TP_MAX(p, 1), kmax);
-    mc->n_ctx = TP_MAX(p, n + seqs_ctx) + 8;
-    struct tp_error err = {0};
-    double t_load = tp_now_s();
-    if (tp_parallel_init(&pcfg, &g.par, &err) != TP_OK) {
-        tp_pool_free(pool);
-        tp_aligned_free(bwbuf);
-        return tp_cli_fail("bench gen", "%s", err.msg);
-    }
-    t_load = tp_now_s() - t_load;
-    m = tp_parallel_model(g.par);
-    const int world = tp_parallel_size(g.par);
-    struct gen_probe gp = {pool, bwbuf, bw_bytes, bw_passes, bytes_per_token(g.par), m};
-    tp_parallel_set_hook(g.par, gen_hook, &gp);
-    if (tp_parallel_rank(g.par) != 0) {
-        int code = 0;
-        if (tp_parallel_worker_loop(g.par) != TP_OK)
-            code = tp_cli_fail("bench gen", "worker stopped: %s", tp_parallel_last_error(g.par));
-        tp_parallel_free(g.par);
-        tp_pool_free(pool);
-        tp_aligned_free(bwbuf);
-        return code;
-    }
-    g.m = m;
-    g.n_vocab = tp_model_hparams(m)->n_vocab;
-    const int nb = TP_MAX(TP_MAX(p, 1), kmax);
-    if (gen_bufs_alloc(&bufs, nb, g.n_vocab, reps, world) != TP_OK) {
-        tp_cli_fail("bench gen", "out of memory");
-        goto out;
-    }
-    g.tok = bufs.tok, g.pos = bufs.pos, g.seq = bufs.seq, g.want = bufs.want, g.logits = bufs.logits;
-    prompt = bufs.prompt, pp_s = bufs.pp_s, tg_s = bufs.tg_s, probe = bufs.probe, frac_r = bufs.frac_r;
-    tmp = bufs.tmp, rank_bytes = bufs.rank_bytes, rank_frac = bufs.rank_frac, probe_sum = bufs.probe_sum;
-    /* a fixed pseudo-random prompt over the whole vocabulary */
-    uint64_t x = 0x243F6A8885A308D3ull;
-    for (int i = 0; i < nb; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        prompt[i] = (int32_t)((x >> 33) % (uint64_t)g.n_vocab);
-    }
+    mc->n_seq = o->kmax;
+    mc->n_batch = TP_MAX(TP_MAX(o->p, 1), o->kmax);
+    mc->n_ctx = TP_MAX(o->p, o->n + o->seqs_ctx) + 8;
+    double t0 = tp_now_s();
+    enum tp_status st = tp_parallel_init(&R->pcfg, &R->g.par, err);
+    if (st != TP_OK) return st;
+    R->t_load = tp_now_s() - t0;
+    R->g.m = tp_parallel_model(R->g.par);
+    R->world = tp_parallel_size(R->g.par);
+    R->gp = (struct gen_probe){R->pool, R->bwbuf, R->bw_bytes, o->bw_passes, bytes_per_token(R->g.par), R->g.m};
+    tp_parallel_set_hook(R->g.par, gen_hook, &R->gp);
+    return TP_OK;
+}
 
-    /* warm-up: pages the weights in, settles the pool */
-    gen_reset(&g);
-    if (gen_forward(&g, prompt, TP_MIN(nb, 16), 0) != TP_OK || gen_forward(&g, prompt, 1, TP_MIN(nb, 16)) != TP_OK) {
-        tp_cli_fail("bench gen", "forward failed: %s", tp_parallel_last_error(g.par));
-        goto out;
+/* Rank 0: the arrays, a fixed pseudo-random prompt over the whole vocabulary and one warm-up pass. */
+static enum tp_status gen_prepare(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
+{
+    struct gen_ctx *g = &R->g;
+    g->n_vocab = tp_model_hparams(g->m)->n_vocab;
+    R->nb = TP_MAX(TP_MAX(o->p, 1), o->kmax);
+    if (gen_bufs_alloc(&R->bufs, R->nb, g->n_vocab, o->reps, R->world) != TP_OK)
+        return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    g->tok = R->bufs.tok, g->pos = R->bufs.pos, g->seq = R->bufs.seq, g->want = R->bufs.want;
+    g->logits = R->bufs.logits;
+    uint64_t x = 0x243F6A8885A308D3ull;
+    for (int i = 0; i < R->nb; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        R->bufs.prompt[i] = (int32_t)((x >> 33) % (uint64_t)g->n_vocab);
     }
+    /* pages the weights in, settles the pool */
+    gen_reset(g);
+    const int w = TP_MIN(R->nb, 16);
+    if (gen_forward(g, R->bufs.prompt, w, 0) != TP_OK || gen_forward(g, R->bufs.prompt, 1, w) != TP_OK)
+        return tp_error_set(err, TP_ERR_PEER, "forward failed: %s", tp_parallel_last_error(g->par));
+    return TP_OK;
+}
+
+/* Rank 0, rep r: prefill (pp_s[r]), then a probe on every rank and the decode (tg_s[r], counters). */
+static enum tp_status gen_rep(struct gen_run *R, const struct gen_opts *o, int r, struct tp_error *err)
+{
+    struct gen_ctx *g = &R->g;
+    struct gen_bufs *b = &R->bufs;
+    if (o->p > 0) {
+        gen_reset(g);
+        double t0 = tp_now_s();
+        if (gen_forward(g, b->prompt, o->p, 0) != TP_OK)
+            return tp_error_set(err, TP_ERR_PEER, "prefill failed: %s", tp_parallel_last_error(g->par));
+        b->pp_s[r] = tp_now_s() - t0;
+    }
+    if (o->n == 0) return TP_OK;
+    if (gen_probe_all(g->par, R->world, b->probe + (size_t)r * R->world, b->rank_bytes) != TP_OK)
+        return tp_error_set(err, TP_ERR_PEER, "bandwidth probe failed on some rank: %s",
+                            tp_parallel_last_error(g->par));
     struct tp_model_stats st0, st1;
     struct tp_parallel_stats ps0, ps1;
-    uint64_t tg_ns_fwd = 0, tg_ns_comm = 0, tg_ns_compute = 0, tg_ns_pcomm = 0, tg_bytes = 0, tg_count = 0;
-    for (int r = 0; r < reps; r++) {
-        if (p > 0) {
-            gen_reset(&g);
-            double t0 = tp_now_s();
-            if (gen_forward(&g, prompt, p, 0) != TP_OK) {
-                tp_cli_fail("bench gen", "prefill failed: %s", tp_parallel_last_error(g.par));
-                goto out;
-            }
-            pp_s[r] = tp_now_s() - t0;
-        }
-        if (n > 0) {
-            if (gen_probe_all(g.par, world, probe + (size_t)r * world, rank_bytes) != 0) {
-                tp_cli_fail("bench gen", "bandwidth probe failed on some rank: %s", tp_parallel_last_error(g.par));
-                goto out;
-            }
-            gen_reset(&g);
-            int32_t t = prompt[0];
-            tp_model_get_stats(m, &st0);
-            tp_parallel_get_stats(g.par, &ps0);
-            double t0 = tp_now_s();
-            for (int i = 0; i < n; i++) {
-                if (gen_decode(&g, &t, i) != TP_OK) {
-                    tp_cli_fail("bench gen", "decode failed: %s", tp_parallel_last_error(g.par));
-                    goto out;
-                }
-            }
-            tg_s[r] = tp_now_s() - t0;
-            tp_model_get_stats(m, &st1);
-            tp_parallel_get_stats(g.par, &ps1);
-            tg_ns_fwd += st1.ns_forward - st0.ns_forward;
-            tg_ns_comm += st1.ns_all_sum - st0.ns_all_sum;
-            tg_ns_compute += ps1.ns_compute - ps0.ns_compute;
-            tg_ns_pcomm += ps1.ns_comm - ps0.ns_comm;
-            tg_bytes += ps1.bytes_sent - ps0.bytes_sent;
-            tg_count += (uint64_t)n;
+    gen_reset(g);
+    int32_t t = b->prompt[0];
+    tp_model_get_stats(g->m, &st0);
+    tp_parallel_get_stats(g->par, &ps0);
+    double t0 = tp_now_s();
+    for (int i = 0; i < o->n; i++)
+        if (gen_decode(g, &t, i) != TP_OK)
+            return tp_error_set(err, TP_ERR_PEER, "decode failed: %s", tp_parallel_last_error(g->par));
+    b->tg_s[r] = tp_now_s() - t0;
+    tp_model_get_stats(g->m, &st1);
+    tp_parallel_get_stats(g->par, &ps1);
+    R->tg_ns_fwd += st1.ns_forward - st0.ns_forward;
+    R->tg_ns_comm += st1.ns_all_sum - st0.ns_all_sum;
+    R->tg_ns_compute += ps1.ns_compute - ps0.ns_compute;
+    R->tg_ns_pcomm += ps1.ns_comm - ps0.ns_comm;
+    R->tg_bytes += ps1.bytes_sent - ps0.bytes_sent;
+    R->tg_count += (uint64_t)o->n;
+    return TP_OK;
+}
+
+/* Rank 0, --seqs: reps x (each k in turn); k_ms[i] = median step time for klist[i]. */
+static enum tp_status gen_seq_steps(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
+{
+    double ks[16 * 100]; /* (nk, reps) */
+    int32_t ids[64], clear[64];
+    for (int r = 0; r < o->reps; r++) {
+        for (int ki = 0; ki < o->nk; ki++) {
+            for (int i = 0; i < o->klist[ki]; i++) ids[i] = R->bufs.prompt[i % R->nb];
+            double sec = 0.0;
+            if (gen_multi(&R->g, o->klist[ki], o->n, o->seqs_ctx, R->bufs.prompt, R->nb, R->nb, ids, clear, &sec) !=
+                TP_OK)
+                return tp_error_set(err, TP_ERR_PEER, "batched decode failed: %s", tp_parallel_last_error(R->g.par));
+            ks[ki * o->reps + r] = sec * 1e3 / o->n;
         }
     }
-    if (n > 0 && gen_probe_all(g.par, world, probe + (size_t)reps * world, rank_bytes) != 0) {
-        tp_cli_fail("bench gen", "bandwidth probe failed on some rank: %s", tp_parallel_last_error(g.par));
-        goto out;
-    }
-    /* --seqs: reps x (each k in turn), median step time per k */
-    double k_ms[16] = {0};
-    if (nk > 0) {
-        double *ks = calloc((size_t)reps * 16, sizeof(double));
-        int32_t ids[64], clear[64];
-        if (!ks) {
-            tp_cli_fail("bench gen", "out of memory");
-            goto out;
-        }
-        for (int r = 0; r < reps; r++) {
-            for (int ki = 0; ki < nk; ki++) {
-                for (int i = 0; i < klist[ki]; i++) ids[i] = prompt[i % nb];
-                double sec = 0.0;
-                if (gen_multi(&g, klist[ki], n, seqs_ctx, prompt, nb, nb, ids, clear, &sec) != TP_OK) {
-                    tp_cli_fail("bench gen", "batched decode failed: %s", tp_parallel_last_error(g.par));
-                    free(ks);
-                    goto out;
-                }
-                ks[ki * reps + r] = sec * 1e3 / n;
-            }
-        }
-        for (int ki = 0; ki < nk; ki++) k_ms[ki] = tp_median(ks + ki * reps, reps);
-        free(ks);
-    }
-    double k1_ms = 0.0;
-    for (int ki = 0; ki < nk; ki++)
-        if (klist[ki] == 1) k1_ms = k_ms[ki];
-    /* the group's bytes per token: every rank's (rank 0's own when nothing was decoded) */
-    uint64_t bpt = 0;
-    for (int q = 0; q < world; q++) bpt += n > 0 ? (uint64_t)rank_bytes[q] : 0;
-    if (n == 0) bpt = active_bytes(&gp);
-    /* mixture of experts: what every rank holds, for comparison with the active bytes above */
-    const int moe = tp_model_expert_weight_bytes(m) > 0;
-    double bw = 0.0, frac = 0.0, frac_min = 0.0, frac_max = 0.0;
+    for (int ki = 0; ki < o->nk; ki++) R->k_ms[ki] = tp_median(ks + ki * o->reps, o->reps);
+    return TP_OK;
+}
+
+/* Rank 0: warm-up, the reps, the probe after the last one, the --seqs steps. */
+static enum tp_status gen_measure(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
+{
+    enum tp_status st = gen_prepare(R, o, err);
+    for (int r = 0; r < o->reps && st == TP_OK; r++) st = gen_rep(R, o, r, err);
+    if (st == TP_OK && o->n > 0 &&
+        gen_probe_all(R->g.par, R->world, R->bufs.probe + (size_t)o->reps * R->world, R->bufs.rank_bytes) != TP_OK)
+        st = tp_error_set(err, TP_ERR_PEER, "bandwidth probe failed on some rank: %s",
+                          tp_parallel_last_error(R->g.par));
+    if (st == TP_OK && o->nk > 0) st = gen_seq_steps(R, o, err);
+    return st;
+}
+
+/* ------------------------------------------------------------------ report */
+
+/* The figures reported, derived from a run (gen_summarize). */
+struct gen_result {
+    uint64_t bpt;                     /* the group's weight bytes read per token: every rank's */
+    int moe;                          /* mixture of experts: bpt counts the experts selected (measured) */
+    double bw, frac, frac_min, frac_max; /* median probe summed over ranks; fraction of it reached, range */
+    double rank_bw[TP_PLAN_MAX_RANKS], rank_fr[TP_PLAN_MAX_RANKS]; /* per rank: median probe, median fraction */
+    double tg_rep[100];               /* decode t/s per rep, in rep order */
+    double pp_tps, tg_tps;
+    double comm_frac;                 /* all_sum share of rank 0's decode forward time */
+    double cpt_ms, mpt_ms, bpt_sent;  /* rank 0 per decoded token: compute, communication, bytes sent */
+    double k1_ms;                     /* --seqs step time of 1 sequence, 0 when not measured */
+};
+
+static void gen_summarize(struct gen_run *R, const struct gen_opts *o, struct gen_result *res)
+{
+    struct gen_bufs *b = &R->bufs;
+    const int n = o->n, reps = o->reps, world = R->world;
+    memset(res, 0, sizeof *res);
+    for (int ki = 0; ki < o->nk; ki++)
+        if (o->klist[ki] == 1) res->k1_ms = R->k_ms[ki];
+    for (int q = 0; q < world && n > 0; q++) res->bpt += (uint64_t)b->rank_bytes[q];
+    if (n == 0) res->bpt = active_bytes(&R->gp); /* rank 0's own when nothing was decoded */
+    res->moe = tp_model_expert_weight_bytes(R->g.m) > 0;
     if (n > 0) {
         for (int k = 0; k <= reps; k++) {
-            probe_sum[k] = 0.0;
-            for (int q = 0; q < world; q++) probe_sum[k] += probe[(size_t)k * world + q];
+            b->probe_sum[k] = 0.0;
+            for (int q = 0; q < world; q++) b->probe_sum[k] += b->probe[(size_t)k * world + q];
         }
         for (int r = 0; r < reps; r++) {
-            double around = 0.5 * (probe_sum[r] + probe_sum[r + 1]);
-            frac_r[r] = around > 0.0 ? (double)n / tg_s[r] * (double)bpt / (around * 1e9) : 0.0;
+            double around = 0.5 * (b->probe_sum[r] + b->probe_sum[r + 1]);
+            b->frac_r[r] = around > 0.0 ? (double)n / b->tg_s[r] * (double)res->bpt / (around * 1e9) : 0.0;
             for (int q = 0; q < world; q++) {
-                double a = 0.5 * (probe[(size_t)r * world + q] + probe[(size_t)(r + 1) * world + q]);
-                rank_frac[(size_t)r * world + q] = a > 0.0 ? (double)n / tg_s[r] * rank_bytes[q] / (a * 1e9) : 0.0;
+                double a = 0.5 * (b->probe[(size_t)r * world + q] + b->probe[(size_t)(r + 1) * world + q]);
+                b->rank_frac[(size_t)r * world + q] =
+                    a > 0.0 ? (double)n / b->tg_s[r] * b->rank_bytes[q] / (a * 1e9) : 0.0;
             }
         }
-        memcpy(tmp, probe_sum, ((size_t)reps + 1) * sizeof(double));
-        bw = tp_median(tmp, reps + 1);
-        memcpy(tmp, frac_r, (size_t)reps * sizeof(double));
-        frac = tp_median(tmp, reps);
-        frac_min = tmp[0];
-        frac_max = tmp[reps - 1];
+        memcpy(b->tmp, b->probe_sum, ((size_t)reps + 1) * sizeof(double));
+        res->bw = tp_median(b->tmp, reps + 1);
+        memcpy(b->tmp, b->frac_r, (size_t)reps * sizeof(double));
+        res->frac = tp_median(b->tmp, reps); /* sorts tmp */
+        res->frac_min = b->tmp[0];
+        res->frac_max = b->tmp[reps - 1];
     }
-    /* per rank: median of its probes and of its per-rep fractions */
-    double rank_bw[TP_PLAN_MAX_RANKS] = {0}, rank_fr[TP_PLAN_MAX_RANKS] = {0}, scratch[101];
+    double scratch[101];
     for (int q = 0; q < world && n > 0 && q < TP_PLAN_MAX_RANKS; q++) {
-        for (int k = 0; k <= reps; k++) scratch[k] = probe[(size_t)k * world + q];
-        rank_bw[q] = tp_median(scratch, reps + 1);
-        for (int r = 0; r < reps; r++) scratch[r] = rank_frac[(size_t)r * world + q];
-        rank_fr[q] = tp_median(scratch, reps);
+        for (int k = 0; k <= reps; k++) scratch[k] = b->probe[(size_t)k * world + q];
+        res->rank_bw[q] = tp_median(scratch, reps + 1);
+        for (int r = 0; r < reps; r++) scratch[r] = b->rank_frac[(size_t)r * world + q];
+        res->rank_fr[q] = tp_median(scratch, reps);
     }
-    /* pp_s / tg_s are sorted by tp_median(): per-rep lists are printed before */
-    double *tg_rep = tmp; /* reuse: decode t/s per rep, in rep order */
-    for (int r = 0; r < reps && n > 0; r++) tg_rep[r] = (double)n / tg_s[r];
-    double pp_tps = p > 0 ? (double)p / tp_median(pp_s, reps) : 0.0;
-    double tg_tps = n > 0 ? (double)n / tp_median(tg_s, reps) : 0.0;
-    double comm_frac = tg_ns_fwd ? (double)tg_ns_comm / (double)tg_ns_fwd : 0.0;
-    /* rank 0's view per decoded token: compute, communication (all_sums, step broadcast,
-     * logits gather), bytes it sent */
-    double cpt_ms = tg_count ? (double)tg_ns_compute / 1e6 / (double)tg_count : 0.0;
-    double mpt_ms = tg_count ? (double)tg_ns_pcomm / 1e6 / (double)tg_count : 0.0;
-    double bpt_sent = tg_count ? (double)tg_bytes / (double)tg_count : 0.0;
-    const char *type = tp_wtype_name(tp_model_weight_type(m));
-    if (json) {
-        printf("{\"bench\":\"gen\",\"model\":");
-        print_json_str(tp_model_name(m));
-        printf(",\"type\":\"%s\",\"ranks\":%d,\"threads\":%d,\"isa\":\"%s\","
-               "\"pp_tokens\":%d,\"tg_tokens\":%d,\"reps\":%d,\"pp_tps\":%.2f,\"tg_tps\":%.2f,\"mem_bw_gbs\":%.2f,"
-               "\"weight_bytes_per_token\":%llu,\"bw_fraction\":%.3f,\"tg_comm_frac\":%.3f,"
-               "\"comm_dtype\":\"%s\",\"compute_ms_per_token\":%.3f,\"comm_ms_per_token\":%.3f,"
-               "\"bytes_per_token\":%.0f,\"bw_method\":\"probe before each decode rep and after the last, "
-               "%d MiB x %d passes, mean\",\"bw_fraction_min\":%.3f,\"bw_fraction_max\":%.3f",
-               type, world, tp_model_n_threads(m), tp_kern_isa(), p, n, reps, pp_tps, tg_tps, bw,
-               (unsigned long long)bpt, frac, comm_frac, tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms,
-               bpt_sent, bw_mib, bw_passes, frac_min, frac_max);
-        if (moe)
-            printf(",\"moe\":true,\"rank0_held_bytes\":%llu,\"rank0_expert_bytes\":%llu",
-                   (unsigned long long)tp_model_weight_bytes(m), (unsigned long long)tp_model_expert_weight_bytes(m));
-        printf(",\"tg_tps_per_rep\":[");
-        for (int r = 0; r < reps && n > 0; r++) printf("%s%.2f", r ? "," : "", tg_rep[r]);
-        printf("],\"mem_bw_gbs_per_probe\":[");
-        for (int r = 0; r <= reps && n > 0; r++) printf("%s%.2f", r ? "," : "", probe_sum[r]);
-        printf("],\"bw_fraction_per_rep\":[");
-        for (int r = 0; r < reps && n > 0; r++) printf("%s%.3f", r ? "," : "", frac_r[r]);
-        printf("],\"bytes_read_per_token_per_rank\":[");
-        for (int q = 0; q < world && n > 0; q++) printf("%s%.0f", q ? "," : "", rank_bytes[q]);
-        printf("],\"mem_bw_gbs_per_rank\":[");
-        for (int q = 0; q < world && n > 0; q++) printf("%s%.2f", q ? "," : "", rank_bw[q]);
-        printf("],\"bw_fraction_per_rank\":[");
-        for (int q = 0; q < world && n > 0; q++) printf("%s%.3f", q ? "," : "", rank_fr[q]);
+    for (int r = 0; r < reps && n > 0; r++) res->tg_rep[r] = (double)n / b->tg_s[r];
+    /* tp_median sorts pp_s / tg_s: the per-rep figures are taken above */
+    res->pp_tps = o->p > 0 ? (double)o->p / tp_median(b->pp_s, reps) : 0.0;
+    res->tg_tps = n > 0 ? (double)n / tp_median(b->tg_s, reps) : 0.0;
+    res->comm_frac = R->tg_ns_fwd ? (double)R->tg_ns_comm / (double)R->tg_ns_fwd : 0.0;
+    if (R->tg_count) {
+        res->cpt_ms = (double)R->tg_ns_compute / 1e6 / (double)R->tg_count;
+        res->mpt_ms = (double)R->tg_ns_pcomm / 1e6 / (double)R->tg_count;
+        res->bpt_sent = (double)R->tg_bytes / (double)R->tg_count;
+    }
+}
+
+static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, const struct gen_result *res)
+{
+    const struct gen_bufs *b = &R->bufs;
+    const tp_model_t *m = R->g.m;
+    const int n = o->n, reps = o->reps, world = R->world;
+    printf("{\"bench\":\"gen\",\"model\":");
+    print_json_str(tp_model_name(m));
+    printf(",\"type\":\"%s\",\"ranks\":%d,\"threads\":%d,\"isa\":\"%s\","
+           "\"pp_tokens\":%d,\"tg_tokens\":%d,\"reps\":%d,\"pp_tps\":%.2f,\"tg_tps\":%.2f,\"mem_bw_gbs\":%.2f,"
+           "\"weight_bytes_per_token\":%llu,\"bw_fraction\":%.3f,\"tg_comm_frac\":%.3f,"
+           "\"comm_dtype\":\"%s\",\"compute_ms_per_token\":%.3f,\"comm_ms_per_token\":%.3f,"
+           "\"bytes_per_token\":%.0f,\"bw_method\":\"probe before each decode rep and after the last, "
+           "%d MiB x %d passes, mean\",\"bw_fraction_min\":%.3f,\"bw_fraction_max\":%.3f",
+           tp_wtype_name(tp_model_weight_type(m)), world, tp_model_n_threads(m), tp_kern_isa(), o->p, n, reps,
+           res->pp_tps, res->tg_tps, res->bw, (unsigned long long)res->bpt, res->frac, res->comm_frac,
+           tp_wire_dtype_name(R->pcfg.wire_dtype), res->cpt_ms, res->mpt_ms, res->bpt_sent, o->bw_mib,
+           o->bw_passes, res->frac_min, res->frac_max);
+    if (res->moe)
+        printf(",\"moe\":true,\"rank0_held_bytes\":%llu,\"rank0_expert_bytes\":%llu",
+               (unsigned long long)tp_model_weight_bytes(m), (unsigned long long)tp_model_expert_weight_bytes(m));
+    printf(",\"tg_tps_per_rep\":[");
+    for (int r = 0; r < reps && n > 0; r++) printf("%s%.2f", r ? "," : "", res->tg_rep[r]);
+    printf("],\"mem_bw_gbs_per_probe\":[");
+    for (int r = 0; r <= reps && n > 0; r++) printf("%s%.2f", r ? "," : "", b->probe_sum[r]);
+    printf("],\"bw_fraction_per_rep\":[");
+    for (int r = 0; r < reps && n > 0; r++) printf("%s%.3f", r ? "," : "", b->frac_r[r]);
+    printf("],\"bytes_read_per_token_per_rank\":[");
+    for (int q = 0; q < world && n > 0; q++) printf("%s%.0f", q ? "," : "", b->rank_bytes[q]);
+    printf("],\"mem_bw_gbs_per_rank\":[");
+    for (int q = 0; q < world && n > 0; q++) printf("%s%.2f", q ? "," : "", res->rank_bw[q]);
+    printf("],\"bw_fraction_per_rank\":[");
+    for (int q = 0; q < world && n > 0; q++) printf("%s%.3f", q ? "," : "", res->rank_fr[q]);
+    printf("]");
+    if (o->nk > 0) {
+        printf(",\"seq_steps\":[");
+        for (int ki = 0; ki < o->nk; ki++)
+            printf("%s{\"seqs\":%d,\"step_ms\":%.3f,\"agg_tps\":%.2f}", ki ? "," : "", o->klist[ki], R->k_ms[ki],
+                   o->klist[ki] * 1e3 / R->k_ms[ki]);
         printf("]");
-        if (nk > 0) {
-            printf(",\"seq_steps\":[");
-            for (int ki = 0; ki < nk; ki++)
-                printf("%s{\"seqs\":%d,\"step_ms\":%.3f,\"agg_tps\":%.2f}", ki ? "," : "", klist[ki], k_ms[ki],
-                       klist[ki] * 1e3 / k_ms[ki]);
-            printf("]");
-        }
-        printf("}\n");
-    } else {
-        printf("model   %s (%s, %.1f MiB read per token%s), %d threads%s, %s kernels, loaded in %.1f s\n",
-               tp_model_name(m), type, (double)bpt / 1048576.0, world > 1 ? " by all ranks" : "",
-               tp_model_n_threads(m), world > 1 ? " per rank" : "", tp_kern_isa(), t_load);
-        if (moe)
-            printf("experts active bytes: attention, routers, output head and the experts the decoded tokens selected "
-                   "(measured); rank 0 holds %.1f MiB of which %.1f MiB experts\n",
-                   (double)tp_model_weight_bytes(m) / 1048576.0, (double)tp_model_expert_weight_bytes(m) / 1048576.0);
-        if (n > 0) {
-            printf("memory  streaming read, median of %d probes %.2f GB/s%s (one before each decode rep and after the "
-                   "last; %d MiB x %d passes, %d threads, bytes / elapsed)\n",
-                   reps + 1, bw, world > 1 ? " summed over the ranks probing at once" : "", bw_mib, bw_passes,
-                   threads);
-            printf("%-4s %10s %12s %12s %10s\n", "rep", "tg t/s", "weight GB/s", "probe GB/s", "of bw");
-            for (int r = 0; r < reps; r++)
-                printf("%-4d %10.2f %12.2f %12.2f %9.1f%%\n", r, tg_rep[r], tg_rep[r] * (double)bpt / 1e9,
-                       0.5 * (probe_sum[r] + probe_sum[r + 1]), 100.0 * frac_r[r]);
-        }
-        printf("%-8s %10s %12s %10s\n", "test", "t/s", "GB/s", "of bw");
-        if (p > 0) printf("pp%-6d %10.2f %12s %10s\n", p, pp_tps, "", "");
-        if (n > 0) printf("tg%-6d %10.2f %12.2f %9.1f%%\n", n, tg_tps, tg_tps * (double)bpt / 1e9, 100.0 * frac);
-        printf("(median of %d; decode from an empty cache, EOS ignored", reps);
-        if (n > 0) printf("; of bw = median of the per-rep fractions, range %.1f-%.1f%%", 100.0 * frac_min, 100.0 * frac_max);
-        printf(")\n");
-        if (n > 0 && world > 1) {
-            printf("per rank (each probed its own memory at the same moment as the others; median over reps):\n");
-            printf("%-5s %14s %12s %12s %10s\n", "rank", "MiB/token", "weight GB/s", "probe GB/s", "of bw");
-            for (int q = 0; q < world; q++)
-                printf("%-5d %14.1f %12.2f %12.2f %9.1f%%\n", q, rank_bytes[q] / 1048576.0,
-                       tg_tps * rank_bytes[q] / 1e9, rank_bw[q], 100.0 * rank_fr[q]);
-        }
-        if (n > 0)
-            printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
-                   tp_wire_dtype_name(pcfg.wire_dtype), cpt_ms, mpt_ms, bpt_sent);
-        if (nk > 0) {
-            if (seqs_ctx > 0)
-                printf("decode steps of k sequences (one token each, %d steps after %d cached tokens each, median of %d):\n",
-                       n, seqs_ctx, reps);
-            else
-                printf("decode steps of k sequences (one token each, %d steps from empty caches, median of %d):\n", n,
-                       reps);
-            printf("%-6s %10s %12s %12s\n", "seqs", "ms/step", "x 1 seq", "agg t/s");
-            for (int ki = 0; ki < nk; ki++) {
-                printf("%-6d %10.2f ", klist[ki], k_ms[ki]);
-                if (k1_ms > 0.0) printf("%12.2f", k_ms[ki] / k1_ms);
-                else printf("%12s", "-");
-                printf(" %12.2f\n", klist[ki] * 1e3 / k_ms[ki]);
-            }
+    }
+    printf("}\n");
+}
+
+static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, const struct gen_result *res)
+{
+    const struct gen_bufs *b = &R->bufs;
+    const tp_model_t *m = R->g.m;
+    const int p = o->p, n = o->n, reps = o->reps, world = R->world;
+    const double bpt = (double)res->bpt;
+    printf("model   %s (%s, %.1f MiB read per token%s), %d threads%s, %s kernels, loaded in %.1f s\n",
+           tp_model_name(m), tp_wtype_name(tp_model_weight_type(m)), bpt / 1048576.0,
+           world > 1 ? " by all ranks" : "", tp_model_n_threads(m), world > 1 ? " per rank" : "", tp_kern_isa(),
+           R->t_load);
+    if (res->moe)
+        printf("experts active bytes: attention, routers, output head and the experts the decoded tokens selected "
+               "(measured); rank 0 holds %.1f MiB of which %.1f MiB experts\n",
+               (double)tp_model_weight_bytes(m) / 1048576.0, (double)tp_model_expert_weight_bytes(m) / 1048576.0);
+    if (n > 0) {
+        printf("memory  streaming read, median of %d probes %.2f GB/s%s (one before each decode rep and after the "
+               "last; %d MiB x %d passes, %d threads, bytes / elapsed)\n",
+               reps + 1, res->bw, world > 1 ? " summed over the ranks probing at once" : "", o->bw_mib,
+               o->bw_passes, o->threads > 0 ? o->threads : tp_cpu_count());
+        printf("%-4s %10s %12s %12s %10s\n", "rep", "tg t/s", "weight GB/s", "probe GB/s", "of bw");
+        for (int r = 0; r < reps; r++)
+            printf("%-4d %10.2f %12.2f %12.2f %9.1f%%\n", r, res->tg_rep[r], res->tg_rep[r] * bpt / 1e9,
+                   0.5 * (b->probe_sum[r] + b->probe_sum[r + 1]), 100.0 * b->frac_r[r]);
+    }
+    printf("%-8s %10s %12s %10s\n", "test", "t/s", "GB/s", "of bw");
+    if (p > 0) printf("pp%-6d %10.2f %12s %10s\n", p, res->pp_tps, "", "");
+    if (n > 0) printf("tg%-6d %10.2f %12.2f %9.1f%%\n", n, res->tg_tps, res->tg_tps * bpt / 1e9, 100.0 * res->frac);
+    printf("(median of %d; decode from an empty cache, EOS ignored", reps);
+    if (n > 0)
+        printf("; of bw = median of the per-rep fractions, range %.1f-%.1f%%", 100.0 * res->frac_min,
+               100.0 * res->frac_max);
+    printf(")\n");
+    if (n > 0 && world > 1) {
+        printf("per rank (each probed its own memory at the same moment as the others; median over reps):\n");
+        printf("%-5s %14s %12s %12s %10s\n", "rank", "MiB/token", "weight GB/s", "probe GB/s", "of bw");
+        for (int q = 0; q < world; q++)
+            printf("%-5d %14.1f %12.2f %12.2f %9.1f%%\n", q, b->rank_bytes[q] / 1048576.0,
+                   res->tg_tps * b->rank_bytes[q] / 1e9, res->rank_bw[q], 100.0 * res->rank_fr[q]);
+    }
+    if (n > 0)
+        printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
+               tp_wire_dtype_name(R->pcfg.wire_dtype), res->cpt_ms, res->mpt_ms, res->bpt_sent);
+    if (o->nk > 0) {
+        if (o->seqs_ctx > 0)
+            printf("decode steps of k sequences (one token each, %d steps after %d cached tokens each, median of "
+                   "%d):\n", n, o->seqs_ctx, reps);
+        else
+            printf("decode steps of k sequences (one token each, %d steps from empty caches, median of %d):\n", n,
+                   reps);
+        printf("%-6s %10s %12s %12s\n", "seqs", "ms/step", "x 1 seq", "agg t/s");
+        for (int ki = 0; ki < o->nk; ki++) {
+            printf("%-6d %10.2f ", o->klist[ki], R->k_ms[ki]);
+            if (res->k1_ms > 0.0) printf("%12.2f", R->k_ms[ki] / res->k1_ms);
+            else printf("%12s", "-");
+            printf(" %12.2f\n", o->klist[ki] * 1e3 / R->k_ms[ki]);
         }
     }
-    exit_code = 0;
-out:
-    gen_bufs_free(&bufs);
-    tp_parallel_free(g.par);
-    tp_pool_free(pool);
-    tp_aligned_free(bwbuf);
+}
+
+/* ------------------------------------------------------------------ command */
+
+int tp_bench_gen(int argc, char **argv)
+{
+    struct gen_opts o;
+    int rc = gen_parse(argc, argv, &o);
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
+    /* one rank, or a group from the environment (tpserve launch / mpirun): rank 0 measures and prints */
+    struct gen_run R;
+    memset(&R, 0, sizeof R);
+    R.pcfg = tp_parallel_default_config();
+    const char *prefix = NULL;
+    if (tp_cli_group_config("bench gen", o.comm_dtype, o.kv_type, &R.pcfg, NULL, &prefix)) return 2;
+    tp_cli_setup_logging(prefix);
+    if (tp_log_get_level() < TP_LOG_WARN) tp_log_set_level(TP_LOG_WARN);
+    R.pcfg.shard_weights = o.shard_weights;
+    struct tp_error err = {0};
+    if (tp_moe_split_parse(o.moe_split, &R.pcfg.moe_split, &err) != TP_OK)
+        return tp_cli_fail("bench gen", "%s", err.msg);
+    int exit_code = 1;
+    if (gen_start(&R, &o, &err) != TP_OK) {
+        tp_cli_fail("bench gen", "%s", err.msg);
+    } else if (tp_parallel_rank(R.g.par) != 0) {
+        exit_code = 0;
+        if (tp_parallel_worker_loop(R.g.par) != TP_OK)
+            exit_code = tp_cli_fail("bench gen", "worker stopped: %s", tp_parallel_last_error(R.g.par));
+    } else if (gen_measure(&R, &o, &err) != TP_OK) {
+        tp_cli_fail("bench gen", "%s", err.msg);
+    } else {
+        struct gen_result res;
+        gen_summarize(&R, &o, &res);
+        if (o.json) gen_report_json(&R, &o, &res);
+        else gen_report_text(&R, &o, &res);
+        exit_code = 0;
+    }
+    gen_run_free(&R);
     return exit_code;
 }

@@ -1,35 +1,11 @@
 /*
- * cli/bench_nodes.c - `tpserve bench nodes`: what N nodes buy.
- *
- * For each node count N of --nodes it runs N ranks of `tpserve bench gen
- * --json` (prefill and decode from an empty cache, EOS ignored, median of
- * --reps) as one tensor-parallel group and collects rank 0's figures:
- * prefill and decode tokens/s, per-token compute and communication time,
- * bytes sent per token; and the peak RSS of every rank (wait4).
- *
- * Where scripts/netsim works (Linux, root, namespaces) the N ranks run on N
- * simulated hosts with the --link profile's bandwidth cap (each rank in its
- * own network namespace with its own address; latency is what the veth and
- * bridge really have); elsewhere, or with --link local, on 127.0.0.1.
- *
- * Projection for dedicated machines: on this one machine the N ranks share
- * its cores and memory bandwidth, so measured compute does not shrink with N
- * the way it would on N machines.  The communication model is calibrated in
- * the same set-up (same namespaces, same link profile) by `tpserve bench comm`:
- * t_sum(N) = median latency of one all_sum of n_embd floats (one decoded
- * token's activation); per token the engine does 2 n_layer of them plus the
- * step broadcast and the distributed argmax, one round each, as `tpserve
- * plan` models them (tp_capacity_comm_ms with the measured t_sum):
- *     comm_model(N)        = 2 n_layer t_sum(N) + 2 rounds of t_sum's latency
- *     projected_tg_tps(N)  = 1000 / (c1 / N + comm_model(N))
- * with c1 = 1000 / tg_tps(1), the whole per-token time of the 1-rank run.
- * Check of the model (compute per rank held equal, i.e. using each run's own
- * measured compute instead of c1 / N): 1000 / (compute_ms(N) + comm_model(N))
- * against the measured tg_tps(N); the Markdown output prints the difference.
- *
- * Outputs PREFIX.csv, PREFIX.md (Markdown table), PREFIX.json and PREFIX.svg
- * (tokens/s against node count, measured and projected).  Progress on
- * stderr.  Not a test: numbers depend on the machine.
+ * cli/bench_nodes.c - `tpserve bench nodes`: what N nodes buy.  For each
+ * node count N it runs N ranks of `tpserve bench gen --json` as one group
+ * (on N simulated hosts with scripts/netsim where it works, else on
+ * 127.0.0.1), calibrates the all_sum latency with `tpserve bench comm` in the
+ * same set-up, projects dedicated machines and writes PREFIX.{csv,md,json,svg}.
+ * The method and the projection's formula: docs/performance.md ("Node count").
+ * Not a test: the numbers depend on the machine.
  */
 #include <cJSON.h>
 #include <errno.h>
@@ -63,7 +39,7 @@ struct node_run {
     double projected_tg_tps, check_tg_tps;
 };
 
-/* Run `sh -c cmd` and return its exit status (stdout/stderr inherited). */
+/* Run `sh -c cmd` and return its exit status (stdout/stderr inherited; -1: could not fork). */
 static int run_sh(const char *cmd)
 {
     pid_t pid = fork();
@@ -78,7 +54,8 @@ static int run_sh(const char *cmd)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
-/* scripts/netsim: --netsim, $TP_NETSIM, <exe dir>/../scripts/netsim, ./scripts/netsim. */
+/* scripts/netsim: --netsim, $TP_NETSIM, <exe dir>/../scripts/netsim, ./scripts/netsim.
+ * Nonzero when the one chosen (in out) is executable. */
 static int find_netsim(const char *given, char *out, size_t cap)
 {
     if (given) {
@@ -122,26 +99,29 @@ static void self_exe(const char *argv0, char *out, size_t cap)
 /*
  * One group of n ranks.  Rank 0's stdout (the JSON line) goes to json_path,
  * everything else of every rank to log_path.  Ranks run in the netsim
- * namespaces "<prefix>-hI" when prefix is non-NULL.  Returns 0 when all ranks
- * exited 0 within timeout_s; fills r.
+ * namespaces "<prefix>-hI" when prefix is non-NULL.  Fills r->rss_bytes_max.
+ * Returns TP_OK when all ranks exited 0 within timeout_s, TP_ERR_PEER when
+ * one failed, TP_ERR_TIMEOUT, TP_ERR_IO when the files or ranks could not be
+ * made.
  */
-static int run_group(const char *exe, const char *prefix, const char *subnet, int n, const char *hostfile,
-                     const char *token, char *const *gen_args, const char *json_path, const char *log_path,
-                     int timeout_s, struct node_run *r)
+static enum tp_status run_group(const char *exe, const char *prefix, int n, const char *hostfile, const char *token,
+                                char *const *gen_args, const char *json_path, const char *log_path, int timeout_s,
+                                struct node_run *r)
 {
     pid_t pids[NODES_MAX];
-    int nstarted = 0, rc = 0;
+    int nstarted = 0;
+    enum tp_status rc = TP_OK;
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
     int json_fd = open(json_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (log_fd < 0 || json_fd < 0) {
         if (log_fd >= 0) close(log_fd);
         if (json_fd >= 0) close(json_fd);
-        return -1;
+        return TP_ERR_IO;
     }
     for (int i = 0; i < n; i++) {
         pid_t pid = fork();
         if (pid < 0) {
-            rc = -1;
+            rc = TP_ERR_IO;
             break;
         }
         if (pid == 0) {
@@ -176,7 +156,6 @@ static int run_group(const char *exe, const char *prefix, const char *subnet, in
         }
         pids[nstarted++] = pid;
     }
-    (void)subnet;
     close(json_fd);
     close(log_fd);
     uint64_t deadline = tp_now_ns() + (uint64_t)timeout_s * 1000000000ull;
@@ -198,7 +177,7 @@ static int run_group(const char *exe, const char *prefix, const char *subnet, in
 #endif
                 if (rss > r->rss_bytes_max) r->rss_bytes_max = rss;
                 if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-                    if (!rc) rc = 1;
+                    if (rc == TP_OK) rc = TP_ERR_PEER;
                     for (int j = 0; j < nstarted; j++)
                         if (pids[j] > 0) kill(pids[j], SIGTERM);
                 }
@@ -208,7 +187,7 @@ static int run_group(const char *exe, const char *prefix, const char *subnet, in
         if (tp_now_ns() > deadline) {
             for (int j = 0; j < nstarted; j++)
                 if (pids[j] > 0) kill(pids[j], SIGKILL);
-            rc = 2;
+            rc = TP_ERR_TIMEOUT;
             deadline = UINT64_MAX;
         }
         usleep(20000);
@@ -216,20 +195,21 @@ static int run_group(const char *exe, const char *prefix, const char *subnet, in
     return rc;
 }
 
-static int parse_json_result(const char *path, struct node_run *r)
+/* Rank 0's figures from `bench gen --json` output: TP_OK, TP_ERR_IO (unreadable), TP_ERR_FORMAT. */
+static enum tp_status parse_json_result(const char *path, struct node_run *r)
 {
     char *buf = NULL;
     struct tp_error err = {0};
-    if (tp_read_file(path, (size_t)1 << 20, &buf, NULL, &err) != TP_OK) return -1;
+    if (tp_read_file(path, (size_t)1 << 20, &buf, NULL, &err) != TP_OK) return TP_ERR_IO;
     cJSON *o = cJSON_Parse(buf);
     free(buf);
-    if (!o) return -1;
+    if (!o) return TP_ERR_FORMAT;
     const char *keys[] = {"pp_tps", "tg_tps", "compute_ms_per_token", "comm_ms_per_token", "bytes_per_token"};
     double *dst[] = {&r->pp_tps, &r->tg_tps, &r->compute_ms, &r->comm_ms, &r->bytes_per_token};
-    int rc = 0;
+    enum tp_status rc = TP_OK;
     for (size_t i = 0; i < TP_ARRAY_LEN(keys); i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, keys[i]);
-        if (!cJSON_IsNumber(v)) rc = -1;
+        if (!cJSON_IsNumber(v)) rc = TP_ERR_FORMAT;
         else *dst[i] = v->valuedouble;
     }
     cJSON_Delete(o);
@@ -307,23 +287,35 @@ static void write_svg(const char *path, const struct node_run *runs, int n_runs,
     fclose(f);
 }
 
-int tp_bench_nodes(int argc, char **argv)
+/* ------------------------------------------------------------------ parse */
+
+struct nodes_opts {
+    const char *model, *nodes, *link, *out, *netsim_arg;
+    int p, n, threads, reps, timeout_s;
+    int use_link; /* --link is not "local" */
+};
+
+/* Parse argv into o and the node counts into runs[*n_runs].n.  Returns what tp_cli_parse does: 0 to go on,
+ * 1 after --help, 2 after printing a usage error. */
+static int nodes_parse(int argc, char **argv, struct nodes_opts *o, struct node_run *runs, int *n_runs)
 {
-    const char *model = NULL, *nodes = "1,2,4", *link = "10gbe", *out = "bench-nodes", *netsim_arg = NULL;
-    int p = 128, n = 64, threads = 0, reps = 1, timeout_s = 600;
+    *o = (struct nodes_opts){.nodes = "1,2,4", .link = "10gbe", .out = "bench-nodes", .p = 128, .n = 64, .reps = 1,
+                             .timeout_s = 600};
     const struct tp_opt opts[] = {
-        {"model", 'm', TP_OPT_STRING, &model, "FILE", "model (GGUF)", 0, 0},
-        {"nodes", 0, TP_OPT_LIST, &nodes, "LIST", "node counts to run (default 1,2,4)", 0, 0},
-        {"link", 0, TP_OPT_STRING, &link, "PROFILE", "netsim profile: tb5, 10gbe (default), 1gbe, none, local", 0, 0},
-        {"prompt-tokens", 'p', TP_OPT_INT, &p, "P", "prefill length (default 128)", 0, 65536},
-        {"gen-tokens", 'n', TP_OPT_INT, &n, "N", "decoded tokens (default 64)", 1, 65536},
-        {"threads", 't', TP_OPT_INT, &threads, "T", "threads per rank (default: cores / ranks, at least 1)", 1, 1024},
-        {"reps", 'r', TP_OPT_INT, &reps, "R", "repetitions per run, median (default 1)", 1, 100},
-        {"out", 'o', TP_OPT_STRING, &out, "PREFIX", "output files PREFIX.{csv,md,json,svg} (default bench-nodes)", 0,
+        {"model", 'm', TP_OPT_STRING, &o->model, "FILE", "model (GGUF)", 0, 0},
+        {"nodes", 0, TP_OPT_LIST, &o->nodes, "LIST", "node counts to run (default 1,2,4)", 0, 0},
+        {"link", 0, TP_OPT_STRING, &o->link, "PROFILE", "netsim profile: tb5, 10gbe (default), 1gbe, none, local", 0,
          0},
-        {"netsim", 0, TP_OPT_STRING, &netsim_arg, "PATH", "scripts/netsim to use (default: found next to the build)",
+        {"prompt-tokens", 'p', TP_OPT_INT, &o->p, "P", "prefill length (default 128)", 0, 65536},
+        {"gen-tokens", 'n', TP_OPT_INT, &o->n, "N", "decoded tokens (default 64)", 1, 65536},
+        {"threads", 't', TP_OPT_INT, &o->threads, "T", "threads per rank (default: cores / ranks, at least 1)", 1,
+         1024},
+        {"reps", 'r', TP_OPT_INT, &o->reps, "R", "repetitions per run, median (default 1)", 1, 100},
+        {"out", 'o', TP_OPT_STRING, &o->out, "PREFIX", "output files PREFIX.{csv,md,json,svg} (default bench-nodes)",
          0, 0},
-        {"timeout", 0, TP_OPT_INT, &timeout_s, "S", "limit per node count (default 600)", 10, 86400},
+        {"netsim", 0, TP_OPT_STRING, &o->netsim_arg, "PATH", "scripts/netsim to use (default: found next to the build)",
+         0, 0},
+        {"timeout", 0, TP_OPT_INT, &o->timeout_s, "S", "limit per node count (default 600)", 10, 86400},
         {0},
     };
     const char *usage =
@@ -332,213 +324,224 @@ int tp_bench_nodes(int argc, char **argv)
         "each node count (ranks on simulated hosts with the link's bandwidth where scripts/netsim works, else\n"
         "on 127.0.0.1), plus a projection for dedicated machines.  Writes PREFIX.csv/.md/.json/.svg.";
     int rc = tp_cli_parse("bench nodes", usage, opts, argc, argv, NULL, 0, NULL, NULL, NULL);
-    TP_CLI_RETURN_UNLESS_PARSED(rc);
-    if (!model) {
+    if (rc) return rc;
+    if (!o->model) {
         fprintf(stderr, "tpserve bench nodes: -m MODEL is required\n");
         return 2;
     }
-    if (access(model, R_OK) != 0) return tp_cli_fail("bench nodes", "cannot read model '%s'", model);
-    struct tp_hparams hp;
-    {
-        struct tp_model_config mc = tp_model_default_config();
-        struct tp_error merr = {0};
-        tp_model_t *mm = NULL;
-        mc.path = model;
-        mc.vocab_only = 1;
-        if (tp_model_init(&mc, &mm, &merr) != TP_OK) return tp_cli_fail("bench nodes", "%s", merr.msg);
-        hp = *tp_model_hparams(mm);
-        tp_model_free(mm);
-    }
-    struct node_run runs[NODES_MAX];
-    int n_runs = 0;
-    memset(runs, 0, sizeof runs);
-    for (const char *s = nodes; *s;) {
+    *n_runs = 0;
+    for (const char *s = o->nodes; *s;) {
         char *end = NULL;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > NODES_MAX || (*end && *end != ',') || n_runs == NODES_MAX) {
-            fprintf(stderr, "tpserve bench nodes: --nodes wants counts 1..%d like 1,2,4, got '%s'\n", NODES_MAX, nodes);
+        if (end == s || v < 1 || v > NODES_MAX || (*end && *end != ',') || *n_runs == NODES_MAX) {
+            fprintf(stderr, "tpserve bench nodes: --nodes wants counts 1..%d like 1,2,4, got '%s'\n", NODES_MAX,
+                    o->nodes);
             return 2;
         }
-        runs[n_runs++].n = (int)v;
+        memset(&runs[*n_runs], 0, sizeof runs[*n_runs]);
+        runs[(*n_runs)++].n = (int)v;
         s = *end ? end + 1 : end;
     }
-    const int use_link = strcmp(link, "local") != 0;
-    if (use_link && strcmp(link, "tb5") && strcmp(link, "10gbe") && strcmp(link, "1gbe") && strcmp(link, "none")) {
+    const char *link = o->link;
+    o->use_link = strcmp(link, "local") != 0;
+    if (o->use_link && strcmp(link, "tb5") && strcmp(link, "10gbe") && strcmp(link, "1gbe") && strcmp(link, "none")) {
         fprintf(stderr, "tpserve bench nodes: --link must be tb5, 10gbe, 1gbe, none or local, got '%s'\n", link);
         return 2;
     }
+    return 0;
+}
 
-    char exe[PATH_MAX], netsim[PATH_MAX], prefix[32], tmpdir[] = "/tmp/tpserve-bench-nodes-XXXXXX";
-    self_exe(argv[0], exe, sizeof exe);
-    if (!mkdtemp(tmpdir)) return tp_cli_fail("bench nodes", "cannot create a temporary directory: %s", strerror(errno));
-    snprintf(prefix, sizeof prefix, "tpbn%d", (int)getpid() % 100000);
-    const char *subnet = "10.77.6";
-    int have_netsim = 0;
-    char cmd[2 * PATH_MAX + 128], reason[256] = "--link local";
-    if (use_link) {
-        if (!find_netsim(netsim_arg, netsim, sizeof netsim)) {
+/* ------------------------------------------------------------------ run */
+
+/* The set-up every node count shares; nodes_env_close undoes it. */
+struct nodes_env {
+    struct tp_hparams hp;                 /* of the model, for the calibration's message size */
+    char exe[PATH_MAX];                   /* this tpserve */
+    char netsim[PATH_MAX];
+    char prefix[32];                      /* netsim namespace prefix */
+    char tmpdir[48];                      /* hostfiles, rank output; kept when a run failed */
+    char token[40];                       /* cluster token of the groups (loopback / namespaces only) */
+    const char *subnet;
+    int have_netsim, netsim_up;
+    struct tp_cap_link plan_link;         /* the link profile tp_capacity_comm_ms projects with */
+};
+
+static enum tp_status nodes_setup(const struct nodes_opts *o, const char *argv0, struct nodes_env *E,
+                                  struct tp_error *err)
+{
+    memset(E, 0, sizeof *E);
+    if (access(o->model, R_OK) != 0) return tp_error_set(err, TP_ERR_IO, "cannot read model '%s'", o->model);
+    struct tp_model_config mc = tp_model_default_config();
+    tp_model_t *mm = NULL;
+    mc.path = o->model;
+    mc.vocab_only = 1;
+    enum tp_status st = tp_model_init(&mc, &mm, err);
+    if (st != TP_OK) return st;
+    E->hp = *tp_model_hparams(mm);
+    tp_model_free(mm);
+    self_exe(argv0, E->exe, sizeof E->exe);
+    snprintf(E->tmpdir, sizeof E->tmpdir, "/tmp/tpserve-bench-nodes-XXXXXX");
+    if (!mkdtemp(E->tmpdir)) {
+        E->tmpdir[0] = '\0';
+        return tp_error_set(err, TP_ERR_IO, "cannot create a temporary directory: %s", strerror(errno));
+    }
+    snprintf(E->prefix, sizeof E->prefix, "tpbn%d", (int)getpid() % 100000);
+    snprintf(E->token, sizeof E->token, "bench-%d-%llu", (int)getpid(), (unsigned long long)tp_now_ns());
+    E->subnet = "10.77.6";
+    char reason[256] = "--link local", cmd[PATH_MAX + 64];
+    if (o->use_link) {
+        if (!find_netsim(o->netsim_arg, E->netsim, sizeof E->netsim)) {
             snprintf(reason, sizeof reason, "scripts/netsim not found (give --netsim PATH)");
         } else {
-            setenv("TP_NETSIM_PREFIX", prefix, 1);
-            setenv("TP_NETSIM_SUBNET", subnet, 1);
-            snprintf(cmd, sizeof cmd, "'%s' check >/dev/null 2>&1", netsim);
-            if (run_sh(cmd) == 0) have_netsim = 1;
+            setenv("TP_NETSIM_PREFIX", E->prefix, 1);
+            setenv("TP_NETSIM_SUBNET", E->subnet, 1);
+            snprintf(cmd, sizeof cmd, "'%s' check >/dev/null 2>&1", E->netsim);
+            if (run_sh(cmd) == 0) E->have_netsim = 1;
             else snprintf(reason, sizeof reason, "network namespaces not permitted here (see 'scripts/netsim check')");
         }
     }
-    fprintf(stderr, "bench nodes: %s, nodes %s, %s, p=%d n=%d reps=%d\n", model, nodes,
-            have_netsim ? link : "127.0.0.1, unshaped", p, n, reps);
-    if (!have_netsim && use_link) fprintf(stderr, "bench nodes: ranks on 127.0.0.1: %s\n", reason);
+    fprintf(stderr, "bench nodes: %s, nodes %s, %s, p=%d n=%d reps=%d\n", o->model, o->nodes,
+            E->have_netsim ? o->link : "127.0.0.1, unshaped", o->p, o->n, o->reps);
+    if (!E->have_netsim && o->use_link) fprintf(stderr, "bench nodes: ranks on 127.0.0.1: %s\n", reason);
+    if (tp_capacity_link_profile(E->have_netsim ? o->link : "local", &E->plan_link, NULL) != TP_OK)
+        tp_capacity_link_profile("local", &E->plan_link, NULL);
+    return TP_OK;
+}
 
-    char token[40];
-    snprintf(token, sizeof token, "bench-%d-%llu", (int)getpid(), (unsigned long long)tp_now_ns());
-    int ncpu = tp_cpu_count();
-    int failures = 0;
-    struct tp_cap_link plan_link;
-    if (tp_capacity_link_profile(have_netsim ? link : "local", &plan_link, NULL) != TP_OK)
-        tp_capacity_link_profile("local", &plan_link, NULL);
-    for (int r = 0; r < n_runs; r++) {
-        int N = runs[r].n;
-        char hostfile[PATH_MAX], json_path[PATH_MAX], log_path[PATH_MAX];
-        snprintf(hostfile, sizeof hostfile, "%s/hostfile-%d.json", tmpdir, N);
-        snprintf(json_path, sizeof json_path, "%s/rank0-%d.json", tmpdir, N);
-        snprintf(log_path, sizeof log_path, "%s/ranks-%d.log", tmpdir, N);
-        int base_port = 20000 + (int)(getpid() % 2000) * 10;
-        FILE *hf = fopen(hostfile, "w");
-        if (!hf) return tp_cli_fail("bench nodes", "cannot write %s", hostfile);
-        fprintf(hf, "{\"version\": 1, \"hosts\": [");
-        for (int i = 0; i < N; i++) {
-            if (have_netsim) fprintf(hf, "%s{\"ips\": [\"%s.%d\"], \"port\": 29500}", i ? ", " : "", subnet, i + 1);
-            else fprintf(hf, "%s{\"ips\": [\"127.0.0.1\"], \"port\": %d}", i ? ", " : "", base_port + i);
-        }
-        fprintf(hf, "]}\n");
-        fclose(hf);
-        if (have_netsim) {
-            snprintf(cmd, sizeof cmd, "'%s' up %d --profile %s >/dev/null", netsim, N, link);
-            if (run_sh(cmd) != 0) {
-                tp_cli_fail("bench nodes", "'%s' failed", cmd);
-                snprintf(cmd, sizeof cmd, "'%s' down >/dev/null 2>&1", netsim);
-                run_sh(cmd);
-                return 1;
-            }
-        }
-        int t = threads > 0 ? threads : TP_MAX(1, ncpu / N);
-        char ps[16], ns_[16], ts[16], rs[16];
-        snprintf(ps, sizeof ps, "%d", p);
-        snprintf(ns_, sizeof ns_, "%d", n);
-        snprintf(ts, sizeof ts, "%d", t);
-        snprintf(rs, sizeof rs, "%d", reps);
-        char *gen_args[] = {"bench", "gen", "-m", (char *)model, "-p", ps, "-n", ns_, "-t", ts, "-r", rs,
-                            "--json", "--bw-mib", "64", NULL};
-        fprintf(stderr, "bench nodes: [%d/%d] %d rank%s x %d thread%s ... ", r + 1, n_runs, N, N == 1 ? "" : "s", t,
-                t == 1 ? "" : "s");
-        double t0 = tp_now_s();
-        int grc = run_group(exe, have_netsim ? prefix : NULL, subnet, N, hostfile, token, gen_args, json_path,
-                            log_path, timeout_s, &runs[r]);
-        if (grc == 0 && parse_json_result(json_path, &runs[r]) == 0) {
-            runs[r].ok = 1;
-            fprintf(stderr, "pp %.1f t/s, tg %.2f t/s (%.1f s)\n", runs[r].pp_tps, runs[r].tg_tps, tp_now_s() - t0);
-            if (N > 1) {
-                char sz[32];
-                snprintf(sz, sizeof sz, "%d", hp.n_embd * 4);
-                char *comm_args[] = {"bench", "comm", "--min-bytes", sz, "--max-bytes", sz, "--iters", "300",
-                                     "--json", NULL};
-                fprintf(stderr, "bench nodes: [%d/%d] calibrating: all_sum of %d floats over %d ranks ... ", r + 1,
-                        n_runs, hp.n_embd, N);
-                struct node_run scratch;
-                memset(&scratch, 0, sizeof scratch);
-                if (run_group(exe, have_netsim ? prefix : NULL, subnet, N, hostfile, token, comm_args, json_path,
-                              log_path, timeout_s, &scratch) == 0 &&
-                    (runs[r].allsum_us = parse_comm_latency(json_path)) > 0) {
-                    runs[r].comm_model_ms =
-                        tp_capacity_comm_ms(&hp, TP_WIRE_F32, N, &plan_link, runs[r].allsum_us, NULL);
-                    fprintf(stderr, "%.1f us\n", runs[r].allsum_us);
-                } else {
-                    runs[r].allsum_us = 0;
-                    fprintf(stderr, "FAILED (rank output in %s)\n", log_path);
-                }
-            }
-        } else {
-            failures++;
-            fprintf(stderr, "FAILED (%s; rank output in %s)\n", grc == 2 ? "timed out" : "a rank failed", log_path);
-        }
+/* Tear the simulated hosts down; remove the temporary directory unless keep (a run failed: its logs stay). */
+static void nodes_env_close(struct nodes_env *E, int keep)
+{
+    char cmd[PATH_MAX + 64];
+    if (E->netsim_up) {
+        snprintf(cmd, sizeof cmd, "'%s' down >/dev/null 2>&1", E->netsim);
+        run_sh(cmd);
+        E->netsim_up = 0;
     }
-    if (have_netsim) {
-        snprintf(cmd, sizeof cmd, "'%s' down >/dev/null", netsim);
+    if (E->tmpdir[0] && !keep) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", E->tmpdir);
         run_sh(cmd);
     }
+}
 
-    /* projection: c1 / N + comm_model(N) (see the file comment) */
+/* Write the hostfile of an N-rank group. */
+static enum tp_status write_hostfile(const struct nodes_env *E, int N, const char *path, struct tp_error *err)
+{
+    FILE *hf = fopen(path, "w");
+    if (!hf) return tp_error_set(err, TP_ERR_IO, "cannot write %s", path);
+    const int base_port = 20000 + (int)(getpid() % 2000) * 10;
+    fprintf(hf, "{\"version\": 1, \"hosts\": [");
+    for (int i = 0; i < N; i++) {
+        if (E->have_netsim) fprintf(hf, "%s{\"ips\": [\"%s.%d\"], \"port\": 29500}", i ? ", " : "", E->subnet, i + 1);
+        else fprintf(hf, "%s{\"ips\": [\"127.0.0.1\"], \"port\": %d}", i ? ", " : "", base_port + i);
+    }
+    fprintf(hf, "]}\n");
+    return fclose(hf) == 0 ? TP_OK : tp_error_set(err, TP_ERR_IO, "cannot write %s", path);
+}
+
+/*
+ * Node count runs[r].n: bench gen in a group of that many ranks, then (N > 1) the all_sum calibration.
+ * A group that fails leaves run->ok 0 (said on stderr) and returns TP_OK; an error is returned only when
+ * the set-up itself fails (files, simulated hosts).
+ */
+static enum tp_status nodes_run_one(const struct nodes_opts *o, struct nodes_env *E, int r, int n_runs,
+                                    struct node_run *run, struct tp_error *err)
+{
+    const int N = run->n;
+    char hostfile[PATH_MAX], json_path[PATH_MAX], log_path[PATH_MAX], cmd[PATH_MAX + 64];
+    snprintf(hostfile, sizeof hostfile, "%s/hostfile-%d.json", E->tmpdir, N);
+    snprintf(json_path, sizeof json_path, "%s/rank0-%d.json", E->tmpdir, N);
+    snprintf(log_path, sizeof log_path, "%s/ranks-%d.log", E->tmpdir, N);
+    enum tp_status st = write_hostfile(E, N, hostfile, err);
+    if (st != TP_OK) return st;
+    if (E->have_netsim) {
+        snprintf(cmd, sizeof cmd, "'%s' up %d --profile %s >/dev/null", E->netsim, N, o->link);
+        E->netsim_up = 1; /* whatever part of it came up is taken down */
+        if (run_sh(cmd) != 0) return tp_error_set(err, TP_ERR_IO, "'%s' failed", cmd);
+    }
+    const char *ns_prefix = E->have_netsim ? E->prefix : NULL;
+    const int t = o->threads > 0 ? o->threads : TP_MAX(1, tp_cpu_count() / N);
+    char ps[16], ns_[16], ts[16], rs[16];
+    snprintf(ps, sizeof ps, "%d", o->p);
+    snprintf(ns_, sizeof ns_, "%d", o->n);
+    snprintf(ts, sizeof ts, "%d", t);
+    snprintf(rs, sizeof rs, "%d", o->reps);
+    char *gen_args[] = {"bench", "gen", "-m", (char *)o->model, "-p", ps, "-n", ns_, "-t", ts, "-r", rs, "--json",
+                        "--bw-mib", "64", NULL};
+    fprintf(stderr, "bench nodes: [%d/%d] %d rank%s x %d thread%s ... ", r + 1, n_runs, N, N == 1 ? "" : "s", t,
+            t == 1 ? "" : "s");
+    double t0 = tp_now_s();
+    st = run_group(E->exe, ns_prefix, N, hostfile, E->token, gen_args, json_path, log_path, o->timeout_s, run);
+    if (st == TP_OK) st = parse_json_result(json_path, run);
+    if (st != TP_OK) {
+        fprintf(stderr, "FAILED (%s; rank output in %s)\n", st == TP_ERR_TIMEOUT ? "timed out" : "a rank failed",
+                log_path);
+        return TP_OK;
+    }
+    run->ok = 1;
+    fprintf(stderr, "pp %.1f t/s, tg %.2f t/s (%.1f s)\n", run->pp_tps, run->tg_tps, tp_now_s() - t0);
+    if (N == 1) return TP_OK;
+    char sz[32];
+    snprintf(sz, sizeof sz, "%d", E->hp.n_embd * 4);
+    char *comm_args[] = {"bench", "comm", "--min-bytes", sz, "--max-bytes", sz, "--iters", "300", "--json", NULL};
+    fprintf(stderr, "bench nodes: [%d/%d] calibrating: all_sum of %d floats over %d ranks ... ", r + 1, n_runs,
+            E->hp.n_embd, N);
+    struct node_run scratch;
+    memset(&scratch, 0, sizeof scratch);
+    if (run_group(E->exe, ns_prefix, N, hostfile, E->token, comm_args, json_path, log_path, o->timeout_s,
+                  &scratch) == TP_OK &&
+        (run->allsum_us = parse_comm_latency(json_path)) > 0) {
+        run->comm_model_ms = tp_capacity_comm_ms(&E->hp, TP_WIRE_F32, N, &E->plan_link, run->allsum_us, NULL);
+        fprintf(stderr, "%.1f us\n", run->allsum_us);
+    } else {
+        run->allsum_us = 0;
+        fprintf(stderr, "FAILED (rank output in %s)\n", log_path);
+    }
+    return TP_OK;
+}
+
+/* projected_tg_tps = 1000 / (c1 / N + comm_model(N)), c1 the 1-rank run's whole time per token;
+ * check_tg_tps: the same with each run's own measured compute (docs/performance.md). */
+static void nodes_project(struct node_run *runs, int n_runs)
+{
     double c1 = 0;
     for (int r = 0; r < n_runs; r++)
-        if (runs[r].ok && runs[r].n == 1 && runs[r].tg_tps > 0) c1 = 1000.0 / runs[r].tg_tps; /* all compute */
+        if (runs[r].ok && runs[r].n == 1 && runs[r].tg_tps > 0) c1 = 1000.0 / runs[r].tg_tps;
     for (int r = 0; r < n_runs; r++) {
         if (!runs[r].ok) continue;
-        int N = runs[r].n;
-        double comm = N > 1 ? runs[r].comm_model_ms : 0;
-        double comp = c1 > 0 ? c1 / N : runs[r].compute_ms;
+        const int N = runs[r].n;
+        const double comm = N > 1 ? runs[r].comm_model_ms : 0;
+        const double comp = c1 > 0 ? c1 / N : runs[r].compute_ms;
         runs[r].projected_tg_tps = 1000.0 / (comp + comm);
         runs[r].check_tg_tps = 1000.0 / (runs[r].compute_ms + comm);
     }
+}
 
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s.csv", out);
-    FILE *csv = fopen(path, "w");
-    snprintf(path, sizeof path, "%s.md", out);
-    FILE *md = fopen(path, "w");
-    if (!csv || !md) {
-        if (csv) fclose(csv);
-        if (md) fclose(md);
-        return tp_cli_fail("bench nodes", "cannot write %s.csv / %s.md", out, out);
-    }
-    fprintf(csv, "nodes,pp_tps,tg_tps,compute_ms,comm_ms,bytes_per_token,rss_bytes_max,projected_tg_tps\n");
-    fprintf(md, "Model `%s`, %s, prefill %d / decode %d tokens, %d rep(s); ranks %s.\n\n", model,
-            have_netsim ? link : "loopback", p, n, reps,
-            have_netsim ? "on simulated hosts (scripts/netsim) sharing this machine's cores" : "on 127.0.0.1");
-    {
-        double la[3] = {0, 0, 0};
-        if (getloadavg(la, 3) == 3)
-            fprintf(md, "This machine: %d cores, load average %.1f %.1f %.1f at the end (other work shares the cores).\n\n",
-                    ncpu, la[0], la[1], la[2]);
-    }
+/* ------------------------------------------------------------------ report */
+
+static void nodes_md(FILE *md, const struct nodes_opts *o, const struct nodes_env *E, const struct node_run *runs,
+                     int n_runs)
+{
+    const char *where = E->have_netsim ? "on simulated hosts (scripts/netsim) sharing this machine's cores"
+                                       : "on 127.0.0.1";
+    fprintf(md, "Model `%s`, %s, prefill %d / decode %d tokens, %d rep(s); ranks %s.\n\n", o->model,
+            E->have_netsim ? o->link : "loopback", o->p, o->n, o->reps, where);
+    double la[3] = {0, 0, 0};
+    if (getloadavg(la, 3) == 3)
+        fprintf(md, "This machine: %d cores, load average %.1f %.1f %.1f at the end (other work shares the cores).\n\n",
+                tp_cpu_count(), la[0], la[1], la[2]);
     fprintf(md, "| nodes | prefill tok/s | decode tok/s | compute ms/tok | comm ms/tok | bytes/tok | max RSS MiB | "
                 "projected decode tok/s (dedicated) |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "model", model);
-    cJSON_AddStringToObject(root, "link", have_netsim ? link : "loopback");
-    cJSON_AddNumberToObject(root, "prompt_tokens", p);
-    cJSON_AddNumberToObject(root, "gen_tokens", n);
-    cJSON_AddNumberToObject(root, "n_layer", hp.n_layer);
-    cJSON_AddNumberToObject(root, "n_embd", hp.n_embd);
-    cJSON *arr = cJSON_AddArrayToObject(root, "runs");
     for (int r = 0; r < n_runs; r++) {
         const struct node_run *x = &runs[r];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "nodes", x->n);
-        cJSON_AddBoolToObject(o, "ok", x->ok);
-        if (x->ok) {
-            fprintf(csv, "%d,%.3f,%.3f,%.4f,%.4f,%.0f,%llu,%.3f\n", x->n, x->pp_tps, x->tg_tps, x->compute_ms,
-                    x->comm_ms, x->bytes_per_token, (unsigned long long)x->rss_bytes_max, x->projected_tg_tps);
+        if (x->ok)
             fprintf(md, "| %d | %.1f | %.2f | %.3f | %.3f | %.0f | %.1f | %.2f |\n", x->n, x->pp_tps, x->tg_tps,
                     x->compute_ms, x->comm_ms, x->bytes_per_token, (double)x->rss_bytes_max / 1048576.0,
                     x->projected_tg_tps);
-            cJSON_AddNumberToObject(o, "pp_tps", x->pp_tps);
-            cJSON_AddNumberToObject(o, "tg_tps", x->tg_tps);
-            cJSON_AddNumberToObject(o, "compute_ms", x->compute_ms);
-            cJSON_AddNumberToObject(o, "comm_ms", x->comm_ms);
-            cJSON_AddNumberToObject(o, "bytes_per_token", x->bytes_per_token);
-            cJSON_AddNumberToObject(o, "rss_bytes_max", (double)x->rss_bytes_max);
-            cJSON_AddNumberToObject(o, "projected_tg_tps", x->projected_tg_tps);
-            cJSON_AddNumberToObject(o, "allsum_us", x->allsum_us);
-            cJSON_AddNumberToObject(o, "comm_model_ms", x->comm_model_ms);
-            cJSON_AddNumberToObject(o, "model_check_tg_tps", x->check_tg_tps);
-        }
-        cJSON_AddItemToArray(arr, o);
     }
     fprintf(md, "\nProjection for dedicated machines: 1-rank compute / N + 2 x %d all_sums of %d floats (and the "
                 "step broadcast and argmax gather, one round each), each as measured by `tpserve bench comm` in the "
                 "same set-up (",
-            hp.n_layer, hp.n_embd);
+            E->hp.n_layer, E->hp.n_embd);
     for (int r = 0; r < n_runs; r++)
         if (runs[r].ok && runs[r].n > 1) fprintf(md, "N=%d: %.1f us; ", runs[r].n, runs[r].allsum_us);
     fprintf(md, ").\nCheck of that model with each run's own compute (compute per rank held equal): ");
@@ -547,33 +550,123 @@ int tp_bench_nodes(int argc, char **argv)
             fprintf(md, "N=%d model %.2f vs measured %.2f tok/s (%+.1f%%); ", runs[r].n, runs[r].check_tg_tps,
                     runs[r].tg_tps, 100.0 * (runs[r].check_tg_tps / runs[r].tg_tps - 1.0));
     fprintf(md, "\n");
+}
+
+static void nodes_csv(FILE *csv, const struct node_run *runs, int n_runs)
+{
+    fprintf(csv, "nodes,pp_tps,tg_tps,compute_ms,comm_ms,bytes_per_token,rss_bytes_max,projected_tg_tps\n");
+    for (int r = 0; r < n_runs; r++) {
+        const struct node_run *x = &runs[r];
+        if (x->ok)
+            fprintf(csv, "%d,%.3f,%.3f,%.4f,%.4f,%.0f,%llu,%.3f\n", x->n, x->pp_tps, x->tg_tps, x->compute_ms,
+                    x->comm_ms, x->bytes_per_token, (unsigned long long)x->rss_bytes_max, x->projected_tg_tps);
+    }
+}
+
+/* The JSON document (caller cJSON_Delete's it; NULL on out of memory). */
+static cJSON *nodes_json(const struct nodes_opts *o, const struct nodes_env *E, const struct node_run *runs,
+                         int n_runs)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "model", o->model);
+    cJSON_AddStringToObject(root, "link", E->have_netsim ? o->link : "loopback");
+    cJSON_AddNumberToObject(root, "prompt_tokens", o->p);
+    cJSON_AddNumberToObject(root, "gen_tokens", o->n);
+    cJSON_AddNumberToObject(root, "n_layer", E->hp.n_layer);
+    cJSON_AddNumberToObject(root, "n_embd", E->hp.n_embd);
+    cJSON *arr = cJSON_AddArrayToObject(root, "runs");
+    for (int r = 0; r < n_runs; r++) {
+        const struct node_run *x = &runs[r];
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddNumberToObject(j, "nodes", x->n);
+        cJSON_AddBoolToObject(j, "ok", x->ok);
+        if (x->ok) {
+            cJSON_AddNumberToObject(j, "pp_tps", x->pp_tps);
+            cJSON_AddNumberToObject(j, "tg_tps", x->tg_tps);
+            cJSON_AddNumberToObject(j, "compute_ms", x->compute_ms);
+            cJSON_AddNumberToObject(j, "comm_ms", x->comm_ms);
+            cJSON_AddNumberToObject(j, "bytes_per_token", x->bytes_per_token);
+            cJSON_AddNumberToObject(j, "rss_bytes_max", (double)x->rss_bytes_max);
+            cJSON_AddNumberToObject(j, "projected_tg_tps", x->projected_tg_tps);
+            cJSON_AddNumberToObject(j, "allsum_us", x->allsum_us);
+            cJSON_AddNumberToObject(j, "comm_model_ms", x->comm_model_ms);
+            cJSON_AddNumberToObject(j, "model_check_tg_tps", x->check_tg_tps);
+        }
+        cJSON_AddItemToArray(arr, j);
+    }
+    return root;
+}
+
+/* PREFIX.csv, .md, .json, .svg; the Markdown table is printed too. */
+static enum tp_status nodes_report(const struct nodes_opts *o, const struct nodes_env *E,
+                                   const struct node_run *runs, int n_runs, struct tp_error *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s.csv", o->out);
+    FILE *csv = fopen(path, "w");
+    snprintf(path, sizeof path, "%s.md", o->out);
+    FILE *md = fopen(path, "w");
+    if (!csv || !md) {
+        if (csv) fclose(csv);
+        if (md) fclose(md);
+        return tp_error_set(err, TP_ERR_IO, "cannot write %s.csv / %s.md", o->out, o->out);
+    }
+    nodes_csv(csv, runs, n_runs);
+    nodes_md(md, o, E, runs, n_runs);
     fclose(csv);
     fclose(md);
-    snprintf(path, sizeof path, "%s.json", out);
-    char *js = cJSON_Print(root);
+    cJSON *root = nodes_json(o, E, runs, n_runs);
+    char *js = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    snprintf(path, sizeof path, "%s.json", o->out);
     FILE *jf = fopen(path, "w");
     if (jf && js) fprintf(jf, "%s\n", js);
     if (jf) fclose(jf);
     free(js);
-    cJSON_Delete(root);
-    snprintf(path, sizeof path, "%s.svg", out);
+    snprintf(path, sizeof path, "%s.svg", o->out);
     char title[256];
-    const char *base = strrchr(model, '/');
-    snprintf(title, sizeof title, "%.120s: decode tokens/s vs nodes (%s)", base ? base + 1 : model,
-             have_netsim ? link : "loopback");
+    const char *base = strrchr(o->model, '/');
+    snprintf(title, sizeof title, "%.120s: decode tokens/s vs nodes (%s)", base ? base + 1 : o->model,
+             E->have_netsim ? o->link : "loopback");
     write_svg(path, runs, n_runs, title);
-
-    snprintf(path, sizeof path, "%s.md", out);
+    snprintf(path, sizeof path, "%s.md", o->out);
     FILE *show = fopen(path, "r");
     if (show) {
         char line[1024];
         while (fgets(line, sizeof line, show)) fputs(line, stdout);
         fclose(show);
     }
-    printf("\nwrote %s.csv %s.md %s.json %s.svg\n", out, out, out, out);
-    if (failures == 0) {
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-        run_sh(cmd);
+    printf("\nwrote %s.csv %s.md %s.json %s.svg\n", o->out, o->out, o->out, o->out);
+    return TP_OK;
+}
+
+/* ------------------------------------------------------------------ command */
+
+int tp_bench_nodes(int argc, char **argv)
+{
+    struct nodes_opts o;
+    struct node_run runs[NODES_MAX];
+    int n_runs = 0;
+    int rc = nodes_parse(argc, argv, &o, runs, &n_runs);
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
+    struct nodes_env E;
+    struct tp_error err = {0};
+    if (nodes_setup(&o, argv[0], &E, &err) != TP_OK) {
+        nodes_env_close(&E, 0);
+        return tp_cli_fail("bench nodes", "%s", err.msg);
     }
+    enum tp_status st = TP_OK;
+    int failures = 0;
+    for (int r = 0; r < n_runs && st == TP_OK; r++) {
+        st = nodes_run_one(&o, &E, r, n_runs, &runs[r], &err);
+        failures += !runs[r].ok;
+    }
+    nodes_env_close(&E, 1);
+    if (st == TP_OK) {
+        nodes_project(runs, n_runs);
+        st = nodes_report(&o, &E, runs, n_runs, &err);
+    }
+    if (st != TP_OK) return tp_cli_fail("bench nodes", "%s", err.msg);
+    nodes_env_close(&E, failures > 0);
     return failures ? 1 : 0;
 }

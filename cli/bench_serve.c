@@ -467,7 +467,7 @@ int tp_bench_serve(int argc, char **argv)
         {"json", 0, TP_OPT_FLAG, &json, NULL, "one JSON object per level instead of the table", 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
-    int pr = tp_cli_parse("bench serve", "tpserve bench serve --url URL [options]", opts, argc, argv, NULL, 0, NULL,
+    int pr = tp_cli_parse("bench serve", "Usage: tpserve bench serve --url URL [options]", opts, argc, argv, NULL, 0, NULL,
                           NULL, NULL);
     TP_CLI_RETURN_UNLESS_PARSED(pr);
     if (shared_prefix >= prompt_tokens) {

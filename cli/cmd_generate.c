@@ -192,7 +192,7 @@ int tp_cmd_generate(int argc, char **argv)
     /* detect an explicit --seed so 0 is a valid seed */
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--seed") == 0 || strncmp(argv[i], "--seed=", 7) == 0) seed_set = 1;
-    int prc = tp_cli_parse("generate", "tpserve generate -m MODEL [-p PROMPT] [-n N] [options]", opts, argc, argv, NULL, 0,
+    int prc = tp_cli_parse("generate", "Usage: tpserve generate -m MODEL [-p PROMPT] [-n N] [options]", opts, argc, argv, NULL, 0,
                            &np, NULL, NULL);
     TP_CLI_RETURN_UNLESS_PARSED(prc);
     if (!model) {

@@ -1,16 +1,11 @@
 /*
  * cli/cmd_info.c - `tpserve info MODEL`: what a model file (or Hugging
- * Face directory) holds and what it needs.  The GGUF reader (model/gguf.h)
- * or the safetensors reader (model/safetensors.h) gives the file-level facts
- * (version, tensors, types, sizes); the loader in vocab-only mode gives the
- * hyper-parameters and tokenizer exactly as tpserve will use them (so its
- * refusals, e.g. an unsupported architecture, show up here with the
- * loader's own message); the sharding plan (parallel/) gives the memory per
- * rank for 2, 4 and 8 equal ranks.
- *
- * Memory needed = weights + KV cache (f16 K and V, the commands' default, for every layer, the
- * default context min(train ctx, 4096), one sequence slot).  Compute
- * scratch (a few MB) is not counted.
+ * Face directory) holds and what it needs.  The file readers give the
+ * file-level facts, the loader in vocab-only mode the hyper-parameters and
+ * tokenizer as tpserve will use them (its refusals show with its own
+ * message), the sharding plan the memory per rank for 2, 4 and 8 ranks.
+ * Memory needed = weights + KV cache (f16, every layer, context
+ * min(train ctx, 4096), one sequence); compute scratch is not counted.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,10 +38,10 @@ static enum tp_wtype tensor_type(const struct tp_tsrc *src, const char *name, en
     return tp_tsrc_find(src, name, &t) ? t.type : def;
 }
 
-/* File-level facts of a Hugging Face directory (config.json + safetensors).
+/* Print the file-level facts of a Hugging Face directory (config.json + safetensors).
  * MLX quantized directories: packed U32 weights count as their unpacked
  * parameters, scales / biases as none, and a line gives bits and groups. */
-static int hf_file_facts(const char *path, tp_st_t *st, const struct tp_mlx_quant *mq, uint64_t *weight_bytes)
+static void hf_file_facts(const char *path, tp_st_t *st, const struct tp_mlx_quant *mq, uint64_t *weight_bytes)
 {
     const int mlx_bits = mq ? mq->bits : 0;
     uint64_t bytes[TP_ST_DTYPE_COUNT] = {0}, n_params = 0, file_bytes = 0;
@@ -93,7 +88,6 @@ static int hf_file_facts(const char *path, tp_st_t *st, const struct tp_mlx_quan
     printf("weights     %.1f MiB, %.3f %s parameters\n", mib(*weight_bytes),
            n_params >= 1000000000ull ? (double)n_params / 1e9 : (double)n_params / 1e6,
            n_params >= 1000000000ull ? "B" : "M");
-    return 0;
 }
 
 /* Printable token text: control characters escaped, at most 24 bytes. */
@@ -117,67 +111,46 @@ static void show_token(const tp_tokenizer_t *tok, int id, char *buf, size_t cap)
     }
 }
 
-int tp_cmd_info(int argc, char **argv)
+/* The model being described; info_close releases it. */
+struct info_file {
+    const char *path;
+    tp_gguf_t *g;                 /* a GGUF file, or */
+    tp_st_t *st;                  /* a Hugging Face directory */
+    struct tp_tsrc tsrc;          /* its tensors by GGUF name */
+    uint64_t weight_bytes;
+    int64_t shard_rank, shard_world; /* a `tpserve shard` file: world > 0 */
+    const char *arch;             /* general.architecture, "?" when unknown */
+    tp_model_t *m;                /* vocab-only: hyper-parameters and tokenizer */
+};
+
+static void info_close(struct info_file *f)
 {
-    int n_ctx = 0;
-    const struct tp_opt opts[] = {
-        {"ctx-size", 'c', TP_OPT_INT, &n_ctx, "N", "context for the KV cache estimate (default min(train ctx, 4096))", 1,
-         1 << 24},
-        {0},
-    };
-    const char *pos[1] = {NULL};
-    int np = 0;
-    int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] MODEL.gguf|HF_DIR", opts, argc, argv, pos, 1, &np, NULL,
-                          NULL);
-    TP_CLI_RETURN_UNLESS_PARSED(rc);
-    if (np != 1) {
-        fprintf(stderr, "tpserve info: give one model file (tpserve info MODEL.gguf)\n");
-        return 2;
-    }
-    const char *path = pos[0];
-    tp_cli_setup_logging(NULL);
-    tp_log_set_level(TP_LOG_WARN);
+    tp_model_free(f->m);
+    tp_gguf_close(f->g);
+    tp_st_close(f->st);
+    memset(f, 0, sizeof *f);
+}
 
-    struct tp_error err = {0};
-    tp_gguf_t *g = NULL;
-    tp_st_t *st = NULL;
-    tp_model_t *m = NULL;
-    int exit_code = 1;
-    struct tp_tsrc tsrc = {.kind = TP_TSRC_GGUF};
-    uint64_t type_bytes[TP_WTYPE_COUNT] = {0}, weight_bytes = 0, n_params = 0;
-    int64_t shard_rank = -1, shard_world = 0;
-    const char *name = NULL, *arch_s = "?";
-    if (tp_hf_is_dir(path)) {
-        if (tp_st_open(path, &st, &err) != TP_OK) return tp_cli_fail("info", "%s", err.msg);
-        tsrc.kind = TP_TSRC_HF;
-        tsrc.st = st;
-        struct tp_mlx_quant *mq = NULL;
-        if (tp_mlx_read_quant(path, &mq, &err) != TP_OK) {
-            tp_st_close(st);
-            return tp_cli_fail("info", "%s", err.msg);
-        }
-        tsrc.mlx_bits = mq ? mq->bits : 0;
-        hf_file_facts(path, st, mq, &weight_bytes);
-        tp_mlx_quant_free(mq);
-        goto loader;
-    }
-    if (tp_gguf_open(path, &g, &err) != TP_OK) return tp_cli_fail("info", "%s", err.msg);
-    tsrc.gguf = g;
-
-    /* ---- file level ---- */
+/* Print the file-level facts of a GGUF file: version, shard, tensors by type, MLX packing, size and bits. */
+static void gguf_file_facts(struct info_file *f)
+{
+    tp_gguf_t *g = f->g;
+    const char *name = NULL;
     (void)tp_gguf_get_str(g, "general.name", &name);
-    (void)tp_gguf_get_str(g, "general.architecture", &arch_s);
-    printf("file        %s (GGUF v%u, %.1f MiB, alignment %u, %d keys)\n", path, tp_gguf_version(g),
+    (void)tp_gguf_get_str(g, "general.architecture", &f->arch);
+    printf("file        %s (GGUF v%u, %.1f MiB, alignment %u, %d keys)\n", f->path, tp_gguf_version(g),
            mib(tp_gguf_file_size(g)), tp_gguf_alignment(g), tp_gguf_n_kv(g));
     if (name) printf("name        %s\n", name);
-    if (tp_gguf_get_int(g, "tpserve.shard.world_size", &shard_world) == TP_OK &&
-        tp_gguf_get_int(g, "tpserve.shard.rank", &shard_rank) == TP_OK) {
+    if (tp_gguf_get_int(g, "tpserve.shard.world_size", &f->shard_world) == TP_OK &&
+        tp_gguf_get_int(g, "tpserve.shard.rank", &f->shard_rank) == TP_OK) {
         const char *src = NULL;
         (void)tp_gguf_get_str(g, "tpserve.shard.source", &src);
         printf("shard       rank %lld of %lld (cut from %s): tensors and sizes below are this rank's slices\n",
-               (long long)shard_rank, (long long)shard_world, src ? src : "?");
+               (long long)f->shard_rank, (long long)f->shard_world, src ? src : "?");
+    } else {
+        f->shard_world = 0;
     }
-
+    uint64_t type_bytes[TP_WTYPE_COUNT] = {0}, n_params = 0;
     int type_count[TP_WTYPE_COUNT] = {0}, other = 0, n_mlx[TP_WTYPE_COUNT] = {0}, any_mlx = 0;
     int64_t mlx_bits = 0, mlx_group = 0; /* a shard cut from an MLX directory (model/mlx_quant.h) */
     (void)tp_gguf_get_int(g, TP_MLX_KEY_BITS, &mlx_bits);
@@ -186,7 +159,7 @@ int tp_cmd_info(int argc, char **argv)
     const int n_t = tp_gguf_n_tensors(g);
     for (int i = 0; i < n_t; i++) {
         const struct tp_gguf_tensor *t = tp_gguf_tensor(g, i);
-        weight_bytes += t->n_bytes;
+        f->weight_bytes += t->n_bytes;
         struct tp_tsrc_tensor d;
         if (mlx_bits && t->type == TP_WTYPE_I32 && tp_tsrc_find(&msrc, t->name, &d) && tp_wtype_mlx_bits(d.type)) {
             n_mlx[d.type]++; /* packed words: count the values they hold */
@@ -218,37 +191,67 @@ int tp_cmd_info(int argc, char **argv)
     int64_t ftype = -1;
     if (tp_gguf_get_int(g, "general.file_type", &ftype) == TP_OK)
         printf("file type   %s (general.file_type %lld)\n", ftype_name(ftype), (long long)ftype);
-    printf("weights     %.1f MiB, %.3f %s parameters (%.2f bits per parameter)\n", mib(weight_bytes),
-           n_params >= 1000000000ull ? (double)n_params / 1e9 : (double)n_params / 1e6, n_params >= 1000000000ull ? "B" : "M",
-           n_params ? 8.0 * (double)weight_bytes / (double)n_params : 0.0);
+    printf("weights     %.1f MiB, %.3f %s parameters (%.2f bits per parameter)\n", mib(f->weight_bytes),
+           n_params >= 1000000000ull ? (double)n_params / 1e9 : (double)n_params / 1e6,
+           n_params >= 1000000000ull ? "B" : "M",
+           n_params ? 8.0 * (double)f->weight_bytes / (double)n_params : 0.0);
+}
 
-    /* ---- as the loader sees it ---- */
-loader:;
+/* Open the model file or directory and print its file-level facts. */
+static enum tp_status info_open(struct info_file *f, struct tp_error *err)
+{
+    f->arch = "?";
+    f->tsrc.kind = TP_TSRC_GGUF;
+    if (!tp_hf_is_dir(f->path)) {
+        enum tp_status st = tp_gguf_open(f->path, &f->g, err);
+        if (st != TP_OK) return st;
+        f->tsrc.gguf = f->g;
+        gguf_file_facts(f);
+        return TP_OK;
+    }
+    enum tp_status st = tp_st_open(f->path, &f->st, err);
+    if (st != TP_OK) return st;
+    f->tsrc.kind = TP_TSRC_HF;
+    f->tsrc.st = f->st;
+    struct tp_mlx_quant *mq = NULL;
+    st = tp_mlx_read_quant(f->path, &mq, err);
+    if (st != TP_OK) return st;
+    f->tsrc.mlx_bits = mq ? mq->bits : 0;
+    hf_file_facts(f->path, f->st, mq, &f->weight_bytes);
+    tp_mlx_quant_free(mq);
+    return TP_OK;
+}
+
+/* The loader's hyper-parameters (vocab-only), completed with the facts that
+ * tensors carry (vocab-only loading reads none): tied output head, q/k
+ * biases and norms, Llama 3 rope_freqs. */
+static enum tp_status info_hparams(struct info_file *f, struct tp_hparams *hp, struct tp_error *err)
+{
     struct tp_model_config mc = tp_model_default_config();
-    mc.path = path;
+    mc.path = f->path;
     mc.vocab_only = 1;
     mc.n_threads = 1;
-    if (tp_model_init(&mc, &m, &err) != TP_OK) {
-        printf("arch        %s\n", arch_s);
-        tp_cli_fail("info", "%s", err.msg);
-        goto out;
+    enum tp_status st = tp_model_init(&mc, &f->m, err);
+    if (st != TP_OK) return st;
+    *hp = *tp_model_hparams(f->m);
+    struct tp_tsrc_tensor t;
+    if (!tp_tsrc_find(&f->tsrc, "output.weight", &t)) hp->tied_embeddings = 1;
+    if (tp_tsrc_find(&f->tsrc, "blk.0.attn_q.bias", &t)) hp->has_qkv_bias = 1;
+    if (tp_tsrc_find(&f->tsrc, "blk.0.attn_q_norm.weight", &t)) hp->has_qk_norm = 1;
+    const struct tp_gguf_tensor *rf = tp_gguf_find_tensor(f->g, "rope_freqs.weight");
+    if (rf && hp->rope_scaling == TP_ROPE_SCALING_NONE && rf->type == TP_WTYPE_F32 && rf->n_elems > 0) {
+        hp->rope_scaling = TP_ROPE_SCALING_LLAMA3;
+        hp->rope_scale_factor = ((const float *)rf->data)[rf->n_elems - 1]; /* lowest frequency: the full factor */
     }
-    /* vocab-only loading reads no tensors: the facts that tensors carry
-     * (tied output head, Llama 3 rope_freqs) are taken from the file here */
-    struct tp_hparams hpv = *tp_model_hparams(m);
-    const struct tp_hparams *hp = &hpv;
-    struct tp_tsrc_tensor head;
-    if (!tp_tsrc_find(&tsrc, "output.weight", &head)) hpv.tied_embeddings = 1;
-    struct tp_tsrc_tensor probe_t;
-    if (tp_tsrc_find(&tsrc, "blk.0.attn_q.bias", &probe_t)) hpv.has_qkv_bias = 1;
-    if (tp_tsrc_find(&tsrc, "blk.0.attn_q_norm.weight", &probe_t)) hpv.has_qk_norm = 1;
-    const struct tp_gguf_tensor *rf = tp_gguf_find_tensor(g, "rope_freqs.weight");
-    if (rf && hpv.rope_scaling == TP_ROPE_SCALING_NONE && rf->type == TP_WTYPE_F32 && rf->n_elems > 0) {
-        hpv.rope_scaling = TP_ROPE_SCALING_LLAMA3;
-        hpv.rope_scale_factor = ((const float *)rf->data)[rf->n_elems - 1]; /* lowest frequency: the full factor */
-    }
+    return TP_OK;
+}
+
+/* Architecture, shape, rope, experts, tokenizer and chat template. */
+static void info_print_model(const struct info_file *f, const struct tp_hparams *hp)
+{
     printf("arch        %s\n", tp_arch_name(hp->arch));
-    printf("shape       n_embd %d, n_layer %d, n_head %d, n_head_kv %d (%d q per kv), head_dim %d, n_ff %d, n_vocab %d\n",
+    printf("shape       n_embd %d, n_layer %d, n_head %d, n_head_kv %d (%d q per kv), head_dim %d, n_ff %d, "
+           "n_vocab %d\n",
            hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_head_kv ? hp->n_head / hp->n_head_kv : 0,
            hp->head_dim, hp->n_ff, hp->n_vocab);
     static const char *const scaling[] = {"none", "linear", "llama3"};
@@ -269,60 +272,74 @@ loader:;
         printf("            about %.1f M of the %.1f M expert parameters are inactive for each token\n", idle / 1e6,
                (double)hp->n_layer * 3.0 * (double)hp->n_embd * (double)hp->n_ff * (double)hp->n_expert / 1e6);
     }
-    tp_tokenizer_t *tok = tp_model_tokenizer(m);
+    tp_tokenizer_t *tok = tp_model_tokenizer(f->m);
     char bos[64], eos[64];
     show_token(tok, tp_tokenizer_bos(tok), bos, sizeof(bos));
     show_token(tok, tp_tokenizer_eos(tok), eos, sizeof(eos));
-    const char *pre = NULL, *tmodel = NULL;
-    if (g) {
-        (void)tp_gguf_get_str(g, "tokenizer.ggml.model", &tmodel);
-        (void)tp_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
-    } else {
-        tmodel = "tokenizer.json";
+    const char *pre = NULL, *tmodel = "tokenizer.json";
+    if (f->g) {
+        tmodel = NULL;
+        (void)tp_gguf_get_str(f->g, "tokenizer.ggml.model", &tmodel);
+        (void)tp_gguf_get_str(f->g, "tokenizer.ggml.pre", &pre);
     }
     printf("tokenizer   %s (%s%s%s), %d tokens, bos %s, eos %s, adds bos %s\n",
            tp_tokenizer_kind(tok) == TP_TOK_SPM ? "sentencepiece" : "byte-level bpe", tmodel ? tmodel : "?",
            pre ? ", pre " : "", pre ? pre : "", tp_tokenizer_n_vocab(tok), bos, eos,
            tp_tokenizer_add_bos(tok) ? "yes" : "no");
-    const char *tmpl = tp_model_chat_template(m);
+    const char *tmpl = tp_model_chat_template(f->m);
     if (tmpl) printf("chat        template present (%zu bytes)\n", strlen(tmpl));
     else printf("chat        no template\n");
+}
 
-    /* ---- memory ---- */
+/* The weight types the plan needs, from the first layer's tensors. */
+static struct tp_plan_types info_plan_types(const struct tp_tsrc *tsrc, const struct tp_hparams *hp)
+{
+    struct tp_plan_types types;
+    struct tp_tsrc_tensor t;
+    const enum tp_wtype wt = tensor_type(tsrc, "blk.0.attn_q.weight", TP_WTYPE_F32);
+    types.attn_q = wt;
+    types.attn_k = tensor_type(tsrc, "blk.0.attn_k.weight", wt);
+    types.attn_v = tensor_type(tsrc, "blk.0.attn_v.weight", wt);
+    types.attn_o = tensor_type(tsrc, "blk.0.attn_output.weight", wt);
+    /* mixture of experts: the stacked experts (GGUF), or expert 0 (Hugging Face: one tensor per expert) */
+    const int moe = hp->n_expert > 0, per_expert = moe && !tp_tsrc_find(tsrc, "blk.0.ffn_gate_exps.weight", &t);
+    static const char *const ffn[3][3] = {
+        {"blk.0.ffn_gate.weight", "blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate_exps.0.weight"},
+        {"blk.0.ffn_up.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_up_exps.0.weight"},
+        {"blk.0.ffn_down.weight", "blk.0.ffn_down_exps.weight", "blk.0.ffn_down_exps.0.weight"},
+    };
+    const int k = per_expert ? 2 : moe ? 1 : 0;
+    types.ffn_gate = tensor_type(tsrc, ffn[0][k], wt);
+    types.ffn_up = tensor_type(tsrc, ffn[1][k], wt);
+    types.ffn_down = tensor_type(tsrc, ffn[2][k], wt);
+    types.token_embd = tensor_type(tsrc, "token_embd.weight", wt);
+    types.output = tensor_type(tsrc, "output.weight", types.token_embd);
+    return types;
+}
+
+/* Memory for one rank, and per rank for 2, 4 and 8 equal ranks (not for a shard). */
+static void info_print_memory(const struct info_file *f, const struct tp_hparams *hp, int n_ctx)
+{
     const int ctx = n_ctx > 0 ? n_ctx : TP_MIN(hp->n_ctx_train, 4096);
     /* fp16 K and V: the default of generate / serve / bench gen (--kv-type f32 doubles it) */
     const uint64_t kv_per_head = 2ull * (uint64_t)hp->n_layer * (uint64_t)ctx * (uint64_t)hp->head_dim * 2u;
     int kv_heads = hp->n_head_kv;
-    if (shard_world > 0) { /* a shard holds the KV heads of its plan range: 8 ints per rank, kv at [2], [3] */
-        int kp = tp_gguf_find_key(g, "tpserve.shard.plan");
+    if (f->shard_world > 0) { /* a shard holds the KV heads of its plan range: 8 ints per rank, kv at [2], [3] */
+        int kp = tp_gguf_find_key(f->g, "tpserve.shard.plan");
         int32_t ranges[8 * 64];
-        if (kp >= 0 && shard_world <= 64 && shard_rank >= 0 && shard_rank < shard_world &&
-            tp_gguf_arr_len(g, kp) == (uint64_t)shard_world * 8 &&
-            tp_gguf_arr_copy_i32(g, kp, ranges, (uint64_t)shard_world * 8) == TP_OK)
-            kv_heads = ranges[shard_rank * 8 + 3] - ranges[shard_rank * 8 + 2];
+        if (kp >= 0 && f->shard_world <= 64 && f->shard_rank >= 0 && f->shard_rank < f->shard_world &&
+            tp_gguf_arr_len(f->g, kp) == (uint64_t)f->shard_world * 8 &&
+            tp_gguf_arr_copy_i32(f->g, kp, ranges, (uint64_t)f->shard_world * 8) == TP_OK)
+            kv_heads = ranges[f->shard_rank * 8 + 3] - ranges[f->shard_rank * 8 + 2];
     }
     const uint64_t kv_bytes = kv_per_head * (uint64_t)kv_heads;
     printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (f16, ctx %d, 1 sequence, %d KV heads)\n",
-           mib(weight_bytes + kv_bytes), mib(weight_bytes), mib(kv_bytes), ctx, kv_heads);
-
-    struct tp_plan_types types;
-    const enum tp_wtype wt = tensor_type(&tsrc, "blk.0.attn_q.weight", TP_WTYPE_F32);
-    types.attn_q = wt;
-    types.attn_k = tensor_type(&tsrc, "blk.0.attn_k.weight", wt);
-    types.attn_v = tensor_type(&tsrc, "blk.0.attn_v.weight", wt);
-    types.attn_o = tensor_type(&tsrc, "blk.0.attn_output.weight", wt);
-    /* mixture of experts: the stacked experts (GGUF), or expert 0 (Hugging Face: one tensor per expert) */
-    const int moe = hp->n_expert > 0, per_expert = moe && !tp_tsrc_find(&tsrc, "blk.0.ffn_gate_exps.weight", &probe_t);
-    types.ffn_gate = tensor_type(&tsrc, per_expert ? "blk.0.ffn_gate_exps.0.weight" : moe ? "blk.0.ffn_gate_exps.weight" : "blk.0.ffn_gate.weight", wt);
-    types.ffn_up = tensor_type(&tsrc, per_expert ? "blk.0.ffn_up_exps.0.weight" : moe ? "blk.0.ffn_up_exps.weight" : "blk.0.ffn_up.weight", wt);
-    types.ffn_down = tensor_type(&tsrc, per_expert ? "blk.0.ffn_down_exps.0.weight" : moe ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight", wt);
-    types.token_embd = tensor_type(&tsrc, "token_embd.weight", wt);
-    types.output = tensor_type(&tsrc, "output.weight", types.token_embd);
-    if (shard_world > 0) { /* per-rank figures need the whole model */
+           mib(f->weight_bytes + kv_bytes), mib(f->weight_bytes), mib(kv_bytes), ctx, kv_heads);
+    if (f->shard_world > 0) { /* per-rank figures need the whole model */
         printf("per rank    see 'tpserve info' of the model this shard was cut from\n");
-        exit_code = 0;
-        goto out;
+        return;
     }
+    const struct tp_plan_types types = info_plan_types(&f->tsrc, hp);
     static struct tp_shard_plan plan; /* large (64 ranks): keep it off the stack */
     static const int world[] = {2, 4, 8};
     for (size_t i = 0; i < TP_ARRAY_LEN(world); i++) {
@@ -344,10 +361,41 @@ loader:;
                best != worst ? " at most" : "", mib(plan.replicated_bytes),
                plan.kv_replicated ? ", KV heads replicated" : "");
     }
-    exit_code = 0;
-out:
-    tp_model_free(m);
-    tp_gguf_close(g);
-    tp_st_close(st);
+}
+
+int tp_cmd_info(int argc, char **argv)
+{
+    int n_ctx = 0;
+    const struct tp_opt opts[] = {
+        {"ctx-size", 'c', TP_OPT_INT, &n_ctx, "N", "context for the KV cache estimate (default min(train ctx, 4096))", 1,
+         1 << 24},
+        {0},
+    };
+    const char *pos[1] = {NULL};
+    int np = 0;
+    int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] MODEL.gguf|HF_DIR", opts, argc, argv, pos, 1,
+                          &np, NULL, NULL);
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
+    if (np != 1) {
+        fprintf(stderr, "tpserve info: give one model file (tpserve info MODEL.gguf)\n");
+        return 2;
+    }
+    tp_cli_setup_logging(NULL);
+    tp_log_set_level(TP_LOG_WARN);
+    struct info_file f = {.path = pos[0]};
+    struct tp_hparams hp;
+    struct tp_error err = {0};
+    int exit_code = 1;
+    if (info_open(&f, &err) != TP_OK) {
+        tp_cli_fail("info", "%s", err.msg);
+    } else if (info_hparams(&f, &hp, &err) != TP_OK) {
+        printf("arch        %s\n", f.arch);
+        tp_cli_fail("info", "%s", err.msg);
+    } else {
+        info_print_model(&f, &hp);
+        info_print_memory(&f, &hp, n_ctx);
+        exit_code = 0;
+    }
+    info_close(&f);
     return exit_code;
 }

@@ -183,7 +183,7 @@ int tp_cmd_serve(int argc, char **argv)
         {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
-    int pr = tp_cli_parse("serve", "tpserve serve -m MODEL [options]", opts, argc, argv, NULL, 0, NULL, NULL, NULL);
+    int pr = tp_cli_parse("serve", "Usage: tpserve serve -m MODEL [options]", opts, argc, argv, NULL, 0, NULL, NULL, NULL);
     TP_CLI_RETURN_UNLESS_PARSED(pr);
     if (!model) {
         fprintf(stderr, "tpserve serve: -m MODEL is required (e.g. -m models/stories260K.gguf)\n");

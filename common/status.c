@@ -22,6 +22,10 @@ static const char *const status_names[] = {
     [TP_ERR_NOT_FOUND] = "not found",
     [TP_ERR_INTERNAL] = "internal error",
     [TP_ERR_INIT] = "initialisation failed",
+    [TP_ERR_DENIED] = "access denied",
+    [TP_ERR_TOO_LARGE] = "too large",
+    [TP_ERR_BUSY] = "busy",
+    [TP_ERR_NOT_ALLOWED] = "not allowed",
 };
 _Static_assert(TP_ARRAY_LEN(status_names) == TP_STATUS_COUNT, "status_names out of sync");
 

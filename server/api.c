@@ -280,7 +280,7 @@ struct stream {
     int first;
     int ended;                /* final events formatted */
     int complete;             /* every byte handed to MHD */
-    int status;
+    int status;               /* HTTP status logged and counted: 200, or the error's (tp_http_error_kind) */
     uint64_t last_out_ns;
     struct tp_harmony_cursor h; /* harmony: where the stream stands */
     size_t think_r, think_c;    /* <think> replies: reasoning and content bytes sent */
@@ -370,11 +370,11 @@ static void stream_format(struct stream *st)
     if (r->state != TP_REQ_DONE) return;
     if (r->finish == TP_FINISH_ERROR) {
         struct tp_api_error e;
-        tp_api_fail(&e, r->err_status ? r->err_status : 500, NULL, "%s", r->err_msg);
+        tp_api_err_from(&e, &r->err);
         char *j = tp_api_error_json(&e);
         if (j) tp_sse_data(&st->out, j);
         free(j);
-        st->status = e.status;
+        st->status = tp_http_error_kind(e.status).http_status;
     } else if (split) {
         if (st->first) delta_chunk(st, NULL);
         size_t tl = r->text.len;
@@ -478,7 +478,7 @@ static void stream_free(void *cls)
     if (!done) tp_engine_cancel(st->s->engine, st->r);
     /* counted once, here: under the final status, or 499 when the client left
      * before the whole stream was handed over */
-    int status = done && st->complete ? st->status : 499;
+    int status = done && st->complete ? st->status : tp_http_error_kind(TP_ERR_CANCELLED).http_status;
     pthread_mutex_lock(mu);
     log_done(st->s, st->r, status);
     pthread_mutex_unlock(mu);
@@ -490,109 +490,108 @@ static void stream_free(void *cls)
 
 /* ------------------------------------------------------------ entry */
 
-/* What only the harmony renderer shows the model: refused (400) for the other templates. */
-static int refuse_for_template(struct tp_server *s, const struct tp_req_params *p, struct tp_api_error *e)
+/* What only the harmony renderer shows the model: refused for the other templates. */
+static enum tp_status refuse_for_template(struct tp_server *s, const struct tp_req_params *p, struct tp_api_error *e)
 {
     const char *fam = tp_chat_family_name(s->chat);
     if (p->reasoning_effort)
-        return tp_api_fail(e, 400, "reasoning_effort", "'reasoning_effort' is not supported by the %s chat template "
-                                                       "(it applies to gpt-oss, the harmony format); remove it", fam);
+        return tp_api_err(e, TP_ERR_UNSUPPORTED, "reasoning_effort", "'reasoning_effort' is not supported by the %s "
+                          "chat template (it applies to gpt-oss, the harmony format); remove it", fam);
     if (p->tool_auto)
-        return tp_api_fail(e, 400, "tool_choice",
-                           "'tool_choice' \"auto\" (the model decides whether to call a tool) is not supported yet by "
-                           "the %s chat template; send \"required\" or {\"type\": \"function\", \"function\": "
-                           "{\"name\": ...}} to force a call, or \"none\"", fam);
+        return tp_api_err(e, TP_ERR_UNSUPPORTED, "tool_choice",
+                          "'tool_choice' \"auto\" (the model decides whether to call a tool) is not supported yet by "
+                          "the %s chat template; send \"required\" or {\"type\": \"function\", \"function\": "
+                          "{\"name\": ...}} to force a call, or \"none\"", fam);
     for (int i = 0; i < p->n_msgs; i++) {
         char param[48];
         if (p->msgs[i].tool_calls || strcmp(p->msgs[i].role, "tool") == 0) {
             snprintf(param, sizeof param, p->msgs[i].tool_calls ? "messages[%d].tool_calls" : "messages[%d].role", i);
-            return tp_api_fail(e, 400, param, "'%s': tool calls in the conversation history are not supported yet by "
-                                              "the %s chat template", param, fam);
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, param, "'%s': tool calls in the conversation history are not "
+                              "supported yet by the %s chat template", param, fam);
         }
     }
-    return 0;
+    return TP_OK;
 }
 
-enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connection *c, int chat, const char *body,
-                                         size_t len)
+/* The prompt of a validated request as token ids: the chat template rendered
+ * and tokenized, or the prompt text tokenized, or the ids as sent (taken from
+ * p).  Returns TP_OK with *ids (malloc'd) and *n, or an error in e. */
+static enum tp_status prompt_tokens(struct tp_server *s, int chat, struct tp_req_params *p, int32_t **ids, int *n,
+                                    struct tp_api_error *e)
 {
-    struct tp_api_error e;
-    struct tp_req_params p;
-    int32_t *ids = NULL;
-    int n = 0;
-    if (tp_req_parse(body, len, chat, s->n_vocab, s->n_ctx, &p, &e) != 0) return tp_http_send_error(s, c, &e);
-    if (chat) {
-        struct tp_buf text = {0};
-        char msg[512] = "";
-        int rc;
-        if (s->chat == TP_CHAT_HARMONY) {
-            if (p.tool_call) {
-                tp_req_params_free(&p);
-                tp_api_fail(&e, 400, "tool_choice", "'tool_choice' \"required\" or a named function is not supported "
-                                                    "with the harmony format (gpt-oss): send \"auto\" (the model "
-                                                    "calls a tool on its commentary channel) or \"none\"");
-                return tp_http_send_error(s, c, &e);
-            }
-            struct tp_harmony_opts ho = {p.reasoning_effort, NULL, p.tools, 1};
-            rc = tp_harmony_render(p.msgs, p.n_msgs, &ho, &text, msg, sizeof msg);
-        } else {
-            if (refuse_for_template(s, &p, &e) != 0) {
-                tp_req_params_free(&p);
-                return tp_http_send_error(s, c, &e);
-            }
-            rc = tp_chat_render(s->chat, p.msgs, p.n_msgs, 1, s->bos_text, s->eos_text,
-                                s->has_default_system ? s->default_system : NULL, &text, msg, sizeof msg);
-        }
-        if (rc != 0) {
-            tp_buf_free(&text);
-            tp_req_params_free(&p);
-            if (rc == -2) tp_api_fail(&e, 500, NULL, "out of memory");
-            else tp_api_fail(&e, 400, "messages", "the %s chat template refused these messages: %s",
-                             tp_chat_family_name(s->chat), msg);
-            return tp_http_send_error(s, c, &e);
-        }
+    if (!chat && p->prompt_ids) {
+        *ids = p->prompt_ids;
+        *n = p->n_prompt_ids;
+        p->prompt_ids = NULL;
+        return TP_OK;
+    }
+    if (!chat) return tp_server_tokenize(s, p->prompt, p->prompt_len, tp_tokenizer_add_bos(s->tok), ids, n, e);
+    struct tp_buf text = {0};
+    struct tp_error err = {0};
+    enum tp_status st;
+    if (s->chat == TP_CHAT_HARMONY) {
+        if (p->tool_call)
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, "tool_choice",
+                              "'tool_choice' \"required\" or a named function is not supported with the harmony "
+                              "format (gpt-oss): send \"auto\" (the model calls a tool on its commentary channel) or "
+                              "\"none\"");
+        struct tp_harmony_opts ho = {p->reasoning_effort, NULL, p->tools, 1};
+        st = tp_harmony_render(p->msgs, p->n_msgs, &ho, &text, &err);
+    } else {
+        st = refuse_for_template(s, p, e);
+        if (st != TP_OK) return st;
+        st = tp_chat_render(s->chat, p->msgs, p->n_msgs, 1, s->bos_text, s->eos_text,
+                            s->has_default_system ? s->default_system : NULL, &text, &err);
+    }
+    if (st == TP_ERR_NOMEM) {
+        tp_api_err(e, st, NULL, "out of memory");
+    } else if (st != TP_OK) {
+        tp_api_err(e, st, "messages", "the %s chat template refused these messages: %s", tp_chat_family_name(s->chat),
+                   tp_error_msg(&err));
+    } else {
         const char *t = text.data ? text.data : "";
         size_t tl = tp_json_decode_nul(text.data, text.len); /* contents held NUL in tree form */
         /* no BOS added when the rendered text already begins with it (an empty BOS text never does) */
         int add_bos = tp_tokenizer_add_bos(s->tok) &&
                       !(s->bos_text[0] && tl >= strlen(s->bos_text) && tp_str_starts_with(t, s->bos_text));
-        n = tp_server_tokenize(s, t, tl, add_bos, &ids, &e);
-        tp_buf_free(&text);
-    } else if (p.prompt_ids) {
-        ids = p.prompt_ids;
-        n = p.n_prompt_ids;
-        p.prompt_ids = NULL;
-    } else {
-        n = tp_server_tokenize(s, p.prompt, p.prompt_len, tp_tokenizer_add_bos(s->tok), &ids, &e);
+        st = tp_server_tokenize(s, t, tl, add_bos, ids, n, e);
     }
-    if (n < 0) {
-        tp_req_params_free(&p);
-        return tp_http_send_error(s, c, &e);
-    }
+    tp_buf_free(&text);
+    return st;
+}
+
+/* Parse, tokenize and check a completion body against the context; on TP_OK
+ * *out is a new request (two references, see tp_req_new) ready to submit. */
+static enum tp_status prepare_request(struct tp_server *s, int chat, const char *body, size_t len,
+                                      struct tp_req **out, struct tp_api_error *e)
+{
+    struct tp_req_params p;
+    int32_t *ids = NULL;
+    int n = 0;
+    enum tp_status st = tp_req_parse(body, len, chat, s->n_vocab, s->n_ctx, &p, e);
+    if (st != TP_OK) return st;
+    st = prompt_tokens(s, chat, &p, &ids, &n, e);
     const char *pp = chat ? "messages" : "prompt";
-    if (n == 0) {
-        tp_api_fail(&e, 400, pp, "the prompt is empty (0 tokens); send some text");
+    if (st != TP_OK) {
+        /* e filled */
+    } else if (n == 0) {
+        st = tp_api_err(e, TP_ERR_INVALID_ARG, pp, "the prompt is empty (0 tokens); send some text");
     } else if (n >= s->n_ctx) {
-        tp_api_fail(&e, 400, pp, "the prompt has %d tokens but the context holds %d (at least one must remain for "
-                                 "the reply); shorten it or restart with a larger --ctx-size", n, s->n_ctx);
+        st = tp_api_err(e, TP_ERR_INVALID_ARG, pp,
+                        "the prompt has %d tokens but the context holds %d (at least one must remain for the reply); "
+                        "shorten it or restart with a larger --ctx-size", n, s->n_ctx);
     } else if (p.max_tokens > 0 && n + p.max_tokens > s->n_ctx) {
-        tp_api_fail(&e, 400, chat ? "max_completion_tokens" : "max_tokens",
-                    "the context holds %d tokens, but %d were requested (%d in the prompt, %d for the completion); "
-                    "lower max_tokens or shorten the prompt", s->n_ctx, n + p.max_tokens, n, p.max_tokens);
-    } else {
-        e.status = 0;
+        st = tp_api_err(e, TP_ERR_INVALID_ARG, chat ? "max_completion_tokens" : "max_tokens",
+                        "the context holds %d tokens, but %d were requested (%d in the prompt, %d for the "
+                        "completion); lower max_tokens or shorten the prompt",
+                        s->n_ctx, n + p.max_tokens, n, p.max_tokens);
     }
-    if (e.status) {
+    struct tp_req *r = st == TP_OK ? tp_req_new() : NULL;
+    if (st == TP_OK && !r) st = tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
+    if (st != TP_OK) {
         free(ids);
         tp_req_params_free(&p);
-        return tp_http_send_error(s, c, &e);
-    }
-    struct tp_req *r = tp_req_new();
-    if (!r) {
-        free(ids);
-        tp_req_params_free(&p);
-        tp_api_fail(&e, 500, NULL, "out of memory");
-        return tp_http_send_error(s, c, &e);
+        return st;
     }
     uint64_t num = __atomic_add_fetch(&s->next_id, 1, __ATOMIC_RELAXED);
     snprintf(r->id, sizeof r->id, "%s-%llx%06llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)s->created,
@@ -607,41 +606,45 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
     if (!r->toks) {
         tp_engine_release(s->engine, r);
         tp_engine_release(s->engine, r);
-        tp_api_fail(&e, 500, NULL, "out of memory");
-        return tp_http_send_error(s, c, &e);
+        return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
     }
-    int src = tp_engine_submit(s->engine, r, &e);
-    if (src != 0) {
+    *out = r;
+    return TP_OK;
+}
+
+/* Answer a submitted request r as an event stream (the caller's reference moves to the stream). */
+static enum MHD_Result answer_stream(struct tp_server *s, struct MHD_Connection *c, struct tp_req *r)
+{
+    struct stream *st = calloc(1, sizeof *st);
+    if (!st) {
+        tp_engine_cancel(s->engine, r);
         tp_engine_release(s->engine, r);
-        tp_engine_release(s->engine, r);
-        return tp_http_send_error(s, c, &e);
+        return MHD_NO;
     }
+    st->s = s;
+    st->r = r;
+    st->conn = c;
+    st->first = r->chat;
+    st->status = 200;
+    st->last_out_ns = tp_now_ns();
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+    if (!resp) {
+        stream_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result ret = tp_http_queue(s, c, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* Wait for a submitted request r and answer one JSON object; cancels r when
+ * the client goes away.  Drops the caller's reference. */
+static enum MHD_Result answer_whole(struct tp_server *s, struct MHD_Connection *c, struct tp_req *r)
+{
     pthread_mutex_t *mu = tp_engine_mutex(s->engine);
-    if (p.stream) {
-        struct stream *st = calloc(1, sizeof *st);
-        if (!st) {
-            tp_engine_cancel(s->engine, r);
-            tp_engine_release(s->engine, r);
-            return MHD_NO;
-        }
-        st->s = s;
-        st->r = r;
-        st->conn = c;
-        st->first = chat;
-        st->status = 200;
-        st->last_out_ns = tp_now_ns();
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st,
-                                                                      stream_free);
-        if (!resp) {
-            stream_free(st);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        enum MHD_Result ret = tp_http_queue(s, c, 200, resp);
-        MHD_destroy_response(resp);
-        return ret;
-    }
     pthread_mutex_lock(mu);
     while (r->state != TP_REQ_DONE) {
         struct timespec ts;
@@ -650,18 +653,20 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
         if (r->state != TP_REQ_DONE && tp_http_client_gone(c)) {
             pthread_mutex_unlock(mu);
             tp_engine_cancel(s->engine, r);
+            int gone = tp_http_error_kind(TP_ERR_CANCELLED).http_status;
             pthread_mutex_lock(mu);
-            log_done(s, r, 499);
+            log_done(s, r, gone);
             pthread_mutex_unlock(mu);
-            tp_metrics_request(s->metrics, 499);
+            tp_metrics_request(s->metrics, gone);
             tp_engine_release(s->engine, r);
             return MHD_NO;
         }
     }
     enum MHD_Result ret;
     if (r->finish == TP_FINISH_ERROR) {
-        tp_api_fail(&e, r->err_status ? r->err_status : 500, NULL, "%s", r->err_msg);
-        log_done(s, r, e.status);
+        struct tp_api_error e;
+        tp_api_err_from(&e, &r->err);
+        log_done(s, r, tp_http_error_kind(e.status).http_status);
         pthread_mutex_unlock(mu);
         ret = tp_http_send_error(s, c, &e);
     } else {
@@ -673,4 +678,18 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
     }
     tp_engine_release(s->engine, r);
     return ret;
+}
+
+enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connection *c, int chat, const char *body,
+                                         size_t len)
+{
+    struct tp_api_error e;
+    struct tp_req *r = NULL;
+    if (prepare_request(s, chat, body, len, &r, &e) != TP_OK) return tp_http_send_error(s, c, &e);
+    if (tp_engine_submit(s->engine, r, &e) != TP_OK) {
+        tp_engine_release(s->engine, r);
+        tp_engine_release(s->engine, r);
+        return tp_http_send_error(s, c, &e);
+    }
+    return r->params.stream ? answer_stream(s, c, r) : answer_whole(s, c, r);
 }

@@ -93,29 +93,33 @@ static void trim_ws(const char **b, const char **e)
     }
 }
 
-static int put(struct tp_buf *o, const char *s) { return tp_buf_puts(o, s); }
-static int putn(struct tp_buf *o, const char *b, const char *e) { return tp_buf_append(o, b, (size_t)(e - b)); }
-static int put_trim(struct tp_buf *o, const char *s)
+static enum tp_status put(struct tp_buf *o, const char *s) { return tp_buf_puts(o, s); }
+static enum tp_status putn(struct tp_buf *o, const char *b, const char *e)
+{
+    return tp_buf_append(o, b, (size_t)(e - b));
+}
+static enum tp_status put_trim(struct tp_buf *o, const char *s)
 {
     const char *b = s, *e = s + strlen(s);
     trim_ws(&b, &e);
     return putn(o, b, e);
 }
 
-#define P(x)                    \
-    do {                        \
-        if ((x) != 0) return -2; \
+/* Append, or return TP_ERR_NOMEM. */
+#define P(x)                                     \
+    do {                                         \
+        if ((x) != TP_OK) return TP_ERR_NOMEM;   \
     } while (0)
 
-static int raise(char *err, size_t cap, const char *msg)
+/* What the reference template's raise_exception would say. */
+static enum tp_status raise(struct tp_error *err, const char *msg)
 {
-    snprintf(err, cap, "%s", msg);
-    return -1;
+    return tp_error_set(err, TP_ERR_INVALID_ARG, "%s", msg);
 }
 
 /* ---------------------------------------------------------- families */
 
-static int render_llama3(const struct tp_chat_msg *m, int n, const char *bos, struct tp_buf *o)
+static enum tp_status render_llama3(const struct tp_chat_msg *m, int n, const char *bos, struct tp_buf *o)
 {
     for (int i = 0; i < n; i++) {
         if (i == 0) P(put(o, bos));
@@ -126,11 +130,11 @@ static int render_llama3(const struct tp_chat_msg *m, int n, const char *bos, st
         P(put(o, "<|eot_id|>"));
     }
     P(put(o, "<|start_header_id|>assistant<|end_header_id|>\n\n"));
-    return 0;
+    return TP_OK;
 }
 
-static int render_llama2(const struct tp_chat_msg *m, int n, const char *bos, const char *eos, struct tp_buf *o,
-                         char *err, size_t cap)
+static enum tp_status render_llama2(const struct tp_chat_msg *m, int n, const char *bos, const char *eos,
+                                   struct tp_buf *o, struct tp_error *err)
 {
     const char *sys = NULL;
     if (n > 0 && strcmp(m[0].role, "system") == 0) {
@@ -141,7 +145,7 @@ static int render_llama2(const struct tp_chat_msg *m, int n, const char *bos, co
     for (int i = 0; i < n; i++) {
         int is_user = strcmp(m[i].role, "user") == 0;
         if (is_user != (i % 2 == 0))
-            return raise(err, cap, "Conversation roles must alternate user/assistant/user/assistant/...");
+            return raise(err, "Conversation roles must alternate user/assistant/user/assistant/...");
         struct tp_buf c = {0};
         if (i == 0 && sys) {
             if (put(&c, "<<SYS>>\n") || put(&c, sys) || put(&c, "\n<</SYS>>\n\n")) goto nomem;
@@ -156,19 +160,19 @@ static int render_llama2(const struct tp_chat_msg *m, int n, const char *bos, co
         continue;
     nomem:
         tp_buf_free(&c);
-        return -2;
+        return TP_ERR_NOMEM;
     }
-    return 0;
+    return TP_OK;
 }
 
-static int render_mistral(const struct tp_chat_msg *m, int n, const char *bos, const char *eos, struct tp_buf *o,
-                          char *err, size_t cap)
+static enum tp_status render_mistral(const struct tp_chat_msg *m, int n, const char *bos, const char *eos,
+                                    struct tp_buf *o, struct tp_error *err)
 {
     P(put(o, bos));
     for (int i = 0; i < n; i++) {
         int is_user = strcmp(m[i].role, "user") == 0;
         if (is_user != (i % 2 == 0))
-            return raise(err, cap, "Conversation roles must alternate user/assistant/user/assistant/...");
+            return raise(err, "Conversation roles must alternate user/assistant/user/assistant/...");
         if (is_user) {
             P(put(o, "[INST] "));
             P(put(o, m[i].content));
@@ -177,10 +181,10 @@ static int render_mistral(const struct tp_chat_msg *m, int n, const char *bos, c
             P(put(o, m[i].content));
             P(put(o, eos));
         } else {
-            return raise(err, cap, "Only user and assistant roles are supported!");
+            return raise(err, "Only user and assistant roles are supported!");
         }
     }
-    return 0;
+    return TP_OK;
 }
 
 int tp_chat_default_system(const char *t, char *out, size_t cap)
@@ -205,7 +209,8 @@ int tp_chat_default_system(const char *t, char *out, size_t cap)
     return 0;
 }
 
-static int render_chatml(const struct tp_chat_msg *m, int n, int add_gen, const char *default_system, struct tp_buf *o)
+static enum tp_status render_chatml(const struct tp_chat_msg *m, int n, int add_gen, const char *default_system,
+                                   struct tp_buf *o)
 {
     if (default_system && n > 0 && strcmp(m[0].role, "system") != 0) {
         P(put(o, "<|im_start|>system\n"));
@@ -220,10 +225,10 @@ static int render_chatml(const struct tp_chat_msg *m, int n, int add_gen, const 
         P(put(o, "<|im_end|>\n"));
     }
     if (add_gen) P(put(o, "<|im_start|>assistant\n"));
-    return 0;
+    return TP_OK;
 }
 
-static int render_zephyr(const struct tp_chat_msg *m, int n, int add_gen, const char *eos, struct tp_buf *o)
+static enum tp_status render_zephyr(const struct tp_chat_msg *m, int n, int add_gen, const char *eos, struct tp_buf *o)
 {
     for (int i = 0; i < n; i++) {
         P(put(o, "<|"));
@@ -234,10 +239,10 @@ static int render_zephyr(const struct tp_chat_msg *m, int n, int add_gen, const 
         P(put(o, "\n"));
         if (i == n - 1 && add_gen) P(put(o, "<|assistant|>\n"));
     }
-    return 0;
+    return TP_OK;
 }
 
-static int render_qwen3(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
+static enum tp_status render_qwen3(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
 {
     if (n > 0 && strcmp(m[0].role, "system") == 0) {
         P(put(o, "<|im_start|>system\n"));
@@ -300,10 +305,10 @@ static int render_qwen3(const struct tp_chat_msg *m, int n, int add_gen, struct 
         }
     }
     if (add_gen) P(put(o, "<|im_start|>assistant\n"));
-    return 0;
+    return TP_OK;
 }
 
-static int render_plain(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
+static enum tp_status render_plain(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
 {
     for (int i = 0; i < n; i++) {
         P(put(o, m[i].role));
@@ -312,26 +317,27 @@ static int render_plain(const struct tp_chat_msg *m, int n, int add_gen, struct 
         P(put(o, "\n"));
     }
     if (add_gen) P(put(o, "assistant:"));
-    return 0;
+    return TP_OK;
 }
 
-int tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs, int add_gen, const char *bos,
-                   const char *eos, const char *default_system, struct tp_buf *out, char *err, size_t err_cap)
+enum tp_status tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs, int add_gen,
+                              const char *bos, const char *eos, const char *default_system, struct tp_buf *out,
+                              struct tp_error *err)
 {
     if (!bos) bos = "";
     if (!eos) eos = "";
     switch (f) {
     case TP_CHAT_LLAMA3: return render_llama3(msgs, n_msgs, bos, out);
-    case TP_CHAT_LLAMA2: return render_llama2(msgs, n_msgs, bos, eos, out, err, err_cap);
-    case TP_CHAT_MISTRAL: return render_mistral(msgs, n_msgs, bos, eos, out, err, err_cap);
+    case TP_CHAT_LLAMA2: return render_llama2(msgs, n_msgs, bos, eos, out, err);
+    case TP_CHAT_MISTRAL: return render_mistral(msgs, n_msgs, bos, eos, out, err);
     case TP_CHAT_CHATML: return render_chatml(msgs, n_msgs, add_gen, default_system, out);
     case TP_CHAT_QWEN3: return render_qwen3(msgs, n_msgs, add_gen, out);
     case TP_CHAT_ZEPHYR: return render_zephyr(msgs, n_msgs, add_gen, eos, out);
     case TP_CHAT_PLAIN: return render_plain(msgs, n_msgs, add_gen, out);
     case TP_CHAT_HARMONY: {
         struct tp_harmony_opts o = {NULL, NULL, NULL, add_gen};
-        return tp_harmony_render(msgs, n_msgs, &o, out, err, err_cap);
+        return tp_harmony_render(msgs, n_msgs, &o, out, err);
     }
-    default: return raise(err, err_cap, "unknown chat template family");
+    default: return raise(err, "unknown chat template family");
     }
 }

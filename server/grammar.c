@@ -172,8 +172,7 @@ struct memo {
 struct cc {
     tp_grammar_t *g;
     const cJSON *root;
-    char *err;
-    size_t err_cap;
+    struct tp_error *err; /* the first failure's message (may be NULL) */
     int failed;
     struct memo memo[256];
     int n_memo;
@@ -185,7 +184,7 @@ static int fail(struct cc *c, const char *path, const char *fmt, const char *wha
     if (!c->failed) {
         char m[256];
         snprintf(m, sizeof m, fmt, what);
-        snprintf(c->err, c->err_cap, "%s at %s", m, path[0] ? path : "#");
+        tp_error_set(c->err, TP_ERR_INVALID_ARG, "%s at %s", m, path[0] ? path : "#");
     }
     c->failed = 1;
     return -1;
@@ -193,7 +192,8 @@ static int fail(struct cc *c, const char *path, const char *fmt, const char *wha
 
 static int oom(struct cc *c)
 {
-    if (!c->failed) snprintf(c->err, c->err_cap, "schema too large (out of memory or more than %d nodes)", MAX_NODES);
+    if (!c->failed)
+        tp_error_set(c->err, TP_ERR_INVALID_ARG, "schema too large (out of memory or more than %d nodes)", MAX_NODES);
     c->failed = 1;
     return -1;
 }
@@ -661,11 +661,11 @@ void tp_grammar_free(tp_grammar_t *g)
 }
 
 /* Every node can produce some value (an anyOf cycle with no base case cannot).
- * Fixed point over "productive" nodes. */
-static int productive_check(tp_grammar_t *g, char *err, size_t cap)
+ * Fixed point over "productive" nodes.  TP_OK, TP_ERR_INVALID_ARG (err set) or TP_ERR_NOMEM. */
+static enum tp_status productive_check(tp_grammar_t *g, struct tp_error *err)
 {
     char *ok = calloc((size_t)g->n_nodes, 1);
-    if (!ok) return -1;
+    if (!ok) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     for (int changed = 1; changed;) {
         changed = 0;
         for (int i = 0; i < g->n_nodes; i++) {
@@ -689,31 +689,30 @@ static int productive_check(tp_grammar_t *g, char *err, size_t cap)
     }
     int good = ok[g->root];
     free(ok);
-    if (!good) snprintf(err, cap, "the schema admits no finite value (a required recursion without a base case)");
-    return good ? 0 : 1;
+    if (good) return TP_OK;
+    return tp_error_set(err, TP_ERR_INVALID_ARG,
+                        "the schema admits no finite value (a required recursion without a base case)");
 }
 
-enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, char *err, size_t err_cap)
+enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, struct tp_error *err)
 {
     *out = NULL;
-    if (err_cap) err[0] = 0;
     tp_grammar_t *g = grammar_new();
-    if (!g) return TP_ERR_NOMEM;
+    if (!g) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     struct cc c;
     memset(&c, 0, sizeof c);
     c.g = g;
     c.root = schema;
     c.err = err;
-    c.err_cap = err_cap;
     g->root = compile(&c, schema, "#");
     if (g->root < 0) {
         tp_grammar_free(g);
         return TP_ERR_INVALID_ARG;
     }
-    int pc = productive_check(g, err, err_cap);
-    if (pc != 0) {
+    enum tp_status st = productive_check(g, err);
+    if (st != TP_OK) {
         tp_grammar_free(g);
-        return pc < 0 ? TP_ERR_NOMEM : TP_ERR_INVALID_ARG;
+        return st;
     }
     *out = g;
     return TP_OK;

@@ -72,9 +72,9 @@ struct tp_gstate {
  * Compile a JSON schema.  Returns TP_OK, TP_ERR_INVALID_ARG with err naming
  * the keyword and its location ("unsupported keyword 'minimum' at
  * #/properties/age") for schemas outside the supported subset or that no
- * value satisfies, TP_ERR_NOMEM.  schema is not kept.
+ * value satisfies, TP_ERR_NOMEM.  schema is not kept; err may be NULL.
  */
-enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, char *err, size_t err_cap);
+enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, struct tp_error *err);
 /* Any JSON object (response_format json_object). */
 enum tp_status tp_grammar_json_object(tp_grammar_t **out);
 void tp_grammar_free(tp_grammar_t *g); /* NULL safe */

@@ -40,22 +40,17 @@
 
 #include "server_impl.h"
 
-#define P(x)                     \
-    do {                         \
-        if ((x) != 0) return -2; \
+/* Append, or return TP_ERR_NOMEM. */
+#define P(x)                                   \
+    do {                                       \
+        if ((x) != TP_OK) return TP_ERR_NOMEM; \
     } while (0)
-
-static int fail(char *err, size_t cap, const char *fmt, const char *arg)
-{
-    snprintf(err, cap, fmt, arg ? arg : "");
-    return -1;
-}
 
 /* ------------------------------------------------ JavaScript JSON.stringify */
 
 /* Number -> string as JavaScript's Number.prototype.toString: the shortest
  * digits that round-trip, in fixed notation for exponents -7 < e < 21. */
-static int js_number(double v, struct tp_buf *o)
+static enum tp_status js_number(double v, struct tp_buf *o)
 {
     if (isnan(v) || isinf(v)) return tp_buf_puts(o, "null"); /* JSON.stringify */
     if (v == 0) return tp_buf_puts(o, "0");
@@ -97,11 +92,11 @@ static int js_number(double v, struct tp_buf *o)
         }
         P(tp_buf_printf(o, "e%c%d", n - 1 >= 0 ? '+' : '-', abs(n - 1)));
     }
-    return 0;
+    return TP_OK;
 }
 
 /* A string (tree form: C0 80 is NUL) as JSON.stringify writes it. */
-static int js_string(const char *s, struct tp_buf *o)
+static enum tp_status js_string(const char *s, struct tp_buf *o)
 {
     P(tp_buf_puts(o, "\""));
     const unsigned char *p = (const unsigned char *)s;
@@ -140,7 +135,7 @@ static int js_string(const char *s, struct tp_buf *o)
 }
 
 /* Jinja's tojson as @huggingface/jinja writes it (", " and ": " separators). */
-static int js_json(const cJSON *v, struct tp_buf *o)
+static enum tp_status js_json(const cJSON *v, struct tp_buf *o)
 {
     if (!v || cJSON_IsNull(v)) return tp_buf_puts(o, "null");
     if (cJSON_IsTrue(v)) return tp_buf_puts(o, "true");
@@ -161,7 +156,7 @@ static int js_json(const cJSON *v, struct tp_buf *o)
 }
 
 /* String concatenation ("..." + value) as @huggingface/jinja does it. */
-static int js_concat(const cJSON *v, struct tp_buf *o)
+static enum tp_status js_concat(const cJSON *v, struct tp_buf *o)
 {
     if (cJSON_IsString(v)) return tp_buf_puts(o, v->valuestring);
     return js_json(v, o);
@@ -193,12 +188,23 @@ static int is_required(const cJSON *required, const char *name)
     return 0;
 }
 
+/* Length of UTF-8 text in UTF-16 code units (JavaScript's string length, the template's |length). */
+static size_t js_length(const char *s)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if ((*p & 0xC0) != 0x80) n++;
+        if (*p >= 0xF0) n++; /* a surrogate pair */
+    }
+    return n;
+}
+
 /* The template's indentation where an expression tag starts a line. */
 #define IND_PROP "\n                "   /* object property types */
 #define IND_DEFAULT "                    " /* oneOf variant defaults */
 
 /* render_typescript_type(spec) */
-static int ts_type(const cJSON *spec, struct tp_buf *o, int depth)
+static enum tp_status ts_type(const cJSON *spec, struct tp_buf *o, int depth)
 {
     if (depth > 32) return tp_buf_puts(o, "any");
     const cJSON *type = get(spec, "type");
@@ -211,13 +217,14 @@ static int ts_type(const cJSON *spec, struct tp_buf *o, int depth)
             else if (str_is(it, "boolean")) P(tp_buf_puts(o, "boolean[]"));
             else {
                 struct tp_buf in = {0};
-                if (ts_type(items, &in, depth + 1) != 0) {
+                if (ts_type(items, &in, depth + 1) != TP_OK) {
                     tp_buf_free(&in);
-                    return -2;
+                    return TP_ERR_NOMEM;
                 }
                 const char *s = in.data ? in.data : "";
-                int any = strcmp(s, "object | object") == 0 || strlen(s) > 50; /* length in bytes ~ characters here */
-                int rc = any ? tp_buf_puts(o, "any[]") : (tp_buf_puts(o, s) || tp_buf_puts(o, "[]"));
+                int any = strcmp(s, "object | object") == 0 || js_length(s) > 50;
+                enum tp_status rc = any ? tp_buf_puts(o, "any[]") : tp_buf_puts(o, s);
+                if (rc == TP_OK && !any) rc = tp_buf_puts(o, "[]");
                 tp_buf_free(&in);
                 P(rc);
             }
@@ -225,14 +232,14 @@ static int ts_type(const cJSON *spec, struct tp_buf *o, int depth)
             P(tp_buf_puts(o, "any[]"));
         }
         if (truthy(get(spec, "nullable"))) P(tp_buf_puts(o, " | null"));
-        return 0;
+        return TP_OK;
     }
     if (cJSON_IsArray(type) && type->child) {
         for (const cJSON *t = type->child; t; t = t->next) {
             if (t != type->child) P(tp_buf_puts(o, " | "));
             P(js_concat(t, o));
         }
-        return 0;
+        return TP_OK;
     }
     const cJSON *one_of = get(spec, "oneOf");
     if (truthy(one_of)) {
@@ -251,7 +258,7 @@ static int ts_type(const cJSON *spec, struct tp_buf *o, int depth)
             }
             if (v->next) P(tp_buf_puts(o, " | \n"));
         }
-        return 0;
+        return TP_OK;
     }
     if (str_is(type, "string")) {
         const cJSON *en = get(spec, "enum");
@@ -265,7 +272,7 @@ static int ts_type(const cJSON *spec, struct tp_buf *o, int depth)
         }
         P(tp_buf_puts(o, "string"));
         if (truthy(get(spec, "nullable"))) P(tp_buf_puts(o, " | null"));
-        return 0;
+        return TP_OK;
     }
     if (str_is(type, "number") || str_is(type, "integer")) return tp_buf_puts(o, "number");
     if (str_is(type, "boolean")) return tp_buf_puts(o, "boolean");
@@ -287,7 +294,7 @@ static int ts_type(const cJSON *spec, struct tp_buf *o, int depth)
 }
 
 /* render_tool_namespace("functions", tools) */
-static int tool_namespace(const cJSON *tools, struct tp_buf *o)
+static enum tp_status tool_namespace(const cJSON *tools, struct tp_buf *o)
 {
     P(tp_buf_puts(o, "## functions\n\nnamespace functions {\n\n"));
     const cJSON *t;
@@ -346,41 +353,70 @@ int tp_harmony_effort_valid(const char *e)
     return e && (strcmp(e, "low") == 0 || strcmp(e, "medium") == 0 || strcmp(e, "high") == 0);
 }
 
-static const char CHANNEL_TAGS_ERR[] =
-    "You have passed a message containing <|channel|> tags in the %s field. Instead of doing this, you should pass "
-    "analysis messages (the string between '<|message|>' and '<|end|>') in the 'thinking' field, and final messages "
-    "(the string between '<|message|>' and '<|end|>') in the 'content' field.";
+#define CHANNEL_TAGS_ERR                                                                                             \
+    "You have passed a message containing <|channel|> tags in the %s field. Instead of doing this, you should pass " \
+    "analysis messages (the string between '<|message|>' and '<|end|>') in the 'thinking' field, and final messages " \
+    "(the string between '<|message|>' and '<|end|>') in the 'content' field."
 
 static int has_channel_tags(const char *s)
 {
     return s && (strstr(s, "<|channel|>analysis<|message|>") || strstr(s, "<|channel|>final<|message|>"));
 }
 
-/* The calls of an assistant message: its tool_calls array (parsed), or NULL. */
-static cJSON *calls_of(const struct tp_chat_msg *m)
-{
-    return m->tool_calls ? cJSON_Parse(m->tool_calls) : NULL;
-}
 
-static int render_call(const cJSON *call, struct tp_buf *o, char *err, size_t cap)
+static enum tp_status render_call(const cJSON *call, struct tp_buf *o, struct tp_error *err)
 {
     const cJSON *fn = get(call, "function");
     const cJSON *name = get(fn, "name"), *args = get(fn, "arguments");
-    if (!cJSON_IsString(name)) return fail(err, cap, "a tool call has no function.name%s", NULL);
+    if (!cJSON_IsString(name)) return tp_error_set(err, TP_ERR_INVALID_ARG, "a tool call has no function.name");
     P(tp_buf_puts(o, "<|start|>assistant to=functions."));
     P(tp_buf_puts(o, name->valuestring));
     P(tp_buf_puts(o, "<|channel|>commentary json<|message|>"));
     /* arguments: JSON text in the request, a value for the template */
     cJSON *v = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
-    if (!v) return fail(err, cap, "the arguments of the call to '%.64s' are not valid JSON", name->valuestring);
-    int rc = js_json(v, o);
+    if (!v)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "the arguments of the call to '%.64s' are not valid JSON",
+                            name->valuestring);
+    enum tp_status rc = js_json(v, o);
     cJSON_Delete(v);
     P(rc);
     return tp_buf_puts(o, "<|call|>");
 }
 
-int tp_harmony_render(const struct tp_chat_msg *msgs, int n, const struct tp_harmony_opts *opt, struct tp_buf *o,
-                      char *err, size_t cap)
+/* "<|start|>assistant<|channel|>CHANNEL<|message|>TEXT" + end. */
+static enum tp_status message(struct tp_buf *o, const char *channel, const char *text, const char *end)
+{
+    P(tp_buf_puts(o, "<|start|>assistant<|channel|>"));
+    P(tp_buf_puts(o, channel));
+    P(tp_buf_puts(o, "<|message|>"));
+    P(tp_buf_puts(o, text));
+    return tp_buf_puts(o, end);
+}
+
+/* One assistant message with tool calls (calls: its parsed tool_calls, non-empty). */
+static enum tp_status render_calls(const struct tp_chat_msg *msgs, int n, int i, const cJSON *calls,
+                                   struct tp_buf *o, struct tp_error *err)
+{
+    const struct tp_chat_msg *m = &msgs[i];
+    const char *content = m->content ? m->content : "", *thinking = m->reasoning ? m->reasoning : "";
+    int future_final = 0;
+    for (int j = i + 1; j < n; j++)
+        if (strcmp(msgs[j].role, "assistant") == 0 && !msgs[j].tool_calls) future_final = 1;
+    if (content[0] && thinking[0])
+        return tp_error_set(err, TP_ERR_INVALID_ARG,
+                            "Cannot pass both content and thinking in an assistant message with tool calls! Put the "
+                            "analysis message in one or the other, but not both.");
+    const char *analysis = content[0] ? content : thinking;
+    if (analysis[0] && !future_final) P(message(o, "analysis", analysis, "<|end|>"));
+    for (const cJSON *c = calls->child; c; c = c->next) {
+        enum tp_status rc = render_call(c, o, err);
+        if (rc != TP_OK) return rc;
+    }
+    return TP_OK;
+}
+
+enum tp_status tp_harmony_render(const struct tp_chat_msg *msgs, int n, const struct tp_harmony_opts *opt,
+                                 struct tp_buf *o, struct tp_error *err)
 {
     const char *effort = opt && opt->reasoning_effort ? opt->reasoning_effort : "medium";
     const cJSON *tools = opt ? opt->tools : NULL;
@@ -414,14 +450,11 @@ int tp_harmony_render(const struct tp_chat_msg *msgs, int n, const struct tp_har
         first = 1;
     }
     for (int i = first; i < n; i++)
-        if (strcmp(msgs[i].role, "system") == 0) {
-            char what[32];
-            snprintf(what, sizeof what, "messages[%d]", i);
-            return fail(err, cap,
-                        "%s: a system or developer message after the first one is not part of the gpt-oss format "
-                        "(its chat template drops it); merge it into the first message",
-                        what);
-        }
+        if (strcmp(msgs[i].role, "system") == 0)
+            return tp_error_set(err, TP_ERR_INVALID_ARG,
+                                "messages[%d]: a system or developer message after the first one is not part of the "
+                                "gpt-oss format (its chat template drops it); merge it into the first message",
+                                i);
     if (dev[0] || with_tools) {
         P(tp_buf_puts(o, "<|start|>developer<|message|>"));
         if (dev[0]) {
@@ -439,71 +472,38 @@ int tp_harmony_render(const struct tp_chat_msg *msgs, int n, const struct tp_har
     /* the conversation */
     const char *last_call = NULL; /* name of the latest tool call (points into last_calls) */
     cJSON *last_calls = NULL;     /* the calls of the latest assistant tool-call message */
-    int rc = 0;
-    for (int i = first; i < n && rc == 0; i++) {
+    enum tp_status rc = TP_OK;
+    for (int i = first; i < n && rc == TP_OK; i++) {
         const struct tp_chat_msg *m = &msgs[i];
         const char *content = m->content ? m->content : "";
         if (strcmp(m->role, "assistant") == 0) {
-            if (has_channel_tags(content)) {
-                snprintf(err, cap, CHANNEL_TAGS_ERR, "content");
-                rc = -1;
+            if (has_channel_tags(content) || has_channel_tags(m->reasoning)) {
+                rc = tp_error_set(err, TP_ERR_INVALID_ARG, CHANNEL_TAGS_ERR, has_channel_tags(content) ? "content" : "thinking");
                 break;
             }
-            if (has_channel_tags(m->reasoning)) {
-                snprintf(err, cap, CHANNEL_TAGS_ERR, "thinking");
-                rc = -1;
-                break;
-            }
-            cJSON *calls = calls_of(m);
-            if (m->tool_calls && (!cJSON_IsArray(calls) || !calls->child)) {
-                cJSON_Delete(calls);
-                rc = fail(err, cap, "an assistant message's tool_calls is not a list of calls%s", NULL);
-                break;
-            }
-            if (calls) {
-                int future_final = 0;
-                for (int j = i + 1; j < n; j++)
-                    if (strcmp(msgs[j].role, "assistant") == 0 && !msgs[j].tool_calls) future_final = 1;
-                const char *thinking = m->reasoning ? m->reasoning : "";
-                if (content[0] && thinking[0]) {
+            if (m->tool_calls) {
+                cJSON *calls = cJSON_Parse(m->tool_calls);
+                if (!cJSON_IsArray(calls) || !calls->child) {
                     cJSON_Delete(calls);
-                    rc = fail(err, cap,
-                              "Cannot pass both content and thinking in an assistant message with tool calls! Put the "
-                              "analysis message in one or the other, but not both.%s",
-                              NULL);
+                    rc = tp_error_set(err, TP_ERR_INVALID_ARG, "messages[%d]: tool_calls is not a list of calls", i);
                     break;
                 }
-                const char *analysis = content[0] ? content : thinking;
-                if (analysis[0] && !future_final) {
-                    if (tp_buf_puts(o, "<|start|>assistant<|channel|>analysis<|message|>") || tp_buf_puts(o, analysis) ||
-                        tp_buf_puts(o, "<|end|>")) {
-                        cJSON_Delete(calls);
-                        rc = -2;
-                        break;
-                    }
-                }
-                for (const cJSON *c = calls->child; c && rc == 0; c = c->next) rc = render_call(c, o, err, cap);
+                rc = render_calls(msgs, n, i, calls, o, err);
                 cJSON_Delete(last_calls);
                 last_calls = calls;
                 const cJSON *ln = get(get(cJSON_GetArrayItem(calls, cJSON_GetArraySize(calls) - 1), "function"), "name");
                 last_call = cJSON_IsString(ln) ? ln->valuestring : NULL;
             } else if (i == n - 1 && !add_gen) {
-                if (m->reasoning && (tp_buf_puts(o, "<|start|>assistant<|channel|>analysis<|message|>") ||
-                                     tp_buf_puts(o, m->reasoning) || tp_buf_puts(o, "<|end|>")))
-                    rc = -2;
-                else if (tp_buf_puts(o, "<|start|>assistant<|channel|>final<|message|>") || tp_buf_puts(o, content) ||
-                         tp_buf_puts(o, "<|return|>"))
-                    rc = -2;
+                if (m->reasoning) rc = message(o, "analysis", m->reasoning, "<|end|>");
+                if (rc == TP_OK) rc = message(o, "final", content, "<|return|>");
             } else {
-                if (tp_buf_puts(o, "<|start|>assistant<|channel|>final<|message|>") || tp_buf_puts(o, content) ||
-                    tp_buf_puts(o, "<|end|>"))
-                    rc = -2;
+                rc = message(o, "final", content, "<|end|>");
                 last_call = NULL;
             }
         } else if (strcmp(m->role, "tool") == 0) {
             if (!last_call) {
-                rc = fail(err, cap, "Message has tool role, but there was no previous assistant message with a tool call!%s",
-                          NULL);
+                rc = tp_error_set(err, TP_ERR_INVALID_ARG,
+                                  "Message has tool role, but there was no previous assistant message with a tool call!");
                 break;
             }
             const char *name = last_call;
@@ -514,19 +514,19 @@ int tp_harmony_render(const struct tp_chat_msg *msgs, int n, const struct tp_har
                 const cJSON *nm = get(get(c, "function"), "name");
                 if (str_is(get(c, "id"), m->tool_call_id) && cJSON_IsString(nm)) name = nm->valuestring;
             }
-            if (tp_buf_puts(o, "<|start|>functions.") || tp_buf_puts(o, name) ||
-                tp_buf_puts(o, " to=assistant<|channel|>commentary<|message|>") || js_string(content, o) ||
-                tp_buf_puts(o, "<|end|>"))
-                rc = -2;
+            if ((rc = tp_buf_puts(o, "<|start|>functions.")) == TP_OK && (rc = tp_buf_puts(o, name)) == TP_OK &&
+                (rc = tp_buf_puts(o, " to=assistant<|channel|>commentary<|message|>")) == TP_OK &&
+                (rc = js_string(content, o)) == TP_OK)
+                rc = tp_buf_puts(o, "<|end|>");
         } else if (strcmp(m->role, "user") == 0) {
-            if (tp_buf_puts(o, "<|start|>user<|message|>") || tp_buf_puts(o, content) || tp_buf_puts(o, "<|end|>"))
-                rc = -2;
+            if ((rc = tp_buf_puts(o, "<|start|>user<|message|>")) == TP_OK && (rc = tp_buf_puts(o, content)) == TP_OK)
+                rc = tp_buf_puts(o, "<|end|>");
         }
     }
     cJSON_Delete(last_calls);
-    if (rc != 0) return rc;
+    if (rc != TP_OK) return rc;
     if (add_gen) P(tp_buf_puts(o, "<|start|>assistant"));
-    return 0;
+    return TP_OK;
 }
 
 /* ----------------------------------------------------------------- parse */
@@ -660,17 +660,17 @@ static int scan_all(const struct tp_harmony_ids *h, const struct tp_gen_tok *tok
     return ns < cap ? ns : cap;
 }
 
-int tp_harmony_message(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text,
-                       size_t len, const char *req_id, struct cJSON *msg, int *n_calls)
+enum tp_status tp_harmony_message(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n,
+                                  const char *text, size_t len, const char *req_id, struct cJSON *msg, int *n_calls)
 {
     struct tp_harmony_seg *g = NULL;
     int ns = scan_all(h, toks, n, text, len, 1, &g);
     *n_calls = 0;
-    if (ns < 0) return -1;
+    if (ns < 0) return TP_ERR_NOMEM;
     struct tp_buf content = {0}, reasoning = {0};
     cJSON *calls = cJSON_CreateArray();
-    int rc = calls ? 0 : -1;
-    for (int i = 0; i < ns && rc == 0; i++) {
+    enum tp_status rc = calls ? TP_OK : TP_ERR_NOMEM;
+    for (int i = 0; i < ns && rc == TP_OK; i++) {
         const char *b = text + g[i].b;
         size_t l = g[i].e - g[i].b;
         if (g[i].kind == TP_HARMONY_CONTENT) {
@@ -681,11 +681,11 @@ int tp_harmony_message(const struct tp_harmony_ids *h, const struct tp_gen_tok *
             while (l > 0 && is_space(*b)) b++, l--;
             while (l > 0 && is_space(b[l - 1])) l--;
             cJSON *c = call_json(text, &g[i], req_id, (*n_calls)++, 0, b, l);
-            if (!c) rc = -1;
+            if (!c) rc = TP_ERR_NOMEM;
             else cJSON_AddItemToArray(calls, c);
         }
     }
-    if (rc == 0) {
+    if (rc == TP_OK) {
         cJSON_AddStringToObject(msg, "role", "assistant");
         if (content.len == 0 && *n_calls > 0) cJSON_AddNullToObject(msg, "content");
         else tp_json_add_bytes(msg, "content", content.data ? content.data : "", content.len);
@@ -702,55 +702,57 @@ int tp_harmony_message(const struct tp_harmony_ids *h, const struct tp_gen_tok *
     return rc;
 }
 
-int tp_harmony_deltas(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text, size_t len,
-                      int done, const char *req_id, struct tp_harmony_cursor *cur, struct cJSON *deltas)
+/* Append {"tool_calls": [c]} (c owned) to deltas. */
+static enum tp_status push_call_delta(cJSON *deltas, cJSON *c)
+{
+    cJSON *d = c ? cJSON_CreateObject() : NULL;
+    cJSON *arr = d ? cJSON_AddArrayToObject(d, "tool_calls") : NULL;
+    if (!arr) {
+        cJSON_Delete(c);
+        cJSON_Delete(d);
+        return TP_ERR_NOMEM;
+    }
+    cJSON_AddItemToArray(arr, c);
+    cJSON_AddItemToArray(deltas, d);
+    return TP_OK;
+}
+
+enum tp_status tp_harmony_deltas(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n,
+                                 const char *text, size_t len, int done, const char *req_id,
+                                 struct tp_harmony_cursor *cur, struct cJSON *deltas)
 {
     struct tp_harmony_seg *g = NULL;
     int ns = scan_all(h, toks, n, text, len, done, &g);
-    if (ns < 0) return -1;
-    int added = 0, rc = 0;
-    while (cur->seg < ns && rc == 0) {
+    if (ns < 0) return TP_ERR_NOMEM;
+    enum tp_status rc = TP_OK;
+    while (cur->seg < ns && rc == TP_OK) {
         const struct tp_harmony_seg *x = &g[cur->seg];
         size_t from = x->b + cur->pos, to = x->e;
         if (x->kind == TP_HARMONY_CALL) {
             if (!cur->announced) {
-                cJSON *d = cJSON_CreateObject(), *c = call_json(text, x, req_id, cur->calls, 1, "", 0);
-                if (!d || !c) {
-                    cJSON_Delete(d);
-                    cJSON_Delete(c);
-                    rc = -1;
-                    break;
-                }
-                cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), c);
-                cJSON_AddItemToArray(deltas, d);
-                added++;
-                cur->announced = 1;
+                rc = push_call_delta(deltas, call_json(text, x, req_id, cur->calls, 1, "", 0));
+                cur->announced = rc == TP_OK;
             }
-            if (to > from) {
-                cJSON *d = cJSON_CreateObject(), *c = cJSON_CreateObject();
-                if (!d || !c) {
-                    cJSON_Delete(d);
-                    cJSON_Delete(c);
-                    rc = -1;
-                    break;
+            if (rc == TP_OK && to > from) {
+                cJSON *c = cJSON_CreateObject();
+                cJSON *fn = c ? cJSON_AddObjectToObject(c, "function") : NULL;
+                if (fn) {
+                    cJSON_AddNumberToObject(c, "index", cur->calls);
+                    tp_json_add_bytes(fn, "arguments", text + from, to - from);
                 }
-                cJSON_AddNumberToObject(c, "index", cur->calls);
-                tp_json_add_bytes(cJSON_AddObjectToObject(c, "function"), "arguments", text + from, to - from);
-                cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), c);
-                cJSON_AddItemToArray(deltas, d);
-                added++;
+                rc = push_call_delta(deltas, fn ? c : (cJSON_Delete(c), NULL));
             }
         } else if (to > from) {
             cJSON *d = cJSON_CreateObject();
             if (!d) {
-                rc = -1;
+                rc = TP_ERR_NOMEM;
                 break;
             }
             tp_json_add_bytes(d, x->kind == TP_HARMONY_REASONING ? "reasoning_content" : "content", text + from,
                               to - from);
             cJSON_AddItemToArray(deltas, d);
-            added++;
         }
+        if (rc != TP_OK) break;
         cur->pos = to - x->b;
         if (!x->closed) break;
         if (x->kind == TP_HARMONY_CALL) cur->calls++;
@@ -759,5 +761,5 @@ int tp_harmony_deltas(const struct tp_harmony_ids *h, const struct tp_gen_tok *t
         cur->announced = 0;
     }
     free(g);
-    return rc == 0 ? added : -1;
+    return rc;
 }

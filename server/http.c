@@ -90,13 +90,59 @@ enum MHD_Result tp_http_send_json(struct tp_server *s, struct MHD_Connection *c,
     return tp_http_send(s, c, status, "application/json", json, strlen(json), NULL, NULL);
 }
 
-/* The header an error status carries besides Content-Type (name NULL: none). */
-static void error_header(int status, const char **name, const char **value)
+/* ------------------------------------------------------------ errors at the edge */
+
+struct tp_http_error_kind tp_http_error_kind(enum tp_status st)
 {
-    *name = *value = NULL;
-    if (status == 429 || status == 503) *name = "Retry-After", *value = "1";
-    else if (status == 405) *name = "Allow", *value = "GET, HEAD, POST";
-    else if (status == 401) *name = "WWW-Authenticate", *value = "Bearer";
+    static const char *const invalid = "invalid_request_error", *const server = "server_error";
+    struct tp_http_error_kind k = {500, server, "internal_error", NULL, NULL};
+    switch (st) {
+    case TP_ERR_INVALID_ARG:
+    case TP_ERR_FORMAT:
+    case TP_ERR_UNSUPPORTED: k = (struct tp_http_error_kind){400, invalid, NULL, NULL, NULL}; break;
+    case TP_ERR_DENIED:
+        k = (struct tp_http_error_kind){401, invalid, "invalid_api_key", "WWW-Authenticate", "Bearer"};
+        break;
+    case TP_ERR_NOT_FOUND: k = (struct tp_http_error_kind){404, invalid, "not_found", NULL, NULL}; break;
+    case TP_ERR_NOT_ALLOWED:
+        k = (struct tp_http_error_kind){405, invalid, "method_not_allowed", "Allow", "GET, HEAD, POST"};
+        break;
+    case TP_ERR_TOO_LARGE: k = (struct tp_http_error_kind){413, invalid, "request_too_large", NULL, NULL}; break;
+    case TP_ERR_FULL:
+        k = (struct tp_http_error_kind){429, "rate_limit_error", "rate_limit_exceeded", "Retry-After", "1"};
+        break;
+    case TP_ERR_PROTOCOL: k = (struct tp_http_error_kind){431, invalid, NULL, NULL, NULL}; break;
+    case TP_ERR_CANCELLED: k = (struct tp_http_error_kind){499, invalid, "client_closed_request", NULL, NULL}; break;
+    case TP_ERR_BUSY:
+    case TP_ERR_PEER:
+    case TP_ERR_TIMEOUT:
+    case TP_ERR_POISONED:
+    case TP_ERR_INIT:
+        k = (struct tp_http_error_kind){503, server, "service_unavailable", "Retry-After", "1"};
+        break;
+    default: break; /* TP_ERR_NOMEM, TP_ERR_IO, TP_ERR_INTERNAL, ...: 500 */
+    }
+    return k;
+}
+
+char *tp_api_error_json(const struct tp_api_error *e)
+{
+    struct tp_http_error_kind k = tp_http_error_kind(e->status);
+    const char *code = e->code ? e->code : k.code;
+    cJSON *root = cJSON_CreateObject();
+    cJSON *o = cJSON_AddObjectToObject(root, "error");
+    char *out = NULL;
+    if (!o) goto out;
+    cJSON_AddStringToObject(o, "message", e->message);
+    cJSON_AddStringToObject(o, "type", k.type);
+    if (e->param[0]) cJSON_AddStringToObject(o, "param", e->param);
+    else cJSON_AddNullToObject(o, "param");
+    if (code) cJSON_AddStringToObject(o, "code", code);
+    else cJSON_AddNullToObject(o, "code");
+    out = tp_json_print(root); /* user text quoted in messages may hold NUL (C0 80) */
+out:
+    cJSON_Delete(root);
+    return out;
 }
 
 static void log_refused(struct tp_server *s, const struct tp_api_error *e);
@@ -105,18 +151,17 @@ static void log_refused(struct tp_server *s, const struct tp_api_error *e);
  * request body was read, so that no unread body is taken for a next request. */
 static enum MHD_Result send_error_close(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e)
 {
+    struct tp_http_error_kind k = tp_http_error_kind(e->status);
     char *json = tp_api_error_json(e);
     if (!json) return MHD_NO;
-    tp_metrics_request(s->metrics, e->status);
+    tp_metrics_request(s->metrics, k.http_status);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_COPY);
     free(json);
     if (!r) return MHD_NO;
-    const char *hn, *hv;
-    error_header(e->status, &hn, &hv);
     MHD_add_response_header(r, "Content-Type", "application/json");
     MHD_add_response_header(r, "Connection", "close");
-    if (hn) MHD_add_response_header(r, hn, hv);
-    enum MHD_Result ret = tp_http_queue(s, c, e->status, r);
+    if (k.header_name) MHD_add_response_header(r, k.header_name, k.header_value);
+    enum MHD_Result ret = tp_http_queue(s, c, k.http_status, r);
     MHD_destroy_response(r);
     log_refused(s, e);
     return ret;
@@ -124,12 +169,12 @@ static enum MHD_Result send_error_close(struct tp_server *s, struct MHD_Connecti
 
 enum MHD_Result tp_http_send_error(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e)
 {
+    struct tp_http_error_kind k = tp_http_error_kind(e->status);
     char *json = tp_api_error_json(e);
     if (!json) return MHD_NO;
-    tp_metrics_request(s->metrics, e->status);
-    const char *hn, *hv;
-    error_header(e->status, &hn, &hv);
-    enum MHD_Result ret = tp_http_send(s, c, e->status, "application/json", json, strlen(json), hn, hv);
+    tp_metrics_request(s->metrics, k.http_status);
+    enum MHD_Result ret = tp_http_send(s, c, k.http_status, "application/json", json, strlen(json), k.header_name,
+                                       k.header_value);
     free(json);
     log_refused(s, e);
     return ret;
@@ -138,9 +183,10 @@ enum MHD_Result tp_http_send_error(struct tp_server *s, struct MHD_Connection *c
 /* One log line per refused request. */
 static void log_refused(struct tp_server *s, const struct tp_api_error *e)
 {
+    int status = tp_http_error_kind(e->status).http_status;
     if (s->cfg.log_json) {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "status", e->status);
+        cJSON_AddNumberToObject(o, "status", status);
         cJSON_AddStringToObject(o, "param", e->param);
         cJSON_AddStringToObject(o, "error", e->message);
         char *line = cJSON_PrintUnformatted(o);
@@ -148,13 +194,13 @@ static void log_refused(struct tp_server *s, const struct tp_api_error *e)
         free(line);
         cJSON_Delete(o);
     } else {
-        tp_log(TP_LOG_INFO, "http", "refused status=%d%s%s: %s", e->status, e->param[0] ? " param=" : "", e->param,
+        tp_log(TP_LOG_INFO, "http", "refused status=%d%s%s: %s", status, e->param[0] ? " param=" : "", e->param,
                e->message);
     }
 }
 
-/* Write all of buf[0..len) to fd within timeout_ms.  Returns 0 or -1. */
-static int send_all_fd(int fd, const char *buf, size_t len, int timeout_ms)
+/* Write all of buf[0..len) to fd within timeout_ms.  Returns TP_OK, TP_ERR_IO or TP_ERR_TIMEOUT. */
+static enum tp_status send_all_fd(int fd, const char *buf, size_t len, int timeout_ms)
 {
     uint64_t end = tp_now_ns() + (uint64_t)timeout_ms * 1000000u;
     while (len > 0) {
@@ -164,31 +210,30 @@ static int send_all_fd(int fd, const char *buf, size_t len, int timeout_ms)
             len -= (size_t)n;
             continue;
         }
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return TP_ERR_IO;
         uint64_t now = tp_now_ns();
-        if (now >= end) return -1;
+        if (now >= end) return TP_ERR_TIMEOUT;
         struct pollfd pf = {.fd = fd, .events = POLLOUT, .revents = 0};
         poll(&pf, 1, (int)((end - now) / 1000000u) + 1);
     }
-    return 0;
+    return TP_OK;
 }
 
 void tp_http_refuse_fd(struct tp_server *s, int fd, const struct tp_api_error *e, int timeout_ms)
 {
-    tp_metrics_request(s->metrics, e->status);
+    struct tp_http_error_kind k = tp_http_error_kind(e->status);
+    tp_metrics_request(s->metrics, k.http_status);
     log_refused(s, e);
     char *json = tp_api_error_json(e);
     if (!json) return;
-    const char *hn, *hv;
-    error_header(e->status, &hn, &hv);
-    const char *reason = MHD_get_reason_phrase_for((unsigned)e->status);
+    const char *reason = MHD_get_reason_phrase_for((unsigned)k.http_status);
     char extra[96] = "", head[512];
-    if (hn) snprintf(extra, sizeof extra, "%s: %s\r\n", hn, hv);
+    if (k.header_name) snprintf(extra, sizeof extra, "%s: %s\r\n", k.header_name, k.header_value);
     int hl = snprintf(head, sizeof head,
                       "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                       "Connection: close\r\n%s\r\n",
-                      e->status, reason && reason[0] ? reason : "Error", strlen(json), extra);
-    if (hl > 0 && (size_t)hl < sizeof head && send_all_fd(fd, head, (size_t)hl, timeout_ms) == 0)
+                      k.http_status, reason && reason[0] ? reason : "Error", strlen(json), extra);
+    if (hl > 0 && (size_t)hl < sizeof head && send_all_fd(fd, head, (size_t)hl, timeout_ms) == TP_OK)
         send_all_fd(fd, json, strlen(json), timeout_ms);
     free(json);
 }
@@ -268,15 +313,15 @@ static enum MHD_Result handle_health(struct tp_server *s, struct MHD_Connection 
     snprintf(reason, sizeof reason, "%s", s->fail_reason);
     pthread_mutex_unlock(&s->state_mu);
     if (state == TP_SRV_LOADING) {
-        tp_api_fail(&e, 503, NULL, "loading the model");
+        tp_api_err(&e, TP_ERR_BUSY, NULL, "loading the model");
         return tp_http_send_error(s, c, &e);
     }
     if (state == TP_SRV_FAILED) {
-        tp_api_fail(&e, 503, NULL, "%s", reason);
+        tp_api_err(&e, TP_ERR_POISONED, NULL, "%s", reason);
         return tp_http_send_error(s, c, &e);
     }
     if (!tp_engine_healthy(s->engine, reason, sizeof reason)) {
-        tp_api_fail(&e, 503, NULL, "%s", reason);
+        tp_api_err(&e, TP_ERR_PEER, NULL, "%s", reason);
         return tp_http_send_error(s, c, &e);
     }
     char body[128];
@@ -295,7 +340,7 @@ static enum MHD_Result handle_metrics(struct tp_server *s, struct MHD_Connection
     g.n_parallel = s->cfg.n_parallel;
     struct tp_buf b = {0};
     tp_metrics_request(s->metrics, 200);
-    if (tp_metrics_render(s->metrics, &g, &b) != 0) {
+    if (tp_metrics_render(s->metrics, &g, &b) != TP_OK) {
         tp_buf_free(&b);
         return MHD_NO;
     }
@@ -322,12 +367,12 @@ static enum MHD_Result handle_model_one(struct tp_server *s, struct MHD_Connecti
     int ready = s->state == TP_SRV_READY;
     pthread_mutex_unlock(&s->state_mu);
     if (!ready) {
-        tp_api_fail(&e, 503, NULL, "the model is not loaded (yet)");
+        tp_api_err(&e, TP_ERR_BUSY, NULL, "the model is not loaded (yet)");
         return tp_http_send_error(s, c, &e);
     }
     if (!s->model_id || strcmp(id, s->model_id) != 0) {
-        tp_api_fail(&e, 404, "model", "model '%.200s' does not exist here; this server serves '%s'", id,
-                    s->model_id ? s->model_id : "tpserve");
+        tp_api_err(&e, TP_ERR_NOT_FOUND, "model", "model '%.200s' does not exist here; this server serves '%s'", id,
+                   s->model_id ? s->model_id : "tpserve");
         e.code = "model_not_found";
         return tp_http_send_error(s, c, &e);
     }
@@ -354,12 +399,12 @@ static enum MHD_Result handle_models(struct tp_server *s, struct MHD_Connection 
     return r;
 }
 
-static int parse_body_object(const char *body, size_t len, cJSON **out, struct tp_api_error *e)
+static enum tp_status parse_body_object(const char *body, size_t len, cJSON **out, struct tp_api_error *e)
 {
     cJSON *root = tp_json_parse(body, len, e); /* strings hold NUL as C0 80 */
-    if (!root) return -1;
+    if (!root) return e->status;
     *out = root;
-    return 0;
+    return TP_OK;
 }
 
 /*
@@ -379,42 +424,45 @@ struct tok_stream {
 };
 
 /* Append piece[0..n) as a JSON string literal (json_nul.c: NUL as \u0000,
- * bytes that are not UTF-8 as U+FFFD).  Returns 0 or -1 (out of memory). */
-static int json_string_piece(struct tp_buf *o, const char *piece, size_t n)
+ * bytes that are not UTF-8 as U+FFFD).  Returns TP_OK or TP_ERR_NOMEM. */
+static enum tp_status json_string_piece(struct tp_buf *o, const char *piece, size_t n)
 {
     cJSON *str = tp_json_string_bytes(piece, n);
     char *lit = str ? tp_json_print(str) : NULL;
-    int rc = lit ? tp_buf_puts(o, lit) : -1;
+    enum tp_status rc = lit ? tp_buf_puts(o, lit) : TP_ERR_NOMEM;
     cJSON_free(lit);
     cJSON_Delete(str);
     return rc;
 }
 
-/* Format the next piece of the response into ts->item.  Returns 0, 1 at the end, -1 out of memory. */
-static int tok_stream_next(struct tok_stream *ts)
+/* Format the next piece of the response into ts->item; *end set when there is none.
+ * Returns TP_OK or TP_ERR_NOMEM. */
+static enum tp_status tok_stream_next(struct tok_stream *ts, int *end)
 {
     ts->item.len = 0;
     ts->item_pos = 0;
+    *end = 0;
     if (ts->stage == 0) {
         ts->stage = 1;
         return tp_buf_puts(&ts->item, "{\"tokens\":[");
     }
     if (ts->stage == 1 && ts->next < ts->n) {
         int k = ts->next++, id = ts->ids[k];
-        int rc = k > 0 ? tp_buf_puts(&ts->item, ",") : 0;
-        if (!ts->with_pieces) return rc | tp_buf_printf(&ts->item, "%d", (int)id);
+        enum tp_status rc = k > 0 ? tp_buf_puts(&ts->item, ",") : TP_OK;
+        if (rc == TP_OK && !ts->with_pieces) return tp_buf_printf(&ts->item, "%d", (int)id);
         size_t pl = 0;
         const char *piece = tp_tokenizer_piece(ts->s->tok, id, &pl);
-        rc |= tp_buf_printf(&ts->item, "{\"id\":%d,\"piece\":", (int)id);
-        rc |= json_string_piece(&ts->item, piece ? piece : "", piece ? pl : 0);
-        rc |= tp_buf_puts(&ts->item, "}");
-        return rc ? -1 : 0;
+        if (rc == TP_OK) rc = tp_buf_printf(&ts->item, "{\"id\":%d,\"piece\":", (int)id);
+        if (rc == TP_OK) rc = json_string_piece(&ts->item, piece ? piece : "", piece ? pl : 0);
+        if (rc == TP_OK) rc = tp_buf_puts(&ts->item, "}");
+        return rc;
     }
     if (ts->stage <= 2) {
         ts->stage = 3;
         return tp_buf_puts(&ts->item, "]}");
     }
-    return 1;
+    *end = 1;
+    return TP_OK;
 }
 
 static ssize_t tok_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -424,9 +472,9 @@ static ssize_t tok_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     size_t n = 0;
     while (n < max) {
         if (ts->item_pos == ts->item.len) {
-            int rc = tok_stream_next(ts);
-            if (rc < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
-            if (rc > 0) break;
+            int end;
+            if (tok_stream_next(ts, &end) != TP_OK) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (end) break;
         }
         size_t k = TP_MIN(max - n, ts->item.len - ts->item_pos);
         memcpy(buf + n, ts->item.data + ts->item_pos, k);
@@ -449,34 +497,35 @@ static enum MHD_Result handle_tokenize(struct tp_server *s, struct MHD_Connectio
     struct tp_api_error e;
     cJSON *root = NULL;
     int32_t *ids = NULL;
-    if (parse_body_object(body, len, &root, &e) != 0) return tp_http_send_error(s, c, &e);
+    if (parse_body_object(body, len, &root, &e) != TP_OK) return tp_http_send_error(s, c, &e);
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(root, "content");
     const cJSON *add_special = cJSON_GetObjectItemCaseSensitive(root, "add_special");
     const cJSON *with_pieces = cJSON_GetObjectItemCaseSensitive(root, "with_pieces");
     if (!cJSON_IsString(content)) {
-        tp_api_fail(&e, 400, "content", "'content' (the text to tokenize) is required and must be a string");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "content", "'content' (the text to tokenize) is required and must be a string");
         goto fail;
     }
     if (add_special && !cJSON_IsBool(add_special)) {
-        tp_api_fail(&e, 400, "add_special", "'add_special' must be a boolean");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "add_special", "'add_special' must be a boolean");
         goto fail;
     }
     if (with_pieces && !cJSON_IsBool(with_pieces)) {
-        tp_api_fail(&e, 400, "with_pieces", "'with_pieces' must be a boolean");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "with_pieces", "'with_pieces' must be a boolean");
         goto fail;
     }
     char *text = NULL;
     size_t text_len = 0;
-    if (tp_json_bytes(content, &text, &text_len) != 0) {
-        tp_api_fail(&e, 500, NULL, "out of memory");
+    if (tp_json_bytes(content, &text, &text_len) != TP_OK) {
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
-    int n = tp_server_tokenize(s, text, text_len, cJSON_IsTrue(add_special), &ids, &e);
+    int n = 0;
+    enum tp_status st = tp_server_tokenize(s, text, text_len, cJSON_IsTrue(add_special), &ids, &n, &e);
     free(text);
-    if (n < 0) goto fail;
+    if (st != TP_OK) goto fail;
     struct tok_stream *ts = calloc(1, sizeof *ts);
     if (!ts) {
-        tp_api_fail(&e, 500, NULL, "out of memory");
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
     ts->s = s;
@@ -505,11 +554,11 @@ static enum MHD_Result handle_detokenize(struct tp_server *s, struct MHD_Connect
 {
     struct tp_api_error e;
     cJSON *root = NULL;
-    if (parse_body_object(body, len, &root, &e) != 0) return tp_http_send_error(s, c, &e);
+    if (parse_body_object(body, len, &root, &e) != TP_OK) return tp_http_send_error(s, c, &e);
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
     if (!cJSON_IsArray(toks)) {
         cJSON_Delete(root);
-        tp_api_fail(&e, 400, "tokens", "'tokens' (a list of token ids) is required");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "tokens", "'tokens' (a list of token ids) is required");
         return tp_http_send_error(s, c, &e);
     }
     int n_vocab = tp_tokenizer_n_vocab(s->tok), i = 0;
@@ -519,7 +568,7 @@ static enum MHD_Result handle_detokenize(struct tp_server *s, struct MHD_Connect
         if (!cJSON_IsNumber(t) || t->valuedouble != (double)(int)t->valuedouble || t->valuedouble < 0 ||
             t->valuedouble >= n_vocab) {
             cJSON_Delete(root);
-            tp_api_fail(&e, 400, "tokens", "'tokens'[%d] is not a token id in [0, %d)", i, n_vocab);
+            tp_api_err(&e, TP_ERR_INVALID_ARG, "tokens", "'tokens'[%d] is not a token id in [0, %d)", i, n_vocab);
             return tp_http_send_error(s, c, &e);
         }
         i++;
@@ -532,21 +581,21 @@ static enum MHD_Result handle_detokenize(struct tp_server *s, struct MHD_Connect
     {
         if (oom) break;
         size_t nb = tp_detok_push(d, (int)t->valuedouble, tmp, sizeof tmp);
-        if (tp_buf_append(&text, tmp, nb) != 0) oom = 1;
+        if (tp_buf_append(&text, tmp, nb) != TP_OK) oom = 1;
     }
     if (!oom) {
         size_t nb = tp_detok_flush(d, tmp, sizeof tmp);
-        if (tp_buf_append(&text, tmp, nb) != 0) oom = 1;
+        if (tp_buf_append(&text, tmp, nb) != TP_OK) oom = 1;
     }
     tp_detok_free(d);
     cJSON_Delete(root);
     if (oom) {
         tp_buf_free(&text);
-        tp_api_fail(&e, 500, NULL, "out of memory");
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
         return tp_http_send_error(s, c, &e);
     }
     cJSON *resp = cJSON_CreateObject();
-    int added = resp && tp_json_add_bytes(resp, "content", text.data ? text.data : "", text.len) == 0;
+    int added = resp && tp_json_add_bytes(resp, "content", text.data ? text.data : "", text.len) == TP_OK;
     tp_buf_free(&text);
     char *json = added ? tp_json_print(resp) : NULL; /* NUL bytes (the <0x00> token) as \u0000 */
     cJSON_Delete(resp);
@@ -702,14 +751,14 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
-/* Reserve n bytes of the server-wide budget.  Returns 0, or -1 when it would overflow. */
-static int budget_reserve(struct tp_server *s, size_t n)
+/* Reserve n bytes of the server-wide budget.  Returns TP_OK, or TP_ERR_BUSY when it would overflow. */
+static enum tp_status budget_reserve(struct tp_server *s, size_t n)
 {
     size_t cur = __atomic_load_n(&s->mem_used, __ATOMIC_RELAXED);
     do {
-        if (n > s->cfg.mem_budget_bytes || cur > s->cfg.mem_budget_bytes - n) return -1;
+        if (n > s->cfg.mem_budget_bytes || cur > s->cfg.mem_budget_bytes - n) return TP_ERR_BUSY;
     } while (!__atomic_compare_exchange_n(&s->mem_used, &cur, cur + n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
-    return 0;
+    return TP_OK;
 }
 
 /* ------------------------------------------------------------ requests */
@@ -750,12 +799,12 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
 }
 
 /*
- * Check how the body is delimited, before any of it is read.  Returns 0 with
- * *cl (declared length) and *has_cl, or -1 with e filled; *raw is set when
- * MHD has already queued its own reply (a Content-Length it could not parse),
- * so ours must go out on the socket.
+ * Check how the body is delimited, before any of it is read.  Returns TP_OK
+ * with *cl (declared length) and *has_cl, or TP_ERR_FORMAT with e filled;
+ * *raw is set when MHD has already queued its own reply (a Content-Length it
+ * could not parse), so ours must go out on the socket.
  */
-static int check_framing(struct MHD_Connection *c, unsigned long long *cl, int *has_cl, int *raw,
+static enum tp_status check_framing(struct MHD_Connection *c, unsigned long long *cl, int *has_cl, int *raw,
                          struct tp_api_error *e)
 {
     struct framing f = {0};
@@ -764,11 +813,12 @@ static int check_framing(struct MHD_Connection *c, unsigned long long *cl, int *
     *has_cl = 0;
     *raw = 0;
     if (f.n_te && f.n_cl)
-        return tp_api_fail(e, 400, NULL, "the request has both Transfer-Encoding and Content-Length; send one");
+        return tp_api_err(e, TP_ERR_FORMAT, NULL, "the request has both Transfer-Encoding and Content-Length; send one");
     if (f.n_te > 1 || (f.n_te && strcasecmp(f.te, "chunked") != 0))
-        return tp_api_fail(e, 400, NULL, "Transfer-Encoding '%.64s' is not supported; send 'chunked' or a "
-                                         "Content-Length", f.te);
-    if (f.n_cl > 1) return tp_api_fail(e, 400, NULL, "the request has %d Content-Length headers; send one", f.n_cl);
+        return tp_api_err(e, TP_ERR_FORMAT, NULL,
+                          "Transfer-Encoding '%.64s' is not supported; send 'chunked' or a Content-Length", f.te);
+    if (f.n_cl > 1)
+        return tp_api_err(e, TP_ERR_FORMAT, NULL, "the request has %d Content-Length headers; send one", f.n_cl);
     if (f.n_cl) {
         const char *v = f.cl;
         size_t n = strlen(v);
@@ -776,12 +826,12 @@ static int check_framing(struct MHD_Connection *c, unsigned long long *cl, int *
         for (size_t i = 0; digits && i < n; i++) digits = v[i] >= '0' && v[i] <= '9';
         if (!digits) {
             *raw = 1;
-            return tp_api_fail(e, 400, NULL, "Content-Length '%.32s' is not a decimal byte count", v);
+            return tp_api_err(e, TP_ERR_FORMAT, NULL, "Content-Length '%.32s' is not a decimal byte count", v);
         }
         *cl = strtoull(v, NULL, 10);
         *has_cl = 1;
     }
-    return 0;
+    return TP_OK;
 }
 
 static int route_matches(const char *method, const char *route_method)
@@ -799,24 +849,25 @@ static enum MHD_Result on_headers(struct tp_server *s, struct MHD_Connection *c,
     conn_set_phase(s, c, PH_BODY);
     cc->answered = 1; /* unless the request passes every check below */
     if (k && k->over_limit) {
-        tp_api_fail(&e, 503, NULL, "the server has %d connections open, its limit (--max-connections); retry shortly",
-                    s->cfg.max_connections);
+        tp_api_err(&e, TP_ERR_BUSY, NULL,
+                   "the server has %d connections open, its limit (--max-connections); retry shortly",
+                   s->cfg.max_connections);
         e.code = "server_busy";
         return send_error_close(s, c, &e);
     }
     unsigned long long cl;
     int has_cl, raw;
-    if (check_framing(c, &cl, &has_cl, &raw, &e) != 0)
+    if (check_framing(c, &cl, &has_cl, &raw, &e) != TP_OK)
         return raw ? send_raw_and_close(s, c, &e) : send_error_close(s, c, &e);
     enum MHD_Result web_ret;
     if (tp_web_route(s, c, url, method, &web_ret)) return web_ret;
     if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) {
         if (!route_matches(method, "GET")) {
-            tp_api_fail(&e, 405, NULL, "method %s is not allowed on %s", method, url);
+            tp_api_err(&e, TP_ERR_NOT_ALLOWED, NULL, "method %s is not allowed on %s", method, url);
             return send_error_close(s, c, &e);
         }
         if (!tp_http_check_auth(s, c)) {
-            tp_api_fail(&e, 401, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
+            tp_api_err(&e, TP_ERR_DENIED, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
             return send_error_close(s, c, &e);
         }
         return handle_model_one(s, c, url + 11);
@@ -829,28 +880,30 @@ static enum MHD_Result on_headers(struct tp_server *s, struct MHD_Connection *c,
     }
     if (cc->route_idx < 0) {
         if (path_known)
-            tp_api_fail(&e, 405, NULL, "method %s is not allowed on %s", method, url);
+            tp_api_err(&e, TP_ERR_NOT_ALLOWED, NULL, "method %s is not allowed on %s", method, url);
         else
-            tp_api_fail(&e, 404, NULL, "no such endpoint: %s %s (see /v1/completions, /v1/chat/completions, "
-                                       "/v1/models, /v1/cluster, /health, /metrics, /tokenize, /detokenize, "
-                                       "and the web page at /)", method, url);
+            tp_api_err(&e, TP_ERR_NOT_FOUND, NULL,
+                       "no such endpoint: %s %s (see /v1/completions, /v1/chat/completions, /v1/models, "
+                       "/v1/cluster, /health, /metrics, /tokenize, /detokenize, and the web page at /)",
+                       method, url);
         return send_error_close(s, c, &e);
     }
     if (routes[cc->route_idx].auth && !tp_http_check_auth(s, c)) {
-        tp_api_fail(&e, 401, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
+        tp_api_err(&e, TP_ERR_DENIED, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
         return send_error_close(s, c, &e);
     }
     if (has_cl && cl > s->cfg.max_body_bytes) {
-        tp_api_fail(&e, 413, NULL, "request body of %llu bytes exceeds the limit of %zu bytes (--max-body)", cl,
-                    s->cfg.max_body_bytes);
+        tp_api_err(&e, TP_ERR_TOO_LARGE, NULL, "request body of %llu bytes exceeds the limit of %zu bytes (--max-body)",
+                   cl, s->cfg.max_body_bytes);
         return send_error_close(s, c, &e);
     }
     if (strcmp(routes[cc->route_idx].method, "POST") == 0) {
         size_t body = has_cl ? (size_t)cl : s->cfg.max_body_bytes;
         size_t want = body * TP_HTTP_WORK_FACTOR + TP_HTTP_WORK_CONST;
-        if (budget_reserve(s, want) != 0) {
-            tp_api_fail(&e, 503, NULL, "the server is holding its memory budget for requests in flight "
-                                       "(--mem-budget %zu bytes); retry shortly", s->cfg.mem_budget_bytes);
+        if (budget_reserve(s, want) != TP_OK) {
+            tp_api_err(&e, TP_ERR_BUSY, NULL,
+                       "the server is holding its memory budget for requests in flight (--mem-budget %zu bytes); "
+                       "retry shortly", s->cfg.mem_budget_bytes);
             e.code = "server_busy";
             return send_error_close(s, c, &e);
         }
@@ -887,11 +940,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (cc->body.len + n > s->cfg.max_body_bytes) {
             /* a chunked body past the limit: stop reading it */
             cc->answered = 1;
-            tp_api_fail(&e, 413, NULL, "request body exceeds the limit of %zu bytes (--max-body)",
-                        s->cfg.max_body_bytes);
+            tp_api_err(&e, TP_ERR_TOO_LARGE, NULL, "request body exceeds the limit of %zu bytes (--max-body)",
+                       s->cfg.max_body_bytes);
             return send_raw_and_close(s, c, &e);
         }
-        if (tp_buf_append(&cc->body, upload, n) != 0) return MHD_NO;
+        if (tp_buf_append(&cc->body, upload, n) != TP_OK) return MHD_NO;
         return MHD_YES;
     }
     if (cc->answered) return MHD_YES;
@@ -906,8 +959,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     snprintf(reason, sizeof reason, "%s", s->fail_reason);
     pthread_mutex_unlock(&s->state_mu);
     if (state != TP_SRV_READY && routes[cc->route_idx].needs_model) {
-        if (state == TP_SRV_LOADING) tp_api_fail(&e, 503, NULL, "the model is still loading; retry shortly");
-        else tp_api_fail(&e, 503, NULL, "%s", reason);
+        if (state == TP_SRV_LOADING) tp_api_err(&e, TP_ERR_BUSY, NULL, "the model is still loading; retry shortly");
+        else tp_api_err(&e, TP_ERR_POISONED, NULL, "%s", reason);
         return tp_http_send_error(s, c, &e);
     }
     const char *body = cc->body.data ? cc->body.data : "";
@@ -919,7 +972,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_CHAT: return tp_api_handle_completion(s, c, 1, body, cc->body.len);
     default: break;
     }
-    tp_api_fail(&e, 500, NULL, "unrouted request");
+    tp_api_err(&e, TP_ERR_INTERNAL, NULL, "unrouted request");
     return tp_http_send_error(s, c, &e);
 }
 
@@ -952,12 +1005,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ------------------------------------------------------------ life cycle */
 
-int tp_server_tokenize(struct tp_server *s, const char *text, size_t len, int add_bos, int32_t **out,
-                       struct tp_api_error *e)
+enum tp_status tp_server_tokenize(struct tp_server *s, const char *text, size_t len, int add_bos, int32_t **out,
+                                  int *n_out, struct tp_api_error *e)
 {
     int cap = (int)TP_MIN(len + 16, (size_t)1 << 24);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
-    if (!ids) return tp_api_fail(e, 500, NULL, "out of memory");
+    if (!ids) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
     pthread_mutex_lock(&s->tok_mu);
     int n = tp_tokenizer_encode(s->tok, text, len, add_bos, 1, ids, cap);
     if (n > cap) {
@@ -973,11 +1026,12 @@ int tp_server_tokenize(struct tp_server *s, const char *text, size_t len, int ad
     pthread_mutex_unlock(&s->tok_mu);
     if (n < 0) {
         free(ids);
-        return n == -2 ? tp_api_fail(e, 500, NULL, "out of memory")
-                       : tp_api_fail(e, 400, NULL, "the text could not be tokenized (invalid UTF-8?)");
+        return n == -2 ? tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory")
+                       : tp_api_err(e, TP_ERR_INVALID_ARG, NULL, "the text could not be tokenized (invalid UTF-8?)");
     }
     *out = ids;
-    return n;
+    *n_out = n;
+    return TP_OK;
 }
 
 void tp_srv_utf8_sanitize(const char *s, size_t n, struct tp_buf *out)

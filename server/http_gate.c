@@ -78,16 +78,17 @@ static size_t header_end(const char *b, size_t n)
 }
 
 /*
- * The checks MHD 0.9.75 would answer with a doubled status line.  Returns 0,
- * or -1 with e filled.
+ * The checks MHD 0.9.75 would answer with a doubled status line.  Returns
+ * TP_OK, or with e filled TP_ERR_FORMAT (bad Content-Length, no Host) or
+ * TP_ERR_TOO_LARGE (a Content-Length of over 19 digits).
  */
-static int check_header_block(const char *b, size_t n, size_t max_body, struct tp_api_error *e)
+static enum tp_status check_header_block(const char *b, size_t n, size_t max_body, struct tp_api_error *e)
 {
     size_t i = 0;
     while (i < n && (b[i] == '\r' || b[i] == '\n')) i++;
     const char *line = b + i, *end = b + n;
     const char *eol = memchr(line, '\n', (size_t)(end - line));
-    if (!eol) return 0;
+    if (!eol) return TP_OK;
     int http11 = eol - line >= 8 && memcmp(eol - ((eol > line && eol[-1] == '\r') ? 9 : 8), "HTTP/1.1", 8) == 0;
     int has_host = 0;
     for (line = eol + 1; line < end; line = eol + 1) {
@@ -106,14 +107,14 @@ static int check_header_block(const char *b, size_t n, size_t max_body, struct t
         int digits = ve > v;
         for (const char *q = v; digits && q < ve; q++) digits = *q >= '0' && *q <= '9';
         if (!digits)
-            return tp_api_fail(e, 400, NULL, "Content-Length '%.*s' is not a decimal byte count",
-                               (int)TP_MIN(ve - v, 32), v);
+            return tp_api_err(e, TP_ERR_FORMAT, NULL, "Content-Length '%.*s' is not a decimal byte count",
+                              (int)TP_MIN(ve - v, 32), v);
         if (ve - v > 19)
-            return tp_api_fail(e, 413, NULL, "Content-Length %.*s... exceeds the limit of %zu bytes (--max-body)", 24,
-                               v, max_body);
+            return tp_api_err(e, TP_ERR_TOO_LARGE, NULL,
+                              "Content-Length %.*s... exceeds the limit of %zu bytes (--max-body)", 24, v, max_body);
     }
-    if (http11 && !has_host) return tp_api_fail(e, 400, NULL, "an HTTP/1.1 request needs a Host header");
-    return 0;
+    if (http11 && !has_host) return tp_api_err(e, TP_ERR_FORMAT, NULL, "an HTTP/1.1 request needs a Host header");
+    return TP_OK;
 }
 
 /* Answer e on p's socket (non-blocking: the answer fits the socket buffer) and start draining it. */
@@ -127,42 +128,49 @@ static void gate_refuse(struct tp_http_gate *g, struct pend *p, const struct tp_
     p->t0_ns = tp_now_ns();
 }
 
-/* p is readable.  Returns 0 (keep waiting), 1 (handed to MHD or closing: entry changed), -1 (close it). */
-static int gate_read(struct tp_http_gate *g, struct pend *p)
+/* What becomes of a waiting connection after a read. */
+enum gate_next {
+    GATE_WAIT,   /* keep it waiting */
+    GATE_HANDED, /* handed to MHD: drop the entry, the socket is MHD's */
+    GATE_CLOSE,  /* close it */
+};
+
+/* p is readable: read and decide. */
+static enum gate_next gate_read(struct tp_http_gate *g, struct pend *p)
 {
     if (p->closing) {
         ssize_t n = recv(p->fd, g->buf, sizeof g->buf, MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
-        if (n <= 0) return -1;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return GATE_WAIT;
+        if (n <= 0) return GATE_CLOSE;
         p->drained += (size_t)n;
-        return p->drained >= GATE_DRAIN_MAX ? -1 : 0;
+        return p->drained >= GATE_DRAIN_MAX ? GATE_CLOSE : GATE_WAIT;
     }
     ssize_t n = recv(p->fd, g->buf, sizeof g->buf, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return GATE_WAIT;
     /* nothing, or nothing new although poll said readable: the client closed its side mid-header */
-    if (n <= 0 || (size_t)n == p->peeked) return -1;
+    if (n <= 0 || (size_t)n == p->peeked) return GATE_CLOSE;
     p->peeked = (size_t)n;
     size_t he = header_end(g->buf, (size_t)n);
     struct tp_api_error e;
     if (!he) {
         if ((size_t)n == sizeof g->buf) {
-            tp_api_fail(&e, 431, NULL, "the request header block exceeds %d bytes", GATE_HEADER_MAX);
+            tp_api_err(&e, TP_ERR_PROTOCOL, NULL, "the request header block exceeds %d bytes", GATE_HEADER_MAX);
             gate_refuse(g, p, &e);
-            return 0;
+            return GATE_WAIT;
         }
         int lowat = (int)n + 1;
         setsockopt(p->fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof lowat);
-        return 0;
+        return GATE_WAIT;
     }
-    if (check_header_block(g->buf, he, g->s->cfg.max_body_bytes, &e) != 0) {
+    if (check_header_block(g->buf, he, g->s->cfg.max_body_bytes, &e) != TP_OK) {
         gate_refuse(g, p, &e);
-        return 0;
+        return GATE_WAIT;
     }
     int one = 1;
     setsockopt(p->fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof one);
     /* MHD owns the socket from here, and closes it if it cannot take it */
     MHD_add_connection(g->s->daemon, p->fd, (const struct sockaddr *)&p->addr, sizeof p->addr);
-    return 1;
+    return GATE_HANDED;
 }
 
 static void gate_accept(struct tp_http_gate *g, uint64_t now)
@@ -228,9 +236,9 @@ static void *gate_main(void *arg)
             struct pend *p = &g->p[i];
             short re = rc > 0 ? g->pf[2 + i].revents : 0;
             if (re) {
-                int r = gate_read(g, p);
-                if (r < 0) pend_remove(g, i, 1);
-                else if (r > 0) pend_remove(g, i, 0);
+                enum gate_next next = gate_read(g, p);
+                if (next == GATE_CLOSE) pend_remove(g, i, 1);
+                else if (next == GATE_HANDED) pend_remove(g, i, 0);
                 continue;
             }
             if (p->closing ? now - p->t0_ns > GATE_DRAIN_NS : (hdr_ns && now - p->t0_ns > hdr_ns)) {

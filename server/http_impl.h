@@ -85,6 +85,7 @@ int tp_web_origin_valid(const char *origin);
 /* Nonzero when the request carries the API key (or none is configured). */
 int tp_http_check_auth(struct tp_server *s, struct MHD_Connection *c);
 enum MHD_Result tp_http_send_json(struct tp_server *s, struct MHD_Connection *c, int status, const char *json);
+/* Answer e with the HTTP status, type and header of tp_http_error_kind(e->status); counted and logged. */
 enum MHD_Result tp_http_send_error(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e);
 /* Write e as a whole HTTP response with "Connection: close" on fd, waiting at
  * most timeout_ms for socket space (0: only what fits now); counted in
@@ -101,9 +102,10 @@ int tp_http_client_gone(struct MHD_Connection *c);
 /* One line per finished request (text or JSON per --log-format); n_cached: prompt tokens not prefilled. */
 void tp_http_log_request(struct tp_server *s, const char *id, const char *path, int status, int n_prompt,
                          int n_cached, int n_gen, double ttft_s, double tps);
-/* Encode text[0..len) (NUL is an ordinary byte; special tokens parsed); *out malloc'd. Returns count or -1 with e. */
-int tp_server_tokenize(struct tp_server *s, const char *text, size_t len, int add_bos, int32_t **out,
-                       struct tp_api_error *e);
+/* Encode text[0..len) (NUL is an ordinary byte; special tokens parsed) into *out (malloc'd, caller frees)
+ * and *n_out.  Returns TP_OK, or with e filled TP_ERR_INVALID_ARG (cannot be tokenized) or TP_ERR_NOMEM. */
+enum tp_status tp_server_tokenize(struct tp_server *s, const char *text, size_t len, int add_bos, int32_t **out,
+                                  int *n_out, struct tp_api_error *e);
 /* Append s[0..n) with invalid UTF-8 bytes replaced by U+FFFD. */
 void tp_srv_utf8_sanitize(const char *s, size_t n, struct tp_buf *out);
 /* POST /v1/completions (chat 0) and /v1/chat/completions (chat 1). */

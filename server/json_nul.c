@@ -63,22 +63,22 @@ static size_t original_offset(const char *text, size_t off)
 struct cJSON *tp_json_parse(const char *body, size_t len, struct tp_api_error *e)
 {
     if (len == 0) {
-        tp_api_fail(e, 400, NULL, "the request body is empty; send a JSON object");
+        tp_api_err(e, TP_ERR_FORMAT, NULL, "the request body is empty; send a JSON object");
         return NULL;
     }
     if (!tp_srv_utf8_valid(body, len)) {
-        tp_api_fail(e, 400, NULL, "the request body is not valid UTF-8");
+        tp_api_err(e, TP_ERR_FORMAT, NULL, "the request body is not valid UTF-8");
         return NULL;
     }
     const char *raw_nul = memchr(body, '\0', len);
     if (raw_nul) {
-        tp_api_fail(e, 400, NULL, "the request body has a raw NUL byte at byte %zu; inside a JSON string write it "
+        tp_api_err(e, TP_ERR_FORMAT, NULL, "the request body has a raw NUL byte at byte %zu; inside a JSON string write it "
                                   "as \\u0000", (size_t)(raw_nul - body));
         return NULL;
     }
     char *text = malloc(len + 1);
     if (!text) {
-        tp_api_fail(e, 500, NULL, "out of memory");
+        tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
         return NULL;
     }
     size_t n = rewrite_nul_escapes(body, len, text);
@@ -86,19 +86,19 @@ struct cJSON *tp_json_parse(const char *body, size_t len, struct tp_api_error *e
     cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, 0);
     if (!root) {
         size_t off = end ? (size_t)(end - text) : 0;
-        tp_api_fail(e, 400, NULL, "the request body is not valid JSON (error near byte %zu)",
-                    original_offset(text, off));
+        tp_api_err(e, TP_ERR_FORMAT, NULL, "the request body is not valid JSON (error near byte %zu)",
+                   original_offset(text, off));
         free(text);
         return NULL;
     }
     while (end && end < text + n && (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n')) end++;
     if (end && end < text + n) {
-        tp_api_fail(e, 400, NULL, "the request body has extra data after the JSON value (byte %zu)",
-                    original_offset(text, (size_t)(end - text)));
+        tp_api_err(e, TP_ERR_FORMAT, NULL, "the request body has extra data after the JSON value (byte %zu)",
+                   original_offset(text, (size_t)(end - text)));
         cJSON_Delete(root);
         root = NULL;
     } else if (!cJSON_IsObject(root)) {
-        tp_api_fail(e, 400, NULL, "the request body must be a JSON object");
+        tp_api_err(e, TP_ERR_FORMAT, NULL, "the request body must be a JSON object");
         cJSON_Delete(root);
         root = NULL;
     }
@@ -121,38 +121,38 @@ size_t tp_json_decode_nul(char *s, size_t n)
     return o;
 }
 
-int tp_json_bytes(const struct cJSON *v, char **out, size_t *len)
+enum tp_status tp_json_bytes(const struct cJSON *v, char **out, size_t *len)
 {
     *out = NULL;
     *len = 0;
     const char *s = cJSON_IsString(v) && v->valuestring ? v->valuestring : "";
     size_t n = strlen(s);
     char *d = malloc(n + 1);
-    if (!d) return -1;
+    if (!d) return TP_ERR_NOMEM;
     memcpy(d, s, n + 1);
     *len = tp_json_decode_nul(d, n);
     *out = d;
-    return 0;
+    return TP_OK;
 }
 
 int tp_json_has_nul(const char *s) { return s && strstr(s, "\xC0\x80") != NULL; }
 
-int tp_json_encode_bytes(const char *s, size_t n, struct tp_buf *out)
+enum tp_status tp_json_encode_bytes(const char *s, size_t n, struct tp_buf *out)
 {
     size_t i = 0;
     while (i < n) {
         unsigned char ch = (unsigned char)s[i];
         if (ch == 0) {
-            if (tp_buf_append(out, "\xC0\x80", 2) != 0) return -1;
+            if (tp_buf_append(out, "\xC0\x80", 2) != TP_OK) return TP_ERR_NOMEM;
             i++;
             continue;
         }
         size_t cl = ch < 0x80 ? 1 : (ch & 0xE0) == 0xC0 ? 2 : (ch & 0xF0) == 0xE0 ? 3 : (ch & 0xF8) == 0xF0 ? 4 : 0;
         if (cl && i + cl <= n && tp_srv_utf8_valid(s + i, cl)) {
-            if (tp_buf_append(out, s + i, cl) != 0) return -1;
+            if (tp_buf_append(out, s + i, cl) != TP_OK) return TP_ERR_NOMEM;
             i += cl;
         } else {
-            if (tp_buf_append(out, "\xEF\xBF\xBD", 3) != 0) return -1;
+            if (tp_buf_append(out, "\xEF\xBF\xBD", 3) != TP_OK) return TP_ERR_NOMEM;
             i++;
         }
     }
@@ -163,20 +163,20 @@ struct cJSON *tp_json_string_bytes(const char *s, size_t n)
 {
     struct tp_buf b = {0};
     cJSON *item = NULL;
-    if (tp_json_encode_bytes(s, n, &b) == 0) item = cJSON_CreateString(b.data ? b.data : "");
+    if (tp_json_encode_bytes(s, n, &b) == TP_OK) item = cJSON_CreateString(b.data ? b.data : "");
     tp_buf_free(&b);
     return item;
 }
 
-int tp_json_add_bytes(struct cJSON *obj, const char *key, const char *s, size_t n)
+enum tp_status tp_json_add_bytes(struct cJSON *obj, const char *key, const char *s, size_t n)
 {
     cJSON *item = tp_json_string_bytes(s, n);
-    if (!item) return -1;
+    if (!item) return TP_ERR_NOMEM;
     if (!cJSON_AddItemToObject(obj, key, item)) {
         cJSON_Delete(item);
-        return -1;
+        return TP_ERR_NOMEM;
     }
-    return 0;
+    return TP_OK;
 }
 
 char *tp_json_print(const struct cJSON *root)

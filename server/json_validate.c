@@ -29,17 +29,17 @@ static const cJSON *field(const cJSON *root, const char *name)
     return (v && !cJSON_IsNull(v)) ? v : NULL;
 }
 
-static int get_number(const cJSON *root, const char *name, double lo, double hi, float *out,
+static enum tp_status get_number(const cJSON *root, const char *name, double lo, double hi, float *out,
                       struct tp_api_error *e)
 {
     const cJSON *v = field(root, name);
-    if (!v) return 0;
-    if (!cJSON_IsNumber(v)) return tp_api_fail(e, 400, name, "'%s' must be a number", name);
+    if (!v) return TP_OK;
+    if (!cJSON_IsNumber(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, name, "'%s' must be a number", name);
     double d = v->valuedouble;
     if (!(d >= lo && d <= hi))
-        return tp_api_fail(e, 400, name, "'%s' is %g; it must be between %g and %g", name, d, lo, hi);
+        return tp_api_err(e, TP_ERR_INVALID_ARG, name, "'%s' is %g; it must be between %g and %g", name, d, lo, hi);
     *out = (float)d;
-    return 0;
+    return TP_OK;
 }
 
 static int is_integer(const cJSON *v)
@@ -47,20 +47,20 @@ static int is_integer(const cJSON *v)
     return cJSON_IsNumber(v) && isfinite(v->valuedouble) && floor(v->valuedouble) == v->valuedouble;
 }
 
-static int get_int(const cJSON *root, const char *name, double lo, double hi, int *out, struct tp_api_error *e)
+static enum tp_status get_int(const cJSON *root, const char *name, double lo, double hi, int *out, struct tp_api_error *e)
 {
     enum tp_status st = tp_json_field_int(root, name, lo, hi, out);
-    if (st == TP_OK || st == TP_ERR_NOT_FOUND) return 0;
-    if (st == TP_ERR_FORMAT) return tp_api_fail(e, 400, name, "'%s' must be an integer", name);
-    return tp_api_fail(e, 400, name, "'%s' is %.0f; it must be between %.0f and %.0f", name,
-                       field(root, name)->valuedouble, TP_MAX(lo, (double)INT_MIN), TP_MIN(hi, (double)INT_MAX));
+    if (st == TP_OK || st == TP_ERR_NOT_FOUND) return TP_OK;
+    if (st == TP_ERR_FORMAT) return tp_api_err(e, TP_ERR_INVALID_ARG, name, "'%s' must be an integer", name);
+    return tp_api_err(e, TP_ERR_INVALID_ARG, name, "'%s' is %.0f; it must be between %.0f and %.0f", name,
+                      field(root, name)->valuedouble, TP_MAX(lo, (double)INT_MIN), TP_MIN(hi, (double)INT_MAX));
 }
 
-static int get_bool(const cJSON *root, const char *name, int *out, struct tp_api_error *e)
+static enum tp_status get_bool(const cJSON *root, const char *name, int *out, struct tp_api_error *e)
 {
     enum tp_status st = tp_json_field_bool(root, name, out);
-    if (st == TP_OK || st == TP_ERR_NOT_FOUND) return 0;
-    return tp_api_fail(e, 400, name, "'%s' must be a boolean", name);
+    if (st == TP_OK || st == TP_ERR_NOT_FOUND) return TP_OK;
+    return tp_api_err(e, TP_ERR_INVALID_ARG, name, "'%s' must be a boolean", name);
 }
 
 static char *dup_str(const char *s)
@@ -71,60 +71,60 @@ static char *dup_str(const char *s)
     return d;
 }
 
-static int parse_token_list(const cJSON *arr, int n_vocab, const char *param, struct tp_req_params *p,
+static enum tp_status parse_token_list(const cJSON *arr, int n_vocab, const char *param, struct tp_req_params *p,
                             struct tp_api_error *e)
 {
     int n = cJSON_GetArraySize(arr);
-    if (n == 0) return tp_api_fail(e, 400, param, "'%s' is an empty list of tokens", param);
+    if (n == 0) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is an empty list of tokens", param);
     p->prompt_ids = malloc(sizeof(int32_t) * (size_t)n);
-    if (!p->prompt_ids) return tp_api_fail(e, 500, param, "out of memory");
+    if (!p->prompt_ids) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     int i = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, arr)
     {
         if (!is_integer(t) || t->valuedouble < 0 || t->valuedouble >= n_vocab)
-            return tp_api_fail(e, 400, param, "'%s'[%d] is not a token id in [0, %d)", param, i, n_vocab);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d] is not a token id in [0, %d)", param, i, n_vocab);
         p->prompt_ids[i++] = (int32_t)t->valuedouble;
     }
     p->n_prompt_ids = n;
-    return 0;
+    return TP_OK;
 }
 
-static int parse_prompt(const cJSON *root, int n_vocab, struct tp_req_params *p, struct tp_api_error *e)
+static enum tp_status parse_prompt(const cJSON *root, int n_vocab, struct tp_req_params *p, struct tp_api_error *e)
 {
     const cJSON *v = field(root, "prompt");
-    if (!v) return tp_api_fail(e, 400, "prompt", "'prompt' is required (a string, or a list of token ids)");
+    if (!v) return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt", "'prompt' is required (a string, or a list of token ids)");
     if (cJSON_IsString(v))
-        return tp_json_bytes(v, &p->prompt, &p->prompt_len) == 0 ? 0 : tp_api_fail(e, 500, "prompt", "out of memory");
-    if (!cJSON_IsArray(v)) return tp_api_fail(e, 400, "prompt", "'prompt' must be a string or a list");
+        return tp_json_bytes(v, &p->prompt, &p->prompt_len) == 0 ? TP_OK : tp_api_err(e, TP_ERR_NOMEM, "prompt", "out of memory");
+    if (!cJSON_IsArray(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt", "'prompt' must be a string or a list");
     int n = cJSON_GetArraySize(v);
-    if (n == 0) return tp_api_fail(e, 400, "prompt", "'prompt' is an empty list");
+    if (n == 0) return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt", "'prompt' is an empty list");
     const cJSON *first = cJSON_GetArrayItem(v, 0);
     if (cJSON_IsNumber(first)) return parse_token_list(v, n_vocab, "prompt", p, e);
     if (n != 1)
-        return tp_api_fail(e, 400, "prompt", "'prompt' lists %d prompts; this server takes one prompt per request", n);
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt", "'prompt' lists %d prompts; this server takes one prompt per request", n);
     if (cJSON_IsString(first))
-        return tp_json_bytes(first, &p->prompt, &p->prompt_len) == 0 ? 0
-                                                                      : tp_api_fail(e, 500, "prompt", "out of memory");
+        return tp_json_bytes(first, &p->prompt, &p->prompt_len) == TP_OK ? TP_OK
+                                                                      : tp_api_err(e, TP_ERR_NOMEM, "prompt", "out of memory");
     if (cJSON_IsArray(first)) return parse_token_list(first, n_vocab, "prompt", p, e);
-    return tp_api_fail(e, 400, "prompt", "'prompt' must be a string, a list of strings or a list of token ids");
+    return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt", "'prompt' must be a string, a list of strings or a list of token ids");
 }
 
 /* content: a string, or a list of {"type":"text","text":...} parts (joined). */
-static int parse_content(const cJSON *c, int idx, int allow_null, char **out, struct tp_api_error *e)
+static enum tp_status parse_content(const cJSON *c, int idx, int allow_null, char **out, struct tp_api_error *e)
 {
     char param[48];
     snprintf(param, sizeof param, "messages[%d].content", idx);
     if (!c || cJSON_IsNull(c)) {
-        if (!allow_null) return tp_api_fail(e, 400, param, "'%s' is required", param);
+        if (!allow_null) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is required", param);
         *out = dup_str("");
-        return *out ? 0 : tp_api_fail(e, 500, param, "out of memory");
+        return *out ? TP_OK : tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     }
     if (cJSON_IsString(c)) {
         *out = dup_str(c->valuestring);
-        return *out ? 0 : tp_api_fail(e, 500, param, "out of memory");
+        return *out ? TP_OK : tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     }
-    if (!cJSON_IsArray(c)) return tp_api_fail(e, 400, param, "'%s' must be a string or a list of text parts", param);
+    if (!cJSON_IsArray(c)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string or a list of text parts", param);
     struct tp_buf b = {0};
     const cJSON *part;
     int k = 0;
@@ -135,31 +135,31 @@ static int parse_content(const cJSON *c, int idx, int allow_null, char **out, st
         if (!cJSON_IsObject(part) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
             !cJSON_IsString(text)) {
             tp_buf_free(&b);
-            return tp_api_fail(e, 400, param, "'%s'[%d] must be {\"type\": \"text\", \"text\": \"...\"} (only text is supported)",
-                               param, k);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d] must be {\"type\": \"text\", \"text\": \"...\"} (only text is supported)",
+                              param, k);
         }
-        if (tp_buf_puts(&b, text->valuestring) != 0) {
+        if (tp_buf_puts(&b, text->valuestring) != TP_OK) {
             tp_buf_free(&b);
-            return tp_api_fail(e, 500, param, "out of memory");
+            return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
         }
         k++;
     }
     *out = b.data ? b.data : dup_str("");
-    return *out ? 0 : tp_api_fail(e, 500, param, "out of memory");
+    return *out ? TP_OK : tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
 }
 
 /* An assistant message's tool_calls ([{id?, type: "function", function: {name,
  * arguments: JSON text}}], kept as JSON text) and reasoning_content; a tool
  * message's tool_call_id.  Whether the chat template can render them is
  * checked when the prompt is rendered (api.c). */
-static int parse_history_extras(const cJSON *m, int i, char role, struct tp_chat_msg *out, struct tp_api_error *e)
+static enum tp_status parse_history_extras(const cJSON *m, int i, char role, struct tp_chat_msg *out, struct tp_api_error *e)
 {
     char param[64];
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
     if (tc && !cJSON_IsNull(tc) && !(cJSON_IsArray(tc) && cJSON_GetArraySize(tc) == 0)) {
         snprintf(param, sizeof param, "messages[%d].tool_calls", i);
-        if (role != 'a') return tp_api_fail(e, 400, param, "'%s': only assistant messages carry tool calls", param);
-        if (!cJSON_IsArray(tc)) return tp_api_fail(e, 400, param, "'%s' must be a list of calls", param);
+        if (role != 'a') return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s': only assistant messages carry tool calls", param);
+        if (!cJSON_IsArray(tc)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a list of calls", param);
         int k = 0;
         const cJSON *c;
         cJSON_ArrayForEach(c, tc)
@@ -169,108 +169,109 @@ static int parse_history_extras(const cJSON *m, int i, char role, struct tp_chat
             const cJSON *id = cJSON_IsObject(c) ? field(c, "id") : NULL;
             if ((ty && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) || !cJSON_IsString(nm) ||
                 !nm->valuestring[0] || tp_json_has_nul(nm->valuestring) || !cJSON_IsString(ar) || (id && !cJSON_IsString(id)))
-                return tp_api_fail(e, 400, param, "'%s'[%d] must be {\"id\": \"...\", \"type\": \"function\", \"function\": "
+                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d] must be {\"id\": \"...\", \"type\": \"function\", \"function\": "
                                                   "{\"name\": \"...\", \"arguments\": \"<JSON text>\"}}", param, k);
             cJSON *args = cJSON_Parse(ar->valuestring);
             int ok = args != NULL;
             cJSON_Delete(args);
             if (!ok)
-                return tp_api_fail(e, 400, param, "'%s'[%d].function.arguments is not valid JSON text", param, k);
+                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d].function.arguments is not valid JSON text", param, k);
             k++;
         }
-        if (!(out->tool_calls = cJSON_PrintUnformatted(tc))) return tp_api_fail(e, 500, param, "out of memory");
+        if (!(out->tool_calls = cJSON_PrintUnformatted(tc))) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     }
     const cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
     if (rc && !cJSON_IsNull(rc)) {
         snprintf(param, sizeof param, "messages[%d].reasoning_content", i);
         if (role != 'a' || !cJSON_IsString(rc))
-            return tp_api_fail(e, 400, param, "'%s' must be a string on an assistant message", param);
-        if (!(out->reasoning = dup_str(rc->valuestring))) return tp_api_fail(e, 500, param, "out of memory");
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string on an assistant message", param);
+        if (!(out->reasoning = dup_str(rc->valuestring))) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     }
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
     if (id && !cJSON_IsNull(id) && role == 't') {
         snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
-        if (!cJSON_IsString(id)) return tp_api_fail(e, 400, param, "'%s' must be a string", param);
-        if (!(out->tool_call_id = dup_str(id->valuestring))) return tp_api_fail(e, 500, param, "out of memory");
+        if (!cJSON_IsString(id)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string", param);
+        if (!(out->tool_call_id = dup_str(id->valuestring))) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     }
-    return 0;
+    return TP_OK;
 }
 
-static int parse_messages(const cJSON *root, struct tp_req_params *p, struct tp_api_error *e)
+static enum tp_status parse_messages(const cJSON *root, struct tp_req_params *p, struct tp_api_error *e)
 {
     const cJSON *v = field(root, "messages");
-    if (!v) return tp_api_fail(e, 400, "messages", "'messages' is required (a list of {role, content})");
-    if (!cJSON_IsArray(v)) return tp_api_fail(e, 400, "messages", "'messages' must be a list");
+    if (!v) return tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "'messages' is required (a list of {role, content})");
+    if (!cJSON_IsArray(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "'messages' must be a list");
     int n = cJSON_GetArraySize(v);
-    if (n == 0) return tp_api_fail(e, 400, "messages", "'messages' must contain at least one message");
-    if (n > 4096) return tp_api_fail(e, 400, "messages", "'messages' has %d entries (at most 4096)", n);
+    if (n == 0) return tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "'messages' must contain at least one message");
+    if (n > 4096) return tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "'messages' has %d entries (at most 4096)", n);
     p->msgs = calloc((size_t)n, sizeof *p->msgs);
-    if (!p->msgs) return tp_api_fail(e, 500, "messages", "out of memory");
+    if (!p->msgs) return tp_api_err(e, TP_ERR_NOMEM, "messages", "out of memory");
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, v)
     {
         char param[48];
         snprintf(param, sizeof param, "messages[%d]", i);
-        if (!cJSON_IsObject(m)) return tp_api_fail(e, 400, param, "'%s' must be an object {role, content}", param);
+        if (!cJSON_IsObject(m)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be an object {role, content}", param);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         snprintf(param, sizeof param, "messages[%d].role", i);
-        if (!cJSON_IsString(role)) return tp_api_fail(e, 400, param, "'%s' must be a string", param);
+        if (!cJSON_IsString(role)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string", param);
         const char *r = role->valuestring;
         if (tp_json_has_nul(r))
-            return tp_api_fail(e, 400, param, "'%s' holds a NUL character (\\u0000); a role name cannot", param);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' holds a NUL character (\\u0000); a role name cannot", param);
         if (strcmp(r, "developer") == 0) r = "system";
         if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0 && strcmp(r, "tool") != 0)
-            return tp_api_fail(e, 400, param, "'%s' is '%.40s'; supported roles are system, developer, user, assistant "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is '%.40s'; supported roles are system, developer, user, assistant "
                                               "and tool", param, r);
         p->msgs[i].role = r[0] == 's' ? "system" : r[0] == 'u' ? "user" : r[0] == 't' ? "tool" : "assistant";
         p->n_msgs = i + 1; /* freed from here on */
         const cJSON *fc = cJSON_GetObjectItemCaseSensitive(m, "function_call");
         if (fc && !cJSON_IsNull(fc)) {
             snprintf(param, sizeof param, "messages[%d].function_call", i);
-            return tp_api_fail(e, 400, param, "'%s' (legacy function calling) is not supported; send tool_calls", param);
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, param, "'%s' (legacy function calling) is not supported; send tool_calls", param);
         }
-        if (parse_history_extras(m, i, r[0], &p->msgs[i], e) != 0) return -1;
+        if (parse_history_extras(m, i, r[0], &p->msgs[i], e) != TP_OK) return e->status;
         char *content = NULL;
-        if (parse_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, r[0] == 'a', &content, e) != 0) return -1;
+        if (parse_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, r[0] == 'a', &content, e) != TP_OK)
+            return e->status;
         p->msgs[i].content = content;
         i++;
     }
-    return 0;
+    return TP_OK;
 }
 
-static int parse_stop(const cJSON *root, struct tp_req_params *p, struct tp_api_error *e)
+static enum tp_status parse_stop(const cJSON *root, struct tp_req_params *p, struct tp_api_error *e)
 {
     const cJSON *v = field(root, "stop");
-    if (!v) return 0;
+    if (!v) return TP_OK;
     const cJSON *items[TP_MAX_STOP];
     int n = 0;
     if (cJSON_IsString(v)) {
         items[n++] = v;
     } else if (cJSON_IsArray(v)) {
         if (cJSON_GetArraySize(v) > TP_MAX_STOP)
-            return tp_api_fail(e, 400, "stop", "'stop' has %d strings (at most %d)", cJSON_GetArraySize(v), TP_MAX_STOP);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "stop", "'stop' has %d strings (at most %d)", cJSON_GetArraySize(v), TP_MAX_STOP);
         const cJSON *s;
         cJSON_ArrayForEach(s, v)
         {
-            if (!cJSON_IsString(s)) return tp_api_fail(e, 400, "stop", "'stop' must be a string or a list of strings");
+            if (!cJSON_IsString(s)) return tp_api_err(e, TP_ERR_INVALID_ARG, "stop", "'stop' must be a string or a list of strings");
             items[n++] = s;
         }
     } else {
-        return tp_api_fail(e, 400, "stop", "'stop' must be a string or a list of strings");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "stop", "'stop' must be a string or a list of strings");
     }
     for (int i = 0; i < n; i++) {
         char *d = NULL;
         size_t l = 0;
-        if (tp_json_bytes(items[i], &d, &l) != 0) return tp_api_fail(e, 500, "stop", "out of memory");
+        if (tp_json_bytes(items[i], &d, &l) != 0) return tp_api_err(e, TP_ERR_NOMEM, "stop", "out of memory");
         p->stop[i] = d;
         p->stop_len[i] = l;
         p->n_stop = i + 1;
-        if (l == 0) return tp_api_fail(e, 400, "stop", "'stop' strings must not be empty");
+        if (l == 0) return tp_api_err(e, TP_ERR_INVALID_ARG, "stop", "'stop' strings must not be empty");
         if (l > TP_MAX_STOP_BYTES)
-            return tp_api_fail(e, 400, "stop", "a 'stop' string has %zu bytes (at most %d)", l, TP_MAX_STOP_BYTES);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "stop", "a 'stop' string has %zu bytes (at most %d)", l, TP_MAX_STOP_BYTES);
     }
-    return 0;
+    return TP_OK;
 }
 
 /* ------------------------------------------------------------ seed */
@@ -345,12 +346,12 @@ static int member_text(const char *body, size_t len, const char *key, const char
 /* seed: any integer in [-2^63, 2^64 - 1] (a negative one is taken modulo 2^64).
  * cJSON keeps numbers as doubles, which hold integers exactly only up to
  * 2^53, so a seed written as plain digits is read from the body's text. */
-static int parse_seed(const cJSON *root, const char *body, size_t len, struct tp_req_params *p, struct tp_api_error *e)
+static enum tp_status parse_seed(const cJSON *root, const char *body, size_t len, struct tp_req_params *p, struct tp_api_error *e)
 {
     const cJSON *v = field(root, "seed");
-    if (!v) return 0;
+    if (!v) return TP_OK;
     const char *range = "'seed' must be an integer from -9223372036854775808 to 18446744073709551615";
-    if (!is_integer(v)) return tp_api_fail(e, 400, "seed", "%s", range);
+    if (!is_integer(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "seed", "%s", range);
     const char *t = NULL;
     size_t n = 0;
     char digits[32];
@@ -363,72 +364,72 @@ static int parse_seed(const cJSON *root, const char *body, size_t len, struct tp
             char *end = NULL;
             if (d0) {
                 long long x = strtoll(digits, &end, 10);
-                if (errno || *end) return tp_api_fail(e, 400, "seed", "%s", range);
+                if (errno || *end) return tp_api_err(e, TP_ERR_INVALID_ARG, "seed", "%s", range);
                 p->seed = (uint64_t)x;
             } else {
                 unsigned long long x = strtoull(digits, &end, 10);
-                if (errno || *end) return tp_api_fail(e, 400, "seed", "%s", range);
+                if (errno || *end) return tp_api_err(e, TP_ERR_INVALID_ARG, "seed", "%s", range);
                 p->seed = (uint64_t)x;
             }
             p->has_seed = 1;
-            return 0;
+            return TP_OK;
         }
     }
     /* written with a fraction or an exponent (e.g. 1e3): the double's value */
     double d = v->valuedouble;
-    if (!(d >= -9223372036854775808.0 && d < 18446744073709551616.0)) return tp_api_fail(e, 400, "seed", "%s", range);
+    if (!(d >= -9223372036854775808.0 && d < 18446744073709551616.0)) return tp_api_err(e, TP_ERR_INVALID_ARG, "seed", "%s", range);
     p->seed = d < 0 ? (uint64_t)(int64_t)d : (uint64_t)d;
     p->has_seed = 1;
-    return 0;
+    return TP_OK;
 }
 
 /* -------------------------------------------------- fields not implemented */
 
 /* OpenAI fields that would change the output and are not implemented are
- * refused with 400 naming them; values that ask for the default behaviour
+ * refused (TP_ERR_UNSUPPORTED, naming them); values that ask for the default behaviour
  * (echo false, best_of 1, n 1, suffix "", tools [], response_format text,
  * tool_choice / function_call "none" or "auto") are accepted. */
-static int refuse_unsupported(const cJSON *root, struct tp_api_error *e)
+static enum tp_status refuse_unsupported(const cJSON *root, struct tp_api_error *e)
 {
     const cJSON *v = field(root, "n");
     if (v) {
-        if (!is_integer(v)) return tp_api_fail(e, 400, "n", "'n' must be an integer");
+        if (!is_integer(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "n", "'n' must be an integer");
         if (v->valuedouble != 1)
-            return tp_api_fail(e, 400, "n", "'n' is %.0f; this server generates one choice per request (n = 1)",
-                               v->valuedouble);
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, "n", "'n' is %.0f; this server generates one choice per request (n = 1)",
+                              v->valuedouble);
     }
     v = field(root, "best_of");
     if (v) {
-        if (!is_integer(v)) return tp_api_fail(e, 400, "best_of", "'best_of' must be an integer");
+        if (!is_integer(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "best_of", "'best_of' must be an integer");
         if (v->valuedouble != 1)
-            return tp_api_fail(e, 400, "best_of", "'best_of' is %.0f; this server generates one candidate per request "
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, "best_of", "'best_of' is %.0f; this server generates one candidate per request "
                                                   "(best_of = 1)", v->valuedouble);
     }
     v = field(root, "echo");
     if (v && !(cJSON_IsBool(v) && !cJSON_IsTrue(v)))
-        return tp_api_fail(e, 400, "echo",
-                           "'echo' is not supported (the prompt is not echoed); remove it or send false");
+        return tp_api_err(e, TP_ERR_UNSUPPORTED, "echo",
+                          "'echo' is not supported (the prompt is not echoed); remove it or send false");
     v = field(root, "suffix");
     if (v && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
-        return tp_api_fail(e, 400, "suffix", "'suffix' (insertion) is not supported; remove it");
+        return tp_api_err(e, TP_ERR_UNSUPPORTED, "suffix", "'suffix' (insertion) is not supported; remove it");
     v = field(root, "functions");
     if (v && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
-        return tp_api_fail(e, 400, "functions", "'functions' (legacy function calling) is not supported; send 'tools'");
+        return tp_api_err(e, TP_ERR_UNSUPPORTED, "functions", "'functions' (legacy function calling) is not supported; send 'tools'");
     v = field(root, "function_call");
     if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "none") == 0 || strcmp(v->valuestring, "auto") == 0)))
-        return tp_api_fail(e, 400, "function_call", "'function_call' (legacy function calling) is not supported; send "
+        return tp_api_err(e, TP_ERR_UNSUPPORTED, "function_call", "'function_call' (legacy function calling) is not supported; send "
                                                     "'tool_choice'");
     v = field(root, "modalities");
     if (v) {
         const cJSON *m0 = cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 ? cJSON_GetArrayItem(v, 0) : NULL;
         if (!(cJSON_IsString(m0) && strcmp(m0->valuestring, "text") == 0))
-            return tp_api_fail(e, 400, "modalities", "'modalities' other than [\"text\"] is not supported; remove it");
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, "modalities", "'modalities' other than [\"text\"] is not supported; remove it");
     }
     static const char *const others[] = {"audio", "web_search_options"};
     for (int i = 0; i < 2; i++)
         if (field(root, others[i]))
-            return tp_api_fail(e, 400, others[i], "'%s' is not supported by this server; remove it", others[i]);
-    return 0;
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, others[i], "'%s' is not supported by this server; remove it", others[i]);
+    return TP_OK;
 }
 
 /* ------------------------------------------------------- response_format */
@@ -438,66 +439,66 @@ static int refuse_unsupported(const cJSON *root, struct tp_api_error *e)
  * "strict": bool, "description": ...}}; the last two compile the reply's
  * automaton (server/grammar.c), schemas outside the supported subset are
  * refused naming the keyword and where it is. */
-static int parse_response_format(const cJSON *root, struct tp_req_params *p, struct tp_api_error *e)
+static enum tp_status parse_response_format(const cJSON *root, struct tp_req_params *p, struct tp_api_error *e)
 {
     const char *pn = "response_format";
     const cJSON *v = field(root, pn);
-    if (!v) return 0;
+    if (!v) return TP_OK;
     const cJSON *ty = cJSON_IsObject(v) ? field(v, "type") : NULL;
     if (!cJSON_IsString(ty))
-        return tp_api_fail(e, 400, pn, "'response_format' must be an object with 'type': \"text\", \"json_object\" or "
+        return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'response_format' must be an object with 'type': \"text\", \"json_object\" or "
                                        "\"json_schema\"");
     const cJSON *kv;
     cJSON_ArrayForEach(kv, v)
     {
         if (strcmp(kv->string, "type") != 0 && strcmp(kv->string, "json_schema") != 0)
-            return tp_api_fail(e, 400, pn, "'response_format' has an unknown field '%.60s'", kv->string);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'response_format' has an unknown field '%.60s'", kv->string);
     }
     if (strcmp(ty->valuestring, "text") == 0) {
-        if (field(v, "json_schema")) return tp_api_fail(e, 400, pn, "'response_format' text takes no json_schema");
-        return 0;
+        if (field(v, "json_schema")) return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'response_format' text takes no json_schema");
+        return TP_OK;
     }
     if (strcmp(ty->valuestring, "json_object") == 0) {
         if (field(v, "json_schema"))
-            return tp_api_fail(e, 400, pn, "'response_format' json_object takes no json_schema (use type json_schema)");
-        if (tp_grammar_json_object(&p->grammar) != TP_OK) return tp_api_fail(e, 500, pn, "out of memory");
-        return 0;
+            return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'response_format' json_object takes no json_schema (use type json_schema)");
+        if (tp_grammar_json_object(&p->grammar) != TP_OK) return tp_api_err(e, TP_ERR_NOMEM, pn, "out of memory");
+        return TP_OK;
     }
     if (strcmp(ty->valuestring, "json_schema") != 0)
-        return tp_api_fail(e, 400, pn, "'response_format.type' is \"%.40s\"; want \"text\", \"json_object\" or "
+        return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'response_format.type' is \"%.40s\"; want \"text\", \"json_object\" or "
                                        "\"json_schema\"", ty->valuestring);
     const cJSON *js = field(v, "json_schema");
     if (!cJSON_IsObject(js))
-        return tp_api_fail(e, 400, "response_format.json_schema",
-                           "'response_format.json_schema' must be an object with 'name' and 'schema'");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "response_format.json_schema",
+                          "'response_format.json_schema' must be an object with 'name' and 'schema'");
     cJSON_ArrayForEach(kv, js)
     {
         static const char *const ok[] = {"name", "schema", "strict", "description"};
         int known = 0;
         for (int i = 0; i < 4; i++) known |= strcmp(kv->string, ok[i]) == 0;
         if (!known)
-            return tp_api_fail(e, 400, "response_format.json_schema",
-                               "'response_format.json_schema' has an unknown field '%.60s'", kv->string);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "response_format.json_schema",
+                              "'response_format.json_schema' has an unknown field '%.60s'", kv->string);
     }
     const cJSON *name = field(js, "name"), *strict = field(js, "strict"), *desc = field(js, "description");
     if (name && !cJSON_IsString(name))
-        return tp_api_fail(e, 400, "response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
     if (strict && !cJSON_IsBool(strict))
-        return tp_api_fail(e, 400, "response_format.json_schema.strict",
-                           "'response_format.json_schema.strict' must be a boolean");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "response_format.json_schema.strict",
+                          "'response_format.json_schema.strict' must be a boolean");
     if (desc && !cJSON_IsString(desc))
-        return tp_api_fail(e, 400, "response_format.json_schema.description",
-                           "'response_format.json_schema.description' must be a string");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "response_format.json_schema.description",
+                          "'response_format.json_schema.description' must be a string");
     const cJSON *schema = field(js, "schema");
     if (!schema)
-        return tp_api_fail(e, 400, "response_format.json_schema.schema", "'response_format.json_schema.schema' is missing");
-    char err[300];
-    enum tp_status st = tp_grammar_from_schema(schema, &p->grammar, err, sizeof err);
-    if (st == TP_ERR_NOMEM) return tp_api_fail(e, 500, pn, "out of memory compiling the schema");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "response_format.json_schema.schema", "'response_format.json_schema.schema' is missing");
+    struct tp_error err = {0};
+    enum tp_status st = tp_grammar_from_schema(schema, &p->grammar, &err);
+    if (st == TP_ERR_NOMEM) return tp_api_err(e, TP_ERR_NOMEM, pn, "out of memory compiling the schema");
     if (st != TP_OK)
-        return tp_api_fail(e, 400, "response_format.json_schema.schema", "'response_format.json_schema.schema': %s "
-                           "(docs/structured-output.md lists the supported subset)", err);
-    return 0;
+        return tp_api_err(e, st == TP_ERR_UNSUPPORTED ? st : TP_ERR_INVALID_ARG, "response_format.json_schema.schema", "'response_format.json_schema.schema': %s "
+                          "(docs/structured-output.md lists the supported subset)", tp_error_msg(&err));
+    return TP_OK;
 }
 
 /* ----------------------------------------------------------------- tools */
@@ -505,11 +506,11 @@ static int parse_response_format(const cJSON *root, struct tp_req_params *p, str
 /* The schema of one forced call {"name": <const>, "arguments": <parameters>}
  * appended to calls; the parameters' $defs / definitions are hoisted into
  * defs (the wrapper's root) so their local $refs resolve.  0 or -1 (e filled). */
-static int tool_call_schema(const cJSON *fn, cJSON *calls, cJSON *defs, cJSON *definitions, struct tp_api_error *e)
+static enum tp_status tool_call_schema(const cJSON *fn, cJSON *calls, cJSON *defs, cJSON *definitions, struct tp_api_error *e)
 {
     const cJSON *name = field(fn, "name"), *params = field(fn, "parameters");
     cJSON *one = cJSON_CreateObject(), *props = NULL, *args = NULL;
-    if (!one) return tp_api_fail(e, 500, "tools", "out of memory");
+    if (!one) return tp_api_err(e, TP_ERR_NOMEM, "tools", "out of memory");
     cJSON_AddItemToArray(calls, one);
     cJSON_AddStringToObject(one, "type", "object");
     props = cJSON_AddObjectToObject(one, "properties");
@@ -522,7 +523,7 @@ static int tool_call_schema(const cJSON *fn, cJSON *calls, cJSON *defs, cJSON *d
         cJSON_AddStringToObject(args, "type", "object");
         cJSON_AddFalseToObject(args, "additionalProperties");
     }
-    if (!args) return tp_api_fail(e, 500, "tools", "out of memory");
+    if (!args) return tp_api_err(e, TP_ERR_NOMEM, "tools", "out of memory");
     static const char *const dk[] = {"$defs", "definitions"};
     for (int k = 0; k < 2; k++) {
         cJSON *d = cJSON_DetachItemFromObjectCaseSensitive(args, dk[k]);
@@ -534,8 +535,8 @@ static int tool_call_schema(const cJSON *fn, cJSON *calls, cJSON *defs, cJSON *d
                 cJSON_Delete(it);
                 cJSON_Delete(d);
                 cJSON_Delete(args);
-                return tp_api_fail(e, 400, "tools", "two tools define %s '%.60s' differently; rename one", dk[k],
-                                   have->string);
+                return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "two tools define %s '%.60s' differently; rename one", dk[k],
+                                  have->string);
             }
             if (have) cJSON_Delete(it);
             else cJSON_AddItemToObject(into, it->string, it);
@@ -547,7 +548,7 @@ static int tool_call_schema(const cJSON *fn, cJSON *calls, cJSON *defs, cJSON *d
     cJSON_AddItemToArray(req, cJSON_CreateString("name"));
     cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
     cJSON_AddFalseToObject(one, "additionalProperties");
-    return 0;
+    return TP_OK;
 }
 
 /* tools / tool_choice / parallel_tool_calls.  tool_choice "required" or a
@@ -555,14 +556,14 @@ static int tool_call_schema(const cJSON *fn, cJSON *calls, cJSON *defs, cJSON *d
  * parameters schema (p->grammar) and returned as tool_calls.  "none" (or no
  * tools): plain text.  "auto" with tools is refused (the model cannot yet see
  * the tools: they are not rendered into the prompt). */
-static int parse_tools(const cJSON *root, struct tp_req_params *p, struct tp_api_error *e)
+static enum tp_status parse_tools(const cJSON *root, struct tp_req_params *p, struct tp_api_error *e)
 {
     const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
     const cJSON *ptc = field(root, "parallel_tool_calls");
     if (ptc && !cJSON_IsBool(ptc))
-        return tp_api_fail(e, 400, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
     if (tools && !cJSON_IsArray(tools))
-        return tp_api_fail(e, 400, "tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
     const int n = tools ? cJSON_GetArraySize(tools) : 0;
     const cJSON *t;
     int i = 0;
@@ -571,18 +572,18 @@ static int parse_tools(const cJSON *root, struct tp_req_params *p, struct tp_api
         const cJSON *ty = cJSON_IsObject(t) ? field(t, "type") : NULL, *fn = cJSON_IsObject(t) ? field(t, "function") : NULL;
         const cJSON *name = cJSON_IsObject(fn) ? field(fn, "name") : NULL;
         if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") != 0 || !cJSON_IsObject(fn))
-            return tp_api_fail(e, 400, "tools", "'tools'[%d] must be {\"type\": \"function\", \"function\": {\"name\", "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools'[%d] must be {\"type\": \"function\", \"function\": {\"name\", "
                                                 "\"description\", \"parameters\"}}", i);
         if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 64 ||
             strspn(name->valuestring, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
                 strlen(name->valuestring))
-            return tp_api_fail(e, 400, "tools", "'tools'[%d].function.name must be 1-64 characters of a-z, A-Z, 0-9, "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools'[%d].function.name must be 1-64 characters of a-z, A-Z, 0-9, "
                                                 "'_', '-', '.'", i);
         const cJSON *pa = field(fn, "parameters"), *st = field(fn, "strict"), *de = field(fn, "description");
         if (pa && !cJSON_IsObject(pa))
-            return tp_api_fail(e, 400, "tools", "'tools'[%d].function.parameters must be a JSON schema object", i);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools'[%d].function.parameters must be a JSON schema object", i);
         if ((st && !cJSON_IsBool(st)) || (de && !cJSON_IsString(de)))
-            return tp_api_fail(e, 400, "tools", "'tools'[%d].function: 'strict' must be a boolean and 'description' a "
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools'[%d].function: 'strict' must be a boolean and 'description' a "
                                                 "string", i);
         i++;
     }
@@ -597,7 +598,7 @@ static int parse_tools(const cJSON *root, struct tp_req_params *p, struct tp_api
             const cJSON *fn = cJSON_IsObject(choice) ? field(choice, "function") : NULL;
             const cJSON *nm = cJSON_IsObject(fn) ? field(fn, "name") : NULL;
             if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") != 0 || !cJSON_IsString(nm))
-                return tp_api_fail(e, 400, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                                                           "{\"type\": \"function\", \"function\": {\"name\": ...}}");
             mode = "named";
             named = nm->valuestring;
@@ -605,24 +606,25 @@ static int parse_tools(const cJSON *root, struct tp_req_params *p, struct tp_api
     }
     if (n == 0) {
         if (strcmp(mode, "required") == 0 || named)
-            return tp_api_fail(e, 400, "tool_choice", "'tool_choice' %s needs 'tools'", named ? "names a function but" : "\"required\"");
-        return 0;
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' %s needs 'tools'", named ? "names a function but" : "\"required\"");
+        return TP_OK;
     }
-    if (strcmp(mode, "none") == 0) return 0;
+    if (strcmp(mode, "none") == 0) return TP_OK;
     /* the tools as the prompt shows them to the model (a template that renders tools: harmony) */
-    if (!(p->tools = cJSON_Duplicate(tools, 1))) return tp_api_fail(e, 500, "tools", "out of memory");
+    if (!(p->tools = cJSON_Duplicate(tools, 1))) return tp_api_err(e, TP_ERR_NOMEM, "tools", "out of memory");
     if (strcmp(mode, "auto") == 0) {
         p->tool_auto = 1; /* api.c refuses it where the chat template cannot show the tools */
-        return 0;
+        return TP_OK;
     }
     if (p->grammar)
-        return tp_api_fail(e, 400, "tool_choice", "a forced tool call and 'response_format' cannot be combined");
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "a forced tool call and 'response_format' cannot be combined");
     cJSON *wrap = cJSON_CreateObject();
     cJSON *calls = wrap ? cJSON_AddArrayToObject(wrap, "anyOf") : NULL;
     cJSON *defs = cJSON_CreateObject(), *definitions = cJSON_CreateObject();
-    int rc = -1, found = 0;
+    enum tp_status rc = TP_ERR_INTERNAL;
+    int found = 0;
     if (!calls || !defs || !definitions) {
-        tp_api_fail(e, 500, "tools", "out of memory");
+        rc = tp_api_err(e, TP_ERR_NOMEM, "tools", "out of memory");
         goto out;
     }
     cJSON_ArrayForEach(t, tools)
@@ -630,27 +632,28 @@ static int parse_tools(const cJSON *root, struct tp_req_params *p, struct tp_api
         const cJSON *fn = field(t, "function");
         if (named && strcmp(field(fn, "name")->valuestring, named) != 0) continue;
         found = 1;
-        if (tool_call_schema(fn, calls, defs, definitions, e)) goto out;
+        if ((rc = tool_call_schema(fn, calls, defs, definitions, e)) != TP_OK) goto out;
     }
     if (!found) {
-        tp_api_fail(e, 400, "tool_choice", "'tool_choice' names '%.64s', which is not in 'tools'", named);
+        rc = tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' names '%.64s', which is not in 'tools'", named);
         goto out;
     }
     if (defs->child) cJSON_AddItemToObject(wrap, "$defs", defs), defs = NULL;
     if (definitions->child) cJSON_AddItemToObject(wrap, "definitions", definitions), definitions = NULL;
-    char err[300];
-    enum tp_status st = tp_grammar_from_schema(wrap, &p->grammar, err, sizeof err);
+    struct tp_error err = {0};
+    enum tp_status st = tp_grammar_from_schema(wrap, &p->grammar, &err);
     if (st == TP_ERR_NOMEM) {
-        tp_api_fail(e, 500, "tools", "out of memory compiling the tool schemas");
+        rc = tp_api_err(e, TP_ERR_NOMEM, "tools", "out of memory compiling the tool schemas");
         goto out;
     }
     if (st != TP_OK) {
-        tp_api_fail(e, 400, "tools", "'tools' parameters: %s (docs/structured-output.md lists the supported subset)",
-                    err);
+        rc = tp_api_err(e, st == TP_ERR_UNSUPPORTED ? st : TP_ERR_INVALID_ARG, "tools",
+                        "'tools' parameters: %s (docs/structured-output.md lists the supported subset)",
+                        tp_error_msg(&err));
         goto out;
     }
     p->tool_call = 1;
-    rc = 0;
+    rc = TP_OK;
 out:
     cJSON_Delete(wrap);
     cJSON_Delete(defs);
@@ -669,26 +672,26 @@ static int cmp_bias(const void *a, const void *b)
 /* logit_bias: {"<token id>": bias, ...}, bias in [-100, 100]; at most
  * TP_MAX_LOGIT_BIAS entries, each token once, not every token banned.
  * Stored sorted by id. */
-static int parse_logit_bias(const cJSON *root, int n_vocab, struct tp_req_params *p, struct tp_api_error *e)
+static enum tp_status parse_logit_bias(const cJSON *root, int n_vocab, struct tp_req_params *p, struct tp_api_error *e)
 {
     const char *pn = "logit_bias";
     const cJSON *v = field(root, pn);
-    if (!v) return 0;
+    if (!v) return TP_OK;
     if (!cJSON_IsObject(v))
-        return tp_api_fail(e, 400, pn, "'logit_bias' must be an object mapping token ids (as strings) to numbers from "
+        return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'logit_bias' must be an object mapping token ids (as strings) to numbers from "
                                        "-100 to 100");
     int n = cJSON_GetArraySize(v);
-    if (n == 0) return 0;
+    if (n == 0) return TP_OK;
     if (n > TP_MAX_LOGIT_BIAS)
-        return tp_api_fail(e, 400, pn, "'logit_bias' has %d entries (at most %d)", n, TP_MAX_LOGIT_BIAS);
+        return tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'logit_bias' has %d entries (at most %d)", n, TP_MAX_LOGIT_BIAS);
     /* (id, index) pairs sorted by id find duplicates; values follow the order */
     int32_t *pairs = malloc(sizeof(int32_t) * 2 * (size_t)n);
     p->bias_id = malloc(sizeof(int32_t) * (size_t)n);
     p->bias_val = malloc(sizeof(float) * (size_t)n);
     float *vals = malloc(sizeof(float) * (size_t)n);
-    int rc = 0;
+    enum tp_status rc = TP_OK;
     if (!pairs || !p->bias_id || !p->bias_val || !vals) {
-        rc = tp_api_fail(e, 500, pn, "out of memory");
+        rc = tp_api_err(e, TP_ERR_NOMEM, pn, "out of memory");
         goto out;
     }
     int i = 0;
@@ -700,11 +703,11 @@ static int parse_logit_bias(const cJSON *root, int n_vocab, struct tp_req_params
         long id = -1;
         if (kl > 0 && kl <= 9 && strspn(k, "0123456789") == kl) id = strtol(k, NULL, 10);
         if (id < 0 || id >= n_vocab) {
-            rc = tp_api_fail(e, 400, pn, "'logit_bias' key \"%.40s\" is not a token id in [0, %d)", k, n_vocab);
+            rc = tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'logit_bias' key \"%.40s\" is not a token id in [0, %d)", k, n_vocab);
             goto out;
         }
         if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100.0 && it->valuedouble <= 100.0)) {
-            rc = tp_api_fail(e, 400, pn, "'logit_bias'[\"%ld\"] must be a number from -100 to 100", id);
+            rc = tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'logit_bias'[\"%ld\"] must be a number from -100 to 100", id);
             goto out;
         }
         pairs[2 * i] = (int32_t)id;
@@ -716,7 +719,7 @@ static int parse_logit_bias(const cJSON *root, int n_vocab, struct tp_req_params
     int n_ban = 0;
     for (i = 0; i < n; i++) {
         if (i > 0 && pairs[2 * i] == pairs[2 * i - 2]) {
-            rc = tp_api_fail(e, 400, pn, "'logit_bias' lists token %d twice", pairs[2 * i]);
+            rc = tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'logit_bias' lists token %d twice", pairs[2 * i]);
             goto out;
         }
         p->bias_id[i] = pairs[2 * i];
@@ -724,7 +727,7 @@ static int parse_logit_bias(const cJSON *root, int n_vocab, struct tp_req_params
         n_ban += p->bias_val[i] <= -100.0f;
     }
     if (n_ban >= n_vocab) {
-        rc = tp_api_fail(e, 400, pn, "'logit_bias' bans all %d tokens (-100); leave at least one allowed", n_vocab);
+        rc = tp_api_err(e, TP_ERR_INVALID_ARG, pn, "'logit_bias' bans all %d tokens (-100); leave at least one allowed", n_vocab);
         goto out;
     }
     p->n_logit_bias = n;
@@ -734,101 +737,103 @@ out:
     return rc;
 }
 
-static int parse_fields(const cJSON *root, const char *body, size_t len, int chat, int n_vocab, int n_ctx,
+static enum tp_status parse_fields(const cJSON *root, const char *body, size_t len, int chat, int n_vocab, int n_ctx,
                         struct tp_req_params *p, struct tp_api_error *e)
 {
     const cJSON *v = field(root, "model");
     if (v) {
-        if (!cJSON_IsString(v)) return tp_api_fail(e, 400, "model", "'model' must be a string");
+        if (!cJSON_IsString(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "model", "'model' must be a string");
         if (tp_json_has_nul(v->valuestring))
-            return tp_api_fail(e, 400, "model", "'model' holds a NUL character (\\u0000); a model name cannot");
-        if (!(p->model = dup_str(v->valuestring))) return tp_api_fail(e, 500, "model", "out of memory");
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "model", "'model' holds a NUL character (\\u0000); a model name cannot");
+        if (!(p->model = dup_str(v->valuestring))) return tp_api_err(e, TP_ERR_NOMEM, "model", "out of memory");
     }
-    if (chat ? parse_messages(root, p, e) : parse_prompt(root, n_vocab, p, e)) return -1;
+    if (chat ? parse_messages(root, p, e) : parse_prompt(root, n_vocab, p, e)) return e->status;
 
     int mt = -1, mct = -1;
-    if (get_int(root, "max_tokens", -1e18, 1e18, &mt, e)) return -1;
+    if (get_int(root, "max_tokens", -1e18, 1e18, &mt, e)) return e->status;
     /* range checks by hand so the message names the context size */
     const char *mt_name = "max_tokens";
     if (chat && field(root, "max_completion_tokens")) {
-        if (get_int(root, "max_completion_tokens", -1e18, 1e18, &mct, e)) return -1;
+        if (get_int(root, "max_completion_tokens", -1e18, 1e18, &mct, e)) return e->status;
         mt = mct;
         mt_name = "max_completion_tokens";
     }
     if (field(root, mt_name)) {
         double d = field(root, mt_name)->valuedouble;
-        if (d < 1) return tp_api_fail(e, 400, mt_name, "'%s' is %.0f; it must be at least 1", mt_name, d);
+        if (d < 1) return tp_api_err(e, TP_ERR_INVALID_ARG, mt_name, "'%s' is %.0f; it must be at least 1", mt_name, d);
         if (d > n_ctx)
-            return tp_api_fail(e, 400, mt_name, "'%s' is %.0f but the context holds only %d tokens", mt_name, d, n_ctx);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, mt_name, "'%s' is %.0f but the context holds only %d tokens", mt_name, d, n_ctx);
         p->max_tokens = (int)d;
     }
-    if (get_number(root, "temperature", 0, 2, &p->temperature, e)) return -1;
-    if (get_number(root, "top_p", 0, 1, &p->top_p, e)) return -1;
-    if (field(root, "top_p") && p->top_p <= 0) return tp_api_fail(e, 400, "top_p", "'top_p' must be greater than 0");
-    if (get_number(root, "min_p", 0, 1, &p->min_p, e)) return -1;
-    if (get_int(root, "top_k", -1, n_vocab, &p->top_k, e)) return -1;
+    if (get_number(root, "temperature", 0, 2, &p->temperature, e)) return e->status;
+    if (get_number(root, "top_p", 0, 1, &p->top_p, e)) return e->status;
+    if (field(root, "top_p") && p->top_p <= 0) return tp_api_err(e, TP_ERR_INVALID_ARG, "top_p", "'top_p' must be greater than 0");
+    if (get_number(root, "min_p", 0, 1, &p->min_p, e)) return e->status;
+    if (get_int(root, "top_k", -1, n_vocab, &p->top_k, e)) return e->status;
     if (p->top_k < 0) p->top_k = 0;
-    if (get_number(root, "presence_penalty", -2, 2, &p->presence_penalty, e)) return -1;
-    if (get_number(root, "frequency_penalty", -2, 2, &p->frequency_penalty, e)) return -1;
-    if (get_number(root, "repetition_penalty", 0, 10, &p->repetition_penalty, e)) return -1;
+    if (get_number(root, "presence_penalty", -2, 2, &p->presence_penalty, e)) return e->status;
+    if (get_number(root, "frequency_penalty", -2, 2, &p->frequency_penalty, e)) return e->status;
+    if (get_number(root, "repetition_penalty", 0, 10, &p->repetition_penalty, e)) return e->status;
     if (field(root, "repetition_penalty") && p->repetition_penalty <= 0)
-        return tp_api_fail(e, 400, "repetition_penalty", "'repetition_penalty' must be greater than 0");
-    if (parse_seed(root, body, len, p, e)) return -1;
-    if (refuse_unsupported(root, e)) return -1;
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "repetition_penalty", "'repetition_penalty' must be greater than 0");
+    if (parse_seed(root, body, len, p, e)) return e->status;
+    if (refuse_unsupported(root, e)) return e->status;
     const cJSON *re = field(root, "reasoning_effort");
     if (re && !cJSON_IsNull(re)) {
-        if (!chat) return tp_api_fail(e, 400, "reasoning_effort", "'reasoning_effort' is for /v1/chat/completions");
+        if (!chat)
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning_effort", "'reasoning_effort' is for /v1/chat/completions");
         if (!cJSON_IsString(re) || !tp_harmony_effort_valid(re->valuestring))
-            return tp_api_fail(e, 400, "reasoning_effort", "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning_effort",
+                              "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
         if (!(p->reasoning_effort = dup_str(re->valuestring)))
-            return tp_api_fail(e, 500, "reasoning_effort", "out of memory");
+            return tp_api_err(e, TP_ERR_NOMEM, "reasoning_effort", "out of memory");
     }
-    if (parse_logit_bias(root, n_vocab, p, e)) return -1;
-    if (parse_response_format(root, p, e)) return -1;
+    if (parse_logit_bias(root, n_vocab, p, e)) return e->status;
+    if (parse_response_format(root, p, e)) return e->status;
     if (chat) {
-        if (parse_tools(root, p, e)) return -1;
+        if (parse_tools(root, p, e)) return e->status;
     } else {
         const cJSON *tl = field(root, "tools"), *tc = field(root, "tool_choice");
         if (tl && !(cJSON_IsArray(tl) && cJSON_GetArraySize(tl) == 0))
-            return tp_api_fail(e, 400, "tools", "'tools' is for /v1/chat/completions");
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools' is for /v1/chat/completions");
         if (tc && !(cJSON_IsString(tc) && (strcmp(tc->valuestring, "none") == 0 || strcmp(tc->valuestring, "auto") == 0)))
-            return tp_api_fail(e, 400, "tool_choice", "'tool_choice' is for /v1/chat/completions");
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' is for /v1/chat/completions");
     }
     if (chat) {
-        if (get_bool(root, "logprobs", &p->logprobs, e)) return -1;
-        if (get_int(root, "top_logprobs", 0, 20, &p->top_logprobs, e)) return -1;
+        if (get_bool(root, "logprobs", &p->logprobs, e)) return e->status;
+        if (get_int(root, "top_logprobs", 0, 20, &p->top_logprobs, e)) return e->status;
         if (field(root, "top_logprobs") && !p->logprobs)
-            return tp_api_fail(e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     } else {
         int lp = -1;
         v = field(root, "logprobs");
         if (v && cJSON_IsBool(v)) {
             lp = cJSON_IsTrue(v) ? 0 : -1;
         } else if (get_int(root, "logprobs", 0, 20, &lp, e)) {
-            return -1;
+            return e->status;
         }
         p->logprobs = lp >= 0;
         p->top_logprobs = lp > 0 ? lp : 0;
     }
-    if (get_bool(root, "stream", &p->stream, e)) return -1;
+    if (get_bool(root, "stream", &p->stream, e)) return e->status;
     v = field(root, "stream_options");
     if (v) {
-        if (!cJSON_IsObject(v)) return tp_api_fail(e, 400, "stream_options", "'stream_options' must be an object");
+        if (!cJSON_IsObject(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "stream_options", "'stream_options' must be an object");
         const cJSON *iu = field(v, "include_usage");
         if (iu) {
             if (!cJSON_IsBool(iu))
-                return tp_api_fail(e, 400, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+                return tp_api_err(e, TP_ERR_INVALID_ARG, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
             p->include_usage = cJSON_IsTrue(iu);
         }
     }
-    if (get_bool(root, "ignore_eos", &p->ignore_eos, e)) return -1;
+    if (get_bool(root, "ignore_eos", &p->ignore_eos, e)) return e->status;
     v = field(root, "user");
-    if (v && !cJSON_IsString(v)) return tp_api_fail(e, 400, "user", "'user' must be a string");
+    if (v && !cJSON_IsString(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "user", "'user' must be a string");
     return parse_stop(root, p, e);
 }
 
-int tp_req_parse(const char *body, size_t len, int chat, int n_vocab, int n_ctx, struct tp_req_params *p,
-                 struct tp_api_error *e)
+enum tp_status tp_req_parse(const char *body, size_t len, int chat, int n_vocab, int n_ctx, struct tp_req_params *p,
+                            struct tp_api_error *e)
 {
     memset(p, 0, sizeof *p);
     p->chat = chat;
@@ -837,10 +842,10 @@ int tp_req_parse(const char *body, size_t len, int chat, int n_vocab, int n_ctx,
     p->top_p = 1.0f;
     p->repetition_penalty = 1.0f;
     cJSON *root = tp_json_parse(body, len, e);
-    if (!root) return -1;
-    int rc = parse_fields(root, body, len, chat, n_vocab, n_ctx, p, e);
+    if (!root) return e->status;
+    enum tp_status rc = parse_fields(root, body, len, chat, n_vocab, n_ctx, p, e);
     cJSON_Delete(root);
-    if (rc != 0) tp_req_params_free(p);
+    if (rc != TP_OK) tp_req_params_free(p);
     return rc;
 }
 

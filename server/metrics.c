@@ -103,8 +103,9 @@ void tp_metrics_tokens_per_s(struct tp_metrics *m, double tps)
     pthread_mutex_unlock(&m->mu);
 }
 
-static int hist_render(struct tp_buf *o, const char *name, const char *help, const struct hist *h,
-                       const double *bounds, int nb)
+/* Returns TP_OK or TP_ERR_NOMEM. */
+static enum tp_status hist_render(struct tp_buf *o, const char *name, const char *help, const struct hist *h,
+                                  const double *bounds, int nb)
 {
     int rc = tp_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
@@ -115,12 +116,12 @@ static int hist_render(struct tp_buf *o, const char *name, const char *help, con
     cum += h->counts[nb];
     rc |= tp_buf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
                         (unsigned long long)cum, name, h->sum, name, (unsigned long long)h->n);
-    return rc;
+    return rc ? TP_ERR_NOMEM : TP_OK;
 }
 
-int tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, struct tp_buf *o)
+enum tp_status tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, struct tp_buf *o)
 {
-    int rc = 0;
+    int rc = 0; /* nonzero once an append failed */
     pthread_mutex_lock(&m->mu);
     rc |= tp_buf_puts(o, "# HELP tpserve_requests_total HTTP requests answered, by status code.\n"
                          "# TYPE tpserve_requests_total counter\n");
@@ -204,5 +205,5 @@ int tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, s
                                     (double)(f == 0 ? g->ns_comm[r] : g->ns_compute[r]) / 1e9);
         }
     }
-    return rc ? -1 : 0;
+    return rc ? TP_ERR_NOMEM : TP_OK;
 }

@@ -165,17 +165,16 @@ void tp_engine_release(struct tp_engine *e, struct tp_req *r)
 
 pthread_mutex_t *tp_engine_mutex(struct tp_engine *e) { return &e->mu; }
 
-/* mu held: finish r (engine side) and drop the engine's reference. */
-static void req_finish(struct tp_engine *e, struct tp_req *r, enum tp_finish f, int status, const char *msg)
+/* mu held: finish r (engine side) and drop the engine's reference.  With
+ * TP_FINISH_ERROR, st and msg say why (r->err); otherwise they are unused. */
+static void req_finish(struct tp_engine *e, struct tp_req *r, enum tp_finish f, enum tp_status st, const char *msg)
 {
     (void)e;
     r->state = TP_REQ_DONE;
     r->finish = f;
     r->t_done_ns = tp_now_ns();
-    if (f == TP_FINISH_ERROR) {
-        r->err_status = status;
-        snprintf(r->err_msg, sizeof r->err_msg, "%s", msg ? msg : "internal error");
-    }
+    if (f == TP_FINISH_ERROR)
+        tp_error_force(&r->err, st != TP_OK ? st : TP_ERR_INTERNAL, "%s", msg ? msg : "internal error");
     pthread_cond_broadcast(&r->cond);
     req_unref(r);
 }
@@ -197,23 +196,20 @@ static int silent_rank(const struct tp_engine *e, char *reason, size_t cap)
     return 1;
 }
 
-int tp_engine_submit(struct tp_engine *e, struct tp_req *r, struct tp_api_error *err)
+enum tp_status tp_engine_submit(struct tp_engine *e, struct tp_req *r, struct tp_api_error *err)
 {
-    int rc = 0;
+    enum tp_status rc = TP_OK;
     char why[160];
     pthread_mutex_lock(&e->mu);
     if (silent_rank(e, why, sizeof why)) {
-        tp_api_fail(err, 503, NULL, "%s; retry shortly", why);
-        rc = 503;
+        rc = tp_api_err(err, TP_ERR_BUSY, NULL, "%s; retry shortly", why);
     } else if (e->failed) {
-        tp_api_fail(err, 503, NULL, "the engine failed (%s); restart the server", e->fail_reason);
-        rc = 503;
+        rc = tp_api_err(err, TP_ERR_POISONED, NULL, "the engine failed (%s); restart the server", e->fail_reason);
     } else if (e->stop) {
-        tp_api_fail(err, 503, NULL, "the server is shutting down");
-        rc = 503;
+        rc = tp_api_err(err, TP_ERR_BUSY, NULL, "the server is shutting down");
     } else if (e->q_len >= e->cfg.max_queue) {
-        tp_api_fail(err, 429, NULL, "too many requests: %d are waiting (--max-queue); retry shortly", e->q_len);
-        rc = 429;
+        rc = tp_api_err(err, TP_ERR_FULL, NULL, "too many requests: %d are waiting (--max-queue); retry shortly",
+                        e->q_len);
     } else {
         r->state = TP_REQ_QUEUED;
         r->t_submit_ns = tp_now_ns();
@@ -328,24 +324,24 @@ static void engine_poison(struct tp_engine *e, const char *why)
     for (int i = 0; i < e->cfg.n_parallel; i++) {
         struct slot *s = &e->slots[i];
         if (!s->req) continue;
-        req_finish(e, s->req, TP_FINISH_ERROR, 503, msg);
+        req_finish(e, s->req, TP_FINISH_ERROR, TP_ERR_POISONED, msg);
         s->req = NULL;
     }
     while (e->q_len > 0) {
         struct tp_req *r = e->queue[e->q_head];
         e->q_head = (e->q_head + 1) % e->cfg.max_queue;
         e->q_len--;
-        req_finish(e, r, TP_FINISH_ERROR, 503, msg);
+        req_finish(e, r, TP_FINISH_ERROR, TP_ERR_POISONED, msg);
     }
 }
 
-/* mu held: release text[released..upto) of slot s to its request. */
-static int publish_text(struct slot *s, size_t upto)
+/* mu held: release text[released..upto) of slot s to its request.  TP_OK or TP_ERR_NOMEM. */
+static enum tp_status publish_text(struct slot *s, size_t upto)
 {
-    if (upto <= s->released) return 0;
-    if (tp_buf_append(&s->req->text, s->text.data + s->released, upto - s->released) != 0) return -1;
+    if (upto <= s->released) return TP_OK;
+    if (tp_buf_append(&s->req->text, s->text.data + s->released, upto - s->released) != TP_OK) return TP_ERR_NOMEM;
     s->released = upto;
-    return 0;
+    return TP_OK;
 }
 
 /* mu held: the slot's request is finished (not error): flush held text. */
@@ -353,13 +349,13 @@ static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
 {
     struct tp_req *r = s->req;
     size_t nf = tp_detok_flush(s->detok, e->scratch, sizeof e->scratch);
-    if (nf && tp_buf_append(&s->text, e->scratch, nf) != 0) f = TP_FINISH_ERROR;
+    if (nf && tp_buf_append(&s->text, e->scratch, nf) != TP_OK) f = TP_FINISH_ERROR;
     if (f != TP_FINISH_ERROR) {
         int hit = 0;
         size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
                                   r->params.stop_len, r->params.n_stop, &hit);
         if (hit) f = TP_FINISH_STOP;
-        if (publish_text(s, hit ? rel : s->text.len) != 0) f = TP_FINISH_ERROR;
+        if (publish_text(s, hit ? rel : s->text.len) != TP_OK) f = TP_FINISH_ERROR;
         if (r->n_toks > 0) r->toks[r->n_toks - 1].text_end = r->text.len;
     }
     if (e->metrics && f != TP_FINISH_ERROR && f != TP_FINISH_CANCELLED) {
@@ -368,21 +364,21 @@ static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
         tp_metrics_finished(e->metrics, r->n_prompt, r->n_toks, ttft, r->n_toks > 1 ? gen_s / (r->n_toks - 1) : -1);
         tp_metrics_prompt_cached(e->metrics, r->n_cached);
     }
-    req_finish(e, r, f, 500, "out of memory while generating");
+    req_finish(e, r, f, TP_ERR_NOMEM, "out of memory while generating");
     s->req = NULL;
 }
 
 /* The token trie for grammar masks, built once from the tokenizer's pieces
- * (special and control tokens excluded).  0, or -1 out of memory. */
-static int engine_trie(struct tp_engine *e)
+ * (special and control tokens excluded).  TP_OK or TP_ERR_NOMEM. */
+static enum tp_status engine_trie(struct tp_engine *e)
 {
-    if (e->trie) return 0;
-    if (e->trie_failed) return -1;
+    if (e->trie) return TP_OK;
+    if (e->trie_failed) return TP_ERR_NOMEM;
     const int n = e->n_vocab;
     const char **piece = calloc((size_t)n, sizeof *piece);
     size_t *len = calloc((size_t)n, sizeof *len);
     uint8_t *skip = calloc((size_t)n, 1);
-    int rc = -1;
+    enum tp_status rc = TP_ERR_NOMEM;
     if (!piece || !len || !skip) goto out;
     e->n_eog = 0;
     for (int i = 0; i < n; i++) {
@@ -405,12 +401,12 @@ static int engine_trie(struct tp_engine *e)
     }
     if (tp_token_trie_init(n, piece, len, skip, &e->trie) != TP_OK) goto out;
     if (tp_mask_ctx_init(e->trie, &e->mctx) != TP_OK) goto out;
-    rc = 0;
+    rc = TP_OK;
 out:
     free(piece);
     free(len);
     free(skip);
-    if (rc != 0) {
+    if (rc != TP_OK) {
         tp_token_trie_free(e->trie);
         e->trie = NULL;
         e->trie_failed = 1;
@@ -461,7 +457,7 @@ static void admit(struct tp_engine *e)
     for (int i = 0; i < e->cfg.n_parallel; i++) {
         struct slot *s = &e->slots[i];
         if (s->req && s->req->cancelled) {
-            req_finish(e, s->req, TP_FINISH_CANCELLED, 0, NULL);
+            req_finish(e, s->req, TP_FINISH_CANCELLED, TP_OK, NULL);
             s->req = NULL;
         }
     }
@@ -475,7 +471,7 @@ static void admit(struct tp_engine *e)
             e->q_head = (e->q_head + 1) % e->cfg.max_queue;
             e->q_len--;
             if (r->cancelled) {
-                req_finish(e, r, TP_FINISH_CANCELLED, 0, NULL);
+                req_finish(e, r, TP_FINISH_CANCELLED, TP_OK, NULL);
                 r = NULL;
             }
         }
@@ -522,12 +518,12 @@ static void admit(struct tp_engine *e)
         tp_sampler_free(s->sampler);
         s->sampler = NULL;
         if (tp_sampler_init(&sp, e->n_vocab, &s->sampler) != TP_OK) {
-            req_finish(e, r, TP_FINISH_ERROR, 500, "could not create the sampler (out of memory?)");
+            req_finish(e, r, TP_FINISH_ERROR, TP_ERR_NOMEM, "could not create the sampler (out of memory?)");
             continue;
         }
         if (r->params.grammar) {
-            if (engine_trie(e) != 0) {
-                req_finish(e, r, TP_FINISH_ERROR, 500, "could not build the token trie for response_format (out of memory?)");
+            if (engine_trie(e) != TP_OK) {
+                req_finish(e, r, TP_FINISH_ERROR, TP_ERR_NOMEM, "could not build the token trie for response_format (out of memory?)");
                 continue;
             }
             tp_gstate_init(r->params.grammar, s->gst);
@@ -685,7 +681,7 @@ static void slot_sample(struct tp_engine *e, struct slot *s, const float *row)
 {
     struct tp_sample_result res;
     if (tp_sampler_sample(s->sampler, row, &res) != TP_OK) {
-        req_finish(e, s->req, TP_FINISH_ERROR, 500, "sampling failed");
+        req_finish(e, s->req, TP_FINISH_ERROR, TP_ERR_INTERNAL, "sampling failed");
         s->req = NULL;
         return;
     }
@@ -728,7 +724,7 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
         const char *pc = tp_tokenizer_piece(e->tok, res->id, &pl);
         if (!pc || !tp_gstate_feed_bytes(gr, s->gst, pc, pl)) {
             /* only after a mask that allowed nothing (no token spells a valid continuation) */
-            req_finish(e, r, TP_FINISH_ERROR, 500, "no token of this vocabulary continues the response_format value");
+            req_finish(e, r, TP_FINISH_ERROR, TP_ERR_INTERNAL, "no token of this vocabulary continues the response_format value");
             s->req = NULL;
             return;
         }
@@ -739,16 +735,16 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     g->n_top = res->n_top;
     if (res->n_top > 0) memcpy(g->top, res->top, sizeof(struct tp_logprob) * (size_t)res->n_top);
     size_t nb = tp_detok_push(s->detok, res->id, e->scratch, sizeof e->scratch);
-    if (nb && tp_buf_append(&s->text, e->scratch, nb) != 0) {
-        req_finish(e, r, TP_FINISH_ERROR, 500, "out of memory while generating");
+    if (nb && tp_buf_append(&s->text, e->scratch, nb) != TP_OK) {
+        req_finish(e, r, TP_FINISH_ERROR, TP_ERR_NOMEM, "out of memory while generating");
         s->req = NULL;
         return;
     }
     int hit = 0;
     size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
                               r->params.stop_len, r->params.n_stop, &hit);
-    if (publish_text(s, rel) != 0) {
-        req_finish(e, r, TP_FINISH_ERROR, 500, "out of memory while generating");
+    if (publish_text(s, rel) != TP_OK) {
+        req_finish(e, r, TP_FINISH_ERROR, TP_ERR_NOMEM, "out of memory while generating");
         s->req = NULL;
         return;
     }
@@ -758,7 +754,7 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     s->last_tok = res->id;
     pthread_cond_broadcast(&r->cond);
     if (hit) {
-        req_finish(e, r, TP_FINISH_STOP, 0, NULL);
+        req_finish(e, r, TP_FINISH_STOP, TP_OK, NULL);
         s->req = NULL;
     } else if (gr && tp_gstate_done(gr, s->gst)) {
         slot_finish(e, s, TP_FINISH_STOP); /* the value is complete; nothing may follow it */
@@ -769,7 +765,8 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
 
 /* Which rank was lost after a failed step (engine thread, before the group
  * is replaced): a closed liveness link shows at once, a silent one after
- * TP_ENGINE_SILENT_MS; give the heartbeat thread up to 600 ms to see it. */
+ * TP_ENGINE_SILENT_MS; give the heartbeat thread up to 600 ms to see it.
+ * Returns the rank, or -1 when none could be named. */
 static int identify_lost(const struct tp_engine *e)
 {
     for (int i = 0; i < 12; i++) {
@@ -802,7 +799,7 @@ static void engine_lose(struct tp_engine *e, int lost, uint64_t t_fail_ns, const
         s->n_hist = 0; /* a replacement rank's cache is empty: no prefix reuse across the loss */
         s->fresh = 0;
         if (!s->req) continue;
-        req_finish(e, s->req, TP_FINISH_ERROR, 503, msg);
+        req_finish(e, s->req, TP_FINISH_ERROR, TP_ERR_PEER, msg);
         s->req = NULL;
         e->rs.n_failed_by_loss++;
     }
@@ -843,7 +840,7 @@ static void expire_queue(struct tp_engine *e)
     for (int i = 0; i < e->q_len; i++) {
         struct tp_req *r = e->queue[(e->q_head + i) % e->cfg.max_queue];
         if (r->cancelled) {
-            req_finish(e, r, TP_FINISH_CANCELLED, 0, NULL);
+            req_finish(e, r, TP_FINISH_CANCELLED, TP_OK, NULL);
         } else if (now - r->t_submit_ns > wait_ns) {
             char msg[420], who[32] = "a rank";
             if (e->lost_rank >= 0) snprintf(who, sizeof who, "rank %d", e->lost_rank);
@@ -851,7 +848,7 @@ static void expire_queue(struct tp_engine *e)
                      "no answer within --recover-wait %.1f s: the group is still re-forming after losing %s (%s); "
                      "retry later",
                      e->cfg.recover_wait_ms / 1000.0, who, e->lost_reason);
-            req_finish(e, r, TP_FINISH_ERROR, 503, msg);
+            req_finish(e, r, TP_FINISH_ERROR, TP_ERR_TIMEOUT, msg);
             e->rs.n_expired++;
         } else {
             e->queue[(e->q_head + kept) % e->cfg.max_queue] = r;
@@ -989,7 +986,7 @@ static void *engine_main(void *arg)
             s->n_past = st.batch.pos[i] + 1;
             if (s->dead_end) {
                 s->dead_end = 0;
-                req_finish(e, s->req, TP_FINISH_ERROR, 400,
+                req_finish(e, s->req, TP_FINISH_ERROR, TP_ERR_INVALID_ARG,
                            "logit_bias bans every token that continues the response_format value");
                 s->req = NULL;
                 continue;
@@ -1093,14 +1090,14 @@ void tp_engine_stop(struct tp_engine *e)
     pthread_mutex_lock(&e->mu);
     for (int i = 0; e->slots && i < e->cfg.n_parallel; i++) {
         struct slot *s = &e->slots[i];
-        if (s->req) req_finish(e, s->req, TP_FINISH_ERROR, 503, "the server is shutting down");
+        if (s->req) req_finish(e, s->req, TP_FINISH_ERROR, TP_ERR_BUSY, "the server is shutting down");
         s->req = NULL;
     }
     while (e->queue && e->q_len > 0) {
         struct tp_req *r = e->queue[e->q_head];
         e->q_head = (e->q_head + 1) % e->cfg.max_queue;
         e->q_len--;
-        req_finish(e, r, TP_FINISH_ERROR, 503, "the server is shutting down");
+        req_finish(e, r, TP_FINISH_ERROR, TP_ERR_BUSY, "the server is shutting down");
     }
     pthread_mutex_unlock(&e->mu);
     e->thread_started = 0;

@@ -1,8 +1,14 @@
 /*
  * server/server_impl.h - private: the pieces of the HTTP server shared by its
- * files (byte buffers, OpenAI-shaped errors, request validation, chat
- * templates, stop-string matching, SSE framing, metrics, the engine queue).
- * Everything here is internal to tp_server; tests include it directly.
+ * files (byte buffers, request errors, request validation, chat templates,
+ * stop-string matching, SSE framing, metrics, the engine queue).  Everything
+ * here is internal to tp_server; tests include it directly.
+ *
+ * Error convention: every fallible function returns enum tp_status (TP_OK on
+ * success) and leaves its error text in a struct tp_error, or, for what
+ * becomes an answer to a client, in a struct tp_api_error.  No function here
+ * knows HTTP statuses: tp_http_error_kind (http.c) maps a status to the HTTP
+ * status and OpenAI error type at the edge (docs/http.md has the table).
  */
 #ifndef TP_SERVER_IMPL_H
 #define TP_SERVER_IMPL_H
@@ -19,30 +25,48 @@
 
 /* ============================================================ buffers ===== */
 
-/* Growable byte buffer, always NUL-terminated when data != NULL. */
+/* Growable byte buffer, always NUL-terminated when data != NULL.  The appends
+ * return TP_OK or TP_ERR_NOMEM (b unchanged then). */
 struct tp_buf {
     char *data;
     size_t len, cap;
 };
-int tp_buf_append(struct tp_buf *b, const char *s, size_t n); /* 0, or -1 out of memory */
-int tp_buf_puts(struct tp_buf *b, const char *s);
-int tp_buf_printf(struct tp_buf *b, const char *fmt, ...) TP_PRINTF(2, 3);
+enum tp_status tp_buf_append(struct tp_buf *b, const char *s, size_t n);
+enum tp_status tp_buf_puts(struct tp_buf *b, const char *s);
+enum tp_status tp_buf_printf(struct tp_buf *b, const char *fmt, ...) TP_PRINTF(2, 3);
 void tp_buf_free(struct tp_buf *b);
 /* Nonzero when s[0..n) is valid UTF-8 (no overlongs, surrogates or > U+10FFFF). */
 int tp_srv_utf8_valid(const char *s, size_t n);
 
 /* ============================================================ errors ===== */
 
-/* One error answer: {"error":{"message","type","param","code"}} with status. */
+/*
+ * An error to be answered to a client: what went wrong (status), the request
+ * field it names and the message.  The edge turns it into
+ * {"error":{"message","type","param","code"}} with the HTTP status of
+ * tp_http_error_kind(status).
+ */
 struct tp_api_error {
-    int status;            /* 400, 401, 404, 405, 413, 429, 500, 503 */
-    const char *type;      /* "invalid_request_error", ... (static) */
-    const char *code;      /* static or NULL (JSON null) */
-    char param[64];        /* "" -> null */
+    enum tp_status status; /* TP_OK: no error */
+    const char *code;      /* static; NULL: the default code of the status (tp_http_error_kind) */
+    char param[64];        /* request field the error names; "" -> null */
     char message[512];
 };
-/* Fill e; type/code are chosen from the status. Returns -1 (for `return tp_api_fail(...)`). */
-int tp_api_fail(struct tp_api_error *e, int status, const char *param, const char *fmt, ...) TP_PRINTF(4, 5);
+/* Fill e (code reset to NULL).  Returns st, for `return tp_api_err(...)`. */
+enum tp_status tp_api_err(struct tp_api_error *e, enum tp_status st, const char *param, const char *fmt, ...)
+    TP_PRINTF(4, 5);
+/* Fill e from err (its status and message; no param).  Returns err's status. */
+enum tp_status tp_api_err_from(struct tp_api_error *e, const struct tp_error *err);
+
+/* What the HTTP edge answers for a status (http.c; the one place that maps statuses to HTTP). */
+struct tp_http_error_kind {
+    int http_status;           /* 400, 401, 404, 405, 413, 429, 431, 499 (client gone; logs only), 500, 503 */
+    const char *type;          /* OpenAI error type: "invalid_request_error", "rate_limit_error", "server_error" */
+    const char *code;          /* default OpenAI error code, NULL -> JSON null */
+    const char *header_name;   /* extra header for the answer (Retry-After, Allow, WWW-Authenticate) or NULL */
+    const char *header_value;
+};
+struct tp_http_error_kind tp_http_error_kind(enum tp_status st);
 /* JSON text of e (malloc'd, caller frees); NULL on out of memory. */
 char *tp_api_error_json(const struct tp_api_error *e);
 
@@ -54,24 +78,24 @@ char *tp_api_error_json(const struct tp_api_error *e);
  * UTF-8).  tp_json_parse: the body must be valid UTF-8 without a raw NUL
  * byte and a JSON object; each \u0000 escape becomes C0 80 before cJSON
  * parses it.  Returns the tree (caller cJSON_Delete's it), or NULL with e
- * filled (400; 500 out of memory).
+ * filled (TP_ERR_FORMAT; TP_ERR_NOMEM).
  */
 struct cJSON;
 struct cJSON *tp_json_parse(const char *body, size_t len, struct tp_api_error *e);
 /* String value v (C0 80 -> NUL) as malloc'd bytes *out[0..*len) (NUL-terminated
- * too; caller frees).  Not a string: "".  Returns 0, -1 out of memory. */
-int tp_json_bytes(const struct cJSON *v, char **out, size_t *len);
+ * too; caller frees).  Not a string: "".  Returns TP_OK or TP_ERR_NOMEM. */
+enum tp_status tp_json_bytes(const struct cJSON *v, char **out, size_t *len);
 /* C0 80 -> NUL in place in s[0..n); returns the new length. */
 size_t tp_json_decode_nul(char *s, size_t n);
 /* Nonzero when the tree string s holds a NUL (C0 80). */
 int tp_json_has_nul(const char *s);
 /* Append bytes s[0..n) in tree form: NUL -> C0 80, invalid UTF-8 -> U+FFFD.
- * Returns 0, -1 out of memory. */
-int tp_json_encode_bytes(const char *s, size_t n, struct tp_buf *out);
+ * Returns TP_OK or TP_ERR_NOMEM. */
+enum tp_status tp_json_encode_bytes(const char *s, size_t n, struct tp_buf *out);
 /* A cJSON string of bytes s[0..n) (tree form), NULL on out of memory. */
 struct cJSON *tp_json_string_bytes(const char *s, size_t n);
-/* obj[key] = bytes s[0..n).  Returns 0, -1 out of memory. */
-int tp_json_add_bytes(struct cJSON *obj, const char *key, const char *s, size_t n);
+/* obj[key] = bytes s[0..n).  Returns TP_OK or TP_ERR_NOMEM. */
+enum tp_status tp_json_add_bytes(struct cJSON *obj, const char *key, const char *s, size_t n);
 /* cJSON_PrintUnformatted with each C0 80 written as \u0000 (malloc'd; NULL on out of memory). */
 char *tp_json_print(const struct cJSON *root);
 
@@ -105,12 +129,12 @@ const char *tp_chat_family_name(enum tp_chat_family f);
 /*
  * Render msgs as the family's reference template does (Hugging Face Jinja,
  * trim_blocks + lstrip_blocks).  bos/eos: the special token texts.  Appends
- * to out.  Returns 0, -1 with a message in err (the template would raise, e.g.
- * roles that do not alternate), -2 out of memory.
+ * to out.  Returns TP_OK, TP_ERR_INVALID_ARG with the template's message in
+ * err (it would raise, e.g. roles that do not alternate), TP_ERR_NOMEM.
  */
-int tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs, int add_generation_prompt,
-                   const char *bos, const char *eos, const char *default_system, struct tp_buf *out, char *err,
-                   size_t err_cap);
+enum tp_status tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs,
+                              int add_generation_prompt, const char *bos, const char *eos, const char *default_system,
+                              struct tp_buf *out, struct tp_error *err);
 /*
  * ChatML templates that open with a default system message when the
  * conversation has none (Qwen2: "You are a helpful assistant.", Qwen2.5:
@@ -133,10 +157,11 @@ int tp_harmony_effort_valid(const char *effort);
 /*
  * Render msgs as openai-gpt-oss-120b.jinja does (see server/harmony.c for
  * how the request maps onto the template and where it is refused).
- * Appends to out.  Returns 0, -1 with a message in err, -2 out of memory.
+ * Appends to out.  Returns TP_OK, TP_ERR_INVALID_ARG with the reason in err
+ * (what the template would raise, or input it would drop), TP_ERR_NOMEM.
  */
-int tp_harmony_render(const struct tp_chat_msg *msgs, int n_msgs, const struct tp_harmony_opts *opt,
-                      struct tp_buf *out, char *err, size_t err_cap);
+enum tp_status tp_harmony_render(const struct tp_chat_msg *msgs, int n_msgs, const struct tp_harmony_opts *opt,
+                                 struct tp_buf *out, struct tp_error *err);
 
 /* The harmony control tokens of a vocabulary (-1 when absent). */
 struct tp_harmony_ids {
@@ -172,9 +197,9 @@ int tp_harmony_scan(const struct tp_harmony_ids *h, const struct tp_gen_tok *tok
  * tp_harmony_scan): adds role, content (null when the reply is only tool
  * calls), reasoning_content (when there is any) and tool_calls ({id
  * "call_<req_id>_<k>", type, function {name, arguments}}) to msg; *n_calls
- * set.  Returns 0, -1 out of memory.
+ * set.  Returns TP_OK, TP_ERR_NOMEM.
  */
-int tp_harmony_message(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text,
+enum tp_status tp_harmony_message(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text,
                        size_t text_len, const char *req_id, struct cJSON *msg, int *n_calls);
 /* Where a stream stands: the body being sent, bytes of it sent, its call announced, calls finished. */
 struct tp_harmony_cursor {
@@ -188,9 +213,9 @@ struct tp_harmony_cursor {
  * text}, {"content": text}, a call announced as {"tool_calls": [{index, id,
  * type, function {name, arguments: ""}}]} once its header is complete, then
  * {"tool_calls": [{index, function {arguments: text}}]} as it grows) and
- * advances cur.  Returns the number appended, -1 out of memory.
+ * advances cur.  Returns TP_OK, TP_ERR_NOMEM.
  */
-int tp_harmony_deltas(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text,
+enum tp_status tp_harmony_deltas(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text,
                       size_t text_len, int done, const char *req_id, struct tp_harmony_cursor *cur, struct cJSON *deltas);
 
 /* ==================================== <think> reasoning (qwen3 family) ===== */
@@ -250,9 +275,11 @@ struct tp_req_params {
 };
 /*
  * Parse and validate a JSON body.  n_vocab bounds token ids, n_ctx bounds
- * max_tokens.  Returns 0, or -1 with e filled (400, param named).
+ * max_tokens.  Returns TP_OK, or with e filled: TP_ERR_INVALID_ARG /
+ * TP_ERR_FORMAT (a bad field, named in e->param), TP_ERR_UNSUPPORTED (a field
+ * this server refuses), TP_ERR_NOMEM; p is freed then (freeing it again is harmless).
  */
-int tp_req_parse(const char *body, size_t len, int chat, int n_vocab, int n_ctx, struct tp_req_params *p,
+enum tp_status tp_req_parse(const char *body, size_t len, int chat, int n_vocab, int n_ctx, struct tp_req_params *p,
                  struct tp_api_error *e);
 void tp_req_params_free(struct tp_req_params *p);
 
@@ -269,9 +296,10 @@ size_t tp_stop_scan(const char *text, size_t len, size_t from, char *const *stop
 
 /* ================================================================ SSE ===== */
 
-int tp_sse_data(struct tp_buf *b, const char *json); /* "data: <json>\n\n" */
-int tp_sse_done(struct tp_buf *b);                   /* "data: [DONE]\n\n" */
-int tp_sse_comment(struct tp_buf *b, const char *text); /* ": <text>\n\n" */
+/* Append one event; TP_OK or TP_ERR_NOMEM. */
+enum tp_status tp_sse_data(struct tp_buf *b, const char *json);    /* "data: <json>\n\n" */
+enum tp_status tp_sse_done(struct tp_buf *b);                      /* "data: [DONE]\n\n" */
+enum tp_status tp_sse_comment(struct tp_buf *b, const char *text); /* ": <text>\n\n" */
 
 /* ============================================================ metrics ===== */
 
@@ -306,8 +334,8 @@ struct tp_metrics_gauges {
     uint64_t ns_compute[TP_METRICS_RANKS_MAX];
     uint64_t bytes_sent[TP_METRICS_RANKS_MAX];
 };
-/* Prometheus text exposition format 0.0.4. Returns 0 or -1 (out of memory). */
-int tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, struct tp_buf *out);
+/* Prometheus text exposition format 0.0.4. Returns TP_OK or TP_ERR_NOMEM. */
+enum tp_status tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, struct tp_buf *out);
 
 /* ======================================================= engine queue ===== */
 
@@ -342,8 +370,8 @@ struct tp_req {
     enum tp_req_state state;
     enum tp_finish finish;
     int cancelled;                 /* set by the HTTP side (client gone) */
-    int err_status;                /* with TP_FINISH_ERROR: 500/503 */
-    char err_msg[512];
+    struct tp_error err;           /* with TP_FINISH_ERROR: why (TP_ERR_PEER rank lost, TP_ERR_BUSY stopping,
+                                    * TP_ERR_TIMEOUT recovery wait over, TP_ERR_NOMEM, TP_ERR_INTERNAL, ...) */
     struct tp_gen_tok *toks;       /* (max_tokens), owned */
     int n_toks;
     struct tp_buf text;            /* released text */
@@ -378,8 +406,9 @@ void tp_engine_free(struct tp_engine *e);
 struct tp_req *tp_req_new(void);
 /* Drop the caller's reference (frees at 0). */
 void tp_engine_release(struct tp_engine *e, struct tp_req *r);
-/* Queue r. Returns 0, 429 (queue full) or 503 (engine failed / stopping) with e filled. */
-int tp_engine_submit(struct tp_engine *e, struct tp_req *r, struct tp_api_error *err);
+/* Queue r.  Returns TP_OK, or with err filled: TP_ERR_FULL (queue full),
+ * TP_ERR_BUSY (a rank is silent, or stopping), TP_ERR_POISONED (the engine failed). */
+enum tp_status tp_engine_submit(struct tp_engine *e, struct tp_req *r, struct tp_api_error *err);
 /* Client gone: the engine frees the slot at its next step. */
 void tp_engine_cancel(struct tp_engine *e, struct tp_req *r);
 pthread_mutex_t *tp_engine_mutex(struct tp_engine *e);

@@ -1,6 +1,6 @@
 /*
  * server/util.c - small helpers shared by the server files: a growable byte
- * buffer, UTF-8 validation, OpenAI-shaped error bodies and SSE framing.
+ * buffer, UTF-8 validation, request errors and SSE framing.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,46 +13,47 @@
 
 /* ------------------------------------------------------------ tp_buf */
 
-static int buf_reserve(struct tp_buf *b, size_t extra)
+static enum tp_status buf_reserve(struct tp_buf *b, size_t extra)
 {
     size_t need;
-    if (tp_add_size(b->len, extra, &need) != 0 || tp_add_size(need, 1, &need) != 0) return -1;
-    if (need <= b->cap) return 0;
+    if (tp_add_size(b->len, extra, &need) != 0 || tp_add_size(need, 1, &need) != 0) return TP_ERR_NOMEM;
+    if (need <= b->cap) return TP_OK;
     size_t cap = b->cap ? b->cap : 256;
     while (cap < need) {
-        if (cap > SIZE_MAX / 2) return -1;
+        if (cap > SIZE_MAX / 2) return TP_ERR_NOMEM;
         cap *= 2;
     }
     char *d = realloc(b->data, cap);
-    if (!d) return -1;
+    if (!d) return TP_ERR_NOMEM;
     b->data = d;
     b->cap = cap;
-    return 0;
+    return TP_OK;
 }
 
-int tp_buf_append(struct tp_buf *b, const char *s, size_t n)
+enum tp_status tp_buf_append(struct tp_buf *b, const char *s, size_t n)
 {
-    if (buf_reserve(b, n) != 0) return -1;
+    if (buf_reserve(b, n) != TP_OK) return TP_ERR_NOMEM;
     if (n) memcpy(b->data + b->len, s, n);
     b->len += n;
     b->data[b->len] = '\0';
-    return 0;
+    return TP_OK;
 }
 
-int tp_buf_puts(struct tp_buf *b, const char *s) { return tp_buf_append(b, s, strlen(s)); }
+enum tp_status tp_buf_puts(struct tp_buf *b, const char *s) { return tp_buf_append(b, s, strlen(s)); }
 
-int tp_buf_printf(struct tp_buf *b, const char *fmt, ...)
+enum tp_status tp_buf_printf(struct tp_buf *b, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n < 0 || buf_reserve(b, (size_t)n) != 0) return -1;
+    if (n < 0) return TP_ERR_INVALID_ARG;
+    if (buf_reserve(b, (size_t)n) != TP_OK) return TP_ERR_NOMEM;
     va_start(ap, fmt);
     vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
     b->len += (size_t)n;
-    return 0;
+    return TP_OK;
 }
 
 void tp_buf_free(struct tp_buf *b)
@@ -93,59 +94,38 @@ int tp_srv_utf8_valid(const char *str, size_t n)
 
 /* ------------------------------------------------------------ errors */
 
-int tp_api_fail(struct tp_api_error *e, int status, const char *param, const char *fmt, ...)
+enum tp_status tp_api_err(struct tp_api_error *e, enum tp_status st, const char *param, const char *fmt, ...)
 {
-    e->status = status;
-    switch (status) {
-    case 401: e->type = "invalid_request_error"; e->code = "invalid_api_key"; break;
-    case 404: e->type = "invalid_request_error"; e->code = "not_found"; break;
-    case 405: e->type = "invalid_request_error"; e->code = "method_not_allowed"; break;
-    case 413: e->type = "invalid_request_error"; e->code = "request_too_large"; break;
-    case 429: e->type = "rate_limit_error"; e->code = "rate_limit_exceeded"; break;
-    case 500: e->type = "server_error"; e->code = "internal_error"; break;
-    case 503: e->type = "server_error"; e->code = "service_unavailable"; break;
-    default: e->type = "invalid_request_error"; e->code = NULL; break;
-    }
+    e->status = st;
+    e->code = NULL;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
-    return -1;
+    return st;
 }
 
-char *tp_api_error_json(const struct tp_api_error *e)
+enum tp_status tp_api_err_from(struct tp_api_error *e, const struct tp_error *err)
 {
-    cJSON *root = cJSON_CreateObject();
-    cJSON *o = cJSON_AddObjectToObject(root, "error");
-    char *out = NULL;
-    if (!o) goto out;
-    cJSON_AddStringToObject(o, "message", e->message);
-    cJSON_AddStringToObject(o, "type", e->type ? e->type : "invalid_request_error");
-    if (e->param[0]) cJSON_AddStringToObject(o, "param", e->param);
-    else cJSON_AddNullToObject(o, "param");
-    if (e->code) cJSON_AddStringToObject(o, "code", e->code);
-    else cJSON_AddNullToObject(o, "code");
-    out = tp_json_print(root); /* user text quoted in messages may hold NUL (C0 80) */
-out:
-    cJSON_Delete(root);
-    return out;
+    enum tp_status st = err->status != TP_OK ? err->status : TP_ERR_INTERNAL;
+    return tp_api_err(e, st, NULL, "%s", err->msg[0] ? err->msg : tp_status_str(st));
 }
 
 /* ------------------------------------------------------------ SSE */
 
-int tp_sse_data(struct tp_buf *b, const char *json)
+enum tp_status tp_sse_data(struct tp_buf *b, const char *json)
 {
     /* JSON from cJSON_PrintUnformatted never contains a raw newline, so one
      * data: line carries the whole event. */
-    if (tp_buf_puts(b, "data: ") || tp_buf_puts(b, json) || tp_buf_puts(b, "\n\n")) return -1;
-    return 0;
+    if (tp_buf_puts(b, "data: ") || tp_buf_puts(b, json) || tp_buf_puts(b, "\n\n")) return TP_ERR_NOMEM;
+    return TP_OK;
 }
 
-int tp_sse_done(struct tp_buf *b) { return tp_buf_puts(b, "data: [DONE]\n\n"); }
+enum tp_status tp_sse_done(struct tp_buf *b) { return tp_buf_puts(b, "data: [DONE]\n\n"); }
 
-int tp_sse_comment(struct tp_buf *b, const char *text)
+enum tp_status tp_sse_comment(struct tp_buf *b, const char *text)
 {
-    if (tp_buf_puts(b, ": ") || tp_buf_puts(b, text) || tp_buf_puts(b, "\n\n")) return -1;
-    return 0;
+    if (tp_buf_puts(b, ": ") || tp_buf_puts(b, text) || tp_buf_puts(b, "\n\n")) return TP_ERR_NOMEM;
+    return TP_OK;
 }

@@ -94,12 +94,12 @@ static enum MHD_Result handle_cluster(struct tp_server *s, struct MHD_Connection
 {
     struct tp_api_error e;
     if (!tp_http_check_auth(s, c)) {
-        tp_api_fail(&e, 401, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
+        tp_api_err(&e, TP_ERR_DENIED, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
         return tp_http_send_error(s, c, &e);
     }
     char *json = tp_cluster_json(s);
     if (!json) {
-        tp_api_fail(&e, 500, NULL, "out of memory");
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
         return tp_http_send_error(s, c, &e);
     }
     tp_metrics_request(s->metrics, 200);
@@ -139,7 +139,8 @@ int tp_web_route(struct tp_server *s, struct MHD_Connection *c, const char *url,
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         /* answered before any body is read: the connection closes after it */
         struct tp_api_error e;
-        tp_api_fail(&e, 405, NULL, "method %s is not allowed on %s (GET only)", method, url);
+        struct tp_http_error_kind k = tp_http_error_kind(
+            tp_api_err(&e, TP_ERR_NOT_ALLOWED, NULL, "method %s is not allowed on %s (GET only)", method, url));
         char *json = tp_api_error_json(&e);
         struct MHD_Response *r =
             json ? MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_FREE) : NULL;
@@ -148,10 +149,10 @@ int tp_web_route(struct tp_server *s, struct MHD_Connection *c, const char *url,
             return (*ret = MHD_NO), 1;
         }
         MHD_add_response_header(r, "Content-Type", "application/json");
-        MHD_add_response_header(r, "Allow", "GET, HEAD");
+        MHD_add_response_header(r, "Allow", "GET, HEAD"); /* these routes: not the API's GET, HEAD, POST */
         MHD_add_response_header(r, "Connection", "close");
-        tp_metrics_request(s->metrics, 405);
-        *ret = tp_http_queue(s, c, 405, r);
+        tp_metrics_request(s->metrics, k.http_status);
+        *ret = tp_http_queue(s, c, k.http_status, r);
         MHD_destroy_response(r);
         return 1;
     }

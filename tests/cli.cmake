@@ -23,3 +23,15 @@ set_tests_properties(cli.kv_type_same_text PROPERTIES LABELS unit TIMEOUT 60)
 # launch --restart cannot apply to mpirun jobs (they cannot re-form in place): refused naming why.
 tp_expect_test(cli.launch_restart_mpi RC 2 REGEX "--restart does not apply to --backend mpi: an MPI job cannot re-form"
                LABELS unit COMMAND $<TARGET_FILE:tpserve> launch -n 2 --backend mpi --restart 3 -- true)
+# Every command's --help opens with a usage line that names the command (exit 0).
+add_test(NAME cli.help_names_command COMMAND sh -c
+  "bad=0; for c in version synth info generate plan shard serve launch bench 'bench comm' 'bench serve' \
+   'bench kernels' 'bench gen' 'bench nodes'; do \
+     out=$(\"$0\" $c --help 2>&1); rc=$?; first=$(printf '%s\\n' \"$out\" | head -n 1); \
+     case \"$first\" in 'Usage: '*\"tpserve $c \"*|'Usage: '*\"tpserve $c\") ;; *) echo \"$c: '$first'\"; bad=1;; esac; \
+     [ $rc -eq 0 ] || { echo \"$c --help: exit $rc\"; bad=1; }; done; exit $bad"
+  $<TARGET_FILE:tpserve>)
+set_tests_properties(cli.help_names_command PROPERTIES LABELS unit TIMEOUT 30)
+# bench comm --compare-mpi with --backend mpi would compare MPI with itself: a usage error, before any MPI start.
+tp_expect_test(cli.compare_mpi_backend_mpi RC 2 REGEX "it would compare MPI with itself" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> bench comm --compare-mpi --backend mpi)

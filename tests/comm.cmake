@@ -29,9 +29,18 @@ if(TP_WITH_MPI AND TP_MPIEXEC)
      n=$(printf '%s\\n' \"$out\" | grep -c '\"backend\":\"ring\".*\"mpi_lat_us_median\"'); [ \"$n\" -eq 3 ]"
     ${_tp_bin})
   set_tests_properties(comm.launch_compare_mpi PROPERTIES LABELS multirank TIMEOUT 60)
+  # The same command's table: the MPI columns in the header and in every row (9 fields).
+  add_test(NAME comm.launch_compare_mpi_table COMMAND sh -c
+    "out=$(\"$0\" launch -n 2 --backend mpi -- \"$0\" bench comm --compare-mpi --max-bytes 4K --iters 20) \
+     || exit 1; printf '%s\\n' \"$out\"; \
+     printf '%s\\n' \"$out\" | grep -q 'vs the same op through MPI' || exit 1; \
+     printf '%s\\n' \"$out\" | grep -q 'bytes.*iters.*lat_us.*mpi_lat_us.*mpi_busbw.*lat_ratio.*bw_ratio' || exit 1; \
+     n=$(printf '%s\\n' \"$out\" | grep -E '[0-9]K ' | sed 's/^.*<stdout>://' | awk '{print NF}' | grep -c '^9$'); [ \"$n\" -eq 3 ]"
+    ${_tp_bin})
+  set_tests_properties(comm.launch_compare_mpi_table PROPERTIES LABELS multirank TIMEOUT 60)
   if(TP_SANITIZE)
     # OpenMPI's exit-time leaks sit in plugins it dlclose()s: only full unwinding reaches libmpi (lsan.supp).
-    set_tests_properties(comm.launch_mpi comm.launch_compare_mpi PROPERTIES ENVIRONMENT
+    set_tests_properties(comm.launch_mpi comm.launch_compare_mpi comm.launch_compare_mpi_table PROPERTIES ENVIRONMENT
       "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0")
   endif()
 endif()

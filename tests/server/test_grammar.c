@@ -20,7 +20,9 @@ static tp_grammar_t *compile(const char *schema_json, char *err, size_t cap)
     cJSON *s = cJSON_Parse(schema_json);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     tp_grammar_t *g = NULL;
-    enum tp_status st = tp_grammar_from_schema(s, &g, err, cap);
+    struct tp_error e = {0};
+    enum tp_status st = tp_grammar_from_schema(s, &g, &e);
+    if (cap) snprintf(err, cap, "%s", tp_error_msg(&e));
     cJSON_Delete(s);
     return st == TP_OK ? g : NULL;
 }

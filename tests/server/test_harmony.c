@@ -43,20 +43,22 @@ static char *read_file(const char *path, size_t *len)
     return b;
 }
 
-/* Validate a chat request body and render it; returns the renderer's code (or -3 when the
- * validator refused), the prompt in out. */
+/* Validate a chat request body and render it: the renderer's status, or -1 when the validator
+ * refused it; the prompt in out, the reason in err. */
 static int render_body(const char *body, int add_gen, const char *date, struct tp_buf *out, char *err, size_t cap)
 {
     struct tp_req_params p;
     struct tp_api_error e;
-    if (tp_req_parse(body, strlen(body), 1, 1 << 20, 1 << 20, &p, &e) != 0) {
+    if (tp_req_parse(body, strlen(body), 1, 1 << 20, 1 << 20, &p, &e) != TP_OK) {
         snprintf(err, cap, "%s", e.message);
-        return -3;
+        return -1;
     }
     struct tp_harmony_opts o = {p.reasoning_effort, date, p.tools, add_gen};
-    int rc = tp_harmony_render(p.msgs, p.n_msgs, &o, out, err, cap);
+    struct tp_error te = {0};
+    enum tp_status rc = tp_harmony_render(p.msgs, p.n_msgs, &o, out, &te);
+    snprintf(err, cap, "%s", rc == TP_OK ? "" : tp_error_msg(&te));
     tp_req_params_free(&p);
-    return rc;
+    return (int)rc;
 }
 
 static void test_render_oracle(void)
@@ -78,7 +80,7 @@ static void test_render_oracle(void)
         char err[512] = "";
         int rc = render_body(body, add_gen, date, &out, err, sizeof err);
         if (want) {
-            int same = rc == 0 && out.data && strcmp(out.data, want->valuestring) == 0;
+            int same = rc == TP_OK && out.data && strcmp(out.data, want->valuestring) == 0;
             if (!same)
                 fprintf(stderr, "case %d (rc %d %s):\n got  %s\n want %s\n", i, rc, err, out.data ? out.data : "",
                         want->valuestring);
@@ -86,9 +88,9 @@ static void test_render_oracle(void)
         } else {
             /* the template raises: refused with its message */
             const char *msg = cJSON_GetObjectItem(c, "error")->valuestring;
-            if (rc != -1 || strstr(msg, err) == NULL)
+            if (rc != TP_ERR_INVALID_ARG || strstr(msg, err) == NULL)
                 fprintf(stderr, "case %d: rc %d err '%s', want the template's error '%s'\n", i, rc, err, msg);
-            CU_ASSERT_EQUAL(rc, -1);
+            CU_ASSERT_EQUAL(rc, TP_ERR_INVALID_ARG);
             CU_ASSERT_PTR_NOT_NULL(strstr(msg, err));
             n_err++;
         }
@@ -107,22 +109,22 @@ static void test_render_refusals(void)
     /* a system message after the first: the template would drop it */
     CU_ASSERT_EQUAL(render_body("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"b\"}]}",
                                 1, "2025-01-01", &out, err, sizeof err),
-                    -1);
+                    TP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "messages[1]"));
     tp_buf_free(&out);
     memset(&out, 0, sizeof out);
     CU_ASSERT_EQUAL(render_body("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"reasoning_effort\":\"max\"}", 1,
                                 "2025-01-01", &out, err, sizeof err),
-                    -3);
+                    -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "reasoning_effort"));
     CU_ASSERT_EQUAL(render_body("{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"type\":\"function\","
                                 "\"function\":{\"name\":\"f\",\"arguments\":\"{not json\"}}]}]}",
                                 1, "2025-01-01", &out, err, sizeof err),
-                    -3);
+                    -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "arguments"));
     CU_ASSERT_EQUAL(render_body("{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"reasoning_content\":\"r\"}]}", 1,
                                 "2025-01-01", &out, err, sizeof err),
-                    -3);
+                    -1);
     /* several calls in one assistant turn: each its own commentary message; results by tool_call_id */
     CU_ASSERT_EQUAL(render_body("{\"messages\":[{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\",\"tool_calls\":["
                                 "{\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}},"
@@ -130,7 +132,7 @@ static void test_render_refusals(void)
                                 "{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"ra\"},"
                                 "{\"role\":\"tool\",\"tool_call_id\":\"b\",\"content\":\"rb\"}]}",
                                 0, "2025-01-01", &out, err, sizeof err),
-                    0);
+                    TP_OK);
     CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "<|start|>user<|message|>u<|end|>"
                                             "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{\"x\": 1}<|call|>"
                                             "<|start|>assistant to=functions.g<|channel|>commentary json<|message|>[]<|call|>"
@@ -291,8 +293,7 @@ static void collect(const struct script *s, struct collected *c)
         int n = k <= s->n ? k : s->n, done = k > s->n;
         size_t len = n > 0 ? s->toks[n - 1].text_end : 0;
         cJSON *d = cJSON_CreateArray();
-        int got = tp_harmony_deltas(&ids, s->toks, n, s->text, len, done, "req1", &cur, d);
-        CU_ASSERT_EQUAL(got, cJSON_GetArraySize(d));
+        CU_ASSERT_EQUAL(tp_harmony_deltas(&ids, s->toks, n, s->text, len, done, "req1", &cur, d), TP_OK);
         const cJSON *x;
         cJSON_ArrayForEach(x, d)
         {
@@ -356,7 +357,7 @@ static void test_stream_and_message(void)
 
     cJSON *msg = cJSON_CreateObject();
     int n_calls = -1;
-    CU_ASSERT_EQUAL(tp_harmony_message(&ids, s.toks, s.n, s.text, s.len, "req1", msg, &n_calls), 0);
+    CU_ASSERT_EQUAL(tp_harmony_message(&ids, s.toks, s.n, s.text, s.len, "req1", msg, &n_calls), TP_OK);
     CU_ASSERT_EQUAL(n_calls, 1);
     CU_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(msg, "content")));
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(msg, "reasoning_content")->valuestring, "The user wants \"weather\".");
@@ -389,7 +390,7 @@ static void test_stream_and_message(void)
     CU_ASSERT_EQUAL(c.n_announce, 0);
     collected_free(&c);
     msg = cJSON_CreateObject();
-    CU_ASSERT_EQUAL(tp_harmony_message(&ids, f.toks, f.n, f.text, f.len, "r", msg, &n_calls), 0);
+    CU_ASSERT_EQUAL(tp_harmony_message(&ids, f.toks, f.n, f.text, f.len, "r", msg, &n_calls), TP_OK);
     CU_ASSERT_EQUAL(n_calls, 0);
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(msg, "content")->valuestring, "It is 4.");
     CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(msg, "tool_calls"));

@@ -16,7 +16,7 @@
 
 /* ------------------------------------------------------------ validation */
 
-static int parse(const char *body, int chat, struct tp_req_params *p, struct tp_api_error *e)
+static enum tp_status parse(const char *body, int chat, struct tp_req_params *p, struct tp_api_error *e)
 {
     return tp_req_parse(body, strlen(body), chat, 512, 256, p, e);
 }
@@ -26,13 +26,15 @@ static void expect_bad(const char *body, int chat, const char *param)
     struct tp_req_params p;
     struct tp_api_error e;
     memset(&e, 0, sizeof e);
-    int rc = parse(body, chat, &p, &e);
-    if (rc == 0) {
+    enum tp_status rc = parse(body, chat, &p, &e);
+    if (rc == TP_OK) {
         fprintf(stderr, "accepted but should be refused: %s\n", body);
         tp_req_params_free(&p);
     }
-    CU_ASSERT_EQUAL(rc, -1);
-    CU_ASSERT_EQUAL(e.status, 400);
+    CU_ASSERT_NOT_EQUAL(rc, TP_OK);
+    CU_ASSERT_EQUAL(e.status, rc);
+    CU_ASSERT(rc == TP_ERR_INVALID_ARG || rc == TP_ERR_FORMAT || rc == TP_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(tp_http_error_kind(rc).http_status, 400);
     if (param) {
         if (strcmp(e.param, param) != 0) fprintf(stderr, "%s: param '%s', want '%s'\n", body, e.param, param);
         CU_ASSERT_STRING_EQUAL(e.param, param);
@@ -252,8 +254,8 @@ static void test_nul_strings(void)
     CU_ASSERT_EQUAL_FATAL(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"},{\"role\":\"assistant\","
                                 "\"content\":[{\"type\":\"text\",\"text\":\"\\u0000\"}]}]}", 1, &p, &e), 0);
     struct tp_buf out = {0};
-    char msg[128];
-    CU_ASSERT_EQUAL_FATAL(tp_chat_render(TP_CHAT_PLAIN, p.msgs, p.n_msgs, 1, "", "", NULL, &out, msg, sizeof msg), 0);
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_chat_render(TP_CHAT_PLAIN, p.msgs, p.n_msgs, 1, "", "", NULL, &out, &err), TP_OK);
     size_t n = tp_json_decode_nul(out.data, out.len);
     const char want[] = "user: a\0b\nassistant: \0\nassistant:";
     CU_ASSERT_EQUAL(n, sizeof want - 1);
@@ -267,22 +269,23 @@ static void test_nul_strings(void)
     expect_bad("{\"prompt\":\"a\",\"model\":\"m\\u0000\"}", 0, "model");
     /* a raw NUL byte in the body, and the C0 80 sentinel written raw (invalid UTF-8) */
     static const char raw[] = "{\"prompt\":\"a\0b\"}";
-    CU_ASSERT_EQUAL(tp_req_parse(raw, sizeof raw - 1, 0, 512, 256, &p, &e), -1);
-    CU_ASSERT_EQUAL(e.status, 400);
+    CU_ASSERT_EQUAL(tp_req_parse(raw, sizeof raw - 1, 0, 512, 256, &p, &e), TP_ERR_FORMAT);
+    CU_ASSERT_EQUAL(e.status, TP_ERR_FORMAT);
+    CU_ASSERT_EQUAL(tp_http_error_kind(e.status).http_status, 400);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.message, "NUL"));
     expect_bad("{\"prompt\":\"a\xC0\x80\"}", 0, NULL);
     /* a high surrogate followed by \u0000 is not a pair */
     expect_bad("{\"prompt\":\"\\ud800\\u0000\"}", 0, NULL);
     /* the error offset counts the original \u0000 escapes */
     expect_bad("{\"prompt\":\"\\u0000\" x}", 0, NULL);
-    CU_ASSERT_EQUAL(tp_req_parse("{\"prompt\":\"\\u0000\" x}", 21, 0, 512, 256, &p, &e), -1);
+    CU_ASSERT_EQUAL(tp_req_parse("{\"prompt\":\"\\u0000\" x}", 21, 0, 512, 256, &p, &e), TP_ERR_FORMAT);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.message, "byte 19"));
 
     /* output: NUL bytes printed as \u0000, invalid UTF-8 as U+FFFD, keys too */
     cJSON *o = cJSON_CreateObject();
-    CU_ASSERT_EQUAL(tp_json_add_bytes(o, "t", "a\0b\xff\n", 5), 0);
+    CU_ASSERT_EQUAL(tp_json_add_bytes(o, "t", "a\0b\xff\n", 5), TP_OK);
     struct tp_buf key = {0};
-    CU_ASSERT_EQUAL(tp_json_encode_bytes("\0", 1, &key), 0);
+    CU_ASSERT_EQUAL(tp_json_encode_bytes("\0", 1, &key), TP_OK);
     cJSON_AddNumberToObject(o, key.data, 1);
     tp_buf_free(&key);
     char *js = tp_json_print(o);
@@ -292,14 +295,14 @@ static void test_nul_strings(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(back);
     char *b = NULL;
     size_t bl = 0;
-    CU_ASSERT_EQUAL(tp_json_bytes(cJSON_GetObjectItemCaseSensitive(back, "t"), &b, &bl), 0);
+    CU_ASSERT_EQUAL(tp_json_bytes(cJSON_GetObjectItemCaseSensitive(back, "t"), &b, &bl), TP_OK);
     CU_ASSERT(bl == 7 && memcmp(b, "a\0b\xEF\xBF\xBD\n", 7) == 0);
     free(b);
     cJSON_Delete(back);
     free(js);
     cJSON_Delete(o);
     /* an error message quoting a NUL-holding value stays valid JSON */
-    tp_api_fail(&e, 400, "x", "bad '%s'", "a\xC0\x80");
+    tp_api_err(&e, TP_ERR_INVALID_ARG, "x", "bad '%s'", "a\xC0\x80");
     js = tp_api_error_json(&e);
     CU_ASSERT_PTR_NOT_NULL(strstr(js, "bad 'a\\u0000'"));
     CU_ASSERT(tp_srv_utf8_valid(js, strlen(js)));
@@ -312,9 +315,9 @@ static uint64_t seed_of(const char *body)
 {
     struct tp_req_params p;
     struct tp_api_error e;
-    int rc = parse(body, 0, &p, &e);
-    CU_ASSERT_EQUAL(rc, 0);
-    if (rc != 0) {
+    enum tp_status rc = parse(body, 0, &p, &e);
+    CU_ASSERT_EQUAL(rc, TP_OK);
+    if (rc != TP_OK) {
         fprintf(stderr, "%s: %s\n", body, e.message);
         return 0;
     }
@@ -418,16 +421,16 @@ static void test_logit_bias_parse(void)
     tp_buf_puts(&b, "{\"prompt\":\"a\",\"logit_bias\":{");
     for (int i = 0; i < 512; i++) tp_buf_printf(&b, "%s\"%d\":-100", i ? "," : "", i);
     tp_buf_puts(&b, "}}");
-    CU_ASSERT_EQUAL(tp_req_parse(b.data, b.len, 0, 512, 256, &p, &e), -1);
+    CU_ASSERT_EQUAL(tp_req_parse(b.data, b.len, 0, 512, 256, &p, &e), TP_ERR_INVALID_ARG);
     CU_ASSERT_STRING_EQUAL(e.param, "logit_bias");
-    CU_ASSERT_EQUAL(tp_req_parse(b.data, b.len, 0, 513, 256, &p, &e), 0); /* one token left */
+    CU_ASSERT_EQUAL(tp_req_parse(b.data, b.len, 0, 513, 256, &p, &e), TP_OK); /* one token left */
     CU_ASSERT_EQUAL(p.n_logit_bias, 512);
     tp_req_params_free(&p);
     b.len = 0;
     tp_buf_puts(&b, "{\"prompt\":\"a\",\"logit_bias\":{");
     for (int i = 0; i <= TP_MAX_LOGIT_BIAS; i++) tp_buf_printf(&b, "%s\"%d\":1", i ? "," : "", i);
     tp_buf_puts(&b, "}}");
-    CU_ASSERT_EQUAL(tp_req_parse(b.data, b.len, 0, 2048, 256, &p, &e), -1);
+    CU_ASSERT_EQUAL(tp_req_parse(b.data, b.len, 0, 2048, 256, &p, &e), TP_ERR_INVALID_ARG);
     CU_ASSERT_STRING_EQUAL(e.param, "logit_bias");
     tp_buf_free(&b);
 }
@@ -437,22 +440,55 @@ static void test_logit_bias_parse(void)
 static void test_sse_and_errors(void)
 {
     struct tp_buf b = {0};
-    CU_ASSERT_EQUAL(tp_sse_data(&b, "{\"a\":1}"), 0);
-    CU_ASSERT_EQUAL(tp_sse_comment(&b, "keep-alive"), 0);
-    CU_ASSERT_EQUAL(tp_sse_done(&b), 0);
+    CU_ASSERT_EQUAL(tp_sse_data(&b, "{\"a\":1}"), TP_OK);
+    CU_ASSERT_EQUAL(tp_sse_comment(&b, "keep-alive"), TP_OK);
+    CU_ASSERT_EQUAL(tp_sse_done(&b), TP_OK);
     CU_ASSERT_STRING_EQUAL(b.data, "data: {\"a\":1}\n\n: keep-alive\n\ndata: [DONE]\n\n");
     tp_buf_free(&b);
 
     struct tp_api_error e;
-    CU_ASSERT_EQUAL(tp_api_fail(&e, 429, NULL, "busy %d", 3), -1);
+    CU_ASSERT_EQUAL(tp_api_err(&e, TP_ERR_FULL, NULL, "busy %d", 3), TP_ERR_FULL);
     char *j = tp_api_error_json(&e);
     CU_ASSERT_STRING_EQUAL(j, "{\"error\":{\"message\":\"busy 3\",\"type\":\"rate_limit_error\",\"param\":null,"
                               "\"code\":\"rate_limit_exceeded\"}}");
     free(j);
-    tp_api_fail(&e, 400, "max_tokens", "bad \"quote\"");
+    tp_api_err(&e, TP_ERR_INVALID_ARG, "max_tokens", "bad \"quote\"");
     j = tp_api_error_json(&e);
     CU_ASSERT_STRING_EQUAL(j, "{\"error\":{\"message\":\"bad \\\"quote\\\"\",\"type\":\"invalid_request_error\","
                               "\"param\":\"max_tokens\",\"code\":null}}");
+    free(j);
+
+    /* the one status -> HTTP mapping of the edge (docs/http.md lists it) */
+    static const struct {
+        enum tp_status st;
+        int http;
+        const char *type, *header;
+    } map[] = {
+        {TP_ERR_INVALID_ARG, 400, "invalid_request_error", NULL}, {TP_ERR_FORMAT, 400, "invalid_request_error", NULL},
+        {TP_ERR_UNSUPPORTED, 400, "invalid_request_error", NULL}, {TP_ERR_DENIED, 401, "invalid_request_error", "WWW-Authenticate"},
+        {TP_ERR_NOT_FOUND, 404, "invalid_request_error", NULL},   {TP_ERR_NOT_ALLOWED, 405, "invalid_request_error", "Allow"},
+        {TP_ERR_TOO_LARGE, 413, "invalid_request_error", NULL},   {TP_ERR_FULL, 429, "rate_limit_error", "Retry-After"},
+        {TP_ERR_PROTOCOL, 431, "invalid_request_error", NULL},    {TP_ERR_CANCELLED, 499, "invalid_request_error", NULL},
+        {TP_ERR_NOMEM, 500, "server_error", NULL},                {TP_ERR_INTERNAL, 500, "server_error", NULL},
+        {TP_ERR_IO, 500, "server_error", NULL},                   {TP_ERR_BUSY, 503, "server_error", "Retry-After"},
+        {TP_ERR_PEER, 503, "server_error", "Retry-After"},        {TP_ERR_TIMEOUT, 503, "server_error", "Retry-After"},
+        {TP_ERR_POISONED, 503, "server_error", "Retry-After"},
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(map); i++) {
+        struct tp_http_error_kind k = tp_http_error_kind(map[i].st);
+        CU_ASSERT_EQUAL(k.http_status, map[i].http);
+        CU_ASSERT_STRING_EQUAL(k.type, map[i].type);
+        if (map[i].header) {
+            CU_ASSERT(k.header_name && strcmp(k.header_name, map[i].header) == 0);
+        } else {
+            CU_ASSERT_PTR_NULL(k.header_name);
+        }
+    }
+    /* a request-specific code overrides the status's default */
+    tp_api_err(&e, TP_ERR_NOT_FOUND, "model", "no model");
+    e.code = "model_not_found";
+    j = tp_api_error_json(&e);
+    CU_ASSERT_PTR_NOT_NULL(strstr(j, "\"code\":\"model_not_found\""));
     free(j);
 
     CU_ASSERT(tp_srv_utf8_valid("h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80", 15));
@@ -591,20 +627,21 @@ static void test_chat_templates_vs_jinja(void)
         }
         int add_gen = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
         struct tp_buf out = {0};
-        char err[256] = "";
-        int rc = tp_chat_render(f, m, nm, add_gen, cJSON_GetObjectItem(c, "bos")->valuestring,
-                                cJSON_GetObjectItem(c, "eos")->valuestring, default_system, &out, err, sizeof err);
+        struct tp_error terr = {0};
+        enum tp_status rc = tp_chat_render(f, m, nm, add_gen, cJSON_GetObjectItem(c, "bos")->valuestring,
+                                           cJSON_GetObjectItem(c, "eos")->valuestring, default_system, &out, &terr);
+        const char *err = tp_error_msg(&terr);
         const cJSON *exp = cJSON_GetObjectItem(c, "expected");
         if (exp) {
             const char *got = out.data ? out.data : "";
-            if (rc != 0 || strcmp(got, exp->valuestring) != 0)
+            if (rc != TP_OK || strcmp(got, exp->valuestring) != 0)
                 fprintf(stderr, "%s case %d: got rc %d '%s'\n  want '%s'\n", fam, n, rc, got, exp->valuestring);
-            CU_ASSERT_EQUAL(rc, 0);
+            CU_ASSERT_EQUAL(rc, TP_OK);
             CU_ASSERT_STRING_EQUAL(got, exp->valuestring);
         } else {
             const char *want = cJSON_GetObjectItem(c, "error")->valuestring;
-            if (rc != -1 || !strstr(want, err)) fprintf(stderr, "%s case %d: rc %d err '%s', want error '%s'\n", fam, n, rc, err, want);
-            CU_ASSERT_EQUAL(rc, -1);
+            if (rc != TP_ERR_INVALID_ARG || !strstr(want, err)) fprintf(stderr, "%s case %d: rc %d err '%s', want error '%s'\n", fam, n, rc, err, want);
+            CU_ASSERT_EQUAL(rc, TP_ERR_INVALID_ARG);
             CU_ASSERT_PTR_NOT_NULL(strstr(want, err));
             n_err++;
         }
@@ -690,13 +727,14 @@ static void test_validate_fuzz(void)
         struct tp_req_params p;
         struct tp_api_error e;
         int chat = (it % 3) == 2;
-        int rc = tp_req_parse(buf, len, chat, 512, 256, &p, &e);
-        if (rc == 0) {
+        enum tp_status rc = tp_req_parse(buf, len, chat, 512, 256, &p, &e);
+        if (rc == TP_OK) {
             n_ok++;
             tp_req_params_free(&p);
         } else {
             n_bad++;
-            CU_ASSERT(e.status == 400 || e.status == 500);
+            int http = tp_http_error_kind(e.status).http_status;
+            CU_ASSERT(e.status == rc && (http == 400 || http == 500));
             CU_ASSERT(e.message[0] != '\0');
         }
     }

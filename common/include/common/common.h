@@ -58,6 +58,11 @@ enum tp_status {
     TP_ERR_NOT_FOUND,    /* named thing does not exist                    */
     TP_ERR_INTERNAL,     /* our own invariant broke (a bug)               */
     TP_ERR_INIT,         /* a runtime we depend on failed to start (MPI)  */
+    TP_ERR_DENIED,       /* credentials missing or wrong                  */
+    TP_ERR_TOO_LARGE,    /* input over a configured size limit            */
+    TP_ERR_BUSY,         /* not available now (loading, at a capacity
+                          * limit, stopping); retrying later can succeed  */
+    TP_ERR_NOT_ALLOWED,  /* operation not permitted on this object        */
     TP_STATUS_COUNT
 };
 
