@@ -59,7 +59,10 @@ static const char *finish_str(const struct tp_req *r)
 
 /* ------------------------------------------------------- harmony replies */
 
-static int is_harmony(const struct tp_server *s, const struct tp_req *r) { return r->chat && s->chat == TP_CHAT_HARMONY; }
+static int is_harmony(const struct tp_server *s, const struct tp_req *r)
+{
+    return r->chat && s->chat == TP_CHAT_HARMONY;
+}
 /* qwen3-family replies: <think> reasoning split from the answer (not a forced tool call). */
 static int is_think(const struct tp_server *s, const struct tp_req *r)
 {

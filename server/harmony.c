@@ -164,7 +164,10 @@ static enum tp_status js_concat(const cJSON *v, struct tp_buf *o)
 
 /* ------------------------------------------------- the template's helpers */
 
-static const cJSON *get(const cJSON *o, const char *k) { return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL; }
+static const cJSON *get(const cJSON *o, const char *k)
+{
+    return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+}
 
 /* Jinja truthiness of a value (absent and null are false). */
 static int truthy(const cJSON *v)
@@ -478,7 +481,8 @@ enum tp_status tp_harmony_render(const struct tp_chat_msg *msgs, int n, const st
         const char *content = m->content ? m->content : "";
         if (strcmp(m->role, "assistant") == 0) {
             if (has_channel_tags(content) || has_channel_tags(m->reasoning)) {
-                rc = tp_error_set(err, TP_ERR_INVALID_ARG, CHANNEL_TAGS_ERR, has_channel_tags(content) ? "content" : "thinking");
+                rc = tp_error_set(err, TP_ERR_INVALID_ARG, CHANNEL_TAGS_ERR,
+                                  has_channel_tags(content) ? "content" : "thinking");
                 break;
             }
             if (m->tool_calls) {
@@ -491,7 +495,8 @@ enum tp_status tp_harmony_render(const struct tp_chat_msg *msgs, int n, const st
                 rc = render_calls(msgs, n, i, calls, o, err);
                 cJSON_Delete(last_calls);
                 last_calls = calls;
-                const cJSON *ln = get(get(cJSON_GetArrayItem(calls, cJSON_GetArraySize(calls) - 1), "function"), "name");
+                const cJSON *last = cJSON_GetArrayItem(calls, cJSON_GetArraySize(calls) - 1);
+                const cJSON *ln = get(get(last, "function"), "name");
                 last_call = cJSON_IsString(ln) ? ln->valuestring : NULL;
             } else if (i == n - 1 && !add_gen) {
                 if (m->reasoning) rc = message(o, "analysis", m->reasoning, "<|end|>");
@@ -502,8 +507,9 @@ enum tp_status tp_harmony_render(const struct tp_chat_msg *msgs, int n, const st
             }
         } else if (strcmp(m->role, "tool") == 0) {
             if (!last_call) {
-                rc = tp_error_set(err, TP_ERR_INVALID_ARG,
-                                  "Message has tool role, but there was no previous assistant message with a tool call!");
+                rc = tp_error_set(err, TP_ERR_INVALID_ARG, "%s",
+                                  "Message has tool role, but there was no previous assistant message with a tool "
+                                  "call!");
                 break;
             }
             const char *name = last_call;

@@ -199,8 +199,9 @@ int tp_harmony_scan(const struct tp_harmony_ids *h, const struct tp_gen_tok *tok
  * "call_<req_id>_<k>", type, function {name, arguments}}) to msg; *n_calls
  * set.  Returns TP_OK, TP_ERR_NOMEM.
  */
-enum tp_status tp_harmony_message(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text,
-                       size_t text_len, const char *req_id, struct cJSON *msg, int *n_calls);
+enum tp_status tp_harmony_message(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n,
+                                  const char *text, size_t text_len, const char *req_id, struct cJSON *msg,
+                                  int *n_calls);
 /* Where a stream stands: the body being sent, bytes of it sent, its call announced, calls finished. */
 struct tp_harmony_cursor {
     int seg;
@@ -215,8 +216,9 @@ struct tp_harmony_cursor {
  * {"tool_calls": [{index, function {arguments: text}}]} as it grows) and
  * advances cur.  Returns TP_OK, TP_ERR_NOMEM.
  */
-enum tp_status tp_harmony_deltas(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text,
-                      size_t text_len, int done, const char *req_id, struct tp_harmony_cursor *cur, struct cJSON *deltas);
+enum tp_status tp_harmony_deltas(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n,
+                                 const char *text, size_t text_len, int done, const char *req_id,
+                                 struct tp_harmony_cursor *cur, struct cJSON *deltas);
 
 /* ==================================== <think> reasoning (qwen3 family) ===== */
 
