@@ -59,9 +59,11 @@ static const char *finish_str(const struct tp_req *r)
 
 /* ------------------------------------------------------- harmony replies */
 
+/* harmony replies are split by channel; one under response_format's grammar is plain JSON text (the
+ * grammar leaves the model no channel tokens), answered as content like any other template's. */
 static int is_harmony(const struct tp_server *s, const struct tp_req *r)
 {
-    return r->chat && s->chat == TP_CHAT_HARMONY;
+    return r->chat && s->chat == TP_CHAT_HARMONY && !r->params.grammar;
 }
 /* qwen3-family replies: <think> reasoning split from the answer (not a forced tool call). */
 static int is_think(const struct tp_server *s, const struct tp_req *r)
