@@ -21,26 +21,27 @@
 enum bench_op { OP_ALL_SUM = 0, OP_ALL_GATHER, OP_SUM_SCATTER, OP_BROADCAST, OP_COUNT };
 static const char *const op_names[OP_COUNT] = {"all_sum", "all_gather", "sum_scatter", "broadcast"};
 
-static int parse_bytes(const char *s, size_t *out)
+/* "64K", "1MiB", "4G", "512": bytes.  TP_OK or TP_ERR_INVALID_ARG. */
+static enum tp_status parse_bytes(const char *s, size_t *out)
 {
     char *end = NULL;
     double v = strtod(s, &end);
-    if (end == s || v < 0) return -1;
+    if (end == s || v < 0) return TP_ERR_INVALID_ARG;
     double mult = 1;
     if (*end) {
         switch (toupper((unsigned char)*end)) {
         case 'K': mult = 1024.0; break;
         case 'M': mult = 1024.0 * 1024.0; break;
         case 'G': mult = 1024.0 * 1024.0 * 1024.0; break;
-        default: return -1;
+        default: return TP_ERR_INVALID_ARG;
         }
         end++;
         if (*end == 'i' || *end == 'I') end++;
         if (*end == 'B' || *end == 'b') end++;
-        if (*end) return -1;
+        if (*end) return TP_ERR_INVALID_ARG;
     }
     *out = (size_t)(v * mult);
-    return 0;
+    return TP_OK;
 }
 
 static enum tp_status run_op(tp_comm_t *c, enum bench_op op, void *a, void *b, size_t count, enum tp_dtype dt)
@@ -53,38 +54,40 @@ static enum tp_status run_op(tp_comm_t *c, enum bench_op op, void *a, void *b, s
     }
 }
 
-static double median_max(tp_comm_t *c, double *times, int iters)
+/* *med = the median of times[0..iters), maxed over the ranks of c. */
+static enum tp_status median_max(tp_comm_t *c, double *times, int iters, double *med)
 {
-    double med = tp_median(times, iters);
-    if (tp_comm_all_max(c, &med, &med, 1, TP_DTYPE_I64) != TP_OK) return -1; /* positive doubles order like i64 */
-    return med;
+    *med = tp_median(times, iters);
+    return tp_comm_all_max(c, med, med, 1, TP_DTYPE_I64); /* positive doubles order like i64 */
 }
 
-/* Median seconds per call over iters timed calls, max over ranks; with a
+/* *t = median seconds per call over iters timed calls, max over ranks; with a
  * second group (mpi), its calls alternate with ours one by one so both see
- * the same machine load.  Returns <0 on failure (*which = 1: the mpi one). */
-static double measure(tp_comm_t *c, tp_comm_t *mpi, enum bench_op op, void *a, void *b, size_t count,
-                      enum tp_dtype dt, int iters, int warmup, double *times, double *mtimes, double *mpi_med,
-                      int *which)
+ * the same machine load, and *mpi_t is its median.  On failure the status of
+ * the failed call, *which = 1 when it was the mpi group's. */
+static enum tp_status measure(tp_comm_t *c, tp_comm_t *mpi, enum bench_op op, void *a, void *b, size_t count,
+                              enum tp_dtype dt, int iters, int warmup, double *times, double *mtimes, double *t,
+                              double *mpi_t, int *which)
 {
+    enum tp_status st;
     *which = 0;
-    if (tp_comm_barrier(c) != TP_OK) return -1;
+    if ((st = tp_comm_barrier(c)) != TP_OK) return st;
     for (int i = 0; i < warmup; i++) {
-        if (run_op(c, op, a, b, count, dt) != TP_OK) return -1;
-        if (mpi && run_op(mpi, op, a, b, count, dt) != TP_OK) return *which = 1, -1;
+        if ((st = run_op(c, op, a, b, count, dt)) != TP_OK) return st;
+        if (mpi && (st = run_op(mpi, op, a, b, count, dt)) != TP_OK) return *which = 1, st;
     }
     for (int i = 0; i < iters; i++) {
         uint64_t t0 = tp_now_ns();
-        if (run_op(c, op, a, b, count, dt) != TP_OK) return -1;
+        if ((st = run_op(c, op, a, b, count, dt)) != TP_OK) return st;
         uint64_t t1 = tp_now_ns();
         times[i] = (double)(t1 - t0) * 1e-9;
         if (mpi) {
-            if (run_op(mpi, op, a, b, count, dt) != TP_OK) return *which = 1, -1;
+            if ((st = run_op(mpi, op, a, b, count, dt)) != TP_OK) return *which = 1, st;
             mtimes[i] = (double)(tp_now_ns() - t1) * 1e-9;
         }
     }
-    if (mpi && (*mpi_med = median_max(mpi, mtimes, iters)) < 0) return *which = 1, -1;
-    return median_max(c, times, iters);
+    if (mpi && (st = median_max(mpi, mtimes, iters, mpi_t)) != TP_OK) return *which = 1, st;
+    return median_max(c, times, iters, t);
 }
 
 static double bus_factor(enum bench_op op, int n)
@@ -141,170 +144,223 @@ static enum tp_status ring_via_mpi(tp_comm_t *mpi, const struct tp_comm_config *
     return tp_comm_init(&cfg, out, err);
 }
 
-int tp_bench_comm(int argc, char **argv)
+/* ------------------------------------------------------------------ parse */
+
+struct bc_opts {
+    const char *backend; /* NULL: TP_BACKEND or ring */
+    enum bench_op op;
+    enum tp_dtype dt;
+    size_t min_b, max_b;
+    int iters, warmup, json, compare_mpi;
+};
+
+/* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after --help, 2 after printing a
+ * usage error. */
+static int bc_parse(int argc, char **argv, struct bc_opts *o)
 {
-    const char *backend = NULL, *opname = "all_sum", *dtname = "f32", *min_s = "1K", *max_s = "256M";
-    int iters = 0, warmup = -1, json = 0, compare_mpi = 0;
+    const char *opname = "all_sum", *dtname = "f32", *min_s = "1K", *max_s = "256M";
+    *o = (struct bc_opts){.warmup = -1};
     const struct tp_opt opts[] = {
-        {"backend", 'b', TP_OPT_STRING, &backend, "NAME", "ring | rdma | mpi (default: TP_BACKEND or ring)", 0, 0},
+        {"backend", 'b', TP_OPT_STRING, &o->backend, "NAME", "ring | rdma | mpi (default: TP_BACKEND or ring)", 0, 0},
         {"op", 0, TP_OPT_STRING, &opname, "OP", "all_sum (default) | all_gather | sum_scatter | broadcast", 0, 0},
         {"dtype", 0, TP_OPT_STRING, &dtname, "T", "f32 (default) | f16 | bf16 | i32 | i64 | u8", 0, 0},
         {"min-bytes", 0, TP_OPT_STRING, &min_s, "SIZE", "smallest message (default 1K; K/M/G suffixes)", 0, 0},
         {"max-bytes", 0, TP_OPT_STRING, &max_s, "SIZE", "largest message (default 256M)", 0, 0},
-        {"iters", 0, TP_OPT_INT, &iters, "N", "timed calls per size (default: by size, 5..1000)", 1, 500000},
-        {"warmup", 0, TP_OPT_INT, &warmup, "N", "untimed calls per size first (default: iters/10, >= 2)", 0, 1000000},
-        {"json", 0, TP_OPT_FLAG, &json, NULL, "one JSON object per line instead of the table", 0, 0},
-        {"compare-mpi", 0, TP_OPT_FLAG, &compare_mpi, NULL, "also time the same op through MPI in the same run (needs mpirun)",
-         0, 0},
+        {"iters", 0, TP_OPT_INT, &o->iters, "N", "timed calls per size (default: by size, 5..1000)", 1, 500000},
+        {"warmup", 0, TP_OPT_INT, &o->warmup, "N", "untimed calls per size first (default: iters/10, >= 2)", 0,
+         1000000},
+        {"json", 0, TP_OPT_FLAG, &o->json, NULL, "one JSON object per line instead of the table", 0, 0},
+        {"compare-mpi", 0, TP_OPT_FLAG, &o->compare_mpi, NULL,
+         "also time the same op through MPI in the same run (needs an MPI group)", 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int np = 0;
     int rc = tp_cli_parse("bench comm",
                           "Usage: tpserve launch -n 2 -- tpserve bench comm [options]\n"
+                          "       tpserve launch -n 2 --backend mpi -- tpserve bench comm --compare-mpi [options]\n"
                           "       mpirun -n 2 --mca btl tcp,self tpserve bench comm --compare-mpi [options]",
                           opts, argc, argv, NULL, 0, &np, NULL, NULL);
-    TP_CLI_RETURN_UNLESS_PARSED(rc);
-    enum bench_op op = OP_COUNT;
+    if (rc) return rc;
+    o->op = OP_COUNT;
     for (int i = 0; i < OP_COUNT; i++)
-        if (strcmp(opname, op_names[i]) == 0) op = (enum bench_op)i;
-    if (op == OP_COUNT) {
+        if (strcmp(opname, op_names[i]) == 0) o->op = (enum bench_op)i;
+    if (o->op == OP_COUNT) {
         fprintf(stderr, "tpserve bench comm: --op must be all_sum, all_gather, sum_scatter or broadcast, got '%s'\n",
                 opname);
         return 2;
     }
-    enum tp_dtype dt = TP_DTYPE_COUNT;
+    o->dt = TP_DTYPE_COUNT;
     for (int i = 0; i < TP_DTYPE_COUNT; i++)
-        if (strcmp(dtname, tp_dtype_name((enum tp_dtype)i)) == 0) dt = (enum tp_dtype)i;
-    if (dt == TP_DTYPE_COUNT) {
+        if (strcmp(dtname, tp_dtype_name((enum tp_dtype)i)) == 0) o->dt = (enum tp_dtype)i;
+    if (o->dt == TP_DTYPE_COUNT) {
         fprintf(stderr, "tpserve bench comm: --dtype must be f32, f16, bf16, i32, i64 or u8, got '%s'\n", dtname);
         return 2;
     }
-    size_t min_b = 0, max_b = 0;
-    if (parse_bytes(min_s, &min_b) || parse_bytes(max_s, &max_b) || min_b < 1 || max_b < min_b ||
-        max_b > ((size_t)4 << 30)) {
+    if (parse_bytes(min_s, &o->min_b) != TP_OK || parse_bytes(max_s, &o->max_b) != TP_OK || o->min_b < 1 ||
+        o->max_b < o->min_b || o->max_b > ((size_t)4 << 30)) {
         fprintf(stderr, "tpserve bench comm: want 1 <= --min-bytes <= --max-bytes <= 4G (e.g. 1K, 256M), got %s / %s\n",
                 min_s, max_s);
         return 2;
     }
-    if (compare_mpi && backend && strcmp(backend, "mpi") == 0) {
+    enum tp_comm_backend be;
+    if (o->backend && tp_comm_backend_parse(o->backend, &be) != TP_OK) {
+        fprintf(stderr, "tpserve bench comm: --backend must be ring, rdma or mpi, got '%s'\n", o->backend);
+        return 2;
+    }
+    if (o->compare_mpi && o->backend && strcmp(o->backend, "mpi") == 0) {
         fprintf(stderr, "tpserve bench comm: --compare-mpi times the ring or rdma backend against MPI; with --backend "
                         "mpi it would compare MPI with itself (leave --backend out, or give ring or rdma)\n");
         return 2;
     }
-    tp_cli_setup_logging(NULL);
+    return 0;
+}
 
+/* ------------------------------------------------------------------ run */
+
+/* The groups and buffers of a run, released in bc_run_free. */
+struct bc_run {
+    tp_comm_t *c;          /* the group timed */
+    tp_comm_t *mpi;        /* --compare-mpi: the MPI group of the same processes; NULL otherwise */
+    unsigned char *a, *b;  /* input and output buffers of the largest size */
+    double *times;         /* (2 x 500000): our call times, then the MPI group's */
+};
+
+static void bc_run_free(struct bc_run *R)
+{
+    tp_comm_free(R->c);
+    tp_comm_free(R->mpi);
+    tp_aligned_free(R->a);
+    tp_aligned_free(R->b);
+    free(R->times);
+    memset(R, 0, sizeof *R);
+}
+
+/* Form the group(s): from the environment, or with --compare-mpi an MPI group first and ours through it. */
+static enum tp_status bc_groups(struct bc_run *R, const struct bc_opts *o, struct tp_error *err)
+{
     struct tp_comm_config cfg = tp_comm_default_config();
-    struct tp_error err = {0};
-    tp_comm_t *c = NULL, *mpi = NULL;
-    double *times = NULL;
-    unsigned char *a = NULL, *b = NULL;
-    int exit_code = 1;
-    if (tp_comm_config_from_env(&cfg, &err) != TP_OK) return tp_cli_fail("bench comm", "%s", err.msg);
-    if (backend && tp_comm_backend_parse(backend, &cfg.backend) != TP_OK) {
-        fprintf(stderr, "tpserve bench comm: --backend must be ring, rdma or mpi, got '%s'\n", backend);
-        return 2;
+    enum tp_status st = tp_comm_config_from_env(&cfg, err);
+    if (st != TP_OK) return st;
+    if (o->backend) (void)tp_comm_backend_parse(o->backend, &cfg.backend); /* checked by bc_parse */
+    if (!o->compare_mpi) return tp_comm_init(&cfg, &R->c, err);
+    struct tp_comm_config mcfg = tp_comm_default_config();
+    mcfg.backend = TP_COMM_BACKEND_MPI;
+    if ((st = tp_comm_init(&mcfg, &R->mpi, err)) != TP_OK) {
+        char m[TP_ERROR_MSG_MAX];
+        snprintf(m, sizeof m, "%s", err->msg);
+        return tp_error_force(err, st, "--compare-mpi: %s", m);
     }
-    if (compare_mpi) {
-        struct tp_comm_config mcfg = tp_comm_default_config();
-        mcfg.backend = TP_COMM_BACKEND_MPI;
-        if (tp_comm_init(&mcfg, &mpi, &err) != TP_OK) {
-            tp_cli_fail("bench comm", "--compare-mpi: %s", err.msg);
-            goto out;
-        }
-        if (tp_comm_size(mpi) < 2) {
-            tp_cli_fail("bench comm",
-                        "--compare-mpi needs an MPI group of N >= 2 (MPI reports 1 rank): run it under "
-                        "`tpserve launch -n N --backend mpi --` or `mpirun -n N`");
-            goto out;
-        }
-        /* TP_BACKEND=mpi (set by launch --backend mpi) names the launcher, not what is compared */
-        if (cfg.backend == TP_COMM_BACKEND_MPI) cfg.backend = TP_COMM_BACKEND_RING;
-        if (cfg.hostfile || cfg.coordinator) {
-            cfg.rank = tp_comm_rank(mpi);
-            cfg.world_size = tp_comm_size(mpi);
-            if (tp_comm_init(&cfg, &c, &err) != TP_OK) {
-                tp_cli_fail("bench comm", "%s", err.msg);
-                goto out;
-            }
-        } else if (ring_via_mpi(mpi, &cfg, &c, &err) != TP_OK) {
-            tp_cli_fail("bench comm", "%s", err.msg);
-            goto out;
-        }
-    } else if (tp_comm_init(&cfg, &c, &err) != TP_OK) {
-        tp_cli_fail("bench comm", "%s", err.msg);
-        goto out;
+    if (tp_comm_size(R->mpi) < 2)
+        return tp_error_set(err, TP_ERR_INVALID_ARG,
+                            "--compare-mpi needs an MPI group of N >= 2 (MPI reports 1 rank): run it under "
+                            "`tpserve launch -n N --backend mpi --` or `mpirun -n N`");
+    /* TP_BACKEND=mpi (set by launch --backend mpi) names the launcher, not what is compared */
+    if (cfg.backend == TP_COMM_BACKEND_MPI) cfg.backend = TP_COMM_BACKEND_RING;
+    if (cfg.hostfile || cfg.coordinator) {
+        cfg.rank = tp_comm_rank(R->mpi);
+        cfg.world_size = tp_comm_size(R->mpi);
+        return tp_comm_init(&cfg, &R->c, err);
     }
-    const int me = tp_comm_rank(c), n = tp_comm_size(c);
-    const size_t es = tp_dtype_size(dt);
-    const size_t in_mult = op == OP_SUM_SCATTER ? (size_t)n : 1, out_mult = op == OP_ALL_GATHER ? (size_t)n : 1;
+    return ring_via_mpi(R->mpi, &cfg, &R->c, err);
+}
+
+/* The buffers for the largest message, filled with rank-dependent values. */
+static enum tp_status bc_buffers(struct bc_run *R, const struct bc_opts *o, struct tp_error *err)
+{
+    const int me = tp_comm_rank(R->c), n = tp_comm_size(R->c);
+    const size_t es = tp_dtype_size(o->dt);
+    const size_t in_mult = o->op == OP_SUM_SCATTER ? (size_t)n : 1, out_mult = o->op == OP_ALL_GATHER ? (size_t)n : 1;
     /* bytes = full output buffer (all_gather: n blocks; sum_scatter: the input) */
-    size_t max_count = TP_MAX(max_b / es, 1);
-    a = tp_aligned_alloc(64, max_count * es * in_mult + 64);
-    b = tp_aligned_alloc(64, max_count * es * out_mult + 64);
-    times = malloc(1000000 * sizeof *times);
-    if (!a || !b || !times) {
-        tp_cli_fail("bench comm", "out of memory for %zu-byte buffers", max_count * es * TP_MAX(in_mult, out_mult));
-        goto out;
-    }
+    const size_t max_count = TP_MAX(o->max_b / es, 1);
+    R->a = tp_aligned_alloc(64, max_count * es * in_mult + 64);
+    R->b = tp_aligned_alloc(64, max_count * es * out_mult + 64);
+    R->times = malloc(1000000 * sizeof *R->times);
+    if (!R->a || !R->b || !R->times)
+        return tp_error_set(err, TP_ERR_NOMEM, "out of memory for %zu-byte buffers",
+                            max_count * es * TP_MAX(in_mult, out_mult));
     for (size_t i = 0; i < max_count * in_mult; i++) {
-        if (dt == TP_DTYPE_F32) ((float *)a)[i] = (float)((i + (size_t)me) % 7);
-        else memset(a + i * es, 0, es);
+        if (o->dt == TP_DTYPE_F32) ((float *)R->a)[i] = (float)((i + (size_t)me) % 7);
+        else memset(R->a + i * es, 0, es);
     }
-    memset(b, 0, max_count * es * out_mult);
-    const double bf = bus_factor(op, n);
-    if (me == 0 && !json) {
-        printf("# tpserve bench comm: backend %s, op %s, dtype %s, %d ranks%s\n",
-               tp_comm_backend_name(tp_comm_backend(c)), op_names[op], tp_dtype_name(dt), n,
-               mpi ? ", vs the same op through MPI in the same processes" : "");
-        printf("%10s %7s %12s %10s %10s", "bytes", "iters", "lat_us(med)", "algbw_GB/s", "busbw_GB/s");
-        if (mpi) printf(" %12s %10s %9s %9s", "mpi_lat_us", "mpi_busbw", "lat_ratio", "bw_ratio");
+    memset(R->b, 0, max_count * es * out_mult);
+    return TP_OK;
+}
+
+/* ------------------------------------------------------------------ report */
+
+static void bc_report_header(const struct bc_run *R, const struct bc_opts *o)
+{
+    printf("# tpserve bench comm: backend %s, op %s, dtype %s, %d ranks%s\n",
+           tp_comm_backend_name(tp_comm_backend(R->c)), op_names[o->op], tp_dtype_name(o->dt), tp_comm_size(R->c),
+           R->mpi ? ", vs the same op through MPI in the same processes" : "");
+    printf("%10s %7s %12s %10s %10s", "bytes", "iters", "lat_us(med)", "algbw_GB/s", "busbw_GB/s");
+    if (R->mpi) printf(" %12s %10s %9s %9s", "mpi_lat_us", "mpi_busbw", "lat_ratio", "bw_ratio");
+    printf("\n");
+    fflush(stdout);
+}
+
+/* One size's line: t (and tm with --compare-mpi) seconds per call of real_bytes. */
+static void bc_report_row(const struct bc_run *R, const struct bc_opts *o, size_t real_bytes, int it, double t,
+                          double tm)
+{
+    const int n = tp_comm_size(R->c);
+    const double bf = bus_factor(o->op, n);
+    const double alg = (double)real_bytes / t / 1e9, bus = alg * bf;
+    const double malg = tm > 0 ? (double)real_bytes / tm / 1e9 : 0, mbus = malg * bf;
+    if (o->json) {
+        printf("{\"backend\":\"%s\",\"op\":\"%s\",\"dtype\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"iters\":%d,"
+               "\"lat_us_median\":%.3f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f",
+               tp_comm_backend_name(tp_comm_backend(R->c)), op_names[o->op], tp_dtype_name(o->dt), n, real_bytes, it,
+               t * 1e6, alg, bus);
+        if (R->mpi)
+            printf(",\"mpi_lat_us_median\":%.3f,\"mpi_busbw_gbs\":%.4f,\"lat_ratio_vs_mpi\":%.3f,"
+                   "\"busbw_ratio_vs_mpi\":%.3f",
+                   tm * 1e6, mbus, t / tm, bus / mbus);
+        printf("}\n");
+    } else {
+        char sz[32];
+        fmt_size(real_bytes, sz, sizeof sz);
+        printf("%10s %7d %12.2f %10.3f %10.3f", sz, it, t * 1e6, alg, bus);
+        if (R->mpi) printf(" %12.2f %10.3f %9.2f %9.2f", tm * 1e6, mbus, t / tm, bus / mbus);
         printf("\n");
-        fflush(stdout);
     }
-    for (size_t bytes = min_b; bytes <= max_b; bytes *= 2) {
-        size_t count = TP_MAX(bytes / es / (op == OP_ALL_GATHER || op == OP_SUM_SCATTER ? (size_t)n : 1), 1);
-        size_t real_bytes = count * es * (op == OP_ALL_GATHER || op == OP_SUM_SCATTER ? (size_t)n : 1);
-        int it = iters ? iters : (int)TP_MAX(5.0, TP_MIN(1000.0, 4e8 / (double)real_bytes));
-        int wu = warmup >= 0 ? warmup : TP_MAX(2, it / 10);
-        double tm = 0;
+    fflush(stdout);
+}
+
+/* ------------------------------------------------------------------ command */
+
+int tp_bench_comm(int argc, char **argv)
+{
+    struct bc_opts o;
+    int rc = bc_parse(argc, argv, &o);
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
+    tp_cli_setup_logging(NULL);
+    struct bc_run R = {0};
+    struct tp_error err = {0};
+    if (bc_groups(&R, &o, &err) != TP_OK || bc_buffers(&R, &o, &err) != TP_OK) {
+        bc_run_free(&R);
+        return tp_cli_fail("bench comm", "%s", err.msg);
+    }
+    const int me = tp_comm_rank(R.c), n = tp_comm_size(R.c);
+    const size_t es = tp_dtype_size(o.dt);
+    const size_t blocks = o.op == OP_ALL_GATHER || o.op == OP_SUM_SCATTER ? (size_t)n : 1;
+    if (me == 0 && !o.json) bc_report_header(&R, &o);
+    int exit_code = 0;
+    for (size_t bytes = o.min_b; bytes <= o.max_b; bytes *= 2) {
+        const size_t count = TP_MAX(bytes / es / blocks, 1), real_bytes = count * es * blocks;
+        const int it = o.iters ? o.iters : (int)TP_MAX(5.0, TP_MIN(1000.0, 4e8 / (double)real_bytes));
+        const int wu = o.warmup >= 0 ? o.warmup : TP_MAX(2, it / 10);
+        double t = 0, tm = 0;
         int which = 0;
-        tp_comm_t *other = mpi;
-        double t = measure(c, other, op, a, b, count, dt, it, wu, times, times + 500000, &tm, &which);
-        if (t < 0) {
-            tp_cli_fail("bench comm", "rank %d: %s%s of %zu bytes failed: %s", me, which ? "MPI " : "", op_names[op],
-                        real_bytes, tp_comm_last_error(which ? mpi : c));
-            goto out;
+        if (measure(R.c, R.mpi, o.op, R.a, R.b, count, o.dt, it, wu, R.times, R.times + 500000, &t, &tm, &which) !=
+            TP_OK) {
+            exit_code = tp_cli_fail("bench comm", "rank %d: %s%s of %zu bytes failed: %s", me, which ? "MPI " : "",
+                                    op_names[o.op], real_bytes, tp_comm_last_error(which ? R.mpi : R.c));
+            break;
         }
-        if (me == 0) {
-            double alg = (double)real_bytes / t / 1e9, bus = alg * bf;
-            double malg = tm > 0 ? (double)real_bytes / tm / 1e9 : 0, mbus = malg * bf;
-            if (json) {
-                printf("{\"backend\":\"%s\",\"op\":\"%s\",\"dtype\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"iters\":%d,"
-                       "\"lat_us_median\":%.3f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f",
-                       tp_comm_backend_name(tp_comm_backend(c)), op_names[op], tp_dtype_name(dt), n, real_bytes, it,
-                       t * 1e6, alg, bus);
-                if (mpi)
-                    printf(",\"mpi_lat_us_median\":%.3f,\"mpi_busbw_gbs\":%.4f,\"lat_ratio_vs_mpi\":%.3f,"
-                           "\"busbw_ratio_vs_mpi\":%.3f",
-                           tm * 1e6, mbus, t / tm, bus / mbus);
-                printf("}\n");
-            } else {
-                char sz[32];
-                fmt_size(real_bytes, sz, sizeof sz);
-                printf("%10s %7d %12.2f %10.3f %10.3f", sz, it, t * 1e6, alg, bus);
-                if (mpi) printf(" %12.2f %10.3f %9.2f %9.2f", tm * 1e6, mbus, t / tm, bus / mbus);
-                printf("\n");
-            }
-            fflush(stdout);
-        }
-        if (bytes > max_b / 2) break;
+        if (me == 0) bc_report_row(&R, &o, real_bytes, it, t, tm);
+        if (bytes > o.max_b / 2) break;
     }
-    exit_code = 0;
-out:
-    tp_comm_free(c);
-    tp_comm_free(mpi);
-    tp_aligned_free(a);
-    tp_aligned_free(b);
-    free(times);
+    bc_run_free(&R);
     return exit_code;
 }

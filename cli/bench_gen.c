@@ -696,9 +696,12 @@ int tp_bench_gen(int argc, char **argv)
     if (gen_start(&R, &o, &err) != TP_OK) {
         tp_cli_fail("bench gen", "%s", err.msg);
     } else if (tp_parallel_rank(R.g.par) != 0) {
+        enum tp_status st = tp_parallel_worker_loop(R.g.par);
         exit_code = 0;
-        if (tp_parallel_worker_loop(R.g.par) != TP_OK)
-            exit_code = tp_cli_fail("bench gen", "worker stopped: %s", tp_parallel_last_error(R.g.par));
+        if (st != TP_OK) {
+            tp_cli_fail("bench gen", "worker stopped: %s", tp_parallel_last_error(R.g.par));
+            exit_code = tp_cli_exit_for(st);
+        }
     } else if (gen_measure(&R, &o, &err) != TP_OK) {
         tp_cli_fail("bench gen", "%s", err.msg);
     } else {

@@ -1,36 +1,12 @@
 /*
  * cli/bench_serve.c - `tpserve bench serve`: load test a running server.
- *
- * For each concurrency level C, C client threads are released together
- * (barrier); each sends --rounds streaming /v1/completions requests one
- * after the other with a prompt of exactly --prompt-tokens tokens (sent as
- * token ids, so the count is exact) and ignore_eos so every request
- * generates exactly --gen-tokens tokens.  Tokens are counted, not text
- * chunks: a streamed chunk may carry several tokens (one whose text is an
- * incomplete UTF-8 sequence is sent with the next), so each request's count
- * is the final usage chunk's completion_tokens, and with --logprobs every
- * chunk's own count (logprobs.tokens).  Without --logprobs the chunks of a
- * request whose chunk count differs from its usage are weighted by usage /
- * chunks (reported as requests_chunks_not_tokens); --logprobs makes every
- * arrival time exact but moves the server off its greedy fast path.
- * Reported per level: aggregate generated tokens/sec (all tokens / wall time
- * of the level), median time to first token, median time per output token
- * ((last arrival - first arrival) / the tokens that arrived after the first
- * chunk)
- * and failed requests, the decode-phase aggregate C / median TPOT (a
- * request's TPOT still holds the prefill chunks of requests admitted while
- * it decodes) and the steady-state rate (tokens all C streams receive while
- * every one of them is decoding and none has finished, per round: no
- * prefill runs then; see steady_rate), each with its ratio to the first
- * level.  The wall-clock aggregate includes
- * every request's prefill: with --prompt-tokens 128 --gen-tokens 64 on a
- * CPU whose prefill is compute-bound, the C prompts' prefill bounds it no
- * matter how cheap a batched decode step is.  --shared-prefix N makes the
- * first N prompt tokens the same in every request (a common system prompt or
- * document, like vLLM's benchmark --random-prefix-len): the rest stays
- * distinct, and the mean cached_tokens the server reports per request shows
- * how much prefill its prompt cache / prefix sharing saved.  A benchmark,
- * not a test.
+ * For each concurrency level C, C client threads released together each
+ * send --rounds streaming /v1/completions requests of exactly
+ * --prompt-tokens prompt tokens (token ids) and --gen-tokens generated ones
+ * (ignore_eos); it reports per level the aggregate tokens/s, median TTFT and
+ * TPOT, the decode-phase and steady-state rates and errors.  Tokens are
+ * counted from the usage chunk (or logprobs), never from text chunks.  What
+ * each figure means: docs/serving.md ("Load test").  A benchmark, not a test.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -97,6 +73,7 @@ struct bench_result {
     int n_t, cap;
 };
 
+/* A TCP connection to the target (TCP_NODELAY), or -1. */
 static int connect_to(const struct bench_target *t)
 {
     struct addrinfo hints, *res = NULL;
@@ -184,13 +161,13 @@ static void sse_event(struct sse *e, const char *json, double now)
     cJSON_Delete(o);
 }
 
-/* Append body bytes; parse every complete event. */
-static int sse_body(struct sse *e, const char *p, size_t n, double now)
+/* Append body bytes; parse every complete event.  TP_OK or TP_ERR_NOMEM. */
+static enum tp_status sse_body(struct sse *e, const char *p, size_t n, double now)
 {
     if (e->body_len + n + 1 > e->body_cap) {
         size_t cap = TP_MAX(e->body_cap * 2, e->body_len + n + 4096);
         char *nb = realloc(e->body, cap);
-        if (!nb) return -1;
+        if (!nb) return TP_ERR_NOMEM;
         e->body = nb;
         e->body_cap = cap;
     }
@@ -208,17 +185,17 @@ static int sse_body(struct sse *e, const char *p, size_t n, double now)
         }
         e->scanned = (size_t)(end - e->body) + 2;
     }
-    return 0;
+    return TP_OK;
 }
 
-/* Feed raw body bytes (after the headers), undoing chunked encoding. */
-static int sse_feed(struct sse *e, const char *p, size_t n, double now, char *line, size_t *line_len)
+/* Feed raw body bytes (after the headers), undoing chunked encoding.  TP_OK or TP_ERR_NOMEM. */
+static enum tp_status sse_feed(struct sse *e, const char *p, size_t n, double now, char *line, size_t *line_len)
 {
     if (!e->chunked) return sse_body(e, p, n, now);
     while (n > 0) {
         if (e->left > 0) {
             size_t k = TP_MIN(e->left, n);
-            if (sse_body(e, p, k, now) != 0) return -1;
+            if (sse_body(e, p, k, now) != TP_OK) return TP_ERR_NOMEM;
             e->left -= k;
             p += k;
             n -= k;
@@ -239,16 +216,18 @@ static int sse_feed(struct sse *e, const char *p, size_t n, double now, char *li
         }
         e->left = strtoul(line, NULL, 16); /* 0: the last chunk; the connection closes next */
     }
-    return 0;
+    return TP_OK;
 }
 
-/* One request; body_out (malloc'd, may be NULL) gets the raw response.  With
- * br the response is parsed as it arrives (token counts and arrival times). */
-static int request(const struct bench_target *t, const char *path, const char *body, double timeout_s,
-                   char **resp_out, struct bench_result *br)
+/* One request; resp_out (malloc'd, may be NULL) gets the raw response.  With
+ * br the response is parsed as it arrives (token counts and arrival times).
+ * TP_OK on a complete 200 answer; TP_ERR_IO (cannot connect or send),
+ * TP_ERR_TIMEOUT, TP_ERR_NOMEM, TP_ERR_PROTOCOL (not a 200 answer). */
+static enum tp_status request(const struct bench_target *t, const char *path, const char *body, double timeout_s,
+                              char **resp_out, struct bench_result *br)
 {
     int fd = connect_to(t);
-    if (fd < 0) return -1;
+    if (fd < 0) return TP_ERR_IO;
     char head[1024];
     char auth[600] = "";
     if (t->api_key) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", t->api_key);
@@ -260,7 +239,7 @@ static int request(const struct bench_target *t, const char *path, const char *b
     double t0 = tp_now_s();
     if (send(fd, head, (size_t)hl, MSG_NOSIGNAL) != hl || send(fd, body, blen, MSG_NOSIGNAL) != (ssize_t)blen) {
         close(fd);
-        return -1;
+        return TP_ERR_IO;
     }
     size_t cap = 1 << 16, n = 0, hdr_end = 0;
     char *buf = malloc(cap);
@@ -271,7 +250,8 @@ static int request(const struct bench_target *t, const char *path, const char *b
     e.t_first = e.t_last = -1;
     char line[32];
     size_t line_len = 0;
-    int rc = -1, oom = !buf;
+    enum tp_status rc = TP_ERR_TIMEOUT;
+    int oom = !buf;
     while (!oom) {
         if (tp_now_s() - t0 > timeout_s) break;
         struct pollfd pf = {.fd = fd, .events = POLLIN, .revents = 0};
@@ -285,7 +265,7 @@ static int request(const struct bench_target *t, const char *path, const char *b
         ssize_t k = recv(fd, buf + n, cap - n - 1, 0);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
-            rc = 0;
+            rc = TP_OK;
             break;
         }
         size_t from = n;
@@ -301,12 +281,14 @@ static int request(const struct bench_target *t, const char *path, const char *b
                 if (strncasecmp(h, "\nTransfer-Encoding: chunked", 27) == 0) e.chunked = 1;
             from = hdr_end;
         }
-        if (sse_feed(&e, buf + from, n - from, now, line, &line_len) != 0) oom = 1;
+        if (sse_feed(&e, buf + from, n - from, now, line, &line_len) != TP_OK) oom = 1;
     }
     close(fd);
     if (buf) buf[n] = '\0';
     int status = 0;
-    if (rc == 0 && !oom && sscanf(buf, "HTTP/1.%*d %d", &status) == 1 && status == 200) {
+    if (oom) {
+        rc = TP_ERR_NOMEM;
+    } else if (rc == TP_OK && sscanf(buf, "HTTP/1.%*d %d", &status) == 1 && status == 200) {
         if (br) {
             br->ttft_s = e.t_first >= 0 ? e.t_first - t0 : -1;
             /* the tokens after the first chunk arrived over [t_first, t_last] */
@@ -315,8 +297,8 @@ static int request(const struct bench_target *t, const char *path, const char *b
             br->tpot_s = (after > 0.5 && e.t_last > e.t_first) ? (e.t_last - e.t_first) / after : -1;
             br->ok = e.usage && e.done && !e.error;
         }
-    } else {
-        rc = -1;
+    } else if (rc == TP_OK) {
+        rc = TP_ERR_PROTOCOL;
     }
     free(e.body);
     if (resp_out) *resp_out = buf;
@@ -375,7 +357,7 @@ static void *client_main(void *arg)
         c->res[r].t_tok = tt;
         c->res[r].k_tok = kt;
         c->res[r].cap = tcap;
-        if (request(c->t, "/v1/completions", bodies[r], 600, NULL, &c->res[r]) != 0) c->res[r].ok = 0;
+        if (request(c->t, "/v1/completions", bodies[r], 600, NULL, &c->res[r]) != TP_OK) c->res[r].ok = 0;
     }
     c->t_end = tp_now_s();
     for (int r = 0; r < c->rounds; r++) free(bodies[r]);
@@ -449,68 +431,85 @@ static double steady_rate(const struct bench_result *res, int c, int rounds)
     return win > 0 ? n / win : 0;
 }
 
-int tp_bench_serve(int argc, char **argv)
+/* ------------------------------------------------------------------ parse */
+
+struct bs_opts {
+    const char *url, *api_key;
+    int prompt_tokens, gen_tokens, rounds, json, shared_prefix, logprobs;
+    struct bench_target t;
+    int conc[64], n_levels; /* --concurrency */
+};
+
+/* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after --help, 2 after printing a
+ * usage error. */
+static int bs_parse(int argc, char **argv, struct bs_opts *o)
 {
-    const char *url = "http://127.0.0.1:8080", *levels = "1,2,4,8", *api_key = NULL;
-    int prompt_tokens = 128, gen_tokens = 64, rounds = 2, json = 0, shared_prefix = 0, logprobs = 0;
+    const char *levels = "1,2,4,8";
+    memset(o, 0, sizeof *o);
+    o->url = "http://127.0.0.1:8080";
+    o->prompt_tokens = 128, o->gen_tokens = 64, o->rounds = 2;
     const struct tp_opt opts[] = {
-        {"url", 0, TP_OPT_STRING, &url, "URL", "server base URL (default http://127.0.0.1:8080)", 0, 0},
+        {"url", 0, TP_OPT_STRING, &o->url, "URL", "server base URL (default http://127.0.0.1:8080)", 0, 0},
         {"concurrency", 0, TP_OPT_LIST, &levels, "N,N..", "concurrent clients per level (default 1,2,4,8)", 0, 0},
-        {"prompt-tokens", 0, TP_OPT_INT, &prompt_tokens, "N", "prompt length in tokens (default 128)", 1, 1 << 20},
-        {"gen-tokens", 0, TP_OPT_INT, &gen_tokens, "N", "tokens generated per request (default 64)", 1, 1 << 20},
-        {"shared-prefix", 0, TP_OPT_INT, &shared_prefix, "N",
+        {"prompt-tokens", 0, TP_OPT_INT, &o->prompt_tokens, "N", "prompt length in tokens (default 128)", 1, 1 << 20},
+        {"gen-tokens", 0, TP_OPT_INT, &o->gen_tokens, "N", "tokens generated per request (default 64)", 1, 1 << 20},
+        {"shared-prefix", 0, TP_OPT_INT, &o->shared_prefix, "N",
          "the first N prompt tokens are the same in every request (default 0; N < --prompt-tokens)", 0, 1 << 20},
-        {"rounds", 0, TP_OPT_INT, &rounds, "N", "requests per client per level (default 2)", 1, 1000},
-        {"api-key", 0, TP_OPT_STRING, &api_key, "KEY", "API key if the server wants one", 0, 0},
-        {"logprobs", 0, TP_OPT_FLAG, &logprobs, NULL,
+        {"rounds", 0, TP_OPT_INT, &o->rounds, "N", "requests per client per level (default 2)", 1, 1000},
+        {"api-key", 0, TP_OPT_STRING, &o->api_key, "KEY", "API key if the server wants one", 0, 0},
+        {"logprobs", 0, TP_OPT_FLAG, &o->logprobs, NULL,
          "ask for logprobs so each chunk's token count is exact (the server then leaves its greedy fast path)", 0, 0},
-        {"json", 0, TP_OPT_FLAG, &json, NULL, "one JSON object per level instead of the table", 0, 0},
+        {"json", 0, TP_OPT_FLAG, &o->json, NULL, "one JSON object per level instead of the table", 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
-    int pr = tp_cli_parse("bench serve", "Usage: tpserve bench serve --url URL [options]", opts, argc, argv, NULL, 0, NULL,
-                          NULL, NULL);
-    TP_CLI_RETURN_UNLESS_PARSED(pr);
-    if (shared_prefix >= prompt_tokens) {
-        fprintf(stderr, "tpserve bench serve: --shared-prefix %d: must be below --prompt-tokens %d\n", shared_prefix,
-                prompt_tokens);
+    int pr = tp_cli_parse("bench serve", "Usage: tpserve bench serve --url URL [options]", opts, argc, argv, NULL, 0,
+                          NULL, NULL, NULL);
+    if (pr) return pr;
+    if (o->shared_prefix >= o->prompt_tokens) {
+        fprintf(stderr, "tpserve bench serve: --shared-prefix %d: must be below --prompt-tokens %d\n",
+                o->shared_prefix, o->prompt_tokens);
         return 2;
     }
-    signal(SIGPIPE, SIG_IGN);
-    struct bench_target t;
-    memset(&t, 0, sizeof t);
-    t.api_key = api_key;
-    const char *h = strncmp(url, "http://", 7) == 0 ? url + 7 : url;
+    o->t.api_key = o->api_key;
+    const char *h = strncmp(o->url, "http://", 7) == 0 ? o->url + 7 : o->url;
     const char *colon = strchr(h, ':'), *slash = strchr(h, '/');
     size_t hl = colon ? (size_t)(colon - h) : slash ? (size_t)(slash - h) : strlen(h);
-    if (hl == 0 || hl >= sizeof t.host) {
-        fprintf(stderr, "tpserve bench serve: --url %s: want http://HOST:PORT\n", url);
+    if (hl == 0 || hl >= sizeof o->t.host) {
+        fprintf(stderr, "tpserve bench serve: --url %s: want http://HOST:PORT\n", o->url);
         return 2;
     }
-    memcpy(t.host, h, hl);
-    t.port = colon ? atoi(colon + 1) : 80;
-    int conc[64], n_levels = 0;
-    for (const char *p = levels; *p && n_levels < 64;) {
+    memcpy(o->t.host, h, hl);
+    o->t.port = colon ? atoi(colon + 1) : 80;
+    for (const char *p = levels; *p && o->n_levels < 64;) {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p || v < 1 || v > 1024) {
             fprintf(stderr, "tpserve bench serve: --concurrency %s: want a list of integers 1..1024\n", levels);
             return 2;
         }
-        conc[n_levels++] = (int)v;
+        o->conc[o->n_levels++] = (int)v;
         p = *end == ',' ? end + 1 : end;
         if (*end && *end != ',') {
             fprintf(stderr, "tpserve bench serve: --concurrency %s: want a list like 1,2,4,8\n", levels);
             return 2;
         }
     }
-    /* a pool of real token ids from /tokenize */
+    return 0;
+}
+
+/* ------------------------------------------------------------------ run */
+
+/* A pool of real token ids from the server's POST /tokenize: *ids (malloc'd), *n_ids >= 8. */
+static enum tp_status bs_token_pool(const struct bs_opts *o, int32_t **ids, int *n_ids, struct tp_error *err)
+{
     char *resp = NULL;
     const char *text = "{\"content\":\"Once upon a time there was a little girl who lived in a village near the forest. "
                        "Whenever she went out, the little girl wore a red riding cloak, so everyone in the village "
                        "called her Little Red Riding Hood.\"}";
-    if (request(&t, "/tokenize", text, 30, &resp, NULL) != 0) {
+    if (request(&o->t, "/tokenize", text, 30, &resp, NULL) != TP_OK) {
         free(resp);
-        return tp_cli_fail("bench serve", "cannot reach %s (POST /tokenize failed); is `tpserve serve` running?", url);
+        return tp_error_set(err, TP_ERR_IO, "cannot reach %s (POST /tokenize failed); is `tpserve serve` running?",
+                            o->url);
     }
     char *jb = strstr(resp, "\r\n\r\n");
     if (jb) {
@@ -520,111 +519,187 @@ int tp_bench_serve(int argc, char **argv)
         if (chunked) dechunk(jb + 4);
     }
     cJSON *j = jb ? cJSON_Parse(jb + 4) : NULL;
-    int n_ids = cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens"));
-    int32_t *ids = calloc((size_t)(n_ids > 0 ? n_ids : 1), sizeof(int32_t));
-    for (int i = 0; i < n_ids; i++) ids[i] = (int32_t)cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tokens"), i)->valueint;
+    const cJSON *toks = cJSON_GetObjectItem(j, "tokens");
+    const int n = cJSON_GetArraySize(toks);
+    *ids = calloc((size_t)(n > 0 ? n : 1), sizeof(int32_t));
+    for (int i = 0; *ids && i < n; i++) (*ids)[i] = (int32_t)cJSON_GetArrayItem(toks, i)->valueint;
     cJSON_Delete(j);
     free(resp);
-    if (n_ids < 8) {
-        free(ids);
-        return tp_cli_fail("bench serve", "/tokenize returned %d tokens; cannot build prompts", n_ids);
+    *n_ids = n;
+    if (!*ids) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    if (n < 8) return tp_error_set(err, TP_ERR_FORMAT, "/tokenize returned %d tokens; cannot build prompts", n);
+    return TP_OK;
+}
+
+/* One concurrency level's clients and results, released in bs_level_free. */
+struct bs_level {
+    int c;                     /* clients */
+    struct level_ctx *ctx;     /* (c) */
+    pthread_t *th;             /* (c) */
+    struct bench_result *res;  /* (c, rounds) */
+    double *t_tok;             /* (c, rounds, gen_tokens + 8): token arrival times, lent to res */
+    int *k_tok;                /* the same shape: tokens per arrival */
+    double t0, t_end;          /* the level's start and last arrival */
+};
+
+static void bs_level_free(struct bs_level *L)
+{
+    free(L->ctx);
+    free(L->th);
+    free(L->res);
+    free(L->t_tok);
+    free(L->k_tok);
+    memset(L, 0, sizeof *L);
+}
+
+/* Level li: c clients released together, each --rounds requests; results in L. */
+static enum tp_status bs_run_level(const struct bs_opts *o, int li, const int32_t *ids, int n_ids, struct bs_level *L,
+                                   struct tp_error *err)
+{
+    const int c = o->conc[li], total = c * o->rounds;
+    const size_t per = (size_t)o->gen_tokens + 8;
+    memset(L, 0, sizeof *L);
+    L->c = c;
+    L->ctx = calloc((size_t)c, sizeof *L->ctx);
+    L->th = calloc((size_t)c, sizeof *L->th);
+    L->res = calloc((size_t)total, sizeof *L->res);
+    L->t_tok = calloc((size_t)total * per, sizeof(double));
+    L->k_tok = calloc((size_t)total * per, sizeof(int));
+    if (!L->ctx || !L->th || !L->res || !L->t_tok || !L->k_tok)
+        return tp_error_set(err, TP_ERR_NOMEM, "out of memory for %d clients", c);
+    for (int i = 0; i < total; i++) {
+        L->res[i].t_tok = L->t_tok + (size_t)i * per;
+        L->res[i].k_tok = L->k_tok + (size_t)i * per;
+        L->res[i].cap = (int)per;
     }
-    if (!json)
-        printf("tpserve bench serve: %s, prompt %d tokens (shared prefix %d), %d generated per request, %d rounds per "
-               "client\n\n"
-               "%11s %12s %7s %14s %14s %16s %7s %13s %7s %11s %7s\n",
-               url, prompt_tokens, shared_prefix, gen_tokens, rounds, "concurrency", "agg tok/s", "x1", "TTFT med ms",
-               "TPOT med ms", "decode agg t/s", "x1", "steady t/s", "x1", "cached/req", "errors");
-    double base_agg = 0, base_dec = 0, base_steady = 0;
-    for (int li = 0; li < n_levels; li++) {
-        int c = conc[li];
-        struct gate gate;
-        pthread_mutex_init(&gate.mu, NULL);
-        pthread_cond_init(&gate.cv, NULL);
-        gate.n_waiting = gate.open = 0;
-        struct level_ctx *ctx = calloc((size_t)c, sizeof *ctx);
-        pthread_t *th = calloc((size_t)c, sizeof *th);
-        struct bench_result *res = calloc((size_t)c * (size_t)rounds, sizeof *res);
-        double *t_tok = calloc((size_t)c * (size_t)rounds * (size_t)(gen_tokens + 8), sizeof(double));
-        int *k_tok = calloc((size_t)c * (size_t)rounds * (size_t)(gen_tokens + 8), sizeof(int));
-        if (!ctx || !th || !res || !t_tok || !k_tok) {
-            free(ctx);
-            free(th);
-            free(res);
-            free(t_tok);
-            free(k_tok);
-            free(ids);
-            return tp_cli_fail("bench serve", "out of memory for %d clients", c);
-        }
-        for (int i = 0; i < c * rounds; i++) {
-            res[i].t_tok = t_tok + (size_t)i * (size_t)(gen_tokens + 8);
-            res[i].k_tok = k_tok + (size_t)i * (size_t)(gen_tokens + 8);
-            res[i].cap = gen_tokens + 8;
-        }
-        for (int i = 0; i < c; i++) {
-            ctx[i] = (struct level_ctx){.t = &t, .gate = &gate, .ids = ids, .n_ids = n_ids,
-                                        .prompt_tokens = prompt_tokens, .gen_tokens = gen_tokens, .rounds = rounds,
-                                        .shared_prefix = shared_prefix, .logprobs = logprobs,
-                                        .idx = i, .level = li, .res = res + (size_t)i * (size_t)rounds};
-            pthread_create(&th[i], NULL, client_main, &ctx[i]);
-        }
-        gate_open(&gate, c);
-        double t0 = tp_now_s(), t_end = t0;
-        for (int i = 0; i < c; i++) {
-            pthread_join(th[i], NULL);
-            if (ctx[i].t_end > t_end) t_end = ctx[i].t_end;
-        }
-        pthread_mutex_destroy(&gate.mu);
-        pthread_cond_destroy(&gate.cv);
-        int total = c * rounds, errors = 0, n_ok = 0, mismatch = 0;
-        long gen = 0, cached = 0;
-        double *ttft = calloc((size_t)total, sizeof(double)), *tpot = calloc((size_t)total, sizeof(double));
-        int nt = 0, np = 0;
-        for (int i = 0; i < total; i++) {
-            if (!res[i].ok || res[i].n_tokens != gen_tokens) {
-                errors++;
-                continue;
-            }
-            n_ok++;
-            mismatch += res[i].n_counted != res[i].n_tokens;
-            gen += res[i].n_tokens;
-            cached += res[i].n_cached;
-            if (res[i].ttft_s >= 0) ttft[nt++] = res[i].ttft_s * 1e3;
-            if (res[i].tpot_s >= 0) tpot[np++] = res[i].tpot_s * 1e3;
-        }
-        double agg = t_end > t0 ? (double)gen / (t_end - t0) : 0;
-        double steady = steady_rate(res, c, rounds);
-        double mt = tp_median(ttft, nt), mp = tp_median(tpot, np);
-        double dec = mp > 0 ? 1000.0 * c / mp : 0;
-        if (li == 0) {
-            base_agg = agg;
-            base_dec = dec;
-            base_steady = steady;
-        }
-        double x_agg = base_agg > 0 ? agg / base_agg : 0, x_dec = base_dec > 0 ? dec / base_dec : 0;
-        double x_steady = base_steady > 0 && steady > 0 ? steady / base_steady : 0;
-        double cached_req = n_ok > 0 ? (double)cached / n_ok : 0;
-        if (json)
-            printf("{\"concurrency\":%d,\"agg_tps\":%.2f,\"ttft_ms_median\":%.2f,\"tpot_ms_median\":%.3f,\"errors\":%d,"
-                   "\"decode_agg_tps\":%.2f,\"agg_ratio\":%.3f,\"decode_agg_ratio\":%.3f,"
-                   "\"requests\":%d,\"prompt_tokens\":%d,\"shared_prefix\":%d,\"cached_tokens_mean\":%.1f,"
-                   "\"gen_tokens\":%d,\"steady_agg_tps\":%.2f,\"steady_ratio\":%.3f,\"tokens_counted_from\":\"%s\","
-                   "\"requests_chunks_not_tokens\":%d}\n",
-                   c, agg, mt, mp, errors, dec, x_agg, x_dec, total, prompt_tokens, shared_prefix, cached_req,
-                   gen_tokens, steady, x_steady, logprobs ? "logprobs" : "usage", mismatch);
-        else
-            printf("%11d %12.2f %6.2fx %14.2f %14.3f %16.2f %6.2fx %13.2f %6.2fx %11.1f %7d%s\n", c, agg, x_agg, mt,
-                   mp, dec, x_dec, steady, x_steady, cached_req, errors,
-                   mismatch ? "  (chunks != tokens in some requests: weighted by usage; --logprobs for exact)" : "");
-        fflush(stdout);
+    struct gate gate;
+    pthread_mutex_init(&gate.mu, NULL);
+    pthread_cond_init(&gate.cv, NULL);
+    gate.n_waiting = gate.open = 0;
+    for (int i = 0; i < c; i++) {
+        L->ctx[i] = (struct level_ctx){.t = &o->t, .gate = &gate, .ids = ids, .n_ids = n_ids,
+                                       .prompt_tokens = o->prompt_tokens, .gen_tokens = o->gen_tokens,
+                                       .rounds = o->rounds, .shared_prefix = o->shared_prefix,
+                                       .logprobs = o->logprobs, .idx = i, .level = li,
+                                       .res = L->res + (size_t)i * (size_t)o->rounds};
+        pthread_create(&L->th[i], NULL, client_main, &L->ctx[i]);
+    }
+    gate_open(&gate, c);
+    L->t0 = L->t_end = tp_now_s();
+    for (int i = 0; i < c; i++) {
+        pthread_join(L->th[i], NULL);
+        if (L->ctx[i].t_end > L->t_end) L->t_end = L->ctx[i].t_end;
+    }
+    pthread_mutex_destroy(&gate.mu);
+    pthread_cond_destroy(&gate.cv);
+    return TP_OK;
+}
+
+/* ------------------------------------------------------------------ report */
+
+/* The figures of one level (docs/serving.md, "Load test"). */
+struct bs_figures {
+    int errors, n_ok, mismatch;
+    double agg, ttft_med, tpot_med, dec, steady, cached_req;
+};
+
+static enum tp_status bs_summarize(const struct bs_opts *o, const struct bs_level *L, struct bs_figures *f,
+                                   struct tp_error *err)
+{
+    const int total = L->c * o->rounds;
+    long gen = 0, cached = 0;
+    double *ttft = calloc((size_t)total, sizeof(double)), *tpot = calloc((size_t)total, sizeof(double));
+    int nt = 0, np = 0;
+    memset(f, 0, sizeof *f);
+    if (!ttft || !tpot) {
         free(ttft);
         free(tpot);
-        free(t_tok);
-        free(k_tok);
-        free(res);
-        free(th);
-        free(ctx);
+        return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < total; i++) {
+        const struct bench_result *r = &L->res[i];
+        if (!r->ok || r->n_tokens != o->gen_tokens) {
+            f->errors++;
+            continue;
+        }
+        f->n_ok++;
+        f->mismatch += r->n_counted != r->n_tokens;
+        gen += r->n_tokens;
+        cached += r->n_cached;
+        if (r->ttft_s >= 0) ttft[nt++] = r->ttft_s * 1e3;
+        if (r->tpot_s >= 0) tpot[np++] = r->tpot_s * 1e3;
+    }
+    f->agg = L->t_end > L->t0 ? (double)gen / (L->t_end - L->t0) : 0;
+    f->steady = steady_rate(L->res, L->c, o->rounds);
+    f->ttft_med = tp_median(ttft, nt);
+    f->tpot_med = tp_median(tpot, np);
+    f->dec = f->tpot_med > 0 ? 1000.0 * L->c / f->tpot_med : 0;
+    f->cached_req = f->n_ok > 0 ? (double)cached / f->n_ok : 0;
+    free(ttft);
+    free(tpot);
+    return TP_OK;
+}
+
+static void bs_report_header(const struct bs_opts *o)
+{
+    printf("tpserve bench serve: %s, prompt %d tokens (shared prefix %d), %d generated per request, %d rounds per "
+           "client\n\n"
+           "%11s %12s %7s %14s %14s %16s %7s %13s %7s %11s %7s\n",
+           o->url, o->prompt_tokens, o->shared_prefix, o->gen_tokens, o->rounds, "concurrency", "agg tok/s", "x1",
+           "TTFT med ms", "TPOT med ms", "decode agg t/s", "x1", "steady t/s", "x1", "cached/req", "errors");
+}
+
+/* One level's line; base: the first level's figures (the ratios' denominators). */
+static void bs_report_level(const struct bs_opts *o, int c, const struct bs_figures *f, const struct bs_figures *base)
+{
+    const double x_agg = base->agg > 0 ? f->agg / base->agg : 0, x_dec = base->dec > 0 ? f->dec / base->dec : 0;
+    const double x_steady = base->steady > 0 && f->steady > 0 ? f->steady / base->steady : 0;
+    if (o->json)
+        printf("{\"concurrency\":%d,\"agg_tps\":%.2f,\"ttft_ms_median\":%.2f,\"tpot_ms_median\":%.3f,\"errors\":%d,"
+               "\"decode_agg_tps\":%.2f,\"agg_ratio\":%.3f,\"decode_agg_ratio\":%.3f,"
+               "\"requests\":%d,\"prompt_tokens\":%d,\"shared_prefix\":%d,\"cached_tokens_mean\":%.1f,"
+               "\"gen_tokens\":%d,\"steady_agg_tps\":%.2f,\"steady_ratio\":%.3f,\"tokens_counted_from\":\"%s\","
+               "\"requests_chunks_not_tokens\":%d}\n",
+               c, f->agg, f->ttft_med, f->tpot_med, f->errors, f->dec, x_agg, x_dec, c * o->rounds, o->prompt_tokens,
+               o->shared_prefix, f->cached_req, o->gen_tokens, f->steady, x_steady,
+               o->logprobs ? "logprobs" : "usage", f->mismatch);
+    else
+        printf("%11d %12.2f %6.2fx %14.2f %14.3f %16.2f %6.2fx %13.2f %6.2fx %11.1f %7d%s\n", c, f->agg, x_agg,
+               f->ttft_med, f->tpot_med, f->dec, x_dec, f->steady, x_steady, f->cached_req, f->errors,
+               f->mismatch ? "  (chunks != tokens in some requests: weighted by usage; --logprobs for exact)" : "");
+    fflush(stdout);
+}
+
+/* ------------------------------------------------------------------ command */
+
+int tp_bench_serve(int argc, char **argv)
+{
+    struct bs_opts o;
+    int rc = bs_parse(argc, argv, &o);
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
+    signal(SIGPIPE, SIG_IGN);
+    struct tp_error err = {0};
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    if (bs_token_pool(&o, &ids, &n_ids, &err) != TP_OK) {
+        free(ids);
+        return tp_cli_fail("bench serve", "%s", err.msg);
+    }
+    if (!o.json) bs_report_header(&o);
+    struct bs_figures base = {0};
+    int exit_code = 0;
+    for (int li = 0; li < o.n_levels; li++) {
+        struct bs_level L;
+        struct bs_figures f;
+        if (bs_run_level(&o, li, ids, n_ids, &L, &err) != TP_OK || bs_summarize(&o, &L, &f, &err) != TP_OK) {
+            bs_level_free(&L);
+            exit_code = tp_cli_fail("bench serve", "%s", err.msg);
+            break;
+        }
+        if (li == 0) base = f;
+        bs_report_level(&o, o.conc[li], &f, &base);
+        bs_level_free(&L);
     }
     free(ids);
-    return 0;
+    return exit_code;
 }

@@ -2,7 +2,9 @@
  * cli/cli.h - private: the `tpserve` command line.  Each subcommand lives
  * in its own cmd_*.c file and is listed in the table in main.c.
  *
- * Exit codes: 0 success, 1 runtime failure, 2 usage error (bad flag/value).
+ * Exit codes: 0 success, 1 runtime failure, 2 usage error (bad flag/value),
+ * TP_CLI_EXIT_PEER_LOST (3) a rank of a group stopped because another rank
+ * was lost (`tpserve launch` reports another rank's failure before such one).
  */
 #ifndef TP_SERVER_CLI_H
 #define TP_SERVER_CLI_H
@@ -58,6 +60,11 @@ void tp_cli_setup_logging(const char *prefix);
 
 /* One-line error "tpserve CMD: message" to stderr; returns exit code 1. */
 int tp_cli_fail(const char *cmd, const char *fmt, ...) TP_PRINTF(2, 3);
+
+#define TP_CLI_EXIT_PEER_LOST 3
+/* The exit code of a rank whose group work failed with st: TP_CLI_EXIT_PEER_LOST when st says another
+ * rank was lost (TP_ERR_PEER, TP_ERR_POISONED, TP_ERR_TIMEOUT), else 1. */
+int tp_cli_exit_for(enum tp_status st);
 
 /* Model-loading progress (load_progress.c): a bar on a terminal, else a log
  * line per 10% / 5 s.  Set cfg.model.progress = tp_cli_load_progress and

@@ -180,6 +180,11 @@ void tp_cli_setup_logging(const char *prefix)
     tp_log_set_hook(tp_log_stderr_hook, (void *)prefix);
 }
 
+int tp_cli_exit_for(enum tp_status st)
+{
+    return st == TP_ERR_PEER || st == TP_ERR_POISONED || st == TP_ERR_TIMEOUT ? TP_CLI_EXIT_PEER_LOST : 1;
+}
+
 int tp_cli_fail(const char *cmd, const char *fmt, ...)
 {
     char msg[1024];

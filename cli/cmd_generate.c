@@ -218,8 +218,11 @@ int tp_cmd_generate(int argc, char **argv)
     if (tp_parallel_init(&pc, &par, &err) != TP_OK) return tp_cli_fail("generate", "%s", err.msg);
     if (tp_parallel_rank(par) != 0) {
         int code = 0;
-        if (tp_parallel_worker_loop(par) != TP_OK)
-            code = tp_cli_fail("generate", "worker stopped: %s", tp_parallel_last_error(par));
+        enum tp_status st = tp_parallel_worker_loop(par);
+        if (st != TP_OK) {
+            tp_cli_fail("generate", "worker stopped: %s", tp_parallel_last_error(par));
+            code = tp_cli_exit_for(st);
+        }
         tp_parallel_free(par);
         return code;
     }

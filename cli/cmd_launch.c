@@ -1,32 +1,12 @@
 /*
- * cli/cmd_launch.c - `tpserve launch -n N [--backend ring|rdma|mpi] -- CMD ...`:
- * start N local ranks of CMD with the environment the comm module reads
- * (TP_RANK, TP_WORLD_SIZE, TP_BACKEND, TP_HOSTFILE, TP_CLUSTER_TOKEN).
- *
- * ring/rdma: a hostfile with N free loopback ports is generated in a private
- * temporary directory (removed at exit); each port stays bound by a socket
- * that its rank inherits (TP_LISTEN_FD, adopted by comm/), so no other
- * process can take it meanwhile; the cluster token (TP_CLUSTER_TOKEN when
- * set, else 32 random bytes in hex) is put in the ranks' environment, never
- * on a command line (--shm adds TP_COMM_SHM=1: shared-memory rings between
- * the local ranks).  Every output line of rank k is prefixed "[rank k] " (on
- * stdout or stderr as the rank wrote it).  SIGINT/SIGTERM/SIGHUP are
- * forwarded to every rank.  When a rank fails (non-zero exit or a signal)
- * the others get SIGTERM, then SIGKILL after a grace period, and launch
- * exits with the failed rank's status (128+signal for a signal).
- * With --restart N a worker (rank > 0) that fails is started again with
- * backoff instead (at most N times in a row; TP_REJOIN=1 in every rank's
- * environment makes the survivors rejoin rank 0's next group epoch, see
- * docs/recovery.md); rank 0 failing still ends the job with its status.
- * mpi: runs `mpirun --oversubscribe -n N` on CMD with TP_BACKEND=mpi (MPI
- * does the rest; --tag-output prefixes lines with [job,rank]).
- *
- * With --hostfile FILE the ranks run on the hosts of that file over ssh
- * instead (tp_launch_hostfile_main in launch_ssh.c).
- *
- * Also `tpserve comm-selftest`: a small collective check run by every rank
- * under launch (used by the ctest of launch and as a first smoke test of a
- * new cluster).
+ * cli/cmd_launch.c - `tpserve launch -n N [--backend ring|rdma|mpi] -- CMD`:
+ * N local ranks of CMD with the environment comm/ reads (TP_RANK,
+ * TP_WORLD_SIZE, TP_BACKEND, TP_HOSTFILE, TP_CLUSTER_TOKEN); each rank
+ * inherits the socket of its loopback port (TP_LISTEN_FD), the token is in
+ * the environment only; --restart N restarts failed workers; mpi runs
+ * mpirun.  With --hostfile: launch_ssh.c.  Also `tpserve comm-selftest`, a
+ * collective check every rank runs under launch.  Details: docs/multi-node.md
+ * ("Launching"), exit status: docs/cli.md.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -261,13 +241,15 @@ cleanup:
 
 /* ------------------------------------------------------------ comm-selftest */
 
-static int selftest_sum(tp_comm_t *c, size_t count, enum tp_dtype dt)
+/* One all_sum of count values checked against the exact sums.  TP_OK, the collective's failure, or
+ * TP_ERR_INTERNAL (wrong values, printed). */
+static enum tp_status selftest_sum(tp_comm_t *c, size_t count, enum tp_dtype dt)
 {
     const int me = tp_comm_rank(c), n = tp_comm_size(c);
     const size_t es = tp_dtype_size(dt);
     unsigned char *buf = malloc(count * es + 1);
     int bad = 0;
-    if (!buf) return 1;
+    if (!buf) return TP_ERR_NOMEM;
     for (size_t i = 0; i < count; i++) {
         int32_t v = (int32_t)((i * 3 + (size_t)me * 5) % 11) - 5;
         if (dt == TP_DTYPE_F32) ((float *)buf)[i] = (float)v;
@@ -278,7 +260,7 @@ static int selftest_sum(tp_comm_t *c, size_t count, enum tp_dtype dt)
         fprintf(stderr, "comm-selftest: rank %d: all_sum of %zu %s failed: %s\n", me, count, tp_dtype_name(dt),
                 tp_comm_last_error(c));
         free(buf);
-        return 1;
+        return st;
     }
     for (size_t i = 0; i < count && bad < 3; i++) {
         int32_t want = 0;
@@ -291,15 +273,15 @@ static int selftest_sum(tp_comm_t *c, size_t count, enum tp_dtype dt)
         }
     }
     free(buf);
-    return bad;
+    return bad ? TP_ERR_INTERNAL : TP_OK;
 }
 
 int tp_cmd_comm_selftest(int argc, char **argv)
 {
-    int exit_rank = -1, exit_code = 3;
+    int exit_rank = -1, exit_code = 5;
     const struct tp_opt opts[] = {
         {"exit-rank", 0, TP_OPT_INT, &exit_rank, "R", "(testing) rank R exits right after joining", 0, 1 << 20},
-        {"exit-code", 0, TP_OPT_INT, &exit_code, "C", "(testing) with this status (default 3)", 0, 255},
+        {"exit-code", 0, TP_OPT_INT, &exit_code, "C", "(testing) with this status (default 5)", 0, 255},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int np = 0;
@@ -318,22 +300,23 @@ int tp_cmd_comm_selftest(int argc, char **argv)
         fflush(stderr);
         _exit(exit_code);
     }
-    int bad = 0;
+    enum tp_status st = TP_OK;
     static const size_t counts[] = {1, 4096, 300000};
-    for (size_t k = 0; k < TP_ARRAY_LEN(counts) && !bad; k++) {
-        bad += selftest_sum(c, counts[k], TP_DTYPE_F32);
-        if (!bad) bad += selftest_sum(c, counts[k], TP_DTYPE_I32);
+    for (size_t k = 0; k < TP_ARRAY_LEN(counts) && st == TP_OK; k++) {
+        st = selftest_sum(c, counts[k], TP_DTYPE_F32);
+        if (st == TP_OK) st = selftest_sum(c, counts[k], TP_DTYPE_I32);
     }
     int32_t mine = me * 10, all[LAUNCH_MAX];
-    if (!bad && n <= LAUNCH_MAX) {
-        if (tp_comm_all_gather(c, &mine, all, 1, TP_DTYPE_I32) != TP_OK) bad++;
-        for (int r = 0; r < n && !bad; r++) bad += all[r] != r * 10;
+    if (st == TP_OK && n <= LAUNCH_MAX) {
+        st = tp_comm_all_gather(c, &mine, all, 1, TP_DTYPE_I32);
+        for (int r = 0; r < n && st == TP_OK; r++)
+            if (all[r] != r * 10) st = TP_ERR_INTERNAL;
     }
-    if (!bad && tp_comm_barrier(c) != TP_OK) bad++;
-    if (bad) {
+    if (st == TP_OK) st = tp_comm_barrier(c);
+    if (st != TP_OK) {
         fprintf(stderr, "comm-selftest: rank %d of %d FAILED: %s\n", me, n, tp_comm_last_error(c));
         tp_comm_free(c);
-        return 1;
+        return tp_cli_exit_for(st);
     }
     printf("comm-selftest: rank %d of %d ok (backend %s)\n", me, n, tp_comm_backend_name(tp_comm_backend(c)));
     tp_comm_free(c);

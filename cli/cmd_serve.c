@@ -122,216 +122,261 @@ static char *read_key_file(const char *path)
     return k;
 }
 
-int tp_cmd_serve(int argc, char **argv)
+/* ------------------------------------------------------------------ parse */
+
+struct serve_opts {
+    const char *model, *host, *api_key, *api_key_file, *tmpl, *log_format, *alias, *cors_origin, *shard_weights;
+    const char *moe_split, *comm_dtype, *kv_type;
+    int port, parallel, ctx, max_queue, threads, batch, chunk, share_min;
+    uint64_t max_body, mem_budget;
+    int max_conn, max_conn_ip, header_timeout, body_timeout, recover_wait, rejoin;
+    char *key_buf; /* --api-key-file's key (owned; api_key points at it) */
+};
+
+/* Parse argv into o (reading --api-key-file).  Returns 0 to go on, 1 after --help, 2 after printing a
+ * usage error, or 3 after printing a run-time error (exit 1); o->key_buf is freed by the caller. */
+static int serve_parse(int argc, char **argv, struct serve_opts *o)
 {
-    const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *api_key_file = NULL, *tmpl = NULL;
-    const char *log_format = "text", *alias = NULL, *cors_origin = NULL, *shard_weights = NULL, *moe_split = "auto";
-    const char *comm_dtype = "f32", *kv_type = "f16";
-    int port = 8080, parallel = 8, ctx = 0, max_queue = 64, threads = 0, batch = 256, chunk = 64, share_min = 32;
-    uint64_t max_body = 1u << 20, mem_budget = (uint64_t)256 << 20;
-    int max_conn = 256, max_conn_ip = 32, header_timeout = 10, body_timeout = 30;
-    int recover_wait = 60, rejoin = 0;
+    *o = (struct serve_opts){.host = "127.0.0.1", .log_format = "text", .moe_split = "auto", .comm_dtype = "f32",
+                             .kv_type = "f16", .port = 8080, .parallel = 8, .max_queue = 64, .batch = 256,
+                             .chunk = 64, .share_min = 32, .max_body = 1u << 20, .mem_budget = (uint64_t)256 << 20,
+                             .max_conn = 256, .max_conn_ip = 32, .header_timeout = 10, .body_timeout = 30,
+                             .recover_wait = 60};
     const struct tp_opt opts[] = {
-        {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
-        {"host", 0, TP_OPT_STRING, &host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
-        {"port", 0, TP_OPT_INT, &port, "N", "TCP port (default 8080; 0: any free port)", 0, 65535},
-        {"parallel", 0, TP_OPT_INT, &parallel, "N", "sequences generated together (default 8)", 1, 256},
-        {"ctx-size", 'c', TP_OPT_INT, &ctx, "N", "context tokens per sequence (default min(train, 4096))", 0, 1 << 20},
-        {"batch-size", 'b', TP_OPT_INT, &batch, "N", "max tokens per engine step / prefill chunk (default 256)", 1,
+        {"model", 'm', TP_OPT_STRING, &o->model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
+        {"host", 0, TP_OPT_STRING, &o->host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
+        {"port", 0, TP_OPT_INT, &o->port, "N", "TCP port (default 8080; 0: any free port)", 0, 65535},
+        {"parallel", 0, TP_OPT_INT, &o->parallel, "N", "sequences generated together (default 8)", 1, 256},
+        {"ctx-size", 'c', TP_OPT_INT, &o->ctx, "N", "context tokens per sequence (default min(train, 4096))", 0,
+         1 << 20},
+        {"batch-size", 'b', TP_OPT_INT, &o->batch, "N", "max tokens per engine step / prefill chunk (default 256)", 1,
          1 << 16},
-        {"prefill-chunk", 0, TP_OPT_INT, &chunk, "N",
+        {"prefill-chunk", 0, TP_OPT_INT, &o->chunk, "N",
          "prompt tokens per step while other sequences generate (default 64; 0: --batch-size)", 0, 1 << 16},
-        {"prefix-share-min", 0, TP_OPT_INT, &share_min, "N",
+        {"prefix-share-min", 0, TP_OPT_INT, &o->share_min, "N",
          "copy a prompt prefix held in another slot's KV cache when it saves at least N more tokens than the "
          "slot's own cache (default 32; 0: off)",
          0, 1 << 20},
-        {"api-key", 0, TP_OPT_STRING, &api_key, "KEY", "require 'Authorization: Bearer KEY'", 0, 0},
-        {"api-key-file", 0, TP_OPT_STRING, &api_key_file, "FILE", "read the API key from FILE", 0, 0},
-        {"max-body", 0, TP_OPT_U64, &max_body, "BYTES", "largest request body (default 1048576)", 0, 0},
-        {"mem-budget", 0, TP_OPT_U64, &mem_budget, "BYTES",
+        {"api-key", 0, TP_OPT_STRING, &o->api_key, "KEY", "require 'Authorization: Bearer KEY'", 0, 0},
+        {"api-key-file", 0, TP_OPT_STRING, &o->api_key_file, "FILE", "read the API key from FILE", 0, 0},
+        {"max-body", 0, TP_OPT_U64, &o->max_body, "BYTES", "largest request body (default 1048576)", 0, 0},
+        {"mem-budget", 0, TP_OPT_U64, &o->mem_budget, "BYTES",
          "memory for request bodies in flight, each charged 10x its body + 256 KiB; over it 503 (default 268435456)",
          0, 0},
-        {"max-connections", 0, TP_OPT_INT, &max_conn, "N", "open HTTP connections (default 256)", 4, 100000},
-        {"max-conn-per-ip", 0, TP_OPT_INT, &max_conn_ip, "N", "open HTTP connections per client address (default 32)",
-         1, 100000},
-        {"header-timeout", 0, TP_OPT_INT, &header_timeout, "S",
+        {"max-connections", 0, TP_OPT_INT, &o->max_conn, "N", "open HTTP connections (default 256)", 4, 100000},
+        {"max-conn-per-ip", 0, TP_OPT_INT, &o->max_conn_ip, "N",
+         "open HTTP connections per client address (default 32)", 1, 100000},
+        {"header-timeout", 0, TP_OPT_INT, &o->header_timeout, "S",
          "seconds for a client to send a complete header block (default 10)", 1, 3600},
-        {"body-timeout", 0, TP_OPT_INT, &body_timeout, "S",
+        {"body-timeout", 0, TP_OPT_INT, &o->body_timeout, "S",
          "seconds for a client to send a request body after its headers (default 30)", 1, 3600},
-        {"recover-wait", 0, TP_OPT_INT, &recover_wait, "S",
+        {"recover-wait", 0, TP_OPT_INT, &o->recover_wait, "S",
          "rank 0: after a worker is lost, queued requests wait this long for the group to re-form, then 503 "
          "(default 60; see docs/recovery.md)",
          1, 86400},
-        {"rejoin", 0, TP_OPT_FLAG, &rejoin, NULL,
+        {"rejoin", 0, TP_OPT_FLAG, &o->rejoin, NULL,
          "workers: when the group fails, rejoin rank 0's next group epoch instead of exiting (set by "
          "'tpserve launch --restart'; also TP_REJOIN=1)",
          0, 0},
-        {"max-queue", 0, TP_OPT_INT, &max_queue, "N", "waiting requests before 429 (default 64)", 1, 1 << 20},
-        {"threads", 't', TP_OPT_INT, &threads, "N", "compute threads (default: all cores)", 0, 4096},
-        {"chat-template", 0, TP_OPT_STRING, &tmpl, "NAME",
+        {"max-queue", 0, TP_OPT_INT, &o->max_queue, "N", "waiting requests before 429 (default 64)", 1, 1 << 20},
+        {"threads", 't', TP_OPT_INT, &o->threads, "N", "compute threads (default: all cores)", 0, 4096},
+        {"chat-template", 0, TP_OPT_STRING, &o->tmpl, "NAME",
          "llama2|llama3|chatml|qwen3|mistral|zephyr|plain (default: from the model)", 0, 0},
-        {"alias", 0, TP_OPT_STRING, &alias, "NAME", "model id reported by /v1/models", 0, 0},
-        {"log-format", 0, TP_OPT_STRING, &log_format, "FMT", "text|json (per-request log lines)", 0, 0},
-        {"cors-origin", 0, TP_OPT_STRING, &cors_origin, "ORIGIN",
+        {"alias", 0, TP_OPT_STRING, &o->alias, "NAME", "model id reported by /v1/models", 0, 0},
+        {"log-format", 0, TP_OPT_STRING, &o->log_format, "FMT", "text|json (per-request log lines)", 0, 0},
+        {"cors-origin", 0, TP_OPT_STRING, &o->cors_origin, "ORIGIN",
          "let a web app served from ORIGIN (e.g. https://app.example.com, or *) call this API (default: off)", 0,
          0},
-        {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 activations on the wire",
-         0, 0},
-        {"kv-type", 0, TP_OPT_STRING, &kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
-        {"shard-weights", 0, TP_OPT_LIST, &shard_weights, "W,W,..",
+        {"comm-dtype", 0, TP_OPT_STRING, &o->comm_dtype, "T",
+         "under launch/mpirun: f32|f16|bf16|q8 activations on the wire", 0, 0},
+        {"kv-type", 0, TP_OPT_STRING, &o->kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
+        {"shard-weights", 0, TP_OPT_LIST, &o->shard_weights, "W,W,..",
          "under launch/mpirun: share per rank, e.g. from 'tpserve plan' (default equal)", 0, 0},
-        {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
+        {"moe-split", 0, TP_OPT_STRING, &o->moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
-    int pr = tp_cli_parse("serve", "Usage: tpserve serve -m MODEL [options]", opts, argc, argv, NULL, 0, NULL, NULL, NULL);
-    TP_CLI_RETURN_UNLESS_PARSED(pr);
-    if (!model) {
+    int pr = tp_cli_parse("serve", "Usage: tpserve serve -m MODEL [options]", opts, argc, argv, NULL, 0, NULL, NULL,
+                          NULL);
+    if (pr) return pr;
+    if (!o->model) {
         fprintf(stderr, "tpserve serve: -m MODEL is required (e.g. -m models/stories260K.gguf)\n");
         return 2;
     }
-    if (strcmp(log_format, "text") != 0 && strcmp(log_format, "json") != 0) {
-        fprintf(stderr, "tpserve serve: --log-format %s: want text or json\n", log_format);
+    if (strcmp(o->log_format, "text") != 0 && strcmp(o->log_format, "json") != 0) {
+        fprintf(stderr, "tpserve serve: --log-format %s: want text or json\n", o->log_format);
         return 2;
     }
-    if (api_key && api_key_file) {
+    if (o->api_key && o->api_key_file) {
         fprintf(stderr, "tpserve serve: give --api-key or --api-key-file, not both\n");
         return 2;
     }
-    if (max_body < 64 || max_body > (1ull << 32)) {
+    if (o->max_body < 64 || o->max_body > (1ull << 32)) {
         fprintf(stderr, "tpserve serve: --max-body %llu: must be between 64 and 4294967296\n",
-                (unsigned long long)max_body);
+                (unsigned long long)o->max_body);
         return 2;
     }
-    char *key_buf = NULL;
-    if (api_key_file) {
-        key_buf = read_key_file(api_key_file);
-        if (!key_buf) return tp_cli_fail("serve", "--api-key-file %s: cannot read a key from it", api_key_file);
-        api_key = key_buf;
+    if (o->api_key_file) {
+        o->key_buf = read_key_file(o->api_key_file);
+        if (!o->key_buf) {
+            tp_cli_fail("serve", "--api-key-file %s: cannot read a key from it", o->api_key_file);
+            return 3;
+        }
+        o->api_key = o->key_buf;
     }
+    return 0;
+}
 
+/* ------------------------------------------------------------------ run */
+
+static struct tp_server_config serve_server_config(const struct serve_opts *o, const struct tp_parallel_config *pc)
+{
+    struct tp_server_config sc = tp_server_default_config();
+    sc.host = o->host;
+    sc.port = o->port;
+    sc.n_parallel = o->parallel;
+    sc.max_queue = o->max_queue;
+    sc.max_body_bytes = (size_t)o->max_body;
+    sc.mem_budget_bytes = (size_t)o->mem_budget;
+    sc.max_connections = o->max_conn;
+    sc.max_conn_per_ip = o->max_conn_ip;
+    sc.header_timeout_s = (unsigned)o->header_timeout;
+    sc.body_timeout_s = (unsigned)o->body_timeout;
+    sc.api_key = o->api_key;
+    sc.chat_template = o->tmpl;
+    sc.model_id = o->alias;
+    sc.log_json = strcmp(o->log_format, "json") == 0;
+    sc.n_batch = pc->model.n_batch;
+    sc.prefill_chunk = o->chunk;
+    sc.prefix_share_min = o->share_min;
+    sc.recover_wait_s = (unsigned)o->recover_wait;
+    sc.cors_origin = o->cors_origin;
+    return sc;
+}
+
+/* A worker: run steps until rank 0 shuts down; with rejoin, a failed group is rejoined in rank 0's next
+ * epoch (for up to the connect timeout).  Returns the exit code. */
+static int serve_worker(tp_parallel_t *p, const struct tp_parallel_config *pc, int rejoin)
+{
+    signal(SIGINT, on_worker_signal);
+    signal(SIGTERM, on_worker_signal);
+    const char *rj = getenv("TP_REJOIN");
+    if (rj && strcmp(rj, "1") == 0) rejoin = 1;
+    enum tp_status st;
+    while ((st = tp_parallel_worker_loop(p)) != TP_OK && rejoin) {
+        /* rank 0 re-forms the group in a new epoch; join it, keeping our slice */
+        uint32_t window_ms = pc->comm.connect_timeout_ms ? pc->comm.connect_timeout_ms : 60000;
+        uint64_t give_up = tp_now_ns() + (uint64_t)window_ms * 1000000ull;
+        tp_log(TP_LOG_WARN, "serve", "the group failed (%s); rejoining rank 0 (for up to %u s)",
+               tp_parallel_last_error(p), window_ms / 1000);
+        g_rejoining = 1;
+        if (g_worker_sig) _exit(128 + g_worker_sig); /* told to stop before the group failed */
+        for (;;) {
+            uint64_t now = tp_now_ns();
+            uint32_t left_ms = now < give_up ? (uint32_t)((give_up - now) / 1000000u) : 0;
+            if (left_ms == 0) break;
+            st = tp_parallel_rejoin(p, TP_MIN(left_ms, 5000u));
+            if (st == TP_OK || st == TP_ERR_UNSUPPORTED) break;
+            tp_sleep_ms(100);
+        }
+        g_rejoining = 0;
+        if (st != TP_OK) break;
+        tp_log(TP_LOG_INFO, "serve", "rejoined the group (epoch %u)", tp_parallel_epoch(p));
+    }
+    if (st == TP_OK) return 0;
+    tp_cli_fail("serve", "worker stopped: %s", tp_parallel_last_error(p));
+    return tp_cli_exit_for(st);
+}
+
+/* Rank 0: start the engine and serve until stopped (with MPI, a watch thread ends the server when the
+ * group fails).  Returns the exit code. */
+static int serve_rank0(tp_server_t *srv, tp_parallel_t *p, const struct tp_parallel_config *pc, const char *host)
+{
+    struct tp_error err = {0};
+    if (tp_server_start(srv, p, &err) != TP_OK) return tp_cli_fail("serve", "%s", err.msg);
+    printf("tpserve: serving on http://%s:%d/v1\n", host, tp_server_port(srv));
+    fflush(stdout);
+    int code = 0;
+    struct mpi_watch w = {.p = p, .srv = srv};
+    atomic_init(&w.stop, 0);
+    atomic_init(&w.failed, 0);
+    pthread_t wt;
+    int watching = tp_parallel_size(p) > 1 && pc->comm.backend == TP_COMM_BACKEND_MPI &&
+                   pthread_create(&wt, NULL, mpi_watch_main, &w) == 0;
+    tp_server_run(srv);
+    if (watching) {
+        atomic_store(&w.stop, 1);
+        pthread_join(wt, NULL);
+        if (atomic_load(&w.failed)) code = 1;
+    }
+    tp_log(TP_LOG_INFO, "server", "shutting down");
+    return code;
+}
+
+/* ------------------------------------------------------------------ command */
+
+int tp_cmd_serve(int argc, char **argv)
+{
+    struct serve_opts o;
+    int pr = serve_parse(argc, argv, &o);
+    if (pr) {
+        free(o.key_buf);
+        return pr == 3 ? 1 : pr == 1 ? 0 : pr;
+    }
     struct tp_error err = {0};
     struct tp_parallel_config pc = tp_parallel_default_config();
-    pc.model.path = model;
-    pc.model.n_threads = threads;
-    pc.model.n_ctx = ctx;
-    pc.model.n_seq = parallel;
-    pc.model.n_batch = TP_MAX(batch, parallel);
-    pc.shard_weights = shard_weights;
-    if (tp_moe_split_parse(moe_split, &pc.moe_split, &err) != TP_OK) return tp_cli_fail("serve", "%s", err.msg);
+    pc.model.path = o.model;
+    pc.model.n_threads = o.threads;
+    pc.model.n_ctx = o.ctx;
+    pc.model.n_seq = o.parallel;
+    pc.model.n_batch = TP_MAX(o.batch, o.parallel);
+    pc.shard_weights = o.shard_weights;
+    if (tp_moe_split_parse(o.moe_split, &pc.moe_split, &err) != TP_OK) {
+        free(o.key_buf);
+        return tp_cli_fail("serve", "%s", err.msg);
+    }
     const char *prefix = NULL;
     int rank_hint = 0;
-    int grc = tp_cli_group_config("serve", comm_dtype, kv_type, &pc, &rank_hint, &prefix);
+    int grc = tp_cli_group_config("serve", o.comm_dtype, o.kv_type, &pc, &rank_hint, &prefix);
     if (grc) {
-        free(key_buf);
+        free(o.key_buf);
         return grc == 1 ? 2 : 1; /* bad --comm-dtype: usage error; bad environment: 1 */
     }
     tp_cli_setup_logging(prefix);
-    if (strcmp(log_format, "json") == 0) tp_log_set_hook(json_log_hook, NULL);
+    if (strcmp(o.log_format, "json") == 0) tp_log_set_hook(json_log_hook, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    tp_server_t *srv = NULL;
+    tp_server_t *srv = NULL; /* rank 0: HTTP answers 503 "loading" while the model loads */
+    tp_parallel_t *p = NULL;
+    int code = 1;
     if (rank_hint == 0) {
-        struct tp_server_config sc = tp_server_default_config();
-        sc.host = host;
-        sc.port = port;
-        sc.n_parallel = parallel;
-        sc.max_queue = max_queue;
-        sc.max_body_bytes = (size_t)max_body;
-        sc.mem_budget_bytes = (size_t)mem_budget;
-        sc.max_connections = max_conn;
-        sc.max_conn_per_ip = max_conn_ip;
-        sc.header_timeout_s = (unsigned)header_timeout;
-        sc.body_timeout_s = (unsigned)body_timeout;
-        sc.api_key = api_key;
-        sc.chat_template = tmpl;
-        sc.model_id = alias;
-        sc.log_json = strcmp(log_format, "json") == 0;
-        sc.n_batch = pc.model.n_batch;
-        sc.prefill_chunk = chunk;
-        sc.prefix_share_min = share_min;
-        sc.recover_wait_s = (unsigned)recover_wait;
-        sc.cors_origin = cors_origin;
+        struct tp_server_config sc = serve_server_config(&o, &pc);
         if (tp_server_init(&sc, &srv, &err) != TP_OK) {
-            free(key_buf);
-            return tp_cli_fail("serve", "%s", err.msg);
+            tp_cli_fail("serve", "%s", err.msg);
+            goto out;
         }
         g_server = srv;
         signal(SIGINT, on_signal);
         signal(SIGTERM, on_signal);
-        tp_log(TP_LOG_INFO, "server", "listening on http://%s:%d (loading %s)", host, tp_server_port(srv), model);
+        tp_log(TP_LOG_INFO, "server", "listening on http://%s:%d (loading %s)", o.host, tp_server_port(srv), o.model);
     }
-
     static struct serve_progress load_progress;
     tp_cli_progress_init(&load_progress.cli, prefix);
     load_progress.srv = srv;
     pc.model.progress = serve_load_progress;
     pc.model.progress_ctx = &load_progress;
-    tp_parallel_t *p = NULL;
     if (tp_parallel_init(&pc, &p, &err) != TP_OK) {
-        tp_server_free(srv);
-        free(key_buf);
-        return tp_cli_fail("serve", "%s", err.msg);
-    }
-    int code = 0;
-    if (tp_parallel_rank(p) != 0) {
-        signal(SIGINT, on_worker_signal);
-        signal(SIGTERM, on_worker_signal);
-        const char *rj = getenv("TP_REJOIN");
-        if (rj && strcmp(rj, "1") == 0) rejoin = 1;
-        enum tp_status st;
-        while ((st = tp_parallel_worker_loop(p)) != TP_OK && rejoin) {
-            /* rank 0 re-forms the group in a new epoch; join it, keeping our slice */
-            uint32_t window_ms = pc.comm.connect_timeout_ms ? pc.comm.connect_timeout_ms : 60000;
-            uint64_t give_up = tp_now_ns() + (uint64_t)window_ms * 1000000ull;
-            tp_log(TP_LOG_WARN, "serve", "the group failed (%s); rejoining rank 0 (for up to %u s)",
-                   tp_parallel_last_error(p), window_ms / 1000);
-            g_rejoining = 1;
-            if (g_worker_sig) _exit(128 + g_worker_sig); /* told to stop before the group failed */
-            for (;;) {
-                uint64_t now = tp_now_ns();
-                uint32_t left_ms = now < give_up ? (uint32_t)((give_up - now) / 1000000u) : 0;
-                if (left_ms == 0) break;
-                st = tp_parallel_rejoin(p, TP_MIN(left_ms, 5000u));
-                if (st == TP_OK || st == TP_ERR_UNSUPPORTED) break;
-                tp_sleep_ms(100);
-            }
-            g_rejoining = 0;
-            if (st != TP_OK) break;
-            tp_log(TP_LOG_INFO, "serve", "rejoined the group (epoch %u)", tp_parallel_epoch(p));
-        }
-        if (st != TP_OK) code = tp_cli_fail("serve", "worker stopped: %s", tp_parallel_last_error(p));
-        tp_parallel_free(p);
-        tp_server_free(srv);
-        free(key_buf);
-        return code;
-    }
-    if (!srv) { /* rank 0 by MPI but the hint said otherwise: cannot happen with sane env */
-        tp_parallel_free(p);
-        free(key_buf);
-        return tp_cli_fail("serve", "rank mismatch between the environment and the group");
-    }
-    if (tp_server_start(srv, p, &err) != TP_OK) {
-        code = tp_cli_fail("serve", "%s", err.msg);
+        tp_cli_fail("serve", "%s", err.msg);
+    } else if (tp_parallel_rank(p) != 0) {
+        code = serve_worker(p, &pc, o.rejoin);
+    } else if (!srv) { /* rank 0 by MPI but the hint said otherwise: cannot happen with sane env */
+        tp_cli_fail("serve", "rank mismatch between the environment and the group");
     } else {
-        printf("tpserve: serving on http://%s:%d/v1\n", host, tp_server_port(srv));
-        fflush(stdout);
-        struct mpi_watch w = {.p = p, .srv = srv};
-        atomic_init(&w.stop, 0);
-        atomic_init(&w.failed, 0);
-        pthread_t wt;
-        int watching = tp_parallel_size(p) > 1 && pc.comm.backend == TP_COMM_BACKEND_MPI &&
-                       pthread_create(&wt, NULL, mpi_watch_main, &w) == 0;
-        tp_server_run(srv);
-        if (watching) {
-            atomic_store(&w.stop, 1);
-            pthread_join(wt, NULL);
-            if (atomic_load(&w.failed)) code = 1;
-        }
-        tp_log(TP_LOG_INFO, "server", "shutting down");
+        code = serve_rank0(srv, p, &pc, o.host);
     }
+out:
     g_server = NULL;
     tp_server_free(srv);
     tp_parallel_free(p);
-    free(key_buf);
+    free(o.key_buf);
     return code;
 }

@@ -1,33 +1,12 @@
 /*
- * cli/launch_ssh.c - `tpserve launch --hostfile FILE -- CMD ...`: start one
- * rank per hostfile entry over ssh (like mlx.launch), or hand the job to
- * mpirun with --backend mpi.
- *
- * Rank i runs on hosts[i].host (the ssh destination; hosts[i].ips[0] when
- * "host" is absent) as
- *     ssh -o BatchMode=yes -o ConnectTimeout=10 -tt HOST 'stty -echo; echo MARKER;
- *         read -r TP_CLUSTER_TOKEN; export ...; cd CWD; checks; exec env TP_RANK=i
- *         TP_WORLD_SIZE=N TP_HOSTFILE=FILE TP_BACKEND=B CMD ...'
- * The cluster token (TP_CLUSTER_TOKEN when set, else the hostfile's
- * "cluster_token", else 32 random bytes in hex made here) is never on the
- * command line: the launcher writes it to ssh's stdin once the remote shell
- * printed the marker line, after it turned the terminal's echo off, so it
- * shows neither in `ps` on either machine nor in the output.
- * The remote checks turn the usual mistakes into one clear line and a
- * distinct exit status: the program is not on the host (127), the hostfile
- * or the model (-m/--model argument) is not at the same path there (126).
- * ssh itself exits 255 when the host cannot be reached or refuses the key.
- * `-tt` gives the remote rank a terminal, so when the launcher's ssh goes
- * away the rank gets SIGHUP and dies with it (no orphans).
- *
- * The launcher prefixes every output line with "[rank R HOST] ", forwards
- * Ctrl-C (SIGINT/SIGTERM/SIGHUP) to every rank, and when one rank exits
- * with a failure it stops all the others (SIGTERM, SIGKILL after 5 s) and
- * exits with that rank's status.  A rank that never joins is detected by the
- * ranks themselves: the group-forming timeout of comm/ fails them all with
- * the missing rank named, and the launcher then stops everything.
- * `--dry-run` prints the exact commands.  TP_LAUNCH_SSH replaces the ssh
- * program (tests use a stand-in that runs the command locally).
+ * cli/launch_ssh.c - `tpserve launch --hostfile FILE -- CMD ...`: one rank
+ * per hostfile entry over ssh (like mlx.launch), or the job handed to
+ * mpirun with --backend mpi.  The cluster token goes to each rank through
+ * ssh's stdin with the terminal's echo off, never on a command line; remote
+ * checks turn a missing program (127) or a file not at the same path (126)
+ * into one clear line; the supervisor (supervise.c) prefixes output, forwards
+ * signals and stops everyone when one rank fails.  The remote command and
+ * the exit statuses: docs/multi-node.md ("Launching over ssh").
  */
 #include <cJSON.h>
 #include <errno.h>

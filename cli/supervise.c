@@ -38,8 +38,7 @@ static void on_signal(int sig)
     errno = saved;
 }
 
-/* SIGCHLD only wakes the loop, so the first child to exit is reaped (and
- * reported) before the ones that fail because it left. */
+/* SIGCHLD only wakes the loop (the children are reaped there). */
 static void on_child(int sig)
 {
     int saved = errno;
@@ -238,134 +237,210 @@ static int schedule_restart(struct tp_sup_child *c, int i, struct sup_restart *r
     return 1;
 }
 
+/* The state of one supervision (tp_sup_run). */
+struct sup_run {
+    struct tp_sup_child *c;
+    int n, n_started;
+    const struct tp_sup_config *cfg;
+    uint64_t grace_ns;
+    uint64_t kill_at;         /* SIGKILL the rest then (0: not stopping; UINT64_MAX: sent) */
+    int first_fail;           /* the failure reported (child index), -1: none */
+    int first_peer;           /* it ended with TP_SUP_EXIT_PEER_LOST: a later failure of another kind replaces it */
+    int exit_code;
+    int live, pending;        /* children running; restarts scheduled */
+    struct sup_restart *rs;   /* (n) */
+    struct pollfd *pfd;       /* (2n + 1) */
+    struct tp_sup_stream **ps;
+    int *owner;
+};
+
+static void sup_stop_all(struct sup_run *S)
+{
+    signal_all(S->c, S->n_started, SIGTERM);
+    if (!S->kill_at) S->kill_at = tp_now_ns() + S->grace_ns;
+}
+
+static void sup_say_failed(const struct sup_run *S, int i, const char *what)
+{
+    const struct tp_sup_child *c = &S->c[i];
+    const char *why = S->cfg->explain ? S->cfg->explain(c) : "";
+    char where[280] = "";
+    if (c->label[0]) snprintf(where, sizeof where, " (%s)", c->label);
+    if (c->signaled)
+        fprintf(stderr, "tpserve %s: rank %d%s was killed by signal %d (%s)%s%s\n", S->cfg->who, i, where,
+                c->status - 128, strsignal(c->status - 128), why ? why : "", what);
+    else
+        fprintf(stderr, "tpserve %s: rank %d%s exited with status %d%s%s\n", S->cfg->who, i, where, c->status,
+                why ? why : "", what);
+}
+
+/* Child i ended with a failure (status != 0).  The reported failure: the first one seen, except that a
+ * rank which stopped because it lost a peer (TP_SUP_EXIT_PEER_LOST) gives way to the first later failure
+ * of another kind that was not launch's own SIGTERM / SIGKILL (the rank whose loss it saw). */
+static void sup_failed(struct sup_run *S, int i)
+{
+    struct tp_sup_child *c = &S->c[i];
+    const int peer = !c->signaled && c->status == TP_SUP_EXIT_PEER_LOST;
+    if (S->first_fail < 0 && !S->exit_code && !S->kill_at && schedule_restart(c, i, &S->rs[i], S->cfg)) {
+        S->pending++;
+    } else if (S->first_fail < 0 && !S->exit_code) {
+        S->first_fail = i;
+        S->first_peer = peer;
+        S->exit_code = c->status;
+        sup_say_failed(S, i, peer ? " (it lost a peer rank); stopping the other ranks"
+                                  : "; stopping the other ranks");
+        sup_stop_all(S);
+    } else if (S->first_fail >= 0 && S->first_peer && !peer && !c->signaled) {
+        sup_say_failed(S, i, "; reporting this status: the earlier failure was a rank that lost a peer");
+        S->first_fail = i;
+        S->first_peer = 0;
+        S->exit_code = c->status;
+    }
+}
+
+/* Reap every child that has ended, then act on their failures in rank order, peer-lost ones last (not in
+ * the order waitpid returns them: the order they were forked in, when several ended before launch woke). */
+static void sup_reap(struct sup_run *S)
+{
+    int st, ended[TP_SUP_MAX_CHILDREN], n_ended = 0;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+        for (int i = 0; i < S->n_started; i++) {
+            struct tp_sup_child *c = &S->c[i];
+            if (c->pid != pid) continue;
+            c->pid = 0;
+            S->live--;
+            c->signaled = WIFSIGNALED(st);
+            c->status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
+            /* what it wrote last (a background grandchild may hold the pipe open: bounded) */
+            for (int k = 0; k < 256 && (pump(c, i, &c->out, S->cfg) | pump(c, i, &c->err, S->cfg)); k++) {
+            }
+            if (n_ended < TP_SUP_MAX_CHILDREN) ended[n_ended++] = i;
+        }
+    }
+    for (int a = 1; a < n_ended; a++) /* insertion sort by rank */
+        for (int b = a; b > 0 && ended[b - 1] > ended[b]; b--) {
+            int t = ended[b];
+            ended[b] = ended[b - 1];
+            ended[b - 1] = t;
+        }
+    for (int pass = 0; pass < 2; pass++) /* within a pass: the failures of other kinds before the peer-lost ones */
+        for (int k = 0; k < n_ended; k++) {
+            const struct tp_sup_child *c = &S->c[ended[k]];
+            const int peer = !c->signaled && c->status == TP_SUP_EXIT_PEER_LOST;
+            if (c->status != 0 && peer == pass) sup_failed(S, ended[k]);
+        }
+}
+
+/* Start the workers whose restart is due (none once stopping). */
+static void sup_restarts(struct sup_run *S)
+{
+    for (int i = 1; i < S->n_started && S->pending > 0; i++) {
+        struct sup_restart *rs = &S->rs[i];
+        if (!rs->at_ns) continue;
+        if (g_signal || S->kill_at || S->first_fail >= 0 || S->c[0].pid == 0) { /* stopping: no more restarts */
+            rs->at_ns = 0;
+            S->pending--;
+            continue;
+        }
+        if (tp_now_ns() < rs->at_ns) continue;
+        rs->at_ns = 0;
+        S->pending--;
+        close_streams(&S->c[i], i, S->cfg);
+        if (S->cfg->respawn(&S->c[i], i, S->cfg->respawn_ctx) != 0) {
+            fprintf(stderr, "tpserve %s: cannot restart rank %d: %s; stopping the ranks\n", S->cfg->who, i,
+                    strerror(errno));
+            S->first_fail = i;
+            if (!S->exit_code) S->exit_code = 1;
+            sup_stop_all(S);
+            continue;
+        }
+        rs->started_ns = tp_now_ns();
+        S->live++;
+    }
+}
+
+/* Wait up to 100 ms for output or a signal, and print what arrived. */
+static void sup_poll(struct sup_run *S)
+{
+    int np = 0;
+    for (int i = 0; i < S->n_started; i++) {
+        struct tp_sup_stream *s[2] = {&S->c[i].out, &S->c[i].err};
+        for (int k = 0; k < 2; k++)
+            if (s[k]->fd >= 0) {
+                S->pfd[np] = (struct pollfd){.fd = s[k]->fd, .events = POLLIN};
+                S->ps[np] = s[k];
+                S->owner[np++] = i;
+            }
+    }
+    const int n_streams = np;
+    S->pfd[np++] = (struct pollfd){.fd = g_wake[0], .events = POLLIN};
+    if (poll(S->pfd, (nfds_t)np, 100) <= 0) return;
+    for (int k = 0; k < n_streams; k++)
+        if (S->pfd[k].revents) pump(&S->c[S->owner[k]], S->owner[k], S->ps[k], S->cfg);
+    if (S->pfd[n_streams].revents & POLLIN) {
+        char b[64];
+        while (read(g_wake[0], b, sizeof b) > 0) {
+        }
+    }
+}
+
+static void sup_free(struct sup_run *S)
+{
+    free(S->pfd);
+    free(S->ps);
+    free(S->owner);
+    free(S->rs);
+}
+
 int tp_sup_run(struct tp_sup_child *c, int n, int n_started, const struct tp_sup_config *cfg)
 {
-    const uint64_t grace_ns = (uint64_t)cfg->grace_ms * 1000000u;
-    int first_fail = -1, exit_code = 0, live = 0, pending = 0;
-    uint64_t kill_at = 0;
-    struct sup_restart *rs = calloc((size_t)n, sizeof *rs);
-    if (!rs) {
-        fprintf(stderr, "tpserve %s: out of memory; stopping the ranks\n", cfg->who);
+    struct sup_run S = {.c = c, .n = n, .n_started = n_started, .cfg = cfg, .first_fail = -1,
+                        .grace_ns = (uint64_t)cfg->grace_ms * 1000000u};
+    S.rs = calloc((size_t)n, sizeof *S.rs);
+    S.pfd = calloc((size_t)(2 * n + 1), sizeof *S.pfd);
+    S.ps = calloc((size_t)(2 * n + 1), sizeof *S.ps);
+    S.owner = calloc((size_t)(2 * n + 1), sizeof *S.owner);
+    if (!S.rs || !S.pfd || !S.ps || !S.owner || n > TP_SUP_MAX_CHILDREN) {
+        fprintf(stderr, "tpserve %s: %s; stopping the ranks\n", cfg->who,
+                n > TP_SUP_MAX_CHILDREN ? "too many ranks" : "out of memory");
         signal_all(c, n_started, SIGKILL);
         for (int i = 0; i < n_started; i++)
             if (c[i].pid > 0) waitpid(c[i].pid, NULL, 0), c[i].pid = 0;
+        sup_free(&S);
         return 1;
     }
-    for (int i = 0; i < n; i++) rs[i].started_ns = tp_now_ns();
-    for (int i = 0; i < n_started; i++) live += c[i].pid > 0;
+    for (int i = 0; i < n; i++) S.rs[i].started_ns = tp_now_ns();
+    for (int i = 0; i < n_started; i++) S.live += c[i].pid > 0;
     if (n_started < n) {
         fprintf(stderr, "tpserve %s: could only start %d of %d ranks; stopping\n", cfg->who, n_started, n);
-        first_fail = n_started;
-        exit_code = 1;
-        signal_all(c, n_started, SIGTERM);
-        kill_at = tp_now_ns() + grace_ns;
+        S.first_fail = n_started;
+        S.exit_code = 1;
+        sup_stop_all(&S);
     }
-    struct pollfd *pfd = calloc((size_t)(2 * n + 1), sizeof *pfd);
-    struct tp_sup_stream **ps = calloc((size_t)(2 * n + 1), sizeof *ps);
-    int *owner = calloc((size_t)(2 * n + 1), sizeof *owner);
-    if (!pfd || !ps || !owner) {
-        fprintf(stderr, "tpserve %s: out of memory; stopping the ranks\n", cfg->who);
-        signal_all(c, n_started, SIGKILL);
-        for (int i = 0; i < n_started; i++)
-            if (c[i].pid > 0) waitpid(c[i].pid, NULL, 0), c[i].pid = 0;
-        free(pfd), free(ps), free(owner), free(rs);
-        return 1;
-    }
-    while (live > 0 || pending > 0) {
-        for (int i = 1; i < n_started && pending > 0; i++) {
-            if (!rs[i].at_ns) continue;
-            if (g_signal || kill_at || first_fail >= 0 || c[0].pid == 0) { /* stopping: no more restarts */
-                rs[i].at_ns = 0;
-                pending--;
-                continue;
-            }
-            if (tp_now_ns() < rs[i].at_ns) continue;
-            rs[i].at_ns = 0;
-            pending--;
-            close_streams(&c[i], i, cfg);
-            if (cfg->respawn(&c[i], i, cfg->respawn_ctx) != 0) {
-                fprintf(stderr, "tpserve %s: cannot restart rank %d: %s; stopping the ranks\n", cfg->who, i,
-                        strerror(errno));
-                first_fail = i;
-                if (!exit_code) exit_code = 1;
-                signal_all(c, n_started, SIGTERM);
-                if (!kill_at) kill_at = tp_now_ns() + grace_ns;
-                continue;
-            }
-            rs[i].started_ns = tp_now_ns();
-            live++;
-        }
+    while (S.live > 0 || S.pending > 0) {
+        sup_restarts(&S);
         if (g_signal) {
             int sig = g_signal;
             g_signal = 0;
             fprintf(stderr, "tpserve %s: %s: stopping all %d ranks\n", cfg->who, strsignal(sig), n);
             signal_all(c, n_started, sig);
-            if (!exit_code) exit_code = 128 + sig;
-            if (!kill_at) kill_at = tp_now_ns() + grace_ns;
+            if (!S.exit_code) S.exit_code = 128 + sig;
+            if (!S.kill_at) S.kill_at = tp_now_ns() + S.grace_ns;
         }
-        if (kill_at && tp_now_ns() > kill_at) {
+        if (S.kill_at && tp_now_ns() > S.kill_at) {
             signal_all(c, n_started, SIGKILL);
-            kill_at = UINT64_MAX;
+            S.kill_at = UINT64_MAX;
         }
-        int np = 0;
-        for (int i = 0; i < n_started; i++) {
-            struct tp_sup_stream *s[2] = {&c[i].out, &c[i].err};
-            for (int k = 0; k < 2; k++)
-                if (s[k]->fd >= 0) {
-                    pfd[np] = (struct pollfd){.fd = s[k]->fd, .events = POLLIN};
-                    ps[np] = s[k];
-                    owner[np++] = i;
-                }
-        }
-        int n_streams = np;
-        pfd[np++] = (struct pollfd){.fd = g_wake[0], .events = POLLIN};
-        if (poll(pfd, (nfds_t)np, 100) > 0) {
-            for (int k = 0; k < n_streams; k++)
-                if (pfd[k].revents) pump(&c[owner[k]], owner[k], ps[k], cfg);
-            if (pfd[n_streams].revents & POLLIN) {
-                char b[64];
-                while (read(g_wake[0], b, sizeof b) > 0) {
-                }
-            }
-        }
-        int st;
-        pid_t pid;
-        while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-            for (int i = 0; i < n_started; i++) {
-                if (c[i].pid != pid) continue;
-                c[i].pid = 0;
-                live--;
-                c[i].signaled = WIFSIGNALED(st);
-                c[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-                /* what it wrote last (a background grandchild may hold the pipe open: bounded) */
-                for (int k = 0; k < 256 && (pump(&c[i], i, &c[i].out, cfg) | pump(&c[i], i, &c[i].err, cfg)); k++) {
-                }
-                if (c[i].status != 0 && first_fail < 0 && !exit_code && !kill_at && schedule_restart(&c[i], i, &rs[i], cfg)) {
-                    pending++;
-                } else if (c[i].status != 0 && first_fail < 0 && !exit_code) {
-                    first_fail = i;
-                    exit_code = c[i].status;
-                    const char *why = cfg->explain ? cfg->explain(&c[i]) : "";
-                    char where[280] = "";
-                    if (c[i].label[0]) snprintf(where, sizeof where, " (%s)", c[i].label);
-                    if (c[i].signaled)
-                        fprintf(stderr, "tpserve %s: rank %d%s was killed by signal %d (%s)%s; stopping the other ranks\n",
-                                cfg->who, i, where, c[i].status - 128, strsignal(c[i].status - 128), why ? why : "");
-                    else
-                        fprintf(stderr, "tpserve %s: rank %d%s exited with status %d%s; stopping the other ranks\n",
-                                cfg->who, i, where, c[i].status, why ? why : "");
-                    signal_all(c, n_started, SIGTERM);
-                    if (!kill_at) kill_at = tp_now_ns() + grace_ns;
-                }
-            }
-        }
+        sup_poll(&S);
+        sup_reap(&S);
     }
     for (int i = 0; i < n_started; i++) {
         close_streams(&c[i], i, cfg);
         if (c[i].in_fd >= 0) close(c[i].in_fd), c[i].in_fd = -1;
     }
-    free(pfd), free(ps), free(owner), free(rs);
-    if (first_fail < 0 && exit_code == 0 && cfg->report_ok)
+    sup_free(&S);
+    if (S.first_fail < 0 && S.exit_code == 0 && cfg->report_ok)
         fprintf(stderr, "tpserve %s: all %d ranks exited normally\n", cfg->who, n);
-    return exit_code;
+    return S.exit_code;
 }

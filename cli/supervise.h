@@ -3,17 +3,14 @@
  * `tpserve launch -n N` (local ranks) and `tpserve launch --hostfile`
  * (ranks over ssh).
  *
- * The caller forks the children with tp_sup_spawn (stdout and stderr on
- * pipes, or both on one); tp_sup_run then prints every output line with a
- * "[rank R] " or "[rank R LABEL] " prefix (stdout to stdout, stderr to
- * stderr), forwards SIGINT/SIGTERM/SIGHUP to every child, and when a child
- * fails (non-zero exit or a signal) stops the others: SIGTERM, then SIGKILL
- * after the grace period.  SIGCHLD wakes the loop, so the first child to
- * exit is the one reported, not one that failed because it left.
- * With max_restarts > 0 a failed child other than index 0 (a worker) is
- * started again instead, after a backoff (250 ms doubling to 8 s; back to
- * 250 ms once a child ran 2 s), at most max_restarts times in a row; index
- * 0 (rank 0) failing still stops everyone, with its status.
+ * tp_sup_spawn forks a child with piped output; tp_sup_run prefixes every
+ * line with "[rank R] ", forwards SIGINT/SIGTERM/SIGHUP, and when a child
+ * fails stops the others (SIGTERM, SIGKILL after the grace period).  The
+ * failure reported: the first seen (children that ended together in rank
+ * order), except that a TP_SUP_EXIT_PEER_LOST one gives way to the first
+ * later failure of another kind not caused by launch's own signals
+ * (docs/cli.md).  With max_restarts > 0 a failed worker (index > 0) is
+ * restarted after a backoff (250 ms doubling to 8 s) instead.
  */
 #ifndef TP_SERVER_SUPERVISE_H
 #define TP_SERVER_SUPERVISE_H
@@ -21,7 +18,11 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "cli.h"
+
 #define TP_SUP_LINE_MAX 8192
+#define TP_SUP_MAX_CHILDREN 1024
+#define TP_SUP_EXIT_PEER_LOST TP_CLI_EXIT_PEER_LOST
 
 /* One output stream of a child: a partial line is kept until its newline. */
 struct tp_sup_stream {
@@ -77,10 +78,11 @@ int tp_sup_spawn(struct tp_sup_child *c, char *const argv[], const char *const *
                  int null_stdin, int keep_fd);
 
 /*
- * Supervise children c[0..n) until all have exited; n_started < n means
- * starting failed part-way (the started ones are stopped at once).  Returns
- * the launcher's exit status: 0 when all exited 0; the first failed child's
- * status; 128 + signal when the launcher itself was signalled.
+ * Supervise children c[0..n) (n <= TP_SUP_MAX_CHILDREN) until all have
+ * exited; n_started < n means starting failed part-way (the started ones are
+ * stopped at once).  Returns the launcher's exit status: 0 when all exited
+ * 0; the reported failure's status (see the top of this file); 128 + signal
+ * when the launcher itself was signalled.
  */
 int tp_sup_run(struct tp_sup_child *c, int n, int n_started, const struct tp_sup_config *cfg);
 

@@ -1,33 +1,13 @@
 /*
  * comm/algo.c - the collectives, written once over point-to-point transfers
- * (tp_comm_xfer), shared by the ring (TCP) and rdma transports.
- *
- * Algorithms:
- *   small messages (<= 512 KiB with 2 ranks, 64 KiB with more: mesh_limit)
- *     all_reduce / sum_scatter: mesh exchange - every rank sends its data to
- *     every other rank in one round and reduces locally in rank order
- *     (d0 op d1 op d2 ...), so every rank computes bit-identical results.
- *     One network latency per call: this is the decode hot path.
- *   large messages
- *     all_reduce = ring reduce-scatter + ring all-gather.  The reduce-scatter
- *     walks the ring once per chunk of TP_ALGO_CHUNK_BYTES: receive into a
- *     staging buffer (two, alternating), reduce with the local data into a
- *     partial-sum buffer (two, alternating), send that partial on at the next
- *     step.  Each segment is reduced along one chain and then broadcast by the
- *     all-gather, so results are identical on every rank.  Every rank sends
- *     and receives 2(n-1)/n of the data: bandwidth-optimal.
- *     With 3+ ranks and >= TP_ALGO_BIDIR_BYTES (2 MiB) the buffer is split in
- *     two halves: the first runs the ring clockwise (send to rank+1), the
- *     second counter-clockwise (send to rank-1), both progressed in the same
- *     transfer calls, so every TCP link carries traffic both ways and each
- *     link direction moves half the data.  Each element is still reduced
- *     along one fixed chain (see ring_reduce_scatter_lanes), so results stay
- *     bit-identical on every rank.  2 ranks need no second direction: the
- *     pair path below already sends and receives on the one link at once.
- *   all_gather: mesh for 2 ranks or small blocks, ring otherwise.
- *   broadcast / scatter / gather: direct root <-> peer transfers.
- *   send / recv: an 8-byte little-endian length header, then the payload; a
- *   length mismatch is a protocol error (counts or dtypes differ).
+ * (tp_comm_xfer) and shared by the ring (TCP) and rdma transports.  Small
+ * messages (up to mesh_limit: 512 KiB with 2 ranks, 64 KiB with more) take
+ * one mesh round, reduced in rank order; large ones a pipelined ring
+ * reduce-scatter + all-gather (both ring directions from
+ * TP_ALGO_BIDIR_BYTES on 3+ ranks).  Every element is reduced along one
+ * fixed chain, so results are bit-identical on every rank.  send / recv
+ * frame a payload with an 8-byte little-endian length.  docs/multi-node.md
+ * ("All-reduce over TCP").
  */
 #include <stdlib.h>
 #include <string.h>

@@ -31,6 +31,15 @@ int tp_str_ends_with(const char *s, const char *suffix)
     return a >= b && memcmp(s + a - b, suffix, b) == 0;
 }
 
+char *tp_str_dup_n(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    if (n) memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
 enum tp_status tp_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len, struct tp_error *err)
 {
     *out = NULL;

@@ -1,8 +1,8 @@
 /*
  * parallel/step.c - the step protocol, the worker loop and rank 0's keepalive.
- *
- * Rank 0 drives.  It broadcasts a fixed 256-byte header of 64 little-endian
- * int32:
+ * Rank 0 checks a step, then broadcasts a fixed 256-byte header of 64
+ * little-endian int32 (the format below); every rank runs the forward pass on
+ * its slice and rank 0 gathers logits rows, or each rank's argmax / top-k.
  *   [0] magic 'TPS5'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
  *   [2] step number   [3] n_tokens  [4] n_clear  [5] body inline (0/1)
  *   [6] k of RUN_TOPK [7] collect stats after the step  [8] n_copy
@@ -12,31 +12,12 @@
  *               copy_dst[k] copy_src[k] copy_len[k]
  *               bias_row[b] bias_id[b] bias_val[b] (float bits)
  *               mask_row[m] mask[m x W] (W = (n_vocab + 31) / 32 words of token bits).
- * With [7] set, every rank's counters are gathered to rank 0 after the step:
- * STATS_WORDS int32 each (steps, tokens, compute ns, comm ns, bytes sent,
- * weight / KV / resident / machine memory bytes as little-endian u64, then the
- * 32-byte host name).
- * A worker of another protocol version refuses the header as malformed.
- * Workers check every count and every entry of the lists before using them.
- * Every rank then truncates the cleared sequences, applies the KV copies in
- * list order (prefix sharing between slots) and runs the forward pass
- * on its slice (two all_sums per layer through the wire hook), then adds the
- * logit_bias entries that fall in its vocabulary range and the token masks
- * (a token whose bit is clear gets -inf); logits rows
- * of each rank's vocabulary range are gathered to rank 0 (padded to the
- * largest range, in chunks), or only each rank's (max, index) pair for the
- * distributed greedy argmax, or its k best (logit, id) + (max, sum exp) for
- * the distributed top-k with log-sum-exp.  PING adds a barrier (proves every rank alive).
- * Rank 0 checks every step before sending anything, so a bad step cannot
- * desynchronise the group.
- *
- * Failure: any comm error poisons the engine and aborts the group, so peers
- * fail within the op timeout instead of waiting; later calls return
- * TP_ERR_POISONED.  A batch the model rejects as invalid (identically on
- * every rank, before any all_sum) is returned as TP_ERR_INVALID_ARG without
- * poisoning.  Idle workers are kept alive by a keepalive thread on rank 0
- * that sends PING when no step ran for a quarter of the op timeout; steps,
- * pings and the keepalive are serialized by the engine mutex.
+ * With [7] set, every rank's counters (STATS_WORDS int32: steps, tokens,
+ * compute / comm ns, bytes sent, memory as u64, the 32-byte host name) are
+ * gathered to rank 0.  Workers check every count and entry before use.  Any
+ * comm error poisons the engine (TP_ERR_POISONED after); a batch the model
+ * refuses on every rank alike is TP_ERR_INVALID_ARG without poisoning.  The
+ * order of work in a step and the keepalive: docs/multi-node.md ("The step").
  */
 #include <math.h>
 #include <pthread.h>

@@ -1,22 +1,11 @@
 /*
  * server/chat_template.c - chat templates rendered in C, one function per
- * family, each reproducing the output of the family's reference Jinja
- * template as Hugging Face renders it (trim_blocks + lstrip_blocks; checked
- * against @huggingface/jinja by tests/node/render_templates.mjs, whose
- * outputs are committed in tests/server/chat_expected.h).
- *
- * Families and the template each reproduces:
- *   llama3  Meta-Llama-3-8B-Instruct (shared/models/tokenizers/llama3)
- *   qwen3   Qwen3 (shared/models/tokenizers/qwen3; no tools)
- *   llama2  Llama-2-chat (<<SYS>> folded into the first user turn)
- *   mistral Mistral-7B-Instruct-v0.1 ([INST] ... [/INST], no system role)
- *   chatml  plain ChatML (<|im_start|>role\n...<|im_end|>\n); with the default
- *           system message of Qwen2 / Qwen2.5 templates when they carry one
- *   zephyr  zephyr-7b-beta (<|user|>\n...</s>\n)
- *   harmony gpt-oss (openai-gpt-oss-120b.jinja): rendered by harmony.c
- *   plain   tpserve's default for models without a template:
- *           "<role>: <content>\n" per message, then "assistant:".
- * A template is recognised by markers it must contain (tp_chat_detect).
+ * family (llama3, qwen3, llama2, mistral, chatml, zephyr, plain), each
+ * reproducing its reference Jinja template as Hugging Face renders it
+ * (trim_blocks + lstrip_blocks); tests/server/chat_expected.json holds
+ * @huggingface/jinja's output for each case.  harmony (gpt-oss) is rendered
+ * by harmony.c.  A template is recognised by markers it must contain
+ * (tp_chat_detect).  docs/serving.md ("Chat templates").
  */
 #include <stdio.h>
 #include <string.h>

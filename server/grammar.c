@@ -1,21 +1,11 @@
 /*
- * server/grammar.c - JSON schema -> byte-level pushdown automaton.
- *
- * Compilation turns the schema into a graph of nodes (object, array, string,
- * number, integer, literal set, anyOf); $ref targets are shared nodes, so
- * recursive schemas are finite graphs.  A state is a set of frame stacks;
- * feeding a byte advances every stack and drops those that reject it.  A
- * value frame is pushed by its parent together with the value's first byte;
- * an anyOf node forks the stack into one copy per branch at that moment.
- *
- * The grammar admits no dead end: a byte is accepted only when the value can
- * still be completed afterwards (object keys are accepted only while an
- * unused property or an additional key can match, ',' only while another
- * member may follow, '}' / ']' only once required members / minItems are
- * there, a number stops taking digits at TP_GRAMMAR_NUM_DIGITS; whitespace
- * between tokens is one space or a newline and at most TP_GRAMMAR_WS indent
- * bytes).  Generated text has no whitespace
- * before the value or after it.
+ * server/grammar.c - JSON schema -> byte-level pushdown automaton.  The
+ * schema becomes a graph of nodes ($ref targets shared, so recursive schemas
+ * are finite); a state is a set of frame stacks, and an anyOf forks a stack
+ * per branch.  A byte is accepted only when the value can still be completed
+ * afterwards (no dead ends; numbers stop at TP_GRAMMAR_NUM_DIGITS digits,
+ * whitespace between tokens is one space or a newline and at most
+ * TP_GRAMMAR_WS indent bytes).  docs/structured-output.md.
  */
 #include <stddef.h>
 #include <stdio.h>

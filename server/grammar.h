@@ -1,22 +1,9 @@
 /*
  * server/grammar.h - constrained decoding: JSON schemas compiled into a
- * byte-level pushdown automaton, and the per-step token mask.
- *
- * A tp_grammar is compiled once per request from a JSON schema (the subset in
- * docs/structured-output.md) or for "any JSON object".  Generation keeps a
- * struct tp_gstate per sequence (a small set of frame stacks: anyOf branches
- * that share a prefix are followed side by side) and feeds it the bytes of
- * every chosen token.  The automaton has no dead ends: every state reached by
- * accepted bytes can still be completed, so the output is valid by
- * construction whatever the model prefers.
- *
- * tp_token_trie holds the vocabulary's byte strings as a prefix trie in
- * preorder (built once per tokenizer); tp_grammar_mask walks it with the
- * automaton, skipping whole subtrees at the first rejected byte.  Inside a
- * free string body, tokens made only of plain string bytes (no quote,
- * backslash or control byte; UTF-8 that can continue from a character
- * boundary) are accepted as a precomputed bit set, and only the others are
- * walked.
+ * byte-level pushdown automaton with no dead ends (every reachable state can
+ * still finish), a per-sequence state fed the bytes of each chosen token,
+ * and the per-step token mask computed over a trie of the vocabulary's byte
+ * strings.  How it works and the schema subset: docs/structured-output.md.
  *
  * Thread safety: a compiled grammar and a trie are read-only after
  * creation and may be shared; a tp_gstate and a tp_mask_ctx belong to one

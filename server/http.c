@@ -1,26 +1,12 @@
 /*
- * server/http.c - the HTTP layer: libmicrohttpd daemon (one thread per
- * connection, bounded connections, idle timeout), routing, authentication,
- * body collection with the --max-body cap (413), and the small endpoints
- * (/health, /metrics, /v1/models, /tokenize, /detokenize).  The completion
- * endpoints live in api.c; the engine thread in scheduler.c.
- *
- * Defences against clients that hold resources (docs/http.md): connections
- * reach MHD through the gate (http_gate.c) only once their first header block
- * is complete; MHD caps the connections per client address; every connection
- * is tracked here with the phase it is in (between requests, sending a body,
- * being answered) and a watchdog thread shuts down those whose next header
- * block or body is late; a connection over --max-connections evicts the one
- * idle longest between requests, or is answered 503.  Framing that two
- * parsers could read differently (Transfer-Encoding with Content-Length,
- * repeated or malformed Content-Length) is refused before any body byte is
- * read, and POST requests reserve their memory against a server-wide budget
- * (503 when it is spent).
- *
- * Blocking is allowed in this threading mode: a non-streaming request waits
- * for its result inside the access handler, a streaming one inside the
- * response's content callback; both poll the client socket every 100 ms and
- * cancel the sequence when the client has gone.
+ * server/http.c - the HTTP layer: the libmicrohttpd daemon, routing,
+ * authentication, body collection (--max-body), the connection watchdog and
+ * the memory budget, the small endpoints (/health, /metrics, /v1/models,
+ * /tokenize, /detokenize), and tp_http_error_kind, the one place where a
+ * status becomes an HTTP status.  Completions: api.c; the gate in front of
+ * MHD: http_gate.c.  Handlers may block (a thread per connection): a waiting
+ * request polls its client every 100 ms and cancels its sequence when the
+ * client has gone.  Limits, defences and the error table: docs/http.md.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -59,15 +45,6 @@ struct tp_server_config tp_server_default_config(void)
     c.prefix_share_min = 32;
     c.recover_wait_s = 60;
     return c;
-}
-
-static char *dup_or_null(const char *s)
-{
-    if (!s) return NULL;
-    size_t n = strlen(s);
-    char *d = malloc(n + 1);
-    if (d) memcpy(d, s, n + 1);
-    return d;
 }
 
 /* ------------------------------------------------------------ responses */
@@ -1086,11 +1063,11 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
     struct tp_server *s = calloc(1, sizeof *s);
     if (!s) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     s->cfg = *cfg;
-    s->cfg.host = dup_or_null(host);
-    s->cfg.api_key = dup_or_null(cfg->api_key);
-    s->cfg.chat_template = dup_or_null(cfg->chat_template);
-    s->cfg.model_id = dup_or_null(cfg->model_id);
-    s->cfg.cors_origin = dup_or_null(cfg->cors_origin);
+    s->cfg.host = (host ? strdup(host) : NULL);
+    s->cfg.api_key = (cfg->api_key ? strdup(cfg->api_key) : NULL);
+    s->cfg.chat_template = (cfg->chat_template ? strdup(cfg->chat_template) : NULL);
+    s->cfg.model_id = (cfg->model_id ? strdup(cfg->model_id) : NULL);
+    s->cfg.cors_origin = (cfg->cors_origin ? strdup(cfg->cors_origin) : NULL);
     if (s->cfg.max_queue < 1) s->cfg.max_queue = 1;
     if (s->cfg.max_connections < 4) s->cfg.max_connections = 4;
     if (s->cfg.max_conn_per_ip < 1) s->cfg.max_conn_per_ip = 1;
@@ -1178,8 +1155,8 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
     const char *t;
     if (bos >= 0 && (t = tp_tokenizer_piece(s->tok, bos, &l)) != NULL) snprintf(s->bos_text, sizeof s->bos_text, "%.*s", (int)l, t);
     if (eos >= 0 && (t = tp_tokenizer_piece(s->tok, eos, &l)) != NULL) snprintf(s->eos_text, sizeof s->eos_text, "%.*s", (int)l, t);
-    if (!s->cfg.model_id) s->model_id = dup_or_null(tp_model_name(m));
-    else s->model_id = dup_or_null(s->cfg.model_id);
+    const char *id = s->cfg.model_id ? s->cfg.model_id : tp_model_name(m);
+    s->model_id = id ? strdup(id) : NULL;
     s->n_ctx = tp_model_n_ctx(m);
     s->n_vocab = tp_parallel_hparams(p)->n_vocab;
     struct tp_engine_config ec = {.n_parallel = s->cfg.n_parallel, .max_queue = s->cfg.max_queue,

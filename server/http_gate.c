@@ -1,24 +1,13 @@
 /*
  * server/http_gate.c - the listening socket and the gate in front of
- * libmicrohttpd.  A new connection waits here, costing a descriptor and no
- * thread, until its first header block is complete; then it is handed to MHD
- * (MHD_add_connection), which parses the same bytes: the gate only peeks
- * (MSG_PEEK, with SO_RCVLOWAT so that poll wakes for new bytes only).
- *
- * The gate enforces, for connections that have not sent a request yet:
- *   - the header deadline (--header-timeout, from accept);
- *   - the per-address cap (--max-conn-per-ip waiting here; MHD caps the ones
- *     it serves the same way);
- *   - the connection limit (--max-connections waiting here): a new one
- *     evicts the oldest waiting one, so slow clients cannot lock out a fresh
- *     client that sends its request at once;
- *   - the header-block errors libmicrohttpd 0.9.75 answers with its status
- *     line and headers twice (a Content-Length that is not a decimal byte
- *     count, an HTTP/1.1 request without Host): answered here instead, with
- *     one OpenAI-style JSON error.
- * A refused connection's write side is shut after the answer and the rest of
- * its request is read and dropped (at most 64 KiB, 1 s) before it is closed,
- * so that the close does not reset the connection under the answer.
+ * libmicrohttpd: a new connection waits here (a descriptor, no thread) until
+ * its first header block is complete, then goes to MHD, which parses the
+ * same bytes (the gate only peeks, MSG_PEEK with SO_RCVLOWAT).  It enforces
+ * the header deadline, the per-address cap and the connection limit for
+ * waiting connections, and answers the header-block errors MHD 0.9.75 would
+ * answer with a doubled status line.  A refused connection's rest is read
+ * and dropped (64 KiB, 1 s) so that the close does not reset it under the
+ * answer.  docs/http.md ("Connections", "Framing").
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,20 +1,11 @@
 /*
- * server/json_nul.c - JSON strings that may hold NUL, on top of cJSON.
- *
- * cJSON keeps every string NUL-terminated, so an escaped \u0000 would cut
- * the string where it stands.  The server therefore uses "modified UTF-8"
- * inside cJSON trees: U+0000 is written as the two bytes C0 80, which never
- * occur in valid UTF-8 (C0 only starts overlong forms).
- *
- * Input: tp_json_parse checks that the body is valid UTF-8 without raw NUL
- * bytes, rewrites each \u0000 escape to C0 80 and parses the result, so the
- * tree's strings hold their NULs as C0 80 and are never shortened.  Fields
- * that take NUL read their value with tp_json_bytes (a real NUL and a
- * length); fields that cannot hold one refuse it with tp_json_has_nul.
- *
- * Output: tp_json_string_bytes / tp_json_encode_bytes put byte strings into
- * a tree with NUL as C0 80 (and invalid UTF-8 as U+FFFD); tp_json_print
- * prints the tree and writes each C0 80 as the escape \u0000.
+ * server/json_nul.c - JSON strings that may hold NUL, on top of cJSON, whose
+ * strings are NUL-terminated.  Inside the server's cJSON trees U+0000 is
+ * the two bytes C0 80 ("modified UTF-8"; C0 never occurs in valid UTF-8):
+ * tp_json_parse rewrites each \u0000 escape to C0 80 before parsing,
+ * tp_json_bytes reads a value back as bytes with real NULs, and
+ * tp_json_print writes each C0 80 as \u0000.  The contracts are in
+ * server_impl.h.
  */
 #include <stdlib.h>
 #include <string.h>

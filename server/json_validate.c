@@ -63,14 +63,6 @@ static enum tp_status get_bool(const cJSON *root, const char *name, int *out, st
     return tp_api_err(e, TP_ERR_INVALID_ARG, name, "'%s' must be a boolean", name);
 }
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s);
-    char *d = malloc(n + 1);
-    if (d) memcpy(d, s, n + 1);
-    return d;
-}
-
 static enum tp_status parse_token_list(const cJSON *arr, int n_vocab, const char *param, struct tp_req_params *p,
                             struct tp_api_error *e)
 {
@@ -117,11 +109,11 @@ static enum tp_status parse_content(const cJSON *c, int idx, int allow_null, cha
     snprintf(param, sizeof param, "messages[%d].content", idx);
     if (!c || cJSON_IsNull(c)) {
         if (!allow_null) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is required", param);
-        *out = dup_str("");
+        *out = strdup("");
         return *out ? TP_OK : tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     }
     if (cJSON_IsString(c)) {
-        *out = dup_str(c->valuestring);
+        *out = strdup(c->valuestring);
         return *out ? TP_OK : tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     }
     if (!cJSON_IsArray(c)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string or a list of text parts", param);
@@ -144,7 +136,7 @@ static enum tp_status parse_content(const cJSON *c, int idx, int allow_null, cha
         }
         k++;
     }
-    *out = b.data ? b.data : dup_str("");
+    *out = b.data ? b.data : strdup("");
     return *out ? TP_OK : tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
 }
 
@@ -745,7 +737,7 @@ static enum tp_status parse_fields(const cJSON *root, const char *body, size_t l
         if (!cJSON_IsString(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "model", "'model' must be a string");
         if (tp_json_has_nul(v->valuestring))
             return tp_api_err(e, TP_ERR_INVALID_ARG, "model", "'model' holds a NUL character (\\u0000); a model name cannot");
-        if (!(p->model = dup_str(v->valuestring))) return tp_api_err(e, TP_ERR_NOMEM, "model", "out of memory");
+        if (!(p->model = strdup(v->valuestring))) return tp_api_err(e, TP_ERR_NOMEM, "model", "out of memory");
     }
     if (chat ? parse_messages(root, p, e) : parse_prompt(root, n_vocab, p, e)) return e->status;
 

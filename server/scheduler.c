@@ -1,38 +1,12 @@
 /*
- * server/scheduler.c - the request scheduler (engine thread) on rank 0: a bounded request queue,
- * --parallel sequence slots, continuous batching with chunked prefill.
- *
- * Each step the thread
- *   1. admits queued requests into free slots (the slot's KV sequence is
- *      cleared in that step's descriptor) and drops cancelled requests;
- *      a prompt prefix already in a slot's KV cache is not prefilled again
- *      (see admit(): the slot's own cache, or a copy from another slot's);
- *   2. builds one batch: one decode token for every generating slot first,
- *      then prefill chunks of the prompts still being read, up to n_batch
- *      tokens, so a long prompt is fed in pieces between decode steps and
- *      running streams keep flowing;
- *   3. runs tp_parallel_step (all ranks compute and add each row's
- *      logit_bias to their slice of the vocabulary; rank 0 gets logits, or
- *      the distributed argmax of a greedy step);
- *   4. samples one token per slot whose prompt is complete, runs it through
- *      the streaming detokenizer and the stop-string matcher, and publishes
- *      the token and the releasable text to the request (condvar broadcast).
- * When idle it pings the group every second so /health notices dead ranks.
- * A rank that stops answering the comm liveness heartbeats (a stopped or
- * hung process, even while this thread is blocked in a step) turns /health
- * to 503 naming it after TP_ENGINE_SILENT_MS, and new requests get 503
- * instead of queueing behind a step that cannot finish.
- * A failed step in a group that can re-form (ring/rdma, several ranks) is a
- * lost rank, not the end: the requests being generated end with a 503 error
- * naming the rank, the queue is kept and keeps accepting, /health says
- * "waiting for rank N" (then "reloading"), and a recovery thread calls
- * tp_parallel_rejoin() until the group re-forms in a new epoch (a
- * restarted or replacement worker joins); then every KV sequence is
- * treated as empty and the queue is served.  A request that waited in the
- * queue longer than recover_wait_ms meanwhile gets 503.  Elsewhere (a world
- * of one, mpi) a failed step poisons the engine: every request gets a 503
- * error and new ones are refused.  The token loop allocates nothing except growing the
- * per-request text buffers (amortised).
+ * server/scheduler.c - the request scheduler (engine thread) on rank 0: a
+ * bounded request queue, --parallel sequence slots, continuous batching with
+ * chunked prefill, prefix reuse, and what happens when a rank is lost.  Each
+ * step admits queued requests, builds one batch (a decode token per
+ * generating slot, then prompt chunks up to n_batch), runs tp_parallel_step
+ * and publishes one token per slot to its request.  The token loop allocates
+ * nothing but the growing per-request text.  The step and the failure
+ * behaviour in detail: docs/serving.md ("Engine") and docs/recovery.md.
  */
 #include <inttypes.h>
 #include <stdio.h>

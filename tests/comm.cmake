@@ -11,11 +11,22 @@ add_test(NAME comm.launch_holds_ports COMMAND sh -c
    n=$(printf '%s\\n' \"$out\" | grep -c 'rank [0-2]: listening on inherited socket'); [ \"$n\" -eq 3 ]"
   ${_tp_bin})
 set_tests_properties(comm.launch_holds_ports PROPERTIES LABELS multirank TIMEOUT 60)
-# One rank exits 7: launch stops the others and exits with 7.
+# One rank exits 7: the others stop because they lost it (exit 3, TP_CLI_EXIT_PEER_LOST) or are stopped by
+# launch; whichever launch reaps first, it reports rank 1's 7 and names rank 1.
 add_test(NAME comm.launch_failure_propagates COMMAND sh -c
-  "\"$0\" launch -n 3 --grace-ms 1000 -- \"$0\" comm-selftest --exit-rank 1 --exit-code 7; [ $? -eq 7 ]"
+  "out=$(\"$0\" launch -n 3 --grace-ms 1000 -- \"$0\" comm-selftest --exit-rank 1 --exit-code 7 2>&1); rc=$?; \
+   printf '%s\\n' \"$out\"; [ $rc -eq 7 ] && printf '%s\\n' \"$out\" | grep -q 'rank 1 exited with status 7'"
   ${_tp_bin})
 set_tests_properties(comm.launch_failure_propagates PROPERTIES LABELS multirank TIMEOUT 60)
+# The rule without timing: ranks 0 and 2 end at once with the peer-lost status 3, rank 1 (deaf to launch's
+# SIGTERM) ends 0.5 s later with 7: launch reports 7.  All ending with 3: launch reports 3 (rank 0 first).
+add_test(NAME comm.launch_reports_cause COMMAND sh -c
+  "\"$0\" launch -n 3 --grace-ms 3000 -- sh -c 'if [ \"$TP_RANK\" = 1 ]; then trap \"\" TERM; sleep 0.5; exit 7; fi; exit 3'; \
+   rc=$?; [ $rc -eq 7 ] || { echo \"launch exit $rc, want 7\"; exit 1; }; \
+   out=$(\"$0\" launch -n 2 -- sh -c 'exit 3' 2>&1); rc=$?; printf '%s\\n' \"$out\"; \
+   [ $rc -eq 3 ] && printf '%s\\n' \"$out\" | grep -q 'rank [01] exited with status 3 (it lost a peer rank)'"
+  ${_tp_bin})
+set_tests_properties(comm.launch_reports_cause PROPERTIES LABELS multirank TIMEOUT 30)
 if(TP_WITH_MPI AND TP_MPIEXEC)
   add_test(NAME comm.launch_mpi COMMAND sh -c
     "out=$(\"$0\" launch -n 2 --backend mpi -- \"$0\" comm-selftest) || exit 1; printf '%s\\n' \"$out\"; \

@@ -2,10 +2,13 @@
 #
 # Each fuzz target NAME (tests/fuzz/NAME.c) is registered twice (tp_fuzz_target below):
 #   model.NAME_replay  (unit)  plain driver (tests/fuzz/fuzz_driver.c): the handcrafted seeds (valid ones
-#                              accepted, corrupt ones refused) + 5 s of random mutations, in whatever build
-#                              (the ASan/UBSan build makes it a sanitizer check)
+#                              accepted, corrupt ones refused) + random mutations, in whatever build (the
+#                              ASan/UBSan build makes it a sanitizer check): 5 s, 2 s under the sanitizers
 #   model.NAME         (slow)  libFuzzer + ASan/UBSan build with clang, 30 s bounded on the seed corpus, when
-#                              clang with -fsanitize=fuzzer is available (else not registered, with a note)
+#                              clang with -fsanitize=fuzzer is available (else not registered, with a note).
+#                              Registered in the build without TP_SANITIZE only: the libFuzzer binary is
+#                              built the same way (its own ASan/UBSan) in every build tree, so CI, which
+#                              runs both trees, fuzzes once.
 # Targets: fuzz_gguf (GGUF reader), fuzz_safetensors (safetensors reader), fuzz_hf_json (config.json with the
 # MLX quantization block, model.safetensors.index.json; tokenizer.json / tokenizer_config.json in the replay
 # build only, which links the whole model library).
@@ -46,9 +49,14 @@ function(tp_fuzz_target name)
   add_executable(${name}_replay ${_fuzz_c} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_driver.c)
   target_compile_definitions(${name}_replay PRIVATE TP_FUZZ_STANDALONE)
   target_link_libraries(${name}_replay PRIVATE tp_model)
+  if(TP_SANITIZE)
+    set(_mutate_s 2) # instrumented: fewer mutations per second, and the libFuzzer run is the other tree's
+  else()
+    set(_mutate_s 5)
+  endif()
   tp_expect_test(model.${name}_replay RC 0 REGEX "no crash" LABELS unit TIMEOUT 60
-                 COMMAND $<TARGET_FILE:${name}_replay> --mutate 5)
-  if(NOT _tp_fuzz_ok)
+                 COMMAND $<TARGET_FILE:${name}_replay> --mutate ${_mutate_s})
+  if(NOT _tp_fuzz_ok OR TP_SANITIZE)
     return()
   endif()
   set(_srcs ${_fuzz_c} ${F_SOURCES} ${PROJECT_SOURCE_DIR}/common/status.c ${PROJECT_SOURCE_DIR}/common/log.c

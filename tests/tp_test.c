@@ -5,7 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -246,4 +250,24 @@ int main(int argc, char **argv)
     int code = report(CU_get_number_of_failures() + CU_get_number_of_tests_failed() > 0);
     CU_cleanup_registry();
     return code;
+}
+
+int tp_test_connect_loopback(int port, int tries)
+{
+    for (int t = 0; t < tries; t++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+            struct timeval tv = {.tv_sec = 5, .tv_usec = 0};
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            return fd;
+        }
+        if (fd >= 0) close(fd);
+        tp_sleep_ms(25);
+    }
+    return -1;
 }

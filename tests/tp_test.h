@@ -74,5 +74,9 @@ char *tp_test_read_file(const char *path, size_t *len);
 /* Run a shell command, capture up to cap-1 bytes of its stdout (NUL-terminated);
  * returns its exit status, -1 when it could not run or was killed. */
 int tp_test_run_cmd(const char *cmd, char *out, size_t cap);
+/* A TCP connection to 127.0.0.1:port, retried every 25 ms for up to tries
+ * attempts (a listener still starting); receives time out after 5 s.  The
+ * socket, or -1. */
+int tp_test_connect_loopback(int port, int tries);
 
 #endif

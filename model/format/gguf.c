@@ -156,15 +156,6 @@ static enum tp_status cur_str(struct cursor *c, const char **s, uint64_t *len, u
     return TP_OK;
 }
 
-static char *dup_n(const char *s, size_t n)
-{
-    char *d = malloc(n + 1);
-    if (!d) return NULL;
-    memcpy(d, s, n);
-    d[n] = '\0';
-    return d;
-}
-
 /* --------------------------------------------------------------- parsing */
 
 static enum tp_status parse_kv(struct cursor *c, struct gguf_kv *kv, int idx)
@@ -178,7 +169,7 @@ static enum tp_status parse_kv(struct cursor *c, struct gguf_kv *kv, int idx)
     if ((rc = cur_str(c, &ks, &klen, GGUF_MAX_KEY_LEN, what)) != TP_OK) return rc;
     if (klen == 0) return fail(g, TP_ERR_FORMAT, "%s: empty key", what);
     if (memchr(ks, '\0', klen)) return fail(g, TP_ERR_FORMAT, "%s: key contains a NUL byte", what);
-    kv->key = dup_n(ks, (size_t)klen);
+    kv->key = tp_str_dup_n(ks, (size_t)klen);
     if (!kv->key) return fail(g, TP_ERR_NOMEM, "out of memory reading %s", what);
 
     uint32_t t = 0;
@@ -196,7 +187,7 @@ static enum tp_status parse_kv(struct cursor *c, struct gguf_kv *kv, int idx)
         uint64_t len = 0;
         if ((rc = cur_str(c, &s, &len, UINT64_MAX, what2)) != TP_OK) return rc;
         kv->val = (const uint8_t *)s;
-        kv->str = dup_n(s, (size_t)len);
+        kv->str = tp_str_dup_n(s, (size_t)len);
         if (!kv->str) return fail(g, TP_ERR_NOMEM, "out of memory reading %s", what2);
         return TP_OK;
     }
@@ -254,7 +245,7 @@ static enum tp_status parse_tensor(struct cursor *c, struct tp_gguf_tensor *ti, 
     if ((rc = cur_str(c, &ns, &nlen, GGUF_MAX_NAME_LEN, what)) != TP_OK) return rc;
     if (nlen == 0) return fail(g, TP_ERR_FORMAT, "tensor #%d: empty name", idx);
     if (memchr(ns, '\0', nlen)) return fail(g, TP_ERR_FORMAT, "tensor #%d: name contains a NUL byte", idx);
-    ti->name = dup_n(ns, (size_t)nlen);
+    ti->name = tp_str_dup_n(ns, (size_t)nlen);
     if (!ti->name) return fail(g, TP_ERR_NOMEM, "out of memory reading tensor #%d", idx);
     char what2[340];
     snprintf(what2, sizeof(what2), "tensor '%s' header", ti->name);
@@ -425,7 +416,7 @@ enum tp_status tp_gguf_open(const char *path, tp_gguf_t **out, struct tp_error *
     tp_gguf_t *g = calloc(1, sizeof(*g));
     if (!g) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
     g->fd = -1;
-    g->path = dup_n(path, strlen(path));
+    g->path = tp_str_dup_n(path, strlen(path));
     if (!g->path) {
         free(g);
         return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
@@ -475,7 +466,7 @@ enum tp_status tp_gguf_open_mem(const char *name, const void *buf, size_t len, t
     tp_gguf_t *g = calloc(1, sizeof(*g));
     if (!g) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", name);
     g->fd = -1;
-    g->path = dup_n(name, strlen(name));
+    g->path = tp_str_dup_n(name, strlen(name));
     if (!g->path) {
         free(g);
         return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", name);

@@ -74,14 +74,6 @@ enum tp_status tp_st_dtype_parse(const char *s, enum tp_st_dtype *out)
 
 /* ------------------------------------------------------------ helpers */
 
-static char *dup_s(const char *s)
-{
-    size_t n = strlen(s);
-    char *d = malloc(n + 1);
-    if (d) memcpy(d, s, n + 1);
-    return d;
-}
-
 static char *join_path(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);
@@ -98,7 +90,7 @@ static char *join_path(const char *dir, const char *name)
 static char *dir_of(const char *path)
 {
     const char *s = strrchr(path, '/');
-    if (!s) return dup_s(".");
+    if (!s) return strdup(".");
     size_t n = (size_t)(s - path);
     if (n == 0) n = 1; /* "/file" */
     char *d = malloc(n + 1);
@@ -196,8 +188,8 @@ static enum tp_status parse_meta(tp_st_t *st, const cJSON *meta, const char *pat
         char **v = realloc(st->meta_v, (size_t)(st->n_meta + 1) * sizeof(*v));
         if (v) st->meta_v = v;
         if (!k || !v) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
-        st->meta_k[st->n_meta] = dup_s(c->string);
-        st->meta_v[st->n_meta] = dup_s(c->valuestring);
+        st->meta_k[st->n_meta] = strdup(c->string);
+        st->meta_v[st->n_meta] = strdup(c->valuestring);
         st->n_meta++;
         if (!st->meta_k[st->n_meta - 1] || !st->meta_v[st->n_meta - 1])
             return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
@@ -356,7 +348,7 @@ static enum tp_status parse_file(tp_st_t *st, int fi, struct tp_error *err)
         t->file = fi;
         t->file_offset = f->data_off + ob;
         t->data = nbytes ? (const void *)(f->base + t->file_offset) : NULL;
-        t->name = dup_s(name);
+        t->name = strdup(name);
         if (!t->name) {
             rc = tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
             goto out;
@@ -433,7 +425,7 @@ static enum tp_status add_file(tp_st_t *st, const char *path, struct tp_error *e
     struct st_file *f = &st->files[st->n_files];
     memset(f, 0, sizeof(*f));
     f->fd = -1;
-    f->path = dup_s(path);
+    f->path = strdup(path);
     if (!f->path) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
     st->n_files++;
     enum tp_status rc = map_file(f, err);
@@ -568,7 +560,7 @@ enum tp_status tp_st_open(const char *path, tp_st_t **out, struct tp_error *err)
     if (!path) return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_st_open: path is NULL");
     tp_st_t *st = calloc(1, sizeof(*st));
     if (!st) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
-    st->path = dup_s(path);
+    st->path = strdup(path);
     if (!st->path) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
@@ -616,7 +608,7 @@ enum tp_status tp_st_open_mem(const char *name, const void *buf, size_t len, tp_
     if (!name) name = "<memory>";
     tp_st_t *st = calloc(1, sizeof(*st));
     if (!st) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", name);
-    st->path = dup_s(name);
+    st->path = strdup(name);
     st->files = calloc(1, sizeof(*st->files));
     if (!st->path || !st->files) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", name);
@@ -624,7 +616,7 @@ enum tp_status tp_st_open_mem(const char *name, const void *buf, size_t len, tp_
     }
     st->n_files = 1;
     st->files[0].fd = -1;
-    st->files[0].path = dup_s(name);
+    st->files[0].path = strdup(name);
     if (!st->files[0].path) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", name);
         goto fail;

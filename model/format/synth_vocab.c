@@ -42,15 +42,6 @@ static enum tp_status alloc_tokens(struct tp_synth_vocab *v, int n, int with_sco
     return TP_OK;
 }
 
-static char *dup_str(const char *s, size_t n)
-{
-    char *p = malloc(n + 1);
-    if (!p) return NULL;
-    memcpy(p, s, n);
-    p[n] = 0;
-    return p;
-}
-
 /* ------------------------------------------------------ generated (SPM) */
 
 enum tp_status tp_synth_vocab_spm(int n, struct tp_synth_vocab *v, struct tp_error *err)
@@ -72,12 +63,12 @@ enum tp_status tp_synth_vocab_spm(int n, struct tp_synth_vocab *v, struct tp_err
     static const char *const specials[3] = {"<unk>", "<s>", "</s>"};
     static const int32_t special_types[3] = {TP_TOKEN_TYPE_UNKNOWN, TP_TOKEN_TYPE_CONTROL, TP_TOKEN_TYPE_CONTROL};
     for (; i < 3; i++) {
-        v->tokens[i] = dup_str(specials[i], strlen(specials[i]));
+        v->tokens[i] = tp_str_dup_n(specials[i], strlen(specials[i]));
         v->types[i] = special_types[i];
     }
     for (int b = 0; b < 256; b++, i++) {
         snprintf(buf, sizeof(buf), "<0x%02X>", b);
-        v->tokens[i] = dup_str(buf, strlen(buf));
+        v->tokens[i] = tp_str_dup_n(buf, strlen(buf));
         v->types[i] = TP_TOKEN_TYPE_BYTE;
     }
     /* pieces, highest score first: "▁" (U+2581, SentencePiece's space), the
@@ -89,7 +80,7 @@ enum tp_status tp_synth_vocab_spm(int n, struct tp_synth_vocab *v, struct tp_err
 #define PUSH_PIECE(str, len)                              \
     do {                                                  \
         if (i >= n) goto done;                            \
-        v->tokens[i] = dup_str((str), (len));             \
+        v->tokens[i] = tp_str_dup_n((str), (len));             \
         v->types[i] = TP_TOKEN_TYPE_NORMAL;               \
         v->scores[i] = (float)(--score);                  \
         i++;                                              \
@@ -334,7 +325,7 @@ enum tp_status tp_synth_vocab_json(const char *path, int min_tokens, struct tp_s
     {
         int id = it->valueint;
         if (v->tokens[id]) continue;
-        v->tokens[id] = dup_str(it->string, strlen(it->string));
+        v->tokens[id] = tp_str_dup_n(it->string, strlen(it->string));
         if (!v->tokens[id]) goto nomem;
         v->types[id] = TP_TOKEN_TYPE_NORMAL;
         if (spm) {
@@ -349,7 +340,7 @@ enum tp_status tp_synth_vocab_json(const char *path, int min_tokens, struct tp_s
         const char *content = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
         int special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special"));
         free(v->tokens[id]);
-        v->tokens[id] = dup_str(content, strlen(content));
+        v->tokens[id] = tp_str_dup_n(content, strlen(content));
         if (!v->tokens[id]) goto nomem;
         v->types[id] = special ? TP_TOKEN_TYPE_CONTROL : TP_TOKEN_TYPE_USER_DEFINED;
         if (spm && strcmp(content, "<unk>") == 0) v->types[id] = TP_TOKEN_TYPE_UNKNOWN;
@@ -359,7 +350,7 @@ enum tp_status tp_synth_vocab_json(const char *path, int min_tokens, struct tp_s
         if (!v->tokens[i]) {
             char pad[32];
             snprintf(pad, sizeof(pad), "[PAD%d]", i);
-            v->tokens[i] = dup_str(pad, strlen(pad));
+            v->tokens[i] = tp_str_dup_n(pad, strlen(pad));
             if (!v->tokens[i]) goto nomem;
             v->types[i] = TP_TOKEN_TYPE_UNUSED;
         }
@@ -379,7 +370,7 @@ enum tp_status tp_synth_vocab_json(const char *path, int min_tokens, struct tp_s
         cJSON_ArrayForEach(it, merges)
         {
             if (cJSON_IsString(it)) {
-                v->merges[k] = dup_str(it->valuestring, strlen(it->valuestring));
+                v->merges[k] = tp_str_dup_n(it->valuestring, strlen(it->valuestring));
             } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
                        cJSON_IsString(cJSON_GetArrayItem(it, 1))) { /* newer ["left", "right"] form */
                 const char *a = cJSON_GetArrayItem(it, 0)->valuestring, *b = cJSON_GetArrayItem(it, 1)->valuestring;
@@ -436,7 +427,7 @@ enum tp_status tp_synth_vocab_json(const char *path, int min_tokens, struct tp_s
         v->add_eos = cJSON_IsTrue(ae);
         const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
         if (cJSON_IsString(ct)) {
-            v->chat_template = dup_str(ct->valuestring, strlen(ct->valuestring));
+            v->chat_template = tp_str_dup_n(ct->valuestring, strlen(ct->valuestring));
             if (!v->chat_template) goto nomem;
         }
     }

@@ -1,32 +1,14 @@
 /*
- * model/forward/sampler.c - choosing the next token from a row of logits.
- *
- * Pipeline (the Hugging Face / vLLM order, which OpenAI-style clients expect):
- *   0. logit_bias (tp_logit_bias_apply) on a copy of the logits, when given:
- *      every later step, and the reported logprobs, see the biased logits;
- *   1. penalties on a copy of the logits, from the token history (the last
- *      penalty_last_n accepted tokens, or all of them):
- *        repetition (llama.cpp / CTRL style): l > 0 ? l / r : l * r, once per
- *          distinct token in the window;
- *        OpenAI presence / frequency: l -= presence * (count > 0) + frequency * count;
- *   2. temperature 0: greedy argmax (ties go to the lowest id), done;
- *   3. divide by the temperature;
- *   4. top-k (k largest; ties to the lower id), top-p (the smallest prefix of
- *      the sorted candidates whose probability reaches p), min-p (drop tokens
- *      whose probability is below min_p times the largest), each one on the
- *      survivors of the previous step;
- *   5. draw from the renormalised survivors with a xoshiro256** generator
- *      seeded with splitmix64(seed): the same seed and the same inputs give
- *      the same choices.
- * The reported logprobs are the log-softmax of the logits after logit_bias
- * (no penalties, T = 1), for the chosen token and the n_logprobs most
- * likely tokens that are not banned.
- *
- * All scratch (n_vocab floats and ids, per-token counts, the history ring)
- * is allocated in tp_sampler_init; tp_sampler_sample allocates nothing.
- * Top-k and the top-p prefix use a bounded heap (O(n log k)), never a full
- * sort of the vocabulary unless the distribution is so flat that the nucleus
- * needs it.
+ * model/forward/sampler.c - choosing the next token from a row of logits, in
+ * the Hugging Face / vLLM order OpenAI-style clients expect: logit_bias,
+ * penalties (repetition as llama.cpp, OpenAI presence / frequency) on a copy,
+ * temperature 0 -> greedy argmax (ties to the lowest id), else temperature,
+ * top-k, top-p, min-p (each on the survivors of the previous), then a draw
+ * with xoshiro256** seeded by splitmix64(seed).  Reported logprobs: the
+ * log-softmax after logit_bias (no penalties, T = 1).  The pipeline step by
+ * step: docs/api-fields.md ("Sampling").  All scratch is allocated in
+ * tp_sampler_init; sampling allocates nothing and never sorts the whole
+ * vocabulary unless the nucleus needs it (a bounded heap, O(n log k)).
  */
 #include <float.h>
 #include <math.h>

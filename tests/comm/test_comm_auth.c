@@ -85,26 +85,6 @@ static int mem_has(const char *hay, size_t n, const void *needle, size_t m)
     return 0;
 }
 
-static int connect_local(int port)
-{
-    for (int tries = 0; tries < 400; tries++) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a;
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET;
-        a.sin_port = htons((uint16_t)port);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
-            struct timeval tv = {.tv_sec = 5, .tv_usec = 0};
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-            return fd;
-        }
-        close(fd);
-        tp_sleep_ms(25);
-    }
-    return -1;
-}
-
 static int read_n(int fd, uint8_t *buf, size_t n)
 {
     size_t got = 0;
@@ -207,7 +187,7 @@ static void test_junk_then_replay(void)
     static const char evil[] = "\x1b[31mEVIL\r\n";
     for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)(i * 37 + 11);
     memcpy(junk, evil, sizeof evil - 1);
-    int fd = connect_local(g.ports[0]);
+    int fd = tp_test_connect_loopback(g.ports[0], 400);
     CU_ASSERT_FATAL(fd >= 0);
     CU_ASSERT_EQUAL(send(fd, junk, sizeof junk, MSG_NOSIGNAL), (ssize_t)sizeof junk);
     uint8_t reply[TP_WIRE_FRAME_BYTES];
@@ -220,7 +200,7 @@ static void test_junk_then_replay(void)
     CU_ASSERT_EQUAL(memcmp(rep.auth, zeros, sizeof zeros), 0); /* nothing derived from the token */
 
     /* replay the reply's auth bytes as the nonce, then as the proof */
-    fd = connect_local(g.ports[0]);
+    fd = tp_test_connect_loopback(g.ports[0], 400);
     CU_ASSERT_FATAL(fd >= 0);
     forged_hello(fd, rep.auth);
     struct tp_wire_frame proof = {.magic = TP_WIRE_MAGIC, .version = TP_WIRE_VERSION, .kind = TP_WIRE_PROOF,
@@ -230,7 +210,7 @@ static void test_junk_then_replay(void)
     expect_reject(fd, TP_REJECT_AUTH);
     close(fd);
     /* the whole REJECT frame replayed as the first frame */
-    fd = connect_local(g.ports[0]);
+    fd = tp_test_connect_loopback(g.ports[0], 400);
     CU_ASSERT_FATAL(fd >= 0);
     CU_ASSERT_EQUAL(send(fd, reply, sizeof reply, MSG_NOSIGNAL), (ssize_t)sizeof reply);
     expect_reject(fd, TP_REJECT_KIND);
@@ -271,7 +251,7 @@ static void *relay_main(void *arg)
         if (p[0].revents & POLLIN) {
             int i = rl->n_conns++;
             a[i] = accept(rl->lfd, NULL, NULL);
-            b[i] = connect_local(rl->target_port);
+            b[i] = tp_test_connect_loopback(rl->target_port, 400);
             open_pairs++;
         }
         for (int i = 0; i < 2; i++)
@@ -357,7 +337,7 @@ static void test_captured_handshake_replayed(void)
     log_to_file(logpath, sizeof logpath);
     CU_ASSERT_FATAL(ct_spawn_one(&g2, 0, body_small_check, NULL, TOKEN, 0) > 0);
     log_stop();
-    int fd = connect_local(g2.ports[0]);
+    int fd = tp_test_connect_loopback(g2.ports[0], 400);
     CU_ASSERT_FATAL(fd >= 0);
     CU_ASSERT_EQUAL(send(fd, rl.captured, TP_WIRE_FRAME_BYTES, MSG_NOSIGNAL), TP_WIRE_FRAME_BYTES);
     uint8_t ch[TP_WIRE_FRAME_BYTES];
@@ -425,19 +405,19 @@ static void test_random_after_forged_hello(void)
     CU_ASSERT_EQUAL(tp_wire_random(nonce, sizeof nonce), 0);
     CU_ASSERT_EQUAL(tp_wire_random(rnd, sizeof rnd), 0);
     rnd[0] = 0x07; /* a bell byte (never the magic's 'T') that must not reach the log raw */
-    int fd = connect_local(g.ports[0]);
+    int fd = tp_test_connect_loopback(g.ports[0], 400);
     CU_ASSERT_FATAL(fd >= 0);
     forged_hello(fd, nonce);
     CU_ASSERT_EQUAL(send(fd, rnd, sizeof rnd, MSG_NOSIGNAL), (ssize_t)sizeof rnd);
     expect_reject(fd, TP_REJECT_MAGIC);
     close(fd);
-    fd = connect_local(g.ports[0]);
+    fd = tp_test_connect_loopback(g.ports[0], 400);
     CU_ASSERT_FATAL(fd >= 0);
     forged_hello(fd, nonce);
     CU_ASSERT_EQUAL(send(fd, rnd, 10, MSG_NOSIGNAL), 10);
     close(fd);
     /* a second forged rank 1 with a proper-looking but wrong PROOF */
-    fd = connect_local(g.ports[0]);
+    fd = tp_test_connect_loopback(g.ports[0], 400);
     CU_ASSERT_FATAL(fd >= 0);
     forged_hello(fd, nonce);
     struct tp_wire_frame proof = {.magic = TP_WIRE_MAGIC, .version = TP_WIRE_VERSION, .kind = TP_WIRE_PROOF,
@@ -478,13 +458,13 @@ static void test_stray_frames(void)
         f.world_size = cases[i].world;
         f.kind = (uint16_t)cases[i].kind;
         f.rank = cases[i].rank;
-        int fd = connect_local(g.ports[0]);
+        int fd = tp_test_connect_loopback(g.ports[0], 400);
         CU_ASSERT_FATAL(fd >= 0);
         send_frame(fd, &f);
         expect_reject(fd, cases[i].reason);
         close(fd);
     }
-    int fd = connect_local(g.ports[0]); /* says nothing and leaves */
+    int fd = tp_test_connect_loopback(g.ports[0], 400); /* says nothing and leaves */
     CU_ASSERT(fd >= 0);
     close(fd);
     finish_group(&g, NULL); /* both take the token from the hostfile */
@@ -501,13 +481,13 @@ static void test_stale_epoch(void)
     CU_ASSERT_FATAL(ct_spawn_one(&g, 0, body_small_check, NULL, TOKEN, 0) > 0);
     struct tp_wire_frame f = {.magic = TP_WIRE_MAGIC, .version = TP_WIRE_VERSION, .kind = TP_WIRE_HELLO,
                               .rank = 1, .world_size = 2, .arg = TP_WIRE_CH_DATA, .epoch = 2};
-    int fd = connect_local(g.ports[0]);
+    int fd = tp_test_connect_loopback(g.ports[0], 400);
     CU_ASSERT_FATAL(fd >= 0);
     send_frame(fd, &f);
     expect_reject(fd, TP_REJECT_EPOCH);
     close(fd);
     /* epoch 0: a CHALLENGE that names rank 0's epoch */
-    fd = connect_local(g.ports[0]);
+    fd = tp_test_connect_loopback(g.ports[0], 400);
     CU_ASSERT_FATAL(fd >= 0);
     f.epoch = 0;
     send_frame(fd, &f);
@@ -625,7 +605,7 @@ static void test_binds_given_address(void)
     struct ct_group g;
     CU_ASSERT_EQUAL_FATAL(ct_make_hostfile_held(&g, 2, NULL), 0);
     CU_ASSERT_FATAL(ct_spawn_one(&g, 0, body_small_check, NULL, NULL, 0) > 0);
-    int probe = connect_local(g.ports[0]); /* waits until rank 0 listens; says nothing and leaves */
+    int probe = tp_test_connect_loopback(g.ports[0], 400); /* waits until rank 0 listens; says nothing and leaves */
     CU_ASSERT_FATAL(probe >= 0);
     close(probe);
     int fd = socket(AF_INET, SOCK_STREAM, 0);

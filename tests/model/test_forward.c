@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "model_test_util.h"
 #include "tp_test.h"
 
 #define REF_N 201
@@ -296,44 +297,6 @@ static void test_bad_batches(void)
 
 /* ------------------------------------------------------------ 2-rank shard */
 
-struct sum2 {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int arrived, gen;
-    float *buf[2];
-    float *tmp[2];
-};
-struct rank_ctx {
-    struct sum2 *s;
-    int rank;
-};
-
-static void barrier(struct sum2 *s)
-{
-    pthread_mutex_lock(&s->mu);
-    int g = s->gen;
-    if (++s->arrived == 2) {
-        s->arrived = 0;
-        s->gen++;
-        pthread_cond_broadcast(&s->cv);
-    } else {
-        while (g == s->gen) pthread_cond_wait(&s->cv, &s->mu);
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-
-static enum tp_status sum_hook(void *ctx, float *buf, size_t count)
-{
-    struct rank_ctx *rc = ctx;
-    struct sum2 *s = rc->s;
-    s->buf[rc->rank] = buf;
-    barrier(s);
-    for (size_t i = 0; i < count; i++) s->tmp[rc->rank][i] = s->buf[0][i] + s->buf[1][i];
-    barrier(s);
-    memcpy(buf, s->tmp[rc->rank], count * sizeof(float));
-    return TP_OK;
-}
-
 struct rank_run {
     tp_model_t *m;
     int n_steps;
@@ -360,16 +323,14 @@ static void test_shard_two_ranks(void)
     struct ref r;
     CU_ASSERT_EQUAL_FATAL(load_ref(&r), 0);
     enum { N = 40 };
-    struct sum2 s;
-    memset(&s, 0, sizeof(s));
-    pthread_mutex_init(&s.mu, NULL);
-    pthread_cond_init(&s.cv, NULL);
+    struct tm_pair s; /* the in-process all_sum of model_test_util.c */
+    tm_pair_init(&s);
     s.tmp[0] = calloc(64 * 16, sizeof(float));
     s.tmp[1] = calloc(64 * 16, sizeof(float));
-    struct rank_ctx rc0 = {&s, 0}, rc1 = {&s, 1};
+    struct tm_pair_rank rc0 = {&s, 0}, rc1 = {&s, 1};
     /* rank 0: q heads 0-3 (kv 0-1), ff 0-99, vocab 0-255; rank 1 the rest */
-    struct tp_model_shard sh0 = {0, 4, 0, 2, 0, 100, 0, 256, sum_hook, &rc0, 0, 0, 0};
-    struct tp_model_shard sh1 = {4, 8, 2, 4, 100, 172, 256, 512, sum_hook, &rc1, 0, 0, 0};
+    struct tp_model_shard sh0 = {0, 4, 0, 2, 0, 100, 0, 256, tm_pair_all_sum, &rc0, 0, 0, 0};
+    struct tp_model_shard sh1 = {4, 8, 2, 4, 100, 172, 256, 512, tm_pair_all_sum, &rc1, 0, 0, 0};
     tp_model_t *m0 = open_model(1, 1, 16, &sh0);
     tp_model_t *m1 = open_model(2, 1, 16, &sh1);
     tp_model_t *dense = open_model(1, 1, 16, NULL);
@@ -409,8 +370,7 @@ static void test_shard_two_ranks(void)
     tp_model_free(dense);
     free(s.tmp[0]);
     free(s.tmp[1]);
-    pthread_mutex_destroy(&s.mu);
-    pthread_cond_destroy(&s.cv);
+    tm_pair_destroy(&s);
 }
 
 static void test_bad_shard(void)

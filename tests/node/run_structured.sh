@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# tests/node/run_structured.sh TPSERVE MODEL RANKS [SCRIPT]
-#   SCRIPT (structured.mjs: response_format and forced tool calls validated by
-#   ajv; clients.mjs: the Vercel AI SDK and LangChain) against a fresh tpserve of
-#   RANKS ranks on 127.0.0.1 (RANKS > 1: under `tpserve launch -n RANKS`).
+# tests/node/run_structured.sh TPSERVE MODEL RANKS [SCRIPT[,SCRIPT...]]
+#   each SCRIPT in turn (structured.mjs: response_format and forced tool calls
+#   validated by ajv; clients.mjs: the Vercel AI SDK and LangChain) against one
+#   fresh tpserve of RANKS ranks on 127.0.0.1 (RANKS > 1: under
+#   `tpserve launch -n RANKS`); fails when any script fails.
 #   MODEL synth:llama3 / synth:qwen3: a random-weight test-tiny model written
 #   with ../shared's Llama 3 / Qwen3 tokenizer.json and chat template.
 # Skips (exit 77 with "SKIP: reason") when node/npm are missing, the packages
@@ -48,7 +49,11 @@ for _ in $(seq 1 300); do
   sleep 0.2
 done
 [ -n "$port" ] || { echo "FAIL: tpserve serve did not start"; cat "$out"; exit 1; }
-tmo 300 node "$here/$script" "http://127.0.0.1:$port/v1" structured-key
-rc=$?
+rc=0
+IFS=, read -r -a scripts <<<"$script"
+for s in "${scripts[@]}"; do
+  echo "== $s"
+  tmo 300 node "$here/$s" "http://127.0.0.1:$port/v1" structured-key || rc=1
+done
 kill "$pid"; wait "$pid" 2>/dev/null; pid=""
 exit $rc

@@ -2,7 +2,7 @@
 # tests/ops/bench_nodes_test.sh REPO TPSERVE [tinyllama] - `tpserve bench nodes` writes the CSV, the
 # Markdown table, the JSON and the SVG plot, one row per node count with positive rates; multi-node
 # runs sent activations (bytes_per_token > 0), the 1-node run none.  Default: the bundled model at 1
-# and 2 nodes; "tinyllama": a synthetic tinyllama-1.1b Q4_0 at 1, 2 and 4 nodes, where per-rank memory
+# and 2 nodes; "tinyllama": a synthetic tinyllama-1.1b Q4_0 (6 layers) at 1, 2 and 4 nodes, where per-rank memory
 # must also fall with the node count.  10gbe on simulated hosts where scripts/netsim works, else
 # loopback.
 set -uo pipefail
@@ -12,10 +12,11 @@ trap 'rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 NODES=1,2
 if [ "${3:-}" = tinyllama ]; then
-  # the reference case: a synthetic tinyllama-1.1b Q4_0 (random weights, real shape) at 1, 2 and 4 nodes
+  # the reference case: a synthetic tinyllama-1.1b Q4_0 (random weights, real layer shape; 6 of its 22
+  # layers, so the weights still dwarf the rest of a rank's memory) at 1, 2 and 4 nodes
   MODEL="$WORK/tinyllama-1.1b-q4_0.gguf"
   NODES=1,2,4
-  timeout 300 "$TPSERVE" synth --shape tinyllama-1.1b --type q4_0 -o "$MODEL" >"$WORK/out" 2>&1 ||
+  timeout 300 "$TPSERVE" synth --shape tinyllama-1.1b --layers 6 --type q4_0 -o "$MODEL" >"$WORK/out" 2>&1 ||
     { cat "$WORK/out"; fail "synth tinyllama-1.1b"; }
 else
   MODEL="$REPO/models/stories260K.gguf"

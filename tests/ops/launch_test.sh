@@ -65,9 +65,9 @@ TP_CLUSTER_TOKEN="mine 'quoted'" expect 0 "$TPSERVE" launch --hostfile "$WORK/hf
 [ "$(grep -c "^\[rank [01] [a-z]*\] tok=mine 'quoted'$" "$WORK/out")" -eq 2 ] || fail "given token: $(cat "$WORK/out")"
 
 t0=$(date +%s)
-expect 3 "$TPSERVE" launch --hostfile "$WORK/hf2.json" -- sh -c '[ $TP_RANK = 1 ] && { sleep 0.3; exit 3; }; exec sleep 60'
+expect 4 "$TPSERVE" launch --hostfile "$WORK/hf2.json" -- sh -c '[ $TP_RANK = 1 ] && { sleep 0.3; exit 4; }; exec sleep 60'
 [ $(( $(date +%s) - t0 )) -lt 10 ] || fail "a failed rank did not stop the others within 10 s"
-grep -q "rank 1 (beta) exited with status 3; stopping the other ranks" "$WORK/out" || fail "failure message"
+grep -q "rank 1 (beta) exited with status 4; stopping the other ranks" "$WORK/out" || fail "failure message"
 
 expect 127 "$TPSERVE" launch --hostfile "$WORK/hf2.json" -- no-such-program-tp --x
 grep -q "'no-such-program-tp' not found on" "$WORK/out" || fail "missing program message"

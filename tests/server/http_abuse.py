@@ -21,6 +21,8 @@ import sys
 import threading
 import time
 
+from srv_util import wait_serving_port
+
 TPSERVE, MODEL = sys.argv[1], sys.argv[2]
 FAILS = []
 KEY = "sekrit-key"
@@ -39,19 +41,7 @@ class Server:
         self.p = subprocess.Popen(
             [TPSERVE, "serve", "-m", MODEL, "--port", "0", "--threads", "1", "--api-key", KEY] + list(flags),
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.port = None
-        t0 = time.time()
-        while time.time() - t0 < 60:
-            r, _, _ = select.select([self.p.stdout], [], [], 1.0)
-            if not r:
-                continue
-            line = self.p.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"serving on http://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
+        self.port = wait_serving_port(self.p.stdout, 60)
         if self.port is None:
             self.stop()
             raise RuntimeError("server did not start")

@@ -29,12 +29,13 @@ import http.client
 import json
 import os
 import re
-import select
 import signal
 import subprocess
 import sys
 import threading
 import time
+
+from srv_util import wait_serving_port
 
 TPSERVE, MODEL, SCENARIO, N_RANKS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 FAILS = []
@@ -61,18 +62,7 @@ class Group:
             [TPSERVE, "launch", "-n", str(n), "--restart", "100", "--", TPSERVE, "serve", "-m", MODEL, "--port", "0",
              "--threads", "1", "--parallel", "4", "--recover-wait", "30"],
             stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, start_new_session=True)
-        self.port = None
-        t0 = time.time()
-        while time.time() - t0 < 60 and self.port is None:
-            r, _, _ = select.select([self.p.stdout], [], [], 1.0)
-            if not r:
-                continue
-            line = self.p.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"serving on http://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
+        self.port = wait_serving_port(self.p.stdout, 60)
         if self.port is None:
             self.stop()
             raise RuntimeError("the group did not start (see the log)")
@@ -399,17 +389,7 @@ def scenario_hand(_g, _ref):
     w = start(1, {"TP_REJOIN": "1"})
     procs = [r0, w]
     try:
-        port = None
-        t0 = time.time()
-        while port is None and time.time() - t0 < 60:
-            r, _, _ = select.select([r0.stdout], [], [], 1.0)
-            if r:
-                line = r0.stdout.readline()
-                if not line:
-                    break
-                m = re.search(r"serving on http://[^:]+:(\d+)", line)
-                if m:
-                    port = int(m.group(1))
+        port = wait_serving_port(r0.stdout, 60)
         if not check(port is not None, "hand-started group of 2 is serving"):
             return
         ok, _, _ = wait_health(port, 200, 30)

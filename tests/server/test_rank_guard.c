@@ -53,23 +53,6 @@ static char *greedy(int port, const char *prompt)
 
 /* ---------------------------------------------------------------- attacks */
 
-static int connect_port(int port)
-{
-    for (int tries = 0; tries < 600; tries++) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
-            struct timeval tv = {.tv_sec = 5, .tv_usec = 0};
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-            return fd;
-        }
-        close(fd);
-        tp_sleep_ms(25);
-    }
-    return -1;
-}
-
 static int read_frame(int fd, struct tp_wire_frame *f, uint8_t raw[TP_WIRE_FRAME_BYTES])
 {
     size_t got = 0;
@@ -97,7 +80,7 @@ static int is_clean_reject(const struct tp_wire_frame *f)
 /* A forged REGISTER (rank 1 of 2, port 9) then `proof` (64 bytes). */
 static int forged_register_then(int port, const uint8_t *proof, struct tp_wire_frame *answer)
 {
-    int fd = connect_port(port);
+    int fd = tp_test_connect_loopback(port, 600);
     if (fd < 0) return -1;
     struct tp_wire_frame h = {.magic = TP_WIRE_MAGIC, .version = TP_WIRE_VERSION, .kind = TP_WIRE_REGISTER,
                               .rank = 1, .world_size = 2, .arg = 9};
@@ -122,7 +105,7 @@ static void attack(int coord_port, void *arg)
     for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)(i * 29 + 3);
     /* 1. junk */
     ar->n_tried++;
-    int fd = connect_port(coord_port);
+    int fd = tp_test_connect_loopback(coord_port, 600);
     if (fd >= 0) {
         if (send(fd, junk, sizeof junk, MSG_NOSIGNAL) == (ssize_t)sizeof junk && read_frame(fd, &f, reply) == 0)
             ar->n_refused += is_clean_reject(&f);

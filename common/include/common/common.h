@@ -166,6 +166,9 @@ double tp_median(double *v, int n);
  * An empty prefix or suffix matches every string. */
 int tp_str_starts_with(const char *s, const char *prefix);
 int tp_str_ends_with(const char *s, const char *suffix);
+/* s[0..n) as a malloc'd NUL-terminated string, bytes copied as they are (NULs too; caller frees);
+ * NULL on out of memory.  (strdup for a whole NUL-terminated string.) */
+char *tp_str_dup_n(const char *s, size_t n);
 /* Read the whole file at path into *out (malloc'd, NUL-terminated after
  * *out_len bytes; out_len may be NULL; the caller frees).  Errors:
  * TP_ERR_NOT_FOUND (no such file), TP_ERR_IO (cannot open or read),
