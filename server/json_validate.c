@@ -177,13 +177,13 @@ static enum tp_status parse_history_extras(const cJSON *m, int i, char role, str
         snprintf(param, sizeof param, "messages[%d].reasoning_content", i);
         if (role != 'a' || !cJSON_IsString(rc))
             return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string on an assistant message", param);
-        if (!(out->reasoning = dup_str(rc->valuestring))) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
+        if (!(out->reasoning = strdup(rc->valuestring))) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     }
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
     if (id && !cJSON_IsNull(id) && role == 't') {
         snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
         if (!cJSON_IsString(id)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string", param);
-        if (!(out->tool_call_id = dup_str(id->valuestring))) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
+        if (!(out->tool_call_id = strdup(id->valuestring))) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     }
     return TP_OK;
 }
@@ -777,7 +777,7 @@ static enum tp_status parse_fields(const cJSON *root, const char *body, size_t l
         if (!cJSON_IsString(re) || !tp_harmony_effort_valid(re->valuestring))
             return tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning_effort",
                               "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
-        if (!(p->reasoning_effort = dup_str(re->valuestring)))
+        if (!(p->reasoning_effort = strdup(re->valuestring)))
             return tp_api_err(e, TP_ERR_NOMEM, "reasoning_effort", "out of memory");
     }
     if (parse_logit_bias(root, n_vocab, p, e)) return e->status;
