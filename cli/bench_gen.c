@@ -123,6 +123,50 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
     return TP_OK;
 }
 
+/*
+ * Prefill n tokens of prompt[] into sequence 0 from position 0 (cleared
+ * first), chunk tokens per forward call, then (steps > 0) decode `steps`
+ * tokens greedily from position n; *pp_sec / *tg_sec: elapsed time of each
+ * part (NULL: not wanted).  --prompt-sizes and --depth.
+ */
+static enum tp_status gen_prefill_decode(struct gen_ctx *g, const int32_t *prompt, int n, int chunk, int steps,
+                                         double *pp_sec, double *tg_sec)
+{
+    gen_reset(g);
+    double t0 = tp_now_s();
+    for (int p0 = 0; p0 < n; p0 += chunk) {
+        enum tp_status rc = gen_forward(g, prompt + p0, TP_MIN(chunk, n - p0), p0);
+        if (rc != TP_OK) return rc;
+    }
+    if (pp_sec) *pp_sec = tp_now_s() - t0;
+    int32_t t = prompt[n > 0 ? n - 1 : 0];
+    t0 = tp_now_s();
+    for (int i = 0; i < steps; i++) {
+        enum tp_status rc = gen_decode(g, &t, n + i);
+        if (rc != TP_OK) return rc;
+    }
+    if (tg_sec) *tg_sec = tp_now_s() - t0;
+    return TP_OK;
+}
+
+/* Parse "a,b,c" into out[<= max] within [lo, hi]; the count, or -1 after printing what is wrong. */
+static int parse_int_list(const char *opt, const char *s, int *out, int max, int lo, int hi)
+{
+    char buf[256];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *end = NULL;
+        long v = strtol(tok, &end, 10);
+        if (end == tok || *end || v < lo || v > hi || n == max) {
+            fprintf(stderr, "tpserve bench gen: --%s '%s': want up to %d values in %d..%d\n", opt, tok, max, lo, hi);
+            return -1;
+        }
+        out[n++] = (int)v;
+    }
+    return n;
+}
+
 /* s (NULL: "") as a JSON string literal. */
 static void print_json_str(const char *s)
 {
@@ -280,6 +324,11 @@ struct gen_opts {
     int p, n, threads, reps, json, bw_mib, bw_passes, seqs_ctx;
     const char *shard_weights, *moe_split, *comm_dtype, *kv_type, *seqs;
     int klist[16], nk, kmax; /* --seqs: the sequence counts; kmax >= 1 */
+    const char *psizes, *depths;
+    int chunk;               /* --batch: prefill tokens per call of --prompt-sizes / --depth (0: neither given) */
+    int plist[16], np_sizes; /* --prompt-sizes */
+    int dlist[16], nd;       /* --depth */
+    int big;                 /* longest prompt those need (positions) */
 };
 
 /* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after
@@ -287,7 +336,7 @@ struct gen_opts {
 static int gen_parse(int argc, char **argv, struct gen_opts *o)
 {
     *o = (struct gen_opts){.p = 128, .n = 64, .reps = 3, .bw_mib = 1024, .bw_passes = 4, .moe_split = "auto",
-                           .comm_dtype = "f32", .kv_type = "f16", .kmax = 1};
+                           .comm_dtype = "f32", .kv_type = "f16", .kmax = 1, .chunk = 512};
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &o->path, "FILE", "model (GGUF)", 0, 0},
         {"prompt-tokens", 'p', TP_OPT_INT, &o->p, "P", "prefill length (default 128; 0 skips prefill)", 0, 65536},
@@ -303,6 +352,12 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
         {"seqs-ctx", 0, TP_OPT_INT, &o->seqs_ctx, "C",
          "--seqs steps start after C cached tokens per sequence (prefilled untimed; default 0: empty caches)", 0,
          65536},
+        {"prompt-sizes", 0, TP_OPT_LIST, &o->psizes, "P,P,..",
+         "also time prefill of P tokens each (e.g. 128,2048,8192; --batch tokens per call)", 0, 0},
+        {"depth", 0, TP_OPT_LIST, &o->depths, "D,D,..",
+         "also time -n decode steps after D cached tokens each (prefilled untimed; e.g. 0,2048,8192)", 0, 0},
+        {"batch", 0, TP_OPT_INT, &o->chunk, "B",
+         "prefill tokens per forward call for --prompt-sizes / --depth (default 512)", 1, 65536},
         {"json", 0, TP_OPT_FLAG, &o->json, NULL, "print one JSON object", 0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &o->shard_weights, "W,W,..", "under launch/mpirun: share per rank", 0, 0},
         {"moe-split", 0, TP_OPT_STRING, &o->moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
@@ -344,6 +399,16 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
             return 2;
         }
     }
+    if (o->psizes && (o->np_sizes = parse_int_list("prompt-sizes", o->psizes, o->plist, 16, 1, 1 << 20)) < 0)
+        return 2;
+    if (o->depths && (o->nd = parse_int_list("depth", o->depths, o->dlist, 16, 0, 1 << 20)) < 0) return 2;
+    if (o->nd > 0 && o->n == 0) {
+        fprintf(stderr, "tpserve bench gen: --depth needs decode steps (-n > 0)\n");
+        return 2;
+    }
+    for (int i = 0; i < o->np_sizes; i++) o->big = TP_MAX(o->big, o->plist[i]);
+    for (int i = 0; i < o->nd; i++) o->big = TP_MAX(o->big, o->dlist[i] + o->n);
+    if (o->big == 0) o->chunk = 0; /* no --prompt-sizes / --depth: no chunked calls */
     if (o->p == 0 && o->n == 0) {
         fprintf(stderr, "tpserve bench gen: nothing to measure (-p 0 and -n 0)\n");
         return 2;
@@ -368,6 +433,9 @@ struct gen_run {
      * bytes sent of the engine, decoded tokens */
     uint64_t tg_ns_fwd, tg_ns_comm, tg_ns_compute, tg_ns_pcomm, tg_bytes, tg_count;
     double k_ms[16];          /* --seqs: median ms per step for klist[i] */
+    double p_tps[16];         /* --prompt-sizes: median prefill t/s for plist[i] */
+    double d_ms[16], d_kv[16]; /* --depth: median ms per decode step after dlist[i]; KV bytes every rank reads
+                                * per step (mean over the steps) */
 };
 
 static void gen_run_free(struct gen_run *R)
@@ -400,8 +468,8 @@ static enum tp_status gen_start(struct gen_run *R, const struct gen_opts *o, str
     mc->path = o->path;
     mc->n_threads = threads;
     mc->n_seq = o->kmax;
-    mc->n_batch = TP_MAX(TP_MAX(o->p, 1), o->kmax);
-    mc->n_ctx = TP_MAX(o->p, o->n + o->seqs_ctx) + 8;
+    mc->n_batch = TP_MAX(TP_MAX(TP_MAX(o->p, 1), o->kmax), o->chunk);
+    mc->n_ctx = TP_MAX(TP_MAX(o->p, o->n + o->seqs_ctx), o->big) + 8;
     double t0 = tp_now_s();
     enum tp_status st = tp_parallel_init(&R->pcfg, &R->g.par, err);
     if (st != TP_OK) return st;
@@ -418,13 +486,13 @@ static enum tp_status gen_prepare(struct gen_run *R, const struct gen_opts *o, s
 {
     struct gen_ctx *g = &R->g;
     g->n_vocab = tp_model_hparams(g->m)->n_vocab;
-    R->nb = TP_MAX(TP_MAX(o->p, 1), o->kmax);
-    if (gen_bufs_alloc(&R->bufs, R->nb, g->n_vocab, o->reps, R->world) != TP_OK)
+    R->nb = TP_MAX(TP_MAX(TP_MAX(o->p, 1), o->kmax), o->chunk);
+    if (gen_bufs_alloc(&R->bufs, TP_MAX(R->nb, o->big), g->n_vocab, o->reps, R->world) != TP_OK)
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     g->tok = R->bufs.tok, g->pos = R->bufs.pos, g->seq = R->bufs.seq, g->want = R->bufs.want;
     g->logits = R->bufs.logits;
     uint64_t x = 0x243F6A8885A308D3ull;
-    for (int i = 0; i < R->nb; i++) {
+    for (int i = 0; i < TP_MAX(R->nb, o->big); i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         R->bufs.prompt[i] = (int32_t)((x >> 33) % (uint64_t)g->n_vocab);
     }
@@ -493,7 +561,38 @@ static enum tp_status gen_seq_steps(struct gen_run *R, const struct gen_opts *o,
     return TP_OK;
 }
 
-/* Rank 0: warm-up, the reps, the probe after the last one, the --seqs steps. */
+/* Rank 0, --prompt-sizes and --depth: reps x each size in turn, medians; the KV bytes read at each depth. */
+static enum tp_status gen_sizes(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
+{
+    double ts[32 * 100]; /* (np_sizes + nd, reps) */
+    const int32_t *prompt = R->bufs.prompt;
+    for (int r = 0; r < o->reps; r++) {
+        for (int i = 0; i < o->np_sizes; i++)
+            if (gen_prefill_decode(&R->g, prompt, o->plist[i], o->chunk, 0, &ts[i * o->reps + r], NULL) != TP_OK)
+                return tp_error_set(err, TP_ERR_PEER, "prefill of %d tokens failed: %s", o->plist[i],
+                                    tp_parallel_last_error(R->g.par));
+        for (int i = 0; i < o->nd; i++)
+            if (gen_prefill_decode(&R->g, prompt, o->dlist[i], o->chunk, o->n, NULL, &ts[(16 + i) * o->reps + r]) !=
+                TP_OK)
+                return tp_error_set(err, TP_ERR_PEER, "decode at depth %d failed: %s", o->dlist[i],
+                                    tp_parallel_last_error(R->g.par));
+    }
+    for (int i = 0; i < o->np_sizes; i++) R->p_tps[i] = o->plist[i] / tp_median(ts + i * o->reps, o->reps);
+    for (int i = 0; i < o->nd; i++) R->d_ms[i] = tp_median(ts + (16 + i) * o->reps, o->reps) * 1e3 / o->n;
+    /* every rank reads the K and V of its held KV heads */
+    const struct tp_shard_plan *plan = tp_parallel_get_plan(R->g.par);
+    uint64_t heads = 0;
+    for (int q = 0; q < R->world; q++)
+        heads += (uint64_t)(plan->ranks[q].shard.kv_head_end - plan->ranks[q].shard.kv_head_begin);
+    for (int i = 0; i < o->nd; i++) {
+        double sum = 0.0;
+        for (int s = 0; s < o->n; s++) sum += (double)tp_model_kv_head_bytes_read(R->g.m, o->dlist[i] + s);
+        R->d_kv[i] = sum / o->n * (double)heads;
+    }
+    return TP_OK;
+}
+
+/* Rank 0: warm-up, the reps, the probe after the last one, the --seqs steps, --prompt-sizes and --depth. */
 static enum tp_status gen_measure(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
 {
     enum tp_status st = gen_prepare(R, o, err);
@@ -503,6 +602,7 @@ static enum tp_status gen_measure(struct gen_run *R, const struct gen_opts *o, s
         st = tp_error_set(err, TP_ERR_PEER, "bandwidth probe failed on some rank: %s",
                           tp_parallel_last_error(R->g.par));
     if (st == TP_OK && o->nk > 0) st = gen_seq_steps(R, o, err);
+    if (st == TP_OK && (o->np_sizes > 0 || o->nd > 0)) st = gen_sizes(R, o, err);
     return st;
 }
 
@@ -611,6 +711,23 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
                    o->klist[ki] * 1e3 / R->k_ms[ki]);
         printf("]");
     }
+    if (o->np_sizes > 0) {
+        printf(",\"prefill_chunk\":%d,\"prefill\":[", o->chunk);
+        for (int i = 0; i < o->np_sizes; i++)
+            printf("%s{\"tokens\":%d,\"pp_tps\":%.2f,\"vs_first\":%.3f}", i ? "," : "", o->plist[i], R->p_tps[i],
+                   R->p_tps[i] / R->p_tps[0]);
+        printf("]");
+    }
+    if (o->nd > 0) {
+        printf(",\"kv_type\":\"%s\",\"decode_depth\":[", tp_kv_type_name(tp_model_kv_type(m)));
+        for (int i = 0; i < o->nd; i++) {
+            const double bound = res->bw > 0.0 ? ((double)res->bpt + R->d_kv[i]) / (res->bw * 1e9) * 1e3 : 0.0;
+            printf("%s{\"depth\":%d,\"ms_per_token\":%.3f,\"kv_bytes_per_token\":%.0f,\"bound_ms\":%.3f,"
+                   "\"vs_bound\":%.3f}",
+                   i ? "," : "", o->dlist[i], R->d_ms[i], R->d_kv[i], bound, bound > 0.0 ? R->d_ms[i] / bound : 0.0);
+        }
+        printf("]");
+    }
     printf("}\n");
 }
 
@@ -656,6 +773,23 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
     if (n > 0)
         printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
                tp_wire_dtype_name(R->pcfg.wire_dtype), res->cpt_ms, res->mpt_ms, res->bpt_sent);
+    if (o->np_sizes > 0) {
+        printf("prefill by prompt length (%d tokens per call, median of %d):\n", o->chunk, reps);
+        printf("%-8s %10s %10s\n", "tokens", "t/s", "x first");
+        for (int i = 0; i < o->np_sizes; i++)
+            printf("pp%-6d %10.2f %10.3f\n", o->plist[i], R->p_tps[i], R->p_tps[i] / R->p_tps[0]);
+    }
+    if (o->nd > 0) {
+        printf("decode by depth (%d steps after D cached tokens, KV cache %s, median of %d; bound = (weight bytes + "
+               "KV bytes read) / %.2f GB/s):\n",
+               n, tp_kv_type_name(tp_model_kv_type(m)), reps, res->bw);
+        printf("%-8s %10s %12s %10s %10s\n", "depth", "ms/token", "KV MiB/tok", "bound ms", "x bound");
+        for (int i = 0; i < o->nd; i++) {
+            const double bound = res->bw > 0.0 ? ((double)res->bpt + R->d_kv[i]) / (res->bw * 1e9) * 1e3 : 0.0;
+            printf("%-8d %10.3f %12.2f %10.3f %10.3f\n", o->dlist[i], R->d_ms[i], R->d_kv[i] / 1048576.0, bound,
+                   bound > 0.0 ? R->d_ms[i] / bound : 0.0);
+        }
+    }
     if (o->nk > 0) {
         if (o->seqs_ctx > 0)
             printf("decode steps of k sequences (one token each, %d steps after %d cached tokens each, median of "

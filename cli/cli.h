@@ -81,8 +81,8 @@ void tp_cli_load_progress(void *ctx, uint64_t done, uint64_t total);
 struct tp_parallel_config;
 /*
  * For commands that run alone or as one rank of a group (generate, bench gen,
- * serve): parse --comm-dtype into pc->wire_dtype and --kv-type (f16 | f32)
- * into pc->model.kv_f16, fill pc->comm from the
+ * serve): parse --comm-dtype into pc->wire_dtype and --kv-type (f16 | q8_0 | f32)
+ * into pc->model.kv_type, fill pc->comm from the
  * environment, and make it a world of one unless `tpserve launch`, a hostfile,
  * a coordinator or an MPI/PMI launcher (mpirun, srun) says otherwise.
  * *rank_hint: this process's rank as far as known before the group forms;
@@ -93,7 +93,7 @@ struct tp_parallel_config;
 int tp_cli_group_config(const char *cmd, const char *comm_dtype, const char *kv_type, struct tp_parallel_config *pc,
                         int *rank_hint, const char **log_prefix);
 /* Help text of --kv-type, shared by the commands that take it. */
-#define TP_CLI_KV_TYPE_HELP "KV cache element type: f16 (default, half the memory) or f32"
+#define TP_CLI_KV_TYPE_HELP "KV cache element type: f16 (default), q8_0 (0.53x the memory of f16, head_dim % 32 == 0) or f32"
 #define TP_CLI_MOE_SPLIT_HELP                                                                                     \
     "mixture of experts under launch/mpirun: auto (default: the plan chooses and says why), tensor (a slice of "  \
     "every expert per rank) or expert (whole experts per rank)"

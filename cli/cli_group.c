@@ -20,12 +20,10 @@ int tp_cli_group_config(const char *cmd, const char *comm_dtype, const char *kv_
         fprintf(stderr, "tpserve %s: --comm-dtype %s: want f32, f16, bf16 or q8\n", cmd, comm_dtype);
         return 1;
     }
-    if (strcmp(kv_type, "f16") == 0) {
-        pc->model.kv_f16 = 1;
-    } else if (strcmp(kv_type, "f32") == 0) {
-        pc->model.kv_f16 = 0;
-    } else {
-        fprintf(stderr, "tpserve %s: --kv-type %s: want f16 (half the memory) or f32\n", cmd, kv_type);
+    pc->model.kv_f16 = 0;
+    if (tp_kv_type_parse(kv_type, &pc->model.kv_type) != TP_OK) {
+        fprintf(stderr, "tpserve %s: --kv-type %s: want f16 (half the memory of f32), q8_0 (about a quarter) or f32\n", cmd,
+                kv_type);
         return 1;
     }
     if (tp_comm_config_from_env(&pc->comm, &err) != TP_OK) {

@@ -318,11 +318,15 @@ static struct tp_plan_types info_plan_types(const struct tp_tsrc *tsrc, const st
 }
 
 /* Memory for one rank, and per rank for 2, 4 and 8 equal ranks (not for a shard). */
-static void info_print_memory(const struct info_file *f, const struct tp_hparams *hp, int n_ctx)
+static void info_print_memory(const struct info_file *f, const struct tp_hparams *hp, int n_ctx,
+                              enum tp_kv_type kv_type)
 {
     const int ctx = n_ctx > 0 ? n_ctx : TP_MIN(hp->n_ctx_train, 4096);
-    /* fp16 K and V: the default of generate / serve / bench gen (--kv-type f32 doubles it) */
-    const uint64_t kv_per_head = 2ull * (uint64_t)hp->n_layer * (uint64_t)ctx * (uint64_t)hp->head_dim * 2u;
+    /* K and V of --kv-type (f16: the default of generate / serve / bench gen); a sliding window keeps a ring of
+     * window + 512 (the default batch) positions */
+    const int kv_pos = hp->sliding_window > 0 && hp->sliding_window + 512 < ctx ? hp->sliding_window + 512 : ctx;
+    const uint64_t kv_per_head =
+        2ull * (uint64_t)hp->n_layer * (uint64_t)kv_pos * (uint64_t)tp_kv_row_bytes(kv_type, hp->head_dim);
     int kv_heads = hp->n_head_kv;
     if (f->shard_world > 0) { /* a shard holds the KV heads of its plan range: 8 ints per rank, kv at [2], [3] */
         int kp = tp_gguf_find_key(f->g, "tpserve.shard.plan");
@@ -333,8 +337,12 @@ static void info_print_memory(const struct info_file *f, const struct tp_hparams
             kv_heads = ranges[f->shard_rank * 8 + 3] - ranges[f->shard_rank * 8 + 2];
     }
     const uint64_t kv_bytes = kv_per_head * (uint64_t)kv_heads;
-    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (f16, ctx %d, 1 sequence, %d KV heads)\n",
-           mib(f->weight_bytes + kv_bytes), mib(f->weight_bytes), mib(kv_bytes), ctx, kv_heads);
+    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (%s, ctx %d, 1 sequence, %d KV heads)\n",
+           mib(f->weight_bytes + kv_bytes), mib(f->weight_bytes), mib(kv_bytes), tp_kv_type_name(kv_type), ctx,
+           kv_heads);
+    if (hp->sliding_window > 0)
+        printf("attention   sliding window of %d positions in every layer (KV ring of %d positions)\n",
+               hp->sliding_window, kv_pos);
     if (f->shard_world > 0) { /* per-rank figures need the whole model */
         printf("per rank    see 'tpserve info' of the model this shard was cut from\n");
         return;
@@ -366,16 +374,23 @@ static void info_print_memory(const struct info_file *f, const struct tp_hparams
 int tp_cmd_info(int argc, char **argv)
 {
     int n_ctx = 0;
+    const char *kv_name = "f16";
     const struct tp_opt opts[] = {
         {"ctx-size", 'c', TP_OPT_INT, &n_ctx, "N", "context for the KV cache estimate (default min(train ctx, 4096))", 1,
          1 << 24},
+        {"kv-type", 0, TP_OPT_STRING, &kv_name, "T", "KV cache type of the estimate: f16 (default), q8_0 or f32", 0, 0},
         {0},
     };
     const char *pos[1] = {NULL};
     int np = 0;
-    int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] MODEL.gguf|HF_DIR", opts, argc, argv, pos, 1,
-                          &np, NULL, NULL);
+    int rc = tp_cli_parse("info", "Usage: tpserve info [--ctx-size N] [--kv-type T] MODEL.gguf|HF_DIR", opts, argc,
+                          argv, pos, 1, &np, NULL, NULL);
     TP_CLI_RETURN_UNLESS_PARSED(rc);
+    enum tp_kv_type kv_type;
+    if (tp_kv_type_parse(kv_name, &kv_type) != TP_OK) {
+        fprintf(stderr, "tpserve info: --kv-type %s: want f16, q8_0 or f32\n", kv_name);
+        return 2;
+    }
     if (np != 1) {
         fprintf(stderr, "tpserve info: give one model file (tpserve info MODEL.gguf)\n");
         return 2;
@@ -393,7 +408,7 @@ int tp_cmd_info(int argc, char **argv)
         tp_cli_fail("info", "%s", err.msg);
     } else {
         info_print_model(&f, &hp);
-        info_print_memory(&f, &hp, n_ctx);
+        info_print_memory(&f, &hp, n_ctx, kv_type);
         exit_code = 0;
     }
     info_close(&f);

@@ -119,6 +119,7 @@ static void hp_from_shape(const struct tp_shape *s, struct tp_hparams *hp)
     hp->tied_embeddings = s->tied;
     hp->has_qkv_bias = s->qkv_bias;
     hp->has_qk_norm = s->qk_norm;
+    hp->sliding_window = s->sliding_window;
 }
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
@@ -134,6 +135,7 @@ static void print_json(const char *model, const struct tp_cap_config *c, const s
     cJSON_AddNumberToObject(o, "n_ctx", c->n_ctx);
     cJSON_AddNumberToObject(o, "n_seq", c->n_seq);
     cJSON_AddBoolToObject(o, "fits", r->fits);
+    cJSON_AddNumberToObject(o, "max_ctx", r->max_ctx);
     if (!r->fits) {
         cJSON_AddStringToObject(o, "reason", r->reason);
         cJSON_AddNumberToObject(o, "short_bytes", (double)r->short_bytes);
@@ -182,7 +184,7 @@ static void print_table(const char *model, const struct tp_cap_config *c, const 
 {
     printf("Plan: %s (%s) on %d node%s over %s (%.0f Gbit/s, %.0f us), context %d x %d sequence%s, %s KV cache\n",
            model, tp_wtype_name(c->wtype), c->n_nodes, c->n_nodes == 1 ? "" : "s", c->link.name, c->link.gbit,
-           c->link.latency_us, c->n_ctx, c->n_seq, c->n_seq == 1 ? "" : "s", c->kv_elem_bytes == 2 ? "f16" : "f32");
+           c->link.latency_us, c->n_ctx, c->n_seq, c->n_seq == 1 ? "" : "s", tp_kv_type_name(c->kv_type));
     printf("Needs %.1f GiB in all; the nodes have %.1f GiB usable (memory minus max(%.1f%%, %.1f GiB) for the OS)\n\n",
            gib(r->need_bytes), gib(r->usable_bytes), c->reserve_frac * 100, gib(c->reserve_min_bytes));
     int planned = r->plan.world_size > 0;
@@ -222,6 +224,9 @@ static void print_table(const char *model, const struct tp_cap_config *c, const 
                    "whole model)\n  plan: %s\n",
                    c->hp.n_expert_used, c->hp.n_expert, r->plan.note);
     }
+    if (r->max_ctx > 0)
+        printf("Longest context that fits: %d positions x %d sequence%s (%s KV cache; trained for %d)\n", r->max_ctx,
+               c->n_seq, c->n_seq == 1 ? "" : "s", tp_kv_type_name(c->kv_type), c->hp.n_ctx_train);
     if (r->fits) {
         printf("Fits. Serve it with: --shard-weights %s  (rank i on node i, in this order)\n", r->shard_weights);
     } else {
@@ -249,7 +254,7 @@ int tp_cmd_plan(int argc, char **argv)
         {"ctx", 'c', TP_OPT_INT, &n_ctx, "N", "context per sequence (default min(trained, 4096))", 1, 1 << 24},
         {"ctx-size", 0, TP_OPT_INT, &n_ctx, "N", "same as --ctx (the name `tpserve serve` uses)", 1, 1 << 24},
         {"seq", 0, TP_OPT_INT, &n_seq, "N", "sequences held at once (default 1)", 1, 4096},
-        {"kv-type", 0, TP_OPT_STRING, &kv, "T", "KV cache type: f16 (default) or f32", 0, 0},
+        {"kv-type", 0, TP_OPT_STRING, &kv, "T", "KV cache type: f16 (default), q8_0 or f32", 0, 0},
         {"mem-bw", 0, TP_OPT_FLOAT, &mem_bw, "GB/s", "bandwidth of nodes given without one (default 100)", 1,
          100000},
         {"reserve", 0, TP_OPT_FLOAT, &reserve, "FRAC", "memory left to the OS (default 0.125, at least 2 GiB)", 0,
@@ -286,10 +291,8 @@ int tp_cmd_plan(int argc, char **argv)
     cfg.n_seq = n_seq;
     cfg.reserve_frac = reserve;
     cfg.bw_efficiency = eff;
-    if (strcmp(kv, "f16") == 0) cfg.kv_elem_bytes = 2;
-    else if (strcmp(kv, "f32") == 0) cfg.kv_elem_bytes = 4;
-    else {
-        fprintf(stderr, "tpserve plan: --kv-type must be f16 or f32, got '%s'\n", kv);
+    if (tp_kv_type_parse(kv, &cfg.kv_type) != TP_OK) {
+        fprintf(stderr, "tpserve plan: --kv-type must be f16, q8_0 or f32, got '%s'\n", kv);
         return 2;
     }
     if (tp_capacity_link_profile(link, &cfg.link, &err) != TP_OK) {

@@ -184,7 +184,7 @@ struct tp_cap_config tp_capacity_default_config(void)
     c.n_ctx = 4096;
     c.n_seq = 1;
     c.n_batch = 512;
-    c.kv_elem_bytes = 2;
+    c.kv_type = TP_KV_F16;
     c.reserve_frac = 0.125;
     c.reserve_min_bytes = (uint64_t)(2 * GIB);
     c.overhead_bytes = (uint64_t)(0.5 * GIB);
@@ -261,9 +261,11 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
         return tp_error_set(err, TP_ERR_INVALID_ARG,
                             "invalid model shape (layers %d, embd %d, heads %d/%d kv, ff %d, vocab %d)",
                             hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_vocab);
-    if (cfg->n_ctx < 1 || cfg->n_seq < 1 || cfg->n_batch < 1 || (cfg->kv_elem_bytes != 2 && cfg->kv_elem_bytes != 4))
-        return tp_error_set(err, TP_ERR_INVALID_ARG, "invalid context settings (ctx %d, seq %d, batch %d, kv %d B)",
-                            cfg->n_ctx, cfg->n_seq, cfg->n_batch, cfg->kv_elem_bytes);
+    const int head_dim = hp->head_dim > 0 ? hp->head_dim : hp->n_embd / hp->n_head;
+    const size_t kv_row = tp_kv_row_bytes(cfg->kv_type, head_dim);
+    if (cfg->n_ctx < 1 || cfg->n_seq < 1 || cfg->n_batch < 1 || kv_row == 0)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "invalid context settings (ctx %d, seq %d, batch %d, KV %s of head %d)",
+                            cfg->n_ctx, cfg->n_seq, cfg->n_batch, tp_kv_type_name(cfg->kv_type), head_dim);
     if (!(cfg->link.gbit > 0) || !(cfg->link.latency_us >= 0) || !(cfg->bw_efficiency > 0 && cfg->bw_efficiency <= 1))
         return tp_error_set(err, TP_ERR_INVALID_ARG, "invalid link rate / latency / bandwidth efficiency");
     for (int i = 0; i < n; i++)
@@ -271,9 +273,11 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
             return tp_error_set(err, TP_ERR_INVALID_ARG, "node %s: memory and bandwidth must be > 0",
                                 cfg->nodes[i].name);
 
-    const int head_dim = hp->head_dim > 0 ? hp->head_dim : hp->n_embd / hp->n_head;
     const struct tp_plan_types types = tp_plan_types_uniform(cfg->wtype);
-    const double kv_per_head = (double)cfg->n_ctx * cfg->n_seq * hp->n_layer * 2.0 * head_dim * cfg->kv_elem_bytes;
+    /* K and V rows of one KV head: n_ctx positions per layer, or a sliding window's ring */
+    const int64_t ring = hp->sliding_window > 0 ? (int64_t)hp->sliding_window + cfg->n_batch : INT64_MAX;
+    const double kv_pos = (double)(ring < cfg->n_ctx ? ring : cfg->n_ctx);
+    const double kv_per_head = kv_pos * cfg->n_seq * hp->n_layer * 2.0 * (double)kv_row;
     const double kv_total = kv_per_head * hp->n_head_kv;
     const double scratch =
         (double)cfg->n_batch * (4.0 * hp->n_embd + 2.0 * hp->n_ff + (double)hp->n_vocab) * sizeof(float);
@@ -365,6 +369,19 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
             worst_short = (double)nr->need_bytes - usable[i];
             worst = i;
         }
+    }
+    /* the longest context: every node's room after weights and runtime over its KV bytes per position */
+    {
+        const double trained = hp->n_ctx_train > 0 ? (double)hp->n_ctx_train : 1e9;
+        double best = trained;
+        for (int i = 0; i < n; i++) {
+            const double free_b = usable[i] - (double)out->nodes[i].weight_bytes - overhead;
+            const double per_pos = (double)cfg->n_seq * hp->n_layer * 2.0 * (double)kv_row * out->nodes[i].n_kv_heads;
+            if (free_b <= 0) best = 0;
+            else if (per_pos > 0 && !(ring < INT64_MAX && per_pos * (double)ring <= free_b))
+                best = fmin(best, floor(free_b / per_pos));
+        }
+        out->max_ctx = (int)fmin(best, trained);
     }
     if (worst >= 0) {
         out->fits = 0;

@@ -425,10 +425,8 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
     {
         uint64_t wb = tp_model_weight_bytes(p->model);
         size_t rss = tp_rss_bytes();
-        const struct tp_hparams *hp = &p->probe.hp;
-        /* KV cache: (n_layer, n_seq, n_ctx, held KV heads x head_dim) for K and V; not part of the plan */
-        double kv = (double)hp->n_layer * p->n_seq * p->n_ctx * (rp->shard.kv_head_end - rp->shard.kv_head_begin) *
-                    hp->head_dim * 2.0 * (cfg->model.kv_f16 ? 2.0 : 4.0);
+        /* KV cache: held KV heads of every layer and sequence, K and V; not part of the plan */
+        double kv = (double)tp_model_kv_bytes(p->model);
         tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE,
                "rank %d/%d: resident weights %.1f MiB (plan %.1f MiB) + KV cache %.1f MiB, process RSS %.1f MiB, "
                "comm dtype %s",

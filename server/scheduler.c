@@ -457,6 +457,7 @@ static void admit(struct tp_engine *e)
             struct slot *c = &e->slots[i];
             if (c->req || copy_source_pending(e, i)) continue;
             int l = slot_prefix(c, r->prompt, r->n_prompt);
+            l = tp_model_seq_reusable(tp_parallel_model(e->p), i, TP_MIN(l, r->n_prompt - 1)); /* sliding windows */
             if (l > best) {
                 best = l;
                 s = c;
@@ -471,6 +472,7 @@ static void admit(struct tp_engine *e)
             for (int i = 0; i < e->cfg.n_parallel; i++) {
                 if (i == si) continue;
                 int l = TP_MIN(slot_prefix(&e->slots[i], r->prompt, r->n_prompt), r->n_prompt - 1);
+                l = tp_model_seq_reusable(tp_parallel_model(e->p), i, l); /* sliding windows */
                 if (l > shared) {
                     shared = l;
                     src = i;

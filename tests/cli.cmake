@@ -11,7 +11,7 @@ tp_expect_test(cli.unknown_flag RC 2 REGEX "unknown option '--bogus'" LABELS uni
 # same greedy text on the bundled model (fp16 rounds K/V by ~1e-3 relative, far below its top-2 gaps).
 add_test(NAME cli.kv_type_bad COMMAND sh -c
   "out=$(\"$0\" generate -m \"$1\" -p Once -n 4 --kv-type f64 2>&1); rc=$?; echo \"$out\"; [ $rc -eq 2 ] && \
-   echo \"$out\" | grep -q 'want f16 (half the memory) or f32'"
+   echo \"$out\" | grep -q 'want f16 (half the memory of f32), q8_0 (about a quarter) or f32'"
   $<TARGET_FILE:tpserve> ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
 set_tests_properties(cli.kv_type_bad PROPERTIES LABELS unit TIMEOUT 30)
 add_test(NAME cli.kv_type_same_text COMMAND sh -c

@@ -277,13 +277,21 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
     hp->tied_embeddings = get_bool(root, "tie_word_embeddings", 0);
     hp->has_qkv_bias = hp->arch == TP_ARCH_QWEN2 || hp->arch == TP_ARCH_QWEN2MOE || out->attention_bias;
     hp->has_qk_norm = hp->arch == TP_ARCH_QWEN3 || hp->arch == TP_ARCH_QWEN3MOE;
+    /* Mistral v0.1: every layer attends to the last sliding_window positions; a window at least as
+     * long as the trained context is full attention.  Qwen2's use_sliding_window applies it to the
+     * layers from max_window_layers on only, which is not implemented. */
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
-    if (cJSON_IsNumber(sw) && sw->valuedouble > 0 && sw->valuedouble < hp->n_ctx_train &&
-        get_bool(root, "use_sliding_window", hp->arch == TP_ARCH_LLAMA))
-        tp_log(TP_LOG_WARN, MODULE,
-               "%s: sliding_window %g is not implemented (attention is full): output differs from the reference past "
-               "that many tokens",
-               path, sw->valuedouble);
+    hp->sliding_window = 0;
+    if (cJSON_IsNumber(sw) && sw->valuedouble >= 1 && sw->valuedouble < hp->n_ctx_train &&
+        get_bool(root, "use_sliding_window", hp->arch == TP_ARCH_LLAMA)) {
+        if (hp->arch == TP_ARCH_LLAMA)
+            hp->sliding_window = (int)sw->valuedouble;
+        else
+            tp_log(TP_LOG_WARN, MODULE,
+                   "%s: use_sliding_window with max_window_layers is not implemented (attention is full): output "
+                   "differs from the reference past %g tokens",
+                   path, sw->valuedouble);
+    }
 out:
     cJSON_Delete(root);
     free(text);

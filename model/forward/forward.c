@@ -22,6 +22,7 @@
  * partial sums.  Nothing is allocated here.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/kernels.h"
@@ -100,22 +101,126 @@ static void prep_act(tp_model_t *m, const float *x, float *dst, const float *nor
     run(m, TP_PH_PREP, n_tok, 1, (uint64_t)n_tok * (uint64_t)n * 8u);
 }
 
-static void attn_pair(tp_model_t *m, int t, int h, float *sc)
+/* Row 0 of (layer l, sequence s, local KV head kvh) in cache c (k_cache or v_cache). */
+static uint8_t *kv_rows(const tp_model_t *m, uint8_t *c, int l, int s, int kvh)
+{
+    return c + m->kv_off[l] + ((size_t)s * (size_t)m->nkv + (size_t)kvh) * (size_t)m->kv_cap[l] * m->kv_row_bytes;
+}
+
+static void attn_geom(const tp_model_t *m, int l, struct tp_attn_geom *g)
+{
+    g->hd = m->hd;
+    g->type = m->kv_type;
+    g->row_bytes = m->kv_row_bytes;
+    g->cap = m->kv_cap[l];
+    g->window = m->layers[l].attn_window;
+    g->scale = 1.0f / sqrtf((float)m->hd);
+}
+
+static void attn_rows(const tp_model_t *m, const struct tp_layer *L, int t0, int nt, int kvh, struct tp_attn_rows *r)
+{
+    const int h0 = m->attn_qh0[kvh];
+    r->q = m->q + (size_t)t0 * m->q_dim + (size_t)h0 * m->hd;
+    r->q_stride = (size_t)m->q_dim;
+    r->nt = nt;
+    r->ng = m->attn_nqh[kvh];
+    r->pos0 = m->batch->pos[t0];
+    r->sinks = L->attn_sinks ? L->attn_sinks + h0 : NULL;
+}
+
+/* One attention work item (thread ith's scratch). */
+static void attn_item(tp_model_t *m, int ith, const struct tp_attn_item *it)
+{
+    const int l = m->cur_layer;
+    const struct tp_layer *L = &m->layers[l];
+    struct tp_attn_geom g;
+    struct tp_attn_rows r;
+    attn_geom(m, l, &g);
+    attn_rows(m, L, it->t0, it->nt, it->kvh, &r);
+    const int s = m->batch->seq[it->t0];
+    float *o = m->att + (size_t)it->t0 * m->q_dim + (size_t)m->attn_qh0[it->kvh] * m->hd;
+    float *part = it->part >= 0 ? m->attn_part + (size_t)it->part * TP_ATTN_PART_FLOATS(m->hd, m->attn_rows_max) : NULL;
+    tp_attn_tile(&g, &r, kv_rows(m, m->k_cache, l, s, it->kvh), kv_rows(m, m->v_cache, l, s, it->kvh), it->k0, it->k1,
+                 m->attn_scratch + (size_t)ith * m->attn_scratch_n, o, (size_t)m->q_dim, part);
+}
+
+static void attn_merge_one(tp_model_t *m, const struct tp_attn_merge *mg)
+{
+    const struct tp_layer *L = &m->layers[m->cur_layer];
+    struct tp_attn_rows r;
+    attn_rows(m, L, mg->t0, mg->nt, mg->kvh, &r);
+    float *o = m->att + (size_t)mg->t0 * m->q_dim + (size_t)m->attn_qh0[mg->kvh] * m->hd;
+    const size_t slot = TP_ATTN_PART_FLOATS(m->hd, m->attn_rows_max);
+    tp_attn_merge(m->attn_part + (size_t)mg->part0 * slot, mg->n_parts, slot, m->hd, &r, o, (size_t)m->q_dim);
+}
+
+static int item_cost_desc(const void *a, const void *b)
+{
+    const struct tp_attn_item *x = a, *y = b;
+    const int64_t cx = (int64_t)(x->k1 - x->k0) * x->nt, cy = (int64_t)(y->k1 - y->k0) * y->nt;
+    return cx < cy ? 1 : cx > cy ? -1 : 0;
+}
+
+/*
+ * The attention work list of layer l for the current batch: blocks of up to
+ * attn_qb consecutive tokens of one sequence, times each KV head (its query
+ * heads ride along); a block's keys are its window start to its last
+ * position.  When the keys of the whole batch are few blocks' worth (decode,
+ * above all one long sequence), an item longer than its share is split into
+ * key ranges of about (all keys / 4 threads) each, whose partials
+ * TP_PH_ATTN_MERGE combines.  Costliest items first: the pool hands out the
+ * list in order, long chunks first.  Returns the work estimate in bytes.
+ */
+static uint64_t attn_plan(tp_model_t *m, int l)
 {
     const struct tp_batch *b = m->batch;
-    int hd = m->hd, s = b->seq[t], p = b->pos[t];
-    int group = m->hp.n_head / m->hp.n_head_kv;
-    int kvh = (m->q_head0 + h) / group - m->kv_head0;
-    const float *q = m->q + (size_t)t * m->q_dim + (size_t)h * hd;
-    size_t base = (((size_t)m->cur_layer * m->n_seq + (size_t)s) * (size_t)m->n_ctx) * m->kv_dim + (size_t)kvh * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    float *o = m->att + (size_t)t * m->q_dim + (size_t)h * hd;
-    if (m->kv_f16)
-        tp_op_attn_head(q, (const uint16_t *)m->k_cache + base, (const uint16_t *)m->v_cache + base, m->kv_dim, 1, p + 1,
-                        hd, scale, sc, o);
-    else
-        tp_op_attn_head(q, (const float *)m->k_cache + base, (const float *)m->v_cache + base, m->kv_dim, 0, p + 1, hd,
-                        scale, sc, o);
+    const int W = m->layers[l].attn_window;
+    int n_items = 0, n_parts = 0, n_merge = 0;
+    int64_t span_sum = 0;
+    uint64_t work = 0;
+    /* pass 1: blocks; pass 2: items */
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t C = 0;
+        if (pass == 1) { /* one thread: nothing to split for */
+            C = m->n_threads > 1 ? span_sum / (4 * (int64_t)m->n_threads) : INT64_MAX;
+            if (C < 4 * TP_ATTN_KB) C = 4 * TP_ATTN_KB;
+        }
+        for (int t = 0; t < m->n_tok;) {
+            int nt = 1;
+            while (t + nt < m->n_tok && nt < m->attn_qb && b->seq[t + nt] == b->seq[t] &&
+                   b->pos[t + nt] == b->pos[t + nt - 1] + 1)
+                nt++;
+            const int p0 = b->pos[t], p1 = b->pos[t + nt - 1] + 1;
+            const int lo = W > 0 ? TP_MAX(0, p0 - W + 1) : 0;
+            const int span = p1 - lo;
+            if (pass == 0) {
+                span_sum += (int64_t)span * m->nkv;
+            } else {
+                for (int kvh = 0; kvh < m->nkv; kvh++) {
+                    if (m->attn_nqh[kvh] == 0) continue;
+                    work += (uint64_t)span * (uint64_t)nt * (uint64_t)m->attn_nqh[kvh] * (uint64_t)m->hd * 8u;
+                    int ns = span > C ? (int)((span + C - 1) / C) : 1;
+                    if (ns > 1 && n_parts + ns > m->attn_parts_max) ns = 1;
+                    if (ns > 1) {
+                        struct tp_attn_merge *mg = &m->attn_merge[n_merge++];
+                        mg->t0 = t, mg->nt = nt, mg->kvh = kvh, mg->part0 = n_parts, mg->n_parts = ns;
+                    }
+                    for (int k = 0; k < ns; k++) {
+                        struct tp_attn_item *it = &m->attn_items[n_items++];
+                        it->t0 = t, it->nt = nt, it->kvh = kvh;
+                        it->k0 = lo + (int)((int64_t)span * k / ns);
+                        it->k1 = lo + (int)((int64_t)span * (k + 1) / ns);
+                        it->part = ns > 1 ? n_parts++ : -1;
+                    }
+                }
+            }
+            t += nt;
+        }
+    }
+    if (n_items > m->n_threads) qsort(m->attn_items, (size_t)n_items, sizeof *m->attn_items, item_cost_desc);
+    m->n_attn_items = n_items;
+    m->n_attn_merge = n_merge;
+    return work;
 }
 
 /* Bias, q/k norm, RoPE and the KV-cache store for every token of the whole
@@ -148,11 +253,10 @@ static void qkv_post(tp_model_t *m, const struct tp_layer *L, int64_t i0, int64_
                 if (L->k_norm) tp_op_rmsnorm(kv, kv, L->k_norm, hd, hp->norm_eps);
                 tp_op_rope(kv, cs, hp->rope_dim, hp->rope_neox);
             }
-            size_t off = (((size_t)m->cur_layer * m->n_seq + (size_t)b->seq[t]) * (size_t)m->n_ctx + (size_t)b->pos[t]) *
-                             m->kv_dim + (size_t)c;
-            void *cache = is_k ? m->k_cache : m->v_cache;
-            if (m->kv_f16) tp_op_to_f16((uint16_t *)cache + off, kv, hd);
-            else memcpy((float *)cache + off, kv, (size_t)hd * sizeof(float));
+            const int l = m->cur_layer;
+            uint8_t *row = kv_rows(m, is_k ? m->k_cache : m->v_cache, l, b->seq[t], (int)(c / hd)) +
+                           (size_t)(b->pos[t] % m->kv_cap[l]) * m->kv_row_bytes;
+            tp_kv_store(m->kv_type, row, kv, hd);
         }
     }
 }
@@ -174,11 +278,12 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
         qkv_post(m, L, i0, i1);
         break;
     }
-    case TP_PH_ATTN: {
-        float *sc = m->scores + (size_t)ith * m->n_ctx;
-        for (int64_t i = i0; i < i1; i++) attn_pair(m, (int)(i / m->nq), (int)(i % m->nq), sc);
+    case TP_PH_ATTN:
+        for (int64_t i = i0; i < i1; i++) attn_item(m, ith, &m->attn_items[i]);
         break;
-    }
+    case TP_PH_ATTN_MERGE:
+        for (int64_t i = i0; i < i1; i++) attn_merge_one(m, &m->attn_merge[i]);
+        break;
     case TP_PH_O:
         mm(&L->wo, act_for(m, L->wo.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
         break;
@@ -382,6 +487,26 @@ static enum tp_status all_sum(tp_model_t *m, float *buf, size_t count)
     return rc;
 }
 
+/* Sliding-window rings: the lowest position ring layer l still holds for sequence s once positions
+ * below hi have been written (rows are reused every kv_cap[l] positions; a copied-in prefix, base,
+ * holds only its last window positions). */
+static int ring_lo(const tp_model_t *m, int l, int s, int hi)
+{
+    const int W = m->layers[l].attn_window, base = m->seq_base[s];
+    return TP_MAX(hi - m->kv_cap[l], base > W - 1 ? base - W + 1 : 0);
+}
+
+/* 1 if every ring layer still holds the window of a query at position p of sequence s, with
+ * positions below hi written. */
+static int ring_holds(const tp_model_t *m, int s, int p, int hi)
+{
+    for (int l = 0; m->n_ring > 0 && l < m->hp.n_layer; l++) {
+        if (m->kv_cap[l] >= m->n_ctx) continue;
+        if (TP_MAX(0, p - m->layers[l].attn_window + 1) < ring_lo(m, l, s, hi)) return 0;
+    }
+    return 1;
+}
+
 static enum tp_status check_batch(tp_model_t *m, const struct tp_batch *b)
 {
     if (m->vocab_only) return tp_error_force(&m->err, TP_ERR_INVALID_ARG, "model was loaded vocab-only: no forward pass");
@@ -412,6 +537,15 @@ static enum tp_status check_batch(tp_model_t *m, const struct tp_batch *b)
                                 i, p, s, m->seq_last[s]);
         m->seq_last[s] = p;
         m->seq_tmp[s] = TP_MAX(m->seq_tmp[s], p + 1);
+    }
+    for (int i = 0; m->n_ring > 0 && i < b->n_tokens; i++) {
+        const int s = b->seq[i], p = b->pos[i];
+        if (!ring_holds(m, s, p, TP_MAX(m->seq_hi[s], m->seq_tmp[s])))
+            return tp_error_force(&m->err, TP_ERR_INVALID_ARG,
+                                  "batch[%d]: position %d of sequence %d needs keys that its sliding-window ring no longer "
+                                  "holds (it was written up to position %d); clear the sequence and prefill it again "
+                                  "(tp_model_seq_reusable tells how far a sequence can be reused)",
+                                  i, p, s, m->seq_hi[s] - 1);
     }
     return TP_OK;
 }
@@ -444,9 +578,10 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
          * finishes each head in the thread that computed it */
         run(m, TP_PH_QKV, L->wq.rows + L->wk.rows + L->wv.rows, qkv_align,
             mm_work(&L->wq, n_tok) + mm_work(&L->wk, n_tok) + mm_work(&L->wv, n_tok));
-        uint64_t att_work = 0;
-        for (int t = 0; t < n_tok; t++) att_work += (uint64_t)(b->pos[t] + 1) * (uint64_t)m->q_dim * 8u;
-        run(m, TP_PH_ATTN, (int64_t)n_tok * m->nq, 1, att_work);
+        const uint64_t att_work = attn_plan(m, l);
+        run(m, TP_PH_ATTN, m->n_attn_items, 1, att_work);
+        if (m->n_attn_merge > 0)
+            run(m, TP_PH_ATTN_MERGE, m->n_attn_merge, 1, (uint64_t)m->n_attn_merge * (uint64_t)m->hd * 64u);
         enum tp_wtype o_type = L->wo.type;
         prep_act(m, m->att, NULL, NULL, n_tok, m->q_dim, &o_type, 1);
         run(m, TP_PH_O, L->wo.rows, 16, mm_work(&L->wo, n_tok));
@@ -469,6 +604,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
     }
     /* sequences now hold the new positions */
     memcpy(m->seq_len, m->seq_tmp, (size_t)m->n_seq * sizeof(int));
+    for (int s = 0; s < m->n_seq; s++) m->seq_hi[s] = TP_MAX(m->seq_hi[s], m->seq_len[s]);
 
     /* logits for the tokens that want them */
     m->n_out = 0;
@@ -500,6 +636,16 @@ void tp_model_seq_truncate(tp_model_t *m, int seq, int from_pos)
 {
     if (!m || !m->seq_len || seq < 0 || seq >= m->n_seq || from_pos < 0) return;
     if (from_pos < m->seq_len[seq]) m->seq_len[seq] = from_pos;
+    if (m->seq_len[seq] == 0) m->seq_hi[seq] = m->seq_base[seq] = 0;
+}
+
+int tp_model_seq_reusable(const tp_model_t *m, int seq, int n_pos)
+{
+    if (!m || !m->seq_len || seq < 0 || seq >= m->n_seq || n_pos <= 0) return 0;
+    const int n = n_pos;
+    if (m->n_ring == 0) return n;
+    /* continuing at n writes position n; every smaller n needs keys at least as old */
+    return ring_holds(m, seq, n, TP_MAX(m->seq_hi[seq], n + 1)) ? n : 0;
 }
 
 enum tp_status tp_model_kv_copy(tp_model_t *m, int dst_seq, int src_seq, int n_pos)
@@ -520,16 +666,30 @@ enum tp_status tp_model_kv_copy(tp_model_t *m, int dst_seq, int src_seq, int n_p
         return tp_error_force(&m->err, TP_ERR_INVALID_ARG,
                               "KV copy of %d positions from sequence %d, which holds only %d", n_pos, src_seq,
                               m->seq_len[src_seq]);
-    /* layout (n_layer, n_seq, n_ctx, kv_dim): one contiguous run per layer and cache */
-    const size_t elem = m->kv_f16 ? sizeof(uint16_t) : sizeof(float);
-    const size_t run_bytes = (size_t)n_pos * (size_t)m->kv_dim * elem;
-    const size_t seq_bytes = (size_t)m->n_ctx * (size_t)m->kv_dim * elem;
-    for (int l = 0; l < m->hp.n_layer && run_bytes > 0; l++) {
-        const size_t layer = (size_t)l * (size_t)m->n_seq * seq_bytes;
-        char *k = (char *)m->k_cache + layer, *v = (char *)m->v_cache + layer;
-        memcpy(k + (size_t)dst_seq * seq_bytes, k + (size_t)src_seq * seq_bytes, run_bytes);
-        memcpy(v + (size_t)dst_seq * seq_bytes, v + (size_t)src_seq * seq_bytes, run_bytes);
+    if (n_pos > 0 && !ring_holds(m, src_seq, n_pos, TP_MAX(m->seq_hi[src_seq], n_pos + 1)))
+        return tp_error_force(&m->err, TP_ERR_INVALID_ARG,
+                              "KV copy of %d positions from sequence %d: its sliding-window ring no longer holds the "
+                              "window before position %d (written up to %d)",
+                              n_pos, src_seq, n_pos, m->seq_hi[src_seq] - 1);
+    /* per layer and KV head: rows [0, n_pos) of a full layer; the last window positions of a ring */
+    const size_t rb = m->kv_row_bytes;
+    for (int l = 0; l < m->hp.n_layer && n_pos > 0; l++) {
+        const int cap = m->kv_cap[l];
+        const int p0 = cap < m->n_ctx ? TP_MAX(0, n_pos - m->layers[l].attn_window + 1) : 0;
+        for (int kvh = 0; kvh < m->nkv; kvh++)
+            for (int c = 0; c < 2; c++) {
+                uint8_t *cache = c ? m->v_cache : m->k_cache;
+                uint8_t *d = kv_rows(m, cache, l, dst_seq, kvh);
+                const uint8_t *sr = kv_rows(m, cache, l, src_seq, kvh);
+                for (int p = p0; p < n_pos;) { /* runs of rows up to the ring's end */
+                    const int r0 = p % cap, n = TP_MIN(n_pos - p, cap - r0);
+                    memcpy(d + (size_t)r0 * rb, sr + (size_t)r0 * rb, (size_t)n * rb);
+                    p += n;
+                }
+            }
     }
+    m->seq_hi[dst_seq] = n_pos;
+    m->seq_base[dst_seq] = n_pos;
     m->seq_len[dst_seq] = n_pos;
     return TP_OK;
 }

@@ -43,6 +43,8 @@ struct tp_layer {
     float *ffn_norm;          /* (n_embd) owned */
     float *bq, *bk, *bv;      /* (nq*hd), (nkv*hd), (nkv*hd) owned; NULL without QKV bias */
     float *q_norm, *k_norm;   /* (hd) owned; NULL without q/k norm */
+    int32_t attn_window; /* sliding-window size in positions; 0 = full attention */
+    float *attn_sinks; /* (nq) owned: learned sink logit per held Q head; NULL without sinks */
     struct tp_wmat wq;        /* (nq*hd, n_embd) */
     struct tp_wmat wk, wv;    /* (nkv*hd, n_embd) */
     struct tp_wmat wo;        /* (n_embd, nq*hd) */
@@ -63,7 +65,76 @@ struct tp_layer {
 
 enum tp_fwd_phase {
     TP_PH_PREP = 0, TP_PH_QKV, TP_PH_ATTN, TP_PH_O, TP_PH_FFN_UP, TP_PH_DOWN, TP_PH_LOGITS,
-    TP_PH_ROUTER, TP_PH_MOE_UP, TP_PH_MOE_DOWN, TP_PH_SHEXP_UP, TP_PH_SHEXP_DOWN
+    TP_PH_ROUTER, TP_PH_MOE_UP, TP_PH_MOE_DOWN, TP_PH_SHEXP_UP, TP_PH_SHEXP_DOWN, TP_PH_ATTN_MERGE
+};
+
+/* ---- attn.c: tiled attention over the KV cache ---- */
+
+/* Key positions per tile of the attention kernel. */
+#define TP_ATTN_KB 64
+
+/* What the attention kernel needs to know of one layer's cache of one (sequence, KV head). */
+struct tp_attn_geom {
+    int hd;                /* head dim */
+    enum tp_kv_type type;  /* element type of the rows */
+    size_t row_bytes;      /* bytes of one position's row (tp_kv_row_bytes) */
+    int cap;               /* rows held: position p is row p % cap (cap = n_ctx for full layers) */
+    int window;            /* sliding window (a query at p sees keys max(0, p-window+1) .. p); 0: all keys <= p */
+    float scale;           /* score scale, 1/sqrt(hd) */
+};
+
+/*
+ * Query rows of one work item: nt consecutive positions pos0.. of one
+ * sequence, times ng query heads sharing one KV head; row r = i * ng + h is
+ * token i, head h, its vector at q + i * q_stride + h * hd (hd floats).
+ */
+struct tp_attn_rows {
+    const float *q;
+    size_t q_stride;
+    int nt, ng, pos0;
+    const float *sinks;    /* (ng) sink logit per head of the item, or NULL */
+};
+
+/*
+ * Attention of rows over the keys at positions [k0, k1) (each row further
+ * limited to its causal window), key tile by key tile with an online softmax
+ * (no score matrix beyond one tile).  kc / vc: row 0 of this (layer,
+ * sequence, KV head)'s keys / values.  part == NULL: the finished output,
+ * row r at o + i * o_stride + h * hd (softmax denominator including the
+ * sinks); else the unnormalised partial (row max, sum of exponentials, then
+ * hd weighted values per row; tp_attn_merge finishes it).  scratch:
+ * tp_attn_scratch_floats(hd, rows) floats.  Rows whose window misses [k0, k1)
+ * get max -inf and sum 0.
+ */
+void tp_attn_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc, const uint8_t *vc,
+                  int k0, int k1, float *scratch, float *o, size_t o_stride, float *part);
+/* The instruction set tp_attn_tile uses: 0 plain C, 1 AVX2, 2 AVX-512 (the best this CPU has, at most the
+ * limit).  tp_attn_isa_limit sets the limit (tests; not while a forward pass runs) and returns the previous. */
+int tp_attn_isa_level(void);
+int tp_attn_isa_limit(int level);
+/* Floats of scratch tp_attn_tile needs for `rows` query rows of head dim hd. */
+size_t tp_attn_scratch_floats(int hd, int rows);
+/* Floats of one partial (tp_attn_tile part) of `rows` rows. */
+#define TP_ATTN_PART_FLOATS(hd, rows) ((size_t)(rows) * ((size_t)(hd) + 2))
+/* Combine n partials of the same rows (partial k at parts + k * part_stride floats, as tp_attn_tile wrote it)
+ * into the finished output o (as tp_attn_tile without part). */
+void tp_attn_merge(const float *parts, int n, size_t part_stride, int hd, const struct tp_attn_rows *r, float *o,
+                   size_t o_stride);
+/* Store one head vector x[hd] as a cache row of type t at dst. */
+void tp_kv_store(enum tp_kv_type t, uint8_t *dst, const float *x, int hd);
+/* Cache row of type t at src as hd floats. */
+void tp_kv_load(enum tp_kv_type t, const uint8_t *src, float *dst, int hd);
+
+/* One attention work item of a forward call (forward.c builds the list per layer). */
+struct tp_attn_item {
+    int32_t t0, nt;        /* batch tokens [t0, t0+nt): one sequence, consecutive positions */
+    int32_t kvh;           /* local KV head */
+    int32_t k0, k1;        /* key positions */
+    int32_t part;          /* partial slot, or -1: the item writes the output itself */
+};
+/* Items split over the keys: partial slots [part0, part0 + n_parts) hold the parts of (t0, nt, kvh). */
+struct tp_attn_merge {
+    int32_t t0, nt, kvh, part0, n_parts;
 };
 
 struct tp_model {
@@ -99,10 +170,20 @@ struct tp_model {
     uint64_t expert_weight_bytes; /* of which the held experts' matrices */
     enum tp_wtype weight_type;
 
-    /* KV cache: (n_layer, n_seq, n_ctx, kv_dim) each, f32 or (kv_f16) fp16 elements */
-    void *k_cache, *v_cache;
-    int kv_f16;
+    /* KV cache: layer l is (n_seq, nkv, kv_cap[l], kv_row_bytes) from byte kv_off[l] of k_cache and of
+     * v_cache; position p of a sequence is row p % kv_cap[l] (kv_cap = n_ctx for a full layer, a ring of
+     * min(n_ctx, window + n_batch) rows for a sliding-window layer) */
+    uint8_t *k_cache, *v_cache;
+    enum tp_kv_type kv_type;
+    size_t kv_row_bytes;       /* tp_kv_row_bytes(kv_type, hd) */
+    size_t *kv_off;            /* (n_layer) */
+    int *kv_cap;               /* (n_layer) */
+    uint64_t kv_total_bytes;   /* of k_cache (v_cache is the same) */
+    int n_ring;                /* layers whose kv_cap < n_ctx */
     int *seq_len;              /* (n_seq) valid positions per slot */
+    int *seq_hi;               /* (n_seq) one past the highest position written since the slot was cleared */
+    int *seq_base;             /* (n_seq) ring layers hold only positions >= base - window + 1 below base (a
+                                * prefix copied in holds the last window positions only); 0 */
     int *seq_tmp;              /* (n_seq) scratch for batch validation */
     int *seq_last;             /* (n_seq) scratch: last position seen per slot in the batch */
 
@@ -130,7 +211,17 @@ struct tp_model {
     float *moe_x;              /* (n_rows_max, n_embd) inputs gathered per pair, then the experts' outputs */
     enum tp_wtype act_type[3];
     size_t act_row_max;        /* bytes of one prepared row (largest type x largest width) */
-    float *scores;             /* (n_threads, n_ctx) attention scores per thread */
+    float *attn_scratch;       /* (n_threads, attn_scratch_n) tp_attn_tile scratch per thread */
+    size_t attn_scratch_n;
+    int attn_qb;               /* query tokens per prefill work item */
+    int attn_rows_max;         /* attn_qb * largest number of held Q heads per KV head */
+    struct tp_attn_item *attn_items; /* (attn_items_max) this layer's work list */
+    int attn_items_max, n_attn_items;
+    float *attn_part;          /* (attn_parts_max, TP_ATTN_PART_FLOATS(hd, attn_rows_max)) partials of split items */
+    int attn_parts_max;
+    struct tp_attn_merge *attn_merge; /* (attn_parts_max) the split items to combine after the ATTN job */
+    int n_attn_merge;
+    int *attn_qh0, *attn_nqh;  /* (nkv) first local Q head and number of held Q heads using each KV head */
     float *rope_cs;            /* (n_batch, rope_dim) cos/sin pairs per token */
     int *out_rows;             /* (n_batch) tokens that want logits */
 
@@ -178,12 +269,9 @@ void tp_op_rope_cs(float *cs, const float *inv_freq, int rope_dim, int pos);
 void tp_op_softmax(float *x, int n);
 /* y[i] = silu(g[i]) * u[i]. */
 void tp_op_swiglu(float *y, const float *g, const float *u, int n);
-/* attn.c: one query head q[hd] over n cached positions: kc / vc row j at
- * (element) j * kv_stride, fp16 (f16 = 1) or f32; sc: n floats of scratch
- * (the probabilities on return); o[hd] = softmax(q.k_j * scale) . v (overwritten). */
-void tp_op_attn_head(const float *q, const void *kc, const void *vc, size_t kv_stride, int f16, int n, int hd,
-                     float scale, float *sc, float *o);
-/* the reference (per-position dot / axpy), for tests */
+/* attn.c: the per-position reference of one query head q[hd] over n cached
+ * positions (f32 or fp16 rows j at element j * kv_stride): scores, softmax,
+ * weighted values, one dot / axpy per position; sc: n floats of scratch. */
 void tp_op_attn_head_ref(const float *q, const void *kc, const void *vc, size_t kv_stride, int f16, int n, int hd,
                          float scale, float *sc, float *o);
 /* Inverse frequencies for (theta, rope_dim) with the hparams' scaling; freq_factors

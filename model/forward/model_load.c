@@ -133,6 +133,9 @@ static enum tp_status read_hparams(tp_model_t *m)
     TP_CHECK_GOTO(md_int(m, arch, "feed_forward_length", 1, 1, big, &hp->n_ff), rc, out);
     hp->n_ctx_train = 2048;
     TP_CHECK_GOTO(md_int(m, arch, "context_length", 0, 1, 1 << 30, &hp->n_ctx_train), rc, out);
+    hp->sliding_window = 0; /* Mistral v0.1: every layer attends to the last 4096 positions */
+    TP_CHECK_GOTO(md_int(m, arch, "attention.sliding_window", 0, 0, 1 << 30, &hp->sliding_window), rc, out);
+    if (hp->sliding_window >= hp->n_ctx_train) hp->sliding_window = 0;
     TP_CHECK_GOTO(md_int(m, arch, "expert_count", 0, 0, 1 << 16, &hp->n_expert), rc, out);
     if ((hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE) && hp->n_expert == 0)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: metadata '%s.expert_count' is missing (needed for arch %s)",
@@ -697,17 +700,36 @@ static enum tp_status alloc_state(tp_model_t *m)
     const struct tp_hparams *hp = &m->hp;
     int fail = 0;
     size_t B = (size_t)m->n_batch, E = (size_t)hp->n_embd;
+    /* KV cache: per layer (n_seq, nkv, cap, row); a sliding-window layer keeps a ring of window + n_batch
+     * rows (a prefill chunk writes all its keys before its first token's window is read) */
+    m->kv_off = zalloc((size_t)hp->n_layer, sizeof(size_t), &fail);
+    m->kv_cap = zalloc((size_t)hp->n_layer, sizeof(int), &fail);
+    if (fail) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
     size_t cache = 0;
-    if (tp_mul_size((size_t)hp->n_layer * (size_t)m->n_seq, (size_t)m->n_ctx, &cache) != 0 ||
-        tp_mul_size(cache, (size_t)m->kv_dim, &cache) != 0)
-        return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: KV cache size overflows", m->path);
-    size_t kv_elem = m->kv_f16 ? sizeof(uint16_t) : sizeof(float);
-    m->k_cache = zalloc(cache, kv_elem, &fail);
-    m->v_cache = zalloc(cache, kv_elem, &fail);
+    m->n_ring = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct tp_layer *L = &m->layers[l];
+        if (L->attn_window == 0 && hp->sliding_window > 0) L->attn_window = hp->sliding_window;
+        const int64_t ring = (int64_t)L->attn_window + m->n_batch;
+        m->kv_cap[l] = L->attn_window > 0 && ring < m->n_ctx ? (int)ring : m->n_ctx;
+        m->n_ring += m->kv_cap[l] < m->n_ctx;
+        size_t layer = 0;
+        m->kv_off[l] = cache;
+        if (tp_mul_size((size_t)m->n_seq * (size_t)m->nkv, (size_t)m->kv_cap[l], &layer) != 0 ||
+            tp_mul_size(layer, m->kv_row_bytes, &layer) != 0 || cache + layer < cache)
+            return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: KV cache size overflows", m->path);
+        cache += layer;
+    }
+    m->kv_total_bytes = cache;
+    m->k_cache = zalloc(cache, 1, &fail);
+    m->v_cache = zalloc(cache, 1, &fail);
     if (fail)
         return tp_error_set(&m->err, TP_ERR_NOMEM,
-                            "%s: cannot allocate the KV cache (2 x %zu MiB for n_ctx %d x n_seq %d); lower --ctx-size",
-                            m->path, cache * kv_elem >> 20, m->n_ctx, m->n_seq);
+                            "%s: cannot allocate the KV cache (2 x %zu MiB for n_ctx %d x n_seq %d, %s); lower --ctx-size "
+                            "or use a smaller --kv-type",
+                            m->path, cache >> 20, m->n_ctx, m->n_seq, tp_kv_type_name(m->kv_type));
+    m->seq_hi = zalloc((size_t)m->n_seq, sizeof(int), &fail);
+    m->seq_base = zalloc((size_t)m->n_seq, sizeof(int), &fail);
     m->seq_len = zalloc((size_t)m->n_seq, sizeof(int), &fail);
     m->seq_tmp = zalloc((size_t)m->n_seq, sizeof(int), &fail);
     m->seq_last = zalloc((size_t)m->n_seq, sizeof(int), &fail);
@@ -734,7 +756,31 @@ static enum tp_status alloc_state(tp_model_t *m)
     const size_t hbn = TP_MAX(R * (size_t)m->n_ff_l, B * (size_t)hp->n_ff_shexp);
     m->hb = zalloc(hbn, sizeof(float), &fail);
     m->hb2 = zalloc(hbn, sizeof(float), &fail);
-    m->scores = zalloc((size_t)m->n_threads * (size_t)m->n_ctx, sizeof(float), &fail);
+    /* attention: query heads per KV head, work list, partials and per-thread scratch */
+    {
+        const int group = hp->n_head / hp->n_head_kv;
+        int gmax = 1;
+        m->attn_qh0 = zalloc((size_t)m->nkv, sizeof(int), &fail);
+        m->attn_nqh = zalloc((size_t)m->nkv, sizeof(int), &fail);
+        if (fail) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
+        for (int kvh = 0; kvh < m->nkv; kvh++) {
+            const int g0 = (m->kv_head0 + kvh) * group, g1 = g0 + group; /* global Q heads of this KV head */
+            const int h0 = TP_MAX(g0, m->q_head0), h1 = TP_MIN(g1, m->q_head0 + m->nq);
+            m->attn_qh0[kvh] = h1 > h0 ? h0 - m->q_head0 : 0;
+            m->attn_nqh[kvh] = TP_MAX(0, h1 - h0);
+            gmax = TP_MAX(gmax, m->attn_nqh[kvh]);
+        }
+        m->attn_qb = TP_MAX(1, 64 / gmax);
+        m->attn_rows_max = m->attn_qb * gmax;
+        m->attn_parts_max = 8 * m->n_threads + 8;
+        m->attn_items_max = m->n_batch * m->nkv + m->attn_parts_max;
+        m->attn_items = zalloc((size_t)m->attn_items_max, sizeof(struct tp_attn_item), &fail);
+        m->attn_merge = zalloc((size_t)m->attn_parts_max, sizeof(struct tp_attn_merge), &fail);
+        m->attn_part = zalloc((size_t)m->attn_parts_max, TP_ATTN_PART_FLOATS(m->hd, m->attn_rows_max) * sizeof(float),
+                              &fail);
+        m->attn_scratch_n = (tp_attn_scratch_floats(m->hd, m->attn_rows_max) + 15) & ~(size_t)15;
+        m->attn_scratch = zalloc((size_t)m->n_threads, m->attn_scratch_n * sizeof(float), &fail);
+    }
     m->rope_cs = zalloc(B * (size_t)hp->rope_dim, sizeof(float), &fail);
     m->out_rows = zalloc(B, sizeof(int), &fail);
     /* prepared activations: widest input is max(n_embd, q_dim, n_ff_l) for any weight type in use */
@@ -970,7 +1016,14 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
     m->n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : TP_MIN(m->hp.n_ctx_train, 4096);
     m->n_seq = cfg->n_seq;
     m->n_batch = cfg->n_batch;
-    m->kv_f16 = cfg->kv_f16 != 0;
+    m->kv_type = cfg->kv_f16 ? TP_KV_F16 : cfg->kv_type;
+    m->kv_row_bytes = tp_kv_row_bytes(m->kv_type, m->hd);
+    if (!cfg->vocab_only && m->kv_row_bytes == 0) {
+        rc = tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+                          "KV cache type %s cannot hold head_dim %d (q8_0 needs a multiple of 8); use f16 or f32",
+                          tp_kv_type_name(m->kv_type), m->hd);
+        goto fail;
+    }
     {
         struct tp_pool_config pc = tp_pool_default_config();
         pc.n_threads = cfg->n_threads > 0 ? cfg->n_threads : tp_cpu_count();
@@ -1014,6 +1067,7 @@ void tp_model_free(tp_model_t *m)
             tp_aligned_free(L->bv);
             tp_aligned_free(L->q_norm);
             tp_aligned_free(L->k_norm);
+            tp_aligned_free(L->attn_sinks);
             free_mat(&L->wq);
             free_mat(&L->wk);
             free_mat(&L->wv);
@@ -1065,7 +1119,16 @@ void tp_model_free(tp_model_t *m)
     tp_aligned_free(m->moe_active);
     tp_aligned_free(m->moe_x);
     for (int i = 0; i < 3; i++) tp_aligned_free(m->act[i]);
-    tp_aligned_free(m->scores);
+    tp_aligned_free(m->kv_off);
+    tp_aligned_free(m->kv_cap);
+    tp_aligned_free(m->seq_hi);
+    tp_aligned_free(m->seq_base);
+    tp_aligned_free(m->attn_qh0);
+    tp_aligned_free(m->attn_nqh);
+    tp_aligned_free(m->attn_items);
+    tp_aligned_free(m->attn_merge);
+    tp_aligned_free(m->attn_part);
+    tp_aligned_free(m->attn_scratch);
     tp_aligned_free(m->rope_cs);
     tp_aligned_free(m->out_rows);
     tp_tokenizer_free(m->tok);
@@ -1089,8 +1152,18 @@ enum tp_wtype tp_model_weight_type(const tp_model_t *m) { return m->weight_type;
 int tp_model_n_ctx(const tp_model_t *m) { return m->n_ctx; }
 uint64_t tp_model_kv_bytes(const tp_model_t *m)
 {
-    return 2ull * (uint64_t)m->hp.n_layer * (uint64_t)m->n_seq * (uint64_t)m->n_ctx * (uint64_t)m->kv_dim *
-           (m->kv_f16 ? sizeof(uint16_t) : sizeof(float));
+    return 2ull * m->kv_total_bytes;
+}
+enum tp_kv_type tp_model_kv_type(const tp_model_t *m) { return m->kv_type; }
+uint64_t tp_model_kv_head_bytes_read(const tp_model_t *m, int pos)
+{
+    uint64_t b = 0;
+    for (int l = 0; m && m->layers && pos >= 0 && l < m->hp.n_layer; l++) {
+        const int W = m->layers[l].attn_window;
+        const int n = W > 0 && W < pos + 1 ? W : pos + 1;
+        b += 2ull * (uint64_t)n * m->kv_row_bytes;
+    }
+    return b;
 }
 int tp_model_n_seq(const tp_model_t *m) { return m->n_seq; }
 int tp_model_n_threads(const tp_model_t *m) { return m->n_threads; }

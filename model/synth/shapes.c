@@ -81,6 +81,7 @@ static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, str
     s->n_expert_used = get_int(o, "n_expert_used", 0, &ok);
     s->n_ff_exp = get_int(o, "n_ff_exp", 0, &ok);
     s->n_ff_shexp = get_int(o, "n_ff_shexp", 0, &ok);
+    s->sliding_window = get_int(o, "sliding_window", 0, &ok);
     if (!ok) return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: a field has the wrong JSON type", s->name);
     s->rope_scaling = TP_ROPE_SCALING_NONE;
     s->rope_factor = 1.0f;
@@ -115,6 +116,8 @@ static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, str
     else if (s->arch == TP_ARCH_QWEN2MOE && (!s->qkv_bias || s->n_expert <= 0 || s->n_ff_shexp <= 0))
         bad = "qwen2moe needs qkv_bias, n_expert and n_ff_shexp";
     else if (s->arch != TP_ARCH_QWEN2MOE && s->n_ff_shexp) bad = "n_ff_shexp is a qwen2moe feature";
+    else if (s->sliding_window < 0) bad = "sliding_window must be >= 0";
+    else if (s->sliding_window > 0 && s->arch != TP_ARCH_LLAMA) bad = "sliding_window is a llama (Mistral v0.1) feature";
     else if (s->arch != TP_ARCH_QWEN3 && s->arch != TP_ARCH_QWEN3MOE && s->qk_norm) bad = "qk_norm is a qwen3 feature";
     else if (s->arch == TP_ARCH_QWEN3MOE && (!s->qk_norm || s->n_expert <= 0)) bad = "qwen3moe needs qk_norm and n_expert";
     else if (s->arch == TP_ARCH_QWEN2 && s->n_expert) bad = "qwen2 has no experts (use arch qwen2moe)";

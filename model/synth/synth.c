@@ -337,6 +337,7 @@ static void write_kv(tp_gguf_writer_t *w, const struct tp_shape *s, int n_layer,
     tp_gguf_kv_u32(w, K("embedding_length"), (uint32_t)s->n_embd);
     tp_gguf_kv_u32(w, K("block_count"), (uint32_t)n_layer);
     tp_gguf_kv_u32(w, K("feed_forward_length"), (uint32_t)s->n_ff);
+    if (s->sliding_window > 0) tp_gguf_kv_u32(w, K("attention.sliding_window"), (uint32_t)s->sliding_window);
     if (s->n_expert > 0) {
         tp_gguf_kv_u32(w, K("expert_count"), (uint32_t)s->n_expert);
         tp_gguf_kv_u32(w, K("expert_used_count"), (uint32_t)s->n_expert_used);

@@ -170,6 +170,7 @@ static void config_json(struct sbuf *b, const struct tp_shape *s, int n_layer, i
                   "  \"norm_topk_prob\": %s,\n  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n",
                   s->n_expert, s->n_expert_used, tp_shape_ff_width(s), s->arch == TP_ARCH_QWEN3MOE ? "true" : "false");
     if (s->n_ff_shexp > 0) sb_printf(b, "  \"shared_expert_intermediate_size\": %d,\n", s->n_ff_shexp);
+    if (s->sliding_window > 0) sb_printf(b, "  \"sliding_window\": %d,\n", s->sliding_window);
     if (bos >= 0) sb_printf(b, "  \"bos_token_id\": %d,\n", bos);
     if (eos >= 0) sb_printf(b, "  \"eos_token_id\": %d,\n", eos);
     if (tp_wtype_mlx_bits(mlx_type)) /* mlx-lm writes both */

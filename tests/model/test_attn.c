@@ -1,9 +1,22 @@
 /*
- * tests/model/test_attn.c - the fused attention head (model/attn.c) against
- * its reference (per-position dot, softmax, axpy) and against a float64
- * oracle: head sizes with and without a 64-wide column tail (8, 64, 80, 128,
- * 256), position counts around the 4-position score blocks (1..9, 37, 300),
- * f16 and f32 caches, rows strided wider than a head.
+ * tests/model/test_attn.c - the tiled attention kernel (model/forward/attn.c)
+ * against a float64 oracle that masks explicitly, and against the
+ * per-position reference:
+ *   - head sizes 64, 80, 128; 1..9000 positions; f32, f16 and q8_0 caches
+ *     (q8_0 blocks of 32, and of 16 for head 80)
+ *     (the oracle reads the cache rows as stored, so it checks the kernel,
+ *     not the rounding of the cache); full attention and sliding windows of
+ *     4, 128 and 4096, the cache a ring of window + block rows when that is
+ *     shorter than the sequence; with and without attention sinks;
+ *   - blocks of 1 and 5 query positions times 1 and 4 query heads per KV
+ *     head; the keys in one item and split into 3 key ranges merged with
+ *     tp_attn_merge (the split decode);
+ *   - every instruction set the CPU has (AVX-512, AVX2, plain C);
+ *   - q8_0 rows: round trip within half a quantization step;
+ *   - the per-position reference (tp_op_attn_head_ref) equals the kernel.
+ * Bound: NMSE of the output against the oracle <= 1e-9: float32 scores and
+ * sums over up to 9000 terms, and the vector exp (~2 ulp), stay near 1e-12;
+ * a wrong mask, window edge, sink or merge weight gives 1e-3 or more.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,81 +35,229 @@ static float at_rand(void) /* uniform [-1, 1) */
     return (float)((double)(at_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-/* float64 oracle of softmax(q.k * scale) . v over the cache values as stored */
-static void oracle(const float *q, const float *kf, const float *vf, size_t kvs, int n, int hd, float scale, double *o)
+/*
+ * float64 oracle of one query row at position p: keys j in [lo, p] (lo =
+ * max(0, p - window + 1), or 0 without a window) with scores q.k_j * scale,
+ * softmax whose denominator also holds e^sink when has_sink, o = sum p_j v_j.
+ * kf / vf: (n, hd) values of position j as the cache holds them.
+ */
+static void oracle(const float *q, const float *kf, const float *vf, int p, int window, int hd, double scale,
+                   int has_sink, double sink, double *o)
 {
-    double *s = malloc((size_t)n * sizeof(double)), mx = -1e300, sum = 0;
-    for (int j = 0; j < n; j++) {
+    const int lo = window > 0 ? (p - window + 1 > 0 ? p - window + 1 : 0) : 0;
+    double mx = has_sink ? sink : -1e300, sum = 0;
+    double *s = malloc((size_t)(p + 1) * sizeof(double));
+    for (int j = lo; j <= p; j++) {
         double d = 0;
-        for (int i = 0; i < hd; i++) d += (double)q[i] * kf[(size_t)j * kvs + (size_t)i];
+        for (int i = 0; i < hd; i++) d += (double)q[i] * kf[(size_t)j * hd + i];
         s[j] = d * scale;
         if (s[j] > mx) mx = s[j];
     }
-    for (int j = 0; j < n; j++) sum += s[j] = exp(s[j] - mx);
+    for (int j = lo; j <= p; j++) sum += s[j] = exp(s[j] - mx);
+    if (has_sink) sum += exp(sink - mx);
     for (int i = 0; i < hd; i++) {
         double a = 0;
-        for (int j = 0; j < n; j++) a += s[j] / sum * vf[(size_t)j * kvs + (size_t)i];
-        o[i] = a;
+        for (int j = lo; j <= p; j++) a += s[j] * vf[(size_t)j * hd + i];
+        o[i] = a / sum;
     }
     free(s);
 }
 
-static double rel_err(const float *got, const double *ref, int n)
+struct acc {
+    double num, den;
+};
+
+static void acc_add(struct acc *a, const float *got, const double *ref, int n)
 {
-    double num = 0, den = 0;
     for (int i = 0; i < n; i++) {
-        num += (got[i] - ref[i]) * (got[i] - ref[i]);
-        den += ref[i] * ref[i];
+        a->num += (got[i] - ref[i]) * (got[i] - ref[i]);
+        a->den += ref[i] * ref[i];
     }
-    return den > 0 ? num / den : num;
 }
 
-static void test_attn_head(void)
+/*
+ * One case: n positions of one sequence in a cache of type t (a ring of cap
+ * rows when window + block < n), the last nt positions as the query block,
+ * ng query heads; the kernel once over all keys and once split in 3 merged.
+ * Returns the larger of the two NMSEs.
+ */
+static double run_case(int hd, enum tp_kv_type t, int n, int window, int nt, int ng, int sinks)
 {
-    static const int hds[] = {8, 64, 80, 128, 256};
-    static const int ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 37, 300};
-    double worst = 0, worst_ref = 0;
-    tp_op_init();
-    for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++) {
-        for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++) {
-            for (int f16 = 0; f16 <= 1; f16++) {
-                const int hd = hds[a], n = ns[b];
-                const size_t kvs = (size_t)hd * 2 + 8; /* rows of a wider cache line */
-                float *q = malloc((size_t)hd * sizeof(float)), *kf = malloc((size_t)n * kvs * sizeof(float));
-                float *vf = malloc((size_t)n * kvs * sizeof(float)), *sc = malloc((size_t)n * sizeof(float));
-                float *o = malloc((size_t)hd * sizeof(float)), *o_ref = malloc((size_t)hd * sizeof(float));
-                uint16_t *kh = malloc((size_t)n * kvs * 2), *vh = malloc((size_t)n * kvs * 2);
-                double *od = malloc((size_t)hd * sizeof(double));
-                CU_ASSERT_FATAL(q && kf && vf && sc && o && o_ref && kh && vh && od);
-                for (int i = 0; i < hd; i++) q[i] = 2.0f * at_rand();
-                for (size_t i = 0; i < (size_t)n * kvs; i++) {
-                    kh[i] = tp_f32_to_fp16(at_rand());
-                    vh[i] = tp_f32_to_fp16(at_rand());
-                    kf[i] = f16 ? tp_fp16_to_f32(kh[i]) : at_rand();
-                    vf[i] = f16 ? tp_fp16_to_f32(vh[i]) : at_rand();
-                }
-                const float scale = 1.0f / sqrtf((float)hd);
-                const void *kc = f16 ? (const void *)kh : (const void *)kf, *vc = f16 ? (const void *)vh : (const void *)vf;
-                oracle(q, kf, vf, kvs, n, hd, scale, od);
-                for (int i = 0; i < hd; i++) o[i] = NAN; /* every output must be written */
-                tp_op_attn_head(q, kc, vc, kvs, f16, n, hd, scale, sc, o);
-                tp_op_attn_head_ref(q, kc, vc, kvs, f16, n, hd, scale, sc, o_ref);
-                const double e = rel_err(o, od, hd), er = rel_err(o_ref, od, hd);
-                if (e > worst) worst = e;
-                if (er > worst_ref) worst_ref = er;
-                if (!(e < 1e-10) || !(er < 1e-10))
-                    printf("\n  hd %d n %d %s: nmse fused %.3g reference %.3g\n", hd, n, f16 ? "f16" : "f32", e, er);
-                CU_ASSERT(e < 1e-10);
-                CU_ASSERT(er < 1e-10);
-                free(q), free(kf), free(vf), free(sc), free(o), free(o_ref), free(kh), free(vh), free(od);
-            }
-        }
+    const size_t rb = tp_kv_row_bytes(t, hd);
+    const int cap = window > 0 && window + nt < n ? window + nt : n;
+    uint8_t *kc = calloc((size_t)cap, rb), *vc = calloc((size_t)cap, rb);
+    float *kf = malloc((size_t)n * hd * sizeof(float)), *vf = malloc((size_t)n * hd * sizeof(float));
+    float *x = malloc((size_t)hd * sizeof(float));
+    float *q = malloc((size_t)nt * ng * hd * sizeof(float)), *o = malloc((size_t)nt * ng * hd * sizeof(float));
+    float *o2 = malloc((size_t)nt * ng * hd * sizeof(float)), sink[4];
+    double *od = malloc((size_t)hd * sizeof(double));
+    const int rows = nt * ng;
+    float *scratch = malloc(tp_attn_scratch_floats(hd, rows) * sizeof(float));
+    float *parts = malloc(3 * TP_ATTN_PART_FLOATS(hd, rows) * sizeof(float));
+    CU_ASSERT_FATAL(kc && vc && kf && vf && x && q && o && o2 && od && scratch && parts);
+    /* keys with a per-position offset so scores differ in scale across the sequence */
+    for (int j = 0; j < n; j++) {
+        const float bias = 0.5f * sinf((float)j * 0.01f);
+        for (int i = 0; i < hd; i++) x[i] = at_rand() + bias;
+        tp_kv_store(t, kc + (size_t)(j % cap) * rb, x, hd);
+        tp_kv_load(t, kc + (size_t)(j % cap) * rb, kf + (size_t)j * hd, hd);
+        for (int i = 0; i < hd; i++) x[i] = at_rand();
+        tp_kv_store(t, vc + (size_t)(j % cap) * rb, x, hd);
+        tp_kv_load(t, vc + (size_t)(j % cap) * rb, vf + (size_t)j * hd, hd);
     }
-    printf("\n  attention head: worst nmse vs float64 fused %.2g, reference %.2g\n", worst, worst_ref);
+    for (int i = 0; i < nt * ng * hd; i++) q[i] = 3.0f * at_rand();
+    for (int h = 0; h < ng; h++) sink[h] = 2.0f * at_rand() + 1.0f;
+    const struct tp_attn_geom g = {hd, t, rb, cap, window, 1.0f / sqrtf((float)hd)};
+    const int pos0 = n - nt;
+    const struct tp_attn_rows r = {q, (size_t)ng * hd, nt, ng, pos0, sinks ? sink : NULL};
+    tp_attn_tile(&g, &r, kc, vc, 0, n, scratch, o, (size_t)ng * hd, NULL);
+    const size_t ps = TP_ATTN_PART_FLOATS(hd, rows);
+    const int lo = window > 0 && pos0 - window + 1 > 0 ? pos0 - window + 1 : 0;
+    for (int k = 0; k < 3; k++)
+        tp_attn_tile(&g, &r, kc, vc, lo + (n - lo) * k / 3, lo + (n - lo) * (k + 1) / 3, scratch, NULL, 0,
+                     parts + k * ps);
+    tp_attn_merge(parts, 3, ps, hd, &r, o2, (size_t)ng * hd);
+    struct acc a1 = {0, 0}, a2 = {0, 0};
+    for (int i = 0; i < nt; i++)
+        for (int h = 0; h < ng; h++) {
+            oracle(q + ((size_t)i * ng + h) * hd, kf, vf, pos0 + i, window, hd, 1.0 / sqrt((double)hd), sinks,
+                   sink[h], od);
+            acc_add(&a1, o + ((size_t)i * ng + h) * hd, od, hd);
+            acc_add(&a2, o2 + ((size_t)i * ng + h) * hd, od, hd);
+        }
+    free(kc), free(vc), free(kf), free(vf), free(x), free(q), free(o), free(o2), free(od), free(scratch), free(parts);
+    const double e1 = a1.num / a1.den, e2 = a2.num / a2.den;
+    return e1 > e2 ? e1 : e2;
+}
+
+static void test_tile_long_at(void);
+
+static void tile_oracle_at(void)
+{
+    static const int hds[] = {8, 24, 64, 80, 128};
+    static const int ns[] = {1, 2, 63, 64, 65, 129, 700};
+    static const int windows[] = {0, 4, 128};
+    double worst = 0;
+    int cases = 0;
+    for (size_t a = 0; a < TP_ARRAY_LEN(hds); a++)
+        for (int t = 0; t < TP_KV_TYPE_COUNT; t++) {
+            for (size_t b = 0; b < TP_ARRAY_LEN(ns); b++)
+                for (size_t w = 0; w < TP_ARRAY_LEN(windows); w++)
+                    for (int shape = 0; shape < 3; shape++) {
+                        const int nt = shape == 0 ? 1 : 5, ng = shape == 2 ? 1 : 4;
+                        if (nt > ns[b]) continue;
+                        const double e =
+                            run_case(hds[a], (enum tp_kv_type)t, ns[b], windows[w], nt, ng, (int)(b + w + shape) % 2);
+                        if (e > worst) worst = e;
+                        if (e > 1e-9)
+                            fprintf(stderr, "attn tile: hd %d %s n %d window %d nt %d ng %d: NMSE %.3g\n", hds[a],
+                                    tp_kv_type_name((enum tp_kv_type)t), ns[b], windows[w], nt, ng, e);
+                        CU_ASSERT(e <= 1e-9);
+                        cases++;
+                    }
+        }
+    fprintf(stderr, "attn tile (isa level %d): %d cases, worst NMSE vs float64 %.3g\n", tp_attn_isa_level(), cases,
+            worst);
+}
+
+/* every instruction set this CPU has: AVX-512, AVX2, plain C */
+static void test_tile_oracle(void)
+{
+    const int top = tp_attn_isa_level();
+    for (int level = top; level >= 0; level--) {
+        tp_attn_isa_limit(level);
+        tile_oracle_at();
+        if (level == top) test_tile_long_at();
+    }
+    tp_attn_isa_limit(2);
+}
+
+/* Long sequences: 9000 positions, full and windowed (4096 with sinks, the ring shorter than the sequence). */
+static void test_tile_long_at(void)
+{
+    static const struct {
+        int hd, t, window, nt, ng, sinks;
+    } cs[] = {{128, TP_KV_F16, 0, 1, 4, 0}, {64, TP_KV_Q8_0, 4096, 1, 1, 1}, {80, TP_KV_F32, 4096, 5, 1, 1},
+              {128, TP_KV_Q8_0, 0, 3, 2, 1}, {64, TP_KV_F16, 128, 5, 4, 1}};
+    for (size_t i = 0; i < TP_ARRAY_LEN(cs); i++) {
+        const double e = run_case(cs[i].hd, (enum tp_kv_type)cs[i].t, 9000, cs[i].window, cs[i].nt, cs[i].ng, cs[i].sinks);
+        if (e > 1e-9) fprintf(stderr, "attn long case %zu: NMSE %.3g\n", i, e);
+        CU_ASSERT(e <= 1e-9);
+    }
+}
+
+/* The per-position reference and the kernel on the same f32 / f16 cache (window 0, no sinks). */
+static void test_tile_vs_ref(void)
+{
+    for (int f16 = 0; f16 <= 1; f16++) {
+        const int hd = 64, n = 300;
+        const enum tp_kv_type t = f16 ? TP_KV_F16 : TP_KV_F32;
+        const size_t rb = tp_kv_row_bytes(t, hd);
+        uint8_t *kc = malloc((size_t)n * rb), *vc = malloc((size_t)n * rb);
+        float x[64], q[64], o[64], o_ref[64], *sc = malloc((size_t)n * sizeof(float));
+        float *scratch = malloc(tp_attn_scratch_floats(hd, 1) * sizeof(float));
+        CU_ASSERT_FATAL(kc && vc && sc && scratch);
+        for (int j = 0; j < n; j++) {
+            for (int i = 0; i < hd; i++) x[i] = at_rand();
+            tp_kv_store(t, kc + (size_t)j * rb, x, hd);
+            for (int i = 0; i < hd; i++) x[i] = at_rand();
+            tp_kv_store(t, vc + (size_t)j * rb, x, hd);
+        }
+        for (int i = 0; i < hd; i++) q[i] = 2.0f * at_rand();
+        const float scale = 0.125f;
+        tp_op_attn_head_ref(q, kc, vc, (size_t)hd, f16, n, hd, scale, sc, o_ref);
+        const struct tp_attn_geom g = {hd, t, rb, n, 0, scale};
+        const struct tp_attn_rows r = {q, (size_t)hd, 1, 1, n - 1, NULL};
+        tp_attn_tile(&g, &r, kc, vc, 0, n, scratch, o, (size_t)hd, NULL);
+        double num = 0, den = 0;
+        for (int i = 0; i < hd; i++) {
+            num += (o[i] - o_ref[i]) * (o[i] - o_ref[i]);
+            den += (double)o_ref[i] * o_ref[i];
+        }
+        CU_ASSERT(num / den <= 1e-10);
+        free(kc), free(vc), free(sc), free(scratch);
+    }
+}
+
+/* q8_0 rows: each value within half a step (amax / 127 / 2, plus the fp16 rounding of the scale); head 80 in
+ * blocks of 16 */
+static void test_q8_row(void)
+{
+    float x[128], y[128];
+    uint8_t row[136];
+    CU_ASSERT_EQUAL(tp_kv_row_bytes(TP_KV_Q8_0, 128), 136u);
+    CU_ASSERT_EQUAL(tp_kv_row_bytes(TP_KV_Q8_0, 80), 90u); /* 5 blocks of 16 */
+    CU_ASSERT_EQUAL(tp_kv_row_bytes(TP_KV_Q8_0, 8), 10u);
+    CU_ASSERT_EQUAL(tp_kv_row_bytes(TP_KV_Q8_0, 12), 0u);
+    CU_ASSERT_EQUAL(tp_kv_row_bytes(TP_KV_F16, 80), 160u);
+    for (int i = 0; i < 128; i++) x[i] = 4.0f * at_rand();
+    x[5] = 0.0f;
+    tp_kv_store(TP_KV_Q8_0, row, x, 128);
+    tp_kv_load(TP_KV_Q8_0, row, y, 128);
+    for (int b = 0; b < 4; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        for (int i = 0; i < 32; i++) CU_ASSERT(fabsf(x[b * 32 + i] - y[b * 32 + i]) <= amax / 127.0f * 0.5f * 1.002f + 1e-7f);
+    }
+    CU_ASSERT_EQUAL(y[5], 0.0f);
+    uint8_t row80[90];
+    tp_kv_store(TP_KV_Q8_0, row80, x, 80);
+    tp_kv_load(TP_KV_Q8_0, row80, y, 80);
+    for (int b = 0; b < 5; b++) {
+        float amax = 0;
+        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[b * 16 + i]));
+        for (int i = 0; i < 16; i++) CU_ASSERT(fabsf(x[b * 16 + i] - y[b * 16 + i]) <= amax / 127.0f * 0.5f * 1.002f + 1e-7f);
+    }
+    enum tp_kv_type t;
+    CU_ASSERT_EQUAL(tp_kv_type_parse("q8_0", &t), TP_OK);
+    CU_ASSERT_EQUAL(t, TP_KV_Q8_0);
+    CU_ASSERT_EQUAL(tp_kv_type_parse("q4", &t), TP_ERR_INVALID_ARG);
 }
 
 static const struct tp_test_case attn_cases[] = {
-    {"attn_head", test_attn_head},
+    {"tile_oracle", test_tile_oracle},
+    {"tile_vs_ref", test_tile_vs_ref},
+    {"q8_row", test_q8_row},
     {NULL, NULL},
 };
 TP_TEST_SUITE(attn, "unit", 60, attn_cases)

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/forward/model_impl.h"
 #include "model/gguf.h"
 #include "model/kernels.h"
 #include "model/model.h"
@@ -55,6 +56,8 @@ struct refm {
     tp_gguf_t *g;
     struct tp_shape s;
     int neox;
+    int window;                /* every layer: keys max(0, t - window + 1) .. t; 0: all keys <= t */
+    const float *sinks[4];     /* layer l < 4: (n_head) sink logits added to the softmax denominator, or NULL */
 };
 
 /* Dequantized copy of a tensor (rows x cols as in the file), malloc'd. */
@@ -156,17 +159,20 @@ static void ref_forward(struct refm *r, const int *ids, int n, double *logits)
                 if (qn) rmsnorm(qh, qh, qn, hd, eps);
                 rope(qh, hd, t, s->rope_theta, ff, r->neox);
                 int kvh = h / (H / KV);
-                double mx = -1e300, sum = 0;
-                for (int j = 0; j <= t; j++) {
+                const int lo = r->window > 0 && t - r->window + 1 > 0 ? t - r->window + 1 : 0;
+                const float *sk = l < 4 ? r->sinks[l] : NULL;
+                double mx = sk ? sk[h] : -1e300, sum = 0;
+                for (int j = lo; j <= t; j++) {
                     double d = 0;
                     for (int i = 0; i < hd; i++) d += qh[i] * K[((size_t)j * KV + kvh) * hd + i];
                     sc[j] = d / sqrt((double)hd);
                     mx = sc[j] > mx ? sc[j] : mx;
                 }
-                for (int j = 0; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int j = lo; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
+                if (sk) sum += exp(sk[h] - mx);
                 for (int i = 0; i < hd; i++) {
                     double a = 0;
-                    for (int j = 0; j <= t; j++) a += sc[j] / sum * Vc[((size_t)j * KV + kvh) * hd + i];
+                    for (int j = lo; j <= t; j++) a += sc[j] / sum * Vc[((size_t)j * KV + kvh) * hd + i];
                     att[h * hd + i] = a;
                 }
             }
@@ -284,12 +290,10 @@ static void test_ref_quantized(void)
 
 /* ------------------------------------------------------------ 2 ranks, quantized */
 
-static void shard_check(const char *shape_name, enum tp_wtype type, const struct tp_model_shard *a,
-                        const struct tp_model_shard *b)
+static void shard_check_path(const char *path, const char *shape_name, enum tp_wtype type,
+                             const struct tp_model_shard *a, const struct tp_model_shard *b)
 {
     enum { N = 8 };
-    const char *path = synth(shape_name, type);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
     struct tm_pair s;
     tm_pair_init(&s);
     struct tm_pair_rank h0 = {&s, 0}, h1 = {&s, 1};
@@ -332,6 +336,35 @@ static void shard_check(const char *shape_name, enum tp_wtype type, const struct
     tm_pair_destroy(&s);
 }
 
+static void shard_check(const char *shape_name, enum tp_wtype type, const struct tp_model_shard *a,
+                        const struct tp_model_shard *b)
+{
+    const char *path = synth(shape_name, type);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    shard_check_path(path, shape_name, type, a, b);
+}
+
+/* Sliding window 3 over 8 tokens at 2 ranks (one KV head each, its ring of window + batch rows) equals the
+ * dense windowed model. */
+static void test_shard_window(void)
+{
+    struct tp_shape s;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, "test-tiny", &s, &err), TP_OK);
+    s.sliding_window = 3;
+    char path[600];
+    snprintf(path, sizeof path, "%s/test-tiny-window3.gguf", tp_test_tmpdir());
+    struct tp_synth_config sc = tp_synth_default_config();
+    sc.shape = &s;
+    sc.type = TP_WTYPE_F32;
+    sc.seed = 3;
+    sc.out_path = path;
+    CU_ASSERT_EQUAL_FATAL(tp_synth_write(&sc, &err), TP_OK);
+    struct tp_model_shard a = {0, 2, 0, 1, 0, 64, 0, 256, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard b = {2, 4, 1, 2, 64, 128, 256, 512, NULL, NULL, 0, 0, 0};
+    shard_check_path(path, "test-tiny window 3", TP_WTYPE_F32, &a, &b);
+}
+
 static void test_shard_qwen2_q8(void)
 {
     /* 4 heads (hd 16), 2 kv heads, ff 160 (blocks of 32: split at 96), vocab 512 */
@@ -352,6 +385,119 @@ static void test_shard_llama3_tied(void)
     struct tp_model_shard a = {0, 2, 0, 1, 0, 64, 0, 100, NULL, NULL, 0, 0, 0};
     struct tp_model_shard b = {2, 4, 0, 1, 64, 96, 100, 384, NULL, NULL, 0, 0, 0};
     shard_check("test-tiny-llama3", TP_WTYPE_Q8_0, &a, &b);
+}
+
+/*
+ * Sliding window 6 and attention sinks on test-tiny (2 KV heads, 2 Q heads
+ * each) against the naive reference: the window's KV cache is a ring of
+ * window + n_batch = 11 rows (its memory does not grow with n_ctx 64);
+ * prefill in chunks of 5 crosses the ring's end several times; a prefix of
+ * 25 positions copied into another slot (past the window edge) continues
+ * exactly like the reference; a copy or a continuation that needs positions
+ * the ring no longer holds is refused with a message.
+ */
+static void check_window(enum tp_kv_type kt, double tol)
+{
+    enum { N = 40, W = 6, NB = 5 };
+    struct tp_error err = {0};
+    struct refm r;
+    memset(&r, 0, sizeof(r));
+    CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, "test-tiny", &r.s, &err), TP_OK);
+    r.s.sliding_window = W;
+    char path[600];
+    snprintf(path, sizeof path, "%s/test-tiny-window.gguf", tp_test_tmpdir());
+    struct tp_synth_config sc = tp_synth_default_config();
+    sc.shape = &r.s;
+    sc.type = TP_WTYPE_F32;
+    sc.seed = 11;
+    sc.out_path = path;
+    CU_ASSERT_EQUAL_FATAL(tp_synth_write(&sc, &err), TP_OK);
+    CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &r.g, &err), TP_OK);
+    r.window = W;
+    struct tp_model_config cfg = tp_model_default_config();
+    cfg.path = path;
+    cfg.n_threads = 2;
+    cfg.n_ctx = 64;
+    cfg.n_seq = 3;
+    cfg.n_batch = NB;
+    cfg.kv_type = kt;
+    tp_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &m, &err), TP_OK);
+    CU_ASSERT_EQUAL(tp_model_hparams(m)->sliding_window, W);
+    /* 2 layers x 3 slots x 2 KV heads x (W + NB) rows x 16 dims, K and V */
+    CU_ASSERT_EQUAL(tp_model_kv_bytes(m), 2ull * 2 * 3 * 2 * (W + NB) * tp_kv_row_bytes(kt, 16));
+    static float sinks[2][4];
+    for (int l = 0; l < 2; l++) {
+        float *s = tp_aligned_alloc(64, 64);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+        for (int h = 0; h < 4; h++) s[h] = sinks[l][h] = 0.7f * (float)(h - l) + 0.3f;
+        m->layers[l].attn_sinks = s;
+        r.sinks[l] = sinks[l];
+    }
+    const int V = r.s.n_vocab;
+    int ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 53 + 7) % V;
+    double *ref = malloc(sizeof(double) * N * V);
+    float *lg = malloc(sizeof(float) * N * V);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lg);
+    ref_forward(&r, ids, N, ref);
+    int32_t tok[N], pos[N], seq[N];
+    int8_t want[N];
+    for (int i = 0; i < N; i++) tok[i] = ids[i], pos[i] = i, want[i] = 1;
+    /* feed [from, to) of slot s in chunks of NB, logits rows into lg */
+#define FEED(s, from, to)                                                                                               \
+    for (int p0 = (from); p0 < (to); p0 += NB) {                                                                       \
+        const int n_ = (to) - p0 < NB ? (to) - p0 : NB;                                                                \
+        for (int i = 0; i < n_; i++) seq[p0 + i] = (s);                                                                \
+        CU_ASSERT_EQUAL(tp_model_forward(m, &(struct tp_batch){n_, tok + p0, pos + p0, seq + p0, want + p0},          \
+                                         lg + (size_t)p0 * V),                                                         \
+                        TP_OK);                                                                                        \
+    }
+    double maxabs = 0;
+    for (int i = 0; i < N * V; i++) maxabs = fmax(maxabs, fabs(ref[i]));
+#define CHECK_ROWS(from, to, what)                                                                                      \
+    do {                                                                                                               \
+        double d_ = 0;                                                                                                 \
+        for (size_t i = (size_t)(from) * V; i < (size_t)(to) * V; i++) d_ = fmax(d_, fabs(lg[i] - ref[i]));           \
+        if (d_ > tol * fmax(1.0, maxabs) || getenv("TP_TEST_VERBOSE"))                                                 \
+            fprintf(stderr, "window %s %s: max |logit - reference| %g (max |logit| %g)\n", tp_kv_type_name(kt), what,  \
+                    d_, maxabs);                                                                                       \
+        CU_ASSERT(d_ <= tol * fmax(1.0, maxabs));                                                                      \
+    } while (0)
+    FEED(0, 0, 30);
+    CHECK_ROWS(0, 30, "prefill 0..30 in chunks");
+    CU_ASSERT_EQUAL(tp_model_seq_reusable(m, 0, 25), 25);
+    CU_ASSERT_EQUAL(tp_model_seq_reusable(m, 0, 30), 30);
+    CU_ASSERT_EQUAL(tp_model_seq_reusable(m, 0, 0), 0);
+    CU_ASSERT_EQUAL(tp_model_seq_reusable(m, 0, 15), 0); /* the ring holds 19..29: window of 15 is 10..15 */
+    CU_ASSERT_EQUAL(tp_model_kv_copy(m, 2, 0, 15), TP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(tp_model_last_error(m), "sliding-window"));
+    CU_ASSERT_EQUAL(tp_model_kv_copy(m, 1, 0, 25), TP_OK);
+    FEED(1, 25, N);
+    CHECK_ROWS(25, N, "copied prefix 25, then 25..40");
+    FEED(0, 30, N);
+    CHECK_ROWS(30, N, "slot 0 on to 40");
+    /* a copied prefix holds its last window only: slot 1 cannot go back to 20 */
+    tp_model_seq_truncate(m, 1, 20);
+    CU_ASSERT_EQUAL(tp_model_forward(m, &(struct tp_batch){1, tok + 20, pos + 20, seq + 20, want + 20}, lg), TP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(tp_model_last_error(m), "sliding-window ring"));
+    /* cleared, it starts over */
+    tp_model_seq_truncate(m, 1, 0);
+    FEED(1, 0, 10);
+    CHECK_ROWS(0, 10, "slot 1 cleared and refilled");
+#undef FEED
+#undef CHECK_ROWS
+    free(ref);
+    free(lg);
+    tp_model_free(m);
+    tp_gguf_close(r.g);
+}
+
+static void test_window_sinks(void)
+{
+    check_window(TP_KV_F32, 1e-4);
+    check_window(TP_KV_F16, 3e-3);
 }
 
 static void test_shard_cuts_block(void)
@@ -432,6 +578,8 @@ static const struct tp_test_case ref_cases[] = {
     {"ref_qwen2_bias", test_ref_qwen2},
     {"ref_qwen3_qk_norm", test_ref_qwen3},
     {"ref_f16_bf16_q8_0_q4_0", test_ref_quantized},
+    {"ref_window_sinks", test_window_sinks},
+    {"shard_window", test_shard_window},
     {"shard_qwen2_q8_0", test_shard_qwen2_q8},
     {"shard_qwen3_q4_0", test_shard_qwen3_q4},
     {"shard_llama3_tied", test_shard_llama3_tied},

@@ -131,6 +131,9 @@ struct tp_hparams {
     int n_ff_shexp;                 /* Qwen2-MoE: width of the shared expert, a SwiGLU FFN every token
                                      * runs, its output scaled by sigmoid(ffn_gate_inp_shexp . x) and
                                      * added to the experts'; 0: none */
+    int sliding_window;             /* every layer attends to the last sliding_window positions only (itself
+                                     * included; Mistral v0.1: 4096; GGUF <arch>.attention.sliding_window,
+                                     * config.json sliding_window); 0: full attention */
 };
 
 /* ====================================================== model files ===== */
@@ -182,6 +185,22 @@ struct tp_model_shard {
     int expert_begin, expert_end;
 };
 
+/*
+ * KV cache element types.  Keys and values of one head at one position are a
+ * row of head_dim elements: f32, fp16, or q8_0 (blocks of B int8 values after
+ * their fp16 scale d = max |x| / 127, B = 32 where head_dim % 32 == 0 (34
+ * bytes per 32 values), else 16 or 8; needs head_dim % 8 == 0).  Error
+ * figures: docs/long-context.md.
+ */
+enum tp_kv_type { TP_KV_F32 = 0, TP_KV_F16, TP_KV_Q8_0, TP_KV_TYPE_COUNT };
+/* "f32", "f16", "q8_0"; "?" for other values.  Never NULL. */
+const char *tp_kv_type_name(enum tp_kv_type t);
+/* Parse a name as printed by tp_kv_type_name (case-sensitive); TP_ERR_INVALID_ARG otherwise. */
+enum tp_status tp_kv_type_parse(const char *s, enum tp_kv_type *out);
+/* Bytes of one head's key (or value) row of head_dim elements; 0 when the type cannot hold
+ * head_dim (q8_0 with head_dim % 8 != 0) or t is unknown. */
+size_t tp_kv_row_bytes(enum tp_kv_type t, int head_dim);
+
 struct tp_model_config {
     const char *path;        /* GGUF file (full model or a tpserve shard file) */
     int n_threads;           /* compute threads; 0: all cores */
@@ -190,7 +209,8 @@ struct tp_model_config {
     int n_batch;             /* max tokens per forward call (prefill chunk) */
     const struct tp_model_shard *shard; /* NULL: the whole model */
     int vocab_only;          /* load metadata + tokenizer, no weights */
-    int kv_f16;              /* KV cache in fp16 (half the memory, ~1e-3 relative error); 0: f32 */
+    int kv_f16;              /* KV cache in fp16 (half the memory, ~1e-3 relative error); 0: kv_type decides */
+    enum tp_kv_type kv_type; /* KV cache element type when kv_f16 is 0 (default TP_KV_F32) */
     int keep_layout;         /* 1: keep Q4_0 / Q8_0 matrices row-major as in the file; 0 (default): re-lay them
                               * 16 rows at a time where this CPU's kernels are faster on that (x16) */
     /* Progress while reading weights: bytes done of bytes needed. May be NULL. */
@@ -221,8 +241,15 @@ uint64_t tp_model_weight_bytes(const tp_model_t *m);
 /* Dominant weight type (of the attention / FFN matrices). */
 enum tp_wtype tp_model_weight_type(const tp_model_t *m);
 int tp_model_n_ctx(const tp_model_t *m);
-/* Bytes of this rank's KV cache (keys and values, all layers and sequences). */
+/* Bytes of this rank's KV cache (keys and values, all layers and sequences; a
+ * sliding-window layer holds min(n_ctx, window + n_batch) positions). */
 uint64_t tp_model_kv_bytes(const tp_model_t *m);
+/* The KV cache element type in use. */
+enum tp_kv_type tp_model_kv_type(const tp_model_t *m);
+/* Bytes of keys and values of ONE KV head, over all layers, that attention
+ * reads for a query at position pos (a sliding-window layer reads at most its
+ * window); times the held KV heads is what a decode step at depth pos reads. */
+uint64_t tp_model_kv_head_bytes_read(const tp_model_t *m, int pos);
 int tp_model_n_seq(const tp_model_t *m);
 int tp_model_n_threads(const tp_model_t *m);
 
@@ -328,6 +355,17 @@ void tp_model_seq_truncate(tp_model_t *m, int seq, int from_pos);
  * what src_seq holds.  n_pos 0 just clears dst_seq.  Allocates nothing.
  */
 enum tp_status tp_model_kv_copy(tp_model_t *m, int dst_seq, int src_seq, int n_pos);
+/*
+ * Sliding-window layers keep a ring of min(n_ctx, window + n_batch) positions
+ * per sequence, so a sequence can only continue (or be copied) at a position
+ * whose window the ring still holds.  Returns n_pos when sequence seq, holding
+ * at least n_pos positions, can continue at position n_pos (after a
+ * truncation to n_pos) or be the source of tp_model_kv_copy of n_pos
+ * positions, else 0 (start it over); always n_pos without windowed layers,
+ * 0 for a bad seq or n_pos <= 0.  The scheduler bounds prompt-cache reuse and
+ * prefix copies with it.
+ */
+int tp_model_seq_reusable(const tp_model_t *m, int seq, int n_pos);
 
 /* Per-call timing (for compute vs communication accounting). */
 struct tp_model_stats {

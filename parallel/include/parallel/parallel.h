@@ -236,7 +236,8 @@ struct tp_cap_config {
     int n_ctx;                     /* KV positions per sequence */
     int n_seq;                     /* sequences in the KV cache */
     int n_batch;                   /* prefill chunk (activation scratch) */
-    int kv_elem_bytes;             /* 2: f16 KV cache, 4: f32 */
+    enum tp_kv_type kv_type;       /* KV cache element type (default f16); a sliding-window model
+                                    * (hp.sliding_window) keeps min(n_ctx, window + n_batch) positions */
     double reserve_frac;           /* memory left to the OS: max(frac * mem, min) */
     uint64_t reserve_min_bytes;
     uint64_t overhead_bytes;       /* fixed runtime per node (code, threads, HTTP, buffers) */
@@ -277,6 +278,9 @@ struct tp_cap_result {
     double tg_tps;             /* projected decode tokens/s, one sequence */
     uint64_t wire_bytes_per_token; /* per decoded token, by the node that sends most (rank 0) */
     int comm_rounds_per_token;     /* network latencies paid one after another per token */
+    int max_ctx;                   /* the longest n_ctx (positions per sequence, n_seq sequences) whose KV
+                                    * cache fits next to the weights on every node, at most the trained
+                                    * context; 0 when not even the weights fit or no plan was made */
     struct tp_cap_node_result nodes[TP_CAP_MAX_NODES];
     struct tp_shard_plan plan; /* valid when the plan could be made (plan.world_size > 0) */
 };

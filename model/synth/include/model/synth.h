@@ -38,6 +38,7 @@ struct tp_shape {
      * the dense width the config names (GGUF feed_forward_length; unused by qwen3moe) */
     int n_expert, n_expert_used, n_ff_exp;
     int n_ff_shexp;            /* Qwen2-MoE: the shared expert's width (0: none) */
+    int sliding_window;        /* every layer's attention window (Mistral v0.1: 4096); 0: full attention */
 };
 /* The width of the FFN a layer computes: the experts' for a mixture of experts, else n_ff. */
 int tp_shape_ff_width(const struct tp_shape *s);
