@@ -28,7 +28,7 @@ struct bk_job {
     const void *xq;
     size_t xrb;
     int n_tok;
-    int x16; /* Q4_0 / Q8_0 in the 16-row layout (kernels.h) */
+    int x16; /* in the 16-row layout (kernels.h) */
     float *y;
 };
 
@@ -67,8 +67,8 @@ static int bk_parse(int argc, char **argv, struct bk_opts *o)
                           .cols = 5632, .tokens = 128, .threads = 2, .reps = 5, .mb = 256};
     const struct tp_opt opts[] = {
         {"type", 0, TP_OPT_LIST, &o->types, "LIST",
-         "weight types (default q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32; ..x16: re-laid 16 rows at a time as the "
-         "model does where the CPU has an x16 kernel)", 0, 0},
+         "weight types (default q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32; TYPEx16 for q4_0, q8_0, q4_k, q5_k, q6_k: "
+         "re-laid 16 rows at a time as the model does where the CPU has an x16 kernel)", 0, 0},
         {"rows", 0, TP_OPT_INT, &o->rows, "N", "matrix rows (default 2048)", 1, 1 << 20},
         {"cols", 0, TP_OPT_INT, &o->cols, "N", "matrix columns, a multiple of 256 (default 5632)", 256, 1 << 20},
         {"tokens", 'p', TP_OPT_INT, &o->tokens, "N", "prefill tokens (default 128; 0 skips prefill)", 0, 4096},
@@ -112,8 +112,16 @@ static int bk_parse(int argc, char **argv, struct bk_opts *o)
     }
     snprintf(buf, sizeof buf, "%s", o->types);
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (o->nt < 16 && (strcmp(tok, "q4_0x16") == 0 || strcmp(tok, "q8_0x16") == 0)) {
-            o->tlist[o->nt] = tok[1] == '4' ? TP_WTYPE_Q4_0 : TP_WTYPE_Q8_0;
+        const size_t tl = strlen(tok);
+        if (o->nt < 16 && tl > 3 && strcmp(tok + tl - 3, "x16") == 0) { /* <type>x16: the 16-row layout */
+            char base[32];
+            snprintf(base, sizeof base, "%.*s", (int)(tl - 3), tok);
+            if (tp_wtype_parse(base, &o->tlist[o->nt]) != TP_OK || !tp_kern_x16_type(o->tlist[o->nt]) ||
+                tp_kern_act_row_bytes(o->tlist[o->nt], o->cols) == 0) {
+                fprintf(stderr, "tpserve bench kernels: --type '%s': only q4_0, q8_0, q4_k, q5_k and q6_k have an x16 "
+                                "layout\n", tok);
+                return 2;
+            }
             o->x16list[o->nt++] = 1;
             continue;
         }
@@ -174,7 +182,7 @@ static enum tp_status bk_run_init(struct bk_run *R, const struct bk_opts *o, str
 
 /* What one weight type measured at one thread count. */
 struct bk_result {
-    const char *tname;
+    char tname[32];
     double mat_bytes, dec_gbs, dec_us, pp_gops;
     double batch_s[16]; /* per --batch entry: seconds per matrix */
 };
@@ -224,7 +232,7 @@ static enum tp_status bk_measure_type(struct bk_run *R, const struct bk_opts *o,
     struct bk_job job = {.t = t, .wrb = wrb, .rows = rows, .cols = cols, .xq = R->xq, .xrb = xrb, .y = R->y,
                          .n_tok = 1, .x16 = x16};
     memset(res, 0, sizeof *res);
-    res->tname = !x16 ? tp_wtype_name(t) : t == TP_WTYPE_Q4_0 ? "q4_0x16" : "q8_0x16";
+    snprintf(res->tname, sizeof res->tname, "%s%s", tp_wtype_name(t), x16 ? "x16" : "");
     res->mat_bytes = (double)mat;
     const double best = bk_time_copies(R, &job, mat, copies, o->reps);
     res->dec_gbs = (double)mat / best / 1e9;

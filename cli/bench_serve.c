@@ -5,8 +5,10 @@
  * --prompt-tokens prompt tokens (token ids) and --gen-tokens generated ones
  * (ignore_eos); it reports per level the aggregate tokens/s, median TTFT and
  * TPOT, the decode-phase and steady-state rates and errors.  Tokens are
- * counted from the usage chunk (or logprobs), never from text chunks.  What
- * each figure means: docs/serving.md ("Load test").  A benchmark, not a test.
+ * counted from the usage chunk (or logprobs), never from text chunks.  --api
+ * chat|responses|messages|ollama sends the same tokens as text to that API and
+ * counts its events and usage (docs/api.md).  What each figure means:
+ * docs/serving.md ("Load test").  A benchmark, not a test.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -56,10 +58,15 @@ static void gate_open(struct gate *g, int n)
     pthread_mutex_unlock(&g->mu);
 }
 
+/* The API the requests speak (--api). */
+enum bench_api { API_COMPLETIONS = 0, API_CHAT, API_RESPONSES, API_MESSAGES, API_OLLAMA };
+static const char *const api_names[] = {"completions", "chat", "responses", "messages", "ollama"};
+
 struct bench_target {
     char host[256];
     int port;
     const char *api_key;
+    enum bench_api api;
 };
 
 struct bench_result {
@@ -113,9 +120,64 @@ struct sse {
     char *body;               /* de-chunked body (body_cap bytes) */
     size_t body_len, body_cap, scanned;
     int done, error, usage;
+    enum bench_api api;
     double t_first, t_last;
     int k_first;              /* tokens in the first chunk */
 };
+
+/* Record k tokens arriving now. */
+static void sse_tokens(struct sse *e, int k, double now)
+{
+    if (k <= 0) return;
+    if (e->t_first < 0) {
+        e->t_first = now;
+        e->k_first = k;
+    }
+    e->t_last = now;
+    e->br->n_counted += k;
+    if (e->br->t_tok && e->br->n_t < e->br->cap) {
+        e->br->t_tok[e->br->n_t] = now;
+        e->br->k_tok[e->br->n_t++] = k;
+    }
+}
+
+static int nonempty(const cJSON *s) { return cJSON_IsString(s) && s->valuestring[0]; }
+
+/* The other APIs' stream events: a text delta counts one token (the server sends one per token's released
+ * text), the closing event gives the usage and ends the stream. */
+static void other_event(struct sse *e, const cJSON *o, double now)
+{
+    const cJSON *ty = cJSON_GetObjectItem(o, "type");
+    const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
+    if (cJSON_GetObjectItem(o, "error") && (e->api == API_OLLAMA || strcmp(t, "error") == 0)) e->error = 1;
+    if (e->api == API_MESSAGES) {
+        if (strcmp(t, "content_block_delta") == 0)
+            sse_tokens(e, nonempty(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "delta"), "text")), now);
+        if (strcmp(t, "message_delta") == 0) {
+            const cJSON *ot = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "output_tokens");
+            if (cJSON_IsNumber(ot)) e->br->n_tokens = ot->valueint, e->usage = 1;
+        }
+        if (strcmp(t, "message_stop") == 0) e->done = 1;
+    } else if (e->api == API_RESPONSES) {
+        if (strcmp(t, "response.output_text.delta") == 0) sse_tokens(e, nonempty(cJSON_GetObjectItem(o, "delta")), now);
+        if (strcmp(t, "response.completed") == 0 || strcmp(t, "response.incomplete") == 0) {
+            const cJSON *u = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "response"), "usage");
+            const cJSON *ot = cJSON_GetObjectItem(u, "output_tokens");
+            const cJSON *cd = cJSON_GetObjectItem(cJSON_GetObjectItem(u, "input_tokens_details"), "cached_tokens");
+            if (cJSON_IsNumber(ot)) e->br->n_tokens = ot->valueint, e->usage = 1;
+            if (cJSON_IsNumber(cd)) e->br->n_cached = cd->valueint;
+            e->done = 1;
+        }
+        if (strcmp(t, "error") == 0 || strcmp(t, "response.failed") == 0) e->error = 1;
+    } else { /* ollama: one JSON object per line */
+        sse_tokens(e, nonempty(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "message"), "content")), now);
+        if (cJSON_IsTrue(cJSON_GetObjectItem(o, "done"))) {
+            const cJSON *ec = cJSON_GetObjectItem(o, "eval_count");
+            if (cJSON_IsNumber(ec)) e->br->n_tokens = ec->valueint, e->usage = 1;
+            e->done = 1;
+        }
+    }
+}
 
 static void sse_event(struct sse *e, const char *json, double now)
 {
@@ -125,6 +187,11 @@ static void sse_event(struct sse *e, const char *json, double now)
     }
     cJSON *o = cJSON_Parse(json);
     if (!o) return;
+    if (e->api != API_COMPLETIONS && e->api != API_CHAT) {
+        other_event(e, o, now);
+        cJSON_Delete(o);
+        return;
+    }
     if (cJSON_GetObjectItem(o, "error")) e->error = 1;
     const cJSON *u = cJSON_GetObjectItem(o, "usage");
     if (cJSON_IsObject(u)) {
@@ -141,22 +208,14 @@ static void sse_event(struct sse *e, const char *json, double now)
     if (ch) {
         const cJSON *lp = cJSON_GetObjectItem(ch, "logprobs");
         const cJSON *toks = cJSON_IsObject(lp) ? cJSON_GetObjectItem(lp, "tokens") : NULL;
+        const cJSON *lpc = cJSON_IsObject(lp) ? cJSON_GetObjectItem(lp, "content") : NULL;
         const cJSON *text = cJSON_GetObjectItem(ch, "text");
+        if (!text) text = cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "delta"), "content");
         int k = cJSON_IsArray(toks) ? cJSON_GetArraySize(toks)
-                : cJSON_IsString(text) && text->valuestring[0] ? 1
-                                                               : 0;
-        if (k > 0) {
-            if (e->t_first < 0) {
-                e->t_first = now;
-                e->k_first = k;
-            }
-            e->t_last = now;
-            e->br->n_counted += k;
-            if (e->br->t_tok && e->br->n_t < e->br->cap) {
-                e->br->t_tok[e->br->n_t] = now;
-                e->br->k_tok[e->br->n_t++] = k;
-            }
-        }
+                : cJSON_IsArray(lpc) ? cJSON_GetArraySize(lpc)
+                : nonempty(text)     ? 1
+                                     : 0;
+        sse_tokens(e, k, now);
     }
     cJSON_Delete(o);
 }
@@ -175,6 +234,14 @@ static enum tp_status sse_body(struct sse *e, const char *p, size_t n, double no
     e->body_len += n;
     e->body[e->body_len] = '\0';
     char *end;
+    if (e->api == API_OLLAMA) { /* NDJSON: one object per line */
+        while ((end = strchr(e->body + e->scanned, '\n')) != NULL) {
+            *end = '\0';
+            if (e->body[e->scanned]) sse_event(e, e->body + e->scanned, now);
+            e->scanned = (size_t)(end - e->body) + 1;
+        }
+        return TP_OK;
+    }
     while ((end = strstr(e->body + e->scanned, "\n\n")) != NULL) {
         *end = '\0';
         for (char *line = e->body + e->scanned; line && *line;) {
@@ -246,6 +313,7 @@ static enum tp_status request(const struct bench_target *t, const char *path, co
     struct sse e;
     memset(&e, 0, sizeof e);
     e.br = br;
+    e.api = t->api;
     e.in_size = 1;
     e.t_first = e.t_last = -1;
     char line[32];
@@ -318,6 +386,73 @@ struct level_ctx {
     double t_end;
 };
 
+static const char *api_path(enum bench_api a)
+{
+    static const char *const paths[] = {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages",
+                                        "/api/chat"};
+    return paths[a];
+}
+
+static void dechunk(char *b);
+
+/* POST /detokenize {"tokens": [...]} (ids_body: {"prompt": [...]}); the text (malloc'd) or NULL. */
+static char *detok_text(const struct bench_target *t, const char *ids_body)
+{
+    cJSON *in = cJSON_Parse(ids_body), *req = cJSON_CreateObject();
+    cJSON_AddItemToObject(req, "tokens", cJSON_DetachItemFromObject(in, "prompt"));
+    cJSON_Delete(in);
+    char *body = cJSON_PrintUnformatted(req), *resp = NULL, *text = NULL;
+    cJSON_Delete(req);
+    if (body && request(t, "/detokenize", body, 30, &resp, NULL) == TP_OK && resp) {
+        char *jb = strstr(resp, "\r\n\r\n");
+        for (const char *h = resp; jb && h < jb; h++)
+            if (strncasecmp(h, "\nTransfer-Encoding: chunked", 27) == 0) {
+                dechunk(jb + 4);
+                break;
+            }
+        cJSON *j = jb ? cJSON_Parse(jb + 4) : NULL;
+        const cJSON *ct = cJSON_GetObjectItem(j, "content");
+        if (cJSON_IsString(ct)) text = strdup(ct->valuestring);
+        cJSON_Delete(j);
+    }
+    free(body);
+    free(resp);
+    return text;
+}
+
+/* A streaming request of api a for text, greedy, gen tokens at most (malloc'd JSON). */
+static char *api_body(enum bench_api a, const char *text, int gen)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", "bench");
+    if (a == API_RESPONSES) {
+        cJSON_AddStringToObject(o, "input", text);
+        cJSON_AddNumberToObject(o, "max_output_tokens", gen);
+    } else {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", text);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "messages"), m);
+    }
+    if (a == API_OLLAMA) {
+        cJSON *op = cJSON_AddObjectToObject(o, "options");
+        cJSON_AddNumberToObject(op, "temperature", 0);
+        cJSON_AddNumberToObject(op, "num_predict", gen);
+    } else {
+        cJSON_AddNumberToObject(o, "temperature", 0);
+        cJSON_AddTrueToObject(o, "stream");
+    }
+    if (a == API_CHAT) {
+        cJSON_AddNumberToObject(o, "max_tokens", gen);
+        cJSON_AddTrueToObject(o, "ignore_eos");
+        cJSON_AddTrueToObject(cJSON_AddObjectToObject(o, "stream_options"), "include_usage");
+    }
+    if (a == API_MESSAGES) cJSON_AddNumberToObject(o, "max_tokens", gen);
+    char *j = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return j;
+}
+
 static void *client_main(void *arg)
 {
     struct level_ctx *c = arg;
@@ -342,6 +477,15 @@ static void *client_main(void *arg)
                                    : c->ids[(i + shift) % c->n_ids];
             n += (size_t)snprintf(d + n, cap - n, "%s%d", i ? "," : "", id);
         }
+        if (c->t->api != API_COMPLETIONS) {
+            /* the chat-shaped APIs take text: the same tokens, detokenized (the chat template adds a few) */
+            snprintf(d + n, cap - n, "]}");
+            char *text = detok_text(c->t, d);
+            free(d);
+            bodies[r] = api_body(c->t->api, text ? text : "", c->gen_tokens);
+            free(text);
+            continue;
+        }
         snprintf(d + n, cap - n,
                  "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,%s"
                  "\"stream_options\":{\"include_usage\":true}}",
@@ -357,7 +501,8 @@ static void *client_main(void *arg)
         c->res[r].t_tok = tt;
         c->res[r].k_tok = kt;
         c->res[r].cap = tcap;
-        if (request(c->t, "/v1/completions", bodies[r], 600, NULL, &c->res[r]) != TP_OK) c->res[r].ok = 0;
+        if (!bodies[r] || request(c->t, api_path(c->t->api), bodies[r], 600, NULL, &c->res[r]) != TP_OK)
+            c->res[r].ok = 0;
     }
     c->t_end = tp_now_s();
     for (int r = 0; r < c->rounds; r++) free(bodies[r]);
@@ -434,7 +579,7 @@ static double steady_rate(const struct bench_result *res, int c, int rounds)
 /* ------------------------------------------------------------------ parse */
 
 struct bs_opts {
-    const char *url, *api_key;
+    const char *url, *api_key, *api;
     int prompt_tokens, gen_tokens, rounds, json, shared_prefix, logprobs;
     struct bench_target t;
     int conc[64], n_levels; /* --concurrency */
@@ -448,6 +593,7 @@ static int bs_parse(int argc, char **argv, struct bs_opts *o)
     memset(o, 0, sizeof *o);
     o->url = "http://127.0.0.1:8080";
     o->prompt_tokens = 128, o->gen_tokens = 64, o->rounds = 2;
+    o->api = "completions";
     const struct tp_opt opts[] = {
         {"url", 0, TP_OPT_STRING, &o->url, "URL", "server base URL (default http://127.0.0.1:8080)", 0, 0},
         {"concurrency", 0, TP_OPT_LIST, &levels, "N,N..", "concurrent clients per level (default 1,2,4,8)", 0, 0},
@@ -460,6 +606,9 @@ static int bs_parse(int argc, char **argv, struct bs_opts *o)
         {"logprobs", 0, TP_OPT_FLAG, &o->logprobs, NULL,
          "ask for logprobs so each chunk's token count is exact (the server then leaves its greedy fast path)", 0, 0},
         {"json", 0, TP_OPT_FLAG, &o->json, NULL, "one JSON object per level instead of the table", 0, 0},
+        {"api", 0, TP_OPT_STRING, &o->api, "API",
+         "completions (default: token-id prompts, ignore_eos), chat, responses, messages or ollama (the prompt's "
+         "tokens as text in one user message; only chat can ignore EOS)", 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int pr = tp_cli_parse("bench serve", "Usage: tpserve bench serve --url URL [options]", opts, argc, argv, NULL, 0,
@@ -471,6 +620,18 @@ static int bs_parse(int argc, char **argv, struct bs_opts *o)
         return 2;
     }
     o->t.api_key = o->api_key;
+    int api_ok = 0;
+    for (int i = 0; i < 5 && !api_ok; i++)
+        if (strcmp(o->api, api_names[i]) == 0) o->t.api = (enum bench_api)i, api_ok = 1;
+    if (!api_ok) {
+        fprintf(stderr, "tpserve bench serve: --api %s: want completions, chat, responses, messages or ollama\n",
+                o->api);
+        return 2;
+    }
+    if (o->logprobs && o->t.api != API_COMPLETIONS) {
+        fprintf(stderr, "tpserve bench serve: --logprobs works with --api completions only\n");
+        return 2;
+    }
     const char *h = strncmp(o->url, "http://", 7) == 0 ? o->url + 7 : o->url;
     const char *colon = strchr(h, ':'), *slash = strchr(h, '/');
     size_t hl = colon ? (size_t)(colon - h) : slash ? (size_t)(slash - h) : strlen(h);
@@ -642,10 +803,10 @@ static enum tp_status bs_summarize(const struct bs_opts *o, const struct bs_leve
 
 static void bs_report_header(const struct bs_opts *o)
 {
-    printf("tpserve bench serve: %s, prompt %d tokens (shared prefix %d), %d generated per request, %d rounds per "
-           "client\n\n"
+    printf("tpserve bench serve: %s (%s), prompt %d tokens (shared prefix %d), %d generated per request, %d rounds "
+           "per client\n\n"
            "%11s %12s %7s %14s %14s %16s %7s %13s %7s %11s %7s\n",
-           o->url, o->prompt_tokens, o->shared_prefix, o->gen_tokens, o->rounds, "concurrency", "agg tok/s", "x1",
+           o->url, api_path(o->t.api), o->prompt_tokens, o->shared_prefix, o->gen_tokens, o->rounds, "concurrency", "agg tok/s", "x1",
            "TTFT med ms", "TPOT med ms", "decode agg t/s", "x1", "steady t/s", "x1", "cached/req", "errors");
 }
 
@@ -655,12 +816,12 @@ static void bs_report_level(const struct bs_opts *o, int c, const struct bs_figu
     const double x_agg = base->agg > 0 ? f->agg / base->agg : 0, x_dec = base->dec > 0 ? f->dec / base->dec : 0;
     const double x_steady = base->steady > 0 && f->steady > 0 ? f->steady / base->steady : 0;
     if (o->json)
-        printf("{\"concurrency\":%d,\"agg_tps\":%.2f,\"ttft_ms_median\":%.2f,\"tpot_ms_median\":%.3f,\"errors\":%d,"
+        printf("{\"api\":\"%s\",\"concurrency\":%d,\"agg_tps\":%.2f,\"ttft_ms_median\":%.2f,\"tpot_ms_median\":%.3f,\"errors\":%d,"
                "\"decode_agg_tps\":%.2f,\"agg_ratio\":%.3f,\"decode_agg_ratio\":%.3f,"
                "\"requests\":%d,\"prompt_tokens\":%d,\"shared_prefix\":%d,\"cached_tokens_mean\":%.1f,"
                "\"gen_tokens\":%d,\"steady_agg_tps\":%.2f,\"steady_ratio\":%.3f,\"tokens_counted_from\":\"%s\","
                "\"requests_chunks_not_tokens\":%d}\n",
-               c, f->agg, f->ttft_med, f->tpot_med, f->errors, f->dec, x_agg, x_dec, c * o->rounds, o->prompt_tokens,
+               api_names[o->t.api], c, f->agg, f->ttft_med, f->tpot_med, f->errors, f->dec, x_agg, x_dec, c * o->rounds, o->prompt_tokens,
                o->shared_prefix, f->cached_req, o->gen_tokens, f->steady, x_steady,
                o->logprobs ? "logprobs" : "usage", f->mismatch);
     else

@@ -254,11 +254,18 @@ static void info_print_model(const struct info_file *f, const struct tp_hparams 
            "n_vocab %d\n",
            hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_head_kv ? hp->n_head / hp->n_head_kv : 0,
            hp->head_dim, hp->n_ff, hp->n_vocab);
-    static const char *const scaling[] = {"none", "linear", "llama3"};
+    static const char *const scaling[] = {"none", "linear", "llama3", "yarn"};
     printf("rope        theta %g, %d dims, %s pairs, scaling %s", hp->rope_theta, hp->rope_dim,
-           hp->rope_neox ? "neox (halves)" : "interleaved", scaling[hp->rope_scaling % 3]);
+           hp->rope_neox ? "neox (halves)" : "interleaved", scaling[hp->rope_scaling % 4]);
     if (hp->rope_scaling != TP_ROPE_SCALING_NONE) printf(" x%g", hp->rope_scale_factor);
+    if (hp->rope_scaling == TP_ROPE_SCALING_YARN)
+        printf(" (original context %d, beta %g..%g, attention factor %.4f)", hp->rope_orig_ctx,
+               (double)hp->rope_yarn_beta_slow, (double)hp->rope_yarn_beta_fast, (double)hp->rope_attn_factor);
     printf("\n");
+    if (hp->sliding_window > 0 && hp->swa_period > 0)
+        printf("attention   sliding window %d positions on %s, full attention on the others%s\n", hp->sliding_window,
+               hp->swa_period == 2 ? "the even layers" : "some layers",
+               hp->arch == TP_ARCH_GPTOSS ? "; a learned sink logit per head" : "");
     printf("context     %d trained\n", hp->n_ctx_train);
     printf("layers      rms eps %g, tied embeddings %s, qkv bias %s, qk norm %s\n", hp->norm_eps,
            hp->tied_embeddings ? "yes" : "no", hp->has_qkv_bias ? "yes" : "no", hp->has_qk_norm ? "yes" : "no");
@@ -266,9 +273,15 @@ static void info_print_model(const struct info_file *f, const struct tp_hparams 
         /* parameters a token does not touch: the unselected experts' gate, up and down */
         const double idle = 3.0 * (double)hp->n_embd * (double)hp->n_ff * (double)(hp->n_expert - hp->n_expert_used) *
                             (double)hp->n_layer;
-        printf("experts     %d per layer of width %d, %d used per token (router: softmax, top-%d%s)\n", hp->n_expert,
-               hp->n_ff, hp->n_expert_used, hp->n_expert_used,
-               hp->expert_weights_norm ? ", renormalised" : ", not renormalised");
+        if (hp->router_softmax_topk)
+            printf("experts     %d per layer of width %d, %d used per token (router: top-%d logits with bias, softmax "
+                   "over those; clamped SwiGLU alpha %g limit %g, expert biases)\n",
+                   hp->n_expert, hp->n_ff, hp->n_expert_used, hp->n_expert_used, (double)hp->swiglu_alpha,
+                   (double)hp->swiglu_limit);
+        else
+            printf("experts     %d per layer of width %d, %d used per token (router: softmax, top-%d%s)\n", hp->n_expert,
+                   hp->n_ff, hp->n_expert_used, hp->n_expert_used,
+                   hp->expert_weights_norm ? ", renormalised" : ", not renormalised");
         printf("            about %.1f M of the %.1f M expert parameters are inactive for each token\n", idle / 1e6,
                (double)hp->n_layer * 3.0 * (double)hp->n_embd * (double)hp->n_ff * (double)hp->n_expert / 1e6);
     }

@@ -120,6 +120,13 @@ static void hp_from_shape(const struct tp_shape *s, struct tp_hparams *hp)
     hp->has_qkv_bias = s->qkv_bias;
     hp->has_qk_norm = s->qk_norm;
     hp->sliding_window = s->sliding_window;
+    if (s->arch == TP_ARCH_GPTOSS) { /* as model_load.c reads a gpt-oss GGUF */
+        hp->router_softmax_topk = 1;
+        hp->expert_weights_norm = 0;
+        hp->swiglu_alpha = 1.702f;
+        hp->swiglu_limit = 7.0f;
+        hp->swa_period = 2;
+    }
 }
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
@@ -247,7 +254,7 @@ int tp_cmd_plan(int argc, char **argv)
         {"shape", 0, TP_OPT_STRING, &shape_name, "NAME", "a named shape from configs/shapes.json instead", 0, 0},
         {"shapes", 0, TP_OPT_STRING, &shapes_file, "FILE", "shapes JSON to look NAME up in (default: built in)", 0,
          0},
-        {"type", 't', TP_OPT_STRING, &type, "TYPE", "weight type: q4_0, q8_0, q4_k, f16, ... (default q4_0)", 0, 0},
+        {"type", 't', TP_OPT_STRING, &type, "TYPE", "weight type: q4_0, q8_0, q4_k, mxfp4, f16, ... (default q4_0; mxfp4 for a gpt-oss shape)", 0, 0},
         {"nodes", 0, TP_OPT_LIST, &nodes, "LIST", "machines: [NAME:]MEM[:BW],... (required)", 0, 0},
         {"link", 0, TP_OPT_STRING, &link, "PROFILE", "interconnect profile (default local)", 0, 0},
         {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
@@ -330,6 +337,7 @@ int tp_cmd_plan(int argc, char **argv)
             return 2;
         }
         hp_from_shape(&shape, &cfg.hp);
+        if (!type && shape.arch == TP_ARCH_GPTOSS) cfg.wtype = TP_WTYPE_MXFP4; /* its published experts */
         snprintf(label, sizeof label, "%s", shape.name);
     } else {
         struct tp_model_config mc = tp_model_default_config();

@@ -126,10 +126,10 @@ static char *read_key_file(const char *path)
 
 struct serve_opts {
     const char *model, *host, *api_key, *api_key_file, *tmpl, *log_format, *alias, *cors_origin, *shard_weights;
-    const char *moe_split, *comm_dtype, *kv_type;
+    const char *moe_split, *comm_dtype, *kv_type, *pooling;
     int port, parallel, ctx, max_queue, threads, batch, chunk, share_min;
     uint64_t max_body, mem_budget;
-    int max_conn, max_conn_ip, header_timeout, body_timeout, recover_wait, rejoin;
+    int max_conn, max_conn_ip, header_timeout, body_timeout, recover_wait, rejoin, resp_store;
     char *key_buf; /* --api-key-file's key (owned; api_key points at it) */
 };
 
@@ -141,7 +141,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
                              .kv_type = "f16", .port = 8080, .parallel = 8, .max_queue = 64, .batch = 256,
                              .chunk = 64, .share_min = 32, .max_body = 1u << 20, .mem_budget = (uint64_t)256 << 20,
                              .max_conn = 256, .max_conn_ip = 32, .header_timeout = 10, .body_timeout = 30,
-                             .recover_wait = 60};
+                             .recover_wait = 60, .pooling = "auto", .resp_store = 256};
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &o->model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
         {"host", 0, TP_OPT_STRING, &o->host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
@@ -178,6 +178,11 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
          "workers: when the group fails, rejoin rank 0's next group epoch instead of exiting (set by "
          "'tpserve launch --restart'; also TP_REJOIN=1)",
          0, 0},
+        {"pooling", 0, TP_OPT_STRING, &o->pooling, "MODE",
+         "/v1/embeddings pooling: auto (the model's GGUF pooling_type, else mean), mean, last, cls", 0, 0},
+        {"responses-store", 0, TP_OPT_INT, &o->resp_store, "N",
+         "finished /v1/responses kept in memory for previous_response_id, oldest evicted first (default 256; 0: "
+         "none)", 0, 1 << 20},
         {"max-queue", 0, TP_OPT_INT, &o->max_queue, "N", "waiting requests before 429 (default 64)", 1, 1 << 20},
         {"threads", 't', TP_OPT_INT, &o->threads, "N", "compute threads (default: all cores)", 0, 4096},
         {"chat-template", 0, TP_OPT_STRING, &o->tmpl, "NAME",
@@ -204,6 +209,11 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
     }
     if (strcmp(o->log_format, "text") != 0 && strcmp(o->log_format, "json") != 0) {
         fprintf(stderr, "tpserve serve: --log-format %s: want text or json\n", o->log_format);
+        return 2;
+    }
+    if (strcmp(o->pooling, "auto") && strcmp(o->pooling, "mean") && strcmp(o->pooling, "last") &&
+        strcmp(o->pooling, "cls")) {
+        fprintf(stderr, "tpserve serve: --pooling %s: want auto, mean, last or cls\n", o->pooling);
         return 2;
     }
     if (o->api_key && o->api_key_file) {
@@ -249,6 +259,8 @@ static struct tp_server_config serve_server_config(const struct serve_opts *o, c
     sc.prefill_chunk = o->chunk;
     sc.prefix_share_min = o->share_min;
     sc.recover_wait_s = (unsigned)o->recover_wait;
+    sc.responses_store = o->resp_store;
+    sc.pooling = strcmp(o->pooling, "mean") == 0 ? 1 : strcmp(o->pooling, "last") == 0 ? 2 : strcmp(o->pooling, "cls") == 0 ? 3 : 0;
     sc.cors_origin = o->cors_origin;
     return sc;
 }

@@ -274,10 +274,15 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
                                 cfg->nodes[i].name);
 
     const struct tp_plan_types types = tp_plan_types_uniform(cfg->wtype);
-    /* K and V rows of one KV head: n_ctx positions per layer, or a sliding window's ring */
+    /* K and V rows of one KV head: n_ctx positions per layer, or a sliding window's ring on the
+     * windowed layers (every layer, or with swa_period p those with l % p < p - 1: gpt-oss's even ones) */
     const int64_t ring = hp->sliding_window > 0 ? (int64_t)hp->sliding_window + cfg->n_batch : INT64_MAX;
+    int n_win = 0;
+    for (int l = 0; hp->sliding_window > 0 && l < hp->n_layer; l++)
+        n_win += hp->swa_period <= 0 || l % hp->swa_period < hp->swa_period - 1;
+    const int n_full = hp->n_layer - n_win;
     const double kv_pos = (double)(ring < cfg->n_ctx ? ring : cfg->n_ctx);
-    const double kv_per_head = kv_pos * cfg->n_seq * hp->n_layer * 2.0 * (double)kv_row;
+    const double kv_per_head = (kv_pos * n_win + (double)cfg->n_ctx * n_full) * cfg->n_seq * 2.0 * (double)kv_row;
     const double kv_total = kv_per_head * hp->n_head_kv;
     const double scratch =
         (double)cfg->n_batch * (4.0 * hp->n_embd + 2.0 * hp->n_ff + (double)hp->n_vocab) * sizeof(float);
@@ -376,8 +381,11 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
         double best = trained;
         for (int i = 0; i < n; i++) {
             const double free_b = usable[i] - (double)out->nodes[i].weight_bytes - overhead;
-            const double per_pos = (double)cfg->n_seq * hp->n_layer * 2.0 * (double)kv_row * out->nodes[i].n_kv_heads;
+            const double per_layer = (double)cfg->n_seq * 2.0 * (double)kv_row * out->nodes[i].n_kv_heads;
+            const double per_pos = per_layer * hp->n_layer;
             if (free_b <= 0) best = 0;
+            else if (n_full > 0 && n_win > 0) /* the windowed layers' rings, then the full layers grow */
+                best = fmin(best, fmax(0.0, floor((free_b - per_layer * n_win * (double)ring) / (per_layer * n_full))));
             else if (per_pos > 0 && !(ring < INT64_MAX && per_pos * (double)ring <= free_b))
                 best = fmin(best, floor(free_b / per_pos));
         }

@@ -30,6 +30,7 @@ static int plan_block(enum tp_wtype t, int64_t *elems, size_t *bytes)
         {TP_WTYPE_Q8_1, 32, 36}, {TP_WTYPE_Q2_K, 256, 84}, {TP_WTYPE_Q3_K, 256, 110}, {TP_WTYPE_Q4_K, 256, 144},
         {TP_WTYPE_Q5_K, 256, 176}, {TP_WTYPE_Q6_K, 256, 210}, {TP_WTYPE_Q8_K, 256, 292}, {TP_WTYPE_I8, 1, 1},
         {TP_WTYPE_I16, 1, 2},    {TP_WTYPE_I32, 1, 4},    {TP_WTYPE_I64, 1, 8},    {TP_WTYPE_F64, 1, 8},
+        {TP_WTYPE_MXFP4, 32, 17},
         /* MLX affine: a block is one group; bytes = packed words + its fp16/bf16 scale and bias */
         {TP_WTYPE_MLX_Q4_G32, 32, 16 + 4}, {TP_WTYPE_MLX_Q4_G64, 64, 32 + 4},
         {TP_WTYPE_MLX_Q8_G32, 32, 32 + 4}, {TP_WTYPE_MLX_Q8_G64, 64, 64 + 4},
@@ -62,6 +63,7 @@ static const char *tp_wtype_name_plan(enum tp_wtype t)
     case TP_WTYPE_Q4_K: return "q4_k";
     case TP_WTYPE_Q5_K: return "q5_k";
     case TP_WTYPE_Q6_K: return "q6_k";
+    case TP_WTYPE_MXFP4: return "mxfp4";
     case TP_WTYPE_MLX_Q4_G32: return "mlx 4-bit group-32";
     case TP_WTYPE_MLX_Q4_G64: return "mlx 4-bit group-64";
     case TP_WTYPE_MLX_Q8_G32: return "mlx 8-bit group-32";
@@ -389,6 +391,9 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
     uint64_t repl = (uint64_t)L * (uint64_t)(2 * E * 4) + (uint64_t)E * 4 + rows_bytes(ty->token_embd, hp->n_vocab, E);
     if (moe) repl += (uint64_t)L * (uint64_t)hp->n_expert * (uint64_t)E * 4; /* routers (F32, as llama.cpp keeps them) */
     if (hp->has_qk_norm) repl += (uint64_t)L * (uint64_t)(2 * hd * 4);
+    const int gptoss = hp->arch == TP_ARCH_GPTOSS;
+    const uint64_t X = (uint64_t)hp->n_expert;
+    if (gptoss) repl += (uint64_t)L * ((uint64_t)E + X) * 4; /* attn_output and router biases */
     out->world_size = world;
     out->head_unit = (int)unit;
     out->ff_unit = (int)be_d;
@@ -419,6 +424,9 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
                       n_ex * (rows_bytes(ty->ffn_gate, nf, E) + rows_bytes(ty->ffn_up, nf, E) +
                               rows_bytes(ty->ffn_down, E, nf));
         if (hp->has_qkv_bias) sh += (uint64_t)((nq + 2 * nk) * hd * 4);
+        /* gpt-oss: the held heads' sinks; every expert's gate/up bias columns; the down biases on the
+         * rank holding column 0 (as model_load.c reads them) */
+        if (gptoss) sh += ((uint64_t)nq + X * (uint64_t)nf * 2 + (s->ff_begin == 0 ? X * (uint64_t)E : 0)) * 4;
         sh *= (uint64_t)L;
         if (hp->n_ff_shexp > 0 && s->expert_begin == 0 && s->ff_begin == 0) /* Qwen2-MoE shared expert: whole here */
             sh += (uint64_t)L * (rows_bytes(ty->ffn_gate, hp->n_ff_shexp, E) + rows_bytes(ty->ffn_up, hp->n_ff_shexp, E) +
@@ -437,6 +445,7 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
                          (rows_bytes(ty->ffn_gate, hp->n_ff, E) + rows_bytes(ty->ffn_up, hp->n_ff, E) +
                           rows_bytes(ty->ffn_down, E, hp->n_ff));
     if (hp->has_qkv_bias) whole += (uint64_t)((nh + 2 * nkv) * hd * 4);
+    if (gptoss) whole += ((uint64_t)nh + X * (uint64_t)hp->n_ff * 2 + X * (uint64_t)E) * 4;
     if (hp->n_ff_shexp > 0)
         whole += rows_bytes(ty->ffn_gate, hp->n_ff_shexp, E) + rows_bytes(ty->ffn_up, hp->n_ff_shexp, E) +
                  rows_bytes(ty->ffn_down, E, hp->n_ff_shexp) + (uint64_t)E * 4;

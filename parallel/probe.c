@@ -73,15 +73,20 @@ enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, stru
     /* mixture of experts: the FFN roles are the stacked experts' (hp.n_ff is their width) */
     /* (a Hugging Face directory keeps one tensor per expert: expert 0's type stands for all) */
     struct tp_tsrc_tensor probe_t;
-    const int moe = out->hp.n_expert > 0, per_expert = moe && !tp_tsrc_find(&src, "blk.0.ffn_gate_exps.weight", &probe_t);
-    TP_CHECK_GOTO(role_type(&src, path, per_expert ? "blk.0.ffn_gate_exps.0.weight" : moe ? "blk.0.ffn_gate_exps.weight" : "blk.0.ffn_gate.weight", 1, &ty->ffn_gate,
-                            err),
-                  rc, out);
-    TP_CHECK_GOTO(role_type(&src, path, per_expert ? "blk.0.ffn_up_exps.0.weight" : moe ? "blk.0.ffn_up_exps.weight" : "blk.0.ffn_up.weight", 1, &ty->ffn_up, err),
-                  rc, out);
-    TP_CHECK_GOTO(role_type(&src, path, per_expert ? "blk.0.ffn_down_exps.0.weight" : moe ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight", 1, &ty->ffn_down,
-                            err),
-                  rc, out);
+    /* gpt-oss from Hugging Face: OpenAI's fused MXFP4 experts, read by the loader itself */
+    if (out->hp.arch == TP_ARCH_GPTOSS && !g) {
+        ty->ffn_gate = ty->ffn_up = ty->ffn_down = TP_WTYPE_MXFP4;
+    } else {
+        const int moe = out->hp.n_expert > 0, per_expert = moe && !tp_tsrc_find(&src, "blk.0.ffn_gate_exps.weight", &probe_t);
+        TP_CHECK_GOTO(role_type(&src, path, per_expert ? "blk.0.ffn_gate_exps.0.weight" : moe ? "blk.0.ffn_gate_exps.weight" : "blk.0.ffn_gate.weight", 1, &ty->ffn_gate,
+                                err),
+                      rc, out);
+        TP_CHECK_GOTO(role_type(&src, path, per_expert ? "blk.0.ffn_up_exps.0.weight" : moe ? "blk.0.ffn_up_exps.weight" : "blk.0.ffn_up.weight", 1, &ty->ffn_up, err),
+                      rc, out);
+        TP_CHECK_GOTO(role_type(&src, path, per_expert ? "blk.0.ffn_down_exps.0.weight" : moe ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight", 1, &ty->ffn_down,
+                                err),
+                      rc, out);
+    }
 
     int64_t v;
     if (g && tp_gguf_get_int(g, TP_SHARD_KEY_WORLD, &v) == TP_OK) {

@@ -16,6 +16,7 @@ DEBIAN_PKGS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev lib
              libopenmpi-dev openmpi-bin libibverbs-dev libcunit1-dev)
 # What only the test suite needs (scripts/test.sh passes --test-deps).
 DEBIAN_TEST_PKGS=(iproute2 python3-yaml             # ops: scripts/netsim (ip, tc), manifest test (YAML)
+                  python3-numpy                       # model.gptoss_ref: the independent NumPy gpt-oss reference
                   openssh-server openssh-client curl  # ops: launch --hostfile test (sshd on simulated hosts)
                   chromium                            # server.web_page: the web page in headless Chromium
                   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)   # scripts/test-arm64.sh

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/test-arm64.sh - cross-compile the matrix kernels and their unit test
-# for arm64 (aarch64-linux-gnu-gcc) and run them under qemu-aarch64, once with
-# a CPU that has the dot-product extension (-cpu max: neon-dotprod and neon
-# kernels both checked against the scalar reference) and once with one that
-# lacks it (-cpu cortex-a53: the run-time choice must fall back to plain neon).
+# for arm64 (aarch64-linux-gnu-gcc) and run them under qemu-aarch64 with three
+# CPU models: -cpu max (dot product and int8 matrix multiply: the neon-i8mm,
+# neon-dotprod and neon kernels, x16 layouts included, all checked against the
+# scalar reference), -cpu cortex-a76 (dot product without i8mm: the choice must
+# be neon-dotprod) and -cpu cortex-a53 (neither: plain neon).
 # The tests are tests/model/test_kernels.c and test_kernels_mlx.c unchanged, linked with a tiny CUnit
 # stand-in (scripts/arm64/).  Exits 0 with a SKIP line when the cross tools
 # are missing and cannot be installed (they are in scripts/setup.sh's list).
@@ -30,7 +31,7 @@ flags=(-std=c11 -O2 -D_DEFAULT_SOURCE -Wall -Wextra -Wpedantic -Wshadow -Wstrict
 echo "==== arm64: cross-compiling kernels + tests/model/test_kernels.c, test_kernels_mlx.c"
 "$cc" "${flags[@]}" model/kernels/kernels*.c model/forward/wtype.c common/*.c tests/model/test_kernels.c tests/model/test_kernels_mlx.c \
   scripts/arm64/shim_main.c -o "$out/test_kernels" -lpthread -lm -static
-for cpu in max cortex-a53; do
+for cpu in max cortex-a76 cortex-a53; do
   echo "==== arm64: qemu-aarch64 -cpu $cpu"
   log="$out/test_kernels.$cpu.log"
   if ! qemu-aarch64 -cpu "$cpu" "$out/test_kernels" >"$log" 2>&1; then
@@ -39,7 +40,7 @@ for cpu in max cortex-a53; do
     exit 1
   fi
   grep -E "kernels: ISA|worst|tests," "$log" | sed 's/^/  /'
-  want=neon-dotprod; [ "$cpu" = cortex-a53 ] && want=neon
+  case $cpu in max) want=neon-i8mm ;; cortex-a76) want=neon-dotprod ;; *) want=neon ;; esac
   grep -q "kernels: ISA $want " "$log" || { echo "test-arm64: expected ISA $want under -cpu $cpu"; exit 1; }
 done
 echo "==== arm64: passed ($(( $(date +%s) - start )) s)"

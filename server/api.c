@@ -19,42 +19,63 @@
 
 #include <cjson/cJSON.h>
 
+#include "api_run.h"
 #include "http_impl.h"
 
 #define KEEPALIVE_NS 1000000000ull /* comment every second without output */
 
-/* The reply of a forced tool call, complete ({"name": ..., "arguments": {...}}
- * by construction): OpenAI tool_calls [{id, type, function: {name, arguments
- * (JSON text)}}].  NULL when it does not apply (not a tool call, cut short). */
-static cJSON *tool_calls_json(const struct tp_req *r)
+/* The id of call k of request r: "call_<request id>_<k>"; Mistral's
+ * templates take 9 alphanumeric characters, derived from the same two. */
+static void call_id(const struct tp_req *r, int k, char *out, size_t cap)
 {
-    if (!r->params.tool_call || r->finish != TP_FINISH_STOP || !r->text.data) return NULL;
-    cJSON *v = cJSON_ParseWithLength(r->text.data, r->text.len);
-    const cJSON *name = v ? cJSON_GetObjectItemCaseSensitive(v, "name") : NULL;
-    const cJSON *args = v ? cJSON_GetObjectItemCaseSensitive(v, "arguments") : NULL;
-    char *a = args ? cJSON_PrintUnformatted(args) : NULL;
+    if (r->params.tool_format != TP_TOOL_FORMAT_MISTRAL) {
+        snprintf(out, cap, "call_%s_%d", r->id, k);
+        return;
+    }
+    static const char an[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = r->id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h = (h ^ (uint64_t)k) * 1099511628211ull;
+    size_t n = 0;
+    for (; n < 9 && n + 1 < cap; n++, h /= 62) out[n] = an[h % 62];
+    out[n] = '\0';
+}
+
+/* Tool calls read from the finished reply in the request's format (complete
+ * calls only): OpenAI tool_calls [{index, id, type, function: {name,
+ * arguments (the model's JSON text)}}].  NULL when the reply holds none.
+ * *content_end: bytes of the reply that are content (before the calls). */
+static cJSON *tool_calls_json(const struct tp_req *r, size_t *content_end)
+{
+    const char *text = r->text.data ? r->text.data : "";
+    *content_end = r->text.len;
+    if (r->params.tool_format == TP_TOOL_FORMAT_NONE) return NULL;
+    struct tp_tool_scan sc;
+    tp_tool_scan(r->params.tool_format, text, r->text.len, 1, &sc);
     cJSON *calls = NULL;
-    if (cJSON_IsString(name) && a && (calls = cJSON_CreateArray())) {
+    for (int k = 0; k < sc.n_calls; k++) {
+        const struct tp_tool_call_view *v = &sc.calls[k];
+        if (!v->complete) continue;
+        if (!calls && !(calls = cJSON_CreateArray())) return NULL;
         cJSON *c = cJSON_CreateObject();
         cJSON_AddItemToArray(calls, c);
-        cJSON_AddNumberToObject(c, "index", 0);
-        char id[64];
-        snprintf(id, sizeof id, "call_%s_0", r->id);
+        cJSON_AddNumberToObject(c, "index", cJSON_GetArraySize(calls) - 1);
+        char id[80]; /* "call_" + a request id (< 48) + "_" + k */
+        call_id(r, k, id, sizeof id);
         cJSON_AddStringToObject(c, "id", id);
         cJSON_AddStringToObject(c, "type", "function");
         cJSON *fn = cJSON_AddObjectToObject(c, "function");
-        cJSON_AddStringToObject(fn, "name", name->valuestring);
-        cJSON_AddStringToObject(fn, "arguments", a);
+        cJSON_AddStringToObject(fn, "name", v->name);
+        tp_json_add_bytes(fn, "arguments", text + v->args_off, v->args_len);
     }
-    free(a);
-    cJSON_Delete(v);
+    if (calls) *content_end = sc.content_end;
     return calls;
 }
 
-static const char *finish_str(const struct tp_req *r)
+static const char *finish_str(const struct tp_req *r, int has_calls)
 {
     if (r->finish == TP_FINISH_LENGTH) return "length";
-    return r->params.tool_call ? "tool_calls" : "stop";
+    return has_calls ? "tool_calls" : "stop";
 }
 
 /* ------------------------------------------------------- harmony replies */
@@ -65,10 +86,11 @@ static int is_harmony(const struct tp_server *s, const struct tp_req *r)
 {
     return r->chat && s->chat == TP_CHAT_HARMONY && !r->params.grammar;
 }
-/* qwen3-family replies: <think> reasoning split from the answer (not a forced tool call). */
+/* qwen3-family replies: <think> reasoning split from the answer (not when the reply may hold tool calls:
+ * those are read by tool_parse.c, the reasoning left in content). */
 static int is_think(const struct tp_server *s, const struct tp_req *r)
 {
-    return r->chat && s->chat == TP_CHAT_QWEN3 && !r->params.tool_call;
+    return r->chat && s->chat == TP_CHAT_QWEN3 && r->params.tool_format == TP_TOOL_FORMAT_NONE;
 }
 
 static const char *harmony_finish(const struct tp_req *r, int n_calls)
@@ -169,7 +191,8 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
     cJSON *ch = cJSON_CreateObject();
     cJSON_AddNumberToObject(ch, "index", 0);
     const char *text = r->text.data ? r->text.data : "";
-    const char *finish = finish_str(r);
+    const char *finish = NULL; /* NULL: finish_str */
+    int has_calls = 0;
     if (is_harmony(s, r)) {
         int n_calls = 0;
         tp_harmony_message(&s->harmony, r->toks, r->n_toks, r->text.data ? r->text.data : "", r->text.len, r->id,
@@ -190,10 +213,14 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
     } else if (r->chat) {
         cJSON *msg = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON *calls = tool_calls_json(r);
+        size_t content_end;
+        cJSON *calls = tool_calls_json(r, &content_end);
+        has_calls = calls != NULL;
         if (calls) {
-            cJSON_DeleteItemFromObject(cJSON_GetArrayItem(calls, 0), "index"); /* index is for stream deltas */
-            cJSON_AddNullToObject(msg, "content");
+            const cJSON *c;
+            cJSON_ArrayForEach(c, calls) cJSON_DeleteItemFromObject((cJSON *)c, "index"); /* index is for stream deltas */
+            if (content_end > 0) tp_json_add_bytes(msg, "content", text, content_end);
+            else cJSON_AddNullToObject(msg, "content");
             cJSON_AddItemToObject(msg, "tool_calls", calls);
         } else {
             tp_json_add_bytes(msg, "content", text, r->text.len);
@@ -205,7 +232,7 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
         if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", cmpl_logprobs(s, r, 0, r->n_toks, 0));
         else cJSON_AddNullToObject(ch, "logprobs");
     }
-    cJSON_AddStringToObject(ch, "finish_reason", finish);
+    cJSON_AddStringToObject(ch, "finish_reason", finish ? finish : finish_str(r, has_calls));
     cJSON_AddItemToArray(choices, ch);
     add_usage(root, r);
     char *json = tp_json_print(root);
@@ -289,6 +316,10 @@ struct stream {
     uint64_t last_out_ns;
     struct tp_harmony_cursor h; /* harmony: where the stream stands */
     size_t think_r, think_c;    /* <think> replies: reasoning and content bytes sent */
+    /* replies that may hold tool calls: calls whose first delta (id, name) was sent, and the argument bytes
+     * sent of each */
+    int n_call_hdr;
+    size_t args_sent[TP_TOOL_MAX_CALLS];
 };
 
 /* One chunk of a split reply (harmony, <think>): delta (owned; {} when NULL) with role on
@@ -309,6 +340,41 @@ static void delta_chunk(struct stream *st, cJSON *delta)
     cJSON_AddNullToObject(ch, "finish_reason");
     st->sent_toks = r->n_toks;
     st->first = 0;
+    char *j = tp_json_print(root);
+    cJSON_Delete(root);
+    if (j) tp_sse_data(&st->out, j);
+    free(j);
+}
+
+/* One chunk whose delta carries the tool call fragment k: with its id, type
+ * and name when hdr, else only argument bytes args[0..n).  mu held. */
+static void tool_delta(struct stream *st, int k, const char *name, const char *args, size_t n, int hdr)
+{
+    struct tp_req *r = st->r;
+    cJSON *root = envelope(st->s, r, "chat.completion.chunk");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), ch);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+    if (st->first) {
+        cJSON_AddStringToObject(d, "role", "assistant");
+        cJSON_AddNullToObject(d, "content");
+        st->first = 0;
+    }
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), c);
+    cJSON_AddNumberToObject(c, "index", k);
+    if (hdr) {
+        char id[80]; /* "call_" + a request id (< 48) + "_" + k */
+        call_id(r, k, id, sizeof id);
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+    }
+    cJSON *fn = cJSON_AddObjectToObject(c, "function");
+    if (hdr) cJSON_AddStringToObject(fn, "name", name);
+    tp_json_add_bytes(fn, "arguments", args, n);
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
     char *j = tp_json_print(root);
     cJSON_Delete(root);
     if (j) tp_sse_data(&st->out, j);
@@ -351,15 +417,55 @@ static void think_stream(struct stream *st)
     st->sent_toks = r->n_toks;
 }
 
+/* mu held: a reply that may hold tool calls, streamed from a scan of the text
+ * so far: content up to the first call (a tail that could still become a
+ * call marker is held back), then each call's first delta once its name is
+ * complete and its argument bytes as they grow.  final: the reply ended.
+ * Returns 1 when any call was streamed. */
+static int stream_tools(struct stream *st, int final)
+{
+    struct tp_req *r = st->r;
+    const char *text = r->text.data ? r->text.data : "";
+    struct tp_tool_scan sc;
+    tp_tool_scan(r->params.tool_format, text, r->text.len, final, &sc);
+    size_t ce = st->n_call_hdr > 0 ? st->sent_text : sc.content_end;
+    if (ce > st->sent_text) {
+        char *j = chunk_json(st->s, r, st->sent_text, ce, 0, 0, NULL, st->first);
+        if (j) tp_sse_data(&st->out, j);
+        free(j);
+        st->first = 0;
+        st->sent_text = ce;
+    }
+    for (int k = 0; k < sc.n_calls && !sc.malformed; k++) {
+        const struct tp_tool_call_view *v = &sc.calls[k];
+        if (k == st->n_call_hdr && v->name[0]) {
+            tool_delta(st, k, v->name, "", 0, 1);
+            st->n_call_hdr++;
+        }
+        if (k < st->n_call_hdr && v->args_len > st->args_sent[k]) {
+            tool_delta(st, k, NULL, text + v->args_off + st->args_sent[k], v->args_len - st->args_sent[k], 0);
+            st->args_sent[k] = v->args_len;
+        }
+    }
+    return st->n_call_hdr > 0;
+}
+
 /* mu held: format everything new into st->out. */
 static void stream_format(struct stream *st)
 {
     struct tp_req *r = st->r;
     struct tp_server *s = st->s;
     int harmony = is_harmony(s, r), split = harmony || is_think(s, r);
-    if (harmony) harmony_stream(st);
-    else if (split) think_stream(st);
-    while (!split && st->sent_toks < r->n_toks && !r->params.tool_call) {
+    const int tools = !split && r->params.tool_format != TP_TOOL_FORMAT_NONE;
+    if (harmony) {
+        harmony_stream(st);
+    } else if (split) {
+        think_stream(st);
+    } else if (tools && st->sent_toks < r->n_toks) {
+        stream_tools(st, 0);
+        st->sent_toks = r->n_toks;
+    }
+    while (!split && st->sent_toks < r->n_toks) {
         int k = st->sent_toks;
         size_t end = r->toks[k].text_end;
         if (end < st->sent_text) end = st->sent_text;
@@ -383,7 +489,7 @@ static void stream_format(struct stream *st)
     } else if (split) {
         if (st->first) delta_chunk(st, NULL);
         size_t tl = r->text.len;
-        const char *fin = harmony ? harmony_finish(r, st->h.calls + (st->h.announced ? 1 : 0)) : finish_str(r);
+        const char *fin = harmony ? harmony_finish(r, st->h.calls + (st->h.announced ? 1 : 0)) : finish_str(r, 0);
         char *j = chunk_json(s, r, tl, tl, 0, 0, fin, 0);
         if (j) tp_sse_data(&st->out, j);
         free(j);
@@ -394,33 +500,15 @@ static void stream_format(struct stream *st)
         }
     } else {
         size_t tl = r->text.len;
-        cJSON *calls = tool_calls_json(r);
-        if (calls) { /* the whole call in one delta.tool_calls fragment */
-            cJSON *root = envelope(s, r, "chat.completion.chunk");
-            cJSON *ch = cJSON_CreateObject();
-            cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), ch);
-            cJSON_AddNumberToObject(ch, "index", 0);
-            cJSON *d = cJSON_AddObjectToObject(ch, "delta");
-            cJSON_AddStringToObject(d, "role", "assistant");
-            cJSON_AddNullToObject(d, "content");
-            cJSON_AddItemToObject(d, "tool_calls", calls);
-            cJSON_AddNullToObject(ch, "logprobs");
-            cJSON_AddNullToObject(ch, "finish_reason");
-            char *cj = tp_json_print(root);
-            cJSON_Delete(root);
-            if (cj) tp_sse_data(&st->out, cj);
-            free(cj);
-            st->sent_text = tl;
-            st->first = 0;
-        }
-        if (tl > st->sent_text || st->first) {
+        int has_calls = tools && stream_tools(st, 1);
+        if (!has_calls && (tl > st->sent_text || st->first)) {
             char *j = chunk_json(s, r, st->sent_text, tl, 0, 0, NULL, st->first);
             if (j) tp_sse_data(&st->out, j);
             free(j);
             st->sent_text = tl;
             st->first = 0;
         }
-        char *j = chunk_json(s, r, tl, tl, 0, 0, finish_str(r), 0);
+        char *j = chunk_json(s, r, tl, tl, 0, 0, finish_str(r, has_calls), 0);
         if (j) tp_sse_data(&st->out, j);
         free(j);
         if (r->params.include_usage) {
@@ -495,26 +583,21 @@ static void stream_free(void *cls)
 
 /* ------------------------------------------------------------ entry */
 
-/* What only the harmony renderer shows the model: refused for the other templates. */
+/* What the harmony format alone takes (reasoning_effort), and what it refuses (a forced call). */
 static enum tp_status refuse_for_template(struct tp_server *s, const struct tp_req_params *p, struct tp_api_error *e)
 {
-    const char *fam = tp_chat_family_name(s->chat);
+    if (s->chat == TP_CHAT_HARMONY) {
+        if (p->tool_call)
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, "tool_choice",
+                              "'tool_choice' \"required\" or a named function is not supported with the harmony "
+                              "format (gpt-oss): send \"auto\" (the model calls a tool on its commentary channel) or "
+                              "\"none\"");
+        return TP_OK;
+    }
     if (p->reasoning_effort)
         return tp_api_err(e, TP_ERR_UNSUPPORTED, "reasoning_effort", "'reasoning_effort' is not supported by the %s "
-                          "chat template (it applies to gpt-oss, the harmony format); remove it", fam);
-    if (p->tool_auto)
-        return tp_api_err(e, TP_ERR_UNSUPPORTED, "tool_choice",
-                          "'tool_choice' \"auto\" (the model decides whether to call a tool) is not supported yet by "
-                          "the %s chat template; send \"required\" or {\"type\": \"function\", \"function\": "
-                          "{\"name\": ...}} to force a call, or \"none\"", fam);
-    for (int i = 0; i < p->n_msgs; i++) {
-        char param[48];
-        if (p->msgs[i].tool_calls || strcmp(p->msgs[i].role, "tool") == 0) {
-            snprintf(param, sizeof param, p->msgs[i].tool_calls ? "messages[%d].tool_calls" : "messages[%d].role", i);
-            return tp_api_err(e, TP_ERR_UNSUPPORTED, param, "'%s': tool calls in the conversation history are not "
-                              "supported yet by the %s chat template", param, fam);
-        }
-    }
+                          "chat template (it applies to gpt-oss, the harmony format); remove it",
+                          tp_chat_family_name(s->chat));
     return TP_OK;
 }
 
@@ -531,23 +614,24 @@ static enum tp_status prompt_tokens(struct tp_server *s, int chat, struct tp_req
         return TP_OK;
     }
     if (!chat) return tp_server_tokenize(s, p->prompt, p->prompt_len, tp_tokenizer_add_bos(s->tok), ids, n, e);
+    enum tp_status st = refuse_for_template(s, p, e);
+    if (st != TP_OK) return st;
+    /* harmony's calls are read from the reply's channel tokens (harmony.c): no call grammar */
+    if (s->chat != TP_CHAT_HARMONY) {
+        st = tp_req_tools_grammar(p, tp_chat_tool_format(s->chat), tp_chat_family_name(s->chat), e);
+        if (st != TP_OK) return st;
+    }
     struct tp_buf text = {0};
     struct tp_error err = {0};
-    enum tp_status st;
-    if (s->chat == TP_CHAT_HARMONY) {
-        if (p->tool_call)
-            return tp_api_err(e, TP_ERR_UNSUPPORTED, "tool_choice",
-                              "'tool_choice' \"required\" or a named function is not supported with the harmony "
-                              "format (gpt-oss): send \"auto\" (the model calls a tool on its commentary channel) or "
-                              "\"none\"");
-        struct tp_harmony_opts ho = {p->reasoning_effort, NULL, p->tools, 1};
-        st = tp_harmony_render(p->msgs, p->n_msgs, &ho, &text, &err);
-    } else {
-        st = refuse_for_template(s, p, e);
-        if (st != TP_OK) return st;
-        st = tp_chat_render(s->chat, p->msgs, p->n_msgs, 1, s->bos_text, s->eos_text,
-                            s->has_default_system ? s->default_system : NULL, &text, &err);
-    }
+    /* tools are shown to models whose template has a place for them; a forced call is generated under its
+     * schema either way */
+    struct tp_chat_opts opts = {.add_generation_prompt = 1,
+                                .bos = s->bos_text,
+                                .eos = s->eos_text,
+                                .default_system = s->has_default_system ? s->default_system : NULL,
+                                .tools = tp_chat_has_tools(s->chat) ? p->tools : NULL,
+                                .reasoning_effort = p->reasoning_effort};
+    st = tp_chat_render_opts(s->chat, p->msgs, p->n_msgs, &opts, &text, &err);
     if (st == TP_ERR_NOMEM) {
         tp_api_err(e, st, NULL, "out of memory");
     } else if (st != TP_OK) {
@@ -690,6 +774,7 @@ enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connect
 {
     struct tp_api_error e;
     struct tp_req *r = NULL;
+    if (!chat && tp_api_is_fim_completion(body, len)) return tp_api_completion_fim(s, c, body, len); /* api_infill.c */
     if (prepare_request(s, chat, body, len, &r, &e) != TP_OK) return tp_http_send_error(s, c, &e);
     if (tp_engine_submit(s->engine, r, &e) != TP_OK) {
         tp_engine_release(s->engine, r);

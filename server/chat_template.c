@@ -1,23 +1,68 @@
 /*
  * server/chat_template.c - chat templates rendered in C, one function per
- * family (llama3, qwen3, llama2, mistral, chatml, zephyr, plain), each
- * reproducing its reference Jinja template as Hugging Face renders it
- * (trim_blocks + lstrip_blocks); tests/server/chat_expected.json holds
- * @huggingface/jinja's output for each case.  harmony (gpt-oss) is rendered
- * by harmony.c.  A template is recognised by markers it must contain
- * (tp_chat_detect).  docs/serving.md ("Chat templates").
+ * family, each reproducing the output of the family's reference Jinja
+ * template as Hugging Face renders it (trim_blocks + lstrip_blocks; checked
+ * against @huggingface/jinja by tests/node/render_templates.mjs, whose
+ * outputs are committed in tests/server/chat_expected.json).
+ *
+ * This file: family names and detection, the shared string helpers, the
+ * dispatch, and the small families.  Families that render tools live in
+ * their own files (chat_impl.h): chat_llama3.c, chat_qwen.c, chat_mistral.c;
+ * chat_json.c is Jinja's tojson.
+ *
+ * Families and the template each reproduces:
+ *   llama3   Meta-Llama-3-8B-Instruct (shared/models/tokenizers/llama3)
+ *   llama3.1 Llama 3.1 / 3.2 / 3.3 Instruct, with tools (tools in the first
+ *            user message, calls as {"name", "parameters"} JSON, results as
+ *            the ipython role; the date is the template's default, 26 Jul 2024)
+ *   qwen3    Qwen3 (shared/models/tokenizers/qwen3), with tools (Hermes)
+ *   qwen2.5  Qwen2.5 Instruct: ChatML with its default system message, tools (Hermes)
+ *   llama2   Llama-2-chat (<<SYS>> folded into the first user turn)
+ *   mistral  Mistral-7B-Instruct-v0.1 ([INST] ... [/INST], no system role)
+ *   mistral-nemo  Mistral-Nemo-Instruct-2407, with tools ([AVAILABLE_TOOLS],
+ *            [TOOL_CALLS], [TOOL_RESULTS])
+ *   chatml   plain ChatML (<|im_start|>role\n...<|im_end|>\n); with the default
+ *            system message of Qwen2 templates when they carry one
+ *   zephyr   zephyr-7b-beta (<|user|>\n...</s>\n)
+ *   plain    tpserve's default for models without a template:
+ *            "<role>: <content>\n" per message, then "assistant:".
+ *   harmony  gpt-oss (openai-gpt-oss-120b.jinja), rendered by harmony.c.
+ * A template is recognised by markers it must contain (tp_chat_detect).
+ * docs/serving.md ("Chat templates").
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
-#include "server_impl.h"
+#include <cjson/cJSON.h>
 
-static const char *const family_names[TP_CHAT_FAMILY_COUNT] = {"unknown", "llama2", "llama3", "chatml", "qwen3",
-                                                                "mistral", "zephyr", "plain",  "harmony"};
+#include "chat_impl.h"
+
+static const char *const family_names[TP_CHAT_FAMILY_COUNT] = {
+    "unknown", "llama2", "llama3", "chatml", "qwen3", "mistral", "zephyr", "plain", "llama3.1", "qwen2.5", "mistral-nemo",
+    "llama3.2", "harmony"};
 
 const char *tp_server_chat_template_names(void)
 {
-    return "llama2, llama3, chatml, qwen3, mistral, zephyr, plain, harmony";
+    return "llama2, llama3, llama3.1, llama3.2, chatml, qwen2.5, qwen3, mistral, mistral-nemo, zephyr, plain, harmony";
+}
+
+enum tp_tool_format tp_chat_tool_format(enum tp_chat_family f)
+{
+    switch (f) {
+    case TP_CHAT_LLAMA31:
+    case TP_CHAT_LLAMA32: return TP_TOOL_FORMAT_LLAMA3;
+    case TP_CHAT_QWEN3:
+    case TP_CHAT_QWEN25: return TP_TOOL_FORMAT_HERMES;
+    case TP_CHAT_MISTRAL_NEMO: return TP_TOOL_FORMAT_MISTRAL;
+    default: return TP_TOOL_FORMAT_NONE;
+    }
+}
+
+int tp_chat_has_tools(enum tp_chat_family f)
+{
+    /* harmony's calls are read from the reply's channel tokens (harmony.c), not in a tool_parse.c format */
+    return f == TP_CHAT_HARMONY || tp_chat_tool_format(f) != TP_TOOL_FORMAT_NONE;
 }
 
 const char *tp_chat_family_name(enum tp_chat_family f)
@@ -35,10 +80,19 @@ enum tp_chat_family tp_chat_family_parse(const char *name)
 enum tp_chat_family tp_chat_detect(const char *t)
 {
     if (!t || !t[0]) return TP_CHAT_PLAIN;
-    if (strstr(t, "<|start_header_id|>") && strstr(t, "<|eot_id|>")) return TP_CHAT_LLAMA3;
+    if (strstr(t, "<|start_header_id|>") && strstr(t, "<|eot_id|>"))
+        return !strstr(t, "Environment: ipython") ? TP_CHAT_LLAMA3
+               : strstr(t, "strftime_now")        ? TP_CHAT_LLAMA32
+                                                  : TP_CHAT_LLAMA31;
     if (strstr(t, "<|channel|>") && strstr(t, "<|message|>")) return TP_CHAT_HARMONY; /* gpt-oss: harmony.c */
-    if (strstr(t, "<|im_start|>")) return strstr(t, "</think>") ? TP_CHAT_QWEN3 : TP_CHAT_CHATML;
+    if (strstr(t, "<|im_start|>")) {
+        if (strstr(t, "</think>")) return TP_CHAT_QWEN3;
+        if (strstr(t, "<tool_call>") && strstr(t, "You are Qwen, created by Alibaba Cloud")) return TP_CHAT_QWEN25;
+        return TP_CHAT_CHATML;
+    }
     if (strstr(t, "<<SYS>>") && strstr(t, "[INST]")) return TP_CHAT_LLAMA2;
+    if (strstr(t, "[AVAILABLE_TOOLS]") && strstr(t, "[TOOL_CALLS]") && !strstr(t, "[SYSTEM_PROMPT]"))
+        return TP_CHAT_MISTRAL_NEMO;
     if (strstr(t, "[INST]")) return TP_CHAT_MISTRAL;
     if (strstr(t, "<|user|>") && strstr(t, "<|assistant|>")) return TP_CHAT_ZEPHYR;
     return TP_CHAT_UNKNOWN;
@@ -82,45 +136,28 @@ static void trim_ws(const char **b, const char **e)
     }
 }
 
-static enum tp_status put(struct tp_buf *o, const char *s) { return tp_buf_puts(o, s); }
-static enum tp_status putn(struct tp_buf *o, const char *b, const char *e)
+enum tp_status tp_chat_put(struct tp_buf *o, const char *s) { return tp_buf_puts(o, s); }
+enum tp_status tp_chat_putn(struct tp_buf *o, const char *b, const char *e)
 {
     return tp_buf_append(o, b, (size_t)(e - b));
 }
-static enum tp_status put_trim(struct tp_buf *o, const char *s)
+enum tp_status tp_chat_put_trim(struct tp_buf *o, const char *s)
 {
     const char *b = s, *e = s + strlen(s);
     trim_ws(&b, &e);
-    return putn(o, b, e);
+    return tp_chat_putn(o, b, e);
 }
 
-/* Append, or return TP_ERR_NOMEM. */
-#define P(x)                                     \
-    do {                                         \
-        if ((x) != TP_OK) return TP_ERR_NOMEM;   \
-    } while (0)
+#define put tp_chat_put
+#define put_trim tp_chat_put_trim
+#define P TP_CHAT_P
 
-/* What the reference template's raise_exception would say. */
-static enum tp_status raise(struct tp_error *err, const char *msg)
+enum tp_status tp_chat_raise(struct tp_error *err, const char *msg)
 {
     return tp_error_set(err, TP_ERR_INVALID_ARG, "%s", msg);
 }
 
 /* ---------------------------------------------------------- families */
-
-static enum tp_status render_llama3(const struct tp_chat_msg *m, int n, const char *bos, struct tp_buf *o)
-{
-    for (int i = 0; i < n; i++) {
-        if (i == 0) P(put(o, bos));
-        P(put(o, "<|start_header_id|>"));
-        P(put(o, m[i].role));
-        P(put(o, "<|end_header_id|>\n\n"));
-        P(put_trim(o, m[i].content));
-        P(put(o, "<|eot_id|>"));
-    }
-    P(put(o, "<|start_header_id|>assistant<|end_header_id|>\n\n"));
-    return TP_OK;
-}
 
 static enum tp_status render_llama2(const struct tp_chat_msg *m, int n, const char *bos, const char *eos,
                                    struct tp_buf *o, struct tp_error *err)
@@ -134,7 +171,7 @@ static enum tp_status render_llama2(const struct tp_chat_msg *m, int n, const ch
     for (int i = 0; i < n; i++) {
         int is_user = strcmp(m[i].role, "user") == 0;
         if (is_user != (i % 2 == 0))
-            return raise(err, "Conversation roles must alternate user/assistant/user/assistant/...");
+            return tp_chat_raise(err, "Conversation roles must alternate user/assistant/user/assistant/...");
         struct tp_buf c = {0};
         if (i == 0 && sys) {
             if (put(&c, "<<SYS>>\n") || put(&c, sys) || put(&c, "\n<</SYS>>\n\n")) goto nomem;
@@ -149,31 +186,9 @@ static enum tp_status render_llama2(const struct tp_chat_msg *m, int n, const ch
         continue;
     nomem:
         tp_buf_free(&c);
-        return TP_ERR_NOMEM;
+        return -2;
     }
-    return TP_OK;
-}
-
-static enum tp_status render_mistral(const struct tp_chat_msg *m, int n, const char *bos, const char *eos,
-                                    struct tp_buf *o, struct tp_error *err)
-{
-    P(put(o, bos));
-    for (int i = 0; i < n; i++) {
-        int is_user = strcmp(m[i].role, "user") == 0;
-        if (is_user != (i % 2 == 0))
-            return raise(err, "Conversation roles must alternate user/assistant/user/assistant/...");
-        if (is_user) {
-            P(put(o, "[INST] "));
-            P(put(o, m[i].content));
-            P(put(o, " [/INST]"));
-        } else if (strcmp(m[i].role, "assistant") == 0) {
-            P(put(o, m[i].content));
-            P(put(o, eos));
-        } else {
-            return raise(err, "Only user and assistant roles are supported!");
-        }
-    }
-    return TP_OK;
+    return 0;
 }
 
 int tp_chat_default_system(const char *t, char *out, size_t cap)
@@ -198,25 +213,6 @@ int tp_chat_default_system(const char *t, char *out, size_t cap)
     return 0;
 }
 
-static enum tp_status render_chatml(const struct tp_chat_msg *m, int n, int add_gen, const char *default_system,
-                                   struct tp_buf *o)
-{
-    if (default_system && n > 0 && strcmp(m[0].role, "system") != 0) {
-        P(put(o, "<|im_start|>system\n"));
-        P(put(o, default_system));
-        P(put(o, "<|im_end|>\n"));
-    }
-    for (int i = 0; i < n; i++) {
-        P(put(o, "<|im_start|>"));
-        P(put(o, m[i].role));
-        P(put(o, "\n"));
-        P(put(o, m[i].content));
-        P(put(o, "<|im_end|>\n"));
-    }
-    if (add_gen) P(put(o, "<|im_start|>assistant\n"));
-    return TP_OK;
-}
-
 static enum tp_status render_zephyr(const struct tp_chat_msg *m, int n, int add_gen, const char *eos, struct tp_buf *o)
 {
     for (int i = 0; i < n; i++) {
@@ -228,73 +224,7 @@ static enum tp_status render_zephyr(const struct tp_chat_msg *m, int n, int add_
         P(put(o, "\n"));
         if (i == n - 1 && add_gen) P(put(o, "<|assistant|>\n"));
     }
-    return TP_OK;
-}
-
-static enum tp_status render_qwen3(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
-{
-    if (n > 0 && strcmp(m[0].role, "system") == 0) {
-        P(put(o, "<|im_start|>system\n"));
-        P(put(o, m[0].content));
-        P(put(o, "<|im_end|>\n"));
-    }
-    int multi_step_tool = 1, last_query = n - 1;
-    for (int idx = n - 1; idx >= 0; idx--) {
-        if (multi_step_tool && strcmp(m[idx].role, "user") == 0 &&
-            !(tp_str_starts_with(m[idx].content, "<tool_response>") && tp_str_ends_with(m[idx].content, "</tool_response>"))) {
-            multi_step_tool = 0;
-            last_query = idx;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        const char *role = m[i].role;
-        if (strcmp(role, "user") == 0 || (strcmp(role, "system") == 0 && i != 0)) {
-            P(put(o, "<|im_start|>"));
-            P(put(o, role));
-            P(put(o, "\n"));
-            P(put(o, m[i].content));
-            P(put(o, "<|im_end|>\n"));
-        } else if (strcmp(role, "assistant") == 0) {
-            const char *c = m[i].content, *ce = c + strlen(c);
-            const char *rb = "", *re = rb; /* reasoning_content */
-            const char *close = m[i].reasoning ? NULL : strstr(c, "</think>");
-            if (m[i].reasoning) {
-                rb = m[i].reasoning;
-                re = rb + strlen(rb);
-            } else if (close) {
-                /* content = c.split('</think>')[-1].lstrip('\n') */
-                const char *last = close, *q;
-                while ((q = strstr(last + 8, "</think>")) != NULL) last = q;
-                const char *cb = last + 8;
-                while (cb < ce && *cb == '\n') cb++;
-                /* reasoning = c.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
-                const char *r0b = c, *r0e = close;
-                while (r0e > r0b && r0e[-1] == '\n') r0e--;
-                const char *open = NULL;
-                for (const char *s = r0b; s + 7 <= r0e; s++)
-                    if (memcmp(s, "<think>", 7) == 0) open = s;
-                if (open) r0b = open + 7;
-                while (r0b < r0e && *r0b == '\n') r0b++;
-                rb = r0b;
-                re = r0e;
-                c = cb;
-            }
-            P(put(o, "<|im_start|>assistant\n"));
-            if (i > last_query && (i == n - 1 || re > rb)) {
-                /* '<think>\n' + reasoning.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') */
-                while (rb < re && *rb == '\n') rb++;
-                while (re > rb && re[-1] == '\n') re--;
-                P(put(o, "<think>\n"));
-                P(putn(o, rb, re));
-                P(put(o, "\n</think>\n\n"));
-                while (c < ce && *c == '\n') c++;
-            }
-            P(putn(o, c, ce));
-            P(put(o, "<|im_end|>\n"));
-        }
-    }
-    if (add_gen) P(put(o, "<|im_start|>assistant\n"));
-    return TP_OK;
+    return 0;
 }
 
 static enum tp_status render_plain(const struct tp_chat_msg *m, int n, int add_gen, struct tp_buf *o)
@@ -306,27 +236,60 @@ static enum tp_status render_plain(const struct tp_chat_msg *m, int n, int add_g
         P(put(o, "\n"));
     }
     if (add_gen) P(put(o, "assistant:"));
-    return TP_OK;
+    return 0;
 }
 
 enum tp_status tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs, int add_gen,
                               const char *bos, const char *eos, const char *default_system, struct tp_buf *out,
                               struct tp_error *err)
 {
-    if (!bos) bos = "";
-    if (!eos) eos = "";
+    struct tp_chat_opts o = {.add_generation_prompt = add_gen, .bos = bos, .eos = eos, .default_system = default_system};
+    return tp_chat_render_opts(f, msgs, n_msgs, &o, out, err);
+}
+
+enum tp_status tp_chat_render_opts(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs,
+                                   const struct tp_chat_opts *o, struct tp_buf *out, struct tp_error *err)
+{
+    const char *bos = o->bos ? o->bos : "", *eos = o->eos ? o->eos : "";
+    const int add_gen = o->add_generation_prompt;
+    const cJSON *tools = o->tools;
+    struct tp_chat_ctx c = {.m = msgs, .n = n_msgs, .add_gen = add_gen, .bos = bos, .eos = eos,
+                            .default_system = o->default_system, .tools = tools, .err = err};
+    if (o->date) {
+        snprintf(c.date, sizeof c.date, "%s", o->date);
+    } else {
+        time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        strftime(c.date, sizeof c.date, "%d %b %Y", &tm);
+    }
+    if (!tp_chat_has_tools(f)) {
+        /* these templates have no place for tools: refuse rather than drop them silently */
+        const char *what = NULL;
+        if (tools && cJSON_GetArraySize(tools) > 0) what = "tools";
+        for (int i = 0; i < n_msgs && !what; i++)
+            if (msgs[i].n_calls > 0) what = "tool calls in the history";
+            else if (strcmp(msgs[i].role, "tool") == 0) what = "tool messages";
+        if (what)
+            return tp_error_set(err, TP_ERR_INVALID_ARG, "the %s chat template has no tool format, so %s cannot be "
+                                "rendered", tp_chat_family_name(f), what);
+    }
     switch (f) {
-    case TP_CHAT_LLAMA3: return render_llama3(msgs, n_msgs, bos, out);
-    case TP_CHAT_LLAMA2: return render_llama2(msgs, n_msgs, bos, eos, out, err);
-    case TP_CHAT_MISTRAL: return render_mistral(msgs, n_msgs, bos, eos, out, err);
-    case TP_CHAT_CHATML: return render_chatml(msgs, n_msgs, add_gen, default_system, out);
-    case TP_CHAT_QWEN3: return render_qwen3(msgs, n_msgs, add_gen, out);
-    case TP_CHAT_ZEPHYR: return render_zephyr(msgs, n_msgs, add_gen, eos, out);
+    case TP_CHAT_LLAMA3: return tp_chat_render_llama3(&c, out);
+    case TP_CHAT_LLAMA31:
+    case TP_CHAT_LLAMA32: return tp_chat_render_llama31(&c, f == TP_CHAT_LLAMA32 ? c.date : NULL, out);
+    case TP_CHAT_LLAMA2: return render_llama2(msgs, n_msgs, c.bos, c.eos, out, err);
+    case TP_CHAT_MISTRAL: return tp_chat_render_mistral(&c, out);
+    case TP_CHAT_MISTRAL_NEMO: return tp_chat_render_mistral_nemo(&c, out);
+    case TP_CHAT_CHATML: return tp_chat_render_chatml(&c, out);
+    case TP_CHAT_QWEN3: return tp_chat_render_qwen3(&c, out);
+    case TP_CHAT_QWEN25: return tp_chat_render_qwen25(&c, out);
+    case TP_CHAT_ZEPHYR: return render_zephyr(msgs, n_msgs, add_gen, c.eos, out);
     case TP_CHAT_PLAIN: return render_plain(msgs, n_msgs, add_gen, out);
     case TP_CHAT_HARMONY: {
-        struct tp_harmony_opts o = {NULL, NULL, NULL, add_gen};
-        return tp_harmony_render(msgs, n_msgs, &o, out, err);
+        struct tp_harmony_opts ho = {o->reasoning_effort, NULL, tools, add_gen};
+        return tp_harmony_render(msgs, n_msgs, &ho, out, err);
     }
-    default: return raise(err, "unknown chat template family");
+    default: return tp_chat_raise(err, "unknown chat template family");
     }
 }

@@ -44,6 +44,8 @@ struct tp_grammar {
     int n_kids, cap_kids;
     int root;
     int any; /* node for "any JSON value", -1 until needed */
+    int64_t *minlen; /* (n_nodes) bytes of the shortest value of each node (closing costs, see gstate_cost) */
+    int64_t root_cost; /* the shortest root value, plus one when it needs end-of-generation to end */
 };
 
 /* ================================================================ build */
@@ -647,6 +649,7 @@ void tp_grammar_free(tp_grammar_t *g)
     free(g->strs);
     free(g->nodes);
     free(g->kids);
+    free(g->minlen);
     free(g);
 }
 
@@ -684,6 +687,93 @@ static enum tp_status productive_check(tp_grammar_t *g, struct tp_error *err)
                         "the schema admits no finite value (a required recursion without a base case)");
 }
 
+#define COST_INF ((int64_t)1 << 40)
+
+static int64_t cadd(int64_t a, int64_t b) { return a >= COST_INF || b >= COST_INF ? COST_INF : TP_MIN(a + b, COST_INF); }
+
+/* Bytes of "key":value for property k of object n at its shortest. */
+static int64_t prop_cost(const tp_grammar_t *g, const struct gnode *n, int k)
+{
+    const struct gstr *p = &g->strs[n->first + k];
+    return cadd(p->len + 1, g->minlen[p->node]);
+}
+
+/* 1 when literal i of [lo, hi] is a proper prefix of another one there (it
+ * then ends only at end of generation when it is the whole reply). */
+static int literal_extended(const tp_grammar_t *g, int lo, int hi, int i)
+{
+    for (int j = lo; j <= hi; j++)
+        if (j != i && g->strs[j].len > g->strs[i].len && memcmp(g->strs[j].s, g->strs[i].s, (size_t)g->strs[i].len) == 0)
+            return 1;
+    return 0;
+}
+
+/* The shortest complete reply of node as the whole reply: its shortest value,
+ * plus one for a number or a literal that only end-of-generation ends. */
+static int64_t root_len(const tp_grammar_t *g, int node, int hops)
+{
+    const struct gnode *n = &g->nodes[node];
+    if (n->kind == G_NUMBER || n->kind == G_INTEGER) return 2;
+    if (n->kind == G_LITERALS) {
+        int64_t v = COST_INF;
+        for (int k = 0; k < n->count; k++)
+            v = TP_MIN(v, g->strs[n->first + k].len +
+                              literal_extended(g, n->first, n->first + n->count - 1, n->first + k));
+        return v;
+    }
+    if (n->kind == G_ANYOF) {
+        int64_t v = COST_INF;
+        for (int k = 0; k < n->count && hops < 16; k++)
+            if (g->kids[n->first + k] >= 0) v = TP_MIN(v, root_len(g, g->kids[n->first + k], hops + 1));
+        return v;
+    }
+    return g->minlen[node];
+}
+
+/* Shortest value of every node (a fixed point: recursion through $ref and
+ * anyOf).  0, or -1 out of memory. */
+static int cost_init(tp_grammar_t *g)
+{
+    g->minlen = malloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1) * sizeof *g->minlen);
+    if (!g->minlen) return -1;
+    for (int i = 0; i < g->n_nodes; i++) g->minlen[i] = COST_INF;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const struct gnode *n = &g->nodes[i];
+            int64_t v = COST_INF;
+            switch (n->kind) {
+            case G_STRING: v = 2 + (n->min > 0 ? n->min : 0); break;
+            case G_NUMBER:
+            case G_INTEGER: v = 1; break;
+            case G_LITERALS:
+                for (int k = 0; k < n->count; k++) v = TP_MIN(v, (int64_t)g->strs[n->first + k].len);
+                break;
+            case G_ARRAY: {
+                int64_t m = n->min > 0 ? g->minlen[n->extra] : 0;
+                v = n->min > 0 ? cadd(2 + (n->min - 1), m >= COST_INF ? COST_INF : m * n->min) : 2;
+                break;
+            }
+            case G_OBJECT: {
+                int nr = 0;
+                v = 2;
+                for (int k = 0; k < n->count; k++)
+                    if (n->required >> k & 1) v = cadd(v, prop_cost(g, n, k)), nr++;
+                if (nr > 1) v = cadd(v, nr - 1);
+                break;
+            }
+            case G_ANYOF:
+                for (int k = 0; k < n->count; k++)
+                    if (g->kids[n->first + k] >= 0) v = TP_MIN(v, g->minlen[g->kids[n->first + k]]);
+                break;
+            }
+            if (v < g->minlen[i]) g->minlen[i] = v, changed = 1;
+        }
+    }
+    g->root_cost = root_len(g, g->root, 0);
+    return 0;
+}
+
 enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, struct tp_error *err)
 {
     *out = NULL;
@@ -704,6 +794,10 @@ enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, s
         tp_grammar_free(g);
         return st;
     }
+    if (cost_init(g) != 0) {
+        tp_grammar_free(g);
+        return TP_ERR_NOMEM;
+    }
     *out = g;
     return TP_OK;
 }
@@ -719,6 +813,10 @@ enum tp_status tp_grammar_json_object(tp_grammar_t **out)
         return TP_ERR_NOMEM;
     }
     g->root = g->kids[g->nodes[any].first]; /* the object branch */
+    if (cost_init(g) != 0) {
+        tp_grammar_free(g);
+        return TP_ERR_NOMEM;
+    }
     *out = g;
     return TP_OK;
 }
@@ -1249,6 +1347,130 @@ int tp_gstate_done(const tp_grammar_t *g, const struct tp_gstate *st)
     return 1;
 }
 
+/* ================================================================ cost */
+
+/* Closing object n after a member, given the properties seen: each required
+ * one still missing as ,"key":value, then '}'. */
+static int64_t obj_rest(const tp_grammar_t *g, const struct gnode *n, uint64_t seen)
+{
+    int64_t v = 1;
+    for (int k = 0; k < n->count; k++)
+        if ((n->required >> k & 1) && !(seen >> k & 1)) v = cadd(v, 1 + prop_cost(g, n, k));
+    return v;
+}
+
+/* Object n where a member must come next: the missing required ones (or the
+ * shortest allowed one when none is missing and after is set: a ',' was
+ * written), separators, '}'.  first: no member yet ('}' alone may close). */
+static int64_t obj_members(const tp_grammar_t *g, const struct gnode *n, uint64_t seen, int after)
+{
+    int64_t v = 1;
+    int nr = 0;
+    for (int k = 0; k < n->count; k++)
+        if ((n->required >> k & 1) && !(seen >> k & 1)) v = cadd(v, prop_cost(g, n, k)), nr++;
+    if (nr > 1) v = cadd(v, nr - 1);
+    if (nr == 0 && after) {
+        int64_t best = n->extra >= 0 ? cadd(3, g->minlen[n->extra]) : COST_INF;
+        for (int k = 0; k < n->count; k++)
+            if (!(seen >> k & 1)) best = TP_MIN(best, prop_cost(g, n, k));
+        v = cadd(v, best);
+    }
+    return v;
+}
+
+static int64_t rest_chars(const struct gnode *n, const struct tp_gframe *f)
+{
+    return n->min > (int)f->n ? n->min - (int)f->n : 0;
+}
+
+/* Bytes the shortest completion of stack s needs: each frame's remainder
+ * once the frame above it is complete (a key frame and its object are
+ * costed together, the key deciding the rest), plus one end-of-generation
+ * token when only that can end the value. */
+static int64_t stack_cost(const tp_grammar_t *g, const struct tp_gstack *s, int free_key_only)
+{
+    int64_t v = 0;
+    for (int d = s->depth - 1; d >= 0; d--) {
+        const struct tp_gframe *f = &s->f[d];
+        if (f->node == TP_GNODE_ROOT) {
+            if (f->phase == 0) v = cadd(v, g->root_cost);
+            continue;
+        }
+        const int at_root = d == 1; /* the reply's value: a number or a prefix literal needs end of generation */
+        const struct gnode *n = &g->nodes[f->node];
+        if (f->flags & FL_KEY) {
+            const struct tp_gframe *o = &s->f[d - 1];
+            int64_t best = COST_INF;
+            for (int i = f->lo; i <= f->hi && !free_key_only; i++) {
+                const struct gstr *t = &g->strs[i];
+                const int k = i - n->first;
+                if (t->len <= f->pos || (o->seen >> k & 1)) continue;
+                best = TP_MIN(best, cadd(t->len - f->pos + 1, cadd(g->minlen[t->node], obj_rest(g, n, o->seen | (uint64_t)1 << k))));
+            }
+            if (f->flags & FL_KEYFREE)
+                best = TP_MIN(best, cadd((f->pos == 0 ? 2 : 1) + 1, cadd(g->minlen[n->extra], obj_rest(g, n, o->seen))));
+            v = cadd(v, best);
+            d--; /* the object's part is in best */
+            continue;
+        }
+        switch (n->kind) {
+        case G_OBJECT: {
+            const int vn = f->prop >= 0 ? g->strs[n->first + f->prop].node : n->extra;
+            switch (f->phase) {
+            case O_FIRST: v = cadd(v, obj_members(g, n, f->seen, 0)); break;
+            case O_KEY: v = cadd(v, obj_members(g, n, f->seen, 1)); break;
+            case O_COLON: v = cadd(v, cadd(1 + (vn >= 0 ? g->minlen[vn] : 0), obj_rest(g, n, f->seen))); break;
+            case O_VALUE: v = cadd(v, cadd(vn >= 0 ? g->minlen[vn] : 0, obj_rest(g, n, f->seen))); break;
+            default: v = cadd(v, obj_rest(g, n, f->seen)); break;
+            }
+            break;
+        }
+        case G_ARRAY: {
+            const int64_t m = g->minlen[n->extra];
+            int64_t k;
+            if (f->phase == A_FIRST) {
+                k = n->min > 0 ? n->min : 0;
+                v = cadd(v, k ? cadd(k, m >= COST_INF ? COST_INF : m * k) : 1); /* k items, k - 1 commas, ']' */
+            } else if (f->phase == A_NEXT) {
+                k = TP_MAX(1, (int64_t)n->min - (int64_t)f->n);
+                v = cadd(v, cadd(k, m >= COST_INF ? COST_INF : m * k));
+            } else {
+                k = TP_MAX(0, (int64_t)n->min - (int64_t)f->n);
+                v = cadd(v, cadd(1 + k, m >= COST_INF ? COST_INF : m * k));
+            }
+            break;
+        }
+        case G_STRING:
+            if (f->phase == S_ESC) v = cadd(v, 2 + rest_chars(n, f));
+            else if (f->phase == S_HEX) v = cadd(v, 4 - f->pos + 1 + rest_chars(n, f));
+            else v = cadd(v, f->u8 + 1 + rest_chars(n, f));
+            break;
+        case G_NUMBER:
+        case G_INTEGER:
+            v = cadd(v, (number_can_end(f) ? 0 : 1) + at_root);
+            break;
+        case G_LITERALS: {
+            int64_t best = COST_INF;
+            for (int i = f->lo; i <= f->hi; i++)
+                if (g->strs[i].len >= f->pos)
+                    best = TP_MIN(best, (int64_t)(g->strs[i].len - f->pos) +
+                                            (at_root ? literal_extended(g, f->lo, f->hi, i) : 0));
+            v = cadd(v, best);
+            break;
+        }
+        default: break;
+        }
+    }
+    return v;
+}
+
+int tp_gstate_cost(const tp_grammar_t *g, const struct tp_gstate *st)
+{
+    int64_t best = COST_INF;
+    for (int i = 0; i < st->n; i++) best = TP_MIN(best, stack_cost(g, &st->s[i], 0));
+    return best >= INT32_MAX ? INT32_MAX : (int)best;
+}
+
 /* ============================================================ token trie */
 
 struct tnode {
@@ -1444,6 +1666,9 @@ int tp_token_trie_n_vocab(const tp_token_trie_t *t) { return t ? t->n_vocab : 0;
 struct tp_mask_ctx {
     const tp_token_trie_t *t;
     struct tp_gstate *st; /* (max_len + 1) states, one per trie depth */
+    int budget;           /* tokens are kept only when the cost after them is at most this; -1: no limit */
+    int track;            /* record maxcost */
+    int64_t maxcost;      /* the highest cost after an allowed token (a bound for the plain sets) */
 };
 
 enum tp_status tp_mask_ctx_init(const tp_token_trie_t *t, tp_mask_ctx_t **out)
@@ -1477,6 +1702,14 @@ static int walk(tp_mask_ctx_t *c, const struct trie *t, const tp_grammar_t *g, u
             i = x->skip;
             continue;
         }
+        if (x->tok_count > 0 && (c->budget >= 0 || c->track)) {
+            const int64_t cost = tp_gstate_cost(g, &c->st[x->depth]);
+            if (c->budget >= 0 && cost > c->budget) {
+                i++; /* too far from closing for the tokens left; a longer token may close more */
+                continue;
+            }
+            c->maxcost = TP_MAX(c->maxcost, cost);
+        }
         for (int k = 0; k < x->tok_count; k++) {
             int id = t->ids[x->tok_first + k];
             mask[id / 32] |= 1u << (id % 32);
@@ -1500,25 +1733,54 @@ static int set_and_walk(tp_mask_ctx_t *c, const uint32_t *set, const struct trie
 
 int tp_grammar_mask(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, uint32_t *mask)
 {
+    return tp_grammar_mask_budget(c, g, st, -1, mask, NULL);
+}
+
+static int mask_budget(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, int budget, uint32_t *mask)
+{
     const tp_token_trie_t *t = c->t;
-    tp_gstate_copy(&c->st[0], st);
+    const int costs = budget >= 0 || c->track;
+    const int64_t cost0 = costs ? tp_gstate_cost(g, st) : 0;
     if (st->n == 1) {
         const struct tp_gstack *s = &st->s[0];
         const struct tp_gframe *f = &s->f[s->depth - 1];
         /* a string body at a character boundary with room for PLAIN_MAX_BYTES
-         * more characters: every plain token is accepted, walk the others */
-        if (f->node != TP_GNODE_ROOT && !(f->flags & FL_KEY) && g->nodes[f->node].kind == G_STRING &&
-            f->phase == S_BODY && f->u8 == 0) {
+         * more characters: every plain token is accepted, walk the others.  A
+         * plain token raises the cost by at most the 3 continuation bytes of a
+         * character it leaves unfinished. */
+        if ((budget < 0 || cost0 + 3 <= budget) && f->node != TP_GNODE_ROOT && !(f->flags & FL_KEY) &&
+            g->nodes[f->node].kind == G_STRING && f->phase == S_BODY && f->u8 == 0) {
             const struct gnode *n = &g->nodes[f->node];
-            if (n->max < 0 || (int64_t)n->max - (int64_t)f->n - (int64_t)f->lo >= PLAIN_MAX_BYTES)
+            if (n->max < 0 || (int64_t)n->max - (int64_t)f->n - (int64_t)f->lo >= PLAIN_MAX_BYTES) {
+                c->maxcost = cost0 + 3;
                 return set_and_walk(c, t->plain, &t->rest, g, mask);
+            }
         }
         /* an additionalProperties key with room for PLAIN_MAX_BYTES more
-         * bytes: every printable-ASCII plain token is accepted */
+         * bytes: every printable-ASCII plain token is accepted.  One may leave
+         * a cheaper property name behind: the cost after it is at most that of
+         * ending the key as an additional one. */
         if ((f->flags & FL_KEY) && (f->flags & FL_KEYFREE) && f->pos >= 1 &&
-            TP_GRAMMAR_KEY_BYTES - (int)f->pos >= PLAIN_MAX_BYTES)
-            return set_and_walk(c, t->keyplain, &t->keyrest, g, mask);
+            TP_GRAMMAR_KEY_BYTES - (int)f->pos >= PLAIN_MAX_BYTES) {
+            const int64_t free_cost = costs ? stack_cost(g, s, 1) : 0;
+            if (budget < 0 || free_cost <= budget) {
+                c->maxcost = free_cost;
+                return set_and_walk(c, t->keyplain, &t->keyrest, g, mask);
+            }
+        }
     }
     memset(mask, 0, (size_t)t->n_words * sizeof *mask);
     return walk(c, &t->all, g, mask);
+}
+
+int tp_grammar_mask_budget(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, int budget,
+                           uint32_t *mask, int *max_cost)
+{
+    tp_gstate_copy(&c->st[0], st);
+    c->budget = budget;
+    c->track = max_cost != NULL;
+    c->maxcost = 0;
+    int n = mask_budget(c, g, st, budget, mask);
+    if (max_cost) *max_cost = c->maxcost >= INT32_MAX ? INT32_MAX : (int)c->maxcost;
+    return n;
 }

@@ -114,4 +114,26 @@ void tp_mask_ctx_free(tp_mask_ctx_t *c); /* NULL safe */
  */
 int tp_grammar_mask(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, uint32_t *mask);
 
+/* ------------------------------------------------- closing within a budget */
+
+/*
+ * The cost of a state: the bytes of its shortest completion (every frame
+ * closed at its shortest: missing required members with shortest values,
+ * minItems, minLength, the rest of a literal or key, closing brackets), plus
+ * one when only an end-of-generation token can end it; 0 once done.  A
+ * vocabulary with a token for every single byte can always lower the cost
+ * by one per token, so a reply whose cost after each token stays within
+ * the tokens left always ends complete.  Allocates nothing.
+ */
+int tp_gstate_cost(const tp_grammar_t *g, const struct tp_gstate *st);
+/*
+ * tp_grammar_mask keeping only the tokens after which tp_gstate_cost is at
+ * most budget (budget < 0: tp_grammar_mask).  May allow none (the caller
+ * falls back to the plain mask).  max_cost (NULL: not wanted) receives a
+ * bound on the cost after any allowed token: a plain mask whose bound is
+ * within the tokens left needs no budget.  Allocates nothing.
+ */
+int tp_grammar_mask_budget(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_gstate *st, int budget,
+                           uint32_t *mask, int *max_cost);
+
 #endif

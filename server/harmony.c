@@ -367,22 +367,12 @@ static int has_channel_tags(const char *s)
 }
 
 
-static enum tp_status render_call(const cJSON *call, struct tp_buf *o, struct tp_error *err)
+static enum tp_status render_call(const struct tp_chat_call *c, struct tp_buf *o)
 {
-    const cJSON *fn = get(call, "function");
-    const cJSON *name = get(fn, "name"), *args = get(fn, "arguments");
-    if (!cJSON_IsString(name)) return tp_error_set(err, TP_ERR_INVALID_ARG, "a tool call has no function.name");
     P(tp_buf_puts(o, "<|start|>assistant to=functions."));
-    P(tp_buf_puts(o, name->valuestring));
+    P(tp_buf_puts(o, c->name));
     P(tp_buf_puts(o, "<|channel|>commentary json<|message|>"));
-    /* arguments: JSON text in the request, a value for the template */
-    cJSON *v = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
-    if (!v)
-        return tp_error_set(err, TP_ERR_INVALID_ARG, "the arguments of the call to '%.64s' are not valid JSON",
-                            name->valuestring);
-    enum tp_status rc = js_json(v, o);
-    cJSON_Delete(v);
-    P(rc);
+    P(js_json(c->arguments, o));
     return tp_buf_puts(o, "<|call|>");
 }
 
@@ -396,25 +386,21 @@ static enum tp_status message(struct tp_buf *o, const char *channel, const char 
     return tp_buf_puts(o, end);
 }
 
-/* One assistant message with tool calls (calls: its parsed tool_calls, non-empty). */
-static enum tp_status render_calls(const struct tp_chat_msg *msgs, int n, int i, const cJSON *calls,
-                                   struct tp_buf *o, struct tp_error *err)
+/* One assistant message with tool calls (msgs[i].n_calls > 0). */
+static enum tp_status render_calls(const struct tp_chat_msg *msgs, int n, int i, struct tp_buf *o, struct tp_error *err)
 {
     const struct tp_chat_msg *m = &msgs[i];
     const char *content = m->content ? m->content : "", *thinking = m->reasoning ? m->reasoning : "";
     int future_final = 0;
     for (int j = i + 1; j < n; j++)
-        if (strcmp(msgs[j].role, "assistant") == 0 && !msgs[j].tool_calls) future_final = 1;
+        if (strcmp(msgs[j].role, "assistant") == 0 && msgs[j].n_calls == 0) future_final = 1;
     if (content[0] && thinking[0])
         return tp_error_set(err, TP_ERR_INVALID_ARG,
                             "Cannot pass both content and thinking in an assistant message with tool calls! Put the "
                             "analysis message in one or the other, but not both.");
     const char *analysis = content[0] ? content : thinking;
     if (analysis[0] && !future_final) P(message(o, "analysis", analysis, "<|end|>"));
-    for (const cJSON *c = calls->child; c; c = c->next) {
-        enum tp_status rc = render_call(c, o, err);
-        if (rc != TP_OK) return rc;
-    }
+    for (int k = 0; k < m->n_calls; k++) P(render_call(&m->calls[k], o));
     return TP_OK;
 }
 
@@ -473,8 +459,8 @@ enum tp_status tp_harmony_render(const struct tp_chat_msg *msgs, int n, const st
     }
 
     /* the conversation */
-    const char *last_call = NULL; /* name of the latest tool call (points into last_calls) */
-    cJSON *last_calls = NULL;     /* the calls of the latest assistant tool-call message */
+    const struct tp_chat_msg *last_calls = NULL; /* the latest assistant tool-call message */
+    const char *last_call = NULL;                 /* name of its last call; NULL after a final message */
     enum tp_status rc = TP_OK;
     for (int i = first; i < n && rc == TP_OK; i++) {
         const struct tp_chat_msg *m = &msgs[i];
@@ -485,19 +471,10 @@ enum tp_status tp_harmony_render(const struct tp_chat_msg *msgs, int n, const st
                                   has_channel_tags(content) ? "content" : "thinking");
                 break;
             }
-            if (m->tool_calls) {
-                cJSON *calls = cJSON_Parse(m->tool_calls);
-                if (!cJSON_IsArray(calls) || !calls->child) {
-                    cJSON_Delete(calls);
-                    rc = tp_error_set(err, TP_ERR_INVALID_ARG, "messages[%d]: tool_calls is not a list of calls", i);
-                    break;
-                }
-                rc = render_calls(msgs, n, i, calls, o, err);
-                cJSON_Delete(last_calls);
-                last_calls = calls;
-                const cJSON *last = cJSON_GetArrayItem(calls, cJSON_GetArraySize(calls) - 1);
-                const cJSON *ln = get(get(last, "function"), "name");
-                last_call = cJSON_IsString(ln) ? ln->valuestring : NULL;
+            if (m->n_calls > 0) {
+                rc = render_calls(msgs, n, i, o, err);
+                last_calls = m;
+                last_call = m->calls[m->n_calls - 1].name;
             } else if (i == n - 1 && !add_gen) {
                 if (m->reasoning) rc = message(o, "analysis", m->reasoning, "<|end|>");
                 if (rc == TP_OK) rc = message(o, "final", content, "<|return|>");
@@ -513,13 +490,9 @@ enum tp_status tp_harmony_render(const struct tp_chat_msg *msgs, int n, const st
                 break;
             }
             const char *name = last_call;
-            const cJSON *c;
-            const cJSON *calls = m->tool_call_id ? last_calls : NULL;
-            cJSON_ArrayForEach(c, calls)
-            {
-                const cJSON *nm = get(get(c, "function"), "name");
-                if (str_is(get(c, "id"), m->tool_call_id) && cJSON_IsString(nm)) name = nm->valuestring;
-            }
+            if (m->tool_call_id && m->tool_call_id[0])
+                for (int k = 0; k < last_calls->n_calls; k++)
+                    if (strcmp(last_calls->calls[k].id, m->tool_call_id) == 0) name = last_calls->calls[k].name;
             if ((rc = tp_buf_puts(o, "<|start|>functions.")) == TP_OK && (rc = tp_buf_puts(o, name)) == TP_OK &&
                 (rc = tp_buf_puts(o, " to=assistant<|channel|>commentary<|message|>")) == TP_OK &&
                 (rc = js_string(content, o)) == TP_OK)
@@ -529,7 +502,6 @@ enum tp_status tp_harmony_render(const struct tp_chat_msg *msgs, int n, const st
                 rc = tp_buf_puts(o, "<|end|>");
         }
     }
-    cJSON_Delete(last_calls);
     if (rc != TP_OK) return rc;
     if (add_gen) P(tp_buf_puts(o, "<|start|>assistant"));
     return TP_OK;

@@ -23,6 +23,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "api_run.h"
 #include "http_impl.h"
 
 struct tp_server_config tp_server_default_config(void)
@@ -44,6 +45,7 @@ struct tp_server_config tp_server_default_config(void)
     c.prefill_chunk = 64;
     c.prefix_share_min = 32;
     c.recover_wait_s = 60;
+    c.responses_store = 256;
     return c;
 }
 
@@ -126,10 +128,11 @@ static void log_refused(struct tp_server *s, const struct tp_api_error *e);
 
 /* tp_http_send_error, plus "Connection: close": for answers given before the
  * request body was read, so that no unread body is taken for a next request. */
-static enum MHD_Result send_error_close(struct tp_server *s, struct MHD_Connection *c, const struct tp_api_error *e)
+static enum MHD_Result send_error_close(struct tp_server *s, struct MHD_Connection *c, const char *url,
+                                        const struct tp_api_error *e)
 {
     struct tp_http_error_kind k = tp_http_error_kind(e->status);
-    char *json = tp_api_error_json(e);
+    char *json = tp_api_error_json_for(url, e); /* in the shape of the API the path belongs to */
     if (!json) return MHD_NO;
     tp_metrics_request(s->metrics, k.http_status);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_COPY);
@@ -479,7 +482,8 @@ static enum MHD_Result handle_tokenize(struct tp_server *s, struct MHD_Connectio
     const cJSON *add_special = cJSON_GetObjectItemCaseSensitive(root, "add_special");
     const cJSON *with_pieces = cJSON_GetObjectItemCaseSensitive(root, "with_pieces");
     if (!cJSON_IsString(content)) {
-        tp_api_err(&e, TP_ERR_INVALID_ARG, "content", "'content' (the text to tokenize) is required and must be a string");
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "content",
+                   "'content' (the text to tokenize) is required and must be a string");
         goto fail;
     }
     if (add_special && !cJSON_IsBool(add_special)) {
@@ -583,7 +587,7 @@ static enum MHD_Result handle_detokenize(struct tp_server *s, struct MHD_Connect
 
 /* ------------------------------------------------------------ routing */
 
-enum route { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE };
+enum route { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EXT };
 static const struct {
     const char *path;
     const char *method;
@@ -597,6 +601,26 @@ static const struct {
     {"/v1/chat/completions", "POST", R_CHAT, 1, 1},
     {"/tokenize", "POST", R_TOKENIZE, 1, 1},
     {"/detokenize", "POST", R_DETOKENIZE, 1, 1},
+    /* the other APIs (api_run.h: tp_api_route_ext) */
+    /* the un-prefixed paths some clients build from a base URL without /v1 */
+    {"/models", "GET", R_MODELS, 1, 0},
+    {"/completions", "POST", R_COMPLETIONS, 1, 1},
+    {"/chat/completions", "POST", R_CHAT, 1, 1},
+    {"/embeddings", "POST", R_EXT, 1, 1},
+    {"/responses", "POST", R_EXT, 1, 1},
+    {"/v1/messages", "POST", R_EXT, 1, 1},
+    {"/v1/messages/count_tokens", "POST", R_EXT, 1, 1},
+    {"/v1/responses", "POST", R_EXT, 1, 1},
+    {"/v1/responses/input_tokens", "POST", R_EXT, 1, 1},
+    {"/v1/embeddings", "POST", R_EXT, 1, 1},
+    {"/infill", "POST", R_EXT, 1, 1},
+    {"/api/version", "GET", R_EXT, 1, 0},
+    {"/api/tags", "GET", R_EXT, 1, 1},
+    {"/api/ps", "GET", R_EXT, 1, 1},
+    {"/api/show", "POST", R_EXT, 1, 1},
+    {"/api/chat", "POST", R_EXT, 1, 1},
+    {"/api/generate", "POST", R_EXT, 1, 1},
+    {"/api/embed", "POST", R_EXT, 1, 1},
 };
 
 /* ------------------------------------------------------------ connections */
@@ -751,6 +775,13 @@ int tp_http_check_auth(struct tp_server *s, struct MHD_Connection *c)
 {
     if (!s->cfg.api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *xk = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"); /* Anthropic's clients */
+    if (xk && !h) {
+        size_t a = strlen(xk), b = strlen(s->cfg.api_key);
+        unsigned diff = (unsigned)(a ^ b);
+        for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned)(xk[i] ^ s->cfg.api_key[i]);
+        return diff == 0;
+    }
     /* the scheme name is case-insensitive (RFC 9110 11.1) */
     if (!h || strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t')) return 0;
     const char *k = h + 6;
@@ -790,7 +821,8 @@ static enum tp_status check_framing(struct MHD_Connection *c, unsigned long long
     *has_cl = 0;
     *raw = 0;
     if (f.n_te && f.n_cl)
-        return tp_api_err(e, TP_ERR_FORMAT, NULL, "the request has both Transfer-Encoding and Content-Length; send one");
+        return tp_api_err(e, TP_ERR_FORMAT, NULL,
+                          "the request has both Transfer-Encoding and Content-Length; send one");
     if (f.n_te > 1 || (f.n_te && strcasecmp(f.te, "chunked") != 0))
         return tp_api_err(e, TP_ERR_FORMAT, NULL,
                           "Transfer-Encoding '%.64s' is not supported; send 'chunked' or a Content-Length", f.te);
@@ -830,22 +862,22 @@ static enum MHD_Result on_headers(struct tp_server *s, struct MHD_Connection *c,
                    "the server has %d connections open, its limit (--max-connections); retry shortly",
                    s->cfg.max_connections);
         e.code = "server_busy";
-        return send_error_close(s, c, &e);
+        return send_error_close(s, c, url, &e);
     }
     unsigned long long cl;
     int has_cl, raw;
     if (check_framing(c, &cl, &has_cl, &raw, &e) != TP_OK)
-        return raw ? send_raw_and_close(s, c, &e) : send_error_close(s, c, &e);
+        return raw ? send_raw_and_close(s, c, &e) : send_error_close(s, c, url, &e);
     enum MHD_Result web_ret;
     if (tp_web_route(s, c, url, method, &web_ret)) return web_ret;
     if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) {
         if (!route_matches(method, "GET")) {
             tp_api_err(&e, TP_ERR_NOT_ALLOWED, NULL, "method %s is not allowed on %s", method, url);
-            return send_error_close(s, c, &e);
+            return send_error_close(s, c, url, &e);
         }
         if (!tp_http_check_auth(s, c)) {
-            tp_api_err(&e, TP_ERR_DENIED, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
-            return send_error_close(s, c, &e);
+            tp_api_err(&e, TP_ERR_DENIED, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
+            return send_error_close(s, c, url, &e);
         }
         return handle_model_one(s, c, url + 11);
     }
@@ -861,18 +893,19 @@ static enum MHD_Result on_headers(struct tp_server *s, struct MHD_Connection *c,
         else
             tp_api_err(&e, TP_ERR_NOT_FOUND, NULL,
                        "no such endpoint: %s %s (see /v1/completions, /v1/chat/completions, /v1/models, "
-                       "/v1/cluster, /health, /metrics, /tokenize, /detokenize, and the web page at /)",
+                       "/v1/messages, /v1/responses, /v1/embeddings, /infill, the Ollama /api/ routes, "
+                       "/v1/cluster, /health, /metrics, /tokenize, /detokenize, and the web page at /; docs/api.md)",
                        method, url);
-        return send_error_close(s, c, &e);
+        return send_error_close(s, c, url, &e);
     }
     if (routes[cc->route_idx].auth && !tp_http_check_auth(s, c)) {
-        tp_api_err(&e, TP_ERR_DENIED, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>'");
-        return send_error_close(s, c, &e);
+        tp_api_err(&e, TP_ERR_DENIED, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
+        return send_error_close(s, c, url, &e);
     }
     if (has_cl && cl > s->cfg.max_body_bytes) {
         tp_api_err(&e, TP_ERR_TOO_LARGE, NULL, "request body of %llu bytes exceeds the limit of %zu bytes (--max-body)",
                    cl, s->cfg.max_body_bytes);
-        return send_error_close(s, c, &e);
+        return send_error_close(s, c, url, &e);
     }
     if (strcmp(routes[cc->route_idx].method, "POST") == 0) {
         size_t body = has_cl ? (size_t)cl : s->cfg.max_body_bytes;
@@ -882,7 +915,7 @@ static enum MHD_Result on_headers(struct tp_server *s, struct MHD_Connection *c,
                        "the server is holding its memory budget for requests in flight (--mem-budget %zu bytes); "
                        "retry shortly", s->cfg.mem_budget_bytes);
             e.code = "server_busy";
-            return send_error_close(s, c, &e);
+            return send_error_close(s, c, url, &e);
         }
         cc->reserved = want;
         if (has_cl && cl > 0) {
@@ -945,6 +978,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_MODELS: return handle_models(s, c);
     case R_TOKENIZE: return handle_tokenize(s, c, body, cc->body.len);
     case R_DETOKENIZE: return handle_detokenize(s, c, body, cc->body.len);
+    case R_EXT: return tp_api_route_ext(s, c, routes[cc->route_idx].path, body, cc->body.len);
     case R_COMPLETIONS: return tp_api_handle_completion(s, c, 0, body, cc->body.len);
     case R_CHAT: return tp_api_handle_completion(s, c, 1, body, cc->body.len);
     default: break;
@@ -1082,12 +1116,13 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
     s->created = (int64_t)time(NULL);
     s->metrics = tp_metrics_new();
     s->web = tp_web_new();
+    s->resp_store = tp_resp_store_new(cfg->responses_store);
     if (pipe(s->stop_pipe) != 0) {
         s->stop_pipe[0] = s->stop_pipe[1] = -1;
         tp_server_free(s);
         return tp_error_set(err, TP_ERR_IO, "pipe: %s", strerror(errno));
     }
-    if (!s->metrics || !s->web || (cfg->cors_origin && !s->cfg.cors_origin)) {
+    if (!s->metrics || !s->web || !s->resp_store || (cfg->cors_origin && !s->cfg.cors_origin)) {
         tp_server_free(s);
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     }
@@ -1148,7 +1183,7 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
         tp_server_set_failed(s, err->msg);
         return TP_ERR_UNSUPPORTED;
     }
-    if (!s->cfg.chat_template && s->chat == TP_CHAT_CHATML)
+    if (!s->cfg.chat_template && (s->chat == TP_CHAT_CHATML || s->chat == TP_CHAT_QWEN25))
         s->has_default_system = tp_chat_default_system(tmpl, s->default_system, sizeof s->default_system);
     int bos = tp_tokenizer_bos(s->tok), eos = tp_tokenizer_eos(s->tok);
     size_t l = 0;
@@ -1224,6 +1259,7 @@ void tp_server_free(tp_server_t *s)
     tp_engine_free(s->engine);
     tp_metrics_free(s->metrics);
     tp_web_free(s->web);
+    tp_resp_store_free(s->resp_store);
     if (s->stop_pipe[0] >= 0) close(s->stop_pipe[0]);
     if (s->stop_pipe[1] >= 0) close(s->stop_pipe[1]);
     free((char *)s->cfg.host);

@@ -63,6 +63,7 @@ struct tp_server {
     size_t mem_used;                  /* bytes reserved against cfg.mem_budget_bytes (atomic) */
     struct tp_http_gate *gate;        /* owned */
     struct tp_web *web;               /* owned: the web page's and /v1/cluster's state (web.c) */
+    struct tp_resp_store *resp_store; /* owned: finished Responses for previous_response_id (api_responses.c) */
 };
 
 enum MHD_Result tp_http_send(struct tp_server *s, struct MHD_Connection *c, int status, const char *content_type,

@@ -140,51 +140,36 @@ static enum tp_status parse_content(const cJSON *c, int idx, int allow_null, cha
     return *out ? TP_OK : tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
 }
 
-/* An assistant message's tool_calls ([{id?, type: "function", function: {name,
- * arguments: JSON text}}], kept as JSON text) and reasoning_content; a tool
- * message's tool_call_id.  Whether the chat template can render them is
- * checked when the prompt is rendered (api.c). */
-static enum tp_status parse_history_extras(const cJSON *m, int i, char role, struct tp_chat_msg *out, struct tp_api_error *e)
+/* messages[i].tool_calls[k]: {"id", "type": "function", "function": {"name", "arguments": JSON text}} into *c. */
+static enum tp_status parse_history_call(const cJSON *tc, int i, int k, struct tp_chat_call *c, struct tp_api_error *e)
 {
     char param[64];
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
-    if (tc && !cJSON_IsNull(tc) && !(cJSON_IsArray(tc) && cJSON_GetArraySize(tc) == 0)) {
-        snprintf(param, sizeof param, "messages[%d].tool_calls", i);
-        if (role != 'a') return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s': only assistant messages carry tool calls", param);
-        if (!cJSON_IsArray(tc)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a list of calls", param);
-        int k = 0;
-        const cJSON *c;
-        cJSON_ArrayForEach(c, tc)
-        {
-            const cJSON *ty = cJSON_IsObject(c) ? field(c, "type") : NULL, *fn = cJSON_IsObject(c) ? field(c, "function") : NULL;
-            const cJSON *nm = cJSON_IsObject(fn) ? field(fn, "name") : NULL, *ar = cJSON_IsObject(fn) ? field(fn, "arguments") : NULL;
-            const cJSON *id = cJSON_IsObject(c) ? field(c, "id") : NULL;
-            if ((ty && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) || !cJSON_IsString(nm) ||
-                !nm->valuestring[0] || tp_json_has_nul(nm->valuestring) || !cJSON_IsString(ar) || (id && !cJSON_IsString(id)))
-                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d] must be {\"id\": \"...\", \"type\": \"function\", \"function\": "
-                                                  "{\"name\": \"...\", \"arguments\": \"<JSON text>\"}}", param, k);
-            cJSON *args = cJSON_Parse(ar->valuestring);
-            int ok = args != NULL;
-            cJSON_Delete(args);
-            if (!ok)
-                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d].function.arguments is not valid JSON text", param, k);
-            k++;
-        }
-        if (!(out->tool_calls = cJSON_PrintUnformatted(tc))) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
+    snprintf(param, sizeof param, "messages[%d].tool_calls[%d]", i, k);
+    const cJSON *fn = cJSON_IsObject(tc) ? field(tc, "function") : NULL;
+    const cJSON *ty = cJSON_IsObject(tc) ? field(tc, "type") : NULL, *id = cJSON_IsObject(tc) ? field(tc, "id") : NULL;
+    const cJSON *name = cJSON_IsObject(fn) ? field(fn, "name") : NULL, *args = cJSON_IsObject(fn) ? field(fn, "arguments") : NULL;
+    if (!cJSON_IsObject(fn) || (ty && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) ||
+        !cJSON_IsString(name) || (id && !cJSON_IsString(id)))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be {\"id\": \"...\", \"type\": \"function\", \"function\": "
+                                          "{\"name\": \"...\", \"arguments\": \"{...}\"}}", param);
+    if (tp_json_has_nul(name->valuestring) || (id && tp_json_has_nul(id->valuestring)))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' holds a NUL character (\\u0000) in its name or id", param);
+    cJSON *a = NULL;
+    if (cJSON_IsString(args)) {
+        a = cJSON_Parse(args->valuestring);
+        if (!a)
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'.function.arguments is not valid JSON text: '%.60s'", param,
+                               args->valuestring);
+    } else if (args) {
+        a = cJSON_Duplicate(args, 1);
+    } else {
+        a = cJSON_CreateObject();
     }
-    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
-    if (rc && !cJSON_IsNull(rc)) {
-        snprintf(param, sizeof param, "messages[%d].reasoning_content", i);
-        if (role != 'a' || !cJSON_IsString(rc))
-            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string on an assistant message", param);
-        if (!(out->reasoning = strdup(rc->valuestring))) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
-    }
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
-    if (id && !cJSON_IsNull(id) && role == 't') {
-        snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
-        if (!cJSON_IsString(id)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string", param);
-        if (!(out->tool_call_id = strdup(id->valuestring))) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
-    }
+    if (!a) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
+    c->arguments = a;
+    c->name = strdup(name->valuestring);
+    c->id = strdup(id ? id->valuestring : "");
+    if (!c->name || !c->id) return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
     return TP_OK;
 }
 
@@ -198,8 +183,17 @@ static enum tp_status parse_messages(const cJSON *root, struct tp_req_params *p,
     if (n > 4096) return tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "'messages' has %d entries (at most 4096)", n);
     p->msgs = calloc((size_t)n, sizeof *p->msgs);
     if (!p->msgs) return tp_api_err(e, TP_ERR_NOMEM, "messages", "out of memory");
-    int i = 0;
+    int n_calls = 0;
     const cJSON *m;
+    cJSON_ArrayForEach(m, v)
+    {
+        const cJSON *tc = cJSON_IsObject(m) ? field(m, "tool_calls") : NULL;
+        if (cJSON_IsArray(tc)) n_calls += cJSON_GetArraySize(tc);
+    }
+    if (n_calls > 4096) return tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "the messages hold %d tool calls (at most 4096)", n_calls);
+    if (n_calls > 0 && !(p->calls = calloc((size_t)n_calls, sizeof *p->calls)))
+        return tp_api_err(e, TP_ERR_NOMEM, "messages", "out of memory");
+    int i = 0;
     cJSON_ArrayForEach(m, v)
     {
         char param[48];
@@ -213,20 +207,66 @@ static enum tp_status parse_messages(const cJSON *root, struct tp_req_params *p,
             return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' holds a NUL character (\\u0000); a role name cannot", param);
         if (strcmp(r, "developer") == 0) r = "system";
         if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0 && strcmp(r, "tool") != 0)
-            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is '%.40s'; supported roles are system, developer, user, assistant "
-                                              "and tool", param, r);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is '%.40s'; supported roles are system, developer, user, "
+                                              "assistant and tool", param, r);
         p->msgs[i].role = r[0] == 's' ? "system" : r[0] == 'u' ? "user" : r[0] == 't' ? "tool" : "assistant";
-        p->n_msgs = i + 1; /* freed from here on */
         const cJSON *fc = cJSON_GetObjectItemCaseSensitive(m, "function_call");
         if (fc && !cJSON_IsNull(fc)) {
             snprintf(param, sizeof param, "messages[%d].function_call", i);
-            return tp_api_err(e, TP_ERR_UNSUPPORTED, param, "'%s' (legacy function calling) is not supported; send tool_calls", param);
+            p->n_msgs = i;
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' (legacy function calling) is not supported; send 'tool_calls'", param);
         }
-        if (parse_history_extras(m, i, r[0], &p->msgs[i], e) != TP_OK) return e->status;
+        const cJSON *tc = field(m, "tool_calls");
+        if (tc) {
+            snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+            p->n_msgs = i;
+            if (r[0] != 'a') return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s': only assistant messages carry tool calls", param);
+            if (!cJSON_IsArray(tc)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a list", param);
+            p->msgs[i].calls = p->calls + p->n_calls;
+            int k = 0;
+            const cJSON *x;
+            cJSON_ArrayForEach(x, tc)
+            {
+                enum tp_status st = parse_history_call(x, i, k, &p->calls[p->n_calls], e);
+                if (st != TP_OK) {
+                    p->n_calls++; /* freed with the rest */
+                    return st;
+                }
+                p->n_calls++;
+                k++;
+            }
+            p->msgs[i].n_calls = k;
+        }
+        p->msgs[i].tool_call_id = "";
+        if (r[0] == 't') {
+            const cJSON *id = field(m, "tool_call_id");
+            snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
+            if (id && (!cJSON_IsString(id) || tp_json_has_nul(id->valuestring))) {
+                p->n_msgs = i;
+                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string (the id of the call answered)", param);
+            }
+            if (id && id->valuestring[0] && !(p->msgs[i].tool_call_id = strdup(id->valuestring))) {
+                p->n_msgs = i;
+                return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
+            }
+        }
         char *content = NULL;
-        if (parse_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, r[0] == 'a', &content, e) != TP_OK)
-            return e->status;
+        int null_ok = r[0] == 'a';
+        enum tp_status st = parse_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, null_ok, &content, e);
+        if (st != TP_OK) {
+            p->n_msgs = i + 1;
+            return st;
+        }
         p->msgs[i].content = content;
+        p->n_msgs = i + 1; /* freed from here on */
+        const cJSON *rc = field(m, "reasoning_content");
+        if (rc) {
+            snprintf(param, sizeof param, "messages[%d].reasoning_content", i);
+            if (r[0] != 'a' || !cJSON_IsString(rc))
+                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string on an assistant message", param);
+            if (!(p->msgs[i].reasoning = strdup(rc->valuestring)))
+                return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
+        }
         i++;
     }
     return TP_OK;
@@ -495,10 +535,11 @@ static enum tp_status parse_response_format(const cJSON *root, struct tp_req_par
 
 /* ----------------------------------------------------------------- tools */
 
-/* The schema of one forced call {"name": <const>, "arguments": <parameters>}
- * appended to calls; the parameters' $defs / definitions are hoisted into
- * defs (the wrapper's root) so their local $refs resolve.  0 or -1 (e filled). */
-static enum tp_status tool_call_schema(const cJSON *fn, cJSON *calls, cJSON *defs, cJSON *definitions, struct tp_api_error *e)
+/* The schema of one call {"name": <const>, <akey>: <parameters>} appended to
+ * calls; the parameters' $defs / definitions are hoisted into defs (the
+ * wrapper's root) so their local $refs resolve.  0 or -1 (e filled). */
+static enum tp_status tool_call_schema(const cJSON *fn, const char *akey, cJSON *calls, cJSON *defs, cJSON *definitions,
+                            struct tp_api_error *e)
 {
     const cJSON *name = field(fn, "name"), *params = field(fn, "parameters");
     cJSON *one = cJSON_CreateObject(), *props = NULL, *args = NULL;
@@ -528,35 +569,92 @@ static enum tp_status tool_call_schema(const cJSON *fn, cJSON *calls, cJSON *def
                 cJSON_Delete(d);
                 cJSON_Delete(args);
                 return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "two tools define %s '%.60s' differently; rename one", dk[k],
-                                  have->string);
+                                   have->string);
             }
             if (have) cJSON_Delete(it);
             else cJSON_AddItemToObject(into, it->string, it);
         }
         cJSON_Delete(d);
     }
-    cJSON_AddItemToObject(props, "arguments", args);
+    cJSON_AddItemToObject(props, akey, args);
     cJSON *req = cJSON_AddArrayToObject(one, "required");
     cJSON_AddItemToArray(req, cJSON_CreateString("name"));
-    cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
+    cJSON_AddItemToArray(req, cJSON_CreateString(akey));
     cJSON_AddFalseToObject(one, "additionalProperties");
     return TP_OK;
 }
 
+/*
+ * Compile the grammar of the calls to tools (only the one named, when
+ * named): one call object {"name", <akey>} (anyOf over the tools), or with
+ * array a JSON array of 1.. (1 when !parallel) such objects.  0, or -1 (e filled).
+ */
+static enum tp_status calls_grammar(const cJSON *tools, const char *named, const char *akey, int array, int parallel,
+                         tp_grammar_t **out, struct tp_api_error *e)
+{
+    cJSON *wrap = cJSON_CreateObject(), *calls = NULL, *holder = wrap;
+    if (wrap && array) {
+        cJSON_AddStringToObject(wrap, "type", "array");
+        holder = cJSON_AddObjectToObject(wrap, "items");
+        cJSON_AddNumberToObject(wrap, "minItems", 1);
+        if (!parallel) cJSON_AddNumberToObject(wrap, "maxItems", 1);
+    }
+    calls = holder ? cJSON_AddArrayToObject(holder, "anyOf") : NULL;
+    cJSON *defs = cJSON_CreateObject(), *definitions = cJSON_CreateObject();
+    enum tp_status rc = TP_OK;
+    int found = 0;
+    const cJSON *t;
+    if (!calls || !defs || !definitions) {
+        rc = tp_api_err(e, TP_ERR_NOMEM, "tools", "out of memory");
+        goto out;
+    }
+    cJSON_ArrayForEach(t, tools)
+    {
+        const cJSON *fn = field(t, "function");
+        if (named && strcmp(field(fn, "name")->valuestring, named) != 0) continue;
+        found = 1;
+        if ((rc = tool_call_schema(fn, akey, calls, defs, definitions, e)) != TP_OK) goto out;
+    }
+    if (!found) {
+        rc = tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' names '%.64s', which is not in 'tools'", named);
+        goto out;
+    }
+    if (defs->child) cJSON_AddItemToObject(wrap, "$defs", defs), defs = NULL;
+    if (definitions->child) cJSON_AddItemToObject(wrap, "definitions", definitions), definitions = NULL;
+    struct tp_error err = {0};
+    enum tp_status st = tp_grammar_from_schema(wrap, out, &err);
+    if (st == TP_ERR_NOMEM)
+        rc = tp_api_err(e, TP_ERR_NOMEM, "tools", "out of memory compiling the tool schemas");
+    else if (st != TP_OK)
+        rc = tp_api_err(e, st == TP_ERR_UNSUPPORTED ? st : TP_ERR_INVALID_ARG, "tools",
+                        "'tools' parameters: %s (docs/structured-output.md lists the supported subset)",
+                        tp_error_msg(&err));
+out:
+    cJSON_Delete(wrap);
+    cJSON_Delete(defs);
+    cJSON_Delete(definitions);
+    return rc;
+}
+
 /* tools / tool_choice / parallel_tool_calls.  tool_choice "required" or a
- * named function: the reply is one call, generated under the function's
- * parameters schema (p->grammar) and returned as tool_calls.  "none" (or no
- * tools): plain text.  "auto" with tools is refused (the model cannot yet see
- * the tools: they are not rendered into the prompt). */
+ * named function: the reply is one call {"name", "arguments"}, generated
+ * under the function's parameters schema (p->grammar) and returned as
+ * tool_calls.  "auto" (the default with tools): the tools are rendered into
+ * the prompt and the model may answer in text or call tools in its family's
+ * format; the grammar is built once the family is known
+ * (tp_req_tools_grammar).  "none" (or no tools): plain text, the tools are
+ * not shown to the model. */
 static enum tp_status parse_tools(const cJSON *root, struct tp_req_params *p, struct tp_api_error *e)
 {
     const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
     const cJSON *ptc = field(root, "parallel_tool_calls");
     if (ptc && !cJSON_IsBool(ptc))
         return tp_api_err(e, TP_ERR_INVALID_ARG, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    p->parallel_tool_calls = !ptc || cJSON_IsTrue(ptc);
     if (tools && !cJSON_IsArray(tools))
         return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
     const int n = tools ? cJSON_GetArraySize(tools) : 0;
+    if (n > 128) return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools' lists %d functions (at most 128)", n);
     const cJSON *t;
     int i = 0;
     cJSON_ArrayForEach(t, tools)
@@ -602,55 +700,38 @@ static enum tp_status parse_tools(const cJSON *root, struct tp_req_params *p, st
         return TP_OK;
     }
     if (strcmp(mode, "none") == 0) return TP_OK;
-    /* the tools as the prompt shows them to the model (a template that renders tools: harmony) */
+    if (p->grammar)
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "tool calls (tool_choice \"%s\") and 'response_format' cannot be "
+                                                  "combined; send tool_choice \"none\" or drop response_format",
+                           named ? named : mode);
     if (!(p->tools = cJSON_Duplicate(tools, 1))) return tp_api_err(e, TP_ERR_NOMEM, "tools", "out of memory");
     if (strcmp(mode, "auto") == 0) {
-        p->tool_auto = 1; /* api.c refuses it where the chat template cannot show the tools */
+        p->tool_auto = 1;
         return TP_OK;
     }
-    if (p->grammar)
-        return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "a forced tool call and 'response_format' cannot be combined");
-    cJSON *wrap = cJSON_CreateObject();
-    cJSON *calls = wrap ? cJSON_AddArrayToObject(wrap, "anyOf") : NULL;
-    cJSON *defs = cJSON_CreateObject(), *definitions = cJSON_CreateObject();
-    enum tp_status rc = TP_ERR_INTERNAL;
-    int found = 0;
-    if (!calls || !defs || !definitions) {
-        rc = tp_api_err(e, TP_ERR_NOMEM, "tools", "out of memory");
-        goto out;
-    }
-    cJSON_ArrayForEach(t, tools)
-    {
-        const cJSON *fn = field(t, "function");
-        if (named && strcmp(field(fn, "name")->valuestring, named) != 0) continue;
-        found = 1;
-        if ((rc = tool_call_schema(fn, calls, defs, definitions, e)) != TP_OK) goto out;
-    }
-    if (!found) {
-        rc = tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' names '%.64s', which is not in 'tools'", named);
-        goto out;
-    }
-    if (defs->child) cJSON_AddItemToObject(wrap, "$defs", defs), defs = NULL;
-    if (definitions->child) cJSON_AddItemToObject(wrap, "definitions", definitions), definitions = NULL;
-    struct tp_error err = {0};
-    enum tp_status st = tp_grammar_from_schema(wrap, &p->grammar, &err);
-    if (st == TP_ERR_NOMEM) {
-        rc = tp_api_err(e, TP_ERR_NOMEM, "tools", "out of memory compiling the tool schemas");
-        goto out;
-    }
-    if (st != TP_OK) {
-        rc = tp_api_err(e, st == TP_ERR_UNSUPPORTED ? st : TP_ERR_INVALID_ARG, "tools",
-                        "'tools' parameters: %s (docs/structured-output.md lists the supported subset)",
-                        tp_error_msg(&err));
-        goto out;
-    }
+    enum tp_status st = calls_grammar(tools, named, "arguments", 0, 0, &p->grammar, e);
+    if (st != TP_OK) return st;
     p->tool_call = 1;
-    rc = TP_OK;
-out:
-    cJSON_Delete(wrap);
-    cJSON_Delete(defs);
-    cJSON_Delete(definitions);
-    return rc;
+    p->tool_format = TP_TOOL_FORMAT_JSON;
+    return TP_OK;
+}
+
+enum tp_status tp_req_tools_grammar(struct tp_req_params *p, enum tp_tool_format f, const char *family,
+                                    struct tp_api_error *e)
+{
+    if (!p->tool_auto) return TP_OK;
+    if (f != TP_TOOL_FORMAT_LLAMA3 && f != TP_TOOL_FORMAT_HERMES && f != TP_TOOL_FORMAT_MISTRAL)
+        return tp_api_err(e, TP_ERR_UNSUPPORTED, "tool_choice",
+                           "tool_choice \"auto\" (the default with 'tools') needs a chat template with a tool-call format "
+                           "(llama3.1, qwen2.5, qwen3, mistral-nemo); this model's is %s. Send tool_choice \"required\" or "
+                           "{\"type\": \"function\", \"function\": {\"name\": ...}} to force a call, or \"none\"",
+                           family);
+    const char *akey = f == TP_TOOL_FORMAT_LLAMA3 ? "parameters" : "arguments";
+    enum tp_status st = calls_grammar(p->tools, NULL, akey, f == TP_TOOL_FORMAT_MISTRAL, p->parallel_tool_calls,
+                                      &p->grammar, e);
+    if (st != TP_OK) return st;
+    p->tool_format = f;
+    return TP_OK;
 }
 
 /* ------------------------------------------------------------ logit_bias */
@@ -849,12 +930,17 @@ void tp_req_params_free(struct tp_req_params *p)
     for (int i = 0; i < p->n_msgs; i++) {
         free((char *)p->msgs[i].content);
         free((char *)p->msgs[i].reasoning);
-        free((char *)p->msgs[i].tool_calls);
-        free((char *)p->msgs[i].tool_call_id);
+        if (p->msgs[i].tool_call_id && p->msgs[i].tool_call_id[0]) free((char *)p->msgs[i].tool_call_id);
     }
     free(p->reasoning_effort);
-    cJSON_Delete(p->tools);
     free(p->msgs);
+    for (int i = 0; i < p->n_calls; i++) {
+        free((char *)p->calls[i].id);
+        free((char *)p->calls[i].name);
+        cJSON_Delete((cJSON *)p->calls[i].arguments);
+    }
+    free(p->calls);
+    cJSON_Delete(p->tools);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
     free(p->bias_id);
     free(p->bias_val);

@@ -9,6 +9,7 @@
  * behaviour in detail: docs/serving.md ("Engine") and docs/recovery.md.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,11 @@ struct slot {
     struct tp_gstate *gkey;  /* normal form of the state smask was computed for (owned) */
     int gkey_valid;
     uint32_t *smask;         /* (mask_words) the grammar mask of gkey (owned): reused while a string grows */
+    int smask_maxcost;       /* the highest closing cost (tp_gstate_cost) a token of smask can leave */
+    int gon;                 /* the grammar constrains this step: always for response_format and forced calls;
+                              * with tool_choice "auto" only from where a call's JSON begins to where it ends */
+    size_t gfrom;            /* auto: text offset from which the next call marker is looked for */
+    int32_t marker_id;       /* auto: the token of the format's call marker (kept in the text), -1: none */
 };
 
 struct tp_engine {
@@ -84,6 +90,7 @@ struct tp_engine {
     int32_t copy_dst[256], copy_src[256], copy_len[256];
     int n_copy;
     float *logits;                  /* (n_parallel, n_vocab) */
+    float *hidden;                  /* (n_embd) one token's final hidden state (embed_rows) */
     int32_t *ids;                   /* (n_parallel) argmax per row of a greedy step */
     /* logit_bias of the step's rows, (n_parallel x TP_MAX_LOGIT_BIAS) each; applied by the
      * parallel step on every rank's slice of the logits, so the sampler gets them biased */
@@ -119,6 +126,7 @@ static void req_free(struct tp_req *r)
     tp_req_params_free(&r->params);
     free(r->prompt);
     free(r->toks);
+    free(r->embd);
     tp_buf_free(&r->text);
     pthread_cond_destroy(&r->cond);
     free(r);
@@ -318,6 +326,15 @@ static enum tp_status publish_text(struct slot *s, size_t upto)
     return TP_OK;
 }
 
+/* Which of r's stop strings starts at text[at..len): 1 + its index (0: none). */
+static int stop_which(const struct tp_req *r, const char *text, size_t len, size_t at)
+{
+    for (int i = 0; i < r->params.n_stop; i++)
+        if (at + r->params.stop_len[i] <= len && memcmp(text + at, r->params.stop[i], r->params.stop_len[i]) == 0)
+            return i + 1;
+    return 0;
+}
+
 /* mu held: the slot's request is finished (not error): flush held text. */
 static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
 {
@@ -328,7 +345,7 @@ static void slot_finish(struct tp_engine *e, struct slot *s, enum tp_finish f)
         int hit = 0;
         size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
                                   r->params.stop_len, r->params.n_stop, &hit);
-        if (hit) f = TP_FINISH_STOP;
+        if (hit) f = TP_FINISH_STOP, r->stop_idx = stop_which(r, s->text.data, s->text.len, rel);
         if (publish_text(s, hit ? rel : s->text.len) != TP_OK) f = TP_FINISH_ERROR;
         if (r->n_toks > 0) r->toks[r->n_toks - 1].text_end = r->text.len;
     }
@@ -480,6 +497,8 @@ static void admit(struct tp_engine *e)
             }
             if (src >= 0 && shared - keep < e->cfg.prefix_share_min) src = -1;
         }
+        /* mean and cls pooling need the hidden state of every prompt token / the first: all are read */
+        if (r->params.embed == TP_POOL_MEAN || r->params.embed == TP_POOL_CLS) keep = 0, src = -1;
         struct tp_sampler_params sp = tp_sampler_default_params();
         sp.temperature = r->params.temperature;
         sp.top_k = r->params.top_k;
@@ -505,6 +524,11 @@ static void admit(struct tp_engine *e)
             tp_gstate_init(r->params.grammar, s->gst);
             s->gkey_valid = 0;
         }
+        s->gon = r->params.grammar && !r->params.tool_auto;
+        s->gfrom = 0;
+        s->marker_id = -1;
+        const char *marker = r->params.tool_auto ? tp_tool_marker_token(r->params.tool_format) : NULL;
+        if (marker) s->marker_id = tp_tokenizer_find_special(e->tok, marker);
         tp_detok_reset(s->detok);
         /* The reply continues the prompt: feed the prompt's last token to the
          * detokenizer (output discarded) so SentencePiece's "drop the leading
@@ -622,16 +646,27 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
     for (int row = 0; row < n_rows; row++) {
         const struct slot *s = &e->slots[e->row_slot[row]];
         const tp_grammar_t *g = s->req->params.grammar;
-        if (!g) continue;
+        if (!g || !s->gon) continue;
         uint32_t *m = e->mask + (size_t)nm * (size_t)e->mask_words;
         struct slot *sw = &e->slots[e->row_slot[row]];
         tp_gstate_normalize(g, s->gst, e->gnorm);
         if (!sw->gkey_valid || !tp_gstate_equal(e->gnorm, sw->gkey)) {
-            (void)tp_grammar_mask(e->mctx, g, s->gst, sw->smask);
+            (void)tp_grammar_mask_budget(e->mctx, g, s->gst, -1, sw->smask, &sw->smask_maxcost);
             tp_gstate_copy(sw->gkey, e->gnorm);
             sw->gkey_valid = 1;
         }
-        memcpy(m, sw->smask, (size_t)e->mask_words * sizeof *m);
+        /* near the end of max_tokens, when a token the plain mask allows could leave more to close than
+         * tokens left, only tokens that leave the value closable in time are allowed (tp_gstate_cost);
+         * when none are (a budget below the shortest value), the plain mask applies */
+        const int left = s->req->max_tokens - s->req->n_toks - 1; /* tokens after this one */
+        int budgeted = 0;
+        if (sw->smask_maxcost > left) {
+            const int cost = tp_gstate_cost(g, s->gst);
+            if (cost <= left + 1)
+                budgeted = tp_grammar_mask_budget(e->mctx, g, s->gst, left, m, NULL) > 0 ||
+                           (left >= 0 && cost <= 1 && tp_gstate_accepting(g, s->gst));
+        }
+        if (!budgeted) memcpy(m, sw->smask, (size_t)e->mask_words * sizeof *m);
         if (tp_gstate_accepting(g, s->gst))
             for (int k = 0; k < e->n_eog; k++) m[e->eog[k] / 32] |= 1u << (e->eog[k] % 32);
         /* tokens logit_bias bans stay banned; a mask left empty fails the request after the step */
@@ -662,6 +697,39 @@ static void slot_sample(struct tp_engine *e, struct slot *s, const float *row)
         return;
     }
     slot_take(e, s, &res);
+}
+
+/* mu held, after a step: embedding requests take the final hidden states of
+ * their tokens in it (every token for mean pooling, the first or the last
+ * prompt token for cls / last; tp_model_hidden on rank 0, whose residual
+ * stream is whole).  A request whose last prompt token was in the step is
+ * finished with its vector L2-normalised; its logits row is not sampled. */
+static void embed_rows(struct tp_engine *e, const struct tp_step *st)
+{
+    tp_model_t *m = tp_parallel_model(e->p);
+    const int E = tp_parallel_hparams(e->p)->n_embd;
+    for (int i = 0; i < st->batch.n_tokens; i++) {
+        struct slot *s = &e->slots[st->batch.seq[i]];
+        struct tp_req *r = s->req;
+        if (!r || !r->params.embed || r->cancelled) continue;
+        const int pos = st->batch.pos[i], mode = r->params.embed;
+        if (!(mode == TP_POOL_MEAN || (mode == TP_POOL_CLS && pos == 0) || (mode == TP_POOL_LAST && pos == r->n_prompt - 1)))
+            continue;
+        if (tp_model_hidden(m, i, e->hidden) != TP_OK) {
+            req_finish(e, r, TP_FINISH_ERROR, TP_ERR_INTERNAL, "the final hidden state is not available");
+            s->req = NULL;
+            continue;
+        }
+        for (int k = 0; k < E; k++) r->embd[k] = mode == TP_POOL_MEAN ? r->embd[k] + e->hidden[k] : e->hidden[k];
+        if (pos != r->n_prompt - 1) continue;
+        double ss = 0;
+        for (int k = 0; k < E; k++) ss += (double)r->embd[k] * r->embd[k];
+        const double scale = ss > 0 ? 1.0 / sqrt(ss) : 0; /* the mean's 1 / n cancels in the normalisation */
+        for (int k = 0; k < E; k++) r->embd[k] = (float)(r->embd[k] * scale);
+        if (!r->t_first_ns) r->t_first_ns = tp_now_ns();
+        req_finish(e, r, TP_FINISH_STOP, TP_OK, NULL);
+        s->req = NULL;
+    }
 }
 
 /* Nonzero when every row of this step can be decided by the distributed
@@ -695,7 +763,7 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
         return;
     }
     const tp_grammar_t *gr = r->params.grammar;
-    if (gr) {
+    if (gr && s->gon) {
         size_t pl = 0;
         const char *pc = tp_tokenizer_piece(e->tok, res->id, &pl);
         if (!pc || !tp_gstate_feed_bytes(gr, s->gst, pc, pl)) {
@@ -711,10 +779,36 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     g->n_top = res->n_top;
     if (res->n_top > 0) memcpy(g->top, res->top, sizeof(struct tp_logprob) * (size_t)res->n_top);
     size_t nb = tp_detok_push(s->detok, res->id, e->scratch, sizeof e->scratch);
+    if (nb == 0 && res->id == s->marker_id) { /* a control token: keep its text so the call can be read */
+        const char *mk = tp_tool_marker_token(r->params.tool_format);
+        nb = strlen(mk);
+        memcpy(e->scratch, mk, nb);
+    }
     if (nb && tp_buf_append(&s->text, e->scratch, nb) != TP_OK) {
         req_finish(e, r, TP_FINISH_ERROR, TP_ERR_NOMEM, "out of memory while generating");
         s->req = NULL;
         return;
+    }
+    int call_done = 0;
+    if (gr && r->params.tool_auto) {
+        size_t off = 0;
+        if (s->gon && tp_gstate_done(gr, s->gst)) {
+            /* the call's JSON is complete: free text again (another call, or the end) */
+            s->gon = 0;
+            s->gfrom = s->text.len;
+            call_done = 1;
+        } else if (!s->gon && tp_tool_marker_find(r->params.tool_format, s->text.data, s->text.len, s->gfrom, &off)) {
+            /* a call begins: constrain its JSON from here (bytes already generated after the marker are fed;
+             * when they cannot start a call, this one stays unconstrained) */
+            tp_gstate_init(gr, s->gst);
+            s->gkey_valid = 0;
+            if (tp_gstate_feed_bytes(gr, s->gst, s->text.data + off, s->text.len - off)) s->gon = 1;
+            s->gfrom = s->text.len;
+            if (s->gon && tp_gstate_done(gr, s->gst)) {
+                s->gon = 0;
+                call_done = 1;
+            }
+        }
     }
     int hit = 0;
     size_t rel = tp_stop_scan(s->text.data ? s->text.data : "", s->text.len, s->released, r->params.stop,
@@ -730,10 +824,13 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     s->last_tok = res->id;
     pthread_cond_broadcast(&r->cond);
     if (hit) {
+        r->stop_idx = stop_which(r, s->text.data, s->text.len, rel);
         req_finish(e, r, TP_FINISH_STOP, TP_OK, NULL);
         s->req = NULL;
-    } else if (gr && tp_gstate_done(gr, s->gst)) {
+    } else if (gr && !r->params.tool_auto && tp_gstate_done(gr, s->gst)) {
         slot_finish(e, s, TP_FINISH_STOP); /* the value is complete; nothing may follow it */
+    } else if (call_done && !r->params.parallel_tool_calls) {
+        slot_finish(e, s, TP_FINISH_STOP); /* parallel_tool_calls false: the reply ends after its call */
     } else if (r->n_toks >= r->max_tokens || s->n_past + 1 >= e->n_ctx) {
         slot_finish(e, s, TP_FINISH_LENGTH);
     }
@@ -951,6 +1048,7 @@ static void *engine_main(void *arg)
         pthread_mutex_lock(&e->mu);
         e->step_start_ns = 0;
         e->last_ok_ns = tp_now_ns();
+        embed_rows(e, &st);
         int row = 0;
         for (int i = 0; i < n; i++) {
             if (!st.batch.logits[i]) continue;
@@ -1013,6 +1111,7 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->row_slot = calloc((size_t)cfg->n_parallel, sizeof(int));
     e->logits = malloc(sizeof(float) * (size_t)cfg->n_parallel * (size_t)e->n_vocab);
     e->ids = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
+    e->hidden = malloc(sizeof(float) * (size_t)hp->n_embd);
     e->mask_words = (e->n_vocab + 31) / 32;
     e->mask = malloc(sizeof(uint32_t) * (size_t)cfg->n_parallel * (size_t)e->mask_words);
     e->mask_row = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
@@ -1026,7 +1125,7 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->bias_val = malloc(n_bias * sizeof(float));
     if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits ||
         !e->ids || !e->bias_row || !e->bias_id || !e->bias_val || !e->mask || !e->mask_row || !e->eog || !e->gnorm ||
-        !e->rank_stats || !e->stats_tmp)
+        !e->rank_stats || !e->stats_tmp || !e->hidden)
         goto nomem;
     e->n_ranks = tp_parallel_get_rank_stats(p, e->rank_stats, TP_METRICS_RANKS_MAX);
     for (int i = 0; i < cfg->n_parallel; i++) {
@@ -1112,6 +1211,7 @@ void tp_engine_free(struct tp_engine *e)
     tp_mask_ctx_free(e->mctx);
     tp_token_trie_free(e->trie);
     free(e->logits);
+    free(e->hidden);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);

@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "parallel/parallel.h"
 #include "grammar.h"
+#include "tool_parse.h"
 #include "server/server.h"
 
 /* ============================================================ buffers ===== */
@@ -110,16 +111,29 @@ enum tp_chat_family {
     TP_CHAT_MISTRAL,
     TP_CHAT_ZEPHYR,
     TP_CHAT_PLAIN, /* our default for models without a template (documented in README) */
-    TP_CHAT_HARMONY, /* gpt-oss (server/harmony.c) */
+    TP_CHAT_LLAMA31,      /* Llama 3.1 / 3.2 / 3.3: tools in the first user message, JSON calls */
+    TP_CHAT_QWEN25,       /* Qwen2.5: ChatML with a default system message, Hermes <tool_call> */
+    TP_CHAT_MISTRAL_NEMO, /* Mistral Nemo: [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS] */
+    TP_CHAT_LLAMA32,      /* Llama 3.2: Llama 3.1's with today's date in the system header */
+    TP_CHAT_HARMONY,      /* gpt-oss (server/harmony.c): tools as a TypeScript namespace, calls on the
+                           * commentary channel (read from the reply's channel tokens, not tool_parse.c) */
     TP_CHAT_FAMILY_COUNT
+};
+/* One tool call of an assistant message in the history. */
+struct tp_chat_call {
+    const char *id;              /* the call's id as the client sent it ("" when absent) */
+    const char *name;            /* function name */
+    const struct cJSON *arguments; /* the arguments, parsed from the client's JSON text (templates print it
+                                    * with tojson) */
 };
 struct tp_chat_msg {
     const char *role;    /* "system" | "user" | "assistant" | "tool" */
     const char *content; /* UTF-8 in tree form (NUL as C0 80, see tp_json_parse): templates treat it as one
                           * more character; tp_json_decode_nul the rendered text before tokenizing */
-    const char *reasoning;    /* assistant: reasoning_content (owned) or NULL */
-    const char *tool_calls;   /* assistant: its tool_calls list as JSON text (owned), NULL when none */
-    const char *tool_call_id; /* tool: the call it answers (owned) or NULL */
+    const char *reasoning;            /* assistant: reasoning_content or NULL (qwen3, harmony render it) */
+    const struct tp_chat_call *calls; /* assistant: (n_calls) tool calls; NULL when none */
+    int n_calls;
+    const char *tool_call_id;         /* tool: the id of the call this message answers ("" when absent) */
 };
 /* Family of a Jinja chat template by its markers; NULL -> PLAIN; unrecognised -> UNKNOWN. */
 enum tp_chat_family tp_chat_detect(const char *tmpl);
@@ -135,6 +149,31 @@ const char *tp_chat_family_name(enum tp_chat_family f);
 enum tp_status tp_chat_render(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs,
                               int add_generation_prompt, const char *bos, const char *eos, const char *default_system,
                               struct tp_buf *out, struct tp_error *err);
+/* Everything a template reads besides the messages. */
+struct tp_chat_opts {
+    int add_generation_prompt;
+    const char *bos, *eos;          /* special token texts; NULL: "" */
+    const char *default_system;     /* see tp_chat_default_system; NULL: none */
+    const struct cJSON *tools;      /* the request's tools, a JSON array of {"type": "function", "function": {...}}
+                                     * in tree form, rendered as the family's template does; NULL: none */
+    const char *date;               /* "25 Nov 2026": the date templates that print today's date show
+                                     * (llama3.2); NULL: today, local time */
+    const char *reasoning_effort;   /* harmony's "Reasoning:" line ("low" | "medium" | "high"); NULL: the
+                                     * template's "medium" */
+};
+/* tp_chat_render with options.  Families without a tools block refuse tools,
+ * tool calls and tool messages (TP_ERR_INVALID_ARG with a message) rather
+ * than drop them. */
+enum tp_status tp_chat_render_opts(enum tp_chat_family f, const struct tp_chat_msg *msgs, int n_msgs,
+                                   const struct tp_chat_opts *o, struct tp_buf *out, struct tp_error *err);
+/* 1 when family f renders tools and tool messages. */
+int tp_chat_has_tools(enum tp_chat_family f);
+/* The format family f's models write tool calls in (TP_TOOL_FORMAT_NONE: none). */
+enum tp_tool_format tp_chat_tool_format(enum tp_chat_family f);
+/* Jinja's tojson as @huggingface/jinja writes it: ", " and ": " separators,
+ * numbers as JavaScript prints them, strings as JSON.stringify escapes them
+ * (tree-form NUL as \u0000); indent > 0: one member per line.  TP_OK or TP_ERR_NOMEM. */
+enum tp_status tp_chat_tojson(const struct cJSON *v, int indent, struct tp_buf *out);
 /*
  * ChatML templates that open with a default system message when the
  * conversation has none (Qwen2: "You are a helpful assistant.", Qwen2.5:
@@ -239,6 +278,9 @@ void tp_think_split(const char *text, size_t len, int done, struct tp_think_part
 
 /* ================================================== request parameters ===== */
 
+/* How an embedding request pools its tokens' final hidden states. */
+enum tp_pooling { TP_POOL_NONE = 0, TP_POOL_MEAN, TP_POOL_LAST, TP_POOL_CLS, TP_POOL_COUNT };
+
 #define TP_MAX_STOP 16
 #define TP_MAX_STOP_BYTES 256
 #define TP_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
@@ -269,10 +311,21 @@ struct tp_req_params {
     int n_stop;
     struct tp_grammar *grammar;    /* response_format json_object / json_schema: the reply's automaton (owned);
                                     * NULL: unconstrained */
+    int embed;                     /* enum tp_pooling: nonzero: an embedding request: the prompt is read and its
+                                    * final hidden states pooled into tp_req.embd; nothing is generated */
     int tool_call;                 /* tool_choice required / named: the reply is {"name", "arguments"} under grammar,
                                     * returned as tool_calls */
-    struct cJSON *tools;           /* the request's tools (owned) when tool_choice is not "none", else NULL */
-    int tool_auto;                 /* tool_choice "auto" with tools: the model decides (harmony only) */
+    struct cJSON *tools;           /* chat: the request's tools (owned, tree form) when the model may see them
+                                    * (tool_choice other than "none"); NULL otherwise */
+    int tool_auto;                 /* tool_choice "auto" with tools: the reply may hold calls in the family's
+                                    * format; grammar (built by tp_req_tools_grammar) is switched on where a
+                                    * call begins */
+    int parallel_tool_calls;       /* 0: at most one call per reply (the reply ends after it) */
+    enum tp_tool_format tool_format; /* the format the reply's calls are read in: JSON for forced calls, the
+                                      * family's format with tool_auto, NONE: no calls */
+    struct tp_chat_call *calls;    /* (n_calls) every history tool call, referenced by msgs (owned, with their
+                                    * strings and arguments) */
+    int n_calls;
     char *reasoning_effort;        /* "low" | "medium" | "high" (owned) or NULL */
 };
 /*
@@ -284,6 +337,15 @@ struct tp_req_params {
 enum tp_status tp_req_parse(const char *body, size_t len, int chat, int n_vocab, int n_ctx, struct tp_req_params *p,
                  struct tp_api_error *e);
 void tp_req_params_free(struct tp_req_params *p);
+/*
+ * tool_choice "auto": compile p->grammar for calls written in format f (the
+ * chat family's; each call's arguments under its tool's parameters schema)
+ * and set p->tool_format.  Returns TP_OK, or with e filled:
+ * TP_ERR_UNSUPPORTED (the family has no tool format), TP_ERR_INVALID_ARG (a
+ * schema outside the subset), TP_ERR_NOMEM.
+ */
+enum tp_status tp_req_tools_grammar(struct tp_req_params *p, enum tp_tool_format f, const char *family,
+                                    struct tp_api_error *e);
 
 /* ======================================================= stop strings ===== */
 
@@ -371,12 +433,16 @@ struct tp_req {
     /* ---- mu protected ---- */
     enum tp_req_state state;
     enum tp_finish finish;
+    int stop_idx;                  /* with TP_FINISH_STOP: 1 + the index of the stop string that ended it; 0: EOS,
+                                    * a complete grammar value or no stop string */
     int cancelled;                 /* set by the HTTP side (client gone) */
     struct tp_error err;           /* with TP_FINISH_ERROR: why (TP_ERR_PEER rank lost, TP_ERR_BUSY stopping,
                                     * TP_ERR_TIMEOUT recovery wait over, TP_ERR_NOMEM, TP_ERR_INTERNAL, ...) */
     struct tp_gen_tok *toks;       /* (max_tokens), owned */
     int n_toks;
     struct tp_buf text;            /* released text */
+    float *embd;                   /* (n_embd) with params.embed: the pooled hidden state, L2-normalised when the
+                                    * request is done (owned; allocated zeroed by the submitter) */
     int n_prefilled;               /* prompt tokens processed so far */
     int n_cached;                  /* prompt tokens not prefilled: reused from the slot's own KV cache or
                                     * copied from another slot's (prefix sharing) */

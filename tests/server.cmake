@@ -80,11 +80,40 @@ foreach(_tp_case "stories_1rank|${PROJECT_SOURCE_DIR}/models/stories260K.gguf|1|
                          "TP_SHARED_DIR=${TP_SHARED_DIR};TP_STRUCT_SEEDS=1")
   endif()
   if(_m MATCHES "^synth:")
-    # random weights at a 128K+ vocabulary end strings far less often than stories260K: every
-    # completed reply must validate, replies cut by max_tokens may reach 25%; one seed keeps it short
+    # random weights at a 128K+ vocabulary: one seed keeps it short
     set_tests_properties(server.node_structured_${_n} PROPERTIES ENVIRONMENT
-                         "TP_SHARED_DIR=${TP_SHARED_DIR};TP_STRUCT_SEEDS=1;TP_STRUCT_VARIANTS=sampled;TP_STRUCT_MAX_TOKENS=600;TP_STRUCT_MAX_CUT_PCT=25")
+                         "TP_SHARED_DIR=${TP_SHARED_DIR};TP_STRUCT_SEEDS=1;TP_STRUCT_VARIANTS=sampled;TP_STRUCT_MAX_TOKENS=300")
   endif()
+endforeach()
+
+# tool_choice "auto" (tests/node/tools.mjs): calls pushed by logit_bias on the format's marker token
+# are made under the tools' grammar, parsed into tool_calls and streamed as fragments; raw HTTP, the
+# openai stream helper, the Vercel AI SDK streamText with tools, LangChain bindTools.  Hermes
+# (Qwen3's template) at 1 and 2 ranks; Llama 3.1 (the Llama 3 tokenizer served with its template).
+foreach(_tp_case "qwen3_1rank|1|qwen3||<tool_call>|1" "qwen3_2rank|2|qwen3||<tool_call>|1"
+                 "llama31_1rank|1|llama3|llama3.1|{|0")
+  string(REPLACE "|" ";" _tp_case "${_tp_case}")
+  list(GET _tp_case 0 _n)
+  list(GET _tp_case 1 _r)
+  list(GET _tp_case 2 _m)
+  list(GET _tp_case 3 _t)
+  list(GET _tp_case 4 _k)
+  list(GET _tp_case 5 _p)
+  add_test(NAME server.node_tools_${_n}_shared
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve> synth:${_m} ${_r} tools.mjs)
+  set_tests_properties(server.node_tools_${_n}_shared PROPERTIES LABELS "model" TIMEOUT 400 SKIP_RETURN_CODE 77
+                       RESOURCE_LOCK tp_npm_install ENVIRONMENT
+                       "TP_SHARED_DIR=${TP_SHARED_DIR};TP_SERVE_CHAT_TEMPLATE=${_t};TP_TOOLS_MARKER=${_k};TP_TOOLS_PARALLEL=${_p}")
+endforeach()
+
+# Anthropic Messages, OpenAI Responses and Ollama through their official npm clients
+# (tests/node/apis.mjs), at 1 and 2 ranks.
+foreach(_r 1 2)
+  add_test(NAME server.node_apis_${_r}rank
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve>
+                   ${PROJECT_SOURCE_DIR}/models/stories260K.gguf ${_r} apis.mjs)
+  set_tests_properties(server.node_apis_${_r}rank PROPERTIES LABELS "model" TIMEOUT 400 SKIP_RETURN_CODE 77
+                       RESOURCE_LOCK tp_npm_install)
 endforeach()
 
 # The web page (GET /): headless Chromium through puppeteer-core against real

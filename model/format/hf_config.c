@@ -84,6 +84,7 @@ static const struct {
     {"Qwen3MoeForCausalLM", "qwen3_moe", TP_ARCH_QWEN3MOE},
     {"Qwen2MoeForCausalLM", "qwen2_moe", TP_ARCH_QWEN2MOE},
     {"MixtralForCausalLM", "mixtral", TP_ARCH_LLAMA},
+    {"GptOssForCausalLM", "gpt_oss", TP_ARCH_GPTOSS},
 };
 
 static enum tp_status read_rope_scaling(const cJSON *root, const char *path, struct tp_hparams *hp,
@@ -95,6 +96,9 @@ static enum tp_status read_rope_scaling(const cJSON *root, const char *path, str
     hp->rope_low_freq_factor = 1.0f;
     hp->rope_high_freq_factor = 4.0f;
     hp->rope_orig_ctx = 8192;
+    hp->rope_yarn_beta_fast = 32.0f;
+    hp->rope_yarn_beta_slow = 1.0f;
+    hp->rope_attn_factor = 1.0f;
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     if (!rs || cJSON_IsNull(rs)) return TP_OK;
     if (!cJSON_IsObject(rs)) return tp_error_set(err, TP_ERR_FORMAT, "%s: \"rope_scaling\" must be an object or null", path);
@@ -103,15 +107,35 @@ static enum tp_status read_rope_scaling(const cJSON *root, const char *path, str
     if (!type || strcmp(type, "default") == 0) return TP_OK;
     if (strcmp(type, "linear") == 0) hp->rope_scaling = TP_ROPE_SCALING_LINEAR;
     else if (strcmp(type, "llama3") == 0) hp->rope_scaling = TP_ROPE_SCALING_LLAMA3;
+    else if (strcmp(type, "yarn") == 0) hp->rope_scaling = TP_ROPE_SCALING_YARN;
     else
         return tp_error_set(err, TP_ERR_UNSUPPORTED,
-                            "%s: rope_scaling type '%.32s' is not supported (supported: default, linear, llama3)", path,
-                            type);
+                            "%s: rope_scaling type '%.32s' is not supported (supported: default, linear, llama3, yarn)",
+                            path, type);
     TP_CHECK_GOTO(get_float(rs, path, "factor", 1.0f, &hp->rope_scale_factor, err), rc, out);
     TP_CHECK_GOTO(get_float(rs, path, "low_freq_factor", 1.0f, &hp->rope_low_freq_factor, err), rc, out);
     TP_CHECK_GOTO(get_float(rs, path, "high_freq_factor", 4.0f, &hp->rope_high_freq_factor, err), rc, out);
     TP_CHECK_GOTO(get_int(rs, path, "original_max_position_embeddings", 0, 8192, 1, 1 << 30, &hp->rope_orig_ctx, err),
                   rc, out);
+    if (hp->rope_scaling == TP_ROPE_SCALING_YARN) {
+        TP_CHECK_GOTO(get_float(rs, path, "beta_fast", 32.0f, &hp->rope_yarn_beta_fast, err), rc, out);
+        TP_CHECK_GOTO(get_float(rs, path, "beta_slow", 1.0f, &hp->rope_yarn_beta_slow, err), rc, out);
+        /* transformers rounds the ramp ends unless truncate is false (gpt-oss: false, as OpenAI's
+         * reference); that rounding is not implemented */
+        if (get_bool(rs, "truncate", 1))
+            return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                                "%s: rope_scaling yarn with truncate = true (rounded ramp ends) is not supported; "
+                                "only truncate = false (gpt-oss)",
+                                path);
+        if (cJSON_GetObjectItemCaseSensitive(rs, "attention_factor") || cJSON_GetObjectItemCaseSensitive(rs, "mscale"))
+            return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                                "%s: rope_scaling yarn with attention_factor / mscale is not supported (the default "
+                                "0.1 ln(factor) + 1 is)",
+                                path);
+        if (!(hp->rope_yarn_beta_fast > hp->rope_yarn_beta_slow && hp->rope_yarn_beta_slow > 0.0f))
+            return tp_error_set(err, TP_ERR_FORMAT, "%s: rope_scaling beta_fast must exceed beta_slow > 0", path);
+        if (hp->rope_scale_factor > 1.0f) hp->rope_attn_factor = 0.1f * logf(hp->rope_scale_factor) + 1.0f;
+    }
     if (!(hp->rope_scale_factor > 0.0f) ||
         (hp->rope_scaling == TP_ROPE_SCALING_LLAMA3 && !(hp->rope_high_freq_factor > hp->rope_low_freq_factor)))
         return tp_error_set(err, TP_ERR_FORMAT, "%s: rope_scaling parameters are inconsistent", path);
@@ -153,11 +177,12 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
         rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
                           "%s: architecture '%.64s' (model_type '%.32s') is not supported (supported: LlamaForCausalLM, "
                           "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, "
-                          "MixtralForCausalLM)",
+                          "MixtralForCausalLM, GptOssForCausalLM)",
                           path, arch ? arch : "(none)", mt ? mt : "(none)");
         goto out;
     }
-    const int moe_arch = hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE ||
+    const int gptoss = hp->arch == TP_ARCH_GPTOSS;
+    const int moe_arch = hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE || gptoss ||
                          (arch && strcmp(arch, "MixtralForCausalLM") == 0) || strcmp(out->model_type, "mixtral") == 0;
     static const char *const moe_keys[] = {"num_experts", "num_local_experts", "n_routed_experts"};
     for (size_t i = 0; i < TP_ARRAY_LEN(moe_keys) && !moe_arch; i++) {
@@ -176,7 +201,7 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
         rc = tp_error_set(err, TP_ERR_UNSUPPORTED, "%s: hidden_act '%.32s' is not supported (only silu)", path, act);
         goto out;
     }
-    if (get_bool(root, "mlp_bias", 0)) {
+    if (!gptoss && get_bool(root, "mlp_bias", 0)) {
         rc = tp_error_set(err, TP_ERR_UNSUPPORTED, "%s: mlp_bias = true (biases in the MLP) is not supported", path);
         goto out;
     }
@@ -189,7 +214,7 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
     }
     const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     const char *qm = cJSON_IsObject(qc) ? get_str(qc, "quant_method") : NULL;
-    if (qm && strcmp(qm, "mlx") != 0) {
+    if (qm && strcmp(qm, "mlx") != 0 && !(gptoss && strcmp(qm, "mxfp4") == 0)) {
         rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
                           "%s: quantization_config.quant_method '%.32s' is not supported (F32/F16/BF16 safetensors, "
                           "MLX quantized, or a GGUF file)",
@@ -249,7 +274,50 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
         goto out;
     }
     TP_CHECK_GOTO(read_rope_scaling(root, path, hp, err), rc, out);
-    if (moe_arch) {
+    if (gptoss) {
+        /* OpenAI's checkpoint: experts in MXFP4 (quantization_config.quant_method "mxfp4"); a
+         * dequantized (bf16 gate_up_proj) directory has another expert layout, not read here */
+        if (!qm) {
+            rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
+                              "%s: gpt-oss without quantization_config mxfp4 (dequantized experts) is not supported; "
+                              "use OpenAI's MXFP4 checkpoint or a GGUF file",
+                              path);
+            goto out;
+        }
+        TP_CHECK_GOTO(get_int(root, path, "num_local_experts", 1, 0, 1, 1 << 16, &hp->n_expert, err), rc, out);
+        TP_CHECK_GOTO(get_int(root, path, "num_experts_per_tok", 1, 0, 1, hp->n_expert, &hp->n_expert_used, err), rc,
+                      out);
+        hp->router_softmax_topk = 1;
+        hp->expert_weights_norm = 0;
+        hp->swiglu_alpha = 1.702f;
+        TP_CHECK_GOTO(get_float(root, path, "swiglu_limit", 7.0f, &hp->swiglu_limit, err), rc, out);
+        if (!(hp->swiglu_limit > 0.0f)) {
+            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: swiglu_limit must be > 0", path);
+            goto out;
+        }
+        /* windows: layer_types alternates "sliding_attention" / "full_attention" from layer 0 */
+        int win = 0;
+        TP_CHECK_GOTO(get_int(root, path, "sliding_window", 0, 0, 0, 1 << 30, &win, err), rc, out);
+        const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+        if (cJSON_IsArray(lt)) {
+            int l = 0;
+            const cJSON *e;
+            cJSON_ArrayForEach(e, lt)
+            {
+                const char *want = l % 2 == 0 ? "sliding_attention" : "full_attention";
+                if (!cJSON_IsString(e) || strcmp(e->valuestring, want) != 0) {
+                    rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
+                                      "%s: layer_types[%d] is not \"%s\": only gpt-oss's alternation (sliding on the "
+                                      "even layers) is supported",
+                                      path, l, want);
+                    goto out;
+                }
+                l++;
+            }
+        }
+        hp->sliding_window = win;
+        hp->swa_period = 2;
+    } else if (moe_arch) {
         const int mixtral = hp->arch == TP_ARCH_LLAMA;
         TP_CHECK_GOTO(get_int(root, path, mixtral ? "num_local_experts" : "num_experts", 1, 0, 1, 1 << 16, &hp->n_expert,
                               err),
@@ -281,16 +349,18 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
      * long as the trained context is full attention.  Qwen2's use_sliding_window applies it to the
      * layers from max_window_layers on only, which is not implemented. */
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
-    hp->sliding_window = 0;
-    if (cJSON_IsNumber(sw) && sw->valuedouble >= 1 && sw->valuedouble < hp->n_ctx_train &&
-        get_bool(root, "use_sliding_window", hp->arch == TP_ARCH_LLAMA)) {
-        if (hp->arch == TP_ARCH_LLAMA)
-            hp->sliding_window = (int)sw->valuedouble;
-        else
-            tp_log(TP_LOG_WARN, MODULE,
-                   "%s: use_sliding_window with max_window_layers is not implemented (attention is full): output "
-                   "differs from the reference past %g tokens",
-                   path, sw->valuedouble);
+    if (!gptoss) { /* gpt-oss: its windowed layers were read above */
+        hp->sliding_window = 0;
+        if (cJSON_IsNumber(sw) && sw->valuedouble >= 1 && sw->valuedouble < hp->n_ctx_train &&
+            get_bool(root, "use_sliding_window", hp->arch == TP_ARCH_LLAMA)) {
+            if (hp->arch == TP_ARCH_LLAMA)
+                hp->sliding_window = (int)sw->valuedouble;
+            else
+                tp_log(TP_LOG_WARN, MODULE,
+                       "%s: use_sliding_window with max_window_layers is not implemented (attention is full): output "
+                       "differs from the reference past %g tokens",
+                       path, sw->valuedouble);
+        }
     }
 out:
     cJSON_Delete(root);

@@ -23,6 +23,8 @@ static const struct {
 } k_layer[] = {
     {"attn_norm.weight", "input_layernorm.weight"},
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight"}, /* gpt-oss's name for it */
+    {"attn_sinks.weight", "self_attn.sinks"},                          /* gpt-oss */
     {"attn_q.weight", "self_attn.q_proj.weight"},
     {"attn_k.weight", "self_attn.k_proj.weight"},
     {"attn_v.weight", "self_attn.v_proj.weight"},
@@ -38,12 +40,18 @@ static const struct {
     {"ffn_down.weight", "mlp.down_proj.weight"},
 };
 
-/* Mixture-of-experts names (see tensor_source.h): variant 0 Qwen-MoE, 1 Mixtral. */
+/* Mixture-of-experts names (see tensor_source.h): variant 0 Qwen-MoE, 1 Mixtral, 2 gpt-oss (its
+ * router; the experts are fused MXFP4 tensors the loader reads itself). */
 static int hf_moe_name(const char *gguf_name, int layer, const char *suffix, int variant, char *out, size_t cap)
 {
     static const char *const part[3] = {"gate", "up", "down"};
     static const char *const mixtral[3] = {"w1", "w3", "w2"};
     int n = -1, e = -1, used = 0;
+    if (variant == 2) {
+        if (strcmp(suffix, "ffn_gate_inp.weight") == 0) n = snprintf(out, cap, "model.layers.%d.mlp.router.weight", layer);
+        if (strcmp(suffix, "ffn_gate_inp.bias") == 0) n = snprintf(out, cap, "model.layers.%d.mlp.router.bias", layer);
+        return n > 0 && (size_t)n < cap;
+    }
     if (strcmp(suffix, "ffn_gate_inp.weight") == 0)
         n = snprintf(out, cap, "model.layers.%d.%s.gate.weight", layer, variant ? "block_sparse_moe" : "mlp");
     for (int i = 0; i < 3 && n < 0; i++) {
@@ -127,7 +135,7 @@ int tp_tsrc_find(const struct tp_tsrc *s, const char *name, struct tp_tsrc_tenso
     }
     char hf[160];
     const struct tp_st_tensor *t = NULL;
-    for (int v = 0; v < 2 && !t && s->st; v++)
+    for (int v = 0; v < 3 && !t && s->st; v++)
         if (tp_tsrc_hf_name_variant(name, v, hf, sizeof(hf))) t = tp_st_find(s->st, hf);
     if (!t) return 0;
     out->name = t->name;

@@ -10,7 +10,9 @@
  *             xb = rmsnorm(x) ; hb = silu(xb Wg) * (xb Wu)     pool job FFN_UP
  *             proj = hb Wd ; all_sum(proj) ; x += proj         pool job DOWN
  * (mixture of experts: the FFN step routes each token to its experts and runs
- * each selected expert once over all its tokens, see moe_ffn)
+ * each selected expert once over all its tokens, see moe_ffn; gpt-oss adds the
+ * attn_output bias after its all_sum, a router bias, expert biases and the
+ * clamped SwiGLU, and scales the YaRN cos/sin by the attention factor)
  * then logits = rmsnorm(x) Wout for the tokens that asked.
  * Every job hands out chunks of the rows of its matrices (or of the (token,
  * head) pairs) to the threads of the persistent pool as they come free
@@ -38,7 +40,7 @@ static void mm(const struct tp_wmat *w, const uint8_t *xq, size_t xq_stride, int
         tp_kern_matmul_mlx(w->type, w->data, w->row_bytes, &g, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
         return;
     }
-    if (w->x16) /* Q4_0 / Q8_0 re-laid 16 rows at a time (repack.c) */
+    if (w->x16) /* re-laid 16 rows at a time (repack.c) */
         tp_kern_matmul_x16(w->type, w->data, w->row_bytes, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
     else
         tp_kern_matmul(w->type, w->data, w->row_bytes, w->cols, xq, xq_stride, n_tok, y, y_stride, r0, r1);
@@ -320,7 +322,21 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
             float *g = m->hb + (size_t)p0 * F, *u = m->hb2 + (size_t)p0 * F;
             mm(&L->xgate[e], act_for(m, L->xgate[e].type) + (size_t)p0 * as, as, np, g, F, r0, r1);
             mm(&L->xup[e], act_for(m, L->xup[e].type) + (size_t)p0 * as, as, np, u, F, r0, r1);
-            for (int q = 0; q < np; q++) tp_op_swiglu(g + q * F + r0, g + q * F + r0, u + q * F + r0, (int)(r1 - r0));
+            if (L->xgate_b) { /* gpt-oss: expert biases, then the clamped SwiGLU */
+                const float *bg = L->xgate_b + (size_t)e * F, *bu = L->xup_b + (size_t)e * F;
+                for (int q = 0; q < np; q++)
+                    for (int64_t r = r0; r < r1; r++) {
+                        g[q * F + r] += bg[r];
+                        u[q * F + r] += bu[r];
+                    }
+            }
+            for (int q = 0; q < np; q++) {
+                if (m->hp.swiglu_limit > 0.0f)
+                    tp_op_swiglu_clamped(g + q * F + r0, g + q * F + r0, u + q * F + r0, (int)(r1 - r0),
+                                         m->hp.swiglu_alpha, m->hp.swiglu_limit);
+                else
+                    tp_op_swiglu(g + q * F + r0, g + q * F + r0, u + q * F + r0, (int)(r1 - r0));
+            }
         }
         break;
     }
@@ -331,6 +347,11 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
             const int64_t r0 = TP_MAX(i0 - a * E, 0), r1 = TP_MIN(i1 - a * E, E);
             mm(&L->xdown[e], act_for(m, L->xdown[e].type) + (size_t)p0 * as, as, np, m->moe_x + (size_t)p0 * E, E, r0,
                r1);
+            if (L->xdown_b) /* gpt-oss: the expert's down bias, on the rank holding column 0 */
+                for (int q = 0; q < np; q++) {
+                    float *o = m->moe_x + (size_t)(p0 + q) * E;
+                    for (int64_t r = r0; r < r1; r++) o[r] += L->xdown_b[(size_t)e * E + r];
+                }
         }
         break;
     }
@@ -418,7 +439,11 @@ static void moe_ffn(tp_model_t *m, const struct tp_layer *L, int n_tok)
     memset(off, 0, sizeof(int) * (size_t)(X + 1));
     for (int t = 0; t < n_tok; t++) {
         int *sel = m->moe_sel + (size_t)t * k;
-        tp_moe_route(m->router_logits + (size_t)t * X, X, k, hp->expert_weights_norm, sel, m->moe_wsel + (size_t)t * k);
+        float *lg = m->router_logits + (size_t)t * X;
+        if (L->brouter)
+            for (int e = 0; e < X; e++) lg[e] += L->brouter[e];
+        if (hp->router_softmax_topk) tp_moe_route_topk_softmax(lg, X, k, sel, m->moe_wsel + (size_t)t * k);
+        else tp_moe_route(lg, X, k, hp->expert_weights_norm, sel, m->moe_wsel + (size_t)t * k);
         for (int j = 0; j < k; j++)
             if (sel[j] >= e0 && sel[j] < e1) off[sel[j] + 1]++;
     }
@@ -561,10 +586,13 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
     const int n_tok = b->n_tokens, E = hp->n_embd, hd = m->hd;
     m->batch = b;
     m->n_tok = n_tok;
+    m->hidden_valid = 0;
 
     /* embeddings */
     for (int t = 0; t < n_tok; t++) dequant_row(&m->tok_embd, b->token[t], m->x + (size_t)t * E);
     for (int t = 0; t < n_tok; t++) tp_op_rope_cs(m->rope_cs + (size_t)t * hp->rope_dim, m->inv_freq, hp->rope_dim, b->pos[t]);
+    if (hp->rope_scaling == TP_ROPE_SCALING_YARN && hp->rope_attn_factor > 0.0f && hp->rope_attn_factor != 1.0f)
+        for (size_t i = 0; i < (size_t)n_tok * (size_t)hp->rope_dim; i++) m->rope_cs[i] *= hp->rope_attn_factor;
 
     int qkv_align = hd; /* lcm(hd, 16) */
     while (qkv_align % 16) qkv_align += hd;
@@ -587,6 +615,8 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
         run(m, TP_PH_O, L->wo.rows, 16, mm_work(&L->wo, n_tok));
         TP_CHECK_GOTO(all_sum(m, m->proj, (size_t)n_tok * E), rc, out);
         for (size_t i = 0; i < (size_t)n_tok * E; i++) m->x[i] += m->proj[i];
+        if (L->bo) /* attn_output bias (gpt-oss): every rank, after the sum */
+            for (int t = 0; t < n_tok; t++) tp_op_axpy(m->x + (size_t)t * E, 1.0f, L->bo, E);
         /* feed-forward */
         if (hp->n_expert > 0) {
             moe_ffn(m, L, n_tok);
@@ -604,6 +634,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
     }
     /* sequences now hold the new positions */
     memcpy(m->seq_len, m->seq_tmp, (size_t)m->n_seq * sizeof(int));
+    m->hidden_valid = 1; /* x holds every token's final residual (tp_model_hidden) */
     for (int s = 0; s < m->n_seq; s++) m->seq_hi[s] = TP_MAX(m->seq_hi[s], m->seq_len[s]);
 
     /* logits for the tokens that want them */
@@ -630,6 +661,14 @@ out:
     m->stats.n_tokens += (uint64_t)n_tok;
     m->stats.ns_forward += tp_now_ns() - t_start;
     return rc;
+}
+
+enum tp_status tp_model_hidden(const tp_model_t *m, int t, float *out)
+{
+    if (!m || !out || !m->hidden_valid || t < 0 || t >= m->n_tok) return TP_ERR_INVALID_ARG;
+    const int E = m->hp.n_embd;
+    tp_op_rmsnorm(out, m->x + (size_t)t * E, m->output_norm, E, m->hp.norm_eps);
+    return TP_OK;
 }
 
 void tp_model_seq_truncate(tp_model_t *m, int seq, int from_pos)

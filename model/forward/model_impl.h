@@ -34,7 +34,7 @@ struct tp_wmat {
     void *owned_sb;
     size_t sb_row_bytes;
     int sb_bf16;
-    int x16; /* Q4_0 / Q8_0 re-laid 16 rows at a time (kernels.h "x16") into owned by tp_model_repack;
+    int x16; /* quantized, re-laid 16 rows at a time (kernels.h "x16") into owned by tp_model_repack;
               * row r is then NOT at data + r * row_bytes (tp_kern_unpack_x16_row) */
 };
 
@@ -45,6 +45,7 @@ struct tp_layer {
     float *q_norm, *k_norm;   /* (hd) owned; NULL without q/k norm */
     int32_t attn_window; /* sliding-window size in positions; 0 = full attention */
     float *attn_sinks; /* (nq) owned: learned sink logit per held Q head; NULL without sinks */
+    float *bo;                /* (n_embd) owned: attn_output bias, added after the all_sum; NULL without */
     struct tp_wmat wq;        /* (nq*hd, n_embd) */
     struct tp_wmat wk, wv;    /* (nkv*hd, n_embd) */
     struct tp_wmat wo;        /* (n_embd, nq*hd) */
@@ -52,6 +53,11 @@ struct tp_layer {
     struct tp_wmat wdown;     /* (n_embd, n_ff_l) */
     /* mixture of experts (hp.n_expert > 0; the dense wgate/wup/wdown are then unused) */
     struct tp_wmat wrouter;   /* ffn_gate_inp (n_expert, n_embd), whole on every rank */
+    float *brouter;           /* (n_expert) owned: router bias (gpt-oss); NULL without */
+    /* gpt-oss expert biases, owned (NULL without): gate / up (n_expert, n_ff_l) the held columns,
+     * down (n_expert, n_embd) on the rank whose ff_begin is 0 (added once per expert); rows of
+     * experts not held are zero */
+    float *xgate_b, *xup_b, *xdown_b;
     struct tp_wmat *xgate, *xup; /* (n_expert) per expert (n_ff_l, n_embd); rows 0 for experts not held */
     struct tp_wmat *xdown;    /* (n_expert) per expert (n_embd, n_ff_l); rows 0 for experts not held */
     /* the stacked ffn_{gate,up,down}_exps tensors when held whole (the per-expert
@@ -235,6 +241,7 @@ struct tp_model {
     int64_t chunk_align;       /* chunk lengths are multiples of this (kernels' row groups) */
     int cur_layer;
     int n_tok;
+    int hidden_valid;          /* the last forward completed: x holds its tokens' final residuals */
     const struct tp_batch *batch;
     float *logits_out;
     int n_out;
@@ -269,6 +276,9 @@ void tp_op_rope_cs(float *cs, const float *inv_freq, int rope_dim, int pos);
 void tp_op_softmax(float *x, int n);
 /* y[i] = silu(g[i]) * u[i]. */
 void tp_op_swiglu(float *y, const float *g, const float *u, int n);
+/* gpt-oss: g' = min(g, limit), u' = clamp(u, -limit, limit), y = g' sigmoid(alpha g') (u' + 1)
+ * (y may equal g or u). */
+void tp_op_swiglu_clamped(float *y, const float *g, const float *u, int n, float alpha, float limit);
 /* attn.c: the per-position reference of one query head q[hd] over n cached
  * positions (f32 or fp16 rows j at element j * kv_stride): scores, softmax,
  * weighted values, one dot / axpy per position; sc: n floats of scratch. */
@@ -284,9 +294,12 @@ void tp_op_rope_freqs(float *inv_freq, const struct tp_hparams *hp, const float 
  * w[k] (softmax probabilities over all experts, renormalised over the k when
  * norm).  1 <= k <= n_expert. */
 void tp_moe_route(const float *logits, int n_expert, int k, int norm, int *sel, float *w);
+/* gpt-oss's router: the k largest logits (same order and ties as tp_moe_route), their
+ * weights the softmax over those k logits only. */
+void tp_moe_route_topk_softmax(const float *logits, int n_expert, int k, int *sel, float *w);
 
 /* ---- repack.c ---- */
-/* Re-lay this rank's Q4_0 matrices (layers and an untied output head; never
+/* Re-lay this rank's quantized matrices of an x16 type (layers, experts and an untied output head; never
  * the embedding, read by rows) in the kernels' x16 layout when the chosen
  * ISA computes it natively, with m->pool; releases the row-major bytes.
  * TP_ERR_NOMEM (message on m->err) if a matrix's new buffer cannot be had. */

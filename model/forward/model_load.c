@@ -52,6 +52,7 @@ const char *tp_arch_name(enum tp_arch a)
     case TP_ARCH_QWEN3: return "qwen3";
     case TP_ARCH_QWEN3MOE: return "qwen3moe";
     case TP_ARCH_QWEN2MOE: return "qwen2moe";
+    case TP_ARCH_GPTOSS: return "gpt-oss";
     default: return "unknown";
     }
 }
@@ -107,6 +108,7 @@ static enum tp_status read_hparams(tp_model_t *m)
     else if (strcmp(arch, "qwen3") == 0) hp->arch = TP_ARCH_QWEN3;
     else if (strcmp(arch, "qwen3moe") == 0) hp->arch = TP_ARCH_QWEN3MOE;
     else if (strcmp(arch, "qwen2moe") == 0) hp->arch = TP_ARCH_QWEN2MOE;
+    else if (strcmp(arch, "gpt-oss") == 0) hp->arch = TP_ARCH_GPTOSS;
     else if (strcmp(arch, "deepseek2") == 0 || strcmp(arch, "deepseek") == 0)
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
                             "%s: architecture '%s' (DeepSeek: multi-head latent attention and shared experts) is not "
@@ -122,7 +124,7 @@ static enum tp_status read_hparams(tp_model_t *m)
     else
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
                             "%s: architecture '%.64s' is not supported (supported: llama (incl. Mistral, TinyLlama, "
-                            "SmolLM, Mixtral), qwen2, qwen3, qwen2moe, qwen3moe)",
+                            "SmolLM, Mixtral), qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss)",
                             m->path, arch);
     int big = 1 << 24;
     TP_CHECK_GOTO(md_int(m, arch, "embedding_length", 1, 1, big, &hp->n_embd), rc, out);
@@ -133,11 +135,14 @@ static enum tp_status read_hparams(tp_model_t *m)
     TP_CHECK_GOTO(md_int(m, arch, "feed_forward_length", 1, 1, big, &hp->n_ff), rc, out);
     hp->n_ctx_train = 2048;
     TP_CHECK_GOTO(md_int(m, arch, "context_length", 0, 1, 1 << 30, &hp->n_ctx_train), rc, out);
+    hp->pooling_type = -1;
+    TP_CHECK_GOTO(md_int(m, arch, "pooling_type", 0, 0, 4, &hp->pooling_type), rc, out);
     hp->sliding_window = 0; /* Mistral v0.1: every layer attends to the last 4096 positions */
     TP_CHECK_GOTO(md_int(m, arch, "attention.sliding_window", 0, 0, 1 << 30, &hp->sliding_window), rc, out);
     if (hp->sliding_window >= hp->n_ctx_train) hp->sliding_window = 0;
     TP_CHECK_GOTO(md_int(m, arch, "expert_count", 0, 0, 1 << 16, &hp->n_expert), rc, out);
-    if ((hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE) && hp->n_expert == 0)
+    if ((hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE || hp->arch == TP_ARCH_GPTOSS) &&
+        hp->n_expert == 0)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: metadata '%s.expert_count' is missing (needed for arch %s)",
                             m->path, arch, arch);
     if (hp->n_expert > 0) {
@@ -148,8 +153,15 @@ static enum tp_status read_hparams(tp_model_t *m)
         TP_CHECK_GOTO(md_int(m, arch, "expert_used_count", 1, 1, hp->n_expert, &hp->n_expert_used), rc, out);
         /* Qwen3-MoE: experts narrower than feed_forward_length (the dense width, unused) */
         TP_CHECK_GOTO(md_int(m, arch, "expert_feed_forward_length", 0, 1, big, &hp->n_ff), rc, out);
-        /* Mixtral and Qwen3-MoE renormalise, Qwen2-MoE does not (llama.cpp: norm_w) */
+        /* Mixtral and Qwen3-MoE renormalise, Qwen2-MoE does not (llama.cpp: norm_w); gpt-oss's
+         * softmax over the selected logits sums to 1 by itself */
         hp->expert_weights_norm = hp->arch != TP_ARCH_QWEN2MOE;
+        if (hp->arch == TP_ARCH_GPTOSS) {
+            hp->router_softmax_topk = 1;
+            hp->expert_weights_norm = 0;
+            hp->swiglu_alpha = 1.702f; /* OpenAI's gpt-oss reference: swiglu(alpha=1.702, limit=7.0) */
+            hp->swiglu_limit = 7.0f;
+        }
         if (hp->arch == TP_ARCH_QWEN2MOE)
             TP_CHECK_GOTO(md_int(m, arch, "expert_shared_feed_forward_length", 1, 1, big, &hp->n_ff_shexp), rc, out);
         char nk[128];
@@ -192,7 +204,7 @@ static enum tp_status read_hparams(tp_model_t *m)
     if (hp->arch == TP_ARCH_QWEN3MOE) hp->has_qk_norm = 1;
     /* what the architecture implies (load_weights then goes by the tensors present): a
      * vocab-only load (tpserve plan, the probe) sizes the biases with it */
-    if (hp->arch == TP_ARCH_QWEN2 || hp->arch == TP_ARCH_QWEN2MOE) hp->has_qkv_bias = 1;
+    if (hp->arch == TP_ARCH_QWEN2 || hp->arch == TP_ARCH_QWEN2MOE || hp->arch == TP_ARCH_GPTOSS) hp->has_qkv_bias = 1;
     hp->rope_theta = 10000.0f;
     TP_CHECK_GOTO(md_float(m, arch, "rope.freq_base", &hp->rope_theta), rc, out);
     if (!(hp->rope_theta > 1.0f))
@@ -203,8 +215,13 @@ static enum tp_status read_hparams(tp_model_t *m)
     if (!(hp->norm_eps >= 0.0f && hp->norm_eps < 1.0f))
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: rms epsilon %g is out of range", m->path, (double)hp->norm_eps);
 
+    if (hp->arch == TP_ARCH_GPTOSS) hp->swa_period = 2; /* windows on the even layers (llama.cpp: swa pattern 2) */
+
     /* rope scaling */
     hp->rope_scaling = TP_ROPE_SCALING_NONE;
+    hp->rope_yarn_beta_fast = 32.0f;
+    hp->rope_yarn_beta_slow = 1.0f;
+    hp->rope_attn_factor = 1.0f;
     hp->rope_scale_factor = 1.0f;
     hp->rope_low_freq_factor = 1.0f;
     hp->rope_high_freq_factor = 4.0f;
@@ -224,17 +241,25 @@ static enum tp_status read_hparams(tp_model_t *m)
     if (stype && strcmp(stype, "none") != 0) {
         if (strcmp(stype, "linear") == 0) hp->rope_scaling = TP_ROPE_SCALING_LINEAR;
         else if (strcmp(stype, "llama3") == 0) hp->rope_scaling = TP_ROPE_SCALING_LLAMA3;
+        else if (strcmp(stype, "yarn") == 0) hp->rope_scaling = TP_ROPE_SCALING_YARN;
         else
             return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
-                                "%s: %s = '%.32s' is not supported (supported: none, linear, llama3)", m->path, key, stype);
+                                "%s: %s = '%.32s' is not supported (supported: none, linear, llama3, yarn)", m->path, key,
+                                stype);
         TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.factor", &hp->rope_scale_factor), rc, out);
         TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.low_freq_factor", &hp->rope_low_freq_factor), rc, out);
         TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.high_freq_factor", &hp->rope_high_freq_factor), rc, out);
         TP_CHECK_GOTO(md_int(m, arch, "rope.scaling.original_context_length", 0, 1, 1 << 30, &hp->rope_orig_ctx), rc,
                       out);
+        TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.yarn_beta_fast", &hp->rope_yarn_beta_fast), rc, out);
+        TP_CHECK_GOTO(md_float(m, arch, "rope.scaling.yarn_beta_slow", &hp->rope_yarn_beta_slow), rc, out);
         if (!(hp->rope_scale_factor > 0.0f) ||
-            (hp->rope_scaling == TP_ROPE_SCALING_LLAMA3 && !(hp->rope_high_freq_factor > hp->rope_low_freq_factor)))
+            (hp->rope_scaling == TP_ROPE_SCALING_LLAMA3 && !(hp->rope_high_freq_factor > hp->rope_low_freq_factor)) ||
+            (hp->rope_scaling == TP_ROPE_SCALING_YARN &&
+             !(hp->rope_yarn_beta_fast > hp->rope_yarn_beta_slow && hp->rope_yarn_beta_slow > 0.0f)))
             return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: rope scaling parameters are inconsistent", m->path);
+        if (hp->rope_scaling == TP_ROPE_SCALING_YARN && hp->rope_scale_factor > 1.0f)
+            hp->rope_attn_factor = 0.1f * logf(hp->rope_scale_factor) + 1.0f;
     }
 out:
     return rc;
@@ -451,6 +476,46 @@ static enum tp_status load_vec(tp_model_t *m, const struct tp_model_config *cfg,
     return TP_OK;
 }
 
+/*
+ * A 2-D f32/f16/bf16 tensor of ne = [ne0, ne1] (ne1 rows of ne0), as owned f32 (ne1, c1 - c0):
+ * elements [c0, c1) of every row.  The gpt-oss expert biases, one row per expert.
+ */
+static enum tp_status load_rows(tp_model_t *m, const struct tp_model_config *cfg, const char *name, int64_t ne0,
+                                int64_t ne1, int64_t c0, int64_t c1, float **out, uint64_t total)
+{
+    struct tp_tsrc_tensor tt;
+    const struct tp_tsrc_tensor *t = &tt;
+    if (!find_tensor(m, name, 1, &tt)) return m->err.status;
+    name = t->name;
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->n_elems != ne0 * ne1)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]",
+                            m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)ne0, (long long)ne1);
+    if (t->type != TP_WTYPE_F32 && t->type != TP_WTYPE_F16 && t->type != TP_WTYPE_BF16)
+        return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s (want f32/f16/bf16)", m->path, name,
+                            t->type_name);
+    const int64_t n = c1 - c0;
+    if (m->dry_run) {
+        m->weight_bytes += (uint64_t)(n * ne1) * 4;
+        return TP_OK;
+    }
+    float *v = tp_aligned_alloc(64, (size_t)(n * ne1 > 0 ? n * ne1 : 1) * sizeof(float));
+    if (!v) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
+    const uint8_t *src = t->data;
+    for (int64_t r = 0; r < ne1; r++)
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t k = r * ne0 + c0 + i;
+            if (t->type == TP_WTYPE_F32) memcpy(&v[r * n + i], src + k * 4, 4);
+            else {
+                uint16_t h;
+                memcpy(&h, src + k * 2, 2);
+                v[r * n + i] = t->type == TP_WTYPE_F16 ? tp_fp16_to_f32(h) : tp_bf16_to_f32(h);
+            }
+        }
+    *out = v;
+    progress(m, cfg, (uint64_t)(n * ne1) * 4, total);
+    return TP_OK;
+}
+
 static void free_mat(struct tp_wmat *w)
 {
     tp_aligned_free(w->owned);
@@ -503,6 +568,145 @@ static enum tp_status check_shard(tp_model_t *m, const struct tp_model_shard *s)
 
 /* ----------------------------------------------------------- init/free */
 
+/* ------------------------------------------------------------ gpt-oss, Hugging Face layout */
+
+/* A safetensors tensor by its HF name with the expected dtype and shape (n dims); NULL + error. */
+static const struct tp_st_tensor *hf_tensor(tp_model_t *m, const char *name, int n, const int64_t *shape, int u8)
+{
+    const struct tp_st_tensor *t = tp_st_find(m->st, name);
+    if (!t) {
+        tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' is missing (arch gpt-oss)", m->path, name);
+        return NULL;
+    }
+    int ok = t->n_dims == n && t->data != NULL;
+    for (int i = 0; ok && i < n; i++) ok = t->shape[i] == shape[i];
+    if (u8) ok = ok && t->dtype == TP_ST_U8;
+    else ok = ok && (t->dtype == TP_ST_F32 || t->dtype == TP_ST_BF16 || t->dtype == TP_ST_F16);
+    if (!ok) {
+        tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' is %s with %d dims [%lld, %lld, ...]; expected %s [%lld, %lld, ...]",
+                     m->path, name, tp_st_dtype_name(t->dtype), t->n_dims, (long long)t->shape[0],
+                     (long long)(t->n_dims > 1 ? t->shape[1] : 0), u8 ? "U8" : "F32/BF16/F16", (long long)shape[0],
+                     (long long)(n > 1 ? shape[1] : 0));
+        return NULL;
+    }
+    return t;
+}
+
+static float st_f32(const struct tp_st_tensor *t, int64_t i)
+{
+    const uint8_t *p = t->data;
+    if (t->dtype == TP_ST_F32) {
+        float v;
+        memcpy(&v, p + i * 4, 4);
+        return v;
+    }
+    uint16_t h;
+    memcpy(&h, p + i * 2, 2);
+    return t->dtype == TP_ST_BF16 ? tp_bf16_to_f32(h) : tp_fp16_to_f32(h);
+}
+
+/*
+ * Expert x's MXFP4 matrix from OpenAI's layout (PREFIX_blocks U8 (X, R, C/32, 16): byte i of a
+ * block holds element 2i in its low nibble and 2i+1 in its high one; PREFIX_scales U8 (X, R, C/32):
+ * the E8M0 exponents), rows r0, r0 + step, ... (n of them), column blocks [cb0, cb1), re-laid as
+ * GGUF MXFP4 rows (17-byte blocks: the exponent, then element j low / j+16 high) in an owned buffer.
+ */
+static enum tp_status hf_mxfp4(tp_model_t *m, const struct tp_model_config *cfg, const char *prefix, int64_t X,
+                               int64_t R, int64_t C, int64_t x, int64_t r0, int64_t step, int64_t n, int64_t cb0,
+                               int64_t cb1, struct tp_wmat *w, uint64_t total)
+{
+    char nb[200], ns[200];
+    snprintf(nb, sizeof nb, "%s_blocks", prefix);
+    snprintf(ns, sizeof ns, "%s_scales", prefix);
+    const int64_t shb[4] = {X, R, C / 32, 16}, shs[3] = {X, R, C / 32};
+    const struct tp_st_tensor *tb = hf_tensor(m, nb, 4, shb, 1), *ts = tb ? hf_tensor(m, ns, 3, shs, 1) : NULL;
+    if (!tb || !ts) return m->err.status;
+    const int64_t nblk = cb1 - cb0;
+    const size_t row_bytes = (size_t)nblk * sizeof(uint8_t) * 17;
+    if (m->dry_run) {
+        m->weight_bytes += (uint64_t)row_bytes * (uint64_t)n;
+        return TP_OK;
+    }
+    w->type = TP_WTYPE_MXFP4;
+    w->rows = n;
+    w->cols = nblk * 32;
+    w->row_bytes = row_bytes;
+    w->owned = tp_aligned_alloc(64, row_bytes * (size_t)(n > 0 ? n : 1));
+    if (!w->owned) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory for '%s'", m->path, nb);
+    w->data = w->owned;
+    const uint8_t *B = tb->data, *S = ts->data;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t r = r0 + i * step;
+        uint8_t *dst = (uint8_t *)w->owned + (size_t)i * row_bytes;
+        for (int64_t b = 0; b < nblk; b++) {
+            const size_t k = (size_t)((x * R + r) * (C / 32) + cb0 + b);
+            const uint8_t *src = B + k * 16;
+            uint8_t *o = dst + (size_t)b * 17;
+            o[0] = S[k];
+            for (int j = 0; j < 16; j++) {
+                /* element e's code: byte e/2, low nibble for even e */
+                const uint8_t lo = (uint8_t)(j & 1 ? src[j / 2] >> 4 : src[j / 2] & 0x0F);
+                const uint8_t hi = (uint8_t)((j + 16) & 1 ? src[(j + 16) / 2] >> 4 : src[(j + 16) / 2] & 0x0F);
+                o[1 + j] = (uint8_t)(lo | (hi << 4));
+            }
+        }
+    }
+    progress(m, cfg, (uint64_t)row_bytes * (uint64_t)n, total);
+    return TP_OK;
+}
+
+/* gpt-oss experts of a Hugging Face directory (OpenAI's MXFP4 checkpoint layout): the fused
+ * gate_up projection (rows 2f gate, 2f+1 up of output f) and down, their biases, and the router
+ * (mapped by the tensor source). */
+static enum tp_status load_experts_gptoss_hf(tp_model_t *m, const struct tp_model_config *cfg, int l, uint64_t total)
+{
+    enum tp_status rc = TP_OK;
+    const struct tp_hparams *hp = &m->hp;
+    const struct tp_model_shard *s = &m->shard;
+    struct tp_layer *L = &m->layers[l];
+    const int64_t E = hp->n_embd, F = hp->n_ff, X = hp->n_expert, f0 = s->ff_begin, f1 = s->ff_end, nf = f1 - f0;
+    char gu[160], dn[160], nm[200];
+    snprintf(gu, sizeof gu, "model.layers.%d.mlp.experts.gate_up_proj", l);
+    snprintf(dn, sizeof dn, "model.layers.%d.mlp.experts.down_proj", l);
+    if (E % 32 || F % 32 || f0 % 32 || f1 % 32)
+        return tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+                            "%s: gpt-oss experts: hidden %lld, width %lld and the shard columns [%lld, %lld) must be "
+                            "multiples of the 32-value MXFP4 block",
+                            m->path, (long long)E, (long long)F, (long long)f0, (long long)f1);
+    for (int64_t e = s->expert_begin; e < s->expert_end; e++) {
+        TP_CHECK_GOTO(hf_mxfp4(m, cfg, gu, X, 2 * F, E, e, 2 * f0, 2, nf, 0, E / 32, &L->xgate[e], total), rc, out);
+        TP_CHECK_GOTO(hf_mxfp4(m, cfg, gu, X, 2 * F, E, e, 2 * f0 + 1, 2, nf, 0, E / 32, &L->xup[e], total), rc, out);
+        TP_CHECK_GOTO(hf_mxfp4(m, cfg, dn, X, E, F, e, 0, 1, E, f0 / 32, f1 / 32, &L->xdown[e], total), rc, out);
+    }
+    snprintf(nm, sizeof nm, "%s_bias", gu);
+    const int64_t shg[2] = {X, 2 * F}, shd[2] = {X, E};
+    const struct tp_st_tensor *bg = hf_tensor(m, nm, 2, shg, 0);
+    if (!bg) return m->err.status;
+    snprintf(nm, sizeof nm, "%s_bias", dn);
+    const struct tp_st_tensor *bd = hf_tensor(m, nm, 2, shd, 0);
+    if (!bd) return m->err.status;
+    const uint64_t bias_bytes = (uint64_t)(X * nf * 2 + (f0 == 0 ? X * E : 0)) * 4;
+    if (m->dry_run) {
+        m->weight_bytes += bias_bytes;
+        return TP_OK;
+    }
+    L->xgate_b = tp_aligned_alloc(64, (size_t)(X * nf) * sizeof(float));
+    L->xup_b = tp_aligned_alloc(64, (size_t)(X * nf) * sizeof(float));
+    if (f0 == 0) L->xdown_b = tp_aligned_alloc(64, (size_t)(X * E) * sizeof(float));
+    if (!L->xgate_b || !L->xup_b || (f0 == 0 && !L->xdown_b))
+        return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
+    for (int64_t x = 0; x < X; x++) {
+        for (int64_t i = 0; i < nf; i++) {
+            L->xgate_b[x * nf + i] = st_f32(bg, x * 2 * F + 2 * (f0 + i));
+            L->xup_b[x * nf + i] = st_f32(bg, x * 2 * F + 2 * (f0 + i) + 1);
+        }
+        for (int64_t i = 0; f0 == 0 && i < E; i++) L->xdown_b[x * E + i] = st_f32(bd, x * E + i);
+    }
+    progress(m, cfg, bias_bytes, total);
+out:
+    return rc;
+}
+
 /*
  * Layer l's mixture of experts: the router ffn_gate_inp (whole) and, of the
  * stacked ffn_{gate,up,down}_exps, the held experts' slices.  Held whole (no
@@ -524,6 +728,31 @@ static enum tp_status load_experts(tp_model_t *m, const struct tp_model_config *
     snprintf(uname, sizeof(uname), "blk.%d.ffn_up_exps.weight", l);
     snprintf(dname, sizeof(dname), "blk.%d.ffn_down_exps.weight", l);
     TP_CHECK_GOTO(load_mat(m, cfg, rname, X, E, 0, X, 0, E, &L->wrouter, total), rc, out);
+    if (hp->arch == TP_ARCH_GPTOSS && !L->xgate) {
+        L->xgate = calloc((size_t)X, sizeof(*L->xgate));
+        L->xup = calloc((size_t)X, sizeof(*L->xup));
+        L->xdown = calloc((size_t)X, sizeof(*L->xdown));
+        if (!L->xgate || !L->xup || !L->xdown) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
+    }
+    if (hp->arch == TP_ARCH_GPTOSS && m->st) {
+        char bname[96];
+        snprintf(bname, sizeof bname, "blk.%d.ffn_gate_inp.bias", l);
+        TP_CHECK_GOTO(load_vec(m, cfg, bname, X, 0, X, &L->brouter, total), rc, out);
+        return load_experts_gptoss_hf(m, cfg, l, total);
+    }
+    if (hp->arch == TP_ARCH_GPTOSS) { /* router and expert biases (the held columns; down on one rank) */
+        char bname[96];
+        snprintf(bname, sizeof bname, "blk.%d.ffn_gate_inp.bias", l);
+        TP_CHECK_GOTO(load_vec(m, cfg, bname, X, 0, X, &L->brouter, total), rc, out);
+        snprintf(bname, sizeof bname, "blk.%d.ffn_gate_exps.bias", l);
+        TP_CHECK_GOTO(load_rows(m, cfg, bname, F, X, s->ff_begin, s->ff_end, &L->xgate_b, total), rc, out);
+        snprintf(bname, sizeof bname, "blk.%d.ffn_up_exps.bias", l);
+        TP_CHECK_GOTO(load_rows(m, cfg, bname, F, X, s->ff_begin, s->ff_end, &L->xup_b, total), rc, out);
+        if (s->ff_begin == 0) {
+            snprintf(bname, sizeof bname, "blk.%d.ffn_down_exps.bias", l);
+            TP_CHECK_GOTO(load_rows(m, cfg, bname, E, X, 0, E, &L->xdown_b, total), rc, out);
+        }
+    }
     if (!L->xgate) {
         L->xgate = calloc((size_t)X, sizeof(*L->xgate));
         L->xup = calloc((size_t)X, sizeof(*L->xup));
@@ -627,7 +856,10 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
         struct tp_layer *L = &m->layers[l];
 #define NM(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", l, suffix), name)
         TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_norm.weight"), E, 0, E, &L->attn_norm, total), rc, out);
-        TP_CHECK_GOTO(load_vec(m, cfg, NM("ffn_norm.weight"), E, 0, E, &L->ffn_norm, total), rc, out);
+        /* gpt-oss names the norm before the FFN post_attention_norm */
+        TP_CHECK_GOTO(load_vec(m, cfg, NM(hp->arch == TP_ARCH_GPTOSS ? "post_attention_norm.weight" : "ffn_norm.weight"),
+                               E, 0, E, &L->ffn_norm, total),
+                      rc, out);
         TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_q.weight"), qf, E, q0, q1, 0, E, &L->wq, total), rc, out);
         TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_k.weight"), kf, E, k0, k1, 0, E, &L->wk, total), rc, out);
         TP_CHECK_GOTO(load_mat(m, cfg, NM("attn_v.weight"), kf, E, k0, k1, 0, E, &L->wv, total), rc, out);
@@ -653,6 +885,17 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
             TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_q_norm.weight"), hd, 0, hd, &L->q_norm, total), rc, out);
             TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_k_norm.weight"), hd, 0, hd, &L->k_norm, total), rc, out);
         }
+        if (hp->arch == TP_ARCH_GPTOSS) {
+            /* attn_output's bias (added once, after the all_sum) and one sink logit per Q head, this
+             * rank's heads */
+            TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_output.bias"), E, 0, E, &L->bo, total), rc, out);
+            TP_CHECK_GOTO(load_vec(m, cfg, NM("attn_sinks.weight"), hp->n_head, s->q_head_begin, s->q_head_end,
+                                   &L->attn_sinks, total),
+                          rc, out);
+        }
+        L->attn_window = hp->sliding_window > 0 && (hp->swa_period <= 0 || l % hp->swa_period < hp->swa_period - 1)
+                             ? hp->sliding_window
+                             : 0;
 #undef NM
     }
     if (m->dry_run) {
@@ -709,7 +952,7 @@ static enum tp_status alloc_state(tp_model_t *m)
     m->n_ring = 0;
     for (int l = 0; l < hp->n_layer; l++) {
         struct tp_layer *L = &m->layers[l];
-        if (L->attn_window == 0 && hp->sliding_window > 0) L->attn_window = hp->sliding_window;
+        if (L->attn_window == 0 && hp->sliding_window > 0 && hp->swa_period <= 0) L->attn_window = hp->sliding_window;
         const int64_t ring = (int64_t)L->attn_window + m->n_batch;
         m->kv_cap[l] = L->attn_window > 0 && ring < m->n_ctx ? (int)ring : m->n_ctx;
         m->n_ring += m->kv_cap[l] < m->n_ctx;
@@ -1068,6 +1311,11 @@ void tp_model_free(tp_model_t *m)
             tp_aligned_free(L->q_norm);
             tp_aligned_free(L->k_norm);
             tp_aligned_free(L->attn_sinks);
+            tp_aligned_free(L->bo);
+            tp_aligned_free(L->brouter);
+            tp_aligned_free(L->xgate_b);
+            tp_aligned_free(L->xup_b);
+            tp_aligned_free(L->xdown_b);
             free_mat(&L->wq);
             free_mat(&L->wk);
             free_mat(&L->wv);

@@ -326,16 +326,37 @@ void tp_op_softmax(float *x, int n)
 
 void tp_op_swiglu(float *y, const float *g, const float *u, int n) { swiglu_fn(y, g, u, n); }
 
+void tp_op_swiglu_clamped(float *y, const float *g, const float *u, int n, float alpha, float limit)
+{
+    for (int i = 0; i < n; i++) {
+        const float gi = fminf(g[i], limit), ui = fmaxf(fminf(u[i], limit), -limit);
+        y[i] = gi / (1.0f + expf(-alpha * gi)) * (ui + 1.0f);
+    }
+}
+
 void tp_op_rope_freqs(float *inv_freq, const struct tp_hparams *hp, const float *freq_factors)
 {
     int half = hp->rope_dim / 2;
     const double two_pi = 6.283185307179586;
+    /* YaRN (model.h): the pairs below `low` keep their frequency, those above `high` are
+     * interpolated by the factor, a linear ramp in between (no rounding of low / high) */
+    double y_low = 0.0, y_high = 1.0;
+    if (hp->rope_scaling == TP_ROPE_SCALING_YARN) {
+        const double lb = log((double)hp->rope_theta), oc = hp->rope_orig_ctx;
+        y_low = half * log(oc / (hp->rope_yarn_beta_fast * two_pi)) / lb;
+        y_high = half * log(oc / (hp->rope_yarn_beta_slow * two_pi)) / lb;
+        if (y_high == y_low) y_high += 0.001;
+    }
     for (int i = 0; i < half; i++) {
         double f = pow((double)hp->rope_theta, -2.0 * i / hp->rope_dim);
         if (freq_factors) {
             f /= freq_factors[i];
         } else if (hp->rope_scaling == TP_ROPE_SCALING_LINEAR && hp->rope_scale_factor > 0) {
             f /= hp->rope_scale_factor;
+        } else if (hp->rope_scaling == TP_ROPE_SCALING_YARN && hp->rope_scale_factor > 1.0f) {
+            double ramp = ((double)i - y_low) / (y_high - y_low);
+            ramp = ramp < 0.0 ? 0.0 : ramp > 1.0 ? 1.0 : ramp;
+            f = f / hp->rope_scale_factor * ramp + f * (1.0 - ramp);
         } else if (hp->rope_scaling == TP_ROPE_SCALING_LLAMA3 && hp->rope_scale_factor > 0) {
             /* Meta's apply_scaling (Llama 3.1) */
             double lo = hp->rope_low_freq_factor, hi = hp->rope_high_freq_factor, orig = hp->rope_orig_ctx;

@@ -1,10 +1,11 @@
 /*
- * model/forward/repack.c - after the weights are read, re-lay Q4_0 and Q8_0 matrices 16 rows
- * at a time (the "x16" layout of kernels.h) where the CPU's kernels compute
- * that layout natively: a block of 16 rows then needs no byte gathering or
- * transposing, which roughly halves the instructions per weight byte of a
- * decode step and makes small batches and prefill cheaper still (the same
- * idea as llama.cpp's Q4_0 -> Q4_0_8x8 repacking).  The bytes held are the
+ * model/forward/repack.c - after the weights are read, re-lay Q4_0, Q8_0, Q4_K, Q5_K and
+ * Q6_K matrices 16 rows at a time (the "x16" layouts of kernels.h) where the
+ * CPU's kernels compute that layout natively: a block of 16 rows then needs
+ * no byte gathering or transposing, which roughly halves the instructions per
+ * weight byte of a decode step and makes small batches and prefill cheaper
+ * still (the same idea as llama.cpp's Q4_0 -> Q4_0_8x8 and Q4_K -> Q4_K_8x8
+ * repacking).  The bytes held are the
  * same (a ragged last group is padded to 16 rows); the row-major copy is
  * released: an owned buffer is freed, and mapped file pages are dropped from
  * the resident set with madvise, so a rank never holds both.  The embedding
@@ -50,8 +51,7 @@ static void drop_pages(const void *p, size_t n)
 
 static enum tp_status repack(tp_model_t *m, struct tp_wmat *w, const char *what)
 {
-    if ((w->type != TP_WTYPE_Q4_0 && w->type != TP_WTYPE_Q8_0) || !tp_kern_x16_native(w->type) || w->x16 ||
-        w->rows <= 0 || w->scales)
+    if (!tp_kern_x16_type(w->type) || !tp_kern_x16_native(w->type) || w->x16 || w->rows <= 0 || w->scales)
         return TP_OK;
     const size_t bytes = tp_kern_x16_bytes(w->rows, w->row_bytes);
     uint8_t *dst = tp_aligned_alloc(64, bytes);

@@ -40,6 +40,7 @@ static const struct wtype_info wtypes[TP_WTYPE_COUNT] = {
     [TP_WTYPE_I64] = {"i64", 1, 8, 0},
     [TP_WTYPE_F64] = {"f64", 1, 8, 0},
     [TP_WTYPE_BF16] = {"bf16", 1, 2, 1},
+    [TP_WTYPE_MXFP4] = {"mxfp4", 32, 17, 1},
     /* MLX affine: a block is one group; bytes = its packed words (scale and bias live beside) */
     [TP_WTYPE_MLX_Q4_G32] = {"mlx_q4_g32", 32, 16, 1},
     [TP_WTYPE_MLX_Q4_G64] = {"mlx_q4_g64", 64, 32, 1},

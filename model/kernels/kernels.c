@@ -2,7 +2,7 @@
  * model/kernels/kernels.c - public side of the kernels: row sizes, activation
  * preparation, reference quantize/dequantize, and the run-time choice of
  * instruction set (once, via pthread_once; TP_KERN_ISA=scalar|avx2|
- * avx512-vnni|neon|neon-dotprod in the environment pins one the CPU has, for
+ * avx512-vnni|neon|neon-dotprod|neon-i8mm in the environment pins one the CPU has, for
  * benchmarks).  F32 weights with many tokens go to BLAS (single-threaded:
  * the caller already splits rows over its own threads), except on AVX-512,
  * where our own tile is used (f32_beats_blas).
@@ -28,6 +28,12 @@
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20)
 #endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1 << 13)
+#endif
+#endif
+#if defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
 #endif
 
 /* Float weights with at least this many tokens use BLAS sgemm. */
@@ -48,6 +54,7 @@ static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *), void (
     fill(&o);
     if (fill_kquant) fill_kquant(&o);
     tp_kern_mlx_ops(name, &o);
+    tp_kern_mxfp4_ops(name, &o);
     struct tp_kern_ops *dst = &g_isas[g_n_isas++];
     *dst = g_scalar;
     dst->name = name;
@@ -57,6 +64,8 @@ static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *), void (
         if (o.mlx[v]) dst->mlx[v] = o.mlx[v];
     if (o.matmul_q4_0_x16) dst->matmul_q4_0_x16 = o.matmul_q4_0_x16;
     if (o.matmul_q8_0_x16) dst->matmul_q8_0_x16 = o.matmul_q8_0_x16;
+    for (int k = 0; k < 3; k++)
+        if (o.matmul_kq_x16[k]) dst->matmul_kq_x16[k] = o.matmul_kq_x16[k];
     if (o.quant_a8) dst->quant_a8 = o.quant_a8;
     if (o.quant_q8k) dst->quant_q8k = o.quant_q8k;
     dst->f32_beats_blas = 0;
@@ -67,6 +76,7 @@ static void choose_isa(void)
     tp_kern_scalar_ops(&g_scalar);
     tp_kern_kquant_scalar_ops(&g_scalar);
     tp_kern_mlx_ops("scalar", &g_scalar);
+    tp_kern_mxfp4_ops("scalar", &g_scalar);
     g_scalar.name = "scalar";
     g_n_isas = 1;
 #if defined(__x86_64__) || defined(_M_X64)
@@ -82,14 +92,20 @@ static void choose_isa(void)
 #endif
     }
 #elif defined(__aarch64__)
-    int dot = 0;
+    int dot = 0, i8mm = 0;
 #if defined(__linux__)
     dot = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    i8mm = (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
 #elif defined(__APPLE__)
-    dot = 1; /* every Apple arm64 core has the dot-product extension */
+    dot = 1; /* every Apple arm64 core has the dot-product extension; i8mm from M2 on */
+    int64_t has = 0;
+    size_t len = sizeof has;
+    if (sysctlbyname("hw.optional.arm.FEAT_I8MM", &has, &len, NULL, 0) == 0) i8mm = has != 0;
 #endif
     add_isa("neon", tp_kern_neon_ops, tp_kern_kquant_neon_ops);
     if (dot && tp_kern_neondot_built) add_isa("neon-dotprod", tp_kern_neondot_ops, tp_kern_kquant_neondot_ops);
+    if (dot && i8mm && tp_kern_neondot_built && tp_kern_i8mm_built)
+        add_isa("neon-i8mm", tp_kern_neoni8mm_ops, tp_kern_kquant_neondot_ops);
 #endif
     g_best = &g_isas[g_n_isas - 1];
     const char *want = getenv("TP_KERN_ISA"); /* benchmarks: pin an ISA this CPU has */
@@ -169,10 +185,11 @@ size_t tp_kern_act_row_bytes(enum tp_wtype wt, int64_t n)
     case TP_WTYPE_F16:
     case TP_WTYPE_BF16: return (size_t)n * sizeof(float);
     case TP_WTYPE_Q8_0:
-    case TP_WTYPE_Q4_0: return n % TP_QK ? 0 : TP_A8_ROW_BYTES(n);
+    case TP_WTYPE_Q4_0:
+    case TP_WTYPE_MXFP4: return n % TP_QK ? 0 : TP_A8_ROW_BYTES(n);
     case TP_WTYPE_Q4_K:
     case TP_WTYPE_Q5_K:
-    case TP_WTYPE_Q6_K: return n % TP_QK_K ? 0 : (size_t)(n / TP_QK_K) * sizeof(tp_blk_q8_k);
+    case TP_WTYPE_Q6_K: return n % TP_QK_K ? 0 : TP_Q8K_ROW_BYTES(n);
     case TP_WTYPE_MLX_Q4_G32:
     case TP_WTYPE_MLX_Q4_G64:
     case TP_WTYPE_MLX_Q8_G32:
@@ -211,7 +228,8 @@ void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
         if ((const void *)x != xq) memcpy(xq, x, (size_t)n * sizeof(float));
         break;
     case TP_WTYPE_Q8_0:
-    case TP_WTYPE_Q4_0: {
+    case TP_WTYPE_Q4_0:
+    case TP_WTYPE_MXFP4: { /* MXFP4: the Q8_0 row (its corrections c, s go unused) */
         const struct tp_kern_ops *o = ops();
         (o->quant_a8 ? o->quant_a8 : tp_kern_quant_a8_scalar)(x, xq, n, TP_A8_KSHIFT(wt));
         /* whole-block corrections s[b] (kernels_impl.h), the same for every ISA */
@@ -233,6 +251,7 @@ void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
     case TP_WTYPE_Q6_K: {
         const struct tp_kern_ops *o = ops();
         (o->quant_q8k ? o->quant_q8k : tp_kq_quant_q8k)(x, xq, n);
+        tp_kq_act_pairs(xq, n);
         break;
     }
     case TP_WTYPE_MLX_Q4_G32:
@@ -311,6 +330,7 @@ void tp_kern_dequant(enum tp_wtype t, const void *src, float *dst, int64_t n)
     case TP_WTYPE_Q4_K:
     case TP_WTYPE_Q5_K:
     case TP_WTYPE_Q6_K: tp_kq_dequant(t, src, dst, n); break;
+    case TP_WTYPE_MXFP4: tp_mxfp4_dequant(src, dst, n); break;
     default: TP_ASSERT(!"tp_kern_dequant: unsupported type");
     }
 }
@@ -366,6 +386,7 @@ size_t tp_kern_quantize(enum tp_wtype t, const float *src, void *dst, int64_t n)
     case TP_WTYPE_Q4_K:
     case TP_WTYPE_Q5_K:
     case TP_WTYPE_Q6_K: tp_kq_quantize(t, src, dst, n); break;
+    case TP_WTYPE_MXFP4: tp_mxfp4_quantize(src, dst, n); break;
     default: TP_ASSERT(!"tp_kern_quantize: unsupported type"); return 0;
     }
     return tp_kern_row_bytes(t, n);

@@ -11,7 +11,11 @@
 #define KX_NT 4
 #include "kernels/kernels_x86_impl.h"
 
-void tp_kern_avx2_ops(struct tp_kern_ops *ops) { kx_fill_ops(ops); }
+void tp_kern_avx2_ops(struct tp_kern_ops *ops)
+{
+    kx_fill_ops(ops);
+    tp_kern_x16_avx2_ops(ops); /* every x16 layout: kernels_x16_avx2.c */
+}
 #else
 typedef int tp_kernels_avx2_unused; /* ISO C forbids an empty translation unit */
 #endif

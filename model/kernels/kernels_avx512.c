@@ -15,7 +15,8 @@
 void tp_kern_avx512_ops(struct tp_kern_ops *ops)
 {
     kx_fill_ops(ops);
-    tp_kern_x16_avx512_ops(ops); /* Q4_0 in the 16-row layout: kernels_x16_avx512.c */
+    tp_kern_x16_avx512_ops(ops);  /* Q4_0 / Q8_0 in the 16-row layout: kernels_x16_avx512.c */
+    tp_kern_kx16_avx512_ops(ops); /* the K-quants in it: kernels_kx16_avx512.c */
 }
 #else
 typedef int tp_kernels_avx512_unused; /* ISO C forbids an empty translation unit */

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "model/kernels.h"
 
@@ -34,8 +35,9 @@ typedef struct {
  *   int8_t  qs[n]         x[i] ~= d[i/32] * qs[i]
  *   float   d[nb]
  *   int32_t c[nb * 8]     c[8b + j] = -K * (qs[32b+4j] + .. + qs[32b+4j+3]),
- *                         K = 8 for Q4_0 (nibble offset), 128 for Q8_0 (the +128
- *                         bias VNNI kernels use to make weights unsigned)
+ *                         K = 8 for Q4_0 (nibble offset), 16 for MXFP4 (code
+ *                         offset), 128 for Q8_0 (the +128 bias VNNI kernels use
+ *                         to make weights unsigned)
  *   int32_t s[nb]         s[b] = c[8b] + .. + c[8b+7] (the whole block's correction;
  *                         written by tp_kern_prepare_act after the quantizer, for
  *                         kernels whose lanes hold whole blocks of different rows)
@@ -48,7 +50,9 @@ typedef struct {
 #define TP_A8_D(row, n) ((const float *)((const char *)(row) + (n)))
 #define TP_A8_C(row, n) ((const int32_t *)((const char *)(row) + (n) + (size_t)((n) / TP_QK) * sizeof(float)))
 #define TP_A8_S(row, n) ((const int32_t *)((const char *)(row) + (n) + (size_t)((n) / TP_QK) * 9 * sizeof(float)))
-#define TP_A8_KSHIFT(wt) ((wt) == TP_WTYPE_Q4_0 ? 3 : 7) /* K = 1 << kshift */
+/* K = 1 << kshift: 8 for Q4_0 (nibble offset), 16 for MXFP4 (its codes offset by 16 to be
+ * unsigned in the x86 kernels), 128 for Q8_0 */
+#define TP_A8_KSHIFT(wt) ((wt) == TP_WTYPE_Q4_0 ? 3 : (wt) == TP_WTYPE_MXFP4 ? 4 : 7)
 
 /*
  * Q4_0 / Q8_0 "x16" (kernels.h): group g = rows 16g..16g+15 (a ragged last
@@ -62,6 +66,27 @@ typedef struct {
  */
 #define TP_X16_BLK (16 * (int)sizeof(tp_blk_q4_0))    /* Q4_0 */
 #define TP_X16_BLK_Q8 (16 * (int)sizeof(tp_blk_q8_0)) /* Q8_0 */
+
+/*
+ * K-quant x16 layouts (Q4_K, Q5_K, Q6_K): the same grouping (16 rows, a ragged
+ * last group repeating its last row), super-block i of a group at
+ * i * 16 * (block bytes), and in it every field of the 16 rows' blocks side
+ * by side: a 2-byte fp16 factor as u16 [16] (lane L = row L), any other field
+ * as [n/4][16][4] (4-byte chunk k of row L at 64k + 4L), so one 64-byte load
+ * holds the same 4 bytes of all 16 rows.  Offsets in the 16-row super-block:
+ *   Q4_K (2304 = 16 x 144): d[16] 0, dmin[16] 32, scales[3][16][4] 64, qs[32][16][4] 256
+ *   Q5_K (2816 = 16 x 176): d 0, dmin 32, scales 64, qh[8][16][4] 256, qs[32][16][4] 768
+ *   Q6_K (3360 = 16 x 210): d 0, scales[4][16][4] 32, qh[16][16][4] 288, ql[32][16][4] 1312
+ * tp_x16_fields (kernels_x16.c) lists them for every x16 type.
+ */
+#define TP_KX_Q4K_DMIN 32
+#define TP_KX_Q4K_SC 64
+#define TP_KX_Q4K_QS 256
+#define TP_KX_Q5K_QH 256
+#define TP_KX_Q5K_QS 768
+#define TP_KX_Q6K_SC 32
+#define TP_KX_Q6K_QH 288
+#define TP_KX_Q6K_QL 1312
 
 _Static_assert(sizeof(tp_blk_q8_0) == 34, "Q8_0 block must be 34 bytes");
 _Static_assert(sizeof(tp_blk_q4_0) == 18, "Q4_0 block must be 18 bytes");
@@ -104,6 +129,66 @@ _Static_assert(sizeof(tp_blk_q5_k) == 176, "Q5_K block must be 176 bytes");
 _Static_assert(sizeof(tp_blk_q6_k) == 210, "Q6_K block must be 210 bytes");
 _Static_assert(sizeof(tp_blk_q8_k) == 292, "Q8_K block must be 292 bytes");
 
+/* ------------------------------------------------------------ MXFP4 */
+struct tp_kern_ops;
+/* GGUF MXFP4 (ggml type 39, OCP microscaling FP4): 32 values of 4-bit E2M1
+ * sharing one E8M0 exponent byte.  qs[j] low nibble = element j, high nibble
+ * = element j+16 (as Q4_0).  value = tp_mxfp4_kvalues[q] * 2^(e - 128): the
+ * table holds the E2M1 values (0, .5, 1, 1.5, 2, 3, 4, 6, then negated)
+ * doubled, so they are integers, and the scale is halved to match (ggml's
+ * kvalues_mxfp4 and GGML_E8M0_TO_FP32_HALF).  17 bytes. */
+typedef struct {
+    uint8_t e;
+    uint8_t qs[TP_QK / 2];
+} tp_blk_mxfp4;
+_Static_assert(sizeof(tp_blk_mxfp4) == 17, "MXFP4 block must be 17 bytes");
+extern const int8_t tp_mxfp4_kvalues[16];
+/* 2^(e - 128) as a float, exactly (e < 2: the subnormals 2^-128, 2^-127). */
+static inline float tp_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+/* kernels_mxfp4.c: reference dequantize / quantize (ggml's quantize_row_mxfp4_ref) and the
+ * per-ISA matmul table entries (activations: a8 rows as for Q8_0) */
+void tp_mxfp4_dequant(const void *src, float *dst, int64_t n);
+void tp_mxfp4_quantize(const float *src, void *dst, int64_t n);
+void tp_kern_mxfp4_ops(const char *isa, struct tp_kern_ops *ops);
+#if defined(__x86_64__) || defined(_M_X64)
+void tp_kern_mxfp4_avx2_ops(struct tp_kern_ops *ops);   /* kernels_mxfp4_x86.c */
+void tp_kern_mxfp4_avx512_ops(struct tp_kern_ops *ops); /* kernels_mxfp4_x86.c */
+#endif
+#if defined(__aarch64__)
+void tp_kern_mxfp4_neon_ops(struct tp_kern_ops *ops);    /* kernels_mxfp4_neon.c */
+void tp_kern_mxfp4_neondot_ops(struct tp_kern_ops *ops); /* kernels_mxfp4_neondot.c */
+#endif
+
+/*
+ * Prepared activation row for K-quant weights, n elements, nb = n/256:
+ *   tp_blk_q8_k blk[nb]      (the row-major kernels read only these)
+ *   int16_t     pair[nb][24] written by tp_kern_prepare_act after the quantizer,
+ *                            for the x16 kernels' i16-pair dots (vpdpwssd):
+ *     pair[i][0..7]   a0 a2 a1 a3 a4 a6 a5 a7, a_j = bsums[2j] + bsums[2j+1]
+ *                     (the 32-value sums the Q4_K / Q5_K mins multiply)
+ *     pair[i][8..23]  for m = 0..3: bsums[4m], [4m+2], [4m+1], [4m+3] (Q6_K's -32 offset)
+ * The order matches the even / odd bytes of a 4-byte scale chunk taken as i16 pairs.
+ */
+#define TP_Q8K_PAIRS 24
+#define TP_Q8K_ROW_BYTES(n) ((size_t)((n) / TP_QK_K) * (sizeof(tp_blk_q8_k) + TP_Q8K_PAIRS * sizeof(int16_t)))
+#define TP_Q8K_PAIR(row, n, i) \
+    ((const int16_t *)((const char *)(row) + (size_t)((n) / TP_QK_K) * sizeof(tp_blk_q8_k)) + (size_t)(i) * TP_Q8K_PAIRS)
+
+/* Unroll the next loop completely (sub-block loops whose index selects shifts and offsets). */
+#if defined(__clang__)
+#define KX_UNROLL _Pragma("clang loop unroll(full)")
+#elif defined(__GNUC__)
+#define KX_UNROLL _Pragma("GCC unroll 16")
+#else
+#define KX_UNROLL
+#endif
+
 struct tp_kern_ops;
 /* kernels_kquant.c */
 void tp_kq_scales_mins(const uint8_t *scales12, uint8_t sc[8], uint8_t mn[8]);
@@ -111,6 +196,14 @@ void tp_kq_dequant(enum tp_wtype t, const void *src, float *dst, int64_t n);
 void tp_kq_quantize(enum tp_wtype t, const float *src, void *dst, int64_t n);
 void tp_kq_quant_q8k(const float *x, void *out, int64_t n);
 void tp_kern_kquant_scalar_ops(struct tp_kern_ops *ops);
+/* The K-quant pair sums of a prepared row (above) from its Q8_K blocks. */
+void tp_kq_act_pairs(void *row, int64_t n);
+/* Reference matmul of a K-quant x16 matrix: each super-block read back into its
+ * GGUF form and computed as the row-major scalar kernel does (bit-identical to it). */
+void tp_kq_matmul_x16_scalar(enum tp_wtype t, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb,
+                             int n_tok, float *y, int64_t ys, int64_t r0, int64_t r1);
+/* Super-block i of row r of an x16 matrix (any x16 type; row_bytes of the GGUF row) into blk. */
+void tp_x16_unpack_block(enum tp_wtype t, const void *w, size_t row_bytes, int64_t r, int64_t i, void *blk);
 #if defined(__x86_64__) || defined(_M_X64)
 void tp_kern_kquant_avx2_ops(struct tp_kern_ops *ops);   /* kernels_kquant_avx2.c */
 void tp_kern_kquant_avx512_ops(struct tp_kern_ops *ops); /* kernels_kquant_avx512.c */
@@ -139,6 +232,7 @@ struct tp_kern_ops {
     tp_kern_mlx_fn mlx[TP_KERN_MLX_VARIANTS]; /* NULL: fall back to scalar */
     tp_kern_matmul_fn matmul_q4_0_x16;        /* Q4_0 x16 layout; NULL: no native kernel (scalar) */
     tp_kern_matmul_fn matmul_q8_0_x16;        /* Q8_0 x16 layout; likewise */
+    tp_kern_matmul_fn matmul_kq_x16[3];       /* Q4_K, Q5_K, Q6_K x16 layouts; likewise */
     tp_kern_quant_a8_fn quant_a8;             /* NULL: fall back to scalar */
     void (*quant_q8k)(const float *x, void *out, int64_t n); /* K-quant activations; NULL: tp_kq_quant_q8k
                                                                  (every version bit-identical to it) */
@@ -151,10 +245,16 @@ void tp_kern_scalar_ops(struct tp_kern_ops *ops);
 void tp_kern_avx2_ops(struct tp_kern_ops *ops);
 void tp_kern_avx512_ops(struct tp_kern_ops *ops);
 void tp_kern_x16_avx512_ops(struct tp_kern_ops *ops); /* kernels_x16_avx512.c */
+void tp_kern_kx16_avx512_ops(struct tp_kern_ops *ops); /* kernels_kx16_avx512.c */
+void tp_kern_x16_avx2_ops(struct tp_kern_ops *ops);    /* kernels_x16_avx2.c */
 #endif
 #if defined(__aarch64__)
 void tp_kern_neon_ops(struct tp_kern_ops *ops);
 void tp_kern_neondot_ops(struct tp_kern_ops *ops);
+void tp_kern_x16_neondot_ops(struct tp_kern_ops *ops); /* kernels_x16_neondot.c (no-op without dotprod) */
+void tp_kern_neoni8mm_ops(struct tp_kern_ops *ops);     /* kernels_x16_i8mm.c: neon-dotprod + smmla x16 batches */
+void tp_kern_x16_i8mm_sdot_ops(struct tp_kern_ops *ops); /* the template's fill in that file (unused) */
+extern const int tp_kern_i8mm_built;                    /* 0: this compiler could not build them */
 extern const int tp_kern_neondot_built; /* 0: this compiler could not build them */
 #endif
 

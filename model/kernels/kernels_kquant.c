@@ -313,6 +313,48 @@ KQ_SCALAR(matmul_q4_k, tp_blk_q4_k, dot_q4_k)
 KQ_SCALAR(matmul_q5_k, tp_blk_q5_k, dot_q5_k)
 KQ_SCALAR(matmul_q6_k, tp_blk_q6_k, dot_q6_k)
 
+void tp_kq_act_pairs(void *row, int64_t n)
+{
+    const int64_t nb = n / TP_QK_K;
+    const tp_blk_q8_k *a = row;
+    int16_t *p = (int16_t *)((char *)row + (size_t)nb * sizeof(tp_blk_q8_k));
+    for (int64_t i = 0; i < nb; i++, p += TP_Q8K_PAIRS) {
+        int16_t bs[16], s[8];
+        memcpy(bs, a[i].bsums, sizeof bs);
+        for (int j = 0; j < 8; j++) s[j] = (int16_t)(bs[2 * j] + bs[2 * j + 1]);
+        static const int o45[8] = {0, 2, 1, 3, 4, 6, 5, 7}, o6[4] = {0, 2, 1, 3};
+        int16_t out[TP_Q8K_PAIRS];
+        for (int j = 0; j < 8; j++) out[j] = s[o45[j]];
+        for (int m = 0; m < 4; m++)
+            for (int j = 0; j < 4; j++) out[8 + 4 * m + j] = bs[4 * m + o6[j]];
+        memcpy(p, out, sizeof out);
+    }
+}
+
+void tp_kq_matmul_x16_scalar(enum tp_wtype t, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb,
+                             int n_tok, float *y, int64_t ys, int64_t r0, int64_t r1)
+{
+    const int64_t nb = n / TP_QK_K;
+    union {
+        tp_blk_q4_k q4;
+        tp_blk_q5_k q5;
+        tp_blk_q6_k q6;
+    } b;
+    for (int64_t r = r0; r < r1; r++) {
+        for (int tk = 0; tk < n_tok; tk++) {
+            const tp_blk_q8_k *a = ROW(xq, xrb, tk);
+            float s = 0.0f; /* the row kernels' order: one float term per super-block */
+            for (int64_t i = 0; i < nb; i++) {
+                tp_x16_unpack_block(t, w, wrb, r, i, &b);
+                s += t == TP_WTYPE_Q4_K ? dot_q4_k(&b.q4, a + i, 1)
+                     : t == TP_WTYPE_Q5_K ? dot_q5_k(&b.q5, a + i, 1)
+                                          : dot_q6_k(&b.q6, a + i, 1);
+            }
+            y[tk * ys + r] = s;
+        }
+    }
+}
+
 void tp_kern_kquant_scalar_ops(struct tp_kern_ops *ops)
 {
     ops->matmul[TP_WTYPE_Q4_K] = matmul_q4_k;

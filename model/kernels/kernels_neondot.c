@@ -15,7 +15,11 @@
 #define KN_DOT 1
 #include "kernels/kernels_neon_impl.h"
 
-void tp_kern_neondot_ops(struct tp_kern_ops *ops) { kn_fill_ops(ops); }
+void tp_kern_neondot_ops(struct tp_kern_ops *ops)
+{
+    kn_fill_ops(ops);
+    tp_kern_x16_neondot_ops(ops); /* every x16 layout: kernels_x16_neondot.c */
+}
 const int tp_kern_neondot_built = 1;
 #elif defined(__aarch64__)
 /* clang's arm_neon.h (before per-function targets) declares the dot-product

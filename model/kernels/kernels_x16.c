@@ -1,8 +1,10 @@
 /*
- * model/kernels/kernels_x16.c - the "x16" layouts of Q4_0 and Q8_0 (kernels_impl.h):
- * repacking row-major matrices 16 rows at a time, unpacking a row back, the
- * scalar reference matmul, and the dispatch to the chosen ISA's x16 kernel
- * (kernels_x16_avx512.c) or, where it has none, the reference.
+ * model/kernels/kernels_x16.c - the "x16" layouts of Q4_0, Q8_0 and the K-quants
+ * (kernels_impl.h): repacking row-major matrices 16 rows at a time (one field
+ * table per type), unpacking a row back, the scalar reference matmul of Q4_0 /
+ * Q8_0 (the K-quants' is tp_kq_matmul_x16_scalar), and the dispatch to the
+ * chosen ISA's x16 kernel (kernels_x16_avx512.c, kernels_kx16_avx512.c) or,
+ * where it has none, the reference.
  * TP_KERN_X16=0 in the environment turns the repacking off (A/B benchmarks).
  */
 #include <stdlib.h>
@@ -12,65 +14,133 @@
 #include "model/kernels.h"
 #include "kernels/kernels_impl.h"
 
-#define X16_QS_OFF 32 /* the 16 fp16 scales come first */
+#define X16_QS_OFF 32 /* Q4_0 / Q8_0: the 16 fp16 scales come first */
 
 size_t tp_kern_x16_bytes(int64_t rows, size_t row_bytes)
 {
     return (size_t)((rows + 15) / 16) * 16 * row_bytes;
 }
 
+static int kq_index(enum tp_wtype t)
+{
+    return t == TP_WTYPE_Q4_K ? 0 : t == TP_WTYPE_Q5_K ? 1 : t == TP_WTYPE_Q6_K ? 2 : -1;
+}
+
 static tp_kern_matmul_fn x16_kernel(enum tp_wtype t)
 {
     const struct tp_kern_ops *o = tp_kern_ops_current();
+    if (kq_index(t) >= 0) return o->matmul_kq_x16[kq_index(t)];
     return t == TP_WTYPE_Q4_0 ? o->matmul_q4_0_x16 : t == TP_WTYPE_Q8_0 ? o->matmul_q8_0_x16 : NULL;
+}
+
+int tp_kern_x16_type(enum tp_wtype t)
+{
+    return t == TP_WTYPE_Q4_0 || t == TP_WTYPE_Q8_0 || kq_index(t) >= 0;
 }
 
 int tp_kern_x16_native(enum tp_wtype t)
 {
     const char *env = getenv("TP_KERN_X16"); /* benchmarks: TP_KERN_X16=0 keeps the row layout */
     if (env && strcmp(env, "0") == 0) return 0;
-    return x16_kernel(t) != NULL;
+    return tp_kern_x16_type(t) && x16_kernel(t) != NULL;
 }
 
-/* Bytes of one row's block: its scale (2) then qs (16 for Q4_0, 32 for Q8_0). */
-static size_t blk_bytes(enum tp_wtype t) { return t == TP_WTYPE_Q4_0 ? sizeof(tp_blk_q4_0) : sizeof(tp_blk_q8_0); }
+/* The fields of one block (kernels_impl.h): n bytes at src in the GGUF block
+ * go to dst in the 16-row block; n == 2: u16 [16], else [n/4][16][4]. */
+struct x16_field {
+    uint16_t src, n, dst;
+};
+struct x16_fields {
+    size_t bb; /* bytes of one row's block */
+    int nf;
+    struct x16_field f[5];
+};
+
+static const struct x16_fields *x16_fields(enum tp_wtype t)
+{
+    static const struct x16_fields q4_0 = {sizeof(tp_blk_q4_0), 2, {{0, 2, 0}, {2, 16, X16_QS_OFF}}};
+    static const struct x16_fields q8_0 = {sizeof(tp_blk_q8_0), 2, {{0, 2, 0}, {2, 32, X16_QS_OFF}}};
+    static const struct x16_fields q4_k = {
+        sizeof(tp_blk_q4_k), 4, {{0, 2, 0}, {2, 2, TP_KX_Q4K_DMIN}, {4, 12, TP_KX_Q4K_SC}, {16, 128, TP_KX_Q4K_QS}}};
+    static const struct x16_fields q5_k = {sizeof(tp_blk_q5_k),
+                                           5,
+                                           {{0, 2, 0},
+                                            {2, 2, TP_KX_Q4K_DMIN},
+                                            {4, 12, TP_KX_Q4K_SC},
+                                            {16, 32, TP_KX_Q5K_QH},
+                                            {48, 128, TP_KX_Q5K_QS}}};
+    static const struct x16_fields q6_k = {
+        sizeof(tp_blk_q6_k), 4, {{208, 2, 0}, {192, 16, TP_KX_Q6K_SC}, {128, 64, TP_KX_Q6K_QH}, {0, 128, TP_KX_Q6K_QL}}};
+    switch (t) {
+    case TP_WTYPE_Q4_0: return &q4_0;
+    case TP_WTYPE_Q8_0: return &q8_0;
+    case TP_WTYPE_Q4_K: return &q4_k;
+    case TP_WTYPE_Q5_K: return &q5_k;
+    case TP_WTYPE_Q6_K: return &q6_k;
+    default: TP_ASSERT(!"x16: not an x16 type"); return NULL;
+    }
+}
+
+/* Byte offsets (in the GGUF block, in the 16-row block) of every 2- or 4-byte piece of
+ * lane l's block: fn(ctx, gguf offset, x16 offset, bytes). */
+#define X16_PIECES(fs, l, COPY)                                                                    \
+    for (int fi_ = 0; fi_ < (fs)->nf; fi_++) {                                                     \
+        const struct x16_field *f_ = &(fs)->f[fi_];                                                \
+        if (f_->n == 2) {                                                                          \
+            COPY((size_t)f_->src, (size_t)f_->dst + 2 * (l), 2);                                   \
+        } else {                                                                                   \
+            for (size_t k_ = 0; k_ < (size_t)f_->n / 4; k_++)                                      \
+                COPY((size_t)f_->src + 4 * k_, (size_t)f_->dst + 64 * k_ + 4 * (l), 4);            \
+        }                                                                                          \
+    }
+
+/* Lane l of the 16-row block o from one row's GGUF block, and back. */
+static void x16_put(const struct x16_fields *fs, uint8_t *o, const uint8_t *blk, size_t l)
+{
+#define PUT(s, d, n) memcpy(o + (d), blk + (s), (n))
+    X16_PIECES(fs, l, PUT)
+#undef PUT
+}
+
+static void x16_get(const struct x16_fields *fs, const uint8_t *o, uint8_t *blk, size_t l)
+{
+#define GET(s, d, n) memcpy(blk + (s), o + (d), (n))
+    X16_PIECES(fs, l, GET)
+#undef GET
+}
 
 void tp_kern_repack_x16(enum tp_wtype t, const void *src, size_t row_bytes, int64_t rows, void *dst, int64_t g0,
                         int64_t g1)
 {
-    TP_ASSERT(t == TP_WTYPE_Q4_0 || t == TP_WTYPE_Q8_0);
-    const size_t bb = blk_bytes(t), qb = bb - 2;
-    const int64_t nb = (int64_t)(row_bytes / bb);
+    const struct x16_fields *fs = x16_fields(t);
+    const int64_t nb = (int64_t)(row_bytes / fs->bb);
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *gd = (uint8_t *)dst + (size_t)g * 16 * row_bytes;
         for (int l = 0; l < 16; l++) {
             int64_t r = 16 * g + l < rows ? 16 * g + l : rows - 1;
             const uint8_t *row = (const uint8_t *)src + (size_t)r * row_bytes;
-            for (int64_t b = 0; b < nb; b++) {
-                uint8_t *o = gd + (size_t)b * 16 * bb;
-                const uint8_t *blk = row + (size_t)b * bb;
-                memcpy(o + 2 * l, blk, 2);
-                for (size_t k = 0; k < qb / 4; k++) memcpy(o + X16_QS_OFF + 64 * k + 4 * (size_t)l, blk + 2 + 4 * k, 4);
-            }
+            for (int64_t b = 0; b < nb; b++)
+                x16_put(fs, gd + (size_t)b * 16 * fs->bb, row + (size_t)b * fs->bb, (size_t)l);
         }
     }
 }
 
+void tp_x16_unpack_block(enum tp_wtype t, const void *w, size_t row_bytes, int64_t r, int64_t i, void *blk)
+{
+    const struct x16_fields *fs = x16_fields(t);
+    const uint8_t *o = (const uint8_t *)w + (size_t)(r / 16) * 16 * row_bytes + (size_t)i * 16 * fs->bb;
+    x16_get(fs, o, blk, (size_t)(r % 16));
+}
+
 void tp_kern_unpack_x16_row(enum tp_wtype t, const void *w, size_t row_bytes, int64_t r, void *dst_row)
 {
-    TP_ASSERT(t == TP_WTYPE_Q4_0 || t == TP_WTYPE_Q8_0);
-    const size_t bb = blk_bytes(t), qb = bb - 2;
-    const int64_t nb = (int64_t)(row_bytes / bb);
-    const uint8_t *gd = (const uint8_t *)w + (size_t)(r / 16) * 16 * row_bytes;
-    const size_t l = (size_t)(r % 16);
-    uint8_t *out = dst_row;
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *o = gd + (size_t)b * 16 * bb;
-        uint8_t *blk = out + (size_t)b * bb;
-        memcpy(blk, o + 2 * l, 2);
-        for (size_t k = 0; k < qb / 4; k++) memcpy(blk + 2 + 4 * k, o + X16_QS_OFF + 64 * k + 4 * l, 4);
-    }
+    const struct x16_fields *fs = x16_fields(t);
+    const int64_t nb = (int64_t)(row_bytes / fs->bb);
+    for (int64_t b = 0; b < nb; b++) tp_x16_unpack_block(t, w, row_bytes, r, b, (uint8_t *)dst_row + (size_t)b * fs->bb);
 }
+
+/* Bytes of one row's block: its scale (2) then qs (16 for Q4_0, 32 for Q8_0). */
+static size_t blk_bytes(enum tp_wtype t) { return t == TP_WTYPE_Q4_0 ? sizeof(tp_blk_q4_0) : sizeof(tp_blk_q8_0); }
 
 /* Reference: the scalar Q4_0 / Q8_0 arithmetic (kernels_scalar.c), values read through the layout. */
 static void matmul_x16_scalar(enum tp_wtype t, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb,
@@ -115,10 +185,12 @@ void tp_kern_matmul_x16(enum tp_wtype t, const void *w, size_t w_row_bytes, int6
                         size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride, int64_t r0, int64_t r1)
 {
     if (r1 <= r0 || n_tok <= 0) return;
-    TP_ASSERT(t == TP_WTYPE_Q4_0 || t == TP_WTYPE_Q8_0);
+    TP_ASSERT(tp_kern_x16_type(t));
     const tp_kern_matmul_fn fn = x16_kernel(t);
     if (fn)
         fn(w, w_row_bytes, n_cols, xq, xq_row_bytes, n_tok, y, y_stride, r0, r1);
+    else if (kq_index(t) >= 0)
+        tp_kq_matmul_x16_scalar(t, w, w_row_bytes, n_cols, xq, xq_row_bytes, n_tok, y, y_stride, r0, r1);
     else
         matmul_x16_scalar(t, w, w_row_bytes, n_cols, xq, xq_row_bytes, n_tok, y, y_stride, r0, r1);
 }

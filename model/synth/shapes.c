@@ -60,9 +60,11 @@ static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, str
     else if (strcmp(arch->valuestring, "qwen3") == 0) s->arch = TP_ARCH_QWEN3;
     else if (strcmp(arch->valuestring, "qwen3moe") == 0) s->arch = TP_ARCH_QWEN3MOE;
     else if (strcmp(arch->valuestring, "qwen2moe") == 0) s->arch = TP_ARCH_QWEN2MOE;
+    else if (strcmp(arch->valuestring, "gpt-oss") == 0) s->arch = TP_ARCH_GPTOSS;
     else
-        return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: arch \"%s\" unknown (llama, qwen2, qwen3, qwen2moe, qwen3moe)",
-                            s->name, arch->valuestring);
+        return tp_error_set(err, TP_ERR_FORMAT,
+                            "shapes: %s: arch \"%s\" unknown (llama, qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss)", s->name,
+                            arch->valuestring);
     int ok = 1;
     s->n_embd = get_int(o, "n_embd", 0, &ok);
     s->n_layer = get_int(o, "n_layer", 0, &ok);
@@ -83,6 +85,16 @@ static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, str
     s->n_ff_shexp = get_int(o, "n_ff_shexp", 0, &ok);
     s->sliding_window = get_int(o, "sliding_window", 0, &ok);
     if (!ok) return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: a field has the wrong JSON type", s->name);
+    const cJSON *pool = cJSON_GetObjectItemCaseSensitive(o, "pooling");
+    s->pooling_type = 0;
+    if (pool) {
+        static const char *const names[] = {"mean", "cls", "last"};
+        for (int i = 0; i < 3 && cJSON_IsString(pool); i++)
+            if (strcmp(pool->valuestring, names[i]) == 0) s->pooling_type = i + 1;
+        if (!s->pooling_type)
+            return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: pooling must be \"mean\", \"cls\" or \"last\"",
+                                s->name);
+    }
     s->rope_scaling = TP_ROPE_SCALING_NONE;
     s->rope_factor = 1.0f;
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
@@ -91,8 +103,9 @@ static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, str
         if (!cJSON_IsString(t)) return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: rope_scaling.type missing", s->name);
         if (strcmp(t->valuestring, "llama3") == 0) s->rope_scaling = TP_ROPE_SCALING_LLAMA3;
         else if (strcmp(t->valuestring, "linear") == 0) s->rope_scaling = TP_ROPE_SCALING_LINEAR;
+        else if (strcmp(t->valuestring, "yarn") == 0) s->rope_scaling = TP_ROPE_SCALING_YARN;
         else
-            return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: rope_scaling.type \"%s\" unknown (llama3, linear)",
+            return tp_error_set(err, TP_ERR_FORMAT, "shapes: %s: rope_scaling.type \"%s\" unknown (llama3, linear, yarn)",
                                 s->name, t->valuestring);
         s->rope_factor = get_float(rs, "factor", 1.0f, &ok);
         s->rope_low_freq_factor = get_float(rs, "low_freq_factor", 1.0f, &ok);
@@ -112,12 +125,16 @@ static enum tp_status parse_one(const cJSON *o, int idx, struct tp_shape *s, str
     else if (s->n_ctx <= 0) bad = "n_ctx must be > 0";
     else if (!(s->rope_theta > 0.0f)) bad = "rope_theta must be > 0";
     else if (!(s->norm_eps > 0.0f)) bad = "norm_eps must be > 0";
-    else if (s->arch != TP_ARCH_QWEN2 && s->arch != TP_ARCH_QWEN2MOE && s->qkv_bias) bad = "qkv_bias is a qwen2 feature";
+    else if (s->arch != TP_ARCH_QWEN2 && s->arch != TP_ARCH_QWEN2MOE && s->arch != TP_ARCH_GPTOSS && s->qkv_bias)
+        bad = "qkv_bias is a qwen2 / gpt-oss feature";
+    else if (s->arch == TP_ARCH_GPTOSS && (!s->qkv_bias || s->n_expert <= 0))
+        bad = "gpt-oss needs qkv_bias and n_expert";
     else if (s->arch == TP_ARCH_QWEN2MOE && (!s->qkv_bias || s->n_expert <= 0 || s->n_ff_shexp <= 0))
         bad = "qwen2moe needs qkv_bias, n_expert and n_ff_shexp";
     else if (s->arch != TP_ARCH_QWEN2MOE && s->n_ff_shexp) bad = "n_ff_shexp is a qwen2moe feature";
     else if (s->sliding_window < 0) bad = "sliding_window must be >= 0";
-    else if (s->sliding_window > 0 && s->arch != TP_ARCH_LLAMA) bad = "sliding_window is a llama (Mistral v0.1) feature";
+    else if (s->sliding_window > 0 && s->arch != TP_ARCH_LLAMA && s->arch != TP_ARCH_GPTOSS)
+        bad = "sliding_window is a llama (Mistral v0.1) / gpt-oss feature";
     else if (s->arch != TP_ARCH_QWEN3 && s->arch != TP_ARCH_QWEN3MOE && s->qk_norm) bad = "qk_norm is a qwen3 feature";
     else if (s->arch == TP_ARCH_QWEN3MOE && (!s->qk_norm || s->n_expert <= 0)) bad = "qwen3moe needs qk_norm and n_expert";
     else if (s->arch == TP_ARCH_QWEN2 && s->n_expert) bad = "qwen2 has no experts (use arch qwen2moe)";
@@ -206,6 +223,8 @@ uint64_t tp_shape_n_params(const struct tp_shape *s)
         layer = e * q * 2 + e * kv * 2 + (uint64_t)s->n_expert * (3 * e * ff + e) + 2 * e +
                 (s->n_ff_shexp > 0 ? 3 * e * (uint64_t)s->n_ff_shexp + e : 0);
     if (s->qkv_bias) layer += q + 2 * kv;
+    if (s->arch == TP_ARCH_GPTOSS) /* attn_output bias, sinks, router bias, expert biases */
+        layer += e + (uint64_t)s->n_head + (uint64_t)s->n_expert * (1 + 2 * ff + e);
     if (s->qk_norm) layer += 2 * (uint64_t)s->head_dim;
     uint64_t total = layer * (uint64_t)s->n_layer + (uint64_t)s->n_vocab * e * (s->tied ? 1 : 2) + e;
     return total;

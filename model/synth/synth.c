@@ -173,6 +173,7 @@ const char *tp_synth_mix_name(enum tp_synth_mix mix)
     switch (mix) {
     case TP_SYNTH_MIX_Q4_K_M: return "q4_k_m";
     case TP_SYNTH_MIX_Q5_K_M: return "q5_k_m";
+    case TP_SYNTH_MIX_MXFP4: return "mxfp4";
     default: return NULL;
     }
 }
@@ -183,7 +184,7 @@ enum tp_status tp_synth_type_parse(const char *name, enum tp_wtype *type, enum t
     for (int m = TP_SYNTH_MIX_NONE + 1; m < TP_SYNTH_MIX_COUNT; m++) {
         if (strcasecmp(name, tp_synth_mix_name((enum tp_synth_mix)m)) == 0) {
             *mix = (enum tp_synth_mix)m;
-            *type = m == TP_SYNTH_MIX_Q4_K_M ? TP_WTYPE_Q4_K : TP_WTYPE_Q5_K;
+            *type = m == TP_SYNTH_MIX_Q4_K_M ? TP_WTYPE_Q4_K : m == TP_SYNTH_MIX_Q5_K_M ? TP_WTYPE_Q5_K : TP_WTYPE_Q8_0;
             return TP_OK;
         }
     }
@@ -200,7 +201,7 @@ enum tp_status tp_synth_type_parse(const char *name, enum tp_wtype *type, enum t
 }
 
 /* Tensor roles the mixes treat differently. */
-enum mix_role { ROLE_OTHER, ROLE_TOKEN_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_ATTN_K, ROLE_ATTN_O, ROLE_FFN_DOWN };
+enum mix_role { ROLE_OTHER, ROLE_TOKEN_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_ATTN_K, ROLE_ATTN_O, ROLE_FFN_DOWN, ROLE_EXPERT };
 
 /* llama.cpp's use_more_bits: first and last eighth of the layers, every third in between. */
 static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
@@ -213,6 +214,10 @@ static enum tp_wtype mix_type(const struct tp_shape *s, int n_layer, enum tp_syn
                               enum mix_role role, int layer, int64_t ne0)
 {
     if (mix == TP_SYNTH_MIX_NONE) return base;
+    if (mix == TP_SYNTH_MIX_MXFP4) /* the rest Q8_0 (ggml-org's GGUF) or a float base (OpenAI's bf16) */
+        return role == ROLE_EXPERT ? TP_WTYPE_MXFP4
+               : base == TP_WTYPE_F32 || base == TP_WTYPE_F16 || base == TP_WTYPE_BF16 ? base
+                                                                                        : TP_WTYPE_Q8_0;
     enum tp_wtype t = base;
     if (role == ROLE_OUTPUT || (role == ROLE_TOKEN_EMBD && s->tied)) {
         /* the head (or the embedding that doubles as the head) */
@@ -271,17 +276,31 @@ int tp_synth_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, enum 
             T("attn_k_norm.weight", TP_WTYPE_F32, s->head_dim, 0, TP_SYNTH_FILL_NORM);
         }
         T("attn_output.weight", MIX(ROLE_ATTN_O, l, q), q, e, TP_SYNTH_FILL_WEIGHT);
-        T("ffn_norm.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_NORM);
+        if (s->arch == TP_ARCH_GPTOSS) { /* attn_output bias, a sink logit per head; the FFN norm's name */
+            T("attn_output.bias", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_WEIGHT);
+            T("attn_sinks.weight", TP_WTYPE_F32, s->n_head, 0, TP_SYNTH_FILL_WEIGHT);
+            T("post_attention_norm.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_NORM);
+        } else {
+            T("ffn_norm.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_NORM);
+        }
         if (s->n_expert > 0) {
             /* llama-quantize keeps the router in F32; the experts follow the dense rules */
             const int64_t fx = tp_shape_ff_width(s), X = s->n_expert;
+            const enum mix_role gu = mix == TP_SYNTH_MIX_MXFP4 ? ROLE_EXPERT : ROLE_OTHER;
+            const enum mix_role dn = mix == TP_SYNTH_MIX_MXFP4 ? ROLE_EXPERT : ROLE_FFN_DOWN;
             T("ffn_gate_inp.weight", TP_WTYPE_F32, e, X, TP_SYNTH_FILL_WEIGHT);
+            if (s->arch == TP_ARCH_GPTOSS) T("ffn_gate_inp.bias", TP_WTYPE_F32, X, 0, TP_SYNTH_FILL_WEIGHT);
             snprintf(nm, sizeof(nm), "blk.%d.ffn_gate_exps.weight", l);
-            n = add_plan3(p, n, nm, MIX(ROLE_OTHER, l, e), e, fx, X);
+            n = add_plan3(p, n, nm, MIX(gu, l, e), e, fx, X);
             snprintf(nm, sizeof(nm), "blk.%d.ffn_up_exps.weight", l);
-            n = add_plan3(p, n, nm, MIX(ROLE_OTHER, l, e), e, fx, X);
+            n = add_plan3(p, n, nm, MIX(gu, l, e), e, fx, X);
             snprintf(nm, sizeof(nm), "blk.%d.ffn_down_exps.weight", l);
-            n = add_plan3(p, n, nm, MIX(ROLE_FFN_DOWN, l, fx), fx, e, X);
+            n = add_plan3(p, n, nm, MIX(dn, l, fx), fx, e, X);
+            if (s->arch == TP_ARCH_GPTOSS) { /* per-expert biases, ne = [width, n_expert] */
+                T("ffn_gate_exps.bias", TP_WTYPE_F32, fx, X, TP_SYNTH_FILL_WEIGHT);
+                T("ffn_up_exps.bias", TP_WTYPE_F32, fx, X, TP_SYNTH_FILL_WEIGHT);
+                T("ffn_down_exps.bias", TP_WTYPE_F32, e, X, TP_SYNTH_FILL_WEIGHT);
+            }
             if (s->n_ff_shexp > 0) { /* Qwen2-MoE: the shared expert and its sigmoid gate */
                 const int64_t S = s->n_ff_shexp;
                 T("ffn_gate_inp_shexp.weight", TP_WTYPE_F32, e, 0, TP_SYNTH_FILL_WEIGHT);
@@ -305,6 +324,7 @@ static uint32_t file_type_of(enum tp_wtype t, enum tp_synth_mix mix)
 {
     if (mix == TP_SYNTH_MIX_Q4_K_M) return 15;
     if (mix == TP_SYNTH_MIX_Q5_K_M) return 17;
+    if (mix == TP_SYNTH_MIX_MXFP4) return 38; /* LLAMA_FTYPE_MOSTLY_MXFP4_MOE */
     switch (t) {
     case TP_WTYPE_F32: return 0;
     case TP_WTYPE_F16: return 1;
@@ -337,6 +357,7 @@ static void write_kv(tp_gguf_writer_t *w, const struct tp_shape *s, int n_layer,
     tp_gguf_kv_u32(w, K("embedding_length"), (uint32_t)s->n_embd);
     tp_gguf_kv_u32(w, K("block_count"), (uint32_t)n_layer);
     tp_gguf_kv_u32(w, K("feed_forward_length"), (uint32_t)s->n_ff);
+    if (s->pooling_type > 0) tp_gguf_kv_u32(w, K("pooling_type"), (uint32_t)s->pooling_type);
     if (s->sliding_window > 0) tp_gguf_kv_u32(w, K("attention.sliding_window"), (uint32_t)s->sliding_window);
     if (s->n_expert > 0) {
         tp_gguf_kv_u32(w, K("expert_count"), (uint32_t)s->n_expert);
@@ -358,6 +379,12 @@ static void write_kv(tp_gguf_writer_t *w, const struct tp_shape *s, int n_layer,
         tp_gguf_kv_str(w, K("rope.scaling.type"), "linear");
         tp_gguf_kv_f32(w, K("rope.scaling.factor"), s->rope_factor);
     }
+    if (s->rope_scaling == TP_ROPE_SCALING_YARN) { /* as convert_hf_to_gguf.py writes gpt-oss */
+        tp_gguf_kv_str(w, K("rope.scaling.type"), "yarn");
+        tp_gguf_kv_f32(w, K("rope.scaling.factor"), s->rope_factor);
+        tp_gguf_kv_u32(w, K("rope.scaling.original_context_length"), (uint32_t)s->rope_orig_ctx);
+    }
+
 #undef K
     tp_gguf_kv_str(w, "tokenizer.ggml.model", v->model);
     if (v->pre) tp_gguf_kv_str(w, "tokenizer.ggml.pre", v->pre);
@@ -383,7 +410,10 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
     const enum tp_synth_mix mix = cfg->mix;
     const enum tp_wtype wt = mix == TP_SYNTH_MIX_Q4_K_M   ? TP_WTYPE_Q4_K
                              : mix == TP_SYNTH_MIX_Q5_K_M ? TP_WTYPE_Q5_K
-                                                          : cfg->type;
+                             : mix == TP_SYNTH_MIX_MXFP4 && cfg->type != TP_WTYPE_F32 && cfg->type != TP_WTYPE_F16 &&
+                                       cfg->type != TP_WTYPE_BF16
+                                 ? TP_WTYPE_Q8_0
+                                 : cfg->type;
     enum tp_status rc = TP_OK;
     struct tp_synth_vocab vocab;
     memset(&vocab, 0, sizeof(vocab));
@@ -395,10 +425,15 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
 
     if ((int)mix < 0 || mix >= TP_SYNTH_MIX_COUNT)
         return tp_error_set(err, TP_ERR_INVALID_ARG, "synth: unknown type mix %d", (int)mix);
+    if (mix == TP_SYNTH_MIX_MXFP4 && s->n_expert <= 0)
+        return tp_error_set(err, TP_ERR_INVALID_ARG,
+                            "synth: --type mxfp4 quantizes the experts (gpt-oss); shape %s has none (pick q8_0, q4_0, ...)",
+                            s->name);
     if (wt != TP_WTYPE_F32 && wt != TP_WTYPE_F16 && wt != TP_WTYPE_BF16 && wt != TP_WTYPE_Q8_0 && wt != TP_WTYPE_Q4_0 &&
         wt != TP_WTYPE_Q4_K && wt != TP_WTYPE_Q5_K && wt != TP_WTYPE_Q6_K)
         return tp_error_set(err, TP_ERR_UNSUPPORTED,
-                            "synth: type %s not supported (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)",
+                            "synth: type %s not supported (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m, "
+                            "mxfp4)",
                             tp_wtype_name(wt));
     int n_layer = cfg->n_layer > 0 ? cfg->n_layer : s->n_layer;
     if (cfg->n_layer > s->n_layer)
@@ -413,7 +448,7 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
         shape.n_vocab = vocab.n_tokens;
     }
 
-    plan = calloc((size_t)n_layer * 16 + 8, sizeof(*plan));
+    plan = calloc((size_t)n_layer * 24 + 8, sizeof(*plan));
     if (!plan) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
         goto out;

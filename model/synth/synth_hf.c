@@ -131,12 +131,14 @@ static void config_json(struct sbuf *b, const struct tp_shape *s, int n_layer, i
 {
     const int mixtral = s->arch == TP_ARCH_LLAMA && s->n_expert > 0;
     const char *arch = s->arch == TP_ARCH_QWEN2      ? "Qwen2ForCausalLM"
+                       : s->arch == TP_ARCH_GPTOSS   ? "GptOssForCausalLM"
                        : s->arch == TP_ARCH_QWEN3    ? "Qwen3ForCausalLM"
                        : s->arch == TP_ARCH_QWEN3MOE ? "Qwen3MoeForCausalLM"
                        : s->arch == TP_ARCH_QWEN2MOE ? "Qwen2MoeForCausalLM"
                        : mixtral                     ? "MixtralForCausalLM"
                                                      : "LlamaForCausalLM";
     const char *mt = s->arch == TP_ARCH_QWEN2      ? "qwen2"
+                     : s->arch == TP_ARCH_GPTOSS   ? "gpt_oss"
                      : s->arch == TP_ARCH_QWEN3    ? "qwen3"
                      : s->arch == TP_ARCH_QWEN3MOE ? "qwen3_moe"
                      : s->arch == TP_ARCH_QWEN2MOE ? "qwen2_moe"
@@ -158,11 +160,26 @@ static void config_json(struct sbuf *b, const struct tp_shape *s, int n_layer, i
                   s->rope_orig_ctx);
     else if (s->rope_scaling == TP_ROPE_SCALING_LINEAR)
         sb_printf(b, "  \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": %.9g},\n", (double)s->rope_factor);
+    else if (s->rope_scaling == TP_ROPE_SCALING_YARN) /* as openai/gpt-oss-20b's config.json */
+        sb_printf(b,
+                  "  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.9g, \"beta_fast\": 32.0, "
+                  "\"beta_slow\": 1.0, \"original_max_position_embeddings\": %d, \"truncate\": false},\n",
+                  (double)s->rope_factor, s->rope_orig_ctx);
     else
         sb_printf(b, "  \"rope_scaling\": null,\n");
     sb_printf(b, "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n", s->tied ? "true" : "false");
     if (s->arch == TP_ARCH_LLAMA) sb_printf(b, "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n");
-    if (mixtral)
+    if (s->arch == TP_ARCH_GPTOSS) {
+        sb_printf(b,
+                  "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"experts_per_token\": %d,\n"
+                  "  \"attention_bias\": true,\n  \"swiglu_limit\": 7.0,\n  \"layer_types\": [",
+                  s->n_expert, s->n_expert_used, s->n_expert_used);
+        for (int l = 0; l < n_layer; l++)
+            sb_printf(b, "%s\"%s\"", l ? ", " : "", l % 2 == 0 ? "sliding_attention" : "full_attention");
+        sb_printf(b, "],\n  \"quantization_config\": {\"quant_method\": \"mxfp4\", \"modules_to_not_convert\": "
+                     "[\"model.layers.*.self_attn\", \"model.layers.*.mlp.router\", \"model.embed_tokens\", "
+                     "\"lm_head\"]},\n");
+    } else if (mixtral)
         sb_printf(b, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n", s->n_expert, s->n_expert_used);
     else if (s->n_expert > 0)
         sb_printf(b,
@@ -243,12 +260,17 @@ struct hf_tensor {
     int part;            /* MLX: 1 packed words (U32), 2 scales, 3 biases (from part 1's buffers); 0 plain */
     int64_t row_base;    /* stacked experts: this expert's first row in t (one HF tensor per expert), else 0 */
     int shape_1xn;       /* a 1-D GGUF vector stored as [1, n] (Qwen2-MoE shared_expert_gate) */
+    /* gpt-oss experts (OpenAI's MXFP4 layout): part 4 PREFIX_blocks U8 (X, R, C/32, 16), part 5
+     * PREFIX_scales U8 (X, R, C/32) (from part 4's buffer), part 6 gate_up_proj_bias (X, 2F);
+     * t2: the up tensor fused with t (gate) as rows 2f / 2f + 1, NULL for down */
+    const struct tp_synth_tensor *t2;
+    int64_t x_rows; /* parts 4-6: rows of the tensor (X * R, or X) */
 };
 
 struct gen_job {
     const struct tp_shape *shape;
     const struct hf_tensor *h;
-    uint64_t seed;
+    uint64_t seed, seed2; /* seed2: h->t2's (gpt-oss fused gate_up) */
     int64_t row0, n_rows;
     float *f32;       /* (n_rows, ne0) */
     uint8_t *out;     /* (n_rows, row_bytes) */
@@ -257,6 +279,53 @@ struct gen_job {
     int mlx_bf16;
 };
 
+/* Rows [b, e) of the chunk of a gpt-oss expert tensor (parts 4 and 6, see struct hf_tensor). */
+static void gptoss_rows(const struct gen_job *j, int64_t b, int64_t e)
+{
+    const struct hf_tensor *h = j->h;
+    const struct tp_synth_tensor *t = h->t;
+    const int64_t ne0 = t->ne[0];
+    for (int64_t r = b; r < e; r++) {
+        const int64_t row = j->row0 + r;
+        uint8_t *o = j->out + (size_t)r * j->row_bytes;
+        float *x = j->f32 + r * 2 * ne0;
+        if (h->part == 6) { /* bias row x: gate and up interleaved */
+            tp_synth_fill_row(j->shape, t, j->seed, row, x);
+            tp_synth_fill_row(j->shape, h->t2, j->seed2, row, x + ne0);
+            for (int64_t i = 0; i < 2 * ne0; i++) {
+                const float v = x[(i & 1) * ne0 + i / 2];
+                uint16_t hv = h->wtype == TP_WTYPE_F16 ? tp_f32_to_fp16(v) : tp_f32_to_bf16(v);
+                if (h->wtype == TP_WTYPE_F32) memcpy(o + 4 * i, &v, 4);
+                else memcpy(o + 2 * i, &hv, 2);
+            }
+            continue;
+        }
+        /* part 4: fused gate/up row (expert x, row jj): gate row x*F + jj/2 for even jj, up for odd */
+        const struct tp_synth_tensor *src = t;
+        int64_t srow = row;
+        uint64_t seed = j->seed;
+        if (h->t2) {
+            const int64_t F = t->ne[1], xx = row / (2 * F), jj = row % (2 * F);
+            src = jj & 1 ? h->t2 : t;
+            seed = jj & 1 ? j->seed2 : j->seed;
+            srow = xx * F + jj / 2;
+        }
+        tp_synth_fill_row(j->shape, src, seed, srow, x);
+        const int64_t nb = ne0 / 32;
+        uint8_t blk[17];
+        for (int64_t k = 0; k < nb; k++) {
+            tp_kern_quantize(TP_WTYPE_MXFP4, x + 32 * k, blk, 32); /* GGUF layout: e, then j low / j+16 high */
+            ((uint8_t *)j->mlx_s)[(size_t)(row * nb + k)] = blk[0];
+            for (int i = 0; i < 16; i++) { /* OpenAI: byte i holds elements 2i (low) and 2i+1 (high) */
+                const int e0 = 2 * i, e1 = 2 * i + 1;
+                const uint8_t c0 = (uint8_t)(e0 < 16 ? blk[1 + e0] & 0x0F : blk[1 + e0 - 16] >> 4);
+                const uint8_t c1 = (uint8_t)(e1 < 16 ? blk[1 + e1] & 0x0F : blk[1 + e1 - 16] >> 4);
+                o[k * 16 + i] = (uint8_t)(c0 | (c1 << 4));
+            }
+        }
+    }
+}
+
 static void gen_worker(void *ctx, int ith, int nth)
 {
     struct gen_job *j = ctx;
@@ -264,6 +333,10 @@ static void gen_worker(void *ctx, int ith, int nth)
     const int64_t ne0 = t->ne[0];
     int64_t b, e;
     tp_split_range(j->n_rows, ith, nth, &b, &e);
+    if (j->h->part >= 4) {
+        gptoss_rows(j, b, e);
+        return;
+    }
     for (int64_t r = b; r < e; r++) {
         int64_t row = j->row0 + r + j->h->row_base;
         if (j->h->permute_heads) {
@@ -291,6 +364,7 @@ static void gen_worker(void *ctx, int ith, int nth)
 
 static const char *st_dtype(enum tp_wtype t)
 {
+    if (t == TP_WTYPE_MXFP4) return "U8";
     return t == TP_WTYPE_F32 ? "F32" : t == TP_WTYPE_F16 ? "F16" : tp_wtype_mlx_bits(t) ? "U32" : "BF16";
 }
 
@@ -327,7 +401,16 @@ static enum tp_status write_shard(const char *dir, int n_files, int fi, struct h
         const struct tp_synth_tensor *t = ht[i].t;
         sb_add(&h, ",", 1);
         sb_json_str(&h, ht[i].name);
-        if (t->n_dims >= 2) /* a stacked tensor: one expert's [rows, cols] */
+        if (ht[i].part == 4 || ht[i].part == 5) { /* gpt-oss MXFP4 blocks / scales */
+            const int64_t X = t->ne[2], R = ht[i].x_rows / X, nb = t->ne[0] / 32;
+            if (ht[i].part == 4)
+                sb_printf(&h, ":{\"dtype\":\"U8\",\"shape\":[%lld,%lld,%lld,16],", (long long)X, (long long)R, (long long)nb);
+            else
+                sb_printf(&h, ":{\"dtype\":\"U8\",\"shape\":[%lld,%lld,%lld],", (long long)X, (long long)R, (long long)nb);
+        } else if (ht[i].part == 6) {
+            sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],", st_dtype(ht[i].wtype), (long long)ht[i].x_rows,
+                      (long long)(2 * t->ne[0]));
+        } else if (t->n_dims >= 2) /* a stacked tensor: one expert's [rows, cols] */
             sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],", st_dtype(ht[i].wtype), (long long)t->ne[1],
                       (long long)hf_cols(&ht[i]));
         else if (ht[i].shape_1xn)
@@ -354,21 +437,26 @@ static enum tp_status write_shard(const char *dir, int n_files, int fi, struct h
     for (int i = 0; i < n_ht && !bad; i++) {
         if (ht[i].file != fi) continue;
         const struct tp_synth_tensor *t = ht[i].t;
-        const int64_t rows = t->n_dims >= 2 ? t->ne[1] : 1;
-        if (ht[i].part >= 2) { /* scales / biases that part 1 (just before, same file) computed */
+        const int64_t rows = ht[i].x_rows > 0 ? ht[i].x_rows : t->n_dims >= 2 ? t->ne[1] : 1;
+        if (ht[i].part == 2 || ht[i].part == 3 || ht[i].part == 5) { /* scales (/ biases) that the part just before
+                                                                        (same file) computed */
             size_t nb = (size_t)ht[i].bytes;
-            bad = fwrite(ht[i].part == 2 ? (void *)mlx_s : (void *)mlx_b, 1, nb, f) != nb;
+            bad = fwrite(ht[i].part != 3 ? (void *)mlx_s : (void *)mlx_b, 1, nb, f) != nb;
             *done += nb;
             continue;
         }
-        const int64_t chunk_rows = TP_MAX((int64_t)1, (int64_t)buf_elems / t->ne[0]);
+        const int64_t chunk_rows = TP_MAX((int64_t)1, (int64_t)buf_elems / (2 * t->ne[0])); /* part 6: 2 rows each */
+        const size_t esz = ht[i].wtype == TP_WTYPE_F32 ? 4 : 2;
         struct gen_job job = {.shape = shape,
                               .h = &ht[i],
                               .seed = tp_synth_tensor_seed(cfg->seed, t->name),
+                              .seed2 = ht[i].t2 ? tp_synth_tensor_seed(cfg->seed, ht[i].t2->name) : 0,
                               .f32 = f32,
                               .out = conv,
-                              .row_bytes = ht[i].part == 1 ? (size_t)hf_cols(&ht[i]) * 4
-                                                           : (size_t)t->ne[0] * (ht[i].wtype == TP_WTYPE_F32 ? 4 : 2),
+                              .row_bytes = ht[i].part == 1   ? (size_t)hf_cols(&ht[i]) * 4
+                                           : ht[i].part == 4 ? (size_t)(t->ne[0] / 32) * 16
+                                           : ht[i].part == 6 ? (size_t)(2 * t->ne[0]) * esz
+                                                             : (size_t)t->ne[0] * esz,
                               .mlx_s = mlx_s,
                               .mlx_b = mlx_b,
                               .mlx_bf16 = cfg->mlx_bf16};
@@ -395,12 +483,19 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     if (!cfg || !cfg->shape || !cfg->out_path)
         return tp_error_set(err, TP_ERR_INVALID_ARG, "synth: missing shape or output directory");
     const struct tp_shape *s0 = cfg->shape;
-    const enum tp_wtype wt = cfg->type;
+    const int gptoss = s0->arch == TP_ARCH_GPTOSS;
+    const int float_type = cfg->type == TP_WTYPE_F32 || cfg->type == TP_WTYPE_F16 || cfg->type == TP_WTYPE_BF16;
+    /* gpt-oss --type mxfp4: OpenAI's checkpoint keeps what is not an expert in bf16 */
+    const enum tp_wtype wt = gptoss && cfg->mix == TP_SYNTH_MIX_MXFP4 && !float_type ? TP_WTYPE_BF16 : cfg->type;
     const char *dir = cfg->out_path;
     const int mlx = tp_wtype_mlx_bits(wt) != 0;
+    if (gptoss && (cfg->mix != TP_SYNTH_MIX_MXFP4 || (wt != TP_WTYPE_F32 && wt != TP_WTYPE_F16 && wt != TP_WTYPE_BF16)))
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "synth: gpt-oss as a Hugging Face directory is OpenAI's layout: --type mxfp4 (experts "
+                            "MXFP4, the rest bf16)");
     /* float type of what is not quantized (MLX: norms, and rows that are not whole groups) */
     const enum tp_wtype ft = mlx ? (cfg->mlx_bf16 ? TP_WTYPE_BF16 : TP_WTYPE_F16) : wt;
-    if (cfg->mix != TP_SYNTH_MIX_NONE ||
+    if ((cfg->mix != TP_SYNTH_MIX_NONE && !gptoss) ||
         (!mlx && wt != TP_WTYPE_F32 && wt != TP_WTYPE_F16 && wt != TP_WTYPE_BF16))
         return tp_error_set(err, TP_ERR_UNSUPPORTED,
                             "synth: --format hf writes f32, f16 or bf16 weights and --format mlx MLX affine ones (got "
@@ -440,14 +535,14 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     struct tp_shape shape = *s0;
     shape.n_vocab = vocab.n_tokens;
 
-    plan = calloc((size_t)n_layer * 16 + 8, sizeof(*plan));
+    plan = calloc((size_t)n_layer * 24 + 8, sizeof(*plan));
     /* MLX: three tensors per matrix; experts: one per expert */
     ht = calloc(((size_t)n_layer * (16 + 3 * (size_t)shape.n_expert) + 8) * 3, sizeof(*ht));
     if (!plan || !ht) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
         goto out;
     }
-    int n_plan = tp_synth_plan(&shape, n_layer, wt, TP_SYNTH_MIX_NONE, plan);
+    int n_plan = tp_synth_plan(&shape, n_layer, wt, gptoss ? TP_SYNTH_MIX_MXFP4 : TP_SYNTH_MIX_NONE, plan);
     int n_ht = 0;
     uint64_t shard_cap = cfg->shard_bytes ? cfg->shard_bytes : HF_DEFAULT_SHARD_BYTES;
     uint64_t total = 0, in_file = 0;
@@ -456,6 +551,68 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     for (int i = 0; i < n_plan; i++) {
         const struct tp_synth_tensor *t = &plan[i];
         if (t->fill == TP_SYNTH_FILL_ROPE_FREQS) continue; /* HF: rope_scaling in config.json */
+        if (gptoss && (strstr(t->name, "_exps.") || strstr(t->name, "attn_sinks"))) {
+            int layer = 0;
+            sscanf(t->name, "blk.%d.", &layer);
+            const int down = strstr(t->name, "ffn_down_exps") != NULL, bias = strstr(t->name, ".bias") != NULL;
+            if (strstr(t->name, "attn_sinks")) { /* self_attn.sinks: a plain vector */
+                struct hf_tensor *h = &ht[n_ht++];
+                h->t = t;
+                snprintf(h->name, sizeof h->name, "model.layers.%d.self_attn.sinks", layer);
+                h->wtype = t->type; /* vectors keep the plan's F32, as the GGUF writer */
+                h->bytes = (uint64_t)t->ne[0] * (h->wtype == TP_WTYPE_F32 ? 4 : 2);
+                h->file = file;
+                h->off = in_file;
+                in_file += h->bytes;
+                total += h->bytes;
+                continue;
+            }
+            if (strstr(t->name, "ffn_up_exps")) continue; /* fused with gate (t2) */
+            /* plan order (tp_synth_plan): gate, up, down weights, then gate, up, down biases */
+            const struct tp_synth_tensor *up = down ? NULL : t + 1;
+            if (up && (up >= plan + n_plan || !strstr(up->name, "ffn_up_exps"))) {
+                rc = tp_error_set(err, TP_ERR_INTERNAL, "synth: gpt-oss plan order: %s after %s", up->name, t->name);
+                goto out;
+            }
+            const char *base = down ? "down_proj" : "gate_up_proj";
+            const int n_parts = bias ? 1 : 2;
+            const int64_t X = bias ? t->ne[1] : t->ne[2];
+            const int64_t R = bias ? 0 : (down ? t->ne[1] : 2 * t->ne[1]);
+            for (int pt = 0; pt < n_parts; pt++) {
+                struct hf_tensor *h = &ht[n_ht++];
+                h->t = t;
+                h->t2 = up;
+                if (bias && down) { /* down_proj_bias (X, E): plain rows */
+                    snprintf(h->name, sizeof h->name, "model.layers.%d.mlp.experts.down_proj_bias", layer);
+                    h->wtype = t->type;
+                    h->bytes = (uint64_t)t->ne[0] * (uint64_t)t->ne[1] * (h->wtype == TP_WTYPE_F32 ? 4 : 2);
+                } else if (bias) {
+                    snprintf(h->name, sizeof h->name, "model.layers.%d.mlp.experts.gate_up_proj_bias", layer);
+                    h->part = 6;
+                    h->x_rows = X;
+                    h->wtype = t->type;
+                    h->bytes = (uint64_t)X * 2 * (uint64_t)t->ne[0] * (h->wtype == TP_WTYPE_F32 ? 4 : 2);
+                } else {
+                    snprintf(h->name, sizeof h->name, "model.layers.%d.mlp.experts.%s_%s", layer, base,
+                             pt ? "scales" : "blocks");
+                    h->part = pt ? 5 : 4;
+                    h->x_rows = X * R;
+                    h->wtype = TP_WTYPE_MXFP4;
+                    h->bytes = (uint64_t)(X * R) * (uint64_t)(t->ne[0] / 32) * (pt ? 1 : 16);
+                    if (pt) mlx_groups = TP_MAX(mlx_groups, (size_t)(h->bytes / 2 + 1));
+                }
+                if (pt == 0 && in_file > 0 && in_file + h->bytes * 17 / 16 > shard_cap) {
+                    file++;
+                    in_file = 0;
+                }
+                h->file = file;
+                h->off = in_file;
+                in_file += h->bytes;
+                total += h->bytes;
+            }
+            if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
+            continue;
+        }
         if (t->ne[2] > 1) { /* stacked experts: Hugging Face keeps one [rows, cols] tensor per expert */
             const int mixtral = shape.arch == TP_ARCH_LLAMA;
             size_t len = strlen(t->name);
@@ -488,6 +645,7 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
         h->t = t;
         const int mixtral_name = shape.arch == TP_ARCH_LLAMA && shape.n_expert > 0;
         if (!(mixtral_name && tp_tsrc_hf_name_variant(t->name, 1, h->name, sizeof(h->name))) &&
+            !(gptoss && tp_tsrc_hf_name_variant(t->name, 2, h->name, sizeof(h->name))) &&
             !tp_tsrc_hf_name(t->name, h->name, sizeof(h->name))) {
             rc = tp_error_set(err, TP_ERR_INTERNAL, "synth: no Hugging Face name for %s", t->name);
             goto out;

@@ -22,7 +22,7 @@ struct tp_synth_tensor {
     int64_t ne[3];       /* ne[2]: stacked matrices (experts), 1 otherwise */
     enum tp_synth_fill fill;
 };
-/* The tensor list of the model in GGUF order; p needs room for 16 per layer + 8.
+/* The tensor list of the model in GGUF order; p needs room for 24 per layer + 8.
  * Rows of a tensor: ne[1] * ne[2] of ne[0] values (tp_synth_fill_row's row index). 
  * Returns the count. */
 int tp_synth_plan(const struct tp_shape *s, int n_layer, enum tp_wtype wt, enum tp_synth_mix mix,

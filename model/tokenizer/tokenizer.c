@@ -184,6 +184,8 @@ enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t 
     int *ids[5] = {&t->bos, &t->eos, &t->eot, &t->unk, &t->pad};
     int src[5] = {d->bos_id, d->eos_id, d->eot_id, d->unk_id, d->pad_id};
     for (int i = 0; i < 5; i++) *ids[i] = (src[i] >= 0 && src[i] < n) ? src[i] : -1;
+    for (int i = 0; i < TP_FIM_COUNT; i++)
+        t->fim[i] = d->fim_ids[i] > 0 && d->fim_ids[i] <= n ? d->fim_ids[i] - 1 : -1;
     if (t->add_bos && t->bos < 0) t->add_bos = 0;
     if (t->add_eos && t->eos < 0) t->add_eos = 0;
     for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
@@ -410,6 +412,25 @@ enum tp_tok_kind tp_tokenizer_kind(const tp_tokenizer_t *t) { return t ? t->kind
 int tp_tokenizer_bos(const tp_tokenizer_t *t) { return t ? t->bos : -1; }
 int tp_tokenizer_eos(const tp_tokenizer_t *t) { return t ? t->eos : -1; }
 int tp_tokenizer_add_bos(const tp_tokenizer_t *t) { return t ? t->add_bos : 0; }
+int tp_tokenizer_add_eos(const tp_tokenizer_t *t) { return t ? t->add_eos : 0; }
+
+int tp_tokenizer_fim(const tp_tokenizer_t *t, int ids[TP_FIM_COUNT])
+{
+    /* the texts of the code models' FIM tokens: Qwen2.5-Coder / CodeGemma, StarCoder / SantaCoder,
+     * CodeLlama (SentencePiece: with and without the U+2581 prefix), DeepSeek-Coder */
+    static const char *const names[TP_FIM_COUNT][6] = {
+        {"<|fim_prefix|>", "<fim_prefix>", "<PRE>", "\xe2\x96\x81<PRE>", "<|fim\xe2\x96\x81" "begin|>", NULL},
+        {"<|fim_suffix|>", "<fim_suffix>", "<SUF>", "\xe2\x96\x81<SUF>", "<|fim\xe2\x96\x81hole|>", NULL},
+        {"<|fim_middle|>", "<fim_middle>", "<MID>", "\xe2\x96\x81<MID>", "<|fim\xe2\x96\x81" "end|>", NULL},
+        {"<|file_sep|>", "<file_sep>", NULL},
+        {"<|repo_name|>", "<reponame>", NULL},
+    };
+    for (int i = 0; i < TP_FIM_COUNT; i++) {
+        ids[i] = t ? t->fim[i] : -1;
+        for (int k = 0; t && ids[i] < 0 && names[i][k]; k++) ids[i] = tp_tokenizer_find_special(t, names[i][k]);
+    }
+    return ids[TP_FIM_PRE] >= 0 && ids[TP_FIM_SUF] >= 0 && ids[TP_FIM_MID] >= 0;
+}
 
 int tp_tokenizer_is_eog(const tp_tokenizer_t *t, int id)
 {

@@ -55,6 +55,7 @@ struct tp_tokenizer {
     int special_first[257];    /* specials[special_first[b] .. special_first[b+1]) start with byte b */
     int max_piece_len;
     int bos, eos, eot, unk, pad;
+    int fim[TP_FIM_COUNT];        /* fill-in-the-middle token ids (enum tp_fim), -1 when the model has none */
     int add_bos, add_eos, add_space_prefix, byte_fallback, ignore_merges;
 };
 

@@ -10,6 +10,7 @@
  *   tokenizer.ggml.token_type   int32[n]   (enum tp_token_type)
  *   tokenizer.ggml.merges       string[m]  "left right" (BPE)
  *   tokenizer.ggml.{bos,eos,eot,unknown,padding}_token_id
+ *   tokenizer.ggml.fim_{pre,suf,mid,sep,rep}_token_id (fill-in-the-middle)
  *   tokenizer.ggml.add_bos_token / add_eos_token / add_space_prefix
  * tp_tokenizer_vocab_from_gguf() fills a descriptor from an open reader (the
  * model loader uses it too); tp_tokenizer_from_gguf() opens a file for it.
@@ -164,6 +165,10 @@ enum tp_status tp_tokenizer_from_gguf_handle(tp_gguf_t *g, tp_tokenizer_t **out,
     d.eot_id = get_id(g, "tokenizer.ggml.eot_token_id", (int)n);
     d.unk_id = get_id(g, "tokenizer.ggml.unknown_token_id", (int)n);
     d.pad_id = get_id(g, "tokenizer.ggml.padding_token_id", (int)n);
+    static const char *const fim_keys[TP_FIM_COUNT] = {
+        "tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.fim_mid_token_id",
+        "tokenizer.ggml.fim_sep_token_id", "tokenizer.ggml.fim_rep_token_id"};
+    for (int i = 0; i < TP_FIM_COUNT; i++) d.fim_ids[i] = get_id(g, fim_keys[i], (int)n) + 1;
     /* llama.cpp defaults: SPM and Llama 3 add BOS (SPM a prefix space too);
      * other BPE vocabularies only if the file asks */
     d.add_bos = get_flag(g, "tokenizer.ggml.add_bos_token", d.kind == TP_TOK_SPM || d.pretok == TP_PRETOK_LLAMA3);

@@ -48,6 +48,8 @@ struct tp_vocab_desc {
     const size_t *merge_lens;     /* [n_merges]; NULL: NUL-terminated */
     int ignore_merges;            /* Llama 3: a pre-token already in the vocab is emitted whole */
     int bos_id, eos_id, eot_id, unk_id, pad_id; /* -1 when absent */
+    int fim_ids[TP_FIM_COUNT];    /* fill-in-the-middle ids + 1 (GGUF tokenizer.ggml.fim_*_token_id); 0: not
+                                   * given (then found by the token's text, tp_tokenizer_fim) */
     int add_bos, add_eos;
     int add_space_prefix;         /* SPM: prepend U+2581 to the input: 0 never; 1 llama.cpp (the
                                    * input and every text after a special token); 2 Hugging Face

@@ -19,8 +19,10 @@
  *     value): measured nmse 2e-14 .. 4e-6 with the AVX2 / AVX-512 kernels
  *     (0 with the scalar ones, whose paths are the same).  A wrong row, token
  *     or block scale gives nmse >= 1e-2 (a swapped lane pair measured 0.5).
- *   - Q4_0 / Q8_0 re-laid 16 rows at a time (x16, where the ISA has the kernel) and in
- *     the file's row layout: the same greedy run, nmse <= 1e-4 (see above);
+ *   - Q4_0 / Q8_0 / Q4_K_M / Q5_K / Q6_K re-laid 16 rows at a time (x16, where the ISA
+ *     has the kernel) and in the file's row layout: the same greedy run, nmse <= 1e-4
+ *     (see above), and the same greedy tokens;
+ *   - the same thread and batch checks for Q4_K_M (Q4_K and Q6_K matrices);
  *   - SwiGLU and softmax (a polynomial exp on AVX2) against double precision:
  *     relative error <= 4e-7 for SwiGLU (a few float ulps: 2^-23 = 1.2e-7)
  *     over [-100, 100] and the edges, the same bits for an element whatever
@@ -43,20 +45,27 @@
 #define FQ_VOCAB 1000
 #define FQ_SEQS 8
 
+/* test-fqk: the K-quant twin (rows of 256-value super-blocks: FFN 768) */
 static const char k_shape_json[] =
     "{\"shapes\":[{\"name\":\"test-fq\",\"arch\":\"llama\",\"n_embd\":256,\"n_layer\":2,\"n_head\":4,"
     "\"n_head_kv\":2,\"n_ff\":704,\"n_vocab\":1000,\"n_ctx\":256,\"rope_theta\":10000.0,\"norm_eps\":1e-5,"
+    "\"tied\":false,\"source\":\"made up for tests\"},"
+    "{\"name\":\"test-fqk\",\"arch\":\"llama\",\"n_embd\":256,\"n_layer\":2,\"n_head\":4,"
+    "\"n_head_kv\":2,\"n_ff\":768,\"n_vocab\":1000,\"n_ctx\":256,\"rope_theta\":10000.0,\"norm_eps\":1e-5,"
     "\"tied\":false,\"source\":\"made up for tests\"}]}";
 
-/* Write the test model of type t once per run; its path, or NULL (reported). */
+/* Write the test model of type t once per run; its path, or NULL (reported).  Q4_K is
+ * llama-quantize's Q4_K_M mix (Q4_K with Q6_K for attn_v, half the ffn_down and the
+ * output head), Q5_K and Q6_K plain. */
 static const char *fq_model(enum tp_wtype t)
 {
-    static char paths[2][600];
-    char *p = paths[t == TP_WTYPE_Q4_0];
+    static char paths[TP_WTYPE_COUNT][600];
+    char *p = paths[t];
     if (p[0]) return p;
+    const int kq = t == TP_WTYPE_Q4_K || t == TP_WTYPE_Q5_K || t == TP_WTYPE_Q6_K;
     struct tp_shape shape;
     struct tp_error err = {0};
-    if (tp_shape_find(k_shape_json, "test-fq", &shape, &err) != TP_OK) {
+    if (tp_shape_find(k_shape_json, kq ? "test-fqk" : "test-fq", &shape, &err) != TP_OK) {
         fprintf(stderr, "shape: %s\n", err.msg);
         return NULL;
     }
@@ -64,6 +73,7 @@ static const char *fq_model(enum tp_wtype t)
     struct tp_synth_config sc = tp_synth_default_config();
     sc.shape = &shape;
     sc.type = t;
+    if (t == TP_WTYPE_Q4_K) sc.mix = TP_SYNTH_MIX_Q4_K_M;
     sc.seed = 99;
     sc.out_path = p;
     if (tp_synth_write(&sc, &err) != TP_OK) {
@@ -169,11 +179,20 @@ static void check_layout(enum tp_wtype t)
     tp_model_t *mr = fq_open(path, 2, 1), *mx = fq_open(path, 2, 0);
     CU_ASSERT_FATAL(mr && mx);
     CU_ASSERT_EQUAL(mr->layers[0].wq.x16, 0);
-    CU_ASSERT_EQUAL(mx->layers[1].wdown.x16, tp_kern_x16_native(t));
-    CU_ASSERT_EQUAL(mx->output.x16, tp_kern_x16_native(t));
+    CU_ASSERT_EQUAL(mx->layers[1].wdown.x16, tp_kern_x16_native(mx->layers[1].wdown.type));
+    CU_ASSERT_EQUAL(mx->layers[0].wq.x16, tp_kern_x16_native(mx->layers[0].wq.type));
+    CU_ASSERT_EQUAL(mx->output.x16, tp_kern_x16_native(mx->output.type));
     CU_ASSERT_EQUAL(mx->tok_embd.x16, 0);
+    if (t == TP_WTYPE_Q4_K) { /* the Q4_K_M mix: both K types in one model */
+        CU_ASSERT_EQUAL(mx->layers[0].wq.type, TP_WTYPE_Q4_K);
+        CU_ASSERT_EQUAL(mx->output.type, TP_WTYPE_Q6_K);
+    }
     CU_ASSERT_EQUAL_FATAL(run_greedy(mr, rows), 0);
     CU_ASSERT_EQUAL_FATAL(run_greedy(mx, x16), 0);
+    int same_tokens = 1; /* the greedy continuation (each step's argmax) is the same */
+    for (int st = 12; st < 13 + 20; st++)
+        same_tokens &= argmax(rows + (size_t)st * FQ_VOCAB, FQ_VOCAB) == argmax(x16 + (size_t)st * FQ_VOCAB, FQ_VOCAB);
+    CU_ASSERT(same_tokens);
     const double e = tm_nmse(x16, rows, (int)n);
     printf("\n  %s x16 (%s) vs row layout: logits nmse %.3g\n", tp_wtype_name(t),
            tp_kern_x16_native(t) ? "re-laid" : "not native here", e);
@@ -185,9 +204,13 @@ static void check_layout(enum tp_wtype t)
 }
 static void test_layout_q4_0(void) { check_layout(TP_WTYPE_Q4_0); }
 static void test_layout_q8_0(void) { check_layout(TP_WTYPE_Q8_0); }
+static void test_layout_q4_k_m(void) { check_layout(TP_WTYPE_Q4_K); }
+static void test_layout_q5_k(void) { check_layout(TP_WTYPE_Q5_K); }
+static void test_layout_q6_k(void) { check_layout(TP_WTYPE_Q6_K); }
 
 static void test_threads_q4_0(void) { check_threads(TP_WTYPE_Q4_0); }
 static void test_threads_q8_0(void) { check_threads(TP_WTYPE_Q8_0); }
+static void test_threads_q4_k_m(void) { check_threads(TP_WTYPE_Q4_K); }
 
 /* 8 sequences, 6 steps each: together (n_tok = 8 per step) vs one at a time. */
 static void check_batch(enum tp_wtype t)
@@ -239,6 +262,7 @@ static void check_batch(enum tp_wtype t)
 
 static void test_batch_q4_0(void) { check_batch(TP_WTYPE_Q4_0); }
 static void test_batch_q8_0(void) { check_batch(TP_WTYPE_Q8_0); }
+static void test_batch_q4_k_m(void) { check_batch(TP_WTYPE_Q4_K); }
 
 static void test_swiglu(void)
 {
@@ -303,5 +327,10 @@ static const struct tp_test_case fq_cases[] = {
     {"batch_q8_0", test_batch_q8_0},
     {"layout_q4_0", test_layout_q4_0},
     {"layout_q8_0", test_layout_q8_0},
+    {"threads_q4_k_m", test_threads_q4_k_m},
+    {"batch_q4_k_m", test_batch_q4_k_m},
+    {"layout_q4_k_m", test_layout_q4_k_m},
+    {"layout_q5_k", test_layout_q5_k},
+    {"layout_q6_k", test_layout_q6_k},
     {NULL, NULL}};
 TP_TEST_SUITE(forward_quant, "unit", 120, fq_cases)

@@ -106,8 +106,9 @@ static void rope(double *x, int hd, int pos, double theta, const float *ff, int 
     }
 }
 
-/* logits[n][n_vocab] for tokens ids[0..n) */
-static void ref_forward(struct refm *r, const int *ids, int n, double *logits)
+/* logits[n][n_vocab] for tokens ids[0..n); hidden (may be NULL): [n][n_embd], each token's
+ * final hidden state after the output norm (what the output head multiplies) */
+static void ref_forward_h(struct refm *r, const int *ids, int n, double *logits, double *hidden)
 {
     const struct tp_shape *s = &r->s;
     int E = s->n_embd, H = s->n_head, KV = s->n_head_kv, hd = s->head_dim, F = s->n_ff, V = s->n_vocab;
@@ -190,11 +191,17 @@ static void ref_forward(struct refm *r, const int *ids, int n, double *logits)
     }
     for (int t = 0; t < n; t++) {
         rmsnorm(xb, x + (size_t)t * E, onorm, E, eps);
+        if (hidden) memcpy(hidden + (size_t)t * E, xb, sizeof(double) * (size_t)E);
         matvec(logits + (size_t)t * V, out, xb, V, E);
     }
     if (out != emb) free(out);
     free(emb), free(onorm), free(ff), free(x), free(K), free(Vc), free(xb), free(q), free(att), free(o), free(g), free(u);
     free(sc);
+}
+
+static void ref_forward(struct refm *r, const int *ids, int n, double *logits)
+{
+    ref_forward_h(r, ids, n, logits, NULL);
 }
 
 static tp_model_t *open_path(const char *path, int threads, int n_seq, int n_batch, const struct tp_model_shard *sh,
@@ -286,6 +293,73 @@ static void test_ref_quantized(void)
     check_type_against_reference("test-tiny-qwen2", 1, TP_WTYPE_BF16, 1e-5);
     check_type_against_reference("test-tiny", 0, TP_WTYPE_Q8_0, 1.5e-2);
     check_type_against_reference("test-tiny-llama3", 0, TP_WTYPE_Q4_0, 1.5e-2);
+}
+
+/* ------------------------------------------------------------ final hidden states (embeddings) */
+
+static double cosine(const double *a, const double *b, int n)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) ab += a[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i];
+    return ab / sqrt(aa * bb);
+}
+
+/* tp_model_hidden of every token of a batch (prefilled in two chunks) against
+ * the reference's normed final state; then the embeddings built from them,
+ * mean and last-token pooling, L2-normalised: cosine >= 0.9999 with the
+ * reference's (F32 weights agree to ~1e-6; the bound leaves room for
+ * summation order only).  An index outside the last batch is refused. */
+static void test_hidden_against_reference(void)
+{
+    enum { N = 24 };
+    const char *shape_name = "test-tiny-qwen3";
+    const char *path = synth(shape_name, TP_WTYPE_F32);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    struct refm r;
+    memset(&r, 0, sizeof(r));
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, shape_name, &r.s, &err), TP_OK);
+    CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &r.g, &err), TP_OK);
+    r.neox = 1;
+    tp_model_t *m = open_path(path, 2, 1, N, NULL, &err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    const int V = r.s.n_vocab, E = r.s.n_embd;
+    int ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 53 + 11) % V;
+    double *lref = malloc(sizeof(double) * N * V), *href = malloc(sizeof(double) * N * E);
+    ref_forward_h(&r, ids, N, lref, href);
+    int32_t tok[N], pos[N], seq[N];
+    int8_t want[N];
+    for (int i = 0; i < N; i++) tok[i] = ids[i], pos[i] = i, seq[i] = 0, want[i] = i == N - 1;
+    float *h = malloc(sizeof(float) * E), *lg = malloc(sizeof(float) * V);
+    double *hd = malloc(sizeof(double) * E), *mean = calloc((size_t)E, sizeof(double)), *mref = calloc((size_t)E, sizeof(double));
+    double worst = 1;
+    const int half = N / 2;
+    for (int part = 0; part < 2; part++) {
+        const int t0 = part ? half : 0, nt = part ? N - half : half;
+        CU_ASSERT_EQUAL_FATAL(tp_model_forward(m, &(struct tp_batch){nt, tok + t0, pos + t0, seq + t0, want + t0}, lg),
+                              TP_OK);
+        for (int t = 0; t < nt; t++) {
+            CU_ASSERT_EQUAL_FATAL(tp_model_hidden(m, t, h), TP_OK);
+            for (int k = 0; k < E; k++) hd[k] = h[k], mean[k] += h[k], mref[k] += href[(size_t)(t0 + t) * E + k];
+            worst = fmin(worst, cosine(hd, href + (size_t)(t0 + t) * E, E));
+            double md = 0;
+            for (int k = 0; k < E; k++) md = fmax(md, fabs(hd[k] - href[(size_t)(t0 + t) * E + k]));
+            CU_ASSERT(md < 1e-4);
+        }
+        CU_ASSERT_EQUAL(tp_model_hidden(m, nt, h), TP_ERR_INVALID_ARG);
+        CU_ASSERT_EQUAL(tp_model_hidden(m, -1, h), TP_ERR_INVALID_ARG);
+    }
+    if (getenv("TP_TEST_VERBOSE")) fprintf(stderr, "hidden: worst cosine %.9f\n", worst);
+    CU_ASSERT(worst >= 0.9999);
+    /* pooled: mean of all tokens, and the last token */
+    CU_ASSERT(cosine(mean, mref, E) >= 0.9999);
+    CU_ASSERT(cosine(hd, href + (size_t)(N - 1) * E, E) >= 0.9999);
+    /* and the pooled vectors of different prompts differ (the check can fail) */
+    CU_ASSERT(cosine(mean, href, E) < 0.999);
+    free(lref), free(href), free(h), free(lg), free(hd), free(mean), free(mref);
+    tp_model_free(m);
+    tp_gguf_close(r.g);
 }
 
 /* ------------------------------------------------------------ 2 ranks, quantized */
@@ -578,6 +652,7 @@ static const struct tp_test_case ref_cases[] = {
     {"ref_qwen2_bias", test_ref_qwen2},
     {"ref_qwen3_qk_norm", test_ref_qwen3},
     {"ref_f16_bf16_q8_0_q4_0", test_ref_quantized},
+    {"hidden_states_embeddings", test_hidden_against_reference},
     {"ref_window_sinks", test_window_sinks},
     {"shard_window", test_shard_window},
     {"shard_qwen2_q8_0", test_shard_qwen2_q8},

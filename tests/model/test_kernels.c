@@ -66,8 +66,8 @@ static double nmse(const float *y, const double *ref, int64_t n)
     return den > 0.0 ? num / den : num;
 }
 
-static const enum tp_wtype kTypes[] = {TP_WTYPE_F32,  TP_WTYPE_F16,  TP_WTYPE_BF16, TP_WTYPE_Q8_0,
-                                       TP_WTYPE_Q4_0, TP_WTYPE_Q4_K, TP_WTYPE_Q5_K, TP_WTYPE_Q6_K};
+static const enum tp_wtype kTypes[] = {TP_WTYPE_F32,  TP_WTYPE_F16,  TP_WTYPE_BF16, TP_WTYPE_Q8_0, TP_WTYPE_Q4_0,
+                                       TP_WTYPE_Q4_K, TP_WTYPE_Q5_K, TP_WTYPE_Q6_K, TP_WTYPE_MXFP4};
 
 static int is_quant(enum tp_wtype t) { return tp_wtype_block_elems(t) > 1; }
 static int is_kquant(enum tp_wtype t) { return tp_wtype_block_elems(t) == 256; }
@@ -96,6 +96,10 @@ static void test_wtype_table(void)
     CU_ASSERT_EQUAL(tp_wtype_block_bytes(TP_WTYPE_Q5_K), 176);
     CU_ASSERT_EQUAL(tp_wtype_block_bytes(TP_WTYPE_Q6_K), 210);
     CU_ASSERT_EQUAL(tp_wtype_block_bytes(TP_WTYPE_BF16), 2);
+    CU_ASSERT_EQUAL(tp_wtype_block_elems(TP_WTYPE_MXFP4), 32);
+    CU_ASSERT_EQUAL(tp_wtype_block_bytes(TP_WTYPE_MXFP4), 17);
+    CU_ASSERT_EQUAL((int)TP_WTYPE_MXFP4, 39); /* GGUF's ggml_type id */
+    CU_ASSERT_STRING_EQUAL(tp_wtype_name(TP_WTYPE_MXFP4), "mxfp4");
     CU_ASSERT_EQUAL(tp_wtype_block_bytes((enum tp_wtype)5), 0);
     for (size_t i = 0; i < TP_ARRAY_LEN(kTypes); i++) CU_ASSERT(tp_wtype_supported(kTypes[i]));
     CU_ASSERT(!tp_wtype_supported(TP_WTYPE_Q4_1));
@@ -165,6 +169,34 @@ static void test_dequant_known_blocks(void)
     CU_ASSERT_EQUAL(out[17], -16.0f);
     CU_ASSERT_EQUAL(out[5], 4.0f);
     CU_ASSERT_EQUAL(out[31], -2.0f);
+
+    /* MXFP4: e = 128 -> scale 2^(128-128) = 1 on the doubled E2M1 table (0 1 2 3 4 6 8 12, then
+     * negated): byte j low nibble = element j, high = element j+16.  qs[0] = 0xF7 -> e0 = 12 (6.0
+     * doubled), e16 = -12; qs[1] = 0x95 -> e1 = 6, e17 = -1; qs[j>=2] = 0x80 -> 0 and -0.
+     * e = 126 scales everything by 1/4. */
+    uint8_t mx[17] = {128, 0xF7, 0x95};
+    for (int j = 2; j < 16; j++) mx[1 + j] = 0x80;
+    tp_kern_dequant(TP_WTYPE_MXFP4, mx, out, 32);
+    CU_ASSERT_EQUAL(out[0], 12.0f);
+    CU_ASSERT_EQUAL(out[16], -12.0f);
+    CU_ASSERT_EQUAL(out[1], 6.0f);
+    CU_ASSERT_EQUAL(out[17], -1.0f);
+    CU_ASSERT_EQUAL(out[5], 0.0f);
+    mx[0] = 126;
+    tp_kern_dequant(TP_WTYPE_MXFP4, mx, out, 32);
+    CU_ASSERT_EQUAL(out[0], 3.0f);
+    CU_ASSERT_EQUAL(out[17], -0.25f);
+    /* quantizing values on the grid is exact: amax 6 -> e = floor(log2 6) - 2 + 127 = 127 */
+    {
+        float g[32], back[32];
+        static const float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+        for (int i = 0; i < 32; i++) g[i] = (i & 1 ? -1.0f : 1.0f) * grid[i % 8];
+        uint8_t qb[17];
+        tp_kern_quantize(TP_WTYPE_MXFP4, g, qb, 32);
+        CU_ASSERT_EQUAL(qb[0], 127);
+        tp_kern_dequant(TP_WTYPE_MXFP4, qb, back, 32);
+        CU_ASSERT_EQUAL(memcmp(g, back, sizeof g), 0);
+    }
 
     /* F16: 0x3C00 = 1, 0xC000 = -2, 0x3555 = 0.333251953125; BF16: 0x3F80 = 1, 0xC0A0 = -5 */
     uint16_t h[3] = {0x3C00, 0xC000, 0x3555};
@@ -282,6 +314,13 @@ static void test_quant_roundtrip(void)
                  * rounding s/2 plus scale/min quantization, bounded by one step of 2 amax/qmax */
                 case TP_WTYPE_Q4_K: bound = 2.0f * amax / 15.0f; break;
                 case TP_WTYPE_Q5_K: bound = 2.0f * amax / 31.0f; break;
+                case TP_WTYPE_MXFP4: { /* nearest point of s x {0 .5 1 1.5 2 3 4 6}, s = 2^(floor(log2 amax) - 2):
+                                        * half the local gap, or the clip above 6 s */
+                    const float s4 = ldexpf(1.0f, (int)floorf(log2f(amax)) - 2), a = fabsf(x[i]);
+                    bound = a > 6.0f * s4 ? a - 6.0f * s4 : a < 2.0f * s4 ? 0.25f * s4 : a < 4.0f * s4 ? 0.5f * s4 : s4;
+                    bound *= 1.0f + 0x1p-20f;
+                    break;
+                }
                 default: bound = amax / 31.0f; break; /* Q6_K: s = amax16/31, rounding s/2 + int8 scale */
                 }
                 if (err > bound) bad++;
@@ -292,7 +331,8 @@ static void test_quant_roundtrip(void)
         CU_ASSERT_EQUAL(bad, 0);
         /* uniform rounding noise (step^2/12)/(1/3): Q8_0 step 1/127 -> 1.6e-5; Q4_0 1/8 -> 3.9e-3;
          * Q4_K 2/15 -> 4.4e-3; Q5_K 2/31 -> 1.0e-3; Q6_K 1/31 -> 2.6e-4 (limits ~1.5x, the K-quant
-         * ones 2x for the 6-bit scale/min rounding); f16 ~ 2^-24/3; bf16 ~ 2^-18/3 */
+         * ones 2x for the 6-bit scale/min rounding); f16 ~ 2^-24/3; bf16 ~ 2^-18/3; MXFP4 on uniform
+         * [-1, 1): 0.021 (a NumPy simulation of the same quantizer over 3.2M values), limit ~1.4x */
         double limit = t == TP_WTYPE_Q8_0   ? 2.5e-5
                        : t == TP_WTYPE_Q4_0 ? 6e-3
                        : t == TP_WTYPE_Q4_K ? 9e-3
@@ -300,6 +340,7 @@ static void test_quant_roundtrip(void)
                        : t == TP_WTYPE_Q6_K ? 5e-4
                        : t == TP_WTYPE_F16  ? 1e-7
                        : t == TP_WTYPE_BF16 ? 1e-5
+                       : t == TP_WTYPE_MXFP4 ? 3e-2
                                             : 0.0;
         double e = num / den;
         if (e > limit) printf("\n  %s round trip nmse %.3g > %.3g\n", tp_wtype_name(t), e, limit);
@@ -440,9 +481,12 @@ static void mm_take(const struct mm_data *d, float *out)
         for (int64_t r = d->c.r0; r < d->c.r1; r++) out[k++] = d->y[t * d->ys + r];
 }
 
-/* Q4_0 and Q8_0: repack into the x16 layout (every row unpacks back exactly), then
- * every ISA's x16 matmul (the scalar reference included) against sref, the
- * row-major scalar result: the same integer block dots, so within 1e-11. */
+/* Q4_0, Q8_0 and the K-quants: repack into the x16 layout (every row unpacks back
+ * exactly), then every ISA's x16 matmul (the scalar reference included) against
+ * sref, the row-major scalar result.  Within 1e-11: Q4_0 / Q8_0 kernels compute
+ * the same integer block dots; the K-quant kernels sum each sub-block's exact
+ * integer dot in float (one rounding of ~6e-8 relative per term, ~1e-15 in
+ * NMSE), where a wrong scale, min, nibble or bit would give ~1e-3 or more. */
 static void check_x16(struct mm_data *d, const double *sref, float *got, int64_t n_out, double *worst)
 {
     const struct mm_case *c = &d->c;
@@ -544,7 +588,7 @@ static void check_case(struct mm_case c, double *worst)
         CU_ASSERT(e <= lim);
     }
     tp_kern_force_isa(NULL);
-    if (c.t == TP_WTYPE_Q4_0 || c.t == TP_WTYPE_Q8_0) check_x16(&d, sref, got, n_out, worst);
+    if (tp_kern_x16_type(c.t)) check_x16(&d, sref, got, n_out, worst);
     free(ref);
     free(sref);
     free(got);
@@ -563,10 +607,10 @@ static void run_type_cases(enum tp_wtype t)
     rng_seed(1000 + (uint64_t)t);
     int n = 0;
     for (size_t ci = 0; ci < ncols; ci++) {
-        /* Q8_0 / Q4_0: every n_tok 1..20 (decode, small-batch passes of 8 with every
-         * remainder, prefill tiles); the others 1..17, fewer for wide rows */
-        const int max_tok = is_quant(t) && !is_kquant(t) ? 20 : 17;
-        const int step = is_quant(t) && !is_kquant(t) ? 1 : cols[ci] >= 800 ? 4 : 1;
+        /* quantized: n_tok 1..20 (decode, small-batch passes of 8 with every remainder,
+         * prefill tiles; K-quants every third for wide rows); float types 1..17 */
+        const int max_tok = is_quant(t) ? 20 : 17;
+        const int step = is_quant(t) && !is_kquant(t) ? 1 : cols[ci] >= 800 ? 3 : 1;
         for (int n_tok = 1; n_tok <= max_tok; n_tok += step) {
             int64_t rows = 5 + (int64_t)(rng_u32() % 35); /* odd and even counts */
             int64_t r0 = (int64_t)(rng_u32() % 4), r1 = rows - (int64_t)(rng_u32() % 3);
@@ -581,7 +625,7 @@ static void run_type_cases(enum tp_wtype t)
     n += 2;
     printf("\n  %s: %d cases;", tp_wtype_name(t), n);
     for (int i = 1; i < tp_kern_isa_count(); i++) printf(" %s worst nmse %.2g;", tp_kern_isa_name(i), worst[i]);
-    if (t == TP_WTYPE_Q4_0 || t == TP_WTYPE_Q8_0)
+    if (tp_kern_x16_type(t))
         for (int i = 0; i < tp_kern_isa_count(); i++)
             printf(" x16 %s worst nmse %.2g;", tp_kern_isa_name(i), worst[TP_ARRAY_LEN(kTypes) + (size_t)i]);
 }
@@ -594,6 +638,7 @@ static void test_matmul_q4_0(void) { run_type_cases(TP_WTYPE_Q4_0); }
 static void test_matmul_q4_k(void) { run_type_cases(TP_WTYPE_Q4_K); }
 static void test_matmul_q5_k(void) { run_type_cases(TP_WTYPE_Q5_K); }
 static void test_matmul_q6_k(void) { run_type_cases(TP_WTYPE_Q6_K); }
+static void test_matmul_mxfp4(void) { run_type_cases(TP_WTYPE_MXFP4); }
 
 /* Rows split over 2 pool threads (as the forward pass does) give the same
  * result as one call: bit-identical for our kernels (each row is computed the
@@ -671,8 +716,8 @@ static void test_matmul_vs_float(void)
         }
     /* expected nmse ~ weight nmse + activation nmse (independent noise): Q8_0 ~ 3e-5, Q4_0 ~ 4e-3 */
     const enum tp_wtype ts[] = {TP_WTYPE_Q8_0, TP_WTYPE_Q4_0, TP_WTYPE_F16, TP_WTYPE_BF16,
-                                TP_WTYPE_Q4_K, TP_WTYPE_Q5_K, TP_WTYPE_Q6_K};
-    const double lim[] = {1e-4, 1e-2, 1e-6, 1e-4, 1.5e-2, 4e-3, 1e-3};
+                                TP_WTYPE_Q4_K, TP_WTYPE_Q5_K, TP_WTYPE_Q6_K, TP_WTYPE_MXFP4};
+    const double lim[] = {1e-4, 1e-2, 1e-6, 1e-4, 1.5e-2, 4e-3, 1e-3, 3e-2};
     for (size_t k = 0; k < TP_ARRAY_LEN(ts); k++) {
         size_t wrb = tp_kern_row_bytes(ts[k], C), xrb = tp_kern_act_row_bytes(ts[k], C);
         for (int r = 0; r < R; r++) tp_kern_quantize(ts[k], wf + r * C, (char *)wq + r * wrb, C);
@@ -705,6 +750,7 @@ static const struct tp_test_case kernel_cases[] = {
     {"matmul_q4_k", test_matmul_q4_k},
     {"matmul_q5_k", test_matmul_q5_k},
     {"matmul_q6_k", test_matmul_q6_k},
+    {"matmul_mxfp4", test_matmul_mxfp4},
     {"matmul_vs_float", test_matmul_vs_float},
     {"matmul_threads", test_matmul_threads},
     {NULL, NULL},

@@ -34,7 +34,7 @@ static void test_q8k_reference_and_isas(void)
     x[256 * 3 + 255] = 127.0f;                                                 /* amax 127: d = 1 */
     x[256 * 4 + 17] = NAN; /* ignored by amax, as fmaxf does */
     const size_t rb = tp_kern_act_row_bytes(TP_WTYPE_Q4_K, KA_N);
-    CU_ASSERT_EQUAL_FATAL(rb, (size_t)(KA_N / 256 * KA_BLK));
+    CU_ASSERT_EQUAL_FATAL(rb, (size_t)(KA_N / 256 * (KA_BLK + 48))); /* Q8_K blocks, then 24 i16 pair sums each */
     CU_ASSERT_EQUAL(tp_kern_act_row_bytes(TP_WTYPE_Q6_K, KA_N), rb);
     uint8_t *ref = malloc(rb), *got = malloc(rb);
     CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
@@ -64,6 +64,17 @@ static void test_q8k_reference_and_isas(void)
         }
     }
     CU_ASSERT_EQUAL(bad, 0);
+    /* the pair sums after the blocks: 32-value sums in the order 0 2 1 3 4 6 5 7, then bsums 0 2 1 3, 4 6 5 7, .. */
+    int pbad = 0;
+    for (int b = 0; b < KA_N / 256; b++) {
+        int16_t bs[16], pr[24];
+        memcpy(bs, ref + (size_t)b * KA_BLK + 4 + 256, sizeof bs);
+        memcpy(pr, ref + (size_t)(KA_N / 256) * KA_BLK + (size_t)b * 48, sizeof pr);
+        static const int o[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+        for (int j = 0; j < 8; j++) pbad += pr[j] != bs[2 * o[j]] + bs[2 * o[j] + 1];
+        for (int j = 0; j < 16; j++) pbad += pr[8 + j] != bs[4 * (j / 4) + o[j % 4]];
+    }
+    CU_ASSERT_EQUAL(pbad, 0);
     float d2;
     memcpy(&d2, ref + 2 * KA_BLK, 4);
     CU_ASSERT_EQUAL(d2, 0.0f);

@@ -17,10 +17,10 @@
  *     all zero (every logit ties: every token selects experts 0..k-1 and the
  *     others are selected by none) against the reference, batched prefill
  *     equal to one token at a time; top-k = number of experts.
- *   - Quantized experts (Q8_0, Q4_0 in the x16 layout) against the reference
- *     with the dense tests' tolerance; two in-process ranks holding half the
- *     experts each (expert parallel) or half of every expert's columns
- *     (tensor parallel) equal to one rank.
+ *   - Quantized experts (Q8_0, Q4_0 and Q4_K_M in the x16 layouts) against the
+ *     reference with the dense tests' tolerance; two in-process ranks holding
+ *     half the experts each (expert parallel) or half of every expert's columns
+ *     (tensor parallel; Q4_K_M on its super-block boundary) equal to one rank.
  *   - DeepSeek / GLM-MoE refused by name.
  */
 #include <math.h>
@@ -97,13 +97,29 @@ static void test_route_all(void)
 
 /* ------------------------------------------------------------ model files */
 
+/* A Qwen3-MoE shape whose every matrix is made of 256-value super-blocks (the K-quants'):
+ * 6 experts of width 512, 2 used, two heads of 128 per rank at 2 ranks. */
+static const char k_moe_k_json[] =
+    "{\"shapes\":[{\"name\":\"test-tiny-qwen3moe-k\",\"arch\":\"qwen3moe\",\"n_embd\":256,\"n_layer\":2,"
+    "\"n_head\":4,\"n_head_kv\":2,\"head_dim\":128,\"n_ff\":1024,\"n_ff_exp\":512,\"n_expert\":6,"
+    "\"n_expert_used\":2,\"n_vocab\":512,\"n_ctx\":512,\"rope_theta\":1000000.0,\"norm_eps\":1e-6,"
+    "\"tied\":false,\"qk_norm\":true,\"source\":\"made up for tests\"}]}";
+
+/* A built-in shape, or the one above. */
+static enum tp_status find_shape(const char *name, struct tp_shape *shape, struct tp_error *err)
+{
+    if (strcmp(name, "test-tiny-qwen3moe-k") == 0) return tp_shape_find(k_moe_k_json, name, shape, err);
+    return tp_shape_find(NULL, name, shape, err);
+}
+
+/* Q4_K with llama-quantize's Q4_K_M mix (synth's tp_synth_type_parse "q4_k_m"), else the type everywhere. */
 static const char *synth(const char *shape_name, enum tp_wtype type, const char *tag)
 {
     static char paths[8][600];
     static int slot;
     struct tp_shape shape;
     struct tp_error err = {0};
-    if (tp_shape_find(NULL, shape_name, &shape, &err) != TP_OK) {
+    if (find_shape(shape_name, &shape, &err) != TP_OK) {
         fprintf(stderr, "shape %s: %s\n", shape_name, err.msg);
         return NULL;
     }
@@ -112,6 +128,7 @@ static const char *synth(const char *shape_name, enum tp_wtype type, const char 
     struct tp_synth_config sc = tp_synth_default_config();
     sc.shape = &shape;
     sc.type = type;
+    if (type == TP_WTYPE_Q4_K) sc.mix = TP_SYNTH_MIX_Q4_K_M;
     sc.seed = 11;
     sc.out_path = p;
     if (tp_synth_write(&sc, &err) != TP_OK) {
@@ -394,7 +411,7 @@ static void check_model(const char *path, const char *shape_name, int neox, doub
     struct refm r;
     memset(&r, 0, sizeof(r));
     struct tp_error err = {0};
-    CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, shape_name, &r.s, &err), TP_OK);
+    CU_ASSERT_EQUAL_FATAL(find_shape(shape_name, &r.s, &err), TP_OK);
     CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &r.g, &err), TP_OK);
     r.neox = neox;
     tp_model_t *m = open_path(path, 2, P, NULL, &err);
@@ -491,6 +508,70 @@ static void test_ref_quantized(void)
     p = synth("test-tiny-qwen3moe", TP_WTYPE_BF16, "");
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
     check_model(p, "test-tiny-qwen3moe", 1, 1e-6, 0);
+}
+
+/* 24 greedy tokens of sequence 0 after a 6-token prompt (one prefill batch). */
+static void greedy24(tp_model_t *m, int V, int32_t out[24])
+{
+    int32_t tok[6], pos[6], seq[6] = {0};
+    int8_t want[6] = {0, 0, 0, 0, 0, 1};
+    for (int i = 0; i < 6; i++) tok[i] = (i * 37 + 5) % V, pos[i] = i;
+    float *lg = malloc(sizeof(float) * 6 * (size_t)V);
+    CU_ASSERT_FATAL(lg != NULL);
+    CU_ASSERT_EQUAL_FATAL(tp_model_forward(m, &(struct tp_batch){6, tok, pos, seq, want}, lg), TP_OK);
+    int32_t t = argmax_f(lg, V);
+    for (int i = 0; i < 24; i++) {
+        out[i] = t;
+        int32_t p = 6 + i, q = 0;
+        int8_t w = 1;
+        CU_ASSERT_EQUAL_FATAL(tp_model_forward(m, &(struct tp_batch){1, &t, &p, &q, &w}, lg), TP_OK);
+        t = argmax_f(lg, V);
+    }
+    free(lg);
+}
+
+/* Q4_K_M experts (Q4_K gate/up, Q6_K down in some layers) in the K-quant x16 layouts where
+ * the ISA has the kernels: every expert matrix re-laid; logits against the reference with
+ * Q4_0's tolerance (8-bit activations, 4-bit weights: near-ties of the double-precision
+ * reference may go either way, so greedy tokens are compared with the row layout's
+ * instead, which must be the same 24). */
+static void test_ref_kquant(void)
+{
+    const char *p = synth("test-tiny-qwen3moe-k", TP_WTYPE_Q4_K, "");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    struct tp_error err = {0};
+    tp_model_t *m = open_path(p, 2, 8, NULL, &err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    struct tp_model_config cfg = tp_model_default_config();
+    cfg.path = p;
+    cfg.n_threads = 2;
+    cfg.n_ctx = 128;
+    cfg.n_batch = 8;
+    cfg.keep_layout = 1;
+    tp_model_t *mr = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &mr, &err), TP_OK);
+    int32_t a[24], b[24];
+    greedy24(m, m->hp.n_vocab, a);
+    greedy24(mr, m->hp.n_vocab, b);
+    CU_ASSERT_EQUAL(memcmp(a, b, sizeof a), 0);
+    int distinct = 0;
+    for (int i = 0; i < 24; i++) distinct += i == 0 || a[i] != a[i - 1];
+    CU_ASSERT(distinct >= 2);
+    tp_model_free(mr);
+    int kq = 0, relaid = 0, n = 0;
+    for (int l = 0; l < m->hp.n_layer; l++)
+        for (int e = 0; e < m->hp.n_expert; e++) {
+            const struct tp_wmat *xs[] = {&m->layers[l].xgate[e], &m->layers[l].xup[e], &m->layers[l].xdown[e]};
+            for (int i = 0; i < 3; i++) {
+                n++;
+                kq += xs[i]->type == TP_WTYPE_Q4_K || xs[i]->type == TP_WTYPE_Q6_K;
+                relaid += xs[i]->x16 == tp_kern_x16_native(xs[i]->type);
+            }
+        }
+    CU_ASSERT_EQUAL(kq, n);
+    CU_ASSERT_EQUAL(relaid, n);
+    tp_model_free(m);
+    check_model(p, "test-tiny-qwen3moe-k", 1, 1e-2, 0);
 }
 
 /* Batched prefill (experts grouped over many tokens) equals one token at a time, bit for bit
@@ -613,6 +694,12 @@ static void test_shard_tensor_parallel(void)
     struct tp_model_shard a = {0, 2, 0, 1, 0, 32, 0, 100, NULL, NULL, 0, 0, 0};
     struct tp_model_shard b = {2, 4, 1, 2, 32, 64, 100, 512, NULL, NULL, 0, 0, 0};
     shard_check(p, &a, &b, 1e-3);
+    /* Q4_K_M experts split on their super-block boundary: columns [0, 256) and [256, 512) */
+    const char *k = synth("test-tiny-qwen3moe-k", TP_WTYPE_Q4_K, "-tp");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(k);
+    struct tp_model_shard ka = {0, 2, 0, 1, 0, 256, 0, 200, NULL, NULL, 0, 0, 0};
+    struct tp_model_shard kb = {2, 4, 1, 2, 256, 512, 200, 512, NULL, NULL, 0, 0, 0};
+    shard_check(k, &ka, &kb, 1e-3);
     const char *f = synth("test-tiny-mixtral", TP_WTYPE_F32, "-tp");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     struct tp_model_shard c = {0, 1, 0, 1, 0, 40, 0, 300, NULL, NULL, 0, 0, 0};
@@ -666,6 +753,7 @@ static const struct tp_test_case moe_cases[] = {
     {"ref_topk_all_experts", test_ref_topk_all},
     {"ref_router_ties_unused_experts", test_ref_router_ties},
     {"ref_q8_0_q4_0_bf16", test_ref_quantized},
+    {"ref_q4_k_m_x16", test_ref_kquant},
     {"batch_grouping", test_batch_grouping},
     {"shard_expert_parallel", test_shard_expert_parallel},
     {"shard_tensor_parallel", test_shard_tensor_parallel},

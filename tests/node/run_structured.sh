@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # tests/node/run_structured.sh TPSERVE MODEL RANKS [SCRIPT[,SCRIPT...]]
 #   each SCRIPT in turn (structured.mjs: response_format and forced tool calls
-#   validated by ajv; clients.mjs: the Vercel AI SDK and LangChain) against one
-#   fresh tpserve of RANKS ranks on 127.0.0.1 (RANKS > 1: under
-#   `tpserve launch -n RANKS`); fails when any script fails.
+#   validated by ajv; clients.mjs: the Vercel AI SDK and LangChain; tools.mjs:
+#   tool_choice auto, streamed tool calls; apis.mjs: the Anthropic, OpenAI
+#   Responses and Ollama clients) against one fresh tpserve of RANKS ranks on
+#   127.0.0.1 (RANKS > 1: under `tpserve launch -n RANKS`); fails when any
+#   script fails.
 #   MODEL synth:llama3 / synth:qwen3: a random-weight test-tiny model written
 #   with ../shared's Llama 3 / Qwen3 tokenizer.json and chat template.
+#   TP_SERVE_CHAT_TEMPLATE: serve with --chat-template (e.g. llama3.1).
 # Skips (exit 77 with "SKIP: reason") when node/npm are missing, the packages
 # cannot be installed (offline) or a synth: tokenizer is not in ../shared
 # (a failure with TP_REQUIRE_SHARED=1).
@@ -16,7 +19,8 @@ command -v node >/dev/null 2>&1 || { echo "SKIP: node not installed"; exit 77; }
 command -v npm >/dev/null 2>&1 || { echo "SKIP: npm not installed"; exit 77; }
 tmo() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
 if [ ! -d "$here/node_modules/ajv" ] || [ ! -d "$here/node_modules/zod" ] || [ ! -d "$here/node_modules/ai" ] ||
-   [ ! -d "$here/node_modules/@langchain/openai" ]; then
+   [ ! -d "$here/node_modules/@langchain/openai" ] || [ ! -d "$here/node_modules/@anthropic-ai/sdk" ] ||
+   [ ! -d "$here/node_modules/ollama" ]; then
   (cd "$here" && tmo 300 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
     { echo "SKIP: npm install failed (offline?)"; exit 77; }
 fi
@@ -33,8 +37,10 @@ case "$model" in
     model="$tmpd/synth-$fam.gguf"
     "$tpserve" synth --shape "test-tiny-$fam" --tokenizer "$tj" -o "$model" -q || { echo "FAIL: tpserve synth"; exit 1; }
     ctx=(-c 2048) # past the tiny shape's 512 training positions: random weights do not care
+    [ "$fam" = qwen3 ] && export TP_STRUCT_TOOLS=1 # its template renders tools (Hermes format)
     ;;
 esac
+[ -n "${TP_SERVE_CHAT_TEMPLATE:-}" ] && ctx+=(--chat-template "$TP_SERVE_CHAT_TEMPLATE")
 if [ "$ranks" -gt 1 ]; then
   "$tpserve" launch -n "$ranks" -- "$tpserve" serve -m "$model" "${ctx[@]}" --port 0 --threads 1 --parallel 4 \
     --api-key structured-key >"$out" 2>&1 &
@@ -53,7 +59,7 @@ rc=0
 IFS=, read -r -a scripts <<<"$script"
 for s in "${scripts[@]}"; do
   echo "== $s"
-  tmo 300 node "$here/$s" "http://127.0.0.1:$port/v1" structured-key || rc=1
+  tmo 500 node "$here/$s" "http://127.0.0.1:$port/v1" structured-key || rc=1
 done
 kill "$pid"; wait "$pid" 2>/dev/null; pid=""
 exit $rc

@@ -456,6 +456,7 @@ const char *mr_synth_model(const char *tag, enum tp_wtype type)
     sc.shape = &sh;
     sc.n_layer = sh.n_layer;
     sc.type = type;
+    if (type == TP_WTYPE_MXFP4) sc.mix = TP_SYNTH_MIX_MXFP4; /* gpt-oss as published: MXFP4 experts, Q8_0 else */
     sc.seed = 1234;
     sc.out_path = want;
     sc.n_threads = 1;

@@ -718,6 +718,56 @@ static void moe_sweep(const char *shape, enum tp_wtype type, int steps)
 static void test_moe_qwen3moe_f32(void) { moe_sweep("test-tiny-qwen3moe", TP_WTYPE_F32, 48); }
 static void test_moe_mixtral_f32(void) { moe_sweep("test-tiny-mixtral", TP_WTYPE_F32, 48); }
 static void test_moe_qwen2moe_f32(void) { moe_sweep("test-tiny-qwen2moe", TP_WTYPE_F32, 48); }
+/* gpt-oss (biases, sinks, windows, YaRN, clamped SwiGLU) with F32 weights: identical at every split */
+static void test_moe_gptoss_f32(void) { moe_sweep("test-tiny-gptoss", TP_WTYPE_F32, 48); }
+
+/* gpt-oss with MXFP4 experts (Q8_0 elsewhere) at N = 2 and 3, both splits: every token of the free
+ * greedy and the teacher-forced runs is N = 1's argmax or within the near-tie rule (top-2 gap below
+ * tau = 8% of the logits' rms, as tests/parallel/test_kquant.c), and the rule has power: at least 16
+ * steps are decisive. */
+static void test_moe_gptoss_mxfp4(void)
+{
+    enum { STEPS = 48 };
+    const double tau = 0.08;
+    const char *m = mr_synth_model("test-tiny-gptoss", TP_WTYPE_MXFP4);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    struct mr_run ref, r;
+    mr_init(&ref, m, 1);
+    ref.n_steps = STEPS;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&ref), 0);
+    CU_ASSERT_EQUAL_FATAL(ref.n_tokens, STEPS + 1);
+    const int n_decisive = ref.n_tokens - mr_near_ties(&ref, tau);
+    fprintf(stderr, "gpt-oss mxfp4 N=1: %d of %d steps decisive (top-2 gap >= %.2f rms)\n", n_decisive, ref.n_tokens,
+            tau);
+    CU_ASSERT(n_decisive >= 16);
+    const enum tp_moe_split splits[] = {TP_MOE_SPLIT_TENSOR, TP_MOE_SPLIT_EXPERT};
+    for (size_t s = 0; s < TP_ARRAY_LEN(splits); s++)
+        for (int world = 2; world <= 3; world++)
+            for (int forced = 0; forced <= 1; forced++) {
+                char what[128];
+                snprintf(what, sizeof what, "gpt-oss mxfp4 %s-parallel N=%d %s", tp_moe_split_name(splits[s]), world,
+                         forced ? "teacher-forced" : "free greedy");
+                mr_init(&r, m, world);
+                r.n_steps = STEPS;
+                r.moe_split = splits[s];
+                if (forced) r.force0 = ref.tokens;
+                CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+                for (int k = 0; k < r.world; k++) {
+                    if (r.exit_code[k] != 0) fprintf(stderr, "%s: rank %d exit %d: %s\n", what, k, r.exit_code[k], r.msg[k]);
+                    CU_ASSERT_EQUAL(r.exit_code[k], 0);
+                }
+                CU_ASSERT_EQUAL_FATAL(r.n_tokens, ref.n_tokens);
+                CU_ASSERT_EQUAL(r.plan_split, (int)splits[s]);
+                CU_ASSERT_EQUAL(mr_near_tie_violations(&ref, &r, tau, forced, what), 0);
+                if (forced) {
+                    const double e = mr_nmse(r.logits, ref.logits, r.n_vocab);
+                    fprintf(stderr, "%s: final logits nmse %.3g; %.2f s\n", what, e, r.seconds);
+                    CU_ASSERT(e <= 1e-3);
+                }
+                mr_free(&r);
+            }
+    mr_free(&ref);
+}
 
 /* Q4_0 experts of 64 columns are 2 blocks: at 4 ranks the plan must pick whole experts by itself
  * (and refuse the column split when asked for it, on every rank, before loading anything). */
@@ -748,6 +798,8 @@ static const struct tp_test_case moe_cases[] = {
     {"qwen3moe_f32_tensor_expert", test_moe_qwen3moe_f32},
     {"mixtral_f32_tensor_expert", test_moe_mixtral_f32},
     {"qwen2moe_f32_tensor_expert", test_moe_qwen2moe_f32},
+    {"gptoss_f32_tensor_expert", test_moe_gptoss_f32},
+    {"gptoss_mxfp4_near_tie", test_moe_gptoss_mxfp4},
     {"q4_0_block_limit", test_moe_block_limit},
     {NULL, NULL},
 };

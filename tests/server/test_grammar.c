@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/common.h"
 #include "server/grammar.h"
 #include "tp_test.h"
 
@@ -270,10 +271,178 @@ static void test_mask_oracle(void)
     mask_walks(NULL, 1);
 }
 
+/* The schemas of the cost and budget checks: every kind of frame, required
+ * and optional members, additional keys, nesting, anyOf, enums, bounds. */
+static const char *const cost_schemas[] = {
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":6},\"n\":{\"type\":"
+    "\"number\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"na\",true]},\"minItems\":2,\"maxItems\":3}},"
+    "\"required\":[\"name\",\"n\",\"tags\"],\"additionalProperties\":false}",
+    "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\"},\"opt\":{\"type\":\"object\",\"properties\":{\"deep\":"
+    "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":1}},\"required\":[\"deep\"]}},\"required\":[\"s\"],"
+    "\"additionalProperties\":{\"type\":[\"integer\",\"null\"]}}",
+    "{\"anyOf\":[{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":2}},{\"type\":\"object\",\"properties\":"
+    "{\"a\":{\"$ref\":\"#/$defs/node\"}},\"required\":[\"a\"]}],\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":"
+    "{\"v\":{\"type\":\"number\"},\"next\":{\"$ref\":\"#/$defs/node\"}},\"required\":[\"v\"]}}}",
+    "{\"type\":\"number\"}",
+};
+
+/* Random walks of single bytes (a random accepted byte, or now and then the
+ * one that lowers the cost most): at every state the cost never drops by
+ * more than one per byte, some byte lowers it by exactly one, and it is 0
+ * exactly when the value is done (1 with only end-of-generation left).  By
+ * induction the cost is the length of the shortest completion.  Following
+ * the lowering bytes from any state closes the value in exactly that many
+ * bytes, as parseable JSON. */
+static void test_cost_exact(void)
+{
+    char err[256];
+    static struct tp_gstate st, nx, walk;
+    for (size_t si = 0; si < TP_ARRAY_LEN(cost_schemas); si++) {
+        tp_grammar_t *g = compile(cost_schemas[si], err, sizeof err);
+        if (!g) fprintf(stderr, "schema %zu: %s\n", si, err);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+        for (uint64_t seed = 1; seed <= 30; seed++) {
+            uint64_t rs = seed * 0x9E3779B97F4A7C15ull;
+            tp_gstate_init(g, &st);
+            char text[512];
+            size_t tl = 0;
+            for (int step = 0; step < 120 && !tp_gstate_done(g, &st); step++) {
+                const int c0 = tp_gstate_cost(g, &st);
+                int down = -1, n_ok = 0, ok[256];
+                for (int b = 0; b < 256; b++) {
+                    tp_gstate_copy(&nx, &st);
+                    if (!tp_gstate_feed(g, &nx, (unsigned char)b)) continue;
+                    const int c1 = tp_gstate_cost(g, &nx);
+                    if (c1 < c0 - 1) fprintf(stderr, "schema %zu '%.*s' + '%c': cost %d -> %d\n", si, (int)tl, text, b, c0, c1);
+                    CU_ASSERT(c1 >= c0 - 1);
+                    if (c1 == c0 - 1 && down < 0) down = b;
+                    ok[n_ok++] = b;
+                }
+                if (tp_gstate_accepting(g, &st)) {
+                    CU_ASSERT(c0 == 1); /* end of generation is the one step left */
+                } else {
+                    if (down < 0) fprintf(stderr, "schema %zu '%.*s': no byte lowers cost %d\n", si, (int)tl, text, c0);
+                    CU_ASSERT_FATAL(down >= 0);
+                }
+                /* from here, the lowering bytes close the value in c0 bytes */
+                if (step % 7 == 0) {
+                    tp_gstate_copy(&walk, &st);
+                    char close[512];
+                    size_t cl = tl;
+                    memcpy(close, text, tl);
+                    int n = 0;
+                    while (!tp_gstate_done(g, &walk) && !tp_gstate_accepting(g, &walk) && n < c0) {
+                        const int cw = tp_gstate_cost(g, &walk);
+                        int b = 0;
+                        for (; b < 256; b++) {
+                            tp_gstate_copy(&nx, &walk);
+                            if (tp_gstate_feed(g, &nx, (unsigned char)b) && tp_gstate_cost(g, &nx) == cw - 1) break;
+                        }
+                        CU_ASSERT_FATAL(b < 256);
+                        tp_gstate_feed(g, &walk, (unsigned char)b);
+                        close[cl++] = (char)b;
+                        n++;
+                    }
+                    CU_ASSERT_EQUAL(n + (tp_gstate_done(g, &walk) ? 0 : 1), c0);
+                    cJSON *j = cJSON_ParseWithLength(close, cl);
+                    if (!j) fprintf(stderr, "closed text is not JSON: %.*s\n", (int)cl, close);
+                    CU_ASSERT_PTR_NOT_NULL(j);
+                    cJSON_Delete(j);
+                }
+                if (tp_gstate_accepting(g, &st) && (step > 30 || n_ok == 0)) break; /* end of generation */
+                CU_ASSERT_FATAL(n_ok > 0);
+                int b = (rng_next(&rs) % 4 == 0 && down >= 0) ? down : ok[rng_next(&rs) % (uint64_t)n_ok];
+                CU_ASSERT_FATAL(tp_gstate_feed(g, &st, (unsigned char)b));
+                if (tl + 1 < sizeof text) text[tl++] = (char)b;
+            }
+            if (tp_gstate_done(g, &st)) CU_ASSERT_EQUAL(tp_gstate_cost(g, &st), 0);
+        }
+        tp_grammar_free(g);
+    }
+}
+
+/* Generation under a token budget: random tokens from the byte + multi-byte
+ * vocabulary, masked with tp_grammar_mask_budget(tokens left after this
+ * one); every walk ends complete within its max_tokens, whatever max_tokens
+ * is (from the initial cost up).  The plain mask's max_cost bounds the cost
+ * after each token it allows (the scheduler reuses a plain mask while that
+ * bound is within the tokens left). */
+static void test_budget_closes(void)
+{
+    struct vocab v;
+    vocab_make(&v);
+    tp_token_trie_t *t = NULL;
+    CU_ASSERT_FATAL(tp_token_trie_init(v.n, (const char *const *)v.piece, v.len, v.skip, &t) == TP_OK);
+    tp_mask_ctx_t *mc = NULL;
+    CU_ASSERT_FATAL(tp_mask_ctx_init(t, &mc) == TP_OK);
+    uint32_t mask[(256 + N_MULTI + 1 + 31) / 32];
+    static struct tp_gstate st;
+    char err[256];
+    int n_walks = 0;
+    for (size_t si = 0; si < TP_ARRAY_LEN(cost_schemas); si++) {
+        tp_grammar_t *g = compile(cost_schemas[si], err, sizeof err);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+        tp_gstate_init(g, &st);
+        const int c_init = tp_gstate_cost(g, &st);
+        for (int extra = 0; extra <= 40; extra += 4) {
+            for (uint64_t seed = 1; seed <= 6; seed++) {
+                uint64_t rs = seed * 0x2545F4914F6CDD1Dull + (uint64_t)extra;
+                const int max_tokens = c_init + extra;
+                tp_gstate_init(g, &st);
+                int done = 0;
+                for (int k = 0; k < max_tokens && !done; k++) {
+                    const int left = max_tokens - k - 1;
+                    /* the plain mask's bound on the cost after its tokens holds for each of them */
+                    int max_cost = -1;
+                    (void)tp_grammar_mask_budget(mc, g, &st, -1, mask, &max_cost);
+                    for (int i = 0; i < v.n; i++)
+                        if (mask[i / 32] >> (i % 32) & 1) {
+                            static struct tp_gstate nx;
+                            tp_gstate_copy(&nx, &st);
+                            CU_ASSERT_FATAL(tp_gstate_feed_bytes(g, &nx, v.piece[i], v.len[i]));
+                            CU_ASSERT(tp_gstate_cost(g, &nx) <= max_cost);
+                        }
+                    int n_allowed = tp_grammar_mask_budget(mc, g, &st, left, mask, NULL);
+                    for (int i = 0; i < v.n; i++) /* every allowed token keeps the value closable */
+                        if (mask[i / 32] >> (i % 32) & 1) {
+                            static struct tp_gstate nx;
+                            tp_gstate_copy(&nx, &st);
+                            CU_ASSERT_FATAL(tp_gstate_feed_bytes(g, &nx, v.piece[i], v.len[i]));
+                            if (tp_gstate_cost(g, &nx) > left)
+                                fprintf(stderr, "schema %zu: token '%.*s' leaves cost %d with %d tokens left (cost before %d)\n",
+                                        si, (int)v.len[i], v.piece[i], tp_gstate_cost(g, &nx), left, tp_gstate_cost(g, &st));
+                            CU_ASSERT(tp_gstate_cost(g, &nx) <= left);
+                        }
+                    if (tp_gstate_accepting(g, &st) && (n_allowed == 0 || rng_next(&rs) % 8 == 0)) {
+                        done = 1; /* end of generation */
+                        break;
+                    }
+                    CU_ASSERT_FATAL(n_allowed > 0);
+                    int want = (int)(rng_next(&rs) % (uint64_t)n_allowed), pick = -1;
+                    for (int i = 0; i < v.n && pick < 0; i++)
+                        if ((mask[i / 32] >> (i % 32) & 1) && want-- == 0) pick = i;
+                    CU_ASSERT_FATAL(tp_gstate_feed_bytes(g, &st, v.piece[pick], v.len[pick]));
+                    done = tp_gstate_done(g, &st);
+                }
+                if (!done) fprintf(stderr, "schema %zu max_tokens %d seed %d: not closed\n", si, max_tokens, (int)seed);
+                CU_ASSERT(done);
+                n_walks++;
+            }
+        }
+        tp_grammar_free(g);
+    }
+    CU_ASSERT(n_walks > 200);
+    tp_mask_ctx_free(mc);
+    tp_token_trie_free(t);
+    vocab_free(&v);
+}
+
 static const struct tp_test_case grammar_cases[] = {
     {"accept_reject", test_accept_reject},
     {"refused_keywords", test_refused},
     {"mask_vs_oracle", test_mask_oracle},
+    {"cost_exact", test_cost_exact},
+    {"budget_closes", test_budget_closes},
     {NULL, NULL},
 };
 TP_TEST_SUITE(grammar, "unit", 120, grammar_cases)

@@ -597,39 +597,64 @@ static void test_chat_templates_vs_jinja(void)
     cJSON_ArrayForEach(c, cases)
     {
         const char *fam = cJSON_GetObjectItem(c, "family")->valuestring;
-        /* qwen2: ChatML plus the default system message read from the template */
+        const cJSON *rj = cJSON_GetObjectItem(c, "render");
+        const char *render = cJSON_IsString(rj) ? rj->valuestring : fam;
+        /* qwen2 / qwen2.5: the default system message read from the template */
         char dsys[256] = "";
         const char *default_system = NULL;
-        enum tp_chat_family f = tp_chat_family_parse(fam);
-        if (strcmp(fam, "qwen2") == 0) {
-            char *t = tp_test_read_file(tp_test_repo_path("tests/node/templates/qwen2.jinja"), NULL);
+        enum tp_chat_family f = tp_chat_family_parse(render);
+        if (strcmp(fam, "qwen2") == 0 || strcmp(fam, "qwen2.5") == 0) {
+            char rel[64];
+            snprintf(rel, sizeof rel, "tests/node/templates/%s.jinja", fam);
+            char *t = tp_test_read_file(tp_test_repo_path(rel), NULL);
             CU_ASSERT_PTR_NOT_NULL_FATAL(t);
-            CU_ASSERT_EQUAL(tp_chat_detect(t), TP_CHAT_CHATML);
+            CU_ASSERT_EQUAL(tp_chat_detect(t), fam[5] ? TP_CHAT_QWEN25 : TP_CHAT_CHATML);
             CU_ASSERT_EQUAL(tp_chat_default_system(t, dsys, sizeof dsys), 1);
-            CU_ASSERT_STRING_EQUAL(dsys, "You are a helpful assistant.");
+            CU_ASSERT_STRING_EQUAL(dsys, fam[5] ? "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+                                                : "You are a helpful assistant.");
             free(t);
-            f = TP_CHAT_CHATML;
+            if (!fam[5]) f = TP_CHAT_CHATML;
             default_system = dsys;
         }
         CU_ASSERT_NOT_EQUAL(f, TP_CHAT_UNKNOWN);
         const cJSON *msgs = cJSON_GetObjectItem(c, "messages");
         struct tp_chat_msg m[16];
-        int nm = 0;
+        struct tp_chat_call calls[16];
+        memset(m, 0, sizeof m);
+        int nm = 0, ncall = 0;
         const cJSON *x;
         cJSON_ArrayForEach(x, msgs)
         {
-            memset(&m[nm], 0, sizeof m[nm]);
+            CU_ASSERT_FATAL(nm < 16);
             m[nm].role = cJSON_GetObjectItem(x, "role")->valuestring;
             m[nm].content = cJSON_GetObjectItem(x, "content")->valuestring;
             const cJSON *rc = cJSON_GetObjectItem(x, "reasoning_content");
-            if (cJSON_IsString(rc)) m[nm].reasoning = rc->valuestring;
+            m[nm].reasoning = cJSON_IsString(rc) ? rc->valuestring : NULL;
+            const cJSON *id = cJSON_GetObjectItem(x, "tool_call_id");
+            m[nm].tool_call_id = cJSON_IsString(id) ? id->valuestring : "";
+            const cJSON *tc, *tcs = cJSON_GetObjectItem(x, "tool_calls");
+            m[nm].calls = calls + ncall;
+            cJSON_ArrayForEach(tc, tcs)
+            {
+                CU_ASSERT_FATAL(ncall < 16);
+                const cJSON *fn = cJSON_GetObjectItem(tc, "function");
+                calls[ncall].id = cJSON_GetObjectItem(tc, "id")->valuestring;
+                calls[ncall].name = cJSON_GetObjectItem(fn, "name")->valuestring;
+                calls[ncall].arguments = cJSON_GetObjectItem(fn, "arguments");
+                ncall++;
+                m[nm].n_calls++;
+            }
             nm++;
         }
         int add_gen = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
         struct tp_buf out = {0};
         struct tp_error terr = {0};
-        enum tp_status rc = tp_chat_render(f, m, nm, add_gen, cJSON_GetObjectItem(c, "bos")->valuestring,
-                                           cJSON_GetObjectItem(c, "eos")->valuestring, default_system, &out, &terr);
+        const cJSON *date = cJSON_GetObjectItem(c, "date");
+        struct tp_chat_opts opts = {.add_generation_prompt = add_gen, .bos = cJSON_GetObjectItem(c, "bos")->valuestring,
+                                    .eos = cJSON_GetObjectItem(c, "eos")->valuestring, .default_system = default_system,
+                                    .tools = cJSON_GetObjectItem(c, "tools"),
+                                    .date = cJSON_IsString(date) ? date->valuestring : NULL};
+        enum tp_status rc = tp_chat_render_opts(f, m, nm, &opts, &out, &terr);
         const char *err = tp_error_msg(&terr);
         const cJSON *exp = cJSON_GetObjectItem(c, "expected");
         if (exp) {
@@ -648,7 +673,7 @@ static void test_chat_templates_vs_jinja(void)
         tp_buf_free(&out);
         n++;
     }
-    CU_ASSERT(n >= 100);
+    CU_ASSERT(n >= 400);
     CU_ASSERT(n_err > 0);
     cJSON_Delete(cases);
 }
@@ -673,15 +698,29 @@ static void test_chat_detect_real(void)
 
 static void test_chat_detect(void)
 {
-    const char *names[] = {"llama2", "mistral", "chatml", "zephyr"};
+    const char *names[][2] = {{"llama2", "llama2"},     {"mistral", "mistral"},   {"chatml", "chatml"},
+                              {"zephyr", "zephyr"},     {"llama3.1", "llama3.1"}, {"llama3.2", "llama3.2"},
+                              {"llama3.3", "llama3.1"}, {"qwen2.5", "qwen2.5"},   {"qwen3", "qwen3"},
+                              {"mistral-nemo", "mistral-nemo"}, {"qwen2", "chatml"}};
     for (size_t i = 0; i < TP_ARRAY_LEN(names); i++) {
         char rel[128];
-        snprintf(rel, sizeof rel, "tests/node/templates/%s.jinja", names[i]);
+        snprintf(rel, sizeof rel, "tests/node/templates/%s.jinja", names[i][0]);
         char *t = tp_test_read_file(tp_test_repo_path(rel), NULL);
         CU_ASSERT_PTR_NOT_NULL_FATAL(t);
-        CU_ASSERT_STRING_EQUAL(tp_chat_family_name(tp_chat_detect(t)), names[i]);
+        CU_ASSERT_STRING_EQUAL(tp_chat_family_name(tp_chat_detect(t)), names[i][1]);
         free(t);
     }
+    /* tools on a family without a tools block: refused, not dropped */
+    struct tp_chat_msg um = {.role = "user", .content = "hi", .tool_call_id = ""};
+    cJSON *tools = cJSON_Parse("[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]");
+    struct tp_buf out = {0};
+    struct tp_error terr = {0};
+    struct tp_chat_opts opts = {.add_generation_prompt = 1, .tools = tools};
+    CU_ASSERT_EQUAL(tp_chat_render_opts(TP_CHAT_LLAMA3, &um, 1, &opts, &out, &terr), TP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(tp_error_msg(&terr), "no tool format"));
+    CU_ASSERT_EQUAL(tp_chat_render_opts(TP_CHAT_QWEN3, &um, 1, &opts, &out, &terr), TP_OK);
+    tp_buf_free(&out);
+    cJSON_Delete(tools);
     char dsys[128];
     CU_ASSERT_EQUAL(tp_chat_default_system("{{'<|im_start|>' + m + '<|im_end|>'}}", dsys, sizeof dsys), 0);
     CU_ASSERT_EQUAL(tp_chat_default_system("{{ '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"

@@ -12,9 +12,10 @@
  * (forward pass) splits rows over threads; every function here is
  * thread-safe except the tp_kern_force_* test hooks.
  *
- * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (tp_wtype_supported),
- * the MLX affine types through tp_kern_matmul_mlx, and Q4_0 / Q8_0 re-laid 16
- * rows at a time ("x16") through tp_kern_matmul_x16 (both below).
+ * Types: F32, F16, BF16, Q8_0, Q4_0, MXFP4 (its activations are Q8_0's), Q4_K, Q5_K, Q6_K
+ * (tp_wtype_supported), the MLX affine types through tp_kern_matmul_mlx, and
+ * Q4_0, Q8_0 and the K-quants re-laid 16 rows at a time ("x16") through
+ * tp_kern_matmul_x16 (both below).
  * Decode (n_tok = 1) streams each weight row once; prefill tiles rows x
  * tokens so an unpacked weight block serves several tokens; F32 with >= 8
  * tokens goes to BLAS sgemm (single-threaded), or to our own tile on
@@ -79,15 +80,19 @@ void tp_kern_dequant_mlx(enum tp_wtype t, const void *w_row, const void *scales_
 void tp_kern_quantize_mlx(enum tp_wtype t, const float *src, void *w_row, uint16_t *scales_row, uint16_t *biases_row,
                           int bf16, int64_t n);
 
-/* ------------------------------------------------ Q4_0 / Q8_0 "x16" layouts
- * Q4_0 and Q8_0 matrices re-laid 16 rows at a time so a SIMD kernel holds
- * one row per vector lane without gathering bytes (layout in
- * kernels_impl.h).  Same bytes per group of 16 rows as the row-major form; a
- * ragged last group is padded to 16 rows (repeats of the last row), so the
- * buffer holds tp_kern_x16_bytes(rows, row_bytes).  The model repacks its
- * matrices of type t at load when tp_kern_x16_native(t); tp_kern_matmul_x16
- * has the tp_kern_matmul contract (rows r0..r1, any alignment) and runs on
- * every ISA (scalar reference where there is no x16 kernel).  t: Q4_0 or Q8_0. */
+/* ------------------------------------------------ "x16" layouts
+ * Q4_0, Q8_0, Q4_K, Q5_K and Q6_K matrices re-laid 16 rows at a time so a
+ * SIMD kernel holds one row per vector lane without gathering bytes (layout
+ * in kernels_impl.h: every field of the 16 rows' blocks side by side, the
+ * K-quants' super-block scales and mins included).  Same bytes per group of
+ * 16 rows as the row-major form; a ragged last group is padded to 16 rows
+ * (repeats of the last row), so the buffer holds tp_kern_x16_bytes(rows,
+ * row_bytes).  The model repacks its matrices of type t at load when
+ * tp_kern_x16_native(t); tp_kern_matmul_x16 has the tp_kern_matmul contract
+ * (rows r0..r1, any alignment, activations from tp_kern_prepare_act for t)
+ * and runs on every ISA (scalar reference where there is no x16 kernel).
+ * t: a type for which tp_kern_x16_type(t). */
+int tp_kern_x16_type(enum tp_wtype t);   /* t has an x16 layout */
 int tp_kern_x16_native(enum tp_wtype t); /* the chosen ISA has an x16 kernel for t */
 size_t tp_kern_x16_bytes(int64_t rows, size_t row_bytes);
 /* Groups [g0, g1) of src (rows x row_bytes, row-major) into dst (x16). */

@@ -48,6 +48,7 @@ enum tp_wtype {
     TP_WTYPE_I64 = 27,
     TP_WTYPE_F64 = 28,
     TP_WTYPE_BF16 = 30,
+    TP_WTYPE_MXFP4 = 39, /* 32 E2M1 values + an E8M0 shared exponent (gpt-oss experts) */
     /* MLX affine quantization (mlx-community safetensors), BITS x GROUP: packed
      * uint32 words of unsigned q, plus per-group fp16/bf16 scale and bias held
      * beside the matrix (w = scale * q + bias); see model/kernels/kernels_mlx_impl.h.
@@ -66,7 +67,7 @@ const char *tp_wtype_name(enum tp_wtype t);
 enum tp_status tp_wtype_parse(const char *s, enum tp_wtype *out);
 /* Nonzero if this build can compute with weights of type t. */
 int tp_wtype_supported(enum tp_wtype t);
-/* Elements per block (1 for float types, 32 for Q8_0/Q4_0, 256 for K-quants); 0 if unknown. */
+/* Elements per block (1 for float types, 32 for Q8_0/Q4_0/MXFP4, 256 for K-quants); 0 if unknown. */
 int64_t tp_wtype_block_elems(enum tp_wtype t);
 /* Bytes per block; 0 if unknown. */
 size_t tp_wtype_block_bytes(enum tp_wtype t);
@@ -84,11 +85,14 @@ enum tp_arch {
     TP_ARCH_QWEN3,     /* q/k RMSNorm per head */
     TP_ARCH_QWEN3MOE,  /* Qwen3 attention + a mixture-of-experts FFN in every layer (GGUF "qwen3moe") */
     TP_ARCH_QWEN2MOE,  /* Qwen2 attention (QKV bias) + experts + a shared expert with a sigmoid gate (GGUF "qwen2moe") */
+    TP_ARCH_GPTOSS,    /* gpt-oss (GGUF "gpt-oss", HF GptOssForCausalLM): attention with q/k/v/o biases, learned
+                        * sinks and sliding windows on every other layer, YaRN RoPE; experts with biases, the
+                        * clamped SwiGLU and a top-k-then-softmax router (hparams below) */
     TP_ARCH_COUNT
 };
 const char *tp_arch_name(enum tp_arch a);
 
-enum tp_rope_scaling { TP_ROPE_SCALING_NONE = 0, TP_ROPE_SCALING_LINEAR, TP_ROPE_SCALING_LLAMA3 };
+enum tp_rope_scaling { TP_ROPE_SCALING_NONE = 0, TP_ROPE_SCALING_LINEAR, TP_ROPE_SCALING_LLAMA3, TP_ROPE_SCALING_YARN };
 
 /* Everything the forward pass needs to know about the shape of a model. */
 struct tp_hparams {
@@ -101,6 +105,8 @@ struct tp_hparams {
     int head_dim;      /* per head; usually n_embd / n_head */
     int n_ff;          /* FFN intermediate size */
     int n_ctx_train;   /* context length the model was trained for */
+    int pooling_type;  /* embedding models: GGUF <arch>.pooling_type as llama.cpp numbers it (0 none, 1 mean,
+                        * 2 cls, 3 last, 4 rank); -1 when the file does not say */
     int rope_dim;      /* rotated dims per head (<= head_dim) */
     int rope_neox;     /* 0: interleaved pairs (Llama GGUF), 1: halves (NeoX / Qwen) */
     float rope_theta;
@@ -108,7 +114,17 @@ struct tp_hparams {
     float rope_scale_factor;        /* linear / llama3 factor */
     float rope_low_freq_factor;     /* llama3 */
     float rope_high_freq_factor;    /* llama3 */
-    int rope_orig_ctx;              /* llama3 original_max_position_embeddings */
+    int rope_orig_ctx;              /* llama3 / yarn original_max_position_embeddings */
+    /*
+     * YaRN (rope_scaling YARN), as OpenAI's gpt-oss reference and Hugging Face with truncate =
+     * false: per frequency pair i < rope_dim/2, with f_i = theta^(-2i/rope_dim),
+     * low/high = (rope_dim/2) ln(orig_ctx / (beta_fast|slow * 2 pi)) / ln(theta),
+     * ramp_i = clamp((i - low) / (high - low), 0, 1), inv_freq_i = f_i / factor * ramp_i + f_i *
+     * (1 - ramp_i); cos and sin are scaled by rope_attn_factor = 0.1 ln(factor) + 1.
+     */
+    float rope_yarn_beta_fast;      /* 32 */
+    float rope_yarn_beta_slow;      /* 1 */
+    float rope_attn_factor;         /* multiplies cos/sin; 1 without YaRN */
     float norm_eps;
     int tied_embeddings;            /* output head shares token_embd */
     int has_qkv_bias;               /* Qwen2 */
@@ -134,6 +150,15 @@ struct tp_hparams {
     int sliding_window;             /* every layer attends to the last sliding_window positions only (itself
                                      * included; Mistral v0.1: 4096; GGUF <arch>.attention.sliding_window,
                                      * config.json sliding_window); 0: full attention */
+    /* gpt-oss: router logits get a bias, the top n_expert_used are selected by logit and their
+     * weights are the softmax over those k logits only (router_softmax_topk); experts have gate,
+     * up and down biases and the clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit,
+     * limit), h = g * sigmoid(alpha g) * (u + 1) (swiglu_limit > 0; alpha 1.702, limit 7). */
+    int router_softmax_topk;
+    float swiglu_alpha, swiglu_limit;   /* 0: plain SwiGLU */
+    /* swa_period p > 0: only the layers l with l % p < p - 1 have the sliding window (gpt-oss:
+     * p = 2, the even layers), the others attend to everything; 0: every layer (as above). */
+    int swa_period;
 };
 
 /* ====================================================== model files ===== */
@@ -211,7 +236,7 @@ struct tp_model_config {
     int vocab_only;          /* load metadata + tokenizer, no weights */
     int kv_f16;              /* KV cache in fp16 (half the memory, ~1e-3 relative error); 0: kv_type decides */
     enum tp_kv_type kv_type; /* KV cache element type when kv_f16 is 0 (default TP_KV_F32) */
-    int keep_layout;         /* 1: keep Q4_0 / Q8_0 matrices row-major as in the file; 0 (default): re-lay them
+    int keep_layout;         /* 1: keep quantized matrices row-major as in the file; 0 (default): re-lay them
                               * 16 rows at a time where this CPU's kernels are faster on that (x16) */
     /* Progress while reading weights: bytes done of bytes needed. May be NULL. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
@@ -270,6 +295,14 @@ enum tp_tok_kind tp_tokenizer_kind(const tp_tokenizer_t *t);
 int tp_tokenizer_bos(const tp_tokenizer_t *t);     /* -1 if none */
 int tp_tokenizer_eos(const tp_tokenizer_t *t);     /* -1 if none */
 int tp_tokenizer_add_bos(const tp_tokenizer_t *t); /* model wants BOS prepended */
+int tp_tokenizer_add_eos(const tp_tokenizer_t *t); /* model wants EOS appended (embedding models, e.g. Qwen3-Embedding) */
+/* Fill-in-the-middle tokens: prefix, suffix, middle, file separator, repository name. */
+enum tp_fim { TP_FIM_PRE = 0, TP_FIM_SUF, TP_FIM_MID, TP_FIM_SEP, TP_FIM_REP, TP_FIM_COUNT };
+/* ids[TP_FIM_COUNT]: each FIM token's id, -1 when the model has none: from GGUF
+ * tokenizer.ggml.fim_*_token_id, else the special token with a code model's
+ * name for it (<|fim_prefix|>, <fim_prefix>, <PRE>, ...).  Returns 1 when
+ * prefix, suffix and middle all exist (the model can fill in the middle). */
+int tp_tokenizer_fim(const tp_tokenizer_t *t, int ids[TP_FIM_COUNT]);
 /* Nonzero if id ends generation (eos, eot, im_end ...). */
 int tp_tokenizer_is_eog(const tp_tokenizer_t *t, int id);
 /* Id of a special / added token by its text ("<|eot_id|>"), or -1. */
@@ -342,6 +375,16 @@ struct tp_batch {
  * out of range), or whatever the all_sum hook returned.
  */
 enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *batch, float *out);
+/*
+ * The final hidden state of token t (its index in the last forward's batch,
+ * any token, not only those that asked for logits) after the output norm:
+ * out[0..n_embd) = rmsnorm(x_t) * output_norm.weight, the vector the output
+ * head multiplies (embeddings pool it).  The residual stream is whole on
+ * every rank after its all_sums, so any rank of a sharded model gives it.
+ * Valid until the next forward.  TP_ERR_INVALID_ARG when t is not a token of
+ * the last batch (or that forward failed).
+ */
+enum tp_status tp_model_hidden(const tp_model_t *m, int t, float *out);
 /* Forget positions >= from_pos of sequence seq (from_pos 0: clear it). */
 void tp_model_seq_truncate(tp_model_t *m, int seq, int from_pos);
 /*

@@ -63,7 +63,8 @@ int tp_tsrc_hf_name(const char *gguf_name, char *out, size_t cap);
 /*
  * The same for one of the Hugging Face layouts a name has (tp_tsrc_find tries
  * them in order): variant 0 is the Llama / Qwen layout (tp_tsrc_hf_name's),
- * variant 1 Mixtral's block_sparse_moe layout for the mixture-of-experts names.
+ * variant 1 Mixtral's block_sparse_moe layout for the mixture-of-experts names, variant 2
+ * gpt-oss's router (mlp.router.weight / .bias).
  * Mixture-of-experts names: the router "blk.N.ffn_gate_inp.weight" (mlp.gate /
  * block_sparse_moe.gate), one expert "blk.N.ffn_{gate,up,down}_exps.E.weight"
  * (mlp.experts.E.{gate,up,down}_proj / block_sparse_moe.experts.E.{w1,w3,w2}; GGUF

@@ -237,7 +237,8 @@ struct tp_cap_config {
     int n_seq;                     /* sequences in the KV cache */
     int n_batch;                   /* prefill chunk (activation scratch) */
     enum tp_kv_type kv_type;       /* KV cache element type (default f16); a sliding-window model
-                                    * (hp.sliding_window) keeps min(n_ctx, window + n_batch) positions */
+                                    * (hp.sliding_window) keeps min(n_ctx, window + n_batch) positions on its
+                                    * windowed layers (all, or per hp.swa_period) */
     double reserve_frac;           /* memory left to the OS: max(frac * mem, min) */
     uint64_t reserve_min_bytes;
     uint64_t overhead_bytes;       /* fixed runtime per node (code, threads, HTTP, buffers) */

@@ -60,6 +60,10 @@ struct tp_server_config {
                                 * group to re-form, then gets 503 with Retry-After (docs/recovery.md), default 60 */
     const char *cors_origin;   /* NULL: no CORS headers (browsers refuse cross-origin calls); else every answer
                                 * carries Access-Control-Allow-Origin: this, and OPTIONS preflights get 204 */
+    int pooling;               /* /v1/embeddings: 0 the model's (GGUF pooling_type; mean when it has none),
+                                * 1 mean, 2 last token, 3 first token (cls) */
+    int responses_store;       /* finished /v1/responses kept in memory for previous_response_id, oldest evicted
+                                * first, default 256; 0: none */
 };
 struct tp_server_config tp_server_default_config(void);
 

@@ -38,7 +38,10 @@ struct tp_shape {
      * the dense width the config names (GGUF feed_forward_length; unused by qwen3moe) */
     int n_expert, n_expert_used, n_ff_exp;
     int n_ff_shexp;            /* Qwen2-MoE: the shared expert's width (0: none) */
-    int sliding_window;        /* every layer's attention window (Mistral v0.1: 4096); 0: full attention */
+    int pooling_type;          /* embedding models: GGUF <arch>.pooling_type (llama.cpp's numbers: 1 mean, 2 cls,
+                                * 3 last); 0: not an embedding model, nothing written */
+    int sliding_window;        /* every layer's attention window (Mistral v0.1: 4096), gpt-oss: the even
+                                * layers' (128); 0: full attention */
 };
 /* The width of the FFN a layer computes: the experts' for a mixture of experts, else n_ff. */
 int tp_shape_ff_width(const struct tp_shape *s);
@@ -73,14 +76,17 @@ enum tp_synth_mix {
     TP_SYNTH_MIX_NONE = 0, /* every matrix, embedding and head of cfg->type */
     TP_SYNTH_MIX_Q4_K_M,   /* base Q4_K, general.file_type 15 */
     TP_SYNTH_MIX_Q5_K_M,   /* base Q5_K, general.file_type 17 */
+    TP_SYNTH_MIX_MXFP4,    /* gpt-oss as published (ggml-org GGUF): the stacked experts MXFP4, every other
+                            * matrix, the embedding and the head Q8_0 (or cfg->type when that is f32 / f16 /
+                            * bf16: OpenAI's checkpoint is bf16); general.file_type 38 (MOSTLY_MXFP4_MOE) */
     TP_SYNTH_MIX_COUNT
 };
 
 /* Parse a --type name: a weight type synth can write (f32, f16, bf16, q8_0,
- * q4_0, q4_k, q5_k, q6_k; *mix = NONE) or a mix (q4_k_m, q5_k_m; *type = its
- * base type).  TP_ERR_INVALID_ARG for anything else. */
+ * q4_0, q4_k, q5_k, q6_k; *mix = NONE) or a mix (q4_k_m, q5_k_m, mxfp4; *type = its
+ * base type, Q8_0 for mxfp4).  TP_ERR_INVALID_ARG for anything else. */
 enum tp_status tp_synth_type_parse(const char *name, enum tp_wtype *type, enum tp_synth_mix *mix);
-/* "q4_k_m", "q5_k_m" (NULL for NONE / out of range). */
+/* "q4_k_m", "q5_k_m", "mxfp4" (NULL for NONE / out of range). */
 const char *tp_synth_mix_name(enum tp_synth_mix mix);
 
 struct tp_synth_config {

@@ -1,0 +1,266 @@
+/*
+ * model/kernels/kernels_kx16_avx512.c - AVX-512 VNNI matmul for Q4_K, Q5_K and Q6_K
+ * weights in the 16-row "x16" layouts (kernels_impl.h): lane L of a zmm holds
+ * row L of a 16-row group, so a 64-byte load gives 4 bytes of each of the 16
+ * rows and one vpdpbusd does 64 multiply-adds with no byte gathering, exactly
+ * as the Q4_0 / Q8_0 x16 kernels do.  Per 16-row super-block:
+ *  - the 16 rows' 6-bit scales and mins (Q4_K / Q5_K: three 64-byte loads of
+ *    the packed 12-byte fields) or int8 scales (Q6_K) are unpacked with a few
+ *    lane-wise ops, once for every token of the pass;
+ *  - each 32-value (Q4_K / Q5_K) or 16-value (Q6_K) sub-block is an exact
+ *    integer dot per lane (vpdpbusd: unsigned 4/5/6-bit weights x int8
+ *    activations, the activation bytes an embedded broadcast), converted to
+ *    float and multiplied by d * scale (the same for every token);
+ *  - the mins (Q4_K / Q5_K) or the -32 offset (Q6_K) come from the
+ *    activation's pair sums (kernels_impl.h, prepared once per step) with
+ *    four or eight vpdpwssd against the scales taken as i16 pairs;
+ *  - one fma per token by the activation's d.
+ * Up to 8 tokens share each unpacked slice (prefill and batched decode); the
+ * rows go in chunks of KX_BROWS so their weights stay in L2 while passes of 8
+ * tokens reuse them.  Results equal the scalar reference up to float rounding
+ * (the sub-block terms are summed in float here, in integer there).
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kernels_impl.h"
+
+#define XT "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+#define XFN static inline __attribute__((always_inline, target(XT)))
+#define XOUT static __attribute__((target(XT)))
+
+enum { KX_Q4K, KX_Q5K, KX_Q6K };
+#define KX_BT 8       /* tokens per pass */
+#define KX_BROWS 128  /* rows per chunk (weights reused from L2 by every pass) */
+#define KX_PF 6144    /* software prefetch distance of a group's stream (bytes) */
+
+/* Sanitizer builds instantiate only the full-width pass (as kernels_x16_avx512.c). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
+#define KX_FEW_T 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
+#define KX_FEW_T 1
+#endif
+#endif
+#ifndef KX_FEW_T
+#define KX_FEW_T 0
+#endif
+
+XFN __m512i kx_bc32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+/* acc + vpdpbusd(w, the 4 bytes at p broadcast): the embedded-broadcast form (see kernels_x16_avx512.c). */
+XFN __m512i kx_dpb(__m512i acc, __m512i w, const void *p)
+{
+#if defined(__GNUC__) && !defined(X16_NO_ASM)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, w, kx_bc32(p));
+#endif
+}
+
+XFN __m512i kx_ld(const char *p) { return _mm512_loadu_si512(p); }
+
+/* Bytes of one 16-row super-block. */
+XFN size_t kx_gbs(const int type)
+{
+    return 16 * (type == KX_Q6K ? sizeof(tp_blk_q6_k) : type == KX_Q5K ? sizeof(tp_blk_q5_k) : sizeof(tp_blk_q4_k));
+}
+
+/* Byte j&3 of each dword of s as an i32 (unsigned), as a float. */
+XFN __m512 kx_byte_u(__m512i s, int j)
+{
+    const __m512i v = (j & 3) == 3 ? _mm512_srli_epi32(s, 24) : _mm512_and_si512(_mm512_srli_epi32(s, 8 * (j & 3)), _mm512_set1_epi32(0xFF));
+    return _mm512_cvtepi32_ps(v);
+}
+
+/* Byte j&3 of each dword of s sign-extended, as a float. */
+XFN __m512 kx_byte_s(__m512i s, int j)
+{
+    const __m512i v = (j & 3) == 3 ? _mm512_srai_epi32(s, 24) : _mm512_srai_epi32(_mm512_slli_epi32(s, 24 - 8 * (j & 3)), 24);
+    return _mm512_cvtepi32_ps(v);
+}
+
+/* One 16-row super-block p against Tk tokens' Q8_K block i (token t's row at
+ * x + xo[t]): acc[t] += the 16 rows' dot products. */
+XFN void kx_sb(const int type, const int Tk, const char *p, const char *x, const size_t *xo, int64_t nb, int64_t i,
+               __m512 acc[KX_BT])
+{
+    const __m512i mF = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const tp_blk_q8_k *a[KX_BT];
+    const int16_t *pr[KX_BT];
+    for (int t = 0; t < Tk; t++) {
+        a[t] = (const tp_blk_q8_k *)(x + xo[t]) + i;
+        pr[t] = TP_Q8K_PAIR(x + xo[t], nb * TP_QK_K, i);
+    }
+    __m512 fs[KX_BT];
+    const __m512 DL = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    for (int t = 0; t < Tk; t++) fs[t] = _mm512_setzero_ps();
+    if (type != KX_Q6K) {
+        const __m512 DM = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + TP_KX_Q4K_DMIN)));
+        const __m512i U0 = kx_ld(p + TP_KX_Q4K_SC), U1 = kx_ld(p + TP_KX_Q4K_SC + 64), U2 = kx_ld(p + TP_KX_Q4K_SC + 128);
+        const __m512i m3f = _mm512_set1_epi8(0x3F);
+        /* lane L: row L's scales / mins 0..3 and 4..7, one per byte (ggml's get_scale_min_k4) */
+        const __m512i sclo = _mm512_and_si512(U0, m3f);
+        const __m512i schi = _mm512_ternarylogic_epi32(U2, mF, _mm512_and_si512(_mm512_srli_epi32(U0, 2), m30), 0xEA);
+        const __m512i mnlo = _mm512_and_si512(U1, m3f);
+        const __m512i mnhi =
+            _mm512_ternarylogic_epi32(_mm512_srli_epi32(U2, 4), mF, _mm512_and_si512(_mm512_srli_epi32(U1, 2), m30), 0xEA);
+        const char *qs = p + (type == KX_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS);
+        const char *qh = p + TP_KX_Q5K_QH;
+        const __m512i m10 = _mm512_set1_epi8(0x10);
+        KX_UNROLL
+        for (int j = 0; j < 8; j++) { /* 32-value sub-block j: chunks 8(j/2)..+7, low (even j) or high nibbles */
+            const __m512 scf = _mm512_mul_ps(kx_byte_u(j < 4 ? sclo : schi, j), DL);
+            __m512i D[KX_BT];
+            for (int t = 0; t < Tk; t++) D[t] = _mm512_setzero_si512();
+            for (int m = 0; m < 8; m++) {
+                const __m512i z = kx_ld(qs + 64 * (8 * (j >> 1) + m));
+                const __m512i b = (j & 1) ? _mm512_srli_epi16(z, 4) : z;
+                __m512i v;
+                if (type == KX_Q5K) { /* bit j of qh chunk m is the 5th bit: to bit 4 */
+                    const __m512i h = kx_ld(qh + 64 * m);
+                    const __m512i hs = j < 4 ? _mm512_slli_epi16(h, 4 - j) : j == 4 ? h : _mm512_srli_epi16(h, j - 4);
+                    v = _mm512_ternarylogic_epi32(b, mF, _mm512_and_si512(hs, m10), 0xEA);
+                } else {
+                    v = _mm512_and_si512(b, mF);
+                }
+                for (int t = 0; t < Tk; t++) D[t] = kx_dpb(D[t], v, a[t]->qs + 32 * j + 4 * m);
+            }
+            for (int t = 0; t < Tk; t++) fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[t]), scf, fs[t]);
+        }
+        /* mins as i16 pairs: (m0, m2), (m1, m3), (m4, m6), (m5, m7) */
+        const __m512i lo16 = _mm512_set1_epi32(0x00FF00FF);
+        const __m512i e0 = _mm512_and_si512(mnlo, lo16), o0 = _mm512_srli_epi16(mnlo, 8);
+        const __m512i e1 = _mm512_and_si512(mnhi, lo16), o1 = _mm512_srli_epi16(mnhi, 8);
+        for (int t = 0; t < Tk; t++) {
+            __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), e0, kx_bc32(pr[t]));
+            s = _mm512_dpwssd_epi32(s, o0, kx_bc32(pr[t] + 2));
+            s = _mm512_dpwssd_epi32(s, e1, kx_bc32(pr[t] + 4));
+            s = _mm512_dpwssd_epi32(s, o1, kx_bc32(pr[t] + 6));
+            fs[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s), DM, fs[t]);
+        }
+    } else {
+        const char *sc = p + TP_KX_Q6K_SC, *qh = p + TP_KX_Q6K_QH, *ql = p + TP_KX_Q6K_QL;
+        KX_UNROLL
+        for (int j = 0; j < 16; j++) { /* 16-value sub-block j */
+            const __m512 scf = _mm512_mul_ps(kx_byte_s(kx_ld(sc + 64 * (j >> 2)), j), DL);
+            const int half = j >> 3, quarter = (j >> 1) & 3;
+            __m512i D[KX_BT];
+            for (int t = 0; t < Tk; t++) D[t] = _mm512_setzero_si512();
+            for (int s = 0; s < 4; s++) {
+                const __m512i z = kx_ld(ql + 64 * (16 * half + 4 * (j & 1) + s + 8 * (quarter & 1)));
+                const __m512i h = kx_ld(qh + 64 * (8 * half + 4 * (j & 1) + s));
+                const __m512i b = (quarter & 2) ? _mm512_srli_epi16(z, 4) : z;
+                /* bits 2q, 2q+1 of qh are the value's bits 4, 5 */
+                const __m512i hs = quarter == 0   ? _mm512_slli_epi16(h, 4)
+                                   : quarter == 1 ? _mm512_slli_epi16(h, 2)
+                                   : quarter == 2 ? h
+                                                  : _mm512_srli_epi16(h, 2);
+                const __m512i v = _mm512_ternarylogic_epi32(b, mF, _mm512_and_si512(hs, m30), 0xEA);
+                for (int t = 0; t < Tk; t++) D[t] = kx_dpb(D[t], v, a[t]->qs + 16 * j + 4 * s);
+            }
+            for (int t = 0; t < Tk; t++) fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[t]), scf, fs[t]);
+        }
+        /* -32 * sum_j sc_j * bsum_j with the scales as i16 pairs (s4m, s4m+2), (s4m+1, s4m+3) */
+        __m512i ev[4], od[4];
+        for (int m = 0; m < 4; m++) {
+            const __m512i s = kx_ld(sc + 64 * m);
+            ev[m] = _mm512_srai_epi16(_mm512_slli_epi16(s, 8), 8);
+            od[m] = _mm512_srai_epi16(s, 8);
+        }
+        const __m512 dl32 = _mm512_mul_ps(DL, _mm512_set1_ps(32.0f));
+        for (int t = 0; t < Tk; t++) {
+            __m512i s = _mm512_setzero_si512();
+            for (int m = 0; m < 4; m++) {
+                s = _mm512_dpwssd_epi32(s, ev[m], kx_bc32(pr[t] + 8 + 4 * m));
+                s = _mm512_dpwssd_epi32(s, od[m], kx_bc32(pr[t] + 8 + 4 * m + 2));
+            }
+            fs[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s), dl32, fs[t]);
+        }
+    }
+    for (int t = 0; t < Tk; t++) acc[t] = _mm512_fmadd_ps(fs[t], _mm512_set1_ps(a[t]->d), acc[t]);
+}
+
+/* Lanes [lo, hi) of a group's 16 outputs. */
+XFN __mmask16 kx_keep(int64_t g0, int64_t r0, int64_t r1)
+{
+    const int lo = r0 > g0 ? (int)(r0 - g0) : 0;
+    const int hi = r1 - g0 < 16 ? (int)(r1 - g0) : 16;
+    return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+/* One group (at gp) x Tk tokens over every super-block; outputs of tokens < T stored. */
+XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, const char *x, const size_t *xo, int T,
+                  float *y, int64_t ys, int64_t g0, __mmask16 keep)
+{
+    __m512 acc[KX_BT];
+    for (int t = 0; t < Tk; t++) acc[t] = _mm512_setzero_ps();
+    const size_t gbs = kx_gbs(type);
+    for (int64_t i = 0; i < nb; i++) {
+        const char *p = gp + (size_t)i * gbs;
+        for (size_t o = 0; o < gbs; o += 64) _mm_prefetch(p + KX_PF + o, _MM_HINT_T0);
+        kx_sb(type, Tk, p, x, xo, nb, i, acc);
+    }
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (int64_t)t * ys + g0, keep, acc[t]);
+}
+
+XFN void kx_matmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
+                   float *y, int64_t ys, int64_t r0, int64_t r1)
+{
+    const int64_t nb = n / TP_QK_K;
+    for (int64_t c0 = r0 / 16 * 16; c0 < r1; c0 += KX_BROWS) {
+        const int64_t c1 = r1 - c0 < KX_BROWS ? r1 : c0 + KX_BROWS;
+        for (int t0 = 0; t0 < n_tok; t0 += KX_BT) {
+            const int T = n_tok - t0 < KX_BT ? n_tok - t0 : KX_BT;
+            const int Tk = KX_FEW_T ? KX_BT : T;
+            const char *x = (const char *)xq + (size_t)t0 * xrb;
+            size_t xo[KX_BT]; /* tokens past T (a padded pass) read token T-1 and are not stored */
+            for (int t = 0; t < KX_BT; t++) xo[t] = (size_t)(t < T ? t : T - 1) * xrb;
+            for (int64_t g0 = c0; g0 < c1; g0 += 16) {
+                const __mmask16 keep = kx_keep(g0, r0, r1);
+                const char *gp = (const char *)w + (size_t)(g0 / 16) * 16 * wrb;
+                float *yt = y + (int64_t)t0 * ys;
+                switch (Tk) {
+#if !KX_FEW_T
+                case 1: kx_group(type, 1, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 2: kx_group(type, 2, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 3: kx_group(type, 3, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 4: kx_group(type, 4, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 5: kx_group(type, 5, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 6: kx_group(type, 6, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 7: kx_group(type, 7, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+#endif
+                default: kx_group(type, KX_BT, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                }
+            }
+        }
+    }
+}
+_Static_assert(KX_BT == 8, "kx_matmul's switch assumes 8 tokens per pass");
+
+#define KX_ENTRY(name, type)                                                                                    \
+    XOUT void name(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,       \
+                   int64_t ys, int64_t r0, int64_t r1)                                                          \
+    {                                                                                                           \
+        kx_matmul(type, w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1);                                              \
+    }
+KX_ENTRY(kx16_matmul_q4_k, KX_Q4K)
+KX_ENTRY(kx16_matmul_q5_k, KX_Q5K)
+KX_ENTRY(kx16_matmul_q6_k, KX_Q6K)
+
+void tp_kern_kx16_avx512_ops(struct tp_kern_ops *ops)
+{
+    ops->matmul_kq_x16[0] = kx16_matmul_q4_k;
+    ops->matmul_kq_x16[1] = kx16_matmul_q5_k;
+    ops->matmul_kq_x16[2] = kx16_matmul_q6_k;
+}
+#else
+typedef int tp_kernels_kx16_avx512_unused; /* ISO C forbids an empty translation unit */
+#endif

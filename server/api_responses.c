@@ -1,0 +1,820 @@
+/*
+ * server/api_responses.c - OpenAI's Responses API: POST /v1/responses and
+ * POST /v1/responses/input_tokens.
+ *
+ * The request (input as a string or a list of message items, instructions,
+ * max_output_tokens, sampling fields, function tools and tool_choice,
+ * text.format, previous_response_id) is validated, turned into the
+ * equivalent chat-completions request and run on the one engine
+ * (api_run.c).  Unknown fields are refused, as OpenAI refuses them; hosted
+ * tool types the server cannot run (web_search, file_search, ...) are left
+ * out of the request and logged, because agents send them with every call.
+ *
+ * The answer is a response object, or a stream of typed events, each
+ * "event: <type>\ndata: <json>\n\n" with a sequence_number:
+ *   response.created, response.in_progress, response.output_item.added,
+ *   response.content_part.added, response.output_text.delta...,
+ *   response.output_text.done, response.content_part.done,
+ *   response.output_item.done, response.completed (response.incomplete when
+ *   max_output_tokens cut it).
+ * A forced function call is a function_call item, streamed as
+ * response.function_call_arguments.delta / .done.
+ *
+ * Conversation state: a finished response (unless store is false) keeps its
+ * conversation (the turns before it, without instructions, and its own
+ * output) in a bounded in-memory store (tp_server_config.responses_store
+ * entries, oldest evicted first); previous_response_id continues it.  An id
+ * that was evicted or never stored gets a 400 that says which.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "api_run.h"
+
+/* ------------------------------------------------------------ the store */
+
+struct resp_entry {
+    char id[48];
+    uint64_t num;       /* the id's sequence number */
+    cJSON *messages;    /* chat messages of the conversation up to and including this response (owned) */
+};
+
+struct tp_resp_store {
+    pthread_mutex_t mu;
+    int cap, n, head;   /* ring: entries[(head + i) % cap], i < n, oldest first */
+    uint64_t n_evicted_below; /* every stored id numbered below this was evicted */
+    struct resp_entry *entries;
+};
+
+struct tp_resp_store *tp_resp_store_new(int cap)
+{
+    struct tp_resp_store *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    st->cap = cap;
+    if (cap > 0 && !(st->entries = calloc((size_t)cap, sizeof *st->entries))) {
+        free(st);
+        return NULL;
+    }
+    pthread_mutex_init(&st->mu, NULL);
+    return st;
+}
+
+void tp_resp_store_free(struct tp_resp_store *st)
+{
+    if (!st) return;
+    for (int i = 0; i < st->n; i++) cJSON_Delete(st->entries[(st->head + i) % st->cap].messages);
+    free(st->entries);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+/* Takes messages. */
+static void store_put(struct tp_resp_store *st, const char *id, uint64_t num, cJSON *messages)
+{
+    if (!st || st->cap <= 0) {
+        cJSON_Delete(messages);
+        return;
+    }
+    pthread_mutex_lock(&st->mu);
+    if (st->n == st->cap) {
+        struct resp_entry *old = &st->entries[st->head];
+        if (old->num + 1 > st->n_evicted_below) st->n_evicted_below = old->num + 1;
+        cJSON_Delete(old->messages);
+        st->head = (st->head + 1) % st->cap;
+        st->n--;
+    }
+    struct resp_entry *en = &st->entries[(st->head + st->n) % st->cap];
+    snprintf(en->id, sizeof en->id, "%s", id);
+    en->num = num;
+    en->messages = messages;
+    st->n++;
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* A copy of the stored conversation of id, or NULL with e filled. */
+static cJSON *store_get(struct tp_server *s, const char *id, struct tp_api_error *e)
+{
+    struct tp_resp_store *st = s->resp_store;
+    cJSON *out = NULL;
+    uint64_t evicted_below = 0;
+    if (st) {
+        pthread_mutex_lock(&st->mu);
+        for (int i = 0; i < st->n && !out; i++) {
+            const struct resp_entry *en = &st->entries[(st->head + i) % st->cap];
+            if (strcmp(en->id, id) == 0) out = cJSON_Duplicate(en->messages, 1);
+        }
+        evicted_below = st->n_evicted_below;
+        pthread_mutex_unlock(&st->mu);
+    }
+    if (out) return out;
+    /* ids of this server are "resp_<created hex><6+ digit number>" */
+    char mine[40];
+    int ml = snprintf(mine, sizeof mine, "resp_%llx", (unsigned long long)s->created);
+    int cap = st ? st->cap : 0;
+    if (strncmp(id, mine, (size_t)ml) == 0 && strspn(id + ml, "0123456789") == strlen(id + ml) && id[ml]) {
+        uint64_t num = strtoull(id + ml, NULL, 10);
+        if (num < evicted_below)
+            tp_api_err(e, TP_ERR_INVALID_ARG, "previous_response_id", "Previous response with id '%.64s' was evicted: this server "
+                        "keeps the last %d responses in memory (--responses-store); start the conversation again "
+                        "with the whole input", id, cap);
+        else
+            tp_api_err(e, TP_ERR_INVALID_ARG, "previous_response_id", "Previous response with id '%.64s' was not stored (it was "
+                        "sent with store: false, did not finish, or the store is off: --responses-store %d)", id, cap);
+    } else {
+        tp_api_err(e, TP_ERR_INVALID_ARG, "previous_response_id", "Previous response with id '%.64s' not found (this server keeps "
+                    "its own responses in memory only, and they are lost when it restarts)", id);
+    }
+    e->code = "previous_response_not_found";
+    return NULL;
+}
+
+/* ------------------------------------------------------------ request */
+
+static const cJSON *field(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+struct resp_ctx {
+    cJSON *echo;          /* the request fields a response object repeats (owned) */
+    cJSON *history;       /* chat messages without instructions, for the store (owned) */
+    int store;
+    uint64_t num;         /* the response id's number */
+    int seq;              /* stream sequence_number */
+    char item_id[64];     /* the output item's id: "msg_" or "fc_" and the response id's digits (item_id()) */
+    int64_t created_at;
+};
+
+static void ctx_free(void *p)
+{
+    struct resp_ctx *x = p;
+    if (!x) return;
+    cJSON_Delete(x->echo);
+    cJSON_Delete(x->history);
+    free(x);
+}
+
+/* Text of an item's content: a string, or a list of input_text / output_text parts (joined). */
+static int content_text(const cJSON *c, const char *param, struct tp_buf *b, struct tp_api_error *e)
+{
+    if (cJSON_IsString(c)) return tp_buf_puts(b, c->valuestring) ? tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory") : 0;
+    if (!cJSON_IsArray(c)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string or a list of content parts", param);
+    int k = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c)
+    {
+        const cJSON *ty = cJSON_IsObject(part) ? field(part, "type") : NULL, *tx = field(part, "text");
+        const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
+        if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text"))
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d] is a '%.40s' part; this server takes input_text and "
+                                              "output_text parts only", param, k, t[0] ? t : "?");
+        if (!cJSON_IsString(tx)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d].text must be a string", param, k);
+        if (tp_buf_puts(b, tx->valuestring)) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
+        k++;
+    }
+    return 0;
+}
+
+static void add_msg(cJSON *arr, const char *role, const char *content)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddItemToArray(arr, m);
+    cJSON_AddStringToObject(m, "role", role);
+    cJSON_AddStringToObject(m, "content", content);
+}
+
+/* input: a string (one user message) or a list of items, appended to msgs. */
+static int translate_input(const cJSON *input, cJSON *msgs, struct tp_api_error *e)
+{
+    if (cJSON_IsString(input)) {
+        add_msg(msgs, "user", input->valuestring);
+        return 0;
+    }
+    if (!cJSON_IsArray(input)) return tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' must be a string or a list of items");
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, input)
+    {
+        char param[48];
+        snprintf(param, sizeof param, "input[%d]", i);
+        if (!cJSON_IsObject(it)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be an object", param);
+        const cJSON *ty = field(it, "type"), *role = field(it, "role");
+        const char *t = cJSON_IsString(ty) ? ty->valuestring : "message";
+        if (strcmp(t, "message") == 0) {
+            const char *r = cJSON_IsString(role) ? role->valuestring : "";
+            if (strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "system") && strcmp(r, "developer"))
+                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s.role' must be \"user\", \"assistant\", \"system\" or "
+                                                  "\"developer\"", param);
+            struct tp_buf b = {0};
+            char cp[64];
+            snprintf(cp, sizeof cp, "%s.content", param);
+            const cJSON *c = field(it, "content");
+            if (!c) return tp_api_err(e, TP_ERR_INVALID_ARG, cp, "'%s' is required", cp);
+            if (content_text(c, cp, &b, e)) {
+                tp_buf_free(&b);
+                return -1;
+            }
+            add_msg(msgs, strcmp(r, "developer") == 0 ? "system" : r, b.data ? b.data : "");
+            tp_buf_free(&b);
+        } else if (strcmp(t, "function_call") == 0 || strcmp(t, "function_call_output") == 0) {
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is a %s item; tool turns in the input are not supported yet by "
+                                              "this server (it cannot render them into the model's prompt)", param, t);
+        } else if (strcmp(t, "reasoning") == 0) {
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is a reasoning item; this server's model has no reasoning "
+                                              "channel", param);
+        } else {
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' has type '%.40s'; this server takes message items", param, t);
+        }
+        i++;
+    }
+    if (i == 0) return tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' is an empty list");
+    return 0;
+}
+
+/* Hosted tools the server cannot run: dropped with a log line. */
+static int hosted_tool(const char *t)
+{
+    static const char *const hosted[] = {"web_search", "web_search_preview", "web_search_preview_2025_03_11",
+                                         "file_search", "code_interpreter", "computer_use_preview", "image_generation",
+                                         "local_shell", "mcp", "namespace", "custom", "web_search_2025_08_26"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(hosted); i++)
+        if (strcmp(t, hosted[i]) == 0) return 1;
+    return 0;
+}
+
+static int translate_tools(const cJSON *root, cJSON *out, cJSON *echo, struct tp_api_error *e)
+{
+    const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
+    if (tools && !cJSON_IsArray(tools)) return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools' must be a list");
+    cJSON *arr = cJSON_CreateArray(), *earr = cJSON_AddArrayToObject(echo, "tools");
+    int i = 0, n = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools)
+    {
+        const cJSON *ty = cJSON_IsObject(t) ? field(t, "type") : NULL;
+        const char *tn = cJSON_IsString(ty) ? ty->valuestring : "";
+        if (strcmp(tn, "function") != 0) {
+            if (!hosted_tool(tn)) {
+                cJSON_Delete(arr);
+                return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools'[%d] has type '%.40s'; this server runs function tools",
+                                   i, tn[0] ? tn : "?");
+            }
+            tp_log(TP_LOG_INFO, "http", "/v1/responses: hosted tool '%s' left out (this server cannot run it)", tn);
+            i++;
+            continue;
+        }
+        const cJSON *nm = field(t, "name"), *pa = field(t, "parameters"), *de = field(t, "description");
+        const cJSON *sx = field(t, "strict");
+        if (!cJSON_IsString(nm)) {
+            cJSON_Delete(arr);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tools", "'tools'[%d].name is required (a string)", i);
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(arr, o);
+        cJSON_AddStringToObject(o, "type", "function");
+        cJSON *fn = cJSON_AddObjectToObject(o, "function");
+        cJSON_AddStringToObject(fn, "name", nm->valuestring);
+        if (de) cJSON_AddItemToObject(fn, "description", cJSON_Duplicate(de, 1));
+        if (pa) cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(pa, 1));
+        if (sx) cJSON_AddItemToObject(fn, "strict", cJSON_Duplicate(sx, 1));
+        cJSON_AddItemToArray(earr, cJSON_Duplicate(t, 1));
+        i++;
+        n++;
+    }
+    if (n) cJSON_AddItemToObject(out, "tools", arr);
+    else cJSON_Delete(arr);
+    if (!choice) {
+        cJSON_AddStringToObject(echo, "tool_choice", "auto");
+        return 0;
+    }
+    cJSON_AddItemToObject(echo, "tool_choice", cJSON_Duplicate(choice, 1));
+    if (cJSON_IsString(choice)) {
+        if (strcmp(choice->valuestring, "auto") && strcmp(choice->valuestring, "none") &&
+            strcmp(choice->valuestring, "required"))
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                                                      "{\"type\": \"function\", \"name\": ...}");
+        if (n || strcmp(choice->valuestring, "auto")) cJSON_AddStringToObject(out, "tool_choice", choice->valuestring);
+        return 0;
+    }
+    const cJSON *ty = cJSON_IsObject(choice) ? field(choice, "type") : NULL, *nm = field(choice, "name");
+    if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") || !cJSON_IsString(nm))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                                                  "{\"type\": \"function\", \"name\": ...}");
+    cJSON *o = cJSON_AddObjectToObject(out, "tool_choice");
+    cJSON_AddStringToObject(o, "type", "function");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "function"), "name", nm->valuestring);
+    return 0;
+}
+
+/* text: {"format": {"type": "text" | "json_object" | "json_schema", name, schema, strict, description}} */
+static int translate_text(const cJSON *root, cJSON *out, cJSON *echo, struct tp_api_error *e)
+{
+    const cJSON *tx = field(root, "text");
+    const cJSON *fmt = cJSON_IsObject(tx) ? field(tx, "format") : NULL;
+    if (tx && !cJSON_IsObject(tx)) return tp_api_err(e, TP_ERR_INVALID_ARG, "text", "'text' must be an object {\"format\": ...}");
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, tx)
+    {
+        if (strcmp(kv->string, "format") && strcmp(kv->string, "verbosity"))
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "text", "Unknown parameter: 'text.%.40s'.", kv->string);
+    }
+    const cJSON *verb = tx ? field(tx, "verbosity") : NULL;
+    if (verb && !(cJSON_IsString(verb) && strcmp(verb->valuestring, "medium") == 0))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "text.verbosity", "'text.verbosity' other than \"medium\" is not supported by "
+                                                     "this server");
+    cJSON *etext = cJSON_AddObjectToObject(echo, "text");
+    if (!fmt) {
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(etext, "format"), "type", "text");
+        return 0;
+    }
+    cJSON_AddItemToObject(etext, "format", cJSON_Duplicate(fmt, 1));
+    const cJSON *ty = cJSON_IsObject(fmt) ? field(fmt, "type") : NULL;
+    const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
+    if (strcmp(t, "text") == 0) return 0;
+    cJSON *rf = cJSON_AddObjectToObject(out, "response_format");
+    if (strcmp(t, "json_object") == 0) {
+        cJSON_AddStringToObject(rf, "type", "json_object");
+        return 0;
+    }
+    if (strcmp(t, "json_schema") != 0)
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "text.format.type", "'text.format.type' must be \"text\", \"json_object\" or "
+                                                       "\"json_schema\"");
+    cJSON_AddStringToObject(rf, "type", "json_schema");
+    cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
+    cJSON_ArrayForEach(kv, fmt)
+    {
+        if (strcmp(kv->string, "type") == 0) continue;
+        cJSON_AddItemToObject(js, kv->string, cJSON_Duplicate(kv, 1));
+    }
+    if (!field(fmt, "name")) return tp_api_err(e, TP_ERR_INVALID_ARG, "text.format.name", "'text.format.name' is required");
+    return 0;
+}
+
+static const char *const rename_fields[][2] = {
+    {"response_format.json_schema", "text.format"},
+    {"response_format", "text.format"},
+    {"max_completion_tokens", "max_output_tokens"},
+    {"max_tokens", "max_output_tokens"},
+    {"messages", "input"},
+    {NULL, NULL},
+};
+
+/* Validate a Responses body and translate it into p; ctx gets what the
+ * answer repeats.  for_count: /v1/responses/input_tokens. */
+static int parse_request(struct tp_server *s, const char *body, size_t len, int for_count, struct tp_req_params *p,
+                         struct resp_ctx *ctx, struct tp_api_error *e)
+{
+    cJSON *root = tp_json_parse(body, len, e);
+    if (!root) return -1;
+    cJSON *out = cJSON_CreateObject(), *echo = ctx->echo = cJSON_CreateObject();
+    int rc = -1;
+    static const char *const known[] = {
+        "model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice", "text",
+        "reasoning", "stream", "store", "previous_response_id", "metadata", "parallel_tool_calls", "truncation", "user",
+        "include", "service_tier", "prompt_cache_key", "safety_identifier", "stream_options", "background",
+        "top_logprobs", "max_tool_calls", "conversation", "prompt"};
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, root)
+    {
+        int ok = 0;
+        for (size_t i = 0; i < TP_ARRAY_LEN(known) && !ok; i++) ok = strcmp(kv->string, known[i]) == 0;
+        if (!ok) {
+            tp_api_err(e, TP_ERR_INVALID_ARG, kv->string, "Unknown parameter: '%.60s'.", kv->string);
+            e->code = "unknown_parameter";
+            goto done;
+        }
+    }
+    /* fields that would change the answer but that this server does not implement */
+    static const char *const refused[][2] = {
+        {"conversation", "conversations are not stored by this server; use previous_response_id"},
+        {"prompt", "prompt templates are not stored by this server; send the input"},
+        {"background", "background responses are not supported; send the request and wait, or stream it"},
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(refused); i++) {
+        const cJSON *v = field(root, refused[i][0]);
+        if (v && !(cJSON_IsBool(v) && !cJSON_IsTrue(v))) {
+            tp_api_err(e, TP_ERR_INVALID_ARG, refused[i][0], "'%s': %s", refused[i][0], refused[i][1]);
+            goto done;
+        }
+    }
+    const cJSON *v = field(root, "top_logprobs");
+    if (v && !(cJSON_IsNumber(v) && v->valuedouble == 0)) {
+        tp_api_err(e, TP_ERR_INVALID_ARG, "top_logprobs", "'top_logprobs' is not supported on /v1/responses by this server; use "
+                                            "/v1/chat/completions with logprobs");
+        goto done;
+    }
+    v = field(root, "include");
+    if (v) {
+        if (!cJSON_IsArray(v)) {
+            tp_api_err(e, TP_ERR_INVALID_ARG, "include", "'include' must be a list of strings");
+            goto done;
+        }
+        const cJSON *inc;
+        cJSON_ArrayForEach(inc, v)
+        {
+            /* encrypted reasoning: there is none to include */
+            if (!cJSON_IsString(inc) || strcmp(inc->valuestring, "reasoning.encrypted_content") != 0) {
+                tp_api_err(e, TP_ERR_INVALID_ARG, "include", "'include' value '%.60s' is not supported by this server",
+                            cJSON_IsString(inc) ? inc->valuestring : "?");
+                goto done;
+            }
+        }
+    }
+    v = field(root, "reasoning");
+    if (v) {
+        const cJSON *eff = cJSON_IsObject(v) ? field(v, "effort") : NULL;
+        if (!cJSON_IsObject(v) || (eff && !(cJSON_IsString(eff) && strcmp(eff->valuestring, "none") == 0))) {
+            tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning.effort", "'reasoning.effort' is not supported with this model: it has no "
+                                                    "reasoning channel; leave 'reasoning' out");
+            e->code = "unsupported_parameter";
+            goto done;
+        }
+    }
+    v = field(root, "truncation");
+    if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "disabled") == 0 || strcmp(v->valuestring, "auto") == 0))) {
+        tp_api_err(e, TP_ERR_INVALID_ARG, "truncation", "'truncation' must be \"disabled\" or \"auto\"");
+        goto done;
+    }
+    cJSON_AddStringToObject(echo, "truncation", "disabled");
+    v = field(root, "store");
+    if (v && !cJSON_IsBool(v)) {
+        tp_api_err(e, TP_ERR_INVALID_ARG, "store", "'store' must be a boolean");
+        goto done;
+    }
+    ctx->store = !v || cJSON_IsTrue(v);
+    cJSON_AddBoolToObject(echo, "store", ctx->store);
+    v = field(root, "metadata");
+    if (v && !cJSON_IsObject(v)) {
+        tp_api_err(e, TP_ERR_INVALID_ARG, "metadata", "'metadata' must be an object of strings");
+        goto done;
+    }
+    cJSON_AddItemToObject(echo, "metadata", v ? cJSON_Duplicate(v, 1) : cJSON_CreateObject());
+    static const char *const strs[] = {"user", "service_tier", "prompt_cache_key", "safety_identifier", "model"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(strs); i++) {
+        v = field(root, strs[i]);
+        if (v && !cJSON_IsString(v)) {
+            tp_api_err(e, TP_ERR_INVALID_ARG, strs[i], "'%s' must be a string", strs[i]);
+            goto done;
+        }
+    }
+    v = field(root, "model");
+    if (v) cJSON_AddStringToObject(out, "model", v->valuestring);
+    cJSON_AddStringToObject(echo, "model", v ? v->valuestring : s->model_id);
+    static const char *const pass[][2] = {{"temperature", "temperature"}, {"top_p", "top_p"},
+                                          {"max_output_tokens", "max_tokens"}, {"stream", "stream"},
+                                          {"parallel_tool_calls", "parallel_tool_calls"}, {"user", "user"}};
+    for (size_t i = 0; i < TP_ARRAY_LEN(pass); i++) {
+        v = field(root, pass[i][0]);
+        if (v && (!for_count || strcmp(pass[i][0], "max_output_tokens") != 0))
+            cJSON_AddItemToObject(out, pass[i][1], cJSON_Duplicate(v, 1));
+        /* the response repeats the value used: OpenAI's defaults where the request left one out */
+        if (strcmp(pass[i][0], "stream") == 0) continue;
+        cJSON *def = !strcmp(pass[i][0], "temperature") || !strcmp(pass[i][0], "top_p") ? cJSON_CreateNumber(1)
+                     : !strcmp(pass[i][0], "parallel_tool_calls")                      ? cJSON_CreateTrue()
+                                                                                        : cJSON_CreateNull();
+        if (v) cJSON_Delete(def);
+        cJSON_AddItemToObject(echo, pass[i][0], v ? cJSON_Duplicate(v, 1) : def);
+    }
+    if (for_count) cJSON_DeleteItemFromObject(out, "stream");
+    /* the conversation: previous response's, then instructions first, then input */
+    cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
+    ctx->history = cJSON_CreateArray();
+    v = field(root, "previous_response_id");
+    cJSON_AddItemToObject(echo, "previous_response_id", v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull());
+    if (v) {
+        if (!cJSON_IsString(v)) {
+            tp_api_err(e, TP_ERR_INVALID_ARG, "previous_response_id", "'previous_response_id' must be a string");
+            goto done;
+        }
+        cJSON *prev = store_get(s, v->valuestring, e);
+        if (!prev) goto done;
+        cJSON_Delete(ctx->history);
+        ctx->history = prev;
+    }
+    v = field(root, "instructions");
+    cJSON_AddItemToObject(echo, "instructions", v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull());
+    if (v) {
+        if (!cJSON_IsString(v)) {
+            tp_api_err(e, TP_ERR_INVALID_ARG, "instructions", "'instructions' must be a string");
+            goto done;
+        }
+        add_msg(msgs, "system", v->valuestring);
+    }
+    v = field(root, "input");
+    if (!v) {
+        tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' is required (a string or a list of items)");
+        goto done;
+    }
+    if (translate_input(v, ctx->history, e)) goto done;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, ctx->history) cJSON_AddItemToArray(msgs, cJSON_Duplicate(m, 1));
+    if (translate_tools(root, out, echo, e)) goto done;
+    if (translate_text(root, out, echo, e)) goto done;
+    if (for_count) {
+        cJSON_DeleteItemFromObject(out, "tool_choice");
+        cJSON_DeleteItemFromObject(out, "tools");
+    }
+    rc = tp_run_parse_chat(s, out, rename_fields, p, e);
+done:
+    cJSON_Delete(out);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* ------------------------------------------------------------ answers */
+
+static char *print_free(cJSON *root)
+{
+    char *json = tp_json_print(root);
+    cJSON_Delete(root);
+    return json;
+}
+
+static int incomplete(const struct tp_req *r) { return r->finish == TP_FINISH_LENGTH; }
+
+static const char *item_id(struct tp_run *x)
+{
+    struct resp_ctx *ctx = x->ctx;
+    if (!ctx->item_id[0])
+        snprintf(ctx->item_id, sizeof ctx->item_id, "%s%s", x->r->params.tool_call && !incomplete(x->r) ? "fc_" : "msg_",
+                 x->r->id + 5);
+    return ctx->item_id;
+}
+
+/* The output item of a finished request (or of one in progress: done 0). */
+static cJSON *output_item(struct tp_run *x, int done)
+{
+    const struct tp_req *r = x->r;
+    char *name = NULL, *args = NULL;
+    cJSON *it = cJSON_CreateObject();
+    if (r->params.tool_call && (!done || tp_run_tool_call(r, &name, &args) == 0)) {
+        cJSON_AddStringToObject(it, "type", "function_call");
+        cJSON_AddStringToObject(it, "id", item_id(x));
+        char cid[80];
+        snprintf(cid, sizeof cid, "call_%s", r->id + 5);
+        cJSON_AddStringToObject(it, "call_id", cid);
+        cJSON_AddStringToObject(it, "name", name ? name : "");
+        cJSON_AddStringToObject(it, "arguments", args ? args : "");
+        cJSON_AddStringToObject(it, "status", done ? "completed" : "in_progress");
+    } else {
+        cJSON_AddStringToObject(it, "type", "message");
+        cJSON_AddStringToObject(it, "id", item_id(x));
+        cJSON_AddStringToObject(it, "status", !done ? "in_progress" : incomplete(r) ? "incomplete" : "completed");
+        cJSON_AddStringToObject(it, "role", "assistant");
+        cJSON *content = cJSON_AddArrayToObject(it, "content");
+        if (done) {
+            cJSON *part = cJSON_CreateObject();
+            cJSON_AddStringToObject(part, "type", "output_text");
+            tp_json_add_bytes(part, "text", r->text.data ? r->text.data : "", r->text.len);
+            cJSON_AddArrayToObject(part, "annotations");
+            cJSON_AddArrayToObject(part, "logprobs");
+            cJSON_AddItemToArray(content, part);
+        }
+    }
+    free(name);
+    free(args);
+    return it;
+}
+
+/* The response object: in progress (done 0) or finished. */
+static cJSON *response_object(struct tp_run *x, int done)
+{
+    struct resp_ctx *ctx = x->ctx;
+    const struct tp_req *r = x->r;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", r->id);
+    cJSON_AddStringToObject(o, "object", "response");
+    cJSON_AddNumberToObject(o, "created_at", (double)ctx->created_at);
+    cJSON_AddStringToObject(o, "status", !done ? "in_progress" : incomplete(r) ? "incomplete" : "completed");
+    cJSON_AddNullToObject(o, "error");
+    if (done && incomplete(r))
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "incomplete_details"), "reason", "max_output_tokens");
+    else
+        cJSON_AddNullToObject(o, "incomplete_details");
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, ctx->echo) cJSON_AddItemToObject(o, kv->string, cJSON_Duplicate(kv, 1));
+    cJSON *reasoning = cJSON_AddObjectToObject(o, "reasoning");
+    cJSON_AddNullToObject(reasoning, "effort");
+    cJSON_AddNullToObject(reasoning, "summary");
+    cJSON *output = cJSON_AddArrayToObject(o, "output");
+    if (done) {
+        cJSON_AddItemToArray(output, output_item(x, 1));
+        cJSON *u = cJSON_AddObjectToObject(o, "usage");
+        cJSON_AddNumberToObject(u, "input_tokens", r->n_prompt);
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens", r->n_cached);
+        cJSON_AddNumberToObject(u, "output_tokens", r->n_toks);
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens", 0);
+        cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_toks);
+    } else {
+        cJSON_AddNullToObject(o, "usage");
+    }
+    return o;
+}
+
+/* A finished response's conversation goes into the store (unless store: false). */
+static void remember(struct tp_run *x)
+{
+    struct resp_ctx *ctx = x->ctx;
+    const struct tp_req *r = x->r;
+    if (!ctx->store || !ctx->history || r->finish == TP_FINISH_ERROR) return;
+    if (r->params.tool_call) return; /* a tool call in the history cannot be rendered yet */
+    struct tp_buf t = {0};
+    tp_json_encode_bytes(r->text.data ? r->text.data : "", r->text.len, &t);
+    add_msg(ctx->history, "assistant", t.data ? t.data : "");
+    tp_buf_free(&t);
+    uint64_t num = strtoull(r->id + strlen("resp_") + (size_t)snprintf(NULL, 0, "%llx", (unsigned long long)x->s->created),
+                            NULL, 10);
+    store_put(x->s->resp_store, r->id, num, ctx->history);
+    ctx->history = NULL;
+}
+
+static char *final_json(struct tp_run *x)
+{
+    remember(x);
+    return print_free(response_object(x, 1));
+}
+
+/* An event object whose "type" comes first, as OpenAI sends it. */
+static cJSON *ev(const char *type)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", type);
+    return o;
+}
+
+/* "event: <type>\ndata: <json with sequence_number>\n\n"; frees o. */
+static void event(struct tp_run *x, struct tp_buf *out, cJSON *o)
+{
+    struct resp_ctx *ctx = x->ctx;
+    cJSON_AddNumberToObject(o, "sequence_number", ctx->seq++);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
+    tp_buf_printf(out, "event: %s\ndata: ", cJSON_IsString(t) ? t->valuestring : "message");
+    char *j = print_free(o);
+    if (j) tp_buf_puts(out, j);
+    tp_buf_puts(out, "\n\n");
+    free(j);
+}
+
+static cJSON *at_item(struct tp_run *x, const char *type, int with_content)
+{
+    cJSON *o = ev(type);
+    cJSON_AddStringToObject(o, "item_id", item_id(x));
+    cJSON_AddNumberToObject(o, "output_index", 0);
+    if (with_content) cJSON_AddNumberToObject(o, "content_index", 0);
+    return o;
+}
+
+static cJSON *text_part(const char *s, size_t n)
+{
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", "output_text");
+    tp_json_add_bytes(p, "text", s, n);
+    cJSON_AddArrayToObject(p, "annotations");
+    cJSON_AddArrayToObject(p, "logprobs");
+    return p;
+}
+
+static void s_begin(struct tp_run *x, struct tp_buf *out)
+{
+    cJSON *o = ev("response.created");
+    cJSON_AddItemToObject(o, "response", response_object(x, 0));
+    event(x, out, o);
+    o = ev("response.in_progress");
+    cJSON_AddItemToObject(o, "response", response_object(x, 0));
+    event(x, out, o);
+    if (x->r->params.tool_call) return; /* the function_call item is announced when it is complete */
+    o = ev("response.output_item.added");
+    cJSON_AddNumberToObject(o, "output_index", 0);
+    cJSON_AddItemToObject(o, "item", output_item(x, 0));
+    event(x, out, o);
+    o = at_item(x, "response.content_part.added", 1);
+    cJSON_AddItemToObject(o, "part", text_part("", 0));
+    event(x, out, o);
+}
+
+static void s_text(struct tp_run *x, const char *text, size_t n, struct tp_buf *out)
+{
+    cJSON *o = at_item(x, "response.output_text.delta", 1);
+    tp_json_add_bytes(o, "delta", text, n);
+    cJSON_AddArrayToObject(o, "logprobs");
+    event(x, out, o);
+}
+
+static void s_end(struct tp_run *x, struct tp_buf *out)
+{
+    const struct tp_req *r = x->r;
+    char *name = NULL, *args = NULL;
+    int tool = r->params.tool_call && tp_run_tool_call(r, &name, &args) == 0;
+    const char *text = r->text.data ? r->text.data : "";
+    cJSON *o;
+    if (tool) {
+        o = ev("response.output_item.added");
+        cJSON_AddNumberToObject(o, "output_index", 0);
+        cJSON *item = output_item(x, 0);
+        cJSON_ReplaceItemInObjectCaseSensitive(item, "name", cJSON_CreateString(name));
+        cJSON_AddItemToObject(o, "item", item);
+        event(x, out, o);
+        o = at_item(x, "response.function_call_arguments.delta", 0);
+        cJSON_AddStringToObject(o, "delta", args);
+        event(x, out, o);
+        o = at_item(x, "response.function_call_arguments.done", 0);
+        cJSON_AddStringToObject(o, "name", name);
+        cJSON_AddStringToObject(o, "arguments", args);
+        event(x, out, o);
+    } else {
+        if (r->params.tool_call) { /* a forced call cut short: its text, as a message */
+            o = ev("response.output_item.added");
+            cJSON_AddNumberToObject(o, "output_index", 0);
+            cJSON_AddItemToObject(o, "item", output_item(x, 0));
+            event(x, out, o);
+            o = at_item(x, "response.content_part.added", 1);
+            cJSON_AddItemToObject(o, "part", text_part("", 0));
+            event(x, out, o);
+            if (r->text.len) s_text(x, text, r->text.len, out);
+        }
+        o = at_item(x, "response.output_text.done", 1);
+        tp_json_add_bytes(o, "text", text, r->text.len);
+        cJSON_AddArrayToObject(o, "logprobs");
+        event(x, out, o);
+        o = at_item(x, "response.content_part.done", 1);
+        cJSON_AddItemToObject(o, "part", text_part(text, r->text.len));
+        event(x, out, o);
+    }
+    free(name);
+    free(args);
+    o = ev("response.output_item.done");
+    cJSON_AddNumberToObject(o, "output_index", 0);
+    cJSON_AddItemToObject(o, "item", output_item(x, 1));
+    event(x, out, o);
+    remember(x);
+    o = ev(incomplete(r) ? "response.incomplete" : "response.completed");
+    cJSON_AddItemToObject(o, "response", response_object(x, 1));
+    event(x, out, o);
+}
+
+static void s_error(struct tp_run *x, const struct tp_api_error *e, struct tp_buf *out)
+{
+    cJSON *o = ev("error");
+    cJSON_AddStringToObject(o, "code", tp_http_error_kind(e->status).http_status == 503 ? "server_is_overloaded" : "server_error");
+    cJSON_AddStringToObject(o, "message", e->message);
+    cJSON_AddNullToObject(o, "param");
+    event(x, out, o);
+}
+
+static char *error_json(const struct tp_api_error *e) { return tp_api_error_json(e); }
+
+static const struct tp_run_ops responses_ops = {
+    .path = "/v1/responses",
+    .id_prefix = "resp_",
+    .stream_type = "text/event-stream",
+    .begin = s_begin,
+    .text = s_text,
+    .end = s_end,
+    .error = s_error,
+    .keepalive = NULL,
+    .final_json = final_json,
+    .error_json = error_json,
+};
+
+enum MHD_Result tp_api_responses(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len)
+{
+    struct tp_req_params p;
+    struct tp_api_error e;
+    struct resp_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
+        return tp_run_send_error(s, c, &responses_ops, &e);
+    }
+    ctx->created_at = (int64_t)time(NULL);
+    if (parse_request(s, body, len, 0, &p, ctx, &e) != 0) {
+        ctx_free(ctx);
+        return tp_run_send_error(s, c, &responses_ops, &e);
+    }
+    return tp_run_request(s, c, &responses_ops, &p, NULL, 0, "max_output_tokens", ctx, ctx_free);
+}
+
+enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Connection *c, const char *body,
+                                              size_t len)
+{
+    struct tp_req_params p;
+    struct tp_api_error e;
+    struct resp_ctx ctx = {0};
+    int rc = parse_request(s, body, len, 1, &p, &ctx, &e);
+    cJSON_Delete(ctx.echo);
+    cJSON_Delete(ctx.history);
+    if (rc != 0) return tp_run_send_error(s, c, &responses_ops, &e);
+    int32_t *ids = NULL;
+    int n = 0;
+    enum tp_status st = tp_run_tokens(s, &p, "input", &ids, &n, &e);
+    free(ids);
+    tp_req_params_free(&p);
+    if (st != TP_OK) return tp_run_send_error(s, c, &responses_ops, &e);
+    char json[96];
+    snprintf(json, sizeof json, "{\"object\":\"response.input_tokens\",\"input_tokens\":%d}", n);
+    return tp_http_send_json(s, c, 200, json);
+}

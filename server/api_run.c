@@ -1,0 +1,398 @@
+/*
+ * server/api_run.c - one engine request for the APIs that are not OpenAI's
+ * completions (api_messages.c, api_responses.c, api_ollama.c): prompt
+ * rendering and tokenizing, the context check, submission to the engine,
+ * the non-streaming wait and the streaming content callback.  What the
+ * client sees is shaped by the API's struct tp_run_ops (api_run.h); the
+ * engine side is the same as chat completions' (server/api.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "api_run.h"
+
+#define KEEPALIVE_NS 1000000000ull /* keep-alive every second without output */
+
+static void deadline_in(struct timespec *ts, long ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_nsec += ms * 1000000L;
+    while (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+enum MHD_Result tp_run_send_error(struct tp_server *s, struct MHD_Connection *c, const struct tp_run_ops *ops,
+                                  const struct tp_api_error *e)
+{
+    char *json = ops->error_json(e);
+    if (!json) return MHD_NO;
+    const struct tp_http_error_kind k = tp_http_error_kind(e->status);
+    tp_metrics_request(s->metrics, k.http_status);
+    enum MHD_Result ret = tp_http_send(s, c, k.http_status, "application/json", json, strlen(json), k.header_name,
+                                       k.header_value);
+    free(json);
+    tp_log(k.http_status >= 500 ? TP_LOG_WARN : TP_LOG_INFO, "http", "%s %d %s", ops->path, k.http_status, e->message);
+    return ret;
+}
+
+void tp_run_make_id(struct tp_server *s, const char *prefix, char *out, size_t cap)
+{
+    uint64_t num = __atomic_add_fetch(&s->next_id, 1, __ATOMIC_RELAXED);
+    snprintf(out, cap, "%s%llx%06llu", prefix, (unsigned long long)s->created, (unsigned long long)num);
+}
+
+enum tp_status tp_run_tokens(struct tp_server *s, const struct tp_req_params *p, const char *param, int32_t **ids,
+                             int *n, struct tp_api_error *e)
+{
+    *ids = NULL;
+    *n = 0;
+    if (!p->chat) {
+        if (p->prompt_ids) {
+            *ids = malloc(sizeof(int32_t) * (size_t)p->n_prompt_ids);
+            if (!*ids) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
+            memcpy(*ids, p->prompt_ids, sizeof(int32_t) * (size_t)p->n_prompt_ids);
+            *n = p->n_prompt_ids;
+            return TP_OK;
+        }
+        return tp_server_tokenize(s, p->prompt ? p->prompt : "", p->prompt_len, tp_tokenizer_add_bos(s->tok), ids, n,
+                                  e);
+    }
+    struct tp_buf text = {0};
+    struct tp_error err = {0};
+    enum tp_status st = tp_chat_render(s->chat, p->msgs, p->n_msgs, 1, s->bos_text, s->eos_text,
+                                       s->has_default_system ? s->default_system : NULL, &text, &err);
+    if (st != TP_OK) {
+        tp_buf_free(&text);
+        if (st == TP_ERR_NOMEM) return tp_api_err(e, st, NULL, "out of memory");
+        return tp_api_err(e, st, param, "the %s chat template refused these messages: %s",
+                          tp_chat_family_name(s->chat), tp_error_msg(&err));
+    }
+    const char *t = text.data ? text.data : "";
+    size_t tl = tp_json_decode_nul(text.data, text.len);
+    int add_bos = tp_tokenizer_add_bos(s->tok) &&
+                  !(s->bos_text[0] && tl >= strlen(s->bos_text) && tp_str_starts_with(t, s->bos_text));
+    st = tp_server_tokenize(s, t, tl, add_bos, ids, n, e);
+    tp_buf_free(&text);
+    return st;
+}
+
+/* Replace every "from" by "to" in s (in place, bounded by cap). */
+static void replace_all(char *s, size_t cap, const char *from, const char *to)
+{
+    size_t fl = strlen(from), tl = strlen(to);
+    char tmp[1024];
+    size_t o = 0;
+    for (const char *p = s; *p && o + 1 < sizeof tmp;) {
+        if (strncmp(p, from, fl) == 0 && (p == s || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z'))) &&
+            !(p[fl] == '_' || (p[fl] >= 'a' && p[fl] <= 'z'))) {
+            size_t n = TP_MIN(tl, sizeof tmp - 1 - o);
+            memcpy(tmp + o, to, n);
+            o += n;
+            p += fl;
+        } else {
+            tmp[o++] = *p++;
+        }
+    }
+    tmp[o] = '\0';
+    size_t n = TP_MIN(o, cap - 1);
+    memcpy(s, tmp, n);
+    s[n] = '\0';
+}
+
+int tp_run_parse_chat(struct tp_server *s, const cJSON *req, const char *const (*rename)[2], struct tp_req_params *p,
+                      struct tp_api_error *e)
+{
+    char *body = tp_json_print(req);
+    if (!body) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
+    int chat = cJSON_GetObjectItemCaseSensitive(req, "prompt") == NULL;
+    int rc = tp_req_parse(body, strlen(body), chat, s->n_vocab, s->n_ctx, p, e);
+    free(body);
+    if (rc != 0 && rename) {
+        for (int i = 0; rename[i][0]; i++) {
+            replace_all(e->param, sizeof e->param, rename[i][0], rename[i][1]);
+            replace_all(e->message, sizeof e->message, rename[i][0], rename[i][1]);
+        }
+    }
+    return rc;
+}
+
+int tp_run_tool_call(const struct tp_req *r, char **name, char **args_json)
+{
+    *name = *args_json = NULL;
+    if (!r->params.tool_call || r->finish != TP_FINISH_STOP || !r->text.data) return -1;
+    cJSON *v = cJSON_ParseWithLength(r->text.data, r->text.len);
+    const cJSON *nm = v ? cJSON_GetObjectItemCaseSensitive(v, "name") : NULL;
+    const cJSON *args = v ? cJSON_GetObjectItemCaseSensitive(v, "arguments") : NULL;
+    if (cJSON_IsString(nm) && args) {
+        *name = malloc(strlen(nm->valuestring) + 1);
+        if (*name) strcpy(*name, nm->valuestring);
+        *args_json = cJSON_PrintUnformatted(args);
+    }
+    cJSON_Delete(v);
+    if (*name && *args_json) return 0;
+    free(*name);
+    free(*args_json);
+    *name = *args_json = NULL;
+    return -1;
+}
+
+const char *tp_run_stop_string(const struct tp_req *r, size_t *len)
+{
+    int i = r->stop_idx - 1;
+    if (r->finish != TP_FINISH_STOP || i < 0 || i >= r->params.n_stop) {
+        *len = 0;
+        return "";
+    }
+    *len = r->params.stop_len[i];
+    return r->params.stop[i];
+}
+
+static void run_log(struct tp_run *x, int status)
+{
+    const struct tp_req *r = x->r;
+    double ttft = r->t_first_ns ? (double)(r->t_first_ns - r->t_submit_ns) / 1e9 : 0;
+    double tps = 0;
+    if (r->n_toks > 1 && r->t_done_ns > r->t_first_ns)
+        tps = (double)(r->n_toks - 1) / ((double)(r->t_done_ns - r->t_first_ns) / 1e9);
+    tp_http_log_request(x->s, r->id, x->ops->path, status, r->n_prompt, r->n_cached, r->n_toks, ttft, tps);
+    if (tps > 0) tp_metrics_tokens_per_s(x->s->metrics, tps);
+}
+
+static void run_free(struct tp_run *x)
+{
+    if (!x) return;
+    if (x->r) tp_engine_release(x->s->engine, x->r);
+    if (x->ctx_free) x->ctx_free(x->ctx);
+    tp_buf_free(&x->out);
+    free(x);
+}
+
+/* ------------------------------------------------------------ streaming */
+
+/* mu held: format everything new into x->out. */
+static void run_format(struct tp_run *x)
+{
+    struct tp_req *r = x->r;
+    if (!x->begun) {
+        if (x->ops->begin) x->ops->begin(x, &x->out);
+        x->begun = 1;
+    }
+    if (!r->params.tool_call) {
+        size_t end = r->text.len;
+        if (end > x->sent_text) {
+            x->ops->text(x, r->text.data + x->sent_text, end - x->sent_text, &x->out);
+            x->sent_text = end;
+        }
+    }
+    x->sent_toks = r->n_toks;
+    if (r->state != TP_REQ_DONE) return;
+    if (r->finish == TP_FINISH_ERROR) {
+        struct tp_api_error e;
+        tp_api_err_from(&e, &r->err);
+        x->ops->error(x, &e, &x->out);
+        x->status = tp_http_error_kind(e.status).http_status;
+    } else {
+        x->ops->end(x, &x->out);
+    }
+    x->ended = 1;
+}
+
+static ssize_t run_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct tp_run *x = cls;
+    pthread_mutex_t *mu = tp_engine_mutex(x->s->engine);
+    for (;;) {
+        if (x->out_pos < x->out.len) {
+            size_t n = TP_MIN(max, x->out.len - x->out_pos);
+            memcpy(buf, x->out.data + x->out_pos, n);
+            x->out_pos += n;
+            if (x->out_pos == x->out.len) x->out_pos = x->out.len = 0;
+            x->last_out_ns = tp_now_ns();
+            return (ssize_t)n;
+        }
+        if (x->ended) {
+            x->complete = 1;
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        pthread_mutex_lock(mu);
+        struct tp_req *r = x->r;
+        while (x->begun && r->n_toks == x->sent_toks && r->state != TP_REQ_DONE) {
+            struct timespec ts;
+            deadline_in(&ts, 100);
+            pthread_cond_timedwait(&r->cond, mu, &ts);
+            if (r->n_toks != x->sent_toks || r->state == TP_REQ_DONE) break;
+            if (tp_http_client_gone(x->conn)) {
+                pthread_mutex_unlock(mu);
+                tp_engine_cancel(x->s->engine, r);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+            if (tp_now_ns() - x->last_out_ns > KEEPALIVE_NS && x->ops->keepalive) {
+                x->ops->keepalive(x, &x->out);
+                break;
+            }
+        }
+        run_format(x);
+        pthread_mutex_unlock(mu);
+    }
+}
+
+static void run_stream_free(void *cls)
+{
+    struct tp_run *x = cls;
+    pthread_mutex_t *mu = tp_engine_mutex(x->s->engine);
+    pthread_mutex_lock(mu);
+    int done = x->r->state == TP_REQ_DONE;
+    pthread_mutex_unlock(mu);
+    if (!done) tp_engine_cancel(x->s->engine, x->r);
+    int status = done && x->complete ? x->status : 499;
+    pthread_mutex_lock(mu);
+    run_log(x, status);
+    pthread_mutex_unlock(mu);
+    tp_metrics_request(x->s->metrics, status);
+    run_free(x);
+}
+
+/* ------------------------------------------------------------ entry */
+
+enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, const struct tp_run_ops *ops,
+                               struct tp_req_params *p, int32_t *ids, int n_ids, const char *max_tokens_param,
+                               void *ctx, void (*ctx_free)(void *))
+{
+    struct tp_api_error e = {0};
+    struct tp_run *x = calloc(1, sizeof *x);
+    if (!x) {
+        free(ids);
+        tp_req_params_free(p);
+        if (ctx_free) ctx_free(ctx);
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
+        return tp_run_send_error(s, c, ops, &e);
+    }
+    x->s = s;
+    x->ops = ops;
+    x->ctx = ctx;
+    x->ctx_free = ctx_free;
+    x->conn = c;
+    x->status = 200;
+    int n = n_ids;
+    if (ids || tp_run_tokens(s, p, p->chat ? "messages" : "prompt", &ids, &n, &e) == TP_OK) {
+        const char *pp = p->chat ? "messages" : "prompt";
+        if (n == 0) {
+            tp_api_err(&e, TP_ERR_INVALID_ARG, pp, "the prompt is empty (0 tokens); send some text");
+        } else if (n >= s->n_ctx) {
+            tp_api_err(&e, TP_ERR_INVALID_ARG, pp, "the prompt has %d tokens but the context holds %d (at least one must remain "
+                                     "for the reply); shorten it or restart with a larger --ctx-size", n, s->n_ctx);
+            e.code = "context_length_exceeded";
+        } else if (p->max_tokens > 0 && n + p->max_tokens > s->n_ctx) {
+            tp_api_err(&e, TP_ERR_INVALID_ARG, max_tokens_param,
+                        "the context holds %d tokens, but %d were requested (%d in the prompt, %d for the reply); "
+                        "lower %s or shorten the prompt", s->n_ctx, n + p->max_tokens, n, p->max_tokens,
+                        max_tokens_param);
+            e.code = "context_length_exceeded";
+        }
+    }
+    struct tp_req *r = NULL;
+    if (!e.status && !(r = tp_req_new())) tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
+    if (e.status) {
+        free(ids);
+        tp_req_params_free(p);
+        run_free(x);
+        return tp_run_send_error(s, c, ops, &e);
+    }
+    tp_run_make_id(s, ops->id_prefix, r->id, sizeof r->id);
+    r->chat = p->chat;
+    r->params = *p;
+    memset(p, 0, sizeof *p);
+    r->prompt = ids;
+    r->n_prompt = n;
+    r->max_tokens = r->params.max_tokens > 0 ? r->params.max_tokens : s->n_ctx - n;
+    r->seed = r->params.has_seed ? r->params.seed : (tp_now_ns() ^ ((uint64_t)(uintptr_t)r * 0x9E3779B97F4A7C15ull));
+    r->toks = calloc((size_t)r->max_tokens, sizeof *r->toks);
+    if (!r->toks || tp_engine_submit(s->engine, r, &e) != 0) {
+        if (!r->toks) tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
+        tp_engine_release(s->engine, r); /* the engine's reference */
+        x->r = r;
+        run_free(x);
+        return tp_run_send_error(s, c, ops, &e);
+    }
+    x->r = r;
+    pthread_mutex_t *mu = tp_engine_mutex(s->engine);
+    if (r->params.stream) {
+        x->last_out_ns = tp_now_ns();
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, run_read, x,
+                                                                      run_stream_free);
+        if (!resp) {
+            run_stream_free(x);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", ops->stream_type);
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ret = tp_http_queue(s, c, 200, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    pthread_mutex_lock(mu);
+    while (r->state != TP_REQ_DONE) {
+        struct timespec ts;
+        deadline_in(&ts, 100);
+        pthread_cond_timedwait(&r->cond, mu, &ts);
+        if (r->state != TP_REQ_DONE && tp_http_client_gone(c)) {
+            pthread_mutex_unlock(mu);
+            tp_engine_cancel(s->engine, r);
+            pthread_mutex_lock(mu);
+            run_log(x, 499);
+            pthread_mutex_unlock(mu);
+            tp_metrics_request(s->metrics, 499);
+            run_free(x);
+            return MHD_NO;
+        }
+    }
+    enum MHD_Result ret;
+    if (r->finish == TP_FINISH_ERROR) {
+        tp_api_err_from(&e, &r->err);
+        run_log(x, tp_http_error_kind(e.status).http_status);
+        pthread_mutex_unlock(mu);
+        ret = tp_run_send_error(s, c, ops, &e);
+    } else {
+        char *json = ops->final_json(x);
+        run_log(x, 200);
+        pthread_mutex_unlock(mu);
+        ret = json ? tp_http_send_json(s, c, 200, json) : MHD_NO;
+        free(json);
+    }
+    run_free(x);
+    return ret;
+}
+
+/* ------------------------------------------------------------ routes */
+
+char *tp_api_error_json_for(const char *path, const struct tp_api_error *e)
+{
+    if (path && strncmp(path, "/v1/messages", 12) == 0 && (path[12] == '\0' || path[12] == '/'))
+        return tp_api_messages_error_json(e);
+    if (path && strncmp(path, "/api/", 5) == 0) return tp_api_ollama_error_json(e);
+    return tp_api_error_json(e);
+}
+
+enum MHD_Result tp_api_route_ext(struct tp_server *s, struct MHD_Connection *c, const char *path, const char *body,
+                                 size_t len)
+{
+    if (strcmp(path, "/v1/messages") == 0) return tp_api_messages(s, c, body, len);
+    if (strcmp(path, "/v1/messages/count_tokens") == 0) return tp_api_messages_count(s, c, body, len);
+    if (strcmp(path, "/v1/responses") == 0 || strcmp(path, "/responses") == 0) return tp_api_responses(s, c, body, len);
+    if (strcmp(path, "/v1/responses/input_tokens") == 0) return tp_api_responses_input_tokens(s, c, body, len);
+    if (strcmp(path, "/v1/embeddings") == 0 || strcmp(path, "/embeddings") == 0)
+        return tp_api_embeddings(s, c, body, len, 0);
+    if (strcmp(path, "/infill") == 0) return tp_api_infill(s, c, body, len);
+    if (strcmp(path, "/api/embed") == 0) return tp_api_embeddings(s, c, body, len, 1);
+    if (strncmp(path, "/api/", 5) == 0) return tp_api_ollama(s, c, path, body, len);
+    struct tp_api_error e;
+    tp_api_err(&e, TP_ERR_INTERNAL, NULL, "unrouted request %s", path);
+    return tp_http_send_error(s, c, &e);
+}

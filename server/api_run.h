@@ -1,0 +1,147 @@
+/*
+ * server/api_run.h - private: one engine request on behalf of an API other
+ * than OpenAI's completions (Anthropic Messages, OpenAI Responses, Ollama).
+ *
+ * Each API translates its request body into the engine's request (struct
+ * tp_req_params, usually by writing the equivalent chat-completions body and
+ * passing it through tp_req_parse, so that every field is validated and
+ * sampled exactly as chat completions do), then hands it to tp_run_request.
+ * The runner renders the chat template, tokenizes, checks the context,
+ * submits to the one engine (the same queue, batching, cancellation, limits
+ * and ranks as chat completions), waits or streams, and calls back into the
+ * API's formatter (struct tp_run_ops) to turn the engine's events into that
+ * API's response or stream, and errors into that API's error shape.
+ */
+#ifndef TP_SERVER_API_RUN_H
+#define TP_SERVER_API_RUN_H
+
+#include "http_impl.h"
+
+struct tp_run;
+
+/* How one API shapes its answers.  Every callback that takes a struct tp_run
+ * runs with the engine mutex held and appends to out; none may block. */
+struct tp_run_ops {
+    const char *path;          /* for the request log, e.g. "/v1/messages" */
+    const char *id_prefix;     /* request ids: "<prefix><hex>" ("msg_", "resp_") */
+    const char *stream_type;   /* Content-Type of a stream: "text/event-stream", "application/x-ndjson" */
+    /* streaming: first events, before any text (may be NULL) */
+    void (*begin)(struct tp_run *x, struct tp_buf *out);
+    /* streaming: released text text[0..n) (never for a forced tool call, whose text is the call) */
+    void (*text)(struct tp_run *x, const char *text, size_t n, struct tp_buf *out);
+    /* streaming: the request finished (not with an error): the closing events */
+    void (*end)(struct tp_run *x, struct tp_buf *out);
+    /* streaming: the engine failed the request after the stream began */
+    void (*error)(struct tp_run *x, const struct tp_api_error *e, struct tp_buf *out);
+    /* streaming: nothing was sent for a second (NULL: send nothing) */
+    void (*keepalive)(struct tp_run *x, struct tp_buf *out);
+    /* not streaming: the whole answer of a finished request (malloc'd JSON; NULL out of memory) */
+    char *(*final_json)(struct tp_run *x);
+    /* an error in this API's shape (malloc'd JSON; NULL out of memory) */
+    char *(*error_json)(const struct tp_api_error *e);
+};
+
+/* One request in flight.  ctx is the API's own state (owned by the run; ctx_free'd with it). */
+struct tp_run {
+    struct tp_server *s;
+    struct tp_req *r;
+    const struct tp_run_ops *ops;
+    void *ctx;
+    void (*ctx_free)(void *ctx);
+    struct MHD_Connection *conn;
+    /* streaming state */
+    struct tp_buf out;         /* formatted, not yet handed to MHD */
+    size_t out_pos;
+    int sent_toks;             /* tokens whose text has been formatted */
+    size_t sent_text;          /* bytes of r->text formatted */
+    int begun, ended, complete;
+    int status;                /* the status logged and counted: 200, or the mid-stream error's */
+    uint64_t last_out_ns;
+};
+
+/*
+ * Render p's messages with the server's chat template (p->chat) or take p's
+ * prompt, and tokenize: *ids (malloc'd, caller frees) and their count *n.
+ * Returns TP_OK, or with e filled TP_ERR_INVALID_ARG (the template refuses
+ * the messages; param names the field to blame) or TP_ERR_NOMEM.
+ */
+enum tp_status tp_run_tokens(struct tp_server *s, const struct tp_req_params *p, const char *param, int32_t **ids,
+                             int *n, struct tp_api_error *e);
+
+/*
+ * Run p (owned from here on, also on failure) as one engine request and answer
+ * c: streamed when p->stream, else one JSON object.  ctx/ctx_free: the API's
+ * state, owned from here on.  ids (owned) may carry an already tokenized
+ * prompt (n_ids > 0); NULL: tokenized here with tp_run_tokens.
+ * max_tokens_param names the field to blame when prompt + max_tokens exceed
+ * the context.  Errors before the stream begins use ops->error_json.
+ */
+enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, const struct tp_run_ops *ops,
+                               struct tp_req_params *p, int32_t *ids, int n_ids, const char *max_tokens_param,
+                               void *ctx, void (*ctx_free)(void *));
+
+/* Send e in the API's shape (ops->error_json), counted in /metrics and logged. */
+enum MHD_Result tp_run_send_error(struct tp_server *s, struct MHD_Connection *c, const struct tp_run_ops *ops,
+                                  const struct tp_api_error *e);
+
+/*
+ * Parse an OpenAI chat-completions body (text of `req`, printed with
+ * tp_json_print) into p: tp_req_parse with the server's vocabulary and
+ * context (a completions request when it has a "prompt").  On failure e names the chat-completions field; rename maps such
+ * names to the calling API's ({from, to} pairs, NULL-terminated), applied to
+ * e->param and the message.
+ */
+int tp_run_parse_chat(struct tp_server *s, const struct cJSON *req, const char *const (*rename)[2],
+                      struct tp_req_params *p, struct tp_api_error *e);
+
+/* The forced tool call of a finished request: its name and arguments JSON
+ * text (both malloc'd, caller frees).  Returns 0, or -1 when the request was
+ * not a forced call or its text does not parse as one. */
+int tp_run_tool_call(const struct tp_req *r, char **name, char **args_json);
+
+/* Which stop string ended r ("" when EOS or a limit ended it; never NULL). */
+const char *tp_run_stop_string(const struct tp_req *r, size_t *len);
+
+/* Seconds since the epoch, and a random-looking suffix for ids (call_..., msg_...). */
+void tp_run_make_id(struct tp_server *s, const char *prefix, char *out, size_t cap);
+
+/* The routes of the APIs above (http.c's table sends them here): path and
+ * method as routed, body of a POST. */
+enum MHD_Result tp_api_route_ext(struct tp_server *s, struct MHD_Connection *c, const char *path, const char *body,
+                                 size_t len);
+
+/* e as JSON in the shape of the API that path belongs to: Anthropic's for /v1/messages..., Ollama's for
+ * /api/..., else OpenAI's (malloc'd; NULL on out of memory).  For answers given before the body is read. */
+char *tp_api_error_json_for(const char *path, const struct tp_api_error *e);
+
+/* ---- the APIs (each in its own file) ---- */
+enum MHD_Result tp_api_messages(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
+enum MHD_Result tp_api_messages_count(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
+/* The Anthropic error shape {"type":"error","error":{"type","message"}} (malloc'd). */
+char *tp_api_messages_error_json(const struct tp_api_error *e);
+
+enum MHD_Result tp_api_responses(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
+enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Connection *c, const char *body,
+                                              size_t len);
+/* Ollama's error shape {"error": "..."} (malloc'd). */
+char *tp_api_ollama_error_json(const struct tp_api_error *e);
+/* Ollama's routes: /api/version, /api/tags, /api/ps, /api/show, /api/chat, /api/generate. */
+enum MHD_Result tp_api_ollama(struct tp_server *s, struct MHD_Connection *c, const char *path, const char *body,
+                              size_t len);
+/* POST /v1/embeddings (ollama 0) and /api/embed (ollama 1). */
+enum MHD_Result tp_api_embeddings(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len,
+                                  int ollama);
+/* The pooling of embeddings (enum tp_pooling): --pooling, else the model's GGUF pooling_type, else mean; 0
+ * with e filled when the model gives no embeddings (a reranker). */
+int tp_api_pooling(struct tp_server *s, struct tp_api_error *e);
+/* Fill-in-the-middle (api_infill.c): POST /infill, and /v1/completions bodies with a non-empty suffix
+ * (tp_api_is_fim_completion), whose FIM prompt goes on to tp_api_handle_completion as token ids. */
+enum MHD_Result tp_api_infill(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
+int tp_api_is_fim_completion(const char *body, size_t len);
+enum MHD_Result tp_api_completion_fim(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
+/* The Responses store (previous_response_id): cap entries, oldest evicted first; 0 stores nothing.
+ * NULL on out of memory.  Thread safe. */
+struct tp_resp_store *tp_resp_store_new(int cap);
+void tp_resp_store_free(struct tp_resp_store *st); /* NULL safe */
+
+#endif /* TP_SERVER_API_RUN_H */
