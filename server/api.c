@@ -78,6 +78,27 @@ static const char *finish_str(const struct tp_req *r, int has_calls)
     return has_calls ? "tool_calls" : "stop";
 }
 
+/* ------------------------------------------------------- harmony replies */
+
+/* harmony replies are split by channel; one under response_format's grammar is plain JSON text (the
+ * grammar leaves the model no channel tokens), answered as content like any other template's. */
+static int is_harmony(const struct tp_server *s, const struct tp_req *r)
+{
+    return r->chat && s->chat == TP_CHAT_HARMONY && !r->params.grammar;
+}
+/* qwen3-family replies: <think> reasoning split from the answer (not when the reply may hold tool calls:
+ * those are read by tool_parse.c, the reasoning left in content). */
+static int is_think(const struct tp_server *s, const struct tp_req *r)
+{
+    return r->chat && s->chat == TP_CHAT_QWEN3 && r->params.tool_format == TP_TOOL_FORMAT_NONE;
+}
+
+static const char *harmony_finish(const struct tp_req *r, int n_calls)
+{
+    if (r->finish == TP_FINISH_LENGTH) return "length";
+    return n_calls > 0 ? "tool_calls" : "stop";
+}
+
 static void add_piece_string(struct tp_server *s, cJSON *o, const char *key, int id, int with_bytes)
 {
     size_t l = 0;
@@ -170,8 +191,26 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
     cJSON *ch = cJSON_CreateObject();
     cJSON_AddNumberToObject(ch, "index", 0);
     const char *text = r->text.data ? r->text.data : "";
+    const char *finish = NULL; /* NULL: finish_str */
     int has_calls = 0;
-    if (r->chat) {
+    if (is_harmony(s, r)) {
+        int n_calls = 0;
+        tp_harmony_message(&s->harmony, r->toks, r->n_toks, r->text.data ? r->text.data : "", r->text.len, r->id,
+                           cJSON_AddObjectToObject(ch, "message"), &n_calls);
+        finish = harmony_finish(r, n_calls);
+        if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, 0, r->n_toks));
+        else cJSON_AddNullToObject(ch, "logprobs");
+    } else if (is_think(s, r)) {
+        struct tp_think_parts tp;
+        tp_think_split(text, r->text.len, 1, &tp);
+        cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        tp_json_add_bytes(msg, "content", text + tp.content_b, tp.content_e - tp.content_b);
+        if (tp.thinking)
+            tp_json_add_bytes(msg, "reasoning_content", text + tp.reasoning_b, tp.reasoning_e - tp.reasoning_b);
+        if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, 0, r->n_toks));
+        else cJSON_AddNullToObject(ch, "logprobs");
+    } else if (r->chat) {
         cJSON *msg = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
         size_t content_end;
@@ -193,7 +232,7 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
         if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", cmpl_logprobs(s, r, 0, r->n_toks, 0));
         else cJSON_AddNullToObject(ch, "logprobs");
     }
-    cJSON_AddStringToObject(ch, "finish_reason", finish_str(r, has_calls));
+    cJSON_AddStringToObject(ch, "finish_reason", finish ? finish : finish_str(r, has_calls));
     cJSON_AddItemToArray(choices, ch);
     add_usage(root, r);
     char *json = tp_json_print(root);
@@ -275,11 +314,37 @@ struct stream {
     int complete;             /* every byte handed to MHD */
     int status;               /* HTTP status logged and counted: 200, or the error's (tp_http_error_kind) */
     uint64_t last_out_ns;
+    struct tp_harmony_cursor h; /* harmony: where the stream stands */
+    size_t think_r, think_c;    /* <think> replies: reasoning and content bytes sent */
     /* replies that may hold tool calls: calls whose first delta (id, name) was sent, and the argument bytes
      * sent of each */
     int n_call_hdr;
     size_t args_sent[TP_TOOL_MAX_CALLS];
 };
+
+/* One chunk of a split reply (harmony, <think>): delta (owned; {} when NULL) with role on
+ * the first chunk and the logprobs of the tokens not yet sent (mu held). */
+static void delta_chunk(struct stream *st, cJSON *delta)
+{
+    struct tp_req *r = st->r;
+    cJSON *root = envelope(st->s, r, "chat.completion.chunk");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), ch);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON *d = delta ? delta : cJSON_CreateObject();
+    if (st->first) cJSON_AddItemToObject(d, "role", cJSON_CreateString("assistant"));
+    cJSON_AddItemToObject(ch, "delta", d);
+    if (r->params.logprobs && r->n_toks > st->sent_toks)
+        cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(st->s, r, st->sent_toks, r->n_toks));
+    else cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
+    st->sent_toks = r->n_toks;
+    st->first = 0;
+    char *j = tp_json_print(root);
+    cJSON_Delete(root);
+    if (j) tp_sse_data(&st->out, j);
+    free(j);
+}
 
 /* One chunk whose delta carries the tool call fragment k: with its id, type
  * and name when hdr, else only argument bytes args[0..n).  mu held. */
@@ -314,6 +379,42 @@ static void tool_delta(struct stream *st, int k, const char *name, const char *a
     cJSON_Delete(root);
     if (j) tp_sse_data(&st->out, j);
     free(j);
+}
+
+/* Stream what is new in a harmony reply (mu held). */
+static void harmony_stream(struct stream *st)
+{
+    struct tp_req *r = st->r;
+    cJSON *deltas = cJSON_CreateArray();
+    if (!deltas) return;
+    tp_harmony_deltas(&st->s->harmony, r->toks, r->n_toks, r->text.data ? r->text.data : "", r->text.len,
+                      r->state == TP_REQ_DONE, r->id, &st->h, deltas);
+    while (deltas->child) delta_chunk(st, cJSON_DetachItemViaPointer(deltas, deltas->child));
+    cJSON_Delete(deltas);
+    if (r->params.logprobs && r->n_toks > st->sent_toks) delta_chunk(st, NULL);
+    st->sent_toks = r->n_toks;
+}
+
+/* Stream what is new in a <think> reply: reasoning_content, then content (mu held). */
+static void think_stream(struct stream *st)
+{
+    struct tp_req *r = st->r;
+    const char *text = r->text.data ? r->text.data : "";
+    struct tp_think_parts tp;
+    tp_think_split(text, r->text.len, r->state == TP_REQ_DONE, &tp);
+    const char *keys[2] = {"reasoning_content", "content"};
+    size_t b[2] = {tp.reasoning_b, tp.content_b}, e[2] = {tp.reasoning_e, tp.content_e};
+    size_t *sent[2] = {&st->think_r, &st->think_c};
+    for (int k = 0; k < 2; k++) {
+        if (e[k] <= b[k] + *sent[k]) continue;
+        cJSON *d = cJSON_CreateObject();
+        if (!d) return;
+        tp_json_add_bytes(d, keys[k], text + b[k] + *sent[k], e[k] - b[k] - *sent[k]);
+        delta_chunk(st, d);
+        *sent[k] = e[k] - b[k];
+    }
+    if (r->params.logprobs && r->n_toks > st->sent_toks) delta_chunk(st, NULL);
+    st->sent_toks = r->n_toks;
 }
 
 /* mu held: a reply that may hold tool calls, streamed from a scan of the text
@@ -354,12 +455,17 @@ static void stream_format(struct stream *st)
 {
     struct tp_req *r = st->r;
     struct tp_server *s = st->s;
-    const int tools = r->params.tool_format != TP_TOOL_FORMAT_NONE;
-    if (tools && st->sent_toks < r->n_toks) {
+    int harmony = is_harmony(s, r), split = harmony || is_think(s, r);
+    const int tools = !split && r->params.tool_format != TP_TOOL_FORMAT_NONE;
+    if (harmony) {
+        harmony_stream(st);
+    } else if (split) {
+        think_stream(st);
+    } else if (tools && st->sent_toks < r->n_toks) {
         stream_tools(st, 0);
         st->sent_toks = r->n_toks;
     }
-    while (st->sent_toks < r->n_toks) {
+    while (!split && st->sent_toks < r->n_toks) {
         int k = st->sent_toks;
         size_t end = r->toks[k].text_end;
         if (end < st->sent_text) end = st->sent_text;
@@ -380,6 +486,18 @@ static void stream_format(struct stream *st)
         if (j) tp_sse_data(&st->out, j);
         free(j);
         st->status = tp_http_error_kind(e.status).http_status;
+    } else if (split) {
+        if (st->first) delta_chunk(st, NULL);
+        size_t tl = r->text.len;
+        const char *fin = harmony ? harmony_finish(r, st->h.calls + (st->h.announced ? 1 : 0)) : finish_str(r, 0);
+        char *j = chunk_json(s, r, tl, tl, 0, 0, fin, 0);
+        if (j) tp_sse_data(&st->out, j);
+        free(j);
+        if (r->params.include_usage) {
+            j = usage_chunk_json(s, r);
+            if (j) tp_sse_data(&st->out, j);
+            free(j);
+        }
     } else {
         size_t tl = r->text.len;
         int has_calls = tools && stream_tools(st, 1);
@@ -465,6 +583,24 @@ static void stream_free(void *cls)
 
 /* ------------------------------------------------------------ entry */
 
+/* What the harmony format alone takes (reasoning_effort), and what it refuses (a forced call). */
+static enum tp_status refuse_for_template(struct tp_server *s, const struct tp_req_params *p, struct tp_api_error *e)
+{
+    if (s->chat == TP_CHAT_HARMONY) {
+        if (p->tool_call)
+            return tp_api_err(e, TP_ERR_UNSUPPORTED, "tool_choice",
+                              "'tool_choice' \"required\" or a named function is not supported with the harmony "
+                              "format (gpt-oss): send \"auto\" (the model calls a tool on its commentary channel) or "
+                              "\"none\"");
+        return TP_OK;
+    }
+    if (p->reasoning_effort)
+        return tp_api_err(e, TP_ERR_UNSUPPORTED, "reasoning_effort", "'reasoning_effort' is not supported by the %s "
+                          "chat template (it applies to gpt-oss, the harmony format); remove it",
+                          tp_chat_family_name(s->chat));
+    return TP_OK;
+}
+
 /* The prompt of a validated request as token ids: the chat template rendered
  * and tokenized, or the prompt text tokenized, or the ids as sent (taken from
  * p).  Returns TP_OK with *ids (malloc'd) and *n, or an error in e. */
@@ -478,8 +614,13 @@ static enum tp_status prompt_tokens(struct tp_server *s, int chat, struct tp_req
         return TP_OK;
     }
     if (!chat) return tp_server_tokenize(s, p->prompt, p->prompt_len, tp_tokenizer_add_bos(s->tok), ids, n, e);
-    enum tp_status st = tp_req_tools_grammar(p, tp_chat_tool_format(s->chat), tp_chat_family_name(s->chat), e);
+    enum tp_status st = refuse_for_template(s, p, e);
     if (st != TP_OK) return st;
+    /* harmony's calls are read from the reply's channel tokens (harmony.c): no call grammar */
+    if (s->chat != TP_CHAT_HARMONY) {
+        st = tp_req_tools_grammar(p, tp_chat_tool_format(s->chat), tp_chat_family_name(s->chat), e);
+        if (st != TP_OK) return st;
+    }
     struct tp_buf text = {0};
     struct tp_error err = {0};
     /* tools are shown to models whose template has a place for them; a forced call is generated under its
@@ -488,7 +629,8 @@ static enum tp_status prompt_tokens(struct tp_server *s, int chat, struct tp_req
                                 .bos = s->bos_text,
                                 .eos = s->eos_text,
                                 .default_system = s->has_default_system ? s->default_system : NULL,
-                                .tools = tp_chat_has_tools(s->chat) ? p->tools : NULL};
+                                .tools = tp_chat_has_tools(s->chat) ? p->tools : NULL,
+                                .reasoning_effort = p->reasoning_effort};
     st = tp_chat_render_opts(s->chat, p->msgs, p->n_msgs, &opts, &text, &err);
     if (st == TP_ERR_NOMEM) {
         tp_api_err(e, st, NULL, "out of memory");

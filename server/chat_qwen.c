@@ -114,8 +114,11 @@ enum tp_status tp_chat_render_qwen3(const struct tp_chat_ctx *cx, struct tp_buf 
             const char *c = m[i].content, *ce = c + strlen(c);
             size_t content_len; /* the template's `content` (after the </think> split, before its lstrip) */
             const char *rb = "", *re = rb; /* reasoning_content */
-            const char *close = strstr(c, "</think>");
-            if (close) {
+            const char *close = m[i].reasoning ? NULL : strstr(c, "</think>");
+            if (m[i].reasoning) { /* reasoning_content is a string: content is kept whole */
+                rb = m[i].reasoning;
+                re = rb + strlen(rb);
+            } else if (close) {
                 /* content = c.split('</think>')[-1].lstrip('\n') */
                 const char *last = close, *q;
                 while ((q = strstr(last + 8, "</think>")) != NULL) last = q;

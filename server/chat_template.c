@@ -26,6 +26,7 @@
  *   zephyr   zephyr-7b-beta (<|user|>\n...</s>\n)
  *   plain    tpserve's default for models without a template:
  *            "<role>: <content>\n" per message, then "assistant:".
+ *   harmony  gpt-oss (openai-gpt-oss-120b.jinja), rendered by harmony.c.
  * A template is recognised by markers it must contain (tp_chat_detect).
  * docs/serving.md ("Chat templates").
  */
@@ -39,11 +40,11 @@
 
 static const char *const family_names[TP_CHAT_FAMILY_COUNT] = {
     "unknown", "llama2", "llama3", "chatml", "qwen3", "mistral", "zephyr", "plain", "llama3.1", "qwen2.5", "mistral-nemo",
-    "llama3.2"};
+    "llama3.2", "harmony"};
 
 const char *tp_server_chat_template_names(void)
 {
-    return "llama2, llama3, llama3.1, llama3.2, chatml, qwen2.5, qwen3, mistral, mistral-nemo, zephyr, plain";
+    return "llama2, llama3, llama3.1, llama3.2, chatml, qwen2.5, qwen3, mistral, mistral-nemo, zephyr, plain, harmony";
 }
 
 enum tp_tool_format tp_chat_tool_format(enum tp_chat_family f)
@@ -58,7 +59,11 @@ enum tp_tool_format tp_chat_tool_format(enum tp_chat_family f)
     }
 }
 
-int tp_chat_has_tools(enum tp_chat_family f) { return tp_chat_tool_format(f) != TP_TOOL_FORMAT_NONE; }
+int tp_chat_has_tools(enum tp_chat_family f)
+{
+    /* harmony's calls are read from the reply's channel tokens (harmony.c), not in a tool_parse.c format */
+    return f == TP_CHAT_HARMONY || tp_chat_tool_format(f) != TP_TOOL_FORMAT_NONE;
+}
 
 const char *tp_chat_family_name(enum tp_chat_family f)
 {
@@ -79,6 +84,7 @@ enum tp_chat_family tp_chat_detect(const char *t)
         return !strstr(t, "Environment: ipython") ? TP_CHAT_LLAMA3
                : strstr(t, "strftime_now")        ? TP_CHAT_LLAMA32
                                                   : TP_CHAT_LLAMA31;
+    if (strstr(t, "<|channel|>") && strstr(t, "<|message|>")) return TP_CHAT_HARMONY; /* gpt-oss: harmony.c */
     if (strstr(t, "<|im_start|>")) {
         if (strstr(t, "</think>")) return TP_CHAT_QWEN3;
         if (strstr(t, "<tool_call>") && strstr(t, "You are Qwen, created by Alibaba Cloud")) return TP_CHAT_QWEN25;
@@ -280,6 +286,10 @@ enum tp_status tp_chat_render_opts(enum tp_chat_family f, const struct tp_chat_m
     case TP_CHAT_QWEN25: return tp_chat_render_qwen25(&c, out);
     case TP_CHAT_ZEPHYR: return render_zephyr(msgs, n_msgs, add_gen, c.eos, out);
     case TP_CHAT_PLAIN: return render_plain(msgs, n_msgs, add_gen, out);
+    case TP_CHAT_HARMONY: {
+        struct tp_harmony_opts ho = {o->reasoning_effort, NULL, tools, add_gen};
+        return tp_harmony_render(msgs, n_msgs, &ho, out, err);
+    }
     default: return tp_chat_raise(err, "unknown chat template family");
     }
 }

@@ -1176,6 +1176,14 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
             return TP_ERR_UNSUPPORTED;
         }
     }
+    if (s->chat == TP_CHAT_HARMONY && !tp_harmony_ids_init(s->tok, &s->harmony)) {
+        tp_error_set(err, TP_ERR_UNSUPPORTED,
+                     "the harmony chat format (gpt-oss) needs the <|start|> <|end|> <|message|> <|channel|> <|return|> "
+                     "<|call|> tokens, which this model's vocabulary lacks; pass another --chat-template (%s)",
+                     tp_server_chat_template_names());
+        tp_server_set_failed(s, err->msg);
+        return TP_ERR_UNSUPPORTED;
+    }
     if (!s->cfg.chat_template && (s->chat == TP_CHAT_CHATML || s->chat == TP_CHAT_QWEN25))
         s->has_default_system = tp_chat_default_system(tmpl, s->default_system, sizeof s->default_system);
     int bos = tp_tokenizer_bos(s->tok), eos = tp_tokenizer_eos(s->tok);

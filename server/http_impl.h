@@ -41,6 +41,7 @@ struct tp_server {
     struct tp_engine *engine;
     struct tp_metrics *metrics;
     enum tp_chat_family chat;
+    struct tp_harmony_ids harmony; /* TP_CHAT_HARMONY: the control tokens the reply is split by */
     char bos_text[64], eos_text[64];
     char default_system[512];         /* ChatML default system message, "" if none */
     int has_default_system;

@@ -207,8 +207,8 @@ static enum tp_status parse_messages(const cJSON *root, struct tp_req_params *p,
             return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' holds a NUL character (\\u0000); a role name cannot", param);
         if (strcmp(r, "developer") == 0) r = "system";
         if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0 && strcmp(r, "tool") != 0)
-            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is '%.40s'; supported roles are system, user, assistant and tool",
-                               param, r);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is '%.40s'; supported roles are system, developer, user, "
+                                              "assistant and tool", param, r);
         p->msgs[i].role = r[0] == 's' ? "system" : r[0] == 'u' ? "user" : r[0] == 't' ? "tool" : "assistant";
         const cJSON *fc = cJSON_GetObjectItemCaseSensitive(m, "function_call");
         if (fc && !cJSON_IsNull(fc)) {
@@ -258,7 +258,16 @@ static enum tp_status parse_messages(const cJSON *root, struct tp_req_params *p,
             return st;
         }
         p->msgs[i].content = content;
-        p->n_msgs = ++i;
+        p->n_msgs = i + 1; /* freed from here on */
+        const cJSON *rc = field(m, "reasoning_content");
+        if (rc) {
+            snprintf(param, sizeof param, "messages[%d].reasoning_content", i);
+            if (r[0] != 'a' || !cJSON_IsString(rc))
+                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' must be a string on an assistant message", param);
+            if (!(p->msgs[i].reasoning = strdup(rc->valuestring)))
+                return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
+        }
+        i++;
     }
     return TP_OK;
 }
@@ -448,8 +457,8 @@ static enum tp_status refuse_unsupported(const cJSON *root, struct tp_api_error 
         if (!(cJSON_IsString(m0) && strcmp(m0->valuestring, "text") == 0))
             return tp_api_err(e, TP_ERR_UNSUPPORTED, "modalities", "'modalities' other than [\"text\"] is not supported; remove it");
     }
-    static const char *const others[] = {"audio", "web_search_options", "reasoning_effort"};
-    for (int i = 0; i < 3; i++)
+    static const char *const others[] = {"audio", "web_search_options"};
+    for (int i = 0; i < 2; i++)
         if (field(root, others[i]))
             return tp_api_err(e, TP_ERR_UNSUPPORTED, others[i], "'%s' is not supported by this server; remove it", others[i]);
     return TP_OK;
@@ -842,6 +851,16 @@ static enum tp_status parse_fields(const cJSON *root, const char *body, size_t l
         return tp_api_err(e, TP_ERR_INVALID_ARG, "repetition_penalty", "'repetition_penalty' must be greater than 0");
     if (parse_seed(root, body, len, p, e)) return e->status;
     if (refuse_unsupported(root, e)) return e->status;
+    const cJSON *re = field(root, "reasoning_effort");
+    if (re && !cJSON_IsNull(re)) {
+        if (!chat)
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning_effort", "'reasoning_effort' is for /v1/chat/completions");
+        if (!cJSON_IsString(re) || !tp_harmony_effort_valid(re->valuestring))
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning_effort",
+                              "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+        if (!(p->reasoning_effort = strdup(re->valuestring)))
+            return tp_api_err(e, TP_ERR_NOMEM, "reasoning_effort", "out of memory");
+    }
     if (parse_logit_bias(root, n_vocab, p, e)) return e->status;
     if (parse_response_format(root, p, e)) return e->status;
     if (chat) {
@@ -910,8 +929,10 @@ void tp_req_params_free(struct tp_req_params *p)
     free(p->prompt_ids);
     for (int i = 0; i < p->n_msgs; i++) {
         free((char *)p->msgs[i].content);
+        free((char *)p->msgs[i].reasoning);
         if (p->msgs[i].tool_call_id && p->msgs[i].tool_call_id[0]) free((char *)p->msgs[i].tool_call_id);
     }
+    free(p->reasoning_effort);
     free(p->msgs);
     for (int i = 0; i < p->n_calls; i++) {
         free((char *)p->calls[i].id);

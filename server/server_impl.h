@@ -115,6 +115,8 @@ enum tp_chat_family {
     TP_CHAT_QWEN25,       /* Qwen2.5: ChatML with a default system message, Hermes <tool_call> */
     TP_CHAT_MISTRAL_NEMO, /* Mistral Nemo: [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS] */
     TP_CHAT_LLAMA32,      /* Llama 3.2: Llama 3.1's with today's date in the system header */
+    TP_CHAT_HARMONY,      /* gpt-oss (server/harmony.c): tools as a TypeScript namespace, calls on the
+                           * commentary channel (read from the reply's channel tokens, not tool_parse.c) */
     TP_CHAT_FAMILY_COUNT
 };
 /* One tool call of an assistant message in the history. */
@@ -128,6 +130,7 @@ struct tp_chat_msg {
     const char *role;    /* "system" | "user" | "assistant" | "tool" */
     const char *content; /* UTF-8 in tree form (NUL as C0 80, see tp_json_parse): templates treat it as one
                           * more character; tp_json_decode_nul the rendered text before tokenizing */
+    const char *reasoning;            /* assistant: reasoning_content or NULL (qwen3, harmony render it) */
     const struct tp_chat_call *calls; /* assistant: (n_calls) tool calls; NULL when none */
     int n_calls;
     const char *tool_call_id;         /* tool: the id of the call this message answers ("" when absent) */
@@ -155,6 +158,8 @@ struct tp_chat_opts {
                                      * in tree form, rendered as the family's template does; NULL: none */
     const char *date;               /* "25 Nov 2026": the date templates that print today's date show
                                      * (llama3.2); NULL: today, local time */
+    const char *reasoning_effort;   /* harmony's "Reasoning:" line ("low" | "medium" | "high"); NULL: the
+                                     * template's "medium" */
 };
 /* tp_chat_render with options.  Families without a tools block refuse tools,
  * tool calls and tool messages (TP_ERR_INVALID_ARG with a message) rather
@@ -177,6 +182,99 @@ enum tp_status tp_chat_tojson(const struct cJSON *v, int indent, struct tp_buf *
  * and fills out (passed to tp_chat_render as default_system), or 0.
  */
 int tp_chat_default_system(const char *tmpl, char *out, size_t cap);
+
+/* ============================================ harmony (gpt-oss) format ===== */
+
+struct tp_harmony_opts {
+    const char *reasoning_effort; /* "low" | "medium" | "high"; NULL: the template's "medium" */
+    const char *date;             /* "YYYY-MM-DD" for "Current date:"; NULL: today, local time */
+    const struct cJSON *tools;    /* the request's tools list (validated), or NULL */
+    int add_generation_prompt;
+};
+/* Nonzero for "low", "medium", "high". */
+int tp_harmony_effort_valid(const char *effort);
+/*
+ * Render msgs as openai-gpt-oss-120b.jinja does (see server/harmony.c for
+ * how the request maps onto the template and where it is refused).
+ * Appends to out.  Returns TP_OK, TP_ERR_INVALID_ARG with the reason in err
+ * (what the template would raise, or input it would drop), TP_ERR_NOMEM.
+ */
+enum tp_status tp_harmony_render(const struct tp_chat_msg *msgs, int n_msgs, const struct tp_harmony_opts *opt,
+                                 struct tp_buf *out, struct tp_error *err);
+
+/* The harmony control tokens of a vocabulary (-1 when absent). */
+struct tp_harmony_ids {
+    int32_t start, end, message, channel, constrain, ret, call;
+};
+/* Fill h; returns 1 when the vocabulary has <|start|> <|end|> <|message|> <|channel|>
+ * <|return|> and <|call|>, else 0. */
+int tp_harmony_ids_init(const tp_tokenizer_t *t, struct tp_harmony_ids *h);
+
+enum tp_harmony_kind { TP_HARMONY_REASONING = 0, TP_HARMONY_CONTENT, TP_HARMONY_CALL };
+/* One message body of a reply: its text is reply_text[b, e). */
+struct tp_harmony_seg {
+    enum tp_harmony_kind kind;
+    size_t b, e;
+    size_t name_b, name_e; /* CALL: the function name (after "to=functions.") in the reply text */
+    int closed;            /* its end token (<|end|>, <|return|>, <|call|>) was generated */
+};
+/*
+ * Split a reply into message bodies.  toks[i] is the i-th generated token
+ * (its id, and text_end: the reply's text length after it; control tokens
+ * add no text); text[0, text_len) is the reply's text.  done: the reply is finished (a
+ * reply that never opened a message body is then one content segment: a
+ * model that ignores the format still answers).  Writes up to max_segs
+ * segments, returns how many there are.  Stateless: call it again on a
+ * longer reply to stream.
+ */
+struct tp_gen_tok;
+int tp_harmony_scan(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n, const char *text,
+                    size_t text_len, int done, struct tp_harmony_seg *segs, int max_segs);
+
+/*
+ * The assistant message of a finished reply (its tokens and text as for
+ * tp_harmony_scan): adds role, content (null when the reply is only tool
+ * calls), reasoning_content (when there is any) and tool_calls ({id
+ * "call_<req_id>_<k>", type, function {name, arguments}}) to msg; *n_calls
+ * set.  Returns TP_OK, TP_ERR_NOMEM.
+ */
+enum tp_status tp_harmony_message(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n,
+                                  const char *text, size_t text_len, const char *req_id, struct cJSON *msg,
+                                  int *n_calls);
+/* Where a stream stands: the body being sent, bytes of it sent, its call announced, calls finished. */
+struct tp_harmony_cursor {
+    int seg;
+    size_t pos;
+    int announced, calls;
+};
+/*
+ * Stream deltas for what is new in a reply since cur (zeroed at the start):
+ * appends OpenAI delta objects to the cJSON array deltas ({"reasoning_content":
+ * text}, {"content": text}, a call announced as {"tool_calls": [{index, id,
+ * type, function {name, arguments: ""}}]} once its header is complete, then
+ * {"tool_calls": [{index, function {arguments: text}}]} as it grows) and
+ * advances cur.  Returns TP_OK, TP_ERR_NOMEM.
+ */
+enum tp_status tp_harmony_deltas(const struct tp_harmony_ids *h, const struct tp_gen_tok *toks, int n,
+                                 const char *text, size_t text_len, int done, const char *req_id,
+                                 struct tp_harmony_cursor *cur, struct cJSON *deltas);
+
+/* ==================================== <think> reasoning (qwen3 family) ===== */
+
+/* A reply split into reasoning and answer: text[reasoning_b, reasoning_e) and
+ * text[content_b, content_e). */
+struct tp_think_parts {
+    int thinking;                /* the reply opens with <think> */
+    int closed;                  /* </think> seen */
+    size_t reasoning_b, reasoning_e;
+    size_t content_b, content_e;
+};
+/*
+ * Split the reply so far, text[0, len) (server/think.c).  done: the reply is
+ * finished (text held back as a possible tag is then released).  The parts
+ * only grow as the reply does, so a stream sends each part's new bytes.
+ */
+void tp_think_split(const char *text, size_t len, int done, struct tp_think_parts *p);
 
 /* ================================================== request parameters ===== */
 
@@ -228,6 +326,7 @@ struct tp_req_params {
     struct tp_chat_call *calls;    /* (n_calls) every history tool call, referenced by msgs (owned, with their
                                     * strings and arguments) */
     int n_calls;
+    char *reasoning_effort;        /* "low" | "medium" | "high" (owned) or NULL */
 };
 /*
  * Parse and validate a JSON body.  n_vocab bounds token ids, n_ctx bounds

@@ -65,11 +65,12 @@ endif()
 # Then the Vercel AI SDK and LangChain (clients.mjs) against the same server where both run.
 # The whole corpus with 3 seeds, greedy and logit_bias runs at 1 rank; at 2 ranks one seed (the token
 # mask on each rank's vocabulary slice is what 2 ranks add); with the 128K / 152K vocabularies the
-# seeded replies only (the mask over a real BPE vocabulary is what they add).
+# seeded replies only (the mask over a real BPE vocabulary is what they add).  The Qwen3 server also
+# answers think_e2e.mjs (<think> replies split into reasoning_content and content).
 foreach(_tp_case "stories_1rank|${PROJECT_SOURCE_DIR}/models/stories260K.gguf|1|structured.mjs,clients.mjs"
                  "stories_2rank|${PROJECT_SOURCE_DIR}/models/stories260K.gguf|2|structured.mjs"
                  "llama3_1rank_shared|synth:llama3|1|structured.mjs,clients.mjs"
-                 "qwen3_1rank_shared|synth:qwen3|1|structured.mjs")
+                 "qwen3_1rank_shared|synth:qwen3|1|structured.mjs,think_e2e.mjs")
   string(REPLACE "|" ";" _tp_case "${_tp_case}")
   list(GET _tp_case 0 _n)
   list(GET _tp_case 1 _m)
@@ -126,4 +127,11 @@ endforeach()
 add_test(NAME server.web_page
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_web.sh $<TARGET_FILE:tpserve> ${PROJECT_SOURCE_DIR})
 set_tests_properties(server.web_page PROPERTIES LABELS "model;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77
+                     RESOURCE_LOCK tp_npm_install)
+
+# The harmony format (gpt-oss) end to end: prompt token counts against tiktoken of the real
+# template's rendering, streamed vs non-streamed channel splits, refusals (tests/node/harmony_e2e.mjs
+# on a random-weight model with the o200k vocabulary).  Skipped (77) without node or the npm packages.
+add_test(NAME server.node_harmony COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_harmony.sh $<TARGET_FILE:tpserve>)
+set_tests_properties(server.node_harmony PROPERTIES LABELS "model" TIMEOUT 400 SKIP_RETURN_CODE 77
                      RESOURCE_LOCK tp_npm_install)

@@ -391,7 +391,8 @@ enum tp_status tp_synth_vocab_json(const char *path, int min_tokens, struct tp_s
         /* pre-tokenizer, recognised by its split regex */
         const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
         pre_text = pt ? cJSON_PrintUnformatted(pt) : NULL;
-        if (pre_text && strstr(pre_text, "p{N}{1,3}")) v->pre = "llama-bpe";
+        if (pre_text && strstr(pre_text, "p{Lu}")) v->pre = "gpt-4o"; /* o200k (gpt-oss) */
+        else if (pre_text && strstr(pre_text, "p{N}{1,3}")) v->pre = "llama-bpe";
         else if (pre_text && strstr(pre_text, "p{N}|")) v->pre = "qwen2";
         else if (pre_text && strstr(pre_text, "\"Digits\"") && strstr(pre_text, "\"individual_digits\":true"))
             v->pre = "smollm"; /* digits split one by one, then GPT-2 */

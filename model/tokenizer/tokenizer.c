@@ -136,7 +136,18 @@ static int sort_specials(struct tp_tokenizer *t)
 }
 
 static const char *const eog_texts[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end_of_text|>",
-                                        "<|endoftext|>", "<end_of_turn>", "<|end|>", "<|return|>"};
+                                        "<|endoftext|>", "<end_of_turn>", "<|end|>", "<|return|>", "<|call|>"};
+
+/* Id of the control / user-defined token whose text is s, or -1. */
+static int find_special_text(const struct tp_tokenizer *t, const char *s)
+{
+    size_t l = strlen(s);
+    for (int i = 0; i < t->n_specials; i++) {
+        const struct tp_tok_entry *e = &t->toks[t->specials[i]];
+        if (e->piece_len == l && memcmp(t->blob + e->piece_off, s, l) == 0) return t->specials[i];
+    }
+    return -1;
+}
 
 enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t **out, struct tp_error *err)
 {
@@ -366,6 +377,13 @@ enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t 
         for (size_t k = 0; k < TP_ARRAY_LEN(eog_texts); k++)
             if (e->piece_len == strlen(eog_texts[k]) && memcmp(t->blob + e->piece_off, eog_texts[k], e->piece_len) == 0)
                 e->eog = 1;
+    }
+    /* harmony (gpt-oss): <|end|> closes every message of a reply, which goes
+     * on until <|return|> or <|call|>; it ends generation only without them */
+    {
+        int ret = find_special_text(t, "<|return|>"), call = find_special_text(t, "<|call|>");
+        int end = find_special_text(t, "<|end|>");
+        if (ret >= 0 && call >= 0 && end >= 0) t->toks[end].eog = 0;
     }
     free(tmp);
     *out = t;

@@ -12,9 +12,9 @@
  * holds more than 2n entries: n-1 at first, and each merge pops one and
  * pushes at most two.
  *
- * Pre-tokenizers: the regexes of GPT-2, Llama 3 and Qwen2 (see each
+ * Pre-tokenizers: the regexes of GPT-2, Llama 3, Qwen2 and o200k (see each
  * function), implemented over code points with the \p{L} / \p{N} / \s
- * classes from unicode_impl.h.  They follow the regex semantics exactly
+ * classes (and, for o200k, the letter-case classes) from unicode_impl.h.  They follow the regex semantics exactly
  * (including the look-ahead in \s+(?!\S)), not llama.cpp's approximations.
  */
 #include <stdlib.h>
@@ -306,17 +306,97 @@ static size_t next_gpt2_digits(const struct frag *f, size_t i)
     return next_gpt2(&sub, i);
 }
 
-static int encode_byte_level(const struct tp_tokenizer *t, struct tp_tok_scratch *sc, const char *s, size_t len,
-                             struct tp_tok_out *out)
+#define CLS_UP TP_UCLS_UPPERISH
+#define CLS_LO TP_UCLS_LOWERISH
+
+/* [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+ at s: its end, or 0 when it
+ * cannot match.  The greedy first part gives back characters until the
+ * second can match: past a maximal upper run the match either continues
+ * into a lower run or ends just after the run's last lower-class character. */
+static size_t o200k_upper_lower(const struct frag *f, size_t s)
 {
-    if (grow((void **)&sc->cps, &sc->cap_cps, len + 1, sizeof(uint32_t))) return -1;
+    size_t e = s;
+    while (cls_at(f, e) & CLS_UP) e++;
+    if (cls_at(f, e) & CLS_LO) {
+        e++;
+        while (cls_at(f, e) & CLS_LO) e++;
+        return e;
+    }
+    while (e > s && !(f->cls[e - 1] & CLS_LO)) e--;
+    return e > s ? e : 0;
+}
+
+/* [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]* at s: its end, or 0. */
+static size_t o200k_upper_then_lower(const struct frag *f, size_t s)
+{
+    if (!(cls_at(f, s) & CLS_UP)) return 0;
+    size_t e = s + 1;
+    while (cls_at(f, e) & CLS_UP) e++;
+    while (cls_at(f, e) & CLS_LO) e++;
+    return e;
+}
+
+/* (?i:'s|'t|'re|'ve|'m|'ll|'d) at i: its length, or 0.  Case-insensitive
+ * as Unicode simple case folding has it: U+017F (long s) matches 's' too. */
+static size_t o200k_contraction(const struct frag *f, size_t i)
+{
+    if (cp_at(f, i) == '\'' && cp_at(f, i + 1) == 0x17F) return 2;
+    return contraction(f, i, 1);
+}
+
+/*
+ * o200k (tiktoken's o200k_base, the gpt-oss tokenizer.json):
+ *   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+ *  |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+ *  |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * Backtracking order: each of the first two alternatives tries with the
+ * optional leading character, then without it (which matters when that
+ * character is a mark, itself in both letter-case classes).
+ */
+static size_t next_o200k(const struct frag *f, size_t i)
+{
+    uint32_t c = f->cp[i];
+    unsigned cl = f->cls[i];
+    int lead = c != '\r' && c != '\n' && !(cl & (CLS_L | CLS_N));
+    for (int alt = 0; alt < 2; alt++) {
+        for (int with_lead = lead; with_lead >= 0; with_lead--) {
+            size_t s0 = i + (size_t)with_lead;
+            size_t e = alt == 0 ? o200k_upper_lower(f, s0) : o200k_upper_then_lower(f, s0);
+            if (e) return e + o200k_contraction(f, e) - i;
+        }
+    }
+    /* \p{N}{1,3} */
+    if (cl & CLS_N) {
+        size_t j = i + 1;
+        while (j - i < 3 && (cls_at(f, j) & CLS_N)) j++;
+        return j - i;
+    }
+    /* ' '?[^\s\p{L}\p{N}]+[\r\n/]* */
+    size_t s0 = (c == ' ' && is_other(f, i + 1)) ? i + 1 : i;
+    if (is_other(f, s0)) {
+        size_t j = s0 + 1;
+        while (is_other(f, j)) j++;
+        while (cp_at(f, j) == '\r' || cp_at(f, j) == '\n' || cp_at(f, j) == '/') j++;
+        return j - i;
+    }
+    size_t k = whitespace_run(f, i, 1);
+    return k ? k : 1;
+}
+
+/* Decode s[0..len) into the scratch code point arrays (classes per the
+ * tokenizer's pre-tokenizer).  Returns the fragment, n = SIZE_MAX on OOM. */
+static struct frag decode_fragment(const struct tp_tokenizer *t, struct tp_tok_scratch *sc, const char *s, size_t len)
+{
+    struct frag f = {NULL, NULL, NULL, (size_t)-1};
+    if (grow((void **)&sc->cps, &sc->cap_cps, len + 1, sizeof(uint32_t))) return f;
     /* cls and offs follow cap_cps: reallocate them to the same capacity */
     uint8_t *cls = realloc(sc->cls, sc->cap_cps);
-    if (!cls) return -1;
+    if (!cls) return f;
     sc->cls = cls;
     uint32_t *offs = realloc(sc->offs, (sc->cap_cps + 1) * sizeof(uint32_t));
-    if (!offs) return -1;
+    if (!offs) return f;
     sc->offs = offs;
+    int cased = t->pretok == TP_PRETOK_O200K;
     size_t n = 0;
     for (size_t i = 0; i < len;) {
         uint32_t cp;
@@ -326,21 +406,53 @@ static int encode_byte_level(const struct tp_tokenizer *t, struct tp_tok_scratch
             k = 1;
         }
         sc->cps[n] = cp;
-        sc->cls[n] = (uint8_t)tp_unicode_class(cp);
+        sc->cls[n] = (uint8_t)(cased ? tp_unicode_class_cased(cp) : tp_unicode_class(cp));
         sc->offs[n] = (uint32_t)i;
         n++;
         i += (size_t)k;
     }
     sc->offs[n] = (uint32_t)len;
-    struct frag f = {sc->cps, sc->cls, sc->offs, n};
-    for (size_t i = 0; i < n;) {
-        size_t k;
-        switch (t->pretok) {
-        case TP_PRETOK_LLAMA3: k = next_llama3(&f, i, 3); break;
-        case TP_PRETOK_QWEN2: k = next_llama3(&f, i, 1); break;
-        case TP_PRETOK_GPT2_DIGITS: k = next_gpt2_digits(&f, i); break;
-        default: k = next_gpt2(&f, i); break;
-        }
+    f.cp = sc->cps;
+    f.cls = sc->cls;
+    f.off = sc->offs;
+    f.n = n;
+    return f;
+}
+
+/* Length in code points of the pre-token at i. */
+static size_t next_pretoken(const struct tp_tokenizer *t, const struct frag *f, size_t i)
+{
+    switch (t->pretok) {
+    case TP_PRETOK_LLAMA3: return next_llama3(f, i, 3);
+    case TP_PRETOK_QWEN2: return next_llama3(f, i, 1);
+    case TP_PRETOK_GPT2_DIGITS: return next_gpt2_digits(f, i);
+    case TP_PRETOK_O200K: return next_o200k(f, i);
+    default: return next_gpt2(f, i);
+    }
+}
+
+int tp_tok_pretokenize(const struct tp_tokenizer *t, struct tp_tok_scratch *sc, const char *s, size_t len,
+                       uint32_t *ends, size_t max_ends, size_t *n_ends)
+{
+    *n_ends = 0;
+    if (t->kind != TP_TOK_BPE) return -1;
+    struct frag f = decode_fragment(t, sc, s, len);
+    if (f.n == (size_t)-1) return -1;
+    for (size_t i = 0; i < f.n;) {
+        i += next_pretoken(t, &f, i);
+        if (*n_ends < max_ends) ends[*n_ends] = f.off[i];
+        (*n_ends)++;
+    }
+    return 0;
+}
+
+static int encode_byte_level(const struct tp_tokenizer *t, struct tp_tok_scratch *sc, const char *s, size_t len,
+                             struct tp_tok_out *out)
+{
+    struct frag f = decode_fragment(t, sc, s, len);
+    if (f.n == (size_t)-1) return -1;
+    for (size_t i = 0; i < f.n;) {
+        size_t k = next_pretoken(t, &f, i);
         if (tp_tok_bpe_word(t, sc, s + f.off[i], f.off[i + k] - f.off[i], out) != 0) return -1;
         i += k;
     }

@@ -103,4 +103,10 @@ int tp_tok_bpe_word(const struct tp_tokenizer *t, struct tp_tok_scratch *sc, con
 int tp_tok_encode_fragment(const struct tp_tokenizer *t, struct tp_tok_scratch *sc, const char *s, size_t len,
                            int at_start, struct tp_tok_out *out);
 
+/* The pre-tokens of one byte-level fragment: byte end offsets written to
+ * ends[] while fewer than max_ends, *n_ends counts all.  0, or -1 (no memory,
+ * or not a byte-level tokenizer).  For tests and diagnostics. */
+int tp_tok_pretokenize(const struct tp_tokenizer *t, struct tp_tok_scratch *sc, const char *s, size_t len,
+                       uint32_t *ends, size_t max_ends, size_t *n_ends);
+
 #endif /* TP_MODEL_TOKENIZER_CORE_IMPL_H */

@@ -3,7 +3,7 @@
  * the layout llama.cpp writes:
  *   tokenizer.ggml.model        "llama" (SentencePiece) | "gpt2" (byte-level BPE)
  *   tokenizer.ggml.pre          pre-tokenizer for gpt2: "llama-bpe"/"llama3" ->
- *                               Llama 3, "qwen2" -> Qwen2, "smollm" / "starcoder" /
+ *                               Llama 3, "qwen2" -> Qwen2, "gpt-4o" -> o200k (gpt-oss), "smollm" / "starcoder" /
  *                               "refact" -> digits apart + GPT-2, else GPT-2
  *   tokenizer.ggml.tokens       string[n]
  *   tokenizer.ggml.scores       float[n]   (SentencePiece)
@@ -60,6 +60,8 @@ enum tp_status tp_tokenizer_from_gguf_handle(tp_gguf_t *g, tp_tokenizer_t **out,
         if (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3") || !strcmp(pre, "llama-v3") || !strcmp(pre, "smaug-bpe")) {
             d.pretok = TP_PRETOK_LLAMA3;
             d.ignore_merges = 1;
+        } else if (!strcmp(pre, "gpt-4o") || !strcmp(pre, "o200k")) {
+            d.pretok = TP_PRETOK_O200K;
         } else if (!strcmp(pre, "qwen2")) {
             d.pretok = TP_PRETOK_QWEN2;
         } else if (!strcmp(pre, "smollm") || !strcmp(pre, "starcoder") || !strcmp(pre, "refact")) {

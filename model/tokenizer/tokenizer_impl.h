@@ -31,6 +31,7 @@ enum tp_pretok {
     TP_PRETOK_QWEN2,     /* Qwen2/2.5/3 regex ( \p{N} single digits ), byte-level, NFC */
     TP_PRETOK_GPT2,      /* GPT-2 regex, byte-level */
     TP_PRETOK_GPT2_DIGITS, /* every \p{N} split off alone, then the GPT-2 regex (SmolLM, StarCoder) */
+    TP_PRETOK_O200K,     /* o200k regex (GPT-4o, gpt-oss): letter-case runs, \p{N}{1,3}, byte-level */
     TP_PRETOK_COUNT
 };
 

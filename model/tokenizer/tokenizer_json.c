@@ -6,7 +6,7 @@
  *   - a ByteLevel pipeline (pre_tokenizer Split(Regex) + ByteLevel, or a
  *     ByteLevel pre-tokenizer with use_regex, optionally after
  *     Digits(individual_digits) as SmolLM has): the regex must be one of the
- *     GPT-2, Llama 3 or Qwen2 patterns (compared verbatim; anything else is
+ *     GPT-2, Llama 3, Qwen2 or o200k (GPT-4o, gpt-oss) patterns (compared verbatim; anything else is
  *     refused, naming the pattern), normalizer null or NFC;
  *   - a SentencePiece-style pipeline (Metaspace pre-tokenizer, or the
  *     Llama 2 normalizer Prepend(U+2581) + Replace(' ', U+2581)), usually
@@ -31,6 +31,11 @@ static const char RX_LLAMA3[] =
 static const char RX_QWEN2[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
+static const char RX_O200K[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char RX_GPT2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 #define MAX_JSON_BYTES (512u * 1024 * 1024)
@@ -340,11 +345,12 @@ enum tp_status tp_tokenizer_from_json(const char *tokenizer_json, const char *to
         d.kind = TP_TOK_BPE;
         if (pi.regex && !strcmp(pi.regex, RX_LLAMA3)) d.pretok = TP_PRETOK_LLAMA3;
         else if (pi.regex && !strcmp(pi.regex, RX_QWEN2)) d.pretok = TP_PRETOK_QWEN2;
+        else if (pi.regex && !strcmp(pi.regex, RX_O200K)) d.pretok = TP_PRETOK_O200K;
         else if ((pi.regex && !strcmp(pi.regex, RX_GPT2)) || (!pi.regex && pi.byte_level_regex))
             d.pretok = pi.digits ? TP_PRETOK_GPT2_DIGITS : TP_PRETOK_GPT2;
         else {
             rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
-                              "%s: pre-tokenizer regex \"%.200s\" is not supported (known: GPT-2, Llama 3, Qwen2)", path,
+                              "%s: pre-tokenizer regex \"%.200s\" is not supported (known: GPT-2, Llama 3, Qwen2, o200k)", path,
                               pi.regex ? pi.regex : "(none)");
             goto out;
         }

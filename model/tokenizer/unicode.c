@@ -70,6 +70,26 @@ unsigned tp_unicode_class(uint32_t cp)
     return class_of_cat(tp_unicode_category(cp)) | (is_white_space(cp) ? TP_UCLS_SPACE : 0u);
 }
 
+unsigned tp_unicode_class_cased(uint32_t cp)
+{
+    if (cp < 128) {
+        if (cp >= 'A' && cp <= 'Z') return TP_UCLS_LETTER | TP_UCLS_UPPERISH;
+        if (cp >= 'a' && cp <= 'z') return TP_UCLS_LETTER | TP_UCLS_LOWERISH;
+        return ascii_class(cp);
+    }
+    enum tp_ucat c = tp_unicode_category(cp);
+    unsigned k = class_of_cat(c) | (is_white_space(cp) ? TP_UCLS_SPACE : 0u);
+    switch (c) {
+    case TP_UCAT_LU: case TP_UCAT_LT: k |= TP_UCLS_UPPERISH; break;
+    case TP_UCAT_LL: k |= TP_UCLS_LOWERISH; break;
+    case TP_UCAT_LM: case TP_UCAT_LO: case TP_UCAT_MN: case TP_UCAT_MC: case TP_UCAT_ME:
+        k |= TP_UCLS_UPPERISH | TP_UCLS_LOWERISH;
+        break;
+    default: break;
+    }
+    return k;
+}
+
 int tp_unicode_ccc(uint32_t cp)
 {
     if (cp < 0x300) return 0;

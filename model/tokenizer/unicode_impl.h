@@ -29,12 +29,17 @@ enum {
     TP_UCLS_SPACE = 4,  /* \s: the Unicode White_Space property */
     TP_UCLS_PUNCT = 8,  /* \p{P} */
     TP_UCLS_SYMBOL = 16, /* \p{S} */
-    TP_UCLS_MARK = 32   /* \p{M} */
+    TP_UCLS_MARK = 32,  /* \p{M} */
+    /* o200k (GPT-4o, gpt-oss) letter-case classes, from tp_unicode_class_cased() only: */
+    TP_UCLS_UPPERISH = 64, /* [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] */
+    TP_UCLS_LOWERISH = 128 /* [\p{Ll}\p{Lm}\p{Lo}\p{M}] */
 };
 
 enum tp_ucat tp_unicode_category(uint32_t cp);
 /* TP_UCLS_* bits of cp (0 for anything else, e.g. unassigned). */
 unsigned tp_unicode_class(uint32_t cp);
+/* tp_unicode_class(cp) plus TP_UCLS_UPPERISH / TP_UCLS_LOWERISH (fits a byte). */
+unsigned tp_unicode_class_cased(uint32_t cp);
 /* Canonical combining class (0 for starters). */
 int tp_unicode_ccc(uint32_t cp);
 

@@ -61,6 +61,10 @@ const conversations = [
   [S("s1"), U("u1"), S("s2"), U("u2")],
   [U("")],
   [U("quotes \"double\" and 'single' and {{ braces }} and {% tags %}")],
+  // reasoning_content on assistant turns (the qwen3 template renders it in a <think> block)
+  [U("q1"), { role: "assistant", content: "a1", reasoning_content: "\nr1\n" }, U("q2"),
+   { role: "assistant", content: "a2", reasoning_content: "r2" }],
+  [U("q1"), { role: "assistant", content: "<think>ignored</think>a1", reasoning_content: "" }],
 ];
 
 // tools and tool calls

@@ -368,7 +368,7 @@ static void test_refused_fields(void)
         {"\"modalities\":[\"text\",\"audio\"]", "modalities"},
         {"\"audio\":{\"voice\":\"x\"}", "audio"},
         {"\"web_search_options\":{}", "web_search_options"},
-        {"\"reasoning_effort\":\"low\"", "reasoning_effort"},
+        {"\"reasoning_effort\":\"maximal\"", "reasoning_effort"},
     };
     char body[256];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -628,6 +628,8 @@ static void test_chat_templates_vs_jinja(void)
             CU_ASSERT_FATAL(nm < 16);
             m[nm].role = cJSON_GetObjectItem(x, "role")->valuestring;
             m[nm].content = cJSON_GetObjectItem(x, "content")->valuestring;
+            const cJSON *rc = cJSON_GetObjectItem(x, "reasoning_content");
+            m[nm].reasoning = cJSON_IsString(rc) ? rc->valuestring : NULL;
             const cJSON *id = cJSON_GetObjectItem(x, "tool_call_id");
             m[nm].tool_call_id = cJSON_IsString(id) ? id->valuestring : "";
             const cJSON *tc, *tcs = cJSON_GetObjectItem(x, "tool_calls");

@@ -1,0 +1,48 @@
+// tests/node/think_e2e.mjs - <think> replies of the qwen3 chat family split into
+// reasoning_content and content, end to end (run by run_structured.sh on synth:qwen3).
+//
+// logit_bias steers a random-weight Qwen3-vocabulary model towards <think>, </think>
+// and two words; over 16 seeds the streamed deltas (reasoning_content, content) add up
+// to the non-streamed message of the same seed, finish_reason agrees, and a reply that
+// opens with <think> has reasoning_content ending before the first </think>.
+// Usage: node think_e2e.mjs BASE_URL API_KEY
+const [base, key] = process.argv.slice(2);
+const THINK = 151667, END_THINK = 151668;
+let failures = 0;
+const fail = (m) => { console.log("FAIL: " + m); failures++; };
+const post = (body) => fetch(base + "/chat/completions", {
+  method: "POST", headers: { "Content-Type": "application/json", Authorization: "Bearer " + key }, body: JSON.stringify(body) });
+
+const bias = { [THINK]: 100, [END_THINK]: 100, 9707: 100, 1879: 100 };
+let seen = 0;
+for (let seed = 1; seed <= 16; seed++) {
+  const body = { messages: [{ role: "user", content: "Think, then answer." }], max_tokens: 24, temperature: 1, seed, logit_bias: bias };
+  const r = await post(body);
+  if (r.status !== 200) { fail(`seed ${seed}: status ${r.status} ${await r.text()}`); continue; }
+  const ch = (await r.json()).choices[0];
+  const m = ch.message;
+  const sr = await post({ ...body, stream: true });
+  const text = await sr.text();
+  let content = "", reasoning = "", finish = null, done = false;
+  for (const line of text.split("\n")) {
+    if (!line.startsWith("data: ")) continue;
+    if (line === "data: [DONE]") { done = true; continue; }
+    const c = JSON.parse(line.slice(6)).choices?.[0];
+    if (!c) continue;
+    if (c.finish_reason) finish = c.finish_reason;
+    content += c.delta?.content || "";
+    reasoning += c.delta?.reasoning_content || "";
+  }
+  if (!done) fail(`seed ${seed}: stream without [DONE]`);
+  if (content !== m.content) fail(`seed ${seed}: streamed content ${JSON.stringify(content)} != ${JSON.stringify(m.content)}`);
+  if (reasoning !== (m.reasoning_content ?? "")) fail(`seed ${seed}: streamed reasoning ${JSON.stringify(reasoning)} != ${JSON.stringify(m.reasoning_content)}`);
+  if (finish !== ch.finish_reason) fail(`seed ${seed}: finish ${finish} != ${ch.finish_reason}`);
+  if (m.reasoning_content !== undefined) {
+    seen++;
+    if (m.reasoning_content.includes("</think>")) fail(`seed ${seed}: </think> inside reasoning_content`);
+    if (seed <= 3) console.log(`seed ${seed}: ${JSON.stringify(m)}`);
+  }
+}
+console.log(`think e2e: ${seen} of 16 replies opened with <think>`);
+if (seen === 0) fail("no reply opened with <think> (the bias should make some)");
+if (failures) process.exit(1);
