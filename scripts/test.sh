@@ -46,6 +46,13 @@ if ! command -v promtool >/dev/null && [ ! -x "$tools_dir/usr/bin/promtool" ] &&
 fi
 if [ -x "$tools_dir/usr/bin/promtool" ]; then export PATH="$tools_dir/usr/bin:$PATH"; fi
 
+# The npm packages the client and oracle tests use (tests/node/package.json), installed once up
+# front so no test depends on another having installed them first.
+if command -v npm >/dev/null; then
+  (cd tests/node && timeout 600 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
+    echo "test: npm install failed (offline?): the node client and oracle tests will skip"
+fi
+
 EXTRA=("$@")
 start=$(date +%s)
 run_build build -DCMAKE_BUILD_TYPE=Release -DTP_FATAL_WARNINGS=ON

@@ -18,11 +18,14 @@ add_test(NAME comm.launch_failure_propagates COMMAND sh -c
    printf '%s\\n' \"$out\"; [ $rc -eq 7 ] && printf '%s\\n' \"$out\" | grep -q 'rank 1 exited with status 7'"
   ${_tp_bin})
 set_tests_properties(comm.launch_failure_propagates PROPERTIES LABELS multirank TIMEOUT 60)
-# The rule without timing: ranks 0 and 2 end at once with the peer-lost status 3, rank 1 (deaf to launch's
-# SIGTERM) ends 0.5 s later with 7: launch reports 7.  All ending with 3: launch reports 3 (rank 0 first).
+# The rule without timing: rank 1 makes itself deaf to launch's SIGTERM and says so (the READY file); ranks 0
+# and 2 then end with the peer-lost status 3, and rank 1 ends 0.5 s later with 7: launch reports 7.  All
+# ending with 3: launch reports 3 (rank 0 first).
 add_test(NAME comm.launch_reports_cause COMMAND sh -c
-  "\"$0\" launch -n 3 --grace-ms 3000 -- sh -c 'if [ \"$TP_RANK\" = 1 ]; then trap \"\" TERM; sleep 0.5; exit 7; fi; exit 3'; \
-   rc=$?; [ $rc -eq 7 ] || { echo \"launch exit $rc, want 7\"; exit 1; }; \
+  "d=$(mktemp -d); export READY=\"$d/ready\"; \
+   \"$0\" launch -n 3 --grace-ms 3000 -- sh -c 'if [ \"$TP_RANK\" = 1 ]; then trap \"\" TERM; : >\"$READY\"; sleep 0.5; exit 7; fi; \
+     i=0; while [ ! -e \"$READY\" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done; exit 3'; \
+   rc=$?; rm -rf \"$d\"; [ $rc -eq 7 ] || { echo \"launch exit $rc, want 7\"; exit 1; }; \
    out=$(\"$0\" launch -n 2 -- sh -c 'exit 3' 2>&1); rc=$?; printf '%s\\n' \"$out\"; \
    [ $rc -eq 3 ] && printf '%s\\n' \"$out\" | grep -q 'rank [01] exited with status 3 (it lost a peer rank)'"
   ${_tp_bin})
