@@ -42,6 +42,9 @@ add_test(NAME ops.bench_nodes_tinyllama COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/
          ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tpserve> tinyllama)
 set_tests_properties(ops.bench_nodes_tinyllama PROPERTIES LABELS "multirank;model;slow" TIMEOUT 900
   SKIP_RETURN_CODE 77)
+if(TP_SANITIZE)
+  set_tests_properties(ops.bench_nodes ops.bench_nodes_tinyllama PROPERTIES ENVIRONMENT "TP_TEST_SANITIZED=1")
+endif()
 # Every shell block of README.md, run as written against this build (tests/ops/readme_test.sh: servers
 # in the background, blocks marked not-run skipped); also checks .ci/run = the README's test command.
 add_test(NAME ops.readme COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/readme_test.sh ${PROJECT_SOURCE_DIR}

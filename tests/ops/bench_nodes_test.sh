@@ -31,7 +31,7 @@ for ext in csv md json svg; do [ -s "$WORK/bn.$ext" ] || fail "bn.$ext missing o
 [ "$(wc -l <"$WORK/bn.csv")" -eq "$N_ROWS" ] || fail "CSV rows: $(cat "$WORK/bn.csv")"
 grep -q '^| 2 |' "$WORK/bn.md" || fail "Markdown table lacks the 2-node row"
 grep -q '<polyline' "$WORK/bn.svg" && grep -q '</svg>' "$WORK/bn.svg" || fail "SVG plot"
-python3 - "$WORK/bn.json" "$NODES" <<'PY' || fail "JSON content"
+python3 - "$WORK/bn.json" "$NODES" "${TP_TEST_SANITIZED:-0}" <<'PY' || fail "JSON content"
 import json, sys
 d = json.load(open(sys.argv[1]))
 runs = {r["nodes"]: r for r in d["runs"]}
@@ -44,7 +44,9 @@ assert runs[1]["bytes_per_token"] == 0 and runs[1]["comm_ms"] == 0, runs[1]
 for n, r in runs.items():
     if n > 1:
         assert r["bytes_per_token"] > 0 and r["comm_ms"] > 0 and r["allsum_us"] > 0, r
-if 4 in runs:  # each rank holds a slice: memory per rank falls with the node count
+# Each rank holds a slice: memory per rank falls with the node count.  Not in a sanitizer build, where
+# the allocator's quarantine and shadow memory outweigh a 6-layer model's per-rank weights.
+if 4 in runs and sys.argv[3] == "0":
     assert runs[4]["rss_bytes_max"] < runs[2]["rss_bytes_max"] < runs[1]["rss_bytes_max"], runs
 PY
 echo "PASS: $(grep -c '^| [0-9]' "$WORK/bn.md") rows"
