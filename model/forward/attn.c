@@ -23,6 +23,7 @@
 #define TP_ATTN_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
+#include "forward/exp_avx2_impl.h"
 #endif
 
 /* ------------------------------------------------------------ cache rows */
@@ -173,25 +174,6 @@ AVX float avx_hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* e^x, Cephes' polynomial (as ops.c); x clamped to [-87.3, 88.3] */
-AVX __m256 avx_exp(__m256 x)
-{
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-    const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(e, _mm256_castsi256_ps(pow2n));
-}
-
 /* hd % 8 == 0 (the dispatcher checks) */
 AVX void avx_load_row(enum tp_kv_type t, const uint8_t *src, float *dst, int hd)
 {
@@ -247,7 +229,7 @@ AVX float avx_exp_sum(float *x, int n, float mx)
     __m256 acc = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256 e = avx_exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        const __m256 e = tp_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
         _mm256_storeu_ps(x + i, e);
         acc = _mm256_add_ps(acc, e);
     }
@@ -255,7 +237,7 @@ AVX float avx_exp_sum(float *x, int n, float mx)
     if (i < n) {
         float b[8], e[8];
         for (int k = 0; k < 8; k++) b[k] = i + k < n ? x[i + k] : mx;
-        _mm256_storeu_ps(e, avx_exp(_mm256_sub_ps(_mm256_loadu_ps(b), m)));
+        _mm256_storeu_ps(e, tp_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(b), m)));
         for (int k = 0; k < n - i; k++) x[i + k] = e[k], s += e[k];
     }
     return s;
@@ -316,7 +298,7 @@ AVX void avx_pv(float *o, const float *p, const float *v, int n, int hd)
 
 #define Z512 __attribute__((always_inline, target("avx512f,avx2,fma,f16c"))) static inline
 
-/* e^x as avx_exp, 16 lanes */
+/* e^x as tp_exp_avx2, 16 lanes */
 Z512 __m512 z_exp(__m512 x)
 {
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));

@@ -14,6 +14,7 @@
 #define TP_OPS_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
+#include "forward/exp_avx2_impl.h"
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #define TP_OPS_NEON 1
 #include <arm_neon.h>
@@ -154,26 +155,6 @@ static void axpy_neon(float *y, float a, const float *x, int n)
 #endif
 
 #if defined(TP_OPS_X86)
-/* e^x for x in [-87.3, 88.3] (clamped): x = n ln2 + r, |r| <= ln2/2, Cephes'
- * degree-6 polynomial for e^r (~2 ulp), times 2^n through the exponent bits. */
-__attribute__((target("avx2,fma"))) static __m256 exp_avx2(__m256 x)
-{
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-    const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(e, _mm256_castsi256_ps(pow2n));
-}
-
 /* 8 at a time; a ragged end goes through the same vector code (padded copy),
  * so every element gets the same arithmetic wherever a thread's range starts. */
 __attribute__((target("avx2,fma"))) static void swiglu_avx2(float *y, const float *g, const float *u, int n)
@@ -182,14 +163,14 @@ __attribute__((target("avx2,fma"))) static void swiglu_avx2(float *y, const floa
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 G = _mm256_loadu_ps(g + i);
-        const __m256 s = _mm256_div_ps(G, _mm256_add_ps(one, exp_avx2(_mm256_xor_ps(G, neg))));
+        const __m256 s = _mm256_div_ps(G, _mm256_add_ps(one, tp_exp_avx2(_mm256_xor_ps(G, neg))));
         _mm256_storeu_ps(y + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
     }
     if (i < n) {
         float gb[8] = {0}, ub[8] = {0}, yb[8];
         for (int k = 0; k < n - i; k++) gb[k] = g[i + k], ub[k] = u[i + k];
         const __m256 G = _mm256_loadu_ps(gb);
-        const __m256 s = _mm256_div_ps(G, _mm256_add_ps(one, exp_avx2(_mm256_xor_ps(G, neg))));
+        const __m256 s = _mm256_div_ps(G, _mm256_add_ps(one, tp_exp_avx2(_mm256_xor_ps(G, neg))));
         _mm256_storeu_ps(yb, _mm256_mul_ps(s, _mm256_loadu_ps(ub)));
         for (int k = 0; k < n - i; k++) y[i + k] = yb[k];
     }
@@ -204,7 +185,7 @@ __attribute__((target("avx2,fma"))) static float exp_sub_sum_avx2(float *x, floa
     __m256 acc = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        const __m256 e = tp_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
         _mm256_storeu_ps(x + i, e);
         acc = _mm256_add_ps(acc, e);
     }
@@ -215,7 +196,7 @@ __attribute__((target("avx2,fma"))) static float exp_sub_sum_avx2(float *x, floa
     if (i < n) {
         float b[8], e[8];
         for (int k = 0; k < 8; k++) b[k] = i + k < n ? x[i + k] : mx;
-        _mm256_storeu_ps(e, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(b), m)));
+        _mm256_storeu_ps(e, tp_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(b), m)));
         for (int k = 0; k < n - i; k++) x[i + k] = e[k], sum += e[k];
     }
     return sum;
