@@ -436,7 +436,19 @@ struct gen_run {
     double p_tps[16];         /* --prompt-sizes: median prefill t/s for plist[i] */
     double d_ms[16], d_kv[16]; /* --depth: median ms per decode step after dlist[i]; KV bytes every rank reads
                                 * per step (mean over the steps) */
+    double d_flop[16];        /* --depth: attention FLOPs per step, all ranks (2 per multiply-add of q.k and p.v) */
 };
+
+/* --depth: GFLOP/s of the attention at dlist[i], its FLOPs over the time the step takes beyond a step at depth 0
+ * (0 without a depth-0 entry, at depth 0, or when the step is not slower) */
+static double depth_attn_gflops(const struct gen_run *R, const struct gen_opts *o, int i)
+{
+    double ms0 = -1.0;
+    for (int k = 0; k < o->nd; k++)
+        if (o->dlist[k] == 0) ms0 = R->d_ms[k];
+    const double extra_ms = R->d_ms[i] - ms0;
+    return ms0 >= 0.0 && o->dlist[i] > 0 && extra_ms > 0.0 ? R->d_flop[i] / (extra_ms * 1e6) : 0.0;
+}
 
 static void gen_run_free(struct gen_run *R)
 {
@@ -588,6 +600,11 @@ static enum tp_status gen_sizes(struct gen_run *R, const struct gen_opts *o, str
         double sum = 0.0;
         for (int s = 0; s < o->n; s++) sum += (double)tp_model_kv_head_bytes_read(R->g.m, o->dlist[i] + s);
         R->d_kv[i] = sum / o->n * (double)heads;
+        /* keys read per (layer, KV head) = bytes / (2 x row bytes); row bytes = bytes at position 0 / (2 x layers) */
+        const struct tp_hparams *hp = tp_model_hparams(R->g.m);
+        const double b0 = (double)tp_model_kv_head_bytes_read(R->g.m, 0);
+        const double keys = b0 > 0.0 ? R->d_kv[i] / b0 * hp->n_layer : 0.0;
+        R->d_flop[i] = keys * 4.0 * hp->head_dim * ((double)hp->n_head / (hp->n_head_kv > 0 ? hp->n_head_kv : 1));
     }
     return TP_OK;
 }
@@ -678,13 +695,13 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
     const int n = o->n, reps = o->reps, world = R->world;
     printf("{\"bench\":\"gen\",\"model\":");
     print_json_str(tp_model_name(m));
-    printf(",\"type\":\"%s\",\"ranks\":%d,\"threads\":%d,\"isa\":\"%s\","
+    printf(",\"type\":\"%s\",\"ranks\":%d,\"threads\":%d,\"isa\":\"%s\",\"attn_isa\":\"%s\","
            "\"pp_tokens\":%d,\"tg_tokens\":%d,\"reps\":%d,\"pp_tps\":%.2f,\"tg_tps\":%.2f,\"mem_bw_gbs\":%.2f,"
            "\"weight_bytes_per_token\":%llu,\"bw_fraction\":%.3f,\"tg_comm_frac\":%.3f,"
            "\"comm_dtype\":\"%s\",\"compute_ms_per_token\":%.3f,\"comm_ms_per_token\":%.3f,"
            "\"bytes_per_token\":%.0f,\"bw_method\":\"probe before each decode rep and after the last, "
            "%d MiB x %d passes, mean\",\"bw_fraction_min\":%.3f,\"bw_fraction_max\":%.3f",
-           tp_wtype_name(tp_model_weight_type(m)), world, tp_model_n_threads(m), tp_kern_isa(), o->p, n, reps,
+           tp_wtype_name(tp_model_weight_type(m)), world, tp_model_n_threads(m), tp_kern_isa(), tp_kern_attn_isa(), o->p, n, reps,
            res->pp_tps, res->tg_tps, res->bw, (unsigned long long)res->bpt, res->frac, res->comm_frac,
            tp_wire_dtype_name(R->pcfg.wire_dtype), res->cpt_ms, res->mpt_ms, res->bpt_sent, o->bw_mib,
            o->bw_passes, res->frac_min, res->frac_max);
@@ -723,8 +740,9 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
         for (int i = 0; i < o->nd; i++) {
             const double bound = res->bw > 0.0 ? ((double)res->bpt + R->d_kv[i]) / (res->bw * 1e9) * 1e3 : 0.0;
             printf("%s{\"depth\":%d,\"ms_per_token\":%.3f,\"kv_bytes_per_token\":%.0f,\"bound_ms\":%.3f,"
-                   "\"vs_bound\":%.3f}",
-                   i ? "," : "", o->dlist[i], R->d_ms[i], R->d_kv[i], bound, bound > 0.0 ? R->d_ms[i] / bound : 0.0);
+                   "\"vs_bound\":%.3f,\"attn_flop_per_token\":%.0f,\"attn_gflops\":%.2f}",
+                   i ? "," : "", o->dlist[i], R->d_ms[i], R->d_kv[i], bound, bound > 0.0 ? R->d_ms[i] / bound : 0.0,
+                   R->d_flop[i], depth_attn_gflops(R, o, i));
         }
         printf("]");
     }
@@ -737,10 +755,10 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
     const tp_model_t *m = R->g.m;
     const int p = o->p, n = o->n, reps = o->reps, world = R->world;
     const double bpt = (double)res->bpt;
-    printf("model   %s (%s, %.1f MiB read per token%s), %d threads%s, %s kernels, loaded in %.1f s\n",
+    printf("model   %s (%s, %.1f MiB read per token%s), %d threads%s, %s kernels, %s attention, loaded in %.1f s\n",
            tp_model_name(m), tp_wtype_name(tp_model_weight_type(m)), bpt / 1048576.0,
            world > 1 ? " by all ranks" : "", tp_model_n_threads(m), world > 1 ? " per rank" : "", tp_kern_isa(),
-           R->t_load);
+           tp_kern_attn_isa(), R->t_load);
     if (res->moe)
         printf("experts active bytes: attention, routers, output head and the experts the decoded tokens selected "
                "(measured); rank 0 holds %.1f MiB of which %.1f MiB experts\n",
@@ -783,12 +801,16 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
         printf("decode by depth (%d steps after D cached tokens, KV cache %s, median of %d; bound = (weight bytes + "
                "KV bytes read) / %.2f GB/s):\n",
                n, tp_kv_type_name(tp_model_kv_type(m)), reps, res->bw);
-        printf("%-8s %10s %12s %10s %10s\n", "depth", "ms/token", "KV MiB/tok", "bound ms", "x bound");
+        printf("%-8s %10s %12s %10s %10s %10s %12s\n", "depth", "ms/token", "KV MiB/tok", "bound ms", "x bound",
+               "attn GFLOP", "attn GFLOP/s");
         for (int i = 0; i < o->nd; i++) {
             const double bound = res->bw > 0.0 ? ((double)res->bpt + R->d_kv[i]) / (res->bw * 1e9) * 1e3 : 0.0;
-            printf("%-8d %10.3f %12.2f %10.3f %10.3f\n", o->dlist[i], R->d_ms[i], R->d_kv[i] / 1048576.0, bound,
-                   bound > 0.0 ? R->d_ms[i] / bound : 0.0);
+            printf("%-8d %10.3f %12.2f %10.3f %10.3f %10.3f %12.1f\n", o->dlist[i], R->d_ms[i],
+                   R->d_kv[i] / 1048576.0, bound, bound > 0.0 ? R->d_ms[i] / bound : 0.0, R->d_flop[i] / 1e9,
+                   depth_attn_gflops(R, o, i));
         }
+        printf("attn GFLOP: 4 x head_dim x query heads x keys read, per token; attn GFLOP/s: that over the time the "
+               "step takes beyond depth 0's\n");
     }
     if (o->nk > 0) {
         if (o->seqs_ctx > 0)

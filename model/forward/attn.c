@@ -9,15 +9,19 @@
  * sliding window are skipped.  An item over part of the keys leaves its
  * unnormalised partial for tp_attn_merge, which is how forward.c splits one
  * long sequence over every thread.  Attention sinks add e^(sink - max) to a
- * row's denominator.  The loop body (attn_tile_impl.h) is compiled for AVX2
- * and for plain C; the helpers below differ per instruction set.  Also the
+ * row's denominator.  The loop body (attn_tile_impl.h) is compiled for
+ * AVX-512, AVX2 and plain C (float32 throughout); the helpers below differ per
+ * instruction set.  On CPUs with AMX-BF16 the same loop runs on tile
+ * products in bf16 (attn_amx.c).  Also the
  * cache rows (tp_kv_store / tp_kv_load) and the per-position reference.
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "forward/model_impl.h"
+#include "model/kernels.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define TP_ATTN_X86 1
@@ -107,8 +111,10 @@ void tp_kv_load(enum tp_kv_type t, const uint8_t *src, float *dst, int hd)
 
 size_t tp_attn_scratch_floats(int hd, int rows)
 {
-    /* Qs, O (rows x hd), M, L (rows), K and V tiles (KB x hd), scores (rows x KB) */
-    return (size_t)rows * hd * 2 + (size_t)rows * 2 + (size_t)TP_ATTN_KB * hd * 2 + (size_t)rows * TP_ATTN_KB;
+    /* Qs, O (rows x hd), M, L (rows), K and V tiles (KB x hd), scores (rows x KB); or what the AMX path needs */
+    const size_t n = (size_t)rows * hd * 2 + (size_t)rows * 2 + (size_t)TP_ATTN_KB * hd * 2 + (size_t)rows * TP_ATTN_KB;
+    const size_t n_amx = hd % 32 == 0 ? tp_attn_amx_scratch_floats(hd, rows) : 0;
+    return n > n_amx ? n : n_amx;
 }
 
 /* ------------------------------------------------------- plain C helpers */
@@ -298,25 +304,6 @@ AVX void avx_pv(float *o, const float *p, const float *v, int n, int hd)
 
 #define Z512 __attribute__((always_inline, target("avx512f,avx2,fma,f16c"))) static inline
 
-/* e^x as tp_exp_avx2, 16 lanes */
-Z512 __m512 z_exp(__m512 x)
-{
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    const __m512i pow2n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(e, _mm512_castsi512_ps(pow2n));
-}
-
 /* hd % 16 == 0 (the dispatcher checks), so q8_0 blocks are 16 or 32 */
 Z512 void z_load_row(enum tp_kv_type t, const uint8_t *src, float *dst, int hd)
 {
@@ -372,13 +359,13 @@ Z512 float z_exp_sum(float *x, int n, float mx)
     __m512 acc = _mm512_setzero_ps();
     int i = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m512 e = z_exp(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
+        const __m512 e = tp_exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
         _mm512_storeu_ps(x + i, e);
         acc = _mm512_add_ps(acc, e);
     }
     if (i < n) {
         const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
-        const __m512 e = z_exp(_mm512_sub_ps(_mm512_mask_loadu_ps(m, k, x + i), m));
+        const __m512 e = tp_exp_avx512(_mm512_sub_ps(_mm512_mask_loadu_ps(m, k, x + i), m));
         _mm512_mask_storeu_ps(x + i, k, e);
         acc = _mm512_mask_add_ps(acc, k, acc, e);
     }
@@ -441,7 +428,10 @@ Z512 void z_pv(float *o, const float *p, const float *v, int n, int hd)
 
 /* -------------------------------------------------------------- dispatch */
 
-static int attn_has_avx2, attn_has_avx512;
+static int attn_has_avx2, attn_has_avx512, attn_has_amx;
+static int attn_level_max = TP_ATTN_ISA_COUNT - 1; /* tp_attn_isa_limit, TP_ATTN_ISA */
+
+static const char *const attn_isa_names[TP_ATTN_ISA_COUNT] = {"c", "avx2", "avx512", "amx"};
 
 static void attn_choose(void)
 {
@@ -451,11 +441,21 @@ static void attn_choose(void)
     attn_has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
                     (c & (1u << 29)); /* F16C */
     attn_has_avx512 = attn_has_avx2 && __builtin_cpu_supports("avx512f");
+    attn_has_amx = attn_has_avx512 && tp_attn_amx_detect();
 #endif
+    const char *want = getenv("TP_ATTN_ISA"); /* benchmarks and tests: the best attention path allowed */
+    for (int i = 0; want && *want && i < TP_ATTN_ISA_COUNT; i++)
+        if (strcmp(want, attn_isa_names[i]) == 0) attn_level_max = i;
 }
 
 static pthread_once_t attn_once = PTHREAD_ONCE_INIT;
-static int attn_level_max = 2; /* tp_attn_isa_limit */
+
+const char *tp_attn_isa_name(int level)
+{
+    return level >= 0 && level < TP_ATTN_ISA_COUNT ? attn_isa_names[level] : "?";
+}
+
+const char *tp_kern_attn_isa(void) { return tp_attn_isa_name(tp_attn_isa_level()); }
 
 int tp_attn_isa_limit(int level)
 {
@@ -468,7 +468,8 @@ int tp_attn_isa_limit(int level)
 int tp_attn_isa_level(void)
 {
     pthread_once(&attn_once, attn_choose);
-    const int have = attn_has_avx512 ? 2 : attn_has_avx2 ? 1 : 0;
+    const int have = attn_has_amx ? TP_ATTN_ISA_AMX : attn_has_avx512 ? TP_ATTN_ISA_AVX512
+                     : attn_has_avx2 ? TP_ATTN_ISA_AVX2 : TP_ATTN_ISA_C;
     return have < attn_level_max ? have : attn_level_max;
 }
 
@@ -478,11 +479,15 @@ void tp_attn_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, co
     pthread_once(&attn_once, attn_choose);
 #if defined(TP_ATTN_X86)
     const int level = tp_attn_isa_level();
-    if (level >= 2 && g->hd % 16 == 0) {
+    if (level >= TP_ATTN_ISA_AMX && g->hd % 32 == 0) {
+        tp_attn_amx_tile(g, r, kc, vc, k0, k1, scratch, o, o_stride, part);
+        return;
+    }
+    if (level >= TP_ATTN_ISA_AVX512 && g->hd % 16 == 0) {
         z_tile(g, r, kc, vc, k0, k1, scratch, o, o_stride, part);
         return;
     }
-    if (level >= 1 && g->hd % 8 == 0) {
+    if (level >= TP_ATTN_ISA_AVX2 && g->hd % 8 == 0) {
         avx_tile(g, r, kc, vc, k0, k1, scratch, o, o_stride, part);
         return;
     }

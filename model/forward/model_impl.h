@@ -114,10 +114,22 @@ struct tp_attn_rows {
  */
 void tp_attn_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc, const uint8_t *vc,
                   int k0, int k1, float *scratch, float *o, size_t o_stride, float *part);
-/* The instruction set tp_attn_tile uses: 0 plain C, 1 AVX2, 2 AVX-512 (the best this CPU has, at most the
- * limit).  tp_attn_isa_limit sets the limit (tests; not while a forward pass runs) and returns the previous. */
+/* The attention paths, in order of preference: float32 plain C, AVX2, AVX-512; AMX-BF16 (bf16 operands,
+ * float32 accumulation: attn_amx.c; head_dim % 32 == 0, else AVX-512). */
+enum tp_attn_isa { TP_ATTN_ISA_C, TP_ATTN_ISA_AVX2, TP_ATTN_ISA_AVX512, TP_ATTN_ISA_AMX, TP_ATTN_ISA_COUNT };
+/* The path tp_attn_tile uses: the best this CPU has, at most the limit.  The limit starts from the
+ * TP_ATTN_ISA environment variable (c, avx2, avx512, amx; default amx); tp_attn_isa_limit sets it (tests;
+ * not while a forward pass runs) and returns the previous one.  tp_attn_isa_name: "c", "avx2", ... */
 int tp_attn_isa_level(void);
 int tp_attn_isa_limit(int level);
+const char *tp_attn_isa_name(int level);
+/* attn_amx.c: whether the CPU has AMX-BF16 and AVX512_BF16 and the kernel granted this process the tile
+ * state (asks it once: call through tp_attn_isa_level); the tile loop (tp_attn_tile's contract, hd % 32 == 0);
+ * its scratch in floats. */
+int tp_attn_amx_detect(void);
+void tp_attn_amx_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc,
+                      const uint8_t *vc, int k0, int k1, float *scratch, float *o, size_t o_stride, float *part);
+size_t tp_attn_amx_scratch_floats(int hd, int rows);
 /* Floats of scratch tp_attn_tile needs for `rows` query rows of head dim hd. */
 size_t tp_attn_scratch_floats(int hd, int rows);
 /* Floats of one partial (tp_attn_tile part) of `rows` rows. */

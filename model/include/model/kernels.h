@@ -107,6 +107,10 @@ void tp_kern_matmul_x16(enum tp_wtype t, const void *w, size_t w_row_bytes, int6
 const char *tp_kern_isa(void);
 /* Force the scalar reference (tests); 0 restores automatic choice. */
 void tp_kern_force_scalar(int on);
+/* The attention path chosen at run time: "amx" (AMX-BF16 tiles, bf16 operands, float32 sums), "avx512",
+ * "avx2", "c" (float32); the TP_ATTN_ISA environment variable caps it.  Heads whose size is not a multiple
+ * of 32 (amx) or 16 (avx512) take the next path. */
+const char *tp_kern_attn_isa(void);
 /* The instruction sets this CPU can run, index 0 = "scalar", last = the default. */
 int tp_kern_isa_count(void);
 const char *tp_kern_isa_name(int i); /* NULL when out of range */
