@@ -134,5 +134,6 @@ int tp_bench_serve(int argc, char **argv);   /* load test of a running server (b
 int tp_bench_kernels(int argc, char **argv); /* matrix kernels vs streaming read (bench_kernels.c) */
 int tp_bench_gen(int argc, char **argv);     /* prefill/decode tokens/s vs memory bandwidth (bench_gen.c) */
 int tp_bench_nodes(int argc, char **argv);   /* tokens/s per node count on simulated hosts (bench_nodes.c) */
+int tp_bench_attn(int argc, char **argv);    /* attention kernel GFLOP/s per path (bench_attn.c) */
 
 #endif /* TP_SERVER_CLI_H */

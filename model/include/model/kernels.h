@@ -111,6 +111,16 @@ void tp_kern_force_scalar(int on);
  * "avx2", "c" (float32); the TP_ATTN_ISA environment variable caps it.  Heads whose size is not a multiple
  * of 32 (amx) or 16 (avx512) take the next path. */
 const char *tp_kern_attn_isa(void);
+/* For benchmarks: the tiled attention kernel on random data, on the calling thread: nt consecutive query
+ * positions x ng query heads sharing one KV head of head_dim hd (nt x ng <= 1024 rows), attending causally
+ * to the n_keys cached positions of a `kv` cache (the last query at position n_keys - 1); path "amx",
+ * "avx512", "avx2" or "c" (capped at what this CPU has: tp_kern_attn_isa for the best); one warm-up
+ * call, then reps calls.  *cpu_s / *wall_s: thread CPU / wall seconds per call; *flop: FLOPs per call
+ * (4 x hd x ng x keys the rows see).  TP_ERR_INVALID_ARG for an unknown path or a bad shape (hd a
+ * multiple of 8, and of 32 for q8_0 rows unless 16 or 8 divide it), TP_ERR_NOMEM.  Not while a forward
+ * pass runs (the path choice is process-wide). */
+enum tp_status tp_kern_attn_time(const char *path, enum tp_kv_type kv, int hd, int nt, int ng, int n_keys, int reps,
+                                 double *cpu_s, double *wall_s, double *flop);
 /* The instruction sets this CPU can run, index 0 = "scalar", last = the default. */
 int tp_kern_isa_count(void);
 const char *tp_kern_isa_name(int i); /* NULL when out of range */
