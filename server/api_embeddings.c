@@ -137,16 +137,6 @@ static char *base64_floats(const float *v, int n)
     return out;
 }
 
-static void deadline_in(struct timespec *ts, long ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_nsec += ms * 1000000L;
-    while (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len, int ollama)
 {
     const char *path = ollama ? "/api/embed" : "/v1/embeddings";
@@ -275,18 +265,13 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
         }
         struct tp_req *r = reqs[i];
         pthread_mutex_lock(mu);
-        while (r->state != TP_REQ_DONE) {
-            struct timespec ts;
-            deadline_in(&ts, 100);
-            pthread_cond_timedwait(&r->cond, mu, &ts);
-            if (r->state != TP_REQ_DONE && tp_http_client_gone(c)) {
-                pthread_mutex_unlock(mu);
-                for (int k = 0; k < n_sub; k++) tp_engine_cancel(s->engine, reqs[k]);
-                tp_metrics_request(s->metrics, 499);
-                tp_http_log_request(s, reqs[0]->id, path, 499, (int)n_tokens, 0, 0, 0, 0);
-                ret = MHD_NO;
-                goto out;
-            }
+        if (tp_run_wait_done(s, c, r) != 0) {
+            pthread_mutex_unlock(mu);
+            for (int k = 0; k < n_sub; k++) tp_engine_cancel(s->engine, reqs[k]);
+            tp_metrics_request(s->metrics, 499);
+            tp_http_log_request(s, reqs[0]->id, path, 499, (int)n_tokens, 0, 0, 0, 0);
+            ret = MHD_NO;
+            goto out;
         }
         if (r->finish == TP_FINISH_ERROR) {
             tp_api_err_from(&e, &r->err);

@@ -24,11 +24,19 @@ struct tp_run;
 struct tp_run_ops {
     const char *path;          /* for the request log, e.g. "/v1/messages" */
     const char *id_prefix;     /* request ids: "<prefix><hex>" ("msg_", "resp_") */
+    const char *call_id_prefix; /* tool call ids (tp_run_call_id): "toolu_", "call_" */
     const char *stream_type;   /* Content-Type of a stream: "text/event-stream", "application/x-ndjson" */
     /* streaming: first events, before any text (may be NULL) */
     void (*begin)(struct tp_run *x, struct tp_buf *out);
-    /* streaming: released text text[0..n) (never for a forced tool call, whose text is the call) */
+    /* streaming: released content text[0..n) (for a reply that may hold tool calls, the content before them) */
     void (*text)(struct tp_run *x, const char *text, size_t n, struct tp_buf *out);
+    /* streaming, a reply that may hold tool calls (tool_choice auto or forced; any may be NULL): call k (0, 1,
+     * ... in order) began and its name is complete (id: tp_run_call_id); its arguments grew by args[0..n)
+     * (the fragments concatenate to the JSON text the model wrote); its arguments are complete (args[0..n):
+     * the whole value).  A call cut short by a limit gets no call_done: end closes what is open. */
+    void (*call_begin)(struct tp_run *x, int k, const char *id, const char *name, struct tp_buf *out);
+    void (*call_args)(struct tp_run *x, int k, const char *args, size_t n, struct tp_buf *out);
+    void (*call_done)(struct tp_run *x, int k, const char *name, const char *args, size_t n, struct tp_buf *out);
     /* streaming: the request finished (not with an error): the closing events */
     void (*end)(struct tp_run *x, struct tp_buf *out);
     /* streaming: the engine failed the request after the stream began */
@@ -53,20 +61,52 @@ struct tp_run {
     struct tp_buf out;         /* formatted, not yet handed to MHD */
     size_t out_pos;
     int sent_toks;             /* tokens whose text has been formatted */
-    size_t sent_text;          /* bytes of r->text formatted */
+    size_t sent_text;          /* bytes of r->text formatted (content only, for a reply with tool calls) */
+    int n_call_begun, n_call_done;          /* tool calls streamed: begun (name sent), completed */
+    size_t args_sent[TP_TOOL_MAX_CALLS];    /* argument bytes streamed of each begun call */
     int begun, ended, complete;
     int status;                /* the status logged and counted: 200, or the mid-stream error's */
     uint64_t last_out_ns;
 };
 
 /*
- * Render p's messages with the server's chat template (p->chat) or take p's
- * prompt, and tokenize: *ids (malloc'd, caller frees) and their count *n.
- * Returns TP_OK, or with e filled TP_ERR_INVALID_ARG (the template refuses
- * the messages; param names the field to blame) or TP_ERR_NOMEM.
+ * The prompt of a parsed request as token ids, built exactly as chat
+ * completions builds it: p's messages rendered with the server's chat
+ * template (the tools shown to the model when its template has a place for
+ * them; tool_choice "auto" gets the grammar of the family's call format,
+ * tp_req_tools_grammar, which sets p->tool_format), or p's prompt text
+ * tokenized, or p's prompt ids copied.  *ids (malloc'd, caller frees) and
+ * their count *n.  Returns TP_OK, or with e filled TP_ERR_INVALID_ARG (the
+ * template refuses the messages; param names the field to blame),
+ * TP_ERR_UNSUPPORTED (what the template cannot do), TP_ERR_NOMEM.
  */
-enum tp_status tp_run_tokens(struct tp_server *s, const struct tp_req_params *p, const char *param, int32_t **ids,
+enum tp_status tp_run_tokens(struct tp_server *s, struct tp_req_params *p, const char *param, int32_t **ids,
                              int *n, struct tp_api_error *e);
+
+/* The server's --logit-bias copied into p when p has no logit_bias of its own (and is not an embedding).
+ * TP_OK or TP_ERR_NOMEM (e filled). */
+enum tp_status tp_run_default_bias(const struct tp_server *s, struct tp_req_params *p, struct tp_api_error *e);
+
+/*
+ * Wait (mu held, released while waiting) until r is done; every 100 ms
+ * checks whether the client of c went away, and then cancels r and returns
+ * -1 with mu held again.  Returns 0 when r is done.
+ */
+int tp_run_wait_done(struct tp_server *s, struct MHD_Connection *c, struct tp_req *r);
+
+/* A streaming content callback's first move: hand MHD (buf, at most max bytes) what is formatted in
+ * out[*pos..] and return how many bytes (> 0; out emptied once all went), or 0 when nothing is buffered.
+ * *last_out_ns: when bytes last went out. */
+size_t tp_run_drain(struct tp_buf *out, size_t *pos, char *buf, size_t max, uint64_t *last_out_ns);
+
+/*
+ * A streaming content callback waiting for news (mu held): returns when r has
+ * tokens beyond sent_toks or is done (0), when nothing was sent for a second
+ * and keepalive is set (1: the caller sends a keep-alive), or when the client
+ * went away (-1: r cancelled, mu released).
+ */
+int tp_run_wait_news(struct tp_server *s, struct MHD_Connection *c, struct tp_req *r, int sent_toks,
+                     uint64_t last_out_ns, int keepalive);
 
 /*
  * Run p (owned from here on, also on failure) as one engine request and answer
@@ -94,10 +134,17 @@ enum MHD_Result tp_run_send_error(struct tp_server *s, struct MHD_Connection *c,
 int tp_run_parse_chat(struct tp_server *s, const struct cJSON *req, const char *const (*rename)[2],
                       struct tp_req_params *p, struct tp_api_error *e);
 
-/* The forced tool call of a finished request: its name and arguments JSON
- * text (both malloc'd, caller frees).  Returns 0, or -1 when the request was
- * not a forced call or its text does not parse as one. */
-int tp_run_tool_call(const struct tp_req *r, char **name, char **args_json);
+/* The finished reply of r read for tool calls in its format (tp_tool_scan, final): sc->calls[0,
+ * sc->n_calls) with complete set are the calls, r->text[0, sc->content_end) the content before them.  A
+ * reply without calls (none asked for, or text that does not parse as calls) is all content.  Returns the
+ * number of complete calls. */
+int tp_run_reply_calls(const struct tp_req *r, struct tp_tool_scan *sc);
+
+/* The id of tool call k of request r: prefix, the request id's unique part and k ("call_<id>_<k>"), or
+ * the 9 alphanumeric characters Mistral's templates take when the server's family writes Mistral calls
+ * (derived from the same two).  out: at least 96 bytes. */
+void tp_run_call_id(const struct tp_server *s, const struct tp_req *r, int k, const char *prefix, char *out,
+                    size_t cap);
 
 /* Which stop string ended r ("" when EOS or a limit ended it; never NULL). */
 const char *tp_run_stop_string(const struct tp_req *r, size_t *len);
@@ -123,6 +170,10 @@ char *tp_api_messages_error_json(const struct tp_api_error *e);
 enum MHD_Result tp_api_responses(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
 enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Connection *c, const char *body,
                                               size_t len);
+/* GET /v1/responses/{id}, DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items from the store:
+ * method "GET" / "DELETE", rest what follows "/v1/responses/". */
+enum MHD_Result tp_api_responses_stored(struct tp_server *s, struct MHD_Connection *c, const char *method,
+                                        const char *rest);
 /* Ollama's error shape {"error": "..."} (malloc'd). */
 char *tp_api_ollama_error_json(const struct tp_api_error *e);
 /* Ollama's routes: /api/version, /api/tags, /api/ps, /api/show, /api/chat, /api/generate. */

@@ -620,7 +620,8 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
         s->n_hist = s->n_fed;
         s->req->n_prefilled = s->n_fed;
         budget -= chunk;
-        if (s->n_fed == s->req->n_prompt) {
+        if (s->n_fed == s->req->n_prompt && !s->req->params.embed) {
+            /* an embedding only reads its prompt: no logits (the output head) for its last token */
             e->b_logits[n - 1] = 1;
             e->row_slot[n_rows++] = i;
         }
@@ -1098,7 +1099,7 @@ static void *engine_main(void *arg)
         }
         int n_rows = 0;
         for (int i = 0; i < n; i++) n_rows += st.batch.logits[i] != 0;
-        const int greedy = step_is_greedy(e, n_rows);
+        const int greedy = n_rows > 0 && step_is_greedy(e, n_rows); /* no rows (embeddings only): no gather */
         e->step_start_ns = tp_now_ns();
         pthread_mutex_unlock(&e->mu);
         enum tp_status rc = greedy ? tp_parallel_step_greedy(e->p, &st, e->ids, NULL)
