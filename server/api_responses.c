@@ -482,7 +482,7 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
         "model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice", "text",
         "reasoning", "stream", "store", "previous_response_id", "metadata", "parallel_tool_calls", "truncation", "user",
         "include", "service_tier", "prompt_cache_key", "safety_identifier", "stream_options", "background",
-        "top_logprobs", "max_tool_calls", "conversation", "prompt"};
+        "top_logprobs", "max_tool_calls", "conversation", "prompt", "client_metadata"};
     const cJSON *kv;
     cJSON_ArrayForEach(kv, root)
     {
@@ -559,6 +559,11 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
         goto done;
     }
     cJSON_AddItemToObject(echo, "metadata", v ? cJSON_Duplicate(v, 1) : cJSON_CreateObject());
+    v = field(root, "client_metadata"); /* what Codex says about itself (session ids): changes nothing */
+    if (v && !cJSON_IsObject(v)) {
+        tp_api_err(e, TP_ERR_INVALID_ARG, "client_metadata", "'client_metadata' must be an object");
+        goto done;
+    }
     static const char *const strs[] = {"user", "service_tier", "prompt_cache_key", "safety_identifier", "model"};
     for (size_t i = 0; i < TP_ARRAY_LEN(strs); i++) {
         v = field(root, strs[i]);

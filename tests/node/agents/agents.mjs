@@ -34,7 +34,7 @@ const agent = new Agent({
   instructions: "Answer questions about the weather; call get_weather first.",
   model: "m",
   tools: [getWeather],
-  modelSettings: { toolChoice: "required", temperature: 0, maxTokens: 48 },
+  modelSettings: { toolChoice: "required", temperature: 0, maxTokens: 600 },
 });
 
 let n = 0;

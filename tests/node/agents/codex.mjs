@@ -1,11 +1,12 @@
 // tests/node/agents/codex.mjs BASE_URL API_KEY
 // Codex CLI (@openai/codex, its native binary from the npm package) with tpserve as a custom model
 // provider: `codex exec --json` in an empty directory, CODEX_HOME a fresh folder whose config.toml
-// names the provider (base_url this server, wire_api TP_CODEX_WIRE_API: responses by default, or
-// chat) and turns off everything that would reach the internet.  One turn must complete with no
-// protocol error: the JSONL events hold turn.completed with usage, an agent message, and no error or
-// turn.failed event; the process exits 0.  A random-weight model answers in text (Codex sends its
-// tools with tool_choice auto), so the turn is one request.
+// names the provider (base_url this server, wire_api "responses": Codex 0.169 has no other) and
+// turns off what would reach the internet.  One turn must complete with no protocol error: the JSONL
+// events hold turn.completed with usage, an agent message, and no error or turn.failed event; the
+// process exits 0.  Codex sends its tools with tool_choice auto and samples at temperature 1; the
+// server's --logit-bias on <|im_end|> (tests/server.cmake) makes the random-weight model end its
+// text reply (Codex takes a reply cut by the context for a failure), so the turn is one request.
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
@@ -15,7 +16,7 @@ import assert from "node:assert/strict";
 
 const baseURL = process.argv[2];
 const apiKey = process.argv[3] || "none";
-const wireApi = process.env.TP_CODEX_WIRE_API || "responses";
+const wireApi = "responses";
 const require = createRequire(import.meta.url);
 const codexJs = require.resolve("@openai/codex/bin/codex.js");
 
