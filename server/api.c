@@ -280,7 +280,6 @@ struct stream {
     struct tp_buf out;        /* formatted, not yet handed to MHD */
     size_t out_pos;
     int sent_toks;
-    size_t sent_text;
     int first;
     int ended;                /* final events formatted */
     int complete;             /* every byte handed to MHD */
@@ -288,10 +287,9 @@ struct stream {
     uint64_t last_out_ns;
     struct tp_harmony_cursor h; /* harmony: where the stream stands */
     size_t think_r, think_c;    /* <think> replies: reasoning and content bytes sent */
-    /* replies that may hold tool calls: calls whose first delta (id, name) was sent, and the argument bytes
-     * sent of each */
-    int n_call_hdr;
-    size_t args_sent[TP_TOOL_MAX_CALLS];
+    struct tp_call_cursor calls; /* the reply's content bytes sent (calls.sent_text) and, when it may hold
+                                  * tool calls, the calls whose first delta (id, name) was sent and the
+                                  * argument bytes sent of each */
 };
 
 /* One chunk of a split reply (harmony, <think>): delta (owned; {} when NULL) with role on
@@ -394,32 +392,23 @@ static void think_stream(struct stream *st)
  * call marker is held back), then each call's first delta once its name is
  * complete and its argument bytes as they grow.  final: the reply ended.
  * Returns 1 when any call was streamed. */
+static void tools_text(void *ctx, const char *text, size_t n)
+{
+    struct stream *st = ctx;
+    (void)text;
+    char *j = chunk_json(st->s, st->r, st->calls.sent_text, st->calls.sent_text + n, 0, 0, NULL, st->first);
+    if (j) tp_sse_data(&st->out, j);
+    free(j);
+    st->first = 0;
+}
+static void tools_begin(void *ctx, int k, const char *name) { tool_delta(ctx, k, name, "", 0, 1); }
+static void tools_args(void *ctx, int k, const char *args, size_t n) { tool_delta(ctx, k, NULL, args, n, 0); }
+static const struct tp_call_sink tools_sink = {tools_text, tools_begin, tools_args, NULL};
+
 static int stream_tools(struct stream *st, int final)
 {
-    struct tp_req *r = st->r;
-    const char *text = r->text.data ? r->text.data : "";
-    struct tp_tool_scan sc;
-    tp_tool_scan(r->params.tool_format, text, r->text.len, final, &sc);
-    size_t ce = st->n_call_hdr > 0 ? st->sent_text : sc.content_end;
-    if (ce > st->sent_text) {
-        char *j = chunk_json(st->s, r, st->sent_text, ce, 0, 0, NULL, st->first);
-        if (j) tp_sse_data(&st->out, j);
-        free(j);
-        st->first = 0;
-        st->sent_text = ce;
-    }
-    for (int k = 0; k < sc.n_calls && !sc.malformed; k++) {
-        const struct tp_tool_call_view *v = &sc.calls[k];
-        if (k == st->n_call_hdr && v->name[0]) {
-            tool_delta(st, k, v->name, "", 0, 1);
-            st->n_call_hdr++;
-        }
-        if (k < st->n_call_hdr && v->args_len > st->args_sent[k]) {
-            tool_delta(st, k, NULL, text + v->args_off + st->args_sent[k], v->args_len - st->args_sent[k], 0);
-            st->args_sent[k] = v->args_len;
-        }
-    }
-    return st->n_call_hdr > 0;
+    tp_run_stream_calls(st->r, final, &st->calls, &tools_sink, st);
+    return st->calls.n_begun > 0;
 }
 
 /* mu held: the closing chunk with finish_reason fin, then the usage chunk when asked for. */
@@ -455,14 +444,14 @@ static void stream_format(struct stream *st)
     while (!split && st->sent_toks < r->n_toks) {
         int k = st->sent_toks;
         size_t end = r->toks[k].text_end;
-        if (end < st->sent_text) end = st->sent_text;
-        if (end > st->sent_text || r->params.logprobs || st->first) {
-            char *j = chunk_json(s, r, st->sent_text, end, k, k + 1, NULL, st->first);
+        if (end < st->calls.sent_text) end = st->calls.sent_text;
+        if (end > st->calls.sent_text || r->params.logprobs || st->first) {
+            char *j = chunk_json(s, r, st->calls.sent_text, end, k, k + 1, NULL, st->first);
             if (j) tp_sse_data(&st->out, j);
             free(j);
             st->first = 0;
         }
-        st->sent_text = end;
+        st->calls.sent_text = end;
         st->sent_toks++;
     }
     if (r->state != TP_REQ_DONE) return;
@@ -479,11 +468,11 @@ static void stream_format(struct stream *st)
     } else {
         size_t tl = r->text.len;
         int has_calls = tools && stream_tools(st, 1);
-        if (!has_calls && (tl > st->sent_text || st->first)) {
-            char *j = chunk_json(s, r, st->sent_text, tl, 0, 0, NULL, st->first);
+        if (!has_calls && (tl > st->calls.sent_text || st->first)) {
+            char *j = chunk_json(s, r, st->calls.sent_text, tl, 0, 0, NULL, st->first);
             if (j) tp_sse_data(&st->out, j);
             free(j);
-            st->sent_text = tl;
+            st->calls.sent_text = tl;
             st->first = 0;
         }
         finish_chunks(st, finish_str(r, has_calls));

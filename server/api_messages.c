@@ -168,18 +168,13 @@ static int turn_blocks(const cJSON *c, int i, struct group *g, struct tp_api_err
                                     "(strings) and 'input' (an object)", param, k);
                 } else {
                     char *args = cJSON_PrintUnformatted(in);
-                    cJSON *call = cJSON_CreateObject();
+                    cJSON *call = args ? tp_run_chat_call(id->valuestring, nm->valuestring, args, strlen(args)) : NULL;
                     if (!g->calls) g->calls = cJSON_CreateArray();
-                    if (!args || !call || !g->calls) {
+                    if (!call || !g->calls) {
                         cJSON_Delete(call);
                         rc = nomem(e);
                     } else {
                         cJSON_AddItemToArray(g->calls, call);
-                        cJSON_AddStringToObject(call, "id", id->valuestring);
-                        cJSON_AddStringToObject(call, "type", "function");
-                        cJSON *fn = cJSON_AddObjectToObject(call, "function");
-                        cJSON_AddStringToObject(fn, "name", nm->valuestring);
-                        cJSON_AddStringToObject(fn, "arguments", args);
                     }
                     free(args);
                 }
@@ -696,7 +691,7 @@ static void s_end(struct tp_run *x, struct tp_buf *out)
     close_block(m, out);
     cJSON *o = typed("message_delta");
     cJSON *d = cJSON_AddObjectToObject(o, "delta");
-    add_stop(d, r, x->n_call_done > 0);
+    add_stop(d, r, x->calls.n_done > 0);
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "usage"), "output_tokens", r->n_toks);
     event(out, "message_delta", o);
     event(out, "message_stop", typed("message_stop"));

@@ -603,13 +603,7 @@ static enum MHD_Result chat(struct tp_server *s, struct MHD_Connection *c, const
                 }
                 char id[16], *aj = args ? cJSON_PrintUnformatted(args) : NULL;
                 snprintf(id, sizeof id, "call%05d", n_ids++ % 100000);
-                cJSON *x = cJSON_CreateObject();
-                cJSON_AddItemToArray(last_calls, x);
-                cJSON_AddStringToObject(x, "id", id);
-                cJSON_AddStringToObject(x, "type", "function");
-                cJSON *f = cJSON_AddObjectToObject(x, "function");
-                cJSON_AddStringToObject(f, "name", nm->valuestring);
-                cJSON_AddStringToObject(f, "arguments", aj ? aj : "{}");
+                cJSON_AddItemToArray(last_calls, tp_run_chat_call(id, nm->valuestring, aj ? aj : "{}", aj ? strlen(aj) : 2));
                 free(aj);
                 k++;
             }

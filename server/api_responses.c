@@ -252,13 +252,9 @@ static int add_call(cJSON *msgs, const cJSON *it, const char *param, struct tp_a
     }
     cJSON *calls = cJSON_GetObjectItemCaseSensitive(last, "tool_calls");
     if (!calls) calls = cJSON_AddArrayToObject(last, "tool_calls");
-    cJSON *c = cJSON_CreateObject();
+    cJSON *c = tp_run_chat_call(cid->valuestring, nm->valuestring, args->valuestring, strlen(args->valuestring));
+    if (!c) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
     cJSON_AddItemToArray(calls, c);
-    cJSON_AddStringToObject(c, "id", cid->valuestring);
-    cJSON_AddStringToObject(c, "type", "function");
-    cJSON *fn = cJSON_AddObjectToObject(c, "function");
-    cJSON_AddStringToObject(fn, "name", nm->valuestring);
-    cJSON_AddStringToObject(fn, "arguments", args->valuestring);
     return 0;
 }
 
@@ -770,13 +766,7 @@ static void remember(struct tp_run *x, const cJSON *response)
         if (!v->complete) continue;
         char cid[96];
         tp_run_call_id(x->s, r, k, "call_", cid, sizeof cid);
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddItemToArray(calls, c);
-        cJSON_AddStringToObject(c, "id", cid);
-        cJSON_AddStringToObject(c, "type", "function");
-        cJSON *fn = cJSON_AddObjectToObject(c, "function");
-        cJSON_AddStringToObject(fn, "name", v->name);
-        tp_json_add_bytes(fn, "arguments", text + v->args_off, v->args_len);
+        cJSON_AddItemToArray(calls, tp_run_chat_call(cid, v->name, text + v->args_off, v->args_len));
     }
     /* input items get ids as OpenAI lists them: "<kind>_<response id digits>_in<k>" */
     int k = 0;
@@ -878,14 +868,14 @@ static void open_message(struct tp_run *x, struct tp_buf *out)
     event(x, out, o);
 }
 
-/* Close the open item: the message's text is the content sent, r->text[0, x->sent_text). */
+/* Close the open item: the message's text is the content sent, r->text[0, x->calls.sent_text). */
 static void close_open(struct tp_run *x, struct tp_buf *out)
 {
     struct resp_ctx *ctx = x->ctx;
     const struct tp_req *r = x->r;
     if (ctx->open == OPEN_MESSAGE) {
         const char *text = r->text.data ? r->text.data : "";
-        size_t n = x->sent_text;
+        size_t n = x->calls.sent_text;
         cJSON *o = at_item(x, "response.output_text.done", -1, ctx->open_index, 1);
         tp_json_add_bytes(o, "text", text, n);
         cJSON_AddArrayToObject(o, "logprobs");
@@ -896,7 +886,7 @@ static void close_open(struct tp_run *x, struct tp_buf *out)
         const char *st = incomplete(r) && r->state == TP_REQ_DONE ? "incomplete" : "completed";
         item_done(x, out, ctx->open_index, message_item(x, text, n, st));
     } else if (ctx->open == OPEN_CALL) { /* a call cut short by the limit */
-        const int k = x->n_call_begun - 1;
+        const int k = x->calls.n_begun - 1;
         cJSON *it = call_item(x, k, ctx->open_name, "", 0, "incomplete");
         item_done(x, out, ctx->open_index, it);
     }

@@ -273,40 +273,73 @@ static void run_free(struct tp_run *x)
 
 /* ------------------------------------------------------------ streaming */
 
-/* mu held: a reply that may hold tool calls, from a scan of the text so far: content up to the first call
- * (a tail that could still become a call marker is held back), then each call as it begins, grows and
- * completes.  final: the reply ended. */
-static void format_calls(struct tp_run *x, int final)
+void tp_run_stream_calls(const struct tp_req *r, int final, struct tp_call_cursor *cur,
+                         const struct tp_call_sink *sink, void *ctx)
 {
-    struct tp_req *r = x->r;
     const char *text = r->text.data ? r->text.data : "";
     struct tp_tool_scan sc;
     tp_tool_scan(r->params.tool_format, text, r->text.len, final, &sc);
-    size_t ce = x->n_call_begun > 0 ? x->sent_text : sc.content_end;
-    if (ce > x->sent_text) {
-        x->ops->text(x, text + x->sent_text, ce - x->sent_text, &x->out);
-        x->sent_text = ce;
+    size_t ce = cur->n_begun > 0 ? cur->sent_text : sc.content_end;
+    if (ce > cur->sent_text) {
+        if (sink->text) sink->text(ctx, text + cur->sent_text, ce - cur->sent_text);
+        cur->sent_text = ce;
     }
     for (int k = 0; k < sc.n_calls && !sc.malformed; k++) {
         const struct tp_tool_call_view *v = &sc.calls[k];
-        if (k == x->n_call_begun && v->name[0]) {
-            char id[96];
-            tp_run_call_id(x->s, r, k, x->ops->call_id_prefix ? x->ops->call_id_prefix : "call_", id, sizeof id);
-            if (x->ops->call_begin) x->ops->call_begin(x, k, id, v->name, &x->out);
-            x->n_call_begun++;
+        if (k == cur->n_begun && v->name[0]) {
+            if (sink->begin) sink->begin(ctx, k, v->name);
+            cur->n_begun++;
         }
-        if (k >= x->n_call_begun) break;
-        if (v->args_len > x->args_sent[k]) {
-            if (x->ops->call_args)
-                x->ops->call_args(x, k, text + v->args_off + x->args_sent[k], v->args_len - x->args_sent[k], &x->out);
-            x->args_sent[k] = v->args_len;
+        if (k >= cur->n_begun) break;
+        if (v->args_len > cur->args_sent[k]) {
+            if (sink->args) sink->args(ctx, k, text + v->args_off + cur->args_sent[k], v->args_len - cur->args_sent[k]);
+            cur->args_sent[k] = v->args_len;
         }
-        if (k == x->n_call_done && v->complete) {
-            if (x->ops->call_done) x->ops->call_done(x, k, v->name, text + v->args_off, v->args_len, &x->out);
-            x->n_call_done++;
+        if (k == cur->n_done && v->complete) {
+            if (sink->done) sink->done(ctx, k, v->name, text + v->args_off, v->args_len);
+            cur->n_done++;
         }
     }
 }
+
+cJSON *tp_run_chat_call(const char *id, const char *name, const char *args, size_t n)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON *fn = cJSON_AddObjectToObject(c, "function");
+    cJSON_AddStringToObject(fn, "name", name);
+    if (tp_json_add_bytes(fn, "arguments", args, n) != TP_OK || !fn) {
+        cJSON_Delete(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* The API's ops as a tp_call_sink for a tp_run. */
+static void sink_text(void *ctx, const char *text, size_t n)
+{
+    struct tp_run *x = ctx;
+    x->ops->text(x, text, n, &x->out);
+}
+static void sink_begin(void *ctx, int k, const char *name)
+{
+    struct tp_run *x = ctx;
+    char id[96];
+    tp_run_call_id(x->s, x->r, k, x->ops->call_id_prefix ? x->ops->call_id_prefix : "call_", id, sizeof id);
+    if (x->ops->call_begin) x->ops->call_begin(x, k, id, name, &x->out);
+}
+static void sink_args(void *ctx, int k, const char *args, size_t n)
+{
+    struct tp_run *x = ctx;
+    if (x->ops->call_args) x->ops->call_args(x, k, args, n, &x->out);
+}
+static void sink_done(void *ctx, int k, const char *name, const char *args, size_t n)
+{
+    struct tp_run *x = ctx;
+    if (x->ops->call_done) x->ops->call_done(x, k, name, args, n, &x->out);
+}
+static const struct tp_call_sink run_sink = {sink_text, sink_begin, sink_args, sink_done};
 
 /* mu held: format everything new into x->out. */
 static void run_format(struct tp_run *x)
@@ -318,10 +351,11 @@ static void run_format(struct tp_run *x)
     }
     const int done = r->state == TP_REQ_DONE;
     if (r->params.tool_format != TP_TOOL_FORMAT_NONE) {
-        if (x->sent_toks < r->n_toks || done) format_calls(x, done && r->finish != TP_FINISH_ERROR);
-    } else if (r->text.len > x->sent_text) {
-        x->ops->text(x, r->text.data + x->sent_text, r->text.len - x->sent_text, &x->out);
-        x->sent_text = r->text.len;
+        if (x->sent_toks < r->n_toks || done)
+            tp_run_stream_calls(r, done && r->finish != TP_FINISH_ERROR, &x->calls, &run_sink, x);
+    } else if (r->text.len > x->calls.sent_text) {
+        x->ops->text(x, r->text.data + x->calls.sent_text, r->text.len - x->calls.sent_text, &x->out);
+        x->calls.sent_text = r->text.len;
     }
     x->sent_toks = r->n_toks;
     if (!done) return;

@@ -19,6 +19,30 @@
 
 struct tp_run;
 
+/* Where the stream of a reply that may hold tool calls stands. */
+struct tp_call_cursor {
+    size_t sent_text;                    /* content bytes streamed */
+    int n_begun, n_done;                 /* calls begun (name sent), calls completed */
+    size_t args_sent[TP_TOOL_MAX_CALLS]; /* argument bytes streamed of each begun call */
+};
+/* What a stream does with the pieces of such a reply (any may be NULL; ctx is the caller's). */
+struct tp_call_sink {
+    void (*text)(void *ctx, const char *text, size_t n);
+    void (*begin)(void *ctx, int k, const char *name);
+    void (*args)(void *ctx, int k, const char *args, size_t n);
+    void (*done)(void *ctx, int k, const char *name, const char *args, size_t n);
+};
+/*
+ * Stream what is new in r's reply (mu held) from a scan of its text in its tool format: content up to the
+ * first call (a tail that could still become a call marker is held back), then each call as it begins
+ * (its name complete), grows and completes, in order.  final: the reply ended.  Advances cur.
+ */
+void tp_run_stream_calls(const struct tp_req *r, int final, struct tp_call_cursor *cur,
+                         const struct tp_call_sink *sink, void *ctx);
+/* A chat-completions tool call {"id", "type": "function", "function": {"name", "arguments": args[0..n)}}
+ * (NULL on out of memory). */
+struct cJSON *tp_run_chat_call(const char *id, const char *name, const char *args, size_t n);
+
 /* How one API shapes its answers.  Every callback that takes a struct tp_run
  * runs with the engine mutex held and appends to out; none may block. */
 struct tp_run_ops {
@@ -61,9 +85,7 @@ struct tp_run {
     struct tp_buf out;         /* formatted, not yet handed to MHD */
     size_t out_pos;
     int sent_toks;             /* tokens whose text has been formatted */
-    size_t sent_text;          /* bytes of r->text formatted (content only, for a reply with tool calls) */
-    int n_call_begun, n_call_done;          /* tool calls streamed: begun (name sent), completed */
-    size_t args_sent[TP_TOOL_MAX_CALLS];    /* argument bytes streamed of each begun call */
+    struct tp_call_cursor calls; /* what of the reply was formatted: content bytes (calls.sent_text), tool calls */
     int begun, ended, complete;
     int status;                /* the status logged and counted: 200, or the mid-stream error's */
     uint64_t last_out_ns;
