@@ -523,7 +523,8 @@ static void admit(struct tp_engine *e)
         sp.no_logprob = !r->params.logprobs; /* saves an exp pass over the vocabulary per token */
         tp_sampler_free(s->sampler);
         s->sampler = NULL;
-        if (tp_sampler_init(&sp, e->n_vocab, &s->sampler) != TP_OK) {
+        /* an embedding samples nothing: no sampler (its buffers are vocabulary-sized) */
+        if (!r->params.embed && tp_sampler_init(&sp, e->n_vocab, &s->sampler) != TP_OK) {
             req_finish(e, r, TP_FINISH_ERROR, TP_ERR_NOMEM, "could not create the sampler (out of memory?)");
             continue;
         }
@@ -546,7 +547,7 @@ static void admit(struct tp_engine *e)
          * space of the first piece" applies only at the start of the text. */
         (void)tp_detok_push(s->detok, r->prompt[r->n_prompt - 1], e->scratch, sizeof e->scratch);
         (void)tp_detok_flush(s->detok, e->scratch, sizeof e->scratch);
-        for (int k = 0; k < r->n_prompt; k++) tp_sampler_accept(s->sampler, r->prompt[k]);
+        for (int k = 0; s->sampler && k < r->n_prompt; k++) tp_sampler_accept(s->sampler, r->prompt[k]);
         if (src >= 0) {
             e->copy_dst[e->n_copy] = si;
             e->copy_src[e->n_copy] = src;
