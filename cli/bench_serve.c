@@ -614,7 +614,8 @@ static int bs_parse(int argc, char **argv, struct bs_opts *o)
          "tokens as text in one user message; only chat can ignore EOS); several: each level runs each API in "
          "turn, and a summary gives each API's median aggregate tokens/s against the first's", 0, 0},
         {"repeat", 0, TP_OPT_INT, &o->repeat, "N",
-         "run each level's APIs N times, interleaved (default 1), so that load from elsewhere lands on all", 1, 100},
+         "run each level's APIs N times, interleaved, each time starting one API further on (default 1), so "
+         "that load from elsewhere lands on all", 1, 100},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int pr = tp_cli_parse("bench serve", "Usage: tpserve bench serve --url URL [options]", opts, argc, argv, NULL, 0,
@@ -875,7 +876,9 @@ int tp_bench_serve(int argc, char **argv)
     }
     for (int li = 0; li < o.n_levels && !exit_code; li++) {
         for (int rep = 0; rep < o.repeat && !exit_code; rep++) {
-            for (int ai = 0; ai < o.n_apis; ai++) {
+            /* each repeat starts one API further on, so that no API always runs first or after the same one */
+            for (int k = 0; k < o.n_apis; k++) {
+                const int ai = (k + rep) % o.n_apis;
                 struct bs_level L;
                 struct bs_figures f;
                 o.t.api = o.apis[ai];
