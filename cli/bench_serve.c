@@ -895,14 +895,22 @@ int tp_bench_serve(int argc, char **argv)
         }
     }
     if (!exit_code && (o.n_apis > 1 || o.repeat > 1) && !o.json) {
-        printf("\nmedian aggregate tokens/s over %d run%s, and against %s's:\n", o.repeat, o.repeat > 1 ? "s" : "",
-               api_names[o.apis[0]]);
+        /* per API: the median aggregate tokens/s, and the median over the repeats of its ratio to the first
+         * API's figure of the same repeat (paired: load from elsewhere drifts between repeats) */
+        printf("\nmedian aggregate tokens/s over %d run%s, and the median of each run's ratio to %s's:\n", o.repeat,
+               o.repeat > 1 ? "s" : "", api_names[o.apis[0]]);
+        double ratio[100], val[100]; /* --repeat <= 100; tp_median sorts its argument: copies */
         for (int li = 0; li < o.n_levels; li++) {
-            double first = tp_median(agg + (size_t)li * 5 * (size_t)o.repeat, o.repeat);
+            const double *first = agg + (size_t)li * 5 * (size_t)o.repeat;
             printf("%11d", o.conc[li]);
             for (int ai = 0; ai < o.n_apis; ai++) {
-                double m = tp_median(agg + ((size_t)li * 5 + (size_t)ai) * (size_t)o.repeat, o.repeat);
-                printf("  %s %.2f (%.2fx)", api_names[o.apis[ai]], m, first > 0 ? m / first : 0);
+                const double *v = agg + ((size_t)li * 5 + (size_t)ai) * (size_t)o.repeat;
+                for (int rep = 0; rep < o.repeat; rep++) {
+                    ratio[rep] = first[rep] > 0 ? v[rep] / first[rep] : 0;
+                    val[rep] = v[rep];
+                }
+                printf("  %s %.2f (%.2fx)", api_names[o.apis[ai]], tp_median(val, o.repeat),
+                       tp_median(ratio, o.repeat));
             }
             printf("\n");
         }
