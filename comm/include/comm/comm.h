@@ -117,7 +117,8 @@ struct tp_comm_config {
     uint64_t hostfile_skip;
     int former_world;  /* rank 0: the largest world this group had before it shrank (0: never): a joining
                         * worker of a world in (world_size, former_world] was left out and is refused
-                        * (its tp_comm_init returns TP_ERR_CANCELLED) */
+                        * (its tp_comm_init returns TP_ERR_CANCELLED) */    size_t op_log;     /* time-stamp the entry and exit of this group's first op_log collectives
+                        * (tp_comm_op_times; benchmarks); 0: off (default) */
 };
 
 /* Defaults: ring, rank/world -1, 30 s op timeout, 60 s connect timeout. */
@@ -132,6 +133,15 @@ struct tp_comm_config tp_comm_default_config(void);
  * Returned strings point into the environment (valid for the process).
  */
 enum tp_status tp_comm_config_from_env(struct tp_comm_config *cfg, struct tp_error *err);
+
+/*
+ * Bind n listening TCP sockets on 127.0.0.1 to free ports (close-on-exec,
+ * SO_REUSEADDR): ports[i] and fds[i].  A launcher hands fds[i] to local rank
+ * i as TP_LISTEN_FD, so no other process takes the port before the rank
+ * listens on it.  TP_OK, or TP_ERR_IO with err filled (may be NULL), every
+ * socket closed and fds[] all -1.  The caller closes the fds.
+ */
+enum tp_status tp_comm_hold_loopback_ports(int n, int *ports, int *fds, struct tp_error *err);
 
 /*
  * Form the group (blocks until every rank joined or connect_timeout_ms).
@@ -236,6 +246,11 @@ struct tp_comm_stats {
     uint64_t ns_in_comm;   /* wall time spent inside collectives */
 };
 void tp_comm_get_stats(const tp_comm_t *c, struct tp_comm_stats *out);
+/* The entry and exit times (tp_now_ns) of this rank's collectives while the op log of
+ * tp_comm_config.op_log had room: *ts (owned by c, valid until tp_comm_free) holds 2 values per
+ * collective, in call order (the same order on every rank); returns how many were recorded.
+ * Ranks on one machine share the clock, so their entries can be compared (bench gen). */
+size_t tp_comm_op_times(const tp_comm_t *c, const uint64_t **ts);
 
 /*
  * Cost of one collective as the ring and rdma backends run it (comm/algo.c
