@@ -210,7 +210,7 @@ static uint64_t bytes_per_token(tp_parallel_t *par)
 }
 
 /* What every rank's bandwidth probe needs (tp_parallel_run_hook).  GEN_HOOK_OPS + k: the entry
- * times of this rank's collectives k .. k + 3 (--comm-sync). */
+ * and exit times of this rank's collectives k and k + 1 (--comm-sync). */
 #define GEN_HOOK_PROBE 1
 #define GEN_HOOK_OPS (1 << 24)
 #define GEN_OP_LOG ((size_t)1 << 16) /* collectives time-stamped per rank with --comm-sync */
@@ -237,15 +237,15 @@ static uint64_t active_bytes(const struct gen_probe *pr)
 }
 
 /* GEN_HOOK_PROBE: out[0] = this rank's streaming-read GB/s, out[1] = the
- * bytes it reads per decoded token.  GEN_HOOK_OPS + k: out[i] = the entry time (ns) of this
- * rank's collective k + i, NaN past the op log. */
+ * bytes it reads per decoded token.  GEN_HOOK_OPS + k: out = the entry and exit times (ns) of
+ * this rank's collectives k and k + 1, NaN past the op log. */
 static enum tp_status gen_hook(void *ud, int32_t arg, double out[TP_PARALLEL_HOOK_VALUES])
 {
     struct gen_probe *pr = ud;
-    if (arg >= GEN_HOOK_OPS) {
+    if (arg >= GEN_HOOK_OPS) { /* entry and exit of 2 collectives per call */
         const uint64_t *ts = NULL;
         const size_t n = tp_comm_op_times(pr->comm, &ts), k = (size_t)(arg - GEN_HOOK_OPS);
-        for (size_t i = 0; i < TP_PARALLEL_HOOK_VALUES; i++) out[i] = k + i < n ? (double)ts[2 * (k + i)] : NAN;
+        for (size_t i = 0; i < TP_PARALLEL_HOOK_VALUES; i++) out[i] = k + i / 2 < n ? (double)ts[2 * k + i] : NAN;
         return TP_OK;
     }
     if (arg != GEN_HOOK_PROBE || !pr->pool || !pr->buf) return TP_ERR_INVALID_ARG;
@@ -613,33 +613,34 @@ static enum tp_status gen_sizes(struct gen_run *R, const struct gen_opts *o, str
 }
 
 /*
- * --comm-sync, rank 0 after the decode reps: each collective of the reps counted from the moment the
- * last rank entered it (the ranks' entry times come through the hook, on the clock they share) to
- * rank 0's exit, so a wait for a rank still computing is left out; R->tg_sync_ms per decoded token.
+ * --comm-sync, rank 0 after the decode reps: each collective of the reps timed from the moment the
+ * last rank entered it to the moment the last rank left it (the ranks' times come through the hook,
+ * on the clock they share), so the waits for a rank still computing are left out;
+ * R->tg_sync_ms per decoded token.
  */
 static enum tp_status gen_comm_sync(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
 {
-    const uint64_t *ts = NULL;
-    const size_t n_log = tp_comm_op_times(tp_parallel_comm(R->g.par), &ts);
+    const size_t n_log = tp_comm_op_times(tp_parallel_comm(R->g.par), NULL);
     const int world = TP_MIN(R->world, TP_PLAN_MAX_RANKS);
     double v[TP_PLAN_MAX_RANKS * TP_PARALLEL_HOOK_VALUES], ns = 0.0;
     for (int r = 0; r < o->reps; r++) {
         if (R->tg_op[r][1] > n_log || (R->tg_op[r][1] == n_log && n_log == GEN_OP_LOG))
             return tp_error_set(err, TP_ERR_INVALID_ARG, "--comm-sync: the op log of %zu collectives is full (fewer "
                                 "-n or --reps)", GEN_OP_LOG);
-        for (size_t k = R->tg_op[r][0]; k < R->tg_op[r][1]; k += TP_PARALLEL_HOOK_VALUES) {
+        for (size_t k = R->tg_op[r][0]; k < R->tg_op[r][1]; k += 2) {
             if (tp_parallel_run_hook(R->g.par, GEN_HOOK_OPS + (int32_t)k, v, world) != TP_OK)
                 return tp_error_set(err, TP_ERR_PEER, "--comm-sync: %s", tp_parallel_last_error(R->g.par));
-            for (size_t i = 0; i < TP_PARALLEL_HOOK_VALUES && k + i < R->tg_op[r][1]; i++) {
-                const double e0 = (double)ts[2 * (k + i)], x0 = (double)ts[2 * (k + i) + 1];
-                double last = e0;
+            for (size_t i = 0; i < 2 && k + i < R->tg_op[r][1]; i++) {
+                double last_in = 0.0, last_out = 0.0;
                 for (int q = 0; q < world; q++) {
-                    const double e = v[q * TP_PARALLEL_HOOK_VALUES + (int)i];
-                    if (!(e > 0)) return tp_error_set(err, TP_ERR_PEER, "--comm-sync: rank %d has no time for "
-                                                      "collective %zu", q, k + i);
-                    last = fmax(last, e);
+                    const double *e = &v[q * TP_PARALLEL_HOOK_VALUES + 2 * (int)i];
+                    if (!(e[0] > 0 && e[1] >= e[0]))
+                        return tp_error_set(err, TP_ERR_PEER, "--comm-sync: rank %d has no times for collective %zu",
+                                            q, k + i);
+                    last_in = fmax(last_in, e[0]);
+                    last_out = fmax(last_out, e[1]);
                 }
-                ns += x0 - fmin(last, x0);
+                ns += fmax(0.0, last_out - last_in);
             }
         }
     }

@@ -41,7 +41,8 @@ static char *read_text(const char *path)
 
 /*
  * From `tpserve bench comm --json` lines (one object per message size), the
- * median all_sum time for this many ranks at the size of one decode all_sum
+ * median all_sum time (with --sync: once every rank is in the call) for this
+ * many ranks at the size of one decode all_sum
  * (n_embd values in the wire dtype; q8 sends an all_gather and has no
  * all_sum line to take): the line nearest that size; none within 2x of it
  * is an error naming the command that measures it.
@@ -67,7 +68,8 @@ static int comm_json_allsum(const char *path, const struct tp_cap_config *c, dou
         cJSON *o = brace ? cJSON_Parse(brace) : NULL;
         if (!o) continue;
         const cJSON *op = cJSON_GetObjectItem(o, "op"), *rk = cJSON_GetObjectItem(o, "ranks");
-        const cJSON *by = cJSON_GetObjectItem(o, "bytes"), *lat = cJSON_GetObjectItem(o, "lat_us_median");
+        const cJSON *by = cJSON_GetObjectItem(o, "bytes"), *lat = cJSON_GetObjectItem(o, "sync_lat_us_median");
+        if (!cJSON_IsNumber(lat)) lat = cJSON_GetObjectItem(o, "lat_us_median"); /* without --sync */
         if (cJSON_IsString(op) && strcmp(op->valuestring, "all_sum") == 0 && cJSON_IsNumber(rk) &&
             rk->valueint == c->n_nodes && cJSON_IsNumber(by) && cJSON_IsNumber(lat) && lat->valuedouble > 0) {
             n_lines++;

@@ -118,6 +118,8 @@ enum tp_status tp_comm_config_from_env(struct tp_comm_config *cfg, struct tp_err
     if (set) cfg->shm = (int)v;
     TP_CHECK_GOTO(env_long("TP_LISTEN_FD", 3, 1 << 20, &v, &set, err), rc, out);
     if (set) cfg->listen_fd = (int)v;
+    TP_CHECK_GOTO(env_long("TP_COMM_SIM_LATENCY_US", 0, 1000000L, &v, &set, err), rc, out);
+    if (set) cfg->sim_latency_us = (uint32_t)v;
     const char *s;
     if ((s = getenv("TP_HOSTFILE")) != NULL) cfg->hostfile = s;
     if ((s = getenv("TP_COORDINATOR")) != NULL) cfg->coordinator = s;
@@ -300,6 +302,7 @@ enum tp_status tp_ring_init(const struct tp_comm_config *cfg, struct tp_comm *c,
         return tp_error_set(err, TP_ERR_UNSUPPORTED, "the %s backend supports at most %d ranks (got %d)",
                             tp_comm_backend_name(cfg->backend), TP_ALGO_MAX_RANKS, c->size);
     TP_CHECK_GOTO(tp_tcp_net_create(c->rank, c->size, cfg->op_timeout_ms, &c->net, err), rc, out);
+    c->net->sim_latency_us = cfg->sim_latency_us > 1000000u ? 1000000u : cfg->sim_latency_us;
     TP_CHECK_GOTO(tp_bootstrap_tcp(cfg, c->net, err), rc, out);
     c->rank = c->net->rank; /* a shrinking group renumbers a joining worker */
     c->size = c->net->size;

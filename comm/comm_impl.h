@@ -86,6 +86,7 @@ struct tp_net {
     struct tp_live *live;                 /* heartbeat thread state (liveness.c), NULL before start */
     int wake_rd, wake_wr;                 /* self-pipe: tp_comm_abort wakes poll() */
     uint32_t op_timeout_ms;
+    uint32_t sim_latency_us;              /* tcp: each transfer step's sends wait this long first (tp_comm_config) */
     uint32_t epoch;                       /* group epoch agreed in the bootstrap (0: none, e.g. mpi) */
     int dropped;                          /* the bootstrap shrank the group: the previous group's rank
                                              left out (rank and size above are the new ones); 0: none */

@@ -62,7 +62,9 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(ops.readme_options PROPERTIES LABELS unit TIMEOUT 60)
 endif()
 # tpserve plan against a measured run here: 2 and 4 local ranks of a 2-layer synthetic tinyllama-1.1b Q4_0;
-# bytes per token asserted within 5% of bench gen's, communication time reported (TP_PLAN_CHECK_TIME=1 asserts 25%).
+# bytes per token asserted within 5% of bench gen's; communication time per token on a simulated 20 ms link
+# (TP_COMM_SIM_LATENCY_US), timed from every collective's last entry to its last exit, reported
+# (TP_PLAN_CHECK_TIME=1 asserts 25%).
 if(Python3_Interpreter_FOUND)
   add_test(NAME ops.plan_measured COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/plan_measured_test.sh $<TARGET_FILE:tpserve>)
   set_tests_properties(ops.plan_measured PROPERTIES LABELS multirank TIMEOUT 300)

@@ -119,6 +119,9 @@ struct tp_comm_config {
                         * worker of a world in (world_size, former_world] was left out and is refused
                         * (its tp_comm_init returns TP_ERR_CANCELLED) */    size_t op_log;     /* time-stamp the entry and exit of this group's first op_log collectives
                         * (tp_comm_op_times; benchmarks); 0: off (default) */
+    uint32_t sim_latency_us; /* ring over TCP: hold every message this long before sending it, a simulated
+                              * one-way link latency on one machine (tests, benchmarks;
+                              * TP_COMM_SIM_LATENCY_US, at most 1 s); 0: off (default) */
 };
 
 /* Defaults: ring, rank/world -1, 30 s op timeout, 60 s connect timeout. */
@@ -127,7 +130,8 @@ struct tp_comm_config tp_comm_default_config(void);
 /*
  * Fill cfg from the environment: TP_BACKEND, TP_RANK, TP_WORLD_SIZE,
  * TP_HOSTFILE, TP_COORDINATOR, TP_CLUSTER_TOKEN, TP_COMM_TIMEOUT_MS,
- * TP_COMM_CONNECT_TIMEOUT_MS, TP_COMM_SHM (0/1), TP_LISTEN_FD, TP_GROUP_ID.
+ * TP_COMM_CONNECT_TIMEOUT_MS, TP_COMM_SHM (0/1), TP_LISTEN_FD, TP_GROUP_ID,
+ * TP_COMM_SIM_LATENCY_US.
  * Only variables that are set override cfg.  Malformed values give
  * TP_ERR_INVALID_ARG with a message in err naming the variable.
  * Returned strings point into the environment (valid for the process).
