@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/long_functions.py [--max N] [--exclude GLOB ...] [PATH ...] - C functions longer than N lines.
 
-Lists every function definition in the C files git tracks under PATH (default: the whole repository)
+Lists every function definition in the C files git tracks under PATH (relative to the repository root;
+default: the whole repository)
 whose body, signature included, spans more than N lines (default 120), longest first, as
 "LINES FILE:LINE NAME".  Exit status 1 when it lists any, 0 when none.  It reads the code as this
 repository formats it (clang-format: a definition's "{" and "}" alone at column 0), not as a compiler
@@ -9,6 +10,7 @@ would; `--exclude 'server/grammar*'` leaves files out.
 """
 import argparse
 import fnmatch
+import os
 import re
 import subprocess
 import sys
@@ -45,13 +47,14 @@ def main():
     ap.add_argument("--exclude", action="append", default=[], help="leave out files matching this glob")
     ap.add_argument("paths", nargs="*", default=["."])
     a = ap.parse_args()
-    files = subprocess.run(["git", "ls-files", "--", *a.paths], stdout=subprocess.PIPE, check=True,
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = subprocess.run(["git", "ls-files", "--", *a.paths], stdout=subprocess.PIPE, check=True, cwd=repo,
                            universal_newlines=True).stdout.split()
     rows = []
     for f in files:
         if not f.endswith((".c", ".h")) or any(fnmatch.fnmatch(f, g) for g in a.exclude):
             continue
-        for first, last, name in functions(f):
+        for first, last, name in functions(os.path.join(repo, f)):
             if last - first + 1 > a.max:
                 rows.append((last - first + 1, "%s:%d" % (f, first), name))
     for n, where, name in sorted(rows, reverse=True):
