@@ -761,6 +761,21 @@ static int step_is_greedy(const struct tp_engine *e, int n_rows)
     return 1;
 }
 
+/* Where the next tool call of slot s may begin: from s->gfrom, and in a
+ * reply that may reason first (params.think) only after its </think>.
+ * 0: not yet (the reasoning is open, or the reply may still open it). */
+static int call_search_from(const struct slot *s, size_t *from)
+{
+    *from = s->gfrom;
+    if (!s->req->params.think) return 1;
+    struct tp_think_parts tp;
+    tp_think_split(s->text.data ? s->text.data : "", s->text.len, 0, &tp);
+    if (tp.thinking && !tp.closed) return 0;
+    if (!tp.thinking) return tp.content_e > 0; /* empty: undecided */
+    if (tp.content_b > *from) *from = tp.content_b;
+    return 1;
+}
+
 /* The chosen token of slot s: history, text, stop strings, limits. */
 static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sample_result *res)
 {
@@ -802,13 +817,14 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     }
     int call_done = 0;
     if (gr && r->params.tool_auto) {
-        size_t off = 0;
+        size_t off = 0, from = 0;
         if (s->gon && tp_gstate_done(gr, s->gst)) {
             /* the call's JSON is complete: free text again (another call, or the end) */
             s->gon = 0;
             s->gfrom = s->text.len;
             call_done = 1;
-        } else if (!s->gon && tp_tool_marker_find(r->params.tool_format, s->text.data, s->text.len, s->gfrom, &off)) {
+        } else if (!s->gon && call_search_from(s, &from) &&
+                   tp_tool_marker_find(r->params.tool_format, s->text.data, s->text.len, from, &off)) {
             /* a call begins: constrain its JSON from here (bytes already generated after the marker are fed;
              * when they cannot start a call, this one stays unconstrained) */
             tp_gstate_init(gr, s->gst);
