@@ -225,7 +225,8 @@ const ajv = new Ajv({ strict: false, allErrors: true });
 const isDate = (s) => {
   const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(s);
   if (!m) return false;
-  const d = new Date(Date.UTC(+m[1], +m[2] - 1, +m[3]));
+  const d = new Date(0);
+  d.setUTCFullYear(+m[1], +m[2] - 1, +m[3]); // (Date.UTC maps years 0-99 to 1900-1999)
   return d.getUTCFullYear() === +m[1] && d.getUTCMonth() === +m[2] - 1 && d.getUTCDate() === +m[3];
 };
 const isTime = (s) => {
