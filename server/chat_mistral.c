@@ -65,6 +65,24 @@ static size_t n_chars(const char *s)
     return k;
 }
 
+/* After the optional system message, m[0..n) must alternate user / assistant
+ * (tool results and assistant tool-call turns aside), as the Nemo and Small
+ * 3.2 templates check; *last_user: the last user message (-1: none).  TP_OK,
+ * or the templates' error. */
+static enum tp_status alternation(const struct tp_chat_ctx *c, const struct tp_chat_msg *m, int n, int *last_user)
+{
+    int idx = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(m[i].role, "user") == 0) *last_user = i;
+        if (strcmp(m[i].role, "tool") == 0 || m[i].n_calls > 0) continue;
+        if ((strcmp(m[i].role, "user") == 0) != (idx % 2 == 0))
+            return tp_chat_raise(c->err, "After the optional system message, conversation roles must alternate "
+                                         "user/assistant/user/assistant/...");
+        idx++;
+    }
+    return TP_OK;
+}
+
 static enum tp_status put_available_tools(struct tp_buf *o, const cJSON *tools)
 {
     P(put(o, "[AVAILABLE_TOOLS]["));
@@ -106,15 +124,8 @@ enum tp_status tp_chat_render_mistral_nemo(const struct tp_chat_ctx *c, struct t
         m++;
         n--;
     }
-    int last_user = -1, idx = 0;
-    for (int i = 0; i < n; i++) {
-        if (strcmp(m[i].role, "user") == 0) last_user = i;
-        if (strcmp(m[i].role, "tool") == 0 || m[i].n_calls > 0) continue;
-        if ((strcmp(m[i].role, "user") == 0) != (idx % 2 == 0))
-            return tp_chat_raise(c->err, "After the optional system message, conversation roles must "
-                                                     "alternate user/assistant/user/assistant/...");
-        idx++;
-    }
+    int last_user = -1;
+    if (alternation(c, m, n, &last_user) != TP_OK) return TP_ERR_INVALID_ARG;
     P(put(o, c->bos));
     for (int i = 0; i < n; i++) {
         const char *role = m[i].role;
@@ -356,15 +367,8 @@ enum tp_status tp_chat_render_mistral_small32(const struct tp_chat_ctx *c, struc
         m++;
         n--;
     }
-    int last_user = -1, idx = 0;
-    for (int i = 0; i < n; i++) {
-        if (strcmp(m[i].role, "user") == 0) last_user = i;
-        if (strcmp(m[i].role, "tool") == 0 || m[i].n_calls > 0) continue;
-        if ((strcmp(m[i].role, "user") == 0) != (idx % 2 == 0))
-            return tp_chat_raise(c->err, "After the optional system message, conversation roles must alternate "
-                                         "user/assistant/user/assistant/...");
-        idx++;
-    }
+    int last_user = -1;
+    if (alternation(c, m, n, &last_user) != TP_OK) return TP_ERR_INVALID_ARG;
     if (sys) P(put_system_prompt(o, sys, NULL, NULL));
     else P(put_system_prompt(o, small32_system_head, c->date, small32_system_tail));
     for (int i = 0; i < n; i++) {

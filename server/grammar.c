@@ -54,16 +54,21 @@ struct tp_grammar {
 
 /* ================================================================ build */
 
+/* Room for one more element in *arr (n used of *cap, elem bytes each).  0, or -1 out of memory. */
+static int grow(void **arr, int n, int *cap, size_t elem)
+{
+    if (n < *cap) return 0;
+    int nc = *cap ? 2 * *cap : 32;
+    void *p = realloc(*arr, (size_t)nc * elem);
+    if (!p) return -1;
+    *arr = p;
+    *cap = nc;
+    return 0;
+}
+
 static int new_node(tp_grammar_t *g, enum gkind k)
 {
-    if (g->n_nodes >= MAX_NODES) return -1;
-    if (g->n_nodes == g->cap_nodes) {
-        int cap = g->cap_nodes ? 2 * g->cap_nodes : 32;
-        struct gnode *n = realloc(g->nodes, (size_t)cap * sizeof *n);
-        if (!n) return -1;
-        g->nodes = n;
-        g->cap_nodes = cap;
-    }
+    if (g->n_nodes >= MAX_NODES || grow((void **)&g->nodes, g->n_nodes, &g->cap_nodes, sizeof *g->nodes)) return -1;
     struct gnode *n = &g->nodes[g->n_nodes];
     memset(n, 0, sizeof *n);
     n->kind = (uint8_t)k;
@@ -76,13 +81,7 @@ static int new_node(tp_grammar_t *g, enum gkind k)
 
 static int add_str(tp_grammar_t *g, const char *s, int len, int node)
 {
-    if (g->n_strs == g->cap_strs) {
-        int cap = g->cap_strs ? 2 * g->cap_strs : 32;
-        struct gstr *n = realloc(g->strs, (size_t)cap * sizeof *n);
-        if (!n) return -1;
-        g->strs = n;
-        g->cap_strs = cap;
-    }
+    if (grow((void **)&g->strs, g->n_strs, &g->cap_strs, sizeof *g->strs)) return -1;
     char *c = malloc((size_t)len + 1);
     if (!c) return -1;
     memcpy(c, s, (size_t)len);
@@ -95,13 +94,7 @@ static int add_str(tp_grammar_t *g, const char *s, int len, int node)
 
 static int add_kid(tp_grammar_t *g, int node)
 {
-    if (g->n_kids == g->cap_kids) {
-        int cap = g->cap_kids ? 2 * g->cap_kids : 32;
-        int *n = realloc(g->kids, (size_t)cap * sizeof *n);
-        if (!n) return -1;
-        g->kids = n;
-        g->cap_kids = cap;
-    }
+    if (grow((void **)&g->kids, g->n_kids, &g->cap_kids, sizeof *g->kids)) return -1;
     g->kids[g->n_kids] = node;
     return g->n_kids++;
 }
@@ -241,13 +234,7 @@ static int compile_string(struct cc *c, const cJSON *s, const char *path)
     if (!pat && !fmt) return nd;
     /* the lengths are folded into the automaton */
     tp_grammar_t *g = c->g;
-    if (g->n_rx == g->cap_rx) {
-        int cap = g->cap_rx ? 2 * g->cap_rx : 4;
-        struct tp_rx *rx = realloc(g->rx, (size_t)cap * sizeof *rx);
-        if (!rx) return oom(c);
-        g->rx = rx;
-        g->cap_rx = cap;
-    }
+    if (grow((void **)&g->rx, g->n_rx, &g->cap_rx, sizeof *g->rx)) return oom(c);
     char e[200];
     int rc = tp_rx_compile(pat ? pat->valuestring : NULL, fmt ? fmt->valuestring : NULL, n->min, n->max,
                            &g->rx[g->n_rx], e, sizeof e);

@@ -149,6 +149,19 @@ static int decode_string(const char *t, size_t p, size_t e, char *out, size_t ca
     return 0;
 }
 
+/* The arguments value at t[i] into v (its bytes so far; args_done when complete).
+ * *end one past it when RD_OK. */
+static enum rd read_args(const char *t, size_t n, size_t i, int final, struct tp_tool_call_view *v, size_t *end)
+{
+    v->args_off = i;
+    enum rd r = read_value(t, n, i, final, end);
+    if (r == RD_MORE) v->args_len = n - i;
+    if (r != RD_OK) return r;
+    v->args_len = *end - i;
+    v->args_done = 1;
+    return RD_OK;
+}
+
 /* One call object at t[p] == '{' whose arguments member is named akey.  Fills v;
  * *end one past the closing '}' when RD_OK. */
 static enum rd read_call(const char *t, size_t n, size_t p, const char *akey, int final, struct tp_tool_call_view *v,
@@ -180,15 +193,7 @@ static enum rd read_call(const char *t, size_t n, size_t p, const char *akey, in
             if (decode_string(t, i, ve, v->name, sizeof v->name) != 0) return RD_BAD;
             have_name = 1;
         } else if (kl == strlen(akey) && memcmp(k, akey, kl) == 0) {
-            v->args_off = i;
-            r = read_value(t, n, i, final, &ve);
-            if (r == RD_BAD) return r;
-            if (r == RD_MORE) {
-                v->args_len = n - i;
-                return r;
-            }
-            v->args_len = ve - i;
-            v->args_done = 1;
+            if ((r = read_args(t, n, i, final, v, &ve)) != RD_OK) return r;
             have_args = 1;
         } else {
             r = read_value(t, n, i, final, &ve);
@@ -282,19 +287,9 @@ static enum rd read_args_call(const char *t, size_t n, size_t p, int final, stru
     if (t[i] != '{') return RD_BAD;
     memcpy(v->name, t + p, name_end - p);
     v->name[name_end - p] = '\0';
-    v->args_off = i;
-    size_t ve = 0;
-    enum rd r = read_value(t, n, i, final, &ve);
-    if (r == RD_BAD) return r;
-    if (r == RD_MORE) {
-        v->args_len = n - i;
-        return r;
-    }
-    v->args_len = ve - i;
-    v->args_done = 1;
-    v->complete = 1;
-    *end = ve;
-    return RD_OK;
+    enum rd r = read_args(t, n, i, final, v, end);
+    v->complete = r == RD_OK;
+    return r;
 }
 
 /* Calls from t[p] in format f until the text ends or something else follows. */
