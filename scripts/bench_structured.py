@@ -102,7 +102,8 @@ def main():
                 wall = statistics.median(x[1] for x in res[constrained])
                 med[constrained] = (cpu, wall)
                 kind = "schema" if constrained else "unconstrained"
-                print(f"{n_seq:>4} {kind:>13} {cpu:>10.2f} {wall:>11.2f} {sum(x[2] for x in res[constrained]):>7}")
+                print(f"{n_seq:>4} {kind:>13} {cpu:>10.2f} {wall:>11.2f} {sum(x[2] for x in res[constrained]):>7}   rounds:",
+                      " ".join(f"{x[0]:.1f}/{x[1]:.0f}" for x in res[constrained]))
             print(f"{n_seq:>4} {'ratio':>13} {med[True][0] / med[False][0]:>10.3f} {med[True][1] / med[False][1]:>11.3f}")
     finally:
         srv.terminate()

@@ -84,7 +84,7 @@ static const char *finish_str(const struct tp_req *r, int has_calls)
  * grammar leaves the model no channel tokens), answered as content like any other template's. */
 static int is_harmony(const struct tp_server *s, const struct tp_req *r)
 {
-    return r->chat && s->chat == TP_CHAT_HARMONY && !r->params.grammar;
+    return r->chat && s->chat == TP_CHAT_HARMONY && (!r->params.grammar || r->params.harmony_calls);
 }
 /* qwen3-family replies: <think> reasoning split from the answer (not when the reply may hold tool calls:
  * those are read by tool_parse.c, the reasoning left in content). */
@@ -639,6 +639,7 @@ static enum tp_status prompt_tokens(struct tp_server *s, int chat, struct tp_req
      * is the function's name and arguments after the prompt's commentary header */
     if (s->chat != TP_CHAT_HARMONY) st = tp_req_tools_grammar(p, tp_chat_tool_format(s->chat), tp_chat_family_name(s->chat), e);
     else st = tp_req_forced_name_args(p, e);
+    if (st == TP_OK && s->chat == TP_CHAT_HARMONY && p->tool_auto) st = tp_req_harmony_calls_grammar(p, e);
     if (st != TP_OK) return st;
     p->think = p->tool_auto && s->chat == TP_CHAT_QWEN3;
     /* Mistral's templates refuse call ids other than 9 characters when the calls come back in the history */

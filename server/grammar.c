@@ -1597,7 +1597,9 @@ struct tp_token_trie {
     struct trie all;      /* every allowed token */
     struct trie rest;     /* the tokens not in plain */
     struct trie keyrest;  /* the tokens not in keyplain */
+    struct trie restpart; /* the tokens not in plainwhole */
     uint32_t *plain;      /* (n_words) tokens valid anywhere inside a string body at a character boundary */
+    uint32_t *plainwhole; /* (n_words) plain tokens that end on a character boundary */
     uint32_t *keyplain;   /* (n_words) plain tokens of printable ASCII only (valid in an additional key) */
 };
 
@@ -1661,9 +1663,10 @@ static int trie_build(struct trie *t, const int32_t *ids, int n, const char *con
 
 /* Token bytes valid inside a JSON string body from a character boundary
  * (may end inside a multi-byte character). */
-static int plain_piece(const unsigned char *p, size_t n)
+static int plain_piece(const unsigned char *p, size_t n, int *whole)
 {
     size_t i = 0;
+    *whole = 1;
     while (i < n) {
         unsigned c = p[i];
         if (c < 0x20 || c == '"' || c == '\\') return 0;
@@ -1675,11 +1678,13 @@ static int plain_piece(const unsigned char *p, size_t n)
         const int need = utf8_lead((int)c, &lo, &hi);
         if (need <= 0) return 0;
         i++;
-        for (int k = 0; k < need && i < n; k++, i++) {
+        int k = 0;
+        for (; k < need && i < n; k++, i++) {
             if (p[i] < lo || p[i] > hi) return 0;
             lo = 0x80;
             hi = 0xBF;
         }
+        *whole = k == need;
     }
     return 1;
 }
@@ -1692,13 +1697,15 @@ enum tp_status tp_token_trie_init(int n_vocab, const char *const *piece, const s
     int32_t *ids = malloc(((size_t)n_vocab + 1) * sizeof *ids);
     int32_t *rest = malloc(((size_t)n_vocab + 1) * sizeof *rest);
     int32_t *krest = malloc(((size_t)n_vocab + 1) * sizeof *krest);
-    if (!t || !ids || !rest || !krest) goto nomem;
+    int32_t *prest = malloc(((size_t)n_vocab + 1) * sizeof *prest);
+    if (!t || !ids || !rest || !krest || !prest) goto nomem;
     t->n_vocab = n_vocab;
     t->n_words = (n_vocab + 31) / 32;
     t->plain = calloc((size_t)t->n_words, sizeof *t->plain);
     t->keyplain = calloc((size_t)t->n_words, sizeof *t->keyplain);
-    if (!t->plain || !t->keyplain) goto nomem;
-    int n = 0, nr = 0, nk = 0;
+    t->plainwhole = calloc((size_t)t->n_words, sizeof *t->plainwhole);
+    if (!t->plain || !t->keyplain || !t->plainwhole) goto nomem;
+    int n = 0, nr = 0, nk = 0, np = 0;
     for (int i = 0; i < n_vocab; i++) {
         if ((skip && skip[i]) || len[i] == 0 || len[i] > 255) continue;
         ids[n++] = i;
@@ -1716,8 +1723,11 @@ enum tp_status tp_token_trie_init(int n_vocab, const char *const *piece, const s
     for (int i = 0; i < n; i++) {
         int id = ids[i];
         const unsigned char *pc = (const unsigned char *)piece[id];
-        if (len[id] <= PLAIN_MAX_BYTES && plain_piece(pc, len[id])) {
+        int whole = 0;
+        if (len[id] <= PLAIN_MAX_BYTES && plain_piece(pc, len[id], &whole)) {
             t->plain[id / 32] |= 1u << (id % 32);
+            if (whole) t->plainwhole[id / 32] |= 1u << (id % 32);
+            else prest[np++] = id;
             int ascii = 1;
             for (size_t k = 0; k < len[id]; k++) ascii &= pc[k] < 0x7F;
             if (ascii) t->keyplain[id / 32] |= 1u << (id % 32);
@@ -1725,20 +1735,23 @@ enum tp_status tp_token_trie_init(int n_vocab, const char *const *piece, const s
         } else {
             rest[nr++] = id;
             krest[nk++] = id;
+            prest[np++] = id;
         }
     }
     if (trie_build(&t->all, ids, n, piece, len) || trie_build(&t->rest, rest, nr, piece, len) ||
-        trie_build(&t->keyrest, krest, nk, piece, len))
+        trie_build(&t->keyrest, krest, nk, piece, len) || trie_build(&t->restpart, prest, np, piece, len))
         goto nomem;
     free(ids);
     free(rest);
     free(krest);
+    free(prest);
     *out = t;
     return TP_OK;
 nomem:
     free(ids);
     free(rest);
     free(krest);
+    free(prest);
     tp_token_trie_free(t);
     return TP_ERR_NOMEM;
 }
@@ -1752,6 +1765,9 @@ void tp_token_trie_free(tp_token_trie_t *t)
     free(t->rest.ids);
     free(t->keyrest.nodes);
     free(t->keyrest.ids);
+    free(t->restpart.nodes);
+    free(t->restpart.ids);
+    free(t->plainwhole);
     free(t->plain);
     free(t->keyplain);
     free(t);
@@ -1822,6 +1838,10 @@ static int set_and_walk(tp_mask_ctx_t *c, const uint32_t *set, const struct trie
 {
     const int nw = c->t->n_words;
     int allowed = 0;
+    if (!set) {
+        memset(mask, 0, (size_t)nw * sizeof *mask);
+        return walk(c, trie, g, mask);
+    }
     memcpy(mask, set, (size_t)nw * sizeof *mask);
     for (int w = 0; w < nw; w++) allowed += __builtin_popcount(mask[w]);
     return allowed + walk(c, trie, g, mask);
@@ -1844,12 +1864,20 @@ static int mask_budget(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_
          * more characters: every plain token is accepted, walk the others.  A
          * plain token raises the cost by at most the 3 continuation bytes of a
          * character it leaves unfinished. */
-        if ((budget < 0 || cost0 + 3 <= budget) && f->node != TP_GNODE_ROOT && !(f->flags & FL_KEY) &&
-            g->nodes[f->node].kind == G_STRING && g->nodes[f->node].rx < 0 && f->phase == S_BODY && f->u8 == 0) {
+        if (f->node != TP_GNODE_ROOT && !(f->flags & FL_KEY) && g->nodes[f->node].kind == G_STRING &&
+            g->nodes[f->node].rx < 0 && f->phase == S_BODY && f->u8 == 0) {
             const struct gnode *n = &g->nodes[f->node];
-            if (n->max < 0 || (int64_t)n->max - (int64_t)f->n - (int64_t)f->lo >= PLAIN_MAX_BYTES) {
+            const int room = n->max < 0 || (int64_t)n->max - (int64_t)f->n - (int64_t)f->lo >= PLAIN_MAX_BYTES;
+            if (room && (budget < 0 || cost0 + 3 <= budget)) {
                 c->maxcost = cost0 + 3;
                 return set_and_walk(c, t->plain, &t->rest, g, mask);
+            }
+            /* the closing stretch, minLength reached: a plain token that ends on a character boundary
+             * leaves the cost as it is, one that ends inside a character adds the bytes still missing;
+             * only the other tokens (walked, with their costs) can lower it */
+            if (room && rest_chars(n, f) == 0) {
+                c->maxcost = cost0 + 3;
+                return set_and_walk(c, cost0 <= budget ? t->plainwhole : NULL, &t->restpart, g, mask);
             }
         }
         /* an additionalProperties key with room for PLAIN_MAX_BYTES more

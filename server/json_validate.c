@@ -739,6 +739,14 @@ enum tp_status tp_req_forced_name_args(struct tp_req_params *p, struct tp_api_er
     return TP_OK;
 }
 
+enum tp_status tp_req_harmony_calls_grammar(struct tp_req_params *p, struct tp_api_error *e)
+{
+    if (!p->tool_auto) return TP_OK;
+    enum tp_status st = calls_grammar(p->tools, NULL, NULL, 0, 0, &p->grammar, e);
+    if (st == TP_OK) p->harmony_calls = 1;
+    return st;
+}
+
 enum tp_status tp_req_tools_grammar(struct tp_req_params *p, enum tp_tool_format f, const char *family,
                                     struct tp_api_error *e)
 {

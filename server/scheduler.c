@@ -8,6 +8,7 @@
  * nothing but the growing per-request text.  The step and the failure
  * behaviour in detail: docs/serving.md ("Engine") and docs/recovery.md.
  */
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +44,7 @@ struct slot {
                               * with tool_choice "auto" only from where a call's JSON begins to where it ends */
     size_t gfrom;            /* auto: text offset from which the next call marker is looked for */
     int32_t marker_id;       /* auto: the token of the format's call marker (kept in the text), -1: none */
+    int32_t hmsg_id, hstart_id; /* auto, harmony: <|message|> and <|start|> (-1: not in the vocabulary) */
 };
 
 struct tp_engine {
@@ -540,6 +542,11 @@ static void admit(struct tp_engine *e)
         s->marker_id = -1;
         const char *marker = r->params.tool_auto ? tp_tool_marker_token(r->params.tool_format) : NULL;
         if (marker) s->marker_id = tp_tokenizer_find_special(e->tok, marker);
+        s->hmsg_id = s->hstart_id = -1;
+        if (r->params.harmony_calls) {
+            s->hmsg_id = tp_tokenizer_find_special(e->tok, "<|message|>");
+            s->hstart_id = tp_tokenizer_find_special(e->tok, "<|start|>");
+        }
         tp_detok_reset(s->detok);
         /* The reply continues the prompt: feed the prompt's last token to the
          * detokenizer (output discarded) so SentencePiece's "drop the leading
@@ -776,6 +783,34 @@ static int call_search_from(const struct slot *s, size_t *from)
     return 1;
 }
 
+/* Harmony, tool_choice auto: token id just opened a message body.  When its
+ * header (the text since the reply began or since the last <|start|>)
+ * addresses "to=functions.NAME", start the call grammar with NAME's bytes
+ * fed, so the body is NAME's arguments under its schema (gon); an unknown
+ * name leaves the body free (the reply's parser reads it as it is). */
+static void harmony_call_begins(struct slot *s, int32_t id)
+{
+    struct tp_req *r = s->req;
+    if (id != s->hmsg_id || id < 0) return;
+    size_t from = 0;
+    for (int k = r->n_toks - 1; k >= 0; k--)
+        if (r->toks[k].id == s->hstart_id) {
+            from = r->toks[k].text_end;
+            break;
+        }
+    static const char to[] = "to=functions.";
+    const char *t = s->text.data ? s->text.data : "";
+    const char *hit = NULL;
+    for (size_t i = from; i + sizeof to - 1 <= s->text.len; i++)
+        if (memcmp(t + i, to, sizeof to - 1) == 0) hit = t + i + sizeof to - 1;
+    if (!hit) return;
+    size_t n = 0;
+    while (hit + n < t + s->text.len && (isalnum((unsigned char)hit[n]) || strchr("_-.", hit[n]))) n++;
+    tp_gstate_init(r->params.grammar, s->gst);
+    s->gkey_valid = 0;
+    s->gon = n > 0 && tp_gstate_feed_bytes(r->params.grammar, s->gst, hit, n);
+}
+
 /* The chosen token of slot s: history, text, stop strings, limits. */
 static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sample_result *res)
 {
@@ -816,7 +851,10 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
         return;
     }
     int call_done = 0;
-    if (gr && r->params.tool_auto) {
+    if (gr && r->params.harmony_calls) {
+        if (s->gon && tp_gstate_done(gr, s->gst)) s->gon = 0; /* the arguments closed: <|call|> may follow */
+        else if (!s->gon) harmony_call_begins(s, res->id);
+    } else if (gr && r->params.tool_auto) {
         size_t off = 0, from = 0;
         if (s->gon && tp_gstate_done(gr, s->gst)) {
             /* the call's JSON is complete: free text again (another call, or the end) */

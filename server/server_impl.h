@@ -324,6 +324,8 @@ struct tp_req_params {
                                     * format; grammar (built by tp_req_tools_grammar) is switched on where a
                                     * call begins */
     int parallel_tool_calls;       /* 0: at most one call per reply (the reply ends after it) */
+    int harmony_calls;             /* gpt-oss with tool_choice auto: grammar (name bytes, then arguments) constrains a
+                                    * message body whose header addresses to=functions.NAME */
     int short_call_ids;            /* tool call ids are 9 alphanumerics (the Mistral families' templates need them) */
     int think;                     /* with tool_auto: the reply may open with <think> reasoning (the qwen3
                                     * family), returned as reasoning_content; calls are looked for after it */
@@ -359,6 +361,10 @@ enum tp_status tp_req_tools_grammar(struct tp_req_params *p, enum tp_tool_format
  * the tools' grammar.  Replaces p->grammar.  TP_OK or as tp_req_tools_grammar.
  */
 enum tp_status tp_req_forced_name_args(struct tp_req_params *p, struct tp_api_error *e);
+/* gpt-oss, tool_choice auto: the same grammar for the bodies of the calls the
+ * model addresses to=functions.NAME (the scheduler feeds NAME first; sets
+ * p->harmony_calls).  TP_OK or as tp_req_tools_grammar. */
+enum tp_status tp_req_harmony_calls_grammar(struct tp_req_params *p, struct tp_api_error *e);
 
 /* ======================================================= stop strings ===== */
 

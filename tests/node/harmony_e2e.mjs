@@ -9,7 +9,8 @@
 //   replies  with logit_bias steering the random model towards the harmony tokens and a
 //            few words, over several seeds: the streamed deltas (reasoning_content, content,
 //            tool_calls announced once then their arguments) add up to the non-streamed
-//            message of the same seed, finish_reason agrees, and the stream ends with [DONE]
+//            message of the same seed, finish_reason agrees, and the stream ends with [DONE];
+//            a call's arguments are generated under the tool's schema (they parse and validate)
 //   forced   tool_choice "required" and a named function (two tools, streamed and not, several
 //            seeds): usage.prompt_tokens is the template's rendering plus
 //            "<|channel|>commentary to=functions." by tiktoken; one call of a listed function
@@ -119,7 +120,7 @@ async function stream(body) {
   return out;
 }
 
-const seen = { reasoning: 0, content: 0, calls: 0 };
+const seen = { reasoning: 0, content: 0, calls: 0, valid_calls: 0 };
 for (let seed = 1; seed <= 8; seed++) {
   const body = { messages: [{ role: "user", content: "What is 2+2? Also the weather in Paris." }], tools: [weather],
                  max_tokens: 120, temperature: 1, seed, logit_bias: bias, reasoning_effort: "medium" };
@@ -137,8 +138,14 @@ for (let seed = 1; seed <= 8; seed++) {
   if (JSON.stringify(sc) !== JSON.stringify(mc)) fail(`seed ${seed}: streamed calls ${JSON.stringify(sc)} != ${JSON.stringify(mc)}`);
   if (s.finish !== ch.finish_reason) fail(`seed ${seed}: finish ${s.finish} != ${ch.finish_reason}`);
   if (mc.length && ch.finish_reason !== "tool_calls" && ch.finish_reason !== "length") fail(`seed ${seed}: calls but finish ${ch.finish_reason}`);
-  if (mc.length && m.content !== null && m.content !== "") {
-    // content beside calls is allowed (commentary preambles); null only when there is none
+  // a body addressed to functions.get_weather is generated under its parameters schema
+  for (const c of mc) {
+    if (c.name !== "get_weather") continue;
+    let a = null;
+    try { a = JSON.parse(c.arguments); } catch { /* below */ }
+    if (!a || typeof a !== "object" || typeof a.city !== "string" || (a.days !== undefined && !Number.isInteger(a.days)))
+      fail(`seed ${seed}: auto call with invalid arguments ${JSON.stringify(c)}`);
+    else seen.valid_calls++;
   }
   if (m.reasoning_content) seen.reasoning++;
   if (mcontent) seen.content++;
