@@ -8,7 +8,6 @@
  * nothing but the growing per-request text.  The step and the failure
  * behaviour in detail: docs/serving.md ("Engine") and docs/recovery.md.
  */
-#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -804,8 +803,16 @@ static void harmony_call_begins(struct slot *s, int32_t id)
     for (size_t i = from; i + sizeof to - 1 <= s->text.len; i++)
         if (memcmp(t + i, to, sizeof to - 1) == 0) hit = t + i + sizeof to - 1;
     if (!hit) return;
+    /* the longest tool name there ("get_weatherjson" when no space preceded <|constrain|>json) */
+    const size_t avail = (size_t)(t + s->text.len - hit);
     size_t n = 0;
-    while (hit + n < t + s->text.len && (isalnum((unsigned char)hit[n]) || strchr("_-.", hit[n]))) n++;
+    const cJSON *tool;
+    cJSON_ArrayForEach(tool, r->params.tools)
+    {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tool, "function"), "name");
+        const size_t l = cJSON_IsString(nm) ? strlen(nm->valuestring) : 0;
+        if (l > n && l <= avail && memcmp(hit, nm->valuestring, l) == 0) n = l;
+    }
     tp_gstate_init(r->params.grammar, s->gst);
     s->gkey_valid = 0;
     s->gon = n > 0 && tp_gstate_feed_bytes(r->params.grammar, s->gst, hit, n);
