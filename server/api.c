@@ -28,7 +28,7 @@
  * templates take 9 alphanumeric characters, derived from the same two. */
 static void call_id(const struct tp_req *r, int k, char *out, size_t cap)
 {
-    if (r->params.tool_format != TP_TOOL_FORMAT_MISTRAL) {
+    if (!r->params.short_call_ids) {
         snprintf(out, cap, "call_%s_%d", r->id, k);
         return;
     }
@@ -45,13 +45,13 @@ static void call_id(const struct tp_req *r, int k, char *out, size_t cap)
  * calls only): OpenAI tool_calls [{index, id, type, function: {name,
  * arguments (the model's JSON text)}}].  NULL when the reply holds none.
  * *content_end: bytes of the reply that are content (before the calls). */
-static cJSON *tool_calls_json(const struct tp_req *r, size_t *content_end)
+static cJSON *tool_calls_json(const struct tp_req *r, size_t base, size_t *content_end)
 {
-    const char *text = r->text.data ? r->text.data : "";
+    const char *text = (r->text.data ? r->text.data : "") + base;
     *content_end = r->text.len;
     if (r->params.tool_format == TP_TOOL_FORMAT_NONE) return NULL;
     struct tp_tool_scan sc;
-    tp_tool_scan(r->params.tool_format, text, r->text.len, 1, &sc);
+    tp_tool_scan(r->params.tool_format, text, r->text.len - base, 1, &sc);
     cJSON *calls = NULL;
     for (int k = 0; k < sc.n_calls; k++) {
         const struct tp_tool_call_view *v = &sc.calls[k];
@@ -68,7 +68,7 @@ static cJSON *tool_calls_json(const struct tp_req *r, size_t *content_end)
         cJSON_AddStringToObject(fn, "name", v->name);
         tp_json_add_bytes(fn, "arguments", text + v->args_off, v->args_len);
     }
-    if (calls) *content_end = sc.content_end;
+    if (calls) *content_end = base + sc.content_end;
     return calls;
 }
 
@@ -84,7 +84,7 @@ static const char *finish_str(const struct tp_req *r, int has_calls)
  * grammar leaves the model no channel tokens), answered as content like any other template's. */
 static int is_harmony(const struct tp_server *s, const struct tp_req *r)
 {
-    return r->chat && s->chat == TP_CHAT_HARMONY && !r->params.grammar;
+    return r->chat && s->chat == TP_CHAT_HARMONY && (!r->params.grammar || r->params.harmony_calls);
 }
 /* qwen3-family replies: <think> reasoning split from the answer (not when the reply may hold tool calls:
  * those are read by tool_parse.c, the reasoning left in content). */
@@ -213,18 +213,24 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
     } else if (r->chat) {
         cJSON *msg = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
+        /* a reasoning reply that may call tools: the calls and the content are read after </think> */
+        struct tp_think_parts tp = {0};
+        if (r->params.think) tp_think_split(text, r->text.len, 1, &tp);
+        const size_t base = tp.content_b;
         size_t content_end;
-        cJSON *calls = tool_calls_json(r, &content_end);
+        cJSON *calls = tool_calls_json(r, base, &content_end);
         has_calls = calls != NULL;
         if (calls) {
             const cJSON *c;
             cJSON_ArrayForEach(c, calls) cJSON_DeleteItemFromObject((cJSON *)c, "index"); /* index is for stream deltas */
-            if (content_end > 0) tp_json_add_bytes(msg, "content", text, content_end);
+            if (content_end > base) tp_json_add_bytes(msg, "content", text + base, content_end - base);
             else cJSON_AddNullToObject(msg, "content");
             cJSON_AddItemToObject(msg, "tool_calls", calls);
         } else {
-            tp_json_add_bytes(msg, "content", text, r->text.len);
+            tp_json_add_bytes(msg, "content", text + base, r->text.len - base);
         }
+        if (tp.thinking)
+            tp_json_add_bytes(msg, "reasoning_content", text + tp.reasoning_b, tp.reasoning_e - tp.reasoning_b);
         if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, 0, r->n_toks));
         else cJSON_AddNullToObject(ch, "logprobs");
     } else {
@@ -308,7 +314,8 @@ struct stream {
     struct tp_buf out;        /* formatted, not yet handed to MHD */
     size_t out_pos;
     int sent_toks;
-    size_t sent_text;
+    size_t sent_text;         /* content bytes sent, counted from base */
+    size_t base;              /* where the content starts in the reply (after </think> when tools follow reasoning) */
     int first;
     int ended;                /* final events formatted */
     int complete;             /* every byte handed to MHD */
@@ -426,11 +433,30 @@ static int stream_tools(struct stream *st, int final)
 {
     struct tp_req *r = st->r;
     const char *text = r->text.data ? r->text.data : "";
+    size_t len = r->text.len;
+    if (r->params.think) {
+        /* reasoning_content first; the content and the calls come after </think> (an empty region while
+         * the reasoning is open or the reply may still open it) */
+        struct tp_think_parts tp;
+        tp_think_split(text, len, final, &tp);
+        if (tp.thinking && tp.reasoning_e > tp.reasoning_b + st->think_r) {
+            cJSON *d = cJSON_CreateObject();
+            if (!d) return st->n_call_hdr > 0;
+            tp_json_add_bytes(d, "reasoning_content", text + tp.reasoning_b + st->think_r,
+                              tp.reasoning_e - tp.reasoning_b - st->think_r);
+            delta_chunk(st, d);
+            st->think_r = tp.reasoning_e - tp.reasoning_b;
+        }
+        st->base = tp.content_b;
+        len = tp.content_e > tp.content_b ? tp.content_e : tp.content_b;
+    }
+    text += st->base;
+    len -= st->base;
     struct tp_tool_scan sc;
-    tp_tool_scan(r->params.tool_format, text, r->text.len, final, &sc);
+    tp_tool_scan(r->params.tool_format, text, len, final, &sc);
     size_t ce = st->n_call_hdr > 0 ? st->sent_text : sc.content_end;
     if (ce > st->sent_text) {
-        char *j = chunk_json(st->s, r, st->sent_text, ce, 0, 0, NULL, st->first);
+        char *j = chunk_json(st->s, r, st->base + st->sent_text, st->base + ce, 0, 0, NULL, st->first);
         if (j) tp_sse_data(&st->out, j);
         free(j);
         st->first = 0;
@@ -501,11 +527,11 @@ static void stream_format(struct stream *st)
     } else {
         size_t tl = r->text.len;
         int has_calls = tools && stream_tools(st, 1);
-        if (!has_calls && (tl > st->sent_text || st->first)) {
-            char *j = chunk_json(s, r, st->sent_text, tl, 0, 0, NULL, st->first);
+        if (!has_calls && (tl > st->base + st->sent_text || st->first)) {
+            char *j = chunk_json(s, r, st->base + st->sent_text, tl, 0, 0, NULL, st->first);
             if (j) tp_sse_data(&st->out, j);
             free(j);
-            st->sent_text = tl;
+            st->sent_text = tl - st->base;
             st->first = 0;
         }
         char *j = chunk_json(s, r, tl, tl, 0, 0, finish_str(r, has_calls), 0);
@@ -583,17 +609,10 @@ static void stream_free(void *cls)
 
 /* ------------------------------------------------------------ entry */
 
-/* What the harmony format alone takes (reasoning_effort), and what it refuses (a forced call). */
+/* What the harmony format alone takes (reasoning_effort). */
 static enum tp_status refuse_for_template(struct tp_server *s, const struct tp_req_params *p, struct tp_api_error *e)
 {
-    if (s->chat == TP_CHAT_HARMONY) {
-        if (p->tool_call)
-            return tp_api_err(e, TP_ERR_UNSUPPORTED, "tool_choice",
-                              "'tool_choice' \"required\" or a named function is not supported with the harmony "
-                              "format (gpt-oss): send \"auto\" (the model calls a tool on its commentary channel) or "
-                              "\"none\"");
-        return TP_OK;
-    }
+    if (s->chat == TP_CHAT_HARMONY) return TP_OK;
     if (p->reasoning_effort)
         return tp_api_err(e, TP_ERR_UNSUPPORTED, "reasoning_effort", "'reasoning_effort' is not supported by the %s "
                           "chat template (it applies to gpt-oss, the harmony format); remove it",
@@ -616,11 +635,16 @@ static enum tp_status prompt_tokens(struct tp_server *s, int chat, struct tp_req
     if (!chat) return tp_server_tokenize(s, p->prompt, p->prompt_len, tp_tokenizer_add_bos(s->tok), ids, n, e);
     enum tp_status st = refuse_for_template(s, p, e);
     if (st != TP_OK) return st;
-    /* harmony's calls are read from the reply's channel tokens (harmony.c): no call grammar */
-    if (s->chat != TP_CHAT_HARMONY) {
-        st = tp_req_tools_grammar(p, tp_chat_tool_format(s->chat), tp_chat_family_name(s->chat), e);
-        if (st != TP_OK) return st;
-    }
+    /* harmony's calls are read from the reply's channel tokens (harmony.c): no call grammar; a forced call
+     * is the function's name and arguments after the prompt's commentary header */
+    if (s->chat != TP_CHAT_HARMONY) st = tp_req_tools_grammar(p, tp_chat_tool_format(s->chat), tp_chat_family_name(s->chat), e);
+    else st = tp_req_forced_name_args(p, e);
+    if (st == TP_OK && s->chat == TP_CHAT_HARMONY && p->tool_auto) st = tp_req_harmony_calls_grammar(p, e);
+    if (st != TP_OK) return st;
+    p->think = p->tool_auto && s->chat == TP_CHAT_QWEN3;
+    /* Mistral's templates refuse call ids other than 9 characters when the calls come back in the history */
+    const enum tp_tool_format ff = tp_chat_tool_format(s->chat);
+    p->short_call_ids = ff == TP_TOOL_FORMAT_MISTRAL || ff == TP_TOOL_FORMAT_MISTRAL_ARGS;
     struct tp_buf text = {0};
     struct tp_error err = {0};
     /* tools are shown to models whose template has a place for them; a forced call is generated under its
@@ -632,6 +656,8 @@ static enum tp_status prompt_tokens(struct tp_server *s, int chat, struct tp_req
                                 .tools = tp_chat_has_tools(s->chat) ? p->tools : NULL,
                                 .reasoning_effort = p->reasoning_effort};
     st = tp_chat_render_opts(s->chat, p->msgs, p->n_msgs, &opts, &text, &err);
+    if (st == TP_OK && s->chat == TP_CHAT_HARMONY && p->tool_call)
+        st = tp_buf_puts(&text, "<|channel|>commentary to=functions.");
     if (st == TP_ERR_NOMEM) {
         tp_api_err(e, st, NULL, "out of memory");
     } else if (st != TP_OK) {

@@ -43,6 +43,7 @@ struct slot {
                               * with tool_choice "auto" only from where a call's JSON begins to where it ends */
     size_t gfrom;            /* auto: text offset from which the next call marker is looked for */
     int32_t marker_id;       /* auto: the token of the format's call marker (kept in the text), -1: none */
+    int32_t hmsg_id, hstart_id; /* auto, harmony: <|message|> and <|start|> (-1: not in the vocabulary) */
 };
 
 struct tp_engine {
@@ -540,6 +541,11 @@ static void admit(struct tp_engine *e)
         s->marker_id = -1;
         const char *marker = r->params.tool_auto ? tp_tool_marker_token(r->params.tool_format) : NULL;
         if (marker) s->marker_id = tp_tokenizer_find_special(e->tok, marker);
+        s->hmsg_id = s->hstart_id = -1;
+        if (r->params.harmony_calls) {
+            s->hmsg_id = tp_tokenizer_find_special(e->tok, "<|message|>");
+            s->hstart_id = tp_tokenizer_find_special(e->tok, "<|start|>");
+        }
         tp_detok_reset(s->detok);
         /* The reply continues the prompt: feed the prompt's last token to the
          * detokenizer (output discarded) so SentencePiece's "drop the leading
@@ -761,6 +767,57 @@ static int step_is_greedy(const struct tp_engine *e, int n_rows)
     return 1;
 }
 
+/* Where the next tool call of slot s may begin: from s->gfrom, and in a
+ * reply that may reason first (params.think) only after its </think>.
+ * 0: not yet (the reasoning is open, or the reply may still open it). */
+static int call_search_from(const struct slot *s, size_t *from)
+{
+    *from = s->gfrom;
+    if (!s->req->params.think) return 1;
+    struct tp_think_parts tp;
+    tp_think_split(s->text.data ? s->text.data : "", s->text.len, 0, &tp);
+    if (tp.thinking && !tp.closed) return 0;
+    if (!tp.thinking) return tp.content_e > 0; /* empty: undecided */
+    if (tp.content_b > *from) *from = tp.content_b;
+    return 1;
+}
+
+/* Harmony, tool_choice auto: token id just opened a message body.  When its
+ * header (the text since the reply began or since the last <|start|>)
+ * addresses "to=functions.NAME", start the call grammar with NAME's bytes
+ * fed, so the body is NAME's arguments under its schema (gon); an unknown
+ * name leaves the body free (the reply's parser reads it as it is). */
+static void harmony_call_begins(struct slot *s, int32_t id)
+{
+    struct tp_req *r = s->req;
+    if (id != s->hmsg_id || id < 0) return;
+    size_t from = 0;
+    for (int k = r->n_toks - 1; k >= 0; k--)
+        if (r->toks[k].id == s->hstart_id) {
+            from = r->toks[k].text_end;
+            break;
+        }
+    static const char to[] = "to=functions.";
+    const char *t = s->text.data ? s->text.data : "";
+    const char *hit = NULL;
+    for (size_t i = from; i + sizeof to - 1 <= s->text.len; i++)
+        if (memcmp(t + i, to, sizeof to - 1) == 0) hit = t + i + sizeof to - 1;
+    if (!hit) return;
+    /* the longest tool name there ("get_weatherjson" when no space preceded <|constrain|>json) */
+    const size_t avail = (size_t)(t + s->text.len - hit);
+    size_t n = 0;
+    const cJSON *tool;
+    cJSON_ArrayForEach(tool, r->params.tools)
+    {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tool, "function"), "name");
+        const size_t l = cJSON_IsString(nm) ? strlen(nm->valuestring) : 0;
+        if (l > n && l <= avail && memcmp(hit, nm->valuestring, l) == 0) n = l;
+    }
+    tp_gstate_init(r->params.grammar, s->gst);
+    s->gkey_valid = 0;
+    s->gon = n > 0 && tp_gstate_feed_bytes(r->params.grammar, s->gst, hit, n);
+}
+
 /* The chosen token of slot s: history, text, stop strings, limits. */
 static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sample_result *res)
 {
@@ -801,14 +858,18 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
         return;
     }
     int call_done = 0;
-    if (gr && r->params.tool_auto) {
-        size_t off = 0;
+    if (gr && r->params.harmony_calls) {
+        if (s->gon && tp_gstate_done(gr, s->gst)) s->gon = 0; /* the arguments closed: <|call|> may follow */
+        else if (!s->gon) harmony_call_begins(s, res->id);
+    } else if (gr && r->params.tool_auto) {
+        size_t off = 0, from = 0;
         if (s->gon && tp_gstate_done(gr, s->gst)) {
             /* the call's JSON is complete: free text again (another call, or the end) */
             s->gon = 0;
             s->gfrom = s->text.len;
             call_done = 1;
-        } else if (!s->gon && tp_tool_marker_find(r->params.tool_format, s->text.data, s->text.len, s->gfrom, &off)) {
+        } else if (!s->gon && call_search_from(s, &from) &&
+                   tp_tool_marker_find(r->params.tool_format, s->text.data, s->text.len, from, &off)) {
             /* a call begins: constrain its JSON from here (bytes already generated after the marker are fed;
              * when they cannot start a call, this one stays unconstrained) */
             tp_gstate_init(gr, s->gst);
