@@ -406,6 +406,16 @@ int tp_cmd_serve(int argc, char **argv)
         free(o.key_buf);
         return grc == 1 ? 2 : 1; /* bad --comm-dtype: usage error; bad environment: 1 */
     }
+    if (strcmp(o.on_rank_loss, "replan") == 0 && pc.comm.world_size != 1 && pc.comm.backend != TP_COMM_BACKEND_RING) {
+        /* docs/recovery.md: an MPI job cannot re-form in place at all; rdma re-forms at its size only */
+        fprintf(stderr, "tpserve serve: --on-rank-loss replan does not apply to --backend %s: %s (use --backend ring, "
+                        "or --on-rank-loss wait)\n", tp_comm_backend_name(pc.comm.backend),
+                pc.comm.backend == TP_COMM_BACKEND_MPI
+                    ? "an MPI job cannot re-form in place; mpirun or the scheduler restarts the whole job"
+                    : "only the ring backend can form a group with fewer ranks");
+        free(o.key_buf);
+        return 2;
+    }
     tp_cli_setup_logging(prefix);
     if (strcmp(o.log_format, "json") == 0) tp_log_set_hook(json_log_hook, NULL);
     signal(SIGPIPE, SIG_IGN);

@@ -175,7 +175,7 @@ static int silent_rank(const struct tp_engine *e, char *reason, size_t cap)
     uint32_t ms = 0;
     if (e->recovering) return 0;
     /* a closed liveness link at once (an exited or killed rank), a silent one after TP_ENGINE_SILENT_MS */
-    int r = tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, &ms);
+    int r = tp_parallel_lost_rank(e->p, TP_ENGINE_SILENT_MS, &ms);
     if (r < 0) return 0;
     snprintf(reason, cap, "rank %d has not answered for %.1f s (stopped, hung, exited or unreachable)", r,
              ms / 1000.0);
@@ -909,13 +909,14 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
 }
 
 /* Which rank was lost after a failed step (engine thread, before the group
- * is replaced): a closed liveness link shows at once, a silent one after
- * TP_ENGINE_SILENT_MS; give the heartbeat thread up to 600 ms to see it.
- * Returns the rank, or -1 when none could be named. */
+ * is replaced): a link closed by a dead process shows at once, a silent one
+ * after TP_ENGINE_SILENT_MS, a rank that left alive only when nothing else
+ * explains the loss (tp_comm_lost_rank); give the heartbeat thread up to
+ * 600 ms to see it.  Returns the rank, or -1 when none could be named. */
 static int identify_lost(const struct tp_engine *e)
 {
     for (int i = 0; i < 12; i++) {
-        int r = tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, NULL);
+        int r = tp_parallel_lost_rank(e->p, TP_ENGINE_SILENT_MS, NULL);
         if (r >= 0) return r;
         tp_sleep_ms(50);
     }
@@ -1142,7 +1143,7 @@ static void *engine_main(void *arg)
             int rc = pthread_cond_timedwait(&e->cv, &e->mu, &ts);
             uint64_t now = tp_now_ns();
             int due = now - e->last_ping_ns >= 1000000000ull ||
-                      (!e->recovering && tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, NULL) >= 0);
+                      (!e->recovering && tp_parallel_lost_rank(e->p, TP_ENGINE_SILENT_MS, NULL) >= 0);
             if (rc != 0 && due && !e->stop && e->q_len == 0) {
                 e->last_ping_ns = now;
                 pthread_mutex_unlock(&e->mu);
