@@ -22,18 +22,17 @@
 #include "api_run.h"
 #include "http_impl.h"
 
-
 /* Tool calls read from the finished reply in the request's format (complete
  * calls only): OpenAI tool_calls [{index, id, type, function: {name,
  * arguments (the model's JSON text)}}].  NULL when the reply holds none.
  * *content_end: bytes of the reply that are content (before the calls). */
-static cJSON *tool_calls_json(const struct tp_server *s, const struct tp_req *r, size_t *content_end)
+static cJSON *tool_calls_json(const struct tp_server *s, const struct tp_req *r, size_t base, size_t *content_end)
 {
-    const char *text = r->text.data ? r->text.data : "";
+    const char *text = (r->text.data ? r->text.data : "") + base;
     *content_end = r->text.len;
     if (r->params.tool_format == TP_TOOL_FORMAT_NONE) return NULL;
     struct tp_tool_scan sc;
-    tp_tool_scan(r->params.tool_format, text, r->text.len, 1, &sc);
+    tp_tool_scan(r->params.tool_format, text, r->text.len - base, 1, &sc);
     cJSON *calls = NULL;
     for (int k = 0; k < sc.n_calls; k++) {
         const struct tp_tool_call_view *v = &sc.calls[k];
@@ -50,7 +49,7 @@ static cJSON *tool_calls_json(const struct tp_server *s, const struct tp_req *r,
         cJSON_AddStringToObject(fn, "name", v->name);
         tp_json_add_bytes(fn, "arguments", text + v->args_off, v->args_len);
     }
-    if (calls) *content_end = sc.content_end;
+    if (calls) *content_end = base + sc.content_end;
     return calls;
 }
 
@@ -66,7 +65,7 @@ static const char *finish_str(const struct tp_req *r, int has_calls)
  * grammar leaves the model no channel tokens), answered as content like any other template's. */
 static int is_harmony(const struct tp_server *s, const struct tp_req *r)
 {
-    return r->chat && s->chat == TP_CHAT_HARMONY && !r->params.grammar;
+    return r->chat && s->chat == TP_CHAT_HARMONY && (!r->params.grammar || r->params.harmony_calls);
 }
 /* qwen3-family replies: <think> reasoning split from the answer (not when the reply may hold tool calls:
  * those are read by tool_parse.c, the reasoning left in content). */
@@ -195,18 +194,24 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
     } else if (r->chat) {
         cJSON *msg = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
+        /* a reasoning reply that may call tools: the calls and the content are read after </think> */
+        struct tp_think_parts tp = {0};
+        if (r->params.think) tp_think_split(text, r->text.len, 1, &tp);
+        const size_t base = tp.content_b;
         size_t content_end;
-        cJSON *calls = tool_calls_json(s, r, &content_end);
+        cJSON *calls = tool_calls_json(s, r, base, &content_end);
         has_calls = calls != NULL;
         if (calls) {
             const cJSON *c;
             cJSON_ArrayForEach(c, calls) cJSON_DeleteItemFromObject((cJSON *)c, "index"); /* index is for stream deltas */
-            if (content_end > 0) tp_json_add_bytes(msg, "content", text, content_end);
+            if (content_end > base) tp_json_add_bytes(msg, "content", text + base, content_end - base);
             else cJSON_AddNullToObject(msg, "content");
             cJSON_AddItemToObject(msg, "tool_calls", calls);
         } else {
-            tp_json_add_bytes(msg, "content", text, r->text.len);
+            tp_json_add_bytes(msg, "content", text + base, r->text.len - base);
         }
+        if (tp.thinking)
+            tp_json_add_bytes(msg, "reasoning_content", text + tp.reasoning_b, tp.reasoning_e - tp.reasoning_b);
         if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, 0, r->n_toks));
         else cJSON_AddNullToObject(ch, "logprobs");
     } else {
@@ -287,9 +292,9 @@ struct stream {
     uint64_t last_out_ns;
     struct tp_harmony_cursor h; /* harmony: where the stream stands */
     size_t think_r, think_c;    /* <think> replies: reasoning and content bytes sent */
-    struct tp_call_cursor calls; /* the reply's content bytes sent (calls.sent_text) and, when it may hold
-                                  * tool calls, the calls whose first delta (id, name) was sent and the
-                                  * argument bytes sent of each */
+    struct tp_call_cursor calls; /* the reply's content bytes sent (calls.sent_text, from calls.base) and,
+                                  * when it may hold tool calls, the calls whose first delta (id, name) was
+                                  * sent and the argument bytes sent of each */
 };
 
 /* One chunk of a split reply (harmony, <think>): delta (owned; {} when NULL) with role on
@@ -387,23 +392,30 @@ static void think_stream(struct stream *st)
     st->sent_toks = r->n_toks;
 }
 
-/* mu held: a reply that may hold tool calls, streamed from a scan of the text
- * so far: content up to the first call (a tail that could still become a
- * call marker is held back), then each call's first delta once its name is
- * complete and its argument bytes as they grow.  final: the reply ended.
- * Returns 1 when any call was streamed. */
+/* mu held: a reply that may hold tool calls, streamed from a scan of the text so far
+ * (tp_run_stream_calls): reasoning_content first (a <think> reply), content up to the first call,
+ * then each call's first delta once its name is complete (index, id, type, name) and its argument
+ * bytes as they grow.  final: the reply ended.  Returns 1 when any call was streamed. */
 static void tools_text(void *ctx, const char *text, size_t n)
 {
     struct stream *st = ctx;
     (void)text;
-    char *j = chunk_json(st->s, st->r, st->calls.sent_text, st->calls.sent_text + n, 0, 0, NULL, st->first);
+    const size_t at = st->calls.base + st->calls.sent_text;
+    char *j = chunk_json(st->s, st->r, at, at + n, 0, 0, NULL, st->first);
     if (j) tp_sse_data(&st->out, j);
     free(j);
     st->first = 0;
 }
+static void tools_reasoning(void *ctx, const char *text, size_t n)
+{
+    cJSON *d = cJSON_CreateObject();
+    if (!d) return;
+    tp_json_add_bytes(d, "reasoning_content", text, n);
+    delta_chunk(ctx, d);
+}
 static void tools_begin(void *ctx, int k, const char *name) { tool_delta(ctx, k, name, "", 0, 1); }
 static void tools_args(void *ctx, int k, const char *args, size_t n) { tool_delta(ctx, k, NULL, args, n, 0); }
-static const struct tp_call_sink tools_sink = {tools_text, tools_begin, tools_args, NULL};
+static const struct tp_call_sink tools_sink = {tools_text, tools_reasoning, tools_begin, tools_args, NULL};
 
 static int stream_tools(struct stream *st, int final)
 {
@@ -468,11 +480,11 @@ static void stream_format(struct stream *st)
     } else {
         size_t tl = r->text.len;
         int has_calls = tools && stream_tools(st, 1);
-        if (!has_calls && (tl > st->calls.sent_text || st->first)) {
-            char *j = chunk_json(s, r, st->calls.sent_text, tl, 0, 0, NULL, st->first);
+        if (!has_calls && (tl > st->calls.base + st->calls.sent_text || st->first)) {
+            char *j = chunk_json(s, r, st->calls.base + st->calls.sent_text, tl, 0, 0, NULL, st->first);
             if (j) tp_sse_data(&st->out, j);
             free(j);
-            st->calls.sent_text = tl;
+            st->calls.sent_text = tl - st->calls.base;
             st->first = 0;
         }
         finish_chunks(st, finish_str(r, has_calls));

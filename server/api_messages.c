@@ -553,8 +553,9 @@ static char *final_json(struct tp_run *x)
     cJSON *o = message_object(x, 1);
     cJSON *content = cJSON_AddArrayToObject(o, "content");
     struct tp_tool_scan sc;
-    const int n_calls = tp_run_reply_calls(r, &sc);
-    const char *text = r->text.data ? r->text.data : "";
+    size_t base;
+    const int n_calls = tp_run_reply_calls(r, &sc, &base);
+    const char *text = (r->text.data ? r->text.data : "") + base; /* the content and calls (after </think>) */
     if (sc.content_end > 0 || n_calls == 0) {
         cJSON *t = cJSON_CreateObject();
         cJSON_AddStringToObject(t, "type", "text");

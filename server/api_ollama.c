@@ -474,9 +474,10 @@ static void s_error(struct tp_run *x, const struct tp_api_error *e, struct tp_bu
 static char *final_json(struct tp_run *x)
 {
     const struct tp_req *r = x->r;
-    const char *text = r->text.data ? r->text.data : "";
     struct tp_tool_scan sc;
-    const int n_calls = tp_run_reply_calls(r, &sc);
+    size_t base;
+    const int n_calls = tp_run_reply_calls(r, &sc, &base);
+    const char *text = (r->text.data ? r->text.data : "") + base; /* the content and calls (after </think>) */
     cJSON *o = head(x);
     add_text(x, o, text, sc.content_end);
     cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "message");

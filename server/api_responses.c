@@ -696,9 +696,10 @@ static cJSON *call_item(const struct tp_run *x, int k, const char *name, const c
 static cJSON *output_items(const struct tp_run *x)
 {
     const struct tp_req *r = x->r;
-    const char *text = r->text.data ? r->text.data : "";
     struct tp_tool_scan sc;
-    const int n_calls = tp_run_reply_calls(r, &sc);
+    size_t base;
+    const int n_calls = tp_run_reply_calls(r, &sc, &base);
+    const char *text = (r->text.data ? r->text.data : "") + base; /* the content and calls (after </think>) */
     cJSON *out = cJSON_CreateArray();
     if (sc.content_end > 0 || n_calls == 0)
         cJSON_AddItemToArray(out, message_item(x, text, sc.content_end, incomplete(r) ? "incomplete" : "completed"));
@@ -752,9 +753,10 @@ static void remember(struct tp_run *x, const cJSON *response)
     struct resp_ctx *ctx = x->ctx;
     const struct tp_req *r = x->r;
     if (!ctx->store || !ctx->history || r->finish == TP_FINISH_ERROR) return;
-    const char *text = r->text.data ? r->text.data : "";
     struct tp_tool_scan sc;
-    const int n_calls = tp_run_reply_calls(r, &sc);
+    size_t base;
+    const int n_calls = tp_run_reply_calls(r, &sc, &base);
+    const char *text = (r->text.data ? r->text.data : "") + base; /* the content and calls (after </think>) */
     cJSON *m = cJSON_CreateObject();
     cJSON_AddItemToArray(ctx->history, m);
     cJSON_AddStringToObject(m, "role", "assistant");
@@ -868,13 +870,13 @@ static void open_message(struct tp_run *x, struct tp_buf *out)
     event(x, out, o);
 }
 
-/* Close the open item: the message's text is the content sent, r->text[0, x->calls.sent_text). */
+/* Close the open item: the message's text is the content sent, calls.sent_text bytes from calls.base. */
 static void close_open(struct tp_run *x, struct tp_buf *out)
 {
     struct resp_ctx *ctx = x->ctx;
     const struct tp_req *r = x->r;
     if (ctx->open == OPEN_MESSAGE) {
-        const char *text = r->text.data ? r->text.data : "";
+        const char *text = (r->text.data ? r->text.data : "") + x->calls.base;
         size_t n = x->calls.sent_text;
         cJSON *o = at_item(x, "response.output_text.done", -1, ctx->open_index, 1);
         tp_json_add_bytes(o, "text", text, n);

@@ -47,17 +47,10 @@ void tp_run_make_id(struct tp_server *s, const char *prefix, char *out, size_t c
     snprintf(out, cap, "%s%llx%06llu", prefix, (unsigned long long)s->created, (unsigned long long)num);
 }
 
-/* What the harmony format alone takes (reasoning_effort), and what it refuses (a forced call). */
+/* What the harmony format alone takes (reasoning_effort). */
 static enum tp_status refuse_for_template(struct tp_server *s, const struct tp_req_params *p, struct tp_api_error *e)
 {
-    if (s->chat == TP_CHAT_HARMONY) {
-        if (p->tool_call)
-            return tp_api_err(e, TP_ERR_UNSUPPORTED, "tool_choice",
-                              "'tool_choice' \"required\" or a named function is not supported with the harmony "
-                              "format (gpt-oss): send \"auto\" (the model calls a tool on its commentary channel) or "
-                              "\"none\"");
-        return TP_OK;
-    }
+    if (s->chat == TP_CHAT_HARMONY) return TP_OK;
     if (p->reasoning_effort)
         return tp_api_err(e, TP_ERR_UNSUPPORTED, "reasoning_effort", "'reasoning_effort' is not supported by the %s "
                           "chat template (it applies to gpt-oss, the harmony format); remove it",
@@ -83,11 +76,16 @@ enum tp_status tp_run_tokens(struct tp_server *s, struct tp_req_params *p, const
     }
     enum tp_status st = refuse_for_template(s, p, e);
     if (st != TP_OK) return st;
-    /* harmony's calls are read from the reply's channel tokens (harmony.c): no call grammar */
-    if (s->chat != TP_CHAT_HARMONY) {
-        st = tp_req_tools_grammar(p, tp_chat_tool_format(s->chat), tp_chat_family_name(s->chat), e);
-        if (st != TP_OK) return st;
-    }
+    /* harmony's calls are read from the reply's channel tokens (harmony.c): no call grammar; a forced call
+     * is the function's name and arguments after the prompt's commentary header */
+    if (s->chat != TP_CHAT_HARMONY) st = tp_req_tools_grammar(p, tp_chat_tool_format(s->chat), tp_chat_family_name(s->chat), e);
+    else st = tp_req_forced_name_args(p, e);
+    if (st == TP_OK && s->chat == TP_CHAT_HARMONY && p->tool_auto) st = tp_req_harmony_calls_grammar(p, e);
+    if (st != TP_OK) return st;
+    p->think = p->tool_auto && s->chat == TP_CHAT_QWEN3;
+    /* Mistral's templates refuse call ids other than 9 characters when the calls come back in the history */
+    const enum tp_tool_format ff = tp_chat_tool_format(s->chat);
+    p->short_call_ids = ff == TP_TOOL_FORMAT_MISTRAL || ff == TP_TOOL_FORMAT_MISTRAL_ARGS;
     struct tp_buf text = {0};
     struct tp_error err = {0};
     /* tools are shown to models whose template has a place for them; a forced call is generated under its
@@ -99,6 +97,8 @@ enum tp_status tp_run_tokens(struct tp_server *s, struct tp_req_params *p, const
                                 .tools = tp_chat_has_tools(s->chat) ? p->tools : NULL,
                                 .reasoning_effort = p->reasoning_effort};
     st = tp_chat_render_opts(s->chat, p->msgs, p->n_msgs, &opts, &text, &err);
+    if (st == TP_OK && s->chat == TP_CHAT_HARMONY && p->tool_call)
+        st = tp_buf_puts(&text, "<|channel|>commentary to=functions.");
     if (st != TP_OK) {
         tp_buf_free(&text);
         if (st == TP_ERR_NOMEM) return tp_api_err(e, st, NULL, "out of memory");
@@ -214,9 +214,13 @@ int tp_run_parse_chat(struct tp_server *s, const cJSON *req, const char *const (
     return rc;
 }
 
-int tp_run_reply_calls(const struct tp_req *r, struct tp_tool_scan *sc)
+int tp_run_reply_calls(const struct tp_req *r, struct tp_tool_scan *sc, size_t *base)
 {
-    tp_tool_scan(r->params.tool_format, r->text.data ? r->text.data : "", r->text.len, 1, sc);
+    const char *text = r->text.data ? r->text.data : "";
+    struct tp_think_parts tp = {0};
+    if (r->params.think) tp_think_split(text, r->text.len, 1, &tp);
+    *base = tp.content_b;
+    tp_tool_scan(r->params.tool_format, text + *base, r->text.len - *base, 1, sc);
     int n = 0;
     for (int k = 0; k < sc->n_calls; k++) n += sc->calls[k].complete;
     return n;
@@ -225,7 +229,8 @@ int tp_run_reply_calls(const struct tp_req *r, struct tp_tool_scan *sc)
 void tp_run_call_id(const struct tp_server *s, const struct tp_req *r, int k, const char *prefix, char *out,
                     size_t cap)
 {
-    if (tp_chat_tool_format(s->chat) != TP_TOOL_FORMAT_MISTRAL) {
+    (void)s;
+    if (!r->params.short_call_ids) {
         /* the request id's unique part: what follows its own prefix ("chatcmpl-", "msg_", "resp_") */
         const char *u = r->id + strcspn(r->id, "-_");
         snprintf(out, cap, "%s%s_%d", prefix, *u ? u + 1 : r->id, k);
@@ -277,8 +282,25 @@ void tp_run_stream_calls(const struct tp_req *r, int final, struct tp_call_curso
                          const struct tp_call_sink *sink, void *ctx)
 {
     const char *text = r->text.data ? r->text.data : "";
+    size_t len = r->text.len;
+    if (r->params.think) {
+        /* the reasoning first; the content and the calls come after </think> (an empty region while the
+         * reasoning is open or the reply may still open it) */
+        struct tp_think_parts tp;
+        tp_think_split(text, len, final, &tp);
+        if (tp.thinking && tp.reasoning_e > tp.reasoning_b + cur->sent_reasoning) {
+            if (sink->reasoning)
+                sink->reasoning(ctx, text + tp.reasoning_b + cur->sent_reasoning,
+                                tp.reasoning_e - tp.reasoning_b - cur->sent_reasoning);
+            cur->sent_reasoning = tp.reasoning_e - tp.reasoning_b;
+        }
+        cur->base = tp.content_b;
+        len = tp.content_e > tp.content_b ? tp.content_e : tp.content_b;
+    }
+    text += cur->base;
+    len -= cur->base;
     struct tp_tool_scan sc;
-    tp_tool_scan(r->params.tool_format, text, r->text.len, final, &sc);
+    tp_tool_scan(r->params.tool_format, text, len, final, &sc);
     size_t ce = cur->n_begun > 0 ? cur->sent_text : sc.content_end;
     if (ce > cur->sent_text) {
         if (sink->text) sink->text(ctx, text + cur->sent_text, ce - cur->sent_text);
@@ -339,7 +361,7 @@ static void sink_done(void *ctx, int k, const char *name, const char *args, size
     struct tp_run *x = ctx;
     if (x->ops->call_done) x->ops->call_done(x, k, name, args, n, &x->out);
 }
-static const struct tp_call_sink run_sink = {sink_text, sink_begin, sink_args, sink_done};
+static const struct tp_call_sink run_sink = {sink_text, NULL, sink_begin, sink_args, sink_done};
 
 /* mu held: format everything new into x->out. */
 static void run_format(struct tp_run *x)

@@ -11,6 +11,8 @@
  * and ranks as chat completions), waits or streams, and calls back into the
  * API's formatter (struct tp_run_ops) to turn the engine's events into that
  * API's response or stream, and errors into that API's error shape.
+ * Chat completions (api.c) shares the prompt builder (tp_run_tokens), the
+ * waits and the walk over a streamed reply's tool calls.
  */
 #ifndef TP_SERVER_API_RUN_H
 #define TP_SERVER_API_RUN_H
@@ -21,21 +23,26 @@ struct tp_run;
 
 /* Where the stream of a reply that may hold tool calls stands. */
 struct tp_call_cursor {
-    size_t sent_text;                    /* content bytes streamed */
+    size_t base;                         /* where the content starts in the reply: after </think> for a
+                                          * reasoning reply (params.think), else 0 */
+    size_t sent_text;                    /* content bytes streamed, from base */
+    size_t sent_reasoning;               /* reasoning bytes streamed */
     int n_begun, n_done;                 /* calls begun (name sent), calls completed */
     size_t args_sent[TP_TOOL_MAX_CALLS]; /* argument bytes streamed of each begun call */
 };
 /* What a stream does with the pieces of such a reply (any may be NULL; ctx is the caller's). */
 struct tp_call_sink {
     void (*text)(void *ctx, const char *text, size_t n);
+    void (*reasoning)(void *ctx, const char *text, size_t n); /* a <think> reply's reasoning (params.think) */
     void (*begin)(void *ctx, int k, const char *name);
     void (*args)(void *ctx, int k, const char *args, size_t n);
     void (*done)(void *ctx, int k, const char *name, const char *args, size_t n);
 };
 /*
- * Stream what is new in r's reply (mu held) from a scan of its text in its tool format: content up to the
- * first call (a tail that could still become a call marker is held back), then each call as it begins
- * (its name complete), grows and completes, in order.  final: the reply ended.  Advances cur.
+ * Stream what is new in r's reply (mu held) from a scan of its text in its tool format: the reasoning of a
+ * <think> reply (params.think: the content and the calls come after </think>), content up to the first
+ * call (a tail that could still become a call marker is held back), then each call as it begins (its name
+ * complete), grows and completes, in order.  final: the reply ended.  Advances cur.
  */
 void tp_run_stream_calls(const struct tp_req *r, int final, struct tp_call_cursor *cur,
                          const struct tp_call_sink *sink, void *ctx);
@@ -156,15 +163,16 @@ enum MHD_Result tp_run_send_error(struct tp_server *s, struct MHD_Connection *c,
 int tp_run_parse_chat(struct tp_server *s, const struct cJSON *req, const char *const (*rename)[2],
                       struct tp_req_params *p, struct tp_api_error *e);
 
-/* The finished reply of r read for tool calls in its format (tp_tool_scan, final): sc->calls[0,
- * sc->n_calls) with complete set are the calls, r->text[0, sc->content_end) the content before them.  A
- * reply without calls (none asked for, or text that does not parse as calls) is all content.  Returns the
- * number of complete calls. */
-int tp_run_reply_calls(const struct tp_req *r, struct tp_tool_scan *sc);
+/* The finished reply of r read for tool calls in its format (tp_tool_scan, final) from *base (after
+ * </think> in a reasoning reply, params.think; else 0): sc->calls[0, sc->n_calls) with complete set are the
+ * calls (their offsets from base), r->text[base, base + sc->content_end) the content before them.  A reply
+ * without calls (none asked for, or text that does not parse as calls) is all content.  Returns the number
+ * of complete calls. */
+int tp_run_reply_calls(const struct tp_req *r, struct tp_tool_scan *sc, size_t *base);
 
 /* The id of tool call k of request r: prefix, the request id's unique part and k ("call_<id>_<k>"), or
- * the 9 alphanumeric characters Mistral's templates take when the server's family writes Mistral calls
- * (derived from the same two).  out: at least 96 bytes. */
+ * the 9 alphanumeric characters Mistral's templates take (params.short_call_ids; derived from the same
+ * two).  out: at least 96 bytes. */
 void tp_run_call_id(const struct tp_server *s, const struct tp_req *r, int k, const char *prefix, char *out,
                     size_t cap);
 

@@ -28,6 +28,13 @@ tp_expect_test(server.cli_missing_model RC 1 REGEX "tpserve serve: .*/nonexisten
                COMMAND ${_tp_bin} serve -m /nonexistent/model.gguf --port 0)
 tp_expect_test(server.cli_bad_cors_origin RC 1 REGEX "--cors-origin 'https://app.example.com/path': want '\\*' or an origin"
                LABELS unit COMMAND ${_tp_bin} serve -m ${_tp_stories} --port 0 --cors-origin https://app.example.com/path)
+# --on-rank-loss replan needs a group that can form smaller in place: the ring backend (docs/recovery.md)
+tp_expect_test(server.cli_replan_mpi RC 2 REGEX "--on-rank-loss replan does not apply to --backend mpi: an MPI job cannot re-form in place"
+               LABELS unit COMMAND env TP_BACKEND=mpi TP_WORLD_SIZE=2 TP_RANK=0
+                       ${_tp_bin} serve -m ${_tp_stories} --port 0 --on-rank-loss replan)
+tp_expect_test(server.cli_replan_rdma RC 2 REGEX "--on-rank-loss replan does not apply to --backend rdma: only the ring backend"
+               LABELS unit COMMAND env TP_BACKEND=rdma TP_WORLD_SIZE=2 TP_RANK=0
+                       ${_tp_bin} serve -m ${_tp_stories} --port 0 --on-rank-loss replan)
 tp_expect_test(server.cli_mem_budget_small RC 1 REGEX "--mem-budget 1000 is too small for one request of --max-body 1048576"
                LABELS unit COMMAND ${_tp_bin} serve -m ${_tp_stories} --port 0 --mem-budget 1000)
 
@@ -44,7 +51,7 @@ if(TP_PYTHON3)
   # from 4 streaming clients, SIGSTOP/SIGCONT one (short and long), kill one 20 times (rank 0 RSS flat);
   # --on-rank-loss replan: 3 ranks go on as 2 (then 1) with the same greedy text, or wait and say why.
   # Real ranks on 127.0.0.1; each passes or fails by its exit status.
-  set(_scs kill_2 kill_3 stop_2 stop_3 repeat_2 rank0_3 hand_2 replan_3 nofit_3)
+  set(_scs kill_2 kill_3 stop_2 stop_3 repeat_2 rank0_3 hand_2 replan_3 nofit_3 blame_4)
   if(TP_WITH_MPI AND TP_MPIEXEC)
     list(APPEND _scs mpi_2)  # a killed rank ends an mpirun job quickly, non-zero, saying why
   endif()

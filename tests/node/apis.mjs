@@ -298,7 +298,7 @@ await check("responses errors: OpenAI's shape, the field named", async () => {
     [{ model, input: "x", bogus: true }, "bogus"],
     [{ model, input: "x", tools: [{ type: "function", name: "f", parameters: citySchema }],
        tool_choice: { type: "function", name: "nope" } }, "tool_choice"],
-    [{ model, input: "x", text: { format: { type: "json_schema", name: "n", schema: { type: "object", pattern: "x" } } } },
+    [{ model, input: "x", text: { format: { type: "json_schema", name: "n", schema: { type: "object", minProperties: 1 } } } },
      "text.format.schema"],
   ];
   for (const [body, param] of bad) {
