@@ -12,6 +12,7 @@
  * Prompts are tokenized as the model asks (BOS, and EOS when the GGUF sets
  * tokenizer.ggml.add_eos_token, as Qwen3-Embedding does).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,25 @@ static char *base64_floats(const float *v, int n)
     }
     out[o] = '\0';
     return out;
+}
+
+/* v[0..n) as a JSON array of numbers, each printed with 9 significant digits (enough for a float to
+ * read back exactly); NULL on out of memory.  cJSON_CreateFloatArray prints each as a double, trying 15
+ * digits and checking by reading it back: several times slower on a call's many thousands of numbers. */
+static cJSON *float_array(const float *v, int n)
+{
+    struct tp_buf b = {0};
+    enum tp_status st = tp_buf_puts(&b, "[");
+    for (int i = 0; i < n && st == TP_OK; i++) {
+        char num[32];
+        const double d = isfinite(v[i]) ? (double)v[i] : 0.0; /* unit vectors: always finite */
+        snprintf(num, sizeof num, "%s%.9g", i ? "," : "", d);
+        st = tp_buf_puts(&b, num);
+    }
+    if (st == TP_OK) st = tp_buf_puts(&b, "]");
+    cJSON *a = st == TP_OK ? cJSON_CreateRaw(b.data) : NULL;
+    tp_buf_free(&b);
+    return a;
 }
 
 static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len, int ollama)
@@ -287,7 +307,7 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
         cJSON_AddStringToObject(o, "model", field(root, "model")->valuestring);
         cJSON *arr = cJSON_AddArrayToObject(o, "embeddings");
         for (int i = 0; i < n_in; i++)
-            cJSON_AddItemToArray(arr, cJSON_CreateFloatArray(reqs[i]->embd, E));
+            cJSON_AddItemToArray(arr, float_array(reqs[i]->embd, E));
         uint64_t dur = reqs[n_in - 1]->t_done_ns - reqs[0]->t_submit_ns;
         cJSON_AddNumberToObject(o, "total_duration", (double)dur);
         cJSON_AddNumberToObject(o, "load_duration", 0);
@@ -305,7 +325,7 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
                 cJSON_AddStringToObject(d, "embedding", b ? b : "");
                 free(b);
             } else {
-                cJSON_AddItemToObject(d, "embedding", cJSON_CreateFloatArray(reqs[i]->embd, E));
+                cJSON_AddItemToObject(d, "embedding", float_array(reqs[i]->embd, E));
             }
         }
         v = field(root, "model");
