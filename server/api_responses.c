@@ -535,6 +535,23 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
             e->code = "unsupported_parameter";
             goto done;
         }
+        /* a summary of the reasoning (Codex asks for "auto"): there is none to summarise */
+        cJSON_ArrayForEach(kv, v)
+        {
+            const int sum = strcmp(kv->string, "summary") == 0 || strcmp(kv->string, "generate_summary") == 0;
+            if (strcmp(kv->string, "effort") && !sum) {
+                tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning", "Unknown parameter: 'reasoning.%.40s'.", kv->string);
+                e->code = "unknown_parameter";
+                goto done;
+            }
+            if (sum && !cJSON_IsNull(kv) &&
+                !(cJSON_IsString(kv) && (strcmp(kv->valuestring, "auto") == 0 || strcmp(kv->valuestring, "concise") == 0 ||
+                                         strcmp(kv->valuestring, "detailed") == 0))) {
+                tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning", "'reasoning.%s' must be \"auto\", \"concise\" or "
+                           "\"detailed\"", kv->string);
+                goto done;
+            }
+        }
     }
     v = field(root, "truncation");
     if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "disabled") == 0 || strcmp(v->valuestring, "auto") == 0))) {
