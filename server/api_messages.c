@@ -45,13 +45,8 @@ char *tp_api_messages_error_json(const struct tp_api_error *e)
     cJSON_AddStringToObject(root, "type", "error");
     cJSON *er = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(er, "type", error_type(tp_http_error_kind(e->status).http_status));
-    if (e->param[0] && !strstr(e->message, e->param)) {
-        char m[700];
-        snprintf(m, sizeof m, "%s: %s", e->param, e->message);
-        cJSON_AddStringToObject(er, "message", m);
-    } else {
-        cJSON_AddStringToObject(er, "message", e->message);
-    }
+    char m[700];
+    cJSON_AddStringToObject(er, "message", tp_run_error_text(e, m, sizeof m));
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return json;

@@ -30,13 +30,8 @@
 char *tp_api_ollama_error_json(const struct tp_api_error *e)
 {
     cJSON *o = cJSON_CreateObject();
-    if (e->param[0] && !strstr(e->message, e->param)) {
-        char m[700];
-        snprintf(m, sizeof m, "%s: %s", e->param, e->message);
-        cJSON_AddStringToObject(o, "error", m);
-    } else {
-        cJSON_AddStringToObject(o, "error", e->message);
-    }
+    char m[700];
+    cJSON_AddStringToObject(o, "error", tp_run_error_text(e, m, sizeof m));
     char *j = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return j;

@@ -245,6 +245,13 @@ void tp_run_call_id(const struct tp_server *s, const struct tp_req *r, int k, co
     out[n] = '\0';
 }
 
+const char *tp_run_error_text(const struct tp_api_error *e, char *buf, size_t cap)
+{
+    if (e->param[0] && !strstr(e->message, e->param)) snprintf(buf, cap, "%s: %s", e->param, e->message);
+    else snprintf(buf, cap, "%s", e->message);
+    return buf;
+}
+
 const char *tp_run_stop_string(const struct tp_req *r, size_t *len)
 {
     int i = r->stop_idx - 1;

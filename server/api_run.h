@@ -176,6 +176,10 @@ int tp_run_reply_calls(const struct tp_req *r, struct tp_tool_scan *sc, size_t *
 void tp_run_call_id(const struct tp_server *s, const struct tp_req *r, int k, const char *prefix, char *out,
                     size_t cap);
 
+/* e's message for the APIs whose errors have no param field (Anthropic's, Ollama's): "<param>: <message>"
+ * when the message does not name the param, in buf (cap bytes); returns buf. */
+const char *tp_run_error_text(const struct tp_api_error *e, char *buf, size_t cap);
+
 /* Which stop string ended r ("" when EOS or a limit ended it; never NULL). */
 const char *tp_run_stop_string(const struct tp_req *r, size_t *len);
 
