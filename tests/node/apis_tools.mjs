@@ -61,6 +61,10 @@ async function chat(body) {
 }
 
 // ------------------------------------------------------------ the reference
+const tok = await fetch(`${root}/tokenize`, { method: "POST", headers: { "content-type": "application/json",
+  authorization: `Bearer ${apiKey}` }, body: JSON.stringify({ content: "<tool_call>" }) }).then((x) => x.json());
+assert.deepEqual(tok.tokens, [151657], "tests/server.cmake pushes token 151657 (<tool_call> of the Qwen3 vocabulary) " +
+                 `with --logit-bias; this vocabulary has ${JSON.stringify(tok.tokens)}`);
 let ref, refPar, refParFinish;
 await check("reference: chat completions, auto, one call (the server's push)", async () => {
   const j = await chat({ messages: [{ role: "user", content: question }], parallel_tool_calls: false });
