@@ -155,7 +155,7 @@ add_test(NAME server.node_codex_shared
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve> synth:qwen3 1
                  agents/codex.mjs)
 set_tests_properties(server.node_codex_shared PROPERTIES LABELS "model" TIMEOUT 600 SKIP_RETURN_CODE 77
-                     RESOURCE_LOCK tp_npm_install ENVIRONMENT "TP_SHARED_DIR=${TP_SHARED_DIR};TP_SERVE_ARGS=-c 16384 --logit-bias 151645+9")
+                     RESOURCE_LOCK tp_npm_install ENVIRONMENT "TP_SHARED_DIR=${TP_SHARED_DIR};TP_SERVE_ARGS=-c 16384 --logit-bias 151645+7")
 
 # The web page (GET /): headless Chromium through puppeteer-core against real
 # servers at 1 and 2 ranks and a stand-in server (tests/node/web_test.mjs);
