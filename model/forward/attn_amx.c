@@ -36,7 +36,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "forward/exp_avx2_impl.h"
 #endif
 
 #define KB TP_ATTN_KB
@@ -69,6 +68,14 @@ int tp_attn_amx_detect(void)
 
 #define AMX_FN __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16,avx2,fma,f16c")))
 #define AMX_INL __attribute__((always_inline, target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16,avx2,fma,f16c"))) static inline
+
+#define SX_W 16
+#define SX_NAME(x) amx_##x
+#define SX_TARGET "amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16,avx2,fma,f16c"
+#include "forward/simd_x86_impl.h"
+#undef SX_W
+#undef SX_NAME
+#undef SX_TARGET
 
 /* The tile asm statements do not tell the compiler that they read memory:
  * stores into the buffers a tile load reads must be complete before it. */
@@ -273,8 +280,8 @@ AMX_FN void tp_attn_amx_tile(const struct tp_attn_geom *g, const struct tp_attn_
                 __m512 acc = _mm512_setzero_ps();
                 for (int v = 0; v < 2 * nkc; v += 2) {
                     const __mmask16 k0m = range_mask(16 * v, a, b), k1m = range_mask(16 * v + 16, a, b);
-                    const __m512 e0 = _mm512_maskz_mov_ps(k0m, tp_exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k0m, s + 16 * v), vmx)));
-                    const __m512 e1 = _mm512_maskz_mov_ps(k1m, tp_exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k1m, s + 16 * v + 16), vmx)));
+                    const __m512 e0 = _mm512_maskz_mov_ps(k0m, amx_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k0m, s + 16 * v), vmx)));
+                    const __m512 e1 = _mm512_maskz_mov_ps(k1m, amx_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k1m, s + 16 * v + 16), vmx)));
                     acc = _mm512_add_ps(acc, _mm512_add_ps(e0, e1));
                     _mm512_storeu_si512(prow + 16 * v, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
                 }
