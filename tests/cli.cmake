@@ -26,7 +26,7 @@ tp_expect_test(cli.launch_restart_mpi RC 2 REGEX "--restart does not apply to --
 # Every command's --help opens with a usage line that names the command (exit 0).
 add_test(NAME cli.help_names_command COMMAND sh -c
   "bad=0; for c in version synth info generate plan shard serve launch bench 'bench comm' 'bench serve' \
-   'bench kernels' 'bench gen' 'bench nodes'; do \
+   'bench kernels' 'bench gen' 'bench nodes' 'bench attn'; do \
      out=$(\"$0\" $c --help 2>&1); rc=$?; first=$(printf '%s\\n' \"$out\" | head -n 1); \
      case \"$first\" in 'Usage: '*\"tpserve $c \"*|'Usage: '*\"tpserve $c\") ;; *) echo \"$c: '$first'\"; bad=1;; esac; \
      [ $rc -eq 0 ] || { echo \"$c --help: exit $rc\"; bad=1; }; done; exit $bad"
@@ -43,3 +43,12 @@ tp_expect_test(cli.serve_logit_bias_range RC 1 REGEX "--logit-bias: '600\\+1' is
 tp_expect_test(cli.serve_logit_bias_twice RC 1 REGEX "--logit-bias: token 7 is listed twice" LABELS unit TIMEOUT 60
                COMMAND $<TARGET_FILE:tpserve> serve -m ${PROJECT_SOURCE_DIR}/models/stories260K.gguf --port 0
                --threads 1 --logit-bias 7+2,9-100,7-1)
+# bench attn: a bad depth or head size is a usage error naming the option; a small run times every path
+# this CPU has (the JSON line of the plain C path is always there).
+tp_expect_test(cli.bench_attn_bad_depth RC 2 REGEX "--depth '10': want up to 16 values in 64" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> bench attn --depth 10)
+tp_expect_test(cli.bench_attn_bad_head RC 2 REGEX "--head-dim 12 is not a multiple of 8" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> bench attn --head-dim 12)
+tp_expect_test(cli.bench_attn_runs RC 0 REGEX "path.:.c.,.item.:.prefill.,.head_dim.:32" LABELS unit
+               TIMEOUT 60 COMMAND $<TARGET_FILE:tpserve> bench attn --head-dim 32 --gqa 4 --depth 256 --reps 1
+               --kv-type q8_0 --json)
