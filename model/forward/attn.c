@@ -200,8 +200,11 @@ static void attn_choose(void)
     attn_has_amx = attn_has_avx512 && tp_attn_amx_detect();
 #endif
     const char *want = getenv("TP_ATTN_ISA"); /* benchmarks and tests: the best attention path allowed */
+    int found = 0;
     for (int i = 0; want && *want && i < TP_ATTN_ISA_COUNT; i++)
-        if (strcmp(want, attn_isa_names[i]) == 0) attn_level_max = i;
+        if (strcmp(want, attn_isa_names[i]) == 0) attn_level_max = i, found = 1;
+    if (want && *want && !found)
+        tp_log(TP_LOG_WARN, "attn", "TP_ATTN_ISA=%s is not one of c, avx2, avx512, amx; ignored", want);
 }
 
 static pthread_once_t attn_once = PTHREAD_ONCE_INIT;
