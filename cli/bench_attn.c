@@ -74,15 +74,12 @@ int tp_bench_attn(int argc, char **argv)
     enum tp_kv_type kv = TP_KV_F16;
     tp_kv_type_parse(o.kv_type, &kv);
     static const char *const paths[] = {"amx", "avx512", "avx2", "c"};
-    const char *best = tp_kern_attn_isa();
-    int first = 0;
-    while (first < (int)TP_ARRAY_LEN(paths) && strcmp(paths[first], best) != 0) first++;
     if (!o.json)
         printf("attention kernel, head_dim %d, %d query heads per KV head, KV cache %s, one thread, best of %d\n"
                "%-7s %-8s %7s %6s %10s %14s %14s\n",
                o.hd, o.gqa, tp_kv_type_name(kv), o.reps, "path", "item", "depth", "rows", "ms/call", "GFLOP/s (cpu)",
                "GFLOP/s (wall)");
-    for (int p = first; p < (int)TP_ARRAY_LEN(paths); p++)
+    for (int p = 0; p < (int)TP_ARRAY_LEN(paths); p++)
         for (int d = 0; d < o.nd; d++)
             for (int pre = 0; pre <= 1; pre++) {
                 const int nt = pre ? (64 / o.gqa > 1 ? 64 / o.gqa : 1) : 1;
@@ -91,6 +88,7 @@ int tp_bench_attn(int argc, char **argv)
                     double c = 0, w = 0;
                     const enum tp_status st =
                         tp_kern_attn_time(paths[p], kv, o.hd, nt, o.gqa, o.dlist[d], 1, &c, &w, &flop);
+                    if (st == TP_ERR_UNSUPPORTED) break; /* not on this CPU / build */
                     if (st != TP_OK) {
                         fprintf(stderr, "tpserve bench attn: %s at head_dim %d, kv %s: %s\n", paths[p], o.hd,
                                 tp_kv_type_name(kv), tp_status_str(st));
@@ -99,6 +97,7 @@ int tp_bench_attn(int argc, char **argv)
                     if (r == 0 || c < best_cpu) best_cpu = c;
                     if (r == 0 || w < best_wall) best_wall = w;
                 }
+                if (flop == 0) continue;
                 const double gc = best_cpu > 0 ? flop / best_cpu / 1e9 : 0, gw = best_wall > 0 ? flop / best_wall / 1e9 : 0;
                 if (o.json)
                     printf("{\"bench\":\"attn\",\"path\":\"%s\",\"item\":\"%s\",\"head_dim\":%d,\"gqa\":%d,"

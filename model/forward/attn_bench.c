@@ -51,6 +51,11 @@ enum tp_status tp_kern_attn_time(const char *path, enum tp_kv_type kv, int hd, i
     const struct tp_attn_geom g = {hd, kv, rb, n_keys, 0, 1.0f / sqrtf((float)hd)};
     const struct tp_attn_rows r = {q, (size_t)ng * hd, nt, ng, n_keys - nt, NULL};
     const int prev = tp_attn_isa_limit(level);
+    if (tp_attn_isa_level() != level) {
+        tp_attn_isa_limit(prev);
+        st = TP_ERR_UNSUPPORTED;
+        goto out;
+    }
     tp_attn_tile(&g, &r, kc, vc, 0, n_keys, scratch, o, (size_t)ng * hd, NULL); /* warm-up */
     const double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = clock_s(CLOCK_MONOTONIC);
     for (int k = 0; k < reps; k++) tp_attn_tile(&g, &r, kc, vc, 0, n_keys, scratch, o, (size_t)ng * hd, NULL);

@@ -118,7 +118,7 @@ void tp_attn_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, co
  * float32 accumulation: attn_amx.c; head_dim % 32 == 0, else AVX-512). */
 enum tp_attn_isa { TP_ATTN_ISA_C, TP_ATTN_ISA_AVX2, TP_ATTN_ISA_AVX512, TP_ATTN_ISA_AMX, TP_ATTN_ISA_COUNT };
 /* The path tp_attn_tile uses: the best this CPU has, at most the limit.  The limit starts from the
- * TP_ATTN_ISA environment variable (c, avx2, avx512, amx; default amx); tp_attn_isa_limit sets it (tests;
+ * TP_ATTN_ISA environment variable (c, avx2, avx512, amx; default avx512: AMX is opt-in); tp_attn_isa_limit sets it (tests;
  * not while a forward pass runs) and returns the previous one.  tp_attn_isa_name: "c", "avx2", ... */
 int tp_attn_isa_level(void);
 int tp_attn_isa_limit(int level);

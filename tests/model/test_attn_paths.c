@@ -104,7 +104,9 @@ static void test_paths_vs_c(void)
     float gaps[NG];
     CU_ASSERT_FATAL(ref && lg);
     CU_ASSERT_EQUAL_FATAL(run_path(path, TP_ATTN_ISA_C, ref, V, toks, 1, gaps), 0);
+    const int prev = tp_attn_isa_limit(TP_ATTN_ISA_AMX);
     const int top = tp_attn_isa_level();
+    tp_attn_isa_limit(prev);
     for (int level = TP_ATTN_ISA_AVX2; level <= top; level++) {
         memcpy(mine, toks, sizeof toks);
         CU_ASSERT_EQUAL_FATAL(run_path(path, level, lg, V, mine, 0, NULL), 0);
