@@ -212,10 +212,11 @@ static enum tp_status make_plan(tp_parallel_t *p, const struct tp_parallel_confi
 static enum tp_status alloc_buffers(tp_parallel_t *p)
 {
     size_t nb = (size_t)p->n_batch;
-    p->bias_max = (int)TP_MIN((size_t)p->n_seq * TP_PARALLEL_BIAS_PER_ROW, (size_t)1 << 24);
+    p->rows_max = (int)TP_MIN(nb, (size_t)p->n_seq * TP_PARALLEL_ROWS_PER_SEQ);
+    p->bias_max = (int)TP_MIN((size_t)p->rows_max * TP_PARALLEL_BIAS_PER_ROW, (size_t)1 << 24);
     p->mask_words = (p->n_vocab + 31) / 32;
     p->body = calloc(4 * nb + 5 * (size_t)p->n_seq + 3 * (size_t)p->bias_max +
-                         (size_t)p->n_seq * (1 + (size_t)p->mask_words) + 1,
+                         (size_t)p->rows_max * (1 + (size_t)p->mask_words) + 1,
                      sizeof(int32_t));
     p->local = tp_aligned_alloc(64, nb * (size_t)p->vocab_local * sizeof(float));
     const size_t per = 2 * TP_PARALLEL_TOPK_MAX + 2; /* floats per row: top-k candidates + (max, sum exp) */

@@ -44,6 +44,8 @@ struct tp_server_config tp_server_default_config(void)
     c.n_batch = 256;
     c.prefill_chunk = 64;
     c.prefix_share_min = 32;
+    c.spec = 0;
+    c.draft_max = 4;
     c.recover_wait_s = 60;
     c.replan_after_s = 10;
     c.responses_store = 256;
@@ -1200,7 +1202,8 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
                                   .prefix_share_min = s->cfg.prefix_share_min,
                                   .recover_wait_ms = s->cfg.recover_wait_s * 1000u,
                                   .replan = s->cfg.on_rank_loss_replan,
-                                  .replan_after_ms = s->cfg.replan_after_s * 1000u};
+                                  .replan_after_ms = s->cfg.replan_after_s * 1000u,
+                                  .spec = s->cfg.spec, .draft_max = s->cfg.draft_max};
     enum tp_status rc = tp_engine_init(&ec, p, s->metrics, &s->engine, err);
     if (rc != TP_OK) {
         tp_server_set_failed(s, err->msg);

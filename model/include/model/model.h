@@ -494,6 +494,18 @@ void tp_sampler_accept(tp_sampler_t *s, int32_t id);
 /* Choose a token from logits[n_vocab] (not modified).  TP_ERR_INVALID_ARG when no token
  * can be chosen (every logit -inf or NaN). */
 enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp_sample_result *res);
+/*
+ * Speculative decoding: choose the token at a position whose drafted token
+ * is `draft` (a deterministic proposal: n-gram lookup, a greedy draft
+ * model).  Accepts the draft with probability p(draft) under the same
+ * pipeline as tp_sampler_sample (greedy: when the argmax is the draft), else
+ * draws from p without the draft, so res->id is distributed exactly as
+ * tp_sampler_sample's; *accepted = (res->id == draft).  The draft does not
+ * enter the history: tp_sampler_accept the chosen token as usual.  Errors
+ * as tp_sampler_sample.
+ */
+enum tp_status tp_sampler_sample_draft(tp_sampler_t *s, const float *logits, int32_t draft,
+                                       struct tp_sample_result *res, int *accepted);
 
 #ifdef __cplusplus
 }

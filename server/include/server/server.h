@@ -67,6 +67,9 @@ struct tp_server_config {
                                 * 1 mean, 2 last token, 3 first token (cls) */
     int responses_store;       /* finished /v1/responses kept in memory for previous_response_id, oldest evicted
                                 * first, default 256; 0: none */
+    int spec;                  /* speculative decoding of requests that do not say ("speculative"): enum
+                                * tp_spec_mode of server/spec.h, default TP_SPEC_OFF */
+    int draft_max;             /* drafted tokens per sequence and step, 1..TP_SPEC_DRAFT_MAX, default 4 */
 };
 struct tp_server_config tp_server_default_config(void);
 
