@@ -344,6 +344,25 @@ static void test_http_greedy(void)
         cJSON_Delete(v);
     }
     answer_free(&g);
+    /* streamed: the same text, several tokens per step arriving as their own chunks */
+    {
+        const char *sb = "{\"prompt\":\"Once upon a time\",\"max_tokens\":120,\"temperature\":0,\"stream\":true}";
+        const char *pb = "{\"prompt\":\"Once upon a time\",\"max_tokens\":120,\"temperature\":0,\"speculative\":false}";
+        struct resp r;
+        struct answer p;
+        CU_ASSERT_EQUAL_FATAL(http_do(s.port, "POST", "/v1/completions", NULL, sb, strlen(sb), 60, &r), 0);
+        CU_ASSERT_EQUAL(r.status, 200);
+        int n_events = 0, done = 0, err = 0;
+        char fin[32] = "";
+        char *text = sse_collect(r.body, 0, &n_events, &done, fin, sizeof fin, &err);
+        CU_ASSERT_EQUAL_FATAL(complete(s.port, pb, &p), 0);
+        CU_ASSERT(text && strcmp(text, p.text) == 0);
+        CU_ASSERT(done && !err);
+        CU_ASSERT(n_events > 2);
+        free(text);
+        answer_free(&p);
+        resp_free(&r);
+    }
     /* a bad field */
     struct resp r;
     const char *bad = "{\"prompt\":\"Once\",\"max_tokens\":4,\"speculative\":\"yes\"}";
