@@ -148,6 +148,40 @@ static void test_golden_self_draft(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "vocabulary"));
 }
 
+/* `bench gen --verify 4 --spec ngram --json`: the figures are there and consistent (the speculative decode's
+ * output equals the plain one's, counts add up); a draft mode without its model is a usage error. */
+static void test_bench_gen(void)
+{
+    if (!have_model()) return;
+    char cmd[2048], out[1 << 15];
+    snprintf(cmd, sizeof cmd,
+             "'%s' bench gen -m '%s' -p 16 -n 60 -t 1 --reps 1 --bw-mib 64 --bw-passes 1 --verify 4 --spec ngram "
+             "--text 'Once upon a time' --json 2>/dev/null",
+             tp_test_tpserve(), tp_test_repo_path("models/stories260K.gguf"));
+    CU_ASSERT_EQUAL_FATAL(tp_test_run_cmd(cmd, out, sizeof out), 0);
+    cJSON *j = cJSON_Parse(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    const cJSON *ratio = cJSON_GetObjectItem(j, "verify_step_ratio");
+    CU_ASSERT(cJSON_IsNumber(ratio) && ratio->valuedouble > 0.0);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(j, "verify_k")->valueint, 4);
+    const cJSON *sp = cJSON_GetObjectItem(j, "spec");
+    CU_ASSERT_FATAL(cJSON_IsObject(sp));
+    CU_ASSERT(cJSON_IsTrue(cJSON_GetObjectItem(sp, "identical")));
+    const cJSON *pl = cJSON_GetObjectItem(sp, "plain"), *sv = cJSON_GetObjectItem(sp, "speculative");
+    CU_ASSERT_FATAL(cJSON_IsObject(pl) && cJSON_IsObject(sv));
+    CU_ASSERT_DOUBLE_EQUAL(cJSON_GetObjectItem(pl, "tokens_per_step")->valuedouble, 1.0, 1e-9);
+    const int drafted = cJSON_GetObjectItem(sv, "drafted")->valueint, acc = cJSON_GetObjectItem(sv, "accepted")->valueint;
+    CU_ASSERT(drafted > 0 && acc > 0 && acc <= drafted);
+    CU_ASSERT_DOUBLE_EQUAL(cJSON_GetObjectItem(sv, "acceptance")->valuedouble, (double)acc / drafted, 1e-3);
+    CU_ASSERT(cJSON_GetObjectItem(sv, "tokens_per_step")->valuedouble > 1.0);
+    CU_ASSERT(cJSON_GetObjectItem(sv, "tg_tps")->valuedouble > 0.0);
+    cJSON_Delete(j);
+    snprintf(cmd, sizeof cmd, "'%s' bench gen -m '%s' --spec draft --json 2>&1", tp_test_tpserve(),
+             tp_test_repo_path("models/stories260K.gguf"));
+    CU_ASSERT_EQUAL(tp_test_run_cmd(cmd, out, sizeof out), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--draft-model"));
+}
+
 /* ------------------------------------------------------------------ HTTP */
 
 struct answer {
@@ -547,6 +581,7 @@ TP_TEST_SUITE(spec_unit, "unit", 30, spec_unit_cases)
 static const struct tp_test_case spec_cases[] = {
     {"golden_ngram", test_golden_ngram},
     {"golden_self_draft", test_golden_self_draft},
+    {"bench_gen_verify_spec", test_bench_gen},
     {"http_greedy_equals_plain", test_http_greedy},
     {"http_opt_in", test_http_opt_in},
     {NULL, NULL},
