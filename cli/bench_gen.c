@@ -484,14 +484,14 @@ struct gen_run {
     double v_ms1, v_msk;      /* --verify: median ms of a one-token step and of a K + 1 token step */
     struct gen_spec_stats spec[2]; /* --spec: [0] plain, [1] speculative (medians of tokens/s over reps) */
     int spec_same;            /* --spec: the two decodes gave the same tokens */
-    struct tp_cli_draft dm;   /* --spec draft: the draft model (rank 0) */
+    tp_spec_draft_t *dm;      /* --spec draft: the draft model (rank 0), owned */
     int spec_prompt;          /* --spec: prompt tokens */
 };
 
 static void gen_run_free(struct gen_run *R)
 {
     gen_bufs_free(&R->bufs);
-    tp_cli_draft_free(&R->dm);
+    tp_spec_draft_free(R->dm);
     tp_parallel_free(R->g.par);
     tp_pool_free(R->pool);
     tp_aligned_free(R->bwbuf);
@@ -720,7 +720,7 @@ static enum tp_status gen_spec_run(struct gen_run *R, const int32_t *prompt, int
         int k = 0;
         const int kk = TP_MIN(tp_spec_adapt_k(&ad), n - got - 1);
         if (spec && kk > 0)
-            k = R->dm.m ? tp_cli_draft_propose(&R->dm, toks, n_tok, kk, draft) : tp_spec_ngram_draft(toks, n_tok, kk, draft);
+            k = R->dm ? tp_spec_draft_propose(R->dm, 0, toks, n_tok, kk, draft) : tp_spec_ngram_draft(toks, n_tok, kk, draft);
         if (k < 0) return TP_ERR_INTERNAL; /* the draft model's error: tp_model_last_error */
         g->tok[0] = toks[n_tok - 1];
         for (int j = 0; j <= k; j++) {
@@ -787,8 +787,8 @@ static enum tp_status gen_spec(struct gen_run *R, const struct gen_opts *o, stru
         for (int v = 0; v < 2; v++)
             if ((st = gen_spec_run(R, prompt, np, o->n, v, o->draft_max, toks, out[v], &R->spec[v], &sec[v][r])) !=
                 TP_OK) {
-                st = st == TP_ERR_INTERNAL && R->dm.m
-                         ? tp_error_set(err, st, "the draft model failed: %s", tp_model_last_error(R->dm.m))
+                st = st == TP_ERR_INTERNAL && R->dm
+                         ? tp_error_set(err, st, "the draft model failed: %s", tp_spec_draft_last_error(R->dm))
                          : tp_error_set(err, TP_ERR_PEER, "decode failed: %s", tp_parallel_last_error(R->g.par));
                 goto out;
             }
@@ -1086,8 +1086,8 @@ int tp_bench_gen(int argc, char **argv)
             tp_cli_fail("bench gen", "worker stopped: %s", tp_parallel_last_error(R.g.par));
             exit_code = tp_cli_exit_for(st);
         }
-    } else if (o.draft_model && tp_cli_draft_init(o.draft_model, tp_model_n_ctx(R.g.m), tp_model_n_threads(R.g.m),
-                                                  tp_model_hparams(R.g.m)->n_vocab, &R.dm, &err) != TP_OK) {
+    } else if (o.draft_model && tp_spec_draft_init(o.draft_model, tp_model_n_ctx(R.g.m), 1, tp_model_n_threads(R.g.m),
+                                                   tp_model_hparams(R.g.m)->n_vocab, &R.dm, &err) != TP_OK) {
         tp_cli_fail("bench gen", "%s", err.msg);
     } else if (gen_measure(&R, &o, &err) != TP_OK) {
         tp_cli_fail("bench gen", "%s", err.msg);

@@ -135,30 +135,4 @@ int tp_bench_kernels(int argc, char **argv); /* matrix kernels vs streaming read
 int tp_bench_gen(int argc, char **argv);     /* prefill/decode tokens/s vs memory bandwidth (bench_gen.c) */
 int tp_bench_nodes(int argc, char **argv);   /* tokens/s per node count on simulated hosts (bench_nodes.c) */
 
-/*
- * A draft model for speculative decoding on rank 0 (`generate` and `bench gen` --spec draft,
- * cli/spec_draft.c): a smaller model with the target's vocabulary, run locally, greedy.  It keeps the
- * tokens whose K/V its cache holds and, asked for drafts after a sequence, re-feeds what differs from
- * them (a rejection needs no other rollback), then decodes k tokens one at a time.
- */
-struct tp_model;
-struct tp_cli_draft {
-    struct tp_model *m;      /* owned */
-    int n_ctx, n_batch, n_vocab;
-    int32_t *hist;           /* (n_ctx) tokens its cache holds, by position */
-    int n_hist;
-    int32_t *tok, *pos, *seq; /* (n_batch) */
-    int8_t *want;            /* (n_batch) */
-    float *logits;           /* (n_vocab) */
-    uint64_t n_forward;      /* forward calls made */
-};
-/* Load path (n_ctx positions, one sequence, threads like the target's); the vocabulary must have
- * n_vocab tokens.  Returns TP_OK or an error in err (the file, or the vocabulary mismatch). */
-enum tp_status tp_cli_draft_init(const char *path, int n_ctx, int threads, int n_vocab, struct tp_cli_draft *d,
-                                 struct tp_error *err);
-void tp_cli_draft_free(struct tp_cli_draft *d);
-/* Up to k greedy drafts after seq[0..n) into out; returns how many (0 when the context is full), or -1
- * with the model's error (tp_model_last_error). */
-int tp_cli_draft_propose(struct tp_cli_draft *d, const int32_t *seq, int n, int k, int32_t *out);
-
 #endif /* TP_SERVER_CLI_H */

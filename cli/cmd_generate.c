@@ -59,7 +59,7 @@ struct gen_opts {
     enum tp_spec_mode spec;
     int draft_max;
     const tp_comm_t *comm; /* for the collectives count (NULL: one rank) */
-    struct tp_cli_draft *dm; /* --spec draft: the draft model */
+    tp_spec_draft_t *dm;   /* --spec draft: the draft model */
 };
 
 /* Generation loop over any step driver.  Returns the exit code. */
@@ -191,9 +191,9 @@ static int generate(const struct tp_gen_step *drv, tp_model_t *m, const struct g
             kk = TP_MIN(kk, n_ctx - 1 - base);
             if (kk > 0)
                 k = o->spec == TP_SPEC_NGRAM ? tp_spec_ngram_draft(ids, n_tok, kk, draft)
-                                             : tp_cli_draft_propose(o->dm, ids, n_tok, kk, draft);
+                                             : tp_spec_draft_propose(o->dm, 0, ids, n_tok, kk, draft);
             if (k < 0) {
-                tp_cli_fail("generate", "the draft model failed: %s", tp_model_last_error(o->dm->m));
+                tp_cli_fail("generate", "the draft model failed: %s", tp_spec_draft_last_error(o->dm));
                 goto out;
             }
         }
@@ -339,21 +339,20 @@ int tp_cmd_generate(int argc, char **argv)
     o.spec = (enum tp_spec_mode)spec_mode;
     o.draft_max = draft_max;
     o.comm = tp_parallel_comm(par);
-    struct tp_cli_draft dm;
-    memset(&dm, 0, sizeof dm);
+    tp_spec_draft_t *dm = NULL;
     if (spec_mode == TP_SPEC_DRAFT) {
-        if (tp_cli_draft_init(draft_model, tp_model_n_ctx(m), threads, tp_model_hparams(m)->n_vocab, &dm, &err) !=
+        if (tp_spec_draft_init(draft_model, tp_model_n_ctx(m), 1, threads, tp_model_hparams(m)->n_vocab, &dm, &err) !=
             TP_OK) {
             tp_parallel_free(par);
             return tp_cli_fail("generate", "%s", err.msg);
         }
-        o.dm = &dm;
+        o.dm = dm;
     }
     struct tp_gen_step drv = {par, parallel_step, parallel_error};
     (void)local_step;
     (void)local_error;
     int rc = generate(&drv, m, &o);
-    tp_cli_draft_free(&dm);
+    tp_spec_draft_free(dm);
     tp_parallel_free(par);
     return rc;
 }

@@ -153,7 +153,8 @@ struct serve_opts {
     int max_conn, max_conn_ip, header_timeout, body_timeout, recover_wait, rejoin, resp_store;
     const char *on_rank_loss, *mem_limit; /* --on-rank-loss wait|replan, --mem-limit SIZE */
     int replan_after;
-    const char *spec; /* --spec off|ngram */
+    const char *spec; /* --spec off|ngram|draft */
+    const char *draft_model;
     int draft_max;
     uint64_t mem_limit_bytes;
     char *key_buf; /* --api-key-file's key (owned; api_key points at it) */
@@ -236,9 +237,12 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
          "under launch/mpirun: share per rank, e.g. from 'tpserve plan' (default equal)", 0, 0},
         {"moe-split", 0, TP_OPT_STRING, &o->moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
         {"spec", 0, TP_OPT_STRING, &o->spec, "MODE",
-         "speculative decoding of requests that do not say (\"speculative\": true|false): off (default) or ngram "
-         "(draft from the prompt and output so far, verify every draft in one step; docs/speculative.md)",
+         "speculative decoding of requests that do not say (\"speculative\": true|false): off (default), ngram "
+         "(draft from the prompt and output so far) or draft (a smaller model drafts: --draft-model); every draft "
+         "is verified in one step (docs/speculative.md)",
          0, 0},
+        {"draft-model", 0, TP_OPT_STRING, &o->draft_model, "FILE",
+         "--spec draft: a smaller GGUF with the model's vocabulary, run on rank 0", 0, 0},
         {"draft-max", 0, TP_OPT_INT, &o->draft_max, "K", "drafted tokens per sequence and step, 1..16 (default 4)", 1,
          TP_SPEC_DRAFT_MAX},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
@@ -268,9 +272,13 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
                 (unsigned long long)o->max_body);
         return 2;
     }
-    if (tp_spec_mode_parse(o->spec) < 0 || tp_spec_mode_parse(o->spec) == TP_SPEC_DRAFT) {
-        fprintf(stderr, "tpserve serve: --spec %s: want off or ngram (a draft model runs in 'tpserve generate' and "
-                        "'tpserve bench gen' only)\n", o->spec);
+    if (tp_spec_mode_parse(o->spec) < 0) {
+        fprintf(stderr, "tpserve serve: --spec %s: want off, ngram or draft\n", o->spec);
+        return 2;
+    }
+    if ((tp_spec_mode_parse(o->spec) == TP_SPEC_DRAFT) != (o->draft_model != NULL)) {
+        fprintf(stderr, "tpserve serve: %s\n",
+                o->draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
         return 2;
     }
     if (strcmp(o->on_rank_loss, "wait") != 0 && strcmp(o->on_rank_loss, "replan") != 0) {
@@ -324,6 +332,7 @@ static struct tp_server_config serve_server_config(const struct serve_opts *o, c
     sc.cors_origin = o->cors_origin;
     sc.spec = tp_spec_mode_parse(o->spec);
     sc.draft_max = o->draft_max;
+    sc.draft_model = o->draft_model;
     return sc;
 }
 

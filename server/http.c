@@ -1105,6 +1105,7 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
     s->cfg.chat_template = (cfg->chat_template ? strdup(cfg->chat_template) : NULL);
     s->cfg.model_id = (cfg->model_id ? strdup(cfg->model_id) : NULL);
     s->cfg.cors_origin = (cfg->cors_origin ? strdup(cfg->cors_origin) : NULL);
+    s->cfg.draft_model = (cfg->draft_model ? strdup(cfg->draft_model) : NULL);
     if (s->cfg.max_queue < 1) s->cfg.max_queue = 1;
     if (s->cfg.max_connections < 4) s->cfg.max_connections = 4;
     if (s->cfg.max_conn_per_ip < 1) s->cfg.max_conn_per_ip = 1;
@@ -1125,7 +1126,8 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
         tp_server_free(s);
         return tp_error_set(err, TP_ERR_IO, "pipe: %s", strerror(errno));
     }
-    if (!s->metrics || !s->web || !s->resp_store || (cfg->cors_origin && !s->cfg.cors_origin)) {
+    if (!s->metrics || !s->web || !s->resp_store || (cfg->cors_origin && !s->cfg.cors_origin) ||
+        (cfg->draft_model && !s->cfg.draft_model)) {
         tp_server_free(s);
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     }
@@ -1203,7 +1205,8 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
                                   .recover_wait_ms = s->cfg.recover_wait_s * 1000u,
                                   .replan = s->cfg.on_rank_loss_replan,
                                   .replan_after_ms = s->cfg.replan_after_s * 1000u,
-                                  .spec = s->cfg.spec, .draft_max = s->cfg.draft_max};
+                                  .spec = s->cfg.spec, .draft_max = s->cfg.draft_max,
+                                  .draft_model = s->cfg.draft_model};
     enum tp_status rc = tp_engine_init(&ec, p, s->metrics, &s->engine, err);
     if (rc != TP_OK) {
         tp_server_set_failed(s, err->msg);
@@ -1273,6 +1276,7 @@ void tp_server_free(tp_server_t *s)
     free((char *)s->cfg.chat_template);
     free((char *)s->cfg.model_id);
     free((char *)s->cfg.cors_origin);
+    free((char *)s->cfg.draft_model);
     free(s->model_id);
     pthread_mutex_destroy(&s->state_mu);
     pthread_mutex_destroy(&s->tok_mu);

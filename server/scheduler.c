@@ -102,6 +102,8 @@ struct tp_engine {
     float *logits;                  /* (rows_max, n_vocab) */
     float *hidden;                  /* (n_embd) one token's final hidden state (embed_rows) */
     int32_t *ids;                   /* (rows_max) argmax per row of a greedy step */
+    tp_spec_draft_t *draft;         /* --spec draft: the draft model, one sequence per slot (owned) */
+    int draft_failed;               /* the draft model failed once (logged; drafting stopped) */
     /* speculative decoding and step counters (mu) */
     uint64_t spec_drafted, spec_accepted, decode_seq_steps, step_collectives;
     /* logit_bias of the step's rows, (rows_max x TP_MAX_LOGIT_BIAS) each; applied by the
@@ -554,6 +556,7 @@ static void admit(struct tp_engine *e)
          * whose grammar switches on and off with the text */
         r->spec = (r->params.speculative ? r->params.speculative > 0 : e->cfg.spec != TP_SPEC_OFF) &&
                   !r->params.tool_auto && !r->params.embed;
+        r->spec_mode = e->draft ? TP_SPEC_DRAFT : TP_SPEC_NGRAM;
         tp_spec_adapt_init(&s->adapt, e->cfg.draft_max);
         s->n_draft = 0;
         s->gfrom = 0;
@@ -603,7 +606,19 @@ static int slot_draft(struct tp_engine *e, struct slot *s, int room)
     k = TP_MIN(k, e->n_ctx - 1 - s->n_past);
     if (k <= 0) return 0;
     s->hist[s->n_past] = s->last_tok;
-    k = tp_spec_ngram_draft(s->hist, s->n_past + 1, k, s->draft);
+    if (e->draft && !e->draft_failed) {
+        k = tp_spec_draft_propose(e->draft, (int)(s - e->slots), s->hist, s->n_past + 1, k, s->draft);
+        if (k < 0) {
+            tp_log(TP_LOG_ERROR, "server", "the draft model failed (%s); decoding without drafts from now on",
+                   tp_spec_draft_last_error(e->draft));
+            e->draft_failed = 1;
+            k = 0;
+        }
+    } else if (e->draft) {
+        k = 0;
+    } else {
+        k = tp_spec_ngram_draft(s->hist, s->n_past + 1, k, s->draft);
+    }
     const tp_grammar_t *g = r->params.grammar;
     if (g && s->gon) {
         /* a grammar: drafts are cut before the first one the automaton refuses (or after one that completes the
@@ -1334,10 +1349,10 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
                             TP_SPEC_DRAFT_MAX);
     if (cfg->spec < 0 || cfg->spec >= TP_SPEC_MODE_COUNT)
         return tp_error_set(err, TP_ERR_INVALID_ARG, "unknown speculative decoding mode %d", cfg->spec);
-    if (cfg->spec == TP_SPEC_DRAFT)
-        return tp_error_set(err, TP_ERR_UNSUPPORTED,
-                            "--spec draft: the server drafts by n-gram lookup only (use --spec ngram); a draft model "
-                            "runs in 'tpserve generate' and 'tpserve bench gen'");
+    if ((cfg->spec == TP_SPEC_DRAFT) != (cfg->draft_model != NULL))
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "%s",
+                            cfg->draft_model ? "--draft-model needs --spec draft"
+                                             : "--spec draft needs --draft-model FILE");
     struct tp_engine *e = calloc(1, sizeof *e);
     if (!e) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     e->cfg = *cfg;
@@ -1378,6 +1393,14 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
         !e->rank_stats || !e->stats_tmp || !e->hidden || !e->gscratch)
         goto nomem;
     e->n_ranks = tp_parallel_get_rank_stats(p, e->rank_stats, TP_METRICS_RANKS_MAX);
+    if (cfg->draft_model) {
+        enum tp_status drc = tp_spec_draft_init(cfg->draft_model, e->n_ctx, cfg->n_parallel, tp_model_n_threads(m),
+                                                e->n_vocab, &e->draft, err);
+        if (drc != TP_OK) {
+            tp_engine_free(e);
+            return drc;
+        }
+    }
     for (int i = 0; i < cfg->n_parallel; i++) {
         if (tp_detok_init(e->tok, &e->slots[i].detok) != TP_OK) goto nomem;
         if (!(e->slots[i].hist = calloc((size_t)e->n_ctx + 1, sizeof(int32_t)))) goto nomem;
@@ -1463,6 +1486,7 @@ void tp_engine_free(struct tp_engine *e)
     free(e->eog);
     free(e->gnorm);
     tp_mask_ctx_free(e->mctx);
+    tp_spec_draft_free(e->draft);
     tp_token_trie_free(e->trie);
     free(e->logits);
     free(e->hidden);

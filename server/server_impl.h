@@ -466,6 +466,7 @@ struct tp_req {
                                     * copied from another slot's (prefix sharing) */
     uint64_t t_first_ns, t_done_ns;
     int spec;                      /* the request drafts and verifies (speculative decoding) */
+    int spec_mode;                 /* enum tp_spec_mode its drafts come from */
     int n_decode_steps;            /* engine steps that chose at least one of its tokens */
     int n_drafted, n_accepted;     /* drafted tokens verified, of which accepted */
     int refs;
@@ -487,6 +488,7 @@ struct tp_engine_config {
     uint32_t replan_after_ms; /* 0: 10000 */
     int spec;                 /* enum tp_spec_mode: the default of requests without "speculative" */
     int draft_max;            /* drafted tokens per sequence and step, 1..TP_SPEC_DRAFT_MAX; 0: 4 */
+    const char *draft_model;  /* spec TP_SPEC_DRAFT: the draft model's file (loaded by tp_engine_init) */
 };
 /* Starts the engine thread on p (not owned). */
 enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t *p, struct tp_metrics *metrics,

@@ -17,7 +17,7 @@ void tp_usage_add_spec(struct cJSON *usage, const struct tp_req *r)
     }
     cJSON *sp = cJSON_AddObjectToObject(usage, "speculative");
     if (!sp) return;
-    cJSON_AddStringToObject(sp, "mode", "ngram");
+    cJSON_AddStringToObject(sp, "mode", tp_spec_mode_name((enum tp_spec_mode)r->spec_mode));
     cJSON_AddNumberToObject(sp, "drafted", r->n_drafted);
     cJSON_AddNumberToObject(sp, "accepted", r->n_accepted);
     cJSON_AddNumberToObject(sp, "acceptance", r->n_drafted > 0 ? (double)r->n_accepted / r->n_drafted : 0.0);

@@ -430,6 +430,48 @@ static void test_http_opt_in(void)
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
 }
 
+/* The server with a draft model (stories260K as its own draft): greedy replies equal plain decoding with every
+ * draft accepted, also for three requests at once (one draft sequence per slot); a sampled request works. */
+static void test_http_self_draft(void)
+{
+    if (!have_model()) return;
+    const char *model = tp_test_repo_path("models/stories260K.gguf");
+    const char *const extra[] = {"--spec", "draft", "--draft-model", model, "--draft-max", "4", "--parallel", "3",
+                                 NULL};
+    struct srv s;
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, extra), 0);
+    const char *prompts[3] = {"Once upon a time", "Tom had a", "The sun was"};
+    struct par_call calls[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        calls[i].port = s.port;
+        snprintf(calls[i].body, sizeof calls[i].body, "{\"prompt\":\"%s\",\"max_tokens\":64,\"temperature\":0}",
+                 prompts[i]);
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, par_main, &calls[i]), 0);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL_FATAL(calls[i].rc, 0);
+        struct answer alone;
+        char b[512];
+        snprintf(b, sizeof b, "{\"prompt\":\"%s\",\"max_tokens\":64,\"temperature\":0,\"speculative\":false}",
+                 prompts[i]);
+        CU_ASSERT_EQUAL_FATAL(complete(s.port, b, &alone), 0);
+        CU_ASSERT_STRING_EQUAL(calls[i].a.text, alone.text);
+        fprintf(stderr, "self draft, slot request %d: %d of %d drafts accepted\n", i, calls[i].a.accepted,
+                calls[i].a.drafted);
+        CU_ASSERT(calls[i].a.drafted > 0);
+        CU_ASSERT_EQUAL(calls[i].a.accepted, calls[i].a.drafted);
+        answer_free(&alone);
+        answer_free(&calls[i].a);
+    }
+    struct answer a;
+    CU_ASSERT_EQUAL(complete(s.port, "{\"prompt\":\"Once\",\"max_tokens\":48,\"temperature\":0.8,\"seed\":3}", &a), 0);
+    CU_ASSERT(a.drafted > 0 && a.accepted <= a.drafted);
+    answer_free(&a);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
 /* ------------------------------------------------------------------ multirank */
 
 static const char *synth(const char *shape)
@@ -584,6 +626,7 @@ static const struct tp_test_case spec_cases[] = {
     {"bench_gen_verify_spec", test_bench_gen},
     {"http_greedy_equals_plain", test_http_greedy},
     {"http_opt_in", test_http_opt_in},
+    {"http_self_draft", test_http_self_draft},
     {NULL, NULL},
 };
 TP_TEST_SUITE(spec, "model", 240, spec_cases)

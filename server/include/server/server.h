@@ -69,6 +69,8 @@ struct tp_server_config {
                                 * first, default 256; 0: none */
     int spec;                  /* speculative decoding of requests that do not say ("speculative"): enum
                                 * tp_spec_mode of server/spec.h, default TP_SPEC_OFF */
+    const char *draft_model;   /* spec TP_SPEC_DRAFT: the draft model's GGUF (same vocabulary), loaded on rank 0
+                                * by tp_server_start */
     int draft_max;             /* drafted tokens per sequence and step, 1..TP_SPEC_DRAFT_MAX, default 4 */
 };
 struct tp_server_config tp_server_default_config(void);

@@ -14,6 +14,8 @@
 
 #include <stdint.h>
 
+#include "common/common.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -57,6 +59,27 @@ int tp_spec_adapt_k(const struct tp_spec_adapt *a);
 void tp_spec_adapt_update(struct tp_spec_adapt *a, int n_drafted, int n_accepted);
 /* The running alpha in [0, 1]. */
 float tp_spec_adapt_alpha(const struct tp_spec_adapt *a);
+
+/*
+ * A draft model (server/spec_draft.c): a smaller model with the target's
+ * vocabulary, run on rank 0 only, greedy, one KV sequence per slot.  It
+ * keeps, per sequence, the tokens whose K/V its cache holds and, asked for
+ * drafts after a sequence, re-feeds from the first token that differs (so
+ * rejected drafts need no other rollback), then decodes k tokens one at a
+ * time.  Not thread safe (the engine thread, or a CLI loop).
+ */
+typedef struct tp_spec_draft tp_spec_draft_t;
+/* Load path with n_seq sequences of n_ctx positions and n_threads threads;
+ * its vocabulary must have n_vocab tokens.  TP_OK, or the error in err (the
+ * file, or the vocabulary mismatch naming both sizes). */
+enum tp_status tp_spec_draft_init(const char *path, int n_ctx, int n_seq, int n_threads, int n_vocab,
+                                  tp_spec_draft_t **out, struct tp_error *err);
+void tp_spec_draft_free(tp_spec_draft_t *d); /* NULL safe */
+/* Up to k greedy drafts after toks[0..n) (sequence seq) into out; returns
+ * how many (0 when its context is full), or -1 with the error in
+ * tp_spec_draft_last_error. */
+int tp_spec_draft_propose(tp_spec_draft_t *d, int seq, const int32_t *toks, int n, int k, int32_t *out);
+const char *tp_spec_draft_last_error(const tp_spec_draft_t *d);
 
 #ifdef __cplusplus
 }
