@@ -1,12 +1,15 @@
 /*
  * server/scheduler.c - the request scheduler (engine thread) on rank 0: a
  * bounded request queue, --parallel sequence slots, continuous batching with
- * chunked prefill, prefix reuse, and what happens when a rank is lost.  Each
- * step admits queued requests, builds one batch (a decode token per
- * generating slot, then prompt chunks up to n_batch), runs tp_parallel_step
- * and publishes one token per slot to its request.  The token loop allocates
- * nothing but the growing per-request text.  The step and the failure
- * behaviour in detail: docs/serving.md ("Engine") and docs/recovery.md.
+ * chunked prefill, prefix reuse, speculative decoding, and what happens
+ * when a rank is lost.  Each step admits queued requests, builds one batch
+ * (a decode token per generating slot, followed by its drafted tokens when
+ * it decodes speculatively, then prompt chunks up to n_batch), runs
+ * tp_parallel_step and publishes each slot's tokens to its request: one, or
+ * with drafts every draft its row confirms plus one (slot_verify).  The
+ * token loop allocates nothing but the growing per-request text.  The step
+ * and the failure behaviour in detail: docs/serving.md ("Engine"),
+ * docs/speculative.md and docs/recovery.md.
  */
 #include <inttypes.h>
 #include <math.h>
