@@ -72,6 +72,9 @@ struct tp_server_config {
     const char *draft_model;   /* spec TP_SPEC_DRAFT: the draft model's GGUF (same vocabulary), loaded on rank 0
                                 * by tp_server_start */
     int draft_max;             /* drafted tokens per sequence and step, 1..TP_SPEC_DRAFT_MAX, default 4 */
+    const char *logit_bias;    /* NULL: none; else "ID+BIAS,ID-BIAS,..." (llama-server's --logit-bias): added to
+                                * every request of every API that sends no logit_bias of its own; a bias of
+                                * -100 or below bans the token.  Checked against the vocabulary at start */
 };
 struct tp_server_config tp_server_default_config(void);
 
