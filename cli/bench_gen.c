@@ -209,8 +209,11 @@ static uint64_t bytes_per_token(tp_parallel_t *par)
     return b;
 }
 
-/* What every rank's bandwidth probe needs (tp_parallel_run_hook). */
+/* What every rank's bandwidth probe needs (tp_parallel_run_hook).  GEN_HOOK_OPS + k: the entry
+ * and exit times of this rank's collectives k and k + 1 (--comm-sync). */
 #define GEN_HOOK_PROBE 1
+#define GEN_HOOK_OPS (1 << 24)
+#define GEN_OP_LOG ((size_t)1 << 16) /* collectives time-stamped per rank with --comm-sync */
 struct gen_probe {
     tp_pool_t *pool;
     uint64_t *buf;            /* (bytes) written once */
@@ -218,6 +221,7 @@ struct gen_probe {
     int passes;
     uint64_t bytes_read;      /* per decoded token by this rank */
     tp_model_t *m;            /* mixture of experts: its expert stats make bytes_read the active bytes */
+    const tp_comm_t *comm;    /* the group's collectives, their op log (--comm-sync) */
 };
 
 /* Mixture of experts: a decoded token reads this rank's weights except its experts, plus the
@@ -233,10 +237,17 @@ static uint64_t active_bytes(const struct gen_probe *pr)
 }
 
 /* GEN_HOOK_PROBE: out[0] = this rank's streaming-read GB/s, out[1] = the
- * bytes it reads per decoded token. */
+ * bytes it reads per decoded token.  GEN_HOOK_OPS + k: out = the entry and exit times (ns) of
+ * this rank's collectives k and k + 1, NaN past the op log. */
 static enum tp_status gen_hook(void *ud, int32_t arg, double out[TP_PARALLEL_HOOK_VALUES])
 {
     struct gen_probe *pr = ud;
+    if (arg >= GEN_HOOK_OPS) { /* entry and exit of 2 collectives per call */
+        const uint64_t *ts = NULL;
+        const size_t n = tp_comm_op_times(pr->comm, &ts), k = (size_t)(arg - GEN_HOOK_OPS);
+        for (size_t i = 0; i < TP_PARALLEL_HOOK_VALUES; i++) out[i] = k + i / 2 < n ? (double)ts[2 * k + i] : NAN;
+        return TP_OK;
+    }
     if (arg != GEN_HOOK_PROBE || !pr->pool || !pr->buf) return TP_ERR_INVALID_ARG;
     out[0] = tp_mem_read_bw_buf(pr->pool, pr->buf, pr->bytes, pr->passes);
     out[1] = (double)active_bytes(pr);
@@ -321,7 +332,7 @@ static enum tp_status gen_bufs_alloc(struct gen_bufs *b, int nb, int n_vocab, in
 
 struct gen_opts {
     const char *path;
-    int p, n, threads, reps, json, bw_mib, bw_passes, seqs_ctx;
+    int p, n, threads, reps, json, bw_mib, bw_passes, seqs_ctx, comm_sync;
     const char *shard_weights, *moe_split, *comm_dtype, *kv_type, *seqs;
     int klist[16], nk, kmax; /* --seqs: the sequence counts; kmax >= 1 */
     const char *psizes, *depths;
@@ -359,6 +370,10 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
         {"batch", 0, TP_OPT_INT, &o->chunk, "B",
          "prefill tokens per forward call for --prompt-sizes / --depth (default 512)", 1, 65536},
         {"json", 0, TP_OPT_FLAG, &o->json, NULL, "print one JSON object", 0, 0},
+        {"comm-sync", 0, TP_OPT_FLAG, &o->comm_sync, NULL,
+         "ranks on this machine (one clock): also report decode communication ms per token counted from the moment "
+         "every rank has entered each collective, without the waits for slower ranks",
+         0, 0},
         {"shard-weights", 0, TP_OPT_LIST, &o->shard_weights, "W,W,..", "under launch/mpirun: share per rank", 0, 0},
         {"moe-split", 0, TP_OPT_STRING, &o->moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
         {"comm-dtype", 0, TP_OPT_STRING, &o->comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 on the wire", 0,
@@ -432,6 +447,8 @@ struct gen_run {
     /* decode reps, rank 0's view: forward and all_sum time of its model, compute and communication time and
      * bytes sent of the engine, decoded tokens */
     uint64_t tg_ns_fwd, tg_ns_comm, tg_ns_compute, tg_ns_pcomm, tg_bytes, tg_count;
+    size_t tg_op[100][2];     /* --comm-sync: each decode rep's collectives [first, end) in the op log */
+    double tg_sync_ms;        /* --comm-sync: rank 0's decode communication ms per token after all ranks entered */
     double k_ms[16];          /* --seqs: median ms per step for klist[i] */
     double p_tps[16];         /* --prompt-sizes: median prefill t/s for plist[i] */
     double d_ms[16], d_kv[16]; /* --depth: median ms per decode step after dlist[i]; KV bytes every rank reads
@@ -476,7 +493,8 @@ static enum tp_status gen_start(struct gen_run *R, const struct gen_opts *o, str
     R->t_load = tp_now_s() - t0;
     R->g.m = tp_parallel_model(R->g.par);
     R->world = tp_parallel_size(R->g.par);
-    R->gp = (struct gen_probe){R->pool, R->bwbuf, R->bw_bytes, o->bw_passes, bytes_per_token(R->g.par), R->g.m};
+    R->gp = (struct gen_probe){R->pool,          R->bwbuf, R->bw_bytes, o->bw_passes, bytes_per_token(R->g.par),
+                               R->g.m,           tp_parallel_comm(R->g.par)};
     tp_parallel_set_hook(R->g.par, gen_hook, &R->gp);
     return TP_OK;
 }
@@ -526,11 +544,13 @@ static enum tp_status gen_rep(struct gen_run *R, const struct gen_opts *o, int r
     int32_t t = b->prompt[0];
     tp_model_get_stats(g->m, &st0);
     tp_parallel_get_stats(g->par, &ps0);
+    R->tg_op[r][0] = tp_comm_op_times(tp_parallel_comm(g->par), NULL);
     double t0 = tp_now_s();
     for (int i = 0; i < o->n; i++)
         if (gen_decode(g, &t, i) != TP_OK)
             return tp_error_set(err, TP_ERR_PEER, "decode failed: %s", tp_parallel_last_error(g->par));
     b->tg_s[r] = tp_now_s() - t0;
+    R->tg_op[r][1] = tp_comm_op_times(tp_parallel_comm(g->par), NULL);
     tp_model_get_stats(g->m, &st1);
     tp_parallel_get_stats(g->par, &ps1);
     R->tg_ns_fwd += st1.ns_forward - st0.ns_forward;
@@ -592,7 +612,44 @@ static enum tp_status gen_sizes(struct gen_run *R, const struct gen_opts *o, str
     return TP_OK;
 }
 
-/* Rank 0: warm-up, the reps, the probe after the last one, the --seqs steps, --prompt-sizes and --depth. */
+/*
+ * --comm-sync, rank 0 after the decode reps: each collective of the reps timed from the moment the
+ * last rank entered it to the moment the last rank left it (the ranks' times come through the hook,
+ * on the clock they share), so the waits for a rank still computing are left out;
+ * R->tg_sync_ms per decoded token.
+ */
+static enum tp_status gen_comm_sync(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
+{
+    const size_t n_log = tp_comm_op_times(tp_parallel_comm(R->g.par), NULL);
+    const int world = TP_MIN(R->world, TP_PLAN_MAX_RANKS);
+    double v[TP_PLAN_MAX_RANKS * TP_PARALLEL_HOOK_VALUES], ns = 0.0;
+    for (int r = 0; r < o->reps; r++) {
+        if (R->tg_op[r][1] > n_log || (R->tg_op[r][1] == n_log && n_log == GEN_OP_LOG))
+            return tp_error_set(err, TP_ERR_INVALID_ARG, "--comm-sync: the op log of %zu collectives is full (fewer "
+                                "-n or --reps)", GEN_OP_LOG);
+        for (size_t k = R->tg_op[r][0]; k < R->tg_op[r][1]; k += 2) {
+            if (tp_parallel_run_hook(R->g.par, GEN_HOOK_OPS + (int32_t)k, v, world) != TP_OK)
+                return tp_error_set(err, TP_ERR_PEER, "--comm-sync: %s", tp_parallel_last_error(R->g.par));
+            for (size_t i = 0; i < 2 && k + i < R->tg_op[r][1]; i++) {
+                double last_in = 0.0, last_out = 0.0;
+                for (int q = 0; q < world; q++) {
+                    const double *e = &v[q * TP_PARALLEL_HOOK_VALUES + 2 * (int)i];
+                    if (!(e[0] > 0 && e[1] >= e[0]))
+                        return tp_error_set(err, TP_ERR_PEER, "--comm-sync: rank %d has no times for collective %zu",
+                                            q, k + i);
+                    last_in = fmax(last_in, e[0]);
+                    last_out = fmax(last_out, e[1]);
+                }
+                ns += fmax(0.0, last_out - last_in);
+            }
+        }
+    }
+    R->tg_sync_ms = (double)o->n * o->reps > 0 ? ns / 1e6 / ((double)o->n * o->reps) : 0.0;
+    return TP_OK;
+}
+
+/* Rank 0: warm-up, the reps, the probe after the last one, --comm-sync's figure, the --seqs steps,
+ * --prompt-sizes and --depth. */
 static enum tp_status gen_measure(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
 {
     enum tp_status st = gen_prepare(R, o, err);
@@ -601,6 +658,7 @@ static enum tp_status gen_measure(struct gen_run *R, const struct gen_opts *o, s
         gen_probe_all(R->g.par, R->world, R->bufs.probe + (size_t)o->reps * R->world, R->bufs.rank_bytes) != TP_OK)
         st = tp_error_set(err, TP_ERR_PEER, "bandwidth probe failed on some rank: %s",
                           tp_parallel_last_error(R->g.par));
+    if (st == TP_OK && o->comm_sync && o->n > 0) st = gen_comm_sync(R, o, err);
     if (st == TP_OK && o->nk > 0) st = gen_seq_steps(R, o, err);
     if (st == TP_OK && (o->np_sizes > 0 || o->nd > 0)) st = gen_sizes(R, o, err);
     return st;
@@ -688,6 +746,7 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
            res->pp_tps, res->tg_tps, res->bw, (unsigned long long)res->bpt, res->frac, res->comm_frac,
            tp_wire_dtype_name(R->pcfg.wire_dtype), res->cpt_ms, res->mpt_ms, res->bpt_sent, o->bw_mib,
            o->bw_passes, res->frac_min, res->frac_max);
+    if (o->comm_sync && n > 0) printf(",\"comm_sync_ms_per_token\":%.3f", R->tg_sync_ms);
     if (res->moe)
         printf(",\"moe\":true,\"rank0_held_bytes\":%llu,\"rank0_expert_bytes\":%llu",
                (unsigned long long)tp_model_weight_bytes(m), (unsigned long long)tp_model_expert_weight_bytes(m));
@@ -773,6 +832,8 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
     if (n > 0)
         printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
                tp_wire_dtype_name(R->pcfg.wire_dtype), res->cpt_ms, res->mpt_ms, res->bpt_sent);
+    if (o->comm_sync && n > 0)
+        printf("comm after every rank entered each collective (--comm-sync): %.3f ms per token\n", R->tg_sync_ms);
     if (o->np_sizes > 0) {
         printf("prefill by prompt length (%d tokens per call, median of %d):\n", o->chunk, reps);
         printf("%-8s %10s %10s\n", "tokens", "t/s", "x first");
@@ -820,6 +881,7 @@ int tp_bench_gen(int argc, char **argv)
     R.pcfg = tp_parallel_default_config();
     const char *prefix = NULL;
     if (tp_cli_group_config("bench gen", o.comm_dtype, o.kv_type, &R.pcfg, NULL, &prefix)) return 2;
+    if (o.comm_sync) R.pcfg.comm.op_log = GEN_OP_LOG;
     tp_cli_setup_logging(prefix);
     if (tp_log_get_level() < TP_LOG_WARN) tp_log_set_level(TP_LOG_WARN);
     R.pcfg.shard_weights = o.shard_weights;

@@ -262,6 +262,8 @@ struct tp_model {
 void tp_op_init(void);
 /* sum a[i] * b[i] for i < n. */
 float tp_op_dot(const float *a, const float *b, int n);
+/* The same in plain C (four partial sums), whatever the CPU. */
+float tp_op_dot_ref(const float *a, const float *b, int n);
 /* y[i] += a * x[i] for i < n. */
 void tp_op_axpy(float *y, float a, const float *x, int n);
 /* The same with b / x in fp16 (KV cache in half precision), and a row conversion. */

@@ -62,14 +62,6 @@ static int step(tp_model_t *m, int32_t tok, int32_t pos, float *lg)
     return tp_model_forward(m, &b, lg) == TP_OK ? 0 : -1;
 }
 
-static int argmax(const float *x, int n)
-{
-    int best = 0;
-    for (int k = 1; k < n; k++)
-        if (x[k] > x[best]) best = k;
-    return best;
-}
-
 /* Energy-weighted quantization error of every MLX matrix of dir against the F32 directory ref. */
 static double weight_nmse(const char *dir, const char *ref, int *n_mats)
 {
@@ -169,8 +161,8 @@ static void mlx_vs_f32(int bits, int group, int bf16)
         const double x = tm_nmse(lq, lf, nv);
         sum += x;
         worst = x > worst ? x : worst;
-        agree += argmax(lq, nv) == argmax(lf, nv);
-        tok = argmax(lf, nv);
+        agree += tm_argmax(lq, nv) == tm_argmax(lf, nv);
+        tok = tm_argmax(lf, nv);
     }
     const double mean = sum / STEPS;
     fprintf(stderr,

@@ -39,7 +39,6 @@
 
 static const char *kq_model(enum tp_synth_mix mix, enum tp_wtype type, uint64_t seed)
 {
-    static char path[512];
     struct tp_shape s;
     memset(&s, 0, sizeof s);
     snprintf(s.name, sizeof s.name, "test-kq-tp");
@@ -54,23 +53,7 @@ static const char *kq_model(enum tp_synth_mix mix, enum tp_wtype type, uint64_t 
     s.n_ctx = 256;
     s.rope_theta = 10000.0f;
     s.norm_eps = 1e-5f;
-    char want[512];
-    snprintf(want, sizeof want, "%s/synth-kq-tp-%d-%d-%d.gguf", tp_test_tmpdir(), (int)mix, (int)type, (int)seed);
-    struct tp_synth_config c = tp_synth_default_config();
-    c.shape = &s;
-    c.n_layer = s.n_layer;
-    c.mix = mix;
-    c.type = type;
-    c.seed = seed;
-    c.out_path = want;
-    c.n_threads = 2;
-    struct tp_error e = {0};
-    if (tp_synth_write(&c, &e) != TP_OK) {
-        fprintf(stderr, "q4km_model: %s\n", e.msg);
-        return NULL;
-    }
-    snprintf(path, sizeof path, "%s", want);
-    return path;
+    return mr_synth_shape(&s, type, mix, seed, NULL);
 }
 
 static const char *q4km_model_seed(uint64_t seed) { return kq_model(TP_SYNTH_MIX_Q4_K_M, TP_WTYPE_Q4_K, seed); }
@@ -179,7 +162,6 @@ static void test_tp_q4_k_m(void)
  * least 16 decisive steps, teacher-forced final logits within a normalized MSE of 1e-3. */
 static const char *moe_q_model(enum tp_synth_mix mix, enum tp_wtype type, uint64_t seed)
 {
-    static char path[512];
     struct tp_shape s;
     memset(&s, 0, sizeof s);
     snprintf(s.name, sizeof s.name, "test-moe-q");
@@ -198,23 +180,7 @@ static const char *moe_q_model(enum tp_synth_mix mix, enum tp_wtype type, uint64
     s.qk_norm = 1;
     s.rope_theta = 1000000.0f;
     s.norm_eps = 1e-6f;
-    char want[512];
-    snprintf(want, sizeof want, "%s/synth-moe-q-%d-%d-%d.gguf", tp_test_tmpdir(), (int)mix, (int)type, (int)seed);
-    struct tp_synth_config c = tp_synth_default_config();
-    c.shape = &s;
-    c.n_layer = s.n_layer;
-    c.mix = mix;
-    c.type = type;
-    c.seed = seed;
-    c.out_path = want;
-    c.n_threads = 2;
-    struct tp_error e = {0};
-    if (tp_synth_write(&c, &e) != TP_OK) {
-        fprintf(stderr, "moe_q_model: %s\n", e.msg);
-        return NULL;
-    }
-    snprintf(path, sizeof path, "%s", want);
-    return path;
+    return mr_synth_shape(&s, type, mix, seed, NULL);
 }
 
 static void moe_quant_seed(enum tp_synth_mix mix, enum tp_wtype type, uint64_t seed, const char *name)

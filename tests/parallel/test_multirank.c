@@ -25,11 +25,15 @@
 
 static const char *cut_shards(const char *model, int world, const char *weights, char *pat, size_t cap);
 
+/* The bundled model's path; NULL after recording a skip when the checkout lacks it. */
 static const char *stories(void)
 {
     const char *p = tp_test_repo_path("models/stories260K.gguf");
     FILE *f = fopen(p, "rb");
-    if (!f) return NULL;
+    if (!f) {
+        tp_test_skip("models/stories260K.gguf not found");
+        return NULL;
+    }
     fclose(f);
     return p;
 }
@@ -147,10 +151,7 @@ static void world_sweep(const char *model, int steps, const char *what, int apis
 static void test_logit_bias(void)
 {
     const char *m = stories();
-    if (!m) {
-        tp_test_skip("models/stories260K.gguf missing");
-        return;
-    }
+    if (!m) return;
     const int steps = 12;
     struct mr_run ref, b1, forced, r;
     run_ref(&ref, m, steps);
@@ -338,10 +339,7 @@ static void test_kv_copy(void)
 static void test_stories_worlds(void)
 {
     const char *m = stories();
-    if (!m) {
-        tp_test_skip("models/stories260K.gguf not found");
-        return;
-    }
+    if (!m) return;
     world_sweep(m, 128, "stories260K", 1);
 }
 
@@ -405,10 +403,7 @@ static void test_synth_qwen(void)
 static void test_refused_everywhere(void)
 {
     const char *m = stories();
-    if (!m) {
-        tp_test_skip("models/stories260K.gguf not found");
-        return;
-    }
+    if (!m) return;
     /* a split that cannot be made: rank 2's weight leaves it without heads */
     struct mr_run r;
     mr_init(&r, m, 3);
@@ -449,10 +444,7 @@ static void test_refused_everywhere(void)
 static void test_dead_peer(void)
 {
     const char *m = stories();
-    if (!m) {
-        tp_test_skip("models/stories260K.gguf not found");
-        return;
-    }
+    if (!m) return;
     struct mr_run r;
     mr_init(&r, m, 3);
     r.n_steps = MR_MAX_STEPS - 1; /* still generating when the last rank dies */
@@ -477,10 +469,7 @@ static void test_dead_peer(void)
 static void test_slow_loader(void)
 {
     const char *m = stories();
-    if (!m) {
-        tp_test_skip("models/stories260K.gguf not found");
-        return;
-    }
+    if (!m) return;
     struct mr_run ref, r;
     run_ref(&ref, m, 16);
     mr_init(&r, m, 3);
@@ -503,10 +492,7 @@ static void test_slow_loader(void)
 static void test_wire_dtypes(void)
 {
     const char *m = stories();
-    if (!m) {
-        tp_test_skip("models/stories260K.gguf not found");
-        return;
-    }
+    if (!m) return;
     struct mr_run ref, r;
     run_ref(&ref, m, 64);
     const enum tp_wire_dtype dts[] = {TP_WIRE_F16, TP_WIRE_BF16, TP_WIRE_Q8};
@@ -557,10 +543,7 @@ static const char *cut_shards(const char *model, int world, const char *weights,
 static void test_shard_files(void)
 {
     const char *m = stories();
-    if (!m) {
-        tp_test_skip("models/stories260K.gguf not found");
-        return;
-    }
+    if (!m) return;
     char pat3[1024], patw[1024], pat4[1024], patq[1024];
     struct mr_run ref, r;
     run_ref(&ref, m, 64);
@@ -1108,10 +1091,7 @@ TP_TEST_SUITE(multirank, "multirank,model", 300, mr_cases)
 static void test_token_mask(void)
 {
     const char *m = stories();
-    if (!m) {
-        tp_test_skip("models/stories260K.gguf missing");
-        return;
-    }
+    if (!m) return;
     const int steps = 10;
     struct mr_run ref, m1, r;
     run_ref(&ref, m, steps);

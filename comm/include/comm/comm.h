@@ -117,7 +117,11 @@ struct tp_comm_config {
     uint64_t hostfile_skip;
     int former_world;  /* rank 0: the largest world this group had before it shrank (0: never): a joining
                         * worker of a world in (world_size, former_world] was left out and is refused
-                        * (its tp_comm_init returns TP_ERR_CANCELLED) */
+                        * (its tp_comm_init returns TP_ERR_CANCELLED) */    size_t op_log;     /* time-stamp the entry and exit of this group's first op_log collectives
+                        * (tp_comm_op_times; benchmarks); 0: off (default) */
+    uint32_t sim_latency_us; /* ring over TCP: hold every message this long before sending it, a simulated
+                              * one-way link latency on one machine (tests, benchmarks;
+                              * TP_COMM_SIM_LATENCY_US, at most 1 s); 0: off (default) */
 };
 
 /* Defaults: ring, rank/world -1, 30 s op timeout, 60 s connect timeout. */
@@ -126,12 +130,22 @@ struct tp_comm_config tp_comm_default_config(void);
 /*
  * Fill cfg from the environment: TP_BACKEND, TP_RANK, TP_WORLD_SIZE,
  * TP_HOSTFILE, TP_COORDINATOR, TP_CLUSTER_TOKEN, TP_COMM_TIMEOUT_MS,
- * TP_COMM_CONNECT_TIMEOUT_MS, TP_COMM_SHM (0/1), TP_LISTEN_FD, TP_GROUP_ID.
+ * TP_COMM_CONNECT_TIMEOUT_MS, TP_COMM_SHM (0/1), TP_LISTEN_FD, TP_GROUP_ID,
+ * TP_COMM_SIM_LATENCY_US.
  * Only variables that are set override cfg.  Malformed values give
  * TP_ERR_INVALID_ARG with a message in err naming the variable.
  * Returned strings point into the environment (valid for the process).
  */
 enum tp_status tp_comm_config_from_env(struct tp_comm_config *cfg, struct tp_error *err);
+
+/*
+ * Bind n listening TCP sockets on 127.0.0.1 to free ports (close-on-exec,
+ * SO_REUSEADDR): ports[i] and fds[i].  A launcher hands fds[i] to local rank
+ * i as TP_LISTEN_FD, so no other process takes the port before the rank
+ * listens on it.  TP_OK, or TP_ERR_IO with err filled (may be NULL), every
+ * socket closed and fds[] all -1.  The caller closes the fds.
+ */
+enum tp_status tp_comm_hold_loopback_ports(int n, int *ports, int *fds, struct tp_error *err);
 
 /*
  * Form the group (blocks until every rank joined or connect_timeout_ms).
@@ -160,24 +174,34 @@ void tp_comm_abort(tp_comm_t *c, const char *reason);
 /*
  * Liveness (ring, rdma): every worker keeps a side connection to rank 0 on
  * which both ends send a heartbeat every 200 ms from a thread of their own,
- * also while the engine thread is blocked inside a collective.  Returns the
- * WORLD rank of the first peer that has sent nothing for more than
- * silent_ms (on rank 0: any worker; on a worker: rank 0), with
- * *silent_for_ms (may be NULL) set to how long; -1 when every peer is
- * answering.  A peer whose link closed stays silent.  Thread safe; cheap
- * (atomic loads).  Size-1 groups and the mpi backend return -1: MPI owns
- * its processes, and mpirun (or the resource manager) detects and kills a
- * job whose rank died; a stopped MPI rank shows only as a collective that
- * does not finish.
+ * also while the engine thread is blocked inside a collective; a process
+ * that frees its group (tp_comm_free: alive, leaving, e.g. because a
+ * collective failed) says so on it before closing.  Returns the WORLD rank
+ * of a peer that has sent nothing for more than silent_ms (on rank 0: any
+ * worker; on a worker: rank 0), with *silent_for_ms (may be NULL) set to
+ * how long; -1 when every peer is answering.  When several are silent, the
+ * same order as tp_comm_lost_rank() picks one (a peer that said it was
+ * leaving comes last).  A peer whose link closed stays silent.  Thread
+ * safe; cheap (atomic loads).  Size-1 groups and the mpi backend return -1:
+ * MPI owns its processes, and mpirun (or the resource manager) detects and
+ * kills a job whose rank died; a stopped MPI rank shows only as a
+ * collective that does not finish.
  */
 int tp_comm_silent_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_for_ms);
 
 /*
- * Which peer was lost, for a report after a collective failed: the rank
- * whose liveness link closed first (a killed process, a lost link), else
- * the rank silent longest when that is more than silent_ms (a stopped or
- * hung one), else -1.  *silent_for_ms (may be NULL) as above.  Same
- * threads and backends as tp_comm_silent_rank().
+ * Which peer was lost, for a report after a collective failed, by the
+ * strength of the evidence: the rank whose liveness link closed first
+ * without saying it was leaving (a killed process, a lost link); else the
+ * rank silent longest when that is more than silent_ms (a stopped or hung
+ * one); else a rank that said it was leaving, once 400 ms have passed
+ * without anything stronger (an orderly exit), unless an open link went
+ * silent well before that leave (that rank is named: the leave followed
+ * its stop); else -1.  In a ring, the neighbours of a stopped rank time out
+ * and leave at about the same moment as rank 0 notices, so the first link
+ * to close is usually a survivor's: it is never named while the stopped
+ * rank is silent.  *silent_for_ms (may be NULL) as above.  Same threads
+ * and backends as tp_comm_silent_rank().
  */
 int tp_comm_lost_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_for_ms);
 
@@ -236,6 +260,11 @@ struct tp_comm_stats {
     uint64_t ns_in_comm;   /* wall time spent inside collectives */
 };
 void tp_comm_get_stats(const tp_comm_t *c, struct tp_comm_stats *out);
+/* The entry and exit times (tp_now_ns) of this rank's collectives while the op log of
+ * tp_comm_config.op_log had room: *ts (owned by c, valid until tp_comm_free) holds 2 values per
+ * collective, in call order (the same order on every rank); returns how many were recorded.
+ * Ranks on one machine share the clock, so their entries can be compared (bench gen). */
+size_t tp_comm_op_times(const tp_comm_t *c, const uint64_t **ts);
 
 /*
  * Cost of one collective as the ring and rdma backends run it (comm/algo.c
