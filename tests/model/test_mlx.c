@@ -247,8 +247,8 @@ static void moe_mlx_vs_f32(const char *shape, int bits, int group, int n_mats_wa
         sum += x;
         worst = x > worst ? x : worst;
         over += x > worst_bound;
-        agree += argmax(lq, nv) == argmax(lf, nv);
-        tok = argmax(lf, nv);
+        agree += tm_argmax(lq, nv) == tm_argmax(lf, nv);
+        tok = tm_argmax(lf, nv);
     }
     const double mean = sum / STEPS;
     fprintf(stderr,
