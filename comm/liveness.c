@@ -1,27 +1,13 @@
 /*
- * comm/liveness.c - heartbeats on a side channel, so a stalled rank shows
- * within a second or two even while the engine thread is blocked inside a
- * collective.
- *
- * The bootstrap gives every worker one extra authenticated TCP connection
- * to rank 0 (net->live_fds).  A small thread on each rank sends one byte on
- * its liveness links every TP_LIVE_BEAT_MS and records, per peer, when it
- * last received anything (an atomic timestamp).  The thread runs whether or
- * not the engine is computing or communicating, so a peer that stops
- * answering (SIGSTOP, a hung host, a cut link) stops refreshing its
- * timestamp while a busy but healthy peer keeps it fresh.  A closed link
- * stops its timestamp too.  The bytes carry nothing: the data links
- * (and their op timeout) decide whether a collective fails; this channel
- * only reports silence.
- *
- * On rank 0 of a group that shrank (a re-plan left a rank out), the thread
- * also keeps the bootstrap listener open (the door): a process of the
- * larger group that tries to join (the left-out rank restarted, or woken
- * from SIGSTOP) reads its first frame and gets a REJECT saying it was left
- * out, so it stops at once instead of retrying until its connect timeout.
- * Anything else there gets a REJECT too.  Connections are non-blocking and
- * at most TP_LIVE_DOOR_MAX are pending (the oldest is dropped), each for at
- * most TP_LIVE_DOOR_MS, so strays cannot hold the heartbeats up.
+ * comm/liveness.c - heartbeats on a side channel, so a stalled rank shows within a second or two even
+ * while the engine thread is blocked in a collective.  Every worker has one extra authenticated TCP
+ * link to rank 0 (net->live_fds, from the bootstrap); a small thread per rank sends a byte on its links
+ * every TP_LIVE_BEAT_MS and records per peer when it last heard anything (an atomic timestamp), whatever
+ * the engine does, so a stopped peer (SIGSTOP, a hung host, a cut link) goes silent while a busy one
+ * does not.  The bytes carry nothing: the data links (and their op timeout) decide whether a collective
+ * fails; this channel only reports silence.  On rank 0 of a group that shrank, the thread also keeps the
+ * bootstrap listener open (the door) and answers a left-out rank that tries to join with a REJECT, so it
+ * stops at once (at most TP_LIVE_DOOR_MAX pending connections, each for at most TP_LIVE_DOOR_MS).
  */
 #include <errno.h>
 #include <fcntl.h>
