@@ -60,8 +60,9 @@ void tp_cli_setup_logging(const char *prefix);
 
 /* One-line error "tpserve CMD: message" to stderr; returns exit code 1. */
 int tp_cli_fail(const char *cmd, const char *fmt, ...) TP_PRINTF(2, 3);
-/* `serve` on a worker that rank 0 left out of the group (it re-planned without it):
- * `launch` neither restarts it nor stops the others. */
+/* `serve` on a worker that rank 0 left out of the group (it re-planned without it, and refused the
+ * worker when it came back: the only TP_ERR_CANCELLED a worker's group formation returns): `launch`
+ * neither restarts it nor takes it for a failure (docs/cli.md). */
 #define TP_CLI_EXIT_LEFT_OUT 88
 
 #define TP_CLI_EXIT_PEER_LOST 3

@@ -205,7 +205,7 @@ int tp_cmd_launch(int argc, char **argv)
     struct respawn_ctx rx = {.argv = rest_argv, .nstr = nstr, .backend = backend, .hostfile = hostfile,
                              .token = token, .shm = shm ? "1" : getenv("TP_COMM_SHM")};
     const struct tp_sup_config sc = {.who = "launch", .grace_ms = grace_ms, .max_restarts = restarts,
-                                     .left_out_status = restarts > 0 ? TP_CLI_EXIT_LEFT_OUT : 0,
+                                     .left_out_status = TP_CLI_EXIT_LEFT_OUT, /* with or without --restart: never a failure */
                                      .respawn = respawn_local, .respawn_ctx = &rx};
     exit_code = tp_sup_run(kids, n, n_started, &sc);
 cleanup:

@@ -146,7 +146,7 @@ static uint64_t parse_size(const char *s)
 
 struct serve_opts {
     const char *model, *host, *api_key, *api_key_file, *tmpl, *log_format, *alias, *cors_origin, *shard_weights;
-    const char *moe_split, *comm_dtype, *kv_type, *pooling;
+    const char *moe_split, *comm_dtype, *kv_type, *pooling, *logit_bias;
     int port, parallel, ctx, max_queue, threads, batch, chunk, share_min;
     uint64_t max_body, mem_budget;
     int max_conn, max_conn_ip, header_timeout, body_timeout, recover_wait, rejoin, resp_store;
@@ -261,6 +261,9 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
          0, 0},
         {"pooling", 0, TP_OPT_STRING, &o->pooling, "MODE",
          "/v1/embeddings pooling: auto (the model's GGUF pooling_type, else mean), mean, last, cls", 0, 0},
+        {"logit-bias", 0, TP_OPT_STRING, &o->logit_bias, "ID+B,...",
+         "logit bias for every request that sends none, as llama-server's: TOKEN_ID+BIAS or TOKEN_ID-BIAS, "
+         "comma-separated (-100 bans the token)", 0, 0},
         {"responses-store", 0, TP_OPT_INT, &o->resp_store, "N",
          "finished /v1/responses kept in memory for previous_response_id, oldest evicted first (default 256; 0: "
          "none)", 0, 1 << 20},
@@ -314,6 +317,7 @@ static struct tp_server_config serve_server_config(const struct serve_opts *o, c
     sc.responses_store = o->resp_store;
     sc.pooling = strcmp(o->pooling, "mean") == 0 ? 1 : strcmp(o->pooling, "last") == 0 ? 2 : strcmp(o->pooling, "cls") == 0 ? 3 : 0;
     sc.cors_origin = o->cors_origin;
+    sc.logit_bias = o->logit_bias;
     return sc;
 }
 
@@ -405,6 +409,16 @@ int tp_cmd_serve(int argc, char **argv)
     if (grc) {
         free(o.key_buf);
         return grc == 1 ? 2 : 1; /* bad --comm-dtype: usage error; bad environment: 1 */
+    }
+    if (strcmp(o.on_rank_loss, "replan") == 0 && pc.comm.world_size != 1 && pc.comm.backend != TP_COMM_BACKEND_RING) {
+        /* docs/recovery.md: an MPI job cannot re-form in place at all; rdma re-forms at its size only */
+        fprintf(stderr, "tpserve serve: --on-rank-loss replan does not apply to --backend %s: %s (use --backend ring, "
+                        "or --on-rank-loss wait)\n", tp_comm_backend_name(pc.comm.backend),
+                pc.comm.backend == TP_COMM_BACKEND_MPI
+                    ? "an MPI job cannot re-form in place; mpirun or the scheduler restarts the whole job"
+                    : "only the ring backend can form a group with fewer ranks");
+        free(o.key_buf);
+        return 2;
     }
     tp_cli_setup_logging(prefix);
     if (strcmp(o.log_format, "json") == 0) tp_log_set_hook(json_log_hook, NULL);

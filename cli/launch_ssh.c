@@ -301,7 +301,7 @@ int tp_launch_hostfile_main(int argc, char **argv)
     struct ssh_respawn rx = {.ssh = ssh, .cmd = cmd, .token = token};
     const struct tp_sup_config sc = {.who = "launch", .grace_ms = KILL_GRACE_MS, .marker = LAUNCH_MARKER,
                                      .explain = explain, .report_ok = 1, .max_restarts = restarts,
-                                     .left_out_status = restarts > 0 ? TP_CLI_EXIT_LEFT_OUT : 0,
+                                     .left_out_status = TP_CLI_EXIT_LEFT_OUT, /* with or without --restart: never a failure */
                                      .respawn = respawn_ssh, .respawn_ctx = &rx};
     return tp_sup_run(ranks, n, started, &sc);
 }

@@ -252,6 +252,8 @@ struct sup_run {
     int first_peer;           /* it ended with TP_SUP_EXIT_PEER_LOST: a later failure of another kind replaces it */
     int exit_code;
     int live, pending;        /* children running; restarts scheduled */
+    int n_left_out;           /* workers that ended with cfg->left_out_status */
+    char left_out[160];       /* their ranks, "2, 3" */
     struct sup_restart *rs;   /* (n) */
     struct pollfd *pfd;       /* (2n + 1) */
     struct tp_sup_stream **ps;
@@ -286,10 +288,15 @@ static void sup_failed(struct sup_run *S, int i)
     struct tp_sup_child *c = &S->c[i];
     const int peer = !c->signaled && c->status == TP_SUP_EXIT_PEER_LOST;
     int sr = 0;
-    if (i > 0 && S->cfg->left_out_status && !c->signaled && c->status == S->cfg->left_out_status &&
-        S->first_fail < 0 && !S->kill_at) {
-        fprintf(stderr, "tpserve %s: rank %d was left out of the group (rank 0 re-planned without it); "
-                        "not restarting it, the other ranks go on\n", S->cfg->who, i);
+    if (i > 0 && S->cfg->left_out_status && !c->signaled && c->status == S->cfg->left_out_status) {
+        /* rank 0 re-planned without it and refused it when it tried to come back: the job goes on without
+         * it by rank 0's decision, so this is neither a failure nor something a restart can change */
+        size_t at = strlen(S->left_out);
+        snprintf(S->left_out + at, sizeof S->left_out - at, "%s%d", S->n_left_out ? ", " : "", i);
+        S->n_left_out++;
+        if (!S->kill_at && !g_signal)
+            fprintf(stderr, "tpserve %s: rank %d was left out of the group (rank 0 re-planned without it); "
+                            "not restarting it, the other ranks go on\n", S->cfg->who, i);
     } else if (S->first_fail < 0 && !S->exit_code && !S->kill_at &&
                (sr = schedule_restart(c, i, &S->rs[i], S->cfg)) != 0) {
         S->pending += sr == 1;
@@ -450,7 +457,10 @@ int tp_sup_run(struct tp_sup_child *c, int n, int n_started, const struct tp_sup
         if (c[i].in_fd >= 0) close(c[i].in_fd), c[i].in_fd = -1;
     }
     sup_free(&S);
-    if (S.first_fail < 0 && S.exit_code == 0 && cfg->report_ok)
+    if (S.first_fail < 0 && S.exit_code == 0 && S.n_left_out)
+        fprintf(stderr, "tpserve %s: rank%s %s left out by a re-plan; the other %d ranks exited normally\n",
+                cfg->who, S.n_left_out > 1 ? "s" : "", S.left_out, n - S.n_left_out);
+    else if (S.first_fail < 0 && S.exit_code == 0 && cfg->report_ok)
         fprintf(stderr, "tpserve %s: all %d ranks exited normally\n", cfg->who, n);
     return S.exit_code;
 }

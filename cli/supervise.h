@@ -13,7 +13,10 @@
  * restarted after a backoff (250 ms doubling to 8 s) instead, at most
  * max_restarts times in a row; then it stays stopped while the others go on
  * (rank 0 waits for it or re-plans without it).  A worker exiting with
- * left_out_status is not restarted at all.
+ * left_out_status (with or without restarts) was left out by rank 0's
+ * re-plan: it is not restarted, not a failure (the others go on, and the
+ * launcher's status is 0 when they all end with 0), and the end of the run
+ * names it.
  */
 #ifndef TP_SERVER_SUPERVISE_H
 #define TP_SERVER_SUPERVISE_H
@@ -64,8 +67,9 @@ struct tp_sup_config {
     int (*respawn)(struct tp_sup_child *c, int index, void *ctx);
     void *respawn_ctx;
     /* A worker (index > 0) exiting with this status (non-zero) was left out of the group by rank 0
-     * (it re-planned without it, docs/recovery.md): it is neither restarted nor stops the others.
-     * 0: none. */
+     * (it re-planned without it, docs/recovery.md): it is neither restarted nor a failure (it stops
+     * no one and does not set the exit status); the end of the run names it.  Rank 0 exiting with it
+     * is a failure like any other status.  0: none. */
     int left_out_status;
 };
 

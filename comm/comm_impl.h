@@ -241,7 +241,7 @@ enum tp_status tp_comm_check_token(const struct tp_comm_config *cfg, const struc
  * (idempotent, called by tp_net_release) joins the thread and closes them. */
 enum tp_status tp_live_start(struct tp_net *net, struct tp_error *err);
 void tp_live_stop(struct tp_net *net);
-/* First net rank silent for more than silent_ms, or -1 (see tp_comm_silent_rank). */
+/* A net rank silent for more than silent_ms, or -1 (see tp_comm_silent_rank; the order of liveness.c). */
 int tp_live_silent(const struct tp_net *net, uint32_t silent_ms, uint32_t *silent_for_ms);
 /* tp_comm_lost_rank() on the net (world ranks == net ranks for the world group). */
 int tp_live_lost(const struct tp_net *net, uint32_t silent_ms, uint32_t *silent_for_ms);

@@ -1,13 +1,41 @@
 /*
- * comm/liveness.c - heartbeats on a side channel, so a stalled rank shows within a second or two even
- * while the engine thread is blocked in a collective.  Every worker has one extra authenticated TCP
- * link to rank 0 (net->live_fds, from the bootstrap); a small thread per rank sends a byte on its links
- * every TP_LIVE_BEAT_MS and records per peer when it last heard anything (an atomic timestamp), whatever
- * the engine does, so a stopped peer (SIGSTOP, a hung host, a cut link) goes silent while a busy one
- * does not.  The bytes carry nothing: the data links (and their op timeout) decide whether a collective
- * fails; this channel only reports silence.  On rank 0 of a group that shrank, the thread also keeps the
- * bootstrap listener open (the door) and answers a left-out rank that tries to join with a REJECT, so it
- * stops at once (at most TP_LIVE_DOOR_MAX pending connections, each for at most TP_LIVE_DOOR_MS).
+ * comm/liveness.c - heartbeats on a side channel, so a stalled rank shows
+ * within a second or two even while the engine thread is blocked inside a
+ * collective.
+ *
+ * The bootstrap gives every worker one extra authenticated TCP connection
+ * to rank 0 (net->live_fds).  A small thread on each rank sends one byte on
+ * its liveness links every TP_LIVE_BEAT_MS and records, per peer, when it
+ * last received anything (an atomic timestamp).  The thread runs whether or
+ * not the engine is computing or communicating, so a peer that stops
+ * answering (SIGSTOP, a hung host, a cut link) stops refreshing its
+ * timestamp while a busy but healthy peer keeps it fresh.  A closed link
+ * stops its timestamp too.  The data links (and their op timeout) decide
+ * whether a collective fails; this channel reports silence, and one thing
+ * more: a rank that leaves its group while alive (its collective failed,
+ * or it shuts down) sends TP_LIVE_LEAVE before closing its links.
+ *
+ * Naming the lost rank (tp_live_pick).  When one rank of a ring stops, its
+ * neighbours' collectives time out too, at about the same moment as rank
+ * 0's; a surviving worker whose collective gave up first closes its links,
+ * rank 0 sees that link close while the stopped rank's link stays open
+ * (its process exists, its kernel keeps the socket), and a rule "closed
+ * first" would name the survivor.  So the evidence is ranked: a link that
+ * closed without the leave notice (a killed process, a lost link) names its
+ * rank at once; else the rank silent longest past the threshold (stopped,
+ * hung, unreachable); a rank that said it was leaving is alive and is named
+ * only when nothing else explains the loss, and not before
+ * TP_LIVE_LEAVE_GRACE_MS (a killed rank's closing, which caused the leave,
+ * may reach rank 0 a little later on its own link).
+ *
+ * On rank 0 of a group that shrank (a re-plan left a rank out), the thread
+ * also keeps the bootstrap listener open (the door): a process of the
+ * larger group that tries to join (the left-out rank restarted, or woken
+ * from SIGSTOP) reads its first frame and gets a REJECT saying it was left
+ * out, so it stops at once instead of retrying until its connect timeout.
+ * Anything else there gets a REJECT too.  Connections are non-blocking and
+ * at most TP_LIVE_DOOR_MAX are pending (the oldest is dropped), each for at
+ * most TP_LIVE_DOOR_MS, so strays cannot hold the heartbeats up.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +50,9 @@
 #include "comm_wire.h"
 
 #define TP_LIVE_BEAT_MS 200u
+#define TP_LIVE_BEAT 0xb7u            /* a heartbeat: "alive" */
+#define TP_LIVE_LEAVE 0xb8u           /* "alive, and leaving this group" (sent once, before closing) */
+#define TP_LIVE_LEAVE_GRACE_MS 400u   /* a leaving rank is named only when nothing else is for this long */
 #define TP_LIVE_DOOR_MAX 8
 #define TP_LIVE_DOOR_MS 3000u
 
@@ -39,6 +70,7 @@ struct tp_live {
     int *fds;                     /* (n) liveness link per net rank, -1 where none (owned) */
     _Atomic uint64_t *last_ns;    /* (n) tp_now_ns() of the last byte received, 0 where no link */
     _Atomic uint64_t *closed_ns;  /* (n) tp_now_ns() when the link closed, 0 while open */
+    _Atomic uint64_t *left_ns;    /* (n) tp_now_ns() when the peer said TP_LIVE_LEAVE, 0: it did not */
     int door;                     /* rank 0 after a shrink: the bootstrap listener (owned), else -1 */
     int door_former;              /* the largest world before the shrink */
     uint32_t epoch;
@@ -101,7 +133,7 @@ static void *live_main(void *arg)
     for (;;) {
         uint64_t now = tp_now_ns();
         if (now >= next_beat) {
-            static const uint8_t beat = 0xb7;
+            static const uint8_t beat = TP_LIVE_BEAT;
             for (int r = 0; r < lv->n; r++) {
                 if (!open_fd[r]) continue;
                 ssize_t w = send(lv->fds[r], &beat, 1, tp_sock_send_flags());
@@ -161,9 +193,12 @@ static void *live_main(void *arg)
             }
             uint8_t buf[256];
             ssize_t got = recv(lv->fds[r], buf, sizeof buf, 0);
-            if (got > 0)
-                atomic_store(&lv->last_ns[r], tp_now_ns());
-            else if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            if (got > 0) {
+                uint64_t t = tp_now_ns();
+                if (memchr(buf, TP_LIVE_LEAVE, (size_t)got) && !atomic_load(&lv->left_ns[r]))
+                    atomic_store(&lv->left_ns[r], t);
+                atomic_store(&lv->last_ns[r], t);
+            } else if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
                 open_fd[r] = 0; /* closed: its timestamp stops, so it reads as silent */
                 atomic_store(&lv->closed_ns[r], tp_now_ns());
             }
@@ -185,6 +220,7 @@ static void live_free(struct tp_live *lv)
     free(lv->fds);
     free((void *)lv->last_ns);
     free((void *)lv->closed_ns);
+    free((void *)lv->left_ns);
     free(lv);
 }
 
@@ -206,8 +242,9 @@ enum tp_status tp_live_start(struct tp_net *net, struct tp_error *err)
     lv->fds = malloc((size_t)lv->n * sizeof *lv->fds);
     lv->last_ns = calloc((size_t)lv->n, sizeof *lv->last_ns);
     lv->closed_ns = calloc((size_t)lv->n, sizeof *lv->closed_ns);
+    lv->left_ns = calloc((size_t)lv->n, sizeof *lv->left_ns);
     int p[2] = {-1, -1};
-    if (!lv->fds || !lv->last_ns || !lv->closed_ns || pipe(p) != 0) {
+    if (!lv->fds || !lv->last_ns || !lv->closed_ns || !lv->left_ns || pipe(p) != 0) {
         free(lv->fds);
         lv->fds = NULL;
         live_free(lv);
@@ -223,6 +260,7 @@ enum tp_status tp_live_start(struct tp_net *net, struct tp_error *err)
         net->live_fds[r] = -1;
         atomic_init(&lv->last_ns[r], lv->fds[r] >= 0 ? now : 0);
         atomic_init(&lv->closed_ns[r], 0);
+        atomic_init(&lv->left_ns[r], 0);
         if (lv->fds[r] >= 0) {
             struct tp_error e = {0};
             if (tp_sock_tune(lv->fds[r], &e) != TP_OK) {
@@ -253,51 +291,67 @@ void tp_live_stop(struct tp_net *net)
         w = write(lv->stop_wr, &b, 1);
     } while (w < 0 && errno == EINTR);
     pthread_join(lv->th, NULL);
+    /* this process is alive and leaves the group: say so before the links close, so that the peers do not
+     * take the closing for a death (tp_live_pick) */
+    static const uint8_t leave = TP_LIVE_LEAVE;
+    for (int r = 0; r < lv->n; r++)
+        if (lv->fds[r] >= 0) {
+            ssize_t s = send(lv->fds[r], &leave, 1, tp_sock_send_flags() | MSG_DONTWAIT);
+            (void)s;
+        }
     live_free(lv);
+}
+
+/*
+ * The rank to name for a silence or a loss, -1 when none (see the top of
+ * this file): 1. a link closed without the leave notice, the earliest
+ * closing first (with closed_counts 0, only once it is silent for more than
+ * silent_ms, like an open link); 2. an open link silent for more than
+ * silent_ms, the longest silent first; 3. a rank that said it was leaving,
+ * TP_LIVE_LEAVE_GRACE_MS or more ago, unless an open link went silent more
+ * than two heartbeats before that leave (a stop that the leave followed:
+ * that rank is named instead); the earliest leave first.  *silent_for_ms:
+ * how long the named rank has sent nothing.
+ */
+static int live_pick(struct tp_live *lv, uint32_t silent_ms, int closed_counts, uint32_t *silent_for_ms)
+{
+    const uint64_t now = tp_now_ns(), silent_ns = (uint64_t)silent_ms * 1000000ull;
+    const uint64_t grace_ns = TP_LIVE_LEAVE_GRACE_MS * 1000000ull, beats_ns = 2ull * TP_LIVE_BEAT_MS * 1000000ull;
+    int dead = -1, quiet = -1, left = -1, oldest = -1;
+    uint64_t dead_at = 0, quiet_last = 0, left_at = 0, oldest_last = 0;
+    for (int r = 0; r < lv->n; r++) {
+        const uint64_t last = atomic_load(&lv->last_ns[r]);
+        if (!last) continue; /* no link to this rank */
+        const uint64_t closed = atomic_load(&lv->closed_ns[r]), leave = atomic_load(&lv->left_ns[r]);
+        const uint64_t quiet_ns = now > last ? now - last : 0;
+        if (leave) {
+            if (now > leave && now - leave >= grace_ns && (closed_counts || quiet_ns > silent_ns) && (left < 0 || leave < left_at))
+                left = r, left_at = leave;
+        } else if (closed) {
+            if ((closed_counts || quiet_ns > silent_ns) && (dead < 0 || closed < dead_at)) dead = r, dead_at = closed;
+        } else {
+            if (quiet_ns > silent_ns && (quiet < 0 || last < quiet_last)) quiet = r, quiet_last = last;
+            if (oldest < 0 || last < oldest_last) oldest = r, oldest_last = last;
+        }
+    }
+    int who = dead >= 0 ? dead : quiet >= 0 ? quiet : left;
+    if (dead < 0 && quiet < 0 && left >= 0 && oldest >= 0 && oldest_last + beats_ns < left_at) who = oldest;
+    if (who >= 0 && silent_for_ms) {
+        const uint64_t last = atomic_load(&lv->last_ns[who]);
+        const uint64_t ms = now > last ? (now - last) / 1000000u : 0;
+        *silent_for_ms = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+    }
+    return who;
 }
 
 int tp_live_silent(const struct tp_net *net, uint32_t silent_ms, uint32_t *silent_for_ms)
 {
-    const struct tp_live *lv = net ? net->live : NULL;
     if (silent_for_ms) *silent_for_ms = 0;
-    if (!lv) return -1;
-    uint64_t now = tp_now_ns();
-    for (int r = 0; r < lv->n; r++) {
-        uint64_t last = atomic_load(&((struct tp_live *)lv)->last_ns[r]);
-        if (!last || now <= last) continue;
-        uint64_t ms = (now - last) / 1000000u;
-        if (ms > silent_ms) {
-            if (silent_for_ms) *silent_for_ms = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
-            return r;
-        }
-    }
-    return -1;
+    return net && net->live ? live_pick(net->live, silent_ms, 0, silent_for_ms) : -1;
 }
 
 int tp_live_lost(const struct tp_net *net, uint32_t silent_ms, uint32_t *silent_for_ms)
 {
-    struct tp_live *lv = net ? net->live : NULL;
     if (silent_for_ms) *silent_for_ms = 0;
-    if (!lv) return -1;
-    uint64_t now = tp_now_ns(), first = 0;
-    int who = -1;
-    for (int r = 0; r < lv->n; r++) {
-        uint64_t c = atomic_load(&lv->closed_ns[r]);
-        if (c && (!first || c < first)) first = c, who = r;
-    }
-    if (who >= 0) {
-        uint64_t last = atomic_load(&lv->last_ns[who]);
-        uint64_t ms = now > last ? (now - last) / 1000000u : 0;
-        if (silent_for_ms) *silent_for_ms = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
-        return who;
-    }
-    uint64_t oldest = UINT64_MAX;
-    for (int r = 0; r < lv->n; r++) {
-        uint64_t last = atomic_load(&lv->last_ns[r]);
-        if (last && last < oldest) oldest = last, who = r;
-    }
-    if (who < 0 || now <= oldest || (now - oldest) / 1000000u <= silent_ms) return -1;
-    uint64_t ms = (now - oldest) / 1000000u;
-    if (silent_for_ms) *silent_for_ms = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
-    return who;
+    return net && net->live ? live_pick(net->live, silent_ms, 1, silent_for_ms) : -1;
 }

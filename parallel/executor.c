@@ -371,6 +371,25 @@ static void stop_keepalive(tp_parallel_t *p)
     p->keep_started = 0;
 }
 
+/* Replace the group pointer that other threads' liveness queries read (engine thread). */
+static void set_comm(tp_parallel_t *p, tp_comm_t *c)
+{
+    pthread_mutex_lock(&p->view_mu);
+    p->comm = c;
+    pthread_mutex_unlock(&p->view_mu);
+}
+
+/* The group formed completely: publish its size, epoch, backend and plan for other threads. */
+static void publish_view(tp_parallel_t *p)
+{
+    pthread_mutex_lock(&p->view_mu);
+    p->view.world = p->world;
+    p->view.epoch = p->comm ? tp_comm_epoch(p->comm) : 0;
+    p->view.backend = p->comm ? tp_comm_backend_name(tp_comm_backend(p->comm)) : "local";
+    p->view.plan = p->plan;
+    pthread_mutex_unlock(&p->view_mu);
+}
+
 enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_parallel_t **out, struct tp_error *err)
 {
     enum tp_status rc = TP_OK;
@@ -389,6 +408,10 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->mu_inited = 1;
+    pthread_mutex_init(&p->view_mu, NULL);
+    p->view_mu_inited = 1;
+    p->view.world = 1;
+    p->view.backend = "local";
     p->wire_dtype = cfg->wire_dtype;
 
     /* 1. group */
@@ -478,6 +501,7 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
 
     /* 4. rank 0 keeps idle workers alive */
     TP_CHECK_GOTO(start_keepalive(p), rc, fail);
+    publish_view(p);
     *out = p;
     return TP_OK;
 
@@ -610,8 +634,9 @@ static enum tp_status rejoin(tp_parallel_t *p, int drop, uint32_t connect_timeou
     uint32_t epoch = p->comm ? tp_comm_epoch(p->comm) : 0;
     tp_wire_release(&p->wire);
     memset(&p->wire, 0, sizeof p->wire);
-    tp_comm_free(p->comm);
-    p->comm = NULL;
+    tp_comm_t *old = p->comm;
+    set_comm(p, NULL); /* other threads' liveness queries see no group from here */
+    tp_comm_free(old);
     struct tp_comm_config cc = p->comm_cfg;
     cc.listen_fd = -1; /* an inherited socket was adopted (and closed) by the first group */
     cc.rank = p->rank;
@@ -638,7 +663,9 @@ static enum tp_status rejoin(tp_parallel_t *p, int drop, uint32_t connect_timeou
         /* rank 0 alone: no group to form */
         TP_CHECK_GOTO(reshape(p, drop, 0, 1), rc, out);
     } else {
-        TP_CHECK_GOTO(tp_comm_init(&cc, &p->comm, &p->err), rc, out);
+        tp_comm_t *fresh = NULL;
+        TP_CHECK_GOTO(tp_comm_init(&cc, &fresh, &p->err), rc, out);
+        set_comm(p, fresh);
         const int dropped = tp_comm_dropped_rank(p->comm);
         if (dropped > 0) {
             TP_CHECK_GOTO(reshape(p, dropped, tp_comm_rank(p->comm), tp_comm_size(p->comm)), rc, out);
@@ -659,6 +686,7 @@ static enum tp_status rejoin(tp_parallel_t *p, int drop, uint32_t connect_timeou
     pthread_mutex_unlock(&p->mu);
     atomic_store(&p->poisoned, 0);
     TP_CHECK_GOTO(start_keepalive(p), rc, out);
+    publish_view(p);
     tp_error_clear(&p->err);
     tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE, "rank %d/%d: group re-formed in epoch %u", p->rank, p->world,
            tp_comm_epoch(p->comm));
@@ -686,6 +714,15 @@ enum tp_status tp_parallel_replan(tp_parallel_t *p, int drop, uint32_t connect_t
 
 enum tp_status tp_parallel_replan_query(tp_parallel_t *p, int drop, struct tp_replan_result *out)
 {
+    if (p->comm_cfg.backend != TP_COMM_BACKEND_RING) {
+        /* rdma keeps its memory registrations and queue pairs per rank, mpi its processes: only the ring
+         * bootstrap can form a smaller group in place */
+        memset(out, 0, sizeof *out);
+        snprintf(out->reason, sizeof out->reason,
+                 "the %s backend cannot re-form the group with fewer ranks (a re-plan needs --backend ring)",
+                 tp_comm_backend_name(p->comm_cfg.backend));
+        return TP_OK;
+    }
     struct tp_replan_input in;
     memset(&in, 0, sizeof in);
     in.hp = &p->probe.hp;
@@ -711,7 +748,42 @@ enum tp_status tp_parallel_replan_query(tp_parallel_t *p, int drop, struct tp_re
 }
 
 int tp_parallel_rejoin_phase(const tp_parallel_t *p) { return p ? atomic_load(&p->rejoin_phase) : 0; }
-uint32_t tp_parallel_epoch(const tp_parallel_t *p) { return p && p->comm ? tp_comm_epoch(p->comm) : 0; }
+
+void tp_parallel_get_view(const tp_parallel_t *p, struct tp_parallel_view *out)
+{
+    pthread_mutex_lock((pthread_mutex_t *)&p->view_mu);
+    *out = p->view;
+    pthread_mutex_unlock((pthread_mutex_t *)&p->view_mu);
+}
+
+uint32_t tp_parallel_epoch(const tp_parallel_t *p)
+{
+    if (!p) return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&p->view_mu);
+    uint32_t e = p->view.epoch;
+    pthread_mutex_unlock((pthread_mutex_t *)&p->view_mu);
+    return e;
+}
+
+int tp_parallel_silent_rank(const tp_parallel_t *p, uint32_t silent_ms, uint32_t *silent_for_ms)
+{
+    if (silent_for_ms) *silent_for_ms = 0;
+    if (!p) return -1;
+    pthread_mutex_lock((pthread_mutex_t *)&p->view_mu);
+    int r = p->comm ? tp_comm_silent_rank(p->comm, silent_ms, silent_for_ms) : -1;
+    pthread_mutex_unlock((pthread_mutex_t *)&p->view_mu);
+    return r;
+}
+
+int tp_parallel_lost_rank(const tp_parallel_t *p, uint32_t silent_ms, uint32_t *silent_for_ms)
+{
+    if (silent_for_ms) *silent_for_ms = 0;
+    if (!p) return -1;
+    pthread_mutex_lock((pthread_mutex_t *)&p->view_mu);
+    int r = p->comm ? tp_comm_lost_rank(p->comm, silent_ms, silent_for_ms) : -1;
+    pthread_mutex_unlock((pthread_mutex_t *)&p->view_mu);
+    return r;
+}
 
 /* ------------------------------------------------------------------ free */
 
@@ -737,12 +809,19 @@ void tp_parallel_free(tp_parallel_t *p)
         pthread_mutex_destroy(&p->mu);
         pthread_cond_destroy(&p->cv);
     }
+    if (p->view_mu_inited) pthread_mutex_destroy(&p->view_mu);
     free(p);
 }
 
 const char *tp_parallel_last_error(const tp_parallel_t *p) { return p ? tp_error_msg(&p->err) : ""; }
 int tp_parallel_rank(const tp_parallel_t *p) { return p->rank; }
-int tp_parallel_size(const tp_parallel_t *p) { return p->world; }
+int tp_parallel_size(const tp_parallel_t *p)
+{
+    pthread_mutex_lock((pthread_mutex_t *)&p->view_mu);
+    int n = p->view.world;
+    pthread_mutex_unlock((pthread_mutex_t *)&p->view_mu);
+    return n;
+}
 const tp_comm_t *tp_parallel_comm(const tp_parallel_t *p) { return p ? p->comm : NULL; }
 tp_model_t *tp_parallel_model(const tp_parallel_t *p) { return p->model; }
 tp_tokenizer_t *tp_parallel_tokenizer(const tp_parallel_t *p) { return tp_model_tokenizer(p->model); }
@@ -753,7 +832,10 @@ int tp_parallel_is_poisoned(const tp_parallel_t *p) { return atomic_load(&p->poi
 enum tp_wire_dtype tp_parallel_wire_dtype(const tp_parallel_t *p) { return p->wire_dtype; }
 const char *tp_parallel_backend_name(const tp_parallel_t *p)
 {
-    return p->comm ? tp_comm_backend_name(tp_comm_backend(p->comm)) : "local";
+    pthread_mutex_lock((pthread_mutex_t *)&p->view_mu);
+    const char *b = p->view.backend;
+    pthread_mutex_unlock((pthread_mutex_t *)&p->view_mu);
+    return b;
 }
 
 void tp_parallel_get_stats(const tp_parallel_t *p, struct tp_parallel_stats *out)

@@ -86,6 +86,13 @@ struct tp_parallel {
     tp_parallel_hook_fn hook;     /* tp_parallel_set_hook (NULL: values NaN) */
     void *hook_ud;
 
+    /* what other threads read (tp_parallel_get_view, tp_parallel_silent_rank, tp_parallel_size): view_mu
+     * guards `comm` being replaced (the engine thread's own reads of comm take no lock) and the view, a
+     * copy of the last group that formed completely.  Never held across a collective or a load. */
+    pthread_mutex_t view_mu;
+    int view_mu_inited;
+    struct tp_parallel_view view;
+
     /* rank 0 keepalive */
     pthread_mutex_t mu;
     pthread_cond_t cv;

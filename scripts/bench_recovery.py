@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
 """Outage of `tpserve serve` when a worker is lost (docs/recovery.md).
 
-usage: scripts/bench_recovery.py TPSERVE MODEL [--ranks N] [--scenarios kill,stop,replan] [--repeat K]
+usage: scripts/bench_recovery.py TPSERVE MODEL [--ranks N] [--victim R] [--scenarios kill,stop,replan]
+                                  [--repeat K]
 
 Starts `tpserve launch -n N --restart 100 -- tpserve serve -m MODEL` on
 127.0.0.1 (TP_COMM_TIMEOUT_MS=3000), keeps one greedy streaming client
 busy, and per scenario prints the outage: from the last token streamed
-before the fault to the first token streamed after the recovery.
-  kill   SIGKILL the last worker; launch restarts it (backoff 250 ms), the
+before the fault to the first token streamed after the recovery.  The
+worker hit is --victim (default the last one, N-1).
+  kill   SIGKILL the worker; launch restarts it (backoff 250 ms), the
          new process loads its slice and joins the next group epoch.
-  stop   SIGSTOP the last worker for 5 s (past the 3 s op timeout), then
+  stop   SIGSTOP the worker for 5 s (past the 3 s op timeout), then
          SIGCONT: the group re-forms with the same process; the outage
          includes the 5 s stop, so "over the stop" is printed too.
   replan a group of its own with --on-rank-loss replan --replan-after 1:
-         SIGSTOP the last worker for good (a laptop asleep); after the op
+         SIGSTOP the worker for good (a laptop asleep); after the op
          timeout (3 s) and --replan-after (1 s) the survivors re-plan and
          load their new slices; "over the wait" excludes those 4 s.  The
          stopped worker is then woken: it is told it was left out.
@@ -135,7 +137,7 @@ def replan_once(a, k):
     s = Streamer(port)
     try:
         time.sleep(2.5)  # every rank's memory figures reach rank 0
-        pid = rank_pid(p.pid, a.ranks - 1)
+        pid = rank_pid(p.pid, a.victim)
         t_fault = time.time()
         os.kill(pid, signal.SIGSTOP)
         got = s.outage_since(t_fault, 180)
@@ -160,10 +162,15 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--scenarios", default="kill,stop,replan")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--victim", type=int, default=-1, help="the worker to fault (default the last)")
     a = ap.parse_args()
+    if a.victim < 0:
+        a.victim = a.ranks - 1
+    if not 1 <= a.victim < a.ranks:
+        sys.exit("--victim %d: want a worker, 1..%d" % (a.victim, a.ranks - 1))
     lt = load_time(a.tpserve, a.model)
-    print("model %s, %d ranks; worker load time (world-of-one generate -n 1): %.2f s; target outage <= %.2f s" %
-          (os.path.basename(a.model), a.ranks, lt, lt + 2), flush=True)
+    print("model %s, %d ranks, faults on rank %d; worker load time (world-of-one generate -n 1): %.2f s; target outage <= %.2f s" %
+          (os.path.basename(a.model), a.ranks, a.victim, lt, lt + 2), flush=True)
     scenarios = a.scenarios.split(",")
     for k in range(a.repeat if "replan" in scenarios else 0):
         replan_once(a, k)
@@ -176,7 +183,7 @@ def main():
         time.sleep(2)
         for sc in scenarios:
             for k in range(a.repeat):
-                pid = rank_pid(p.pid, a.ranks - 1)
+                pid = rank_pid(p.pid, a.victim)
                 t_fault = time.time()
                 if sc == "kill":
                     os.kill(pid, signal.SIGKILL)

@@ -31,10 +31,11 @@ static double unix_now(void)
 }
 
 /* The rank the comm heartbeats report silent for over LOST_MS, or -1 (one
- * rank, or the mpi backend, which has no heartbeats). */
+ * rank, the mpi backend, which has no heartbeats, or no group formed while
+ * it re-forms). */
 static int silent_rank(struct tp_server *s)
 {
-    return tp_comm_silent_rank(tp_parallel_comm(s->par), LOST_MS, NULL);
+    return tp_parallel_silent_rank(s->par, LOST_MS, NULL);
 }
 
 /* w->mu held: record n_generated at t (at most one sample a second) and
@@ -82,15 +83,15 @@ static void add_range(cJSON *o, const char *name, int begin, int end)
     cJSON_AddItemToArray(a, cJSON_CreateNumber(end));
 }
 
-static cJSON *rank_object(struct tp_server *s, int r, const struct tp_parallel_stats *st,
-                          const struct tp_parallel_stats *st0, const char *state)
+static cJSON *rank_object(struct tp_server *s, const struct tp_parallel_view *v, int r,
+                          const struct tp_parallel_stats *st, const struct tp_parallel_stats *st0, const char *state)
 {
-    const struct tp_shard_plan *plan = tp_parallel_get_plan(s->par);
+    const struct tp_shard_plan *plan = &v->plan;
     const struct tp_hparams *hp = tp_parallel_hparams(s->par);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "rank", r);
     cJSON_AddStringToObject(o, "host", st->host[0] ? st->host : "?");
-    cJSON_AddStringToObject(o, "backend", tp_parallel_backend_name(s->par));
+    cJSON_AddStringToObject(o, "backend", v->backend);
     cJSON_AddStringToObject(o, "link", r == 0 ? "self" : strcmp(st->host, st0->host) == 0 ? "same-host" : "network");
     cJSON_AddStringToObject(o, "state", state);
     cJSON_AddNumberToObject(o, "weight_bytes", (double)st->weight_bytes);
@@ -98,8 +99,8 @@ static cJSON *rank_object(struct tp_server *s, int r, const struct tp_parallel_s
     cJSON_AddNumberToObject(o, "rss_bytes", (double)st->rss_bytes);
     cJSON_AddNumberToObject(o, "mem_total_bytes", (double)st->mem_total_bytes);
     cJSON *sh = cJSON_AddObjectToObject(o, "share");
-    const struct tp_model_shard *d = plan && r < plan->world_size ? &plan->ranks[r].shard : NULL;
-    cJSON_AddNumberToObject(sh, "fraction", plan && r < plan->world_size ? plan->ranks[r].weight : 1.0);
+    const struct tp_model_shard *d = r < plan->world_size ? &plan->ranks[r].shard : NULL;
+    cJSON_AddNumberToObject(sh, "fraction", r < plan->world_size ? plan->ranks[r].weight : 1.0);
     add_range(sh, "layers", 0, hp->n_layer); /* tensor parallel: a slice of every layer */
     add_range(sh, "q_heads", d ? d->q_head_begin : 0, d ? d->q_head_end : hp->n_head);
     add_range(sh, "kv_heads", d ? d->kv_head_begin : 0, d ? d->kv_head_end : hp->n_head_kv);
@@ -120,8 +121,13 @@ static cJSON *rank_object(struct tp_server *s, int r, const struct tp_parallel_s
 char *tp_cluster_json(struct tp_server *s)
 {
     struct tp_web *w = s->web;
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
+    /* the group as one consistent state (a re-plan changes its size and plan together) */
+    struct tp_parallel_view *v = calloc(1, sizeof *v);
+    cJSON *o = v ? cJSON_CreateObject() : NULL;
+    if (!o) {
+        free(v);
+        return NULL;
+    }
     double now = unix_now();
     cJSON_AddStringToObject(o, "object", "cluster");
     cJSON_AddNumberToObject(o, "time", round(now * 1000.0) / 1000.0);
@@ -133,6 +139,7 @@ char *tp_cluster_json(struct tp_server *s)
     struct tp_metrics_gauges g;
     memset(&g, 0, sizeof g);
     if (state == TP_SRV_READY) {
+        tp_parallel_get_view(s->par, v);
         tp_engine_gauges(s->engine, &g);
         if (!tp_engine_healthy(s->engine, reason, sizeof reason) && g.healthy) g.healthy = 0;
     }
@@ -147,7 +154,6 @@ char *tp_cluster_json(struct tp_server *s)
     cJSON_AddStringToObject(m, "id", s->model_id ? s->model_id : "");
     if (state == TP_SRV_READY) {
         const struct tp_hparams *hp = tp_parallel_hparams(s->par);
-        const struct tp_shard_plan *plan = tp_parallel_get_plan(s->par);
         cJSON_AddNumberToObject(m, "n_layer", hp->n_layer);
         cJSON_AddNumberToObject(m, "n_head", hp->n_head);
         cJSON_AddNumberToObject(m, "n_head_kv", hp->n_head_kv);
@@ -155,9 +161,9 @@ char *tp_cluster_json(struct tp_server *s)
         cJSON_AddNumberToObject(m, "n_embd", hp->n_embd);
         cJSON_AddNumberToObject(m, "n_vocab", hp->n_vocab);
         cJSON_AddNumberToObject(m, "n_ctx", s->n_ctx);
-        cJSON_AddNumberToObject(m, "weight_bytes", plan ? (double)plan->total_bytes : 0);
+        cJSON_AddNumberToObject(m, "weight_bytes", (double)v->plan.total_bytes);
         cJSON_AddNullToObject(m, "n_expert");
-        cJSON_AddStringToObject(o, "backend", tp_parallel_backend_name(s->par));
+        cJSON_AddStringToObject(o, "backend", v->backend);
         cJSON_AddStringToObject(o, "wire_dtype", tp_wire_dtype_name(tp_parallel_wire_dtype(s->par)));
     }
 
@@ -186,9 +192,15 @@ char *tp_cluster_json(struct tp_server *s)
         struct tp_parallel_stats *st = calloc(TP_PLAN_MAX_RANKS, sizeof *st);
         if (!st) {
             cJSON_Delete(o);
+            free(v);
             return NULL;
         }
-        int world = tp_engine_rank_stats(s->engine, st, TP_PLAN_MAX_RANKS);
+        /* the ranks of the view; the engine's counters only where they are of the same group (right
+         * after a re-plan they can still be the larger group's, by its rank numbers, for a moment) */
+        int world = v->world;
+        int stats_world = tp_engine_rank_stats(s->engine, st, TP_PLAN_MAX_RANKS);
+        if (stats_world != world)
+            memset(&st[1], 0, (TP_PLAN_MAX_RANKS - 1) * sizeof *st);
         int n = world < TP_PLAN_MAX_RANKS ? world : TP_PLAN_MAX_RANKS;
         int silent = silent_rank(s);
         uint64_t tnow = tp_now_ns();
@@ -200,7 +212,7 @@ char *tp_cluster_json(struct tp_server *s)
             else if (!g.healthy && r > 0 && silent < 0 && tp_parallel_is_poisoned(s->par)) rs = "lost";
             else if (!g.healthy && r == 0 && tp_parallel_is_poisoned(s->par)) rs = "failed";
             else if (w->silent_seen_ns[r] && tnow - w->silent_seen_ns[r] < RECOVER_NS) rs = "recovering";
-            cJSON_AddItemToArray(ranks, rank_object(s, r, &st[r], &st[0], rs));
+            cJSON_AddItemToArray(ranks, rank_object(s, v, r, &st[r], &st[0], rs));
         }
         pthread_mutex_unlock(&w->mu);
         cJSON_AddNumberToObject(o, "n_ranks", world);
@@ -208,5 +220,6 @@ char *tp_cluster_json(struct tp_server *s)
     }
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
+    free(v);
     return text;
 }

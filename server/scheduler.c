@@ -43,6 +43,7 @@ struct slot {
                               * with tool_choice "auto" only from where a call's JSON begins to where it ends */
     size_t gfrom;            /* auto: text offset from which the next call marker is looked for */
     int32_t marker_id;       /* auto: the token of the format's call marker (kept in the text), -1: none */
+    int32_t hmsg_id, hstart_id; /* auto, harmony: <|message|> and <|start|> (-1: not in the vocabulary) */
 };
 
 struct tp_engine {
@@ -174,7 +175,7 @@ static int silent_rank(const struct tp_engine *e, char *reason, size_t cap)
     uint32_t ms = 0;
     if (e->recovering) return 0;
     /* a closed liveness link at once (an exited or killed rank), a silent one after TP_ENGINE_SILENT_MS */
-    int r = tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, &ms);
+    int r = tp_parallel_lost_rank(e->p, TP_ENGINE_SILENT_MS, &ms);
     if (r < 0) return 0;
     snprintf(reason, cap, "rank %d has not answered for %.1f s (stopped, hung, exited or unreachable)", r,
              ms / 1000.0);
@@ -523,7 +524,8 @@ static void admit(struct tp_engine *e)
         sp.no_logprob = !r->params.logprobs; /* saves an exp pass over the vocabulary per token */
         tp_sampler_free(s->sampler);
         s->sampler = NULL;
-        if (tp_sampler_init(&sp, e->n_vocab, &s->sampler) != TP_OK) {
+        /* an embedding samples nothing: no sampler (its buffers are vocabulary-sized) */
+        if (!r->params.embed && tp_sampler_init(&sp, e->n_vocab, &s->sampler) != TP_OK) {
             req_finish(e, r, TP_FINISH_ERROR, TP_ERR_NOMEM, "could not create the sampler (out of memory?)");
             continue;
         }
@@ -540,13 +542,18 @@ static void admit(struct tp_engine *e)
         s->marker_id = -1;
         const char *marker = r->params.tool_auto ? tp_tool_marker_token(r->params.tool_format) : NULL;
         if (marker) s->marker_id = tp_tokenizer_find_special(e->tok, marker);
+        s->hmsg_id = s->hstart_id = -1;
+        if (r->params.harmony_calls) {
+            s->hmsg_id = tp_tokenizer_find_special(e->tok, "<|message|>");
+            s->hstart_id = tp_tokenizer_find_special(e->tok, "<|start|>");
+        }
         tp_detok_reset(s->detok);
         /* The reply continues the prompt: feed the prompt's last token to the
          * detokenizer (output discarded) so SentencePiece's "drop the leading
          * space of the first piece" applies only at the start of the text. */
         (void)tp_detok_push(s->detok, r->prompt[r->n_prompt - 1], e->scratch, sizeof e->scratch);
         (void)tp_detok_flush(s->detok, e->scratch, sizeof e->scratch);
-        for (int k = 0; k < r->n_prompt; k++) tp_sampler_accept(s->sampler, r->prompt[k]);
+        for (int k = 0; s->sampler && k < r->n_prompt; k++) tp_sampler_accept(s->sampler, r->prompt[k]);
         if (src >= 0) {
             e->copy_dst[e->n_copy] = si;
             e->copy_src[e->n_copy] = src;
@@ -620,7 +627,8 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
         s->n_hist = s->n_fed;
         s->req->n_prefilled = s->n_fed;
         budget -= chunk;
-        if (s->n_fed == s->req->n_prompt) {
+        if (s->n_fed == s->req->n_prompt && !s->req->params.embed) {
+            /* an embedding only reads its prompt: no logits (the output head) for its last token */
             e->b_logits[n - 1] = 1;
             e->row_slot[n_rows++] = i;
         }
@@ -761,6 +769,57 @@ static int step_is_greedy(const struct tp_engine *e, int n_rows)
     return 1;
 }
 
+/* Where the next tool call of slot s may begin: from s->gfrom, and in a
+ * reply that may reason first (params.think) only after its </think>.
+ * 0: not yet (the reasoning is open, or the reply may still open it). */
+static int call_search_from(const struct slot *s, size_t *from)
+{
+    *from = s->gfrom;
+    if (!s->req->params.think) return 1;
+    struct tp_think_parts tp;
+    tp_think_split(s->text.data ? s->text.data : "", s->text.len, 0, &tp);
+    if (tp.thinking && !tp.closed) return 0;
+    if (!tp.thinking) return tp.content_e > 0; /* empty: undecided */
+    if (tp.content_b > *from) *from = tp.content_b;
+    return 1;
+}
+
+/* Harmony, tool_choice auto: token id just opened a message body.  When its
+ * header (the text since the reply began or since the last <|start|>)
+ * addresses "to=functions.NAME", start the call grammar with NAME's bytes
+ * fed, so the body is NAME's arguments under its schema (gon); an unknown
+ * name leaves the body free (the reply's parser reads it as it is). */
+static void harmony_call_begins(struct slot *s, int32_t id)
+{
+    struct tp_req *r = s->req;
+    if (id != s->hmsg_id || id < 0) return;
+    size_t from = 0;
+    for (int k = r->n_toks - 1; k >= 0; k--)
+        if (r->toks[k].id == s->hstart_id) {
+            from = r->toks[k].text_end;
+            break;
+        }
+    static const char to[] = "to=functions.";
+    const char *t = s->text.data ? s->text.data : "";
+    const char *hit = NULL;
+    for (size_t i = from; i + sizeof to - 1 <= s->text.len; i++)
+        if (memcmp(t + i, to, sizeof to - 1) == 0) hit = t + i + sizeof to - 1;
+    if (!hit) return;
+    /* the longest tool name there ("get_weatherjson" when no space preceded <|constrain|>json) */
+    const size_t avail = (size_t)(t + s->text.len - hit);
+    size_t n = 0;
+    const cJSON *tool;
+    cJSON_ArrayForEach(tool, r->params.tools)
+    {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tool, "function"), "name");
+        const size_t l = cJSON_IsString(nm) ? strlen(nm->valuestring) : 0;
+        if (l > n && l <= avail && memcmp(hit, nm->valuestring, l) == 0) n = l;
+    }
+    tp_gstate_init(r->params.grammar, s->gst);
+    s->gkey_valid = 0;
+    s->gon = n > 0 && tp_gstate_feed_bytes(r->params.grammar, s->gst, hit, n);
+}
+
 /* The chosen token of slot s: history, text, stop strings, limits. */
 static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sample_result *res)
 {
@@ -801,14 +860,18 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
         return;
     }
     int call_done = 0;
-    if (gr && r->params.tool_auto) {
-        size_t off = 0;
+    if (gr && r->params.harmony_calls) {
+        if (s->gon && tp_gstate_done(gr, s->gst)) s->gon = 0; /* the arguments closed: <|call|> may follow */
+        else if (!s->gon) harmony_call_begins(s, res->id);
+    } else if (gr && r->params.tool_auto) {
+        size_t off = 0, from = 0;
         if (s->gon && tp_gstate_done(gr, s->gst)) {
             /* the call's JSON is complete: free text again (another call, or the end) */
             s->gon = 0;
             s->gfrom = s->text.len;
             call_done = 1;
-        } else if (!s->gon && tp_tool_marker_find(r->params.tool_format, s->text.data, s->text.len, s->gfrom, &off)) {
+        } else if (!s->gon && call_search_from(s, &from) &&
+                   tp_tool_marker_find(r->params.tool_format, s->text.data, s->text.len, from, &off)) {
             /* a call begins: constrain its JSON from here (bytes already generated after the marker are fed;
              * when they cannot start a call, this one stays unconstrained) */
             tp_gstate_init(gr, s->gst);
@@ -848,13 +911,14 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
 }
 
 /* Which rank was lost after a failed step (engine thread, before the group
- * is replaced): a closed liveness link shows at once, a silent one after
- * TP_ENGINE_SILENT_MS; give the heartbeat thread up to 600 ms to see it.
- * Returns the rank, or -1 when none could be named. */
+ * is replaced): a link closed by a dead process shows at once, a silent one
+ * after TP_ENGINE_SILENT_MS, a rank that left alive only when nothing else
+ * explains the loss (tp_comm_lost_rank); give the heartbeat thread up to
+ * 600 ms to see it.  Returns the rank, or -1 when none could be named. */
 static int identify_lost(const struct tp_engine *e)
 {
     for (int i = 0; i < 12; i++) {
-        int r = tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, NULL);
+        int r = tp_parallel_lost_rank(e->p, TP_ENGINE_SILENT_MS, NULL);
         if (r >= 0) return r;
         tp_sleep_ms(50);
     }
@@ -1081,7 +1145,7 @@ static void *engine_main(void *arg)
             int rc = pthread_cond_timedwait(&e->cv, &e->mu, &ts);
             uint64_t now = tp_now_ns();
             int due = now - e->last_ping_ns >= 1000000000ull ||
-                      (!e->recovering && tp_comm_lost_rank(tp_parallel_comm(e->p), TP_ENGINE_SILENT_MS, NULL) >= 0);
+                      (!e->recovering && tp_parallel_lost_rank(e->p, TP_ENGINE_SILENT_MS, NULL) >= 0);
             if (rc != 0 && due && !e->stop && e->q_len == 0) {
                 e->last_ping_ns = now;
                 pthread_mutex_unlock(&e->mu);
@@ -1098,7 +1162,7 @@ static void *engine_main(void *arg)
         }
         int n_rows = 0;
         for (int i = 0; i < n; i++) n_rows += st.batch.logits[i] != 0;
-        const int greedy = step_is_greedy(e, n_rows);
+        const int greedy = n_rows > 0 && step_is_greedy(e, n_rows); /* no rows (embeddings only): no gather */
         e->step_start_ns = tp_now_ns();
         pthread_mutex_unlock(&e->mu);
         enum tp_status rc = greedy ? tp_parallel_step_greedy(e->p, &st, e->ids, NULL)

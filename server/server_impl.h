@@ -117,6 +117,8 @@ enum tp_chat_family {
     TP_CHAT_LLAMA32,      /* Llama 3.2: Llama 3.1's with today's date in the system header */
     TP_CHAT_HARMONY,      /* gpt-oss (server/harmony.c): tools as a TypeScript namespace, calls on the
                            * commentary channel (read from the reply's channel tokens, not tool_parse.c) */
+    TP_CHAT_MISTRAL_SMALL32, /* Mistral Small 3.2: [SYSTEM_PROMPT], calls as [TOOL_CALLS]name[CALL_ID]id[ARGS]{..} */
+    TP_CHAT_DEVSTRAL,     /* Devstral Small (unsloth's template): calls as [TOOL_CALLS]name[ARGS]{..} */
     TP_CHAT_FAMILY_COUNT
 };
 /* One tool call of an assistant message in the history. */
@@ -315,12 +317,18 @@ struct tp_req_params {
                                     * final hidden states pooled into tp_req.embd; nothing is generated */
     int tool_call;                 /* tool_choice required / named: the reply is {"name", "arguments"} under grammar,
                                     * returned as tool_calls */
+    char *tool_name;               /* tool_choice names this function (owned); NULL: "required" or no forced call */
     struct cJSON *tools;           /* chat: the request's tools (owned, tree form) when the model may see them
                                     * (tool_choice other than "none"); NULL otherwise */
     int tool_auto;                 /* tool_choice "auto" with tools: the reply may hold calls in the family's
                                     * format; grammar (built by tp_req_tools_grammar) is switched on where a
                                     * call begins */
     int parallel_tool_calls;       /* 0: at most one call per reply (the reply ends after it) */
+    int harmony_calls;             /* gpt-oss with tool_choice auto: grammar (name bytes, then arguments) constrains a
+                                    * message body whose header addresses to=functions.NAME */
+    int short_call_ids;            /* tool call ids are 9 alphanumerics (the Mistral families' templates need them) */
+    int think;                     /* with tool_auto: the reply may open with <think> reasoning (the qwen3
+                                    * family), returned as reasoning_content; calls are looked for after it */
     enum tp_tool_format tool_format; /* the format the reply's calls are read in: JSON for forced calls, the
                                       * family's format with tool_auto, NONE: no calls */
     struct tp_chat_call *calls;    /* (n_calls) every history tool call, referenced by msgs (owned, with their
@@ -346,6 +354,17 @@ void tp_req_params_free(struct tp_req_params *p);
  */
 enum tp_status tp_req_tools_grammar(struct tp_req_params *p, enum tp_tool_format f, const char *family,
                                     struct tp_api_error *e);
+/*
+ * A forced call (tool_choice required / named) for gpt-oss: the reply is
+ * generated after the prompt's "<|channel|>commentary to=functions." as the
+ * function's name and then its arguments object (format NAME_ARGS), under
+ * the tools' grammar.  Replaces p->grammar.  TP_OK or as tp_req_tools_grammar.
+ */
+enum tp_status tp_req_forced_name_args(struct tp_req_params *p, struct tp_api_error *e);
+/* gpt-oss, tool_choice auto: the same grammar for the bodies of the calls the
+ * model addresses to=functions.NAME (the scheduler feeds NAME first; sets
+ * p->harmony_calls).  TP_OK or as tp_req_tools_grammar. */
+enum tp_status tp_req_harmony_calls_grammar(struct tp_req_params *p, struct tp_api_error *e);
 
 /* ======================================================= stop strings ===== */
 

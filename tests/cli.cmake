@@ -35,3 +35,11 @@ set_tests_properties(cli.help_names_command PROPERTIES LABELS unit TIMEOUT 30)
 # bench comm --compare-mpi with --backend mpi would compare MPI with itself: a usage error, before any MPI start.
 tp_expect_test(cli.compare_mpi_backend_mpi RC 2 REGEX "it would compare MPI with itself" LABELS unit
                COMMAND $<TARGET_FILE:tpserve> bench comm --compare-mpi --backend mpi)
+# serve --logit-bias is checked against the model's vocabulary at start: a token id out of range or a
+# malformed entry ends serve with a message naming the flag.
+tp_expect_test(cli.serve_logit_bias_range RC 1 REGEX "--logit-bias: '600\\+1' is not TOKEN_ID\\+BIAS.*below 512"
+               LABELS unit TIMEOUT 60 COMMAND $<TARGET_FILE:tpserve> serve -m ${PROJECT_SOURCE_DIR}/models/stories260K.gguf
+               --port 0 --threads 1 --logit-bias 7+2,600+1)
+tp_expect_test(cli.serve_logit_bias_twice RC 1 REGEX "--logit-bias: token 7 is listed twice" LABELS unit TIMEOUT 60
+               COMMAND $<TARGET_FILE:tpserve> serve -m ${PROJECT_SOURCE_DIR}/models/stories260K.gguf --port 0
+               --threads 1 --logit-bias 7+2,9-100,7-1)

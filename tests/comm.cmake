@@ -70,3 +70,8 @@ add_test(NAME comm.bench_json COMMAND sh -c
    [ \"$n\" -eq 11 ]"
   ${_tp_bin})
 set_tests_properties(comm.bench_json PROPERTIES LABELS multirank TIMEOUT 60)
+# A worker exiting 88 (left out by rank 0's re-plan): launch neither restarts it nor takes it for a failure,
+# with or without --restart, and names it at the end; a failure after it still counts; rank 0's 88 is a
+# failure (docs/cli.md).
+add_test(NAME comm.launch_left_out COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/comm/launch_left_out_test.sh ${_tp_bin})
+set_tests_properties(comm.launch_left_out PROPERTIES LABELS multirank TIMEOUT 60)

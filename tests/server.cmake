@@ -28,6 +28,13 @@ tp_expect_test(server.cli_missing_model RC 1 REGEX "tpserve serve: .*/nonexisten
                COMMAND ${_tp_bin} serve -m /nonexistent/model.gguf --port 0)
 tp_expect_test(server.cli_bad_cors_origin RC 1 REGEX "--cors-origin 'https://app.example.com/path': want '\\*' or an origin"
                LABELS unit COMMAND ${_tp_bin} serve -m ${_tp_stories} --port 0 --cors-origin https://app.example.com/path)
+# --on-rank-loss replan needs a group that can form smaller in place: the ring backend (docs/recovery.md)
+tp_expect_test(server.cli_replan_mpi RC 2 REGEX "--on-rank-loss replan does not apply to --backend mpi: an MPI job cannot re-form in place"
+               LABELS unit COMMAND env TP_BACKEND=mpi TP_WORLD_SIZE=2 TP_RANK=0
+                       ${_tp_bin} serve -m ${_tp_stories} --port 0 --on-rank-loss replan)
+tp_expect_test(server.cli_replan_rdma RC 2 REGEX "--on-rank-loss replan does not apply to --backend rdma: only the ring backend"
+               LABELS unit COMMAND env TP_BACKEND=rdma TP_WORLD_SIZE=2 TP_RANK=0
+                       ${_tp_bin} serve -m ${_tp_stories} --port 0 --on-rank-loss replan)
 tp_expect_test(server.cli_mem_budget_small RC 1 REGEX "--mem-budget 1000 is too small for one request of --max-body 1048576"
                LABELS unit COMMAND ${_tp_bin} serve -m ${_tp_stories} --port 0 --mem-budget 1000)
 
@@ -44,7 +51,7 @@ if(TP_PYTHON3)
   # from 4 streaming clients, SIGSTOP/SIGCONT one (short and long), kill one 20 times (rank 0 RSS flat);
   # --on-rank-loss replan: 3 ranks go on as 2 (then 1) with the same greedy text, or wait and say why.
   # Real ranks on 127.0.0.1; each passes or fails by its exit status.
-  set(_scs kill_2 kill_3 stop_2 stop_3 repeat_2 rank0_3 hand_2 replan_3 nofit_3)
+  set(_scs kill_2 kill_3 stop_2 stop_3 repeat_2 rank0_3 hand_2 replan_3 nofit_3 blame_4)
   if(TP_WITH_MPI AND TP_MPIEXEC)
     list(APPEND _scs mpi_2)  # a killed rank ends an mpirun job quickly, non-zero, saying why
   endif()
@@ -120,6 +127,35 @@ foreach(_r 1 2)
   set_tests_properties(server.node_apis_${_r}rank PROPERTIES LABELS "model" TIMEOUT 400 SKIP_RETURN_CODE 77
                        RESOURCE_LOCK tp_npm_install)
 endforeach()
+
+# Tool calls through Messages, Responses and Ollama (tests/node/apis_tools.mjs): tool_choice auto
+# answered as each API's tool blocks / items, streamed and not, equal to chat completions' call;
+# tool turns in the history rendered as chat completions renders them; GET/DELETE /v1/responses/{id}.
+# The Qwen3 template's Hermes format on a random-weight model, pushed into calls by the server-wide
+# --logit-bias on <tool_call> (token 151657 of the Qwen3 vocabulary), at 1 and 2 ranks.
+# Then the OpenAI Agents SDK (tests/node/agents/agents.mjs): an agent's full tool round trip over the
+# Responses API (the SDK takes a response cut by max_output_tokens for a failure: a slight --logit-bias
+# on <|im_end|>, 151645, makes the random-weight model end its final answer); and Codex CLI (agents/codex.mjs) completing one `codex exec` turn (its prompt of
+# ~10K tokens needs a larger context).  Skipped (77) without node, npm, the npm packages or ../shared.
+foreach(_r 1 2)
+  add_test(NAME server.node_apis_tools_${_r}rank_shared
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve> synth:qwen3 ${_r}
+                   apis_tools.mjs)
+  set_tests_properties(server.node_apis_tools_${_r}rank_shared PROPERTIES LABELS "model" TIMEOUT 400
+                       SKIP_RETURN_CODE 77 RESOURCE_LOCK tp_npm_install ENVIRONMENT
+                       "TP_SHARED_DIR=${TP_SHARED_DIR};TP_SERVE_ARGS=--logit-bias 151657+100")
+  add_test(NAME server.node_agents_${_r}rank_shared
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve> synth:qwen3 ${_r}
+                   agents/agents.mjs)
+  set_tests_properties(server.node_agents_${_r}rank_shared PROPERTIES LABELS "model" TIMEOUT 400
+                       SKIP_RETURN_CODE 77 RESOURCE_LOCK tp_npm_install ENVIRONMENT
+                       "TP_SHARED_DIR=${TP_SHARED_DIR};TP_SERVE_ARGS=--logit-bias 151645+0.6")
+endforeach()
+add_test(NAME server.node_codex_shared
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve> synth:qwen3 1
+                 agents/codex.mjs)
+set_tests_properties(server.node_codex_shared PROPERTIES LABELS "model" TIMEOUT 600 SKIP_RETURN_CODE 77
+                     RESOURCE_LOCK tp_npm_install ENVIRONMENT "TP_SHARED_DIR=${TP_SHARED_DIR};TP_SERVE_ARGS=-c 16384 --logit-bias 151645+9")
 
 # The web page (GET /): headless Chromium through puppeteer-core against real
 # servers at 1 and 2 ranks and a stand-in server (tests/node/web_test.mjs);

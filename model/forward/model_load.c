@@ -1421,26 +1421,35 @@ enum tp_status tp_model_reload(tp_model_t *m, const struct tp_model_shard *shard
     m->tok = NULL;
     m->name = m->chat_template = m->path = NULL;
     cfg.path = path;
-    /* the old slice goes first, so the peak is one slice, not two */
+    /* the old slice goes first, so the peak is one slice, not two; what other threads read through
+     * m while the new slice loads (tokenizer, strings, hparams) is back in m before the load */
     free_contents(m);
     memset(m, 0, sizeof *m);
-    tp_model_t *fresh = NULL;
-    enum tp_status rc = tp_model_init(&cfg, &fresh, err);
-    if (rc == TP_OK) {
-        *m = *fresh; /* the pool's workers take their context per run: nothing points at fresh */
-        tp_tokenizer_free(m->tok);
-        free(m->name);
-        free(m->chat_template);
-        free(m->path);
-        free(fresh);
-    } else {
-        tp_error_set(&m->err, rc, "%s", err && err->msg[0] ? err->msg : tp_status_str(rc));
-    }
     m->tok = tok;
     m->name = name;
     m->chat_template = tmpl;
     m->path = path;
     m->hp = hp;
+    tp_model_t *fresh = NULL;
+    enum tp_status rc = tp_model_init(&cfg, &fresh, err);
+    if (rc == TP_OK) {
+        /* the pool's workers take their context per run: nothing points at fresh */
+        tp_tokenizer_t *ftok = fresh->tok;
+        char *fname = fresh->name, *ftmpl = fresh->chat_template, *fpath = fresh->path;
+        fresh->tok = tok;
+        fresh->name = name;
+        fresh->chat_template = tmpl;
+        fresh->path = path;
+        fresh->hp = hp;
+        *m = *fresh;
+        tp_tokenizer_free(ftok);
+        free(fname);
+        free(ftmpl);
+        free(fpath);
+        free(fresh);
+    } else {
+        tp_error_set(&m->err, rc, "%s", err && err->msg[0] ? err->msg : tp_status_str(rc));
+    }
     return rc;
 }
 

@@ -174,24 +174,34 @@ void tp_comm_abort(tp_comm_t *c, const char *reason);
 /*
  * Liveness (ring, rdma): every worker keeps a side connection to rank 0 on
  * which both ends send a heartbeat every 200 ms from a thread of their own,
- * also while the engine thread is blocked inside a collective.  Returns the
- * WORLD rank of the first peer that has sent nothing for more than
- * silent_ms (on rank 0: any worker; on a worker: rank 0), with
- * *silent_for_ms (may be NULL) set to how long; -1 when every peer is
- * answering.  A peer whose link closed stays silent.  Thread safe; cheap
- * (atomic loads).  Size-1 groups and the mpi backend return -1: MPI owns
- * its processes, and mpirun (or the resource manager) detects and kills a
- * job whose rank died; a stopped MPI rank shows only as a collective that
- * does not finish.
+ * also while the engine thread is blocked inside a collective; a process
+ * that frees its group (tp_comm_free: alive, leaving, e.g. because a
+ * collective failed) says so on it before closing.  Returns the WORLD rank
+ * of a peer that has sent nothing for more than silent_ms (on rank 0: any
+ * worker; on a worker: rank 0), with *silent_for_ms (may be NULL) set to
+ * how long; -1 when every peer is answering.  When several are silent, the
+ * same order as tp_comm_lost_rank() picks one (a peer that said it was
+ * leaving comes last).  A peer whose link closed stays silent.  Thread
+ * safe; cheap (atomic loads).  Size-1 groups and the mpi backend return -1:
+ * MPI owns its processes, and mpirun (or the resource manager) detects and
+ * kills a job whose rank died; a stopped MPI rank shows only as a
+ * collective that does not finish.
  */
 int tp_comm_silent_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_for_ms);
 
 /*
- * Which peer was lost, for a report after a collective failed: the rank
- * whose liveness link closed first (a killed process, a lost link), else
- * the rank silent longest when that is more than silent_ms (a stopped or
- * hung one), else -1.  *silent_for_ms (may be NULL) as above.  Same
- * threads and backends as tp_comm_silent_rank().
+ * Which peer was lost, for a report after a collective failed, by the
+ * strength of the evidence: the rank whose liveness link closed first
+ * without saying it was leaving (a killed process, a lost link); else the
+ * rank silent longest when that is more than silent_ms (a stopped or hung
+ * one); else a rank that said it was leaving, once 400 ms have passed
+ * without anything stronger (an orderly exit), unless an open link went
+ * silent well before that leave (that rank is named: the leave followed
+ * its stop); else -1.  In a ring, the neighbours of a stopped rank time out
+ * and leave at about the same moment as rank 0 notices, so the first link
+ * to close is usually a survivor's: it is never named while the stopped
+ * rank is silent.  *silent_for_ms (may be NULL) as above.  Same threads
+ * and backends as tp_comm_silent_rank().
  */
 int tp_comm_lost_rank(const tp_comm_t *c, uint32_t silent_ms, uint32_t *silent_for_ms);
 

@@ -383,10 +383,34 @@ void tp_parallel_free(tp_parallel_t *p);
 const char *tp_parallel_last_error(const tp_parallel_t *p);
 
 int tp_parallel_rank(const tp_parallel_t *p);
+/* The group's size as tp_parallel_get_view() gives it.  Any thread. */
 int tp_parallel_size(const tp_parallel_t *p);
-/* The world group (NULL in a world of one): for read-only queries such as
- * tp_comm_silent_rank() from other threads; collectives stay the engine's. */
+/* The world group (NULL in a world of one).  The engine thread only: a
+ * re-form (tp_parallel_rejoin / tp_parallel_replan) frees and replaces it;
+ * other threads use tp_parallel_silent_rank() / tp_parallel_get_view(). */
 const tp_comm_t *tp_parallel_comm(const tp_parallel_t *p);
+/*
+ * tp_comm_silent_rank() / tp_comm_lost_rank() on the current group, safe
+ * against a re-form replacing it (a lock held only while the group pointer
+ * is swapped): -1 while no group is formed (a re-form in progress), in a
+ * world of one and under mpi.  Any thread.
+ */
+int tp_parallel_silent_rank(const tp_parallel_t *p, uint32_t silent_ms, uint32_t *silent_for_ms);
+int tp_parallel_lost_rank(const tp_parallel_t *p, uint32_t silent_ms, uint32_t *silent_for_ms);
+/*
+ * What threads other than the engine's may read about the group (/health,
+ * /v1/cluster, /metrics): one consistent state, the last group that formed
+ * completely (while a re-form or re-plan runs, the group before it; once it
+ * succeeded, the new one, its size and plan together).  Copied under the
+ * lock of tp_parallel_silent_rank().  Any thread.
+ */
+struct tp_parallel_view {
+    int world;                 /* ranks in the group */
+    uint32_t epoch;            /* its epoch (0 in a world of one and under mpi) */
+    const char *backend;       /* "ring", "rdma", "mpi", or "local" in a world of one (static) */
+    struct tp_shard_plan plan; /* the plan its ranks agreed on */
+};
+void tp_parallel_get_view(const tp_parallel_t *p, struct tp_parallel_view *out);
 tp_model_t *tp_parallel_model(const tp_parallel_t *p);         /* this rank's slice */
 tp_tokenizer_t *tp_parallel_tokenizer(const tp_parallel_t *p);
 const struct tp_hparams *tp_parallel_hparams(const tp_parallel_t *p);
@@ -491,7 +515,8 @@ int tp_parallel_is_poisoned(const tp_parallel_t *p);
  * On failure the engine stays poisoned and the call may be retried.
  * TP_ERR_UNSUPPORTED for the mpi backend and a world of one.
  * Threads: the engine thread only; no other thread may use the group (or
- * tp_parallel_comm()) meanwhile.
+ * tp_parallel_comm()) meanwhile; tp_parallel_silent_rank(),
+ * tp_parallel_get_view() and tp_parallel_size() stay safe.
  */
 enum tp_status tp_parallel_rejoin(tp_parallel_t *p, uint32_t connect_timeout_ms);
 /*
@@ -519,7 +544,8 @@ enum tp_status tp_parallel_replan(tp_parallel_t *p, int drop, uint32_t connect_t
 /* What a rejoin in progress is doing: 0 none, 1 forming the group (waiting
  * for ranks), 2 the group formed and a rank is loading its slice.  Any thread. */
 int tp_parallel_rejoin_phase(const tp_parallel_t *p);
-/* The current group epoch (0 in a world of one or under mpi).  Engine thread. */
+/* The current group epoch (0 in a world of one or under mpi), as tp_parallel_get_view()
+ * gives it.  Any thread. */
 uint32_t tp_parallel_epoch(const tp_parallel_t *p);
 
 struct tp_parallel_stats {
@@ -568,10 +594,11 @@ enum tp_status tp_parallel_run_hook(tp_parallel_t *p, int32_t arg, double *value
 /* This rank's model path ("{rank}" expanded); valid until tp_parallel_free. */
 const char *tp_parallel_model_path(const tp_parallel_t *p);
 
-/* The plan every rank agreed on (valid until tp_parallel_free). */
+/* The plan every rank agreed on (valid until tp_parallel_free).  The engine thread's (a re-plan
+ * rewrites it); other threads read tp_parallel_get_view(). */
 const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p);
 enum tp_wire_dtype tp_parallel_wire_dtype(const tp_parallel_t *p);
-/* The group's comm backend ("ring", "rdma", "mpi"), or "local" in a world of one. */
+/* The group's comm backend ("ring", "rdma", "mpi"), or "local" in a world of one (static).  Any thread. */
 const char *tp_parallel_backend_name(const tp_parallel_t *p);
 /* "f32" | "f16" | "bf16" | "q8" <-> enum; parse gives TP_ERR_INVALID_ARG otherwise. */
 const char *tp_wire_dtype_name(enum tp_wire_dtype dt);

@@ -67,6 +67,9 @@ struct tp_server_config {
                                 * 1 mean, 2 last token, 3 first token (cls) */
     int responses_store;       /* finished /v1/responses kept in memory for previous_response_id, oldest evicted
                                 * first, default 256; 0: none */
+    const char *logit_bias;    /* NULL: none; else "ID+BIAS,ID-BIAS,..." (llama-server's --logit-bias): added to
+                                * every request of every API that sends no logit_bias of its own; a bias of
+                                * -100 or below bans the token.  Checked against the vocabulary at start */
 };
 struct tp_server_config tp_server_default_config(void);
 
