@@ -143,6 +143,13 @@ uint64_t tp_shard_plan_hash(const struct tp_shard_plan *plan);
  */
 enum tp_status tp_parallel_write_shards(const char *model_path, int world, const char *shard_weights,
                                         const char *out_dir, struct tp_error *err);
+/* The same with the experts' split chosen for a mixture-of-experts GGUF (tp_parallel_write_shards:
+ * AUTO, the plan's choice; ignored for dense models).  Each file then holds only its rank's experts
+ * or its column slice of every expert, and records the split and every rank's expert ranges, so
+ * tp_parallel_init runs the files with that split and refuses another --moe-split.  Hugging Face
+ * mixture-of-experts directories are refused (TP_ERR_UNSUPPORTED): cut the GGUF. */
+enum tp_status tp_parallel_write_shards_moe(const char *model_path, int world, const char *shard_weights,
+                                            enum tp_moe_split split, const char *out_dir, struct tp_error *err);
 /* File name (no directory) of rank's shard; returns the length needed. */
 size_t tp_parallel_shard_name(const char *model_path, int rank, int world, char *buf, size_t cap);
 
