@@ -61,16 +61,46 @@ static enum tp_status median_max(tp_comm_t *c, double *times, int iters, double 
     return tp_comm_all_max(c, med, med, 1, TP_DTYPE_I64); /* positive doubles order like i64 */
 }
 
+/* --sync: *sync_t = the median over the calls of [the last rank's exit - the last rank's entry] (the ranks'
+ * times gathered; ranks on one machine share its clock), the time a call takes once every rank is in it.
+ * t0[i], t1[i]: this rank's entry and exit ns of call i. */
+static enum tp_status median_synced(tp_comm_t *c, const uint64_t *t0, const uint64_t *t1, int iters, double *sync_t)
+{
+    const int n = tp_comm_size(c);
+    enum tp_status st = TP_ERR_NOMEM;
+    uint64_t *mine = malloc(sizeof(uint64_t) * 2 * (size_t)iters);
+    uint64_t *all = malloc(sizeof(uint64_t) * 2 * (size_t)iters * (size_t)n);
+    double *d = malloc(sizeof(double) * (size_t)iters);
+    if (mine && all && d) {
+        memcpy(mine, t0, sizeof(uint64_t) * (size_t)iters);
+        memcpy(mine + iters, t1, sizeof(uint64_t) * (size_t)iters);
+        st = tp_comm_all_gather(c, mine, all, 2 * (size_t)iters, TP_DTYPE_I64);
+    }
+    for (int i = 0; st == TP_OK && i < iters; i++) {
+        uint64_t in = 0, out = 0;
+        for (int r = 0; r < n; r++) {
+            in = TP_MAX(in, all[(size_t)r * 2 * iters + (size_t)i]);
+            out = TP_MAX(out, all[(size_t)r * 2 * iters + (size_t)iters + (size_t)i]);
+        }
+        d[i] = out > in ? (double)(out - in) * 1e-9 : 0.0;
+    }
+    if (st == TP_OK) *sync_t = tp_median(d, iters);
+    free(mine), free(all), free(d);
+    return st;
+}
+
 /* *t = median seconds per call over iters timed calls, max over ranks; with a
  * second group (mpi), its calls alternate with ours one by one so both see
  * the same machine load, and *mpi_t is its median.  On failure the status of
  * the failed call, *which = 1 when it was the mpi group's. */
 static enum tp_status measure(tp_comm_t *c, tp_comm_t *mpi, enum bench_op op, void *a, void *b, size_t count,
                               enum tp_dtype dt, int iters, int warmup, double *times, double *mtimes, double *t,
-                              double *mpi_t, int *which)
+                              double *mpi_t, double *sync_t, int *which)
 {
     enum tp_status st;
     *which = 0;
+    uint64_t *ts = sync_t ? malloc(sizeof(uint64_t) * 2 * (size_t)iters) : NULL;
+    if (sync_t && !ts) return TP_ERR_NOMEM;
     if ((st = tp_comm_barrier(c)) != TP_OK) return st;
     for (int i = 0; i < warmup; i++) {
         if ((st = run_op(c, op, a, b, count, dt)) != TP_OK) return st;
@@ -81,13 +111,17 @@ static enum tp_status measure(tp_comm_t *c, tp_comm_t *mpi, enum bench_op op, vo
         if ((st = run_op(c, op, a, b, count, dt)) != TP_OK) return st;
         uint64_t t1 = tp_now_ns();
         times[i] = (double)(t1 - t0) * 1e-9;
+        if (ts) ts[i] = t0, ts[iters + i] = t1;
         if (mpi) {
             if ((st = run_op(mpi, op, a, b, count, dt)) != TP_OK) return *which = 1, st;
             mtimes[i] = (double)(tp_now_ns() - t1) * 1e-9;
         }
     }
     if (mpi && (st = median_max(mpi, mtimes, iters, mpi_t)) != TP_OK) return *which = 1, st;
-    return median_max(c, times, iters, t);
+    st = median_max(c, times, iters, t);
+    if (st == TP_OK && ts) st = median_synced(c, ts, ts + iters, iters, sync_t);
+    free(ts);
+    return st;
 }
 
 static double bus_factor(enum bench_op op, int n)
@@ -151,7 +185,7 @@ struct bc_opts {
     enum bench_op op;
     enum tp_dtype dt;
     size_t min_b, max_b;
-    int iters, warmup, json, compare_mpi;
+    int iters, warmup, json, compare_mpi, sync;
 };
 
 /* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after --help, 2 after printing a
@@ -172,6 +206,10 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
         {"json", 0, TP_OPT_FLAG, &o->json, NULL, "one JSON object per line instead of the table", 0, 0},
         {"compare-mpi", 0, TP_OPT_FLAG, &o->compare_mpi, NULL,
          "also time the same op through MPI in the same run (needs an MPI group)", 0, 0},
+        {"sync", 0, TP_OPT_FLAG, &o->sync, NULL,
+         "ranks on this machine (one clock): also the median time from the last rank's entry to the last rank's "
+         "exit (sync_lat_us_median: without the waits for a late rank)",
+         0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int np = 0;
@@ -295,13 +333,14 @@ static void bc_report_header(const struct bc_run *R, const struct bc_opts *o)
            R->mpi ? ", vs the same op through MPI in the same processes" : "");
     printf("%10s %7s %12s %10s %10s", "bytes", "iters", "lat_us(med)", "algbw_GB/s", "busbw_GB/s");
     if (R->mpi) printf(" %12s %10s %9s %9s", "mpi_lat_us", "mpi_busbw", "lat_ratio", "bw_ratio");
+    if (o->sync) printf(" %12s", "sync_lat_us");
     printf("\n");
     fflush(stdout);
 }
 
 /* One size's line: t (and tm with --compare-mpi) seconds per call of real_bytes. */
 static void bc_report_row(const struct bc_run *R, const struct bc_opts *o, size_t real_bytes, int it, double t,
-                          double tm)
+                          double tm, double ts)
 {
     const int n = tp_comm_size(R->c);
     const double bf = bus_factor(o->op, n);
@@ -316,12 +355,14 @@ static void bc_report_row(const struct bc_run *R, const struct bc_opts *o, size_
             printf(",\"mpi_lat_us_median\":%.3f,\"mpi_busbw_gbs\":%.4f,\"lat_ratio_vs_mpi\":%.3f,"
                    "\"busbw_ratio_vs_mpi\":%.3f",
                    tm * 1e6, mbus, t / tm, bus / mbus);
+        if (o->sync) printf(",\"sync_lat_us_median\":%.3f", ts * 1e6);
         printf("}\n");
     } else {
         char sz[32];
         fmt_size(real_bytes, sz, sizeof sz);
         printf("%10s %7d %12.2f %10.3f %10.3f", sz, it, t * 1e6, alg, bus);
         if (R->mpi) printf(" %12.2f %10.3f %9.2f %9.2f", tm * 1e6, mbus, t / tm, bus / mbus);
+        if (o->sync) printf(" %12.2f", ts * 1e6);
         printf("\n");
     }
     fflush(stdout);
@@ -350,15 +391,15 @@ int tp_bench_comm(int argc, char **argv)
         const size_t count = TP_MAX(bytes / es / blocks, 1), real_bytes = count * es * blocks;
         const int it = o.iters ? o.iters : (int)TP_MAX(5.0, TP_MIN(1000.0, 4e8 / (double)real_bytes));
         const int wu = o.warmup >= 0 ? o.warmup : TP_MAX(2, it / 10);
-        double t = 0, tm = 0;
+        double t = 0, tm = 0, ts = 0;
         int which = 0;
-        if (measure(R.c, R.mpi, o.op, R.a, R.b, count, o.dt, it, wu, R.times, R.times + 500000, &t, &tm, &which) !=
-            TP_OK) {
+        if (measure(R.c, R.mpi, o.op, R.a, R.b, count, o.dt, it, wu, R.times, R.times + 500000, &t, &tm,
+                    o.sync ? &ts : NULL, &which) != TP_OK) {
             exit_code = tp_cli_fail("bench comm", "rank %d: %s%s of %zu bytes failed: %s", me, which ? "MPI " : "",
                                     op_names[o.op], real_bytes, tp_comm_last_error(which ? R.mpi : R.c));
             break;
         }
-        if (me == 0) bc_report_row(&R, &o, real_bytes, it, t, tm);
+        if (me == 0) bc_report_row(&R, &o, real_bytes, it, t, tm, ts);
         if (bytes > o.max_b / 2) break;
     }
     bc_run_free(&R);

@@ -581,8 +581,11 @@ static double steady_rate(const struct bench_result *res, int c, int rounds)
 struct bs_opts {
     const char *url, *api_key, *api;
     int prompt_tokens, gen_tokens, rounds, json, shared_prefix, logprobs;
+    int repeat;             /* --repeat: the APIs' runs of each level, interleaved */
     struct bench_target t;
     int conc[64], n_levels; /* --concurrency */
+    enum bench_api apis[5]; /* --api, in the order given */
+    int n_apis;
 };
 
 /* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after --help, 2 after printing a
@@ -592,7 +595,7 @@ static int bs_parse(int argc, char **argv, struct bs_opts *o)
     const char *levels = "1,2,4,8";
     memset(o, 0, sizeof *o);
     o->url = "http://127.0.0.1:8080";
-    o->prompt_tokens = 128, o->gen_tokens = 64, o->rounds = 2;
+    o->prompt_tokens = 128, o->gen_tokens = 64, o->rounds = 2, o->repeat = 1;
     o->api = "completions";
     const struct tp_opt opts[] = {
         {"url", 0, TP_OPT_STRING, &o->url, "URL", "server base URL (default http://127.0.0.1:8080)", 0, 0},
@@ -606,9 +609,13 @@ static int bs_parse(int argc, char **argv, struct bs_opts *o)
         {"logprobs", 0, TP_OPT_FLAG, &o->logprobs, NULL,
          "ask for logprobs so each chunk's token count is exact (the server then leaves its greedy fast path)", 0, 0},
         {"json", 0, TP_OPT_FLAG, &o->json, NULL, "one JSON object per level instead of the table", 0, 0},
-        {"api", 0, TP_OPT_STRING, &o->api, "API",
+        {"api", 0, TP_OPT_STRING, &o->api, "API[,API..]",
          "completions (default: token-id prompts, ignore_eos), chat, responses, messages or ollama (the prompt's "
-         "tokens as text in one user message; only chat can ignore EOS)", 0, 0},
+         "tokens as text in one user message; only chat can ignore EOS); several: each level runs each API in "
+         "turn, and a summary gives each API's median aggregate tokens/s against the first's", 0, 0},
+        {"repeat", 0, TP_OPT_INT, &o->repeat, "N",
+         "run each level's APIs N times, interleaved, each time starting one API further on (default 1), so "
+         "that load from elsewhere lands on all", 1, 100},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int pr = tp_cli_parse("bench serve", "Usage: tpserve bench serve --url URL [options]", opts, argc, argv, NULL, 0,
@@ -620,15 +627,25 @@ static int bs_parse(int argc, char **argv, struct bs_opts *o)
         return 2;
     }
     o->t.api_key = o->api_key;
-    int api_ok = 0;
-    for (int i = 0; i < 5 && !api_ok; i++)
-        if (strcmp(o->api, api_names[i]) == 0) o->t.api = (enum bench_api)i, api_ok = 1;
-    if (!api_ok) {
-        fprintf(stderr, "tpserve bench serve: --api %s: want completions, chat, responses, messages or ollama\n",
-                o->api);
+    for (const char *p = o->api; *p;) {
+        size_t l = strcspn(p, ",");
+        int found = -1;
+        for (int i = 0; i < 5; i++)
+            if (strlen(api_names[i]) == l && strncmp(p, api_names[i], l) == 0) found = i;
+        if (found < 0 || o->n_apis == 5) {
+            fprintf(stderr, "tpserve bench serve: --api %s: want completions, chat, responses, messages or ollama "
+                    "(a comma-separated list of at most 5)\n", o->api);
+            return 2;
+        }
+        o->apis[o->n_apis++] = (enum bench_api)found;
+        p += l + (p[l] == ',');
+    }
+    if (o->n_apis == 0) {
+        fprintf(stderr, "tpserve bench serve: --api is empty\n");
         return 2;
     }
-    if (o->logprobs && o->t.api != API_COMPLETIONS) {
+    o->t.api = o->apis[0];
+    if (o->logprobs && (o->n_apis > 1 || o->t.api != API_COMPLETIONS)) {
         fprintf(stderr, "tpserve bench serve: --logprobs works with --api completions only\n");
         return 2;
     }
@@ -805,9 +822,10 @@ static void bs_report_header(const struct bs_opts *o)
 {
     printf("tpserve bench serve: %s (%s), prompt %d tokens (shared prefix %d), %d generated per request, %d rounds "
            "per client\n\n"
-           "%11s %12s %7s %14s %14s %16s %7s %13s %7s %11s %7s\n",
-           o->url, api_path(o->t.api), o->prompt_tokens, o->shared_prefix, o->gen_tokens, o->rounds, "concurrency", "agg tok/s", "x1",
-           "TTFT med ms", "TPOT med ms", "decode agg t/s", "x1", "steady t/s", "x1", "cached/req", "errors");
+           "%11s %12s %7s %14s %14s %16s %7s %13s %7s %11s %7s%s\n",
+           o->url, o->n_apis > 1 ? o->api : api_path(o->t.api), o->prompt_tokens, o->shared_prefix, o->gen_tokens,
+           o->rounds, "concurrency", "agg tok/s", "x1", "TTFT med ms", "TPOT med ms", "decode agg t/s", "x1",
+           "steady t/s", "x1", "cached/req", "errors", o->n_apis > 1 || o->repeat > 1 ? "  api" : "");
 }
 
 /* One level's line; base: the first level's figures (the ratios' denominators). */
@@ -825,8 +843,9 @@ static void bs_report_level(const struct bs_opts *o, int c, const struct bs_figu
                o->shared_prefix, f->cached_req, o->gen_tokens, f->steady, x_steady,
                o->logprobs ? "logprobs" : "usage", f->mismatch);
     else
-        printf("%11d %12.2f %6.2fx %14.2f %14.3f %16.2f %6.2fx %13.2f %6.2fx %11.1f %7d%s\n", c, f->agg, x_agg,
+        printf("%11d %12.2f %6.2fx %14.2f %14.3f %16.2f %6.2fx %13.2f %6.2fx %11.1f %7d%s%s%s\n", c, f->agg, x_agg,
                f->ttft_med, f->tpot_med, f->dec, x_dec, f->steady, x_steady, f->cached_req, f->errors,
+               o->n_apis > 1 || o->repeat > 1 ? "  " : "", o->n_apis > 1 || o->repeat > 1 ? api_names[o->t.api] : "",
                f->mismatch ? "  (chunks != tokens in some requests: weighted by usage; --logprobs for exact)" : "");
     fflush(stdout);
 }
@@ -848,19 +867,55 @@ int tp_bench_serve(int argc, char **argv)
     }
     if (!o.json) bs_report_header(&o);
     struct bs_figures base = {0};
-    int exit_code = 0;
-    for (int li = 0; li < o.n_levels; li++) {
-        struct bs_level L;
-        struct bs_figures f;
-        if (bs_run_level(&o, li, ids, n_ids, &L, &err) != TP_OK || bs_summarize(&o, &L, &f, &err) != TP_OK) {
-            bs_level_free(&L);
-            exit_code = tp_cli_fail("bench serve", "%s", err.msg);
-            break;
-        }
-        if (li == 0) base = f;
-        bs_report_level(&o, o.conc[li], &f, &base);
-        bs_level_free(&L);
+    int exit_code = 0, have_base = 0;
+    /* (level, api, repeat) aggregate tokens/s, for the summary of several APIs */
+    double *agg = calloc((size_t)o.n_levels * 5 * (size_t)o.repeat, sizeof(double));
+    if (!agg) {
+        free(ids);
+        return tp_cli_fail("bench serve", "out of memory");
     }
+    for (int li = 0; li < o.n_levels && !exit_code; li++) {
+        for (int rep = 0; rep < o.repeat && !exit_code; rep++) {
+            /* each repeat starts one API further on, so that no API always runs first or after the same one */
+            for (int k = 0; k < o.n_apis; k++) {
+                const int ai = (k + rep) % o.n_apis;
+                struct bs_level L;
+                struct bs_figures f;
+                o.t.api = o.apis[ai];
+                if (bs_run_level(&o, li, ids, n_ids, &L, &err) != TP_OK || bs_summarize(&o, &L, &f, &err) != TP_OK) {
+                    bs_level_free(&L);
+                    exit_code = tp_cli_fail("bench serve", "%s", err.msg);
+                    break;
+                }
+                if (!have_base) base = f, have_base = 1;
+                bs_report_level(&o, o.conc[li], &f, &base);
+                agg[((size_t)li * 5 + (size_t)ai) * (size_t)o.repeat + (size_t)rep] = f.agg;
+                bs_level_free(&L);
+            }
+        }
+    }
+    if (!exit_code && (o.n_apis > 1 || o.repeat > 1) && !o.json) {
+        /* per API: the median aggregate tokens/s, and the median over the repeats of its ratio to the first
+         * API's figure of the same repeat (paired: load from elsewhere drifts between repeats) */
+        printf("\nmedian aggregate tokens/s over %d run%s, and the median of each run's ratio to %s's:\n", o.repeat,
+               o.repeat > 1 ? "s" : "", api_names[o.apis[0]]);
+        double ratio[100], val[100]; /* --repeat <= 100; tp_median sorts its argument: copies */
+        for (int li = 0; li < o.n_levels; li++) {
+            const double *first = agg + (size_t)li * 5 * (size_t)o.repeat;
+            printf("%11d", o.conc[li]);
+            for (int ai = 0; ai < o.n_apis; ai++) {
+                const double *v = agg + ((size_t)li * 5 + (size_t)ai) * (size_t)o.repeat;
+                for (int rep = 0; rep < o.repeat; rep++) {
+                    ratio[rep] = first[rep] > 0 ? v[rep] / first[rep] : 0;
+                    val[rep] = v[rep];
+                }
+                printf("  %s %.2f (%.2fx)", api_names[o.apis[ai]], tp_median(val, o.repeat),
+                       tp_median(ratio, o.repeat));
+            }
+            printf("\n");
+        }
+    }
+    free(agg);
     free(ids);
     return exit_code;
 }

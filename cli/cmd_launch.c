@@ -33,33 +33,6 @@
 #define LAUNCH_MAX 64
 #define LAUNCH_GRACE_MS 3000
 
-/* n distinct free TCP ports on 127.0.0.1, each held by a listening socket
- * (close-on-exec) that rank i inherits (TP_LISTEN_FD) and listens on, so no
- * other process can take a port between here and the rank's start-up. */
-static int hold_ports(int n, int *ports, int *fds)
-{
-    int rc = 0;
-    for (int i = 0; i < n; i++) fds[i] = -1;
-    for (int i = 0; i < n && rc == 0; i++) {
-        struct sockaddr_in a;
-        socklen_t al = sizeof a;
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        /* SO_REUSEADDR like every comm listener: connections accepted on it inherit the flag, so after
-         * the rank dies (or re-forms its group) its port can be bound again at once despite TIME_WAIT */
-        int one = 1;
-        if (fds[i] >= 0) (void)setsockopt(fds[i], SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (fds[i] < 0 || fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0 || bind(fds[i], (struct sockaddr *)&a, sizeof a) != 0 ||
-            listen(fds[i], 64) != 0 || getsockname(fds[i], (struct sockaddr *)&a, &al) != 0)
-            rc = -1;
-        else
-            ports[i] = ntohs(a.sin_port);
-    }
-    return rc;
-}
-
 static void release_ports(int n, int *fds)
 {
     for (int i = 0; i < n; i++)
@@ -191,9 +164,9 @@ int tp_cmd_launch(int argc, char **argv)
     int exit_code = 1;
     static struct tp_sup_child kids[LAUNCH_MAX];
     int n_started = 0;
-    if (hold_ports(n, ports, port_fds) != 0) {
-        tp_cli_fail("launch", "cannot find %d free TCP ports on 127.0.0.1: %s", n, strerror(errno));
-        release_ports(n, port_fds);
+    struct tp_error perr = {0};
+    if (tp_comm_hold_loopback_ports(n, ports, port_fds, &perr) != TP_OK) {
+        tp_cli_fail("launch", "cannot find %d free TCP ports: %s", n, tp_error_msg(&perr));
         goto cleanup;
     }
     FILE *hf = fopen(hostfile, "w");

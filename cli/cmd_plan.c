@@ -41,7 +41,8 @@ static char *read_text(const char *path)
 
 /*
  * From `tpserve bench comm --json` lines (one object per message size), the
- * median all_sum time for this many ranks at the size of one decode all_sum
+ * median all_sum time (with --sync: once every rank is in the call) for this
+ * many ranks at the size of one decode all_sum
  * (n_embd values in the wire dtype; q8 sends an all_gather and has no
  * all_sum line to take): the line nearest that size; none within 2x of it
  * is an error naming the command that measures it.
@@ -67,7 +68,8 @@ static int comm_json_allsum(const char *path, const struct tp_cap_config *c, dou
         cJSON *o = brace ? cJSON_Parse(brace) : NULL;
         if (!o) continue;
         const cJSON *op = cJSON_GetObjectItem(o, "op"), *rk = cJSON_GetObjectItem(o, "ranks");
-        const cJSON *by = cJSON_GetObjectItem(o, "bytes"), *lat = cJSON_GetObjectItem(o, "lat_us_median");
+        const cJSON *by = cJSON_GetObjectItem(o, "bytes"), *lat = cJSON_GetObjectItem(o, "sync_lat_us_median");
+        if (!cJSON_IsNumber(lat)) lat = cJSON_GetObjectItem(o, "lat_us_median"); /* without --sync */
         if (cJSON_IsString(op) && strcmp(op->valuestring, "all_sum") == 0 && cJSON_IsNumber(rk) &&
             rk->valueint == c->n_nodes && cJSON_IsNumber(by) && cJSON_IsNumber(lat) && lat->valuedouble > 0) {
             n_lines++;
@@ -192,8 +194,22 @@ static void print_table(const char *model, const struct tp_cap_config *c, const 
     printf("Plan: %s (%s) on %d node%s over %s (%.0f Gbit/s, %.0f us), context %d x %d sequence%s, %s KV cache\n",
            model, tp_wtype_name(c->wtype), c->n_nodes, c->n_nodes == 1 ? "" : "s", c->link.name, c->link.gbit,
            c->link.latency_us, c->n_ctx, c->n_seq, c->n_seq == 1 ? "" : "s", tp_kv_type_name(c->kv_type));
-    printf("Needs %.1f GiB in all; the nodes have %.1f GiB usable (memory minus max(%.1f%%, %.1f GiB) for the OS)\n\n",
+    printf("Needs %.1f GiB in all; the nodes have %.1f GiB usable (memory minus max(%.1f%%, %.1f GiB) for the OS)\n",
            gib(r->need_bytes), gib(r->usable_bytes), c->reserve_frac * 100, gib(c->reserve_min_bytes));
+    int n_win = 0;
+    int64_t win_pos = 0; /* KV counted layer by layer: a windowed layer holds its ring, not the context */
+    for (int l = 0; l < c->hp.n_layer; l++)
+        if (tp_kv_layer_window(&c->hp, l) > 0) {
+            n_win++;
+            win_pos = tp_kv_layer_positions(&c->hp, l, c->n_ctx, c->n_batch);
+        }
+    if (n_win > 0)
+        printf("KV cache: %d sliding-window layer%s x %lld positions (window %d + batch %d) + %d full layer%s x %d "
+               "positions, %.1f MiB per KV head and sequence\n",
+               n_win, n_win == 1 ? "" : "s", (long long)win_pos, c->hp.sliding_window, c->n_batch, c->hp.n_layer - n_win,
+               c->hp.n_layer - n_win == 1 ? "" : "s", c->n_ctx,
+               (double)tp_kv_head_bytes(&c->hp, c->n_ctx, c->n_batch, c->kv_type) / 1048576.0);
+    printf("\n");
     int planned = r->plan.world_size > 0;
     printf("%-12s %8s %8s %6s %7s %7s %8s %8s %7s %8s %8s %9s\n", "node", "mem GiB", "usable", "share", "q/kv",
            "ffn", "weights", "kv", "runtime", "total", "free", "ms/token");
@@ -241,127 +257,155 @@ static void print_table(const char *model, const struct tp_cap_config *c, const 
     }
 }
 
-int tp_cmd_plan(int argc, char **argv)
+/* The command line of `tpserve plan`. */
+struct plan_opts {
+    const char *model, *shape_name, *shapes_file, *nodes, *type, *link, *kv, *moe_split, *comm_dtype, *comm_json;
+    int n_ctx, n_seq, json;
+    float mem_bw, reserve, eff, allsum_us;
+};
+
+/* argv into o: 0 to go on, 1 after --help, 2 after a usage error (printed). */
+static int plan_parse(int argc, char **argv, struct plan_opts *o)
 {
-    const char *model = NULL, *shape_name = NULL, *nodes = NULL, *type = NULL, *link = "local", *kv = "f16";
-    const char *moe_split = "auto";
-    const char *shapes_file = NULL;
-    int n_ctx = 0, n_seq = 1, json = 0;
-    float mem_bw = 100.0f, reserve = 0.125f, eff = 0.7f, allsum_us = 0.0f;
-    const char *comm_dtype = "f32", *comm_json = NULL;
+    *o = (struct plan_opts){.link = "local", .kv = "f16", .moe_split = "auto", .comm_dtype = "f32", .n_seq = 1,
+                            .mem_bw = 100.0f, .reserve = 0.125f, .eff = 0.7f};
     const struct tp_opt opts[] = {
-        {"model", 'm', TP_OPT_STRING, &model, "FILE", "GGUF model (its metadata gives the shape and type)", 0, 0},
-        {"shape", 0, TP_OPT_STRING, &shape_name, "NAME", "a named shape from configs/shapes.json instead", 0, 0},
-        {"shapes", 0, TP_OPT_STRING, &shapes_file, "FILE", "shapes JSON to look NAME up in (default: built in)", 0,
-         0},
-        {"type", 't', TP_OPT_STRING, &type, "TYPE", "weight type: q4_0, q8_0, q4_k, mxfp4, f16, ... (default q4_0; mxfp4 for a gpt-oss shape)", 0, 0},
-        {"nodes", 0, TP_OPT_LIST, &nodes, "LIST", "machines: [NAME:]MEM[:BW],... (required)", 0, 0},
-        {"link", 0, TP_OPT_STRING, &link, "PROFILE", "interconnect profile (default local)", 0, 0},
-        {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
-        {"ctx", 'c', TP_OPT_INT, &n_ctx, "N", "context per sequence (default min(trained, 4096))", 1, 1 << 24},
-        {"ctx-size", 0, TP_OPT_INT, &n_ctx, "N", "same as --ctx (the name `tpserve serve` uses)", 1, 1 << 24},
-        {"seq", 0, TP_OPT_INT, &n_seq, "N", "sequences held at once (default 1)", 1, 4096},
-        {"kv-type", 0, TP_OPT_STRING, &kv, "T", "KV cache type: f16 (default), q8_0 or f32", 0, 0},
-        {"mem-bw", 0, TP_OPT_FLOAT, &mem_bw, "GB/s", "bandwidth of nodes given without one (default 100)", 1,
-         100000},
-        {"reserve", 0, TP_OPT_FLOAT, &reserve, "FRAC", "memory left to the OS (default 0.125, at least 2 GiB)", 0,
-         0.9},
-        {"efficiency", 0, TP_OPT_FLOAT, &eff, "FRAC", "fraction of peak bandwidth decode attains (default 0.7)",
-         0.01, 1},
-        {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "activations on the wire: f32 (default), f16, bf16, q8",
+        {"model", 'm', TP_OPT_STRING, &o->model, "FILE", "GGUF model (its metadata gives the shape and type)", 0, 0},
+        {"shape", 0, TP_OPT_STRING, &o->shape_name, "NAME", "a named shape from configs/shapes.json instead", 0, 0},
+        {"shapes", 0, TP_OPT_STRING, &o->shapes_file, "FILE", "shapes JSON to look NAME up in (default: built in)",
          0, 0},
-        {"allsum-us", 0, TP_OPT_FLOAT, &allsum_us, "US",
+        {"type", 't', TP_OPT_STRING, &o->type, "TYPE",
+         "weight type: q4_0, q8_0, q4_k, mxfp4, f16, ... (default q4_0; mxfp4 for a gpt-oss shape)", 0, 0},
+        {"nodes", 0, TP_OPT_LIST, &o->nodes, "LIST", "machines: [NAME:]MEM[:BW],... (required)", 0, 0},
+        {"link", 0, TP_OPT_STRING, &o->link, "PROFILE", "interconnect profile (default local)", 0, 0},
+        {"moe-split", 0, TP_OPT_STRING, &o->moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
+        {"ctx", 'c', TP_OPT_INT, &o->n_ctx, "N", "context per sequence (default min(trained, 4096))", 1, 1 << 24},
+        {"ctx-size", 0, TP_OPT_INT, &o->n_ctx, "N", "same as --ctx (the name `tpserve serve` uses)", 1, 1 << 24},
+        {"seq", 0, TP_OPT_INT, &o->n_seq, "N", "sequences held at once (default 1)", 1, 4096},
+        {"kv-type", 0, TP_OPT_STRING, &o->kv, "T", "KV cache type: f16 (default), q8_0 or f32", 0, 0},
+        {"mem-bw", 0, TP_OPT_FLOAT, &o->mem_bw, "GB/s", "bandwidth of nodes given without one (default 100)", 1,
+         100000},
+        {"reserve", 0, TP_OPT_FLOAT, &o->reserve, "FRAC", "memory left to the OS (default 0.125, at least 2 GiB)", 0,
+         0.9},
+        {"efficiency", 0, TP_OPT_FLOAT, &o->eff, "FRAC", "fraction of peak bandwidth decode attains (default 0.7)",
+         0.01, 1},
+        {"comm-dtype", 0, TP_OPT_STRING, &o->comm_dtype, "T", "activations on the wire: f32 (default), f16, bf16, q8",
+         0, 0},
+        {"allsum-us", 0, TP_OPT_FLOAT, &o->allsum_us, "US",
          "measured time of one decode all_sum on these hosts (replaces the link model)", 0.001f, 1e9f},
-        {"comm-json", 0, TP_OPT_STRING, &comm_json, "FILE",
+        {"comm-json", 0, TP_OPT_STRING, &o->comm_json, "FILE",
          "`tpserve bench comm --json` output from these hosts: its all_sum time at the decode size and rank count "
          "replaces the link model",
          0, 0},
-        {"json", 0, TP_OPT_FLAG, &json, NULL, "print JSON instead of a table", 0, 0},
+        {"json", 0, TP_OPT_FLAG, &o->json, NULL, "print JSON instead of a table", 0, 0},
         {0},
     };
     int rc = tp_cli_parse("plan", plan_usage, opts, argc, argv, NULL, 0, NULL, NULL, NULL);
-    TP_CLI_RETURN_UNLESS_PARSED(rc);
-    if (!model == !shape_name) {
+    if (rc) return rc;
+    if (!o->model == !o->shape_name) {
         fprintf(stderr, "tpserve plan: give exactly one of -m MODEL.gguf or --shape NAME (see 'tpserve plan --help')\n");
         return 2;
     }
-    if (!nodes) {
+    if (!o->nodes) {
         fprintf(stderr, "tpserve plan: --nodes is required, e.g. --nodes \"mac1:192G,mac2:128G\"\n");
         return 2;
     }
+    return 0;
+}
 
-    static struct tp_cap_config cfg;
-    static struct tp_cap_result res;
-    cfg = tp_capacity_default_config();
+/* The options into cfg (all but the model's shape): 0, or the exit status after an error (printed). */
+static int plan_config(const struct plan_opts *o, struct tp_cap_config *cfg)
+{
+    *cfg = tp_capacity_default_config();
     struct tp_error err = {0};
-    if (tp_moe_split_parse(moe_split, &cfg.moe_split, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
-    cfg.n_seq = n_seq;
-    cfg.reserve_frac = reserve;
-    cfg.bw_efficiency = eff;
-    if (tp_kv_type_parse(kv, &cfg.kv_type) != TP_OK) {
-        fprintf(stderr, "tpserve plan: --kv-type must be f16, q8_0 or f32, got '%s'\n", kv);
+    if (tp_moe_split_parse(o->moe_split, &cfg->moe_split, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
+    cfg->n_seq = o->n_seq;
+    cfg->reserve_frac = o->reserve;
+    cfg->bw_efficiency = o->eff;
+    if (tp_kv_type_parse(o->kv, &cfg->kv_type) != TP_OK) {
+        fprintf(stderr, "tpserve plan: --kv-type must be f16, q8_0 or f32, got '%s'\n", o->kv);
         return 2;
     }
-    if (tp_capacity_link_profile(link, &cfg.link, &err) != TP_OK) {
+    if (tp_capacity_link_profile(o->link, &cfg->link, &err) != TP_OK) {
         fprintf(stderr, "tpserve plan: --link: %s\n", err.msg);
         return 2;
     }
-    if (tp_capacity_parse_nodes(nodes, mem_bw, cfg.nodes, TP_CAP_MAX_NODES, &cfg.n_nodes, &err) != TP_OK) {
+    if (tp_capacity_parse_nodes(o->nodes, o->mem_bw, cfg->nodes, TP_CAP_MAX_NODES, &cfg->n_nodes, &err) != TP_OK) {
         fprintf(stderr, "tpserve plan: --nodes: %s\n", err.msg);
         return 2;
     }
-    if (tp_wire_dtype_parse(comm_dtype, &cfg.wire_dtype) != TP_OK) {
-        fprintf(stderr, "tpserve plan: --comm-dtype must be f32, f16, bf16 or q8, got '%s'\n", comm_dtype);
+    if (tp_wire_dtype_parse(o->comm_dtype, &cfg->wire_dtype) != TP_OK) {
+        fprintf(stderr, "tpserve plan: --comm-dtype must be f32, f16, bf16 or q8, got '%s'\n", o->comm_dtype);
         return 2;
     }
-    if (allsum_us > 0 && comm_json) {
+    if (o->allsum_us > 0 && o->comm_json) {
         fprintf(stderr, "tpserve plan: give --allsum-us or --comm-json, not both\n");
         return 2;
     }
-    cfg.allsum_us = allsum_us;
-    if (type && tp_wtype_parse(type, &cfg.wtype) != TP_OK) {
-        fprintf(stderr, "tpserve plan: unknown --type '%s' (e.g. q4_0, q8_0, q4_k, q6_k, f16, bf16, f32)\n", type);
+    cfg->allsum_us = o->allsum_us;
+    if (o->type && tp_wtype_parse(o->type, &cfg->wtype) != TP_OK) {
+        fprintf(stderr, "tpserve plan: unknown --type '%s' (e.g. q4_0, q8_0, q4_k, q6_k, f16, bf16, f32)\n", o->type);
         return 2;
     }
+    return 0;
+}
 
-    char label[128];
-    if (shape_name) {
+/* The shape (--shape, or the model file's metadata) and, unless --type, the weight type into cfg; the
+ * model's name into label.  0, 1 after a failure or 2 after a usage error (printed). */
+static int plan_model(const struct plan_opts *o, struct tp_cap_config *cfg, char *label, size_t cap)
+{
+    struct tp_error err = {0};
+    if (o->shape_name) {
         char *text = NULL;
-        if (shapes_file && !(text = read_text(shapes_file)))
-            return tp_cli_fail("plan", "cannot read --shapes file '%s'", shapes_file);
+        if (o->shapes_file && !(text = read_text(o->shapes_file)))
+            return tp_cli_fail("plan", "cannot read --shapes file '%s'", o->shapes_file);
         struct tp_shape shape;
-        enum tp_status st = tp_shape_find(text, shape_name, &shape, &err);
+        enum tp_status st = tp_shape_find(text, o->shape_name, &shape, &err);
         free(text);
         if (st != TP_OK) {
             fprintf(stderr, "tpserve plan: --shape: %s\n", err.msg);
             return 2;
         }
-        hp_from_shape(&shape, &cfg.hp);
-        if (!type && shape.arch == TP_ARCH_GPTOSS) cfg.wtype = TP_WTYPE_MXFP4; /* its published experts */
-        snprintf(label, sizeof label, "%s", shape.name);
-    } else {
-        struct tp_model_config mc = tp_model_default_config();
-        mc.path = model;
-        mc.vocab_only = 1;
-        tp_model_t *m = NULL;
-        if (tp_model_init(&mc, &m, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
-        cfg.hp = *tp_model_hparams(m);
-        if (!type) { /* a vocab-only load does not read the tensors: the probe names their types */
-            struct tp_model_probe pr;
-            if (tp_model_probe(model, &pr, &err) != TP_OK) {
-                tp_model_free(m);
-                return tp_cli_fail("plan", "%s", err.msg);
-            }
-            cfg.wtype = pr.types.ffn_gate;
-        }
-        snprintf(label, sizeof label, "%s", tp_model_name(m));
-        tp_model_free(m);
+        hp_from_shape(&shape, &cfg->hp);
+        if (!o->type && shape.arch == TP_ARCH_GPTOSS) cfg->wtype = TP_WTYPE_MXFP4; /* its published experts */
+        snprintf(label, cap, "%s", shape.name);
+        return 0;
     }
+    struct tp_model_config mc = tp_model_default_config();
+    mc.path = o->model;
+    mc.vocab_only = 1;
+    tp_model_t *m = NULL;
+    if (tp_model_init(&mc, &m, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
+    cfg->hp = *tp_model_hparams(m);
+    if (!o->type) { /* a vocab-only load does not read the tensors: the probe names their types */
+        struct tp_model_probe pr;
+        if (tp_model_probe(o->model, &pr, &err) != TP_OK) {
+            tp_model_free(m);
+            return tp_cli_fail("plan", "%s", err.msg);
+        }
+        cfg->wtype = pr.types.ffn_gate;
+    }
+    snprintf(label, cap, "%s", tp_model_name(m));
+    tp_model_free(m);
+    return 0;
+}
 
-    if (comm_json && cfg.n_nodes > 1 && comm_json_allsum(comm_json, &cfg, &cfg.allsum_us) != 0) return 2;
-    cfg.n_ctx = n_ctx > 0 ? n_ctx : cfg.hp.n_ctx_train > 0 && cfg.hp.n_ctx_train < 4096 ? cfg.hp.n_ctx_train : 4096;
+int tp_cmd_plan(int argc, char **argv)
+{
+    struct plan_opts o;
+    int rc = plan_parse(argc, argv, &o);
+    TP_CLI_RETURN_UNLESS_PARSED(rc);
+    static struct tp_cap_config cfg;
+    static struct tp_cap_result res;
+    char label[128];
+    if ((rc = plan_config(&o, &cfg)) != 0 || (rc = plan_model(&o, &cfg, label, sizeof label)) != 0) return rc;
+    if (o.comm_json && cfg.n_nodes > 1 && comm_json_allsum(o.comm_json, &cfg, &cfg.allsum_us) != 0) return 2;
+    cfg.n_ctx = o.n_ctx > 0                                            ? o.n_ctx
+                : cfg.hp.n_ctx_train > 0 && cfg.hp.n_ctx_train < 4096 ? cfg.hp.n_ctx_train
+                                                                      : 4096;
+    struct tp_error err = {0};
     if (tp_capacity_plan(&cfg, &res, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
-    if (json) print_json(label, &cfg, &res);
+    if (o.json) print_json(label, &cfg, &res);
     else print_table(label, &cfg, &res);
     return res.fits ? 0 : 1;
 }

@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "server/spec.h"
 #include "parallel/parallel.h"
 #include "server/server.h"
 
@@ -146,15 +147,74 @@ static uint64_t parse_size(const char *s)
 
 struct serve_opts {
     const char *model, *host, *api_key, *api_key_file, *tmpl, *log_format, *alias, *cors_origin, *shard_weights;
-    const char *moe_split, *comm_dtype, *kv_type, *pooling;
+    const char *moe_split, *comm_dtype, *kv_type, *pooling, *logit_bias;
     int port, parallel, ctx, max_queue, threads, batch, chunk, share_min;
     uint64_t max_body, mem_budget;
     int max_conn, max_conn_ip, header_timeout, body_timeout, recover_wait, rejoin, resp_store;
     const char *on_rank_loss, *mem_limit; /* --on-rank-loss wait|replan, --mem-limit SIZE */
     int replan_after;
+    const char *spec; /* --spec off|ngram|draft */
+    const char *draft_model;
+    int draft_max;
     uint64_t mem_limit_bytes;
     char *key_buf; /* --api-key-file's key (owned; api_key points at it) */
 };
+
+/* The values serve_parse read, checked (and --api-key-file read): 0, 2 after printing a usage error, or 3
+ * after printing a run-time error. */
+static int serve_check(struct serve_opts *o)
+{
+    if (!o->model) {
+        fprintf(stderr, "tpserve serve: -m MODEL is required (e.g. -m models/stories260K.gguf)\n");
+        return 2;
+    }
+    if (strcmp(o->log_format, "text") != 0 && strcmp(o->log_format, "json") != 0) {
+        fprintf(stderr, "tpserve serve: --log-format %s: want text or json\n", o->log_format);
+        return 2;
+    }
+    if (strcmp(o->pooling, "auto") && strcmp(o->pooling, "mean") && strcmp(o->pooling, "last") &&
+        strcmp(o->pooling, "cls")) {
+        fprintf(stderr, "tpserve serve: --pooling %s: want auto, mean, last or cls\n", o->pooling);
+        return 2;
+    }
+    if (o->api_key && o->api_key_file) {
+        fprintf(stderr, "tpserve serve: give --api-key or --api-key-file, not both\n");
+        return 2;
+    }
+    if (o->max_body < 64 || o->max_body > (1ull << 32)) {
+        fprintf(stderr, "tpserve serve: --max-body %llu: must be between 64 and 4294967296\n",
+                (unsigned long long)o->max_body);
+        return 2;
+    }
+    if (tp_spec_mode_parse(o->spec) < 0) {
+        fprintf(stderr, "tpserve serve: --spec %s: want off, ngram or draft\n", o->spec);
+        return 2;
+    }
+    if ((tp_spec_mode_parse(o->spec) == TP_SPEC_DRAFT) != (o->draft_model != NULL)) {
+        fprintf(stderr, "tpserve serve: %s\n",
+                o->draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
+        return 2;
+    }
+    if (strcmp(o->on_rank_loss, "wait") != 0 && strcmp(o->on_rank_loss, "replan") != 0) {
+        fprintf(stderr, "tpserve serve: --on-rank-loss %s: want wait or replan\n", o->on_rank_loss);
+        return 2;
+    }
+    o->mem_limit_bytes = o->mem_limit ? parse_size(o->mem_limit) : 0;
+    if (o->mem_limit && !o->mem_limit_bytes) {
+        fprintf(stderr, "tpserve serve: --mem-limit %s: want a size such as 48G, 512M or a byte count\n",
+                o->mem_limit);
+        return 2;
+    }
+    if (o->api_key_file) {
+        o->key_buf = read_key_file(o->api_key_file);
+        if (!o->key_buf) {
+            tp_cli_fail("serve", "--api-key-file %s: cannot read a key from it", o->api_key_file);
+            return 3;
+        }
+        o->api_key = o->key_buf;
+    }
+    return 0;
+}
 
 /* Parse argv into o (reading --api-key-file).  Returns 0 to go on, 1 after --help, 2 after printing a
  * usage error, or 3 after printing a run-time error (exit 1); o->key_buf is freed by the caller. */
@@ -165,7 +225,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
                              .chunk = 64, .share_min = 32, .max_body = 1u << 20, .mem_budget = (uint64_t)256 << 20,
                              .max_conn = 256, .max_conn_ip = 32, .header_timeout = 10, .body_timeout = 30,
                              .recover_wait = 60, .pooling = "auto", .resp_store = 256, .on_rank_loss = "wait",
-                             .replan_after = 10};
+                             .replan_after = 10, .spec = "off", .draft_max = 4};
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &o->model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
         {"host", 0, TP_OPT_STRING, &o->host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
@@ -214,6 +274,9 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
          0, 0},
         {"pooling", 0, TP_OPT_STRING, &o->pooling, "MODE",
          "/v1/embeddings pooling: auto (the model's GGUF pooling_type, else mean), mean, last, cls", 0, 0},
+        {"logit-bias", 0, TP_OPT_STRING, &o->logit_bias, "ID+B,...",
+         "logit bias for every request that sends none, as llama-server's: TOKEN_ID+BIAS or TOKEN_ID-BIAS, "
+         "comma-separated (-100 bans the token)", 0, 0},
         {"responses-store", 0, TP_OPT_INT, &o->resp_store, "N",
          "finished /v1/responses kept in memory for previous_response_id, oldest evicted first (default 256; 0: "
          "none)", 0, 1 << 20},
@@ -232,52 +295,20 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         {"shard-weights", 0, TP_OPT_LIST, &o->shard_weights, "W,W,..",
          "under launch/mpirun: share per rank, e.g. from 'tpserve plan' (default equal)", 0, 0},
         {"moe-split", 0, TP_OPT_STRING, &o->moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
+        {"spec", 0, TP_OPT_STRING, &o->spec, "MODE",
+         "speculative decoding of requests that do not say (\"speculative\": true|false): off (default), ngram "
+         "(draft from the prompt and output so far) or draft (a smaller model drafts: --draft-model); every draft "
+         "is verified in one step (docs/speculative.md)",
+         0, 0},
+        {"draft-model", 0, TP_OPT_STRING, &o->draft_model, "FILE",
+         "--spec draft: a smaller GGUF with the model's vocabulary, run on rank 0", 0, 0},
+        {"draft-max", 0, TP_OPT_INT, &o->draft_max, "K", "drafted tokens per sequence and step, 1..16 (default 4)", 1,
+         TP_SPEC_DRAFT_MAX},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int pr = tp_cli_parse("serve", "Usage: tpserve serve -m MODEL [options]", opts, argc, argv, NULL, 0, NULL, NULL,
                           NULL);
-    if (pr) return pr;
-    if (!o->model) {
-        fprintf(stderr, "tpserve serve: -m MODEL is required (e.g. -m models/stories260K.gguf)\n");
-        return 2;
-    }
-    if (strcmp(o->log_format, "text") != 0 && strcmp(o->log_format, "json") != 0) {
-        fprintf(stderr, "tpserve serve: --log-format %s: want text or json\n", o->log_format);
-        return 2;
-    }
-    if (strcmp(o->pooling, "auto") && strcmp(o->pooling, "mean") && strcmp(o->pooling, "last") &&
-        strcmp(o->pooling, "cls")) {
-        fprintf(stderr, "tpserve serve: --pooling %s: want auto, mean, last or cls\n", o->pooling);
-        return 2;
-    }
-    if (o->api_key && o->api_key_file) {
-        fprintf(stderr, "tpserve serve: give --api-key or --api-key-file, not both\n");
-        return 2;
-    }
-    if (o->max_body < 64 || o->max_body > (1ull << 32)) {
-        fprintf(stderr, "tpserve serve: --max-body %llu: must be between 64 and 4294967296\n",
-                (unsigned long long)o->max_body);
-        return 2;
-    }
-    if (strcmp(o->on_rank_loss, "wait") != 0 && strcmp(o->on_rank_loss, "replan") != 0) {
-        fprintf(stderr, "tpserve serve: --on-rank-loss %s: want wait or replan\n", o->on_rank_loss);
-        return 2;
-    }
-    o->mem_limit_bytes = o->mem_limit ? parse_size(o->mem_limit) : 0;
-    if (o->mem_limit && !o->mem_limit_bytes) {
-        fprintf(stderr, "tpserve serve: --mem-limit %s: want a size such as 48G, 512M or a byte count\n",
-                o->mem_limit);
-        return 2;
-    }
-    if (o->api_key_file) {
-        o->key_buf = read_key_file(o->api_key_file);
-        if (!o->key_buf) {
-            tp_cli_fail("serve", "--api-key-file %s: cannot read a key from it", o->api_key_file);
-            return 3;
-        }
-        o->api_key = o->key_buf;
-    }
-    return 0;
+    return pr ? pr : serve_check(o);
 }
 
 /* ------------------------------------------------------------------ run */
@@ -308,6 +339,10 @@ static struct tp_server_config serve_server_config(const struct serve_opts *o, c
     sc.responses_store = o->resp_store;
     sc.pooling = strcmp(o->pooling, "mean") == 0 ? 1 : strcmp(o->pooling, "last") == 0 ? 2 : strcmp(o->pooling, "cls") == 0 ? 3 : 0;
     sc.cors_origin = o->cors_origin;
+    sc.spec = tp_spec_mode_parse(o->spec);
+    sc.draft_max = o->draft_max;
+    sc.draft_model = o->draft_model;
+    sc.logit_bias = o->logit_bias;
     return sc;
 }
 

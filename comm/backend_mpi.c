@@ -439,7 +439,7 @@ enum tp_status tp_mpi_wait(struct tp_comm *c, int slot)
     if (*rq == MPI_REQUEST_NULL) return TP_OK;
     uint64_t t0 = tp_now_ns();
     enum tp_status st = finish(c, rq, NULL, "MPI_Wait");
-    c->stats.ns_in_comm += tp_now_ns() - t0;
+    tp_comm_op_done(c, t0);
     return st;
 }
 

@@ -118,6 +118,8 @@ enum tp_status tp_comm_config_from_env(struct tp_comm_config *cfg, struct tp_err
     if (set) cfg->shm = (int)v;
     TP_CHECK_GOTO(env_long("TP_LISTEN_FD", 3, 1 << 20, &v, &set, err), rc, out);
     if (set) cfg->listen_fd = (int)v;
+    TP_CHECK_GOTO(env_long("TP_COMM_SIM_LATENCY_US", 0, 1000000L, &v, &set, err), rc, out);
+    if (set) cfg->sim_latency_us = (uint32_t)v;
     const char *s;
     if ((s = getenv("TP_HOSTFILE")) != NULL) cfg->hostfile = s;
     if ((s = getenv("TP_COORDINATOR")) != NULL) cfg->coordinator = s;
@@ -253,6 +255,23 @@ void tp_comm_get_stats(const tp_comm_t *c, struct tp_comm_stats *out)
     if (c) *out = c->stats;
 }
 
+size_t tp_comm_op_times(const tp_comm_t *c, const uint64_t **ts)
+{
+    if (ts) *ts = c ? c->op_ts : NULL;
+    return c ? c->op_n : 0;
+}
+
+void tp_comm_op_done(struct tp_comm *c, uint64_t t0)
+{
+    const uint64_t t1 = tp_now_ns();
+    c->stats.ns_in_comm += t1 - t0;
+    if (c->op_n < c->op_cap) {
+        c->op_ts[2 * c->op_n] = t0;
+        c->op_ts[2 * c->op_n + 1] = t1;
+        c->op_n++;
+    }
+}
+
 /* ------------------------------------------------------------------ life cycle */
 
 static struct tp_comm *comm_alloc(void)
@@ -283,6 +302,7 @@ enum tp_status tp_ring_init(const struct tp_comm_config *cfg, struct tp_comm *c,
         return tp_error_set(err, TP_ERR_UNSUPPORTED, "the %s backend supports at most %d ranks (got %d)",
                             tp_comm_backend_name(cfg->backend), TP_ALGO_MAX_RANKS, c->size);
     TP_CHECK_GOTO(tp_tcp_net_create(c->rank, c->size, cfg->op_timeout_ms, &c->net, err), rc, out);
+    c->net->sim_latency_us = cfg->sim_latency_us > 1000000u ? 1000000u : cfg->sim_latency_us;
     TP_CHECK_GOTO(tp_bootstrap_tcp(cfg, c->net, err), rc, out);
     c->rank = c->net->rank; /* a shrinking group renumbers a joining worker */
     c->size = c->net->size;
@@ -359,6 +379,14 @@ enum tp_status tp_comm_init(const struct tp_comm_config *cfg_in, tp_comm_t **out
         rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory for the request queue");
         goto fail;
     }
+    if (cfg.op_log > 0 && cfg.op_log <= ((size_t)1 << 24)) {
+        c->op_ts = malloc(cfg.op_log * 2 * sizeof *c->op_ts);
+        if (!c->op_ts) {
+            rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory for the op log of %zu collectives", cfg.op_log);
+            goto fail;
+        }
+        c->op_cap = cfg.op_log;
+    }
     *out = c;
     return TP_OK;
 fail:
@@ -395,6 +423,7 @@ static void comm_release(struct tp_comm *c)
         tp_aligned_free(c->acc[i]);
     }
     free(c->q_slots);
+    free(c->op_ts);
     if (c->q_inited) {
         pthread_mutex_destroy(&c->q_mu);
         pthread_cond_destroy(&c->q_cv);
@@ -432,7 +461,7 @@ static enum tp_status check_common(struct tp_comm *c, const char *op, size_t cou
     queue_drain(c);                     \
     uint64_t t0_ = tp_now_ns();         \
     (c)->stats.n_ops++
-#define END_OP(c) (c)->stats.ns_in_comm += tp_now_ns() - t0_
+#define END_OP(c) tp_comm_op_done(c, t0_)
 
 static enum tp_status do_all_reduce(struct tp_comm *c, const void *send, void *recv, size_t count, enum tp_dtype dt,
                                     enum tp_red_op op, int from_queue)
@@ -452,7 +481,7 @@ static enum tp_status do_all_reduce(struct tp_comm *c, const void *send, void *r
     uint64_t t0 = tp_now_ns();
     c->stats.n_ops++;
     rc = c->ops->all_reduce(c, send, recv, count, dt, op);
-    c->stats.ns_in_comm += tp_now_ns() - t0;
+    tp_comm_op_done(c, t0);
     return rc;
 }
 
@@ -488,7 +517,7 @@ static enum tp_status do_all_gather(struct tp_comm *c, const void *send, void *r
     uint64_t t0 = tp_now_ns();
     c->stats.n_ops++;
     rc = c->ops->all_gather(c, send, recv, count, dt);
-    c->stats.ns_in_comm += tp_now_ns() - t0;
+    tp_comm_op_done(c, t0);
     return rc;
 }
 
@@ -535,38 +564,35 @@ enum tp_status tp_comm_broadcast(tp_comm_t *c, void *buf, size_t count, enum tp_
     return rc;
 }
 
-enum tp_status tp_comm_scatter(tp_comm_t *c, const void *send, void *recv, size_t count, enum tp_dtype dt, int root)
+/* scatter (gather 0) or gather: scatter needs recv on every rank and send at the root, gather the reverse */
+static enum tp_status rooted(tp_comm_t *c, int gather, const void *send, void *recv, size_t count, enum tp_dtype dt,
+                             int root)
 {
+    const char *name = gather ? "gather" : "scatter";
     size_t bytes;
-    enum tp_status rc = check_common(c, "scatter", count, dt, c ? (size_t)c->size : 1, &bytes);
-    if (rc == TP_OK) rc = check_root(c, "scatter", root);
+    enum tp_status rc = check_common(c, name, count, dt, c ? (size_t)c->size : 1, &bytes);
+    if (rc == TP_OK) rc = check_root(c, name, root);
     if (rc != TP_OK || count == 0) return rc;
-    if (!recv || (c->rank == root && !send)) return tp_comm_fail(c, TP_ERR_INVALID_ARG, "scatter: NULL buffer");
+    const void *every = gather ? send : recv, *at_root = gather ? recv : send;
+    if (!every || (c->rank == root && !at_root)) return tp_comm_fail(c, TP_ERR_INVALID_ARG, "%s: NULL buffer", name);
     if (c->size == 1) {
         if (send != recv) memmove(recv, send, bytes);
         return TP_OK;
     }
     BEGIN_OP(c);
-    rc = c->ops->scatter(c, send, recv, count, dt, root);
+    rc = gather ? c->ops->gather(c, send, recv, count, dt, root) : c->ops->scatter(c, send, recv, count, dt, root);
     END_OP(c);
     return rc;
 }
 
+enum tp_status tp_comm_scatter(tp_comm_t *c, const void *send, void *recv, size_t count, enum tp_dtype dt, int root)
+{
+    return rooted(c, 0, send, recv, count, dt, root);
+}
+
 enum tp_status tp_comm_gather(tp_comm_t *c, const void *send, void *recv, size_t count, enum tp_dtype dt, int root)
 {
-    size_t bytes;
-    enum tp_status rc = check_common(c, "gather", count, dt, c ? (size_t)c->size : 1, &bytes);
-    if (rc == TP_OK) rc = check_root(c, "gather", root);
-    if (rc != TP_OK || count == 0) return rc;
-    if (!send || (c->rank == root && !recv)) return tp_comm_fail(c, TP_ERR_INVALID_ARG, "gather: NULL buffer");
-    if (c->size == 1) {
-        if (send != recv) memmove(recv, send, bytes);
-        return TP_OK;
-    }
-    BEGIN_OP(c);
-    rc = c->ops->gather(c, send, recv, count, dt, root);
-    END_OP(c);
-    return rc;
+    return rooted(c, 1, send, recv, count, dt, root);
 }
 
 enum tp_status tp_comm_barrier(tp_comm_t *c)

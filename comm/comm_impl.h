@@ -86,6 +86,7 @@ struct tp_net {
     struct tp_live *live;                 /* heartbeat thread state (liveness.c), NULL before start */
     int wake_rd, wake_wr;                 /* self-pipe: tp_comm_abort wakes poll() */
     uint32_t op_timeout_ms;
+    uint32_t sim_latency_us;              /* tcp: each transfer step's sends wait this long first (tp_comm_config) */
     uint32_t epoch;                       /* group epoch agreed in the bootstrap (0: none, e.g. mpi) */
     int dropped;                          /* the bootstrap shrank the group: the previous group's rank
                                              left out (rank and size above are the new ones); 0: none */
@@ -146,6 +147,8 @@ struct tp_comm {
     atomic_int err_claimed;
     struct tp_error err;
     struct tp_comm_stats stats;
+    uint64_t *op_ts;           /* (op_cap, 2) entry and exit ns of the first collectives (tp_comm_op_times) */
+    size_t op_cap, op_n;
 
     /* Scratch owned by the algorithm layer, allocated once. */
     unsigned char *small;      /* (size) * small_bytes: mesh receive slots, one per rank */
@@ -185,6 +188,9 @@ enum tp_status tp_algo_alloc_scratch(struct tp_comm *c);
  * net/mpi and peer_of left for the caller); NULL when out of memory. */
 struct tp_comm *tp_comm_alloc_child(const struct tp_comm *parent);
 void tp_comm_release(struct tp_comm *c);
+/* End of one timed collective that began at t0 (tp_now_ns): adds to stats.ns_in_comm and, while the op
+ * log has room, records (t0, now). */
+void tp_comm_op_done(struct tp_comm *c, uint64_t t0);
 
 /* ---------------------------------------------------------------- bootstrap */
 

@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "comm_wire.h"
 
 int tp_sock_send_flags(void)
@@ -143,6 +144,31 @@ int tp_sock_adopt_listener(int fd, int port)
     if (bound != port || listen(fd, 64) != 0 || set_nonblock(fd) != 0) return -1;
     (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
     return 0;
+}
+
+enum tp_status tp_comm_hold_loopback_ports(int n, int *ports, int *fds, struct tp_error *err)
+{
+    for (int i = 0; i < n; i++) fds[i] = -1;
+    for (int i = 0; i < n; i++) {
+        struct sockaddr_in a;
+        socklen_t al = sizeof a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        /* SO_REUSEADDR like every comm listener: connections accepted on it inherit the flag, so after
+         * the rank dies (or re-forms its group) its port can be bound again at once despite TIME_WAIT */
+        int one = 1;
+        if (fds[i] < 0 || setsockopt(fds[i], SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+            fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0 || bind(fds[i], (struct sockaddr *)&a, sizeof a) != 0 ||
+            listen(fds[i], 64) != 0 || getsockname(fds[i], (struct sockaddr *)&a, &al) != 0) {
+            const int e = errno;
+            for (int k = 0; k <= i; k++) tp_sock_close(&fds[k]);
+            return tp_error_set(err, TP_ERR_IO, "cannot hold a free port on 127.0.0.1: %s", strerror(e));
+        }
+        ports[i] = ntohs(a.sin_port);
+    }
+    return TP_OK;
 }
 
 enum tp_status tp_sock_listen(const char *host, int port, int *fd_out, int *port_out, struct tp_error *err)

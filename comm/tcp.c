@@ -71,10 +71,27 @@ static int step_one(struct tp_net *net, struct tp_xfer *x, struct tp_error *err)
     return progressed;
 }
 
+/* tp_comm_config.sim_latency_us: a step that sends anything waits that long first (on the abort
+ * self-pipe, so tp_comm_abort still ends it at once). */
+static void sim_latency(struct tp_net *net, const struct tp_xfer *x, int n)
+{
+    int sends = 0;
+    for (int i = 0; i < n; i++) sends |= x[i].is_send && x[i].bytes > 0;
+    if (!sends) return;
+    const uint64_t until = tp_now_ns() + (uint64_t)net->sim_latency_us * 1000u;
+    for (uint64_t now = tp_now_ns(); now < until && !atomic_load(&net->poisoned); now = tp_now_ns()) {
+        struct pollfd p = {.fd = net->wake_rd, .events = POLLIN, .revents = 0};
+        const uint64_t left_us = (until - now) / 1000u;
+        if (left_us >= 1000) (void)poll(&p, 1, (int)(left_us / 1000));
+        else cpu_relax();
+    }
+}
+
 static enum tp_status tcp_xfer(struct tp_net *net, struct tp_xfer *x, int n, struct tp_error *err)
 {
     struct pollfd pfd[TCP_MAX_XFER + 1];
     if (n > TCP_MAX_XFER) return tp_error_set(err, TP_ERR_INTERNAL, "too many transfers in one step (%d)", n);
+    if (net->sim_latency_us) sim_latency(net, x, n);
     uint64_t last = tp_now_ns();
     const uint64_t idle_ns = (uint64_t)net->op_timeout_ms * 1000000u;
     for (;;) {

@@ -167,6 +167,121 @@ static enum tp_status mlx_siblings(tp_st_t *st, const struct tp_tsrc_tensor *t, 
     return TP_OK;
 }
 
+/* MLX: the default bits / group and the "MODULE:BITS:GROUP" of the tensors that differ (mlx_impl.h). */
+static enum tp_status mlx_keys(tp_gguf_writer_t *w, const struct tp_tsrc *src, char (*names)[64], int n,
+                               const struct tp_mlx_quant *mlxq, const char *path, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    int n_over = 0;
+    char **over = calloc((size_t)(n ? n : 1), sizeof *over);
+    if (!over) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n && rc == TP_OK; i++) {
+        struct tp_tsrc_tensor t;
+        (void)tp_tsrc_find(src, names[i], &t);
+        const int bits = tp_wtype_mlx_bits(t.type), group = tp_wtype_mlx_group(t.type);
+        if (!bits || (bits == mlxq->bits && group == mlxq->group)) continue;
+        char e[160];
+        snprintf(e, sizeof e, "%.*s:%d:%d", (int)(strlen(names[i]) - 7), names[i], bits, group);
+        if (!(over[n_over++] = strdup(e))) rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    }
+    if (rc == TP_OK &&
+        ((rc = tp_gguf_kv_u32(w, TP_MLX_KEY_BITS, (uint32_t)mlxq->bits)) != TP_OK ||
+         (rc = tp_gguf_kv_u32(w, TP_MLX_KEY_GROUP, (uint32_t)mlxq->group)) != TP_OK ||
+         (n_over && (rc = tp_gguf_kv_array_str(w, TP_MLX_KEY_OVERRIDES, (const char *const *)over, NULL,
+                                               (uint64_t)n_over)) != TP_OK)))
+        tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+    for (int i = 0; i < n_over; i++) free(over[i]);
+    free(over);
+    return rc;
+}
+
+/* Declare tensor t (name) of this rank: an MLX triple (words I32 + scales + biases, sliced, never
+ * repacked) or a float tensor, cut to the plan's rows or columns; *max_row grows to its widest row. */
+static enum tp_status declare_one(tp_gguf_writer_t *w, tp_st_t *st, const struct tp_tsrc_tensor *tp, const char *name,
+                                  const struct tp_hparams *hp, const struct tp_model_shard *s, const char *path,
+                                  size_t *max_row, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    const struct tp_tsrc_tensor t = *tp;
+    int64_t a = 0, b = 0;
+    const int k = tp_shard_classify(name, hp, s, &a, &b);
+    if (tp_wtype_mlx_bits(t.type)) {
+        const int bits = tp_wtype_mlx_bits(t.type), group = tp_wtype_mlx_group(t.type);
+        const struct tp_st_tensor *sc = NULL, *bi = NULL;
+        if ((rc = mlx_siblings(st, &t, &sc, &bi, err)) != TP_OK) return rc;
+        int64_t r0 = 0, r1 = t.ne[1], c0 = 0, c1 = t.ne[0];
+        if (k == TP_SHARD_SLICE_ROWS) r0 = a, r1 = b;
+        else if (k == TP_SHARD_SLICE_COLS) c0 = a, c1 = b;
+        if (r0 < 0 || r1 > t.ne[1] || r0 >= r1 || c0 < 0 || c1 > t.ne[0] || c0 >= c1 || c0 % group || c1 % group)
+            return tp_error_set(err, TP_ERR_FORMAT,
+                                "%s: MLX tensor '%s' [%lld, %lld] (group %d): the plan's rows [%lld,%lld) columns "
+                                "[%lld,%lld) do not fit or cut a group",
+                                t.file, t.name, (long long)t.ne[1], (long long)t.ne[0], group, (long long)r0,
+                                (long long)r1, (long long)c0, (long long)c1);
+        char sn[72], bn[72];
+        snprintf(sn, sizeof sn, "%.*s.scales", (int)(strlen(name) - 7), name);
+        snprintf(bn, sizeof bn, "%.*s.biases", (int)(strlen(name) - 7), name);
+        const enum tp_wtype sbt = sc->dtype == TP_ST_BF16 ? TP_WTYPE_BF16 : TP_WTYPE_F16;
+        const int64_t nw[2] = {(c1 - c0) * bits / 32, r1 - r0}, ns[2] = {(c1 - c0) / group, r1 - r0};
+        if ((rc = tp_gguf_add_tensor(w, name, TP_WTYPE_I32, 2, nw)) != TP_OK ||
+            (rc = tp_gguf_add_tensor(w, sn, sbt, 2, ns)) != TP_OK || (rc = tp_gguf_add_tensor(w, bn, sbt, 2, ns)) != TP_OK)
+            return tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+        *max_row = TP_MAX(*max_row, (size_t)t.ne[0] * (size_t)bits / 8);
+        return TP_OK;
+    }
+    if (t.type != TP_WTYPE_F32 && t.type != TP_WTYPE_F16 && t.type != TP_WTYPE_BF16)
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "%s: tensor '%s' is %s; tpserve shard cuts F32 / F16 / BF16 safetensors and MLX affine "
+                            "4/8-bit triples (serve this directory whole: every rank reads only its slices anyway)",
+                            t.file, t.name, t.type_name);
+    if (t.n_dims > 2)
+        return tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%s' has %d dims (want 1 or 2)", t.file, t.name, t.n_dims);
+    int64_t ne[2] = {t.ne[0], t.ne[1]};
+    int64_t extent = (t.n_dims == 1 || k == TP_SHARD_SLICE_COLS) ? t.ne[0] : t.ne[1];
+    if (k != TP_SHARD_SLICE_NONE && (a < 0 || b > extent || a >= b))
+        return tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%s' is smaller than the plan's range [%lld,%lld)", t.file,
+                            t.name, (long long)a, (long long)b);
+    if (k == TP_SHARD_SLICE_ROWS && t.n_dims == 1) ne[0] = b - a;
+    else if (k == TP_SHARD_SLICE_ROWS) ne[1] = b - a;
+    else if (k == TP_SHARD_SLICE_COLS) ne[0] = b - a;
+    if ((rc = tp_gguf_add_tensor(w, name, t.type, t.n_dims, ne)) != TP_OK)
+        return tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+    *max_row = TP_MAX(*max_row, (size_t)t.ne[0] * (t.type == TP_WTYPE_F32 ? 4 : 2));
+    return TP_OK;
+}
+
+/* Tensor t's data (the slice declare_one declared) read with pread from the file that holds it; row: a
+ * buffer of the widest row. */
+static enum tp_status write_data_one(tp_gguf_writer_t *w, tp_st_t *st, const struct tp_tsrc_tensor *tp,
+                                     const char *name, const struct tp_hparams *hp, const struct tp_model_shard *s,
+                                     const char *path, uint8_t *row, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    const struct tp_tsrc_tensor t = *tp;
+    int64_t a = 0, b = 0;
+    int k = tp_shard_classify(name, hp, s, &a, &b);
+    int64_t r0 = 0, r1 = t.n_dims == 1 ? 1 : t.ne[1], c0 = 0, c1 = t.ne[0];
+    if (k == TP_SHARD_SLICE_ROWS && t.n_dims == 1) c0 = a, c1 = b;
+    else if (k == TP_SHARD_SLICE_ROWS) r0 = a, r1 = b;
+    else if (k == TP_SHARD_SLICE_COLS) c0 = a, c1 = b;
+    const int perm = hp->arch == TP_ARCH_LLAMA && is_qk(name);
+    if (tp_wtype_mlx_bits(t.type)) { /* words, then scales, then biases: the declaration order */
+        const size_t bits = (size_t)tp_wtype_mlx_bits(t.type), group = (size_t)tp_wtype_mlx_group(t.type);
+        const struct tp_st_tensor *sc = NULL, *bi = NULL;
+        if ((rc = mlx_siblings(st, &t, &sc, &bi, err)) != TP_OK) return rc;
+        const size_t wrb = (size_t)t.ne[0] * bits / 8, srb = (size_t)t.ne[0] / group * 2;
+        const size_t sc0 = (size_t)c0 / group * 2, sn = (size_t)(c1 - c0) / group * 2;
+        rc = write_rows(st, t.st, w, path, wrb, (size_t)c0 * bits / 8, (size_t)(c1 - c0) * bits / 8, r0, r1, perm,
+                        hp->head_dim, row, err);
+        if (rc == TP_OK) rc = write_rows(st, sc, w, path, srb, sc0, sn, r0, r1, perm, hp->head_dim, row, err);
+        if (rc == TP_OK) rc = write_rows(st, bi, w, path, srb, sc0, sn, r0, r1, perm, hp->head_dim, row, err);
+        return rc;
+    }
+    const size_t es = t.type == TP_WTYPE_F32 ? 4 : 2;
+    return write_rows(st, t.st, w, path, (size_t)t.ne[0] * es, (size_t)c0 * es, (size_t)(c1 - c0) * es, r0, r1, perm,
+                      hp->head_dim, row, err);
+}
+
 static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t *st, const struct tp_mlx_quant *mlxq,
                                 const struct tp_model_probe *pr,
                                 const struct tp_shard_plan *plan, int rank, const char *weights, const char *path,
@@ -178,8 +293,6 @@ static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t
     const struct tp_hparams *hp = &pr->hp;
     const struct tp_model_shard *s = &plan->ranks[rank].shard;
     struct tp_tsrc src = {.kind = TP_TSRC_HF, .st = st, .mlx_bits = mlxq ? mlxq->bits : 0};
-    char **over = NULL; /* "MODULE:BITS:GROUP" of MLX tensors off the default (mlx_impl.h), owned */
-    int n_over = 0;
     int cap = 3 + 14 * hp->n_layer;
     char(*names)[64] = calloc((size_t)cap, sizeof *names);
     if (!names) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
@@ -187,139 +300,25 @@ static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t
     TP_CHECK_GOTO(tp_gguf_writer_open(path, 32, &w, err), rc, out);
     TP_CHECK_GOTO(write_kv(w, dir, model_name, hp, err), rc, out);
     TP_CHECK_GOTO(tp_shard_write_keys(w, plan, rank, weights, model_name, path, err), rc, out);
-    if (mlxq) { /* MLX: default bits / group, and the tensors that differ */
-        over = calloc((size_t)(n ? n : 1), sizeof *over);
-        if (!over) {
-            rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory");
-            goto out;
-        }
-        for (int i = 0; i < n; i++) {
-            struct tp_tsrc_tensor t;
-            (void)tp_tsrc_find(&src, names[i], &t);
-            const int bits = tp_wtype_mlx_bits(t.type), group = tp_wtype_mlx_group(t.type);
-            if (!bits || (bits == mlxq->bits && group == mlxq->group)) continue;
-            char e[160];
-            snprintf(e, sizeof e, "%.*s:%d:%d", (int)(strlen(names[i]) - 7), names[i], bits, group);
-            if (!(over[n_over] = strdup(e))) {
-                rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory");
-                goto out;
-            }
-            n_over++;
-        }
-        if ((rc = tp_gguf_kv_u32(w, TP_MLX_KEY_BITS, (uint32_t)mlxq->bits)) != TP_OK ||
-            (rc = tp_gguf_kv_u32(w, TP_MLX_KEY_GROUP, (uint32_t)mlxq->group)) != TP_OK ||
-            (n_over && (rc = tp_gguf_kv_array_str(w, TP_MLX_KEY_OVERRIDES, (const char *const *)over, NULL,
-                                                  (uint64_t)n_over)) != TP_OK)) {
-            tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
-            goto out;
-        }
-    }
-    /* declare */
+    if (mlxq) TP_CHECK_GOTO(mlx_keys(w, &src, names, n, mlxq, path, err), rc, out);
     size_t max_row = 0;
     for (int i = 0; i < n; i++) {
         struct tp_tsrc_tensor t;
         (void)tp_tsrc_find(&src, names[i], &t);
-        if (tp_wtype_mlx_bits(t.type)) { /* MLX triple: words I32 + scales + biases, sliced, never repacked */
-            const int bits = tp_wtype_mlx_bits(t.type), group = tp_wtype_mlx_group(t.type);
-            const struct tp_st_tensor *sc = NULL, *bi = NULL;
-            TP_CHECK_GOTO(mlx_siblings(st, &t, &sc, &bi, err), rc, out);
-            int64_t a = 0, b = 0, r0 = 0, r1 = t.ne[1], c0 = 0, c1 = t.ne[0];
-            int k = tp_shard_classify(names[i], hp, s, &a, &b);
-            if (k == TP_SHARD_SLICE_ROWS) r0 = a, r1 = b;
-            else if (k == TP_SHARD_SLICE_COLS) c0 = a, c1 = b;
-            if (r0 < 0 || r1 > t.ne[1] || r0 >= r1 || c0 < 0 || c1 > t.ne[0] || c0 >= c1 || c0 % group || c1 % group) {
-                rc = tp_error_set(err, TP_ERR_FORMAT,
-                                  "%s: MLX tensor '%s' [%lld, %lld] (group %d): the plan's rows [%lld,%lld) columns "
-                                  "[%lld,%lld) do not fit or cut a group",
-                                  t.file, t.name, (long long)t.ne[1], (long long)t.ne[0], group, (long long)r0,
-                                  (long long)r1, (long long)c0, (long long)c1);
-                goto out;
-            }
-            char sn[72], bn[72];
-            snprintf(sn, sizeof sn, "%.*s.scales", (int)(strlen(names[i]) - 7), names[i]);
-            snprintf(bn, sizeof bn, "%.*s.biases", (int)(strlen(names[i]) - 7), names[i]);
-            const enum tp_wtype sbt = sc->dtype == TP_ST_BF16 ? TP_WTYPE_BF16 : TP_WTYPE_F16;
-            const int64_t nw[2] = {(c1 - c0) * bits / 32, r1 - r0}, ns[2] = {(c1 - c0) / group, r1 - r0};
-            if ((rc = tp_gguf_add_tensor(w, names[i], TP_WTYPE_I32, 2, nw)) != TP_OK ||
-                (rc = tp_gguf_add_tensor(w, sn, sbt, 2, ns)) != TP_OK ||
-                (rc = tp_gguf_add_tensor(w, bn, sbt, 2, ns)) != TP_OK) {
-                tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
-                goto out;
-            }
-            size_t rb = (size_t)t.ne[0] * (size_t)bits / 8;
-            max_row = rb > max_row ? rb : max_row;
-            continue;
-        }
-        if (t.type != TP_WTYPE_F32 && t.type != TP_WTYPE_F16 && t.type != TP_WTYPE_BF16) {
-            rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
-                              "%s: tensor '%s' is %s; tpserve shard cuts F32 / F16 / BF16 safetensors and MLX affine "
-                              "4/8-bit triples (serve this directory whole: every rank reads only its slices anyway)",
-                              t.file, t.name, t.type_name);
-            goto out;
-        }
-        if (t.n_dims > 2) {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%s' has %d dims (want 1 or 2)", t.file, t.name, t.n_dims);
-            goto out;
-        }
-        int64_t a = 0, b = 0, ne[2] = {t.ne[0], t.ne[1]};
-        int k = tp_shard_classify(names[i], hp, s, &a, &b);
-        int64_t extent = (t.n_dims == 1 || k == TP_SHARD_SLICE_COLS) ? t.ne[0] : t.ne[1];
-        if (k != TP_SHARD_SLICE_NONE && (a < 0 || b > extent || a >= b)) {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%s' is smaller than the plan's range [%lld,%lld)", t.file,
-                              t.name, (long long)a, (long long)b);
-            goto out;
-        }
-        if (k == TP_SHARD_SLICE_ROWS && t.n_dims == 1) ne[0] = b - a;
-        else if (k == TP_SHARD_SLICE_ROWS) ne[1] = b - a;
-        else if (k == TP_SHARD_SLICE_COLS) ne[0] = b - a;
-        if ((rc = tp_gguf_add_tensor(w, names[i], t.type, t.n_dims, ne)) != TP_OK) {
-            tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
-            goto out;
-        }
-        size_t rb = (size_t)t.ne[0] * (t.type == TP_WTYPE_F32 ? 4 : 2);
-        max_row = rb > max_row ? rb : max_row;
+        TP_CHECK_GOTO(declare_one(w, st, &t, names[i], hp, s, path, &max_row, err), rc, out);
     }
     row = malloc(max_row ? max_row : 1);
     if (!row) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory");
         goto out;
     }
-    /* data: rows read with pread from the file that holds each tensor (only the slice's bytes) */
     for (int i = 0; i < n; i++) {
         struct tp_tsrc_tensor t;
         (void)tp_tsrc_find(&src, names[i], &t);
-        int64_t a = 0, b = 0;
-        int k = tp_shard_classify(names[i], hp, s, &a, &b);
-        int64_t r0 = 0, r1 = t.n_dims == 1 ? 1 : t.ne[1], c0 = 0, c1 = t.ne[0];
-        if (k == TP_SHARD_SLICE_ROWS && t.n_dims == 1) c0 = a, c1 = b;
-        else if (k == TP_SHARD_SLICE_ROWS) r0 = a, r1 = b;
-        else if (k == TP_SHARD_SLICE_COLS) c0 = a, c1 = b;
-        const int perm = hp->arch == TP_ARCH_LLAMA && is_qk(names[i]);
-        if (tp_wtype_mlx_bits(t.type)) { /* words, then scales, then biases: the declaration order */
-            const size_t bits = (size_t)tp_wtype_mlx_bits(t.type), group = (size_t)tp_wtype_mlx_group(t.type);
-            const struct tp_st_tensor *sc = NULL, *bi = NULL;
-            TP_CHECK_GOTO(mlx_siblings(st, &t, &sc, &bi, err), rc, out);
-            const size_t wrb = (size_t)t.ne[0] * bits / 8, srb = (size_t)t.ne[0] / group * 2;
-            TP_CHECK_GOTO(write_rows(st, t.st, w, path, wrb, (size_t)c0 * bits / 8, (size_t)(c1 - c0) * bits / 8, r0,
-                                     r1, perm, hp->head_dim, row, err),
-                          rc, out);
-            TP_CHECK_GOTO(write_rows(st, sc, w, path, srb, (size_t)c0 / group * 2, (size_t)(c1 - c0) / group * 2, r0,
-                                     r1, perm, hp->head_dim, row, err),
-                          rc, out);
-            TP_CHECK_GOTO(write_rows(st, bi, w, path, srb, (size_t)c0 / group * 2, (size_t)(c1 - c0) / group * 2, r0,
-                                     r1, perm, hp->head_dim, row, err),
-                          rc, out);
-            continue;
-        }
-        const size_t es = t.type == TP_WTYPE_F32 ? 4 : 2;
-        TP_CHECK_GOTO(write_rows(st, t.st, w, path, (size_t)t.ne[0] * es, (size_t)c0 * es, (size_t)(c1 - c0) * es, r0,
-                                 r1, perm, hp->head_dim, row, err),
-                      rc, out);
+        TP_CHECK_GOTO(write_data_one(w, st, &t, names[i], hp, s, path, row, err), rc, out);
     }
     if ((rc = tp_gguf_writer_finish(w)) != TP_OK) tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
 out:
-    for (int i = 0; i < n_over; i++) free(over[i]);
-    free(over);
     free(row);
     free(names);
     tp_gguf_writer_free(w);

@@ -51,6 +51,9 @@ if [ -x "$tools_dir/usr/bin/promtool" ]; then export PATH="$tools_dir/usr/bin:$P
 if command -v npm >/dev/null; then
   (cd tests/node && timeout 600 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
     echo "test: npm install failed (offline?): the node client and oracle tests will skip"
+  # the Agents SDK and Codex CLI (tests/node/agents: openai 7 and zod 4, kept apart)
+  (cd tests/node/agents && timeout 600 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
+    echo "test: npm install in tests/node/agents failed (offline?): the Agents SDK and Codex tests will skip"
 fi
 
 EXTRA=("$@")

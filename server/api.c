@@ -22,36 +22,17 @@
 #include "api_run.h"
 #include "http_impl.h"
 
-#define KEEPALIVE_NS 1000000000ull /* comment every second without output */
-
-/* The id of call k of request r: "call_<request id>_<k>"; Mistral's
- * templates take 9 alphanumeric characters, derived from the same two. */
-static void call_id(const struct tp_req *r, int k, char *out, size_t cap)
-{
-    if (r->params.tool_format != TP_TOOL_FORMAT_MISTRAL) {
-        snprintf(out, cap, "call_%s_%d", r->id, k);
-        return;
-    }
-    static const char an[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = r->id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    h = (h ^ (uint64_t)k) * 1099511628211ull;
-    size_t n = 0;
-    for (; n < 9 && n + 1 < cap; n++, h /= 62) out[n] = an[h % 62];
-    out[n] = '\0';
-}
-
 /* Tool calls read from the finished reply in the request's format (complete
  * calls only): OpenAI tool_calls [{index, id, type, function: {name,
  * arguments (the model's JSON text)}}].  NULL when the reply holds none.
  * *content_end: bytes of the reply that are content (before the calls). */
-static cJSON *tool_calls_json(const struct tp_req *r, size_t *content_end)
+static cJSON *tool_calls_json(const struct tp_server *s, const struct tp_req *r, size_t base, size_t *content_end)
 {
-    const char *text = r->text.data ? r->text.data : "";
+    const char *text = (r->text.data ? r->text.data : "") + base;
     *content_end = r->text.len;
     if (r->params.tool_format == TP_TOOL_FORMAT_NONE) return NULL;
     struct tp_tool_scan sc;
-    tp_tool_scan(r->params.tool_format, text, r->text.len, 1, &sc);
+    tp_tool_scan(r->params.tool_format, text, r->text.len - base, 1, &sc);
     cJSON *calls = NULL;
     for (int k = 0; k < sc.n_calls; k++) {
         const struct tp_tool_call_view *v = &sc.calls[k];
@@ -60,15 +41,15 @@ static cJSON *tool_calls_json(const struct tp_req *r, size_t *content_end)
         cJSON *c = cJSON_CreateObject();
         cJSON_AddItemToArray(calls, c);
         cJSON_AddNumberToObject(c, "index", cJSON_GetArraySize(calls) - 1);
-        char id[80]; /* "call_" + a request id (< 48) + "_" + k */
-        call_id(r, k, id, sizeof id);
+        char id[96];
+        tp_run_call_id(s, r, k, "call_", id, sizeof id);
         cJSON_AddStringToObject(c, "id", id);
         cJSON_AddStringToObject(c, "type", "function");
         cJSON *fn = cJSON_AddObjectToObject(c, "function");
         cJSON_AddStringToObject(fn, "name", v->name);
         tp_json_add_bytes(fn, "arguments", text + v->args_off, v->args_len);
     }
-    if (calls) *content_end = sc.content_end;
+    if (calls) *content_end = base + sc.content_end;
     return calls;
 }
 
@@ -84,7 +65,7 @@ static const char *finish_str(const struct tp_req *r, int has_calls)
  * grammar leaves the model no channel tokens), answered as content like any other template's. */
 static int is_harmony(const struct tp_server *s, const struct tp_req *r)
 {
-    return r->chat && s->chat == TP_CHAT_HARMONY && !r->params.grammar;
+    return r->chat && s->chat == TP_CHAT_HARMONY && (!r->params.grammar || r->params.harmony_calls);
 }
 /* qwen3-family replies: <think> reasoning split from the answer (not when the reply may hold tool calls:
  * those are read by tool_parse.c, the reasoning left in content). */
@@ -170,6 +151,7 @@ static void add_usage(cJSON *root, const struct tp_req *r)
     cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_toks);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", r->n_cached);
+    if (r->spec) tp_usage_add_spec(u, r);
 }
 
 static cJSON *envelope(struct tp_server *s, const struct tp_req *r, const char *object)
@@ -213,18 +195,24 @@ static char *final_json(struct tp_server *s, const struct tp_req *r)
     } else if (r->chat) {
         cJSON *msg = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
+        /* a reasoning reply that may call tools: the calls and the content are read after </think> */
+        struct tp_think_parts tp = {0};
+        if (r->params.think) tp_think_split(text, r->text.len, 1, &tp);
+        const size_t base = tp.content_b;
         size_t content_end;
-        cJSON *calls = tool_calls_json(r, &content_end);
+        cJSON *calls = tool_calls_json(s, r, base, &content_end);
         has_calls = calls != NULL;
         if (calls) {
             const cJSON *c;
             cJSON_ArrayForEach(c, calls) cJSON_DeleteItemFromObject((cJSON *)c, "index"); /* index is for stream deltas */
-            if (content_end > 0) tp_json_add_bytes(msg, "content", text, content_end);
+            if (content_end > base) tp_json_add_bytes(msg, "content", text + base, content_end - base);
             else cJSON_AddNullToObject(msg, "content");
             cJSON_AddItemToObject(msg, "tool_calls", calls);
         } else {
-            tp_json_add_bytes(msg, "content", text, r->text.len);
+            tp_json_add_bytes(msg, "content", text + base, r->text.len - base);
         }
+        if (tp.thinking)
+            tp_json_add_bytes(msg, "reasoning_content", text + tp.reasoning_b, tp.reasoning_e - tp.reasoning_b);
         if (r->params.logprobs) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(s, r, 0, r->n_toks));
         else cJSON_AddNullToObject(ch, "logprobs");
     } else {
@@ -289,16 +277,6 @@ static void log_done(struct tp_server *s, const struct tp_req *r, int status)
     if (tps > 0) tp_metrics_tokens_per_s(s->metrics, tps);
 }
 
-static void deadline_in(struct timespec *ts, long ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_nsec += ms * 1000000L;
-    while (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /* ------------------------------------------------------------ streaming */
 
 struct stream {
@@ -308,7 +286,6 @@ struct stream {
     struct tp_buf out;        /* formatted, not yet handed to MHD */
     size_t out_pos;
     int sent_toks;
-    size_t sent_text;
     int first;
     int ended;                /* final events formatted */
     int complete;             /* every byte handed to MHD */
@@ -316,10 +293,9 @@ struct stream {
     uint64_t last_out_ns;
     struct tp_harmony_cursor h; /* harmony: where the stream stands */
     size_t think_r, think_c;    /* <think> replies: reasoning and content bytes sent */
-    /* replies that may hold tool calls: calls whose first delta (id, name) was sent, and the argument bytes
-     * sent of each */
-    int n_call_hdr;
-    size_t args_sent[TP_TOOL_MAX_CALLS];
+    struct tp_call_cursor calls; /* the reply's content bytes sent (calls.sent_text, from calls.base) and,
+                                  * when it may hold tool calls, the calls whose first delta (id, name) was
+                                  * sent and the argument bytes sent of each */
 };
 
 /* One chunk of a split reply (harmony, <think>): delta (owned; {} when NULL) with role on
@@ -365,8 +341,8 @@ static void tool_delta(struct stream *st, int k, const char *name, const char *a
     cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), c);
     cJSON_AddNumberToObject(c, "index", k);
     if (hdr) {
-        char id[80]; /* "call_" + a request id (< 48) + "_" + k */
-        call_id(r, k, id, sizeof id);
+        char id[96];
+        tp_run_call_id(st->s, r, k, "call_", id, sizeof id);
         cJSON_AddStringToObject(c, "id", id);
         cJSON_AddStringToObject(c, "type", "function");
     }
@@ -417,37 +393,50 @@ static void think_stream(struct stream *st)
     st->sent_toks = r->n_toks;
 }
 
-/* mu held: a reply that may hold tool calls, streamed from a scan of the text
- * so far: content up to the first call (a tail that could still become a
- * call marker is held back), then each call's first delta once its name is
- * complete and its argument bytes as they grow.  final: the reply ended.
- * Returns 1 when any call was streamed. */
+/* mu held: a reply that may hold tool calls, streamed from a scan of the text so far
+ * (tp_run_stream_calls): reasoning_content first (a <think> reply), content up to the first call,
+ * then each call's first delta once its name is complete (index, id, type, name) and its argument
+ * bytes as they grow.  final: the reply ended.  Returns 1 when any call was streamed. */
+static void tools_text(void *ctx, const char *text, size_t n)
+{
+    struct stream *st = ctx;
+    (void)text;
+    const size_t at = st->calls.base + st->calls.sent_text;
+    char *j = chunk_json(st->s, st->r, at, at + n, 0, 0, NULL, st->first);
+    if (j) tp_sse_data(&st->out, j);
+    free(j);
+    st->first = 0;
+}
+static void tools_reasoning(void *ctx, const char *text, size_t n)
+{
+    cJSON *d = cJSON_CreateObject();
+    if (!d) return;
+    tp_json_add_bytes(d, "reasoning_content", text, n);
+    delta_chunk(ctx, d);
+}
+static void tools_begin(void *ctx, int k, const char *name) { tool_delta(ctx, k, name, "", 0, 1); }
+static void tools_args(void *ctx, int k, const char *args, size_t n) { tool_delta(ctx, k, NULL, args, n, 0); }
+static const struct tp_call_sink tools_sink = {tools_text, tools_reasoning, tools_begin, tools_args, NULL};
+
 static int stream_tools(struct stream *st, int final)
 {
-    struct tp_req *r = st->r;
-    const char *text = r->text.data ? r->text.data : "";
-    struct tp_tool_scan sc;
-    tp_tool_scan(r->params.tool_format, text, r->text.len, final, &sc);
-    size_t ce = st->n_call_hdr > 0 ? st->sent_text : sc.content_end;
-    if (ce > st->sent_text) {
-        char *j = chunk_json(st->s, r, st->sent_text, ce, 0, 0, NULL, st->first);
+    tp_run_stream_calls(st->r, final, &st->calls, &tools_sink, st);
+    return st->calls.n_begun > 0;
+}
+
+/* mu held: the closing chunk with finish_reason fin, then the usage chunk when asked for. */
+static void finish_chunks(struct stream *st, const char *fin)
+{
+    const struct tp_req *r = st->r;
+    size_t tl = r->text.len;
+    char *j = chunk_json(st->s, r, tl, tl, 0, 0, fin, 0);
+    if (j) tp_sse_data(&st->out, j);
+    free(j);
+    if (r->params.include_usage) {
+        j = usage_chunk_json(st->s, r);
         if (j) tp_sse_data(&st->out, j);
         free(j);
-        st->first = 0;
-        st->sent_text = ce;
     }
-    for (int k = 0; k < sc.n_calls && !sc.malformed; k++) {
-        const struct tp_tool_call_view *v = &sc.calls[k];
-        if (k == st->n_call_hdr && v->name[0]) {
-            tool_delta(st, k, v->name, "", 0, 1);
-            st->n_call_hdr++;
-        }
-        if (k < st->n_call_hdr && v->args_len > st->args_sent[k]) {
-            tool_delta(st, k, NULL, text + v->args_off + st->args_sent[k], v->args_len - st->args_sent[k], 0);
-            st->args_sent[k] = v->args_len;
-        }
-    }
-    return st->n_call_hdr > 0;
 }
 
 /* mu held: format everything new into st->out. */
@@ -468,14 +457,14 @@ static void stream_format(struct stream *st)
     while (!split && st->sent_toks < r->n_toks) {
         int k = st->sent_toks;
         size_t end = r->toks[k].text_end;
-        if (end < st->sent_text) end = st->sent_text;
-        if (end > st->sent_text || r->params.logprobs || st->first) {
-            char *j = chunk_json(s, r, st->sent_text, end, k, k + 1, NULL, st->first);
+        if (end < st->calls.sent_text) end = st->calls.sent_text;
+        if (end > st->calls.sent_text || r->params.logprobs || st->first) {
+            char *j = chunk_json(s, r, st->calls.sent_text, end, k, k + 1, NULL, st->first);
             if (j) tp_sse_data(&st->out, j);
             free(j);
             st->first = 0;
         }
-        st->sent_text = end;
+        st->calls.sent_text = end;
         st->sent_toks++;
     }
     if (r->state != TP_REQ_DONE) return;
@@ -488,34 +477,18 @@ static void stream_format(struct stream *st)
         st->status = tp_http_error_kind(e.status).http_status;
     } else if (split) {
         if (st->first) delta_chunk(st, NULL);
-        size_t tl = r->text.len;
-        const char *fin = harmony ? harmony_finish(r, st->h.calls + (st->h.announced ? 1 : 0)) : finish_str(r, 0);
-        char *j = chunk_json(s, r, tl, tl, 0, 0, fin, 0);
-        if (j) tp_sse_data(&st->out, j);
-        free(j);
-        if (r->params.include_usage) {
-            j = usage_chunk_json(s, r);
-            if (j) tp_sse_data(&st->out, j);
-            free(j);
-        }
+        finish_chunks(st, harmony ? harmony_finish(r, st->h.calls + (st->h.announced ? 1 : 0)) : finish_str(r, 0));
     } else {
         size_t tl = r->text.len;
         int has_calls = tools && stream_tools(st, 1);
-        if (!has_calls && (tl > st->sent_text || st->first)) {
-            char *j = chunk_json(s, r, st->sent_text, tl, 0, 0, NULL, st->first);
+        if (!has_calls && (tl > st->calls.base + st->calls.sent_text || st->first)) {
+            char *j = chunk_json(s, r, st->calls.base + st->calls.sent_text, tl, 0, 0, NULL, st->first);
             if (j) tp_sse_data(&st->out, j);
             free(j);
-            st->sent_text = tl;
+            st->calls.sent_text = tl - st->calls.base;
             st->first = 0;
         }
-        char *j = chunk_json(s, r, tl, tl, 0, 0, finish_str(r, has_calls), 0);
-        if (j) tp_sse_data(&st->out, j);
-        free(j);
-        if (r->params.include_usage) {
-            j = usage_chunk_json(s, r);
-            if (j) tp_sse_data(&st->out, j);
-            free(j);
-        }
+        finish_chunks(st, finish_str(r, has_calls));
     }
     tp_sse_done(&st->out);
     st->ended = 1;
@@ -527,35 +500,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     struct stream *st = cls;
     pthread_mutex_t *mu = tp_engine_mutex(st->s->engine);
     for (;;) {
-        if (st->out_pos < st->out.len) {
-            size_t n = TP_MIN(max, st->out.len - st->out_pos);
-            memcpy(buf, st->out.data + st->out_pos, n);
-            st->out_pos += n;
-            if (st->out_pos == st->out.len) st->out_pos = st->out.len = 0;
-            st->last_out_ns = tp_now_ns();
-            return (ssize_t)n;
-        }
+        size_t n = tp_run_drain(&st->out, &st->out_pos, buf, max, &st->last_out_ns);
+        if (n > 0) return (ssize_t)n;
         if (st->ended) {
             st->complete = 1;
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         pthread_mutex_lock(mu);
-        struct tp_req *r = st->r;
-        while (r->n_toks == st->sent_toks && r->state != TP_REQ_DONE) {
-            struct timespec ts;
-            deadline_in(&ts, 100);
-            pthread_cond_timedwait(&r->cond, mu, &ts);
-            if (r->n_toks != st->sent_toks || r->state == TP_REQ_DONE) break;
-            if (tp_http_client_gone(st->conn)) {
-                pthread_mutex_unlock(mu);
-                tp_engine_cancel(st->s->engine, r);
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
-            if (tp_now_ns() - st->last_out_ns > KEEPALIVE_NS) {
-                tp_sse_comment(&st->out, "keep-alive");
-                break;
-            }
-        }
+        int w = tp_run_wait_news(st->s, st->conn, st->r, st->sent_toks, st->last_out_ns, 1);
+        if (w < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (w > 0) tp_sse_comment(&st->out, "keep-alive");
         stream_format(st);
         pthread_mutex_unlock(mu);
     }
@@ -583,72 +537,6 @@ static void stream_free(void *cls)
 
 /* ------------------------------------------------------------ entry */
 
-/* What the harmony format alone takes (reasoning_effort), and what it refuses (a forced call). */
-static enum tp_status refuse_for_template(struct tp_server *s, const struct tp_req_params *p, struct tp_api_error *e)
-{
-    if (s->chat == TP_CHAT_HARMONY) {
-        if (p->tool_call)
-            return tp_api_err(e, TP_ERR_UNSUPPORTED, "tool_choice",
-                              "'tool_choice' \"required\" or a named function is not supported with the harmony "
-                              "format (gpt-oss): send \"auto\" (the model calls a tool on its commentary channel) or "
-                              "\"none\"");
-        return TP_OK;
-    }
-    if (p->reasoning_effort)
-        return tp_api_err(e, TP_ERR_UNSUPPORTED, "reasoning_effort", "'reasoning_effort' is not supported by the %s "
-                          "chat template (it applies to gpt-oss, the harmony format); remove it",
-                          tp_chat_family_name(s->chat));
-    return TP_OK;
-}
-
-/* The prompt of a validated request as token ids: the chat template rendered
- * and tokenized, or the prompt text tokenized, or the ids as sent (taken from
- * p).  Returns TP_OK with *ids (malloc'd) and *n, or an error in e. */
-static enum tp_status prompt_tokens(struct tp_server *s, int chat, struct tp_req_params *p, int32_t **ids, int *n,
-                                    struct tp_api_error *e)
-{
-    if (!chat && p->prompt_ids) {
-        *ids = p->prompt_ids;
-        *n = p->n_prompt_ids;
-        p->prompt_ids = NULL;
-        return TP_OK;
-    }
-    if (!chat) return tp_server_tokenize(s, p->prompt, p->prompt_len, tp_tokenizer_add_bos(s->tok), ids, n, e);
-    enum tp_status st = refuse_for_template(s, p, e);
-    if (st != TP_OK) return st;
-    /* harmony's calls are read from the reply's channel tokens (harmony.c): no call grammar */
-    if (s->chat != TP_CHAT_HARMONY) {
-        st = tp_req_tools_grammar(p, tp_chat_tool_format(s->chat), tp_chat_family_name(s->chat), e);
-        if (st != TP_OK) return st;
-    }
-    struct tp_buf text = {0};
-    struct tp_error err = {0};
-    /* tools are shown to models whose template has a place for them; a forced call is generated under its
-     * schema either way */
-    struct tp_chat_opts opts = {.add_generation_prompt = 1,
-                                .bos = s->bos_text,
-                                .eos = s->eos_text,
-                                .default_system = s->has_default_system ? s->default_system : NULL,
-                                .tools = tp_chat_has_tools(s->chat) ? p->tools : NULL,
-                                .reasoning_effort = p->reasoning_effort};
-    st = tp_chat_render_opts(s->chat, p->msgs, p->n_msgs, &opts, &text, &err);
-    if (st == TP_ERR_NOMEM) {
-        tp_api_err(e, st, NULL, "out of memory");
-    } else if (st != TP_OK) {
-        tp_api_err(e, st, "messages", "the %s chat template refused these messages: %s", tp_chat_family_name(s->chat),
-                   tp_error_msg(&err));
-    } else {
-        const char *t = text.data ? text.data : "";
-        size_t tl = tp_json_decode_nul(text.data, text.len); /* contents held NUL in tree form */
-        /* no BOS added when the rendered text already begins with it (an empty BOS text never does) */
-        int add_bos = tp_tokenizer_add_bos(s->tok) &&
-                      !(s->bos_text[0] && tl >= strlen(s->bos_text) && tp_str_starts_with(t, s->bos_text));
-        st = tp_server_tokenize(s, t, tl, add_bos, ids, n, e);
-    }
-    tp_buf_free(&text);
-    return st;
-}
-
 /* Parse, tokenize and check a completion body against the context; on TP_OK
  * *out is a new request (two references, see tp_req_new) ready to submit. */
 static enum tp_status prepare_request(struct tp_server *s, int chat, const char *body, size_t len,
@@ -659,7 +547,8 @@ static enum tp_status prepare_request(struct tp_server *s, int chat, const char 
     int n = 0;
     enum tp_status st = tp_req_parse(body, len, chat, s->n_vocab, s->n_ctx, &p, e);
     if (st != TP_OK) return st;
-    st = prompt_tokens(s, chat, &p, &ids, &n, e);
+    st = tp_run_default_bias(s, &p, e);
+    if (st == TP_OK) st = tp_run_tokens(s, &p, chat ? "messages" : "prompt", &ids, &n, e);
     const char *pp = chat ? "messages" : "prompt";
     if (st != TP_OK) {
         /* e filled */
@@ -735,21 +624,13 @@ static enum MHD_Result answer_whole(struct tp_server *s, struct MHD_Connection *
 {
     pthread_mutex_t *mu = tp_engine_mutex(s->engine);
     pthread_mutex_lock(mu);
-    while (r->state != TP_REQ_DONE) {
-        struct timespec ts;
-        deadline_in(&ts, 100);
-        pthread_cond_timedwait(&r->cond, mu, &ts);
-        if (r->state != TP_REQ_DONE && tp_http_client_gone(c)) {
-            pthread_mutex_unlock(mu);
-            tp_engine_cancel(s->engine, r);
-            int gone = tp_http_error_kind(TP_ERR_CANCELLED).http_status;
-            pthread_mutex_lock(mu);
-            log_done(s, r, gone);
-            pthread_mutex_unlock(mu);
-            tp_metrics_request(s->metrics, gone);
-            tp_engine_release(s->engine, r);
-            return MHD_NO;
-        }
+    if (tp_run_wait_done(s, c, r) != 0) {
+        int gone = tp_http_error_kind(TP_ERR_CANCELLED).http_status;
+        log_done(s, r, gone);
+        pthread_mutex_unlock(mu);
+        tp_metrics_request(s->metrics, gone);
+        tp_engine_release(s->engine, r);
+        return MHD_NO;
     }
     enum MHD_Result ret;
     if (r->finish == TP_FINISH_ERROR) {

@@ -12,6 +12,7 @@
  * Prompts are tokenized as the model asks (BOS, and EOS when the GGUF sets
  * tokenizer.ggml.add_eos_token, as Qwen3-Embedding does).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,14 +138,23 @@ static char *base64_floats(const float *v, int n)
     return out;
 }
 
-static void deadline_in(struct timespec *ts, long ms)
+/* v[0..n) as a JSON array of numbers, each printed with 9 significant digits (enough for a float to
+ * read back exactly); NULL on out of memory.  cJSON_CreateFloatArray prints each as a double, trying 15
+ * digits and checking by reading it back: several times slower on a call's many thousands of numbers. */
+static cJSON *float_array(const float *v, int n)
 {
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_nsec += ms * 1000000L;
-    while (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
+    struct tp_buf b = {0};
+    enum tp_status st = tp_buf_puts(&b, "[");
+    for (int i = 0; i < n && st == TP_OK; i++) {
+        char num[32];
+        const double d = isfinite(v[i]) ? (double)v[i] : 0.0; /* unit vectors: always finite */
+        snprintf(num, sizeof num, "%s%.9g", i ? "," : "", d);
+        st = tp_buf_puts(&b, num);
     }
+    if (st == TP_OK) st = tp_buf_puts(&b, "]");
+    cJSON *a = st == TP_OK ? cJSON_CreateRaw(b.data) : NULL;
+    tp_buf_free(&b);
+    return a;
 }
 
 static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len, int ollama)
@@ -275,18 +285,13 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
         }
         struct tp_req *r = reqs[i];
         pthread_mutex_lock(mu);
-        while (r->state != TP_REQ_DONE) {
-            struct timespec ts;
-            deadline_in(&ts, 100);
-            pthread_cond_timedwait(&r->cond, mu, &ts);
-            if (r->state != TP_REQ_DONE && tp_http_client_gone(c)) {
-                pthread_mutex_unlock(mu);
-                for (int k = 0; k < n_sub; k++) tp_engine_cancel(s->engine, reqs[k]);
-                tp_metrics_request(s->metrics, 499);
-                tp_http_log_request(s, reqs[0]->id, path, 499, (int)n_tokens, 0, 0, 0, 0);
-                ret = MHD_NO;
-                goto out;
-            }
+        if (tp_run_wait_done(s, c, r) != 0) {
+            pthread_mutex_unlock(mu);
+            for (int k = 0; k < n_sub; k++) tp_engine_cancel(s->engine, reqs[k]);
+            tp_metrics_request(s->metrics, 499);
+            tp_http_log_request(s, reqs[0]->id, path, 499, (int)n_tokens, 0, 0, 0, 0);
+            ret = MHD_NO;
+            goto out;
         }
         if (r->finish == TP_FINISH_ERROR) {
             tp_api_err_from(&e, &r->err);
@@ -302,7 +307,7 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
         cJSON_AddStringToObject(o, "model", field(root, "model")->valuestring);
         cJSON *arr = cJSON_AddArrayToObject(o, "embeddings");
         for (int i = 0; i < n_in; i++)
-            cJSON_AddItemToArray(arr, cJSON_CreateFloatArray(reqs[i]->embd, E));
+            cJSON_AddItemToArray(arr, float_array(reqs[i]->embd, E));
         uint64_t dur = reqs[n_in - 1]->t_done_ns - reqs[0]->t_submit_ns;
         cJSON_AddNumberToObject(o, "total_duration", (double)dur);
         cJSON_AddNumberToObject(o, "load_duration", 0);
@@ -320,7 +325,7 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
                 cJSON_AddStringToObject(d, "embedding", b ? b : "");
                 free(b);
             } else {
-                cJSON_AddItemToObject(d, "embedding", cJSON_CreateFloatArray(reqs[i]->embd, E));
+                cJSON_AddItemToObject(d, "embedding", float_array(reqs[i]->embd, E));
             }
         }
         v = field(root, "model");

@@ -45,13 +45,8 @@ char *tp_api_messages_error_json(const struct tp_api_error *e)
     cJSON_AddStringToObject(root, "type", "error");
     cJSON *er = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(er, "type", error_type(tp_http_error_kind(e->status).http_status));
-    if (e->param[0] && !strstr(e->message, e->param)) {
-        char m[700];
-        snprintf(m, sizeof m, "%s: %s", e->param, e->message);
-        cJSON_AddStringToObject(er, "message", m);
-    } else {
-        cJSON_AddStringToObject(er, "message", e->message);
-    }
+    char m[700];
+    cJSON_AddStringToObject(er, "message", tp_run_error_text(e, m, sizeof m));
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return json;
@@ -65,44 +60,193 @@ static const cJSON *field(const cJSON *o, const char *k)
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
-/* Append a content value (string, or a list of text blocks) of messages[i] to b;
- * other block types are refused naming them. */
+/* A text block blk (content block k of param) appended to b. */
+static int read_text_block(const cJSON *blk, const char *param, int k, struct tp_buf *b, struct tp_api_error *e)
+{
+    const cJSON *tx = field(blk, "text");
+    if (!cJSON_IsString(tx))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d.text: Field required (a string)", param, k);
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, blk)
+    {
+        if (strcmp(kv->string, "type") && strcmp(kv->string, "text") && strcmp(kv->string, "cache_control") &&
+            strcmp(kv->string, "citations"))
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d.%.40s: Extra inputs are not permitted", param, k,
+                              kv->string);
+    }
+    return tp_buf_puts(b, tx->valuestring) ? tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory") : 0;
+}
+
+/* Append a content value (a string, or a list of text blocks: system, a tool_result's content) to b; other
+ * block types are refused naming them. */
 static int content_text(const cJSON *c, const char *param, struct tp_buf *b, struct tp_api_error *e)
 {
     if (cJSON_IsString(c)) return tp_buf_puts(b, c->valuestring) ? tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory") : 0;
-    if (!cJSON_IsArray(c)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s: must be a string or a list of content blocks", param);
+    if (!cJSON_IsArray(c))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s: must be a string or a list of content blocks", param);
     int k = 0;
     const cJSON *blk;
     cJSON_ArrayForEach(blk, c)
     {
         const cJSON *ty = cJSON_IsObject(blk) ? field(blk, "type") : NULL;
         if (!cJSON_IsString(ty))
-            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d: a content block must be an object with a 'type'", param, k);
-        const char *t = ty->valuestring;
-        if (strcmp(t, "text") == 0) {
-            const cJSON *tx = field(blk, "text");
-            if (!cJSON_IsString(tx))
-                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d.text: Field required (a string)", param, k);
-            const cJSON *kv;
-            cJSON_ArrayForEach(kv, blk)
-            {
-                if (strcmp(kv->string, "type") && strcmp(kv->string, "text") && strcmp(kv->string, "cache_control") &&
-                    strcmp(kv->string, "citations"))
-                    return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d.%.40s: Extra inputs are not permitted", param, k,
-                                       kv->string);
-            }
-            if (tp_buf_puts(b, tx->valuestring)) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
-        } else if (strcmp(t, "tool_use") == 0 || strcmp(t, "tool_result") == 0) {
-            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d: '%s' blocks in the conversation history are not supported yet "
-                                              "by this server (it cannot render tool turns into the model's prompt)",
-                               param, k, t);
-        } else {
-            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d: content blocks of type '%.40s' are not supported by this server "
-                                              "(text only)", param, k, t);
-        }
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d: a content block must be an object with a 'type'",
+                              param, k);
+        if (strcmp(ty->valuestring, "text") != 0)
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d: content blocks of type '%.40s' are not supported "
+                              "here by this server (text only)", param, k, ty->valuestring);
+        if (read_text_block(blk, param, k, b, e)) return -1;
         k++;
     }
     return 0;
+}
+
+/* Consecutive Anthropic turns of one role, combined into one turn as Anthropic does, and the chat messages
+ * they become: user -> a tool message per tool_result block, then a user message with the text; assistant
+ * -> one assistant message with the text and a tool call per tool_use block. */
+struct group {
+    const char *role;      /* "user" | "assistant"; NULL: empty */
+    struct tp_buf text;    /* the turns' text, "\n\n" between turns */
+    int n_text;            /* turns that brought text */
+    cJSON *calls;          /* assistant: chat-completions tool_calls (owned) or NULL */
+    cJSON *results;        /* user: tool messages (owned) or NULL */
+};
+
+static int nomem(struct tp_api_error *e) { return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory"); }
+
+/* Only the keys allowed[0..n) in blk (param names it). */
+static int only_keys(const cJSON *blk, const char *const *allowed, size_t n, const char *param, int k,
+                     struct tp_api_error *e)
+{
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, blk)
+    {
+        size_t i = 0;
+        while (i < n && strcmp(kv->string, allowed[i])) i++;
+        if (i == n)
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "%s.%d.%.40s: Extra inputs are not permitted", param, k,
+                              kv->string);
+    }
+    return 0;
+}
+
+/* messages[i].content (c) into g: text, tool_use (assistant) and tool_result (user) blocks. */
+static int turn_blocks(const cJSON *c, int i, struct group *g, struct tp_api_error *e)
+{
+    char param[48];
+    snprintf(param, sizeof param, "messages.%d.content", i);
+    const int user = g->role[0] == 'u';
+    struct tp_buf t = {0};
+    int has_text = cJSON_IsString(c), rc = 0;
+    if (has_text) {
+        if (tp_buf_puts(&t, c->valuestring)) rc = nomem(e);
+    } else if (!cJSON_IsArray(c)) {
+        rc = tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "%s: must be a string or a list of content blocks", param);
+    }
+    int k = 0;
+    const cJSON *blk;
+    for (blk = cJSON_IsArray(c) ? c->child : NULL; blk && !rc; blk = blk->next, k++) {
+        const cJSON *ty = cJSON_IsObject(blk) ? field(blk, "type") : NULL;
+        const char *bt = cJSON_IsString(ty) ? ty->valuestring : "";
+        if (strcmp(bt, "text") == 0) {
+            rc = read_text_block(blk, param, k, &t, e);
+            has_text = 1;
+        } else if (strcmp(bt, "tool_use") == 0) {
+            static const char *const keys[] = {"type", "id", "name", "input", "cache_control"};
+            const cJSON *id = field(blk, "id"), *nm = field(blk, "name"), *in = field(blk, "input");
+            if (user) {
+                rc = tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "%s.%d: tool_use blocks belong to assistant turns "
+                                "(the results go in a user turn as tool_result blocks)", param, k);
+            } else if (!only_keys(blk, keys, TP_ARRAY_LEN(keys), param, k, e)) {
+                if (!cJSON_IsString(id) || !cJSON_IsString(nm) || !cJSON_IsObject(in)) {
+                    rc = tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "%s.%d: a tool_use block needs 'id' and 'name' "
+                                    "(strings) and 'input' (an object)", param, k);
+                } else {
+                    char *args = cJSON_PrintUnformatted(in);
+                    cJSON *call = args ? tp_run_chat_call(id->valuestring, nm->valuestring, args, strlen(args)) : NULL;
+                    if (!g->calls) g->calls = cJSON_CreateArray();
+                    if (!call || !g->calls) {
+                        cJSON_Delete(call);
+                        rc = nomem(e);
+                    } else {
+                        cJSON_AddItemToArray(g->calls, call);
+                    }
+                    free(args);
+                }
+            } else {
+                rc = -1;
+            }
+        } else if (strcmp(bt, "tool_result") == 0) {
+            static const char *const keys[] = {"type", "tool_use_id", "content", "is_error", "cache_control"};
+            const cJSON *id = field(blk, "tool_use_id"), *rc_ = field(blk, "content"), *ie = field(blk, "is_error");
+            char rp[96];
+            snprintf(rp, sizeof rp, "%s.%d.content", param, k);
+            struct tp_buf rt = {0};
+            if (!user) {
+                rc = tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "%s.%d: tool_result blocks belong to user turns",
+                                param, k);
+            } else if (only_keys(blk, keys, TP_ARRAY_LEN(keys), param, k, e)) {
+                rc = -1;
+            } else if (!cJSON_IsString(id)) {
+                rc = tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "%s.%d.tool_use_id: Field required (a string)",
+                                param, k);
+            } else if (ie && !cJSON_IsBool(ie)) {
+                rc = tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "%s.%d.is_error: Input should be a valid boolean",
+                                param, k);
+            } else if (!rc_ || !(rc = content_text(rc_, rp, &rt, e))) {
+                cJSON *m = cJSON_CreateObject();
+                if (!g->results) g->results = cJSON_CreateArray();
+                if (!m || !g->results) {
+                    cJSON_Delete(m);
+                    rc = nomem(e);
+                } else {
+                    cJSON_AddItemToArray(g->results, m);
+                    cJSON_AddStringToObject(m, "role", "tool");
+                    cJSON_AddStringToObject(m, "tool_call_id", id->valuestring);
+                    cJSON_AddStringToObject(m, "content", rt.data ? rt.data : "");
+                }
+            }
+            tp_buf_free(&rt);
+        } else {
+            rc = tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "%s.%d: content blocks of type '%.40s' are not supported "
+                            "by this server (text, tool_use and tool_result)", param, k, bt[0] ? bt : "?");
+        }
+    }
+    if (!rc && has_text) {
+        if ((g->n_text++ > 0 && tp_buf_puts(&g->text, "\n\n")) || tp_buf_puts(&g->text, t.data ? t.data : ""))
+            rc = nomem(e);
+    }
+    tp_buf_free(&t);
+    return rc;
+}
+
+/* The chat messages of g appended to msgs; g emptied. */
+static void group_flush(struct group *g, cJSON *msgs)
+{
+    if (!g->role) return;
+    const char *text = g->text.data ? g->text.data : "";
+    if (g->role[0] == 'u') {
+        while (g->results && g->results->child)
+            cJSON_AddItemToArray(msgs, cJSON_DetachItemViaPointer(g->results, g->results->child));
+        if (g->n_text > 0 || !g->results) {
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddItemToArray(msgs, m);
+            cJSON_AddStringToObject(m, "role", "user");
+            cJSON_AddStringToObject(m, "content", text);
+        }
+    } else {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddItemToArray(msgs, m);
+        cJSON_AddStringToObject(m, "role", "assistant");
+        if (g->n_text > 0 || !g->calls) cJSON_AddStringToObject(m, "content", text);
+        else cJSON_AddNullToObject(m, "content");
+        if (g->calls) cJSON_AddItemToObject(m, "tool_calls", g->calls);
+        g->calls = NULL;
+    }
+    cJSON_Delete(g->results);
+    cJSON_Delete(g->calls);
+    tp_buf_free(&g->text);
+    memset(g, 0, sizeof *g);
 }
 
 /* Anthropic tools [{name, description, input_schema}] -> OpenAI tools; tool_choice likewise. */
@@ -147,6 +291,7 @@ static int translate_tools(const cJSON *root, cJSON *out, int for_count, struct 
     if (dp && !cJSON_IsBool(dp))
         return tp_api_err(e, TP_ERR_INVALID_ARG, "tool_choice", "tool_choice.disable_parallel_tool_use: Input should be a valid boolean");
     if (for_count) return 0;
+    if (cJSON_IsTrue(dp)) cJSON_AddFalseToObject(out, "parallel_tool_calls");
     if (strcmp(t, "auto") == 0) {
         cJSON_AddStringToObject(out, "tool_choice", "auto");
     } else if (strcmp(t, "any") == 0) {
@@ -183,6 +328,7 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
     if (!root) return -1;
     cJSON *out = cJSON_CreateObject();
     struct tp_buf b = {0};
+    struct group g = {0};
     int rc = -1;
     if (!out) {
         tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
@@ -285,21 +431,17 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
     }
     int i = 0;
     const char *prev_role = NULL;
-    cJSON *prev = NULL;
     const cJSON *m;
     cJSON_ArrayForEach(m, v)
     {
-        char param[48];
-        snprintf(param, sizeof param, "messages.%d", i);
         const cJSON *role = cJSON_IsObject(m) ? field(m, "role") : NULL;
         if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant"))) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "%s.role: Input should be 'user' or 'assistant'", param);
+            tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages.%d.role: Input should be 'user' or 'assistant'", i);
             goto done;
         }
         const cJSON *c = field(m, "content");
-        snprintf(param, sizeof param, "messages.%d.content", i);
         if (!c) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "%s: Field required", param);
+            tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages.%d.content: Field required", i);
             goto done;
         }
         cJSON_ArrayForEach(kv, m)
@@ -309,29 +451,15 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
                 goto done;
             }
         }
-        if (content_text(c, param, &b, e)) goto done;
         const char *r = role->valuestring[0] == 'u' ? "user" : "assistant";
-        if (prev && prev_role == r) {
-            /* consecutive turns of one role are combined into one turn, as Anthropic does */
-            const cJSON *pc = cJSON_GetObjectItemCaseSensitive(prev, "content");
-            struct tp_buf j = {0};
-            if (tp_buf_puts(&j, pc->valuestring) || tp_buf_puts(&j, "\n\n") || tp_buf_puts(&j, b.data ? b.data : "")) {
-                tp_buf_free(&j);
-                tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
-                goto done;
-            }
-            cJSON_ReplaceItemInObjectCaseSensitive(prev, "content", cJSON_CreateString(j.data));
-            tp_buf_free(&j);
-        } else {
-            prev = cJSON_CreateObject();
-            cJSON_AddItemToArray(msgs, prev);
-            cJSON_AddStringToObject(prev, "role", r);
-            cJSON_AddStringToObject(prev, "content", b.data ? b.data : "");
-        }
+        /* consecutive turns of one role are one turn, as Anthropic does */
+        if (g.role && strcmp(g.role, r) != 0) group_flush(&g, msgs);
+        g.role = r;
+        if (turn_blocks(c, i, &g, e)) goto done;
         prev_role = r;
-        tp_buf_free(&b);
         i++;
     }
+    group_flush(&g, msgs);
     if (prev_role && prev_role[0] == 'a' && !for_count) {
         tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages: the last message is from the assistant (a prefill to continue); "
                                         "this server starts a new assistant turn and does not continue one, so end "
@@ -341,6 +469,10 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
     if (translate_tools(root, out, for_count, e)) goto done;
     rc = tp_run_parse_chat(s, out, rename_fields, p, e);
 done:
+    g.role = NULL; /* nothing more to emit */
+    cJSON_Delete(g.results);
+    cJSON_Delete(g.calls);
+    tp_buf_free(&g.text);
     tp_buf_free(&b);
     cJSON_Delete(out);
     cJSON_Delete(root);
@@ -397,16 +529,15 @@ static cJSON *message_object(struct tp_run *x, int with_content)
     return o;
 }
 
-/* The tool_use block of a forced call: {"type": "tool_use", "id", "name", "input"} (input empty when streaming). */
-static cJSON *tool_use_block(struct tp_run *x, const char *name, const char *args, int with_input)
+/* A tool_use block {"type": "tool_use", "id", "name", "input"}: input parsed from args[0..n) (NULL: {},
+ * as a stream's content_block_start has it). */
+static cJSON *tool_use_block(const char *id, const char *name, const char *args, size_t n)
 {
     cJSON *t = cJSON_CreateObject();
     cJSON_AddStringToObject(t, "type", "tool_use");
-    char id[80];
-    snprintf(id, sizeof id, "toolu_%s", x->r->id + 4); /* "msg_..." -> "toolu_..." */
     cJSON_AddStringToObject(t, "id", id);
     cJSON_AddStringToObject(t, "name", name);
-    cJSON *in = with_input ? cJSON_Parse(args) : NULL;
+    cJSON *in = args ? cJSON_ParseWithLength(args, n) : NULL;
     cJSON_AddItemToObject(t, "input", in ? in : cJSON_CreateObject());
     return t;
 }
@@ -416,19 +547,24 @@ static char *final_json(struct tp_run *x)
     const struct tp_req *r = x->r;
     cJSON *o = message_object(x, 1);
     cJSON *content = cJSON_AddArrayToObject(o, "content");
-    char *name = NULL, *args = NULL;
-    int tool = tp_run_tool_call(r, &name, &args) == 0;
-    if (tool) {
-        cJSON_AddItemToArray(content, tool_use_block(x, name, args, 1));
-    } else {
+    struct tp_tool_scan sc;
+    size_t base;
+    const int n_calls = tp_run_reply_calls(r, &sc, &base);
+    const char *text = (r->text.data ? r->text.data : "") + base; /* the content and calls (after </think>) */
+    if (sc.content_end > 0 || n_calls == 0) {
         cJSON *t = cJSON_CreateObject();
         cJSON_AddStringToObject(t, "type", "text");
-        tp_json_add_bytes(t, "text", r->text.data ? r->text.data : "", r->text.len);
+        tp_json_add_bytes(t, "text", text, sc.content_end);
         cJSON_AddItemToArray(content, t);
     }
-    free(name);
-    free(args);
-    add_stop(o, r, tool);
+    for (int k = 0; k < sc.n_calls; k++) {
+        const struct tp_tool_call_view *v = &sc.calls[k];
+        if (!v->complete) continue;
+        char id[96];
+        tp_run_call_id(x->s, r, k, "toolu_", id, sizeof id);
+        cJSON_AddItemToArray(content, tool_use_block(id, v->name, text + v->args_off, v->args_len));
+    }
+    add_stop(o, r, n_calls > 0);
     add_usage(o, r, r->n_toks);
     return print_free(o);
 }
@@ -483,42 +619,75 @@ static cJSON *text_block(void)
     return t;
 }
 
+/* A stream's content blocks: the one open (-1: none), how many were started, whether the open one is text. */
+struct msg_ctx {
+    int open, n_blocks, open_text;
+};
+
+static void ctx_free(void *p) { free(p); }
+
+static void close_block(struct msg_ctx *m, struct tp_buf *out)
+{
+    if (m->open < 0) return;
+    block_stop(out, m->open);
+    m->open = -1;
+    m->open_text = 0;
+}
+
+static void open_block(struct msg_ctx *m, cJSON *block, int is_text, struct tp_buf *out)
+{
+    close_block(m, out);
+    m->open = m->n_blocks++;
+    m->open_text = is_text;
+    block_start(out, m->open, block);
+}
+
 static void s_begin(struct tp_run *x, struct tp_buf *out)
 {
+    struct msg_ctx *m = x->ctx;
     cJSON *o = typed("message_start");
     cJSON_AddItemToObject(o, "message", message_object(x, 0));
     event(out, "message_start", o);
-    if (!x->r->params.tool_call) block_start(out, 0, text_block());
+    /* a reply that may hold tool calls opens its blocks as they come */
+    if (x->r->params.tool_format == TP_TOOL_FORMAT_NONE) open_block(m, text_block(), 1, out);
     event(out, "ping", typed("ping"));
 }
 
 static void s_text(struct tp_run *x, const char *text, size_t n, struct tp_buf *out)
 {
-    (void)x;
-    block_delta(out, 0, "text_delta", "text", text, n);
+    struct msg_ctx *m = x->ctx;
+    if (!m->open_text) open_block(m, text_block(), 1, out);
+    block_delta(out, m->open, "text_delta", "text", text, n);
+}
+
+static void s_call_begin(struct tp_run *x, int k, const char *id, const char *name, struct tp_buf *out)
+{
+    (void)k;
+    open_block(x->ctx, tool_use_block(id, name, NULL, 0), 0, out);
+}
+
+static void s_call_args(struct tp_run *x, int k, const char *args, size_t n, struct tp_buf *out)
+{
+    (void)k;
+    struct msg_ctx *m = x->ctx;
+    block_delta(out, m->open, "input_json_delta", "partial_json", args, n);
+}
+
+static void s_call_done(struct tp_run *x, int k, const char *name, const char *args, size_t n, struct tp_buf *out)
+{
+    (void)k, (void)name, (void)args, (void)n;
+    close_block(x->ctx, out);
 }
 
 static void s_end(struct tp_run *x, struct tp_buf *out)
 {
+    struct msg_ctx *m = x->ctx;
     const struct tp_req *r = x->r;
-    int tool = 0;
-    if (r->params.tool_call) {
-        char *name = NULL, *args = NULL;
-        tool = tp_run_tool_call(r, &name, &args) == 0;
-        if (tool) {
-            block_start(out, 0, tool_use_block(x, name, args, 0));
-            block_delta(out, 0, "input_json_delta", "partial_json", args, strlen(args));
-        } else { /* cut short: what was generated, as text */
-            block_start(out, 0, text_block());
-            if (r->text.len) block_delta(out, 0, "text_delta", "text", r->text.data, r->text.len);
-        }
-        free(name);
-        free(args);
-    }
-    block_stop(out, 0);
+    if (m->n_blocks == 0) open_block(m, text_block(), 1, out); /* an empty reply: one empty text block */
+    close_block(m, out);
     cJSON *o = typed("message_delta");
     cJSON *d = cJSON_AddObjectToObject(o, "delta");
-    add_stop(d, r, tool);
+    add_stop(d, r, x->calls.n_done > 0);
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "usage"), "output_tokens", r->n_toks);
     event(out, "message_delta", o);
     event(out, "message_stop", typed("message_stop"));
@@ -544,9 +713,13 @@ static void s_keepalive(struct tp_run *x, struct tp_buf *out)
 static const struct tp_run_ops messages_ops = {
     .path = "/v1/messages",
     .id_prefix = "msg_",
+    .call_id_prefix = "toolu_",
     .stream_type = "text/event-stream",
     .begin = s_begin,
     .text = s_text,
+    .call_begin = s_call_begin,
+    .call_args = s_call_args,
+    .call_done = s_call_done,
     .end = s_end,
     .error = s_error,
     .keepalive = s_keepalive,
@@ -559,7 +732,14 @@ enum MHD_Result tp_api_messages(struct tp_server *s, struct MHD_Connection *c, c
     struct tp_req_params p;
     struct tp_api_error e;
     if (parse_messages_request(s, body, len, 0, &p, &e) != 0) return tp_run_send_error(s, c, &messages_ops, &e);
-    return tp_run_request(s, c, &messages_ops, &p, NULL, 0, "max_tokens", NULL, NULL);
+    struct msg_ctx *m = malloc(sizeof *m);
+    if (!m) {
+        tp_req_params_free(&p);
+        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
+        return tp_run_send_error(s, c, &messages_ops, &e);
+    }
+    *m = (struct msg_ctx){.open = -1};
+    return tp_run_request(s, c, &messages_ops, &p, NULL, 0, "max_tokens", m, ctx_free);
 }
 
 enum MHD_Result tp_api_messages_count(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len)

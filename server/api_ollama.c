@@ -30,13 +30,8 @@
 char *tp_api_ollama_error_json(const struct tp_api_error *e)
 {
     cJSON *o = cJSON_CreateObject();
-    if (e->param[0] && !strstr(e->message, e->param)) {
-        char m[700];
-        snprintf(m, sizeof m, "%s: %s", e->param, e->message);
-        cJSON_AddStringToObject(o, "error", m);
-    } else {
-        cJSON_AddStringToObject(o, "error", e->message);
-    }
+    char m[700];
+    cJSON_AddStringToObject(o, "error", tp_run_error_text(e, m, sizeof m));
     char *j = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return j;
@@ -430,12 +425,33 @@ static void s_text(struct tp_run *x, const char *text, size_t n, struct tp_buf *
     line(out, o);
 }
 
+/* Ollama's tool call {"function": {"index", "name", "arguments": object}} from arguments text args[0..n). */
+static cJSON *tool_call(int k, const char *name, const char *args, size_t n)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON *fn = cJSON_AddObjectToObject(c, "function");
+    cJSON_AddNumberToObject(fn, "index", k);
+    cJSON_AddStringToObject(fn, "name", name);
+    cJSON *a = cJSON_ParseWithLength(args, n);
+    cJSON_AddItemToObject(fn, "arguments", cJSON_IsObject(a) ? a : (cJSON_Delete(a), cJSON_CreateObject()));
+    return c;
+}
+
+/* streaming: a complete call is one line whose message carries it, as Ollama streams calls */
+static void s_call_done(struct tp_run *x, int k, const char *name, const char *args, size_t n, struct tp_buf *out)
+{
+    cJSON *o = head(x);
+    add_text(x, o, "", 0);
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "message");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(m, "tool_calls"), tool_call(k, name, args, n));
+    cJSON_AddBoolToObject(o, "done", 0);
+    line(out, o);
+}
+
 static void s_end(struct tp_run *x, struct tp_buf *out)
 {
-    const struct tp_req *r = x->r;
     cJSON *o = head(x);
-    if (r->params.tool_call) add_text(x, o, r->text.data ? r->text.data : "", r->text.len);
-    else add_text(x, o, "", 0);
+    add_text(x, o, "", 0);
     add_done(x, o);
     line(out, o);
 }
@@ -453,8 +469,17 @@ static void s_error(struct tp_run *x, const struct tp_api_error *e, struct tp_bu
 static char *final_json(struct tp_run *x)
 {
     const struct tp_req *r = x->r;
+    struct tp_tool_scan sc;
+    size_t base;
+    const int n_calls = tp_run_reply_calls(r, &sc, &base);
+    const char *text = (r->text.data ? r->text.data : "") + base; /* the content and calls (after </think>) */
     cJSON *o = head(x);
-    add_text(x, o, r->text.data ? r->text.data : "", r->text.len);
+    add_text(x, o, text, sc.content_end);
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "message");
+    cJSON *calls = n_calls && m ? cJSON_AddArrayToObject(m, "tool_calls") : NULL;
+    for (int k = 0; k < sc.n_calls && calls; k++)
+        if (sc.calls[k].complete)
+            cJSON_AddItemToArray(calls, tool_call(k, sc.calls[k].name, text + sc.calls[k].args_off, sc.calls[k].args_len));
     add_done(x, o);
     char *j = tp_json_print(o);
     cJSON_Delete(o);
@@ -466,6 +491,7 @@ static const struct tp_run_ops ollama_chat_ops = {
     .id_prefix = "ollama-chat-",
     .stream_type = "application/x-ndjson",
     .text = s_text,
+    .call_done = s_call_done,
     .end = s_end,
     .error = s_error,
     .final_json = final_json,
@@ -527,23 +553,24 @@ static enum MHD_Result chat(struct tp_server *s, struct MHD_Connection *c, const
         return ret;
     }
     cJSON *om = cJSON_AddArrayToObject(out, "messages");
-    int i = 0;
+    int i = 0, n_ids = 0, next_result = 0;
+    cJSON *last_calls = NULL; /* the tool_calls of the latest assistant message, for the tool messages' ids */
     const cJSON *m;
     cJSON_ArrayForEach(m, msgs)
     {
         const cJSON *role = cJSON_IsObject(m) ? field(m, "role") : NULL, *content = field(m, "content");
         const cJSON *img = field(m, "images"), *tc = field(m, "tool_calls");
         const char *r = cJSON_IsString(role) ? role->valuestring : "";
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
-            tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, strcmp(r, "tool") == 0
-                                           ? "messages[%d]: tool messages are not supported yet by this server (it "
-                                             "cannot render tool turns into the model's prompt)"
-                                           : "messages[%d].role must be system, user or assistant", i);
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")) {
+            tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "messages[%d].role must be system, user, assistant or tool", i);
             goto fail;
         }
-        if ((img && cJSON_GetArraySize(img) > 0) || (tc && cJSON_GetArraySize(tc) > 0)) {
-            tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "messages[%d]: %s are not supported by this server", i,
-                        img ? "images" : "tool calls in the history");
+        if (img && cJSON_GetArraySize(img) > 0) {
+            tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "messages[%d]: images are not supported by this server", i);
+            goto fail;
+        }
+        if (tc && (!cJSON_IsArray(tc) || strcmp(r, "assistant"))) {
+            tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "messages[%d].tool_calls must be a list, on an assistant message", i);
             goto fail;
         }
         if (content && !cJSON_IsString(content)) {
@@ -554,6 +581,34 @@ static enum MHD_Result chat(struct tp_server *s, struct MHD_Connection *c, const
         cJSON_AddItemToArray(om, o);
         cJSON_AddStringToObject(o, "role", r);
         cJSON_AddStringToObject(o, "content", content ? content->valuestring : "");
+        if (tc && cJSON_GetArraySize(tc) > 0) {
+            /* Ollama's calls carry no ids: each gets one here ("call" and 5 digits: 9 characters, what
+             * Mistral's templates take), and the tool messages that follow answer them in order */
+            last_calls = cJSON_AddArrayToObject(o, "tool_calls");
+            next_result = 0;
+            int k = 0;
+            const cJSON *call;
+            cJSON_ArrayForEach(call, tc)
+            {
+                const cJSON *fn = cJSON_IsObject(call) ? field(call, "function") : NULL;
+                const cJSON *nm = cJSON_IsObject(fn) ? field(fn, "name") : NULL, *args = fn ? field(fn, "arguments") : NULL;
+                if (!cJSON_IsString(nm) || (args && !cJSON_IsObject(args))) {
+                    tp_api_err(&e, TP_ERR_INVALID_ARG, NULL, "messages[%d].tool_calls[%d] must be {\"function\": {\"name\": "
+                               "string, \"arguments\": object}}", i, k);
+                    goto fail;
+                }
+                char id[16], *aj = args ? cJSON_PrintUnformatted(args) : NULL;
+                snprintf(id, sizeof id, "call%05d", n_ids++ % 100000);
+                cJSON_AddItemToArray(last_calls, tp_run_chat_call(id, nm->valuestring, aj ? aj : "{}", aj ? strlen(aj) : 2));
+                free(aj);
+                k++;
+            }
+        }
+        if (strcmp(r, "tool") == 0) {
+            const cJSON *call = last_calls ? cJSON_GetArrayItem(last_calls, next_result++) : NULL;
+            const cJSON *id = call ? cJSON_GetObjectItemCaseSensitive(call, "id") : NULL;
+            if (cJSON_IsString(id)) cJSON_AddStringToObject(o, "tool_call_id", id->valuestring);
+        }
         i++;
     }
     const cJSON *tools = field(root, "tools");

@@ -41,6 +41,8 @@ struct resp_entry {
     char id[48];
     uint64_t num;       /* the id's sequence number */
     cJSON *messages;    /* chat messages of the conversation up to and including this response (owned) */
+    cJSON *response;    /* the response object as answered (owned), for GET /v1/responses/{id} */
+    cJSON *input_items; /* this response's input items, with ids (owned), for .../input_items */
 };
 
 struct tp_resp_store {
@@ -63,27 +65,38 @@ struct tp_resp_store *tp_resp_store_new(int cap)
     return st;
 }
 
+static void entry_clear(struct resp_entry *en)
+{
+    cJSON_Delete(en->messages);
+    cJSON_Delete(en->response);
+    cJSON_Delete(en->input_items);
+    memset(en, 0, sizeof *en);
+}
+
 void tp_resp_store_free(struct tp_resp_store *st)
 {
     if (!st) return;
-    for (int i = 0; i < st->n; i++) cJSON_Delete(st->entries[(st->head + i) % st->cap].messages);
+    for (int i = 0; i < st->n; i++) entry_clear(&st->entries[(st->head + i) % st->cap]);
     free(st->entries);
     pthread_mutex_destroy(&st->mu);
     free(st);
 }
 
-/* Takes messages. */
-static void store_put(struct tp_resp_store *st, const char *id, uint64_t num, cJSON *messages)
+/* Takes messages, response and input_items. */
+static void store_put(struct tp_resp_store *st, const char *id, uint64_t num, cJSON *messages, cJSON *response,
+                      cJSON *input_items)
 {
     if (!st || st->cap <= 0) {
         cJSON_Delete(messages);
+        cJSON_Delete(response);
+        cJSON_Delete(input_items);
         return;
     }
     pthread_mutex_lock(&st->mu);
     if (st->n == st->cap) {
         struct resp_entry *old = &st->entries[st->head];
         if (old->num + 1 > st->n_evicted_below) st->n_evicted_below = old->num + 1;
-        cJSON_Delete(old->messages);
+        entry_clear(old);
         st->head = (st->head + 1) % st->cap;
         st->n--;
     }
@@ -91,8 +104,40 @@ static void store_put(struct tp_resp_store *st, const char *id, uint64_t num, cJ
     snprintf(en->id, sizeof en->id, "%s", id);
     en->num = num;
     en->messages = messages;
+    en->response = response;
+    en->input_items = input_items;
     st->n++;
     pthread_mutex_unlock(&st->mu);
+}
+
+/* What store_lookup copies out of an entry. */
+enum { WANT_MESSAGES, WANT_RESPONSE, WANT_INPUT_ITEMS, WANT_DELETE };
+
+/* A copy of what of id's entry (WANT_DELETE: removes it and returns a non-NULL marker, cJSON true), or NULL
+ * when the store does not hold id. */
+static cJSON *store_lookup(struct tp_resp_store *st, const char *id, int what)
+{
+    cJSON *out = NULL;
+    if (!st) return NULL;
+    pthread_mutex_lock(&st->mu);
+    for (int i = 0; i < st->n && !out; i++) {
+        struct resp_entry *en = &st->entries[(st->head + i) % st->cap];
+        if (strcmp(en->id, id) != 0) continue;
+        if (what == WANT_DELETE) {
+            /* the later entries move down one place: the ring stays contiguous */
+            entry_clear(en);
+            for (int j = i; j + 1 < st->n; j++)
+                st->entries[(st->head + j) % st->cap] = st->entries[(st->head + j + 1) % st->cap];
+            memset(&st->entries[(st->head + st->n - 1) % st->cap], 0, sizeof *en);
+            st->n--;
+            out = cJSON_CreateTrue();
+        } else {
+            const cJSON *v = what == WANT_MESSAGES ? en->messages : what == WANT_RESPONSE ? en->response : en->input_items;
+            out = v ? cJSON_Duplicate(v, 1) : cJSON_CreateArray();
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    return out;
 }
 
 /* A copy of the stored conversation of id, or NULL with e filled. */
@@ -102,11 +147,8 @@ static cJSON *store_get(struct tp_server *s, const char *id, struct tp_api_error
     cJSON *out = NULL;
     uint64_t evicted_below = 0;
     if (st) {
+        out = store_lookup(st, id, WANT_MESSAGES);
         pthread_mutex_lock(&st->mu);
-        for (int i = 0; i < st->n && !out; i++) {
-            const struct resp_entry *en = &st->entries[(st->head + i) % st->cap];
-            if (strcmp(en->id, id) == 0) out = cJSON_Duplicate(en->messages, 1);
-        }
         evicted_below = st->n_evicted_below;
         pthread_mutex_unlock(&st->mu);
     }
@@ -123,7 +165,7 @@ static cJSON *store_get(struct tp_server *s, const char *id, struct tp_api_error
                         "with the whole input", id, cap);
         else
             tp_api_err(e, TP_ERR_INVALID_ARG, "previous_response_id", "Previous response with id '%.64s' was not stored (it was "
-                        "sent with store: false, did not finish, or the store is off: --responses-store %d)", id, cap);
+                        "sent with store: false, did not finish, was deleted, or the store is off: --responses-store %d)", id, cap);
     } else {
         tp_api_err(e, TP_ERR_INVALID_ARG, "previous_response_id", "Previous response with id '%.64s' not found (this server keeps "
                     "its own responses in memory only, and they are lost when it restarts)", id);
@@ -143,12 +185,15 @@ static const cJSON *field(const cJSON *o, const char *k)
 struct resp_ctx {
     cJSON *echo;          /* the request fields a response object repeats (owned) */
     cJSON *history;       /* chat messages without instructions, for the store (owned) */
+    cJSON *input_items;   /* the input as items with ids, for the store (owned) */
     int store;
-    uint64_t num;         /* the response id's number */
     int seq;              /* stream sequence_number */
-    char item_id[64];     /* the output item's id: "msg_" or "fc_" and the response id's digits (item_id()) */
     int64_t created_at;
+    /* streaming: output items announced, and the one open (OPEN_*) with its output_index */
+    int n_items, open, open_index;
+    char open_name[TP_TOOL_NAME_BYTES]; /* the open call's name */
 };
+enum { OPEN_NONE = 0, OPEN_MESSAGE, OPEN_CALL };
 
 static void ctx_free(void *p)
 {
@@ -156,6 +201,7 @@ static void ctx_free(void *p)
     if (!x) return;
     cJSON_Delete(x->echo);
     cJSON_Delete(x->history);
+    cJSON_Delete(x->input_items);
     free(x);
 }
 
@@ -188,11 +234,47 @@ static void add_msg(cJSON *arr, const char *role, const char *content)
     cJSON_AddStringToObject(m, "content", content);
 }
 
-/* input: a string (one user message) or a list of items, appended to msgs. */
-static int translate_input(const cJSON *input, cJSON *msgs, struct tp_api_error *e)
+/* A function_call item as a chat tool call, added to the assistant message that ends msgs (a new one when
+ * the last message is not the assistant's). */
+static int add_call(cJSON *msgs, const cJSON *it, const char *param, struct tp_api_error *e)
+{
+    const cJSON *cid = field(it, "call_id"), *nm = field(it, "name"), *args = field(it, "arguments");
+    if (!cJSON_IsString(cid) || !cJSON_IsString(nm) || !cJSON_IsString(args))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' (a function_call item) needs 'call_id', 'name' and "
+                          "'arguments' (strings)", param);
+    cJSON *last = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
+    const cJSON *lr = last ? cJSON_GetObjectItemCaseSensitive(last, "role") : NULL;
+    if (!cJSON_IsString(lr) || strcmp(lr->valuestring, "assistant") != 0) {
+        last = cJSON_CreateObject();
+        cJSON_AddItemToArray(msgs, last);
+        cJSON_AddStringToObject(last, "role", "assistant");
+        cJSON_AddNullToObject(last, "content");
+    }
+    cJSON *calls = cJSON_GetObjectItemCaseSensitive(last, "tool_calls");
+    if (!calls) calls = cJSON_AddArrayToObject(last, "tool_calls");
+    cJSON *c = tp_run_chat_call(cid->valuestring, nm->valuestring, args->valuestring, strlen(args->valuestring));
+    if (!c) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
+    cJSON_AddItemToArray(calls, c);
+    return 0;
+}
+
+/* input: a string (one user message) or a list of items, appended to msgs as chat messages and to items
+ * (when not NULL) as the items OpenAI lists for the response (ids are added when it is stored). */
+static int translate_input(const cJSON *input, cJSON *msgs, cJSON *items, struct tp_api_error *e)
 {
     if (cJSON_IsString(input)) {
         add_msg(msgs, "user", input->valuestring);
+        if (items) {
+            cJSON *it = cJSON_CreateObject();
+            cJSON_AddItemToArray(items, it);
+            cJSON_AddStringToObject(it, "type", "message");
+            cJSON_AddStringToObject(it, "role", "user");
+            cJSON *part = cJSON_CreateObject();
+            cJSON_AddStringToObject(part, "type", "input_text");
+            cJSON_AddStringToObject(part, "text", input->valuestring);
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(it, "content"), part);
+            cJSON_AddStringToObject(it, "status", "completed");
+        }
         return 0;
     }
     if (!cJSON_IsArray(input)) return tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' must be a string or a list of items");
@@ -221,15 +303,34 @@ static int translate_input(const cJSON *input, cJSON *msgs, struct tp_api_error 
             }
             add_msg(msgs, strcmp(r, "developer") == 0 ? "system" : r, b.data ? b.data : "");
             tp_buf_free(&b);
-        } else if (strcmp(t, "function_call") == 0 || strcmp(t, "function_call_output") == 0) {
-            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is a %s item; tool turns in the input are not supported yet by "
-                                              "this server (it cannot render them into the model's prompt)", param, t);
+        } else if (strcmp(t, "function_call") == 0) {
+            if (add_call(msgs, it, param, e)) return -1;
+        } else if (strcmp(t, "function_call_output") == 0) {
+            const cJSON *cid = field(it, "call_id"), *o = field(it, "output");
+            char op[64];
+            snprintf(op, sizeof op, "%s.output", param);
+            if (!cJSON_IsString(cid))
+                return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s.call_id' is required (a string)", param);
+            struct tp_buf b = {0};
+            if (!o) return tp_api_err(e, TP_ERR_INVALID_ARG, op, "'%s' is required", op);
+            if (content_text(o, op, &b, e)) {
+                tp_buf_free(&b);
+                return -1;
+            }
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddItemToArray(msgs, m);
+            cJSON_AddStringToObject(m, "role", "tool");
+            cJSON_AddStringToObject(m, "tool_call_id", cid->valuestring);
+            cJSON_AddStringToObject(m, "content", b.data ? b.data : "");
+            tp_buf_free(&b);
         } else if (strcmp(t, "reasoning") == 0) {
             return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' is a reasoning item; this server's model has no reasoning "
                                               "channel", param);
         } else {
-            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' has type '%.40s'; this server takes message items", param, t);
+            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' has type '%.40s'; this server takes message, "
+                              "function_call and function_call_output items", param, t);
         }
+        if (items) cJSON_AddItemToArray(items, cJSON_Duplicate(it, 1));
         i++;
     }
     if (i == 0) return tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' is an empty list");
@@ -377,7 +478,7 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
         "model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice", "text",
         "reasoning", "stream", "store", "previous_response_id", "metadata", "parallel_tool_calls", "truncation", "user",
         "include", "service_tier", "prompt_cache_key", "safety_identifier", "stream_options", "background",
-        "top_logprobs", "max_tool_calls", "conversation", "prompt"};
+        "top_logprobs", "max_tool_calls", "conversation", "prompt", "client_metadata"};
     const cJSON *kv;
     cJSON_ArrayForEach(kv, root)
     {
@@ -434,6 +535,23 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
             e->code = "unsupported_parameter";
             goto done;
         }
+        /* a summary of the reasoning (Codex asks for "auto"): there is none to summarise */
+        cJSON_ArrayForEach(kv, v)
+        {
+            const int sum = strcmp(kv->string, "summary") == 0 || strcmp(kv->string, "generate_summary") == 0;
+            if (strcmp(kv->string, "effort") && !sum) {
+                tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning", "Unknown parameter: 'reasoning.%.40s'.", kv->string);
+                e->code = "unknown_parameter";
+                goto done;
+            }
+            if (sum && !cJSON_IsNull(kv) &&
+                !(cJSON_IsString(kv) && (strcmp(kv->valuestring, "auto") == 0 || strcmp(kv->valuestring, "concise") == 0 ||
+                                         strcmp(kv->valuestring, "detailed") == 0))) {
+                tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning", "'reasoning.%s' must be \"auto\", \"concise\" or "
+                           "\"detailed\"", kv->string);
+                goto done;
+            }
+        }
     }
     v = field(root, "truncation");
     if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "disabled") == 0 || strcmp(v->valuestring, "auto") == 0))) {
@@ -454,6 +572,11 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
         goto done;
     }
     cJSON_AddItemToObject(echo, "metadata", v ? cJSON_Duplicate(v, 1) : cJSON_CreateObject());
+    v = field(root, "client_metadata"); /* what Codex says about itself (session ids): changes nothing */
+    if (v && !cJSON_IsObject(v)) {
+        tp_api_err(e, TP_ERR_INVALID_ARG, "client_metadata", "'client_metadata' must be an object");
+        goto done;
+    }
     static const char *const strs[] = {"user", "service_tier", "prompt_cache_key", "safety_identifier", "model"};
     for (size_t i = 0; i < TP_ARRAY_LEN(strs); i++) {
         v = field(root, strs[i]);
@@ -510,15 +633,15 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
         tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' is required (a string or a list of items)");
         goto done;
     }
-    if (translate_input(v, ctx->history, e)) goto done;
+    if (!for_count && !(ctx->input_items = cJSON_CreateArray())) {
+        tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
+        goto done;
+    }
+    if (translate_input(v, ctx->history, ctx->input_items, e)) goto done;
     const cJSON *m;
     cJSON_ArrayForEach(m, ctx->history) cJSON_AddItemToArray(msgs, cJSON_Duplicate(m, 1));
     if (translate_tools(root, out, echo, e)) goto done;
     if (translate_text(root, out, echo, e)) goto done;
-    if (for_count) {
-        cJSON_DeleteItemFromObject(out, "tool_choice");
-        cJSON_DeleteItemFromObject(out, "tools");
-    }
     rc = tp_run_parse_chat(s, out, rename_fields, p, e);
 done:
     cJSON_Delete(out);
@@ -537,48 +660,72 @@ static char *print_free(cJSON *root)
 
 static int incomplete(const struct tp_req *r) { return r->finish == TP_FINISH_LENGTH; }
 
-static const char *item_id(struct tp_run *x)
+/* The id of output item k of a response: "msg_<id digits>" for its message, "fc_<id digits>_<k>" for
+ * function call k (call < 0: the message). */
+static void item_id(const struct tp_run *x, int call, char *out, size_t cap)
 {
-    struct resp_ctx *ctx = x->ctx;
-    if (!ctx->item_id[0])
-        snprintf(ctx->item_id, sizeof ctx->item_id, "%s%s", x->r->params.tool_call && !incomplete(x->r) ? "fc_" : "msg_",
-                 x->r->id + 5);
-    return ctx->item_id;
+    const char *u = x->r->id + strlen("resp_");
+    if (call < 0) snprintf(out, cap, "msg_%s", u);
+    else snprintf(out, cap, "fc_%s_%d", u, call);
 }
 
-/* The output item of a finished request (or of one in progress: done 0). */
-static cJSON *output_item(struct tp_run *x, int done)
+/* A message item with text[0..n) (NULL: no content part yet) and status. */
+static cJSON *message_item(const struct tp_run *x, const char *text, size_t n, const char *status)
+{
+    char id[96];
+    item_id(x, -1, id, sizeof id);
+    cJSON *it = cJSON_CreateObject();
+    cJSON_AddStringToObject(it, "type", "message");
+    cJSON_AddStringToObject(it, "id", id);
+    cJSON_AddStringToObject(it, "status", status);
+    cJSON_AddStringToObject(it, "role", "assistant");
+    cJSON *content = cJSON_AddArrayToObject(it, "content");
+    if (text) {
+        cJSON *part = cJSON_CreateObject();
+        cJSON_AddStringToObject(part, "type", "output_text");
+        tp_json_add_bytes(part, "text", text, n);
+        cJSON_AddArrayToObject(part, "annotations");
+        cJSON_AddArrayToObject(part, "logprobs");
+        cJSON_AddItemToArray(content, part);
+    }
+    return it;
+}
+
+/* A function_call item: call k named name with arguments args[0..n). */
+static cJSON *call_item(const struct tp_run *x, int k, const char *name, const char *args, size_t n,
+                        const char *status)
+{
+    char id[96], cid[96];
+    item_id(x, k, id, sizeof id);
+    tp_run_call_id(x->s, x->r, k, "call_", cid, sizeof cid);
+    cJSON *it = cJSON_CreateObject();
+    cJSON_AddStringToObject(it, "type", "function_call");
+    cJSON_AddStringToObject(it, "id", id);
+    cJSON_AddStringToObject(it, "call_id", cid);
+    cJSON_AddStringToObject(it, "name", name);
+    tp_json_add_bytes(it, "arguments", args, n);
+    cJSON_AddStringToObject(it, "status", status);
+    return it;
+}
+
+/* The output items of a finished request: a message with the content (when there is any, or no call),
+ * then a function_call item per call. */
+static cJSON *output_items(const struct tp_run *x)
 {
     const struct tp_req *r = x->r;
-    char *name = NULL, *args = NULL;
-    cJSON *it = cJSON_CreateObject();
-    if (r->params.tool_call && (!done || tp_run_tool_call(r, &name, &args) == 0)) {
-        cJSON_AddStringToObject(it, "type", "function_call");
-        cJSON_AddStringToObject(it, "id", item_id(x));
-        char cid[80];
-        snprintf(cid, sizeof cid, "call_%s", r->id + 5);
-        cJSON_AddStringToObject(it, "call_id", cid);
-        cJSON_AddStringToObject(it, "name", name ? name : "");
-        cJSON_AddStringToObject(it, "arguments", args ? args : "");
-        cJSON_AddStringToObject(it, "status", done ? "completed" : "in_progress");
-    } else {
-        cJSON_AddStringToObject(it, "type", "message");
-        cJSON_AddStringToObject(it, "id", item_id(x));
-        cJSON_AddStringToObject(it, "status", !done ? "in_progress" : incomplete(r) ? "incomplete" : "completed");
-        cJSON_AddStringToObject(it, "role", "assistant");
-        cJSON *content = cJSON_AddArrayToObject(it, "content");
-        if (done) {
-            cJSON *part = cJSON_CreateObject();
-            cJSON_AddStringToObject(part, "type", "output_text");
-            tp_json_add_bytes(part, "text", r->text.data ? r->text.data : "", r->text.len);
-            cJSON_AddArrayToObject(part, "annotations");
-            cJSON_AddArrayToObject(part, "logprobs");
-            cJSON_AddItemToArray(content, part);
-        }
+    struct tp_tool_scan sc;
+    size_t base;
+    const int n_calls = tp_run_reply_calls(r, &sc, &base);
+    const char *text = (r->text.data ? r->text.data : "") + base; /* the content and calls (after </think>) */
+    cJSON *out = cJSON_CreateArray();
+    if (sc.content_end > 0 || n_calls == 0)
+        cJSON_AddItemToArray(out, message_item(x, text, sc.content_end, incomplete(r) ? "incomplete" : "completed"));
+    for (int k = 0; k < sc.n_calls; k++) {
+        const struct tp_tool_call_view *v = &sc.calls[k];
+        if (v->complete)
+            cJSON_AddItemToArray(out, call_item(x, k, v->name, text + v->args_off, v->args_len, "completed"));
     }
-    free(name);
-    free(args);
-    return it;
+    return out;
 }
 
 /* The response object: in progress (done 0) or finished. */
@@ -601,9 +748,8 @@ static cJSON *response_object(struct tp_run *x, int done)
     cJSON *reasoning = cJSON_AddObjectToObject(o, "reasoning");
     cJSON_AddNullToObject(reasoning, "effort");
     cJSON_AddNullToObject(reasoning, "summary");
-    cJSON *output = cJSON_AddArrayToObject(o, "output");
     if (done) {
-        cJSON_AddItemToArray(output, output_item(x, 1));
+        cJSON_AddItemToObject(o, "output", output_items(x));
         cJSON *u = cJSON_AddObjectToObject(o, "usage");
         cJSON_AddNumberToObject(u, "input_tokens", r->n_prompt);
         cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens", r->n_cached);
@@ -611,32 +757,64 @@ static cJSON *response_object(struct tp_run *x, int done)
         cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens", 0);
         cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_toks);
     } else {
+        cJSON_AddArrayToObject(o, "output");
         cJSON_AddNullToObject(o, "usage");
     }
     return o;
 }
 
-/* A finished response's conversation goes into the store (unless store: false). */
-static void remember(struct tp_run *x)
+/* A finished response goes into the store (unless store: false): its conversation (for
+ * previous_response_id), the response object and its input items (for GET /v1/responses/{id}). */
+static void remember(struct tp_run *x, const cJSON *response)
 {
     struct resp_ctx *ctx = x->ctx;
     const struct tp_req *r = x->r;
     if (!ctx->store || !ctx->history || r->finish == TP_FINISH_ERROR) return;
-    if (r->params.tool_call) return; /* a tool call in the history cannot be rendered yet */
-    struct tp_buf t = {0};
-    tp_json_encode_bytes(r->text.data ? r->text.data : "", r->text.len, &t);
-    add_msg(ctx->history, "assistant", t.data ? t.data : "");
-    tp_buf_free(&t);
+    struct tp_tool_scan sc;
+    size_t base;
+    const int n_calls = tp_run_reply_calls(r, &sc, &base);
+    const char *text = (r->text.data ? r->text.data : "") + base; /* the content and calls (after </think>) */
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddItemToArray(ctx->history, m);
+    cJSON_AddStringToObject(m, "role", "assistant");
+    if (sc.content_end > 0 || n_calls == 0) tp_json_add_bytes(m, "content", text, sc.content_end);
+    else cJSON_AddNullToObject(m, "content");
+    cJSON *calls = n_calls ? cJSON_AddArrayToObject(m, "tool_calls") : NULL;
+    for (int k = 0; k < sc.n_calls && calls; k++) {
+        const struct tp_tool_call_view *v = &sc.calls[k];
+        if (!v->complete) continue;
+        char cid[96];
+        tp_run_call_id(x->s, r, k, "call_", cid, sizeof cid);
+        cJSON_AddItemToArray(calls, tp_run_chat_call(cid, v->name, text + v->args_off, v->args_len));
+    }
+    /* input items get ids as OpenAI lists them: "<kind>_<response id digits>_in<k>" */
+    int k = 0;
+    cJSON *it;
+    cJSON_ArrayForEach(it, ctx->input_items)
+    {
+        if (!cJSON_IsObject(it) || cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "id"))) {
+            k++;
+            continue;
+        }
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(it, "type");
+        const char *t = cJSON_IsString(ty) ? ty->valuestring : "message";
+        char id[96];
+        snprintf(id, sizeof id, "%s_%s_in%d", !strcmp(t, "function_call") ? "fc" : !strcmp(t, "function_call_output") ? "fco" : "msg",
+                 r->id + strlen("resp_"), k++);
+        cJSON_DeleteItemFromObjectCaseSensitive(it, "id");
+        cJSON_AddStringToObject(it, "id", id);
+    }
     uint64_t num = strtoull(r->id + strlen("resp_") + (size_t)snprintf(NULL, 0, "%llx", (unsigned long long)x->s->created),
                             NULL, 10);
-    store_put(x->s->resp_store, r->id, num, ctx->history);
-    ctx->history = NULL;
+    store_put(x->s->resp_store, r->id, num, ctx->history, cJSON_Duplicate(response, 1), ctx->input_items);
+    ctx->history = ctx->input_items = NULL;
 }
 
 static char *final_json(struct tp_run *x)
 {
-    remember(x);
-    return print_free(response_object(x, 1));
+    cJSON *o = response_object(x, 1);
+    remember(x, o);
+    return print_free(o);
 }
 
 /* An event object whose "type" comes first, as OpenAI sends it. */
@@ -660,11 +838,14 @@ static void event(struct tp_run *x, struct tp_buf *out, cJSON *o)
     free(j);
 }
 
-static cJSON *at_item(struct tp_run *x, const char *type, int with_content)
+/* An event about output item index (id: item_id of call, -1 the message), with content_index 0 for text. */
+static cJSON *at_item(struct tp_run *x, const char *type, int call, int index, int with_content)
 {
+    char id[96];
+    item_id(x, call, id, sizeof id);
     cJSON *o = ev(type);
-    cJSON_AddStringToObject(o, "item_id", item_id(x));
-    cJSON_AddNumberToObject(o, "output_index", 0);
+    cJSON_AddStringToObject(o, "item_id", id);
+    cJSON_AddNumberToObject(o, "output_index", index);
     if (with_content) cJSON_AddNumberToObject(o, "content_index", 0);
     return o;
 }
@@ -679,6 +860,58 @@ static cJSON *text_part(const char *s, size_t n)
     return p;
 }
 
+static void item_added(struct tp_run *x, struct tp_buf *out, int index, cJSON *item)
+{
+    cJSON *o = ev("response.output_item.added");
+    cJSON_AddNumberToObject(o, "output_index", index);
+    cJSON_AddItemToObject(o, "item", item);
+    event(x, out, o);
+}
+
+static void item_done(struct tp_run *x, struct tp_buf *out, int index, cJSON *item)
+{
+    cJSON *o = ev("response.output_item.done");
+    cJSON_AddNumberToObject(o, "output_index", index);
+    cJSON_AddItemToObject(o, "item", item);
+    event(x, out, o);
+}
+
+static void open_message(struct tp_run *x, struct tp_buf *out)
+{
+    struct resp_ctx *ctx = x->ctx;
+    ctx->open = OPEN_MESSAGE;
+    ctx->open_index = ctx->n_items++;
+    item_added(x, out, ctx->open_index, message_item(x, NULL, 0, "in_progress"));
+    cJSON *o = at_item(x, "response.content_part.added", -1, ctx->open_index, 1);
+    cJSON_AddItemToObject(o, "part", text_part("", 0));
+    event(x, out, o);
+}
+
+/* Close the open item: the message's text is the content sent, calls.sent_text bytes from calls.base. */
+static void close_open(struct tp_run *x, struct tp_buf *out)
+{
+    struct resp_ctx *ctx = x->ctx;
+    const struct tp_req *r = x->r;
+    if (ctx->open == OPEN_MESSAGE) {
+        const char *text = (r->text.data ? r->text.data : "") + x->calls.base;
+        size_t n = x->calls.sent_text;
+        cJSON *o = at_item(x, "response.output_text.done", -1, ctx->open_index, 1);
+        tp_json_add_bytes(o, "text", text, n);
+        cJSON_AddArrayToObject(o, "logprobs");
+        event(x, out, o);
+        o = at_item(x, "response.content_part.done", -1, ctx->open_index, 1);
+        cJSON_AddItemToObject(o, "part", text_part(text, n));
+        event(x, out, o);
+        const char *st = incomplete(r) && r->state == TP_REQ_DONE ? "incomplete" : "completed";
+        item_done(x, out, ctx->open_index, message_item(x, text, n, st));
+    } else if (ctx->open == OPEN_CALL) { /* a call cut short by the limit */
+        const int k = x->calls.n_begun - 1;
+        cJSON *it = call_item(x, k, ctx->open_name, "", 0, "incomplete");
+        item_done(x, out, ctx->open_index, it);
+    }
+    ctx->open = OPEN_NONE;
+}
+
 static void s_begin(struct tp_run *x, struct tp_buf *out)
 {
     cJSON *o = ev("response.created");
@@ -687,73 +920,60 @@ static void s_begin(struct tp_run *x, struct tp_buf *out)
     o = ev("response.in_progress");
     cJSON_AddItemToObject(o, "response", response_object(x, 0));
     event(x, out, o);
-    if (x->r->params.tool_call) return; /* the function_call item is announced when it is complete */
-    o = ev("response.output_item.added");
-    cJSON_AddNumberToObject(o, "output_index", 0);
-    cJSON_AddItemToObject(o, "item", output_item(x, 0));
-    event(x, out, o);
-    o = at_item(x, "response.content_part.added", 1);
-    cJSON_AddItemToObject(o, "part", text_part("", 0));
-    event(x, out, o);
+    /* a reply that may hold function calls announces its items as they come */
+    if (x->r->params.tool_format == TP_TOOL_FORMAT_NONE) open_message(x, out);
 }
 
 static void s_text(struct tp_run *x, const char *text, size_t n, struct tp_buf *out)
 {
-    cJSON *o = at_item(x, "response.output_text.delta", 1);
+    struct resp_ctx *ctx = x->ctx;
+    if (ctx->open != OPEN_MESSAGE) open_message(x, out);
+    cJSON *o = at_item(x, "response.output_text.delta", -1, ctx->open_index, 1);
     tp_json_add_bytes(o, "delta", text, n);
     cJSON_AddArrayToObject(o, "logprobs");
     event(x, out, o);
 }
 
+static void s_call_begin(struct tp_run *x, int k, const char *id, const char *name, struct tp_buf *out)
+{
+    (void)id;
+    struct resp_ctx *ctx = x->ctx;
+    close_open(x, out);
+    ctx->open = OPEN_CALL;
+    ctx->open_index = ctx->n_items++;
+    snprintf(ctx->open_name, sizeof ctx->open_name, "%s", name);
+    item_added(x, out, ctx->open_index, call_item(x, k, name, "", 0, "in_progress"));
+}
+
+static void s_call_args(struct tp_run *x, int k, const char *args, size_t n, struct tp_buf *out)
+{
+    struct resp_ctx *ctx = x->ctx;
+    cJSON *o = at_item(x, "response.function_call_arguments.delta", k, ctx->open_index, 0);
+    tp_json_add_bytes(o, "delta", args, n);
+    event(x, out, o);
+}
+
+static void s_call_done(struct tp_run *x, int k, const char *name, const char *args, size_t n, struct tp_buf *out)
+{
+    struct resp_ctx *ctx = x->ctx;
+    cJSON *o = at_item(x, "response.function_call_arguments.done", k, ctx->open_index, 0);
+    cJSON_AddStringToObject(o, "name", name);
+    tp_json_add_bytes(o, "arguments", args, n);
+    event(x, out, o);
+    item_done(x, out, ctx->open_index, call_item(x, k, name, args, n, "completed"));
+    ctx->open = OPEN_NONE;
+}
+
 static void s_end(struct tp_run *x, struct tp_buf *out)
 {
+    struct resp_ctx *ctx = x->ctx;
     const struct tp_req *r = x->r;
-    char *name = NULL, *args = NULL;
-    int tool = r->params.tool_call && tp_run_tool_call(r, &name, &args) == 0;
-    const char *text = r->text.data ? r->text.data : "";
-    cJSON *o;
-    if (tool) {
-        o = ev("response.output_item.added");
-        cJSON_AddNumberToObject(o, "output_index", 0);
-        cJSON *item = output_item(x, 0);
-        cJSON_ReplaceItemInObjectCaseSensitive(item, "name", cJSON_CreateString(name));
-        cJSON_AddItemToObject(o, "item", item);
-        event(x, out, o);
-        o = at_item(x, "response.function_call_arguments.delta", 0);
-        cJSON_AddStringToObject(o, "delta", args);
-        event(x, out, o);
-        o = at_item(x, "response.function_call_arguments.done", 0);
-        cJSON_AddStringToObject(o, "name", name);
-        cJSON_AddStringToObject(o, "arguments", args);
-        event(x, out, o);
-    } else {
-        if (r->params.tool_call) { /* a forced call cut short: its text, as a message */
-            o = ev("response.output_item.added");
-            cJSON_AddNumberToObject(o, "output_index", 0);
-            cJSON_AddItemToObject(o, "item", output_item(x, 0));
-            event(x, out, o);
-            o = at_item(x, "response.content_part.added", 1);
-            cJSON_AddItemToObject(o, "part", text_part("", 0));
-            event(x, out, o);
-            if (r->text.len) s_text(x, text, r->text.len, out);
-        }
-        o = at_item(x, "response.output_text.done", 1);
-        tp_json_add_bytes(o, "text", text, r->text.len);
-        cJSON_AddArrayToObject(o, "logprobs");
-        event(x, out, o);
-        o = at_item(x, "response.content_part.done", 1);
-        cJSON_AddItemToObject(o, "part", text_part(text, r->text.len));
-        event(x, out, o);
-    }
-    free(name);
-    free(args);
-    o = ev("response.output_item.done");
-    cJSON_AddNumberToObject(o, "output_index", 0);
-    cJSON_AddItemToObject(o, "item", output_item(x, 1));
-    event(x, out, o);
-    remember(x);
-    o = ev(incomplete(r) ? "response.incomplete" : "response.completed");
-    cJSON_AddItemToObject(o, "response", response_object(x, 1));
+    if (ctx->n_items == 0) open_message(x, out); /* an empty reply: one empty message */
+    close_open(x, out);
+    cJSON *resp = response_object(x, 1);
+    remember(x, resp);
+    cJSON *o = ev(incomplete(r) ? "response.incomplete" : "response.completed");
+    cJSON_AddItemToObject(o, "response", resp);
     event(x, out, o);
 }
 
@@ -771,9 +991,13 @@ static char *error_json(const struct tp_api_error *e) { return tp_api_error_json
 static const struct tp_run_ops responses_ops = {
     .path = "/v1/responses",
     .id_prefix = "resp_",
+    .call_id_prefix = "call_",
     .stream_type = "text/event-stream",
     .begin = s_begin,
     .text = s_text,
+    .call_begin = s_call_begin,
+    .call_args = s_call_args,
+    .call_done = s_call_done,
     .end = s_end,
     .error = s_error,
     .keepalive = NULL,
@@ -807,6 +1031,7 @@ enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Co
     int rc = parse_request(s, body, len, 1, &p, &ctx, &e);
     cJSON_Delete(ctx.echo);
     cJSON_Delete(ctx.history);
+    cJSON_Delete(ctx.input_items);
     if (rc != 0) return tp_run_send_error(s, c, &responses_ops, &e);
     int32_t *ids = NULL;
     int n = 0;
@@ -817,4 +1042,102 @@ enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Co
     char json[96];
     snprintf(json, sizeof json, "{\"object\":\"response.input_tokens\",\"input_tokens\":%d}", n);
     return tp_http_send_json(s, c, 200, json);
+}
+
+/* ------------------------------------------------------------ stored responses */
+
+static enum MHD_Result send_stored(struct tp_server *s, struct MHD_Connection *c, cJSON *o)
+{
+    char *j = o ? print_free(o) : NULL;
+    enum MHD_Result ret = j ? tp_http_send_json(s, c, 200, j) : MHD_NO;
+    free(j);
+    return ret;
+}
+
+/* GET .../input_items: the list object, newest first unless order=asc; limit (1..100, default 20); after
+ * (an item id: the items that follow it in that order). */
+static enum MHD_Result input_items(struct tp_server *s, struct MHD_Connection *c, cJSON *items)
+{
+    struct tp_api_error e;
+    const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+    const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    int asc = 0, limit = 20;
+    if (order && strcmp(order, "asc") && strcmp(order, "desc")) {
+        cJSON_Delete(items);
+        tp_api_err(&e, TP_ERR_INVALID_ARG, "order", "'order' must be \"asc\" or \"desc\"");
+        return tp_run_send_error(s, c, &responses_ops, &e);
+    }
+    asc = order && strcmp(order, "asc") == 0;
+    if (lim) {
+        char *end = NULL;
+        long v = strtol(lim, &end, 10);
+        if (!*lim || *end || v < 1 || v > 100) {
+            cJSON_Delete(items);
+            tp_api_err(&e, TP_ERR_INVALID_ARG, "limit", "'limit' must be an integer from 1 to 100");
+            return tp_run_send_error(s, c, &responses_ops, &e);
+        }
+        limit = (int)v;
+    }
+    const int n = cJSON_GetArraySize(items);
+    cJSON *o = cJSON_CreateObject(), *data = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToObject(o, "data", data);
+    int skipping = after != NULL, more = 0;
+    for (int i = 0; i < n; i++) {
+        cJSON *it = cJSON_GetArrayItem(items, asc ? i : n - 1 - i);
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+        if (skipping) {
+            skipping = !(cJSON_IsString(id) && strcmp(id->valuestring, after) == 0);
+            continue;
+        }
+        if (cJSON_GetArraySize(data) == limit) {
+            more = 1;
+            break;
+        }
+        cJSON_AddItemToArray(data, cJSON_Duplicate(it, 1));
+    }
+    const cJSON *first = data->child, *last = first ? first->prev : NULL;
+    const cJSON *fid = first ? cJSON_GetObjectItemCaseSensitive(first, "id") : NULL;
+    const cJSON *lid = last ? cJSON_GetObjectItemCaseSensitive(last, "id") : NULL;
+    if (cJSON_IsString(fid)) cJSON_AddStringToObject(o, "first_id", fid->valuestring);
+    else cJSON_AddNullToObject(o, "first_id");
+    if (cJSON_IsString(lid)) cJSON_AddStringToObject(o, "last_id", lid->valuestring);
+    else cJSON_AddNullToObject(o, "last_id");
+    cJSON_AddBoolToObject(o, "has_more", more);
+    cJSON_Delete(items);
+    return send_stored(s, c, o);
+}
+
+enum MHD_Result tp_api_responses_stored(struct tp_server *s, struct MHD_Connection *c, const char *method,
+                                        const char *rest)
+{
+    struct tp_api_error e;
+    char id[64];
+    size_t idl = strcspn(rest, "/");
+    const char *sub = rest + idl;
+    int list = strcmp(sub, "/input_items") == 0, del = strcmp(method, "DELETE") == 0;
+    if (idl == 0 || idl >= sizeof id || (*sub && !list) || (del && list)) {
+        tp_api_err(&e, TP_ERR_NOT_FOUND, NULL, "no such endpoint: %s /v1/responses/%.80s (GET or DELETE "
+                   "/v1/responses/{id}, GET /v1/responses/{id}/input_items)", method, rest);
+        return tp_run_send_error(s, c, &responses_ops, &e);
+    }
+    memcpy(id, rest, idl);
+    id[idl] = '\0';
+    cJSON *v = store_lookup(s->resp_store, id, del ? WANT_DELETE : list ? WANT_INPUT_ITEMS : WANT_RESPONSE);
+    if (!v) {
+        tp_api_err(&e, TP_ERR_NOT_FOUND, NULL, "Response with id '%s' not found (this server keeps the last %d "
+                   "stored responses in memory: --responses-store)", id, s->resp_store ? s->resp_store->cap : 0);
+        return tp_run_send_error(s, c, &responses_ops, &e);
+    }
+    if (list) return input_items(s, c, v);
+    if (del) {
+        cJSON_Delete(v);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", id);
+        cJSON_AddStringToObject(o, "object", "response");
+        cJSON_AddBoolToObject(o, "deleted", 1);
+        return send_stored(s, c, o);
+    }
+    return send_stored(s, c, v);
 }

@@ -47,7 +47,18 @@ void tp_run_make_id(struct tp_server *s, const char *prefix, char *out, size_t c
     snprintf(out, cap, "%s%llx%06llu", prefix, (unsigned long long)s->created, (unsigned long long)num);
 }
 
-enum tp_status tp_run_tokens(struct tp_server *s, const struct tp_req_params *p, const char *param, int32_t **ids,
+/* What the harmony format alone takes (reasoning_effort). */
+static enum tp_status refuse_for_template(struct tp_server *s, const struct tp_req_params *p, struct tp_api_error *e)
+{
+    if (s->chat == TP_CHAT_HARMONY) return TP_OK;
+    if (p->reasoning_effort)
+        return tp_api_err(e, TP_ERR_UNSUPPORTED, "reasoning_effort", "'reasoning_effort' is not supported by the %s "
+                          "chat template (it applies to gpt-oss, the harmony format); remove it",
+                          tp_chat_family_name(s->chat));
+    return TP_OK;
+}
+
+enum tp_status tp_run_tokens(struct tp_server *s, struct tp_req_params *p, const char *param, int32_t **ids,
                              int *n, struct tp_api_error *e)
 {
     *ids = NULL;
@@ -63,10 +74,31 @@ enum tp_status tp_run_tokens(struct tp_server *s, const struct tp_req_params *p,
         return tp_server_tokenize(s, p->prompt ? p->prompt : "", p->prompt_len, tp_tokenizer_add_bos(s->tok), ids, n,
                                   e);
     }
+    enum tp_status st = refuse_for_template(s, p, e);
+    if (st != TP_OK) return st;
+    /* harmony's calls are read from the reply's channel tokens (harmony.c): no call grammar; a forced call
+     * is the function's name and arguments after the prompt's commentary header */
+    if (s->chat != TP_CHAT_HARMONY) st = tp_req_tools_grammar(p, tp_chat_tool_format(s->chat), tp_chat_family_name(s->chat), e);
+    else st = tp_req_forced_name_args(p, e);
+    if (st == TP_OK && s->chat == TP_CHAT_HARMONY && p->tool_auto) st = tp_req_harmony_calls_grammar(p, e);
+    if (st != TP_OK) return st;
+    p->think = p->tool_auto && s->chat == TP_CHAT_QWEN3;
+    /* Mistral's templates refuse call ids other than 9 characters when the calls come back in the history */
+    const enum tp_tool_format ff = tp_chat_tool_format(s->chat);
+    p->short_call_ids = ff == TP_TOOL_FORMAT_MISTRAL || ff == TP_TOOL_FORMAT_MISTRAL_ARGS;
     struct tp_buf text = {0};
     struct tp_error err = {0};
-    enum tp_status st = tp_chat_render(s->chat, p->msgs, p->n_msgs, 1, s->bos_text, s->eos_text,
-                                       s->has_default_system ? s->default_system : NULL, &text, &err);
+    /* tools are shown to models whose template has a place for them; a forced call is generated under its
+     * schema either way */
+    struct tp_chat_opts opts = {.add_generation_prompt = 1,
+                                .bos = s->bos_text,
+                                .eos = s->eos_text,
+                                .default_system = s->has_default_system ? s->default_system : NULL,
+                                .tools = tp_chat_has_tools(s->chat) ? p->tools : NULL,
+                                .reasoning_effort = p->reasoning_effort};
+    st = tp_chat_render_opts(s->chat, p->msgs, p->n_msgs, &opts, &text, &err);
+    if (st == TP_OK && s->chat == TP_CHAT_HARMONY && p->tool_call)
+        st = tp_buf_puts(&text, "<|channel|>commentary to=functions.");
     if (st != TP_OK) {
         tp_buf_free(&text);
         if (st == TP_ERR_NOMEM) return tp_api_err(e, st, NULL, "out of memory");
@@ -74,12 +106,72 @@ enum tp_status tp_run_tokens(struct tp_server *s, const struct tp_req_params *p,
                           tp_chat_family_name(s->chat), tp_error_msg(&err));
     }
     const char *t = text.data ? text.data : "";
-    size_t tl = tp_json_decode_nul(text.data, text.len);
+    size_t tl = tp_json_decode_nul(text.data, text.len); /* contents held NUL in tree form */
+    /* no BOS added when the rendered text already begins with it (an empty BOS text never does) */
     int add_bos = tp_tokenizer_add_bos(s->tok) &&
                   !(s->bos_text[0] && tl >= strlen(s->bos_text) && tp_str_starts_with(t, s->bos_text));
     st = tp_server_tokenize(s, t, tl, add_bos, ids, n, e);
     tp_buf_free(&text);
     return st;
+}
+
+enum tp_status tp_run_default_bias(const struct tp_server *s, struct tp_req_params *p, struct tp_api_error *e)
+{
+    if (s->n_bias == 0 || p->n_logit_bias > 0 || p->embed) return TP_OK;
+    p->bias_id = malloc(sizeof(int32_t) * (size_t)s->n_bias);
+    p->bias_val = malloc(sizeof(float) * (size_t)s->n_bias);
+    if (!p->bias_id || !p->bias_val) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
+    memcpy(p->bias_id, s->bias_id, sizeof(int32_t) * (size_t)s->n_bias);
+    memcpy(p->bias_val, s->bias_val, sizeof(float) * (size_t)s->n_bias);
+    p->n_logit_bias = s->n_bias;
+    return TP_OK;
+}
+
+int tp_run_wait_done(struct tp_server *s, struct MHD_Connection *c, struct tp_req *r)
+{
+    pthread_mutex_t *mu = tp_engine_mutex(s->engine);
+    while (r->state != TP_REQ_DONE) {
+        struct timespec ts;
+        deadline_in(&ts, 100);
+        pthread_cond_timedwait(&r->cond, mu, &ts);
+        if (r->state != TP_REQ_DONE && tp_http_client_gone(c)) {
+            pthread_mutex_unlock(mu);
+            tp_engine_cancel(s->engine, r);
+            pthread_mutex_lock(mu);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+size_t tp_run_drain(struct tp_buf *out, size_t *pos, char *buf, size_t max, uint64_t *last_out_ns)
+{
+    if (*pos >= out->len) return 0;
+    size_t n = TP_MIN(max, out->len - *pos);
+    memcpy(buf, out->data + *pos, n);
+    *pos += n;
+    if (*pos == out->len) *pos = out->len = 0;
+    *last_out_ns = tp_now_ns();
+    return n;
+}
+
+int tp_run_wait_news(struct tp_server *s, struct MHD_Connection *c, struct tp_req *r, int sent_toks,
+                     uint64_t last_out_ns, int keepalive)
+{
+    pthread_mutex_t *mu = tp_engine_mutex(s->engine);
+    while (r->n_toks == sent_toks && r->state != TP_REQ_DONE) {
+        struct timespec ts;
+        deadline_in(&ts, 100);
+        pthread_cond_timedwait(&r->cond, mu, &ts);
+        if (r->n_toks != sent_toks || r->state == TP_REQ_DONE) break;
+        if (tp_http_client_gone(c)) {
+            pthread_mutex_unlock(mu);
+            tp_engine_cancel(s->engine, r);
+            return -1;
+        }
+        if (keepalive && tp_now_ns() - last_out_ns > KEEPALIVE_NS) return 1;
+    }
+    return 0;
 }
 
 /* Replace every "from" by "to" in s (in place, bounded by cap). */
@@ -122,24 +214,42 @@ int tp_run_parse_chat(struct tp_server *s, const cJSON *req, const char *const (
     return rc;
 }
 
-int tp_run_tool_call(const struct tp_req *r, char **name, char **args_json)
+int tp_run_reply_calls(const struct tp_req *r, struct tp_tool_scan *sc, size_t *base)
 {
-    *name = *args_json = NULL;
-    if (!r->params.tool_call || r->finish != TP_FINISH_STOP || !r->text.data) return -1;
-    cJSON *v = cJSON_ParseWithLength(r->text.data, r->text.len);
-    const cJSON *nm = v ? cJSON_GetObjectItemCaseSensitive(v, "name") : NULL;
-    const cJSON *args = v ? cJSON_GetObjectItemCaseSensitive(v, "arguments") : NULL;
-    if (cJSON_IsString(nm) && args) {
-        *name = malloc(strlen(nm->valuestring) + 1);
-        if (*name) strcpy(*name, nm->valuestring);
-        *args_json = cJSON_PrintUnformatted(args);
+    const char *text = r->text.data ? r->text.data : "";
+    struct tp_think_parts tp = {0};
+    if (r->params.think) tp_think_split(text, r->text.len, 1, &tp);
+    *base = tp.content_b;
+    tp_tool_scan(r->params.tool_format, text + *base, r->text.len - *base, 1, sc);
+    int n = 0;
+    for (int k = 0; k < sc->n_calls; k++) n += sc->calls[k].complete;
+    return n;
+}
+
+void tp_run_call_id(const struct tp_server *s, const struct tp_req *r, int k, const char *prefix, char *out,
+                    size_t cap)
+{
+    (void)s;
+    if (!r->params.short_call_ids) {
+        /* the request id's unique part: what follows its own prefix ("chatcmpl-", "msg_", "resp_") */
+        const char *u = r->id + strcspn(r->id, "-_");
+        snprintf(out, cap, "%s%s_%d", prefix, *u ? u + 1 : r->id, k);
+        return;
     }
-    cJSON_Delete(v);
-    if (*name && *args_json) return 0;
-    free(*name);
-    free(*args_json);
-    *name = *args_json = NULL;
-    return -1;
+    static const char an[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = r->id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h = (h ^ (uint64_t)k) * 1099511628211ull;
+    size_t n = 0;
+    for (; n < 9 && n + 1 < cap; n++, h /= 62) out[n] = an[h % 62];
+    out[n] = '\0';
+}
+
+const char *tp_run_error_text(const struct tp_api_error *e, char *buf, size_t cap)
+{
+    if (e->param[0] && !strstr(e->message, e->param)) snprintf(buf, cap, "%s: %s", e->param, e->message);
+    else snprintf(buf, cap, "%s", e->message);
+    return buf;
 }
 
 const char *tp_run_stop_string(const struct tp_req *r, size_t *len)
@@ -175,6 +285,91 @@ static void run_free(struct tp_run *x)
 
 /* ------------------------------------------------------------ streaming */
 
+void tp_run_stream_calls(const struct tp_req *r, int final, struct tp_call_cursor *cur,
+                         const struct tp_call_sink *sink, void *ctx)
+{
+    const char *text = r->text.data ? r->text.data : "";
+    size_t len = r->text.len;
+    if (r->params.think) {
+        /* the reasoning first; the content and the calls come after </think> (an empty region while the
+         * reasoning is open or the reply may still open it) */
+        struct tp_think_parts tp;
+        tp_think_split(text, len, final, &tp);
+        if (tp.thinking && tp.reasoning_e > tp.reasoning_b + cur->sent_reasoning) {
+            if (sink->reasoning)
+                sink->reasoning(ctx, text + tp.reasoning_b + cur->sent_reasoning,
+                                tp.reasoning_e - tp.reasoning_b - cur->sent_reasoning);
+            cur->sent_reasoning = tp.reasoning_e - tp.reasoning_b;
+        }
+        cur->base = tp.content_b;
+        len = tp.content_e > tp.content_b ? tp.content_e : tp.content_b;
+    }
+    text += cur->base;
+    len -= cur->base;
+    struct tp_tool_scan sc;
+    tp_tool_scan(r->params.tool_format, text, len, final, &sc);
+    size_t ce = cur->n_begun > 0 ? cur->sent_text : sc.content_end;
+    if (ce > cur->sent_text) {
+        if (sink->text) sink->text(ctx, text + cur->sent_text, ce - cur->sent_text);
+        cur->sent_text = ce;
+    }
+    for (int k = 0; k < sc.n_calls && !sc.malformed; k++) {
+        const struct tp_tool_call_view *v = &sc.calls[k];
+        if (k == cur->n_begun && v->name[0]) {
+            if (sink->begin) sink->begin(ctx, k, v->name);
+            cur->n_begun++;
+        }
+        if (k >= cur->n_begun) break;
+        if (v->args_len > cur->args_sent[k]) {
+            if (sink->args) sink->args(ctx, k, text + v->args_off + cur->args_sent[k], v->args_len - cur->args_sent[k]);
+            cur->args_sent[k] = v->args_len;
+        }
+        if (k == cur->n_done && v->complete) {
+            if (sink->done) sink->done(ctx, k, v->name, text + v->args_off, v->args_len);
+            cur->n_done++;
+        }
+    }
+}
+
+cJSON *tp_run_chat_call(const char *id, const char *name, const char *args, size_t n)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON *fn = cJSON_AddObjectToObject(c, "function");
+    cJSON_AddStringToObject(fn, "name", name);
+    if (tp_json_add_bytes(fn, "arguments", args, n) != TP_OK || !fn) {
+        cJSON_Delete(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* The API's ops as a tp_call_sink for a tp_run. */
+static void sink_text(void *ctx, const char *text, size_t n)
+{
+    struct tp_run *x = ctx;
+    x->ops->text(x, text, n, &x->out);
+}
+static void sink_begin(void *ctx, int k, const char *name)
+{
+    struct tp_run *x = ctx;
+    char id[96];
+    tp_run_call_id(x->s, x->r, k, x->ops->call_id_prefix ? x->ops->call_id_prefix : "call_", id, sizeof id);
+    if (x->ops->call_begin) x->ops->call_begin(x, k, id, name, &x->out);
+}
+static void sink_args(void *ctx, int k, const char *args, size_t n)
+{
+    struct tp_run *x = ctx;
+    if (x->ops->call_args) x->ops->call_args(x, k, args, n, &x->out);
+}
+static void sink_done(void *ctx, int k, const char *name, const char *args, size_t n)
+{
+    struct tp_run *x = ctx;
+    if (x->ops->call_done) x->ops->call_done(x, k, name, args, n, &x->out);
+}
+static const struct tp_call_sink run_sink = {sink_text, NULL, sink_begin, sink_args, sink_done};
+
 /* mu held: format everything new into x->out. */
 static void run_format(struct tp_run *x)
 {
@@ -183,15 +378,16 @@ static void run_format(struct tp_run *x)
         if (x->ops->begin) x->ops->begin(x, &x->out);
         x->begun = 1;
     }
-    if (!r->params.tool_call) {
-        size_t end = r->text.len;
-        if (end > x->sent_text) {
-            x->ops->text(x, r->text.data + x->sent_text, end - x->sent_text, &x->out);
-            x->sent_text = end;
-        }
+    const int done = r->state == TP_REQ_DONE;
+    if (r->params.tool_format != TP_TOOL_FORMAT_NONE) {
+        if (x->sent_toks < r->n_toks || done)
+            tp_run_stream_calls(r, done && r->finish != TP_FINISH_ERROR, &x->calls, &run_sink, x);
+    } else if (r->text.len > x->calls.sent_text) {
+        x->ops->text(x, r->text.data + x->calls.sent_text, r->text.len - x->calls.sent_text, &x->out);
+        x->calls.sent_text = r->text.len;
     }
     x->sent_toks = r->n_toks;
-    if (r->state != TP_REQ_DONE) return;
+    if (!done) return;
     if (r->finish == TP_FINISH_ERROR) {
         struct tp_api_error e;
         tp_api_err_from(&e, &r->err);
@@ -209,34 +405,17 @@ static ssize_t run_read(void *cls, uint64_t pos, char *buf, size_t max)
     struct tp_run *x = cls;
     pthread_mutex_t *mu = tp_engine_mutex(x->s->engine);
     for (;;) {
-        if (x->out_pos < x->out.len) {
-            size_t n = TP_MIN(max, x->out.len - x->out_pos);
-            memcpy(buf, x->out.data + x->out_pos, n);
-            x->out_pos += n;
-            if (x->out_pos == x->out.len) x->out_pos = x->out.len = 0;
-            x->last_out_ns = tp_now_ns();
-            return (ssize_t)n;
-        }
+        size_t n = tp_run_drain(&x->out, &x->out_pos, buf, max, &x->last_out_ns);
+        if (n > 0) return (ssize_t)n;
         if (x->ended) {
             x->complete = 1;
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         pthread_mutex_lock(mu);
-        struct tp_req *r = x->r;
-        while (x->begun && r->n_toks == x->sent_toks && r->state != TP_REQ_DONE) {
-            struct timespec ts;
-            deadline_in(&ts, 100);
-            pthread_cond_timedwait(&r->cond, mu, &ts);
-            if (r->n_toks != x->sent_toks || r->state == TP_REQ_DONE) break;
-            if (tp_http_client_gone(x->conn)) {
-                pthread_mutex_unlock(mu);
-                tp_engine_cancel(x->s->engine, r);
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
-            if (tp_now_ns() - x->last_out_ns > KEEPALIVE_NS && x->ops->keepalive) {
-                x->ops->keepalive(x, &x->out);
-                break;
-            }
+        if (x->begun) {
+            int w = tp_run_wait_news(x->s, x->conn, x->r, x->sent_toks, x->last_out_ns, x->ops->keepalive != NULL);
+            if (w < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (w > 0) x->ops->keepalive(x, &x->out);
         }
         run_format(x);
         pthread_mutex_unlock(mu);
@@ -281,7 +460,11 @@ enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, co
     x->conn = c;
     x->status = 200;
     int n = n_ids;
-    if (ids || tp_run_tokens(s, p, p->chat ? "messages" : "prompt", &ids, &n, &e) == TP_OK) {
+    if (s->chat == TP_CHAT_HARMONY && p->tools) {
+        /* harmony replies carry their calls in channel tokens, which only chat completions reads */
+        tp_api_err(&e, TP_ERR_UNSUPPORTED, "tools", "tool calls on %s are not supported with the harmony format "
+                   "(gpt-oss); use /v1/chat/completions, or leave the tools out", ops->path);
+    } else if (ids || tp_run_tokens(s, p, p->chat ? "messages" : "prompt", &ids, &n, &e) == TP_OK) {
         const char *pp = p->chat ? "messages" : "prompt";
         if (n == 0) {
             tp_api_err(&e, TP_ERR_INVALID_ARG, pp, "the prompt is empty (0 tokens); send some text");
@@ -297,6 +480,7 @@ enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, co
             e.code = "context_length_exceeded";
         }
     }
+    if (!e.status) tp_run_default_bias(s, p, &e);
     struct tp_req *r = NULL;
     if (!e.status && !(r = tp_req_new())) tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
     if (e.status) {
@@ -338,20 +522,12 @@ enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, co
         return ret;
     }
     pthread_mutex_lock(mu);
-    while (r->state != TP_REQ_DONE) {
-        struct timespec ts;
-        deadline_in(&ts, 100);
-        pthread_cond_timedwait(&r->cond, mu, &ts);
-        if (r->state != TP_REQ_DONE && tp_http_client_gone(c)) {
-            pthread_mutex_unlock(mu);
-            tp_engine_cancel(s->engine, r);
-            pthread_mutex_lock(mu);
-            run_log(x, 499);
-            pthread_mutex_unlock(mu);
-            tp_metrics_request(s->metrics, 499);
-            run_free(x);
-            return MHD_NO;
-        }
+    if (tp_run_wait_done(s, c, r) != 0) {
+        run_log(x, 499);
+        pthread_mutex_unlock(mu);
+        tp_metrics_request(s->metrics, 499);
+        run_free(x);
+        return MHD_NO;
     }
     enum MHD_Result ret;
     if (r->finish == TP_FINISH_ERROR) {

@@ -11,6 +11,8 @@
  * and ranks as chat completions), waits or streams, and calls back into the
  * API's formatter (struct tp_run_ops) to turn the engine's events into that
  * API's response or stream, and errors into that API's error shape.
+ * Chat completions (api.c) shares the prompt builder (tp_run_tokens), the
+ * waits and the walk over a streamed reply's tool calls.
  */
 #ifndef TP_SERVER_API_RUN_H
 #define TP_SERVER_API_RUN_H
@@ -19,16 +21,53 @@
 
 struct tp_run;
 
+/* Where the stream of a reply that may hold tool calls stands. */
+struct tp_call_cursor {
+    size_t base;                         /* where the content starts in the reply: after </think> for a
+                                          * reasoning reply (params.think), else 0 */
+    size_t sent_text;                    /* content bytes streamed, from base */
+    size_t sent_reasoning;               /* reasoning bytes streamed */
+    int n_begun, n_done;                 /* calls begun (name sent), calls completed */
+    size_t args_sent[TP_TOOL_MAX_CALLS]; /* argument bytes streamed of each begun call */
+};
+/* What a stream does with the pieces of such a reply (any may be NULL; ctx is the caller's). */
+struct tp_call_sink {
+    void (*text)(void *ctx, const char *text, size_t n);
+    void (*reasoning)(void *ctx, const char *text, size_t n); /* a <think> reply's reasoning (params.think) */
+    void (*begin)(void *ctx, int k, const char *name);
+    void (*args)(void *ctx, int k, const char *args, size_t n);
+    void (*done)(void *ctx, int k, const char *name, const char *args, size_t n);
+};
+/*
+ * Stream what is new in r's reply (mu held) from a scan of its text in its tool format: the reasoning of a
+ * <think> reply (params.think: the content and the calls come after </think>), content up to the first
+ * call (a tail that could still become a call marker is held back), then each call as it begins (its name
+ * complete), grows and completes, in order.  final: the reply ended.  Advances cur.
+ */
+void tp_run_stream_calls(const struct tp_req *r, int final, struct tp_call_cursor *cur,
+                         const struct tp_call_sink *sink, void *ctx);
+/* A chat-completions tool call {"id", "type": "function", "function": {"name", "arguments": args[0..n)}}
+ * (NULL on out of memory). */
+struct cJSON *tp_run_chat_call(const char *id, const char *name, const char *args, size_t n);
+
 /* How one API shapes its answers.  Every callback that takes a struct tp_run
  * runs with the engine mutex held and appends to out; none may block. */
 struct tp_run_ops {
     const char *path;          /* for the request log, e.g. "/v1/messages" */
     const char *id_prefix;     /* request ids: "<prefix><hex>" ("msg_", "resp_") */
+    const char *call_id_prefix; /* tool call ids (tp_run_call_id): "toolu_", "call_" */
     const char *stream_type;   /* Content-Type of a stream: "text/event-stream", "application/x-ndjson" */
     /* streaming: first events, before any text (may be NULL) */
     void (*begin)(struct tp_run *x, struct tp_buf *out);
-    /* streaming: released text text[0..n) (never for a forced tool call, whose text is the call) */
+    /* streaming: released content text[0..n) (for a reply that may hold tool calls, the content before them) */
     void (*text)(struct tp_run *x, const char *text, size_t n, struct tp_buf *out);
+    /* streaming, a reply that may hold tool calls (tool_choice auto or forced; any may be NULL): call k (0, 1,
+     * ... in order) began and its name is complete (id: tp_run_call_id); its arguments grew by args[0..n)
+     * (the fragments concatenate to the JSON text the model wrote); its arguments are complete (args[0..n):
+     * the whole value).  A call cut short by a limit gets no call_done: end closes what is open. */
+    void (*call_begin)(struct tp_run *x, int k, const char *id, const char *name, struct tp_buf *out);
+    void (*call_args)(struct tp_run *x, int k, const char *args, size_t n, struct tp_buf *out);
+    void (*call_done)(struct tp_run *x, int k, const char *name, const char *args, size_t n, struct tp_buf *out);
     /* streaming: the request finished (not with an error): the closing events */
     void (*end)(struct tp_run *x, struct tp_buf *out);
     /* streaming: the engine failed the request after the stream began */
@@ -53,20 +92,50 @@ struct tp_run {
     struct tp_buf out;         /* formatted, not yet handed to MHD */
     size_t out_pos;
     int sent_toks;             /* tokens whose text has been formatted */
-    size_t sent_text;          /* bytes of r->text formatted */
+    struct tp_call_cursor calls; /* what of the reply was formatted: content bytes (calls.sent_text), tool calls */
     int begun, ended, complete;
     int status;                /* the status logged and counted: 200, or the mid-stream error's */
     uint64_t last_out_ns;
 };
 
 /*
- * Render p's messages with the server's chat template (p->chat) or take p's
- * prompt, and tokenize: *ids (malloc'd, caller frees) and their count *n.
- * Returns TP_OK, or with e filled TP_ERR_INVALID_ARG (the template refuses
- * the messages; param names the field to blame) or TP_ERR_NOMEM.
+ * The prompt of a parsed request as token ids, built exactly as chat
+ * completions builds it: p's messages rendered with the server's chat
+ * template (the tools shown to the model when its template has a place for
+ * them; tool_choice "auto" gets the grammar of the family's call format,
+ * tp_req_tools_grammar, which sets p->tool_format), or p's prompt text
+ * tokenized, or p's prompt ids copied.  *ids (malloc'd, caller frees) and
+ * their count *n.  Returns TP_OK, or with e filled TP_ERR_INVALID_ARG (the
+ * template refuses the messages; param names the field to blame),
+ * TP_ERR_UNSUPPORTED (what the template cannot do), TP_ERR_NOMEM.
  */
-enum tp_status tp_run_tokens(struct tp_server *s, const struct tp_req_params *p, const char *param, int32_t **ids,
+enum tp_status tp_run_tokens(struct tp_server *s, struct tp_req_params *p, const char *param, int32_t **ids,
                              int *n, struct tp_api_error *e);
+
+/* The server's --logit-bias copied into p when p has no logit_bias of its own (and is not an embedding).
+ * TP_OK or TP_ERR_NOMEM (e filled). */
+enum tp_status tp_run_default_bias(const struct tp_server *s, struct tp_req_params *p, struct tp_api_error *e);
+
+/*
+ * Wait (mu held, released while waiting) until r is done; every 100 ms
+ * checks whether the client of c went away, and then cancels r and returns
+ * -1 with mu held again.  Returns 0 when r is done.
+ */
+int tp_run_wait_done(struct tp_server *s, struct MHD_Connection *c, struct tp_req *r);
+
+/* A streaming content callback's first move: hand MHD (buf, at most max bytes) what is formatted in
+ * out[*pos..] and return how many bytes (> 0; out emptied once all went), or 0 when nothing is buffered.
+ * *last_out_ns: when bytes last went out. */
+size_t tp_run_drain(struct tp_buf *out, size_t *pos, char *buf, size_t max, uint64_t *last_out_ns);
+
+/*
+ * A streaming content callback waiting for news (mu held): returns when r has
+ * tokens beyond sent_toks or is done (0), when nothing was sent for a second
+ * and keepalive is set (1: the caller sends a keep-alive), or when the client
+ * went away (-1: r cancelled, mu released).
+ */
+int tp_run_wait_news(struct tp_server *s, struct MHD_Connection *c, struct tp_req *r, int sent_toks,
+                     uint64_t last_out_ns, int keepalive);
 
 /*
  * Run p (owned from here on, also on failure) as one engine request and answer
@@ -94,10 +163,22 @@ enum MHD_Result tp_run_send_error(struct tp_server *s, struct MHD_Connection *c,
 int tp_run_parse_chat(struct tp_server *s, const struct cJSON *req, const char *const (*rename)[2],
                       struct tp_req_params *p, struct tp_api_error *e);
 
-/* The forced tool call of a finished request: its name and arguments JSON
- * text (both malloc'd, caller frees).  Returns 0, or -1 when the request was
- * not a forced call or its text does not parse as one. */
-int tp_run_tool_call(const struct tp_req *r, char **name, char **args_json);
+/* The finished reply of r read for tool calls in its format (tp_tool_scan, final) from *base (after
+ * </think> in a reasoning reply, params.think; else 0): sc->calls[0, sc->n_calls) with complete set are the
+ * calls (their offsets from base), r->text[base, base + sc->content_end) the content before them.  A reply
+ * without calls (none asked for, or text that does not parse as calls) is all content.  Returns the number
+ * of complete calls. */
+int tp_run_reply_calls(const struct tp_req *r, struct tp_tool_scan *sc, size_t *base);
+
+/* The id of tool call k of request r: prefix, the request id's unique part and k ("call_<id>_<k>"), or
+ * the 9 alphanumeric characters Mistral's templates take (params.short_call_ids; derived from the same
+ * two).  out: at least 96 bytes. */
+void tp_run_call_id(const struct tp_server *s, const struct tp_req *r, int k, const char *prefix, char *out,
+                    size_t cap);
+
+/* e's message for the APIs whose errors have no param field (Anthropic's, Ollama's): "<param>: <message>"
+ * when the message does not name the param, in buf (cap bytes); returns buf. */
+const char *tp_run_error_text(const struct tp_api_error *e, char *buf, size_t cap);
 
 /* Which stop string ended r ("" when EOS or a limit ended it; never NULL). */
 const char *tp_run_stop_string(const struct tp_req *r, size_t *len);
@@ -123,6 +204,10 @@ char *tp_api_messages_error_json(const struct tp_api_error *e);
 enum MHD_Result tp_api_responses(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len);
 enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Connection *c, const char *body,
                                               size_t len);
+/* GET /v1/responses/{id}, DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items from the store:
+ * method "GET" / "DELETE", rest what follows "/v1/responses/". */
+enum MHD_Result tp_api_responses_stored(struct tp_server *s, struct MHD_Connection *c, const char *method,
+                                        const char *rest);
 /* Ollama's error shape {"error": "..."} (malloc'd). */
 char *tp_api_ollama_error_json(const struct tp_api_error *e);
 /* Ollama's routes: /api/version, /api/tags, /api/ps, /api/show, /api/chat, /api/generate. */

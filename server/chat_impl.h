@@ -33,7 +33,8 @@ struct tp_chat_ctx {
     const char *bos, *eos;       /* never NULL */
     const char *default_system;  /* NULL: none */
     const struct cJSON *tools;   /* array, NULL: none */
-    char date[32];               /* today's date as llama3.2 prints it ("25 Nov 2026") */
+    char date[32];               /* today's date as the family prints it: llama3.2 "25 Nov 2026",
+                                  * mistral-small-3.2 "2026-11-25" */
     struct tp_error *err;
 };
 
@@ -45,5 +46,8 @@ enum tp_status tp_chat_render_qwen3(const struct tp_chat_ctx *c, struct tp_buf *
 enum tp_status tp_chat_render_qwen25(const struct tp_chat_ctx *c, struct tp_buf *o);
 enum tp_status tp_chat_render_mistral(const struct tp_chat_ctx *c, struct tp_buf *o);
 enum tp_status tp_chat_render_mistral_nemo(const struct tp_chat_ctx *c, struct tp_buf *o);
+/* c->date: today as "2026-11-25" (the default system message prints it). */
+enum tp_status tp_chat_render_mistral_small32(const struct tp_chat_ctx *c, struct tp_buf *o);
+enum tp_status tp_chat_render_devstral(const struct tp_chat_ctx *c, struct tp_buf *o);
 
 #endif /* TP_SERVER_CHAT_IMPL_H */

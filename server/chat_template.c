@@ -21,6 +21,10 @@
  *   mistral  Mistral-7B-Instruct-v0.1 ([INST] ... [/INST], no system role)
  *   mistral-nemo  Mistral-Nemo-Instruct-2407, with tools ([AVAILABLE_TOOLS],
  *            [TOOL_CALLS], [TOOL_RESULTS])
+ *   mistral-small-3.2  Mistral-Small-3.2-24B-Instruct-2506, with tools
+ *            ([TOOL_CALLS]name[CALL_ID]id[ARGS]{...})
+ *   devstral Devstral-Small-2507 (unsloth's template), with tools
+ *            ([TOOL_CALLS]name[ARGS]{...})
  *   chatml   plain ChatML (<|im_start|>role\n...<|im_end|>\n); with the default
  *            system message of Qwen2 templates when they carry one
  *   zephyr   zephyr-7b-beta (<|user|>\n...</s>\n)
@@ -40,11 +44,12 @@
 
 static const char *const family_names[TP_CHAT_FAMILY_COUNT] = {
     "unknown", "llama2", "llama3", "chatml", "qwen3", "mistral", "zephyr", "plain", "llama3.1", "qwen2.5", "mistral-nemo",
-    "llama3.2", "harmony"};
+    "llama3.2", "harmony", "mistral-small-3.2", "devstral"};
 
 const char *tp_server_chat_template_names(void)
 {
-    return "llama2, llama3, llama3.1, llama3.2, chatml, qwen2.5, qwen3, mistral, mistral-nemo, zephyr, plain, harmony";
+    return "llama2, llama3, llama3.1, llama3.2, chatml, qwen2.5, qwen3, mistral, mistral-nemo, mistral-small-3.2, "
+           "devstral, zephyr, plain, harmony";
 }
 
 enum tp_tool_format tp_chat_tool_format(enum tp_chat_family f)
@@ -55,6 +60,8 @@ enum tp_tool_format tp_chat_tool_format(enum tp_chat_family f)
     case TP_CHAT_QWEN3:
     case TP_CHAT_QWEN25: return TP_TOOL_FORMAT_HERMES;
     case TP_CHAT_MISTRAL_NEMO: return TP_TOOL_FORMAT_MISTRAL;
+    case TP_CHAT_MISTRAL_SMALL32:
+    case TP_CHAT_DEVSTRAL: return TP_TOOL_FORMAT_MISTRAL_ARGS;
     default: return TP_TOOL_FORMAT_NONE;
     }
 }
@@ -91,6 +98,8 @@ enum tp_chat_family tp_chat_detect(const char *t)
         return TP_CHAT_CHATML;
     }
     if (strstr(t, "<<SYS>>") && strstr(t, "[INST]")) return TP_CHAT_LLAMA2;
+    if (strstr(t, "[SYSTEM_PROMPT]") && strstr(t, "[TOOL_CALLS]") && strstr(t, "[ARGS]"))
+        return strstr(t, "[CALL_ID]") ? TP_CHAT_MISTRAL_SMALL32 : TP_CHAT_DEVSTRAL;
     if (strstr(t, "[AVAILABLE_TOOLS]") && strstr(t, "[TOOL_CALLS]") && !strstr(t, "[SYSTEM_PROMPT]"))
         return TP_CHAT_MISTRAL_NEMO;
     if (strstr(t, "[INST]")) return TP_CHAT_MISTRAL;
@@ -261,7 +270,7 @@ enum tp_status tp_chat_render_opts(enum tp_chat_family f, const struct tp_chat_m
         time_t now = time(NULL);
         struct tm tm;
         localtime_r(&now, &tm);
-        strftime(c.date, sizeof c.date, "%d %b %Y", &tm);
+        strftime(c.date, sizeof c.date, f == TP_CHAT_MISTRAL_SMALL32 ? "%Y-%m-%d" : "%d %b %Y", &tm);
     }
     if (!tp_chat_has_tools(f)) {
         /* these templates have no place for tools: refuse rather than drop them silently */
@@ -281,6 +290,8 @@ enum tp_status tp_chat_render_opts(enum tp_chat_family f, const struct tp_chat_m
     case TP_CHAT_LLAMA2: return render_llama2(msgs, n_msgs, c.bos, c.eos, out, err);
     case TP_CHAT_MISTRAL: return tp_chat_render_mistral(&c, out);
     case TP_CHAT_MISTRAL_NEMO: return tp_chat_render_mistral_nemo(&c, out);
+    case TP_CHAT_MISTRAL_SMALL32: return tp_chat_render_mistral_small32(&c, out);
+    case TP_CHAT_DEVSTRAL: return tp_chat_render_devstral(&c, out);
     case TP_CHAT_CHATML: return tp_chat_render_chatml(&c, out);
     case TP_CHAT_QWEN3: return tp_chat_render_qwen3(&c, out);
     case TP_CHAT_QWEN25: return tp_chat_render_qwen25(&c, out);

@@ -13,19 +13,21 @@
 #include <string.h>
 
 #include "grammar.h"
+#include "grammar_regex.h"
 
 #define TP_GNODE_ROOT 0xFFFFu
 #define MAX_NODES 4096
 #define FL_KEY 1     /* frame is an object key (node = the object) */
 #define FL_KEYFREE 2 /* key frame: still a valid additionalProperties key */
 
-enum gkind { G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITERALS, G_ANYOF };
+enum gkind { G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITERALS, G_ANYOF, G_SEQ };
 
 struct gnode {
     uint8_t kind;
     int min, max;      /* string: minLength / maxLength (chars); array: minItems / maxItems; -1: none */
-    int first, count;  /* object: props; literals: lits; anyOf: kids */
+    int first, count;  /* object: props; literals: lits; anyOf, seq: kids */
     int extra;         /* object: additionalProperties node (-1: false); array: items node */
+    int rx;            /* string: its pattern / format automaton in g->rx (-1: none; then min / max are folded in) */
     uint64_t required; /* object: bit i = props[first + i] is required */
 };
 
@@ -42,6 +44,8 @@ struct tp_grammar {
     int n_strs, cap_strs;
     int *kids;
     int n_kids, cap_kids;
+    struct tp_rx *rx;  /* string pattern / format automata */
+    int n_rx, cap_rx;
     int root;
     int any; /* node for "any JSON value", -1 until needed */
     int64_t *minlen; /* (n_nodes) bytes of the shortest value of each node (closing costs, see gstate_cost) */
@@ -50,34 +54,34 @@ struct tp_grammar {
 
 /* ================================================================ build */
 
+/* Room for one more element in *arr (n used of *cap, elem bytes each).  0, or -1 out of memory. */
+static int grow(void **arr, int n, int *cap, size_t elem)
+{
+    if (n < *cap) return 0;
+    int nc = *cap ? 2 * *cap : 32;
+    void *p = realloc(*arr, (size_t)nc * elem);
+    if (!p) return -1;
+    *arr = p;
+    *cap = nc;
+    return 0;
+}
+
 static int new_node(tp_grammar_t *g, enum gkind k)
 {
-    if (g->n_nodes >= MAX_NODES) return -1;
-    if (g->n_nodes == g->cap_nodes) {
-        int cap = g->cap_nodes ? 2 * g->cap_nodes : 32;
-        struct gnode *n = realloc(g->nodes, (size_t)cap * sizeof *n);
-        if (!n) return -1;
-        g->nodes = n;
-        g->cap_nodes = cap;
-    }
+    if (g->n_nodes >= MAX_NODES || grow((void **)&g->nodes, g->n_nodes, &g->cap_nodes, sizeof *g->nodes)) return -1;
     struct gnode *n = &g->nodes[g->n_nodes];
     memset(n, 0, sizeof *n);
     n->kind = (uint8_t)k;
     n->min = -1;
     n->max = -1;
     n->extra = -1;
+    n->rx = -1;
     return g->n_nodes++;
 }
 
 static int add_str(tp_grammar_t *g, const char *s, int len, int node)
 {
-    if (g->n_strs == g->cap_strs) {
-        int cap = g->cap_strs ? 2 * g->cap_strs : 32;
-        struct gstr *n = realloc(g->strs, (size_t)cap * sizeof *n);
-        if (!n) return -1;
-        g->strs = n;
-        g->cap_strs = cap;
-    }
+    if (grow((void **)&g->strs, g->n_strs, &g->cap_strs, sizeof *g->strs)) return -1;
     char *c = malloc((size_t)len + 1);
     if (!c) return -1;
     memcpy(c, s, (size_t)len);
@@ -90,13 +94,7 @@ static int add_str(tp_grammar_t *g, const char *s, int len, int node)
 
 static int add_kid(tp_grammar_t *g, int node)
 {
-    if (g->n_kids == g->cap_kids) {
-        int cap = g->cap_kids ? 2 * g->cap_kids : 32;
-        int *n = realloc(g->kids, (size_t)cap * sizeof *n);
-        if (!n) return -1;
-        g->kids = n;
-        g->cap_kids = cap;
-    }
+    if (grow((void **)&g->kids, g->n_kids, &g->cap_kids, sizeof *g->kids)) return -1;
     g->kids[g->n_kids] = node;
     return g->n_kids++;
 }
@@ -166,6 +164,7 @@ struct cc {
     const cJSON *root;
     struct tp_error *err; /* the first failure's message (may be NULL) */
     int failed;
+    int raw;              /* tool-call grammars: "x-raw-prefix" allowed (compile_raw_prefix) */
     struct memo memo[256];
     int n_memo;
     int depth;
@@ -195,7 +194,7 @@ static const char *const annotations[] = {"title", "description", "$schema", "$i
                                           "definitions", "strict"};
 static const char *const supported[] = {"type", "properties", "required", "additionalProperties", "items",
                                         "minItems", "maxItems", "enum", "const", "$ref", "anyOf", "minLength",
-                                        "maxLength"};
+                                        "maxLength", "pattern", "format"};
 
 static int in_list(const char *k, const char *const *list, size_t n)
 {
@@ -224,10 +223,26 @@ static int compile_string(struct cc *c, const cJSON *s, const char *path)
     int mn = int_kw(c, s, "minLength", path), mx = int_kw(c, s, "maxLength", path);
     if (mn == -2 || mx == -2) return -1;
     if (mx >= 0 && mn > mx) return fail(c, path, "%s: minLength > maxLength, no string satisfies it", "schema");
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern"), *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+    if ((pat && !cJSON_IsString(pat)) || (fmt && !cJSON_IsString(fmt)))
+        return fail(c, path, "'%s' must be a string", pat && !cJSON_IsString(pat) ? "pattern" : "format");
     int nd = new_node(c->g, G_STRING);
     if (nd < 0) return oom(c);
-    c->g->nodes[nd].min = mn < 0 ? 0 : mn;
-    c->g->nodes[nd].max = mx;
+    struct gnode *n = &c->g->nodes[nd];
+    n->min = mn < 0 ? 0 : mn;
+    n->max = mx;
+    if (!pat && !fmt) return nd;
+    /* the lengths are folded into the automaton */
+    tp_grammar_t *g = c->g;
+    if (grow((void **)&g->rx, g->n_rx, &g->cap_rx, sizeof *g->rx)) return oom(c);
+    char e[200];
+    int rc = tp_rx_compile(pat ? pat->valuestring : NULL, fmt ? fmt->valuestring : NULL, n->min, n->max,
+                           &g->rx[g->n_rx], e, sizeof e);
+    if (rc == -2) return oom(c);
+    if (rc != 0) return fail(c, path, "%s", e);
+    n->rx = g->n_rx++;
+    n->min = 0;
+    n->max = -1;
     return nd;
 }
 
@@ -479,9 +494,142 @@ out:
     return c->failed ? -1 : rc;
 }
 
+/* An anyOf node over kids[0..n). */
+static int anyof_node(struct cc *c, const int *kids, int n)
+{
+    int nd = new_node(c->g, G_ANYOF);
+    if (nd < 0) return oom(c);
+    c->g->nodes[nd].first = c->g->n_kids;
+    c->g->nodes[nd].count = n;
+    for (int i = 0; i < n; i++)
+        if (add_kid(c->g, kids[i]) < 0) return oom(c);
+    return nd;
+}
+
+/* $ref: an indirection node per target (memoised), so recursion is finite. */
+static int compile_ref(struct cc *c, const cJSON *ref, const char *path)
+{
+    if (!cJSON_IsString(ref)) return fail(c, path, "'%s' must be a string", "$ref");
+    const cJSON *t = resolve_ref(c->root, ref->valuestring);
+    if (!t) return fail(c, path, "'$ref' %.100s does not point into this schema", ref->valuestring);
+    for (int i = 0; i < c->n_memo; i++)
+        if (c->memo[i].schema == t) return c->memo[i].node;
+    if (c->n_memo >= (int)(sizeof c->memo / sizeof c->memo[0]))
+        return fail(c, path, "more than %s distinct $ref targets", "256");
+    /* the indirection node first, so a recursive reference finds it */
+    int ind = new_node(c->g, G_ANYOF);
+    int k = ind < 0 ? -1 : add_kid(c->g, -1);
+    if (k < 0) return oom(c);
+    c->g->nodes[ind].first = k;
+    c->g->nodes[ind].count = 1;
+    c->memo[c->n_memo].schema = t;
+    c->memo[c->n_memo++].node = ind;
+    char p[512];
+    snprintf(p, sizeof p, "%.500s", ref->valuestring);
+    int tn = compile(c, t, p);
+    if (tn < 0) return -1;
+    c->g->kids[k] = tn;
+    return ind;
+}
+
+static int compile_any_of(struct cc *c, const cJSON *any_of, const char *path)
+{
+    int n = cJSON_GetArraySize(any_of);
+    if (!cJSON_IsArray(any_of) || n == 0) return fail(c, path, "'%s' must be a non-empty array of schemas", "anyOf");
+    int *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!tmp) return oom(c);
+    int i = 0, rc = -1;
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, any_of)
+    {
+        char p[512];
+        snprintf(p, sizeof p, "%s/anyOf/%d", path, i);
+        if ((tmp[i++] = compile(c, kv, p)) < 0) break;
+    }
+    if (!c->failed) rc = anyof_node(c, tmp, n);
+    free(tmp);
+    return rc;
+}
+
+/* "type": [...]: an anyOf of the schema compiled once per listed type. */
+static int compile_type_list(struct cc *c, const cJSON *s, const cJSON *type, const char *path)
+{
+    int n = cJSON_GetArraySize(type), kids[8], i = 0;
+    if (n > 7) return fail(c, path, "'%s' lists more than 7 types", "type");
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, type)
+    {
+        if (!cJSON_IsString(kv)) return fail(c, path, "'%s' must be a string or an array of strings", "type");
+        if ((kids[i++] = compile_typed(c, s, kv->valuestring, path)) < 0) return -1;
+    }
+    return anyof_node(c, kids, n);
+}
+
+/* No "type": the keywords present say which kind (none: any value). */
+static int compile_untyped(struct cc *c, const cJSON *s, const char *path)
+{
+#define HAS(k) (cJSON_GetObjectItemCaseSensitive(s, k) != NULL)
+    if (HAS("properties") || HAS("required") || HAS("additionalProperties")) return compile_object(c, s, path);
+    if (HAS("items") || HAS("minItems") || HAS("maxItems")) return compile_array(c, s, path);
+    if (HAS("minLength") || HAS("maxLength") || HAS("pattern") || HAS("format")) return compile_string(c, s, path);
+#undef HAS
+    int rc = any_node(c->g);
+    return rc < 0 ? oom(c) : rc;
+}
+
+/* Keywords that only siblings of their own kind may accompany: $ref and
+ * anyOf stand alone; pattern / format are not combined with enum / const;
+ * format needs a type that includes string.  0, or -1 (failed). */
+static int check_siblings(struct cc *c, const cJSON *s, const char *path)
+{
+    const cJSON *kv, *type = cJSON_GetObjectItemCaseSensitive(s, "type");
+    const char *alone = cJSON_GetObjectItemCaseSensitive(s, "$ref") ? "$ref"
+                        : cJSON_GetObjectItemCaseSensitive(s, "anyOf") ? "anyOf" : NULL;
+    cJSON_ArrayForEach(kv, s)
+    {
+        if (!IN(kv->string, supported) && !IN(kv->string, annotations))
+            return fail(c, path, "unsupported keyword '%.60s'", kv->string);
+        if (alone && !IN(kv->string, annotations) && strcmp(kv->string, alone) != 0)
+            return fail(c, path, alone[0] == '$' ? "'$ref' beside the constraint '%.60s' (move it into the referenced schema)"
+                                                 : "'anyOf' beside the constraint '%.60s' (move it into each branch)",
+                        kv->string);
+    }
+    const int has_enum = cJSON_GetObjectItemCaseSensitive(s, "enum") || cJSON_GetObjectItemCaseSensitive(s, "const");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+    if (has_enum && (fmt || cJSON_GetObjectItemCaseSensitive(s, "pattern")))
+        return fail(c, path, "'%s' beside 'enum' / 'const' (list only the values that match)", fmt ? "format" : "pattern");
+    if (fmt && type) {
+        int str = cJSON_IsString(type) && strcmp(type->valuestring, "string") == 0;
+        cJSON_ArrayForEach(kv, type) str |= cJSON_IsString(kv) && strcmp(kv->valuestring, "string") == 0;
+        if (!str)
+            return fail(c, path, "format '%.60s' on a schema that is not a string (formats are supported on strings only)",
+                        cJSON_IsString(fmt) ? fmt->valuestring : "");
+    }
+    return 0;
+}
+
+/* Tool-call grammars only (c->raw): {"x-raw-prefix": "text", "x-then": schema},
+ * the bytes of text and then a value of schema (Mistral's name[ARGS]{...}). */
+static int compile_raw_prefix(struct cc *c, const cJSON *s, const char *path)
+{
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(s, "x-raw-prefix"), *then = cJSON_GetObjectItemCaseSensitive(s, "x-then");
+    if (!cJSON_IsString(pre) || !pre->valuestring[0] || !then || cJSON_GetArraySize(s) != 2)
+        return fail(c, path, "malformed '%s'", "x-raw-prefix");
+    const char *txt[1] = {pre->valuestring};
+    int kids[2];
+    if ((kids[0] = literal_node(c->g, txt, 1)) < 0) return oom(c);
+    char p[512];
+    snprintf(p, sizeof p, "%.500s/x-then", path);
+    if ((kids[1] = compile(c, then, p)) < 0) return -1;
+    int nd = anyof_node(c, kids, 2);
+    if (nd >= 0) c->g->nodes[nd].kind = G_SEQ;
+    return nd;
+}
+
 static int compile(struct cc *c, const cJSON *s, const char *path)
 {
     if (c->failed) return -1;
+    if (c->raw && cJSON_IsObject(s) && cJSON_GetObjectItemCaseSensitive(s, "x-raw-prefix")) return compile_raw_prefix(c, s, path);
     if (cJSON_IsTrue(s)) {
         int a = any_node(c->g);
         return a < 0 ? oom(c) : a;
@@ -490,147 +638,18 @@ static int compile(struct cc *c, const cJSON *s, const char *path)
     if (!cJSON_IsObject(s)) return fail(c, path, "%s must be an object or a boolean", "a schema");
     if (++c->depth > 64) return fail(c, path, "schema nested more than %s levels", "64");
     int rc = -1;
-    const cJSON *kv;
-    cJSON_ArrayForEach(kv, s)
-    {
-        if (!IN(kv->string, supported) && !IN(kv->string, annotations)) {
-            fail(c, path, "unsupported keyword '%.60s'", kv->string);
-            goto out;
-        }
-    }
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
     const cJSON *any_of = cJSON_GetObjectItemCaseSensitive(s, "anyOf");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
-    if (ref || any_of) {
-        cJSON_ArrayForEach(kv, s)
-        {
-            if (!IN(kv->string, annotations) && strcmp(kv->string, ref ? "$ref" : "anyOf") != 0) {
-                fail(c, path, ref ? "'$ref' beside the constraint '%.60s' (move it into the referenced schema)"
-                                  : "'anyOf' beside the constraint '%.60s' (move it into each branch)",
-                     kv->string);
-                goto out;
-            }
-        }
-    }
-    if (ref) {
-        if (!cJSON_IsString(ref)) {
-            fail(c, path, "'%s' must be a string", "$ref");
-            goto out;
-        }
-        const cJSON *t = resolve_ref(c->root, ref->valuestring);
-        if (!t) {
-            fail(c, path, "'$ref' %.100s does not point into this schema", ref->valuestring);
-            goto out;
-        }
-        for (int i = 0; i < c->n_memo; i++)
-            if (c->memo[i].schema == t) {
-                rc = c->memo[i].node;
-                goto out;
-            }
-        if (c->n_memo >= (int)(sizeof c->memo / sizeof c->memo[0])) {
-            fail(c, path, "more than %s distinct $ref targets", "256");
-            goto out;
-        }
-        /* an indirection node first, so a recursive reference finds it */
-        int ind = new_node(c->g, G_ANYOF);
-        int k = ind < 0 ? -1 : add_kid(c->g, -1);
-        if (k < 0) {
-            oom(c);
-            goto out;
-        }
-        c->g->nodes[ind].first = k;
-        c->g->nodes[ind].count = 1;
-        c->memo[c->n_memo].schema = t;
-        c->memo[c->n_memo++].node = ind;
-        char p[512];
-        snprintf(p, sizeof p, "%.500s", ref->valuestring);
-        int tn = compile(c, t, p);
-        if (tn < 0) goto out;
-        c->g->kids[k] = tn;
-        rc = ind;
-        goto out;
-    }
-    if (any_of) {
-        int n = cJSON_GetArraySize(any_of);
-        if (!cJSON_IsArray(any_of) || n == 0) {
-            fail(c, path, "'%s' must be a non-empty array of schemas", "anyOf");
-            goto out;
-        }
-        int *tmp = malloc((size_t)n * sizeof *tmp);
-        if (!tmp) {
-            oom(c);
-            goto out;
-        }
-        int i = 0;
-        cJSON_ArrayForEach(kv, any_of)
-        {
-            char p[512];
-            snprintf(p, sizeof p, "%s/anyOf/%d", path, i);
-            if ((tmp[i++] = compile(c, kv, p)) < 0) break;
-        }
-        if (!c->failed) {
-            int nd = new_node(c->g, G_ANYOF);
-            if (nd < 0) {
-                oom(c);
-            } else {
-                c->g->nodes[nd].first = c->g->n_kids;
-                c->g->nodes[nd].count = n;
-                for (i = 0; i < n; i++)
-                    if (add_kid(c->g, tmp[i]) < 0) oom(c);
-                rc = c->failed ? -1 : nd;
-            }
-        }
-        free(tmp);
-        goto out;
-    }
-    if (cJSON_GetObjectItemCaseSensitive(s, "enum") || cJSON_GetObjectItemCaseSensitive(s, "const")) {
+    if (check_siblings(c, s, path) < 0) rc = -1;
+    else if (ref) rc = compile_ref(c, ref, path);
+    else if (any_of) rc = compile_any_of(c, any_of, path);
+    else if (cJSON_GetObjectItemCaseSensitive(s, "enum") || cJSON_GetObjectItemCaseSensitive(s, "const"))
         rc = compile_enum(c, s, path);
-        goto out;
-    }
-    if (cJSON_IsString(type)) {
-        rc = compile_typed(c, s, type->valuestring, path);
-    } else if (cJSON_IsArray(type) && cJSON_GetArraySize(type) > 0) {
-        int n = cJSON_GetArraySize(type), kids[8], i = 0;
-        if (n > 7) {
-            fail(c, path, "'%s' lists more than 7 types", "type");
-            goto out;
-        }
-        cJSON_ArrayForEach(kv, type)
-        {
-            if (!cJSON_IsString(kv)) {
-                fail(c, path, "'%s' must be a string or an array of strings", "type");
-                goto out;
-            }
-            if ((kids[i++] = compile_typed(c, s, kv->valuestring, path)) < 0) goto out;
-        }
-        int nd = new_node(c->g, G_ANYOF);
-        if (nd < 0) {
-            oom(c);
-            goto out;
-        }
-        c->g->nodes[nd].first = c->g->n_kids;
-        c->g->nodes[nd].count = n;
-        for (i = 0; i < n; i++)
-            if (add_kid(c->g, kids[i]) < 0) {
-                oom(c);
-                goto out;
-            }
-        rc = nd;
-    } else if (type) {
-        fail(c, path, "'%s' must be a string or an array of strings", "type");
-    } else if (cJSON_GetObjectItemCaseSensitive(s, "properties") || cJSON_GetObjectItemCaseSensitive(s, "required") ||
-               cJSON_GetObjectItemCaseSensitive(s, "additionalProperties")) {
-        rc = compile_object(c, s, path);
-    } else if (cJSON_GetObjectItemCaseSensitive(s, "items") || cJSON_GetObjectItemCaseSensitive(s, "minItems") ||
-               cJSON_GetObjectItemCaseSensitive(s, "maxItems")) {
-        rc = compile_array(c, s, path);
-    } else if (cJSON_GetObjectItemCaseSensitive(s, "minLength") || cJSON_GetObjectItemCaseSensitive(s, "maxLength")) {
-        rc = compile_string(c, s, path);
-    } else {
-        rc = any_node(c->g);
-        if (rc < 0) oom(c);
-    }
-out:
+    else if (cJSON_IsString(type)) rc = compile_typed(c, s, type->valuestring, path);
+    else if (cJSON_IsArray(type) && cJSON_GetArraySize(type) > 0) rc = compile_type_list(c, s, type, path);
+    else if (type) rc = fail(c, path, "'%s' must be a string or an array of strings", "type");
+    else rc = compile_untyped(c, s, path);
     c->depth--;
     return c->failed ? -1 : rc;
 }
@@ -646,6 +665,8 @@ void tp_grammar_free(tp_grammar_t *g)
 {
     if (!g) return;
     for (int i = 0; i < g->n_strs; i++) free(g->strs[i].s);
+    for (int i = 0; i < g->n_rx; i++) tp_rx_free(&g->rx[i]);
+    free(g->rx);
     free(g->strs);
     free(g->nodes);
     free(g->kids);
@@ -675,6 +696,10 @@ static enum tp_status productive_check(tp_grammar_t *g, struct tp_error *err)
                 v = 1;
                 for (int k = 0; k < n->count; k++)
                     if ((n->required >> k & 1) && !ok[g->strs[n->first + k].node]) v = 0;
+                break;
+            case G_SEQ:
+                v = 1;
+                for (int k = 0; k < n->count; k++) v &= ok[g->kids[n->first + k]];
                 break;
             }
             if (v) ok[i] = changed = 1;
@@ -730,6 +755,14 @@ static int64_t root_len(const tp_grammar_t *g, int node, int hops)
     return g->minlen[node];
 }
 
+/* Shortest bytes of the parts [k, count) of sequence n. */
+static int64_t seq_rest(const tp_grammar_t *g, const struct gnode *n, int k)
+{
+    int64_t v = 0;
+    for (; k < n->count; k++) v = cadd(v, g->minlen[g->kids[n->first + k]]);
+    return v;
+}
+
 /* Shortest value of every node (a fixed point: recursion through $ref and
  * anyOf).  0, or -1 out of memory. */
 static int cost_init(tp_grammar_t *g)
@@ -743,7 +776,7 @@ static int cost_init(tp_grammar_t *g)
             const struct gnode *n = &g->nodes[i];
             int64_t v = COST_INF;
             switch (n->kind) {
-            case G_STRING: v = 2 + (n->min > 0 ? n->min : 0); break;
+            case G_STRING: v = 2 + (n->rx >= 0 ? g->rx[n->rx].dist[0] : n->min > 0 ? n->min : 0); break;
             case G_NUMBER:
             case G_INTEGER: v = 1; break;
             case G_LITERALS:
@@ -766,6 +799,7 @@ static int cost_init(tp_grammar_t *g)
                 for (int k = 0; k < n->count; k++)
                     if (g->kids[n->first + k] >= 0) v = TP_MIN(v, g->minlen[g->kids[n->first + k]]);
                 break;
+            case G_SEQ: v = seq_rest(g, n, 0); break;
             }
             if (v < g->minlen[i]) g->minlen[i] = v, changed = 1;
         }
@@ -774,7 +808,7 @@ static int cost_init(tp_grammar_t *g)
     return 0;
 }
 
-enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, struct tp_error *err)
+static enum tp_status from_schema(const cJSON *schema, int raw, tp_grammar_t **out, struct tp_error *err)
 {
     *out = NULL;
     tp_grammar_t *g = grammar_new();
@@ -784,6 +818,7 @@ enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, s
     c.g = g;
     c.root = schema;
     c.err = err;
+    c.raw = raw;
     g->root = compile(&c, schema, "#");
     if (g->root < 0) {
         tp_grammar_free(g);
@@ -800,6 +835,16 @@ enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, s
     }
     *out = g;
     return TP_OK;
+}
+
+enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, struct tp_error *err)
+{
+    return from_schema(schema, 0, out, err);
+}
+
+enum tp_status tp_grammar_from_tool_schema(const cJSON *schema, tp_grammar_t **out, struct tp_error *err)
+{
+    return from_schema(schema, 1, out, err);
 }
 
 enum tp_status tp_grammar_json_object(tp_grammar_t **out)
@@ -823,7 +868,7 @@ enum tp_status tp_grammar_json_object(tp_grammar_t **out)
 
 /* ============================================================== runtime */
 
-enum { O_OPEN, O_FIRST, O_COLON, O_VALUE, O_AFTER, O_KEY };
+enum { O_OPEN, O_FIRST, O_COLON, O_VALUE, O_AFTER, O_KEY }; /* O_OPEN 0, O_FIRST 1: container_byte */
 enum { A_OPEN, A_FIRST, A_AFTER, A_NEXT };
 enum { S_OPEN, S_BODY, S_ESC, S_HEX };
 enum { N_START, N_SIGN, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
@@ -900,6 +945,22 @@ static void pop_done(struct tp_gstack *s, struct tp_gstate *out)
     emit(out, s);
 }
 
+/* Continuation bytes after UTF-8 lead byte c (0: c leads no valid character)
+ * and the range of the first of them (later ones are 80-BF). */
+static int utf8_lead(int c, int *lo, int *hi)
+{
+    *lo = 0x80;
+    *hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) return 1;
+    if (c == 0xE0) return *lo = 0xA0, 2;
+    if (c == 0xED) return *hi = 0x9F, 2;
+    if (c >= 0xE1 && c <= 0xEF) return 2;
+    if (c == 0xF0) return *lo = 0x90, 3;
+    if (c >= 0xF1 && c <= 0xF3) return 3;
+    if (c == 0xF4) return *hi = 0x8F, 3;
+    return 0;
+}
+
 /* String body byte.  Returns 1 when accepted.  f->n counts characters (code
  * points, for minLength) and f->lo the characters beyond U+FFFF, so f->n +
  * f->lo is the length in UTF-16 units (for maxLength): a string within
@@ -926,15 +987,9 @@ static int string_byte(struct tp_gframe *f, const struct gnode *n, int c)
         f->n++;
         return 1;
     }
-    int need, lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c == 0xE0) need = 2, lo = 0xA0;
-    else if (c == 0xED) need = 2, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) need = 2;
-    else if (c == 0xF0) need = 3, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3) need = 3;
-    else if (c == 0xF4) need = 3, hi = 0x8F;
-    else return 0;
+    int lo, hi;
+    const int need = utf8_lead(c, &lo, &hi);
+    if (need <= 0) return 0;
     if (need == 3) f->lo++;
     f->u8 = (uint8_t)need;
     f->u8lo = (uint8_t)lo;
@@ -943,9 +998,44 @@ static int string_byte(struct tp_gframe *f, const struct gnode *n, int c)
     return 1;
 }
 
-static void step_string(const struct gnode *n, struct tp_gstack *s, int c, struct tp_gstate *out)
+/* Body byte of a pattern / format string: printable ASCII other than '"' and
+ * '\' and the non-ASCII characters of tp_rx_lead, each a step of the
+ * automaton (a non-ASCII one at its lead byte); f->seen is the state.
+ * Returns 1 when accepted. */
+static int pattern_byte(const struct tp_rx *rx, struct tp_gframe *f, int c)
+{
+    if (f->u8) {
+        if (c < 0x80 || c > 0xBF) return 0;
+        f->u8--;
+        return 1;
+    }
+    int sym = c, more = 0;
+    if (c >= 0x80) {
+        more = tp_rx_lead(c);
+        if (!more) return 0;
+        sym = TP_RX_OTHER;
+    } else if (c < 0x20 || c == 0x7F || c == '"' || c == '\\') {
+        return 0;
+    }
+    const unsigned q = tp_rx_step(rx, (unsigned)f->seen, sym);
+    if (q == TP_RX_DEAD) return 0;
+    f->seen = q;
+    f->u8 = (uint8_t)more;
+    return 1;
+}
+
+static void step_string(const tp_grammar_t *g, const struct gnode *n, struct tp_gstack *s, int c, struct tp_gstate *out)
 {
     struct tp_gframe *f = &s->f[s->depth - 1];
+    if (n->rx >= 0 && f->phase == S_BODY) {
+        const struct tp_rx *rx = &g->rx[n->rx];
+        if (c == '"' && !f->u8) {
+            if (rx->accept[f->seen]) pop_done(s, out);
+        } else if (pattern_byte(rx, f, c)) {
+            emit(out, s);
+        }
+        return;
+    }
     switch (f->phase) {
     case S_OPEN:
         if (c != '"') return;
@@ -1127,22 +1217,43 @@ static void step_key(const tp_grammar_t *g, struct tp_gstack *s, int c, struct t
     emit(out, s);
 }
 
+/* The bytes an object and an array handle alike: whitespace between tokens,
+ * the opening bracket (phase 0 -> 1), and after an item a ',' (when more may
+ * follow: phase -> next) or the closing bracket (when it may close).
+ * Returns 1 when c was taken here (accepted or rejected). */
+static int container_byte(struct tp_gstack *s, struct tp_gframe *f, int c, char open, struct tp_gstate *out)
+{
+    if (f->phase != 0 && ws_take(f, c)) {
+        emit(out, s);
+        return 1;
+    }
+    f->ws = 0;
+    if (f->phase != 0) return 0;
+    if (c == open) {
+        f->phase = 1;
+        emit(out, s);
+    }
+    return 1;
+}
+
+static void after_item(struct tp_gstack *s, struct tp_gframe *f, int c, char close, int more, int next, int can_close,
+                       struct tp_gstate *out)
+{
+    if (c == ',' && more) {
+        f->phase = (uint8_t)next;
+        emit(out, s);
+    } else if (c == close && can_close) {
+        pop_done(s, out);
+    }
+}
+
 static void step_object(const tp_grammar_t *g, struct tp_gstack *s, int c, struct tp_gstate *out)
 {
     struct tp_gframe *f = &s->f[s->depth - 1];
     const struct gnode *n = &g->nodes[f->node];
-    if (f->phase != O_OPEN && ws_take(f, c)) {
-        emit(out, s);
-        return;
-    }
-    f->ws = 0;
+    if (container_byte(s, f, c, '{', out)) return;
     const int req_ok = (f->seen & n->required) == n->required;
     switch (f->phase) {
-    case O_OPEN:
-        if (c != '{') return;
-        f->phase = O_FIRST;
-        emit(out, s);
-        return;
     case O_FIRST:
     case O_KEY:
         if (c == '}' && f->phase == O_FIRST && req_ok) {
@@ -1177,14 +1288,7 @@ static void step_object(const tp_grammar_t *g, struct tp_gstack *s, int c, struc
         push(g, s, vn, c, out, 0);
         return;
     }
-    case O_AFTER:
-        if (c == ',' && more_keys(n, f)) {
-            f->phase = O_KEY;
-            emit(out, s);
-        } else if (c == '}' && req_ok) {
-            pop_done(s, out);
-        }
-        return;
+    case O_AFTER: after_item(s, f, c, '}', more_keys(n, f), O_KEY, req_ok, out); return;
     }
 }
 
@@ -1192,17 +1296,8 @@ static void step_array(const tp_grammar_t *g, struct tp_gstack *s, int c, struct
 {
     struct tp_gframe *f = &s->f[s->depth - 1];
     const struct gnode *n = &g->nodes[f->node];
-    if (f->phase != A_OPEN && ws_take(f, c)) {
-        emit(out, s);
-        return;
-    }
-    f->ws = 0;
+    if (container_byte(s, f, c, '[', out)) return;
     switch (f->phase) {
-    case A_OPEN:
-        if (c != '[') return;
-        f->phase = A_FIRST;
-        emit(out, s);
-        return;
     case A_FIRST:
         if (c == ']') {
             if (n->min <= 0) pop_done(s, out);
@@ -1215,15 +1310,19 @@ static void step_array(const tp_grammar_t *g, struct tp_gstack *s, int c, struct
         f->n++;
         push(g, s, n->extra, c, out, 0);
         return;
-    case A_AFTER:
-        if (c == ',' && (n->max < 0 || (int)f->n < n->max)) {
-            f->phase = A_NEXT;
-            emit(out, s);
-        } else if (c == ']' && (int)f->n >= n->min) {
-            pop_done(s, out);
-        }
-        return;
+    case A_AFTER: after_item(s, f, c, ']', n->max < 0 || (int)f->n < n->max, A_NEXT, (int)f->n >= n->min, out); return;
     }
+}
+
+/* Sequence: push its next part (the last one replaces the sequence's frame). */
+static void step_seq(const tp_grammar_t *g, struct tp_gstack *s, int c, struct tp_gstate *out)
+{
+    struct tp_gframe *f = &s->f[s->depth - 1];
+    const struct gnode *n = &g->nodes[f->node];
+    const int k = f->phase;
+    if (k + 1 >= n->count) s->depth--;
+    else f->phase++;
+    push(g, s, g->kids[n->first + k], c, out, 0);
 }
 
 /* Advance stack s (a scratch copy) by byte c; accepted results go to out. */
@@ -1245,10 +1344,11 @@ static void step(const tp_grammar_t *g, struct tp_gstack *s, int c, struct tp_gs
     switch (n->kind) {
     case G_OBJECT: step_object(g, s, c, out); return;
     case G_ARRAY: step_array(g, s, c, out); return;
-    case G_STRING: step_string(n, s, c, out); return;
+    case G_STRING: step_string(g, n, s, c, out); return;
     case G_NUMBER:
     case G_INTEGER: step_number(n, s, c, out, g); return;
     case G_LITERALS: step_literal(g, s, c, out); return;
+    case G_SEQ: step_seq(g, s, c, out); return;
     default: return;
     }
 }
@@ -1441,7 +1541,8 @@ static int64_t stack_cost(const tp_grammar_t *g, const struct tp_gstack *s, int 
             break;
         }
         case G_STRING:
-            if (f->phase == S_ESC) v = cadd(v, 2 + rest_chars(n, f));
+            if (n->rx >= 0) v = cadd(v, f->u8 + g->rx[n->rx].dist[f->seen] + 1);
+            else if (f->phase == S_ESC) v = cadd(v, 2 + rest_chars(n, f));
             else if (f->phase == S_HEX) v = cadd(v, 4 - f->pos + 1 + rest_chars(n, f));
             else v = cadd(v, f->u8 + 1 + rest_chars(n, f));
             break;
@@ -1449,6 +1550,7 @@ static int64_t stack_cost(const tp_grammar_t *g, const struct tp_gstack *s, int 
         case G_INTEGER:
             v = cadd(v, (number_can_end(f) ? 0 : 1) + at_root);
             break;
+        case G_SEQ: v = cadd(v, seq_rest(g, n, f->phase)); break;
         case G_LITERALS: {
             int64_t best = COST_INF;
             for (int i = f->lo; i <= f->hi; i++)
@@ -1495,7 +1597,9 @@ struct tp_token_trie {
     struct trie all;      /* every allowed token */
     struct trie rest;     /* the tokens not in plain */
     struct trie keyrest;  /* the tokens not in keyplain */
+    struct trie restpart; /* the tokens not in plainwhole */
     uint32_t *plain;      /* (n_words) tokens valid anywhere inside a string body at a character boundary */
+    uint32_t *plainwhole; /* (n_words) plain tokens that end on a character boundary */
     uint32_t *keyplain;   /* (n_words) plain tokens of printable ASCII only (valid in an additional key) */
 };
 
@@ -1559,9 +1663,10 @@ static int trie_build(struct trie *t, const int32_t *ids, int n, const char *con
 
 /* Token bytes valid inside a JSON string body from a character boundary
  * (may end inside a multi-byte character). */
-static int plain_piece(const unsigned char *p, size_t n)
+static int plain_piece(const unsigned char *p, size_t n, int *whole)
 {
     size_t i = 0;
+    *whole = 1;
     while (i < n) {
         unsigned c = p[i];
         if (c < 0x20 || c == '"' || c == '\\') return 0;
@@ -1569,21 +1674,17 @@ static int plain_piece(const unsigned char *p, size_t n)
             i++;
             continue;
         }
-        int need, lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) need = 1;
-        else if (c == 0xE0) need = 2, lo = 0xA0;
-        else if (c == 0xED) need = 2, hi = 0x9F;
-        else if (c >= 0xE1 && c <= 0xEF) need = 2;
-        else if (c == 0xF0) need = 3, lo = 0x90;
-        else if (c >= 0xF1 && c <= 0xF3) need = 3;
-        else if (c == 0xF4) need = 3, hi = 0x8F;
-        else return 0;
+        int lo, hi;
+        const int need = utf8_lead((int)c, &lo, &hi);
+        if (need <= 0) return 0;
         i++;
-        for (int k = 0; k < need && i < n; k++, i++) {
+        int k = 0;
+        for (; k < need && i < n; k++, i++) {
             if (p[i] < lo || p[i] > hi) return 0;
             lo = 0x80;
             hi = 0xBF;
         }
+        *whole = k == need;
     }
     return 1;
 }
@@ -1596,13 +1697,15 @@ enum tp_status tp_token_trie_init(int n_vocab, const char *const *piece, const s
     int32_t *ids = malloc(((size_t)n_vocab + 1) * sizeof *ids);
     int32_t *rest = malloc(((size_t)n_vocab + 1) * sizeof *rest);
     int32_t *krest = malloc(((size_t)n_vocab + 1) * sizeof *krest);
-    if (!t || !ids || !rest || !krest) goto nomem;
+    int32_t *prest = malloc(((size_t)n_vocab + 1) * sizeof *prest);
+    if (!t || !ids || !rest || !krest || !prest) goto nomem;
     t->n_vocab = n_vocab;
     t->n_words = (n_vocab + 31) / 32;
     t->plain = calloc((size_t)t->n_words, sizeof *t->plain);
     t->keyplain = calloc((size_t)t->n_words, sizeof *t->keyplain);
-    if (!t->plain || !t->keyplain) goto nomem;
-    int n = 0, nr = 0, nk = 0;
+    t->plainwhole = calloc((size_t)t->n_words, sizeof *t->plainwhole);
+    if (!t->plain || !t->keyplain || !t->plainwhole) goto nomem;
+    int n = 0, nr = 0, nk = 0, np = 0;
     for (int i = 0; i < n_vocab; i++) {
         if ((skip && skip[i]) || len[i] == 0 || len[i] > 255) continue;
         ids[n++] = i;
@@ -1620,8 +1723,11 @@ enum tp_status tp_token_trie_init(int n_vocab, const char *const *piece, const s
     for (int i = 0; i < n; i++) {
         int id = ids[i];
         const unsigned char *pc = (const unsigned char *)piece[id];
-        if (len[id] <= PLAIN_MAX_BYTES && plain_piece(pc, len[id])) {
+        int whole = 0;
+        if (len[id] <= PLAIN_MAX_BYTES && plain_piece(pc, len[id], &whole)) {
             t->plain[id / 32] |= 1u << (id % 32);
+            if (whole) t->plainwhole[id / 32] |= 1u << (id % 32);
+            else prest[np++] = id;
             int ascii = 1;
             for (size_t k = 0; k < len[id]; k++) ascii &= pc[k] < 0x7F;
             if (ascii) t->keyplain[id / 32] |= 1u << (id % 32);
@@ -1629,20 +1735,23 @@ enum tp_status tp_token_trie_init(int n_vocab, const char *const *piece, const s
         } else {
             rest[nr++] = id;
             krest[nk++] = id;
+            prest[np++] = id;
         }
     }
     if (trie_build(&t->all, ids, n, piece, len) || trie_build(&t->rest, rest, nr, piece, len) ||
-        trie_build(&t->keyrest, krest, nk, piece, len))
+        trie_build(&t->keyrest, krest, nk, piece, len) || trie_build(&t->restpart, prest, np, piece, len))
         goto nomem;
     free(ids);
     free(rest);
     free(krest);
+    free(prest);
     *out = t;
     return TP_OK;
 nomem:
     free(ids);
     free(rest);
     free(krest);
+    free(prest);
     tp_token_trie_free(t);
     return TP_ERR_NOMEM;
 }
@@ -1656,6 +1765,9 @@ void tp_token_trie_free(tp_token_trie_t *t)
     free(t->rest.ids);
     free(t->keyrest.nodes);
     free(t->keyrest.ids);
+    free(t->restpart.nodes);
+    free(t->restpart.ids);
+    free(t->plainwhole);
     free(t->plain);
     free(t->keyplain);
     free(t);
@@ -1726,6 +1838,10 @@ static int set_and_walk(tp_mask_ctx_t *c, const uint32_t *set, const struct trie
 {
     const int nw = c->t->n_words;
     int allowed = 0;
+    if (!set) {
+        memset(mask, 0, (size_t)nw * sizeof *mask);
+        return walk(c, trie, g, mask);
+    }
     memcpy(mask, set, (size_t)nw * sizeof *mask);
     for (int w = 0; w < nw; w++) allowed += __builtin_popcount(mask[w]);
     return allowed + walk(c, trie, g, mask);
@@ -1748,12 +1864,20 @@ static int mask_budget(tp_mask_ctx_t *c, const tp_grammar_t *g, const struct tp_
          * more characters: every plain token is accepted, walk the others.  A
          * plain token raises the cost by at most the 3 continuation bytes of a
          * character it leaves unfinished. */
-        if ((budget < 0 || cost0 + 3 <= budget) && f->node != TP_GNODE_ROOT && !(f->flags & FL_KEY) &&
-            g->nodes[f->node].kind == G_STRING && f->phase == S_BODY && f->u8 == 0) {
+        if (f->node != TP_GNODE_ROOT && !(f->flags & FL_KEY) && g->nodes[f->node].kind == G_STRING &&
+            g->nodes[f->node].rx < 0 && f->phase == S_BODY && f->u8 == 0) {
             const struct gnode *n = &g->nodes[f->node];
-            if (n->max < 0 || (int64_t)n->max - (int64_t)f->n - (int64_t)f->lo >= PLAIN_MAX_BYTES) {
+            const int room = n->max < 0 || (int64_t)n->max - (int64_t)f->n - (int64_t)f->lo >= PLAIN_MAX_BYTES;
+            if (room && (budget < 0 || cost0 + 3 <= budget)) {
                 c->maxcost = cost0 + 3;
                 return set_and_walk(c, t->plain, &t->rest, g, mask);
+            }
+            /* the closing stretch, minLength reached: a plain token that ends on a character boundary
+             * leaves the cost as it is, one that ends inside a character adds the bytes still missing;
+             * only the other tokens (walked, with their costs) can lower it */
+            if (room && rest_chars(n, f) == 0) {
+                c->maxcost = cost0 + 3;
+                return set_and_walk(c, cost0 <= budget ? t->plainwhole : NULL, &t->restpart, g, mask);
             }
         }
         /* an additionalProperties key with room for PLAIN_MAX_BYTES more

@@ -62,6 +62,10 @@ struct tp_gstate {
  * value satisfies, TP_ERR_NOMEM.  schema is not kept; err may be NULL.
  */
 enum tp_status tp_grammar_from_schema(const cJSON *schema, tp_grammar_t **out, struct tp_error *err);
+/* The same for the server's own tool-call grammars, which may also hold
+ * {"x-raw-prefix": "text", "x-then": schema}: the bytes of text (not JSON),
+ * then a value of schema (Mistral's name[ARGS]{...} calls). */
+enum tp_status tp_grammar_from_tool_schema(const cJSON *schema, tp_grammar_t **out, struct tp_error *err);
 /* Any JSON object (response_format json_object). */
 enum tp_status tp_grammar_json_object(tp_grammar_t **out);
 void tp_grammar_free(tp_grammar_t *g); /* NULL safe */

@@ -44,6 +44,8 @@ struct tp_server_config tp_server_default_config(void)
     c.n_batch = 256;
     c.prefill_chunk = 64;
     c.prefix_share_min = 32;
+    c.spec = 0;
+    c.draft_max = 4;
     c.recover_wait_s = 60;
     c.replan_after_s = 10;
     c.responses_store = 256;
@@ -882,6 +884,19 @@ static enum MHD_Result on_headers(struct tp_server *s, struct MHD_Connection *c,
         }
         return handle_model_one(s, c, url + 11);
     }
+    const char *rp = strncmp(url, "/v1/responses/", 14) == 0 ? url + 14 : strncmp(url, "/responses/", 11) == 0 ? url + 11 : NULL;
+    if (rp && *rp && strcmp(rp, "input_tokens") != 0) {
+        /* a stored response (api_responses.c): no body */
+        if (!route_matches(method, "GET") && strcmp(method, "DELETE") != 0) {
+            tp_api_err(&e, TP_ERR_NOT_ALLOWED, NULL, "method %s is not allowed on %s (GET, DELETE)", method, url);
+            return send_error_close(s, c, url, &e);
+        }
+        if (!tp_http_check_auth(s, c)) {
+            tp_api_err(&e, TP_ERR_DENIED, NULL, "missing or wrong API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
+            return send_error_close(s, c, url, &e);
+        }
+        return tp_api_responses_stored(s, c, strcmp(method, "DELETE") == 0 ? "DELETE" : "GET", rp);
+    }
     int path_known = 0;
     for (size_t i = 0; i < TP_ARRAY_LEN(routes); i++) {
         if (strcmp(url, routes[i].path) != 0) continue;
@@ -1103,6 +1118,8 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
     s->cfg.chat_template = (cfg->chat_template ? strdup(cfg->chat_template) : NULL);
     s->cfg.model_id = (cfg->model_id ? strdup(cfg->model_id) : NULL);
     s->cfg.cors_origin = (cfg->cors_origin ? strdup(cfg->cors_origin) : NULL);
+    s->cfg.draft_model = (cfg->draft_model ? strdup(cfg->draft_model) : NULL);
+    s->cfg.logit_bias = (cfg->logit_bias ? strdup(cfg->logit_bias) : NULL);
     if (s->cfg.max_queue < 1) s->cfg.max_queue = 1;
     if (s->cfg.max_connections < 4) s->cfg.max_connections = 4;
     if (s->cfg.max_conn_per_ip < 1) s->cfg.max_conn_per_ip = 1;
@@ -1123,7 +1140,9 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
         tp_server_free(s);
         return tp_error_set(err, TP_ERR_IO, "pipe: %s", strerror(errno));
     }
-    if (!s->metrics || !s->web || !s->resp_store || (cfg->cors_origin && !s->cfg.cors_origin)) {
+    if (!s->metrics || !s->web || !s->resp_store || (cfg->cors_origin && !s->cfg.cors_origin) ||
+        (cfg->draft_model && !s->cfg.draft_model) ||
+        (cfg->logit_bias && !s->cfg.logit_bias)) {
         tp_server_free(s);
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     }
@@ -1157,6 +1176,39 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
 }
 
 int tp_server_port(const tp_server_t *s) { return s->port; }
+
+/* --logit-bias "ID+BIAS,ID-BIAS,..." into s->bias_id / bias_val (sorted by id), checked against the
+ * vocabulary.  TP_OK, TP_ERR_INVALID_ARG (err names the entry), TP_ERR_NOMEM. */
+static enum tp_status parse_server_bias(struct tp_server *s, const char *spec, struct tp_error *err)
+{
+    int n = 1;
+    for (const char *q = spec; *q; q++) n += *q == ',';
+    s->bias_id = malloc(sizeof(int32_t) * (size_t)n);
+    s->bias_val = malloc(sizeof(float) * (size_t)n);
+    if (!s->bias_id || !s->bias_val) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    int k = 0;
+    for (const char *q = spec; *q;) {
+        char *end = NULL;
+        long id = strtol(q, &end, 10);
+        int ok = end != q && (*end == '+' || *end == '-');
+        double b = ok ? strtod(end, &end) : 0;
+        if (!ok || !(b >= -100.0 && b <= 100.0) || (*end && *end != ',') || id < 0 || id >= s->n_vocab)
+            return tp_error_set(err, TP_ERR_INVALID_ARG, "--logit-bias: '%.40s' is not TOKEN_ID+BIAS or TOKEN_ID-BIAS "
+                                "with a token id below %d and a bias from -100 to 100", q, s->n_vocab);
+        int at = k;
+        while (at > 0 && s->bias_id[at - 1] > id) at--;
+        if (at > 0 && s->bias_id[at - 1] == id)
+            return tp_error_set(err, TP_ERR_INVALID_ARG, "--logit-bias: token %ld is listed twice", id);
+        memmove(s->bias_id + at + 1, s->bias_id + at, sizeof(int32_t) * (size_t)(k - at));
+        memmove(s->bias_val + at + 1, s->bias_val + at, sizeof(float) * (size_t)(k - at));
+        s->bias_id[at] = (int32_t)id;
+        s->bias_val[at] = (float)b;
+        k++;
+        q = *end ? end + 1 : end;
+    }
+    s->n_bias = k;
+    return TP_OK;
+}
 
 enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error *err)
 {
@@ -1195,12 +1247,18 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
     s->model_id = id ? strdup(id) : NULL;
     s->n_ctx = tp_model_n_ctx(m);
     s->n_vocab = tp_parallel_hparams(p)->n_vocab;
+    if (s->cfg.logit_bias && parse_server_bias(s, s->cfg.logit_bias, err) != TP_OK) {
+        tp_server_set_failed(s, err->msg);
+        return err->status;
+    }
     struct tp_engine_config ec = {.n_parallel = s->cfg.n_parallel, .max_queue = s->cfg.max_queue,
                                   .n_batch = s->cfg.n_batch, .prefill_chunk = s->cfg.prefill_chunk,
                                   .prefix_share_min = s->cfg.prefix_share_min,
                                   .recover_wait_ms = s->cfg.recover_wait_s * 1000u,
                                   .replan = s->cfg.on_rank_loss_replan,
-                                  .replan_after_ms = s->cfg.replan_after_s * 1000u};
+                                  .replan_after_ms = s->cfg.replan_after_s * 1000u,
+                                  .spec = s->cfg.spec, .draft_max = s->cfg.draft_max,
+                                  .draft_model = s->cfg.draft_model};
     enum tp_status rc = tp_engine_init(&ec, p, s->metrics, &s->engine, err);
     if (rc != TP_OK) {
         tp_server_set_failed(s, err->msg);
@@ -1270,6 +1328,10 @@ void tp_server_free(tp_server_t *s)
     free((char *)s->cfg.chat_template);
     free((char *)s->cfg.model_id);
     free((char *)s->cfg.cors_origin);
+    free((char *)s->cfg.draft_model);
+    free((char *)s->cfg.logit_bias);
+    free(s->bias_id);
+    free(s->bias_val);
     free(s->model_id);
     pthread_mutex_destroy(&s->state_mu);
     pthread_mutex_destroy(&s->tok_mu);

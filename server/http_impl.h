@@ -64,6 +64,9 @@ struct tp_server {
     struct tp_http_gate *gate;        /* owned */
     struct tp_web *web;               /* owned: the web page's and /v1/cluster's state (web.c) */
     struct tp_resp_store *resp_store; /* owned: finished Responses for previous_response_id (api_responses.c) */
+    int n_bias;                       /* --logit-bias entries (tp_server_config.logit_bias) */
+    int32_t *bias_id;                 /* (n_bias) token ids, ascending, distinct (owned) */
+    float *bias_val;                  /* (n_bias) -100..100 (owned) */
 };
 
 enum MHD_Result tp_http_send(struct tp_server *s, struct MHD_Connection *c, int status, const char *content_type,

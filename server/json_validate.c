@@ -545,10 +545,14 @@ static enum tp_status tool_call_schema(const cJSON *fn, const char *akey, cJSON 
     cJSON *one = cJSON_CreateObject(), *props = NULL, *args = NULL;
     if (!one) return tp_api_err(e, TP_ERR_NOMEM, "tools", "out of memory");
     cJSON_AddItemToArray(calls, one);
-    cJSON_AddStringToObject(one, "type", "object");
-    props = cJSON_AddObjectToObject(one, "properties");
-    cJSON *nm = cJSON_AddObjectToObject(props, "name");
-    cJSON_AddStringToObject(nm, "const", name->valuestring);
+    if (!akey) { /* name[ARGS]{...}: the name's bytes, then the arguments */
+        cJSON_AddStringToObject(one, "x-raw-prefix", name->valuestring);
+    } else {
+        cJSON_AddStringToObject(one, "type", "object");
+        props = cJSON_AddObjectToObject(one, "properties");
+        cJSON *nm = cJSON_AddObjectToObject(props, "name");
+        cJSON_AddStringToObject(nm, "const", name->valuestring);
+    }
     if (params) {
         args = cJSON_Duplicate(params, 1);
     } else {
@@ -576,6 +580,10 @@ static enum tp_status tool_call_schema(const cJSON *fn, const char *akey, cJSON 
         }
         cJSON_Delete(d);
     }
+    if (!akey) {
+        cJSON_AddItemToObject(one, "x-then", args);
+        return TP_OK;
+    }
     cJSON_AddItemToObject(props, akey, args);
     cJSON *req = cJSON_AddArrayToObject(one, "required");
     cJSON_AddItemToArray(req, cJSON_CreateString("name"));
@@ -587,7 +595,9 @@ static enum tp_status tool_call_schema(const cJSON *fn, const char *akey, cJSON 
 /*
  * Compile the grammar of the calls to tools (only the one named, when
  * named): one call object {"name", <akey>} (anyOf over the tools), or with
- * array a JSON array of 1.. (1 when !parallel) such objects.  0, or -1 (e filled).
+ * array a JSON array of 1.. (1 when !parallel) such objects; akey NULL: the
+ * name's bytes and then the arguments object (Mistral's name[ARGS]{...}).
+ * 0, or -1 (e filled).
  */
 static enum tp_status calls_grammar(const cJSON *tools, const char *named, const char *akey, int array, int parallel,
                          tp_grammar_t **out, struct tp_api_error *e)
@@ -622,7 +632,7 @@ static enum tp_status calls_grammar(const cJSON *tools, const char *named, const
     if (defs->child) cJSON_AddItemToObject(wrap, "$defs", defs), defs = NULL;
     if (definitions->child) cJSON_AddItemToObject(wrap, "definitions", definitions), definitions = NULL;
     struct tp_error err = {0};
-    enum tp_status st = tp_grammar_from_schema(wrap, out, &err);
+    enum tp_status st = tp_grammar_from_tool_schema(wrap, out, &err);
     if (st == TP_ERR_NOMEM)
         rc = tp_api_err(e, TP_ERR_NOMEM, "tools", "out of memory compiling the tool schemas");
     else if (st != TP_OK)
@@ -711,22 +721,45 @@ static enum tp_status parse_tools(const cJSON *root, struct tp_req_params *p, st
     }
     enum tp_status st = calls_grammar(tools, named, "arguments", 0, 0, &p->grammar, e);
     if (st != TP_OK) return st;
+    if (named && !(p->tool_name = strdup(named))) return tp_api_err(e, TP_ERR_NOMEM, "tool_choice", "out of memory");
     p->tool_call = 1;
     p->tool_format = TP_TOOL_FORMAT_JSON;
     return TP_OK;
+}
+
+enum tp_status tp_req_forced_name_args(struct tp_req_params *p, struct tp_api_error *e)
+{
+    if (!p->tool_call) return TP_OK;
+    tp_grammar_t *g = NULL;
+    enum tp_status st = calls_grammar(p->tools, p->tool_name, NULL, 0, 0, &g, e);
+    if (st != TP_OK) return st;
+    tp_grammar_free(p->grammar);
+    p->grammar = g;
+    p->tool_format = TP_TOOL_FORMAT_NAME_ARGS;
+    return TP_OK;
+}
+
+enum tp_status tp_req_harmony_calls_grammar(struct tp_req_params *p, struct tp_api_error *e)
+{
+    if (!p->tool_auto) return TP_OK;
+    enum tp_status st = calls_grammar(p->tools, NULL, NULL, 0, 0, &p->grammar, e);
+    if (st == TP_OK) p->harmony_calls = 1;
+    return st;
 }
 
 enum tp_status tp_req_tools_grammar(struct tp_req_params *p, enum tp_tool_format f, const char *family,
                                     struct tp_api_error *e)
 {
     if (!p->tool_auto) return TP_OK;
-    if (f != TP_TOOL_FORMAT_LLAMA3 && f != TP_TOOL_FORMAT_HERMES && f != TP_TOOL_FORMAT_MISTRAL)
+    if (f != TP_TOOL_FORMAT_LLAMA3 && f != TP_TOOL_FORMAT_HERMES && f != TP_TOOL_FORMAT_MISTRAL &&
+        f != TP_TOOL_FORMAT_MISTRAL_ARGS)
         return tp_api_err(e, TP_ERR_UNSUPPORTED, "tool_choice",
                            "tool_choice \"auto\" (the default with 'tools') needs a chat template with a tool-call format "
-                           "(llama3.1, qwen2.5, qwen3, mistral-nemo); this model's is %s. Send tool_choice \"required\" or "
+                           "(llama3.1, qwen2.5, qwen3, mistral-nemo, mistral-small-3.2, devstral); this model's is %s. "
+                           "Send tool_choice \"required\" or "
                            "{\"type\": \"function\", \"function\": {\"name\": ...}} to force a call, or \"none\"",
                            family);
-    const char *akey = f == TP_TOOL_FORMAT_LLAMA3 ? "parameters" : "arguments";
+    const char *akey = f == TP_TOOL_FORMAT_LLAMA3 ? "parameters" : f == TP_TOOL_FORMAT_MISTRAL_ARGS ? NULL : "arguments";
     enum tp_status st = calls_grammar(p->tools, NULL, akey, f == TP_TOOL_FORMAT_MISTRAL, p->parallel_tool_calls,
                                       &p->grammar, e);
     if (st != TP_OK) return st;
@@ -900,6 +933,11 @@ static enum tp_status parse_fields(const cJSON *root, const char *body, size_t l
         }
     }
     if (get_bool(root, "ignore_eos", &p->ignore_eos, e)) return e->status;
+    int spec = 0;
+    if (field(root, "speculative")) {
+        if (get_bool(root, "speculative", &spec, e)) return e->status;
+        p->speculative = spec ? 1 : -1;
+    }
     v = field(root, "user");
     if (v && !cJSON_IsString(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "user", "'user' must be a string");
     return parse_stop(root, p, e);
@@ -933,6 +971,7 @@ void tp_req_params_free(struct tp_req_params *p)
         if (p->msgs[i].tool_call_id && p->msgs[i].tool_call_id[0]) free((char *)p->msgs[i].tool_call_id);
     }
     free(p->reasoning_effort);
+    free(p->tool_name);
     free(p->msgs);
     for (int i = 0; i < p->n_calls; i++) {
         free((char *)p->calls[i].id);

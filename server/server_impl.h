@@ -23,6 +23,7 @@
 #include "grammar.h"
 #include "tool_parse.h"
 #include "server/server.h"
+#include "server/spec.h"
 
 /* ============================================================ buffers ===== */
 
@@ -117,6 +118,8 @@ enum tp_chat_family {
     TP_CHAT_LLAMA32,      /* Llama 3.2: Llama 3.1's with today's date in the system header */
     TP_CHAT_HARMONY,      /* gpt-oss (server/harmony.c): tools as a TypeScript namespace, calls on the
                            * commentary channel (read from the reply's channel tokens, not tool_parse.c) */
+    TP_CHAT_MISTRAL_SMALL32, /* Mistral Small 3.2: [SYSTEM_PROMPT], calls as [TOOL_CALLS]name[CALL_ID]id[ARGS]{..} */
+    TP_CHAT_DEVSTRAL,     /* Devstral Small (unsloth's template): calls as [TOOL_CALLS]name[ARGS]{..} */
     TP_CHAT_FAMILY_COUNT
 };
 /* One tool call of an assistant message in the history. */
@@ -315,18 +318,26 @@ struct tp_req_params {
                                     * final hidden states pooled into tp_req.embd; nothing is generated */
     int tool_call;                 /* tool_choice required / named: the reply is {"name", "arguments"} under grammar,
                                     * returned as tool_calls */
+    char *tool_name;               /* tool_choice names this function (owned); NULL: "required" or no forced call */
     struct cJSON *tools;           /* chat: the request's tools (owned, tree form) when the model may see them
                                     * (tool_choice other than "none"); NULL otherwise */
     int tool_auto;                 /* tool_choice "auto" with tools: the reply may hold calls in the family's
                                     * format; grammar (built by tp_req_tools_grammar) is switched on where a
                                     * call begins */
     int parallel_tool_calls;       /* 0: at most one call per reply (the reply ends after it) */
+    int harmony_calls;             /* gpt-oss with tool_choice auto: grammar (name bytes, then arguments) constrains a
+                                    * message body whose header addresses to=functions.NAME */
+    int short_call_ids;            /* tool call ids are 9 alphanumerics (the Mistral families' templates need them) */
+    int think;                     /* with tool_auto: the reply may open with <think> reasoning (the qwen3
+                                    * family), returned as reasoning_content; calls are looked for after it */
     enum tp_tool_format tool_format; /* the format the reply's calls are read in: JSON for forced calls, the
                                       * family's format with tool_auto, NONE: no calls */
     struct tp_chat_call *calls;    /* (n_calls) every history tool call, referenced by msgs (owned, with their
                                     * strings and arguments) */
     int n_calls;
     char *reasoning_effort;        /* "low" | "medium" | "high" (owned) or NULL */
+    int speculative;               /* "speculative": 1 true: draft and verify (n-gram lookup), -1 false: plain
+                                    * decoding, 0 (absent): the server's --spec */
 };
 /*
  * Parse and validate a JSON body.  n_vocab bounds token ids, n_ctx bounds
@@ -346,6 +357,17 @@ void tp_req_params_free(struct tp_req_params *p);
  */
 enum tp_status tp_req_tools_grammar(struct tp_req_params *p, enum tp_tool_format f, const char *family,
                                     struct tp_api_error *e);
+/*
+ * A forced call (tool_choice required / named) for gpt-oss: the reply is
+ * generated after the prompt's "<|channel|>commentary to=functions." as the
+ * function's name and then its arguments object (format NAME_ARGS), under
+ * the tools' grammar.  Replaces p->grammar.  TP_OK or as tp_req_tools_grammar.
+ */
+enum tp_status tp_req_forced_name_args(struct tp_req_params *p, struct tp_api_error *e);
+/* gpt-oss, tool_choice auto: the same grammar for the bodies of the calls the
+ * model addresses to=functions.NAME (the scheduler feeds NAME first; sets
+ * p->harmony_calls).  TP_OK or as tp_req_tools_grammar. */
+enum tp_status tp_req_harmony_calls_grammar(struct tp_req_params *p, struct tp_api_error *e);
 
 /* ======================================================= stop strings ===== */
 
@@ -398,9 +420,23 @@ struct tp_metrics_gauges {
     uint64_t ns_comm[TP_METRICS_RANKS_MAX];      /* per rank (workers: as last collected, ~1 s lag) */
     uint64_t ns_compute[TP_METRICS_RANKS_MAX];
     uint64_t bytes_sent[TP_METRICS_RANKS_MAX];
+    /* speculative decoding and decode efficiency (engine counters since start) */
+    uint64_t spec_drafted, spec_accepted;         /* drafted tokens verified, of which accepted */
+    uint64_t decode_seq_steps;                    /* (sequence, step) pairs that chose tokens */
+    uint64_t step_collectives;                    /* collectives of the engine's steps (rank 0's comm ops) */
 };
 /* Prometheus text exposition format 0.0.4. Returns TP_OK or TP_ERR_NOMEM. */
 enum tp_status tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, struct tp_buf *out);
+
+/* ================================================ speculative decoding ===== */
+
+/* usage of a request that drafted (tp_req.spec): completion_tokens_details
+ * {accepted_prediction_tokens, rejected_prediction_tokens} as OpenAI's
+ * predicted outputs report them, and "speculative" {drafted, accepted,
+ * acceptance, steps, tokens_per_step} (server/spec.c).  Out of memory leaves
+ * fields out. */
+struct tp_req;
+void tp_usage_add_spec(struct cJSON *usage, const struct tp_req *r);
 
 /* ======================================================= engine queue ===== */
 
@@ -448,6 +484,10 @@ struct tp_req {
     int n_cached;                  /* prompt tokens not prefilled: reused from the slot's own KV cache or
                                     * copied from another slot's (prefix sharing) */
     uint64_t t_first_ns, t_done_ns;
+    int spec;                      /* the request drafts and verifies (speculative decoding) */
+    int spec_mode;                 /* enum tp_spec_mode its drafts come from */
+    int n_decode_steps;            /* engine steps that chose at least one of its tokens */
+    int n_drafted, n_accepted;     /* drafted tokens verified, of which accepted */
     int refs;
     pthread_cond_t cond;           /* signalled on every change */
 };
@@ -465,6 +505,9 @@ struct tp_engine_config {
     int replan;               /* --on-rank-loss replan: a rank gone for replan_after_ms is left out when the
                                * survivors have the memory (tp_parallel_replan_query); 0: wait for it */
     uint32_t replan_after_ms; /* 0: 10000 */
+    int spec;                 /* enum tp_spec_mode: the default of requests without "speculative" */
+    int draft_max;            /* drafted tokens per sequence and step, 1..TP_SPEC_DRAFT_MAX; 0: 4 */
+    const char *draft_model;  /* spec TP_SPEC_DRAFT: the draft model's file (loaded by tp_engine_init) */
 };
 /* Starts the engine thread on p (not owned). */
 enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t *p, struct tp_metrics *metrics,

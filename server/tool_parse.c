@@ -12,7 +12,8 @@
 
 #include "tool_parse.h"
 
-static const char *const format_names[TP_TOOL_FORMAT_COUNT] = {"none", "json", "llama3", "hermes", "mistral"};
+static const char *const format_names[TP_TOOL_FORMAT_COUNT] = {"none", "json", "llama3", "hermes", "mistral",
+                                                               "mistral-args", "name-args"};
 
 const char *tp_tool_format_name(enum tp_tool_format f)
 {
@@ -24,7 +25,8 @@ const char *tp_tool_marker_token(enum tp_tool_format f)
     switch (f) {
     case TP_TOOL_FORMAT_LLAMA3: return "<|python_tag|>";
     case TP_TOOL_FORMAT_HERMES: return "<tool_call>";
-    case TP_TOOL_FORMAT_MISTRAL: return "[TOOL_CALLS]";
+    case TP_TOOL_FORMAT_MISTRAL:
+    case TP_TOOL_FORMAT_MISTRAL_ARGS: return "[TOOL_CALLS]";
     default: return NULL;
     }
 }
@@ -147,6 +149,19 @@ static int decode_string(const char *t, size_t p, size_t e, char *out, size_t ca
     return 0;
 }
 
+/* The arguments value at t[i] into v (its bytes so far; args_done when complete).
+ * *end one past it when RD_OK. */
+static enum rd read_args(const char *t, size_t n, size_t i, int final, struct tp_tool_call_view *v, size_t *end)
+{
+    v->args_off = i;
+    enum rd r = read_value(t, n, i, final, end);
+    if (r == RD_MORE) v->args_len = n - i;
+    if (r != RD_OK) return r;
+    v->args_len = *end - i;
+    v->args_done = 1;
+    return RD_OK;
+}
+
 /* One call object at t[p] == '{' whose arguments member is named akey.  Fills v;
  * *end one past the closing '}' when RD_OK. */
 static enum rd read_call(const char *t, size_t n, size_t p, const char *akey, int final, struct tp_tool_call_view *v,
@@ -178,15 +193,7 @@ static enum rd read_call(const char *t, size_t n, size_t p, const char *akey, in
             if (decode_string(t, i, ve, v->name, sizeof v->name) != 0) return RD_BAD;
             have_name = 1;
         } else if (kl == strlen(akey) && memcmp(k, akey, kl) == 0) {
-            v->args_off = i;
-            r = read_value(t, n, i, final, &ve);
-            if (r == RD_BAD) return r;
-            if (r == RD_MORE) {
-                v->args_len = n - i;
-                return r;
-            }
-            v->args_len = ve - i;
-            v->args_done = 1;
+            if ((r = read_args(t, n, i, final, v, &ve)) != RD_OK) return r;
             have_args = 1;
         } else {
             r = read_value(t, n, i, final, &ve);
@@ -225,7 +232,7 @@ static const char *find(const char *t, size_t n, size_t from, const char *m)
 
 int tp_tool_marker_find(enum tp_tool_format f, const char *t, size_t n, size_t from, size_t *json_off)
 {
-    if (f == TP_TOOL_FORMAT_JSON) {
+    if (f == TP_TOOL_FORMAT_JSON || f == TP_TOOL_FORMAT_NAME_ARGS) {
         *json_off = 0;
         return from == 0;
     }
@@ -243,7 +250,7 @@ int tp_tool_marker_find(enum tp_tool_format f, const char *t, size_t n, size_t f
         }
         return 0;
     }
-    if (f == TP_TOOL_FORMAT_HERMES || f == TP_TOOL_FORMAT_MISTRAL) {
+    if (f == TP_TOOL_FORMAT_HERMES || f == TP_TOOL_FORMAT_MISTRAL || f == TP_TOOL_FORMAT_MISTRAL_ARGS) {
         const char *m = tp_tool_marker_token(f);
         const char *hit = find(t, n, from, m);
         if (!hit) return 0;
@@ -251,6 +258,38 @@ int tp_tool_marker_find(enum tp_tool_format f, const char *t, size_t n, size_t f
         return 1;
     }
     return 0;
+}
+
+static int is_name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
+}
+
+/* One MISTRAL_ARGS call at t[p] (after [TOOL_CALLS]): name, an optional
+ * [ARGS], the arguments value.  Fills v; *end one past the arguments. */
+static enum rd read_args_call(const char *t, size_t n, size_t p, int final, struct tp_tool_call_view *v, size_t *end)
+{
+    static const char args[] = "[ARGS]";
+    memset(v, 0, sizeof *v);
+    v->call_off = p;
+    size_t i = p;
+    while (i < n && is_name_char(t[i])) i++;
+    if (i == n) return RD_MORE;
+    if (i == p || i - p >= sizeof v->name) return RD_BAD;
+    size_t name_end = i;
+    size_t rest = n - i < sizeof args - 1 ? n - i : sizeof args - 1;
+    if (memcmp(t + i, args, rest) == 0) {
+        if (rest < sizeof args - 1) return RD_MORE;
+        i += sizeof args - 1;
+    }
+    if (i == n) return RD_MORE;
+    if (t[i] != '{') return RD_BAD;
+    memcpy(v->name, t + p, name_end - p);
+    v->name[name_end - p] = '\0';
+    enum rd r = read_args(t, n, i, final, v, end);
+    v->complete = r == RD_OK;
+    return r;
 }
 
 /* Calls from t[p] in format f until the text ends or something else follows. */
@@ -269,7 +308,8 @@ static void scan_calls(enum tp_tool_format f, const char *t, size_t n, size_t p,
     while (o->n_calls < TP_TOOL_MAX_CALLS) {
         if (i >= n) return;
         size_t end = 0;
-        enum rd r = read_call(t, n, i, akey, final, &o->calls[o->n_calls], &end);
+        enum rd r = f == TP_TOOL_FORMAT_MISTRAL_ARGS || f == TP_TOOL_FORMAT_NAME_ARGS ? read_args_call(t, n, i, final, &o->calls[o->n_calls], &end)
+                                                     : read_call(t, n, i, akey, final, &o->calls[o->n_calls], &end);
         if (r == RD_BAD) {
             if (o->n_calls == 0) o->malformed = 1;
             return;
@@ -278,7 +318,7 @@ static void scan_calls(enum tp_tool_format f, const char *t, size_t n, size_t p,
         if (r == RD_MORE) return;
         i = skip_ws(t, n, end);
         /* what may come between two calls */
-        if (f == TP_TOOL_FORMAT_JSON) return;
+        if (f == TP_TOOL_FORMAT_JSON || f == TP_TOOL_FORMAT_NAME_ARGS) return;
         if (f == TP_TOOL_FORMAT_LLAMA3) {
             if (i < n && t[i] == ';') i = skip_ws(t, n, i + 1);
             if (i >= n || t[i] != '{') return;
@@ -288,6 +328,10 @@ static void scan_calls(enum tp_tool_format f, const char *t, size_t n, size_t p,
                 i = skip_ws(t, n, i + sizeof close - 1);
             if (n - i < sizeof open - 1 || memcmp(t + i, open, sizeof open - 1) != 0) return;
             i = skip_ws(t, n, i + sizeof open - 1);
+        } else if (f == TP_TOOL_FORMAT_MISTRAL_ARGS) {
+            static const char next[] = "[TOOL_CALLS]";
+            if (n - i < sizeof next - 1 || memcmp(t + i, next, sizeof next - 1) != 0) return;
+            i += sizeof next - 1;
         } else { /* MISTRAL */
             if (i >= n || t[i] != ',') return;
             i = skip_ws(t, n, i + 1);
@@ -301,7 +345,7 @@ void tp_tool_scan(enum tp_tool_format f, const char *t, size_t n, int final, str
     o->content_end = n;
     if (f <= TP_TOOL_FORMAT_NONE || f >= TP_TOOL_FORMAT_COUNT) return;
     size_t json_off = 0;
-    if (f == TP_TOOL_FORMAT_JSON) {
+    if (f == TP_TOOL_FORMAT_JSON || f == TP_TOOL_FORMAT_NAME_ARGS) {
         o->content_end = 0;
         o->started = 1;
         scan_calls(f, t, n, 0, final, o);

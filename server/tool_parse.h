@@ -22,6 +22,13 @@
  *            <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>  (repeated)
  *   MISTRAL  Mistral Nemo, after any content:
  *            [TOOL_CALLS][{"name": "f", "arguments": {...}, "id": "..."}, ...]
+ *   MISTRAL_ARGS  Mistral Small 3.2, Devstral, after any content:
+ *            [TOOL_CALLS]f[ARGS]{...}  (repeated; [ARGS] may be missing where the
+ *            detokenizer dropped it as a control token; the function name is
+ *            a-z A-Z 0-9 _ - .)
+ *   NAME_ARGS  tpserve's forced call for gpt-oss (harmony), generated after the
+ *            prompt's "<|channel|>commentary to=functions.": the whole reply is
+ *            one call, f{...}
  * The arguments value is returned as the model wrote it (valid JSON when the
  * call completed; the streamed fragments concatenate to exactly these bytes).
  *
@@ -38,6 +45,8 @@ enum tp_tool_format {
     TP_TOOL_FORMAT_LLAMA3,
     TP_TOOL_FORMAT_HERMES,
     TP_TOOL_FORMAT_MISTRAL,
+    TP_TOOL_FORMAT_MISTRAL_ARGS,
+    TP_TOOL_FORMAT_NAME_ARGS,
     TP_TOOL_FORMAT_COUNT
 };
 const char *tp_tool_format_name(enum tp_tool_format f); /* "hermes", ... */
@@ -74,7 +83,7 @@ void tp_tool_scan(enum tp_tool_format f, const char *text, size_t len, int final
  * Where the next call begins at or after byte from: returns 1 when a complete
  * marker is in text[from, len) and sets *json_off to the offset of the call's
  * JSON (after the marker and any whitespace; it may equal len when the JSON
- * is still to come).  JSON: always at 0; LLAMA3: only at the start of the
+ * is still to come).  JSON, NAME_ARGS: always at 0; LLAMA3: only at the start of the
  * reply, a '{' or <|python_tag|>; HERMES / MISTRAL: <tool_call> / [TOOL_CALLS].
  * Else 0.  The scheduler constrains the bytes from *json_off with the tools'
  * grammar.

@@ -54,8 +54,17 @@ if(TP_SANITIZE)
   # OpenMPI's exit-time leaks sit in plugins it dlclose()s: only full unwinding reaches libmpi (lsan.supp).
   set_tests_properties(ops.readme PROPERTIES ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0")
 endif()
+# The commands and options README.md names in its prose (inline code that cannot run as written): each
+# option in that command's --help, each lower-case value among the choices its help line names.
+if(Python3_Interpreter_FOUND)
+  add_test(NAME ops.readme_options COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/ops/readme_options_test.py
+           ${PROJECT_SOURCE_DIR} $<TARGET_FILE:tpserve>)
+  set_tests_properties(ops.readme_options PROPERTIES LABELS unit TIMEOUT 60)
+endif()
 # tpserve plan against a measured run here: 2 and 4 local ranks of a 2-layer synthetic tinyllama-1.1b Q4_0;
-# bytes per token asserted within 5% of bench gen's, communication time reported (TP_PLAN_CHECK_TIME=1 asserts 25%).
+# bytes per token asserted within 5% of bench gen's; communication time per token on a simulated 20 ms link
+# (TP_COMM_SIM_LATENCY_US), timed from every collective's last entry to its last exit, reported
+# (TP_PLAN_CHECK_TIME=1 asserts 25%).
 if(Python3_Interpreter_FOUND)
   add_test(NAME ops.plan_measured COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/plan_measured_test.sh $<TARGET_FILE:tpserve>)
   set_tests_properties(ops.plan_measured PROPERTIES LABELS multirank TIMEOUT 300)

@@ -128,6 +128,35 @@ foreach(_r 1 2)
                        RESOURCE_LOCK tp_npm_install)
 endforeach()
 
+# Tool calls through Messages, Responses and Ollama (tests/node/apis_tools.mjs): tool_choice auto
+# answered as each API's tool blocks / items, streamed and not, equal to chat completions' call;
+# tool turns in the history rendered as chat completions renders them; GET/DELETE /v1/responses/{id}.
+# The Qwen3 template's Hermes format on a random-weight model, pushed into calls by the server-wide
+# --logit-bias on <tool_call> (token 151657 of the Qwen3 vocabulary), at 1 and 2 ranks.
+# Then the OpenAI Agents SDK (tests/node/agents/agents.mjs): an agent's full tool round trip over the
+# Responses API (the SDK takes a response cut by max_output_tokens for a failure: a slight --logit-bias
+# on <|im_end|>, 151645, makes the random-weight model end its final answer); and Codex CLI (agents/codex.mjs) completing one `codex exec` turn (its prompt of
+# ~10K tokens needs a larger context).  Skipped (77) without node, npm, the npm packages or ../shared.
+foreach(_r 1 2)
+  add_test(NAME server.node_apis_tools_${_r}rank_shared
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve> synth:qwen3 ${_r}
+                   apis_tools.mjs)
+  set_tests_properties(server.node_apis_tools_${_r}rank_shared PROPERTIES LABELS "model" TIMEOUT 400
+                       SKIP_RETURN_CODE 77 RESOURCE_LOCK tp_npm_install ENVIRONMENT
+                       "TP_SHARED_DIR=${TP_SHARED_DIR};TP_SERVE_ARGS=--logit-bias 151657+100")
+  add_test(NAME server.node_agents_${_r}rank_shared
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve> synth:qwen3 ${_r}
+                   agents/agents.mjs)
+  set_tests_properties(server.node_agents_${_r}rank_shared PROPERTIES LABELS "model" TIMEOUT 400
+                       SKIP_RETURN_CODE 77 RESOURCE_LOCK tp_npm_install ENVIRONMENT
+                       "TP_SHARED_DIR=${TP_SHARED_DIR};TP_SERVE_ARGS=--logit-bias 151645+0.6")
+endforeach()
+add_test(NAME server.node_codex_shared
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/node/run_structured.sh $<TARGET_FILE:tpserve> synth:qwen3 1
+                 agents/codex.mjs)
+set_tests_properties(server.node_codex_shared PROPERTIES LABELS "model" TIMEOUT 600 SKIP_RETURN_CODE 77
+                     RESOURCE_LOCK tp_npm_install ENVIRONMENT "TP_SHARED_DIR=${TP_SHARED_DIR};TP_SERVE_ARGS=-c 16384 --logit-bias 151645+7")
+
 # The web page (GET /): headless Chromium through puppeteer-core against real
 # servers at 1 and 2 ranks and a stand-in server (tests/node/web_test.mjs);
 # about 10 s.  Skipped (77) without node, npm, Chromium or the npm packages.

@@ -143,23 +143,13 @@ out:
     return rc;
 }
 
-enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, struct tp_error *err)
+/* The architecture, and what tpserve refuses of it (experts of another architecture, another activation, MLP
+ * or o_proj biases, another quantization); *moe: a mixture of experts, *quantized: a quant_method is named. */
+static enum tp_status read_arch(const cJSON *root, const char *path, struct tp_hf_config *out, int *moe, int *quantized,
+                                struct tp_error *err)
 {
     enum tp_status rc = TP_OK;
-    char path[4096];
-    char *text = NULL;
-    cJSON *root = NULL;
-    memset(out, 0, sizeof(*out));
     struct tp_hparams *hp = &out->hp;
-    int n = snprintf(path, sizeof(path), "%s/config.json", dir);
-    if (n < 0 || (size_t)n >= sizeof(path)) return tp_error_set(err, TP_ERR_INVALID_ARG, "%s: path too long", dir);
-    TP_CHECK_GOTO(tp_read_file(path, MAX_CONFIG_BYTES, &text, NULL, err), rc, out);
-    root = cJSON_Parse(text);
-    if (!root || !cJSON_IsObject(root)) {
-        rc = tp_error_set(err, TP_ERR_FORMAT, "%s: not a valid JSON object", path);
-        goto out;
-    }
-    /* architecture */
     const char *arch = NULL;
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     if (cJSON_IsArray(archs) && cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
@@ -182,7 +172,7 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
         goto out;
     }
     const int gptoss = hp->arch == TP_ARCH_GPTOSS;
-    const int moe_arch = hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE || gptoss ||
+    const int moe_arch = *moe = hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE || gptoss ||
                          (arch && strcmp(arch, "MixtralForCausalLM") == 0) || strcmp(out->model_type, "mixtral") == 0;
     static const char *const moe_keys[] = {"num_experts", "num_local_experts", "n_routed_experts"};
     for (size_t i = 0; i < TP_ARRAY_LEN(moe_keys) && !moe_arch; i++) {
@@ -214,6 +204,7 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
     }
     const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     const char *qm = cJSON_IsObject(qc) ? get_str(qc, "quant_method") : NULL;
+    *quantized = qm != NULL;
     if (qm && strcmp(qm, "mlx") != 0 && !(gptoss && strcmp(qm, "mxfp4") == 0)) {
         rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
                           "%s: quantization_config.quant_method '%.32s' is not supported (F32/F16/BF16 safetensors, "
@@ -226,7 +217,14 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
         TP_CHECK_GOTO(get_int(q, path, "bits", 1, 0, 1, 16, &out->quant_bits, err), rc, out);
         TP_CHECK_GOTO(get_int(q, path, "group_size", 1, 0, 1, 1 << 16, &out->quant_group_size, err), rc, out);
     }
+out:
+    return rc;
+}
 
+/* Sizes, heads, head and rotary dimensions, rope theta and the norm epsilon. */
+static enum tp_status read_shape(const cJSON *root, const char *path, struct tp_hparams *hp, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
     const int big = 1 << 24;
     TP_CHECK_GOTO(get_int(root, path, "hidden_size", 1, 0, 1, big, &hp->n_embd, err), rc, out);
     TP_CHECK_GOTO(get_int(root, path, "num_hidden_layers", 1, 0, 1, 4096, &hp->n_layer, err), rc, out);
@@ -273,75 +271,116 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
         rc = tp_error_set(err, TP_ERR_FORMAT, "%s: rms_norm_eps %g is out of range", path, (double)hp->norm_eps);
         goto out;
     }
-    TP_CHECK_GOTO(read_rope_scaling(root, path, hp, err), rc, out);
-    if (gptoss) {
-        /* OpenAI's checkpoint: experts in MXFP4 (quantization_config.quant_method "mxfp4"); a
-         * dequantized (bf16 gate_up_proj) directory has another expert layout, not read here */
-        if (!qm) {
-            rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
-                              "%s: gpt-oss without quantization_config mxfp4 (dequantized experts) is not supported; "
-                              "use OpenAI's MXFP4 checkpoint or a GGUF file",
-                              path);
-            goto out;
-        }
-        TP_CHECK_GOTO(get_int(root, path, "num_local_experts", 1, 0, 1, 1 << 16, &hp->n_expert, err), rc, out);
-        TP_CHECK_GOTO(get_int(root, path, "num_experts_per_tok", 1, 0, 1, hp->n_expert, &hp->n_expert_used, err), rc,
-                      out);
-        hp->router_softmax_topk = 1;
-        hp->expert_weights_norm = 0;
-        hp->swiglu_alpha = 1.702f;
-        TP_CHECK_GOTO(get_float(root, path, "swiglu_limit", 7.0f, &hp->swiglu_limit, err), rc, out);
-        if (!(hp->swiglu_limit > 0.0f)) {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: swiglu_limit must be > 0", path);
-            goto out;
-        }
-        /* windows: layer_types alternates "sliding_attention" / "full_attention" from layer 0 */
-        int win = 0;
-        TP_CHECK_GOTO(get_int(root, path, "sliding_window", 0, 0, 0, 1 << 30, &win, err), rc, out);
-        const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-        if (cJSON_IsArray(lt)) {
-            int l = 0;
-            const cJSON *e;
-            cJSON_ArrayForEach(e, lt)
-            {
-                const char *want = l % 2 == 0 ? "sliding_attention" : "full_attention";
-                if (!cJSON_IsString(e) || strcmp(e->valuestring, want) != 0) {
-                    rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
-                                      "%s: layer_types[%d] is not \"%s\": only gpt-oss's alternation (sliding on the "
-                                      "even layers) is supported",
-                                      path, l, want);
-                    goto out;
-                }
-                l++;
+out:
+    return rc;
+}
+
+/* gpt-oss: its experts (MXFP4 only), router, clamped SwiGLU and the windows of its even layers. */
+static enum tp_status read_gptoss(const cJSON *root, const char *path, int quantized, struct tp_hparams *hp,
+                                  struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    /* OpenAI's checkpoint: experts in MXFP4 (quantization_config.quant_method "mxfp4"); a
+     * dequantized (bf16 gate_up_proj) directory has another expert layout, not read here */
+    if (!quantized) {
+        rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
+                          "%s: gpt-oss without quantization_config mxfp4 (dequantized experts) is not supported; "
+                          "use OpenAI's MXFP4 checkpoint or a GGUF file",
+                          path);
+        goto out;
+    }
+    TP_CHECK_GOTO(get_int(root, path, "num_local_experts", 1, 0, 1, 1 << 16, &hp->n_expert, err), rc, out);
+    TP_CHECK_GOTO(get_int(root, path, "num_experts_per_tok", 1, 0, 1, hp->n_expert, &hp->n_expert_used, err), rc,
+                  out);
+    hp->router_softmax_topk = 1;
+    hp->expert_weights_norm = 0;
+    hp->swiglu_alpha = 1.702f;
+    TP_CHECK_GOTO(get_float(root, path, "swiglu_limit", 7.0f, &hp->swiglu_limit, err), rc, out);
+    if (!(hp->swiglu_limit > 0.0f)) {
+        rc = tp_error_set(err, TP_ERR_FORMAT, "%s: swiglu_limit must be > 0", path);
+        goto out;
+    }
+    /* windows: layer_types alternates "sliding_attention" / "full_attention" from layer 0 */
+    int win = 0;
+    TP_CHECK_GOTO(get_int(root, path, "sliding_window", 0, 0, 0, 1 << 30, &win, err), rc, out);
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (cJSON_IsArray(lt)) {
+        int l = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, lt)
+        {
+            const char *want = l % 2 == 0 ? "sliding_attention" : "full_attention";
+            if (!cJSON_IsString(e) || strcmp(e->valuestring, want) != 0) {
+                rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
+                                  "%s: layer_types[%d] is not \"%s\": only gpt-oss's alternation (sliding on the "
+                                  "even layers) is supported",
+                                  path, l, want);
+                goto out;
             }
-        }
-        hp->sliding_window = win;
-        hp->swa_period = 2;
-    } else if (moe_arch) {
-        const int mixtral = hp->arch == TP_ARCH_LLAMA;
-        TP_CHECK_GOTO(get_int(root, path, mixtral ? "num_local_experts" : "num_experts", 1, 0, 1, 1 << 16, &hp->n_expert,
-                              err),
-                      rc, out);
-        TP_CHECK_GOTO(get_int(root, path, "num_experts_per_tok", 1, 0, 1, hp->n_expert, &hp->n_expert_used, err), rc,
-                      out);
-        if (!mixtral) /* Qwen-MoE experts are moe_intermediate_size wide (intermediate_size: dense layers) */
-            TP_CHECK_GOTO(get_int(root, path, "moe_intermediate_size", 1, 0, 1, big, &hp->n_ff, err), rc, out);
-        if (hp->arch == TP_ARCH_QWEN2MOE)
-            TP_CHECK_GOTO(get_int(root, path, "shared_expert_intermediate_size", 1, 0, 1, big, &hp->n_ff_shexp, err), rc,
-                          out);
-        /* Mixtral always renormalises; Qwen-MoE as norm_topk_prob says (transformers' default: false) */
-        hp->expert_weights_norm = mixtral ? 1 : get_bool(root, "norm_topk_prob", 0);
-        int step = 1;
-        TP_CHECK_GOTO(get_int(root, path, "decoder_sparse_step", 0, 1, 1, 4096, &step, err), rc, out);
-        const cJSON *mlp_only = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
-        if (step != 1 || (cJSON_IsArray(mlp_only) && cJSON_GetArraySize(mlp_only) > 0)) {
-            rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
-                              "%s: dense layers between the expert layers (decoder_sparse_step %d, mlp_only_layers) are "
-                              "not supported",
-                              path, step);
-            goto out;
+            l++;
         }
     }
+    hp->sliding_window = win;
+    hp->swa_period = 2;
+out:
+    return rc;
+}
+
+/* Qwen-MoE and Mixtral: experts, their width, the shared expert, renormalisation; every layer sparse. */
+static enum tp_status read_moe(const cJSON *root, const char *path, struct tp_hparams *hp, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    const int big = 1 << 24;
+    const int mixtral = hp->arch == TP_ARCH_LLAMA;
+    TP_CHECK_GOTO(get_int(root, path, mixtral ? "num_local_experts" : "num_experts", 1, 0, 1, 1 << 16, &hp->n_expert,
+                          err),
+                  rc, out);
+    TP_CHECK_GOTO(get_int(root, path, "num_experts_per_tok", 1, 0, 1, hp->n_expert, &hp->n_expert_used, err), rc,
+                  out);
+    if (!mixtral) /* Qwen-MoE experts are moe_intermediate_size wide (intermediate_size: dense layers) */
+        TP_CHECK_GOTO(get_int(root, path, "moe_intermediate_size", 1, 0, 1, big, &hp->n_ff, err), rc, out);
+    if (hp->arch == TP_ARCH_QWEN2MOE)
+        TP_CHECK_GOTO(get_int(root, path, "shared_expert_intermediate_size", 1, 0, 1, big, &hp->n_ff_shexp, err), rc,
+                      out);
+    /* Mixtral always renormalises; Qwen-MoE as norm_topk_prob says (transformers' default: false) */
+    hp->expert_weights_norm = mixtral ? 1 : get_bool(root, "norm_topk_prob", 0);
+    int step = 1;
+    TP_CHECK_GOTO(get_int(root, path, "decoder_sparse_step", 0, 1, 1, 4096, &step, err), rc, out);
+    const cJSON *mlp_only = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (step != 1 || (cJSON_IsArray(mlp_only) && cJSON_GetArraySize(mlp_only) > 0)) {
+        rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
+                          "%s: dense layers between the expert layers (decoder_sparse_step %d, mlp_only_layers) are "
+                          "not supported",
+                          path, step);
+        goto out;
+    }
+out:
+    return rc;
+}
+
+enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    char path[4096];
+    char *text = NULL;
+    cJSON *root = NULL;
+    memset(out, 0, sizeof(*out));
+    struct tp_hparams *hp = &out->hp;
+    int n = snprintf(path, sizeof(path), "%s/config.json", dir);
+    if (n < 0 || (size_t)n >= sizeof(path)) return tp_error_set(err, TP_ERR_INVALID_ARG, "%s: path too long", dir);
+    TP_CHECK_GOTO(tp_read_file(path, MAX_CONFIG_BYTES, &text, NULL, err), rc, out);
+    root = cJSON_Parse(text);
+    if (!root || !cJSON_IsObject(root)) {
+        rc = tp_error_set(err, TP_ERR_FORMAT, "%s: not a valid JSON object", path);
+        goto out;
+    }
+    int moe = 0, quantized = 0;
+    TP_CHECK_GOTO(read_arch(root, path, out, &moe, &quantized, err), rc, out);
+    const int gptoss = hp->arch == TP_ARCH_GPTOSS;
+    TP_CHECK_GOTO(read_shape(root, path, hp, err), rc, out);
+    TP_CHECK_GOTO(read_rope_scaling(root, path, hp, err), rc, out);
+    if (gptoss) TP_CHECK_GOTO(read_gptoss(root, path, quantized, hp, err), rc, out);
+    else if (moe) TP_CHECK_GOTO(read_moe(root, path, hp, err), rc, out);
     hp->tied_embeddings = get_bool(root, "tie_word_embeddings", 0);
     hp->has_qkv_bias = hp->arch == TP_ARCH_QWEN2 || hp->arch == TP_ARCH_QWEN2MOE || out->attention_bias;
     hp->has_qk_norm = hp->arch == TP_ARCH_QWEN3 || hp->arch == TP_ARCH_QWEN3MOE;

@@ -261,8 +261,13 @@ void tp_mlx_tsrc_describe(const struct tp_tsrc *s, const struct tp_st_tensor *w,
 {
     char name[256];
     const struct tp_st_tensor *sc = tp_mlx_st_sibling(s->st, w->name, "scales", name, sizeof(name));
-    if (!sc || w->dtype != TP_ST_U32 || w->n_dims != 2 || sc->n_dims != 2) return;
-    describe(s->mlx_bits, w->shape[0], w->shape[1], sc->shape[0], sc->shape[1], out);
+    if (!sc || w->dtype != TP_ST_U32) return;
+    if (w->n_dims == 2 && sc->n_dims == 2) describe(s->mlx_bits, w->shape[0], w->shape[1], sc->shape[0], sc->shape[1], out);
+    /* mlx-lm's stacked experts (SwitchLinear): [n_expert, rows, words] with [n_expert, rows, groups] scales */
+    if (w->n_dims == 3 && sc->n_dims == 3 && sc->shape[0] == w->shape[0]) {
+        describe(s->mlx_bits, w->shape[1], w->shape[2], sc->shape[1], sc->shape[2], out);
+        out->n_elems *= w->shape[0];
+    }
 }
 
 void tp_mlx_tsrc_describe_gguf(const struct tp_tsrc *s, const struct tp_gguf_tensor *w, struct tp_tsrc_tensor *out)
@@ -297,6 +302,11 @@ static void part_st(const tp_st_t *st, const struct tp_st_tensor *t, struct part
     p->n_dims = t->n_dims;
     p->rows = t->n_dims >= 1 ? t->shape[0] : 1;
     p->cols = t->n_dims >= 2 ? t->shape[1] : 1;
+    if (t->n_dims == 3) { /* stacked experts: one [n_expert * rows, cols] matrix */
+        p->n_dims = 2;
+        p->rows = t->shape[0] * t->shape[1];
+        p->cols = t->shape[2];
+    }
     p->data = t->data;
     p->n_bytes = t->n_bytes;
     p->file_offset = t->file_offset;
@@ -343,33 +353,32 @@ static enum tp_status part_read(tp_model_t *m, const struct part *p, void *dst, 
     return TP_OK;
 }
 
-enum tp_status tp_mlx_load_mat(tp_model_t *m, const struct tp_tsrc_tensor *t, int64_t rows_full, int64_t cols_full,
-                               int64_t r0, int64_t r1, int64_t c0, int64_t c1, struct tp_wmat *w, uint64_t *bytes)
+/* The MLX triple of t (X.weight packed words, X.scales, X.biases) from the model's safetensors or GGUF
+ * file, checked: present, 2-D, U32 (I32 in a shard file) words, F16 / BF16 scales and biases alike.
+ * p[0..2]: weight, scales, biases. */
+static enum tp_status mlx_triple(tp_model_t *m, const struct tp_tsrc_tensor *t, struct part p[3])
 {
     const char *nm = t->name;
     char sname[256], bname[256];
-    struct part wp, sp, bp;
+    struct part *wpp = &p[0], *spp = &p[1], *bpp = &p[2];
     int have_s = 0, have_b = 0;
-    *bytes = 0;
-    memset(&wp, 0, sizeof wp);
-    memset(&sp, 0, sizeof sp);
-    memset(&bp, 0, sizeof bp);
+    memset(p, 0, 3 * sizeof *p);
     snprintf(sname, sizeof sname, "?");
     snprintf(bname, sizeof bname, "?");
     if (t->st && m->st) {
-        part_st(m->st, t->st, &wp);
+        part_st(m->st, t->st, wpp);
         const struct tp_st_tensor *st = tp_mlx_st_sibling(m->st, nm, "scales", sname, sizeof(sname));
         const struct tp_st_tensor *bt = tp_mlx_st_sibling(m->st, nm, "biases", bname, sizeof(bname));
-        if ((have_s = st != NULL)) part_st(m->st, st, &sp);
-        if ((have_b = bt != NULL)) part_st(m->st, bt, &bp);
+        if ((have_s = st != NULL)) part_st(m->st, st, spp);
+        if ((have_b = bt != NULL)) part_st(m->st, bt, bpp);
     } else if (!t->st && m->gguf) {
         const struct tp_gguf_tensor *gw = tp_gguf_find_tensor(m->gguf, nm);
         if (!gw) return tp_error_set(&m->err, TP_ERR_INTERNAL, "%s: MLX tensor '%s' vanished", m->path, nm);
-        part_gguf(m->gguf, gw, &wp);
+        part_gguf(m->gguf, gw, wpp);
         const struct tp_gguf_tensor *st = gguf_sibling(m->gguf, nm, "scales", sname, sizeof(sname));
         const struct tp_gguf_tensor *bt = gguf_sibling(m->gguf, nm, "biases", bname, sizeof(bname));
-        if ((have_s = st != NULL)) part_gguf(m->gguf, st, &sp);
-        if ((have_b = bt != NULL)) part_gguf(m->gguf, bt, &bp);
+        if ((have_s = st != NULL)) part_gguf(m->gguf, st, spp);
+        if ((have_b = bt != NULL)) part_gguf(m->gguf, bt, bpp);
     } else {
         return tp_error_set(&m->err, TP_ERR_INTERNAL, "%s: MLX load of '%s' without its source", m->path, nm);
     }
@@ -386,18 +395,73 @@ enum tp_status tp_mlx_load_mat(tp_model_t *m, const struct tp_tsrc_tensor *t, in
                             !have_s ? sname : bname,
                             t->st ? "incomplete download, or not MLX affine quantization"
                                   : "a damaged shard file: cut it again with tpserve shard");
-    if (wp.n_dims != 2 || sp.n_dims != 2 || bp.n_dims != 2)
+    if (wpp->n_dims != 2 || spp->n_dims != 2 || bpp->n_dims != 2)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: MLX triple '%s': weight, scales and biases must be 2-D (have %d, %d, %d dims)",
-                            m->path, nm, wp.n_dims, sp.n_dims, bp.n_dims);
-    if (wp.kind != 0)
+                            m->path, nm, wpp->n_dims, spp->n_dims, bpp->n_dims);
+    if (wpp->kind != 0)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: '%s' has dtype %s; MLX packed words must be U32 (I32 in a shard file)",
-                            m->path, nm, wp.dtype);
-    if (sp.kind != 1 && sp.kind != 2)
+                            m->path, nm, wpp->dtype);
+    if (spp->kind != 1 && spp->kind != 2)
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: '%s' has dtype %s; MLX scales must be F16 or BF16", m->path,
-                            sname, sp.dtype);
-    if (bp.kind != sp.kind)
+                            sname, spp->dtype);
+    if (bpp->kind != spp->kind)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: '%s' is %s but '%s' is %s; scales and biases must share a dtype",
-                            m->path, bname, bp.dtype, sname, sp.dtype);
+                            m->path, bname, bpp->dtype, sname, spp->dtype);
+    return TP_OK;
+}
+
+/* Rows [r0, r0 + rows) x columns [c0, c0 + cols) of the triple p (bits, group; full rows of wrb_full /
+ * srb_full bytes) read into buffers w owns. */
+static enum tp_status mlx_read_slice(tp_model_t *m, const char *nm, const struct part p[3], int64_t r0, int64_t rows,
+                                     int64_t c0, int64_t cols, int64_t cols_full, int bits, int group,
+                                     size_t wrb_full, size_t srb_full, struct tp_wmat *w)
+{
+    const struct part wp = p[0], sp = p[1], bp = p[2];
+    const size_t wrb = (size_t)cols * (size_t)bits / 8, srb = (size_t)(cols / group) * 2;
+    /* this rank's byte ranges only, packed words and groups as the file holds them */
+    size_t wbytes = 0, sbytes = 0;
+    if (tp_mul_size(wrb, (size_t)rows, &wbytes) != 0 || tp_mul_size(srb, (size_t)rows, &sbytes) != 0)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: '%s': slice size overflows", m->path, nm);
+    w->owned = tp_aligned_alloc(64, wbytes ? wbytes : 64);
+    w->owned_sb = tp_aligned_alloc(64, 2 * sbytes + 64);
+    if (!w->owned || !w->owned_sb)
+        return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory for '%s' (%zu bytes)", m->path, nm,
+                            wbytes + 2 * sbytes);
+    uint8_t *wd = w->owned, *sd = w->owned_sb, *bd = sd + sbytes;
+    w->data = wd;
+    w->row_bytes = wrb;
+    w->scales = sd;
+    w->biases = bd;
+    w->sb_row_bytes = srb;
+    enum tp_status rc = TP_OK;
+    const uint64_t wcol = (uint64_t)c0 * (uint64_t)bits / 8, scol = (uint64_t)(c0 / group) * 2;
+    if (cols == cols_full) { /* column-parallel: contiguous rows */
+        rc = part_read(m, &wp, wd, wbytes, (uint64_t)r0 * wrb_full);
+        if (rc == TP_OK) rc = part_read(m, &sp, sd, sbytes, (uint64_t)r0 * srb_full);
+        if (rc == TP_OK) rc = part_read(m, &bp, bd, sbytes, (uint64_t)r0 * srb_full);
+    } else { /* row-parallel: a column range of every row */
+        for (int64_t r = 0; r < rows && rc == TP_OK; r++) {
+            const uint64_t rr = (uint64_t)(r0 + r);
+            rc = part_read(m, &wp, wd + (size_t)r * wrb, wrb, rr * wrb_full + wcol);
+            if (rc == TP_OK) rc = part_read(m, &sp, sd + (size_t)r * srb, srb, rr * srb_full + scol);
+            if (rc == TP_OK) rc = part_read(m, &bp, bd + (size_t)r * srb, srb, rr * srb_full + scol);
+        }
+    }
+    return rc;
+}
+
+enum tp_status tp_mlx_load_mat(tp_model_t *m, const struct tp_tsrc_tensor *t, int64_t rows_full, int64_t cols_full,
+                               int64_t r0, int64_t r1, int64_t c0, int64_t c1, struct tp_wmat *w, uint64_t *bytes)
+{
+    const char *nm = t->name;
+    struct part p[3];
+    *bytes = 0;
+    enum tp_status st = mlx_triple(m, t, p);
+    if (st != TP_OK) return st;
+    const struct part wp = p[0], sp = p[1], bp = p[2];
+    char sname[256], bname[256];
+    snprintf(sname, sizeof sname, "%s", sp.name);
+    snprintf(bname, sizeof bname, "%s", bp.name);
     int want_bits, want_group;
     expected_for(m->mlxq, nm, &want_bits, &want_group);
     /* a shard file cut for this rank holds exactly rows [r0, r1) x columns [c0, c1): use it whole */
@@ -467,34 +531,5 @@ enum tp_status tp_mlx_load_mat(tp_model_t *m, const struct tp_tsrc_tensor *t, in
         w->sb_row_bytes = srb_full;
         return TP_OK;
     }
-    /* this rank's byte ranges only, packed words and groups as the file holds them */
-    size_t wbytes = 0, sbytes = 0;
-    if (tp_mul_size(wrb, (size_t)rows, &wbytes) != 0 || tp_mul_size(srb, (size_t)rows, &sbytes) != 0)
-        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: '%s': slice size overflows", m->path, nm);
-    w->owned = tp_aligned_alloc(64, wbytes ? wbytes : 64);
-    w->owned_sb = tp_aligned_alloc(64, 2 * sbytes + 64);
-    if (!w->owned || !w->owned_sb)
-        return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory for '%s' (%zu bytes)", m->path, nm,
-                            wbytes + 2 * sbytes);
-    uint8_t *wd = w->owned, *sd = w->owned_sb, *bd = sd + sbytes;
-    w->data = wd;
-    w->row_bytes = wrb;
-    w->scales = sd;
-    w->biases = bd;
-    w->sb_row_bytes = srb;
-    enum tp_status rc = TP_OK;
-    const uint64_t wcol = (uint64_t)c0 * (uint64_t)bits / 8, scol = (uint64_t)(c0 / group) * 2;
-    if (cols == cols_full) { /* column-parallel: contiguous rows */
-        rc = part_read(m, &wp, wd, wbytes, (uint64_t)r0 * wrb_full);
-        if (rc == TP_OK) rc = part_read(m, &sp, sd, sbytes, (uint64_t)r0 * srb_full);
-        if (rc == TP_OK) rc = part_read(m, &bp, bd, sbytes, (uint64_t)r0 * srb_full);
-    } else { /* row-parallel: a column range of every row */
-        for (int64_t r = 0; r < rows && rc == TP_OK; r++) {
-            const uint64_t rr = (uint64_t)(r0 + r);
-            rc = part_read(m, &wp, wd + (size_t)r * wrb, wrb, rr * wrb_full + wcol);
-            if (rc == TP_OK) rc = part_read(m, &sp, sd + (size_t)r * srb, srb, rr * srb_full + scol);
-            if (rc == TP_OK) rc = part_read(m, &bp, bd + (size_t)r * srb, srb, rr * srb_full + scol);
-        }
-    }
-    return rc;
+    return mlx_read_slice(m, nm, p, r0, rows, c0, cols, cols_full, bits, group, wrb_full, srb_full, w);
 }

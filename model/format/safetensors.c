@@ -197,14 +197,12 @@ static enum tp_status parse_meta(tp_st_t *st, const cJSON *meta, const char *pat
     return TP_OK;
 }
 
-/* Parse and validate the header of file fi; append its tensors to st->t. */
-static enum tp_status parse_file(tp_st_t *st, int fi, struct tp_error *err)
+/* The 8-byte length and the JSON object of file f's header, checked (the length against the file, the
+ * object with nothing after it): *root (owned by the caller) and the data section's length. */
+static enum tp_status parse_header(struct st_file *f, cJSON **root, uint64_t *data_len, struct tp_error *err)
 {
-    struct st_file *f = &st->files[fi];
     const char *path = f->path;
-    enum tp_status rc = TP_OK;
-    cJSON *root = NULL;
-    struct span *spans = NULL;
+    *root = NULL;
     if (f->size < 8)
         return tp_error_set(err, TP_ERR_FORMAT,
                             "%s: %zu bytes is too short for a safetensors file (8-byte header length + JSON header)",
@@ -223,7 +221,7 @@ static enum tp_status parse_file(tp_st_t *st, int fi, struct tp_error *err)
     if (hlen < 2) return tp_error_set(err, TP_ERR_FORMAT, "%s: header length %llu is too short for a JSON object", path,
                                       (unsigned long long)hlen);
     f->data_off = 8 + hlen;
-    uint64_t data_len = (uint64_t)f->size - f->data_off;
+    *data_len = (uint64_t)f->size - f->data_off;
     const char *json = (const char *)f->base + 8;
     if (json[0] != '{')
         return tp_error_set(err, TP_ERR_FORMAT, "%s: the JSON header does not start with '{' (not a safetensors file)",
@@ -231,164 +229,182 @@ static enum tp_status parse_file(tp_st_t *st, int fi, struct tp_error *err)
     if (memchr(json, '\0', (size_t)hlen))
         return tp_error_set(err, TP_ERR_FORMAT, "%s: the JSON header contains a NUL byte", path);
     const char *end = NULL;
-    root = cJSON_ParseWithLengthOpts(json, (size_t)hlen, &end, 0);
-    if (!root) {
+    *root = cJSON_ParseWithLengthOpts(json, (size_t)hlen, &end, 0);
+    if (!*root) {
         size_t at = end && end >= json ? (size_t)(end - json) : 0;
         return tp_error_set(err, TP_ERR_FORMAT, "%s: the JSON header (%llu bytes) is not valid JSON (near byte %zu)",
                             path, (unsigned long long)hlen, at);
     }
     for (const char *p = end; p && p < json + hlen; p++)
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: trailing bytes after the JSON header object (byte %zu)", path,
-                              (size_t)(p - json));
-            goto out;
-        }
-    if (!cJSON_IsObject(root)) {
-        rc = tp_error_set(err, TP_ERR_FORMAT, "%s: the JSON header is not an object", path);
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
+            return tp_error_set(err, TP_ERR_FORMAT, "%s: trailing bytes after the JSON header object (byte %zu)", path,
+                                (size_t)(p - json));
+    if (!cJSON_IsObject(*root)) return tp_error_set(err, TP_ERR_FORMAT, "%s: the JSON header is not an object", path);
+    return TP_OK;
+}
+
+/* Header entry c (tensor `name`, with dtype, shape and data_offsets) of file fi appended to st->t, its
+ * sizes checked against each other and against the data section (data_len bytes). */
+static enum tp_status parse_tensor(tp_st_t *st, int fi, const cJSON *c, const char *name, uint64_t data_len,
+                                   struct tp_error *err)
+{
+    struct st_file *f = &st->files[fi];
+    const char *path = f->path;
+    enum tp_status rc = TP_OK;
+    const cJSON *jd = cJSON_GetObjectItemCaseSensitive(c, "dtype");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(c, "shape");
+    const cJSON *jo = cJSON_GetObjectItemCaseSensitive(c, "data_offsets");
+    if (!cJSON_IsString(jd) || !cJSON_IsArray(js) || !cJSON_IsArray(jo)) {
+        rc = tp_error_set(err, TP_ERR_FORMAT,
+                          "%s: tensor '%.128s': needs \"dtype\" (string), \"shape\" (array) and \"data_offsets\" "
+                          "(array)",
+                          path, name);
         goto out;
     }
-    int first = st->n_t;
-    for (const cJSON *c = root->child; c; c = c->next) {
-        const char *name = c->string ? c->string : "";
-        if (strcmp(name, "__metadata__") == 0) {
-            TP_CHECK_GOTO(parse_meta(st, c, path, fi == 0, err), rc, out);
-            continue;
-        }
-        if (name[0] == '\0') {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: a tensor has an empty name", path);
-            goto out;
-        }
-        if (!cJSON_IsObject(c)) {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%.128s': entry is not an object", path, name);
-            goto out;
-        }
-        const cJSON *jd = cJSON_GetObjectItemCaseSensitive(c, "dtype");
-        const cJSON *js = cJSON_GetObjectItemCaseSensitive(c, "shape");
-        const cJSON *jo = cJSON_GetObjectItemCaseSensitive(c, "data_offsets");
-        if (!cJSON_IsString(jd) || !cJSON_IsArray(js) || !cJSON_IsArray(jo)) {
-            rc = tp_error_set(err, TP_ERR_FORMAT,
-                              "%s: tensor '%.128s': needs \"dtype\" (string), \"shape\" (array) and \"data_offsets\" "
-                              "(array)",
-                              path, name);
-            goto out;
-        }
-        struct tp_st_tensor *t = NULL;
-        TP_CHECK_GOTO(push_tensor(st, err, path, &t), rc, out);
-        if (tp_st_dtype_parse(jd->valuestring, &t->dtype) != TP_OK) {
-            rc = tp_error_set(err, TP_ERR_FORMAT,
-                              "%s: tensor '%.128s': unknown dtype '%.16s' (known: BOOL, U8, I8, F8_E4M3, F8_E5M2, U16, "
-                              "I16, F16, BF16, U32, I32, F32, U64, I64, F64)",
-                              path, name, jd->valuestring);
-            goto out;
-        }
-        int nd = cJSON_GetArraySize(js);
-        if (nd > TP_ST_MAX_DIMS) {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%.128s': %d dimensions (at most %d supported)", path, name,
-                              nd, TP_ST_MAX_DIMS);
-            goto out;
-        }
-        t->n_dims = nd;
-        for (int d = 0; d < TP_ST_MAX_DIMS; d++) t->shape[d] = 1;
-        uint64_t elems = 1;
-        int d = 0;
-        for (const cJSON *e = js->child; e; e = e->next, d++) {
-            uint64_t v;
-            if (!json_uint(e, &v) || v > (uint64_t)INT64_MAX) {
-                rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%.128s': shape[%d] is not a non-negative integer",
-                                  path, name, d);
-                goto out;
-            }
-            t->shape[d] = (int64_t)v;
-            if (v != 0 && elems > UINT64_MAX / v) {
-                rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%.128s': shape product overflows", path, name);
-                goto out;
-            }
-            elems *= v;
-        }
-        size_t es = tp_st_dtype_size(t->dtype);
-        if (elems > (uint64_t)INT64_MAX / es) {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%.128s': shape x dtype size overflows", path, name);
-            goto out;
-        }
-        t->n_elems = (int64_t)elems;
-        uint64_t nbytes = elems * es;
-        uint64_t ob = 0, oe = 0;
-        if (cJSON_GetArraySize(jo) != 2 || !json_uint(jo->child, &ob) || !json_uint(jo->child->next, &oe)) {
-            rc = tp_error_set(err, TP_ERR_FORMAT,
-                              "%s: tensor '%.128s': data_offsets must be [begin, end] of non-negative integers", path,
-                              name);
-            goto out;
-        }
-        if (oe < ob) {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%.128s': data_offsets [%llu, %llu] end before they begin",
-                              path, name, (unsigned long long)ob, (unsigned long long)oe);
-            goto out;
-        }
-        if (oe - ob != nbytes) {
-            char shp[96];
-            size_t k = 0;
-            shp[0] = '\0';
-            for (int i = 0; i < nd && k < sizeof(shp) - 24; i++)
-                k += (size_t)snprintf(shp + k, sizeof(shp) - k, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-            rc = tp_error_set(err, TP_ERR_FORMAT,
-                              "%s: tensor '%.128s': dtype %s x shape [%s] is %llu bytes but data_offsets [%llu, %llu] "
-                              "span %llu",
-                              path, name, tp_st_dtype_name(t->dtype), shp, (unsigned long long)nbytes,
-                              (unsigned long long)ob, (unsigned long long)oe, (unsigned long long)(oe - ob));
-            goto out;
-        }
-        if (oe > data_len) {
-            rc = tp_error_set(err, TP_ERR_FORMAT,
-                              "%s: tensor '%.128s': data_offsets [%llu, %llu] lie outside the data section (%llu bytes; "
-                              "file truncated?)",
-                              path, name, (unsigned long long)ob, (unsigned long long)oe, (unsigned long long)data_len);
-            goto out;
-        }
-        t->n_bytes = nbytes;
-        t->file = fi;
-        t->file_offset = f->data_off + ob;
-        t->data = nbytes ? (const void *)(f->base + t->file_offset) : NULL;
-        t->name = strdup(name);
-        if (!t->name) {
-            rc = tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
-            goto out;
-        }
-        st->n_t++;
+    struct tp_st_tensor *t = NULL;
+    TP_CHECK_GOTO(push_tensor(st, err, path, &t), rc, out);
+    if (tp_st_dtype_parse(jd->valuestring, &t->dtype) != TP_OK) {
+        rc = tp_error_set(err, TP_ERR_FORMAT,
+                          "%s: tensor '%.128s': unknown dtype '%.16s' (known: BOOL, U8, I8, F8_E4M3, F8_E5M2, U16, "
+                          "I16, F16, BF16, U32, I32, F32, U64, I64, F64)",
+                          path, name, jd->valuestring);
+        goto out;
     }
-    /* overlap check within this file */
-    int n = st->n_t - first;
-    if (n > 1) {
-        spans = malloc((size_t)n * sizeof(*spans));
-        if (!spans) {
-            rc = tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+    int nd = cJSON_GetArraySize(js);
+    if (nd > TP_ST_MAX_DIMS) {
+        rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%.128s': %d dimensions (at most %d supported)", path, name,
+                          nd, TP_ST_MAX_DIMS);
+        goto out;
+    }
+    t->n_dims = nd;
+    for (int d = 0; d < TP_ST_MAX_DIMS; d++) t->shape[d] = 1;
+    uint64_t elems = 1;
+    int d = 0;
+    for (const cJSON *e = js->child; e; e = e->next, d++) {
+        uint64_t v;
+        if (!json_uint(e, &v) || v > (uint64_t)INT64_MAX) {
+            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%.128s': shape[%d] is not a non-negative integer",
+                              path, name, d);
             goto out;
         }
-        for (int i = 0; i < n; i++) {
-            const struct tp_st_tensor *t = &st->t[first + i];
-            spans[i].b = t->file_offset;
-            spans[i].e = t->file_offset + t->n_bytes;
-            spans[i].name = t->name;
+        t->shape[d] = (int64_t)v;
+        if (v != 0 && elems > UINT64_MAX / v) {
+            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%.128s': shape product overflows", path, name);
+            goto out;
         }
-        qsort(spans, (size_t)n, sizeof(*spans), cmp_span);
-        int prev = -1; /* the span reaching furthest so far */
-        for (int i = 0; i < n; i++) {
-            if (spans[i].b == spans[i].e) continue; /* empty tensors occupy nothing */
-            if (prev >= 0 && spans[i].b < spans[prev].e) {
-                rc = tp_error_set(err, TP_ERR_FORMAT,
-                                  "%s: tensors '%.100s' and '%.100s' overlap (bytes [%llu, %llu) and [%llu, %llu) of the "
-                                  "data section)",
-                                  path, spans[prev].name, spans[i].name,
-                                  (unsigned long long)(spans[prev].b - f->data_off),
-                                  (unsigned long long)(spans[prev].e - f->data_off),
-                                  (unsigned long long)(spans[i].b - f->data_off),
-                                  (unsigned long long)(spans[i].e - f->data_off));
-                goto out;
-            }
-            if (prev < 0 || spans[i].e > spans[prev].e) prev = i;
+        elems *= v;
+    }
+    size_t es = tp_st_dtype_size(t->dtype);
+    if (elems > (uint64_t)INT64_MAX / es) {
+        rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%.128s': shape x dtype size overflows", path, name);
+        goto out;
+    }
+    t->n_elems = (int64_t)elems;
+    uint64_t nbytes = elems * es;
+    uint64_t ob = 0, oe = 0;
+    if (cJSON_GetArraySize(jo) != 2 || !json_uint(jo->child, &ob) || !json_uint(jo->child->next, &oe)) {
+        rc = tp_error_set(err, TP_ERR_FORMAT,
+                          "%s: tensor '%.128s': data_offsets must be [begin, end] of non-negative integers", path,
+                          name);
+        goto out;
+    }
+    if (oe < ob) {
+        rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%.128s': data_offsets [%llu, %llu] end before they begin",
+                          path, name, (unsigned long long)ob, (unsigned long long)oe);
+        goto out;
+    }
+    if (oe - ob != nbytes) {
+        char shp[96];
+        size_t k = 0;
+        shp[0] = '\0';
+        for (int i = 0; i < nd && k < sizeof(shp) - 24; i++)
+            k += (size_t)snprintf(shp + k, sizeof(shp) - k, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        rc = tp_error_set(err, TP_ERR_FORMAT,
+                          "%s: tensor '%.128s': dtype %s x shape [%s] is %llu bytes but data_offsets [%llu, %llu] "
+                          "span %llu",
+                          path, name, tp_st_dtype_name(t->dtype), shp, (unsigned long long)nbytes,
+                          (unsigned long long)ob, (unsigned long long)oe, (unsigned long long)(oe - ob));
+        goto out;
+    }
+    if (oe > data_len) {
+        rc = tp_error_set(err, TP_ERR_FORMAT,
+                          "%s: tensor '%.128s': data_offsets [%llu, %llu] lie outside the data section (%llu bytes; "
+                          "file truncated?)",
+                          path, name, (unsigned long long)ob, (unsigned long long)oe, (unsigned long long)data_len);
+        goto out;
+    }
+    t->n_bytes = nbytes;
+    t->file = fi;
+    t->file_offset = f->data_off + ob;
+    t->data = nbytes ? (const void *)(f->base + t->file_offset) : NULL;
+    t->name = strdup(name);
+    if (!t->name) {
+        rc = tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    st->n_t++;
+out:
+    return rc;
+}
+
+/* No two tensors of file fi (st->t[first ..]) share a byte of its data section. */
+static enum tp_status check_overlap(tp_st_t *st, int fi, int first, struct tp_error *err)
+{
+    const struct st_file *f = &st->files[fi];
+    const char *path = f->path;
+    const int n = st->n_t - first;
+    if (n < 2) return TP_OK;
+    enum tp_status rc = TP_OK;
+    struct span *spans = malloc((size_t)n * sizeof(*spans));
+    if (!spans) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+    for (int i = 0; i < n; i++) {
+        const struct tp_st_tensor *t = &st->t[first + i];
+        spans[i].b = t->file_offset;
+        spans[i].e = t->file_offset + t->n_bytes;
+        spans[i].name = t->name;
+    }
+    qsort(spans, (size_t)n, sizeof(*spans), cmp_span);
+    int prev = -1; /* the span reaching furthest so far */
+    for (int i = 0; i < n; i++) {
+        if (spans[i].b == spans[i].e) continue; /* empty tensors occupy nothing */
+        if (prev >= 0 && spans[i].b < spans[prev].e) {
+            rc = tp_error_set(err, TP_ERR_FORMAT,
+                              "%s: tensors '%.100s' and '%.100s' overlap (bytes [%llu, %llu) and [%llu, %llu) of the "
+                              "data section)",
+                              path, spans[prev].name, spans[i].name,
+                              (unsigned long long)(spans[prev].b - f->data_off),
+                              (unsigned long long)(spans[prev].e - f->data_off),
+                              (unsigned long long)(spans[i].b - f->data_off),
+                              (unsigned long long)(spans[i].e - f->data_off));
+            goto out;
         }
+        if (prev < 0 || spans[i].e > spans[prev].e) prev = i;
     }
 out:
     free(spans);
+    return rc;
+}
+
+/* Parse and validate the header of file fi; append its tensors to st->t. */
+static enum tp_status parse_file(tp_st_t *st, int fi, struct tp_error *err)
+{
+    const char *path = st->files[fi].path;
+    cJSON *root = NULL;
+    uint64_t data_len = 0;
+    enum tp_status rc = parse_header(&st->files[fi], &root, &data_len, err);
+    const int first = st->n_t;
+    for (const cJSON *c = root && rc == TP_OK ? root->child : NULL; c && rc == TP_OK; c = c->next) {
+        const char *name = c->string ? c->string : "";
+        if (strcmp(name, "__metadata__") == 0)
+            rc = parse_meta(st, c, path, fi == 0, err);
+        else if (name[0] == '\0')
+            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: a tensor has an empty name", path);
+        else if (!cJSON_IsObject(c))
+            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%.128s': entry is not an object", path, name);
+        else
+            rc = parse_tensor(st, fi, c, name, data_len, err);
+    }
+    if (rc == TP_OK) rc = check_overlap(st, fi, first, err);
     cJSON_Delete(root);
     return rc;
 }

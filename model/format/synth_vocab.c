@@ -265,16 +265,176 @@ static enum tp_status spm_scores_from_merges(const char *path, const cJSON *mode
     return TP_OK;
 }
 
+/* The id space of model.vocab and added_tokens: the largest id + 1 (0 after an error). */
+static int json_id_space(const char *path, const cJSON *vocab, const cJSON *added, struct tp_error *err)
+{
+    int max_id = -1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, vocab)
+    {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= (1 << 24)) {
+            tp_error_set(err, TP_ERR_FORMAT, "%s: vocab entry \"%s\" has a bad id", path, it->string);
+            return 0;
+        }
+        if (it->valueint > max_id) max_id = it->valueint;
+    }
+    cJSON_ArrayForEach(it, added)
+    {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) || !cJSON_IsString(content)) {
+            tp_error_set(err, TP_ERR_FORMAT, "%s: an added_tokens entry lacks a valid id/content", path);
+            return 0;
+        }
+        if (id->valueint > max_id) max_id = id->valueint;
+    }
+    if (max_id < 0) tp_error_set(err, TP_ERR_FORMAT, "%s: empty vocabulary", path);
+    return max_id + 1;
+}
+
+/* v's n tokens from model.vocab and added_tokens, "[PAD<i>]" for the ids neither names; with spm the
+ * byte, unknown and scored types (the scores come from the merges). */
+static enum tp_status json_fill_tokens(const char *path, const cJSON *vocab, const cJSON *added, int spm, int n,
+                                       struct tp_synth_vocab *v, struct tp_error *err)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, vocab)
+    {
+        int id = it->valueint;
+        if (v->tokens[id]) continue;
+        v->tokens[id] = tp_str_dup_n(it->string, strlen(it->string));
+        if (!v->tokens[id]) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+        v->types[id] = TP_TOKEN_TYPE_NORMAL;
+        if (spm) {
+            if (is_byte_token(it->string)) v->types[id] = TP_TOKEN_TYPE_BYTE;
+            else if (strcmp(it->string, "<unk>") == 0) v->types[id] = TP_TOKEN_TYPE_UNKNOWN;
+            else v->scores[id] = NAN; /* set from the merge ranks */
+        }
+    }
+    cJSON_ArrayForEach(it, added)
+    {
+        int id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
+        const char *content = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
+        int special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special"));
+        free(v->tokens[id]);
+        v->tokens[id] = tp_str_dup_n(content, strlen(content));
+        if (!v->tokens[id]) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+        v->types[id] = special ? TP_TOKEN_TYPE_CONTROL : TP_TOKEN_TYPE_USER_DEFINED;
+        if (spm && strcmp(content, "<unk>") == 0) v->types[id] = TP_TOKEN_TYPE_UNKNOWN;
+        if (spm) v->scores[id] = 0.0f;
+    }
+    for (int i = 0; i < n; i++)
+        if (!v->tokens[i]) {
+            char pad[32];
+            snprintf(pad, sizeof(pad), "[PAD%d]", i);
+            v->tokens[i] = tp_str_dup_n(pad, strlen(pad));
+            if (!v->tokens[i]) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+            v->types[i] = TP_TOKEN_TYPE_UNUSED;
+        }
+    return TP_OK;
+}
+
+/* Byte-level BPE: v's merges ("a b" strings or ["a", "b"] pairs) and its pre-tokenizer, recognised by
+ * its split regex. */
+static enum tp_status json_bpe_merges(const char *path, const cJSON *root, const cJSON *model,
+                                      struct tp_synth_vocab *v, struct tp_error *err)
+{
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    int nm = cJSON_GetArraySize(merges);
+    if (!cJSON_IsArray(merges) || nm <= 0)
+        return tp_error_set(err, TP_ERR_FORMAT, "%s: byte-level BPE without model.merges", path);
+    v->merges = calloc((size_t)nm, sizeof(char *));
+    if (!v->merges) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+    v->n_merges = nm;
+    int k = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, merges)
+    {
+        if (cJSON_IsString(it)) {
+            v->merges[k] = tp_str_dup_n(it->valuestring, strlen(it->valuestring));
+        } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
+                   cJSON_IsString(cJSON_GetArrayItem(it, 1))) { /* newer ["left", "right"] form */
+            const char *a = cJSON_GetArrayItem(it, 0)->valuestring, *b = cJSON_GetArrayItem(it, 1)->valuestring;
+            size_t la = strlen(a), lb = strlen(b);
+            v->merges[k] = malloc(la + lb + 2);
+            if (v->merges[k]) {
+                memcpy(v->merges[k], a, la);
+                v->merges[k][la] = ' ';
+                memcpy(v->merges[k] + la + 1, b, lb + 1);
+            }
+        } else {
+            return tp_error_set(err, TP_ERR_FORMAT, "%s: merge %d is neither \"a b\" nor [\"a\", \"b\"]", path, k);
+        }
+        if (!v->merges[k]) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+        k++;
+    }
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
+    char *pre_text = pt ? cJSON_PrintUnformatted(pt) : NULL;
+    if (pre_text && strstr(pre_text, "p{Lu}")) v->pre = "gpt-4o"; /* o200k (gpt-oss) */
+    else if (pre_text && strstr(pre_text, "p{N}{1,3}")) v->pre = "llama-bpe";
+    else if (pre_text && strstr(pre_text, "p{N}|")) v->pre = "qwen2";
+    else if (pre_text && strstr(pre_text, "\"Digits\"") && strstr(pre_text, "\"individual_digits\":true"))
+        v->pre = "smollm"; /* digits split one by one, then GPT-2 */
+    else v->pre = "gpt-2"; /* llama.cpp's name for the plain GPT-2 regex */
+    if (pre_text) cJSON_free(pre_text);
+    return TP_OK;
+}
+
+/* bos / eos / unk / pad, add_bos / add_eos and the chat template from the tokenizer_config.json next to
+ * path (when readable), else the well-known token names. */
+static enum tp_status json_config(const char *path, int spm, struct tp_synth_vocab *v, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    char *cfg_text = NULL;
+    cJSON *cfg = NULL;
+    const char *slash = strrchr(path, '/');
+    size_t dir = slash ? (size_t)(slash - path + 1) : 0;
+    char *cfg_path = malloc(dir + sizeof("tokenizer_config.json"));
+    if (!cfg_path) return tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+    memcpy(cfg_path, path, dir);
+    memcpy(cfg_path + dir, "tokenizer_config.json", sizeof("tokenizer_config.json"));
+    FILE *f = fopen(cfg_path, "rb");
+    if (f) {
+        fclose(f);
+        struct tp_error cerr = {0};
+        cfg_text = read_text(cfg_path, &cerr);
+        cfg = cfg_text ? cJSON_Parse(cfg_text) : NULL;
+        if (!cfg) tp_log(TP_LOG_WARN, "synth", "%s: ignored (unreadable or not JSON)", cfg_path);
+    }
+    const int llama_bpe = v->pre && strcmp(v->pre, "llama-bpe") == 0;
+    if (cfg) {
+        v->bos = find_token(v, config_token(cfg, "bos_token"));
+        v->eos = find_token(v, config_token(cfg, "eos_token"));
+        v->unk = find_token(v, config_token(cfg, "unk_token"));
+        v->pad = find_token(v, config_token(cfg, "pad_token"));
+        const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
+        v->add_bos = cJSON_IsBool(ab) ? cJSON_IsTrue(ab) : (spm || llama_bpe);
+        v->add_eos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token"));
+        const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+        if (cJSON_IsString(ct) && !(v->chat_template = tp_str_dup_n(ct->valuestring, strlen(ct->valuestring))))
+            rc = tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    if (!cfg || (v->bos < 0 && v->eos < 0)) { /* well-known names */
+        static const char *const bos_names[] = {"<|begin_of_text|>", "<s>"};
+        static const char *const eos_names[] = {"<|end_of_text|>", "</s>", "<|endoftext|>", "<|im_end|>"};
+        for (size_t i = 0; v->bos < 0 && i < TP_ARRAY_LEN(bos_names); i++) v->bos = find_token(v, bos_names[i]);
+        for (size_t i = 0; v->eos < 0 && i < TP_ARRAY_LEN(eos_names); i++) v->eos = find_token(v, eos_names[i]);
+        if (!cfg) v->add_bos = v->bos >= 0 && (spm || llama_bpe);
+    }
+    if (spm && v->unk < 0) v->unk = find_token(v, "<unk>");
+    cJSON_Delete(cfg);
+    free(cfg_text);
+    free(cfg_path);
+    return rc;
+}
+
 enum tp_status tp_synth_vocab_json(const char *path, int min_tokens, struct tp_synth_vocab *v, struct tp_error *err)
 {
     memset(v, 0, sizeof(*v));
     enum tp_status rc = TP_OK;
-    char *text = NULL, *cfg_text = NULL, *cfg_path = NULL, *pre_text = NULL;
-    cJSON *root = NULL, *cfg = NULL;
-
-    text = read_text(path, err);
+    char *text = read_text(path, err);
     if (!text) return err ? err->status : TP_ERR_IO;
-    root = cJSON_Parse(text);
+    cJSON *root = cJSON_Parse(text);
     if (!root) {
         rc = tp_error_set(err, TP_ERR_FORMAT, "%s: not valid JSON", path);
         goto out;
@@ -288,167 +448,24 @@ enum tp_status tp_synth_vocab_json(const char *path, int min_tokens, struct tp_s
                           path);
         goto out;
     }
-    const cJSON *bf = cJSON_GetObjectItemCaseSensitive(model, "byte_fallback");
-    int spm = cJSON_IsTrue(bf);
+    const int spm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"));
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-
-    /* size: the largest id + 1, at least min_tokens */
-    int max_id = -1;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, vocab)
-    {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= (1 << 24)) {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: vocab entry \"%s\" has a bad id", path, it->string);
-            goto out;
-        }
-        if (it->valueint > max_id) max_id = it->valueint;
-    }
-    cJSON_ArrayForEach(it, added)
-    {
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) || !cJSON_IsString(content)) {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: an added_tokens entry lacks a valid id/content", path);
-            goto out;
-        }
-        if (id->valueint > max_id) max_id = id->valueint;
-    }
-    if (max_id < 0) {
-        rc = tp_error_set(err, TP_ERR_FORMAT, "%s: empty vocabulary", path);
+    const int ids = json_id_space(path, vocab, added, err);
+    if (ids == 0) {
+        rc = err ? err->status : TP_ERR_FORMAT;
         goto out;
     }
-    int n = TP_MAX(max_id + 1, min_tokens);
+    const int n = TP_MAX(ids, min_tokens); /* at least min_tokens */
     TP_CHECK_GOTO(alloc_tokens(v, n, spm, err), rc, out);
     v->model = spm ? "llama" : "gpt2";
     v->bos = v->eos = v->unk = v->pad = -1;
-    cJSON_ArrayForEach(it, vocab)
-    {
-        int id = it->valueint;
-        if (v->tokens[id]) continue;
-        v->tokens[id] = tp_str_dup_n(it->string, strlen(it->string));
-        if (!v->tokens[id]) goto nomem;
-        v->types[id] = TP_TOKEN_TYPE_NORMAL;
-        if (spm) {
-            if (is_byte_token(it->string)) v->types[id] = TP_TOKEN_TYPE_BYTE;
-            else if (strcmp(it->string, "<unk>") == 0) v->types[id] = TP_TOKEN_TYPE_UNKNOWN;
-            else v->scores[id] = NAN; /* set from the merge ranks below */
-        }
-    }
-    cJSON_ArrayForEach(it, added)
-    {
-        int id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
-        const char *content = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
-        int special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special"));
-        free(v->tokens[id]);
-        v->tokens[id] = tp_str_dup_n(content, strlen(content));
-        if (!v->tokens[id]) goto nomem;
-        v->types[id] = special ? TP_TOKEN_TYPE_CONTROL : TP_TOKEN_TYPE_USER_DEFINED;
-        if (spm && strcmp(content, "<unk>") == 0) v->types[id] = TP_TOKEN_TYPE_UNKNOWN;
-        if (spm) v->scores[id] = 0.0f;
-    }
-    for (int i = 0; i < n; i++)
-        if (!v->tokens[i]) {
-            char pad[32];
-            snprintf(pad, sizeof(pad), "[PAD%d]", i);
-            v->tokens[i] = tp_str_dup_n(pad, strlen(pad));
-            if (!v->tokens[i]) goto nomem;
-            v->types[i] = TP_TOKEN_TYPE_UNUSED;
-        }
-
+    TP_CHECK_GOTO(json_fill_tokens(path, vocab, added, spm, n, v, err), rc, out);
     if (spm) TP_CHECK_GOTO(spm_scores_from_merges(path, model, v, err), rc, out);
-    if (!spm) {
-        const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-        int nm = cJSON_GetArraySize(merges);
-        if (!cJSON_IsArray(merges) || nm <= 0) {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: byte-level BPE without model.merges", path);
-            goto out;
-        }
-        v->merges = calloc((size_t)nm, sizeof(char *));
-        if (!v->merges) goto nomem;
-        v->n_merges = nm;
-        int k = 0;
-        cJSON_ArrayForEach(it, merges)
-        {
-            if (cJSON_IsString(it)) {
-                v->merges[k] = tp_str_dup_n(it->valuestring, strlen(it->valuestring));
-            } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
-                       cJSON_IsString(cJSON_GetArrayItem(it, 1))) { /* newer ["left", "right"] form */
-                const char *a = cJSON_GetArrayItem(it, 0)->valuestring, *b = cJSON_GetArrayItem(it, 1)->valuestring;
-                size_t la = strlen(a), lb = strlen(b);
-                v->merges[k] = malloc(la + lb + 2);
-                if (v->merges[k]) {
-                    memcpy(v->merges[k], a, la);
-                    v->merges[k][la] = ' ';
-                    memcpy(v->merges[k] + la + 1, b, lb + 1);
-                }
-            } else {
-                rc = tp_error_set(err, TP_ERR_FORMAT, "%s: merge %d is neither \"a b\" nor [\"a\", \"b\"]", path, k);
-                goto out;
-            }
-            if (!v->merges[k]) goto nomem;
-            k++;
-        }
-        /* pre-tokenizer, recognised by its split regex */
-        const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
-        pre_text = pt ? cJSON_PrintUnformatted(pt) : NULL;
-        if (pre_text && strstr(pre_text, "p{Lu}")) v->pre = "gpt-4o"; /* o200k (gpt-oss) */
-        else if (pre_text && strstr(pre_text, "p{N}{1,3}")) v->pre = "llama-bpe";
-        else if (pre_text && strstr(pre_text, "p{N}|")) v->pre = "qwen2";
-        else if (pre_text && strstr(pre_text, "\"Digits\"") && strstr(pre_text, "\"individual_digits\":true"))
-            v->pre = "smollm"; /* digits split one by one, then GPT-2 */
-        else v->pre = "gpt-2"; /* llama.cpp's name for the plain GPT-2 regex */
-    }
-
-    /* bos / eos / add_bos / chat template: tokenizer_config.json next to the file */
-    {
-        const char *slash = strrchr(path, '/');
-        size_t dir = slash ? (size_t)(slash - path + 1) : 0;
-        cfg_path = malloc(dir + sizeof("tokenizer_config.json"));
-        if (!cfg_path) goto nomem;
-        memcpy(cfg_path, path, dir);
-        memcpy(cfg_path + dir, "tokenizer_config.json", sizeof("tokenizer_config.json"));
-        FILE *f = fopen(cfg_path, "rb");
-        if (f) {
-            fclose(f);
-            struct tp_error cerr = {0};
-            cfg_text = read_text(cfg_path, &cerr);
-            cfg = cfg_text ? cJSON_Parse(cfg_text) : NULL;
-            if (!cfg) tp_log(TP_LOG_WARN, "synth", "%s: ignored (unreadable or not JSON)", cfg_path);
-        }
-    }
-    if (cfg) {
-        v->bos = find_token(v, config_token(cfg, "bos_token"));
-        v->eos = find_token(v, config_token(cfg, "eos_token"));
-        v->unk = find_token(v, config_token(cfg, "unk_token"));
-        v->pad = find_token(v, config_token(cfg, "pad_token"));
-        const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
-        v->add_bos = cJSON_IsBool(ab) ? cJSON_IsTrue(ab) : (spm || (v->pre && strcmp(v->pre, "llama-bpe") == 0));
-        const cJSON *ae = cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token");
-        v->add_eos = cJSON_IsTrue(ae);
-        const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
-        if (cJSON_IsString(ct)) {
-            v->chat_template = tp_str_dup_n(ct->valuestring, strlen(ct->valuestring));
-            if (!v->chat_template) goto nomem;
-        }
-    }
-    if (!cfg || (v->bos < 0 && v->eos < 0)) { /* well-known names */
-        static const char *const bos_names[] = {"<|begin_of_text|>", "<s>"};
-        static const char *const eos_names[] = {"<|end_of_text|>", "</s>", "<|endoftext|>", "<|im_end|>"};
-        for (size_t i = 0; v->bos < 0 && i < TP_ARRAY_LEN(bos_names); i++) v->bos = find_token(v, bos_names[i]);
-        for (size_t i = 0; v->eos < 0 && i < TP_ARRAY_LEN(eos_names); i++) v->eos = find_token(v, eos_names[i]);
-        if (!cfg) v->add_bos = v->bos >= 0 && (spm || (v->pre && strcmp(v->pre, "llama-bpe") == 0));
-    }
-    if (spm && v->unk < 0) v->unk = find_token(v, "<unk>");
-    goto out;
-nomem:
-    rc = tp_error_set(err, TP_ERR_NOMEM, "%s: out of memory", path);
+    else TP_CHECK_GOTO(json_bpe_merges(path, root, model, v, err), rc, out);
+    rc = json_config(path, spm, v, err);
 out:
     if (rc != TP_OK) tp_synth_vocab_free(v);
     cJSON_Delete(root);
-    cJSON_Delete(cfg);
     free(text);
-    free(cfg_text);
-    free(cfg_path);
-    if (pre_text) cJSON_free(pre_text);
     return rc;
 }

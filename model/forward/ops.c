@@ -14,7 +14,10 @@
 #define TP_OPS_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
-#include "forward/exp_avx2_impl.h"
+#define SX_W 8
+#define SX_NAME(x) avx_##x
+#define SX_TARGET "avx2,fma"
+#include "forward/simd_x86_impl.h"
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #define TP_OPS_NEON 1
 #include <arm_neon.h>
@@ -22,7 +25,7 @@
 
 /* ---- dot / axpy for attention (the caches are f32, rows of head_dim) ---- */
 
-static float dot_ref(const float *a, const float *b, int n)
+float tp_op_dot_ref(const float *a, const float *b, int n)
 {
     float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     int i = 0;
@@ -163,14 +166,14 @@ __attribute__((target("avx2,fma"))) static void swiglu_avx2(float *y, const floa
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 G = _mm256_loadu_ps(g + i);
-        const __m256 s = _mm256_div_ps(G, _mm256_add_ps(one, tp_exp_avx2(_mm256_xor_ps(G, neg))));
+        const __m256 s = _mm256_div_ps(G, _mm256_add_ps(one, avx_exp(_mm256_xor_ps(G, neg))));
         _mm256_storeu_ps(y + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
     }
     if (i < n) {
         float gb[8] = {0}, ub[8] = {0}, yb[8];
         for (int k = 0; k < n - i; k++) gb[k] = g[i + k], ub[k] = u[i + k];
         const __m256 G = _mm256_loadu_ps(gb);
-        const __m256 s = _mm256_div_ps(G, _mm256_add_ps(one, tp_exp_avx2(_mm256_xor_ps(G, neg))));
+        const __m256 s = _mm256_div_ps(G, _mm256_add_ps(one, avx_exp(_mm256_xor_ps(G, neg))));
         _mm256_storeu_ps(yb, _mm256_mul_ps(s, _mm256_loadu_ps(ub)));
         for (int k = 0; k < n - i; k++) y[i + k] = yb[k];
     }
@@ -179,28 +182,7 @@ __attribute__((target("avx2,fma"))) static void swiglu_avx2(float *y, const floa
 
 #if defined(TP_OPS_X86)
 /* x[i] = e^(x[i] - mx) for i < n; returns their sum (8 partial sums). */
-__attribute__((target("avx2,fma"))) static float exp_sub_sum_avx2(float *x, float mx, int n)
-{
-    const __m256 m = _mm256_set1_ps(mx);
-    __m256 acc = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 e = tp_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
-        _mm256_storeu_ps(x + i, e);
-        acc = _mm256_add_ps(acc, e);
-    }
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    float sum = _mm_cvtss_f32(s);
-    if (i < n) {
-        float b[8], e[8];
-        for (int k = 0; k < 8; k++) b[k] = i + k < n ? x[i + k] : mx;
-        _mm256_storeu_ps(e, tp_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(b), m)));
-        for (int k = 0; k < n - i; k++) x[i + k] = e[k], sum += e[k];
-    }
-    return sum;
-}
+__attribute__((target("avx2,fma"))) static float exp_sub_sum_avx2(float *x, float mx, int n) { return avx_exp_sum(x, n, mx); }
 #endif
 
 static float exp_sub_sum_ref(float *x, float mx, int n)
@@ -218,7 +200,7 @@ static void swiglu_ref(float *y, const float *g, const float *u, int n)
     for (int i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static float (*dot_fn)(const float *, const float *, int) = dot_ref;
+static float (*dot_fn)(const float *, const float *, int) = tp_op_dot_ref;
 static void (*axpy_fn)(float *, float, const float *, int) = axpy_ref;
 static float (*dot_f16_fn)(const float *, const uint16_t *, int) = dot_f16_ref;
 static void (*axpy_f16_fn)(float *, float, const uint16_t *, int) = axpy_f16_ref;

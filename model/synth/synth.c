@@ -403,6 +403,61 @@ static void write_kv(tp_gguf_writer_t *w, const struct tp_shape *s, int n_layer,
     /* errors are sticky in the writer: the caller's next write reports any of them */
 }
 
+/* Every planned tensor's type is computable and its rows whole blocks; *max_ne0 the widest row. */
+static enum tp_status check_plan(const struct tp_synth_tensor *plan, int n_t, const struct tp_shape *shape,
+                                 enum tp_synth_mix mix, int64_t *max_ne0, struct tp_error *err)
+{
+    *max_ne0 = 0;
+    for (int i = 0; i < n_t; i++) {
+        if (!tp_wtype_supported(plan[i].type)) /* a mix's fallback for rows that are not whole super-blocks */
+            return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                                "synth: %s has rows of %lld values, not a multiple of 256, so llama.cpp's %s stores it "
+                                "as %s, which tpserve cannot compute; use --type q8_0 or q4_0 for shape %s",
+                                plan[i].name, (long long)plan[i].ne[0], tp_synth_mix_name(mix),
+                                tp_wtype_name(plan[i].type), shape->name);
+        int64_t be = tp_wtype_block_elems(plan[i].type);
+        if (plan[i].ne[0] % be)
+            return tp_error_set(err, TP_ERR_INVALID_ARG,
+                                "synth: %s has rows of %lld elements, not a multiple of %s's block of %lld (pick "
+                                "f16/bf16/f32)",
+                                plan[i].name, (long long)plan[i].ne[0], tp_wtype_name(plan[i].type), (long long)be);
+        if (plan[i].ne[0] > *max_ne0) *max_ne0 = plan[i].ne[0];
+    }
+    return TP_OK;
+}
+
+/* The tensors' data, in plan order, chunk by chunk (f32, conv: buffers of max(SYNTH_CHUNK_ELEMS, the widest
+ * row) values), the rows of a chunk generated and converted by the pool's threads. */
+static enum tp_status write_tensors(const struct tp_synth_config *cfg, const struct tp_shape *shape,
+                                    const struct tp_synth_tensor *plan, int n_t, tp_gguf_writer_t *w, tp_pool_t *pool,
+                                    float *f32, uint8_t *conv, struct tp_error *err)
+{
+    uint64_t total = 0, done = 0;
+    for (int i = 0; i < n_t; i++) total += tp_gguf_tensor_bytes(plan[i].type, plan[i].n_dims, plan[i].ne);
+    for (int i = 0; i < n_t; i++) {
+        const struct tp_synth_tensor *t = &plan[i];
+        const int64_t rows = t->ne[1] * t->ne[2];
+        const int64_t chunk_rows = TP_MAX((int64_t)1, SYNTH_CHUNK_ELEMS / t->ne[0]);
+        struct chunk_job job = {.t = t,
+                                .shape = shape,
+                                .tensor_seed = tp_synth_tensor_seed(cfg->seed, t->name),
+                                .f32 = f32,
+                                .out = conv,
+                                .row_bytes = (size_t)tp_gguf_tensor_bytes(t->type, 1, t->ne)};
+        for (int64_t r = 0; r < rows; r += chunk_rows) {
+            job.row0 = r;
+            job.n_rows = TP_MIN(chunk_rows, rows - r);
+            tp_pool_run(pool, chunk_worker, &job);
+            size_t nb = (size_t)job.n_rows * job.row_bytes;
+            if (tp_gguf_write_data(w, conv, nb) != TP_OK)
+                return tp_error_set(err, TP_ERR_IO, "synth: %s", tp_gguf_writer_error(w));
+            done += nb;
+            if (cfg->progress) cfg->progress(cfg->progress_ctx, done, total);
+        }
+    }
+    return TP_OK;
+}
+
 enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error *err)
 {
     if (!cfg || !cfg->shape || !cfg->out_path) return tp_error_set(err, TP_ERR_INVALID_ARG, "synth: missing shape or output path");
@@ -455,24 +510,7 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
     }
     int n_t = tp_synth_plan(&shape, n_layer, wt, mix, plan);
     int64_t max_ne0 = 0;
-    for (int i = 0; i < n_t; i++) {
-        if (!tp_wtype_supported(plan[i].type)) { /* a mix's fallback for rows that are not whole super-blocks */
-            rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
-                              "synth: %s has rows of %lld values, not a multiple of 256, so llama.cpp's %s stores it "
-                              "as %s, which tpserve cannot compute; use --type q8_0 or q4_0 for shape %s",
-                              plan[i].name, (long long)plan[i].ne[0], tp_synth_mix_name(mix),
-                              tp_wtype_name(plan[i].type), shape.name);
-            goto out;
-        }
-        int64_t be = tp_wtype_block_elems(plan[i].type);
-        if (plan[i].ne[0] % be) {
-            rc = tp_error_set(err, TP_ERR_INVALID_ARG,
-                              "synth: %s has rows of %lld elements, not a multiple of %s's block of %lld (pick f16/bf16/f32)",
-                              plan[i].name, (long long)plan[i].ne[0], tp_wtype_name(plan[i].type), (long long)be);
-            goto out;
-        }
-        if (plan[i].ne[0] > max_ne0) max_ne0 = plan[i].ne[0];
-    }
+    TP_CHECK_GOTO(check_plan(plan, n_t, &shape, mix, &max_ne0, err), rc, out);
 
     TP_CHECK_GOTO(tp_gguf_writer_open(cfg->out_path, 32, &w, err), rc, out);
     write_kv(w, &shape, n_layer, wt, mix, &vocab);
@@ -498,31 +536,7 @@ enum tp_status tp_synth_write(const struct tp_synth_config *cfg, struct tp_error
         rc = tp_error_set(err, TP_ERR_NOMEM, "synth: cannot start %d threads", pc.n_threads);
         goto out;
     }
-    uint64_t total = 0, done = 0;
-    for (int i = 0; i < n_t; i++) total += tp_gguf_tensor_bytes(plan[i].type, plan[i].n_dims, plan[i].ne);
-    for (int i = 0; i < n_t; i++) {
-        const struct tp_synth_tensor *t = &plan[i];
-        const int64_t rows = t->ne[1] * t->ne[2];
-        const int64_t chunk_rows = TP_MAX((int64_t)1, SYNTH_CHUNK_ELEMS / t->ne[0]);
-        struct chunk_job job = {.t = t,
-                                .shape = &shape,
-                                .tensor_seed = tp_synth_tensor_seed(cfg->seed, t->name),
-                                .f32 = f32,
-                                .out = conv,
-                                .row_bytes = (size_t)tp_gguf_tensor_bytes(t->type, 1, t->ne)};
-        for (int64_t r = 0; r < rows; r += chunk_rows) {
-            job.row0 = r;
-            job.n_rows = TP_MIN(chunk_rows, rows - r);
-            tp_pool_run(pool, chunk_worker, &job);
-            size_t nb = (size_t)job.n_rows * job.row_bytes;
-            if (tp_gguf_write_data(w, conv, nb) != TP_OK) {
-                rc = tp_error_set(err, TP_ERR_IO, "synth: %s", tp_gguf_writer_error(w));
-                goto out;
-            }
-            done += nb;
-            if (cfg->progress) cfg->progress(cfg->progress_ctx, done, total);
-        }
-    }
+    TP_CHECK_GOTO(write_tensors(cfg, &shape, plan, n_t, w, pool, f32, conv, err), rc, out);
     if (tp_gguf_writer_finish(w) != TP_OK) {
         rc = tp_error_set(err, TP_ERR_IO, "synth: %s", tp_gguf_writer_error(w));
         goto out;

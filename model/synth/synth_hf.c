@@ -18,6 +18,13 @@
  * with mlx_bf16), quantized from the same f32 values as mlx.core.quantize
  * does (kernels_mlx.c); norms stay unquantized in that float type; config.json
  * gets the "quantization" block (and its "quantization_config" copy).
+ * Mixture-of-experts shapes (Qwen3-MoE, Mixtral) are written as mlx-lm
+ * writes them: the experts of a layer stacked in one SwitchGLU triple per
+ * projection (mlp.switch_mlp.{gate,up,down}_proj, or block_sparse_moe.* for
+ * Mixtral: weight U32 [n_expert, rows, words], scales / biases [n_expert,
+ * rows, groups]), and the router (mlp.gate / block_sparse_moe.gate) in 8
+ * bits with group 64, listed per layer in the quantization block as
+ * mlx-lm's quant_predicate makes it.
  *
  * Without --tokenizer the generated SentencePiece vocabulary is written as a
  * byte-fallback BPE tokenizer.json (Llama 2 style normalizer); every piece
@@ -127,7 +134,7 @@ static enum tp_status copy_file(const char *src, const char *dir, const char *na
 /* ------------------------------------------------------------ config.json */
 
 static void config_json(struct sbuf *b, const struct tp_shape *s, int n_layer, int n_vocab, enum tp_wtype wt,
-                        enum tp_wtype mlx_type, int bos, int eos)
+                        enum tp_wtype mlx_type, int router_q8, int bos, int eos)
 {
     const int mixtral = s->arch == TP_ARCH_LLAMA && s->n_expert > 0;
     const char *arch = s->arch == TP_ARCH_QWEN2      ? "Qwen2ForCausalLM"
@@ -191,9 +198,14 @@ static void config_json(struct sbuf *b, const struct tp_shape *s, int n_layer, i
     if (bos >= 0) sb_printf(b, "  \"bos_token_id\": %d,\n", bos);
     if (eos >= 0) sb_printf(b, "  \"eos_token_id\": %d,\n", eos);
     if (tp_wtype_mlx_bits(mlx_type)) /* mlx-lm writes both */
-        for (int i = 0; i < 2; i++)
-            sb_printf(b, "  \"%s\": {\"group_size\": %d, \"bits\": %d},\n", i ? "quantization_config" : "quantization",
+        for (int i = 0; i < 2; i++) {
+            sb_printf(b, "  \"%s\": {\"group_size\": %d, \"bits\": %d", i ? "quantization_config" : "quantization",
                       tp_wtype_mlx_group(mlx_type), tp_wtype_mlx_bits(mlx_type));
+            for (int l = 0; router_q8 && l < n_layer; l++) /* the routers: 8 bits, group 64 */
+                sb_printf(b, ", \"model.layers.%d.%s.gate\": {\"group_size\": 64, \"bits\": 8}", l,
+                          mixtral ? "block_sparse_moe" : "mlp");
+            sb_printf(b, "},\n");
+        }
     sb_printf(b, "  \"torch_dtype\": \"%s\",\n  \"_tpserve_synth\": \"random weights written by tpserve synth (shape %s)\"\n}\n",
               wt == TP_WTYPE_F32 ? "float32" : wt == TP_WTYPE_F16 ? "float16" : "bfloat16", s->name);
 }
@@ -258,6 +270,8 @@ struct hf_tensor {
     int permute_heads;   /* llama q/k: head count for the halves permutation, else 0 */
     enum tp_wtype wtype; /* written as: F32 / F16 / BF16, or (part 1) t->type, an MLX type */
     int part;            /* MLX: 1 packed words (U32), 2 scales, 3 biases (from part 1's buffers); 0 plain */
+    enum tp_wtype mlx_type; /* MLX parts 1-3: the triple's MLX type (bits, group) */
+    int64_t n_stack;     /* MLX stacked experts: n_expert (shape [n_stack, rows, cols]), else 0 */
     int64_t row_base;    /* stacked experts: this expert's first row in t (one HF tensor per expert), else 0 */
     int shape_1xn;       /* a 1-D GGUF vector stored as [1, n] (Qwen2-MoE shared_expert_gate) */
     /* gpt-oss experts (OpenAI's MXFP4 layout): part 4 PREFIX_blocks U8 (X, R, C/32, 16), part 5
@@ -372,8 +386,8 @@ static const char *st_dtype(enum tp_wtype t)
 static int64_t hf_cols(const struct hf_tensor *h)
 {
     const int64_t ne0 = h->t->ne[0];
-    if (h->part == 1) return ne0 * tp_wtype_mlx_bits(h->wtype) / 32;
-    if (h->part >= 2) return ne0 / tp_wtype_mlx_group(h->t->type);
+    if (h->part == 1) return ne0 * tp_wtype_mlx_bits(h->mlx_type) / 32;
+    if (h->part == 2 || h->part == 3) return ne0 / tp_wtype_mlx_group(h->mlx_type);
     return ne0;
 }
 
@@ -410,7 +424,10 @@ static enum tp_status write_shard(const char *dir, int n_files, int fi, struct h
         } else if (ht[i].part == 6) {
             sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],", st_dtype(ht[i].wtype), (long long)ht[i].x_rows,
                       (long long)(2 * t->ne[0]));
-        } else if (t->n_dims >= 2) /* a stacked tensor: one expert's [rows, cols] */
+        } else if (ht[i].n_stack) /* MLX stacked experts: [n_expert, rows, cols] */
+            sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld,%lld,%lld],", ht[i].part == 1 ? "U32" : st_dtype(ht[i].wtype),
+                      (long long)ht[i].n_stack, (long long)t->ne[1], (long long)hf_cols(&ht[i]));
+        else if (t->n_dims >= 2) /* a stacked tensor: one expert's [rows, cols] */
             sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],", st_dtype(ht[i].wtype), (long long)t->ne[1],
                       (long long)hf_cols(&ht[i]));
         else if (ht[i].shape_1xn)
@@ -478,6 +495,308 @@ static enum tp_status write_shard(const char *dir, int n_files, int fi, struct h
     return rc;
 }
 
+/* Where the tensors go: entries of ht laid out file after file. */
+struct hf_layout {
+    struct hf_tensor *ht; /* entries, n used */
+    int n, file;          /* file: the one being filled */
+    uint64_t in_file, total, cap;
+    int64_t max_ne0;      /* the widest row: the conversion buffers' size */
+    size_t mlx_groups;    /* the largest scales / biases tensor (MLX, gpt-oss scales), in 16-bit values */
+};
+
+/* Close the current file first when it holds something and `need` more bytes would pass the cap. */
+static void lay_break(struct hf_layout *L, uint64_t need)
+{
+    if (L->in_file > 0 && L->in_file + need > L->cap) {
+        L->file++;
+        L->in_file = 0;
+    }
+}
+
+/* h at the end of the current file. */
+static void lay_place(struct hf_layout *L, struct hf_tensor *h)
+{
+    h->file = L->file;
+    h->off = L->in_file;
+    L->in_file += h->bytes;
+    L->total += h->bytes;
+}
+
+static uint64_t float_bytes(enum tp_wtype t, uint64_t n) { return n * (t == TP_WTYPE_F32 ? 4 : 2); }
+
+/* gpt-oss in OpenAI's layout: t is a layer's attn_sinks (a plain vector) or one of its expert tensors, in
+ * tp_synth_plan's order (gate, up, down weights, then gate, up, down biases; up is fused with gate). */
+static enum tp_status lay_gptoss(struct hf_layout *L, const struct tp_synth_tensor *t,
+                                 const struct tp_synth_tensor *end, struct tp_error *err)
+{
+    int layer = 0;
+    sscanf(t->name, "blk.%d.", &layer);
+    const int down = strstr(t->name, "ffn_down_exps") != NULL, bias = strstr(t->name, ".bias") != NULL;
+    if (strstr(t->name, "attn_sinks")) { /* self_attn.sinks */
+        struct hf_tensor *h = &L->ht[L->n++];
+        h->t = t;
+        snprintf(h->name, sizeof h->name, "model.layers.%d.self_attn.sinks", layer);
+        h->wtype = t->type; /* vectors keep the plan's F32, as the GGUF writer */
+        h->bytes = float_bytes(h->wtype, (uint64_t)t->ne[0]);
+        lay_place(L, h);
+        return TP_OK;
+    }
+    if (strstr(t->name, "ffn_up_exps")) return TP_OK; /* fused with gate (t2) */
+    const struct tp_synth_tensor *up = down ? NULL : t + 1;
+    if (up && (up >= end || !strstr(up->name, "ffn_up_exps")))
+        return tp_error_set(err, TP_ERR_INTERNAL, "synth: gpt-oss plan order: %s after %s",
+                            up < end ? up->name : "the end", t->name);
+    const char *base = down ? "down_proj" : "gate_up_proj";
+    const int64_t X = bias ? t->ne[1] : t->ne[2];
+    const int64_t R = bias ? 0 : (down ? t->ne[1] : 2 * t->ne[1]);
+    for (int pt = 0; pt < (bias ? 1 : 2); pt++) {
+        struct hf_tensor *h = &L->ht[L->n++];
+        h->t = t;
+        h->t2 = up;
+        if (bias && down) { /* down_proj_bias (X, E): plain rows */
+            snprintf(h->name, sizeof h->name, "model.layers.%d.mlp.experts.down_proj_bias", layer);
+            h->wtype = t->type;
+            h->bytes = float_bytes(h->wtype, (uint64_t)t->ne[0] * (uint64_t)t->ne[1]);
+        } else if (bias) {
+            snprintf(h->name, sizeof h->name, "model.layers.%d.mlp.experts.gate_up_proj_bias", layer);
+            h->part = 6;
+            h->x_rows = X;
+            h->wtype = t->type;
+            h->bytes = float_bytes(h->wtype, (uint64_t)X * 2 * (uint64_t)t->ne[0]);
+        } else {
+            snprintf(h->name, sizeof h->name, "model.layers.%d.mlp.experts.%s_%s", layer, base,
+                     pt ? "scales" : "blocks");
+            h->part = pt ? 5 : 4;
+            h->x_rows = X * R;
+            h->wtype = TP_WTYPE_MXFP4;
+            h->bytes = (uint64_t)(X * R) * (uint64_t)(t->ne[0] / 32) * (pt ? 1 : 16);
+            if (pt) L->mlx_groups = TP_MAX(L->mlx_groups, (size_t)(h->bytes / 2 + 1));
+        }
+        if (pt == 0) lay_break(L, h->bytes * 17 / 16); /* blocks and scales in one file */
+        lay_place(L, h);
+    }
+    L->max_ne0 = TP_MAX(L->max_ne0, t->ne[0]);
+    return TP_OK;
+}
+
+/* Stacked experts (ne[2] > 1): Hugging Face keeps one [rows, cols] tensor per expert. */
+static enum tp_status lay_experts(struct hf_layout *L, const struct tp_synth_tensor *t, int mixtral,
+                                  struct tp_error *err)
+{
+    const size_t len = strlen(t->name);
+    for (int64_t e = 0; e < t->ne[2]; e++) {
+        struct hf_tensor *h = &L->ht[L->n++];
+        char gname[96];
+        h->t = t;
+        h->row_base = e * t->ne[1];
+        /* "blk.N.ffn_gate_exps.weight" -> "blk.N.ffn_gate_exps.E.weight" */
+        snprintf(gname, sizeof gname, "%.*s.%lld.weight", (int)(len - 7), t->name, (long long)e);
+        if (!tp_tsrc_hf_name_variant(gname, mixtral, h->name, sizeof(h->name)))
+            return tp_error_set(err, TP_ERR_INTERNAL, "synth: no Hugging Face name for %s", gname);
+        h->wtype = t->type;
+        h->bytes = float_bytes(h->wtype, (uint64_t)t->ne[0] * (uint64_t)t->ne[1]);
+        lay_break(L, h->bytes);
+        lay_place(L, h);
+    }
+    L->max_ne0 = TP_MAX(L->max_ne0, t->ne[0]);
+    return TP_OK;
+}
+
+/* mlx-lm quantizes a mixture of experts' router in 8 bits, group 64, where its rows are whole groups. */
+static int router_q8(const struct tp_shape *shape, enum tp_wtype wt)
+{
+    return tp_wtype_mlx_bits(wt) != 0 && shape->n_expert > 0 && shape->n_embd % 64 == 0;
+}
+
+/* MLX stacked experts (ne[2] > 1): mlx-lm's SwitchGLU, one triple per projection, [n_expert, rows, .]. */
+static enum tp_status lay_mlx_experts(struct hf_layout *L, const struct tp_synth_tensor *t, int mixtral,
+                                      enum tp_wtype wt, enum tp_wtype ft, struct tp_error *err)
+{
+    if (t->ne[0] % tp_wtype_mlx_group(wt))
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "synth: %s: rows of %lld values are not whole MLX groups of %d; pick another group size",
+                            t->name, (long long)t->ne[0], tp_wtype_mlx_group(wt));
+    const int64_t X = t->ne[2], rows = X * t->ne[1];
+    const uint64_t wbytes = (uint64_t)rows * (uint64_t)t->ne[0] * (uint64_t)tp_wtype_mlx_bits(wt) / 8,
+                   sbytes = (uint64_t)rows * (uint64_t)(t->ne[0] / tp_wtype_mlx_group(wt)) * 2;
+    char base[160];
+    if (!tp_tsrc_hf_name_variant(t->name, mixtral, base, sizeof base))
+        return tp_error_set(err, TP_ERR_INTERNAL, "synth: no mlx-lm name for %s", t->name);
+    lay_break(L, wbytes + 2 * sbytes); /* a triple stays in one file */
+    for (int p = 0; p < 3; p++) {
+        struct hf_tensor *h = &L->ht[L->n++];
+        h->t = t;
+        h->part = p + 1;
+        h->mlx_type = wt;
+        h->wtype = p == 0 ? wt : ft;
+        h->n_stack = X;
+        h->x_rows = rows;
+        h->bytes = p == 0 ? wbytes : sbytes;
+        snprintf(h->name, sizeof h->name, "%.*s.%s", (int)(strlen(base) - 7), base,
+                 p == 0 ? "weight" : p == 1 ? "scales" : "biases");
+        lay_place(L, h);
+    }
+    L->mlx_groups = TP_MAX(L->mlx_groups, (size_t)(sbytes / 2));
+    L->max_ne0 = TP_MAX(L->max_ne0, t->ne[0]);
+    return TP_OK;
+}
+
+/* Any other tensor under its Hugging Face name: float (wt or, MLX, ft), or an MLX triple (X.weight
+ * packed, X.scales, X.biases) when its rows are whole groups of the MLX type wt. */
+static enum tp_status lay_plain(struct hf_layout *L, const struct tp_synth_tensor *t, const struct tp_shape *shape,
+                                enum tp_wtype wt, enum tp_wtype ft, struct tp_error *err)
+{
+    const int mlx = tp_wtype_mlx_bits(wt) != 0, gptoss = shape->arch == TP_ARCH_GPTOSS;
+    struct hf_tensor *h = &L->ht[L->n];
+    h->t = t;
+    const int mixtral_name = shape->arch == TP_ARCH_LLAMA && shape->n_expert > 0;
+    if (!(mixtral_name && tp_tsrc_hf_name_variant(t->name, 1, h->name, sizeof(h->name))) &&
+        !(gptoss && tp_tsrc_hf_name_variant(t->name, 2, h->name, sizeof(h->name))) &&
+        !tp_tsrc_hf_name(t->name, h->name, sizeof(h->name)))
+        return tp_error_set(err, TP_ERR_INTERNAL, "synth: no Hugging Face name for %s", t->name);
+    h->shape_1xn = strstr(t->name, "ffn_gate_inp_shexp") != NULL;
+    const int64_t rows = t->n_dims == 2 ? t->ne[1] : 1;
+    /* mlx quantizes every linear / embedding whose rows are whole groups; a router in 8 bits, group 64 */
+    const int router = router_q8(shape, wt) && strstr(t->name, ".ffn_gate_inp.weight") != NULL;
+    const enum tp_wtype qt = router ? TP_WTYPE_MLX_Q8_G64 : wt;
+    const int quant = router || (mlx && t->type == wt && t->ne[0] % tp_wtype_mlx_group(wt) == 0);
+    h->wtype = quant ? qt : mlx ? ft : t->type;
+    h->mlx_type = quant ? qt : TP_WTYPE_COUNT;
+    h->part = quant ? 1 : 0;
+    h->bytes = quant ? (uint64_t)rows * (uint64_t)t->ne[0] * (uint64_t)tp_wtype_mlx_bits(qt) / 8
+                     : float_bytes(h->wtype, (uint64_t)t->ne[0] * (uint64_t)rows);
+    const uint64_t sb_bytes = quant ? (uint64_t)rows * (uint64_t)(t->ne[0] / tp_wtype_mlx_group(qt)) * 2 : 0;
+    lay_break(L, h->bytes + 2 * sb_bytes); /* an MLX triple stays in one file */
+    if (shape->arch == TP_ARCH_LLAMA && strstr(t->name, ".attn_q.weight")) h->permute_heads = shape->n_head;
+    if (shape->arch == TP_ARCH_LLAMA && strstr(t->name, ".attn_k.weight")) h->permute_heads = shape->n_head_kv;
+    L->max_ne0 = TP_MAX(L->max_ne0, t->ne[0]);
+    const int n_parts = quant ? 3 : 1;
+    for (int p = 0; p < n_parts; p++) {
+        struct hf_tensor *hp = &L->ht[L->n + p];
+        if (p > 0) { /* X.scales, X.biases beside X.weight */
+            *hp = *h;
+            hp->part = p + 1;
+            hp->wtype = ft;
+            hp->bytes = sb_bytes;
+            char base[sizeof(hp->name)]; /* a copy: source and destination are both in ht[] (-Wrestrict) */
+            memcpy(base, h->name, sizeof(base));
+            size_t len = strlen(base);
+            if (len > 7 && strcmp(base + len - 7, ".weight") == 0) len -= 7;
+            snprintf(hp->name, sizeof(hp->name), "%.*s.%s", (int)len, base, p == 1 ? "scales" : "biases");
+            L->mlx_groups = TP_MAX(L->mlx_groups, (size_t)(sb_bytes / 2));
+        }
+        lay_place(L, hp);
+    }
+    L->n += n_parts;
+    return TP_OK;
+}
+
+/* The n_plan tensors of plan laid out into L (L->ht has room for them all). */
+static enum tp_status lay_all(struct hf_layout *L, const struct tp_synth_tensor *plan, int n_plan,
+                              const struct tp_shape *shape, enum tp_wtype wt, enum tp_wtype ft, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    for (int i = 0; i < n_plan && rc == TP_OK; i++) {
+        const struct tp_synth_tensor *t = &plan[i];
+        if (t->fill == TP_SYNTH_FILL_ROPE_FREQS) continue; /* HF: rope_scaling in config.json */
+        if (shape->arch == TP_ARCH_GPTOSS && (strstr(t->name, "_exps.") || strstr(t->name, "attn_sinks")))
+            rc = lay_gptoss(L, t, plan + n_plan, err);
+        else if (t->ne[2] > 1 && tp_wtype_mlx_bits(wt))
+            rc = lay_mlx_experts(L, t, shape->arch == TP_ARCH_LLAMA, wt, ft, err);
+        else if (t->ne[2] > 1)
+            rc = lay_experts(L, t, shape->arch == TP_ARCH_LLAMA, err);
+        else
+            rc = lay_plain(L, t, shape, wt, ft, err);
+    }
+    return rc;
+}
+
+/* tokenizer.json and tokenizer_config.json: copies of cfg->tokenizer_json and the config beside it, or
+ * the SentencePiece-style vocabulary synth made up.  b: scratch. */
+static enum tp_status write_tokenizer(const char *dir, const struct tp_synth_config *cfg,
+                                      const struct tp_synth_vocab *vocab, const struct tp_shape *shape, struct sbuf *b,
+                                      struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    if (cfg->tokenizer_json) {
+        TP_CHECK_GOTO(copy_file(cfg->tokenizer_json, dir, "tokenizer.json", err), rc, out);
+        /* tokenizer_config.json beside it, as the GGUF writer reads it */
+        size_t pl = strlen(cfg->tokenizer_json) + 32;
+        char *tc = malloc(pl);
+        if (!tc) return tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
+        snprintf(tc, pl, "%s", cfg->tokenizer_json);
+        char *slash = strrchr(tc, '/');
+        snprintf(slash ? slash + 1 : tc, pl - (size_t)(slash ? slash + 1 - tc : 0), "tokenizer_config.json");
+        struct stat sb;
+        if (stat(tc, &sb) == 0) rc = copy_file(tc, dir, "tokenizer_config.json", err);
+        free(tc);
+        return rc;
+    }
+    b->n = 0;
+    spm_tokenizer_json(b, vocab);
+    if (b->failed) return tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory for tokenizer.json");
+    TP_CHECK_GOTO(write_text(dir, "tokenizer.json", b->p, b->n, err), rc, out);
+    b->n = 0;
+    sb_printf(b, "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"unk_token\": \"<unk>\", "
+                 "\"add_bos_token\": true, \"add_eos_token\": false, \"model_max_length\": %d}\n",
+              shape->n_ctx);
+    rc = write_text(dir, "tokenizer_config.json", b->p, b->n, err);
+out:
+    return rc;
+}
+
+/* model.safetensors.index.json: which of the n_files files holds each tensor. */
+static enum tp_status write_index(const char *dir, const struct hf_layout *L, int n_files, struct sbuf *b,
+                                  struct tp_error *err)
+{
+    b->n = 0;
+    sb_printf(b, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {", (unsigned long long)L->total);
+    for (int i = 0; i < L->n; i++) {
+        char fname[64];
+        shard_name(fname, sizeof(fname), n_files, L->ht[i].file);
+        sb_printf(b, "%s\n    ", i ? "," : "");
+        sb_json_str(b, L->ht[i].name);
+        sb_printf(b, ": \"%s\"", fname);
+    }
+    sb_printf(b, "\n  }\n}\n");
+    if (b->failed) return tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
+    return write_text(dir, "model.safetensors.index.json", b->p, b->n, err);
+}
+
+/* What --format hf / mlx can write: the weight type wt (after gpt-oss's bf16 rule), the mix, the shape;
+ * and the output directory (made when missing). */
+static enum tp_status hf_check(const struct tp_synth_config *cfg, enum tp_wtype wt, struct tp_error *err)
+{
+    const struct tp_shape *s0 = cfg->shape;
+    const int gptoss = s0->arch == TP_ARCH_GPTOSS, mlx = tp_wtype_mlx_bits(wt) != 0;
+    const int float_wt = wt == TP_WTYPE_F32 || wt == TP_WTYPE_F16 || wt == TP_WTYPE_BF16;
+    if (gptoss && (cfg->mix != TP_SYNTH_MIX_MXFP4 || !float_wt))
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "synth: gpt-oss as a Hugging Face directory is OpenAI's layout: --type mxfp4 (experts "
+                            "MXFP4, the rest bf16)");
+    if ((cfg->mix != TP_SYNTH_MIX_NONE && !gptoss) || (!mlx && !float_wt))
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "synth: --format hf writes f32, f16 or bf16 weights and --format mlx MLX affine ones (got "
+                            "%s); for other quantized weights use GGUF",
+                            cfg->mix != TP_SYNTH_MIX_NONE ? tp_synth_mix_name(cfg->mix) : tp_wtype_name(wt));
+    if (s0->arch == TP_ARCH_LLAMA && s0->qkv_bias)
+        return tp_error_set(err, TP_ERR_UNSUPPORTED, "synth: shape %s: a llama with q/k/v biases has no HF layout here",
+                            s0->name);
+    if (s0->n_expert > 0 && tp_wtype_mlx_bits(cfg->type) && s0->arch != TP_ARCH_QWEN3MOE && s0->arch != TP_ARCH_LLAMA)
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "synth: %s (%s) is a mixture of experts that --format mlx does not write (switch_mlp "
+                            "layouts: Qwen3-MoE and Mixtral); write GGUF or --format hf",
+                            s0->name, tp_arch_name(s0->arch));
+    const char *dir = cfg->out_path;
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return tp_error_set(err, TP_ERR_INVALID_ARG,
+                            "synth: %s exists and is not a directory (--format hf writes a directory)", dir);
+    if (stat(dir, &sb) != 0 && mkdir(dir, 0755) != 0)
+        return tp_error_set(err, TP_ERR_IO, "synth: cannot create directory %s: %s", dir, strerror(errno));
+    return TP_OK;
+}
+
 enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_error *err)
 {
     if (!cfg || !cfg->shape || !cfg->out_path)
@@ -489,45 +808,20 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     const enum tp_wtype wt = gptoss && cfg->mix == TP_SYNTH_MIX_MXFP4 && !float_type ? TP_WTYPE_BF16 : cfg->type;
     const char *dir = cfg->out_path;
     const int mlx = tp_wtype_mlx_bits(wt) != 0;
-    if (gptoss && (cfg->mix != TP_SYNTH_MIX_MXFP4 || (wt != TP_WTYPE_F32 && wt != TP_WTYPE_F16 && wt != TP_WTYPE_BF16)))
-        return tp_error_set(err, TP_ERR_UNSUPPORTED,
-                            "synth: gpt-oss as a Hugging Face directory is OpenAI's layout: --type mxfp4 (experts "
-                            "MXFP4, the rest bf16)");
     /* float type of what is not quantized (MLX: norms, and rows that are not whole groups) */
     const enum tp_wtype ft = mlx ? (cfg->mlx_bf16 ? TP_WTYPE_BF16 : TP_WTYPE_F16) : wt;
-    if ((cfg->mix != TP_SYNTH_MIX_NONE && !gptoss) ||
-        (!mlx && wt != TP_WTYPE_F32 && wt != TP_WTYPE_F16 && wt != TP_WTYPE_BF16))
-        return tp_error_set(err, TP_ERR_UNSUPPORTED,
-                            "synth: --format hf writes f32, f16 or bf16 weights and --format mlx MLX affine ones (got "
-                            "%s); for other quantized weights use GGUF",
-                            cfg->mix != TP_SYNTH_MIX_NONE ? tp_synth_mix_name(cfg->mix) : tp_wtype_name(wt));
-    if (s0->arch == TP_ARCH_LLAMA && s0->qkv_bias)
-        return tp_error_set(err, TP_ERR_UNSUPPORTED, "synth: shape %s: a llama with q/k/v biases has no HF layout here",
-                            s0->name);
-    enum tp_status rc = TP_OK;
+    enum tp_status rc = hf_check(cfg, wt, err);
+    if (rc != TP_OK) return rc;
     struct tp_synth_vocab vocab;
     memset(&vocab, 0, sizeof(vocab));
     struct tp_synth_tensor *plan = NULL;
-    struct hf_tensor *ht = NULL;
+    struct hf_layout L = {.cap = cfg->shard_bytes ? cfg->shard_bytes : HF_DEFAULT_SHARD_BYTES};
     tp_pool_t *pool = NULL;
     float *f32 = NULL;
     uint8_t *conv = NULL;
     uint16_t *mlx_s = NULL, *mlx_b = NULL; /* MLX: scales / biases of the tensor being written */
-    size_t mlx_groups = 0;                 /* largest rows x groups of an MLX tensor */
     struct sbuf b = {0};
-    int n_layer = cfg->n_layer > 0 ? cfg->n_layer : s0->n_layer;
-
-    if (s0->n_expert > 0 && tp_wtype_mlx_bits(cfg->type))
-        return tp_error_set(err, TP_ERR_UNSUPPORTED,
-                            "synth: %s is a mixture of experts; --format mlx (switch_mlp) is not supported for it: "
-                            "write GGUF or --format hf",
-                            s0->name);
-    struct stat sb;
-    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
-        return tp_error_set(err, TP_ERR_INVALID_ARG, "synth: %s exists and is not a directory (--format hf writes a directory)",
-                            dir);
-    if (stat(dir, &sb) != 0 && mkdir(dir, 0755) != 0)
-        return tp_error_set(err, TP_ERR_IO, "synth: cannot create directory %s: %s", dir, strerror(errno));
+    const int n_layer = cfg->n_layer > 0 ? cfg->n_layer : s0->n_layer;
 
     /* vocabulary: the same size the GGUF writer would use */
     if (cfg->tokenizer_json) TP_CHECK_GOTO(tp_synth_vocab_json(cfg->tokenizer_json, s0->n_vocab, &vocab, err), rc, out);
@@ -537,211 +831,36 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
 
     plan = calloc((size_t)n_layer * 24 + 8, sizeof(*plan));
     /* MLX: three tensors per matrix; experts: one per expert */
-    ht = calloc(((size_t)n_layer * (16 + 3 * (size_t)shape.n_expert) + 8) * 3, sizeof(*ht));
-    if (!plan || !ht) {
+    L.ht = calloc(((size_t)n_layer * (16 + 3 * (size_t)shape.n_expert) + 8) * 3, sizeof(*L.ht));
+    if (!plan || !L.ht) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
         goto out;
     }
-    int n_plan = tp_synth_plan(&shape, n_layer, wt, gptoss ? TP_SYNTH_MIX_MXFP4 : TP_SYNTH_MIX_NONE, plan);
-    int n_ht = 0;
-    uint64_t shard_cap = cfg->shard_bytes ? cfg->shard_bytes : HF_DEFAULT_SHARD_BYTES;
-    uint64_t total = 0, in_file = 0;
-    int file = 0;
-    int64_t max_ne0 = 0;
-    for (int i = 0; i < n_plan; i++) {
-        const struct tp_synth_tensor *t = &plan[i];
-        if (t->fill == TP_SYNTH_FILL_ROPE_FREQS) continue; /* HF: rope_scaling in config.json */
-        if (gptoss && (strstr(t->name, "_exps.") || strstr(t->name, "attn_sinks"))) {
-            int layer = 0;
-            sscanf(t->name, "blk.%d.", &layer);
-            const int down = strstr(t->name, "ffn_down_exps") != NULL, bias = strstr(t->name, ".bias") != NULL;
-            if (strstr(t->name, "attn_sinks")) { /* self_attn.sinks: a plain vector */
-                struct hf_tensor *h = &ht[n_ht++];
-                h->t = t;
-                snprintf(h->name, sizeof h->name, "model.layers.%d.self_attn.sinks", layer);
-                h->wtype = t->type; /* vectors keep the plan's F32, as the GGUF writer */
-                h->bytes = (uint64_t)t->ne[0] * (h->wtype == TP_WTYPE_F32 ? 4 : 2);
-                h->file = file;
-                h->off = in_file;
-                in_file += h->bytes;
-                total += h->bytes;
-                continue;
-            }
-            if (strstr(t->name, "ffn_up_exps")) continue; /* fused with gate (t2) */
-            /* plan order (tp_synth_plan): gate, up, down weights, then gate, up, down biases */
-            const struct tp_synth_tensor *up = down ? NULL : t + 1;
-            if (up && (up >= plan + n_plan || !strstr(up->name, "ffn_up_exps"))) {
-                rc = tp_error_set(err, TP_ERR_INTERNAL, "synth: gpt-oss plan order: %s after %s", up->name, t->name);
-                goto out;
-            }
-            const char *base = down ? "down_proj" : "gate_up_proj";
-            const int n_parts = bias ? 1 : 2;
-            const int64_t X = bias ? t->ne[1] : t->ne[2];
-            const int64_t R = bias ? 0 : (down ? t->ne[1] : 2 * t->ne[1]);
-            for (int pt = 0; pt < n_parts; pt++) {
-                struct hf_tensor *h = &ht[n_ht++];
-                h->t = t;
-                h->t2 = up;
-                if (bias && down) { /* down_proj_bias (X, E): plain rows */
-                    snprintf(h->name, sizeof h->name, "model.layers.%d.mlp.experts.down_proj_bias", layer);
-                    h->wtype = t->type;
-                    h->bytes = (uint64_t)t->ne[0] * (uint64_t)t->ne[1] * (h->wtype == TP_WTYPE_F32 ? 4 : 2);
-                } else if (bias) {
-                    snprintf(h->name, sizeof h->name, "model.layers.%d.mlp.experts.gate_up_proj_bias", layer);
-                    h->part = 6;
-                    h->x_rows = X;
-                    h->wtype = t->type;
-                    h->bytes = (uint64_t)X * 2 * (uint64_t)t->ne[0] * (h->wtype == TP_WTYPE_F32 ? 4 : 2);
-                } else {
-                    snprintf(h->name, sizeof h->name, "model.layers.%d.mlp.experts.%s_%s", layer, base,
-                             pt ? "scales" : "blocks");
-                    h->part = pt ? 5 : 4;
-                    h->x_rows = X * R;
-                    h->wtype = TP_WTYPE_MXFP4;
-                    h->bytes = (uint64_t)(X * R) * (uint64_t)(t->ne[0] / 32) * (pt ? 1 : 16);
-                    if (pt) mlx_groups = TP_MAX(mlx_groups, (size_t)(h->bytes / 2 + 1));
-                }
-                if (pt == 0 && in_file > 0 && in_file + h->bytes * 17 / 16 > shard_cap) {
-                    file++;
-                    in_file = 0;
-                }
-                h->file = file;
-                h->off = in_file;
-                in_file += h->bytes;
-                total += h->bytes;
-            }
-            if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
-            continue;
-        }
-        if (t->ne[2] > 1) { /* stacked experts: Hugging Face keeps one [rows, cols] tensor per expert */
-            const int mixtral = shape.arch == TP_ARCH_LLAMA;
-            size_t len = strlen(t->name);
-            for (int64_t e = 0; e < t->ne[2]; e++) {
-                struct hf_tensor *h = &ht[n_ht++];
-                char gname[96];
-                h->t = t;
-                h->row_base = e * t->ne[1];
-                /* "blk.N.ffn_gate_exps.weight" -> "blk.N.ffn_gate_exps.E.weight" */
-                snprintf(gname, sizeof gname, "%.*s.%lld.weight", (int)(len - 7), t->name, (long long)e);
-                if (!tp_tsrc_hf_name_variant(gname, mixtral, h->name, sizeof(h->name))) {
-                    rc = tp_error_set(err, TP_ERR_INTERNAL, "synth: no Hugging Face name for %s", gname);
-                    goto out;
-                }
-                h->wtype = t->type;
-                h->bytes = (uint64_t)t->ne[0] * (uint64_t)t->ne[1] * (h->wtype == TP_WTYPE_F32 ? 4 : 2);
-                if (in_file > 0 && in_file + h->bytes > shard_cap) {
-                    file++;
-                    in_file = 0;
-                }
-                h->file = file;
-                h->off = in_file;
-                in_file += h->bytes;
-                total += h->bytes;
-            }
-            if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
-            continue;
-        }
-        struct hf_tensor *h = &ht[n_ht];
-        h->t = t;
-        const int mixtral_name = shape.arch == TP_ARCH_LLAMA && shape.n_expert > 0;
-        if (!(mixtral_name && tp_tsrc_hf_name_variant(t->name, 1, h->name, sizeof(h->name))) &&
-            !(gptoss && tp_tsrc_hf_name_variant(t->name, 2, h->name, sizeof(h->name))) &&
-            !tp_tsrc_hf_name(t->name, h->name, sizeof(h->name))) {
-            rc = tp_error_set(err, TP_ERR_INTERNAL, "synth: no Hugging Face name for %s", t->name);
-            goto out;
-        }
-        h->shape_1xn = strstr(t->name, "ffn_gate_inp_shexp") != NULL;
-        const int64_t rows = t->n_dims == 2 ? t->ne[1] : 1;
-        /* mlx quantizes every linear / embedding whose rows are whole groups */
-        const int quant = mlx && t->type == wt && t->ne[0] % tp_wtype_mlx_group(wt) == 0;
-        h->wtype = quant ? wt : mlx ? ft : t->type;
-        h->part = quant ? 1 : 0;
-        h->bytes = quant ? (uint64_t)rows * (uint64_t)t->ne[0] * (uint64_t)tp_wtype_mlx_bits(wt) / 8
-                         : (uint64_t)t->ne[0] * (uint64_t)rows * (h->wtype == TP_WTYPE_F32 ? 4 : 2);
-        const uint64_t sb_bytes = quant ? (uint64_t)rows * (uint64_t)(t->ne[0] / tp_wtype_mlx_group(wt)) * 2 : 0;
-        if (in_file > 0 && in_file + h->bytes + 2 * sb_bytes > shard_cap) { /* an MLX triple stays in one file */
-            file++;
-            in_file = 0;
-        }
-        if (shape.arch == TP_ARCH_LLAMA && strstr(t->name, ".attn_q.weight")) h->permute_heads = shape.n_head;
-        if (shape.arch == TP_ARCH_LLAMA && strstr(t->name, ".attn_k.weight")) h->permute_heads = shape.n_head_kv;
-        if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
-        const int n_parts = quant ? 3 : 1;
-        for (int p = 0; p < n_parts; p++) {
-            struct hf_tensor *hp = &ht[n_ht + p];
-            if (p > 0) { /* X.scales, X.biases beside X.weight */
-                *hp = *h;
-                hp->part = p + 1;
-                hp->wtype = ft;
-                hp->bytes = sb_bytes;
-                char base[sizeof(hp->name)]; /* a copy: source and destination are both in ht[] (-Wrestrict) */
-                memcpy(base, h->name, sizeof(base));
-                size_t len = strlen(base);
-                if (len > 7 && strcmp(base + len - 7, ".weight") == 0) len -= 7;
-                snprintf(hp->name, sizeof(hp->name), "%.*s.%s", (int)len, base, p == 1 ? "scales" : "biases");
-                mlx_groups = TP_MAX(mlx_groups, (size_t)(sb_bytes / 2));
-            }
-            hp->file = file;
-            hp->off = in_file;
-            in_file += hp->bytes;
-            total += hp->bytes;
-        }
-        n_ht += n_parts;
-    }
-    if (mlx_groups) {
-        mlx_s = malloc(mlx_groups * 2);
-        mlx_b = malloc(mlx_groups * 2);
+    const int n_plan = tp_synth_plan(&shape, n_layer, wt, gptoss ? TP_SYNTH_MIX_MXFP4 : TP_SYNTH_MIX_NONE, plan);
+    TP_CHECK_GOTO(lay_all(&L, plan, n_plan, &shape, wt, ft, err), rc, out);
+    if (L.mlx_groups) {
+        mlx_s = malloc(L.mlx_groups * 2);
+        mlx_b = malloc(L.mlx_groups * 2);
         if (!mlx_s || !mlx_b) {
-            free(mlx_s);
-            free(mlx_b);
-            mlx_s = mlx_b = NULL;
             rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory for MLX scales");
             goto out;
         }
     }
-    int n_files = file + 1;
+    const int n_files = L.file + 1;
 
     /* config.json, tokenizer */
-    config_json(&b, &shape, n_layer, vocab.n_tokens, ft, mlx ? wt : TP_WTYPE_COUNT, vocab.bos, vocab.eos);
+    config_json(&b, &shape, n_layer, vocab.n_tokens, ft, mlx ? wt : TP_WTYPE_COUNT, router_q8(&shape, wt), vocab.bos,
+                vocab.eos);
     if (b.failed) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
         goto out;
     }
     TP_CHECK_GOTO(write_text(dir, "config.json", b.p, b.n, err), rc, out);
-    b.n = 0;
-    if (cfg->tokenizer_json) {
-        TP_CHECK_GOTO(copy_file(cfg->tokenizer_json, dir, "tokenizer.json", err), rc, out);
-        /* tokenizer_config.json beside it, as the GGUF writer reads it */
-        size_t pl = strlen(cfg->tokenizer_json) + 32;
-        char *tc = malloc(pl);
-        if (!tc) {
-            rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
-            goto out;
-        }
-        snprintf(tc, pl, "%s", cfg->tokenizer_json);
-        char *slash = strrchr(tc, '/');
-        snprintf(slash ? slash + 1 : tc, pl - (size_t)(slash ? slash + 1 - tc : 0), "tokenizer_config.json");
-        if (stat(tc, &sb) == 0) rc = copy_file(tc, dir, "tokenizer_config.json", err);
-        free(tc);
-        if (rc != TP_OK) goto out;
-    } else {
-        spm_tokenizer_json(&b, &vocab);
-        if (b.failed) {
-            rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory for tokenizer.json");
-            goto out;
-        }
-        TP_CHECK_GOTO(write_text(dir, "tokenizer.json", b.p, b.n, err), rc, out);
-        b.n = 0;
-        sb_printf(&b, "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"unk_token\": \"<unk>\", "
-                      "\"add_bos_token\": true, \"add_eos_token\": false, \"model_max_length\": %d}\n",
-                  shape.n_ctx);
-        TP_CHECK_GOTO(write_text(dir, "tokenizer_config.json", b.p, b.n, err), rc, out);
-        b.n = 0;
-    }
+    TP_CHECK_GOTO(write_tokenizer(dir, cfg, &vocab, &shape, &b, err), rc, out);
     tp_synth_vocab_free(&vocab);
 
     /* weights */
-    const size_t buf_elems = (size_t)TP_MAX((int64_t)(1 << 20), max_ne0);
+    const size_t buf_elems = (size_t)TP_MAX((int64_t)(1 << 20), L.max_ne0);
     f32 = malloc(buf_elems * sizeof(float));
     conv = malloc(buf_elems * sizeof(float));
     struct tp_pool_config pc = tp_pool_default_config();
@@ -752,25 +871,10 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     }
     uint64_t done = 0;
     for (int fi = 0; fi < n_files; fi++)
-        TP_CHECK_GOTO(write_shard(dir, n_files, fi, ht, n_ht, cfg, &shape, pool, f32, conv, buf_elems, mlx_s, mlx_b, &done,
-                                  total, err),
+        TP_CHECK_GOTO(write_shard(dir, n_files, fi, L.ht, L.n, cfg, &shape, pool, f32, conv, buf_elems, mlx_s, mlx_b,
+                                  &done, L.total, err),
                       rc, out);
-    if (n_files > 1) {
-        sb_printf(&b, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {", (unsigned long long)total);
-        for (int i = 0; i < n_ht; i++) {
-            char fname[64];
-            shard_name(fname, sizeof(fname), n_files, ht[i].file);
-            sb_printf(&b, "%s\n    ", i ? "," : "");
-            sb_json_str(&b, ht[i].name);
-            sb_printf(&b, ": \"%s\"", fname);
-        }
-        sb_printf(&b, "\n  }\n}\n");
-        if (b.failed) {
-            rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
-            goto out;
-        }
-        TP_CHECK_GOTO(write_text(dir, "model.safetensors.index.json", b.p, b.n, err), rc, out);
-    }
+    if (n_files > 1) rc = write_index(dir, &L, n_files, &b, err);
 out:
     free(b.p);
     tp_pool_free(pool);
@@ -778,7 +882,7 @@ out:
     free(conv);
     free(mlx_s);
     free(mlx_b);
-    free(ht);
+    free(L.ht);
     free(plan);
     tp_synth_vocab_free(&vocab);
     return rc;

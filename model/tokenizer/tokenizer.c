@@ -149,12 +149,9 @@ static int find_special_text(const struct tp_tokenizer *t, const char *s)
     return -1;
 }
 
-enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t **out, struct tp_error *err)
+/* What tp_tokenizer_build refuses before building anything. */
+static enum tp_status check_desc(const struct tp_vocab_desc *d, struct tp_error *err)
 {
-    enum tp_status rc = TP_OK;
-    struct tp_tokenizer *t = NULL;
-    char *tmp = NULL;
-    *out = NULL;
     if (!d || d->n_tokens <= 0 || !d->tokens)
         return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: empty vocabulary (no tokens)");
     if (d->kind != TP_TOK_SPM && d->kind != TP_TOK_BPE)
@@ -167,11 +164,13 @@ enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t 
         return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: BPE vocabulary without merges");
     if (d->kind == TP_TOK_SPM && !d->scores && d->n_merges <= 0)
         return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: SentencePiece vocabulary with neither scores nor merges");
-    int n = d->n_tokens;
-    int byte_level = d->kind == TP_TOK_BPE;
+    return TP_OK;
+}
 
-    t = calloc(1, sizeof(*t));
-    if (!t) return tp_error_set(err, TP_ERR_NOMEM, "tokenizer: out of memory");
+/* The fields copied from d: kind, flags, the special ids (out of range: -1). */
+static void init_from_desc(struct tp_tokenizer *t, const struct tp_vocab_desc *d)
+{
+    const int n = d->n_tokens;
     t->kind = d->kind;
     t->pretok = d->pretok;
     t->n_vocab = n;
@@ -189,105 +188,106 @@ enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t 
     if (t->add_bos && t->bos < 0) t->add_bos = 0;
     if (t->add_eos && t->eos < 0) t->add_eos = 0;
     for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
+}
 
-    /* blob: key then piece of every token; sizes bounded by 2x the text */
-    size_t total = 0, max_len = 0;
+/* One token's entry: its type, its key (the text merges and lookups use: GPT-2 bytes decoded for a
+ * byte-level vocabulary) and its piece (the text it decodes to) appended to t->blob at *off. */
+static void build_entry(struct tp_tokenizer *t, const struct tp_vocab_desc *d, const int16_t *cp_to_byte, int i,
+                        size_t *off)
+{
+    const int byte_level = d->kind == TP_TOK_BPE;
+    size_t l;
+    const char *s = desc_tok(d, i, &l);
+    struct tp_tok_entry *e = &t->toks[i];
+    int type = d->token_types ? d->token_types[i] : TP_TOKEN_TYPE_NORMAL;
+    if (type < TP_TOKEN_TYPE_UNDEFINED || type > TP_TOKEN_TYPE_BYTE) type = TP_TOKEN_TYPE_NORMAL;
+    if (type == TP_TOKEN_TYPE_UNDEFINED) type = TP_TOKEN_TYPE_NORMAL;
+    int bv = parse_byte_token(s, l);
+    if (!byte_level && bv >= 0 && (type == TP_TOKEN_TYPE_BYTE || (d->byte_fallback && type == TP_TOKEN_TYPE_NORMAL)))
+        type = TP_TOKEN_TYPE_BYTE;
+    e->type = (uint8_t)type;
+    e->score = d->scores ? d->scores[i] : 0.0f;
+    e->key_off = (uint32_t)*off;
+    long kl = -1;
+    if (byte_level && type == TP_TOKEN_TYPE_NORMAL) kl = gpt2_decode(cp_to_byte, s, l, t->blob + *off);
+    if (kl < 0) {
+        memcpy(t->blob + *off, s, l);
+        kl = (long)l;
+    }
+    e->key_len = (uint32_t)kl;
+    *off += (size_t)kl;
+    e->piece_off = (uint32_t)*off;
+    size_t pl = 0;
+    char *piece = t->blob + *off;
+    if (type == TP_TOKEN_TYPE_BYTE && bv >= 0) {
+        piece[0] = (char)bv;
+        pl = 1;
+        if (t->byte_tok[bv] < 0) t->byte_tok[bv] = i;
+    } else if (byte_level || type != TP_TOKEN_TYPE_NORMAL) {
+        memcpy(piece, t->blob + e->key_off, e->key_len);
+        pl = e->key_len;
+    } else { /* SentencePiece: U+2581 -> ' ' */
+        for (size_t j = 0; j < l; j++) {
+            if (j + 2 < l && (unsigned char)s[j] == 0xE2 && (unsigned char)s[j + 1] == 0x96 &&
+                (unsigned char)s[j + 2] == 0x81) {
+                piece[pl++] = ' ';
+                j += 2;
+            } else {
+                piece[pl++] = s[j];
+            }
+        }
+    }
+    e->piece_len = (uint32_t)pl;
+    *off += pl;
+    if ((int)pl > t->max_piece_len) t->max_piece_len = (int)pl;
+    e->in_key_hash = type == TP_TOKEN_TYPE_NORMAL;
+    if (byte_level && type == TP_TOKEN_TYPE_NORMAL && e->key_len == 1) t->byte_tok[(unsigned char)t->blob[e->key_off]] = i;
+}
+
+static int is_special(const struct tp_tok_entry *e)
+{
+    return (e->type == TP_TOKEN_TYPE_CONTROL || e->type == TP_TOKEN_TYPE_USER_DEFINED ||
+            e->type == TP_TOKEN_TYPE_UNKNOWN) &&
+           e->piece_len > 0;
+}
+
+/* Every token's entry and the blob of their keys and pieces (sized to 2x the texts). */
+static enum tp_status build_entries(struct tp_tokenizer *t, const struct tp_vocab_desc *d, const int16_t *cp_to_byte,
+                                    struct tp_error *err)
+{
+    const int n = d->n_tokens;
+    if (n <= 0) return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: empty vocabulary (no tokens)");
+    size_t total = 0;
     for (int i = 0; i < n; i++) {
         size_t l;
         desc_tok(d, i, &l);
-        if (l > 0xFFFFFF) {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "tokenizer: token %d is %zu bytes long (limit 16 MiB)", i, l);
-            goto fail;
-        }
+        if (l > 0xFFFFFF)
+            return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: token %d is %zu bytes long (limit 16 MiB)", i, l);
         total += 2 * l;
-        if (l > max_len) max_len = l;
     }
-    if (total > 0xFFFFFFF0u) {
-        rc = tp_error_set(err, TP_ERR_FORMAT, "tokenizer: token texts too large (%zu bytes)", total);
-        goto fail;
-    }
+    if (total > 0xFFFFFFF0u)
+        return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: token texts too large (%zu bytes)", total);
     t->toks = calloc((size_t)n, sizeof(*t->toks));
     t->blob = malloc(total + 1);
-    tmp = malloc(max_len + 1);
-    if (!t->toks || !t->blob || !tmp) goto nomem;
-
-    int16_t cp_to_byte[512];
-    uint32_t byte_to_cp[256];
-    tp_unicode_gpt2_byte_map(byte_to_cp);
-    for (int i = 0; i < 512; i++) cp_to_byte[i] = -1;
-    for (int b = 0; b < 256; b++) cp_to_byte[byte_to_cp[b]] = (int16_t)b;
-
+    if (!t->toks || !t->blob) return TP_ERR_NOMEM;
     size_t off = 0;
-    int n_special = 0;
-    for (int i = 0; i < n; i++) {
-        size_t l;
-        const char *s = desc_tok(d, i, &l);
-        struct tp_tok_entry *e = &t->toks[i];
-        int type = d->token_types ? d->token_types[i] : TP_TOKEN_TYPE_NORMAL;
-        if (type < TP_TOKEN_TYPE_UNDEFINED || type > TP_TOKEN_TYPE_BYTE) type = TP_TOKEN_TYPE_NORMAL;
-        if (type == TP_TOKEN_TYPE_UNDEFINED) type = TP_TOKEN_TYPE_NORMAL;
-        int bv = parse_byte_token(s, l);
-        if (!byte_level && bv >= 0 && (type == TP_TOKEN_TYPE_BYTE || (d->byte_fallback && type == TP_TOKEN_TYPE_NORMAL)))
-            type = TP_TOKEN_TYPE_BYTE;
-        e->type = (uint8_t)type;
-        e->score = d->scores ? d->scores[i] : 0.0f;
-        /* key */
-        e->key_off = (uint32_t)off;
-        long kl = -1;
-        if (byte_level && type == TP_TOKEN_TYPE_NORMAL) kl = gpt2_decode(cp_to_byte, s, l, t->blob + off);
-        if (kl < 0) {
-            memcpy(t->blob + off, s, l);
-            kl = (long)l;
-        }
-        e->key_len = (uint32_t)kl;
-        off += (size_t)kl;
-        /* piece */
-        e->piece_off = (uint32_t)off;
-        size_t pl = 0;
-        if (type == TP_TOKEN_TYPE_BYTE && bv >= 0) {
-            t->blob[off] = (char)bv;
-            pl = 1;
-            if (t->byte_tok[bv] < 0) t->byte_tok[bv] = i;
-        } else if (byte_level || type != TP_TOKEN_TYPE_NORMAL) {
-            memcpy(t->blob + off, t->blob + e->key_off, e->key_len);
-            pl = e->key_len;
-        } else { /* SentencePiece: U+2581 -> ' ' */
-            for (size_t j = 0; j < l; j++) {
-                if (j + 2 < l && (unsigned char)s[j] == 0xE2 && (unsigned char)s[j + 1] == 0x96 &&
-                    (unsigned char)s[j + 2] == 0x81) {
-                    t->blob[off + pl++] = ' ';
-                    j += 2;
-                } else {
-                    t->blob[off + pl++] = s[j];
-                }
-            }
-        }
-        e->piece_len = (uint32_t)pl;
-        off += pl;
-        if ((int)pl > t->max_piece_len) t->max_piece_len = (int)pl;
-        e->in_key_hash = type == TP_TOKEN_TYPE_NORMAL;
-        if (byte_level && type == TP_TOKEN_TYPE_NORMAL && e->key_len == 1)
-            t->byte_tok[(unsigned char)t->blob[e->key_off]] = i;
-        if ((type == TP_TOKEN_TYPE_CONTROL || type == TP_TOKEN_TYPE_USER_DEFINED || type == TP_TOKEN_TYPE_UNKNOWN) &&
-            e->piece_len > 0)
-            n_special++;
-    }
+    for (int i = 0; i < n; i++) build_entry(t, d, cp_to_byte, i, &off);
     t->blob_len = off;
-    if (byte_level) {
-        for (int b = 0; b < 256; b++)
-            if (t->byte_tok[b] < 0) {
-                rc = tp_error_set(err, TP_ERR_FORMAT,
-                                  "tokenizer: byte-level vocabulary lacks a token for byte 0x%02X", b);
-                goto fail;
-            }
-    }
+    for (int b = 0; d->kind == TP_TOK_BPE && b < 256; b++)
+        if (t->byte_tok[b] < 0)
+            return tp_error_set(err, TP_ERR_FORMAT, "tokenizer: byte-level vocabulary lacks a token for byte 0x%02X",
+                                b);
+    return TP_OK;
+}
 
-    /* key hash */
-    t->key_mask = pow2_at_least((size_t)n * 2) - 1;
+/* The open-addressing table from a token's key to its id (duplicate texts: the first id). */
+static enum tp_status build_key_hash(struct tp_tokenizer *t)
+{
+    t->key_mask = pow2_at_least((size_t)t->n_vocab * 2) - 1;
     t->key_hash = malloc((t->key_mask + 1) * sizeof(int32_t));
-    if (!t->key_hash) goto nomem;
+    if (!t->key_hash) return TP_ERR_NOMEM;
     memset(t->key_hash, 0xFF, (t->key_mask + 1) * sizeof(int32_t));
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < t->n_vocab; i++) {
         struct tp_tok_entry *e = &t->toks[i];
         if (!e->in_key_hash || e->key_len == 0) continue;
         const char *k = t->blob + e->key_off;
@@ -296,82 +296,92 @@ enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t 
         while (t->key_hash[h] >= 0) h = (h + 1) & t->key_mask;
         t->key_hash[h] = i;
     }
+    return TP_OK;
+}
 
-    /* merges: "left right" -> (rank, result) */
-    if (d->n_merges > 0 && !t->use_scores) {
-        t->merge_mask = pow2_at_least((size_t)d->n_merges * 4 / 3 + 1) - 1;
-        t->merges = calloc(t->merge_mask + 1, sizeof(*t->merges));
-        char *mb = NULL;
-        size_t mb_cap = 0;
-        if (!t->merges) goto nomem;
-        for (int r = 0; r < d->n_merges; r++) {
-            const char *m = d->merges[r] ? d->merges[r] : "";
-            size_t ml = d->merge_lens ? d->merge_lens[r] : strlen(m);
-            const char *sp = memchr(m, ' ', ml);
-            if (!sp || sp == m || sp == m + ml - 1) {
-                free(mb);
-                rc = tp_error_set(err, TP_ERR_FORMAT, "tokenizer: merge %d (\"%.*s\") is not \"left right\"", r,
-                                  (int)TP_MIN(ml, 60), m);
-                goto fail;
-            }
-            if (ml + 1 > mb_cap) {
-                char *nb = realloc(mb, ml + 16);
-                if (!nb) {
-                    free(mb);
-                    goto nomem;
-                }
-                mb = nb;
-                mb_cap = ml + 16;
-            }
-            size_t ll = (size_t)(sp - m), rl = ml - ll - 1;
-            long dl = ll, dr = rl;
-            if (byte_level) {
-                dl = gpt2_decode(cp_to_byte, m, ll, mb);
-                dr = dl < 0 ? -1 : gpt2_decode(cp_to_byte, sp + 1, rl, mb + dl);
-            } else {
-                memcpy(mb, m, ll);
-                memcpy(mb + ll, sp + 1, rl);
-            }
-            if (dl < 0 || dr < 0) continue; /* not representable: can never apply */
-            int32_t li = tp_tok_lookup(t, mb, (size_t)dl), ri = tp_tok_lookup(t, mb + dl, (size_t)dr);
-            int32_t res = tp_tok_lookup(t, mb, (size_t)(dl + dr));
-            if (li < 0 || ri < 0 || res < 0) continue; /* refers to unknown tokens: never applies */
-            uint64_t key = ((uint64_t)(uint32_t)(li + 1) << 32) | (uint32_t)(ri + 1);
-            size_t h = (size_t)hash_u64(key) & t->merge_mask;
-            while (t->merges[h].key != 0 && t->merges[h].key != key) h = (h + 1) & t->merge_mask;
-            if (t->merges[h].key == key) continue; /* duplicate: the first (lowest rank) wins */
-            t->merges[h].key = key;
-            t->merges[h].rank = r;
-            t->merges[h].result = res;
-            t->n_merges++;
+/* The merges "left right" -> (rank, result id); merges of unknown or unrepresentable tokens never apply
+ * and are left out, a repeated pair keeps its first (lowest) rank. */
+static enum tp_status build_merges(struct tp_tokenizer *t, const struct tp_vocab_desc *d, const int16_t *cp_to_byte,
+                                   struct tp_error *err)
+{
+    const int byte_level = d->kind == TP_TOK_BPE;
+    t->merge_mask = pow2_at_least((size_t)d->n_merges * 4 / 3 + 1) - 1;
+    t->merges = calloc(t->merge_mask + 1, sizeof(*t->merges));
+    if (!t->merges) return TP_ERR_NOMEM;
+    enum tp_status rc = TP_OK;
+    char *mb = NULL;
+    size_t mb_cap = 0;
+    for (int r = 0; r < d->n_merges && rc == TP_OK; r++) {
+        const char *m = d->merges[r] ? d->merges[r] : "";
+        size_t ml = d->merge_lens ? d->merge_lens[r] : strlen(m);
+        const char *sp = memchr(m, ' ', ml);
+        if (!sp || sp == m || sp == m + ml - 1) {
+            rc = tp_error_set(err, TP_ERR_FORMAT, "tokenizer: merge %d (\"%.*s\") is not \"left right\"", r,
+                              (int)TP_MIN(ml, 60), m);
+            break;
         }
-        free(mb);
+        if (ml + 1 > mb_cap) {
+            char *nb = realloc(mb, ml + 16);
+            if (!nb) {
+                rc = TP_ERR_NOMEM;
+                break;
+            }
+            mb = nb;
+            mb_cap = ml + 16;
+        }
+        size_t ll = (size_t)(sp - m), rl = ml - ll - 1;
+        long dl = ll, dr = rl;
+        if (byte_level) {
+            dl = gpt2_decode(cp_to_byte, m, ll, mb);
+            dr = dl < 0 ? -1 : gpt2_decode(cp_to_byte, sp + 1, rl, mb + dl);
+        } else {
+            memcpy(mb, m, ll);
+            memcpy(mb + ll, sp + 1, rl);
+        }
+        if (dl < 0 || dr < 0) continue; /* not representable: can never apply */
+        int32_t li = tp_tok_lookup(t, mb, (size_t)dl), ri = tp_tok_lookup(t, mb + dl, (size_t)dr);
+        int32_t res = tp_tok_lookup(t, mb, (size_t)(dl + dr));
+        if (li < 0 || ri < 0 || res < 0) continue; /* refers to unknown tokens: never applies */
+        uint64_t key = ((uint64_t)(uint32_t)(li + 1) << 32) | (uint32_t)(ri + 1);
+        size_t h = (size_t)hash_u64(key) & t->merge_mask;
+        while (t->merges[h].key != 0 && t->merges[h].key != key) h = (h + 1) & t->merge_mask;
+        if (t->merges[h].key == key) continue; /* duplicate: the first (lowest rank) wins */
+        t->merges[h].key = key;
+        t->merges[h].rank = r;
+        t->merges[h].result = res;
+        t->n_merges++;
     }
+    free(mb);
+    return rc;
+}
 
-    /* specials */
+/* The special tokens (control, user-defined, unknown with text), sorted, and special_first[b]: the first
+ * of them whose text starts with a byte >= b. */
+static enum tp_status build_specials(struct tp_tokenizer *t)
+{
+    int n_special = 0;
+    for (int i = 0; i < t->n_vocab; i++) n_special += is_special(&t->toks[i]);
     if (n_special > 0) {
         t->specials = malloc((size_t)n_special * sizeof(int32_t));
-        if (!t->specials) goto nomem;
-        for (int i = 0; i < n; i++) {
-            const struct tp_tok_entry *e = &t->toks[i];
-            if ((e->type == TP_TOKEN_TYPE_CONTROL || e->type == TP_TOKEN_TYPE_USER_DEFINED ||
-                 e->type == TP_TOKEN_TYPE_UNKNOWN) && e->piece_len > 0)
-                t->specials[t->n_specials++] = i;
-        }
-        if (sort_specials(t) != 0) goto nomem;
+        if (!t->specials) return TP_ERR_NOMEM;
+        for (int i = 0; i < t->n_vocab; i++)
+            if (is_special(&t->toks[i])) t->specials[t->n_specials++] = i;
+        if (sort_specials(t) != 0) return TP_ERR_NOMEM;
     }
-    {
-        int j = 0;
-        for (int b = 0; b <= 256; b++) {
-            while (j < t->n_specials && (unsigned char)t->blob[t->toks[t->specials[j]].piece_off] < b) j++;
-            t->special_first[b] = j;
-        }
+    int j = 0;
+    for (int b = 0; b <= 256; b++) {
+        while (j < t->n_specials && (unsigned char)t->blob[t->toks[t->specials[j]].piece_off] < b) j++;
+        t->special_first[b] = j;
     }
+    return TP_OK;
+}
 
-    /* end of generation */
+/* End of generation: eos, eot and the control texts of eog_texts. */
+static void mark_eog(struct tp_tokenizer *t)
+{
     if (t->eos >= 0) t->toks[t->eos].eog = 1;
     if (t->eot >= 0) t->toks[t->eot].eog = 1;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < t->n_vocab; i++) {
         struct tp_tok_entry *e = &t->toks[i];
         if (e->type != TP_TOKEN_TYPE_CONTROL && e->type != TP_TOKEN_TYPE_USER_DEFINED) continue;
         for (size_t k = 0; k < TP_ARRAY_LEN(eog_texts); k++)
@@ -380,20 +390,37 @@ enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t 
     }
     /* harmony (gpt-oss): <|end|> closes every message of a reply, which goes
      * on until <|return|> or <|call|>; it ends generation only without them */
-    {
-        int ret = find_special_text(t, "<|return|>"), call = find_special_text(t, "<|call|>");
-        int end = find_special_text(t, "<|end|>");
-        if (ret >= 0 && call >= 0 && end >= 0) t->toks[end].eog = 0;
+    int ret = find_special_text(t, "<|return|>"), call = find_special_text(t, "<|call|>");
+    int end = find_special_text(t, "<|end|>");
+    if (ret >= 0 && call >= 0 && end >= 0) t->toks[end].eog = 0;
+}
+
+enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t **out, struct tp_error *err)
+{
+    *out = NULL;
+    enum tp_status rc = check_desc(d, err);
+    if (rc != TP_OK) return rc;
+    struct tp_tokenizer *t = calloc(1, sizeof(*t));
+    if (!t) return tp_error_set(err, TP_ERR_NOMEM, "tokenizer: out of memory");
+    init_from_desc(t, d);
+    int16_t cp_to_byte[512];
+    uint32_t byte_to_cp[256];
+    tp_unicode_gpt2_byte_map(byte_to_cp);
+    for (int i = 0; i < 512; i++) cp_to_byte[i] = -1;
+    for (int b = 0; b < 256; b++) cp_to_byte[byte_to_cp[b]] = (int16_t)b;
+    rc = build_entries(t, d, cp_to_byte, err);
+    if (rc == TP_OK) rc = build_key_hash(t);
+    if (rc == TP_OK && d->n_merges > 0 && !t->use_scores) rc = build_merges(t, d, cp_to_byte, err);
+    if (rc == TP_OK) rc = build_specials(t);
+    if (rc != TP_OK) {
+        if (rc == TP_ERR_NOMEM)
+            tp_error_set(err, TP_ERR_NOMEM, "tokenizer: out of memory building tables for %d tokens", d->n_tokens);
+        tp_tokenizer_free(t);
+        return rc;
     }
-    free(tmp);
+    mark_eog(t);
     *out = t;
     return TP_OK;
-nomem:
-    rc = tp_error_set(err, TP_ERR_NOMEM, "tokenizer: out of memory building tables for %d tokens", n);
-fail:
-    free(tmp);
-    tp_tokenizer_free(t);
-    return rc;
 }
 
 void tp_tokenizer_free(tp_tokenizer_t *t)

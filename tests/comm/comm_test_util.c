@@ -21,18 +21,7 @@ static int make_hostfile(struct ct_group *g, int n, const char *token, int hold)
     int fds[CT_MAX_RANKS];
     memset(g, 0, sizeof *g);
     g->n = n;
-    for (int r = 0; r < n; r++) {
-        struct sockaddr_in a;
-        socklen_t al = sizeof a;
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        fds[r] = socket(AF_INET, SOCK_STREAM, 0);
-        if (fds[r] < 0 || bind(fds[r], (struct sockaddr *)&a, sizeof a) != 0 ||
-            getsockname(fds[r], (struct sockaddr *)&a, &al) != 0 || (hold && listen(fds[r], 64) != 0))
-            return -1;
-        g->ports[r] = ntohs(a.sin_port);
-    }
+    if (tp_comm_hold_loopback_ports(n, g->ports, fds, NULL) != TP_OK) return -1;
     for (int r = 0; r < n; r++) {
         if (hold) g->listen_fd[r] = fds[r];
         else close(fds[r]);

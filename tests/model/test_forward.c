@@ -77,14 +77,6 @@ static tp_model_t *open_model(int threads, int n_seq, int n_batch, const struct 
     return m;
 }
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* Greedy decode n tokens from BOS one at a time into ids (ids[0] = BOS). */
 static void greedy(tp_model_t *m, int *ids, int n, float (*logits_first)[512])
 {
@@ -97,7 +89,7 @@ static void greedy(tp_model_t *m, int *ids, int n, float (*logits_first)[512])
         enum tp_status rc = tp_model_forward(m, &b, logits);
         CU_ASSERT_EQUAL_FATAL(rc, TP_OK);
         if (logits_first && p < 3) memcpy(logits_first[p], logits, sizeof(logits));
-        ids[p + 1] = argmax(logits, 512);
+        ids[p + 1] = tm_argmax(logits, 512);
     }
 }
 
@@ -174,7 +166,7 @@ static void test_prefill_batch(void)
     struct tp_batch b = {N, tok, pos, seq, want};
     CU_ASSERT_EQUAL_FATAL(tp_model_forward(m, &b, &logits[0][0]), TP_OK);
     int bad = 0;
-    for (int i = 0; i < N; i++) bad += argmax(logits[i], 512) != r.ids[i + 1];
+    for (int i = 0; i < N; i++) bad += tm_argmax(logits[i], 512) != r.ids[i + 1];
     CU_ASSERT_EQUAL(bad, 0);
     for (int k = 0; k < 5; k++) CU_ASSERT(fabsf(logits[1][r.top_id[1][k]] - r.top_logit[1][k]) <= 1e-3f);
     /* continue decoding from the prefilled cache: next token matches */
@@ -183,7 +175,7 @@ static void test_prefill_batch(void)
     int8_t w1 = 1;
     struct tp_batch b1 = {1, &t1, &p1, &s1, &w1};
     CU_ASSERT_EQUAL_FATAL(tp_model_forward(m, &b1, next), TP_OK);
-    CU_ASSERT_EQUAL(argmax(next, 512), r.ids[N + 1]);
+    CU_ASSERT_EQUAL(tm_argmax(next, 512), r.ids[N + 1]);
     tp_model_free(m);
 }
 
@@ -236,7 +228,7 @@ static void test_continuous_batching(void)
         for (int i = 0; i < n; i++)
             if (want[i]) {
                 int s = which[i];
-                ids[s][len[s]] = argmax(logits[o], 512);
+                ids[s][len[s]] = tm_argmax(logits[o], 512);
                 o++;
             }
     }
@@ -271,7 +263,7 @@ static void test_bad_batches(void)
     b.n_tokens = 1;
     pos = 0;
     CU_ASSERT_EQUAL(tp_model_forward(m, &b, logits), TP_OK);
-    CU_ASSERT_EQUAL(argmax(logits, 512), 403);
+    CU_ASSERT_EQUAL(tm_argmax(logits, 512), 403);
     /* one sequence's positions out of order within a batch */
     int32_t t2[2] = {403, 407}, p2[2] = {1, 1}, s2[2] = {0, 0};
     int8_t w2[2] = {0, 1};
@@ -281,7 +273,7 @@ static void test_bad_batches(void)
     p2[0] = 1;
     p2[1] = 2;
     CU_ASSERT_EQUAL(tp_model_forward(m, &(struct tp_batch){2, t2, p2, s2, w2}, logits), TP_OK);
-    CU_ASSERT_EQUAL(argmax(logits, 512), 261);
+    CU_ASSERT_EQUAL(tm_argmax(logits, 512), 261);
     tp_model_free(m);
 
     /* bad config and missing file */
@@ -356,7 +348,7 @@ static void test_shard_two_ranks(void)
         memcpy(joined, l0[p], sizeof(l0[p]));
         memcpy(joined + 256, l1[p], sizeof(l1[p]));
         for (int i = 0; i < 512; i++) maxdiff = fmaxf(maxdiff, fabsf(joined[i] - ld[p][i]));
-        bad_argmax += argmax(joined, 512) != r.ids[p + 1];
+        bad_argmax += tm_argmax(joined, 512) != r.ids[p + 1];
     }
     if (maxdiff > 1e-3f) fprintf(stderr, "shard vs dense max |diff| %g\n", (double)maxdiff);
     CU_ASSERT(maxdiff <= 1e-3f);

@@ -100,14 +100,6 @@ static tp_model_t *fq_open(const char *path, int threads, int keep_layout)
     return m;
 }
 
-static int argmax(const float *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* 13-token prefill (logits at every position) then 20 greedy steps of sequence 0;
  * all logits into out ((13 + 20) x vocab).  0 on success. */
 static int run_forced(tp_model_t *m, float *out, const float *force);
@@ -128,14 +120,14 @@ static int run_forced(tp_model_t *m, float *out, const float *force)
     struct tp_batch b = {13, tok, pos, seq, want};
     if (tp_model_forward(m, &b, out) != TP_OK) return -1;
     const float *src = force ? force : out;
-    int32_t t = argmax(src + 12 * FQ_VOCAB, FQ_VOCAB);
+    int32_t t = tm_argmax(src + 12 * FQ_VOCAB, FQ_VOCAB);
     for (int s = 0; s < 20; s++) {
         int32_t p = 13 + s, q = 0;
         int8_t w = 1;
         float *row = out + (size_t)(13 + s) * FQ_VOCAB;
         struct tp_batch d = {1, &t, &p, &q, &w};
         if (tp_model_forward(m, &d, row) != TP_OK) return -1;
-        t = argmax((force ? force : out) + (size_t)(13 + s) * FQ_VOCAB, FQ_VOCAB);
+        t = tm_argmax((force ? force : out) + (size_t)(13 + s) * FQ_VOCAB, FQ_VOCAB);
     }
     return 0;
 }
@@ -159,8 +151,8 @@ static void check_threads(enum tp_wtype t)
     /* not a constant model: the greedy continuation visits several tokens */
     int distinct = 0;
     for (int s = 0; s < 20; s++) {
-        int a = argmax(one + (size_t)(13 + s) * FQ_VOCAB, FQ_VOCAB), seen = 0;
-        for (int r = 0; r < s; r++) seen |= argmax(one + (size_t)(13 + r) * FQ_VOCAB, FQ_VOCAB) == a;
+        int a = tm_argmax(one + (size_t)(13 + s) * FQ_VOCAB, FQ_VOCAB), seen = 0;
+        for (int r = 0; r < s; r++) seen |= tm_argmax(one + (size_t)(13 + r) * FQ_VOCAB, FQ_VOCAB) == a;
         distinct += !seen;
     }
     CU_ASSERT(distinct >= 2);
@@ -201,7 +193,7 @@ static void check_layout(enum tp_wtype t)
     int diff_tokens = 0;
     for (int st = 12; st < 13 + 20; st++) {
         const float *a = rows + (size_t)st * FQ_VOCAB, *b = x16 + (size_t)st * FQ_VOCAB;
-        const int ia = argmax(a, FQ_VOCAB), ib = argmax(b, FQ_VOCAB);
+        const int ia = tm_argmax(a, FQ_VOCAB), ib = tm_argmax(b, FQ_VOCAB);
         double ss = 0.0;
         for (int v = 0; v < FQ_VOCAB; v++) ss += (double)a[v] * a[v];
         const double tau = 3.0 * 1e-2 * sqrt(ss / FQ_VOCAB);
@@ -248,7 +240,7 @@ static void check_batch(enum tp_wtype t)
         struct tp_batch b = {FQ_SEQS, cur, pos, seq, want};
         float *rows = bat + (size_t)s * FQ_SEQS * FQ_VOCAB;
         CU_ASSERT_EQUAL_FATAL(tp_model_forward(m, &b, rows), TP_OK);
-        for (int i = 0; i < FQ_SEQS; i++) cur[i] = argmax(rows + (size_t)i * FQ_VOCAB, FQ_VOCAB);
+        for (int i = 0; i < FQ_SEQS; i++) cur[i] = tm_argmax(rows + (size_t)i * FQ_VOCAB, FQ_VOCAB);
     }
     /* alone: fresh caches, the same tokens one sequence at a time */
     for (int i = 0; i < FQ_SEQS; i++) tp_model_seq_truncate(m, i, 0);

@@ -28,196 +28,10 @@
 
 static const char *synth(const char *shape_name, enum tp_wtype type)
 {
-    static char paths[8][600];
-    static int slot;
-    struct tp_shape shape;
-    struct tp_error err = {0};
-    if (tp_shape_find(NULL, shape_name, &shape, &err) != TP_OK) {
-        fprintf(stderr, "shape %s: %s\n", shape_name, err.msg);
-        return NULL;
-    }
-    char *p = paths[slot++ % 8];
-    snprintf(p, 600, "%s/%s-%s.gguf", tp_test_tmpdir(), shape_name, tp_wtype_name(type));
-    struct tp_synth_config sc = tp_synth_default_config();
-    sc.shape = &shape;
-    sc.type = type;
-    sc.seed = 7;
-    sc.out_path = p;
-    if (tp_synth_write(&sc, &err) != TP_OK) {
-        fprintf(stderr, "synth %s: %s\n", shape_name, err.msg);
-        return NULL;
-    }
-    return p;
+    return tm_synth_gguf(NULL, shape_name, type, TP_SYNTH_MIX_NONE, 7, "");
 }
 
 /* ------------------------------------------------------------ naive reference */
-
-struct refm {
-    tp_gguf_t *g;
-    struct tp_shape s;
-    int neox;
-    int window;                /* every layer: keys max(0, t - window + 1) .. t; 0: all keys <= t */
-    const float *sinks[4];     /* layer l < 4: (n_head) sink logits added to the softmax denominator, or NULL */
-};
-
-/* Dequantized copy of a tensor (rows x cols as in the file), malloc'd. */
-static float *deq(struct refm *r, const char *name, int64_t *n_out)
-{
-    const struct tp_gguf_tensor *t = tp_gguf_find_tensor(r->g, name);
-    if (!t) return NULL;
-    float *x = malloc((size_t)t->n_elems * sizeof(float));
-    tp_kern_dequant(t->type, t->data, x, t->n_elems);
-    if (n_out) *n_out = t->n_elems;
-    return x;
-}
-static float *deql(struct refm *r, int l, const char *suffix)
-{
-    char name[96];
-    snprintf(name, sizeof(name), "blk.%d.%s", l, suffix);
-    return deq(r, name, NULL);
-}
-
-/* y[rows] = W[rows x cols] x[cols] */
-static void matvec(double *y, const float *w, const double *x, int rows, int cols)
-{
-    for (int i = 0; i < rows; i++) {
-        double a = 0;
-        for (int j = 0; j < cols; j++) a += (double)w[(size_t)i * cols + j] * x[j];
-        y[i] = a;
-    }
-}
-static void rmsnorm(double *y, const double *x, const float *w, int n, double eps)
-{
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    double s = 1.0 / sqrt(ss / n + eps);
-    for (int i = 0; i < n; i++) y[i] = x[i] * s * w[i];
-}
-static void rope(double *x, int hd, int pos, double theta, const float *ff, int neox)
-{
-    for (int i = 0; i < hd / 2; i++) {
-        double f = pow(theta, -2.0 * i / hd);
-        if (ff) f /= ff[i];
-        double c = cos(pos * f), s = sin(pos * f);
-        int a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
-        double xa = x[a], xb = x[b];
-        x[a] = xa * c - xb * s;
-        x[b] = xa * s + xb * c;
-    }
-}
-
-/* logits[n][n_vocab] for tokens ids[0..n); hidden (may be NULL): [n][n_embd], each token's
- * final hidden state after the output norm (what the output head multiplies) */
-static void ref_forward_h(struct refm *r, const int *ids, int n, double *logits, double *hidden)
-{
-    const struct tp_shape *s = &r->s;
-    int E = s->n_embd, H = s->n_head, KV = s->n_head_kv, hd = s->head_dim, F = s->n_ff, V = s->n_vocab;
-    double eps = s->norm_eps;
-    float *emb = deq(r, "token_embd.weight", NULL);
-    float *out = deq(r, "output.weight", NULL);
-    if (!out) out = emb; /* tied */
-    float *onorm = deq(r, "output_norm.weight", NULL);
-    float *ff = deq(r, "rope_freqs.weight", NULL);
-    double *x = calloc((size_t)n * E, sizeof(double));
-    double *K = calloc((size_t)n * KV * hd, sizeof(double)), *Vc = calloc((size_t)n * KV * hd, sizeof(double));
-    double *xb = malloc(sizeof(double) * (size_t)(E > H * hd ? E : H * hd) * 2 + sizeof(double) * F * 2);
-    double *q = malloc(sizeof(double) * H * hd), *att = malloc(sizeof(double) * H * hd);
-    double *o = malloc(sizeof(double) * E), *g = malloc(sizeof(double) * F), *u = malloc(sizeof(double) * F);
-    double *sc = malloc(sizeof(double) * n);
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)ids[t] * E + i];
-    for (int l = 0; l < s->n_layer; l++) {
-        float *an = deql(r, l, "attn_norm.weight"), *fn = deql(r, l, "ffn_norm.weight");
-        float *wq = deql(r, l, "attn_q.weight"), *wk = deql(r, l, "attn_k.weight"), *wv = deql(r, l, "attn_v.weight");
-        float *wo = deql(r, l, "attn_output.weight"), *wg = deql(r, l, "ffn_gate.weight");
-        float *wu = deql(r, l, "ffn_up.weight"), *wd = deql(r, l, "ffn_down.weight");
-        float *bq = deql(r, l, "attn_q.bias"), *bk = deql(r, l, "attn_k.bias"), *bv = deql(r, l, "attn_v.bias");
-        float *qn = deql(r, l, "attn_q_norm.weight"), *kn = deql(r, l, "attn_k_norm.weight");
-        /* K, V of all positions first (causal attention reads only earlier ones) */
-        for (int t = 0; t < n; t++) {
-            double *xt = x + (size_t)t * E;
-            rmsnorm(xb, xt, an, E, eps);
-            double *kt = K + (size_t)t * KV * hd, *vt = Vc + (size_t)t * KV * hd;
-            matvec(kt, wk, xb, KV * hd, E);
-            matvec(vt, wv, xb, KV * hd, E);
-            for (int i = 0; i < KV * hd; i++) {
-                if (bk) kt[i] += bk[i];
-                if (bv) vt[i] += bv[i];
-            }
-            for (int h = 0; h < KV; h++) {
-                if (kn) rmsnorm(kt + h * hd, kt + h * hd, kn, hd, eps);
-                rope(kt + h * hd, hd, t, s->rope_theta, ff, r->neox);
-            }
-        }
-        for (int t = 0; t < n; t++) {
-            double *xt = x + (size_t)t * E;
-            rmsnorm(xb, xt, an, E, eps);
-            matvec(q, wq, xb, H * hd, E);
-            for (int h = 0; h < H; h++) {
-                double *qh = q + h * hd;
-                if (bq)
-                    for (int i = 0; i < hd; i++) qh[i] += bq[h * hd + i];
-                if (qn) rmsnorm(qh, qh, qn, hd, eps);
-                rope(qh, hd, t, s->rope_theta, ff, r->neox);
-                int kvh = h / (H / KV);
-                const int lo = r->window > 0 && t - r->window + 1 > 0 ? t - r->window + 1 : 0;
-                const float *sk = l < 4 ? r->sinks[l] : NULL;
-                double mx = sk ? sk[h] : -1e300, sum = 0;
-                for (int j = lo; j <= t; j++) {
-                    double d = 0;
-                    for (int i = 0; i < hd; i++) d += qh[i] * K[((size_t)j * KV + kvh) * hd + i];
-                    sc[j] = d / sqrt((double)hd);
-                    mx = sc[j] > mx ? sc[j] : mx;
-                }
-                for (int j = lo; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
-                if (sk) sum += exp(sk[h] - mx);
-                for (int i = 0; i < hd; i++) {
-                    double a = 0;
-                    for (int j = lo; j <= t; j++) a += sc[j] / sum * Vc[((size_t)j * KV + kvh) * hd + i];
-                    att[h * hd + i] = a;
-                }
-            }
-            matvec(o, wo, att, E, H * hd);
-            for (int i = 0; i < E; i++) xt[i] += o[i];
-            rmsnorm(xb, xt, fn, E, eps);
-            matvec(g, wg, xb, F, E);
-            matvec(u, wu, xb, F, E);
-            for (int i = 0; i < F; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
-            matvec(o, wd, g, E, F);
-            for (int i = 0; i < E; i++) xt[i] += o[i];
-        }
-        free(an), free(fn), free(wq), free(wk), free(wv), free(wo), free(wg), free(wu), free(wd);
-        free(bq), free(bk), free(bv), free(qn), free(kn);
-    }
-    for (int t = 0; t < n; t++) {
-        rmsnorm(xb, x + (size_t)t * E, onorm, E, eps);
-        if (hidden) memcpy(hidden + (size_t)t * E, xb, sizeof(double) * (size_t)E);
-        matvec(logits + (size_t)t * V, out, xb, V, E);
-    }
-    if (out != emb) free(out);
-    free(emb), free(onorm), free(ff), free(x), free(K), free(Vc), free(xb), free(q), free(att), free(o), free(g), free(u);
-    free(sc);
-}
-
-static void ref_forward(struct refm *r, const int *ids, int n, double *logits)
-{
-    ref_forward_h(r, ids, n, logits, NULL);
-}
-
-static tp_model_t *open_path(const char *path, int threads, int n_seq, int n_batch, const struct tp_model_shard *sh,
-                             struct tp_error *err)
-{
-    struct tp_model_config cfg = tp_model_default_config();
-    cfg.path = path;
-    cfg.n_threads = threads;
-    cfg.n_ctx = 64;
-    cfg.n_seq = n_seq;
-    cfg.n_batch = n_batch;
-    cfg.shard = sh;
-    tp_model_t *m = NULL;
-    if (tp_model_init(&cfg, &m, err) != TP_OK) return NULL;
-    return m;
-}
 
 /* tol: allowed max |diff| relative to max(1, max |logit|): ~1e-7 is reached
  * with F32 weights; quantized weights also quantize the activations (Q8). */
@@ -226,13 +40,13 @@ static void check_type_against_reference(const char *shape_name, int expect_neox
     enum { N = 40 };
     const char *path = synth(shape_name, type);
     CU_ASSERT_PTR_NOT_NULL_FATAL(path);
-    struct refm r;
+    struct tm_ref r;
     memset(&r, 0, sizeof(r));
     struct tp_error err = {0};
     CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, shape_name, &r.s, &err), TP_OK);
     CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &r.g, &err), TP_OK);
     r.neox = expect_neox;
-    tp_model_t *m = open_path(path, 2, 1, N, NULL, &err);
+    tp_model_t *m = tm_open(path, 2, 64, N, NULL, &err);
     if (!m) fprintf(stderr, "%s: %s\n", shape_name, err.msg);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     const struct tp_hparams *hp = tp_model_hparams(m);
@@ -247,7 +61,7 @@ static void check_type_against_reference(const char *shape_name, int expect_neox
     int ids[N];
     for (int i = 0; i < N; i++) ids[i] = (i * 37 + 5) % V;
     double *ref = malloc(sizeof(double) * N * V);
-    ref_forward(&r, ids, N, ref);
+    tm_ref_forward(&r, ids, N, ref, NULL);
     /* half prefilled in one batch, the rest one token at a time */
     float *lg = malloc(sizeof(float) * N * V);
     int32_t tok[N], pos[N], seq[N];
@@ -315,19 +129,19 @@ static void test_hidden_against_reference(void)
     const char *shape_name = "test-tiny-qwen3";
     const char *path = synth(shape_name, TP_WTYPE_F32);
     CU_ASSERT_PTR_NOT_NULL_FATAL(path);
-    struct refm r;
+    struct tm_ref r;
     memset(&r, 0, sizeof(r));
     struct tp_error err = {0};
     CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, shape_name, &r.s, &err), TP_OK);
     CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &r.g, &err), TP_OK);
     r.neox = 1;
-    tp_model_t *m = open_path(path, 2, 1, N, NULL, &err);
+    tp_model_t *m = tm_open(path, 2, 64, N, NULL, &err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     const int V = r.s.n_vocab, E = r.s.n_embd;
     int ids[N];
     for (int i = 0; i < N; i++) ids[i] = (i * 53 + 11) % V;
     double *lref = malloc(sizeof(double) * N * V), *href = malloc(sizeof(double) * N * E);
-    ref_forward_h(&r, ids, N, lref, href);
+    tm_ref_forward(&r, ids, N, lref, href);
     int32_t tok[N], pos[N], seq[N];
     int8_t want[N];
     for (int i = 0; i < N; i++) tok[i] = ids[i], pos[i] = i, seq[i] = 0, want[i] = i == N - 1;
@@ -368,46 +182,20 @@ static void shard_check_path(const char *path, const char *shape_name, enum tp_w
                              const struct tp_model_shard *a, const struct tp_model_shard *b)
 {
     enum { N = 8 };
-    struct tm_pair s;
-    tm_pair_init(&s);
-    struct tm_pair_rank h0 = {&s, 0}, h1 = {&s, 1};
-    struct tp_model_shard s0 = *a, s1 = *b;
-    s0.all_sum = tm_pair_all_sum;
-    s0.all_sum_ctx = &h0;
-    s1.all_sum = tm_pair_all_sum;
-    s1.all_sum_ctx = &h1;
-    struct tp_error err = {0};
-    tp_model_t *dense = open_path(path, 1, 1, N, NULL, &err);
-    tp_model_t *m0 = open_path(path, 1, 1, N, &s0, &err);
-    tp_model_t *m1 = open_path(path, 2, 1, N, &s1, &err);
-    if (!m0 || !m1) fprintf(stderr, "%s: %s\n", shape_name, err.msg);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(dense);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m0);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m1);
-    int V = tp_model_hparams(dense)->n_vocab;
-    int32_t tok[N];
-    for (int i = 0; i < N; i++) tok[i] = (i * 53 + 11) % V;
-    int v0 = a->vocab_end - a->vocab_begin, v1 = b->vocab_end - b->vocab_begin;
-    float *ld = malloc(sizeof(float) * N * V), *l0 = malloc(sizeof(float) * N * v0), *l1 = malloc(sizeof(float) * N * v1);
-    CU_ASSERT_EQUAL(tm_forward_pair(&s, dense, m0, m1, tok, N, ld, l0, l1), 0);
+    struct tm_shard_run r;
+    CU_ASSERT_EQUAL_FATAL(tm_shard_pair_run(path, 64, a, b, N, &r), 0);
     double maxd = 0, maxabs = 0;
-    for (int t = 0; t < N; t++)
-        for (int i = 0; i < V; i++) {
-            float got = i < v0 ? l0[(size_t)t * v0 + i] : l1[(size_t)t * v1 + (i - v0)];
-            maxd = fmax(maxd, fabs(got - ld[(size_t)t * V + i]));
-            maxabs = fmax(maxabs, fabs(ld[(size_t)t * V + i]));
-        }
+    for (size_t i = 0; i < (size_t)N * r.V; i++) {
+        maxd = fmax(maxd, fabs(r.sharded[i] - r.dense[i]));
+        maxabs = fmax(maxabs, fabs(r.dense[i]));
+    }
     /* activations are re-quantized from differently-rounded partial sums: small slack */
     if (maxd > 2e-2 * fmax(1.0, maxabs)) fprintf(stderr, "%s %s shard: max diff %g (max %g)\n", shape_name,
                                                  tp_wtype_name(type), maxd, maxabs);
     CU_ASSERT(maxabs > 1e-3);
     CU_ASSERT(maxd <= 2e-2 * fmax(1.0, maxabs));
-    CU_ASSERT(tp_model_weight_bytes(m0) < tp_model_weight_bytes(dense));
-    tp_model_free(dense);
-    tp_model_free(m0);
-    tp_model_free(m1);
-    free(ld), free(l0), free(l1);
-    tm_pair_destroy(&s);
+    CU_ASSERT(r.smaller);
+    tm_shard_run_free(&r);
 }
 
 static void shard_check(const char *shape_name, enum tp_wtype type, const struct tp_model_shard *a,
@@ -474,7 +262,7 @@ static void check_window(enum tp_kv_type kt, double tol)
 {
     enum { N = 40, W = 6, NB = 5 };
     struct tp_error err = {0};
-    struct refm r;
+    struct tm_ref r;
     memset(&r, 0, sizeof(r));
     CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, "test-tiny", &r.s, &err), TP_OK);
     r.s.sliding_window = W;
@@ -500,6 +288,8 @@ static void check_window(enum tp_kv_type kt, double tol)
     CU_ASSERT_EQUAL(tp_model_hparams(m)->sliding_window, W);
     /* 2 layers x 3 slots x 2 KV heads x (W + NB) rows x 16 dims, K and V */
     CU_ASSERT_EQUAL(tp_model_kv_bytes(m), 2ull * 2 * 3 * 2 * (W + NB) * tp_kv_row_bytes(kt, 16));
+    /* what plan / info count for it (tp_kv_head_bytes: per KV head and sequence) is what was allocated */
+    CU_ASSERT_EQUAL(tp_model_kv_bytes(m), 3 * 2 * tp_kv_head_bytes(tp_model_hparams(m), 64, NB, kt));
     static float sinks[2][4];
     for (int l = 0; l < 2; l++) {
         float *s = tp_aligned_alloc(64, 64);
@@ -515,7 +305,7 @@ static void check_window(enum tp_kv_type kt, double tol)
     float *lg = malloc(sizeof(float) * N * V);
     CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
     CU_ASSERT_PTR_NOT_NULL_FATAL(lg);
-    ref_forward(&r, ids, N, ref);
+    tm_ref_forward(&r, ids, N, ref, NULL);
     int32_t tok[N], pos[N], seq[N];
     int8_t want[N];
     for (int i = 0; i < N; i++) tok[i] = ids[i], pos[i] = i, want[i] = 1;
@@ -580,7 +370,7 @@ static void test_shard_cuts_block(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(path);
     struct tp_model_shard a = {0, 2, 0, 1, 0, 48, 0, 512, NULL, NULL, 0, 0, 0, 0, 0}; /* ff 48: not a multiple of 32 */
     struct tp_error err = {0};
-    tp_model_t *m = open_path(path, 1, 1, 4, &a, &err);
+    tp_model_t *m = tm_open(path, 1, 64, 4, &a, &err);
     CU_ASSERT_PTR_NULL(m);
     CU_ASSERT_EQUAL(err.status, TP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "ffn_down"));
@@ -619,7 +409,7 @@ static void expect_refused(const char *path, enum tp_status want, const char *ne
 {
     CU_ASSERT_PTR_NOT_NULL_FATAL(path);
     struct tp_error err = {0};
-    tp_model_t *m = open_path(path, 1, 1, 4, NULL, &err);
+    tp_model_t *m = tm_open(path, 1, 64, 4, NULL, &err);
     CU_ASSERT_PTR_NULL(m);
     CU_ASSERT_EQUAL(err.status, want);
     if (!strstr(err.msg, needle)) fprintf(stderr, "message lacks '%s': %s\n", needle, err.msg);

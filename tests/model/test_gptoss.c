@@ -32,6 +32,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "tp_test.h"
+#include "model_test_util.h"
 
 /* a tiny gpt-oss: 4 query heads over 2 KV heads of 32, 8 experts of width 64, top 4 */
 static const char *kShapes =
@@ -116,71 +117,19 @@ static void test_yarn_freqs(void)
 /* f32: every matrix F32 (the architecture exactly); else the published mix (MXFP4 experts, Q8_0 elsewhere) */
 static const char *synth_tiny(const char *shape_name, const char *tag, int f32)
 {
-    static char paths[4][600];
-    static int slot;
-    struct tp_shape shape;
-    struct tp_error err = {0};
-    if (tp_shape_find(kShapes, shape_name, &shape, &err) != TP_OK) {
-        fprintf(stderr, "shape %s: %s\n", shape_name, err.msg);
-        return NULL;
-    }
-    char *p = paths[slot++ % 4];
-    snprintf(p, 600, "%s/%s%s.gguf", tp_test_tmpdir(), shape_name, tag);
-    struct tp_synth_config sc = tp_synth_default_config();
-    sc.shape = &shape;
-    sc.mix = f32 ? TP_SYNTH_MIX_NONE : TP_SYNTH_MIX_MXFP4;
-    sc.type = f32 ? TP_WTYPE_F32 : TP_WTYPE_Q8_0;
-    sc.seed = 5;
-    sc.out_path = p;
-    if (tp_synth_write(&sc, &err) != TP_OK) {
-        fprintf(stderr, "synth %s: %s\n", shape_name, err.msg);
-        return NULL;
-    }
-    return p;
+    return tm_synth_gguf(kShapes, shape_name, f32 ? TP_WTYPE_F32 : TP_WTYPE_Q8_0,
+                         f32 ? TP_SYNTH_MIX_NONE : TP_SYNTH_MIX_MXFP4, 5, tag);
 }
 
 /* Overwrite every layer's attn_sinks (F32) with v. */
-static int set_sinks(const char *path, int n_layer, float v)
-{
-    tp_gguf_t *g = NULL;
-    struct tp_error err = {0};
-    if (tp_gguf_open(path, &g, &err) != TP_OK) return -1;
-    uint64_t off[8], nb[8];
-    for (int l = 0; l < n_layer && l < 8; l++) {
-        char name[64];
-        snprintf(name, sizeof name, "blk.%d.attn_sinks.weight", l);
-        const struct tp_gguf_tensor *t = tp_gguf_find_tensor(g, name);
-        if (!t || t->type != TP_WTYPE_F32) {
-            tp_gguf_close(g);
-            return -1;
-        }
-        off[l] = t->file_offset;
-        nb[l] = t->n_bytes;
-    }
-    tp_gguf_close(g);
-    FILE *f = fopen(path, "r+b");
-    if (!f) return -1;
-    int rc = 0;
-    for (int l = 0; l < n_layer && rc == 0; l++) {
-        if (fseek(f, (long)off[l], SEEK_SET) != 0) rc = -1;
-        for (uint64_t i = 0; rc == 0 && i < nb[l] / 4; i++)
-            if (fwrite(&v, 4, 1, f) != 1) rc = -1;
-    }
-    if (fclose(f) != 0) rc = -1;
-    return rc;
-}
+static int set_sinks(const char *path, int n_layer, float v) { return tm_fill_layer_f32(path, n_layer, "attn_sinks.weight", v); }
 
+/* n_batch 16: windowed layers keep a ring of window + n_batch = 24 rows, so 70 positions wrap it */
 static tp_model_t *load(const char *path, const struct tp_model_shard *shard)
 {
-    struct tp_model_config c = tp_model_default_config();
-    c.path = path;
-    c.n_threads = 2;
-    c.n_ctx = 256;
-    c.n_batch = 16; /* windowed layers keep a ring of window + n_batch = 24 rows: 70 positions wrap it */
-    c.shard = shard;
-    tp_model_t *m = NULL;
     struct tp_error err = {0};
-    if (tp_model_init(&c, &m, &err) != TP_OK) fprintf(stderr, "load %s: %s\n", path, err.msg);
+    tp_model_t *m = tm_open(path, 2, 256, 16, shard, &err);
+    if (!m) fprintf(stderr, "load %s: %s\n", path, err.msg);
     return m;
 }
 
@@ -247,14 +196,6 @@ static const char *numpy_python(void)
     return NULL;
 }
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 enum { N_PROMPT = 6, N_STEPS = 64, V = 384 };
 
 /* Run the reference (args: --steps N or --force ...) on path; its stdout into out. */
@@ -306,7 +247,7 @@ static void check_reference(const char *shape, int plain, int f32)
     memcpy(first, logits, V * sizeof(float));
     int got[N_STEPS];
     for (int s = 0; s < N_STEPS; s++) {
-        got[s] = argmax(logits, V);
+        got[s] = tm_argmax(logits, V);
         int32_t t = got[s], p = N_PROMPT + s, q = 0;
         struct tp_batch one = {1, &t, &p, &q, NULL};
         CU_ASSERT_EQUAL_FATAL(tp_model_forward(m, &one, logits), TP_OK);
@@ -410,7 +351,7 @@ static void test_hf_equals_gguf(void)
             CU_ASSERT_EQUAL_FATAL(tp_model_forward(a, &one, la), TP_OK);
             CU_ASSERT_EQUAL_FATAL(tp_model_forward(b, &one, lb), TP_OK);
             diff += memcmp(la, lb, sizeof la) != 0;
-            tok = argmax(la, V);
+            tok = tm_argmax(la, V);
         }
         CU_ASSERT_EQUAL(diff, 0);
         tp_model_free(a);

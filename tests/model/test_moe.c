@@ -115,110 +115,15 @@ static enum tp_status find_shape(const char *name, struct tp_shape *shape, struc
 /* Q4_K with llama-quantize's Q4_K_M mix (synth's tp_synth_type_parse "q4_k_m"), else the type everywhere. */
 static const char *synth(const char *shape_name, enum tp_wtype type, const char *tag)
 {
-    static char paths[8][600];
-    static int slot;
-    struct tp_shape shape;
-    struct tp_error err = {0};
-    if (find_shape(shape_name, &shape, &err) != TP_OK) {
-        fprintf(stderr, "shape %s: %s\n", shape_name, err.msg);
-        return NULL;
-    }
-    char *p = paths[slot++ % 8];
-    snprintf(p, 600, "%s/moe-%s-%s%s.gguf", tp_test_tmpdir(), shape_name, tp_wtype_name(type), tag);
-    struct tp_synth_config sc = tp_synth_default_config();
-    sc.shape = &shape;
-    sc.type = type;
-    if (type == TP_WTYPE_Q4_K) sc.mix = TP_SYNTH_MIX_Q4_K_M;
-    sc.seed = 11;
-    sc.out_path = p;
-    if (tp_synth_write(&sc, &err) != TP_OK) {
-        fprintf(stderr, "synth %s: %s\n", shape_name, err.msg);
-        return NULL;
-    }
-    return p;
+    const char *json = strcmp(shape_name, "test-tiny-qwen3moe-k") == 0 ? k_moe_k_json : NULL;
+    return tm_synth_gguf(json, shape_name, type, type == TP_WTYPE_Q4_K ? TP_SYNTH_MIX_Q4_K_M : TP_SYNTH_MIX_NONE, 11,
+                         tag);
 }
 
 /* Overwrite every layer's router (ffn_gate_inp, F32) with zeros: all router logits tie. */
-static int zero_routers(const char *path, int n_layer)
-{
-    tp_gguf_t *g = NULL;
-    struct tp_error err = {0};
-    if (tp_gguf_open(path, &g, &err) != TP_OK) return -1;
-    uint64_t off[8], nb[8];
-    for (int l = 0; l < n_layer && l < 8; l++) {
-        char name[64];
-        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
-        const struct tp_gguf_tensor *t = tp_gguf_find_tensor(g, name);
-        if (!t || t->type != TP_WTYPE_F32) {
-            tp_gguf_close(g);
-            return -1;
-        }
-        off[l] = t->file_offset;
-        nb[l] = t->n_bytes;
-    }
-    tp_gguf_close(g);
-    int fd = open(path, O_WRONLY);
-    if (fd < 0) return -1;
-    int rc = 0;
-    for (int l = 0; l < n_layer && l < 8 && rc == 0; l++) {
-        char *z = calloc(1, (size_t)nb[l]);
-        if (!z || pwrite(fd, z, (size_t)nb[l], (off_t)off[l]) != (ssize_t)nb[l]) rc = -1;
-        free(z);
-    }
-    close(fd);
-    return rc;
-}
+static int zero_routers(const char *path, int n_layer) { return tm_fill_layer_f32(path, n_layer, "ffn_gate_inp.weight", 0.0f); }
 
 /* ------------------------------------------------------------ naive reference */
-
-struct refm {
-    tp_gguf_t *g;
-    struct tp_shape s;
-    int neox;
-};
-
-/* Dequantized copy of a tensor (all its elements, ne[0] fastest), malloc'd; NULL if absent. */
-static float *deq(struct refm *r, const char *name)
-{
-    const struct tp_gguf_tensor *t = tp_gguf_find_tensor(r->g, name);
-    if (!t) return NULL;
-    float *x = malloc((size_t)t->n_elems * sizeof(float));
-    tp_kern_dequant(t->type, t->data, x, t->n_elems);
-    return x;
-}
-static float *deql(struct refm *r, int l, const char *suffix)
-{
-    char name[96];
-    snprintf(name, sizeof(name), "blk.%d.%s", l, suffix);
-    return deq(r, name);
-}
-/* y[rows] = W[rows x cols] x[cols] */
-static void matvec(double *y, const float *w, const double *x, int rows, int cols)
-{
-    for (int i = 0; i < rows; i++) {
-        double a = 0;
-        for (int j = 0; j < cols; j++) a += (double)w[(size_t)i * cols + j] * x[j];
-        y[i] = a;
-    }
-}
-static void rmsnorm(double *y, const double *x, const float *w, int n, double eps)
-{
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    double s = 1.0 / sqrt(ss / n + eps);
-    for (int i = 0; i < n; i++) y[i] = x[i] * s * w[i];
-}
-static void rope(double *x, int hd, int pos, double theta, int neox)
-{
-    for (int i = 0; i < hd / 2; i++) {
-        double f = pow(theta, -2.0 * i / hd);
-        double c = cos(pos * f), s = sin(pos * f);
-        int a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
-        double xa = x[a], xb = x[b];
-        x[a] = xa * c - xb * s;
-        x[b] = xa * s + xb * c;
-    }
-}
 
 /*
  * The mixture-of-experts block for one normed input xb[E] -> out[E]:
@@ -235,7 +140,7 @@ static void ref_moe(const struct tp_shape *s, const float *wr, const float *wg, 
     double *o = malloc(sizeof(double) * E);
     int *taken = calloc((size_t)X, sizeof(int)), *sel = malloc(sizeof(int) * k);
     double *w = malloc(sizeof(double) * k);
-    matvec(r, wr, xb, X, E);
+    tm_matvec(r, wr, xb, X, E);
     double mx = r[0], z = 0, zs = 0;
     for (int e = 1; e < X; e++) mx = r[e] > mx ? r[e] : mx;
     for (int e = 0; e < X; e++) z += exp(r[e] - mx);
@@ -251,10 +156,10 @@ static void ref_moe(const struct tp_shape *s, const float *wr, const float *wg, 
     for (int i = 0; i < E; i++) out[i] = 0;
     for (int j = 0; j < k; j++) {
         const int e = sel[j];
-        matvec(g, wg + (size_t)e * F * E, xb, F, E);
-        matvec(u, wu + (size_t)e * F * E, xb, F, E);
+        tm_matvec(g, wg + (size_t)e * F * E, xb, F, E);
+        tm_matvec(u, wu + (size_t)e * F * E, xb, F, E);
         for (int i = 0; i < F; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
-        matvec(o, wd + (size_t)e * E * F, g, E, F);
+        tm_matvec(o, wd + (size_t)e * E * F, g, E, F);
         /* Mixtral (HF: always) and Qwen3-MoE (norm_topk_prob: true in the released configs) renormalise,
          * Qwen2-MoE (norm_topk_prob: false) does not */
         const double wj = s->arch == TP_ARCH_QWEN2MOE ? w[j] : w[j] / zs;
@@ -263,114 +168,54 @@ static void ref_moe(const struct tp_shape *s, const float *wr, const float *wg, 
     if (s->n_ff_shexp > 0) { /* Qwen2-MoE: + sigmoid(gate . xb) * SwiGLU shared expert (xb) */
         const int S = s->n_ff_shexp;
         double *sg = malloc(sizeof(double) * S), *su = malloc(sizeof(double) * S), gate = 0;
-        matvec(&gate, shexp[0], xb, 1, E);
+        tm_matvec(&gate, shexp[0], xb, 1, E);
         gate = 1.0 / (1.0 + exp(-gate));
-        matvec(sg, shexp[1], xb, S, E);
-        matvec(su, shexp[2], xb, S, E);
+        tm_matvec(sg, shexp[1], xb, S, E);
+        tm_matvec(su, shexp[2], xb, S, E);
         for (int i = 0; i < S; i++) sg[i] = sg[i] / (1.0 + exp(-sg[i])) * su[i];
-        matvec(o, shexp[3], sg, E, S);
+        tm_matvec(o, shexp[3], sg, E, S);
         for (int i = 0; i < E; i++) out[i] += gate * o[i];
         free(sg), free(su);
     }
     free(r), free(g), free(u), free(o), free(taken), free(sel), free(w);
 }
 
-/* logits[n][n_vocab] for tokens ids[0..n) */
-static void ref_forward(struct refm *r, const int *ids, int n, double *logits)
+/* tm_ref's FFN for a mixture of experts: layer l's router, experts and shared expert, read once per layer. */
+struct moe_ffn {
+    const struct tm_ref *r;
+    int layer;
+    float *wr, *wg, *wu, *wd;
+    float *shexp[4]; /* Qwen2-MoE: ffn_gate_inp_shexp, gate, up, down */
+};
+
+static void moe_ffn(void *ctx, int l, const double *xb, double *out)
 {
-    const struct tp_shape *s = &r->s;
-    int E = s->n_embd, H = s->n_head, KV = s->n_head_kv, hd = s->head_dim, V = s->n_vocab;
-    double eps = s->norm_eps;
-    float *emb = deq(r, "token_embd.weight");
-    float *out = deq(r, "output.weight");
-    if (!out) out = emb; /* tied */
-    float *onorm = deq(r, "output_norm.weight");
-    double *x = calloc((size_t)n * E, sizeof(double));
-    double *K = calloc((size_t)n * KV * hd, sizeof(double)), *Vc = calloc((size_t)n * KV * hd, sizeof(double));
-    double *xb = malloc(sizeof(double) * (size_t)(E > H * hd ? E : H * hd));
-    double *q = malloc(sizeof(double) * H * hd), *att = malloc(sizeof(double) * H * hd);
-    double *o = malloc(sizeof(double) * E), *sc = malloc(sizeof(double) * n);
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)ids[t] * E + i];
-    for (int l = 0; l < s->n_layer; l++) {
-        float *an = deql(r, l, "attn_norm.weight"), *fn = deql(r, l, "ffn_norm.weight");
-        float *wq = deql(r, l, "attn_q.weight"), *wk = deql(r, l, "attn_k.weight"), *wv = deql(r, l, "attn_v.weight");
-        float *wo = deql(r, l, "attn_output.weight");
-        float *qn = deql(r, l, "attn_q_norm.weight"), *kn = deql(r, l, "attn_k_norm.weight");
-        float *wr = deql(r, l, "ffn_gate_inp.weight"), *wg = deql(r, l, "ffn_gate_exps.weight");
-        float *wu = deql(r, l, "ffn_up_exps.weight"), *wd = deql(r, l, "ffn_down_exps.weight");
-        float *bq = deql(r, l, "attn_q.bias"), *bk = deql(r, l, "attn_k.bias"), *bv = deql(r, l, "attn_v.bias");
-        const float *shexp[4] = {deql(r, l, "ffn_gate_inp_shexp.weight"), deql(r, l, "ffn_gate_shexp.weight"),
-                                 deql(r, l, "ffn_up_shexp.weight"), deql(r, l, "ffn_down_shexp.weight")};
-        for (int t = 0; t < n; t++) {
-            rmsnorm(xb, x + (size_t)t * E, an, E, eps);
-            double *kt = K + (size_t)t * KV * hd, *vt = Vc + (size_t)t * KV * hd;
-            matvec(kt, wk, xb, KV * hd, E);
-            matvec(vt, wv, xb, KV * hd, E);
-            for (int i = 0; i < KV * hd; i++) {
-                if (bk) kt[i] += bk[i];
-                if (bv) vt[i] += bv[i];
-            }
-            for (int h = 0; h < KV; h++) {
-                if (kn) rmsnorm(kt + h * hd, kt + h * hd, kn, hd, eps);
-                rope(kt + h * hd, hd, t, s->rope_theta, r->neox);
-            }
-        }
-        for (int t = 0; t < n; t++) {
-            double *xt = x + (size_t)t * E;
-            rmsnorm(xb, xt, an, E, eps);
-            matvec(q, wq, xb, H * hd, E);
-            for (int h = 0; h < H; h++) {
-                double *qh = q + h * hd;
-                if (bq)
-                    for (int i = 0; i < hd; i++) qh[i] += bq[h * hd + i];
-                if (qn) rmsnorm(qh, qh, qn, hd, eps);
-                rope(qh, hd, t, s->rope_theta, r->neox);
-                int kvh = h / (H / KV);
-                double mx = -1e300, sum = 0;
-                for (int j = 0; j <= t; j++) {
-                    double d = 0;
-                    for (int i = 0; i < hd; i++) d += qh[i] * K[((size_t)j * KV + kvh) * hd + i];
-                    sc[j] = d / sqrt((double)hd);
-                    mx = sc[j] > mx ? sc[j] : mx;
-                }
-                for (int j = 0; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
-                for (int i = 0; i < hd; i++) {
-                    double a = 0;
-                    for (int j = 0; j <= t; j++) a += sc[j] / sum * Vc[((size_t)j * KV + kvh) * hd + i];
-                    att[h * hd + i] = a;
-                }
-            }
-            matvec(o, wo, att, E, H * hd);
-            for (int i = 0; i < E; i++) xt[i] += o[i];
-            rmsnorm(xb, xt, fn, E, eps);
-            ref_moe(s, wr, wg, wu, wd, xb, o, shexp);
-            for (int i = 0; i < E; i++) xt[i] += o[i];
-        }
-        free(an), free(fn), free(wq), free(wk), free(wv), free(wo), free(qn), free(kn);
-        free(wr), free(wg), free(wu), free(wd), free(bq), free(bk), free(bv);
-        for (int i = 0; i < 4; i++) free((void *)shexp[i]);
+    static const char *const shexp_names[4] = {"ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight",
+                                               "ffn_up_shexp.weight", "ffn_down_shexp.weight"};
+    struct moe_ffn *m = ctx;
+    if (l != m->layer) {
+        free(m->wr), free(m->wg), free(m->wu), free(m->wd);
+        for (int i = 0; i < 4; i++) free(m->shexp[i]), m->shexp[i] = NULL;
+        m->wr = m->wg = m->wu = m->wd = NULL;
+        m->layer = l;
+        if (l < 0) return;
+        tp_gguf_t *g = m->r->g;
+        m->wr = tm_deql(g, l, "ffn_gate_inp.weight");
+        m->wg = tm_deql(g, l, "ffn_gate_exps.weight");
+        m->wu = tm_deql(g, l, "ffn_up_exps.weight");
+        m->wd = tm_deql(g, l, "ffn_down_exps.weight");
+        for (int i = 0; i < 4; i++) m->shexp[i] = tm_deql(g, l, shexp_names[i]);
     }
-    for (int t = 0; t < n; t++) {
-        rmsnorm(xb, x + (size_t)t * E, onorm, E, eps);
-        matvec(logits + (size_t)t * V, out, xb, V, E);
-    }
-    if (out != emb) free(out);
-    free(emb), free(onorm), free(x), free(K), free(Vc), free(xb), free(q), free(att), free(o), free(sc);
+    ref_moe(&m->r->s, m->wr, m->wg, m->wu, m->wd, xb, out, (const float *const *)m->shexp);
 }
 
-static tp_model_t *open_path(const char *path, int threads, int n_batch, const struct tp_model_shard *sh,
-                             struct tp_error *err)
+/* logits[n][n_vocab] for tokens ids[0..n) */
+static void ref_forward(struct tm_ref *r, const int *ids, int n, double *logits)
 {
-    struct tp_model_config cfg = tp_model_default_config();
-    cfg.path = path;
-    cfg.n_threads = threads;
-    cfg.n_ctx = 128;
-    cfg.n_batch = n_batch;
-    cfg.shard = sh;
-    tp_model_t *m = NULL;
-    if (tp_model_init(&cfg, &m, err) != TP_OK) return NULL;
-    return m;
+    struct moe_ffn m = {.r = r, .layer = -1};
+    r->ffn = moe_ffn;
+    r->ffn_ctx = &m;
+    tm_ref_forward(r, ids, n, logits, NULL);
 }
 
 static double nmse(const float *a, const double *ref, size_t n)
@@ -390,14 +235,6 @@ static int argmax_d(const double *x, int n)
         if (x[i] > x[b]) b = i;
     return b;
 }
-static int argmax_f(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /*
  * The model at path against the reference: a prompt of P tokens prefilled
  * in one batch (logits at every position), then G tokens decoded greedily
@@ -408,13 +245,13 @@ static int argmax_f(const float *x, int n)
 static void check_model(const char *path, const char *shape_name, int neox, double tol, int G)
 {
     enum { P = 12 };
-    struct refm r;
+    struct tm_ref r;
     memset(&r, 0, sizeof(r));
     struct tp_error err = {0};
     CU_ASSERT_EQUAL_FATAL(find_shape(shape_name, &r.s, &err), TP_OK);
     CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &r.g, &err), TP_OK);
     r.neox = neox;
-    tp_model_t *m = open_path(path, 2, P, NULL, &err);
+    tp_model_t *m = tm_open(path, 2, 128, P, NULL, &err);
     if (!m) fprintf(stderr, "%s: %s\n", shape_name, err.msg);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     const struct tp_hparams *hp = tp_model_hparams(m);
@@ -437,7 +274,7 @@ static void check_model(const char *path, const char *shape_name, int neox, doub
     }
     CU_ASSERT_EQUAL_FATAL(tp_model_forward(m, &(struct tp_batch){P, tok, pos, seq, want}, lg), TP_OK);
     for (int i = P; i < N; i++) {
-        tok[i] = ids[i] = argmax_f(lg + (size_t)(i - 1) * V, V); /* greedy */
+        tok[i] = ids[i] = tm_argmax(lg + (size_t)(i - 1) * V, V); /* greedy */
         CU_ASSERT_EQUAL_FATAL(
             tp_model_forward(m, &(struct tp_batch){1, tok + i, pos + i, seq + i, want + i}, lg + (size_t)i * V), TP_OK);
     }
@@ -519,13 +356,13 @@ static void greedy24(tp_model_t *m, int V, int32_t out[24])
     float *lg = malloc(sizeof(float) * 6 * (size_t)V);
     CU_ASSERT_FATAL(lg != NULL);
     CU_ASSERT_EQUAL_FATAL(tp_model_forward(m, &(struct tp_batch){6, tok, pos, seq, want}, lg), TP_OK);
-    int32_t t = argmax_f(lg, V);
+    int32_t t = tm_argmax(lg, V);
     for (int i = 0; i < 24; i++) {
         out[i] = t;
         int32_t p = 6 + i, q = 0;
         int8_t w = 1;
         CU_ASSERT_EQUAL_FATAL(tp_model_forward(m, &(struct tp_batch){1, &t, &p, &q, &w}, lg), TP_OK);
-        t = argmax_f(lg, V);
+        t = tm_argmax(lg, V);
     }
     free(lg);
 }
@@ -540,7 +377,7 @@ static void test_ref_kquant(void)
     const char *p = synth("test-tiny-qwen3moe-k", TP_WTYPE_Q4_K, "");
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
     struct tp_error err = {0};
-    tp_model_t *m = open_path(p, 2, 8, NULL, &err);
+    tp_model_t *m = tm_open(p, 2, 128, 8, NULL, &err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     struct tp_model_config cfg = tp_model_default_config();
     cfg.path = p;
@@ -580,7 +417,7 @@ static void batch_vs_single(const char *path)
 {
     enum { N = 24 };
     struct tp_error err = {0};
-    tp_model_t *a = open_path(path, 2, N, NULL, &err), *b = open_path(path, 1, N, NULL, &err);
+    tp_model_t *a = tm_open(path, 2, 128, N, NULL, &err), *b = tm_open(path, 1, 128, N, NULL, &err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(a);
     CU_ASSERT_PTR_NOT_NULL_FATAL(b);
     const int V = tp_model_hparams(a)->n_vocab;
@@ -622,44 +459,19 @@ static void test_batch_grouping(void)
 static void shard_check(const char *path, const struct tp_model_shard *a, const struct tp_model_shard *b, double tol)
 {
     enum { N = 10 };
-    struct tm_pair s;
-    tm_pair_init(&s);
-    struct tm_pair_rank h0 = {&s, 0}, h1 = {&s, 1};
-    struct tp_model_shard s0 = *a, s1 = *b;
-    s0.all_sum = tm_pair_all_sum;
-    s0.all_sum_ctx = &h0;
-    s1.all_sum = tm_pair_all_sum;
-    s1.all_sum_ctx = &h1;
-    struct tp_error err = {0};
-    tp_model_t *dense = open_path(path, 1, N, NULL, &err);
-    tp_model_t *m0 = open_path(path, 1, N, &s0, &err);
-    tp_model_t *m1 = open_path(path, 2, N, &s1, &err);
-    if (!m0 || !m1) fprintf(stderr, "%s: %s\n", path, err.msg);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(dense);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m0);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m1);
-    int V = tp_model_hparams(dense)->n_vocab;
-    int32_t tok[N];
-    for (int i = 0; i < N; i++) tok[i] = (i * 53 + 11) % V;
-    int v0 = a->vocab_end - a->vocab_begin, v1 = b->vocab_end - b->vocab_begin;
-    float *ld = malloc(sizeof(float) * N * V), *l0 = malloc(sizeof(float) * N * v0), *l1 = malloc(sizeof(float) * N * v1);
-    CU_ASSERT_EQUAL(tm_forward_pair(&s, dense, m0, m1, tok, N, ld, l0, l1), 0);
+    struct tm_shard_run r;
+    CU_ASSERT_EQUAL_FATAL(tm_shard_pair_run(path, 128, a, b, N, &r), 0);
     double num = 0, den = 0;
-    for (int t = 0; t < N; t++)
-        for (int i = 0; i < V; i++) {
-            double got = i < v0 ? l0[(size_t)t * v0 + i] : l1[(size_t)t * v1 + (i - v0)], want = ld[(size_t)t * V + i];
-            num += (got - want) * (got - want);
-            den += want * want;
-        }
+    for (size_t i = 0; i < (size_t)N * r.V; i++) {
+        const double got = r.sharded[i], want = r.dense[i];
+        num += (got - want) * (got - want);
+        den += want * want;
+    }
     if (!(num / den <= tol)) fprintf(stderr, "%s shard: NMSE %g (bound %g)\n", path, num / den, tol);
     CU_ASSERT(den > 0);
     CU_ASSERT(num / den <= tol);
-    CU_ASSERT(tp_model_weight_bytes(m0) < tp_model_weight_bytes(dense));
-    tp_model_free(dense);
-    tp_model_free(m0);
-    tp_model_free(m1);
-    free(ld), free(l0), free(l1);
-    tm_pair_destroy(&s);
+    CU_ASSERT(r.smaller);
+    tm_shard_run_free(&r);
 }
 
 static void test_shard_expert_parallel(void)
@@ -714,7 +526,7 @@ static void test_shard_bad_experts(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
     struct tp_model_shard a = {0, 4, 0, 2, 0, 64, 0, 512, NULL, NULL, 0, 4, 9, 0, 0};
     struct tp_error err = {0};
-    tp_model_t *m = open_path(p, 1, 4, &a, &err);
+    tp_model_t *m = tm_open(p, 1, 128, 4, &a, &err);
     CU_ASSERT_PTR_NULL(m);
     CU_ASSERT_EQUAL(err.status, TP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "experts [4,9)"));
@@ -731,7 +543,7 @@ static void refused_arch(const char *arch, const char *needle)
     tp_gguf_kv_str(w, "general.architecture", arch);
     CU_ASSERT_EQUAL(tp_gguf_writer_finish(w), TP_OK);
     tp_gguf_writer_free(w);
-    tp_model_t *m = open_path(path, 1, 4, NULL, &err);
+    tp_model_t *m = tm_open(path, 1, 128, 4, NULL, &err);
     CU_ASSERT_PTR_NULL(m);
     CU_ASSERT_EQUAL(err.status, TP_ERR_UNSUPPORTED);
     if (!strstr(err.msg, needle)) fprintf(stderr, "message lacks '%s': %s\n", needle, err.msg);

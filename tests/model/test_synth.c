@@ -16,6 +16,7 @@
 #include "model/synth/synth_impl.h"
 #include "model/tokenizer/tokenizer_impl.h"
 #include "tp_test.h"
+#include "model_test_util.h"
 
 static const char *tmp_path(const char *name)
 {
@@ -255,21 +256,10 @@ static void test_writer_misuse(void)
 static enum tp_status synth(const char *shape_name, enum tp_wtype t, const char *tok, uint64_t seed, int threads,
                             int layers, const char *path)
 {
-    struct tp_shape s;
+    const struct tm_synth w = {
+        .shape = shape_name, .tokenizer = tok, .type = t, .seed = seed, .threads = threads, .layers = layers};
     struct tp_error err = {0};
-    enum tp_status st = tp_shape_find(NULL, shape_name, &s, &err);
-    if (st != TP_OK) return st;
-    struct tp_synth_config c = tp_synth_default_config();
-    c.shape = &s;
-    c.type = t;
-    c.tokenizer_json = tok;
-    c.seed = seed;
-    c.n_threads = threads;
-    c.n_layer = layers;
-    c.out_path = path;
-    st = tp_synth_write(&c, &err);
-    if (st != TP_OK) fprintf(stderr, "synth %s: %s\n", shape_name, err.msg);
-    return st;
+    return tm_synth(&w, path, &err);
 }
 
 static int64_t get_i(tp_gguf_t *g, const char *key)

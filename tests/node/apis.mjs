@@ -298,8 +298,11 @@ await check("responses errors: OpenAI's shape, the field named", async () => {
     [{ model, input: "x", bogus: true }, "bogus"],
     [{ model, input: "x", tools: [{ type: "function", name: "f", parameters: citySchema }],
        tool_choice: { type: "function", name: "nope" } }, "tool_choice"],
-    [{ model, input: "x", text: { format: { type: "json_schema", name: "n", schema: { type: "object", pattern: "x" } } } },
+    [{ model, input: "x", text: { format: { type: "json_schema", name: "n", schema: { type: "object", minProperties: 1 } } } },
      "text.format.schema"],
+    [{ model, input: "x", reasoning: { summary: "verbose" } }, "reasoning"],
+    [{ model, input: "x", reasoning: { effort: "high" } }, "reasoning.effort"],
+    [{ model, input: "x", client_metadata: "codex" }, "client_metadata"],
   ];
   for (const [body, param] of bad) {
     await assert.rejects(openai.responses.create(body), (e) => {

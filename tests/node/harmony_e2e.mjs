@@ -9,8 +9,13 @@
 //   replies  with logit_bias steering the random model towards the harmony tokens and a
 //            few words, over several seeds: the streamed deltas (reasoning_content, content,
 //            tool_calls announced once then their arguments) add up to the non-streamed
-//            message of the same seed, finish_reason agrees, and the stream ends with [DONE]
-//   refusals reasoning_effort out of range, a forced tool_choice, a second system message
+//            message of the same seed, finish_reason agrees, and the stream ends with [DONE];
+//            a call's arguments are generated under the tool's schema (they parse and validate)
+//   forced   tool_choice "required" and a named function (two tools, streamed and not, several
+//            seeds): usage.prompt_tokens is the template's rendering plus
+//            "<|channel|>commentary to=functions." by tiktoken; one call of a listed function
+//            (the named one) whose arguments validate, finish "tool_calls", streamed = not streamed
+//   refusals reasoning_effort out of range, a second system message
 // Usage: node harmony_e2e.mjs BASE_URL API_KEY
 import fs from "node:fs";
 import path from "node:path";
@@ -115,7 +120,7 @@ async function stream(body) {
   return out;
 }
 
-const seen = { reasoning: 0, content: 0, calls: 0 };
+const seen = { reasoning: 0, content: 0, calls: 0, valid_calls: 0 };
 for (let seed = 1; seed <= 8; seed++) {
   const body = { messages: [{ role: "user", content: "What is 2+2? Also the weather in Paris." }], tools: [weather],
                  max_tokens: 120, temperature: 1, seed, logit_bias: bias, reasoning_effort: "medium" };
@@ -133,8 +138,14 @@ for (let seed = 1; seed <= 8; seed++) {
   if (JSON.stringify(sc) !== JSON.stringify(mc)) fail(`seed ${seed}: streamed calls ${JSON.stringify(sc)} != ${JSON.stringify(mc)}`);
   if (s.finish !== ch.finish_reason) fail(`seed ${seed}: finish ${s.finish} != ${ch.finish_reason}`);
   if (mc.length && ch.finish_reason !== "tool_calls" && ch.finish_reason !== "length") fail(`seed ${seed}: calls but finish ${ch.finish_reason}`);
-  if (mc.length && m.content !== null && m.content !== "") {
-    // content beside calls is allowed (commentary preambles); null only when there is none
+  // a body addressed to functions.get_weather is generated under its parameters schema
+  for (const c of mc) {
+    if (c.name !== "get_weather") continue;
+    let a = null;
+    try { a = JSON.parse(c.arguments); } catch { /* below */ }
+    if (!a || typeof a !== "object" || typeof a.city !== "string" || (a.days !== undefined && !Number.isInteger(a.days)))
+      fail(`seed ${seed}: auto call with invalid arguments ${JSON.stringify(c)}`);
+    else seen.valid_calls++;
   }
   if (m.reasoning_content) seen.reasoning++;
   if (mcontent) seen.content++;
@@ -143,10 +154,43 @@ for (let seed = 1; seed <= 8; seed++) {
 console.log(`replies: ${JSON.stringify(seen)} (of 8 seeds with reasoning, content, tool calls)`);
 if (seen.reasoning + seen.content + seen.calls === 0) fail("no reply had any reasoning, content or tool call");
 
+// ----------------------------------------------------------------- forced calls
+const clock = { type: "function", function: { name: "world.clock-2", description: "Time in a zone",
+  parameters: { type: "object", properties: { zone: { type: "string", maxLength: 20 }, h24: { type: "boolean" } }, required: ["zone", "h24"],
+                additionalProperties: false } } };
+const validArgs = {
+  get_weather: (a) => typeof a.city === "string" && (a.days === undefined || Number.isInteger(a.days)), // more keys allowed
+  "world.clock-2": (a) => typeof a.zone === "string" && a.zone.length <= 20 && typeof a.h24 === "boolean" && Object.keys(a).length === 2,
+};
+let n_forced = 0;
+for (const [ci, choice] of ["required", { type: "function", function: { name: "world.clock-2" } }].entries()) {
+  const base_req = { messages: [{ role: "user", content: "What time is it in Tokyo?" }], tools: [weather, clock], tool_choice: choice };
+  const want = enc.encode(tmpl.render(toTemplate(base_req)) + "<|channel|>commentary to=functions.", "all").length;
+  for (let seed = 1; seed <= 4; seed++) {
+    const body = { ...base_req, max_tokens: 80, temperature: 1, seed: seed + 10 * ci };
+    const r = await post(body);
+    const what = `forced ${JSON.stringify(choice)} seed ${seed}`;
+    if (r.status !== 200) { fail(`${what}: status ${r.status} ${r.text}`); continue; }
+    const j = JSON.parse(r.text), ch = j.choices[0], calls = ch.message.tool_calls || [];
+    if (j.usage.prompt_tokens !== want) fail(`${what}: prompt_tokens ${j.usage.prompt_tokens}, want ${want}`);
+    if (ch.finish_reason !== "tool_calls" || calls.length !== 1) { fail(`${what}: ${r.text}`); continue; }
+    const c = calls[0];
+    if (typeof choice === "object" && c.function.name !== choice.function.name) fail(`${what}: called ${c.function.name}`);
+    let args = null;
+    try { args = JSON.parse(c.function.arguments); } catch { /* below */ }
+    if (!validArgs[c.function.name] || !args || !validArgs[c.function.name](args)) { fail(`${what}: invalid call ${JSON.stringify(c)}`); continue; }
+    const s = await stream(body);
+    const sc = s.calls.map((k) => [k.name, k.arguments]);
+    if (!s.done || s.finish !== "tool_calls" || JSON.stringify(sc) !== JSON.stringify([[c.function.name, c.function.arguments]]))
+      fail(`${what}: streamed ${JSON.stringify(s)} vs ${JSON.stringify(c)}`);
+    else n_forced++;
+  }
+}
+console.log(`forced calls: ${n_forced} of 8 valid`);
+
 // ----------------------------------------------------------------- refusals
 for (const [body, param] of [
   [{ messages: [{ role: "user", content: "x" }], reasoning_effort: "maximal" }, "reasoning_effort"],
-  [{ messages: [{ role: "user", content: "x" }], tools: [weather], tool_choice: "required" }, "tool_choice"],
   [{ messages: [{ role: "user", content: "x" }, { role: "system", content: "late" }] }, "messages"],
 ]) {
   const r = await post(body);

@@ -10,7 +10,8 @@
 //              (the published templates of Llama-2-chat, Mistral-7B-Instruct-v0.1,
 //              ChatML, zephyr-7b-beta and Qwen2-Instruct), and the templates with
 //              tools, copied from shared/models/chat-templates: Llama 3.1 / 3.2 / 3.3
-//              Instruct, Qwen2.5-7B-Instruct, Qwen3-0.6B, Mistral-Nemo-Instruct-2407.
+//              Instruct, Qwen2.5-7B-Instruct, Qwen3-0.6B, Mistral-Nemo-Instruct-2407,
+//              Mistral-Small-3.2-24B-Instruct-2506 and unsloth's Devstral-Small-2507.
 //   Each case names the C family that renders it ("render").  The tool families
 //   also render conversations with tools, assistant tool calls (arguments as
 //   objects, as servers hand them to templates) and tool results.
@@ -38,7 +39,9 @@ for (const [name, bos, eos, render, tools] of [["llama2", "<s>", "</s>"], ["mist
                                 ["llama3.3", "<|begin_of_text|>", "<|eot_id|>", "llama3.1", true],
                                 ["qwen2.5", "", "<|im_end|>", "qwen2.5", true],
                                 ["qwen3-tools", "", "<|im_end|>", "qwen3", true],
-                                ["mistral-nemo", "<s>", "</s>", "mistral-nemo", true]]) {
+                                ["mistral-nemo", "<s>", "</s>", "mistral-nemo", true],
+                                ["mistral-small-3.2", "<s>", "</s>", "mistral-small-3.2", true],
+                                ["devstral", "<s>", "</s>", "devstral", true]]) {
   const file = name === "qwen3-tools" ? "qwen3" : name;
   families.push({ name, render: render || name, tools: !!tools, source: `tests/node/templates/${file}.jinja`,
                   template: fs.readFileSync(path.join(here, "templates", file + ".jinja"), "utf8"), bos, eos });
@@ -99,6 +102,7 @@ const toolConversations = [
 // engine defines (and a context cannot replace): the cases record the date
 // they were rendered with, and the C test renders with that date.
 const today = new Template('{{ strftime_now("%d %b %Y") }}').render({});
+const todayIso = new Template('{{ strftime_now("%Y-%m-%d") }}').render({});
 
 const cases = [];
 for (const f of families) {
@@ -109,7 +113,7 @@ for (const f of families) {
     for (const add_generation_prompt of [true, false]) {
       const c = { family: f.name, render: f.render, source: f.source, bos: f.bos, eos: f.eos, add_generation_prompt, messages };
       if (tools) c.tools = tools;
-      if (f.template.includes("strftime_now")) c.date = today;
+      if (f.template.includes("strftime_now")) c.date = f.template.includes('strftime_now("%Y-%m-%d")') ? todayIso : today;
       try {
         const ctx = { messages, bos_token: f.bos, eos_token: f.eos, add_generation_prompt };
         if (tools) ctx.tools = tools;

@@ -9,6 +9,9 @@
 #   MODEL synth:llama3 / synth:qwen3: a random-weight test-tiny model written
 #   with ../shared's Llama 3 / Qwen3 tokenizer.json and chat template.
 #   TP_SERVE_CHAT_TEMPLATE: serve with --chat-template (e.g. llama3.1).
+#   TP_SERVE_ARGS: more serve options (e.g. --logit-bias 151657+100).
+#   A SCRIPT under agents/ (the OpenAI Agents SDK, Codex CLI) uses the packages of
+#   agents/package.json, installed there on first use; skipped (77) when they cannot be.
 # Skips (exit 77 with "SKIP: reason") when node/npm are missing, the packages
 # cannot be installed (offline) or a synth: tokenizer is not in ../shared
 # (a failure with TP_REQUIRE_SHARED=1).
@@ -24,6 +27,13 @@ if [ ! -d "$here/node_modules/ajv" ] || [ ! -d "$here/node_modules/zod" ] || [ !
   (cd "$here" && tmo 300 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
     { echo "SKIP: npm install failed (offline?)"; exit 77; }
 fi
+case "$script" in
+  *agents/*)
+    if [ ! -d "$here/agents/node_modules/@openai/agents" ] || [ ! -d "$here/agents/node_modules/@openai/codex" ]; then
+      (cd "$here/agents" && tmo 400 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
+        { echo "SKIP: npm install in tests/node/agents failed (offline?)"; exit 77; }
+    fi ;;
+esac
 out="$(mktemp)"; tmpd="$(mktemp -d)"; ctx=()
 trap '[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; rm -f "$out"; rm -rf "$tmpd"' EXIT
 case "$model" in
@@ -41,6 +51,7 @@ case "$model" in
     ;;
 esac
 [ -n "${TP_SERVE_CHAT_TEMPLATE:-}" ] && ctx+=(--chat-template "$TP_SERVE_CHAT_TEMPLATE")
+if [ -n "${TP_SERVE_ARGS:-}" ]; then read -r -a extra <<<"$TP_SERVE_ARGS"; ctx+=("${extra[@]}"); fi
 if [ "$ranks" -gt 1 ]; then
   "$tpserve" launch -n "$ranks" -- "$tpserve" serve -m "$model" "${ctx[@]}" --port 0 --threads 1 --parallel 4 \
     --api-key structured-key >"$out" 2>&1 &
@@ -59,7 +70,7 @@ rc=0
 IFS=, read -r -a scripts <<<"$script"
 for s in "${scripts[@]}"; do
   echo "== $s"
-  tmo 500 node "$here/$s" "http://127.0.0.1:$port/v1" structured-key || rc=1
+  TP_SERVER_LOG="$out" tmo 500 node "$here/$s" "http://127.0.0.1:$port/v1" structured-key || rc=1
 done
 kill "$pid"; wait "$pid" 2>/dev/null; pid=""
 exit $rc

@@ -19,6 +19,7 @@
 // Requests run 4 at a time (continuous batching: each sequence its own automaton).
 // Exit status 0 only when everything held.
 import Ajv from "ajv";
+import { isIPv4, isIPv6 } from "node:net";
 import OpenAI from "openai";
 import { zodResponseFormat, zodFunction } from "openai/helpers/zod";
 import { z } from "zod";
@@ -55,6 +56,11 @@ const leaves = {
   arr_str: { type: "array", items: { type: "string", maxLength: 6 }, minItems: 1, maxItems: 3 },
   anything: {},
   title_desc: { type: "string", maxLength: 20, title: "T", description: "annotations are accepted" },
+  pat_code: { type: "string", pattern: "^[A-Z]{3}-\\d{2,4}(?:-[a-z]+)?$" },
+  pat_search: { type: "string", pattern: "ab|c[0-9]", maxLength: 12 },
+  fmt_datetime: { type: "string", format: "date-time" },
+  fmt_email: { type: "string", format: "email", maxLength: 32 },
+  fmt_ip: { anyOf: [{ type: "string", format: "ipv4" }, { type: "string", format: "ipv6" }] },
 };
 const schemas = [];
 for (const [n, l] of Object.entries(leaves)) {
@@ -132,17 +138,43 @@ schemas.push([
   },
 ]);
 schemas.push([
+  "formats_all",
+  {
+    type: "object",
+    properties: Object.fromEntries(["date", "time", "date-time", "uuid", "email", "ipv4", "ipv6"].map((f) => [f, { type: "string", format: f }])),
+    required: ["date", "time", "date-time", "uuid", "email", "ipv4", "ipv6"],
+    additionalProperties: false,
+  },
+]);
+schemas.push([
+  "patterns_mixed",
+  {
+    type: "object",
+    properties: {
+      word: { type: "string", pattern: "^\\w+$", minLength: 2, maxLength: 6 },
+      phone: { type: "string", pattern: "^\\+?\\d{1,3}[ -]?\\(?\\d{3}\\)?[ -]?\\d{3}-\\d{4}$" },
+      hex: { type: ["string", "null"], pattern: "^#(?:[0-9a-fA-F]{3}){1,2}$" },
+      free: { type: "string", pattern: "[^a-z\\s]{2}" },
+    },
+    required: ["word", "phone", "hex", "free"],
+    additionalProperties: false,
+  },
+]);
+schemas.push([
   "escaped_names",
   { type: "object", properties: { 'say "hi"': { type: "boolean" }, "back\\slash": { type: "null" }, "é": { const: "ü" } }, required: ['say "hi"', "back\\slash", "é"], additionalProperties: false },
 ]);
 
 const unsupported = [
   ["minimum", { type: "integer", minimum: 3 }],
-  ["format", { type: "object", properties: { e: { type: "string", format: "email" } } }],
+  ["uri", { type: "object", properties: { e: { type: "string", format: "uri" } } }],
+  ["int32", { type: "integer", format: "int32" }],
   ["oneOf", { oneOf: [{ type: "string" }, { type: "integer" }] }],
   ["allOf", { allOf: [{ type: "string" }] }],
   ["not", { not: { type: "string" } }],
-  ["pattern", { type: "string", pattern: "^[a-z]+$" }],
+  ["\\1", { type: "string", pattern: "^(a)\\1$" }],
+  ["(?=", { type: "string", pattern: "^(?=a)\\w+$" }],
+  ["\\p", { type: "string", pattern: "^\\p{L}+$" }],
   ["patternProperties", { type: "object", patternProperties: { "^x": { type: "integer" } } }],
   ["prefixItems", { type: "array", prefixItems: [{ type: "integer" }] }],
   ["uniqueItems", { type: "array", uniqueItems: true }],
@@ -189,6 +221,36 @@ function rf(schema, name) {
 
 let n_length = 0;
 const ajv = new Ajv({ strict: false, allErrors: true });
+// the formats checked by code written for this test (not by the server's patterns)
+const isDate = (s) => {
+  const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(s);
+  if (!m) return false;
+  const d = new Date(0);
+  d.setUTCFullYear(+m[1], +m[2] - 1, +m[3]); // (Date.UTC maps years 0-99 to 1900-1999)
+  return d.getUTCFullYear() === +m[1] && d.getUTCMonth() === +m[2] - 1 && d.getUTCDate() === +m[3];
+};
+const isTime = (s) => {
+  const m = /^(\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:[zZ]|([+-])(\d{2}):(\d{2}))$/.exec(s);
+  return !!m && +m[1] < 24 && +m[2] < 60 && +m[3] < 60 && (m[5] === undefined || (+m[6] < 24 && +m[7] < 60));
+};
+const isEmail = (s) => {
+  const at = s.split("@");
+  if (at.length !== 2) return false;
+  const atom = /^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+$/;
+  const labels = at[1].split(".");
+  return at[0].split(".").every((p) => atom.test(p)) && labels.length >= 2 &&
+    labels.every((l) => l.length <= 63 && /^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?$/.test(l)) && /^[A-Za-z]{2,}$/.test(labels.at(-1));
+};
+ajv.addFormat("date", isDate);
+ajv.addFormat("time", isTime);
+ajv.addFormat("date-time", (s) => {
+  const i = s.search(/[Tt]/);
+  return i > 0 && isDate(s.slice(0, i)) && isTime(s.slice(i + 1));
+});
+ajv.addFormat("uuid", (s) => s.length === 36 && [8, 13, 18, 23].every((i) => s[i] === "-") && /^[0-9a-fA-F]{32}$/.test(s.replaceAll("-", "")));
+ajv.addFormat("email", isEmail);
+ajv.addFormat("ipv4", isIPv4);
+ajv.addFormat("ipv6", isIPv6);
 const jobs = [];
 let n_checked = 0;
 for (const [name, schema] of schemas) {

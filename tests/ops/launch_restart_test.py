@@ -15,78 +15,36 @@ usage: launch_restart_test.py REPO TPSERVE
            same greedy text; the host comes back and the launcher's next restart of rank 1 is told
            it was left out (exit 88): the launcher does not restart it again and the job goes on.
 """
-import http.client
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from srv_util import FAILS, check, free_port, greedy, health, metric, request, wait_health  # noqa: E402
+
 REPO, TPSERVE = sys.argv[1], sys.argv[2]
 MODEL = os.path.join(REPO, "models", "stories260K.gguf")
 FAKE_SSH = os.path.join(REPO, "tests", "ops", "fake_ssh.sh")
-FAILS = []
 PROMPTS = ["Once upon a time", "The little dog"]
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        FAILS.append(what)
-    return cond
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
-def request(port, path, body=None, timeout=60):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        if body is None:
-            c.request("GET", path)
-        else:
-            c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-        r = c.getresponse()
-        return r.status, r.read().decode("utf-8", "replace")
-    finally:
-        c.close()
 
 
-def health(port):
-    try:
-        return request(port, "/health", timeout=5)
-    except OSError as e:
-        return 0, str(e)
 
 
-def wait_health(port, want, bound_s, need=None):
-    t0 = time.time()
-    while time.time() - t0 < bound_s:
-        st, body = health(port)
-        if st == want and (need is None or re.search(need, body)):
-            return True, body
-        time.sleep(0.02)
-    return False, ""
 
 
-def greedy(port, prompt):
-    st, body = request(port, "/v1/completions", {"prompt": prompt, "max_tokens": 40, "temperature": 0}, timeout=90)
-    return (st, json.loads(body)["choices"][0]["text"]) if st == 200 else (st, body)
 
 
-def metric(port, name):
-    _, body = request(port, "/metrics")
-    m = re.search(r"^%s (\S+)$" % name, body, re.M)
-    return float(m.group(1)) if m else -1
 
 
 def descendants(root):
@@ -178,16 +136,16 @@ def scenario_restart(work):
     try:
         if not check(g.port is not None, "launch --hostfile over ssh: 2 ranks serving"):
             return
-        ok, _ = wait_health(g.port, 200, 30)
-        ref = [greedy(g.port, p) for p in PROMPTS]
+        ok, _, _ = wait_health(g.port, 200, 30)
+        ref = [greedy(g.port, p, 40, 90) for p in PROMPTS]
         check(all(r[0] == 200 for r in ref), "greedy reference taken")
         old = rank_pid(g.p, 1)
         if not check(old is not None, "found rank 1's serve process"):
             return
         os.kill(old, signal.SIGKILL)
-        ok, body = wait_health(g.port, 503, 10, r"rank 1")
+        ok, body, _ = wait_health(g.port, 503, 10, r"rank 1")
         check(ok, "/health 503 naming rank 1: %s" % body[:120])
-        ok, _ = wait_health(g.port, 200, 30)
+        ok, _, _ = wait_health(g.port, 200, 30)
         check(ok, "/health 200 again: the launcher restarted rank 1 through ssh and it rejoined")
         new = rank_pid(g.p, 1)
         check(new is not None and new != old, "rank 1 is a new process (%s -> %s)" % (old, new))
@@ -211,7 +169,7 @@ def scenario_restart(work):
                 pass
         check(not leaked and tok.decode() not in log, "the token is in no command line and no output")
         for k, p in enumerate(PROMPTS):
-            check(greedy(g.port, p) == ref[k], "greedy output of prompt %d after the restart equals before" % k)
+            check(greedy(g.port, p, 40, 90) == ref[k], "greedy output of prompt %d after the restart equals before" % k)
         check(metric(g.port, "tpserve_recoveries_total") == 1, "/metrics: one recovery")
     finally:
         rc = g.stop()
@@ -224,17 +182,17 @@ def scenario_replan(work):
     try:
         if not check(g.port is not None, "launch --hostfile over ssh: 3 ranks serving"):
             return
-        ok, _ = wait_health(g.port, 200, 30)
-        ref = [greedy(g.port, p) for p in PROMPTS]
+        ok, _, _ = wait_health(g.port, 200, 30)
+        ref = [greedy(g.port, p, 40, 90) for p in PROMPTS]
         time.sleep(1.5)  # the ranks' memory figures reach rank 0
         open(g.down + ".beta", "w").close()  # rank 1's host is unreachable from now on
         os.kill(rank_pid(g.p, 1), signal.SIGKILL)
-        ok, _ = wait_health(g.port, 503, 10, r"rank 1")
-        ok, _ = wait_health(g.port, 200, 40)
+        ok, _, _ = wait_health(g.port, 503, 10, r"rank 1")
+        ok, _, _ = wait_health(g.port, 200, 40)
         check(ok and metric(g.port, "tpserve_ranks") == 2 and metric(g.port, "tpserve_replans_total") == 1,
               "rank 0 re-planned over ranks 0 and 2 while the launcher could not restart rank 1")
         for k, p in enumerate(PROMPTS):
-            check(greedy(g.port, p) == ref[k], "greedy output of prompt %d on 2 ranks equals before" % k)
+            check(greedy(g.port, p, 40, 90) == ref[k], "greedy output of prompt %d on 2 ranks equals before" % k)
         os.unlink(g.down + ".beta")  # the host is back: the launcher's next restart is refused as left out
         t0 = time.time()
         while time.time() - t0 < 40 and "was left out of the group" not in g.text():
@@ -243,7 +201,7 @@ def scenario_replan(work):
         check("rank 1 was left out of the group (rank 0 re-planned without it); not restarting it" in log,
               "the launcher left rank 1 out after it exited 88")
         st, _ = health(g.port)
-        check(st == 200 and g.p.poll() is None and greedy(g.port, PROMPTS[0]) == ref[0],
+        check(st == 200 and g.p.poll() is None and greedy(g.port, PROMPTS[0], 40, 90) == ref[0],
               "the job goes on serving on 2 ranks")
     finally:
         if os.path.exists(g.down + ".beta"):

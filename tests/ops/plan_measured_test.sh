@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # tests/ops/plan_measured_test.sh TPSERVE [SHAPE LAYERS] - `tpserve plan` against a measured run on this
-# machine.  For 2 and 4 local ranks of a synthetic SHAPE Q4_0 model (default tinyllama-1.1b cut to 2
-# layers, to stay fast): `bench comm` times one decode all_sum (n_embd floats) on those ranks, `plan
-# --comm-json` predicts from it, `bench gen` under `tpserve launch` measures.  Asserted: the predicted
-# bytes sent per token (rank 0) within 5% of the measured ones (comm/'s byte counters).  Reported: the
-# predicted and measured communication ms per token and their ratio; asserted within 25% only with
-# TP_PLAN_CHECK_TIME=1, since on a machine with fewer cores than ranks rank 0's communication time
-# includes waiting for descheduled peers.
+# machine, for 2 and 4 local ranks of a synthetic SHAPE Q4_0 model (default tinyllama-1.1b cut to 2 layers,
+# to stay fast): `bench comm --sync` times one decode all_sum (n_embd floats) on those ranks, `plan
+# --comm-json` predicts from it, `bench gen --comm-sync` under `tpserve launch` measures.
+#  - Bytes sent per token (rank 0): the plan's within 5% of comm/'s byte counters.  Asserted.
+#  - Communication time per token, on a link whose latency dominates: every rank's messages held
+#    TP_PLAN_SIM_LATENCY_US (default 20000) before they are sent (TP_COMM_SIM_LATENCY_US), for bench comm
+#    and bench gen alike, so the plan's count of collectives and network rounds per token is what is
+#    compared, not this machine's scheduling.  Measured by the collectives' own timers, in bench comm and
+#    bench gen alike: each call from the moment the last rank entered it to the moment the last rank left
+#    it (sync_lat_us_median, comm_sync_ms_per_token), which leaves out the waits for a rank still
+#    computing or descheduled.  Asserted within 25%
+#    with TP_PLAN_CHECK_TIME=1 (the lead's quiet-machine check); reported always, with the same figures on
+#    the plain loopback link.
 set -uo pipefail
 TPSERVE="$1"; SHAPE="${2:-tinyllama-1.1b}"; LAYERS="${3:-2}"
+LAT_US="${TP_PLAN_SIM_LATENCY_US:-20000}"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -17,27 +24,43 @@ timeout 120 "$TPSERVE" synth --shape "$SHAPE" --layers "$LAYERS" --type q4_0 -q 
   { cat "$WORK/out"; fail "synth $SHAPE"; }
 EMBD=$("$TPSERVE" plan -m "$MODEL" --nodes 8G --json | python3 -c '
 import json, sys; print(json.load(sys.stdin)["n_embd"])') || fail "plan --json has no n_embd"
+
+# measure N LATENCY_US ITERS GEN_TOKENS TAG: bench comm, plan from it, bench gen (files $WORK/*-TAG.json)
+measure() {
+  local n=$1 lat=$2 iters=$3 ntok=$4 tag=$5 nodes
+  nodes=$(python3 -c "print(','.join(['8G'] * $n))")
+  TP_COMM_SIM_LATENCY_US=$lat timeout 200 "$TPSERVE" launch -n "$n" -- "$TPSERVE" bench comm \
+    --min-bytes $((EMBD * 4)) --max-bytes $((EMBD * 4)) --iters "$iters" --sync --json >"$WORK/comm-$tag.json" 2>"$WORK/err" ||
+    { cat "$WORK/err"; fail "bench comm at $n ranks ($tag)"; }
+  timeout 120 "$TPSERVE" plan -m "$MODEL" --nodes "$nodes" --comm-json "$WORK/comm-$tag.json" --json \
+    >"$WORK/plan-$tag.json" 2>"$WORK/err" || { cat "$WORK/err"; fail "plan at $n nodes ($tag)"; }
+  TP_COMM_SIM_LATENCY_US=$lat timeout 300 "$TPSERVE" launch -n "$n" -- "$TPSERVE" bench gen -m "$MODEL" -p 0 \
+    -n "$ntok" -r 2 -t 1 --bw-mib 64 --comm-sync --json >"$WORK/gen-$tag.json" 2>"$WORK/err" ||
+    { cat "$WORK/err"; fail "bench gen at $n ranks ($tag)"; }
+}
+
 STATUS=0
 for N in 2 4; do
-  NODES=$(python3 -c "print(','.join(['8G'] * $N))")
-  timeout 120 "$TPSERVE" launch -n "$N" -- "$TPSERVE" bench comm --min-bytes $((EMBD * 4)) --max-bytes $((EMBD * 4)) \
-    --iters 300 --json >"$WORK/comm-$N.json" 2>"$WORK/err" || { cat "$WORK/err"; fail "bench comm at $N ranks"; }
-  timeout 120 "$TPSERVE" plan -m "$MODEL" --nodes "$NODES" --comm-json "$WORK/comm-$N.json" --json \
-    >"$WORK/plan-$N.json" 2>"$WORK/err" || { cat "$WORK/err"; fail "plan at $N nodes"; }
-  timeout 300 "$TPSERVE" launch -n "$N" -- "$TPSERVE" bench gen -m "$MODEL" -p 0 -n 32 -r 2 -t 1 --bw-mib 64 --json \
-    >"$WORK/gen-$N.json" 2>"$WORK/err" || { cat "$WORK/err"; fail "bench gen at $N ranks"; }
-  python3 - "$WORK/plan-$N.json" "$WORK/gen-$N.json" "$N" "${TP_PLAN_CHECK_TIME:-0}" <<'PY' || STATUS=1
+  measure "$N" 0 300 32 "$N"
+  measure "$N" "$LAT_US" 40 16 "$N-lat"
+  python3 - "$WORK" "$N" "$LAT_US" "${TP_PLAN_CHECK_TIME:-0}" <<'PY' || STATUS=1
 import json, sys
-plan = json.load(open(sys.argv[1]))
-line = [l for l in open(sys.argv[2]) if '{' in l][-1]
-gen = json.loads(line[line.index('{'):])
-n, check_time = int(sys.argv[3]), sys.argv[4] == "1"
-pb, mb = plan["wire_bytes_per_token"], gen["bytes_per_token"]
-pt, mt = plan["comm_ms"], gen["comm_ms_per_token"]
-print(f"{n} ranks: bytes/token plan {pb:.0f} measured {mb:.0f} ({pb / mb - 1:+.2%}); "
-      f"comm ms/token plan {pt:.3f} (all_sum {plan['allsum_us_measured']:.1f} us) measured {mt:.3f} "
-      f"({pt / mt - 1:+.1%})")
-assert gen["ranks"] == n and mb > 0, gen
+work, n, lat, check_time = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+def gen(tag):
+    line = [l for l in open(f"{work}/gen-{tag}.json") if '{' in l][-1]
+    return json.loads(line[line.index('{'):])
+plan, g = json.load(open(f"{work}/plan-{n}.json")), gen(f"{n}")
+plan_l, g_l = json.load(open(f"{work}/plan-{n}-lat.json")), gen(f"{n}-lat")
+pb, mb = plan["wire_bytes_per_token"], g["bytes_per_token"]
+print(f"{n} ranks: bytes/token plan {pb:.0f} measured {mb:.0f} ({pb / mb - 1:+.2%})")
+print(f"  loopback: comm ms/token plan {plan['comm_ms']:.3f} (all_sum {plan['allsum_us_measured']:.1f} us) "
+      f"measured {g['comm_sync_ms_per_token']:.3f} after all ranks entered, {g['comm_ms_per_token']:.3f} rank 0's "
+      f"wall time in collectives")
+pt, mt = plan_l["comm_ms"], g_l["comm_sync_ms_per_token"]
+print(f"  {lat} us link latency: comm ms/token plan {pt:.3f} ({plan_l['comm_rounds_per_token']} rounds, all_sum "
+      f"{plan_l['allsum_us_measured']:.1f} us) measured {mt:.3f} ({pt / mt - 1:+.1%}; rank 0's wall time "
+      f"{g_l['comm_ms_per_token']:.3f})")
+assert g["ranks"] == n and mb > 0 and mt > 0, g
 assert abs(pb / mb - 1) <= 0.05, "bytes per token off by more than 5%"
 if check_time:
     assert abs(pt / mt - 1) <= 0.25, "communication time off by more than 25%"

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/synth.h"
 #include "parallel/parallel.h"
 
 #define MR_MAX_RANKS 8
@@ -99,5 +100,10 @@ int mr_near_tie_violations(const struct mr_run *ref, const struct mr_run *r, dou
 int mr_near_ties(const struct mr_run *ref, double tau);
 /* Synthetic models written once per test process (NULL + skip reason when the writer is missing). */
 const char *mr_synth_model(const char *tag, enum tp_wtype type);
+/* Write shape sh as type (with mix) from seed to path, or when path is NULL to a file in the test's
+ * temporary folder named after the arguments; the path (one of 8 static buffers used in turn), or NULL
+ * after printing why. */
+const char *mr_synth_shape(const struct tp_shape *sh, enum tp_wtype type, enum tp_synth_mix mix, uint64_t seed,
+                           const char *path);
 
 #endif

@@ -452,21 +452,39 @@ const char *mr_synth_model(const char *tag, enum tp_wtype type)
         sh.norm_eps = 1e-5f;
         sh.tied = 0;
     }
+    /* gpt-oss as published: MXFP4 experts, Q8_0 else */
+    const char *p = mr_synth_shape(&sh, type, type == TP_WTYPE_MXFP4 ? TP_SYNTH_MIX_MXFP4 : TP_SYNTH_MIX_NONE, 1234,
+                                   want);
+    if (!p) return NULL;
+    snprintf(paths[n], sizeof paths[n], "%s", p);
+    return paths[n++];
+}
+
+const char *mr_synth_shape(const struct tp_shape *sh, enum tp_wtype type, enum tp_synth_mix mix, uint64_t seed,
+                           const char *path)
+{
+    static char paths[8][512];
+    static int n;
+    char *p = paths[n++ % 8];
+    if (path)
+        snprintf(p, sizeof paths[0], "%s", path);
+    else
+        snprintf(p, sizeof paths[0], "%s/synth-%s-%s-m%d-s%llu.gguf", tp_test_tmpdir(), sh->name, tp_wtype_name(type),
+                 (int)mix, (unsigned long long)seed);
     struct tp_synth_config sc = tp_synth_default_config();
-    sc.shape = &sh;
-    sc.n_layer = sh.n_layer;
+    sc.shape = sh;
+    sc.n_layer = sh->n_layer;
     sc.type = type;
-    if (type == TP_WTYPE_MXFP4) sc.mix = TP_SYNTH_MIX_MXFP4; /* gpt-oss as published: MXFP4 experts, Q8_0 else */
-    sc.seed = 1234;
-    sc.out_path = want;
-    sc.n_threads = 1;
+    sc.mix = mix;
+    sc.seed = seed;
+    sc.out_path = p;
+    sc.n_threads = 2;
     struct tp_error e = {0};
     if (tp_synth_write(&sc, &e) != TP_OK) {
-        fprintf(stderr, "mr_synth_model: %s\n", e.msg);
+        fprintf(stderr, "synth %s: %s\n", sh->name, e.msg);
         return NULL;
     }
-    snprintf(paths[n], sizeof paths[n], "%s", want);
-    return paths[n++];
+    return p;
 }
 
 int mr_near_ties(const struct mr_run *ref, double tau)

@@ -17,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "comm/comm.h"
 #include "common/common.h"
 #include "e2e_impl.h"
 
@@ -25,21 +26,12 @@
 #endif
 #include "tp_test.h"
 
-/* A free loopback port, kept bound by *fd_out (rank 0 inherits it as
+/* A free loopback port, kept listening by *fd_out (rank 0 inherits it as
  * TP_LISTEN_FD, so no parallel test can take the port meanwhile). */
 static int hold_port(int *fd_out)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t l = sizeof a;
-    *fd_out = -1;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &l) != 0) {
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    *fd_out = fd;
-    return ntohs(a.sin_port);
+    int port = -1;
+    return tp_comm_hold_loopback_ports(1, &port, fd_out, NULL) == TP_OK ? port : -1;
 }
 
 static int srv_start_impl(struct srv *s, int world, int launch, const char *model, const char *const *extra,
@@ -71,6 +63,7 @@ static int srv_start_impl(struct srv *s, int world, int launch, const char *mode
                 setenv("TP_COORDINATOR", buf, 1);
                 setenv("TP_COMM_TIMEOUT_MS", "10000", 1);
                 if (rank == 0) {
+                    (void)fcntl(coord_fd, F_SETFD, 0); /* tpserve inherits it across exec */
                     snprintf(buf, sizeof buf, "%d", coord_fd);
                     setenv("TP_LISTEN_FD", buf, 1);
                 } else if (coord_fd >= 0) {

@@ -43,18 +43,12 @@ import sys
 import threading
 import time
 
-from srv_util import wait_serving_port
+from srv_util import FAILS, check, free_port, greedy, health, metric, request, wait_health, wait_serving_port
 
 TPSERVE, MODEL, SCENARIO, N_RANKS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-FAILS = []
 PROMPTS = ["Once upon a time", "The little dog", "One day, Lily went"]
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        FAILS.append(what)
-    return cond
 
 
 class Group:
@@ -126,38 +120,12 @@ class Group:
         return self.p.returncode
 
 
-def request(port, path, body=None, timeout=60):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        if body is None:
-            c.request("GET", path)
-        else:
-            c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-        r = c.getresponse()
-        return r.status, r.read().decode("utf-8", "replace")
-    finally:
-        c.close()
 
 
-def health(port):
-    try:
-        return request(port, "/health", timeout=5)
-    except OSError as e:
-        return 0, str(e)
 
 
-def greedy(port, prompt, timeout=60):
-    st, body = request(port, "/v1/completions", {"prompt": prompt, "max_tokens": 48, "temperature": 0},
-                       timeout=timeout)
-    if st != 200:
-        return st, body
-    return st, json.loads(body)["choices"][0]["text"]
 
 
-def metric(port, name):
-    _, body = request(port, "/metrics")
-    m = re.search(r"^%s (\S+)$" % name, body, re.M)
-    return float(m.group(1)) if m else -1
 
 
 class Clients:
@@ -222,15 +190,6 @@ class Clients:
         return not any(t.is_alive() for t in self.threads)
 
 
-def wait_health(port, want, bound_s, need=None):
-    """Poll /health every 20 ms until its status is want (and its body matches need); (ok, body, seconds)."""
-    t0 = time.time()
-    while time.time() - t0 < bound_s:
-        st, body = health(port)
-        if st == want and (need is None or re.search(need, body)):
-            return True, body, time.time() - t0
-        time.sleep(0.02)
-    return False, "", time.time() - t0
 
 
 def scenario_kill(g, ref):
@@ -437,13 +396,6 @@ def scenario_rank0(g, ref):
     check(not left, "no worker left running (%s)" % left)
 
 
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def scenario_hand(_g, _ref):

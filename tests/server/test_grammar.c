@@ -8,6 +8,7 @@
  * byte plus multi-byte tokens; and random walks that always pick an allowed
  * token reach an accepting state whose text cJSON parses.
  */
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,39 @@ static const struct ar cases[] = {
      {"{\"q\\\"uote\":null}", NULL}, {"{\"q\":null}", NULL}},
     {"{\"type\":\"object\"}", {"{}", "{\"a\":[1,{\"b\":null}],\"c\":\"d\"}", NULL}, {"[]", "{\"a\"}", NULL}},
     {"true", {"1", "\"s\"", "[]", "{}", NULL}, {"", "[", NULL}},
+    /* pattern: anchored, quantifiers; no escapes are generated */
+    {"{\"type\":\"string\",\"pattern\":\"^[a-c]{2,3}x?$\"}", {"\"ab\"", "\"abc\"", "\"abcx\"", "\"aax\"", NULL},
+     {"\"a\"", "\"abcd\"", "\"xab\"", "\"abxx\"", "\"a\\u0062\"", NULL}},
+    /* unanchored: a string that contains a match */
+    {"{\"type\":\"string\",\"pattern\":\"\\\\d\\\\d\"}", {"\"12\"", "\"a12b\"", "\"x99\"", NULL},
+     {"\"1a2\"", "\"\"", "\"ab\"", NULL}},
+    /* anchors per top-level alternative; no type: a string */
+    {"{\"pattern\":\"^ab|cd$\"}", {"\"ab\"", "\"abzz\"", "\"zzcd\"", "\"cd\"", NULL},
+     {"\"zab\"", "\"cdz\"", "\"\"", "1", NULL}},
+    {"{\"type\":\"string\",\"format\":\"date\"}", {"\"2024-02-28\"", "\"1999-12-31\"", "\"2023-04-30\"", NULL},
+     {"\"2024-02-30\"", "\"2024-13-01\"", "\"2024-04-31\"", "\"24-01-01\"", "\"2024-1-01\"", NULL}},
+    {"{\"type\":\"string\",\"format\":\"ipv4\"}", {"\"192.168.0.1\"", "\"0.0.0.0\"", "\"255.255.255.255\"", NULL},
+     {"\"256.1.1.1\"", "\"01.2.3.4\"", "\"1.2.3\"", NULL}},
+    /* pattern and lengths together */
+    {"{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"minLength\":2,\"maxLength\":3}", {"\"ab\"", "\"abc\"", NULL},
+     {"\"a\"", "\"abcd\"", "\"a1\"", NULL}},
+    /* non-ASCII characters of the generated set; no astral ones, no NBSP */
+    {"{\"type\":\"string\",\"pattern\":\"^.{2}$\"}", {"\"\xc3\xa9x\"", "\"ab\"", "\"\xe4\xb8\x80\xc3\xa9\"", NULL},
+     {"\"abc\"", "\"\xf0\x9f\x98\x80x\"", "\"\xc2\xa0x\"", "\"\xc3\"", NULL}},
+    {"{\"type\":[\"string\",\"null\"],\"format\":\"date-time\"}",
+     {"\"2024-01-02T03:04:05Z\"", "\"2024-01-02T23:59:59.123+05:30\"", "null", NULL},
+     {"\"2024-01-02 03:04:05Z\"", "\"2024-01-02T24:00:00Z\"", "\"2024-01-02T03:04:05\"", NULL}},
+    {"{\"type\":\"string\",\"format\":\"email\"}", {"\"a.b+c@ex-ample.com\"", "\"x@y.io\"", NULL},
+     {"\"a@b\"", "\"a@-b.com\"", "\"@b.com\"", "\"a..b@c.com\"", NULL}},
+    {"{\"type\":\"string\",\"format\":\"uuid\"}", {"\"123e4567-e89b-12d3-a456-426614174000\"", NULL},
+     {"\"123e4567-e89b-12d3-a456-42661417400\"", "\"123e4567e89b12d3a456426614174000\"", NULL}},
+    {"{\"type\":\"string\",\"format\":\"ipv6\"}", {"\"2001:db8:0:0:0:ff00:42:8329\"", NULL},
+     {"\"2001:db8::1\"", "\"2001:db8:0:0:0:ff00:42\"", "\"12345:0:0:0:0:0:0:0\"", NULL}},
+    {"{\"type\":\"string\",\"format\":\"time\"}", {"\"23:59:59Z\"", "\"00:00:00.5-01:30\"", NULL},
+     {"\"24:00:00Z\"", "\"12:60:00Z\"", "\"12:00:00\"", NULL}},
+    /* classes, escapes, groups */
+    {"{\"type\":\"string\",\"pattern\":\"^[^a-z\\\\s]\\\\w\\\\.(?:x|y)+\\\\/$\"}", {"\"A1.x/\"", "\"#_.xyx/\"", NULL},
+     {"\"a1.x/\"", "\" 1.x/\"", "\"A1.z/\"", "\"A1x.x/\"", NULL}},
 };
 
 static void test_accept_reject(void)
@@ -110,9 +144,24 @@ static void test_refused(void)
         const char *schema, *want;
     } bad[] = {
         {"{\"type\":\"integer\",\"minimum\":3}", "'minimum'"},
-        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"email\"}}}", "#/properties/a"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"uri\"}}}", "#/properties/a"},
+        {"{\"type\":\"string\",\"format\":\"uri\"}", "unsupported format 'uri'"},
+        {"{\"type\":\"integer\",\"format\":\"int32\"}", "not a string"},
         {"{\"oneOf\":[{\"type\":\"string\"}]}", "'oneOf'"},
-        {"{\"type\":\"string\",\"pattern\":\"^a\"}", "'pattern'"},
+        {"{\"type\":\"string\",\"pattern\":\"^(a)\\\\1$\"}", "backreference"},
+        {"{\"type\":\"string\",\"pattern\":\"(?=a)b\"}", "lookahead"},
+        {"{\"type\":\"string\",\"pattern\":\"(?<!a)b\"}", "lookbehind"},
+        {"{\"type\":\"string\",\"pattern\":\"\\\\bword\"}", "word boundary"},
+        {"{\"type\":\"string\",\"pattern\":\"\\\\p{L}\"}", "Unicode property"},
+        {"{\"type\":\"string\",\"pattern\":\"^[\xc3\xa9]$\"}", "non-ASCII"},
+        {"{\"type\":\"string\",\"pattern\":\"a^b\"}", "anchor '^'"},
+        {"{\"type\":\"string\",\"pattern\":\"a{2,1}\"}", "out of order"},
+        {"{\"type\":\"string\",\"pattern\":\"(abc\"}", "unterminated group"},
+        {"{\"type\":\"string\",\"pattern\":\"*a\"}", "nothing to repeat"},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\"$\"}", "no string the server generates"},
+        {"{\"type\":\"string\",\"pattern\":\"^a{3}$\",\"maxLength\":2}", "within minLength"},
+        {"{\"enum\":[\"a\"],\"pattern\":\"a\"}", "beside 'enum'"},
+        {"{\"type\":\"string\",\"pattern\":5}", "'pattern' must be a string"},
         {"{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "minLength > maxLength"},
         {"{\"type\":\"array\",\"minItems\":-1}", "minItems"},
         {"{\"$ref\":\"#/$defs/missing\"}", "does not point"},
@@ -269,6 +318,52 @@ static void test_mask_oracle(void)
                "\"additionalProperties\":{\"type\":[\"integer\",\"null\"]}}",
                0);
     mask_walks(NULL, 1);
+    mask_walks("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},\"p\":{\"type\":"
+               "\"string\",\"pattern\":\"^[a-c]+x{2}$\",\"maxLength\":6},\"u\":{\"type\":\"string\",\"pattern\":\"z.{1,3}\","
+               "\"maxLength\":8}},\"required\":[\"d\",\"p\",\"u\"],\"additionalProperties\":false}",
+               0);
+}
+
+/* Patterns against an independent oracle, POSIX extended regular
+ * expressions (regcomp; the patterns use the syntax both share): every
+ * string over a small alphabet up to 6 characters is a complete value of
+ * the grammar exactly when regexec finds a match in it. */
+static void test_pattern_vs_posix(void)
+{
+    static const char *const pats[] = {"^(ab|a)*c?$", "b{2,3}", "^[a-c]+$", "a|^b", "^(a|b)*a(a|b)$", "c$",
+                                       "^a{0,2}b+$", "^(x|ab{1,2})+c{2,}", "[^ab]x", "^(a?){2}b?$"};
+    static const char alpha[] = "abcx";
+    char err[256];
+    for (size_t pi = 0; pi < TP_ARRAY_LEN(pats); pi++) {
+        char schema[256];
+        snprintf(schema, sizeof schema, "{\"type\":\"string\",\"pattern\":\"%s\"}", pats[pi]);
+        tp_grammar_t *g = compile(schema, err, sizeof err);
+        if (!g) fprintf(stderr, "pattern %s: %s\n", pats[pi], err);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+        regex_t re;
+        CU_ASSERT_FATAL(regcomp(&re, pats[pi], REG_EXTENDED | REG_NOSUB) == 0);
+        int n_match = 0, n_total = 0;
+        for (int len = 0; len <= 6; len++) {
+            int idx[6] = {0};
+            for (;;) {
+                char str[8], json[12];
+                for (int k = 0; k < len; k++) str[k] = alpha[idx[k]];
+                str[len] = 0;
+                snprintf(json, sizeof json, "\"%s\"", str);
+                const int want = regexec(&re, str, 0, NULL, 0) == 0, got = accepts(g, json);
+                if (want != got) fprintf(stderr, "pattern %s on '%s': posix %d grammar %d\n", pats[pi], str, want, got);
+                CU_ASSERT_EQUAL(got, want);
+                n_match += want;
+                n_total++;
+                int k = len - 1;
+                while (k >= 0 && ++idx[k] == 4) idx[k--] = 0;
+                if (k < 0) break;
+            }
+        }
+        CU_ASSERT(n_match > 0 && n_match < n_total); /* the pattern tells strings apart */
+        regfree(&re);
+        tp_grammar_free(g);
+    }
 }
 
 /* The schemas of the cost and budget checks: every kind of frame, required
@@ -284,6 +379,10 @@ static const char *const cost_schemas[] = {
     "{\"a\":{\"$ref\":\"#/$defs/node\"}},\"required\":[\"a\"]}],\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":"
     "{\"v\":{\"type\":\"number\"},\"next\":{\"$ref\":\"#/$defs/node\"}},\"required\":[\"v\"]}}}",
     "{\"type\":\"number\"}",
+    "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},\"p\":{\"type\":\"string\","
+    "\"pattern\":\"^[a-c]+x{2}$\",\"maxLength\":6},\"e\":{\"type\":\"string\",\"format\":\"email\"},\"u\":{\"type\":"
+    "\"string\",\"pattern\":\"z.{1,3}\",\"minLength\":4}},\"required\":[\"d\",\"p\",\"e\",\"u\"],"
+    "\"additionalProperties\":false}",
 };
 
 /* Random walks of single bytes (a random accepted byte, or now and then the
@@ -437,12 +536,61 @@ static void test_budget_closes(void)
     vocab_free(&v);
 }
 
+/* Tool-call grammars: {"x-raw-prefix", "x-then"} is the prefix's bytes and
+ * then the value (Mistral's name[ARGS]{...}); plain schemas refuse it.
+ * Along every accepted string the cost drops by at most one per byte, some
+ * byte lowers it by one, and it is 0 at the end. */
+static void test_raw_prefix(void)
+{
+    static const char schema[] =
+        "{\"anyOf\":[{\"x-raw-prefix\":\"get\",\"x-then\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+        "\"integer\"}},\"required\":[\"a\"],\"additionalProperties\":false}},{\"x-raw-prefix\":\"get_weather\","
+        "\"x-then\":{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}}]}";
+    cJSON *sj = cJSON_Parse(schema);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sj);
+    tp_grammar_t *g = NULL;
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL(tp_grammar_from_schema(sj, &g, &e), TP_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(tp_error_msg(&e), "'x-raw-prefix'") != NULL);
+    CU_ASSERT_EQUAL_FATAL(tp_grammar_from_tool_schema(sj, &g, &e), TP_OK);
+    cJSON_Delete(sj);
+    static const char *const yes[] = {"get{\"a\":1}", "get_weather{}", "get{ \"a\" : -5 }"};
+    static const char *const no[] = {"got{}", "get{}", "get_weather{\"a\":1}", "{\"a\":1}", "get {\"a\":1}", "get_weather{"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(yes); i++) {
+        CU_ASSERT(accepts(g, yes[i]));
+        static struct tp_gstate st, nx;
+        tp_gstate_init(g, &st);
+        for (const char *p = yes[i]; *p; p++) {
+            const int c0 = tp_gstate_cost(g, &st);
+            int down = 0;
+            for (int b = 0; b < 256; b++) {
+                tp_gstate_copy(&nx, &st);
+                if (!tp_gstate_feed(g, &nx, (unsigned char)b)) continue;
+                const int c1 = tp_gstate_cost(g, &nx);
+                CU_ASSERT(c1 >= c0 - 1);
+                down |= c1 == c0 - 1;
+            }
+            CU_ASSERT(down);
+            CU_ASSERT_FATAL(tp_gstate_feed(g, &st, (unsigned char)*p));
+        }
+        CU_ASSERT(tp_gstate_done(g, &st));
+        CU_ASSERT_EQUAL(tp_gstate_cost(g, &st), 0);
+    }
+    for (size_t i = 0; i < TP_ARRAY_LEN(no); i++) {
+        if (accepts(g, no[i])) fprintf(stderr, "raw prefix grammar should reject %s\n", no[i]);
+        CU_ASSERT(!accepts(g, no[i]));
+    }
+    tp_grammar_free(g);
+}
+
 static const struct tp_test_case grammar_cases[] = {
     {"accept_reject", test_accept_reject},
     {"refused_keywords", test_refused},
     {"mask_vs_oracle", test_mask_oracle},
+    {"pattern_vs_posix", test_pattern_vs_posix},
     {"cost_exact", test_cost_exact},
     {"budget_closes", test_budget_closes},
+    {"raw_prefix", test_raw_prefix},
     {NULL, NULL},
 };
 TP_TEST_SUITE(grammar, "unit", 120, grammar_cases)

@@ -25,24 +25,6 @@
 #include "server/server_impl.h"
 #include "tp_test.h"
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[sz] = 0;
-    if (len) *len = (size_t)sz;
-    return b;
-}
-
 /* Validate a chat request body and render it: the renderer's status, or -1 when the validator
  * refused it; the prompt in out, the reason in err. */
 static int render_body(const char *body, int add_gen, const char *date, struct tp_buf *out, char *err, size_t cap)
@@ -63,7 +45,7 @@ static int render_body(const char *body, int add_gen, const char *date, struct t
 
 static void test_render_oracle(void)
 {
-    char *json = read_file(tp_test_repo_path("tests/server/harmony_expected.json"), NULL);
+    char *json = tp_test_read_file(tp_test_repo_path("tests/server/harmony_expected.json"), NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(json);
     cJSON *cases = cJSON_Parse(json);
     free(json);
@@ -166,6 +148,27 @@ static void txt(struct script *s, const char *t)
     s->len += l;
     tok(s, 1);
 }
+
+/* Append the pieces to s: "<|start|>", "<|channel|>" ... as their control tokens, anything else as text. */
+static void play(struct script *s, const char *const *parts)
+{
+    static const struct {
+        const char *name;
+        int id;
+    } ctl[] = {{"<|start|>", T_START},     {"<|end|>", T_END},     {"<|message|>", T_MESSAGE},
+               {"<|channel|>", T_CHANNEL}, {"<|constrain|>", T_CONSTRAIN}, {"<|return|>", T_RETURN},
+               {"<|call|>", T_CALL}};
+    for (; *parts; parts++) {
+        int id = 0;
+        for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++)
+            if (strcmp(*parts, ctl[i].name) == 0) id = ctl[i].id;
+        if (id)
+            tok(s, id);
+        else
+            txt(s, *parts);
+    }
+}
+#define PLAY(s, ...) play(s, (const char *const[]){__VA_ARGS__, NULL})
 static int seg_is(const struct script *s, const struct tp_harmony_seg *g, enum tp_harmony_kind k, const char *body)
 {
     return g->kind == k && g->e - g->b == strlen(body) && memcmp(s->text + g->b, body, g->e - g->b) == 0;
@@ -176,25 +179,14 @@ static void test_parse_channels(void)
     struct script s = {0};
     struct tp_harmony_seg g[8];
     /* <|channel|>analysis<|message|>Think...<|end|><|start|>assistant<|channel|>final<|message|>Answer<|return|> */
-    tok(&s, T_CHANNEL);
-    txt(&s, "analysis");
-    tok(&s, T_MESSAGE);
-    txt(&s, "Think");
-    txt(&s, " hard.");
-    tok(&s, T_END);
-    tok(&s, T_START);
-    txt(&s, "assistant");
-    tok(&s, T_CHANNEL);
-    txt(&s, "final");
-    tok(&s, T_MESSAGE);
-    txt(&s, "The answer");
-    txt(&s, " is 4.");
+    PLAY(&s, "<|channel|>", "analysis", "<|message|>", "Think", " hard.", "<|end|>", "<|start|>", "assistant",
+         "<|channel|>", "final", "<|message|>", "The answer", " is 4.");
     /* streamed before the end: the final body is open */
     int n = tp_harmony_scan(&ids, s.toks, s.n, s.text, s.len, 0, g, 8);
     CU_ASSERT_EQUAL_FATAL(n, 2);
     CU_ASSERT(seg_is(&s, &g[0], TP_HARMONY_REASONING, "Think hard.") && g[0].closed);
     CU_ASSERT(seg_is(&s, &g[1], TP_HARMONY_CONTENT, "The answer is 4.") && !g[1].closed);
-    tok(&s, T_RETURN);
+    PLAY(&s, "<|return|>");
     n = tp_harmony_scan(&ids, s.toks, s.n, s.text, s.len, 1, g, 8);
     CU_ASSERT_EQUAL(n, 2);
     CU_ASSERT(g[1].closed);
@@ -209,21 +201,9 @@ static void test_parse_tool_call(void)
     struct tp_harmony_seg g[8];
     /* recipient in the channel part, with <|constrain|> */
     struct script s = {0};
-    tok(&s, T_CHANNEL);
-    txt(&s, "analysis");
-    tok(&s, T_MESSAGE);
-    txt(&s, "Need weather.");
-    tok(&s, T_END);
-    tok(&s, T_START);
-    txt(&s, "assistant");
-    tok(&s, T_CHANNEL);
-    txt(&s, "commentary to=functions.get_weather ");
-    tok(&s, T_CONSTRAIN);
-    txt(&s, "json");
-    tok(&s, T_MESSAGE);
-    txt(&s, "{\"city\":");
-    txt(&s, "\"Paris\"}");
-    tok(&s, T_CALL);
+    PLAY(&s, "<|channel|>", "analysis", "<|message|>", "Need weather.", "<|end|>", "<|start|>", "assistant",
+         "<|channel|>", "commentary to=functions.get_weather ", "<|constrain|>", "json", "<|message|>",
+         "{\"city\":", "\"Paris\"}", "<|call|>");
     int n = tp_harmony_scan(&ids, s.toks, s.n, s.text, s.len, 1, g, 8);
     CU_ASSERT_EQUAL_FATAL(n, 2);
     CU_ASSERT(seg_is(&s, &g[0], TP_HARMONY_REASONING, "Need weather."));
@@ -233,12 +213,7 @@ static void test_parse_tool_call(void)
 
     /* recipient in the role part (the rendered history's form) */
     struct script t = {0};
-    txt(&t, " to=functions.lookup");
-    tok(&t, T_CHANNEL);
-    txt(&t, "commentary json");
-    tok(&t, T_MESSAGE);
-    txt(&t, "{}");
-    tok(&t, T_CALL);
+    PLAY(&t, " to=functions.lookup", "<|channel|>", "commentary json", "<|message|>", "{}", "<|call|>");
     n = tp_harmony_scan(&ids, t.toks, t.n, t.text, t.len, 1, g, 8);
     CU_ASSERT_EQUAL_FATAL(n, 1);
     CU_ASSERT(seg_is(&t, &g[0], TP_HARMONY_CALL, "{}"));
@@ -247,18 +222,8 @@ static void test_parse_tool_call(void)
     /* commentary without a recipient is a preamble for the user: content; a built-in
      * tool recipient (not offered) stays out of the answer */
     struct script u = {0};
-    tok(&u, T_CHANNEL);
-    txt(&u, "commentary");
-    tok(&u, T_MESSAGE);
-    txt(&u, "Checking...");
-    tok(&u, T_END);
-    tok(&u, T_START);
-    txt(&u, "assistant to=browser.search");
-    tok(&u, T_CHANNEL);
-    txt(&u, "analysis");
-    tok(&u, T_MESSAGE);
-    txt(&u, "{\"q\":1}");
-    tok(&u, T_CALL);
+    PLAY(&u, "<|channel|>", "commentary", "<|message|>", "Checking...", "<|end|>", "<|start|>",
+         "assistant to=browser.search", "<|channel|>", "analysis", "<|message|>", "{\"q\":1}", "<|call|>");
     n = tp_harmony_scan(&ids, u.toks, u.n, u.text, u.len, 1, g, 8);
     CU_ASSERT_EQUAL_FATAL(n, 2);
     CU_ASSERT(seg_is(&u, &g[0], TP_HARMONY_CONTENT, "Checking..."));
@@ -269,8 +234,7 @@ static void test_parse_unformatted(void)
 {
     struct tp_harmony_seg g[4];
     struct script s = {0};
-    txt(&s, "plain text");
-    txt(&s, " reply");
+    PLAY(&s, "plain text", " reply");
     /* while streaming it may still be a header: nothing; once done: content */
     CU_ASSERT_EQUAL(tp_harmony_scan(&ids, s.toks, s.n, s.text, s.len, 0, g, 4), 0);
     CU_ASSERT_EQUAL_FATAL(tp_harmony_scan(&ids, s.toks, s.n, s.text, s.len, 1, g, 4), 1);
@@ -328,22 +292,9 @@ static void collected_free(struct collected *c)
 static void test_stream_and_message(void)
 {
     struct script s = {0};
-    tok(&s, T_CHANNEL);
-    txt(&s, "analysis");
-    tok(&s, T_MESSAGE);
-    txt(&s, "The user");
-    txt(&s, " wants \"weather\".");
-    tok(&s, T_END);
-    tok(&s, T_START);
-    txt(&s, "assistant");
-    tok(&s, T_CHANNEL);
-    txt(&s, "commentary to=functions.get_weather ");
-    tok(&s, T_CONSTRAIN);
-    txt(&s, "json");
-    tok(&s, T_MESSAGE);
-    txt(&s, "{\"city\"");
-    txt(&s, ": \"Paris\"}");
-    tok(&s, T_CALL);
+    PLAY(&s, "<|channel|>", "analysis", "<|message|>", "The user", " wants \"weather\".", "<|end|>", "<|start|>",
+         "assistant", "<|channel|>", "commentary to=functions.get_weather ", "<|constrain|>", "json",
+         "<|message|>", "{\"city\"", ": \"Paris\"}", "<|call|>");
     struct collected c;
     collect(&s, &c);
     CU_ASSERT_STRING_EQUAL(c.reasoning.data, "The user wants \"weather\".");
@@ -371,19 +322,8 @@ static void test_stream_and_message(void)
 
     /* analysis then final: reasoning and content; an unformatted reply: content once done */
     struct script f = {0};
-    tok(&f, T_CHANNEL);
-    txt(&f, "analysis");
-    tok(&f, T_MESSAGE);
-    txt(&f, "2+2");
-    tok(&f, T_END);
-    tok(&f, T_START);
-    txt(&f, "assistant");
-    tok(&f, T_CHANNEL);
-    txt(&f, "final");
-    tok(&f, T_MESSAGE);
-    txt(&f, "It is");
-    txt(&f, " 4.");
-    tok(&f, T_RETURN);
+    PLAY(&f, "<|channel|>", "analysis", "<|message|>", "2+2", "<|end|>", "<|start|>", "assistant", "<|channel|>",
+         "final", "<|message|>", "It is", " 4.", "<|return|>");
     collect(&f, &c);
     CU_ASSERT_STRING_EQUAL(c.reasoning.data, "2+2");
     CU_ASSERT_STRING_EQUAL(c.content.data, "It is 4.");
@@ -397,8 +337,7 @@ static void test_stream_and_message(void)
     cJSON_Delete(msg);
 
     struct script u = {0};
-    txt(&u, "no");
-    txt(&u, " format");
+    PLAY(&u, "no", " format");
     collect(&u, &c);
     CU_ASSERT_STRING_EQUAL(c.content.data, "no format");
     CU_ASSERT_PTR_NULL(c.reasoning.data);

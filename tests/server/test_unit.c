@@ -701,7 +701,8 @@ static void test_chat_detect(void)
     const char *names[][2] = {{"llama2", "llama2"},     {"mistral", "mistral"},   {"chatml", "chatml"},
                               {"zephyr", "zephyr"},     {"llama3.1", "llama3.1"}, {"llama3.2", "llama3.2"},
                               {"llama3.3", "llama3.1"}, {"qwen2.5", "qwen2.5"},   {"qwen3", "qwen3"},
-                              {"mistral-nemo", "mistral-nemo"}, {"qwen2", "chatml"}};
+                              {"mistral-nemo", "mistral-nemo"}, {"qwen2", "chatml"},
+                              {"mistral-small-3.2", "mistral-small-3.2"}, {"devstral", "devstral"}};
     for (size_t i = 0; i < TP_ARRAY_LEN(names); i++) {
         char rel[128];
         snprintf(rel, sizeof rel, "tests/node/templates/%s.jinja", names[i][0]);
@@ -733,6 +734,53 @@ static void test_chat_detect(void)
     CU_ASSERT_EQUAL(tp_chat_family_parse("nope"), TP_CHAT_UNKNOWN);
 }
 
+/* The call grammars of the name-then-arguments formats: Mistral Small 3.2 /
+ * Devstral with tool_choice auto (after [TOOL_CALLS]) and gpt-oss forced
+ * calls (after the prompt's "to=functions."): each accepts a listed name
+ * followed directly by arguments valid under that tool's schema (and, named,
+ * only that tool), and tool_parse reads the call back. */
+static void test_name_args_grammar(void)
+{
+    static const char tools[] =
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+        "\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z]+$\"}},\"required\":[\"city\"],"
+        "\"additionalProperties\":false}}},{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]";
+    char body[1024];
+    for (int mode = 0; mode < 3; mode++) { /* auto (mistral-args), required, named (name-args) */
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s%s}", tools,
+                 mode == 0   ? ""
+                 : mode == 1 ? ",\"tool_choice\":\"required\""
+                             : ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"now\"}}");
+        struct tp_req_params p;
+        struct tp_api_error e;
+        CU_ASSERT_EQUAL_FATAL(tp_req_parse(body, strlen(body), 1, 512, 256, &p, &e), TP_OK);
+        if (mode == 0) {
+            CU_ASSERT_EQUAL_FATAL(tp_req_tools_grammar(&p, TP_TOOL_FORMAT_MISTRAL_ARGS, "mistral-small-3.2", &e), TP_OK);
+        } else {
+            CU_ASSERT_EQUAL_FATAL(tp_req_forced_name_args(&p, &e), TP_OK);
+            CU_ASSERT_EQUAL(p.tool_format, TP_TOOL_FORMAT_NAME_ARGS);
+        }
+        static const char *const calls[] = {"get_weather{\"city\":\"Paris\"}", "now{}", "get_weather{\"city\":\"paris\"}",
+                                            "now {}", "get_weather[ARGS]{\"city\":\"Paris\"}", "{\"name\":\"now\"}"};
+        const int want[3][6] = {{1, 1, 0, 0, 0, 0}, {1, 1, 0, 0, 0, 0}, {0, 1, 0, 0, 0, 0}};
+        for (int k = 0; k < 6; k++) {
+            struct tp_gstate st;
+            tp_gstate_init(p.grammar, &st);
+            const int ok = tp_gstate_feed_bytes(p.grammar, &st, calls[k], strlen(calls[k])) && tp_gstate_done(p.grammar, &st);
+            if (ok != want[mode][k]) fprintf(stderr, "mode %d '%s': %d\n", mode, calls[k], ok);
+            CU_ASSERT_EQUAL(ok, want[mode][k]);
+        }
+        char text[128];
+        snprintf(text, sizeof text, "%s%s", mode == 0 ? "Let me see.[TOOL_CALLS]" : "", calls[mode == 2]);
+        struct tp_tool_scan sc;
+        tp_tool_scan(p.tool_format, text, strlen(text), 1, &sc);
+        CU_ASSERT_EQUAL(sc.n_calls, 1);
+        CU_ASSERT_STRING_EQUAL(sc.calls[0].name, mode == 2 ? "now" : "get_weather");
+        CU_ASSERT(sc.calls[0].complete);
+        CU_ASSERT_EQUAL(sc.content_end, mode == 0 ? strlen("Let me see.") : 0);
+        tp_req_params_free(&p);
+    }
+}
 
 /* Random mutations of valid bodies (flip, insert, delete, truncate bytes):
  * the validator must accept or refuse each with a 400/500 and a message,
@@ -781,6 +829,7 @@ static void test_validate_fuzz(void)
 }
 
 static const struct tp_test_case unit_cases[] = {
+    {"name_args_grammar", test_name_args_grammar},
     {"validate_fuzz", test_validate_fuzz},
     {"validate_good", test_validate_good},
     {"validate_bad", test_validate_bad},

@@ -117,7 +117,11 @@ struct tp_comm_config {
     uint64_t hostfile_skip;
     int former_world;  /* rank 0: the largest world this group had before it shrank (0: never): a joining
                         * worker of a world in (world_size, former_world] was left out and is refused
-                        * (its tp_comm_init returns TP_ERR_CANCELLED) */
+                        * (its tp_comm_init returns TP_ERR_CANCELLED) */    size_t op_log;     /* time-stamp the entry and exit of this group's first op_log collectives
+                        * (tp_comm_op_times; benchmarks); 0: off (default) */
+    uint32_t sim_latency_us; /* ring over TCP: hold every message this long before sending it, a simulated
+                              * one-way link latency on one machine (tests, benchmarks;
+                              * TP_COMM_SIM_LATENCY_US, at most 1 s); 0: off (default) */
 };
 
 /* Defaults: ring, rank/world -1, 30 s op timeout, 60 s connect timeout. */
@@ -126,12 +130,22 @@ struct tp_comm_config tp_comm_default_config(void);
 /*
  * Fill cfg from the environment: TP_BACKEND, TP_RANK, TP_WORLD_SIZE,
  * TP_HOSTFILE, TP_COORDINATOR, TP_CLUSTER_TOKEN, TP_COMM_TIMEOUT_MS,
- * TP_COMM_CONNECT_TIMEOUT_MS, TP_COMM_SHM (0/1), TP_LISTEN_FD, TP_GROUP_ID.
+ * TP_COMM_CONNECT_TIMEOUT_MS, TP_COMM_SHM (0/1), TP_LISTEN_FD, TP_GROUP_ID,
+ * TP_COMM_SIM_LATENCY_US.
  * Only variables that are set override cfg.  Malformed values give
  * TP_ERR_INVALID_ARG with a message in err naming the variable.
  * Returned strings point into the environment (valid for the process).
  */
 enum tp_status tp_comm_config_from_env(struct tp_comm_config *cfg, struct tp_error *err);
+
+/*
+ * Bind n listening TCP sockets on 127.0.0.1 to free ports (close-on-exec,
+ * SO_REUSEADDR): ports[i] and fds[i].  A launcher hands fds[i] to local rank
+ * i as TP_LISTEN_FD, so no other process takes the port before the rank
+ * listens on it.  TP_OK, or TP_ERR_IO with err filled (may be NULL), every
+ * socket closed and fds[] all -1.  The caller closes the fds.
+ */
+enum tp_status tp_comm_hold_loopback_ports(int n, int *ports, int *fds, struct tp_error *err);
 
 /*
  * Form the group (blocks until every rank joined or connect_timeout_ms).
@@ -246,6 +260,11 @@ struct tp_comm_stats {
     uint64_t ns_in_comm;   /* wall time spent inside collectives */
 };
 void tp_comm_get_stats(const tp_comm_t *c, struct tp_comm_stats *out);
+/* The entry and exit times (tp_now_ns) of this rank's collectives while the op log of
+ * tp_comm_config.op_log had room: *ts (owned by c, valid until tp_comm_free) holds 2 values per
+ * collective, in call order (the same order on every rank); returns how many were recorded.
+ * Ranks on one machine share the clock, so their entries can be compared (bench gen). */
+size_t tp_comm_op_times(const tp_comm_t *c, const uint64_t **ts);
 
 /*
  * Cost of one collective as the ring and rdma backends run it (comm/algo.c
