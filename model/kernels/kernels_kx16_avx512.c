@@ -17,10 +17,7 @@
  *  - one fma per token by the activation's d.
  * Up to 8 tokens share each unpacked slice (prefill and batched decode); the
  * rows go in chunks of KX_BROWS so their weights stay in L2 while passes of 8
- * tokens reuse them.  A pass's tokens are first copied into one interleaved
- * slab (kx_pack), so every activation operand is one base register plus a
- * constant: eight per-token pointers would not fit in the general registers
- * next to the loop's own and would be reloaded from the stack.  Results equal the scalar reference up to float rounding
+ * tokens reuse them.  Results equal the scalar reference up to float rounding
  * (the sub-block terms are summed in float here, in integer there).
  */
 #if defined(__x86_64__) || defined(_M_X64)
@@ -37,13 +34,6 @@ enum { KX_Q4K, KX_Q5K, KX_Q6K };
 #define KX_BT 8       /* tokens per pass */
 #define KX_BROWS 128  /* rows per chunk (weights reused from L2 by every pass) */
 #define KX_PF 6144    /* software prefetch distance of a group's stream (bytes) */
-/* Packed activations, per super-block: KX_BT tokens' 256 qs, then their 24 i16
- * pairs (kernels_impl.h), then their d; a slab holds up to KX_SLAB super-blocks. */
-#define KX_PK_PR (KX_BT * TP_QK_K)
-#define KX_PK_D (KX_PK_PR + KX_BT * TP_Q8K_PAIRS * 2)
-#define KX_PKB (KX_PK_D + KX_BT * 4 + 32) /* padded to 64 bytes */
-#define KX_SLAB 32                         /* 8192 values: KX_SLAB * KX_PKB = 78 KiB on the stack */
-_Static_assert(KX_PKB % 64 == 0, "packed super-block must stay 64-byte aligned");
 
 /* Sanitizer builds instantiate only the full-width pass (as kernels_x16_avx512.c). */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
@@ -97,30 +87,18 @@ XFN __m512 kx_byte_s(__m512i s, int j)
     return _mm512_cvtepi32_ps(v);
 }
 
-/* Copies super-blocks [b0, b0 + nbs) of Tk tokens' prepared Q8_K rows (token t
- * at x + t * xrb, n values) into pk (nbs * KX_PKB bytes); tokens >= T repeat
- * token T-1 (a padded pass; their outputs are not stored). */
-static inline void kx_pack(char *pk, const char *x, size_t xrb, int64_t n, int64_t b0, int nbs, int T, int Tk)
-{
-    for (int t = 0; t < Tk; t++) {
-        const char *row = x + (size_t)(t < T ? t : T - 1) * xrb;
-        for (int i = 0; i < nbs; i++) {
-            char *o = pk + (size_t)i * KX_PKB;
-            const tp_blk_q8_k *a = (const tp_blk_q8_k *)row + b0 + i;
-            memcpy(o + TP_QK_K * t, a->qs, TP_QK_K);
-            memcpy(o + KX_PK_PR + TP_Q8K_PAIRS * 2 * t, TP_Q8K_PAIR(row, n, b0 + i), TP_Q8K_PAIRS * 2);
-            memcpy(o + KX_PK_D + 4 * t, &a->d, 4);
-        }
-    }
-}
-
-/* One 16-row super-block p against Tk tokens' packed super-block q (kx_pack):
- * acc[t] += the 16 rows' dot products. */
-XFN void kx_sb(const int type, const int Tk, const char *p, const char *q, __m512 acc[KX_BT])
+/* One 16-row super-block p against Tk tokens' Q8_K block i (token t's row at
+ * x + xo[t]): acc[t] += the 16 rows' dot products. */
+XFN void kx_sb(const int type, const int Tk, const char *p, const char *x, const size_t *xo, int64_t nb, int64_t i,
+               __m512 acc[KX_BT])
 {
     const __m512i mF = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-#define KX_QS(t) (q + TP_QK_K * (t))
-#define KX_PR(t) ((const int16_t *)(q + KX_PK_PR + TP_Q8K_PAIRS * 2 * (t)))
+    const tp_blk_q8_k *a[KX_BT];
+    const int16_t *pr[KX_BT];
+    for (int t = 0; t < Tk; t++) {
+        a[t] = (const tp_blk_q8_k *)(x + xo[t]) + i;
+        pr[t] = TP_Q8K_PAIR(x + xo[t], nb * TP_QK_K, i);
+    }
     __m512 fs[KX_BT];
     const __m512 DL = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
     for (int t = 0; t < Tk; t++) fs[t] = _mm512_setzero_ps();
@@ -153,7 +131,7 @@ XFN void kx_sb(const int type, const int Tk, const char *p, const char *q, __m51
                 } else {
                     v = _mm512_and_si512(b, mF);
                 }
-                for (int t = 0; t < Tk; t++) D[t] = kx_dpb(D[t], v, KX_QS(t) + 32 * j + 4 * m);
+                for (int t = 0; t < Tk; t++) D[t] = kx_dpb(D[t], v, a[t]->qs + 32 * j + 4 * m);
             }
             for (int t = 0; t < Tk; t++) fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[t]), scf, fs[t]);
         }
@@ -162,10 +140,10 @@ XFN void kx_sb(const int type, const int Tk, const char *p, const char *q, __m51
         const __m512i e0 = _mm512_and_si512(mnlo, lo16), o0 = _mm512_srli_epi16(mnlo, 8);
         const __m512i e1 = _mm512_and_si512(mnhi, lo16), o1 = _mm512_srli_epi16(mnhi, 8);
         for (int t = 0; t < Tk; t++) {
-            __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), e0, kx_bc32(KX_PR(t)));
-            s = _mm512_dpwssd_epi32(s, o0, kx_bc32(KX_PR(t) + 2));
-            s = _mm512_dpwssd_epi32(s, e1, kx_bc32(KX_PR(t) + 4));
-            s = _mm512_dpwssd_epi32(s, o1, kx_bc32(KX_PR(t) + 6));
+            __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), e0, kx_bc32(pr[t]));
+            s = _mm512_dpwssd_epi32(s, o0, kx_bc32(pr[t] + 2));
+            s = _mm512_dpwssd_epi32(s, e1, kx_bc32(pr[t] + 4));
+            s = _mm512_dpwssd_epi32(s, o1, kx_bc32(pr[t] + 6));
             fs[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s), DM, fs[t]);
         }
     } else {
@@ -186,7 +164,7 @@ XFN void kx_sb(const int type, const int Tk, const char *p, const char *q, __m51
                                    : quarter == 2 ? h
                                                   : _mm512_srli_epi16(h, 2);
                 const __m512i v = _mm512_ternarylogic_epi32(b, mF, _mm512_and_si512(hs, m30), 0xEA);
-                for (int t = 0; t < Tk; t++) D[t] = kx_dpb(D[t], v, KX_QS(t) + 16 * j + 4 * s);
+                for (int t = 0; t < Tk; t++) D[t] = kx_dpb(D[t], v, a[t]->qs + 16 * j + 4 * s);
             }
             for (int t = 0; t < Tk; t++) fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[t]), scf, fs[t]);
         }
@@ -201,19 +179,13 @@ XFN void kx_sb(const int type, const int Tk, const char *p, const char *q, __m51
         for (int t = 0; t < Tk; t++) {
             __m512i s = _mm512_setzero_si512();
             for (int m = 0; m < 4; m++) {
-                s = _mm512_dpwssd_epi32(s, ev[m], kx_bc32(KX_PR(t) + 8 + 4 * m));
-                s = _mm512_dpwssd_epi32(s, od[m], kx_bc32(KX_PR(t) + 8 + 4 * m + 2));
+                s = _mm512_dpwssd_epi32(s, ev[m], kx_bc32(pr[t] + 8 + 4 * m));
+                s = _mm512_dpwssd_epi32(s, od[m], kx_bc32(pr[t] + 8 + 4 * m + 2));
             }
             fs[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s), dl32, fs[t]);
         }
     }
-    for (int t = 0; t < Tk; t++) {
-        float d;
-        memcpy(&d, q + KX_PK_D + 4 * t, sizeof d);
-        acc[t] = _mm512_fmadd_ps(fs[t], _mm512_set1_ps(d), acc[t]);
-    }
-#undef KX_QS
-#undef KX_PR
+    for (int t = 0; t < Tk; t++) acc[t] = _mm512_fmadd_ps(fs[t], _mm512_set1_ps(a[t]->d), acc[t]);
 }
 
 /* Lanes [lo, hi) of a group's 16 outputs. */
@@ -224,60 +196,48 @@ XFN __mmask16 kx_keep(int64_t g0, int64_t r0, int64_t r1)
     return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
 }
 
-/* One group (at gp, at the slab's first super-block) x Tk packed tokens over
- * nbs super-blocks; acc[t] += the 16 rows' partial dot products. */
-XFN void kx_group(const int type, const int Tk, const char *gp, const char *pk, int nbs, __m512 acc[KX_BT])
+/* One group (at gp) x Tk tokens over every super-block; outputs of tokens < T stored. */
+XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, const char *x, const size_t *xo, int T,
+                  float *y, int64_t ys, int64_t g0, __mmask16 keep)
 {
-    __m512 a[KX_BT];
-    for (int t = 0; t < Tk; t++) a[t] = acc[t];
+    __m512 acc[KX_BT];
+    for (int t = 0; t < Tk; t++) acc[t] = _mm512_setzero_ps();
     const size_t gbs = kx_gbs(type);
-    for (int i = 0; i < nbs; i++) {
+    for (int64_t i = 0; i < nb; i++) {
         const char *p = gp + (size_t)i * gbs;
         for (size_t o = 0; o < gbs; o += 64) _mm_prefetch(p + KX_PF + o, _MM_HINT_T0);
-        kx_sb(type, Tk, p, pk + (size_t)i * KX_PKB, a);
+        kx_sb(type, Tk, p, x, xo, nb, i, acc);
     }
-    for (int t = 0; t < Tk; t++) acc[t] = a[t];
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (int64_t)t * ys + g0, keep, acc[t]);
 }
 
 XFN void kx_matmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
                    float *y, int64_t ys, int64_t r0, int64_t r1)
 {
     const int64_t nb = n / TP_QK_K;
-    const size_t gbs = kx_gbs(type);
-    _Alignas(64) char pk[KX_SLAB * KX_PKB];
-    const int slab = nb < KX_SLAB ? (int)nb : KX_SLAB;
-    /* one slab and one pass (a decode step of up to 8 sequences): pack once for every chunk */
-    const int once = slab == nb && n_tok <= KX_BT;
-    if (once) kx_pack(pk, xq, xrb, n, 0, slab, n_tok, KX_FEW_T ? KX_BT : n_tok);
     for (int64_t c0 = r0 / 16 * 16; c0 < r1; c0 += KX_BROWS) {
         const int64_t c1 = r1 - c0 < KX_BROWS ? r1 : c0 + KX_BROWS;
-        for (int64_t b0 = 0; b0 < nb; b0 += slab) {
-            const int nbs = nb - b0 < slab ? (int)(nb - b0) : slab;
-            for (int t0 = 0; t0 < n_tok; t0 += KX_BT) {
-                const int T = n_tok - t0 < KX_BT ? n_tok - t0 : KX_BT;
-                const int Tk = KX_FEW_T ? KX_BT : T;
-                if (!once) kx_pack(pk, (const char *)xq + (size_t)t0 * xrb, xrb, n, b0, nbs, T, Tk);
-                for (int64_t g0 = c0; g0 < c1; g0 += 16) {
-                    const __mmask16 keep = kx_keep(g0, r0, r1);
-                    const char *gp = (const char *)w + (size_t)(g0 / 16) * 16 * wrb + (size_t)b0 * gbs;
-                    float *yt = y + (int64_t)t0 * ys + g0;
-                    __m512 acc[KX_BT];
-                    for (int t = 0; t < KX_BT; t++) acc[t] = _mm512_setzero_ps();
-                    if (b0 > 0)
-                        for (int t = 0; t < T; t++) acc[t] = _mm512_maskz_loadu_ps(keep, yt + (int64_t)t * ys);
-                    switch (Tk) {
+        for (int t0 = 0; t0 < n_tok; t0 += KX_BT) {
+            const int T = n_tok - t0 < KX_BT ? n_tok - t0 : KX_BT;
+            const int Tk = KX_FEW_T ? KX_BT : T;
+            const char *x = (const char *)xq + (size_t)t0 * xrb;
+            size_t xo[KX_BT]; /* tokens past T (a padded pass) read token T-1 and are not stored */
+            for (int t = 0; t < KX_BT; t++) xo[t] = (size_t)(t < T ? t : T - 1) * xrb;
+            for (int64_t g0 = c0; g0 < c1; g0 += 16) {
+                const __mmask16 keep = kx_keep(g0, r0, r1);
+                const char *gp = (const char *)w + (size_t)(g0 / 16) * 16 * wrb;
+                float *yt = y + (int64_t)t0 * ys;
+                switch (Tk) {
 #if !KX_FEW_T
-                    case 1: kx_group(type, 1, gp, pk, nbs, acc); break;
-                    case 2: kx_group(type, 2, gp, pk, nbs, acc); break;
-                    case 3: kx_group(type, 3, gp, pk, nbs, acc); break;
-                    case 4: kx_group(type, 4, gp, pk, nbs, acc); break;
-                    case 5: kx_group(type, 5, gp, pk, nbs, acc); break;
-                    case 6: kx_group(type, 6, gp, pk, nbs, acc); break;
-                    case 7: kx_group(type, 7, gp, pk, nbs, acc); break;
+                case 1: kx_group(type, 1, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 2: kx_group(type, 2, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 3: kx_group(type, 3, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 4: kx_group(type, 4, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 5: kx_group(type, 5, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 6: kx_group(type, 6, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 7: kx_group(type, 7, gp, nb, x, xo, T, yt, ys, g0, keep); break;
 #endif
-                    default: kx_group(type, KX_BT, gp, pk, nbs, acc); break;
-                    }
-                    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(yt + (int64_t)t * ys, keep, acc[t]);
+                default: kx_group(type, KX_BT, gp, nb, x, xo, T, yt, ys, g0, keep); break;
                 }
             }
         }
