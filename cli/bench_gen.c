@@ -6,7 +6,10 @@
  * probed by every rank between the decode reps, the fraction of it the
  * decode reaches, per-rank bytes read per token, and compute /
  * communication time per token.  Every forward call goes through
- * gen_forward().  Method and definitions: docs/bench-gen.md.
+ * gen_forward().  --verify K times the step that scores K + 1 positions of
+ * one sequence against a one-token step; --spec ngram decodes greedily with
+ * n-gram drafts beside the plain decode (docs/speculative.md).  Method and
+ * definitions: docs/bench-gen.md.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@
 #include "model/kernels.h"
 #include "model/model.h"
 #include "parallel/parallel.h"
+#include "server/spec.h"
 
 /* ------------------------------------------------------------------ the step */
 
@@ -340,6 +344,11 @@ struct gen_opts {
     int plist[16], np_sizes; /* --prompt-sizes */
     int dlist[16], nd;       /* --depth */
     int big;                 /* longest prompt those need (positions) */
+    int verify;              /* --verify K: time a step of K + 1 positions of one sequence (0: off) */
+    const char *spec;        /* --spec off|ngram */
+    int spec_mode, draft_max;
+    const char *text;        /* --text: the prompt of the --spec runs (default: the pseudo-random one) */
+    const char *draft_model; /* --spec draft: the draft model's file */
 };
 
 /* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after
@@ -347,7 +356,8 @@ struct gen_opts {
 static int gen_parse(int argc, char **argv, struct gen_opts *o)
 {
     *o = (struct gen_opts){.p = 128, .n = 64, .reps = 3, .bw_mib = 1024, .bw_passes = 4, .moe_split = "auto",
-                           .comm_dtype = "f32", .kv_type = "f16", .kmax = 1, .chunk = 512};
+                           .comm_dtype = "f32", .kv_type = "f16", .kmax = 1, .chunk = 512, .spec = "off",
+                           .draft_max = 4};
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &o->path, "FILE", "model (GGUF)", 0, 0},
         {"prompt-tokens", 'p', TP_OPT_INT, &o->p, "P", "prefill length (default 128; 0 skips prefill)", 0, 65536},
@@ -379,6 +389,18 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
         {"comm-dtype", 0, TP_OPT_STRING, &o->comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 on the wire", 0,
          0},
         {"kv-type", 0, TP_OPT_STRING, &o->kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
+        {"verify", 0, TP_OPT_INT, &o->verify, "K",
+         "also time a step scoring K + 1 positions of one sequence (after -p cached tokens) against a one-token "
+         "step: verify_step_ratio (1..16)", 0, TP_SPEC_DRAFT_MAX},
+        {"spec", 0, TP_OPT_STRING, &o->spec, "MODE",
+         "also decode -n tokens greedily with speculative decoding (ngram) beside the plain decode: acceptance, "
+         "tokens/step, tokens/s, collectives/token", 0, 0},
+        {"draft-max", 0, TP_OPT_INT, &o->draft_max, "K", "--spec: drafted tokens per step (default 4)", 1,
+         TP_SPEC_DRAFT_MAX},
+        {"draft-model", 0, TP_OPT_STRING, &o->draft_model, "FILE",
+         "--spec draft: a smaller GGUF with the model's vocabulary, run on rank 0", 0, 0},
+        {"text", 0, TP_OPT_STRING, &o->text, "TEXT",
+         "--spec: the prompt to continue (default: -p pseudo-random tokens)", 0, 0},
         {0},
     };
     const char *usage = "Usage: tpserve bench gen -m MODEL [-p 128] [-n 64] [--threads T] [--reps R] [--json]\n"
@@ -414,6 +436,23 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
             return 2;
         }
     }
+    if ((o->spec_mode = tp_spec_mode_parse(o->spec)) < 0) {
+        fprintf(stderr, "tpserve bench gen: --spec %s: want off, ngram or draft\n", o->spec);
+        return 2;
+    }
+    if ((o->spec_mode == TP_SPEC_DRAFT) != (o->draft_model != NULL)) {
+        fprintf(stderr, "tpserve bench gen: %s\n",
+                o->draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
+        return 2;
+    }
+    if (o->spec_mode != TP_SPEC_OFF && o->n == 0) {
+        fprintf(stderr, "tpserve bench gen: --spec needs decode steps (-n > 0)\n");
+        return 2;
+    }
+    if (o->verify > 0 && o->n == 0) {
+        fprintf(stderr, "tpserve bench gen: --verify needs steps to time (-n > 0)\n");
+        return 2;
+    }
     if (o->psizes && (o->np_sizes = parse_int_list("prompt-sizes", o->psizes, o->plist, 16, 1, 1 << 20)) < 0)
         return 2;
     if (o->depths && (o->nd = parse_int_list("depth", o->depths, o->dlist, 16, 0, 1 << 20)) < 0) return 2;
@@ -432,6 +471,12 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
 }
 
 /* ------------------------------------------------------------------ run */
+
+/* One greedy decode of --spec (plain or with drafts). */
+struct gen_spec_stats {
+    double tps;                    /* generated tokens / decode seconds (median over reps) */
+    long long steps, drafted, accepted, tokens, collectives; /* summed over reps */
+};
 
 /* Everything one run owns, released in one place (gen_run_free), and rank 0's raw measurements. */
 struct gen_run {
@@ -453,11 +498,17 @@ struct gen_run {
     double p_tps[16];         /* --prompt-sizes: median prefill t/s for plist[i] */
     double d_ms[16], d_kv[16]; /* --depth: median ms per decode step after dlist[i]; KV bytes every rank reads
                                 * per step (mean over the steps) */
+    double v_ms1, v_msk;      /* --verify: median ms of a one-token step and of a K + 1 token step */
+    struct gen_spec_stats spec[2]; /* --spec: [0] plain, [1] speculative (medians of tokens/s over reps) */
+    int spec_same;            /* --spec: the two decodes gave the same tokens */
+    tp_spec_draft_t *dm;      /* --spec draft: the draft model (rank 0), owned */
+    int spec_prompt;          /* --spec: prompt tokens */
 };
 
 static void gen_run_free(struct gen_run *R)
 {
     gen_bufs_free(&R->bufs);
+    tp_spec_draft_free(R->dm);
     tp_parallel_free(R->g.par);
     tp_pool_free(R->pool);
     tp_aligned_free(R->bwbuf);
@@ -485,8 +536,11 @@ static enum tp_status gen_start(struct gen_run *R, const struct gen_opts *o, str
     mc->path = o->path;
     mc->n_threads = threads;
     mc->n_seq = o->kmax;
-    mc->n_batch = TP_MAX(TP_MAX(TP_MAX(o->p, 1), o->kmax), o->chunk);
+    mc->n_batch = TP_MAX(TP_MAX(TP_MAX(o->p, 1 + TP_SPEC_DRAFT_MAX), o->kmax), o->chunk);
     mc->n_ctx = TP_MAX(TP_MAX(o->p, o->n + o->seqs_ctx), o->big) + 8;
+    if (o->verify > 0) mc->n_ctx = TP_MAX(mc->n_ctx, o->p + o->verify + 8);
+    if (o->spec_mode != TP_SPEC_OFF) mc->n_ctx = TP_MAX(mc->n_ctx, TP_MAX(o->p, 1) + o->n + TP_SPEC_DRAFT_MAX + 8);
+    if (o->text) mc->n_ctx = TP_MAX(mc->n_ctx, 4096);
     double t0 = tp_now_s();
     enum tp_status st = tp_parallel_init(&R->pcfg, &R->g.par, err);
     if (st != TP_OK) return st;
@@ -504,7 +558,7 @@ static enum tp_status gen_prepare(struct gen_run *R, const struct gen_opts *o, s
 {
     struct gen_ctx *g = &R->g;
     g->n_vocab = tp_model_hparams(g->m)->n_vocab;
-    R->nb = TP_MAX(TP_MAX(TP_MAX(o->p, 1), o->kmax), o->chunk);
+    R->nb = TP_MAX(TP_MAX(TP_MAX(o->p, 1 + TP_SPEC_DRAFT_MAX), o->kmax), o->chunk);
     if (gen_bufs_alloc(&R->bufs, TP_MAX(R->nb, o->big), g->n_vocab, o->reps, R->world) != TP_OK)
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     g->tok = R->bufs.tok, g->pos = R->bufs.pos, g->seq = R->bufs.seq, g->want = R->bufs.want;
@@ -612,6 +666,166 @@ static enum tp_status gen_sizes(struct gen_run *R, const struct gen_opts *o, str
     return TP_OK;
 }
 
+/* Rank 0, --verify K: after -p cached tokens, n pairs of (a one-token step, a step of K + 1 tokens at the same
+ * positions with a logits row each, as a verification feeds them), each after a clear back to -p; medians. */
+static enum tp_status gen_verify(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
+{
+    struct gen_ctx *g = &R->g;
+    const int K = o->verify, d = o->p;
+    double *t1 = malloc(sizeof(double) * (size_t)o->n), *tk = malloc(sizeof(double) * (size_t)o->n);
+    int32_t ids[1 + TP_SPEC_DRAFT_MAX];
+    enum tp_status st = TP_OK;
+    if (!t1 || !tk) {
+        st = tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    if (d > 0) {
+        gen_reset(g);
+        if ((st = gen_forward(g, R->bufs.prompt, d, 0)) != TP_OK) goto fail;
+    }
+    static const int32_t clear_seq[1] = {0};
+    const int32_t clear_from[1] = {d};
+    for (int i = 0; i < o->n; i++) {
+        for (int pass = 0; pass < 2; pass++) {
+            const int n = pass ? K + 1 : 1;
+            for (int j = 0; j < n; j++) {
+                g->tok[j] = R->bufs.prompt[(d + i + j) % R->nb];
+                g->pos[j] = d + j;
+                g->seq[j] = 0;
+                g->want[j] = 1;
+            }
+            struct tp_batch b = {.n_tokens = n, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
+            struct tp_step sp = {b, 1, clear_seq, clear_from, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL};
+            double t0 = tp_now_s();
+            if ((st = tp_parallel_step_greedy(g->par, &sp, ids, NULL)) != TP_OK) goto fail;
+            (pass ? tk : t1)[i] = tp_now_s() - t0;
+        }
+    }
+    R->v_ms1 = tp_median(t1, o->n) * 1e3;
+    R->v_msk = tp_median(tk, o->n) * 1e3;
+    goto out;
+fail:
+    st = tp_error_set(err, TP_ERR_PEER, "verification step failed: %s", tp_parallel_last_error(g->par));
+out:
+    free(t1);
+    free(tk);
+    return st;
+}
+
+/* Rank 0, --spec: prefill prompt[0..np) (untimed), then decode n tokens greedily into out[n]: each step feeds
+ * the last token and (spec) up to draft_max n-gram drafts with a logits row each (distributed argmax), keeps
+ * the drafts that match the argmax of the row before them and clears the rest.  Adds to *ss; *sec: decode
+ * time.  toks: (np + n + 1) scratch for the sequence. */
+static enum tp_status gen_spec_run(struct gen_run *R, const int32_t *prompt, int np, int n, int spec, int draft_max,
+                                   int32_t *toks, int32_t *out, struct gen_spec_stats *ss, double *sec)
+{
+    struct gen_ctx *g = &R->g;
+    const tp_comm_t *comm = tp_parallel_comm(g->par);
+    int32_t ids[1 + TP_SPEC_DRAFT_MAX], draft[TP_SPEC_DRAFT_MAX];
+    static const int32_t clear_seq[1] = {0};
+    int32_t clear_from[1] = {0};
+    enum tp_status st;
+    gen_reset(g);
+    for (int p0 = 0; p0 < np - 1; p0 += R->nb) /* all but the last prompt token: it is the first decode input */
+        if ((st = gen_forward(g, prompt + p0, TP_MIN(R->nb, np - 1 - p0), p0)) != TP_OK) return st;
+    memcpy(toks, prompt, sizeof(int32_t) * (size_t)np);
+    struct tp_spec_adapt ad;
+    tp_spec_adapt_init(&ad, draft_max);
+    struct tp_comm_stats c0 = {0}, c1 = {0};
+    if (comm) tp_comm_get_stats(comm, &c0);
+    int n_tok = np, base = np - 1, got = 0, clear = g->reset; /* a one-token prompt: the reset goes here */
+    g->reset = 0;
+    double t0 = tp_now_s();
+    while (got < n) {
+        int k = 0;
+        const int kk = TP_MIN(tp_spec_adapt_k(&ad), n - got - 1);
+        if (spec && kk > 0)
+            k = R->dm ? tp_spec_draft_propose(R->dm, 0, toks, n_tok, kk, draft) : tp_spec_ngram_draft(toks, n_tok, kk, draft);
+        if (k < 0) return TP_ERR_INTERNAL; /* the draft model's error: tp_model_last_error */
+        g->tok[0] = toks[n_tok - 1];
+        for (int j = 0; j <= k; j++) {
+            if (j > 0) g->tok[j] = draft[j - 1];
+            g->pos[j] = base + j;
+            g->seq[j] = 0;
+            g->want[j] = 1;
+        }
+        struct tp_batch b = {.n_tokens = k + 1, .token = g->tok, .pos = g->pos, .seq = g->seq, .logits = g->want};
+        struct tp_step sp = {b, clear, clear_seq, clear_from, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL};
+        if ((st = tp_parallel_step_greedy(g->par, &sp, ids, NULL)) != TP_OK) return st;
+        int a = 0;
+        while (a < k && ids[a] == draft[a]) a++;
+        for (int j = 0; j <= a && got < n; j++) out[got++] = toks[n_tok++] = ids[j];
+        ss->steps++;
+        ss->drafted += k;
+        ss->accepted += a;
+        if (k > 0) tp_spec_adapt_update(&ad, k, a);
+        base += a + 1;
+        clear = a < k;
+        clear_from[0] = base;
+    }
+    *sec = tp_now_s() - t0;
+    if (comm) tp_comm_get_stats(comm, &c1);
+    ss->tokens += n;
+    ss->collectives += (long long)(c1.n_ops - c0.n_ops);
+    return TP_OK;
+}
+
+/* Rank 0, --spec: reps x (plain, speculative) decodes of -n tokens after the --text (or pseudo-random) prompt. */
+static enum tp_status gen_spec(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
+{
+    int32_t *prompt = R->bufs.prompt;
+    int np = o->p > 0 ? o->p : 1;
+    tp_tokenizer_t *tok = tp_model_tokenizer(R->g.m);
+    const int n_ctx = tp_model_n_ctx(R->g.m);
+    int32_t *tp = NULL, *toks = NULL, *out[2] = {NULL, NULL};
+    double *sec[2] = {NULL, NULL};
+    enum tp_status st = TP_OK;
+    if (o->text) {
+        if (!(tp = malloc(sizeof(int32_t) * (size_t)n_ctx)))
+            return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+        np = tp_tokenizer_encode(tok, o->text, strlen(o->text), tp_tokenizer_add_bos(tok), 1, tp, n_ctx);
+        if (np < 1 || np + o->n + TP_SPEC_DRAFT_MAX + 1 > n_ctx) {
+            free(tp);
+            return tp_error_set(err, TP_ERR_INVALID_ARG,
+                                "--text: %d tokens; with -n %d it must fit the context of %d (raise -p, which sizes "
+                                "the context, or shorten it)",
+                                np, o->n, n_ctx);
+        }
+        prompt = tp;
+    }
+    toks = malloc(sizeof(int32_t) * ((size_t)np + (size_t)o->n + 1));
+    for (int v = 0; v < 2; v++) {
+        out[v] = malloc(sizeof(int32_t) * (size_t)o->n);
+        sec[v] = malloc(sizeof(double) * (size_t)o->reps);
+    }
+    if (!toks || !out[0] || !out[1] || !sec[0] || !sec[1]) {
+        st = tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    memset(R->spec, 0, sizeof R->spec);
+    for (int r = 0; r < o->reps; r++)
+        for (int v = 0; v < 2; v++)
+            if ((st = gen_spec_run(R, prompt, np, o->n, v, o->draft_max, toks, out[v], &R->spec[v], &sec[v][r])) !=
+                TP_OK) {
+                st = st == TP_ERR_INTERNAL && R->dm
+                         ? tp_error_set(err, st, "the draft model failed: %s", tp_spec_draft_last_error(R->dm))
+                         : tp_error_set(err, TP_ERR_PEER, "decode failed: %s", tp_parallel_last_error(R->g.par));
+                goto out;
+            }
+    for (int v = 0; v < 2; v++) R->spec[v].tps = (double)o->n / tp_median(sec[v], o->reps);
+    R->spec_same = memcmp(out[0], out[1], sizeof(int32_t) * (size_t)o->n) == 0;
+    R->spec_prompt = np;
+out:
+    free(tp);
+    free(toks);
+    for (int v = 0; v < 2; v++) {
+        free(out[v]);
+        free(sec[v]);
+    }
+    return st;
+}
+
+
 /*
  * --comm-sync, rank 0 after the decode reps: each collective of the reps timed from the moment the
  * last rank entered it to the moment the last rank left it (the ranks' times come through the hook,
@@ -661,6 +875,8 @@ static enum tp_status gen_measure(struct gen_run *R, const struct gen_opts *o, s
     if (st == TP_OK && o->comm_sync && o->n > 0) st = gen_comm_sync(R, o, err);
     if (st == TP_OK && o->nk > 0) st = gen_seq_steps(R, o, err);
     if (st == TP_OK && (o->np_sizes > 0 || o->nd > 0)) st = gen_sizes(R, o, err);
+    if (st == TP_OK && o->verify > 0) st = gen_verify(R, o, err);
+    if (st == TP_OK && o->spec_mode != TP_SPEC_OFF) st = gen_spec(R, o, err);
     return st;
 }
 
@@ -777,6 +993,24 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
                    R->p_tps[i] / R->p_tps[0]);
         printf("]");
     }
+    if (o->verify > 0)
+        printf(",\"verify_k\":%d,\"verify_depth\":%d,\"step1_ms\":%.3f,\"verify_step_ms\":%.3f,"
+               "\"verify_step_ratio\":%.3f",
+               o->verify, o->p, R->v_ms1, R->v_msk, R->v_ms1 > 0 ? R->v_msk / R->v_ms1 : 0.0);
+    if (o->spec_mode != TP_SPEC_OFF) {
+        printf(",\"spec\":{\"mode\":\"%s\",\"draft_max\":%d,\"prompt_tokens\":%d,\"identical\":%s",
+               tp_spec_mode_name((enum tp_spec_mode)o->spec_mode), o->draft_max, R->spec_prompt,
+               R->spec_same ? "true" : "false");
+        for (int v = 0; v < 2; v++) {
+            const struct gen_spec_stats *q = &R->spec[v];
+            printf(",\"%s\":{\"tg_tps\":%.2f,\"tokens_per_step\":%.3f,\"acceptance\":%.3f,\"drafted\":%lld,"
+                   "\"accepted\":%lld,\"collectives_per_token\":%.2f}",
+                   v ? "speculative" : "plain", q->tps, q->steps ? (double)q->tokens / (double)q->steps : 0.0,
+                   q->drafted ? (double)q->accepted / (double)q->drafted : 0.0, q->drafted, q->accepted,
+                   q->tokens ? (double)q->collectives / (double)q->tokens : 0.0);
+        }
+        printf(",\"speedup\":%.3f}", R->spec[0].tps > 0 ? R->spec[1].tps / R->spec[0].tps : 0.0);
+    }
     if (o->nd > 0) {
         printf(",\"kv_type\":\"%s\",\"decode_depth\":[", tp_kv_type_name(tp_model_kv_type(m)));
         for (int i = 0; i < o->nd; i++) {
@@ -851,6 +1085,23 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
                    bound > 0.0 ? R->d_ms[i] / bound : 0.0);
         }
     }
+    if (o->verify > 0)
+        printf("verify: a step scoring %d positions of one sequence after %d cached tokens %.3f ms, a one-token step "
+               "%.3f ms: verify_step_ratio %.3f (median of %d)\n",
+               o->verify + 1, o->p, R->v_msk, R->v_ms1, R->v_ms1 > 0 ? R->v_msk / R->v_ms1 : 0.0, n);
+    if (o->spec_mode != TP_SPEC_OFF) {
+        printf("speculative %s (draft max %d, %d prompt tokens, greedy; output %s the plain decode's):\n",
+               tp_spec_mode_name((enum tp_spec_mode)o->spec_mode), o->draft_max, R->spec_prompt,
+               R->spec_same ? "identical to" : "DIFFERENT from");
+        printf("%-12s %10s %12s %12s %14s\n", "decode", "t/s", "tokens/step", "acceptance", "colls/token");
+        for (int v = 0; v < 2; v++) {
+            const struct gen_spec_stats *q = &R->spec[v];
+            printf("%-12s %10.2f %12.3f %12.3f %14.2f\n", v ? "speculative" : "plain", q->tps,
+                   q->steps ? (double)q->tokens / (double)q->steps : 0.0,
+                   q->drafted ? (double)q->accepted / (double)q->drafted : 0.0,
+                   q->tokens ? (double)q->collectives / (double)q->tokens : 0.0);
+        }
+    }
     if (o->nk > 0) {
         if (o->seqs_ctx > 0)
             printf("decode steps of k sequences (one token each, %d steps after %d cached tokens each, median of "
@@ -898,6 +1149,9 @@ int tp_bench_gen(int argc, char **argv)
             tp_cli_fail("bench gen", "worker stopped: %s", tp_parallel_last_error(R.g.par));
             exit_code = tp_cli_exit_for(st);
         }
+    } else if (o.draft_model && tp_spec_draft_init(o.draft_model, tp_model_n_ctx(R.g.m), 1, tp_model_n_threads(R.g.m),
+                                                   tp_model_hparams(R.g.m)->n_vocab, &R.dm, &err) != TP_OK) {
+        tp_cli_fail("bench gen", "%s", err.msg);
     } else if (gen_measure(&R, &o, &err) != TP_OK) {
         tp_cli_fail("bench gen", "%s", err.msg);
     } else {

@@ -67,7 +67,7 @@ static int bk_parse(int argc, char **argv, struct bk_opts *o)
                           .cols = 5632, .tokens = 128, .threads = 2, .reps = 5, .mb = 256};
     const struct tp_opt opts[] = {
         {"type", 0, TP_OPT_LIST, &o->types, "LIST",
-         "weight types (default q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32; TYPEx16 for q4_0, q8_0, q4_k, q5_k, q6_k: "
+         "weight types (default q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32; TYPEx16 for q4_0, q8_0, mxfp4, q4_k, q5_k, q6_k: "
          "re-laid 16 rows at a time as the model does where the CPU has an x16 kernel)", 0, 0},
         {"rows", 0, TP_OPT_INT, &o->rows, "N", "matrix rows (default 2048)", 1, 1 << 20},
         {"cols", 0, TP_OPT_INT, &o->cols, "N", "matrix columns, a multiple of 256 (default 5632)", 256, 1 << 20},
@@ -118,7 +118,7 @@ static int bk_parse(int argc, char **argv, struct bk_opts *o)
             snprintf(base, sizeof base, "%.*s", (int)(tl - 3), tok);
             if (tp_wtype_parse(base, &o->tlist[o->nt]) != TP_OK || !tp_kern_x16_type(o->tlist[o->nt]) ||
                 tp_kern_act_row_bytes(o->tlist[o->nt], o->cols) == 0) {
-                fprintf(stderr, "tpserve bench kernels: --type '%s': only q4_0, q8_0, q4_k, q5_k and q6_k have an x16 "
+                fprintf(stderr, "tpserve bench kernels: --type '%s': only q4_0, q8_0, mxfp4, q4_k, q5_k and q6_k have an x16 "
                                 "layout\n", tok);
                 return 2;
             }

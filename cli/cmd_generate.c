@@ -2,7 +2,11 @@
  * cli/cmd_generate.c - `tpserve generate`: load a model, tokenize a
  * prompt, prefill it in n_batch chunks, then sample and stream text token by
  * token (the streaming detokenizer never emits half a UTF-8 character), and
- * finish with prompt and generation tokens/sec on stderr.
+ * finish with prompt and generation tokens/sec on stderr.  With --spec
+ * ngram each step feeds the last token plus up to --draft-max tokens drafted
+ * by n-gram lookup (server/spec.h) and keeps the drafts the sampler accepts
+ * (tp_sampler_sample_draft: the output is what plain decoding gives, or is
+ * distributed as it), dropping the rest of the step's K/V with a clear.
  *
  * The model is driven through struct tp_gen_step (one "run this batch, give
  * me the logits" call), so a distributed driver can replace the single-rank
@@ -15,25 +19,34 @@
 #include "cli.h"
 #include "model/model.h"
 #include "parallel/parallel.h"
+#include "server/spec.h"
 
-/* One forward step: the batch in, logits (full vocabulary, one row per
- * flagged token) out.  ctx is the driver's. */
+/* One forward step: sequence 0 forgets positions >= clear_from first (-1:
+ * nothing), then the batch in, logits (full vocabulary, one row per flagged
+ * token) out.  ctx is the driver's. */
 struct tp_gen_step {
     void *ctx;
-    enum tp_status (*step)(void *ctx, const struct tp_batch *b, float *logits);
+    enum tp_status (*step)(void *ctx, const struct tp_batch *b, int clear_from, float *logits);
     const char *(*last_error)(void *ctx);
 };
 
-static enum tp_status local_step(void *ctx, const struct tp_batch *b, float *logits)
+static enum tp_status local_step(void *ctx, const struct tp_batch *b, int clear_from, float *logits)
 {
+    if (clear_from >= 0) tp_model_seq_truncate(ctx, 0, clear_from);
     return tp_model_forward(ctx, b, logits);
 }
 static const char *local_error(void *ctx) { return tp_model_last_error(ctx); }
 
 /* Distributed driver (parallel/): rank 0 sends each step to every rank. */
-static enum tp_status parallel_step(void *ctx, const struct tp_batch *b, float *logits)
+static enum tp_status parallel_step(void *ctx, const struct tp_batch *b, int clear_from, float *logits)
 {
+    const int32_t seq0 = 0, from = clear_from;
     struct tp_step s = {*b, 0, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL};
+    if (clear_from >= 0) {
+        s.n_clear = 1;
+        s.clear_seq = &seq0;
+        s.clear_from = &from;
+    }
     return tp_parallel_step(ctx, &s, logits);
 }
 static const char *parallel_error(void *ctx) { return tp_parallel_last_error(ctx); }
@@ -43,6 +56,10 @@ struct gen_opts {
     int n_predict;
     struct tp_sampler_params sp;
     int quiet_stats;
+    enum tp_spec_mode spec;
+    int draft_max;
+    const tp_comm_t *comm; /* for the collectives count (NULL: one rank) */
+    tp_spec_draft_t *dm;   /* --spec draft: the draft model */
 };
 
 /* Generation loop over any step driver.  Returns the exit code. */
@@ -52,11 +69,12 @@ static int generate(const struct tp_gen_step *drv, tp_model_t *m, const struct g
     tp_tokenizer_t *tok = tp_model_tokenizer(m);
     const struct tp_hparams *hp = tp_model_hparams(m);
     int n_ctx = tp_model_n_ctx(m), n_vocab = hp->n_vocab;
+    const int rows = 1 + (o->spec != TP_SPEC_OFF ? o->draft_max : 0);
     int32_t *ids = calloc((size_t)n_ctx + 1, sizeof(int32_t));
     int32_t *pos = calloc((size_t)n_ctx + 1, sizeof(int32_t));
     int32_t *seq = calloc((size_t)n_ctx + 1, sizeof(int32_t));
     int8_t *want = calloc((size_t)n_ctx + 1, 1);
-    float *logits = malloc((size_t)n_vocab * sizeof(float));
+    float *logits = malloc((size_t)rows * (size_t)n_vocab * sizeof(float));
     tp_sampler_t *smp = NULL;
     tp_detok_t *dt = NULL;
     char text[1024];
@@ -110,47 +128,106 @@ static int generate(const struct tp_gen_step *drv, tp_model_t *m, const struct g
             want[j] = (i + j == n_prompt - 1);
         }
         struct tp_batch b = {n, ids + i, pos, seq, want};
-        if (drv->step(drv->ctx, &b, logits) != TP_OK) {
+        if (drv->step(drv->ctx, &b, -1, logits) != TP_OK) {
             tp_cli_fail("generate", "forward pass failed: %s", drv->last_error(drv->ctx));
             goto out;
         }
     }
     double t_prompt = tp_now_s() - t0;
 
-    int n_gen = 0;
+    /* Decode.  The last step fed tokens at positions base .. base + k (its input, then k drafts) and left a
+     * logits row for each: row j chooses the token at base + j + 1.  The walk stops at the first token that
+     * is not the next draft; it is fed at base + a + 1 in the next step (after a clear of the rejected
+     * drafts' positions) with the new drafts after it. */
+    int n_gen = 0, n_tok = n_prompt, base = n_prompt - 1, k = 0, n_steps = 0;
+    long long n_drafted = 0, n_accepted = 0;
+    int32_t draft[TP_SPEC_DRAFT_MAX];
+    struct tp_spec_adapt adapt;
+    tp_spec_adapt_init(&adapt, o->draft_max > 0 ? o->draft_max : 1);
+    struct tp_comm_stats cs0 = {0}, cs1 = {0};
+    if (o->comm) tp_comm_get_stats(o->comm, &cs0);
     double t1 = tp_now_s();
-    for (int p = n_prompt; n_gen < n_predict; p++) {
-        struct tp_sample_result res;
-        if (tp_sampler_sample(smp, logits, &res) != TP_OK) {
-            tp_cli_fail("generate", "sampling failed");
-            goto out;
+    while (n_predict > 0) {
+        int done = 0, a = 0;
+        n_steps++;
+        for (int j = 0; j <= k; j++) {
+            struct tp_sample_result res;
+            int acc = 0;
+            const float *row = logits + (size_t)j * (size_t)n_vocab;
+            enum tp_status st = j < k ? tp_sampler_sample_draft(smp, row, draft[j], &res, &acc)
+                                      : tp_sampler_sample(smp, row, &res);
+            if (st != TP_OK) {
+                tp_cli_fail("generate", "sampling failed");
+                goto out;
+            }
+            n_gen++;
+            a += acc;
+            if (tp_tokenizer_is_eog(tok, res.id)) {
+                done = 1;
+                break;
+            }
+            tp_sampler_accept(smp, res.id);
+            ids[n_tok++] = res.id;
+            size_t nb = tp_detok_push(dt, res.id, text, sizeof(text));
+            if (nb) {
+                fwrite(text, 1, nb, stdout);
+                fflush(stdout);
+            }
+            if (n_gen == n_predict || base + j + 2 >= n_ctx) {
+                done = 1;
+                break;
+            }
+            if (!acc) break;
         }
-        n_gen++;
-        if (tp_tokenizer_is_eog(tok, res.id)) break;
-        tp_sampler_accept(smp, res.id);
-        size_t nb = tp_detok_push(dt, res.id, text, sizeof(text));
-        if (nb) {
-            fwrite(text, 1, nb, stdout);
-            fflush(stdout);
+        n_drafted += k;
+        n_accepted += a;
+        if (k > 0) tp_spec_adapt_update(&adapt, k, a);
+        if (done) break;
+        const int clear_from = a < k ? base + a + 1 : -1; /* the rejected drafts' positions */
+        base += a + 1;
+        k = 0;
+        if (o->spec != TP_SPEC_OFF) {
+            int kk = TP_MIN(tp_spec_adapt_k(&adapt), n_predict - n_gen - 1);
+            kk = TP_MIN(kk, n_ctx - 1 - base);
+            if (kk > 0)
+                k = o->spec == TP_SPEC_NGRAM ? tp_spec_ngram_draft(ids, n_tok, kk, draft)
+                                             : tp_spec_draft_propose(o->dm, 0, ids, n_tok, kk, draft);
+            if (k < 0) {
+                tp_cli_fail("generate", "the draft model failed: %s", tp_spec_draft_last_error(o->dm));
+                goto out;
+            }
         }
-        if (n_gen == n_predict || p + 1 >= n_ctx) break;
-        int32_t t = res.id, ps = p, sq = 0;
-        int8_t w = 1;
-        struct tp_batch b = {1, &t, &ps, &sq, &w};
-        if (drv->step(drv->ctx, &b, logits) != TP_OK) {
+        int32_t btok[1 + TP_SPEC_DRAFT_MAX];
+        btok[0] = ids[n_tok - 1];
+        for (int j = 0; j <= k; j++) {
+            if (j > 0) btok[j] = draft[j - 1];
+            pos[j] = base + j;
+            seq[j] = 0;
+            want[j] = 1;
+        }
+        struct tp_batch b = {k + 1, btok, pos, seq, want};
+        if (drv->step(drv->ctx, &b, clear_from, logits) != TP_OK) {
             tp_cli_fail("generate", "forward pass failed: %s", drv->last_error(drv->ctx));
             goto out;
         }
     }
     double t_gen = tp_now_s() - t1;
+    if (o->comm) tp_comm_get_stats(o->comm, &cs1);
     size_t nb = tp_detok_flush(dt, text, sizeof(text));
     if (nb) fwrite(text, 1, nb, stdout);
     fputc('\n', stdout);
     fflush(stdout);
-    if (!o->quiet_stats)
-        fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tokens/s); generation: %d tokens in %.3f s (%.1f tokens/s)\n",
+    if (!o->quiet_stats) {
+        fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tokens/s); generation: %d tokens in %.3f s (%.1f tokens/s)",
                 n_prompt, t_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen, t_gen,
                 t_gen > 0 ? n_gen / t_gen : 0.0);
+        fprintf(stderr, "; %d steps, %.2f tokens/step, %.1f collectives/token", n_steps,
+                n_steps ? (double)n_gen / n_steps : 0.0, n_gen ? (double)(cs1.n_ops - cs0.n_ops) / n_gen : 0.0);
+        if (o->spec != TP_SPEC_OFF)
+            fprintf(stderr, "; speculative %s: %lld of %lld drafted tokens accepted (%.3f)", tp_spec_mode_name(o->spec),
+                    n_accepted, n_drafted, n_drafted ? (double)n_accepted / (double)n_drafted : 0.0);
+        fputc('\n', stderr);
+    }
     rc_exit = 0;
 out:
     tp_detok_free(dt);
@@ -166,7 +243,8 @@ out:
 int tp_cmd_generate(int argc, char **argv)
 {
     const char *model = NULL, *prompt = "", *shard_weights = NULL, *moe_split = "auto", *comm_dtype = "f32", *kv_type = "f16";
-    int n_predict = 128, threads = 0, ctx = 0, top_k = 40, quiet = 0;
+    int n_predict = 128, threads = 0, ctx = 0, top_k = 40, quiet = 0, draft_max = 4;
+    const char *spec = "off", *draft_model = NULL;
     float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat = 1.0f;
     uint64_t seed = 0;
     int seed_set = 0;
@@ -187,6 +265,14 @@ int tp_cmd_generate(int argc, char **argv)
         {"moe-split", 0, TP_OPT_STRING, &moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
         {"comm-dtype", 0, TP_OPT_STRING, &comm_dtype, "T", "under launch/mpirun: f32|f16|bf16|q8 activations on the wire", 0, 0},
         {"kv-type", 0, TP_OPT_STRING, &kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
+        {"spec", 0, TP_OPT_STRING, &spec, "MODE",
+         "speculative decoding: off (default), ngram (draft from the prompt and output so far) or draft (a smaller "
+         "model decodes the drafts: --draft-model); the drafts are verified in one step (docs/speculative.md)", 0,
+         0},
+        {"draft-model", 0, TP_OPT_STRING, &draft_model, "FILE",
+         "--spec draft: a smaller GGUF with the model's vocabulary, run on rank 0", 0, 0},
+        {"draft-max", 0, TP_OPT_INT, &draft_max, "K", "--spec: drafted tokens per step, 1..16 (default 4)", 1,
+         TP_SPEC_DRAFT_MAX},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0}};
     int np = 0;
     /* detect an explicit --seed so 0 is a valid seed */
@@ -197,6 +283,16 @@ int tp_cmd_generate(int argc, char **argv)
     TP_CLI_RETURN_UNLESS_PARSED(prc);
     if (!model) {
         fprintf(stderr, "tpserve generate: -m MODEL is required\n");
+        return 2;
+    }
+    const int spec_mode = tp_spec_mode_parse(spec);
+    if (spec_mode < 0) {
+        fprintf(stderr, "tpserve generate: --spec %s: want off, ngram or draft\n", spec);
+        return 2;
+    }
+    if ((spec_mode == TP_SPEC_DRAFT) != (draft_model != NULL)) {
+        fprintf(stderr, "tpserve generate: %s\n",
+                draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
         return 2;
     }
     /* One rank, or a group from the environment (tpserve launch / mpirun):
@@ -213,7 +309,7 @@ int tp_cmd_generate(int argc, char **argv)
     cfg->n_threads = threads;
     cfg->n_ctx = ctx;
     cfg->n_seq = 1;
-    cfg->n_batch = 512;
+    cfg->n_batch = 512; /* >= 1 + --draft-max */
     tp_parallel_t *par = NULL;
     if (tp_parallel_init(&pc, &par, &err) != TP_OK) return tp_cli_fail("generate", "%s", err.msg);
     if (tp_parallel_rank(par) != 0) {
@@ -240,10 +336,23 @@ int tp_cmd_generate(int argc, char **argv)
     o.sp.min_p = min_p;
     o.sp.repetition_penalty = repeat;
     o.sp.seed = seed_set ? seed : tp_now_ns();
+    o.spec = (enum tp_spec_mode)spec_mode;
+    o.draft_max = draft_max;
+    o.comm = tp_parallel_comm(par);
+    tp_spec_draft_t *dm = NULL;
+    if (spec_mode == TP_SPEC_DRAFT) {
+        if (tp_spec_draft_init(draft_model, tp_model_n_ctx(m), 1, threads, tp_model_hparams(m)->n_vocab, &dm, &err) !=
+            TP_OK) {
+            tp_parallel_free(par);
+            return tp_cli_fail("generate", "%s", err.msg);
+        }
+        o.dm = dm;
+    }
     struct tp_gen_step drv = {par, parallel_step, parallel_error};
     (void)local_step;
     (void)local_error;
     int rc = generate(&drv, m, &o);
+    tp_spec_draft_free(dm);
     tp_parallel_free(par);
     return rc;
 }

@@ -335,11 +335,17 @@ static void info_print_memory(const struct info_file *f, const struct tp_hparams
                               enum tp_kv_type kv_type)
 {
     const int ctx = n_ctx > 0 ? n_ctx : TP_MIN(hp->n_ctx_train, 4096);
-    /* K and V of --kv-type (f16: the default of generate / serve / bench gen); a sliding window keeps a ring of
-     * window + 512 (the default batch) positions */
-    const int kv_pos = hp->sliding_window > 0 && hp->sliding_window + 512 < ctx ? hp->sliding_window + 512 : ctx;
-    const uint64_t kv_per_head =
-        2ull * (uint64_t)hp->n_layer * (uint64_t)kv_pos * (uint64_t)tp_kv_row_bytes(kv_type, hp->head_dim);
+    /* K and V of --kv-type (f16: the default of generate / serve / bench gen), layer by layer: a windowed layer
+     * keeps a ring of window + 512 (the default batch) positions, the others ctx */
+    const int batch = 512;
+    const uint64_t kv_per_head = tp_kv_head_bytes(hp, ctx, batch, kv_type);
+    int n_win = 0;
+    int64_t win_pos = 0; /* positions a windowed layer keeps */
+    for (int l = 0; l < hp->n_layer; l++)
+        if (tp_kv_layer_window(hp, l) > 0) {
+            n_win++;
+            win_pos = tp_kv_layer_positions(hp, l, ctx, batch);
+        }
     int kv_heads = hp->n_head_kv;
     if (f->shard_world > 0) { /* a shard holds the KV heads of its plan range: 8 ints per rank, kv at [2], [3] */
         int kp = tp_gguf_find_key(f->g, "tpserve.shard.plan");
@@ -353,9 +359,11 @@ static void info_print_memory(const struct info_file *f, const struct tp_hparams
     printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (%s, ctx %d, 1 sequence, %d KV heads)\n",
            mib(f->weight_bytes + kv_bytes), mib(f->weight_bytes), mib(kv_bytes), tp_kv_type_name(kv_type), ctx,
            kv_heads);
-    if (hp->sliding_window > 0)
-        printf("attention   sliding window of %d positions in every layer (KV ring of %d positions)\n",
-               hp->sliding_window, kv_pos);
+    if (n_win > 0)
+        printf("kv cache    %d sliding-window layer%s x %lld positions (window %d + batch %d) + %d full layer%s x %d "
+               "positions\n",
+               n_win, n_win == 1 ? "" : "s", (long long)win_pos,
+               hp->sliding_window, batch, hp->n_layer - n_win, hp->n_layer - n_win == 1 ? "" : "s", ctx);
     if (f->shard_world > 0) { /* per-rank figures need the whole model */
         printf("per rank    see 'tpserve info' of the model this shard was cut from\n");
         return;

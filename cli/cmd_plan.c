@@ -194,8 +194,22 @@ static void print_table(const char *model, const struct tp_cap_config *c, const 
     printf("Plan: %s (%s) on %d node%s over %s (%.0f Gbit/s, %.0f us), context %d x %d sequence%s, %s KV cache\n",
            model, tp_wtype_name(c->wtype), c->n_nodes, c->n_nodes == 1 ? "" : "s", c->link.name, c->link.gbit,
            c->link.latency_us, c->n_ctx, c->n_seq, c->n_seq == 1 ? "" : "s", tp_kv_type_name(c->kv_type));
-    printf("Needs %.1f GiB in all; the nodes have %.1f GiB usable (memory minus max(%.1f%%, %.1f GiB) for the OS)\n\n",
+    printf("Needs %.1f GiB in all; the nodes have %.1f GiB usable (memory minus max(%.1f%%, %.1f GiB) for the OS)\n",
            gib(r->need_bytes), gib(r->usable_bytes), c->reserve_frac * 100, gib(c->reserve_min_bytes));
+    int n_win = 0;
+    int64_t win_pos = 0; /* KV counted layer by layer: a windowed layer holds its ring, not the context */
+    for (int l = 0; l < c->hp.n_layer; l++)
+        if (tp_kv_layer_window(&c->hp, l) > 0) {
+            n_win++;
+            win_pos = tp_kv_layer_positions(&c->hp, l, c->n_ctx, c->n_batch);
+        }
+    if (n_win > 0)
+        printf("KV cache: %d sliding-window layer%s x %lld positions (window %d + batch %d) + %d full layer%s x %d "
+               "positions, %.1f MiB per KV head and sequence\n",
+               n_win, n_win == 1 ? "" : "s", (long long)win_pos, c->hp.sliding_window, c->n_batch, c->hp.n_layer - n_win,
+               c->hp.n_layer - n_win == 1 ? "" : "s", c->n_ctx,
+               (double)tp_kv_head_bytes(&c->hp, c->n_ctx, c->n_batch, c->kv_type) / 1048576.0);
+    printf("\n");
     int planned = r->plan.world_size > 0;
     printf("%-12s %8s %8s %6s %7s %7s %8s %8s %7s %8s %8s %9s\n", "node", "mem GiB", "usable", "share", "q/kv",
            "ffn", "weights", "kv", "runtime", "total", "free", "ms/token");

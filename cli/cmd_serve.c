@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "server/spec.h"
 #include "parallel/parallel.h"
 #include "server/server.h"
 
@@ -152,6 +153,9 @@ struct serve_opts {
     int max_conn, max_conn_ip, header_timeout, body_timeout, recover_wait, rejoin, resp_store;
     const char *on_rank_loss, *mem_limit; /* --on-rank-loss wait|replan, --mem-limit SIZE */
     int replan_after;
+    const char *spec; /* --spec off|ngram|draft */
+    const char *draft_model;
+    int draft_max;
     uint64_t mem_limit_bytes;
     char *key_buf; /* --api-key-file's key (owned; api_key points at it) */
 };
@@ -180,6 +184,15 @@ static int serve_check(struct serve_opts *o)
     if (o->max_body < 64 || o->max_body > (1ull << 32)) {
         fprintf(stderr, "tpserve serve: --max-body %llu: must be between 64 and 4294967296\n",
                 (unsigned long long)o->max_body);
+        return 2;
+    }
+    if (tp_spec_mode_parse(o->spec) < 0) {
+        fprintf(stderr, "tpserve serve: --spec %s: want off, ngram or draft\n", o->spec);
+        return 2;
+    }
+    if ((tp_spec_mode_parse(o->spec) == TP_SPEC_DRAFT) != (o->draft_model != NULL)) {
+        fprintf(stderr, "tpserve serve: %s\n",
+                o->draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
         return 2;
     }
     if (strcmp(o->on_rank_loss, "wait") != 0 && strcmp(o->on_rank_loss, "replan") != 0) {
@@ -212,7 +225,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
                              .chunk = 64, .share_min = 32, .max_body = 1u << 20, .mem_budget = (uint64_t)256 << 20,
                              .max_conn = 256, .max_conn_ip = 32, .header_timeout = 10, .body_timeout = 30,
                              .recover_wait = 60, .pooling = "auto", .resp_store = 256, .on_rank_loss = "wait",
-                             .replan_after = 10};
+                             .replan_after = 10, .spec = "off", .draft_max = 4};
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &o->model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
         {"host", 0, TP_OPT_STRING, &o->host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
@@ -282,6 +295,15 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         {"shard-weights", 0, TP_OPT_LIST, &o->shard_weights, "W,W,..",
          "under launch/mpirun: share per rank, e.g. from 'tpserve plan' (default equal)", 0, 0},
         {"moe-split", 0, TP_OPT_STRING, &o->moe_split, "S", TP_CLI_MOE_SPLIT_HELP, 0, 0},
+        {"spec", 0, TP_OPT_STRING, &o->spec, "MODE",
+         "speculative decoding of requests that do not say (\"speculative\": true|false): off (default), ngram "
+         "(draft from the prompt and output so far) or draft (a smaller model drafts: --draft-model); every draft "
+         "is verified in one step (docs/speculative.md)",
+         0, 0},
+        {"draft-model", 0, TP_OPT_STRING, &o->draft_model, "FILE",
+         "--spec draft: a smaller GGUF with the model's vocabulary, run on rank 0", 0, 0},
+        {"draft-max", 0, TP_OPT_INT, &o->draft_max, "K", "drafted tokens per sequence and step, 1..16 (default 4)", 1,
+         TP_SPEC_DRAFT_MAX},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int pr = tp_cli_parse("serve", "Usage: tpserve serve -m MODEL [options]", opts, argc, argv, NULL, 0, NULL, NULL,
@@ -317,6 +339,9 @@ static struct tp_server_config serve_server_config(const struct serve_opts *o, c
     sc.responses_store = o->resp_store;
     sc.pooling = strcmp(o->pooling, "mean") == 0 ? 1 : strcmp(o->pooling, "last") == 0 ? 2 : strcmp(o->pooling, "cls") == 0 ? 3 : 0;
     sc.cors_origin = o->cors_origin;
+    sc.spec = tp_spec_mode_parse(o->spec);
+    sc.draft_max = o->draft_max;
+    sc.draft_model = o->draft_model;
     sc.logit_bias = o->logit_bias;
     return sc;
 }

@@ -278,11 +278,10 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
      * windowed layers (every layer, or with swa_period p those with l % p < p - 1: gpt-oss's even ones) */
     const int64_t ring = hp->sliding_window > 0 ? (int64_t)hp->sliding_window + cfg->n_batch : INT64_MAX;
     int n_win = 0;
-    for (int l = 0; hp->sliding_window > 0 && l < hp->n_layer; l++)
-        n_win += hp->swa_period <= 0 || l % hp->swa_period < hp->swa_period - 1;
+    for (int l = 0; l < hp->n_layer; l++) n_win += tp_kv_layer_window(hp, l) > 0;
     const int n_full = hp->n_layer - n_win;
-    const double kv_pos = (double)(ring < cfg->n_ctx ? ring : cfg->n_ctx);
-    const double kv_per_head = (kv_pos * n_win + (double)cfg->n_ctx * n_full) * cfg->n_seq * 2.0 * (double)kv_row;
+    const double kv_per_head = /* layer by layer (tp_kv_layer_positions), all sequences */
+        (double)tp_kv_head_bytes(hp, cfg->n_ctx, cfg->n_batch, cfg->kv_type) * (double)cfg->n_seq;
     const double kv_total = kv_per_head * hp->n_head_kv;
     const double scratch =
         (double)cfg->n_batch * (4.0 * hp->n_embd + 2.0 * hp->n_ff + (double)hp->n_vocab) * sizeof(float);

@@ -181,12 +181,16 @@ static enum tp_status make_plan(tp_parallel_t *p, const struct tp_parallel_confi
     if (pr->hp.n_vocab >= (1 << 24))
         return tp_error_set(&p->err, TP_ERR_UNSUPPORTED, "vocabulary of %d tokens is too large (max 2^24)",
                             pr->hp.n_vocab);
-    if (pr->is_shard && pr->hp.n_expert > 0)
-        return tp_error_set(&p->err, TP_ERR_UNSUPPORTED,
-                            "%s: shard files of mixture-of-experts models are not supported; give every rank the whole "
-                            "GGUF (each reads only its slice)",
-                            path);
-    if ((st = tp_parallel_plan_moe(&pr->hp, &pr->types, p->world, wp, cfg->moe_split, &p->plan, &p->err)) != TP_OK)
+    if (pr->is_shard && pr->shard_moe_split != TP_MOE_SPLIT_AUTO) { /* MoE shard file: its split, or refuse */
+        if (cfg->moe_split != TP_MOE_SPLIT_AUTO && cfg->moe_split != pr->shard_moe_split)
+            return tp_error_set(&p->err, TP_ERR_INVALID_ARG,
+                                "%s was cut with --moe-split %s, but --moe-split %s was asked for; drop --moe-split or "
+                                "cut new shards with `tpserve shard MODEL -n %d --moe-split %s -o DIR`",
+                                path, tp_moe_split_name(pr->shard_moe_split), tp_moe_split_name(cfg->moe_split),
+                                p->world, tp_moe_split_name(cfg->moe_split));
+        p->moe_split = pr->shard_moe_split;
+    }
+    if ((st = tp_parallel_plan_moe(&pr->hp, &pr->types, p->world, wp, p->moe_split, &p->plan, &p->err)) != TP_OK)
         return st;
     if (pr->is_shard) {
         int same = tp_shard_plan_hash(&p->plan) == pr->shard_plan_hash;
@@ -196,6 +200,10 @@ static enum tp_status make_plan(tp_parallel_t *p, const struct tp_parallel_confi
             same = f[0] == s->q_head_begin && f[1] == s->q_head_end && f[2] == s->kv_head_begin &&
                    f[3] == s->kv_head_end && f[4] == s->ff_begin && f[5] == s->ff_end && f[6] == s->vocab_begin &&
                    f[7] == s->vocab_end;
+            const int32_t *x = pr->shard_experts + r * 4;
+            if (same && pr->shard_moe_split != TP_MOE_SPLIT_AUTO)
+                same = x[0] == s->expert_begin && x[1] == s->expert_end && x[2] == s->shexp_begin &&
+                       x[3] == s->shexp_end;
         }
         if (!same)
             return tp_error_set(&p->err, TP_ERR_INVALID_ARG,
@@ -212,10 +220,11 @@ static enum tp_status make_plan(tp_parallel_t *p, const struct tp_parallel_confi
 static enum tp_status alloc_buffers(tp_parallel_t *p)
 {
     size_t nb = (size_t)p->n_batch;
-    p->bias_max = (int)TP_MIN((size_t)p->n_seq * TP_PARALLEL_BIAS_PER_ROW, (size_t)1 << 24);
+    p->rows_max = (int)TP_MIN(nb, (size_t)p->n_seq * TP_PARALLEL_ROWS_PER_SEQ);
+    p->bias_max = (int)TP_MIN((size_t)p->rows_max * TP_PARALLEL_BIAS_PER_ROW, (size_t)1 << 24);
     p->mask_words = (p->n_vocab + 31) / 32;
     p->body = calloc(4 * nb + 5 * (size_t)p->n_seq + 3 * (size_t)p->bias_max +
-                         (size_t)p->n_seq * (1 + (size_t)p->mask_words) + 1,
+                         (size_t)p->rows_max * (1 + (size_t)p->mask_words) + 1,
                      sizeof(int32_t));
     p->local = tp_aligned_alloc(64, nb * (size_t)p->vocab_local * sizeof(float));
     const size_t per = 2 * TP_PARALLEL_TOPK_MAX + 2; /* floats per row: top-k candidates + (max, sum exp) */

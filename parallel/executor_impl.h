@@ -54,9 +54,11 @@ struct tp_parallel {
     int chunk;                    /* rows per logits gather */
 
     int32_t hdr[HDR_WORDS];
-    int32_t *body;                /* (4*n_batch + 2*n_seq + 3*n_seq + 3*bias_max + n_seq*(1 + mask_words)) */
+    int32_t *body;                /* (4*n_batch + 2*n_seq + 3*n_seq + 3*bias_max + rows_max*(1 + mask_words)) */
     int mask_words;               /* (n_vocab + 31) / 32: one token mask row */
-    int bias_max;                 /* logit_bias entries per step: n_seq x TP_PARALLEL_BIAS_PER_ROW */
+    int rows_max;                 /* logits rows a step may bias or mask: min(n_batch, n_seq x
+                                   * TP_PARALLEL_ROWS_PER_SEQ) */
+    int bias_max;                 /* logit_bias entries per step: rows_max x TP_PARALLEL_BIAS_PER_ROW */
     float *local;                 /* (n_batch, vocab_local) this rank's logits rows */
     float *send;                  /* (chunk, vocab_max) padded rows (uneven vocab) */
     float *gath;                  /* rank 0: (world, chunk, vocab_max) */

@@ -55,6 +55,10 @@ void tp_wire_q8_add(float *dst, const uint8_t *src, size_t n);
 #define TP_SHARD_KEY_PLAN "tpserve.shard.plan"             /* i32 array, 8 per rank (ranges) */
 #define TP_SHARD_KEY_PLAN_HASH "tpserve.shard.plan_hash"   /* u64 tp_shard_plan_hash */
 #define TP_SHARD_KEY_SOURCE "tpserve.shard.source"         /* string: file it was cut from */
+/* mixture of experts only: */
+#define TP_SHARD_KEY_MOE_SPLIT "tpserve.shard.moe_split"   /* string: "tensor" or "expert" */
+#define TP_SHARD_KEY_EXPERTS "tpserve.shard.experts"       /* i32 array, 4 per rank: expert_begin, expert_end,
+                                                            * shexp_begin, shexp_end */
 
 /* How shard_file.c cuts GGUF tensor `name` for shard s: TP_SHARD_SLICE_NONE
  * (whole), _ROWS (rows [*a, *b), or elements of a 1-D bias) or _COLS

@@ -439,9 +439,9 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
                       n_ex * (rows_bytes(ty->ffn_gate, nf, E) + rows_bytes(ty->ffn_up, nf, E) +
                               rows_bytes(ty->ffn_down, E, nf));
         if (hp->has_qkv_bias) sh += (uint64_t)((nq + 2 * nk) * hd * 4);
-        /* gpt-oss: the held heads' sinks; every expert's gate/up bias columns; the down biases on the
-         * rank holding column 0 (as model_load.c reads them) */
-        if (gptoss) sh += ((uint64_t)nq + X * (uint64_t)nf * 2 + (s->ff_begin == 0 ? X * (uint64_t)E : 0)) * 4;
+        /* gpt-oss: the held heads' sinks; the held experts' gate/up bias columns; their down biases on
+         * the rank holding column 0 (as model_load.c reads them) */
+        if (gptoss) sh += ((uint64_t)nq + n_ex * (uint64_t)nf * 2 + (s->ff_begin == 0 ? n_ex * (uint64_t)E : 0)) * 4;
         sh *= (uint64_t)L;
         const int64_t ns = s->shexp_end - s->shexp_begin; /* Qwen2-MoE shared expert: its columns and gate vector */
         if (ns > 0)

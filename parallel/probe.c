@@ -119,6 +119,28 @@ enum tp_status tp_model_probe(const char *path, struct tp_model_probe *out, stru
             goto out;
         }
         out->shard_plan_hash = h;
+        if (tp_gguf_get_str(g, TP_SHARD_KEY_MOE_SPLIT, &s) == TP_OK && s) {
+            struct tp_error perr = {0};
+            if (tp_moe_split_parse(s, &out->shard_moe_split, &perr) != TP_OK ||
+                out->shard_moe_split == TP_MOE_SPLIT_AUTO) {
+                rc = tp_error_set(err, TP_ERR_FORMAT, "%s: %s is '%s' (want tensor or expert)", path,
+                                  TP_SHARD_KEY_MOE_SPLIT, s);
+                goto out;
+            }
+            k = tp_gguf_find_key(g, TP_SHARD_KEY_EXPERTS);
+            n = k >= 0 ? tp_gguf_arr_len(g, k) : 0;
+            if (k < 0 || n != (uint64_t)out->shard_world * 4 ||
+                tp_gguf_arr_copy_i32(g, k, out->shard_experts, n) != TP_OK) {
+                rc = tp_error_set(err, TP_ERR_FORMAT, "%s: shard file has no valid %s (want %d ints)", path,
+                                  TP_SHARD_KEY_EXPERTS, out->shard_world * 4);
+                goto out;
+            }
+        } else if (out->hp.n_expert > 0) {
+            rc = tp_error_set(err, TP_ERR_FORMAT,
+                              "%s: mixture-of-experts shard file without %s; cut it again with `tpserve shard`", path,
+                              TP_SHARD_KEY_MOE_SPLIT);
+            goto out;
+        }
     }
 out:
     tp_gguf_close(g);

@@ -12,9 +12,21 @@
  *   row-parallel (attn_output, ffn_down): only the columns of this rank's
  *       range, re-packed row by row, ne = [cols, ne1] (ranges sit on block
  *       boundaries, so blocks are copied whole, never re-quantized);
+ *   attn_sinks (one logit per Q head): this rank's heads;
+ *   mixture of experts, the stacked ffn_{gate,up,down}_exps (ne = [cols,
+ *       rows, n_expert]): only the held experts [expert_begin, expert_end),
+ *       each cut like the dense FFN (gate/up rows [ff_begin, ff_end), down
+ *       those columns), ne = [E, nf, nx] / [nf, E, nx]; gpt-oss expert
+ *       biases (ne = [cols, n_expert]) the same experts and columns, the
+ *       down bias only on the rank whose ff_begin is 0 (absent elsewhere);
+ *       a shared expert (Qwen2-MoE) its [shexp_begin, shexp_end) rows of
+ *       gate/up and columns of down plus its gate vector, absent on a rank
+ *       that holds none of it; the routers whole;
  *   everything else (norms, token_embd, q/k norms): whole.
- * The loader recognises the layout through tp_model_shard.file_is_slice,
- * which the engine sets when it finds these keys.
+ * MoE files also carry the expert split and every rank's expert ranges
+ * (tpserve.shard.moe_split, tpserve.shard.experts).  The loader recognises
+ * the layout through tp_model_shard.file_is_slice, which the engine sets
+ * when it finds these keys.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +74,65 @@ static enum slice_kind classify(const char *name, const struct tp_hparams *hp, c
         }
     }
     return SLICE_NONE;
+}
+
+/* How one tensor is cut: of its data seen as [ne0, ne1, ne2] (ne3 == 1 when cut), columns [c0, c1) of dim 0,
+ * rows [r0, r1) of dim 1, stacked matrices [s0, s1) of dim 2; drop: left out of this rank's file. */
+struct cut {
+    int drop, whole;
+    int64_t c0, c1, r0, r1, s0, s1;
+};
+
+/* The cut of tensor t for shard s (dense roles through classify, then the mixture-of-experts ones). */
+static enum tp_status cut_of(const struct tp_gguf_tensor *t, const struct tp_hparams *hp,
+                             const struct tp_model_shard *s, const char *path, struct cut *c, struct tp_error *err)
+{
+    const int64_t ne0 = t->ne[0], ne1 = t->n_dims > 1 ? t->ne[1] : 1, ne2 = t->n_dims > 2 ? t->ne[2] : 1;
+    memset(c, 0, sizeof *c);
+    c->c1 = ne0;
+    c->r1 = ne1;
+    c->s1 = ne2;
+    int64_t a = 0, b = 0;
+    enum slice_kind k = classify(t->name, hp, s, &a, &b);
+    const char *dot = strncmp(t->name, "blk.", 4) == 0 ? strchr(t->name + 4, '.') : NULL;
+    const char *role = dot ? dot + 1 : "";
+    if (k == SLICE_ROWS && t->n_dims == 1) c->c0 = a, c->c1 = b;
+    else if (k == SLICE_ROWS) c->r0 = a, c->r1 = b;
+    else if (k == SLICE_COLS) c->c0 = a, c->c1 = b;
+    else if (strcmp(role, "attn_sinks.weight") == 0) c->c0 = s->q_head_begin, c->c1 = s->q_head_end;
+    else if (hp->n_expert > 0) {
+        const int64_t f0 = s->ff_begin, f1 = s->ff_end, e0 = s->expert_begin, e1 = s->expert_end;
+        int64_t sb = s->shexp_begin, se = s->shexp_end; /* the loader's rule for a shared expert's holder */
+        if (sb == 0 && se == 0 && s->expert_begin == 0 && s->ff_begin == 0) se = hp->n_ff_shexp;
+        if (!strcmp(role, "ffn_gate_exps.weight") || !strcmp(role, "ffn_up_exps.weight"))
+            c->r0 = f0, c->r1 = f1, c->s0 = e0, c->s1 = e1;
+        else if (!strcmp(role, "ffn_down_exps.weight"))
+            c->c0 = f0, c->c1 = f1, c->s0 = e0, c->s1 = e1;
+        else if (!strcmp(role, "ffn_gate_exps.bias") || !strcmp(role, "ffn_up_exps.bias"))
+            c->c0 = f0, c->c1 = f1, c->r0 = e0, c->r1 = e1;
+        else if (!strcmp(role, "ffn_down_exps.bias"))
+            c->drop = f0 != 0, c->r0 = e0, c->r1 = e1;
+        else if (strstr(role, "_shexp.") && se <= sb)
+            c->drop = 1;
+        else if (!strcmp(role, "ffn_gate_shexp.weight") || !strcmp(role, "ffn_up_shexp.weight"))
+            c->r0 = sb, c->r1 = se;
+        else if (!strcmp(role, "ffn_down_shexp.weight"))
+            c->c0 = sb, c->c1 = se;
+    }
+    c->whole = c->c0 == 0 && c->c1 == ne0 && c->r0 == 0 && c->r1 == ne1 && c->s0 == 0 && c->s1 == ne2;
+    if (c->drop || c->whole) return TP_OK;
+    const int64_t be = tp_gguf_wtype_block_elems((uint32_t)t->type);
+    if (t->n_dims > 3 || c->c0 < 0 || c->c1 > ne0 || c->c0 >= c->c1 || c->r0 < 0 || c->r1 > ne1 || c->r0 >= c->r1 ||
+        c->s0 < 0 || c->s1 > ne2 || c->s0 >= c->s1)
+        return tp_error_set(err, TP_ERR_FORMAT,
+                            "%s: tensor '%s' [%lld, %lld, %lld] does not hold the plan's columns [%lld,%lld) rows "
+                            "[%lld,%lld) experts [%lld,%lld)",
+                            path, t->name, (long long)ne0, (long long)ne1, (long long)ne2, (long long)c->c0,
+                            (long long)c->c1, (long long)c->r0, (long long)c->r1, (long long)c->s0, (long long)c->s1);
+    if (be <= 0 || c->c0 % be || c->c1 % be)
+        return tp_error_set(err, TP_ERR_INTERNAL, "%s: tensor '%s': the plan's columns [%lld,%lld) cut a %lld-element %s block",
+                            path, t->name, (long long)c->c0, (long long)c->c1, (long long)be, tp_wtype_name(t->type));
+    return TP_OK;
 }
 
 int tp_shard_classify(const char *name, const struct tp_hparams *hp, const struct tp_model_shard *s, int64_t *a,
@@ -196,6 +267,18 @@ enum tp_status tp_shard_write_keys(struct tp_gguf_writer *w, const struct tp_sha
         (rc = tp_gguf_kv_u64(w, TP_SHARD_KEY_PLAN_HASH, tp_shard_plan_hash(plan))) != TP_OK ||
         (rc = tp_gguf_kv_str(w, TP_SHARD_KEY_SOURCE, source)) != TP_OK)
         return tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+    if (plan->moe_split != TP_MOE_SPLIT_AUTO) { /* mixture of experts: the split and every rank's experts */
+        int32_t ex[TP_PLAN_MAX_RANKS * 4];
+        for (int r = 0; r < plan->world_size; r++) {
+            const struct tp_model_shard *q = &plan->ranks[r].shard;
+            const int32_t v[4] = {q->expert_begin, q->expert_end, q->shexp_begin, q->shexp_end};
+            memcpy(ex + r * 4, v, sizeof v);
+        }
+        if ((rc = tp_gguf_kv_str(w, TP_SHARD_KEY_MOE_SPLIT, tp_moe_split_name(plan->moe_split))) != TP_OK ||
+            (rc = tp_gguf_kv_array(w, TP_SHARD_KEY_EXPERTS, TP_GGUF_INT32, ex, (uint64_t)plan->world_size * 4)) !=
+                TP_OK)
+            return tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+    }
     return TP_OK;
 }
 
@@ -213,49 +296,45 @@ static enum tp_status write_one(tp_gguf_t *g, const struct tp_model_probe *pr, c
     const char *src = strrchr(tp_gguf_path(g), '/');
     src = src ? src + 1 : tp_gguf_path(g);
     TP_CHECK_GOTO(tp_shard_write_keys(w, plan, rank, weights, src, path, err), rc, out);
-    /* declare tensors */
+    /* declare tensors (a dropped one is not in this rank's file) */
     for (int i = 0; i < tp_gguf_n_tensors(g); i++) {
         const struct tp_gguf_tensor *t = tp_gguf_tensor(g, i);
-        int64_t a = 0, b = 0, ne[TP_GGUF_MAX_DIMS];
+        struct cut c;
+        TP_CHECK_GOTO(cut_of(t, &pr->hp, s, tp_gguf_path(g), &c, err), rc, out);
+        if (c.drop) continue;
+        int64_t ne[TP_GGUF_MAX_DIMS];
         memcpy(ne, t->ne, sizeof ne);
-        enum slice_kind k = classify(t->name, &pr->hp, s, &a, &b);
-        if (k == SLICE_ROWS && t->n_dims == 1) ne[0] = b - a;          /* bias */
-        else if (k == SLICE_ROWS) ne[1] = b - a;
-        else if (k == SLICE_COLS) ne[0] = b - a;
-        if (k != SLICE_NONE && (a < 0 || b > (t->n_dims == 1 || k == SLICE_COLS ? t->ne[0] : t->ne[1]))) {
-            rc = tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%s' is smaller than the plan's range [%lld,%lld)",
-                              tp_gguf_path(g), t->name, (long long)a, (long long)b);
-            goto out;
-        }
+        ne[0] = c.c1 - c.c0;
+        if (t->n_dims > 1) ne[1] = c.r1 - c.r0;
+        if (t->n_dims > 2) ne[2] = c.s1 - c.s0;
         if ((rc = tp_gguf_add_tensor(w, t->name, t->type, t->n_dims, ne)) != TP_OK) {
             tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
             goto out;
         }
     }
-    /* data */
+    /* data: whole tensors at once; a cut one row by row (or a run of whole rows per stacked matrix) */
     for (int i = 0; i < tp_gguf_n_tensors(g); i++) {
         const struct tp_gguf_tensor *t = tp_gguf_tensor(g, i);
-        int64_t a = 0, b = 0;
-        enum slice_kind k = classify(t->name, &pr->hp, s, &a, &b);
+        struct cut c;
+        TP_CHECK_GOTO(cut_of(t, &pr->hp, s, tp_gguf_path(g), &c, err), rc, out);
+        if (c.drop) continue;
         const uint8_t *d = t->data;
-        int64_t be = tp_gguf_wtype_block_elems((uint32_t)t->type);
-        size_t bb = tp_gguf_wtype_block_bytes((uint32_t)t->type);
-        size_t row_bytes = (size_t)(t->ne[0] / be) * bb;
-        if (k == SLICE_NONE) {
+        if (c.whole) {
             rc = t->n_bytes ? tp_gguf_write_data(w, d, (size_t)t->n_bytes) : TP_OK;
-        } else if (k == SLICE_ROWS && t->n_dims == 1) {
-            rc = tp_gguf_write_data(w, d + (size_t)(a / be) * bb, (size_t)((b - a) / be) * bb);
-        } else if (k == SLICE_ROWS) {
-            rc = tp_gguf_write_data(w, d + (size_t)a * row_bytes, (size_t)(b - a) * row_bytes);
         } else {
-            if (a % be || b % be) {
-                rc = tp_error_set(err, TP_ERR_INTERNAL, "tensor '%s': plan cuts a %lld-element block", t->name,
-                                  (long long)be);
-                goto out;
+            const int64_t be = tp_gguf_wtype_block_elems((uint32_t)t->type);
+            const size_t bb = tp_gguf_wtype_block_bytes((uint32_t)t->type);
+            const int64_t ne1 = t->n_dims > 1 ? t->ne[1] : 1;
+            const size_t row_bytes = (size_t)(t->ne[0] / be) * bb, off = (size_t)(c.c0 / be) * bb,
+                         len = (size_t)((c.c1 - c.c0) / be) * bb;
+            for (int64_t m = c.s0; rc == TP_OK && m < c.s1; m++) {
+                const uint8_t *mat = d + (size_t)(m * ne1) * row_bytes;
+                if (len == row_bytes)
+                    rc = tp_gguf_write_data(w, mat + (size_t)c.r0 * row_bytes, (size_t)(c.r1 - c.r0) * row_bytes);
+                else
+                    for (int64_t r = c.r0; rc == TP_OK && r < c.r1; r++)
+                        rc = tp_gguf_write_data(w, mat + (size_t)r * row_bytes + off, len);
             }
-            for (int64_t r = 0; rc == TP_OK && r < t->ne[1]; r++)
-                rc = tp_gguf_write_data(w, d + (size_t)r * row_bytes + (size_t)(a / be) * bb,
-                                        (size_t)((b - a) / be) * bb);
         }
         if (rc != TP_OK) {
             tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
@@ -270,6 +349,12 @@ out:
 
 enum tp_status tp_parallel_write_shards(const char *model_path, int world, const char *shard_weights,
                                         const char *out_dir, struct tp_error *err)
+{
+    return tp_parallel_write_shards_moe(model_path, world, shard_weights, TP_MOE_SPLIT_AUTO, out_dir, err);
+}
+
+enum tp_status tp_parallel_write_shards_moe(const char *model_path, int world, const char *shard_weights,
+                                            enum tp_moe_split split, const char *out_dir, struct tp_error *err)
 {
     enum tp_status rc = TP_OK;
     tp_gguf_t *g = NULL;
@@ -295,16 +380,19 @@ enum tp_status tp_parallel_write_shards(const char *model_path, int world, const
         rc = tp_error_set(err, TP_ERR_INVALID_ARG, "-n %d is out of range [1, %d]", world, TP_PLAN_MAX_RANKS);
         goto out;
     }
-    if (pr->hp.n_expert > 0) {
+    if (pr->hp.n_expert > 0 && tp_hf_is_dir(model_path)) {
         rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
-                          "%s is a mixture-of-experts model (%d experts): shard files of these are not supported; "
-                          "give every rank the whole GGUF (each rank reads only its slice of the experts)",
+                          "%s is a Hugging Face mixture-of-experts directory (%d experts): tpserve shard cuts "
+                          "mixture-of-experts models from GGUF files only; shard the GGUF, or give every rank the "
+                          "directory (each rank reads only its slice of the experts)",
                           model_path, pr->hp.n_expert);
         goto out;
     }
     if (shard_weights && *shard_weights) TP_CHECK_GOTO(tp_parallel_parse_weights(shard_weights, world, w, err), rc, out);
-    TP_CHECK_GOTO(tp_parallel_plan(&pr->hp, &pr->types, world, shard_weights && *shard_weights ? w : NULL, plan, err),
+    TP_CHECK_GOTO(tp_parallel_plan_moe(&pr->hp, &pr->types, world, shard_weights && *shard_weights ? w : NULL, split,
+                                       plan, err),
                   rc, out);
+    if (plan->moe_split != TP_MOE_SPLIT_AUTO) tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE, "%s", plan->note);
     if (tp_hf_is_dir(model_path)) { /* Hugging Face directory: shard_hf.c */
         rc = tp_shard_write_hf(model_path, pr, plan, shard_weights, out_dir, err);
         goto out;

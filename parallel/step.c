@@ -343,8 +343,9 @@ static enum tp_status check_step(tp_parallel_t *p, const struct tp_step *s)
                               p->bias_max);
     if (s->n_bias > 0 && (!s->bias_row || !s->bias_id || !s->bias_val))
         return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step logit_bias list has a NULL array");
-    if (s->n_mask < 0 || s->n_mask > p->n_seq)
-        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step has %d token masks; at most %d", s->n_mask, p->n_seq);
+    if (s->n_mask < 0 || s->n_mask > p->rows_max)
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step has %d token masks; at most %d", s->n_mask,
+                              p->rows_max);
     if (s->n_mask > 0 && (!s->mask_row || !s->mask))
         return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "step token mask list has a NULL array");
     int n_out = 0;
@@ -583,9 +584,9 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
         uint64_t t0 = tp_now_ns();
         const int kind = p->hdr[1], n = p->hdr[3], c = p->hdr[4], nc = p->hdr[HDR_N_COPY], nb = p->hdr[HDR_N_BIAS];
         const int nm = p->hdr[HDR_N_MASK];
-        const int words = 4 * n + 2 * c + 3 * nc + 3 * nb + (nm >= 0 && nm <= p->n_seq ? nm * (1 + p->mask_words) : 0);
+        const int words = 4 * n + 2 * c + 3 * nc + 3 * nb + (nm >= 0 && nm <= p->rows_max ? nm * (1 + p->mask_words) : 0);
         if (p->hdr[0] != STEP_MAGIC || kind < STEP_RUN_LOGITS || kind > STEP_HOOK || n < 0 || n > p->n_batch ||
-            c < 0 || c > p->n_seq || nc < 0 || nc > p->n_seq || nb < 0 || nb > p->bias_max || nm < 0 || nm > p->n_seq ||
+            c < 0 || c > p->n_seq || nc < 0 || nc > p->n_seq || nb < 0 || nb > p->bias_max || nm < 0 || nm > p->rows_max ||
             (p->hdr[5] && words > HDR_INLINE_MAX) ||
             (kind == STEP_RUN_TOPK && (p->hdr[6] < 1 || p->hdr[6] > TP_PARALLEL_TOPK_MAX))) {
             tp_error_force(&p->err, TP_ERR_PROTOCOL,

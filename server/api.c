@@ -151,6 +151,7 @@ static void add_usage(cJSON *root, const struct tp_req *r)
     cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_toks);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", r->n_cached);
+    if (r->spec) tp_usage_add_spec(u, r);
 }
 
 static cJSON *envelope(struct tp_server *s, const struct tp_req *r, const char *object)

@@ -44,6 +44,8 @@ struct tp_server_config tp_server_default_config(void)
     c.n_batch = 256;
     c.prefill_chunk = 64;
     c.prefix_share_min = 32;
+    c.spec = 0;
+    c.draft_max = 4;
     c.recover_wait_s = 60;
     c.replan_after_s = 10;
     c.responses_store = 256;
@@ -1116,6 +1118,7 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
     s->cfg.chat_template = (cfg->chat_template ? strdup(cfg->chat_template) : NULL);
     s->cfg.model_id = (cfg->model_id ? strdup(cfg->model_id) : NULL);
     s->cfg.cors_origin = (cfg->cors_origin ? strdup(cfg->cors_origin) : NULL);
+    s->cfg.draft_model = (cfg->draft_model ? strdup(cfg->draft_model) : NULL);
     s->cfg.logit_bias = (cfg->logit_bias ? strdup(cfg->logit_bias) : NULL);
     if (s->cfg.max_queue < 1) s->cfg.max_queue = 1;
     if (s->cfg.max_connections < 4) s->cfg.max_connections = 4;
@@ -1138,6 +1141,7 @@ enum tp_status tp_server_init(const struct tp_server_config *cfg, tp_server_t **
         return tp_error_set(err, TP_ERR_IO, "pipe: %s", strerror(errno));
     }
     if (!s->metrics || !s->web || !s->resp_store || (cfg->cors_origin && !s->cfg.cors_origin) ||
+        (cfg->draft_model && !s->cfg.draft_model) ||
         (cfg->logit_bias && !s->cfg.logit_bias)) {
         tp_server_free(s);
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
@@ -1252,7 +1256,9 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
                                   .prefix_share_min = s->cfg.prefix_share_min,
                                   .recover_wait_ms = s->cfg.recover_wait_s * 1000u,
                                   .replan = s->cfg.on_rank_loss_replan,
-                                  .replan_after_ms = s->cfg.replan_after_s * 1000u};
+                                  .replan_after_ms = s->cfg.replan_after_s * 1000u,
+                                  .spec = s->cfg.spec, .draft_max = s->cfg.draft_max,
+                                  .draft_model = s->cfg.draft_model};
     enum tp_status rc = tp_engine_init(&ec, p, s->metrics, &s->engine, err);
     if (rc != TP_OK) {
         tp_server_set_failed(s, err->msg);
@@ -1322,6 +1328,7 @@ void tp_server_free(tp_server_t *s)
     free((char *)s->cfg.chat_template);
     free((char *)s->cfg.model_id);
     free((char *)s->cfg.cors_origin);
+    free((char *)s->cfg.draft_model);
     free((char *)s->cfg.logit_bias);
     free(s->bias_id);
     free(s->bias_val);

@@ -933,6 +933,11 @@ static enum tp_status parse_fields(const cJSON *root, const char *body, size_t l
         }
     }
     if (get_bool(root, "ignore_eos", &p->ignore_eos, e)) return e->status;
+    int spec = 0;
+    if (field(root, "speculative")) {
+        if (get_bool(root, "speculative", &spec, e)) return e->status;
+        p->speculative = spec ? 1 : -1;
+    }
     v = field(root, "user");
     if (v && !cJSON_IsString(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "user", "'user' must be a string");
     return parse_stop(root, p, e);

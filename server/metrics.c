@@ -195,6 +195,24 @@ enum tp_status tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_g
                         g->recovering, (unsigned long long)rs->n_losses, (unsigned long long)rs->n_recoveries,
                         rs->recovery_s_total, rs->last_recovery_s, (unsigned long long)rs->n_failed_by_loss,
                         (unsigned long long)rs->n_expired, (unsigned long long)rs->n_replans);
+    const double gen = (double)g->n_generated;
+    rc |= tp_buf_printf(o,
+                        "# HELP tpserve_spec_drafted_tokens_total Drafted tokens verified (speculative decoding).\n"
+                        "# TYPE tpserve_spec_drafted_tokens_total counter\ntpserve_spec_drafted_tokens_total %llu\n"
+                        "# HELP tpserve_spec_accepted_tokens_total Drafted tokens accepted.\n"
+                        "# TYPE tpserve_spec_accepted_tokens_total counter\ntpserve_spec_accepted_tokens_total %llu\n"
+                        "# HELP tpserve_spec_acceptance_ratio Accepted over drafted tokens since start.\n"
+                        "# TYPE tpserve_spec_acceptance_ratio gauge\ntpserve_spec_acceptance_ratio %.4f\n"
+                        "# HELP tpserve_decode_tokens_per_step Generated tokens per (sequence, engine step) that "
+                        "chose tokens, since start (1 without speculative decoding).\n"
+                        "# TYPE tpserve_decode_tokens_per_step gauge\ntpserve_decode_tokens_per_step %.4f\n"
+                        "# HELP tpserve_collectives_per_token Rank 0's collectives in engine steps per generated "
+                        "token, since start (prefill included; 0 on one rank).\n"
+                        "# TYPE tpserve_collectives_per_token gauge\ntpserve_collectives_per_token %.4f\n",
+                        (unsigned long long)g->spec_drafted, (unsigned long long)g->spec_accepted,
+                        g->spec_drafted ? (double)g->spec_accepted / (double)g->spec_drafted : 0.0,
+                        g->decode_seq_steps ? gen / (double)g->decode_seq_steps : 0.0,
+                        gen > 0 ? (double)g->step_collectives / gen : 0.0);
     static const char *const fam[3][2] = {
         {"tpserve_comm_seconds_total", "Time spent in communication (all_sums, step broadcast, logits gather), per rank."},
         {"tpserve_compute_seconds_total", "Time spent computing the forward pass, per rank."},

@@ -1,12 +1,15 @@
 /*
  * server/scheduler.c - the request scheduler (engine thread) on rank 0: a
  * bounded request queue, --parallel sequence slots, continuous batching with
- * chunked prefill, prefix reuse, and what happens when a rank is lost.  Each
- * step admits queued requests, builds one batch (a decode token per
- * generating slot, then prompt chunks up to n_batch), runs tp_parallel_step
- * and publishes one token per slot to its request.  The token loop allocates
- * nothing but the growing per-request text.  The step and the failure
- * behaviour in detail: docs/serving.md ("Engine") and docs/recovery.md.
+ * chunked prefill, prefix reuse, speculative decoding, and what happens
+ * when a rank is lost.  Each step admits queued requests, builds one batch
+ * (a decode token per generating slot, followed by its drafted tokens when
+ * it decodes speculatively, then prompt chunks up to n_batch), runs
+ * tp_parallel_step and publishes each slot's tokens to its request: one, or
+ * with drafts every draft its row confirms plus one (slot_verify).  The
+ * token loop allocates nothing but the growing per-request text.  The step
+ * and the failure behaviour in detail: docs/serving.md ("Engine"),
+ * docs/speculative.md and docs/recovery.md.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -43,6 +46,12 @@ struct slot {
                               * with tool_choice "auto" only from where a call's JSON begins to where it ends */
     size_t gfrom;            /* auto: text offset from which the next call marker is looked for */
     int32_t marker_id;       /* auto: the token of the format's call marker (kept in the text), -1: none */
+    /* speculative decoding (server/spec.h): the drafts fed in the step being built or run */
+    struct tp_spec_adapt adapt;        /* this request's draft length from its running acceptance */
+    int32_t draft[TP_SPEC_DRAFT_MAX];  /* (n_draft) fed at n_past + 1 .. n_past + n_draft */
+    int n_draft;
+    struct tp_gstate *gdraft;          /* (draft_max) with a grammar: the state after draft[0..j] (owned) */
+    uint32_t dead_rows;                /* bit j: draft row j (1..n_draft) has a mask that logit_bias emptied */
     int32_t hmsg_id, hstart_id; /* auto, harmony: <|message|> and <|start|> (-1: not in the vocabulary) */
 };
 
@@ -88,15 +97,20 @@ struct tp_engine {
     /* step buffers, sized at init */
     int32_t *b_tok, *b_pos, *b_seq; /* (n_batch) */
     int8_t *b_logits;               /* (n_batch) */
-    int *row_slot;                  /* (n_parallel) logits row -> slot */
+    int rows_max;                   /* logits rows a step can have: min(n_batch, n_parallel x (1 + draft_max)) */
+    int *row_slot;                  /* (rows_max) logits row -> slot */
     int32_t clear_seq[256], clear_from[256];
     /* KV copies decided by admit(), in admission order, sent with the next step */
     int32_t copy_dst[256], copy_src[256], copy_len[256];
     int n_copy;
-    float *logits;                  /* (n_parallel, n_vocab) */
+    float *logits;                  /* (rows_max, n_vocab) */
     float *hidden;                  /* (n_embd) one token's final hidden state (embed_rows) */
-    int32_t *ids;                   /* (n_parallel) argmax per row of a greedy step */
-    /* logit_bias of the step's rows, (n_parallel x TP_MAX_LOGIT_BIAS) each; applied by the
+    int32_t *ids;                   /* (rows_max) argmax per row of a greedy step */
+    tp_spec_draft_t *draft;         /* --spec draft: the draft model, one sequence per slot (owned) */
+    int draft_failed;               /* the draft model failed once (logged; drafting stopped) */
+    /* speculative decoding and step counters (mu) */
+    uint64_t spec_drafted, spec_accepted, decode_seq_steps, step_collectives;
+    /* logit_bias of the step's rows, (rows_max x TP_MAX_LOGIT_BIAS) each; applied by the
      * parallel step on every rank's slice of the logits, so the sampler gets them biased */
     int32_t *bias_row, *bias_id;
     float *bias_val;
@@ -105,8 +119,9 @@ struct tp_engine {
     tp_token_trie_t *trie;
     tp_mask_ctx_t *mctx;
     int mask_words;
-    uint32_t *mask;                 /* (n_parallel x mask_words) */
-    int32_t *mask_row;              /* (n_parallel) */
+    uint32_t *mask;                 /* (rows_max x mask_words) */
+    int32_t *mask_row;              /* (rows_max) */
+    uint32_t *gscratch;             /* (mask_words) a draft row's plain grammar mask */
     int32_t *eog;                   /* (n_eog) */
     struct tp_gstate *gnorm;        /* scratch: a state's normal form */
     int n_eog;
@@ -272,6 +287,10 @@ void tp_engine_gauges(struct tp_engine *e, struct tp_metrics_gauges *g)
     g->n_ranks = e->n_ranks;
     g->n_rank_stats = TP_MIN(g->n_ranks, TP_METRICS_RANKS_MAX);
     g->n_steps = e->rank_stats[0].n_steps;
+    g->spec_drafted = e->spec_drafted;
+    g->spec_accepted = e->spec_accepted;
+    g->decode_seq_steps = e->decode_seq_steps;
+    g->step_collectives = e->step_collectives;
     for (int r = 0; r < g->n_rank_stats; r++) {
         g->ns_comm[r] = e->rank_stats[r].ns_comm;
         g->ns_compute[r] = e->rank_stats[r].ns_compute;
@@ -538,6 +557,13 @@ static void admit(struct tp_engine *e)
             s->gkey_valid = 0;
         }
         s->gon = r->params.grammar && !r->params.tool_auto;
+        /* speculative decoding: the request's choice, else the server's.  Not for tool_choice "auto",
+         * whose grammar switches on and off with the text */
+        r->spec = (r->params.speculative ? r->params.speculative > 0 : e->cfg.spec != TP_SPEC_OFF) &&
+                  !r->params.tool_auto && !r->params.embed;
+        r->spec_mode = e->draft ? TP_SPEC_DRAFT : TP_SPEC_NGRAM;
+        tp_spec_adapt_init(&s->adapt, e->cfg.draft_max);
+        s->n_draft = 0;
         s->gfrom = 0;
         s->marker_id = -1;
         const char *marker = r->params.tool_auto ? tp_tool_marker_token(r->params.tool_format) : NULL;
@@ -577,13 +603,62 @@ static void admit(struct tp_engine *e)
     }
 }
 
+/* mu held: the drafts of generating slot s for this step, at most `room`:
+ * the n-gram lookup over its prompt and output so far (server/spec.h), as
+ * many as its adaptive length asks, never more than the tokens max_tokens
+ * leaves after this step's sure one or than the context holds.  Returns how
+ * many (in s->draft, s->n_draft). */
+static int slot_draft(struct tp_engine *e, struct slot *s, int room)
+{
+    const struct tp_req *r = s->req;
+    int k = TP_MIN(tp_spec_adapt_k(&s->adapt), room);
+    k = TP_MIN(k, r->max_tokens - r->n_toks - 1);
+    k = TP_MIN(k, e->n_ctx - 1 - s->n_past);
+    if (k <= 0) return 0;
+    s->hist[s->n_past] = s->last_tok;
+    if (e->draft && !e->draft_failed) {
+        k = tp_spec_draft_propose(e->draft, (int)(s - e->slots), s->hist, s->n_past + 1, k, s->draft);
+        if (k < 0) {
+            tp_log(TP_LOG_ERROR, "server", "the draft model failed (%s); decoding without drafts from now on",
+                   tp_spec_draft_last_error(e->draft));
+            e->draft_failed = 1;
+            k = 0;
+        }
+    } else if (e->draft) {
+        k = 0;
+    } else {
+        k = tp_spec_ngram_draft(s->hist, s->n_past + 1, k, s->draft);
+    }
+    const tp_grammar_t *g = r->params.grammar;
+    if (g && s->gon) {
+        /* a grammar: drafts are cut before the first one the automaton refuses (or after one that completes the
+         * value); gdraft[j] is the state after draft[0..j], the state row j + 1's mask is computed from */
+        for (int j = 0; j < k; j++) {
+            size_t pl = 0;
+            const char *pc = tp_tokenizer_piece(e->tok, s->draft[j], &pl);
+            tp_gstate_copy(&s->gdraft[j], j == 0 ? s->gst : &s->gdraft[j - 1]);
+            if (!pc || pl == 0 || tp_tokenizer_is_eog(e->tok, s->draft[j]) ||
+                !tp_gstate_feed_bytes(g, &s->gdraft[j], pc, pl)) {
+                k = j;
+                break;
+            }
+            if (tp_gstate_done(g, &s->gdraft[j])) {
+                k = j + 1;
+                break;
+            }
+        }
+    }
+    s->n_draft = k;
+    return k;
+}
+
 /* Build the step; returns the number of tokens (0: nothing to do). mu held.
  * Every slot admitted since the last step gets its clear here, and the copy
  * list admit() made goes with it, whatever the token budget: a copy must run
  * in the step right after its admission round, before its source can change. */
 static int build_step(struct tp_engine *e, struct tp_step *st)
 {
-    int n = 0, n_clear = 0, n_rows = 0;
+    int n = 0, n_clear = 0, n_rows = 0, j_prev = 0;
     int budget = e->cfg.n_batch;
     for (int i = 0; i < e->cfg.n_parallel; i++) {
         struct slot *s = &e->slots[i];
@@ -592,9 +667,15 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
         e->clear_from[n_clear++] = s->clear_from;
         s->fresh = 0;
     }
-    /* decode tokens first: running streams never wait behind a prefill */
+    /* decode tokens first: running streams never wait behind a prefill.  A speculative slot adds its
+     * drafts after its token (consecutive positions, a logits row each) as far as the budget leaves a
+     * token for every other decoding slot */
+    int spare = budget;
+    for (int i = 0; i < e->cfg.n_parallel; i++)
+        spare -= e->slots[i].req && e->slots[i].n_fed >= e->slots[i].req->n_prompt;
     for (int i = 0; i < e->cfg.n_parallel; i++) {
         struct slot *s = &e->slots[i];
+        s->n_draft = 0;
         if (!s->req || s->n_fed < s->req->n_prompt) continue;
         e->b_tok[n] = s->last_tok;
         e->b_pos[n] = s->n_past;
@@ -605,6 +686,19 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
         e->row_slot[n_rows++] = i;
         n++;
         budget--;
+        const int k = s->req->spec && spare > 0 ? slot_draft(e, s, spare) : 0;
+        for (int j = 0; j < k; j++) {
+            e->b_tok[n] = s->draft[j];
+            e->b_pos[n] = s->n_past + 1 + j;
+            s->hist[s->n_past + 1 + j] = s->draft[j];
+            e->b_seq[n] = i;
+            e->b_logits[n] = 1;
+            e->row_slot[n_rows++] = i;
+            n++;
+        }
+        s->n_hist = s->n_past + 1 + k;
+        spare -= k;
+        budget -= k;
     }
     /* while sequences are generating, prompts advance by at most
      * prefill_chunk tokens per step, so each step (and each running stream's
@@ -660,41 +754,54 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
     st->bias_id = e->bias_id;
     st->bias_val = e->bias_val;
     /* grammar masks: the tokens that keep each constrained reply valid, plus
-     * end of generation where the value is complete */
+     * end of generation where the value is complete; a speculative slot's
+     * rows after its first are masked from the state after its drafts */
     int nm = 0;
     for (int row = 0; row < n_rows; row++) {
-        const struct slot *s = &e->slots[e->row_slot[row]];
-        const tp_grammar_t *g = s->req->params.grammar;
-        if (!g || !s->gon) continue;
-        uint32_t *m = e->mask + (size_t)nm * (size_t)e->mask_words;
         struct slot *sw = &e->slots[e->row_slot[row]];
-        tp_gstate_normalize(g, s->gst, e->gnorm);
-        if (!sw->gkey_valid || !tp_gstate_equal(e->gnorm, sw->gkey)) {
-            (void)tp_grammar_mask_budget(e->mctx, g, s->gst, -1, sw->smask, &sw->smask_maxcost);
-            tp_gstate_copy(sw->gkey, e->gnorm);
-            sw->gkey_valid = 1;
+        const tp_grammar_t *g = sw->req->params.grammar;
+        if (!g || !sw->gon) continue;
+        const int j = row > 0 && e->row_slot[row - 1] == e->row_slot[row] ? j_prev + 1 : 0;
+        j_prev = j;
+        uint32_t *m = e->mask + (size_t)nm * (size_t)e->mask_words;
+        const struct tp_gstate *gs = j == 0 ? sw->gst : &sw->gdraft[j - 1];
+        const uint32_t *plain = e->gscratch;
+        int maxcost = 0;
+        if (j == 0) {
+            tp_gstate_normalize(g, gs, e->gnorm);
+            if (!sw->gkey_valid || !tp_gstate_equal(e->gnorm, sw->gkey)) {
+                (void)tp_grammar_mask_budget(e->mctx, g, gs, -1, sw->smask, &sw->smask_maxcost);
+                tp_gstate_copy(sw->gkey, e->gnorm);
+                sw->gkey_valid = 1;
+            }
+            plain = sw->smask;
+            maxcost = sw->smask_maxcost;
+            sw->dead_rows = 0;
+        } else {
+            (void)tp_grammar_mask_budget(e->mctx, g, gs, -1, e->gscratch, &maxcost);
         }
         /* near the end of max_tokens, when a token the plain mask allows could leave more to close than
          * tokens left, only tokens that leave the value closable in time are allowed (tp_gstate_cost);
          * when none are (a budget below the shortest value), the plain mask applies */
-        const int left = s->req->max_tokens - s->req->n_toks - 1; /* tokens after this one */
+        const int left = sw->req->max_tokens - sw->req->n_toks - j - 1; /* tokens after this one */
         int budgeted = 0;
-        if (sw->smask_maxcost > left) {
-            const int cost = tp_gstate_cost(g, s->gst);
+        if (maxcost > left) {
+            const int cost = tp_gstate_cost(g, gs);
             if (cost <= left + 1)
-                budgeted = tp_grammar_mask_budget(e->mctx, g, s->gst, left, m, NULL) > 0 ||
-                           (left >= 0 && cost <= 1 && tp_gstate_accepting(g, s->gst));
+                budgeted = tp_grammar_mask_budget(e->mctx, g, gs, left, m, NULL) > 0 ||
+                           (left >= 0 && cost <= 1 && tp_gstate_accepting(g, gs));
         }
-        if (!budgeted) memcpy(m, sw->smask, (size_t)e->mask_words * sizeof *m);
-        if (tp_gstate_accepting(g, s->gst))
+        if (!budgeted) memcpy(m, plain, (size_t)e->mask_words * sizeof *m);
+        if (tp_gstate_accepting(g, gs))
             for (int k = 0; k < e->n_eog; k++) m[e->eog[k] / 32] |= 1u << (e->eog[k] % 32);
         /* tokens logit_bias bans stay banned; a mask left empty fails the request after the step */
-        const struct tp_req_params *rp = &s->req->params;
+        const struct tp_req_params *rp = &sw->req->params;
         for (int k = 0; k < rp->n_logit_bias; k++)
             if (rp->bias_val[k] <= TP_LOGIT_BAN) m[rp->bias_id[k] / 32] &= ~(1u << (rp->bias_id[k] % 32));
         int any = 0;
         for (int w = 0; w < e->mask_words && !any; w++) any = m[w] != 0;
-        e->slots[e->row_slot[row]].dead_end = !any;
+        if (j == 0) sw->dead_end = !any;
+        else if (!any) sw->dead_rows |= 1u << j;
         if (!any) m[0] |= 1u; /* keeps the step valid; the row's token is discarded */
         e->mask_row[nm++] = row;
     }
@@ -908,6 +1015,71 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
     } else if (r->n_toks >= r->max_tokens || s->n_past + 1 >= e->n_ctx) {
         slot_finish(e, s, TP_FINISH_LENGTH);
     }
+}
+
+/*
+ * mu held, after a step: slot s fed its last token at pos0 and s->n_draft
+ * drafted tokens after it, with logits rows row0 .. row0 + n_draft.  Row j
+ * chooses the token after the j-th fed one exactly as plain decoding would
+ * (greedy: the argmax; sampling: tp_sampler_sample_draft, which accepts a
+ * draft with its target probability, else draws from the rest), and the
+ * token goes through slot_take (stop strings, limits, text).  The walk ends
+ * at the first token that is not the draft of its row (that token is the
+ * next input) or when the request finishes.  The K/V of the drafts after
+ * the last accepted one is dropped by a clear in the next step.
+ */
+static void slot_verify(struct tp_engine *e, struct slot *s, int greedy, int row0, int pos0)
+{
+    struct tp_req *r = s->req;
+    const int k = s->n_draft;
+    int a = 0, j = 0;
+    /* counters first: slot_take may finish (and release) the request */
+    r->n_drafted += k;
+    r->n_decode_steps++;
+    e->spec_drafted += (uint64_t)k;
+    e->decode_seq_steps++;
+    for (j = 0; j <= k; j++) {
+        const int row = row0 + j;
+        struct tp_sample_result res;
+        int acc = 0;
+        if (s->dead_rows >> j & 1u) { /* as plain decoding would fail at this position */
+            req_finish(e, r, TP_FINISH_ERROR, TP_ERR_INVALID_ARG,
+                       "logit_bias bans every token that continues the response_format value");
+            s->req = NULL;
+            break;
+        }
+        if (greedy) {
+            res.id = e->ids[row];
+            res.logprob = 0.0f;
+            res.n_top = 0;
+            acc = j < k && res.id == s->draft[j];
+        } else {
+            const float *lr = e->logits + (size_t)row * (size_t)e->n_vocab;
+            enum tp_status st = j < k ? tp_sampler_sample_draft(s->sampler, lr, s->draft[j], &res, &acc)
+                                      : tp_sampler_sample(s->sampler, lr, &res);
+            if (st != TP_OK) {
+                req_finish(e, r, TP_FINISH_ERROR, TP_ERR_INTERNAL, "sampling failed");
+                s->req = NULL;
+                break;
+            }
+        }
+        if (acc) {
+            a++;
+            r->n_accepted++;
+            e->spec_accepted++;
+        }
+        s->n_past = pos0 + j + 1;
+        slot_take(e, s, &res);
+        if (!acc || !s->req) break;
+    }
+    tp_spec_adapt_update(&s->adapt, k, a);
+    /* positions pos0 .. n_past - 1 hold the reply's tokens; the rest of the step's drafts go */
+    s->n_hist = s->n_past;
+    if (s->n_past < pos0 + 1 + k) {
+        s->fresh = 1;
+        s->clear_from = s->n_past;
+    }
+    s->n_draft = 0;
 }
 
 /* Which rank was lost after a failed step (engine thread, before the group
@@ -1165,8 +1337,12 @@ static void *engine_main(void *arg)
         const int greedy = n_rows > 0 && step_is_greedy(e, n_rows); /* no rows (embeddings only): no gather */
         e->step_start_ns = tp_now_ns();
         pthread_mutex_unlock(&e->mu);
+        const tp_comm_t *comm = tp_parallel_comm(e->p);
+        struct tp_comm_stats cs0 = {0}, cs1 = {0};
+        if (comm) tp_comm_get_stats(comm, &cs0);
         enum tp_status rc = greedy ? tp_parallel_step_greedy(e->p, &st, e->ids, NULL)
                                    : tp_parallel_step(e->p, &st, e->logits);
+        if (comm) tp_comm_get_stats(comm, &cs1);
         if (rc == TP_OK) {
             e->stats_dirty = 1;
             refresh_stats(e, 0);
@@ -1181,12 +1357,14 @@ static void *engine_main(void *arg)
         pthread_mutex_lock(&e->mu);
         e->step_start_ns = 0;
         e->last_ok_ns = tp_now_ns();
+        e->step_collectives += cs1.n_ops - cs0.n_ops;
         embed_rows(e, &st);
         int row = 0;
         for (int i = 0; i < n; i++) {
             if (!st.batch.logits[i]) continue;
             struct slot *s = &e->slots[e->row_slot[row]];
             const float *lr = e->logits + (size_t)row * (size_t)e->n_vocab;
+            const int row_i = row;
             row++;
             if (!s->req) continue;
             if (s->req->cancelled) continue; /* dropped by admit() next round */
@@ -1198,6 +1376,15 @@ static void *engine_main(void *arg)
                 s->req = NULL;
                 continue;
             }
+            if (s->n_draft > 0) { /* its drafts' rows follow this one in the batch */
+                const int k = s->n_draft;
+                slot_verify(e, s, greedy, row_i, st.batch.pos[i]);
+                i += k;
+                row += k;
+                continue;
+            }
+            s->req->n_decode_steps++;
+            e->decode_seq_steps++;
             if (greedy) {
                 const struct tp_sample_result res = {.id = e->ids[row - 1], .logprob = 0.0f, .n_top = 0};
                 slot_take(e, s, &res);
@@ -1224,10 +1411,20 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     if (cfg->n_batch < cfg->n_parallel)
         return tp_error_set(err, TP_ERR_INVALID_ARG, "batch size %d must be >= --parallel %d", cfg->n_batch,
                             cfg->n_parallel);
+    if (cfg->draft_max < 0 || cfg->draft_max > TP_SPEC_DRAFT_MAX)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "--draft-max %d: must be between 1 and %d", cfg->draft_max,
+                            TP_SPEC_DRAFT_MAX);
+    if (cfg->spec < 0 || cfg->spec >= TP_SPEC_MODE_COUNT)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "unknown speculative decoding mode %d", cfg->spec);
+    if ((cfg->spec == TP_SPEC_DRAFT) != (cfg->draft_model != NULL))
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "%s",
+                            cfg->draft_model ? "--draft-model needs --spec draft"
+                                             : "--spec draft needs --draft-model FILE");
     struct tp_engine *e = calloc(1, sizeof *e);
     if (!e) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     e->cfg = *cfg;
     if (e->cfg.max_queue < 1) e->cfg.max_queue = 1;
+    if (e->cfg.draft_max <= 0) e->cfg.draft_max = 4;
     e->p = p;
     e->tok = tp_parallel_tokenizer(p);
     e->metrics = metrics;
@@ -1241,32 +1438,43 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->b_pos = calloc((size_t)cfg->n_batch, sizeof(int32_t));
     e->b_seq = calloc((size_t)cfg->n_batch, sizeof(int32_t));
     e->b_logits = calloc((size_t)cfg->n_batch, 1);
-    e->row_slot = calloc((size_t)cfg->n_parallel, sizeof(int));
-    e->logits = malloc(sizeof(float) * (size_t)cfg->n_parallel * (size_t)e->n_vocab);
-    e->ids = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
+    e->rows_max = TP_MIN(cfg->n_batch, cfg->n_parallel * (1 + e->cfg.draft_max));
+    e->row_slot = calloc((size_t)e->rows_max, sizeof(int));
+    e->logits = malloc(sizeof(float) * (size_t)e->rows_max * (size_t)e->n_vocab);
+    e->ids = calloc((size_t)e->rows_max, sizeof(int32_t));
     e->hidden = malloc(sizeof(float) * (size_t)hp->n_embd);
     e->mask_words = (e->n_vocab + 31) / 32;
-    e->mask = malloc(sizeof(uint32_t) * (size_t)cfg->n_parallel * (size_t)e->mask_words);
-    e->mask_row = calloc((size_t)cfg->n_parallel, sizeof(int32_t));
+    e->mask = malloc(sizeof(uint32_t) * (size_t)e->rows_max * (size_t)e->mask_words);
+    e->mask_row = calloc((size_t)e->rows_max, sizeof(int32_t));
+    e->gscratch = malloc(sizeof(uint32_t) * (size_t)e->mask_words);
     e->eog = calloc((size_t)e->n_vocab, sizeof(int32_t));
     e->gnorm = malloc(sizeof *e->gnorm);
     e->rank_stats = calloc(TP_METRICS_RANKS_MAX, sizeof(*e->rank_stats));
     e->stats_tmp = calloc(TP_METRICS_RANKS_MAX, sizeof(*e->stats_tmp));
-    const size_t n_bias = (size_t)cfg->n_parallel * TP_MAX_LOGIT_BIAS;
+    const size_t n_bias = (size_t)e->rows_max * TP_MAX_LOGIT_BIAS;
     e->bias_row = malloc(n_bias * sizeof(int32_t));
     e->bias_id = malloc(n_bias * sizeof(int32_t));
     e->bias_val = malloc(n_bias * sizeof(float));
     if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits ||
         !e->ids || !e->bias_row || !e->bias_id || !e->bias_val || !e->mask || !e->mask_row || !e->eog || !e->gnorm ||
-        !e->rank_stats || !e->stats_tmp || !e->hidden)
+        !e->rank_stats || !e->stats_tmp || !e->hidden || !e->gscratch)
         goto nomem;
     e->n_ranks = tp_parallel_get_rank_stats(p, e->rank_stats, TP_METRICS_RANKS_MAX);
+    if (cfg->draft_model) {
+        enum tp_status drc = tp_spec_draft_init(cfg->draft_model, e->n_ctx, cfg->n_parallel, tp_model_n_threads(m),
+                                                e->n_vocab, &e->draft, err);
+        if (drc != TP_OK) {
+            tp_engine_free(e);
+            return drc;
+        }
+    }
     for (int i = 0; i < cfg->n_parallel; i++) {
         if (tp_detok_init(e->tok, &e->slots[i].detok) != TP_OK) goto nomem;
         if (!(e->slots[i].hist = calloc((size_t)e->n_ctx + 1, sizeof(int32_t)))) goto nomem;
         if (!(e->slots[i].gst = malloc(sizeof *e->slots[i].gst))) goto nomem;
         if (!(e->slots[i].gkey = malloc(sizeof *e->slots[i].gkey))) goto nomem;
         if (!(e->slots[i].smask = malloc(sizeof(uint32_t) * (size_t)e->mask_words))) goto nomem;
+        if (!(e->slots[i].gdraft = malloc(sizeof(struct tp_gstate) * (size_t)e->cfg.draft_max))) goto nomem;
     }
     e->last_ok_ns = tp_now_ns();
     e->lost_rank = -1;
@@ -1323,6 +1531,7 @@ void tp_engine_free(struct tp_engine *e)
         free(e->slots[i].gst);
         free(e->slots[i].gkey);
         free(e->slots[i].smask);
+        free(e->slots[i].gdraft);
         tp_buf_free(&e->slots[i].text);
     }
     free(e->queue);
@@ -1340,9 +1549,11 @@ void tp_engine_free(struct tp_engine *e)
     free(e->bias_val);
     free(e->mask);
     free(e->mask_row);
+    free(e->gscratch);
     free(e->eog);
     free(e->gnorm);
     tp_mask_ctx_free(e->mctx);
+    tp_spec_draft_free(e->draft);
     tp_token_trie_free(e->trie);
     free(e->logits);
     free(e->hidden);

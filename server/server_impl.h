@@ -23,6 +23,7 @@
 #include "grammar.h"
 #include "tool_parse.h"
 #include "server/server.h"
+#include "server/spec.h"
 
 /* ============================================================ buffers ===== */
 
@@ -335,6 +336,8 @@ struct tp_req_params {
                                     * strings and arguments) */
     int n_calls;
     char *reasoning_effort;        /* "low" | "medium" | "high" (owned) or NULL */
+    int speculative;               /* "speculative": 1 true: draft and verify (n-gram lookup), -1 false: plain
+                                    * decoding, 0 (absent): the server's --spec */
 };
 /*
  * Parse and validate a JSON body.  n_vocab bounds token ids, n_ctx bounds
@@ -417,9 +420,23 @@ struct tp_metrics_gauges {
     uint64_t ns_comm[TP_METRICS_RANKS_MAX];      /* per rank (workers: as last collected, ~1 s lag) */
     uint64_t ns_compute[TP_METRICS_RANKS_MAX];
     uint64_t bytes_sent[TP_METRICS_RANKS_MAX];
+    /* speculative decoding and decode efficiency (engine counters since start) */
+    uint64_t spec_drafted, spec_accepted;         /* drafted tokens verified, of which accepted */
+    uint64_t decode_seq_steps;                    /* (sequence, step) pairs that chose tokens */
+    uint64_t step_collectives;                    /* collectives of the engine's steps (rank 0's comm ops) */
 };
 /* Prometheus text exposition format 0.0.4. Returns TP_OK or TP_ERR_NOMEM. */
 enum tp_status tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_gauges *g, struct tp_buf *out);
+
+/* ================================================ speculative decoding ===== */
+
+/* usage of a request that drafted (tp_req.spec): completion_tokens_details
+ * {accepted_prediction_tokens, rejected_prediction_tokens} as OpenAI's
+ * predicted outputs report them, and "speculative" {drafted, accepted,
+ * acceptance, steps, tokens_per_step} (server/spec.c).  Out of memory leaves
+ * fields out. */
+struct tp_req;
+void tp_usage_add_spec(struct cJSON *usage, const struct tp_req *r);
 
 /* ======================================================= engine queue ===== */
 
@@ -467,6 +484,10 @@ struct tp_req {
     int n_cached;                  /* prompt tokens not prefilled: reused from the slot's own KV cache or
                                     * copied from another slot's (prefix sharing) */
     uint64_t t_first_ns, t_done_ns;
+    int spec;                      /* the request drafts and verifies (speculative decoding) */
+    int spec_mode;                 /* enum tp_spec_mode its drafts come from */
+    int n_decode_steps;            /* engine steps that chose at least one of its tokens */
+    int n_drafted, n_accepted;     /* drafted tokens verified, of which accepted */
     int refs;
     pthread_cond_t cond;           /* signalled on every change */
 };
@@ -484,6 +505,9 @@ struct tp_engine_config {
     int replan;               /* --on-rank-loss replan: a rank gone for replan_after_ms is left out when the
                                * survivors have the memory (tp_parallel_replan_query); 0: wait for it */
     uint32_t replan_after_ms; /* 0: 10000 */
+    int spec;                 /* enum tp_spec_mode: the default of requests without "speculative" */
+    int draft_max;            /* drafted tokens per sequence and step, 1..TP_SPEC_DRAFT_MAX; 0: 4 */
+    const char *draft_model;  /* spec TP_SPEC_DRAFT: the draft model's file (loaded by tp_engine_init) */
 };
 /* Starts the engine thread on p (not owned). */
 enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t *p, struct tp_metrics *metrics,

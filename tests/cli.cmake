@@ -35,6 +35,11 @@ set_tests_properties(cli.help_names_command PROPERTIES LABELS unit TIMEOUT 30)
 # bench comm --compare-mpi with --backend mpi would compare MPI with itself: a usage error, before any MPI start.
 tp_expect_test(cli.compare_mpi_backend_mpi RC 2 REGEX "it would compare MPI with itself" LABELS unit
                COMMAND $<TARGET_FILE:tpserve> bench comm --compare-mpi --backend mpi)
+# plan counts gpt-oss's KV layer by layer: 12 windowed layers hold rings of 128 + 512 positions, the
+# 12 others the context (f16, 8 KV heads of 64: 13.9 MiB per KV head and sequence at 4096, not 24.0).
+tp_expect_test(cli.plan_gptoss_windowed_kv RC 0
+               REGEX "KV cache: 12 sliding-window layers x 640 positions .window 128 . batch 512. . 12 full layers x 4096 positions, 13.9 MiB per KV head"
+               LABELS unit COMMAND $<TARGET_FILE:tpserve> plan --shape gpt-oss-20b --nodes a:64G --ctx-size 4096)
 # serve --logit-bias is checked against the model's vocabulary at start: a token id out of range or a
 # malformed entry ends serve with a message naming the flag.
 tp_expect_test(cli.serve_logit_bias_range RC 1 REGEX "--logit-bias: '600\\+1' is not TOKEN_ID\\+BIAS.*below 512"

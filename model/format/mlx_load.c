@@ -261,8 +261,13 @@ void tp_mlx_tsrc_describe(const struct tp_tsrc *s, const struct tp_st_tensor *w,
 {
     char name[256];
     const struct tp_st_tensor *sc = tp_mlx_st_sibling(s->st, w->name, "scales", name, sizeof(name));
-    if (!sc || w->dtype != TP_ST_U32 || w->n_dims != 2 || sc->n_dims != 2) return;
-    describe(s->mlx_bits, w->shape[0], w->shape[1], sc->shape[0], sc->shape[1], out);
+    if (!sc || w->dtype != TP_ST_U32) return;
+    if (w->n_dims == 2 && sc->n_dims == 2) describe(s->mlx_bits, w->shape[0], w->shape[1], sc->shape[0], sc->shape[1], out);
+    /* mlx-lm's stacked experts (SwitchLinear): [n_expert, rows, words] with [n_expert, rows, groups] scales */
+    if (w->n_dims == 3 && sc->n_dims == 3 && sc->shape[0] == w->shape[0]) {
+        describe(s->mlx_bits, w->shape[1], w->shape[2], sc->shape[1], sc->shape[2], out);
+        out->n_elems *= w->shape[0];
+    }
 }
 
 void tp_mlx_tsrc_describe_gguf(const struct tp_tsrc *s, const struct tp_gguf_tensor *w, struct tp_tsrc_tensor *out)
@@ -297,6 +302,11 @@ static void part_st(const tp_st_t *st, const struct tp_st_tensor *t, struct part
     p->n_dims = t->n_dims;
     p->rows = t->n_dims >= 1 ? t->shape[0] : 1;
     p->cols = t->n_dims >= 2 ? t->shape[1] : 1;
+    if (t->n_dims == 3) { /* stacked experts: one [n_expert * rows, cols] matrix */
+        p->n_dims = 2;
+        p->rows = t->shape[0] * t->shape[1];
+        p->cols = t->shape[2];
+    }
     p->data = t->data;
     p->n_bytes = t->n_bytes;
     p->file_offset = t->file_offset;

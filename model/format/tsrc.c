@@ -61,6 +61,11 @@ static int hf_moe_name(const char *gguf_name, int layer, const char *suffix, int
         if (sscanf(suffix, pat, &e, &used) == 1 && used > 0 && suffix[used] == '\0' && e >= 0)
             n = variant ? snprintf(out, cap, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", layer, e, mixtral[i])
                         : snprintf(out, cap, "model.layers.%d.mlp.experts.%d.%s_proj.weight", layer, e, part[i]);
+        char st[48]; /* mlx-lm's stacked experts: one [n_expert, rows, cols] tensor, as GGUF */
+        snprintf(st, sizeof st, "ffn_%s_exps.weight", part[i]);
+        if (n < 0 && strcmp(suffix, st) == 0)
+            n = snprintf(out, cap, "model.layers.%d.%s.switch_mlp.%s_proj.weight", layer,
+                         variant ? "block_sparse_moe" : "mlp", part[i]);
         char sh[48];
         snprintf(sh, sizeof sh, "ffn_%s_shexp.weight", part[i]);
         if (n < 0 && variant == 0 && strcmp(suffix, sh) == 0)

@@ -62,6 +62,25 @@ size_t tp_kv_row_bytes(enum tp_kv_type t, int hd)
     }
 }
 
+int tp_kv_layer_window(const struct tp_hparams *hp, int l)
+{
+    if (!hp || hp->sliding_window <= 0 || l < 0 || l >= hp->n_layer) return 0;
+    return hp->swa_period <= 0 || l % hp->swa_period < hp->swa_period - 1 ? hp->sliding_window : 0;
+}
+
+int64_t tp_kv_layer_positions(const struct tp_hparams *hp, int l, int n_ctx, int n_batch)
+{
+    const int64_t w = tp_kv_layer_window(hp, l), ring = w + (int64_t)n_batch;
+    return w > 0 && ring < n_ctx ? ring : (int64_t)n_ctx;
+}
+
+uint64_t tp_kv_head_bytes(const struct tp_hparams *hp, int n_ctx, int n_batch, enum tp_kv_type t)
+{
+    uint64_t pos = 0;
+    for (int l = 0; hp && l < hp->n_layer; l++) pos += (uint64_t)tp_kv_layer_positions(hp, l, n_ctx, n_batch);
+    return 2ull * pos * (uint64_t)tp_kv_row_bytes(t, hp ? hp->head_dim : 0);
+}
+
 void tp_kv_store(enum tp_kv_type t, uint8_t *dst, const float *x, int hd)
 {
     if (t == TP_KV_F32) {

@@ -323,7 +323,8 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
             mm(&L->xgate[e], act_for(m, L->xgate[e].type) + (size_t)p0 * as, as, np, g, F, r0, r1);
             mm(&L->xup[e], act_for(m, L->xup[e].type) + (size_t)p0 * as, as, np, u, F, r0, r1);
             if (L->xgate_b) { /* gpt-oss: expert biases, then the clamped SwiGLU */
-                const float *bg = L->xgate_b + (size_t)e * F, *bu = L->xup_b + (size_t)e * F;
+                const size_t bx = (size_t)(e - m->expert0) * (size_t)F; /* held experts' rows */
+                const float *bg = L->xgate_b + bx, *bu = L->xup_b + bx;
                 for (int q = 0; q < np; q++)
                     for (int64_t r = r0; r < r1; r++) {
                         g[q * F + r] += bg[r];
@@ -350,7 +351,7 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
             if (L->xdown_b) /* gpt-oss: the expert's down bias, on the rank holding column 0 */
                 for (int q = 0; q < np; q++) {
                     float *o = m->moe_x + (size_t)(p0 + q) * E;
-                    for (int64_t r = r0; r < r1; r++) o[r] += L->xdown_b[(size_t)e * E + r];
+                    for (int64_t r = r0; r < r1; r++) o[r] += L->xdown_b[(size_t)(e - m->expert0) * E + r];
                 }
         }
         break;

@@ -54,9 +54,9 @@ struct tp_layer {
     /* mixture of experts (hp.n_expert > 0; the dense wgate/wup/wdown are then unused) */
     struct tp_wmat wrouter;   /* ffn_gate_inp (n_expert, n_embd), whole on every rank */
     float *brouter;           /* (n_expert) owned: router bias (gpt-oss); NULL without */
-    /* gpt-oss expert biases, owned (NULL without): gate / up (n_expert, n_ff_l) the held columns,
-     * down (n_expert, n_embd) on the rank whose ff_begin is 0 (added once per expert); rows of
-     * experts not held are zero */
+    /* gpt-oss expert biases of the held experts, owned (NULL without): gate / up (n_expert_l, n_ff_l)
+     * the held columns, down (n_expert_l, n_embd) on the rank whose ff_begin is 0 (added once per
+     * expert); expert e's row is e - expert0 */
     float *xgate_b, *xup_b, *xdown_b;
     struct tp_wmat *xgate, *xup; /* (n_expert) per expert (n_ff_l, n_embd); rows 0 for experts not held */
     struct tp_wmat *xdown;    /* (n_expert) per expert (n_embd, n_ff_l); rows 0 for experts not held */

@@ -337,12 +337,12 @@ static enum tp_status load_mat_st(tp_model_t *m, const struct tp_model_config *c
     const struct tp_tsrc_tensor *t = &tt;
     if (!find_tensor(m, name, 1, &tt)) return m->err.status;
     name = t->name;
-    if (n_stack > 1 && (t->mlx_packed || t->ne[2] != n_stack || t->ne[3] != 1 || t->ne[0] != cols_full ||
-                        t->ne[1] * n_stack != rows_full))
+    if (n_stack > 1 && (t->ne[2] != n_stack || t->ne[3] != 1 || t->ne[0] != cols_full || t->ne[1] * n_stack != rows_full))
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
                             m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
                             (long long)cols_full, (long long)(rows_full / n_stack), (long long)n_stack);
-    if (t->mlx_packed) { /* MLX quantized: weight + scales + biases (mlx_load.c; directory or shard file) */
+    if (t->mlx_packed) { /* MLX quantized: weight + scales + biases (mlx_load.c; directory or shard file; stacked
+                          * experts are one [n_stack * rows, cols] matrix) */
         uint64_t held = 0;
         enum tp_status mrc = tp_mlx_load_mat(m, t, rows_full, cols_full, r0, r1, c0, c1, w, &held);
         if (mrc == TP_OK && m->dry_run) m->weight_bytes += held;
@@ -477,33 +477,43 @@ static enum tp_status load_vec(tp_model_t *m, const struct tp_model_config *cfg,
 }
 
 /*
- * A 2-D f32/f16/bf16 tensor of ne = [ne0, ne1] (ne1 rows of ne0), as owned f32 (ne1, c1 - c0):
- * elements [c0, c1) of every row.  The gpt-oss expert biases, one row per expert.
+ * Of a 2-D f32/f16/bf16 tensor of ne = [ne0, ne1] (ne1 rows of ne0), rows [r0, r1) and elements [c0, c1)
+ * of each, as owned f32 (r1 - r0, c1 - c0).  The gpt-oss expert biases: one row per expert, the held
+ * experts' rows, the held columns.  A tpserve shard file may hold exactly that slice.
  */
 static enum tp_status load_rows(tp_model_t *m, const struct tp_model_config *cfg, const char *name, int64_t ne0,
-                                int64_t ne1, int64_t c0, int64_t c1, float **out, uint64_t total)
+                                int64_t ne1, int64_t c0, int64_t c1, int64_t r0, int64_t r1, float **out,
+                                uint64_t total)
 {
     struct tp_tsrc_tensor tt;
     const struct tp_tsrc_tensor *t = &tt;
     if (!find_tensor(m, name, 1, &tt)) return m->err.status;
     name = t->name;
-    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->n_elems != ne0 * ne1)
-        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]",
-                            m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)ne0, (long long)ne1);
+    const int64_t n = c1 - c0, nr = r1 - r0;
+    if (t->ne[0] == ne0 && t->ne[1] == ne1 && t->n_elems == ne0 * ne1) {
+        /* whole */
+    } else if (m->sharded && m->shard.file_is_slice && t->ne[0] == n && t->ne[1] == nr && t->n_elems == n * nr) {
+        ne0 = n;
+        c0 = 0;
+        r0 = 0;
+    } else {
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]%s",
+                            m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)ne0, (long long)ne1,
+                            m->sharded && m->shard.file_is_slice ? " (or this shard's slice)" : "");
+    }
     if (t->type != TP_WTYPE_F32 && t->type != TP_WTYPE_F16 && t->type != TP_WTYPE_BF16)
         return tp_error_set(&m->err, TP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s (want f32/f16/bf16)", m->path, name,
                             t->type_name);
-    const int64_t n = c1 - c0;
     if (m->dry_run) {
-        m->weight_bytes += (uint64_t)(n * ne1) * 4;
+        m->weight_bytes += (uint64_t)(n * nr) * 4;
         return TP_OK;
     }
-    float *v = tp_aligned_alloc(64, (size_t)(n * ne1 > 0 ? n * ne1 : 1) * sizeof(float));
+    float *v = tp_aligned_alloc(64, (size_t)(n * nr > 0 ? n * nr : 1) * sizeof(float));
     if (!v) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
     const uint8_t *src = t->data;
-    for (int64_t r = 0; r < ne1; r++)
+    for (int64_t r = 0; r < nr; r++)
         for (int64_t i = 0; i < n; i++) {
-            const int64_t k = r * ne0 + c0 + i;
+            const int64_t k = (r0 + r) * ne0 + c0 + i;
             if (t->type == TP_WTYPE_F32) memcpy(&v[r * n + i], src + k * 4, 4);
             else {
                 uint16_t h;
@@ -512,7 +522,7 @@ static enum tp_status load_rows(tp_model_t *m, const struct tp_model_config *cfg
             }
         }
     *out = v;
-    progress(m, cfg, (uint64_t)(n * ne1) * 4, total);
+    progress(m, cfg, (uint64_t)(n * nr) * 4, total);
     return TP_OK;
 }
 
@@ -539,11 +549,6 @@ static enum tp_status check_shard(tp_model_t *m, const struct tp_model_shard *s)
     m->shard = *s;
     m->sharded = 1;
     if (m->shard.expert_begin == 0 && m->shard.expert_end == 0) m->shard.expert_end = hp->n_expert;
-    if (hp->n_expert > 0 && s->file_is_slice)
-        return tp_error_set(&m->err, TP_ERR_UNSUPPORTED,
-                            "%s: tpserve shard files of mixture-of-experts models are not supported; load the whole "
-                            "GGUF on every rank (each rank reads only its slice)",
-                            m->path);
     if (s->q_head_begin < 0 || s->q_head_end > hp->n_head || s->q_head_begin >= s->q_head_end ||
         s->kv_head_begin < 0 || s->kv_head_end > hp->n_head_kv || s->kv_head_begin >= s->kv_head_end ||
         s->ff_begin < 0 || s->ff_end > hp->n_ff || s->ff_begin >= s->ff_end || s->vocab_begin < 0 ||
@@ -685,22 +690,24 @@ static enum tp_status load_experts_gptoss_hf(tp_model_t *m, const struct tp_mode
     snprintf(nm, sizeof nm, "%s_bias", dn);
     const struct tp_st_tensor *bd = hf_tensor(m, nm, 2, shd, 0);
     if (!bd) return m->err.status;
-    const uint64_t bias_bytes = (uint64_t)(X * nf * 2 + (f0 == 0 ? X * E : 0)) * 4;
+    const int64_t x0 = s->expert_begin, nx = s->expert_end - s->expert_begin; /* the held experts' rows */
+    const uint64_t bias_bytes = (uint64_t)(nx * nf * 2 + (f0 == 0 ? nx * E : 0)) * 4;
     if (m->dry_run) {
         m->weight_bytes += bias_bytes;
         return TP_OK;
     }
-    L->xgate_b = tp_aligned_alloc(64, (size_t)(X * nf) * sizeof(float));
-    L->xup_b = tp_aligned_alloc(64, (size_t)(X * nf) * sizeof(float));
-    if (f0 == 0) L->xdown_b = tp_aligned_alloc(64, (size_t)(X * E) * sizeof(float));
+    L->xgate_b = tp_aligned_alloc(64, (size_t)(nx * nf) * sizeof(float));
+    L->xup_b = tp_aligned_alloc(64, (size_t)(nx * nf) * sizeof(float));
+    if (f0 == 0) L->xdown_b = tp_aligned_alloc(64, (size_t)(nx * E) * sizeof(float));
     if (!L->xgate_b || !L->xup_b || (f0 == 0 && !L->xdown_b))
         return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
-    for (int64_t x = 0; x < X; x++) {
+    for (int64_t j = 0; j < nx; j++) {
+        const int64_t x = x0 + j;
         for (int64_t i = 0; i < nf; i++) {
-            L->xgate_b[x * nf + i] = st_f32(bg, x * 2 * F + 2 * (f0 + i));
-            L->xup_b[x * nf + i] = st_f32(bg, x * 2 * F + 2 * (f0 + i) + 1);
+            L->xgate_b[j * nf + i] = st_f32(bg, x * 2 * F + 2 * (f0 + i));
+            L->xup_b[j * nf + i] = st_f32(bg, x * 2 * F + 2 * (f0 + i) + 1);
         }
-        for (int64_t i = 0; f0 == 0 && i < E; i++) L->xdown_b[x * E + i] = st_f32(bd, x * E + i);
+        for (int64_t i = 0; f0 == 0 && i < E; i++) L->xdown_b[j * E + i] = st_f32(bd, x * E + i);
     }
     progress(m, cfg, bias_bytes, total);
 out:
@@ -744,13 +751,14 @@ static enum tp_status load_experts(tp_model_t *m, const struct tp_model_config *
         char bname[96];
         snprintf(bname, sizeof bname, "blk.%d.ffn_gate_inp.bias", l);
         TP_CHECK_GOTO(load_vec(m, cfg, bname, X, 0, X, &L->brouter, total), rc, out);
+        const int64_t x0 = s->expert_begin, x1 = s->expert_end;
         snprintf(bname, sizeof bname, "blk.%d.ffn_gate_exps.bias", l);
-        TP_CHECK_GOTO(load_rows(m, cfg, bname, F, X, s->ff_begin, s->ff_end, &L->xgate_b, total), rc, out);
+        TP_CHECK_GOTO(load_rows(m, cfg, bname, F, X, s->ff_begin, s->ff_end, x0, x1, &L->xgate_b, total), rc, out);
         snprintf(bname, sizeof bname, "blk.%d.ffn_up_exps.bias", l);
-        TP_CHECK_GOTO(load_rows(m, cfg, bname, F, X, s->ff_begin, s->ff_end, &L->xup_b, total), rc, out);
+        TP_CHECK_GOTO(load_rows(m, cfg, bname, F, X, s->ff_begin, s->ff_end, x0, x1, &L->xup_b, total), rc, out);
         if (s->ff_begin == 0) {
             snprintf(bname, sizeof bname, "blk.%d.ffn_down_exps.bias", l);
-            TP_CHECK_GOTO(load_rows(m, cfg, bname, E, X, 0, E, &L->xdown_b, total), rc, out);
+            TP_CHECK_GOTO(load_rows(m, cfg, bname, E, X, 0, E, x0, x1, &L->xdown_b, total), rc, out);
         }
     }
     if (!L->xgate) {
@@ -781,7 +789,8 @@ static enum tp_status load_experts(tp_model_t *m, const struct tp_model_config *
         }
     }
     const int whole = s->ff_begin == 0 && s->ff_end == F && s->expert_begin == 0 && s->expert_end == X;
-    if (m->st) { /* Hugging Face: one tensor per expert (tensor_source.h names them blk.N.ffn_*_exps.E.weight) */
+    if (m->st && !has_tensor(m, gname)) { /* Hugging Face: one tensor per expert (tensor_source.h names them
+                                           * blk.N.ffn_*_exps.E.weight); mlx-lm's stacked switch_mlp goes below */
         for (int64_t e = s->expert_begin; e < s->expert_end; e++) {
             char nm[96];
             snprintf(nm, sizeof nm, "blk.%d.ffn_gate_exps.%lld.weight", l, (long long)e);
@@ -793,19 +802,28 @@ static enum tp_status load_experts(tp_model_t *m, const struct tp_model_config *
         }
         return TP_OK;
     }
-    if (whole) {
-        TP_CHECK_GOTO(load_mat_st(m, cfg, gname, X * F, E, 0, X * F, 0, E, &L->xstack[0], total, X), rc, out);
-        TP_CHECK_GOTO(load_mat_st(m, cfg, uname, X * F, E, 0, X * F, 0, E, &L->xstack[1], total, X), rc, out);
-        TP_CHECK_GOTO(load_mat_st(m, cfg, dname, X * E, F, 0, X * E, 0, F, &L->xstack[2], total, X), rc, out);
+    /* A tpserve shard file holds exactly the held experts' slices, stacked like the whole tensors:
+     * gate/up ne = [E, nf, nx], down ne = [nf, E, nx] (parallel/shard_file.c) */
+    const int slice_file = m->sharded && m->shard.file_is_slice;
+    if (whole || slice_file) {
+        const int64_t x0 = s->expert_begin, nx = s->expert_end - s->expert_begin, nf = s->ff_end - s->ff_begin;
+        TP_CHECK_GOTO(load_mat_st(m, cfg, gname, nx * nf, E, 0, nx * nf, 0, E, &L->xstack[0], total, nx), rc, out);
+        TP_CHECK_GOTO(load_mat_st(m, cfg, uname, nx * nf, E, 0, nx * nf, 0, E, &L->xstack[1], total, nx), rc, out);
+        TP_CHECK_GOTO(load_mat_st(m, cfg, dname, nx * E, nf, 0, nx * E, 0, nf, &L->xstack[2], total, nx), rc, out);
         if (m->dry_run) return TP_OK;
-        for (int64_t e = 0; e < X; e++) {
-            struct tp_wmat *v[3] = {&L->xgate[e], &L->xup[e], &L->xdown[e]};
+        for (int64_t j = 0; j < nx; j++) {
+            struct tp_wmat *v[3] = {&L->xgate[x0 + j], &L->xup[x0 + j], &L->xdown[x0 + j]};
             for (int i = 0; i < 3; i++) {
-                const int64_t rows = i == 2 ? E : F;
+                const int64_t rows = i == 2 ? E : nf;
                 *v[i] = L->xstack[i];
                 v[i]->owned = NULL;
+                v[i]->owned_sb = NULL;
                 v[i]->rows = rows;
-                v[i]->data = L->xstack[i].data + (size_t)(e * rows) * L->xstack[i].row_bytes;
+                v[i]->data = L->xstack[i].data + (size_t)(j * rows) * L->xstack[i].row_bytes;
+                if (L->xstack[i].scales) { /* MLX: the expert's rows of the scales and biases too */
+                    v[i]->scales = L->xstack[i].scales + (size_t)(j * rows) * L->xstack[i].sb_row_bytes;
+                    v[i]->biases = L->xstack[i].biases + (size_t)(j * rows) * L->xstack[i].sb_row_bytes;
+                }
             }
         }
         return TP_OK;
@@ -899,9 +917,7 @@ static enum tp_status load_weights(tp_model_t *m, const struct tp_model_config *
                                    &L->attn_sinks, total),
                           rc, out);
         }
-        L->attn_window = hp->sliding_window > 0 && (hp->swa_period <= 0 || l % hp->swa_period < hp->swa_period - 1)
-                             ? hp->sliding_window
-                             : 0;
+        L->attn_window = tp_kv_layer_window(hp, l);
 #undef NM
     }
     if (m->dry_run) {
@@ -959,7 +975,7 @@ static enum tp_status alloc_state(tp_model_t *m)
     for (int l = 0; l < hp->n_layer; l++) {
         struct tp_layer *L = &m->layers[l];
         if (L->attn_window == 0 && hp->sliding_window > 0 && hp->swa_period <= 0) L->attn_window = hp->sliding_window;
-        const int64_t ring = (int64_t)L->attn_window + m->n_batch;
+        const int64_t ring = (int64_t)L->attn_window + m->n_batch; /* as tp_kv_layer_positions */
         m->kv_cap[l] = L->attn_window > 0 && ring < m->n_ctx ? (int)ring : m->n_ctx;
         m->n_ring += m->kv_cap[l] < m->n_ctx;
         size_t layer = 0;

@@ -328,9 +328,16 @@ static void fill_logprobs(tp_sampler_t *s, const float *logits, struct tp_sample
     res->n_top = kept;
 }
 
-enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp_sample_result *res)
+/*
+ * Steps 0-4 of the pipeline on one row: logit_bias (*logits then points at
+ * the biased row), penalties, and either greedy (*greedy_id set, *nc 0) or
+ * temperature, top-k, top-p and min-p, leaving the survivors in
+ * s->cand[0..*nc) with unnormalised weights s->work[id] (*greedy_id -1).
+ * TP_ERR_INVALID_ARG when no token can be chosen.
+ */
+static enum tp_status sampler_prepare(tp_sampler_t *s, const float **logits_io, int32_t *greedy_id, int *nc_out)
 {
-    if (!s || !logits || !res) return TP_ERR_INVALID_ARG;
+    const float *logits = *logits_io;
     const struct tp_sampler_params *p = &s->p;
     const int n = s->n_vocab;
     float *w = s->work;
@@ -357,11 +364,15 @@ enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp
         }
     }
 
+    *logits_io = logits;
+    *nc_out = 0;
+    *greedy_id = -1;
+
     /* 2. greedy */
     if (p->temperature <= 0.0f || p->top_k == 1) {
-        res->id = argmax(w, n);
-        if (!(w[res->id] > -INFINITY)) return TP_ERR_INVALID_ARG; /* every token banned (or NaN) */
-        fill_logprobs(s, logits, res);
+        const int32_t id = argmax(w, n);
+        if (!(w[id] > -INFINITY)) return TP_ERR_INVALID_ARG; /* every token banned (or NaN) */
+        *greedy_id = id;
         return TP_OK;
     }
 
@@ -465,6 +476,25 @@ enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp
         nc = m;
     }
 
+    *nc_out = nc;
+    return TP_OK;
+}
+
+enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp_sample_result *res)
+{
+    if (!s || !logits || !res) return TP_ERR_INVALID_ARG;
+    int32_t gid;
+    int nc;
+    enum tp_status rc = sampler_prepare(s, &logits, &gid, &nc);
+    if (rc != TP_OK) return rc;
+    if (gid >= 0) {
+        res->id = gid;
+        fill_logprobs(s, logits, res);
+        return TP_OK;
+    }
+    const float *w = s->work;
+    const int32_t *c = s->cand;
+
     /* 5. draw */
     double total = 0.0;
     for (int i = 0; i < nc; i++) total += w[c[i]];
@@ -479,6 +509,58 @@ enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp
         }
     }
     res->id = chosen;
+    fill_logprobs(s, logits, res);
+    return TP_OK;
+}
+
+/*
+ * Speculative sampling with a deterministic draft (q = 1 on the drafted
+ * token d): accept d with probability p(d), else draw from p with d removed
+ * (the residual max(p - q, 0), renormalised).  The token returned is
+ * distributed exactly as p, whatever the draft: P(d) = p(d) and, for x != d,
+ * P(x) = (1 - p(d)) p(x) / (1 - p(d)) = p(x).  Greedy: the argmax, accepted
+ * when it is the draft (no random numbers used).  One uniform per call, a
+ * second one on a rejection.
+ */
+enum tp_status tp_sampler_sample_draft(tp_sampler_t *s, const float *logits, int32_t draft,
+                                       struct tp_sample_result *res, int *accepted)
+{
+    if (!s || !logits || !res || !accepted) return TP_ERR_INVALID_ARG;
+    *accepted = 0;
+    int32_t gid;
+    int nc;
+    enum tp_status rc = sampler_prepare(s, &logits, &gid, &nc);
+    if (rc != TP_OK) return rc;
+    if (gid >= 0) {
+        res->id = gid;
+        *accepted = gid == draft;
+        fill_logprobs(s, logits, res);
+        return TP_OK;
+    }
+    const float *w = s->work;
+    const int32_t *c = s->cand;
+    double total = 0.0, pd = 0.0;
+    for (int i = 0; i < nc; i++) {
+        total += w[c[i]];
+        if (c[i] == draft) pd = w[c[i]];
+    }
+    const double u = rng_uniform(s->rng) * total;
+    const double rest = total - pd;
+    if (pd > 0.0 && (u < pd || !(rest > 0.0))) {
+        res->id = draft;
+        *accepted = 1;
+    } else {
+        /* the residual: every survivor but the draft, in the order the plain draw walks them */
+        double v = rng_uniform(s->rng) * rest, cum = 0.0;
+        int32_t chosen = -1;
+        for (int i = 0; i < nc; i++) {
+            if (c[i] == draft) continue;
+            chosen = c[i];
+            cum += w[c[i]];
+            if (v < cum) break;
+        }
+        res->id = chosen;
+    }
     fill_logprobs(s, logits, res);
     return TP_OK;
 }

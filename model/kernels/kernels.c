@@ -66,6 +66,7 @@ static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *), void (
     if (o.matmul_q8_0_x16) dst->matmul_q8_0_x16 = o.matmul_q8_0_x16;
     for (int k = 0; k < 3; k++)
         if (o.matmul_kq_x16[k]) dst->matmul_kq_x16[k] = o.matmul_kq_x16[k];
+    if (o.matmul_mxfp4_x16) dst->matmul_mxfp4_x16 = o.matmul_mxfp4_x16;
     if (o.quant_a8) dst->quant_a8 = o.quant_a8;
     if (o.quant_q8k) dst->quant_q8k = o.quant_q8k;
     dst->f32_beats_blas = 0;

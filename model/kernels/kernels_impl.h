@@ -66,6 +66,17 @@ typedef struct {
  */
 #define TP_X16_BLK (16 * (int)sizeof(tp_blk_q4_0))    /* Q4_0 */
 #define TP_X16_BLK_Q8 (16 * (int)sizeof(tp_blk_q8_0)) /* Q8_0 */
+/*
+ * MXFP4 "x16": the same grouping; block b of a group at b * 272 (16 x 17):
+ *   uint8_t  e[16]          E8M0 exponent of row L's block b
+ *   uint8_t  qs[4][16][4]   qs[k][L][i] = row L's qs[4k + i] (at byte 16 + 64k + 4L + i)
+ * A 64-byte load of qs[k] holds in lane L row L's codes 4k..4k+3 (low nibbles) and
+ * 16+4k..16+4k+3 (high nibbles), as Q4_0's.  The kernels look the codes up as
+ * kvalues + 16 (unsigned, 4..28) and seed each block's integer dot with the a8
+ * row's s[b] (-16 x the block's sum), as the row-layout kernels do.
+ */
+#define TP_X16_BLK_MXFP4 (16 * (int)sizeof(tp_blk_mxfp4))
+#define TP_X16_MXFP4_QS 16 /* offset of qs in an MXFP4 x16 block */
 
 /*
  * K-quant x16 layouts (Q4_K, Q5_K, Q6_K): the same grouping (16 rows, a ragged
@@ -233,6 +244,7 @@ struct tp_kern_ops {
     tp_kern_matmul_fn matmul_q4_0_x16;        /* Q4_0 x16 layout; NULL: no native kernel (scalar) */
     tp_kern_matmul_fn matmul_q8_0_x16;        /* Q8_0 x16 layout; likewise */
     tp_kern_matmul_fn matmul_kq_x16[3];       /* Q4_K, Q5_K, Q6_K x16 layouts; likewise */
+    tp_kern_matmul_fn matmul_mxfp4_x16;       /* MXFP4 x16 layout; likewise */
     tp_kern_quant_a8_fn quant_a8;             /* NULL: fall back to scalar */
     void (*quant_q8k)(const float *x, void *out, int64_t n); /* K-quant activations; NULL: tp_kq_quant_q8k
                                                                  (every version bit-identical to it) */

@@ -1,8 +1,8 @@
 /*
- * model/kernels/kernels_x16.c - the "x16" layouts of Q4_0, Q8_0 and the K-quants
+ * model/kernels/kernels_x16.c - the "x16" layouts of Q4_0, Q8_0, MXFP4 and the K-quants
  * (kernels_impl.h): repacking row-major matrices 16 rows at a time (one field
  * table per type), unpacking a row back, the scalar reference matmul of Q4_0 /
- * Q8_0 (the K-quants' is tp_kq_matmul_x16_scalar), and the dispatch to the
+ * Q8_0 / MXFP4 (the K-quants' is tp_kq_matmul_x16_scalar), and the dispatch to the
  * chosen ISA's x16 kernel (kernels_x16_avx512.c, kernels_kx16_avx512.c) or,
  * where it has none, the reference.
  * TP_KERN_X16=0 in the environment turns the repacking off (A/B benchmarks).
@@ -30,12 +30,15 @@ static tp_kern_matmul_fn x16_kernel(enum tp_wtype t)
 {
     const struct tp_kern_ops *o = tp_kern_ops_current();
     if (kq_index(t) >= 0) return o->matmul_kq_x16[kq_index(t)];
-    return t == TP_WTYPE_Q4_0 ? o->matmul_q4_0_x16 : t == TP_WTYPE_Q8_0 ? o->matmul_q8_0_x16 : NULL;
+    return t == TP_WTYPE_Q4_0   ? o->matmul_q4_0_x16
+           : t == TP_WTYPE_Q8_0 ? o->matmul_q8_0_x16
+           : t == TP_WTYPE_MXFP4 ? o->matmul_mxfp4_x16
+                                 : NULL;
 }
 
 int tp_kern_x16_type(enum tp_wtype t)
 {
-    return t == TP_WTYPE_Q4_0 || t == TP_WTYPE_Q8_0 || kq_index(t) >= 0;
+    return t == TP_WTYPE_Q4_0 || t == TP_WTYPE_Q8_0 || t == TP_WTYPE_MXFP4 || kq_index(t) >= 0;
 }
 
 int tp_kern_x16_native(enum tp_wtype t)
@@ -46,7 +49,7 @@ int tp_kern_x16_native(enum tp_wtype t)
 }
 
 /* The fields of one block (kernels_impl.h): n bytes at src in the GGUF block
- * go to dst in the 16-row block; n == 2: u16 [16], else [n/4][16][4]. */
+ * go to dst in the 16-row block; n == 1: u8 [16], n == 2: u16 [16], else [n/4][16][4]. */
 struct x16_field {
     uint16_t src, n, dst;
 };
@@ -60,6 +63,7 @@ static const struct x16_fields *x16_fields(enum tp_wtype t)
 {
     static const struct x16_fields q4_0 = {sizeof(tp_blk_q4_0), 2, {{0, 2, 0}, {2, 16, X16_QS_OFF}}};
     static const struct x16_fields q8_0 = {sizeof(tp_blk_q8_0), 2, {{0, 2, 0}, {2, 32, X16_QS_OFF}}};
+    static const struct x16_fields mxfp4 = {sizeof(tp_blk_mxfp4), 2, {{0, 1, 0}, {1, 16, TP_X16_MXFP4_QS}}};
     static const struct x16_fields q4_k = {
         sizeof(tp_blk_q4_k), 4, {{0, 2, 0}, {2, 2, TP_KX_Q4K_DMIN}, {4, 12, TP_KX_Q4K_SC}, {16, 128, TP_KX_Q4K_QS}}};
     static const struct x16_fields q5_k = {sizeof(tp_blk_q5_k),
@@ -74,6 +78,7 @@ static const struct x16_fields *x16_fields(enum tp_wtype t)
     switch (t) {
     case TP_WTYPE_Q4_0: return &q4_0;
     case TP_WTYPE_Q8_0: return &q8_0;
+    case TP_WTYPE_MXFP4: return &mxfp4;
     case TP_WTYPE_Q4_K: return &q4_k;
     case TP_WTYPE_Q5_K: return &q5_k;
     case TP_WTYPE_Q6_K: return &q6_k;
@@ -86,7 +91,9 @@ static const struct x16_fields *x16_fields(enum tp_wtype t)
 #define X16_PIECES(fs, l, COPY)                                                                    \
     for (int fi_ = 0; fi_ < (fs)->nf; fi_++) {                                                     \
         const struct x16_field *f_ = &(fs)->f[fi_];                                                \
-        if (f_->n == 2) {                                                                          \
+        if (f_->n == 1) {                                                                          \
+            COPY((size_t)f_->src, (size_t)f_->dst + (l), 1);                                       \
+        } else if (f_->n == 2) {                                                                   \
             COPY((size_t)f_->src, (size_t)f_->dst + 2 * (l), 2);                                   \
         } else {                                                                                   \
             for (size_t k_ = 0; k_ < (size_t)f_->n / 4; k_++)                                      \
@@ -139,10 +146,14 @@ void tp_kern_unpack_x16_row(enum tp_wtype t, const void *w, size_t row_bytes, in
     for (int64_t b = 0; b < nb; b++) tp_x16_unpack_block(t, w, row_bytes, r, b, (uint8_t *)dst_row + (size_t)b * fs->bb);
 }
 
-/* Bytes of one row's block: its scale (2) then qs (16 for Q4_0, 32 for Q8_0). */
-static size_t blk_bytes(enum tp_wtype t) { return t == TP_WTYPE_Q4_0 ? sizeof(tp_blk_q4_0) : sizeof(tp_blk_q8_0); }
+/* Bytes of one row's block: its scale (2; MXFP4 1) then qs (16 for Q4_0 / MXFP4, 32 for Q8_0). */
+static size_t blk_bytes(enum tp_wtype t)
+{
+    return t == TP_WTYPE_Q4_0 ? sizeof(tp_blk_q4_0) : t == TP_WTYPE_MXFP4 ? sizeof(tp_blk_mxfp4) : sizeof(tp_blk_q8_0);
+}
 
-/* Reference: the scalar Q4_0 / Q8_0 arithmetic (kernels_scalar.c), values read through the layout. */
+/* Reference: the scalar Q4_0 / Q8_0 / MXFP4 arithmetic (kernels_scalar.c, kernels_mxfp4.c), values read
+ * through the layout. */
 static void matmul_x16_scalar(enum tp_wtype t, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb,
                               int n_tok, float *y, int64_t ys, int64_t r0, int64_t r1)
 {
@@ -162,6 +173,17 @@ static void matmul_x16_scalar(enum tp_wtype t, const void *w, size_t wrb, int64_
                 memcpy(&d, o + 2 * l, 2);
                 int32_t is = 0;
                 const int8_t *a = xs + b * TP_QK;
+                if (t == TP_WTYPE_MXFP4) {
+                    for (int i = 0; i < TP_QK / 2; i++) {
+                        const uint8_t q = o[TP_X16_MXFP4_QS + 64 * (i / 4) + 4 * l + i % 4];
+                        is += (int32_t)tp_mxfp4_kvalues[q & 0x0F] * (int32_t)a[i];
+                        is += (int32_t)tp_mxfp4_kvalues[q >> 4] * (int32_t)a[i + TP_QK / 2];
+                    }
+                    float xdm;
+                    memcpy(&xdm, xd + b, sizeof xdm);
+                    s += (float)is * (tp_e8m0_half(o[l]) * xdm);
+                    continue;
+                }
                 if (t == TP_WTYPE_Q4_0) {
                     for (int i = 0; i < TP_QK / 2; i++) {
                         const uint8_t q = o[X16_QS_OFF + 64 * (i / 4) + 4 * l + i % 4];

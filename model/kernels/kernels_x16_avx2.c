@@ -1,6 +1,6 @@
 /*
  * model/kernels/kernels_x16_avx2.c - AVX2 (+FMA, F16C) matmul for every x16 layout
- * (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K): the template kernels_x16_tmpl_impl.h with
+ * (Q4_0, Q8_0, MXFP4, Q4_K, Q5_K, Q6_K): the template kernels_x16_tmpl_impl.h with
  * one ymm per 8 rows.  AVX2 has no vpdpbusd: a 4-byte dot per lane is
  * vpmaddubsw (u8 x s8 -> i16 pairs, exact for weights <= 63 against |a| <=
  * 127) then vpmaddwd against ones; Q8_0's signed weights go through
@@ -49,6 +49,18 @@ KV_FN kvi kv_dpbs(kvi acc, kvi w, const void *a)
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 KV_FN kvi kv_dpwd(kvi acc, kvi w, const int16_t *p) { return _mm256_add_epi32(acc, _mm256_madd_epi16(w, kv_bc(p))); }
+KV_FN kvi kv_lut(kvi v)
+{
+    static const int8_t k_table_u[16] = {16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4};
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k_table_u)), v);
+}
+KV_FN kvf kv_e8m0(const char *p) /* e >= 2: (e - 1) << 23; e < 2: the subnormal 0x00200000 << e */
+{
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    const __m256i big = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+}
 KV_FN kvf kv_cvt(kvi v) { return _mm256_cvtepi32_ps(v); }
 KV_FN kvf kv_h2f(const char *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 KV_FN kvf kv_setf(float f) { return _mm256_set1_ps(f); }

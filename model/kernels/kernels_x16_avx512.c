@@ -1,10 +1,12 @@
 /*
- * model/kernels/kernels_x16_avx512.c - AVX-512 VNNI matmul for Q4_0 and Q8_0 weights
+ * model/kernels/kernels_x16_avx512.c - AVX-512 VNNI matmul for Q4_0, Q8_0 and MXFP4 weights
  * in the 16-row repacked "x16" layout (kernels_impl.h): lane L of a zmm holds
  * row L of a 16-row group, and the layout already stores each block's values
  * in that order, so a block of 16 rows costs four 64-byte loads and a nibble
- * split (Q4_0) or eight loads and a +128 bias (Q8_0, the a8 correction takes
- * it back out) and eight vpdpbusd per token (the row-major kernels in
+ * split (Q4_0; MXFP4 then looks its codes up as kvalues + 16 with one vpshufb
+ * per slice, the a8 row's -16 x sum taking the offset back out) or eight loads
+ * and a +128 bias (Q8_0, the a8 correction takes it back out) and eight
+ * vpdpbusd per token (the row-major kernels in
  * kernels_x86_impl.h spend most of their instructions gathering and
  * transposing bytes instead).
  * One weight stream per group instead of one per row, and the outputs land
@@ -62,14 +64,37 @@ XFN __m512i x16_dpb(__m512i acc, __m512i w, const void *p)
 #endif
 }
 
+/* The type argument q8 of the functions below: 0 Q4_0, 1 Q8_0, X16_MX MXFP4. */
+#define X16_MX 2
 /* Block stride of the layout (bytes per block of 16 rows). */
-#define X16_BS(q8) ((q8) ? TP_X16_BLK_Q8 : TP_X16_BLK)
+#define X16_BS(q8) ((q8) == X16_MX ? TP_X16_BLK_MXFP4 : (q8) ? TP_X16_BLK_Q8 : TP_X16_BLK)
+
+/* The 16 E8M0 bytes at p as floats 2^(e - 128) (tp_e8m0_half: e >= 2 (e - 1) << 23, else the subnormal
+ * 0x00200000 << e). */
+XFN __m512 x16_e8m0(const char *p)
+{
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    const __m512i big = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i small = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), small, big));
+}
 
 /* Block at p: the 16 rows' scales as floats and the 8 slices, W[j] lane L = row L's
  * values 4j..4j+3 as u8: Q4_0 nibbles (j >= 4 are the high ones, values 16 + 4(j-4)..),
- * Q8_0 q + 128. */
+ * Q8_0 q + 128, MXFP4 the nibbles' kvalues + 16. */
 XFN __m512 x16_slices(const char *p, __m512i W[8], const int q8)
 {
+    if (q8 == X16_MX) {
+        static const int8_t k_table_u[16] = {16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4};
+        const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_table_u));
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        for (int k = 0; k < 4; k++) {
+            const __m512i z = _mm512_loadu_si512(p + TP_X16_MXFP4_QS + 64 * k);
+            W[k] = _mm512_shuffle_epi8(tab, _mm512_and_si512(z, m4));
+            W[k + 4] = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(z, 4), m4));
+        }
+        return x16_e8m0(p);
+    }
     if (q8) {
         const __m512i bias = _mm512_set1_epi8((char)0x80);
         for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(_mm512_loadu_si512(p + 32 + 64 * k), bias);
@@ -232,11 +257,13 @@ _Static_assert(X16_BT == 8 && X16_BT == TP_A8PACK_BT, "x16_batch's switch assume
     }
 X16_ENTRY(x16_matmul_q4_0, 0)
 X16_ENTRY(x16_matmul_q8_0, 1)
+X16_ENTRY(x16_matmul_mxfp4, X16_MX)
 
 void tp_kern_x16_avx512_ops(struct tp_kern_ops *ops)
 {
     ops->matmul_q4_0_x16 = x16_matmul_q4_0;
     ops->matmul_q8_0_x16 = x16_matmul_q8_0;
+    ops->matmul_mxfp4_x16 = x16_matmul_mxfp4;
 }
 #else
 typedef int tp_kernels_x16_avx512_unused; /* ISO C forbids an empty translation unit */

@@ -72,6 +72,26 @@ KV_FN kvi kv_dpwd(kvi acc, kvi w, const int16_t *p)
     const int16x8_t pv = vreinterpretq_s16_s8(kv_bc(p));
     return (kvi){kv_dpwd1(acc.a, w.a, pv), kv_dpwd1(acc.b, w.b, pv)};
 }
+KV_FN kvi kv_lut(kvi v)
+{
+    static const uint8_t k_table_u[16] = {16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4};
+    const uint8x16_t t = vld1q_u8(k_table_u);
+    return (kvi){vreinterpretq_s32_u8(vqtbl1q_u8(t, vreinterpretq_u8_s32(v.a))),
+                 vreinterpretq_s32_u8(vqtbl1q_u8(t, vreinterpretq_u8_s32(v.b)))};
+}
+KV_FN float32x4_t kv_e8m0_4(uint32x4_t e) /* e >= 2: (e - 1) << 23; e < 2: the subnormal 0x00200000 << e */
+{
+    const uint32x4_t big = vshlq_n_u32(vsubq_u32(e, vdupq_n_u32(1)), 23);
+    const uint32x4_t small = vshlq_u32(vdupq_n_u32(0x00200000), vreinterpretq_s32_u32(e));
+    return vreinterpretq_f32_u32(vbslq_u32(vcgtq_u32(e, vdupq_n_u32(1)), big, small));
+}
+KV_FN kvf kv_e8m0(const char *p)
+{
+    uint8_t b[8];
+    memcpy(b, p, sizeof b);
+    const uint16x8_t e = vmovl_u8(vld1_u8(b));
+    return (kvf){kv_e8m0_4(vmovl_u16(vget_low_u16(e))), kv_e8m0_4(vmovl_high_u16(e))};
+}
 KV_FN kvf kv_cvt(kvi v) { return (kvf){vcvtq_f32_s32(v.a), vcvtq_f32_s32(v.b)}; }
 KV_FN kvf kv_h2f(const char *p)
 {

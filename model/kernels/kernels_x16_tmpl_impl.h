@@ -1,6 +1,6 @@
 /*
  * model/kernels/kernels_x16_tmpl_impl.h - private template: matmul kernels for every
- * x16 layout (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; kernels_impl.h) on ISAs whose
+ * x16 layout (Q4_0, Q8_0, MXFP4, Q4_K, Q5_K, Q6_K; kernels_impl.h) on ISAs whose
  * vectors hold 8 rows' 4-byte slices (AVX2: one ymm; NEON: two q-registers),
  * written once against a small vector interface that the including file
  * defines (kernels_x16_avx2.c, kernels_x16_neondot.c):
@@ -13,6 +13,8 @@
  *   kv_dpb(acc, w, a)       acc + per lane sum of 4 u8 (<= 63) x the 4 int8 at a
  *   kv_dpbs(acc, w, a)      the same with signed weights (Q8_0)
  *   kv_dpwd(acc, w, p)      acc + w.i16[0] * p[0] + w.i16[1] * p[1] per lane (p: 2 int16)
+ *   kv_lut(v)               per byte: MXFP4's kvalues + 16 (4..28) at index v (0..15)
+ *   kv_e8m0(p)              the 8 E8M0 bytes at p as floats 2^(e - 128) (tp_e8m0_half)
  *   kv_cvt, kv_h2f(p) (8 fp16), kv_setf, kv_fzero, kv_mul, kv_fma(a, b, c) = a*b+c,
  *   kv_fnma(a, b, c) = c - a*b, kv_stf(float[8], v)
  *   KV_FN / KV_OUT          function attributes; KV_BT tokens per pass; KV_FILL
@@ -29,7 +31,7 @@
 #error "define the kv_ interface, KV_BT and KV_FILL before including kernels_x16_tmpl_impl.h"
 #endif
 
-enum { XT_Q4_0, XT_Q8_0, XT_Q4K, XT_Q5K, XT_Q6K };
+enum { XT_Q4_0, XT_Q8_0, XT_MXFP4, XT_Q4K, XT_Q5K, XT_Q6K }; /* from XT_Q4K on: K-quants */
 #define XT_BROWS 128 /* rows per chunk (weights reused from L2 by every pass) */
 
 /* Bytes of one 16-row block. */
@@ -38,6 +40,7 @@ KV_FN size_t xt_gbs(const int type)
     switch (type) {
     case XT_Q4_0: return 16 * sizeof(tp_blk_q4_0);
     case XT_Q8_0: return 16 * sizeof(tp_blk_q8_0);
+    case XT_MXFP4: return TP_X16_BLK_MXFP4;
     case XT_Q4K: return 16 * sizeof(tp_blk_q4_k);
     case XT_Q5K: return 16 * sizeof(tp_blk_q5_k);
     default: return 16 * sizeof(tp_blk_q6_k);
@@ -54,11 +57,16 @@ KV_FN kvf xt_byte_s(kvi s, int j)
     return kv_cvt((j & 3) == 3 ? kv_sra32(s, 24) : kv_sra32(kv_sll32(s, 24 - 8 * (j & 3)), 24));
 }
 
-/* The 4 weights per lane of slice k (0..7) of a Q4_0 / Q8_0 block p: values 4k..4k+3
- * (Q4_0: nibbles 0..15, k < 4 the low nibbles of chunk k, else the high ones of chunk k-4). */
+/* The 4 weights per lane of slice k (0..7) of a Q4_0 / Q8_0 / MXFP4 block p: values 4k..4k+3
+ * (Q4_0: nibbles 0..15, k < 4 the low nibbles of chunk k, else the high ones of chunk k-4;
+ * MXFP4: those nibbles' codes looked up as kvalues + 16). */
 KV_FN kvi xt_slice_a8(const int type, const char *p, int lb, int k)
 {
     if (type == XT_Q8_0) return kv_ld(p + 32 + 64 * k + lb);
+    if (type == XT_MXFP4) {
+        const kvi z = kv_ld(p + TP_X16_MXFP4_QS + 64 * (k & 3) + lb);
+        return kv_lut(kv_and(k < 4 ? z : kv_srl16(z, 4), kv_b8(0x0F)));
+    }
     const kvi z = kv_ld(p + 32 + 64 * (k & 3) + lb);
     return kv_and(k < 4 ? z : kv_srl16(z, 4), kv_b8(0x0F));
 }
@@ -135,16 +143,16 @@ KV_FN kvf xt_offset_f(const int type, const char *p, int lb, kvf DL)
     return type == XT_Q6K ? kv_mul(DL, kv_setf(32.0f)) : kv_h2f(p + TP_KX_Q4K_DMIN + lb / 2);
 }
 
-/* Q4_0 / Q8_0: block b (p: its 16-row block) for Tk tokens (a8 rows at x + xo[t]). */
+/* Q4_0 / Q8_0 / MXFP4: block b (p: its 16-row block) for Tk tokens (a8 rows at x + xo[t]). */
 KV_FN void xt_blk_a8(const int type, const int Tk, const char *p, int lb, const char *x, const size_t *xo, int64_t n,
                      int64_t b, kvf acc[KV_BT])
 {
-    const kvf dw = kv_h2f(p + lb / 2);
+    const kvf dw = type == XT_MXFP4 ? kv_e8m0(p + lb / 4) : kv_h2f(p + lb / 2);
     kvi I[KV_BT];
     KX_UNROLL
     for (int t = 0; t < Tk; t++) {
-        int32_t s0 = 0;
-        if (type == XT_Q4_0) memcpy(&s0, TP_A8_S(x + xo[t], n) + b, sizeof s0); /* -8 * the block's sum */
+        int32_t s0 = 0; /* -8 (Q4_0) or -16 (MXFP4) x the block's sum */
+        if (type != XT_Q8_0) memcpy(&s0, TP_A8_S(x + xo[t], n) + b, sizeof s0);
         I[t] = kv_b32(s0);
     }
     KX_UNROLL
@@ -269,6 +277,7 @@ _Static_assert(KV_BT == 4, "xt_matmul's switch assumes 4 tokens per pass");
     }
 XT_ENTRY(xt_matmul_q4_0, XT_Q4_0)
 XT_ENTRY(xt_matmul_q8_0, XT_Q8_0)
+XT_ENTRY(xt_matmul_mxfp4, XT_MXFP4)
 XT_ENTRY(xt_matmul_q4_k, XT_Q4K)
 XT_ENTRY(xt_matmul_q5_k, XT_Q5K)
 XT_ENTRY(xt_matmul_q6_k, XT_Q6K)
@@ -277,6 +286,7 @@ void KV_FILL(struct tp_kern_ops *ops)
 {
     ops->matmul_q4_0_x16 = xt_matmul_q4_0;
     ops->matmul_q8_0_x16 = xt_matmul_q8_0;
+    ops->matmul_mxfp4_x16 = xt_matmul_mxfp4;
     ops->matmul_kq_x16[0] = xt_matmul_q4_k;
     ops->matmul_kq_x16[1] = xt_matmul_q5_k;
     ops->matmul_kq_x16[2] = xt_matmul_q6_k;

@@ -18,6 +18,13 @@
  * with mlx_bf16), quantized from the same f32 values as mlx.core.quantize
  * does (kernels_mlx.c); norms stay unquantized in that float type; config.json
  * gets the "quantization" block (and its "quantization_config" copy).
+ * Mixture-of-experts shapes (Qwen3-MoE, Mixtral) are written as mlx-lm
+ * writes them: the experts of a layer stacked in one SwitchGLU triple per
+ * projection (mlp.switch_mlp.{gate,up,down}_proj, or block_sparse_moe.* for
+ * Mixtral: weight U32 [n_expert, rows, words], scales / biases [n_expert,
+ * rows, groups]), and the router (mlp.gate / block_sparse_moe.gate) in 8
+ * bits with group 64, listed per layer in the quantization block as
+ * mlx-lm's quant_predicate makes it.
  *
  * Without --tokenizer the generated SentencePiece vocabulary is written as a
  * byte-fallback BPE tokenizer.json (Llama 2 style normalizer); every piece
@@ -127,7 +134,7 @@ static enum tp_status copy_file(const char *src, const char *dir, const char *na
 /* ------------------------------------------------------------ config.json */
 
 static void config_json(struct sbuf *b, const struct tp_shape *s, int n_layer, int n_vocab, enum tp_wtype wt,
-                        enum tp_wtype mlx_type, int bos, int eos)
+                        enum tp_wtype mlx_type, int router_q8, int bos, int eos)
 {
     const int mixtral = s->arch == TP_ARCH_LLAMA && s->n_expert > 0;
     const char *arch = s->arch == TP_ARCH_QWEN2      ? "Qwen2ForCausalLM"
@@ -191,9 +198,14 @@ static void config_json(struct sbuf *b, const struct tp_shape *s, int n_layer, i
     if (bos >= 0) sb_printf(b, "  \"bos_token_id\": %d,\n", bos);
     if (eos >= 0) sb_printf(b, "  \"eos_token_id\": %d,\n", eos);
     if (tp_wtype_mlx_bits(mlx_type)) /* mlx-lm writes both */
-        for (int i = 0; i < 2; i++)
-            sb_printf(b, "  \"%s\": {\"group_size\": %d, \"bits\": %d},\n", i ? "quantization_config" : "quantization",
+        for (int i = 0; i < 2; i++) {
+            sb_printf(b, "  \"%s\": {\"group_size\": %d, \"bits\": %d", i ? "quantization_config" : "quantization",
                       tp_wtype_mlx_group(mlx_type), tp_wtype_mlx_bits(mlx_type));
+            for (int l = 0; router_q8 && l < n_layer; l++) /* the routers: 8 bits, group 64 */
+                sb_printf(b, ", \"model.layers.%d.%s.gate\": {\"group_size\": 64, \"bits\": 8}", l,
+                          mixtral ? "block_sparse_moe" : "mlp");
+            sb_printf(b, "},\n");
+        }
     sb_printf(b, "  \"torch_dtype\": \"%s\",\n  \"_tpserve_synth\": \"random weights written by tpserve synth (shape %s)\"\n}\n",
               wt == TP_WTYPE_F32 ? "float32" : wt == TP_WTYPE_F16 ? "float16" : "bfloat16", s->name);
 }
@@ -258,6 +270,8 @@ struct hf_tensor {
     int permute_heads;   /* llama q/k: head count for the halves permutation, else 0 */
     enum tp_wtype wtype; /* written as: F32 / F16 / BF16, or (part 1) t->type, an MLX type */
     int part;            /* MLX: 1 packed words (U32), 2 scales, 3 biases (from part 1's buffers); 0 plain */
+    enum tp_wtype mlx_type; /* MLX parts 1-3: the triple's MLX type (bits, group) */
+    int64_t n_stack;     /* MLX stacked experts: n_expert (shape [n_stack, rows, cols]), else 0 */
     int64_t row_base;    /* stacked experts: this expert's first row in t (one HF tensor per expert), else 0 */
     int shape_1xn;       /* a 1-D GGUF vector stored as [1, n] (Qwen2-MoE shared_expert_gate) */
     /* gpt-oss experts (OpenAI's MXFP4 layout): part 4 PREFIX_blocks U8 (X, R, C/32, 16), part 5
@@ -372,8 +386,8 @@ static const char *st_dtype(enum tp_wtype t)
 static int64_t hf_cols(const struct hf_tensor *h)
 {
     const int64_t ne0 = h->t->ne[0];
-    if (h->part == 1) return ne0 * tp_wtype_mlx_bits(h->wtype) / 32;
-    if (h->part >= 2) return ne0 / tp_wtype_mlx_group(h->t->type);
+    if (h->part == 1) return ne0 * tp_wtype_mlx_bits(h->mlx_type) / 32;
+    if (h->part == 2 || h->part == 3) return ne0 / tp_wtype_mlx_group(h->mlx_type);
     return ne0;
 }
 
@@ -410,7 +424,10 @@ static enum tp_status write_shard(const char *dir, int n_files, int fi, struct h
         } else if (ht[i].part == 6) {
             sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],", st_dtype(ht[i].wtype), (long long)ht[i].x_rows,
                       (long long)(2 * t->ne[0]));
-        } else if (t->n_dims >= 2) /* a stacked tensor: one expert's [rows, cols] */
+        } else if (ht[i].n_stack) /* MLX stacked experts: [n_expert, rows, cols] */
+            sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld,%lld,%lld],", ht[i].part == 1 ? "U32" : st_dtype(ht[i].wtype),
+                      (long long)ht[i].n_stack, (long long)t->ne[1], (long long)hf_cols(&ht[i]));
+        else if (t->n_dims >= 2) /* a stacked tensor: one expert's [rows, cols] */
             sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],", st_dtype(ht[i].wtype), (long long)t->ne[1],
                       (long long)hf_cols(&ht[i]));
         else if (ht[i].shape_1xn)
@@ -585,6 +602,45 @@ static enum tp_status lay_experts(struct hf_layout *L, const struct tp_synth_ten
     return TP_OK;
 }
 
+/* mlx-lm quantizes a mixture of experts' router in 8 bits, group 64, where its rows are whole groups. */
+static int router_q8(const struct tp_shape *shape, enum tp_wtype wt)
+{
+    return tp_wtype_mlx_bits(wt) != 0 && shape->n_expert > 0 && shape->n_embd % 64 == 0;
+}
+
+/* MLX stacked experts (ne[2] > 1): mlx-lm's SwitchGLU, one triple per projection, [n_expert, rows, .]. */
+static enum tp_status lay_mlx_experts(struct hf_layout *L, const struct tp_synth_tensor *t, int mixtral,
+                                      enum tp_wtype wt, enum tp_wtype ft, struct tp_error *err)
+{
+    if (t->ne[0] % tp_wtype_mlx_group(wt))
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "synth: %s: rows of %lld values are not whole MLX groups of %d; pick another group size",
+                            t->name, (long long)t->ne[0], tp_wtype_mlx_group(wt));
+    const int64_t X = t->ne[2], rows = X * t->ne[1];
+    const uint64_t wbytes = (uint64_t)rows * (uint64_t)t->ne[0] * (uint64_t)tp_wtype_mlx_bits(wt) / 8,
+                   sbytes = (uint64_t)rows * (uint64_t)(t->ne[0] / tp_wtype_mlx_group(wt)) * 2;
+    char base[160];
+    if (!tp_tsrc_hf_name_variant(t->name, mixtral, base, sizeof base))
+        return tp_error_set(err, TP_ERR_INTERNAL, "synth: no mlx-lm name for %s", t->name);
+    lay_break(L, wbytes + 2 * sbytes); /* a triple stays in one file */
+    for (int p = 0; p < 3; p++) {
+        struct hf_tensor *h = &L->ht[L->n++];
+        h->t = t;
+        h->part = p + 1;
+        h->mlx_type = wt;
+        h->wtype = p == 0 ? wt : ft;
+        h->n_stack = X;
+        h->x_rows = rows;
+        h->bytes = p == 0 ? wbytes : sbytes;
+        snprintf(h->name, sizeof h->name, "%.*s.%s", (int)(strlen(base) - 7), base,
+                 p == 0 ? "weight" : p == 1 ? "scales" : "biases");
+        lay_place(L, h);
+    }
+    L->mlx_groups = TP_MAX(L->mlx_groups, (size_t)(sbytes / 2));
+    L->max_ne0 = TP_MAX(L->max_ne0, t->ne[0]);
+    return TP_OK;
+}
+
 /* Any other tensor under its Hugging Face name: float (wt or, MLX, ft), or an MLX triple (X.weight
  * packed, X.scales, X.biases) when its rows are whole groups of the MLX type wt. */
 static enum tp_status lay_plain(struct hf_layout *L, const struct tp_synth_tensor *t, const struct tp_shape *shape,
@@ -600,13 +656,16 @@ static enum tp_status lay_plain(struct hf_layout *L, const struct tp_synth_tenso
         return tp_error_set(err, TP_ERR_INTERNAL, "synth: no Hugging Face name for %s", t->name);
     h->shape_1xn = strstr(t->name, "ffn_gate_inp_shexp") != NULL;
     const int64_t rows = t->n_dims == 2 ? t->ne[1] : 1;
-    /* mlx quantizes every linear / embedding whose rows are whole groups */
-    const int quant = mlx && t->type == wt && t->ne[0] % tp_wtype_mlx_group(wt) == 0;
-    h->wtype = quant ? wt : mlx ? ft : t->type;
+    /* mlx quantizes every linear / embedding whose rows are whole groups; a router in 8 bits, group 64 */
+    const int router = router_q8(shape, wt) && strstr(t->name, ".ffn_gate_inp.weight") != NULL;
+    const enum tp_wtype qt = router ? TP_WTYPE_MLX_Q8_G64 : wt;
+    const int quant = router || (mlx && t->type == wt && t->ne[0] % tp_wtype_mlx_group(wt) == 0);
+    h->wtype = quant ? qt : mlx ? ft : t->type;
+    h->mlx_type = quant ? qt : TP_WTYPE_COUNT;
     h->part = quant ? 1 : 0;
-    h->bytes = quant ? (uint64_t)rows * (uint64_t)t->ne[0] * (uint64_t)tp_wtype_mlx_bits(wt) / 8
+    h->bytes = quant ? (uint64_t)rows * (uint64_t)t->ne[0] * (uint64_t)tp_wtype_mlx_bits(qt) / 8
                      : float_bytes(h->wtype, (uint64_t)t->ne[0] * (uint64_t)rows);
-    const uint64_t sb_bytes = quant ? (uint64_t)rows * (uint64_t)(t->ne[0] / tp_wtype_mlx_group(wt)) * 2 : 0;
+    const uint64_t sb_bytes = quant ? (uint64_t)rows * (uint64_t)(t->ne[0] / tp_wtype_mlx_group(qt)) * 2 : 0;
     lay_break(L, h->bytes + 2 * sb_bytes); /* an MLX triple stays in one file */
     if (shape->arch == TP_ARCH_LLAMA && strstr(t->name, ".attn_q.weight")) h->permute_heads = shape->n_head;
     if (shape->arch == TP_ARCH_LLAMA && strstr(t->name, ".attn_k.weight")) h->permute_heads = shape->n_head_kv;
@@ -642,6 +701,8 @@ static enum tp_status lay_all(struct hf_layout *L, const struct tp_synth_tensor 
         if (t->fill == TP_SYNTH_FILL_ROPE_FREQS) continue; /* HF: rope_scaling in config.json */
         if (shape->arch == TP_ARCH_GPTOSS && (strstr(t->name, "_exps.") || strstr(t->name, "attn_sinks")))
             rc = lay_gptoss(L, t, plan + n_plan, err);
+        else if (t->ne[2] > 1 && tp_wtype_mlx_bits(wt))
+            rc = lay_mlx_experts(L, t, shape->arch == TP_ARCH_LLAMA, wt, ft, err);
         else if (t->ne[2] > 1)
             rc = lay_experts(L, t, shape->arch == TP_ARCH_LLAMA, err);
         else
@@ -721,11 +782,11 @@ static enum tp_status hf_check(const struct tp_synth_config *cfg, enum tp_wtype 
     if (s0->arch == TP_ARCH_LLAMA && s0->qkv_bias)
         return tp_error_set(err, TP_ERR_UNSUPPORTED, "synth: shape %s: a llama with q/k/v biases has no HF layout here",
                             s0->name);
-    if (s0->n_expert > 0 && tp_wtype_mlx_bits(cfg->type))
+    if (s0->n_expert > 0 && tp_wtype_mlx_bits(cfg->type) && s0->arch != TP_ARCH_QWEN3MOE && s0->arch != TP_ARCH_LLAMA)
         return tp_error_set(err, TP_ERR_UNSUPPORTED,
-                            "synth: %s is a mixture of experts; --format mlx (switch_mlp) is not supported for it: "
-                            "write GGUF or --format hf",
-                            s0->name);
+                            "synth: %s (%s) is a mixture of experts that --format mlx does not write (switch_mlp "
+                            "layouts: Qwen3-MoE and Mixtral); write GGUF or --format hf",
+                            s0->name, tp_arch_name(s0->arch));
     const char *dir = cfg->out_path;
     struct stat sb;
     if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
@@ -788,7 +849,8 @@ enum tp_status tp_synth_write_hf(const struct tp_synth_config *cfg, struct tp_er
     const int n_files = L.file + 1;
 
     /* config.json, tokenizer */
-    config_json(&b, &shape, n_layer, vocab.n_tokens, ft, mlx ? wt : TP_WTYPE_COUNT, vocab.bos, vocab.eos);
+    config_json(&b, &shape, n_layer, vocab.n_tokens, ft, mlx ? wt : TP_WTYPE_COUNT, router_q8(&shape, wt), vocab.bos,
+                vocab.eos);
     if (b.failed) {
         rc = tp_error_set(err, TP_ERR_NOMEM, "synth: out of memory");
         goto out;

@@ -1,21 +1,12 @@
 /*
- * model/tokenizer/tokenizer_bpe.c - the merge loop shared by both tokenizer kinds and
- * the hand-written pre-tokenizers.
- *
- * Merge loop: a word starts as one symbol per character (SentencePiece) or
- * per byte (byte-level BPE), kept in a doubly linked list.  Candidate pairs
- * sit in a binary min-heap ordered by (priority, left position): priority is
- * the merge rank (tokenizer.json / GGUF merges) or minus the score of the
- * merged token (SentencePiece scores, as llama.cpp's llm_tokenizer_spm).
- * Popping a stale candidate (a side already merged elsewhere) is detected by
- * the combined length, so the whole word costs O(n log n).  The heap never
- * holds more than 2n entries: n-1 at first, and each merge pops one and
- * pushes at most two.
- *
- * Pre-tokenizers: the regexes of GPT-2, Llama 3, Qwen2 and o200k (see each
- * function), implemented over code points with the \p{L} / \p{N} / \s
- * classes (and, for o200k, the letter-case classes) from unicode_impl.h.  They follow the regex semantics exactly
- * (including the look-ahead in \s+(?!\S)), not llama.cpp's approximations.
+ * model/tokenizer/tokenizer_bpe.c - the merge loop shared by both tokenizer kinds, and the
+ * pre-tokenizers.  Merge loop: a word starts as one symbol per character (SentencePiece) or byte
+ * (byte-level BPE) in a linked list; candidate pairs wait in a min-heap ordered by (priority, left
+ * position), the priority being the merge rank or minus the merged token's score (SentencePiece, as
+ * llama.cpp's llm_tokenizer_spm); a stale candidate is recognised by its combined length, so a word
+ * costs O(n log n) with at most 2n heap entries.  Pre-tokenizers: the GPT-2, Llama 3, Qwen2 and o200k
+ * regexes over code points (the classes of unicode_impl.h), with the regexes' exact semantics (the
+ * look-ahead of \s+(?!\S) included), not llama.cpp's approximations.
  */
 #include <stdlib.h>
 #include <string.h>

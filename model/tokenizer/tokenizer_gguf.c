@@ -12,8 +12,8 @@
  *   tokenizer.ggml.{bos,eos,eot,unknown,padding}_token_id
  *   tokenizer.ggml.fim_{pre,suf,mid,sep,rep}_token_id (fill-in-the-middle)
  *   tokenizer.ggml.add_bos_token / add_eos_token / add_space_prefix
- * tp_tokenizer_vocab_from_gguf() fills a descriptor from an open reader (the
- * model loader uses it too); tp_tokenizer_from_gguf() opens a file for it.
+ * tp_tokenizer_from_gguf_handle() builds it from an open reader (the model
+ * loader uses it too); tp_tokenizer_from_gguf() opens a file for it.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,22 +1,14 @@
 /*
- * model/tokenizer/tokenizer_json.c - tokenizer from a Hugging Face tokenizer.json
- * (+ optional tokenizer_config.json), parsed with cJSON.
- *
- * Supported: model.type "BPE" with
- *   - a ByteLevel pipeline (pre_tokenizer Split(Regex) + ByteLevel, or a
- *     ByteLevel pre-tokenizer with use_regex, optionally after
- *     Digits(individual_digits) as SmolLM has): the regex must be one of the
- *     GPT-2, Llama 3, Qwen2 or o200k (GPT-4o, gpt-oss) patterns (compared verbatim; anything else is
- *     refused, naming the pattern), normalizer null or NFC;
- *   - a SentencePiece-style pipeline (Metaspace pre-tokenizer, or the
- *     Llama 2 normalizer Prepend(U+2581) + Replace(' ', U+2581)), usually
- *     with byte_fallback: Llama 2, Mistral.
- * Merges as "left right" strings or ["left", "right"] pairs.  added_tokens
- * become control tokens (special: true) or user-defined ones.  BOS/EOS come
- * from tokenizer_config.json (bos_token / eos_token / add_bos_token /
- * add_eos_token) or, without it, from the TemplateProcessing post-processor.
- * Other pre-tokenizers and normalizers are refused by name.  Not handled:
- * the lstrip / rstrip / single_word / normalized flags of added tokens.
+ * model/tokenizer/tokenizer_json.c - tokenizer from a Hugging Face tokenizer.json (+ optional
+ * tokenizer_config.json), parsed with cJSON.  model.type "BPE" with either
+ *   - a ByteLevel pipeline whose split regex is, verbatim, GPT-2's, Llama 3's, Qwen2's or o200k's
+ *     (optionally after Digits(individual_digits), as SmolLM), normalizer null or NFC; or
+ *   - a SentencePiece-style pipeline (Metaspace, or Llama 2's Prepend + Replace normalizer), usually
+ *     with byte_fallback (Llama 2, Mistral).
+ * Anything else is refused by name.  Merges as "left right" or ["left", "right"]; added_tokens become
+ * control (special) or user-defined tokens; BOS / EOS from tokenizer_config.json, else from the
+ * TemplateProcessing post-processor.  Not handled: the lstrip / rstrip / single_word / normalized
+ * flags of added tokens.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>

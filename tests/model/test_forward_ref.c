@@ -288,6 +288,8 @@ static void check_window(enum tp_kv_type kt, double tol)
     CU_ASSERT_EQUAL(tp_model_hparams(m)->sliding_window, W);
     /* 2 layers x 3 slots x 2 KV heads x (W + NB) rows x 16 dims, K and V */
     CU_ASSERT_EQUAL(tp_model_kv_bytes(m), 2ull * 2 * 3 * 2 * (W + NB) * tp_kv_row_bytes(kt, 16));
+    /* what plan / info count for it (tp_kv_head_bytes: per KV head and sequence) is what was allocated */
+    CU_ASSERT_EQUAL(tp_model_kv_bytes(m), 3 * 2 * tp_kv_head_bytes(tp_model_hparams(m), 64, NB, kt));
     static float sinks[2][4];
     for (int l = 0; l < 2; l++) {
         float *s = tp_aligned_alloc(64, 64);

@@ -336,6 +336,131 @@ static void test_frequencies(void)
     }
 }
 
+/* Exact probabilities of the sampler's pipeline for temperature T and top-k over l[0..n) (no ties). */
+static void pipeline_probs(const float *l, int n, float temp, int top_k, double *prob)
+{
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        int rank = 0;
+        for (int j = 0; j < n; j++) rank += l[j] > l[i];
+        prob[i] = top_k > 0 && rank >= top_k ? 0.0 : exp((double)l[i] / temp);
+        sum += prob[i];
+    }
+    for (int i = 0; i < n; i++) prob[i] /= sum;
+}
+
+/* Speculative sampling (tp_sampler_sample_draft) keeps the target distribution: for drafts of high, middle,
+ * low and zero probability (outside top-k), the chosen tokens' frequencies against the pipeline's exact
+ * probabilities (chi-square, 4 degrees of freedom over the 5 tokens top-k keeps: P(chi2 > 18.47) = 0.001),
+ * and the draft is accepted as often as its probability says (within 5 binomial standard deviations). */
+static void test_spec_draft_frequencies(void)
+{
+    enum { DRAWS = 20000 };
+    const float l[8] = {1.0f, 0.5f, 0.0f, -0.5f, 2.0f, 1.5f, -1.0f, 0.2f};
+    const int drafts[4] = {4, 0, 7, 6}; /* 6 is outside the top 5 */
+    double prob[8];
+    pipeline_probs(l, 8, 1.3f, 5, prob);
+    for (int di = 0; di < 4; di++) {
+        struct tp_sampler_params p = tp_sampler_default_params();
+        p.temperature = 1.3f;
+        p.top_k = 5;
+        p.seed = 11 + (uint64_t)di;
+        tp_sampler_t *s = mk(p, 8);
+        int count[8] = {0}, n_acc = 0;
+        for (int i = 0; i < DRAWS; i++) {
+            struct tp_sample_result r;
+            int acc = -1;
+            CU_ASSERT_EQUAL_FATAL(tp_sampler_sample_draft(s, l, drafts[di], &r, &acc), TP_OK);
+            CU_ASSERT_EQUAL(acc, r.id == drafts[di]);
+            count[r.id]++;
+            n_acc += acc;
+        }
+        tp_sampler_free(s);
+        double chi = 0.0;
+        for (int i = 0; i < 8; i++) {
+            if (prob[i] == 0.0) {
+                CU_ASSERT_EQUAL(count[i], 0);
+                continue;
+            }
+            const double e = DRAWS * prob[i];
+            chi += (count[i] - e) * (count[i] - e) / e;
+        }
+        const double pd = prob[drafts[di]], sd = sqrt(DRAWS * pd * (1.0 - pd));
+        fprintf(stderr, "draft %d (p %.4f): chi2 %.2f, accepted %d (expected %.0f)\n", drafts[di], pd, chi, n_acc,
+                DRAWS * pd);
+        CU_ASSERT(chi < 18.47);
+        CU_ASSERT(fabs(n_acc - DRAWS * pd) <= 5.0 * sd + 1e-9);
+    }
+    /* greedy: the argmax, accepted only when it is the draft */
+    struct tp_sampler_params g = tp_sampler_default_params();
+    g.temperature = 0.0f;
+    tp_sampler_t *s = mk(g, 8);
+    struct tp_sample_result r;
+    int acc = -1;
+    CU_ASSERT_EQUAL_FATAL(tp_sampler_sample_draft(s, l, 4, &r, &acc), TP_OK);
+    CU_ASSERT_EQUAL(r.id, 4);
+    CU_ASSERT_EQUAL(acc, 1);
+    CU_ASSERT_EQUAL_FATAL(tp_sampler_sample_draft(s, l, 5, &r, &acc), TP_OK);
+    CU_ASSERT_EQUAL(r.id, 4);
+    CU_ASSERT_EQUAL(acc, 0);
+    tp_sampler_free(s);
+}
+
+/* Two positions verified in one step, as the scheduler does: a toy model whose second row depends on the
+ * first token (a frequency penalty on it, applied through tp_sampler_accept), drafts (d0, d1) verified in
+ * order, a rejection ending the walk (the second token then comes from the row of the token chosen, as the
+ * next step would give it).  The joint frequencies of (t0, t1) against p(t0) p(t1 | t0): 36 cells, 35
+ * degrees of freedom, P(chi2 > 66.62) = 0.001. */
+static void toy_row2(int32_t t0, float *l2)
+{
+    for (int i = 0; i < 6; i++) l2[i] = 0.3f * (float)((i * 7 + t0 * 3) % 6) - 0.6f;
+}
+
+static void test_spec_two_positions(void)
+{
+    enum { DRAWS = 60000, V = 6 };
+    const float l1[V] = {0.4f, -0.2f, 0.9f, 0.1f, -0.5f, 0.6f};
+    const float freq_pen = 0.7f;
+    double joint[V][V], p1[V];
+    pipeline_probs(l1, V, 1.0f, 0, p1);
+    for (int a = 0; a < V; a++) {
+        float l2[V];
+        double p2[V];
+        toy_row2(a, l2);
+        l2[a] -= freq_pen; /* the history holds a once */
+        pipeline_probs(l2, V, 1.0f, 0, p2);
+        for (int b = 0; b < V; b++) joint[a][b] = p1[a] * p2[b];
+    }
+    struct tp_sampler_params p = tp_sampler_default_params();
+    p.frequency_penalty = freq_pen;
+    p.seed = 5;
+    tp_sampler_t *s = mk(p, V);
+    int count[V][V];
+    memset(count, 0, sizeof count);
+    for (int i = 0; i < DRAWS; i++) {
+        const int32_t d0 = 2, d1 = (int32_t)(i % V); /* a fixed first draft, every second draft in turn */
+        tp_sampler_reset(s, 1000 + (uint64_t)i);
+        struct tp_sample_result r0, r1;
+        int acc = 0;
+        CU_ASSERT_EQUAL_FATAL(tp_sampler_sample_draft(s, l1, d0, &r0, &acc), TP_OK);
+        tp_sampler_accept(s, r0.id);
+        float l2[V];
+        toy_row2(r0.id, l2);
+        enum tp_status st = acc ? tp_sampler_sample_draft(s, l2, d1, &r1, &acc) : tp_sampler_sample(s, l2, &r1);
+        CU_ASSERT_EQUAL_FATAL(st, TP_OK);
+        count[r0.id][r1.id]++;
+    }
+    tp_sampler_free(s);
+    double chi = 0.0;
+    for (int a = 0; a < V; a++)
+        for (int b = 0; b < V; b++) {
+            const double e = DRAWS * joint[a][b];
+            chi += (count[a][b] - e) * (count[a][b] - e) / e;
+        }
+    fprintf(stderr, "two positions: chi2 %.2f (35 degrees of freedom)\n", chi);
+    CU_ASSERT(chi < 66.62);
+}
+
 static void test_logprobs(void)
 {
     const float l[6] = {1.0f, 3.0f, -2.0f, 3.0f, 2.5f, 0.0f};
@@ -568,6 +693,8 @@ static const struct tp_test_case sampler_cases[] = {
     {"invalid", test_invalid},
     {"large_vocab", test_large_vocab},
     {"logit_bias", test_logit_bias},
+    {"spec_draft_frequencies", test_spec_draft_frequencies},
+    {"spec_two_positions", test_spec_two_positions},
     {NULL, NULL},
 };
 TP_TEST_SUITE(sampler, "unit", 120, sampler_cases)

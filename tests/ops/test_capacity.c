@@ -380,7 +380,73 @@ static void test_replan_refused(void)
     CU_ASSERT_EQUAL(tp_parallel_replan_check(NULL, &r, &err), TP_ERR_INVALID_ARG);
 }
 
+/* KV bytes layer by layer: gpt-oss-20b's shape (24 layers, 8 KV heads of 64, sliding window 128 on the even
+ * layers), f16, context 4096, batch 512: the 12 windowed layers hold rings of 128 + 512 = 640 positions,
+ * the 12 full ones 4096.  Per KV head and sequence: 2 (K, V) x (12 x 640 + 12 x 4096) x 64 x 2 bytes =
+ * 14,548,992; a model that kept 4096 positions in every layer would count 25,165,824.  The capacity plan
+ * of one 64 GiB node with 2 sequences holds 8 heads x 2 sequences of that.  A window every layer
+ * (Mistral v0.1: 4096 of a 32768 context, batch 512) is 32 x 4608 positions, and a window wider than the
+ * context is capped at the context. */
+static void test_windowed_kv_bytes(void)
+{
+    struct tp_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.arch = TP_ARCH_GPTOSS;
+    hp.n_vocab = 201088;
+    hp.n_embd = 2880;
+    hp.n_layer = 24;
+    hp.n_head = 64;
+    hp.n_head_kv = 8;
+    hp.head_dim = 64;
+    hp.n_ff = 2880;
+    hp.n_expert = 32;
+    hp.n_expert_used = 4;
+    hp.n_ctx_train = 131072;
+    hp.sliding_window = 128;
+    hp.swa_period = 2;
+    hp.norm_eps = 1e-5f;
+    hp.rope_theta = 150000.0f;
+    CU_ASSERT_EQUAL(tp_kv_layer_window(&hp, 0), 128);
+    CU_ASSERT_EQUAL(tp_kv_layer_window(&hp, 1), 0);
+    CU_ASSERT_EQUAL(tp_kv_layer_window(&hp, 22), 128);
+    CU_ASSERT_EQUAL(tp_kv_layer_window(&hp, 23), 0);
+    CU_ASSERT_EQUAL(tp_kv_layer_window(&hp, 24), 0);
+    CU_ASSERT_EQUAL(tp_kv_layer_positions(&hp, 0, 4096, 512), 640);
+    CU_ASSERT_EQUAL(tp_kv_layer_positions(&hp, 1, 4096, 512), 4096);
+    CU_ASSERT_EQUAL(tp_kv_layer_positions(&hp, 0, 600, 512), 600); /* the ring never exceeds the context */
+    CU_ASSERT_EQUAL(tp_kv_head_bytes(&hp, 4096, 512, TP_KV_F16), 14548992ull);
+    CU_ASSERT_EQUAL(tp_kv_head_bytes(&hp, 4096, 512, TP_KV_F32), 2 * 14548992ull);
+
+    struct tp_cap_config c = tp_capacity_default_config();
+    struct tp_error err = {0};
+    c.hp = hp;
+    c.wtype = TP_WTYPE_MXFP4;
+    c.n_ctx = 4096;
+    c.n_seq = 2;
+    c.n_batch = 512;
+    c.kv_type = TP_KV_F16;
+    CU_ASSERT_EQUAL_FATAL(tp_capacity_parse_nodes("mac:64G:m4-max", 100.0, c.nodes, TP_CAP_MAX_NODES, &c.n_nodes, &err),
+                          TP_OK);
+    CU_ASSERT_EQUAL_FATAL(tp_capacity_link_profile("local", &c.link, &err), TP_OK);
+    static struct tp_cap_result r;
+    if (tp_capacity_plan(&c, &r, &err) != TP_OK) fprintf(stderr, "%s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(err.status, TP_OK);
+    CU_ASSERT_EQUAL(r.nodes[0].n_kv_heads, 8);
+    CU_ASSERT_EQUAL(r.nodes[0].kv_bytes, 8ull * 2 * 14548992ull);
+
+    hp.arch = TP_ARCH_LLAMA; /* Mistral v0.1: every layer windowed */
+    hp.n_layer = 32;
+    hp.head_dim = 128;
+    hp.sliding_window = 4096;
+    hp.swa_period = 0;
+    CU_ASSERT_EQUAL(tp_kv_head_bytes(&hp, 32768, 512, TP_KV_F16), 2ull * 32 * 4608 * 128 * 2);
+    CU_ASSERT_EQUAL(tp_kv_head_bytes(&hp, 2048, 512, TP_KV_F16), 2ull * 32 * 2048 * 128 * 2);
+    hp.sliding_window = 0; /* no window: the context in every layer */
+    CU_ASSERT_EQUAL(tp_kv_head_bytes(&hp, 32768, 512, TP_KV_F16), 2ull * 32 * 32768 * 128 * 2);
+}
+
 static const struct tp_test_case capacity_cases[] = {
+    {"windowed_kv_bytes", test_windowed_kv_bytes},
     {"replan_fits", test_replan_fits},
     {"replan_memory_edge", test_replan_memory_edge},
     {"replan_refused", test_replan_refused},

@@ -198,23 +198,36 @@ static void moe_quant_seed(enum tp_synth_mix mix, enum tp_wtype type, uint64_t s
     int n_decisive = ref.n_tokens - mr_near_ties(&ref, tau);
     fprintf(stderr, "%s seed %d N=1: %d of %d steps decisive\n", name, (int)seed, n_decisive, ref.n_tokens);
     CU_ASSERT(n_decisive >= 16);
+    /* seed 1 also at 4 ranks and weighted 2,1,1 (whole experts: 2 super-blocks per expert row) */
     static const struct {
         int world;
         enum tp_moe_split split;
-    } runs[] = {{2, TP_MOE_SPLIT_TENSOR}, {2, TP_MOE_SPLIT_EXPERT}, {3, TP_MOE_SPLIT_AUTO}};
+        const char *weights;
+    } runs[] = {{2, TP_MOE_SPLIT_TENSOR, NULL},
+                {2, TP_MOE_SPLIT_EXPERT, NULL},
+                {3, TP_MOE_SPLIT_AUTO, NULL},
+                {4, TP_MOE_SPLIT_AUTO, NULL},
+                {3, TP_MOE_SPLIT_EXPERT, "2,1,1"}};
     for (size_t i = 0; i < TP_ARRAY_LEN(runs); i++) {
+        if (i >= 3 && seed != 1) break;
         for (int forced = 0; forced <= 1; forced++) {
-            char what[128];
-            snprintf(what, sizeof what, "%s seed %d N=%d %s %s", name, (int)seed, runs[i].world,
-                     tp_moe_split_name(runs[i].split), forced ? "teacher-forced" : "free greedy");
+            char what[160];
+            snprintf(what, sizeof what, "%s seed %d N=%d %s%s%s %s", name, (int)seed, runs[i].world,
+                     tp_moe_split_name(runs[i].split), runs[i].weights ? " weights " : "",
+                     runs[i].weights ? runs[i].weights : "", forced ? "teacher-forced" : "free greedy");
             mr_init(&r, m, runs[i].world);
             r.n_steps = STEPS;
             r.moe_split = runs[i].split;
+            r.weights = runs[i].weights;
             if (forced) r.force0 = ref.tokens;
             CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
             check_ranks(&r, what);
-            CU_ASSERT_EQUAL(r.plan_split, runs[i].split == TP_MOE_SPLIT_AUTO ? (int)TP_MOE_SPLIT_EXPERT
-                                                                              : (int)runs[i].split);
+            /* auto: whole experts where the 512 columns do not split evenly in blocks (3 ranks; 2 K-quant
+             * super-blocks at 4), the column split where they do (Q8_0: 16 blocks over 4 ranks) */
+            const int q8_even = type == TP_WTYPE_Q8_0 && runs[i].world == 4;
+            CU_ASSERT_EQUAL(r.plan_split, runs[i].split != TP_MOE_SPLIT_AUTO ? (int)runs[i].split
+                                          : q8_even                          ? (int)TP_MOE_SPLIT_TENSOR
+                                                                             : (int)TP_MOE_SPLIT_EXPERT);
             CU_ASSERT_EQUAL_FATAL(r.n_tokens, ref.n_tokens);
             CU_ASSERT_EQUAL(mr_near_tie_violations(&ref, &r, tau, forced, what), 0);
             if (forced) {

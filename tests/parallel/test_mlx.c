@@ -373,6 +373,63 @@ static void test_mlx_shard_cli(void)
     CU_ASSERT_STRING_EQUAL(out, out2);
 }
 
+/* mlx-lm's Qwen3-MoE layout (stacked switch_mlp experts, 8-bit router) served by 2 ranks with each expert
+ * split, against one rank: the same integer dots in another summation order (near-tie rule of the
+ * quantized checks, 8% of the logits' rms, and the final logits within a normalized MSE of 1e-4, as
+ * the dense MLX check above), each rank holding less than the whole; and `tpserve shard` of the
+ * directory refused with a message naming the fix. */
+static void test_tp_mlx_moe(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/synth-mlx-qwen3moe", tp_test_tmpdir());
+    struct tp_shape sh;
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, "test-tiny-qwen3moe", &sh, &e), TP_OK);
+    struct tp_synth_config c = tp_synth_default_config();
+    c.shape = &sh;
+    c.n_layer = sh.n_layer;
+    c.type = TP_WTYPE_MLX_Q4_G32; /* experts of 64 columns: 2 groups, so the column split has one per rank */
+    c.seed = 56;
+    c.out_path = dir;
+    c.n_threads = 2;
+    if (tp_synth_write_hf(&c, &e) != TP_OK) fprintf(stderr, "%s\n", e.msg);
+    CU_ASSERT_EQUAL_FATAL(e.status, TP_OK);
+    enum { STEPS = 40 };
+    struct mr_run ref, r;
+    mr_init(&ref, dir, 1);
+    ref.n_steps = STEPS;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&ref), 0);
+    if (ref.exit_code[0] != 0) fprintf(stderr, "reference: %s\n", ref.msg[0]);
+    CU_ASSERT_EQUAL_FATAL(ref.exit_code[0], 0);
+    CU_ASSERT_EQUAL_FATAL(ref.n_tokens, STEPS + 1);
+    const enum tp_moe_split splits[] = {TP_MOE_SPLIT_TENSOR, TP_MOE_SPLIT_EXPERT};
+    for (int sp = 0; sp < 2; sp++) {
+        char what[96];
+        snprintf(what, sizeof what, "mlx qwen3moe 4-bit g32 %s-parallel N=2", tp_moe_split_name(splits[sp]));
+        mr_init(&r, dir, 2);
+        r.n_steps = STEPS;
+        r.moe_split = splits[sp];
+        CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+        for (int k = 0; k < 2; k++) {
+            if (r.exit_code[k] != 0) fprintf(stderr, "%s rank %d exit %d: %s\n", what, k, r.exit_code[k], r.msg[k]);
+            CU_ASSERT_EQUAL(r.exit_code[k], 0);
+            CU_ASSERT(r.weight_bytes[k] > 0 && r.weight_bytes[k] < ref.weight_bytes[0]);
+        }
+        CU_ASSERT_EQUAL(r.plan_split, (int)splits[sp]);
+        CU_ASSERT_EQUAL(mr_near_tie_violations(&ref, &r, 0.08, 0, what), 0);
+        const double nm = r.logits && ref.logits ? mr_nmse(r.logits, ref.logits, r.n_vocab) : 1.0;
+        fprintf(stderr, "%s: final logits nmse %.3g\n", what, nm);
+        if (r.tokens[STEPS] == ref.tokens[STEPS]) CU_ASSERT(nm <= 1e-4); /* same text: same final context */
+        mr_free(&r);
+    }
+    mr_free(&ref);
+    char out[600];
+    snprintf(out, sizeof out, "%s/mlx-moe-shards", tp_test_tmpdir());
+    mkdir(out, 0755);
+    CU_ASSERT_EQUAL(tp_parallel_write_shards(dir, 2, NULL, out, &e), TP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "shard the GGUF"));
+}
+
 static const struct tp_test_case mlx_plan_cases[] = {
     {"plan_mlx", test_plan_mlx},
     {NULL, NULL},
@@ -384,6 +441,7 @@ static const struct tp_test_case mlx_tp_cases[] = {
     {"tp_mlx_tied_qwen2", test_tp_mlx_tied},
     {"mlx_shard_files", test_mlx_shard_files},
     {"mlx_shard_cli", test_mlx_shard_cli},
+    {"tp_mlx_moe_qwen3moe", test_tp_mlx_moe},
     {NULL, NULL},
 };
 TP_TEST_SUITE(mlx_tp, "multirank,model", 300, mlx_tp_cases)

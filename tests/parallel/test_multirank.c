@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gguf.h"
 #include "mr_impl.h"
+#include "parallel/probe.h"
 #include "tp_test.h"
 
 static const char *cut_shards(const char *model, int world, const char *weights, char *pat, size_t cap);
@@ -787,6 +789,236 @@ static const struct tp_test_case moe_cases[] = {
     {NULL, NULL},
 };
 TP_TEST_SUITE(moe_multirank, "multirank,model", 300, moe_cases)
+
+/* ---- mixture-of-experts shard files (`tpserve shard --moe-split`) */
+
+/* The shard file of rank `rank` holds exactly its slice: for every tensor of the source, the file's tensor
+ * (or its absence) and bytes are those the plan's ranges select, recomputed here from the source file (the
+ * stacked experts expert by expert and row by row); and the file's tensor bytes sum to the plan's
+ * sharded + replicated bytes of that rank.  Returns the number of mismatches (printed). */
+static int check_moe_shard_file(const char *src_path, const char *shard_path, const struct tp_shard_plan *plan,
+                                int rank, const struct tp_hparams *hp)
+{
+    tp_gguf_t *src = NULL, *sh = NULL;
+    struct tp_error e = {0};
+    int bad = 0;
+    if (tp_gguf_open(src_path, &src, &e) != TP_OK || tp_gguf_open(shard_path, &sh, &e) != TP_OK) {
+        fprintf(stderr, "check_moe_shard_file: %s\n", e.msg);
+        tp_gguf_close(src);
+        return 1;
+    }
+    const struct tp_model_shard *s = &plan->ranks[rank].shard;
+    const int64_t f0 = s->ff_begin, f1 = s->ff_end, x0 = s->expert_begin, x1 = s->expert_end;
+    const int64_t hd = hp->head_dim;
+    uint64_t held = 0;
+    int n_experts_checked = 0;
+    for (int i = 0; i < tp_gguf_n_tensors(src); i++) {
+        const struct tp_gguf_tensor *t = tp_gguf_tensor(src, i);
+        const struct tp_gguf_tensor *u = NULL;
+        for (int j = 0; j < tp_gguf_n_tensors(sh); j++)
+            if (strcmp(tp_gguf_tensor(sh, j)->name, t->name) == 0) u = tp_gguf_tensor(sh, j);
+        const char *role = strchr(t->name + 4, '.');
+        role = strncmp(t->name, "blk.", 4) == 0 && role ? role + 1 : t->name;
+        const int64_t be = tp_gguf_wtype_block_elems((uint32_t)t->type);
+        const size_t bb = tp_gguf_wtype_block_bytes((uint32_t)t->type), rb = (size_t)(t->ne[0] / be) * bb;
+        /* the expected cut: columns [c0, c1) of dim 0, rows [r0, r1) of dim 1, matrices [m0, m1) of dim 2 */
+        int64_t c0 = 0, c1 = t->ne[0], r0 = 0, r1 = t->n_dims > 1 ? t->ne[1] : 1, m0 = 0, m1 = t->n_dims > 2 ? t->ne[2] : 1;
+        int absent = 0;
+        if (!strcmp(role, "ffn_gate_exps.weight") || !strcmp(role, "ffn_up_exps.weight")) r0 = f0, r1 = f1, m0 = x0, m1 = x1;
+        else if (!strcmp(role, "ffn_down_exps.weight")) c0 = f0, c1 = f1, m0 = x0, m1 = x1;
+        else if (!strcmp(role, "ffn_gate_exps.bias") || !strcmp(role, "ffn_up_exps.bias")) c0 = f0, c1 = f1, r0 = x0, r1 = x1;
+        else if (!strcmp(role, "ffn_down_exps.bias")) absent = f0 != 0, r0 = x0, r1 = x1;
+        else if (!strcmp(role, "ffn_gate_shexp.weight") || !strcmp(role, "ffn_up_shexp.weight")) r0 = s->shexp_begin, r1 = s->shexp_end;
+        else if (!strcmp(role, "ffn_down_shexp.weight")) c0 = s->shexp_begin, c1 = s->shexp_end;
+        else if (!strcmp(role, "ffn_gate_inp_shexp.weight")) absent = s->shexp_end <= s->shexp_begin;
+        else if (!strcmp(role, "attn_sinks.weight")) c0 = s->q_head_begin, c1 = s->q_head_end;
+        else if (!strcmp(role, "attn_q.weight")) r0 = s->q_head_begin * hd, r1 = s->q_head_end * hd;
+        else if (!strcmp(role, "attn_q.bias")) c0 = s->q_head_begin * hd, c1 = s->q_head_end * hd;
+        else if (!strcmp(role, "attn_k.weight") || !strcmp(role, "attn_v.weight")) r0 = s->kv_head_begin * hd, r1 = s->kv_head_end * hd;
+        else if (!strcmp(role, "attn_k.bias") || !strcmp(role, "attn_v.bias")) c0 = s->kv_head_begin * hd, c1 = s->kv_head_end * hd;
+        else if (!strcmp(role, "attn_output.weight")) c0 = s->q_head_begin * hd, c1 = s->q_head_end * hd;
+        else if (!strcmp(t->name, "output.weight")) r0 = s->vocab_begin, r1 = s->vocab_end;
+        if (strstr(role, "_shexp.") && s->shexp_end <= s->shexp_begin) absent = 1;
+        if (absent || !u) {
+            if (absent != !u) fprintf(stderr, "%s: tensor %s %s\n", shard_path, t->name, absent ? "present, want absent" : "missing");
+            bad += absent != !u;
+            continue;
+        }
+        held += u->n_bytes;
+        const int64_t want[3] = {c1 - c0, r1 - r0, m1 - m0};
+        int shape_ok = u->type == t->type && u->n_dims == t->n_dims;
+        for (int d = 0; d < 3 && d < t->n_dims; d++) shape_ok = shape_ok && u->ne[d] == want[d];
+        if (!shape_ok) {
+            fprintf(stderr, "%s: tensor %s has [%lld, %lld, %lld], want [%lld, %lld, %lld]\n", shard_path, t->name,
+                    (long long)u->ne[0], (long long)u->ne[1], (long long)u->ne[2], (long long)want[0],
+                    (long long)want[1], (long long)want[2]);
+            bad++;
+            continue;
+        }
+        const size_t len = (size_t)((c1 - c0) / be) * bb, off = (size_t)(c0 / be) * bb;
+        const int64_t ne1 = t->n_dims > 1 ? t->ne[1] : 1;
+        const uint8_t *a = t->data, *b = u->data;
+        int same = 1;
+        for (int64_t m = m0; same && m < m1; m++)
+            for (int64_t r = r0; same && r < r1; r++) {
+                same = memcmp(a + (size_t)(m * ne1 + r) * rb + off, b, len) == 0;
+                b += len;
+            }
+        if (!same) fprintf(stderr, "%s: tensor %s holds other bytes than its slice of the source\n", shard_path, t->name);
+        bad += !same;
+        n_experts_checked += m1 - m0 > 0 && strstr(role, "_exps.weight") != NULL;
+    }
+    const uint64_t plan_bytes = plan->ranks[rank].sharded_bytes + plan->ranks[rank].replicated_bytes;
+    fprintf(stderr, "%s: %llu tensor bytes, the plan says %llu (experts [%lld,%lld), columns [%lld,%lld))\n",
+            shard_path, (unsigned long long)held, (unsigned long long)plan_bytes, (long long)x0, (long long)x1,
+            (long long)f0, (long long)f1);
+    bad += held != plan_bytes;
+    bad += n_experts_checked != 3 * hp->n_layer;
+    tp_gguf_close(sh);
+    tp_gguf_close(src);
+    return bad;
+}
+
+/* Cut `model` for `world` ranks with `split`, check every rank's file against the plan, serve the files
+ * and compare with the whole file served at the same world and split (the same bytes on every rank:
+ * identical tokens and logits, quantized or not). */
+static void moe_shard_case(const char *model, int world, const char *weights, enum tp_moe_split split, int steps,
+                           const char *what)
+{
+    char pat[1024], tag[200];
+    snprintf(tag, sizeof tag, "%s shard files %s-parallel N=%d%s%s", what, tp_moe_split_name(split), world,
+             weights ? " weights " : "", weights ? weights : "");
+    struct tp_model_probe *pr = calloc(1, sizeof *pr);
+    struct tp_shard_plan *plan = calloc(1, sizeof *plan);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pr);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(plan);
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_model_probe(model, pr, &e), TP_OK);
+    double w[MR_MAX_RANKS];
+    if (weights) CU_ASSERT_EQUAL_FATAL(tp_parallel_parse_weights(weights, world, w, &e), TP_OK);
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_plan_moe(&pr->hp, &pr->types, world, weights ? w : NULL, split, plan, &e), TP_OK);
+    /* cut */
+    static int n_dirs;
+    char dir[600], cmd[700], name[256];
+    snprintf(dir, sizeof dir, "%s/moeshards%d", tp_test_tmpdir(), ++n_dirs);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    if (tp_parallel_write_shards_moe(model, world, weights, split, dir, &e) != TP_OK) fprintf(stderr, "%s: %s\n", tag, e.msg);
+    CU_ASSERT_EQUAL_FATAL(e.status, TP_OK);
+    tp_parallel_shard_name(model, 0, world, name, sizeof name);
+    *strstr(name, ".rank0-") = '\0';
+    snprintf(pat, sizeof pat, "%s/%s.rank%%d-of-%d.gguf", dir, name, world);
+    for (int k = 0; k < world; k++) {
+        char f[1100];
+        snprintf(f, sizeof f, pat, k);
+        CU_ASSERT_EQUAL(check_moe_shard_file(model, f, plan, k, &pr->hp), 0);
+    }
+    /* the whole file at this world and split is the oracle */
+    struct mr_run ref, r;
+    mr_init(&ref, model, world);
+    ref.n_steps = steps;
+    ref.moe_split = split;
+    ref.weights = weights;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&ref), 0);
+    for (int k = 0; k < world; k++) CU_ASSERT_EQUAL_FATAL(ref.exit_code[k], 0);
+    mr_init(&r, pat, world);
+    r.shard_files = 1;
+    r.n_steps = steps; /* no --moe-split, no --shard-weights: the files' own */
+    expect_same(&ref, &r, 0.0, tag);
+    CU_ASSERT_EQUAL(r.plan_split, (int)split);
+    for (int k = 0; k < world; k++) {
+        CU_ASSERT_EQUAL(r.plan_bytes[k], ref.plan_bytes[k]);
+        CU_ASSERT(r.weight_bytes[k] <= r.plan_bytes[k]);
+    }
+    mr_free(&r);
+    mr_free(&ref);
+    /* asking the files for the other split is refused on every rank, before anything is loaded */
+    const enum tp_moe_split other = split == TP_MOE_SPLIT_TENSOR ? TP_MOE_SPLIT_EXPERT : TP_MOE_SPLIT_TENSOR;
+    mr_init(&r, pat, world);
+    r.shard_files = 1;
+    r.n_steps = 2;
+    r.moe_split = other;
+    r.deadline_s = 40;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+    char want[64];
+    snprintf(want, sizeof want, "was cut with --moe-split %s", tp_moe_split_name(split));
+    for (int k = 0; k < world; k++) {
+        CU_ASSERT_EQUAL(r.exit_code[k], 3);
+        if (!strstr(r.msg[k], want)) fprintf(stderr, "%s: rank %d: %s\n", tag, k, r.msg[k]);
+        CU_ASSERT_PTR_NOT_NULL(strstr(r.msg[k], want));
+    }
+    mr_free(&r);
+    free(plan);
+    free(pr);
+}
+
+static void test_moe_shard_qwen3moe(void)
+{
+    const char *f = mr_synth_model("test-tiny-qwen3moe", TP_WTYPE_F32);
+    const char *q = mr_synth_model("test-tiny-qwen3moe", TP_WTYPE_Q4_0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+    moe_shard_case(f, 2, NULL, TP_MOE_SPLIT_TENSOR, 32, "qwen3moe f32");
+    moe_shard_case(f, 2, NULL, TP_MOE_SPLIT_EXPERT, 32, "qwen3moe f32");
+    moe_shard_case(q, 2, NULL, TP_MOE_SPLIT_TENSOR, 32, "qwen3moe q4_0");
+    moe_shard_case(q, 2, NULL, TP_MOE_SPLIT_EXPERT, 32, "qwen3moe q4_0");
+    moe_shard_case(f, 3, "2,1,1", TP_MOE_SPLIT_EXPERT, 32, "qwen3moe f32");
+    /* and against one rank reading the whole file: F32 identical tokens, logits within 1e-10 */
+    struct mr_run ref, r;
+    char pat[1024];
+    run_ref(&ref, f, 32);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cut_shards(f, 2, NULL, pat, sizeof pat));
+    mr_init(&r, pat, 2);
+    r.shard_files = 1;
+    r.n_steps = 32;
+    expect_same(&ref, &r, 1e-10, "qwen3moe f32 shard files (auto) N=2 vs one rank");
+    mr_free(&r);
+    mr_free(&ref);
+}
+
+static void test_moe_shard_qwen2moe(void)
+{
+    const char *f = mr_synth_model("test-tiny-qwen2moe", TP_WTYPE_F32);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    moe_shard_case(f, 2, NULL, TP_MOE_SPLIT_TENSOR, 32, "qwen2moe f32");
+    moe_shard_case(f, 3, "2,1,1", TP_MOE_SPLIT_EXPERT, 32, "qwen2moe f32");
+}
+
+/* gpt-oss: MXFP4 experts (Q8_0 elsewhere), sinks, attention and expert biases, windows */
+static void test_moe_shard_gptoss(void)
+{
+    const char *q = mr_synth_model("test-tiny-gptoss", TP_WTYPE_MXFP4);
+    const char *f = mr_synth_model("test-tiny-gptoss", TP_WTYPE_F32);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    moe_shard_case(q, 2, NULL, TP_MOE_SPLIT_TENSOR, 32, "gpt-oss mxfp4");
+    moe_shard_case(q, 2, NULL, TP_MOE_SPLIT_EXPERT, 32, "gpt-oss mxfp4");
+    moe_shard_case(f, 2, NULL, TP_MOE_SPLIT_TENSOR, 32, "gpt-oss f32");
+    /* MXFP4 shard files against one rank reading the whole file: the near-tie rule (8% of the rms) */
+    struct mr_run ref, r;
+    mr_init(&ref, q, 1);
+    ref.n_steps = 32;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&ref), 0);
+    CU_ASSERT_EQUAL_FATAL(ref.exit_code[0], 0);
+    char pat[1024];
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cut_shards(q, 2, NULL, pat, sizeof pat));
+    mr_init(&r, pat, 2);
+    r.shard_files = 1;
+    r.n_steps = 32;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&r), 0);
+    for (int k = 0; k < 2; k++) CU_ASSERT_EQUAL(r.exit_code[k], 0);
+    CU_ASSERT_EQUAL(mr_near_tie_violations(&ref, &r, 0.08, 0, "gpt-oss mxfp4 shard files (auto) N=2 vs one rank"), 0);
+    mr_free(&r);
+    mr_free(&ref);
+}
+
+static const struct tp_test_case moe_shard_cases[] = {
+    {"qwen3moe_tensor_expert", test_moe_shard_qwen3moe},
+    {"qwen2moe_shared_expert", test_moe_shard_qwen2moe},
+    {"gptoss_mxfp4", test_moe_shard_gptoss},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(moe_shard_files, "multirank,model", 300, moe_shard_cases)
 
 /* The same bound for a mixture of experts, both splits at N = 2: a rank holds its column slice of
  * every expert, or its whole experts, never the rest (~115 MiB model, ~58 MiB plan per rank, bound

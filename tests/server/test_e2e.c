@@ -652,6 +652,28 @@ static void test_moe_greedy(void)
         }
         CU_ASSERT_EQUAL(srv_stop(&s), 0);
     }
+    /* the same from shard files cut by `tpserve shard --moe-split expert` (rank r opens its own file through
+     * the {rank} template; no --moe-split: the files' own) */
+    char dir[700], pat[900];
+    snprintf(dir, sizeof dir, "%s/e2e-qwen3moe-shards", tp_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "'%s' shard '%s' -n 2 --moe-split expert -o '%s' >/dev/null 2>&1", tp_test_tpserve(),
+             path, dir);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    snprintf(pat, sizeof pat, "%s/e2e-qwen3moe.rank{rank}-of-2.gguf", dir);
+    struct srv s;
+    CU_ASSERT_EQUAL_FATAL(srv_start_model(&s, 2, pat, NULL), 0);
+    for (int i = 0; i < 3; i++) {
+        char *want = run_generate_model(path, prompts[i], 24);
+        char *got = complete(s.port, prompts[i], 24, 0);
+        CU_ASSERT_PTR_NOT_NULL(want);
+        CU_ASSERT_PTR_NOT_NULL(got);
+        if (want && got && strcmp(want, got) != 0)
+            fprintf(stderr, "moe shard files prompt '%s':\n http '%s'\n gen  '%s'\n", prompts[i], got, want);
+        if (want && got) CU_ASSERT_STRING_EQUAL(got, want);
+        free(want);
+        free(got);
+    }
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
 }
 
 static void test_launch_greedy(void)

@@ -229,6 +229,17 @@ enum tp_status tp_kv_type_parse(const char *s, enum tp_kv_type *out);
 /* Bytes of one head's key (or value) row of head_dim elements; 0 when the type cannot hold
  * head_dim (q8_0 with head_dim % 8 != 0) or t is unknown. */
 size_t tp_kv_row_bytes(enum tp_kv_type t, int head_dim);
+/* The sliding window of layer l: hp->sliding_window on the windowed layers (every layer, or with
+ * swa_period p those with l % p < p - 1: gpt-oss's even ones), 0 on full-attention layers and for l
+ * out of range. */
+int tp_kv_layer_window(const struct tp_hparams *hp, int l);
+/* KV positions one sequence holds in layer l's cache for a context of n_ctx positions and batches
+ * of n_batch tokens, as tp_model_init allocates it: a windowed layer keeps a ring of
+ * min(n_ctx, window + n_batch) positions, the others n_ctx. */
+int64_t tp_kv_layer_positions(const struct tp_hparams *hp, int l, int n_ctx, int n_batch);
+/* Bytes of keys and values of ONE KV head for ONE sequence over every layer (the sum of
+ * tp_kv_layer_positions x 2 x tp_kv_row_bytes); 0 when the type cannot hold head_dim. */
+uint64_t tp_kv_head_bytes(const struct tp_hparams *hp, int n_ctx, int n_batch, enum tp_kv_type t);
 
 struct tp_model_config {
     const char *path;        /* GGUF file (full model or a tpserve shard file) */
@@ -494,6 +505,18 @@ void tp_sampler_accept(tp_sampler_t *s, int32_t id);
 /* Choose a token from logits[n_vocab] (not modified).  TP_ERR_INVALID_ARG when no token
  * can be chosen (every logit -inf or NaN). */
 enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp_sample_result *res);
+/*
+ * Speculative decoding: choose the token at a position whose drafted token
+ * is `draft` (a deterministic proposal: n-gram lookup, a greedy draft
+ * model).  Accepts the draft with probability p(draft) under the same
+ * pipeline as tp_sampler_sample (greedy: when the argmax is the draft), else
+ * draws from p without the draft, so res->id is distributed exactly as
+ * tp_sampler_sample's; *accepted = (res->id == draft).  The draft does not
+ * enter the history: tp_sampler_accept the chosen token as usual.  Errors
+ * as tp_sampler_sample.
+ */
+enum tp_status tp_sampler_sample_draft(tp_sampler_t *s, const float *logits, int32_t draft,
+                                       struct tp_sample_result *res, int *accepted);
 
 #ifdef __cplusplus
 }

@@ -71,6 +71,9 @@ int tp_tsrc_hf_name(const char *gguf_name, char *out, size_t cap);
  * stacks them in one tensor, Hugging Face keeps one per expert), and Qwen2-MoE's
  * shared expert "blk.N.ffn_{gate,up,down}_shexp.weight" (mlp.shared_expert.*_proj)
  * with its gate "blk.N.ffn_gate_inp_shexp.weight" (mlp.shared_expert_gate).
+ * The stacked "blk.N.ffn_{gate,up,down}_exps.weight" is mlx-lm's SwitchGLU
+ * (mlp.switch_mlp.{gate,up,down}_proj / block_sparse_moe.switch_mlp.*): one
+ * [n_expert, rows, cols] tensor like GGUF's, MLX-quantized or not.
  * 0 when the name has no such variant.
  */
 int tp_tsrc_hf_name_variant(const char *gguf_name, int variant, char *out, size_t cap);

@@ -143,6 +143,13 @@ uint64_t tp_shard_plan_hash(const struct tp_shard_plan *plan);
  */
 enum tp_status tp_parallel_write_shards(const char *model_path, int world, const char *shard_weights,
                                         const char *out_dir, struct tp_error *err);
+/* The same with the experts' split chosen for a mixture-of-experts GGUF (tp_parallel_write_shards:
+ * AUTO, the plan's choice; ignored for dense models).  Each file then holds only its rank's experts
+ * or its column slice of every expert, and records the split and every rank's expert ranges, so
+ * tp_parallel_init runs the files with that split and refuses another --moe-split.  Hugging Face
+ * mixture-of-experts directories are refused (TP_ERR_UNSUPPORTED): cut the GGUF. */
+enum tp_status tp_parallel_write_shards_moe(const char *model_path, int world, const char *shard_weights,
+                                            enum tp_moe_split split, const char *out_dir, struct tp_error *err);
 /* File name (no directory) of rank's shard; returns the length needed. */
 size_t tp_parallel_shard_name(const char *model_path, int rank, int world, char *buf, size_t cap);
 
@@ -441,8 +448,8 @@ struct tp_step {
      * argmax and the distributed top-k (tp_logit_bias_apply): n_bias entries
      * (row, token id, bias), row = index among the tokens with
      * batch.logits != 0, id in [0, n_vocab), bias in [-100, 100] (-100 bans).
-     * At most n_seq x TP_PARALLEL_BIAS_PER_ROW entries per step (one row per
-     * sequence slot with that many each).  0: none. */
+     * At most min(n_batch, n_seq x TP_PARALLEL_ROWS_PER_SEQ) x
+     * TP_PARALLEL_BIAS_PER_ROW entries per step.  0: none. */
     int n_bias;
     const int32_t *bias_row;   /* (n_bias) */
     const int32_t *bias_id;    /* (n_bias) */
@@ -451,12 +458,22 @@ struct tp_step {
      * right after logit_bias: row mask_row[m] keeps the tokens whose bit is
      * set in mask[m * W .. (m + 1) * W), W = (n_vocab + 31) / 32 words, bit
      * (id % 32) of word id / 32; the others get -inf.  Each mask allows at
-     * least one token.  At most n_seq rows; 0: none. */
+     * least one token.  At most min(n_batch, n_seq x TP_PARALLEL_ROWS_PER_SEQ)
+     * rows; 0: none. */
     int n_mask;
     const int32_t *mask_row;   /* (n_mask) */
     const uint32_t *mask;      /* (n_mask x W) */
 };
 #define TP_PARALLEL_BIAS_PER_ROW 1024
+/* Logits rows per sequence slot a step may bias or mask: a speculative
+ * verification asks for 1 + (up to 16 drafted tokens) rows of one sequence,
+ * each with its own mask and the request's logit_bias (see
+ * docs/speculative.md).  Rows past the first of a sequence are positions
+ * that follow each other: the batch feeds (last token, drafts) at
+ * consecutive positions, the attention among them is causal as in a
+ * prefill chunk, and a clear of the next step (clear_from = first rejected
+ * position) drops the rejected positions' K/V. */
+#define TP_PARALLEL_ROWS_PER_SEQ 17
 enum tp_status tp_parallel_step(tp_parallel_t *p, const struct tp_step *step, float *logits);
 
 /*

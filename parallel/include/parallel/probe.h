@@ -19,6 +19,10 @@ struct tp_model_probe {
     char shard_weights[256];  /* as stored ("" = equal) */
     int32_t shard_ranges[TP_PLAN_MAX_RANKS * 8];
     uint64_t shard_plan_hash;
+    /* mixture-of-experts shard files: the split they were cut with (AUTO: none recorded) and every
+     * rank's expert_begin, expert_end, shexp_begin, shexp_end */
+    enum tp_moe_split shard_moe_split;
+    int32_t shard_experts[TP_PLAN_MAX_RANKS * 4];
 };
 /* Read hparams (through the model loader, vocab_only) and the tensor types and
  * shard keys (through the GGUF reader). */

@@ -67,6 +67,11 @@ struct tp_server_config {
                                 * 1 mean, 2 last token, 3 first token (cls) */
     int responses_store;       /* finished /v1/responses kept in memory for previous_response_id, oldest evicted
                                 * first, default 256; 0: none */
+    int spec;                  /* speculative decoding of requests that do not say ("speculative"): enum
+                                * tp_spec_mode of server/spec.h, default TP_SPEC_OFF */
+    const char *draft_model;   /* spec TP_SPEC_DRAFT: the draft model's GGUF (same vocabulary), loaded on rank 0
+                                * by tp_server_start */
+    int draft_max;             /* drafted tokens per sequence and step, 1..TP_SPEC_DRAFT_MAX, default 4 */
     const char *logit_bias;    /* NULL: none; else "ID+BIAS,ID-BIAS,..." (llama-server's --logit-bias): added to
                                 * every request of every API that sends no logit_bias of its own; a bias of
                                 * -100 or below bans the token.  Checked against the vocabulary at start */
