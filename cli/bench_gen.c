@@ -527,6 +527,12 @@ static void gen_run_free(struct gen_run *R)
     memset(R, 0, sizeof *R);
 }
 
+/* The smallest batch: one token, or a verification of up to TP_SPEC_DRAFT_MAX drafts with --verify / --spec. */
+static int gen_min_batch(const struct gen_opts *o)
+{
+    return o->verify > 0 || o->spec_mode != TP_SPEC_OFF ? 1 + TP_SPEC_DRAFT_MAX : 1;
+}
+
 /* Every rank: the probe pool and buffer, then the model (or this rank's slice of it) and the probe hook.
  * R->pcfg is filled by the caller. */
 static enum tp_status gen_start(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
@@ -548,11 +554,12 @@ static enum tp_status gen_start(struct gen_run *R, const struct gen_opts *o, str
     mc->path = o->path;
     mc->n_threads = threads;
     mc->n_seq = o->kmax;
-    mc->n_batch = TP_MAX(TP_MAX(TP_MAX(o->p, 1 + TP_SPEC_DRAFT_MAX), o->kmax), o->chunk);
+    mc->n_batch = TP_MAX(TP_MAX(TP_MAX(o->p, gen_min_batch(o)), o->kmax), o->chunk);
     mc->n_ctx = TP_MAX(TP_MAX(o->p, o->n + o->seqs_ctx), o->big) + 8;
     if (o->verify > 0) mc->n_ctx = TP_MAX(mc->n_ctx, o->p + o->verify + 8);
     if (o->spec_mode != TP_SPEC_OFF) mc->n_ctx = TP_MAX(mc->n_ctx, TP_MAX(o->p, 1) + o->n + TP_SPEC_DRAFT_MAX + 8);
     if (o->text) mc->n_ctx = TP_MAX(mc->n_ctx, 4096);
+    mc->n_ctx = TP_MAX(mc->n_ctx, TP_MIN(mc->n_batch, 16) + 2); /* gen_prepare's warm-up */
     double t0 = tp_now_s();
     enum tp_status st = tp_parallel_init(&R->pcfg, &R->g.par, err);
     if (st != TP_OK) return st;
@@ -570,7 +577,7 @@ static enum tp_status gen_prepare(struct gen_run *R, const struct gen_opts *o, s
 {
     struct gen_ctx *g = &R->g;
     g->n_vocab = tp_model_hparams(g->m)->n_vocab;
-    R->nb = TP_MAX(TP_MAX(TP_MAX(o->p, 1 + TP_SPEC_DRAFT_MAX), o->kmax), o->chunk);
+    R->nb = TP_MAX(TP_MAX(TP_MAX(o->p, gen_min_batch(o)), o->kmax), o->chunk);
     if (gen_bufs_alloc(&R->bufs, TP_MAX(R->nb, o->big), g->n_vocab, o->reps, R->world) != TP_OK)
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     g->tok = R->bufs.tok, g->pos = R->bufs.pos, g->seq = R->bufs.seq, g->want = R->bufs.want;

@@ -115,16 +115,36 @@ static uint32_t check_hello(const struct boot *b, const struct tp_wire_frame *f,
 }
 
 /* Connect to `peer` at ip:port, retrying while it is not listening yet. */
-static enum tp_status connect_retry(const struct boot *b, int peer, const char *ip, int port, int *fd_out,
-                                    struct tp_error *err)
+/* A worker's link to rank 0 (formed first) that rank 0 closed: rank 0 ended this attempt to form the
+ * group (to re-form without a lost rank, or it gave up), so waiting longer for other ranks is useless. */
+static int rank0_closed(int fd)
+{
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    uint8_t peek;
+    return fd >= 0 && poll(&pf, 1, 0) > 0 &&
+           (pf.revents & (POLLERR | POLLHUP) || recv(fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 0);
+}
+
+/* Connect to rank `peer` until b->deadline.  watch_fd >= 0 (a worker's link to rank 0 while it
+ * connects to another worker): give up as soon as rank 0 closes it (rank0_closed), so a survivor does
+ * not retry a stopped or dead rank's port for the whole attempt while rank 0 re-forms without it. */
+static enum tp_status connect_retry(const struct boot *b, int peer, const char *ip, int port, int watch_fd,
+                                    int *fd_out, struct tp_error *err)
 {
     struct tp_error last = {0};
     for (;;) {
         int refused = 0;
         tp_error_clear(&last);
-        enum tp_status st = tp_sock_connect(ip, port, b->deadline, fd_out, &refused, &last);
+        uint64_t dl = b->deadline;
+        if (watch_fd >= 0 && tp_now_ns() + 100000000ull < dl) dl = tp_now_ns() + 100000000ull;
+        enum tp_status st = tp_sock_connect(ip, port, dl, fd_out, &refused, &last);
         if (st == TP_OK) return TP_OK;
         if (st == TP_ERR_INVALID_ARG) return tp_error_set(err, st, "%s", last.msg);
+        if (rank0_closed(watch_fd))
+            return tp_error_set(err, TP_ERR_PEER,
+                                "rank 0 closed its link while rank %d tried to reach rank %d at %s:%d (it ended this "
+                                "attempt to form the group; last error: %s)",
+                                b->rank, peer, ip, port, last.msg);
         if (tp_now_ns() + CONNECT_RETRY_MS * 1000000ull >= b->deadline)
             return tp_error_set(err, TP_ERR_TIMEOUT,
                                 "rank %d could not reach rank %d at %s:%d within %u ms (last error: %s): is that rank "
@@ -278,10 +298,7 @@ static enum tp_status accept_ranks(const struct boot *b, int lfd, int lo, int hi
         uint64_t slice = watch ? tp_now_ns() + 100000000ull : b->deadline;
         enum tp_status st = tp_sock_accept(lfd, slice < b->deadline ? slice : b->deadline, &fd, &e);
         if (st == TP_ERR_TIMEOUT && watch && tp_now_ns() < b->deadline) {
-            struct pollfd pf = {.fd = fds[0], .events = POLLIN};
-            uint8_t peek;
-            if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLERR | POLLHUP) ||
-                                        recv(fds[0], &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 0))
+            if (rank0_closed(fds[0]))
                 return tp_error_set(err, TP_ERR_PEER,
                                     "rank 0 closed its link while rank %d waited for higher ranks to connect (it ended "
                                     "this attempt to form the group)",
@@ -351,7 +368,8 @@ static enum tp_status connect_lower(struct boot *b, int lo, int *fds, struct tp_
 {
     struct tp_wire_transcript t;
     for (int j = lo; j < b->rank; j++) {
-        enum tp_status st = connect_retry(b, j, b->table[j].ip, b->table[j].port, &fds[j], err);
+        const int watch = j > 0 && b->rank > 0 ? fds[0] : -1; /* a worker, rank 0's link already formed */
+        enum tp_status st = connect_retry(b, j, b->table[j].ip, b->table[j].port, watch, &fds[j], err);
         if (st == TP_OK) st = handshake_connect(b, fds[j], j, TP_WIRE_HELLO, TP_WIRE_CH_DATA, &t, err);
         if (st != TP_OK) return st;
     }
@@ -362,7 +380,7 @@ static enum tp_status connect_lower(struct boot *b, int lo, int *fds, struct tp_
 static enum tp_status connect_liveness(struct boot *b, const char *ip, int port, struct tp_error *err)
 {
     struct tp_wire_transcript t;
-    enum tp_status st = connect_retry(b, 0, ip, port, &b->live_fds[0], err);
+    enum tp_status st = connect_retry(b, 0, ip, port, -1, &b->live_fds[0], err);
     if (st == TP_OK) st = handshake_connect(b, b->live_fds[0], 0, TP_WIRE_HELLO, TP_WIRE_CH_LIVENESS, &t, err);
     return st;
 }
@@ -441,7 +459,7 @@ static enum tp_status coordinator_member(struct boot *b, const char *chost, int 
     char my_ip[TP_HOST_IP_MAX];
     struct tp_wire_transcript t;
     struct tp_wire_frame reply;
-    enum tp_status rc = connect_retry(b, 0, chost, cport, &fds[0], err);
+    enum tp_status rc = connect_retry(b, 0, chost, cport, -1, &fds[0], err);
     if (rc != TP_OK) return rc;
     /* listen on the local address that reaches the coordinator: the address
      * the coordinator will publish for us */

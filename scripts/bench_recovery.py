@@ -36,12 +36,37 @@ import threading
 import time
 
 
+LOG = []  # (arrival time, line) of launch's stderr: where an outage's time goes
+
+
+def read_log(stream):
+    for line in stream:
+        LOG.append((time.time(), line.rstrip("\n")))
+
+
+def log_after(t0, pattern):
+    """Seconds from t0 to the first log line after t0 matching pattern, or None."""
+    for t, line in list(LOG):
+        if t >= t0 and re.search(pattern, line):
+            return t - t0
+    return None
+
+
+def phases(t_fault, t_first_tok):
+    """'detected +a s, group re-formed +b s, first token +c s' from the log, relative to the fault."""
+    det = log_after(t_fault, r"server: lost rank")
+    ref = log_after(t_fault, r"server: group re-(formed|planned)")
+    f = lambda v: "+%.2f s" % v if v is not None else "?"
+    return "detected %s, group re-formed %s, first token %s" % (f(det), f(ref), f(t_first_tok - t_fault))
+
+
 def start_group(tpserve, model, n, extra=()):
     env = dict(os.environ, TP_COMM_TIMEOUT_MS="3000")
     p = subprocess.Popen([tpserve, "launch", "-n", str(n), "--restart", "100", "--", tpserve, "serve", "-m", model,
                           "--port", "0", "--parallel", "2"] + list(extra), stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE,
                          text=True, env=env, start_new_session=True)
+    threading.Thread(target=read_log, args=(p.stderr,), daemon=True).start()
     t0 = time.time()
     while time.time() - t0 < 600:
         r, _, _ = select.select([p.stdout], [], [], 1.0)
@@ -145,8 +170,8 @@ def replan_once(a, k):
             print("replan #%d: no recovery within 180 s" % (k + 1), flush=True)
         else:
             out = got[1] - got[0]
-            print("replan #%d: outage %.2f s  (%.2f s over the 3 s op timeout + 1 s --replan-after), %d -> %d ranks" %
-                  (k + 1, out, out - 4, a.ranks, a.ranks - 1), flush=True)
+            print("replan #%d: outage %.2f s  (%.2f s over the 3 s op timeout + 1 s --replan-after), %d -> %d ranks; %s" %
+                  (k + 1, out, out - 4, a.ranks, a.ranks - 1, phases(t_fault, got[1])), flush=True)
         os.kill(pid, signal.SIGCONT)
         time.sleep(1)
     finally:
@@ -199,9 +224,9 @@ def main():
                     continue
                 out = got[1] - got[0]
                 extra = "  (%.2f s over the 5 s stop)" % (out - 5) if sc == "stop" else ""
-                print("%-5s #%d: outage %.2f s%s%s" % (sc, k + 1, out, extra,
-                                                        "" if sc != "kill" or out <= lt + 2 else "  ABOVE TARGET"),
-                      flush=True)
+                print("%-5s #%d: outage %.2f s%s%s; %s" % (sc, k + 1, out, extra,
+                                                            "" if sc != "kill" or out <= lt + 2 else "  ABOVE TARGET",
+                                                            phases(t_fault, got[1])), flush=True)
                 time.sleep(3)  # the new worker runs past launch's 2 s start-up window (backoff back to 250 ms)
     finally:
         s.stop = True
