@@ -274,6 +274,29 @@ void tp_attn_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, co
     ref_tile(g, r, kc, vc, k0, k1, scratch, o, o_stride, part);
 }
 
+void tp_attn_finish(const struct tp_attn_rows *r, int hd, const float *M, const float *L, const float *O, float *o,
+                    size_t o_stride, float *part)
+{
+    const int nt = r->nt, ng = r->ng;
+    for (int i = 0; i < nt; i++)
+        for (int h = 0; h < ng; h++) {
+            const int row = i * ng + h;
+            const float *orow = O + (size_t)row * hd;
+            if (part) {
+                float *pr = part + (size_t)row * (hd + 2);
+                pr[0] = M[row];
+                pr[1] = L[row];
+                memcpy(pr + 2, orow, sizeof(float) * (size_t)hd);
+                continue;
+            }
+            float den = L[row];
+            if (r->sinks && M[row] > -INFINITY) den += expf(r->sinks[h] - M[row]);
+            const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+            float *dst = o + (size_t)i * o_stride + (size_t)h * hd;
+            for (int c = 0; c < hd; c++) dst[c] = orow[c] * inv;
+        }
+}
+
 void tp_attn_merge(const float *parts, int n, size_t stride, int hd, const struct tp_attn_rows *r, float *o,
                    size_t o_stride)
 {

@@ -60,21 +60,5 @@ AT_FN void AT_NAME(tile)(const struct tp_attn_geom *g, const struct tp_attn_rows
             }
         }
     }
-    for (int i = 0; i < nt; i++)
-        for (int h = 0; h < ng; h++) {
-            const int row = i * ng + h;
-            const float *orow = O + (size_t)row * hd;
-            if (part) {
-                float *pr = part + (size_t)row * (hd + 2);
-                pr[0] = M[row];
-                pr[1] = L[row];
-                memcpy(pr + 2, orow, sizeof(float) * (size_t)hd);
-                continue;
-            }
-            float den = L[row];
-            if (r->sinks && M[row] > -INFINITY) den += expf(r->sinks[h] - M[row]);
-            const float inv = den > 0.0f ? 1.0f / den : 0.0f;
-            float *dst = o + (size_t)i * o_stride + (size_t)h * hd;
-            for (int c = 0; c < hd; c++) dst[c] = orow[c] * inv;
-        }
+    tp_attn_finish(r, hd, M, L, O, o, o_stride, part);
 }

@@ -130,6 +130,11 @@ int tp_attn_amx_detect(void);
 void tp_attn_amx_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc,
                       const uint8_t *vc, int k0, int k1, float *scratch, float *o, size_t o_stride, float *part);
 size_t tp_attn_amx_scratch_floats(int hd, int rows);
+/* The end of a tile loop: rows' running max M, sum L and weighted values O (r->nt * r->ng rows of hd) written
+ * as tp_attn_tile's contract says: the partial into part when it is not NULL, else the finished output into o
+ * (softmax denominator including the sinks). */
+void tp_attn_finish(const struct tp_attn_rows *r, int hd, const float *M, const float *L, const float *O, float *o,
+                    size_t o_stride, float *part);
 /* Floats of scratch tp_attn_tile needs for `rows` query rows of head dim hd. */
 size_t tp_attn_scratch_floats(int hd, int rows);
 /* Floats of one partial (tp_attn_tile part) of `rows` rows. */
