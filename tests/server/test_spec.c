@@ -53,14 +53,21 @@ static int have_model(void)
 
 /* ------------------------------------------------------------------ golden */
 
-static void test_golden_ngram(void)
+/* models/stories260K.reference_greedy.json parsed (the caller frees it); fails the test when unreadable. */
+static cJSON *golden_json(void)
 {
-    if (!have_model()) return;
     size_t len = 0;
     char *ref = tp_test_read_file(tp_test_repo_path("models/stories260K.reference_greedy.json"), &len);
     CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
     cJSON *j = cJSON_Parse(ref);
     free(ref);
+    return j;
+}
+
+static void test_golden_ngram(void)
+{
+    if (!have_model()) return;
+    cJSON *j = golden_json();
     const cJSON *want = cJSON_GetObjectItem(j, "expected_stdout");
     CU_ASSERT_FATAL(cJSON_IsString(want));
     char out[1 << 14], cmd[2048], err_path[600];
@@ -116,11 +123,7 @@ static int parse_stats(const char *path, struct gen_stats *g)
 static void test_golden_self_draft(void)
 {
     if (!have_model()) return;
-    size_t len = 0;
-    char *ref = tp_test_read_file(tp_test_repo_path("models/stories260K.reference_greedy.json"), &len);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
-    cJSON *j = cJSON_Parse(ref);
-    free(ref);
+    cJSON *j = golden_json();
     const cJSON *want = cJSON_GetObjectItem(j, "expected_stdout");
     CU_ASSERT_FATAL(cJSON_IsString(want));
     char out[1 << 14], cmd[2048], err_path[600];
