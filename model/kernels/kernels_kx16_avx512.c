@@ -135,10 +135,12 @@ XFN void kx_sb_q45(const int type, const int Tk, const char *p, const char *x, c
     KX_UNROLL
     for (int t = 0; t < Tk; t++) fs[t] = _mm512_setzero_ps();
     KX_UNROLL
-    for (int j0 = 0; j0 < 8; j0 += NJ) { /* 32-value sub-block j: chunks 8(j/2)..+7, low (even j) or high nibbles */
+    for (int k = 0; k < 8; k++) { /* 32-value sub-block j: chunks 8(j/2)..+7, low (even j) or high nibbles */
+        if (k >= 8 / NJ) break;   /* constant bounds, so the loops unroll */
+        const int j0 = k * NJ;
         __m512i D[2][KX_BT];
         KX_UNROLL
-        for (int u = 0; u < NJ; u++)
+        for (int u = 0; u < 2; u++)
             KX_UNROLL
             for (int t = 0; t < Tk; t++) D[u][t] = _mm512_setzero_si512();
         KX_UNROLL
@@ -146,7 +148,8 @@ XFN void kx_sb_q45(const int type, const int Tk, const char *p, const char *x, c
             const __m512i z = kx_ld(qs + 64 * (8 * (j0 >> 1) + m));
             const __m512i h = type == KX_Q5K ? kx_ld(qh + 64 * m) : z;
             KX_UNROLL
-            for (int u = 0; u < NJ; u++) {
+            for (int u = 0; u < 2; u++) {
+                if (u >= NJ) break;
                 const int j = j0 + u;
                 const __m512i b = (j & 1) ? _mm512_srli_epi16(z, 4) : z;
                 __m512i v;
@@ -161,7 +164,8 @@ XFN void kx_sb_q45(const int type, const int Tk, const char *p, const char *x, c
             }
         }
         KX_UNROLL
-        for (int u = 0; u < NJ; u++) {
+        for (int u = 0; u < 2; u++) {
+            if (u >= NJ) break;
             const int j = j0 + u;
             const __m512 sc = kx_byte_u(j < 4 ? sclo : schi, j);
             KX_UNROLL
@@ -213,7 +217,8 @@ XFN void kx_sb_q6(const int Tk, const char *p, const char *x, const size_t *xo, 
         KX_UNROLL
         for (int b = 0; b < 2; b++) {
             KX_UNROLL
-            for (int g = 0; g < 4 / NQ; g++) {
+            for (int g = 0; g < 4; g++) {
+                if (g >= 4 / NQ) break;
                 /* quarter q is in this pass: NQ 4 all, NQ 2 q & 1 == g, NQ 1 q == g */
 #define KX_Q6_IN(q) (NQ == 4 || (NQ == 2 ? ((q) & 1) == g : (q) == g))
                 __m512i D[4][KX_BT]; /* [quarter][token] */

@@ -241,7 +241,9 @@ KV_FN void xt_sb_q6(const int Tk, const char *p, int lb, const char *x, const si
         KX_UNROLL
         for (int b = 0; b < 2; b++) {
             KX_UNROLL
-            for (int p0 = 0; p0 < 2; p0 += NP) {
+            for (int k = 0; k < 2; k++) {
+                if (k >= 2 / NP) break; /* constant bounds, so the loops unroll */
+                const int p0 = k * NP;
                 kvi D[4][2]; /* [quarter][token] */
                 KX_UNROLL
                 for (int q = 0; q < 4; q++)
@@ -251,7 +253,9 @@ KV_FN void xt_sb_q6(const int Tk, const char *p, int lb, const char *x, const si
                 for (int s = 0; s < 4; s++) {
                     const kvi H = kv_ld(p + TP_KX_Q6K_QH + lb + 64 * (8 * h + 4 * b + s));
                     KX_UNROLL
-                    for (int pq = p0; pq < p0 + NP; pq++) {
+                    for (int e = 0; e < 2; e++) {
+                        if (e >= NP) break;
+                        const int pq = p0 + e;
                         const kvi L = kv_ld(p + TP_KX_Q6K_QL + lb + 64 * (16 * h + 8 * pq + 4 * b + s));
                         const kvi X = kv_and(pq ? kv_srl16(H, 2) : H, kv_b8(0x33));
                         const kvi vlo = kv_bsel(L, mF, kv_sll16(kv_and(X, kv_b8(0x03)), 4));
@@ -265,7 +269,9 @@ KV_FN void xt_sb_q6(const int Tk, const char *p, int lb, const char *x, const si
                     }
                 }
                 KX_UNROLL
-                for (int pq = p0; pq < p0 + NP; pq++) {
+                for (int f = 0; f < 2; f++) {
+                    if (f >= NP) break;
+                    const int pq = p0 + f;
                     KX_UNROLL
                     for (int e = 0; e < 2; e++) {
                         const int q = pq + 2 * e, j = 8 * h + 2 * q + b;
