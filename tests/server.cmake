@@ -61,8 +61,14 @@ if(TP_PYTHON3)
     add_test(NAME server.recovery_${_sc}
              COMMAND ${TP_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/server/recovery_test.py $<TARGET_FILE:tpserve>
                      ${PROJECT_SOURCE_DIR}/models/stories260K.gguf ${_args})
-    set_tests_properties(server.recovery_${_sc} PROPERTIES LABELS "multirank;model" TIMEOUT 300 SKIP_RETURN_CODE 77
-                         RUN_SERIAL TRUE)  # timing-sensitive (stop vs op timeout): no other test competes for the 2 cores
+    set_tests_properties(server.recovery_${_sc} PROPERTIES LABELS "multirank;model" TIMEOUT 300 SKIP_RETURN_CODE 77)
+    # Which rank /health names after a SIGSTOP is a race between op timeouts (stop, nofit, blame), and with 3 or
+    # more ranks a killed rank's neighbours may give up at the same time as rank 0 (kill_3, replan_3): those run
+    # alone, no other test competing for the 2 cores.  The rest (2 ranks, or rank 0 killed) name the one worker
+    # there is or none, and spend most of their time waiting for restarts: they run beside other tests.
+    if(NOT _sc MATCHES "^(kill_2|repeat_2|rank0_3|hand_2|mpi_2)$")
+      set_tests_properties(server.recovery_${_sc} PROPERTIES RUN_SERIAL TRUE)
+    endif()
   endforeach()
 endif()
 
