@@ -47,7 +47,9 @@ if(TP_PYTHON3)
   add_test(NAME server.http_abuse
            COMMAND ${TP_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/server/http_abuse.py $<TARGET_FILE:tpserve>
                    ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
-  set_tests_properties(server.http_abuse PROPERTIES LABELS "model" TIMEOUT 600 RUN_SERIAL TRUE)
+  # Its time bounds (/health within 1 s under 300 trickling connections, stalled bodies cut 3 s after a 2 s
+  # deadline) hold beside another test, so it does not run alone.
+  set_tests_properties(server.http_abuse PROPERTIES LABELS "model" TIMEOUT 600)
   # Rank loss and recovery under `tpserve launch --restart` (docs/recovery.md): SIGKILL a worker under load
   # from 4 streaming clients, SIGSTOP/SIGCONT one (short and long), kill one 20 times (rank 0 RSS flat);
   # --on-rank-loss replan: 3 ranks go on as 2 (then 1) with the same greedy text, or wait and say why.
