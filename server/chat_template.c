@@ -28,8 +28,8 @@
  *   chatml   plain ChatML (<|im_start|>role\n...<|im_end|>\n); with the default
  *            system message of Qwen2 templates when they carry one
  *   zephyr   zephyr-7b-beta (<|user|>\n...</s>\n)
- *   plain    tpserve's default for models without a template:
- *            "<role>: <content>\n" per message, then "assistant:".
+ *   plain    "<role>: <content>\n" per message, then "assistant:" (--chat-template
+ *            plain only; a model without a template gets chatml, as in llama-server)
  *   harmony  gpt-oss (openai-gpt-oss-120b.jinja), rendered by harmony.c.
  * A template is recognised by markers it must contain (tp_chat_detect).
  * docs/serving.md ("Chat templates").
@@ -86,7 +86,7 @@ enum tp_chat_family tp_chat_family_parse(const char *name)
 
 enum tp_chat_family tp_chat_detect(const char *t)
 {
-    if (!t || !t[0]) return TP_CHAT_PLAIN;
+    if (!t || !t[0]) return TP_CHAT_CHATML; /* no template: ChatML, as llama-server falls back */
     if (strstr(t, "<|start_header_id|>") && strstr(t, "<|eot_id|>"))
         return !strstr(t, "Environment: ipython") ? TP_CHAT_LLAMA3
                : strstr(t, "strftime_now")        ? TP_CHAT_LLAMA32
