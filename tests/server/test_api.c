@@ -8,7 +8,11 @@
  *               \u0000; a role or model name holding NUL gets 400 naming it.
  *   fields      every OpenAI field this server does not implement gets 400
  *               naming it; seeds up to 2^64 - 1 are accepted.
- *   logit_bias  at 1 and 2 ranks (full logits gather, distributed argmax):
+ *   defaults_props  server-wide generation defaults on every API, GET /props, the ChatML
+ *               fallback, text parts, the first stream chunk, system_fingerprint across
+ *               two starts, context_length_exceeded in each API's shape (see the test).
+ *   logit_bias  at 1 and 2 ranks (full logits gather, distributed argmax; /props
+ *               counts the ranks, one fingerprint):
  *               banning the greedy run's first token changes it, +100 forces
  *               a token, banning 511 of 512 leaves only the allowed one, and
  *               2 ranks answer what 1 rank answers.
@@ -115,6 +119,10 @@ static int nul_token(const tp_tokenizer_t *t)
     }
     return -1;
 }
+
+static cJSON *call(int port, const char *method, const char *path, const char *json, const char *key, int *status);
+static double num_at(const cJSON *o, const char *path);
+static const char *str_at(const cJSON *o, const char *path);
 
 /* ------------------------------------------------------------ NUL */
 
@@ -495,6 +503,14 @@ static void test_logit_bias(void)
         return;
     }
     int st = 0;
+    /* /props at 1 and 2 ranks: the ranks counted, one system_fingerprint (build + model, not the layout) */
+    cJSON *p1 = call(s1.port, "GET", "/props", NULL, NULL, &st), *p2 = call(s2.port, "GET", "/props", NULL, NULL, &st);
+    CU_ASSERT_EQUAL(num_at(p1, "model_meta.n_ranks"), 1);
+    CU_ASSERT_EQUAL(num_at(p2, "model_meta.n_ranks"), 2);
+    CU_ASSERT_EQUAL(strncmp(str_at(p1, "system_fingerprint"), "fp_", 3), 0);
+    CU_ASSERT_STRING_EQUAL(str_at(p1, "system_fingerprint"), str_at(p2, "system_fingerprint"));
+    cJSON_Delete(p1);
+    cJSON_Delete(p2);
     const char *prompt = "\"prompt\":\"Once upon a time\",\"max_tokens\":8";
     char body[16384];
     char pieces[16][64];
