@@ -289,6 +289,15 @@ static int translate_options(const cJSON *root, cJSON *out, int n_ctx, struct tp
     return 0;
 }
 
+/* options.num_predict -1 / -2 asks for no limit: a field the request sets, which the server's --n-predict
+ * default does not replace (p->max_tokens stays -1). */
+static void no_limit_asked(const cJSON *root, struct tp_req_params *p)
+{
+    const cJSON *opt = field(root, "options");
+    const cJSON *np = cJSON_IsObject(opt) ? field(opt, "num_predict") : NULL;
+    if (cJSON_IsNumber(np) && np->valuedouble < 0) p->set |= TP_GEN_N_PREDICT;
+}
+
 /* format: "json" or a JSON schema object -> response_format. */
 static int translate_format(const cJSON *root, cJSON *out, struct tp_api_error *e)
 {
@@ -616,6 +625,7 @@ static enum MHD_Result chat(struct tp_server *s, struct MHD_Connection *c, const
     const cJSON *tools = field(root, "tools");
     if (tools && cJSON_GetArraySize(tools) > 0) cJSON_AddItemToObject(out, "tools", cJSON_Duplicate(tools, 1));
     if (tp_run_parse_chat(s, out, rename_fields, &p, &e)) goto fail;
+    no_limit_asked(root, &p);
     struct ol_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
         tp_req_params_free(&p);
@@ -697,6 +707,7 @@ static enum MHD_Result generate(struct tp_server *s, struct MHD_Connection *c, c
         cJSON_AddStringToObject(o, "content", prompt->valuestring);
     }
     if (tp_run_parse_chat(s, out, rename_fields, &p, &e)) goto fail;
+    no_limit_asked(root, &p);
     struct ol_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
         tp_req_params_free(&p);

@@ -738,6 +738,14 @@ static void test_defaults_props(void)
         CU_ASSERT_EQUAL(num_at(a, apis[i].n_out), 6);
         cJSON_Delete(a);
     }
+    /* Ollama's num_predict -1 asks for no limit: the request's field wins over -n 6 */
+    snprintf(body, sizeof body, "{\"model\":\"tiny\",\"stream\":false,\"messages\":%s,\"options\":{\"num_predict\":-1}}",
+             msgs);
+    cJSON *ol = call(s.port, "POST", "/api/chat", body, "k", &st);
+    CU_ASSERT_EQUAL(st, 200);
+    CU_ASSERT(num_at(ol, "eval_count") > 6);
+    CU_ASSERT_EQUAL(strncmp(str_at(ol, "message.content"), want, strlen(want)), 0);
+    cJSON_Delete(ol);
     cJSON *c1 = call(s.port, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\"}", "k", &st);
     cJSON *c2 = call(s.port, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"temperature\":0,\"max_tokens\":6}",
                      "k", &st);
