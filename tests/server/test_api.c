@@ -888,6 +888,37 @@ static void test_defaults_props(void)
     tp_buf_free(&longp);
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
     tp_tokenizer_free(tok);
+
+    /* an HF directory with a generation_config.json: its values below the command line's, above the engine's;
+     * its max_new_tokens is the reply limit of a request that sets none */
+    char dir[512], cmd[1200], gc[600];
+    snprintf(dir, sizeof dir, "%s/defaults-hf", tp_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "'%s' synth --shape test-tiny --format hf -q -o '%s'", tp_test_tpserve(), dir);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    snprintf(gc, sizeof gc, "%s/generation_config.json", dir);
+    FILE *f = fopen(gc, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("{\"do_sample\": true, \"temperature\": 0.6, \"top_p\": 0.9, \"top_k\": 20, \"max_new_tokens\": 5}", f);
+    fclose(f);
+    const char *hf_flags[] = {"--top-k", "3", NULL};
+    CU_ASSERT_EQUAL_FATAL(srv_start_model(&s, 1, dir, hf_flags), 0);
+    pr = call(s.port, "GET", "/props", NULL, NULL, &st);
+    CU_ASSERT_EQUAL(st, 200);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.temperature"), 0.6);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.top_p"), 0.9);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.top_k"), 3);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.n_predict"), 5);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.min_p"), 0);
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "default_generation_settings.params_from.temperature"), "generation_config.json");
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "default_generation_settings.params_from.top_k"), "command line");
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "default_generation_settings.params_from.min_p"), "built-in");
+    CU_ASSERT_STRING_NOT_EQUAL(str_at(pr, "system_fingerprint"), fp); /* another model */
+    cJSON_Delete(pr);
+    a = call(s.port, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"ignore_eos\":true}", NULL, &st);
+    CU_ASSERT_EQUAL(st, 200);
+    CU_ASSERT_EQUAL(num_at(a, "usage.completion_tokens"), 5);
+    cJSON_Delete(a);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
 }
 
 static const struct tp_test_case api_cases[] = {
