@@ -138,7 +138,7 @@ enum tp_status tp_run_check_context(const struct tp_server *s, struct tp_req_par
                    "shorten it or restart with a larger --ctx-size", n, s->n_ctx);
     } else if (p->max_tokens > 0 && n + p->max_tokens > s->n_ctx) {
         if (!(p->set & TP_GEN_N_PREDICT)) {
-            p->max_tokens = s->n_ctx - n; /* the server's --n-predict: as much as fits */
+            p->max_tokens = s->n_ctx - n; /* a server default (--n-predict, max_new_tokens): what fits */
             return TP_OK;
         }
         tp_api_err(e, TP_ERR_INVALID_ARG, max_param,

@@ -658,7 +658,10 @@ static const char *str_at(const cJSON *o, const char *path)
  *   - the first chunk of a chat stream is {"role": "assistant", "content": null}, content follows; every chunk and the
  *     whole reply carry /props' system_fingerprint ("fp_" + 10 hex).
  * Then a second start without the flags (-c 64): the same fingerprint, the built-in defaults in /props, and a
- * prompt longer than the context refused by each API in its own shape with the counts.
+ * prompt longer than the context refused by each API in its own shape with the counts.  Then an HF directory
+ * with a generation_config.json and --top-k 3 -c 32: /props takes temperature, top_p and max_new_tokens from the
+ * file and top_k from the flag; a prompt leaving fewer than max_new_tokens gets what fits, unless the request
+ * set the limit (context_length_exceeded).
  */
 static void test_defaults_props(void)
 {
@@ -900,7 +903,7 @@ static void test_defaults_props(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     fputs("{\"do_sample\": true, \"temperature\": 0.6, \"top_p\": 0.9, \"top_k\": 20, \"max_new_tokens\": 5}", f);
     fclose(f);
-    const char *hf_flags[] = {"--top-k", "3", NULL};
+    const char *hf_flags[] = {"--top-k", "3", "-c", "32", NULL};
     CU_ASSERT_EQUAL_FATAL(srv_start_model(&s, 1, dir, hf_flags), 0);
     pr = call(s.port, "GET", "/props", NULL, NULL, &st);
     CU_ASSERT_EQUAL(st, 200);
@@ -918,6 +921,30 @@ static void test_defaults_props(void)
     CU_ASSERT_EQUAL(st, 200);
     CU_ASSERT_EQUAL(num_at(a, "usage.completion_tokens"), 5);
     cJSON_Delete(a);
+    /* a prompt that leaves fewer than 5 tokens of the 32: the default limit is lowered to what fits, where the
+     * same limit set by the request is refused */
+    struct tp_buf pw = {0};
+    int np = 0;
+    for (int w = 0; w < 64 && np < 28; w++) {
+        tp_buf_puts(&pw, "word ");
+        snprintf(body, sizeof body, "{\"content\":\"%s\",\"add_special\":true}", pw.data);
+        a = call(s.port, "POST", "/tokenize", body, NULL, &st);
+        np = cJSON_GetArraySize(at(a, "tokens"));
+        cJSON_Delete(a);
+    }
+    CU_ASSERT_FATAL(np >= 28 && np < 32);
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"ignore_eos\":true}", pw.data);
+    a = call(s.port, "POST", "/v1/completions", body, NULL, &st);
+    CU_ASSERT_EQUAL(st, 200);
+    CU_ASSERT_EQUAL(num_at(a, "usage.prompt_tokens"), np);
+    CU_ASSERT_EQUAL(num_at(a, "usage.completion_tokens"), 32 - np);
+    cJSON_Delete(a);
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"ignore_eos\":true,\"max_tokens\":5}", pw.data);
+    a = call(s.port, "POST", "/v1/completions", body, NULL, &st);
+    CU_ASSERT_EQUAL(st, 400);
+    CU_ASSERT_STRING_EQUAL(str_at(a, "error.code"), "context_length_exceeded");
+    cJSON_Delete(a);
+    tp_buf_free(&pw);
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
 }
 
