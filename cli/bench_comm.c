@@ -98,9 +98,8 @@ static enum tp_status median_synced(tp_comm_t *c, const uint64_t *t0, const uint
     return st;
 }
 
-/* --gap-bytes: before each call a rank reads this many bytes of its own buffer, as the forward pass reads
- * its weights between two collectives, so the calls meet ranks that were computing (and, with more ranks
- * than cores, ranks that were descheduled) as a decode step does.  bytes 0: calls back to back. */
+/* --gap-bytes: before each all_sum and the gather of a --decode step a rank reads this many bytes of its
+ * own buffer, as the forward pass reads its weights between two collectives.  bytes 0: none. */
 struct bc_gap {
     const uint64_t *buf;
     size_t bytes;
@@ -123,7 +122,7 @@ static void gap_read(const struct bc_gap *g)
  * the failed call, *which = 1 when it was the mpi group's. */
 static enum tp_status measure(tp_comm_t *c, tp_comm_t *mpi, enum bench_op op, void *a, void *b, size_t count,
                               enum tp_dtype dt, int iters, int warmup, double *times, double *mtimes, double *t,
-                              double *mpi_t, double *sync_t, const struct bc_gap *gap, int *which)
+                              double *mpi_t, double *sync_t, int *which)
 {
     enum tp_status st;
     *which = 0;
@@ -131,12 +130,10 @@ static enum tp_status measure(tp_comm_t *c, tp_comm_t *mpi, enum bench_op op, vo
     if (sync_t && !ts) return TP_ERR_NOMEM;
     if ((st = tp_comm_barrier(c)) != TP_OK) goto out;
     for (int i = 0; i < warmup; i++) {
-        gap_read(gap);
         if ((st = run_op(c, op, a, b, count, dt)) != TP_OK) goto out;
         if (mpi && (st = run_op(mpi, op, a, b, count, dt)) != TP_OK) goto out_mpi;
     }
     for (int i = 0; i < iters; i++) {
-        gap_read(gap);
         uint64_t t0 = tp_now_ns();
         if ((st = run_op(c, op, a, b, count, dt)) != TP_OK) goto out;
         uint64_t t1 = tp_now_ns();
@@ -255,8 +252,8 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
          "header broadcast, the all_sum of N_EMBD activations, the argmax gather (for `tpserve plan --comm-json`)",
          1, 1 << 24},
         {"gap-bytes", 0, TP_OPT_STRING, &gap_s, "SIZE",
-         "with --decode: bytes each rank reads from memory before each call, as the forward pass reads its "
-         "weights between collectives (its weight bytes per token / (2 n_layer + 2); default 0: back to back)",
+         "with --decode: bytes each rank reads from memory before each all_sum and the gather, as the forward pass "
+         "reads its weights between collectives (its bytes per token / (2 n_layer + 2); default 0: none)",
          0, 0},
         {"comm-dtype", 0, TP_OPT_STRING, &wire, "T",
          "with --decode: activations on the wire, f32 (default) | f16 | bf16 | q8, as `serve --comm-dtype`", 0, 0},
@@ -454,8 +451,46 @@ static void bc_report_row(const struct bc_run *R, const struct bc_opts *o, size_
     fflush(stdout);
 }
 
-/* --decode: the collectives of one greedy decode step over this group (tp_parallel_decode_cost), each
- * timed like a size of the sweep; one line each on rank 0.  Returns the exit code. */
+/* One --decode collective's result line on rank 0. */
+static void bc_decode_row(const struct bc_run *R, const struct bc_opts *o, const struct tp_parallel_coll_cost *c,
+                          enum bench_op op, int it, double t, const double *ts)
+{
+    const int n = tp_comm_size(R->c);
+    const size_t bytes = c->count * tp_dtype_size(c->dt);
+    if (o->json) {
+        printf("{\"backend\":\"%s\",\"op\":\"%s\",\"what\":\"%s\",\"dtype\":\"%s\",\"ranks\":%d,"
+               "\"bytes\":%zu,\"gap_bytes\":%zu,\"iters\":%d,\"lat_us_median\":%.3f",
+               tp_comm_backend_name(tp_comm_backend(R->c)), op_names[op], c->what, tp_dtype_name(c->dt), n, bytes,
+               o->gap_bytes, it, t * 1e6);
+        if (o->sync) printf(",\"sync_lat_us_median\":%.3f,\"sync_lat_us_mean\":%.3f", ts[0] * 1e6, ts[1] * 1e6);
+        printf("}\n");
+    } else {
+        printf("%14s %10s %8zu %7d %12.2f", c->what, op_names[op], bytes, it, t * 1e6);
+        if (o->sync) printf(" %18.2f %18.2f", ts[0] * 1e6, ts[1] * 1e6);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+static enum bench_op bench_op_of(enum tp_comm_op op)
+{
+    switch (op) {
+    case TP_COMM_OP_ALL_SUM: return OP_ALL_SUM;
+    case TP_COMM_OP_ALL_GATHER: return OP_ALL_GATHER;
+    case TP_COMM_OP_GATHER: return OP_GATHER;
+    default: return OP_BROADCAST;
+    }
+}
+
+/*
+ * --decode: the collectives of a greedy decode step over this group (tp_parallel_decode_cost of one
+ * layer), run as the engine runs them, step after step: the step header broadcast, then each all_sum
+ * and the argmax gather after the rank has read --gap-bytes (its share of the forward pass), so each call
+ * meets the ranks as a decode step does (the root starts a step while the workers wait; a rank may be
+ * asleep or waiting for its core).  Every call of the timed steps is timed; per collective, one line on
+ * rank 0 (median per rank, and with --sync the median and mean once every rank is in it).  Returns the
+ * exit code.
+ */
 static int bc_decode(struct bc_run *R, const struct bc_opts *o)
 {
     const int me = tp_comm_rank(R->c), n = tp_comm_size(R->c);
@@ -463,40 +498,53 @@ static int bc_decode(struct bc_run *R, const struct bc_opts *o)
     tp_parallel_decode_cost(1, o->decode_embd, o->wire_dtype, n, me, &dc);
     if (me == 0 && !o->json)
         printf("# tpserve bench comm --decode %d: backend %s, %d ranks, activations %s, %zu bytes read before each "
-               "call\n%14s %10s %8s %7s %12s%s\n",
+               "all_sum and the gather\n%14s %10s %8s %7s %12s%s\n",
                o->decode_embd, tp_comm_backend_name(tp_comm_backend(R->c)), n, tp_wire_dtype_name(o->wire_dtype),
-               o->gap_bytes,
-               "collective", "op", "bytes", "iters", "lat_us(med)", o->sync ? "  sync_lat_us(med)  sync_lat_us(mean)" : "");
-    for (int i = 0; i < dc.n; i++) {
-        const struct tp_parallel_coll_cost *c = &dc.c[i];
-        const enum bench_op op = c->op == TP_COMM_OP_ALL_SUM      ? OP_ALL_SUM
-                                 : c->op == TP_COMM_OP_ALL_GATHER ? OP_ALL_GATHER
-                                 : c->op == TP_COMM_OP_GATHER     ? OP_GATHER
-                                                                  : OP_BROADCAST;
-        const size_t bytes = c->count * tp_dtype_size(c->dt);
-        const int it = o->iters ? o->iters : 300, wu = o->warmup >= 0 ? o->warmup : TP_MAX(2, it / 10);
-        double t = 0, tm = 0, ts[2] = {0, 0};
-        int which = 0;
-        if (measure(R->c, NULL, op, R->a, R->b, c->count, c->dt, it, wu, R->times, NULL, &t, &tm,
-                    o->sync ? ts : NULL, &R->gap, &which) != TP_OK)
-            return tp_cli_fail("bench comm", "rank %d: %s (%s of %zu bytes) failed: %s", me, c->what, op_names[op],
-                               bytes, tp_comm_last_error(R->c));
-        if (me != 0) continue;
-        if (o->json) {
-            printf("{\"backend\":\"%s\",\"op\":\"%s\",\"what\":\"%s\",\"dtype\":\"%s\",\"ranks\":%d,"
-                   "\"bytes\":%zu,\"gap_bytes\":%zu,\"iters\":%d,\"lat_us_median\":%.3f",
-                   tp_comm_backend_name(tp_comm_backend(R->c)), op_names[op], c->what, tp_dtype_name(c->dt), n, bytes,
-                   o->gap_bytes, it, t * 1e6);
-            if (o->sync) printf(",\"sync_lat_us_median\":%.3f,\"sync_lat_us_mean\":%.3f", ts[0] * 1e6, ts[1] * 1e6);
-            printf("}\n");
-        } else {
-            printf("%14s %10s %8zu %7d %12.2f", c->what, op_names[op], bytes, it, t * 1e6);
-            if (o->sync) printf(" %18.2f %18.2f", ts[0] * 1e6, ts[1] * 1e6);
-            printf("\n");
+               o->gap_bytes, "collective", "op", "bytes", "iters", "lat_us(med)",
+               o->sync ? "  sync_lat_us(med)  sync_lat_us(mean)" : "");
+    const int steps = o->iters ? o->iters : 300, wu = o->warmup >= 0 ? o->warmup : TP_MAX(2, steps / 10);
+    int calls = 0; /* per step */
+    for (int i = 0; i < dc.n; i++) calls += dc.c[i].times;
+    /* t0, t1 of call k of step s of collective i: ts[i] + (2 x its calls per step x steps) */
+    uint64_t *ts = malloc(sizeof(uint64_t) * 2 * (size_t)calls * (size_t)steps);
+    if (!ts) return tp_cli_fail("bench comm", "out of memory for %d x %d call times", calls, steps);
+    int exit_code = 0;
+    enum tp_status st = tp_comm_barrier(R->c);
+    for (int s = -wu; s < steps && st == TP_OK; s++) {
+        size_t base = 0;
+        for (int i = 0; i < dc.n && st == TP_OK; i++) {
+            const struct tp_parallel_coll_cost *c = &dc.c[i];
+            const size_t per = (size_t)c->times * (size_t)steps;
+            for (int k = 0; k < c->times && st == TP_OK; k++) {
+                if (c->op != TP_COMM_OP_BROADCAST) gap_read(&R->gap);
+                const uint64_t t0 = tp_now_ns();
+                st = run_op(R->c, bench_op_of(c->op), R->a, R->b, c->count, c->dt);
+                const uint64_t t1 = tp_now_ns();
+                if (s >= 0) {
+                    const size_t j = (size_t)s * (size_t)c->times + (size_t)k;
+                    ts[2 * base + j] = t0;
+                    ts[2 * base + per + j] = t1;
+                }
+            }
+            base += per;
         }
-        fflush(stdout);
     }
-    return 0;
+    size_t base = 0;
+    for (int i = 0; i < dc.n && st == TP_OK; i++) {
+        const struct tp_parallel_coll_cost *c = &dc.c[i];
+        const int m = c->times * steps;
+        const uint64_t *t0 = ts + 2 * base, *t1 = t0 + m;
+        for (int j = 0; j < m; j++) R->times[j] = (double)(t1[j] - t0[j]) * 1e-9;
+        double t = 0, sync[2] = {0, 0};
+        st = median_max(R->c, R->times, m, &t);
+        if (st == TP_OK && o->sync) st = median_synced(R->c, t0, t1, m, sync);
+        if (st == TP_OK && me == 0) bc_decode_row(R, o, c, bench_op_of(c->op), m, t, sync);
+        base += (size_t)m;
+    }
+    if (st != TP_OK)
+        exit_code = tp_cli_fail("bench comm", "rank %d: --decode failed: %s", me, tp_comm_last_error(R->c));
+    free(ts);
+    return exit_code;
 }
 
 /* ------------------------------------------------------------------ command */
@@ -530,7 +578,7 @@ int tp_bench_comm(int argc, char **argv)
         double t = 0, tm = 0, ts[2] = {0, 0};
         int which = 0;
         if (measure(R.c, R.mpi, o.op, R.a, R.b, count, o.dt, it, wu, R.times, R.times + 500000, &t, &tm,
-                    o.sync ? ts : NULL, NULL, &which) != TP_OK) {
+                    o.sync ? ts : NULL, &which) != TP_OK) {
             exit_code = tp_cli_fail("bench comm", "rank %d: %s%s of %zu bytes failed: %s", me, which ? "MPI " : "",
                                     op_names[o.op], real_bytes, tp_comm_last_error(which ? R.mpi : R.c));
             break;

@@ -49,7 +49,7 @@ measure() {
 
 STATUS=0
 for N in 2 4; do
-  measure "$N" 0 300 32 "$N"
+  measure "$N" 0 100 32 "$N"
   measure "$N" "$LAT_US" 16 16 "$N-lat"
   python3 - "$WORK" "$N" "$LAT_US" "${TP_PLAN_CHECK_TIME:-0}" <<'PY' || STATUS=1
 import json, sys
