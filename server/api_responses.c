@@ -469,6 +469,15 @@ static const char *const rename_fields[][2] = {
 
 /* Validate a Responses body and translate it into p; ctx gets what the
  * answer repeats.  for_count: /v1/responses/input_tokens. */
+/* What a response repeats for a field the request left out: the server's generation defaults for temperature
+ * and top_p, true for parallel_tool_calls, else null. */
+static cJSON *echo_default(const struct tp_server *s, const char *name)
+{
+    if (strcmp(name, "temperature") == 0) return cJSON_CreateNumber(tp_srv_num(s->gen.temperature));
+    if (strcmp(name, "top_p") == 0) return cJSON_CreateNumber(tp_srv_num(s->gen.top_p));
+    return strcmp(name, "parallel_tool_calls") == 0 ? cJSON_CreateTrue() : cJSON_CreateNull();
+}
+
 static int parse_request(struct tp_server *s, const char *body, size_t len, int for_count, struct tp_req_params *p,
                          struct resp_ctx *ctx, struct tp_api_error *e)
 {
@@ -599,12 +608,7 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
             cJSON_AddItemToObject(out, pass[i][1], cJSON_Duplicate(v, 1));
         /* the response repeats the value used: the server's defaults where the request left one out */
         if (strcmp(pass[i][0], "stream") == 0) continue;
-        cJSON *def = !strcmp(pass[i][0], "temperature") ? cJSON_CreateNumber(tp_srv_num(s->gen.temperature))
-                     : !strcmp(pass[i][0], "top_p")      ? cJSON_CreateNumber(tp_srv_num(s->gen.top_p))
-                     : !strcmp(pass[i][0], "parallel_tool_calls")                      ? cJSON_CreateTrue()
-                                                                                        : cJSON_CreateNull();
-        if (v) cJSON_Delete(def);
-        cJSON_AddItemToObject(echo, pass[i][0], v ? cJSON_Duplicate(v, 1) : def);
+        cJSON_AddItemToObject(echo, pass[i][0], v ? cJSON_Duplicate(v, 1) : echo_default(s, pass[i][0]));
     }
     if (for_count) cJSON_DeleteItemFromObject(out, "stream");
     /* the conversation: previous response's, then instructions first, then input */

@@ -147,11 +147,16 @@ enum tp_status tp_run_check_context(const struct tp_server *s, struct tp_req_par
     } else {
         return TP_OK;
     }
+    tp_run_context_error(e, n, n < s->n_ctx ? p->max_tokens : 0, s->n_ctx);
+    return e->status;
+}
+
+void tp_run_context_error(struct tp_api_error *e, int n, int n_max, int n_ctx)
+{
     e->code = "context_length_exceeded";
     e->n_prompt_tokens = n;
-    e->n_max_tokens = n < s->n_ctx ? p->max_tokens : 0;
-    e->n_ctx = s->n_ctx;
-    return e->status;
+    e->n_max_tokens = n_max;
+    e->n_ctx = n_ctx;
 }
 
 int tp_run_wait_done(struct tp_server *s, struct MHD_Connection *c, struct tp_req *r)

@@ -124,6 +124,9 @@ enum tp_status tp_run_apply_defaults(const struct tp_server *s, struct tp_req_pa
  * (e->n_prompt_tokens, e->n_ctx) for each API's error shape; a limit that came from the server's
  * defaults is lowered to what fits instead.  prompt_param / max_param name the fields to blame.
  */
+/* e (already filled with its message) as "context_length_exceeded" with the counts each API's error shows:
+ * n prompt tokens, n_max the reply limit asked for (0: the prompt alone does not fit), n_ctx the context. */
+void tp_run_context_error(struct tp_api_error *e, int n, int n_max, int n_ctx);
 enum tp_status tp_run_check_context(const struct tp_server *s, struct tp_req_params *p, int n, const char *prompt_param,
                                     const char *max_param, struct tp_api_error *e);
 

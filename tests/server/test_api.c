@@ -178,8 +178,7 @@ static void test_nul(void)
         CU_ASSERT_EQUAL(cJSON_GetArrayItem(arr, i)->valueint, ids[i]);
     cJSON_Delete(a);
 
-    /* 2. chat content: the model has no chat template, so ChatML renders it (llama-server's fallback), with
-     * the NUL tokenized as a raw byte */
+    /* 2. chat content: ChatML (no template in the model: llama-server's fallback), NUL as a raw byte */
     static const char chat_raw[] = "<|im_start|>user\nOnce upon\0 a time<|im_end|>\n<|im_start|>assistant\n";
     n = encode(tok, chat_raw, sizeof chat_raw - 1, ids, 256);
     a = post(s.port, "/v1/chat/completions",
@@ -645,47 +644,20 @@ static const char *str_at(const cJSON *o, const char *path)
     return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-/*
- * One server started with every generation default (`--temp 0 --seed 7 --top-k 5 --top-p 0.9 --min-p 0.05
- * --repeat-penalty 1.1 -n 6`), an alias, 3 slots and an API key:
- *   - GET /props: 401 without the key; default_generation_settings equal the flags, n_ctx the -c, total_slots,
- *     alias, path, the ChatML fallback named, model_meta equal the GGUF's own keys (read here), build_info;
- *   - a request without temperature / max_tokens gives the same text as one with temperature 0 and
- *     max_tokens 6, on chat completions, completions, Responses, Messages and Ollama chat, each 6 tokens;
- *     an explicit temperature 1 without a seed takes seed 7: the same text as with seed 7, twice;
- *   - the ChatML fallback renders [system, user with two text parts] as the ChatML text written here (the
- *     parts joined by a newline): the same prompt tokens and greedy text as that text sent as token ids;
- *   - the first chunk of a chat stream is {"role": "assistant", "content": null}, content follows; every chunk and the
- *     whole reply carry /props' system_fingerprint ("fp_" + 10 hex).
- * Then a second start without the flags (-c 64): the same fingerprint, the built-in defaults in /props, and a
- * prompt longer than the context refused by each API in its own shape with the counts.  Then an HF directory
- * with a generation_config.json and --top-k 3 -c 32: /props takes temperature, top_p and max_new_tokens from the
- * file and top_k from the flag; a prompt leaving fewer than max_new_tokens gets what fits, unless the request
- * set the limit (context_length_exceeded).
- */
-static void test_defaults_props(void)
+/* GET /props of the server started with the flags of test_defaults_props; fp: its system_fingerprint. */
+static void props_flags(int port, const char *mp, const tp_tokenizer_t *tok, char *fp, size_t fp_cap)
 {
-    const char *mp = model_path();
-    if (!mp) return;
-    struct tp_error err = {0};
-    tp_tokenizer_t *tok = NULL;
-    CU_ASSERT_EQUAL_FATAL(tp_tokenizer_from_gguf(mp, &tok, &err), TP_OK);
     tp_gguf_t *g = NULL;
+    struct tp_error err = {0};
     CU_ASSERT_EQUAL_FATAL(tp_gguf_open(mp, &g, &err), TP_OK);
     int64_t ctx_train = 0;
     CU_ASSERT_EQUAL(tp_gguf_get_int(g, "llama.context_length", &ctx_train), TP_OK);
     tp_gguf_close(g);
-
-    struct srv s;
-    const char *flags[] = {"--temp", "0", "--seed", "7", "--top-k", "5", "--top-p", "0.9", "--min-p", "0.05",
-                           "--repeat-penalty", "1.1", "-n", "6", "--alias", "tiny", "--parallel", "3", "-c", "256",
-                           "--api-key", "k", NULL};
-    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, flags), 0);
     int st = 0;
-    cJSON *pr = call(s.port, "GET", "/props", NULL, NULL, &st);
+    cJSON *pr = call(port, "GET", "/props", NULL, NULL, &st);
     CU_ASSERT_EQUAL(st, 401);
     cJSON_Delete(pr);
-    pr = call(s.port, "GET", "/props", NULL, "k", &st);
+    pr = call(port, "GET", "/props", NULL, "k", &st);
     CU_ASSERT_EQUAL_FATAL(st, 200);
     CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.n_ctx"), 256);
     CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.temperature"), 0);
@@ -705,17 +677,21 @@ static void test_defaults_props(void)
     CU_ASSERT_EQUAL(num_at(pr, "model_meta.n_vocab"), tp_tokenizer_n_vocab(tok));
     CU_ASSERT_EQUAL(num_at(pr, "model_meta.n_ctx_train"), (double)ctx_train);
     CU_ASSERT_EQUAL(strncmp(str_at(pr, "build_info"), "b", 1), 0);
-    char fp[32];
-    snprintf(fp, sizeof fp, "%s", str_at(pr, "system_fingerprint"));
+    snprintf(fp, fp_cap, "%s", str_at(pr, "system_fingerprint"));
     CU_ASSERT_EQUAL(strlen(fp), 13u);
     CU_ASSERT_EQUAL(strncmp(fp, "fp_", 3), 0);
     cJSON_Delete(pr);
+}
 
-    /* the defaults on every API: no temperature, no limit == temperature 0, 6 tokens */
+/* No temperature and no limit == temperature 0 and 6 tokens on every API; Ollama's num_predict -1 wins over
+ * -n 6; a sampled request without a seed takes --seed 7. */
+static void defaults_every_api(int port, const char *fp)
+{
+    int st = 0;
     static const char msgs[] = "[{\"role\":\"user\",\"content\":\"Once upon a time\"}]";
     char body[1024];
     snprintf(body, sizeof body, "{\"messages\":%s,\"temperature\":0,\"max_tokens\":6}", msgs);
-    cJSON *ref = call(s.port, "POST", "/v1/chat/completions", body, "k", &st);
+    cJSON *ref = call(port, "POST", "/v1/chat/completions", body, "k", &st);
     CU_ASSERT_EQUAL_FATAL(st, 200);
     char want[512];
     snprintf(want, sizeof want, "%s", str_at(ref, "choices.0.message.content"));
@@ -732,7 +708,7 @@ static void test_defaults_props(void)
     };
     for (size_t i = 0; i < TP_ARRAY_LEN(apis); i++) {
         snprintf(body, sizeof body, apis[i].body, msgs);
-        cJSON *a = call(s.port, "POST", apis[i].path, body, "k", &st);
+        cJSON *a = call(port, "POST", apis[i].path, body, "k", &st);
         CU_ASSERT_EQUAL(st, 200);
         if (strcmp(str_at(a, apis[i].text), want) != 0 || num_at(a, apis[i].n_out) != 6)
             fprintf(stderr, "%s: '%s' (%g tokens), want '%s' (6)\n", apis[i].path, str_at(a, apis[i].text),
@@ -744,13 +720,13 @@ static void test_defaults_props(void)
     /* Ollama's num_predict -1 asks for no limit: the request's field wins over -n 6 */
     snprintf(body, sizeof body, "{\"model\":\"tiny\",\"stream\":false,\"messages\":%s,\"options\":{\"num_predict\":-1}}",
              msgs);
-    cJSON *ol = call(s.port, "POST", "/api/chat", body, "k", &st);
+    cJSON *ol = call(port, "POST", "/api/chat", body, "k", &st);
     CU_ASSERT_EQUAL(st, 200);
     CU_ASSERT(num_at(ol, "eval_count") > 6);
     CU_ASSERT_EQUAL(strncmp(str_at(ol, "message.content"), want, strlen(want)), 0);
     cJSON_Delete(ol);
-    cJSON *c1 = call(s.port, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\"}", "k", &st);
-    cJSON *c2 = call(s.port, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"temperature\":0,\"max_tokens\":6}",
+    cJSON *c1 = call(port, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\"}", "k", &st);
+    cJSON *c2 = call(port, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"temperature\":0,\"max_tokens\":6}",
                      "k", &st);
     CU_ASSERT_STRING_EQUAL(str_at(c1, "choices.0.text"), str_at(c2, "choices.0.text"));
     CU_ASSERT_EQUAL(num_at(c1, "usage.completion_tokens"), 6);
@@ -760,7 +736,7 @@ static void test_defaults_props(void)
     /* the server's seed where a sampled request sends none */
     char sampled[3][256];
     for (int i = 0; i < 3; i++) {
-        cJSON *a = call(s.port, "POST", "/v1/completions",
+        cJSON *a = call(port, "POST", "/v1/completions",
                         i < 2 ? "{\"prompt\":\"Once\",\"temperature\":1,\"top_k\":0,\"top_p\":1,\"min_p\":0,\"max_tokens\":24}"
                               : "{\"prompt\":\"Once\",\"temperature\":1,\"top_k\":0,\"top_p\":1,\"min_p\":0,\"max_tokens\":24,"
                                 "\"seed\":7}",
@@ -771,14 +747,22 @@ static void test_defaults_props(void)
     }
     CU_ASSERT_STRING_EQUAL(sampled[0], sampled[1]);
     CU_ASSERT_STRING_EQUAL(sampled[0], sampled[2]);
+}
 
+/* The ChatML fallback and text parts against the text written here, a part the model cannot read, and the raw
+ * stream: a role chunk first, the fingerprint on every chunk. */
+static void chatml_parts_stream(int port, const tp_tokenizer_t *tok, const char *fp)
+{
+    int st = 0;
+    char body[1024];
+    static const char msgs[] = "[{\"role\":\"user\",\"content\":\"Once upon a time\"}]";
     /* the ChatML fallback and two text parts, against the text written here as token ids */
     static const char chatml[] = "<|im_start|>system\nTell a story.<|im_end|>\n<|im_start|>user\nOnce upon\n"
                                  "a time<|im_end|>\n<|im_start|>assistant\n";
     int32_t ids[256];
     int n = encode(tok, chatml, sizeof chatml - 1, ids, 256);
     CU_ASSERT_FATAL(n > 0 && n < 256);
-    cJSON *a = call(s.port, "POST", "/v1/chat/completions",
+    cJSON *a = call(port, "POST", "/v1/chat/completions",
                     "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story.\"},{\"role\":\"user\",\"content\":"
                     "[{\"type\":\"text\",\"text\":\"Once upon\"},{\"type\":\"text\",\"text\":\"a time\"}]}]}", "k", &st);
     CU_ASSERT_EQUAL(st, 200);
@@ -787,13 +771,13 @@ static void test_defaults_props(void)
     tp_buf_puts(&b, "{\"prompt\":");
     ids_json(ids, n, &b);
     tp_buf_puts(&b, "}");
-    cJSON *c = call(s.port, "POST", "/v1/completions", b.data, "k", &st);
+    cJSON *c = call(port, "POST", "/v1/completions", b.data, "k", &st);
     CU_ASSERT_STRING_EQUAL(str_at(a, "choices.0.message.content"), str_at(c, "choices.0.text"));
     tp_buf_free(&b);
     cJSON_Delete(a);
     cJSON_Delete(c);
     /* a part the model cannot read: 400 naming it */
-    a = call(s.port, "POST", "/v1/chat/completions",
+    a = call(port, "POST", "/v1/chat/completions",
              "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
              "k", &st);
     CU_ASSERT_EQUAL(st, 400);
@@ -805,7 +789,7 @@ static void test_defaults_props(void)
     struct resp r;
     snprintf(body, sizeof body, "{\"messages\":%s,\"stream\":true,\"stream_options\":{\"include_usage\":true}}", msgs);
     char hdr[] = "Authorization: Bearer k\r\nContent-Type: application/json\r\n";
-    CU_ASSERT_EQUAL_FATAL(http_do(s.port, "POST", "/v1/chat/completions", hdr, body, strlen(body), 60, &r), 0);
+    CU_ASSERT_EQUAL_FATAL(http_do(port, "POST", "/v1/chat/completions", hdr, body, strlen(body), 60, &r), 0);
     CU_ASSERT_EQUAL(r.status, 200);
     int k = 0, role_at = -1, content_at = -1, fp_ok = 1;
     for (const char *q = r.body; (q = strstr(q, "data: {")) != NULL; q++, k++) {
@@ -823,9 +807,16 @@ static void test_defaults_props(void)
     CU_ASSERT_EQUAL(content_at, 1);
     CU_ASSERT(fp_ok && k >= 3);
     resp_free(&r);
-    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
 
-    /* a second start: the same fingerprint, the built-in defaults, the context limit on every API */
+/* A second start without the flags (-c 64): the same fingerprint, the built-in defaults, the context limit on
+ * every API in its own shape. */
+static void second_start_limits(const char *fp)
+{
+    struct srv s;
+    int st = 0;
+    char body[1024];
+    cJSON *pr, *a;
     const char *small[] = {"-c", "64", NULL};
     CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, small), 0);
     pr = call(s.port, "GET", "/props", NULL, NULL, &st);
@@ -890,10 +881,15 @@ static void test_defaults_props(void)
     cJSON_Delete(a);
     tp_buf_free(&longp);
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
-    tp_tokenizer_free(tok);
+}
 
-    /* an HF directory with a generation_config.json: its values below the command line's, above the engine's;
-     * its max_new_tokens is the reply limit of a request that sets none */
+/* An HF directory with a generation_config.json under --top-k 3 -c 32. */
+static void hf_generation_config(const char *fp)
+{
+    struct srv s;
+    int st = 0;
+    char body[1024];
+    cJSON *pr, *a;
     char dir[512], cmd[1200], gc[600];
     snprintf(dir, sizeof dir, "%s/defaults-hf", tp_test_tmpdir());
     snprintf(cmd, sizeof cmd, "'%s' synth --shape test-tiny --format hf -q -o '%s'", tp_test_tpserve(), dir);
@@ -946,6 +942,46 @@ static void test_defaults_props(void)
     cJSON_Delete(a);
     tp_buf_free(&pw);
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
+/*
+ * One server started with every generation default (`--temp 0 --seed 7 --top-k 5 --top-p 0.9 --min-p 0.05
+ * --repeat-penalty 1.1 -n 6`), an alias, 3 slots and an API key:
+ *   - GET /props: 401 without the key; default_generation_settings equal the flags, n_ctx the -c, total_slots,
+ *     alias, path, the ChatML fallback named, model_meta equal the GGUF's own keys (read here), build_info;
+ *   - a request without temperature / max_tokens gives the same text as one with temperature 0 and
+ *     max_tokens 6, on chat completions, completions, Responses, Messages and Ollama chat, each 6 tokens;
+ *     an explicit temperature 1 without a seed takes seed 7: the same text as with seed 7, twice;
+ *   - the ChatML fallback renders [system, user with two text parts] as the ChatML text written here (the
+ *     parts joined by a newline): the same prompt tokens and greedy text as that text sent as token ids;
+ *   - the first chunk of a chat stream is {"role": "assistant", "content": null}, content follows; every chunk and the
+ *     whole reply carry /props' system_fingerprint ("fp_" + 10 hex).
+ * Then a second start without the flags (-c 64): the same fingerprint, the built-in defaults in /props, and a
+ * prompt longer than the context refused by each API in its own shape with the counts.  Then an HF directory
+ * with a generation_config.json and --top-k 3 -c 32: /props takes temperature, top_p and max_new_tokens from the
+ * file and top_k from the flag; a prompt leaving fewer than max_new_tokens gets what fits, unless the request
+ * set the limit (context_length_exceeded).
+ */
+static void test_defaults_props(void)
+{
+    const char *mp = model_path();
+    if (!mp) return;
+    struct tp_error err = {0};
+    tp_tokenizer_t *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_tokenizer_from_gguf(mp, &tok, &err), TP_OK);
+    struct srv s;
+    const char *flags[] = {"--temp", "0", "--seed", "7", "--top-k", "5", "--top-p", "0.9", "--min-p", "0.05",
+                           "--repeat-penalty", "1.1", "-n", "6", "--alias", "tiny", "--parallel", "3", "-c", "256",
+                           "--api-key", "k", NULL};
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, flags), 0);
+    char fp[32] = "";
+    props_flags(s.port, mp, tok, fp, sizeof fp);
+    defaults_every_api(s.port, fp);
+    chatml_parts_stream(s.port, tok, fp);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+    tp_tokenizer_free(tok);
+    second_start_limits(fp);
+    hf_generation_config(fp);
 }
 
 static const struct tp_test_case api_cases[] = {
