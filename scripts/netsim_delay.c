@@ -101,7 +101,7 @@ static void forward(const int *fd, int n_ports, const struct frame *f)
 
 int main(int argc, char **argv)
 {
-    if (argc < 5) {
+    if (argc < 4) {
         fprintf(stderr, "usage: netsim_delay DELAY_US READY_FILE TAP0 TAP1 ...\n");
         return 2;
     }
