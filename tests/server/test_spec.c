@@ -368,10 +368,11 @@ static int chat(int port, const char *body, char **msg, int *drafted)
 }
 
 /* tool_choice "auto" with drafts (the server runs the llama3.1 template: a call is a reply that begins with "{"):
- * free text, and a call pushed by logit_bias on "{" (the grammar on from its first token; drafts inside the call
- * cut and masked by it), each the same message, finish reason and token count as plain decoding; the speculative
- * requests drafted.  This model never closes a call before the max_tokens budget makes it, so the grammar
- * switching inside a verification walk (slot_verify ends the walk there) is not forced by this case. */
+ * free text; a call pushed by logit_bias on "{" (the grammar on from its first token; drafts inside the call cut
+ * and masked by it); a call whose schema fixes its arguments, so that it closes by itself and free text follows
+ * (parallel_tool_calls).  Each the same message, finish reason and token count as plain decoding; the
+ * speculative requests drafted.  Whether the grammar switches inside a verification walk (slot_verify then ends
+ * the walk) depends on what the n-gram drafts; with this model it does not in these cases. */
 static void tool_auto_same_as_plain(int port)
 {
     struct resp r;
@@ -385,14 +386,18 @@ static void tool_auto_same_as_plain(int port)
     cJSON_Delete(tj);
     const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"
                         "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]";
-    for (int v = 0; v < 2; v++) { /* free text; a call */
+    /* a call whose arguments the schema fixes: it closes by itself, and free text follows */
+    const char *fixed = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"go\",\"parameters\":"
+                        "{\"type\":\"object\",\"properties\":{\"c\":{\"enum\":[\"x\"]}},\"required\":[\"c\"],"
+                        "\"additionalProperties\":false}}}]";
+    for (int v = 0; v < 3; v++) { /* free text; a call; a call that closes, then text */
         const int push = v > 0;
         char base[1024], bias[64] = "", b1[1200], b2[1200];
-        if (push) snprintf(bias, sizeof bias, ",\"logit_bias\":{\"%d\":100}", brace);
+        if (push) snprintf(bias, sizeof bias, ",\"logit_bias\":{\"%d\":%d}", brace, v == 2 ? 30 : 100);
         snprintf(base, sizeof base,
                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],%s,\"max_tokens\":60,"
-                 "\"temperature\":0,\"parallel_tool_calls\":false%s}",
-                 tools, bias);
+                 "\"temperature\":0,\"parallel_tool_calls\":%s%s}",
+                 v == 2 ? fixed : tools, v == 2 ? "true" : "false", bias);
         body_with(b1, sizeof b1, base, "");
         body_with(b2, sizeof b2, base, "\"speculative\":false");
         char *ms = NULL, *mp = NULL;
