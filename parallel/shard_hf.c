@@ -1,25 +1,10 @@
 /*
- * parallel/shard_hf.c - `tpserve shard` of a Hugging Face directory: one
- * tpserve GGUF shard file per rank (the same layout shard_file.c writes
- * from a GGUF model, so loading, probing and plan checks are shared).
- *
- * Each file gets llama.cpp-style metadata from config.json (general.*,
- * <arch>.* hyper-parameters, rope scaling keys), the tokenizer converted
- * from tokenizer.json the way `synth --tokenizer` does (+ bos/eos/chat
- * template from tokenizer_config.json, or chat_template.jinja), the
- * tpserve.shard.* keys, and the rank's slices of every weight in its HF
- * dtype (F32 / F16 / BF16), read from whichever safetensors file holds it.
- * GGUF Llama runs with interleaved RoPE, so Llama q_proj / k_proj rows go
- * back from HF's rotate-halves layout (GGUF row h*hd + 2i + s <- HF row
- * h*hd + s*hd/2 + i), as llama.cpp's converter does; head slices are whole
- * heads, so the permutation stays inside a slice.
- *
- * MLX quantized directories keep their packed form: each triple becomes
- * "X.weight" I32 (the uint32 words as they are), "X.scales" / "X.biases"
- * in their F16 / BF16, sliced along rows (column-parallel tensors, the
- * vocab rows of the head) or along group-aligned columns (row-parallel
- * ones), with the tpserve.mlx.* keys (mlx_impl.h); the Llama q/k row
- * permutation moves whole rows of all three.  No value is re-quantized.
+ * parallel/shard_hf.c - `tpserve shard` of a Hugging Face (or MLX quantized)
+ * directory: one tpserve GGUF shard file per rank, in the layout shard_file.c
+ * writes from a GGUF model, so loading, probing and plan checks are shared.
+ * Metadata from config.json, the tokenizer from tokenizer.json, each weight's
+ * slices in its own dtype (MLX: still packed, never re-quantized).  Details:
+ * docs/multi-node.md ("Shard files").
  */
 #include <stdio.h>
 #include <stdlib.h>
