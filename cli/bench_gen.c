@@ -134,6 +134,20 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
     return TP_OK;
 }
 
+/* `steps` greedy decode steps of sequence 0 from position n (its first input prompt[n - 1], or prompt[0] when
+ * n is 0); *tg_sec: their elapsed time (NULL: not wanted). */
+static enum tp_status gen_decode_from(struct gen_ctx *g, const int32_t *prompt, int n, int steps, double *tg_sec)
+{
+    int32_t t = prompt[n > 0 ? n - 1 : 0];
+    const double t0 = tp_now_s();
+    for (int i = 0; i < steps; i++) {
+        enum tp_status rc = gen_decode(g, &t, n + i);
+        if (rc != TP_OK) return rc;
+    }
+    if (tg_sec) *tg_sec = tp_now_s() - t0;
+    return TP_OK;
+}
+
 /*
  * Prefill n tokens of prompt[] into sequence 0 from position 0 (cleared
  * first), chunk tokens per forward call, then (steps > 0) decode `steps`
@@ -150,14 +164,7 @@ static enum tp_status gen_prefill_decode(struct gen_ctx *g, const int32_t *promp
         if (rc != TP_OK) return rc;
     }
     if (pp_sec) *pp_sec = tp_now_s() - t0;
-    int32_t t = prompt[n > 0 ? n - 1 : 0];
-    t0 = tp_now_s();
-    for (int i = 0; i < steps; i++) {
-        enum tp_status rc = gen_decode(g, &t, n + i);
-        if (rc != TP_OK) return rc;
-    }
-    if (tg_sec) *tg_sec = tp_now_s() - t0;
-    return TP_OK;
+    return steps > 0 ? gen_decode_from(g, prompt, n, steps, tg_sec) : TP_OK;
 }
 
 /* Parse "a,b,c" into out[<= max] within [lo, hi]; the count, or -1 after printing what is wrong. */
@@ -508,6 +515,8 @@ struct gen_run {
     double d_ms[16], d_kv[16]; /* --depth: median ms per decode step after dlist[i]; KV bytes every rank reads
                                 * per step (mean over the steps) */
     double d_flop[16];        /* --depth: attention FLOPs per step, all ranks (2 per multiply-add of q.k and p.v) */
+    double d_bw[16];          /* --depth: median of the bandwidth probes (summed over ranks) taken right before
+                               * each rep's decode at dlist[i], after its prefill */
     double v_ms1, v_msk;      /* --verify: median ms of a one-token step and of a K + 1 token step */
     struct gen_spec_stats spec[2]; /* --spec: [0] plain, [1] speculative (medians of tokens/s over reps) */
     int spec_same;            /* --spec: the two decodes gave the same tokens */
@@ -524,6 +533,13 @@ static double depth_attn_gflops(const struct gen_run *R, const struct gen_opts *
         if (o->dlist[k] == 0) ms0 = R->d_ms[k];
     const double extra_ms = R->d_ms[i] - ms0;
     return ms0 >= 0.0 && o->dlist[i] > 0 && extra_ms > 0.0 ? R->d_flop[i] / (extra_ms * 1e6) : 0.0;
+}
+
+/* --depth: the bound of dlist[i] in ms, (weight bytes bpt + KV bytes read) / the bandwidth probed before its
+ * decodes (0 without a probe) */
+static double depth_bound_ms(const struct gen_run *R, uint64_t bpt, int i)
+{
+    return R->d_bw[i] > 0.0 ? ((double)bpt + R->d_kv[i]) / (R->d_bw[i] * 1e9) * 1e3 : 0.0;
 }
 
 static void gen_run_free(struct gen_run *R)
@@ -672,18 +688,26 @@ static enum tp_status gen_seq_steps(struct gen_run *R, const struct gen_opts *o,
 static enum tp_status gen_sizes(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
 {
     double ts[32 * 100]; /* (np_sizes + nd, reps) */
+    double bws[16 * 100]; /* (nd, reps) probes before the decodes */
     const int32_t *prompt = R->bufs.prompt;
     for (int r = 0; r < o->reps; r++) {
         for (int i = 0; i < o->np_sizes; i++)
             if (gen_prefill_decode(&R->g, prompt, o->plist[i], o->chunk, 0, &ts[i * o->reps + r], NULL) != TP_OK)
                 return tp_error_set(err, TP_ERR_PEER, "prefill of %d tokens failed: %s", o->plist[i],
                                     tp_parallel_last_error(R->g.par));
-        for (int i = 0; i < o->nd; i++)
-            if (gen_prefill_decode(&R->g, prompt, o->dlist[i], o->chunk, o->n, NULL, &ts[(16 + i) * o->reps + r]) !=
-                TP_OK)
+        for (int i = 0; i < o->nd; i++) {
+            /* prefill, a probe on every rank, then the timed decode: each depth's bound from its own moment */
+            double pr[TP_PLAN_MAX_RANKS], by[TP_PLAN_MAX_RANKS], sum = 0.0;
+            if (gen_prefill_decode(&R->g, prompt, o->dlist[i], o->chunk, 0, NULL, NULL) != TP_OK ||
+                gen_probe_all(R->g.par, R->world, pr, by) != TP_OK ||
+                gen_decode_from(&R->g, prompt, o->dlist[i], o->n, &ts[(16 + i) * o->reps + r]) != TP_OK)
                 return tp_error_set(err, TP_ERR_PEER, "decode at depth %d failed: %s", o->dlist[i],
                                     tp_parallel_last_error(R->g.par));
+            for (int q = 0; q < TP_MIN(R->world, TP_PLAN_MAX_RANKS); q++) sum += pr[q];
+            bws[i * o->reps + r] = sum;
+        }
     }
+    for (int i = 0; i < o->nd; i++) R->d_bw[i] = tp_median(bws + i * o->reps, o->reps);
     for (int i = 0; i < o->np_sizes; i++) R->p_tps[i] = o->plist[i] / tp_median(ts + i * o->reps, o->reps);
     for (int i = 0; i < o->nd; i++) R->d_ms[i] = tp_median(ts + (16 + i) * o->reps, o->reps) * 1e3 / o->n;
     /* every rank reads the K and V of its held KV heads */
@@ -1082,11 +1106,11 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
     if (o->nd > 0) {
         printf(",\"kv_type\":\"%s\",\"decode_depth\":[", tp_kv_type_name(tp_model_kv_type(m)));
         for (int i = 0; i < o->nd; i++) {
-            const double bound = res->bw > 0.0 ? ((double)res->bpt + R->d_kv[i]) / (res->bw * 1e9) * 1e3 : 0.0;
-            printf("%s{\"depth\":%d,\"ms_per_token\":%.3f,\"kv_bytes_per_token\":%.0f,\"bound_ms\":%.3f,"
-                   "\"vs_bound\":%.3f,\"attn_flop_per_token\":%.0f,\"attn_gflops\":%.2f}",
-                   i ? "," : "", o->dlist[i], R->d_ms[i], R->d_kv[i], bound, bound > 0.0 ? R->d_ms[i] / bound : 0.0,
-                   R->d_flop[i], depth_attn_gflops(R, o, i));
+            const double bound = depth_bound_ms(R, res->bpt, i);
+            printf("%s{\"depth\":%d,\"ms_per_token\":%.3f,\"kv_bytes_per_token\":%.0f,\"mem_bw_gbs\":%.2f,"
+                   "\"bound_ms\":%.3f,\"vs_bound\":%.3f,\"attn_flop_per_token\":%.0f,\"attn_gflops\":%.2f}",
+                   i ? "," : "", o->dlist[i], R->d_ms[i], R->d_kv[i], R->d_bw[i], bound,
+                   bound > 0.0 ? R->d_ms[i] / bound : 0.0, R->d_flop[i], depth_attn_gflops(R, o, i));
         }
         printf("]");
     }
@@ -1145,15 +1169,15 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
     }
     if (o->nd > 0) {
         printf("decode by depth (%d steps after D cached tokens, KV cache %s, median of %d; bound = (weight bytes + "
-               "KV bytes read) / %.2f GB/s):\n",
-               n, tp_kv_type_name(tp_model_kv_type(m)), reps, res->bw);
-        printf("%-8s %10s %12s %10s %10s %10s %12s\n", "depth", "ms/token", "KV MiB/tok", "bound ms", "x bound",
-               "attn GFLOP", "attn GFLOP/s");
+               "KV bytes read) / probe GB/s, probed after each prefill, right before the decode):\n",
+               n, tp_kv_type_name(tp_model_kv_type(m)), reps);
+        printf("%-8s %10s %12s %10s %10s %10s %10s %12s\n", "depth", "ms/token", "KV MiB/tok", "probe GB/s",
+               "bound ms", "x bound", "attn GFLOP", "attn GFLOP/s");
         for (int i = 0; i < o->nd; i++) {
-            const double bound = res->bw > 0.0 ? ((double)res->bpt + R->d_kv[i]) / (res->bw * 1e9) * 1e3 : 0.0;
-            printf("%-8d %10.3f %12.2f %10.3f %10.3f %10.3f %12.1f\n", o->dlist[i], R->d_ms[i],
-                   R->d_kv[i] / 1048576.0, bound, bound > 0.0 ? R->d_ms[i] / bound : 0.0, R->d_flop[i] / 1e9,
-                   depth_attn_gflops(R, o, i));
+            const double bound = depth_bound_ms(R, res->bpt, i);
+            printf("%-8d %10.3f %12.2f %10.2f %10.3f %10.3f %10.3f %12.1f\n", o->dlist[i], R->d_ms[i],
+                   R->d_kv[i] / 1048576.0, R->d_bw[i], bound, bound > 0.0 ? R->d_ms[i] / bound : 0.0,
+                   R->d_flop[i] / 1e9, depth_attn_gflops(R, o, i));
         }
         printf("attn GFLOP: 4 x head_dim x query heads x keys read, per token; attn GFLOP/s: that over the time the "
                "step takes beyond depth 0's\n");

@@ -1,37 +1,13 @@
 /*
- * parallel/shard_hf.c - `tpserve shard` of a Hugging Face directory: one
- * tpserve GGUF shard file per rank (the same layout shard_file.c writes
- * from a GGUF model, so loading, probing and plan checks are shared).
- *
- * Each file gets llama.cpp-style metadata from config.json (general.*,
- * <arch>.* hyper-parameters, rope scaling keys), the tokenizer converted
- * from tokenizer.json the way `synth --tokenizer` does (+ bos/eos/chat
- * template from tokenizer_config.json, or chat_template.jinja), the
- * tpserve.shard.* keys, and the rank's slices of every weight in its HF
- * dtype (F32 / F16 / BF16), read from whichever safetensors file holds it.
- * GGUF Llama runs with interleaved RoPE, so Llama q_proj / k_proj rows go
- * back from HF's rotate-halves layout (GGUF row h*hd + 2i + s <- HF row
- * h*hd + s*hd/2 + i), as llama.cpp's converter does; head slices are whole
- * heads, so the permutation stays inside a slice.
- *
- * MLX quantized directories keep their packed form: each triple becomes
- * "X.weight" I32 (the uint32 words as they are), "X.scales" / "X.biases"
- * in their F16 / BF16, sliced along rows (column-parallel tensors, the
- * vocab rows of the head) or along group-aligned columns (row-parallel
- * ones), with the tpserve.mlx.* keys (mlx_impl.h); the Llama q/k row
- * permutation moves whole rows of all three.  No value is re-quantized.
- *
- * Mixture of experts (Qwen3-MoE, Qwen2-MoE, Mixtral): the file holds what
- * shard_file.c's would for the same GGUF model.  The experts become the
- * stacked blk.N.ffn_{gate,up,down}_exps.weight (ne = [cols, rows, experts])
- * of the rank's experts [expert_begin, expert_end), each cut to gate/up rows
- * [ff_begin, ff_end) and those columns of down: from one safetensors tensor
- * per expert (mlp.experts.E.*_proj, block_sparse_moe.experts.E.w1/w2/w3),
- * or from mlx-lm's stacked switch_mlp triple (words, scales and biases each
- * [experts, rows, cols]).  The routers are whole; a Qwen2-MoE shared expert
- * keeps its [shexp_begin, shexp_end) rows of gate/up and columns of down plus
- * its gate vector, and is left out of the file of a rank that holds none of
- * it; the expert hyper-parameters go into the <arch>.expert_* keys.
+ * parallel/shard_hf.c - `tpserve shard` of a Hugging Face (or MLX quantized)
+ * directory: one tpserve GGUF shard file per rank, in the layout shard_file.c
+ * writes from a GGUF model, so loading, probing and plan checks are shared.
+ * Metadata from config.json, the tokenizer from tokenizer.json, each weight's
+ * slices in its own dtype (MLX: still packed, never re-quantized).  Details:
+ * docs/multi-node.md ("Shard files").  Mixture-of-experts directories: the
+ * per-expert tensors (or mlx-lm's stacked switch_mlp triples) become the
+ * stacked ffn_{gate,up,down}_exps of the rank's experts and columns, as
+ * shard_file.c cuts them from a GGUF (docs/moe.md, "Shard files").
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,6 +5,8 @@
 # neon-dotprod and neon kernels, x16 layouts included, all checked against the
 # scalar reference), -cpu cortex-a76 (dot product without i8mm: the choice must
 # be neon-dotprod) and -cpu cortex-a53 (neither: plain neon).
+# The attention (model/forward/attn.c, attn_amx.c) is compiled for arm64 too (its plain C path; the x86
+# and AMX paths compiled out), not run.
 # The tests are tests/model/test_kernels.c and test_kernels_mlx.c unchanged, linked with a tiny CUnit
 # stand-in (scripts/arm64/).  Exits 0 with a SKIP line when the cross tools
 # are missing and cannot be installed (they are in scripts/setup.sh's list).
@@ -31,6 +33,9 @@ flags=(-std=c11 -O2 -D_DEFAULT_SOURCE -Wall -Wextra -Wpedantic -Wshadow -Wstrict
 echo "==== arm64: cross-compiling kernels + tests/model/test_kernels.c, test_kernels_mlx.c"
 "$cc" "${flags[@]}" model/kernels/kernels*.c model/forward/wtype.c common/*.c tests/model/test_kernels.c tests/model/test_kernels_mlx.c \
   scripts/arm64/shim_main.c -o "$out/test_kernels" -lpthread -lm -static
+# The attention (plain C there; the x86 paths and the AMX tiles compiled out) must build for arm64 too
+echo "==== arm64: compiling model/forward/attn.c, attn_amx.c"
+for f in attn attn_amx; do "$cc" "${flags[@]}" -c "model/forward/$f.c" -o "$out/$f.o"; done
 for cpu in max cortex-a76 cortex-a53; do
   echo "==== arm64: qemu-aarch64 -cpu $cpu"
   log="$out/test_kernels.$cpu.log"

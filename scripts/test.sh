@@ -28,8 +28,16 @@ fi
 
 run_build() {
   local dir=$1; shift
-  echo "==== configure $dir ($*)"
-  cmake -S . -B "$dir" "$@" >/dev/null
+  # Ninja where installed: it compiles a target's files without waiting for the libraries the target
+  # links (Make's targets build one after another), so both cores stay busy across module boundaries.
+  # A tree configured before with another generator keeps it.
+  local gen=()
+  if command -v ninja >/dev/null &&
+     { [ ! -f "$dir/CMakeCache.txt" ] || grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$dir/CMakeCache.txt"; }; then
+    gen=(-G Ninja)
+  fi
+  echo "==== configure $dir (${gen[*]} $*)"
+  cmake -S . -B "$dir" "${gen[@]}" "$@" >/dev/null
   echo "==== build $dir"
   cmake --build "$dir" -j "$jobs"
   echo "==== ctest $dir"
