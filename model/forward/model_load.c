@@ -1421,6 +1421,8 @@ static void free_contents(tp_model_t *m)
                 free_mat(&L->xdown[e]);
             }
             for (int i = 0; i < 3; i++) free_mat(&L->xstack[i]);
+            for (int i = 0; i < L->n_xarena; i++) tp_aligned_free(L->xarena[i]);
+            free(L->xarena);
             free(L->xgate);
             free(L->xup);
             free(L->xdown);
