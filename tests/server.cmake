@@ -23,6 +23,15 @@ tp_expect_test(server.cli_missing_key_file RC 1 REGEX "--api-key-file /nonexiste
                LABELS unit COMMAND ${_tp_bin} serve -m ${_tp_stories} --port 0 --api-key-file /nonexistent/key)
 tp_expect_test(server.cli_bad_log_format RC 2 REGEX "want text or json" LABELS unit
                COMMAND ${_tp_bin} serve -m x.gguf --log-format yaml)
+# generation defaults: out-of-range values exit 2 naming the flag and the range, before anything loads
+tp_expect_test(server.cli_bad_temp RC 2 REGEX "--temp must be between 0 and 2, got 2.5" LABELS unit
+               COMMAND ${_tp_bin} serve -m x.gguf --temp 2.5)
+tp_expect_test(server.cli_bad_top_p RC 2 REGEX "--top-p 0: want a number above 0 and at most 1" LABELS unit
+               COMMAND ${_tp_bin} serve -m x.gguf --top-p 0)
+tp_expect_test(server.cli_bad_seed RC 2 REGEX "--seed 12x: want an integer from 0 to 18446744073709551615, or -1"
+               LABELS unit COMMAND ${_tp_bin} serve -m x.gguf --seed 12x)
+tp_expect_test(server.cli_bad_n_predict RC 2 REGEX "--n-predict 0: want a token count of at least 1, or -1"
+               LABELS unit COMMAND ${_tp_bin} serve -m x.gguf -n 0)
 tp_expect_test(server.cli_bad_host RC 1 REGEX "not an IPv4 address" LABELS unit
                COMMAND ${_tp_bin} serve -m ${_tp_stories} --host not-an-ip --port 0)
 tp_expect_test(server.cli_missing_model RC 1 REGEX "tpserve serve: .*/nonexistent/model.gguf" LABELS unit
