@@ -10,11 +10,15 @@
  *  - each 32-value (Q4_K / Q5_K) or 16-value (Q6_K) sub-block is an exact
  *    integer dot per lane (vpdpbusd: unsigned 4/5/6-bit weights x int8
  *    activations, the activation bytes an embedded broadcast), converted to
- *    float and multiplied by d * scale (the same for every token);
+ *    float and multiplied by its scale, the super-block's d applied once;
+ *  - a weight chunk feeds every sub-block that uses it while its dots fit
+ *    the registers (kx_sb_q45, kx_sb_q6: each chunk loaded and split once
+ *    per super-block in decode);
  *  - the mins (Q4_K / Q5_K) or the -32 offset (Q6_K) come from the
  *    activation's pair sums (kernels_impl.h, prepared once per step) with
  *    four or eight vpdpwssd against the scales taken as i16 pairs;
- *  - one fma per token by the activation's d.
+ *  - one fma per token by the activation's d, into per-token sums kept in
+ *    memory (kx_acc), so the sub-block loops do not spill.
  * Up to 8 tokens share each unpacked slice (prefill and batched decode); the
  * rows go in chunks of KX_BROWS so their weights stay in L2 while passes of 8
  * tokens reuse them.  Results equal the scalar reference up to float rounding
@@ -87,105 +91,189 @@ XFN __m512 kx_byte_s(__m512i s, int j)
     return _mm512_cvtepi32_ps(v);
 }
 
-/* One 16-row super-block p against Tk tokens' Q8_K block i (token t's row at
- * x + xo[t]): acc[t] += the 16 rows' dot products. */
-XFN void kx_sb(const int type, const int Tk, const char *p, const char *x, const size_t *xo, int64_t nb, int64_t i,
-               __m512 acc[KX_BT])
-{
-    const __m512i mF = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    const tp_blk_q8_k *a[KX_BT];
-    const int16_t *pr[KX_BT];
-    for (int t = 0; t < Tk; t++) {
-        a[t] = (const tp_blk_q8_k *)(x + xo[t]) + i;
-        pr[t] = TP_Q8K_PAIR(x + xo[t], nb * TP_QK_K, i);
+/* Tokens' Q8_K block i and pair sums (token t's row at x + xo[t]). */
+#define KX_TOKENS(Tk)                                                                                           \
+    const tp_blk_q8_k *a[KX_BT];                                                                                \
+    const int16_t *pr[KX_BT];                                                                                   \
+    KX_UNROLL                                                                                                   \
+    for (int t = 0; t < (Tk); t++) {                                                                            \
+        a[t] = (const tp_blk_q8_k *)(x + xo[t]) + i;                                                            \
+        pr[t] = TP_Q8K_PAIR(x + xo[t], nb * TP_QK_K, i);                                                        \
     }
+
+/* acc[t] (16 floats in memory, token t) += fs[t] * (f x token t's d): the per-token accumulators
+ * live in memory (one load-fma-store per token per super-block) so that the sub-block loops keep
+ * their integer dots, float sums and decoded slices in registers without spilling. */
+XFN void kx_acc(const int Tk, float *acc, const __m512 fs[KX_BT], const tp_blk_q8_k *const a[KX_BT], __m512 f)
+{
+    KX_UNROLL
+    for (int t = 0; t < Tk; t++) {
+        const __m512 s = _mm512_mul_ps(f, _mm512_set1_ps(a[t]->d));
+        _mm512_store_ps(acc + 16 * t, _mm512_fmadd_ps(fs[t], s, _mm512_load_ps(acc + 16 * t)));
+    }
+}
+
+/* Q4_K / Q5_K super-block i (p: its 16-row super-block) x Tk tokens into acc (kx_acc).
+ * Up to 4 tokens the two sub-blocks of a 64-value span (low and high nibbles of the same
+ * eight chunks) are computed together, so each qs chunk (and Q5_K's qh chunk) is loaded
+ * and split once per pair; 5..8 tokens take one sub-block at a time (16 live dots at most).
+ * The sub-block sums are scaled by the integer scales, d and the mins term applied once. */
+XFN void kx_sb_q45(const int type, const int Tk, const char *p, const char *x, const size_t *xo, int64_t nb,
+                   int64_t i, float *acc)
+{
+    KX_TOKENS(Tk)
+    const __m512i mF = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3f = _mm512_set1_epi8(0x3F);
+    const __m512i m10 = _mm512_set1_epi8(0x10);
+    /* lane L: row L's scales 0..3 and 4..7, one per byte (ggml's get_scale_min_k4) */
+    const __m512i U0 = kx_ld(p + TP_KX_Q4K_SC), U2 = kx_ld(p + TP_KX_Q4K_SC + 128);
+    const __m512i sclo = _mm512_and_si512(U0, m3f);
+    const __m512i schi = _mm512_ternarylogic_epi32(U2, mF, _mm512_and_si512(_mm512_srli_epi32(U0, 2), m30), 0xEA);
+    const char *qs = p + (type == KX_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS);
+    const char *qh = p + TP_KX_Q5K_QH;
+    const int NJ = Tk <= 4 ? 2 : 1; /* sub-blocks per chunk load */
     __m512 fs[KX_BT];
-    const __m512 DL = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    KX_UNROLL
     for (int t = 0; t < Tk; t++) fs[t] = _mm512_setzero_ps();
-    if (type != KX_Q6K) {
-        const __m512 DM = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + TP_KX_Q4K_DMIN)));
-        const __m512i U0 = kx_ld(p + TP_KX_Q4K_SC), U1 = kx_ld(p + TP_KX_Q4K_SC + 64), U2 = kx_ld(p + TP_KX_Q4K_SC + 128);
-        const __m512i m3f = _mm512_set1_epi8(0x3F);
-        /* lane L: row L's scales / mins 0..3 and 4..7, one per byte (ggml's get_scale_min_k4) */
-        const __m512i sclo = _mm512_and_si512(U0, m3f);
-        const __m512i schi = _mm512_ternarylogic_epi32(U2, mF, _mm512_and_si512(_mm512_srli_epi32(U0, 2), m30), 0xEA);
-        const __m512i mnlo = _mm512_and_si512(U1, m3f);
-        const __m512i mnhi =
-            _mm512_ternarylogic_epi32(_mm512_srli_epi32(U2, 4), mF, _mm512_and_si512(_mm512_srli_epi32(U1, 2), m30), 0xEA);
-        const char *qs = p + (type == KX_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS);
-        const char *qh = p + TP_KX_Q5K_QH;
-        const __m512i m10 = _mm512_set1_epi8(0x10);
+    KX_UNROLL
+    for (int j0 = 0; j0 < 8; j0 += NJ) { /* 32-value sub-block j: chunks 8(j/2)..+7, low (even j) or high nibbles */
+        __m512i D[2][KX_BT];
         KX_UNROLL
-        for (int j = 0; j < 8; j++) { /* 32-value sub-block j: chunks 8(j/2)..+7, low (even j) or high nibbles */
-            const __m512 scf = _mm512_mul_ps(kx_byte_u(j < 4 ? sclo : schi, j), DL);
-            __m512i D[KX_BT];
-            for (int t = 0; t < Tk; t++) D[t] = _mm512_setzero_si512();
-            for (int m = 0; m < 8; m++) {
-                const __m512i z = kx_ld(qs + 64 * (8 * (j >> 1) + m));
+        for (int u = 0; u < NJ; u++)
+            KX_UNROLL
+            for (int t = 0; t < Tk; t++) D[u][t] = _mm512_setzero_si512();
+        KX_UNROLL
+        for (int m = 0; m < 8; m++) {
+            const __m512i z = kx_ld(qs + 64 * (8 * (j0 >> 1) + m));
+            const __m512i h = type == KX_Q5K ? kx_ld(qh + 64 * m) : z;
+            KX_UNROLL
+            for (int u = 0; u < NJ; u++) {
+                const int j = j0 + u;
                 const __m512i b = (j & 1) ? _mm512_srli_epi16(z, 4) : z;
                 __m512i v;
                 if (type == KX_Q5K) { /* bit j of qh chunk m is the 5th bit: to bit 4 */
-                    const __m512i h = kx_ld(qh + 64 * m);
                     const __m512i hs = j < 4 ? _mm512_slli_epi16(h, 4 - j) : j == 4 ? h : _mm512_srli_epi16(h, j - 4);
                     v = _mm512_ternarylogic_epi32(b, mF, _mm512_and_si512(hs, m10), 0xEA);
                 } else {
                     v = _mm512_and_si512(b, mF);
                 }
-                for (int t = 0; t < Tk; t++) D[t] = kx_dpb(D[t], v, a[t]->qs + 32 * j + 4 * m);
+                KX_UNROLL
+                for (int t = 0; t < Tk; t++) D[u][t] = kx_dpb(D[u][t], v, a[t]->qs + 32 * j + 4 * m);
             }
-            for (int t = 0; t < Tk; t++) fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[t]), scf, fs[t]);
         }
-        /* mins as i16 pairs: (m0, m2), (m1, m3), (m4, m6), (m5, m7) */
-        const __m512i lo16 = _mm512_set1_epi32(0x00FF00FF);
-        const __m512i e0 = _mm512_and_si512(mnlo, lo16), o0 = _mm512_srli_epi16(mnlo, 8);
-        const __m512i e1 = _mm512_and_si512(mnhi, lo16), o1 = _mm512_srli_epi16(mnhi, 8);
-        for (int t = 0; t < Tk; t++) {
-            __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), e0, kx_bc32(pr[t]));
-            s = _mm512_dpwssd_epi32(s, o0, kx_bc32(pr[t] + 2));
-            s = _mm512_dpwssd_epi32(s, e1, kx_bc32(pr[t] + 4));
-            s = _mm512_dpwssd_epi32(s, o1, kx_bc32(pr[t] + 6));
-            fs[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s), DM, fs[t]);
-        }
-    } else {
-        const char *sc = p + TP_KX_Q6K_SC, *qh = p + TP_KX_Q6K_QH, *ql = p + TP_KX_Q6K_QL;
         KX_UNROLL
-        for (int j = 0; j < 16; j++) { /* 16-value sub-block j */
-            const __m512 scf = _mm512_mul_ps(kx_byte_s(kx_ld(sc + 64 * (j >> 2)), j), DL);
-            const int half = j >> 3, quarter = (j >> 1) & 3;
-            __m512i D[KX_BT];
-            for (int t = 0; t < Tk; t++) D[t] = _mm512_setzero_si512();
-            for (int s = 0; s < 4; s++) {
-                const __m512i z = kx_ld(ql + 64 * (16 * half + 4 * (j & 1) + s + 8 * (quarter & 1)));
-                const __m512i h = kx_ld(qh + 64 * (8 * half + 4 * (j & 1) + s));
-                const __m512i b = (quarter & 2) ? _mm512_srli_epi16(z, 4) : z;
-                /* bits 2q, 2q+1 of qh are the value's bits 4, 5 */
-                const __m512i hs = quarter == 0   ? _mm512_slli_epi16(h, 4)
-                                   : quarter == 1 ? _mm512_slli_epi16(h, 2)
-                                   : quarter == 2 ? h
-                                                  : _mm512_srli_epi16(h, 2);
-                const __m512i v = _mm512_ternarylogic_epi32(b, mF, _mm512_and_si512(hs, m30), 0xEA);
-                for (int t = 0; t < Tk; t++) D[t] = kx_dpb(D[t], v, a[t]->qs + 16 * j + 4 * s);
-            }
-            for (int t = 0; t < Tk; t++) fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[t]), scf, fs[t]);
-        }
-        /* -32 * sum_j sc_j * bsum_j with the scales as i16 pairs (s4m, s4m+2), (s4m+1, s4m+3) */
-        __m512i ev[4], od[4];
-        for (int m = 0; m < 4; m++) {
-            const __m512i s = kx_ld(sc + 64 * m);
-            ev[m] = _mm512_srai_epi16(_mm512_slli_epi16(s, 8), 8);
-            od[m] = _mm512_srai_epi16(s, 8);
-        }
-        const __m512 dl32 = _mm512_mul_ps(DL, _mm512_set1_ps(32.0f));
-        for (int t = 0; t < Tk; t++) {
-            __m512i s = _mm512_setzero_si512();
-            for (int m = 0; m < 4; m++) {
-                s = _mm512_dpwssd_epi32(s, ev[m], kx_bc32(pr[t] + 8 + 4 * m));
-                s = _mm512_dpwssd_epi32(s, od[m], kx_bc32(pr[t] + 8 + 4 * m + 2));
-            }
-            fs[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s), dl32, fs[t]);
+        for (int u = 0; u < NJ; u++) {
+            const int j = j0 + u;
+            const __m512 sc = kx_byte_u(j < 4 ? sclo : schi, j);
+            KX_UNROLL
+            for (int t = 0; t < Tk; t++) fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[u][t]), sc, fs[t]);
         }
     }
-    for (int t = 0; t < Tk; t++) acc[t] = _mm512_fmadd_ps(fs[t], _mm512_set1_ps(a[t]->d), acc[t]);
+    /* fs = d * sum_j sc_j dot_j - dmin * sum_j m_j a_j, the mins as i16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7) */
+    const __m512 DL = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    const __m512 DM = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + TP_KX_Q4K_DMIN)));
+    const __m512i U1 = kx_ld(p + TP_KX_Q4K_SC + 64);
+    const __m512i mnlo = _mm512_and_si512(U1, m3f);
+    const __m512i mnhi =
+        _mm512_ternarylogic_epi32(_mm512_srli_epi32(U2, 4), mF, _mm512_and_si512(_mm512_srli_epi32(U1, 2), m30), 0xEA);
+    const __m512i lo16 = _mm512_set1_epi32(0x00FF00FF);
+    const __m512i e0 = _mm512_and_si512(mnlo, lo16), o0 = _mm512_srli_epi16(mnlo, 8);
+    const __m512i e1 = _mm512_and_si512(mnhi, lo16), o1 = _mm512_srli_epi16(mnhi, 8);
+    KX_UNROLL
+    for (int t = 0; t < Tk; t++) {
+        __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), e0, kx_bc32(pr[t]));
+        s = _mm512_dpwssd_epi32(s, o0, kx_bc32(pr[t] + 2));
+        s = _mm512_dpwssd_epi32(s, e1, kx_bc32(pr[t] + 4));
+        s = _mm512_dpwssd_epi32(s, o1, kx_bc32(pr[t] + 6));
+        fs[t] = _mm512_fmsub_ps(fs[t], DL, _mm512_mul_ps(_mm512_cvtepi32_ps(s), DM));
+    }
+    kx_acc(Tk, acc, fs, a, _mm512_set1_ps(1.0f));
+}
+
+/* Q6_K super-block i x Tk tokens into acc (kx_acc).  Per half h and 16-value position b, the
+ * four 2-bit planes of a qh chunk and the two nibbles of two ql chunks are the values of the
+ * four quarters' sub-blocks 8h + 2q + b (q = 0..3).  Up to 2 tokens the four quarters are
+ * computed together, so each qh and ql chunk is loaded and split once per super-block; 3..4
+ * tokens take them in pairs (q, q + 2) sharing a ql chunk, 5..8 tokens one at a time, which
+ * keeps the live dots at 8 and measured faster than pairs that spill (docs/performance.md).
+ * The high bits come from X = qh & 0x33 (quarters 0, 2) or (qh >> 2) & 0x33 (1, 3): X << 4
+ * has the low pair at bits 4-5 and zero at 6-7, X itself the high pair; a bit select
+ * (vpternlogd) takes bits 0-3 from the ql nibble and 4-7 from that. */
+XFN void kx_sb_q6(const int Tk, const char *p, const char *x, const size_t *xo, int64_t nb, int64_t i, float *acc)
+{
+    KX_TOKENS(Tk)
+    const __m512i mF = _mm512_set1_epi8(0x0F), m33 = _mm512_set1_epi8(0x33);
+    const char *sc = p + TP_KX_Q6K_SC, *qh = p + TP_KX_Q6K_QH, *ql = p + TP_KX_Q6K_QL;
+    /* quarters per pass: 4 (each qh / ql chunk loaded once), 2 (pairs q, q + 2 sharing a ql chunk) or 1 */
+    const int NQ = Tk <= 2 ? 4 : Tk <= 4 ? 2 : 1;
+    __m512 fs[KX_BT];
+    KX_UNROLL
+    for (int t = 0; t < Tk; t++) fs[t] = _mm512_setzero_ps();
+    KX_UNROLL
+    for (int h = 0; h < 2; h++) {
+        KX_UNROLL
+        for (int b = 0; b < 2; b++) {
+            KX_UNROLL
+            for (int g = 0; g < 4 / NQ; g++) {
+                /* quarter q is in this pass: NQ 4 all, NQ 2 q & 1 == g, NQ 1 q == g */
+#define KX_Q6_IN(q) (NQ == 4 || (NQ == 2 ? ((q) & 1) == g : (q) == g))
+                __m512i D[4][KX_BT]; /* [quarter][token] */
+                KX_UNROLL
+                for (int q = 0; q < 4; q++)
+                    KX_UNROLL
+                    for (int t = 0; t < Tk; t++) D[q][t] = _mm512_setzero_si512();
+                KX_UNROLL
+                for (int s = 0; s < 4; s++) {
+                    const __m512i H = kx_ld(qh + 64 * (8 * h + 4 * b + s));
+                    KX_UNROLL
+                    for (int pq = 0; pq < 2; pq++) {
+                        if (!KX_Q6_IN(pq) && !KX_Q6_IN(pq + 2)) continue;
+                        const __m512i L = kx_ld(ql + 64 * (16 * h + 8 * pq + 4 * b + s));
+                        const __m512i X = _mm512_and_si512(pq ? _mm512_srli_epi16(H, 2) : H, m33);
+                        const int jlo = 8 * h + 2 * pq + b, jhi = jlo + 4;
+                        if (KX_Q6_IN(pq)) {
+                            const __m512i vlo = _mm512_ternarylogic_epi32(L, _mm512_slli_epi16(X, 4), mF, 0xE4);
+                            KX_UNROLL
+                            for (int t = 0; t < Tk; t++) D[pq][t] = kx_dpb(D[pq][t], vlo, a[t]->qs + 16 * jlo + 4 * s);
+                        }
+                        if (KX_Q6_IN(pq + 2)) {
+                            const __m512i vhi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(L, 4), X, mF, 0xE4);
+                            KX_UNROLL
+                            for (int t = 0; t < Tk; t++)
+                                D[pq + 2][t] = kx_dpb(D[pq + 2][t], vhi, a[t]->qs + 16 * jhi + 4 * s);
+                        }
+                    }
+                }
+                KX_UNROLL
+                for (int q = 0; q < 4; q++) {
+                    if (!KX_Q6_IN(q)) continue;
+                    const int j = 8 * h + 2 * q + b;
+                    const __m512 scf = kx_byte_s(kx_ld(sc + 64 * (j >> 2)), j);
+                    KX_UNROLL
+                    for (int t = 0; t < Tk; t++) fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[q][t]), scf, fs[t]);
+                }
+#undef KX_Q6_IN
+            }
+        }
+    }
+    /* -32 * sum_j sc_j * bsum_j with the scales as i16 pairs (s4m, s4m+2), (s4m+1, s4m+3) */
+    __m512i ev[4], od[4];
+    KX_UNROLL
+    for (int m = 0; m < 4; m++) {
+        const __m512i s = kx_ld(sc + 64 * m);
+        ev[m] = _mm512_srai_epi16(_mm512_slli_epi16(s, 8), 8);
+        od[m] = _mm512_srai_epi16(s, 8);
+    }
+    KX_UNROLL
+    for (int t = 0; t < Tk; t++) {
+        __m512i s = _mm512_setzero_si512();
+        KX_UNROLL
+        for (int m = 0; m < 4; m++) {
+            s = _mm512_dpwssd_epi32(s, ev[m], kx_bc32(pr[t] + 8 + 4 * m));
+            s = _mm512_dpwssd_epi32(s, od[m], kx_bc32(pr[t] + 8 + 4 * m + 2));
+        }
+        fs[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(32.0f), fs[t]);
+    }
+    kx_acc(Tk, acc, fs, a, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)));
 }
 
 /* Lanes [lo, hi) of a group's 16 outputs. */
@@ -200,15 +288,18 @@ XFN __mmask16 kx_keep(int64_t g0, int64_t r0, int64_t r1)
 XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, const char *x, const size_t *xo, int T,
                   float *y, int64_t ys, int64_t g0, __mmask16 keep)
 {
-    __m512 acc[KX_BT];
-    for (int t = 0; t < Tk; t++) acc[t] = _mm512_setzero_ps();
+    _Alignas(64) float acc[KX_BT * 16]; /* token t's 16 outputs at 16 t */
+    for (int t = 0; t < Tk; t++) _mm512_store_ps(acc + 16 * t, _mm512_setzero_ps());
     const size_t gbs = kx_gbs(type);
     for (int64_t i = 0; i < nb; i++) {
         const char *p = gp + (size_t)i * gbs;
         for (size_t o = 0; o < gbs; o += 64) _mm_prefetch(p + KX_PF + o, _MM_HINT_T0);
-        kx_sb(type, Tk, p, x, xo, nb, i, acc);
+        if (type == KX_Q6K)
+            kx_sb_q6(Tk, p, x, xo, nb, i, acc);
+        else
+            kx_sb_q45(type, Tk, p, x, xo, nb, i, acc);
     }
-    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (int64_t)t * ys + g0, keep, acc[t]);
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (int64_t)t * ys + g0, keep, _mm512_load_ps(acc + 16 * t));
 }
 
 XFN void kx_matmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,

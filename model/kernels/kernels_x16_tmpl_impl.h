@@ -214,6 +214,78 @@ KV_FN void xt_sb_k(const int type, const int Tk, const char *p, int lb, const ch
     }
 }
 
+/* Q6_K super-block i for Tk <= 2 tokens: per half h and 16-value position b the two
+ * ql chunks (two nibbles each) and the qh chunk (four 2-bit planes) are the values of the
+ * four quarters' sub-blocks 8h + 2q + b, loaded once per super-block (xt_slice_k loads
+ * each qh chunk four times and each ql chunk twice).  One token computes the four
+ * quarters together, two tokens the pairs (q, q + 2) that share a ql chunk.  For the
+ * pair from qh plane bits X = (qh >> 2p) & 0x33: quarter p's high bits are
+ * (X & 0x03) << 4, quarter p + 2's X & 0x30. */
+KV_FN void xt_sb_q6(const int Tk, const char *p, int lb, const char *x, const size_t *xo, int64_t nb, int64_t i,
+                    kvf acc[KV_BT])
+{
+    const tp_blk_q8_k *a[2];
+    const int16_t *pr[2];
+    KX_UNROLL
+    for (int t = 0; t < Tk; t++) {
+        a[t] = (const tp_blk_q8_k *)(x + xo[t]) + i;
+        pr[t] = TP_Q8K_PAIR(x + xo[t], nb * TP_QK_K, i);
+    }
+    const kvi mF = kv_b8(0x0F);
+    const int NP = Tk == 1 ? 2 : 1; /* ql chunks (quarter pairs) per pass */
+    kvf fs[2];
+    KX_UNROLL
+    for (int t = 0; t < Tk; t++) fs[t] = kv_fzero();
+    KX_UNROLL
+    for (int h = 0; h < 2; h++) {
+        KX_UNROLL
+        for (int b = 0; b < 2; b++) {
+            KX_UNROLL
+            for (int p0 = 0; p0 < 2; p0 += NP) {
+                kvi D[4][2]; /* [quarter][token] */
+                KX_UNROLL
+                for (int q = 0; q < 4; q++)
+                    KX_UNROLL
+                    for (int t = 0; t < Tk; t++) D[q][t] = kv_zero();
+                KX_UNROLL
+                for (int s = 0; s < 4; s++) {
+                    const kvi H = kv_ld(p + TP_KX_Q6K_QH + lb + 64 * (8 * h + 4 * b + s));
+                    KX_UNROLL
+                    for (int pq = p0; pq < p0 + NP; pq++) {
+                        const kvi L = kv_ld(p + TP_KX_Q6K_QL + lb + 64 * (16 * h + 8 * pq + 4 * b + s));
+                        const kvi X = kv_and(pq ? kv_srl16(H, 2) : H, kv_b8(0x33));
+                        const kvi vlo = kv_bsel(L, mF, kv_sll16(kv_and(X, kv_b8(0x03)), 4));
+                        const kvi vhi = kv_bsel(kv_srl16(L, 4), mF, kv_and(X, kv_b8(0x30)));
+                        const int jlo = 8 * h + 2 * pq + b, jhi = jlo + 4;
+                        KX_UNROLL
+                        for (int t = 0; t < Tk; t++) {
+                            D[pq][t] = kv_dpb(D[pq][t], vlo, a[t]->qs + 16 * jlo + 4 * s);
+                            D[pq + 2][t] = kv_dpb(D[pq + 2][t], vhi, a[t]->qs + 16 * jhi + 4 * s);
+                        }
+                    }
+                }
+                KX_UNROLL
+                for (int pq = p0; pq < p0 + NP; pq++) {
+                    KX_UNROLL
+                    for (int e = 0; e < 2; e++) {
+                        const int q = pq + 2 * e, j = 8 * h + 2 * q + b;
+                        const kvf sc = xt_byte_s(kv_ld(p + TP_KX_Q6K_SC + lb + 64 * (j >> 2)), j);
+                        KX_UNROLL
+                        for (int t = 0; t < Tk; t++) fs[t] = kv_fma(kv_cvt(D[q][t]), sc, fs[t]);
+                    }
+                }
+            }
+        }
+    }
+    const kvi none[4] = {kv_zero(), kv_zero(), kv_zero(), kv_zero()};
+    const kvf DL = kv_h2f(p + lb / 2);
+    KX_UNROLL
+    for (int t = 0; t < Tk; t++) {
+        fs[t] = kv_fnma(kv_cvt(xt_offset(XT_Q6K, p, lb, none, pr[t])), kv_setf(32.0f), fs[t]);
+        acc[t] = kv_fma(fs[t], kv_mul(DL, kv_setf(a[t]->d)), acc[t]);
+    }
+}
+
 /* One half-group (rows g0 + lb/4 .. +8 of the group at gp) x Tk tokens over every block;
  * outputs of tokens < T in rows [r0, r1) stored. */
 KV_FN void xt_half(const int type, const int Tk, const char *gp, int lb, int64_t n, const char *x, const size_t *xo,
@@ -227,7 +299,9 @@ KV_FN void xt_half(const int type, const int Tk, const char *gp, int lb, int64_t
     const int64_t nb = n / (kq ? TP_QK_K : TP_QK);
     for (int64_t i = 0; i < nb; i++) {
         const char *p = gp + (size_t)i * gbs;
-        if (kq)
+        if (type == XT_Q6K && Tk <= 2)
+            xt_sb_q6(Tk, p, lb, x, xo, nb, i, acc);
+        else if (kq)
             xt_sb_k(type, Tk, p, lb, x, xo, nb, i, acc);
         else
             xt_blk_a8(type, Tk, p, lb, x, xo, n, i, acc);
