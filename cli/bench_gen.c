@@ -84,10 +84,12 @@ static void gen_reset(struct gen_ctx *g) { g->reset = 1; }
  * its own argmax, from empty caches or (--seqs-ctx) after each sequence was
  * prefilled with ctx tokens of prompt[n_prompt] (untimed, n_batch tokens per
  * call), so the steps attend over ctx.. positions as a server's do.  ids[k]
- * hold the first tokens and get the last.  *sec = elapsed time of the steps.
+ * hold the first tokens and get the last.  *sec = elapsed time of the steps;
+ * *during = what this rank's model counted over them (its stats after minus
+ * before: expert_bytes and expert_runs are the ones read).
  */
 static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, const int32_t *prompt, int n_prompt,
-                                int n_batch, int32_t *ids, int32_t *clear, double *sec)
+                                int n_batch, int32_t *ids, int32_t *clear, double *sec, struct tp_model_stats *during)
 {
     for (int i = 0; i < k; i++) clear[i] = i;
     static const int32_t zeros[64] = {0};
@@ -109,6 +111,8 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
             n_clear = 0;
         }
     }
+    struct tp_model_stats s0, s1;
+    tp_model_get_stats(g->m, &s0);
     double t0 = tp_now_s();
     for (int s = 0; s < steps; s++) {
         for (int i = 0; i < k; i++) {
@@ -124,6 +128,9 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
         if (rc != TP_OK) return rc;
     }
     *sec = tp_now_s() - t0;
+    tp_model_get_stats(g->m, &s1);
+    during->expert_bytes = s1.expert_bytes - s0.expert_bytes;
+    during->expert_runs = s1.expert_runs - s0.expert_runs;
     return TP_OK;
 }
 
@@ -502,6 +509,8 @@ struct gen_run {
     size_t tg_op[100][2];     /* --comm-sync: each decode rep's collectives [first, end) in the op log */
     double tg_sync_ms;        /* --comm-sync: rank 0's decode communication ms per token after all ranks entered */
     double k_ms[16];          /* --seqs: median ms per step for klist[i] */
+    double k_xbytes[16], k_xruns[16]; /* --seqs, mixture of experts: rank 0's expert bytes streamed and (layer,
+                                       * expert) runs per step for klist[i], mean over the reps (measured) */
     double p_tps[16];         /* --prompt-sizes: median prefill t/s for plist[i] */
     double d_ms[16], d_kv[16]; /* --depth: median ms per decode step after dlist[i]; KV bytes every rank reads
                                 * per step (mean over the steps) */
@@ -656,14 +665,19 @@ static enum tp_status gen_seq_steps(struct gen_run *R, const struct gen_opts *o,
 {
     double ks[16 * 100]; /* (nk, reps) */
     int32_t ids[64], clear[64];
+    for (int ki = 0; ki < o->nk; ki++) R->k_xbytes[ki] = R->k_xruns[ki] = 0.0;
     for (int r = 0; r < o->reps; r++) {
         for (int ki = 0; ki < o->nk; ki++) {
             for (int i = 0; i < o->klist[ki]; i++) ids[i] = R->bufs.prompt[i % R->nb];
             double sec = 0.0;
-            if (gen_multi(&R->g, o->klist[ki], o->n, o->seqs_ctx, R->bufs.prompt, R->nb, R->nb, ids, clear, &sec) !=
-                TP_OK)
+            struct tp_model_stats d;
+            memset(&d, 0, sizeof d);
+            if (gen_multi(&R->g, o->klist[ki], o->n, o->seqs_ctx, R->bufs.prompt, R->nb, R->nb, ids, clear, &sec,
+                          &d) != TP_OK)
                 return tp_error_set(err, TP_ERR_PEER, "batched decode failed: %s", tp_parallel_last_error(R->g.par));
             ks[ki * o->reps + r] = sec * 1e3 / o->n;
+            R->k_xbytes[ki] += (double)d.expert_bytes / o->n / o->reps;
+            R->k_xruns[ki] += (double)d.expert_runs / o->n / o->reps;
         }
     }
     for (int ki = 0; ki < o->nk; ki++) R->k_ms[ki] = tp_median(ks + ki * o->reps, o->reps);
@@ -941,7 +955,31 @@ struct gen_result {
     double comm_frac;                 /* all_sum share of rank 0's decode forward time */
     double cpt_ms, mpt_ms, bpt_sent;  /* rank 0 per decoded token: compute, communication, bytes sent */
     double k1_ms;                     /* --seqs step time of 1 sequence, 0 when not measured */
+    double k_pred[16], k_xpl[16];     /* --seqs, mixture of experts: the step's bytes over one sequence's
+                                       * (predicted ratio), distinct experts run per layer (rank 0's) */
 };
+
+/* --seqs of a mixture of experts: a step of k sequences reads rank 0's weights other than its experts once
+ * (attention, routers, output head: the same for any k) plus the distinct experts its k tokens selected
+ * (measured per step); res->k_pred = that over the same for one sequence (its own --seqs step, else the
+ * decode reps' mean), the step-time ratio the bytes predict.  KV-cache reads are left out (a few KiB per
+ * sequence at the depths --seqs runs without --seqs-ctx). */
+static void gen_seq_bytes(const struct gen_run *R, const struct gen_opts *o, struct gen_result *res)
+{
+    const uint64_t held = tp_model_expert_weight_bytes(R->g.m);
+    struct tp_model_stats st;
+    tp_model_get_stats(R->g.m, &st);
+    if (!held || o->nk == 0 || R->gp.bytes_read < held) return;
+    const double other = (double)(R->gp.bytes_read - held);
+    double x1 = st.n_decode ? (double)st.expert_bytes_decode / (double)st.n_decode : 0.0;
+    for (int ki = 0; ki < o->nk; ki++)
+        if (o->klist[ki] == 1) x1 = R->k_xbytes[ki];
+    const int n_layer = tp_model_hparams(R->g.m)->n_layer;
+    for (int ki = 0; ki < o->nk; ki++) {
+        res->k_pred[ki] = other + x1 > 0.0 ? (other + R->k_xbytes[ki]) / (other + x1) : 0.0;
+        res->k_xpl[ki] = n_layer > 0 ? R->k_xruns[ki] / n_layer : 0.0;
+    }
+}
 
 static void gen_summarize(struct gen_run *R, const struct gen_opts *o, struct gen_result *res)
 {
@@ -950,6 +988,7 @@ static void gen_summarize(struct gen_run *R, const struct gen_opts *o, struct ge
     memset(res, 0, sizeof *res);
     for (int ki = 0; ki < o->nk; ki++)
         if (o->klist[ki] == 1) res->k1_ms = R->k_ms[ki];
+    gen_seq_bytes(R, o, res);
     for (int q = 0; q < world && n > 0; q++) res->bpt += (uint64_t)b->rank_bytes[q];
     if (n == 0) res->bpt = active_bytes(&R->gp); /* rank 0's own when nothing was decoded */
     res->moe = tp_model_expert_weight_bytes(R->g.m) > 0;
@@ -1029,9 +1068,14 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
     printf("]");
     if (o->nk > 0) {
         printf(",\"seq_steps\":[");
-        for (int ki = 0; ki < o->nk; ki++)
-            printf("%s{\"seqs\":%d,\"step_ms\":%.3f,\"agg_tps\":%.2f}", ki ? "," : "", o->klist[ki], R->k_ms[ki],
+        for (int ki = 0; ki < o->nk; ki++) {
+            printf("%s{\"seqs\":%d,\"step_ms\":%.3f,\"agg_tps\":%.2f", ki ? "," : "", o->klist[ki], R->k_ms[ki],
                    o->klist[ki] * 1e3 / R->k_ms[ki]);
+            if (res->moe)
+                printf(",\"experts_per_layer\":%.2f,\"expert_bytes_per_step\":%.0f,\"bytes_ratio\":%.3f", res->k_xpl[ki],
+                       R->k_xbytes[ki], res->k_pred[ki]);
+            printf("}");
+        }
         printf("]");
     }
     if (o->np_sizes > 0) {
@@ -1162,11 +1206,18 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
         else
             printf("decode steps of k sequences (one token each, %d steps from empty caches, median of %d):\n", n,
                    reps);
-        printf("%-6s %10s %12s %12s\n", "seqs", "ms/step", "x 1 seq", "agg t/s");
+        if (res->moe)
+            printf("(experts/layer: distinct experts the step's tokens selected%s, per layer; bytes x 1: the step's "
+                   "weight bytes, non-expert + those experts, over one sequence's: the step ratio the bytes "
+                   "predict)\n", world > 1 ? " among rank 0's" : "");
+        printf("%-6s %10s %12s", "seqs", "ms/step", "x 1 seq");
+        if (res->moe) printf(" %14s %10s", "experts/layer", "bytes x 1");
+        printf(" %12s\n", "agg t/s");
         for (int ki = 0; ki < o->nk; ki++) {
             printf("%-6d %10.2f ", o->klist[ki], R->k_ms[ki]);
             if (res->k1_ms > 0.0) printf("%12.2f", R->k_ms[ki] / res->k1_ms);
             else printf("%12s", "-");
+            if (res->moe) printf(" %14.1f %10.2f", res->k_xpl[ki], res->k_pred[ki]);
             printf(" %12.2f\n", o->klist[ki] * 1e3 / R->k_ms[ki]);
         }
     }

@@ -357,12 +357,12 @@ enum tp_status tp_parallel_write_shards_moe(const char *model_path, int world, c
         rc = tp_error_set(err, TP_ERR_INVALID_ARG, "-n %d is out of range [1, %d]", world, TP_PLAN_MAX_RANKS);
         goto out;
     }
-    if (pr->hp.n_expert > 0 && tp_hf_is_dir(model_path)) {
+    if (pr->hp.arch == TP_ARCH_GPTOSS && tp_hf_is_dir(model_path)) {
         rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
-                          "%s is a Hugging Face mixture-of-experts directory (%d experts): tpserve shard cuts "
-                          "mixture-of-experts models from GGUF files only; shard the GGUF, or give every rank the "
-                          "directory (each rank reads only its slice of the experts)",
-                          model_path, pr->hp.n_expert);
+                          "%s is a Hugging Face gpt-oss directory: tpserve shard cuts its fused MXFP4 experts from "
+                          "GGUF files only; shard the GGUF, or give every rank the directory (each rank reads only "
+                          "its slice of the experts)",
+                          model_path);
         goto out;
     }
     if (shard_weights && *shard_weights) TP_CHECK_GOTO(tp_parallel_parse_weights(shard_weights, world, w, err), rc, out);

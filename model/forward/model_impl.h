@@ -63,6 +63,10 @@ struct tp_layer {
     /* the stacked ffn_{gate,up,down}_exps tensors when held whole (the per-expert
      * matrices are then views into them: owned NULL); data NULL otherwise */
     struct tp_wmat xstack[3];
+    /* the held experts' re-laid (x16) matrices, in n_xarena buffers of consecutive experts, owned
+     * (repack.c; the per-expert matrices are views into them, owned NULL); NULL when none was re-laid */
+    uint8_t **xarena;
+    int n_xarena;
     /* Qwen2-MoE shared expert (on the rank holding it, else rows 0): gate/up (n_ff_shexp, n_embd),
      * down (n_embd, n_ff_shexp), and its gate vector (n_embd) owned (NULL where not held) */
     struct tp_wmat sgate, sup, sdown;
