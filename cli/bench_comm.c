@@ -2,9 +2,11 @@
  * cli/bench_comm.c - `tpserve bench comm`: collective latency and
  * bandwidth per message size, run on every rank of a group
  * (`tpserve launch -n 2 -- tpserve bench comm`); --compare-mpi times the
- * same op through MPI in the same processes, call by call.  Output: a table
- * on rank 0's stdout, or one JSON object per size (--json).  Method, the
- * bandwidth definitions and the JSON fields: docs/performance.md.
+ * same op through MPI in the same processes, call by call; --decode N_EMBD
+ * times the collectives of one greedy decode step instead (what `tpserve plan
+ * --comm-json` reads).  Output: a table on rank 0's stdout, or one JSON object
+ * per size or collective (--json).  Method, the bandwidth definitions and the
+ * JSON fields: docs/performance.md.
  */
 #include <ctype.h>
 #include <netinet/in.h>
@@ -17,9 +19,10 @@
 
 #include "cli.h"
 #include "comm/comm.h"
+#include "parallel/parallel.h"
 
-enum bench_op { OP_ALL_SUM = 0, OP_ALL_GATHER, OP_SUM_SCATTER, OP_BROADCAST, OP_COUNT };
-static const char *const op_names[OP_COUNT] = {"all_sum", "all_gather", "sum_scatter", "broadcast"};
+enum bench_op { OP_ALL_SUM = 0, OP_ALL_GATHER, OP_SUM_SCATTER, OP_BROADCAST, OP_GATHER, OP_COUNT };
+static const char *const op_names[OP_COUNT] = {"all_sum", "all_gather", "sum_scatter", "broadcast", "gather"};
 
 /* "64K", "1MiB", "4G", "512": bytes.  TP_OK or TP_ERR_INVALID_ARG. */
 static enum tp_status parse_bytes(const char *s, size_t *out)
@@ -50,6 +53,7 @@ static enum tp_status run_op(tp_comm_t *c, enum bench_op op, void *a, void *b, s
     case OP_ALL_SUM: return tp_comm_all_sum(c, a, b, count, dt);
     case OP_ALL_GATHER: return tp_comm_all_gather(c, a, b, count, dt);
     case OP_SUM_SCATTER: return tp_comm_sum_scatter(c, a, b, count, dt);
+    case OP_GATHER: return tp_comm_gather(c, a, b, count, dt, 0);
     default: return tp_comm_broadcast(c, a, count, dt, 0);
     }
 }
@@ -61,9 +65,9 @@ static enum tp_status median_max(tp_comm_t *c, double *times, int iters, double 
     return tp_comm_all_max(c, med, med, 1, TP_DTYPE_I64); /* positive doubles order like i64 */
 }
 
-/* --sync: *sync_t = the median over the calls of [the last rank's exit - the last rank's entry] (the ranks'
- * times gathered; ranks on one machine share its clock), the time a call takes once every rank is in it.
- * t0[i], t1[i]: this rank's entry and exit ns of call i. */
+/* --sync: sync_t[0] = the median over the calls of [the last rank's exit - the last rank's entry] (the
+ * ranks' times gathered; ranks on one machine share its clock), the time a call takes once every rank is
+ * in it; sync_t[1] = their mean.  t0[i], t1[i]: this rank's entry and exit ns of call i. */
 static enum tp_status median_synced(tp_comm_t *c, const uint64_t *t0, const uint64_t *t1, int iters, double *sync_t)
 {
     const int n = tp_comm_size(c);
@@ -84,14 +88,37 @@ static enum tp_status median_synced(tp_comm_t *c, const uint64_t *t0, const uint
         }
         d[i] = out > in ? (double)(out - in) * 1e-9 : 0.0;
     }
-    if (st == TP_OK) *sync_t = tp_median(d, iters);
+    if (st == TP_OK) {
+        double sum = 0.0;
+        for (int i = 0; i < iters; i++) sum += d[i];
+        sync_t[1] = sum / iters;
+        sync_t[0] = tp_median(d, iters);
+    }
     free(mine), free(all), free(d);
     return st;
 }
 
+/* --gap-bytes: before each all_sum and the gather of a --decode step a rank reads this many bytes of its
+ * own buffer, as the forward pass reads its weights between two collectives.  bytes 0: none. */
+struct bc_gap {
+    const uint64_t *buf;
+    size_t bytes;
+};
+
+static volatile uint64_t gap_sink; /* keeps the reads */
+
+static void gap_read(const struct bc_gap *g)
+{
+    if (!g || !g->bytes) return;
+    uint64_t s = 0;
+    for (size_t i = 0; i < g->bytes / sizeof(uint64_t); i++) s += g->buf[i];
+    gap_sink = s;
+}
+
 /* *t = median seconds per call over iters timed calls, max over ranks; with a
  * second group (mpi), its calls alternate with ours one by one so both see
- * the same machine load, and *mpi_t is its median.  On failure the status of
+ * the same machine load, and *mpi_t is its median; sync_t (may be NULL):
+ * the median and mean synced times (median_synced).  On failure the status of
  * the failed call, *which = 1 when it was the mpi group's. */
 static enum tp_status measure(tp_comm_t *c, tp_comm_t *mpi, enum bench_op op, void *a, void *b, size_t count,
                               enum tp_dtype dt, int iters, int warmup, double *times, double *mtimes, double *t,
@@ -101,25 +128,30 @@ static enum tp_status measure(tp_comm_t *c, tp_comm_t *mpi, enum bench_op op, vo
     *which = 0;
     uint64_t *ts = sync_t ? malloc(sizeof(uint64_t) * 2 * (size_t)iters) : NULL;
     if (sync_t && !ts) return TP_ERR_NOMEM;
-    if ((st = tp_comm_barrier(c)) != TP_OK) return st;
+    if ((st = tp_comm_barrier(c)) != TP_OK) goto out;
     for (int i = 0; i < warmup; i++) {
-        if ((st = run_op(c, op, a, b, count, dt)) != TP_OK) return st;
-        if (mpi && (st = run_op(mpi, op, a, b, count, dt)) != TP_OK) return *which = 1, st;
+        if ((st = run_op(c, op, a, b, count, dt)) != TP_OK) goto out;
+        if (mpi && (st = run_op(mpi, op, a, b, count, dt)) != TP_OK) goto out_mpi;
     }
     for (int i = 0; i < iters; i++) {
         uint64_t t0 = tp_now_ns();
-        if ((st = run_op(c, op, a, b, count, dt)) != TP_OK) return st;
+        if ((st = run_op(c, op, a, b, count, dt)) != TP_OK) goto out;
         uint64_t t1 = tp_now_ns();
         times[i] = (double)(t1 - t0) * 1e-9;
         if (ts) ts[i] = t0, ts[iters + i] = t1;
         if (mpi) {
-            if ((st = run_op(mpi, op, a, b, count, dt)) != TP_OK) return *which = 1, st;
+            if ((st = run_op(mpi, op, a, b, count, dt)) != TP_OK) goto out_mpi;
             mtimes[i] = (double)(tp_now_ns() - t1) * 1e-9;
         }
     }
-    if (mpi && (st = median_max(mpi, mtimes, iters, mpi_t)) != TP_OK) return *which = 1, st;
+    if (mpi && (st = median_max(mpi, mtimes, iters, mpi_t)) != TP_OK) goto out_mpi;
     st = median_max(c, times, iters, t);
     if (st == TP_OK && ts) st = median_synced(c, ts, ts + iters, iters, sync_t);
+out:
+    free(ts);
+    return st;
+out_mpi:
+    *which = 1;
     free(ts);
     return st;
 }
@@ -130,6 +162,7 @@ static double bus_factor(enum bench_op op, int n)
     switch (op) {
     case OP_ALL_SUM: return 2.0 * (n - 1) / n;
     case OP_ALL_GATHER:
+    case OP_GATHER:
     case OP_SUM_SCATTER: return (double)(n - 1) / n;
     default: return 1.0;
     }
@@ -186,17 +219,21 @@ struct bc_opts {
     enum tp_dtype dt;
     size_t min_b, max_b;
     int iters, warmup, json, compare_mpi, sync;
+    int decode_embd;                /* --decode: the model width (0: a size sweep) */
+    size_t gap_bytes;               /* --gap-bytes with --decode */
+    enum tp_wire_dtype wire_dtype;  /* --comm-dtype with --decode */
 };
 
 /* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after --help, 2 after printing a
  * usage error. */
 static int bc_parse(int argc, char **argv, struct bc_opts *o)
 {
-    const char *opname = "all_sum", *dtname = "f32", *min_s = "1K", *max_s = "256M";
+    const char *opname = "all_sum", *dtname = "f32", *min_s = "1K", *max_s = "256M", *wire = "f32", *gap_s = NULL;
     *o = (struct bc_opts){.warmup = -1};
     const struct tp_opt opts[] = {
         {"backend", 'b', TP_OPT_STRING, &o->backend, "NAME", "ring | rdma | mpi (default: TP_BACKEND or ring)", 0, 0},
-        {"op", 0, TP_OPT_STRING, &opname, "OP", "all_sum (default) | all_gather | sum_scatter | broadcast", 0, 0},
+        {"op", 0, TP_OPT_STRING, &opname, "OP", "all_sum (default) | all_gather | sum_scatter | broadcast | gather", 0,
+         0},
         {"dtype", 0, TP_OPT_STRING, &dtname, "T", "f32 (default) | f16 | bf16 | i32 | i64 | u8", 0, 0},
         {"min-bytes", 0, TP_OPT_STRING, &min_s, "SIZE", "smallest message (default 1K; K/M/G suffixes)", 0, 0},
         {"max-bytes", 0, TP_OPT_STRING, &max_s, "SIZE", "largest message (default 256M)", 0, 0},
@@ -208,8 +245,18 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
          "also time the same op through MPI in the same run (needs an MPI group)", 0, 0},
         {"sync", 0, TP_OPT_FLAG, &o->sync, NULL,
          "ranks on this machine (one clock): also the median time from the last rank's entry to the last rank's "
-         "exit (sync_lat_us_median: without the waits for a late rank)",
+         "exit (sync_lat_us_median and _mean: without the waits for a late rank)",
          0, 0},
+        {"decode", 0, TP_OPT_INT, &o->decode_embd, "N_EMBD",
+         "time the collectives of one greedy decode step of a model this wide instead of a size sweep: the step "
+         "header broadcast, the all_sum of N_EMBD activations, the argmax gather (for `tpserve plan --comm-json`)",
+         1, 1 << 24},
+        {"gap-bytes", 0, TP_OPT_STRING, &gap_s, "SIZE",
+         "with --decode: bytes each rank reads from memory before each all_sum and the gather, as the forward pass "
+         "reads its weights between collectives (its bytes per token / (2 n_layer + 2); default 0: none)",
+         0, 0},
+        {"comm-dtype", 0, TP_OPT_STRING, &wire, "T",
+         "with --decode: activations on the wire, f32 (default) | f16 | bf16 | q8, as `serve --comm-dtype`", 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int np = 0;
@@ -219,11 +266,30 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
                           "       mpirun -n 2 --mca btl tcp,self tpserve bench comm --compare-mpi [options]",
                           opts, argc, argv, NULL, 0, &np, NULL, NULL);
     if (rc) return rc;
+    if (tp_wire_dtype_parse(wire, &o->wire_dtype) != TP_OK) {
+        fprintf(stderr, "tpserve bench comm: --comm-dtype must be f32, f16, bf16 or q8, got '%s'\n", wire);
+        return 2;
+    }
+    if (o->decode_embd && (o->compare_mpi || strcmp(opname, "all_sum") != 0 || strcmp(dtname, "f32") != 0 ||
+                           strcmp(min_s, "1K") != 0 || strcmp(max_s, "256M") != 0)) {
+        fprintf(stderr, "tpserve bench comm: --decode times the decode step's own collectives and sizes; leave out "
+                        "--op, --dtype, --min-bytes, --max-bytes and --compare-mpi\n");
+        return 2;
+    }
+    if (!o->decode_embd && (strcmp(wire, "f32") != 0 || gap_s)) {
+        fprintf(stderr, "tpserve bench comm: --comm-dtype and --gap-bytes go with --decode\n");
+        return 2;
+    }
+    if (gap_s && (parse_bytes(gap_s, &o->gap_bytes) != TP_OK || o->gap_bytes > ((size_t)16 << 30))) {
+        fprintf(stderr, "tpserve bench comm: --gap-bytes wants a size up to 16G (e.g. 8M), got '%s'\n", gap_s);
+        return 2;
+    }
     o->op = OP_COUNT;
     for (int i = 0; i < OP_COUNT; i++)
         if (strcmp(opname, op_names[i]) == 0) o->op = (enum bench_op)i;
     if (o->op == OP_COUNT) {
-        fprintf(stderr, "tpserve bench comm: --op must be all_sum, all_gather, sum_scatter or broadcast, got '%s'\n",
+        fprintf(stderr,
+                "tpserve bench comm: --op must be all_sum, all_gather, sum_scatter, broadcast or gather, got '%s'\n",
                 opname);
         return 2;
     }
@@ -239,6 +305,11 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
         fprintf(stderr, "tpserve bench comm: want 1 <= --min-bytes <= --max-bytes <= 4G (e.g. 1K, 256M), got %s / %s\n",
                 min_s, max_s);
         return 2;
+    }
+    if (o->decode_embd) { /* its own calls: buffers for the largest (f32 activations, or the 256-byte header) */
+        o->op = OP_ALL_SUM;
+        o->dt = TP_DTYPE_F32;
+        o->min_b = o->max_b = TP_MAX((size_t)o->decode_embd * 4, (size_t)256);
     }
     enum tp_comm_backend be;
     if (o->backend && tp_comm_backend_parse(o->backend, &be) != TP_OK) {
@@ -261,6 +332,7 @@ struct bc_run {
     tp_comm_t *mpi;        /* --compare-mpi: the MPI group of the same processes; NULL otherwise */
     unsigned char *a, *b;  /* input and output buffers of the largest size */
     double *times;         /* (2 x 500000): our call times, then the MPI group's */
+    struct bc_gap gap;     /* --gap-bytes: the buffer read before each --decode call (owned) */
 };
 
 static void bc_run_free(struct bc_run *R)
@@ -270,6 +342,7 @@ static void bc_run_free(struct bc_run *R)
     tp_aligned_free(R->a);
     tp_aligned_free(R->b);
     free(R->times);
+    tp_aligned_free((void *)R->gap.buf);
     memset(R, 0, sizeof *R);
 }
 
@@ -307,8 +380,11 @@ static enum tp_status bc_buffers(struct bc_run *R, const struct bc_opts *o, stru
 {
     const int me = tp_comm_rank(R->c), n = tp_comm_size(R->c);
     const size_t es = tp_dtype_size(o->dt);
-    const size_t in_mult = o->op == OP_SUM_SCATTER ? (size_t)n : 1, out_mult = o->op == OP_ALL_GATHER ? (size_t)n : 1;
-    /* bytes = full output buffer (all_gather: n blocks; sum_scatter: the input) */
+    /* --decode: every call's send and receive fit n blocks of the largest one */
+    const int n_blocks = o->decode_embd || o->op == OP_SUM_SCATTER || o->op == OP_ALL_GATHER || o->op == OP_GATHER;
+    const size_t in_mult = o->decode_embd || o->op == OP_SUM_SCATTER ? (size_t)n : 1;
+    const size_t out_mult = n_blocks && o->op != OP_SUM_SCATTER ? (size_t)n : 1;
+    /* bytes = full output buffer (all_gather, gather: n blocks; sum_scatter: the input) */
     const size_t max_count = TP_MAX(o->max_b / es, 1);
     R->a = tp_aligned_alloc(64, max_count * es * in_mult + 64);
     R->b = tp_aligned_alloc(64, max_count * es * out_mult + 64);
@@ -321,6 +397,13 @@ static enum tp_status bc_buffers(struct bc_run *R, const struct bc_opts *o, stru
         else memset(R->a + i * es, 0, es);
     }
     memset(R->b, 0, max_count * es * out_mult);
+    if (o->gap_bytes) {
+        const size_t words = (o->gap_bytes + 7) / 8;
+        uint64_t *g = tp_aligned_alloc(64, words * sizeof(uint64_t));
+        if (!g) return tp_error_set(err, TP_ERR_NOMEM, "out of memory for --gap-bytes %zu", o->gap_bytes);
+        for (size_t i = 0; i < words; i++) g[i] = i * 0x9E3779B97F4A7C15ull; /* touched: really in memory */
+        R->gap = (struct bc_gap){g, words * sizeof(uint64_t)};
+    }
     return TP_OK;
 }
 
@@ -340,7 +423,7 @@ static void bc_report_header(const struct bc_run *R, const struct bc_opts *o)
 
 /* One size's line: t (and tm with --compare-mpi) seconds per call of real_bytes. */
 static void bc_report_row(const struct bc_run *R, const struct bc_opts *o, size_t real_bytes, int it, double t,
-                          double tm, double ts)
+                          double tm, const double *ts)
 {
     const int n = tp_comm_size(R->c);
     const double bf = bus_factor(o->op, n);
@@ -355,17 +438,113 @@ static void bc_report_row(const struct bc_run *R, const struct bc_opts *o, size_
             printf(",\"mpi_lat_us_median\":%.3f,\"mpi_busbw_gbs\":%.4f,\"lat_ratio_vs_mpi\":%.3f,"
                    "\"busbw_ratio_vs_mpi\":%.3f",
                    tm * 1e6, mbus, t / tm, bus / mbus);
-        if (o->sync) printf(",\"sync_lat_us_median\":%.3f", ts * 1e6);
+        if (o->sync) printf(",\"sync_lat_us_median\":%.3f,\"sync_lat_us_mean\":%.3f", ts[0] * 1e6, ts[1] * 1e6);
         printf("}\n");
     } else {
         char sz[32];
         fmt_size(real_bytes, sz, sizeof sz);
         printf("%10s %7d %12.2f %10.3f %10.3f", sz, it, t * 1e6, alg, bus);
         if (R->mpi) printf(" %12.2f %10.3f %9.2f %9.2f", tm * 1e6, mbus, t / tm, bus / mbus);
-        if (o->sync) printf(" %12.2f", ts * 1e6);
+        if (o->sync) printf(" %12.2f", ts[0] * 1e6);
         printf("\n");
     }
     fflush(stdout);
+}
+
+/* One --decode collective's result line on rank 0. */
+static void bc_decode_row(const struct bc_run *R, const struct bc_opts *o, const struct tp_parallel_coll_cost *c,
+                          enum bench_op op, int it, double t, const double *ts)
+{
+    const int n = tp_comm_size(R->c);
+    const size_t bytes = c->count * tp_dtype_size(c->dt);
+    if (o->json) {
+        printf("{\"backend\":\"%s\",\"op\":\"%s\",\"what\":\"%s\",\"dtype\":\"%s\",\"ranks\":%d,"
+               "\"bytes\":%zu,\"gap_bytes\":%zu,\"iters\":%d,\"lat_us_median\":%.3f",
+               tp_comm_backend_name(tp_comm_backend(R->c)), op_names[op], c->what, tp_dtype_name(c->dt), n, bytes,
+               o->gap_bytes, it, t * 1e6);
+        if (o->sync) printf(",\"sync_lat_us_median\":%.3f,\"sync_lat_us_mean\":%.3f", ts[0] * 1e6, ts[1] * 1e6);
+        printf("}\n");
+    } else {
+        printf("%14s %10s %8zu %7d %12.2f", c->what, op_names[op], bytes, it, t * 1e6);
+        if (o->sync) printf(" %18.2f %18.2f", ts[0] * 1e6, ts[1] * 1e6);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+static enum bench_op bench_op_of(enum tp_comm_op op)
+{
+    switch (op) {
+    case TP_COMM_OP_ALL_SUM: return OP_ALL_SUM;
+    case TP_COMM_OP_ALL_GATHER: return OP_ALL_GATHER;
+    case TP_COMM_OP_GATHER: return OP_GATHER;
+    default: return OP_BROADCAST;
+    }
+}
+
+/*
+ * --decode: the collectives of a greedy decode step over this group (tp_parallel_decode_cost of one
+ * layer), run as the engine runs them, step after step: the step header broadcast, then each all_sum
+ * and the argmax gather after the rank has read --gap-bytes (its share of the forward pass), so each call
+ * meets the ranks as a decode step does (the root starts a step while the workers wait; a rank may be
+ * asleep or waiting for its core).  Every call of the timed steps is timed; per collective, one line on
+ * rank 0 (median per rank, and with --sync the median and mean once every rank is in it).  Returns the
+ * exit code.
+ */
+static int bc_decode(struct bc_run *R, const struct bc_opts *o)
+{
+    const int me = tp_comm_rank(R->c), n = tp_comm_size(R->c);
+    struct tp_parallel_decode_cost dc;
+    tp_parallel_decode_cost(1, o->decode_embd, o->wire_dtype, n, me, &dc);
+    if (me == 0 && !o->json)
+        printf("# tpserve bench comm --decode %d: backend %s, %d ranks, activations %s, %zu bytes read before each "
+               "all_sum and the gather\n%14s %10s %8s %7s %12s%s\n",
+               o->decode_embd, tp_comm_backend_name(tp_comm_backend(R->c)), n, tp_wire_dtype_name(o->wire_dtype),
+               o->gap_bytes, "collective", "op", "bytes", "iters", "lat_us(med)",
+               o->sync ? "  sync_lat_us(med)  sync_lat_us(mean)" : "");
+    const int steps = o->iters ? o->iters : 300, wu = o->warmup >= 0 ? o->warmup : TP_MAX(2, steps / 10);
+    int calls = 0; /* per step */
+    for (int i = 0; i < dc.n; i++) calls += dc.c[i].times;
+    /* t0, t1 of call k of step s of collective i: ts[i] + (2 x its calls per step x steps) */
+    uint64_t *ts = malloc(sizeof(uint64_t) * 2 * (size_t)calls * (size_t)steps);
+    if (!ts) return tp_cli_fail("bench comm", "out of memory for %d x %d call times", calls, steps);
+    int exit_code = 0;
+    enum tp_status st = tp_comm_barrier(R->c);
+    for (int s = -wu; s < steps && st == TP_OK; s++) {
+        size_t base = 0;
+        for (int i = 0; i < dc.n && st == TP_OK; i++) {
+            const struct tp_parallel_coll_cost *c = &dc.c[i];
+            const size_t per = (size_t)c->times * (size_t)steps;
+            for (int k = 0; k < c->times && st == TP_OK; k++) {
+                if (c->op != TP_COMM_OP_BROADCAST) gap_read(&R->gap);
+                const uint64_t t0 = tp_now_ns();
+                st = run_op(R->c, bench_op_of(c->op), R->a, R->b, c->count, c->dt);
+                const uint64_t t1 = tp_now_ns();
+                if (s >= 0) {
+                    const size_t j = (size_t)s * (size_t)c->times + (size_t)k;
+                    ts[2 * base + j] = t0;
+                    ts[2 * base + per + j] = t1;
+                }
+            }
+            base += per;
+        }
+    }
+    size_t base = 0;
+    for (int i = 0; i < dc.n && st == TP_OK; i++) {
+        const struct tp_parallel_coll_cost *c = &dc.c[i];
+        const int m = c->times * steps;
+        const uint64_t *t0 = ts + 2 * base, *t1 = t0 + m;
+        for (int j = 0; j < m; j++) R->times[j] = (double)(t1[j] - t0[j]) * 1e-9;
+        double t = 0, sync[2] = {0, 0};
+        st = median_max(R->c, R->times, m, &t);
+        if (st == TP_OK && o->sync) st = median_synced(R->c, t0, t1, m, sync);
+        if (st == TP_OK && me == 0) bc_decode_row(R, o, c, bench_op_of(c->op), m, t, sync);
+        base += (size_t)m;
+    }
+    if (st != TP_OK)
+        exit_code = tp_cli_fail("bench comm", "rank %d: --decode failed: %s", me, tp_comm_last_error(R->c));
+    free(ts);
+    return exit_code;
 }
 
 /* ------------------------------------------------------------------ command */
@@ -382,19 +561,24 @@ int tp_bench_comm(int argc, char **argv)
         bc_run_free(&R);
         return tp_cli_fail("bench comm", "%s", err.msg);
     }
+    if (o.decode_embd) {
+        int exit_code = bc_decode(&R, &o);
+        bc_run_free(&R);
+        return exit_code;
+    }
     const int me = tp_comm_rank(R.c), n = tp_comm_size(R.c);
     const size_t es = tp_dtype_size(o.dt);
-    const size_t blocks = o.op == OP_ALL_GATHER || o.op == OP_SUM_SCATTER ? (size_t)n : 1;
+    const size_t blocks = o.op == OP_ALL_GATHER || o.op == OP_SUM_SCATTER || o.op == OP_GATHER ? (size_t)n : 1;
     if (me == 0 && !o.json) bc_report_header(&R, &o);
     int exit_code = 0;
     for (size_t bytes = o.min_b; bytes <= o.max_b; bytes *= 2) {
         const size_t count = TP_MAX(bytes / es / blocks, 1), real_bytes = count * es * blocks;
         const int it = o.iters ? o.iters : (int)TP_MAX(5.0, TP_MIN(1000.0, 4e8 / (double)real_bytes));
         const int wu = o.warmup >= 0 ? o.warmup : TP_MAX(2, it / 10);
-        double t = 0, tm = 0, ts = 0;
+        double t = 0, tm = 0, ts[2] = {0, 0};
         int which = 0;
         if (measure(R.c, R.mpi, o.op, R.a, R.b, count, o.dt, it, wu, R.times, R.times + 500000, &t, &tm,
-                    o.sync ? &ts : NULL, &which) != TP_OK) {
+                    o.sync ? ts : NULL, &which) != TP_OK) {
             exit_code = tp_cli_fail("bench comm", "rank %d: %s%s of %zu bytes failed: %s", me, which ? "MPI " : "",
                                     op_names[o.op], real_bytes, tp_comm_last_error(which ? R.mpi : R.c));
             break;

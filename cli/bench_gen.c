@@ -84,10 +84,12 @@ static void gen_reset(struct gen_ctx *g) { g->reset = 1; }
  * its own argmax, from empty caches or (--seqs-ctx) after each sequence was
  * prefilled with ctx tokens of prompt[n_prompt] (untimed, n_batch tokens per
  * call), so the steps attend over ctx.. positions as a server's do.  ids[k]
- * hold the first tokens and get the last.  *sec = elapsed time of the steps.
+ * hold the first tokens and get the last.  *sec = elapsed time of the steps;
+ * *during = what this rank's model counted over them (its stats after minus
+ * before: expert_bytes and expert_runs are the ones read).
  */
 static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, const int32_t *prompt, int n_prompt,
-                                int n_batch, int32_t *ids, int32_t *clear, double *sec)
+                                int n_batch, int32_t *ids, int32_t *clear, double *sec, struct tp_model_stats *during)
 {
     for (int i = 0; i < k; i++) clear[i] = i;
     static const int32_t zeros[64] = {0};
@@ -109,6 +111,8 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
             n_clear = 0;
         }
     }
+    struct tp_model_stats s0, s1;
+    tp_model_get_stats(g->m, &s0);
     double t0 = tp_now_s();
     for (int s = 0; s < steps; s++) {
         for (int i = 0; i < k; i++) {
@@ -124,6 +128,23 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
         if (rc != TP_OK) return rc;
     }
     *sec = tp_now_s() - t0;
+    tp_model_get_stats(g->m, &s1);
+    during->expert_bytes = s1.expert_bytes - s0.expert_bytes;
+    during->expert_runs = s1.expert_runs - s0.expert_runs;
+    return TP_OK;
+}
+
+/* `steps` greedy decode steps of sequence 0 from position n (its first input prompt[n - 1], or prompt[0] when
+ * n is 0); *tg_sec: their elapsed time (NULL: not wanted). */
+static enum tp_status gen_decode_from(struct gen_ctx *g, const int32_t *prompt, int n, int steps, double *tg_sec)
+{
+    int32_t t = prompt[n > 0 ? n - 1 : 0];
+    const double t0 = tp_now_s();
+    for (int i = 0; i < steps; i++) {
+        enum tp_status rc = gen_decode(g, &t, n + i);
+        if (rc != TP_OK) return rc;
+    }
+    if (tg_sec) *tg_sec = tp_now_s() - t0;
     return TP_OK;
 }
 
@@ -143,14 +164,7 @@ static enum tp_status gen_prefill_decode(struct gen_ctx *g, const int32_t *promp
         if (rc != TP_OK) return rc;
     }
     if (pp_sec) *pp_sec = tp_now_s() - t0;
-    int32_t t = prompt[n > 0 ? n - 1 : 0];
-    t0 = tp_now_s();
-    for (int i = 0; i < steps; i++) {
-        enum tp_status rc = gen_decode(g, &t, n + i);
-        if (rc != TP_OK) return rc;
-    }
-    if (tg_sec) *tg_sec = tp_now_s() - t0;
-    return TP_OK;
+    return steps > 0 ? gen_decode_from(g, prompt, n, steps, tg_sec) : TP_OK;
 }
 
 /* Parse "a,b,c" into out[<= max] within [lo, hi]; the count, or -1 after printing what is wrong. */
@@ -495,10 +509,14 @@ struct gen_run {
     size_t tg_op[100][2];     /* --comm-sync: each decode rep's collectives [first, end) in the op log */
     double tg_sync_ms;        /* --comm-sync: rank 0's decode communication ms per token after all ranks entered */
     double k_ms[16];          /* --seqs: median ms per step for klist[i] */
+    double k_xbytes[16], k_xruns[16]; /* --seqs, mixture of experts: rank 0's expert bytes streamed and (layer,
+                                       * expert) runs per step for klist[i], mean over the reps (measured) */
     double p_tps[16];         /* --prompt-sizes: median prefill t/s for plist[i] */
     double d_ms[16], d_kv[16]; /* --depth: median ms per decode step after dlist[i]; KV bytes every rank reads
                                 * per step (mean over the steps) */
     double d_flop[16];        /* --depth: attention FLOPs per step, all ranks (2 per multiply-add of q.k and p.v) */
+    double d_bw[16];          /* --depth: median of the bandwidth probes (summed over ranks) taken right before
+                               * each rep's decode at dlist[i], after its prefill */
     double v_ms1, v_msk;      /* --verify: median ms of a one-token step and of a K + 1 token step */
     struct gen_spec_stats spec[2]; /* --spec: [0] plain, [1] speculative (medians of tokens/s over reps) */
     int spec_same;            /* --spec: the two decodes gave the same tokens */
@@ -515,6 +533,13 @@ static double depth_attn_gflops(const struct gen_run *R, const struct gen_opts *
         if (o->dlist[k] == 0) ms0 = R->d_ms[k];
     const double extra_ms = R->d_ms[i] - ms0;
     return ms0 >= 0.0 && o->dlist[i] > 0 && extra_ms > 0.0 ? R->d_flop[i] / (extra_ms * 1e6) : 0.0;
+}
+
+/* --depth: the bound of dlist[i] in ms, (weight bytes bpt + KV bytes read) / the bandwidth probed before its
+ * decodes (0 without a probe) */
+static double depth_bound_ms(const struct gen_run *R, uint64_t bpt, int i)
+{
+    return R->d_bw[i] > 0.0 ? ((double)bpt + R->d_kv[i]) / (R->d_bw[i] * 1e9) * 1e3 : 0.0;
 }
 
 static void gen_run_free(struct gen_run *R)
@@ -640,14 +665,19 @@ static enum tp_status gen_seq_steps(struct gen_run *R, const struct gen_opts *o,
 {
     double ks[16 * 100]; /* (nk, reps) */
     int32_t ids[64], clear[64];
+    for (int ki = 0; ki < o->nk; ki++) R->k_xbytes[ki] = R->k_xruns[ki] = 0.0;
     for (int r = 0; r < o->reps; r++) {
         for (int ki = 0; ki < o->nk; ki++) {
             for (int i = 0; i < o->klist[ki]; i++) ids[i] = R->bufs.prompt[i % R->nb];
             double sec = 0.0;
-            if (gen_multi(&R->g, o->klist[ki], o->n, o->seqs_ctx, R->bufs.prompt, R->nb, R->nb, ids, clear, &sec) !=
-                TP_OK)
+            struct tp_model_stats d;
+            memset(&d, 0, sizeof d);
+            if (gen_multi(&R->g, o->klist[ki], o->n, o->seqs_ctx, R->bufs.prompt, R->nb, R->nb, ids, clear, &sec,
+                          &d) != TP_OK)
                 return tp_error_set(err, TP_ERR_PEER, "batched decode failed: %s", tp_parallel_last_error(R->g.par));
             ks[ki * o->reps + r] = sec * 1e3 / o->n;
+            R->k_xbytes[ki] += (double)d.expert_bytes / o->n / o->reps;
+            R->k_xruns[ki] += (double)d.expert_runs / o->n / o->reps;
         }
     }
     for (int ki = 0; ki < o->nk; ki++) R->k_ms[ki] = tp_median(ks + ki * o->reps, o->reps);
@@ -658,18 +688,26 @@ static enum tp_status gen_seq_steps(struct gen_run *R, const struct gen_opts *o,
 static enum tp_status gen_sizes(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
 {
     double ts[32 * 100]; /* (np_sizes + nd, reps) */
+    double bws[16 * 100]; /* (nd, reps) probes before the decodes */
     const int32_t *prompt = R->bufs.prompt;
     for (int r = 0; r < o->reps; r++) {
         for (int i = 0; i < o->np_sizes; i++)
             if (gen_prefill_decode(&R->g, prompt, o->plist[i], o->chunk, 0, &ts[i * o->reps + r], NULL) != TP_OK)
                 return tp_error_set(err, TP_ERR_PEER, "prefill of %d tokens failed: %s", o->plist[i],
                                     tp_parallel_last_error(R->g.par));
-        for (int i = 0; i < o->nd; i++)
-            if (gen_prefill_decode(&R->g, prompt, o->dlist[i], o->chunk, o->n, NULL, &ts[(16 + i) * o->reps + r]) !=
-                TP_OK)
+        for (int i = 0; i < o->nd; i++) {
+            /* prefill, a probe on every rank, then the timed decode: each depth's bound from its own moment */
+            double pr[TP_PLAN_MAX_RANKS], by[TP_PLAN_MAX_RANKS], sum = 0.0;
+            if (gen_prefill_decode(&R->g, prompt, o->dlist[i], o->chunk, 0, NULL, NULL) != TP_OK ||
+                gen_probe_all(R->g.par, R->world, pr, by) != TP_OK ||
+                gen_decode_from(&R->g, prompt, o->dlist[i], o->n, &ts[(16 + i) * o->reps + r]) != TP_OK)
                 return tp_error_set(err, TP_ERR_PEER, "decode at depth %d failed: %s", o->dlist[i],
                                     tp_parallel_last_error(R->g.par));
+            for (int q = 0; q < TP_MIN(R->world, TP_PLAN_MAX_RANKS); q++) sum += pr[q];
+            bws[i * o->reps + r] = sum;
+        }
     }
+    for (int i = 0; i < o->nd; i++) R->d_bw[i] = tp_median(bws + i * o->reps, o->reps);
     for (int i = 0; i < o->np_sizes; i++) R->p_tps[i] = o->plist[i] / tp_median(ts + i * o->reps, o->reps);
     for (int i = 0; i < o->nd; i++) R->d_ms[i] = tp_median(ts + (16 + i) * o->reps, o->reps) * 1e3 / o->n;
     /* every rank reads the K and V of its held KV heads */
@@ -917,7 +955,31 @@ struct gen_result {
     double comm_frac;                 /* all_sum share of rank 0's decode forward time */
     double cpt_ms, mpt_ms, bpt_sent;  /* rank 0 per decoded token: compute, communication, bytes sent */
     double k1_ms;                     /* --seqs step time of 1 sequence, 0 when not measured */
+    double k_pred[16], k_xpl[16];     /* --seqs, mixture of experts: the step's bytes over one sequence's
+                                       * (predicted ratio), distinct experts run per layer (rank 0's) */
 };
+
+/* --seqs of a mixture of experts: a step of k sequences reads rank 0's weights other than its experts once
+ * (attention, routers, output head: the same for any k) plus the distinct experts its k tokens selected
+ * (measured per step); res->k_pred = that over the same for one sequence (its own --seqs step, else the
+ * decode reps' mean), the step-time ratio the bytes predict.  KV-cache reads are left out (a few KiB per
+ * sequence at the depths --seqs runs without --seqs-ctx). */
+static void gen_seq_bytes(const struct gen_run *R, const struct gen_opts *o, struct gen_result *res)
+{
+    const uint64_t held = tp_model_expert_weight_bytes(R->g.m);
+    struct tp_model_stats st;
+    tp_model_get_stats(R->g.m, &st);
+    if (!held || o->nk == 0 || R->gp.bytes_read < held) return;
+    const double other = (double)(R->gp.bytes_read - held);
+    double x1 = st.n_decode ? (double)st.expert_bytes_decode / (double)st.n_decode : 0.0;
+    for (int ki = 0; ki < o->nk; ki++)
+        if (o->klist[ki] == 1) x1 = R->k_xbytes[ki];
+    const int n_layer = tp_model_hparams(R->g.m)->n_layer;
+    for (int ki = 0; ki < o->nk; ki++) {
+        res->k_pred[ki] = other + x1 > 0.0 ? (other + R->k_xbytes[ki]) / (other + x1) : 0.0;
+        res->k_xpl[ki] = n_layer > 0 ? R->k_xruns[ki] / n_layer : 0.0;
+    }
+}
 
 static void gen_summarize(struct gen_run *R, const struct gen_opts *o, struct gen_result *res)
 {
@@ -926,6 +988,7 @@ static void gen_summarize(struct gen_run *R, const struct gen_opts *o, struct ge
     memset(res, 0, sizeof *res);
     for (int ki = 0; ki < o->nk; ki++)
         if (o->klist[ki] == 1) res->k1_ms = R->k_ms[ki];
+    gen_seq_bytes(R, o, res);
     for (int q = 0; q < world && n > 0; q++) res->bpt += (uint64_t)b->rank_bytes[q];
     if (n == 0) res->bpt = active_bytes(&R->gp); /* rank 0's own when nothing was decoded */
     res->moe = tp_model_expert_weight_bytes(R->g.m) > 0;
@@ -1005,9 +1068,14 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
     printf("]");
     if (o->nk > 0) {
         printf(",\"seq_steps\":[");
-        for (int ki = 0; ki < o->nk; ki++)
-            printf("%s{\"seqs\":%d,\"step_ms\":%.3f,\"agg_tps\":%.2f}", ki ? "," : "", o->klist[ki], R->k_ms[ki],
+        for (int ki = 0; ki < o->nk; ki++) {
+            printf("%s{\"seqs\":%d,\"step_ms\":%.3f,\"agg_tps\":%.2f", ki ? "," : "", o->klist[ki], R->k_ms[ki],
                    o->klist[ki] * 1e3 / R->k_ms[ki]);
+            if (res->moe)
+                printf(",\"experts_per_layer\":%.2f,\"expert_bytes_per_step\":%.0f,\"bytes_ratio\":%.3f", res->k_xpl[ki],
+                       R->k_xbytes[ki], res->k_pred[ki]);
+            printf("}");
+        }
         printf("]");
     }
     if (o->np_sizes > 0) {
@@ -1038,11 +1106,11 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
     if (o->nd > 0) {
         printf(",\"kv_type\":\"%s\",\"decode_depth\":[", tp_kv_type_name(tp_model_kv_type(m)));
         for (int i = 0; i < o->nd; i++) {
-            const double bound = res->bw > 0.0 ? ((double)res->bpt + R->d_kv[i]) / (res->bw * 1e9) * 1e3 : 0.0;
-            printf("%s{\"depth\":%d,\"ms_per_token\":%.3f,\"kv_bytes_per_token\":%.0f,\"bound_ms\":%.3f,"
-                   "\"vs_bound\":%.3f,\"attn_flop_per_token\":%.0f,\"attn_gflops\":%.2f}",
-                   i ? "," : "", o->dlist[i], R->d_ms[i], R->d_kv[i], bound, bound > 0.0 ? R->d_ms[i] / bound : 0.0,
-                   R->d_flop[i], depth_attn_gflops(R, o, i));
+            const double bound = depth_bound_ms(R, res->bpt, i);
+            printf("%s{\"depth\":%d,\"ms_per_token\":%.3f,\"kv_bytes_per_token\":%.0f,\"mem_bw_gbs\":%.2f,"
+                   "\"bound_ms\":%.3f,\"vs_bound\":%.3f,\"attn_flop_per_token\":%.0f,\"attn_gflops\":%.2f}",
+                   i ? "," : "", o->dlist[i], R->d_ms[i], R->d_kv[i], R->d_bw[i], bound,
+                   bound > 0.0 ? R->d_ms[i] / bound : 0.0, R->d_flop[i], depth_attn_gflops(R, o, i));
         }
         printf("]");
     }
@@ -1101,15 +1169,15 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
     }
     if (o->nd > 0) {
         printf("decode by depth (%d steps after D cached tokens, KV cache %s, median of %d; bound = (weight bytes + "
-               "KV bytes read) / %.2f GB/s):\n",
-               n, tp_kv_type_name(tp_model_kv_type(m)), reps, res->bw);
-        printf("%-8s %10s %12s %10s %10s %10s %12s\n", "depth", "ms/token", "KV MiB/tok", "bound ms", "x bound",
-               "attn GFLOP", "attn GFLOP/s");
+               "KV bytes read) / probe GB/s, probed after each prefill, right before the decode):\n",
+               n, tp_kv_type_name(tp_model_kv_type(m)), reps);
+        printf("%-8s %10s %12s %10s %10s %10s %10s %12s\n", "depth", "ms/token", "KV MiB/tok", "probe GB/s",
+               "bound ms", "x bound", "attn GFLOP", "attn GFLOP/s");
         for (int i = 0; i < o->nd; i++) {
-            const double bound = res->bw > 0.0 ? ((double)res->bpt + R->d_kv[i]) / (res->bw * 1e9) * 1e3 : 0.0;
-            printf("%-8d %10.3f %12.2f %10.3f %10.3f %10.3f %12.1f\n", o->dlist[i], R->d_ms[i],
-                   R->d_kv[i] / 1048576.0, bound, bound > 0.0 ? R->d_ms[i] / bound : 0.0, R->d_flop[i] / 1e9,
-                   depth_attn_gflops(R, o, i));
+            const double bound = depth_bound_ms(R, res->bpt, i);
+            printf("%-8d %10.3f %12.2f %10.2f %10.3f %10.3f %10.3f %12.1f\n", o->dlist[i], R->d_ms[i],
+                   R->d_kv[i] / 1048576.0, R->d_bw[i], bound, bound > 0.0 ? R->d_ms[i] / bound : 0.0,
+                   R->d_flop[i] / 1e9, depth_attn_gflops(R, o, i));
         }
         printf("attn GFLOP: 4 x head_dim x query heads x keys read, per token; attn GFLOP/s: that over the time the "
                "step takes beyond depth 0's\n");
@@ -1138,11 +1206,18 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
         else
             printf("decode steps of k sequences (one token each, %d steps from empty caches, median of %d):\n", n,
                    reps);
-        printf("%-6s %10s %12s %12s\n", "seqs", "ms/step", "x 1 seq", "agg t/s");
+        if (res->moe)
+            printf("(experts/layer: distinct experts the step's tokens selected%s, per layer; bytes x 1: the step's "
+                   "weight bytes, non-expert + those experts, over one sequence's: the step ratio the bytes "
+                   "predict)\n", world > 1 ? " among rank 0's" : "");
+        printf("%-6s %10s %12s", "seqs", "ms/step", "x 1 seq");
+        if (res->moe) printf(" %14s %10s", "experts/layer", "bytes x 1");
+        printf(" %12s\n", "agg t/s");
         for (int ki = 0; ki < o->nk; ki++) {
             printf("%-6d %10.2f ", o->klist[ki], R->k_ms[ki]);
             if (res->k1_ms > 0.0) printf("%12.2f", R->k_ms[ki] / res->k1_ms);
             else printf("%12s", "-");
+            if (res->moe) printf(" %14.1f %10.2f", res->k_xpl[ki], res->k_pred[ki]);
             printf(" %12.2f\n", o->klist[ki] * 1e3 / R->k_ms[ki]);
         }
     }

@@ -62,181 +62,229 @@ struct gen_opts {
     tp_spec_draft_t *dm;   /* --spec draft: the draft model */
 };
 
+/* One generation's buffers (n_ctx + 1 tokens; logits: rows x n_vocab) and counters. */
+struct gen {
+    const struct tp_gen_step *drv;
+    const struct gen_opts *o;
+    tp_tokenizer_t *tok;
+    int n_ctx, n_vocab;
+    int32_t *ids, *pos, *seq; /* (n_ctx + 1): the prompt and the reply; a step's positions / sequences */
+    int8_t *want;             /* (n_ctx + 1): logits wanted for this batch token */
+    float *logits;            /* (rows, n_vocab) */
+    tp_sampler_t *smp;
+    tp_detok_t *dt;
+    char text[1024];
+    int n_prompt, n_predict;
+    /* decode: the last step fed tokens at base .. base + k (its input, then k drafts) */
+    int n_gen, n_tok, base, k, n_steps;
+    long long n_drafted, n_accepted;
+    int32_t draft[TP_SPEC_DRAFT_MAX];
+    struct tp_spec_adapt adapt;
+};
+
+/* Tokenizes the prompt (BOS alone for an empty one), fits -n to the context, starts the sampler and
+ * detokenizer after the prompt and echoes it.  0, or 1 after printing why. */
+static int gen_prompt(struct gen *g)
+{
+    const struct gen_opts *o = g->o;
+    tp_tokenizer_t *tok = g->tok;
+    int n_prompt = tp_tokenizer_encode(tok, o->prompt, strlen(o->prompt), tp_tokenizer_add_bos(tok), 1, g->ids,
+                                       g->n_ctx);
+    if (n_prompt < 0) return tp_cli_fail("generate", "the prompt is not valid UTF-8 text");
+    if (n_prompt > g->n_ctx - 1)
+        return tp_cli_fail("generate", "the prompt is %d tokens, longer than the context (%d); raise --ctx-size",
+                           n_prompt, g->n_ctx);
+    if (n_prompt == 0) {
+        int bos = tp_tokenizer_bos(tok);
+        if (bos < 0) return tp_cli_fail("generate", "empty prompt and the model has no BOS token: give -p TEXT");
+        g->ids[n_prompt++] = bos;
+    }
+    g->n_prompt = n_prompt;
+    g->n_predict = o->n_predict;
+    if (g->n_predict > g->n_ctx - n_prompt) {
+        tp_log(TP_LOG_WARN, "generate", "-n %d does not fit the context of %d after a %d-token prompt; generating %d",
+               g->n_predict, g->n_ctx, n_prompt, g->n_ctx - n_prompt);
+        g->n_predict = g->n_ctx - n_prompt;
+    }
+    if (tp_sampler_init(&o->sp, g->n_vocab, &g->smp) != TP_OK || tp_detok_init(tok, &g->dt) != TP_OK)
+        return tp_cli_fail("generate", "cannot create the sampler / detokenizer");
+    for (int i = 0; i < n_prompt; i++) tp_sampler_accept(g->smp, g->ids[i]);
+    /* Continue after the prompt: feed its last token to the detokenizer and drop
+     * the text, so SentencePiece's "strip the first leading space" rule does not
+     * eat the space before the first generated word. */
+    if (n_prompt > 0) (void)tp_detok_push(g->dt, g->ids[n_prompt - 1], g->text, sizeof(g->text));
+    fputs(o->prompt, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+/* The prompt in chunks of at most n_batch (a model config value: 512); logits for its last token. */
+static int gen_prefill(struct gen *g)
+{
+    const int chunk = 512;
+    for (int i = 0; i < g->n_prompt; i += chunk) {
+        int n = TP_MIN(chunk, g->n_prompt - i);
+        for (int j = 0; j < n; j++) {
+            g->pos[j] = i + j;
+            g->seq[j] = 0;
+            g->want[j] = (i + j == g->n_prompt - 1);
+        }
+        struct tp_batch b = {n, g->ids + i, g->pos, g->seq, g->want};
+        if (g->drv->step(g->drv->ctx, &b, -1, g->logits) != TP_OK)
+            return tp_cli_fail("generate", "forward pass failed: %s", g->drv->last_error(g->drv->ctx));
+    }
+    return 0;
+}
+
+/* The last step's logits rows: row j chooses the token at base + j + 1, printed as it comes.  The walk
+ * stops at the first token that is not the next draft.  *done at end of generation, a stop or the
+ * context's end; *accepted drafts.  0, or 1 after printing why. */
+static int gen_take_rows(struct gen *g, int *done, int *accepted)
+{
+    *done = 0;
+    *accepted = 0;
+    for (int j = 0; j <= g->k; j++) {
+        struct tp_sample_result res;
+        int acc = 0;
+        const float *row = g->logits + (size_t)j * (size_t)g->n_vocab;
+        enum tp_status st = j < g->k ? tp_sampler_sample_draft(g->smp, row, g->draft[j], &res, &acc)
+                                     : tp_sampler_sample(g->smp, row, &res);
+        if (st != TP_OK) return tp_cli_fail("generate", "sampling failed");
+        g->n_gen++;
+        *accepted += acc;
+        if (tp_tokenizer_is_eog(g->tok, res.id)) {
+            *done = 1;
+            break;
+        }
+        tp_sampler_accept(g->smp, res.id);
+        g->ids[g->n_tok++] = res.id;
+        size_t nb = tp_detok_push(g->dt, res.id, g->text, sizeof(g->text));
+        if (nb) {
+            fwrite(g->text, 1, nb, stdout);
+            fflush(stdout);
+        }
+        if (g->n_gen == g->n_predict || g->base + j + 2 >= g->n_ctx) {
+            *done = 1;
+            break;
+        }
+        if (!acc) break;
+    }
+    return 0;
+}
+
+/* The next step after a accepted drafts: the new token at base + a + 1 (after a clear of the rejected
+ * drafts' positions), with new drafts after it.  0, or 1 after printing why. */
+static int gen_feed_next(struct gen *g, int a)
+{
+    const struct gen_opts *o = g->o;
+    const int clear_from = a < g->k ? g->base + a + 1 : -1; /* the rejected drafts' positions */
+    g->base += a + 1;
+    int k = 0;
+    if (o->spec != TP_SPEC_OFF) {
+        int kk = TP_MIN(tp_spec_adapt_k(&g->adapt), g->n_predict - g->n_gen - 1);
+        kk = TP_MIN(kk, g->n_ctx - 1 - g->base);
+        if (kk > 0)
+            k = o->spec == TP_SPEC_NGRAM ? tp_spec_ngram_draft(g->ids, g->n_tok, kk, g->draft)
+                                         : tp_spec_draft_propose(o->dm, 0, g->ids, g->n_tok, kk, g->draft);
+        if (k < 0) return tp_cli_fail("generate", "the draft model failed: %s", tp_spec_draft_last_error(o->dm));
+    }
+    g->k = k;
+    int32_t btok[1 + TP_SPEC_DRAFT_MAX];
+    btok[0] = g->ids[g->n_tok - 1];
+    for (int j = 0; j <= k; j++) {
+        if (j > 0) btok[j] = g->draft[j - 1];
+        g->pos[j] = g->base + j;
+        g->seq[j] = 0;
+        g->want[j] = 1;
+    }
+    struct tp_batch b = {k + 1, btok, g->pos, g->seq, g->want};
+    if (g->drv->step(g->drv->ctx, &b, clear_from, g->logits) != TP_OK)
+        return tp_cli_fail("generate", "forward pass failed: %s", g->drv->last_error(g->drv->ctx));
+    return 0;
+}
+
+/* Decode until end of generation, -n or the context's end. 0, or 1 after printing why. */
+static int gen_decode(struct gen *g)
+{
+    g->n_tok = g->n_prompt;
+    g->base = g->n_prompt - 1;
+    tp_spec_adapt_init(&g->adapt, g->o->draft_max > 0 ? g->o->draft_max : 1);
+    while (g->n_predict > 0) {
+        int done, a;
+        g->n_steps++;
+        if (gen_take_rows(g, &done, &a) != 0) return 1;
+        g->n_drafted += g->k;
+        g->n_accepted += a;
+        if (g->k > 0) tp_spec_adapt_update(&g->adapt, g->k, a);
+        if (done) break;
+        if (gen_feed_next(g, a) != 0) return 1;
+    }
+    return 0;
+}
+
+/* Prompt and generation tokens/s, steps, collectives per token and drafts accepted, on stderr. */
+static void gen_report(const struct gen *g, double t_prompt, double t_gen, const struct tp_comm_stats *cs0,
+                       const struct tp_comm_stats *cs1)
+{
+    const struct gen_opts *o = g->o;
+    fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tokens/s); generation: %d tokens in %.3f s (%.1f tokens/s)",
+            g->n_prompt, t_prompt, t_prompt > 0 ? g->n_prompt / t_prompt : 0.0, g->n_gen, t_gen,
+            t_gen > 0 ? g->n_gen / t_gen : 0.0);
+    fprintf(stderr, "; %d steps, %.2f tokens/step, %.1f collectives/token", g->n_steps,
+            g->n_steps ? (double)g->n_gen / g->n_steps : 0.0,
+            g->n_gen ? (double)(cs1->n_ops - cs0->n_ops) / g->n_gen : 0.0);
+    if (o->spec != TP_SPEC_OFF)
+        fprintf(stderr, "; speculative %s: %lld of %lld drafted tokens accepted (%.3f)", tp_spec_mode_name(o->spec),
+                g->n_accepted, g->n_drafted, g->n_drafted ? (double)g->n_accepted / (double)g->n_drafted : 0.0);
+    fputc('\n', stderr);
+}
+
 /* Generation loop over any step driver.  Returns the exit code. */
 static int generate(const struct tp_gen_step *drv, tp_model_t *m, const struct gen_opts *o)
 {
     int rc_exit = 1;
-    tp_tokenizer_t *tok = tp_model_tokenizer(m);
-    const struct tp_hparams *hp = tp_model_hparams(m);
-    int n_ctx = tp_model_n_ctx(m), n_vocab = hp->n_vocab;
+    struct gen *g = calloc(1, sizeof *g);
+    if (!g) return tp_cli_fail("generate", "out of memory");
+    g->drv = drv;
+    g->o = o;
+    g->tok = tp_model_tokenizer(m);
+    g->n_ctx = tp_model_n_ctx(m);
+    g->n_vocab = tp_model_hparams(m)->n_vocab;
     const int rows = 1 + (o->spec != TP_SPEC_OFF ? o->draft_max : 0);
-    int32_t *ids = calloc((size_t)n_ctx + 1, sizeof(int32_t));
-    int32_t *pos = calloc((size_t)n_ctx + 1, sizeof(int32_t));
-    int32_t *seq = calloc((size_t)n_ctx + 1, sizeof(int32_t));
-    int8_t *want = calloc((size_t)n_ctx + 1, 1);
-    float *logits = malloc((size_t)rows * (size_t)n_vocab * sizeof(float));
-    tp_sampler_t *smp = NULL;
-    tp_detok_t *dt = NULL;
-    char text[1024];
-    if (!ids || !pos || !seq || !want || !logits) {
+    g->ids = calloc((size_t)g->n_ctx + 1, sizeof(int32_t));
+    g->pos = calloc((size_t)g->n_ctx + 1, sizeof(int32_t));
+    g->seq = calloc((size_t)g->n_ctx + 1, sizeof(int32_t));
+    g->want = calloc((size_t)g->n_ctx + 1, 1);
+    g->logits = malloc((size_t)rows * (size_t)g->n_vocab * sizeof(float));
+    if (!g->ids || !g->pos || !g->seq || !g->want || !g->logits) {
         tp_cli_fail("generate", "out of memory");
         goto out;
     }
-    int n_prompt = tp_tokenizer_encode(tok, o->prompt, strlen(o->prompt), tp_tokenizer_add_bos(tok), 1, ids, n_ctx);
-    if (n_prompt < 0) {
-        tp_cli_fail("generate", "the prompt is not valid UTF-8 text");
-        goto out;
-    }
-    if (n_prompt > n_ctx - 1) {
-        tp_cli_fail("generate", "the prompt is %d tokens, longer than the context (%d); raise --ctx-size", n_prompt, n_ctx);
-        goto out;
-    }
-    if (n_prompt == 0) {
-        int bos = tp_tokenizer_bos(tok);
-        if (bos < 0) {
-            tp_cli_fail("generate", "empty prompt and the model has no BOS token: give -p TEXT");
-            goto out;
-        }
-        ids[n_prompt++] = bos;
-    }
-    int n_predict = o->n_predict;
-    if (n_predict > n_ctx - n_prompt) {
-        tp_log(TP_LOG_WARN, "generate", "-n %d does not fit the context of %d after a %d-token prompt; generating %d",
-               n_predict, n_ctx, n_prompt, n_ctx - n_prompt);
-        n_predict = n_ctx - n_prompt;
-    }
-    if (tp_sampler_init(&o->sp, n_vocab, &smp) != TP_OK || tp_detok_init(tok, &dt) != TP_OK) {
-        tp_cli_fail("generate", "cannot create the sampler / detokenizer");
-        goto out;
-    }
-    for (int i = 0; i < n_prompt; i++) tp_sampler_accept(smp, ids[i]);
-    /* Continue after the prompt: feed its last token to the detokenizer and drop
-     * the text, so SentencePiece's "strip the first leading space" rule does not
-     * eat the space before the first generated word. */
-    if (n_prompt > 0) (void)tp_detok_push(dt, ids[n_prompt - 1], text, sizeof(text));
-    fputs(o->prompt, stdout);
-    fflush(stdout);
-
-    /* prefill in chunks of at most n_batch (a model config value: 512) */
-    int chunk = 512;
+    if (gen_prompt(g) != 0) goto out;
     double t0 = tp_now_s();
-    for (int i = 0; i < n_prompt; i += chunk) {
-        int n = TP_MIN(chunk, n_prompt - i);
-        for (int j = 0; j < n; j++) {
-            pos[j] = i + j;
-            seq[j] = 0;
-            want[j] = (i + j == n_prompt - 1);
-        }
-        struct tp_batch b = {n, ids + i, pos, seq, want};
-        if (drv->step(drv->ctx, &b, -1, logits) != TP_OK) {
-            tp_cli_fail("generate", "forward pass failed: %s", drv->last_error(drv->ctx));
-            goto out;
-        }
-    }
+    if (gen_prefill(g) != 0) goto out;
     double t_prompt = tp_now_s() - t0;
-
-    /* Decode.  The last step fed tokens at positions base .. base + k (its input, then k drafts) and left a
-     * logits row for each: row j chooses the token at base + j + 1.  The walk stops at the first token that
-     * is not the next draft; it is fed at base + a + 1 in the next step (after a clear of the rejected
-     * drafts' positions) with the new drafts after it. */
-    int n_gen = 0, n_tok = n_prompt, base = n_prompt - 1, k = 0, n_steps = 0;
-    long long n_drafted = 0, n_accepted = 0;
-    int32_t draft[TP_SPEC_DRAFT_MAX];
-    struct tp_spec_adapt adapt;
-    tp_spec_adapt_init(&adapt, o->draft_max > 0 ? o->draft_max : 1);
     struct tp_comm_stats cs0 = {0}, cs1 = {0};
     if (o->comm) tp_comm_get_stats(o->comm, &cs0);
     double t1 = tp_now_s();
-    while (n_predict > 0) {
-        int done = 0, a = 0;
-        n_steps++;
-        for (int j = 0; j <= k; j++) {
-            struct tp_sample_result res;
-            int acc = 0;
-            const float *row = logits + (size_t)j * (size_t)n_vocab;
-            enum tp_status st = j < k ? tp_sampler_sample_draft(smp, row, draft[j], &res, &acc)
-                                      : tp_sampler_sample(smp, row, &res);
-            if (st != TP_OK) {
-                tp_cli_fail("generate", "sampling failed");
-                goto out;
-            }
-            n_gen++;
-            a += acc;
-            if (tp_tokenizer_is_eog(tok, res.id)) {
-                done = 1;
-                break;
-            }
-            tp_sampler_accept(smp, res.id);
-            ids[n_tok++] = res.id;
-            size_t nb = tp_detok_push(dt, res.id, text, sizeof(text));
-            if (nb) {
-                fwrite(text, 1, nb, stdout);
-                fflush(stdout);
-            }
-            if (n_gen == n_predict || base + j + 2 >= n_ctx) {
-                done = 1;
-                break;
-            }
-            if (!acc) break;
-        }
-        n_drafted += k;
-        n_accepted += a;
-        if (k > 0) tp_spec_adapt_update(&adapt, k, a);
-        if (done) break;
-        const int clear_from = a < k ? base + a + 1 : -1; /* the rejected drafts' positions */
-        base += a + 1;
-        k = 0;
-        if (o->spec != TP_SPEC_OFF) {
-            int kk = TP_MIN(tp_spec_adapt_k(&adapt), n_predict - n_gen - 1);
-            kk = TP_MIN(kk, n_ctx - 1 - base);
-            if (kk > 0)
-                k = o->spec == TP_SPEC_NGRAM ? tp_spec_ngram_draft(ids, n_tok, kk, draft)
-                                             : tp_spec_draft_propose(o->dm, 0, ids, n_tok, kk, draft);
-            if (k < 0) {
-                tp_cli_fail("generate", "the draft model failed: %s", tp_spec_draft_last_error(o->dm));
-                goto out;
-            }
-        }
-        int32_t btok[1 + TP_SPEC_DRAFT_MAX];
-        btok[0] = ids[n_tok - 1];
-        for (int j = 0; j <= k; j++) {
-            if (j > 0) btok[j] = draft[j - 1];
-            pos[j] = base + j;
-            seq[j] = 0;
-            want[j] = 1;
-        }
-        struct tp_batch b = {k + 1, btok, pos, seq, want};
-        if (drv->step(drv->ctx, &b, clear_from, logits) != TP_OK) {
-            tp_cli_fail("generate", "forward pass failed: %s", drv->last_error(drv->ctx));
-            goto out;
-        }
-    }
+    if (gen_decode(g) != 0) goto out;
     double t_gen = tp_now_s() - t1;
     if (o->comm) tp_comm_get_stats(o->comm, &cs1);
-    size_t nb = tp_detok_flush(dt, text, sizeof(text));
-    if (nb) fwrite(text, 1, nb, stdout);
+    size_t nb = tp_detok_flush(g->dt, g->text, sizeof(g->text));
+    if (nb) fwrite(g->text, 1, nb, stdout);
     fputc('\n', stdout);
     fflush(stdout);
-    if (!o->quiet_stats) {
-        fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tokens/s); generation: %d tokens in %.3f s (%.1f tokens/s)",
-                n_prompt, t_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen, t_gen,
-                t_gen > 0 ? n_gen / t_gen : 0.0);
-        fprintf(stderr, "; %d steps, %.2f tokens/step, %.1f collectives/token", n_steps,
-                n_steps ? (double)n_gen / n_steps : 0.0, n_gen ? (double)(cs1.n_ops - cs0.n_ops) / n_gen : 0.0);
-        if (o->spec != TP_SPEC_OFF)
-            fprintf(stderr, "; speculative %s: %lld of %lld drafted tokens accepted (%.3f)", tp_spec_mode_name(o->spec),
-                    n_accepted, n_drafted, n_drafted ? (double)n_accepted / (double)n_drafted : 0.0);
-        fputc('\n', stderr);
-    }
+    if (!o->quiet_stats) gen_report(g, t_prompt, t_gen, &cs0, &cs1);
     rc_exit = 0;
 out:
-    tp_detok_free(dt);
-    tp_sampler_free(smp);
-    free(ids);
-    free(pos);
-    free(seq);
-    free(want);
-    free(logits);
+    tp_detok_free(g->dt);
+    tp_sampler_free(g->smp);
+    free(g->ids);
+    free(g->pos);
+    free(g->seq);
+    free(g->want);
+    free(g->logits);
+    free(g);
     return rc_exit;
 }
 

@@ -28,7 +28,7 @@ static const char plan_usage[] =
     "Nodes: [NAME:]MEMORY[:BANDWIDTH], comma separated.  MEMORY in K/M/G/T (binary: 192G = 192 GiB).\n"
     "BANDWIDTH in GB/s or a machine class (m2-ultra, m4-max, m4-pro, ddr5-2ch, ...); default --mem-bw.\n"
     "Links (--link): local, tb5 (Thunderbolt 5 bridge), tb4, 10gbe, 25gbe, 1gbe, roce100; or a measured all_sum\n"
-    "time (--comm-json from `tpserve bench comm --json`, or --allsum-us) on the hosts themselves.\n"
+    "time (--comm-json from `tpserve bench comm --decode N_EMBD --json`, or --allsum-us) on the hosts themselves.\n"
     "Shapes (--shape): the names in configs/shapes.json (e.g. llama3-70b, qwen2.5-72b, tinyllama-1.1b).";
 
 /* Text of a whole file (malloc'd, NUL-terminated) or NULL. */
@@ -39,15 +39,29 @@ static char *read_text(const char *path)
     return tp_read_file(path, (size_t)64 << 20, &buf, NULL, &err) == TP_OK ? buf : NULL;
 }
 
+/* A `bench comm --json` line's time per call: with --sync the mean time once every rank is in the call
+ * (sync_lat_us_mean: a token pays every call, slow ones included; sync_lat_us_median from an older
+ * bench comm), else the median per-rank time; 0 when it has none. */
+static double line_us(const cJSON *o)
+{
+    static const char *const keys[] = {"sync_lat_us_mean", "sync_lat_us_median", "lat_us_median"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(keys); i++) {
+        const cJSON *lat = cJSON_GetObjectItem(o, keys[i]);
+        if (cJSON_IsNumber(lat) && lat->valuedouble > 0) return lat->valuedouble;
+    }
+    return 0.0;
+}
+
 /*
- * From `tpserve bench comm --json` lines (one object per message size), the
- * median all_sum time (with --sync: once every rank is in the call) for this
- * many ranks at the size of one decode all_sum
- * (n_embd values in the wire dtype; q8 sends an all_gather and has no
- * all_sum line to take): the line nearest that size; none within 2x of it
- * is an error naming the command that measures it.
+ * From `tpserve bench comm --json` lines for this many ranks: c->allsum_us,
+ * the time of the all_sum line nearest the size of one decode all_sum (n_embd
+ * values in the wire dtype; q8 sends an all_gather and has no all_sum line to
+ * take), none within 2x of it being an error naming the command that measures
+ * it; and, from `bench comm --decode` lines, c->header_us and c->gather_us, the
+ * step header broadcast and the argmax gather ("what": "step header", "argmax
+ * gather"), left 0 (the link model) when the file has none.
  */
-static int comm_json_allsum(const char *path, const struct tp_cap_config *c, double *us)
+static int comm_json_times(const char *path, struct tp_cap_config *c)
 {
     char *text = read_text(path);
     if (!text) {
@@ -68,14 +82,16 @@ static int comm_json_allsum(const char *path, const struct tp_cap_config *c, dou
         cJSON *o = brace ? cJSON_Parse(brace) : NULL;
         if (!o) continue;
         const cJSON *op = cJSON_GetObjectItem(o, "op"), *rk = cJSON_GetObjectItem(o, "ranks");
-        const cJSON *by = cJSON_GetObjectItem(o, "bytes"), *lat = cJSON_GetObjectItem(o, "sync_lat_us_median");
-        if (!cJSON_IsNumber(lat)) lat = cJSON_GetObjectItem(o, "lat_us_median"); /* without --sync */
-        if (cJSON_IsString(op) && strcmp(op->valuestring, "all_sum") == 0 && cJSON_IsNumber(rk) &&
-            rk->valueint == c->n_nodes && cJSON_IsNumber(by) && cJSON_IsNumber(lat) && lat->valuedouble > 0) {
+        const cJSON *by = cJSON_GetObjectItem(o, "bytes"), *what = cJSON_GetObjectItem(o, "what");
+        const double us = line_us(o);
+        const int mine = cJSON_IsNumber(rk) && rk->valueint == c->n_nodes && us > 0;
+        if (mine && cJSON_IsString(what) && strcmp(what->valuestring, "step header") == 0) c->header_us = us;
+        if (mine && cJSON_IsString(what) && strcmp(what->valuestring, "argmax gather") == 0) c->gather_us = us;
+        if (mine && cJSON_IsString(op) && strcmp(op->valuestring, "all_sum") == 0 && cJSON_IsNumber(by)) {
             n_lines++;
             if (!best_bytes || fabs(log(by->valuedouble / want)) < fabs(log(best_bytes / want))) {
                 best_bytes = by->valuedouble;
-                best = lat->valuedouble;
+                best = us;
             }
         }
         cJSON_Delete(o);
@@ -84,18 +100,18 @@ static int comm_json_allsum(const char *path, const struct tp_cap_config *c, dou
     if (!n_lines) {
         fprintf(stderr,
                 "tpserve plan: --comm-json '%s' has no all_sum line for %d ranks (run `tpserve launch -n %d -- "
-                "tpserve bench comm --min-bytes %.0f --max-bytes %.0f --json` on the same hosts)\n",
-                path, c->n_nodes, c->n_nodes, want, want);
+                "tpserve bench comm --decode %d --sync --json` on the same hosts)\n",
+                path, c->n_nodes, c->n_nodes, c->hp.n_embd);
         return -1;
     }
     if (best_bytes > 2 * want || best_bytes < want / 2) {
         fprintf(stderr,
                 "tpserve plan: --comm-json '%s': the nearest all_sum size is %.0f bytes, the decode all_sum is %.0f "
-                "(measure --min-bytes %.0f --max-bytes %.0f)\n",
-                path, best_bytes, want, want, want);
+                "(measure with `bench comm --decode %d`)\n",
+                path, best_bytes, want, c->hp.n_embd);
         return -1;
     }
-    *us = best;
+    c->allsum_us = best;
     return 0;
 }
 
@@ -160,6 +176,8 @@ static void print_json(const char *model, const struct tp_cap_config *c, const s
         cJSON_AddNumberToObject(o, "comm_rounds_per_token", r->comm_rounds_per_token);
         cJSON_AddStringToObject(o, "comm_dtype", tp_wire_dtype_name(c->wire_dtype));
         if (c->allsum_us > 0) cJSON_AddNumberToObject(o, "allsum_us_measured", c->allsum_us);
+        if (c->header_us > 0) cJSON_AddNumberToObject(o, "header_us_measured", c->header_us);
+        if (c->gather_us > 0) cJSON_AddNumberToObject(o, "gather_us_measured", c->gather_us);
     }
     cJSON *arr = cJSON_AddArrayToObject(o, "nodes");
     for (int i = 0; i < c->n_nodes; i++) {
@@ -179,6 +197,7 @@ static void print_json(const char *model, const struct tp_cap_config *c, const s
             cJSON_AddNumberToObject(e, "overhead_bytes", (double)n->overhead_bytes);
             cJSON_AddNumberToObject(e, "need_bytes", (double)n->need_bytes);
             cJSON_AddNumberToObject(e, "compute_ms", n->compute_ms);
+            cJSON_AddNumberToObject(e, "read_bytes_per_token", (double)n->read_bytes_per_token);
             cJSON_AddNumberToObject(e, "wire_bytes_per_token", (double)n->wire_bytes_per_token);
         }
         cJSON_AddItemToArray(arr, e);
@@ -236,7 +255,10 @@ static void print_table(const char *model, const struct tp_cap_config *c, const 
                    "rounds and %.0f bytes sent by rank 0 per token",
                    c->hp.n_layer, c->hp.n_embd, tp_wire_dtype_name(c->wire_dtype), r->comm_rounds_per_token,
                    (double)r->wire_bytes_per_token);
-            if (c->allsum_us > 0) printf(" (all_sum measured: %.1f us)", c->allsum_us);
+            if (c->allsum_us > 0) printf(" (all_sum measured: %.1f us", c->allsum_us);
+            if (c->allsum_us > 0 && c->header_us > 0 && c->gather_us > 0)
+                printf(", header %.1f us, gather %.1f us", c->header_us, c->gather_us);
+            if (c->allsum_us > 0) printf(")");
             printf("\n");
         }
         printf("  model: bytes read per token / (bandwidth x %.2f) + the collectives comm/ runs (latency rounds "
@@ -399,7 +421,7 @@ int tp_cmd_plan(int argc, char **argv)
     static struct tp_cap_result res;
     char label[128];
     if ((rc = plan_config(&o, &cfg)) != 0 || (rc = plan_model(&o, &cfg, label, sizeof label)) != 0) return rc;
-    if (o.comm_json && cfg.n_nodes > 1 && comm_json_allsum(o.comm_json, &cfg, &cfg.allsum_us) != 0) return 2;
+    if (o.comm_json && cfg.n_nodes > 1 && comm_json_times(o.comm_json, &cfg) != 0) return 2;
     cfg.n_ctx = o.n_ctx > 0                                            ? o.n_ctx
                 : cfg.hp.n_ctx_train > 0 && cfg.hp.n_ctx_train < 4096 ? cfg.hp.n_ctx_train
                                                                       : 4096;

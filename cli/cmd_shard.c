@@ -21,9 +21,10 @@ static const char shard_usage[] =
     "MLX quantized directory the packed words, scales and biases as they are, never re-quantized),\n"
     "the sharding plan (tpserve.shard.*) and only rank R's slices of the sharded weights.  Give rank R its\n"
     "file in place of the model (`tpserve serve` / `generate` -m FILE); a file cut for another rank, world\n"
-    "size or --shard-weights is refused at start on every rank.  A mixture-of-experts GGUF is cut by its\n"
-    "experts' split (--moe-split: each file holds its rank's column slice of every expert, or whole experts;\n"
-    "auto lets the plan choose, as serve does); the files are then served with that split.";
+    "size or --shard-weights is refused at start on every rank.  A mixture-of-experts model (GGUF, or a\n"
+    "Qwen3-MoE / Qwen2-MoE / Mixtral HF or MLX directory) is cut by its experts' split (--moe-split: each\n"
+    "file holds its rank's column slice of every expert, or whole experts; auto lets the plan choose, as\n"
+    "serve does); the files are then served with that split.";
 
 int tp_cmd_shard(int argc, char **argv)
 {

@@ -1,22 +1,9 @@
 /*
  * cli/supervise.h - private to cli/: the supervisor shared by
  * `tpserve launch -n N` (local ranks) and `tpserve launch --hostfile`
- * (ranks over ssh).
- *
- * tp_sup_spawn forks a child with piped output; tp_sup_run prefixes every
- * line with "[rank R] ", forwards SIGINT/SIGTERM/SIGHUP, and when a child
- * fails stops the others (SIGTERM, SIGKILL after the grace period).  The
- * failure reported: the first seen (children that ended together in rank
- * order), except that a TP_SUP_EXIT_PEER_LOST one gives way to the first
- * later failure of another kind not caused by launch's own signals
- * (docs/cli.md).  With max_restarts > 0 a failed worker (index > 0) is
- * restarted after a backoff (250 ms doubling to 8 s) instead, at most
- * max_restarts times in a row; then it stays stopped while the others go on
- * (rank 0 waits for it or re-plans without it).  A worker exiting with
- * left_out_status (with or without restarts) was left out by rank 0's
- * re-plan: it is not restarted, not a failure (the others go on, and the
- * launcher's status is 0 when they all end with 0), and the end of the run
- * names it.
+ * (ranks over ssh): tp_sup_spawn forks a child with piped output, tp_sup_run
+ * prefixes its lines with "[rank R] ", forwards signals, stops or restarts
+ * failed children and returns the status to exit with (docs/cli.md).
  */
 #ifndef TP_SERVER_SUPERVISE_H
 #define TP_SERVER_SUPERVISE_H
@@ -92,9 +79,18 @@ int tp_sup_spawn(struct tp_sup_child *c, char *const argv[], const char *const *
 /*
  * Supervise children c[0..n) (n <= TP_SUP_MAX_CHILDREN) until all have
  * exited; n_started < n means starting failed part-way (the started ones are
- * stopped at once).  Returns the launcher's exit status: 0 when all exited
- * 0; the reported failure's status (see the top of this file); 128 + signal
- * when the launcher itself was signalled.
+ * stopped at once).  Every line a child prints is prefixed with "[rank R] ";
+ * SIGINT/SIGTERM/SIGHUP are forwarded.  When a child fails the others are
+ * stopped (SIGTERM, SIGKILL after grace_ms), unless cfg->max_restarts > 0: a
+ * failed worker (index > 0) is then restarted after a backoff (250 ms doubling
+ * to 8 s), at most max_restarts times in a row, then left stopped while the
+ * others go on.  A worker exiting with cfg->left_out_status is neither
+ * restarted nor a failure.  Returns the launcher's exit status: 0 when all
+ * exited 0 (left-out workers aside); else the reported failure's: the first
+ * seen (children that ended together in rank order), except that a
+ * TP_SUP_EXIT_PEER_LOST one gives way to the first later failure of another
+ * kind not caused by the launcher's own signals; 128 + signal when the
+ * launcher itself was signalled.
  */
 int tp_sup_run(struct tp_sup_child *c, int n, int n_started, const struct tp_sup_config *cfg);
 

@@ -1,32 +1,11 @@
 /*
  * comm/backend_rdma.c - the rdma backend: a verbs transport under the shared
- * collective algorithms (algo.c).
- *
- * libibverbs is loaded at run time with dlopen() (one binary runs where it
- * is absent; only the header is needed at build time).  Start-up: the TCP
- * mesh of bootstrap.c forms the group and stays as the side channel; each
- * rank opens its device (the hostfile entry's "rdma" name, else the first
- * device), creates one reliable-connected queue pair per peer with
- * registered send and receive staging buffers (RDMA_SLOTS slots of
- * RDMA_SLOT_BYTES each), exchanges QP number, PSN, LID and GID with the
- * peer over the TCP link (32 bytes, little-endian), moves the QPs
- * INIT -> RTR -> RTS and meets every peer once more on TCP.
- *
- * Data path: each link is a byte stream like TCP, so the algorithms run
- * unchanged.  A send copies up to one slot into a registered send slot and
- * posts IBV_WR_SEND; every receive slot always has a receive posted,
- * completions arrive in order (RC) and the receiver copies out and
- * re-posts.  Back-pressure: RNR retry (rnr_retry 7 = unlimited) and at most
- * RDMA_SLOTS sends in flight per peer.  Progress polls one completion queue,
- * spinning, then yielding, then sleeping 1 ms; a wait without progress ends
- * after the op timeout; a peer that died is seen by its TCP side channel
- * reaching EOF (or a failed completion).  The full mesh of QPs serves the
- * latency path (mesh exchange) and the ring path alike.
- *
- * With no RDMA device, start-up fails at once with an error naming what is
- * missing and how to enable it.  TODO: the verbs data path is compiled but
- * not tested on an RDMA device; the algorithms above it are tested through
- * TCP.
+ * collective algorithms (algo.c).  libibverbs is loaded at run time (dlopen);
+ * the TCP mesh of bootstrap.c forms the group and stays as the side channel;
+ * one reliable-connected queue pair per peer carries a byte stream through
+ * registered staging slots.  Start-up and data path: docs/multi-node.md
+ * ("RDMA").  TODO: the verbs data path is compiled but not tested on an RDMA
+ * device; the algorithms above it are tested through TCP.
  */
 #include <errno.h>
 #include <poll.h>
@@ -409,9 +388,9 @@ static const struct tp_transport_ops rdma_ops = {
     .destroy = rdma_destroy,
 };
 
-/* Open the device, make the per-peer QPs and buffers, connect them. */
-static enum tp_status rdma_connect(const struct tp_comm_config *cfg, struct tp_net *net, struct rdma_state *st,
-                                   const char *want_dev, struct tp_error *err)
+/* Opens the RDMA device named want_dev (the first one when NULL or empty) into st->ctx. */
+static enum tp_status rdma_open_device(const struct tp_comm_config *cfg, struct rdma_state *st, const char *want_dev,
+                                       struct tp_error *err)
 {
     int ndev = 0;
     struct ibv_device **list = st->v.get_device_list(&ndev);
@@ -439,6 +418,93 @@ static enum tp_status rdma_connect(const struct tp_comm_config *cfg, struct tp_n
     st->ctx = st->v.open_device(dev);
     st->v.free_device_list(list);
     if (!st->ctx) return tp_error_set(err, TP_ERR_IO, "--backend rdma: cannot open the RDMA device (permissions?)");
+    return TP_OK;
+}
+
+/* Rank r's staging buffers (registered) and queue pair, moved to INIT with every receive posted. */
+static enum tp_status rdma_make_peer(struct rdma_state *st, int r, uint8_t port, struct tp_error *err)
+{
+    const size_t bytes = (size_t)RDMA_SLOTS * RDMA_SLOT_BYTES;
+    struct rdma_peer *p = &st->peers[r];
+    p->sbuf = tp_aligned_alloc(4096, bytes);
+    p->rbuf = tp_aligned_alloc(4096, bytes);
+    if (!p->sbuf || !p->rbuf) return tp_error_set(err, TP_ERR_NOMEM, "rdma: out of memory for staging buffers");
+    p->smr = st->v.reg_mr(st->pd, p->sbuf, bytes, IBV_ACCESS_LOCAL_WRITE);
+    p->rmr = st->v.reg_mr(st->pd, p->rbuf, bytes, IBV_ACCESS_LOCAL_WRITE);
+    if (!p->smr || !p->rmr)
+        return tp_error_set(err, TP_ERR_IO, "rdma: ibv_reg_mr failed (raise the locked-memory limit: ulimit -l unlimited)");
+    struct ibv_qp_init_attr qa;
+    memset(&qa, 0, sizeof qa);
+    qa.send_cq = st->cq;
+    qa.recv_cq = st->cq;
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap.max_send_wr = RDMA_SLOTS;
+    qa.cap.max_recv_wr = RDMA_SLOTS;
+    qa.cap.max_send_sge = 1;
+    qa.cap.max_recv_sge = 1;
+    p->qp = st->v.create_qp(st->pd, &qa);
+    if (!p->qp) return tp_error_set(err, TP_ERR_IO, "rdma: ibv_create_qp failed for rank %d", r);
+    struct ibv_qp_attr at;
+    memset(&at, 0, sizeof at);
+    at.qp_state = IBV_QPS_INIT;
+    at.pkey_index = 0;
+    at.port_num = port;
+    at.qp_access_flags = 0;
+    if (st->v.modify_qp(p->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
+        return tp_error_set(err, TP_ERR_IO, "rdma: QP to INIT failed for rank %d", r);
+    for (unsigned sl = 0; sl < RDMA_SLOTS; sl++)
+        if (post_recv(st, r, sl) != 0) return tp_error_set(err, TP_ERR_IO, "rdma: ibv_post_recv failed");
+    return TP_OK;
+}
+
+/* Rank r's queue pair to RTR towards theirs, then to RTS with our packet sequence number. */
+static enum tp_status rdma_ready_peer(struct rdma_state *st, int r, uint8_t port, const struct ibv_port_attr *pa,
+                                      int gid_index, const struct qp_info *mine, const struct qp_info *theirs,
+                                      struct tp_error *err)
+{
+    struct rdma_peer *p = &st->peers[r];
+    struct ibv_qp_attr at;
+    memset(&at, 0, sizeof at);
+    at.qp_state = IBV_QPS_RTR;
+    at.path_mtu = pa->active_mtu;
+    at.dest_qp_num = theirs->qpn;
+    at.rq_psn = theirs->psn;
+    at.max_dest_rd_atomic = 1;
+    at.min_rnr_timer = 12;
+    at.ah_attr.dlid = theirs->lid;
+    at.ah_attr.sl = 0;
+    at.ah_attr.port_num = port;
+    if (pa->link_layer == IBV_LINK_LAYER_ETHERNET || pa->lid == 0) {
+        at.ah_attr.is_global = 1;
+        memcpy(at.ah_attr.grh.dgid.raw, theirs->gid, 16);
+        at.ah_attr.grh.sgid_index = (uint8_t)gid_index;
+        at.ah_attr.grh.hop_limit = 64;
+    }
+    if (st->v.modify_qp(p->qp, &at,
+                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
+        return tp_error_set(err, TP_ERR_IO, "rdma: QP to RTR failed for rank %d (GID index %d; RoCE needs an IP on "
+                            "the RDMA netdev)", r, gid_index);
+    memset(&at, 0, sizeof at);
+    at.qp_state = IBV_QPS_RTS;
+    at.timeout = 14;
+    at.retry_cnt = 7;
+    at.rnr_retry = 7;
+    at.sq_psn = mine->psn;
+    at.max_rd_atomic = 1;
+    if (st->v.modify_qp(p->qp, &at,
+                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                            IBV_QP_MAX_QP_RD_ATOMIC) != 0)
+        return tp_error_set(err, TP_ERR_IO, "rdma: QP to RTS failed for rank %d", r);
+    return TP_OK;
+}
+
+/* Open the device, make the per-peer QPs and buffers, connect them. */
+static enum tp_status rdma_connect(const struct tp_comm_config *cfg, struct tp_net *net, struct rdma_state *st,
+                                   const char *want_dev, struct tp_error *err)
+{
+    enum tp_status rc = rdma_open_device(cfg, st, want_dev, err);
+    if (rc != TP_OK) return rc;
     const uint8_t port = 1;
     struct ibv_port_attr pa;
     memset(&pa, 0, sizeof pa);
@@ -455,40 +521,8 @@ static enum tp_status rdma_connect(const struct tp_comm_config *cfg, struct tp_n
     st->n = net->size;
     if (!st->pd || !st->cq || !st->peers)
         return tp_error_set(err, TP_ERR_NOMEM, "--backend rdma: cannot allocate a protection domain / completion queue");
-    const size_t bytes = (size_t)RDMA_SLOTS * RDMA_SLOT_BYTES;
-    for (int r = 0; r < net->size; r++) {
-        if (r == net->rank) continue;
-        struct rdma_peer *p = &st->peers[r];
-        p->sbuf = tp_aligned_alloc(4096, bytes);
-        p->rbuf = tp_aligned_alloc(4096, bytes);
-        if (!p->sbuf || !p->rbuf) return tp_error_set(err, TP_ERR_NOMEM, "rdma: out of memory for staging buffers");
-        p->smr = st->v.reg_mr(st->pd, p->sbuf, bytes, IBV_ACCESS_LOCAL_WRITE);
-        p->rmr = st->v.reg_mr(st->pd, p->rbuf, bytes, IBV_ACCESS_LOCAL_WRITE);
-        if (!p->smr || !p->rmr)
-            return tp_error_set(err, TP_ERR_IO,
-                                "rdma: ibv_reg_mr failed (raise the locked-memory limit: ulimit -l unlimited)");
-        struct ibv_qp_init_attr qa;
-        memset(&qa, 0, sizeof qa);
-        qa.send_cq = st->cq;
-        qa.recv_cq = st->cq;
-        qa.qp_type = IBV_QPT_RC;
-        qa.cap.max_send_wr = RDMA_SLOTS;
-        qa.cap.max_recv_wr = RDMA_SLOTS;
-        qa.cap.max_send_sge = 1;
-        qa.cap.max_recv_sge = 1;
-        p->qp = st->v.create_qp(st->pd, &qa);
-        if (!p->qp) return tp_error_set(err, TP_ERR_IO, "rdma: ibv_create_qp failed for rank %d", r);
-        struct ibv_qp_attr at;
-        memset(&at, 0, sizeof at);
-        at.qp_state = IBV_QPS_INIT;
-        at.pkey_index = 0;
-        at.port_num = port;
-        at.qp_access_flags = 0;
-        if (st->v.modify_qp(p->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
-            return tp_error_set(err, TP_ERR_IO, "rdma: QP to INIT failed for rank %d", r);
-        for (unsigned sl = 0; sl < RDMA_SLOTS; sl++)
-            if (post_recv(st, r, sl) != 0) return tp_error_set(err, TP_ERR_IO, "rdma: ibv_post_recv failed");
-    }
+    for (int r = 0; r < net->size; r++)
+        if (r != net->rank && (rc = rdma_make_peer(st, r, port, err)) != TP_OK) return rc;
     uint64_t deadline = tp_now_ns() + (uint64_t)cfg->connect_timeout_ms * 1000000ull;
     for (int r = 0; r < net->size; r++) {
         if (r == net->rank) continue;
@@ -504,39 +538,7 @@ static enum tp_status rdma_connect(const struct tp_comm_config *cfg, struct tp_n
             return tp_error_set(err, TP_ERR_PEER, "rdma: exchanging queue-pair details with rank %d failed: %s", r,
                                 e.msg);
         get_qp_info(in, &theirs);
-        struct ibv_qp_attr at;
-        memset(&at, 0, sizeof at);
-        at.qp_state = IBV_QPS_RTR;
-        at.path_mtu = pa.active_mtu;
-        at.dest_qp_num = theirs.qpn;
-        at.rq_psn = theirs.psn;
-        at.max_dest_rd_atomic = 1;
-        at.min_rnr_timer = 12;
-        at.ah_attr.dlid = theirs.lid;
-        at.ah_attr.sl = 0;
-        at.ah_attr.port_num = port;
-        if (pa.link_layer == IBV_LINK_LAYER_ETHERNET || pa.lid == 0) {
-            at.ah_attr.is_global = 1;
-            memcpy(at.ah_attr.grh.dgid.raw, theirs.gid, 16);
-            at.ah_attr.grh.sgid_index = (uint8_t)gid_index;
-            at.ah_attr.grh.hop_limit = 64;
-        }
-        if (st->v.modify_qp(p->qp, &at,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
-            return tp_error_set(err, TP_ERR_IO, "rdma: QP to RTR failed for rank %d (GID index %d; RoCE needs an IP on "
-                                "the RDMA netdev)", r, gid_index);
-        memset(&at, 0, sizeof at);
-        at.qp_state = IBV_QPS_RTS;
-        at.timeout = 14;
-        at.retry_cnt = 7;
-        at.rnr_retry = 7;
-        at.sq_psn = mine.psn;
-        at.max_rd_atomic = 1;
-        if (st->v.modify_qp(p->qp, &at,
-                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                IBV_QP_MAX_QP_RD_ATOMIC) != 0)
-            return tp_error_set(err, TP_ERR_IO, "rdma: QP to RTS failed for rank %d", r);
+        if ((rc = rdma_ready_peer(st, r, port, &pa, gid_index, &mine, &theirs, err)) != TP_OK) return rc;
     }
     /* Everyone is RTS before anyone sends: one byte each way on every link. */
     for (int r = 0; r < net->size; r++) {

@@ -1,28 +1,10 @@
 /*
- * comm/bootstrap.c - form the TCP full mesh of a world group.
- *
- * Two ways to learn the addresses:
- *   hostfile     every rank reads the same table (rank = entry index) and
- *                listens on its own entry's address and port;
- *   coordinator  rank 0 listens on TP_COORDINATOR=host:port, every other rank
- *                connects there, listens on a free port of the local address
- *                that connection uses, registers (REGISTER frame carrying
- *                that port) and receives the address table (TABLE frame);
- *                the registration connection becomes its link to rank 0.
- * Then rank i connects to every lower rank and accepts every higher one (a
- * fixed order, so there is no cycle of waits).  Each connection is
- * authenticated both ways by the challenge-response of comm_wire.h before
- * it counts; every worker also opens a second, authenticated connection to
- * rank 0 that becomes its liveness link (liveness.c).  Strays (port
- * scanners, a wrong cluster, replayed or forged frames) get a REJECT that
- * carries no secret material, are logged with their address and their
- * bytes escaped, and do not count: the group keeps forming.  Every wait is
- * bounded by connect_timeout_ms.
- *
- * Listeners bind only the address their rank was given, never all
- * interfaces.  A group that listens on a non-loopback address must have a
- * cluster token (TP_CLUSTER_TOKEN or the hostfile's "cluster_token"); a
- * loopback-only group without one runs the same handshake with an empty key.
+ * comm/bootstrap.c - form the TCP full mesh of a world group, from a hostfile
+ * or through a coordinator: rank i connects to every lower rank and accepts every
+ * higher one, each connection authenticated both ways (comm_wire.h) before it
+ * counts, strays refused without stopping the group, every wait bounded by
+ * connect_timeout_ms; each worker also opens its liveness link to rank 0.  How
+ * and why: docs/multi-node.md ("How the group forms"), docs/security.md.
  */
 #include <poll.h>
 #include <stdio.h>

@@ -30,22 +30,10 @@
  *   A -> C  CHALLENGE           nonce_a (32 fresh random bytes)  | REJECT
  *   C -> A  PROOF               MAC("C", transcript)
  *   A -> C  ACCEPT              MAC("A", transcript)             | REJECT
- * MAC = HMAC-SHA-256 keyed by the cluster token (empty key when none) over a
- * role label and the transcript: protocol version, hello kind and arg, world
- * size, both ranks, both nonces and SHA-256 of the group id.  A answers
- * strangers with nonces and REJECTs only: nothing it sends before the peer
- * proved the key depends on the key, so a listener learns nothing to replay
- * or to guess the token offline from, and a replayed PROOF fails against a
- * fresh nonce_a.  MACs are compared in constant time (CRYPTO_memcmp).
- * Epochs: rank 0 runs the group in an epoch (>= 1) and starts a new one each
- * time it re-forms the group after losing a rank.  A connector sends the
- * epoch it knows (0 when it is joining and does not know it yet); rank 0
- * REJECTs a HELLO/REGISTER of any other non-zero epoch (a process still in
- * a previous epoch), answers with its epoch in the CHALLENGE, and a joining
- * connector adopts it; between workers both epochs must be equal (a worker
- * always links to rank 0 first).  The agreed epoch is part of the MACed
- * transcript, so a frame or connection of another epoch never verifies.
- * The coordinator's TABLE carries HMAC("T", nonce_c, nonce_a, SHA-256(entries)).
+ * MAC = HMAC-SHA-256 keyed by the cluster token over a role label and the transcript (version, hello
+ * kind and arg, world size, both ranks, both nonces, the agreed epoch, SHA-256 of the group id),
+ * compared in constant time; the coordinator's TABLE carries HMAC("T", nonce_c, nonce_a,
+ * SHA-256(entries)).  Why it is built so, and the epoch rules: docs/security.md.
  */
 #ifndef TP_COMM_WIRE_H
 #define TP_COMM_WIRE_H

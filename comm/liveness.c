@@ -1,41 +1,11 @@
 /*
- * comm/liveness.c - heartbeats on a side channel, so a stalled rank shows
- * within a second or two even while the engine thread is blocked inside a
- * collective.
- *
- * The bootstrap gives every worker one extra authenticated TCP connection
- * to rank 0 (net->live_fds).  A small thread on each rank sends one byte on
- * its liveness links every TP_LIVE_BEAT_MS and records, per peer, when it
- * last received anything (an atomic timestamp).  The thread runs whether or
- * not the engine is computing or communicating, so a peer that stops
- * answering (SIGSTOP, a hung host, a cut link) stops refreshing its
- * timestamp while a busy but healthy peer keeps it fresh.  A closed link
- * stops its timestamp too.  The data links (and their op timeout) decide
- * whether a collective fails; this channel reports silence, and one thing
- * more: a rank that leaves its group while alive (its collective failed,
- * or it shuts down) sends TP_LIVE_LEAVE before closing its links.
- *
- * Naming the lost rank (tp_live_pick).  When one rank of a ring stops, its
- * neighbours' collectives time out too, at about the same moment as rank
- * 0's; a surviving worker whose collective gave up first closes its links,
- * rank 0 sees that link close while the stopped rank's link stays open
- * (its process exists, its kernel keeps the socket), and a rule "closed
- * first" would name the survivor.  So the evidence is ranked: a link that
- * closed without the leave notice (a killed process, a lost link) names its
- * rank at once; else the rank silent longest past the threshold (stopped,
- * hung, unreachable); a rank that said it was leaving is alive and is named
- * only when nothing else explains the loss, and not before
- * TP_LIVE_LEAVE_GRACE_MS (a killed rank's closing, which caused the leave,
- * may reach rank 0 a little later on its own link).
- *
- * On rank 0 of a group that shrank (a re-plan left a rank out), the thread
- * also keeps the bootstrap listener open (the door): a process of the
- * larger group that tries to join (the left-out rank restarted, or woken
- * from SIGSTOP) reads its first frame and gets a REJECT saying it was left
- * out, so it stops at once instead of retrying until its connect timeout.
- * Anything else there gets a REJECT too.  Connections are non-blocking and
- * at most TP_LIVE_DOOR_MAX are pending (the oldest is dropped), each for at
- * most TP_LIVE_DOOR_MS, so strays cannot hold the heartbeats up.
+ * comm/liveness.c - heartbeats on a side channel (one extra TCP link per
+ * worker to rank 0), so a stalled rank shows within a second or two even while
+ * the engine thread is blocked inside a collective; the ranking of evidence
+ * that names the lost rank (tp_live_pick); on rank 0 of a group that shrank,
+ * the door that refuses a left-out rank at once.  The data links still decide
+ * whether a collective fails.  The design: docs/recovery.md ("The liveness
+ * channel", "Which rank is named").
  */
 #include <errno.h>
 #include <fcntl.h>

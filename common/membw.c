@@ -1,20 +1,12 @@
 /*
  * common/membw.c - the machine's streaming-read memory bandwidth, measured
- * with a pool's threads summing a buffer far larger than the caches.  The
- * benchmarks quote decode speed as a fraction of this number.
- *
- * 32-byte loads where the CPU has AVX2, as the decode kernels use: 16-byte
- * SSE2 loads can fall short of the bandwidth those kernels reach, so the
- * probe would understate the limit (docs/design-measurements.md).
- * Elsewhere (NEON, other ISAs) a plain 8-word loop, which compilers
- * vectorise.
- *
- * tp_mem_read_bw_gbs owns its buffer and reports the best pass (the machine's
- * limit; one fixed part per thread); tp_mem_read_bw_buf reads a caller's
- * buffer and reports the mean of its passes (bytes / elapsed, as a decode
- * rep is timed), threads claiming 1 MiB chunks as they come free (as the
- * decode claims rows), so a benchmark can probe the bandwidth right next to
- * each timed rep and both suffer a busy machine alike.
+ * with a pool's threads summing a buffer far larger than the caches (32-byte
+ * loads where the CPU has AVX2, as the decode kernels use; why:
+ * docs/design-measurements.md).  tp_mem_read_bw_gbs owns its buffer and
+ * reports the best pass (the machine's limit); tp_mem_read_bw_buf reads a
+ * caller's buffer and reports the mean of its passes, threads claiming 1 MiB
+ * chunks as they come free (as the decode claims rows), so a benchmark can
+ * probe right next to each timed rep.
  */
 #include <stdatomic.h>
 #include <string.h>

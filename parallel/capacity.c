@@ -222,11 +222,12 @@ static double gb(uint64_t b) { return (double)b / GIB; }
 
 /* The collectives of a greedy decode step with the algorithm comm/ picks for
  * each (tp_parallel_decode_cost): each call costs its rounds of link latency
- * plus the busiest rank's bytes at the link rate; a measured all_sum time
- * replaces the model for the all_sums and sets the latency of one round for
- * the rest. */
-double tp_capacity_comm_ms(const struct tp_hparams *hp, enum tp_wire_dtype dt, int world,
-                           const struct tp_cap_link *link, double allsum_us, int *rounds)
+ * plus the busiest rank's bytes at the link rate.  A measured time replaces
+ * the model for its collective (header_us: the step header broadcast,
+ * allsum_us: one all_sum, gather_us: the argmax gather); a measured all_sum
+ * also sets the latency of one round for the collectives not measured. */
+static double comm_ms(const struct tp_hparams *hp, enum tp_wire_dtype dt, int world, const struct tp_cap_link *link,
+                      double header_us, double allsum_us, double gather_us, int *rounds)
 {
     if (rounds) *rounds = 0;
     if (world <= 1) return 0.0;
@@ -242,16 +243,26 @@ double tp_capacity_comm_ms(const struct tp_hparams *hp, enum tp_wire_dtype dt, i
     for (int i = 0; i < dc.n; i++) {
         const struct tp_parallel_coll_cost *c = &dc.c[i];
         double one = c->cost.rounds * lat + (double)c->max_bytes_sent / rate;
-        if (c == sum && allsum_us > 0) one = allsum_us * 1e-6;
+        const double measured = c == sum                                  ? allsum_us
+                                : strcmp(c->what, "step header") == 0     ? header_us
+                                : strcmp(c->what, "argmax gather") == 0   ? gather_us
+                                                                          : 0.0;
+        if (measured > 0) one = measured * 1e-6;
         t += c->times * one;
         if (rounds) *rounds += c->times * c->cost.rounds;
     }
     return t * 1e3;
 }
 
-enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_result *out, struct tp_error *err)
+double tp_capacity_comm_ms(const struct tp_hparams *hp, enum tp_wire_dtype dt, int world,
+                           const struct tp_cap_link *link, double allsum_us, int *rounds)
 {
-    memset(out, 0, sizeof *out);
+    return comm_ms(hp, dt, world, link, 0.0, allsum_us, 0.0, rounds);
+}
+
+/* TP_ERR_INVALID_ARG naming what is wrong with cfg (nodes, model shape, context, link, node memory). */
+static enum tp_status check_config(const struct tp_cap_config *cfg, struct tp_error *err)
+{
     const struct tp_hparams *hp = &cfg->hp;
     const int n = cfg->n_nodes;
     if (n < 1 || n > TP_CAP_MAX_NODES)
@@ -272,20 +283,125 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
         if (!cfg->nodes[i].mem_bytes || !(cfg->nodes[i].mem_bw_gbs > 0))
             return tp_error_set(err, TP_ERR_INVALID_ARG, "node %s: memory and bandwidth must be > 0",
                                 cfg->nodes[i].name);
+    return TP_OK;
+}
 
-    const struct tp_plan_types types = tp_plan_types_uniform(cfg->wtype);
+/* What the plan needs beyond the weights: the KV cache of one KV head (layer by layer, all
+ * sequences) and the runtime bytes every node holds (fixed overhead + batch scratch); the replicated
+ * weight bytes (from a one-rank plan) once known. */
+struct cap_needs {
+    double kv_per_head, overhead, repl;
+};
+
+static struct cap_needs plan_needs(const struct tp_cap_config *cfg)
+{
+    const struct tp_hparams *hp = &cfg->hp;
+    struct cap_needs nd;
     /* K and V rows of one KV head: n_ctx positions per layer, or a sliding window's ring on the
      * windowed layers (every layer, or with swa_period p those with l % p < p - 1: gpt-oss's even ones) */
+    nd.kv_per_head = /* layer by layer (tp_kv_layer_positions), all sequences */
+        (double)tp_kv_head_bytes(hp, cfg->n_ctx, cfg->n_batch, cfg->kv_type) * (double)cfg->n_seq;
+    const double scratch =
+        (double)cfg->n_batch * (4.0 * hp->n_embd + 2.0 * hp->n_ff + (double)hp->n_vocab) * sizeof(float);
+    nd.overhead = (double)cfg->overhead_bytes + scratch;
+    nd.repl = 0;
+    return nd;
+}
+
+/* Per node: memory, and bytes read per decoded token (its slices, the norms, the output head when
+ * tied, and a KV cache half full on average) at its bandwidth: out->nodes, out->compute_ms.  Returns
+ * the node short of memory by the most (-1: none), its shortfall in *worst_short. */
+static int node_results(const struct tp_cap_config *cfg, const struct cap_needs *nd, const double *usable,
+                        struct tp_cap_result *out, double *worst_short)
+{
+    const struct tp_hparams *hp = &cfg->hp;
+    const struct tp_shard_plan *plan = &out->plan;
+    const double norms = (2.0 * hp->n_layer + 1.0) * hp->n_embd * sizeof(float);
+    /* mixture of experts: the routers (replicated, F32) every token, and about k / n_expert of the
+     * rank's experts (any split: each expert is equally likely to be selected) */
+    const double routers = hp->n_expert > 0 ? (double)hp->n_layer * hp->n_expert * hp->n_embd * sizeof(float) : 0.0;
+    const double idle_frac = hp->n_expert > 0 ? 1.0 - (double)hp->n_expert_used / hp->n_expert : 0.0;
+    const double read_repl = (hp->tied_embeddings ? nd->repl : norms + routers);
+    int worst = -1;
+    *worst_short = 0;
+    for (int i = 0; i < cfg->n_nodes; i++) {
+        const struct tp_shard_rank_plan *rp = &plan->ranks[i];
+        struct tp_cap_node_result *nr = &out->nodes[i];
+        nr->n_q_heads = rp->shard.q_head_end - rp->shard.q_head_begin;
+        nr->n_kv_heads = rp->shard.kv_head_end - rp->shard.kv_head_begin;
+        nr->n_ff = rp->shard.ff_end - rp->shard.ff_begin;
+        nr->share = rp->weight;
+        nr->weight_bytes = rp->sharded_bytes + rp->replicated_bytes;
+        nr->kv_bytes = (uint64_t)(nd->kv_per_head * nr->n_kv_heads);
+        nr->overhead_bytes = (uint64_t)nd->overhead;
+        nr->need_bytes = nr->weight_bytes + nr->kv_bytes + nr->overhead_bytes;
+        double kv_read = nd->kv_per_head * nr->n_kv_heads / cfg->n_seq * 0.5;
+        double bytes = (double)rp->sharded_bytes - idle_frac * (double)rp->expert_bytes + read_repl + kv_read;
+        nr->read_bytes_per_token = (uint64_t)bytes;
+        nr->compute_ms = bytes / (cfg->nodes[i].mem_bw_gbs * 1e9 * cfg->bw_efficiency) * 1e3;
+        if (nr->compute_ms > out->compute_ms) out->compute_ms = nr->compute_ms;
+        if ((double)nr->need_bytes > usable[i] && (double)nr->need_bytes - usable[i] > *worst_short) {
+            *worst_short = (double)nr->need_bytes - usable[i];
+            worst = i;
+        }
+    }
+    return worst;
+}
+
+/* The longest context: every node's room after weights and runtime over its KV bytes per position,
+ * at most the trained context. */
+static int plan_max_ctx(const struct tp_cap_config *cfg, const struct cap_needs *nd, const double *usable,
+                        const struct tp_cap_result *out)
+{
+    const struct tp_hparams *hp = &cfg->hp;
+    const int head_dim = hp->head_dim > 0 ? hp->head_dim : hp->n_embd / hp->n_head;
+    const size_t kv_row = tp_kv_row_bytes(cfg->kv_type, head_dim);
     const int64_t ring = hp->sliding_window > 0 ? (int64_t)hp->sliding_window + cfg->n_batch : INT64_MAX;
     int n_win = 0;
     for (int l = 0; l < hp->n_layer; l++) n_win += tp_kv_layer_window(hp, l) > 0;
     const int n_full = hp->n_layer - n_win;
-    const double kv_per_head = /* layer by layer (tp_kv_layer_positions), all sequences */
-        (double)tp_kv_head_bytes(hp, cfg->n_ctx, cfg->n_batch, cfg->kv_type) * (double)cfg->n_seq;
-    const double kv_total = kv_per_head * hp->n_head_kv;
-    const double scratch =
-        (double)cfg->n_batch * (4.0 * hp->n_embd + 2.0 * hp->n_ff + (double)hp->n_vocab) * sizeof(float);
-    const double overhead = (double)cfg->overhead_bytes + scratch;
+    const double trained = hp->n_ctx_train > 0 ? (double)hp->n_ctx_train : 1e9;
+    double best = trained;
+    for (int i = 0; i < cfg->n_nodes; i++) {
+        const double free_b = usable[i] - (double)out->nodes[i].weight_bytes - nd->overhead;
+        const double per_layer = (double)cfg->n_seq * 2.0 * (double)kv_row * out->nodes[i].n_kv_heads;
+        const double per_pos = per_layer * hp->n_layer;
+        if (free_b <= 0) best = 0;
+        else if (n_full > 0 && n_win > 0) /* the windowed layers' rings, then the full layers grow */
+            best = fmin(best, fmax(0.0, floor((free_b - per_layer * n_win * (double)ring) / (per_layer * n_full))));
+        else if (per_pos > 0 && !(ring < INT64_MAX && per_pos * (double)ring <= free_b))
+            best = fmin(best, floor(free_b / per_pos));
+    }
+    return (int)fmin(best, trained);
+}
+
+/* Communication per decoded token: time, rounds, and the bytes each node sends. */
+static void plan_comm(const struct tp_cap_config *cfg, struct tp_cap_result *out)
+{
+    const struct tp_hparams *hp = &cfg->hp;
+    const int n = cfg->n_nodes;
+    out->comm_ms = comm_ms(hp, cfg->wire_dtype, n, &cfg->link, cfg->header_us, cfg->allsum_us, cfg->gather_us,
+                           &out->comm_rounds_per_token);
+    for (int i = 0; i < n; i++) {
+        struct tp_parallel_decode_cost ri;
+        tp_parallel_decode_cost(hp->n_layer, hp->n_embd, cfg->wire_dtype, n, i, &ri);
+        out->nodes[i].wire_bytes_per_token = ri.bytes_sent;
+        if (ri.bytes_sent > out->wire_bytes_per_token) out->wire_bytes_per_token = ri.bytes_sent;
+    }
+}
+
+enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_result *out, struct tp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const struct tp_hparams *hp = &cfg->hp;
+    const int n = cfg->n_nodes;
+    enum tp_status rc = check_config(cfg, err);
+    if (rc != TP_OK) return rc;
+
+    const struct tp_plan_types types = tp_plan_types_uniform(cfg->wtype);
+    struct cap_needs nd = plan_needs(cfg);
+    const double kv_total = nd.kv_per_head * hp->n_head_kv;
+    const double overhead = nd.overhead;
 
     /* Whole-model bytes and the replicated part, from a one-rank plan. */
     struct tp_shard_plan *plan = &out->plan;
@@ -294,6 +410,7 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
         return tp_error_set(err, TP_ERR_INVALID_ARG, "%s", perr.msg);
     const double total_w = (double)plan->total_bytes, repl = (double)plan->replicated_bytes;
     const double sharded_total = total_w - repl;
+    nd.repl = repl;
 
     /* What each node has left for its share after the parts every node holds. */
     double usable[TP_CAP_MAX_NODES], room[TP_CAP_MAX_NODES], sum_room = 0, sum_usable = 0;
@@ -343,53 +460,10 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
         return TP_OK;
     }
 
-    /* Per node: memory, and bytes read per decoded token (its slices, the norms, the output
-     * head when tied, and a KV cache half full on average). */
-    const double norms = (2.0 * hp->n_layer + 1.0) * hp->n_embd * sizeof(float);
-    /* mixture of experts: the routers (replicated, F32) every token, and about k / n_expert of the
-     * rank's experts (any split: each expert is equally likely to be selected) */
-    const double routers = hp->n_expert > 0 ? (double)hp->n_layer * hp->n_expert * hp->n_embd * sizeof(float) : 0.0;
-    const double idle_frac = hp->n_expert > 0 ? 1.0 - (double)hp->n_expert_used / hp->n_expert : 0.0;
-    const double read_repl = (hp->tied_embeddings ? repl : norms + routers);
     out->fits = 1;
     double worst_short = 0;
-    int worst = -1;
-    for (int i = 0; i < n; i++) {
-        const struct tp_shard_rank_plan *rp = &plan->ranks[i];
-        struct tp_cap_node_result *nr = &out->nodes[i];
-        nr->n_q_heads = rp->shard.q_head_end - rp->shard.q_head_begin;
-        nr->n_kv_heads = rp->shard.kv_head_end - rp->shard.kv_head_begin;
-        nr->n_ff = rp->shard.ff_end - rp->shard.ff_begin;
-        nr->share = rp->weight;
-        nr->weight_bytes = rp->sharded_bytes + rp->replicated_bytes;
-        nr->kv_bytes = (uint64_t)(kv_per_head * nr->n_kv_heads);
-        nr->overhead_bytes = (uint64_t)overhead;
-        nr->need_bytes = nr->weight_bytes + nr->kv_bytes + nr->overhead_bytes;
-        double kv_read = kv_per_head * nr->n_kv_heads / cfg->n_seq * 0.5;
-        double bytes = (double)rp->sharded_bytes - idle_frac * (double)rp->expert_bytes + read_repl + kv_read;
-        nr->compute_ms = bytes / (cfg->nodes[i].mem_bw_gbs * 1e9 * cfg->bw_efficiency) * 1e3;
-        if (nr->compute_ms > out->compute_ms) out->compute_ms = nr->compute_ms;
-        if ((double)nr->need_bytes > usable[i] && (double)nr->need_bytes - usable[i] > worst_short) {
-            worst_short = (double)nr->need_bytes - usable[i];
-            worst = i;
-        }
-    }
-    /* the longest context: every node's room after weights and runtime over its KV bytes per position */
-    {
-        const double trained = hp->n_ctx_train > 0 ? (double)hp->n_ctx_train : 1e9;
-        double best = trained;
-        for (int i = 0; i < n; i++) {
-            const double free_b = usable[i] - (double)out->nodes[i].weight_bytes - overhead;
-            const double per_layer = (double)cfg->n_seq * 2.0 * (double)kv_row * out->nodes[i].n_kv_heads;
-            const double per_pos = per_layer * hp->n_layer;
-            if (free_b <= 0) best = 0;
-            else if (n_full > 0 && n_win > 0) /* the windowed layers' rings, then the full layers grow */
-                best = fmin(best, fmax(0.0, floor((free_b - per_layer * n_win * (double)ring) / (per_layer * n_full))));
-            else if (per_pos > 0 && !(ring < INT64_MAX && per_pos * (double)ring <= free_b))
-                best = fmin(best, floor(free_b / per_pos));
-        }
-        out->max_ctx = (int)fmin(best, trained);
-    }
+    const int worst = node_results(cfg, &nd, usable, out, &worst_short);
+    out->max_ctx = plan_max_ctx(cfg, &nd, usable, out);
     if (worst >= 0) {
         out->fits = 0;
         out->short_bytes = (uint64_t)worst_short;
@@ -399,16 +473,7 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
                  cfg->nodes[worst].name, gb(out->nodes[worst].need_bytes), gb((uint64_t)usable[worst]),
                  gb(out->short_bytes));
     }
-
-    if (n > 1) {
-        out->comm_ms = tp_capacity_comm_ms(hp, cfg->wire_dtype, n, &cfg->link, cfg->allsum_us, &out->comm_rounds_per_token);
-        for (int i = 0; i < n; i++) {
-            struct tp_parallel_decode_cost ri;
-            tp_parallel_decode_cost(hp->n_layer, hp->n_embd, cfg->wire_dtype, n, i, &ri);
-            out->nodes[i].wire_bytes_per_token = ri.bytes_sent;
-            if (ri.bytes_sent > out->wire_bytes_per_token) out->wire_bytes_per_token = ri.bytes_sent;
-        }
-    }
+    if (n > 1) plan_comm(cfg, out);
     out->tg_tps = 1e3 / (out->compute_ms + out->comm_ms);
     return TP_OK;
 }

@@ -399,45 +399,27 @@ static void publish_view(tp_parallel_t *p)
     pthread_mutex_unlock(&p->view_mu);
 }
 
-enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_parallel_t **out, struct tp_error *err)
+/* Step 1: the group (none for a world of 1). */
+static enum tp_status form_group(tp_parallel_t *p, const struct tp_parallel_config *cfg)
 {
-    enum tp_status rc = TP_OK;
-    tp_parallel_t *p = NULL;
-    if (!out) return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_init: out is NULL");
-    *out = NULL;
-    if (!cfg || !cfg->model.path)
-        return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_init: no model path (give MODEL or --model)");
-    if ((int)cfg->wire_dtype < 0 || cfg->wire_dtype >= TP_WIRE_COUNT)
-        return tp_error_set(err, TP_ERR_INVALID_ARG, "unknown --comm-dtype (want f32, f16, bf16 or q8)");
-    p = calloc(1, sizeof *p);
-    if (!p) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
-    atomic_init(&p->poisoned, 0);
-    atomic_init(&p->rejoin_phase, 0);
-    p->comm_cfg = cfg->comm;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    p->mu_inited = 1;
-    pthread_mutex_init(&p->view_mu, NULL);
-    p->view_mu_inited = 1;
-    p->view.world = 1;
-    p->view.backend = "local";
-    p->wire_dtype = cfg->wire_dtype;
-
-    /* 1. group */
     if (cfg->comm.world_size == 1) {
         p->rank = 0;
         p->world = 1;
-        if (cfg->comm.rank > 0) {
-            rc = tp_error_set(&p->err, TP_ERR_INVALID_ARG, "rank %d is out of range for a world of 1", cfg->comm.rank);
-            goto fail;
-        }
-    } else {
-        TP_CHECK_GOTO(tp_comm_init(&cfg->comm, &p->comm, &p->err), rc, fail);
-        p->rank = tp_comm_rank(p->comm);
-        p->world = tp_comm_size(p->comm);
+        if (cfg->comm.rank > 0)
+            return tp_error_set(&p->err, TP_ERR_INVALID_ARG, "rank %d is out of range for a world of 1",
+                                cfg->comm.rank);
+        return TP_OK;
     }
+    enum tp_status rc = tp_comm_init(&cfg->comm, &p->comm, &p->err);
+    if (rc != TP_OK) return rc;
+    p->rank = tp_comm_rank(p->comm);
+    p->world = tp_comm_size(p->comm);
+    return TP_OK;
+}
 
-    /* 2. probe + plan (local), then agree */
+/* Step 2: probe the file and plan locally, then agree on the plan's hash with every rank. */
+static enum tp_status plan_and_agree(tp_parallel_t *p, const struct tp_parallel_config *cfg)
+{
     enum tp_status st = expand_path(p, cfg->model.path);
     if (st == TP_OK) st = make_plan(p, cfg);
     p->cfg_n_ctx = cfg->model.n_ctx;
@@ -446,9 +428,28 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
     p->kv_f16 = cfg->model.kv_f16 != 0;
     uint64_t h = st == TP_OK ? plan_hash(p) : 14695981039346656037ull;
     p->plan_hash = h;
-    TP_CHECK_GOTO(agree(p, st, h, "the sharding plan"), rc, fail);
+    return agree(p, st, h, "the sharding plan");
+}
 
-    /* 3. load this rank's slice, then agree that everyone loaded */
+/* What this rank holds and what the plan says it should (after the load). */
+static void log_resident(tp_parallel_t *p, const struct tp_shard_rank_plan *rp)
+{
+    uint64_t wb = tp_model_weight_bytes(p->model);
+    size_t rss = tp_rss_bytes();
+    /* KV cache: held KV heads of every layer and sequence, K and V; not part of the plan */
+    double kv = (double)tp_model_kv_bytes(p->model);
+    tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE,
+           "rank %d/%d: resident weights %.1f MiB (plan %.1f MiB) + KV cache %.1f MiB, process RSS %.1f MiB, "
+           "comm dtype %s",
+           p->rank, p->world, (double)wb / 1048576.0, (double)(rp->sharded_bytes + rp->replicated_bytes) / 1048576.0,
+           kv / 1048576.0, (double)rss / 1048576.0, tp_wire_dtype_name(p->wire_dtype));
+}
+
+/* Step 3: load this rank's slice while a load-sync thread keeps the group's collectives going, then
+ * agree that every rank loaded. */
+static enum tp_status load_slice(tp_parallel_t *p, const struct tp_parallel_config *cfg)
+{
+    enum tp_status rc = TP_OK;
     struct tp_model_config mc = cfg->model;
     mc.path = p->path;
     if (p->world > 1 || p->probe.is_shard) {
@@ -477,9 +478,9 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
     if (p->world > 1 && !ls_started) {
         rc = tp_error_set(&p->err, TP_ERR_NOMEM, "cannot start the load-sync thread");
         tp_comm_abort(p->comm, "parallel: a rank could not start its load-sync thread");
-        goto fail;
+        return rc;
     }
-    st = tp_model_init(&mc, &p->model, &p->err);
+    enum tp_status st = tp_model_init(&mc, &p->model, &p->err);
     if (st != TP_OK && p->world > 1)
         tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "rank %d: %s (telling the other ranks once they have loaded)", p->rank,
                tp_error_msg(&p->err));
@@ -488,26 +489,43 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
     if (ls_started) {
         atomic_store(&ls.state, st == TP_OK ? 1 : 2);
         pthread_join(ls.thread, NULL);
-        if (ls.comm_status != TP_OK) {
-            rc = tp_error_force(&p->err, ls.comm_status, "rank %d: group failed while the ranks were loading: %s",
-                                p->rank, tp_comm_last_error(p->comm));
-            goto fail;
-        }
+        if (ls.comm_status != TP_OK)
+            return tp_error_force(&p->err, ls.comm_status, "rank %d: group failed while the ranks were loading: %s",
+                                  p->rank, tp_comm_last_error(p->comm));
     }
-    TP_CHECK_GOTO(agree(p, st, 0, "loading the model"), rc, fail);
-    {
-        uint64_t wb = tp_model_weight_bytes(p->model);
-        size_t rss = tp_rss_bytes();
-        /* KV cache: held KV heads of every layer and sequence, K and V; not part of the plan */
-        double kv = (double)tp_model_kv_bytes(p->model);
-        tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE,
-               "rank %d/%d: resident weights %.1f MiB (plan %.1f MiB) + KV cache %.1f MiB, process RSS %.1f MiB, "
-               "comm dtype %s",
-               p->rank, p->world, (double)wb / 1048576.0,
-               (double)(rp->sharded_bytes + rp->replicated_bytes) / 1048576.0, kv / 1048576.0,
-               (double)rss / 1048576.0, tp_wire_dtype_name(p->wire_dtype));
-    }
+    TP_CHECK_GOTO(agree(p, st, 0, "loading the model"), rc, out);
+    log_resident(p, rp);
+out:
+    return rc;
+}
 
+enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_parallel_t **out, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    tp_parallel_t *p = NULL;
+    if (!out) return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_init: out is NULL");
+    *out = NULL;
+    if (!cfg || !cfg->model.path)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_init: no model path (give MODEL or --model)");
+    if ((int)cfg->wire_dtype < 0 || cfg->wire_dtype >= TP_WIRE_COUNT)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "unknown --comm-dtype (want f32, f16, bf16 or q8)");
+    p = calloc(1, sizeof *p);
+    if (!p) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    atomic_init(&p->poisoned, 0);
+    atomic_init(&p->rejoin_phase, 0);
+    p->comm_cfg = cfg->comm;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->mu_inited = 1;
+    pthread_mutex_init(&p->view_mu, NULL);
+    p->view_mu_inited = 1;
+    p->view.world = 1;
+    p->view.backend = "local";
+    p->wire_dtype = cfg->wire_dtype;
+
+    TP_CHECK_GOTO(form_group(p, cfg), rc, fail);
+    TP_CHECK_GOTO(plan_and_agree(p, cfg), rc, fail);
+    TP_CHECK_GOTO(load_slice(p, cfg), rc, fail);
     /* 4. rank 0 keeps idle workers alive */
     TP_CHECK_GOTO(start_keepalive(p), rc, fail);
     publish_view(p);
@@ -774,24 +792,26 @@ uint32_t tp_parallel_epoch(const tp_parallel_t *p)
     return e;
 }
 
-int tp_parallel_silent_rank(const tp_parallel_t *p, uint32_t silent_ms, uint32_t *silent_for_ms)
+/* A liveness query of comm/ on the current group, under the lock that a re-form swaps it with. */
+static int query_group(const tp_parallel_t *p, int (*query)(const tp_comm_t *, uint32_t, uint32_t *),
+                       uint32_t silent_ms, uint32_t *silent_for_ms)
 {
     if (silent_for_ms) *silent_for_ms = 0;
     if (!p) return -1;
     pthread_mutex_lock((pthread_mutex_t *)&p->view_mu);
-    int r = p->comm ? tp_comm_silent_rank(p->comm, silent_ms, silent_for_ms) : -1;
+    int r = p->comm ? query(p->comm, silent_ms, silent_for_ms) : -1;
     pthread_mutex_unlock((pthread_mutex_t *)&p->view_mu);
     return r;
 }
 
+int tp_parallel_silent_rank(const tp_parallel_t *p, uint32_t silent_ms, uint32_t *silent_for_ms)
+{
+    return query_group(p, tp_comm_silent_rank, silent_ms, silent_for_ms);
+}
+
 int tp_parallel_lost_rank(const tp_parallel_t *p, uint32_t silent_ms, uint32_t *silent_for_ms)
 {
-    if (silent_for_ms) *silent_for_ms = 0;
-    if (!p) return -1;
-    pthread_mutex_lock((pthread_mutex_t *)&p->view_mu);
-    int r = p->comm ? tp_comm_lost_rank(p->comm, silent_ms, silent_for_ms) : -1;
-    pthread_mutex_unlock((pthread_mutex_t *)&p->view_mu);
-    return r;
+    return query_group(p, tp_comm_lost_rank, silent_ms, silent_for_ms);
 }
 
 /* ------------------------------------------------------------------ free */

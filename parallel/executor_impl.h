@@ -10,6 +10,21 @@
 
 #include "parallel_impl.h"
 
+/*
+ * The step header: a fixed 256-byte broadcast of 64 little-endian int32.
+ *   [0] magic 'TPS6'  [1] kind (enum step_kind)
+ *   [2] step number   [3] n_tokens  [4] n_clear  [5] body inline (0/1)
+ *   [6] k of RUN_TOPK (the argument of HOOK)  [7] collect stats after the step  [8] n_copy
+ *   [9] n_bias        [10] n_mask
+ *   [11..63] the body when it fits (53 words), else a second broadcast.
+ * Body (int32): token[n] pos[n] seq[n] want_logits[n] clear_seq[c] clear_from[c]
+ *               copy_dst[k] copy_src[k] copy_len[k]
+ *               bias_row[b] bias_id[b] bias_val[b] (float bits)
+ *               mask_row[m] mask[m x W] (W = (n_vocab + 31) / 32 words of token bits).
+ * With [7] set, every rank's counters (STATS_WORDS int32: steps, tokens, compute / comm ns, bytes
+ * sent, memory and memory limit as u64, the 32-byte host name) are gathered to rank 0.  Workers
+ * check every count and entry before use.
+ */
 #define STEP_MAGIC 0x36535054 /* "TPS6" little-endian */
 #define HDR_WORDS 64
 /* hdr[8]: n_copy */

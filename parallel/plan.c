@@ -229,14 +229,36 @@ enum tp_status tp_parallel_plan(const struct tp_hparams *hp, const struct tp_pla
     return tp_parallel_plan_moe(hp, ty, world, weights, TP_MOE_SPLIT_AUTO, out, err);
 }
 
-enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp_plan_types *ty, int world,
-                                    const double *weights, enum tp_moe_split split, struct tp_shard_plan *out,
-                                    struct tp_error *err)
+/* What one plan works out step by step (tp_parallel_plan_moe): the normalised weights, the boundaries
+ * of heads, FFN columns, experts, shared-expert columns and vocabulary rows per rank, and why. */
+struct plan_ctx {
+    const struct tp_hparams *hp;
+    const struct tp_plan_types *ty;
+    int world;
+    double w[TP_PLAN_MAX_RANKS];
+    int64_t E, hd, nh, nkv, G;
+    /* attention */
+    int64_t unit, g_o;
+    int kv_mode, moved_attn;
+    int64_t hb[TP_PLAN_MAX_RANKS + 1];
+    /* FFN and experts */
+    int64_t be_d;
+    int moe, moved_ffn;
+    int64_t fb[TP_PLAN_MAX_RANKS + 1], eb[TP_PLAN_MAX_RANKS + 1];
+    enum tp_moe_split chosen;
+    char why[200];
+    int shexp_split;
+    int64_t sb[TP_PLAN_MAX_RANKS + 1];
+    /* output head */
+    int64_t vb[TP_PLAN_MAX_RANKS + 1];
+};
+
+/* The shape and the weight type of every role can be planned; c->w the weights normalised to sum 1. */
+static enum tp_status plan_check(struct plan_ctx *c, const double *weights, struct tp_error *err)
 {
-    if (!hp || !ty || !out) return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_plan: NULL argument");
-    if ((int)split < 0 || split >= TP_MOE_SPLIT_COUNT)
-        return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_plan: unknown expert split %d", (int)split);
-    memset(out, 0, sizeof *out);
+    const struct tp_hparams *hp = c->hp;
+    const struct tp_plan_types *ty = c->ty;
+    const int world = c->world;
     if (world < 1 || world > TP_PLAN_MAX_RANKS)
         return tp_error_set(err, TP_ERR_INVALID_ARG, "world size %d is out of range [1, %d]", world,
                             TP_PLAN_MAX_RANKS);
@@ -247,8 +269,9 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
         return tp_error_set(err, TP_ERR_FORMAT, "cannot plan: %d query heads are not a multiple of %d KV heads",
                             hp->n_head, hp->n_head_kv);
 
-    const int64_t E = hp->n_embd, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
-    const int64_t G = nh / nkv;
+    c->E = hp->n_embd, c->hd = hp->head_dim, c->nh = hp->n_head, c->nkv = hp->n_head_kv;
+    c->G = c->nh / c->nkv;
+    const int64_t E = c->E, nh = c->nh, hd = c->hd;
     enum tp_status st;
     if ((st = check_type(ty->attn_q, "attn_q", E, err)) || (st = check_type(ty->attn_k, "attn_k", E, err)) ||
         (st = check_type(ty->attn_v, "attn_v", E, err)) || (st = check_type(ty->attn_o, "attn_output", nh * hd, err)) ||
@@ -258,17 +281,24 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
         (!hp->tied_embeddings && (st = check_type(ty->output, "output", E, err))))
         return st;
 
-    double w[TP_PLAN_MAX_RANKS], wsum = 0.0;
+    double wsum = 0.0;
     for (int r = 0; r < world; r++) {
         double v = weights ? weights[r] : 1.0;
         if (!isfinite(v) || v <= 0.0)
             return tp_error_set(err, TP_ERR_INVALID_ARG, "shard weight of rank %d is %g; weights must be > 0", r, v);
-        w[r] = v;
+        c->w[r] = v;
         wsum += v;
     }
-    for (int r = 0; r < world; r++) w[r] /= wsum;
+    for (int r = 0; r < world; r++) c->w[r] /= wsum;
+    return TP_OK;
+}
 
-    /* ---- attention: units of whole heads whose O columns are whole blocks */
+/* Attention: units of whole heads whose O columns are whole blocks (c->hb, c->unit, c->kv_mode). */
+static enum tp_status plan_heads(struct plan_ctx *c, struct tp_error *err)
+{
+    const struct tp_plan_types *ty = c->ty;
+    const int world = c->world;
+    const int64_t hd = c->hd, nh = c->nh, nkv = c->nkv, G = c->G;
     int64_t be_o;
     size_t bb_o;
     plan_block(ty->attn_o, &be_o, &bb_o);
@@ -290,33 +320,49 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
                             "cannot split %lld attention heads over %d ranks: at most %lld ranks (heads move in "
                             "units of %lld so that attn_output's %s blocks are never cut); use fewer ranks",
                             (long long)nh, world, (long long)n_hunits, (long long)unit, tp_wtype_name_plan(ty->attn_o));
-    int64_t cnt[TP_PLAN_MAX_RANKS], hb[TP_PLAN_MAX_RANKS + 1];
-    int zr = split_units(n_hunits, world, w, cnt);
+    int64_t cnt[TP_PLAN_MAX_RANKS];
+    int zr = split_units(n_hunits, world, c->w, cnt);
     if (zr >= 0)
         return tp_error_set(err, TP_ERR_INVALID_ARG,
                             "shard weight of rank %d is too small: it would get no attention heads (%lld units of "
                             "%lld heads to share); raise its weight or use fewer ranks",
                             zr, (long long)n_hunits, (long long)unit);
-    unit_bounds(cnt, world, unit, nh, hb);
-    int moved_attn = unit > 1 && bounds_moved(hb, world, nh, w);
+    unit_bounds(cnt, world, unit, nh, c->hb);
+    c->moved_attn = unit > 1 && bounds_moved(c->hb, world, nh, c->w);
+    c->unit = unit;
+    c->g_o = g_o;
+    c->kv_mode = kv_mode;
+    return TP_OK;
+}
 
-    /* ---- FFN: units of ffn_down blocks (mixture of experts: of every expert, or whole experts) */
+/* FFN: units of ffn_down blocks (mixture of experts: of every expert, or whole experts, as split asks or
+ * as fits best): c->fb / c->eb, c->chosen and why; the Qwen2-MoE shared expert's columns (c->sb). */
+static enum tp_status plan_ffn(struct plan_ctx *c, enum tp_moe_split split, struct tp_error *err)
+{
+    const struct tp_hparams *hp = c->hp;
+    const struct tp_plan_types *ty = c->ty;
+    const int world = c->world;
+    const double *w = c->w;
+    int64_t cnt[TP_PLAN_MAX_RANKS];
     int64_t be_d;
     size_t bb_d;
     plan_block(ty->ffn_down, &be_d, &bb_d);
+    c->be_d = be_d;
     const int64_t n_funits = (hp->n_ff + be_d - 1) / be_d;
     const int moe = hp->n_expert > 0;
-    int64_t fb[TP_PLAN_MAX_RANKS + 1], eb[TP_PLAN_MAX_RANKS + 1];
+    c->moe = moe;
     int64_t ecnt[TP_PLAN_MAX_RANKS];
     const int tp_fits = n_funits >= world && split_units(n_funits, world, w, cnt) < 0;
     int moved_ffn = 0;
     if (tp_fits) {
-        unit_bounds(cnt, world, be_d, hp->n_ff, fb);
-        moved_ffn = be_d > 1 && bounds_moved(fb, world, hp->n_ff, w);
+        unit_bounds(cnt, world, be_d, hp->n_ff, c->fb);
+        moved_ffn = be_d > 1 && bounds_moved(c->fb, world, hp->n_ff, w);
     }
     const int ep_fits = moe && hp->n_expert >= world && split_units(hp->n_expert, world, w, ecnt) < 0;
     enum tp_moe_split chosen = TP_MOE_SPLIT_AUTO;
-    char why[200] = "";
+    char *why = c->why;
+    const size_t why_cap = sizeof c->why;
+    why[0] = '\0';
     if (moe) {
         if (split == TP_MOE_SPLIT_TENSOR && !tp_fits)
             return tp_error_set(err, TP_ERR_UNSUPPORTED,
@@ -331,27 +377,27 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
                                 world, hp->n_expert, hp->n_expert >= world ? " and a rank's weight is too small" : "");
         if (split == TP_MOE_SPLIT_TENSOR) {
             chosen = TP_MOE_SPLIT_TENSOR;
-            snprintf(why, sizeof why, "asked for");
+            snprintf(why, why_cap, "asked for");
         } else if (split == TP_MOE_SPLIT_EXPERT) {
             chosen = TP_MOE_SPLIT_EXPERT;
-            snprintf(why, sizeof why, "asked for");
+            snprintf(why, why_cap, "asked for");
         } else if (tp_fits && !moved_ffn) {
             chosen = TP_MOE_SPLIT_TENSOR;
-            snprintf(why, sizeof why,
+            snprintf(why, why_cap,
                      "every rank computes each selected expert at its share of the width, balanced whatever the "
                      "router picks");
         } else if (ep_fits) {
             chosen = TP_MOE_SPLIT_EXPERT;
             if (!tp_fits)
-                snprintf(why, sizeof why, "experts of %d columns are %lld %s blocks, too few for %d ranks", hp->n_ff,
+                snprintf(why, why_cap, "experts of %d columns are %lld %s blocks, too few for %d ranks", hp->n_ff,
                          (long long)n_funits, tp_wtype_name_plan(ty->ffn_down), world);
             else
-                snprintf(why, sizeof why,
+                snprintf(why, why_cap,
                          "a column split would move off the shard weights to %lld-column %s block boundaries",
                          (long long)be_d, tp_wtype_name_plan(ty->ffn_down));
         } else if (tp_fits) {
             chosen = TP_MOE_SPLIT_TENSOR;
-            snprintf(why, sizeof why, "fewer experts (%d) than ranks", hp->n_expert);
+            snprintf(why, why_cap, "fewer experts (%d) than ranks", hp->n_expert);
         } else {
             return tp_error_set(err, TP_ERR_UNSUPPORTED,
                                 "cannot split %d experts of %d columns over %d ranks: fewer experts than ranks and "
@@ -359,7 +405,7 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
                                 hp->n_expert, hp->n_ff, world, (long long)be_d, tp_wtype_name_plan(ty->ffn_down));
         }
         if (chosen == TP_MOE_SPLIT_EXPERT) {
-            unit_bounds(ecnt, world, 1, hp->n_expert, eb);
+            unit_bounds(ecnt, world, 1, hp->n_expert, c->eb);
             moved_ffn = 0;
         }
     } else {
@@ -373,33 +419,47 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
                                 "shard weight of rank %d is too small: it would get no FFN columns; raise its weight",
                                 split_units(n_funits, world, w, cnt));
     }
-    out->moe_split = chosen;
+    c->chosen = chosen;
+    c->moved_ffn = moved_ffn;
 
     /* ---- Qwen2-MoE shared expert: split like a dense FFN (ffn_down blocks, by weight) when every rank gets
      * a block; else whole on rank 0 */
-    int64_t sb[TP_PLAN_MAX_RANKS + 1];
-    int shexp_split = 0;
+    c->shexp_split = 0;
     if (hp->n_ff_shexp > 0) {
         const int64_t n_sunits = (hp->n_ff_shexp + be_d - 1) / be_d;
         int64_t scnt[TP_PLAN_MAX_RANKS];
         if (n_sunits >= world && split_units(n_sunits, world, w, scnt) < 0) {
-            unit_bounds(scnt, world, be_d, hp->n_ff_shexp, sb);
-            shexp_split = 1;
+            unit_bounds(scnt, world, be_d, hp->n_ff_shexp, c->sb);
+            c->shexp_split = 1;
         }
     }
+    return TP_OK;
+}
 
-    /* ---- vocabulary rows of the output head */
-    int64_t vb[TP_PLAN_MAX_RANKS + 1];
-    if (hp->n_vocab < world)
+/* Vocabulary rows of the output head (c->vb). */
+static enum tp_status plan_vocab(struct plan_ctx *c, struct tp_error *err)
+{
+    const struct tp_hparams *hp = c->hp;
+    int64_t cnt[TP_PLAN_MAX_RANKS];
+    if (hp->n_vocab < c->world)
         return tp_error_set(err, TP_ERR_UNSUPPORTED, "cannot split %d vocabulary rows over %d ranks", hp->n_vocab,
-                            world);
-    zr = split_units(hp->n_vocab, world, w, cnt);
+                            c->world);
+    int zr = split_units(hp->n_vocab, c->world, c->w, cnt);
     if (zr >= 0)
         return tp_error_set(err, TP_ERR_INVALID_ARG,
                             "shard weight of rank %d is too small: it would get no vocabulary rows", zr);
-    unit_bounds(cnt, world, 1, hp->n_vocab, vb);
+    unit_bounds(cnt, c->world, 1, hp->n_vocab, c->vb);
+    return TP_OK;
+}
 
-    /* ---- bytes */
+/* Each rank's shard and bytes, the replicated and total bytes (out). */
+static void plan_bytes(const struct plan_ctx *c, struct tp_shard_plan *out)
+{
+    const struct tp_hparams *hp = c->hp;
+    const struct tp_plan_types *ty = c->ty;
+    const int world = c->world, moe = c->moe;
+    const int64_t E = c->E, hd = c->hd, nh = c->nh, nkv = c->nkv, G = c->G;
+    const int64_t *hb = c->hb, *fb = c->fb, *eb = c->eb, *sb = c->sb, *vb = c->vb;
     const int64_t L = hp->n_layer;
     uint64_t repl = (uint64_t)L * (uint64_t)(2 * E * 4) + (uint64_t)E * 4 + rows_bytes(ty->token_embd, hp->n_vocab, E);
     if (moe) repl += (uint64_t)L * (uint64_t)hp->n_expert * (uint64_t)E * 4; /* routers (F32, as llama.cpp keeps them) */
@@ -408,9 +468,9 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
     const uint64_t X = (uint64_t)hp->n_expert;
     if (gptoss) repl += (uint64_t)L * ((uint64_t)E + X) * 4; /* attn_output and router biases */
     out->world_size = world;
-    out->head_unit = (int)unit;
-    out->ff_unit = (int)be_d;
-    out->moved = moved_attn || moved_ffn;
+    out->head_unit = (int)c->unit;
+    out->ff_unit = (int)c->be_d;
+    out->moved = c->moved_attn || c->moved_ffn;
     out->replicated_bytes = repl;
     int kv_prev_end = 0;
     for (int r = 0; r < world; r++) {
@@ -420,18 +480,18 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
         s->q_head_end = (int)hb[r + 1];
         s->kv_head_begin = (int)(hb[r] / G);
         s->kv_head_end = (int)((hb[r + 1] - 1) / G + 1);
-        const int whole_experts = chosen == TP_MOE_SPLIT_EXPERT; /* every column of its own experts */
+        const int whole_experts = c->chosen == TP_MOE_SPLIT_EXPERT; /* every column of its own experts */
         s->ff_begin = whole_experts ? 0 : (int)fb[r];
         s->ff_end = whole_experts ? hp->n_ff : (int)fb[r + 1];
         s->vocab_begin = (int)vb[r];
         s->vocab_end = (int)vb[r + 1];
         s->expert_begin = whole_experts ? (int)eb[r] : 0;
         s->expert_end = whole_experts ? (int)eb[r + 1] : hp->n_expert; /* dense: 0 */
-        s->shexp_begin = shexp_split ? (int)sb[r] : 0;
-        s->shexp_end = shexp_split ? (int)sb[r + 1] : (r == 0 ? hp->n_ff_shexp : 0);
+        s->shexp_begin = c->shexp_split ? (int)sb[r] : 0;
+        s->shexp_end = c->shexp_split ? (int)sb[r + 1] : (r == 0 ? hp->n_ff_shexp : 0);
         if (r > 0 && s->kv_head_begin < kv_prev_end) out->kv_replicated = 1;
         kv_prev_end = s->kv_head_end;
-        rp->weight = w[r];
+        rp->weight = c->w[r];
         const int64_t nq = hb[r + 1] - hb[r], nk = s->kv_head_end - s->kv_head_begin, nf = s->ff_end - s->ff_begin;
         const uint64_t n_ex = moe ? (uint64_t)(s->expert_end - s->expert_begin) : 1;
         uint64_t sh = rows_bytes(ty->attn_q, nq * hd, E) + rows_bytes(ty->attn_k, nk * hd, E) +
@@ -468,27 +528,56 @@ enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp
     whole *= (uint64_t)L;
     if (!hp->tied_embeddings) whole += rows_bytes(ty->output, hp->n_vocab, E);
     out->total_bytes = whole + repl;
+}
 
-    /* ---- note */
-    int n = snprintf(out->note, sizeof out->note, "%d rank%s; attention by %s (%lld head%s per unit)%s", world,
-                     world == 1 ? "" : "s", kv_mode ? "whole KV groups" : "Q heads",
+/* out->note: how attention, the FFN and the experts were split, and what moved off the weights. */
+static void plan_note(const struct plan_ctx *c, struct tp_shard_plan *out)
+{
+    const struct tp_hparams *hp = c->hp;
+    const int64_t unit = c->unit, g_o = c->g_o;
+    const int kv_mode = c->kv_mode;
+    int n = snprintf(out->note, sizeof out->note, "%d rank%s; attention by %s (%lld head%s per unit)%s", c->world,
+                     c->world == 1 ? "" : "s", kv_mode ? "whole KV groups" : "Q heads",
                      (long long)unit, unit == 1 ? "" : "s",
                      out->kv_replicated ? ", KV heads replicated where ranks share a group" : "");
-    if (moved_attn && n > 0 && (size_t)n < sizeof out->note)
+    if (c->moved_attn && n > 0 && (size_t)n < sizeof out->note)
         n += snprintf(out->note + n, sizeof out->note - (size_t)n,
                       "; head split moved to %lld-head units (%s%s%s)", (long long)unit,
                       kv_mode ? "whole KV groups" : "", kv_mode && g_o > 1 ? " and " : "",
                       g_o > 1 ? "whole attn_output blocks" : "");
-    if (moved_ffn && n > 0 && (size_t)n < sizeof out->note)
+    if (c->moved_ffn && n > 0 && (size_t)n < sizeof out->note)
         n += snprintf(out->note + n, sizeof out->note - (size_t)n,
-                      "; FFN split moved to %lld-column block boundaries (ffn_down %s)", (long long)be_d,
-                      tp_wtype_name_plan(ty->ffn_down));
-    if (moe && n > 0 && (size_t)n < sizeof out->note)
+                      "; FFN split moved to %lld-column block boundaries (ffn_down %s)", (long long)c->be_d,
+                      tp_wtype_name_plan(c->ty->ffn_down));
+    if (c->moe && n > 0 && (size_t)n < sizeof out->note)
         n += snprintf(out->note + n, sizeof out->note - (size_t)n, "; %d experts %s (%s)", hp->n_expert,
-                      chosen == TP_MOE_SPLIT_EXPERT ? "expert-parallel: whole experts per rank"
-                                                    : "tensor-parallel: a column slice of every expert per rank",
-                      why);
+                      c->chosen == TP_MOE_SPLIT_EXPERT ? "expert-parallel: whole experts per rank"
+                                                       : "tensor-parallel: a column slice of every expert per rank",
+                      c->why);
     (void)n;
+}
+
+enum tp_status tp_parallel_plan_moe(const struct tp_hparams *hp, const struct tp_plan_types *ty, int world,
+                                    const double *weights, enum tp_moe_split split, struct tp_shard_plan *out,
+                                    struct tp_error *err)
+{
+    if (!hp || !ty || !out) return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_plan: NULL argument");
+    if ((int)split < 0 || split >= TP_MOE_SPLIT_COUNT)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "tp_parallel_plan: unknown expert split %d", (int)split);
+    memset(out, 0, sizeof *out);
+    struct plan_ctx c;
+    memset(&c, 0, sizeof c);
+    c.hp = hp;
+    c.ty = ty;
+    c.world = world;
+    enum tp_status st;
+    if ((st = plan_check(&c, weights, err)) != TP_OK || (st = plan_heads(&c, err)) != TP_OK ||
+        (st = plan_ffn(&c, split, err)) != TP_OK)
+        return st;
+    out->moe_split = c.chosen;
+    if ((st = plan_vocab(&c, err)) != TP_OK) return st;
+    plan_bytes(&c, out);
+    plan_note(&c, out);
     return TP_OK;
 }
 

@@ -1,32 +1,9 @@
 /*
  * parallel/shard_file.c - `tpserve shard`: cut a model into one GGUF file
- * per rank, each holding only that rank's slices (so each machine stores
- * only its part), plus the plan it was cut with.
- *
- * A shard file is a valid GGUF: every metadata key of the source is copied
- * (hparams stay the WHOLE model's), tpserve.shard.* keys are added (rank,
- * world size, weights, the plan's 8 ranges per rank and its hash, source
- * name), and every tensor keeps its name:
- *   column-parallel (attn_q/k/v weight and bias, ffn_gate/up, output): only
- *       the rows of this rank's range, ne = [ne0, rows];
- *   row-parallel (attn_output, ffn_down): only the columns of this rank's
- *       range, re-packed row by row, ne = [cols, ne1] (ranges sit on block
- *       boundaries, so blocks are copied whole, never re-quantized);
- *   attn_sinks (one logit per Q head): this rank's heads;
- *   mixture of experts, the stacked ffn_{gate,up,down}_exps (ne = [cols,
- *       rows, n_expert]): only the held experts [expert_begin, expert_end),
- *       each cut like the dense FFN (gate/up rows [ff_begin, ff_end), down
- *       those columns), ne = [E, nf, nx] / [nf, E, nx]; gpt-oss expert
- *       biases (ne = [cols, n_expert]) the same experts and columns, the
- *       down bias only on the rank whose ff_begin is 0 (absent elsewhere);
- *       a shared expert (Qwen2-MoE) its [shexp_begin, shexp_end) rows of
- *       gate/up and columns of down plus its gate vector, absent on a rank
- *       that holds none of it; the routers whole;
- *   everything else (norms, token_embd, q/k norms): whole.
- * MoE files also carry the expert split and every rank's expert ranges
- * (tpserve.shard.moe_split, tpserve.shard.experts).  The loader recognises
- * the layout through tp_model_shard.file_is_slice, which the engine sets
- * when it finds these keys.
+ * per rank, each holding only that rank's slices (so each machine stores only
+ * its part) plus the plan it was cut with (tpserve.shard.* keys); the loader
+ * recognises the layout through tp_model_shard.file_is_slice.  What each tensor
+ * keeps: docs/multi-node.md ("Shard files").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -380,12 +357,12 @@ enum tp_status tp_parallel_write_shards_moe(const char *model_path, int world, c
         rc = tp_error_set(err, TP_ERR_INVALID_ARG, "-n %d is out of range [1, %d]", world, TP_PLAN_MAX_RANKS);
         goto out;
     }
-    if (pr->hp.n_expert > 0 && tp_hf_is_dir(model_path)) {
+    if (pr->hp.arch == TP_ARCH_GPTOSS && tp_hf_is_dir(model_path)) {
         rc = tp_error_set(err, TP_ERR_UNSUPPORTED,
-                          "%s is a Hugging Face mixture-of-experts directory (%d experts): tpserve shard cuts "
-                          "mixture-of-experts models from GGUF files only; shard the GGUF, or give every rank the "
-                          "directory (each rank reads only its slice of the experts)",
-                          model_path, pr->hp.n_expert);
+                          "%s is a Hugging Face gpt-oss directory: tpserve shard cuts its fused MXFP4 experts from "
+                          "GGUF files only; shard the GGUF, or give every rank the directory (each rank reads only "
+                          "its slice of the experts)",
+                          model_path);
         goto out;
     }
     if (shard_weights && *shard_weights) TP_CHECK_GOTO(tp_parallel_parse_weights(shard_weights, world, w, err), rc, out);

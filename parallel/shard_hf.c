@@ -1,25 +1,13 @@
 /*
- * parallel/shard_hf.c - `tpserve shard` of a Hugging Face directory: one
- * tpserve GGUF shard file per rank (the same layout shard_file.c writes
- * from a GGUF model, so loading, probing and plan checks are shared).
- *
- * Each file gets llama.cpp-style metadata from config.json (general.*,
- * <arch>.* hyper-parameters, rope scaling keys), the tokenizer converted
- * from tokenizer.json the way `synth --tokenizer` does (+ bos/eos/chat
- * template from tokenizer_config.json, or chat_template.jinja), the
- * tpserve.shard.* keys, and the rank's slices of every weight in its HF
- * dtype (F32 / F16 / BF16), read from whichever safetensors file holds it.
- * GGUF Llama runs with interleaved RoPE, so Llama q_proj / k_proj rows go
- * back from HF's rotate-halves layout (GGUF row h*hd + 2i + s <- HF row
- * h*hd + s*hd/2 + i), as llama.cpp's converter does; head slices are whole
- * heads, so the permutation stays inside a slice.
- *
- * MLX quantized directories keep their packed form: each triple becomes
- * "X.weight" I32 (the uint32 words as they are), "X.scales" / "X.biases"
- * in their F16 / BF16, sliced along rows (column-parallel tensors, the
- * vocab rows of the head) or along group-aligned columns (row-parallel
- * ones), with the tpserve.mlx.* keys (mlx_impl.h); the Llama q/k row
- * permutation moves whole rows of all three.  No value is re-quantized.
+ * parallel/shard_hf.c - `tpserve shard` of a Hugging Face (or MLX quantized)
+ * directory: one tpserve GGUF shard file per rank, in the layout shard_file.c
+ * writes from a GGUF model, so loading, probing and plan checks are shared.
+ * Metadata from config.json, the tokenizer from tokenizer.json, each weight's
+ * slices in its own dtype (MLX: still packed, never re-quantized).  Details:
+ * docs/multi-node.md ("Shard files").  Mixture-of-experts directories: the
+ * per-expert tensors (or mlx-lm's stacked switch_mlp triples) become the
+ * stacked ffn_{gate,up,down}_exps of the rank's experts and columns, as
+ * shard_file.c cuts them from a GGUF (docs/moe.md, "Shard files").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +53,13 @@ static enum tp_status write_kv(tp_gguf_writer_t *w, const char *dir, const char 
     tp_gguf_kv_f32(w, K("attention.layer_norm_rms_epsilon"), hp->norm_eps);
     tp_gguf_kv_f32(w, K("rope.freq_base"), hp->rope_theta);
     tp_gguf_kv_u32(w, K("rope.dimension_count"), (uint32_t)hp->rope_dim);
+    if (hp->n_expert > 0) { /* the loader reads the expert width from expert_feed_forward_length */
+        tp_gguf_kv_u32(w, K("expert_count"), (uint32_t)hp->n_expert);
+        tp_gguf_kv_u32(w, K("expert_used_count"), (uint32_t)hp->n_expert_used);
+        tp_gguf_kv_u32(w, K("expert_feed_forward_length"), (uint32_t)hp->n_ff);
+        if (hp->n_ff_shexp > 0) tp_gguf_kv_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)hp->n_ff_shexp);
+        tp_gguf_kv_bool(w, K("expert_weights_norm"), hp->expert_weights_norm != 0);
+    }
     if (hp->rope_scaling != TP_ROPE_SCALING_NONE) {
         tp_gguf_kv_str(w, K("rope.scaling.type"), hp->rope_scaling == TP_ROPE_SCALING_LLAMA3 ? "llama3" : "linear");
         tp_gguf_kv_f32(w, K("rope.scaling.factor"), hp->rope_scale_factor);
@@ -104,17 +99,58 @@ static int tensor_names(const struct tp_tsrc *src, int n_layer, char (*names)[64
                                         "attn_v.bias",       "attn_q_norm.weight", "attn_k_norm.weight",
                                         "attn_output.weight", "ffn_norm.weight",   "ffn_gate.weight",
                                         "ffn_up.weight",     "ffn_down.weight"};
+    static const char *const moe[] = {"ffn_gate_inp.weight",   "ffn_gate_exps.weight",      "ffn_up_exps.weight",
+                                      "ffn_down_exps.weight",  "ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight",
+                                      "ffn_up_shexp.weight",   "ffn_down_shexp.weight"};
     int n = 0;
     struct tp_tsrc_tensor t;
     for (size_t i = 0; i < TP_ARRAY_LEN(global) && n < cap; i++)
         if (tp_tsrc_find(src, global[i], &t)) snprintf(names[n++], 64, "%s", global[i]);
-    for (int l = 0; l < n_layer; l++)
+    for (int l = 0; l < n_layer; l++) {
         for (size_t i = 0; i < TP_ARRAY_LEN(layer) && n < cap; i++) {
             char nm[64];
             snprintf(nm, sizeof nm, "blk.%d.%s", l, layer[i]);
             if (tp_tsrc_find(src, nm, &t)) snprintf(names[n++], 64, "%s", nm);
         }
+        for (size_t i = 0; i < TP_ARRAY_LEN(moe) && n < cap; i++) {
+            char nm[64], e0[64]; /* stacked experts: mlx-lm's one tensor, or expert 0's of the per-expert ones */
+            snprintf(nm, sizeof nm, "blk.%d.%s", l, moe[i]);
+            snprintf(e0, sizeof e0, "blk.%d.%.*s.0.weight", l, (int)(strlen(moe[i]) - 7), moe[i]);
+            if (tp_tsrc_find(src, nm, &t) || (strstr(moe[i], "_exps.") && tp_tsrc_find(src, e0, &t)))
+                snprintf(names[n++], 64, "%s", nm);
+        }
+    }
     return n;
+}
+
+/* The mixture-of-experts cut of layer tensor `name` for shard s: the stacked experts (stacked = 1) keep experts
+ * [e0, e1), each its rows [r0, r1) and columns [c0, c1); a shared-expert matrix its rows or columns; drop: the
+ * tensor is left out (a shared expert on a rank holding none of it).  Returns 0 for the other tensors (the
+ * dense rules of tp_shard_classify cut them), 1 with *c filled.  ne0 / ne1: one matrix's columns and rows. */
+struct moe_cut {
+    int drop, stacked;
+    int64_t c0, c1, r0, r1, e0, e1;
+};
+static int moe_cut_of(const char *name, const struct tp_hparams *hp, const struct tp_model_shard *s, int64_t ne0,
+                      int64_t ne1, struct moe_cut *c)
+{
+    const char *dot = strncmp(name, "blk.", 4) == 0 ? strchr(name + 4, '.') : NULL;
+    const char *role = dot ? dot + 1 : "";
+    if (hp->n_expert <= 0 || (!strstr(role, "_exps.") && !strstr(role, "_shexp."))) return 0;
+    *c = (struct moe_cut){0, 0, 0, ne0, 0, ne1, 0, 1};
+    int64_t sb = s->shexp_begin, se = s->shexp_end; /* the loader's rule for a shared expert's holder */
+    if (sb == 0 && se == 0 && s->expert_begin == 0 && s->ff_begin == 0) se = hp->n_ff_shexp;
+    if (!strcmp(role, "ffn_gate_exps.weight") || !strcmp(role, "ffn_up_exps.weight"))
+        c->stacked = 1, c->r0 = s->ff_begin, c->r1 = s->ff_end, c->e0 = s->expert_begin, c->e1 = s->expert_end;
+    else if (!strcmp(role, "ffn_down_exps.weight"))
+        c->stacked = 1, c->c0 = s->ff_begin, c->c1 = s->ff_end, c->e0 = s->expert_begin, c->e1 = s->expert_end;
+    else if (se <= sb)
+        c->drop = 1;
+    else if (!strcmp(role, "ffn_gate_shexp.weight") || !strcmp(role, "ffn_up_shexp.weight"))
+        c->r0 = sb, c->r1 = se;
+    else if (!strcmp(role, "ffn_down_shexp.weight"))
+        c->c0 = sb, c->c1 = se;
+    return 1;
 }
 
 static int is_qk(const char *name)
@@ -282,6 +318,153 @@ static enum tp_status write_data_one(tp_gguf_writer_t *w, tp_st_t *st, const str
                       hp->head_dim, row, err);
 }
 
+/* The MLX scales and biases of a stacked expert triple (t: words [experts, rows, words], t->ne the unpacked
+ * [cols, rows, experts]): both present, [experts, rows, cols / group], one dtype, F16 or BF16. */
+static enum tp_status mlx_siblings3(tp_st_t *st, const struct tp_tsrc_tensor *t, const struct tp_st_tensor **sc,
+                                    const struct tp_st_tensor **bi, struct tp_error *err)
+{
+    char sn[256], bn[256];
+    const int group = tp_wtype_mlx_group(t->type);
+    *sc = tp_mlx_st_sibling(st, t->name, "scales", sn, sizeof sn);
+    *bi = tp_mlx_st_sibling(st, t->name, "biases", bn, sizeof bn);
+    if (!*sc || !*bi)
+        return tp_error_set(err, TP_ERR_FORMAT, "%s: MLX-quantized '%s' needs '%s' and '%s' (incomplete download?)",
+                            t->file, t->name, sn, bn);
+    const struct tp_st_tensor *a = *sc, *b = *bi;
+    if (a->n_dims != 3 || b->n_dims != 3 || a->shape[0] != t->ne[2] || a->shape[1] != t->ne[1] ||
+        a->shape[2] * group != t->ne[0] || memcmp(a->shape, b->shape, 3 * sizeof a->shape[0]) != 0 ||
+        a->dtype != b->dtype || (a->dtype != TP_ST_F16 && a->dtype != TP_ST_BF16))
+        return tp_error_set(err, TP_ERR_FORMAT,
+                            "%s: MLX stacked experts '%s': scales / biases must both be F16 or BF16 [%lld, %lld, %lld]",
+                            t->file, t->name, (long long)t->ne[2], (long long)t->ne[1], (long long)(t->ne[0] / group));
+    return TP_OK;
+}
+
+/* The source of matrix j of mixture-of-experts tensor `name` under cut c: *t (for MLX the words of the
+ * triple) and the row where the matrix starts in it (*row0: expert x rows in mlx-lm's stacked triple, else
+ * 0).  Stacked experts come from mlx-lm's one stacked triple or from one safetensors tensor per expert
+ * (blk.N.ffn_*_exps.E.weight), each checked here: 2-D [want_cols, want_rows] and of expert e0's type. */
+static enum tp_status moe_part(const struct tp_tsrc *src, const char *name, const struct moe_cut *c, int64_t j,
+                               int64_t want_cols, int64_t want_rows, struct tp_tsrc_tensor *t, int64_t *row0,
+                               struct tp_error *err)
+{
+    *row0 = 0;
+    if (tp_tsrc_find(src, name, t)) {
+        if (!c->stacked) return TP_OK;
+        if (!tp_wtype_mlx_bits(t->type) || t->n_dims != 3 || t->ne[0] != want_cols || t->ne[1] != want_rows ||
+            t->ne[2] < c->e1)
+            return tp_error_set(err, TP_ERR_FORMAT,
+                                "%s: stacked experts '%s' [%lld, %lld, %lld] (%s): want MLX-quantized [%lld, %lld, "
+                                "at least %lld]",
+                                t->file, t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                                t->type_name, (long long)want_cols, (long long)want_rows, (long long)c->e1);
+        *row0 = (c->e0 + j) * want_rows;
+        return TP_OK;
+    }
+    char nm[96], first[96];
+    const int base = (int)(strlen(name) - 7); /* without ".weight" */
+    snprintf(nm, sizeof nm, "%.*s.%lld.weight", base, name, (long long)(c->e0 + j));
+    snprintf(first, sizeof first, "%.*s.%lld.weight", base, name, (long long)c->e0);
+    struct tp_tsrc_tensor t0;
+    const int have0 = tp_tsrc_find(src, first, &t0), have = tp_tsrc_find(src, nm, t);
+    if (!have0 || !have)
+        return tp_error_set(err, TP_ERR_FORMAT,
+                            "the model directory has no tensor for expert %lld of '%s' (incomplete download?)",
+                            (long long)(have0 ? c->e0 + j : c->e0), name);
+    if (t->n_dims != 2 || t->ne[0] != want_cols || t->ne[1] != want_rows || t->type != t0.type)
+        return tp_error_set(err, TP_ERR_FORMAT, "%s: expert tensor '%s' is %s [%lld, %lld]; want %s [%lld, %lld] like "
+                            "expert %lld's",
+                            t->file, t->name, t->type_name, (long long)t->ne[0], (long long)t->ne[1], t0.type_name,
+                            (long long)want_cols, (long long)want_rows, (long long)c->e0);
+    return TP_OK;
+}
+
+/* Columns and rows one matrix of mixture-of-experts tensor `name` must have: stacked gate/up [n_embd, n_ff],
+ * down [n_ff, n_embd]; shared-expert ones from n_ff_shexp; the shared expert's gate [n_embd, 1]. */
+static void moe_shape(const char *name, const struct tp_hparams *hp, int64_t *cols, int64_t *rows)
+{
+    const int64_t E = hp->n_embd, F = strstr(name, "_shexp.") ? hp->n_ff_shexp : hp->n_ff;
+    *cols = strstr(name, "ffn_down_") ? F : E;
+    *rows = strstr(name, "ffn_down_") ? E : strstr(name, "gate_inp_shexp") ? 1 : F;
+}
+
+/* Declare (write == 0) or write (write == 1) this rank's cut c of mixture-of-experts tensor `name`: one
+ * matrix, or the held experts stacked ne = [c1 - c0, r1 - r0, e1 - e0]; an MLX triple as words, scales and
+ * biases.  row: a buffer of the widest row (write); *max_row grows to it (declare). */
+static enum tp_status moe_tensor(tp_gguf_writer_t *w, tp_st_t *st, const struct tp_tsrc *src, const char *name,
+                                 const struct tp_hparams *hp, const struct moe_cut *c, int write, const char *path,
+                                 uint8_t *row, size_t *max_row, struct tp_error *err)
+{
+    enum tp_status rc = TP_OK;
+    int64_t cols, rows;
+    moe_shape(name, hp, &cols, &rows);
+    const int64_t nx = c->stacked ? c->e1 - c->e0 : 1;
+    struct tp_tsrc_tensor t;
+    int64_t row0 = 0;
+    if ((rc = moe_part(src, name, c, 0, cols, rows, &t, &row0, err)) != TP_OK) return rc;
+    if (!c->stacked && (t.ne[0] != cols || (t.n_dims == 2 ? t.ne[1] : 1) != rows || t.n_dims > 2))
+        return tp_error_set(err, TP_ERR_FORMAT, "%s: tensor '%s' is [%lld, %lld]; want [%lld, %lld]", t.file, t.name,
+                            (long long)t.ne[0], (long long)(t.n_dims == 2 ? t.ne[1] : 1), (long long)cols,
+                            (long long)rows);
+    const int bits = tp_wtype_mlx_bits(t.type), group = tp_wtype_mlx_group(t.type);
+    if (c->c0 < 0 || c->c1 > cols || c->c0 >= c->c1 || c->r0 < 0 || c->r1 > rows || c->r0 >= c->r1 ||
+        (bits && (c->c0 % group || c->c1 % group)))
+        return tp_error_set(err, TP_ERR_FORMAT,
+                            "%s: tensor '%s' [%lld, %lld]: the plan's rows [%lld,%lld) columns [%lld,%lld) do not fit%s",
+                            t.file, name, (long long)cols, (long long)rows, (long long)c->r0, (long long)c->r1,
+                            (long long)c->c0, (long long)c->c1, bits ? " or cut an MLX group" : "");
+    const int64_t nc = c->c1 - c->c0, nr = c->r1 - c->r0;
+    if (!bits && t.type != TP_WTYPE_F32 && t.type != TP_WTYPE_F16 && t.type != TP_WTYPE_BF16)
+        return tp_error_set(err, TP_ERR_UNSUPPORTED,
+                            "%s: tensor '%s' is %s; tpserve shard cuts F32 / F16 / BF16 safetensors and MLX affine "
+                            "4/8-bit triples",
+                            t.file, t.name, t.type_name);
+    const struct tp_st_tensor *sc = NULL, *bi = NULL;
+    if (bits && (rc = (c->stacked ? mlx_siblings3 : mlx_siblings)(st, &t, &sc, &bi, err)) != TP_OK) return rc;
+    if (!write) {
+        const int nd = c->stacked ? 3 : rows == 1 ? 1 : 2; /* the shared expert's gate as llama.cpp's [n_embd] */
+        if (bits) {
+            char sn[72], bn[72];
+            snprintf(sn, sizeof sn, "%.*s.scales", (int)(strlen(name) - 7), name);
+            snprintf(bn, sizeof bn, "%.*s.biases", (int)(strlen(name) - 7), name);
+            const enum tp_wtype sbt = sc->dtype == TP_ST_BF16 ? TP_WTYPE_BF16 : TP_WTYPE_F16;
+            const int64_t nw[3] = {nc * bits / 32, nr, nx}, ns[3] = {nc / group, nr, nx};
+            if ((rc = tp_gguf_add_tensor(w, name, TP_WTYPE_I32, nd, nw)) != TP_OK ||
+                (rc = tp_gguf_add_tensor(w, sn, sbt, nd, ns)) != TP_OK ||
+                (rc = tp_gguf_add_tensor(w, bn, sbt, nd, ns)) != TP_OK)
+                return tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+            *max_row = TP_MAX(*max_row, (size_t)cols * (size_t)bits / 8);
+            return TP_OK;
+        }
+        const int64_t ne[3] = {nc, nr, nx};
+        if ((rc = tp_gguf_add_tensor(w, name, t.type, nd, ne)) != TP_OK)
+            return tp_error_set(err, rc, "%s: %s", path, tp_gguf_writer_error(w));
+        *max_row = TP_MAX(*max_row, (size_t)cols * (t.type == TP_WTYPE_F32 ? 4 : 2));
+        return TP_OK;
+    }
+    if (bits) { /* words of every matrix, then the scales, then the biases: the declaration order */
+        const size_t wrb = (size_t)cols * (size_t)bits / 8, srb = (size_t)(cols / group) * 2;
+        const size_t sc0 = (size_t)(c->c0 / group) * 2, sn = (size_t)(nc / group) * 2;
+        for (int part = 0; part < 3 && rc == TP_OK; part++)
+            for (int64_t j = 0; j < nx && rc == TP_OK; j++) {
+                if ((rc = moe_part(src, name, c, j, cols, rows, &t, &row0, err)) != TP_OK) break;
+                const struct tp_st_tensor *pt = part == 0 ? t.st : part == 1 ? sc : bi;
+                rc = part == 0 ? write_rows(st, pt, w, path, wrb, (size_t)c->c0 * bits / 8, (size_t)nc * bits / 8,
+                                            row0 + c->r0, row0 + c->r1, 0, hp->head_dim, row, err)
+                               : write_rows(st, pt, w, path, srb, sc0, sn, row0 + c->r0, row0 + c->r1, 0,
+                                            hp->head_dim, row, err);
+            }
+        return rc;
+    }
+    const size_t es = t.type == TP_WTYPE_F32 ? 4 : 2;
+    for (int64_t j = 0; j < nx && rc == TP_OK; j++) {
+        if ((rc = moe_part(src, name, c, j, cols, rows, &t, &row0, err)) != TP_OK) break;
+        rc = write_rows(st, t.st, w, path, (size_t)cols * es, (size_t)c->c0 * es, (size_t)nc * es, row0 + c->r0,
+                        row0 + c->r1, 0, hp->head_dim, row, err);
+    }
+    return rc;
+}
+
 static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t *st, const struct tp_mlx_quant *mlxq,
                                 const struct tp_model_probe *pr,
                                 const struct tp_shard_plan *plan, int rank, const char *weights, const char *path,
@@ -293,7 +476,7 @@ static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t
     const struct tp_hparams *hp = &pr->hp;
     const struct tp_model_shard *s = &plan->ranks[rank].shard;
     struct tp_tsrc src = {.kind = TP_TSRC_HF, .st = st, .mlx_bits = mlxq ? mlxq->bits : 0};
-    int cap = 3 + 14 * hp->n_layer;
+    int cap = 3 + 22 * hp->n_layer;
     char(*names)[64] = calloc((size_t)cap, sizeof *names);
     if (!names) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     int n = tensor_names(&src, hp->n_layer, names, cap);
@@ -304,6 +487,13 @@ static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t
     size_t max_row = 0;
     for (int i = 0; i < n; i++) {
         struct tp_tsrc_tensor t;
+        struct moe_cut c;
+        int64_t mc, mr;
+        moe_shape(names[i], hp, &mc, &mr);
+        if (moe_cut_of(names[i], hp, s, mc, mr, &c)) {
+            if (!c.drop) TP_CHECK_GOTO(moe_tensor(w, st, &src, names[i], hp, &c, 0, path, NULL, &max_row, err), rc, out);
+            continue;
+        }
         (void)tp_tsrc_find(&src, names[i], &t);
         TP_CHECK_GOTO(declare_one(w, st, &t, names[i], hp, s, path, &max_row, err), rc, out);
     }
@@ -314,6 +504,13 @@ static enum tp_status write_one(const char *dir, const char *model_name, tp_st_t
     }
     for (int i = 0; i < n; i++) {
         struct tp_tsrc_tensor t;
+        struct moe_cut c;
+        int64_t mc, mr;
+        moe_shape(names[i], hp, &mc, &mr);
+        if (moe_cut_of(names[i], hp, s, mc, mr, &c)) {
+            if (!c.drop) TP_CHECK_GOTO(moe_tensor(w, st, &src, names[i], hp, &c, 1, path, row, &max_row, err), rc, out);
+            continue;
+        }
         (void)tp_tsrc_find(&src, names[i], &t);
         TP_CHECK_GOTO(write_data_one(w, st, &t, names[i], hp, s, path, row, err), rc, out);
     }

@@ -1,24 +1,9 @@
 /*
  * parallel/step.c - the step protocol, the worker loop and rank 0's keepalive.
- * Rank 0 checks a step, then broadcasts a fixed 256-byte header of 64
- * little-endian int32 (the format below); every rank runs the forward pass on
- * its slice and rank 0 gathers logits rows, or each rank's argmax / top-k.
- *   [0] magic 'TPS6'  [1] kind (RUN_LOGITS / ARGMAX / PING / SHUTDOWN / TOPK)
- *   [2] step number   [3] n_tokens  [4] n_clear  [5] body inline (0/1)
- *   [6] k of RUN_TOPK [7] collect stats after the step  [8] n_copy
- *   [9] n_bias        [10] n_mask
- *   [11..63] the body when it fits (53 words), else a second broadcast.
- * Body (int32): token[n] pos[n] seq[n] want_logits[n] clear_seq[c] clear_from[c]
- *               copy_dst[k] copy_src[k] copy_len[k]
- *               bias_row[b] bias_id[b] bias_val[b] (float bits)
- *               mask_row[m] mask[m x W] (W = (n_vocab + 31) / 32 words of token bits).
- * With [7] set, every rank's counters (STATS_WORDS int32: steps, tokens,
- * compute / comm ns, bytes sent, memory and memory limit as u64, the 32-byte
- * host name) are
- * gathered to rank 0.  Workers check every count and entry before use.  Any
- * comm error poisons the engine (TP_ERR_POISONED after); a batch the model
- * refuses on every rank alike is TP_ERR_INVALID_ARG without poisoning.  The
- * order of work in a step and the keepalive: docs/multi-node.md ("The step").
+ * Rank 0 checks a step, then broadcasts its header (the format: executor_impl.h); every rank runs the
+ * forward pass on its slice and rank 0 gathers logits rows, or each rank's argmax / top-k.  Any comm
+ * error poisons the engine (TP_ERR_POISONED after); a batch the model refuses on every rank alike is
+ * TP_ERR_INVALID_ARG without poisoning.  The order of work in a step: docs/multi-node.md ("The step").
  */
 #include <math.h>
 #include <pthread.h>
@@ -807,6 +792,9 @@ void tp_parallel_decode_cost(int n_layer, int n_embd, enum tp_wire_dtype dt, int
         struct tp_parallel_coll_cost *c = &out->c[out->n++];
         c->what = calls[i].what;
         c->times = calls[i].times;
+        c->op = calls[i].op;
+        c->count = calls[i].count;
+        c->dt = calls[i].dt;
         c->cost = tp_comm_op_cost(calls[i].op, world, rank, 0, calls[i].count, calls[i].dt);
         for (int r = 0; r < world; r++) {
             uint64_t b = tp_comm_op_cost(calls[i].op, world, r, 0, calls[i].count, calls[i].dt).bytes_sent;

@@ -1,38 +1,12 @@
 /*
  * server/chat_template.c - chat templates rendered in C, one function per
- * family, each reproducing the output of the family's reference Jinja
- * template as Hugging Face renders it (trim_blocks + lstrip_blocks; checked
- * against @huggingface/jinja by tests/node/render_templates.mjs, whose
- * outputs are committed in tests/server/chat_expected.json).
- *
- * This file: family names and detection, the shared string helpers, the
- * dispatch, and the small families.  Families that render tools live in
- * their own files (chat_impl.h): chat_llama3.c, chat_qwen.c, chat_mistral.c;
- * chat_json.c is Jinja's tojson.
- *
- * Families and the template each reproduces:
- *   llama3   Meta-Llama-3-8B-Instruct (shared/models/tokenizers/llama3)
- *   llama3.1 Llama 3.1 / 3.2 / 3.3 Instruct, with tools (tools in the first
- *            user message, calls as {"name", "parameters"} JSON, results as
- *            the ipython role; the date is the template's default, 26 Jul 2024)
- *   qwen3    Qwen3 (shared/models/tokenizers/qwen3), with tools (Hermes)
- *   qwen2.5  Qwen2.5 Instruct: ChatML with its default system message, tools (Hermes)
- *   llama2   Llama-2-chat (<<SYS>> folded into the first user turn)
- *   mistral  Mistral-7B-Instruct-v0.1 ([INST] ... [/INST], no system role)
- *   mistral-nemo  Mistral-Nemo-Instruct-2407, with tools ([AVAILABLE_TOOLS],
- *            [TOOL_CALLS], [TOOL_RESULTS])
- *   mistral-small-3.2  Mistral-Small-3.2-24B-Instruct-2506, with tools
- *            ([TOOL_CALLS]name[CALL_ID]id[ARGS]{...})
- *   devstral Devstral-Small-2507 (unsloth's template), with tools
- *            ([TOOL_CALLS]name[ARGS]{...})
- *   chatml   plain ChatML (<|im_start|>role\n...<|im_end|>\n); with the default
- *            system message of Qwen2 templates when they carry one
- *   zephyr   zephyr-7b-beta (<|user|>\n...</s>\n)
- *   plain    tpserve's default for models without a template:
- *            "<role>: <content>\n" per message, then "assistant:".
- *   harmony  gpt-oss (openai-gpt-oss-120b.jinja), rendered by harmony.c.
- * A template is recognised by markers it must contain (tp_chat_detect).
- * docs/serving.md ("Chat templates").
+ * family, each reproducing the family's reference Jinja template as Hugging
+ * Face renders it (oracle: tests/node/render_templates.mjs ->
+ * tests/server/chat_expected.json).  This file: family names and detection
+ * (tp_chat_detect, by markers a template must contain), the shared string
+ * helpers, the dispatch and the small families; the families with tools live in
+ * chat_llama3.c, chat_qwen.c, chat_mistral.c, harmony in harmony.c.  The
+ * families and the template each reproduces: docs/serving.md ("Chat templates").
  */
 #include <stdio.h>
 #include <string.h>
@@ -86,7 +60,7 @@ enum tp_chat_family tp_chat_family_parse(const char *name)
 
 enum tp_chat_family tp_chat_detect(const char *t)
 {
-    if (!t || !t[0]) return TP_CHAT_PLAIN;
+    if (!t || !t[0]) return TP_CHAT_CHATML; /* no template: ChatML, as llama-server falls back */
     if (strstr(t, "<|start_header_id|>") && strstr(t, "<|eot_id|>"))
         return !strstr(t, "Environment: ipython") ? TP_CHAT_LLAMA3
                : strstr(t, "strftime_now")        ? TP_CHAT_LLAMA32

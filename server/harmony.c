@@ -1,34 +1,10 @@
 /*
  * server/harmony.c - the harmony chat format of gpt-oss: the prompt rendered
- * as the model's own chat template does, and the reply split into channels.
- *
- * Rendering reproduces openai-gpt-oss-120b.jinja as @huggingface/jinja runs
- * it (tests/node/render_harmony.mjs writes the oracle outputs that
- * tests/server/test_harmony.c compares byte for byte): the system message
- * with the knowledge cutoff, today's date and the reasoning effort; the first
- * system / developer message as "# Instructions"; the tools as the
- * TypeScript-like "namespace functions" (the template's quirks included:
- * nested object properties and oneOf variants carry the template's own
- * line breaks and indentation); assistant turns on the final channel, their
- * reasoning_content on the analysis channel where the template keeps it
- * (the last turn when it is not answered, a tool call not followed by a
- * final answer); tool calls on the commentary channel with the arguments
- * re-serialised the way the template's tojson writes them (JavaScript
- * JSON.stringify numbers, ", " and ": " separators); tool results as
- * JSON strings from "functions.NAME to=assistant".  The request maps onto
- * the template's inputs as described in tests/node/render_harmony.mjs.
- * Where the template would silently drop input, the request is refused:
- * a system / developer message after the first one.  An assistant turn
- * with several tool calls renders each as its own commentary message (the
- * template renders only the first); a tool result takes the name of the
- * call its tool_call_id names, else of the latest call (the template's rule).
- *
- * Parsing walks the reply's token ids (the harmony control tokens produce no
- * text): <|channel|>NAME and "to=RECIPIENT" in a message header, the body
- * after <|message|> up to <|end|>, <|return|> or <|call|>.  analysis bodies
- * are reasoning, final (and commentary without a recipient) bodies are
- * content, a body addressed to functions.NAME is a tool call whose
- * arguments are the body text.
+ * byte for byte as openai-gpt-oss-120b.jinja renders it under @huggingface/jinja
+ * (oracle: tests/node/render_harmony.mjs), refusing what the template would
+ * silently drop; and the reply's token ids split into channels (analysis:
+ * reasoning, final: content, to=functions.NAME: a tool call).  What is rendered
+ * and how each channel maps onto the response: docs/harmony.md.
  */
 #include <math.h>
 #include <stdio.h>

@@ -50,6 +50,7 @@ struct slot {
     struct tp_spec_adapt adapt;        /* this request's draft length from its running acceptance */
     int32_t draft[TP_SPEC_DRAFT_MAX];  /* (n_draft) fed at n_past + 1 .. n_past + n_draft */
     int n_draft;
+    int pre_k;                         /* the draft model's drafts in draft[] for the step being built (-1: none) */
     struct tp_gstate *gdraft;          /* (draft_max) with a grammar: the state after draft[0..j] (owned) */
     uint32_t dead_rows;                /* bit j: draft row j (1..n_draft) has a mask that logit_bias emptied */
     int32_t hmsg_id, hstart_id; /* auto, harmony: <|message|> and <|start|> (-1: not in the vocabulary) */
@@ -107,6 +108,7 @@ struct tp_engine {
     float *hidden;                  /* (n_embd) one token's final hidden state (embed_rows) */
     int32_t *ids;                   /* (rows_max) argmax per row of a greedy step */
     tp_spec_draft_t *draft;         /* --spec draft: the draft model, one sequence per slot (owned) */
+    struct tp_spec_draft_req *dreq; /* (n_parallel) a draft round's requests */
     int draft_failed;               /* the draft model failed once (logged; drafting stopped) */
     /* speculative decoding and step counters (mu) */
     uint64_t spec_drafted, spec_accepted, decode_seq_steps, step_collectives;
@@ -460,6 +462,119 @@ static int slot_prefix(const struct slot *c, const int32_t *prompt, int n_prompt
     return l;
 }
 
+/* mu held: the next queued request that is not cancelled (cancelled ones are finished on the way),
+ * or NULL when the queue is empty. */
+static struct tp_req *pop_request(struct tp_engine *e)
+{
+    while (e->q_len > 0) {
+        struct tp_req *r = e->queue[e->q_head];
+        e->q_head = (e->q_head + 1) % e->cfg.max_queue;
+        e->q_len--;
+        if (!r->cancelled) return r;
+        req_finish(e, r, TP_FINISH_CANCELLED, TP_OK, NULL);
+    }
+    return NULL;
+}
+
+/* Where request r goes: the free slot *si whose KV cache holds the longest prefix of its prompt
+ * (*keep positions kept), and, with prefix sharing, another slot *src (-1: none) holding *shared
+ * positions, at least prefix_share_min more.  Needs a free slot. */
+static void pick_slot(struct tp_engine *e, const struct tp_req *r, int *si_out, int *keep_out, int *src_out,
+                      int *shared_out)
+{
+    /* prompt cache: the free slot whose KV cache holds the longest prefix */
+    int best = -1, si = -1;
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *c = &e->slots[i];
+        if (c->req || copy_source_pending(e, i)) continue;
+        int l = slot_prefix(c, r->prompt, r->n_prompt);
+        l = tp_model_seq_reusable(tp_parallel_model(e->p), i, TP_MIN(l, r->n_prompt - 1)); /* sliding windows */
+        if (l > best) {
+            best = l;
+            si = i;
+        }
+    }
+    /* at least the prompt's last token is fed again: it gives the logits */
+    int keep = TP_MIN(best, r->n_prompt - 1);
+    /* prefix sharing: a longer prefix in another slot's cache */
+    int src = -1, shared = keep;
+    if (e->cfg.prefix_share_min > 0) {
+        for (int i = 0; i < e->cfg.n_parallel; i++) {
+            if (i == si) continue;
+            int l = TP_MIN(slot_prefix(&e->slots[i], r->prompt, r->n_prompt), r->n_prompt - 1);
+            l = tp_model_seq_reusable(tp_parallel_model(e->p), i, l); /* sliding windows */
+            if (l > shared) {
+                shared = l;
+                src = i;
+            }
+        }
+        if (src >= 0 && shared - keep < e->cfg.prefix_share_min) src = -1;
+    }
+    /* mean and cls pooling need the hidden state of every prompt token / the first: all are read */
+    if (r->params.embed == TP_POOL_MEAN || r->params.embed == TP_POOL_CLS) keep = 0, src = -1;
+    *si_out = si;
+    *keep_out = keep;
+    *src_out = src;
+    *shared_out = shared;
+}
+
+/* mu held: slot s's per-request state for r: sampler, grammar state, speculation, tool-call markers,
+ * detokenizer.  0, or -1 when r was finished with an error (out of memory). */
+static int slot_prepare(struct tp_engine *e, struct slot *s, struct tp_req *r)
+{
+    struct tp_sampler_params sp = tp_sampler_default_params();
+    sp.temperature = r->params.temperature;
+    sp.top_k = r->params.top_k;
+    sp.top_p = r->params.top_p;
+    sp.min_p = r->params.min_p;
+    sp.repetition_penalty = r->params.repetition_penalty;
+    sp.presence_penalty = r->params.presence_penalty;
+    sp.frequency_penalty = r->params.frequency_penalty;
+    sp.seed = r->seed;
+    sp.n_logprobs = r->params.logprobs ? r->params.top_logprobs : 0;
+    sp.no_logprob = !r->params.logprobs; /* saves an exp pass over the vocabulary per token */
+    tp_sampler_free(s->sampler);
+    s->sampler = NULL;
+    /* an embedding samples nothing: no sampler (its buffers are vocabulary-sized) */
+    if (!r->params.embed && tp_sampler_init(&sp, e->n_vocab, &s->sampler) != TP_OK) {
+        req_finish(e, r, TP_FINISH_ERROR, TP_ERR_NOMEM, "could not create the sampler (out of memory?)");
+        return -1;
+    }
+    if (r->params.grammar) {
+        if (engine_trie(e) != TP_OK) {
+            req_finish(e, r, TP_FINISH_ERROR, TP_ERR_NOMEM, "could not build the token trie for response_format (out of memory?)");
+            return -1;
+        }
+        tp_gstate_init(r->params.grammar, s->gst);
+        s->gkey_valid = 0;
+    }
+    s->gon = r->params.grammar && !r->params.tool_auto;
+    /* speculative decoding: the request's choice, else the server's.  With tool_choice "auto" the grammar
+     * switches on and off with the text: slot_verify ends a step's walk at the token that switches it (the
+     * rows after it were masked for the other state) */
+    r->spec = (r->params.speculative ? r->params.speculative > 0 : e->cfg.spec != TP_SPEC_OFF) && !r->params.embed;
+    r->spec_mode = e->draft ? TP_SPEC_DRAFT : TP_SPEC_NGRAM;
+    tp_spec_adapt_init(&s->adapt, e->cfg.draft_max);
+    s->n_draft = 0;
+    s->gfrom = 0;
+    s->marker_id = -1;
+    const char *marker = r->params.tool_auto ? tp_tool_marker_token(r->params.tool_format) : NULL;
+    if (marker) s->marker_id = tp_tokenizer_find_special(e->tok, marker);
+    s->hmsg_id = s->hstart_id = -1;
+    if (r->params.harmony_calls) {
+        s->hmsg_id = tp_tokenizer_find_special(e->tok, "<|message|>");
+        s->hstart_id = tp_tokenizer_find_special(e->tok, "<|start|>");
+    }
+    tp_detok_reset(s->detok);
+    /* The reply continues the prompt: feed the prompt's last token to the
+     * detokenizer (output discarded) so SentencePiece's "drop the leading
+     * space of the first piece" applies only at the start of the text. */
+    (void)tp_detok_push(s->detok, r->prompt[r->n_prompt - 1], e->scratch, sizeof e->scratch);
+    (void)tp_detok_flush(s->detok, e->scratch, sizeof e->scratch);
+    for (int k = 0; s->sampler && k < r->n_prompt; k++) tp_sampler_accept(s->sampler, r->prompt[k]);
+    return 0;
+}
+
 /* mu held: move queued requests into free slots; drop cancelled ones.
  *
  * Prompt cache: a request takes the free slot whose KV cache holds the
@@ -487,99 +602,12 @@ static void admit(struct tp_engine *e)
         int n_free = 0;
         for (int i = 0; i < e->cfg.n_parallel; i++) n_free += e->slots[i].req == NULL && !copy_source_pending(e, i);
         if (n_free == 0 || e->q_len == 0) break;
-        struct tp_req *r = NULL;
-        while (e->q_len > 0 && !r) {
-            r = e->queue[e->q_head];
-            e->q_head = (e->q_head + 1) % e->cfg.max_queue;
-            e->q_len--;
-            if (r->cancelled) {
-                req_finish(e, r, TP_FINISH_CANCELLED, TP_OK, NULL);
-                r = NULL;
-            }
-        }
+        struct tp_req *r = pop_request(e);
         if (!r) break;
-        /* prompt cache: the free slot whose KV cache holds the longest prefix */
-        struct slot *s = NULL;
-        int best = -1, si = -1;
-        for (int i = 0; i < e->cfg.n_parallel; i++) {
-            struct slot *c = &e->slots[i];
-            if (c->req || copy_source_pending(e, i)) continue;
-            int l = slot_prefix(c, r->prompt, r->n_prompt);
-            l = tp_model_seq_reusable(tp_parallel_model(e->p), i, TP_MIN(l, r->n_prompt - 1)); /* sliding windows */
-            if (l > best) {
-                best = l;
-                s = c;
-                si = i;
-            }
-        }
-        /* at least the prompt's last token is fed again: it gives the logits */
-        int keep = TP_MIN(best, r->n_prompt - 1);
-        /* prefix sharing: a longer prefix in another slot's cache */
-        int src = -1, shared = keep;
-        if (e->cfg.prefix_share_min > 0) {
-            for (int i = 0; i < e->cfg.n_parallel; i++) {
-                if (i == si) continue;
-                int l = TP_MIN(slot_prefix(&e->slots[i], r->prompt, r->n_prompt), r->n_prompt - 1);
-                l = tp_model_seq_reusable(tp_parallel_model(e->p), i, l); /* sliding windows */
-                if (l > shared) {
-                    shared = l;
-                    src = i;
-                }
-            }
-            if (src >= 0 && shared - keep < e->cfg.prefix_share_min) src = -1;
-        }
-        /* mean and cls pooling need the hidden state of every prompt token / the first: all are read */
-        if (r->params.embed == TP_POOL_MEAN || r->params.embed == TP_POOL_CLS) keep = 0, src = -1;
-        struct tp_sampler_params sp = tp_sampler_default_params();
-        sp.temperature = r->params.temperature;
-        sp.top_k = r->params.top_k;
-        sp.top_p = r->params.top_p;
-        sp.min_p = r->params.min_p;
-        sp.repetition_penalty = r->params.repetition_penalty;
-        sp.presence_penalty = r->params.presence_penalty;
-        sp.frequency_penalty = r->params.frequency_penalty;
-        sp.seed = r->seed;
-        sp.n_logprobs = r->params.logprobs ? r->params.top_logprobs : 0;
-        sp.no_logprob = !r->params.logprobs; /* saves an exp pass over the vocabulary per token */
-        tp_sampler_free(s->sampler);
-        s->sampler = NULL;
-        /* an embedding samples nothing: no sampler (its buffers are vocabulary-sized) */
-        if (!r->params.embed && tp_sampler_init(&sp, e->n_vocab, &s->sampler) != TP_OK) {
-            req_finish(e, r, TP_FINISH_ERROR, TP_ERR_NOMEM, "could not create the sampler (out of memory?)");
-            continue;
-        }
-        if (r->params.grammar) {
-            if (engine_trie(e) != TP_OK) {
-                req_finish(e, r, TP_FINISH_ERROR, TP_ERR_NOMEM, "could not build the token trie for response_format (out of memory?)");
-                continue;
-            }
-            tp_gstate_init(r->params.grammar, s->gst);
-            s->gkey_valid = 0;
-        }
-        s->gon = r->params.grammar && !r->params.tool_auto;
-        /* speculative decoding: the request's choice, else the server's.  Not for tool_choice "auto",
-         * whose grammar switches on and off with the text */
-        r->spec = (r->params.speculative ? r->params.speculative > 0 : e->cfg.spec != TP_SPEC_OFF) &&
-                  !r->params.tool_auto && !r->params.embed;
-        r->spec_mode = e->draft ? TP_SPEC_DRAFT : TP_SPEC_NGRAM;
-        tp_spec_adapt_init(&s->adapt, e->cfg.draft_max);
-        s->n_draft = 0;
-        s->gfrom = 0;
-        s->marker_id = -1;
-        const char *marker = r->params.tool_auto ? tp_tool_marker_token(r->params.tool_format) : NULL;
-        if (marker) s->marker_id = tp_tokenizer_find_special(e->tok, marker);
-        s->hmsg_id = s->hstart_id = -1;
-        if (r->params.harmony_calls) {
-            s->hmsg_id = tp_tokenizer_find_special(e->tok, "<|message|>");
-            s->hstart_id = tp_tokenizer_find_special(e->tok, "<|start|>");
-        }
-        tp_detok_reset(s->detok);
-        /* The reply continues the prompt: feed the prompt's last token to the
-         * detokenizer (output discarded) so SentencePiece's "drop the leading
-         * space of the first piece" applies only at the start of the text. */
-        (void)tp_detok_push(s->detok, r->prompt[r->n_prompt - 1], e->scratch, sizeof e->scratch);
-        (void)tp_detok_flush(s->detok, e->scratch, sizeof e->scratch);
-        for (int k = 0; s->sampler && k < r->n_prompt; k++) tp_sampler_accept(s->sampler, r->prompt[k]);
+        int si, keep, src, shared;
+        pick_slot(e, r, &si, &keep, &src, &shared);
+        struct slot *s = &e->slots[si];
+        if (slot_prepare(e, s, r) != 0) continue;
         if (src >= 0) {
             e->copy_dst[e->n_copy] = si;
             e->copy_src[e->n_copy] = src;
@@ -603,32 +631,32 @@ static void admit(struct tp_engine *e)
     }
 }
 
-/* mu held: the drafts of generating slot s for this step, at most `room`:
- * the n-gram lookup over its prompt and output so far (server/spec.h), as
- * many as its adaptive length asks, never more than the tokens max_tokens
- * leaves after this step's sure one or than the context holds.  Returns how
- * many (in s->draft, s->n_draft). */
-static int slot_draft(struct tp_engine *e, struct slot *s, int room)
+/* mu held: how many drafts generating slot s may have in this step, at most
+ * `room`: as many as its adaptive length asks, never more than the tokens
+ * max_tokens leaves after this step's sure one or than the context holds. */
+static int slot_draft_room(const struct tp_engine *e, const struct slot *s, int room)
 {
     const struct tp_req *r = s->req;
     int k = TP_MIN(tp_spec_adapt_k(&s->adapt), room);
     k = TP_MIN(k, r->max_tokens - r->n_toks - 1);
     k = TP_MIN(k, e->n_ctx - 1 - s->n_past);
+    return TP_MAX(k, 0);
+}
+
+/* mu held: the drafts of generating slot s for this step, at most `room`
+ * (slot_draft_room): the n-gram lookup over its prompt and output so far
+ * (server/spec.h), or what the draft model proposed for it in this round's
+ * draft_round; with a grammar, cut before the first draft it refuses.
+ * Returns how many (in s->draft, s->n_draft). */
+static int slot_draft(struct tp_engine *e, struct slot *s, int room)
+{
+    const struct tp_req *r = s->req;
+    int k = slot_draft_room(e, s, room);
+    s->n_draft = 0;
     if (k <= 0) return 0;
     s->hist[s->n_past] = s->last_tok;
-    if (e->draft && !e->draft_failed) {
-        k = tp_spec_draft_propose(e->draft, (int)(s - e->slots), s->hist, s->n_past + 1, k, s->draft);
-        if (k < 0) {
-            tp_log(TP_LOG_ERROR, "server", "the draft model failed (%s); decoding without drafts from now on",
-                   tp_spec_draft_last_error(e->draft));
-            e->draft_failed = 1;
-            k = 0;
-        }
-    } else if (e->draft) {
-        k = 0;
-    } else {
-        k = tp_spec_ngram_draft(s->hist, s->n_past + 1, k, s->draft);
-    }
+    if (e->draft) k = s->pre_k > 0 ? TP_MIN(s->pre_k, k) : 0; /* none when the draft model failed */
+    else k = tp_spec_ngram_draft(s->hist, s->n_past + 1, k, s->draft);
     const tp_grammar_t *g = r->params.grammar;
     if (g && s->gon) {
         /* a grammar: drafts are cut before the first one the automaton refuses (or after one that completes the
@@ -652,14 +680,50 @@ static int slot_draft(struct tp_engine *e, struct slot *s, int room)
     return k;
 }
 
-/* Build the step; returns the number of tokens (0: nothing to do). mu held.
- * Every slot admitted since the last step gets its clear here, and the copy
- * list admit() made goes with it, whatever the token budget: a copy must run
- * in the step right after its admission round, before its source can change. */
-static int build_step(struct tp_engine *e, struct tp_step *st)
+/*
+ * mu held on entry and on return: with a draft model, the drafts of every
+ * generating speculative slot for the next step, in one batched round
+ * (tp_spec_draft_propose_batch: about k forward passes whatever the number
+ * of slots).  The round runs with mu released, so HTTP threads queue and
+ * cancel meanwhile; only this thread touches the slots and the draft model.
+ * Each slot asks for the room build_step will leave it (the same order and
+ * budget; build_step's drafts never exceed what this round asked for).
+ */
+static void draft_round(struct tp_engine *e)
 {
-    int n = 0, n_clear = 0, n_rows = 0, j_prev = 0;
-    int budget = e->cfg.n_batch;
+    for (int i = 0; i < e->cfg.n_parallel; i++) e->slots[i].pre_k = -1;
+    if (!e->draft || e->draft_failed) return;
+    int spare = e->cfg.n_batch, n = 0;
+    for (int i = 0; i < e->cfg.n_parallel; i++)
+        spare -= e->slots[i].req && e->slots[i].n_fed >= e->slots[i].req->n_prompt;
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->req || s->n_fed < s->req->n_prompt || !s->req->spec || spare <= 0) continue;
+        const int k = slot_draft_room(e, s, spare);
+        if (k <= 0) continue;
+        s->hist[s->n_past] = s->last_tok;
+        e->dreq[n++] = (struct tp_spec_draft_req){.seq = i, .toks = s->hist, .n = s->n_past + 1, .k = k,
+                                                  .out = s->draft};
+        spare -= k;
+    }
+    if (n == 0) return;
+    pthread_mutex_unlock(&e->mu);
+    const enum tp_status st = tp_spec_draft_propose_batch(e->draft, e->dreq, n);
+    pthread_mutex_lock(&e->mu);
+    if (st != TP_OK) {
+        tp_log(TP_LOG_ERROR, "server", "the draft model failed (%s); decoding without drafts from now on",
+               tp_spec_draft_last_error(e->draft));
+        e->draft_failed = 1;
+        return;
+    }
+    for (int j = 0; j < n; j++) e->slots[e->dreq[j].seq].pre_k = e->dreq[j].n_out;
+}
+
+/* mu held: the clears of every slot admitted since the last step (e->clear_seq/clear_from).
+ * Returns how many. */
+static int queue_clears(struct tp_engine *e)
+{
+    int n_clear = 0;
     for (int i = 0; i < e->cfg.n_parallel; i++) {
         struct slot *s = &e->slots[i];
         if (!s->fresh) continue;
@@ -667,54 +731,56 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
         e->clear_from[n_clear++] = s->clear_from;
         s->fresh = 0;
     }
-    /* decode tokens first: running streams never wait behind a prefill.  A speculative slot adds its
-     * drafts after its token (consecutive positions, a logits row each) as far as the budget leaves a
-     * token for every other decoding slot */
-    int spare = budget;
+    return n_clear;
+}
+
+/* mu held: one batch token at e->b_*[*n] (logits row *n_rows when logits is set). */
+static void put_token(struct tp_engine *e, int *n, int *n_rows, int slot, int32_t tok, int pos, int logits)
+{
+    e->b_tok[*n] = tok;
+    e->b_pos[*n] = pos;
+    e->b_seq[*n] = slot;
+    e->b_logits[*n] = (int8_t)logits;
+    if (logits) e->row_slot[(*n_rows)++] = slot;
+    (*n)++;
+}
+
+/* mu held: decode tokens first: running streams never wait behind a prefill.  A speculative slot adds
+ * its drafts after its token (consecutive positions, a logits row each) as far as the budget leaves a
+ * token for every other decoding slot.  Appends at *n / *n_rows. */
+static void add_decode_tokens(struct tp_engine *e, int *n, int *n_rows)
+{
+    int spare = e->cfg.n_batch;
     for (int i = 0; i < e->cfg.n_parallel; i++)
         spare -= e->slots[i].req && e->slots[i].n_fed >= e->slots[i].req->n_prompt;
     for (int i = 0; i < e->cfg.n_parallel; i++) {
         struct slot *s = &e->slots[i];
         s->n_draft = 0;
         if (!s->req || s->n_fed < s->req->n_prompt) continue;
-        e->b_tok[n] = s->last_tok;
-        e->b_pos[n] = s->n_past;
         s->hist[s->n_past] = s->last_tok;
         s->n_hist = s->n_past + 1;
-        e->b_seq[n] = i;
-        e->b_logits[n] = 1;
-        e->row_slot[n_rows++] = i;
-        n++;
-        budget--;
+        put_token(e, n, n_rows, i, s->last_tok, s->n_past, 1);
         const int k = s->req->spec && spare > 0 ? slot_draft(e, s, spare) : 0;
         for (int j = 0; j < k; j++) {
-            e->b_tok[n] = s->draft[j];
-            e->b_pos[n] = s->n_past + 1 + j;
             s->hist[s->n_past + 1 + j] = s->draft[j];
-            e->b_seq[n] = i;
-            e->b_logits[n] = 1;
-            e->row_slot[n_rows++] = i;
-            n++;
+            put_token(e, n, n_rows, i, s->draft[j], s->n_past + 1 + j, 1);
         }
         s->n_hist = s->n_past + 1 + k;
         spare -= k;
-        budget -= k;
     }
-    /* while sequences are generating, prompts advance by at most
-     * prefill_chunk tokens per step, so each step (and each running stream's
-     * next token) stays short; with nobody generating, the whole budget */
-    if (n > 0 && e->cfg.prefill_chunk > 0) budget = TP_MIN(budget, e->cfg.prefill_chunk);
+}
+
+/* mu held: prompt tokens, at most budget, slot by slot; a prompt's last token gets a logits row
+ * (not an embedding's: it only reads its prompt). Appends at *n / *n_rows. */
+static void add_prefill_tokens(struct tp_engine *e, int *n, int *n_rows, int budget)
+{
     for (int i = 0; i < e->cfg.n_parallel && budget > 0; i++) {
         struct slot *s = &e->slots[i];
         if (!s->req || s->n_fed >= s->req->n_prompt) continue;
         int chunk = TP_MIN(budget, s->req->n_prompt - s->n_fed);
         for (int k = 0; k < chunk; k++) {
-            e->b_tok[n] = s->req->prompt[s->n_fed + k];
-            e->b_pos[n] = s->n_fed + k;
-            s->hist[s->n_fed + k] = e->b_tok[n];
-            e->b_seq[n] = i;
-            e->b_logits[n] = 0;
-            n++;
+            s->hist[s->n_fed + k] = s->req->prompt[s->n_fed + k];
+            put_token(e, n, n_rows, i, s->req->prompt[s->n_fed + k], s->n_fed + k, 0);
         }
         s->n_fed += chunk;
         s->n_past = s->n_fed;
@@ -722,11 +788,15 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
         s->req->n_prefilled = s->n_fed;
         budget -= chunk;
         if (s->n_fed == s->req->n_prompt && !s->req->params.embed) {
-            /* an embedding only reads its prompt: no logits (the output head) for its last token */
-            e->b_logits[n - 1] = 1;
-            e->row_slot[n_rows++] = i;
+            e->b_logits[*n - 1] = 1;
+            e->row_slot[(*n_rows)++] = i;
         }
     }
+}
+
+/* mu held: the step's batch, clear and copy lists (the copy list is consumed) and logit biases. */
+static void fill_step_lists(struct tp_engine *e, struct tp_step *st, int n, int n_clear, int n_rows)
+{
     st->batch.n_tokens = n;
     st->batch.token = e->b_tok;
     st->batch.pos = e->b_pos;
@@ -753,59 +823,87 @@ static int build_step(struct tp_engine *e, struct tp_step *st)
     st->bias_row = e->bias_row;
     st->bias_id = e->bias_id;
     st->bias_val = e->bias_val;
-    /* grammar masks: the tokens that keep each constrained reply valid, plus
-     * end of generation where the value is complete; a speculative slot's
-     * rows after its first are masked from the state after its drafts */
-    int nm = 0;
+}
+
+/* mu held: the grammar mask m of slot sw's row j (0: its sure token, j > 0: after draft j - 1). */
+static void row_mask(struct tp_engine *e, struct slot *sw, const tp_grammar_t *g, int j, uint32_t *m)
+{
+    const struct tp_gstate *gs = j == 0 ? sw->gst : &sw->gdraft[j - 1];
+    const uint32_t *plain = e->gscratch;
+    int maxcost = 0;
+    if (j == 0) {
+        tp_gstate_normalize(g, gs, e->gnorm);
+        if (!sw->gkey_valid || !tp_gstate_equal(e->gnorm, sw->gkey)) {
+            (void)tp_grammar_mask_budget(e->mctx, g, gs, -1, sw->smask, &sw->smask_maxcost);
+            tp_gstate_copy(sw->gkey, e->gnorm);
+            sw->gkey_valid = 1;
+        }
+        plain = sw->smask;
+        maxcost = sw->smask_maxcost;
+        sw->dead_rows = 0;
+    } else {
+        (void)tp_grammar_mask_budget(e->mctx, g, gs, -1, e->gscratch, &maxcost);
+    }
+    /* near the end of max_tokens, when a token the plain mask allows could leave more to close than
+     * tokens left, only tokens that leave the value closable in time are allowed (tp_gstate_cost);
+     * when none are (a budget below the shortest value), the plain mask applies */
+    const int left = sw->req->max_tokens - sw->req->n_toks - j - 1; /* tokens after this one */
+    int budgeted = 0;
+    if (maxcost > left) {
+        const int cost = tp_gstate_cost(g, gs);
+        if (cost <= left + 1)
+            budgeted = tp_grammar_mask_budget(e->mctx, g, gs, left, m, NULL) > 0 ||
+                       (left >= 0 && cost <= 1 && tp_gstate_accepting(g, gs));
+    }
+    if (!budgeted) memcpy(m, plain, (size_t)e->mask_words * sizeof *m);
+    if (tp_gstate_accepting(g, gs))
+        for (int k = 0; k < e->n_eog; k++) m[e->eog[k] / 32] |= 1u << (e->eog[k] % 32);
+    /* tokens logit_bias bans stay banned; a mask left empty fails the request after the step */
+    const struct tp_req_params *rp = &sw->req->params;
+    for (int k = 0; k < rp->n_logit_bias; k++)
+        if (rp->bias_val[k] <= TP_LOGIT_BAN) m[rp->bias_id[k] / 32] &= ~(1u << (rp->bias_id[k] % 32));
+    int any = 0;
+    for (int w = 0; w < e->mask_words && !any; w++) any = m[w] != 0;
+    if (j == 0) sw->dead_end = !any;
+    else if (!any) sw->dead_rows |= 1u << j;
+    if (!any) m[0] |= 1u; /* keeps the step valid; the row's token is discarded */
+}
+
+/* mu held: grammar masks: the tokens that keep each constrained reply valid, plus end of generation
+ * where the value is complete; a speculative slot's rows after its first are masked from the state
+ * after its drafts. Fills e->mask / e->mask_row; returns how many rows are masked. */
+static int add_grammar_masks(struct tp_engine *e, int n_rows)
+{
+    int nm = 0, j_prev = 0;
     for (int row = 0; row < n_rows; row++) {
         struct slot *sw = &e->slots[e->row_slot[row]];
         const tp_grammar_t *g = sw->req->params.grammar;
         if (!g || !sw->gon) continue;
         const int j = row > 0 && e->row_slot[row - 1] == e->row_slot[row] ? j_prev + 1 : 0;
         j_prev = j;
-        uint32_t *m = e->mask + (size_t)nm * (size_t)e->mask_words;
-        const struct tp_gstate *gs = j == 0 ? sw->gst : &sw->gdraft[j - 1];
-        const uint32_t *plain = e->gscratch;
-        int maxcost = 0;
-        if (j == 0) {
-            tp_gstate_normalize(g, gs, e->gnorm);
-            if (!sw->gkey_valid || !tp_gstate_equal(e->gnorm, sw->gkey)) {
-                (void)tp_grammar_mask_budget(e->mctx, g, gs, -1, sw->smask, &sw->smask_maxcost);
-                tp_gstate_copy(sw->gkey, e->gnorm);
-                sw->gkey_valid = 1;
-            }
-            plain = sw->smask;
-            maxcost = sw->smask_maxcost;
-            sw->dead_rows = 0;
-        } else {
-            (void)tp_grammar_mask_budget(e->mctx, g, gs, -1, e->gscratch, &maxcost);
-        }
-        /* near the end of max_tokens, when a token the plain mask allows could leave more to close than
-         * tokens left, only tokens that leave the value closable in time are allowed (tp_gstate_cost);
-         * when none are (a budget below the shortest value), the plain mask applies */
-        const int left = sw->req->max_tokens - sw->req->n_toks - j - 1; /* tokens after this one */
-        int budgeted = 0;
-        if (maxcost > left) {
-            const int cost = tp_gstate_cost(g, gs);
-            if (cost <= left + 1)
-                budgeted = tp_grammar_mask_budget(e->mctx, g, gs, left, m, NULL) > 0 ||
-                           (left >= 0 && cost <= 1 && tp_gstate_accepting(g, gs));
-        }
-        if (!budgeted) memcpy(m, plain, (size_t)e->mask_words * sizeof *m);
-        if (tp_gstate_accepting(g, gs))
-            for (int k = 0; k < e->n_eog; k++) m[e->eog[k] / 32] |= 1u << (e->eog[k] % 32);
-        /* tokens logit_bias bans stay banned; a mask left empty fails the request after the step */
-        const struct tp_req_params *rp = &sw->req->params;
-        for (int k = 0; k < rp->n_logit_bias; k++)
-            if (rp->bias_val[k] <= TP_LOGIT_BAN) m[rp->bias_id[k] / 32] &= ~(1u << (rp->bias_id[k] % 32));
-        int any = 0;
-        for (int w = 0; w < e->mask_words && !any; w++) any = m[w] != 0;
-        if (j == 0) sw->dead_end = !any;
-        else if (!any) sw->dead_rows |= 1u << j;
-        if (!any) m[0] |= 1u; /* keeps the step valid; the row's token is discarded */
+        row_mask(e, sw, g, j, e->mask + (size_t)nm * (size_t)e->mask_words);
         e->mask_row[nm++] = row;
     }
-    st->n_mask = nm;
+    return nm;
+}
+
+/* Build the step; returns the number of tokens (0: nothing to do). mu held.
+ * Every slot admitted since the last step gets its clear here, and the copy
+ * list admit() made goes with it, whatever the token budget: a copy must run
+ * in the step right after its admission round, before its source can change. */
+static int build_step(struct tp_engine *e, struct tp_step *st)
+{
+    int n = 0, n_rows = 0;
+    const int n_clear = queue_clears(e);
+    add_decode_tokens(e, &n, &n_rows);
+    int budget = e->cfg.n_batch - n;
+    /* while sequences are generating, prompts advance by at most
+     * prefill_chunk tokens per step, so each step (and each running stream's
+     * next token) stays short; with nobody generating, the whole budget */
+    if (n > 0 && e->cfg.prefill_chunk > 0) budget = TP_MIN(budget, e->cfg.prefill_chunk);
+    add_prefill_tokens(e, &n, &n_rows, budget);
+    fill_step_lists(e, st, n, n_clear, n_rows);
+    st->n_mask = add_grammar_masks(e, n_rows);
     st->mask_row = e->mask_row;
     st->mask = e->mask;
     return n;
@@ -1025,7 +1123,8 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
  * draft with its target probability, else draws from the rest), and the
  * token goes through slot_take (stop strings, limits, text).  The walk ends
  * at the first token that is not the draft of its row (that token is the
- * next input) or when the request finishes.  The K/V of the drafts after
+ * next input), at a token that switches the grammar on or off, or when the
+ * request finishes.  The K/V of the drafts after
  * the last accepted one is dropped by a clear in the next step.
  */
 static void slot_verify(struct tp_engine *e, struct slot *s, int greedy, int row0, int pos0)
@@ -1069,8 +1168,11 @@ static void slot_verify(struct tp_engine *e, struct slot *s, int greedy, int row
             e->spec_accepted++;
         }
         s->n_past = pos0 + j + 1;
+        const int gon = s->gon;
         slot_take(e, s, &res);
-        if (!acc || !s->req) break;
+        /* a token that switched the grammar on or off (tool_choice "auto": a call began or ended) ends the walk
+         * even when it was the draft: the next rows were masked for the old state.  It is fed again next step */
+        if (!acc || !s->req || s->gon != gon) break;
     }
     tp_spec_adapt_update(&s->adapt, k, a);
     /* positions pos0 .. n_past - 1 hold the reply's tokens; the rest of the step's drafts go */
@@ -1299,6 +1401,8 @@ static void *engine_main(void *arg)
             continue;
         }
         admit(e);
+        draft_round(e); /* may release mu while the draft model runs */
+        if (e->stop || e->failed || e->recovering) continue;
         struct tp_step st;
         int n = build_step(e, &st);
         if (n == 0 && st.n_clear == 0 && st.n_copy == 0) {
@@ -1397,6 +1501,35 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
+/*
+ * Where the draft model runs, and why (logged at start): on rank 0, batched
+ * over the slots.  Decoding reads every weight once per token, so a drafted
+ * token costs about draft bytes / (the bytes of rank 0's share of the model)
+ * of a step.  The alternatives cost more: a copy on every rank runs the same
+ * passes at the same time on the step's critical path (no faster, N times the
+ * memory), and a draft sharded over the N ranks would save at most
+ * (1 - 1/N) of that time while adding 2 x its layers all_sums per drafted
+ * token, which on links between machines outweigh a small draft's compute
+ * (docs/speculative.md, "Where the draft model runs").
+ */
+static void draft_placement_log(const struct tp_engine *e, const char *path)
+{
+    const uint64_t db = tp_spec_draft_weight_bytes(e->draft);
+    const uint64_t tb = tp_model_weight_bytes(tp_parallel_model(e->p));
+    const int world = tp_parallel_size(e->p);
+    const double ratio = tb > 0 ? (double)db / (double)tb : 0.0;
+    tp_log(TP_LOG_INFO, "server",
+           "draft model %s on rank 0 (%.1f MiB, %d layers): a drafted token reads %.3f of what a step reads on rank "
+           "0%s; drafts of all slots in one batched pass per drafted position",
+           path, (double)db / 1048576.0, tp_spec_draft_n_layer(e->draft), ratio,
+           world > 1 ? " (sharding it would add 2 all_sums per layer per drafted token)" : "");
+    if (ratio > 0.5)
+        tp_log(TP_LOG_WARN, "server",
+               "the draft model is %.0f%% the size of the model's share on rank 0: drafting %d tokens costs about "
+               "%.1f steps, so speculation rarely pays with it (docs/speculative.md)",
+               100.0 * ratio, e->cfg.draft_max, ratio * e->cfg.draft_max);
+}
+
 enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t *p, struct tp_metrics *metrics,
                               struct tp_engine **out, struct tp_error *err)
 {
@@ -1442,6 +1575,7 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->row_slot = calloc((size_t)e->rows_max, sizeof(int));
     e->logits = malloc(sizeof(float) * (size_t)e->rows_max * (size_t)e->n_vocab);
     e->ids = calloc((size_t)e->rows_max, sizeof(int32_t));
+    e->dreq = calloc((size_t)cfg->n_parallel, sizeof *e->dreq);
     e->hidden = malloc(sizeof(float) * (size_t)hp->n_embd);
     e->mask_words = (e->n_vocab + 31) / 32;
     e->mask = malloc(sizeof(uint32_t) * (size_t)e->rows_max * (size_t)e->mask_words);
@@ -1457,7 +1591,7 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->bias_val = malloc(n_bias * sizeof(float));
     if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits ||
         !e->ids || !e->bias_row || !e->bias_id || !e->bias_val || !e->mask || !e->mask_row || !e->eog || !e->gnorm ||
-        !e->rank_stats || !e->stats_tmp || !e->hidden || !e->gscratch)
+        !e->rank_stats || !e->stats_tmp || !e->hidden || !e->gscratch || !e->dreq)
         goto nomem;
     e->n_ranks = tp_parallel_get_rank_stats(p, e->rank_stats, TP_METRICS_RANKS_MAX);
     if (cfg->draft_model) {
@@ -1467,6 +1601,7 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
             tp_engine_free(e);
             return drc;
         }
+        draft_placement_log(e, cfg->draft_model);
     }
     for (int i = 0; i < cfg->n_parallel; i++) {
         if (tp_detok_init(e->tok, &e->slots[i].detok) != TP_OK) goto nomem;
@@ -1542,6 +1677,7 @@ void tp_engine_free(struct tp_engine *e)
     free(e->b_logits);
     free(e->row_slot);
     free(e->ids);
+    free(e->dreq);
     free(e->rank_stats);
     free(e->stats_tmp);
     free(e->bias_row);

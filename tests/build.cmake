@@ -1,4 +1,4 @@
-# tests/build.cmake - checks on the build itself: module boundaries and exported symbols.
+# tests/build.cmake - checks on the build itself: module boundaries, exported symbols, function length.
 
 # The include path each module's own files are compiled with, written at generate time.
 set(_tp_incs_dir ${CMAKE_CURRENT_BINARY_DIR}/boundaries)
@@ -28,4 +28,15 @@ if(TP_LOCALIZE)
            COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DSRC=${PROJECT_SOURCE_DIR} "-DLIBS=${_tp_libs}"
                    -DPREFIX=${_tp_prefix} -P ${CMAKE_CURRENT_SOURCE_DIR}/build/check_symbols.cmake)
   set_tests_properties(build.exported_symbols PROPERTIES LABELS unit TIMEOUT 120)
+endif()
+
+# No function over 120 lines but those scripts/long_functions.allow lets stand (each no longer than there).
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME build.long_functions
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/long_functions.py --max 120
+                   --allow ${PROJECT_SOURCE_DIR}/scripts/long_functions.allow)
+  set_tests_properties(build.long_functions PROPERTIES LABELS unit TIMEOUT 60)
+else()
+  message(STATUS "python3 not found: build.long_functions is not registered")
 endif()

@@ -61,7 +61,7 @@ function(tp_fuzz_target name)
   endif()
   set(_srcs ${_fuzz_c} ${F_SOURCES} ${PROJECT_SOURCE_DIR}/common/status.c ${PROJECT_SOURCE_DIR}/common/log.c
             ${PROJECT_SOURCE_DIR}/common/util.c)
-  set(_out ${CMAKE_CURRENT_BINARY_DIR}/${name})
+  set(_out ${CMAKE_CURRENT_BINARY_DIR}/${name}_libfuzzer) # not the target's own name: Ninja refuses a file named as a target
   add_custom_command(
     OUTPUT ${_out}
     COMMAND ${_tp_clang} -std=c11 -D_DEFAULT_SOURCE -O1 -g -fno-omit-frame-pointer

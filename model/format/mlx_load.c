@@ -274,12 +274,19 @@ void tp_mlx_tsrc_describe_gguf(const struct tp_tsrc *s, const struct tp_gguf_ten
 {
     char name[256];
     const size_t len = strlen(w->name);
-    if (w->type != TP_WTYPE_I32 || w->n_dims != 2 || len < 7 || strcmp(w->name + len - 7, ".weight") != 0) return;
+    if (w->type != TP_WTYPE_I32 || (w->n_dims != 2 && w->n_dims != 3) || len < 7 ||
+        strcmp(w->name + len - 7, ".weight") != 0)
+        return;
     const struct tp_gguf_tensor *sc = s->gguf ? gguf_sibling(s->gguf, w->name, "scales", name, sizeof(name)) : NULL;
     /* in an MLX shard (keys present) or beside scales, only MLX words are I32 weights: tp_mlx_load_mat
      * explains a broken triple; elsewhere an I32 weight stays I32 (refused as a type nobody computes with) */
     out->mlx_packed = s->mlx_bits || sc;
-    if (sc && sc->n_dims == 2) describe(s->mlx_bits, w->ne[1], w->ne[0], sc->ne[1], sc->ne[0], out);
+    if (sc && sc->n_dims == 2 && w->n_dims == 2) describe(s->mlx_bits, w->ne[1], w->ne[0], sc->ne[1], sc->ne[0], out);
+    /* a shard's stacked experts: words ne = [words, rows, experts], scales [groups, rows, experts] */
+    if (sc && sc->n_dims == 3 && w->n_dims == 3 && sc->ne[2] == w->ne[2]) {
+        describe(s->mlx_bits, w->ne[1], w->ne[0], sc->ne[1], sc->ne[0], out);
+        out->n_elems *= w->ne[2];
+    }
 }
 
 /* One tensor of a triple, from either source: row-major [rows, cols] of elements of its dtype. */
@@ -322,6 +329,10 @@ static void part_gguf(const tp_gguf_t *g, const struct tp_gguf_tensor *t, struct
     p->n_dims = t->n_dims;
     p->rows = t->n_dims >= 2 ? t->ne[1] : 1;
     p->cols = t->ne[0];
+    if (t->n_dims == 3) { /* a shard's stacked experts: one [experts * rows, cols] matrix */
+        p->n_dims = 2;
+        p->rows = t->ne[1] * t->ne[2];
+    }
     p->data = t->data;
     p->n_bytes = t->n_bytes;
     p->file_offset = t->file_offset;

@@ -204,8 +204,9 @@ static inline void ref_pv(float *o, const float *p, const float *v, int n, int h
 /* -------------------------------------------------------------- dispatch */
 
 static int attn_has_avx2, attn_has_avx512, attn_has_amx;
-/* tp_attn_isa_limit, TP_ATTN_ISA; float32 unless asked: the bf16 tiles move results by ~1e-5 NMSE */
-static int attn_level_max = TP_ATTN_ISA_AVX512;
+/* tp_attn_isa_limit, TP_ATTN_ISA: the best path the CPU has unless capped (the bf16 tiles move results by
+ * ~1e-5 NMSE: float64-reference tests cap it at avx512) */
+static int attn_level_max = TP_ATTN_ISA_AMX;
 
 static const char *const attn_isa_names[TP_ATTN_ISA_COUNT] = {"c", "avx2", "avx512", "amx"};
 
@@ -219,12 +220,20 @@ static void attn_choose(void)
     attn_has_avx512 = attn_has_avx2 && __builtin_cpu_supports("avx512f");
     attn_has_amx = attn_has_avx512 && tp_attn_amx_detect();
 #endif
-    const char *want = getenv("TP_ATTN_ISA"); /* benchmarks and tests: the best attention path allowed */
-    int found = 0;
-    for (int i = 0; want && *want && i < TP_ATTN_ISA_COUNT; i++)
-        if (strcmp(want, attn_isa_names[i]) == 0) attn_level_max = i, found = 1;
-    if (want && *want && !found)
+    const char *want = getenv("TP_ATTN_ISA"); /* the best attention path allowed */
+    const int level = tp_attn_isa_parse(want);
+    if (level >= 0)
+        attn_level_max = level;
+    else
         tp_log(TP_LOG_WARN, "attn", "TP_ATTN_ISA=%s is not one of c, avx2, avx512, amx; ignored", want);
+}
+
+int tp_attn_isa_parse(const char *want)
+{
+    if (!want || !*want) return TP_ATTN_ISA_AMX;
+    for (int i = 0; i < TP_ATTN_ISA_COUNT; i++)
+        if (strcmp(want, attn_isa_names[i]) == 0) return i;
+    return -1;
 }
 
 static pthread_once_t attn_once = PTHREAD_ONCE_INIT;

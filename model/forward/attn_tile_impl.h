@@ -29,6 +29,9 @@ AT_FN void AT_NAME(tile)(const struct tp_attn_geom *g, const struct tp_attn_rows
     const int kmin = TP_MAX(k0, lo0), kmax = TP_MIN(k1, r->pos0 + nt);
     for (int j0 = kmin; j0 < kmax; j0 += KB) {
         const int jn = TP_MIN(KB, kmax - j0);
+        struct tp_attn_pf pf; /* the next tile's rows, requested over the rows' arithmetic */
+        tp_attn_pf_init(&pf, kc, vc, j0 + KB, TP_MIN(j0 + 2 * KB, kmax), g->cap, g->row_bytes);
+        const int pfq = (int)((tp_attn_pf_lines(&pf) + (size_t)R - 1) / (size_t)R);
         for (int j = 0; j < jn; j++)
             AT_NAME(load_row)(g->type, kc + (size_t)((j0 + j) % g->cap) * g->row_bytes, Kt + (size_t)j * hd, hd);
         int v_loaded = 0;
@@ -46,6 +49,7 @@ AT_FN void AT_NAME(tile)(const struct tp_attn_geom *g, const struct tp_attn_rows
             for (int h = 0; h < ng; h++) {
                 const int row = i * ng + h;
                 const float *qs = Qs + (size_t)row * hd;
+                tp_attn_pf_step(&pf, pfq);
                 float *s = S + (size_t)row * KB;
                 float mx = M[row];
                 AT_NAME(dots)(qs, Kt + (size_t)a * hd, b - a, hd, s + a);
@@ -59,6 +63,7 @@ AT_FN void AT_NAME(tile)(const struct tp_attn_geom *g, const struct tp_attn_rows
                 AT_NAME(pv)(orow, s + a, Vt + (size_t)a * hd, b - a, hd);
             }
         }
+        tp_attn_pf_step(&pf, 1 << 30);
     }
     tp_attn_finish(r, hd, M, L, O, o, o_stride, part);
 }

@@ -483,6 +483,7 @@ static void moe_ffn(tp_model_t *m, const struct tp_layer *L, int n_tok)
         const int np = off[e + 1] - off[e];
         if (np == 0) continue;
         m->moe_active[n_active++] = e;
+        m->stats.expert_runs++;
         up_work += mm_work(&L->xgate[e], np) + mm_work(&L->xup[e], np);
         down_work += mm_work(&L->xdown[e], np);
         m->stats.expert_bytes += (uint64_t)L->xgate[e].rows * L->xgate[e].row_bytes +
@@ -490,11 +491,19 @@ static void moe_ffn(tp_model_t *m, const struct tp_layer *L, int n_tok)
                                  (uint64_t)L->xdown[e].rows * L->xdown[e].row_bytes;
     }
     m->moe_n_active = n_active;
-    for (int p = 0; p < n_pairs; p++)
-        memcpy(m->moe_x + (size_t)p * E, m->xb + (size_t)m->moe_pair_tok[p] * E, sizeof(float) * (size_t)E);
     const int ea = m->moe_active[0];
     enum tp_wtype up_types[2] = {L->xgate[ea].type, L->xup[ea].type};
-    prep_act(m, m->moe_x, NULL, NULL, n_pairs, E, up_types, 2);
+    if (n_tok == 1) { /* decode: the one token's row prepared once, copied to each of its pairs */
+        prep_act(m, m->xb, NULL, NULL, 1, E, up_types, 2);
+        for (int j = 0; j < m->prep_used; j++) {
+            const size_t rb = tp_kern_act_row_bytes(m->act_type[j], E);
+            for (int p = 1; p < n_pairs; p++) memcpy(m->act[j] + (size_t)p * m->act_row_max, m->act[j], rb);
+        }
+    } else {
+        for (int p = 0; p < n_pairs; p++)
+            memcpy(m->moe_x + (size_t)p * E, m->xb + (size_t)m->moe_pair_tok[p] * E, sizeof(float) * (size_t)E);
+        prep_act(m, m->moe_x, NULL, NULL, n_pairs, E, up_types, 2);
+    }
     run(m, TP_PH_MOE_UP, (int64_t)n_active * F, 16, up_work);
     enum tp_wtype d_type = L->xdown[ea].type;
     prep_act(m, m->hb, NULL, NULL, n_pairs, F, &d_type, 1);

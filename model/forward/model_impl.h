@@ -63,6 +63,10 @@ struct tp_layer {
     /* the stacked ffn_{gate,up,down}_exps tensors when held whole (the per-expert
      * matrices are then views into them: owned NULL); data NULL otherwise */
     struct tp_wmat xstack[3];
+    /* the held experts' re-laid (x16) matrices, in n_xarena buffers of consecutive experts, owned
+     * (repack.c; the per-expert matrices are views into them, owned NULL); NULL when none was re-laid */
+    uint8_t **xarena;
+    int n_xarena;
     /* Qwen2-MoE shared expert (on the rank holding it, else rows 0): gate/up (n_ff_shexp, n_embd),
      * down (n_embd, n_ff_shexp), and its gate vector (n_embd) owned (NULL where not held) */
     struct tp_wmat sgate, sup, sdown;
@@ -118,10 +122,14 @@ void tp_attn_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, co
  * float32 accumulation: attn_amx.c; head_dim % 32 == 0, else AVX-512). */
 enum tp_attn_isa { TP_ATTN_ISA_C, TP_ATTN_ISA_AVX2, TP_ATTN_ISA_AVX512, TP_ATTN_ISA_AMX, TP_ATTN_ISA_COUNT };
 /* The path tp_attn_tile uses: the best this CPU has, at most the limit.  The limit starts from the
- * TP_ATTN_ISA environment variable (c, avx2, avx512, amx; default avx512: AMX is opt-in); tp_attn_isa_limit sets it (tests;
- * not while a forward pass runs) and returns the previous one.  tp_attn_isa_name: "c", "avx2", ... */
+ * TP_ATTN_ISA environment variable (c, avx2, avx512, amx; unset: amx, the best there is); tp_attn_isa_limit
+ * sets it (tests that hold a model to a float64 reference cap it at TP_ATTN_ISA_AVX512; not while a forward
+ * pass runs) and returns the previous one.  tp_attn_isa_name: "c", "avx2", ... */
 int tp_attn_isa_level(void);
 int tp_attn_isa_limit(int level);
+/* The limit a TP_ATTN_ISA value sets: NULL or "" -> TP_ATTN_ISA_AMX (no cap), a path's name -> its level,
+ * anything else -> -1 (logged and ignored). */
+int tp_attn_isa_parse(const char *want);
 const char *tp_attn_isa_name(int level);
 /* attn_amx.c: whether the CPU has AMX-BF16 and AVX512_BF16 and the kernel granted this process the tile
  * state (asks it once: call through tp_attn_isa_level); the tile loop (tp_attn_tile's contract, hd % 32 == 0);
@@ -137,6 +145,46 @@ void tp_attn_finish(const struct tp_attn_rows *r, int hd, const float *M, const 
                     size_t o_stride, float *part);
 /* Floats of scratch tp_attn_tile needs for `rows` query rows of head dim hd. */
 size_t tp_attn_scratch_floats(int hd, int rows);
+/* Prefetching the next tile: the cache lines of the keys and values of positions [p0, p1) (each split at the
+ * ring's end: up to 4 byte ranges), requested a few at a time (tp_attn_pf_step) while the tile loops work
+ * on the current tile, so that its reads from memory overlap the arithmetic instead of following it. */
+struct tp_attn_pf {
+    const uint8_t *a[4], *e[4]; /* next line to request and end of each range */
+    int i, n;                   /* current range, ranges */
+};
+static inline void tp_attn_pf_init(struct tp_attn_pf *pf, const uint8_t *kc, const uint8_t *vc, int p0, int p1,
+                                   int cap, size_t rb)
+{
+    pf->i = pf->n = 0;
+    for (int c = 0; c < 2; c++)
+        for (int p = p0; p < p1 && pf->n < 4;) {
+            const int r0 = p % cap, n = p1 - p < cap - r0 ? p1 - p : cap - r0;
+            const uint8_t *a = (c ? vc : kc) + (size_t)r0 * rb;
+            pf->a[pf->n] = (const uint8_t *)((uintptr_t)a & ~(uintptr_t)63);
+            pf->e[pf->n++] = a + (size_t)n * rb;
+            p += n;
+        }
+}
+/* Lines the cursor still holds. */
+static inline size_t tp_attn_pf_lines(const struct tp_attn_pf *pf)
+{
+    size_t n = 0;
+    for (int i = pf->i; i < pf->n; i++) n += pf->a[i] < pf->e[i] ? (size_t)(pf->e[i] - pf->a[i] + 63) / 64 : 0;
+    return n;
+}
+/* Request up to k more lines. */
+static inline void tp_attn_pf_step(struct tp_attn_pf *pf, int k)
+{
+    while (k > 0 && pf->i < pf->n) {
+        if (pf->a[pf->i] >= pf->e[pf->i]) {
+            pf->i++;
+            continue;
+        }
+        __builtin_prefetch(pf->a[pf->i], 0, 3);
+        pf->a[pf->i] += 64;
+        k--;
+    }
+}
 /* Floats of one partial (tp_attn_tile part) of `rows` rows. */
 #define TP_ATTN_PART_FLOATS(hd, rows) ((size_t)(rows) * ((size_t)(hd) + 2))
 /* Combine n partials of the same rows (partial k at parts + k * part_stride floats, as tp_attn_tile wrote it)

@@ -30,6 +30,7 @@
 #include "format/mlx_impl.h"
 #include "forward/model_impl.h"
 #include "model/tensor_source.h"
+#include "tokenizer/tokenizer_impl.h"
 
 #define MODULE "model"
 
@@ -93,13 +94,12 @@ static enum tp_status md_float(tp_model_t *m, const char *arch, const char *suff
     return TP_OK;
 }
 
-static enum tp_status read_hparams(tp_model_t *m)
+/* The architecture named by general.architecture, into hp->arch; *arch_out is the name (owned by the
+ * GGUF handle). Families tpserve cannot run are refused with what they would need. */
+static enum tp_status read_arch(tp_model_t *m, struct tp_hparams *hp, const char **arch_out)
 {
-    enum tp_status rc = TP_OK;
-    struct tp_hparams *hp = &m->hp;
     const char *arch = NULL;
-    memset(hp, 0, sizeof(*hp));
-    rc = tp_gguf_get_str(m->gguf, "general.architecture", &arch);
+    enum tp_status rc = tp_gguf_get_str(m->gguf, "general.architecture", &arch);
     if (rc == TP_ERR_NOT_FOUND)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: metadata 'general.architecture' is missing", m->path);
     if (rc != TP_OK) return tp_error_set(&m->err, rc, "%s", tp_gguf_last_error(m->gguf));
@@ -126,7 +126,15 @@ static enum tp_status read_hparams(tp_model_t *m)
                             "%s: architecture '%.64s' is not supported (supported: llama (incl. Mistral, TinyLlama, "
                             "SmolLM, Mixtral), qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss)",
                             m->path, arch);
-    int big = 1 << 24;
+    *arch_out = arch;
+    return TP_OK;
+}
+
+/* Widths, depth, head counts, context, pooling and sliding window. */
+static enum tp_status read_shape(tp_model_t *m, const char *arch, struct tp_hparams *hp)
+{
+    enum tp_status rc = TP_OK;
+    const int big = 1 << 24;
     TP_CHECK_GOTO(md_int(m, arch, "embedding_length", 1, 1, big, &hp->n_embd), rc, out);
     TP_CHECK_GOTO(md_int(m, arch, "block_count", 1, 1, 4096, &hp->n_layer), rc, out);
     TP_CHECK_GOTO(md_int(m, arch, "attention.head_count", 1, 1, 65536, &hp->n_head), rc, out);
@@ -140,6 +148,15 @@ static enum tp_status read_hparams(tp_model_t *m)
     hp->sliding_window = 0; /* Mistral v0.1: every layer attends to the last 4096 positions */
     TP_CHECK_GOTO(md_int(m, arch, "attention.sliding_window", 0, 0, 1 << 30, &hp->sliding_window), rc, out);
     if (hp->sliding_window >= hp->n_ctx_train) hp->sliding_window = 0;
+out:
+    return rc;
+}
+
+/* Mixture of experts: expert counts and widths, the router's normalisation, gpt-oss's SwiGLU clamp. */
+static enum tp_status read_experts(tp_model_t *m, const char *arch, struct tp_hparams *hp)
+{
+    enum tp_status rc = TP_OK;
+    const int big = 1 << 24;
     TP_CHECK_GOTO(md_int(m, arch, "expert_count", 0, 0, 1 << 16, &hp->n_expert), rc, out);
     if ((hp->arch == TP_ARCH_QWEN3MOE || hp->arch == TP_ARCH_QWEN2MOE || hp->arch == TP_ARCH_GPTOSS) &&
         hp->n_expert == 0)
@@ -178,6 +195,16 @@ static enum tp_status read_hparams(tp_model_t *m)
                                 "supported",
                                 m->path, arch, lead);
     }
+out:
+    return rc;
+}
+
+/* Head dimension, rotary dimension and style, the biases and norms the architecture implies, rope
+ * base and RMS epsilon. */
+static enum tp_status read_heads(tp_model_t *m, const char *arch, struct tp_hparams *hp)
+{
+    enum tp_status rc = TP_OK;
+    const int big = 1 << 24;
     if (hp->n_head % hp->n_head_kv != 0)
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d", m->path,
                             hp->n_head, hp->n_head_kv);
@@ -214,10 +241,14 @@ static enum tp_status read_hparams(tp_model_t *m)
     TP_CHECK_GOTO(md_float(m, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps), rc, out);
     if (!(hp->norm_eps >= 0.0f && hp->norm_eps < 1.0f))
         return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: rms epsilon %g is out of range", m->path, (double)hp->norm_eps);
+out:
+    return rc;
+}
 
-    if (hp->arch == TP_ARCH_GPTOSS) hp->swa_period = 2; /* windows on the even layers (llama.cpp: swa pattern 2) */
-
-    /* rope scaling */
+/* RoPE scaling (none, linear, llama3, yarn) and its parameters. */
+static enum tp_status read_rope_scaling(tp_model_t *m, const char *arch, struct tp_hparams *hp)
+{
+    enum tp_status rc = TP_OK;
     hp->rope_scaling = TP_ROPE_SCALING_NONE;
     hp->rope_yarn_beta_fast = 32.0f;
     hp->rope_yarn_beta_slow = 1.0f;
@@ -261,6 +292,23 @@ static enum tp_status read_hparams(tp_model_t *m)
         if (hp->rope_scaling == TP_ROPE_SCALING_YARN && hp->rope_scale_factor > 1.0f)
             hp->rope_attn_factor = 0.1f * logf(hp->rope_scale_factor) + 1.0f;
     }
+out:
+    return rc;
+}
+
+/* m->hp from the GGUF metadata (m->gguf), every value range-checked. */
+static enum tp_status read_hparams(tp_model_t *m)
+{
+    enum tp_status rc = TP_OK;
+    struct tp_hparams *hp = &m->hp;
+    const char *arch = NULL;
+    memset(hp, 0, sizeof(*hp));
+    TP_CHECK_GOTO(read_arch(m, hp, &arch), rc, out);
+    TP_CHECK_GOTO(read_shape(m, arch, hp), rc, out);
+    TP_CHECK_GOTO(read_experts(m, arch, hp), rc, out);
+    TP_CHECK_GOTO(read_heads(m, arch, hp), rc, out);
+    if (hp->arch == TP_ARCH_GPTOSS) hp->swa_period = 2; /* windows on the even layers (llama.cpp: swa pattern 2) */
+    TP_CHECK_GOTO(read_rope_scaling(m, arch, hp), rc, out);
 out:
     return rc;
 }
@@ -1157,6 +1205,12 @@ static enum tp_status open_hf(tp_model_t *m)
         tp_error_set(&m->err, rc, "%s", e.msg[0] ? e.msg : "tokenizer could not be loaded");
         goto out;
     }
+    /* generation_config.json's eos_token_id (e.g. Llama 3.1: <|end_of_text|>, <|eom_id|>, <|eot_id|>) end
+     * generation too; a file the server will refuse to read for its sampling values is its to report */
+    struct tp_model_gen_defaults gd;
+    struct tp_error ge = {0};
+    if (tp_model_gen_defaults_read(m->path, &gd, &ge) == TP_OK)
+        for (int i = 0; i < gd.n_eos; i++) tp_tokenizer_mark_eog(m->tok, gd.eos_ids[i]);
     if (tp_tokenizer_n_vocab(m->tok) > m->hp.n_vocab) {
         rc = tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tokenizer.json has %d tokens but config.json vocab_size is %d",
                           m->path, tp_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
@@ -1189,6 +1243,102 @@ out:
     return rc;
 }
 
+/* Opens cfg->path: a Hugging Face directory, or a GGUF file (a directory without config.json, or one
+ * file of a Hugging Face model, is refused naming what to give instead). */
+static enum tp_status open_source(tp_model_t *m, const char *path)
+{
+    if (tp_hf_is_dir(path)) return open_hf(m);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return tp_error_set(&m->err, TP_ERR_NOT_FOUND,
+                            "%s: a directory without config.json; give a GGUF file or a Hugging Face model directory "
+                            "(config.json, model.safetensors[.index.json], tokenizer.json)",
+                            path);
+    size_t pl = strlen(path);
+    static const char *const hf_files[] = {".safetensors", ".safetensors.index.json", "config.json"};
+    for (size_t i = 0; i < TP_ARRAY_LEN(hf_files); i++) {
+        size_t sl = strlen(hf_files[i]);
+        if (pl >= sl && strcmp(path + pl - sl, hf_files[i]) == 0)
+            return tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+                                "%s: a file of a Hugging Face model; give its directory (with config.json, "
+                                "tokenizer.json and the safetensors) instead",
+                                path);
+    }
+    return open_gguf(m);
+}
+
+/* hp.n_vocab from token_embd.weight's shape. */
+static enum tp_status read_vocab_size(tp_model_t *m)
+{
+    struct tp_tsrc_tensor tte;
+    const struct tp_tsrc_tensor *te = &tte;
+    if (!find_tensor(m, "token_embd.weight", 1, &tte)) return m->err.status;
+    /* MLX packed (U32): the unpacked width depends on the bits, which load_mat checks against config.json */
+    const int mlx_packed = te->mlx_packed;
+    if ((te->ne[0] != m->hp.n_embd && !mlx_packed) || te->ne[1] < 1 || te->ne[1] > INT32_MAX || te->n_dims != 2)
+        return tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld] (want [%d, n_vocab])",
+                            m->path, te->name, (long long)te->ne[0], (long long)te->ne[1], m->hp.n_embd);
+    m->hp.n_vocab = (int)te->ne[1];
+    return TP_OK;
+}
+
+/* This rank's widths from m->shard (checked by check_shard). */
+static void set_shard_dims(tp_model_t *m)
+{
+    const struct tp_model_shard *s = &m->shard;
+    m->hd = m->hp.head_dim;
+    m->nq = s->q_head_end - s->q_head_begin;
+    m->nkv = s->kv_head_end - s->kv_head_begin;
+    m->q_head0 = s->q_head_begin;
+    m->kv_head0 = s->kv_head_begin;
+    m->q_dim = m->nq * m->hd;
+    m->kv_dim = m->nkv * m->hd;
+    m->n_ff_l = s->ff_end - s->ff_begin;
+    m->n_vocab_l = s->vocab_end - s->vocab_begin;
+    m->expert0 = s->expert_begin;
+    m->n_expert_l = s->expert_end - s->expert_begin;
+}
+
+/* The weights in two passes: a dry run that counts the bytes, then the load. */
+static enum tp_status load_all_weights(tp_model_t *m, const struct tp_model_config *cfg)
+{
+    m->dry_run = 1;
+    enum tp_status rc = load_weights(m, cfg, 0);
+    m->dry_run = 0;
+    if (rc != TP_OK) return rc;
+    uint64_t total = m->weight_bytes;
+    m->weight_bytes = 0;
+    return load_weights(m, cfg, total);
+}
+
+/* Context, batch and KV cache settings, the compute pool, the bytes of this rank's experts. */
+static enum tp_status setup_runtime(tp_model_t *m, const struct tp_model_config *cfg)
+{
+    m->n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : TP_MIN(m->hp.n_ctx_train, 4096);
+    m->n_seq = cfg->n_seq;
+    m->n_batch = cfg->n_batch;
+    m->keep_layout = cfg->keep_layout != 0;
+    m->kv_type = cfg->kv_f16 ? TP_KV_F16 : cfg->kv_type;
+    m->kv_row_bytes = tp_kv_row_bytes(m->kv_type, m->hd);
+    if (!cfg->vocab_only && m->kv_row_bytes == 0)
+        return tp_error_set(&m->err, TP_ERR_INVALID_ARG,
+                            "KV cache type %s cannot hold head_dim %d (q8_0 needs a multiple of 8); use f16 or f32",
+                            tp_kv_type_name(m->kv_type), m->hd);
+    struct tp_pool_config pc = tp_pool_default_config();
+    pc.n_threads = cfg->n_threads > 0 ? cfg->n_threads : tp_cpu_count();
+    if (tp_pool_init(&pc, &m->pool) != TP_OK)
+        return tp_error_set(&m->err, TP_ERR_NOMEM, "cannot start %d compute threads", pc.n_threads);
+    m->n_threads = tp_pool_size(m->pool);
+    for (int l = 0; m->hp.n_expert > 0 && l < m->hp.n_layer; l++)
+        for (int e = m->expert0; e < m->expert0 + m->n_expert_l; e++) {
+            const struct tp_layer *L = &m->layers[l];
+            m->expert_weight_bytes += (uint64_t)L->xgate[e].rows * L->xgate[e].row_bytes +
+                                      (uint64_t)L->xup[e].rows * L->xup[e].row_bytes +
+                                      (uint64_t)L->xdown[e].rows * L->xdown[e].row_bytes;
+        }
+    return TP_OK;
+}
+
 enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out, struct tp_error *err)
 {
     enum tp_status rc = TP_OK;
@@ -1210,102 +1360,16 @@ enum tp_status tp_model_init(const struct tp_model_config *cfg, tp_model_t **out
         goto fail;
     }
     m->vocab_only = cfg->vocab_only;
-    if (tp_hf_is_dir(cfg->path)) {
-        TP_CHECK_GOTO(open_hf(m), rc, fail);
-    } else {
-        struct stat sb;
-        if (stat(cfg->path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-            rc = tp_error_set(&m->err, TP_ERR_NOT_FOUND,
-                              "%s: a directory without config.json; give a GGUF file or a Hugging Face model directory "
-                              "(config.json, model.safetensors[.index.json], tokenizer.json)",
-                              cfg->path);
-            goto fail;
-        }
-        size_t pl = strlen(cfg->path);
-        static const char *const hf_files[] = {".safetensors", ".safetensors.index.json", "config.json"};
-        for (size_t i = 0; i < TP_ARRAY_LEN(hf_files); i++) {
-            size_t sl = strlen(hf_files[i]);
-            if (pl >= sl && strcmp(cfg->path + pl - sl, hf_files[i]) == 0) {
-                rc = tp_error_set(&m->err, TP_ERR_INVALID_ARG,
-                                  "%s: a file of a Hugging Face model; give its directory (with config.json, "
-                                  "tokenizer.json and the safetensors) instead",
-                                  cfg->path);
-                goto fail;
-            }
-        }
-        TP_CHECK_GOTO(open_gguf(m), rc, fail);
-    }
+    TP_CHECK_GOTO(open_source(m, cfg->path), rc, fail);
     if (cfg->vocab_only) {
         *out = m;
         return TP_OK;
     }
-    {
-        struct tp_tsrc_tensor tte;
-        const struct tp_tsrc_tensor *te = &tte;
-        if (!find_tensor(m, "token_embd.weight", 1, &tte)) {
-            rc = m->err.status;
-            goto fail;
-        }
-        /* MLX packed (U32): the unpacked width depends on the bits, which load_mat checks against config.json */
-        const int mlx_packed = te->mlx_packed;
-        if ((te->ne[0] != m->hp.n_embd && !mlx_packed) || te->ne[1] < 1 || te->ne[1] > INT32_MAX || te->n_dims != 2) {
-            rc = tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld] (want [%d, n_vocab])",
-                              m->path, te->name, (long long)te->ne[0], (long long)te->ne[1], m->hp.n_embd);
-            goto fail;
-        }
-        m->hp.n_vocab = (int)te->ne[1];
-    }
+    TP_CHECK_GOTO(read_vocab_size(m), rc, fail);
     TP_CHECK_GOTO(check_shard(m, cfg->shard), rc, fail);
-    {
-        const struct tp_model_shard *s = &m->shard;
-        m->hd = m->hp.head_dim;
-        m->nq = s->q_head_end - s->q_head_begin;
-        m->nkv = s->kv_head_end - s->kv_head_begin;
-        m->q_head0 = s->q_head_begin;
-        m->kv_head0 = s->kv_head_begin;
-        m->q_dim = m->nq * m->hd;
-        m->kv_dim = m->nkv * m->hd;
-        m->n_ff_l = s->ff_end - s->ff_begin;
-        m->n_vocab_l = s->vocab_end - s->vocab_begin;
-        m->expert0 = s->expert_begin;
-        m->n_expert_l = s->expert_end - s->expert_begin;
-    }
-    m->dry_run = 1;
-    TP_CHECK_GOTO(load_weights(m, cfg, 0), rc, fail);
-    m->dry_run = 0;
-    {
-        uint64_t total = m->weight_bytes;
-        m->weight_bytes = 0;
-        TP_CHECK_GOTO(load_weights(m, cfg, total), rc, fail);
-    }
-    m->n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : TP_MIN(m->hp.n_ctx_train, 4096);
-    m->n_seq = cfg->n_seq;
-    m->n_batch = cfg->n_batch;
-    m->keep_layout = cfg->keep_layout != 0;
-    m->kv_type = cfg->kv_f16 ? TP_KV_F16 : cfg->kv_type;
-    m->kv_row_bytes = tp_kv_row_bytes(m->kv_type, m->hd);
-    if (!cfg->vocab_only && m->kv_row_bytes == 0) {
-        rc = tp_error_set(&m->err, TP_ERR_INVALID_ARG,
-                          "KV cache type %s cannot hold head_dim %d (q8_0 needs a multiple of 8); use f16 or f32",
-                          tp_kv_type_name(m->kv_type), m->hd);
-        goto fail;
-    }
-    {
-        struct tp_pool_config pc = tp_pool_default_config();
-        pc.n_threads = cfg->n_threads > 0 ? cfg->n_threads : tp_cpu_count();
-        if (tp_pool_init(&pc, &m->pool) != TP_OK) {
-            rc = tp_error_set(&m->err, TP_ERR_NOMEM, "cannot start %d compute threads", pc.n_threads);
-            goto fail;
-        }
-        m->n_threads = tp_pool_size(m->pool);
-    }
-    for (int l = 0; m->hp.n_expert > 0 && l < m->hp.n_layer; l++)
-        for (int e = m->expert0; e < m->expert0 + m->n_expert_l; e++) {
-            const struct tp_layer *L = &m->layers[l];
-            m->expert_weight_bytes += (uint64_t)L->xgate[e].rows * L->xgate[e].row_bytes +
-                                      (uint64_t)L->xup[e].rows * L->xup[e].row_bytes +
-                                      (uint64_t)L->xdown[e].rows * L->xdown[e].row_bytes;
-        }
+    set_shard_dims(m);
+    TP_CHECK_GOTO(load_all_weights(m, cfg), rc, fail);
+    TP_CHECK_GOTO(setup_runtime(m, cfg), rc, fail);
     if (!cfg->keep_layout) TP_CHECK_GOTO(tp_model_repack(m), rc, fail);
     TP_CHECK_GOTO(alloc_state(m), rc, fail);
     tp_log(TP_LOG_DEBUG, MODULE, "%s: %s, %d layers, embd %d, heads %d/%d, ff %d, vocab %d, %.1f MiB weights held",
@@ -1357,6 +1421,8 @@ static void free_contents(tp_model_t *m)
                 free_mat(&L->xdown[e]);
             }
             for (int i = 0; i < 3; i++) free_mat(&L->xstack[i]);
+            for (int i = 0; i < L->n_xarena; i++) tp_aligned_free(L->xarena[i]);
+            free(L->xarena);
             free(L->xgate);
             free(L->xup);
             free(L->xdown);

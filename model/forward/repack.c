@@ -11,9 +11,25 @@
  * the resident set with madvise, so a rank never holds both.  The embedding
  * (read one row at a time) and a tied output head (the embedding's rows)
  * stay row-major.  Groups are split over the model's thread pool.
+ *
+ * The re-laid copies sit on transparent huge pages where the system offers
+ * them on request (Linux MADV_HUGEPAGE): a decode step streams every byte
+ * once, and with 4 KiB pages every 4 KiB of that stream is a TLB miss (a
+ * two-level walk under a hypervisor).  Matrices of 2 MiB and more get their
+ * own 2 MiB-aligned buffer; a layer's held experts (often under 1 MiB each)
+ * share buffers of at least TP_XARENA_BYTES, consecutive experts each, every
+ * expert's three matrices a view into one.  Only the whole 2 MiB pages inside
+ * a buffer are advised, so no page beyond the buffer's bytes becomes
+ * resident; the slices the experts were read into are released after each
+ * buffer (malloc_trim on glibc, whose heap keeps freed blocks resident), so
+ * loading holds at most one buffer beyond the weights.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -49,12 +65,36 @@ static void drop_pages(const void *p, size_t n)
 #endif
 }
 
-static enum tp_status repack(tp_model_t *m, struct tp_wmat *w, const char *what)
+#define HUGE_PAGE ((size_t)2 << 20)
+#define TP_XARENA_BYTES ((size_t)8 << 20) /* experts re-laid per buffer: a few huge pages */
+
+/* A buffer of `bytes` for weights streamed every step: 64-byte aligned, and 2 MiB-aligned with its whole
+ * 2 MiB pages advised as huge pages when it spans at least one.  Released with tp_aligned_free. */
+static uint8_t *weight_alloc(size_t bytes)
 {
-    if (!tp_kern_x16_type(w->type) || !tp_kern_x16_native(w->type) || w->x16 || w->rows <= 0 || w->scales)
-        return TP_OK;
+#if defined(MADV_HUGEPAGE)
+    if (bytes >= HUGE_PAGE) {
+        uint8_t *p = tp_aligned_alloc(HUGE_PAGE, bytes);
+        if (p) (void)madvise(p, bytes / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); /* advice: ignored if refused */
+        return p;
+    }
+#endif
+    return tp_aligned_alloc(64, bytes);
+}
+
+/* 1 if w is re-laid by repack(). */
+static int repackable(const struct tp_wmat *w)
+{
+    return tp_kern_x16_type(w->type) && tp_kern_x16_native(w->type) && !w->x16 && w->rows > 0 && !w->scales;
+}
+
+/* Re-lay w into dst (NULL: a buffer of its own, then owned by w; else a view into a buffer the caller
+ * owns, of at least tp_kern_x16_bytes(w->rows, w->row_bytes) bytes, 64-byte aligned). */
+static enum tp_status repack(tp_model_t *m, struct tp_wmat *w, const char *what, uint8_t *into)
+{
+    if (!repackable(w)) return TP_OK;
     const size_t bytes = tp_kern_x16_bytes(w->rows, w->row_bytes);
-    uint8_t *dst = tp_aligned_alloc(64, bytes);
+    uint8_t *dst = into ? into : weight_alloc(bytes);
     if (!dst)
         return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory re-laying %s (%zu bytes) for the kernels",
                             m->path, what, bytes);
@@ -63,10 +103,59 @@ static enum tp_status repack(tp_model_t *m, struct tp_wmat *w, const char *what)
     else repack_part(&j, 0, 1);
     if (w->owned) tp_aligned_free(w->owned);
     else drop_pages(w->data, (size_t)w->rows * w->row_bytes);
-    w->owned = dst;
+    w->owned = into ? NULL : dst;
     w->data = dst;
     w->x16 = 1;
     return TP_OK;
+}
+
+/* Bytes of expert e's re-laid matrices (each rounded up to 64), 0 when none is re-laid. */
+static size_t expert_x16_bytes(const struct tp_layer *L, int e)
+{
+    const struct tp_wmat *xs[] = {&L->xgate[e], &L->xup[e], &L->xdown[e]};
+    size_t b = 0;
+    for (size_t i = 0; i < 3; i++)
+        if (repackable(xs[i])) b += (tp_kern_x16_bytes(xs[i]->rows, xs[i]->row_bytes) + 63) & ~(size_t)63;
+    return b;
+}
+
+/* Layer L's held experts re-laid, expert by expert (gate, up, down), into buffers of consecutive experts
+ * of at least TP_XARENA_BYTES each (the last one the rest), owned by L->xarena. */
+static enum tp_status repack_experts(tp_model_t *m, struct tp_layer *L)
+{
+    const int X = m->hp.n_expert;
+    L->xarena = calloc((size_t)X, sizeof *L->xarena);
+    if (!L->xarena) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
+    enum tp_status rc = TP_OK;
+    for (int e0 = 0; e0 < X && rc == TP_OK;) {
+        size_t total = 0;
+        int e1 = e0;
+        while (e1 < X && total < TP_XARENA_BYTES) total += expert_x16_bytes(L, e1++);
+        if (total == 0) {
+            e0 = e1;
+            continue;
+        }
+        uint8_t *a = weight_alloc(total);
+        if (!a)
+            return tp_error_set(&m->err, TP_ERR_NOMEM,
+                                "%s: out of memory re-laying experts (%zu bytes) for the kernels", m->path, total);
+        L->xarena[L->n_xarena++] = a;
+        size_t off = 0;
+        for (int e = e0; e < e1 && rc == TP_OK; e++) {
+            struct tp_wmat *xs[] = {&L->xgate[e], &L->xup[e], &L->xdown[e]};
+            for (size_t i = 0; i < 3 && rc == TP_OK; i++) {
+                if (!repackable(xs[i])) continue;
+                const size_t b = (tp_kern_x16_bytes(xs[i]->rows, xs[i]->row_bytes) + 63) & ~(size_t)63;
+                rc = repack(m, xs[i], "an expert matrix", a + off);
+                off += b;
+            }
+        }
+#if defined(__GLIBC__)
+        (void)malloc_trim(0); /* the freed slices back to the system before the next buffer */
+#endif
+        e0 = e1;
+    }
+    return rc;
 }
 
 enum tp_status tp_model_repack(tp_model_t *m)
@@ -76,19 +165,16 @@ enum tp_status tp_model_repack(tp_model_t *m)
     for (int l = 0; l < m->hp.n_layer && rc == TP_OK; l++) {
         struct tp_layer *L = &m->layers[l];
         struct tp_wmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && rc == TP_OK; i++) rc = repack(m, ws[i], "a layer matrix");
-        if (rc == TP_OK) rc = repack(m, &L->wrouter, "a router matrix");
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && rc == TP_OK; i++) rc = repack(m, ws[i], "a layer matrix", NULL);
+        if (rc == TP_OK) rc = repack(m, &L->wrouter, "a router matrix", NULL);
         struct tp_wmat *sh[] = {&L->sgate, &L->sup, &L->sdown};
-        for (size_t i = 0; i < 3 && rc == TP_OK; i++) rc = repack(m, sh[i], "a shared-expert matrix");
-        /* experts one by one: a view into a stacked tensor gets its own x16 buffer, and the
-         * stacked bytes it covered are released page by page as above */
-        for (int e = 0; L->xgate && e < m->hp.n_expert && rc == TP_OK; e++) {
-            struct tp_wmat *xs[] = {&L->xgate[e], &L->xup[e], &L->xdown[e]};
-            for (size_t i = 0; i < 3 && rc == TP_OK; i++) rc = repack(m, xs[i], "an expert matrix");
-        }
+        for (size_t i = 0; i < 3 && rc == TP_OK; i++) rc = repack(m, sh[i], "a shared-expert matrix", NULL);
+        /* the experts into one buffer: a view into a stacked tensor or an owned slice is re-laid
+         * there, and the bytes it covered are released (page by page from a mapping, as above) */
+        if (L->xgate && rc == TP_OK) rc = repack_experts(m, L);
     }
     const uint8_t *e0 = m->tok_embd.data, *e1 = e0 + (size_t)m->tok_embd.rows * m->tok_embd.row_bytes;
     const int tied = m->output.data >= e0 && m->output.data < e1; /* the embedding's rows: stay row-major */
-    if (rc == TP_OK && !tied) rc = repack(m, &m->output, "output.weight");
+    if (rc == TP_OK && !tied) rc = repack(m, &m->output, "output.weight", NULL);
     return rc;
 }

@@ -328,16 +328,10 @@ static void fill_logprobs(tp_sampler_t *s, const float *logits, struct tp_sample
     res->n_top = kept;
 }
 
-/*
- * Steps 0-4 of the pipeline on one row: logit_bias (*logits then points at
- * the biased row), penalties, and either greedy (*greedy_id set, *nc 0) or
- * temperature, top-k, top-p and min-p, leaving the survivors in
- * s->cand[0..*nc) with unnormalised weights s->work[id] (*greedy_id -1).
- * TP_ERR_INVALID_ARG when no token can be chosen.
- */
-static enum tp_status sampler_prepare(tp_sampler_t *s, const float **logits_io, int32_t *greedy_id, int *nc_out)
+/* Steps 0-1 of the pipeline: logit_bias (the biased row in s->biased; returns the row the later
+ * steps read as "logits"), then the penalties into s->work. */
+static const float *apply_bias_penalties(tp_sampler_t *s, const float *logits)
 {
-    const float *logits = *logits_io;
     const struct tp_sampler_params *p = &s->p;
     const int n = s->n_vocab;
     float *w = s->work;
@@ -363,8 +357,97 @@ static enum tp_status sampler_prepare(tp_sampler_t *s, const float **logits_io, 
             w[i] = l;
         }
     }
+    return logits;
+}
 
-    *logits_io = logits;
+/* Top-p over candidates c[0..nc) in no order, weights w: a histogram of the mass by the top bits of
+ * the float (positive floats order like their bit patterns: 8 exponent + 3 mantissa bits = 1/8-octave
+ * buckets).  The buckets above the one where the running mass crosses the target are wholly inside
+ * the nucleus; only the boundary bucket needs sorting.  Reorders c; returns the nucleus size. */
+static int top_p_unsorted(tp_sampler_t *s, int32_t *c, int nc, const float *w, double target)
+{
+    double *hist = s->hist;
+    memset(hist, 0, TP_SAMPLER_HIST * sizeof(double));
+    for (int i = 0; i < nc; i++) hist[bucket_of(w[c[i]])] += w[c[i]];
+    double cum = 0.0;
+    int bstar = 0;
+    for (int bk = TP_SAMPLER_HIST - 1; bk >= 0; bk--) {
+        if (hist[bk] > 0.0 && cum + hist[bk] >= target) { /* non-empty: top_p 0 keeps the best */
+            bstar = bk;
+            break;
+        }
+        cum += hist[bk];
+    }
+    int m = 0;
+    for (int i = 0; i < nc; i++) /* bucket above the boundary: in */
+        if (bucket_of(w[c[i]]) > bstar) {
+            int32_t t = c[i];
+            c[i] = c[m];
+            c[m++] = t;
+        }
+    const int lo = m; /* c[lo..hi): the boundary bucket, walked in sorted order */
+    for (int i = m; i < nc; i++) /* the boundary bucket next; the rest is out */
+        if (bucket_of(w[c[i]]) == bstar) {
+            int32_t t = c[i];
+            c[i] = c[m];
+            c[m++] = t;
+        }
+    const int hi = m;
+    select_top(c + lo, hi - lo, hi - lo, w, s->heap);
+    double above = 0.0;
+    for (int i = 0; i < lo; i++) above += w[c[i]];
+    /* walk on from the exact mass of the buckets above */
+    cum = above;
+    for (int i = lo; i < hi; i++) {
+        cum += w[c[i]];
+        if (cum >= target) return i + 1;
+    }
+    return hi;
+}
+
+/* Step 4b, top-p: the smallest best-first prefix of c[0..nc) holding top_p of the mass (c sorted
+ * best first when sorted is set). Returns the new count. */
+static int apply_top_p(tp_sampler_t *s, int32_t *c, int nc, int sorted, const float *w)
+{
+    double total = 0.0;
+    for (int i = 0; i < nc; i++) total += w[c[i]];
+    const double target = (double)s->p.top_p * total;
+    if (!sorted) return top_p_unsorted(s, c, nc, w, target);
+    double cum = 0.0;
+    for (int i = 0; i < nc; i++) {
+        cum += w[c[i]];
+        if (cum >= target) return i + 1;
+    }
+    return nc;
+}
+
+/* Step 4c, min-p: keeps the candidates at least min_p times the best one's weight. Returns the count. */
+static int apply_min_p(int32_t *c, int nc, float frac, const float *w)
+{
+    float best = 0.0f;
+    for (int i = 0; i < nc; i++)
+        if (w[c[i]] > best) best = w[c[i]];
+    float thr = frac * best;
+    int m = 0;
+    for (int i = 0; i < nc; i++)
+        if (w[c[i]] >= thr) c[m++] = c[i];
+    return m;
+}
+
+/*
+ * Steps 0-4 of the pipeline on one row: logit_bias (*logits then points at
+ * the biased row), penalties, and either greedy (*greedy_id set, *nc 0) or
+ * temperature, top-k, top-p and min-p, leaving the survivors in
+ * s->cand[0..*nc) with unnormalised weights s->work[id] (*greedy_id -1).
+ * TP_ERR_INVALID_ARG when no token can be chosen.
+ */
+static enum tp_status sampler_prepare(tp_sampler_t *s, const float **logits_io, int32_t *greedy_id, int *nc_out)
+{
+    const struct tp_sampler_params *p = &s->p;
+    const int n = s->n_vocab;
+    float *w = s->work;
+
+    *logits_io = apply_bias_penalties(s, *logits_io);
     *nc_out = 0;
     *greedy_id = -1;
 
@@ -399,82 +482,10 @@ static enum tp_status sampler_prepare(tp_sampler_t *s, const float **logits_io, 
         nc = p->top_k;
         sorted = 1;
     }
-
     /* 4b. top-p */
-    if (p->top_p < 1.0f && nc > 1) {
-        double total = 0.0;
-        for (int i = 0; i < nc; i++) total += w[c[i]];
-        const double target = (double)p->top_p * total;
-        if (!sorted) {
-            /* Histogram of the mass by the top bits of the float (positive
-             * floats order like their bit patterns: 8 exponent + 3 mantissa
-             * bits = 1/8-octave buckets).  The buckets above the one where the
-             * running mass crosses the target are wholly inside the nucleus;
-             * only the boundary bucket needs sorting. */
-            double *hist = s->hist;
-            memset(hist, 0, TP_SAMPLER_HIST * sizeof(double));
-            for (int i = 0; i < nc; i++) hist[bucket_of(w[c[i]])] += w[c[i]];
-            double cum = 0.0;
-            int bstar = 0;
-            for (int bk = TP_SAMPLER_HIST - 1; bk >= 0; bk--) {
-                if (hist[bk] > 0.0 && cum + hist[bk] >= target) { /* non-empty: top_p 0 keeps the best */
-                    bstar = bk;
-                    break;
-                }
-                cum += hist[bk];
-            }
-            int m = 0;
-            for (int i = 0; i < nc; i++) /* bucket above the boundary: in */
-                if (bucket_of(w[c[i]]) > bstar) {
-                    int32_t t = c[i];
-                    c[i] = c[m];
-                    c[m++] = t;
-                }
-            const int lo = m; /* c[lo..hi): the boundary bucket, walked in sorted order */
-            for (int i = m; i < nc; i++) /* the boundary bucket next; the rest is out */
-                if (bucket_of(w[c[i]]) == bstar) {
-                    int32_t t = c[i];
-                    c[i] = c[m];
-                    c[m++] = t;
-                }
-            const int hi = m;
-            select_top(c + lo, hi - lo, hi - lo, w, s->heap);
-            double above = 0.0;
-            for (int i = 0; i < lo; i++) above += w[c[i]];
-            /* walk on from the exact mass of the buckets above */
-            cum = above;
-            int cut = hi;
-            for (int i = lo; i < hi; i++) {
-                cum += w[c[i]];
-                if (cum >= target) {
-                    cut = i + 1;
-                    break;
-                }
-            }
-            nc = cut;
-        } else {
-            double cum = 0.0;
-            for (int i = 0; i < nc; i++) {
-                cum += w[c[i]];
-                if (cum >= target) {
-                    nc = i + 1;
-                    break;
-                }
-            }
-        }
-    }
-
+    if (p->top_p < 1.0f && nc > 1) nc = apply_top_p(s, c, nc, sorted, w);
     /* 4c. min-p: w[best] == 1 relative to the maximum over the survivors */
-    if (p->min_p > 0.0f && nc > 1) {
-        float best = 0.0f;
-        for (int i = 0; i < nc; i++)
-            if (w[c[i]] > best) best = w[c[i]];
-        float thr = p->min_p * best;
-        int m = 0;
-        for (int i = 0; i < nc; i++)
-            if (w[c[i]] >= thr) c[m++] = c[i];
-        nc = m;
-    }
+    if (p->min_p > 0.0f && nc > 1) nc = apply_min_p(c, nc, p->min_p, w);
 
     *nc_out = nc;
     return TP_OK;

@@ -277,4 +277,35 @@ const struct tp_kern_ops *tp_kern_ops_scalar(void);
 /* Scalar activation quantizer (the reference every SIMD version must match bit for bit). */
 void tp_kern_quant_a8_scalar(const float *x, void *out, int64_t n, int kshift);
 
+/* Row r of a matrix whose rows are rb bytes apart. */
+#define TP_KROW(w, rb, r) ((const void *)((const char *)(w) + (size_t)(r) * (rb)))
+
+/* The scalar reference loop shared by every weight type: y[t * ys + r] = dot(weight row r, activation
+ * row t, n) for rows [r0, r1) and tokens [0, n_tok), in that order (kernels_scalar.c, kernels_mxfp4.c). */
+typedef float (*tp_kern_row_dot_fn)(const void *w_row, const void *x_row, int64_t n);
+/* The reference dot of one weight row of blk_bytes-byte blocks with one a8 activation row (n elements):
+ * the sum over the blocks of blk_dot(weight block, its TP_QK activations, its activation scale d_x),
+ * each an exact integer dot scaled in float by the block's. */
+typedef float (*tp_kern_blk_dot_fn)(const void *w_blk, const int8_t *a, float d_x);
+static inline float tp_kern_ref_a8_dot(tp_kern_blk_dot_fn blk_dot, size_t blk_bytes, const void *w_row,
+                                       const void *x_row, int64_t n)
+{
+    const int8_t *xs = TP_A8_QS(x_row);
+    const float *xd = TP_A8_D(x_row, n);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / TP_QK; b++) {
+        float d;
+        memcpy(&d, xd + b, sizeof d); /* rows may be unaligned */
+        s += blk_dot((const char *)w_row + (size_t)b * blk_bytes, xs + b * TP_QK, d);
+    }
+    return s;
+}
+
+static inline void tp_kern_ref_matmul(tp_kern_row_dot_fn dot, const void *w, size_t wrb, int64_t n, const void *xq,
+                                      size_t xrb, int n_tok, float *y, int64_t ys, int64_t r0, int64_t r1)
+{
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n_tok; t++) y[t * ys + r] = dot(TP_KROW(w, wrb, r), TP_KROW(xq, xrb, t), n);
+}
+
 #endif /* TP_MODEL_KERNELS_IMPL_H */

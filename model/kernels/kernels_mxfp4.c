@@ -67,32 +67,28 @@ void tp_mxfp4_quantize(const float *src, void *dst, int64_t n)
     }
 }
 
-#define ROW(w, rb, r) ((const void *)((const char *)(w) + (size_t)(r) * (rb)))
+/* One MXFP4 block against its a8 activations: an exact integer dot, scaled by the block's E8M0 scale
+ * (halved: the kvalues are doubled) and the activation's d. */
+static float blk_mxfp4(const void *w_blk, const int8_t *a, float d_x)
+{
+    const tp_blk_mxfp4 *wb = w_blk;
+    int32_t is = 0;
+    for (int i = 0; i < TP_QK / 2; i++) {
+        is += (int32_t)tp_mxfp4_kvalues[wb->qs[i] & 0x0F] * (int32_t)a[i];
+        is += (int32_t)tp_mxfp4_kvalues[wb->qs[i] >> 4] * (int32_t)a[i + TP_QK / 2];
+    }
+    return (float)is * (tp_e8m0_half(wb->e) * d_x);
+}
+
+static float dot_mxfp4(const void *w_row, const void *x_row, int64_t n)
+{
+    return tp_kern_ref_a8_dot(blk_mxfp4, sizeof(tp_blk_mxfp4), w_row, x_row, n);
+}
 
 static void matmul_mxfp4(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
                          int64_t ys, int64_t r0, int64_t r1)
 {
-    const int64_t nb = n / TP_QK;
-    for (int64_t r = r0; r < r1; r++) {
-        const tp_blk_mxfp4 *wb = ROW(w, wrb, r);
-        for (int t = 0; t < n_tok; t++) {
-            const int8_t *xs = TP_A8_QS(ROW(xq, xrb, t));
-            const float *xd = TP_A8_D(ROW(xq, xrb, t), n);
-            float s = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                int32_t is = 0;
-                const int8_t *a = xs + b * TP_QK;
-                for (int i = 0; i < TP_QK / 2; i++) {
-                    is += (int32_t)tp_mxfp4_kvalues[wb[b].qs[i] & 0x0F] * (int32_t)a[i];
-                    is += (int32_t)tp_mxfp4_kvalues[wb[b].qs[i] >> 4] * (int32_t)a[i + TP_QK / 2];
-                }
-                float d;
-                memcpy(&d, xd + b, sizeof d); /* rows may be unaligned */
-                s += (float)is * (tp_e8m0_half(wb[b].e) * d);
-            }
-            y[t * ys + r] = s;
-        }
-    }
+    tp_kern_ref_matmul(dot_mxfp4, w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1);
 }
 
 void tp_kern_mxfp4_ops(const char *isa, struct tp_kern_ops *ops)

@@ -8,93 +8,74 @@
 #include "common/common.h"
 #include "kernels/kernels_impl.h"
 
-#define ROW(w, rb, r) ((const void *)((const char *)(w) + (size_t)(r) * (rb)))
-
-static void matmul_f32(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                       int64_t ys, int64_t r0, int64_t r1)
+/* Float types: the dot accumulated in double. */
+static float dot_f32(const void *w_row, const void *x_row, int64_t n)
 {
-    for (int64_t r = r0; r < r1; r++) {
-        const float *wr = ROW(w, wrb, r);
-        for (int t = 0; t < n_tok; t++) {
-            const float *x = ROW(xq, xrb, t);
-            double s = 0.0;
-            for (int64_t i = 0; i < n; i++) s += (double)wr[i] * (double)x[i];
-            y[t * ys + r] = (float)s;
-        }
-    }
+    const float *wr = w_row, *x = x_row;
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)wr[i] * (double)x[i];
+    return (float)s;
 }
 
-static void matmul_f16(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                       int64_t ys, int64_t r0, int64_t r1)
+static float dot_f16(const void *w_row, const void *x_row, int64_t n)
 {
-    for (int64_t r = r0; r < r1; r++) {
-        const uint16_t *wr = ROW(w, wrb, r);
-        for (int t = 0; t < n_tok; t++) {
-            const float *x = ROW(xq, xrb, t);
-            double s = 0.0;
-            for (int64_t i = 0; i < n; i++) s += (double)tp_fp16_to_f32(wr[i]) * (double)x[i];
-            y[t * ys + r] = (float)s;
-        }
-    }
+    const uint16_t *wr = w_row;
+    const float *x = x_row;
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)tp_fp16_to_f32(wr[i]) * (double)x[i];
+    return (float)s;
 }
 
-static void matmul_bf16(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                        int64_t ys, int64_t r0, int64_t r1)
+static float dot_bf16(const void *w_row, const void *x_row, int64_t n)
 {
-    for (int64_t r = r0; r < r1; r++) {
-        const uint16_t *wr = ROW(w, wrb, r);
-        for (int t = 0; t < n_tok; t++) {
-            const float *x = ROW(xq, xrb, t);
-            double s = 0.0;
-            for (int64_t i = 0; i < n; i++) s += (double)tp_bf16_to_f32(wr[i]) * (double)x[i];
-            y[t * ys + r] = (float)s;
-        }
-    }
+    const uint16_t *wr = w_row;
+    const float *x = x_row;
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)tp_bf16_to_f32(wr[i]) * (double)x[i];
+    return (float)s;
 }
 
-static void matmul_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                        int64_t ys, int64_t r0, int64_t r1)
+/* Quantized types against an a8 activation row: an exact integer dot per block, scaled by d_w * d_x. */
+static float blk_q8_0(const void *w_blk, const int8_t *a, float d_x)
 {
-    const int64_t nb = n / TP_QK;
-    for (int64_t r = r0; r < r1; r++) {
-        const tp_blk_q8_0 *wb = ROW(w, wrb, r);
-        for (int t = 0; t < n_tok; t++) {
-            const int8_t *xs = TP_A8_QS(ROW(xq, xrb, t));
-            const float *xd = TP_A8_D(ROW(xq, xrb, t), n);
-            float s = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                int32_t is = 0;
-                for (int i = 0; i < TP_QK; i++) is += (int32_t)wb[b].qs[i] * (int32_t)xs[b * TP_QK + i];
-                s += (float)is * (tp_fp16_to_f32(wb[b].d) * xd[b]);
-            }
-            y[t * ys + r] = s;
-        }
-    }
+    const tp_blk_q8_0 *wb = w_blk;
+    int32_t is = 0;
+    for (int i = 0; i < TP_QK; i++) is += (int32_t)wb->qs[i] * (int32_t)a[i];
+    return (float)is * (tp_fp16_to_f32(wb->d) * d_x);
 }
 
-static void matmul_q4_0(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
-                        int64_t ys, int64_t r0, int64_t r1)
+static float blk_q4_0(const void *w_blk, const int8_t *a, float d_x)
 {
-    const int64_t nb = n / TP_QK;
-    for (int64_t r = r0; r < r1; r++) {
-        const tp_blk_q4_0 *wb = ROW(w, wrb, r);
-        for (int t = 0; t < n_tok; t++) {
-            const int8_t *xs = TP_A8_QS(ROW(xq, xrb, t));
-            const float *xd = TP_A8_D(ROW(xq, xrb, t), n);
-            float s = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                int32_t is = 0;
-                const int8_t *a = xs + b * TP_QK;
-                for (int i = 0; i < TP_QK / 2; i++) {
-                    is += ((int32_t)(wb[b].qs[i] & 0x0F) - 8) * (int32_t)a[i];
-                    is += ((int32_t)(wb[b].qs[i] >> 4) - 8) * (int32_t)a[i + TP_QK / 2];
-                }
-                s += (float)is * (tp_fp16_to_f32(wb[b].d) * xd[b]);
-            }
-            y[t * ys + r] = s;
-        }
+    const tp_blk_q4_0 *wb = w_blk;
+    int32_t is = 0;
+    for (int i = 0; i < TP_QK / 2; i++) {
+        is += ((int32_t)(wb->qs[i] & 0x0F) - 8) * (int32_t)a[i];
+        is += ((int32_t)(wb->qs[i] >> 4) - 8) * (int32_t)a[i + TP_QK / 2];
     }
+    return (float)is * (tp_fp16_to_f32(wb->d) * d_x);
 }
+
+static float dot_q8_0(const void *w_row, const void *x_row, int64_t n)
+{
+    return tp_kern_ref_a8_dot(blk_q8_0, sizeof(tp_blk_q8_0), w_row, x_row, n);
+}
+
+static float dot_q4_0(const void *w_row, const void *x_row, int64_t n)
+{
+    return tp_kern_ref_a8_dot(blk_q4_0, sizeof(tp_blk_q4_0), w_row, x_row, n);
+}
+
+#define REF_MATMUL(name, dot)                                                                                     \
+    static void name(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,     \
+                     int64_t ys, int64_t r0, int64_t r1)                                                        \
+    {                                                                                                           \
+        tp_kern_ref_matmul(dot, w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1);                                      \
+    }
+REF_MATMUL(matmul_f32, dot_f32)
+REF_MATMUL(matmul_f16, dot_f16)
+REF_MATMUL(matmul_bf16, dot_bf16)
+REF_MATMUL(matmul_q8_0, dot_q8_0)
+REF_MATMUL(matmul_q4_0, dot_q4_0)
 
 void tp_kern_scalar_ops(struct tp_kern_ops *ops)
 {

@@ -1,35 +1,9 @@
 /*
- * model/synth/synth_hf.c - `tpserve synth --format hf`: a random-weight model of a
- * real shape written as a Hugging Face directory: config.json,
- * model.safetensors (or model-0000i-of-0000N.safetensors + the
- * model.safetensors.index.json weight_map when the data exceeds the shard
- * size), tokenizer.json (+ tokenizer_config.json).
- *
- * The values are those of the GGUF writer for the same seed (same plan,
- * same per-(seed, GGUF tensor name, row) generator, synth_impl.h), so a GGUF
- * F32 file and an HF F32 directory of one seed are the same model.  Llama
- * q_proj / k_proj rows are written in HF's rotate-halves layout: HF row
- * h*hd + s*hd/2 + i holds GGUF row h*hd + 2*i + s (the inverse of llama.cpp's
- * convert_hf_to_gguf permute), and the loader runs HF models with NeoX RoPE.
- *
- * With an MLX type (`--format mlx`) the directory is mlx-community's layout:
- * every matrix, the embedding and the output head whose rows are whole
- * groups become X.weight (U32 packed), X.scales and X.biases (F16, or BF16
- * with mlx_bf16), quantized from the same f32 values as mlx.core.quantize
- * does (kernels_mlx.c); norms stay unquantized in that float type; config.json
- * gets the "quantization" block (and its "quantization_config" copy).
- * Mixture-of-experts shapes (Qwen3-MoE, Mixtral) are written as mlx-lm
- * writes them: the experts of a layer stacked in one SwitchGLU triple per
- * projection (mlp.switch_mlp.{gate,up,down}_proj, or block_sparse_moe.* for
- * Mixtral: weight U32 [n_expert, rows, words], scales / biases [n_expert,
- * rows, groups]), and the router (mlp.gate / block_sparse_moe.gate) in 8
- * bits with group 64, listed per layer in the quantization block as
- * mlx-lm's quant_predicate makes it.
- *
- * Without --tokenizer the generated SentencePiece vocabulary is written as a
- * byte-fallback BPE tokenizer.json (Llama 2 style normalizer); every piece
- * is merged from its prefix and its last character, in score order.
- * Files are written as NAME.partial and renamed when complete.
+ * model/synth/synth_hf.c - `tpserve synth --format hf` / `--format mlx`: a
+ * random-weight model of a real shape written as a Hugging Face (or
+ * mlx-community) directory, with the values of the GGUF writer for the same
+ * seed (synth_impl.h), so both formats of one seed are the same model.  The
+ * layouts: docs/models.md ("How --format hf and --format mlx are written").
  */
 #include <errno.h>
 #include <stdarg.h>

@@ -45,6 +45,17 @@ tp_model_t *tm_open_model(const char *path, struct tp_error *e);
  * filled on failure. */
 tp_model_t *tm_open(const char *path, int threads, int n_ctx, int n_batch, const struct tp_model_shard *sh,
                     struct tp_error *err);
+/* TM_F32_ATTN(fn) defines fn_f32_attn: case fn run on the float32 attention (the AVX-512 loop, or the best
+ * below it), the limit restored after.  For suites that hold whole models to a float64 reference at ~1e-9:
+ * the AMX-BF16 path, the default where the CPU has it, rounds q, k, p and v to bf16 (~1e-5 NMSE; checked on
+ * its own in model.attn and model.attn_paths).  Needs model/forward/model_impl.h. */
+#define TM_F32_ATTN(fn)                                                                                          \
+    static void fn##_f32_attn(void)                                                                              \
+    {                                                                                                            \
+        const int prev_ = tp_attn_isa_limit(TP_ATTN_ISA_AVX512);                                                 \
+        fn();                                                                                                    \
+        tp_attn_isa_limit(prev_);                                                                                \
+    }
 /* Index of the largest of x[0..n) (the first on ties). */
 int tm_argmax(const float *x, int n);
 

@@ -270,10 +270,40 @@ static void test_q8_row(void)
     CU_ASSERT_EQUAL(tp_kv_type_parse("q4", &t), TP_ERR_INVALID_ARG);
 }
 
+/* TP_ATTN_ISA's values, and the default: with the variable unset, the best path the CPU has (AMX-BF16 where
+ * the CPU has it and the kernel grants the tile state, else AVX-512, AVX2, plain C). */
+static void test_isa_default(void)
+{
+    CU_ASSERT_EQUAL(tp_attn_isa_parse(NULL), TP_ATTN_ISA_AMX);
+    CU_ASSERT_EQUAL(tp_attn_isa_parse(""), TP_ATTN_ISA_AMX);
+    CU_ASSERT_EQUAL(tp_attn_isa_parse("amx"), TP_ATTN_ISA_AMX);
+    CU_ASSERT_EQUAL(tp_attn_isa_parse("avx512"), TP_ATTN_ISA_AVX512);
+    CU_ASSERT_EQUAL(tp_attn_isa_parse("avx2"), TP_ATTN_ISA_AVX2);
+    CU_ASSERT_EQUAL(tp_attn_isa_parse("c"), TP_ATTN_ISA_C);
+    CU_ASSERT_EQUAL(tp_attn_isa_parse("AVX512"), -1);
+    CU_ASSERT_EQUAL(tp_attn_isa_parse("sse"), -1);
+    int best = TP_ATTN_ISA_C;
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = TP_ATTN_ISA_AVX2; /* F16C: every such CPU */
+    if (best == TP_ATTN_ISA_AVX2 && __builtin_cpu_supports("avx512f")) best = TP_ATTN_ISA_AVX512;
+    if (best == TP_ATTN_ISA_AVX512 && tp_attn_amx_detect()) best = TP_ATTN_ISA_AMX;
+#endif
+    const char *env = getenv("TP_ATTN_ISA");
+    const int limit = tp_attn_isa_parse(env) >= 0 ? tp_attn_isa_parse(env) : TP_ATTN_ISA_AMX;
+    const int prev = tp_attn_isa_limit(limit); /* the cases before this one restored theirs */
+    CU_ASSERT_EQUAL(prev, limit);
+    CU_ASSERT_EQUAL(tp_attn_isa_level(), best < limit ? best : limit);
+    fprintf(stderr, "attn path by default: %s (TP_ATTN_ISA %s)\n", tp_attn_isa_name(tp_attn_isa_level()),
+            env ? env : "unset");
+    tp_attn_isa_limit(prev);
+}
+
 static const struct tp_test_case attn_cases[] = {
+    {"isa_default", test_isa_default},
     {"tile_oracle", test_tile_oracle},
     {"tile_vs_ref", test_tile_vs_ref},
     {"q8_row", test_q8_row},
     {NULL, NULL},
 };
-TP_TEST_SUITE(attn, "unit", 60, attn_cases)
+TP_TEST_SUITE(attn, "unit", 120, attn_cases)

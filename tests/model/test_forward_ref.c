@@ -435,19 +435,34 @@ static void test_model_refusals(void)
                    TP_ERR_FORMAT, "'blk.0.attn_k.weight' has shape [64, 32], expected [64, 64]");
 }
 
+/* every case on the float32 attention: see TM_F32_ATTN */
+TM_F32_ATTN(test_model_refusals)
+TM_F32_ATTN(test_ref_llama)
+TM_F32_ATTN(test_ref_llama3)
+TM_F32_ATTN(test_ref_qwen2)
+TM_F32_ATTN(test_ref_qwen3)
+TM_F32_ATTN(test_ref_quantized)
+TM_F32_ATTN(test_hidden_against_reference)
+TM_F32_ATTN(test_window_sinks)
+TM_F32_ATTN(test_shard_window)
+TM_F32_ATTN(test_shard_qwen2_q8)
+TM_F32_ATTN(test_shard_qwen3_q4)
+TM_F32_ATTN(test_shard_llama3_tied)
+TM_F32_ATTN(test_shard_cuts_block)
+
 static const struct tp_test_case ref_cases[] = {
-    {"model_refusals", test_model_refusals},
-    {"ref_llama", test_ref_llama},
-    {"ref_llama3_rope_scaling_tied", test_ref_llama3},
-    {"ref_qwen2_bias", test_ref_qwen2},
-    {"ref_qwen3_qk_norm", test_ref_qwen3},
-    {"ref_f16_bf16_q8_0_q4_0", test_ref_quantized},
-    {"hidden_states_embeddings", test_hidden_against_reference},
-    {"ref_window_sinks", test_window_sinks},
-    {"shard_window", test_shard_window},
-    {"shard_qwen2_q8_0", test_shard_qwen2_q8},
-    {"shard_qwen3_q4_0", test_shard_qwen3_q4},
-    {"shard_llama3_tied", test_shard_llama3_tied},
-    {"shard_cuts_block", test_shard_cuts_block},
+    {"model_refusals", test_model_refusals_f32_attn},
+    {"ref_llama", test_ref_llama_f32_attn},
+    {"ref_llama3_rope_scaling_tied", test_ref_llama3_f32_attn},
+    {"ref_qwen2_bias", test_ref_qwen2_f32_attn},
+    {"ref_qwen3_qk_norm", test_ref_qwen3_f32_attn},
+    {"ref_f16_bf16_q8_0_q4_0", test_ref_quantized_f32_attn},
+    {"hidden_states_embeddings", test_hidden_against_reference_f32_attn},
+    {"ref_window_sinks", test_window_sinks_f32_attn},
+    {"shard_window", test_shard_window_f32_attn},
+    {"shard_qwen2_q8_0", test_shard_qwen2_q8_f32_attn},
+    {"shard_qwen3_q4_0", test_shard_qwen3_q4_f32_attn},
+    {"shard_llama3_tied", test_shard_llama3_tied_f32_attn},
+    {"shard_cuts_block", test_shard_cuts_block_f32_attn},
     {NULL, NULL}};
 TP_TEST_SUITE(forward_ref, "unit,model", 120, ref_cases)

@@ -424,17 +424,29 @@ static void test_reference_plain_mxfp4(void) { check_reference("gpt-oss-tiny-ful
 static void test_reference_sinks_window_f32(void) { check_reference("gpt-oss-tiny", 0, 1); }
 static void test_reference_sinks_window_mxfp4(void) { check_reference("gpt-oss-tiny", 0, 0); }
 
+/* every case on the float32 attention: see TM_F32_ATTN */
+TM_F32_ATTN(test_swiglu_clamped)
+TM_F32_ATTN(test_router_topk_softmax)
+TM_F32_ATTN(test_yarn_freqs)
+TM_F32_ATTN(test_load)
+TM_F32_ATTN(test_hf_equals_gguf)
+TM_F32_ATTN(test_hf_refusals)
+TM_F32_ATTN(test_reference_plain_f32)
+TM_F32_ATTN(test_reference_plain_mxfp4)
+TM_F32_ATTN(test_reference_sinks_window_f32)
+TM_F32_ATTN(test_reference_sinks_window_mxfp4)
+
 static const struct tp_test_case gptoss_cases[] = {
-    {"swiglu_clamped", test_swiglu_clamped},
-    {"router_topk_softmax", test_router_topk_softmax},
-    {"yarn_freqs", test_yarn_freqs},
-    {"load", test_load},
-    {"hf_equals_gguf", test_hf_equals_gguf},
-    {"hf_refusals", test_hf_refusals},
-    {"reference_plain_f32", test_reference_plain_f32},
-    {"reference_plain_mxfp4", test_reference_plain_mxfp4},
-    {"reference_sinks_window_f32", test_reference_sinks_window_f32},
-    {"reference_sinks_window_mxfp4", test_reference_sinks_window_mxfp4},
+    {"swiglu_clamped", test_swiglu_clamped_f32_attn},
+    {"router_topk_softmax", test_router_topk_softmax_f32_attn},
+    {"yarn_freqs", test_yarn_freqs_f32_attn},
+    {"load", test_load_f32_attn},
+    {"hf_equals_gguf", test_hf_equals_gguf_f32_attn},
+    {"hf_refusals", test_hf_refusals_f32_attn},
+    {"reference_plain_f32", test_reference_plain_f32_f32_attn},
+    {"reference_plain_mxfp4", test_reference_plain_mxfp4_f32_attn},
+    {"reference_sinks_window_f32", test_reference_sinks_window_f32_f32_attn},
+    {"reference_sinks_window_mxfp4", test_reference_sinks_window_mxfp4_f32_attn},
     {NULL, NULL},
 };
 TP_TEST_SUITE(gptoss, "unit", 300, gptoss_cases)

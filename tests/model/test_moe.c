@@ -555,22 +555,40 @@ static void test_refuse_others(void)
     refused_arch("glm4moe", "GLM-MoE");
 }
 
+/* every case on the float32 attention: see TM_F32_ATTN */
+TM_F32_ATTN(test_route_basic)
+TM_F32_ATTN(test_route_ties)
+TM_F32_ATTN(test_route_all)
+TM_F32_ATTN(test_ref_qwen3moe)
+TM_F32_ATTN(test_ref_mixtral)
+TM_F32_ATTN(test_ref_qwen2moe)
+TM_F32_ATTN(test_ref_topk_all)
+TM_F32_ATTN(test_ref_router_ties)
+TM_F32_ATTN(test_ref_quantized)
+TM_F32_ATTN(test_ref_kquant)
+TM_F32_ATTN(test_batch_grouping)
+TM_F32_ATTN(test_shard_expert_parallel)
+TM_F32_ATTN(test_shard_tensor_parallel)
+TM_F32_ATTN(test_shard_qwen2moe)
+TM_F32_ATTN(test_shard_bad_experts)
+TM_F32_ATTN(test_refuse_others)
+
 static const struct tp_test_case moe_cases[] = {
-    {"route_basic", test_route_basic},
-    {"route_ties", test_route_ties},
-    {"route_topk_all", test_route_all},
-    {"ref_qwen3moe_f32_greedy64", test_ref_qwen3moe},
-    {"ref_mixtral_f32_greedy64", test_ref_mixtral},
-    {"ref_qwen2moe_shared_expert_greedy64", test_ref_qwen2moe},
-    {"ref_topk_all_experts", test_ref_topk_all},
-    {"ref_router_ties_unused_experts", test_ref_router_ties},
-    {"ref_q8_0_q4_0_bf16", test_ref_quantized},
-    {"ref_q4_k_m_x16", test_ref_kquant},
-    {"batch_grouping", test_batch_grouping},
-    {"shard_expert_parallel", test_shard_expert_parallel},
-    {"shard_tensor_parallel", test_shard_tensor_parallel},
-    {"shard_qwen2moe_shared_expert", test_shard_qwen2moe},
-    {"shard_bad_experts", test_shard_bad_experts},
-    {"refuse_deepseek_glm", test_refuse_others},
+    {"route_basic", test_route_basic_f32_attn},
+    {"route_ties", test_route_ties_f32_attn},
+    {"route_topk_all", test_route_all_f32_attn},
+    {"ref_qwen3moe_f32_greedy64", test_ref_qwen3moe_f32_attn},
+    {"ref_mixtral_f32_greedy64", test_ref_mixtral_f32_attn},
+    {"ref_qwen2moe_shared_expert_greedy64", test_ref_qwen2moe_f32_attn},
+    {"ref_topk_all_experts", test_ref_topk_all_f32_attn},
+    {"ref_router_ties_unused_experts", test_ref_router_ties_f32_attn},
+    {"ref_q8_0_q4_0_bf16", test_ref_quantized_f32_attn},
+    {"ref_q4_k_m_x16", test_ref_kquant_f32_attn},
+    {"batch_grouping", test_batch_grouping_f32_attn},
+    {"shard_expert_parallel", test_shard_expert_parallel_f32_attn},
+    {"shard_tensor_parallel", test_shard_tensor_parallel_f32_attn},
+    {"shard_qwen2moe_shared_expert", test_shard_qwen2moe_f32_attn},
+    {"shard_bad_experts", test_shard_bad_experts_f32_attn},
+    {"refuse_deepseek_glm", test_refuse_others_f32_attn},
     {NULL, NULL}};
 TP_TEST_SUITE(moe, "unit,model", 120, moe_cases)

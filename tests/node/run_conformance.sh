@@ -13,10 +13,7 @@ command -v node >/dev/null 2>&1 || { echo "SKIP: node not installed"; exit 77; }
 command -v npm >/dev/null 2>&1 || { echo "SKIP: npm not installed"; exit 77; }
 # bounded waits (coreutils timeout; absent on stock macOS: run unbounded there)
 tmo() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
-if [ ! -d "$here/node_modules/openai" ] || [ ! -d "$here/node_modules/@huggingface/jinja" ]; then
-  (cd "$here" && tmo 300 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
-    { echo "SKIP: npm install failed (offline?)"; exit 77; }
-fi
+"$here/npm_install.sh" "$here" 300 openai @huggingface/jinja || { echo "SKIP: npm install failed (offline?)"; exit 77; }
 if [ "$mode" = templates ]; then
   shared="${TP_SHARED_DIR:-$here/../../../shared}/models"
   if [ ! -d "$shared/tokenizers/llama3" ] || [ ! -d "$shared/tokenizers/qwen3" ]; then

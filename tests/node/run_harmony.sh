@@ -13,10 +13,7 @@ tpserve="$1"
 command -v node >/dev/null 2>&1 || { echo "SKIP: node not installed"; exit 77; }
 command -v npm >/dev/null 2>&1 || { echo "SKIP: npm not installed"; exit 77; }
 tmo() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
-if [ ! -d "$here/node_modules/tiktoken" ] || [ ! -d "$here/node_modules/@huggingface/jinja" ]; then
-  (cd "$here" && tmo 300 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
-    { echo "SKIP: npm install failed (offline?)"; exit 77; }
-fi
+"$here/npm_install.sh" "$here" 300 tiktoken @huggingface/jinja || { echo "SKIP: npm install failed (offline?)"; exit 77; }
 out="$(mktemp)"; tmpd="$(mktemp -d)"
 trap '[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; rm -f "$out"; rm -rf "$tmpd"' EXIT
 # the committed rendering oracle is what @huggingface/jinja renders now

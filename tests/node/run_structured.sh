@@ -21,18 +21,12 @@ tpserve="$1"; model="$2"; ranks="${3:-1}"; script="${4:-structured.mjs}"
 command -v node >/dev/null 2>&1 || { echo "SKIP: node not installed"; exit 77; }
 command -v npm >/dev/null 2>&1 || { echo "SKIP: npm not installed"; exit 77; }
 tmo() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
-if [ ! -d "$here/node_modules/ajv" ] || [ ! -d "$here/node_modules/zod" ] || [ ! -d "$here/node_modules/ai" ] ||
-   [ ! -d "$here/node_modules/@langchain/openai" ] || [ ! -d "$here/node_modules/@anthropic-ai/sdk" ] ||
-   [ ! -d "$here/node_modules/ollama" ]; then
-  (cd "$here" && tmo 300 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
-    { echo "SKIP: npm install failed (offline?)"; exit 77; }
-fi
+"$here/npm_install.sh" "$here" 300 ajv zod ai @langchain/openai @anthropic-ai/sdk ollama ||
+  { echo "SKIP: npm install failed (offline?)"; exit 77; }
 case "$script" in
   *agents/*)
-    if [ ! -d "$here/agents/node_modules/@openai/agents" ] || [ ! -d "$here/agents/node_modules/@openai/codex" ]; then
-      (cd "$here/agents" && tmo 400 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
-        { echo "SKIP: npm install in tests/node/agents failed (offline?)"; exit 77; }
-    fi ;;
+    "$here/npm_install.sh" "$here/agents" 400 @openai/agents @openai/codex ||
+      { echo "SKIP: npm install in tests/node/agents failed (offline?)"; exit 77; } ;;
 esac
 out="$(mktemp)"; tmpd="$(mktemp -d)"; ctx=()
 trap '[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; rm -f "$out"; rm -rf "$tmpd"' EXIT

@@ -12,8 +12,6 @@ command -v npm >/dev/null 2>&1 || { echo "SKIP: npm not installed"; exit 77; }
 [ -x "$chromium" ] || { echo "SKIP: $chromium missing (apt-get install chromium, or set CHROMIUM)"; exit 77; }
 [ -f "$repo/models/stories260K.gguf" ] || { echo "SKIP: models/stories260K.gguf missing"; exit 77; }
 tmo() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
-if [ ! -d "$here/node_modules/puppeteer-core" ]; then
-  (cd "$here" && PUPPETEER_SKIP_DOWNLOAD=1 tmo 300 npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
-    { echo "SKIP: npm install failed (offline?)"; exit 77; }
-fi
+PUPPETEER_SKIP_DOWNLOAD=1 "$here/npm_install.sh" "$here" 300 puppeteer-core ||
+  { echo "SKIP: npm install failed (offline?)"; exit 77; }
 CHROMIUM="$chromium" tmo 280 node "$here/web_test.mjs" "$tpserve" "$repo"

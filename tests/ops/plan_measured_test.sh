@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # tests/ops/plan_measured_test.sh TPSERVE [SHAPE LAYERS] - `tpserve plan` against a measured run on this
 # machine, for 2 and 4 local ranks of a synthetic SHAPE Q4_0 model (default tinyllama-1.1b cut to 2 layers,
-# to stay fast): `bench comm --sync` times one decode all_sum (n_embd floats) on those ranks, `plan
-# --comm-json` predicts from it, `bench gen --comm-sync` under `tpserve launch` measures.
+# to stay fast): `bench comm --decode N_EMBD --sync` times the collectives of one decode step (the step
+# header broadcast, the all_sum, the argmax gather) on those ranks, each rank first reading from memory
+# what the plan says it reads between two collectives (--gap-bytes), as the forward pass does; `plan
+# --comm-json` predicts from those times; `bench gen --comm-sync` under `tpserve launch` measures.
 #  - Bytes sent per token (rank 0): the plan's within 5% of comm/'s byte counters.  Asserted.
-#  - Communication time per token, on a link whose latency dominates: every rank's messages held
-#    TP_PLAN_SIM_LATENCY_US (default 20000) before they are sent (TP_COMM_SIM_LATENCY_US), for bench comm
-#    and bench gen alike, so the plan's count of collectives and network rounds per token is what is
-#    compared, not this machine's scheduling.  Measured by the collectives' own timers, in bench comm and
-#    bench gen alike: each call from the moment the last rank entered it to the moment the last rank left
-#    it (sync_lat_us_median, comm_sync_ms_per_token), which leaves out the waits for a rank still
-#    computing or descheduled.  Asserted within 25%
-#    with TP_PLAN_CHECK_TIME=1 (the lead's quiet-machine check); reported always, with the same figures on
-#    the plain loopback link.
+#  - Communication time per token, on loopback and on a link whose latency dominates (every rank's
+#    messages held TP_PLAN_SIM_LATENCY_US, default 20000, before they are sent: TP_COMM_SIM_LATENCY_US,
+#    for bench comm and bench gen alike).  Measured by the collectives' own timers in both: each call from
+#    the moment the last rank entered it to the moment the last rank left it (sync_lat_us_mean,
+#    comm_sync_ms_per_token), which leaves out the waits for a rank still computing.  Asserted within 25%
+#    with TP_PLAN_CHECK_TIME=1 (the lead's quiet-machine check: on a busy machine a rank can be
+#    descheduled inside a call for longer than the call takes); reported always.
 set -uo pipefail
 TPSERVE="$1"; SHAPE="${2:-tinyllama-1.1b}"; LAYERS="${3:-2}"
 LAT_US="${TP_PLAN_SIM_LATENCY_US:-20000}"
@@ -24,13 +24,21 @@ timeout 120 "$TPSERVE" synth --shape "$SHAPE" --layers "$LAYERS" --type q4_0 -q 
   { cat "$WORK/out"; fail "synth $SHAPE"; }
 EMBD=$("$TPSERVE" plan -m "$MODEL" --nodes 8G --json | python3 -c '
 import json, sys; print(json.load(sys.stdin)["n_embd"])') || fail "plan --json has no n_embd"
+# what each of N ranks reads between two collectives of a decode step: its bytes per token (the plan's)
+# over the 2 n_layer + 2 collectives per token
+gap_bytes() {
+  "$TPSERVE" plan -m "$MODEL" --nodes "$1" --json | python3 -c '
+import json, sys; p = json.load(sys.stdin)
+print(int(max(n["read_bytes_per_token"] for n in p["nodes"]) / (2 * p["n_layer"] + 2)))'
+}
 
 # measure N LATENCY_US ITERS GEN_TOKENS TAG: bench comm, plan from it, bench gen (files $WORK/*-TAG.json)
 measure() {
-  local n=$1 lat=$2 iters=$3 ntok=$4 tag=$5 nodes
+  local n=$1 lat=$2 iters=$3 ntok=$4 tag=$5 nodes gap
   nodes=$(python3 -c "print(','.join(['8G'] * $n))")
+  gap=$(gap_bytes "$nodes") || fail "plan at $n nodes has no read_bytes_per_token"
   TP_COMM_SIM_LATENCY_US=$lat timeout 200 "$TPSERVE" launch -n "$n" -- "$TPSERVE" bench comm \
-    --min-bytes $((EMBD * 4)) --max-bytes $((EMBD * 4)) --iters "$iters" --sync --json >"$WORK/comm-$tag.json" 2>"$WORK/err" ||
+    --decode "$EMBD" --gap-bytes "$gap" --iters "$iters" --sync --json >"$WORK/comm-$tag.json" 2>"$WORK/err" ||
     { cat "$WORK/err"; fail "bench comm at $n ranks ($tag)"; }
   timeout 120 "$TPSERVE" plan -m "$MODEL" --nodes "$nodes" --comm-json "$WORK/comm-$tag.json" --json \
     >"$WORK/plan-$tag.json" 2>"$WORK/err" || { cat "$WORK/err"; fail "plan at $n nodes ($tag)"; }
@@ -41,8 +49,8 @@ measure() {
 
 STATUS=0
 for N in 2 4; do
-  measure "$N" 0 300 32 "$N"
-  measure "$N" "$LAT_US" 40 16 "$N-lat"
+  measure "$N" 0 100 32 "$N"
+  measure "$N" "$LAT_US" 16 16 "$N-lat"
   python3 - "$WORK" "$N" "$LAT_US" "${TP_PLAN_CHECK_TIME:-0}" <<'PY' || STATUS=1
 import json, sys
 work, n, lat, check_time = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
@@ -56,6 +64,11 @@ print(f"{n} ranks: bytes/token plan {pb:.0f} measured {mb:.0f} ({pb / mb - 1:+.2
 print(f"  loopback: comm ms/token plan {plan['comm_ms']:.3f} (all_sum {plan['allsum_us_measured']:.1f} us) "
       f"measured {g['comm_sync_ms_per_token']:.3f} after all ranks entered, {g['comm_ms_per_token']:.3f} rank 0's "
       f"wall time in collectives")
+assert plan.get("header_us_measured", 0) > 0 and plan.get("gather_us_measured", 0) > 0, \
+    "plan --comm-json took no step header / argmax gather time from bench comm --decode"
+p0, m0 = plan["comm_ms"], g["comm_sync_ms_per_token"]
+print(f"  loopback: plan {p0 / m0 - 1:+.1%} (header {plan['header_us_measured']:.1f} us, gather "
+      f"{plan['gather_us_measured']:.1f} us)")
 pt, mt = plan_l["comm_ms"], g_l["comm_sync_ms_per_token"]
 print(f"  {lat} us link latency: comm ms/token plan {pt:.3f} ({plan_l['comm_rounds_per_token']} rounds, all_sum "
       f"{plan_l['allsum_us_measured']:.1f} us) measured {mt:.3f} ({pt / mt - 1:+.1%}; rank 0's wall time "
@@ -63,6 +76,7 @@ print(f"  {lat} us link latency: comm ms/token plan {pt:.3f} ({plan_l['comm_roun
 assert g["ranks"] == n and mb > 0 and mt > 0, g
 assert abs(pb / mb - 1) <= 0.05, "bytes per token off by more than 5%"
 if check_time:
+    assert abs(p0 / m0 - 1) <= 0.25, "communication time on loopback off by more than 25%"
     assert abs(pt / mt - 1) <= 0.25, "communication time off by more than 25%"
 PY
 done

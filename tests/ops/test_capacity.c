@@ -168,6 +168,12 @@ static void test_comm_bytes_and_rounds(void)
         c.allsum_us = 50.0;
         CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&c, &r, &err), TP_OK);
         CU_ASSERT(r.comm_ms > 160 * 0.050 && r.comm_ms <= 162 * 0.050 + 1e-9);
+        /* measured header broadcast and argmax gather (bench comm --decode) replace theirs too: exact sum */
+        c.header_us = 7.0;
+        c.gather_us = 11.0;
+        CU_ASSERT_EQUAL_FATAL(tp_capacity_plan(&c, &r, &err), TP_OK);
+        CU_ASSERT(fabs(r.comm_ms - (0.007 + 160 * 0.050 + 0.011)) < 1e-9);
+        CU_ASSERT_EQUAL(r.comm_rounds_per_token, 162);
     }
     /* equal nodes: equal compute; bytes read = slices + norms + half the KV of one sequence */
     struct tp_cap_config c = cfg_for("a:64G,b:64G", "10gbe");

@@ -12,7 +12,9 @@
  *   - a sharded set (model-0000i-of-0000N.safetensors + index, 64 KiB
  *     files so every tensor kind lands in different files) the same;
  *   - `tpserve shard` of an HF directory (GGUF shard files) at N = 2, 3
- *     against the directory at N = 1.
+ *     against the directory at N = 1; of mixture-of-experts directories
+ *     (one tensor per expert) at N = 2 with each expert split, against the
+ *     directory at N = 1 and at N = 2 with that split.
  * Shapes: the llama (GQA, untied head), qwen2 (QKV bias, tied head) and
  * qwen3 (q/k norms, head_dim != n_embd / n_head) test shapes of
  * configs/shapes.json.
@@ -156,6 +158,57 @@ static void test_hf_shard_files(void)
     shard_files("test-tiny-qwen3");
 }
 
+/* `tpserve shard` of mixture-of-experts directories (one safetensors tensor per expert): Qwen3-MoE with
+ * both splits, Qwen2-MoE (shared expert and its gate cut or left out, QKV bias) with the column split,
+ * Mixtral (w1/w2/w3, q/k rows back in the interleaved layout) with whole experts.  The two files at N = 2
+ * give the greedy tokens of the directory at N = 1 (F32: the partial sums differ only in order, final
+ * logits within 1e-10) and each rank holds exactly the bytes its rank of the directory at N = 2 with
+ * that split read, which gives the same logits to 1e-12. */
+static void moe_files(const char *shape, enum tp_moe_split split)
+{
+    char gguf[512], dir[512], out[600], pat[800], tag[160];
+    CU_ASSERT_EQUAL_FATAL(write_pair(shape, 0, 0, gguf, dir, sizeof gguf), 0);
+    struct mr_run ref, d2, r;
+    mr_init(&ref, dir, 1);
+    ref.n_steps = 32;
+    CU_ASSERT_EQUAL_FATAL(mr_exec(&ref), 0);
+    if (ref.exit_code[0] != 0) fprintf(stderr, "%s: %s\n", shape, ref.msg[0]);
+    CU_ASSERT_EQUAL_FATAL(ref.exit_code[0], 0);
+    mr_init(&d2, dir, 2);
+    d2.n_steps = 32;
+    d2.moe_split = split;
+    snprintf(tag, sizeof tag, "%s HF N=2 %s vs HF N=1", shape, tp_moe_split_name(split));
+    expect_same(&ref, &d2, 1e-10, tag);
+    snprintf(out, sizeof out, "%s/hf-moe-shards-%s-%s", tp_test_tmpdir(), shape, tp_moe_split_name(split));
+    mkdir(out, 0755);
+    struct tp_error e = {0};
+    if (tp_parallel_write_shards_moe(dir, 2, NULL, split, out, &e) != TP_OK) fprintf(stderr, "%s\n", e.msg);
+    CU_ASSERT_EQUAL_FATAL(e.status, TP_OK);
+    snprintf(pat, sizeof pat, "%s/%s.rank%%d-of-2.gguf", out, strrchr(dir, '/') + 1);
+    mr_init(&r, pat, 2);
+    r.shard_files = 1;
+    r.n_steps = 32;
+    r.moe_split = split;
+    snprintf(tag, sizeof tag, "%s HF shard files N=2 %s vs HF N=1", shape, tp_moe_split_name(split));
+    expect_same(&ref, &r, 1e-10, tag);
+    CU_ASSERT_EQUAL(r.plan_split, (int)split);
+    for (int k = 0; k < 2; k++) CU_ASSERT_EQUAL(r.weight_bytes[k], d2.weight_bytes[k]);
+    const double nm = r.logits && d2.logits ? mr_nmse(r.logits, d2.logits, r.n_vocab) : 1.0;
+    fprintf(stderr, "%s: shard files vs the directory at N=2: final logits nmse %.3g\n", shape, nm);
+    CU_ASSERT(nm <= 1e-12);
+    mr_free(&r);
+    mr_free(&d2);
+    mr_free(&ref);
+}
+
+static void test_hf_moe_shard_files(void)
+{
+    moe_files("test-tiny-qwen3moe", TP_MOE_SPLIT_TENSOR);
+    moe_files("test-tiny-qwen3moe", TP_MOE_SPLIT_EXPERT);
+    moe_files("test-tiny-qwen2moe", TP_MOE_SPLIT_TENSOR);
+    moe_files("test-tiny-mixtral", TP_MOE_SPLIT_EXPERT);
+}
+
 /* The command line: synth --format hf (+ sharded), info DIR, generate -m DIR == -m GGUF, shard DIR. */
 static void test_hf_cli(void)
 {
@@ -212,6 +265,7 @@ static const struct tp_test_case hf_cases[] = {{"llama", test_hf_llama},
                                                {"qwen3", test_hf_qwen3},
                                                {"sharded_index", test_hf_sharded},
                                                {"shard_files", test_hf_shard_files},
+                                               {"moe_shard_files", test_hf_moe_shard_files},
                                                {"cli", test_hf_cli},
                                                {NULL, NULL}};
 TP_TEST_SUITE(hf_multirank, "multirank,model", 300, hf_cases)

@@ -377,7 +377,9 @@ static void test_mlx_shard_cli(void)
  * split, against one rank: the same integer dots in another summation order (near-tie rule of the
  * quantized checks, 8% of the logits' rms, and the final logits within a normalized MSE of 1e-4, as
  * the dense MLX check above), each rank holding less than the whole; and `tpserve shard` of the
- * directory refused with a message naming the fix. */
+ * directory with each split (stacked triples cut expert by expert, never re-quantized): the two files
+ * give the tokens and logits of the directory at N = 2 with that split exactly (the same bytes, the same
+ * sums), each file smaller than the directory. */
 static void test_tp_mlx_moe(void)
 {
     char dir[512];
@@ -420,14 +422,34 @@ static void test_tp_mlx_moe(void)
         const double nm = r.logits && ref.logits ? mr_nmse(r.logits, ref.logits, r.n_vocab) : 1.0;
         fprintf(stderr, "%s: final logits nmse %.3g\n", what, nm);
         if (r.tokens[STEPS] == ref.tokens[STEPS]) CU_ASSERT(nm <= 1e-4); /* same text: same final context */
+        /* the shard files of this split against the directory at N = 2 with it */
+        char out[600], pat[800];
+        snprintf(out, sizeof out, "%s/mlx-moe-shards-%s", tp_test_tmpdir(), tp_moe_split_name(splits[sp]));
+        mkdir(out, 0755);
+        if (tp_parallel_write_shards_moe(dir, 2, NULL, splits[sp], out, &e) != TP_OK) fprintf(stderr, "%s\n", e.msg);
+        CU_ASSERT_EQUAL_FATAL(e.status, TP_OK);
+        snprintf(pat, sizeof pat, "%s/synth-mlx-qwen3moe.rank%%d-of-2.gguf", out);
+        struct mr_run f;
+        mr_init(&f, pat, 2);
+        f.shard_files = 1;
+        f.n_steps = STEPS;
+        f.moe_split = splits[sp];
+        CU_ASSERT_EQUAL_FATAL(mr_exec(&f), 0);
+        for (int k = 0; k < 2; k++) {
+            if (f.exit_code[k] != 0) fprintf(stderr, "%s files rank %d exit %d: %s\n", what, k, f.exit_code[k], f.msg[k]);
+            CU_ASSERT_EQUAL_FATAL(f.exit_code[k], 0);
+            CU_ASSERT_EQUAL(f.weight_bytes[k], r.weight_bytes[k]); /* exactly the slice the directory's rank read */
+        }
+        CU_ASSERT_EQUAL_FATAL(f.n_tokens, r.n_tokens);
+        CU_ASSERT(memcmp(f.tokens, r.tokens, sizeof(int32_t) * (size_t)r.n_tokens) == 0);
+        CU_ASSERT(memcmp(f.tokens1, r.tokens1, sizeof(int32_t) * (size_t)r.n_tokens) == 0);
+        const double nf = f.logits && r.logits ? mr_nmse(f.logits, r.logits, r.n_vocab) : 1.0;
+        fprintf(stderr, "%s shard files vs directory: final logits nmse %.3g\n", what, nf);
+        CU_ASSERT(nf <= 1e-12);
+        mr_free(&f);
         mr_free(&r);
     }
     mr_free(&ref);
-    char out[600];
-    snprintf(out, sizeof out, "%s/mlx-moe-shards", tp_test_tmpdir());
-    mkdir(out, 0755);
-    CU_ASSERT_EQUAL(tp_parallel_write_shards(dir, 2, NULL, out, &e), TP_ERR_UNSUPPORTED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "shard the GGUF"));
 }
 
 static const struct tp_test_case mlx_plan_cases[] = {

@@ -32,13 +32,8 @@
  * tp_comm_abort() may be called from any thread (e.g. a signal watcher),
  * tp_comm_silent_rank() from any thread while the group exists.
  *
- * Security (ring, rdma): ranks authenticate each other while the group forms
- * with a challenge-response keyed by the cluster token (HMAC-SHA-256 over
- * fresh nonces from both sides, both ranks, the world size, the protocol
- * version and the group id); listeners bind only the address their rank was
- * given; a group that listens on a non-loopback address refuses to start
- * without a token.  After that the data path is plain TCP: not encrypted,
- * not authenticated per frame (see docs/security.md).
+ * Security (ring, rdma): ranks authenticate each other with the cluster token while the group forms;
+ * the data path after that is plain TCP (docs/security.md).
  */
 #ifndef TP_COMM_H
 #define TP_COMM_H

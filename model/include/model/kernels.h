@@ -107,10 +107,10 @@ void tp_kern_matmul_x16(enum tp_wtype t, const void *w, size_t w_row_bytes, int6
 const char *tp_kern_isa(void);
 /* Force the scalar reference (tests); 0 restores automatic choice. */
 void tp_kern_force_scalar(int on);
-/* The attention path chosen at run time: "avx512", "avx2", "c" (float32), or "amx" (AMX-BF16 tiles, bf16
- * operands, float32 sums) when the TP_ATTN_ISA environment variable asks for it (TP_ATTN_ISA=amx; it also
- * caps the choice: TP_ATTN_ISA=avx2).  Heads whose size is not a multiple
- * of 32 (amx) or 16 (avx512) take the next path. */
+/* The attention path chosen at run time: "amx" (AMX-BF16 tiles, bf16 operands, float32 sums) where the CPU
+ * and kernel allow it, else "avx512", "avx2", "c" (float32); the TP_ATTN_ISA environment variable caps the
+ * choice (TP_ATTN_ISA=avx512: float32 throughout).  Heads whose size is not a multiple of 32 (amx) or 16
+ * (avx512) take the next path. */
 const char *tp_kern_attn_isa(void);
 /* For benchmarks: the tiled attention kernel on random data, on the calling thread: nt consecutive query
  * positions x ng query heads sharing one KV head of head_dim hd (nt x ng <= 1024 rows), attending causally

@@ -442,6 +442,8 @@ struct tp_model_stats {
                             * token of a call selected, once per call) */
     uint64_t n_decode;     /* calls with a single token */
     uint64_t expert_bytes_decode; /* of expert_bytes, in those calls */
+    uint64_t expert_runs;  /* mixture of experts: (layer, held expert) pairs run, each once per call for all
+                            * of its tokens; per call and layer, the distinct held experts the batch selected */
 };
 void tp_model_get_stats(const tp_model_t *m, struct tp_model_stats *out);
 /* Mixture of experts: bytes of the experts' matrices this rank holds (part of

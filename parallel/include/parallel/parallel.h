@@ -168,6 +168,9 @@ enum tp_wire_dtype { TP_WIRE_F32 = 0, TP_WIRE_F16, TP_WIRE_BF16, TP_WIRE_Q8, TP_
 struct tp_parallel_coll_cost {
     const char *what;           /* "step header", "all_sum", "argmax gather" */
     int times;                  /* calls per token */
+    enum tp_comm_op op;         /* the call: collective, root 0, count elements of dt */
+    size_t count;
+    enum tp_dtype dt;
     struct tp_comm_cost cost;   /* one call on this rank */
     uint64_t max_bytes_sent;    /* one call, the busiest rank */
 };
@@ -257,6 +260,8 @@ struct tp_cap_config {
     enum tp_wire_dtype wire_dtype; /* activations on the wire (default f32) */
     double allsum_us;              /* > 0: measured time of one decode all_sum on these hosts (replaces the
                                     * link model for it; its latency sets the round time of the rest) */
+    double header_us, gather_us;   /* > 0: measured times of the step header broadcast and of the argmax
+                                    * gather (`bench comm --decode`), replacing the model for those */
     int n_nodes;
     struct tp_cap_node nodes[TP_CAP_MAX_NODES];
 };
@@ -273,6 +278,7 @@ struct tp_cap_node_result {
     double share;              /* normalised shard weight */
     int n_q_heads, n_kv_heads, n_ff; /* what the plan gives this node */
     double compute_ms;         /* per decoded token */
+    uint64_t read_bytes_per_token; /* weights and KV cache read by this node per decoded token */
     uint64_t wire_bytes_per_token; /* sent by this node per decoded token */
 };
 
