@@ -4,7 +4,11 @@
  * (on N simulated hosts with scripts/netsim where it works, else on
  * 127.0.0.1), calibrates the all_sum latency with `tpserve bench comm` in the
  * same set-up, projects dedicated machines and writes PREFIX.{csv,md,json,svg}.
- * The method and the projection's formula: docs/performance.md ("Node count").
+ * --delay adds one-way latency to the simulated links (and the measured
+ * round trip is reported); --verify / --spec pass through to bench gen, whose
+ * verification price and speculative decode join the report.
+ * The method and the projection's formula: docs/performance.md ("Node count");
+ * the speculative figures: docs/speculative.md.
  * Not a test: the numbers depend on the machine.
  */
 #include <cJSON.h>
@@ -37,6 +41,12 @@ struct node_run {
     double allsum_us;          /* bench comm: median all_sum of n_embd floats in this set-up */
     double comm_model_ms;      /* tp_capacity_comm_ms with allsum_us: 2 n_layer all_sums + step broadcast + argmax */
     double projected_tg_tps, check_tg_tps;
+    double rtt_us;             /* scripts/netsim measure: median round trip h0 -> h1 (0: not measured) */
+    /* bench gen --verify K: one-token step, K + 1 positions step (ms), their ratio (0: not run) */
+    double step1_ms, verify_step_ms, verify_step_ratio;
+    /* bench gen --spec: [0] plain, [1] speculative decode (have_spec: present) */
+    int have_spec, spec_identical;
+    double spec_tps[2], spec_tokens_per_step[2], spec_collectives_per_token[2], spec_acceptance;
 };
 
 /* Run `sh -c cmd` and return its exit status (stdout/stderr inherited; -1: could not fork). */
@@ -204,6 +214,34 @@ static enum tp_status parse_json_result(const char *path, struct node_run *r)
     cJSON *o = cJSON_Parse(buf);
     free(buf);
     if (!o) return TP_ERR_FORMAT;
+    const cJSON *v1 = cJSON_GetObjectItemCaseSensitive(o, "step1_ms");
+    const cJSON *vk = cJSON_GetObjectItemCaseSensitive(o, "verify_step_ms");
+    const cJSON *vr = cJSON_GetObjectItemCaseSensitive(o, "verify_step_ratio");
+    if (cJSON_IsNumber(v1) && cJSON_IsNumber(vk) && cJSON_IsNumber(vr)) {
+        r->step1_ms = v1->valuedouble;
+        r->verify_step_ms = vk->valuedouble;
+        r->verify_step_ratio = vr->valuedouble;
+    }
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(o, "spec");
+    if (cJSON_IsObject(sp)) {
+        r->have_spec = 1;
+        r->spec_identical = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sp, "identical"));
+        for (int v = 0; v < 2; v++) {
+            const cJSON *q = cJSON_GetObjectItemCaseSensitive(sp, v ? "speculative" : "plain");
+            const cJSON *tps = cJSON_GetObjectItemCaseSensitive(q, "tg_tps");
+            const cJSON *tsp = cJSON_GetObjectItemCaseSensitive(q, "tokens_per_step");
+            const cJSON *cpt = cJSON_GetObjectItemCaseSensitive(q, "collectives_per_token");
+            const cJSON *acc = cJSON_GetObjectItemCaseSensitive(q, "acceptance");
+            if (!cJSON_IsNumber(tps) || !cJSON_IsNumber(tsp) || !cJSON_IsNumber(cpt) || !cJSON_IsNumber(acc)) {
+                r->have_spec = 0;
+                break;
+            }
+            r->spec_tps[v] = tps->valuedouble;
+            r->spec_tokens_per_step[v] = tsp->valuedouble;
+            r->spec_collectives_per_token[v] = cpt->valuedouble;
+            if (v) r->spec_acceptance = acc->valuedouble;
+        }
+    }
     const char *keys[] = {"pp_tps", "tg_tps", "compute_ms_per_token", "comm_ms_per_token", "bytes_per_token"};
     double *dst[] = {&r->pp_tps, &r->tg_tps, &r->compute_ms, &r->comm_ms, &r->bytes_per_token};
     enum tp_status rc = TP_OK;
@@ -292,7 +330,11 @@ static void write_svg(const char *path, const struct node_run *runs, int n_runs,
 struct nodes_opts {
     const char *model, *nodes, *link, *out, *netsim_arg;
     int p, n, threads, reps, timeout_s;
-    int use_link; /* --link is not "local" */
+    int use_link;    /* --link is not "local" */
+    const char *delay; /* --delay MS: one-way latency of the simulated links (NULL: none) */
+    int verify;      /* --verify K, passed to bench gen (0: off) */
+    const char *spec, *draft_model, *text; /* --spec MODE, --draft-model, --text: passed to bench gen */
+    int draft_max;
 };
 
 /* Parse argv into o and the node counts into runs[*n_runs].n.  Returns what tp_cli_parse does: 0 to go on,
@@ -300,7 +342,7 @@ struct nodes_opts {
 static int nodes_parse(int argc, char **argv, struct nodes_opts *o, struct node_run *runs, int *n_runs)
 {
     *o = (struct nodes_opts){.nodes = "1,2,4", .link = "10gbe", .out = "bench-nodes", .p = 128, .n = 64, .reps = 1,
-                             .timeout_s = 600};
+                             .timeout_s = 600, .draft_max = 4};
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &o->model, "FILE", "model (GGUF)", 0, 0},
         {"nodes", 0, TP_OPT_LIST, &o->nodes, "LIST", "node counts to run (default 1,2,4)", 0, 0},
@@ -316,13 +358,26 @@ static int nodes_parse(int argc, char **argv, struct nodes_opts *o, struct node_
         {"netsim", 0, TP_OPT_STRING, &o->netsim_arg, "PATH", "scripts/netsim to use (default: found next to the build)",
          0, 0},
         {"timeout", 0, TP_OPT_INT, &o->timeout_s, "S", "limit per node count (default 600)", 10, 86400},
+        {"delay", 0, TP_OPT_STRING, &o->delay, "MS",
+         "one-way latency added to every simulated link, in milliseconds (e.g. 0.1, 1; scripts/netsim --delay); "
+         "the measured round trip is reported",
+         0, 0},
+        {"verify", 0, TP_OPT_INT, &o->verify, "K", "also bench gen --verify K: verify_step_ratio per node count", 0,
+         16},
+        {"spec", 0, TP_OPT_STRING, &o->spec, "MODE",
+         "also bench gen --spec MODE (ngram, draft): plain and speculative decode per node count", 0, 0},
+        {"draft-max", 0, TP_OPT_INT, &o->draft_max, "K", "--spec: drafted tokens per step (default 4)", 1, 16},
+        {"draft-model", 0, TP_OPT_STRING, &o->draft_model, "FILE", "--spec draft: the draft model", 0, 0},
+        {"text", 0, TP_OPT_STRING, &o->text, "TEXT", "--spec: the prompt to continue", 0, 0},
         {0},
     };
     const char *usage =
         "Usage: tpserve bench nodes -m MODEL [--nodes 1,2,4] [--link 10gbe] [-p 128] [-n 64] [-o PREFIX]\n"
         "Prefill/decode tokens/s, compute vs communication per token, bytes per token and per-rank memory for\n"
         "each node count (ranks on simulated hosts with the link's bandwidth where scripts/netsim works, else\n"
-        "on 127.0.0.1), plus a projection for dedicated machines.  Writes PREFIX.csv/.md/.json/.svg.";
+        "on 127.0.0.1), plus a projection for dedicated machines.  Writes PREFIX.csv/.md/.json/.svg.\n"
+        "--delay MS adds one-way latency to the simulated links (their measured round trip is reported);\n"
+        "--verify K and --spec MODE add bench gen's verification price and speculative decode per node count.";
     int rc = tp_cli_parse("bench nodes", usage, opts, argc, argv, NULL, 0, NULL, NULL, NULL);
     if (rc) return rc;
     if (!o->model) {
@@ -342,8 +397,31 @@ static int nodes_parse(int argc, char **argv, struct nodes_opts *o, struct node_
         runs[(*n_runs)++].n = (int)v;
         s = *end ? end + 1 : end;
     }
+    if (o->delay) {
+        char *end = NULL;
+        const double d = strtod(o->delay, &end);
+        if (end == o->delay || *end || !(d >= 0.0 && d <= 1000.0)) {
+            fprintf(stderr, "tpserve bench nodes: --delay wants milliseconds between 0 and 1000 like 0.1, got '%s'\n",
+                    o->delay);
+            return 2;
+        }
+    }
+    if (o->spec && strcmp(o->spec, "ngram") != 0 && strcmp(o->spec, "draft") != 0 && strcmp(o->spec, "off") != 0) {
+        fprintf(stderr, "tpserve bench nodes: --spec %s: want off, ngram or draft\n", o->spec);
+        return 2;
+    }
+    if (o->spec && strcmp(o->spec, "off") == 0) o->spec = NULL;
+    if ((o->spec && strcmp(o->spec, "draft") == 0) != (o->draft_model != NULL)) {
+        fprintf(stderr, "tpserve bench nodes: %s\n",
+                o->draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
+        return 2;
+    }
     const char *link = o->link;
     o->use_link = strcmp(link, "local") != 0;
+    if (o->delay && !o->use_link) {
+        fprintf(stderr, "tpserve bench nodes: --delay needs simulated hosts: a --link profile other than local\n");
+        return 2;
+    }
     if (o->use_link && strcmp(link, "tb5") && strcmp(link, "10gbe") && strcmp(link, "1gbe") && strcmp(link, "none")) {
         fprintf(stderr, "tpserve bench nodes: --link must be tb5, 10gbe, 1gbe, none or local, got '%s'\n", link);
         return 2;
@@ -400,9 +478,11 @@ static enum tp_status nodes_setup(const struct nodes_opts *o, const char *argv0,
             else snprintf(reason, sizeof reason, "network namespaces not permitted here (see 'scripts/netsim check')");
         }
     }
-    fprintf(stderr, "bench nodes: %s, nodes %s, %s, p=%d n=%d reps=%d\n", o->model, o->nodes,
-            E->have_netsim ? o->link : "127.0.0.1, unshaped", o->p, o->n, o->reps);
-    if (!E->have_netsim && o->use_link) fprintf(stderr, "bench nodes: ranks on 127.0.0.1: %s\n", reason);
+    fprintf(stderr, "bench nodes: %s, nodes %s, %s%s%s%s, p=%d n=%d reps=%d\n", o->model, o->nodes,
+            E->have_netsim ? o->link : "127.0.0.1, unshaped", E->have_netsim && o->delay ? ", one-way delay " : "",
+            E->have_netsim && o->delay ? o->delay : "", E->have_netsim && o->delay ? " ms" : "", o->p, o->n, o->reps);
+    if (!E->have_netsim && o->use_link)
+        fprintf(stderr, "bench nodes: ranks on 127.0.0.1%s: %s\n", o->delay ? " WITHOUT the --delay" : "", reason);
     if (tp_capacity_link_profile(E->have_netsim ? o->link : "local", &E->plan_link, NULL) != TP_OK)
         tp_capacity_link_profile("local", &E->plan_link, NULL);
     return TP_OK;
@@ -421,6 +501,22 @@ static void nodes_env_close(struct nodes_env *E, int keep)
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", E->tmpdir);
         run_sh(cmd);
     }
+}
+
+/* `netsim measure`: the median round trip h0 -> h1 in microseconds, 0 when it could not be measured. */
+static double netsim_rtt_us(const struct nodes_env *E)
+{
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "'%s' measure --seconds 0.2 2>/dev/null", E->netsim);
+    FILE *f = popen(cmd, "r");
+    if (!f) return 0;
+    char line[256];
+    double rtt = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *k = strstr(line, "h0 -> h1 rtt_us_p50=");
+        if (k) rtt = strtod(k + strlen("h0 -> h1 rtt_us_p50="), NULL);
+    }
+    return pclose(f) == 0 ? rtt : 0;
 }
 
 /* Write the hostfile of an N-rank group. */
@@ -454,9 +550,11 @@ static enum tp_status nodes_run_one(const struct nodes_opts *o, struct nodes_env
     enum tp_status st = write_hostfile(E, N, hostfile, err);
     if (st != TP_OK) return st;
     if (E->have_netsim) {
-        snprintf(cmd, sizeof cmd, "'%s' up %d --profile %s >/dev/null", E->netsim, N, o->link);
+        snprintf(cmd, sizeof cmd, "'%s' up %d --profile %s%s%s >/dev/null", E->netsim, N, o->link,
+                 o->delay ? " --delay " : "", o->delay ? o->delay : "");
         E->netsim_up = 1; /* whatever part of it came up is taken down */
         if (run_sh(cmd) != 0) return tp_error_set(err, TP_ERR_IO, "'%s' failed", cmd);
+        if (N > 1) run->rtt_us = netsim_rtt_us(E);
     }
     const char *ns_prefix = E->have_netsim ? E->prefix : NULL;
     const int t = o->threads > 0 ? o->threads : TP_MAX(1, tp_cpu_count() / N);
@@ -465,8 +563,18 @@ static enum tp_status nodes_run_one(const struct nodes_opts *o, struct nodes_env
     snprintf(ns_, sizeof ns_, "%d", o->n);
     snprintf(ts, sizeof ts, "%d", t);
     snprintf(rs, sizeof rs, "%d", o->reps);
-    char *gen_args[] = {"bench", "gen", "-m", (char *)o->model, "-p", ps, "-n", ns_, "-t", ts, "-r", rs, "--json",
-                        "--bw-mib", "64", NULL};
+    char vs[16], ds[16];
+    snprintf(vs, sizeof vs, "%d", o->verify);
+    snprintf(ds, sizeof ds, "%d", o->draft_max);
+    char *gen_args[32] = {"bench", "gen", "-m", (char *)o->model, "-p", ps, "-n", ns_, "-t", ts, "-r", rs, "--json",
+                          "--bw-mib", "64", NULL};
+    int ga = 15;
+    if (o->verify > 0) gen_args[ga++] = "--verify", gen_args[ga++] = vs;
+    if (o->spec) gen_args[ga++] = "--spec", gen_args[ga++] = (char *)o->spec, gen_args[ga++] = "--draft-max",
+                 gen_args[ga++] = ds;
+    if (o->spec && o->draft_model) gen_args[ga++] = "--draft-model", gen_args[ga++] = (char *)o->draft_model;
+    if (o->spec && o->text) gen_args[ga++] = "--text", gen_args[ga++] = (char *)o->text;
+    gen_args[ga] = NULL;
     fprintf(stderr, "bench nodes: [%d/%d] %d rank%s x %d thread%s ... ", r + 1, n_runs, N, N == 1 ? "" : "s", t,
             t == 1 ? "" : "s");
     double t0 = tp_now_s();
@@ -478,7 +586,13 @@ static enum tp_status nodes_run_one(const struct nodes_opts *o, struct nodes_env
         return TP_OK;
     }
     run->ok = 1;
-    fprintf(stderr, "pp %.1f t/s, tg %.2f t/s (%.1f s)\n", run->pp_tps, run->tg_tps, tp_now_s() - t0);
+    fprintf(stderr, "pp %.1f t/s, tg %.2f t/s", run->pp_tps, run->tg_tps);
+    if (run->rtt_us > 0) fprintf(stderr, ", rtt %.1f us", run->rtt_us);
+    if (run->verify_step_ratio > 0) fprintf(stderr, ", verify_step_ratio %.3f", run->verify_step_ratio);
+    if (run->have_spec)
+        fprintf(stderr, ", spec %.2f vs plain %.2f t/s (acceptance %.3f)", run->spec_tps[1], run->spec_tps[0],
+                run->spec_acceptance);
+    fprintf(stderr, " (%.1f s)\n", tp_now_s() - t0);
     if (N == 1) return TP_OK;
     char sz[32];
     snprintf(sz, sizeof sz, "%d", E->hp.n_embd * 4);
@@ -523,8 +637,10 @@ static void nodes_md(FILE *md, const struct nodes_opts *o, const struct nodes_en
 {
     const char *where = E->have_netsim ? "on simulated hosts (scripts/netsim) sharing this machine's cores"
                                        : "on 127.0.0.1";
-    fprintf(md, "Model `%s`, %s, prefill %d / decode %d tokens, %d rep(s); ranks %s.\n\n", o->model,
-            E->have_netsim ? o->link : "loopback", o->p, o->n, o->reps, where);
+    fprintf(md, "Model `%s`, %s%s%s%s, prefill %d / decode %d tokens, %d rep(s); ranks %s.\n\n", o->model,
+            E->have_netsim ? o->link : "loopback", E->have_netsim && o->delay ? ", one-way delay " : "",
+            E->have_netsim && o->delay ? o->delay : "", E->have_netsim && o->delay ? " ms" : "", o->p, o->n, o->reps,
+            where);
     double la[3] = {0, 0, 0};
     if (getloadavg(la, 3) == 3)
         fprintf(md, "This machine: %d cores, load average %.1f %.1f %.1f at the end (other work shares the cores).\n\n",
@@ -550,6 +666,32 @@ static void nodes_md(FILE *md, const struct nodes_opts *o, const struct nodes_en
             fprintf(md, "N=%d model %.2f vs measured %.2f tok/s (%+.1f%%); ", runs[r].n, runs[r].check_tg_tps,
                     runs[r].tg_tps, 100.0 * (runs[r].check_tg_tps / runs[r].tg_tps - 1.0));
     fprintf(md, "\n");
+    if (o->verify <= 0 && !o->spec) return;
+    fprintf(md, "\nSpeculative decoding (bench gen");
+    if (o->verify > 0) fprintf(md, " --verify %d", o->verify);
+    if (o->spec) fprintf(md, " --spec %s --draft-max %d", o->spec, o->draft_max);
+    fprintf(md, "):\n\n| nodes | round trip us | one-token step ms | verify_step_ratio | plain tok/s | speculative "
+                "tok/s | acceptance | tokens/step | collectives/token plain / spec | speedup |\n"
+                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int r = 0; r < n_runs; r++) {
+        const struct node_run *x = &runs[r];
+        if (!x->ok) continue;
+        fprintf(md, "| %d |", x->n);
+        if (x->rtt_us > 0) fprintf(md, " %.1f |", x->rtt_us);
+        else fprintf(md, " |");
+        if (x->verify_step_ratio > 0) fprintf(md, " %.2f | %.3f |", x->step1_ms, x->verify_step_ratio);
+        else fprintf(md, " | |");
+        if (x->have_spec)
+            fprintf(md, " %.2f | %.2f | %.3f | %.3f | %.2f / %.2f | %.3f%s |\n", x->spec_tps[0], x->spec_tps[1],
+                    x->spec_acceptance, x->spec_tokens_per_step[1], x->spec_collectives_per_token[0],
+                    x->spec_collectives_per_token[1], x->spec_tps[0] > 0 ? x->spec_tps[1] / x->spec_tps[0] : 0.0,
+                    x->spec_identical ? "" : " (outputs differ)");
+        else
+            fprintf(md, " | | | | | |\n");
+    }
+    if (o->verify > 0)
+        fprintf(md, "\nverify_step_ratio: a step scoring %d positions of one sequence over a one-token step.\n",
+                o->verify + 1);
 }
 
 static void nodes_csv(FILE *csv, const struct node_run *runs, int n_runs)
@@ -570,6 +712,8 @@ static cJSON *nodes_json(const struct nodes_opts *o, const struct nodes_env *E, 
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "model", o->model);
     cJSON_AddStringToObject(root, "link", E->have_netsim ? o->link : "loopback");
+    if (E->have_netsim && o->delay) cJSON_AddNumberToObject(root, "delay_ms", strtod(o->delay, NULL));
+    if (o->verify > 0) cJSON_AddNumberToObject(root, "verify_k", o->verify);
     cJSON_AddNumberToObject(root, "prompt_tokens", o->p);
     cJSON_AddNumberToObject(root, "gen_tokens", o->n);
     cJSON_AddNumberToObject(root, "n_layer", E->hp.n_layer);
@@ -591,6 +735,23 @@ static cJSON *nodes_json(const struct nodes_opts *o, const struct nodes_env *E, 
             cJSON_AddNumberToObject(j, "allsum_us", x->allsum_us);
             cJSON_AddNumberToObject(j, "comm_model_ms", x->comm_model_ms);
             cJSON_AddNumberToObject(j, "model_check_tg_tps", x->check_tg_tps);
+            if (x->rtt_us > 0) cJSON_AddNumberToObject(j, "rtt_us", x->rtt_us);
+            if (x->verify_step_ratio > 0) {
+                cJSON_AddNumberToObject(j, "step1_ms", x->step1_ms);
+                cJSON_AddNumberToObject(j, "verify_step_ms", x->verify_step_ms);
+                cJSON_AddNumberToObject(j, "verify_step_ratio", x->verify_step_ratio);
+            }
+            if (x->have_spec) {
+                cJSON *sp = cJSON_AddObjectToObject(j, "spec");
+                cJSON_AddBoolToObject(sp, "identical", x->spec_identical);
+                cJSON_AddNumberToObject(sp, "acceptance", x->spec_acceptance);
+                for (int v = 0; v < 2; v++) {
+                    cJSON *q = cJSON_AddObjectToObject(sp, v ? "speculative" : "plain");
+                    cJSON_AddNumberToObject(q, "tg_tps", x->spec_tps[v]);
+                    cJSON_AddNumberToObject(q, "tokens_per_step", x->spec_tokens_per_step[v]);
+                    cJSON_AddNumberToObject(q, "collectives_per_token", x->spec_collectives_per_token[v]);
+                }
+            }
         }
         cJSON_AddItemToArray(arr, j);
     }

@@ -9,6 +9,9 @@
  * tp_parallel_worker_loop() until rank 0 shuts down or fails.
  * HTTP comes up before the model loads, so /health answers 503 "loading".
  */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -158,7 +161,71 @@ struct serve_opts {
     int draft_max;
     uint64_t mem_limit_bytes;
     char *key_buf; /* --api-key-file's key (owned; api_key points at it) */
+    /* generation defaults (llama-server's flags): NaN / INT_MIN / NULL when not given */
+    float temp, top_p, min_p, repeat_penalty;
+    int top_k, n_predict;
+    const char *seed;
+    struct tp_gen_defaults gen; /* the ones given, checked (serve_check) */
 };
+
+/* --temp --top-p --top-k --min-p --seed --n-predict --repeat-penalty into o->gen (the ranges the API takes
+ * for the same fields): 0, or 2 after printing a usage error. */
+static int serve_check_gen(struct serve_opts *o)
+{
+    struct tp_gen_defaults *g = &o->gen;
+    memset(g, 0, sizeof *g);
+    if (!isnan(o->temp)) {
+        g->temperature = o->temp;
+        g->set |= TP_GEN_TEMPERATURE;
+    }
+    if (!isnan(o->top_p)) {
+        if (!(o->top_p > 0)) {
+            fprintf(stderr, "tpserve serve: --top-p %g: want a number above 0 and at most 1 (1: off)\n", (double)o->top_p);
+            return 2;
+        }
+        g->top_p = o->top_p;
+        g->set |= TP_GEN_TOP_P;
+    }
+    if (o->top_k != INT_MIN) {
+        g->top_k = o->top_k;
+        g->set |= TP_GEN_TOP_K;
+    }
+    if (!isnan(o->min_p)) {
+        g->min_p = o->min_p;
+        g->set |= TP_GEN_MIN_P;
+    }
+    if (!isnan(o->repeat_penalty)) {
+        if (!(o->repeat_penalty > 0)) {
+            fprintf(stderr, "tpserve serve: --repeat-penalty %g: want a number above 0 and at most 10 (1: off)\n",
+                    (double)o->repeat_penalty);
+            return 2;
+        }
+        g->repeat_penalty = o->repeat_penalty;
+        g->set |= TP_GEN_REPEAT_PENALTY;
+    }
+    if (o->n_predict != INT_MIN) {
+        if (o->n_predict == 0 || o->n_predict < -1) {
+            fprintf(stderr, "tpserve serve: --n-predict %d: want a token count of at least 1, or -1 for no limit\n",
+                    o->n_predict);
+            return 2;
+        }
+        g->n_predict = o->n_predict;
+        g->set |= TP_GEN_N_PREDICT;
+    }
+    if (o->seed && strcmp(o->seed, "-1") != 0) { /* -1: a random seed per request, as without the flag */
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = o->seed[0] == '-' ? 0 : strtoull(o->seed, &end, 10);
+        if (o->seed[0] == '-' || errno || !end || *end || end == o->seed) {
+            fprintf(stderr, "tpserve serve: --seed %s: want an integer from 0 to 18446744073709551615, or -1 for a "
+                            "random seed per request\n", o->seed);
+            return 2;
+        }
+        g->seed = (uint64_t)v;
+        g->set |= TP_GEN_SEED;
+    }
+    return 0;
+}
 
 /* The values serve_parse read, checked (and --api-key-file read): 0, 2 after printing a usage error, or 3
  * after printing a run-time error. */
@@ -199,6 +266,7 @@ static int serve_check(struct serve_opts *o)
         fprintf(stderr, "tpserve serve: --on-rank-loss %s: want wait or replan\n", o->on_rank_loss);
         return 2;
     }
+    if (serve_check_gen(o)) return 2;
     o->mem_limit_bytes = o->mem_limit ? parse_size(o->mem_limit) : 0;
     if (o->mem_limit && !o->mem_limit_bytes) {
         fprintf(stderr, "tpserve serve: --mem-limit %s: want a size such as 48G, 512M or a byte count\n",
@@ -225,7 +293,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
                              .chunk = 64, .share_min = 32, .max_body = 1u << 20, .mem_budget = (uint64_t)256 << 20,
                              .max_conn = 256, .max_conn_ip = 32, .header_timeout = 10, .body_timeout = 30,
                              .recover_wait = 60, .pooling = "auto", .resp_store = 256, .on_rank_loss = "wait",
-                             .replan_after = 10, .spec = "off", .draft_max = 4};
+                             .replan_after = 10, .spec = "off", .draft_max = 4, .temp = NAN, .top_p = NAN,
+                             .min_p = NAN, .repeat_penalty = NAN, .top_k = INT_MIN, .n_predict = INT_MIN};
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &o->model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
         {"host", 0, TP_OPT_STRING, &o->host, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", 0, 0},
@@ -280,6 +349,23 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         {"responses-store", 0, TP_OPT_INT, &o->resp_store, "N",
          "finished /v1/responses kept in memory for previous_response_id, oldest evicted first (default 256; 0: "
          "none)", 0, 1 << 20},
+        {"temp", 0, TP_OPT_FLOAT, &o->temp, "T",
+         "temperature of every request (any API) that sends none, 0..2 (0: greedy; default: the model's "
+         "recommendation (GGUF general.sampling.temp, generation_config.json), else 1)", 0, 2},
+        {"top-p", 0, TP_OPT_FLOAT, &o->top_p, "P", "top_p of requests that send none, (0, 1] (default: the model's, "
+         "else 1: off)", 0, 1},
+        {"top-k", 0, TP_OPT_INT, &o->top_k, "K", "top_k of requests that send none (default: the model's, else 0: off)",
+         0, 1 << 30},
+        {"min-p", 0, TP_OPT_FLOAT, &o->min_p, "P", "min_p of requests that send none, 0..1 (default: the model's, "
+         "else 0: off)", 0, 1},
+        {"repeat-penalty", 0, TP_OPT_FLOAT, &o->repeat_penalty, "R",
+         "repetition penalty of requests that send none, (0, 10] (default: the model's, else 1: off)", 0, 10},
+        {"seed", 0, TP_OPT_STRING, &o->seed, "N",
+         "seed of requests that send none: 0..2^64-1, or -1 (default): a random seed per request", 0, 0},
+        {"n-predict", 'n', TP_OPT_INT, &o->n_predict, "N",
+         "reply token limit of requests that set none (max_tokens, num_predict ...), lowered to what fits in the "
+         "context; -1: no limit but the end of text and the context (default: the model's max_new_tokens, else -1)",
+         -1, 1 << 24},
         {"max-queue", 0, TP_OPT_INT, &o->max_queue, "N", "waiting requests before 429 (default 64)", 1, 1 << 20},
         {"threads", 't', TP_OPT_INT, &o->threads, "N", "compute threads (default: all cores)", 0, 4096},
         {"chat-template", 0, TP_OPT_STRING, &o->tmpl, "NAME",
@@ -343,6 +429,7 @@ static struct tp_server_config serve_server_config(const struct serve_opts *o, c
     sc.draft_max = o->draft_max;
     sc.draft_model = o->draft_model;
     sc.logit_bias = o->logit_bias;
+    sc.gen = o->gen;
     return sc;
 }
 

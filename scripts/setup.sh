@@ -19,7 +19,8 @@ DEBIAN_TEST_PKGS=(iproute2 python3-yaml             # ops: scripts/netsim (ip, t
                   python3-numpy                       # model.gptoss_ref: the independent NumPy gpt-oss reference
                   openssh-server openssh-client curl  # ops: launch --hostfile test (sshd on simulated hosts)
                   chromium                            # server.web_page: the web page in headless Chromium
-                  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)   # scripts/test-arm64.sh
+                  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user    # scripts/test-arm64.sh
+                  ninja-build)                        # scripts/test.sh builds with Ninja where it is installed
 BREW_PKGS=(cmake pkg-config libmicrohttpd cjson open-mpi cunit openssl@3)
 
 deps_only=0

@@ -26,20 +26,56 @@ if ! command -v "$cc" >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
   exit 0
 fi
 
-mkdir -p "$out"
+mkdir -p "$out/obj"
 start=$(date +%s)
+jobs=$( (nproc || sysctl -n hw.ncpu) 2>/dev/null || echo 2)
 flags=(-std=c11 -O2 -D_DEFAULT_SOURCE -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes
        -Wmissing-prototypes -Werror -I. -Icommon/include -Imodel/include -Imodel -Itests -Iscripts/arm64)
-echo "==== arm64: cross-compiling kernels + tests/model/test_kernels.c, test_kernels_mlx.c"
-"$cc" "${flags[@]}" model/kernels/kernels*.c model/forward/wtype.c common/*.c tests/model/test_kernels.c tests/model/test_kernels_mlx.c \
-  scripts/arm64/shim_main.c -o "$out/test_kernels" -lpthread -lm -static
-# The attention (plain C there; the x86 paths and the AMX tiles compiled out) must build for arm64 too
+srcs=(model/kernels/kernels*.c model/forward/wtype.c common/*.c tests/model/test_kernels.c tests/model/test_kernels_mlx.c
+      scripts/arm64/shim_main.c)
+
+# run_jobs CMD...: start CMD in the background, at most $jobs at a time; wait_jobs: wait for all, 1 if any failed
+pids=()
+run_jobs() {
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  "$@" &
+  pids+=($!)
+}
+wait_jobs() {
+  local rc=0 p
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  pids=()
+  return $rc
+}
+
+echo "==== arm64: cross-compiling kernels + tests/model/test_kernels.c, test_kernels_mlx.c ($jobs at a time)"
 echo "==== arm64: compiling model/forward/attn.c, attn_amx.c"
-for f in attn attn_amx; do "$cc" "${flags[@]}" -c "model/forward/$f.c" -o "$out/$f.o"; done
-for cpu in max cortex-a76 cortex-a53; do
-  echo "==== arm64: qemu-aarch64 -cpu $cpu"
+objs=()
+for src in "${srcs[@]}"; do
+  obj="$out/obj/$(printf '%s' "${src%.c}" | tr / _).o"
+  objs+=("$obj")
+  run_jobs "$cc" "${flags[@]}" -c "$src" -o "$obj"
+done
+# The attention (plain C there; the x86 paths and the AMX tiles compiled out) must build for arm64 too
+for f in attn attn_amx; do run_jobs "$cc" "${flags[@]}" -c "model/forward/$f.c" -o "$out/obj/model_forward_$f.o"; done
+wait_jobs || { echo "test-arm64: cross-compilation failed"; exit 1; }
+"$cc" "${objs[@]}" -o "$out/test_kernels" -lpthread -lm -static
+
+# The three CPU models run at the same time; each log is shown once all have ended.
+cpus=(max cortex-a76 cortex-a53)
+for cpu in "${cpus[@]}"; do
+  run_jobs sh -c 'qemu-aarch64 -cpu "$1" "$2" >"$3" 2>&1' sh "$cpu" "$out/test_kernels" "$out/test_kernels.$cpu.log"
+done
+status=()
+for p in "${pids[@]}"; do
+  if wait "$p"; then status+=(0); else status+=(1); fi
+done
+pids=()
+for i in "${!cpus[@]}"; do
+  cpu=${cpus[$i]}
   log="$out/test_kernels.$cpu.log"
-  if ! qemu-aarch64 -cpu "$cpu" "$out/test_kernels" >"$log" 2>&1; then
+  echo "==== arm64: qemu-aarch64 -cpu $cpu"
+  if [ "${status[$i]}" -ne 0 ]; then
     cat "$log"
     echo "test-arm64: FAILED under -cpu $cpu"
     exit 1

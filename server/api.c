@@ -161,7 +161,8 @@ static cJSON *envelope(struct tp_server *s, const struct tp_req *r, const char *
     cJSON_AddStringToObject(root, "object", object);
     cJSON_AddNumberToObject(root, "created", (double)time(NULL));
     cJSON_AddStringToObject(root, "model", s->model_id ? s->model_id : "tpserve");
-    cJSON_AddNullToObject(root, "system_fingerprint");
+    if (s->fingerprint[0]) cJSON_AddStringToObject(root, "system_fingerprint", s->fingerprint); /* props.c */
+    else cJSON_AddNullToObject(root, "system_fingerprint");
     return root;
 }
 
@@ -439,11 +440,32 @@ static void finish_chunks(struct stream *st, const char *fin)
     }
 }
 
+/* mu held: the chunk a chat stream opens with, as llama-server and OpenAI send it: the role and no content
+ * ({"role": "assistant", "content": null}), before any content, reasoning or tool call. */
+static void role_chunk(struct stream *st)
+{
+    cJSON *root = envelope(st->s, st->r, "chat.completion.chunk");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), ch);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+    cJSON_AddStringToObject(d, "role", "assistant");
+    cJSON_AddNullToObject(d, "content");
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
+    char *j = tp_json_print(root);
+    cJSON_Delete(root);
+    if (j) tp_sse_data(&st->out, j);
+    free(j);
+    st->first = 0;
+}
+
 /* mu held: format everything new into st->out. */
 static void stream_format(struct stream *st)
 {
     struct tp_req *r = st->r;
     struct tp_server *s = st->s;
+    if (st->first && (r->n_toks > 0 || (r->state == TP_REQ_DONE && r->finish != TP_FINISH_ERROR))) role_chunk(st);
     int harmony = is_harmony(s, r), split = harmony || is_think(s, r);
     const int tools = !split && r->params.tool_format != TP_TOOL_FORMAT_NONE;
     if (harmony) {
@@ -547,23 +569,10 @@ static enum tp_status prepare_request(struct tp_server *s, int chat, const char 
     int n = 0;
     enum tp_status st = tp_req_parse(body, len, chat, s->n_vocab, s->n_ctx, &p, e);
     if (st != TP_OK) return st;
-    st = tp_run_default_bias(s, &p, e);
+    st = tp_run_apply_defaults(s, &p, e);
     if (st == TP_OK) st = tp_run_tokens(s, &p, chat ? "messages" : "prompt", &ids, &n, e);
-    const char *pp = chat ? "messages" : "prompt";
-    if (st != TP_OK) {
-        /* e filled */
-    } else if (n == 0) {
-        st = tp_api_err(e, TP_ERR_INVALID_ARG, pp, "the prompt is empty (0 tokens); send some text");
-    } else if (n >= s->n_ctx) {
-        st = tp_api_err(e, TP_ERR_INVALID_ARG, pp,
-                        "the prompt has %d tokens but the context holds %d (at least one must remain for the reply); "
-                        "shorten it or restart with a larger --ctx-size", n, s->n_ctx);
-    } else if (p.max_tokens > 0 && n + p.max_tokens > s->n_ctx) {
-        st = tp_api_err(e, TP_ERR_INVALID_ARG, chat ? "max_completion_tokens" : "max_tokens",
-                        "the context holds %d tokens, but %d were requested (%d in the prompt, %d for the "
-                        "completion); lower max_tokens or shorten the prompt",
-                        s->n_ctx, n + p.max_tokens, n, p.max_tokens);
-    }
+    if (st == TP_OK)
+        st = tp_run_check_context(s, &p, n, chat ? "messages" : "prompt", chat ? "max_completion_tokens" : "max_tokens", e);
     struct tp_req *r = st == TP_OK ? tp_req_new() : NULL;
     if (st == TP_OK && !r) st = tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
     if (st != TP_OK) {

@@ -247,7 +247,7 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
             free(ids);
             tp_api_err(&e, TP_ERR_INVALID_ARG, param, "'%s' has %d tokens but the context holds %d; shorten it or restart with a "
                                         "larger --ctx-size", param, n, s->n_ctx);
-            e.code = "context_length_exceeded";
+            tp_run_context_error(&e, n, 0, s->n_ctx);
             goto fail;
         }
         struct tp_req *r = tp_req_new();

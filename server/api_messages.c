@@ -46,7 +46,14 @@ char *tp_api_messages_error_json(const struct tp_api_error *e)
     cJSON *er = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(er, "type", error_type(tp_http_error_kind(e->status).http_status));
     char m[700];
-    cJSON_AddStringToObject(er, "message", tp_run_error_text(e, m, sizeof m));
+    if (e->n_ctx > 0 && e->n_max_tokens > 0) /* context_length_exceeded, in Anthropic's words */
+        snprintf(m, sizeof m, "input length and `max_tokens` exceed context limit: %d + %d > %d, decrease input length "
+                 "or `max_tokens` and try again", e->n_prompt_tokens, e->n_max_tokens, e->n_ctx);
+    else if (e->n_ctx > 0)
+        snprintf(m, sizeof m, "prompt is too long: %d tokens > %d maximum", e->n_prompt_tokens, e->n_ctx - 1);
+    else
+        tp_run_error_text(e, m, sizeof m);
+    cJSON_AddStringToObject(er, "message", m);
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return json;
@@ -149,7 +156,10 @@ static int turn_blocks(const cJSON *c, int i, struct group *g, struct tp_api_err
         const cJSON *ty = cJSON_IsObject(blk) ? field(blk, "type") : NULL;
         const char *bt = cJSON_IsString(ty) ? ty->valuestring : "";
         if (strcmp(bt, "text") == 0) {
-            rc = read_text_block(blk, param, k, &t, e);
+            /* a turn's text blocks are chat content parts: joined with a newline, as chat completions and
+             * llama-server join them */
+            if (t.len > 0 && tp_buf_puts(&t, "\n")) rc = nomem(e);
+            else rc = read_text_block(blk, param, k, &t, e);
             has_text = 1;
         } else if (strcmp(bt, "tool_use") == 0) {
             static const char *const keys[] = {"type", "id", "name", "input", "cache_control"};

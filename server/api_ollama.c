@@ -80,16 +80,6 @@ static int is_our_model(struct tp_server *s, const char *name)
     return strcmp(name, id) == 0 || strcmp(name, full) == 0;
 }
 
-static uint64_t n_params(const struct tp_hparams *hp)
-{
-    uint64_t d = (uint64_t)hp->n_embd, q = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
-    uint64_t kv = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
-    uint64_t ne = hp->n_expert > 0 ? (uint64_t)hp->n_expert : 1;
-    uint64_t layer = 2 * d * q + 2 * d * kv + 3 * d * (uint64_t)hp->n_ff * ne + 3 * d * (uint64_t)hp->n_ff_shexp +
-                     (hp->n_expert > 0 ? d * ne : 0) + 2 * d;
-    return (uint64_t)hp->n_vocab * d * (hp->tied_embeddings ? 1 : 2) + (uint64_t)hp->n_layer * layer + d;
-}
-
 static void size_label(uint64_t n, char *out, size_t cap)
 {
     if (n >= 1000000000ull) snprintf(out, cap, "%.1fB", (double)n / 1e9);
@@ -128,7 +118,7 @@ static cJSON *details(struct tp_server *s)
     cJSON_AddStringToObject(d, "family", arch);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "families"), cJSON_CreateString(arch));
     char sz[32];
-    size_label(n_params(hp), sz, sizeof sz);
+    size_label(tp_srv_n_params(hp), sz, sizeof sz);
     cJSON_AddStringToObject(d, "parameter_size", sz);
     cJSON_AddStringToObject(d, "quantization_level", tp_wtype_name(tp_model_weight_type(m)));
     return d;
@@ -209,13 +199,25 @@ static enum MHD_Result show_model(struct tp_server *s, struct MHD_Connection *c,
     tp_buf_printf(&mf, "# served by tpserve\nFROM %s\n", path ? path : "");
     cJSON_AddStringToObject(o, "modelfile", mf.data ? mf.data : "");
     tp_buf_free(&mf);
-    cJSON_AddStringToObject(o, "parameters", "");
+    /* the server's generation defaults (props.c), one "name value" line each, as Ollama lists a Modelfile's */
+    struct tp_buf pb = {0};
+    const struct tp_gen_defaults *g = &s->gen;
+    if (g->set & TP_GEN_TEMPERATURE) tp_buf_printf(&pb, "temperature %g\n", tp_srv_num(g->temperature));
+    if (g->set & TP_GEN_TOP_P) tp_buf_printf(&pb, "top_p %g\n", tp_srv_num(g->top_p));
+    if (g->set & TP_GEN_TOP_K) tp_buf_printf(&pb, "top_k %d\n", g->top_k);
+    if (g->set & TP_GEN_MIN_P) tp_buf_printf(&pb, "min_p %g\n", tp_srv_num(g->min_p));
+    if (g->set & TP_GEN_REPEAT_PENALTY) tp_buf_printf(&pb, "repeat_penalty %g\n", tp_srv_num(g->repeat_penalty));
+    if (g->set & TP_GEN_SEED) tp_buf_printf(&pb, "seed %llu\n", (unsigned long long)g->seed);
+    if (g->set & TP_GEN_N_PREDICT) tp_buf_printf(&pb, "num_predict %d\n", g->n_predict);
+    if (pb.len > 0) pb.data[--pb.len] = '\0';
+    cJSON_AddStringToObject(o, "parameters", pb.data ? pb.data : "");
+    tp_buf_free(&pb);
     cJSON_AddStringToObject(o, "template", tmpl ? tmpl : "");
     cJSON_AddItemToObject(o, "details", details(s));
     cJSON *mi = cJSON_AddObjectToObject(o, "model_info");
     char k[96];
     cJSON_AddStringToObject(mi, "general.architecture", arch);
-    cJSON_AddNumberToObject(mi, "general.parameter_count", (double)n_params(hp));
+    cJSON_AddNumberToObject(mi, "general.parameter_count", (double)tp_srv_n_params(hp));
     static const char *const keys[] = {"context_length", "embedding_length", "block_count", "feed_forward_length",
                                        "attention.head_count", "attention.head_count_kv", "vocab_size"};
     const int vals[] = {hp->n_ctx_train, hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv, hp->n_vocab};
@@ -285,6 +287,15 @@ static int translate_options(const cJSON *root, cJSON *out, int n_ctx, struct tp
         }
     }
     return 0;
+}
+
+/* options.num_predict -1 / -2 asks for no limit: a field the request sets, which the server's --n-predict
+ * default does not replace (p->max_tokens stays -1). */
+static void no_limit_asked(const cJSON *root, struct tp_req_params *p)
+{
+    const cJSON *opt = field(root, "options");
+    const cJSON *np = cJSON_IsObject(opt) ? field(opt, "num_predict") : NULL;
+    if (cJSON_IsNumber(np) && np->valuedouble < 0) p->set |= TP_GEN_N_PREDICT;
 }
 
 /* format: "json" or a JSON schema object -> response_format. */
@@ -614,6 +625,7 @@ static enum MHD_Result chat(struct tp_server *s, struct MHD_Connection *c, const
     const cJSON *tools = field(root, "tools");
     if (tools && cJSON_GetArraySize(tools) > 0) cJSON_AddItemToObject(out, "tools", cJSON_Duplicate(tools, 1));
     if (tp_run_parse_chat(s, out, rename_fields, &p, &e)) goto fail;
+    no_limit_asked(root, &p);
     struct ol_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
         tp_req_params_free(&p);
@@ -695,6 +707,7 @@ static enum MHD_Result generate(struct tp_server *s, struct MHD_Connection *c, c
         cJSON_AddStringToObject(o, "content", prompt->valuestring);
     }
     if (tp_run_parse_chat(s, out, rename_fields, &p, &e)) goto fail;
+    no_limit_asked(root, &p);
     struct ol_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
         tp_req_params_free(&p);

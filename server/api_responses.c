@@ -205,7 +205,8 @@ static void ctx_free(void *p)
     free(x);
 }
 
-/* Text of an item's content: a string, or a list of input_text / output_text parts (joined). */
+/* Text of an item's content: a string, or a list of input_text / output_text parts, joined as chat completions
+ * joins text parts (a newline before each part when the text so far is not empty, as llama-server does). */
 static int content_text(const cJSON *c, const char *param, struct tp_buf *b, struct tp_api_error *e)
 {
     if (cJSON_IsString(c)) return tp_buf_puts(b, c->valuestring) ? tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory") : 0;
@@ -220,7 +221,8 @@ static int content_text(const cJSON *c, const char *param, struct tp_buf *b, str
             return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d] is a '%.40s' part; this server takes input_text and "
                                               "output_text parts only", param, k, t[0] ? t : "?");
         if (!cJSON_IsString(tx)) return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d].text must be a string", param, k);
-        if (tp_buf_puts(b, tx->valuestring)) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
+        if ((b->len > 0 && tp_buf_puts(b, "\n")) || tp_buf_puts(b, tx->valuestring))
+            return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
         k++;
     }
     return 0;
@@ -467,6 +469,15 @@ static const char *const rename_fields[][2] = {
 
 /* Validate a Responses body and translate it into p; ctx gets what the
  * answer repeats.  for_count: /v1/responses/input_tokens. */
+/* What a response repeats for a field the request left out: the server's generation defaults for temperature
+ * and top_p, true for parallel_tool_calls, else null. */
+static cJSON *echo_default(const struct tp_server *s, const char *name)
+{
+    if (strcmp(name, "temperature") == 0) return cJSON_CreateNumber(tp_srv_num(s->gen.temperature));
+    if (strcmp(name, "top_p") == 0) return cJSON_CreateNumber(tp_srv_num(s->gen.top_p));
+    return strcmp(name, "parallel_tool_calls") == 0 ? cJSON_CreateTrue() : cJSON_CreateNull();
+}
+
 static int parse_request(struct tp_server *s, const char *body, size_t len, int for_count, struct tp_req_params *p,
                          struct resp_ctx *ctx, struct tp_api_error *e)
 {
@@ -595,13 +606,9 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
         v = field(root, pass[i][0]);
         if (v && (!for_count || strcmp(pass[i][0], "max_output_tokens") != 0))
             cJSON_AddItemToObject(out, pass[i][1], cJSON_Duplicate(v, 1));
-        /* the response repeats the value used: OpenAI's defaults where the request left one out */
+        /* the response repeats the value used: the server's defaults where the request left one out */
         if (strcmp(pass[i][0], "stream") == 0) continue;
-        cJSON *def = !strcmp(pass[i][0], "temperature") || !strcmp(pass[i][0], "top_p") ? cJSON_CreateNumber(1)
-                     : !strcmp(pass[i][0], "parallel_tool_calls")                      ? cJSON_CreateTrue()
-                                                                                        : cJSON_CreateNull();
-        if (v) cJSON_Delete(def);
-        cJSON_AddItemToObject(echo, pass[i][0], v ? cJSON_Duplicate(v, 1) : def);
+        cJSON_AddItemToObject(echo, pass[i][0], v ? cJSON_Duplicate(v, 1) : echo_default(s, pass[i][0]));
     }
     if (for_count) cJSON_DeleteItemFromObject(out, "stream");
     /* the conversation: previous response's, then instructions first, then input */

@@ -115,8 +115,9 @@ enum tp_status tp_run_tokens(struct tp_server *s, struct tp_req_params *p, const
     return st;
 }
 
-enum tp_status tp_run_default_bias(const struct tp_server *s, struct tp_req_params *p, struct tp_api_error *e)
+enum tp_status tp_run_apply_defaults(const struct tp_server *s, struct tp_req_params *p, struct tp_api_error *e)
 {
+    tp_req_apply_defaults(p, &s->gen);
     if (s->n_bias == 0 || p->n_logit_bias > 0 || p->embed) return TP_OK;
     p->bias_id = malloc(sizeof(int32_t) * (size_t)s->n_bias);
     p->bias_val = malloc(sizeof(float) * (size_t)s->n_bias);
@@ -125,6 +126,37 @@ enum tp_status tp_run_default_bias(const struct tp_server *s, struct tp_req_para
     memcpy(p->bias_val, s->bias_val, sizeof(float) * (size_t)s->n_bias);
     p->n_logit_bias = s->n_bias;
     return TP_OK;
+}
+
+enum tp_status tp_run_check_context(const struct tp_server *s, struct tp_req_params *p, int n, const char *prompt_param,
+                                    const char *max_param, struct tp_api_error *e)
+{
+    if (n == 0) return tp_api_err(e, TP_ERR_INVALID_ARG, prompt_param, "the prompt is empty (0 tokens); send some text");
+    if (n >= s->n_ctx) {
+        tp_api_err(e, TP_ERR_INVALID_ARG, prompt_param,
+                   "the prompt has %d tokens but the context holds %d (at least one must remain for the reply); "
+                   "shorten it or restart with a larger --ctx-size", n, s->n_ctx);
+    } else if (p->max_tokens > 0 && n + p->max_tokens > s->n_ctx) {
+        if (!(p->set & TP_GEN_N_PREDICT)) {
+            p->max_tokens = s->n_ctx - n; /* a server default (--n-predict, max_new_tokens): what fits */
+            return TP_OK;
+        }
+        tp_api_err(e, TP_ERR_INVALID_ARG, max_param,
+                   "the context holds %d tokens, but %d were requested (%d in the prompt, %d for the reply); lower %s "
+                   "or shorten the prompt", s->n_ctx, n + p->max_tokens, n, p->max_tokens, max_param);
+    } else {
+        return TP_OK;
+    }
+    tp_run_context_error(e, n, n < s->n_ctx ? p->max_tokens : 0, s->n_ctx);
+    return e->status;
+}
+
+void tp_run_context_error(struct tp_api_error *e, int n, int n_max, int n_ctx)
+{
+    e->code = "context_length_exceeded";
+    e->n_prompt_tokens = n;
+    e->n_max_tokens = n_max;
+    e->n_ctx = n_ctx;
 }
 
 int tp_run_wait_done(struct tp_server *s, struct MHD_Connection *c, struct tp_req *r)
@@ -465,22 +497,9 @@ enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, co
         tp_api_err(&e, TP_ERR_UNSUPPORTED, "tools", "tool calls on %s are not supported with the harmony format "
                    "(gpt-oss); use /v1/chat/completions, or leave the tools out", ops->path);
     } else if (ids || tp_run_tokens(s, p, p->chat ? "messages" : "prompt", &ids, &n, &e) == TP_OK) {
-        const char *pp = p->chat ? "messages" : "prompt";
-        if (n == 0) {
-            tp_api_err(&e, TP_ERR_INVALID_ARG, pp, "the prompt is empty (0 tokens); send some text");
-        } else if (n >= s->n_ctx) {
-            tp_api_err(&e, TP_ERR_INVALID_ARG, pp, "the prompt has %d tokens but the context holds %d (at least one must remain "
-                                     "for the reply); shorten it or restart with a larger --ctx-size", n, s->n_ctx);
-            e.code = "context_length_exceeded";
-        } else if (p->max_tokens > 0 && n + p->max_tokens > s->n_ctx) {
-            tp_api_err(&e, TP_ERR_INVALID_ARG, max_tokens_param,
-                        "the context holds %d tokens, but %d were requested (%d in the prompt, %d for the reply); "
-                        "lower %s or shorten the prompt", s->n_ctx, n + p->max_tokens, n, p->max_tokens,
-                        max_tokens_param);
-            e.code = "context_length_exceeded";
-        }
+        tp_run_apply_defaults(s, p, &e);
+        if (!e.status) tp_run_check_context(s, p, n, p->chat ? "messages" : "prompt", max_tokens_param, &e);
     }
-    if (!e.status) tp_run_default_bias(s, p, &e);
     struct tp_req *r = NULL;
     if (!e.status && !(r = tp_req_new())) tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
     if (e.status) {

@@ -112,9 +112,23 @@ struct tp_run {
 enum tp_status tp_run_tokens(struct tp_server *s, struct tp_req_params *p, const char *param, int32_t **ids,
                              int *n, struct tp_api_error *e);
 
-/* The server's --logit-bias copied into p when p has no logit_bias of its own (and is not an embedding).
- * TP_OK or TP_ERR_NOMEM (e filled). */
-enum tp_status tp_run_default_bias(const struct tp_server *s, struct tp_req_params *p, struct tp_api_error *e);
+/* The server's defaults for what p leaves out, for every API: the generation defaults (s->gen: the command
+ * line's, then the model's; tp_req_apply_defaults) and --logit-bias when p has no logit_bias of its own
+ * (not for an embedding).  TP_OK or TP_ERR_NOMEM (e filled). */
+enum tp_status tp_run_apply_defaults(const struct tp_server *s, struct tp_req_params *p, struct tp_api_error *e);
+
+/*
+ * A prompt of n tokens against the context, the same for every API: an empty prompt is refused; a prompt
+ * that leaves no room for one token of reply, or a reply limit the request set (p->set TP_GEN_N_PREDICT)
+ * that does not fit after it, gets TP_ERR_INVALID_ARG with code "context_length_exceeded" and the counts
+ * (e->n_prompt_tokens, e->n_ctx) for each API's error shape; a limit that came from the server's
+ * defaults is lowered to what fits instead.  prompt_param / max_param name the fields to blame.
+ */
+/* e (already filled with its message) as "context_length_exceeded" with the counts each API's error shows:
+ * n prompt tokens, n_max the reply limit asked for (0: the prompt alone does not fit), n_ctx the context. */
+void tp_run_context_error(struct tp_api_error *e, int n, int n_max, int n_ctx);
+enum tp_status tp_run_check_context(const struct tp_server *s, struct tp_req_params *p, int n, const char *prompt_param,
+                                    const char *max_param, struct tp_api_error *e);
 
 /*
  * Wait (mu held, released while waiting) until r is done; every 100 ms

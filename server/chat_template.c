@@ -60,7 +60,7 @@ enum tp_chat_family tp_chat_family_parse(const char *name)
 
 enum tp_chat_family tp_chat_detect(const char *t)
 {
-    if (!t || !t[0]) return TP_CHAT_PLAIN;
+    if (!t || !t[0]) return TP_CHAT_CHATML; /* no template: ChatML, as llama-server falls back */
     if (strstr(t, "<|start_header_id|>") && strstr(t, "<|eot_id|>"))
         return !strstr(t, "Environment: ipython") ? TP_CHAT_LLAMA3
                : strstr(t, "strftime_now")        ? TP_CHAT_LLAMA32

@@ -121,6 +121,11 @@ char *tp_api_error_json(const struct tp_api_error *e)
     else cJSON_AddNullToObject(o, "param");
     if (code) cJSON_AddStringToObject(o, "code", code);
     else cJSON_AddNullToObject(o, "code");
+    if (e->n_ctx > 0) {
+        /* context_length_exceeded: the counts as llama-server gives them */
+        cJSON_AddNumberToObject(o, "n_prompt_tokens", e->n_prompt_tokens);
+        cJSON_AddNumberToObject(o, "n_ctx", e->n_ctx);
+    }
     out = tp_json_print(root); /* user text quoted in messages may hold NUL (C0 80) */
 out:
     cJSON_Delete(root);
@@ -590,7 +595,7 @@ static enum MHD_Result handle_detokenize(struct tp_server *s, struct MHD_Connect
 
 /* ------------------------------------------------------------ routing */
 
-enum route { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EXT };
+enum route { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_PROPS, R_EXT };
 static const struct {
     const char *path;
     const char *method;
@@ -604,6 +609,7 @@ static const struct {
     {"/v1/chat/completions", "POST", R_CHAT, 1, 1},
     {"/tokenize", "POST", R_TOKENIZE, 1, 1},
     {"/detokenize", "POST", R_DETOKENIZE, 1, 1},
+    {"/props", "GET", R_PROPS, 1, 1},
     /* the other APIs (api_run.h: tp_api_route_ext) */
     /* the un-prefixed paths some clients build from a base URL without /v1 */
     {"/models", "GET", R_MODELS, 1, 0},
@@ -992,6 +998,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     const char *body = cc->body.data ? cc->body.data : "";
     switch (r) {
     case R_MODELS: return handle_models(s, c);
+    case R_PROPS: return tp_api_props(s, c); /* props.c */
     case R_TOKENIZE: return handle_tokenize(s, c, body, cc->body.len);
     case R_DETOKENIZE: return handle_detokenize(s, c, body, cc->body.len);
     case R_EXT: return tp_api_route_ext(s, c, routes[cc->route_idx].path, body, cc->body.len);
@@ -1247,6 +1254,8 @@ enum tp_status tp_server_start(tp_server_t *s, tp_parallel_t *p, struct tp_error
     s->model_id = id ? strdup(id) : NULL;
     s->n_ctx = tp_model_n_ctx(m);
     s->n_vocab = tp_parallel_hparams(p)->n_vocab;
+    tp_server_gen_init(s);     /* props.c: the generation defaults every request starts from */
+    tp_server_identity_init(s); /* props.c: system_fingerprint */
     if (s->cfg.logit_bias && parse_server_bias(s, s->cfg.logit_bias, err) != TP_OK) {
         tp_server_set_failed(s, err->msg);
         return err->status;

@@ -67,6 +67,15 @@ struct tp_server {
     int n_bias;                       /* --logit-bias entries (tp_server_config.logit_bias) */
     int32_t *bias_id;                 /* (n_bias) token ids, ascending, distinct (owned) */
     float *bias_val;                  /* (n_bias) -100..100 (owned) */
+    struct tp_gen_defaults gen;       /* every field filled: the command line's, else the model's, else the
+                                       * engine's; set: the bits requests take (tp_run_apply_defaults) */
+    const char *gen_from[7];          /* per TP_GEN_* bit (in bit order): where gen's value comes from
+                                       * ("command line", "built-in" (static) or model_gen_source) */
+    char model_gen_source[32];        /* the model's recommended settings' file ("" when it has none) */
+    char build_info[64];              /* "b<commits>-<commit>" (llama-server's build_info) */
+    char fingerprint[24];             /* system_fingerprint: "fp_" + 10 hex of SHA-256(build, model identity) */
+    char model_sha[65];               /* the model identity: SHA-256 of the file's size, metadata and sampled
+                                       * bytes (props.c), hex */
 };
 
 enum MHD_Result tp_http_send(struct tp_server *s, struct MHD_Connection *c, int status, const char *content_type,
@@ -112,6 +121,19 @@ enum tp_status tp_server_tokenize(struct tp_server *s, const char *text, size_t 
                                   int *n_out, struct tp_api_error *e);
 /* Append s[0..n) with invalid UTF-8 bytes replaced by U+FFFD. */
 void tp_srv_utf8_sanitize(const char *s, size_t n, struct tp_buf *out);
+/* ---- props.c: GET /props, the generation defaults, system_fingerprint ---- */
+/* Fill s->gen and gen_from from s->cfg.gen and the model's recommended settings (engine and model attached). */
+void tp_server_gen_init(struct tp_server *s);
+/* Fill s->build_info, s->model_sha and s->fingerprint (reads the model file's metadata and a few KiB of its
+ * weights, once). */
+void tp_server_identity_init(struct tp_server *s);
+/* GET /props: llama-server's shape (docs/api.md). */
+enum MHD_Result tp_api_props(struct tp_server *s, struct MHD_Connection *c);
+/* x as the shortest decimal within 1e-6 (0.95f prints as 0.95, not 0.949999988). */
+double tp_srv_num(float x);
+/* Parameter count of a model of shape hp (embeddings, attention, feed-forward, experts, norms). */
+uint64_t tp_srv_n_params(const struct tp_hparams *hp);
+
 /* POST /v1/completions (chat 0) and /v1/chat/completions (chat 1). */
 enum MHD_Result tp_api_handle_completion(struct tp_server *s, struct MHD_Connection *c, int chat, const char *body,
                                          size_t len);

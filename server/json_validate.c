@@ -102,7 +102,9 @@ static enum tp_status parse_prompt(const cJSON *root, int n_vocab, struct tp_req
     return tp_api_err(e, TP_ERR_INVALID_ARG, "prompt", "'prompt' must be a string, a list of strings or a list of token ids");
 }
 
-/* content: a string, or a list of {"type":"text","text":...} parts (joined). */
+/* content: a string, or a list of {"type": "text", "text": ...} parts, joined as llama-server joins them
+ * (common_chat_msgs_to_json_oaicompat): a newline before each part when the text so far is not empty.
+ * Any other part type (image_url, input_audio, file, ...) is refused naming it. */
 static enum tp_status parse_content(const cJSON *c, int idx, int allow_null, char **out, struct tp_api_error *e)
 {
     char param[48];
@@ -122,17 +124,25 @@ static enum tp_status parse_content(const cJSON *c, int idx, int allow_null, cha
     int k = 0;
     cJSON_ArrayForEach(part, c)
     {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsObject(part) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
-            !cJSON_IsString(text)) {
-            tp_buf_free(&b);
-            return tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s'[%d] must be {\"type\": \"text\", \"text\": \"...\"} (only text is supported)",
-                              param, k);
+        char pp[64];
+        snprintf(pp, sizeof pp, "%s[%d]", param, k);
+        const cJSON *type = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "type") : NULL;
+        const cJSON *text = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "text") : NULL;
+        enum tp_status st = TP_OK;
+        if (!cJSON_IsString(type)) {
+            st = tp_api_err(e, TP_ERR_INVALID_ARG, pp, "'%s' must be a content part {\"type\": \"text\", \"text\": \"...\"}",
+                            pp);
+        } else if (strcmp(type->valuestring, "text") != 0) {
+            st = tp_api_err(e, TP_ERR_INVALID_ARG, pp, "'%s' is a content part of type '%.40s'; this server takes text "
+                            "parts only (the served model reads no images, audio or files)", pp, type->valuestring);
+        } else if (!cJSON_IsString(text)) {
+            st = tp_api_err(e, TP_ERR_INVALID_ARG, pp, "'%s'.text must be a string", pp);
+        } else if ((b.len > 0 && tp_buf_puts(&b, "\n") != TP_OK) || tp_buf_puts(&b, text->valuestring) != TP_OK) {
+            st = tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
         }
-        if (tp_buf_puts(&b, text->valuestring) != TP_OK) {
+        if (st != TP_OK) {
             tp_buf_free(&b);
-            return tp_api_err(e, TP_ERR_NOMEM, param, "out of memory");
+            return st;
         }
         k++;
     }
@@ -870,6 +880,7 @@ static enum tp_status parse_fields(const cJSON *root, const char *body, size_t l
         if (d > n_ctx)
             return tp_api_err(e, TP_ERR_INVALID_ARG, mt_name, "'%s' is %.0f but the context holds only %d tokens", mt_name, d, n_ctx);
         p->max_tokens = (int)d;
+        p->set |= TP_GEN_N_PREDICT;
     }
     if (get_number(root, "temperature", 0, 2, &p->temperature, e)) return e->status;
     if (get_number(root, "top_p", 0, 1, &p->top_p, e)) return e->status;
@@ -883,6 +894,13 @@ static enum tp_status parse_fields(const cJSON *root, const char *body, size_t l
     if (field(root, "repetition_penalty") && p->repetition_penalty <= 0)
         return tp_api_err(e, TP_ERR_INVALID_ARG, "repetition_penalty", "'repetition_penalty' must be greater than 0");
     if (parse_seed(root, body, len, p, e)) return e->status;
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } given[] = {{"temperature", TP_GEN_TEMPERATURE}, {"top_p", TP_GEN_TOP_P},   {"top_k", TP_GEN_TOP_K},
+                 {"min_p", TP_GEN_MIN_P},             {"seed", TP_GEN_SEED},     {"repetition_penalty", TP_GEN_REPEAT_PENALTY}};
+    for (size_t i = 0; i < TP_ARRAY_LEN(given); i++)
+        if (field(root, given[i].name)) p->set |= given[i].bit;
     if (refuse_unsupported(root, e)) return e->status;
     const cJSON *re = field(root, "reasoning_effort");
     if (re && !cJSON_IsNull(re)) {
@@ -958,6 +976,22 @@ enum tp_status tp_req_parse(const char *body, size_t len, int chat, int n_vocab,
     cJSON_Delete(root);
     if (rc != TP_OK) tp_req_params_free(p);
     return rc;
+}
+
+void tp_req_apply_defaults(struct tp_req_params *p, const struct tp_gen_defaults *d)
+{
+    if (!d || p->embed) return;
+    const unsigned fill = d->set & ~p->set;
+    if (fill & TP_GEN_TEMPERATURE) p->temperature = d->temperature;
+    if (fill & TP_GEN_TOP_P) p->top_p = d->top_p;
+    if (fill & TP_GEN_TOP_K) p->top_k = d->top_k;
+    if (fill & TP_GEN_MIN_P) p->min_p = d->min_p;
+    if (fill & TP_GEN_REPEAT_PENALTY) p->repetition_penalty = d->repeat_penalty;
+    if (fill & TP_GEN_SEED) {
+        p->seed = d->seed;
+        p->has_seed = 1;
+    }
+    if (fill & TP_GEN_N_PREDICT) p->max_tokens = d->n_predict > 0 ? d->n_predict : -1;
 }
 
 void tp_req_params_free(struct tp_req_params *p)

@@ -50,6 +50,7 @@ struct slot {
     struct tp_spec_adapt adapt;        /* this request's draft length from its running acceptance */
     int32_t draft[TP_SPEC_DRAFT_MAX];  /* (n_draft) fed at n_past + 1 .. n_past + n_draft */
     int n_draft;
+    int pre_k;                         /* the draft model's drafts in draft[] for the step being built (-1: none) */
     struct tp_gstate *gdraft;          /* (draft_max) with a grammar: the state after draft[0..j] (owned) */
     uint32_t dead_rows;                /* bit j: draft row j (1..n_draft) has a mask that logit_bias emptied */
     int32_t hmsg_id, hstart_id; /* auto, harmony: <|message|> and <|start|> (-1: not in the vocabulary) */
@@ -107,6 +108,7 @@ struct tp_engine {
     float *hidden;                  /* (n_embd) one token's final hidden state (embed_rows) */
     int32_t *ids;                   /* (rows_max) argmax per row of a greedy step */
     tp_spec_draft_t *draft;         /* --spec draft: the draft model, one sequence per slot (owned) */
+    struct tp_spec_draft_req *dreq; /* (n_parallel) a draft round's requests */
     int draft_failed;               /* the draft model failed once (logged; drafting stopped) */
     /* speculative decoding and step counters (mu) */
     uint64_t spec_drafted, spec_accepted, decode_seq_steps, step_collectives;
@@ -547,10 +549,10 @@ static int slot_prepare(struct tp_engine *e, struct slot *s, struct tp_req *r)
         s->gkey_valid = 0;
     }
     s->gon = r->params.grammar && !r->params.tool_auto;
-    /* speculative decoding: the request's choice, else the server's.  Not for tool_choice "auto",
-     * whose grammar switches on and off with the text */
-    r->spec = (r->params.speculative ? r->params.speculative > 0 : e->cfg.spec != TP_SPEC_OFF) &&
-              !r->params.tool_auto && !r->params.embed;
+    /* speculative decoding: the request's choice, else the server's.  With tool_choice "auto" the grammar
+     * switches on and off with the text: slot_verify ends a step's walk at the token that switches it (the
+     * rows after it were masked for the other state) */
+    r->spec = (r->params.speculative ? r->params.speculative > 0 : e->cfg.spec != TP_SPEC_OFF) && !r->params.embed;
     r->spec_mode = e->draft ? TP_SPEC_DRAFT : TP_SPEC_NGRAM;
     tp_spec_adapt_init(&s->adapt, e->cfg.draft_max);
     s->n_draft = 0;
@@ -629,32 +631,32 @@ static void admit(struct tp_engine *e)
     }
 }
 
-/* mu held: the drafts of generating slot s for this step, at most `room`:
- * the n-gram lookup over its prompt and output so far (server/spec.h), as
- * many as its adaptive length asks, never more than the tokens max_tokens
- * leaves after this step's sure one or than the context holds.  Returns how
- * many (in s->draft, s->n_draft). */
-static int slot_draft(struct tp_engine *e, struct slot *s, int room)
+/* mu held: how many drafts generating slot s may have in this step, at most
+ * `room`: as many as its adaptive length asks, never more than the tokens
+ * max_tokens leaves after this step's sure one or than the context holds. */
+static int slot_draft_room(const struct tp_engine *e, const struct slot *s, int room)
 {
     const struct tp_req *r = s->req;
     int k = TP_MIN(tp_spec_adapt_k(&s->adapt), room);
     k = TP_MIN(k, r->max_tokens - r->n_toks - 1);
     k = TP_MIN(k, e->n_ctx - 1 - s->n_past);
+    return TP_MAX(k, 0);
+}
+
+/* mu held: the drafts of generating slot s for this step, at most `room`
+ * (slot_draft_room): the n-gram lookup over its prompt and output so far
+ * (server/spec.h), or what the draft model proposed for it in this round's
+ * draft_round; with a grammar, cut before the first draft it refuses.
+ * Returns how many (in s->draft, s->n_draft). */
+static int slot_draft(struct tp_engine *e, struct slot *s, int room)
+{
+    const struct tp_req *r = s->req;
+    int k = slot_draft_room(e, s, room);
+    s->n_draft = 0;
     if (k <= 0) return 0;
     s->hist[s->n_past] = s->last_tok;
-    if (e->draft && !e->draft_failed) {
-        k = tp_spec_draft_propose(e->draft, (int)(s - e->slots), s->hist, s->n_past + 1, k, s->draft);
-        if (k < 0) {
-            tp_log(TP_LOG_ERROR, "server", "the draft model failed (%s); decoding without drafts from now on",
-                   tp_spec_draft_last_error(e->draft));
-            e->draft_failed = 1;
-            k = 0;
-        }
-    } else if (e->draft) {
-        k = 0;
-    } else {
-        k = tp_spec_ngram_draft(s->hist, s->n_past + 1, k, s->draft);
-    }
+    if (e->draft) k = s->pre_k > 0 ? TP_MIN(s->pre_k, k) : 0; /* none when the draft model failed */
+    else k = tp_spec_ngram_draft(s->hist, s->n_past + 1, k, s->draft);
     const tp_grammar_t *g = r->params.grammar;
     if (g && s->gon) {
         /* a grammar: drafts are cut before the first one the automaton refuses (or after one that completes the
@@ -676,6 +678,45 @@ static int slot_draft(struct tp_engine *e, struct slot *s, int room)
     }
     s->n_draft = k;
     return k;
+}
+
+/*
+ * mu held on entry and on return: with a draft model, the drafts of every
+ * generating speculative slot for the next step, in one batched round
+ * (tp_spec_draft_propose_batch: about k forward passes whatever the number
+ * of slots).  The round runs with mu released, so HTTP threads queue and
+ * cancel meanwhile; only this thread touches the slots and the draft model.
+ * Each slot asks for the room build_step will leave it (the same order and
+ * budget; build_step's drafts never exceed what this round asked for).
+ */
+static void draft_round(struct tp_engine *e)
+{
+    for (int i = 0; i < e->cfg.n_parallel; i++) e->slots[i].pre_k = -1;
+    if (!e->draft || e->draft_failed) return;
+    int spare = e->cfg.n_batch, n = 0;
+    for (int i = 0; i < e->cfg.n_parallel; i++)
+        spare -= e->slots[i].req && e->slots[i].n_fed >= e->slots[i].req->n_prompt;
+    for (int i = 0; i < e->cfg.n_parallel; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->req || s->n_fed < s->req->n_prompt || !s->req->spec || spare <= 0) continue;
+        const int k = slot_draft_room(e, s, spare);
+        if (k <= 0) continue;
+        s->hist[s->n_past] = s->last_tok;
+        e->dreq[n++] = (struct tp_spec_draft_req){.seq = i, .toks = s->hist, .n = s->n_past + 1, .k = k,
+                                                  .out = s->draft};
+        spare -= k;
+    }
+    if (n == 0) return;
+    pthread_mutex_unlock(&e->mu);
+    const enum tp_status st = tp_spec_draft_propose_batch(e->draft, e->dreq, n);
+    pthread_mutex_lock(&e->mu);
+    if (st != TP_OK) {
+        tp_log(TP_LOG_ERROR, "server", "the draft model failed (%s); decoding without drafts from now on",
+               tp_spec_draft_last_error(e->draft));
+        e->draft_failed = 1;
+        return;
+    }
+    for (int j = 0; j < n; j++) e->slots[e->dreq[j].seq].pre_k = e->dreq[j].n_out;
 }
 
 /* mu held: the clears of every slot admitted since the last step (e->clear_seq/clear_from).
@@ -1082,7 +1123,8 @@ static void slot_take(struct tp_engine *e, struct slot *s, const struct tp_sampl
  * draft with its target probability, else draws from the rest), and the
  * token goes through slot_take (stop strings, limits, text).  The walk ends
  * at the first token that is not the draft of its row (that token is the
- * next input) or when the request finishes.  The K/V of the drafts after
+ * next input), at a token that switches the grammar on or off, or when the
+ * request finishes.  The K/V of the drafts after
  * the last accepted one is dropped by a clear in the next step.
  */
 static void slot_verify(struct tp_engine *e, struct slot *s, int greedy, int row0, int pos0)
@@ -1126,8 +1168,11 @@ static void slot_verify(struct tp_engine *e, struct slot *s, int greedy, int row
             e->spec_accepted++;
         }
         s->n_past = pos0 + j + 1;
+        const int gon = s->gon;
         slot_take(e, s, &res);
-        if (!acc || !s->req) break;
+        /* a token that switched the grammar on or off (tool_choice "auto": a call began or ended) ends the walk
+         * even when it was the draft: the next rows were masked for the old state.  It is fed again next step */
+        if (!acc || !s->req || s->gon != gon) break;
     }
     tp_spec_adapt_update(&s->adapt, k, a);
     /* positions pos0 .. n_past - 1 hold the reply's tokens; the rest of the step's drafts go */
@@ -1356,6 +1401,8 @@ static void *engine_main(void *arg)
             continue;
         }
         admit(e);
+        draft_round(e); /* may release mu while the draft model runs */
+        if (e->stop || e->failed || e->recovering) continue;
         struct tp_step st;
         int n = build_step(e, &st);
         if (n == 0 && st.n_clear == 0 && st.n_copy == 0) {
@@ -1454,6 +1501,35 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
+/*
+ * Where the draft model runs, and why (logged at start): on rank 0, batched
+ * over the slots.  Decoding reads every weight once per token, so a drafted
+ * token costs about draft bytes / (the bytes of rank 0's share of the model)
+ * of a step.  The alternatives cost more: a copy on every rank runs the same
+ * passes at the same time on the step's critical path (no faster, N times the
+ * memory), and a draft sharded over the N ranks would save at most
+ * (1 - 1/N) of that time while adding 2 x its layers all_sums per drafted
+ * token, which on links between machines outweigh a small draft's compute
+ * (docs/speculative.md, "Where the draft model runs").
+ */
+static void draft_placement_log(const struct tp_engine *e, const char *path)
+{
+    const uint64_t db = tp_spec_draft_weight_bytes(e->draft);
+    const uint64_t tb = tp_model_weight_bytes(tp_parallel_model(e->p));
+    const int world = tp_parallel_size(e->p);
+    const double ratio = tb > 0 ? (double)db / (double)tb : 0.0;
+    tp_log(TP_LOG_INFO, "server",
+           "draft model %s on rank 0 (%.1f MiB, %d layers): a drafted token reads %.3f of what a step reads on rank "
+           "0%s; drafts of all slots in one batched pass per drafted position",
+           path, (double)db / 1048576.0, tp_spec_draft_n_layer(e->draft), ratio,
+           world > 1 ? " (sharding it would add 2 all_sums per layer per drafted token)" : "");
+    if (ratio > 0.5)
+        tp_log(TP_LOG_WARN, "server",
+               "the draft model is %.0f%% the size of the model's share on rank 0: drafting %d tokens costs about "
+               "%.1f steps, so speculation rarely pays with it (docs/speculative.md)",
+               100.0 * ratio, e->cfg.draft_max, ratio * e->cfg.draft_max);
+}
+
 enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t *p, struct tp_metrics *metrics,
                               struct tp_engine **out, struct tp_error *err)
 {
@@ -1499,6 +1575,7 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->row_slot = calloc((size_t)e->rows_max, sizeof(int));
     e->logits = malloc(sizeof(float) * (size_t)e->rows_max * (size_t)e->n_vocab);
     e->ids = calloc((size_t)e->rows_max, sizeof(int32_t));
+    e->dreq = calloc((size_t)cfg->n_parallel, sizeof *e->dreq);
     e->hidden = malloc(sizeof(float) * (size_t)hp->n_embd);
     e->mask_words = (e->n_vocab + 31) / 32;
     e->mask = malloc(sizeof(uint32_t) * (size_t)e->rows_max * (size_t)e->mask_words);
@@ -1514,7 +1591,7 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
     e->bias_val = malloc(n_bias * sizeof(float));
     if (!e->queue || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->row_slot || !e->logits ||
         !e->ids || !e->bias_row || !e->bias_id || !e->bias_val || !e->mask || !e->mask_row || !e->eog || !e->gnorm ||
-        !e->rank_stats || !e->stats_tmp || !e->hidden || !e->gscratch)
+        !e->rank_stats || !e->stats_tmp || !e->hidden || !e->gscratch || !e->dreq)
         goto nomem;
     e->n_ranks = tp_parallel_get_rank_stats(p, e->rank_stats, TP_METRICS_RANKS_MAX);
     if (cfg->draft_model) {
@@ -1524,6 +1601,7 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
             tp_engine_free(e);
             return drc;
         }
+        draft_placement_log(e, cfg->draft_model);
     }
     for (int i = 0; i < cfg->n_parallel; i++) {
         if (tp_detok_init(e->tok, &e->slots[i].detok) != TP_OK) goto nomem;
@@ -1599,6 +1677,7 @@ void tp_engine_free(struct tp_engine *e)
     free(e->b_logits);
     free(e->row_slot);
     free(e->ids);
+    free(e->dreq);
     free(e->rank_stats);
     free(e->stats_tmp);
     free(e->bias_row);

@@ -53,8 +53,11 @@ struct tp_api_error {
     const char *code;      /* static; NULL: the default code of the status (tp_http_error_kind) */
     char param[64];        /* request field the error names; "" -> null */
     char message[512];
+    int n_prompt_tokens;   /* code "context_length_exceeded": the prompt's tokens, the reply limit asked for (0: */
+    int n_max_tokens;      /* the prompt alone does not fit) and the context, which each API's error shape */
+    int n_ctx;             /* shows; else 0 */
 };
-/* Fill e (code reset to NULL).  Returns st, for `return tp_api_err(...)`. */
+/* Fill e (code reset to NULL, counts to 0).  Returns st, for `return tp_api_err(...)`. */
 enum tp_status tp_api_err(struct tp_api_error *e, enum tp_status st, const char *param, const char *fmt, ...)
     TP_PRINTF(4, 5);
 /* Fill e from err (its status and message; no param).  Returns err's status. */
@@ -111,7 +114,7 @@ enum tp_chat_family {
     TP_CHAT_QWEN3,
     TP_CHAT_MISTRAL,
     TP_CHAT_ZEPHYR,
-    TP_CHAT_PLAIN, /* our default for models without a template (documented in README) */
+    TP_CHAT_PLAIN, /* "<role>: <content>\n" lines (--chat-template plain only) */
     TP_CHAT_LLAMA31,      /* Llama 3.1 / 3.2 / 3.3: tools in the first user message, JSON calls */
     TP_CHAT_QWEN25,       /* Qwen2.5: ChatML with a default system message, Hermes <tool_call> */
     TP_CHAT_MISTRAL_NEMO, /* Mistral Nemo: [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS] */
@@ -138,7 +141,8 @@ struct tp_chat_msg {
     int n_calls;
     const char *tool_call_id;         /* tool: the id of the call this message answers ("" when absent) */
 };
-/* Family of a Jinja chat template by its markers; NULL -> PLAIN; unrecognised -> UNKNOWN. */
+/* Family of a Jinja chat template by its markers; NULL or "" -> CHATML (llama-server's fallback for a model
+ * without a template); unrecognised -> UNKNOWN. */
 enum tp_chat_family tp_chat_detect(const char *tmpl);
 /* "llama3" -> TP_CHAT_LLAMA3; UNKNOWN for other names. */
 enum tp_chat_family tp_chat_family_parse(const char *name);
@@ -298,6 +302,9 @@ struct tp_req_params {
     struct tp_chat_msg *msgs;      /* chat (owned, strings owned too) */
     int n_msgs;
     int max_tokens;                /* -1: until the context is full */
+    unsigned set;                  /* TP_GEN_* bits (server.h) of the sampling fields the request gave
+                                    * (max_tokens: TP_GEN_N_PREDICT); the others take the server's defaults
+                                    * (tp_req_apply_defaults) */
     float temperature, top_p, min_p;
     int top_k;
     float presence_penalty, frequency_penalty, repetition_penalty;
@@ -348,6 +355,14 @@ struct tp_req_params {
 enum tp_status tp_req_parse(const char *body, size_t len, int chat, int n_vocab, int n_ctx, struct tp_req_params *p,
                  struct tp_api_error *e);
 void tp_req_params_free(struct tp_req_params *p);
+/*
+ * The one place where server-wide generation defaults reach a request: every
+ * field of d that is given (d->set) and that p left out (p->set) is copied
+ * into p (seed: has_seed set; n_predict: max_tokens, its bit left clear in
+ * p->set so that the context check clamps it instead of refusing it).
+ * Embedding requests are left alone.  d may be NULL.
+ */
+void tp_req_apply_defaults(struct tp_req_params *p, const struct tp_gen_defaults *d);
 /*
  * tool_choice "auto": compile p->grammar for calls written in format f (the
  * chat family's; each call's arguments under its tool's parameters schema)

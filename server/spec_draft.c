@@ -1,8 +1,10 @@
 /*
  * server/spec_draft.c - a draft model for speculative decoding on rank 0
  * (server/include/server/spec.h, tp_spec_draft_*): the smaller model decodes
- * k tokens greedily after a sequence and the target model verifies them in
- * one step (the scheduler, `generate`, `bench gen`).  Its cache follows each
+ * k tokens greedily after each of a set of sequences, all of them in the same
+ * forward passes (the tokens each sequence gained since its last drafts, then
+ * one token per sequence and pass), and the target model verifies them in one
+ * step (the scheduler, `generate`, `bench gen`).  Its cache follows each
  * sequence by comparison: whatever it holds that the sequence no longer has
  * (rejected drafts, a new request in the slot) is overwritten by the next
  * feed.  Buffers are allocated at init; proposing allocates nothing.
@@ -13,14 +15,18 @@
 #include "model/model.h"
 #include "server/spec.h"
 
+#define DRAFT_ROWS_MAX 32 /* logits rows per draft-model forward pass (a round of more sequences takes several) */
+
 struct tp_spec_draft {
     tp_model_t *m;            /* owned */
-    int n_ctx, n_seq, n_batch, n_vocab;
+    int n_ctx, n_seq, n_batch, n_vocab, rows_max;
     int32_t *hist;            /* (n_seq, n_ctx) tokens its cache holds, by position */
     int *n_hist;              /* (n_seq) */
     int32_t *tok, *pos, *seq; /* (n_batch) */
     int8_t *want;             /* (n_batch) */
-    float *logits;            /* (n_vocab) */
+    int *row_req;             /* (rows_max) the request of each logits row of a pass */
+    int *from;                /* (n_seq) per request: first position fed this time (-1: no drafts) */
+    float *logits;            /* (rows_max, n_vocab) */
 };
 
 void tp_spec_draft_free(tp_spec_draft_t *d)
@@ -33,6 +39,8 @@ void tp_spec_draft_free(tp_spec_draft_t *d)
     free(d->pos);
     free(d->seq);
     free(d->want);
+    free(d->row_req);
+    free(d->from);
     free(d->logits);
     free(d);
 }
@@ -68,14 +76,17 @@ enum tp_status tp_spec_draft_init(const char *path, int n_ctx, int n_seq, int n_
     d->n_seq = n_seq;
     d->n_batch = cfg.n_batch;
     d->n_vocab = n_vocab;
+    d->rows_max = TP_MIN(TP_MIN(n_seq, DRAFT_ROWS_MAX), d->n_batch);
     d->hist = calloc((size_t)n_seq * (size_t)d->n_ctx, sizeof(int32_t));
     d->n_hist = calloc((size_t)n_seq, sizeof(int));
     d->tok = calloc((size_t)d->n_batch, sizeof(int32_t));
     d->pos = calloc((size_t)d->n_batch, sizeof(int32_t));
     d->seq = calloc((size_t)d->n_batch, sizeof(int32_t));
     d->want = calloc((size_t)d->n_batch, 1);
-    d->logits = malloc(sizeof(float) * (size_t)n_vocab);
-    if (!d->hist || !d->n_hist || !d->tok || !d->pos || !d->seq || !d->want || !d->logits) {
+    d->row_req = calloc((size_t)d->rows_max, sizeof(int));
+    d->from = calloc((size_t)n_seq, sizeof(int));
+    d->logits = malloc(sizeof(float) * (size_t)d->rows_max * (size_t)n_vocab);
+    if (!d->hist || !d->n_hist || !d->tok || !d->pos || !d->seq || !d->want || !d->row_req || !d->from || !d->logits) {
         tp_spec_draft_free(d);
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory for the draft model's buffers");
     }
@@ -91,45 +102,113 @@ static int32_t argmax(const float *v, int n)
     return b;
 }
 
-/* Feed toks[0..n) to sequence s at positions from p0, logits of the last; TP_OK or the model's error. */
-static enum tp_status feed(tp_spec_draft_t *d, int s, const int32_t *toks, int n, int p0)
+/* Run the nb tokens packed in d->tok.. (nr of them want logits, for requests d->row_req[0..nr)): the
+ * argmax of each wanted row goes to its request's out[n_out++]; every fed position enters its
+ * sequence's history.  TP_OK or the model's error (every sequence's history then counts as empty). */
+static enum tp_status flush(tp_spec_draft_t *d, struct tp_spec_draft_req *req, int nb, int nr)
 {
-    int32_t *h = d->hist + (size_t)s * (size_t)d->n_ctx;
-    for (int c = 0; c < n; c += d->n_batch) {
-        const int m = TP_MIN(d->n_batch, n - c);
-        for (int i = 0; i < m; i++) {
-            d->tok[i] = toks[c + i];
-            d->pos[i] = p0 + c + i;
-            d->seq[i] = s;
-            d->want[i] = c + i == n - 1;
-            h[p0 + c + i] = toks[c + i];
-        }
-        struct tp_batch b = {m, d->tok, d->pos, d->seq, d->want};
-        enum tp_status st = tp_model_forward(d->m, &b, d->logits);
-        if (st != TP_OK) {
-            d->n_hist[s] = 0;
-            return st;
-        }
-        d->n_hist[s] = p0 + c + m;
+    if (nb == 0) return TP_OK;
+    struct tp_batch b = {nb, d->tok, d->pos, d->seq, d->want};
+    enum tp_status st = tp_model_forward(d->m, &b, d->logits);
+    if (st != TP_OK) {
+        for (int s = 0; s < d->n_seq; s++) d->n_hist[s] = 0;
+        return st;
+    }
+    for (int i = 0; i < nb; i++) {
+        d->hist[(size_t)d->seq[i] * (size_t)d->n_ctx + (size_t)d->pos[i]] = d->tok[i];
+        d->n_hist[d->seq[i]] = d->pos[i] + 1;
+    }
+    for (int i = 0; i < nr; i++) {
+        struct tp_spec_draft_req *r = &req[d->row_req[i]];
+        r->out[r->n_out++] = argmax(d->logits + (size_t)i * (size_t)d->n_vocab, d->n_vocab);
     }
     return TP_OK;
+}
+
+enum tp_status tp_spec_draft_propose_batch(tp_spec_draft_t *d, struct tp_spec_draft_req *req, int n_req)
+{
+    if (!d) return TP_ERR_INVALID_ARG;
+    int k_max = 0;
+    for (int i = 0; i < n_req; i++) {
+        struct tp_spec_draft_req *r = &req[i];
+        r->n_out = 0;
+        if (r->seq < 0 || r->seq >= d->n_seq || r->n < 1 || !r->toks || !r->out) return TP_ERR_INVALID_ARG;
+        for (int j = 0; j < i; j++)
+            if (req[j].seq == r->seq) return TP_ERR_INVALID_ARG;
+        r->k = TP_MIN(r->k, d->n_ctx - r->n); /* drafts 0..k-2 are fed at n .. n + k - 2 */
+        d->from[i] = -1;
+        if (r->k < 1) continue;
+        /* the cache keeps the longest prefix it shares with toks (as far as sliding windows allow); the
+         * last token is fed again in any case: it gives the first draft's logits */
+        const int32_t *h = d->hist + (size_t)r->seq * (size_t)d->n_ctx;
+        int l = 0;
+        while (l < d->n_hist[r->seq] && l < r->n && h[l] == r->toks[l]) l++;
+        l = TP_MIN(l, r->n - 1);
+        l = tp_model_seq_reusable(d->m, r->seq, l);
+        tp_model_seq_truncate(d->m, r->seq, l);
+        d->n_hist[r->seq] = l;
+        d->from[i] = l;
+        k_max = TP_MAX(k_max, r->k);
+    }
+    /* catch-up: every request's new tokens, packed n_batch at a time, a logits row at each one's last */
+    int nb = 0, nr = 0;
+    enum tp_status st = TP_OK;
+    for (int i = 0; i < n_req && st == TP_OK; i++) {
+        const struct tp_spec_draft_req *r = &req[i];
+        for (int p = d->from[i]; p >= 0 && p < r->n && st == TP_OK; p++) {
+            const int last = p == r->n - 1;
+            if (nb == d->n_batch || (last && nr == d->rows_max)) {
+                st = flush(d, req, nb, nr);
+                nb = nr = 0;
+            }
+            d->tok[nb] = r->toks[p];
+            d->pos[nb] = p;
+            d->seq[nb] = r->seq;
+            d->want[nb] = (int8_t)last;
+            if (last) d->row_req[nr++] = i;
+            nb++;
+        }
+    }
+    if (st == TP_OK) st = flush(d, req, nb, nr);
+    /* then one token per sequence and pass: draft j - 1 fed at n + j - 1 gives draft j */
+    for (int j = 1; j < k_max && st == TP_OK; j++) {
+        nb = nr = 0;
+        for (int i = 0; i < n_req && st == TP_OK; i++) {
+            const struct tp_spec_draft_req *r = &req[i];
+            if (d->from[i] < 0 || r->n_out != j || j >= r->k) continue;
+            if (nr == d->rows_max) {
+                st = flush(d, req, nb, nr);
+                nb = nr = 0;
+            }
+            d->tok[nb] = r->out[j - 1];
+            d->pos[nb] = r->n + j - 1;
+            d->seq[nb] = r->seq;
+            d->want[nb] = 1;
+            d->row_req[nr++] = i;
+            nb++;
+        }
+        if (st == TP_OK) st = flush(d, req, nb, nr);
+    }
+    if (st != TP_OK)
+        for (int i = 0; i < n_req; i++) req[i].n_out = 0;
+    return st;
 }
 
 int tp_spec_draft_propose(tp_spec_draft_t *d, int s, const int32_t *toks, int n, int k, int32_t *out)
 {
     if (!d || s < 0 || s >= d->n_seq || n < 1 || k < 1) return 0;
-    k = TP_MIN(k, d->n_ctx - n); /* drafts 0..k-2 are fed at n .. n + k - 2 */
-    if (k < 1) return 0;
-    const int32_t *h = d->hist + (size_t)s * (size_t)d->n_ctx;
-    int l = 0;
-    while (l < d->n_hist[s] && l < n && h[l] == toks[l]) l++;
-    if (l == n) l = n - 1; /* the last token is fed again: it gives the logits */
-    tp_model_seq_truncate(d->m, s, l);
-    d->n_hist[s] = l;
-    if (feed(d, s, toks + l, n - l, l) != TP_OK) return -1;
-    for (int j = 0; j < k; j++) {
-        out[j] = argmax(d->logits, d->n_vocab);
-        if (j + 1 < k && feed(d, s, &out[j], 1, n + j) != TP_OK) return -1;
-    }
-    return k;
+    struct tp_spec_draft_req r = {.seq = s, .toks = toks, .n = n, .k = k, .out = out};
+    return tp_spec_draft_propose_batch(d, &r, 1) == TP_OK ? r.n_out : -1;
 }
+
+uint64_t tp_spec_draft_passes(const tp_spec_draft_t *d)
+{
+    if (!d) return 0;
+    struct tp_model_stats st;
+    tp_model_get_stats(d->m, &st);
+    return st.n_forward;
+}
+
+uint64_t tp_spec_draft_weight_bytes(const tp_spec_draft_t *d) { return d ? tp_model_weight_bytes(d->m) : 0; }
+
+int tp_spec_draft_n_layer(const tp_spec_draft_t *d) { return d ? tp_model_hparams(d->m)->n_layer : 0; }

@@ -98,6 +98,7 @@ enum tp_status tp_api_err(struct tp_api_error *e, enum tp_status st, const char 
 {
     e->status = st;
     e->code = NULL;
+    e->n_prompt_tokens = e->n_max_tokens = e->n_ctx = 0;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);

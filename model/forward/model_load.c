@@ -30,6 +30,7 @@
 #include "format/mlx_impl.h"
 #include "forward/model_impl.h"
 #include "model/tensor_source.h"
+#include "tokenizer/tokenizer_impl.h"
 
 #define MODULE "model"
 
@@ -1204,6 +1205,12 @@ static enum tp_status open_hf(tp_model_t *m)
         tp_error_set(&m->err, rc, "%s", e.msg[0] ? e.msg : "tokenizer could not be loaded");
         goto out;
     }
+    /* generation_config.json's eos_token_id (e.g. Llama 3.1: <|end_of_text|>, <|eom_id|>, <|eot_id|>) end
+     * generation too; a file the server will refuse to read for its sampling values is its to report */
+    struct tp_model_gen_defaults gd;
+    struct tp_error ge = {0};
+    if (tp_model_gen_defaults_read(m->path, &gd, &ge) == TP_OK)
+        for (int i = 0; i < gd.n_eos; i++) tp_tokenizer_mark_eog(m->tok, gd.eos_ids[i]);
     if (tp_tokenizer_n_vocab(m->tok) > m->hp.n_vocab) {
         rc = tp_error_set(&m->err, TP_ERR_FORMAT, "%s: tokenizer.json has %d tokens but config.json vocab_size is %d",
                           m->path, tp_tokenizer_n_vocab(m->tok), m->hp.n_vocab);

@@ -395,6 +395,11 @@ static void mark_eog(struct tp_tokenizer *t)
     if (ret >= 0 && call >= 0 && end >= 0) t->toks[end].eog = 0;
 }
 
+void tp_tokenizer_mark_eog(tp_tokenizer_t *t, int id)
+{
+    if (t && id >= 0 && id < t->n_vocab) t->toks[id].eog = 1;
+}
+
 enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *d, tp_tokenizer_t **out, struct tp_error *err)
 {
     *out = NULL;

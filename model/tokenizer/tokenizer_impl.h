@@ -68,4 +68,8 @@ enum tp_status tp_tokenizer_build(const struct tp_vocab_desc *desc, tp_tokenizer
 typedef struct tp_gguf tp_gguf_t;
 enum tp_status tp_tokenizer_from_gguf_handle(tp_gguf_t *g, tp_tokenizer_t **out, struct tp_error *err);
 
+/* Make id end generation too (an HF directory's generation_config.json eos_token_id); ids outside the
+ * vocabulary are ignored.  Loading only: before the tokenizer is shared. */
+void tp_tokenizer_mark_eog(tp_tokenizer_t *t, int id);
+
 #endif /* TP_MODEL_TOKENIZER_IMPL_H */

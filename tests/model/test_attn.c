@@ -306,4 +306,4 @@ static const struct tp_test_case attn_cases[] = {
     {"q8_row", test_q8_row},
     {NULL, NULL},
 };
-TP_TEST_SUITE(attn, "unit", 60, attn_cases)
+TP_TEST_SUITE(attn, "unit", 120, attn_cases)

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 
 #include "model/gguf.h"
+#include "model/gguf_write.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/tensor_source.h"
@@ -403,6 +404,82 @@ static void test_chat_template(void)
     tp_model_free(m);
 }
 
+/* The generation settings a model file recommends (tp_model_gen_defaults_read): an HF directory's
+ * generation_config.json, values and refusals; its eos_token_id ends generation once loaded; a GGUF's
+ * general.sampling.* keys. */
+static void test_generation_config(void)
+{
+    char dir[512], p[600];
+    snprintf(dir, sizeof dir, "%s/gen-hf", tp_test_tmpdir());
+    CU_ASSERT_EQUAL_FATAL(write_model("test-tiny", TP_WTYPE_F32, 1, dir), 0);
+    struct tp_model_gen_defaults d;
+    struct tp_error e = {0};
+    CU_ASSERT_EQUAL(tp_model_gen_defaults_read(dir, &d, &e), TP_OK); /* none yet */
+    CU_ASSERT_EQUAL(d.set, 0u);
+    tp_model_t *m = tm_open_model(dir, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_EQUAL(tp_tokenizer_is_eog(tp_model_tokenizer(m), 7), 0);
+    tp_model_free(m);
+
+    snprintf(p, sizeof p, "%s/generation_config.json", dir);
+    spit(p, "{\"do_sample\": true, \"temperature\": 0.7, \"top_p\": 0.8, \"top_k\": 20, \"min_p\": 0.05, "
+            "\"repetition_penalty\": 1.05, \"max_new_tokens\": 77, \"eos_token_id\": [2, 7], \"bos_token_id\": 1, "
+            "\"transformers_version\": \"4.51.0\"}");
+    CU_ASSERT_EQUAL_FATAL(tp_model_gen_defaults_read(dir, &d, &e), TP_OK);
+    CU_ASSERT_EQUAL(d.set, (unsigned)(TP_MODEL_GEN_TEMPERATURE | TP_MODEL_GEN_TOP_P | TP_MODEL_GEN_TOP_K |
+                                      TP_MODEL_GEN_MIN_P | TP_MODEL_GEN_REPEAT_PENALTY | TP_MODEL_GEN_MAX_NEW_TOKENS));
+    CU_ASSERT_EQUAL(d.temperature, 0.7f);
+    CU_ASSERT_EQUAL(d.top_p, 0.8f);
+    CU_ASSERT_EQUAL(d.top_k, 20);
+    CU_ASSERT_EQUAL(d.min_p, 0.05f);
+    CU_ASSERT_EQUAL(d.repeat_penalty, 1.05f);
+    CU_ASSERT_EQUAL(d.max_new_tokens, 77);
+    CU_ASSERT_EQUAL(d.n_eos, 2);
+    CU_ASSERT_EQUAL(d.eos_ids[1], 7);
+    CU_ASSERT_STRING_EQUAL(d.source, "generation_config.json");
+    m = tm_open_model(dir, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_EQUAL(tp_tokenizer_is_eog(tp_model_tokenizer(m), 7), 1); /* eos_token_id ends generation */
+    tp_model_free(m);
+
+    /* do_sample false: transformers decodes greedily whatever the temperature says */
+    spit(p, "{\"do_sample\": false, \"temperature\": 0.6, \"eos_token_id\": 2}");
+    CU_ASSERT_EQUAL_FATAL(tp_model_gen_defaults_read(dir, &d, &e), TP_OK);
+    CU_ASSERT_EQUAL(d.set, (unsigned)TP_MODEL_GEN_TEMPERATURE);
+    CU_ASSERT_EQUAL(d.temperature, 0.0f);
+    CU_ASSERT_EQUAL(d.n_eos, 1);
+
+    static const char *const bad[][2] = {{"{\"top_p\": 0}", "top_p"},
+                                         {"{\"temperature\": -1}", "temperature"},
+                                         {"{\"repetition_penalty\": \"x\"}", "repetition_penalty"},
+                                         {"{\"eos_token_id\": [\"x\"]}", "eos_token_id"},
+                                         {"[1]", "not a JSON object"}};
+    for (size_t i = 0; i < TP_ARRAY_LEN(bad); i++) {
+        spit(p, bad[i][0]);
+        tp_error_clear(&e);
+        CU_ASSERT_EQUAL(tp_model_gen_defaults_read(dir, &d, &e), TP_ERR_FORMAT);
+        if (!strstr(e.msg, bad[i][1])) fprintf(stderr, "%s: '%s' does not name %s\n", bad[i][0], e.msg, bad[i][1]);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, bad[i][1]));
+    }
+
+    /* a GGUF's general.sampling.* keys (llama.cpp's converter writes them from generation_config.json) */
+    char g[600];
+    snprintf(g, sizeof g, "%s/gen.gguf", tp_test_tmpdir());
+    tp_gguf_writer_t *w = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_gguf_writer_open(g, 0, &w, &e), TP_OK);
+    CU_ASSERT_EQUAL(tp_gguf_kv_str(w, "general.architecture", "llama"), TP_OK);
+    CU_ASSERT_EQUAL(tp_gguf_kv_f32(w, "general.sampling.temp", 0.6f), TP_OK);
+    CU_ASSERT_EQUAL(tp_gguf_kv_i32(w, "general.sampling.top_k", -1), TP_OK);
+    CU_ASSERT_EQUAL(tp_gguf_kv_f32(w, "general.sampling.top_p", 0.95f), TP_OK);
+    CU_ASSERT_EQUAL(tp_gguf_writer_finish(w), TP_OK);
+    tp_gguf_writer_free(w);
+    CU_ASSERT_EQUAL_FATAL(tp_model_gen_defaults_read(g, &d, &e), TP_OK);
+    CU_ASSERT_EQUAL(d.set, (unsigned)(TP_MODEL_GEN_TEMPERATURE | TP_MODEL_GEN_TOP_K | TP_MODEL_GEN_TOP_P));
+    CU_ASSERT_EQUAL(d.temperature, 0.6f);
+    CU_ASSERT_EQUAL(d.top_k, 0); /* -1: off */
+    CU_ASSERT_EQUAL(d.top_p, 0.95f);
+}
+
 /* A real config.json (Mistral-7B-v0.1, metadata only, from shared/models) read into hparams. */
 static void test_real_config(void)
 {
@@ -449,6 +526,7 @@ static const struct tp_test_case hf_cases[] = {{"same_as_gguf_llama", test_same_
                                                {"half_types", test_half},
                                                {"refusals", test_refusals},
                                                {"chat_template", test_chat_template},
+                                               {"generation_config", test_generation_config},
                                                {NULL, NULL}};
 TP_TEST_SUITE(hf, "unit,model", 120, hf_cases)
 static const struct tp_test_case hf_shared_cases[] = {{"real_config", test_real_config}, {NULL, NULL}};

@@ -73,7 +73,7 @@ await check("seed reproducibility (temperature 1)", async () => {
   assert.notEqual(a.choices[0].text, c.choices[0].text);
 });
 
-let chatText;
+let chatText, chatFingerprint;
 await check("chat, non-streaming, logprobs, usage", async () => {
   const r = await client.chat.completions.create({ model, messages: [{ role: "system", content: "Tell a story." },
                                                    { role: "user", content: "A cat" }],
@@ -82,6 +82,7 @@ await check("chat, non-streaming, logprobs, usage", async () => {
   const ch = r.choices[0];
   assert.equal(ch.message.role, "assistant");
   chatText = ch.message.content;
+  chatFingerprint = r.system_fingerprint;
   assert.equal(ch.logprobs.content.length, r.usage.completion_tokens);
   assert.equal(ch.logprobs.content.map((t) => t.token).join(""), chatText);
   assert.equal(ch.logprobs.content[0].top_logprobs.length, 2);
@@ -93,11 +94,14 @@ await check("chat, streaming == non-streaming, usage == chunk tokens", async () 
                                                         { role: "user", content: "A cat" }],
                                                         max_tokens: 20, temperature: 0, stream: true, logprobs: true,
                                                         stream_options: { include_usage: true } });
-  let text = "", role = null, finish = null, usage = null, ntok = 0;
+  let text = "", role = null, finish = null, usage = null, ntok = 0, fps = new Set();
   for await (const c of stream) {
+    fps.add(c.system_fingerprint);
     if (c.usage) usage = c.usage;
     if (!c.choices.length) continue;
     const d = c.choices[0].delta;
+    // the role comes first: on the first chunk, before any content
+    if (role === null) assert.equal(d.role, "assistant", `first chunk ${JSON.stringify(c)}`);
     if (d.role) role = d.role;
     if (d.content) text += d.content;
     if (c.choices[0].logprobs) ntok += c.choices[0].logprobs.content.length;
@@ -105,6 +109,9 @@ await check("chat, streaming == non-streaming, usage == chunk tokens", async () 
   }
   assert.equal(role, "assistant");
   assert.equal(text, chatText);
+  assert.equal(fps.size, 1); // one fingerprint on every chunk, the non-streamed reply's
+  assert.match([...fps][0], /^fp_[0-9a-f]{10}$/);
+  assert.equal([...fps][0], chatFingerprint);
   assert.ok(finish === "length" || finish === "stop");
   assert.equal(usage.completion_tokens, ntok);
 });

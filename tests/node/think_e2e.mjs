@@ -27,12 +27,15 @@ for (let seed = 1; seed <= 16; seed++) {
   const m = ch.message;
   const sr = await post({ ...body, stream: true });
   const text = await sr.text();
-  let content = "", reasoning = "", finish = null, done = false;
+  let content = "", reasoning = "", finish = null, done = false, first = true;
   for (const line of text.split("\n")) {
     if (!line.startsWith("data: ")) continue;
     if (line === "data: [DONE]") { done = true; continue; }
     const c = JSON.parse(line.slice(6)).choices?.[0];
     if (!c) continue;
+    // the first chunk carries the role, also when the reply opens with reasoning
+    if (first && c.delta?.role !== "assistant") fail(`seed ${seed}: first chunk without role: ${JSON.stringify(c)}`);
+    first = false;
     if (c.finish_reason) finish = c.finish_reason;
     content += c.delta?.content || "";
     reasoning += c.delta?.reasoning_content || "";
@@ -67,11 +70,13 @@ for (let seed = 1; seed <= 16; seed++) {
   const ch = (await r.json()).choices[0];
   const m = ch.message;
   const sr = await post({ ...body, stream: true });
-  let content = "", reasoning = "", finish = null, calls = [];
+  let content = "", reasoning = "", finish = null, calls = [], first = true;
   for (const line of (await sr.text()).split("\n")) {
     if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
     const c = JSON.parse(line.slice(6)).choices?.[0];
     if (!c) continue;
+    if (first && c.delta?.role !== "assistant") fail(`tools seed ${seed}: first chunk without role: ${JSON.stringify(c)}`);
+    first = false;
     if (c.finish_reason) finish = c.finish_reason;
     content += c.delta?.content || "";
     reasoning += c.delta?.reasoning_content || "";

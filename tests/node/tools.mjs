@@ -91,13 +91,17 @@ async function chatStream(body) {
   assert(r.status === 200, `HTTP ${r.status}`);
   const text = await r.text();
   const deltas = [], calls = [];
-  let content = "", finish = null;
+  let content = "", finish = null, first = true;
   for (const ev of text.split("\n\n")) {
     if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
     const j = JSON.parse(ev.slice(6));
     assert(!j.error, `stream error ${JSON.stringify(j.error)}`);
+    assert(/^fp_[0-9a-f]{10}$/.test(j.system_fingerprint), `system_fingerprint ${j.system_fingerprint}`);
     const ch = j.choices?.[0];
     if (!ch) continue;
+    // the first chunk carries the role before anything else, also when the reply opens with a call
+    assert(!first || ch.delta?.role === "assistant", `first chunk without role: ${JSON.stringify(ch)}`);
+    first = false;
     if (ch.delta?.content) content += ch.delta.content;
     if (ch.finish_reason) finish = ch.finish_reason;
     for (const d of ch.delta?.tool_calls || []) {

@@ -5,7 +5,10 @@
 # head by vocabulary, so together they read the table once: the bytes the 2 ranks read per token sum
 # to the 1-rank figure plus what both hold whole (norms, one embedding row: under 1%), and each reads
 # under 60% of it (counting the whole table as every rank's output head would give ~90%).  Every rank
-# reports its own probe and fraction.  Then --seqs of a mixture of experts (below).
+# reports its own probe and fraction.  --depth 0,48: the KV bytes read per step are the model's
+# (2 x 2 layers x 3 KV heads x 128-byte f16 rows x the positions read, mean over the 4 steps) at 1 and at 2
+# ranks alike (the ranks split the KV heads), and each depth's bound is (weight + KV bytes) / its own
+# probe (summed over the ranks).  Then --seqs of a mixture of experts (below).
 set -uo pipefail
 TPSERVE="$1"
 WORK=$(mktemp -d)
@@ -14,7 +17,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 MODEL="$WORK/model.gguf"
 timeout 120 "$TPSERVE" synth --shape smollm2-135m --layers 2 --type q4_0 -q -o "$MODEL" >"$WORK/out" 2>&1 ||
   { cat "$WORK/out"; fail "synth"; }
-ARGS=(bench gen -m "$MODEL" -p 0 -n 4 -r 1 -t 1 --bw-mib 64 --json)
+ARGS=(bench gen -m "$MODEL" -p 0 -n 4 -r 1 -t 1 --bw-mib 64 --depth 0,48 --json)
 timeout 120 "$TPSERVE" "${ARGS[@]}" >"$WORK/gen-1.json" 2>"$WORK/err" || { cat "$WORK/err"; fail "bench gen, 1 rank"; }
 timeout 120 "$TPSERVE" launch -n 2 -- "$TPSERVE" "${ARGS[@]}" >"$WORK/gen-2.json" 2>"$WORK/err" ||
   { cat "$WORK/err"; fail "bench gen, 2 ranks"; }
@@ -33,6 +36,16 @@ assert all(0.4 * b1[0] < b < 0.6 * b1[0] for b in b2), "each rank reads about ha
 for k in ("mem_bw_gbs_per_rank", "bw_fraction_per_rank"):
     assert len(two[k]) == 2 and all(v > 0 for v in two[k]), (k, two[k])
 assert abs(sum(two["mem_bw_gbs_per_rank"]) - two["mem_bw_gbs"]) <= 0.05 * two["mem_bw_gbs"] + 0.1, two
+for run in (one, two):
+    d = run["decode_depth"]
+    assert [e["depth"] for e in d] == [0, 48], d
+    for e in d:
+        kv = 2 * 2 * 3 * 128 * (e["depth"] + 2.5)  # positions D+1 .. D+4 read by the 4 steps
+        assert e["kv_bytes_per_token"] == kv, (e, kv)
+        assert e["mem_bw_gbs"] > 0 and e["ms_per_token"] > 0, e
+        bound = (run["weight_bytes_per_token"] + kv) / (e["mem_bw_gbs"] * 1e9) * 1e3
+        assert abs(e["bound_ms"] - bound) <= 0.01 * bound + 2e-3, (e, bound)
+print("depth rows:", [(e["depth"], e["kv_bytes_per_token"], e["mem_bw_gbs"], e["bound_ms"]) for e in two["decode_depth"]])
 PY
 # Mixture of experts, --seqs: test-tiny-qwen3moe F32 (8 experts, top 3, 2 layers, each expert 3 matrices of
 # 64 x 64 floats = 49152 bytes).  Oracles: one token selects exactly 3 distinct experts per layer; 4 tokens

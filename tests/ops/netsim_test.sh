@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tests/ops/netsim_test.sh - scripts/netsim end to end: two simulated hosts under the 1gbe
 # profile reach each other on their own addresses, the tbf cap is installed on both ends
-# of every link and really limits throughput, `up` is idempotent, `down` leaves nothing.
+# of every link and really limits throughput, `up` is idempotent, `down` leaves nothing;
+# with --delay 1 (the user-space delaying switch) the round trip is at least 2 ms and the
+# switch process goes with `down`.
 # Exit 77 (ctest skip) where network namespaces are not permitted.
 set -uo pipefail
 NETSIM="$1/scripts/netsim"
@@ -43,6 +45,23 @@ rtt=$(echo "$out" | sed -n 's/.*rtt_us_p50=\([0-9.]*\).*/\1/p')
 
 # a host outside the set is refused with a clear error
 "$NETSIM" exec h5 true 2>/dev/null && fail "exec on a missing host succeeded"
+"$NETSIM" up 2 --delay abc >/dev/null 2>&1 && fail "--delay abc accepted"
+
+# one-way delay 1 ms: every round trip crosses the switch twice, so its median is >= 2 ms
+if [ -c /dev/net/tun ]; then
+  "$NETSIM" up 2 --delay 1 --profile 1gbe >/dev/null || fail "up 2 --delay 1"
+  st=$("$NETSIM" status) || fail "status (delay)"
+  echo "$st" | grep -q "one-way delay 1000 us" || fail "status does not show the delay: $st"
+  "$NETSIM" exec h0 tc qdisc show dev eth0 | grep -q "tbf .*rate 1Gbit" || fail "no 1 Gbit tbf on h0 eth0 (delay)"
+  out=$("$NETSIM" measure --seconds 0.3) || fail "measure with --delay: h0 cannot reach h1"
+  echo "$out"
+  drtt=$(echo "$out" | sed -n 's/.*rtt_us_p50=\([0-9]*\).*/\1/p')
+  [ -n "$drtt" ] && [ "$drtt" -ge 2000 ] || fail "round trip ${drtt:-?} us with a 1 ms one-way delay (want >= 2000)"
+  "$NETSIM" down >/dev/null || fail "down (delay)"
+  pgrep -f "tpserve-netsim-delay-.* tap0 tap1" >/dev/null && fail "the delaying switch outlived down"
+else
+  echo "note: /dev/net/tun missing: --delay not checked"
+fi
 
 "$NETSIM" down >/dev/null || fail "down"
 [ "$(ip netns list | grep -c "^${TP_NETSIM_PREFIX}-")" -eq 0 ] || fail "namespaces left after down"

@@ -8,7 +8,11 @@
  *               \u0000; a role or model name holding NUL gets 400 naming it.
  *   fields      every OpenAI field this server does not implement gets 400
  *               naming it; seeds up to 2^64 - 1 are accepted.
- *   logit_bias  at 1 and 2 ranks (full logits gather, distributed argmax):
+ *   defaults_props  server-wide generation defaults on every API, GET /props, the ChatML
+ *               fallback, text parts, the first stream chunk, system_fingerprint across
+ *               two starts, context_length_exceeded in each API's shape (see the test).
+ *   logit_bias  at 1 and 2 ranks (full logits gather, distributed argmax; /props
+ *               counts the ranks, one fingerprint):
  *               banning the greedy run's first token changes it, +100 forces
  *               a token, banning 511 of 512 leaves only the allowed one, and
  *               2 ranks answer what 1 rank answers.
@@ -25,6 +29,7 @@
 #include <cjson/cJSON.h>
 
 #include "e2e_impl.h"
+#include "model/gguf.h"
 #include "model/model.h"
 #include "server/server_impl.h"
 #include "tp_test.h"
@@ -115,6 +120,10 @@ static int nul_token(const tp_tokenizer_t *t)
     return -1;
 }
 
+static cJSON *call(int port, const char *method, const char *path, const char *json, const char *key, int *status);
+static double num_at(const cJSON *o, const char *path);
+static const char *str_at(const cJSON *o, const char *path);
+
 /* ------------------------------------------------------------ NUL */
 
 static void test_nul(void)
@@ -169,8 +178,8 @@ static void test_nul(void)
         CU_ASSERT_EQUAL(cJSON_GetArrayItem(arr, i)->valueint, ids[i]);
     cJSON_Delete(a);
 
-    /* 2. chat content: the plain template's text with the NUL, tokenized as raw bytes */
-    static const char chat_raw[] = "user: Once upon\0 a time\nassistant:";
+    /* 2. chat content: ChatML (no template in the model: llama-server's fallback), NUL as a raw byte */
+    static const char chat_raw[] = "<|im_start|>user\nOnce upon\0 a time<|im_end|>\n<|im_start|>assistant\n";
     n = encode(tok, chat_raw, sizeof chat_raw - 1, ids, 256);
     a = post(s.port, "/v1/chat/completions",
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon\\u0000 a time\"}],\"max_tokens\":10,"
@@ -493,6 +502,14 @@ static void test_logit_bias(void)
         return;
     }
     int st = 0;
+    /* /props at 1 and 2 ranks: the ranks counted, one system_fingerprint (build + model, not the layout) */
+    cJSON *p1 = call(s1.port, "GET", "/props", NULL, NULL, &st), *p2 = call(s2.port, "GET", "/props", NULL, NULL, &st);
+    CU_ASSERT_EQUAL(num_at(p1, "model_meta.n_ranks"), 1);
+    CU_ASSERT_EQUAL(num_at(p2, "model_meta.n_ranks"), 2);
+    CU_ASSERT_EQUAL(strncmp(str_at(p1, "system_fingerprint"), "fp_", 3), 0);
+    CU_ASSERT_STRING_EQUAL(str_at(p1, "system_fingerprint"), str_at(p2, "system_fingerprint"));
+    cJSON_Delete(p1);
+    cJSON_Delete(p2);
     const char *prompt = "\"prompt\":\"Once upon a time\",\"max_tokens\":8";
     char body[16384];
     char pieces[16][64];
@@ -585,9 +602,392 @@ out:
     tp_tokenizer_free(tok);
 }
 
+
+/* ------------------------------------------------------------ server defaults, /props, fingerprint */
+
+/* A request carrying the API key "k" (NULL key: none); the parsed body (NUL kept) or NULL; *status set. */
+static cJSON *call(int port, const char *method, const char *path, const char *json, const char *key, int *status)
+{
+    struct resp r;
+    char hdr[128] = "";
+    if (key) snprintf(hdr, sizeof hdr, "Authorization: Bearer %s\r\nContent-Type: application/json\r\n", key);
+    *status = 0;
+    if (http_do(port, method, path, hdr, json, json ? strlen(json) : 0, 60, &r) != 0) return NULL;
+    *status = r.status;
+    struct tp_api_error e;
+    cJSON *root = r.body_len ? tp_json_parse(r.body, r.body_len, &e) : NULL;
+    if (!root && r.body_len) fprintf(stderr, "%s: unparsable response %d: %.300s\n", path, r.status, r.body);
+    resp_free(&r);
+    return root;
+}
+
+/* The value at a dotted path ("choices.0.message.content"); NULL when absent. */
+static const cJSON *at(const cJSON *o, const char *path)
+{
+    char key[64];
+    while (o && *path) {
+        size_t n = strcspn(path, ".");
+        snprintf(key, sizeof key, "%.*s", (int)n, path);
+        o = cJSON_IsArray(o) ? cJSON_GetArrayItem(o, atoi(key)) : cJSON_GetObjectItemCaseSensitive(o, key);
+        path += n + (path[n] == '.');
+    }
+    return o;
+}
+static double num_at(const cJSON *o, const char *path)
+{
+    const cJSON *v = at(o, path);
+    return cJSON_IsNumber(v) ? v->valuedouble : -12345;
+}
+static const char *str_at(const cJSON *o, const char *path)
+{
+    const cJSON *v = at(o, path);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* GET /props of the server started with the flags of test_defaults_props; fp: its system_fingerprint. */
+static void props_flags(int port, const char *mp, const tp_tokenizer_t *tok, char *fp, size_t fp_cap)
+{
+    tp_gguf_t *g = NULL;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_gguf_open(mp, &g, &err), TP_OK);
+    int64_t ctx_train = 0;
+    CU_ASSERT_EQUAL(tp_gguf_get_int(g, "llama.context_length", &ctx_train), TP_OK);
+    tp_gguf_close(g);
+    int st = 0;
+    cJSON *pr = call(port, "GET", "/props", NULL, NULL, &st);
+    CU_ASSERT_EQUAL(st, 401);
+    cJSON_Delete(pr);
+    pr = call(port, "GET", "/props", NULL, "k", &st);
+    CU_ASSERT_EQUAL_FATAL(st, 200);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.n_ctx"), 256);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.temperature"), 0);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.seed"), 7);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.top_k"), 5);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.top_p"), 0.9);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.min_p"), 0.05);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.repeat_penalty"), 1.1);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.n_predict"), 6);
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "default_generation_settings.params_from.temperature"), "command line");
+    CU_ASSERT_EQUAL(num_at(pr, "total_slots"), 3);
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "model_alias"), "tiny");
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "model_path"), mp);
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "chat_template"), "chatml");
+    CU_ASSERT_PTR_NOT_NULL(strstr(str_at(pr, "chat_template_source"), "fallback"));
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "model_meta.architecture"), "llama");
+    CU_ASSERT_EQUAL(num_at(pr, "model_meta.n_vocab"), tp_tokenizer_n_vocab(tok));
+    CU_ASSERT_EQUAL(num_at(pr, "model_meta.n_ctx_train"), (double)ctx_train);
+    CU_ASSERT_EQUAL(strncmp(str_at(pr, "build_info"), "b", 1), 0);
+    snprintf(fp, fp_cap, "%s", str_at(pr, "system_fingerprint"));
+    CU_ASSERT_EQUAL(strlen(fp), 13u);
+    CU_ASSERT_EQUAL(strncmp(fp, "fp_", 3), 0);
+    cJSON_Delete(pr);
+}
+
+/* No temperature and no limit == temperature 0 and 6 tokens on every API; Ollama's num_predict -1 wins over
+ * -n 6; a sampled request without a seed takes --seed 7. */
+static void defaults_every_api(int port, const char *fp)
+{
+    int st = 0;
+    static const char msgs[] = "[{\"role\":\"user\",\"content\":\"Once upon a time\"}]";
+    char body[1024];
+    snprintf(body, sizeof body, "{\"messages\":%s,\"temperature\":0,\"max_tokens\":6}", msgs);
+    cJSON *ref = call(port, "POST", "/v1/chat/completions", body, "k", &st);
+    CU_ASSERT_EQUAL_FATAL(st, 200);
+    char want[512];
+    snprintf(want, sizeof want, "%s", str_at(ref, "choices.0.message.content"));
+    CU_ASSERT(strlen(want) > 0);
+    CU_ASSERT_STRING_EQUAL(str_at(ref, "system_fingerprint"), fp);
+    cJSON_Delete(ref);
+    struct {
+        const char *path, *body, *text, *n_out;
+    } apis[] = {
+        {"/v1/chat/completions", "{\"messages\":%s}", "choices.0.message.content", "usage.completion_tokens"},
+        {"/v1/responses", "{\"input\":\"Once upon a time\"}", "output.0.content.0.text", "usage.output_tokens"},
+        {"/v1/messages", "{\"model\":\"tiny\",\"max_tokens\":6,\"messages\":%s}", "content.0.text", "usage.output_tokens"},
+        {"/api/chat", "{\"model\":\"tiny\",\"stream\":false,\"messages\":%s}", "message.content", "eval_count"},
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(apis); i++) {
+        snprintf(body, sizeof body, apis[i].body, msgs);
+        cJSON *a = call(port, "POST", apis[i].path, body, "k", &st);
+        CU_ASSERT_EQUAL(st, 200);
+        if (strcmp(str_at(a, apis[i].text), want) != 0 || num_at(a, apis[i].n_out) != 6)
+            fprintf(stderr, "%s: '%s' (%g tokens), want '%s' (6)\n", apis[i].path, str_at(a, apis[i].text),
+                    num_at(a, apis[i].n_out), want);
+        CU_ASSERT_STRING_EQUAL(str_at(a, apis[i].text), want);
+        CU_ASSERT_EQUAL(num_at(a, apis[i].n_out), 6);
+        cJSON_Delete(a);
+    }
+    /* Ollama's num_predict -1 asks for no limit: the request's field wins over -n 6 */
+    snprintf(body, sizeof body, "{\"model\":\"tiny\",\"stream\":false,\"messages\":%s,\"options\":{\"num_predict\":-1}}",
+             msgs);
+    cJSON *ol = call(port, "POST", "/api/chat", body, "k", &st);
+    CU_ASSERT_EQUAL(st, 200);
+    CU_ASSERT(num_at(ol, "eval_count") > 6);
+    CU_ASSERT_EQUAL(strncmp(str_at(ol, "message.content"), want, strlen(want)), 0);
+    cJSON_Delete(ol);
+    cJSON *c1 = call(port, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\"}", "k", &st);
+    cJSON *c2 = call(port, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"temperature\":0,\"max_tokens\":6}",
+                     "k", &st);
+    CU_ASSERT_STRING_EQUAL(str_at(c1, "choices.0.text"), str_at(c2, "choices.0.text"));
+    CU_ASSERT_EQUAL(num_at(c1, "usage.completion_tokens"), 6);
+    CU_ASSERT_STRING_EQUAL(str_at(c1, "system_fingerprint"), fp);
+    cJSON_Delete(c1);
+    cJSON_Delete(c2);
+    /* the server's seed where a sampled request sends none */
+    char sampled[3][256];
+    for (int i = 0; i < 3; i++) {
+        cJSON *a = call(port, "POST", "/v1/completions",
+                        i < 2 ? "{\"prompt\":\"Once\",\"temperature\":1,\"top_k\":0,\"top_p\":1,\"min_p\":0,\"max_tokens\":24}"
+                              : "{\"prompt\":\"Once\",\"temperature\":1,\"top_k\":0,\"top_p\":1,\"min_p\":0,\"max_tokens\":24,"
+                                "\"seed\":7}",
+                        "k", &st);
+        CU_ASSERT_EQUAL(st, 200);
+        snprintf(sampled[i], sizeof sampled[i], "%s", str_at(a, "choices.0.text"));
+        cJSON_Delete(a);
+    }
+    CU_ASSERT_STRING_EQUAL(sampled[0], sampled[1]);
+    CU_ASSERT_STRING_EQUAL(sampled[0], sampled[2]);
+}
+
+/* The ChatML fallback and text parts against the text written here, a part the model cannot read, and the raw
+ * stream: a role chunk first, the fingerprint on every chunk. */
+static void chatml_parts_stream(int port, const tp_tokenizer_t *tok, const char *fp)
+{
+    int st = 0;
+    char body[1024];
+    static const char msgs[] = "[{\"role\":\"user\",\"content\":\"Once upon a time\"}]";
+    /* the ChatML fallback and two text parts, against the text written here as token ids */
+    static const char chatml[] = "<|im_start|>system\nTell a story.<|im_end|>\n<|im_start|>user\nOnce upon\n"
+                                 "a time<|im_end|>\n<|im_start|>assistant\n";
+    int32_t ids[256];
+    int n = encode(tok, chatml, sizeof chatml - 1, ids, 256);
+    CU_ASSERT_FATAL(n > 0 && n < 256);
+    cJSON *a = call(port, "POST", "/v1/chat/completions",
+                    "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story.\"},{\"role\":\"user\",\"content\":"
+                    "[{\"type\":\"text\",\"text\":\"Once upon\"},{\"type\":\"text\",\"text\":\"a time\"}]}]}", "k", &st);
+    CU_ASSERT_EQUAL(st, 200);
+    CU_ASSERT_EQUAL(usage_prompt_tokens(a), n);
+    struct tp_buf b = {0};
+    tp_buf_puts(&b, "{\"prompt\":");
+    ids_json(ids, n, &b);
+    tp_buf_puts(&b, "}");
+    cJSON *c = call(port, "POST", "/v1/completions", b.data, "k", &st);
+    CU_ASSERT_STRING_EQUAL(str_at(a, "choices.0.message.content"), str_at(c, "choices.0.text"));
+    tp_buf_free(&b);
+    cJSON_Delete(a);
+    cJSON_Delete(c);
+    /* a part the model cannot read: 400 naming it */
+    a = call(port, "POST", "/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+             "k", &st);
+    CU_ASSERT_EQUAL(st, 400);
+    CU_ASSERT_STRING_EQUAL(error_param(a), "messages[0].content[0]");
+    CU_ASSERT_PTR_NOT_NULL(strstr(str_at(a, "error.message"), "image_url"));
+    cJSON_Delete(a);
+
+    /* the raw stream: role first, the fingerprint on every chunk */
+    struct resp r;
+    snprintf(body, sizeof body, "{\"messages\":%s,\"stream\":true,\"stream_options\":{\"include_usage\":true}}", msgs);
+    char hdr[] = "Authorization: Bearer k\r\nContent-Type: application/json\r\n";
+    CU_ASSERT_EQUAL_FATAL(http_do(port, "POST", "/v1/chat/completions", hdr, body, strlen(body), 60, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    int k = 0, role_at = -1, content_at = -1, fp_ok = 1;
+    for (const char *q = r.body; (q = strstr(q, "data: {")) != NULL; q++, k++) {
+        const char *e = strstr(q, "\n\n");
+        cJSON *j = e ? cJSON_ParseWithLength(q + 6, (size_t)(e - q - 6)) : NULL;
+        fp_ok &= strcmp(str_at(j, "system_fingerprint"), fp) == 0;
+        if (role_at < 0 && strcmp(str_at(j, "choices.0.delta.role"), "assistant") == 0) {
+            role_at = k;
+            CU_ASSERT(cJSON_IsNull(at(j, "choices.0.delta.content"))); /* a chunk of its own, as llama-server's */
+        }
+        if (content_at < 0 && str_at(j, "choices.0.delta.content")[0]) content_at = k;
+        cJSON_Delete(j);
+    }
+    CU_ASSERT_EQUAL(role_at, 0);
+    CU_ASSERT_EQUAL(content_at, 1);
+    CU_ASSERT(fp_ok && k >= 3);
+    resp_free(&r);
+}
+
+/* A second start without the flags (-c 64): the same fingerprint, the built-in defaults, the context limit on
+ * every API in its own shape. */
+static void second_start_limits(const char *fp)
+{
+    struct srv s;
+    int st = 0;
+    char body[1024];
+    cJSON *pr, *a;
+    const char *small[] = {"-c", "64", NULL};
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, small), 0);
+    pr = call(s.port, "GET", "/props", NULL, NULL, &st);
+    CU_ASSERT_EQUAL(st, 200);
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "system_fingerprint"), fp);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.temperature"), 1);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.seed"), -1);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.n_predict"), -1);
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "default_generation_settings.params_from.temperature"), "built-in");
+    cJSON_Delete(pr);
+    struct tp_buf longp = {0};
+    for (int i = 0; i < 40; i++) tp_buf_puts(&longp, "Once upon a time ");
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}", longp.data);
+    a = call(s.port, "POST", "/v1/chat/completions", body, NULL, &st);
+    CU_ASSERT_EQUAL(st, 400);
+    CU_ASSERT_STRING_EQUAL(str_at(a, "error.code"), "context_length_exceeded");
+    CU_ASSERT_EQUAL(num_at(a, "error.n_ctx"), 64);
+    const double n_long = num_at(a, "error.n_prompt_tokens");
+    CU_ASSERT(n_long > 64);
+    cJSON_Delete(a);
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\"}", longp.data);
+    a = call(s.port, "POST", "/v1/completions", body, NULL, &st);
+    CU_ASSERT_EQUAL(st, 400);
+    CU_ASSERT_STRING_EQUAL(str_at(a, "error.code"), "context_length_exceeded");
+    cJSON_Delete(a);
+    snprintf(body, sizeof body, "{\"input\":\"%s\"}", longp.data);
+    a = call(s.port, "POST", "/v1/responses", body, NULL, &st);
+    CU_ASSERT_EQUAL(st, 400);
+    CU_ASSERT_STRING_EQUAL(str_at(a, "error.code"), "context_length_exceeded");
+    CU_ASSERT_EQUAL(num_at(a, "error.n_prompt_tokens"), n_long);
+    cJSON_Delete(a);
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}",
+             longp.data);
+    a = call(s.port, "POST", "/v1/messages", body, NULL, &st);
+    CU_ASSERT_EQUAL(st, 400);
+    CU_ASSERT_STRING_EQUAL(str_at(a, "type"), "error");
+    CU_ASSERT_STRING_EQUAL(str_at(a, "error.type"), "invalid_request_error");
+    char msg[128];
+    snprintf(msg, sizeof msg, "prompt is too long: %.0f tokens > 63 maximum", n_long);
+    CU_ASSERT_STRING_EQUAL(str_at(a, "error.message"), msg);
+    cJSON_Delete(a);
+    a = call(s.port, "POST", "/v1/messages",
+             "{\"model\":\"m\",\"max_tokens\":60,\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}]}", NULL,
+             &st);
+    CU_ASSERT_EQUAL(st, 400);
+    CU_ASSERT_PTR_NOT_NULL(strstr(str_at(a, "error.message"), "input length and `max_tokens` exceed context limit: "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(str_at(a, "error.message"), " + 60 > 64,"));
+    cJSON_Delete(a);
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}",
+             longp.data);
+    a = call(s.port, "POST", "/api/chat", body, NULL, &st);
+    CU_ASSERT_EQUAL(st, 400);
+    snprintf(msg, sizeof msg, "has %.0f tokens but the context holds 64", n_long);
+    CU_ASSERT_PTR_NOT_NULL(strstr(str_at(a, "error"), msg));
+    cJSON_Delete(a);
+    /* a reply limit the request sets that does not fit: refused with the counts */
+    a = call(s.port, "POST", "/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":60}", NULL, &st);
+    CU_ASSERT_EQUAL(st, 400);
+    CU_ASSERT_STRING_EQUAL(str_at(a, "error.code"), "context_length_exceeded");
+    CU_ASSERT(num_at(a, "error.n_prompt_tokens") > 0 && num_at(a, "error.n_prompt_tokens") < 64);
+    cJSON_Delete(a);
+    tp_buf_free(&longp);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
+/* An HF directory with a generation_config.json under --top-k 3 -c 32. */
+static void hf_generation_config(const char *fp)
+{
+    struct srv s;
+    int st = 0;
+    char body[1024];
+    cJSON *pr, *a;
+    char dir[512], cmd[1200], gc[600];
+    snprintf(dir, sizeof dir, "%s/defaults-hf", tp_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "'%s' synth --shape test-tiny --format hf -q -o '%s'", tp_test_tpserve(), dir);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    snprintf(gc, sizeof gc, "%s/generation_config.json", dir);
+    FILE *f = fopen(gc, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("{\"do_sample\": true, \"temperature\": 0.6, \"top_p\": 0.9, \"top_k\": 20, \"max_new_tokens\": 5}", f);
+    fclose(f);
+    const char *hf_flags[] = {"--top-k", "3", "-c", "32", NULL};
+    CU_ASSERT_EQUAL_FATAL(srv_start_model(&s, 1, dir, hf_flags), 0);
+    pr = call(s.port, "GET", "/props", NULL, NULL, &st);
+    CU_ASSERT_EQUAL(st, 200);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.temperature"), 0.6);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.top_p"), 0.9);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.top_k"), 3);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.n_predict"), 5);
+    CU_ASSERT_EQUAL(num_at(pr, "default_generation_settings.params.min_p"), 0);
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "default_generation_settings.params_from.temperature"), "generation_config.json");
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "default_generation_settings.params_from.top_k"), "command line");
+    CU_ASSERT_STRING_EQUAL(str_at(pr, "default_generation_settings.params_from.min_p"), "built-in");
+    CU_ASSERT_STRING_NOT_EQUAL(str_at(pr, "system_fingerprint"), fp); /* another model */
+    cJSON_Delete(pr);
+    a = call(s.port, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"ignore_eos\":true}", NULL, &st);
+    CU_ASSERT_EQUAL(st, 200);
+    CU_ASSERT_EQUAL(num_at(a, "usage.completion_tokens"), 5);
+    cJSON_Delete(a);
+    /* a prompt that leaves fewer than 5 tokens of the 32: the default limit is lowered to what fits, where the
+     * same limit set by the request is refused */
+    struct tp_buf pw = {0};
+    int np = 0;
+    for (int w = 0; w < 64 && np < 28; w++) {
+        tp_buf_puts(&pw, "word ");
+        snprintf(body, sizeof body, "{\"content\":\"%s\",\"add_special\":true}", pw.data);
+        a = call(s.port, "POST", "/tokenize", body, NULL, &st);
+        np = cJSON_GetArraySize(at(a, "tokens"));
+        cJSON_Delete(a);
+    }
+    CU_ASSERT_FATAL(np >= 28 && np < 32);
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"ignore_eos\":true}", pw.data);
+    a = call(s.port, "POST", "/v1/completions", body, NULL, &st);
+    CU_ASSERT_EQUAL(st, 200);
+    CU_ASSERT_EQUAL(num_at(a, "usage.prompt_tokens"), np);
+    CU_ASSERT_EQUAL(num_at(a, "usage.completion_tokens"), 32 - np);
+    cJSON_Delete(a);
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"ignore_eos\":true,\"max_tokens\":5}", pw.data);
+    a = call(s.port, "POST", "/v1/completions", body, NULL, &st);
+    CU_ASSERT_EQUAL(st, 400);
+    CU_ASSERT_STRING_EQUAL(str_at(a, "error.code"), "context_length_exceeded");
+    cJSON_Delete(a);
+    tp_buf_free(&pw);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
+/*
+ * One server started with every generation default (`--temp 0 --seed 7 --top-k 5 --top-p 0.9 --min-p 0.05
+ * --repeat-penalty 1.1 -n 6`), an alias, 3 slots and an API key:
+ *   - GET /props: 401 without the key; default_generation_settings equal the flags, n_ctx the -c, total_slots,
+ *     alias, path, the ChatML fallback named, model_meta equal the GGUF's own keys (read here), build_info;
+ *   - a request without temperature / max_tokens gives the same text as one with temperature 0 and
+ *     max_tokens 6, on chat completions, completions, Responses, Messages and Ollama chat, each 6 tokens;
+ *     an explicit temperature 1 without a seed takes seed 7: the same text as with seed 7, twice;
+ *   - the ChatML fallback renders [system, user with two text parts] as the ChatML text written here (the
+ *     parts joined by a newline): the same prompt tokens and greedy text as that text sent as token ids;
+ *   - the first chunk of a chat stream is {"role": "assistant", "content": null}, content follows; every chunk and the
+ *     whole reply carry /props' system_fingerprint ("fp_" + 10 hex).
+ * Then a second start without the flags (-c 64): the same fingerprint, the built-in defaults in /props, and a
+ * prompt longer than the context refused by each API in its own shape with the counts.  Then an HF directory
+ * with a generation_config.json and --top-k 3 -c 32: /props takes temperature, top_p and max_new_tokens from the
+ * file and top_k from the flag; a prompt leaving fewer than max_new_tokens gets what fits, unless the request
+ * set the limit (context_length_exceeded).
+ */
+static void test_defaults_props(void)
+{
+    const char *mp = model_path();
+    if (!mp) return;
+    struct tp_error err = {0};
+    tp_tokenizer_t *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_tokenizer_from_gguf(mp, &tok, &err), TP_OK);
+    struct srv s;
+    const char *flags[] = {"--temp", "0", "--seed", "7", "--top-k", "5", "--top-p", "0.9", "--min-p", "0.05",
+                           "--repeat-penalty", "1.1", "-n", "6", "--alias", "tiny", "--parallel", "3", "-c", "256",
+                           "--api-key", "k", NULL};
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, flags), 0);
+    char fp[32] = "";
+    props_flags(s.port, mp, tok, fp, sizeof fp);
+    defaults_every_api(s.port, fp);
+    chatml_parts_stream(s.port, tok, fp);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+    tp_tokenizer_free(tok);
+    second_start_limits(fp);
+    hf_generation_config(fp);
+}
+
 static const struct tp_test_case api_cases[] = {
     {"nul", test_nul},
     {"fields", test_fields},
+    {"defaults_props", test_defaults_props},
     {NULL, NULL},
 };
 TP_TEST_SUITE(api, "model", 180, api_cases)

@@ -15,6 +15,8 @@
  *     logprobs (tokens and values equal), and several requests at once, half of
  *     them plain (speculative and plain sequences share steps);
  *   - a grammar request (response_format json_object): the same reply as plain decoding, valid JSON;
+ *   - tool_choice "auto" (stories260K served with the llama3.1 template, whose calls begin with "{"):
+ *     free text and a call pushed by logit_bias, each the same message as plain decoding, with drafts;
  *   - /metrics counts the drafted and accepted tokens;
  *   - multirank: a synthetic F32 model (test-tiny-qwen3, and test-tiny-gptoss,
  *     whose sliding-window layers keep KV rings: the rollback of rejected
@@ -24,6 +26,11 @@
  *   - a draft model (stories260K as its own draft): the golden text with every
  *     draft accepted; over HTTP for three slots at once; at 2 ranks the
  *     collectives per generated token fall by >= 5 / 1.2 at k = 4;
+ *   - the draft model's batched round (tp_spec_draft_propose_batch): the drafts
+ *     of several sequences equal an independent one-token-at-a-time greedy
+ *     decode of each with the model API, in 1 + (k_max - 1) forward passes for
+ *     all of them (the catch-up pass, then one per drafted position), also
+ *     after a partial acceptance, and with more sequences than one pass's rows;
  *   - bench gen --verify / --spec: its JSON figures.
  * The sampling rule itself (the target distribution kept exactly) is tested on
  * the sampler (tests/model/test_sampler.c, spec_* cases: chi-square).
@@ -39,6 +46,7 @@
 
 #include "common/common.h"
 #include "e2e_impl.h"
+#include "model/model.h"
 #include "server/spec.h"
 #include "tp_test.h"
 
@@ -330,10 +338,87 @@ static long metric(int port, const char *name)
     return v;
 }
 
+/* POST a chat body; 0 with [choices[0].message without its calls' ids, finish_reason, usage.completion_tokens]
+ * printed (malloc'd, *msg) and usage.speculative.drafted (-1: none). */
+static int chat(int port, const char *body, char **msg, int *drafted)
+{
+    struct resp r;
+    *msg = NULL;
+    *drafted = -1;
+    if (http_do(port, "POST", "/v1/chat/completions", NULL, body, strlen(body), 120, &r) != 0) return -1;
+    cJSON *j = r.status == 200 ? cJSON_Parse(r.body) : NULL;
+    if (!j) fprintf(stderr, "status %d: %s\n", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    if (!j) return -1;
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    cJSON *call;
+    cJSON_ArrayForEach(call, cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "tool_calls"))
+        cJSON_DeleteItemFromObject(call, "id"); /* named after the request */
+    /* the message, the finish reason and the token count (text after a call is not in the message) */
+    cJSON *cmp = cJSON_CreateArray();
+    cJSON_AddItemToArray(cmp, cJSON_DetachItemFromObject(c0, "message"));
+    cJSON_AddItemToArray(cmp, cJSON_DetachItemFromObject(c0, "finish_reason"));
+    cJSON_AddItemToArray(cmp, cJSON_DetachItemFromObject(cJSON_GetObjectItem(j, "usage"), "completion_tokens"));
+    *msg = cJSON_PrintUnformatted(cmp);
+    cJSON_Delete(cmp);
+    const cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "speculative"), "drafted");
+    if (cJSON_IsNumber(d)) *drafted = d->valueint;
+    cJSON_Delete(j);
+    return *msg ? 0 : -1;
+}
+
+/* tool_choice "auto" with drafts (the server runs the llama3.1 template: a call is a reply that begins with "{"):
+ * free text; a call pushed by logit_bias on "{" (the grammar on from its first token; drafts inside the call cut
+ * and masked by it); a call whose schema fixes its arguments, so that it closes by itself and free text follows
+ * (parallel_tool_calls).  Each the same message, finish reason and token count as plain decoding; the
+ * speculative requests drafted.  Whether the grammar switches inside a verification walk (slot_verify then ends
+ * the walk) depends on what the n-gram drafts; with this model it does not in these cases. */
+static void tool_auto_same_as_plain(int port)
+{
+    struct resp r;
+    const char *tb = "{\"content\":\"{\"}";
+    CU_ASSERT_EQUAL_FATAL(http_do(port, "POST", "/tokenize", NULL, tb, strlen(tb), 10, &r), 0);
+    cJSON *tj = cJSON_Parse(r.body ? r.body : "");
+    resp_free(&r);
+    const cJSON *ta = cJSON_GetObjectItem(tj, "tokens");
+    CU_ASSERT_FATAL(cJSON_IsArray(ta) && cJSON_GetArraySize(ta) > 0);
+    const int brace = cJSON_GetArrayItem(ta, cJSON_GetArraySize(ta) - 1)->valueint;
+    cJSON_Delete(tj);
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"
+                        "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]";
+    /* a call whose arguments the schema fixes: it closes by itself, and free text follows */
+    const char *fixed = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"go\",\"parameters\":"
+                        "{\"type\":\"object\",\"properties\":{\"c\":{\"enum\":[\"x\"]}},\"required\":[\"c\"],"
+                        "\"additionalProperties\":false}}}]";
+    for (int v = 0; v < 3; v++) { /* free text; a call; a call that closes, then text */
+        const int push = v > 0;
+        char base[1024], bias[64] = "", b1[1200], b2[1200];
+        if (push) snprintf(bias, sizeof bias, ",\"logit_bias\":{\"%d\":%d}", brace, v == 2 ? 30 : 100);
+        snprintf(base, sizeof base,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],%s,\"max_tokens\":60,"
+                 "\"temperature\":0,\"parallel_tool_calls\":%s%s}",
+                 v == 2 ? fixed : tools, v == 2 ? "true" : "false", bias);
+        body_with(b1, sizeof b1, base, "");
+        body_with(b2, sizeof b2, base, "\"speculative\":false");
+        char *ms = NULL, *mp = NULL;
+        int ds = -1, dp = -1;
+        CU_ASSERT_EQUAL_FATAL(chat(port, b1, &ms, &ds), 0);
+        CU_ASSERT_EQUAL_FATAL(chat(port, b2, &mp, &dp), 0);
+        fprintf(stderr, "tool_choice auto, variant %d: %d drafted; %s\n", v, ds, ms);
+        CU_ASSERT_STRING_EQUAL(ms, mp);
+        CU_ASSERT(ds > 0);
+        CU_ASSERT_EQUAL(dp, -1);
+        if (push) CU_ASSERT_PTR_NOT_NULL(strstr(ms, "\"tool_calls\""));
+        cJSON_free(ms);
+        cJSON_free(mp);
+    }
+}
+
 static void test_http_greedy(void)
 {
     if (!have_model()) return;
-    static const char *const extra[] = {"--spec", "ngram", "--draft-max", "6", "--parallel", "4", NULL};
+    static const char *const extra[] = {"--spec", "ngram", "--draft-max", "6", "--parallel", "4",
+                                        "--chat-template", "llama3.1", NULL};
     struct srv s;
     CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, extra), 0);
     int acc = same_as_plain(s.port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":120,\"temperature\":0}", "greedy");
@@ -385,6 +470,7 @@ static void test_http_greedy(void)
         cJSON_Delete(v);
     }
     answer_free(&g);
+    tool_auto_same_as_plain(s.port);
     /* streamed: the same text, several tokens per step arriving as their own chunks */
     {
         const char *sb = "{\"prompt\":\"Once upon a time\",\"max_tokens\":120,\"temperature\":0,\"stream\":true}";
@@ -477,6 +563,96 @@ static void test_http_self_draft(void)
     CU_ASSERT(a.drafted > 0 && a.accepted <= a.drafted);
     answer_free(&a);
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
+/* ------------------------------------------------------------------ batched draft */
+
+/* Greedy continuation of toks[0..n) by k tokens with the model API, one token per forward pass (the oracle). */
+static void greedy_oracle(tp_model_t *m, const int32_t *toks, int n, int k, int32_t *out)
+{
+    const int V = tp_model_hparams(m)->n_vocab;
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    int32_t tok[64], pos[64], seq[64];
+    int8_t want[64];
+    CU_ASSERT_FATAL(lg && n + k <= 64);
+    tp_model_seq_truncate(m, 0, 0);
+    for (int i = 0; i < n; i++) tok[i] = toks[i], pos[i] = i, seq[i] = 0, want[i] = i == n - 1;
+    struct tp_batch b = {n, tok, pos, seq, want};
+    for (int j = 0; j < k; j++) {
+        CU_ASSERT_EQUAL_FATAL(tp_model_forward(m, &b, lg), TP_OK);
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (lg[v] > lg[best]) best = v;
+        out[j] = best;
+        tok[0] = best, pos[0] = n + j, seq[0] = 0, want[0] = 1;
+        b.n_tokens = 1;
+    }
+    free(lg);
+}
+
+/* tp_spec_draft_propose_batch over stories260K: three sequences with different k, their drafts equal to the
+ * oracle's in 1 + (4 - 1) passes; a second round after a partial acceptance (the cache truncated and refed);
+ * 34 sequences at once (more than one pass's 32 rows); a repeated sequence refused. */
+static void test_draft_batch(void)
+{
+    if (!have_model()) return;
+    const char *model = tp_test_repo_path("models/stories260K.gguf");
+    struct tp_model_config mc = tp_model_default_config();
+    mc.path = model;
+    mc.n_threads = 1;
+    mc.n_ctx = 128;
+    tp_model_t *m = NULL;
+    struct tp_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_model_init(&mc, &m, &err), TP_OK);
+    const int V = tp_model_hparams(m)->n_vocab;
+    tp_spec_draft_t *d = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_spec_draft_init(model, 128, 34, 1, V, &d, &err), TP_OK);
+    int32_t p[3][16] = {{1, 403, 259, 300, 270}, {1, 34, 87}, {1, 500, 250, 260, 270, 280, 290}};
+    const int np[3] = {5, 3, 7}, ks[3] = {4, 2, 3};
+    int32_t out[34][TP_SPEC_DRAFT_MAX], want[TP_SPEC_DRAFT_MAX];
+    struct tp_spec_draft_req rq[34];
+    for (int i = 0; i < 3; i++)
+        rq[i] = (struct tp_spec_draft_req){.seq = i, .toks = p[i], .n = np[i], .k = ks[i], .out = out[i]};
+    uint64_t p0 = tp_spec_draft_passes(d);
+    CU_ASSERT_EQUAL_FATAL(tp_spec_draft_propose_batch(d, rq, 3), TP_OK);
+    CU_ASSERT_EQUAL(tp_spec_draft_passes(d) - p0, 4);
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL(rq[i].n_out, ks[i]);
+        greedy_oracle(m, p[i], np[i], ks[i], want);
+        CU_ASSERT_EQUAL(memcmp(out[i], want, sizeof(int32_t) * (size_t)ks[i]), 0);
+    }
+    /* sequence 0 accepted 2 drafts and then chose another token; sequence 2 accepted all 3 and one more:
+     * both are fed from where they differ from the cache, together; sequence 1 sits this round out */
+    int32_t q0[16], q2[16];
+    memcpy(q0, p[0], sizeof(int32_t) * 5);
+    q0[5] = out[0][0], q0[6] = out[0][1], q0[7] = (out[0][2] + 1) % V;
+    memcpy(q2, p[2], sizeof(int32_t) * 7);
+    memcpy(q2 + 7, out[2], sizeof(int32_t) * 3);
+    q2[10] = 77;
+    rq[0] = (struct tp_spec_draft_req){.seq = 0, .toks = q0, .n = 8, .k = 3, .out = out[0]};
+    rq[1] = (struct tp_spec_draft_req){.seq = 2, .toks = q2, .n = 11, .k = 5, .out = out[2]};
+    p0 = tp_spec_draft_passes(d);
+    CU_ASSERT_EQUAL_FATAL(tp_spec_draft_propose_batch(d, rq, 2), TP_OK);
+    CU_ASSERT_EQUAL(tp_spec_draft_passes(d) - p0, 5);
+    greedy_oracle(m, q0, 8, 3, want);
+    CU_ASSERT_EQUAL(rq[0].n_out, 3);
+    CU_ASSERT_EQUAL(memcmp(out[0], want, sizeof(int32_t) * 3), 0);
+    greedy_oracle(m, q2, 11, 5, want);
+    CU_ASSERT_EQUAL(rq[1].n_out, 5);
+    CU_ASSERT_EQUAL(memcmp(out[2], want, sizeof(int32_t) * 5), 0);
+    /* 34 sequences with the same prompt, k = 2: two catch-up passes (32 rows each at most), two decode passes */
+    for (int i = 0; i < 34; i++)
+        rq[i] = (struct tp_spec_draft_req){.seq = i, .toks = p[1], .n = np[1], .k = 2, .out = out[i]};
+    p0 = tp_spec_draft_passes(d);
+    CU_ASSERT_EQUAL_FATAL(tp_spec_draft_propose_batch(d, rq, 34), TP_OK);
+    CU_ASSERT_EQUAL(tp_spec_draft_passes(d) - p0, 4);
+    greedy_oracle(m, p[1], np[1], 2, want);
+    for (int i = 0; i < 34; i++) CU_ASSERT(rq[i].n_out == 2 && out[i][0] == want[0] && out[i][1] == want[1]);
+    /* the same sequence twice in one round is a caller's error */
+    rq[1].seq = 0;
+    CU_ASSERT_EQUAL(tp_spec_draft_propose_batch(d, rq, 2), TP_ERR_INVALID_ARG);
+    tp_spec_draft_free(d);
+    tp_model_free(m);
 }
 
 /* ------------------------------------------------------------------ multirank */
@@ -646,6 +822,7 @@ static const struct tp_test_case spec_cases[] = {
     {"http_greedy_equals_plain", test_http_greedy},
     {"http_opt_in", test_http_opt_in},
     {"http_self_draft", test_http_self_draft},
+    {"draft_batch", test_draft_batch},
     {NULL, NULL},
 };
 TP_TEST_SUITE(spec, "model", 240, spec_cases)

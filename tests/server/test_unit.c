@@ -81,7 +81,7 @@ static void test_validate_good(void)
                                 1, &p, &e),
                           0);
     CU_ASSERT_EQUAL(p.n_msgs, 3);
-    CU_ASSERT_STRING_EQUAL(p.msgs[1].content, "ab");
+    CU_ASSERT_STRING_EQUAL(p.msgs[1].content, "a\nb"); /* text parts joined as llama-server joins them */
     CU_ASSERT_STRING_EQUAL(p.msgs[2].content, "");
     CU_ASSERT_STRING_EQUAL(p.msgs[2].role, "assistant");
     CU_ASSERT_EQUAL(p.max_tokens, 7);
@@ -139,7 +139,7 @@ static void test_validate_bad(void)
     expect_bad("{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 1, "messages[0].role");
     expect_bad("{\"messages\":[{\"role\":\"user\"}]}", 1, "messages[0].content");
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 1, "messages[0].content");
-    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 1, "messages[0].content");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 1, "messages[0].content[0]");
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":1}", 1, "logprobs");
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}", 1, "top_logprobs");
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":0}", 1,
@@ -729,7 +729,8 @@ static void test_chat_detect(void)
                                            dsys, sizeof dsys),
                     1);
     CU_ASSERT_STRING_EQUAL(dsys, "You are Qwen.\nBe nice.");
-    CU_ASSERT_EQUAL(tp_chat_detect(NULL), TP_CHAT_PLAIN);
+    CU_ASSERT_EQUAL(tp_chat_detect(NULL), TP_CHAT_CHATML); /* llama-server's fallback */
+    CU_ASSERT_EQUAL(tp_chat_detect(""), TP_CHAT_CHATML);
     CU_ASSERT_EQUAL(tp_chat_detect("{{ messages }}"), TP_CHAT_UNKNOWN);
     CU_ASSERT_EQUAL(tp_chat_family_parse("nope"), TP_CHAT_UNKNOWN);
 }
@@ -828,11 +829,89 @@ static void test_validate_fuzz(void)
     CU_ASSERT(n_ok > 0 && n_bad > 0);
 }
 
+/* Text parts: a newline before each part once the text is not empty (llama-server's
+ * common_chat_msgs_to_json_oaicompat); other part types refused naming the type. */
+static void test_content_parts(void)
+{
+    static const char *const cases[][2] = {
+        {"[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"},{\"type\":\"text\",\"text\":\"c\"}]", "a\nb\nc"},
+        {"[{\"type\":\"text\",\"text\":\"\"},{\"type\":\"text\",\"text\":\"b\"}]", "b"},
+        {"[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"\"},{\"type\":\"text\",\"text\":\"b\"}]", "a\n\nb"},
+        {"[{\"type\":\"text\",\"text\":\"a\\n\"},{\"type\":\"text\",\"text\":\"b\"}]", "a\n\nb"},
+        {"[]", ""},
+    };
+    for (size_t i = 0; i < TP_ARRAY_LEN(cases); i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":%s}]}", cases[i][0]);
+        struct tp_req_params p;
+        struct tp_api_error e;
+        CU_ASSERT_EQUAL_FATAL(parse(body, 1, &p, &e), TP_OK);
+        CU_ASSERT_STRING_EQUAL(p.msgs[0].content, cases[i][1]);
+        tp_req_params_free(&p);
+    }
+    struct tp_req_params p;
+    struct tp_api_error e;
+    CU_ASSERT_EQUAL(parse("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+                          "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:,\"}}]}]}", 1, &p, &e),
+                    TP_ERR_INVALID_ARG);
+    CU_ASSERT_STRING_EQUAL(e.param, "messages[0].content[1]");
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.message, "'image_url'"));
+    CU_ASSERT_EQUAL(parse("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\"}]}]}", 1, &p, &e),
+                    TP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.message, "'input_audio'"));
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"a\"}]}]}", 1, "messages[0].content[0]");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":5}]}]}", 1,
+               "messages[0].content[0]");
+}
+
+/* tp_req_apply_defaults: a given server default fills a field the request left out and never one it set;
+ * n_predict leaves max_tokens "not set by the request" (the context check clamps it). */
+static void test_gen_defaults(void)
+{
+    const struct tp_gen_defaults d = {.set = TP_GEN_TEMPERATURE | TP_GEN_TOP_K | TP_GEN_SEED | TP_GEN_N_PREDICT |
+                                             TP_GEN_REPEAT_PENALTY,
+                                      .temperature = 0.25f, .top_k = 7, .seed = 42, .n_predict = 9,
+                                      .repeat_penalty = 1.5f, .top_p = 0.5f, .min_p = 0.5f};
+    struct tp_req_params p;
+    struct tp_api_error e;
+    CU_ASSERT_EQUAL_FATAL(parse("{\"prompt\":\"x\"}", 0, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.set, 0u);
+    tp_req_apply_defaults(&p, &d);
+    CU_ASSERT_EQUAL(p.temperature, 0.25f);
+    CU_ASSERT_EQUAL(p.top_k, 7);
+    CU_ASSERT_EQUAL(p.top_p, 1.0f); /* not in d.set: the engine's */
+    CU_ASSERT_EQUAL(p.min_p, 0.0f);
+    CU_ASSERT_EQUAL(p.repetition_penalty, 1.5f);
+    CU_ASSERT(p.has_seed && p.seed == 42);
+    CU_ASSERT_EQUAL(p.max_tokens, 9);
+    CU_ASSERT_EQUAL(p.set & TP_GEN_N_PREDICT, 0u);
+    tp_req_params_free(&p);
+    CU_ASSERT_EQUAL_FATAL(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":1.5,"
+                                "\"top_k\":3,\"seed\":5,\"max_completion_tokens\":4,\"repetition_penalty\":1.0}",
+                                1, &p, &e), TP_OK);
+    CU_ASSERT_EQUAL(p.set, TP_GEN_TEMPERATURE | TP_GEN_TOP_K | TP_GEN_SEED | TP_GEN_N_PREDICT | TP_GEN_REPEAT_PENALTY);
+    tp_req_apply_defaults(&p, &d);
+    CU_ASSERT_EQUAL(p.temperature, 1.5f);
+    CU_ASSERT_EQUAL(p.top_k, 3);
+    CU_ASSERT(p.has_seed && p.seed == 5);
+    CU_ASSERT_EQUAL(p.max_tokens, 4);
+    CU_ASSERT_EQUAL(p.repetition_penalty, 1.0f);
+    tp_req_params_free(&p);
+    /* -1: no limit */
+    const struct tp_gen_defaults unl = {.set = TP_GEN_N_PREDICT, .n_predict = -1};
+    CU_ASSERT_EQUAL_FATAL(parse("{\"prompt\":\"x\"}", 0, &p, &e), TP_OK);
+    tp_req_apply_defaults(&p, &unl);
+    CU_ASSERT_EQUAL(p.max_tokens, -1);
+    tp_req_params_free(&p);
+}
+
 static const struct tp_test_case unit_cases[] = {
     {"name_args_grammar", test_name_args_grammar},
     {"validate_fuzz", test_validate_fuzz},
     {"validate_good", test_validate_good},
     {"validate_bad", test_validate_bad},
+    {"content_parts", test_content_parts},
+    {"gen_defaults", test_gen_defaults},
     {"stop_strings", test_stop_strings},
     {"nul_strings", test_nul_strings},
     {"seed_range", test_seed_range},

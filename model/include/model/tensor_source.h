@@ -102,4 +102,35 @@ enum tp_status tp_hf_read_config(const char *dir, struct tp_hf_config *out, stru
  * chat_template.jinja.  *out = NULL (TP_OK) when there is none; malloc'd. */
 enum tp_status tp_hf_chat_template(const char *dir, char **out, struct tp_error *err);
 
+/* ------------------------------------------- recommended generation settings */
+
+enum tp_model_gen_field {
+    TP_MODEL_GEN_TEMPERATURE = 1u << 0,
+    TP_MODEL_GEN_TOP_P = 1u << 1,
+    TP_MODEL_GEN_TOP_K = 1u << 2,
+    TP_MODEL_GEN_MIN_P = 1u << 3,
+    TP_MODEL_GEN_REPEAT_PENALTY = 1u << 4,
+    TP_MODEL_GEN_MAX_NEW_TOKENS = 1u << 5
+};
+#define TP_MODEL_GEN_MAX_EOS 8
+struct tp_model_gen_defaults {
+    unsigned set;                          /* TP_MODEL_GEN_* bits of the fields the file gives */
+    float temperature, top_p, min_p, repeat_penalty;
+    int top_k;                             /* 0: off */
+    int max_new_tokens;
+    int n_eos;                             /* generation_config.json eos_token_id: (n_eos) ids (the first 8) */
+    int32_t eos_ids[TP_MODEL_GEN_MAX_EOS];
+    char source[32];                       /* "generation_config.json", "gguf general.sampling", "" (none) */
+};
+/*
+ * The generation settings the model at path recommends: a GGUF's
+ * general.sampling.{temp,top_k,top_p,min_p,penalty_repeat} keys (written by
+ * llama.cpp's converter), or an HF directory's generation_config.json
+ * (temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens,
+ * eos_token_id; do_sample false reads as temperature 0).  A file without
+ * them gives set 0.  Returns TP_OK, or TP_ERR_FORMAT (a value out of range,
+ * named in err), an I/O error.  Reads metadata only.
+ */
+enum tp_status tp_model_gen_defaults_read(const char *path, struct tp_model_gen_defaults *out, struct tp_error *err);
+
 #endif /* TP_MODEL_TENSOR_SOURCE_H */

@@ -14,7 +14,7 @@
  *     tp_server_free(srv);                // joins threads; engine not freed
  *
  * Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
- * GET /health, GET /metrics, POST /tokenize, POST /detokenize, GET /v1/cluster
+ * GET /health, GET /metrics, GET /props, POST /tokenize, POST /detokenize, GET /v1/cluster
  * (per-rank JSON for the web page and scripts) and GET / (the web page;
  * server/web.c, docs/web.md).
  */
@@ -30,6 +30,35 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * Server-wide generation defaults (llama-server's --temp --top-p --top-k
+ * --min-p --seed --n-predict --repeat-penalty): what a request of any API
+ * gets for a sampling field it leaves out.  set holds the TP_GEN_* bits of
+ * the fields given; a field not given falls back to the model's own
+ * defaults (GGUF general.sampling.*, an HF directory's generation_config.json)
+ * and then to the engine's (temperature 1, top_p 1, top_k 0 (off), min_p 0,
+ * repeat_penalty 1, a random seed per request, no token limit but the context).
+ */
+enum tp_gen_field {
+    TP_GEN_TEMPERATURE = 1u << 0,
+    TP_GEN_TOP_P = 1u << 1,
+    TP_GEN_TOP_K = 1u << 2,
+    TP_GEN_MIN_P = 1u << 3,
+    TP_GEN_REPEAT_PENALTY = 1u << 4,
+    TP_GEN_SEED = 1u << 5,
+    TP_GEN_N_PREDICT = 1u << 6
+};
+struct tp_gen_defaults {
+    unsigned set;         /* TP_GEN_* bits of the fields below that are given */
+    float temperature;    /* 0..2 */
+    float top_p;          /* (0, 1] */
+    int top_k;            /* >= 0; 0: off */
+    float min_p;          /* 0..1 */
+    float repeat_penalty; /* (0, 10]; 1: off */
+    uint64_t seed;
+    int n_predict;        /* >= 1, or -1: until the end of text or the context */
+};
 
 struct tp_server_config {
     const char *host;          /* bind address, default "127.0.0.1" */
@@ -75,6 +104,8 @@ struct tp_server_config {
     const char *logit_bias;    /* NULL: none; else "ID+BIAS,ID-BIAS,..." (llama-server's --logit-bias): added to
                                 * every request of every API that sends no logit_bias of its own; a bias of
                                 * -100 or below bans the token.  Checked against the vocabulary at start */
+    struct tp_gen_defaults gen; /* generation defaults given on the command line (set 0: none); they win over
+                                 * the model's own (see struct tp_gen_defaults) */
 };
 struct tp_server_config tp_server_default_config(void);
 

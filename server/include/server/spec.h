@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* NGRAM: prompt lookup (below); DRAFT: a smaller model with the same vocabulary decodes the drafts greedily
- * (`generate` and `bench gen` --draft-model; the server drafts by n-gram only). */
+ * (`serve`, `generate` and `bench gen` --draft-model). */
 enum tp_spec_mode { TP_SPEC_OFF = 0, TP_SPEC_NGRAM, TP_SPEC_DRAFT, TP_SPEC_MODE_COUNT };
 /* "off" | "ngram" | "draft" <-> enum; parse returns -1 for anything else. */
 const char *tp_spec_mode_name(enum tp_spec_mode m);
@@ -66,7 +66,11 @@ float tp_spec_adapt_alpha(const struct tp_spec_adapt *a);
  * keeps, per sequence, the tokens whose K/V its cache holds and, asked for
  * drafts after a sequence, re-feeds from the first token that differs (so
  * rejected drafts need no other rollback), then decodes k tokens one at a
- * time.  Not thread safe (the engine thread, or a CLI loop).
+ * time.  Several sequences draft together: their catch-up tokens share
+ * forward passes, then each pass decodes one token of every sequence that
+ * still wants one, so a round of k drafts for any number of sequences costs
+ * about k passes.  Not thread safe (one thread at a time: the engine thread,
+ * which runs it without holding the queue lock, or a CLI loop).
  */
 typedef struct tp_spec_draft tp_spec_draft_t;
 /* Load path with n_seq sequences of n_ctx positions and n_threads threads;
@@ -75,11 +79,28 @@ typedef struct tp_spec_draft tp_spec_draft_t;
 enum tp_status tp_spec_draft_init(const char *path, int n_ctx, int n_seq, int n_threads, int n_vocab,
                                   tp_spec_draft_t **out, struct tp_error *err);
 void tp_spec_draft_free(tp_spec_draft_t *d); /* NULL safe */
+/* One sequence's part of tp_spec_draft_propose_batch. */
+struct tp_spec_draft_req {
+    int seq;              /* the draft model's sequence, 0..n_seq-1, each at most once per call */
+    const int32_t *toks;  /* (n) the sequence so far, last the token about to be fed (not owned) */
+    int n;
+    int k;                /* drafts wanted; lowered to what the context leaves */
+    int32_t *out;         /* (k) the drafts (not owned) */
+    int n_out;            /* set: drafts written (0 when its context is full) */
+};
+/* Up to req[i].k greedy drafts after every req[i].toks, batched over the
+ * requests.  TP_OK; TP_ERR_INVALID_ARG for a bad or repeated seq; or the
+ * model's error (tp_spec_draft_last_error), every n_out then 0. */
+enum tp_status tp_spec_draft_propose_batch(tp_spec_draft_t *d, struct tp_spec_draft_req *req, int n_req);
 /* Up to k greedy drafts after toks[0..n) (sequence seq) into out; returns
  * how many (0 when its context is full), or -1 with the error in
  * tp_spec_draft_last_error. */
 int tp_spec_draft_propose(tp_spec_draft_t *d, int seq, const int32_t *toks, int n, int k, int32_t *out);
 const char *tp_spec_draft_last_error(const tp_spec_draft_t *d);
+/* Forward passes the draft model has run; its weights' bytes; its layers (0 for NULL). */
+uint64_t tp_spec_draft_passes(const tp_spec_draft_t *d);
+uint64_t tp_spec_draft_weight_bytes(const tp_spec_draft_t *d);
+int tp_spec_draft_n_layer(const tp_spec_draft_t *d);
 
 #ifdef __cplusplus
 }
