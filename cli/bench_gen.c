@@ -569,7 +569,7 @@ static enum tp_status gen_start(struct gen_run *R, const struct gen_opts *o, str
         pc.n_threads = threads;
         if (tp_pool_init(&pc, &R->pool) != TP_OK)
             return tp_error_set(err, TP_ERR_NOMEM, "cannot start %d threads", threads);
-        R->bwbuf = tp_aligned_alloc(64, R->bw_bytes);
+        R->bwbuf = tp_stream_alloc(R->bw_bytes);
         if (!R->bwbuf)
             return tp_error_set(err, TP_ERR_NOMEM,
                                 "cannot allocate %d MiB for the bandwidth probes (lower --bw-mib)", o->bw_mib);

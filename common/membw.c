@@ -105,7 +105,7 @@ double tp_mem_read_bw_gbs(tp_pool_t *pool, size_t bytes, int passes)
 {
     bytes &= ~(size_t)63;
     if (bytes == 0 || passes < 1) return 0.0;
-    uint64_t *buf = tp_aligned_alloc(64, bytes);
+    uint64_t *buf = tp_stream_alloc(bytes);
     if (!buf) return 0.0;
     struct bw_job job = {.buf = buf, .n_words = (int64_t)(bytes / 8)};
     tp_pool_run(pool, bw_touch, &job);

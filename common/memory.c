@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,20 @@ void *tp_aligned_alloc(size_t align, size_t size)
 }
 
 void tp_aligned_free(void *p) { free(p); }
+
+#define TP_HUGE_PAGE ((size_t)2 << 20)
+
+void *tp_stream_alloc(size_t size)
+{
+#if defined(MADV_HUGEPAGE)
+    if (size >= TP_HUGE_PAGE) {
+        void *p = tp_aligned_alloc(TP_HUGE_PAGE, size);
+        if (p) (void)madvise(p, size / TP_HUGE_PAGE * TP_HUGE_PAGE, MADV_HUGEPAGE); /* advice: ignored if refused */
+        return p;
+    }
+#endif
+    return tp_aligned_alloc(64, size);
+}
 
 int tp_mul_size(size_t a, size_t b, size_t *out)
 {

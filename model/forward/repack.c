@@ -65,22 +65,10 @@ static void drop_pages(const void *p, size_t n)
 #endif
 }
 
-#define HUGE_PAGE ((size_t)2 << 20)
 #define TP_XARENA_BYTES ((size_t)8 << 20) /* experts re-laid per buffer: a few huge pages */
 
-/* A buffer of `bytes` for weights streamed every step: 64-byte aligned, and 2 MiB-aligned with its whole
- * 2 MiB pages advised as huge pages when it spans at least one.  Released with tp_aligned_free. */
-static uint8_t *weight_alloc(size_t bytes)
-{
-#if defined(MADV_HUGEPAGE)
-    if (bytes >= HUGE_PAGE) {
-        uint8_t *p = tp_aligned_alloc(HUGE_PAGE, bytes);
-        if (p) (void)madvise(p, bytes / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); /* advice: ignored if refused */
-        return p;
-    }
-#endif
-    return tp_aligned_alloc(64, bytes);
-}
+/* A buffer of `bytes` for weights streamed every step (huge pages where granted); tp_aligned_free. */
+static uint8_t *weight_alloc(size_t bytes) { return tp_stream_alloc(bytes); }
 
 /* 1 if w is re-laid by repack(). */
 static int repackable(const struct tp_wmat *w)

@@ -138,6 +138,10 @@ enum tp_status tp_log_level_parse(const char *s, enum tp_log_level *out);
  * or size 0.  Release with tp_aligned_free (NULL safe). */
 void *tp_aligned_alloc(size_t align, size_t size);
 void tp_aligned_free(void *p);
+/* A buffer streamed every step (re-laid weights, bandwidth probes): 64-byte aligned and, from 2 MiB
+ * up, 2 MiB-aligned with its whole 2 MiB pages advised as huge pages where the OS takes the advice
+ * (Linux MADV_HUGEPAGE; elsewhere a plain aligned buffer).  NULL on failure; tp_aligned_free. */
+void *tp_stream_alloc(size_t size);
 /* size_t multiply/add with overflow detection: returns 0 and sets *out, or -1. */
 int tp_mul_size(size_t a, size_t b, size_t *out);
 int tp_add_size(size_t a, size_t b, size_t *out);
