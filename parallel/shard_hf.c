@@ -180,10 +180,12 @@ static enum tp_status write_rows(tp_st_t *st, const struct tp_st_tensor *t, tp_g
     return rc;
 }
 
-/* The scales and biases of MLX tensor t (HF name t->name, unpacked ne[0] columns), checked: both present, 2-D
- * [rows, columns / group], one dtype, F16 or BF16.  Names the tensor and the fix otherwise. */
-static enum tp_status mlx_siblings(tp_st_t *st, const struct tp_tsrc_tensor *t, const struct tp_st_tensor **sc,
-                                   const struct tp_st_tensor **bi, struct tp_error *err)
+/* The scales and biases of MLX tensor t (HF name t->name) with n_dims 2 (a matrix: t->ne the unpacked
+ * [cols, rows]) or 3 (mlx-lm's stacked experts: [cols, rows, experts]), checked: both present, shaped
+ * [(experts,) rows, cols / group], one dtype, F16 or BF16.  Names the tensor and the fix otherwise. */
+static enum tp_status mlx_siblings_n(tp_st_t *st, const struct tp_tsrc_tensor *t, int n_dims,
+                                     const struct tp_st_tensor **sc, const struct tp_st_tensor **bi,
+                                     struct tp_error *err)
 {
     char sn[256], bn[256];
     const int group = tp_wtype_mlx_group(t->type);
@@ -193,13 +195,17 @@ static enum tp_status mlx_siblings(tp_st_t *st, const struct tp_tsrc_tensor *t, 
         return tp_error_set(err, TP_ERR_FORMAT, "%s: MLX-quantized '%s' needs '%s' and '%s' (incomplete download?)",
                             t->file, t->name, sn, bn);
     const struct tp_st_tensor *a = *sc, *b = *bi;
-    if (a->n_dims != 2 || b->n_dims != 2 || a->shape[0] != t->ne[1] || a->shape[1] * group != t->ne[0] ||
-        b->shape[0] != a->shape[0] || b->shape[1] != a->shape[1] || a->dtype != b->dtype ||
-        (a->dtype != TP_ST_F16 && a->dtype != TP_ST_BF16))
+    int ok = a->n_dims == n_dims && b->n_dims == n_dims && a->dtype == b->dtype &&
+             (a->dtype == TP_ST_F16 || a->dtype == TP_ST_BF16) && a->shape[n_dims - 1] * group == t->ne[0];
+    for (int d = 0; ok && d < n_dims; d++) {
+        ok = a->shape[d] == b->shape[d];
+        if (ok && d < n_dims - 1) ok = a->shape[d] == t->ne[n_dims - 1 - d];
+    }
+    if (!ok)
         return tp_error_set(err, TP_ERR_FORMAT,
-                            "%s: MLX '%s': scales / biases must both be F16 or BF16 [%lld, %lld] (have %s and %s)",
-                            t->file, t->name, (long long)t->ne[1], (long long)(t->ne[0] / group),
-                            tp_st_dtype_name(a->dtype), tp_st_dtype_name(b->dtype));
+                            "%s: MLX '%s': scales / biases must both be F16 or BF16 [%s%lld, %lld] (have %s and %s)",
+                            t->file, t->name, n_dims == 3 ? "experts, " : "", (long long)t->ne[1],
+                            (long long)(t->ne[0] / group), tp_st_dtype_name(a->dtype), tp_st_dtype_name(b->dtype));
     return TP_OK;
 }
 
@@ -244,7 +250,7 @@ static enum tp_status declare_one(tp_gguf_writer_t *w, tp_st_t *st, const struct
     if (tp_wtype_mlx_bits(t.type)) {
         const int bits = tp_wtype_mlx_bits(t.type), group = tp_wtype_mlx_group(t.type);
         const struct tp_st_tensor *sc = NULL, *bi = NULL;
-        if ((rc = mlx_siblings(st, &t, &sc, &bi, err)) != TP_OK) return rc;
+        if ((rc = mlx_siblings_n(st, &t, 2, &sc, &bi, err)) != TP_OK) return rc;
         int64_t r0 = 0, r1 = t.ne[1], c0 = 0, c1 = t.ne[0];
         if (k == TP_SHARD_SLICE_ROWS) r0 = a, r1 = b;
         else if (k == TP_SHARD_SLICE_COLS) c0 = a, c1 = b;
@@ -304,7 +310,7 @@ static enum tp_status write_data_one(tp_gguf_writer_t *w, tp_st_t *st, const str
     if (tp_wtype_mlx_bits(t.type)) { /* words, then scales, then biases: the declaration order */
         const size_t bits = (size_t)tp_wtype_mlx_bits(t.type), group = (size_t)tp_wtype_mlx_group(t.type);
         const struct tp_st_tensor *sc = NULL, *bi = NULL;
-        if ((rc = mlx_siblings(st, &t, &sc, &bi, err)) != TP_OK) return rc;
+        if ((rc = mlx_siblings_n(st, &t, 2, &sc, &bi, err)) != TP_OK) return rc;
         const size_t wrb = (size_t)t.ne[0] * bits / 8, srb = (size_t)t.ne[0] / group * 2;
         const size_t sc0 = (size_t)c0 / group * 2, sn = (size_t)(c1 - c0) / group * 2;
         rc = write_rows(st, t.st, w, path, wrb, (size_t)c0 * bits / 8, (size_t)(c1 - c0) * bits / 8, r0, r1, perm,
@@ -316,28 +322,6 @@ static enum tp_status write_data_one(tp_gguf_writer_t *w, tp_st_t *st, const str
     const size_t es = t.type == TP_WTYPE_F32 ? 4 : 2;
     return write_rows(st, t.st, w, path, (size_t)t.ne[0] * es, (size_t)c0 * es, (size_t)(c1 - c0) * es, r0, r1, perm,
                       hp->head_dim, row, err);
-}
-
-/* The MLX scales and biases of a stacked expert triple (t: words [experts, rows, words], t->ne the unpacked
- * [cols, rows, experts]): both present, [experts, rows, cols / group], one dtype, F16 or BF16. */
-static enum tp_status mlx_siblings3(tp_st_t *st, const struct tp_tsrc_tensor *t, const struct tp_st_tensor **sc,
-                                    const struct tp_st_tensor **bi, struct tp_error *err)
-{
-    char sn[256], bn[256];
-    const int group = tp_wtype_mlx_group(t->type);
-    *sc = tp_mlx_st_sibling(st, t->name, "scales", sn, sizeof sn);
-    *bi = tp_mlx_st_sibling(st, t->name, "biases", bn, sizeof bn);
-    if (!*sc || !*bi)
-        return tp_error_set(err, TP_ERR_FORMAT, "%s: MLX-quantized '%s' needs '%s' and '%s' (incomplete download?)",
-                            t->file, t->name, sn, bn);
-    const struct tp_st_tensor *a = *sc, *b = *bi;
-    if (a->n_dims != 3 || b->n_dims != 3 || a->shape[0] != t->ne[2] || a->shape[1] != t->ne[1] ||
-        a->shape[2] * group != t->ne[0] || memcmp(a->shape, b->shape, 3 * sizeof a->shape[0]) != 0 ||
-        a->dtype != b->dtype || (a->dtype != TP_ST_F16 && a->dtype != TP_ST_BF16))
-        return tp_error_set(err, TP_ERR_FORMAT,
-                            "%s: MLX stacked experts '%s': scales / biases must both be F16 or BF16 [%lld, %lld, %lld]",
-                            t->file, t->name, (long long)t->ne[2], (long long)t->ne[1], (long long)(t->ne[0] / group));
-    return TP_OK;
 }
 
 /* The source of matrix j of mixture-of-experts tensor `name` under cut c: *t (for MLX the words of the
@@ -420,7 +404,7 @@ static enum tp_status moe_tensor(tp_gguf_writer_t *w, tp_st_t *st, const struct 
                             "4/8-bit triples",
                             t.file, t.name, t.type_name);
     const struct tp_st_tensor *sc = NULL, *bi = NULL;
-    if (bits && (rc = (c->stacked ? mlx_siblings3 : mlx_siblings)(st, &t, &sc, &bi, err)) != TP_OK) return rc;
+    if (bits && (rc = mlx_siblings_n(st, &t, c->stacked ? 3 : 2, &sc, &bi, err)) != TP_OK) return rc;
     if (!write) {
         const int nd = c->stacked ? 3 : rows == 1 ? 1 : 2; /* the shared expert's gate as llama.cpp's [n_embd] */
         if (bits) {

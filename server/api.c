@@ -323,16 +323,34 @@ static void delta_chunk(struct stream *st, cJSON *delta)
     free(j);
 }
 
+/* A chat.completion.chunk with one choice: *root owns it, *ch is the choice; returns its (empty) delta. */
+static cJSON *chunk_open(struct stream *st, cJSON **root, cJSON **ch)
+{
+    *root = envelope(st->s, st->r, "chat.completion.chunk");
+    *ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(*root, "choices"), *ch);
+    cJSON_AddNumberToObject(*ch, "index", 0);
+    return cJSON_AddObjectToObject(*ch, "delta");
+}
+
+/* Sends a chunk from chunk_open (no logprobs, no finish reason) and frees it. */
+static void chunk_send(struct stream *st, cJSON *root, cJSON *ch)
+{
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
+    char *j = tp_json_print(root);
+    cJSON_Delete(root);
+    if (j) tp_sse_data(&st->out, j);
+    free(j);
+}
+
 /* One chunk whose delta carries the tool call fragment k: with its id, type
  * and name when hdr, else only argument bytes args[0..n).  mu held. */
 static void tool_delta(struct stream *st, int k, const char *name, const char *args, size_t n, int hdr)
 {
     struct tp_req *r = st->r;
-    cJSON *root = envelope(st->s, r, "chat.completion.chunk");
-    cJSON *ch = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
-    cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+    cJSON *root, *ch;
+    cJSON *d = chunk_open(st, &root, &ch);
     if (st->first) {
         cJSON_AddStringToObject(d, "role", "assistant");
         cJSON_AddNullToObject(d, "content");
@@ -350,12 +368,7 @@ static void tool_delta(struct stream *st, int k, const char *name, const char *a
     cJSON *fn = cJSON_AddObjectToObject(c, "function");
     if (hdr) cJSON_AddStringToObject(fn, "name", name);
     tp_json_add_bytes(fn, "arguments", args, n);
-    cJSON_AddNullToObject(ch, "logprobs");
-    cJSON_AddNullToObject(ch, "finish_reason");
-    char *j = tp_json_print(root);
-    cJSON_Delete(root);
-    if (j) tp_sse_data(&st->out, j);
-    free(j);
+    chunk_send(st, root, ch);
 }
 
 /* Stream what is new in a harmony reply (mu held). */
@@ -444,19 +457,11 @@ static void finish_chunks(struct stream *st, const char *fin)
  * ({"role": "assistant", "content": null}), before any content, reasoning or tool call. */
 static void role_chunk(struct stream *st)
 {
-    cJSON *root = envelope(st->s, st->r, "chat.completion.chunk");
-    cJSON *ch = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
-    cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+    cJSON *root, *ch;
+    cJSON *d = chunk_open(st, &root, &ch);
     cJSON_AddStringToObject(d, "role", "assistant");
     cJSON_AddNullToObject(d, "content");
-    cJSON_AddNullToObject(ch, "logprobs");
-    cJSON_AddNullToObject(ch, "finish_reason");
-    char *j = tp_json_print(root);
-    cJSON_Delete(root);
-    if (j) tp_sse_data(&st->out, j);
-    free(j);
+    chunk_send(st, root, ch);
     st->first = 0;
 }
 
