@@ -491,6 +491,21 @@ static enum tp_status sampler_prepare(tp_sampler_t *s, const float **logits_io, 
     return TP_OK;
 }
 
+/* The candidate c[0..nc) (weights w[c[i]], skipping token `skip`; -1 skips none) where the running
+ * sum of weights first exceeds u; the last one walked when u is not below the total. */
+static int32_t draw(const float *w, const int32_t *c, int nc, int32_t skip, double u)
+{
+    int32_t chosen = -1;
+    double cum = 0.0;
+    for (int i = 0; i < nc; i++) {
+        if (c[i] == skip) continue;
+        chosen = c[i];
+        cum += w[c[i]];
+        if (u < cum) break;
+    }
+    return chosen;
+}
+
 enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp_sample_result *res)
 {
     if (!s || !logits || !res) return TP_ERR_INVALID_ARG;
@@ -509,17 +524,7 @@ enum tp_status tp_sampler_sample(tp_sampler_t *s, const float *logits, struct tp
     /* 5. draw */
     double total = 0.0;
     for (int i = 0; i < nc; i++) total += w[c[i]];
-    double u = rng_uniform(s->rng) * total;
-    int32_t chosen = c[nc - 1];
-    double cum = 0.0;
-    for (int i = 0; i < nc; i++) {
-        cum += w[c[i]];
-        if (u < cum) {
-            chosen = c[i];
-            break;
-        }
-    }
-    res->id = chosen;
+    res->id = draw(w, c, nc, -1, rng_uniform(s->rng) * total);
     fill_logprobs(s, logits, res);
     return TP_OK;
 }
@@ -562,15 +567,7 @@ enum tp_status tp_sampler_sample_draft(tp_sampler_t *s, const float *logits, int
         *accepted = 1;
     } else {
         /* the residual: every survivor but the draft, in the order the plain draw walks them */
-        double v = rng_uniform(s->rng) * rest, cum = 0.0;
-        int32_t chosen = -1;
-        for (int i = 0; i < nc; i++) {
-            if (c[i] == draft) continue;
-            chosen = c[i];
-            cum += w[c[i]];
-            if (v < cum) break;
-        }
-        res->id = chosen;
+        res->id = draw(w, c, nc, draft, rng_uniform(s->rng) * rest);
     }
     fill_logprobs(s, logits, res);
     return TP_OK;
