@@ -101,6 +101,16 @@ int tp_cli_group_config(const char *cmd, const char *comm_dtype, const char *kv_
 #define TP_CLI_MOE_SPLIT_HELP                                                                                     \
     "mixture of experts under launch/mpirun: auto (default: the plan chooses and says why), tensor (a slice of "  \
     "every expert per rank) or expert (whole experts per rank)"
+/* Help texts of the draft model's placement flags (serve, generate). */
+#define TP_CLI_DRAFT_PLACEMENT_HELP                                                                              \
+    "--spec draft under launch/mpirun: where the draft model runs: auto (default: decided at start from its "   \
+    "bytes per rank, the memory bandwidth and the time of an all_sum, and logged with its reason), rank0 or "     \
+    "sharded (a slice on every rank, one pair of all_sums per draft layer and drafted token)"
+#define TP_CLI_DRAFT_MEM_BW_HELP                                                                                 \
+    "memory bandwidth of this rank in GB/s for --draft-placement auto (default: measured at start)"
+#define TP_CLI_DRAFT_ALLSUM_HELP                                                                                 \
+    "time of one all_sum in microseconds for --draft-placement auto, e.g. from `tpserve bench comm` (default: "   \
+    "rank 0 times a few at start)"
 
 
 /* Subcommand entry point: argv[0] is the subcommand name. Returns exit code. */

@@ -78,6 +78,7 @@ struct gen {
     /* decode: the last step fed tokens at base .. base + k (its input, then k drafts) */
     int n_gen, n_tok, base, k, n_steps;
     long long n_drafted, n_accepted;
+    uint64_t draft_passes0; /* the draft model's passes before the decode */
     int32_t draft[TP_SPEC_DRAFT_MAX];
     struct tp_spec_adapt adapt;
 };
@@ -236,6 +237,9 @@ static void gen_report(const struct gen *g, double t_prompt, double t_gen, const
     if (o->spec != TP_SPEC_OFF)
         fprintf(stderr, "; speculative %s: %lld of %lld drafted tokens accepted (%.3f)", tp_spec_mode_name(o->spec),
                 g->n_accepted, g->n_drafted, g->n_drafted ? (double)g->n_accepted / (double)g->n_drafted : 0.0);
+    if (o->dm) /* a sharded draft's passes are steps on every rank: their collectives are in the count above */
+        fprintf(stderr, "; draft model %s: %llu passes", tp_spec_draft_is_sharded(o->dm) ? "sharded" : "on rank 0",
+                (unsigned long long)(tp_spec_draft_passes(o->dm) - g->draft_passes0));
     fputc('\n', stderr);
 }
 
@@ -266,6 +270,7 @@ static int generate(const struct tp_gen_step *drv, tp_model_t *m, const struct g
     double t_prompt = tp_now_s() - t0;
     struct tp_comm_stats cs0 = {0}, cs1 = {0};
     if (o->comm) tp_comm_get_stats(o->comm, &cs0);
+    g->draft_passes0 = tp_spec_draft_passes(o->dm);
     double t1 = tp_now_s();
     if (gen_decode(g) != 0) goto out;
     double t_gen = tp_now_s() - t1;
@@ -292,7 +297,8 @@ int tp_cmd_generate(int argc, char **argv)
 {
     const char *model = NULL, *prompt = "", *shard_weights = NULL, *moe_split = "auto", *comm_dtype = "f32", *kv_type = "f16";
     int n_predict = 128, threads = 0, ctx = 0, top_k = 40, quiet = 0, draft_max = 4;
-    const char *spec = "off", *draft_model = NULL;
+    const char *spec = "off", *draft_model = NULL, *draft_placement = "auto";
+    float draft_mem_bw = 0.0f, draft_allsum_us = 0.0f;
     float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat = 1.0f;
     uint64_t seed = 0;
     int seed_set = 0;
@@ -318,7 +324,10 @@ int tp_cmd_generate(int argc, char **argv)
          "model decodes the drafts: --draft-model); the drafts are verified in one step (docs/speculative.md)", 0,
          0},
         {"draft-model", 0, TP_OPT_STRING, &draft_model, "FILE",
-         "--spec draft: a smaller GGUF with the model's vocabulary, run on rank 0", 0, 0},
+         "--spec draft: a smaller GGUF with the model's vocabulary (every rank gives the same)", 0, 0},
+        {"draft-placement", 0, TP_OPT_STRING, &draft_placement, "P", TP_CLI_DRAFT_PLACEMENT_HELP, 0, 0},
+        {"draft-mem-bw", 0, TP_OPT_FLOAT, &draft_mem_bw, "GBS", TP_CLI_DRAFT_MEM_BW_HELP, 0, 0},
+        {"draft-allsum-us", 0, TP_OPT_FLOAT, &draft_allsum_us, "US", TP_CLI_DRAFT_ALLSUM_HELP, 0, 0},
         {"draft-max", 0, TP_OPT_INT, &draft_max, "K", "--spec: drafted tokens per step, 1..16 (default 4)", 1,
          TP_SPEC_DRAFT_MAX},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0}};
@@ -343,6 +352,16 @@ int tp_cmd_generate(int argc, char **argv)
                 draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
         return 2;
     }
+    enum tp_draft_placement dplace;
+    struct tp_error perr = {0};
+    if (tp_draft_placement_parse(draft_placement, &dplace, &perr) != TP_OK) {
+        fprintf(stderr, "tpserve generate: %s\n", perr.msg);
+        return 2;
+    }
+    if (!(draft_mem_bw >= 0) || !(draft_allsum_us >= 0)) {
+        fprintf(stderr, "tpserve generate: --draft-mem-bw and --draft-allsum-us take figures >= 0 (0: measured)\n");
+        return 2;
+    }
     /* One rank, or a group from the environment (tpserve launch / mpirun):
      * every rank computes its slice, rank 0 samples and prints. */
     struct tp_error err = {0};
@@ -358,6 +377,10 @@ int tp_cmd_generate(int argc, char **argv)
     cfg->n_ctx = ctx;
     cfg->n_seq = 1;
     cfg->n_batch = 512; /* >= 1 + --draft-max */
+    pc.draft_path = draft_model;
+    pc.draft_placement = dplace;
+    pc.draft_mem_bw_gbs = draft_mem_bw;
+    pc.draft_allsum_us = draft_allsum_us;
     tp_parallel_t *par = NULL;
     if (tp_parallel_init(&pc, &par, &err) != TP_OK) return tp_cli_fail("generate", "%s", err.msg);
     if (tp_parallel_rank(par) != 0) {
@@ -389,8 +412,13 @@ int tp_cmd_generate(int argc, char **argv)
     o.comm = tp_parallel_comm(par);
     tp_spec_draft_t *dm = NULL;
     if (spec_mode == TP_SPEC_DRAFT) {
-        if (tp_spec_draft_init(draft_model, tp_model_n_ctx(m), 1, threads, tp_model_hparams(m)->n_vocab, &dm, &err) !=
-            TP_OK) {
+        const struct tp_draft_place_result *dec = tp_parallel_draft_decision(par);
+        if (dec) tp_log(TP_LOG_INFO, "generate", "%s", dec->reason);
+        enum tp_status drc = tp_parallel_draft_model(par)
+                                 ? tp_spec_draft_init_sharded(par, 1, &dm, &err)
+                                 : tp_spec_draft_init(draft_model, tp_model_n_ctx(m), 1, threads,
+                                                      tp_model_hparams(m)->n_vocab, &dm, &err);
+        if (drc != TP_OK) {
             tp_parallel_free(par);
             return tp_cli_fail("generate", "%s", err.msg);
         }

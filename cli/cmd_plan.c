@@ -149,7 +149,8 @@ static void hp_from_shape(const struct tp_shape *s, struct tp_hparams *hp)
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
-static void print_json(const char *model, const struct tp_cap_config *c, const struct tp_cap_result *r)
+static void print_json(const char *model, const struct tp_cap_config *c, const struct tp_cap_result *r,
+                       const struct tp_draft_place_result *dr)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", model);
@@ -178,6 +179,18 @@ static void print_json(const char *model, const struct tp_cap_config *c, const s
         if (c->allsum_us > 0) cJSON_AddNumberToObject(o, "allsum_us_measured", c->allsum_us);
         if (c->header_us > 0) cJSON_AddNumberToObject(o, "header_us_measured", c->header_us);
         if (c->gather_us > 0) cJSON_AddNumberToObject(o, "gather_us_measured", c->gather_us);
+    }
+    cJSON *d = dr ? cJSON_AddObjectToObject(o, "draft") : NULL;
+    if (d) {
+        cJSON_AddStringToObject(d, "placement", tp_draft_placement_name(dr->placement));
+        cJSON_AddNumberToObject(d, "rank0_ms", dr->rank0_ms);
+        cJSON_AddNumberToObject(d, "sharded_ms", dr->sharded_ms);
+        cJSON_AddNumberToObject(d, "sharded_comm_ms", dr->sharded_comm_ms);
+        cJSON_AddNumberToObject(d, "collectives_per_token", dr->collectives);
+        cJSON_AddNumberToObject(d, "allsum_us", dr->allsum_us);
+        cJSON_AddNumberToObject(d, "rank0_read_bytes", (double)dr->rank0_read_bytes);
+        cJSON_AddNumberToObject(d, "rank_read_bytes_max", (double)dr->rank_read_bytes_max);
+        cJSON_AddStringToObject(d, "reason", dr->reason);
     }
     cJSON *arr = cJSON_AddArrayToObject(o, "nodes");
     for (int i = 0; i < c->n_nodes; i++) {
@@ -282,6 +295,7 @@ static void print_table(const char *model, const struct tp_cap_config *c, const 
 /* The command line of `tpserve plan`. */
 struct plan_opts {
     const char *model, *shape_name, *shapes_file, *nodes, *type, *link, *kv, *moe_split, *comm_dtype, *comm_json;
+    const char *draft_model, *draft_shape, *draft_placement;
     int n_ctx, n_seq, json;
     float mem_bw, reserve, eff, allsum_us;
 };
@@ -290,6 +304,7 @@ struct plan_opts {
 static int plan_parse(int argc, char **argv, struct plan_opts *o)
 {
     *o = (struct plan_opts){.link = "local", .kv = "f16", .moe_split = "auto", .comm_dtype = "f32", .n_seq = 1,
+                            .draft_placement = "auto",
                             .mem_bw = 100.0f, .reserve = 0.125f, .eff = 0.7f};
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &o->model, "FILE", "GGUF model (its metadata gives the shape and type)", 0, 0},
@@ -319,6 +334,12 @@ static int plan_parse(int argc, char **argv, struct plan_opts *o)
          "`tpserve bench comm --json` output from these hosts: its all_sum time at the decode size and rank count "
          "replaces the link model",
          0, 0},
+        {"draft-model", 0, TP_OPT_STRING, &o->draft_model, "FILE",
+         "a draft model for speculative decoding: whether it runs on rank 0 or sharded over the nodes, and why", 0, 0},
+        {"draft-shape", 0, TP_OPT_STRING, &o->draft_shape, "NAME",
+         "the same for a named shape as the draft (configs/shapes.json; --type's weights), e.g. llama3.1-8b", 0, 0},
+        {"draft-placement", 0, TP_OPT_STRING, &o->draft_placement, "P",
+         "with --draft-model: auto (default), rank0 or sharded (the costs of the one asked)", 0, 0},
         {"json", 0, TP_OPT_FLAG, &o->json, NULL, "print JSON instead of a table", 0, 0},
         {0},
     };
@@ -412,6 +433,56 @@ static int plan_model(const struct plan_opts *o, struct tp_cap_config *cfg, char
     return 0;
 }
 
+/*
+ * --draft-model: where the draft runs (tp_parallel_draft_placement) on these nodes, with the plan's shard
+ * weights, each node's bandwidth x --efficiency and the time of one of the draft's collectives (the link
+ * model or the measured all_sum, as for the model: its decode collectives' time / their number).
+ * 0, or the exit status after an error (printed).
+ */
+static int plan_draft(const struct plan_opts *o, const struct tp_cap_config *cfg, const struct tp_cap_result *res,
+                      struct tp_draft_place_result *out)
+{
+    struct tp_error err = {0};
+    enum tp_draft_placement asked;
+    if (tp_draft_placement_parse(o->draft_placement, &asked, &err) != TP_OK) {
+        fprintf(stderr, "tpserve plan: %s\n", err.msg);
+        return 2;
+    }
+    static struct tp_model_probe pr;
+    memset(&pr, 0, sizeof pr);
+    const char *name = o->draft_model ? o->draft_model : o->draft_shape;
+    if (o->draft_shape) {
+        char *text = NULL;
+        if (o->shapes_file && !(text = read_text(o->shapes_file)))
+            return tp_cli_fail("plan", "cannot read --shapes file '%s'", o->shapes_file);
+        struct tp_shape shape;
+        enum tp_status st = tp_shape_find(text, o->draft_shape, &shape, &err);
+        free(text);
+        if (st != TP_OK) {
+            fprintf(stderr, "tpserve plan: --draft-shape: %s\n", err.msg);
+            return 2;
+        }
+        hp_from_shape(&shape, &pr.hp);
+        pr.types = tp_plan_types_uniform(cfg->wtype);
+    } else if (tp_model_probe(o->draft_model, &pr, &err) != TP_OK) {
+        return tp_cli_fail("plan", "--draft-model: %s", err.msg);
+    }
+    if (pr.hp.n_vocab != cfg->hp.n_vocab)
+        return tp_cli_fail("plan", "draft %s has %d tokens in its vocabulary, the model %d: a draft model must "
+                           "share the model's vocabulary", name, pr.hp.n_vocab, cfg->hp.n_vocab);
+    double bw[TP_CAP_MAX_NODES], w[TP_CAP_MAX_NODES];
+    for (int i = 0; i < cfg->n_nodes; i++) bw[i] = cfg->nodes[i].mem_bw_gbs * cfg->bw_efficiency;
+    const double *wp = NULL;
+    if (res->plan.world_size > 1 && tp_parallel_parse_weights(res->shard_weights, cfg->n_nodes, w, NULL) == TP_OK) wp = w;
+    double us = 0.0;
+    if (cfg->n_nodes > 1)
+        us = tp_capacity_comm_ms(&pr.hp, cfg->wire_dtype, cfg->n_nodes, &cfg->link, cfg->allsum_us, NULL) * 1e3 /
+             (2.0 * pr.hp.n_layer + 2.0);
+    struct tp_draft_place_input in = {&pr.hp, &pr.types, cfg->n_nodes, wp, asked, bw, us};
+    if (tp_parallel_draft_placement(&in, out, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
+    return 0;
+}
+
 int tp_cmd_plan(int argc, char **argv)
 {
     struct plan_opts o;
@@ -427,7 +498,15 @@ int tp_cmd_plan(int argc, char **argv)
                                                                       : 4096;
     struct tp_error err = {0};
     if (tp_capacity_plan(&cfg, &res, &err) != TP_OK) return tp_cli_fail("plan", "%s", err.msg);
-    if (o.json) print_json(label, &cfg, &res);
+    struct tp_draft_place_result dr;
+    const char *draft = o.draft_model ? o.draft_model : o.draft_shape;
+    if (o.draft_model && o.draft_shape) {
+        fprintf(stderr, "tpserve plan: give --draft-model or --draft-shape, not both\n");
+        return 2;
+    }
+    if (draft && (rc = plan_draft(&o, &cfg, &res, &dr)) != 0) return rc;
+    if (o.json) print_json(label, &cfg, &res, draft ? &dr : NULL);
     else print_table(label, &cfg, &res);
+    if (draft && !o.json) printf("Draft model %s: %s\n", draft, dr.reason);
     return res.fits ? 0 : 1;
 }

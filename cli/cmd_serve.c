@@ -159,6 +159,8 @@ struct serve_opts {
     const char *spec; /* --spec off|ngram|draft */
     const char *draft_model;
     int draft_max;
+    const char *draft_placement; /* --draft-placement auto|rank0|sharded */
+    float draft_mem_bw, draft_allsum_us; /* figures for its decision (0: measured at start) */
     uint64_t mem_limit_bytes;
     char *key_buf; /* --api-key-file's key (owned; api_key points at it) */
     /* generation defaults (llama-server's flags): NaN / INT_MIN / NULL when not given */
@@ -262,6 +264,16 @@ static int serve_check(struct serve_opts *o)
                 o->draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
         return 2;
     }
+    enum tp_draft_placement dp;
+    struct tp_error perr = {0};
+    if (tp_draft_placement_parse(o->draft_placement, &dp, &perr) != TP_OK) {
+        fprintf(stderr, "tpserve serve: %s\n", perr.msg);
+        return 2;
+    }
+    if (!(o->draft_mem_bw >= 0) || !(o->draft_allsum_us >= 0)) {
+        fprintf(stderr, "tpserve serve: --draft-mem-bw and --draft-allsum-us take figures >= 0 (0: measured)\n");
+        return 2;
+    }
     if (strcmp(o->on_rank_loss, "wait") != 0 && strcmp(o->on_rank_loss, "replan") != 0) {
         fprintf(stderr, "tpserve serve: --on-rank-loss %s: want wait or replan\n", o->on_rank_loss);
         return 2;
@@ -293,7 +305,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
                              .chunk = 64, .share_min = 32, .max_body = 1u << 20, .mem_budget = (uint64_t)256 << 20,
                              .max_conn = 256, .max_conn_ip = 32, .header_timeout = 10, .body_timeout = 30,
                              .recover_wait = 60, .pooling = "auto", .resp_store = 256, .on_rank_loss = "wait",
-                             .replan_after = 10, .spec = "off", .draft_max = 4, .temp = NAN, .top_p = NAN,
+                             .replan_after = 10, .spec = "off", .draft_max = 4, .draft_placement = "auto",
+                             .temp = NAN, .top_p = NAN,
                              .min_p = NAN, .repeat_penalty = NAN, .top_k = INT_MIN, .n_predict = INT_MIN};
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &o->model, "FILE", "GGUF model (or this rank's shard file)", 0, 0},
@@ -387,9 +400,12 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
          "is verified in one step (docs/speculative.md)",
          0, 0},
         {"draft-model", 0, TP_OPT_STRING, &o->draft_model, "FILE",
-         "--spec draft: a smaller GGUF with the model's vocabulary, run on rank 0", 0, 0},
+         "--spec draft: a smaller GGUF with the model's vocabulary (every rank gives the same)", 0, 0},
         {"draft-max", 0, TP_OPT_INT, &o->draft_max, "K", "drafted tokens per sequence and step, 1..16 (default 4)", 1,
          TP_SPEC_DRAFT_MAX},
+        {"draft-placement", 0, TP_OPT_STRING, &o->draft_placement, "P", TP_CLI_DRAFT_PLACEMENT_HELP, 0, 0},
+        {"draft-mem-bw", 0, TP_OPT_FLOAT, &o->draft_mem_bw, "GBS", TP_CLI_DRAFT_MEM_BW_HELP, 0, 0},
+        {"draft-allsum-us", 0, TP_OPT_FLOAT, &o->draft_allsum_us, "US", TP_CLI_DRAFT_ALLSUM_HELP, 0, 0},
         {NULL, 0, 0, NULL, NULL, NULL, 0, 0},
     };
     int pr = tp_cli_parse("serve", "Usage: tpserve serve -m MODEL [options]", opts, argc, argv, NULL, 0, NULL, NULL,
@@ -511,6 +527,10 @@ int tp_cmd_serve(int argc, char **argv)
     pc.model.n_batch = TP_MAX(o.batch, o.parallel);
     pc.shard_weights = o.shard_weights;
     pc.mem_limit_bytes = o.mem_limit_bytes;
+    pc.draft_path = o.draft_model;
+    (void)tp_draft_placement_parse(o.draft_placement, &pc.draft_placement, NULL); /* checked by serve_check */
+    pc.draft_mem_bw_gbs = o.draft_mem_bw;
+    pc.draft_allsum_us = o.draft_allsum_us;
     if (tp_moe_split_parse(o.moe_split, &pc.moe_split, &err) != TP_OK) {
         free(o.key_buf);
         return tp_cli_fail("serve", "%s", err.msg);

@@ -131,19 +131,24 @@ static uint64_t plan_hash(const tp_parallel_t *p)
     h = mix(h, (uint64_t)(uint32_t)p->cfg_n_ctx);
     h = mix(h, (uint64_t)(uint32_t)p->cfg_n_seq);
     h = mix(h, (uint64_t)(uint32_t)p->cfg_n_batch);
+    if (p->has_draft_dec && p->draft_dec.placement == TP_DRAFT_PLACEMENT_SHARDED) {
+        h = mix(h, tp_probe_hash(&p->dprobe));
+        h = mix(h, tp_shard_plan_hash(&p->dplan));
+        h = mix(h, (uint64_t)(uint32_t)p->d_n_batch);
+    }
     return h;
 }
 
-/* cfg path with "{rank}" replaced by this rank (shard files under launch/mpirun). */
-static enum tp_status expand_path(tp_parallel_t *p, const char *tmpl)
+/* tmpl with "{rank}" replaced by this rank (shard files under launch/mpirun) into out (4096 bytes). */
+static enum tp_status expand_into(tp_parallel_t *p, const char *tmpl, char *out, size_t cap)
 {
     const char *at = strstr(tmpl, "{rank}");
-    int n = at ? snprintf(p->path, sizeof p->path, "%.*s%d%s", (int)(at - tmpl), tmpl, p->rank, at + 6)
-               : snprintf(p->path, sizeof p->path, "%s", tmpl);
-    if (n < 0 || (size_t)n >= sizeof p->path)
-        return tp_error_set(&p->err, TP_ERR_INVALID_ARG, "model path is longer than %zu bytes", sizeof p->path - 1);
+    int n = at ? snprintf(out, cap, "%.*s%d%s", (int)(at - tmpl), tmpl, p->rank, at + 6) : snprintf(out, cap, "%s", tmpl);
+    if (n < 0 || (size_t)n >= cap)
+        return tp_error_set(&p->err, TP_ERR_INVALID_ARG, "model path is longer than %zu bytes", cap - 1);
     return TP_OK;
 }
+static enum tp_status expand_path(tp_parallel_t *p, const char *tmpl) { return expand_into(p, tmpl, p->path, sizeof p->path); }
 
 static enum tp_status make_plan(tp_parallel_t *p, const struct tp_parallel_config *cfg)
 {
@@ -245,7 +250,10 @@ static enum tp_status alloc_buffers(tp_parallel_t *p)
             if (!p->gath || !p->pairs_all || !p->rank_stats || !p->stats_all) return TP_ERR_NOMEM;
         }
         size_t max_count;
-        if (tp_mul_size(nb, (size_t)p->probe.hp.n_embd, &max_count)) return TP_ERR_NOMEM;
+        int width = p->probe.hp.n_embd;
+        if (p->has_draft_dec && p->draft_dec.placement == TP_DRAFT_PLACEMENT_SHARDED)
+            width = TP_MAX(width, p->dprobe.hp.n_embd); /* the draft's all_sums go through the same hook */
+        if (tp_mul_size(nb, (size_t)width, &max_count)) return TP_ERR_NOMEM;
         p->wire_max_count = max_count;
         enum tp_status st = tp_wire_init(&p->wire, p->comm, p->wire_dtype, max_count);
         if (st != TP_OK) return st;
@@ -417,11 +425,254 @@ static enum tp_status form_group(tp_parallel_t *p, const struct tp_parallel_conf
     return TP_OK;
 }
 
+/* ----------------------------------------------------------- draft model */
+
+/*
+ * Where the draft model runs (tp_parallel_config.draft_path), decided by rank 0 for the group.  With more
+ * than one rank this is a collective every rank runs at init and at every re-form (whether or not a draft
+ * is configured, so a replacement rank's init and the survivors' rejoin stay in step):
+ *   1. all_gather DX_WORDS int32 per rank: a draft configured, the placement asked (rank 0 at a re-form:
+ *      the one decided), whether rank 0 times the all_sum, the draft's n_embd, the rank's memory
+ *      bandwidth in MB/s (measured here when not configured), its status so far;
+ *   2. when rank 0 times it: 3 + DX_TIMED all_sums of n_embd floats on every rank;
+ *   3. rank 0 decides (tp_parallel_draft_placement) and broadcasts DX_FRAME int32: status, placement,
+ *      the reason's bytes; every rank adopts it, or fails with rank 0's message.
+ */
+enum { DX_HAS = 0, DX_ASKED, DX_TIME, DX_N_EMBD, DX_BW_MBS, DX_STATUS, DX_WORDS = 8 };
+#define DX_TIMED 10
+#define DX_FRAME 130 /* int32: status, placement, then 128 words (512 bytes) of the reason */
+#define DX_BW_BYTES ((size_t)64 << 20)
+
+/* This rank's streaming-read bandwidth with the model's thread count (GB/s; 0 if it cannot be measured). */
+static double measure_bw(const struct tp_parallel_config *cfg)
+{
+    struct tp_pool_config pc = tp_pool_default_config();
+    pc.n_threads = cfg->model.n_threads > 0 ? cfg->model.n_threads : tp_cpu_count();
+    tp_pool_t *pool = NULL;
+    if (tp_pool_init(&pc, &pool) != TP_OK) return 0.0;
+    double bw = tp_mem_read_bw_gbs(pool, DX_BW_BYTES, 2);
+    tp_pool_free(pool);
+    return bw;
+}
+
+/* Every rank: the all_sum timing of step 2; rank 0 gets the mean microseconds of one. */
+static enum tp_status time_allsum(tp_parallel_t *p, int n_embd, double *us)
+{
+    float *buf = calloc((size_t)n_embd, sizeof(float));
+    if (!buf) {
+        tp_comm_abort(p->comm, "parallel: out of memory timing the all_sum");
+        return tp_error_set(&p->err, TP_ERR_NOMEM, "out of memory timing the all_sum");
+    }
+    enum tp_status st = TP_OK;
+    uint64_t t0 = 0;
+    for (int i = 0; i < 3 + DX_TIMED && st == TP_OK; i++) {
+        if (i == 3) t0 = tp_now_ns();
+        st = tp_comm_all_sum(p->comm, buf, buf, (size_t)n_embd, TP_DTYPE_F32);
+    }
+    *us = (double)(tp_now_ns() - t0) / 1e3 / DX_TIMED;
+    free(buf);
+    if (st != TP_OK)
+        tp_error_force(&p->err, st, "rank %d: group failed while timing the all_sum: %s", p->rank,
+                       tp_comm_last_error(p->comm));
+    return st;
+}
+
+/* Rank 0: the decision from the gathered records (all: world x DX_WORDS). */
+static enum tp_status draft_decide(tp_parallel_t *p, const struct tp_parallel_config *cfg, const int32_t *all,
+                                   double allsum_us)
+{
+    double bw[TP_PLAN_MAX_RANKS];
+    for (int r = 0; r < p->world; r++) {
+        bw[r] = all[r * DX_WORDS + DX_BW_MBS] / 1e3;
+        if (!(bw[r] > 0.0)) bw[r] = all[DX_BW_MBS] > 0 ? all[DX_BW_MBS] / 1e3 : 1.0; /* not measured: rank 0's */
+    }
+    double w[TP_PLAN_MAX_RANKS];
+    const double *wp = NULL;
+    if (cfg->shard_weights && *cfg->shard_weights &&
+        tp_parallel_parse_weights(cfg->shard_weights, p->world, w, NULL) == TP_OK)
+        wp = w;
+    struct tp_draft_place_input in = {&p->dprobe.hp, &p->dprobe.types, p->world, wp, cfg->draft_placement, bw,
+                                      allsum_us};
+    enum tp_status st = tp_parallel_draft_placement(&in, &p->draft_dec, &p->err);
+    if (st != TP_OK || p->draft_dec.placement != TP_DRAFT_PLACEMENT_SHARDED) return st;
+    for (int r = 1; r < p->world; r++)
+        if (!all[r * DX_WORDS + DX_HAS])
+            return tp_error_set(&p->err, TP_ERR_INVALID_ARG,
+                                "the draft model is sharded (%s) but rank %d was given no --draft-model: every rank "
+                                "needs the same --draft-model, or use --draft-placement rank0",
+                                p->draft_dec.reason, r);
+    return TP_OK;
+}
+
+/* The collective above (cfg NULL at a re-form: rank 0 sends its decision again).  st: this rank's
+ * status so far (a failed rank still takes part; agree() reports it).  Returns the decision's status, the
+ * same on every rank (rank 0's draft file unreadable, SHARDED impossible, a comm failure). */
+static enum tp_status draft_exchange(tp_parallel_t *p, const struct tp_parallel_config *cfg, enum tp_status st_in)
+{
+    enum tp_status st = TP_OK;
+    int has = cfg ? cfg->draft_path != NULL : p->has_draft_dec;
+    int asked = cfg ? (int)cfg->draft_placement : (int)p->draft_dec.placement;
+    int n_embd = 0, time_it = 0;
+    if (cfg && has && p->rank == 0 && st_in == TP_OK && p->world > 1) {
+        st = expand_into(p, cfg->draft_path, p->dpath, sizeof p->dpath);
+        if (st == TP_OK) st = tp_model_probe(p->dpath, &p->dprobe, &p->err);
+        if (st == TP_OK && p->dprobe.is_shard)
+            st = tp_error_set(&p->err, TP_ERR_UNSUPPORTED,
+                              "draft model %s is a shard file: give the whole draft model (it is split at load)",
+                              p->dpath);
+        n_embd = st == TP_OK ? p->dprobe.hp.n_embd : 0;
+        time_it = cfg->draft_allsum_us <= 0 && n_embd > 0; /* also when asked: the reason gives the costs */
+    }
+    if (cfg && has && p->world > 1)
+        p->draft_bw_gbs = cfg->draft_mem_bw_gbs > 0 ? cfg->draft_mem_bw_gbs : measure_bw(cfg);
+    if (p->world == 1) {
+        p->has_draft_dec = has;
+        if (!has) return TP_OK;
+        memset(&p->draft_dec, 0, sizeof p->draft_dec);
+        p->draft_dec.placement = TP_DRAFT_PLACEMENT_RANK0;
+        snprintf(p->draft_dec.reason, sizeof p->draft_dec.reason,
+                 "draft on rank 0: a world of one rank%s", asked == TP_DRAFT_PLACEMENT_SHARDED ? " (nothing to shard)" : "");
+        return TP_OK;
+    }
+    int32_t mine[DX_WORDS] = {0}, frame[DX_FRAME] = {0};
+    mine[DX_HAS] = has;
+    mine[DX_ASKED] = asked;
+    mine[DX_TIME] = time_it;
+    mine[DX_N_EMBD] = n_embd;
+    mine[DX_BW_MBS] = (int32_t)TP_MIN(p->draft_bw_gbs * 1e3, 2e9);
+    mine[DX_STATUS] = (int32_t)st;
+    int32_t *all = calloc((size_t)p->world * DX_WORDS, sizeof(int32_t));
+    if (!all) {
+        tp_comm_abort(p->comm, "parallel: out of memory deciding the draft placement");
+        return tp_error_set(&p->err, TP_ERR_NOMEM, "out of memory deciding the draft placement");
+    }
+    enum tp_status cs = tp_comm_all_gather(p->comm, mine, all, DX_WORDS, TP_DTYPE_I32);
+    double us = cfg ? cfg->draft_allsum_us : p->draft_dec.allsum_us;
+    if (cs == TP_OK && all[DX_TIME] && all[DX_N_EMBD] > 0 && all[DX_N_EMBD] <= (1 << 20))
+        cs = time_allsum(p, all[DX_N_EMBD], &us);
+    if (cs != TP_OK) {
+        free(all);
+        if (p->err.status != cs)
+            tp_error_force(&p->err, cs, "rank %d: group failed while deciding the draft placement: %s", p->rank,
+                           tp_comm_last_error(p->comm));
+        return cs;
+    }
+    if (p->rank == 0) {
+        enum tp_status ds = st;
+        if (cfg && all[DX_HAS]) p->draft_dec.placement = TP_DRAFT_PLACEMENT_RANK0; /* until decided */
+        if (!all[DX_HAS] || st_in != TP_OK) ds = TP_OK; /* a failed plan: agree() says so on every rank */
+        else if (ds == TP_OK && cfg) ds = draft_decide(p, cfg, all, us);
+        frame[0] = (int32_t)ds;
+        frame[1] = all[DX_HAS] && ds == TP_OK ? (int32_t)p->draft_dec.placement : 0;
+        char text[(DX_FRAME - 2) * 4];
+        snprintf(text, sizeof text, "%s", ds != TP_OK ? tp_error_msg(&p->err) : all[DX_HAS] ? p->draft_dec.reason : "");
+        for (int i = 0; i < DX_FRAME - 2; i++)
+            frame[2 + i] = (int32_t)((uint32_t)(unsigned char)text[4 * i] |
+                                     (uint32_t)(unsigned char)text[4 * i + 1] << 8 |
+                                     (uint32_t)(unsigned char)text[4 * i + 2] << 16 |
+                                     (uint32_t)(unsigned char)text[4 * i + 3] << 24);
+    }
+    const int rank0_has = all[DX_HAS];
+    free(all);
+    if ((cs = tp_comm_broadcast(p->comm, frame, DX_FRAME, TP_DTYPE_I32, 0)) != TP_OK)
+        return tp_error_force(&p->err, cs, "rank %d: group failed while deciding the draft placement: %s", p->rank,
+                              tp_comm_last_error(p->comm));
+    char text[(DX_FRAME - 2) * 4];
+    for (int i = 0; i < DX_FRAME - 2; i++)
+        for (int b = 0; b < 4; b++) text[4 * i + b] = (char)(((uint32_t)frame[2 + i] >> (8 * b)) & 0xff);
+    text[sizeof text - 1] = '\0';
+    const enum tp_status ds = frame[0] > 0 && frame[0] < TP_STATUS_COUNT ? (enum tp_status)frame[0]
+                              : frame[0] == 0 ? TP_OK : TP_ERR_PROTOCOL;
+    if (ds != TP_OK) return tp_error_force(&p->err, ds, "%s%s", p->rank ? "rank 0: " : "", text);
+    if (frame[1] != TP_DRAFT_PLACEMENT_RANK0 && frame[1] != TP_DRAFT_PLACEMENT_SHARDED && rank0_has)
+        return tp_error_force(&p->err, TP_ERR_PROTOCOL, "rank 0 sent draft placement %d", frame[1]);
+    if (!cfg) return TP_OK; /* a re-form: the decision stands */
+    p->has_draft_dec = rank0_has;
+    if (rank0_has && p->rank != 0) {
+        memset(&p->draft_dec, 0, sizeof p->draft_dec);
+        p->draft_dec.placement = (enum tp_draft_placement)frame[1];
+        snprintf(p->draft_dec.reason, sizeof p->draft_dec.reason, "%s", text);
+        p->draft_dec.allsum_us = us;
+    }
+    if (rank0_has && p->rank == 0) p->draft_dec.allsum_us = us;
+    return TP_OK;
+}
+
+/* A sharded draft: every rank probes it (rank 0 did in draft_exchange) and plans it over the group with
+ * the model's shard weights. */
+static enum tp_status draft_plan(tp_parallel_t *p, const struct tp_parallel_config *cfg)
+{
+    p->d_n_batch = TP_MIN(256, cfg->model.n_batch > 0 ? cfg->model.n_batch : 256);
+    if (!cfg->draft_path)
+        return tp_error_set(&p->err, TP_ERR_INVALID_ARG,
+                            "rank 0 shards its draft model over the group, but rank %d was given no --draft-model: "
+                            "give every rank the same --draft-model (or --draft-placement rank0)", p->rank);
+    enum tp_status st = TP_OK;
+    if (p->rank != 0) {
+        st = expand_into(p, cfg->draft_path, p->dpath, sizeof p->dpath);
+        if (st == TP_OK) st = tp_model_probe(p->dpath, &p->dprobe, &p->err);
+        if (st == TP_OK && p->dprobe.is_shard)
+            st = tp_error_set(&p->err, TP_ERR_UNSUPPORTED, "draft model %s is a shard file: give the whole draft model",
+                              p->dpath);
+    }
+    if (st == TP_OK && p->dprobe.hp.n_vocab != p->probe.hp.n_vocab)
+        st = tp_error_set(&p->err, TP_ERR_INVALID_ARG,
+                          "draft model %s has %d tokens in its vocabulary, the model %d: a draft model must share the "
+                          "model's vocabulary (e.g. a smaller model of the same family)",
+                          p->dpath, p->dprobe.hp.n_vocab, p->probe.hp.n_vocab);
+    if (st == TP_OK)
+        st = tp_parallel_plan(&p->dprobe.hp, &p->dprobe.types, p->world, p->has_weights ? p->weights : NULL, &p->dplan,
+                              &p->err);
+    return st;
+}
+
+/* After this rank's draft slice loaded (or reloaded): its vocabulary rows and logits buffer. */
+static enum tp_status draft_after_load(tp_parallel_t *p)
+{
+    const struct tp_model_shard *s = &p->dplan.ranks[p->rank].shard;
+    p->d_n_ctx = tp_model_n_ctx(p->draft);
+    p->dvocab_begin = p->world > 1 ? s->vocab_begin : 0;
+    p->dvocab_local = p->world > 1 ? s->vocab_end - s->vocab_begin : p->n_vocab;
+    tp_aligned_free(p->dlocal);
+    p->dlocal = tp_aligned_alloc(64, (size_t)p->d_n_batch * (size_t)p->dvocab_local * sizeof(float));
+    if (!p->dlocal) return tp_error_set(&p->err, TP_ERR_NOMEM, "out of memory for the draft model's logits");
+    return TP_OK;
+}
+
+/* This rank's draft slice (shard set from dplan), next to the model's. */
+static enum tp_status draft_load(tp_parallel_t *p, const struct tp_parallel_config *cfg)
+{
+    struct tp_model_config dc = cfg->model;
+    dc.path = p->dpath;
+    dc.n_batch = p->d_n_batch;
+    dc.vocab_only = 0;
+    p->dshard = p->dplan.ranks[p->rank].shard;
+    p->dshard.all_sum = p->world > 1 ? tp_wire_all_sum : NULL;
+    p->dshard.all_sum_ctx = &p->wire;
+    p->dshard.file_is_slice = 0;
+    dc.shard = p->world > 1 ? &p->dshard : NULL;
+    enum tp_status st = tp_model_init(&dc, &p->draft, &p->err);
+    if (st == TP_OK) st = draft_after_load(p);
+    if (st == TP_OK) {
+        const struct tp_shard_rank_plan *rp = &p->dplan.ranks[p->rank];
+        tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE,
+               "rank %d/%d: draft model %s sharded: q heads [%d,%d) ffn [%d,%d) vocab [%d,%d), %.1f MiB resident",
+               p->rank, p->world, p->dpath, rp->shard.q_head_begin, rp->shard.q_head_end, rp->shard.ff_begin,
+               rp->shard.ff_end, rp->shard.vocab_begin, rp->shard.vocab_end,
+               (double)tp_model_weight_bytes(p->draft) / 1048576.0);
+    }
+    return st;
+}
+
 /* Step 2: probe the file and plan locally, then agree on the plan's hash with every rank. */
 static enum tp_status plan_and_agree(tp_parallel_t *p, const struct tp_parallel_config *cfg)
 {
     enum tp_status st = expand_path(p, cfg->model.path);
     if (st == TP_OK) st = make_plan(p, cfg);
+    enum tp_status ds = draft_exchange(p, cfg, st);
+    if (ds != TP_OK) return ds; /* the same on every rank: nobody goes on to agree() */
+    if (st == TP_OK && p->has_draft_dec && p->draft_dec.placement == TP_DRAFT_PLACEMENT_SHARDED)
+        st = draft_plan(p, cfg);
     p->cfg_n_ctx = cfg->model.n_ctx;
     p->cfg_n_seq = cfg->model.n_seq;
     p->cfg_n_batch = cfg->model.n_batch;
@@ -486,6 +737,10 @@ static enum tp_status load_slice(tp_parallel_t *p, const struct tp_parallel_conf
                tp_error_msg(&p->err));
     p->stats.mem_limit_bytes = cfg->mem_limit_bytes;
     if (st == TP_OK) st = after_load(p);
+    if (st == TP_OK && p->has_draft_dec && p->draft_dec.placement == TP_DRAFT_PLACEMENT_SHARDED) {
+        st = draft_load(p, cfg);
+        if (st != TP_OK && p->world > 1) tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "rank %d: %s", p->rank, tp_error_msg(&p->err));
+    }
     if (ls_started) {
         atomic_store(&ls.state, st == TP_OK ? 1 : 2);
         pthread_join(ls.thread, NULL);
@@ -597,6 +852,9 @@ static enum tp_status reshape(tp_parallel_t *p, int drop, int new_rank, int new_
     else
         st = tp_parallel_plan_moe(&p->probe.hp, &p->probe.types, new_world, p->has_weights ? p->weights : NULL,
                                   p->moe_split, &p->plan, &p->err);
+    if (st == TP_OK && p->draft)
+        st = tp_parallel_plan(&p->dprobe.hp, &p->dprobe.types, new_world, p->has_weights ? p->weights : NULL,
+                              &p->dplan, &p->err);
     if (st == TP_OK) p->plan_hash = plan_hash(p);
     if ((st = agree(p, st, st == TP_OK ? p->plan_hash : 0, "the re-planned shards")) != TP_OK) return st;
     const struct tp_shard_rank_plan *rp = &p->plan.ranks[p->rank];
@@ -622,9 +880,16 @@ static enum tp_status reshape(tp_parallel_t *p, int drop, int new_rank, int new_
         return tp_error_set(&p->err, TP_ERR_NOMEM, "cannot start the load-sync thread");
     }
     st = tp_model_reload(p->model, p->world > 1 ? &p->shard : NULL, &p->err);
-    if (st == TP_OK) {
-        st = after_load(p);
-    } else {
+    if (st == TP_OK) st = after_load(p);
+    if (st == TP_OK && p->draft) { /* the sharded draft model: its slice over the survivors too */
+        p->dshard = p->dplan.ranks[p->rank].shard;
+        p->dshard.all_sum = p->world > 1 ? tp_wire_all_sum : NULL;
+        p->dshard.all_sum_ctx = &p->wire;
+        p->dshard.file_is_slice = 0;
+        st = tp_model_reload(p->draft, p->world > 1 ? &p->dshard : NULL, &p->err);
+        if (st == TP_OK) st = draft_after_load(p);
+    }
+    if (st != TP_OK) {
         tp_log(TP_LOG_ERROR, TP_PARALLEL_MODULE, "rank %d: %s", p->rank, tp_error_msg(&p->err));
     }
     if (ls_started) {
@@ -693,6 +958,8 @@ static enum tp_status rejoin(tp_parallel_t *p, int drop, uint32_t connect_timeou
         tp_comm_t *fresh = NULL;
         TP_CHECK_GOTO(tp_comm_init(&cc, &fresh, &p->err), rc, out);
         set_comm(p, fresh);
+        /* the draft placement as at init, so a replacement rank's tp_parallel_init stays in step */
+        TP_CHECK_GOTO(draft_exchange(p, NULL, TP_OK), rc, out);
         const int dropped = tp_comm_dropped_rank(p->comm);
         if (dropped > 0) {
             TP_CHECK_GOTO(reshape(p, dropped, tp_comm_rank(p->comm), tp_comm_size(p->comm)), rc, out);
@@ -823,6 +1090,8 @@ void tp_parallel_free(tp_parallel_t *p)
     if (p->rank == 0 && p->comm && !p->shut && !atomic_load(&p->poisoned) && !tp_comm_is_poisoned(p->comm))
         tp_engine_send_shutdown(p);
     tp_model_free(p->model);
+    tp_model_free(p->draft);
+    tp_aligned_free(p->dlocal);
     tp_wire_release(&p->wire);
     tp_comm_free(p->comm);
     free(p->body);
@@ -857,6 +1126,12 @@ tp_tokenizer_t *tp_parallel_tokenizer(const tp_parallel_t *p) { return tp_model_
 const struct tp_hparams *tp_parallel_hparams(const tp_parallel_t *p) { return tp_model_hparams(p->model); }
 const struct tp_shard_plan *tp_parallel_get_plan(const tp_parallel_t *p) { return &p->plan; }
 const char *tp_parallel_model_path(const tp_parallel_t *p) { return p->path; }
+const struct tp_draft_place_result *tp_parallel_draft_decision(const tp_parallel_t *p)
+{
+    return p && p->has_draft_dec ? &p->draft_dec : NULL;
+}
+tp_model_t *tp_parallel_draft_model(const tp_parallel_t *p) { return p ? p->draft : NULL; }
+int tp_parallel_draft_batch(const tp_parallel_t *p) { return p && p->draft ? p->d_n_batch : 0; }
 int tp_parallel_is_poisoned(const tp_parallel_t *p) { return atomic_load(&p->poisoned); }
 enum tp_wire_dtype tp_parallel_wire_dtype(const tp_parallel_t *p) { return p->wire_dtype; }
 const char *tp_parallel_backend_name(const tp_parallel_t *p)

@@ -12,11 +12,12 @@
 
 /*
  * The step header: a fixed 256-byte broadcast of 64 little-endian int32.
- *   [0] magic 'TPS6'  [1] kind (enum step_kind)
+ *   [0] magic 'TPS7'  [1] kind (enum step_kind)
  *   [2] step number   [3] n_tokens  [4] n_clear  [5] body inline (0/1)
  *   [6] k of RUN_TOPK (the argument of HOOK)  [7] collect stats after the step  [8] n_copy
- *   [9] n_bias        [10] n_mask
- *   [11..63] the body when it fits (53 words), else a second broadcast.
+ *   [9] n_bias        [10] n_mask   [11] which model steps (0 the model, 1 the sharded draft model:
+ *                                        RUN_ARGMAX only, no copies, bias or masks; clears are its own)
+ *   [12..63] the body when it fits (52 words), else a second broadcast.
  * Body (int32): token[n] pos[n] seq[n] want_logits[n] clear_seq[c] clear_from[c]
  *               copy_dst[k] copy_src[k] copy_len[k]
  *               bias_row[b] bias_id[b] bias_val[b] (float bits)
@@ -25,7 +26,7 @@
  * sent, memory and memory limit as u64, the 32-byte host name) are gathered to rank 0.  Workers
  * check every count and entry before use.
  */
-#define STEP_MAGIC 0x36535054 /* "TPS6" little-endian */
+#define STEP_MAGIC 0x37535054 /* "TPS7" little-endian */
 #define HDR_WORDS 64
 /* hdr[8]: n_copy */
 #define HDR_N_COPY 8
@@ -33,7 +34,9 @@
 #define HDR_N_BIAS 9
 /* hdr[10]: n_mask (rows with a token mask) */
 #define HDR_N_MASK 10
-#define HDR_INLINE_AT 11
+/* hdr[11]: 0 the model, 1 the draft model */
+#define HDR_MODEL 11
+#define HDR_INLINE_AT 12
 /* hdr[7]: nonzero = after this step every rank sends its stats to rank 0 */
 #define HDR_STATS 7
 #define STATS_U64 10    /* counters and memory figures of struct tp_parallel_stats */
@@ -100,6 +103,19 @@ struct tp_parallel {
     int cfg_n_ctx, cfg_n_seq, cfg_n_batch; /* as given to init (part of plan_hash) */
     int kv_f16;                   /* the KV cache is f16 (the re-plan's memory check) */
     int model_lost;               /* a re-plan freed the slice and the new one did not load */
+    /* speculative decoding's draft model (tp_parallel_config.draft_path): where it runs, decided by
+     * rank 0 at init (draft_exchange) and adopted by every rank; its slice when sharded */
+    int has_draft_dec;                 /* a draft model was configured on rank 0 */
+    struct tp_draft_place_result draft_dec; /* the decision (every rank: placement and reason) */
+    double draft_bw_gbs;               /* this rank's bandwidth figure given to the decision */
+    char dpath[4096];                  /* draft path with {rank} expanded */
+    struct tp_model_probe dprobe;
+    struct tp_shard_plan dplan;
+    struct tp_model_shard dshard;
+    tp_model_t *draft;                 /* this rank's draft slice (NULL unless SHARDED) */
+    int d_n_batch, d_n_ctx;            /* tokens per draft step; its positions per sequence */
+    int dvocab_begin, dvocab_local;    /* this rank's rows of the draft's output head */
+    float *dlocal;                     /* (d_n_batch, dvocab_local) this rank's draft logits rows */
     tp_parallel_hook_fn hook;     /* tp_parallel_set_hook (NULL: values NaN) */
     void *hook_ud;
 

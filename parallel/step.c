@@ -23,7 +23,8 @@ static enum tp_status hook_gather(tp_parallel_t *p, int32_t arg, double *values,
 static enum tp_status step_fail(tp_parallel_t *p, enum tp_status st, const char *what)
 {
     if (st == TP_ERR_INVALID_ARG && (!p->comm || !tp_comm_is_poisoned(p->comm))) {
-        tp_error_force(&p->err, st, "%s: %s", what, tp_model_last_error(p->model));
+        tp_error_force(&p->err, st, "%s: %s", what,
+                       tp_model_last_error(p->hdr[HDR_MODEL] && p->draft ? p->draft : p->model));
         return st;
     }
     if (!atomic_exchange(&p->poisoned, 1)) {
@@ -77,16 +78,18 @@ static enum tp_status gather_logits(tp_parallel_t *p, int n_out, float *out, uin
     return TP_OK;
 }
 
-/* Distributed greedy: each rank's (max, index) per row; rank 0 picks the best (first on ties). */
-static enum tp_status gather_argmax(tp_parallel_t *p, int n_out, int32_t *ids, float *maxv, uint64_t *ns_comm)
+/* Distributed greedy: each rank's (max, index) per row of rows (n_out, width: its vocabulary
+ * [begin, begin + width)); rank 0 picks the best (first on ties). */
+static enum tp_status gather_argmax(tp_parallel_t *p, const float *rows, int begin, int width, int n_out, int32_t *ids,
+                                    float *maxv, uint64_t *ns_comm)
 {
     for (int i = 0; i < n_out; i++) {
-        const float *row = p->local + (size_t)i * (size_t)p->vocab_local;
+        const float *row = rows + (size_t)i * (size_t)width;
         int best = 0;
-        for (int j = 1; j < p->vocab_local; j++)
+        for (int j = 1; j < width; j++)
             if (row[j] > row[best]) best = j;
         p->pairs[2 * i] = row[best];
-        p->pairs[2 * i + 1] = (float)(p->vocab_begin + best); /* exact: n_vocab < 2^24 checked */
+        p->pairs[2 * i + 1] = (float)(begin + best); /* exact: n_vocab < 2^24 checked */
     }
     const float *all = p->pairs;
     if (p->world > 1) {
@@ -221,6 +224,19 @@ static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, const stru
     const int nm = p->hdr[HDR_N_MASK];
     const int32_t *mrow = brow + 3 * nb;
     const uint32_t *mbits = (const uint32_t *)(mrow + nm);
+    if (p->hdr[HDR_MODEL]) { /* the sharded draft model: its clears, its batch, the distributed argmax */
+        for (int i = 0; i < c; i++) tp_model_seq_truncate(p->draft, cs[i], cf[i]);
+        if (n == 0) return TP_OK;
+        struct tp_batch db = {n, body, body + n, body + 2 * n, p->want};
+        int n_out = 0;
+        for (int i = 0; i < n; i++) n_out += p->want[i] = body[3 * n + i] != 0;
+        uint64_t w0 = p->wire.ns;
+        enum tp_status st = tp_model_forward(p->draft, &db, p->dlocal);
+        *ns_comm += p->wire.ns - w0;
+        if (st != TP_OK) return st;
+        p->stats.n_tokens += (uint64_t)n;
+        return gather_argmax(p, p->dlocal, p->dvocab_begin, p->dvocab_local, n_out, out->ids, out->maxv, ns_comm);
+    }
     for (int i = 0; i < c; i++) tp_model_seq_truncate(p->model, cs[i], cf[i]);
     for (int i = 0; i < nc; i++) {
         enum tp_status st = tp_model_kv_copy(p->model, cd[i], csrc[i], cl[i]);
@@ -264,7 +280,8 @@ static enum tp_status run_step(tp_parallel_t *p, const int32_t *body, const stru
         }
     }
     if (direct) return TP_OK;
-    if (kind == STEP_RUN_ARGMAX) return gather_argmax(p, n_out, out->ids, out->maxv, ns_comm);
+    if (kind == STEP_RUN_ARGMAX)
+        return gather_argmax(p, p->local, p->vocab_begin, p->vocab_local, n_out, out->ids, out->maxv, ns_comm);
     if (kind == STEP_RUN_TOPK) return gather_topk(p, n_out, p->hdr[6], out->top, out->lse, ns_comm);
     if (p->world == 1) {
         if (out->logits) memcpy(out->logits, p->local, (size_t)n_out * (size_t)p->n_vocab * sizeof(float));
@@ -417,9 +434,27 @@ static enum tp_status collect_stats(tp_parallel_t *p, uint64_t *ns_comm)
     return TP_OK;
 }
 
-/* Rank 0, mutex held: send the step to the workers and run it here too. */
+/* Rank 0, a step of the sharded draft model: what check_step does not see (its batch size and context;
+ * no copies, bias or masks). */
+static enum tp_status check_draft_step(tp_parallel_t *p, const struct tp_step *s)
+{
+    if (!p->draft)
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "no sharded draft model in this engine (tp_parallel_config."
+                              "draft_path, placement sharded)");
+    if (s->batch.n_tokens > p->d_n_batch || s->n_copy || s->n_bias || s->n_mask)
+        return tp_error_force(&p->err, TP_ERR_INVALID_ARG,
+                              "draft step: %d tokens (at most %d), %d copies, %d bias entries, %d masks (none allowed)",
+                              s->batch.n_tokens, p->d_n_batch, s->n_copy, s->n_bias, s->n_mask);
+    for (int i = 0; i < s->batch.n_tokens; i++)
+        if (s->batch.pos[i] < 0 || s->batch.pos[i] >= p->d_n_ctx)
+            return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "draft step token %d: position %d beyond the draft's "
+                                  "context of %d", i, s->batch.pos[i], p->d_n_ctx);
+    return TP_OK;
+}
+
+/* Rank 0, mutex held: send the step to the workers and run it here too (model 1: the draft model). */
 static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const struct tp_step *s,
-                                   const struct step_out *out)
+                                   const struct step_out *out, int model)
 {
     static const struct step_out none = {NULL, NULL, NULL, NULL, NULL};
     if (!out) out = &none;
@@ -433,6 +468,8 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
     if (p->shut) return tp_error_force(&p->err, TP_ERR_INVALID_ARG, "engine was shut down");
     enum tp_status st;
     if (s && (st = check_step(p, s)) != TP_OK) return st;
+    if (model && (!s || kind != STEP_RUN_ARGMAX || (st = check_draft_step(p, s)) != TP_OK))
+        return s && kind == STEP_RUN_ARGMAX ? st : tp_error_force(&p->err, TP_ERR_INVALID_ARG, "draft steps are greedy");
     if (s && kind == STEP_RUN_LOGITS && !logits)
         for (int i = 0; i < s->batch.n_tokens; i++)
             if (s->batch.logits[i])
@@ -453,6 +490,7 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
     p->hdr[HDR_N_COPY] = nc;
     p->hdr[HDR_N_BIAS] = nb;
     p->hdr[HDR_N_MASK] = nm;
+    p->hdr[HDR_MODEL] = model;
     const int words = 4 * n + 2 * c + 3 * nc + 3 * nb + nm * (1 + p->mask_words);
     int32_t *body = words <= HDR_INLINE_MAX ? p->hdr + HDR_INLINE_AT : p->body;
     p->hdr[5] = words <= HDR_INLINE_MAX;
@@ -496,7 +534,7 @@ static enum tp_status drive_locked(tp_parallel_t *p, int kind, int k, const stru
         }
     } else {
         st = run_step(p, body, out, &ns_comm);
-        if (st != TP_OK) return step_fail(p, st, "forward step");
+        if (st != TP_OK) return step_fail(p, st, model ? "draft model step" : "forward step");
     }
     if (p->hdr[HDR_STATS] && (st = collect_stats(p, &ns_comm)) != TP_OK) return step_fail(p, st, "collecting rank stats");
     uint64_t dt = tp_now_ns() - t0;
@@ -516,7 +554,7 @@ enum tp_status tp_parallel_step(tp_parallel_t *p, const struct tp_step *step, fl
     if (!p || !step) return TP_ERR_INVALID_ARG;
     pthread_mutex_lock(&p->mu);
     struct step_out o = {logits, NULL, NULL, NULL, NULL};
-    enum tp_status st = drive_locked(p, STEP_RUN_LOGITS, 0, step, &o);
+    enum tp_status st = drive_locked(p, STEP_RUN_LOGITS, 0, step, &o, 0);
     pthread_mutex_unlock(&p->mu);
     return st;
 }
@@ -526,7 +564,17 @@ enum tp_status tp_parallel_step_greedy(tp_parallel_t *p, const struct tp_step *s
     if (!p || !step) return TP_ERR_INVALID_ARG;
     pthread_mutex_lock(&p->mu);
     struct step_out o = {NULL, ids, max_logit, NULL, NULL};
-    enum tp_status st = drive_locked(p, STEP_RUN_ARGMAX, 0, step, &o);
+    enum tp_status st = drive_locked(p, STEP_RUN_ARGMAX, 0, step, &o, 0);
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
+enum tp_status tp_parallel_draft_step(tp_parallel_t *p, const struct tp_step *step, int32_t *ids)
+{
+    if (!p || !step) return TP_ERR_INVALID_ARG;
+    pthread_mutex_lock(&p->mu);
+    struct step_out o = {NULL, ids, NULL, NULL, NULL};
+    enum tp_status st = drive_locked(p, STEP_RUN_ARGMAX, 0, step, &o, 1);
     pthread_mutex_unlock(&p->mu);
     return st;
 }
@@ -537,12 +585,12 @@ enum tp_status tp_parallel_step_topk(tp_parallel_t *p, const struct tp_step *ste
     if (!p || !step) return TP_ERR_INVALID_ARG;
     pthread_mutex_lock(&p->mu);
     struct step_out o = {NULL, NULL, NULL, top, lse};
-    enum tp_status st = drive_locked(p, STEP_RUN_TOPK, k, step, &o);
+    enum tp_status st = drive_locked(p, STEP_RUN_TOPK, k, step, &o, 0);
     pthread_mutex_unlock(&p->mu);
     return st;
 }
 
-static enum tp_status do_ping_locked(tp_parallel_t *p) { return drive_locked(p, STEP_PING, 0, NULL, NULL); }
+static enum tp_status do_ping_locked(tp_parallel_t *p) { return drive_locked(p, STEP_PING, 0, NULL, NULL, 0); }
 
 enum tp_status tp_parallel_ping(tp_parallel_t *p)
 {
@@ -572,7 +620,8 @@ enum tp_status tp_parallel_worker_loop(tp_parallel_t *p)
         const int words = 4 * n + 2 * c + 3 * nc + 3 * nb + (nm >= 0 && nm <= p->rows_max ? nm * (1 + p->mask_words) : 0);
         if (p->hdr[0] != STEP_MAGIC || kind < STEP_RUN_LOGITS || kind > STEP_HOOK || n < 0 || n > p->n_batch ||
             c < 0 || c > p->n_seq || nc < 0 || nc > p->n_seq || nb < 0 || nb > p->bias_max || nm < 0 || nm > p->rows_max ||
-            (p->hdr[5] && words > HDR_INLINE_MAX) ||
+            (p->hdr[5] && words > HDR_INLINE_MAX) || (p->hdr[HDR_MODEL] != 0 && p->hdr[HDR_MODEL] != 1) ||
+            (p->hdr[HDR_MODEL] && (!p->draft || kind != STEP_RUN_ARGMAX || n > p->d_n_batch || nc || nb || nm)) ||
             (kind == STEP_RUN_TOPK && (p->hdr[6] < 1 || p->hdr[6] > TP_PARALLEL_TOPK_MAX))) {
             tp_error_force(&p->err, TP_ERR_PROTOCOL,
                            "rank %d: malformed step header from rank 0 (magic %08x kind %d n_tokens %d n_clear %d "

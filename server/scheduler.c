@@ -689,6 +689,8 @@ static int slot_draft(struct tp_engine *e, struct slot *s, int room)
  * Each slot asks for the room build_step will leave it (the same order and
  * budget; build_step's drafts never exceed what this round asked for).
  */
+static void engine_failed(struct tp_engine *e, const char *why);
+
 static void draft_round(struct tp_engine *e)
 {
     for (int i = 0; i < e->cfg.n_parallel; i++) e->slots[i].pre_k = -1;
@@ -708,8 +710,21 @@ static void draft_round(struct tp_engine *e)
     }
     if (n == 0) return;
     pthread_mutex_unlock(&e->mu);
+    /* a sharded draft's passes are steps on every rank: their collectives count with the engine's */
+    const tp_comm_t *comm = tp_spec_draft_is_sharded(e->draft) ? tp_parallel_comm(e->p) : NULL;
+    struct tp_comm_stats cs0 = {0}, cs1 = {0};
+    if (comm) tp_comm_get_stats(comm, &cs0);
     const enum tp_status st = tp_spec_draft_propose_batch(e->draft, e->dreq, n);
+    if (comm) tp_comm_get_stats(comm, &cs1);
+    if (st != TP_OK && tp_parallel_is_poisoned(e->p)) {
+        /* the group failed during a sharded draft pass: a lost rank like any step's */
+        char why[300];
+        snprintf(why, sizeof why, "%s (draft model step)", tp_parallel_last_error(e->p));
+        engine_failed(e, why); /* returns with mu held */
+        return;
+    }
     pthread_mutex_lock(&e->mu);
+    e->step_collectives += cs1.n_ops - cs0.n_ops;
     if (st != TP_OK) {
         tp_log(TP_LOG_ERROR, "server", "the draft model failed (%s); decoding without drafts from now on",
                tp_spec_draft_last_error(e->draft));
@@ -1362,6 +1377,7 @@ static void engine_recover_round(struct tp_engine *e)
     e->rs.last_recovery_s = secs;
     e->last_ok_ns = tp_now_ns();
     e->replan_note[0] = '\0';
+    tp_spec_draft_reset(e->draft); /* a sharded draft's cache is not the same on every rank any more */
     if (e->replan_done) {
         e->rs.n_replans++;
         e->n_ranks = tp_parallel_size(e->p);
@@ -1502,27 +1518,24 @@ static void *engine_main(void *arg)
 }
 
 /*
- * Where the draft model runs, and why (logged at start): on rank 0, batched
- * over the slots.  Decoding reads every weight once per token, so a drafted
- * token costs about draft bytes / (the bytes of rank 0's share of the model)
- * of a step.  The alternatives cost more: a copy on every rank runs the same
- * passes at the same time on the step's critical path (no faster, N times the
- * memory), and a draft sharded over the N ranks would save at most
- * (1 - 1/N) of that time while adding 2 x its layers all_sums per drafted
- * token, which on links between machines outweigh a small draft's compute
- * (docs/speculative.md, "Where the draft model runs").
+ * Where the draft model runs, and why (logged at start): rank 0 alone or
+ * sharded over the ranks, as tp_parallel_init decided from its cost
+ * (tp_parallel_draft_placement: its bytes per rank at the memory bandwidth
+ * against 2 x its layers + 2 collectives per drafted token; docs/speculative.md,
+ * "Where the draft model runs"); either way the drafts of all slots go in one
+ * batched pass per drafted position.  A drafted token reads about draft bytes /
+ * (the bytes of rank 0's share of the model) of what a step reads.
  */
 static void draft_placement_log(const struct tp_engine *e, const char *path)
 {
     const uint64_t db = tp_spec_draft_weight_bytes(e->draft);
     const uint64_t tb = tp_model_weight_bytes(tp_parallel_model(e->p));
-    const int world = tp_parallel_size(e->p);
+    const struct tp_draft_place_result *dec = tp_parallel_draft_decision(e->p);
     const double ratio = tb > 0 ? (double)db / (double)tb : 0.0;
-    tp_log(TP_LOG_INFO, "server",
-           "draft model %s on rank 0 (%.1f MiB, %d layers): a drafted token reads %.3f of what a step reads on rank "
-           "0%s; drafts of all slots in one batched pass per drafted position",
-           path, (double)db / 1048576.0, tp_spec_draft_n_layer(e->draft), ratio,
-           world > 1 ? " (sharding it would add 2 all_sums per layer per drafted token)" : "");
+    tp_log(TP_LOG_INFO, "server", "draft model %s %s (%.1f MiB on rank 0, %d layers): a drafted token reads %.3f of "
+           "what a step reads on rank 0; %s",
+           path, tp_spec_draft_is_sharded(e->draft) ? "sharded over the ranks" : "on rank 0", (double)db / 1048576.0,
+           tp_spec_draft_n_layer(e->draft), ratio, dec ? dec->reason : "");
     if (ratio > 0.5)
         tp_log(TP_LOG_WARN, "server",
                "the draft model is %.0f%% the size of the model's share on rank 0: drafting %d tokens costs about "
@@ -1595,8 +1608,10 @@ enum tp_status tp_engine_init(const struct tp_engine_config *cfg, tp_parallel_t 
         goto nomem;
     e->n_ranks = tp_parallel_get_rank_stats(p, e->rank_stats, TP_METRICS_RANKS_MAX);
     if (cfg->draft_model) {
-        enum tp_status drc = tp_spec_draft_init(cfg->draft_model, e->n_ctx, cfg->n_parallel, tp_model_n_threads(m),
-                                                e->n_vocab, &e->draft, err);
+        enum tp_status drc = tp_parallel_draft_model(p)
+                                 ? tp_spec_draft_init_sharded(p, cfg->n_parallel, &e->draft, err)
+                                 : tp_spec_draft_init(cfg->draft_model, e->n_ctx, cfg->n_parallel,
+                                                      tp_model_n_threads(m), e->n_vocab, &e->draft, err);
         if (drc != TP_OK) {
             tp_engine_free(e);
             return drc;

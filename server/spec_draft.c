@@ -1,6 +1,7 @@
 /*
- * server/spec_draft.c - a draft model for speculative decoding on rank 0
- * (server/include/server/spec.h, tp_spec_draft_*): the smaller model decodes
+ * server/spec_draft.c - a draft model for speculative decoding, on rank 0 or
+ * sharded over the ranks (server/include/server/spec.h, tp_spec_draft_*):
+ * the smaller model decodes
  * k tokens greedily after each of a set of sequences, all of them in the same
  * forward passes (the tokens each sequence gained since its last drafts, then
  * one token per sequence and pass), and the target model verifies them in one
@@ -18,7 +19,11 @@
 #define DRAFT_ROWS_MAX 32 /* logits rows per draft-model forward pass (a round of more sequences takes several) */
 
 struct tp_spec_draft {
-    tp_model_t *m;            /* owned */
+    tp_model_t *m;            /* owned on rank 0 alone; sharded: rank 0's slice, owned by par */
+    tp_parallel_t *par;       /* sharded: the engine whose draft steps run it (not owned); NULL on rank 0 alone */
+    int32_t *ids;             /* sharded: (rows_max) a pass's argmax per logits row */
+    int32_t *clear_seq, *clear_from; /* sharded: (n_seq) truncations that ride with the next pass */
+    int n_clear;
     int n_ctx, n_seq, n_batch, n_vocab, rows_max;
     int32_t *hist;            /* (n_seq, n_ctx) tokens its cache holds, by position */
     int *n_hist;              /* (n_seq) */
@@ -32,7 +37,10 @@ struct tp_spec_draft {
 void tp_spec_draft_free(tp_spec_draft_t *d)
 {
     if (!d) return;
-    tp_model_free(d->m);
+    if (!d->par) tp_model_free(d->m);
+    free(d->ids);
+    free(d->clear_seq);
+    free(d->clear_from);
     free(d->hist);
     free(d->n_hist);
     free(d->tok);
@@ -45,7 +53,69 @@ void tp_spec_draft_free(tp_spec_draft_t *d)
     free(d);
 }
 
-const char *tp_spec_draft_last_error(const tp_spec_draft_t *d) { return d ? tp_model_last_error(d->m) : ""; }
+const char *tp_spec_draft_last_error(const tp_spec_draft_t *d)
+{
+    return !d ? "" : d->par ? tp_parallel_last_error(d->par) : tp_model_last_error(d->m);
+}
+
+/* The buffers for d->m (set), n_seq sequences of vocabulary n_vocab, passes of n_batch tokens. */
+static enum tp_status draft_buffers(tp_spec_draft_t *d, int n_seq, int n_batch, int n_vocab, struct tp_error *err)
+{
+    d->n_ctx = tp_model_n_ctx(d->m);
+    d->n_seq = n_seq;
+    d->n_batch = n_batch;
+    d->n_vocab = n_vocab;
+    d->rows_max = TP_MIN(TP_MIN(n_seq, DRAFT_ROWS_MAX), d->n_batch);
+    d->hist = calloc((size_t)n_seq * (size_t)d->n_ctx, sizeof(int32_t));
+    d->n_hist = calloc((size_t)n_seq, sizeof(int));
+    d->tok = calloc((size_t)d->n_batch, sizeof(int32_t));
+    d->pos = calloc((size_t)d->n_batch, sizeof(int32_t));
+    d->seq = calloc((size_t)d->n_batch, sizeof(int32_t));
+    d->want = calloc((size_t)d->n_batch, 1);
+    d->row_req = calloc((size_t)d->rows_max, sizeof(int));
+    d->from = calloc((size_t)n_seq, sizeof(int));
+    if (d->par) {
+        d->ids = calloc((size_t)d->rows_max, sizeof(int32_t));
+        d->clear_seq = calloc((size_t)n_seq, sizeof(int32_t));
+        d->clear_from = calloc((size_t)n_seq, sizeof(int32_t));
+    } else {
+        d->logits = malloc(sizeof(float) * (size_t)d->rows_max * (size_t)n_vocab);
+    }
+    if (!d->hist || !d->n_hist || !d->tok || !d->pos || !d->seq || !d->want || !d->row_req || !d->from ||
+        (d->par ? !d->ids || !d->clear_seq || !d->clear_from : !d->logits))
+        return tp_error_set(err, TP_ERR_NOMEM, "out of memory for the draft model's buffers");
+    return TP_OK;
+}
+
+enum tp_status tp_spec_draft_init_sharded(tp_parallel_t *p, int n_seq, tp_spec_draft_t **out, struct tp_error *err)
+{
+    *out = NULL;
+    tp_model_t *m = tp_parallel_draft_model(p);
+    if (!m || tp_parallel_rank(p) != 0)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "no sharded draft model in this engine (rank 0, placement sharded)");
+    if (n_seq < 1 || n_seq > tp_model_n_seq(m))
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "draft model: %d sequences, the engine has %d", n_seq,
+                            tp_model_n_seq(m));
+    tp_spec_draft_t *d = calloc(1, sizeof *d);
+    if (!d) return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
+    d->m = m;
+    d->par = p;
+    enum tp_status st = draft_buffers(d, n_seq, tp_parallel_draft_batch(p), tp_model_hparams(m)->n_vocab, err);
+    if (st != TP_OK) {
+        tp_spec_draft_free(d);
+        return st;
+    }
+    *out = d;
+    return TP_OK;
+}
+
+void tp_spec_draft_reset(tp_spec_draft_t *d)
+{
+    if (!d) return;
+    for (int s = 0; s < d->n_seq; s++) d->n_hist[s] = 0;
+}
+
+int tp_spec_draft_is_sharded(const tp_spec_draft_t *d) { return d && d->par; }
 
 enum tp_status tp_spec_draft_init(const char *path, int n_ctx, int n_seq, int n_threads, int n_vocab,
                                   tp_spec_draft_t **out, struct tp_error *err)
@@ -72,23 +142,10 @@ enum tp_status tp_spec_draft_init(const char *path, int n_ctx, int n_seq, int n_
                             "the model's vocabulary (e.g. a smaller model of the same family)",
                             path, dv, n_vocab);
     }
-    d->n_ctx = tp_model_n_ctx(d->m);
-    d->n_seq = n_seq;
-    d->n_batch = cfg.n_batch;
-    d->n_vocab = n_vocab;
-    d->rows_max = TP_MIN(TP_MIN(n_seq, DRAFT_ROWS_MAX), d->n_batch);
-    d->hist = calloc((size_t)n_seq * (size_t)d->n_ctx, sizeof(int32_t));
-    d->n_hist = calloc((size_t)n_seq, sizeof(int));
-    d->tok = calloc((size_t)d->n_batch, sizeof(int32_t));
-    d->pos = calloc((size_t)d->n_batch, sizeof(int32_t));
-    d->seq = calloc((size_t)d->n_batch, sizeof(int32_t));
-    d->want = calloc((size_t)d->n_batch, 1);
-    d->row_req = calloc((size_t)d->rows_max, sizeof(int));
-    d->from = calloc((size_t)n_seq, sizeof(int));
-    d->logits = malloc(sizeof(float) * (size_t)d->rows_max * (size_t)n_vocab);
-    if (!d->hist || !d->n_hist || !d->tok || !d->pos || !d->seq || !d->want || !d->row_req || !d->from || !d->logits) {
+    st = draft_buffers(d, n_seq, cfg.n_batch, n_vocab, err);
+    if (st != TP_OK) {
         tp_spec_draft_free(d);
-        return tp_error_set(err, TP_ERR_NOMEM, "out of memory for the draft model's buffers");
+        return st;
     }
     *out = d;
     return TP_OK;
@@ -109,7 +166,19 @@ static enum tp_status flush(tp_spec_draft_t *d, struct tp_spec_draft_req *req, i
 {
     if (nb == 0) return TP_OK;
     struct tp_batch b = {nb, d->tok, d->pos, d->seq, d->want};
-    enum tp_status st = tp_model_forward(d->m, &b, d->logits);
+    enum tp_status st;
+    if (d->par) { /* every rank: the pending truncations, then the pass; rank 0 gets each row's argmax */
+        struct tp_step s;
+        memset(&s, 0, sizeof s);
+        s.batch = b;
+        s.n_clear = d->n_clear;
+        s.clear_seq = d->clear_seq;
+        s.clear_from = d->clear_from;
+        st = tp_parallel_draft_step(d->par, &s, d->ids);
+        d->n_clear = 0; /* sent (or the engine failed: a re-formed group starts over from tp_spec_draft_reset) */
+    } else {
+        st = tp_model_forward(d->m, &b, d->logits);
+    }
     if (st != TP_OK) {
         for (int s = 0; s < d->n_seq; s++) d->n_hist[s] = 0;
         return st;
@@ -120,7 +189,7 @@ static enum tp_status flush(tp_spec_draft_t *d, struct tp_spec_draft_req *req, i
     }
     for (int i = 0; i < nr; i++) {
         struct tp_spec_draft_req *r = &req[d->row_req[i]];
-        r->out[r->n_out++] = argmax(d->logits + (size_t)i * (size_t)d->n_vocab, d->n_vocab);
+        r->out[r->n_out++] = d->par ? d->ids[i] : argmax(d->logits + (size_t)i * (size_t)d->n_vocab, d->n_vocab);
     }
     return TP_OK;
 }
@@ -129,12 +198,15 @@ enum tp_status tp_spec_draft_propose_batch(tp_spec_draft_t *d, struct tp_spec_dr
 {
     if (!d) return TP_ERR_INVALID_ARG;
     int k_max = 0;
-    for (int i = 0; i < n_req; i++) {
+    for (int i = 0; i < n_req; i++) { /* the whole round is checked before anything changes */
         struct tp_spec_draft_req *r = &req[i];
         r->n_out = 0;
         if (r->seq < 0 || r->seq >= d->n_seq || r->n < 1 || !r->toks || !r->out) return TP_ERR_INVALID_ARG;
         for (int j = 0; j < i; j++)
             if (req[j].seq == r->seq) return TP_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < n_req; i++) {
+        struct tp_spec_draft_req *r = &req[i];
         r->k = TP_MIN(r->k, d->n_ctx - r->n); /* drafts 0..k-2 are fed at n .. n + k - 2 */
         d->from[i] = -1;
         if (r->k < 1) continue;
@@ -145,7 +217,12 @@ enum tp_status tp_spec_draft_propose_batch(tp_spec_draft_t *d, struct tp_spec_dr
         while (l < d->n_hist[r->seq] && l < r->n && h[l] == r->toks[l]) l++;
         l = TP_MIN(l, r->n - 1);
         l = tp_model_seq_reusable(d->m, r->seq, l);
-        tp_model_seq_truncate(d->m, r->seq, l);
+        if (d->par) { /* on every rank, with the first pass below (which feeds at least this sequence's last token) */
+            d->clear_seq[d->n_clear] = r->seq;
+            d->clear_from[d->n_clear++] = l;
+        } else {
+            tp_model_seq_truncate(d->m, r->seq, l);
+        }
         d->n_hist[r->seq] = l;
         d->from[i] = l;
         k_max = TP_MAX(k_max, r->k);

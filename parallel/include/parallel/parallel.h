@@ -363,6 +363,66 @@ struct tp_replan_result {
 enum tp_status tp_parallel_replan_check(const struct tp_replan_input *in, struct tp_replan_result *out,
                                         struct tp_error *err);
 
+/* ========================================== where a draft model runs ===== */
+
+/*
+ * Speculative decoding with a draft model (server/spec.h): the draft runs on
+ * rank 0 alone, or sharded over every rank like the model (a second
+ * parallel model on the same group: its own slice per rank from
+ * tp_parallel_plan, one pair of all_sums per draft layer and drafted
+ * position).  Per drafted token (a decode pass reads each weight once):
+ *   rank 0:  R0 / bw_0, R0 = the whole draft's read bytes (its matrices, the
+ *            norms, the output head; the embedding table only when tied);
+ *   sharded: max over ranks of R_r / bw_r  +  (2 L + 2) x allsum_us
+ *            (R_r = rank r's slices of the plan + the replicated parts read;
+ *            2 L all_sums, the step header broadcast and the argmax gather,
+ *            each priced at one decode all_sum).
+ * AUTO takes sharded when that is at least 10% faster (the model is first
+ * order: no compute bound, no overlap), rank 0 otherwise, and always rank 0
+ * in a world of one or when the draft cannot be split over the ranks.
+ */
+enum tp_draft_placement {
+    TP_DRAFT_PLACEMENT_AUTO = 0,
+    TP_DRAFT_PLACEMENT_RANK0,
+    TP_DRAFT_PLACEMENT_SHARDED,
+    TP_DRAFT_PLACEMENT_COUNT
+};
+/* "auto", "rank0", "sharded" */
+const char *tp_draft_placement_name(enum tp_draft_placement pl);
+/* Parse one of those names; TP_ERR_INVALID_ARG (message naming them) otherwise. */
+enum tp_status tp_draft_placement_parse(const char *text, enum tp_draft_placement *out, struct tp_error *err);
+
+struct tp_draft_place_input {
+    const struct tp_hparams *hp;       /* the draft model's shape */
+    const struct tp_plan_types *types; /* its weight types */
+    int world;                         /* ranks of the group, 1..TP_PLAN_MAX_RANKS */
+    const double *weights;             /* (world) the model's shard weights, or NULL: equal */
+    enum tp_draft_placement asked;     /* AUTO decides; RANK0 / SHARDED are kept (SHARDED checked) */
+    const double *mem_bw_gbs;          /* (world) each rank's memory read bandwidth, GB/s (> 0) */
+    double allsum_us;                  /* one decode all_sum of the draft's activations, microseconds (>= 0) */
+};
+struct tp_draft_place_result {
+    enum tp_draft_placement placement; /* RANK0 or SHARDED */
+    double rank0_ms;                   /* per drafted token on rank 0 alone */
+    double sharded_ms;                 /* per drafted token sharded (0 when it cannot be split) */
+    double sharded_comm_ms;            /* of which the collectives */
+    int collectives;                   /* per drafted token sharded: 2 n_layer + 2 */
+    uint64_t rank0_read_bytes;         /* read per drafted token on rank 0 alone */
+    uint64_t rank_read_bytes_max;      /* read per drafted token by the busiest rank, sharded */
+    double allsum_us, mem_bw_gbs_min;  /* the figures it used */
+    char reason[512];                  /* one line: the decision and why, with both costs */
+};
+/*
+ * Decide where the draft runs (the cost model above).  TP_OK with out filled
+ * for every valid question (AUTO falls back to rank 0 with its reason when
+ * the draft cannot be split); TP_ERR_INVALID_ARG for a malformed one (world
+ * out of range, a bandwidth <= 0) or SHARDED asked for a draft the plan
+ * cannot split over world (the message says why and names rank0).  Pure: no
+ * I/O, no allocation.
+ */
+enum tp_status tp_parallel_draft_placement(const struct tp_draft_place_input *in, struct tp_draft_place_result *out,
+                                           struct tp_error *err);
+
 /* ============================================================ engine ===== */
 
 struct tp_parallel_config {
@@ -377,6 +437,15 @@ struct tp_parallel_config {
     uint64_t mem_limit_bytes;      /* memory this rank offers the model (weights + KV cache) when rank 0
                                     * decides whether a re-plan over fewer ranks fits (tp_parallel_replan_check);
                                     * 0: its machine's usable memory.  Reported to rank 0 with the stats. */
+    /* Speculative decoding's draft model (NULL: none).  tp_parallel_init decides where it runs
+     * (tp_parallel_draft_placement, the decision in tp_parallel_draft_decision): rank 0 alone (the
+     * caller loads it there, e.g. tp_spec_draft_init) or sharded (every rank loads its slice of it
+     * next to the model's, same group; tp_parallel_draft_step runs it).  Every rank gives the same. */
+    const char *draft_path;
+    enum tp_draft_placement draft_placement; /* default AUTO */
+    double draft_mem_bw_gbs;       /* > 0: this rank's memory bandwidth for the decision; 0: measured at init */
+    double draft_allsum_us;        /* > 0: the time of one all_sum (`tpserve bench comm`); 0: rank 0 times a few
+                                    * all_sums of the draft's width at init */
 };
 /* Defaults: tp_model_default_config(), tp_comm_default_config() then
  * tp_comm_config_from_env() is NOT applied (the caller decides). */
@@ -613,6 +682,26 @@ int tp_parallel_get_rank_stats(const tp_parallel_t *p, struct tp_parallel_stats 
 typedef enum tp_status (*tp_parallel_hook_fn)(void *ud, int32_t arg, double out[TP_PARALLEL_HOOK_VALUES]);
 void tp_parallel_set_hook(tp_parallel_t *p, tp_parallel_hook_fn fn, void *ud);
 enum tp_status tp_parallel_run_hook(tp_parallel_t *p, int32_t arg, double *values, int max);
+
+/*
+ * The draft model's placement as decided at init (NULL when the config named no draft model): the same
+ * on every rank.  Valid until tp_parallel_free.
+ */
+const struct tp_draft_place_result *tp_parallel_draft_decision(const tp_parallel_t *p);
+/* This rank's slice of a sharded draft model (NULL unless the decision is SHARDED). */
+tp_model_t *tp_parallel_draft_model(const tp_parallel_t *p);
+/*
+ * Rank 0, a sharded draft model: one greedy step of the DRAFT model on every rank (the step header
+ * says which model steps).  Every rank first truncates the draft's sequences in clear_seq (positions
+ * >= clear_from[i]; the draft's KV cache, not the model's), then runs batch on its draft slice
+ * (2 all_sums per draft layer); ids[i] gets the argmax over the full vocabulary of the i-th row with
+ * batch.logits != 0 (lowest id on ties).  step->n_copy, n_bias and n_mask must be 0; at most
+ * tp_parallel_draft_batch() tokens.  Failures as tp_parallel_step (a comm failure poisons the
+ * engine).  TP_ERR_INVALID_ARG without a sharded draft.
+ */
+enum tp_status tp_parallel_draft_step(tp_parallel_t *p, const struct tp_step *step, int32_t *ids);
+/* Tokens one draft step takes (0 without a sharded draft). */
+int tp_parallel_draft_batch(const tp_parallel_t *p);
 
 /* This rank's model path ("{rank}" expanded); valid until tp_parallel_free. */
 const char *tp_parallel_model_path(const tp_parallel_t *p);

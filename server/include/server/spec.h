@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "parallel/parallel.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -62,7 +63,11 @@ float tp_spec_adapt_alpha(const struct tp_spec_adapt *a);
 
 /*
  * A draft model (server/spec_draft.c): a smaller model with the target's
- * vocabulary, run on rank 0 only, greedy, one KV sequence per slot.  It
+ * vocabulary, greedy, one KV sequence per slot, on rank 0 alone
+ * (tp_spec_draft_init) or sharded over the ranks of a parallel engine
+ * (tp_spec_draft_init_sharded: each pass is a tp_parallel_draft_step on
+ * every rank, the truncations of its sequences travel with the next pass;
+ * where it runs: tp_parallel_draft_decision).  It
  * keeps, per sequence, the tokens whose K/V its cache holds and, asked for
  * drafts after a sequence, re-feeds from the first token that differs (so
  * rejected drafts need no other rollback), then decodes k tokens one at a
@@ -78,7 +83,16 @@ typedef struct tp_spec_draft tp_spec_draft_t;
  * file, or the vocabulary mismatch naming both sizes). */
 enum tp_status tp_spec_draft_init(const char *path, int n_ctx, int n_seq, int n_threads, int n_vocab,
                                   tp_spec_draft_t **out, struct tp_error *err);
+/* The draft model sharded in engine p (tp_parallel_draft_model(p) not NULL; rank 0), n_seq sequences
+ * (at most the engine's); p is not owned and must outlive the draft.  TP_ERR_INVALID_ARG without a
+ * sharded draft in p. */
+enum tp_status tp_spec_draft_init_sharded(tp_parallel_t *p, int n_seq, tp_spec_draft_t **out, struct tp_error *err);
 void tp_spec_draft_free(tp_spec_draft_t *d); /* NULL safe */
+/* Forget what the draft's cache holds (after the group re-formed: a rank may have lost it); the next
+ * drafts of each sequence re-feed it from its start. */
+void tp_spec_draft_reset(tp_spec_draft_t *d);
+/* 1 when it runs sharded over the engine's ranks (every pass costs the collectives of a step). */
+int tp_spec_draft_is_sharded(const tp_spec_draft_t *d);
 /* One sequence's part of tp_spec_draft_propose_batch. */
 struct tp_spec_draft_req {
     int seq;              /* the draft model's sequence, 0..n_seq-1, each at most once per call */
