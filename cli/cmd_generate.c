@@ -231,9 +231,10 @@ static void gen_report(const struct gen *g, double t_prompt, double t_gen, const
     fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tokens/s); generation: %d tokens in %.3f s (%.1f tokens/s)",
             g->n_prompt, t_prompt, t_prompt > 0 ? g->n_prompt / t_prompt : 0.0, g->n_gen, t_gen,
             t_gen > 0 ? g->n_gen / t_gen : 0.0);
-    fprintf(stderr, "; %d steps, %.2f tokens/step, %.1f collectives/token", g->n_steps,
+    fprintf(stderr, "; %d steps, %.2f tokens/step, %.1f collectives/token (%llu in all)", g->n_steps,
             g->n_steps ? (double)g->n_gen / g->n_steps : 0.0,
-            g->n_gen ? (double)(cs1->n_ops - cs0->n_ops) / g->n_gen : 0.0);
+            g->n_gen ? (double)(cs1->n_ops - cs0->n_ops) / g->n_gen : 0.0,
+            (unsigned long long)(cs1->n_ops - cs0->n_ops));
     if (o->spec != TP_SPEC_OFF)
         fprintf(stderr, "; speculative %s: %lld of %lld drafted tokens accepted (%.3f)", tp_spec_mode_name(o->spec),
                 g->n_accepted, g->n_drafted, g->n_drafted ? (double)g->n_accepted / (double)g->n_drafted : 0.0);

@@ -424,7 +424,100 @@ static void test_moe_shared_expert(void)
     for (int r = 1; r < 5; r++) CU_ASSERT_EQUAL(p.ranks[r].shard.shexp_end, 0);
 }
 
+/* ------------------------------------------------------ draft placement */
+
+/* Weights a decoded token reads of a dense untied Q4_0 llama shape, counted independently of the planner:
+ * every matrix (18 bytes per 32 values) and the norms (f32), not the embedding table (one row). */
+static double q4_0_read_bytes(const struct tp_hparams *hp)
+{
+    const double e = hp->n_embd, kv = (double)hp->n_head_kv * hp->head_dim, f = hp->n_ff;
+    const double per_layer = e * e * 2 + e * kv * 2 + 3 * e * f;
+    return (per_layer * hp->n_layer + (double)hp->n_vocab * e) * 18.0 / 32.0 + (2.0 * hp->n_layer + 1) * e * 4;
+}
+
+/* tp_parallel_draft_placement: a small draft (llama3.2-1b's dense shape, untied here) over a slow link
+ * (260 us per all_sum, a 0.26 ms TCP round trip) stays on rank 0; a big one (llama3.1-8b's shape) over a
+ * fast link (15 us, RDMA) is sharded over 4 ranks; the costs are the formula's, worked out here from an
+ * independent byte count; one rank, an impossible split, an explicit choice and bad figures. */
+static void test_draft_placement(void)
+{
+    const struct tp_plan_types t = tp_plan_types_uniform(TP_WTYPE_Q4_0);
+    struct tp_hparams small = llama_hp(2048, 32, 8, 8192, 128256, 16), big = llama_hp(4096, 32, 8, 14336, 128256, 32);
+    const double bw[4] = {100, 100, 100, 100};
+    struct tp_draft_place_result r;
+    struct tp_error err = {0};
+    struct tp_draft_place_input in = {&small, &t, 2, NULL, TP_DRAFT_PLACEMENT_AUTO, bw, 260.0};
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_draft_placement(&in, &r, &err), TP_OK);
+    fprintf(stderr, "small, slow link: %s\n", r.reason);
+    CU_ASSERT_EQUAL(r.placement, TP_DRAFT_PLACEMENT_RANK0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "draft on rank 0, sharded is not at least 10% faster"));
+    CU_ASSERT_EQUAL(r.collectives, 2 * 16 + 2);
+    CU_ASSERT_DOUBLE_EQUAL((double)r.rank0_read_bytes, q4_0_read_bytes(&small), 1.0);
+    CU_ASSERT_DOUBLE_EQUAL(r.rank0_ms, q4_0_read_bytes(&small) / 100e9 * 1e3, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(r.sharded_comm_ms, 34 * 0.260, 1e-9);
+    /* two even halves of the matrices, each rank with all the norms */
+    const double norms = (2.0 * 16 + 1) * 2048 * 4, half = (q4_0_read_bytes(&small) - norms) / 2 + norms;
+    CU_ASSERT_DOUBLE_EQUAL((double)r.rank_read_bytes_max, half, 1.0);
+    CU_ASSERT_DOUBLE_EQUAL(r.sharded_ms, half / 100e9 * 1e3 + 34 * 0.260, 1e-6);
+    CU_ASSERT(r.sharded_ms > 0.9 * r.rank0_ms);
+
+    in = (struct tp_draft_place_input){&big, &t, 4, NULL, TP_DRAFT_PLACEMENT_AUTO, bw, 15.0};
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_draft_placement(&in, &r, &err), TP_OK);
+    fprintf(stderr, "big, fast link: %s\n", r.reason);
+    CU_ASSERT_EQUAL(r.placement, TP_DRAFT_PLACEMENT_SHARDED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "draft sharded, sharded is at least 10% faster"));
+    CU_ASSERT_DOUBLE_EQUAL(r.rank0_ms, q4_0_read_bytes(&big) / 100e9 * 1e3, 1e-6);
+    const double quarter = (q4_0_read_bytes(&big) - (2.0 * 32 + 1) * 4096 * 4) / 4 + (2.0 * 32 + 1) * 4096 * 4;
+    CU_ASSERT_DOUBLE_EQUAL(r.sharded_ms, quarter / 100e9 * 1e3 + 66 * 0.015, 1e-6);
+    CU_ASSERT(r.sharded_ms < 0.3 * r.rank0_ms); /* ~11 ms against ~42 ms */
+    /* the same big draft on the slow link at 2 ranks: 66 x 2.15 ms of all_sums (1 ms one-way) outweigh it */
+    in.world = 2;
+    in.allsum_us = 2150.0;
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_draft_placement(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.placement, TP_DRAFT_PLACEMENT_RANK0);
+    /* asked for: kept, with the costs of both */
+    in.asked = TP_DRAFT_PLACEMENT_SHARDED;
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_draft_placement(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.placement, TP_DRAFT_PLACEMENT_SHARDED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "as asked"));
+    /* one rank: rank 0, nothing to weigh */
+    in = (struct tp_draft_place_input){&big, &t, 1, NULL, TP_DRAFT_PLACEMENT_AUTO, bw, 15.0};
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_draft_placement(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.placement, TP_DRAFT_PLACEMENT_RANK0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "a world of one rank"));
+    /* a draft that cannot be split over the ranks (8 KV heads of 4 Q heads, 40 ranks): auto keeps it on rank 0
+     * with the planner's reason; asked sharded is refused naming rank0 */
+    double bw40[40];
+    for (int i = 0; i < 40; i++) bw40[i] = 100;
+    in = (struct tp_draft_place_input){&small, &t, 40, NULL, TP_DRAFT_PLACEMENT_AUTO, bw40, 1.0};
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_draft_placement(&in, &r, &err), TP_OK);
+    CU_ASSERT_EQUAL(r.placement, TP_DRAFT_PLACEMENT_RANK0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.reason, "cannot be split over 40 ranks"));
+    in.asked = TP_DRAFT_PLACEMENT_SHARDED;
+    tp_error_clear(&err);
+    CU_ASSERT_NOT_EQUAL(tp_parallel_draft_placement(&in, &r, &err), TP_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "--draft-placement rank0"));
+    /* bad figures */
+    const double bad[2] = {100, 0};
+    in = (struct tp_draft_place_input){&small, &t, 2, NULL, TP_DRAFT_PLACEMENT_AUTO, bad, 10.0};
+    tp_error_clear(&err);
+    CU_ASSERT_EQUAL(tp_parallel_draft_placement(&in, &r, &err), TP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "rank 1's memory bandwidth"));
+    in.mem_bw_gbs = bw;
+    in.allsum_us = -1;
+    CU_ASSERT_EQUAL(tp_parallel_draft_placement(&in, &r, &err), TP_ERR_INVALID_ARG);
+    enum tp_draft_placement pl;
+    CU_ASSERT_EQUAL(tp_draft_placement_parse("sharded", &pl, NULL), TP_OK);
+    CU_ASSERT_EQUAL(pl, TP_DRAFT_PLACEMENT_SHARDED);
+    CU_ASSERT_EQUAL(tp_draft_placement_parse("rank0", &pl, NULL), TP_OK);
+    CU_ASSERT_EQUAL(pl, TP_DRAFT_PLACEMENT_RANK0);
+    tp_error_clear(&err);
+    CU_ASSERT_EQUAL(tp_draft_placement_parse("everywhere", &pl, &err), TP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "auto"));
+}
+
 static const struct tp_test_case plan_cases[] = {
+    {"draft_placement", test_draft_placement},
     {"moe_splits", test_moe_splits},
     {"moe_shared_expert", test_moe_shared_expert},
     {"moe_block_limits", test_moe_block_limits},

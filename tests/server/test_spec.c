@@ -108,6 +108,9 @@ static void test_golden_ngram(void)
 struct gen_stats {
     double tokens_per_step, colls_per_token;
     long accepted, drafted;
+    long colls;        /* collectives in all (-1 when absent) */
+    long draft_passes; /* the draft model's passes (-1 when absent) */
+    int draft_sharded; /* the stats line says "draft model sharded" */
 };
 
 static int parse_stats(const char *path, struct gen_stats *g)
@@ -115,9 +118,18 @@ static int parse_stats(const char *path, struct gen_stats *g)
     char *t = tp_test_read_file(path, NULL);
     if (!t) return -1;
     g->tokens_per_step = g->colls_per_token = -1;
-    g->accepted = g->drafted = -1;
+    g->accepted = g->drafted = g->colls = g->draft_passes = -1;
+    g->draft_sharded = 0;
     const char *p = strstr(t, " steps, ");
-    if (p) sscanf(p, " steps, %lf tokens/step, %lf collectives/token", &g->tokens_per_step, &g->colls_per_token);
+    if (p)
+        sscanf(p, " steps, %lf tokens/step, %lf collectives/token (%ld in all)", &g->tokens_per_step,
+               &g->colls_per_token, &g->colls);
+    const char *dm = strstr(t, "; draft model ");
+    if (dm) {
+        g->draft_sharded = strncmp(dm, "; draft model sharded:", 22) == 0;
+        const char *c = strchr(dm + 2, ':');
+        if (c) sscanf(c, ": %ld passes", &g->draft_passes);
+    }
     const char *sp = strstr(t, " drafted tokens accepted");
     if (sp) {
         while (sp > t && sp[-1] != ':') sp--;
@@ -728,29 +740,88 @@ static void multirank_shape(const char *shape)
 static void test_multirank_dense(void) { multirank_shape("test-tiny-qwen3"); }
 
 /* 2 ranks, stories260K as its own draft at k = 4: every draft accepted, so each step yields 5 tokens and the
- * collectives per generated token drop by at least 5 / 1.2 against plain decoding; the text is the same. */
+ * collectives per generated token drop by at least 5 / 1.2 against plain decoding; the text is the same.  The
+ * same draft sharded over the 2 ranks (--draft-placement sharded): the same text, every draft accepted, and
+ * its passes counted truthfully: each is a step on both ranks (header + 2 x 5 all_sums + argmax gather = 12
+ * collectives), so the sharded run's collectives are the rank-0 run's plus 12 per draft pass. */
 static void test_self_draft_collectives(void)
 {
     if (!have_model()) return;
     const char *model = tp_test_repo_path("models/stories260K.gguf");
-    char out[2][1 << 14], cmd[2048], err_path[2][600];
-    struct gen_stats g[2];
-    for (int v = 0; v < 2; v++) {
+    char out[3][1 << 14], cmd[2048], err_path[3][600];
+    static const char *const place[3] = {"", "rank0", "sharded"};
+    struct gen_stats g[3];
+    for (int v = 0; v < 3; v++) {
+        char spec[900] = "";
+        if (v)
+            snprintf(spec, sizeof spec, "--spec draft --draft-max 4 --draft-model '%s' --draft-placement %s", model,
+                     place[v]);
         snprintf(err_path[v], sizeof err_path[v], "%s/coll-%d.txt", tp_test_tmpdir(), v);
-        snprintf(cmd, sizeof cmd,
-                 "'%s' launch -n 2 -- '%s' generate -m '%s' -n 120 --temp 0 --threads 1 %s%s%s 2>'%s'",
-                 tp_test_tpserve(), tp_test_tpserve(), model, v ? "--spec draft --draft-max 4 --draft-model '" : "",
-                 v ? model : "", v ? "'" : "", err_path[v]);
+        snprintf(cmd, sizeof cmd, "'%s' launch -n 2 -- '%s' generate -m '%s' -n 120 --temp 0 --threads 1 %s 2>'%s'",
+                 tp_test_tpserve(), tp_test_tpserve(), model, spec, err_path[v]);
         CU_ASSERT_EQUAL_FATAL(tp_test_run_cmd(cmd, out[v], sizeof out[v]), 0);
         CU_ASSERT_EQUAL_FATAL(parse_stats(err_path[v], &g[v]), 0);
     }
     CU_ASSERT_STRING_EQUAL(out[0], out[1]);
-    fprintf(stderr, "2 ranks: plain %.2f collectives/token; self draft %.2f (%ld of %ld accepted, %.2f tokens/step)\n",
-            g[0].colls_per_token, g[1].colls_per_token, g[1].accepted, g[1].drafted, g[1].tokens_per_step);
+    CU_ASSERT_STRING_EQUAL(out[0], out[2]);
+    fprintf(stderr, "2 ranks: plain %.2f collectives/token; self draft on rank 0 %.2f (%ld of %ld accepted, %.2f "
+            "tokens/step); sharded %.2f (%ld collectives, %ld draft passes; on rank 0 %ld)\n",
+            g[0].colls_per_token, g[1].colls_per_token, g[1].accepted, g[1].drafted, g[1].tokens_per_step,
+            g[2].colls_per_token, g[2].colls, g[2].draft_passes, g[1].colls);
     CU_ASSERT_EQUAL(g[1].accepted, g[1].drafted);
     CU_ASSERT(g[1].colls_per_token > 0);
     CU_ASSERT(g[0].colls_per_token >= g[1].colls_per_token * 5.0 / 1.2);
+    /* sharded: the same steps and drafts, every draft pass 12 collectives more (a rank-stats gather, at most
+     * one a second, may add one) */
+    CU_ASSERT(!g[1].draft_sharded && g[2].draft_sharded);
+    CU_ASSERT_EQUAL(g[2].accepted, g[2].drafted);
+    CU_ASSERT_EQUAL(g[2].drafted, g[1].drafted);
+    CU_ASSERT_EQUAL(g[2].draft_passes, g[1].draft_passes);
+    CU_ASSERT(g[2].draft_passes > 0);
+    const long extra = g[2].colls - g[1].colls;
+    CU_ASSERT(extra >= 12 * g[2].draft_passes && extra <= 12 * g[2].draft_passes + 2);
 }
+
+/* A draft model sharded over 2 and 3 ranks (--draft-placement sharded) on F32 synthetic models: the model
+ * (test-tiny-qwen3) drafted for by a one-layer model of its shape and seed (the same vocabulary, other
+ * logits, so drafts are rejected and the draft's KV is rolled back on every rank), greedy: the same text as
+ * the draft on rank 0 and as plain decoding at each world size. */
+static void test_sharded_draft_f32(void)
+{
+    const char *model = synth("test-tiny-qwen3");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(model);
+    char draft[600], cmd[2400];
+    snprintf(draft, sizeof draft, "%s/spec-draft-1layer.gguf", tp_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "'%s' synth --shape test-tiny-qwen3 --layers 1 --type f32 -q -o '%s' >/dev/null 2>&1",
+             tp_test_tpserve(), draft);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    static const char *const place[3] = {"", "rank0", "sharded"};
+    for (int world = 2; world <= 3; world++) {
+        char out[3][1 << 14], err_path[600];
+        struct gen_stats g[3];
+        for (int v = 0; v < 3; v++) {
+            char spec[900] = "";
+            if (v)
+                snprintf(spec, sizeof spec, "--spec draft --draft-max 4 --draft-model '%s' --draft-placement %s", draft,
+                         place[v]);
+            snprintf(err_path, sizeof err_path, "%s/sharded-%d-%d.txt", tp_test_tmpdir(), world, v);
+            snprintf(cmd, sizeof cmd,
+                     "'%s' launch -n %d -- '%s' generate -m '%s' -p 'the cat sat on the mat and the dog' -n 64 "
+                     "--temp 0 --threads 1 %s 2>'%s'",
+                     tp_test_tpserve(), world, tp_test_tpserve(), model, spec, err_path);
+            CU_ASSERT_EQUAL_FATAL(tp_test_run_cmd(cmd, out[v], sizeof out[v]), 0);
+            CU_ASSERT_EQUAL_FATAL(parse_stats(err_path, &g[v]), 0);
+        }
+        fprintf(stderr, "%d ranks: draft on rank 0 %ld of %ld accepted; sharded %ld of %ld accepted, %ld passes\n",
+                world, g[1].accepted, g[1].drafted, g[2].accepted, g[2].drafted, g[2].draft_passes);
+        CU_ASSERT_STRING_EQUAL(out[1], out[0]);
+        CU_ASSERT_STRING_EQUAL(out[2], out[0]);
+        CU_ASSERT(g[2].draft_sharded && !g[1].draft_sharded);
+        CU_ASSERT(g[2].drafted > 0);
+        CU_ASSERT(g[2].accepted < g[2].drafted); /* rejections: the rollback ran */
+    }
+}
+
 static void test_multirank_window(void) { multirank_shape("test-tiny-gptoss"); }
 
 /* ------------------------------------------------------------------ unit */
@@ -831,6 +902,7 @@ static const struct tp_test_case spec_mr_cases[] = {
     {"f32_1_2_3_ranks", test_multirank_dense},
     {"sliding_window_1_2_3_ranks", test_multirank_window},
     {"self_draft_collectives_2_ranks", test_self_draft_collectives},
+    {"sharded_draft_f32_2_3_ranks", test_sharded_draft_f32},
     {NULL, NULL},
 };
 TP_TEST_SUITE(spec_multirank, "model,multirank", 300, spec_mr_cases)
