@@ -294,6 +294,45 @@ out:
     return rc_exit;
 }
 
+/* --spec, --draft-model and the placement flags: 0 with *mode and *place set, or 2 after a usage error. */
+static int gen_check_spec(const char *spec, const char *draft_model, const char *placement, float bw, float us,
+                          int *mode, enum tp_draft_placement *place)
+{
+    struct tp_error err = {0};
+    *mode = tp_spec_mode_parse(spec);
+    if (*mode < 0) {
+        fprintf(stderr, "tpserve generate: --spec %s: want off, ngram or draft\n", spec);
+        return 2;
+    }
+    if ((*mode == TP_SPEC_DRAFT) != (draft_model != NULL)) {
+        fprintf(stderr, "tpserve generate: %s\n",
+                draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
+        return 2;
+    }
+    if (tp_draft_placement_parse(placement, place, &err) != TP_OK) {
+        fprintf(stderr, "tpserve generate: %s\n", err.msg);
+        return 2;
+    }
+    if (!(bw >= 0) || !(us >= 0)) {
+        fprintf(stderr, "tpserve generate: --draft-mem-bw and --draft-allsum-us take figures >= 0 (0: measured)\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* Rank 0: the draft model where tp_parallel_init put it (its decision logged): sharded in par, or loaded
+ * here on rank 0. */
+static enum tp_status gen_draft_open(tp_parallel_t *par, const char *path, int threads, tp_spec_draft_t **dm,
+                                     struct tp_error *err)
+{
+    const struct tp_draft_place_result *dec = tp_parallel_draft_decision(par);
+    if (dec) tp_log(TP_LOG_INFO, "generate", "%s", dec->reason);
+    const tp_model_t *m = tp_parallel_model(par);
+    return tp_parallel_draft_model(par) ? tp_spec_draft_init_sharded(par, 1, dm, err)
+                                        : tp_spec_draft_init(path, tp_model_n_ctx(m), 1, threads,
+                                                             tp_model_hparams(m)->n_vocab, dm, err);
+}
+
 int tp_cmd_generate(int argc, char **argv)
 {
     const char *model = NULL, *prompt = "", *shard_weights = NULL, *moe_split = "auto", *comm_dtype = "f32", *kv_type = "f16";
@@ -343,26 +382,10 @@ int tp_cmd_generate(int argc, char **argv)
         fprintf(stderr, "tpserve generate: -m MODEL is required\n");
         return 2;
     }
-    const int spec_mode = tp_spec_mode_parse(spec);
-    if (spec_mode < 0) {
-        fprintf(stderr, "tpserve generate: --spec %s: want off, ngram or draft\n", spec);
-        return 2;
-    }
-    if ((spec_mode == TP_SPEC_DRAFT) != (draft_model != NULL)) {
-        fprintf(stderr, "tpserve generate: %s\n",
-                draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
-        return 2;
-    }
+    int spec_mode;
     enum tp_draft_placement dplace;
-    struct tp_error perr = {0};
-    if (tp_draft_placement_parse(draft_placement, &dplace, &perr) != TP_OK) {
-        fprintf(stderr, "tpserve generate: %s\n", perr.msg);
+    if (gen_check_spec(spec, draft_model, draft_placement, draft_mem_bw, draft_allsum_us, &spec_mode, &dplace))
         return 2;
-    }
-    if (!(draft_mem_bw >= 0) || !(draft_allsum_us >= 0)) {
-        fprintf(stderr, "tpserve generate: --draft-mem-bw and --draft-allsum-us take figures >= 0 (0: measured)\n");
-        return 2;
-    }
     /* One rank, or a group from the environment (tpserve launch / mpirun):
      * every rank computes its slice, rank 0 samples and prints. */
     struct tp_error err = {0};
@@ -413,13 +436,7 @@ int tp_cmd_generate(int argc, char **argv)
     o.comm = tp_parallel_comm(par);
     tp_spec_draft_t *dm = NULL;
     if (spec_mode == TP_SPEC_DRAFT) {
-        const struct tp_draft_place_result *dec = tp_parallel_draft_decision(par);
-        if (dec) tp_log(TP_LOG_INFO, "generate", "%s", dec->reason);
-        enum tp_status drc = tp_parallel_draft_model(par)
-                                 ? tp_spec_draft_init_sharded(par, 1, &dm, &err)
-                                 : tp_spec_draft_init(draft_model, tp_model_n_ctx(m), 1, threads,
-                                                      tp_model_hparams(m)->n_vocab, &dm, &err);
-        if (drc != TP_OK) {
+        if (gen_draft_open(par, draft_model, threads, &dm, &err) != TP_OK) {
             tp_parallel_free(par);
             return tp_cli_fail("generate", "%s", err.msg);
         }
