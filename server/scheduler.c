@@ -719,7 +719,7 @@ static void draft_round(struct tp_engine *e)
     if (st != TP_OK && tp_parallel_is_poisoned(e->p)) {
         /* the group failed during a sharded draft pass: a lost rank like any step's */
         char why[300];
-        snprintf(why, sizeof why, "%s (draft model step)", tp_parallel_last_error(e->p));
+        snprintf(why, sizeof why, "%s", tp_parallel_last_error(e->p));
         engine_failed(e, why); /* returns with mu held */
         return;
     }

@@ -9,7 +9,11 @@ usage: recovery_test.py TPSERVE MODEL SCENARIO N_RANKS
           (SSE error event or 503), requests queued during the recovery
           complete with the greedy output of before, nothing hangs or is
           lost, /health goes 503 (naming the rank) then 200, /metrics counts
-          the loss, the recovery and the failed requests.
+          the loss, the recovery and the failed requests.  With 2 ranks the
+          server decodes speculatively with the model as its own draft
+          sharded over both ranks (--draft-placement sharded: most of the
+          steps the kill can land in are draft steps), the oracle is plain
+          decoding, and the replacement rank loads its draft slice again.
   stop    SIGSTOP the last worker for 1 s (shorter than the 3 s op timeout:
           no loss, every stream completes) then for 6 s (longer: a loss, the
           same process is re-admitted after SIGCONT, not replaced).
@@ -47,6 +51,18 @@ from srv_util import FAILS, check, free_port, greedy, health, metric, request, w
 
 TPSERVE, MODEL, SCENARIO, N_RANKS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 PROMPTS = ["Once upon a time", "The little dog", "One day, Lily went"]
+SHARDED_DRAFT = SCENARIO == "kill" and N_RANKS == 2
+DRAFT_ARGS = ["--spec", "draft", "--draft-model", MODEL, "--draft-placement", "sharded", "--draft-max", "4"]
+
+
+def spec_greedy(port, prompt, speculative):
+    """(status, text, drafted tokens or -1) of a greedy completion with "speculative" set."""
+    st, body = request(port, "/v1/completions", {"prompt": prompt, "max_tokens": 48, "temperature": 0,
+                                                 "speculative": speculative})
+    if st != 200:
+        return st, body, -1
+    j = json.loads(body)
+    return st, j["choices"][0]["text"], j["usage"].get("speculative", {}).get("drafted", -1)
 
 
 
@@ -62,7 +78,7 @@ class Group:
         self.log = open("recovery_%s_%d.log" % (SCENARIO, n), "w")
         self.p = subprocess.Popen(
             [TPSERVE, "launch", "-n", str(n), "--restart", "100", "--", TPSERVE, "serve", "-m", MODEL, "--port", "0",
-             "--threads", "1", "--parallel", "4", "--recover-wait", "30"],
+             "--threads", "1", "--parallel", "4", "--recover-wait", "30"] + (DRAFT_ARGS if SHARDED_DRAFT else []),
             stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, start_new_session=True)
         self.port = wait_serving_port(self.p.stdout, 60)
         if self.port is None:
@@ -780,12 +796,22 @@ def main():
     try:
         ok, _, _ = wait_health(g.port, 200, 30)
         check(ok, "group of %d ranks is healthy" % N_RANKS)
-        ref = [greedy(g.port, p)[1] for p in PROMPTS]
+        # the oracle: plain decoding (a sharded draft's server decodes speculatively unless told not to)
+        ref = [spec_greedy(g.port, p, False)[1] if SHARDED_DRAFT else greedy(g.port, p)[1] for p in PROMPTS]
         {"kill": scenario_kill, "stop": scenario_stop, "repeat": scenario_repeat,
          "rank0": scenario_rank0, "blame": scenario_blame}[SCENARIO](g, ref)
         if SCENARIO != "rank0":
             st, _ = health(g.port)
             check(st == 200, "/health 200 at the end")
+        if SHARDED_DRAFT:
+            st, text, drafted = spec_greedy(g.port, PROMPTS[0], True)
+            check(st == 200 and text == ref[0] and drafted > 0, "after the recovery the sharded draft drafts again "
+                  "and the reply equals plain decoding (%s drafted, %s)" % (drafted, str(text)[:80]))
+            with open(g.log.name) as f:
+                log = f.read()
+            check("sharded over the ranks" in log, "the server logged its draft model sharded over the ranks")
+            check(len(re.findall(r"rank 1/2: draft model \S+ sharded", log)) >= 2,
+                  "rank 1's replacement loaded its slice of the draft model")
     finally:
         rc = g.stop()
     if SCENARIO == "rank0":
