@@ -201,6 +201,10 @@ enum tp_status tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_g
                         "# TYPE tpserve_spec_drafted_tokens_total counter\ntpserve_spec_drafted_tokens_total %llu\n"
                         "# HELP tpserve_spec_accepted_tokens_total Drafted tokens accepted.\n"
                         "# TYPE tpserve_spec_accepted_tokens_total counter\ntpserve_spec_accepted_tokens_total %llu\n"
+                        "# HELP tpserve_spec_grammar_cuts_total Verification walks ended by an accepted draft "
+                        "that switched the grammar on or off (tool_choice auto: a call began or ended; the rows "
+                        "after it are verified again in the next step).\n"
+                        "# TYPE tpserve_spec_grammar_cuts_total counter\ntpserve_spec_grammar_cuts_total %llu\n"
                         "# HELP tpserve_spec_acceptance_ratio Accepted over drafted tokens since start.\n"
                         "# TYPE tpserve_spec_acceptance_ratio gauge\ntpserve_spec_acceptance_ratio %.4f\n"
                         "# HELP tpserve_decode_tokens_per_step Generated tokens per (sequence, engine step) that "
@@ -210,7 +214,7 @@ enum tp_status tp_metrics_render(struct tp_metrics *m, const struct tp_metrics_g
                         "token, since start (prefill included; 0 on one rank).\n"
                         "# TYPE tpserve_collectives_per_token gauge\ntpserve_collectives_per_token %.4f\n",
                         (unsigned long long)g->spec_drafted, (unsigned long long)g->spec_accepted,
-                        g->spec_drafted ? (double)g->spec_accepted / (double)g->spec_drafted : 0.0,
+                        (unsigned long long)g->spec_grammar_cuts, g->spec_drafted ? (double)g->spec_accepted / (double)g->spec_drafted : 0.0,
                         g->decode_seq_steps ? gen / (double)g->decode_seq_steps : 0.0,
                         gen > 0 ? (double)g->step_collectives / gen : 0.0);
     static const char *const fam[3][2] = {

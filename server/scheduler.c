@@ -112,6 +112,7 @@ struct tp_engine {
     int draft_failed;               /* the draft model failed once (logged; drafting stopped) */
     /* speculative decoding and step counters (mu) */
     uint64_t spec_drafted, spec_accepted, decode_seq_steps, step_collectives;
+    uint64_t spec_grammar_cuts;     /* walks ended by an accepted draft that switched the grammar */
     /* logit_bias of the step's rows, (rows_max x TP_MAX_LOGIT_BIAS) each; applied by the
      * parallel step on every rank's slice of the logits, so the sampler gets them biased */
     int32_t *bias_row, *bias_id;
@@ -291,6 +292,7 @@ void tp_engine_gauges(struct tp_engine *e, struct tp_metrics_gauges *g)
     g->n_steps = e->rank_stats[0].n_steps;
     g->spec_drafted = e->spec_drafted;
     g->spec_accepted = e->spec_accepted;
+    g->spec_grammar_cuts = e->spec_grammar_cuts;
     g->decode_seq_steps = e->decode_seq_steps;
     g->step_collectives = e->step_collectives;
     for (int r = 0; r < g->n_rank_stats; r++) {
@@ -1187,6 +1189,7 @@ static void slot_verify(struct tp_engine *e, struct slot *s, int greedy, int row
         slot_take(e, s, &res);
         /* a token that switched the grammar on or off (tool_choice "auto": a call began or ended) ends the walk
          * even when it was the draft: the next rows were masked for the old state.  It is fed again next step */
+        if (acc && s->req && s->gon != gon) e->spec_grammar_cuts++; /* the rows after it go unverified */
         if (!acc || !s->req || s->gon != gon) break;
     }
     tp_spec_adapt_update(&s->adapt, k, a);

@@ -437,6 +437,8 @@ struct tp_metrics_gauges {
     uint64_t bytes_sent[TP_METRICS_RANKS_MAX];
     /* speculative decoding and decode efficiency (engine counters since start) */
     uint64_t spec_drafted, spec_accepted;         /* drafted tokens verified, of which accepted */
+    uint64_t spec_grammar_cuts;                   /* verification walks ended by an accepted draft that switched
+                                                   * the grammar on or off (tool_choice "auto") */
     uint64_t decode_seq_steps;                    /* (sequence, step) pairs that chose tokens */
     uint64_t step_collectives;                    /* collectives of the engine's steps (rank 0's comm ops) */
 };

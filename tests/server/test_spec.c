@@ -31,7 +31,14 @@
  *     decode of each with the model API, in 1 + (k_max - 1) forward passes for
  *     all of them (the catch-up pass, then one per drafted position), also
  *     after a partial acceptance, and with more sequences than one pass's rows;
- *   - bench gen --verify / --spec: its JSON figures.
+ *   - bench gen --verify / --spec: its JSON figures;
+ *   - a draft model sharded over 2 and 3 ranks (--draft-placement sharded): the same greedy text as drafting
+ *     on rank 0 and as plain decoding (F32, a one-layer draft of the model's shape: rejections rolled back on
+ *     every rank); the model as its own sharded draft: every draft accepted, each draft pass counted as the
+ *     12 collectives it costs;
+ *   - tool_choice "auto" where a walk runs from free text into the call marker (a synthetic model with the
+ *     Qwen3 tokenizer, ../shared): the reply equals plain decoding and tpserve_spec_grammar_cuts_total
+ *     counts the walk the marker ended.
  * The sampling rule itself (the target distribution kept exactly) is tested on
  * the sampler (tests/model/test_sampler.c, spec_* cases: chi-square).
  */
@@ -384,7 +391,8 @@ static int chat(int port, const char *body, char **msg, int *drafted)
  * and masked by it); a call whose schema fixes its arguments, so that it closes by itself and free text follows
  * (parallel_tool_calls).  Each the same message, finish reason and token count as plain decoding; the
  * speculative requests drafted.  Whether the grammar switches inside a verification walk (slot_verify then ends
- * the walk) depends on what the n-gram drafts; with this model it does not in these cases. */
+ * the walk) depends on what the n-gram drafts; with this model it does not in these cases (a walk into the call
+ * marker is forced in test_tool_switch_in_walk). */
 static void tool_auto_same_as_plain(int port)
 {
     struct resp r;
@@ -824,6 +832,145 @@ static void test_sharded_draft_f32(void)
 
 static void test_multirank_window(void) { multirank_shape("test-tiny-gptoss"); }
 
+/* ------------------------------------------------------------------ grammar switch inside a walk */
+
+/* The single token id of text (-1 when it is not one token). */
+static int one_token(int port, const char *text)
+{
+    char body[256];
+    snprintf(body, sizeof body, "{\"content\":\"%s\"}", text);
+    struct resp r;
+    if (http_do(port, "POST", "/tokenize", NULL, body, strlen(body), 10, &r) != 0) return -1;
+    cJSON *j = cJSON_Parse(r.body ? r.body : "");
+    resp_free(&r);
+    const cJSON *t = cJSON_GetObjectItem(j, "tokens");
+    const int id = cJSON_IsArray(t) && cJSON_GetArraySize(t) == 1 ? cJSON_GetArrayItem(t, 0)->valueint : -1;
+    cJSON_Delete(j);
+    return id;
+}
+
+/* The conversation and tools of the grammar-switch test: a user message ending in a line of t times word and
+ * the call marker (what the n-gram lookup drafts from), the one tool (its arguments fixed by the schema),
+ * greedy, logit_bias +100 on word (id ok: the free text) and +bias_m on <tool_call>; extra appended. */
+static void switch_body(char *out, size_t cap, const char *word, int salt, int t, int ok, int marker, double bias_m,
+                        int max_tokens, const char *extra)
+{
+    char line[128] = "";
+    for (int i = 0; i < t; i++) strcat(line, word);
+    snprintf(out, cap,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi %d\\n%s<tool_call>\"}],\"tools\":[{\"type\":"
+             "\"function\",\"function\":{\"name\":\"go\",\"parameters\":{\"type\":\"object\",\"properties\":{\"c\":"
+             "{\"enum\":[\"x\"]}},\"required\":[\"c\"],\"additionalProperties\":false}}}],\"tool_choice\":\"auto\","
+             "\"max_tokens\":%d,\"temperature\":0,\"logit_bias\":{\"%d\":100,\"%d\":%.6f}%s}",
+             salt, line, max_tokens, ok, marker, bias_m, extra);
+}
+
+/*
+ * tool_choice "auto" where a verification walk runs from free text into the call marker (Hermes <tool_call>,
+ * one token of the Qwen3 tokenizer on a synthetic model): logit_bias +100 on a word W (" red": the free text
+ * is W W ...), and <tool_call> at +100 - x wins at the first position t whose logit lead over W (d_t, read
+ * from a plain run's top-2 logprobs with the marker held at +99, so d_t - 1) exceeds x; x is set between d_t
+ * and the largest earlier lead (the first word, position and prompt salt where that gap is >= 0.004 of the
+ * few tried).  The user message ends in "\nW...W<tool_call>" (t of them), so after the reply's first W the
+ * n-gram lookup drafts the rest of that line: W x (t - 1), then the marker.
+ * The step accepts them and the marker switches the grammar on inside the walk (the rows after it were
+ * masked for free text): the walk ends there and the call's JSON is decoded under the grammar.  The reply
+ * (content, tool call, finish reason, token count) equals plain decoding's, and
+ * tpserve_spec_grammar_cuts_total counts the cut walk.
+ */
+static void test_tool_switch_in_walk(void)
+{
+    const char *tj = tp_test_shared_path("models/tokenizers/qwen3/tokenizer.json");
+    if (!tj) return; /* ../shared data absent: recorded as a skip */
+    char model[600], cmd[2048];
+    snprintf(model, sizeof model, "%s/spec-qwen3-tok.gguf", tp_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "'%s' synth --shape test-tiny-qwen3 --tokenizer '%s' -q --threads 1 -o '%s' 2>/dev/null",
+             tp_test_tpserve(), tj, model);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    static const char *const extra[] = {"--spec", "ngram", "--draft-max", "4", "--parallel", "1", NULL};
+    struct srv s;
+    CU_ASSERT_EQUAL_FATAL(srv_start_model(&s, 1, model, extra), 0);
+    static const char *const words[] = {" red", " a", " cat", " no", " yes", " ok"};
+    const int marker = one_token(s.port, "<tool_call>");
+    CU_ASSERT_FATAL(marker >= 0);
+    int salt = -1, t = 0, ok = -1;
+    const char *word = NULL;
+    double x = 0;
+    char body[2048], b1[2200], b2[2200];
+    for (size_t w = 0; w < TP_ARRAY_LEN(words) && salt < 0; w++) {
+        const int wid = one_token(s.port, words[w]);
+        for (int tt = 3; tt >= 1 && salt < 0 && wid >= 0; tt--) {
+            const int sa = 0;
+            switch_body(body, sizeof body, words[w], sa, tt, wid, marker, 99.0, tt + 1,
+                        ",\"logprobs\":true,\"top_logprobs\":2,\"speculative\":false");
+            struct resp r;
+            CU_ASSERT_EQUAL_FATAL(http_do(s.port, "POST", "/v1/chat/completions", NULL, body, strlen(body), 60, &r), 0);
+            cJSON *j = cJSON_Parse(r.body ? r.body : "");
+            resp_free(&r);
+            const cJSON *lp = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j,
+                                                  "choices"), 0), "logprobs"), "content");
+            double d[4], lead = -1e9;
+            int n = 0;
+            const cJSON *e;
+            cJSON_ArrayForEach(e, lp)
+            {
+                double l_ok = NAN, l_m = NAN;
+                const cJSON *c;
+                cJSON_ArrayForEach(c, cJSON_GetObjectItem(e, "top_logprobs"))
+                {
+                    const char *tk = cJSON_GetStringValue(cJSON_GetObjectItem(c, "token"));
+                    const double v = cJSON_GetNumberValue(cJSON_GetObjectItem(c, "logprob"));
+                    if (tk && strcmp(tk, words[w]) == 0) l_ok = v;
+                    if (tk && strcmp(tk, "<tool_call>") == 0) l_m = v;
+                }
+                if (n < 4) d[n++] = l_m - l_ok + 1.0;
+            }
+            cJSON_Delete(j);
+            if (n != tt + 1) continue;
+            for (int i = 0; i < tt; i++) lead = fmax(lead, d[i]);
+            if (d[tt] > lead + 0.004 && d[tt] < 0.9) {
+                salt = sa;
+                t = tt;
+                x = (d[tt] + lead) / 2;
+                word = words[w];
+                ok = wid;
+            }
+        }
+    }
+    fprintf(stderr, "grammar switch: word '%s', salt %d, the marker at reply position %d with bias 100 - %.4f\n",
+            word ? word : "", salt, t, x);
+    CU_ASSERT_FATAL(salt >= 0);
+    char *ms = NULL, *mp = NULL;
+    int ds = -1, dp = -1;
+    /* the reply stopped one token after the marker: the only grammar switch it can have is the marker's,
+     * inside the walk that drafted it */
+    const long cuts0 = metric(s.port, "tpserve_spec_grammar_cuts_total");
+    switch_body(body, sizeof body, word, salt, t, ok, marker, 100.0 - x, t + 2, "");
+    CU_ASSERT_EQUAL_FATAL(chat(s.port, body, &ms, &ds), 0);
+    const long cuts1 = metric(s.port, "tpserve_spec_grammar_cuts_total");
+    fprintf(stderr, "grammar switch, %d tokens: %d drafted, %ld walk(s) cut; %s\n", t + 2, ds, cuts1 - cuts0, ms);
+    CU_ASSERT(cuts0 >= 0 && cuts1 - cuts0 == 1);
+    cJSON_free(ms);
+    /* the whole call (its JSON under the grammar, then what follows), speculative and plain */
+    switch_body(body, sizeof body, word, salt, t, ok, marker, 100.0 - x, 96, "");
+    body_with(b1, sizeof b1, body, "");
+    body_with(b2, sizeof b2, body, "\"speculative\":false");
+    CU_ASSERT_EQUAL_FATAL(chat(s.port, b1, &ms, &ds), 0);
+    CU_ASSERT_EQUAL_FATAL(chat(s.port, b2, &mp, &dp), 0);
+    fprintf(stderr, "grammar switch: %d drafted; %s\n", ds, ms);
+    CU_ASSERT_STRING_EQUAL(ms, mp);
+    CU_ASSERT(ds > 0);
+    CU_ASSERT_EQUAL(dp, -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(ms, "\"tool_calls\""));
+    char want[128] = "\"content\":\"";
+    for (int i = 0; i < t; i++) strcat(want, word);
+    strcat(want, "\"");
+    CU_ASSERT_PTR_NOT_NULL(strstr(ms, want)); /* the free text before the call: positions 0 .. t - 1 */
+    cJSON_free(ms);
+    cJSON_free(mp);
+    CU_ASSERT_EQUAL(srv_stop(&s), 0);
+}
+
 /* ------------------------------------------------------------------ unit */
 
 /* The n-gram lookup: the longest suffix (4 down to 1 tokens) that occurred before, its most recent earlier
@@ -906,3 +1053,9 @@ static const struct tp_test_case spec_mr_cases[] = {
     {NULL, NULL},
 };
 TP_TEST_SUITE(spec_multirank, "model,multirank", 300, spec_mr_cases)
+
+static const struct tp_test_case spec_shared_cases[] = {
+    {"tool_auto_switch_in_walk", test_tool_switch_in_walk},
+    {NULL, NULL},
+};
+TP_TEST_SUITE(spec_shared, "model", 120, spec_shared_cases)
