@@ -363,6 +363,8 @@ struct gen_opts {
     int spec_mode, draft_max;
     const char *text;        /* --text: the prompt of the --spec runs (default: the pseudo-random one) */
     const char *draft_model; /* --spec draft: the draft model's file */
+    const char *draft_placement; /* --draft-placement auto|rank0|sharded */
+    float draft_mem_bw, draft_allsum_us; /* its decision's figures (0: measured at start) */
 };
 
 /* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after
@@ -371,7 +373,7 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
 {
     *o = (struct gen_opts){.p = 128, .n = 64, .reps = 3, .bw_mib = 1024, .bw_passes = 4, .moe_split = "auto",
                            .comm_dtype = "f32", .kv_type = "f16", .kmax = 1, .chunk = 512, .spec = "off",
-                           .draft_max = 4};
+                           .draft_max = 4, .draft_placement = "auto"};
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &o->path, "FILE", "model (GGUF)", 0, 0},
         {"prompt-tokens", 'p', TP_OPT_INT, &o->p, "P", "prefill length (default 128; 0 skips prefill)", 0, 65536},
@@ -412,7 +414,10 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
         {"draft-max", 0, TP_OPT_INT, &o->draft_max, "K", "--spec: drafted tokens per step (default 4)", 1,
          TP_SPEC_DRAFT_MAX},
         {"draft-model", 0, TP_OPT_STRING, &o->draft_model, "FILE",
-         "--spec draft: a smaller GGUF with the model's vocabulary, run on rank 0", 0, 0},
+         "--spec draft: a smaller GGUF with the model's vocabulary (every rank gives the same)", 0, 0},
+        {"draft-placement", 0, TP_OPT_STRING, &o->draft_placement, "P", TP_CLI_DRAFT_PLACEMENT_HELP, 0, 0},
+        {"draft-mem-bw", 0, TP_OPT_FLOAT, &o->draft_mem_bw, "GBS", TP_CLI_DRAFT_MEM_BW_HELP, 0, 0},
+        {"draft-allsum-us", 0, TP_OPT_FLOAT, &o->draft_allsum_us, "US", TP_CLI_DRAFT_ALLSUM_HELP, 0, 0},
         {"text", 0, TP_OPT_STRING, &o->text, "TEXT",
          "--spec: the prompt to continue (default: -p pseudo-random tokens)", 0, 0},
         {0},
@@ -457,6 +462,16 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
     if ((o->spec_mode == TP_SPEC_DRAFT) != (o->draft_model != NULL)) {
         fprintf(stderr, "tpserve bench gen: %s\n",
                 o->draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
+        return 2;
+    }
+    struct tp_error perr = {0};
+    enum tp_draft_placement dp;
+    if (tp_draft_placement_parse(o->draft_placement, &dp, &perr) != TP_OK) {
+        fprintf(stderr, "tpserve bench gen: %s\n", perr.msg);
+        return 2;
+    }
+    if (!(o->draft_mem_bw >= 0) || !(o->draft_allsum_us >= 0)) {
+        fprintf(stderr, "tpserve bench gen: --draft-mem-bw and --draft-allsum-us take figures >= 0 (0: measured)\n");
         return 2;
     }
     if (o->spec_mode != TP_SPEC_OFF && o->n == 0) {
@@ -1101,6 +1116,14 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
                    q->drafted ? (double)q->accepted / (double)q->drafted : 0.0, q->drafted, q->accepted,
                    q->tokens ? (double)q->collectives / (double)q->tokens : 0.0);
         }
+        const struct tp_draft_place_result *dec = R->dm ? tp_parallel_draft_decision(R->g.par) : NULL;
+        if (dec) {
+            printf(",\"draft_placement\":\"%s\",\"draft_rank0_ms\":%.3f,\"draft_sharded_ms\":%.3f,"
+                   "\"draft_allsum_us\":%.1f,\"draft_reason\":",
+                   tp_spec_draft_is_sharded(R->dm) ? "sharded" : "rank0", dec->rank0_ms, dec->sharded_ms,
+                   dec->allsum_us);
+            print_json_str(dec->reason);
+        }
         printf(",\"speedup\":%.3f}", R->spec[0].tps > 0 ? R->spec[1].tps / R->spec[0].tps : 0.0);
     }
     if (o->nd > 0) {
@@ -1240,6 +1263,10 @@ int tp_bench_gen(int argc, char **argv)
     tp_cli_setup_logging(prefix);
     if (tp_log_get_level() < TP_LOG_WARN) tp_log_set_level(TP_LOG_WARN);
     R.pcfg.shard_weights = o.shard_weights;
+    R.pcfg.draft_path = o.draft_model;
+    (void)tp_draft_placement_parse(o.draft_placement, &R.pcfg.draft_placement, NULL); /* checked by gen_parse */
+    R.pcfg.draft_mem_bw_gbs = o.draft_mem_bw;
+    R.pcfg.draft_allsum_us = o.draft_allsum_us;
     struct tp_error err = {0};
     if (tp_moe_split_parse(o.moe_split, &R.pcfg.moe_split, &err) != TP_OK)
         return tp_cli_fail("bench gen", "%s", err.msg);
@@ -1253,8 +1280,11 @@ int tp_bench_gen(int argc, char **argv)
             tp_cli_fail("bench gen", "worker stopped: %s", tp_parallel_last_error(R.g.par));
             exit_code = tp_cli_exit_for(st);
         }
-    } else if (o.draft_model && tp_spec_draft_init(o.draft_model, tp_model_n_ctx(R.g.m), 1, tp_model_n_threads(R.g.m),
-                                                   tp_model_hparams(R.g.m)->n_vocab, &R.dm, &err) != TP_OK) {
+    } else if (o.draft_model &&
+               (tp_parallel_draft_model(R.g.par)
+                    ? tp_spec_draft_init_sharded(R.g.par, 1, &R.dm, &err)
+                    : tp_spec_draft_init(o.draft_model, tp_model_n_ctx(R.g.m), 1, tp_model_n_threads(R.g.m),
+                                         tp_model_hparams(R.g.m)->n_vocab, &R.dm, &err)) != TP_OK) {
         tp_cli_fail("bench gen", "%s", err.msg);
     } else if (gen_measure(&R, &o, &err) != TP_OK) {
         tp_cli_fail("bench gen", "%s", err.msg);
