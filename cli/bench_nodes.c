@@ -334,6 +334,7 @@ struct nodes_opts {
     const char *delay; /* --delay MS: one-way latency of the simulated links (NULL: none) */
     int verify;      /* --verify K, passed to bench gen (0: off) */
     const char *spec, *draft_model, *text; /* --spec MODE, --draft-model, --text: passed to bench gen */
+    const char *draft_placement;           /* --draft-placement: passed to bench gen (NULL: its default) */
     int draft_max;
 };
 
@@ -368,6 +369,8 @@ static int nodes_parse(int argc, char **argv, struct nodes_opts *o, struct node_
          "also bench gen --spec MODE (ngram, draft): plain and speculative decode per node count", 0, 0},
         {"draft-max", 0, TP_OPT_INT, &o->draft_max, "K", "--spec: drafted tokens per step (default 4)", 1, 16},
         {"draft-model", 0, TP_OPT_STRING, &o->draft_model, "FILE", "--spec draft: the draft model", 0, 0},
+        {"draft-placement", 0, TP_OPT_STRING, &o->draft_placement, "P",
+         "--spec draft: auto, rank0 or sharded (passed to bench gen, which checks it)", 0, 0},
         {"text", 0, TP_OPT_STRING, &o->text, "TEXT", "--spec: the prompt to continue", 0, 0},
         {0},
     };
@@ -573,6 +576,8 @@ static enum tp_status nodes_run_one(const struct nodes_opts *o, struct nodes_env
     if (o->spec) gen_args[ga++] = "--spec", gen_args[ga++] = (char *)o->spec, gen_args[ga++] = "--draft-max",
                  gen_args[ga++] = ds;
     if (o->spec && o->draft_model) gen_args[ga++] = "--draft-model", gen_args[ga++] = (char *)o->draft_model;
+    if (o->spec && o->draft_model && o->draft_placement)
+        gen_args[ga++] = "--draft-placement", gen_args[ga++] = (char *)o->draft_placement;
     if (o->spec && o->text) gen_args[ga++] = "--text", gen_args[ga++] = (char *)o->text;
     gen_args[ga] = NULL;
     fprintf(stderr, "bench nodes: [%d/%d] %d rank%s x %d thread%s ... ", r + 1, n_runs, N, N == 1 ? "" : "s", t,

@@ -565,6 +565,7 @@ static enum tp_status draft_exchange(tp_parallel_t *p, const struct tp_parallel_
         frame[0] = (int32_t)ds;
         frame[1] = all[DX_HAS] && ds == TP_OK ? (int32_t)p->draft_dec.placement : 0;
         char text[(DX_FRAME - 2) * 4];
+        memset(text, 0, sizeof text); /* every byte goes on the wire */
         snprintf(text, sizeof text, "%s", ds != TP_OK ? tp_error_msg(&p->err) : all[DX_HAS] ? p->draft_dec.reason : "");
         for (int i = 0; i < DX_FRAME - 2; i++)
             frame[2 + i] = (int32_t)((uint32_t)(unsigned char)text[4 * i] |
@@ -645,6 +646,7 @@ static enum tp_status draft_load(tp_parallel_t *p, const struct tp_parallel_conf
     struct tp_model_config dc = cfg->model;
     dc.path = p->dpath;
     dc.n_batch = p->d_n_batch;
+    dc.n_ctx = p->n_ctx; /* the model's positions (resolved at its load): the draft follows every sequence */
     dc.vocab_only = 0;
     p->dshard = p->dplan.ranks[p->rank].shard;
     p->dshard.all_sum = p->world > 1 ? tp_wire_all_sum : NULL;
