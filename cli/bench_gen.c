@@ -367,6 +367,31 @@ struct gen_opts {
     float draft_mem_bw, draft_allsum_us; /* its decision's figures (0: measured at start) */
 };
 
+/* --spec, --draft-model and the draft placement flags of o: 0, or 2 after printing a usage error. */
+static int gen_check_spec(struct gen_opts *o)
+{
+    if ((o->spec_mode = tp_spec_mode_parse(o->spec)) < 0) {
+        fprintf(stderr, "tpserve bench gen: --spec %s: want off, ngram or draft\n", o->spec);
+        return 2;
+    }
+    if ((o->spec_mode == TP_SPEC_DRAFT) != (o->draft_model != NULL)) {
+        fprintf(stderr, "tpserve bench gen: %s\n",
+                o->draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
+        return 2;
+    }
+    struct tp_error perr = {0};
+    enum tp_draft_placement dp;
+    if (tp_draft_placement_parse(o->draft_placement, &dp, &perr) != TP_OK) {
+        fprintf(stderr, "tpserve bench gen: %s\n", perr.msg);
+        return 2;
+    }
+    if (!(o->draft_mem_bw >= 0) || !(o->draft_allsum_us >= 0)) {
+        fprintf(stderr, "tpserve bench gen: --draft-mem-bw and --draft-allsum-us take figures >= 0 (0: measured)\n");
+        return 2;
+    }
+    return 0;
+}
+
 /* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after
  * --help, 2 after printing a usage error. */
 static int gen_parse(int argc, char **argv, struct gen_opts *o)
@@ -455,25 +480,7 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
             return 2;
         }
     }
-    if ((o->spec_mode = tp_spec_mode_parse(o->spec)) < 0) {
-        fprintf(stderr, "tpserve bench gen: --spec %s: want off, ngram or draft\n", o->spec);
-        return 2;
-    }
-    if ((o->spec_mode == TP_SPEC_DRAFT) != (o->draft_model != NULL)) {
-        fprintf(stderr, "tpserve bench gen: %s\n",
-                o->draft_model ? "--draft-model needs --spec draft" : "--spec draft needs --draft-model FILE");
-        return 2;
-    }
-    struct tp_error perr = {0};
-    enum tp_draft_placement dp;
-    if (tp_draft_placement_parse(o->draft_placement, &dp, &perr) != TP_OK) {
-        fprintf(stderr, "tpserve bench gen: %s\n", perr.msg);
-        return 2;
-    }
-    if (!(o->draft_mem_bw >= 0) || !(o->draft_allsum_us >= 0)) {
-        fprintf(stderr, "tpserve bench gen: --draft-mem-bw and --draft-allsum-us take figures >= 0 (0: measured)\n");
-        return 2;
-    }
+    if (gen_check_spec(o)) return 2;
     if (o->spec_mode != TP_SPEC_OFF && o->n == 0) {
         fprintf(stderr, "tpserve bench gen: --spec needs decode steps (-n > 0)\n");
         return 2;

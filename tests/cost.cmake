@@ -62,9 +62,10 @@ set(_tp_test_costs
   model.sampler                                    2     5
   parallel.mlx_tp                                  2     4
   parallel.cli                                     2     4
-  server.recovery_kill_2                           2     3
+  server.recovery_kill_2                           3     4
   server.e2e                                       2     3
-  server.spec_multirank                            2     3
+  server.spec_multirank                            6     9
+  server.spec_shared                               2     4
   model.tokenizer_oracle                           2     3
   parallel.hf_multirank                            2     3
   model.tokenizer_random_shared                    2     3

@@ -34,6 +34,18 @@ tp_expect_test(ops.plan_70b_fits RC 0 REGEX "Fits\\. Serve it with: --shard-weig
                COMMAND $<TARGET_FILE:tpserve> plan --shape llama3-70b --type q4_0 --nodes 192G,128G,64G --link tb5)
 tp_expect_test(ops.plan_70b_refused RC 1 REGEX "Refused: does not fit: .* short by 12\\.6 GiB" LABELS unit
                COMMAND $<TARGET_FILE:tpserve> plan --shape llama3-70b --type q4_0 --nodes 16G,16G)
+# Where a draft model would run (tp_parallel_draft_placement): Llama-3.1-8B drafting for a 70B over 4 nodes with
+# 15 us all_sums (RDMA) is sharded; Llama-3.2-1B over 2 nodes with 260 us all_sums (TCP) stays on rank 0.
+tp_expect_test(ops.plan_draft_sharded RC 0
+               REGEX "Draft model llama3\\.1-8b: draft sharded, sharded is at least 10% faster: a drafted token costs 42\\.22 ms on rank 0 .* against 11\\.55 ms sharded over 4 ranks"
+               LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> plan --shape llama3.1-70b --type q4_0 --nodes 192G,192G,192G,192G
+                       --allsum-us 15 --mem-bw 100 --efficiency 1 --draft-shape llama3.1-8b)
+tp_expect_test(ops.plan_draft_rank0 RC 0
+               REGEX "Draft model llama3\\.2-1b: draft on rank 0, sharded is not at least 10% faster"
+               LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> plan --shape llama3.1-70b --type q4_0 --nodes 192G,192G --allsum-us 260
+                       --draft-shape llama3.2-1b)
 # tpserve bench nodes writes its four outputs (bundled model, 1 and 2 nodes, 10gbe).
 add_test(NAME ops.bench_nodes COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ops/bench_nodes_test.sh ${PROJECT_SOURCE_DIR}
          $<TARGET_FILE:tpserve>)
