@@ -37,6 +37,7 @@ set(_tp_test_costs
   ops.launch_restart                               7     7
   server.node_structured_stories_1rank             6    21
   comm.ring_collectives                            6     9
+  server.spec_multirank                            6     9
   comm.shm                                         6     7
   comm.launch_left_out                             6     6
   model.fuzz_safetensors_replay                    6     3
@@ -52,6 +53,7 @@ set(_tp_test_costs
   server.node_tools_llama31_1rank_shared           3     7
   server.node_apis_tools_1rank_shared              3     6
   server.node_codex_shared                         3     6
+  server.recovery_kill_2                           3     4
   server.recovery_mpi_2                            3     3
   server.recovery_kill_3                           3     3
   parallel.rss                                     3     1
@@ -62,10 +64,8 @@ set(_tp_test_costs
   model.sampler                                    2     5
   parallel.mlx_tp                                  2     4
   parallel.cli                                     2     4
-  server.recovery_kill_2                           3     4
-  server.e2e                                       2     3
-  server.spec_multirank                            6     9
   server.spec_shared                               2     4
+  server.e2e                                       2     3
   model.tokenizer_oracle                           2     3
   parallel.hf_multirank                            2     3
   model.tokenizer_random_shared                    2     3
