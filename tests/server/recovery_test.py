@@ -804,7 +804,17 @@ def main():
             st, _ = health(g.port)
             check(st == 200, "/health 200 at the end")
         if SHARDED_DRAFT:
+            # the collectives of one request alone (since-start ratio x generated tokens, before and after): each
+            # sharded draft pass is a step on both ranks (12 collectives for this 5-layer model), ~4 passes per 5
+            # tokens with the model as its own draft, so ~12 per generated token (~2.4 were they left out)
+            def colls():
+                return metric(g.port, "tpserve_collectives_per_token") * metric(g.port, "tpserve_generated_tokens_total")
+            c0, n0 = colls(), metric(g.port, "tpserve_generated_tokens_total")
             st, text, drafted = spec_greedy(g.port, PROMPTS[0], True)
+            dn = metric(g.port, "tpserve_generated_tokens_total") - n0
+            cpt = (colls() - c0) / dn if dn > 0 else -1
+            check(cpt > 8, "/metrics counts the sharded draft's collectives (%.2f per generated token of one "
+                  "request)" % cpt)
             check(st == 200 and text == ref[0] and drafted > 0, "after the recovery the sharded draft drafts again "
                   "and the reply equals plain decoding (%s drafted, %s)" % (drafted, str(text)[:80]))
             with open(g.log.name) as f:
