@@ -774,13 +774,5 @@ enum MHD_Result tp_api_messages_count(struct tp_server *s, struct MHD_Connection
     struct tp_req_params p;
     struct tp_api_error e;
     if (parse_messages_request(s, body, len, 1, &p, &e) != 0) return tp_run_send_error(s, c, &messages_ops, &e);
-    int32_t *ids = NULL;
-    int n = 0;
-    enum tp_status st = tp_run_tokens(s, &p, "messages", &ids, &n, &e);
-    free(ids);
-    tp_req_params_free(&p);
-    if (st != TP_OK) return tp_run_send_error(s, c, &messages_ops, &e);
-    char json[64];
-    snprintf(json, sizeof json, "{\"input_tokens\":%d}", n);
-    return tp_http_send_json(s, c, 200, json);
+    return tp_run_count_tokens(s, c, &messages_ops, &p, "messages", "");
 }

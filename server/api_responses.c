@@ -1038,15 +1038,7 @@ enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Co
     cJSON_Delete(ctx.history);
     cJSON_Delete(ctx.input_items);
     if (rc != 0) return tp_run_send_error(s, c, &responses_ops, &e);
-    int32_t *ids = NULL;
-    int n = 0;
-    enum tp_status st = tp_run_tokens(s, &p, "input", &ids, &n, &e);
-    free(ids);
-    tp_req_params_free(&p);
-    if (st != TP_OK) return tp_run_send_error(s, c, &responses_ops, &e);
-    char json[96];
-    snprintf(json, sizeof json, "{\"object\":\"response.input_tokens\",\"input_tokens\":%d}", n);
-    return tp_http_send_json(s, c, 200, json);
+    return tp_run_count_tokens(s, c, &responses_ops, &p, "input", "\"object\":\"response.input_tokens\",");
 }
 
 /* ------------------------------------------------------------ stored responses */
