@@ -508,6 +508,8 @@ struct gen_run {
     uint64_t tg_ns_fwd, tg_ns_comm, tg_ns_compute, tg_ns_pcomm, tg_bytes, tg_count;
     size_t tg_op[100][2];     /* --comm-sync: each decode rep's collectives [first, end) in the op log */
     double tg_sync_ms;        /* --comm-sync: rank 0's decode communication ms per token after all ranks entered */
+    double tg_wait_ms;        /* --comm-sync: rank 0's ms per token waiting for the last rank to enter */
+    double tg_sync_us[3];     /* --comm-sync: mean synced us of a step header, an all_sum, an argmax gather */
     double k_ms[16];          /* --seqs: median ms per step for klist[i] */
     double k_xbytes[16], k_xruns[16]; /* --seqs, mixture of experts: rank 0's expert bytes streamed and (layer,
                                        * expert) runs per step for klist[i], mean over the reps (measured) */
@@ -892,17 +894,24 @@ out:
  * --comm-sync, rank 0 after the decode reps: each collective of the reps timed from the moment the
  * last rank entered it to the moment the last rank left it (the ranks' times come through the hook,
  * on the clock they share), so the waits for a rank still computing are left out;
- * R->tg_sync_ms per decoded token.
+ * R->tg_sync_ms per decoded token.  R->tg_wait_ms: rank 0's waits per token for the last rank to enter
+ * (its time in collectives is the two together, as far as it leaves with the last rank).  R->tg_sync_us[]: the
+ * mean synced time of one call of each collective of a greedy decode step (the step header, an all_sum,
+ * the argmax gather: what `bench comm --decode` times) over the reps whose tokens ran those 2 n_layer + 2
+ * and nothing else (no idle-time keepalive, say); NaN when no rep did.
  */
 static enum tp_status gen_comm_sync(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
 {
     const size_t n_log = tp_comm_op_times(tp_parallel_comm(R->g.par), NULL);
     const int world = TP_MIN(R->world, TP_PLAN_MAX_RANKS);
-    double v[TP_PLAN_MAX_RANKS * TP_PARALLEL_HOOK_VALUES], ns = 0.0;
+    const size_t per = 2 * (size_t)tp_model_hparams(R->g.m)->n_layer + 2; /* collectives of a decode step */
+    double v[TP_PLAN_MAX_RANKS * TP_PARALLEL_HOOK_VALUES], ns = 0.0, wait_ns = 0.0, kind_ns[3] = {0, 0, 0};
+    size_t kind_n[3] = {0, 0, 0};
     for (int r = 0; r < o->reps; r++) {
         if (R->tg_op[r][1] > n_log || (R->tg_op[r][1] == n_log && n_log == GEN_OP_LOG))
             return tp_error_set(err, TP_ERR_INVALID_ARG, "--comm-sync: the op log of %zu collectives is full (fewer "
                                 "-n or --reps)", GEN_OP_LOG);
+        const int rep_ok = R->tg_op[r][1] - R->tg_op[r][0] == per * (size_t)o->n; /* nothing else in the rep */
         for (size_t k = R->tg_op[r][0]; k < R->tg_op[r][1]; k += 2) {
             if (tp_parallel_run_hook(R->g.par, GEN_HOOK_OPS + (int32_t)k, v, world) != TP_OK)
                 return tp_error_set(err, TP_ERR_PEER, "--comm-sync: %s", tp_parallel_last_error(R->g.par));
@@ -916,11 +925,20 @@ static enum tp_status gen_comm_sync(struct gen_run *R, const struct gen_opts *o,
                     last_in = fmax(last_in, e[0]);
                     last_out = fmax(last_out, e[1]);
                 }
-                ns += fmax(0.0, last_out - last_in);
+                const double sync = fmax(0.0, last_out - last_in);
+                ns += sync;
+                wait_ns += fmax(0.0, last_in - v[2 * (int)i]);
+                const size_t at = (k + i - R->tg_op[r][0]) % per; /* 0: the header, per - 1: the gather */
+                const int kind = at == 0 ? 0 : at == per - 1 ? 2 : 1;
+                kind_ns[kind] += rep_ok ? sync : 0.0;
+                kind_n[kind] += (size_t)rep_ok;
             }
         }
     }
-    R->tg_sync_ms = (double)o->n * o->reps > 0 ? ns / 1e6 / ((double)o->n * o->reps) : 0.0;
+    const double tokens = (double)o->n * o->reps;
+    R->tg_sync_ms = tokens > 0 ? ns / 1e6 / tokens : 0.0;
+    R->tg_wait_ms = tokens > 0 ? wait_ns / 1e6 / tokens : 0.0;
+    for (int i = 0; i < 3; i++) R->tg_sync_us[i] = kind_n[i] ? kind_ns[i] / 1e3 / (double)kind_n[i] : NAN;
     return TP_OK;
 }
 
@@ -1049,7 +1067,12 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
            res->pp_tps, res->tg_tps, res->bw, (unsigned long long)res->bpt, res->frac, res->comm_frac,
            tp_wire_dtype_name(R->pcfg.wire_dtype), res->cpt_ms, res->mpt_ms, res->bpt_sent, o->bw_mib,
            o->bw_passes, res->frac_min, res->frac_max);
-    if (o->comm_sync && n > 0) printf(",\"comm_sync_ms_per_token\":%.3f", R->tg_sync_ms);
+    if (o->comm_sync && n > 0) {
+        printf(",\"comm_sync_ms_per_token\":%.3f,\"comm_wait_ms_per_token\":%.3f", R->tg_sync_ms, R->tg_wait_ms);
+        if (!isnan(R->tg_sync_us[0]))
+            printf(",\"comm_sync_us_per_call\":{\"step header\":%.3f,\"all_sum\":%.3f,\"argmax gather\":%.3f}",
+                   R->tg_sync_us[0], R->tg_sync_us[1], R->tg_sync_us[2]);
+    }
     if (res->moe)
         printf(",\"moe\":true,\"rank0_held_bytes\":%llu,\"rank0_expert_bytes\":%llu",
                (unsigned long long)tp_model_weight_bytes(m), (unsigned long long)tp_model_expert_weight_bytes(m));
@@ -1159,8 +1182,13 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
     if (n > 0)
         printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
                tp_wire_dtype_name(R->pcfg.wire_dtype), res->cpt_ms, res->mpt_ms, res->bpt_sent);
-    if (o->comm_sync && n > 0)
-        printf("comm after every rank entered each collective (--comm-sync): %.3f ms per token\n", R->tg_sync_ms);
+    if (o->comm_sync && n > 0) {
+        printf("comm after every rank entered each collective (--comm-sync): %.3f ms per token; rank 0 waiting "
+               "for the last rank to enter: %.3f ms per token\n", R->tg_sync_ms, R->tg_wait_ms);
+        if (!isnan(R->tg_sync_us[0]))
+            printf("  per call after every rank entered: step header %.1f us, all_sum %.1f us, argmax gather %.1f "
+                   "us\n", R->tg_sync_us[0], R->tg_sync_us[1], R->tg_sync_us[2]);
+    }
     if (o->np_sizes > 0) {
         printf("prefill by prompt length (%d tokens per call, median of %d):\n", o->chunk, reps);
         printf("%-8s %10s %10s\n", "tokens", "t/s", "x first");

@@ -70,6 +70,15 @@ add_test(NAME comm.bench_json COMMAND sh -c
    [ \"$n\" -eq 11 ]"
   ${_tp_bin})
 set_tests_properties(comm.bench_json PROPERTIES LABELS multirank TIMEOUT 60)
+# --decode with the gaps read by the Q4_0 decode kernel: the three collectives of a step, each with its
+# synced times and the first rank's wait (a smoke test of the options and the output, not a measurement).
+add_test(NAME comm.bench_decode_gap_kernel COMMAND sh -c
+  "out=$(\"$0\" launch -n 2 -- \"$0\" bench comm --decode 64 --gap-bytes 64K --gap-type q4_0 --iters 5 --sync --json) \
+   || exit 1; printf '%s\\n' \"$out\"; n=$(printf '%s\\n' \"$out\" | grep -c \
+   '\"what\":\"\\(step header\\|all_sum\\|argmax gather\\)\".*\"gap_bytes\":6[0-9]*,\"gap_type\":\"q4_0\".*\"wait_us_mean\":'); \
+   [ \"$n\" -eq 3 ]"
+  ${_tp_bin})
+set_tests_properties(comm.bench_decode_gap_kernel PROPERTIES LABELS multirank TIMEOUT 60)
 # A worker exiting 88 (left out by rank 0's re-plan): launch neither restarts it nor takes it for a failure,
 # with or without --restart, and names it at the end; a failure after it still counts; rank 0's 88 is a
 # failure (docs/cli.md).

@@ -13,9 +13,12 @@
 #    comm_sync_ms_per_token), which leaves out the waits for a rank still computing.  Asserted within 25%
 #    with TP_PLAN_CHECK_TIME=1 (the lead's quiet-machine check: on a busy machine a rank can be
 #    descheduled inside a call for longer than the call takes); reported always.
+# TP_PLAN_RANKS: the rank counts to run (default "2 4"); TP_PLAN_GAP_TYPE=q4_0: bench comm reads its gaps
+# with the Q4_0 decode kernel (--gap-type) instead of a plain read.
 set -uo pipefail
 TPSERVE="$1"; SHAPE="${2:-tinyllama-1.1b}"; LAYERS="${3:-2}"
 LAT_US="${TP_PLAN_SIM_LATENCY_US:-20000}"
+GAP_TYPE="${TP_PLAN_GAP_TYPE:-}"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -38,7 +41,7 @@ measure() {
   nodes=$(python3 -c "print(','.join(['8G'] * $n))")
   gap=$(gap_bytes "$nodes") || fail "plan at $n nodes has no read_bytes_per_token"
   TP_COMM_SIM_LATENCY_US=$lat timeout 200 "$TPSERVE" launch -n "$n" -- "$TPSERVE" bench comm \
-    --decode "$EMBD" --gap-bytes "$gap" --iters "$iters" --sync --json >"$WORK/comm-$tag.json" 2>"$WORK/err" ||
+    --decode "$EMBD" --gap-bytes "$gap" ${GAP_TYPE:+--gap-type "$GAP_TYPE"} --iters "$iters" --sync --json >"$WORK/comm-$tag.json" 2>"$WORK/err" ||
     { cat "$WORK/err"; fail "bench comm at $n ranks ($tag)"; }
   timeout 120 "$TPSERVE" plan -m "$MODEL" --nodes "$nodes" --comm-json "$WORK/comm-$tag.json" --json \
     >"$WORK/plan-$tag.json" 2>"$WORK/err" || { cat "$WORK/err"; fail "plan at $n nodes ($tag)"; }
@@ -48,7 +51,7 @@ measure() {
 }
 
 STATUS=0
-for N in 2 4; do
+for N in ${TP_PLAN_RANKS:-2 4}; do
   measure "$N" 0 100 32 "$N"
   measure "$N" "$LAT_US" 16 16 "$N-lat"
   python3 - "$WORK" "$N" "$LAT_US" "${TP_PLAN_CHECK_TIME:-0}" <<'PY' || STATUS=1
@@ -69,6 +72,15 @@ assert plan.get("header_us_measured", 0) > 0 and plan.get("gather_us_measured", 
 p0, m0 = plan["comm_ms"], g["comm_sync_ms_per_token"]
 print(f"  loopback: plan {p0 / m0 - 1:+.1%} (header {plan['header_us_measured']:.1f} us, gather "
       f"{plan['gather_us_measured']:.1f} us)")
+calls = g.get("comm_sync_us_per_call")
+if calls:
+    per_token = (calls["step header"] + 2 * plan["n_layer"] * calls["all_sum"] + calls["argmax gather"]) / 1e3
+    print(f"  per-call means give {per_token:.3f} ms/token")
+    print("  loopback, per call (us): " + ", ".join(
+        f"{w} plan {plan[k]:.1f} measured {calls[w]:.1f}" for w, k in (
+            ("step header", "header_us_measured"), ("all_sum", "allsum_us_measured"),
+            ("argmax gather", "gather_us_measured"))) +
+        f"; rank 0 waiting for the last rank {g['comm_wait_ms_per_token']:.3f} ms/token")
 pt, mt = plan_l["comm_ms"], g_l["comm_sync_ms_per_token"]
 print(f"  {lat} us link latency: comm ms/token plan {pt:.3f} ({plan_l['comm_rounds_per_token']} rounds, all_sum "
       f"{plan_l['allsum_us_measured']:.1f} us) measured {mt:.3f} ({pt / mt - 1:+.1%}; rank 0's wall time "
