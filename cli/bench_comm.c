@@ -123,21 +123,22 @@ struct bc_gap {
 
 static volatile uint64_t gap_sink; /* keeps the reads */
 
-static void gap_read(const struct bc_gap *g)
+/* Read the first `bytes` of g (at most all of it): words summed, or the kernel over the rows they hold. */
+static void gap_read(const struct bc_gap *g, size_t bytes)
 {
-    if (!g || !g->bytes) return;
+    if (!g || !g->bytes || !bytes) return;
     if (g->kernel) {
+        const int64_t rows = TP_MIN(TP_MAX((int64_t)(bytes / g->row_bytes), 1), g->rows);
         if (g->x16)
             tp_kern_matmul_x16(g->wt, g->buf, g->row_bytes, g->cols, g->xq, g->act_row_bytes, 1, g->y, g->rows, 0,
-                               g->rows);
+                               rows);
         else
-            tp_kern_matmul(g->wt, g->buf, g->row_bytes, g->cols, g->xq, g->act_row_bytes, 1, g->y, g->rows, 0,
-                           g->rows);
-        gap_sink = (uint64_t)g->y[g->rows - 1];
+            tp_kern_matmul(g->wt, g->buf, g->row_bytes, g->cols, g->xq, g->act_row_bytes, 1, g->y, g->rows, 0, rows);
+        gap_sink = (uint64_t)g->y[rows - 1];
         return;
     }
     uint64_t s = 0;
-    for (size_t i = 0; i < g->bytes / sizeof(uint64_t); i++) s += g->buf[i];
+    for (size_t i = 0; i < TP_MIN(bytes, g->bytes) / sizeof(uint64_t); i++) s += g->buf[i];
     gap_sink = s;
 }
 
@@ -246,11 +247,31 @@ struct bc_opts {
     size_t min_b, max_b;
     int iters, warmup, json, compare_mpi, sync;
     int decode_embd;                /* --decode: the model width (0: a size sweep) */
-    size_t gap_bytes;               /* --gap-bytes with --decode */
+    size_t gap_bytes;               /* --gap-bytes with --decode: the largest of gap_part */
+    size_t gap_part[3];             /* bytes read before a layer's first all_sum (attention), its second (FFN)
+                                     * and the argmax gather (the output head); one --gap-bytes size: all three */
     int gap_kernel;                 /* --gap-type given */
     enum tp_wtype gap_type;         /* --gap-type: the weight type whose kernel reads the gap */
     enum tp_wire_dtype wire_dtype;  /* --comm-dtype with --decode */
 };
+
+/* --gap-bytes "SIZE" or "ATTN,FFN,HEAD" into o->gap_part and o->gap_bytes.  TP_OK or TP_ERR_INVALID_ARG. */
+static enum tp_status bc_parse_gaps(const char *s, struct bc_opts *o)
+{
+    char buf[96];
+    if (strlen(s) >= sizeof buf) return TP_ERR_INVALID_ARG;
+    snprintf(buf, sizeof buf, "%s", s);
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == 3 || parse_bytes(t, &o->gap_part[n]) != TP_OK || o->gap_part[n] > ((size_t)16 << 30))
+            return TP_ERR_INVALID_ARG;
+        n++;
+    }
+    if (n != 1 && n != 3) return TP_ERR_INVALID_ARG;
+    if (n == 1) o->gap_part[1] = o->gap_part[2] = o->gap_part[0];
+    o->gap_bytes = TP_MAX(o->gap_part[0], TP_MAX(o->gap_part[1], o->gap_part[2]));
+    return TP_OK;
+}
 
 /* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after --help, 2 after printing a
  * usage error. */
@@ -280,9 +301,11 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
          "time the collectives of one greedy decode step of a model this wide instead of a size sweep: the step "
          "header broadcast, the all_sum of N_EMBD activations, the argmax gather (for `tpserve plan --comm-json`)",
          1, 1 << 24},
-        {"gap-bytes", 0, TP_OPT_STRING, &gap_s, "SIZE",
+        {"gap-bytes", 0, TP_OPT_STRING, &gap_s, "SIZE[,SIZE,SIZE]",
          "with --decode: bytes each rank reads from memory before each all_sum and the gather, as the forward pass "
-         "reads its weights between collectives (its bytes per token / (2 n_layer + 2); default 0: none)",
+         "reads its weights between collectives: one size for every call (its bytes per token / (2 n_layer + 2)), "
+         "or three: before a layer's attention all_sum, its FFN all_sum, and the gather (the output head; "
+         "default 0: none)",
          0, 0},
         {"gap-type", 0, TP_OPT_STRING, &gap_type, "T",
          "with --gap-bytes: read the gap with the decode matmul of weights of type T (the model's: q4_0, q8_0, "
@@ -327,8 +350,9 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
         }
         o->gap_kernel = 1;
     }
-    if (gap_s && (parse_bytes(gap_s, &o->gap_bytes) != TP_OK || o->gap_bytes > ((size_t)16 << 30))) {
-        fprintf(stderr, "tpserve bench comm: --gap-bytes wants a size up to 16G (e.g. 8M), got '%s'\n", gap_s);
+    if (gap_s && bc_parse_gaps(gap_s, o) != TP_OK) {
+        fprintf(stderr, "tpserve bench comm: --gap-bytes wants a size up to 16G (e.g. 8M), or three (attention, "
+                        "FFN, output head: e.g. 2M,8M,16M), got '%s'\n", gap_s);
         return 2;
     }
     o->op = OP_COUNT;
@@ -546,6 +570,15 @@ static void bc_report_row(const struct bc_run *R, const struct bc_opts *o, size_
     fflush(stdout);
 }
 
+/* The bytes a rank reads before call k (within a step) of collective c: none before the step header, the
+ * attention's and the FFN's alternately before the layer's all_sums, the output head's before the gather. */
+static size_t bc_gap_before(const struct bc_opts *o, const struct tp_parallel_coll_cost *c, int k)
+{
+    if (c->op == TP_COMM_OP_BROADCAST) return 0;
+    if (c->op == TP_COMM_OP_GATHER) return o->gap_part[2];
+    return o->gap_part[k % 2];
+}
+
 /* One --decode collective's result line on rank 0. */
 static void bc_decode_row(const struct bc_run *R, const struct bc_opts *o, const struct tp_parallel_coll_cost *c,
                           enum bench_op op, int it, double t, const double *ts)
@@ -556,7 +589,8 @@ static void bc_decode_row(const struct bc_run *R, const struct bc_opts *o, const
         printf("{\"backend\":\"%s\",\"op\":\"%s\",\"what\":\"%s\",\"dtype\":\"%s\",\"ranks\":%d,"
                "\"bytes\":%zu,\"gap_bytes\":%zu,\"gap_type\":\"%s\",\"iters\":%d,\"lat_us_median\":%.3f",
                tp_comm_backend_name(tp_comm_backend(R->c)), op_names[op], c->what, tp_dtype_name(c->dt), n, bytes,
-               o->gap_bytes, o->gap_kernel ? tp_wtype_name(o->gap_type) : "read", it, t * 1e6);
+               (bc_gap_before(o, c, 0) + bc_gap_before(o, c, 1)) / 2, o->gap_kernel ? tp_wtype_name(o->gap_type) : "read",
+               it, t * 1e6);
         if (o->sync)
             printf(",\"sync_lat_us_median\":%.3f,\"sync_lat_us_mean\":%.3f,\"wait_us_mean\":%.3f", ts[0] * 1e6,
                    ts[1] * 1e6, ts[2] * 1e6);
@@ -594,10 +628,11 @@ static int bc_decode(struct bc_run *R, const struct bc_opts *o)
     struct tp_parallel_decode_cost dc;
     tp_parallel_decode_cost(1, o->decode_embd, o->wire_dtype, n, me, &dc);
     if (me == 0 && !o->json)
-        printf("# tpserve bench comm --decode %d: backend %s, %d ranks, activations %s, %zu bytes read (%s) before "
-               "each all_sum and the gather\n%14s %10s %8s %7s %12s%s\n",
+        printf("# tpserve bench comm --decode %d: backend %s, %d ranks, activations %s; bytes read (%s) before "
+               "the attention all_sum %zu, the FFN all_sum %zu, the gather %zu\n%14s %10s %8s %7s %12s%s\n",
                o->decode_embd, tp_comm_backend_name(tp_comm_backend(R->c)), n, tp_wire_dtype_name(o->wire_dtype),
-               R->gap.bytes, o->gap_kernel ? tp_wtype_name(o->gap_type) : "plain read", "collective", "op", "bytes", "iters", "lat_us(med)",
+               o->gap_kernel ? tp_wtype_name(o->gap_type) : "plain read", o->gap_part[0], o->gap_part[1],
+               o->gap_part[2], "collective", "op", "bytes", "iters", "lat_us(med)",
                o->sync ? "  sync_lat_us(med)  sync_lat_us(mean)  wait_us(mean)" : "");
     const int steps = o->iters ? o->iters : 300, wu = o->warmup >= 0 ? o->warmup : TP_MAX(2, steps / 10);
     int calls = 0; /* per step */
@@ -613,7 +648,7 @@ static int bc_decode(struct bc_run *R, const struct bc_opts *o)
             const struct tp_parallel_coll_cost *c = &dc.c[i];
             const size_t per = (size_t)c->times * (size_t)steps;
             for (int k = 0; k < c->times && st == TP_OK; k++) {
-                if (c->op != TP_COMM_OP_BROADCAST) gap_read(&R->gap);
+                gap_read(&R->gap, bc_gap_before(o, c, k));
                 const uint64_t t0 = tp_now_ns();
                 st = run_op(R->c, bench_op_of(c->op), R->a, R->b, c->count, c->dt);
                 const uint64_t t1 = tp_now_ns();

@@ -70,12 +70,14 @@ add_test(NAME comm.bench_json COMMAND sh -c
    [ \"$n\" -eq 11 ]"
   ${_tp_bin})
 set_tests_properties(comm.bench_json PROPERTIES LABELS multirank TIMEOUT 60)
-# --decode with the gaps read by the Q4_0 decode kernel: the three collectives of a step, each with its
-# synced times and the first rank's wait (a smoke test of the options and the output, not a measurement).
+# --decode with the gaps read by the Q4_0 decode kernel, per part (attention, FFN, output head): the three
+# collectives of a step, each with the bytes read before it (none before the header, the mean of the two
+# parts before an all_sum), its synced times and the first rank's wait (a smoke test, not a measurement).
 add_test(NAME comm.bench_decode_gap_kernel COMMAND sh -c
-  "out=$(\"$0\" launch -n 2 -- \"$0\" bench comm --decode 64 --gap-bytes 64K --gap-type q4_0 --iters 5 --sync --json) \
-   || exit 1; printf '%s\\n' \"$out\"; n=$(printf '%s\\n' \"$out\" | grep -c \
-   '\"what\":\"\\(step header\\|all_sum\\|argmax gather\\)\".*\"gap_bytes\":6[0-9]*,\"gap_type\":\"q4_0\".*\"wait_us_mean\":'); \
+  "out=$(\"$0\" launch -n 2 -- \"$0\" bench comm --decode 64 --gap-bytes 16K,32K,64K --gap-type q4_0 --iters 5 \
+   --sync --json) || exit 1; printf '%s\\n' \"$out\"; n=0; \
+   for w in 'step header.*\"gap_bytes\":0,' 'all_sum.*\"gap_bytes\":24576,' 'argmax gather.*\"gap_bytes\":65536,'; do \
+     printf '%s\\n' \"$out\" | grep -q \"\\\"what\\\":\\\"$w\\\"gap_type\\\":\\\"q4_0\\\".*\\\"wait_us_mean\\\":\" && n=$((n+1)); done; \
    [ \"$n\" -eq 3 ]"
   ${_tp_bin})
 set_tests_properties(comm.bench_decode_gap_kernel PROPERTIES LABELS multirank TIMEOUT 60)

@@ -14,7 +14,7 @@
 #    with TP_PLAN_CHECK_TIME=1 (the lead's quiet-machine check: on a busy machine a rank can be
 #    descheduled inside a call for longer than the call takes); reported always.
 # TP_PLAN_RANKS: the rank counts to run (default "2 4"); TP_PLAN_GAP_TYPE=q4_0: bench comm reads its gaps
-# with the Q4_0 decode kernel (--gap-type) instead of a plain read.
+# with the Q4_0 decode kernel (--gap-type) instead of a plain read; TP_PLAN_GAP_SPLIT=1: the gaps per part.
 set -uo pipefail
 TPSERVE="$1"; SHAPE="${2:-tinyllama-1.1b}"; LAYERS="${3:-2}"
 LAT_US="${TP_PLAN_SIM_LATENCY_US:-20000}"
@@ -28,11 +28,21 @@ timeout 120 "$TPSERVE" synth --shape "$SHAPE" --layers "$LAYERS" --type q4_0 -q 
 EMBD=$("$TPSERVE" plan -m "$MODEL" --nodes 8G --json | python3 -c '
 import json, sys; print(json.load(sys.stdin)["n_embd"])') || fail "plan --json has no n_embd"
 # what each of N ranks reads between two collectives of a decode step: its bytes per token (the plan's)
-# over the 2 n_layer + 2 collectives per token
+# over the 2 n_layer + 2 collectives per token; with TP_PLAN_GAP_SPLIT=1 the busiest rank's bytes where
+# the forward pass reads them, ATTN,FFN,HEAD: a layer's attention slice (q, k, v, o) before its first
+# all_sum, its FFN slice before the second, the output head's slice and the rest before the gather
 gap_bytes() {
   "$TPSERVE" plan -m "$MODEL" --nodes "$1" --json | python3 -c '
-import json, sys; p = json.load(sys.stdin)
-print(int(max(n["read_bytes_per_token"] for n in p["nodes"]) / (2 * p["n_layer"] + 2)))'
+import json, sys; p = json.load(sys.stdin); split = sys.argv[1] == "1"
+node = max(p["nodes"], key=lambda n: n["read_bytes_per_token"])
+total, L, E = node["read_bytes_per_token"], p["n_layer"], p["n_embd"]
+if not split:
+    print(int(total / (2 * L + 2))); sys.exit(0)
+per_elem = {"q4_0": 18 / 32, "q8_0": 34 / 32, "f16": 2, "bf16": 2, "f32": 4}[p["type"]]
+hd = E // sum(n["q_heads"] for n in p["nodes"])
+attn = (2 * node["q_heads"] + 2 * node["kv_heads"]) * hd * E * per_elem
+ffn = 3 * node["ffn_cols"] * E * per_elem
+print(f"{int(attn)},{int(ffn)},{int(total - L * (attn + ffn))}")' "${TP_PLAN_GAP_SPLIT:-0}"
 }
 
 # measure N LATENCY_US ITERS GEN_TOKENS TAG: bench comm, plan from it, bench gen (files $WORK/*-TAG.json)
