@@ -103,11 +103,13 @@ static enum tp_status median_synced(tp_comm_t *c, const uint64_t *t0, const uint
     return st;
 }
 
-/* --gap-bytes: before each all_sum and the gather of a --decode step a rank reads this many bytes of its
- * own buffer, as the forward pass reads its weights between two collectives: a plain sum of the words, or
- * with --gap-type the decode matmul kernel of that weight type over a matrix of that many bytes (N_EMBD
- * columns; re-laid x16 where the model would be), on the calling thread as `bench gen -t 1` runs it.
- * bytes 0: none. */
+/* --gap-bytes: before each all_sum and the gather of a --decode step a rank reads the next part of its own
+ * buffer, as the forward pass reads the next weights between two collectives: each part once per step, so
+ * a step reads the whole buffer (--layers x (attention + FFN) + output head), as a token reads the rank's
+ * weights, and what it evicts from the caches is what a decode step evicts.  A plain sum of the words, or
+ * with --gap-type the decode matmul kernel of that weight type over the rows of the part (N_EMBD columns;
+ * re-laid x16 where the model would be), on the calling thread as `bench gen -t 1` runs it.  bytes 0:
+ * none. */
 struct bc_gap {
     const uint64_t *buf;     /* (bytes) the words read, or the matrix (owned) */
     size_t bytes;
@@ -123,22 +125,25 @@ struct bc_gap {
 
 static volatile uint64_t gap_sink; /* keeps the reads */
 
-/* Read the first `bytes` of g (at most all of it): words summed, or the kernel over the rows they hold. */
-static void gap_read(const struct bc_gap *g, size_t bytes)
+/* Read `bytes` of g from byte `at` (clipped to the buffer): words summed, or the kernel over the rows they
+ * hold (at least one). */
+static void gap_read(const struct bc_gap *g, size_t at, size_t bytes)
 {
     if (!g || !g->bytes || !bytes) return;
     if (g->kernel) {
-        const int64_t rows = TP_MIN(TP_MAX((int64_t)(bytes / g->row_bytes), 1), g->rows);
+        const int64_t r0 = TP_MIN((int64_t)(at / g->row_bytes), g->rows - 1);
+        const int64_t r1 = TP_MIN(r0 + TP_MAX((int64_t)(bytes / g->row_bytes), 1), g->rows);
         if (g->x16)
-            tp_kern_matmul_x16(g->wt, g->buf, g->row_bytes, g->cols, g->xq, g->act_row_bytes, 1, g->y, g->rows, 0,
-                               rows);
+            tp_kern_matmul_x16(g->wt, g->buf, g->row_bytes, g->cols, g->xq, g->act_row_bytes, 1, g->y, g->rows, r0,
+                               r1);
         else
-            tp_kern_matmul(g->wt, g->buf, g->row_bytes, g->cols, g->xq, g->act_row_bytes, 1, g->y, g->rows, 0, rows);
-        gap_sink = (uint64_t)g->y[rows - 1];
+            tp_kern_matmul(g->wt, g->buf, g->row_bytes, g->cols, g->xq, g->act_row_bytes, 1, g->y, g->rows, r0, r1);
+        gap_sink = (uint64_t)g->y[r1 - 1];
         return;
     }
     uint64_t s = 0;
-    for (size_t i = 0; i < TP_MIN(bytes, g->bytes) / sizeof(uint64_t); i++) s += g->buf[i];
+    const size_t w0 = TP_MIN(at, g->bytes) / sizeof(uint64_t), w1 = TP_MIN(at + bytes, g->bytes) / sizeof(uint64_t);
+    for (size_t i = w0; i < w1; i++) s += g->buf[i];
     gap_sink = s;
 }
 
@@ -247,7 +252,9 @@ struct bc_opts {
     size_t min_b, max_b;
     int iters, warmup, json, compare_mpi, sync;
     int decode_embd;                /* --decode: the model width (0: a size sweep) */
-    size_t gap_bytes;               /* --gap-bytes with --decode: the largest of gap_part */
+    int layers;                     /* --layers with --decode: the layers of a step (all_sums: 2 per layer) */
+    size_t gap_bytes;               /* --gap-bytes with --decode: what a step reads, layers x (gap_part[0] +
+                                     * gap_part[1]) + gap_part[2] */
     size_t gap_part[3];             /* bytes read before a layer's first all_sum (attention), its second (FFN)
                                      * and the argmax gather (the output head); one --gap-bytes size: all three */
     int gap_kernel;                 /* --gap-type given */
@@ -269,7 +276,6 @@ static enum tp_status bc_parse_gaps(const char *s, struct bc_opts *o)
     }
     if (n != 1 && n != 3) return TP_ERR_INVALID_ARG;
     if (n == 1) o->gap_part[1] = o->gap_part[2] = o->gap_part[0];
-    o->gap_bytes = TP_MAX(o->gap_part[0], TP_MAX(o->gap_part[1], o->gap_part[2]));
     return TP_OK;
 }
 
@@ -279,7 +285,7 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
 {
     const char *opname = "all_sum", *dtname = "f32", *min_s = "1K", *max_s = "256M", *wire = "f32", *gap_s = NULL;
     const char *gap_type = NULL;
-    *o = (struct bc_opts){.warmup = -1};
+    *o = (struct bc_opts){.warmup = -1, .layers = 1};
     const struct tp_opt opts[] = {
         {"backend", 'b', TP_OPT_STRING, &o->backend, "NAME", "ring | rdma | mpi (default: TP_BACKEND or ring)", 0, 0},
         {"op", 0, TP_OPT_STRING, &opname, "OP", "all_sum (default) | all_gather | sum_scatter | broadcast | gather", 0,
@@ -307,6 +313,8 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
          "or three: before a layer's attention all_sum, its FFN all_sum, and the gather (the output head; "
          "default 0: none)",
          0, 0},
+        {"layers", 0, TP_OPT_INT, &o->layers, "N",
+         "with --decode: a step of N layers, 2 N all_sums, as the model's decode step (default 1)", 1, 4096},
         {"gap-type", 0, TP_OPT_STRING, &gap_type, "T",
          "with --gap-bytes: read the gap with the decode matmul of weights of type T (the model's: q4_0, q8_0, "
          "q4_k, f16, ...) over a matrix of N_EMBD columns, as the forward pass computes (default: a plain read)",
@@ -336,6 +344,10 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
         fprintf(stderr, "tpserve bench comm: --comm-dtype, --gap-bytes and --gap-type go with --decode\n");
         return 2;
     }
+    if (o->layers != 1 && !o->decode_embd) {
+        fprintf(stderr, "tpserve bench comm: --layers goes with --decode\n");
+        return 2;
+    }
     if (gap_type && !gap_s) {
         fprintf(stderr, "tpserve bench comm: --gap-type says how the --gap-bytes are read; give --gap-bytes too\n");
         return 2;
@@ -353,6 +365,12 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
     if (gap_s && bc_parse_gaps(gap_s, o) != TP_OK) {
         fprintf(stderr, "tpserve bench comm: --gap-bytes wants a size up to 16G (e.g. 8M), or three (attention, "
                         "FFN, output head: e.g. 2M,8M,16M), got '%s'\n", gap_s);
+        return 2;
+    }
+    o->gap_bytes = (size_t)o->layers * (o->gap_part[0] + o->gap_part[1]) + o->gap_part[2];
+    if (o->gap_bytes > ((size_t)64 << 30)) {
+        fprintf(stderr, "tpserve bench comm: --layers %d x --gap-bytes %s reads %zu bytes a step; at most 64G\n",
+                o->layers, gap_s, o->gap_bytes);
         return 2;
     }
     o->op = OP_COUNT;
@@ -626,7 +644,7 @@ static int bc_decode(struct bc_run *R, const struct bc_opts *o)
 {
     const int me = tp_comm_rank(R->c), n = tp_comm_size(R->c);
     struct tp_parallel_decode_cost dc;
-    tp_parallel_decode_cost(1, o->decode_embd, o->wire_dtype, n, me, &dc);
+    tp_parallel_decode_cost(o->layers, o->decode_embd, o->wire_dtype, n, me, &dc);
     if (me == 0 && !o->json)
         printf("# tpserve bench comm --decode %d: backend %s, %d ranks, activations %s; bytes read (%s) before "
                "the attention all_sum %zu, the FFN all_sum %zu, the gather %zu\n%14s %10s %8s %7s %12s%s\n",
@@ -643,12 +661,14 @@ static int bc_decode(struct bc_run *R, const struct bc_opts *o)
     int exit_code = 0;
     enum tp_status st = tp_comm_barrier(R->c);
     for (int s = -wu; s < steps && st == TP_OK; s++) {
-        size_t base = 0;
+        size_t base = 0, at = 0; /* at: where in the gap buffer this step reads next */
         for (int i = 0; i < dc.n && st == TP_OK; i++) {
             const struct tp_parallel_coll_cost *c = &dc.c[i];
             const size_t per = (size_t)c->times * (size_t)steps;
             for (int k = 0; k < c->times && st == TP_OK; k++) {
-                gap_read(&R->gap, bc_gap_before(o, c, k));
+                const size_t gb = bc_gap_before(o, c, k);
+                gap_read(&R->gap, at, gb);
+                at += gb;
                 const uint64_t t0 = tp_now_ns();
                 st = run_op(R->c, bench_op_of(c->op), R->a, R->b, c->count, c->dt);
                 const uint64_t t1 = tp_now_ns();
