@@ -300,6 +300,7 @@ struct gen_bufs {
     double *rank_bytes;       /* (world) */
     double *rank_frac;        /* (reps, world) */
     double *probe_sum;        /* (reps + 1): summed over ranks */
+    size_t *tok_op;           /* (reps, n + 1): where each decoded token's collectives begin in the op log */
 };
 
 static void gen_bufs_free(struct gen_bufs *b)
@@ -318,10 +319,11 @@ static void gen_bufs_free(struct gen_bufs *b)
     free(b->rank_bytes);
     free(b->rank_frac);
     free(b->probe_sum);
+    free(b->tok_op);
     memset(b, 0, sizeof *b);
 }
 
-static enum tp_status gen_bufs_alloc(struct gen_bufs *b, int nb, int n_vocab, int reps, int world)
+static enum tp_status gen_bufs_alloc(struct gen_bufs *b, int nb, int n_vocab, int reps, int world, int n_tg)
 {
     const size_t snb = (size_t)nb, sr = (size_t)reps, sw = (size_t)world;
     memset(b, 0, sizeof *b);
@@ -339,8 +341,9 @@ static enum tp_status gen_bufs_alloc(struct gen_bufs *b, int nb, int n_vocab, in
     b->rank_bytes = calloc(sw, sizeof(double));
     b->rank_frac = calloc(sr * sw, sizeof(double));
     b->probe_sum = calloc(sr + 1, sizeof(double));
+    b->tok_op = calloc(sr * ((size_t)n_tg + 1), sizeof(size_t));
     if (b->tok && b->pos && b->seq && b->want && b->logits && b->prompt && b->pp_s && b->tg_s && b->probe &&
-        b->tmp && b->frac_r && b->rank_bytes && b->rank_frac && b->probe_sum)
+        b->tmp && b->frac_r && b->rank_bytes && b->rank_frac && b->probe_sum && b->tok_op)
         return TP_OK;
     gen_bufs_free(b);
     return TP_ERR_NOMEM;
@@ -605,7 +608,7 @@ static enum tp_status gen_prepare(struct gen_run *R, const struct gen_opts *o, s
     struct gen_ctx *g = &R->g;
     g->n_vocab = tp_model_hparams(g->m)->n_vocab;
     R->nb = TP_MAX(TP_MAX(TP_MAX(o->p, gen_min_batch(o)), o->kmax), o->chunk);
-    if (gen_bufs_alloc(&R->bufs, TP_MAX(R->nb, o->big), g->n_vocab, o->reps, R->world) != TP_OK)
+    if (gen_bufs_alloc(&R->bufs, TP_MAX(R->nb, o->big), g->n_vocab, o->reps, R->world, o->n) != TP_OK)
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     g->tok = R->bufs.tok, g->pos = R->bufs.pos, g->seq = R->bufs.seq, g->want = R->bufs.want;
     g->logits = R->bufs.logits;
@@ -646,11 +649,14 @@ static enum tp_status gen_rep(struct gen_run *R, const struct gen_opts *o, int r
     tp_parallel_get_stats(g->par, &ps0);
     R->tg_op[r][0] = tp_comm_op_times(tp_parallel_comm(g->par), NULL);
     double t0 = tp_now_s();
-    for (int i = 0; i < o->n; i++)
+    size_t *tok_op = b->tok_op + (size_t)r * ((size_t)o->n + 1);
+    for (int i = 0; i < o->n; i++) {
+        tok_op[i] = tp_comm_op_times(tp_parallel_comm(g->par), NULL);
         if (gen_decode(g, &t, i) != TP_OK)
             return tp_error_set(err, TP_ERR_PEER, "decode failed: %s", tp_parallel_last_error(g->par));
+    }
     b->tg_s[r] = tp_now_s() - t0;
-    R->tg_op[r][1] = tp_comm_op_times(tp_parallel_comm(g->par), NULL);
+    R->tg_op[r][1] = tok_op[o->n] = tp_comm_op_times(tp_parallel_comm(g->par), NULL);
     tp_model_get_stats(g->m, &st1);
     tp_parallel_get_stats(g->par, &ps1);
     R->tg_ns_fwd += st1.ns_forward - st0.ns_forward;
@@ -897,8 +903,8 @@ out:
  * R->tg_sync_ms per decoded token.  R->tg_wait_ms: rank 0's waits per token for the last rank to enter
  * (its time in collectives is the two together, as far as it leaves with the last rank).  R->tg_sync_us[]: the
  * mean synced time of one call of each collective of a greedy decode step (the step header, an all_sum,
- * the argmax gather: what `bench comm --decode` times) over the reps whose tokens ran those 2 n_layer + 2
- * and nothing else (no idle-time keepalive, say); NaN when no rep did.
+ * the argmax gather: what `bench comm --decode` times) over the tokens that ran those 2 n_layer + 2 and
+ * nothing else (not the engine's periodic stats gather, say); NaN when none did.
  */
 static enum tp_status gen_comm_sync(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
 {
@@ -911,7 +917,8 @@ static enum tp_status gen_comm_sync(struct gen_run *R, const struct gen_opts *o,
         if (R->tg_op[r][1] > n_log || (R->tg_op[r][1] == n_log && n_log == GEN_OP_LOG))
             return tp_error_set(err, TP_ERR_INVALID_ARG, "--comm-sync: the op log of %zu collectives is full (fewer "
                                 "-n or --reps)", GEN_OP_LOG);
-        const int rep_ok = R->tg_op[r][1] - R->tg_op[r][0] == per * (size_t)o->n; /* nothing else in the rep */
+        const size_t *tok_op = R->bufs.tok_op + (size_t)r * ((size_t)o->n + 1);
+        int tok = 0; /* the token of collective k + i */
         for (size_t k = R->tg_op[r][0]; k < R->tg_op[r][1]; k += 2) {
             if (tp_parallel_run_hook(R->g.par, GEN_HOOK_OPS + (int32_t)k, v, world) != TP_OK)
                 return tp_error_set(err, TP_ERR_PEER, "--comm-sync: %s", tp_parallel_last_error(R->g.par));
@@ -928,10 +935,12 @@ static enum tp_status gen_comm_sync(struct gen_run *R, const struct gen_opts *o,
                 const double sync = fmax(0.0, last_out - last_in);
                 ns += sync;
                 wait_ns += fmax(0.0, last_in - v[2 * (int)i]);
-                const size_t at = (k + i - R->tg_op[r][0]) % per; /* 0: the header, per - 1: the gather */
+                while (tok + 1 < o->n && tok_op[tok + 1] <= k + i) tok++;
+                if (tok_op[tok + 1] - tok_op[tok] != per) continue; /* a token that ran more (a stats gather) */
+                const size_t at = k + i - tok_op[tok]; /* 0: the header, per - 1: the gather */
                 const int kind = at == 0 ? 0 : at == per - 1 ? 2 : 1;
-                kind_ns[kind] += rep_ok ? sync : 0.0;
-                kind_n[kind] += (size_t)rep_ok;
+                kind_ns[kind] += sync;
+                kind_n[kind]++;
             }
         }
     }
