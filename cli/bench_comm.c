@@ -279,6 +279,42 @@ static enum tp_status bc_parse_gaps(const char *s, struct bc_opts *o)
     return TP_OK;
 }
 
+/* --layers, --gap-bytes (gap_s) and --gap-type (gap_type) of --decode into o.  0, or 2 after printing a usage
+ * error. */
+static int bc_parse_decode_gaps(struct bc_opts *o, const char *gap_s, const char *gap_type)
+{
+    if (o->layers != 1 && !o->decode_embd) {
+        fprintf(stderr, "tpserve bench comm: --layers goes with --decode\n");
+        return 2;
+    }
+    if (gap_type && !gap_s) {
+        fprintf(stderr, "tpserve bench comm: --gap-type says how the --gap-bytes are read; give --gap-bytes too\n");
+        return 2;
+    }
+    if (gap_type) {
+        if (tp_wtype_parse(gap_type, &o->gap_type) != TP_OK || !tp_wtype_supported(o->gap_type) ||
+            tp_wtype_mlx_bits(o->gap_type) || tp_kern_row_bytes(o->gap_type, o->decode_embd) == 0) {
+            fprintf(stderr, "tpserve bench comm: --gap-type wants a weight type this build computes with whose "
+                            "blocks divide N_EMBD %d (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k), got '%s'\n",
+                    o->decode_embd, gap_type);
+            return 2;
+        }
+        o->gap_kernel = 1;
+    }
+    if (gap_s && bc_parse_gaps(gap_s, o) != TP_OK) {
+        fprintf(stderr, "tpserve bench comm: --gap-bytes wants a size up to 16G (e.g. 8M), or three (attention, "
+                        "FFN, output head: e.g. 2M,8M,16M), got '%s'\n", gap_s);
+        return 2;
+    }
+    o->gap_bytes = (size_t)o->layers * (o->gap_part[0] + o->gap_part[1]) + o->gap_part[2];
+    if (o->gap_bytes > ((size_t)64 << 30)) {
+        fprintf(stderr, "tpserve bench comm: --layers %d x --gap-bytes %s reads %zu bytes a step; at most 64G\n",
+                o->layers, gap_s, o->gap_bytes);
+        return 2;
+    }
+    return 0;
+}
+
 /* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after --help, 2 after printing a
  * usage error. */
 static int bc_parse(int argc, char **argv, struct bc_opts *o)
@@ -344,35 +380,7 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
         fprintf(stderr, "tpserve bench comm: --comm-dtype, --gap-bytes and --gap-type go with --decode\n");
         return 2;
     }
-    if (o->layers != 1 && !o->decode_embd) {
-        fprintf(stderr, "tpserve bench comm: --layers goes with --decode\n");
-        return 2;
-    }
-    if (gap_type && !gap_s) {
-        fprintf(stderr, "tpserve bench comm: --gap-type says how the --gap-bytes are read; give --gap-bytes too\n");
-        return 2;
-    }
-    if (gap_type) {
-        if (tp_wtype_parse(gap_type, &o->gap_type) != TP_OK || !tp_wtype_supported(o->gap_type) ||
-            tp_wtype_mlx_bits(o->gap_type) || tp_kern_row_bytes(o->gap_type, o->decode_embd) == 0) {
-            fprintf(stderr, "tpserve bench comm: --gap-type wants a weight type this build computes with whose "
-                            "blocks divide N_EMBD %d (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k), got '%s'\n",
-                    o->decode_embd, gap_type);
-            return 2;
-        }
-        o->gap_kernel = 1;
-    }
-    if (gap_s && bc_parse_gaps(gap_s, o) != TP_OK) {
-        fprintf(stderr, "tpserve bench comm: --gap-bytes wants a size up to 16G (e.g. 8M), or three (attention, "
-                        "FFN, output head: e.g. 2M,8M,16M), got '%s'\n", gap_s);
-        return 2;
-    }
-    o->gap_bytes = (size_t)o->layers * (o->gap_part[0] + o->gap_part[1]) + o->gap_part[2];
-    if (o->gap_bytes > ((size_t)64 << 30)) {
-        fprintf(stderr, "tpserve bench comm: --layers %d x --gap-bytes %s reads %zu bytes a step; at most 64G\n",
-                o->layers, gap_s, o->gap_bytes);
-        return 2;
-    }
+    if (bc_parse_decode_gaps(o, gap_s, gap_type) != 0) return 2;
     o->op = OP_COUNT;
     for (int i = 0; i < OP_COUNT; i++)
         if (strcmp(opname, op_names[i]) == 0) o->op = (enum bench_op)i;
