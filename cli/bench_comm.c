@@ -262,7 +262,7 @@ struct bc_opts {
     enum tp_wire_dtype wire_dtype;  /* --comm-dtype with --decode */
 };
 
-/* --gap-bytes "SIZE" or "ATTN,FFN,HEAD" into o->gap_part and o->gap_bytes.  TP_OK or TP_ERR_INVALID_ARG. */
+/* --gap-bytes "SIZE" or "ATTN,FFN,HEAD" into o->gap_part.  TP_OK or TP_ERR_INVALID_ARG. */
 static enum tp_status bc_parse_gaps(const char *s, struct bc_opts *o)
 {
     char buf[96];
@@ -474,9 +474,9 @@ static enum tp_status bc_groups(struct bc_run *R, const struct bc_opts *o, struc
     return ring_via_mpi(R->mpi, &cfg, &R->c, err);
 }
 
-/* --gap-type: R->gap as a matrix of --gap-bytes (whole rows of N_EMBD columns, at least one) of that type,
- * rows quantized from a pseudo-random row, re-laid x16 when the chosen ISA would re-lay it; an activation
- * row prepared for it and the output. */
+/* --gap-type: R->gap as a matrix of that type holding a step's reads (o->gap_bytes: whole rows of N_EMBD
+ * columns, at least one), rows quantized from a pseudo-random row, re-laid x16 when the chosen ISA would
+ * re-lay it; an activation row prepared for it and the output. */
 static enum tp_status bc_gap_matrix(struct bc_run *R, const struct bc_opts *o, struct tp_error *err)
 {
     struct bc_gap *g = &R->gap;
