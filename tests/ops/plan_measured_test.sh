@@ -58,7 +58,7 @@ measure() {
   nodes=$(python3 -c "print(','.join(['8G'] * $n))")
   gap=$(gap_bytes "$nodes") || fail "plan at $n nodes has no read_bytes_per_token"
   TP_COMM_SIM_LATENCY_US=$lat timeout 200 "$TPSERVE" launch -n "$n" -- "$TPSERVE" bench comm \
-    --decode "$EMBD" --gap-bytes "$gap" "${GAP_ARGS[@]}" --iters "$iters" --sync --json >"$WORK/comm-$tag.json" 2>"$WORK/err" ||
+    --decode "$EMBD" --gap-bytes "$gap" ${GAP_ARGS[@]+"${GAP_ARGS[@]}"} --iters "$iters" --sync --json >"$WORK/comm-$tag.json" 2>"$WORK/err" ||
     { cat "$WORK/err"; fail "bench comm at $n ranks ($tag)"; }
   timeout 120 "$TPSERVE" plan -m "$MODEL" --nodes "$nodes" --comm-json "$WORK/comm-$tag.json" --json \
     >"$WORK/plan-$tag.json" 2>"$WORK/err" || { cat "$WORK/err"; fail "plan at $n nodes ($tag)"; }
