@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "comm/comm.h"
+#include "model/kernels.h"
 #include "parallel/parallel.h"
 
 enum bench_op { OP_ALL_SUM = 0, OP_ALL_GATHER, OP_SUM_SCATTER, OP_BROADCAST, OP_GATHER, OP_COUNT };
@@ -67,51 +68,82 @@ static enum tp_status median_max(tp_comm_t *c, double *times, int iters, double 
 
 /* --sync: sync_t[0] = the median over the calls of [the last rank's exit - the last rank's entry] (the
  * ranks' times gathered; ranks on one machine share its clock), the time a call takes once every rank is
- * in it; sync_t[1] = their mean.  t0[i], t1[i]: this rank's entry and exit ns of call i. */
+ * in it; sync_t[1] = their mean; sync_t[2] = the mean of [the last rank's entry - the first rank's entry],
+ * how long the first rank waited for the last.  t0[i], t1[i]: this rank's entry and exit ns of call i. */
 static enum tp_status median_synced(tp_comm_t *c, const uint64_t *t0, const uint64_t *t1, int iters, double *sync_t)
 {
     const int n = tp_comm_size(c);
     enum tp_status st = TP_ERR_NOMEM;
     uint64_t *mine = malloc(sizeof(uint64_t) * 2 * (size_t)iters);
     uint64_t *all = malloc(sizeof(uint64_t) * 2 * (size_t)iters * (size_t)n);
-    double *d = malloc(sizeof(double) * (size_t)iters);
+    double *d = malloc(sizeof(double) * (size_t)iters), skew = 0.0;
     if (mine && all && d) {
         memcpy(mine, t0, sizeof(uint64_t) * (size_t)iters);
         memcpy(mine + iters, t1, sizeof(uint64_t) * (size_t)iters);
         st = tp_comm_all_gather(c, mine, all, 2 * (size_t)iters, TP_DTYPE_I64);
     }
     for (int i = 0; st == TP_OK && i < iters; i++) {
-        uint64_t in = 0, out = 0;
+        uint64_t in = 0, out = 0, first = UINT64_MAX;
         for (int r = 0; r < n; r++) {
             in = TP_MAX(in, all[(size_t)r * 2 * iters + (size_t)i]);
+            first = TP_MIN(first, all[(size_t)r * 2 * iters + (size_t)i]);
             out = TP_MAX(out, all[(size_t)r * 2 * iters + (size_t)iters + (size_t)i]);
         }
         d[i] = out > in ? (double)(out - in) * 1e-9 : 0.0;
+        skew += (double)(in - first) * 1e-9;
     }
     if (st == TP_OK) {
         double sum = 0.0;
         for (int i = 0; i < iters; i++) sum += d[i];
         sync_t[1] = sum / iters;
+        sync_t[2] = skew / iters;
         sync_t[0] = tp_median(d, iters);
     }
     free(mine), free(all), free(d);
     return st;
 }
 
-/* --gap-bytes: before each all_sum and the gather of a --decode step a rank reads this many bytes of its
- * own buffer, as the forward pass reads its weights between two collectives.  bytes 0: none. */
+/* --gap-bytes: before each all_sum and the gather of a --decode step a rank reads the next part of its own
+ * buffer, as the forward pass reads the next weights between two collectives: each part once per step, so
+ * a step reads the whole buffer (--layers x (attention + FFN) + output head), as a token reads the rank's
+ * weights, and what it evicts from the caches is what a decode step evicts.  A plain sum of the words, or
+ * with --gap-type the decode matmul kernel of that weight type over the rows of the part (N_EMBD columns;
+ * re-laid x16 where the model would be), on the calling thread as `bench gen -t 1` runs it.  bytes 0:
+ * none. */
 struct bc_gap {
-    const uint64_t *buf;
+    const uint64_t *buf;     /* (bytes) the words read, or the matrix (owned) */
     size_t bytes;
+    int kernel;              /* --gap-type given: run the kernel */
+    enum tp_wtype wt;
+    int x16;                 /* buf is re-laid x16 */
+    int64_t rows, cols;
+    size_t row_bytes;        /* one row in the GGUF layout */
+    void *xq;                /* (1, act_row_bytes) the prepared activation row (owned) */
+    size_t act_row_bytes;
+    float *y;                /* (rows) the output (owned) */
 };
 
 static volatile uint64_t gap_sink; /* keeps the reads */
 
-static void gap_read(const struct bc_gap *g)
+/* Read `bytes` of g from byte `at` (clipped to the buffer): words summed, or the kernel over the rows they
+ * hold (at least one). */
+static void gap_read(const struct bc_gap *g, size_t at, size_t bytes)
 {
-    if (!g || !g->bytes) return;
+    if (!g || !g->bytes || !bytes) return;
+    if (g->kernel) {
+        const int64_t r0 = TP_MIN((int64_t)(at / g->row_bytes), g->rows - 1);
+        const int64_t r1 = TP_MIN(r0 + TP_MAX((int64_t)(bytes / g->row_bytes), 1), g->rows);
+        if (g->x16)
+            tp_kern_matmul_x16(g->wt, g->buf, g->row_bytes, g->cols, g->xq, g->act_row_bytes, 1, g->y, g->rows, r0,
+                               r1);
+        else
+            tp_kern_matmul(g->wt, g->buf, g->row_bytes, g->cols, g->xq, g->act_row_bytes, 1, g->y, g->rows, r0, r1);
+        gap_sink = (uint64_t)g->y[r1 - 1];
+        return;
+    }
     uint64_t s = 0;
-    for (size_t i = 0; i < g->bytes / sizeof(uint64_t); i++) s += g->buf[i];
+    const size_t w0 = TP_MIN(at, g->bytes) / sizeof(uint64_t), w1 = TP_MIN(at + bytes, g->bytes) / sizeof(uint64_t);
+    for (size_t i = w0; i < w1; i++) s += g->buf[i];
     gap_sink = s;
 }
 
@@ -220,16 +252,76 @@ struct bc_opts {
     size_t min_b, max_b;
     int iters, warmup, json, compare_mpi, sync;
     int decode_embd;                /* --decode: the model width (0: a size sweep) */
-    size_t gap_bytes;               /* --gap-bytes with --decode */
+    int layers;                     /* --layers with --decode: the layers of a step (all_sums: 2 per layer) */
+    size_t gap_bytes;               /* --gap-bytes with --decode: what a step reads, layers x (gap_part[0] +
+                                     * gap_part[1]) + gap_part[2] */
+    size_t gap_part[3];             /* bytes read before a layer's first all_sum (attention), its second (FFN)
+                                     * and the argmax gather (the output head); one --gap-bytes size: all three */
+    int gap_kernel;                 /* --gap-type given */
+    enum tp_wtype gap_type;         /* --gap-type: the weight type whose kernel reads the gap */
     enum tp_wire_dtype wire_dtype;  /* --comm-dtype with --decode */
 };
+
+/* --gap-bytes "SIZE" or "ATTN,FFN,HEAD" into o->gap_part.  TP_OK or TP_ERR_INVALID_ARG. */
+static enum tp_status bc_parse_gaps(const char *s, struct bc_opts *o)
+{
+    char buf[96];
+    if (strlen(s) >= sizeof buf) return TP_ERR_INVALID_ARG;
+    snprintf(buf, sizeof buf, "%s", s);
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == 3 || parse_bytes(t, &o->gap_part[n]) != TP_OK || o->gap_part[n] > ((size_t)16 << 30))
+            return TP_ERR_INVALID_ARG;
+        n++;
+    }
+    if (n != 1 && n != 3) return TP_ERR_INVALID_ARG;
+    if (n == 1) o->gap_part[1] = o->gap_part[2] = o->gap_part[0];
+    return TP_OK;
+}
+
+/* --layers, --gap-bytes (gap_s) and --gap-type (gap_type) of --decode into o.  0, or 2 after printing a usage
+ * error. */
+static int bc_parse_decode_gaps(struct bc_opts *o, const char *gap_s, const char *gap_type)
+{
+    if (o->layers != 1 && !o->decode_embd) {
+        fprintf(stderr, "tpserve bench comm: --layers goes with --decode\n");
+        return 2;
+    }
+    if (gap_type && !gap_s) {
+        fprintf(stderr, "tpserve bench comm: --gap-type says how the --gap-bytes are read; give --gap-bytes too\n");
+        return 2;
+    }
+    if (gap_type) {
+        if (tp_wtype_parse(gap_type, &o->gap_type) != TP_OK || !tp_wtype_supported(o->gap_type) ||
+            tp_wtype_mlx_bits(o->gap_type) || tp_kern_row_bytes(o->gap_type, o->decode_embd) == 0) {
+            fprintf(stderr, "tpserve bench comm: --gap-type wants a weight type this build computes with whose "
+                            "blocks divide N_EMBD %d (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k), got '%s'\n",
+                    o->decode_embd, gap_type);
+            return 2;
+        }
+        o->gap_kernel = 1;
+    }
+    if (gap_s && bc_parse_gaps(gap_s, o) != TP_OK) {
+        fprintf(stderr, "tpserve bench comm: --gap-bytes wants a size up to 16G (e.g. 8M), or three (attention, "
+                        "FFN, output head: e.g. 2M,8M,16M), got '%s'\n", gap_s);
+        return 2;
+    }
+    o->gap_bytes = (size_t)o->layers * (o->gap_part[0] + o->gap_part[1]) + o->gap_part[2];
+    if (o->gap_bytes > ((size_t)64 << 30)) {
+        fprintf(stderr, "tpserve bench comm: --layers %d x --gap-bytes %s reads %zu bytes a step; at most 64G\n",
+                o->layers, gap_s, o->gap_bytes);
+        return 2;
+    }
+    return 0;
+}
 
 /* Parse argv into o.  Returns what tp_cli_parse does: 0 to go on, 1 after --help, 2 after printing a
  * usage error. */
 static int bc_parse(int argc, char **argv, struct bc_opts *o)
 {
     const char *opname = "all_sum", *dtname = "f32", *min_s = "1K", *max_s = "256M", *wire = "f32", *gap_s = NULL;
-    *o = (struct bc_opts){.warmup = -1};
+    const char *gap_type = NULL;
+    *o = (struct bc_opts){.warmup = -1, .layers = 1};
     const struct tp_opt opts[] = {
         {"backend", 'b', TP_OPT_STRING, &o->backend, "NAME", "ring | rdma | mpi (default: TP_BACKEND or ring)", 0, 0},
         {"op", 0, TP_OPT_STRING, &opname, "OP", "all_sum (default) | all_gather | sum_scatter | broadcast | gather", 0,
@@ -251,9 +343,17 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
          "time the collectives of one greedy decode step of a model this wide instead of a size sweep: the step "
          "header broadcast, the all_sum of N_EMBD activations, the argmax gather (for `tpserve plan --comm-json`)",
          1, 1 << 24},
-        {"gap-bytes", 0, TP_OPT_STRING, &gap_s, "SIZE",
+        {"gap-bytes", 0, TP_OPT_STRING, &gap_s, "SIZE[,SIZE,SIZE]",
          "with --decode: bytes each rank reads from memory before each all_sum and the gather, as the forward pass "
-         "reads its weights between collectives (its bytes per token / (2 n_layer + 2); default 0: none)",
+         "reads its weights between collectives: one size for every call (its bytes per token / (2 n_layer + 2)), "
+         "or three: before a layer's attention all_sum, its FFN all_sum, and the gather (the output head; "
+         "default 0: none)",
+         0, 0},
+        {"layers", 0, TP_OPT_INT, &o->layers, "N",
+         "with --decode: a step of N layers, 2 N all_sums, as the model's decode step (default 1)", 1, 4096},
+        {"gap-type", 0, TP_OPT_STRING, &gap_type, "T",
+         "with --gap-bytes: read the gap with the decode matmul of weights of type T (the model's: q4_0, q8_0, "
+         "q4_k, f16, ...) over a matrix of N_EMBD columns, as the forward pass computes (default: a plain read)",
          0, 0},
         {"comm-dtype", 0, TP_OPT_STRING, &wire, "T",
          "with --decode: activations on the wire, f32 (default) | f16 | bf16 | q8, as `serve --comm-dtype`", 0, 0},
@@ -276,14 +376,11 @@ static int bc_parse(int argc, char **argv, struct bc_opts *o)
                         "--op, --dtype, --min-bytes, --max-bytes and --compare-mpi\n");
         return 2;
     }
-    if (!o->decode_embd && (strcmp(wire, "f32") != 0 || gap_s)) {
-        fprintf(stderr, "tpserve bench comm: --comm-dtype and --gap-bytes go with --decode\n");
+    if (!o->decode_embd && (strcmp(wire, "f32") != 0 || gap_s || gap_type)) {
+        fprintf(stderr, "tpserve bench comm: --comm-dtype, --gap-bytes and --gap-type go with --decode\n");
         return 2;
     }
-    if (gap_s && (parse_bytes(gap_s, &o->gap_bytes) != TP_OK || o->gap_bytes > ((size_t)16 << 30))) {
-        fprintf(stderr, "tpserve bench comm: --gap-bytes wants a size up to 16G (e.g. 8M), got '%s'\n", gap_s);
-        return 2;
-    }
+    if (bc_parse_decode_gaps(o, gap_s, gap_type) != 0) return 2;
     o->op = OP_COUNT;
     for (int i = 0; i < OP_COUNT; i++)
         if (strcmp(opname, op_names[i]) == 0) o->op = (enum bench_op)i;
@@ -343,6 +440,8 @@ static void bc_run_free(struct bc_run *R)
     tp_aligned_free(R->b);
     free(R->times);
     tp_aligned_free((void *)R->gap.buf);
+    tp_aligned_free(R->gap.xq);
+    free(R->gap.y);
     memset(R, 0, sizeof *R);
 }
 
@@ -375,6 +474,49 @@ static enum tp_status bc_groups(struct bc_run *R, const struct bc_opts *o, struc
     return ring_via_mpi(R->mpi, &cfg, &R->c, err);
 }
 
+/* --gap-type: R->gap as a matrix of that type holding a step's reads (o->gap_bytes: whole rows of N_EMBD
+ * columns, at least one), rows quantized from a pseudo-random row, re-laid x16 when the chosen ISA would
+ * re-lay it; an activation row prepared for it and the output. */
+static enum tp_status bc_gap_matrix(struct bc_run *R, const struct bc_opts *o, struct tp_error *err)
+{
+    struct bc_gap *g = &R->gap;
+    const int64_t cols = o->decode_embd;
+    g->kernel = 1;
+    g->wt = o->gap_type;
+    g->cols = cols;
+    g->row_bytes = tp_kern_row_bytes(g->wt, cols);
+    g->rows = (int64_t)TP_MAX(o->gap_bytes / g->row_bytes, 1);
+    g->x16 = tp_kern_x16_type(g->wt) && tp_kern_x16_native(g->wt);
+    g->bytes = g->x16 ? tp_kern_x16_bytes(g->rows, g->row_bytes) : g->row_bytes * (size_t)g->rows;
+    g->act_row_bytes = tp_kern_act_row_bytes(g->wt, cols);
+    float *x = malloc(sizeof(float) * (size_t)cols);
+    unsigned char *rows = tp_aligned_alloc(64, g->row_bytes * (size_t)g->rows + 64);
+    unsigned char *w = g->x16 ? tp_aligned_alloc(64, g->bytes + 64) : rows;
+    g->xq = tp_aligned_alloc(64, g->act_row_bytes + 64);
+    g->y = malloc(sizeof(float) * (size_t)g->rows);
+    if (!x || !rows || !w || !g->xq || !g->y) {
+        free(x);
+        tp_aligned_free(rows);
+        if (w != rows) tp_aligned_free(w);
+        return tp_error_set(err, TP_ERR_NOMEM, "out of memory for a --gap-bytes %zu matrix", o->gap_bytes);
+    }
+    uint32_t state = 0x9E3779B9u;
+    for (int64_t i = 0; i < cols; i++) {
+        state = state * 1664525u + 1013904223u;
+        x[i] = (float)((double)(state >> 8) / (double)(1u << 24) - 0.5);
+    }
+    (void)tp_kern_quantize(g->wt, x, rows, cols);
+    for (int64_t r = 1; r < g->rows; r++) memcpy(rows + (size_t)r * g->row_bytes, rows, g->row_bytes);
+    tp_kern_prepare_act(g->wt, x, g->xq, cols);
+    free(x);
+    if (g->x16) {
+        tp_kern_repack_x16(g->wt, rows, g->row_bytes, g->rows, w, 0, (g->rows + 15) / 16);
+        tp_aligned_free(rows);
+    }
+    g->buf = (const uint64_t *)w;
+    return TP_OK;
+}
+
 /* The buffers for the largest message, filled with rank-dependent values. */
 static enum tp_status bc_buffers(struct bc_run *R, const struct bc_opts *o, struct tp_error *err)
 {
@@ -397,12 +539,13 @@ static enum tp_status bc_buffers(struct bc_run *R, const struct bc_opts *o, stru
         else memset(R->a + i * es, 0, es);
     }
     memset(R->b, 0, max_count * es * out_mult);
+    if (o->gap_bytes && o->gap_kernel) return bc_gap_matrix(R, o, err);
     if (o->gap_bytes) {
         const size_t words = (o->gap_bytes + 7) / 8;
         uint64_t *g = tp_aligned_alloc(64, words * sizeof(uint64_t));
         if (!g) return tp_error_set(err, TP_ERR_NOMEM, "out of memory for --gap-bytes %zu", o->gap_bytes);
         for (size_t i = 0; i < words; i++) g[i] = i * 0x9E3779B97F4A7C15ull; /* touched: really in memory */
-        R->gap = (struct bc_gap){g, words * sizeof(uint64_t)};
+        R->gap = (struct bc_gap){.buf = g, .bytes = words * sizeof(uint64_t)};
     }
     return TP_OK;
 }
@@ -438,7 +581,9 @@ static void bc_report_row(const struct bc_run *R, const struct bc_opts *o, size_
             printf(",\"mpi_lat_us_median\":%.3f,\"mpi_busbw_gbs\":%.4f,\"lat_ratio_vs_mpi\":%.3f,"
                    "\"busbw_ratio_vs_mpi\":%.3f",
                    tm * 1e6, mbus, t / tm, bus / mbus);
-        if (o->sync) printf(",\"sync_lat_us_median\":%.3f,\"sync_lat_us_mean\":%.3f", ts[0] * 1e6, ts[1] * 1e6);
+        if (o->sync)
+            printf(",\"sync_lat_us_median\":%.3f,\"sync_lat_us_mean\":%.3f,\"wait_us_mean\":%.3f", ts[0] * 1e6,
+                   ts[1] * 1e6, ts[2] * 1e6);
         printf("}\n");
     } else {
         char sz[32];
@@ -451,6 +596,15 @@ static void bc_report_row(const struct bc_run *R, const struct bc_opts *o, size_
     fflush(stdout);
 }
 
+/* The bytes a rank reads before call k (within a step) of collective c: none before the step header, the
+ * attention's and the FFN's alternately before the layer's all_sums, the output head's before the gather. */
+static size_t bc_gap_before(const struct bc_opts *o, const struct tp_parallel_coll_cost *c, int k)
+{
+    if (c->op == TP_COMM_OP_BROADCAST) return 0;
+    if (c->op == TP_COMM_OP_GATHER) return o->gap_part[2];
+    return o->gap_part[k % 2];
+}
+
 /* One --decode collective's result line on rank 0. */
 static void bc_decode_row(const struct bc_run *R, const struct bc_opts *o, const struct tp_parallel_coll_cost *c,
                           enum bench_op op, int it, double t, const double *ts)
@@ -459,14 +613,17 @@ static void bc_decode_row(const struct bc_run *R, const struct bc_opts *o, const
     const size_t bytes = c->count * tp_dtype_size(c->dt);
     if (o->json) {
         printf("{\"backend\":\"%s\",\"op\":\"%s\",\"what\":\"%s\",\"dtype\":\"%s\",\"ranks\":%d,"
-               "\"bytes\":%zu,\"gap_bytes\":%zu,\"iters\":%d,\"lat_us_median\":%.3f",
+               "\"bytes\":%zu,\"gap_bytes\":%zu,\"gap_type\":\"%s\",\"iters\":%d,\"lat_us_median\":%.3f",
                tp_comm_backend_name(tp_comm_backend(R->c)), op_names[op], c->what, tp_dtype_name(c->dt), n, bytes,
-               o->gap_bytes, it, t * 1e6);
-        if (o->sync) printf(",\"sync_lat_us_median\":%.3f,\"sync_lat_us_mean\":%.3f", ts[0] * 1e6, ts[1] * 1e6);
+               (bc_gap_before(o, c, 0) + bc_gap_before(o, c, 1)) / 2, o->gap_kernel ? tp_wtype_name(o->gap_type) : "read",
+               it, t * 1e6);
+        if (o->sync)
+            printf(",\"sync_lat_us_median\":%.3f,\"sync_lat_us_mean\":%.3f,\"wait_us_mean\":%.3f", ts[0] * 1e6,
+                   ts[1] * 1e6, ts[2] * 1e6);
         printf("}\n");
     } else {
         printf("%14s %10s %8zu %7d %12.2f", c->what, op_names[op], bytes, it, t * 1e6);
-        if (o->sync) printf(" %18.2f %18.2f", ts[0] * 1e6, ts[1] * 1e6);
+        if (o->sync) printf(" %18.2f %18.2f %14.2f", ts[0] * 1e6, ts[1] * 1e6, ts[2] * 1e6);
         printf("\n");
     }
     fflush(stdout);
@@ -495,13 +652,14 @@ static int bc_decode(struct bc_run *R, const struct bc_opts *o)
 {
     const int me = tp_comm_rank(R->c), n = tp_comm_size(R->c);
     struct tp_parallel_decode_cost dc;
-    tp_parallel_decode_cost(1, o->decode_embd, o->wire_dtype, n, me, &dc);
+    tp_parallel_decode_cost(o->layers, o->decode_embd, o->wire_dtype, n, me, &dc);
     if (me == 0 && !o->json)
-        printf("# tpserve bench comm --decode %d: backend %s, %d ranks, activations %s, %zu bytes read before each "
-               "all_sum and the gather\n%14s %10s %8s %7s %12s%s\n",
+        printf("# tpserve bench comm --decode %d: backend %s, %d ranks, activations %s; bytes read (%s) before "
+               "the attention all_sum %zu, the FFN all_sum %zu, the gather %zu\n%14s %10s %8s %7s %12s%s\n",
                o->decode_embd, tp_comm_backend_name(tp_comm_backend(R->c)), n, tp_wire_dtype_name(o->wire_dtype),
-               o->gap_bytes, "collective", "op", "bytes", "iters", "lat_us(med)",
-               o->sync ? "  sync_lat_us(med)  sync_lat_us(mean)" : "");
+               o->gap_kernel ? tp_wtype_name(o->gap_type) : "plain read", o->gap_part[0], o->gap_part[1],
+               o->gap_part[2], "collective", "op", "bytes", "iters", "lat_us(med)",
+               o->sync ? "  sync_lat_us(med)  sync_lat_us(mean)  wait_us(mean)" : "");
     const int steps = o->iters ? o->iters : 300, wu = o->warmup >= 0 ? o->warmup : TP_MAX(2, steps / 10);
     int calls = 0; /* per step */
     for (int i = 0; i < dc.n; i++) calls += dc.c[i].times;
@@ -511,12 +669,14 @@ static int bc_decode(struct bc_run *R, const struct bc_opts *o)
     int exit_code = 0;
     enum tp_status st = tp_comm_barrier(R->c);
     for (int s = -wu; s < steps && st == TP_OK; s++) {
-        size_t base = 0;
+        size_t base = 0, at = 0; /* at: where in the gap buffer this step reads next */
         for (int i = 0; i < dc.n && st == TP_OK; i++) {
             const struct tp_parallel_coll_cost *c = &dc.c[i];
             const size_t per = (size_t)c->times * (size_t)steps;
             for (int k = 0; k < c->times && st == TP_OK; k++) {
-                if (c->op != TP_COMM_OP_BROADCAST) gap_read(&R->gap);
+                const size_t gb = bc_gap_before(o, c, k);
+                gap_read(&R->gap, at, gb);
+                at += gb;
                 const uint64_t t0 = tp_now_ns();
                 st = run_op(R->c, bench_op_of(c->op), R->a, R->b, c->count, c->dt);
                 const uint64_t t1 = tp_now_ns();
@@ -535,7 +695,7 @@ static int bc_decode(struct bc_run *R, const struct bc_opts *o)
         const int m = c->times * steps;
         const uint64_t *t0 = ts + 2 * base, *t1 = t0 + m;
         for (int j = 0; j < m; j++) R->times[j] = (double)(t1[j] - t0[j]) * 1e-9;
-        double t = 0, sync[2] = {0, 0};
+        double t = 0, sync[3] = {0, 0, 0};
         st = median_max(R->c, R->times, m, &t);
         if (st == TP_OK && o->sync) st = median_synced(R->c, t0, t1, m, sync);
         if (st == TP_OK && me == 0) bc_decode_row(R, o, c, bench_op_of(c->op), m, t, sync);
@@ -575,7 +735,7 @@ int tp_bench_comm(int argc, char **argv)
         const size_t count = TP_MAX(bytes / es / blocks, 1), real_bytes = count * es * blocks;
         const int it = o.iters ? o.iters : (int)TP_MAX(5.0, TP_MIN(1000.0, 4e8 / (double)real_bytes));
         const int wu = o.warmup >= 0 ? o.warmup : TP_MAX(2, it / 10);
-        double t = 0, tm = 0, ts[2] = {0, 0};
+        double t = 0, tm = 0, ts[3] = {0, 0, 0};
         int which = 0;
         if (measure(R.c, R.mpi, o.op, R.a, R.b, count, o.dt, it, wu, R.times, R.times + 500000, &t, &tm,
                     o.sync ? ts : NULL, &which) != TP_OK) {

@@ -300,6 +300,7 @@ struct gen_bufs {
     double *rank_bytes;       /* (world) */
     double *rank_frac;        /* (reps, world) */
     double *probe_sum;        /* (reps + 1): summed over ranks */
+    size_t *tok_op;           /* (reps, n + 1): where each decoded token's collectives begin in the op log */
 };
 
 static void gen_bufs_free(struct gen_bufs *b)
@@ -318,10 +319,11 @@ static void gen_bufs_free(struct gen_bufs *b)
     free(b->rank_bytes);
     free(b->rank_frac);
     free(b->probe_sum);
+    free(b->tok_op);
     memset(b, 0, sizeof *b);
 }
 
-static enum tp_status gen_bufs_alloc(struct gen_bufs *b, int nb, int n_vocab, int reps, int world)
+static enum tp_status gen_bufs_alloc(struct gen_bufs *b, int nb, int n_vocab, int reps, int world, int n_tg)
 {
     const size_t snb = (size_t)nb, sr = (size_t)reps, sw = (size_t)world;
     memset(b, 0, sizeof *b);
@@ -339,8 +341,9 @@ static enum tp_status gen_bufs_alloc(struct gen_bufs *b, int nb, int n_vocab, in
     b->rank_bytes = calloc(sw, sizeof(double));
     b->rank_frac = calloc(sr * sw, sizeof(double));
     b->probe_sum = calloc(sr + 1, sizeof(double));
+    b->tok_op = calloc(sr * ((size_t)n_tg + 1), sizeof(size_t));
     if (b->tok && b->pos && b->seq && b->want && b->logits && b->prompt && b->pp_s && b->tg_s && b->probe &&
-        b->tmp && b->frac_r && b->rank_bytes && b->rank_frac && b->probe_sum)
+        b->tmp && b->frac_r && b->rank_bytes && b->rank_frac && b->probe_sum && b->tok_op)
         return TP_OK;
     gen_bufs_free(b);
     return TP_ERR_NOMEM;
@@ -530,6 +533,8 @@ struct gen_run {
     uint64_t tg_ns_fwd, tg_ns_comm, tg_ns_compute, tg_ns_pcomm, tg_bytes, tg_count;
     size_t tg_op[100][2];     /* --comm-sync: each decode rep's collectives [first, end) in the op log */
     double tg_sync_ms;        /* --comm-sync: rank 0's decode communication ms per token after all ranks entered */
+    double tg_wait_ms;        /* --comm-sync: rank 0's ms per token waiting for the last rank to enter */
+    double tg_sync_us[3];     /* --comm-sync: mean synced us of a step header, an all_sum, an argmax gather */
     double k_ms[16];          /* --seqs: median ms per step for klist[i] */
     double k_xbytes[16], k_xruns[16]; /* --seqs, mixture of experts: rank 0's expert bytes streamed and (layer,
                                        * expert) runs per step for klist[i], mean over the reps (measured) */
@@ -625,7 +630,7 @@ static enum tp_status gen_prepare(struct gen_run *R, const struct gen_opts *o, s
     struct gen_ctx *g = &R->g;
     g->n_vocab = tp_model_hparams(g->m)->n_vocab;
     R->nb = TP_MAX(TP_MAX(TP_MAX(o->p, gen_min_batch(o)), o->kmax), o->chunk);
-    if (gen_bufs_alloc(&R->bufs, TP_MAX(R->nb, o->big), g->n_vocab, o->reps, R->world) != TP_OK)
+    if (gen_bufs_alloc(&R->bufs, TP_MAX(R->nb, o->big), g->n_vocab, o->reps, R->world, o->n) != TP_OK)
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory");
     g->tok = R->bufs.tok, g->pos = R->bufs.pos, g->seq = R->bufs.seq, g->want = R->bufs.want;
     g->logits = R->bufs.logits;
@@ -666,11 +671,14 @@ static enum tp_status gen_rep(struct gen_run *R, const struct gen_opts *o, int r
     tp_parallel_get_stats(g->par, &ps0);
     R->tg_op[r][0] = tp_comm_op_times(tp_parallel_comm(g->par), NULL);
     double t0 = tp_now_s();
-    for (int i = 0; i < o->n; i++)
+    size_t *tok_op = b->tok_op + (size_t)r * ((size_t)o->n + 1);
+    for (int i = 0; i < o->n; i++) {
+        tok_op[i] = tp_comm_op_times(tp_parallel_comm(g->par), NULL);
         if (gen_decode(g, &t, i) != TP_OK)
             return tp_error_set(err, TP_ERR_PEER, "decode failed: %s", tp_parallel_last_error(g->par));
+    }
     b->tg_s[r] = tp_now_s() - t0;
-    R->tg_op[r][1] = tp_comm_op_times(tp_parallel_comm(g->par), NULL);
+    R->tg_op[r][1] = tok_op[o->n] = tp_comm_op_times(tp_parallel_comm(g->par), NULL);
     tp_model_get_stats(g->m, &st1);
     tp_parallel_get_stats(g->par, &ps1);
     R->tg_ns_fwd += st1.ns_forward - st0.ns_forward;
@@ -914,17 +922,25 @@ out:
  * --comm-sync, rank 0 after the decode reps: each collective of the reps timed from the moment the
  * last rank entered it to the moment the last rank left it (the ranks' times come through the hook,
  * on the clock they share), so the waits for a rank still computing are left out;
- * R->tg_sync_ms per decoded token.
+ * R->tg_sync_ms per decoded token.  R->tg_wait_ms: rank 0's waits per token for the last rank to enter
+ * (its time in collectives is the two together, as far as it leaves with the last rank).  R->tg_sync_us[]: the
+ * mean synced time of one call of each collective of a greedy decode step (the step header, an all_sum,
+ * the argmax gather: what `bench comm --decode` times) over the tokens that ran those 2 n_layer + 2 and
+ * nothing else (not the engine's periodic stats gather, say); NaN when none did.
  */
 static enum tp_status gen_comm_sync(struct gen_run *R, const struct gen_opts *o, struct tp_error *err)
 {
     const size_t n_log = tp_comm_op_times(tp_parallel_comm(R->g.par), NULL);
     const int world = TP_MIN(R->world, TP_PLAN_MAX_RANKS);
-    double v[TP_PLAN_MAX_RANKS * TP_PARALLEL_HOOK_VALUES], ns = 0.0;
+    const size_t per = 2 * (size_t)tp_model_hparams(R->g.m)->n_layer + 2; /* collectives of a decode step */
+    double v[TP_PLAN_MAX_RANKS * TP_PARALLEL_HOOK_VALUES], ns = 0.0, wait_ns = 0.0, kind_ns[3] = {0, 0, 0};
+    size_t kind_n[3] = {0, 0, 0};
     for (int r = 0; r < o->reps; r++) {
         if (R->tg_op[r][1] > n_log || (R->tg_op[r][1] == n_log && n_log == GEN_OP_LOG))
             return tp_error_set(err, TP_ERR_INVALID_ARG, "--comm-sync: the op log of %zu collectives is full (fewer "
                                 "-n or --reps)", GEN_OP_LOG);
+        const size_t *tok_op = R->bufs.tok_op + (size_t)r * ((size_t)o->n + 1);
+        int tok = 0; /* the token of collective k + i */
         for (size_t k = R->tg_op[r][0]; k < R->tg_op[r][1]; k += 2) {
             if (tp_parallel_run_hook(R->g.par, GEN_HOOK_OPS + (int32_t)k, v, world) != TP_OK)
                 return tp_error_set(err, TP_ERR_PEER, "--comm-sync: %s", tp_parallel_last_error(R->g.par));
@@ -938,11 +954,22 @@ static enum tp_status gen_comm_sync(struct gen_run *R, const struct gen_opts *o,
                     last_in = fmax(last_in, e[0]);
                     last_out = fmax(last_out, e[1]);
                 }
-                ns += fmax(0.0, last_out - last_in);
+                const double sync = fmax(0.0, last_out - last_in);
+                ns += sync;
+                wait_ns += fmax(0.0, last_in - v[2 * (int)i]);
+                while (tok + 1 < o->n && tok_op[tok + 1] <= k + i) tok++;
+                if (tok_op[tok + 1] - tok_op[tok] != per) continue; /* a token that ran more (a stats gather) */
+                const size_t at = k + i - tok_op[tok]; /* 0: the header, per - 1: the gather */
+                const int kind = at == 0 ? 0 : at == per - 1 ? 2 : 1;
+                kind_ns[kind] += sync;
+                kind_n[kind]++;
             }
         }
     }
-    R->tg_sync_ms = (double)o->n * o->reps > 0 ? ns / 1e6 / ((double)o->n * o->reps) : 0.0;
+    const double tokens = (double)o->n * o->reps;
+    R->tg_sync_ms = tokens > 0 ? ns / 1e6 / tokens : 0.0;
+    R->tg_wait_ms = tokens > 0 ? wait_ns / 1e6 / tokens : 0.0;
+    for (int i = 0; i < 3; i++) R->tg_sync_us[i] = kind_n[i] ? kind_ns[i] / 1e3 / (double)kind_n[i] : NAN;
     return TP_OK;
 }
 
@@ -1071,7 +1098,12 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
            res->pp_tps, res->tg_tps, res->bw, (unsigned long long)res->bpt, res->frac, res->comm_frac,
            tp_wire_dtype_name(R->pcfg.wire_dtype), res->cpt_ms, res->mpt_ms, res->bpt_sent, o->bw_mib,
            o->bw_passes, res->frac_min, res->frac_max);
-    if (o->comm_sync && n > 0) printf(",\"comm_sync_ms_per_token\":%.3f", R->tg_sync_ms);
+    if (o->comm_sync && n > 0) {
+        printf(",\"comm_sync_ms_per_token\":%.3f,\"comm_wait_ms_per_token\":%.3f", R->tg_sync_ms, R->tg_wait_ms);
+        if (!isnan(R->tg_sync_us[0]))
+            printf(",\"comm_sync_us_per_call\":{\"step header\":%.3f,\"all_sum\":%.3f,\"argmax gather\":%.3f}",
+                   R->tg_sync_us[0], R->tg_sync_us[1], R->tg_sync_us[2]);
+    }
     if (res->moe)
         printf(",\"moe\":true,\"rank0_held_bytes\":%llu,\"rank0_expert_bytes\":%llu",
                (unsigned long long)tp_model_weight_bytes(m), (unsigned long long)tp_model_expert_weight_bytes(m));
@@ -1189,8 +1221,13 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
     if (n > 0)
         printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
                tp_wire_dtype_name(R->pcfg.wire_dtype), res->cpt_ms, res->mpt_ms, res->bpt_sent);
-    if (o->comm_sync && n > 0)
-        printf("comm after every rank entered each collective (--comm-sync): %.3f ms per token\n", R->tg_sync_ms);
+    if (o->comm_sync && n > 0) {
+        printf("comm after every rank entered each collective (--comm-sync): %.3f ms per token; rank 0 waiting "
+               "for the last rank to enter: %.3f ms per token\n", R->tg_sync_ms, R->tg_wait_ms);
+        if (!isnan(R->tg_sync_us[0]))
+            printf("  per call after every rank entered: step header %.1f us, all_sum %.1f us, argmax gather %.1f "
+                   "us\n", R->tg_sync_us[0], R->tg_sync_us[1], R->tg_sync_us[2]);
+    }
     if (o->np_sizes > 0) {
         printf("prefill by prompt length (%d tokens per call, median of %d):\n", o->chunk, reps);
         printf("%-8s %10s %10s\n", "tokens", "t/s", "x first");

@@ -157,16 +157,23 @@ static cJSON *float_array(const float *v, int n)
     return a;
 }
 
-static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len, int ollama)
+/* One embeddings call: what its body asks, and its engine requests. */
+struct embed_call {
+    int ollama;            /* /api/embed (Ollama's shapes) or /v1/embeddings */
+    int b64;               /* encoding_format "base64" */
+    int pooling;           /* enum tp_pooling applied */
+    int single;            /* input is one string or one list of token ids */
+    int n_in, n_sub;       /* inputs; requests submitted to the engine so far */
+    int client_gone;       /* the client went away while the requests ran */
+    int E;                 /* vector length: the model's n_embd */
+    long long n_tokens;    /* prompt tokens over all inputs */
+    const cJSON *input;    /* the body's "input" (owned by the parsed body) */
+    struct tp_req **reqs;  /* (n_in) one request per input, NULL where not made yet (owned) */
+};
+
+/* Every field of the body is one this API knows.  TP_OK or TP_ERR_INVALID_ARG (e filled). */
+static enum tp_status embed_check_known(const cJSON *root, int ollama, struct tp_api_error *e)
 {
-    const char *path = ollama ? "/api/embed" : "/v1/embeddings";
-    struct tp_api_error e = {0};
-    cJSON *root = tp_json_parse(body, len, &e);
-    if (!root) return send_error(s, c, ollama, &e);
-    struct tp_req **reqs = NULL;
-    int n_in = 0, n_sub = 0, b64 = 0, pooling = 0;
-    long long n_tokens = 0;
-    enum MHD_Result ret = MHD_NO;
     static const char *const oa_known[] = {"input", "model", "encoding_format", "dimensions", "user"};
     static const char *const ol_known[] = {"input", "model", "truncate", "options", "keep_alive", "dimensions"};
     const char *const *known = ollama ? ol_known : oa_known;
@@ -176,89 +183,86 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
     {
         int ok = 0;
         for (size_t i = 0; i < n_known && !ok; i++) ok = strcmp(kv->string, known[i]) == 0;
-        if (!ok) {
-            tp_api_err(&e, TP_ERR_INVALID_ARG, kv->string, "unknown field '%.60s'", kv->string);
-            goto fail;
-        }
+        if (!ok) return tp_api_err(e, TP_ERR_INVALID_ARG, kv->string, "unknown field '%.60s'", kv->string);
     }
+    return TP_OK;
+}
+
+/* The fields other than input: model, encoding_format (x->b64), dimensions, truncate, options, and the
+ * pooling (x->pooling).  TP_OK or an error in e. */
+static enum tp_status embed_parse_options(struct tp_server *s, const cJSON *root, struct embed_call *x,
+                                          struct tp_api_error *e)
+{
     const cJSON *v = field(root, "model");
-    if (v && !cJSON_IsString(v)) {
-        tp_api_err(&e, TP_ERR_INVALID_ARG, "model", "'model' must be a string");
-        goto fail;
-    }
-    if (ollama && !v) {
-        tp_api_err(&e, TP_ERR_INVALID_ARG, "model", "model is required");
-        goto fail;
-    }
+    if (v && !cJSON_IsString(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "model", "'model' must be a string");
+    if (x->ollama && !v) return tp_api_err(e, TP_ERR_INVALID_ARG, "model", "model is required");
     v = field(root, "encoding_format");
     if (v) {
-        if (!cJSON_IsString(v) || (strcmp(v->valuestring, "float") && strcmp(v->valuestring, "base64"))) {
-            tp_api_err(&e, TP_ERR_INVALID_ARG, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
-            goto fail;
-        }
-        b64 = strcmp(v->valuestring, "base64") == 0;
+        if (!cJSON_IsString(v) || (strcmp(v->valuestring, "float") && strcmp(v->valuestring, "base64")))
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "encoding_format",
+                              "'encoding_format' must be \"float\" or \"base64\"");
+        x->b64 = strcmp(v->valuestring, "base64") == 0;
     }
-    const int E = tp_parallel_hparams(s->par)->n_embd;
     v = field(root, "dimensions");
-    if (v && !(cJSON_IsNumber(v) && v->valuedouble == E)) {
-        tp_api_err(&e, TP_ERR_INVALID_ARG, "dimensions", "'dimensions' must be this model's %d (vectors are not shortened)", E);
-        goto fail;
-    }
+    if (v && !(cJSON_IsNumber(v) && v->valuedouble == x->E))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "dimensions",
+                          "'dimensions' must be this model's %d (vectors are not shortened)", x->E);
     v = field(root, "truncate");
-    if (v && !(cJSON_IsBool(v))) {
-        tp_api_err(&e, TP_ERR_INVALID_ARG, "truncate", "truncate must be a boolean");
-        goto fail;
-    }
+    if (v && !(cJSON_IsBool(v))) return tp_api_err(e, TP_ERR_INVALID_ARG, "truncate", "truncate must be a boolean");
     v = field(root, "options");
-    if (v && !cJSON_IsObject(v)) {
-        tp_api_err(&e, TP_ERR_INVALID_ARG, "options", "options must be an object");
-        goto fail;
-    }
-    if (!(pooling = tp_api_pooling(s, &e))) goto fail;
+    if (v && !cJSON_IsObject(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "options", "options must be an object");
+    if (!(x->pooling = tp_api_pooling(s, e))) return e->status;
+    return TP_OK;
+}
+
+/* x->input, x->single and x->n_in from the body's "input": one input (a string or a list of token ids) or
+ * several.  TP_OK or TP_ERR_INVALID_ARG (e filled). */
+static enum tp_status embed_parse_input(const cJSON *root, struct embed_call *x, struct tp_api_error *e)
+{
     const cJSON *input = field(root, "input");
-    if (!input) {
-        tp_api_err(&e, TP_ERR_INVALID_ARG, "input", "'input' is required (a string, a list of strings or token ids)");
-        goto fail;
-    }
-    /* one input (a string or a list of token ids) or several */
-    int single = cJSON_IsString(input) || (cJSON_IsArray(input) && cJSON_IsNumber(cJSON_GetArrayItem(input, 0)));
-    n_in = single ? 1 : cJSON_IsArray(input) ? cJSON_GetArraySize(input) : 0;
-    if (!single && !cJSON_IsArray(input)) {
-        tp_api_err(&e, TP_ERR_INVALID_ARG, "input", "'input' must be a string, a list of strings or token ids");
-        goto fail;
-    }
-    if (n_in == 0 || n_in > MAX_INPUTS) {
-        tp_api_err(&e, TP_ERR_INVALID_ARG, "input", "'input' has %d entries; send 1 to %d", n_in, MAX_INPUTS);
-        goto fail;
-    }
-    reqs = calloc((size_t)n_in, sizeof *reqs);
-    if (!reqs) {
-        tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
-        goto fail;
-    }
-    for (int i = 0; i < n_in; i++) {
+    if (!input)
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "input",
+                          "'input' is required (a string, a list of strings or token ids)");
+    x->input = input;
+    x->single = cJSON_IsString(input) || (cJSON_IsArray(input) && cJSON_IsNumber(cJSON_GetArrayItem(input, 0)));
+    x->n_in = x->single ? 1 : cJSON_IsArray(input) ? cJSON_GetArraySize(input) : 0;
+    if (!x->single && !cJSON_IsArray(input))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' must be a string, a list of strings or token ids");
+    if (x->n_in == 0 || x->n_in > MAX_INPUTS)
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' has %d entries; send 1 to %d", x->n_in,
+                          MAX_INPUTS);
+    return TP_OK;
+}
+
+/* x->reqs: one engine request per input, tokenized and checked against the context; x->n_tokens.  TP_OK or an
+ * error in e (the requests made so far stay in x->reqs). */
+static enum tp_status embed_requests(struct tp_server *s, struct embed_call *x, struct tp_api_error *e)
+{
+    x->reqs = calloc((size_t)x->n_in, sizeof *x->reqs);
+    if (!x->reqs) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
+    for (int i = 0; i < x->n_in; i++) {
         char param[32];
-        snprintf(param, sizeof param, single ? "input" : "input[%d]", i);
-        const cJSON *in = single ? input : cJSON_GetArrayItem(input, i);
+        snprintf(param, sizeof param, x->single ? "input" : "input[%d]", i);
+        const cJSON *in = x->single ? x->input : cJSON_GetArrayItem(x->input, i);
         int32_t *ids = NULL;
         int n = 0;
-        if (input_tokens(s, in, param, &ids, &n, &e) != TP_OK) goto fail;
+        enum tp_status st = input_tokens(s, in, param, &ids, &n, e);
+        if (st != TP_OK) return st;
         if (n >= s->n_ctx) {
             free(ids);
-            tp_api_err(&e, TP_ERR_INVALID_ARG, param, "'%s' has %d tokens but the context holds %d; shorten it or restart with a "
+            tp_api_err(e, TP_ERR_INVALID_ARG, param, "'%s' has %d tokens but the context holds %d; shorten it or restart with a "
                                         "larger --ctx-size", param, n, s->n_ctx);
-            tp_run_context_error(&e, n, 0, s->n_ctx);
-            goto fail;
+            tp_run_context_error(e, n, 0, s->n_ctx);
+            return e->status;
         }
         struct tp_req *r = tp_req_new();
         if (!r) {
             free(ids);
-            tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
-            goto fail;
+            return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
         }
-        reqs[i] = r;
+        x->reqs[i] = r;
         tp_run_make_id(s, "embd-", r->id, sizeof r->id);
-        r->params.embed = pooling;
+        r->params.embed = x->pooling;
         r->params.max_tokens = 1;
         r->params.temperature = 0.0f; /* nothing is sampled; a greedy step gathers the least */
         r->params.top_p = 1.0f;
@@ -267,88 +271,119 @@ static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, cons
         r->n_prompt = n;
         r->max_tokens = 1;
         r->toks = calloc(1, sizeof *r->toks);
-        r->embd = calloc((size_t)E, sizeof(float));
-        if (!r->toks || !r->embd) {
-            tp_api_err(&e, TP_ERR_NOMEM, NULL, "out of memory");
-            goto fail;
-        }
-        n_tokens += n;
+        r->embd = calloc((size_t)x->E, sizeof(float));
+        if (!r->toks || !r->embd) return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
+        x->n_tokens += n;
     }
-    /* a window of inputs in the queue at a time, so that a long list leaves room in the queue for other
-     * requests, yet keeps every slot busy while it waits for its inputs in order */
+    return TP_OK;
+}
+
+/* Submit x's requests and wait for each in order, a window of inputs in the queue at a time, so that a long
+ * list leaves room in the queue for other requests, yet keeps every slot busy while it waits for its inputs
+ * in order.  TP_OK; TP_ERR_CANCELLED with x->client_gone set when the client went away (the submitted
+ * requests cancelled, the 499 counted and logged); another status with e filled. */
+static enum tp_status embed_wait(struct tp_server *s, struct MHD_Connection *c, struct embed_call *x,
+                                 const char *path, struct tp_api_error *e)
+{
     const int window = TP_MAX(TP_MAX(1, s->cfg.n_parallel * 2), s->cfg.max_queue / 2);
     pthread_mutex_t *mu = tp_engine_mutex(s->engine);
-    for (int i = 0; i < n_in; i++) {
-        while (n_sub < n_in && n_sub - i < window) {
-            if (tp_engine_submit(s->engine, reqs[n_sub], &e) != 0) goto fail;
-            n_sub++;
+    for (int i = 0; i < x->n_in; i++) {
+        while (x->n_sub < x->n_in && x->n_sub - i < window) {
+            enum tp_status st = tp_engine_submit(s->engine, x->reqs[x->n_sub], e);
+            if (st != TP_OK) return st;
+            x->n_sub++;
         }
-        struct tp_req *r = reqs[i];
+        struct tp_req *r = x->reqs[i];
         pthread_mutex_lock(mu);
         if (tp_run_wait_done(s, c, r) != 0) {
             pthread_mutex_unlock(mu);
-            for (int k = 0; k < n_sub; k++) tp_engine_cancel(s->engine, reqs[k]);
+            for (int k = 0; k < x->n_sub; k++) tp_engine_cancel(s->engine, x->reqs[k]);
             tp_metrics_request(s->metrics, 499);
-            tp_http_log_request(s, reqs[0]->id, path, 499, (int)n_tokens, 0, 0, 0, 0);
-            ret = MHD_NO;
-            goto out;
+            tp_http_log_request(s, x->reqs[0]->id, path, 499, (int)x->n_tokens, 0, 0, 0, 0);
+            x->client_gone = 1;
+            return TP_ERR_CANCELLED;
         }
         if (r->finish == TP_FINISH_ERROR) {
-            tp_api_err_from(&e, &r->err);
+            tp_api_err_from(e, &r->err);
             pthread_mutex_unlock(mu);
-            goto fail;
+            return e->status ? e->status : TP_ERR_INTERNAL;
         }
         pthread_mutex_unlock(mu);
     }
-    double ttft = (double)(reqs[n_in - 1]->t_done_ns - reqs[0]->t_submit_ns) / 1e9;
-    tp_http_log_request(s, reqs[0]->id, path, 200, (int)n_tokens, 0, 0, ttft, 0);
+    return TP_OK;
+}
+
+/* The answer of a finished call in the API's shape (malloc'd JSON; NULL on out of memory). */
+static char *embed_response_json(const struct tp_server *s, const cJSON *root, const struct embed_call *x)
+{
     cJSON *o = cJSON_CreateObject();
-    if (ollama) {
+    if (x->ollama) {
         cJSON_AddStringToObject(o, "model", field(root, "model")->valuestring);
         cJSON *arr = cJSON_AddArrayToObject(o, "embeddings");
-        for (int i = 0; i < n_in; i++)
-            cJSON_AddItemToArray(arr, float_array(reqs[i]->embd, E));
-        uint64_t dur = reqs[n_in - 1]->t_done_ns - reqs[0]->t_submit_ns;
+        for (int i = 0; i < x->n_in; i++)
+            cJSON_AddItemToArray(arr, float_array(x->reqs[i]->embd, x->E));
+        uint64_t dur = x->reqs[x->n_in - 1]->t_done_ns - x->reqs[0]->t_submit_ns;
         cJSON_AddNumberToObject(o, "total_duration", (double)dur);
         cJSON_AddNumberToObject(o, "load_duration", 0);
-        cJSON_AddNumberToObject(o, "prompt_eval_count", (double)n_tokens);
+        cJSON_AddNumberToObject(o, "prompt_eval_count", (double)x->n_tokens);
     } else {
         cJSON_AddStringToObject(o, "object", "list");
         cJSON *arr = cJSON_AddArrayToObject(o, "data");
-        for (int i = 0; i < n_in; i++) {
+        for (int i = 0; i < x->n_in; i++) {
             cJSON *d = cJSON_CreateObject();
             cJSON_AddItemToArray(arr, d);
             cJSON_AddStringToObject(d, "object", "embedding");
             cJSON_AddNumberToObject(d, "index", i);
-            if (b64) {
-                char *b = base64_floats(reqs[i]->embd, E);
+            if (x->b64) {
+                char *b = base64_floats(x->reqs[i]->embd, x->E);
                 cJSON_AddStringToObject(d, "embedding", b ? b : "");
                 free(b);
             } else {
-                cJSON_AddItemToObject(d, "embedding", float_array(reqs[i]->embd, E));
+                cJSON_AddItemToObject(d, "embedding", float_array(x->reqs[i]->embd, x->E));
             }
         }
-        v = field(root, "model");
+        const cJSON *v = field(root, "model");
         cJSON_AddStringToObject(o, "model", v ? v->valuestring : s->model_id);
         cJSON *u = cJSON_AddObjectToObject(o, "usage");
-        cJSON_AddNumberToObject(u, "prompt_tokens", (double)n_tokens);
-        cJSON_AddNumberToObject(u, "total_tokens", (double)n_tokens);
+        cJSON_AddNumberToObject(u, "prompt_tokens", (double)x->n_tokens);
+        cJSON_AddNumberToObject(u, "total_tokens", (double)x->n_tokens);
     }
     char *json = tp_json_print(o);
     cJSON_Delete(o);
-    ret = json ? tp_http_send_json(s, c, 200, json) : MHD_NO;
-    free(json);
-    goto out;
-fail:
-    for (int k = 0; k < n_sub; k++) tp_engine_cancel(s->engine, reqs[k]);
-    ret = send_error(s, c, ollama, &e);
-out:
-    for (int k = 0; reqs && k < n_in; k++) {
-        if (!reqs[k]) continue;
-        if (k >= n_sub) tp_engine_release(s->engine, reqs[k]); /* never submitted: the engine's reference too */
-        tp_engine_release(s->engine, reqs[k]);
+    return json;
+}
+
+/* A call: parse, make the requests, run them, answer; on an error the submitted requests are cancelled and
+ * the error is sent in the API's shape. */
+static enum MHD_Result embed(struct tp_server *s, struct MHD_Connection *c, const char *body, size_t len, int ollama)
+{
+    const char *path = ollama ? "/api/embed" : "/v1/embeddings";
+    struct tp_api_error e = {0};
+    cJSON *root = tp_json_parse(body, len, &e);
+    if (!root) return send_error(s, c, ollama, &e);
+    struct embed_call x = {.ollama = ollama, .E = tp_parallel_hparams(s->par)->n_embd};
+    enum MHD_Result ret = MHD_NO;
+    enum tp_status st = embed_check_known(root, ollama, &e);
+    if (st == TP_OK) st = embed_parse_options(s, root, &x, &e);
+    if (st == TP_OK) st = embed_parse_input(root, &x, &e);
+    if (st == TP_OK) st = embed_requests(s, &x, &e);
+    if (st == TP_OK) st = embed_wait(s, c, &x, path, &e);
+    if (st == TP_OK) {
+        double ttft = (double)(x.reqs[x.n_in - 1]->t_done_ns - x.reqs[0]->t_submit_ns) / 1e9;
+        tp_http_log_request(s, x.reqs[0]->id, path, 200, (int)x.n_tokens, 0, 0, ttft, 0);
+        char *json = embed_response_json(s, root, &x);
+        ret = json ? tp_http_send_json(s, c, 200, json) : MHD_NO;
+        free(json);
+    } else if (!x.client_gone) {
+        for (int k = 0; k < x.n_sub; k++) tp_engine_cancel(s->engine, x.reqs[k]);
+        ret = send_error(s, c, ollama, &e);
     }
-    free(reqs);
+    for (int k = 0; x.reqs && k < x.n_in; k++) {
+        if (!x.reqs[k]) continue;
+        if (k >= x.n_sub) tp_engine_release(s->engine, x.reqs[k]); /* never submitted: the engine's reference too */
+        tp_engine_release(s->engine, x.reqs[k]);
+    }
+    free(x.reqs);
     cJSON_Delete(root);
     return ret;
 }

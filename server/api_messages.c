@@ -329,21 +329,10 @@ static const char *const rename_fields[][2] = {
     {NULL, NULL},
 };
 
-/* Validate an Anthropic Messages body and translate it into p (for_count:
- * count_tokens, which has no max_tokens and generates nothing). */
-static int parse_messages_request(struct tp_server *s, const char *body, size_t len, int for_count,
-                                  struct tp_req_params *p, struct tp_api_error *e)
+/* Every field of the body is one the Messages API has (for_count: /v1/messages/count_tokens, which takes no
+ * sampling fields).  TP_OK or TP_ERR_INVALID_ARG (e filled). */
+static enum tp_status msg_check_known(const cJSON *root, int for_count, struct tp_api_error *e)
 {
-    cJSON *root = tp_json_parse(body, len, e);
-    if (!root) return -1;
-    cJSON *out = cJSON_CreateObject();
-    struct tp_buf b = {0};
-    struct group g = {0};
-    int rc = -1;
-    if (!out) {
-        tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
-        goto done;
-    }
     static const char *const known[] = {"model", "messages", "max_tokens", "system", "stop_sequences", "stream",
                                         "temperature", "top_p", "top_k", "tools", "tool_choice", "metadata",
                                         "thinking", "service_tier"};
@@ -356,134 +345,162 @@ static int parse_messages_request(struct tp_server *s, const char *body, size_t 
             ok = strcmp(kv->string, "max_tokens") && strcmp(kv->string, "stop_sequences") &&
                  strcmp(kv->string, "stream") && strcmp(kv->string, "temperature") && strcmp(kv->string, "top_p") &&
                  strcmp(kv->string, "top_k") && strcmp(kv->string, "metadata") && strcmp(kv->string, "service_tier");
-        if (!ok) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, kv->string, "%.60s: Extra inputs are not permitted", kv->string);
-            goto done;
-        }
+        if (!ok) return tp_api_err(e, TP_ERR_INVALID_ARG, kv->string, "%.60s: Extra inputs are not permitted", kv->string);
     }
-    const cJSON *v = field(root, "model");
-    if (!cJSON_IsString(v)) {
-        tp_api_err(e, TP_ERR_INVALID_ARG, "model", "model: Field required (a string)");
-        goto done;
-    }
-    cJSON_AddStringToObject(out, "model", v->valuestring);
-    if (!for_count) {
-        v = field(root, "max_tokens");
-        if (!v) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "max_tokens", "max_tokens: Field required");
-            goto done;
-        }
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long long)v->valuedouble) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "max_tokens", "max_tokens: Input should be a valid integer");
-            goto done;
-        }
-        if (v->valuedouble < 1) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "max_tokens", "max_tokens: Input should be greater than or equal to 1");
-            goto done;
-        }
-        cJSON_AddNumberToObject(out, "max_tokens", v->valuedouble);
-        v = field(root, "temperature");
-        if (v && (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1)) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "temperature", "temperature: Input should be a number from 0 to 1");
-            goto done;
-        }
-        /* Anthropic's default temperature is 1.0, as the engine's */
-        static const char *const pass[] = {"temperature", "top_p", "top_k", "stream"};
-        for (int i = 0; i < 4; i++)
-            if ((v = field(root, pass[i]))) cJSON_AddItemToObject(out, pass[i], cJSON_Duplicate(v, 1));
-        v = field(root, "stop_sequences");
-        if (v) {
-            if (!cJSON_IsArray(v)) {
-                tp_api_err(e, TP_ERR_INVALID_ARG, "stop_sequences", "stop_sequences: Input should be a valid list");
-                goto done;
-            }
-            if (cJSON_GetArraySize(v) > 0) cJSON_AddItemToObject(out, "stop", cJSON_Duplicate(v, 1));
-        }
-        v = field(root, "metadata");
-        if (v && !cJSON_IsObject(v)) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "metadata", "metadata: Input should be a valid dictionary");
-            goto done;
-        }
-        v = field(root, "service_tier");
-        if (v && !cJSON_IsString(v)) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "service_tier", "service_tier: Input should be 'auto' or 'standard_only'");
-            goto done;
-        }
-    }
-    v = field(root, "thinking");
+    return TP_OK;
+}
+
+/* The generation fields (max_tokens required, temperature, top_p, top_k, stream, stop_sequences; metadata and
+ * service_tier checked) into the chat-completions body out.  TP_OK or TP_ERR_INVALID_ARG (e filled). */
+static enum tp_status msg_parse_sampling(const cJSON *root, cJSON *out, struct tp_api_error *e)
+{
+    const cJSON *v = field(root, "max_tokens");
+    if (!v) return tp_api_err(e, TP_ERR_INVALID_ARG, "max_tokens", "max_tokens: Field required");
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long long)v->valuedouble)
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "max_tokens", "max_tokens: Input should be a valid integer");
+    if (v->valuedouble < 1)
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "max_tokens", "max_tokens: Input should be greater than or equal to 1");
+    cJSON_AddNumberToObject(out, "max_tokens", v->valuedouble);
+    v = field(root, "temperature");
+    if (v && (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "temperature", "temperature: Input should be a number from 0 to 1");
+    /* Anthropic's default temperature is 1.0, as the engine's */
+    static const char *const pass[] = {"temperature", "top_p", "top_k", "stream"};
+    for (int i = 0; i < 4; i++)
+        if ((v = field(root, pass[i]))) cJSON_AddItemToObject(out, pass[i], cJSON_Duplicate(v, 1));
+    v = field(root, "stop_sequences");
     if (v) {
-        const cJSON *ty = cJSON_IsObject(v) ? field(v, "type") : NULL;
-        if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "disabled") != 0) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "thinking", "thinking: extended thinking is not available: this server's model has "
-                                            "no reasoning channel it can separate; send {\"type\": \"disabled\"} or "
-                                            "leave it out");
+        if (!cJSON_IsArray(v))
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "stop_sequences", "stop_sequences: Input should be a valid list");
+        if (cJSON_GetArraySize(v) > 0) cJSON_AddItemToObject(out, "stop", cJSON_Duplicate(v, 1));
+    }
+    v = field(root, "metadata");
+    if (v && !cJSON_IsObject(v))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "metadata", "metadata: Input should be a valid dictionary");
+    v = field(root, "service_tier");
+    if (v && !cJSON_IsString(v))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "service_tier", "service_tier: Input should be 'auto' or 'standard_only'");
+    return TP_OK;
+}
+
+/* thinking: only {"type": "disabled"}.  TP_OK or TP_ERR_INVALID_ARG (e filled). */
+static enum tp_status msg_check_thinking(const cJSON *root, struct tp_api_error *e)
+{
+    const cJSON *v = field(root, "thinking");
+    if (!v) return TP_OK;
+    const cJSON *ty = cJSON_IsObject(v) ? field(v, "type") : NULL;
+    if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "disabled") != 0)
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "thinking", "thinking: extended thinking is not available: this server's model has "
+                                        "no reasoning channel it can separate; send {\"type\": \"disabled\"} or "
+                                        "leave it out");
+    return TP_OK;
+}
+
+/* One entry of messages (index i): a role of user or assistant, a content, no other key.  *role: "user" or
+ * "assistant" (static).  TP_OK or TP_ERR_INVALID_ARG (e filled). */
+static enum tp_status msg_check_turn(const cJSON *m, int i, const char **role, struct tp_api_error *e)
+{
+    const cJSON *ro = cJSON_IsObject(m) ? field(m, "role") : NULL;
+    if (!cJSON_IsString(ro) || (strcmp(ro->valuestring, "user") && strcmp(ro->valuestring, "assistant")))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages.%d.role: Input should be 'user' or 'assistant'", i);
+    if (!field(m, "content"))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages.%d.content: Field required", i);
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, m)
+    {
+        if (strcmp(kv->string, "role") && strcmp(kv->string, "content"))
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages.%d.%.40s: Extra inputs are not permitted", i,
+                              kv->string);
+    }
+    *role = ro->valuestring[0] == 'u' ? "user" : "assistant";
+    return TP_OK;
+}
+
+/* The system prompt and the turns as chat messages appended to msgs, consecutive turns of one role merged
+ * into one, as Anthropic does.  for_count: the last turn may be the assistant's.  TP_OK or an error in e. */
+static enum tp_status msg_translate_turns(const cJSON *root, int for_count, cJSON *msgs, struct tp_api_error *e)
+{
+    struct tp_buf b = {0};
+    struct group g = {0};
+    enum tp_status st = TP_OK;
+    const cJSON *v = field(root, "system");
+    if (v) {
+        if (content_text(v, "system", &b, e)) {
+            st = e->status;
             goto done;
         }
-    }
-    cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
-    v = field(root, "system");
-    if (v) {
-        if (content_text(v, "system", &b, e)) goto done;
         cJSON *m = cJSON_CreateObject();
         cJSON_AddItemToArray(msgs, m);
         cJSON_AddStringToObject(m, "role", "system");
         cJSON_AddStringToObject(m, "content", b.data ? b.data : "");
-        tp_buf_free(&b);
     }
     v = field(root, "messages");
     if (!cJSON_IsArray(v)) {
-        tp_api_err(e, TP_ERR_INVALID_ARG, "messages", v ? "messages: Input should be a valid list" : "messages: Field required");
+        st = tp_api_err(e, TP_ERR_INVALID_ARG, "messages",
+                        v ? "messages: Input should be a valid list" : "messages: Field required");
         goto done;
     }
     if (cJSON_GetArraySize(v) == 0) {
-        tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages: at least one message is required");
+        st = tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages: at least one message is required");
         goto done;
     }
     int i = 0;
-    const char *prev_role = NULL;
+    const char *prev_role = NULL, *r = NULL;
     const cJSON *m;
     cJSON_ArrayForEach(m, v)
     {
-        const cJSON *role = cJSON_IsObject(m) ? field(m, "role") : NULL;
-        if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant"))) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages.%d.role: Input should be 'user' or 'assistant'", i);
-            goto done;
-        }
-        const cJSON *c = field(m, "content");
-        if (!c) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages.%d.content: Field required", i);
-            goto done;
-        }
-        cJSON_ArrayForEach(kv, m)
-        {
-            if (strcmp(kv->string, "role") && strcmp(kv->string, "content")) {
-                tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages.%d.%.40s: Extra inputs are not permitted", i, kv->string);
-                goto done;
-            }
-        }
-        const char *r = role->valuestring[0] == 'u' ? "user" : "assistant";
-        /* consecutive turns of one role are one turn, as Anthropic does */
+        if ((st = msg_check_turn(m, i, &r, e)) != TP_OK) goto done;
         if (g.role && strcmp(g.role, r) != 0) group_flush(&g, msgs);
         g.role = r;
-        if (turn_blocks(c, i, &g, e)) goto done;
+        if (turn_blocks(field(m, "content"), i, &g, e)) {
+            st = e->status;
+            goto done;
+        }
         prev_role = r;
         i++;
     }
     group_flush(&g, msgs);
-    if (prev_role && prev_role[0] == 'a' && !for_count) {
-        tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages: the last message is from the assistant (a prefill to continue); "
+    if (prev_role && prev_role[0] == 'a' && !for_count)
+        st = tp_api_err(e, TP_ERR_INVALID_ARG, "messages", "messages: the last message is from the assistant (a prefill to continue); "
                                         "this server starts a new assistant turn and does not continue one, so end "
                                         "with a user message");
-        goto done;
-    }
-    if (translate_tools(root, out, for_count, e)) goto done;
-    rc = tp_run_parse_chat(s, out, rename_fields, p, e);
 done:
     g.role = NULL; /* nothing more to emit */
     cJSON_Delete(g.results);
     cJSON_Delete(g.calls);
     tp_buf_free(&g.text);
     tp_buf_free(&b);
+    return st;
+}
+
+/* Validate an Anthropic Messages body and translate it into p (for_count:
+ * count_tokens, which has no max_tokens and generates nothing).
+ * 0, or nonzero with e filled. */
+static int parse_messages_request(struct tp_server *s, const char *body, size_t len, int for_count,
+                                  struct tp_req_params *p, struct tp_api_error *e)
+{
+    cJSON *root = tp_json_parse(body, len, e);
+    if (!root) return -1;
+    cJSON *out = cJSON_CreateObject();
+    int rc = -1;
+    if (!out) {
+        tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
+        goto done;
+    }
+    if (msg_check_known(root, for_count, e) != TP_OK) goto done;
+    const cJSON *v = field(root, "model");
+    if (!cJSON_IsString(v)) {
+        tp_api_err(e, TP_ERR_INVALID_ARG, "model", "model: Field required (a string)");
+        goto done;
+    }
+    cJSON_AddStringToObject(out, "model", v->valuestring);
+    if (!for_count && msg_parse_sampling(root, out, e) != TP_OK) goto done;
+    if (msg_check_thinking(root, e) != TP_OK) goto done;
+    cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
+    if (msg_translate_turns(root, for_count, msgs, e) != TP_OK) goto done;
+    if (translate_tools(root, out, for_count, e)) goto done;
+    rc = tp_run_parse_chat(s, out, rename_fields, p, e);
+done:
     cJSON_Delete(out);
     cJSON_Delete(root);
     return rc;
@@ -757,13 +774,5 @@ enum MHD_Result tp_api_messages_count(struct tp_server *s, struct MHD_Connection
     struct tp_req_params p;
     struct tp_api_error e;
     if (parse_messages_request(s, body, len, 1, &p, &e) != 0) return tp_run_send_error(s, c, &messages_ops, &e);
-    int32_t *ids = NULL;
-    int n = 0;
-    enum tp_status st = tp_run_tokens(s, &p, "messages", &ids, &n, &e);
-    free(ids);
-    tp_req_params_free(&p);
-    if (st != TP_OK) return tp_run_send_error(s, c, &messages_ops, &e);
-    char json[64];
-    snprintf(json, sizeof json, "{\"input_tokens\":%d}", n);
-    return tp_http_send_json(s, c, 200, json);
+    return tp_run_count_tokens(s, c, &messages_ops, &p, "messages", "");
 }

@@ -467,8 +467,6 @@ static const char *const rename_fields[][2] = {
     {NULL, NULL},
 };
 
-/* Validate a Responses body and translate it into p; ctx gets what the
- * answer repeats.  for_count: /v1/responses/input_tokens. */
 /* What a response repeats for a field the request left out: the server's generation defaults for temperature
  * and top_p, true for parallel_tool_calls, else null. */
 static cJSON *echo_default(const struct tp_server *s, const char *name)
@@ -478,13 +476,10 @@ static cJSON *echo_default(const struct tp_server *s, const char *name)
     return strcmp(name, "parallel_tool_calls") == 0 ? cJSON_CreateTrue() : cJSON_CreateNull();
 }
 
-static int parse_request(struct tp_server *s, const char *body, size_t len, int for_count, struct tp_req_params *p,
-                         struct resp_ctx *ctx, struct tp_api_error *e)
+/* Every field of the body is one the Responses API has, and none that would change the answer but that this
+ * server does not implement.  TP_OK or TP_ERR_INVALID_ARG (e filled). */
+static enum tp_status resp_check_known(const cJSON *root, struct tp_api_error *e)
 {
-    cJSON *root = tp_json_parse(body, len, e);
-    if (!root) return -1;
-    cJSON *out = cJSON_CreateObject(), *echo = ctx->echo = cJSON_CreateObject();
-    int rc = -1;
     static const char *const known[] = {
         "model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice", "text",
         "reasoning", "stream", "store", "previous_response_id", "metadata", "parallel_tool_calls", "truncation", "user",
@@ -498,10 +493,9 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
         if (!ok) {
             tp_api_err(e, TP_ERR_INVALID_ARG, kv->string, "Unknown parameter: '%.60s'.", kv->string);
             e->code = "unknown_parameter";
-            goto done;
+            return e->status;
         }
     }
-    /* fields that would change the answer but that this server does not implement */
     static const char *const refused[][2] = {
         {"conversation", "conversations are not stored by this server; use previous_response_id"},
         {"prompt", "prompt templates are not stored by this server; send the input"},
@@ -509,92 +503,84 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
     };
     for (size_t i = 0; i < TP_ARRAY_LEN(refused); i++) {
         const cJSON *v = field(root, refused[i][0]);
-        if (v && !(cJSON_IsBool(v) && !cJSON_IsTrue(v))) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, refused[i][0], "'%s': %s", refused[i][0], refused[i][1]);
-            goto done;
-        }
+        if (v && !(cJSON_IsBool(v) && !cJSON_IsTrue(v)))
+            return tp_api_err(e, TP_ERR_INVALID_ARG, refused[i][0], "'%s': %s", refused[i][0], refused[i][1]);
     }
+    return TP_OK;
+}
+
+/* top_logprobs (0 only), include (the encrypted reasoning only: there is none to include) and reasoning (no
+ * effort but "none"; a summary is accepted, there is none to summarise).  TP_OK or TP_ERR_INVALID_ARG. */
+static enum tp_status resp_check_reasoning(const cJSON *root, struct tp_api_error *e)
+{
     const cJSON *v = field(root, "top_logprobs");
-    if (v && !(cJSON_IsNumber(v) && v->valuedouble == 0)) {
-        tp_api_err(e, TP_ERR_INVALID_ARG, "top_logprobs", "'top_logprobs' is not supported on /v1/responses by this server; use "
+    if (v && !(cJSON_IsNumber(v) && v->valuedouble == 0))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "top_logprobs", "'top_logprobs' is not supported on /v1/responses by this server; use "
                                             "/v1/chat/completions with logprobs");
-        goto done;
-    }
     v = field(root, "include");
     if (v) {
-        if (!cJSON_IsArray(v)) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "include", "'include' must be a list of strings");
-            goto done;
-        }
+        if (!cJSON_IsArray(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "include", "'include' must be a list of strings");
         const cJSON *inc;
         cJSON_ArrayForEach(inc, v)
         {
-            /* encrypted reasoning: there is none to include */
-            if (!cJSON_IsString(inc) || strcmp(inc->valuestring, "reasoning.encrypted_content") != 0) {
-                tp_api_err(e, TP_ERR_INVALID_ARG, "include", "'include' value '%.60s' is not supported by this server",
+            if (!cJSON_IsString(inc) || strcmp(inc->valuestring, "reasoning.encrypted_content") != 0)
+                return tp_api_err(e, TP_ERR_INVALID_ARG, "include", "'include' value '%.60s' is not supported by this server",
                             cJSON_IsString(inc) ? inc->valuestring : "?");
-                goto done;
-            }
         }
     }
     v = field(root, "reasoning");
-    if (v) {
-        const cJSON *eff = cJSON_IsObject(v) ? field(v, "effort") : NULL;
-        if (!cJSON_IsObject(v) || (eff && !(cJSON_IsString(eff) && strcmp(eff->valuestring, "none") == 0))) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning.effort", "'reasoning.effort' is not supported with this model: it has no "
-                                                    "reasoning channel; leave 'reasoning' out");
-            e->code = "unsupported_parameter";
-            goto done;
-        }
-        /* a summary of the reasoning (Codex asks for "auto"): there is none to summarise */
-        cJSON_ArrayForEach(kv, v)
-        {
-            const int sum = strcmp(kv->string, "summary") == 0 || strcmp(kv->string, "generate_summary") == 0;
-            if (strcmp(kv->string, "effort") && !sum) {
-                tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning", "Unknown parameter: 'reasoning.%.40s'.", kv->string);
-                e->code = "unknown_parameter";
-                goto done;
-            }
-            if (sum && !cJSON_IsNull(kv) &&
-                !(cJSON_IsString(kv) && (strcmp(kv->valuestring, "auto") == 0 || strcmp(kv->valuestring, "concise") == 0 ||
-                                         strcmp(kv->valuestring, "detailed") == 0))) {
-                tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning", "'reasoning.%s' must be \"auto\", \"concise\" or "
-                           "\"detailed\"", kv->string);
-                goto done;
-            }
-        }
+    if (!v) return TP_OK;
+    const cJSON *eff = cJSON_IsObject(v) ? field(v, "effort") : NULL;
+    if (!cJSON_IsObject(v) || (eff && !(cJSON_IsString(eff) && strcmp(eff->valuestring, "none") == 0))) {
+        tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning.effort", "'reasoning.effort' is not supported with this model: it has no "
+                                                "reasoning channel; leave 'reasoning' out");
+        e->code = "unsupported_parameter";
+        return e->status;
     }
-    v = field(root, "truncation");
-    if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "disabled") == 0 || strcmp(v->valuestring, "auto") == 0))) {
-        tp_api_err(e, TP_ERR_INVALID_ARG, "truncation", "'truncation' must be \"disabled\" or \"auto\"");
-        goto done;
+    /* a summary of the reasoning (Codex asks for "auto") */
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, v)
+    {
+        const int sum = strcmp(kv->string, "summary") == 0 || strcmp(kv->string, "generate_summary") == 0;
+        if (strcmp(kv->string, "effort") && !sum) {
+            tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning", "Unknown parameter: 'reasoning.%.40s'.", kv->string);
+            e->code = "unknown_parameter";
+            return e->status;
+        }
+        if (sum && !cJSON_IsNull(kv) &&
+            !(cJSON_IsString(kv) && (strcmp(kv->valuestring, "auto") == 0 || strcmp(kv->valuestring, "concise") == 0 ||
+                                     strcmp(kv->valuestring, "detailed") == 0)))
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "reasoning", "'reasoning.%s' must be \"auto\", \"concise\" or "
+                       "\"detailed\"", kv->string);
     }
+    return TP_OK;
+}
+
+/* The plain fields: truncation, store (ctx->store), metadata, client_metadata, the strings; the model and the
+ * sampling fields passed on to the chat-completions body out, and what the response repeats into echo.
+ * for_count: /v1/responses/input_tokens (no max_output_tokens, no stream).  TP_OK or TP_ERR_INVALID_ARG. */
+static enum tp_status resp_parse_plain(const struct tp_server *s, const cJSON *root, int for_count, cJSON *out,
+                                       cJSON *echo, struct resp_ctx *ctx, struct tp_api_error *e)
+{
+    const cJSON *v = field(root, "truncation");
+    if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "disabled") == 0 || strcmp(v->valuestring, "auto") == 0)))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "truncation", "'truncation' must be \"disabled\" or \"auto\"");
     cJSON_AddStringToObject(echo, "truncation", "disabled");
     v = field(root, "store");
-    if (v && !cJSON_IsBool(v)) {
-        tp_api_err(e, TP_ERR_INVALID_ARG, "store", "'store' must be a boolean");
-        goto done;
-    }
+    if (v && !cJSON_IsBool(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, "store", "'store' must be a boolean");
     ctx->store = !v || cJSON_IsTrue(v);
     cJSON_AddBoolToObject(echo, "store", ctx->store);
     v = field(root, "metadata");
-    if (v && !cJSON_IsObject(v)) {
-        tp_api_err(e, TP_ERR_INVALID_ARG, "metadata", "'metadata' must be an object of strings");
-        goto done;
-    }
+    if (v && !cJSON_IsObject(v))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "metadata", "'metadata' must be an object of strings");
     cJSON_AddItemToObject(echo, "metadata", v ? cJSON_Duplicate(v, 1) : cJSON_CreateObject());
     v = field(root, "client_metadata"); /* what Codex says about itself (session ids): changes nothing */
-    if (v && !cJSON_IsObject(v)) {
-        tp_api_err(e, TP_ERR_INVALID_ARG, "client_metadata", "'client_metadata' must be an object");
-        goto done;
-    }
+    if (v && !cJSON_IsObject(v))
+        return tp_api_err(e, TP_ERR_INVALID_ARG, "client_metadata", "'client_metadata' must be an object");
     static const char *const strs[] = {"user", "service_tier", "prompt_cache_key", "safety_identifier", "model"};
     for (size_t i = 0; i < TP_ARRAY_LEN(strs); i++) {
         v = field(root, strs[i]);
-        if (v && !cJSON_IsString(v)) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, strs[i], "'%s' must be a string", strs[i]);
-            goto done;
-        }
+        if (v && !cJSON_IsString(v)) return tp_api_err(e, TP_ERR_INVALID_ARG, strs[i], "'%s' must be a string", strs[i]);
     }
     v = field(root, "model");
     if (v) cJSON_AddStringToObject(out, "model", v->valuestring);
@@ -611,46 +597,58 @@ static int parse_request(struct tp_server *s, const char *body, size_t len, int 
         cJSON_AddItemToObject(echo, pass[i][0], v ? cJSON_Duplicate(v, 1) : echo_default(s, pass[i][0]));
     }
     if (for_count) cJSON_DeleteItemFromObject(out, "stream");
-    /* the conversation: previous response's, then instructions first, then input */
+    return TP_OK;
+}
+
+/* The conversation as out's messages: the previous response's (ctx->history from the store), then the
+ * instructions first, then the input (ctx->input_items for the store unless for_count).  TP_OK or an error
+ * in e. */
+static enum tp_status resp_conversation(struct tp_server *s, const cJSON *root, int for_count, cJSON *out,
+                                        cJSON *echo, struct resp_ctx *ctx, struct tp_api_error *e)
+{
     cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
     ctx->history = cJSON_CreateArray();
-    v = field(root, "previous_response_id");
+    const cJSON *v = field(root, "previous_response_id");
     cJSON_AddItemToObject(echo, "previous_response_id", v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull());
     if (v) {
-        if (!cJSON_IsString(v)) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "previous_response_id", "'previous_response_id' must be a string");
-            goto done;
-        }
+        if (!cJSON_IsString(v))
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "previous_response_id", "'previous_response_id' must be a string");
         cJSON *prev = store_get(s, v->valuestring, e);
-        if (!prev) goto done;
+        if (!prev) return e->status;
         cJSON_Delete(ctx->history);
         ctx->history = prev;
     }
     v = field(root, "instructions");
     cJSON_AddItemToObject(echo, "instructions", v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull());
     if (v) {
-        if (!cJSON_IsString(v)) {
-            tp_api_err(e, TP_ERR_INVALID_ARG, "instructions", "'instructions' must be a string");
-            goto done;
-        }
+        if (!cJSON_IsString(v))
+            return tp_api_err(e, TP_ERR_INVALID_ARG, "instructions", "'instructions' must be a string");
         add_msg(msgs, "system", v->valuestring);
     }
     v = field(root, "input");
-    if (!v) {
-        tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' is required (a string or a list of items)");
-        goto done;
-    }
-    if (!for_count && !(ctx->input_items = cJSON_CreateArray())) {
-        tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
-        goto done;
-    }
-    if (translate_input(v, ctx->history, ctx->input_items, e)) goto done;
+    if (!v) return tp_api_err(e, TP_ERR_INVALID_ARG, "input", "'input' is required (a string or a list of items)");
+    if (!for_count && !(ctx->input_items = cJSON_CreateArray()))
+        return tp_api_err(e, TP_ERR_NOMEM, NULL, "out of memory");
+    if (translate_input(v, ctx->history, ctx->input_items, e)) return e->status;
     const cJSON *m;
     cJSON_ArrayForEach(m, ctx->history) cJSON_AddItemToArray(msgs, cJSON_Duplicate(m, 1));
-    if (translate_tools(root, out, echo, e)) goto done;
-    if (translate_text(root, out, echo, e)) goto done;
-    rc = tp_run_parse_chat(s, out, rename_fields, p, e);
-done:
+    return TP_OK;
+}
+
+/* Validate a Responses body and translate it into p (through the equivalent chat-completions body); ctx gets
+ * what the answer repeats.  for_count: /v1/responses/input_tokens.  0, or nonzero with e filled. */
+static int parse_request(struct tp_server *s, const char *body, size_t len, int for_count, struct tp_req_params *p,
+                         struct resp_ctx *ctx, struct tp_api_error *e)
+{
+    cJSON *root = tp_json_parse(body, len, e);
+    if (!root) return -1;
+    cJSON *out = cJSON_CreateObject(), *echo = ctx->echo = cJSON_CreateObject();
+    int rc = -1;
+    if (resp_check_known(root, e) == TP_OK && resp_check_reasoning(root, e) == TP_OK &&
+        resp_parse_plain(s, root, for_count, out, echo, ctx, e) == TP_OK &&
+        resp_conversation(s, root, for_count, out, echo, ctx, e) == TP_OK && !translate_tools(root, out, echo, e) &&
+        !translate_text(root, out, echo, e))
+        rc = tp_run_parse_chat(s, out, rename_fields, p, e);
     cJSON_Delete(out);
     cJSON_Delete(root);
     return rc;
@@ -1040,15 +1038,7 @@ enum MHD_Result tp_api_responses_input_tokens(struct tp_server *s, struct MHD_Co
     cJSON_Delete(ctx.history);
     cJSON_Delete(ctx.input_items);
     if (rc != 0) return tp_run_send_error(s, c, &responses_ops, &e);
-    int32_t *ids = NULL;
-    int n = 0;
-    enum tp_status st = tp_run_tokens(s, &p, "input", &ids, &n, &e);
-    free(ids);
-    tp_req_params_free(&p);
-    if (st != TP_OK) return tp_run_send_error(s, c, &responses_ops, &e);
-    char json[96];
-    snprintf(json, sizeof json, "{\"object\":\"response.input_tokens\",\"input_tokens\":%d}", n);
-    return tp_http_send_json(s, c, 200, json);
+    return tp_run_count_tokens(s, c, &responses_ops, &p, "input", "\"object\":\"response.input_tokens\",");
 }
 
 /* ------------------------------------------------------------ stored responses */

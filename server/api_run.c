@@ -41,6 +41,21 @@ enum MHD_Result tp_run_send_error(struct tp_server *s, struct MHD_Connection *c,
     return ret;
 }
 
+enum MHD_Result tp_run_count_tokens(struct tp_server *s, struct MHD_Connection *c, const struct tp_run_ops *ops,
+                                    struct tp_req_params *p, const char *param, const char *object_kv)
+{
+    struct tp_api_error e = {0};
+    int32_t *ids = NULL;
+    int n = 0;
+    enum tp_status st = tp_run_tokens(s, p, param, &ids, &n, &e);
+    free(ids);
+    tp_req_params_free(p);
+    if (st != TP_OK) return tp_run_send_error(s, c, ops, &e);
+    char json[160];
+    snprintf(json, sizeof json, "{%s\"input_tokens\":%d}", object_kv, n);
+    return tp_http_send_json(s, c, 200, json);
+}
+
 void tp_run_make_id(struct tp_server *s, const char *prefix, char *out, size_t cap)
 {
     uint64_t num = __atomic_add_fetch(&s->next_id, 1, __ATOMIC_RELAXED);

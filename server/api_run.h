@@ -167,6 +167,12 @@ enum MHD_Result tp_run_request(struct tp_server *s, struct MHD_Connection *c, co
 enum MHD_Result tp_run_send_error(struct tp_server *s, struct MHD_Connection *c, const struct tp_run_ops *ops,
                                   const struct tp_api_error *e);
 
+/* A token-counting endpoint's answer for the parsed request p (freed here): the prompt tp_run_tokens builds
+ * (param names the field an error blames), answered as {"<object_kv>""input_tokens":N} (object_kv: "" or
+ * the JSON members to put first, each followed by a comma), or the error in the API's shape. */
+enum MHD_Result tp_run_count_tokens(struct tp_server *s, struct MHD_Connection *c, const struct tp_run_ops *ops,
+                                    struct tp_req_params *p, const char *param, const char *object_kv);
+
 /*
  * Parse an OpenAI chat-completions body (text of `req`, printed with
  * tp_json_print) into p: tp_req_parse with the server's vocabulary and

@@ -745,6 +745,198 @@ static int class_bytes(const struct tp_rx *d, int c)
     return 2;
 }
 
+/* The product automaton of product() while it is built. */
+struct prod {
+    const struct tp_rx *a, *b; /* b may be NULL */
+    int mn, mx, counting;      /* the character counter: minimum, maximum (-1: none), whether it counts */
+    int n_cls;                 /* classes of the product: a byte's (a class, b class) pair */
+    int rep[TP_RX_SYMS];       /* (n_cls) a byte of each class */
+    struct triple *st;         /* (n) the states: (a state, b state, characters counted) */
+    int n, cap;
+    uint16_t *next;            /* (n, n_cls) transitions, TP_RX_DEAD where a, b or the counter dies */
+    int32_t *dist;             /* (n) bytes of the shortest completion; INT32_MAX: none */
+};
+
+/* out->cls, out->n_cls and P->rep: one class per (a class, b class) pair that some byte has.  0 or -2. */
+static int prod_classes(struct prod *P, struct tp_rx *out)
+{
+    const struct tp_rx *a = P->a, *b = P->b;
+    int *pmap = malloc((size_t)a->n_cls * (size_t)(b ? b->n_cls : 1) * sizeof *pmap);
+    if (!pmap) return -2;
+    for (int i = 0; i < a->n_cls * (b ? b->n_cls : 1); i++) pmap[i] = -1;
+    P->n_cls = 0;
+    for (int s = 0; s < TP_RX_SYMS; s++) {
+        int key = a->cls[s] * (b ? b->n_cls : 1) + (b ? b->cls[s] : 0);
+        if (pmap[key] < 0) {
+            P->rep[P->n_cls] = s;
+            pmap[key] = P->n_cls++;
+        }
+        out->cls[s] = (uint8_t)pmap[key];
+    }
+    out->n_cls = P->n_cls;
+    free(pmap);
+    return 0;
+}
+
+/* P->st, P->n and P->next: the product states reachable from (0, 0, 0), breadth first.  0, -1 (too many
+ * states: r->err), -2 out of memory. */
+static int prod_explore(struct rp *r, struct prod *P)
+{
+    const int n_cls = P->n_cls, mn = P->mn, mx = P->mx;
+    int rc = -2;
+    int *hash = calloc(2 * MAX_DFA, sizeof *hash);
+    if (!hash) return -2;
+    struct triple t0 = {0, 0, 0};
+    if (triple_get(&P->st, &P->n, &P->cap, hash, 2 * MAX_DFA, t0) < 0) goto out;
+    size_t ncap = 0;
+    for (int i = 0; i < P->n; i++) {
+        if ((size_t)P->n * (size_t)n_cls > ncap) {
+            ncap = 2 * (size_t)(P->n > 64 ? P->n : 64) * (size_t)n_cls;
+            uint16_t *nx = realloc(P->next, ncap * sizeof *nx);
+            if (!nx) goto out;
+            P->next = nx;
+        }
+        const struct triple cur = P->st[i];
+        for (int c = 0; c < n_cls; c++) {
+            const int s = P->rep[c];
+            unsigned na = tp_rx_step(P->a, cur.a, s), nb = P->b ? tp_rx_step(P->b, cur.b, s) : 0;
+            int nk = cur.k;
+            if (P->counting) nk = mx >= 0 ? (cur.k < mx ? cur.k + 1 : -1) : (cur.k < mn ? cur.k + 1 : mn);
+            int t = TP_RX_DEAD;
+            if (na != TP_RX_DEAD && nb != TP_RX_DEAD && nk >= 0) {
+                struct triple nt = {(uint16_t)na, (uint16_t)nb, nk};
+                t = triple_get(&P->st, &P->n, &P->cap, hash, 2 * MAX_DFA, nt);
+                if (t == -1) {
+                    rc = rfail(r, "pattern with minLength / maxLength too complex (more than %d automaton states)", MAX_DFA);
+                    goto out;
+                }
+                if (t < 0) goto out;
+            }
+            P->next[(size_t)i * (size_t)n_cls + (size_t)c] = (uint16_t)t;
+        }
+    }
+    rc = 0;
+out:
+    free(hash);
+    return rc;
+}
+
+/* Whether product state q accepts: a and b accept, and the counter has reached the minimum. */
+static int prod_accepting(const struct prod *P, int q)
+{
+    const struct triple *t = &P->st[q];
+    return P->a->accept[t->a] && (!P->b || P->b->accept[t->b]) && t->k >= P->mn;
+}
+
+/* The heap of (dist, state) pairs of prod_dist: heap[2 i], heap[2 i + 1]; *hn entries. */
+static void heap_pop(int *heap, int *hn)
+{
+    (*hn)--;
+    heap[0] = heap[2 * *hn];
+    heap[1] = heap[2 * *hn + 1];
+    for (int i = 0;;) {
+        int l = 2 * i + 1, rr = l + 1, m = i;
+        if (l < *hn && heap[2 * l] < heap[2 * m]) m = l;
+        if (rr < *hn && heap[2 * rr] < heap[2 * m]) m = rr;
+        if (m == i) break;
+        int t0d = heap[2 * i], t0q = heap[2 * i + 1];
+        heap[2 * i] = heap[2 * m], heap[2 * i + 1] = heap[2 * m + 1];
+        heap[2 * m] = t0d, heap[2 * m + 1] = t0q;
+        i = m;
+    }
+}
+
+static void heap_push(int *heap, int *hn, int d, int q)
+{
+    int i = (*hn)++;
+    heap[2 * i] = d, heap[2 * i + 1] = q;
+    while (i > 0 && heap[2 * ((i - 1) / 2)] > heap[2 * i]) {
+        int pi = (i - 1) / 2, td = heap[2 * pi], tq = heap[2 * pi + 1];
+        heap[2 * pi] = heap[2 * i], heap[2 * pi + 1] = heap[2 * i + 1];
+        heap[2 * i] = td, heap[2 * i + 1] = tq;
+        i = pi;
+    }
+}
+
+/* P->dist: the reverse edges, then the shortest completion of every state in bytes (Dijkstra from the
+ * accepting states over out's classes; INT32_MAX: cannot reach one).  0 or -2. */
+static int prod_dist(struct prod *P, const struct tp_rx *out)
+{
+    const int n = P->n, n_cls = P->n_cls;
+    int rc = -2;
+    int *rfirst = calloc((size_t)n + 1, sizeof *rfirst);
+    int *radj = malloc(((size_t)n * (size_t)n_cls + 1) * sizeof *radj);
+    int *heap = malloc(((size_t)n * (size_t)n_cls + (size_t)n + 1) * 2 * sizeof *heap);
+    int *fill = malloc((size_t)n * sizeof *fill);
+    P->dist = malloc((size_t)n * sizeof *P->dist);
+    if (!rfirst || !radj || !P->dist || !heap || !fill) goto out;
+    const uint16_t *next = P->next;
+    for (size_t e = 0; e < (size_t)n * (size_t)n_cls; e++)
+        if (next[e] != TP_RX_DEAD) rfirst[next[e] + 1]++;
+    for (int q = 0; q < n; q++) rfirst[q + 1] += rfirst[q];
+    memcpy(fill, rfirst, (size_t)n * sizeof *fill);
+    for (size_t e = 0; e < (size_t)n * (size_t)n_cls; e++)
+        if (next[e] != TP_RX_DEAD) radj[fill[next[e]]++] = (int)e; /* e = from * n_cls + class */
+    int hn = 0;
+    for (int q = 0; q < n; q++) {
+        const int acc = prod_accepting(P, q);
+        P->dist[q] = acc ? 0 : INT32_MAX;
+        if (acc) heap_push(heap, &hn, 0, q);
+    }
+    int cb[TP_RX_SYMS];
+    for (int c = 0; c < n_cls; c++) cb[c] = class_bytes(out, c);
+    while (hn > 0) {
+        int d0 = heap[0], q = heap[1];
+        heap_pop(heap, &hn);
+        if (d0 > P->dist[q]) continue;
+        for (int k = rfirst[q]; k < rfirst[q + 1]; k++) {
+            const int p = radj[k] / n_cls, c = radj[k] % n_cls, nd = d0 + cb[c];
+            if (nd >= P->dist[p]) continue;
+            P->dist[p] = nd;
+            heap_push(heap, &hn, nd, p);
+        }
+    }
+    rc = 0;
+out:
+    free(rfirst);
+    free(radj);
+    free(heap);
+    free(fill);
+    return rc;
+}
+
+/* out's states, transitions, accept and dist: the live states of P (those with a completion), numbered in
+ * order (the start stays 0).  0 or -2. */
+static int prod_keep_live(const struct prod *P, struct tp_rx *out)
+{
+    const int n = P->n, n_cls = P->n_cls;
+    int *newid = malloc((size_t)n * sizeof *newid);
+    if (!newid) return -2;
+    int m = 0;
+    for (int q = 0; q < n; q++) newid[q] = P->dist[q] == INT32_MAX ? -1 : m++;
+    out->n_states = m;
+    out->next = malloc((size_t)m * (size_t)n_cls * sizeof *out->next);
+    out->accept = malloc((size_t)m);
+    out->dist = malloc((size_t)m * sizeof *out->dist);
+    if (!out->next || !out->accept || !out->dist) {
+        free(newid);
+        return -2;
+    }
+    for (int q = 0; q < n; q++) {
+        if (newid[q] < 0) continue;
+        const int i = newid[q];
+        out->accept[i] = (uint8_t)(P->dist[q] == 0 && prod_accepting(P, q));
+        out->dist[i] = P->dist[q];
+        for (int c = 0; c < n_cls; c++) {
+            unsigned t = P->next[(size_t)q * (size_t)n_cls + (size_t)c];
+            out->next[(size_t)i * (size_t)n_cls + (size_t)c] =
+                (uint16_t)(t == TP_RX_DEAD || newid[t] < 0 ? TP_RX_DEAD : (unsigned)newid[t]);
+        }
+    }
+    free(newid);
+    return 0;
+}
+
 /*
  * out = a x b (b may be NULL) x a character counter (min_chars, max_chars),
  * restricted to the states that reach an accepting one, renumbered so the
@@ -752,147 +944,22 @@ static int class_bytes(const struct tp_rx *d, int c)
  */
 static int product(struct rp *r, const struct tp_rx *a, const struct tp_rx *b, int mn, int mx, struct tp_rx *out)
 {
-    int rc = -2, n = 0, cap = 0, n_cls = 0;
-    struct triple *st = NULL;
-    int *hash = calloc(2 * MAX_DFA, sizeof *hash);
-    uint16_t *next = NULL;
-    int *rfirst = NULL, *radj = NULL, *heap = NULL, *newid = NULL;
-    int32_t *dist = NULL;
-    int *pmap = malloc((size_t)a->n_cls * (size_t)(b ? b->n_cls : 1) * sizeof *pmap);
-    if (!hash || !pmap) goto out;
-    for (int i = 0; i < a->n_cls * (b ? b->n_cls : 1); i++) pmap[i] = -1;
-    int rep[TP_RX_SYMS];
-    for (int s = 0; s < TP_RX_SYMS; s++) {
-        int key = a->cls[s] * (b ? b->n_cls : 1) + (b ? b->cls[s] : 0);
-        if (pmap[key] < 0) {
-            rep[n_cls] = s;
-            pmap[key] = n_cls++;
-        }
-        out->cls[s] = (uint8_t)pmap[key];
-    }
-    out->n_cls = n_cls;
-    const int counting = mx >= 0 || mn > 0;
-    struct triple t0 = {0, 0, 0};
-    if (triple_get(&st, &n, &cap, hash, 2 * MAX_DFA, t0) < 0) goto out;
-    size_t ncap = 0;
-    for (int i = 0; i < n; i++) {
-        if ((size_t)n * (size_t)n_cls > ncap) {
-            ncap = 2 * (size_t)(n > 64 ? n : 64) * (size_t)n_cls;
-            uint16_t *nx = realloc(next, ncap * sizeof *nx);
-            if (!nx) goto out;
-            next = nx;
-        }
-        const struct triple cur = st[i];
-        for (int c = 0; c < n_cls; c++) {
-            const int s = rep[c];
-            unsigned na = tp_rx_step(a, cur.a, s), nb = b ? tp_rx_step(b, cur.b, s) : 0;
-            int nk = cur.k;
-            if (counting) nk = mx >= 0 ? (cur.k < mx ? cur.k + 1 : -1) : (cur.k < mn ? cur.k + 1 : mn);
-            int t = TP_RX_DEAD;
-            if (na != TP_RX_DEAD && nb != TP_RX_DEAD && nk >= 0) {
-                struct triple nt = {(uint16_t)na, (uint16_t)nb, nk};
-                t = triple_get(&st, &n, &cap, hash, 2 * MAX_DFA, nt);
-                if (t == -1) {
-                    rc = rfail(r, "pattern with minLength / maxLength too complex (more than %d automaton states)", MAX_DFA);
-                    goto out;
-                }
-                if (t < 0) goto out;
-            }
-            next[(size_t)i * (size_t)n_cls + (size_t)c] = (uint16_t)t;
-        }
-    }
-    /* reverse edges, then the shortest completion of every state (Dijkstra
-     * from the accepting states; infinite: cannot reach one) */
-    rfirst = calloc((size_t)n + 1, sizeof *rfirst);
-    radj = malloc(((size_t)n * (size_t)n_cls + 1) * sizeof *radj);
-    dist = malloc((size_t)n * sizeof *dist);
-    heap = malloc(((size_t)n * (size_t)n_cls + (size_t)n + 1) * 2 * sizeof *heap);
-    newid = malloc((size_t)n * sizeof *newid);
-    if (!rfirst || !radj || !dist || !heap || !newid) goto out;
-    for (size_t e = 0; e < (size_t)n * (size_t)n_cls; e++)
-        if (next[e] != TP_RX_DEAD) rfirst[next[e] + 1]++;
-    for (int q = 0; q < n; q++) rfirst[q + 1] += rfirst[q];
-    memcpy(newid, rfirst, (size_t)n * sizeof *newid);
-    for (size_t e = 0; e < (size_t)n * (size_t)n_cls; e++)
-        if (next[e] != TP_RX_DEAD) radj[newid[next[e]]++] = (int)e; /* e = from * n_cls + class */
-    int hn = 0;
-    for (int q = 0; q < n; q++) {
-        const int acc = a->accept[st[q].a] && (!b || b->accept[st[q].b]) && st[q].k >= mn;
-        dist[q] = acc ? 0 : INT32_MAX;
-        if (acc) heap[2 * hn] = 0, heap[2 * hn + 1] = q, hn++;
-    }
-    int cb[TP_RX_SYMS];
-    for (int c = 0; c < n_cls; c++) cb[c] = class_bytes(out, c);
-    while (hn > 0) { /* binary heap of (dist, state) pairs */
-        int d0 = heap[0], q = heap[1];
-        hn--;
-        heap[0] = heap[2 * hn];
-        heap[1] = heap[2 * hn + 1];
-        for (int i = 0;;) {
-            int l = 2 * i + 1, rr = l + 1, m = i;
-            if (l < hn && heap[2 * l] < heap[2 * m]) m = l;
-            if (rr < hn && heap[2 * rr] < heap[2 * m]) m = rr;
-            if (m == i) break;
-            int t0d = heap[2 * i], t0q = heap[2 * i + 1];
-            heap[2 * i] = heap[2 * m], heap[2 * i + 1] = heap[2 * m + 1];
-            heap[2 * m] = t0d, heap[2 * m + 1] = t0q;
-            i = m;
-        }
-        if (d0 > dist[q]) continue;
-        for (int k = rfirst[q]; k < rfirst[q + 1]; k++) {
-            const int p = radj[k] / n_cls, c = radj[k] % n_cls, nd = d0 + cb[c];
-            if (nd >= dist[p]) continue;
-            dist[p] = nd;
-            int i = hn++;
-            heap[2 * i] = nd, heap[2 * i + 1] = p;
-            while (i > 0 && heap[2 * ((i - 1) / 2)] > heap[2 * i]) {
-                int pi = (i - 1) / 2, td = heap[2 * pi], tq = heap[2 * pi + 1];
-                heap[2 * pi] = heap[2 * i], heap[2 * pi + 1] = heap[2 * i + 1];
-                heap[2 * i] = td, heap[2 * i + 1] = tq;
-                i = pi;
-            }
-        }
-    }
-    if (dist[0] == INT32_MAX) {
+    struct prod P = {.a = a, .b = b, .mn = mn, .mx = mx, .counting = mx >= 0 || mn > 0};
+    int rc = prod_classes(&P, out);
+    if (rc == 0) rc = prod_explore(r, &P);
+    if (rc == 0) rc = prod_dist(&P, out);
+    if (rc == 0 && P.dist[0] == INT32_MAX)
         rc = rfail(r, "no string the server generates matches the pattern / format%s (it writes printable ASCII "
                       "without '\"' or '\\' and some non-ASCII letters, no escapes)",
-                   counting ? " within minLength / maxLength" : "");
-        goto out;
-    }
-    /* keep the live states, numbered in order (the start stays 0) */
-    int m = 0;
-    for (int q = 0; q < n; q++) newid[q] = dist[q] == INT32_MAX ? -1 : m++;
-    out->n_states = m;
-    out->next = malloc((size_t)m * (size_t)n_cls * sizeof *out->next);
-    out->accept = malloc((size_t)m);
-    out->dist = malloc((size_t)m * sizeof *out->dist);
-    if (!out->next || !out->accept || !out->dist) goto out;
-    for (int q = 0; q < n; q++) {
-        if (newid[q] < 0) continue;
-        const int i = newid[q];
-        out->accept[i] = (uint8_t)(dist[q] == 0 && a->accept[st[q].a] && (!b || b->accept[st[q].b]) && st[q].k >= mn);
-        out->dist[i] = dist[q];
-        for (int c = 0; c < n_cls; c++) {
-            unsigned t = next[(size_t)q * (size_t)n_cls + (size_t)c];
-            out->next[(size_t)i * (size_t)n_cls + (size_t)c] =
-                (uint16_t)(t == TP_RX_DEAD || newid[t] < 0 ? TP_RX_DEAD : (unsigned)newid[t]);
-        }
-    }
-    rc = 0;
-out:
+                   P.counting ? " within minLength / maxLength" : "");
+    if (rc == 0) rc = prod_keep_live(&P, out);
     if (rc == -2) {
         r->failed = -2;
         snprintf(r->err, r->err_cap, "out of memory");
     }
-    free(st);
-    free(hash);
-    free(next);
-    free(pmap);
-    free(rfirst);
-    free(radj);
-    free(dist);
-    free(heap);
-    free(newid);
+    free(P.st);
+    free(P.next);
+    free(P.dist);
     return rc;
 }
 

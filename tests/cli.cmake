@@ -35,6 +35,11 @@ set_tests_properties(cli.help_names_command PROPERTIES LABELS unit TIMEOUT 30)
 # bench comm --compare-mpi with --backend mpi would compare MPI with itself: a usage error, before any MPI start.
 tp_expect_test(cli.compare_mpi_backend_mpi RC 2 REGEX "it would compare MPI with itself" LABELS unit
                COMMAND $<TARGET_FILE:tpserve> bench comm --compare-mpi --backend mpi)
+# bench comm --gap-type: a weight type whose blocks divide N_EMBD, and only with --gap-bytes (usage errors).
+tp_expect_test(cli.bench_comm_gap_type_bad RC 2 REGEX "--gap-type wants a weight type .*N_EMBD 48.*got 'q4_k'"
+               LABELS unit COMMAND $<TARGET_FILE:tpserve> bench comm --decode 48 --gap-bytes 4K --gap-type q4_k)
+tp_expect_test(cli.bench_comm_gap_type_alone RC 2 REGEX "--gap-type says how the --gap-bytes are read" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> bench comm --decode 64 --gap-type q4_0)
 # plan counts gpt-oss's KV layer by layer: 12 windowed layers hold rings of 128 + 512 positions, the
 # 12 others the context (f16, 8 KV heads of 64: 13.9 MiB per KV head and sequence at 4096, not 24.0).
 tp_expect_test(cli.plan_gptoss_windowed_kv RC 0

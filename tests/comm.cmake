@@ -70,6 +70,17 @@ add_test(NAME comm.bench_json COMMAND sh -c
    [ \"$n\" -eq 11 ]"
   ${_tp_bin})
 set_tests_properties(comm.bench_json PROPERTIES LABELS multirank TIMEOUT 60)
+# --decode with the gaps read by the Q4_0 decode kernel, per part (attention, FFN, output head): the three
+# collectives of a step, each with the bytes read before it (none before the header, the mean of the two
+# parts before an all_sum), its synced times and the first rank's wait (a smoke test, not a measurement).
+add_test(NAME comm.bench_decode_gap_kernel COMMAND sh -c
+  "out=$(\"$0\" launch -n 2 -- \"$0\" bench comm --decode 64 --gap-bytes 16K,32K,64K --gap-type q4_0 --iters 5 \
+   --sync --json) || exit 1; printf '%s\\n' \"$out\"; n=0; \
+   for w in 'step header.*\"gap_bytes\":0,' 'all_sum.*\"gap_bytes\":24576,' 'argmax gather.*\"gap_bytes\":65536,'; do \
+     printf '%s\\n' \"$out\" | grep -q \"\\\"what\\\":\\\"$w\\\"gap_type\\\":\\\"q4_0\\\".*\\\"wait_us_mean\\\":\" && n=$((n+1)); done; \
+   [ \"$n\" -eq 3 ]"
+  ${_tp_bin})
+set_tests_properties(comm.bench_decode_gap_kernel PROPERTIES LABELS multirank TIMEOUT 60)
 # A worker exiting 88 (left out by rank 0's re-plan): launch neither restarts it nor takes it for a failure,
 # with or without --restart, and names it at the end; a failure after it still counts; rank 0's 88 is a
 # failure (docs/cli.md).

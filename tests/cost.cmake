@@ -15,7 +15,7 @@ set(_tp_test_costs
   model.fuzz_gguf                                 32     0
   model.fuzz_safetensors                          32     0
   server.node_structured_qwen3_1rank_shared       26    54
-  ops.plan_measured                               25    29
+  ops.plan_measured                               30    40
   server.http_abuse                               25    28
   server.node_structured_llama3_1rank_shared      21    62
   comm.blame                                      19    19

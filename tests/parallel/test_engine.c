@@ -33,68 +33,61 @@ static tp_parallel_t *open_stories(void)
     return p;
 }
 
-static void test_world1_api(void)
+/* Bad inputs to a step (st: 3 tokens of seq 0, whose ids and sequences are tok and seq): refused before
+ * anything runs, the engine stays usable. */
+static void w1_bad_inputs(tp_parallel_t *p, struct tp_step *st, int32_t *tok, int32_t *seq, float *logits)
 {
-    tp_parallel_t *p = open_stories();
-    if (!p) {
-        tp_test_skip("models/stories260K.gguf not found");
-        return;
-    }
-    CU_ASSERT_EQUAL(tp_parallel_rank(p), 0);
-    CU_ASSERT_EQUAL(tp_parallel_size(p), 1);
-    CU_ASSERT_EQUAL(tp_parallel_get_plan(p)->world_size, 1);
     const int V = tp_parallel_hparams(p)->n_vocab;
-    float *logits = malloc(2 * (size_t)V * sizeof(float));
-    CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
-
-    int32_t tok[3] = {1, 5, 9}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
-    int8_t want[3] = {0, 0, 1};
-    struct tp_step st = {{3, tok, pos, seq, want}, 0, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL};
-    /* bad inputs: refused before anything runs, engine stays usable */
     tok[1] = V;
-    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(tp_parallel_step(p, st, logits), TP_ERR_INVALID_ARG);
     CU_ASSERT(strstr(tp_parallel_last_error(p), "out of range") != NULL);
     tok[1] = 5;
     seq[2] = 2;
-    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(tp_parallel_step(p, st, logits), TP_ERR_INVALID_ARG);
     seq[2] = 0;
-    st.batch.n_tokens = 9; /* > n_batch */
-    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
-    st.batch.n_tokens = 3;
-    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, NULL), TP_ERR_INVALID_ARG);
+    st->batch.n_tokens = 9; /* > n_batch */
+    CU_ASSERT_EQUAL(tp_parallel_step(p, st, logits), TP_ERR_INVALID_ARG);
+    st->batch.n_tokens = 3;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, st, NULL), TP_ERR_INVALID_ARG);
     /* logit_bias entries: row beyond the logits rows, id beyond the vocabulary, bias beyond +-100, NULL list */
     int32_t brow[1] = {1}, bid[1] = {3};
     float bval[1] = {1.0f};
-    st.n_bias = 1;
-    st.bias_row = brow;
-    st.bias_id = bid;
-    st.bias_val = bval;
-    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG); /* one logits row: row 1 is out */
+    st->n_bias = 1;
+    st->bias_row = brow;
+    st->bias_id = bid;
+    st->bias_val = bval;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, st, logits), TP_ERR_INVALID_ARG); /* one logits row: row 1 is out */
     CU_ASSERT(strstr(tp_parallel_last_error(p), "logit_bias") != NULL);
     brow[0] = 0;
     bid[0] = V;
-    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(tp_parallel_step(p, st, logits), TP_ERR_INVALID_ARG);
     bid[0] = 3;
     bval[0] = -100.5f;
-    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(tp_parallel_step(p, st, logits), TP_ERR_INVALID_ARG);
     bval[0] = NAN;
-    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
-    st.bias_id = NULL;
-    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
-    st.n_bias = -1;
-    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_ERR_INVALID_ARG);
-    st.n_bias = 0;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, st, logits), TP_ERR_INVALID_ARG);
+    st->bias_id = NULL;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, st, logits), TP_ERR_INVALID_ARG);
+    st->n_bias = -1;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, st, logits), TP_ERR_INVALID_ARG);
+    st->n_bias = 0;
     CU_ASSERT_EQUAL(tp_parallel_is_poisoned(p), 0);
     CU_ASSERT_EQUAL(tp_parallel_worker_loop(p), TP_ERR_INVALID_ARG);
 
-    /* full logits, then the same step again after a clear, through the greedy API */
-    CU_ASSERT_EQUAL_FATAL(tp_parallel_step(p, &st, logits), TP_OK);
+}
+
+/* Full logits of st, then the same step again after a clear through the greedy and top-k APIs; a step that
+ * only clears. */
+static void w1_greedy_topk(tp_parallel_t *p, struct tp_step *st, float *logits)
+{
+    const int V = tp_parallel_hparams(p)->n_vocab;
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_step(p, st, logits), TP_OK);
     int best = 0;
     for (int i = 1; i < V; i++)
         if (logits[i] > logits[best]) best = i;
     int32_t clear_seq[1] = {0}, clear_from[1] = {0}, id = -1;
     float maxv = 0;
-    struct tp_step again = {{3, tok, pos, seq, want}, 1, clear_seq, clear_from, 0, NULL, NULL, NULL,
+    struct tp_step again = {st->batch, 1, clear_seq, clear_from, 0, NULL, NULL, NULL,
                             0, NULL, NULL, NULL, 0, NULL, NULL};
     CU_ASSERT_EQUAL_FATAL(tp_parallel_step_greedy(p, &again, &id, &maxv), TP_OK);
     CU_ASSERT_EQUAL(id, best);
@@ -117,7 +110,7 @@ static void test_world1_api(void)
     CU_ASSERT_EQUAL(tp_parallel_step_topk(p, &again, TP_PARALLEL_TOPK_MAX + 1, top, &lse), TP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(tp_parallel_step_topk(p, &again, 0, top, &lse), TP_ERR_INVALID_ARG);
     /* without the clear, positions 0..2 of seq 0 are taken: the model refuses, engine not poisoned */
-    enum tp_status rs = tp_parallel_step(p, &st, logits);
+    enum tp_status rs = tp_parallel_step(p, st, logits);
     if (rs != TP_OK) {
         CU_ASSERT_EQUAL(rs, TP_ERR_INVALID_ARG);
         CU_ASSERT_EQUAL(tp_parallel_is_poisoned(p), 0);
@@ -128,9 +121,14 @@ static void test_world1_api(void)
     CU_ASSERT_EQUAL(tp_parallel_step(p, &only_clear, NULL), TP_OK);
     CU_ASSERT_EQUAL(tp_parallel_ping(p), TP_OK);
 
-    /* KV copy lists: out-of-range entries are refused before anything is sent; a copy of
-     * more positions than the source holds is refused by the model; neither poisons */
-    CU_ASSERT_EQUAL(tp_parallel_step(p, &st, logits), TP_OK); /* seq 0 holds 3 positions */
+}
+
+/* KV copy lists: out-of-range entries are refused before anything is sent; a copy of more positions than
+ * the source holds is refused by the model; neither poisons; a good copy continues the source. */
+static void w1_kv_copy(tp_parallel_t *p, struct tp_step *st, float *logits)
+{
+    const int V = tp_parallel_hparams(p)->n_vocab;
+    CU_ASSERT_EQUAL(tp_parallel_step(p, st, logits), TP_OK); /* seq 0 holds 3 positions */
     int32_t cd[1] = {1}, cs[1] = {0}, cl[1] = {3};
     struct tp_step cp = {{0, NULL, NULL, NULL, NULL}, 0, NULL, NULL, 1, cd, cs, cl, 0, NULL, NULL, NULL, 0, NULL, NULL};
     const int n_ctx = tp_model_n_ctx(tp_parallel_model(p));
@@ -165,6 +163,30 @@ static void test_world1_api(void)
     CU_ASSERT_EQUAL(tp_parallel_step(p, &cp, logits), TP_OK);
     CU_ASSERT_EQUAL(memcmp(logits, logits + V, (size_t)V * sizeof(float)), 0);
     CU_ASSERT_EQUAL(tp_parallel_ping(p), TP_OK);
+
+}
+
+/* One rank through the public API: refusals, logits, greedy and top-k, KV copies, the stats. */
+static void test_world1_api(void)
+{
+    tp_parallel_t *p = open_stories();
+    if (!p) {
+        tp_test_skip("models/stories260K.gguf not found");
+        return;
+    }
+    CU_ASSERT_EQUAL(tp_parallel_rank(p), 0);
+    CU_ASSERT_EQUAL(tp_parallel_size(p), 1);
+    CU_ASSERT_EQUAL(tp_parallel_get_plan(p)->world_size, 1);
+    const int V = tp_parallel_hparams(p)->n_vocab;
+    float *logits = malloc(2 * (size_t)V * sizeof(float));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
+
+    int32_t tok[3] = {1, 5, 9}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
+    int8_t want[3] = {0, 0, 1};
+    struct tp_step st = {{3, tok, pos, seq, want}, 0, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL};
+    w1_bad_inputs(p, &st, tok, seq, logits);
+    w1_greedy_topk(p, &st, logits);
+    w1_kv_copy(p, &st, logits);
 
     struct tp_parallel_stats s;
     tp_parallel_get_stats(p, &s);

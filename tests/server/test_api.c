@@ -126,40 +126,31 @@ static const char *str_at(const cJSON *o, const char *path);
 
 /* ------------------------------------------------------------ NUL */
 
-static void test_nul(void)
+/* 1. prompt: the ids of the raw bytes (the NUL byte token among them), same reply as those ids; /tokenize
+ * gives the same ids */
+static void nul_prompt(int port, tp_tokenizer_t *tok, int nul_id)
 {
-    const char *mp = model_path();
-    if (!mp) return;
-    tp_tokenizer_t *tok = NULL;
-    struct tp_error err;
-    CU_ASSERT_EQUAL_FATAL(tp_tokenizer_from_gguf(mp, &tok, &err), TP_OK);
-    const int nul_id = nul_token(tok);
-    CU_ASSERT_FATAL(nul_id >= 0);
-    struct srv s;
-    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, NULL), 0);
     int st = 0;
     int32_t ids[256];
     struct tp_buf b = {0};
-
-    /* 1. prompt: the ids of the raw bytes (the NUL byte token among them), same reply as those ids */
     static const char raw[] = "Once upon\0 a time";
     const size_t raw_len = sizeof raw - 1;
     int n = encode(tok, raw, raw_len, ids, 256);
     CU_ASSERT(n > 3 && n <= 256);
-    if (!(n > 3 && n <= 256)) goto out; /* (the server must be stopped: no FATAL after srv_start) */
+    if (!(n > 3 && n <= 256)) return; /* (the server must be stopped: no FATAL after srv_start) */
     int has_nul = 0;
     for (int i = 0; i < n; i++) has_nul |= ids[i] == nul_id;
     CU_ASSERT(has_nul);
     int32_t cut[64];
     CU_ASSERT(encode(tok, raw, strlen(raw), cut, 64) < n); /* a truncated prompt has fewer tokens */
-    cJSON *a = post(s.port, "/v1/completions",
+    cJSON *a = post(port, "/v1/completions",
                     "{\"prompt\":\"Once upon\\u0000 a time\",\"max_tokens\":12,\"temperature\":0}", &st);
     CU_ASSERT_EQUAL(st, 200);
     CU_ASSERT_EQUAL(usage_prompt_tokens(a), n);
     tp_buf_puts(&b, "{\"prompt\":");
     ids_json(ids, n, &b);
     tp_buf_puts(&b, ",\"max_tokens\":12,\"temperature\":0}");
-    cJSON *c = post(s.port, "/v1/completions", b.data, &st);
+    cJSON *c = post(port, "/v1/completions", b.data, &st);
     CU_ASSERT_EQUAL(st, 200);
     size_t la = 0, lc = 0;
     char *ta = choice_text(a, 0, &la), *tc = choice_text(c, 0, &lc);
@@ -169,96 +160,112 @@ static void test_nul(void)
     free(tc);
     cJSON_Delete(a);
     cJSON_Delete(c);
-    /* /tokenize gives the same ids */
-    a = post(s.port, "/tokenize", "{\"content\":\"Once upon\\u0000 a time\",\"add_special\":true}", &st);
+    a = post(port, "/tokenize", "{\"content\":\"Once upon\\u0000 a time\",\"add_special\":true}", &st);
     CU_ASSERT_EQUAL(st, 200);
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(a, "tokens");
     CU_ASSERT_EQUAL(cJSON_GetArraySize(arr), n);
     for (int i = 0; i < n && i < cJSON_GetArraySize(arr); i++)
         CU_ASSERT_EQUAL(cJSON_GetArrayItem(arr, i)->valueint, ids[i]);
     cJSON_Delete(a);
+    tp_buf_free(&b);
+}
 
-    /* 2. chat content: ChatML (no template in the model: llama-server's fallback), NUL as a raw byte */
+/* 2. chat content: ChatML (no template in the model: llama-server's fallback), NUL as a raw byte; 3. names
+ * that cannot hold NUL: 400 naming the field */
+static void nul_chat(int port, tp_tokenizer_t *tok)
+{
+    int st = 0;
+    int32_t ids[256];
+    struct tp_buf b = {0};
     static const char chat_raw[] = "<|im_start|>user\nOnce upon\0 a time<|im_end|>\n<|im_start|>assistant\n";
-    n = encode(tok, chat_raw, sizeof chat_raw - 1, ids, 256);
-    a = post(s.port, "/v1/chat/completions",
+    int n = encode(tok, chat_raw, sizeof chat_raw - 1, ids, 256);
+    cJSON *a = post(port, "/v1/chat/completions",
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon\\u0000 a time\"}],\"max_tokens\":10,"
              "\"temperature\":0}", &st);
     CU_ASSERT_EQUAL(st, 200);
     CU_ASSERT_EQUAL(usage_prompt_tokens(a), n);
-    b.len = 0;
     tp_buf_puts(&b, "{\"prompt\":");
     ids_json(ids, n, &b);
     tp_buf_puts(&b, ",\"max_tokens\":10,\"temperature\":0}");
-    c = post(s.port, "/v1/completions", b.data, &st);
-    ta = choice_text(a, 1, &la);
-    tc = choice_text(c, 0, &lc);
+    cJSON *c = post(port, "/v1/completions", b.data, &st);
+    size_t la = 0, lc = 0;
+    char *ta = choice_text(a, 1, &la), *tc = choice_text(c, 0, &lc);
     CU_ASSERT(ta && tc && la == lc && memcmp(ta, tc, la) == 0);
     free(ta);
     free(tc);
     cJSON_Delete(a);
     cJSON_Delete(c);
+    tp_buf_free(&b);
 
-    /* 3. names that cannot hold NUL: 400 naming the field */
-    a = post(s.port, "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\\u0000\",\"content\":\"hi\"}]}", &st);
+    a = post(port, "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\\u0000\",\"content\":\"hi\"}]}", &st);
     CU_ASSERT_EQUAL(st, 400);
     CU_ASSERT_STRING_EQUAL(error_param(a), "messages[0].role");
     cJSON_Delete(a);
-    a = post(s.port, "/v1/completions", "{\"prompt\":\"hi\",\"model\":\"stories\\u0000x\"}", &st);
+    a = post(port, "/v1/completions", "{\"prompt\":\"hi\",\"model\":\"stories\\u0000x\"}", &st);
     CU_ASSERT_EQUAL(st, 400);
     CU_ASSERT_STRING_EQUAL(error_param(a), "model");
     cJSON_Delete(a);
+}
 
-    /* 4. stop "the\u0000zzz" does not stop at "the"; "the" does */
+/* 4. stop "the\u0000zzz" does not stop at "the"; "the" does */
+static void nul_stop(int port)
+{
+    int st = 0;
+    size_t la = 0, lc = 0;
     const char *q = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0%s}";
     char body[256];
     snprintf(body, sizeof body, q, "");
-    a = post(s.port, "/v1/completions", body, &st);
+    cJSON *a = post(port, "/v1/completions", body, &st);
     char *free_text = choice_text(a, 0, &la);
     cJSON_Delete(a);
     CU_ASSERT_PTR_NOT_NULL(free_text);
-    if (!free_text) goto out;
+    if (!free_text) return;
     const char *the = strstr(free_text, "the");
     CU_ASSERT_PTR_NOT_NULL(the); /* the oracle must contain "the" to test anything */
     snprintf(body, sizeof body, q, ",\"stop\":\"the\\u0000zzz\"");
-    a = post(s.port, "/v1/completions", body, &st);
+    a = post(port, "/v1/completions", body, &st);
     CU_ASSERT_EQUAL(st, 200);
-    ta = choice_text(a, 0, &lc);
+    char *ta = choice_text(a, 0, &lc);
     CU_ASSERT(ta && lc == la && memcmp(ta, free_text, la) == 0);
     free(ta);
     cJSON_Delete(a);
     snprintf(body, sizeof body, q, ",\"stop\":[\"zz\",\"the\"]");
-    a = post(s.port, "/v1/completions", body, &st);
+    a = post(port, "/v1/completions", body, &st);
     ta = choice_text(a, 0, &lc);
     CU_ASSERT(ta && the && lc == (size_t)(the - free_text) && memcmp(ta, free_text, lc) == 0);
     free(ta);
     cJSON_Delete(a);
     free(free_text);
+}
 
-    /* 5. /detokenize with the <0x00> byte token: the whole text, NUL escaped */
+/* 5. /detokenize with the <0x00> byte token: the whole text, NUL escaped */
+static void nul_detokenize(int port, tp_tokenizer_t *tok, int nul_id)
+{
+    int st = 0;
+    int32_t ids[256];
+    struct tp_buf b = {0};
     int nh = tp_tokenizer_encode(tok, "Hi", 2, 0, 0, ids, 64);
     int nt = tp_tokenizer_encode(tok, " there", 6, 0, 0, ids + nh + 1, 64);
     CU_ASSERT(nh > 0 && nt > 0);
-    if (!(nh > 0 && nt > 0)) goto out;
+    if (!(nh > 0 && nt > 0)) return;
     ids[nh] = nul_id;
-    n = nh + 1 + nt;
+    const int n = nh + 1 + nt;
     tp_detok_t *d = NULL;
     CU_ASSERT_EQUAL(tp_detok_init(tok, &d), TP_OK);
-    if (!d) goto out;
+    if (!d) return;
     char want[256];
     size_t wl = 0;
     for (int i = 0; i < n; i++) wl += tp_detok_push(d, ids[i], want + wl, sizeof want - wl);
     wl += tp_detok_flush(d, want + wl, sizeof want - wl);
     tp_detok_free(d);
     CU_ASSERT(wl > 5 && memchr(want, '\0', wl) != NULL);
-    b.len = 0;
     tp_buf_puts(&b, "{\"tokens\":");
     ids_json(ids, n, &b);
     tp_buf_puts(&b, "}");
-    char *rawresp = post_raw(s.port, "/detokenize", b.data, &st);
+    char *rawresp = post_raw(port, "/detokenize", b.data, &st);
     CU_ASSERT_EQUAL(st, 200);
     CU_ASSERT_PTR_NOT_NULL(rawresp && strstr(rawresp, "\\u0000"));
-    a = rawresp ? tp_json_parse(rawresp, strlen(rawresp), &(struct tp_api_error){0}) : NULL;
+    cJSON *a = rawresp ? tp_json_parse(rawresp, strlen(rawresp), &(struct tp_api_error){0}) : NULL;
     char *got = NULL;
     size_t gl = 0;
     CU_ASSERT_EQUAL(tp_json_bytes(cJSON_GetObjectItemCaseSensitive(a, "content"), &got, &gl), 0);
@@ -266,13 +273,20 @@ static void test_nul(void)
     free(got);
     cJSON_Delete(a);
     free(rawresp);
+    tp_buf_free(&b);
+}
 
-    /* 6. generated NUL bytes (the <0x00> token forced by logit_bias): escaped, not cut, streamed too */
+/* 6. generated NUL bytes (the <0x00> token forced by logit_bias): escaped, not cut, streamed too */
+static void nul_generated(int port, int nul_id)
+{
+    int st = 0;
+    size_t la = 0;
+    char body[256];
     snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":3,\"temperature\":0,\"logprobs\":1,"
                                 "\"logit_bias\":{\"%d\":100}}", nul_id);
-    a = post(s.port, "/v1/completions", body, &st);
+    cJSON *a = post(port, "/v1/completions", body, &st);
     CU_ASSERT_EQUAL(st, 200);
-    ta = choice_text(a, 0, &la);
+    char *ta = choice_text(a, 0, &la);
     CU_ASSERT(ta && la == 3 && memcmp(ta, "\0\0\0", 3) == 0);
     free(ta);
     /* logprobs tokens: the one-byte piece, not "" */
@@ -287,20 +301,37 @@ static void test_nul(void)
     free(pc);
     cJSON_Delete(a);
     /* /tokenize with pieces: the <0x00> token's piece is "\u0000" */
-    rawresp = post_raw(s.port, "/tokenize", "{\"content\":\"a\\u0000b\",\"with_pieces\":true}", &st);
+    char *rawresp = post_raw(port, "/tokenize", "{\"content\":\"a\\u0000b\",\"with_pieces\":true}", &st);
     CU_ASSERT_EQUAL(st, 200);
     snprintf(body, sizeof body, "{\"id\":%d,\"piece\":\"\\u0000\"}", nul_id);
     CU_ASSERT_PTR_NOT_NULL(rawresp && strstr(rawresp, body));
     free(rawresp);
     snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,"
                                 "\"temperature\":0,\"stream\":true,\"logit_bias\":{\"%d\":100}}", nul_id);
-    rawresp = post_raw(s.port, "/v1/chat/completions", body, &st);
+    rawresp = post_raw(port, "/v1/chat/completions", body, &st);
     CU_ASSERT_EQUAL(st, 200);
     CU_ASSERT_PTR_NOT_NULL(rawresp && strstr(rawresp, "\"content\":\"\\u0000\""));
     CU_ASSERT_PTR_NOT_NULL(rawresp && strstr(rawresp, "data: [DONE]"));
     free(rawresp);
-out:
-    tp_buf_free(&b);
+}
+
+/* NUL bytes in prompts, chat content, names, stop strings, /detokenize and generated text. */
+static void test_nul(void)
+{
+    const char *mp = model_path();
+    if (!mp) return;
+    tp_tokenizer_t *tok = NULL;
+    struct tp_error err;
+    CU_ASSERT_EQUAL_FATAL(tp_tokenizer_from_gguf(mp, &tok, &err), TP_OK);
+    const int nul_id = nul_token(tok);
+    CU_ASSERT_FATAL(nul_id >= 0);
+    struct srv s;
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, NULL), 0);
+    nul_prompt(s.port, tok, nul_id);
+    nul_chat(s.port, tok);
+    nul_stop(s.port);
+    nul_detokenize(s.port, tok, nul_id);
+    nul_generated(s.port, nul_id);
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
     tp_tokenizer_free(tok);
 }

@@ -74,6 +74,50 @@ struct bad_case {
     const char *param;
 };
 
+/* Each case against the server on port: its status, the OpenAI error shape naming its param, an Allow
+ * header on a 405. */
+static void bad_run_cases(int port, const struct bad_case *cases, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const struct bad_case *c = &cases[i];
+        struct resp r;
+        int rc = http_do(port, c->method, c->path, c->headers, c->body, c->body ? strlen(c->body) : 0, 30, &r);
+        CU_ASSERT_EQUAL(rc, 0);
+        if (rc != 0) continue;
+        if (r.status != c->status || !openai_error_shape(r.body, c->param))
+            fprintf(stderr, "case %d (%s %s %.60s): status %d (want %d) body %s\n", i, c->method, c->path,
+                    c->body ? c->body : "", r.status, c->status, r.body);
+        CU_ASSERT_EQUAL(r.status, c->status);
+        CU_ASSERT(openai_error_shape(r.body, c->param));
+        if (c->status == 405) CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "Allow:"));
+        resp_free(&r);
+    }
+}
+
+/* After the bad cases: the prompt-too-long message (longp to /v1/completions, path) carries the numbers, a declared 100 MB body
+ * is refused without reading it, and the server still serves. */
+static void bad_after(int port, const char *path, const char *longp)
+{
+    struct resp r;
+    CU_ASSERT_EQUAL(http_do(port, "POST", path, KEY, longp, strlen(longp), 30, &r), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "context holds 64"));
+    resp_free(&r);
+    /* a declared 100 MB body is refused without reading it */
+    CU_ASSERT_EQUAL(http_do(port, "POST", path, KEY "Content-Length: 100000000\r\n", NULL, 0, 30, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 413);
+    resp_free(&r);
+    /* still serving */
+    const char *ok = "{\"prompt\":\"Once\",\"max_tokens\":5,\"temperature\":0}";
+    CU_ASSERT_EQUAL(http_do(port, "POST", path, KEY, ok, strlen(ok), 30, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    char *t = completion_text(r.body, 0);
+    CU_ASSERT_PTR_NOT_NULL(t);
+    free(t);
+    resp_free(&r);
+}
+
+/* Malformed, invalid, oversized, unauthenticated and misrouted requests: each answered with its status
+ * and an OpenAI-shaped error, and the server keeps serving. */
 static void test_bad_input(void)
 {
     if (!have_model()) return;
@@ -167,37 +211,8 @@ static void test_bad_input(void)
     };
     int n = (int)TP_ARRAY_LEN(cases);
     CU_ASSERT(n >= 50);
-    for (int i = 0; i < n; i++) {
-        const struct bad_case *c = &cases[i];
-        struct resp r;
-        int rc = http_do(s.port, c->method, c->path, c->headers, c->body, c->body ? strlen(c->body) : 0, 30, &r);
-        CU_ASSERT_EQUAL(rc, 0);
-        if (rc != 0) continue;
-        if (r.status != c->status || !openai_error_shape(r.body, c->param))
-            fprintf(stderr, "case %d (%s %s %.60s): status %d (want %d) body %s\n", i, c->method, c->path,
-                    c->body ? c->body : "", r.status, c->status, r.body);
-        CU_ASSERT_EQUAL(r.status, c->status);
-        CU_ASSERT(openai_error_shape(r.body, c->param));
-        if (c->status == 405) CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "Allow:"));
-        resp_free(&r);
-    }
-    /* the prompt-too-long message carries the numbers */
-    struct resp r;
-    CU_ASSERT_EQUAL(http_do(s.port, "POST", C, KEY, longp, strlen(longp), 30, &r), 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "context holds 64"));
-    resp_free(&r);
-    /* a declared 100 MB body is refused without reading it */
-    CU_ASSERT_EQUAL(http_do(s.port, "POST", C, KEY "Content-Length: 100000000\r\n", NULL, 0, 30, &r), 0);
-    CU_ASSERT_EQUAL(r.status, 413);
-    resp_free(&r);
-    /* still serving */
-    const char *ok = "{\"prompt\":\"Once\",\"max_tokens\":5,\"temperature\":0}";
-    CU_ASSERT_EQUAL(http_do(s.port, "POST", C, KEY, ok, strlen(ok), 30, &r), 0);
-    CU_ASSERT_EQUAL(r.status, 200);
-    char *t = completion_text(r.body, 0);
-    CU_ASSERT_PTR_NOT_NULL(t);
-    free(t);
-    resp_free(&r);
+    bad_run_cases(s.port, cases, n);
+    bad_after(s.port, C, longp);
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
 }
 
@@ -330,41 +345,34 @@ static void test_concurrent(void)
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
 }
 
-static void test_endpoints(void)
+/* /tokenize then /detokenize round trip; returns the prompt's token count (without BOS). */
+static int ep_tokenize(int port)
 {
-    if (!have_model()) return;
-    struct srv s;
-    const char *extra[] = {"--log-format", "json", NULL};
-    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, extra), 0);
     struct resp r;
-    CU_ASSERT_EQUAL(http_do(s.port, "GET", "/health", NULL, NULL, 0, 10, &r), 0);
-    CU_ASSERT_EQUAL(r.status, 200);
-    resp_free(&r);
-    CU_ASSERT_EQUAL(http_do(s.port, "GET", "/v1/models", NULL, NULL, 0, 10, &r), 0);
-    CU_ASSERT_EQUAL(r.status, 200);
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"object\":\"list\""));
-    resp_free(&r);
-
-    /* tokenize -> detokenize round trip; usage.prompt_tokens == tokens + BOS */
-    CU_ASSERT_EQUAL(http_post(s.port, "/tokenize", "{\"content\":\"Once upon a time\"}", &r), 0);
+    char body[1024];
+    CU_ASSERT_EQUAL(http_post(port, "/tokenize", "{\"content\":\"Once upon a time\"}", &r), 0);
     cJSON *j = cJSON_Parse(r.body);
     int n_tok = cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens"));
     CU_ASSERT(n_tok >= 3);
     char *toks = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "tokens"));
     cJSON_Delete(j);
     resp_free(&r);
-    char body[1024];
     snprintf(body, sizeof body, "{\"tokens\":%s}", toks);
     free(toks);
-    CU_ASSERT_EQUAL(http_post(s.port, "/detokenize", body, &r), 0);
+    CU_ASSERT_EQUAL(http_post(port, "/detokenize", body, &r), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "Once upon a time"));
     resp_free(&r);
+    return n_tok;
+}
 
-    /* usage and logprobs */
-    CU_ASSERT_EQUAL(http_post(s.port, "/v1/completions",
+/* usage and logprobs of a greedy completion (prompt n_tok tokens + BOS); full[0..cap) gets its text. */
+static void ep_usage_logprobs(int port, int n_tok, char *full, size_t cap)
+{
+    struct resp r;
+    CU_ASSERT_EQUAL(http_post(port, "/v1/completions",
                               "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"logprobs\":3}", &r), 0);
     CU_ASSERT_EQUAL(r.status, 200);
-    j = cJSON_Parse(r.body);
+    cJSON *j = cJSON_Parse(r.body);
     cJSON *u = cJSON_GetObjectItem(j, "usage");
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(u, "prompt_tokens")->valueint, n_tok + 1);
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(u, "completion_tokens")->valueint, 12);
@@ -380,27 +388,35 @@ static void test_endpoints(void)
     cJSON *tk;
     cJSON_ArrayForEach(tk, cJSON_GetObjectItem(lp, "tokens")) strcat(cat.s, tk->valuestring);
     CU_ASSERT_STRING_EQUAL(cat.s, cJSON_GetObjectItem(ch, "text")->valuestring);
-    char full[4096];
-    snprintf(full, sizeof full, "%s", cJSON_GetObjectItem(ch, "text")->valuestring);
+    snprintf(full, cap, "%s", cJSON_GetObjectItem(ch, "text")->valuestring);
     cJSON_Delete(j);
     resp_free(&r);
+}
 
-    /* prompt cache: the same request again reuses all but the last prompt
-     * token from the slot's KV cache and gives the same greedy text */
+/* prompt cache: the same request again reuses all but the last prompt token from the slot's KV cache and
+ * gives the same greedy text, full */
+static void ep_prompt_cache(int port, int n_tok, const char *full)
+{
+    struct resp r;
     for (int k = 0; k < 2; k++) {
-        CU_ASSERT_EQUAL(http_post(s.port, "/v1/completions",
+        CU_ASSERT_EQUAL(http_post(port, "/v1/completions",
                                   "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0}", &r), 0);
-        j = cJSON_Parse(r.body);
-        ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        cJSON *j = cJSON_Parse(r.body);
+        cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
         CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(ch, "text")->valuestring, full);
-        u = cJSON_GetObjectItem(j, "usage");
+        cJSON *u = cJSON_GetObjectItem(j, "usage");
         int cached = cJSON_GetObjectItem(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens")->valueint;
         CU_ASSERT_EQUAL(cached, n_tok); /* prompt = BOS + n_tok tokens; the last is fed again */
         cJSON_Delete(j);
         resp_free(&r);
     }
+}
 
-    /* stop strings: cut before the stop, never emitted, stream and not */
+/* stop strings: cut before the stop, never emitted, stream and not (full: the text without a stop) */
+static void ep_stop(int port, char *full)
+{
+    struct resp r;
+    char body[1024];
     char *sp = strstr(full, "girl") ? "girl" : NULL;
     if (!sp && strlen(full) > 10) sp = full + 8;
     char stop[16];
@@ -409,7 +425,7 @@ static void test_endpoints(void)
     for (int stream = 0; stream < 2; stream++) {
         snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"stop\":[\"zzzz\",\"%s\"],\"stream\":%s}",
                  stop, stream ? "true" : "false");
-        CU_ASSERT_EQUAL(http_post(s.port, "/v1/completions", body, &r), 0);
+        CU_ASSERT_EQUAL(http_post(port, "/v1/completions", body, &r), 0);
         char *t;
         char fin[32] = "";
         if (stream) {
@@ -418,7 +434,7 @@ static void test_endpoints(void)
             CU_ASSERT(done);
         } else {
             t = completion_text(r.body, 0);
-            j = cJSON_Parse(r.body);
+            cJSON *j = cJSON_Parse(r.body);
             snprintf(fin, sizeof fin, "%s", cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "finish_reason")->valuestring);
             cJSON_Delete(j);
         }
@@ -429,9 +445,13 @@ static void test_endpoints(void)
         free(t);
         resp_free(&r);
     }
+}
 
-    /* chat stream: role first, [DONE] last, usage chunk equals token counts */
-    CU_ASSERT_EQUAL(http_post(s.port, "/v1/chat/completions",
+/* chat stream: role first, [DONE] last, usage chunk equals token counts */
+static void ep_chat_stream(int port)
+{
+    struct resp r;
+    CU_ASSERT_EQUAL(http_post(port, "/v1/chat/completions",
                               "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":9,\"temperature\":0,"
                               "\"stream\":true,\"stream_options\":{\"include_usage\":true}}", &r), 0);
     CU_ASSERT_EQUAL(r.status, 200);
@@ -440,9 +460,13 @@ static void test_endpoints(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"completion_tokens\":9"));
     CU_ASSERT(r.body_len > 14 && strcmp(r.body + r.body_len - 14, "data: [DONE]\n\n") == 0);
     resp_free(&r);
+}
 
-    /* metrics reflect the traffic */
-    CU_ASSERT_EQUAL(http_do(s.port, "GET", "/metrics", NULL, NULL, 0, 10, &r), 0);
+/* metrics reflect the traffic (and pass promtool when it is installed) */
+static void ep_metrics(int port)
+{
+    struct resp r;
+    CU_ASSERT_EQUAL(http_do(port, "GET", "/metrics", NULL, NULL, 0, 10, &r), 0);
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "tpserve_generated_tokens_total "));
     CU_ASSERT_PTR_NULL(strstr(r.body, "tpserve_generated_tokens_total 0\n"));
@@ -457,6 +481,31 @@ static void test_endpoints(void)
         CU_ASSERT_EQUAL(system(cmd), 0);
     }
     resp_free(&r);
+}
+
+/* One server through its endpoints: health, models, tokenize, completions with usage, logprobs, the prompt
+ * cache, stop strings, a chat stream, metrics. */
+static void test_endpoints(void)
+{
+    if (!have_model()) return;
+    struct srv s;
+    const char *extra[] = {"--log-format", "json", NULL};
+    CU_ASSERT_EQUAL_FATAL(srv_start(&s, 1, extra), 0);
+    struct resp r;
+    CU_ASSERT_EQUAL(http_do(s.port, "GET", "/health", NULL, NULL, 0, 10, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    resp_free(&r);
+    CU_ASSERT_EQUAL(http_do(s.port, "GET", "/v1/models", NULL, NULL, 0, 10, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"object\":\"list\""));
+    resp_free(&r);
+    const int n_tok = ep_tokenize(s.port);
+    char full[4096];
+    ep_usage_logprobs(s.port, n_tok, full, sizeof full);
+    ep_prompt_cache(s.port, n_tok, full);
+    ep_stop(s.port, full);
+    ep_chat_stream(s.port);
+    ep_metrics(s.port);
     CU_ASSERT_EQUAL(srv_stop(&s), 0);
 }
 

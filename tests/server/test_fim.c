@@ -53,6 +53,46 @@ static void ids_json(const int32_t *ids, int n, char *out, size_t cap)
     snprintf(out + o, cap - o, "]");
 }
 
+/* The first case of test_fim_qwen3 two more ways, each giving its greedy text wt from a prompt of n
+ * tokens: the suffix on /v1/completions, and the /infill body infill streamed (the same text, then a
+ * final event with stop: true). */
+static void fim_suffix_and_stream(int port, const char *infill, const char *wt, int n)
+{
+    int st;
+    cJSON *sf = post_json(port, "/v1/completions",
+                          "{\"prompt\":\"def add(a, b):\\n    return \",\"suffix\":\"\\n\\nprint(add(1, 2))\\n\","
+                          "\"max_tokens\":12,\"temperature\":0}", &st);
+    CU_ASSERT_EQUAL_FATAL(st, 200);
+    CU_ASSERT_STRING_EQUAL(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(sf, "choices"), 0), "text")->valuestring, wt);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(cJSON_GetObjectItem(sf, "usage"), "prompt_tokens")->valueint, n);
+    cJSON_Delete(sf);
+    /* streamed /infill: the same text, then a final event with stop: true */
+    struct resp r;
+    char sb[600];
+    snprintf(sb, sizeof sb, "%.*s,\"stream\":true}", (int)strlen(infill) - 1, infill);
+    CU_ASSERT_EQUAL_FATAL(http_post(port, "/infill", sb, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    struct tp_buf_l {
+        char s[8192];
+        size_t n;
+    } acc = {{0}, 0};
+    int stops = 0;
+    for (char *l = strstr(r.body, "data: "); l; l = strstr(l + 6, "data: ")) {
+        char *e = strstr(l, "\n\n");
+        if (!e) break;
+        cJSON *ev = cJSON_ParseWithLength(l + 6, (size_t)(e - l - 6));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(ev);
+        const char *ct = cJSON_GetObjectItem(ev, "content")->valuestring;
+        acc.n += (size_t)snprintf(acc.s + acc.n, sizeof acc.s - acc.n, "%s", ct);
+        stops += cJSON_IsTrue(cJSON_GetObjectItem(ev, "stop"));
+        cJSON_Delete(ev);
+    }
+    CU_ASSERT_STRING_EQUAL(acc.s, wt);
+    CU_ASSERT_EQUAL(stops, 1);
+    resp_free(&r);
+}
+
 static void test_fim_qwen3(void)
 {
     const char *tj = tp_test_shared_path("models/tokenizers/qwen3/tokenizer.json");
@@ -135,41 +175,7 @@ static void test_fim_qwen3(void)
         CU_ASSERT_EQUAL(cJSON_GetObjectItem(got, "tokens_predicted")->valueint, 12);
         CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(got, "stop_type")->valuestring, "limit");
         CU_ASSERT(cJSON_IsTrue(cJSON_GetObjectItem(got, "stop")));
-        if (i == 0) {
-            /* suffix on /v1/completions: the same prompt */
-            cJSON *sf = post_json(s.port, "/v1/completions",
-                                  "{\"prompt\":\"def add(a, b):\\n    return \",\"suffix\":\"\\n\\nprint(add(1, 2))\\n\","
-                                  "\"max_tokens\":12,\"temperature\":0}", &st);
-            CU_ASSERT_EQUAL_FATAL(st, 200);
-            CU_ASSERT_STRING_EQUAL(
-                cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(sf, "choices"), 0), "text")->valuestring, wt);
-            CU_ASSERT_EQUAL(cJSON_GetObjectItem(cJSON_GetObjectItem(sf, "usage"), "prompt_tokens")->valueint, cases[i].n);
-            cJSON_Delete(sf);
-            /* streamed /infill: the same text, then a final event with stop: true */
-            struct resp r;
-            char sb[600];
-            snprintf(sb, sizeof sb, "%.*s,\"stream\":true}", (int)strlen(inf[0]) - 1, inf[0]);
-            CU_ASSERT_EQUAL_FATAL(http_post(s.port, "/infill", sb, &r), 0);
-            CU_ASSERT_EQUAL(r.status, 200);
-            struct tp_buf_l {
-                char s[8192];
-                size_t n;
-            } acc = {{0}, 0};
-            int stops = 0;
-            for (char *l = strstr(r.body, "data: "); l; l = strstr(l + 6, "data: ")) {
-                char *e = strstr(l, "\n\n");
-                if (!e) break;
-                cJSON *ev = cJSON_ParseWithLength(l + 6, (size_t)(e - l - 6));
-                CU_ASSERT_PTR_NOT_NULL_FATAL(ev);
-                const char *ct = cJSON_GetObjectItem(ev, "content")->valuestring;
-                acc.n += (size_t)snprintf(acc.s + acc.n, sizeof acc.s - acc.n, "%s", ct);
-                stops += cJSON_IsTrue(cJSON_GetObjectItem(ev, "stop"));
-                cJSON_Delete(ev);
-            }
-            CU_ASSERT_STRING_EQUAL(acc.s, wt);
-            CU_ASSERT_EQUAL(stops, 1);
-            resp_free(&r);
-        }
+        if (i == 0) fim_suffix_and_stream(s.port, inf[0], wt, cases[i].n);
         cJSON_Delete(want);
         cJSON_Delete(got);
     }
