@@ -213,7 +213,7 @@ static enum tp_status bk_measure_type(struct bk_run *R, const struct bk_opts *o,
     const size_t wrb = tp_kern_row_bytes(t, cols), mat = x16 ? tp_kern_x16_bytes(rows, wrb) : wrb * (size_t)rows;
     const int copies = TP_MAX(2, (int)((stream_bytes + mat - 1) / mat));
     tp_aligned_free(R->wall);
-    R->wall = tp_aligned_alloc(64, mat * (size_t)copies);
+    R->wall = tp_stream_alloc(mat * (size_t)copies) /* huge pages, as the model's re-laid weights */;
     if (!R->wall)
         return tp_error_set(err, TP_ERR_NOMEM, "out of memory for %d x %.0f MB", copies, (double)mat / 1e6);
     for (int r = 0; r < rows; r++) {

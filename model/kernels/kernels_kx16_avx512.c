@@ -37,7 +37,7 @@
 enum { KX_Q4K, KX_Q5K, KX_Q6K };
 #define KX_BT 8       /* tokens per pass */
 #define KX_BROWS 128  /* rows per chunk (weights reused from L2 by every pass) */
-#define KX_PF 6144    /* software prefetch distance of a group's stream (bytes) */
+#define KX_PF 6144    /* software prefetch distance of a group's stream in the batch pass (bytes) */
 
 /* Sanitizer builds instantiate only the full-width pass (as kernels_x16_avx512.c). */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
@@ -307,10 +307,59 @@ XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, cons
     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (int64_t)t * ys + g0, keep, _mm512_load_ps(acc + 16 * t));
 }
 
+/* Groups a decode pass reads side by side: that many weight streams in flight for the
+ * hardware prefetcher, no software prefetch (X16_STREAMS in kernels_x16_avx512.c says
+ * why); more than two were slower here (docs/design-measurements.md). */
+#define KX_STREAMS 2
+
+/* One token, S groups at once from g0. */
+XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t g0,
+                          int64_t r0, int64_t r1, const int S)
+{
+    _Alignas(64) float acc[KX_STREAMS * 16]; /* group k's 16 outputs at 16 k */
+    const size_t xo[KX_BT] = {0};
+    const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
+    const size_t gbs = kx_gbs(type);
+    for (int k = 0; k < S; k++) _mm512_store_ps(acc + 16 * k, _mm512_setzero_ps());
+    for (int64_t i = 0; i < nb; i++)
+        for (int k = 0; k < S; k++) {
+            const char *p = gp + (size_t)k * 16 * wrb + (size_t)i * gbs;
+            if (type == KX_Q6K)
+                kx_sb_q6(1, p, x, xo, nb, i, acc + 16 * k);
+            else
+                kx_sb_q45(type, 1, p, x, xo, nb, i, acc + 16 * k);
+        }
+    for (int k = 0; k < S; k++)
+        _mm512_mask_storeu_ps(y + g0 + 16 * k, kx_keep(g0 + 16 * k, r0, r1), _mm512_load_ps(acc + 16 * k));
+}
+
+/* One token: rows [r0, r1), KX_STREAMS groups at a time, the rest together. */
+XFN void kx_decode(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t r0,
+                   int64_t r1)
+{
+    int64_t g0 = r0 / 16 * 16;
+    for (; g0 + 16 * (KX_STREAMS - 1) < r1; g0 += 16 * KX_STREAMS)
+        kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, KX_STREAMS);
+    switch ((r1 - g0 + 15) / 16) {
+#if KX_STREAMS > 3
+    case 3: kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, 3); break;
+#endif
+#if KX_STREAMS > 2
+    case 2: kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, 2); break;
+#endif
+    case 1: kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, 1); break;
+    default: break;
+    }
+}
+
 XFN void kx_matmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
                    float *y, int64_t ys, int64_t r0, int64_t r1)
 {
     const int64_t nb = n / TP_QK_K;
+    if (n_tok == 1) {
+        kx_decode(type, (const char *)w, wrb, nb, (const char *)xq, y, r0, r1);
+        return;
+    }
     for (int64_t c0 = r0 / 16 * 16; c0 < r1; c0 += KX_BROWS) {
         const int64_t c1 = r1 - c0 < KX_BROWS ? r1 : c0 + KX_BROWS;
         for (int t0 = 0; t0 < n_tok; t0 += KX_BT) {

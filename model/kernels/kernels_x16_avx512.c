@@ -13,8 +13,9 @@
  * in row order.
  *
  * One token (decode): the activation row is read in place (its slices are
- * embedded broadcasts).  Several tokens: the kx_qbatch scheme - chunks of
- * X16_BROWS rows x slabs of blocks x passes of up to 8 tokens whose
+ * embedded broadcasts), X16_STREAMS groups side by side.  Several tokens:
+ * the kx_qbatch scheme - chunks of X16_BROWS rows x slabs of blocks x
+ * passes of up to 8 tokens whose
  * activations are packed block by block into one stream - with the partial
  * sums reloaded exactly between slabs, so every row and token is the same
  * chain of block terms whatever the split.
@@ -30,7 +31,7 @@
 #define XFN static inline __attribute__((always_inline, target(XT)))
 #define XOUT static __attribute__((target(XT)))
 
-#define X16_PF 4608 /* software prefetch distance of the group stream (16 blocks) */
+#define X16_PF 4608 /* software prefetch distance of the batch pass's group stream (16 blocks) */
 #define X16_BT 8    /* tokens per pass (8 accumulators + 8 chains + 8 slices in 32 zmm) */
 #define X16_SLAB 64 /* blocks per slab when several passes reuse a chunk's weights */
 #define X16_SLAB_MAX 256
@@ -122,6 +123,58 @@ XFN __mmask16 x16_keep(int64_t g0, int64_t r0, int64_t r1)
     return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
 }
 
+/* acc + (the block at p) . (activation block b) x its scales, 16 rows as lanes. */
+XFN __m512 x16_blk(const char *p, const int8_t *qs, const float *ad, const int32_t *as, int64_t b, __m512 acc,
+                   const int q8)
+{
+    __m512i W[8];
+    const __m512 dw = x16_slices(p, W, q8);
+    const int8_t *a = qs + b * TP_QK;
+    /* two chains of four (the second starts at zero), so a block's dot
+     * is not one eight-deep vpdpbusd dependency */
+    __m512i i0 = x16_bc32(as + b), i1 = _mm512_setzero_si512();
+    i0 = _mm512_dpbusd_epi32(i0, W[0], x16_bc32(a + 0));
+    i1 = _mm512_dpbusd_epi32(i1, W[4], x16_bc32(a + 16));
+    i0 = _mm512_dpbusd_epi32(i0, W[1], x16_bc32(a + 4));
+    i1 = _mm512_dpbusd_epi32(i1, W[5], x16_bc32(a + 20));
+    i0 = _mm512_dpbusd_epi32(i0, W[2], x16_bc32(a + 8));
+    i1 = _mm512_dpbusd_epi32(i1, W[6], x16_bc32(a + 24));
+    i0 = _mm512_dpbusd_epi32(i0, W[3], x16_bc32(a + 12));
+    i1 = _mm512_dpbusd_epi32(i1, W[7], x16_bc32(a + 28));
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+    return _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(ad[b])), acc);
+}
+
+/* Groups a decode pass reads at once.  One thread's share of a decode step is one long
+ * sequential read, but a core streams from memory only as fast as it keeps misses in
+ * flight: the hardware prefetcher runs a bounded distance ahead of each stream (and
+ * restarts at page boundaries), and the kernel's arithmetic between loads keeps its
+ * own demand misses fewer than a plain read loop has.  Walking X16_STREAMS groups
+ * side by side (each group a stream 16 rows of bytes apart) gives the prefetcher that
+ * many streams to run ahead on; software prefetches (which hold the L1 fill buffers
+ * the loads need) are then not used.  Measured in docs/design-measurements.md. */
+#define X16_STREAMS 4
+
+/* One token, S groups at once from g0 (S weight streams in flight). */
+XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *qs, const float *ad, const int32_t *as,
+                           float *y, int64_t g0, int64_t r0, int64_t r1, const int S, const int q8)
+{
+    const size_t bs = X16_BS(q8);
+    const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
+    __m512 acc[X16_STREAMS][2];
+    for (int k = 0; k < S; k++) acc[k][0] = acc[k][1] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2)
+        for (int h = 0; h < 2; h++)
+            for (int k = 0; k < S; k++)
+                acc[k][h] = x16_blk(gp + (size_t)k * 16 * wrb + (size_t)(b + h) * bs, qs, ad, as, b + h, acc[k][h], q8);
+    if (b < nb)
+        for (int k = 0; k < S; k++)
+            acc[k][0] = x16_blk(gp + (size_t)k * 16 * wrb + (size_t)b * bs, qs, ad, as, b, acc[k][0], q8);
+    for (int k = 0; k < S; k++)
+        _mm512_mask_storeu_ps(y + g0 + 16 * k, x16_keep(g0 + 16 * k, r0, r1), _mm512_add_ps(acc[k][0], acc[k][1]));
+}
+
 /* One token: groups covering rows [r0, r1), activation row xq read in place. */
 XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0, int64_t r1, const int q8)
 {
@@ -129,34 +182,18 @@ XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float 
     const int8_t *qs = TP_A8_QS(xq);
     const float *ad = TP_A8_D(xq, n);
     const int32_t *as = TP_A8_S(xq, n);
-    for (int64_t g0 = r0 / 16 * 16; g0 < r1; g0 += 16) {
-        const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b++) {
-            const char *p = gp + (size_t)b * X16_BS(q8);
-            x16_prefetch(p, q8);
-            __m512i W[8];
-            const __m512 dw = x16_slices(p, W, q8);
-            const int8_t *a = qs + b * TP_QK;
-            /* two chains of four (the second starts at zero), so a block's dot
-             * is not one eight-deep vpdpbusd dependency */
-            __m512i i0 = x16_bc32(as + b), i1 = _mm512_setzero_si512();
-            i0 = _mm512_dpbusd_epi32(i0, W[0], x16_bc32(a + 0));
-            i1 = _mm512_dpbusd_epi32(i1, W[4], x16_bc32(a + 16));
-            i0 = _mm512_dpbusd_epi32(i0, W[1], x16_bc32(a + 4));
-            i1 = _mm512_dpbusd_epi32(i1, W[5], x16_bc32(a + 20));
-            i0 = _mm512_dpbusd_epi32(i0, W[2], x16_bc32(a + 8));
-            i1 = _mm512_dpbusd_epi32(i1, W[6], x16_bc32(a + 24));
-            i0 = _mm512_dpbusd_epi32(i0, W[3], x16_bc32(a + 12));
-            i1 = _mm512_dpbusd_epi32(i1, W[7], x16_bc32(a + 28));
-            const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
-            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ad[b]));
-            if (b & 1)
-                acc1 = _mm512_fmadd_ps(f, sc, acc1);
-            else
-                acc0 = _mm512_fmadd_ps(f, sc, acc0);
-        }
-        _mm512_mask_storeu_ps(y + g0, x16_keep(g0, r0, r1), _mm512_add_ps(acc0, acc1));
+    int64_t g0 = r0 / 16 * 16;
+    for (; g0 + 16 * (X16_STREAMS - 1) < r1; g0 += 16 * X16_STREAMS)
+        x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, X16_STREAMS, q8);
+    switch ((r1 - g0 + 15) / 16) {
+#if X16_STREAMS > 3
+    case 3: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 3, q8); break;
+#endif
+#if X16_STREAMS > 2
+    case 2: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 2, q8); break;
+#endif
+    case 1: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 1, q8); break;
+    default: break;
     }
 }
 

@@ -22,7 +22,8 @@
  *
  * A 16-row group is computed as two halves of 8 rows (lane byte offset lb =
  * 0 or 32 in every 64-byte chunk, 2-byte fields at lb / 2), each over every
- * block for KV_BT tokens at a time; the arithmetic is that of the AVX-512
+ * block for KV_BT tokens at a time (one token: both halves of XT_STREAMS
+ * groups in the same pass over the blocks); the arithmetic is that of the AVX-512
  * kernels (kernels_x16_avx512.c for Q4_0 / Q8_0, kernels_kx16_avx512.c for
  * the K-quants, whose comments explain the steps).  Activations are read in
  * place: a8 rows (Q4_0 / Q8_0) and Q8_K rows with their pair sums (K-quants).
@@ -321,9 +322,55 @@ KV_FN void xt_half(const int type, const int Tk, const char *gp, int lb, int64_t
     }
 }
 
+/* Groups a decode pass reads side by side: with both halves, 2 XT_STREAMS weight streams in
+ * flight for the hardware prefetcher (kernels_x16_avx512.c X16_STREAMS says why). */
+#define XT_STREAMS 2
+
+/* One token, S groups from g0, both halves of each in the same pass over the blocks (so each
+ * 64-byte line is used whole when it arrives): 2 S weight-stream halves, 2 S accumulators. */
+KV_FN void xt_decode_groups(const int type, const char *w, size_t wrb, int64_t n, const char *x, float *y, int64_t g0,
+                            int64_t r0, int64_t r1, const int S)
+{
+    kvf acc[2 * XT_STREAMS][KV_BT]; /* [k][0]: the (group k / 2, half k & 1) sums; the callees take KV_BT */
+    const size_t xo[KV_BT] = {0};
+    KX_UNROLL
+    for (int k = 0; k < 2 * S; k++) acc[k][0] = kv_fzero();
+    const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
+    const size_t gbs = xt_gbs(type);
+    const int kq = type >= XT_Q4K;
+    const int64_t nb = n / (kq ? TP_QK_K : TP_QK);
+    for (int64_t i = 0; i < nb; i++) {
+        KX_UNROLL
+        for (int k = 0; k < 2 * S; k++) {
+            const char *p = gp + (size_t)(k / 2) * 16 * wrb + (size_t)i * gbs;
+            const int lb = 32 * (k & 1);
+            if (type == XT_Q6K)
+                xt_sb_q6(1, p, lb, x, xo, nb, i, acc[k]);
+            else if (kq)
+                xt_sb_k(type, 1, p, lb, x, xo, nb, i, acc[k]);
+            else
+                xt_blk_a8(type, 1, p, lb, x, xo, n, i, acc[k]);
+        }
+    }
+    for (int k = 0; k < 2 * S; k++) {
+        const int64_t h0 = g0 + 8 * k; /* first row of group k / 2's half k & 1 */
+        float o[8];
+        kv_stf(o, acc[k][0]);
+        for (int l = 0; l < 8; l++)
+            if (h0 + l >= r0 && h0 + l < r1) y[h0 + l] = o[l];
+    }
+}
+
 KV_FN void xt_matmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
                      float *y, int64_t ys, int64_t r0, int64_t r1)
 {
+    if (n_tok == 1) {
+        int64_t g0 = r0 / 16 * 16;
+        for (; g0 + 16 * (XT_STREAMS - 1) < r1; g0 += 16 * XT_STREAMS)
+            xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, XT_STREAMS);
+        for (; g0 < r1; g0 += 16) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 1);
+        return;
+    }
     for (int64_t c0 = r0 / 16 * 16; c0 < r1; c0 += XT_BROWS) {
         const int64_t c1 = r1 - c0 < XT_BROWS ? r1 : c0 + XT_BROWS;
         for (int t0 = 0; t0 < n_tok; t0 += KV_BT) {

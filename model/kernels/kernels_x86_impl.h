@@ -13,8 +13,9 @@
  * trick on AVX2 and a +128 bias (xor 0x80) with c on AVX-512.  Either way
  * each block's integer dot is exact, then scaled by d_w * d_x in float.
  *
- * One token (decode) reads rows one after another (a single contiguous
- * weight stream, prefetched ahead).  Several tokens on AVX-512 (small
+ * One token (decode): quantized rows one after another (a single contiguous
+ * weight stream, prefetched ahead), float rows KX_DROWS side by side (as many
+ * weight streams, the activation loads shared).  Several tokens on AVX-512 (small
  * batches and prefill alike): kx_qbatch puts 16 rows in the 16 lanes of a
  * zmm (a transposed block costs one vpdpbusd per 4 values of 16 rows, and the
  * float scale/accumulate runs once per 16 rows x token x block), up to 8
@@ -37,7 +38,13 @@
 #define KFN static inline __attribute__((always_inline, target(KX_TARGET)))
 #define KOUT static __attribute__((target(KX_TARGET)))
 #define KX_CHUNK 64
-#define KX_PF 12288 /* software prefetch distance for the decode weight stream (bytes) */
+#define KX_PF 12288 /* software prefetch distance of the row-major quantized decode (bytes) */
+/* Rows the float decode reads side by side: that many weight streams in flight for the
+ * hardware prefetcher, no software prefetch (kernels_x16_avx512.c X16_STREAMS says why); the
+ * activation loads are shared by the rows. */
+#ifndef KX_DROWS
+#define KX_DROWS 4
+#endif
 #define KROW(p, rb, r) ((const void *)((const char *)(p) + (size_t)(r) * (rb)))
 
 enum { KX_Q4_0, KX_Q8_0, KX_F32, KX_F16, KX_BF16 };
@@ -208,27 +215,29 @@ KFN void kx_ftile(const int type, const char *w, size_t wrb, const char *x, size
     }
 }
 
-/* Decode for float weights: rows one after another (one contiguous stream),
- * 32 elements per step in 4 accumulators, prefetch ahead, scalar tail. */
-KFN void kx_fdecode(const int type, const void *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0,
-                    int64_t r1)
+/* Decode for float weights: R rows side by side (KX_DROWS), 16 elements per step in two
+ * accumulators per row, scalar tail. */
+KFN void kx_fdecode_rows(const int type, const char *w, size_t wrb, int64_t n, const float *x, float *y, const int R)
 {
-    const float *x = xq;
-    const size_t es = type == KX_F32 ? 4 : 2;
-    for (int64_t r = r0; r < r1; r++) {
-        const char *wr = KROW(w, wrb, r);
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        int64_t i = 0;
-        for (; i + 32 <= n; i += 32) {
-            _mm_prefetch(wr + (size_t)i * es + KX_PF, _MM_HINT_T0);
-            if (type == KX_F32) _mm_prefetch(wr + (size_t)i * es + KX_PF + 64, _MM_HINT_T0);
-            for (int k = 0; k < 4; k++)
-                acc[k] = _mm256_fmadd_ps(kx_ldw(type, wr, i + 8 * k), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
+    __m256 acc[KX_DROWS][2];
+    for (int k = 0; k < R; k++) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        for (int k = 0; k < R; k++) {
+            acc[k][0] = _mm256_fmadd_ps(kx_ldw(type, w + (size_t)k * wrb, i), x0, acc[k][0]);
+            acc[k][1] = _mm256_fmadd_ps(kx_ldw(type, w + (size_t)k * wrb, i + 8), x1, acc[k][1]);
         }
-        for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(kx_ldw(type, wr, i), _mm256_loadu_ps(x + i), acc[0]);
-        float s = kx_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-        for (; i < n; i++) s += kx_ld1(type, wr, i) * x[i];
-        y[r] = s;
+    }
+    if (i + 8 <= n) {
+        const __m256 x0 = _mm256_loadu_ps(x + i);
+        for (int k = 0; k < R; k++) acc[k][0] = _mm256_fmadd_ps(kx_ldw(type, w + (size_t)k * wrb, i), x0, acc[k][0]);
+        i += 8;
+    }
+    for (int k = 0; k < R; k++) {
+        float s = kx_hsum(_mm256_add_ps(acc[k][0], acc[k][1]));
+        for (int64_t j = i; j < n; j++) s += kx_ld1(type, w + (size_t)k * wrb, j) * x[j];
+        y[k] = s;
     }
 }
 
@@ -535,34 +544,26 @@ KFN void kx_ftile(const int type, const char *w, size_t wrb, const char *x, size
         for (int t = 0; t < T; t++) y[(int64_t)t * ys + r] = kx_hsum512(acc[r][t]);
 }
 
-/* Decode for float weights: rows one after another (one contiguous stream),
- * 64 elements per step in 4 accumulators, prefetch ahead, masked tail. */
-KFN void kx_fdecode(const int type, const void *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0,
-                    int64_t r1)
+/* Decode for float weights: R rows side by side (R weight streams, KX_DROWS says why),
+ * 32 elements per step in two accumulators per row, masked tail. */
+KFN void kx_fdecode_rows(const int type, const char *w, size_t wrb, int64_t n, const float *x, float *y, const int R)
 {
-    const float *x = xq;
-    const size_t es = type == KX_F32 ? 4 : 2;
-    for (int64_t r = r0; r < r1; r++) {
-        const char *wr = KROW(w, wrb, r);
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        int64_t i = 0;
-        for (; i + 64 <= n; i += 64) {
-            _mm_prefetch(wr + (size_t)i * es + KX_PF, _MM_HINT_T0);
-            _mm_prefetch(wr + (size_t)i * es + KX_PF + 64, _MM_HINT_T0);
-            if (type == KX_F32) {
-                _mm_prefetch(wr + (size_t)i * es + KX_PF + 128, _MM_HINT_T0);
-                _mm_prefetch(wr + (size_t)i * es + KX_PF + 192, _MM_HINT_T0);
-            }
-            for (int k = 0; k < 4; k++)
-                acc[k] = _mm512_fmadd_ps(kx_ldw16(type, wr, i + 16 * k, (__mmask16)0xFFFF),
-                                         _mm512_loadu_ps(x + i + 16 * k), acc[k]);
+    __m512 acc[KX_DROWS][2];
+    for (int k = 0; k < R; k++) acc[k][0] = acc[k][1] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+        for (int k = 0; k < R; k++) {
+            acc[k][0] = _mm512_fmadd_ps(kx_ldw16(type, w + (size_t)k * wrb, i, (__mmask16)0xFFFF), x0, acc[k][0]);
+            acc[k][1] = _mm512_fmadd_ps(kx_ldw16(type, w + (size_t)k * wrb, i + 16, (__mmask16)0xFFFF), x1, acc[k][1]);
         }
-        for (; i < n; i += 16) {
-            const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-            acc[0] = _mm512_fmadd_ps(kx_ldw16(type, wr, i, m), _mm512_maskz_loadu_ps(m, x + i), acc[0]);
-        }
-        y[r] = kx_hsum512(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
     }
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 xm = _mm512_maskz_loadu_ps(m, x + i);
+        for (int k = 0; k < R; k++) acc[k][0] = _mm512_fmadd_ps(kx_ldw16(type, w + (size_t)k * wrb, i, m), xm, acc[k][0]);
+    }
+    for (int k = 0; k < R; k++) y[k] = kx_hsum512(_mm512_add_ps(acc[k][0], acc[k][1]));
 }
 #endif
 
@@ -595,6 +596,15 @@ _Static_assert(KX_NT == 4, "KX_TILE_T assumes 4 tokens per tile");
             }                                                                              \
         }                                                                                  \
     }
+
+/* One token, float weights: rows [r0, r1), KX_DROWS at a time, then one at a time. */
+KFN void kx_fdecode(const int type, const void *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0,
+                    int64_t r1)
+{
+    int64_t r = r0;
+    for (; r + KX_DROWS <= r1; r += KX_DROWS) kx_fdecode_rows(type, KROW(w, wrb, r), wrb, n, xq, y + r, KX_DROWS);
+    for (; r < r1; r++) kx_fdecode_rows(type, KROW(w, wrb, r), wrb, n, xq, y + r, 1);
+}
 
 KFN void kx_qmatmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
                     float *yy, int64_t ys, int64_t r0, int64_t r1)
