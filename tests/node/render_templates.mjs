@@ -99,8 +99,17 @@ const toolConversations = [
 ];
 
 // Llama 3.2's template prints today's date through strftime_now, which the
-// engine defines (and a context cannot replace): the cases record the date
-// they were rendered with, and the C test renders with that date.
+// engine defines (and a context cannot replace) from `new Date()`. The oracle is
+// rendered on a fixed day, so that the committed file is reproducible on any
+// day: the engine's clock is pinned to RENDER_DAY (noon UTC, the same calendar
+// day in every time zone within 12 hours). The cases record that date, and the
+// C test renders with it.
+const RENDER_DAY = Date.UTC(2026, 10, 25, 12, 0, 0);
+const RealDate = Date;
+globalThis.Date = class extends RealDate {
+  constructor(...args) { if (args.length === 0) super(RENDER_DAY); else super(...args); }
+  static now() { return RENDER_DAY; }
+};
 const today = new Template('{{ strftime_now("%d %b %Y") }}').render({});
 const todayIso = new Template('{{ strftime_now("%Y-%m-%d") }}').render({});
 
