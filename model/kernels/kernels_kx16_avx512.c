@@ -58,16 +58,25 @@ XFN __m512i kx_bc32(const void *p)
     return _mm512_set1_epi32(v);
 }
 
-/* acc + vpdpbusd(w, the 4 bytes at p broadcast): the embedded-broadcast form (see kernels_x16_avx512.c). */
-XFN __m512i kx_dpb(__m512i acc, __m512i w, const void *p)
+/* acc + vpdpbusd(w, the 4 bytes at base + off broadcast): the embedded-broadcast form (see
+ * kernels_x16_avx512.c).  With GCC optimizing, off (a constant once the loops are unrolled) is the
+ * instruction's displacement from the one base register: given the address alone, GCC kept each of
+ * a super-block's 64 addresses in a register of its own and spilled most of them, one reload per
+ * vpdpbusd. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__) && !defined(X16_NO_ASM)
+#define kx_dpb(acc, w, base, off) kx_dpb_i(acc, w, base, off)
+XFN __m512i kx_dpb_i(__m512i acc, __m512i w, const int8_t *base, const int off)
 {
-#if defined(__GNUC__) && !defined(X16_NO_ASM)
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
+    __asm__("vpdpbusd %c3(%2)%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "r"(base), "i"(off),
+            "m"(*(const int8_t(*)[TP_QK_K])base)); /* what the instruction reads: the block's 256 values */
     return acc;
-#else
-    return _mm512_dpbusd_epi32(acc, w, kx_bc32(p));
-#endif
 }
+#else
+XFN __m512i kx_dpb(__m512i acc, __m512i w, const int8_t *base, const int off)
+{
+    return _mm512_dpbusd_epi32(acc, w, kx_bc32(base + off));
+}
+#endif
 
 XFN __m512i kx_ld(const char *p) { return _mm512_loadu_si512(p); }
 
@@ -91,6 +100,16 @@ XFN __m512 kx_byte_s(__m512i s, int j)
     return _mm512_cvtepi32_ps(v);
 }
 
+/* p as a value the compiler cannot follow back to the loop counter: each activation slice is then
+ * addressed as p + a constant (a base register and a displacement), not as an induction variable of
+ * its own (GCC made one per embedded-broadcast operand, 64 in a Q4_K super-block, and kept most of
+ * them on the stack, one reload per vpdpbusd). */
+#if defined(__GNUC__)
+#define KX_OPAQUE(p) __asm__("" : "+r"(p))
+#else
+#define KX_OPAQUE(p) ((void)0)
+#endif
+
 /* Tokens' Q8_K block i and pair sums (token t's row at x + xo[t]). */
 #define KX_TOKENS(Tk)                                                                                           \
     const tp_blk_q8_k *a[KX_BT];                                                                                \
@@ -99,6 +118,7 @@ XFN __m512 kx_byte_s(__m512i s, int j)
     for (int t = 0; t < (Tk); t++) {                                                                            \
         a[t] = (const tp_blk_q8_k *)(x + xo[t]) + i;                                                            \
         pr[t] = TP_Q8K_PAIR(x + xo[t], nb * TP_QK_K, i);                                                        \
+        KX_OPAQUE(a[t]);                                                                                        \
     }
 
 /* acc[t] (16 floats in memory, token t) += fs[t] * (f x token t's d): the per-token accumulators
@@ -160,7 +180,7 @@ XFN void kx_sb_q45(const int type, const int Tk, const char *p, const char *x, c
                     v = _mm512_and_si512(b, mF);
                 }
                 KX_UNROLL
-                for (int t = 0; t < Tk; t++) D[u][t] = kx_dpb(D[u][t], v, a[t]->qs + 32 * j + 4 * m);
+                for (int t = 0; t < Tk; t++) D[u][t] = kx_dpb(D[u][t], v, a[t]->qs, 32 * j + 4 * m);
             }
         }
         KX_UNROLL
@@ -238,13 +258,13 @@ XFN void kx_sb_q6(const int Tk, const char *p, const char *x, const size_t *xo, 
                         if (KX_Q6_IN(pq)) {
                             const __m512i vlo = _mm512_ternarylogic_epi32(L, _mm512_slli_epi16(X, 4), mF, 0xE4);
                             KX_UNROLL
-                            for (int t = 0; t < Tk; t++) D[pq][t] = kx_dpb(D[pq][t], vlo, a[t]->qs + 16 * jlo + 4 * s);
+                            for (int t = 0; t < Tk; t++) D[pq][t] = kx_dpb(D[pq][t], vlo, a[t]->qs, 16 * jlo + 4 * s);
                         }
                         if (KX_Q6_IN(pq + 2)) {
                             const __m512i vhi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(L, 4), X, mF, 0xE4);
                             KX_UNROLL
                             for (int t = 0; t < Tk; t++)
-                                D[pq + 2][t] = kx_dpb(D[pq + 2][t], vhi, a[t]->qs + 16 * jhi + 4 * s);
+                                D[pq + 2][t] = kx_dpb(D[pq + 2][t], vhi, a[t]->qs, 16 * jhi + 4 * s);
                         }
                     }
                 }
@@ -307,30 +327,151 @@ XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, cons
     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (int64_t)t * ys + g0, keep, _mm512_load_ps(acc + 16 * t));
 }
 
-/* Groups a decode pass reads side by side: that many weight streams in flight for the
- * hardware prefetcher, no software prefetch (X16_STREAMS in kernels_x16_avx512.c says
- * why); more than two were slower here (docs/design-measurements.md). */
-#define KX_STREAMS 2
+/* Groups a decode pass reads side by side (that many weight streams), and each group's next
+ * super-block prefetched into L1 while the current one is computed.  A K-quant super-block is
+ * 2-3 KiB of work between loads; without the prefetch the hardware prefetcher alone kept too few
+ * misses in flight across it (docs/performance.md: the decode from memory went from ~0.5 to ~0.9
+ * of a streaming read, one thread). */
+#define KX_STREAMS 4
+#define KX_DPF 1 /* super-blocks ahead */
 
-/* One token, S groups at once from g0. */
+/* Decode (one token) of a Q4_K / Q5_K super-block p against activation block a (pair sums pr): the
+ * 16 rows' dot before the token's d.  Each sub-block's dot is split over two accumulators (even and
+ * odd chunks), so four vpdpbusd chains interleave within a chunk run where kx_sb_q45's single chain
+ * per sub-block waits on each instruction's latency; the scale and min terms are summed in two
+ * chains each, and the caller keeps the sums in registers (no per-super-block store). */
+XFN __m512 kx_dec_q45(const int type, const char *p, const tp_blk_q8_k *a, const int16_t *pr)
+{
+    const __m512i mF = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3f = _mm512_set1_epi8(0x3F);
+    const __m512i m10 = _mm512_set1_epi8(0x10);
+    const char *qs = p + (type == KX_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS);
+    const char *qh = p + TP_KX_Q5K_QH;
+    __m512i D[8];
+    KX_UNROLL
+    for (int k = 0; k < 4; k++) { /* sub-blocks 2k (low nibbles) and 2k + 1 (high) of chunks 8k..8k + 7 */
+        __m512i E[2][2]; /* [u][m & 1] */
+        KX_UNROLL
+        for (int u = 0; u < 2; u++) E[u][0] = E[u][1] = _mm512_setzero_si512();
+        KX_UNROLL
+        for (int m = 0; m < 8; m++) {
+            const __m512i z = kx_ld(qs + 64 * (8 * k + m));
+            const __m512i h = type == KX_Q5K ? kx_ld(qh + 64 * m) : mF;
+            KX_UNROLL
+            for (int u = 0; u < 2; u++) {
+                const int j = 2 * k + u;
+                const __m512i b = u ? _mm512_srli_epi16(z, 4) : z;
+                __m512i v;
+                if (type == KX_Q5K) { /* bit j of qh chunk m is the 5th bit: to bit 4 */
+                    const __m512i hs = j < 4 ? _mm512_slli_epi16(h, 4 - j) : j == 4 ? h : _mm512_srli_epi16(h, j - 4);
+                    v = _mm512_ternarylogic_epi32(b, mF, _mm512_and_si512(hs, m10), 0xEA);
+                } else {
+                    v = _mm512_and_si512(b, mF);
+                }
+                E[u][m & 1] = kx_dpb(E[u][m & 1], v, a->qs, 32 * j + 4 * m);
+            }
+        }
+        KX_UNROLL
+        for (int u = 0; u < 2; u++) D[2 * k + u] = _mm512_add_epi32(E[u][0], E[u][1]);
+    }
+    const __m512i U0 = kx_ld(p + TP_KX_Q4K_SC), U1 = kx_ld(p + TP_KX_Q4K_SC + 64), U2 = kx_ld(p + TP_KX_Q4K_SC + 128);
+    const __m512i sclo = _mm512_and_si512(U0, m3f);
+    const __m512i schi = _mm512_ternarylogic_epi32(U2, mF, _mm512_and_si512(_mm512_srli_epi32(U0, 2), m30), 0xEA);
+    __m512 f[2];
+    KX_UNROLL
+    for (int u = 0; u < 2; u++) f[u] = _mm512_mul_ps(_mm512_cvtepi32_ps(D[u]), kx_byte_u(sclo, u));
+    KX_UNROLL
+    for (int j = 2; j < 8; j++)
+        f[j & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[j]), kx_byte_u(j < 4 ? sclo : schi, j), f[j & 1]);
+    /* the mins as i16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7) against the pair sums */
+    const __m512i mnlo = _mm512_and_si512(U1, m3f);
+    const __m512i mnhi =
+        _mm512_ternarylogic_epi32(_mm512_srli_epi32(U2, 4), mF, _mm512_and_si512(_mm512_srli_epi32(U1, 2), m30), 0xEA);
+    const __m512i lo16 = _mm512_set1_epi32(0x00FF00FF);
+    __m512i s0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(mnlo, lo16), kx_bc32(pr));
+    __m512i s1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_srli_epi16(mnlo, 8), kx_bc32(pr + 2));
+    s0 = _mm512_dpwssd_epi32(s0, _mm512_and_si512(mnhi, lo16), kx_bc32(pr + 4));
+    s1 = _mm512_dpwssd_epi32(s1, _mm512_srli_epi16(mnhi, 8), kx_bc32(pr + 6));
+    const __m512 DL = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    const __m512 DM = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + TP_KX_Q4K_DMIN)));
+    return _mm512_fmsub_ps(_mm512_add_ps(f[0], f[1]), DL, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), DM));
+}
+
+/* Decode of a Q6_K super-block (as kx_sb_q6 with one token): per half h the eight sub-blocks
+ * 8h + 2q + b have their own accumulators, walked chunk position by position, so eight
+ * independent vpdpbusd chains interleave; the scale terms are summed in four chains. */
+XFN __m512 kx_dec_q6(const char *p, const tp_blk_q8_k *a, const int16_t *pr)
+{
+    const __m512i mF = _mm512_set1_epi8(0x0F), m33 = _mm512_set1_epi8(0x33);
+    const char *sc = p + TP_KX_Q6K_SC, *qh = p + TP_KX_Q6K_QH, *ql = p + TP_KX_Q6K_QL;
+    __m512 f[4];
+    KX_UNROLL
+    for (int u = 0; u < 4; u++) f[u] = _mm512_setzero_ps();
+    KX_UNROLL
+    for (int h = 0; h < 2; h++) {
+        __m512i D[2][4]; /* [b][quarter q]: sub-block 8h + 2q + b */
+        KX_UNROLL
+        for (int b = 0; b < 2; b++)
+            KX_UNROLL
+            for (int q = 0; q < 4; q++) D[b][q] = _mm512_setzero_si512();
+        KX_UNROLL
+        for (int s = 0; s < 4; s++)
+            KX_UNROLL
+            for (int b = 0; b < 2; b++) {
+                const __m512i H = kx_ld(qh + 64 * (8 * h + 4 * b + s));
+                KX_UNROLL
+                for (int pq = 0; pq < 2; pq++) {
+                    const __m512i L = kx_ld(ql + 64 * (16 * h + 8 * pq + 4 * b + s));
+                    const __m512i X = _mm512_and_si512(pq ? _mm512_srli_epi16(H, 2) : H, m33);
+                    const int jlo = 8 * h + 2 * pq + b, jhi = jlo + 4;
+                    const __m512i vlo = _mm512_ternarylogic_epi32(L, _mm512_slli_epi16(X, 4), mF, 0xE4);
+                    const __m512i vhi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(L, 4), X, mF, 0xE4);
+                    D[b][pq] = kx_dpb(D[b][pq], vlo, a->qs, 16 * jlo + 4 * s);
+                    D[b][pq + 2] = kx_dpb(D[b][pq + 2], vhi, a->qs, 16 * jhi + 4 * s);
+                }
+            }
+        KX_UNROLL
+        for (int b = 0; b < 2; b++)
+            KX_UNROLL
+            for (int q = 0; q < 4; q++) {
+                const int j = 8 * h + 2 * q + b;
+                const __m512 scf = kx_byte_s(kx_ld(sc + 64 * (j >> 2)), j);
+                f[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[b][q]), scf, f[q]);
+            }
+    }
+    /* -32 * sum_j sc_j * bsum_j with the scales as i16 pairs (s4m, s4m+2), (s4m+1, s4m+3) */
+    __m512i e = _mm512_setzero_si512(), o = _mm512_setzero_si512();
+    KX_UNROLL
+    for (int m = 0; m < 4; m++) {
+        const __m512i s = kx_ld(sc + 64 * m);
+        e = _mm512_dpwssd_epi32(e, _mm512_srai_epi16(_mm512_slli_epi16(s, 8), 8), kx_bc32(pr + 8 + 4 * m));
+        o = _mm512_dpwssd_epi32(o, _mm512_srai_epi16(s, 8), kx_bc32(pr + 8 + 4 * m + 2));
+    }
+    const __m512 fs = _mm512_add_ps(_mm512_add_ps(f[0], f[1]), _mm512_add_ps(f[2], f[3]));
+    const __m512 r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(e, o)), _mm512_set1_ps(32.0f), fs);
+    return _mm512_mul_ps(r, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)));
+}
+
+/* One token, S groups at once from g0: each group's 16 sums in a register. */
 XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t g0,
                           int64_t r0, int64_t r1, const int S)
 {
-    _Alignas(64) float acc[KX_STREAMS * 16]; /* group k's 16 outputs at 16 k */
-    const size_t xo[KX_BT] = {0};
+    __m512 acc[KX_STREAMS];
     const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
     const size_t gbs = kx_gbs(type);
-    for (int k = 0; k < S; k++) _mm512_store_ps(acc + 16 * k, _mm512_setzero_ps());
-    for (int64_t i = 0; i < nb; i++)
+    for (int k = 0; k < S; k++) acc[k] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const tp_blk_q8_k *a = (const tp_blk_q8_k *)x + i;
+        const int16_t *pr = TP_Q8K_PAIR(x, nb * TP_QK_K, i);
+        KX_OPAQUE(a);
         for (int k = 0; k < S; k++) {
             const char *p = gp + (size_t)k * 16 * wrb + (size_t)i * gbs;
-            if (type == KX_Q6K)
-                kx_sb_q6(1, p, x, xo, nb, i, acc + 16 * k);
-            else
-                kx_sb_q45(type, 1, p, x, xo, nb, i, acc + 16 * k);
+            if (i + KX_DPF < nb)
+                for (size_t o = 0; o < gbs; o += 64) _mm_prefetch(p + KX_DPF * gbs + o, _MM_HINT_T0);
+            const __m512 v = type == KX_Q6K ? kx_dec_q6(p, a, pr) : kx_dec_q45(type, p, a, pr);
+            acc[k] = _mm512_fmadd_ps(v, _mm512_set1_ps(a->d), acc[k]);
         }
-    for (int k = 0; k < S; k++)
-        _mm512_mask_storeu_ps(y + g0 + 16 * k, kx_keep(g0 + 16 * k, r0, r1), _mm512_load_ps(acc + 16 * k));
+    }
+    for (int k = 0; k < S; k++) _mm512_mask_storeu_ps(y + g0 + 16 * k, kx_keep(g0 + 16 * k, r0, r1), acc[k]);
 }
 
 /* One token: rows [r0, r1), KX_STREAMS groups at a time, the rest together. */
