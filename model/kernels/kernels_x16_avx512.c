@@ -151,9 +151,13 @@ XFN __m512 x16_blk(const char *p, const int8_t *qs, const float *ad, const int32
  * restarts at page boundaries), and the kernel's arithmetic between loads keeps its
  * own demand misses fewer than a plain read loop has.  Walking X16_STREAMS groups
  * side by side (each group a stream 16 rows of bytes apart) gives the prefetcher that
- * many streams to run ahead on; software prefetches (which hold the L1 fill buffers
- * the loads need) are then not used.  Measured in docs/design-measurements.md. */
+ * many streams to run ahead on, and a short software prefetch (X16_DPF) covers the
+ * distance the prefetcher leaves.  Measured in docs/design-measurements.md. */
 #define X16_STREAMS 4
+/* Bytes ahead of each stream that a decode pass prefetches into L1, two blocks at a time: with the
+ * x16 Q4_0 kernel's arithmetic between loads, the hardware prefetcher alone left part of the
+ * bandwidth unused (docs/performance.md; Q8_0, with less arithmetic per byte, is unchanged by it). */
+#define X16_DPF 1152
 
 /* One token, S groups at once from g0 (S weight streams in flight). */
 XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *qs, const float *ad, const int32_t *as,
@@ -164,10 +168,15 @@ XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *
     __m512 acc[X16_STREAMS][2];
     for (int k = 0; k < S; k++) acc[k][0] = acc[k][1] = _mm512_setzero_ps();
     int64_t b = 0;
-    for (; b + 2 <= nb; b += 2)
+    for (; b + 2 <= nb; b += 2) {
+        if (b + 2 + X16_DPF / bs < (size_t)nb)
+            for (int k = 0; k < S; k++)
+                for (size_t o = 0; o < 2 * bs; o += 64)
+                    _mm_prefetch(gp + (size_t)k * 16 * wrb + (size_t)b * bs + X16_DPF + o, _MM_HINT_T0);
         for (int h = 0; h < 2; h++)
             for (int k = 0; k < S; k++)
                 acc[k][h] = x16_blk(gp + (size_t)k * 16 * wrb + (size_t)(b + h) * bs, qs, ad, as, b + h, acc[k][h], q8);
+    }
     if (b < nb)
         for (int k = 0; k < S; k++)
             acc[k][0] = x16_blk(gp + (size_t)k * 16 * wrb + (size_t)b * bs, qs, ad, as, b, acc[k][0], q8);
