@@ -100,10 +100,9 @@ XFN __m512 kx_byte_s(__m512i s, int j)
     return _mm512_cvtepi32_ps(v);
 }
 
-/* p as a value the compiler cannot follow back to the loop counter: each activation slice is then
- * addressed as p + a constant (a base register and a displacement), not as an induction variable of
- * its own (GCC made one per embedded-broadcast operand, 64 in a Q4_K super-block, and kept most of
- * them on the stack, one reload per vpdpbusd). */
+/* p as a value the compiler cannot follow back to the loop counter, so that the decode addresses
+ * every activation slice from it (a base register and a displacement) instead of deriving an
+ * induction variable per slice. */
 #if defined(__GNUC__)
 #define KX_OPAQUE(p) __asm__("" : "+r"(p))
 #else
@@ -118,7 +117,6 @@ XFN __m512 kx_byte_s(__m512i s, int j)
     for (int t = 0; t < (Tk); t++) {                                                                            \
         a[t] = (const tp_blk_q8_k *)(x + xo[t]) + i;                                                            \
         pr[t] = TP_Q8K_PAIR(x + xo[t], nb * TP_QK_K, i);                                                        \
-        KX_OPAQUE(a[t]);                                                                                        \
     }
 
 /* acc[t] (16 floats in memory, token t) += fs[t] * (f x token t's d): the per-token accumulators
