@@ -221,7 +221,8 @@ BF_FN static void bf_softmax_row(const float *s, uint32_t *prow, int a, int b, f
         vm = _mm512_mask_max_ps(vm, k, vm, _mm512_maskz_loadu_ps(k, s + 16 * v));
     }
     const float mx = _mm512_reduce_max_ps(vm);
-    const float corr = *M == -INFINITY ? 0.0f : expf(*M - mx);
+    /* e^0 = 1 without the call when the max stands (most tiles, once a long row's max is found) */
+    const float corr = *M == mx ? 1.0f : *M == -INFINITY ? 0.0f : expf(*M - mx);
     const __m512 vmx = _mm512_set1_ps(mx);
     __m512 acc = _mm512_setzero_ps();
     for (int v = 0; v < KB / 16; v += 2) {
