@@ -130,7 +130,8 @@ void tp_kv_load(enum tp_kv_type t, const uint8_t *src, float *dst, int hd)
 
 size_t tp_attn_scratch_floats(int hd, int rows)
 {
-    /* Qs, O (rows x hd), M, L (rows), K and V tiles (KB x hd), scores (rows x KB); or what the AMX path needs */
+    /* Qs, O (rows x hd), M, L (rows), K and V tiles (KB x hd), scores (rows x KB); or what the AMX or
+     * AVX512_BF16 path needs */
     const size_t n = (size_t)rows * hd * 2 + (size_t)rows * 2 + (size_t)TP_ATTN_KB * hd * 2 + (size_t)rows * TP_ATTN_KB;
     const size_t n_amx = hd % 32 == 0 ? tp_attn_amx_scratch_floats(hd, rows) : 0;
     const size_t n_bf16 = hd % 32 == 0 ? tp_attn_bf16_scratch_floats(hd, rows) : 0;

@@ -83,8 +83,10 @@ BF_INL __m512i bf_row32(enum tp_kv_type t, const uint8_t *row, int c)
         uint16_t dh;
         memcpy(&dh, blk, 2);
         const __m512 d = _mm512_set1_ps(tp_fp16_to_f32(dh));
-        lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(blk + 2)))));
-        hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(blk + 18)))));
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2));
+        const __m128i q1 = _mm_loadu_si128((const __m128i *)(const void *)(blk + 18));
+        lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)));
+        hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)));
     }
     return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
