@@ -1,6 +1,6 @@
 /*
  * cli/bench_attn.c - `tpserve bench attn`: the attention kernel's FLOP rate
- * per path (amx, avx512, avx2, c: those this CPU has) at a model's head
+ * per path (amx, avx512bf16, avx512, avx2, c: those this CPU has) at a model's head
  * shape, one thread, random data:
  *   decode   one query position x the query heads of one KV head over D keys;
  *   prefill  a block of 64 / gqa positions x those heads (the forward pass's
@@ -39,7 +39,7 @@ static int ba_parse(int argc, char **argv, struct ba_opts *o)
         {0},
     };
     const char *usage = "Usage: tpserve bench attn [--head-dim 64] [--gqa 8] [--depth 2048,8192] [--kv-type f16]\n"
-                        "Attention kernel GFLOP/s per path (this CPU's: amx, avx512, avx2, c), one thread, decode "
+                        "Attention kernel GFLOP/s per path (this CPU's: amx, avx512bf16, avx512, avx2, c), one thread, decode "
                         "and prefill work items;\nFLOPs over thread CPU time (wall-clock rate beside).";
     int rc = tp_cli_parse("bench attn", usage, opts, argc, argv, NULL, 0, NULL, NULL, NULL);
     if (rc) return rc;
@@ -73,10 +73,10 @@ int tp_bench_attn(int argc, char **argv)
     TP_CLI_RETURN_UNLESS_PARSED(rc);
     enum tp_kv_type kv = TP_KV_F16;
     tp_kv_type_parse(o.kv_type, &kv);
-    static const char *const paths[] = {"amx", "avx512", "avx2", "c"};
+    static const char *const paths[] = {"amx", "avx512bf16", "avx512", "avx2", "c"};
     if (!o.json)
         printf("attention kernel, head_dim %d, %d query heads per KV head, KV cache %s, one thread, best of %d\n"
-               "%-7s %-8s %7s %6s %10s %14s %14s\n",
+               "%-10s %-8s %7s %6s %10s %14s %14s\n",
                o.hd, o.gqa, tp_kv_type_name(kv), o.reps, "path", "item", "depth", "rows", "ms/call", "GFLOP/s (cpu)",
                "GFLOP/s (wall)");
     for (int p = 0; p < (int)TP_ARRAY_LEN(paths); p++)
@@ -106,7 +106,7 @@ int tp_bench_attn(int argc, char **argv)
                            paths[p], pre ? "prefill" : "decode", o.hd, o.gqa, tp_kv_type_name(kv), o.dlist[d],
                            nt * o.gqa, flop, best_cpu * 1e3, gc, gw);
                 else
-                    printf("%-7s %-8s %7d %6d %10.3f %14.1f %14.1f\n", paths[p], pre ? "prefill" : "decode", o.dlist[d],
+                    printf("%-10s %-8s %7d %6d %10.3f %14.1f %14.1f\n", paths[p], pre ? "prefill" : "decode", o.dlist[d],
                            nt * o.gqa, best_cpu * 1e3, gc, gw);
             }
     return 0;

@@ -12,7 +12,7 @@ static const struct tp_cli_command benches[] = {
     {"nodes", "tokens/s, compute vs comm, memory per node count (simulated hosts; CSV/MD/JSON/SVG)", tp_bench_nodes},
     {"serve", "HTTP load test of a running server: aggregate tok/s, TTFT, TPOT per concurrency", tp_bench_serve},
     {"kernels", "matrix-kernel GB/s (decode) and GOP/s (prefill) vs a streaming read", tp_bench_kernels},
-    {"attn", "attention-kernel GFLOP/s per path (amx, avx512, avx2, c) at a head shape and depth", tp_bench_attn},
+    {"attn", "attention-kernel GFLOP/s per path (amx, avx512bf16, avx512, avx2, c) at a head shape and depth", tp_bench_attn},
 };
 
 int tp_cmd_bench(int argc, char **argv)

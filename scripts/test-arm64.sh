@@ -5,8 +5,8 @@
 # neon-dotprod and neon kernels, x16 layouts included, all checked against the
 # scalar reference), -cpu cortex-a76 (dot product without i8mm: the choice must
 # be neon-dotprod) and -cpu cortex-a53 (neither: plain neon).
-# The attention (model/forward/attn.c, attn_amx.c) is compiled for arm64 too (its plain C path; the x86
-# and AMX paths compiled out), not run.
+# The attention (model/forward/attn.c, attn_amx.c, attn_bf16.c) is compiled for arm64 too (its plain C path; the x86
+# and bf16 paths compiled out), not run.
 # The tests are tests/model/test_kernels.c and test_kernels_mlx.c unchanged, linked with a tiny CUnit
 # stand-in (scripts/arm64/).  Exits 0 with a SKIP line when the cross tools
 # are missing and cannot be installed (they are in scripts/setup.sh's list).
@@ -49,7 +49,7 @@ wait_jobs() {
 }
 
 echo "==== arm64: cross-compiling kernels + tests/model/test_kernels.c, test_kernels_mlx.c ($jobs at a time)"
-echo "==== arm64: compiling model/forward/attn.c, attn_amx.c"
+echo "==== arm64: compiling model/forward/attn.c, attn_amx.c, attn_bf16.c"
 objs=()
 for src in "${srcs[@]}"; do
   obj="$out/obj/$(printf '%s' "${src%.c}" | tr / _).o"
@@ -57,7 +57,7 @@ for src in "${srcs[@]}"; do
   run_jobs "$cc" "${flags[@]}" -c "$src" -o "$obj"
 done
 # The attention (plain C there; the x86 paths and the AMX tiles compiled out) must build for arm64 too
-for f in attn attn_amx; do run_jobs "$cc" "${flags[@]}" -c "model/forward/$f.c" -o "$out/obj/model_forward_$f.o"; done
+for f in attn attn_amx attn_bf16; do run_jobs "$cc" "${flags[@]}" -c "model/forward/$f.c" -o "$out/obj/model_forward_$f.o"; done
 wait_jobs || { echo "test-arm64: cross-compilation failed"; exit 1; }
 "$cc" "${objs[@]}" -o "$out/test_kernels" -lpthread -lm -static
 

@@ -11,8 +11,9 @@
  * long sequence over every thread.  Attention sinks add e^(sink - max) to a
  * row's denominator.  The loop body (attn_tile_impl.h) is compiled for plain C,
  * AVX2 and AVX-512 over each one's helpers (the vector ones in
- * simd_x86_impl.h), float32 throughout; on CPUs with AMX-BF16 the same loop
- * runs on bf16 tile products (attn_amx.c).  Also the cache rows (tp_kv_store / tp_kv_load) and the
+ * simd_x86_impl.h), float32 throughout; on CPUs with AVX512_BF16 the same loop
+ * runs on bf16 vector products (attn_bf16.c), and with AMX-BF16 on bf16 tile
+ * products (attn_amx.c).  Also the cache rows (tp_kv_store / tp_kv_load) and the
  * per-position reference.
  */
 #include <math.h>
@@ -129,10 +130,13 @@ void tp_kv_load(enum tp_kv_type t, const uint8_t *src, float *dst, int hd)
 
 size_t tp_attn_scratch_floats(int hd, int rows)
 {
-    /* Qs, O (rows x hd), M, L (rows), K and V tiles (KB x hd), scores (rows x KB); or what the AMX path needs */
+    /* Qs, O (rows x hd), M, L (rows), K and V tiles (KB x hd), scores (rows x KB); or what the AMX or
+     * AVX512_BF16 path needs */
     const size_t n = (size_t)rows * hd * 2 + (size_t)rows * 2 + (size_t)TP_ATTN_KB * hd * 2 + (size_t)rows * TP_ATTN_KB;
     const size_t n_amx = hd % 32 == 0 ? tp_attn_amx_scratch_floats(hd, rows) : 0;
-    return n > n_amx ? n : n_amx;
+    const size_t n_bf16 = hd % 32 == 0 ? tp_attn_bf16_scratch_floats(hd, rows) : 0;
+    const size_t n_bf = n_amx > n_bf16 ? n_amx : n_bf16;
+    return n > n_bf ? n : n_bf;
 }
 
 /* ------------------------------------------------------- plain C helpers */
@@ -203,12 +207,12 @@ static inline void ref_pv(float *o, const float *p, const float *v, int n, int h
 
 /* -------------------------------------------------------------- dispatch */
 
-static int attn_has_avx2, attn_has_avx512, attn_has_amx;
-/* tp_attn_isa_limit, TP_ATTN_ISA: the best path the CPU has unless capped (the bf16 tiles move results by
+static int attn_has_avx2, attn_has_avx512, attn_has_bf16, attn_has_amx;
+/* tp_attn_isa_limit, TP_ATTN_ISA: the best path the CPU has unless capped (the bf16 paths move results by
  * ~1e-5 NMSE: float64-reference tests cap it at avx512) */
 static int attn_level_max = TP_ATTN_ISA_AMX;
 
-static const char *const attn_isa_names[TP_ATTN_ISA_COUNT] = {"c", "avx2", "avx512", "amx"};
+static const char *const attn_isa_names[TP_ATTN_ISA_COUNT] = {"c", "avx2", "avx512", "avx512bf16", "amx"};
 
 static void attn_choose(void)
 {
@@ -218,6 +222,7 @@ static void attn_choose(void)
     attn_has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
                     (c & (1u << 29)); /* F16C */
     attn_has_avx512 = attn_has_avx2 && __builtin_cpu_supports("avx512f");
+    attn_has_bf16 = attn_has_avx512 && tp_attn_bf16_detect();
     attn_has_amx = attn_has_avx512 && tp_attn_amx_detect();
 #endif
     const char *want = getenv("TP_ATTN_ISA"); /* the best attention path allowed */
@@ -225,7 +230,7 @@ static void attn_choose(void)
     if (level >= 0)
         attn_level_max = level;
     else
-        tp_log(TP_LOG_WARN, "attn", "TP_ATTN_ISA=%s is not one of c, avx2, avx512, amx; ignored", want);
+        tp_log(TP_LOG_WARN, "attn", "TP_ATTN_ISA=%s is not one of c, avx2, avx512, avx512bf16, amx; ignored", want);
 }
 
 int tp_attn_isa_parse(const char *want)
@@ -256,8 +261,8 @@ int tp_attn_isa_limit(int level)
 int tp_attn_isa_level(void)
 {
     pthread_once(&attn_once, attn_choose);
-    const int have = attn_has_amx ? TP_ATTN_ISA_AMX : attn_has_avx512 ? TP_ATTN_ISA_AVX512
-                     : attn_has_avx2 ? TP_ATTN_ISA_AVX2 : TP_ATTN_ISA_C;
+    const int have = attn_has_amx ? TP_ATTN_ISA_AMX : attn_has_bf16 ? TP_ATTN_ISA_AVX512BF16
+                     : attn_has_avx512 ? TP_ATTN_ISA_AVX512 : attn_has_avx2 ? TP_ATTN_ISA_AVX2 : TP_ATTN_ISA_C;
     return have < attn_level_max ? have : attn_level_max;
 }
 
@@ -269,6 +274,10 @@ void tp_attn_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, co
     const int level = tp_attn_isa_level();
     if (level >= TP_ATTN_ISA_AMX && g->hd % 32 == 0) {
         tp_attn_amx_tile(g, r, kc, vc, k0, k1, scratch, o, o_stride, part);
+        return;
+    }
+    if (level >= TP_ATTN_ISA_AVX512BF16 && g->hd % 32 == 0) {
+        tp_attn_bf16_tile(g, r, kc, vc, k0, k1, scratch, o, o_stride, part);
         return;
     }
     if (level >= TP_ATTN_ISA_AVX512 && g->hd % 16 == 0) {

@@ -118,11 +118,19 @@ struct tp_attn_rows {
  */
 void tp_attn_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc, const uint8_t *vc,
                   int k0, int k1, float *scratch, float *o, size_t o_stride, float *part);
-/* The attention paths, in order of preference: float32 plain C, AVX2, AVX-512; AMX-BF16 (bf16 operands,
- * float32 accumulation: attn_amx.c; head_dim % 32 == 0, else AVX-512). */
-enum tp_attn_isa { TP_ATTN_ISA_C, TP_ATTN_ISA_AVX2, TP_ATTN_ISA_AVX512, TP_ATTN_ISA_AMX, TP_ATTN_ISA_COUNT };
+/* The attention paths, in order of preference: float32 plain C, AVX2, AVX-512; AVX512_BF16 vector products
+ * and AMX-BF16 tiles (bf16 operands, float32 accumulation: attn_bf16.c, attn_amx.c; head_dim % 32 == 0, else
+ * AVX-512). */
+enum tp_attn_isa {
+    TP_ATTN_ISA_C,
+    TP_ATTN_ISA_AVX2,
+    TP_ATTN_ISA_AVX512,
+    TP_ATTN_ISA_AVX512BF16,
+    TP_ATTN_ISA_AMX,
+    TP_ATTN_ISA_COUNT
+};
 /* The path tp_attn_tile uses: the best this CPU has, at most the limit.  The limit starts from the
- * TP_ATTN_ISA environment variable (c, avx2, avx512, amx; unset: amx, the best there is); tp_attn_isa_limit
+ * TP_ATTN_ISA environment variable (c, avx2, avx512, avx512bf16, amx; unset: amx, the best there is); tp_attn_isa_limit
  * sets it (tests that hold a model to a float64 reference cap it at TP_ATTN_ISA_AVX512; not while a forward
  * pass runs) and returns the previous one.  tp_attn_isa_name: "c", "avx2", ... */
 int tp_attn_isa_level(void);
@@ -138,6 +146,12 @@ int tp_attn_amx_detect(void);
 void tp_attn_amx_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc,
                       const uint8_t *vc, int k0, int k1, float *scratch, float *o, size_t o_stride, float *part);
 size_t tp_attn_amx_scratch_floats(int hd, int rows);
+/* attn_bf16.c: whether the CPU has AVX512_BF16 and AVX512BW (AVX-512 usable: call through tp_attn_isa_level);
+ * the tile loop on VDPBF16PS products (tp_attn_tile's contract, hd % 32 == 0); its scratch in floats. */
+int tp_attn_bf16_detect(void);
+void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc,
+                       const uint8_t *vc, int k0, int k1, float *scratch, float *o, size_t o_stride, float *part);
+size_t tp_attn_bf16_scratch_floats(int hd, int rows);
 /* The end of a tile loop: rows' running max M, sum L and weighted values O (r->nt * r->ng rows of hd) written
  * as tp_attn_tile's contract says: the partial into part when it is not NULL, else the finished output into o
  * (softmax denominator including the sinks). */

@@ -9,19 +9,24 @@
  *     4, 128 and 4096, the cache a ring of window + block rows when that is
  *     shorter than the sequence; with and without attention sinks;
  *   - blocks of 1, 5 and 8 query positions times 1, 4 and 8 query heads per
- *     KV head (up to 64 rows: 4 row groups of the AMX tiles); the keys in one item and split into 3 key ranges merged with
- *     tp_attn_merge (the split decode);
- *   - every path the CPU has (AMX-BF16, AVX-512, AVX2, plain C);
+ *     KV head (up to 64 rows: 4 row groups of the AMX tiles, 16 groups of 4 of
+ *     the AVX512_BF16 path, which also runs groups of 1-3 rows here); the keys
+ *     in one item and split into 3 key ranges merged with tp_attn_merge (the
+ *     split decode);
+ *   - every path the CPU has (AMX-BF16, AVX512_BF16, AVX-512, AVX2, plain C);
+ *     the 9000-position cases on the best path, the best float32 path and
+ *     AVX512_BF16 (head 80 there: its AVX-512 fallback);
  *   - q8_0 rows: round trip within half a quantization step;
  *   - the per-position reference (tp_op_attn_head_ref) equals the kernel.
  * Bound: NMSE of the output against the oracle <= 1e-9 for the float32
  * paths: float32 scores and sums over up to 9000 terms, and the vector exp
  * (~2 ulp), stay near 1e-12; a wrong mask, window edge, sink or merge weight
- * gives 1e-3 or more.  The AMX path rounds q, k, the softmax weights and v to
- * bf16 (relative error <= 2^-9, RMS ~1.6e-3 each): the scores here (std ~1)
+ * gives 1e-3 or more.  The AMX and AVX512_BF16 paths round q, k, the softmax
+ * weights and v to bf16 (relative error <= 2^-9, RMS ~1.6e-3 each): the scores here (std ~1)
  * move by ~2.6e-3, which moves a diffuse output by ~2.6e-3 of its norm, and
  * the rounding of p and v adds ~1.6e-3 each: NMSE ~(2.6e-3)^2 + 2 (1.6e-3)^2
- * = 1.2e-5, as measured (worst 1.6e-5 over these cases, the log line);
+ * = 1.2e-5, as measured (worst 1.6e-5 over these cases on either path, the
+ * log line);
  * bound 5e-5, still 20x below what a wrong mask or merge gives.
  */
 #include <math.h>
@@ -139,7 +144,7 @@ static double run_case(int hd, enum tp_kv_type t, int n, int window, int nt, int
 static void test_tile_long_at(void);
 
 /* the NMSE bound of the path in use (see the top of the file) */
-static double level_bound(void) { return tp_attn_isa_level() == TP_ATTN_ISA_AMX ? 5e-5 : 1e-9; }
+static double level_bound(void) { return tp_attn_isa_level() >= TP_ATTN_ISA_AVX512BF16 ? 5e-5 : 1e-9; }
 
 static void tile_oracle_at(void)
 {
@@ -170,7 +175,8 @@ static void tile_oracle_at(void)
             tp_attn_isa_name(tp_attn_isa_level()), cases, worst, bound);
 }
 
-/* every path this CPU has: AMX-BF16, AVX-512, AVX2, plain C; the long cases on the best float32 path too */
+/* every path this CPU has: AMX-BF16, AVX512_BF16, AVX-512, AVX2, plain C; the long cases on the best float32 path
+ * and on AVX512_BF16 too */
 static void test_tile_oracle(void)
 {
     const int prev = tp_attn_isa_limit(TP_ATTN_ISA_AMX);
@@ -179,18 +185,21 @@ static void test_tile_oracle(void)
         tp_attn_isa_limit(level);
         CU_ASSERT_EQUAL(tp_attn_isa_level(), level);
         tile_oracle_at();
-        if (level == top || (level == TP_ATTN_ISA_AVX512 && top == TP_ATTN_ISA_AMX)) test_tile_long_at();
+        const int best_f32 = level == TP_ATTN_ISA_AVX512 && top > TP_ATTN_ISA_AVX512;
+        if (level == top || best_f32 || level == TP_ATTN_ISA_AVX512BF16) test_tile_long_at();
     }
     tp_attn_isa_limit(prev);
 }
 
-/* Long sequences: 9000 positions, full and windowed (4096 with sinks, the ring shorter than the sequence). */
+/* Long sequences: 9000 positions, full and windowed (4096 with sinks, the ring shorter than the sequence); decode
+ * items of 8 and 4 query heads per KV head (TinyLlama, Llama 3) over f16, q8_0 and f32 caches. */
 static void test_tile_long_at(void)
 {
     static const struct {
         int hd, t, window, nt, ng, sinks;
     } cs[] = {{128, TP_KV_F16, 0, 1, 4, 0}, {64, TP_KV_Q8_0, 4096, 1, 1, 1}, {80, TP_KV_F32, 4096, 5, 1, 1},
-              {128, TP_KV_Q8_0, 0, 3, 2, 1}, {64, TP_KV_F16, 128, 5, 4, 1}};
+              {128, TP_KV_Q8_0, 0, 3, 2, 1}, {64, TP_KV_F16, 128, 5, 4, 1}, {64, TP_KV_F16, 0, 1, 8, 0},
+              {128, TP_KV_F32, 0, 1, 4, 1}, {64, TP_KV_Q8_0, 0, 1, 8, 1}};
     const double bound = level_bound();
     for (size_t i = 0; i < TP_ARRAY_LEN(cs); i++) {
         const double e = run_case(cs[i].hd, (enum tp_kv_type)cs[i].t, 9000, cs[i].window, cs[i].nt, cs[i].ng, cs[i].sinks);
@@ -277,6 +286,7 @@ static void test_isa_default(void)
     CU_ASSERT_EQUAL(tp_attn_isa_parse(NULL), TP_ATTN_ISA_AMX);
     CU_ASSERT_EQUAL(tp_attn_isa_parse(""), TP_ATTN_ISA_AMX);
     CU_ASSERT_EQUAL(tp_attn_isa_parse("amx"), TP_ATTN_ISA_AMX);
+    CU_ASSERT_EQUAL(tp_attn_isa_parse("avx512bf16"), TP_ATTN_ISA_AVX512BF16);
     CU_ASSERT_EQUAL(tp_attn_isa_parse("avx512"), TP_ATTN_ISA_AVX512);
     CU_ASSERT_EQUAL(tp_attn_isa_parse("avx2"), TP_ATTN_ISA_AVX2);
     CU_ASSERT_EQUAL(tp_attn_isa_parse("c"), TP_ATTN_ISA_C);
@@ -287,7 +297,8 @@ static void test_isa_default(void)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = TP_ATTN_ISA_AVX2; /* F16C: every such CPU */
     if (best == TP_ATTN_ISA_AVX2 && __builtin_cpu_supports("avx512f")) best = TP_ATTN_ISA_AVX512;
-    if (best == TP_ATTN_ISA_AVX512 && tp_attn_amx_detect()) best = TP_ATTN_ISA_AMX;
+    if (best == TP_ATTN_ISA_AVX512 && tp_attn_bf16_detect()) best = TP_ATTN_ISA_AVX512BF16;
+    if (best >= TP_ATTN_ISA_AVX512 && tp_attn_amx_detect()) best = TP_ATTN_ISA_AMX;
 #endif
     const char *env = getenv("TP_ATTN_ISA");
     const int limit = tp_attn_isa_parse(env) >= 0 ? tp_attn_isa_parse(env) : TP_ATTN_ISA_AMX;

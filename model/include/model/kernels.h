@@ -108,14 +108,15 @@ const char *tp_kern_isa(void);
 /* Force the scalar reference (tests); 0 restores automatic choice. */
 void tp_kern_force_scalar(int on);
 /* The attention path chosen at run time: "amx" (AMX-BF16 tiles, bf16 operands, float32 sums) where the CPU
- * and kernel allow it, else "avx512", "avx2", "c" (float32); the TP_ATTN_ISA environment variable caps the
- * choice (TP_ATTN_ISA=avx512: float32 throughout).  Heads whose size is not a multiple of 32 (amx) or 16
- * (avx512) take the next path. */
+ * and kernel allow it, else "avx512bf16" (AVX512_BF16 vector products, bf16 operands, float32 sums), else
+ * "avx512", "avx2", "c" (float32); the TP_ATTN_ISA environment variable caps the choice (TP_ATTN_ISA=avx512:
+ * float32 throughout).  Heads whose size is not a multiple of 32 (amx, avx512bf16) or 16 (avx512) take the
+ * next path. */
 const char *tp_kern_attn_isa(void);
 /* For benchmarks: the tiled attention kernel on random data, on the calling thread: nt consecutive query
  * positions x ng query heads sharing one KV head of head_dim hd (nt x ng <= 1024 rows), attending causally
  * to the n_keys cached positions of a `kv` cache (the last query at position n_keys - 1); path "amx",
- * "avx512", "avx2" or "c" (TP_ERR_UNSUPPORTED when this CPU or build lacks it); one warm-up
+ * "avx512bf16", "avx512", "avx2" or "c" (TP_ERR_UNSUPPORTED when this CPU or build lacks it); one warm-up
  * call, then reps calls.  *cpu_s / *wall_s: thread CPU / wall seconds per call; *flop: FLOPs per call
  * (4 x hd x ng x keys the rows see).  TP_ERR_INVALID_ARG for an unknown path or a bad shape (hd a
  * multiple of 8, and of 32 for q8_0 rows unless 16 or 8 divide it), TP_ERR_NOMEM.  Not while a forward

@@ -1,0 +1,331 @@
+/*
+ * model/forward/attn_bf16.c - the tiled attention of attn.c on AVX512_BF16
+ * vector products (x86-64 Linux CPUs with AVX512_BF16 and AVX512BW, with or
+ * without AMX): the scores S = Q K^T and the weighted values P V are
+ * VDPBF16PS products (per 32-bit lane, two bf16 products added into a
+ * float32 sum: 32 products per instruction), and the online softmax runs on
+ * AVX-512 between them, as in attn_tile_impl.h.  Per tile of TP_ATTN_KB key
+ * positions the cache rows are converted once (f32 / fp16 / q8_0 -> bf16)
+ * into the layouts the products read, shared by every query row of the item:
+ *   Kt  K^T in pairs of dimensions: vector (pair p, key group kg) holds
+ *       dimensions 2p and 2p+1 of keys 16 kg .. 16 kg + 15 (16 x 16
+ *       transposes of 32-bit pairs);
+ *   Vv  V in pairs of keys: vector (key pair kp, 16-dim chunk d) holds dims
+ *       16 d .. 16 d + 15 of keys 2 kp and 2 kp + 1, interleaved.
+ * Query rows go in groups of up to 4, each group's sums held in registers:
+ * its scores over the tile's 64 keys are 4 x 4 vectors (q's pair of a row
+ * broadcast into each product, a K^T vector shared by the 4 rows), its
+ * weighted values 4 rows x 64 dims (a weight pair broadcast, a V vector
+ * shared).  A decode item of 8 query heads per KV head is 2 groups, so a key
+ * or value converted once feeds 8 rows.  The next tile's rows are requested
+ * from memory while this tile's groups are computed.
+ *
+ * Accuracy: as on the AMX path, q (after the 1/sqrt(hd) scale), k, the
+ * softmax weights p and v are rounded to bf16 (8-bit mantissa, relative
+ * error <= 2^-9); products and sums are float32.  docs/long-context.md gives
+ * the measured error.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "forward/model_impl.h"
+
+#if defined(__x86_64__) && defined(__linux__) && \
+    ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10) || (defined(__clang__) && __clang_major__ >= 9))
+#define TP_ATTN_BF16 1
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+#define KB TP_ATTN_KB
+_Static_assert(TP_ATTN_KB == 64, "attn_bf16.c holds a tile's keys as 4 vectors of 16 (2 chunks of 32)");
+
+size_t tp_attn_bf16_scratch_floats(int hd, int rows)
+{
+    const size_t R = (size_t)rows, h = (size_t)hd;
+    /* Qb (bf16), O, K^T and V (bf16), one group's S and P (bf16), M, L, corr; plus 16 floats to align */
+    return R * h / 2 + R * h + (size_t)KB * h + 4 * KB + 2 * KB + 3 * R + 16;
+}
+
+#if defined(TP_ATTN_BF16)
+
+int tp_attn_bf16_detect(void)
+{
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((b >> 16) & 1) || !((b >> 30) & 1)) return 0; /* F, BW */
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1); /* AVX512_BF16 */
+}
+
+#define BF_TARGET "avx512f,avx512bw,avx512bf16,avx2,fma,f16c"
+#define BF_FN __attribute__((target(BF_TARGET)))
+#define BF_INL __attribute__((always_inline, target(BF_TARGET))) static inline
+
+#define SX_W 16
+#define SX_NAME(x) bf_##x
+#define SX_TARGET BF_TARGET
+#include "forward/simd_x86_impl.h"
+#undef SX_W
+#undef SX_NAME
+#undef SX_TARGET
+
+/* 32 values (dims 32c .. 32c+31) of a cache row as bf16, in order: 16 pairs (2p, 2p+1) as 32-bit lanes */
+BF_INL __m512i bf_row32(enum tp_kv_type t, const uint8_t *row, int c)
+{
+    __m512 lo, hi;
+    if (t == TP_KV_F16) {
+        lo = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(row + 64 * c)));
+        hi = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(row + 64 * c + 32)));
+    } else if (t == TP_KV_F32) {
+        lo = _mm512_loadu_ps(row + 128 * c);
+        hi = _mm512_loadu_ps(row + 128 * c + 64);
+    } else { /* q8_0 in blocks of 32 (hd % 32 == 0): fp16 scale, 32 int8 */
+        const uint8_t *blk = row + 34 * c;
+        uint16_t dh;
+        memcpy(&dh, blk, 2);
+        const __m512 d = _mm512_set1_ps(tp_fp16_to_f32(dh));
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2));
+        const __m128i q1 = _mm_loadu_si128((const __m128i *)(const void *)(blk + 18));
+        lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)));
+        hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)));
+    }
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* r[i] (16 rows of 16 32-bit lanes) becomes its transpose */
+BF_INL void bf_transpose16(__m512i r[16])
+{
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4g + k], 128-bit lane i: column 4i + k of rows 4g .. 4g+3 */
+    for (int g = 0; g < 4; g++) {
+        u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int k = 0; k < 4; k++) {
+        const __m512i v = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x88), w = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xDD);
+        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x88);
+        const __m512i w2 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xDD);
+        r[k] = _mm512_shuffle_i32x4(v, v2, 0x88);
+        r[8 + k] = _mm512_shuffle_i32x4(v, v2, 0xDD);
+        r[4 + k] = _mm512_shuffle_i32x4(w, w2, 0x88);
+        r[12 + k] = _mm512_shuffle_i32x4(w, w2, 0xDD);
+    }
+}
+
+/* 16-bit lane indices that interleave a[0..15] with b[0..15] (lo) and a[16..31] with b[16..31] (hi) */
+static const uint16_t bf_ilv_lo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                       8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+static const uint16_t bf_ilv_hi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                       24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+
+/* mask of lanes j (0..15) with a <= base + j < b */
+static inline __mmask16 bf_range_mask(int base, int a, int b)
+{
+    const int lo = a - base < 0 ? 0 : a - base > 16 ? 16 : a - base;
+    const int hi = b - base < 0 ? 0 : b - base > 16 ? 16 : b - base;
+    const unsigned full = hi >= 16 ? 0xFFFFu : (1u << hi) - 1u;
+    return (__mmask16)(lo >= hi ? 0u : full & ~((1u << lo) - 1u));
+}
+
+/* The keys and values of positions j0 .. j0+jn-1 (jn <= KB) as the products read them: Kt (hd/2, KB/16, 16)
+ * 32-bit pairs, all KB keys (keys past jn zero: their scores are masked, and 0 x garbage may be NaN); Vv
+ * (ceil(jn/2), hd/16, 16) 32-bit key pairs (a missing second key of the last pair zero, its weight 0). */
+BF_INL void bf_convert(const struct tp_attn_geom *g, const uint8_t *kc, const uint8_t *vc, int j0, int jn,
+                       uint32_t *Kt, uint32_t *Vv)
+{
+    const int hd = g->hd, nc = hd / 32, nd = hd / 16, nkp = (jn + 1) / 2;
+    for (int kg = 0; kg < KB / 16; kg++)
+        for (int c = 0; c < nc; c++) {
+            __m512i rr[16];
+            for (int j = 0; j < 16; j++) {
+                const int key = kg * 16 + j;
+                rr[j] = key < jn ? bf_row32(g->type, kc + (size_t)((j0 + key) % g->cap) * g->row_bytes, c)
+                                 : _mm512_setzero_si512();
+            }
+            bf_transpose16(rr);
+            for (int p = 0; p < 16; p++) _mm512_storeu_si512(Kt + ((size_t)(16 * c + p) * 4 + kg) * 16, rr[p]);
+        }
+    const __m512i ilv_lo = _mm512_loadu_si512(bf_ilv_lo), ilv_hi = _mm512_loadu_si512(bf_ilv_hi);
+    for (int kp = 0; kp < nkp; kp++) {
+        const int ka = 2 * kp, kb = ka + 1;
+        const uint8_t *ra = vc + (size_t)((j0 + ka) % g->cap) * g->row_bytes;
+        const uint8_t *rb = vc + (size_t)((j0 + kb) % g->cap) * g->row_bytes;
+        for (int c = 0; c < nc; c++) {
+            const __m512i a = bf_row32(g->type, ra, c);
+            const __m512i b = kb < jn ? bf_row32(g->type, rb, c) : _mm512_setzero_si512();
+            _mm512_storeu_si512(Vv + ((size_t)kp * nd + 2 * c) * 16, _mm512_permutex2var_epi16(a, ilv_lo, b));
+            _mm512_storeu_si512(Vv + ((size_t)kp * nd + 2 * c + 1) * 16, _mm512_permutex2var_epi16(a, ilv_hi, b));
+        }
+    }
+}
+
+/* S (NR, KB): the scores of NR (1..4) query rows Qb (NR, np) bf16 pairs over the tile's keys Kt */
+BF_INL void bf_scores(const uint32_t *Qb, const uint32_t *Kt, int np, int NR, float *S)
+{
+    __m512 acc[4][4];
+    for (int i = 0; i < NR; i++)
+        for (int kg = 0; kg < 4; kg++) acc[i][kg] = _mm512_setzero_ps();
+    for (int p = 0; p < np; p++) {
+        __m512bh k[4];
+        for (int kg = 0; kg < 4; kg++) k[kg] = (__m512bh)_mm512_loadu_si512(Kt + ((size_t)p * 4 + kg) * 16);
+        for (int i = 0; i < NR; i++) {
+            const __m512bh q = (__m512bh)_mm512_set1_epi32((int)Qb[(size_t)i * np + p]);
+            for (int kg = 0; kg < 4; kg++) acc[i][kg] = _mm512_dpbf16_ps(acc[i][kg], q, k[kg]);
+        }
+    }
+    for (int i = 0; i < NR; i++)
+        for (int kg = 0; kg < 4; kg++) _mm512_storeu_ps(S + i * KB + 16 * kg, acc[i][kg]);
+}
+
+/* Dims 16 d0 .. 16 (d0 + DN) - 1 of NR (1..4) rows O (NR, hd): O = O * corr + P V over the key pairs kp < nkp,
+ * P (NR, KB/2) bf16 pairs of weights */
+BF_INL void bf_pv(const uint32_t *P, const uint32_t *Vv, int nkp, int nd, int d0, int NR, int DN, const float *Cr,
+                  float *O, int hd)
+{
+    __m512 acc[4][4];
+    for (int i = 0; i < NR; i++)
+        for (int c = 0; c < DN; c++) acc[i][c] = _mm512_setzero_ps();
+    for (int kp = 0; kp < nkp; kp++) {
+        __m512bh v[4];
+        for (int c = 0; c < DN; c++) v[c] = (__m512bh)_mm512_loadu_si512(Vv + ((size_t)kp * nd + d0 + c) * 16);
+        for (int i = 0; i < NR; i++) {
+            const __m512bh w = (__m512bh)_mm512_set1_epi32((int)P[i * (KB / 2) + kp]);
+            for (int c = 0; c < DN; c++) acc[i][c] = _mm512_dpbf16_ps(acc[i][c], w, v[c]);
+        }
+    }
+    for (int i = 0; i < NR; i++) {
+        const __m512 corr = _mm512_set1_ps(Cr[i]);
+        for (int c = 0; c < DN; c++) {
+            float *op = O + (size_t)i * hd + 16 * (d0 + c);
+            _mm512_storeu_ps(op, _mm512_fmadd_ps(corr, _mm512_loadu_ps(op), acc[i][c]));
+        }
+    }
+}
+
+/* The online softmax of one row over the keys a <= j < b of the tile (its scores s[KB]): the row's max *M and
+ * sum *L updated, *cr = e^(old max - new max) for its weighted values, prow (KB/2) the weights e^(s - max) as
+ * bf16 pairs, 0 outside [a, b) */
+BF_FN static void bf_softmax_row(const float *s, uint32_t *prow, int a, int b, float *M, float *L, float *cr)
+{
+    if (a >= b) { /* this tile is outside the row's window (causal or sliding) */
+        memset(prow, 0, sizeof(uint32_t) * KB / 2);
+        *cr = 1.0f;
+        return;
+    }
+    __m512 vm = _mm512_set1_ps(*M);
+    for (int v = 0; v < KB / 16; v++) {
+        const __mmask16 k = bf_range_mask(16 * v, a, b);
+        vm = _mm512_mask_max_ps(vm, k, vm, _mm512_maskz_loadu_ps(k, s + 16 * v));
+    }
+    const float mx = _mm512_reduce_max_ps(vm);
+    /* e^0 = 1 without the call when the max stands (most tiles, once a long row's max is found) */
+    const float corr = *M == mx ? 1.0f : *M == -INFINITY ? 0.0f : expf(*M - mx);
+    const __m512 vmx = _mm512_set1_ps(mx);
+    __m512 acc = _mm512_setzero_ps();
+    for (int v = 0; v < KB / 16; v += 2) {
+        const __mmask16 k0 = bf_range_mask(16 * v, a, b), k1 = bf_range_mask(16 * v + 16, a, b);
+        const __m512 e0 = _mm512_maskz_mov_ps(k0, bf_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k0, s + 16 * v), vmx)));
+        const __m512 e1 =
+            _mm512_maskz_mov_ps(k1, bf_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k1, s + 16 * v + 16), vmx)));
+        acc = _mm512_add_ps(acc, _mm512_add_ps(e0, e1));
+        _mm512_storeu_si512(prow + 8 * v, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+    }
+    *L = *L * corr + _mm512_reduce_add_ps(acc);
+    *M = mx;
+    *cr = corr;
+}
+
+/* Where one tile's work goes: the item's rows and the tile's converted keys and values */
+struct bf_tile {
+    const struct tp_attn_geom *g;
+    const struct tp_attn_rows *r;
+    int j0, jn;
+    const uint32_t *Qb, *Kt, *Vv; /* (R, hd/2) q * scale; the tile's K^T and V (bf_convert) */
+    float *S, *O, *M, *L, *Cr;    /* (4, KB) one group's scores; (R, hd) weighted values; (R) max, sum; (4) */
+    uint32_t *P;                  /* (4, KB/2) one group's weights */
+};
+
+/* Rows r0 .. r0+NR-1 (NR 1..4) of the item against the tile: scores, online softmax, weighted values */
+BF_INL void bf_group(const struct bf_tile *t, int r0, int NR)
+{
+    const struct tp_attn_geom *g = t->g;
+    const int hd = g->hd, np = hd / 2, nd = hd / 16, nkp = (t->jn + 1) / 2;
+    bf_scores(t->Qb + (size_t)r0 * np, t->Kt, np, NR, t->S);
+    for (int i = 0; i < NR; i++) {
+        const int row = r0 + i, p = t->r->pos0 + row / t->r->ng;
+        const int lo = g->window > 0 ? TP_MAX(0, p - g->window + 1) : 0;
+        const int a = TP_MAX(t->j0, lo) - t->j0, b = TP_MIN(t->j0 + t->jn, p + 1) - t->j0;
+        bf_softmax_row(t->S + i * KB, t->P + i * (KB / 2), a, b, t->M + row, t->L + row, t->Cr + i);
+    }
+    float *O = t->O + (size_t)r0 * hd;
+    int d0 = 0;
+    for (; d0 + 4 <= nd; d0 += 4) bf_pv(t->P, t->Vv, nkp, nd, d0, NR, 4, t->Cr, O, hd);
+    if (d0 < nd) bf_pv(t->P, t->Vv, nkp, nd, d0, NR, 2, t->Cr, O, hd); /* nd is even: 2 left */
+}
+
+BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc,
+                             const uint8_t *vc, int k0, int k1, float *scratch, float *o, size_t o_stride, float *part)
+{
+    const int hd = g->hd, nt = r->nt, ng = r->ng, R = nt * ng, nc = hd / 32;
+    float *base = (float *)(((uintptr_t)scratch + 63u) & ~(uintptr_t)63u);
+    uint32_t *Qb = (uint32_t *)(void *)base;                 /* (R, hd/2) bf16 pairs: q * scale */
+    float *O = base + (size_t)R * hd / 2;                     /* (R, hd) running weighted values */
+    uint32_t *Kt = (uint32_t *)(void *)(O + (size_t)R * hd); /* (hd/2, KB/16, 16) */
+    uint32_t *Vv = Kt + (size_t)KB * hd / 2;                  /* (KB/2, hd/16, 16) */
+    float *S = (float *)(void *)(Vv + (size_t)KB * hd / 2);   /* (4, KB) */
+    uint32_t *P = (uint32_t *)(void *)(S + 4 * KB);           /* (4, KB/2) */
+    float *M = (float *)(void *)(P + 2 * KB), *L = M + R, *Cr = L + R;
+
+    const __m512 vscale = _mm512_set1_ps(g->scale);
+    for (int row = 0; row < R; row++) {
+        const float *q = r->q + (size_t)(row / ng) * r->q_stride + (size_t)(row % ng) * hd;
+        for (int c = 0; c < nc; c++) {
+            const __m512 lo = _mm512_mul_ps(vscale, _mm512_loadu_ps(q + 32 * c));
+            const __m512 hi = _mm512_mul_ps(vscale, _mm512_loadu_ps(q + 32 * c + 16));
+            _mm512_storeu_si512(Qb + (size_t)row * hd / 2 + 16 * c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+        memset(O + (size_t)row * hd, 0, sizeof(float) * (size_t)hd);
+        M[row] = -INFINITY;
+        L[row] = 0.0f;
+    }
+    struct bf_tile t = {g, r, 0, 0, Qb, Kt, Vv, S, O, M, L, Cr, P};
+    /* keys any row can see: from the first row's window start to the last row's position */
+    const int lo0 = g->window > 0 ? TP_MAX(0, r->pos0 - g->window + 1) : 0;
+    const int kmin = TP_MAX(k0, lo0), kmax = TP_MIN(k1, r->pos0 + nt), ngr = (R + 3) / 4;
+    for (int j0 = kmin; j0 < kmax; j0 += KB) {
+        t.j0 = j0;
+        t.jn = TP_MIN(KB, kmax - j0);
+        struct tp_attn_pf pf; /* the next tile's rows, requested over this tile's groups */
+        tp_attn_pf_init(&pf, kc, vc, j0 + KB, TP_MIN(j0 + 2 * KB, kmax), g->cap, g->row_bytes);
+        const int pfq = (int)((tp_attn_pf_lines(&pf) + (size_t)ngr - 1) / (size_t)ngr);
+        bf_convert(g, kc, vc, j0, t.jn, Kt, Vv);
+        for (int r0 = 0; r0 < R; r0 += 4) {
+            tp_attn_pf_step(&pf, pfq);
+            switch (TP_MIN(4, R - r0)) { /* the group's size a constant in each copy: its sums in registers */
+            case 4: bf_group(&t, r0, 4); break;
+            case 3: bf_group(&t, r0, 3); break;
+            case 2: bf_group(&t, r0, 2); break;
+            default: bf_group(&t, r0, 1); break;
+            }
+        }
+        tp_attn_pf_step(&pf, 1 << 30);
+    }
+    tp_attn_finish(r, hd, M, L, O, o, o_stride, part);
+}
+
+#else /* no AVX512_BF16 build: never chosen */
+
+int tp_attn_bf16_detect(void) { return 0; }
+
+void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc,
+                       const uint8_t *vc, int k0, int k1, float *scratch, float *o, size_t o_stride, float *part)
+{
+    (void)g, (void)r, (void)kc, (void)vc, (void)k0, (void)k1, (void)scratch, (void)o, (void)o_stride, (void)part;
+}
+
+#endif
