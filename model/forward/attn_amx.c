@@ -99,67 +99,11 @@ struct amx_cfg {
 };
 _Static_assert(sizeof(struct amx_cfg) == 64, "tile configuration is 64 bytes");
 
-/* 32 values (dims 32c .. 32c+31) of a cache row as bf16, in order: 16 pairs (2p, 2p+1) as 32-bit lanes */
-AMX_INL __m512i row32_bf16(enum tp_kv_type t, const uint8_t *row, int c)
-{
-    __m512 lo, hi;
-    if (t == TP_KV_F16) {
-        lo = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(row + 64 * c)));
-        hi = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(row + 64 * c + 32)));
-    } else if (t == TP_KV_F32) {
-        lo = _mm512_loadu_ps(row + 128 * c);
-        hi = _mm512_loadu_ps(row + 128 * c + 64);
-    } else { /* q8_0 in blocks of 32 (hd % 32 == 0): fp16 scale, 32 int8 */
-        const uint8_t *blk = row + 34 * c;
-        uint16_t dh;
-        memcpy(&dh, blk, 2);
-        const __m512 d = _mm512_set1_ps(tp_fp16_to_f32(dh));
-        lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(blk + 2)))));
-        hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(blk + 18)))));
-    }
-    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-}
-
-/* r[i] (16 rows of 16 32-bit lanes) becomes its transpose */
-AMX_INL void transpose16(__m512i r[16])
-{
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    /* u[4g + k], 128-bit lane i: column 4i + k of rows 4g .. 4g+3 */
-    for (int g = 0; g < 4; g++) {
-        u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-        u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-        u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-        u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-    }
-    for (int k = 0; k < 4; k++) {
-        const __m512i v = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x88), w = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xDD);
-        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x88);
-        const __m512i w2 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xDD);
-        r[k] = _mm512_shuffle_i32x4(v, v2, 0x88);
-        r[8 + k] = _mm512_shuffle_i32x4(v, v2, 0xDD);
-        r[4 + k] = _mm512_shuffle_i32x4(w, w2, 0x88);
-        r[12 + k] = _mm512_shuffle_i32x4(w, w2, 0xDD);
-    }
-}
-
-/* 16-bit lane indices that interleave a[0..15] with b[0..15] (lo) and a[16..31] with b[16..31] (hi) */
-static const uint16_t amx_ilv_lo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                        8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-static const uint16_t amx_ilv_hi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-                                        24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-
-/* mask of lanes j (0..15) with a <= base + j < b */
-static inline __mmask16 range_mask(int base, int a, int b)
-{
-    const int lo = a - base < 0 ? 0 : a - base > 16 ? 16 : a - base;
-    const int hi = b - base < 0 ? 0 : b - base > 16 ? 16 : b - base;
-    const unsigned full = hi >= 16 ? 0xFFFFu : (1u << hi) - 1u;
-    return (__mmask16)(lo >= hi ? 0u : full & ~((1u << lo) - 1u));
-}
+#define BP_INL AMX_INL
+#define BP_NAME(x) amx_##x
+#include "forward/bf16_pairs_impl.h"
+#undef BP_INL
+#undef BP_NAME
 
 /* The keys and values of positions j0 .. j0+jn-1 (jn <= KB) as the tile unit reads them: in S^T mode K as bf16
  * rows (KB, hd), else K^T in dimension pairs ((KB/16, nc) tiles of 16 x 32 bf16); V in key pairs ((KB/32, nd)
@@ -173,17 +117,17 @@ AMX_INL void amx_convert(const struct tp_attn_geom *g, const uint8_t *kc, const 
         uint16_t *kb = Kt + (size_t)key * hd;
         const uint8_t *row = kc + (size_t)((j0 + key) % g->cap) * g->row_bytes;
         for (int c = 0; c < nc; c++)
-            _mm512_storeu_si512(kb + 32 * c, key < jn ? row32_bf16(g->type, row, c) : _mm512_setzero_si512());
+            _mm512_storeu_si512(kb + 32 * c, key < jn ? amx_row32(g->type, row, c) : _mm512_setzero_si512());
     }
     for (int kg = 0; !st && kg < nkg; kg++)
         for (int c = 0; c < nc; c++) {
             __m512i rr[16];
             for (int j = 0; j < 16; j++) {
                 const int key = kg * 16 + j;
-                rr[j] = key < jn ? row32_bf16(g->type, kc + (size_t)((j0 + key) % g->cap) * g->row_bytes, c)
+                rr[j] = key < jn ? amx_row32(g->type, kc + (size_t)((j0 + key) % g->cap) * g->row_bytes, c)
                                  : _mm512_setzero_si512();
             }
-            transpose16(rr);
+            amx_transpose16(rr);
             uint16_t *tile = Kt + (size_t)(kg * nc + c) * 512;
             for (int p = 0; p < 16; p++) _mm512_storeu_si512(tile + 32 * p, rr[p]);
         }
@@ -193,8 +137,8 @@ AMX_INL void amx_convert(const struct tp_attn_geom *g, const uint8_t *kc, const 
             const uint8_t *ra = vc + (size_t)((j0 + ka) % g->cap) * g->row_bytes;
             const uint8_t *rb = vc + (size_t)((j0 + kb) % g->cap) * g->row_bytes;
             for (int c = 0; c < nc; c++) {
-                const __m512i a = ka < jn ? row32_bf16(g->type, ra, c) : _mm512_setzero_si512();
-                const __m512i b = kb < jn ? row32_bf16(g->type, rb, c) : _mm512_setzero_si512();
+                const __m512i a = ka < jn ? amx_row32(g->type, ra, c) : _mm512_setzero_si512();
+                const __m512i b = kb < jn ? amx_row32(g->type, rb, c) : _mm512_setzero_si512();
                 _mm512_storeu_si512(Vv + ((size_t)(kk * nd + 2 * c) * 16 + kp) * 32,
                                     _mm512_permutex2var_epi16(a, ilv_lo, b));
                 _mm512_storeu_si512(Vv + ((size_t)(kk * nd + 2 * c + 1) * 16 + kp) * 32,
@@ -248,7 +192,7 @@ AMX_FN void tp_attn_amx_tile(const struct tp_attn_geom *g, const struct tp_attn_
             for (int c = 0; c < nc; c++) {
                 __m512i rr[16];
                 for (int i = 0; i < 16; i++) rr[i] = _mm512_loadu_si512(Qb + (size_t)(rg * 16 + i) * hd + 32 * c);
-                transpose16(rr);
+                amx_transpose16(rr);
                 uint16_t *tile = Qt + (size_t)(rg * nc + c) * 512;
                 for (int p = 0; p < 16; p++) _mm512_storeu_si512(tile + 32 * p, rr[p]);
             }
@@ -309,7 +253,7 @@ AMX_FN void tp_attn_amx_tile(const struct tp_attn_geom *g, const struct tp_attn_
             for (int kg = 0; kg < nkg; kg++) {
                 __m512i rr[16];
                 for (int i = 0; i < 16; i++) rr[i] = _mm512_loadu_si512(Ct + 256 * kg + 16 * i); /* key i's 16 rows */
-                transpose16(rr);
+                amx_transpose16(rr);
                 for (int i = 0; i < 16; i++) _mm512_storeu_si512(srow + (size_t)i * KB + 16 * kg, rr[i]);
             }
         }
@@ -360,7 +304,7 @@ AMX_FN void tp_attn_amx_tile(const struct tp_attn_geom *g, const struct tp_attn_
                 }
                 __m512 vm = _mm512_set1_ps(M[row]);
                 for (int v = 0; v < 2 * nkc; v++) {
-                    const __mmask16 k = range_mask(16 * v, a, b);
+                    const __mmask16 k = amx_range_mask(16 * v, a, b);
                     vm = _mm512_mask_max_ps(vm, k, vm, _mm512_maskz_loadu_ps(k, s + 16 * v));
                 }
                 const float mx = _mm512_reduce_max_ps(vm);
@@ -368,7 +312,7 @@ AMX_FN void tp_attn_amx_tile(const struct tp_attn_geom *g, const struct tp_attn_
                 const __m512 vmx = _mm512_set1_ps(mx);
                 __m512 acc = _mm512_setzero_ps();
                 for (int v = 0; v < 2 * nkc; v += 2) {
-                    const __mmask16 k0m = range_mask(16 * v, a, b), k1m = range_mask(16 * v + 16, a, b);
+                    const __mmask16 k0m = amx_range_mask(16 * v, a, b), k1m = amx_range_mask(16 * v + 16, a, b);
                     const __m512 e0 = _mm512_maskz_mov_ps(k0m, amx_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k0m, s + 16 * v), vmx)));
                     const __m512 e1 = _mm512_maskz_mov_ps(k1m, amx_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k1m, s + 16 * v + 16), vmx)));
                     acc = _mm512_add_ps(acc, _mm512_add_ps(e0, e1));
