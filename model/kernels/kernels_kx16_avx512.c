@@ -131,6 +131,17 @@ XFN void kx_acc(const int Tk, float *acc, const __m512 fs[KX_BT], const tp_blk_q
     }
 }
 
+/* Sub-block j's values in qs chunk z (its low nibbles for even j, high for odd), with Q5_K's 5th bit
+ * from qh chunk h (bit j of each byte) as bit 4. */
+XFN __m512i kx_q45_vals(const int type, __m512i z, __m512i h, const int j)
+{
+    const __m512i mF = _mm512_set1_epi8(0x0F);
+    const __m512i b = (j & 1) ? _mm512_srli_epi16(z, 4) : z;
+    if (type != KX_Q5K) return _mm512_and_si512(b, mF);
+    const __m512i hs = j < 4 ? _mm512_slli_epi16(h, 4 - j) : j == 4 ? h : _mm512_srli_epi16(h, j - 4);
+    return _mm512_ternarylogic_epi32(b, mF, _mm512_and_si512(hs, _mm512_set1_epi8(0x10)), 0xEA);
+}
+
 /* Q4_K / Q5_K super-block i (p: its 16-row super-block) x Tk tokens into acc (kx_acc).
  * Up to 4 tokens the two sub-blocks of a 64-value span (low and high nibbles of the same
  * eight chunks) are computed together, so each qs chunk (and Q5_K's qh chunk) is loaded
@@ -141,7 +152,6 @@ XFN void kx_sb_q45(const int type, const int Tk, const char *p, const char *x, c
 {
     KX_TOKENS(Tk)
     const __m512i mF = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3f = _mm512_set1_epi8(0x3F);
-    const __m512i m10 = _mm512_set1_epi8(0x10);
     /* lane L: row L's scales 0..3 and 4..7, one per byte (ggml's get_scale_min_k4) */
     const __m512i U0 = kx_ld(p + TP_KX_Q4K_SC), U2 = kx_ld(p + TP_KX_Q4K_SC + 128);
     const __m512i sclo = _mm512_and_si512(U0, m3f);
@@ -169,14 +179,7 @@ XFN void kx_sb_q45(const int type, const int Tk, const char *p, const char *x, c
             for (int u = 0; u < 2; u++) {
                 if (u >= NJ) break;
                 const int j = j0 + u;
-                const __m512i b = (j & 1) ? _mm512_srli_epi16(z, 4) : z;
-                __m512i v;
-                if (type == KX_Q5K) { /* bit j of qh chunk m is the 5th bit: to bit 4 */
-                    const __m512i hs = j < 4 ? _mm512_slli_epi16(h, 4 - j) : j == 4 ? h : _mm512_srli_epi16(h, j - 4);
-                    v = _mm512_ternarylogic_epi32(b, mF, _mm512_and_si512(hs, m10), 0xEA);
-                } else {
-                    v = _mm512_and_si512(b, mF);
-                }
+                const __m512i v = kx_q45_vals(type, z, h, j);
                 KX_UNROLL
                 for (int t = 0; t < Tk; t++) D[u][t] = kx_dpb(D[u][t], v, a[t]->qs, 32 * j + 4 * m);
             }
@@ -341,7 +344,6 @@ XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, cons
 XFN __m512 kx_dec_q45(const int type, const char *p, const tp_blk_q8_k *a, const int16_t *pr)
 {
     const __m512i mF = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3f = _mm512_set1_epi8(0x3F);
-    const __m512i m10 = _mm512_set1_epi8(0x10);
     const char *qs = p + (type == KX_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS);
     const char *qh = p + TP_KX_Q5K_QH;
     __m512i D[8];
@@ -357,14 +359,7 @@ XFN __m512 kx_dec_q45(const int type, const char *p, const tp_blk_q8_k *a, const
             KX_UNROLL
             for (int u = 0; u < 2; u++) {
                 const int j = 2 * k + u;
-                const __m512i b = u ? _mm512_srli_epi16(z, 4) : z;
-                __m512i v;
-                if (type == KX_Q5K) { /* bit j of qh chunk m is the 5th bit: to bit 4 */
-                    const __m512i hs = j < 4 ? _mm512_slli_epi16(h, 4 - j) : j == 4 ? h : _mm512_srli_epi16(h, j - 4);
-                    v = _mm512_ternarylogic_epi32(b, mF, _mm512_and_si512(hs, m10), 0xEA);
-                } else {
-                    v = _mm512_and_si512(b, mF);
-                }
+                const __m512i v = kx_q45_vals(type, z, h, j);
                 E[u][m & 1] = kx_dpb(E[u][m & 1], v, a->qs, 32 * j + 4 * m);
             }
         }
