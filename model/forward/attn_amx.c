@@ -173,11 +173,7 @@ AMX_FN void tp_attn_amx_tile(const struct tp_attn_geom *g, const struct tp_attn_
         uint16_t *qb = Qb + (size_t)row * hd;
         if (row < R) {
             const float *q = r->q + (size_t)(row / ng) * r->q_stride + (size_t)(row % ng) * hd;
-            for (int c = 0; c < nc; c++) {
-                const __m512 lo = _mm512_mul_ps(vscale, _mm512_loadu_ps(q + 32 * c));
-                const __m512 hi = _mm512_mul_ps(vscale, _mm512_loadu_ps(q + 32 * c + 16));
-                _mm512_storeu_si512(qb + 32 * c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-            }
+            for (int c = 0; c < nc; c++) _mm512_storeu_si512(qb + 32 * c, amx_scaled32(q + 32 * c, vscale));
         } else {
             memset(qb, 0, sizeof(uint16_t) * (size_t)hd);
             memset(P + (size_t)row * KB, 0, sizeof(uint16_t) * KB);
@@ -204,7 +200,7 @@ AMX_FN void tp_attn_amx_tile(const struct tp_attn_geom *g, const struct tp_attn_
     AMX_BARRIER();
     _tile_loadconfig(&cfg);
 
-    const int lo0 = g->window > 0 ? TP_MAX(0, r->pos0 - g->window + 1) : 0;
+    const int lo0 = tp_attn_first_key(g, r->pos0);
     const int kmin = TP_MAX(k0, lo0), kmax = TP_MIN(k1, r->pos0 + nt);
     /* Software pipeline: tile t + 1's rows are converted while the tile unit multiplies tile t's (right after
      * the first row group's score products are issued), so their stores have drained by the time its tile
@@ -290,7 +286,7 @@ AMX_FN void tp_attn_amx_tile(const struct tp_attn_geom *g, const struct tp_attn_
         /* online softmax per real row; P = e^(s - max) inside the row's window, 0 elsewhere */
         for (int i = 0; i < nt; i++) {
             const int p = r->pos0 + i;
-            const int lo = g->window > 0 ? TP_MAX(0, p - g->window + 1) : 0;
+            const int lo = tp_attn_first_key(g, p);
             const int a = TP_MAX(j0, lo) - j0, b = TP_MIN(j0 + jn, p + 1) - j0;
             for (int h = 0; h < ng; h++) {
                 const int row = i * ng + h;

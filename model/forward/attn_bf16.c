@@ -200,7 +200,7 @@ BF_INL void bf_group(const struct bf_tile *t, int r0, int NR)
     bf_scores(t->Qb + (size_t)r0 * np, t->Kt, np, NR, t->S);
     for (int i = 0; i < NR; i++) {
         const int row = r0 + i, p = t->r->pos0 + row / t->r->ng;
-        const int lo = g->window > 0 ? TP_MAX(0, p - g->window + 1) : 0;
+        const int lo = tp_attn_first_key(g, p);
         const int a = TP_MAX(t->j0, lo) - t->j0, b = TP_MIN(t->j0 + t->jn, p + 1) - t->j0;
         bf_softmax_row(t->S + i * KB, t->P + i * (KB / 2), a, b, t->M + row, t->L + row, t->Cr + i);
     }
@@ -226,18 +226,15 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
     const __m512 vscale = _mm512_set1_ps(g->scale);
     for (int row = 0; row < R; row++) {
         const float *q = r->q + (size_t)(row / ng) * r->q_stride + (size_t)(row % ng) * hd;
-        for (int c = 0; c < nc; c++) {
-            const __m512 lo = _mm512_mul_ps(vscale, _mm512_loadu_ps(q + 32 * c));
-            const __m512 hi = _mm512_mul_ps(vscale, _mm512_loadu_ps(q + 32 * c + 16));
-            _mm512_storeu_si512(Qb + (size_t)row * hd / 2 + 16 * c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-        }
+        for (int c = 0; c < nc; c++)
+            _mm512_storeu_si512(Qb + (size_t)row * hd / 2 + 16 * c, bf_scaled32(q + 32 * c, vscale));
         memset(O + (size_t)row * hd, 0, sizeof(float) * (size_t)hd);
         M[row] = -INFINITY;
         L[row] = 0.0f;
     }
     struct bf_tile t = {g, r, 0, 0, Qb, Kt, Vv, S, O, M, L, Cr, P};
     /* keys any row can see: from the first row's window start to the last row's position */
-    const int lo0 = g->window > 0 ? TP_MAX(0, r->pos0 - g->window + 1) : 0;
+    const int lo0 = tp_attn_first_key(g, r->pos0);
     const int kmin = TP_MAX(k0, lo0), kmax = TP_MIN(k1, r->pos0 + nt), ngr = (R + 3) / 4;
     for (int j0 = kmin; j0 < kmax; j0 += KB) {
         t.j0 = j0;

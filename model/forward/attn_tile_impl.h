@@ -25,7 +25,7 @@ AT_FN void AT_NAME(tile)(const struct tp_attn_geom *g, const struct tp_attn_rows
             L[row] = 0.0f;
         }
     /* keys any row can see: from the first row's window start to the last row's position */
-    int lo0 = g->window > 0 ? TP_MAX(0, r->pos0 - g->window + 1) : 0;
+    int lo0 = tp_attn_first_key(g, r->pos0);
     const int kmin = TP_MAX(k0, lo0), kmax = TP_MIN(k1, r->pos0 + nt);
     for (int j0 = kmin; j0 < kmax; j0 += KB) {
         const int jn = TP_MIN(KB, kmax - j0);
@@ -37,7 +37,7 @@ AT_FN void AT_NAME(tile)(const struct tp_attn_geom *g, const struct tp_attn_rows
         int v_loaded = 0;
         for (int i = 0; i < nt; i++) {
             const int p = r->pos0 + i;
-            const int lo = g->window > 0 ? TP_MAX(0, p - g->window + 1) : 0;
+            const int lo = tp_attn_first_key(g, p);
             const int a = TP_MAX(j0, lo) - j0, b = TP_MIN(j0 + jn, p + 1) - j0;
             if (a >= b) continue; /* this tile is outside row i's window (causal or sliding) */
             if (!v_loaded) {

@@ -1,10 +1,11 @@
 /*
- * model/forward/bf16_pairs_impl.h - the cache-row helpers of the bf16 attention paths (attn_amx.c,
- * attn_bf16.c): a cache row's 32 values as 16 bf16 pairs, the 16 x 16 transpose of 32-bit lanes, the
- * pair-interleave tables and the key-range mask.  The includer defines BP_INL (the function
- * attributes: always_inline and its target) and BP_NAME(x) (its prefix), after <immintrin.h> and
- * forward/model_impl.h.
+ * model/forward/bf16_pairs_impl.h - the helpers of the bf16 attention paths (attn_amx.c, attn_bf16.c):
+ * a cache row's 32 values and a query's scaled values as 16 bf16 pairs, the 16 x 16 transpose of
+ * 32-bit lanes, the pair-interleave tables and the key-range mask.  The includer defines BP_INL (the
+ * function attributes: always_inline and its target) and BP_NAME(x) (its prefix), after
+ * <immintrin.h> and forward/model_impl.h.
  */
+
 /* 32 values (dims 32c .. 32c+31) of a cache row as bf16, in order: 16 pairs (2p, 2p+1) as 32-bit lanes */
 BP_INL __m512i BP_NAME(row32)(enum tp_kv_type t, const uint8_t *row, int c)
 {
@@ -69,3 +70,9 @@ static inline __mmask16 BP_NAME(range_mask)(int base, int a, int b)
     return (__mmask16)(lo >= hi ? 0u : full & ~((1u << lo) - 1u));
 }
 
+/* x[0..31] * scale as bf16, in order: 16 pairs as 32-bit lanes (a query row's chunk, scores pre-scaled) */
+BP_INL __m512i BP_NAME(scaled32)(const float *x, __m512 scale)
+{
+    const __m512 lo = _mm512_mul_ps(scale, _mm512_loadu_ps(x)), hi = _mm512_mul_ps(scale, _mm512_loadu_ps(x + 16));
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}

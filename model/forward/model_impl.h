@@ -93,6 +93,12 @@ struct tp_attn_geom {
     float scale;           /* score scale, 1/sqrt(hd) */
 };
 
+/* The first key position a query at position p sees (its window's start; 0 without a window). */
+static inline int tp_attn_first_key(const struct tp_attn_geom *g, int p)
+{
+    return g->window > 0 ? TP_MAX(0, p - g->window + 1) : 0;
+}
+
 /*
  * Query rows of one work item: nt consecutive positions pos0.. of one
  * sequence, times ng query heads sharing one KV head; row r = i * ng + h is
