@@ -142,6 +142,32 @@ XFN __m512i kx_q45_vals(const int type, __m512i z, __m512i h, const int j)
     return _mm512_ternarylogic_epi32(b, mF, _mm512_and_si512(hs, _mm512_set1_epi8(0x10)), 0xEA);
 }
 
+/* Super-block p's 6-bit scales (ggml's get_scale_min_k4), lane L = row L: sub-blocks 0..3 in the
+ * bytes of *lo, 4..7 in those of *hi. */
+XFN void kx_q45_scales(const char *p, __m512i *lo, __m512i *hi)
+{
+    const __m512i mF = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3f = _mm512_set1_epi8(0x3F);
+    const __m512i U0 = kx_ld(p + TP_KX_Q4K_SC), U2 = kx_ld(p + TP_KX_Q4K_SC + 128);
+    *lo = _mm512_and_si512(U0, m3f);
+    *hi = _mm512_ternarylogic_epi32(U2, mF, _mm512_and_si512(_mm512_srli_epi32(U0, 2), m30), 0xEA);
+}
+
+/* Super-block p's 6-bit mins as i16 pairs for vpdpwssd against the activation's pair sums:
+ * mp[0..3] = (m0, m2), (m1, m3), (m4, m6), (m5, m7) per 32-bit lane (pair sums at pr, pr + 2, + 4, + 6). */
+XFN void kx_q45_min_pairs(const char *p, __m512i mp[4])
+{
+    const __m512i mF = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3f = _mm512_set1_epi8(0x3F);
+    const __m512i U1 = kx_ld(p + TP_KX_Q4K_SC + 64), U2 = kx_ld(p + TP_KX_Q4K_SC + 128);
+    const __m512i mnlo = _mm512_and_si512(U1, m3f);
+    const __m512i mnhi =
+        _mm512_ternarylogic_epi32(_mm512_srli_epi32(U2, 4), mF, _mm512_and_si512(_mm512_srli_epi32(U1, 2), m30), 0xEA);
+    const __m512i lo16 = _mm512_set1_epi32(0x00FF00FF);
+    mp[0] = _mm512_and_si512(mnlo, lo16);
+    mp[1] = _mm512_srli_epi16(mnlo, 8);
+    mp[2] = _mm512_and_si512(mnhi, lo16);
+    mp[3] = _mm512_srli_epi16(mnhi, 8);
+}
+
 /* Q4_K / Q5_K super-block i (p: its 16-row super-block) x Tk tokens into acc (kx_acc).
  * Up to 4 tokens the two sub-blocks of a 64-value span (low and high nibbles of the same
  * eight chunks) are computed together, so each qs chunk (and Q5_K's qh chunk) is loaded
@@ -151,11 +177,8 @@ XFN void kx_sb_q45(const int type, const int Tk, const char *p, const char *x, c
                    int64_t i, float *acc)
 {
     KX_TOKENS(Tk)
-    const __m512i mF = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3f = _mm512_set1_epi8(0x3F);
-    /* lane L: row L's scales 0..3 and 4..7, one per byte (ggml's get_scale_min_k4) */
-    const __m512i U0 = kx_ld(p + TP_KX_Q4K_SC), U2 = kx_ld(p + TP_KX_Q4K_SC + 128);
-    const __m512i sclo = _mm512_and_si512(U0, m3f);
-    const __m512i schi = _mm512_ternarylogic_epi32(U2, mF, _mm512_and_si512(_mm512_srli_epi32(U0, 2), m30), 0xEA);
+    __m512i sclo, schi;
+    kx_q45_scales(p, &sclo, &schi);
     const char *qs = p + (type == KX_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS);
     const char *qh = p + TP_KX_Q5K_QH;
     const int NJ = Tk <= 4 ? 2 : 1; /* sub-blocks per chunk load */
@@ -196,19 +219,14 @@ XFN void kx_sb_q45(const int type, const int Tk, const char *p, const char *x, c
     /* fs = d * sum_j sc_j dot_j - dmin * sum_j m_j a_j, the mins as i16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7) */
     const __m512 DL = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
     const __m512 DM = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + TP_KX_Q4K_DMIN)));
-    const __m512i U1 = kx_ld(p + TP_KX_Q4K_SC + 64);
-    const __m512i mnlo = _mm512_and_si512(U1, m3f);
-    const __m512i mnhi =
-        _mm512_ternarylogic_epi32(_mm512_srli_epi32(U2, 4), mF, _mm512_and_si512(_mm512_srli_epi32(U1, 2), m30), 0xEA);
-    const __m512i lo16 = _mm512_set1_epi32(0x00FF00FF);
-    const __m512i e0 = _mm512_and_si512(mnlo, lo16), o0 = _mm512_srli_epi16(mnlo, 8);
-    const __m512i e1 = _mm512_and_si512(mnhi, lo16), o1 = _mm512_srli_epi16(mnhi, 8);
+    __m512i mp[4];
+    kx_q45_min_pairs(p, mp);
     KX_UNROLL
     for (int t = 0; t < Tk; t++) {
-        __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), e0, kx_bc32(pr[t]));
-        s = _mm512_dpwssd_epi32(s, o0, kx_bc32(pr[t] + 2));
-        s = _mm512_dpwssd_epi32(s, e1, kx_bc32(pr[t] + 4));
-        s = _mm512_dpwssd_epi32(s, o1, kx_bc32(pr[t] + 6));
+        __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp[0], kx_bc32(pr[t]));
+        s = _mm512_dpwssd_epi32(s, mp[1], kx_bc32(pr[t] + 2));
+        s = _mm512_dpwssd_epi32(s, mp[2], kx_bc32(pr[t] + 4));
+        s = _mm512_dpwssd_epi32(s, mp[3], kx_bc32(pr[t] + 6));
         fs[t] = _mm512_fmsub_ps(fs[t], DL, _mm512_mul_ps(_mm512_cvtepi32_ps(s), DM));
     }
     kx_acc(Tk, acc, fs, a, _mm512_set1_ps(1.0f));
@@ -343,7 +361,6 @@ XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, cons
  * chains each, and the caller keeps the sums in registers (no per-super-block store). */
 XFN __m512 kx_dec_q45(const int type, const char *p, const tp_blk_q8_k *a, const int16_t *pr)
 {
-    const __m512i mF = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3f = _mm512_set1_epi8(0x3F);
     const char *qs = p + (type == KX_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS);
     const char *qh = p + TP_KX_Q5K_QH;
     __m512i D[8];
@@ -355,7 +372,7 @@ XFN __m512 kx_dec_q45(const int type, const char *p, const tp_blk_q8_k *a, const
         KX_UNROLL
         for (int m = 0; m < 8; m++) {
             const __m512i z = kx_ld(qs + 64 * (8 * k + m));
-            const __m512i h = type == KX_Q5K ? kx_ld(qh + 64 * m) : mF;
+            const __m512i h = type == KX_Q5K ? kx_ld(qh + 64 * m) : z;
             KX_UNROLL
             for (int u = 0; u < 2; u++) {
                 const int j = 2 * k + u;
@@ -366,24 +383,21 @@ XFN __m512 kx_dec_q45(const int type, const char *p, const tp_blk_q8_k *a, const
         KX_UNROLL
         for (int u = 0; u < 2; u++) D[2 * k + u] = _mm512_add_epi32(E[u][0], E[u][1]);
     }
-    const __m512i U0 = kx_ld(p + TP_KX_Q4K_SC), U1 = kx_ld(p + TP_KX_Q4K_SC + 64), U2 = kx_ld(p + TP_KX_Q4K_SC + 128);
-    const __m512i sclo = _mm512_and_si512(U0, m3f);
-    const __m512i schi = _mm512_ternarylogic_epi32(U2, mF, _mm512_and_si512(_mm512_srli_epi32(U0, 2), m30), 0xEA);
+    __m512i sclo, schi;
+    kx_q45_scales(p, &sclo, &schi);
     __m512 f[2];
     KX_UNROLL
     for (int u = 0; u < 2; u++) f[u] = _mm512_mul_ps(_mm512_cvtepi32_ps(D[u]), kx_byte_u(sclo, u));
     KX_UNROLL
     for (int j = 2; j < 8; j++)
         f[j & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[j]), kx_byte_u(j < 4 ? sclo : schi, j), f[j & 1]);
-    /* the mins as i16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7) against the pair sums */
-    const __m512i mnlo = _mm512_and_si512(U1, m3f);
-    const __m512i mnhi =
-        _mm512_ternarylogic_epi32(_mm512_srli_epi32(U2, 4), mF, _mm512_and_si512(_mm512_srli_epi32(U1, 2), m30), 0xEA);
-    const __m512i lo16 = _mm512_set1_epi32(0x00FF00FF);
-    __m512i s0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(mnlo, lo16), kx_bc32(pr));
-    __m512i s1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_srli_epi16(mnlo, 8), kx_bc32(pr + 2));
-    s0 = _mm512_dpwssd_epi32(s0, _mm512_and_si512(mnhi, lo16), kx_bc32(pr + 4));
-    s1 = _mm512_dpwssd_epi32(s1, _mm512_srli_epi16(mnhi, 8), kx_bc32(pr + 6));
+    /* the mins against the pair sums, in two chains */
+    __m512i mp[4];
+    kx_q45_min_pairs(p, mp);
+    __m512i s0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp[0], kx_bc32(pr));
+    __m512i s1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp[1], kx_bc32(pr + 2));
+    s0 = _mm512_dpwssd_epi32(s0, mp[2], kx_bc32(pr + 4));
+    s1 = _mm512_dpwssd_epi32(s1, mp[3], kx_bc32(pr + 6));
     const __m512 DL = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
     const __m512 DM = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + TP_KX_Q4K_DMIN)));
     return _mm512_fmsub_ps(_mm512_add_ps(f[0], f[1]), DL, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), DM));
