@@ -19,6 +19,10 @@
  *   kv_fnma(a, b, c) = c - a*b, kv_stf(float[8], v)
  *   KV_FN / KV_OUT          function attributes; KV_BT tokens per pass; KV_FILL
  *   the name of the ops filler; KV_Q8_BIAS 0 (Q8_0 by kv_dpbs).
+ *   Optional, for the decode's memory side (defaults: 2 streams, no prefetch):
+ *   KV_DSTREAMS_A8, KV_DSTREAMS_K   groups a decode pass reads side by side (Q4_0 / Q8_0 /
+ *                           MXFP4; K-quants)
+ *   kv_prefetch(p)          request the 64-byte line at p into L1
  *
  * A 16-row group is computed as two halves of 8 rows (lane byte offset lb =
  * 0 or 32 in every 64-byte chunk, 2-byte fields at lb / 2), each over every
@@ -322,9 +326,23 @@ KV_FN void xt_half(const int type, const int Tk, const char *gp, int lb, int64_t
     }
 }
 
-/* Groups a decode pass reads side by side: with both halves, 2 XT_STREAMS weight streams in
- * flight for the hardware prefetcher (kernels_x16_avx512.c X16_STREAMS says why). */
-#define XT_STREAMS 2
+/* Groups a decode pass reads side by side (both halves of each: 2 S weight streams in flight for
+ * the hardware prefetcher; kernels_x16_avx512.c X16_STREAMS says why), for Q4_0 / Q8_0 / MXFP4 and
+ * for the K-quants, and how far ahead of each group's stream the pass prefetches: the next
+ * super-block (K-quants) or XT_DPF_A8 bytes (the others), as the AVX-512 kernels do.  An ISA
+ * that does not define them keeps 2 streams and no software prefetch. */
+#ifdef KV_DSTREAMS_A8
+#define XT_STREAMS_A8 KV_DSTREAMS_A8
+#define XT_STREAMS_K KV_DSTREAMS_K
+#else
+#define XT_STREAMS_A8 2
+#define XT_STREAMS_K 2
+#endif
+#define XT_STREAMS (XT_STREAMS_A8 > XT_STREAMS_K ? XT_STREAMS_A8 : XT_STREAMS_K) /* the most */
+#ifndef kv_prefetch
+#define kv_prefetch(p) ((void)(p))
+#endif
+#define XT_DPF_A8 1152
 
 /* One token, S groups from g0, both halves of each in the same pass over the blocks (so each
  * 64-byte line is used whole when it arrives): 2 S weight-stream halves, 2 S accumulators. */
@@ -339,11 +357,15 @@ KV_FN void xt_decode_groups(const int type, const char *w, size_t wrb, int64_t n
     const size_t gbs = xt_gbs(type);
     const int kq = type >= XT_Q4K;
     const int64_t nb = n / (kq ? TP_QK_K : TP_QK);
+    const size_t pfd = kq ? gbs : XT_DPF_A8; /* bytes ahead of each group's stream */
     for (int64_t i = 0; i < nb; i++) {
+        const int pf = (size_t)i * gbs + pfd < (size_t)nb * gbs; /* the line ahead is the group's */
         KX_UNROLL
         for (int k = 0; k < 2 * S; k++) {
             const char *p = gp + (size_t)(k / 2) * 16 * wrb + (size_t)i * gbs;
             const int lb = 32 * (k & 1);
+            if (lb == 0 && pf)
+                for (size_t o = 0; o < gbs; o += 64) kv_prefetch(p + pfd + o);
             if (type == XT_Q6K)
                 xt_sb_q6(1, p, lb, x, xo, nb, i, acc[k]);
             else if (kq)
@@ -365,10 +387,20 @@ KV_FN void xt_matmul(const int type, const void *w, size_t wrb, int64_t n, const
                      float *y, int64_t ys, int64_t r0, int64_t r1)
 {
     if (n_tok == 1) {
+        const int NS = type >= XT_Q4K ? XT_STREAMS_K : XT_STREAMS_A8; /* a constant in each copy */
         int64_t g0 = r0 / 16 * 16;
-        for (; g0 + 16 * (XT_STREAMS - 1) < r1; g0 += 16 * XT_STREAMS)
-            xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, XT_STREAMS);
-        for (; g0 < r1; g0 += 16) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 1);
+        for (; g0 + 16 * (NS - 1) < r1; g0 += 16 * NS)
+            xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, NS);
+        switch ((r1 - g0 + 15) / 16) { /* the last groups side by side (a constant S in each call) */
+        case 3:
+            if (NS > 3) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 3);
+            break;
+        case 2:
+            if (NS > 2) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 2);
+            break;
+        case 1: xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 1); break;
+        default: break;
+        }
         return;
     }
     for (int64_t c0 = r0 / 16 * 16; c0 < r1; c0 += XT_BROWS) {

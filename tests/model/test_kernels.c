@@ -613,8 +613,8 @@ static void run_type_cases(enum tp_wtype t)
         const int step = is_quant(t) && !is_kquant(t) ? 1 : cols[ci] >= 800 ? 3 : 1;
         for (int n_tok = 1; n_tok <= max_tok; n_tok += step) {
             /* odd and even counts; decode 1..7 groups of 16 rows over the widths, so the x16
-             * decode's passes over several groups side by side (4 on AVX-512) run whole and with
-             * every remainder */
+             * decode's passes over several groups side by side (4 on AVX-512; 4 or 2 on AVX2)
+             * run whole and with every remainder */
             int64_t rows = 5 + (n_tok == 1 ? 16 * (int64_t)ci + (int64_t)(rng_u32() % 12) : (int64_t)(rng_u32() % 35));
             int64_t r0 = (int64_t)(rng_u32() % 4), r1 = rows - (int64_t)(rng_u32() % 3);
             if (n % 5 == 0) r0 = 0, r1 = rows;
