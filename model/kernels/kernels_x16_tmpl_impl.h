@@ -19,6 +19,11 @@
  *   kv_fnma(a, b, c) = c - a*b, kv_stf(float[8], v)
  *   KV_FN / KV_OUT          function attributes; KV_BT tokens per pass; KV_FILL
  *   the name of the ops filler; KV_Q8_BIAS 0 (Q8_0 by kv_dpbs).
+ *   Optional, integer sums of K-quant sub-blocks for ISAs whose 4-byte dot is several
+ *   instructions (AVX2); with KV_I16 defined, also:
+ *   kv_mb16(w, a)           per lane the two i16 sums of pairs of u8 w x the 4 int8 at a
+ *                           (vpmaddubsw against a broadcast), kv_add16 / kv_add32 (i16 / i32
+ *                           adds), kv_madd16(a, b) per lane a.i16[0] b.i16[0] + a.i16[1] b.i16[1]
  *   Optional, for the decode's memory side (defaults: 2 streams, no prefetch):
  *   KV_DSTREAMS_A8, KV_DSTREAMS_K   groups a decode pass reads side by side (Q4_0 / Q8_0 /
  *                           MXFP4; K-quants)
@@ -52,15 +57,17 @@ KV_FN size_t xt_gbs(const int type)
     }
 }
 
-/* Byte j&3 of each lane, unsigned / sign-extended, as floats. */
-KV_FN kvf xt_byte_u(kvi s, int j)
+/* Byte j&3 of each lane, unsigned / sign-extended, as i32 and as floats. */
+KV_FN kvi xt_byte_ui(kvi s, int j)
 {
-    return kv_cvt((j & 3) == 3 ? kv_srl32(s, 24) : kv_and(kv_srl32(s, 8 * (j & 3)), kv_b32(0xFF)));
+    return (j & 3) == 3 ? kv_srl32(s, 24) : kv_and(kv_srl32(s, 8 * (j & 3)), kv_b32(0xFF));
 }
-KV_FN kvf xt_byte_s(kvi s, int j)
+KV_FN kvi xt_byte_si(kvi s, int j)
 {
-    return kv_cvt((j & 3) == 3 ? kv_sra32(s, 24) : kv_sra32(kv_sll32(s, 24 - 8 * (j & 3)), 24));
+    return (j & 3) == 3 ? kv_sra32(s, 24) : kv_sra32(kv_sll32(s, 24 - 8 * (j & 3)), 24);
 }
+KV_FN kvf xt_byte_u(kvi s, int j) { return kv_cvt(xt_byte_ui(s, j)); }
+KV_FN kvf xt_byte_s(kvi s, int j) { return kv_cvt(xt_byte_si(s, j)); }
 
 /* The 4 weights per lane of slice k (0..7) of a Q4_0 / Q8_0 / MXFP4 block p: values 4k..4k+3
  * (Q4_0: nibbles 0..15, k < 4 the low nibbles of chunk k, else the high ones of chunk k-4;
@@ -123,6 +130,22 @@ KV_FN kvf xt_scf(const int type, const char *p, int lb, const kvi sc[2], int j, 
     if (type == XT_Q6K) return kv_mul(xt_byte_s(kv_ld(p + TP_KX_Q6K_SC + lb + 64 * (j >> 2)), j), DL);
     return kv_mul(xt_byte_u(sc[j >> 2], j), DL);
 }
+
+#ifdef KV_I16
+/* Slices of a sub-block whose kv_mb16 pair sums add up in i16 without overflow: with weights
+ * at most 15 (Q4_K), 31 (Q5_K) or 63 (Q6_K) against |a| <= 127, runs of 8, 4 or 2 slices sum
+ * 16, 8 or 4 products per i16, at most 32004 (tests/model/test_kernels.c matmul_kquant_extreme). */
+#define XT_I16_RUN(type) ((type) == XT_Q4K ? 8 : (type) == XT_Q5K ? 4 : 2)
+
+/* Sub-block j's integer scale per lane in both i16 halves (for kv_madd16): Q4_K / Q5_K the
+ * 6-bit scale of xt_scales_mins, Q6_K its int8 scale. */
+KV_FN kvi xt_sc16(const int type, const char *p, int lb, const kvi sc[2], int j)
+{
+    const kvi v =
+        type == XT_Q6K ? xt_byte_si(kv_ld(p + TP_KX_Q6K_SC + lb + 64 * (j >> 2)), j) : xt_byte_ui(sc[j >> 2], j);
+    return kv_bsel(v, kv_b32(0xFFFF), kv_sll32(v, 16));
+}
+#endif
 
 /* The offset term per lane of one token (pr: its pair sums): Q4_K / Q5_K the mins' sum
  * (to scale by dmin), Q6_K sum_j sc_j * bsum_j (to scale by 32 d); mp from xt_scales_mins. */
@@ -194,6 +217,38 @@ KV_FN void xt_sb_k(const int type, const int Tk, const char *p, int lb, const ch
     for (int t = 0; t < Tk; t++) fs[t] = kv_fzero();
     kvi sc[2] = {kv_zero(), kv_zero()}, mp[4] = {kv_zero(), kv_zero(), kv_zero(), kv_zero()};
     if (type != XT_Q6K) xt_scales_mins(p, lb, sc, mp);
+#ifdef KV_I16
+    /* sum_j scale_j x dot_j in i32 (at most 16 x 128 x 16 x 63 x 127 < 2^31): runs of slices
+     * summed in i16, each run times the scale by kv_madd16, one conversion per super-block */
+    kvi I[KV_BT];
+    KX_UNROLL
+    for (int t = 0; t < Tk; t++) I[t] = kv_zero();
+    KX_UNROLL
+    for (int j = 0; j < 16; j++) {
+        if (j >= XT_NSUB(type)) break;
+        const kvi s16 = xt_sc16(type, p, lb, sc, j);
+        KX_UNROLL
+        for (int m0 = 0; m0 < 8; m0 += XT_I16_RUN(type)) {
+            if (m0 >= XT_NSLICE(type)) break;
+            kvi S[KV_BT];
+            KX_UNROLL
+            for (int u = 0; u < 8; u++) {
+                if (u >= XT_I16_RUN(type)) break;
+                const int m = m0 + u;
+                const kvi v = xt_slice_k(type, p, lb, j, m);
+                KX_UNROLL
+                for (int t = 0; t < Tk; t++) {
+                    const kvi d = kv_mb16(v, a[t]->qs + xt_aoff_k(type, j, m));
+                    S[t] = u == 0 ? d : kv_add16(S[t], d);
+                }
+            }
+            KX_UNROLL
+            for (int t = 0; t < Tk; t++) I[t] = kv_add32(I[t], kv_madd16(S[t], s16));
+        }
+    }
+    KX_UNROLL
+    for (int t = 0; t < Tk; t++) fs[t] = kv_mul(kv_cvt(I[t]), DL);
+#else
     KX_UNROLL
     for (int j = 0; j < 16; j++) { /* constant bounds, so the loops unroll */
         if (j >= XT_NSUB(type)) break;
@@ -211,6 +266,7 @@ KV_FN void xt_sb_k(const int type, const int Tk, const char *p, int lb, const ch
         KX_UNROLL
         for (int t = 0; t < Tk; t++) fs[t] = kv_fma(kv_cvt(D[t]), scf, fs[t]);
     }
+#endif
     const kvf of = xt_offset_f(type, p, lb, DL);
     KX_UNROLL
     for (int t = 0; t < Tk; t++) {

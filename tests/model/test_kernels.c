@@ -595,6 +595,68 @@ static void check_case(struct mm_case c, double *worst)
     mm_free(&d);
 }
 
+/* K-quant blocks at the extremes of their integer sums: every weight at its largest value
+ * (Q4_K 15, Q5_K 31, Q6_K 63), every 6-bit scale and min 63 (Q6_K int8 scales 127 or -128)
+ * and activations all +127 or all -127, so every partial sum a kernel keeps (i16 runs of
+ * u8 x s8 pairs on AVX2, i32 scaled sums) is at its bound; every ISA's row-major and x16
+ * kernels against the scalar one, and the scalar one against the f64 oracle. */
+static void test_matmul_kquant_extreme(void)
+{
+    static const enum tp_wtype kq[] = {TP_WTYPE_Q4_K, TP_WTYPE_Q5_K, TP_WTYPE_Q6_K};
+    static const int toks[] = {1, 2, 3, 4, 5, 8};
+    double worst[TP_ARRAY_LEN(kTypes) + 16] = {0};
+    for (size_t ti = 0; ti < TP_ARRAY_LEN(kq); ti++)
+        for (int v = 0; v < 4; v++) { /* activation sign (v & 1), Q6_K scale 127 or -128 (v & 2) */
+            if (kq[ti] != TP_WTYPE_Q6_K && (v & 2)) continue;
+            for (size_t k = 0; k < TP_ARRAY_LEN(toks); k++) {
+                const struct mm_case c = {kq[ti], 37, 512, toks[k], 0, 37};
+                struct mm_data d;
+                CU_ASSERT_FATAL(mm_setup(&d, c) == 0);
+                for (int64_t r = 0; r < c.rows; r++)
+                    for (int64_t b = 0; b < c.cols / 256; b++) {
+                        uint8_t *blk = d.w + r * d.wrb + b * (int64_t)(d.wrb / (size_t)(c.cols / 256));
+                        if (c.t == TP_WTYPE_Q6_K) { /* ql[128] qh[64] scales[16] d */
+                            memset(blk, 0xFF, 192);
+                            memset(blk + 192, (v & 2) ? 0x80 : 0x7F, 16);
+                            blk[208] = 0x00, blk[209] = 0x14; /* d = 2^-10 */
+                        } else { /* d dmin scales[12] (qh[32]) qs[128] */
+                            memset(blk, 0xFF, d.wrb / (size_t)(c.cols / 256));
+                            blk[0] = 0x00, blk[1] = 0x14; /* d = 2^-10 */
+                            blk[2] = 0x00, blk[3] = 0x10; /* dmin = 2^-11 */
+                        }
+                    }
+                for (int64_t i = 0; i < (int64_t)c.n_tok * c.cols; i++) d.x[i] = (v & 1) ? -1.0f : 1.0f;
+                tp_kern_force_scalar(1);
+                for (int t = 0; t < c.n_tok; t++) tp_kern_prepare_act(c.t, d.x + t * c.cols, d.xq + t * d.xrb, c.cols);
+                const int64_t n_out = c.rows * c.n_tok;
+                double *ref = malloc((size_t)n_out * sizeof(double)), *sref = malloc((size_t)n_out * sizeof(double));
+                float *got = malloc((size_t)n_out * sizeof(float));
+                CU_ASSERT_FATAL(ref && sref && got);
+                mm_oracle(&d, ref);
+                CU_ASSERT_EQUAL(mm_run(&d), 0);
+                mm_take(&d, got);
+                CU_ASSERT(nmse(got, ref, n_out) <= 1e-10);
+                for (int64_t i = 0; i < n_out; i++) sref[i] = got[i];
+                for (int i = 1; i < tp_kern_isa_count(); i++) {
+                    CU_ASSERT_EQUAL_FATAL(tp_kern_force_isa(tp_kern_isa_name(i)), TP_OK);
+                    CU_ASSERT_EQUAL(mm_run(&d), 0);
+                    mm_take(&d, got);
+                    const double e = nmse(got, sref, n_out);
+                    if (e > 1e-11)
+                        printf("\n  %s %s extreme (variant %d) tok %d: nmse %.3g\n", tp_kern_isa_name(i),
+                               tp_wtype_name(c.t), v, c.n_tok, e);
+                    CU_ASSERT(e <= 1e-11);
+                }
+                tp_kern_force_isa(NULL);
+                check_x16(&d, sref, got, n_out, worst);
+                free(ref);
+                free(sref);
+                free(got);
+                mm_free(&d);
+            }
+        }
+}
+
 static void run_type_cases(enum tp_wtype t)
 {
     /* 2336 = 73 blocks: more than one 64-block slab of the AVX-512 batch kernel */
@@ -753,6 +815,7 @@ static const struct tp_test_case kernel_cases[] = {
     {"matmul_q4_k", test_matmul_q4_k},
     {"matmul_q5_k", test_matmul_q5_k},
     {"matmul_q6_k", test_matmul_q6_k},
+    {"matmul_kquant_extreme", test_matmul_kquant_extreme},
     {"matmul_mxfp4", test_matmul_mxfp4},
     {"matmul_vs_float", test_matmul_vs_float},
     {"matmul_threads", test_matmul_threads},
