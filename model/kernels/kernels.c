@@ -1,7 +1,7 @@
 /*
  * model/kernels/kernels.c - public side of the kernels: row sizes, activation
  * preparation, reference quantize/dequantize, and the run-time choice of
- * instruction set (once, via pthread_once; TP_KERN_ISA=scalar|avx2|
+ * instruction set (once, via pthread_once; TP_KERN_ISA=scalar|avx2|avx2-vnni|
  * avx512-vnni|neon|neon-dotprod|neon-i8mm in the environment pins one the CPU has, for
  * benchmarks).  F32 weights with many tokens go to BLAS (single-threaded:
  * the caller already splits rows over its own threads), except on AVX-512,
@@ -23,6 +23,9 @@
 #include <Accelerate/Accelerate.h>
 #endif
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #ifndef HWCAP_ASIMDDP
@@ -39,7 +42,7 @@
 /* Float weights with at least this many tokens use BLAS sgemm. */
 #define TP_BLAS_MIN_TOKENS 8
 
-#define TP_MAX_ISAS 4
+#define TP_MAX_ISAS 5
 static struct tp_kern_ops g_isas[TP_MAX_ISAS]; /* [0] = scalar, then ever wider */
 static int g_n_isas;
 static const struct tp_kern_ops *g_best;
@@ -47,14 +50,17 @@ static _Atomic(const struct tp_kern_ops *) g_cur;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 #define g_scalar g_isas[0]
 
-/* Append an ISA table: scalar entries overlaid with what the ISA implements. */
-static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *), void (*fill_kquant)(struct tp_kern_ops *))
+/* Append an ISA table: scalar entries overlaid with what the ISA implements; the MLX and
+ * row-major MXFP4 kernels are those of the ISA named base (an ISA that adds instructions to
+ * another shares its kernels for those). */
+static void add_isa(const char *name, const char *base, void (*fill)(struct tp_kern_ops *),
+                    void (*fill_kquant)(struct tp_kern_ops *))
 {
     struct tp_kern_ops o = {0};
     fill(&o);
     if (fill_kquant) fill_kquant(&o);
-    tp_kern_mlx_ops(name, &o);
-    tp_kern_mxfp4_ops(name, &o);
+    tp_kern_mlx_ops(base, &o);
+    tp_kern_mxfp4_ops(base, &o);
     struct tp_kern_ops *dst = &g_isas[g_n_isas++];
     *dst = g_scalar;
     dst->name = name;
@@ -72,6 +78,21 @@ static void add_isa(const char *name, void (*fill)(struct tp_kern_ops *), void (
     dst->f32_beats_blas = 0;
 }
 
+#if defined(__x86_64__) || defined(_M_X64)
+/* AVX-VNNI (CPUID leaf 7 subleaf 1, EAX bit 4), which not every compiler's __builtin_cpu_supports names. */
+static int cpu_has_avxvnni(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1u);
+}
+
+static void avx2vnni_ops(struct tp_kern_ops *ops)
+{
+    tp_kern_avx2_ops(ops);
+    tp_kern_x16_avxvnni_ops(ops);
+}
+#endif
+
 static void choose_isa(void)
 {
     tp_kern_scalar_ops(&g_scalar);
@@ -83,10 +104,12 @@ static void choose_isa(void)
 #if defined(__x86_64__) || defined(_M_X64)
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2) add_isa("avx2", tp_kern_avx2_ops, tp_kern_kquant_avx2_ops);
+    if (avx2) add_isa("avx2", "avx2", tp_kern_avx2_ops, tp_kern_kquant_avx2_ops);
+    if (avx2 && cpu_has_avxvnni()) /* AVX2's kernels, the x16 ones on vpdpbusd */
+        add_isa("avx2-vnni", "avx2", avx2vnni_ops, tp_kern_kquant_avx2_ops);
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
-        add_isa("avx512-vnni", tp_kern_avx512_ops, tp_kern_kquant_avx512_ops);
+        add_isa("avx512-vnni", "avx512-vnni", tp_kern_avx512_ops, tp_kern_kquant_avx512_ops);
 #if !defined(TP_BLAS_ACCELERATE)
         /* our 4x4 zmm tile outruns single-threaded OpenBLAS sgemm (docs/design-measurements.md) */
         g_isas[g_n_isas - 1].f32_beats_blas = 1;
@@ -103,10 +126,11 @@ static void choose_isa(void)
     size_t len = sizeof has;
     if (sysctlbyname("hw.optional.arm.FEAT_I8MM", &has, &len, NULL, 0) == 0) i8mm = has != 0;
 #endif
-    add_isa("neon", tp_kern_neon_ops, tp_kern_kquant_neon_ops);
-    if (dot && tp_kern_neondot_built) add_isa("neon-dotprod", tp_kern_neondot_ops, tp_kern_kquant_neondot_ops);
+    add_isa("neon", "neon", tp_kern_neon_ops, tp_kern_kquant_neon_ops);
+    if (dot && tp_kern_neondot_built)
+        add_isa("neon-dotprod", "neon-dotprod", tp_kern_neondot_ops, tp_kern_kquant_neondot_ops);
     if (dot && i8mm && tp_kern_neondot_built && tp_kern_i8mm_built)
-        add_isa("neon-i8mm", tp_kern_neoni8mm_ops, tp_kern_kquant_neondot_ops);
+        add_isa("neon-i8mm", "neon-dotprod", tp_kern_neoni8mm_ops, tp_kern_kquant_neondot_ops);
 #endif
     g_best = &g_isas[g_n_isas - 1];
     const char *want = getenv("TP_KERN_ISA"); /* benchmarks: pin an ISA this CPU has */

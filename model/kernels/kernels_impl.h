@@ -259,6 +259,7 @@ void tp_kern_avx512_ops(struct tp_kern_ops *ops);
 void tp_kern_x16_avx512_ops(struct tp_kern_ops *ops); /* kernels_x16_avx512.c */
 void tp_kern_kx16_avx512_ops(struct tp_kern_ops *ops); /* kernels_kx16_avx512.c */
 void tp_kern_x16_avx2_ops(struct tp_kern_ops *ops);    /* kernels_x16_avx2.c */
+void tp_kern_x16_avxvnni_ops(struct tp_kern_ops *ops); /* kernels_x16_avxvnni.c */
 #endif
 #if defined(__aarch64__)
 void tp_kern_neon_ops(struct tp_kern_ops *ops);

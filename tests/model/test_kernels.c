@@ -27,6 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "common/common.h"
 #include "model/kernels.h"
 #include "model/model.h"
@@ -121,9 +125,15 @@ static void test_isa_choice(void)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         CU_ASSERT_EQUAL(tp_kern_force_isa("avx2"), TP_OK);
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        CU_ASSERT_STRING_EQUAL(best, "avx512-vnni");
+    const int avx512 = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2") &&
+                       __builtin_cpu_supports("fma");
+    unsigned a, b, c, d; /* AVX-VNNI: CPUID leaf 7 subleaf 1, EAX bit 4 */
+    const int avxvnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1u) && __builtin_cpu_supports("avx2") &&
+                        __builtin_cpu_supports("fma");
+    CU_ASSERT_EQUAL(tp_kern_force_isa("avx2-vnni"), avxvnni ? TP_OK : TP_ERR_UNSUPPORTED);
+    if (avx512) CU_ASSERT_STRING_EQUAL(best, "avx512-vnni");
+    if (avxvnni && !avx512) CU_ASSERT_STRING_EQUAL(best, "avx2-vnni");
 #endif
     tp_kern_force_scalar(1);
     CU_ASSERT_STRING_EQUAL(tp_kern_isa(), "scalar");

@@ -103,7 +103,7 @@ void tp_kern_unpack_x16_row(enum tp_wtype t, const void *w, size_t row_bytes, in
 void tp_kern_matmul_x16(enum tp_wtype t, const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
                         size_t xq_row_bytes, int n_tok, float *y, int64_t y_stride, int64_t r0, int64_t r1);
 
-/* Name of the instruction set chosen at run time ("avx512-vnni", "avx2", "neon-dotprod", "scalar"). */
+/* Name of the instruction set chosen at run time ("avx512-vnni", "avx2-vnni", "avx2", "neon-dotprod", "scalar"). */
 const char *tp_kern_isa(void);
 /* Force the scalar reference (tests); 0 restores automatic choice. */
 void tp_kern_force_scalar(int on);
