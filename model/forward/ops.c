@@ -243,10 +243,17 @@ void tp_op_to_f16(uint16_t *dst, const float *src, int n) { to_f16_fn(dst, src, 
 
 void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 {
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    /* the squares summed in eight fixed partial sums (the same order on every machine and ISA), so
+     * the compiler can keep them in vector registers: one chain of dependent double adds cost
+     * ~2.7 us per 2048 values, about 1% of a decode step */
+    double p[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, ss = 0.0;
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) p[k] += (double)x[i + k] * x[i + k];
+    for (; i < n; i++) ss += (double)x[i] * x[i];
+    ss += ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
     float s = (float)(1.0 / sqrt(ss / n + eps));
-    for (int i = 0; i < n; i++) y[i] = x[i] * s * w[i];
+    for (int j = 0; j < n; j++) y[j] = x[j] * s * w[j];
 }
 
 void tp_op_rope_cs(float *cs, const float *inv_freq, int rope_dim, int pos)

@@ -437,6 +437,42 @@ static void test_model_refusals(void)
 
 /* every case on the float32 attention: see TM_F32_ATTN */
 TM_F32_ATTN(test_model_refusals)
+/* tp_op_rmsnorm against a double-precision oracle (written here): lengths around its 8-wide
+ * partial sums (tails 0..7), values over 12 orders of magnitude and in place; each output within
+ * 4 float ulps-ish (2e-7 relative) of x * w / rms. */
+static void test_rmsnorm_oracle(void)
+{
+    static const int ns[] = {1, 7, 8, 9, 15, 64, 100, 128, 2048, 2051, 5632};
+    uint64_t seed = 7;
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        const int n = ns[k];
+        float *x = malloc((size_t)n * sizeof(float)), *w = malloc((size_t)n * sizeof(float));
+        float *y = malloc((size_t)n * sizeof(float));
+        CU_ASSERT_FATAL(x && w && y);
+        for (int i = 0; i < n; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            const double u = (double)(seed >> 11) / 9007199254740992.0; /* [0, 1) */
+            x[i] = (float)((u - 0.5) * pow(10.0, (double)(i % 13) - 6.0));
+            w[i] = (float)(0.5 + u);
+        }
+        double ss = 0.0;
+        for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+        const double r = 1.0 / sqrt(ss / n + 1e-6);
+        tp_op_rmsnorm(y, x, w, n, 1e-6f);
+        int bad = 0;
+        for (int i = 0; i < n; i++) {
+            const double want = (double)x[i] * r * (double)w[i];
+            bad += fabs((double)y[i] - want) > 2e-7 * fabs(want) + 1e-30;
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        tp_op_rmsnorm(x, x, w, n, 1e-6f); /* in place: the same values */
+        CU_ASSERT_EQUAL(memcmp(x, y, (size_t)n * sizeof(float)), 0);
+        free(x);
+        free(w);
+        free(y);
+    }
+}
+
 TM_F32_ATTN(test_ref_llama)
 TM_F32_ATTN(test_ref_llama3)
 TM_F32_ATTN(test_ref_qwen2)
@@ -452,6 +488,7 @@ TM_F32_ATTN(test_shard_cuts_block)
 
 static const struct tp_test_case ref_cases[] = {
     {"model_refusals", test_model_refusals_f32_attn},
+    {"rmsnorm_oracle", test_rmsnorm_oracle},
     {"ref_llama", test_ref_llama_f32_attn},
     {"ref_llama3_rope_scaling_tied", test_ref_llama3_f32_attn},
     {"ref_qwen2_bias", test_ref_qwen2_f32_attn},
