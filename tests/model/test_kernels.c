@@ -563,20 +563,21 @@ static void mm_oracle(const struct mm_data *d, double *ref)
     free(xr);
 }
 
-static void check_case(struct mm_case c, double *worst)
+/* The checks of one prepared case (d: weights, activations): the scalar kernel against the f64
+ * oracle, every ISA against the scalar one (float types: against f64), then the x16 layouts. */
+static void check_data(struct mm_data *d, double *worst)
 {
-    struct mm_data d;
-    CU_ASSERT_FATAL(mm_setup(&d, c) == 0);
+    const struct mm_case c = d->c;
     int64_t n_out = (c.r1 - c.r0) * c.n_tok;
     double *ref = malloc((size_t)n_out * sizeof(double));
     double *sref = malloc((size_t)n_out * sizeof(double));
     float *got = malloc((size_t)n_out * sizeof(float));
     CU_ASSERT_FATAL(ref && sref && got);
-    mm_oracle(&d, ref);
+    mm_oracle(d, ref);
     /* scalar reference vs f64 oracle */
     tp_kern_force_scalar(1);
-    CU_ASSERT_EQUAL(mm_run(&d), 0);
-    mm_take(&d, got);
+    CU_ASSERT_EQUAL(mm_run(d), 0);
+    mm_take(d, got);
     double e = nmse(got, ref, n_out);
     if (e > 1e-10)
         printf("\n  scalar %s %lldx%lld tok %d: nmse vs f64 %.3g\n", tp_wtype_name(c.t), (long long)c.rows,
@@ -585,8 +586,8 @@ static void check_case(struct mm_case c, double *worst)
     for (int64_t i = 0; i < n_out; i++) sref[i] = got[i];
     for (int i = 1; i < tp_kern_isa_count(); i++) {
         CU_ASSERT_EQUAL_FATAL(tp_kern_force_isa(tp_kern_isa_name(i)), TP_OK);
-        CU_ASSERT_EQUAL(mm_run(&d), 0);
-        mm_take(&d, got);
+        CU_ASSERT_EQUAL(mm_run(d), 0);
+        mm_take(d, got);
         /* quantized: vs the scalar result (same integer dots); float: vs f64 */
         double lim = is_quant(c.t) ? 1e-11 : 1e-10;
         e = nmse(got, is_quant(c.t) ? sref : ref, n_out);
@@ -598,10 +599,17 @@ static void check_case(struct mm_case c, double *worst)
         CU_ASSERT(e <= lim);
     }
     tp_kern_force_isa(NULL);
-    if (tp_kern_x16_type(c.t)) check_x16(&d, sref, got, n_out, worst);
+    if (tp_kern_x16_type(c.t)) check_x16(d, sref, got, n_out, worst);
     free(ref);
     free(sref);
     free(got);
+}
+
+static void check_case(struct mm_case c, double *worst)
+{
+    struct mm_data d;
+    CU_ASSERT_FATAL(mm_setup(&d, c) == 0);
+    check_data(&d, worst);
     mm_free(&d);
 }
 
@@ -622,15 +630,16 @@ static void test_matmul_kquant_extreme(void)
                 const struct mm_case c = {kq[ti], 37, 512, toks[k], 0, 37};
                 struct mm_data d;
                 CU_ASSERT_FATAL(mm_setup(&d, c) == 0);
+                const size_t bsz = d.wrb / (size_t)(c.cols / 256); /* bytes of one block */
                 for (int64_t r = 0; r < c.rows; r++)
                     for (int64_t b = 0; b < c.cols / 256; b++) {
-                        uint8_t *blk = d.w + r * d.wrb + b * (int64_t)(d.wrb / (size_t)(c.cols / 256));
+                        uint8_t *blk = d.w + r * d.wrb + b * (int64_t)bsz;
                         if (c.t == TP_WTYPE_Q6_K) { /* ql[128] qh[64] scales[16] d */
                             memset(blk, 0xFF, 192);
                             memset(blk + 192, (v & 2) ? 0x80 : 0x7F, 16);
                             blk[208] = 0x00, blk[209] = 0x14; /* d = 2^-10 */
                         } else { /* d dmin scales[12] (qh[32]) qs[128] */
-                            memset(blk, 0xFF, d.wrb / (size_t)(c.cols / 256));
+                            memset(blk, 0xFF, bsz);
                             blk[0] = 0x00, blk[1] = 0x14; /* d = 2^-10 */
                             blk[2] = 0x00, blk[3] = 0x10; /* dmin = 2^-11 */
                         }
@@ -638,30 +647,7 @@ static void test_matmul_kquant_extreme(void)
                 for (int64_t i = 0; i < (int64_t)c.n_tok * c.cols; i++) d.x[i] = (v & 1) ? -1.0f : 1.0f;
                 tp_kern_force_scalar(1);
                 for (int t = 0; t < c.n_tok; t++) tp_kern_prepare_act(c.t, d.x + t * c.cols, d.xq + t * d.xrb, c.cols);
-                const int64_t n_out = c.rows * c.n_tok;
-                double *ref = malloc((size_t)n_out * sizeof(double)), *sref = malloc((size_t)n_out * sizeof(double));
-                float *got = malloc((size_t)n_out * sizeof(float));
-                CU_ASSERT_FATAL(ref && sref && got);
-                mm_oracle(&d, ref);
-                CU_ASSERT_EQUAL(mm_run(&d), 0);
-                mm_take(&d, got);
-                CU_ASSERT(nmse(got, ref, n_out) <= 1e-10);
-                for (int64_t i = 0; i < n_out; i++) sref[i] = got[i];
-                for (int i = 1; i < tp_kern_isa_count(); i++) {
-                    CU_ASSERT_EQUAL_FATAL(tp_kern_force_isa(tp_kern_isa_name(i)), TP_OK);
-                    CU_ASSERT_EQUAL(mm_run(&d), 0);
-                    mm_take(&d, got);
-                    const double e = nmse(got, sref, n_out);
-                    if (e > 1e-11)
-                        printf("\n  %s %s extreme (variant %d) tok %d: nmse %.3g\n", tp_kern_isa_name(i),
-                               tp_wtype_name(c.t), v, c.n_tok, e);
-                    CU_ASSERT(e <= 1e-11);
-                }
-                tp_kern_force_isa(NULL);
-                check_x16(&d, sref, got, n_out, worst);
-                free(ref);
-                free(sref);
-                free(got);
+                check_data(&d, worst);
                 mm_free(&d);
             }
         }
