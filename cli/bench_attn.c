@@ -56,7 +56,7 @@ static int ba_parse(int argc, char **argv, struct ba_opts *o)
     }
     enum tp_kv_type t;
     if (tp_kv_type_parse(o->kv_type, &t) != TP_OK || tp_kv_type_name(t) == NULL) {
-        fprintf(stderr, "tpserve bench attn: --kv-type '%s': want f32, f16 or q8_0\n", o->kv_type);
+        fprintf(stderr, "tpserve bench attn: --kv-type '%s': want f32, f16, bf16 or q8_0\n", o->kv_type);
         return 2;
     }
     if (o->hd % 8 != 0) {
@@ -73,6 +73,7 @@ int tp_bench_attn(int argc, char **argv)
     TP_CLI_RETURN_UNLESS_PARSED(rc);
     enum tp_kv_type kv = TP_KV_F16;
     tp_kv_type_parse(o.kv_type, &kv);
+    kv = tp_kv_type_resolve(kv, o.hd); /* auto: what a model loaded here would use */
     static const char *const paths[] = {"amx", "avx512bf16", "avx512", "avx2", "c"};
     if (!o.json)
         printf("attention kernel, head_dim %d, %d query heads per KV head, KV cache %s, one thread, best of %d\n"

@@ -400,7 +400,7 @@ static int gen_check_spec(struct gen_opts *o)
 static int gen_parse(int argc, char **argv, struct gen_opts *o)
 {
     *o = (struct gen_opts){.p = 128, .n = 64, .reps = 3, .bw_mib = 1024, .bw_passes = 4, .moe_split = "auto",
-                           .comm_dtype = "f32", .kv_type = "f16", .kmax = 1, .chunk = 512, .spec = "off",
+                           .comm_dtype = "f32", .kv_type = "auto", .kmax = 1, .chunk = 512, .spec = "off",
                            .draft_max = 4, .draft_placement = "auto"};
     const struct tp_opt opts[] = {
         {"model", 'm', TP_OPT_STRING, &o->path, "FILE", "model (GGUF)", 0, 0},

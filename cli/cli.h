@@ -97,7 +97,9 @@ struct tp_parallel_config;
 int tp_cli_group_config(const char *cmd, const char *comm_dtype, const char *kv_type, struct tp_parallel_config *pc,
                         int *rank_hint, const char **log_prefix);
 /* Help text of --kv-type, shared by the commands that take it. */
-#define TP_CLI_KV_TYPE_HELP "KV cache element type: f16 (default), q8_0 (0.53x the memory of f16, head_dim % 32 == 0) or f32"
+#define TP_CLI_KV_TYPE_HELP                                                                                      \
+    "KV cache element type: auto (default: bf16 where the attention reads it in place, AVX-512 BF16 CPUs, else "  \
+    "f16), f16, bf16 (head_dim % 16 == 0), q8_0 (0.53x the memory of f16, head_dim % 8 == 0) or f32"
 #define TP_CLI_MOE_SPLIT_HELP                                                                                     \
     "mixture of experts under launch/mpirun: auto (default: the plan chooses and says why), tensor (a slice of "  \
     "every expert per rank) or expert (whole experts per rank)"

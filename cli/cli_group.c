@@ -22,8 +22,10 @@ int tp_cli_group_config(const char *cmd, const char *comm_dtype, const char *kv_
     }
     pc->model.kv_f16 = 0;
     if (tp_kv_type_parse(kv_type, &pc->model.kv_type) != TP_OK) {
-        fprintf(stderr, "tpserve %s: --kv-type %s: want f16 (half the memory of f32), q8_0 (about a quarter) or f32\n", cmd,
-                kv_type);
+        fprintf(stderr,
+                "tpserve %s: --kv-type %s: want auto, f16 or bf16 (half the memory of f32), q8_0 (about a quarter) or "
+                "f32\n",
+                cmd, kv_type);
         return 1;
     }
     if (tp_comm_config_from_env(&pc->comm, &err) != TP_OK) {

@@ -335,7 +335,7 @@ static enum tp_status gen_draft_open(tp_parallel_t *par, const char *path, int t
 
 int tp_cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = "", *shard_weights = NULL, *moe_split = "auto", *comm_dtype = "f32", *kv_type = "f16";
+    const char *model = NULL, *prompt = "", *shard_weights = NULL, *moe_split = "auto", *comm_dtype = "f32", *kv_type = "auto";
     int n_predict = 128, threads = 0, ctx = 0, top_k = 40, quiet = 0, draft_max = 4;
     const char *spec = "off", *draft_model = NULL, *draft_placement = "auto";
     float draft_mem_bw = 0.0f, draft_allsum_us = 0.0f;

@@ -395,7 +395,7 @@ static void info_print_memory(const struct info_file *f, const struct tp_hparams
 int tp_cmd_info(int argc, char **argv)
 {
     int n_ctx = 0;
-    const char *kv_name = "f16";
+    const char *kv_name = "auto";
     const struct tp_opt opts[] = {
         {"ctx-size", 'c', TP_OPT_INT, &n_ctx, "N", "context for the KV cache estimate (default min(train ctx, 4096))", 1,
          1 << 24},
@@ -409,7 +409,7 @@ int tp_cmd_info(int argc, char **argv)
     TP_CLI_RETURN_UNLESS_PARSED(rc);
     enum tp_kv_type kv_type;
     if (tp_kv_type_parse(kv_name, &kv_type) != TP_OK) {
-        fprintf(stderr, "tpserve info: --kv-type %s: want f16, q8_0 or f32\n", kv_name);
+        fprintf(stderr, "tpserve info: --kv-type %s: want auto, f16, bf16, q8_0 or f32\n", kv_name);
         return 2;
     }
     if (np != 1) {

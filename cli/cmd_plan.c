@@ -303,7 +303,7 @@ struct plan_opts {
 /* argv into o: 0 to go on, 1 after --help, 2 after a usage error (printed). */
 static int plan_parse(int argc, char **argv, struct plan_opts *o)
 {
-    *o = (struct plan_opts){.link = "local", .kv = "f16", .moe_split = "auto", .comm_dtype = "f32", .n_seq = 1,
+    *o = (struct plan_opts){.link = "local", .kv = "auto", .moe_split = "auto", .comm_dtype = "f32", .n_seq = 1,
                             .draft_placement = "auto",
                             .mem_bw = 100.0f, .reserve = 0.125f, .eff = 0.7f};
     const struct tp_opt opts[] = {
@@ -366,7 +366,7 @@ static int plan_config(const struct plan_opts *o, struct tp_cap_config *cfg)
     cfg->reserve_frac = o->reserve;
     cfg->bw_efficiency = o->eff;
     if (tp_kv_type_parse(o->kv, &cfg->kv_type) != TP_OK) {
-        fprintf(stderr, "tpserve plan: --kv-type must be f16, q8_0 or f32, got '%s'\n", o->kv);
+        fprintf(stderr, "tpserve plan: --kv-type must be auto, f16, bf16, q8_0 or f32, got '%s'\n", o->kv);
         return 2;
     }
     if (tp_capacity_link_profile(o->link, &cfg->link, &err) != TP_OK) {

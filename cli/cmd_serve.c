@@ -301,7 +301,7 @@ static int serve_check(struct serve_opts *o)
 static int serve_parse(int argc, char **argv, struct serve_opts *o)
 {
     *o = (struct serve_opts){.host = "127.0.0.1", .log_format = "text", .moe_split = "auto", .comm_dtype = "f32",
-                             .kv_type = "f16", .port = 8080, .parallel = 8, .max_queue = 64, .batch = 256,
+                             .kv_type = "auto", .port = 8080, .parallel = 8, .max_queue = 64, .batch = 256,
                              .chunk = 64, .share_min = 32, .max_body = 1u << 20, .mem_budget = (uint64_t)256 << 20,
                              .max_conn = 256, .max_conn_ip = 32, .header_timeout = 10, .body_timeout = 30,
                              .recover_wait = 60, .pooling = "auto", .resp_store = 256, .on_rank_loss = "wait",

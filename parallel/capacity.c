@@ -184,7 +184,7 @@ struct tp_cap_config tp_capacity_default_config(void)
     c.n_ctx = 4096;
     c.n_seq = 1;
     c.n_batch = 512;
-    c.kv_type = TP_KV_F16;
+    c.kv_type = TP_KV_AUTO;
     c.reserve_frac = 0.125;
     c.reserve_min_bytes = (uint64_t)(2 * GIB);
     c.overhead_bytes = (uint64_t)(0.5 * GIB);
@@ -492,9 +492,10 @@ enum tp_status tp_parallel_replan_check(const struct tp_replan_input *in, struct
     if (world < 2 || world > TP_PLAN_MAX_RANKS || in->drop < 1 || in->drop >= world)
         return tp_error_set(err, TP_ERR_INVALID_ARG, "cannot drop rank %d of a group of %d (want 1..%d, 2..%d ranks)",
                             in->drop, world, world - 1, TP_PLAN_MAX_RANKS);
-    if (in->n_ctx < 1 || in->n_seq < 1 || (in->kv_elem_bytes != 2 && in->kv_elem_bytes != 4))
-        return tp_error_set(err, TP_ERR_INVALID_ARG, "invalid context settings (ctx %d, seq %d, kv %d B)", in->n_ctx,
-                            in->n_seq, in->kv_elem_bytes);
+    const uint64_t kv_head = in->n_ctx > 0 && in->n_batch > 0 ? tp_kv_head_bytes(in->hp, in->n_ctx, in->n_batch, in->kv_type) : 0;
+    if (in->n_ctx < 1 || in->n_seq < 1 || in->n_batch < 1 || kv_head == 0)
+        return tp_error_set(err, TP_ERR_INVALID_ARG, "invalid context settings (ctx %d, seq %d, batch %d, kv %s)",
+                            in->n_ctx, in->n_seq, in->n_batch, tp_kv_type_name(in->kv_type));
     if (in->is_shard) {
         snprintf(out->reason, sizeof out->reason,
                  "the ranks load shard files cut for %d ranks, which cannot be re-planned (give every rank the whole "
@@ -518,13 +519,10 @@ enum tp_status tp_parallel_replan_check(const struct tp_replan_input *in, struct
                  perr.msg);
         return TP_OK;
     }
-    const struct tp_hparams *hp = in->hp;
-    const int head_dim = hp->head_dim > 0 ? hp->head_dim : (hp->n_head > 0 ? hp->n_embd / hp->n_head : 0);
     for (int i = 0; i < n; i++) {
         const struct tp_shard_rank_plan *rp = &out->plan.ranks[i];
-        const uint64_t kv = (uint64_t)hp->n_layer * (uint64_t)in->n_seq * (uint64_t)in->n_ctx *
-                            (uint64_t)(rp->shard.kv_head_end - rp->shard.kv_head_begin) * (uint64_t)head_dim * 2u *
-                            (uint64_t)in->kv_elem_bytes;
+        const uint64_t kv =
+            kv_head * (uint64_t)in->n_seq * (uint64_t)(rp->shard.kv_head_end - rp->shard.kv_head_begin);
         out->need_bytes[i] = rp->sharded_bytes + rp->replicated_bytes + kv;
     }
     /* each survivor's own offer */

@@ -678,7 +678,7 @@ static enum tp_status plan_and_agree(tp_parallel_t *p, const struct tp_parallel_
     p->cfg_n_ctx = cfg->model.n_ctx;
     p->cfg_n_seq = cfg->model.n_seq;
     p->cfg_n_batch = cfg->model.n_batch;
-    p->kv_f16 = cfg->model.kv_f16 != 0;
+    p->kv_type = cfg->model.kv_f16 ? TP_KV_F16 : cfg->model.kv_type;
     uint64_t h = st == TP_OK ? plan_hash(p) : 14695981039346656037ull;
     p->plan_hash = h;
     return agree(p, st, h, "the sharding plan");
@@ -1029,7 +1029,8 @@ enum tp_status tp_parallel_replan_query(tp_parallel_t *p, int drop, struct tp_re
     in.weights = p->has_weights ? p->weights : NULL;
     in.n_ctx = p->n_ctx;
     in.n_seq = p->n_seq;
-    in.kv_elem_bytes = p->kv_f16 ? 2 : 4;
+    in.n_batch = p->n_batch;
+    in.kv_type = p->kv_type;
     in.is_shard = p->probe.is_shard;
     pthread_mutex_lock(&p->mu);
     for (int r = 0; r < p->world && r < TP_PLAN_MAX_RANKS; r++) {

@@ -101,7 +101,7 @@ struct tp_parallel {
     int has_weights;
     enum tp_moe_split moe_split;
     int cfg_n_ctx, cfg_n_seq, cfg_n_batch; /* as given to init (part of plan_hash) */
-    int kv_f16;                   /* the KV cache is f16 (the re-plan's memory check) */
+    enum tp_kv_type kv_type;      /* the KV cache's element type (the re-plan's memory check) */
     int model_lost;               /* a re-plan freed the slice and the new one did not load */
     /* speculative decoding's draft model (tp_parallel_config.draft_path): where it runs, decided by
      * rank 0 at init (draft_exchange) and adopted by every rank; its slice when sharded */

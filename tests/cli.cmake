@@ -11,9 +11,13 @@ tp_expect_test(cli.unknown_flag RC 2 REGEX "unknown option '--bogus'" LABELS uni
 # same greedy text on the bundled model (fp16 rounds K/V by ~1e-3 relative, far below its top-2 gaps).
 add_test(NAME cli.kv_type_bad COMMAND sh -c
   "out=$(\"$0\" generate -m \"$1\" -p Once -n 4 --kv-type f64 2>&1); rc=$?; echo \"$out\"; [ $rc -eq 2 ] && \
-   echo \"$out\" | grep -q 'want f16 (half the memory of f32), q8_0 (about a quarter) or f32'"
+   echo \"$out\" | grep -q 'want auto, f16 or bf16 (half the memory of f32), q8_0 (about a quarter) or f32'"
   $<TARGET_FILE:tpserve> ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
 set_tests_properties(cli.kv_type_bad PROPERTIES LABELS unit TIMEOUT 30)
+# bf16 caches hold head sizes that are multiples of 16: the bundled model's 8 is refused, naming both
+tp_expect_test(cli.kv_type_bf16_head RC 1 REGEX "KV cache type bf16 cannot hold head_dim 8 .*use f16 or f32" LABELS unit
+               COMMAND $<TARGET_FILE:tpserve> generate -m ${PROJECT_SOURCE_DIR}/models/stories260K.gguf -p Once -n 4
+                       --kv-type bf16)
 add_test(NAME cli.kv_type_same_text COMMAND sh -c
   "a=$(\"$0\" generate -m \"$1\" -p 'Once upon a time' -n 64 --temp 0 --kv-type f16 2>/dev/null) && \
    b=$(\"$0\" generate -m \"$1\" -p 'Once upon a time' -n 64 --temp 0 --kv-type f32 2>/dev/null) && \

@@ -41,13 +41,15 @@ const char *tp_kv_type_name(enum tp_kv_type t)
     case TP_KV_F32: return "f32";
     case TP_KV_F16: return "f16";
     case TP_KV_Q8_0: return "q8_0";
+    case TP_KV_BF16: return "bf16";
+    case TP_KV_AUTO: return "auto";
     default: return "?";
     }
 }
 
 enum tp_status tp_kv_type_parse(const char *s, enum tp_kv_type *out)
 {
-    for (int t = 0; s && t < TP_KV_TYPE_COUNT; t++)
+    for (int t = TP_KV_AUTO; s && t < TP_KV_TYPE_COUNT; t++)
         if (strcmp(s, tp_kv_type_name((enum tp_kv_type)t)) == 0) {
             *out = (enum tp_kv_type)t;
             return TP_OK;
@@ -62,8 +64,21 @@ size_t tp_kv_row_bytes(enum tp_kv_type t, int hd)
     case TP_KV_F32: return (size_t)hd * 4;
     case TP_KV_F16: return (size_t)hd * 2;
     case TP_KV_Q8_0: return q8_block(hd) ? (size_t)hd / (size_t)q8_block(hd) * (size_t)(q8_block(hd) + 2) : 0;
+    case TP_KV_BF16: return hd % 16 == 0 ? (size_t)hd * 2 : 0;
+    case TP_KV_AUTO: return (size_t)hd * 2; /* bf16 or f16 */
     default: return 0;
     }
+}
+
+int64_t tp_kv_cap_rows(enum tp_kv_type t, int64_t positions)
+{
+    return t == TP_KV_BF16 || t == TP_KV_AUTO ? (positions + TP_KV_TILE - 1) / TP_KV_TILE * TP_KV_TILE : positions;
+}
+
+enum tp_kv_type tp_kv_type_resolve(enum tp_kv_type t, int hd)
+{
+    if (t != TP_KV_AUTO) return t;
+    return tp_attn_isa_level() == TP_ATTN_ISA_AVX512BF16 && hd > 0 && hd % 32 == 0 ? TP_KV_BF16 : TP_KV_F16;
 }
 
 int tp_kv_layer_window(const struct tp_hparams *hp, int l)
@@ -81,7 +96,8 @@ int64_t tp_kv_layer_positions(const struct tp_hparams *hp, int l, int n_ctx, int
 uint64_t tp_kv_head_bytes(const struct tp_hparams *hp, int n_ctx, int n_batch, enum tp_kv_type t)
 {
     uint64_t pos = 0;
-    for (int l = 0; hp && l < hp->n_layer; l++) pos += (uint64_t)tp_kv_layer_positions(hp, l, n_ctx, n_batch);
+    for (int l = 0; hp && l < hp->n_layer; l++)
+        pos += (uint64_t)tp_kv_cap_rows(t, tp_kv_layer_positions(hp, l, n_ctx, n_batch));
     return 2ull * pos * (uint64_t)tp_kv_row_bytes(t, hp ? hp->head_dim : 0);
 }
 
@@ -125,6 +141,49 @@ void tp_kv_load(enum tp_kv_type t, const uint8_t *src, float *dst, int hd)
             const float d = tp_fp16_to_f32(dh);
             for (int i = 0; i < B; i++) dst[b * B + i] = d * (float)(int8_t)blk[2 + i];
         }
+    }
+}
+
+/* float -> bf16, rounded to nearest even (NaN kept a quiet NaN), as VCVTNE2PS2BF16 does */
+static uint16_t to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* Element (row, dimension i) of a bf16 cache: its tile of TP_KV_TILE rows, and in it keys as 32-bit pairs of
+ * dimensions (2p, 2p+1) of the tile's rows in order, (hd/2, TILE) pairs; values as 32-bit pairs of rows
+ * (2k, 2k+1) of dimensions in order, (TILE/2, hd) pairs.  The index in bf16 units. */
+static size_t bf16_at(int is_v, int64_t row, int i, int hd)
+{
+    const size_t tile = (size_t)(row / TP_KV_TILE) * TP_KV_TILE * (size_t)hd;
+    const size_t j = (size_t)(row % TP_KV_TILE);
+    return tile + (is_v ? ((j / 2) * (size_t)hd + (size_t)i) * 2 + j % 2
+                        : ((size_t)(i / 2) * TP_KV_TILE + j) * 2 + (size_t)(i % 2));
+}
+
+void tp_kv_store_at(enum tp_kv_type t, uint8_t *rows, int is_v, int64_t row, const float *x, int hd)
+{
+    if (t != TP_KV_BF16) {
+        tp_kv_store(t, rows + (size_t)row * tp_kv_row_bytes(t, hd), x, hd);
+        return;
+    }
+    uint16_t *b = (uint16_t *)(void *)rows;
+    for (int i = 0; i < hd; i++) b[bf16_at(is_v, row, i, hd)] = to_bf16(x[i]);
+}
+
+void tp_kv_load_at(enum tp_kv_type t, const uint8_t *rows, int is_v, int64_t row, float *dst, int hd)
+{
+    if (t != TP_KV_BF16) {
+        tp_kv_load(t, rows + (size_t)row * tp_kv_row_bytes(t, hd), dst, hd);
+        return;
+    }
+    const uint16_t *b = (const uint16_t *)(const void *)rows;
+    for (int i = 0; i < hd; i++) {
+        const uint32_t u = (uint32_t)b[bf16_at(is_v, row, i, hd)] << 16;
+        memcpy(dst + i, &u, 4);
     }
 }
 
@@ -272,11 +331,12 @@ void tp_attn_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, co
     pthread_once(&attn_once, attn_choose);
 #if defined(TP_ATTN_X86)
     const int level = tp_attn_isa_level();
-    if (level >= TP_ATTN_ISA_AMX && g->hd % 32 == 0) {
+    /* a bf16 cache is read as stored by the AVX512_BF16 vector products (AMX CPUs have them too) */
+    if (level >= TP_ATTN_ISA_AMX && g->hd % 32 == 0 && g->type != TP_KV_BF16) {
         tp_attn_amx_tile(g, r, kc, vc, k0, k1, scratch, o, o_stride, part);
         return;
     }
-    if (level >= TP_ATTN_ISA_AVX512BF16 && g->hd % 32 == 0) {
+    if (level >= TP_ATTN_ISA_AVX512BF16 && attn_has_bf16 && g->hd % 32 == 0) {
         tp_attn_bf16_tile(g, r, kc, vc, k0, k1, scratch, o, o_stride, part);
         return;
     }

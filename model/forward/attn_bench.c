@@ -30,7 +30,8 @@ enum tp_status tp_kern_attn_time(const char *path, enum tp_kv_type kv, int hd, i
         nt < 1 || ng < 1 || nt * ng > 1024 || n_keys < nt || n_keys > (1 << 24) || reps < 1)
         return TP_ERR_INVALID_ARG;
     const int rows = nt * ng;
-    uint8_t *kc = malloc((size_t)n_keys * rb), *vc = malloc((size_t)n_keys * rb);
+    const int cap = (int)tp_kv_cap_rows(kv, n_keys); /* a bf16 cache holds whole tiles */
+    uint8_t *kc = calloc((size_t)cap, rb), *vc = calloc((size_t)cap, rb);
     float *q = malloc(sizeof(float) * (size_t)rows * hd), *o = malloc(sizeof(float) * (size_t)rows * hd);
     float *x = malloc(sizeof(float) * (size_t)hd);
     float *scratch = malloc(sizeof(float) * (tp_attn_scratch_floats(hd, rows) + 16));
@@ -45,10 +46,10 @@ enum tp_status tp_kern_attn_time(const char *path, enum tp_kv_type kv, int hd, i
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
             x[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
         }
-        tp_kv_store(kv, (j < n_keys ? kc : vc) + (size_t)(j % n_keys) * rb, x, hd);
+        tp_kv_store_at(kv, j < n_keys ? kc : vc, j >= n_keys, j % n_keys, x, hd);
     }
     for (int i = 0; i < rows * hd; i++) q[i] = (float)((i * 37 % 101) - 50) / 25.0f;
-    const struct tp_attn_geom g = {hd, kv, rb, n_keys, 0, 1.0f / sqrtf((float)hd)};
+    const struct tp_attn_geom g = {hd, kv, rb, cap, 0, 1.0f / sqrtf((float)hd)};
     const struct tp_attn_rows r = {q, (size_t)ng * hd, nt, ng, n_keys - nt, NULL};
     const int prev = tp_attn_isa_limit(level);
     if (tp_attn_isa_level() != level) {

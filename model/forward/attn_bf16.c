@@ -106,6 +106,17 @@ BF_INL void bf_convert(const struct tp_attn_geom *g, const uint8_t *kc, const ui
     }
 }
 
+/* A bf16 cache tile's values (as tp_kv_store_at lays them out: Vv's layout) with the positions outside [ka, kb)
+ * zeroed, for a tile the item reads only part of: their weights are 0, and 0 x a stale inf would be NaN. */
+BF_INL void bf_edge_values(const uint8_t *tile, int hd, int ka, int kb, uint32_t *Vv)
+{
+    memcpy(Vv, tile, (size_t)KB * (size_t)hd * 2);
+    uint16_t *v = (uint16_t *)(void *)Vv;
+    for (int k = 0; k < KB; k++)
+        if (k < ka || k >= kb)
+            for (int d = 0; d < hd; d++) v[((size_t)(k / 2) * (size_t)hd + (size_t)d) * 2 + (size_t)(k % 2)] = 0;
+}
+
 /* S (NR, KB): the scores of NR (1..4) query rows Qb (NR, np) bf16 pairs over the tile's keys Kt */
 BF_INL void bf_scores(const uint32_t *Qb, const uint32_t *Kt, int np, int NR, float *S)
 {
@@ -186,7 +197,7 @@ BF_FN static void bf_softmax_row(const float *s, uint32_t *prow, int a, int b, f
 struct bf_tile {
     const struct tp_attn_geom *g;
     const struct tp_attn_rows *r;
-    int j0, jn;
+    int j0, jn, kmin; /* the tile's first position and positions; the item's first key */
     const uint32_t *Qb, *Kt, *Vv; /* (R, hd/2) q * scale; the tile's K^T and V (bf_convert) */
     float *S, *O, *M, *L, *Cr;    /* (4, KB) one group's scores; (R, hd) weighted values; (R) max, sum; (4) */
     uint32_t *P;                  /* (4, KB/2) one group's weights */
@@ -201,7 +212,7 @@ BF_INL void bf_group(const struct bf_tile *t, int r0, int NR)
     for (int i = 0; i < NR; i++) {
         const int row = r0 + i, p = t->r->pos0 + row / t->r->ng;
         const int lo = tp_attn_first_key(g, p);
-        const int a = TP_MAX(t->j0, lo) - t->j0, b = TP_MIN(t->j0 + t->jn, p + 1) - t->j0;
+        const int a = TP_MAX(TP_MAX(t->j0, lo), t->kmin) - t->j0, b = TP_MIN(t->j0 + t->jn, p + 1) - t->j0;
         bf_softmax_row(t->S + i * KB, t->P + i * (KB / 2), a, b, t->M + row, t->L + row, t->Cr + i);
     }
     float *O = t->O + (size_t)r0 * hd;
@@ -232,17 +243,30 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
         M[row] = -INFINITY;
         L[row] = 0.0f;
     }
-    struct bf_tile t = {g, r, 0, 0, Qb, Kt, Vv, S, O, M, L, Cr, P};
     /* keys any row can see: from the first row's window start to the last row's position */
     const int lo0 = tp_attn_first_key(g, r->pos0);
     const int kmin = TP_MAX(k0, lo0), kmax = TP_MIN(k1, r->pos0 + nt), ngr = (R + 3) / 4;
-    for (int j0 = kmin; j0 < kmax; j0 += KB) {
+    /* a bf16 cache is read in place, a whole tile at a time from the one holding kmin (the keys outside
+     * [kmin, kmax) masked); the other types are converted from kmin on */
+    const int tiled = g->type == TP_KV_BF16, kend = tiled ? (kmax + KB - 1) / KB * KB : kmax;
+    struct bf_tile t = {g, r, 0, 0, kmin, Qb, Kt, Vv, S, O, M, L, Cr, P};
+    for (int j0 = tiled ? kmin - kmin % KB : kmin; j0 < kmax; j0 += KB) {
         t.j0 = j0;
         t.jn = TP_MIN(KB, kmax - j0);
         struct tp_attn_pf pf; /* the next tile's rows, requested over this tile's groups */
-        tp_attn_pf_init(&pf, kc, vc, j0 + KB, TP_MIN(j0 + 2 * KB, kmax), g->cap, g->row_bytes);
+        tp_attn_pf_init(&pf, kc, vc, j0 + KB, TP_MIN(j0 + 2 * KB, kend), g->cap, g->row_bytes);
         const int pfq = (int)((tp_attn_pf_lines(&pf) + (size_t)ngr - 1) / (size_t)ngr);
-        bf_convert(g, kc, vc, j0, t.jn, Kt, Vv);
+        if (tiled) {
+            const size_t off = (size_t)(j0 % g->cap) * g->row_bytes; /* the tile's start (cap: whole tiles) */
+            t.Kt = (const uint32_t *)(const void *)(kc + off);
+            t.Vv = (const uint32_t *)(const void *)(vc + off);
+            if (j0 < kmin || t.jn < KB) {
+                bf_edge_values(vc + off, hd, TP_MAX(kmin - j0, 0), t.jn, Vv);
+                t.Vv = Vv;
+            }
+        } else {
+            bf_convert(g, kc, vc, j0, t.jn, Kt, Vv);
+        }
         for (int r0 = 0; r0 < R; r0 += 4) {
             tp_attn_pf_step(&pf, pfq);
             switch (TP_MIN(4, R - r0)) { /* the group's size a constant in each copy: its sums in registers */

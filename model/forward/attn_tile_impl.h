@@ -4,9 +4,19 @@
  * attn.c defines
  *   AT_FN       function attributes (static, target)
  *   AT_NAME(x)  the instruction set's name for x
- * and the helpers AT_NAME(load_row), AT_NAME(dots), AT_NAME(exp_sum),
+ * and the helpers AT_NAME(load_row) (a row-major cache row as floats), AT_NAME(dots), AT_NAME(exp_sum),
  * AT_NAME(pv), AT_NAME(scal) (see attn.c for their contracts).
  */
+
+/* Position p's key (is_v 0) or value (is_v 1) as hd floats: the vector load_row for the row-major types, the
+ * generic tp_kv_load_at for bf16 tiles (the bf16 paths read those as they are) */
+AT_FN void AT_NAME(load_pos)(const struct tp_attn_geom *g, const uint8_t *c, int is_v, int p, float *dst)
+{
+    if (g->type == TP_KV_BF16)
+        tp_kv_load_at(g->type, c, is_v, p % g->cap, dst, g->hd);
+    else
+        AT_NAME(load_row)(g->type, c + (size_t)(p % g->cap) * g->row_bytes, dst, g->hd);
+}
 
 /* The tile loop: see tp_attn_tile in model_impl.h. */
 AT_FN void AT_NAME(tile)(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc,
@@ -33,7 +43,7 @@ AT_FN void AT_NAME(tile)(const struct tp_attn_geom *g, const struct tp_attn_rows
         tp_attn_pf_init(&pf, kc, vc, j0 + KB, TP_MIN(j0 + 2 * KB, kmax), g->cap, g->row_bytes);
         const int pfq = (int)((tp_attn_pf_lines(&pf) + (size_t)R - 1) / (size_t)R);
         for (int j = 0; j < jn; j++)
-            AT_NAME(load_row)(g->type, kc + (size_t)((j0 + j) % g->cap) * g->row_bytes, Kt + (size_t)j * hd, hd);
+            AT_NAME(load_pos)(g, kc, 0, j0 + j, Kt + (size_t)j * hd);
         int v_loaded = 0;
         for (int i = 0; i < nt; i++) {
             const int p = r->pos0 + i;
@@ -41,9 +51,7 @@ AT_FN void AT_NAME(tile)(const struct tp_attn_geom *g, const struct tp_attn_rows
             const int a = TP_MAX(j0, lo) - j0, b = TP_MIN(j0 + jn, p + 1) - j0;
             if (a >= b) continue; /* this tile is outside row i's window (causal or sliding) */
             if (!v_loaded) {
-                for (int j = 0; j < jn; j++)
-                    AT_NAME(load_row)(g->type, vc + (size_t)((j0 + j) % g->cap) * g->row_bytes, Vt + (size_t)j * hd,
-                                      hd);
+                for (int j = 0; j < jn; j++) AT_NAME(load_pos)(g, vc, 1, j0 + j, Vt + (size_t)j * hd);
                 v_loaded = 1;
             }
             for (int h = 0; h < ng; h++) {

@@ -256,9 +256,8 @@ static void qkv_post(tp_model_t *m, const struct tp_layer *L, int64_t i0, int64_
                 tp_op_rope(kv, cs, hp->rope_dim, hp->rope_neox);
             }
             const int l = m->cur_layer;
-            uint8_t *row = kv_rows(m, is_k ? m->k_cache : m->v_cache, l, b->seq[t], (int)(c / hd)) +
-                           (size_t)(b->pos[t] % m->kv_cap[l]) * m->kv_row_bytes;
-            tp_kv_store(m->kv_type, row, kv, hd);
+            tp_kv_store_at(m->kv_type, kv_rows(m, is_k ? m->k_cache : m->v_cache, l, b->seq[t], (int)(c / hd)), !is_k,
+                           b->pos[t] % m->kv_cap[l], kv, hd);
         }
     }
 }
@@ -732,7 +731,11 @@ enum tp_status tp_model_kv_copy(tp_model_t *m, int dst_seq, int src_seq, int n_p
                 const uint8_t *sr = kv_rows(m, cache, l, src_seq, kvh);
                 for (int p = p0; p < n_pos;) { /* runs of rows up to the ring's end */
                     const int r0 = p % cap, n = TP_MIN(n_pos - p, cap - r0);
-                    memcpy(d + (size_t)r0 * rb, sr + (size_t)r0 * rb, (size_t)n * rb);
+                    /* a tiled cache's rows are spread over their tiles: whole tiles (cap is whole tiles); the
+                     * other rows they hold are positions outside the copy, never read before rewritten */
+                    const int64_t c0 = tp_kv_cap_rows(m->kv_type, r0 + 1) - tp_kv_cap_rows(m->kv_type, 1);
+                    const int64_t c1 = tp_kv_cap_rows(m->kv_type, r0 + n);
+                    memcpy(d + (size_t)c0 * rb, sr + (size_t)c0 * rb, (size_t)(c1 - c0) * rb);
                     p += n;
                 }
             }

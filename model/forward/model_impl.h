@@ -211,10 +211,14 @@ static inline void tp_attn_pf_step(struct tp_attn_pf *pf, int k)
  * into the finished output o (as tp_attn_tile without part). */
 void tp_attn_merge(const float *parts, int n, size_t part_stride, int hd, const struct tp_attn_rows *r, float *o,
                    size_t o_stride);
-/* Store one head vector x[hd] as a cache row of type t at dst. */
+/* Store one head vector x[hd] as a cache row of type t at dst (a row-major type: not TP_KV_BF16). */
 void tp_kv_store(enum tp_kv_type t, uint8_t *dst, const float *x, int hd);
-/* Cache row of type t at src as hd floats. */
+/* Cache row of type t at src as hd floats (a row-major type: not TP_KV_BF16). */
 void tp_kv_load(enum tp_kv_type t, const uint8_t *src, float *dst, int hd);
+/* The same for row `row` of one head's keys (is_v 0) or values (is_v 1) whose row 0 is at `rows`: any type
+ * (TP_KV_BF16's rows are spread over their tile). */
+void tp_kv_store_at(enum tp_kv_type t, uint8_t *rows, int is_v, int64_t row, const float *x, int hd);
+void tp_kv_load_at(enum tp_kv_type t, const uint8_t *rows, int is_v, int64_t row, float *dst, int hd);
 
 /* One attention work item of a forward call (forward.c builds the list per layer). */
 struct tp_attn_item {

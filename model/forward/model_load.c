@@ -1024,7 +1024,9 @@ static enum tp_status alloc_state(tp_model_t *m)
         struct tp_layer *L = &m->layers[l];
         if (L->attn_window == 0 && hp->sliding_window > 0 && hp->swa_period <= 0) L->attn_window = hp->sliding_window;
         const int64_t ring = (int64_t)L->attn_window + m->n_batch; /* as tp_kv_layer_positions */
-        m->kv_cap[l] = L->attn_window > 0 && ring < m->n_ctx ? (int)ring : m->n_ctx;
+        const int64_t cap = tp_kv_cap_rows(m->kv_type, L->attn_window > 0 && ring < m->n_ctx ? ring : m->n_ctx);
+        if (cap > INT32_MAX) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: KV cache size overflows", m->path);
+        m->kv_cap[l] = (int)cap;
         m->n_ring += m->kv_cap[l] < m->n_ctx;
         size_t layer = 0;
         m->kv_off[l] = cache;
@@ -1318,11 +1320,12 @@ static enum tp_status setup_runtime(tp_model_t *m, const struct tp_model_config 
     m->n_seq = cfg->n_seq;
     m->n_batch = cfg->n_batch;
     m->keep_layout = cfg->keep_layout != 0;
-    m->kv_type = cfg->kv_f16 ? TP_KV_F16 : cfg->kv_type;
+    m->kv_type = cfg->kv_f16 ? TP_KV_F16 : tp_kv_type_resolve(cfg->kv_type, m->hd);
     m->kv_row_bytes = tp_kv_row_bytes(m->kv_type, m->hd);
     if (!cfg->vocab_only && m->kv_row_bytes == 0)
         return tp_error_set(&m->err, TP_ERR_INVALID_ARG,
-                            "KV cache type %s cannot hold head_dim %d (q8_0 needs a multiple of 8); use f16 or f32",
+                            "KV cache type %s cannot hold head_dim %d (q8_0 needs a multiple of 8, bf16 of 16); use "
+                            "f16 or f32",
                             tp_kv_type_name(m->kv_type), m->hd);
     struct tp_pool_config pc = tp_pool_default_config();
     pc.n_threads = cfg->n_threads > 0 ? cfg->n_threads : tp_cpu_count();

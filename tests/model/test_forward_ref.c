@@ -358,6 +358,86 @@ static void check_window(enum tp_kv_type kt, double tol)
     tp_gguf_close(r.g);
 }
 
+/*
+ * A bf16 cache (tiles of 64 positions, heads of 32) with sliding window 70, on the best attention path (in place
+ * on avx512bf16) and on float32: its ring is window + n_batch = 75 rows rounded
+ * up to 2 whole tiles (128; n_ctx 512); 300 positions in chunks of 5 wrap it twice, the tiles read in place
+ * from any position (the attention path's masked edges); a 280-position prefix copied into another slot (whole
+ * tiles) continues like the reference; positions the ring no longer holds are refused.
+ */
+static void test_window_bf16_tiles(void)
+{
+    enum { N = 300, W = 70, NB = 5, COPY = 280 };
+    struct tp_error err = {0};
+    struct tm_ref r;
+    memset(&r, 0, sizeof(r));
+    CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, "test-tiny", &r.s, &err), TP_OK);
+    r.s.sliding_window = W;
+    r.s.n_ctx = 512;
+    r.s.n_head = 2, r.s.n_head_kv = 1, r.s.head_dim = 32; /* the bf16 attention path's head size */
+    char path[600];
+    snprintf(path, sizeof path, "%s/test-tiny-window70.gguf", tp_test_tmpdir());
+    struct tp_synth_config sc = tp_synth_default_config();
+    sc.shape = &r.s;
+    sc.type = TP_WTYPE_F32;
+    sc.seed = 12;
+    sc.out_path = path;
+    CU_ASSERT_EQUAL_FATAL(tp_synth_write(&sc, &err), TP_OK);
+    CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &r.g, &err), TP_OK);
+    r.window = W;
+    struct tp_model_config cfg = tp_model_default_config();
+    cfg.path = path;
+    cfg.n_threads = 2;
+    cfg.n_ctx = 512;
+    cfg.n_seq = 2;
+    cfg.n_batch = NB;
+    cfg.kv_type = TP_KV_BF16;
+    tp_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &m, &err), TP_OK);
+    /* 2 layers x 2 slots x 1 KV head x 128 rows x 32 dims x 2 bytes, K and V; as plan / info count it */
+    CU_ASSERT_EQUAL(tp_model_kv_bytes(m), 2ull * 2 * 2 * 1 * 128 * 64);
+    CU_ASSERT_EQUAL(tp_model_kv_bytes(m), 2 * 1 * tp_kv_head_bytes(tp_model_hparams(m), 512, NB, TP_KV_BF16));
+    const int V = r.s.n_vocab;
+    static int ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 53 + 7) % V;
+    double *ref = malloc(sizeof(double) * N * V);
+    float *lg = malloc(sizeof(float) * N * V);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lg);
+    tm_ref_forward(&r, ids, N, ref, NULL);
+    static int32_t tok[N], pos[N], seq[N];
+    static int8_t want[N];
+    for (int i = 0; i < N; i++) tok[i] = ids[i], pos[i] = i, want[i] = 1;
+    double maxabs = 0;
+    for (int i = 0; i < N * V; i++) maxabs = fmax(maxabs, fabs(ref[i]));
+    const double tol = 3e-3 * fmax(1.0, maxabs); /* bf16 keys and values: ~2^-9 relative each */
+    for (int k = 0; k < 3; k++) { /* slot 0 to COPY; the copy in slot 1 on to N; slot 0 on to N */
+        const int s0 = k == 1, from = k == 0 ? 0 : COPY, to = k == 0 ? COPY : N;
+        if (k == 1) CU_ASSERT_EQUAL(tp_model_kv_copy(m, 1, 0, COPY), TP_OK);
+        for (int p0 = from; p0 < to; p0 += NB) {
+            const int n = to - p0 < NB ? to - p0 : NB;
+            for (int i = 0; i < n; i++) seq[p0 + i] = s0;
+            CU_ASSERT_EQUAL(tp_model_forward(m, &(struct tp_batch){n, tok + p0, pos + p0, seq + p0, want + p0},
+                                             lg + (size_t)p0 * V),
+                            TP_OK);
+        }
+        double d = 0;
+        for (size_t i = (size_t)from * V; i < (size_t)to * V; i++) d = fmax(d, fabs(lg[i] - ref[i]));
+        if (d > tol || getenv("TP_TEST_VERBOSE"))
+            fprintf(stderr, "window bf16 tiles, positions %d..%d: max |logit - reference| %g (max |logit| %g)\n",
+                    from, to, d, maxabs);
+        CU_ASSERT(d <= tol);
+        if (k == 0) { /* the ring holds positions 152..279: a continuation at 200 needs 131.. */
+            CU_ASSERT_EQUAL(tp_model_seq_reusable(m, 0, 200), 0);
+            CU_ASSERT_EQUAL(tp_model_seq_reusable(m, 0, 230), 230);
+        }
+    }
+    free(ref);
+    free(lg);
+    tp_model_free(m);
+    tp_gguf_close(r.g);
+}
+
 static void test_window_sinks(void)
 {
     check_window(TP_KV_F32, 1e-4);
@@ -480,6 +560,7 @@ TM_F32_ATTN(test_ref_qwen3)
 TM_F32_ATTN(test_ref_quantized)
 TM_F32_ATTN(test_hidden_against_reference)
 TM_F32_ATTN(test_window_sinks)
+TM_F32_ATTN(test_window_bf16_tiles)
 TM_F32_ATTN(test_shard_window)
 TM_F32_ATTN(test_shard_qwen2_q8)
 TM_F32_ATTN(test_shard_qwen3_q4)
@@ -496,6 +577,8 @@ static const struct tp_test_case ref_cases[] = {
     {"ref_f16_bf16_q8_0_q4_0", test_ref_quantized_f32_attn},
     {"hidden_states_embeddings", test_hidden_against_reference_f32_attn},
     {"ref_window_sinks", test_window_sinks_f32_attn},
+    {"window_bf16_tiles", test_window_bf16_tiles},
+    {"window_bf16_tiles_f32_attn", test_window_bf16_tiles_f32_attn},
     {"shard_window", test_shard_window_f32_attn},
     {"shard_qwen2_q8_0", test_shard_qwen2_q8_f32_attn},
     {"shard_qwen3_q4_0", test_shard_qwen3_q4_f32_attn},

@@ -2,11 +2,14 @@
  * tests/model/test_kv_quant.c - what a quantized KV cache costs in accuracy:
  *   - a synthetic F32 model (test-tiny with 2 heads of 32, 1 KV head)
  *     prefilled with 4096 tokens in chunks of 512: the logits at positions
- *     1023, 2047 and 4095 with an f16 and a q8_0 cache against an f32 cache.
- *     Bounds: q8_0 NMSE <= 1e-4 and f16 <= 1e-6 (measured ~1e-6 and ~1e-9 at
- *     the time of writing, docs/long-context.md: a tenth of a q8_0 step
- *     of error per key would already pass 1e-3, so the bounds leave room for
- *     rounding differences only, not for a wrong scale or block);
+ *     1023, 2047 and 4095 with an f16, a bf16 and a q8_0 cache against an f32
+ *     cache.  Bounds: q8_0 NMSE <= 1e-4, f16 and bf16 <= 1e-6 (measured on
+ *     the float32 attention paths ~3e-7, ~3e-10 and ~4e-8,
+ *     docs/long-context.md: a tenth of a q8_0 step of error per key would
+ *     already pass 1e-3, so the bounds leave room for rounding differences
+ *     only, not for a wrong scale, block or tile layout); on the avx512bf16
+ *     path, which rounds every cache's values to bf16 as a bf16 cache stores
+ *     them, the bf16 cache's logits equal the f32 cache's;
  *   - stories260K (head 8: q8_0 in blocks of 8): the first 100 greedy tokens
  *     with a q8_0 cache equal an f32 cache's, later ones flip only at near
  *     ties (see test_stories_greedy).
@@ -18,6 +21,7 @@
 #include <unistd.h>
 
 #include "model/model.h"
+#include "model/kernels.h"
 #include "model/synth.h"
 #include "tp_test.h"
 #include "model_test_util.h"
@@ -76,8 +80,8 @@ static void test_synth_4k(void)
     int32_t *ids = malloc(sizeof(int32_t) * N);
     for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919u + 13u) % (unsigned)V);
     static const int want[3] = {1023, 2047, 4095};
-    float *lg[3];
-    for (int t = 0; t < 3; t++) {
+    float *lg[TP_KV_TYPE_COUNT];
+    for (int t = 0; t < TP_KV_TYPE_COUNT; t++) {
         lg[t] = malloc(sizeof(float) * 3 * (size_t)V);
         tp_model_t *m = open_kv(path, (enum tp_kv_type)t, N, NB);
         CU_ASSERT_PTR_NOT_NULL_FATAL(m);
@@ -88,12 +92,17 @@ static void test_synth_4k(void)
     for (int w = 0; w < 3; w++) {
         const double e16 = tm_nmse(lg[TP_KV_F16] + (size_t)w * V, lg[TP_KV_F32] + (size_t)w * V, V);
         const double e8 = tm_nmse(lg[TP_KV_Q8_0] + (size_t)w * V, lg[TP_KV_F32] + (size_t)w * V, V);
-        fprintf(stderr, "  KV cache at position %d: logits NMSE vs f32: f16 %.3g, q8_0 %.3g\n", want[w], e16, e8);
+        const double eb = tm_nmse(lg[TP_KV_BF16] + (size_t)w * V, lg[TP_KV_F32] + (size_t)w * V, V);
+        fprintf(stderr, "  KV cache at position %d (%s attention): logits NMSE vs f32: f16 %.3g, bf16 %.3g, q8_0 %.3g\n",
+                want[w], tp_kern_attn_isa(), e16, eb, e8);
         CU_ASSERT(e16 <= 1e-6);
+        CU_ASSERT(eb <= 1e-6);
+        /* the avx512bf16 path rounds f32 keys and values to bf16 as the bf16 cache stores them: the same logits */
+        if (strcmp(tp_kern_attn_isa(), "avx512bf16") == 0) CU_ASSERT_EQUAL(eb, 0.0);
         CU_ASSERT(e8 <= 1e-4);
         CU_ASSERT(e8 > 0.0); /* the q8_0 cache really is another type */
     }
-    for (int t = 0; t < 3; t++) free(lg[t]);
+    for (int t = 0; t < TP_KV_TYPE_COUNT; t++) free(lg[t]);
     free(ids);
 }
 

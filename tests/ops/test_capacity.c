@@ -262,7 +262,8 @@ static struct tp_replan_input replan_in(const struct tp_hparams *hp, const struc
     in.drop = drop;
     in.n_ctx = 4096;
     in.n_seq = 1;
-    in.kv_elem_bytes = 2;
+    in.n_batch = 512;
+    in.kv_type = TP_KV_F16;
     for (int r = 0; r < world; r++) {
         in.ranks[r].mem_total_bytes = (uint64_t)(mem_gib * GIB);
         snprintf(in.ranks[r].host, sizeof in.ranks[r].host, "%s%d", host ? host : "node", host ? 0 : r);
@@ -311,6 +312,18 @@ static void test_replan_fits(void)
     CU_ASSERT_EQUAL(r.fits, 1);
     CU_ASSERT_EQUAL(r.plan.world_size, 1);
     CU_ASSERT_DOUBLE_EQUAL((double)r.need_bytes[0], total + 80.0 * 4096 * 8 * 128 * 2 * 2, 1.0);
+    /* the cache type's rows count: q8_0 holds 128 values in 136 bytes; bf16 whole tiles of 64 positions */
+    const double weights_half = half_need_70b() - 80.0 * 4096 * 4 * 128 * 2 * 2;
+    in = replan_in(&hp, &ty, 3, 1, 128, NULL);
+    in.kv_type = TP_KV_Q8_0;
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_DOUBLE_EQUAL((double)r.need_bytes[1], weights_half + 80.0 * 4096 * 4 * 136 * 2, 1.0);
+    in.kv_type = TP_KV_BF16;
+    in.n_ctx = 4000;
+    CU_ASSERT_EQUAL_FATAL(tp_parallel_replan_check(&in, &r, &err), TP_OK);
+    CU_ASSERT_DOUBLE_EQUAL((double)r.need_bytes[1], weights_half + 80.0 * 4032 * 4 * 128 * 2 * 2, 1.0);
+    in.kv_type = TP_KV_TYPE_COUNT; /* no such type: an error, not a zero-byte cache */
+    CU_ASSERT_EQUAL(tp_parallel_replan_check(&in, &r, &err), TP_ERR_INVALID_ARG);
 }
 
 /* The machine rule at its edge: usable = mem - max(2 GiB, mem / 8) against the oracle need. */

@@ -218,17 +218,32 @@ struct tp_model_shard {
  * KV cache element types.  Keys and values of one head at one position are a
  * row of head_dim elements: f32, fp16, or q8_0 (blocks of B int8 values after
  * their fp16 scale d = max |x| / 127, B = 32 where head_dim % 32 == 0 (34
- * bytes per 32 values), else 16 or 8; needs head_dim % 8 == 0).  Error
+ * bytes per 32 values), else 16 or 8; needs head_dim % 8 == 0), or bf16 in
+ * tiles of TP_KV_TILE positions laid out as the bf16 attention products read
+ * them (keys as pairs of dimensions across the tile's positions, values as
+ * pairs of positions across the dimensions; needs head_dim % 16 == 0, and a
+ * cache of whole tiles: tp_kv_cap_rows).  TP_KV_AUTO (a configuration value,
+ * not an element type) is chosen at load by tp_kv_type_resolve.  Error
  * figures: docs/long-context.md.
  */
-enum tp_kv_type { TP_KV_F32 = 0, TP_KV_F16, TP_KV_Q8_0, TP_KV_TYPE_COUNT };
-/* "f32", "f16", "q8_0"; "?" for other values.  Never NULL. */
+enum tp_kv_type { TP_KV_AUTO = -1, TP_KV_F32 = 0, TP_KV_F16, TP_KV_Q8_0, TP_KV_BF16, TP_KV_TYPE_COUNT };
+/* Positions per tile of a TP_KV_BF16 cache. */
+#define TP_KV_TILE 64
+/* "f32", "f16", "q8_0", "bf16", "auto"; "?" for other values.  Never NULL. */
 const char *tp_kv_type_name(enum tp_kv_type t);
 /* Parse a name as printed by tp_kv_type_name (case-sensitive); TP_ERR_INVALID_ARG otherwise. */
 enum tp_status tp_kv_type_parse(const char *s, enum tp_kv_type *out);
 /* Bytes of one head's key (or value) row of head_dim elements; 0 when the type cannot hold
- * head_dim (q8_0 with head_dim % 8 != 0) or t is unknown. */
+ * head_dim (q8_0 with head_dim % 8 != 0, bf16 with head_dim % 16 != 0) or t is unknown. */
 size_t tp_kv_row_bytes(enum tp_kv_type t, int head_dim);
+/* The element type a model loaded here gives its cache for t: t itself, or for TP_KV_AUTO bf16 where the
+ * attention reads a bf16 cache in place (the avx512bf16 path: AVX512_BF16 without AMX, head_dim % 32 == 0;
+ * that path rounds keys and values to bf16 whatever the cache holds), else f16.  Memory figures that
+ * cannot know the machine count TP_KV_AUTO as bf16 (2 bytes per value, whole tiles: the larger). */
+enum tp_kv_type tp_kv_type_resolve(enum tp_kv_type t, int head_dim);
+/* Rows a cache of type t allocates to hold `positions` positions of one head: bf16 rounds up to
+ * whole tiles (TP_KV_TILE, TP_KV_AUTO too), the others hold exactly that many. */
+int64_t tp_kv_cap_rows(enum tp_kv_type t, int64_t positions);
 /* The sliding window of layer l: hp->sliding_window on the windowed layers (every layer, or with
  * swa_period p those with l % p < p - 1: gpt-oss's even ones), 0 on full-attention layers and for l
  * out of range. */
@@ -238,7 +253,7 @@ int tp_kv_layer_window(const struct tp_hparams *hp, int l);
  * min(n_ctx, window + n_batch) positions, the others n_ctx. */
 int64_t tp_kv_layer_positions(const struct tp_hparams *hp, int l, int n_ctx, int n_batch);
 /* Bytes of keys and values of ONE KV head for ONE sequence over every layer (the sum of
- * tp_kv_layer_positions x 2 x tp_kv_row_bytes); 0 when the type cannot hold head_dim. */
+ * tp_kv_cap_rows(tp_kv_layer_positions) x 2 x tp_kv_row_bytes); 0 when the type cannot hold head_dim. */
 uint64_t tp_kv_head_bytes(const struct tp_hparams *hp, int n_ctx, int n_batch, enum tp_kv_type t);
 
 struct tp_model_config {
@@ -250,7 +265,7 @@ struct tp_model_config {
     const struct tp_model_shard *shard; /* NULL: the whole model */
     int vocab_only;          /* load metadata + tokenizer, no weights */
     int kv_f16;              /* KV cache in fp16 (half the memory, ~1e-3 relative error); 0: kv_type decides */
-    enum tp_kv_type kv_type; /* KV cache element type when kv_f16 is 0 (default TP_KV_F32) */
+    enum tp_kv_type kv_type; /* KV cache element type when kv_f16 is 0 (default TP_KV_F32; TP_KV_AUTO: resolved) */
     int keep_layout;         /* 1: keep quantized matrices row-major as in the file; 0 (default): re-lay them
                               * 16 rows at a time where this CPU's kernels are faster on that (x16) */
     /* Progress while reading weights: bytes done of bytes needed. May be NULL. */

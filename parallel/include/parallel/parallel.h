@@ -326,7 +326,8 @@ enum tp_status tp_capacity_plan(const struct tp_cap_config *cfg, struct tp_cap_r
  * world - 1 surviving ranks (their shard weights kept, the lost rank's dropped;
  * the same split as before for a mixture of experts), and per survivor the
  * memory it needs (its slices + replicated parts from the plan + its KV cache,
- * n_layer x n_seq x n_ctx x held KV heads x head_dim x 2 x kv_elem_bytes)
+ * n_seq x held KV heads x tp_kv_head_bytes: every layer's positions, sliding-window rings and the cache
+ * type's row size counted as tp_model_init allocates them)
  * against what it has:
  *   - its own offer (mem_limit_bytes) when set;
  *   - its machine's usable memory (physical minus max(12.5%, 2 GiB), as
@@ -346,8 +347,8 @@ struct tp_replan_input {
     int world;                   /* ranks of the group that failed, 3..TP_PLAN_MAX_RANKS (2: rank 0 alone) */
     int drop;                    /* its lost rank, 1..world-1 */
     const double *weights;       /* (world) shard weights, or NULL: equal */
-    int n_ctx, n_seq;            /* KV positions per sequence, sequences */
-    int kv_elem_bytes;           /* 2: f16 KV cache, 4: f32 */
+    int n_ctx, n_seq, n_batch;   /* KV positions per sequence, sequences, tokens per forward call */
+    enum tp_kv_type kv_type;     /* the KV cache's element type */
     int is_shard;                /* the ranks load shard files (cut for this world: cannot re-plan) */
     struct tp_replan_rank ranks[TP_PLAN_MAX_RANKS]; /* (world) indexed by the old rank */
 };
