@@ -335,10 +335,19 @@ static void info_print_memory(const struct info_file *f, const struct tp_hparams
                               enum tp_kv_type kv_type)
 {
     const int ctx = n_ctx > 0 ? n_ctx : TP_MIN(hp->n_ctx_train, 4096);
-    /* K and V of --kv-type (f16: the default of generate / serve / bench gen), layer by layer: a windowed layer
-     * keeps a ring of window + 512 (the default batch) positions, the others ctx */
+    /* K and V of --kv-type (auto, the default of generate / serve / bench gen, as a model loaded on this machine
+     * resolves it), layer by layer: a windowed layer keeps a ring of window + 512 (the default batch) positions,
+     * the others ctx */
     const int batch = 512;
+    const int hd = hp->head_dim > 0 ? hp->head_dim : hp->n_head > 0 ? hp->n_embd / hp->n_head : 0;
+    const enum tp_kv_type given = kv_type;
+    kv_type = tp_kv_type_resolve(kv_type, hd);
     const uint64_t kv_per_head = tp_kv_head_bytes(hp, ctx, batch, kv_type);
+    if (kv_per_head == 0) {
+        printf("memory      weights %.1f MiB; a %s KV cache cannot hold head_dim %d (use f16 or f32)\n",
+               mib(f->weight_bytes), tp_kv_type_name(kv_type), hd);
+        return;
+    }
     int n_win = 0;
     int64_t win_pos = 0; /* positions a windowed layer keeps */
     for (int l = 0; l < hp->n_layer; l++)
@@ -356,9 +365,9 @@ static void info_print_memory(const struct info_file *f, const struct tp_hparams
             kv_heads = ranges[f->shard_rank * 8 + 3] - ranges[f->shard_rank * 8 + 2];
     }
     const uint64_t kv_bytes = kv_per_head * (uint64_t)kv_heads;
-    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (%s, ctx %d, 1 sequence, %d KV heads)\n",
-           mib(f->weight_bytes + kv_bytes), mib(f->weight_bytes), mib(kv_bytes), tp_kv_type_name(kv_type), ctx,
-           kv_heads);
+    printf("memory      %.1f MiB = weights %.1f MiB + KV cache %.1f MiB (%s%s, ctx %d, 1 sequence, %d KV heads)\n",
+           mib(f->weight_bytes + kv_bytes), mib(f->weight_bytes), mib(kv_bytes), tp_kv_type_name(kv_type),
+           given == TP_KV_AUTO ? " by auto here" : "", ctx, kv_heads);
     if (n_win > 0)
         printf("kv cache    %d sliding-window layer%s x %lld positions (window %d + batch %d) + %d full layer%s x %d "
                "positions\n",
