@@ -249,6 +249,35 @@ static void test_shard_llama3_tied(void)
     shard_check("test-tiny-llama3", TP_WTYPE_Q8_0, &a, &b);
 }
 
+/* The model of a window test: r->s (test-tiny with the caller's sliding window and changes) written as an F32
+ * model to file in the test directory (synthetic weights of seed), opened for the reference (r->g, r->window)
+ * and loaded with n_ctx positions, n_seq slots, batches of nb and a kt cache (2 threads). */
+static tp_model_t *open_window_model(struct tm_ref *r, const char *file, uint64_t seed, int n_ctx, int n_seq, int nb,
+                                     enum tp_kv_type kt)
+{
+    struct tp_error err = {0};
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", tp_test_tmpdir(), file);
+    struct tp_synth_config sc = tp_synth_default_config();
+    sc.shape = &r->s;
+    sc.type = TP_WTYPE_F32;
+    sc.seed = seed;
+    sc.out_path = path;
+    CU_ASSERT_EQUAL_FATAL(tp_synth_write(&sc, &err), TP_OK);
+    CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &r->g, &err), TP_OK);
+    r->window = r->s.sliding_window;
+    struct tp_model_config cfg = tp_model_default_config();
+    cfg.path = path;
+    cfg.n_threads = 2;
+    cfg.n_ctx = n_ctx;
+    cfg.n_seq = n_seq;
+    cfg.n_batch = nb;
+    cfg.kv_type = kt;
+    tp_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &m, &err), TP_OK);
+    return m;
+}
+
 /*
  * Sliding window 6 and attention sinks on test-tiny (2 KV heads, 2 Q heads
  * each) against the naive reference: the window's KV cache is a ring of
@@ -266,25 +295,7 @@ static void check_window(enum tp_kv_type kt, double tol)
     memset(&r, 0, sizeof(r));
     CU_ASSERT_EQUAL_FATAL(tp_shape_find(NULL, "test-tiny", &r.s, &err), TP_OK);
     r.s.sliding_window = W;
-    char path[600];
-    snprintf(path, sizeof path, "%s/test-tiny-window.gguf", tp_test_tmpdir());
-    struct tp_synth_config sc = tp_synth_default_config();
-    sc.shape = &r.s;
-    sc.type = TP_WTYPE_F32;
-    sc.seed = 11;
-    sc.out_path = path;
-    CU_ASSERT_EQUAL_FATAL(tp_synth_write(&sc, &err), TP_OK);
-    CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &r.g, &err), TP_OK);
-    r.window = W;
-    struct tp_model_config cfg = tp_model_default_config();
-    cfg.path = path;
-    cfg.n_threads = 2;
-    cfg.n_ctx = 64;
-    cfg.n_seq = 3;
-    cfg.n_batch = NB;
-    cfg.kv_type = kt;
-    tp_model_t *m = NULL;
-    CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &m, &err), TP_OK);
+    tp_model_t *m = open_window_model(&r, "test-tiny-window.gguf", 11, 64, 3, NB, kt);
     CU_ASSERT_EQUAL(tp_model_hparams(m)->sliding_window, W);
     /* 2 layers x 3 slots x 2 KV heads x (W + NB) rows x 16 dims, K and V */
     CU_ASSERT_EQUAL(tp_model_kv_bytes(m), 2ull * 2 * 3 * 2 * (W + NB) * tp_kv_row_bytes(kt, 16));
@@ -375,25 +386,7 @@ static void test_window_bf16_tiles(void)
     r.s.sliding_window = W;
     r.s.n_ctx = 512;
     r.s.n_head = 2, r.s.n_head_kv = 1, r.s.head_dim = 32; /* the bf16 attention path's head size */
-    char path[600];
-    snprintf(path, sizeof path, "%s/test-tiny-window70.gguf", tp_test_tmpdir());
-    struct tp_synth_config sc = tp_synth_default_config();
-    sc.shape = &r.s;
-    sc.type = TP_WTYPE_F32;
-    sc.seed = 12;
-    sc.out_path = path;
-    CU_ASSERT_EQUAL_FATAL(tp_synth_write(&sc, &err), TP_OK);
-    CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &r.g, &err), TP_OK);
-    r.window = W;
-    struct tp_model_config cfg = tp_model_default_config();
-    cfg.path = path;
-    cfg.n_threads = 2;
-    cfg.n_ctx = 512;
-    cfg.n_seq = 2;
-    cfg.n_batch = NB;
-    cfg.kv_type = TP_KV_BF16;
-    tp_model_t *m = NULL;
-    CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &m, &err), TP_OK);
+    tp_model_t *m = open_window_model(&r, "test-tiny-window70.gguf", 12, 512, 2, NB, TP_KV_BF16);
     /* 2 layers x 2 slots x 1 KV head x 128 rows x 32 dims x 2 bytes, K and V; as plan / info count it */
     CU_ASSERT_EQUAL(tp_model_kv_bytes(m), 2ull * 2 * 2 * 1 * 128 * 64);
     CU_ASSERT_EQUAL(tp_model_kv_bytes(m), 2 * 1 * tp_kv_head_bytes(tp_model_hparams(m), 512, NB, TP_KV_BF16));
