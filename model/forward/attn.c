@@ -153,17 +153,6 @@ static uint16_t to_bf16(float x)
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-/* Element (row, dimension i) of a bf16 cache: its tile of TP_KV_TILE rows, and in it keys as 32-bit pairs of
- * dimensions (2p, 2p+1) of the tile's rows in order, (hd/2, TILE) pairs; values as 32-bit pairs of rows
- * (2k, 2k+1) of dimensions in order, (TILE/2, hd) pairs.  The index in bf16 units. */
-static size_t bf16_at(int is_v, int64_t row, int i, int hd)
-{
-    const size_t tile = (size_t)(row / TP_KV_TILE) * TP_KV_TILE * (size_t)hd;
-    const size_t j = (size_t)(row % TP_KV_TILE);
-    return tile + (is_v ? ((j / 2) * (size_t)hd + (size_t)i) * 2 + j % 2
-                        : ((size_t)(i / 2) * TP_KV_TILE + j) * 2 + (size_t)(i % 2));
-}
-
 void tp_kv_store_at(enum tp_kv_type t, uint8_t *rows, int is_v, int64_t row, const float *x, int hd)
 {
     if (t != TP_KV_BF16) {
@@ -171,7 +160,7 @@ void tp_kv_store_at(enum tp_kv_type t, uint8_t *rows, int is_v, int64_t row, con
         return;
     }
     uint16_t *b = (uint16_t *)(void *)rows;
-    for (int i = 0; i < hd; i++) b[bf16_at(is_v, row, i, hd)] = to_bf16(x[i]);
+    for (int i = 0; i < hd; i++) b[tp_kv_bf16_index(is_v, row, i, hd)] = to_bf16(x[i]);
 }
 
 void tp_kv_load_at(enum tp_kv_type t, const uint8_t *rows, int is_v, int64_t row, float *dst, int hd)
@@ -182,7 +171,7 @@ void tp_kv_load_at(enum tp_kv_type t, const uint8_t *rows, int is_v, int64_t row
     }
     const uint16_t *b = (const uint16_t *)(const void *)rows;
     for (int i = 0; i < hd; i++) {
-        const uint32_t u = (uint32_t)b[bf16_at(is_v, row, i, hd)] << 16;
+        const uint32_t u = (uint32_t)b[tp_kv_bf16_index(is_v, row, i, hd)] << 16;
         memcpy(dst + i, &u, 4);
     }
 }

@@ -114,7 +114,7 @@ BF_INL void bf_edge_values(const uint8_t *tile, int hd, int ka, int kb, uint32_t
     uint16_t *v = (uint16_t *)(void *)Vv;
     for (int k = 0; k < KB; k++)
         if (k < ka || k >= kb)
-            for (int d = 0; d < hd; d++) v[((size_t)(k / 2) * (size_t)hd + (size_t)d) * 2 + (size_t)(k % 2)] = 0;
+            for (int d = 0; d < hd; d++) v[tp_kv_bf16_index(1, k, d, hd)] = 0;
 }
 
 /* S (NR, KB): the scores of NR (1..4) query rows Qb (NR, np) bf16 pairs over the tile's keys Kt */
@@ -198,7 +198,7 @@ struct bf_tile {
     const struct tp_attn_geom *g;
     const struct tp_attn_rows *r;
     int j0, jn, kmin; /* the tile's first position and positions; the item's first key */
-    const uint32_t *Qb, *Kt, *Vv; /* (R, hd/2) q * scale; the tile's K^T and V (bf_convert) */
+    const uint32_t *Qb, *Kt, *Vv; /* (R, hd/2) q * scale; the tile's K^T and V (bf_convert, or a bf16 cache's) */
     float *S, *O, *M, *L, *Cr;    /* (4, KB) one group's scores; (R, hd) weighted values; (R) max, sum; (4) */
     uint32_t *P;                  /* (4, KB/2) one group's weights */
 };

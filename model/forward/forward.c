@@ -733,8 +733,8 @@ enum tp_status tp_model_kv_copy(tp_model_t *m, int dst_seq, int src_seq, int n_p
                     const int r0 = p % cap, n = TP_MIN(n_pos - p, cap - r0);
                     /* a tiled cache's rows are spread over their tiles: whole tiles (cap is whole tiles); the
                      * other rows they hold are positions outside the copy, never read before rewritten */
-                    const int64_t c0 = tp_kv_cap_rows(m->kv_type, r0 + 1) - tp_kv_cap_rows(m->kv_type, 1);
-                    const int64_t c1 = tp_kv_cap_rows(m->kv_type, r0 + n);
+                    const int64_t tile = tp_kv_cap_rows(m->kv_type, 1); /* rows per tile: 1 when row-major */
+                    const int64_t c0 = r0 / tile * tile, c1 = tp_kv_cap_rows(m->kv_type, r0 + n);
                     memcpy(d + (size_t)c0 * rb, sr + (size_t)c0 * rb, (size_t)(c1 - c0) * rb);
                     p += n;
                 }

@@ -215,6 +215,17 @@ void tp_attn_merge(const float *parts, int n, size_t part_stride, int hd, const 
 void tp_kv_store(enum tp_kv_type t, uint8_t *dst, const float *x, int hd);
 /* Cache row of type t at src as hd floats (a row-major type: not TP_KV_BF16). */
 void tp_kv_load(enum tp_kv_type t, const uint8_t *src, float *dst, int hd);
+/* Element (row, dimension i) of a TP_KV_BF16 cache, in bf16 units from its row 0: the row's tile of TP_KV_TILE
+ * rows (tile t at t * TP_KV_TILE * hd), and in it keys as 32-bit pairs of dimensions (2p, 2p+1) of the tile's
+ * rows in order, (hd/2, TILE) pairs; values (is_v) as 32-bit pairs of rows (2k, 2k+1) of the dimensions in
+ * order, (TILE/2, hd) pairs: the K^T and V layouts the AVX512_BF16 attention reads. */
+static inline size_t tp_kv_bf16_index(int is_v, int64_t row, int i, int hd)
+{
+    const size_t tile = (size_t)(row / TP_KV_TILE) * TP_KV_TILE * (size_t)hd;
+    const size_t j = (size_t)(row % TP_KV_TILE);
+    return tile + (is_v ? ((j / 2) * (size_t)hd + (size_t)i) * 2 + j % 2
+                        : ((size_t)(i / 2) * TP_KV_TILE + j) * 2 + (size_t)(i % 2));
+}
 /* The same for row `row` of one head's keys (is_v 0) or values (is_v 1) whose row 0 is at `rows`: any type
  * (TP_KV_BF16's rows are spread over their tile). */
 void tp_kv_store_at(enum tp_kv_type t, uint8_t *rows, int is_v, int64_t row, const float *x, int hd);
