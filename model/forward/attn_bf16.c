@@ -4,9 +4,13 @@
  * without AMX): the scores S = Q K^T and the weighted values P V are
  * VDPBF16PS products (per 32-bit lane, two bf16 products added into a
  * float32 sum: 32 products per instruction), and the online softmax runs on
- * AVX-512 between them, as in attn_tile_impl.h.  Per tile of TP_ATTN_KB key
- * positions the cache rows are converted once (f32 / fp16 / q8_0 -> bf16)
- * into the layouts the products read, shared by every query row of the item:
+ * AVX-512 between them, as in attn_tile_impl.h but in log2 units (q scaled by
+ * log2 e, each weight one 2^x) and on the score registers directly; a row's
+ * sum stays 16 lanes wide until the item ends, and whole tiles take no
+ * masks.  Per tile of TP_ATTN_KB key positions the cache rows are converted
+ * once (f32 / fp16 / q8_0 -> bf16; a bf16 cache is stored so and read in
+ * place) into the layouts the products read, shared by every query row of
+ * the item:
  *   Kt  K^T in pairs of dimensions: vector (pair p, key group kg) holds
  *       dimensions 2p and 2p+1 of keys 16 kg .. 16 kg + 15 (16 x 16
  *       transposes of 32-bit pairs);
@@ -43,8 +47,8 @@ _Static_assert(TP_ATTN_KB == 64, "attn_bf16.c holds a tile's keys as 4 vectors o
 size_t tp_attn_bf16_scratch_floats(int hd, int rows)
 {
     const size_t R = (size_t)rows, h = (size_t)hd;
-    /* Qb (bf16), O, K^T and V (bf16), one group's S and P (bf16), M, L, corr; plus 16 floats to align */
-    return R * h / 2 + R * h + (size_t)KB * h + 4 * KB + 2 * KB + 3 * R + 16;
+    /* Qb (bf16), O, K^T and V (bf16), one group's P (bf16), partial sums (16 per row), M, L, corr; plus 16 floats to align */
+    return R * h / 2 + R * h + (size_t)KB * h + 2 * KB + 16 * R + 3 * R + 16;
 }
 
 #if defined(TP_ATTN_BF16)
@@ -117,24 +121,6 @@ BF_INL void bf_edge_values(const uint8_t *tile, int hd, int ka, int kb, uint32_t
             for (int d = 0; d < hd; d++) v[tp_kv_bf16_index(1, k, d, hd)] = 0;
 }
 
-/* S (NR, KB): the scores of NR (1..4) query rows Qb (NR, np) bf16 pairs over the tile's keys Kt */
-BF_INL void bf_scores(const uint32_t *Qb, const uint32_t *Kt, int np, int NR, float *S)
-{
-    __m512 acc[4][4];
-    for (int i = 0; i < NR; i++)
-        for (int kg = 0; kg < 4; kg++) acc[i][kg] = _mm512_setzero_ps();
-    for (int p = 0; p < np; p++) {
-        __m512bh k[4];
-        for (int kg = 0; kg < 4; kg++) k[kg] = (__m512bh)_mm512_loadu_si512(Kt + ((size_t)p * 4 + kg) * 16);
-        for (int i = 0; i < NR; i++) {
-            const __m512bh q = (__m512bh)_mm512_set1_epi32((int)Qb[(size_t)i * np + p]);
-            for (int kg = 0; kg < 4; kg++) acc[i][kg] = _mm512_dpbf16_ps(acc[i][kg], q, k[kg]);
-        }
-    }
-    for (int i = 0; i < NR; i++)
-        for (int kg = 0; kg < 4; kg++) _mm512_storeu_ps(S + i * KB + 16 * kg, acc[i][kg]);
-}
-
 /* Dims 16 d0 .. 16 (d0 + DN) - 1 of NR (1..4) rows O (NR, hd): O = O * corr + P V over the key pairs kp < nkp,
  * P (NR, KB/2) bf16 pairs of weights */
 BF_INL void bf_pv(const uint32_t *P, const uint32_t *Vv, int nkp, int nd, int d0, int NR, int DN, const float *Cr,
@@ -160,35 +146,68 @@ BF_INL void bf_pv(const uint32_t *P, const uint32_t *Vv, int nkp, int nd, int d0
     }
 }
 
-/* The online softmax of one row over the keys a <= j < b of the tile (its scores s[KB]): the row's max *M and
- * sum *L updated, *cr = e^(old max - new max) for its weighted values, prow (KB/2) the weights e^(s - max) as
- * bf16 pairs, 0 outside [a, b) */
-BF_FN static void bf_softmax_row(const float *s, uint32_t *prow, int a, int b, float *M, float *L, float *cr)
+/* 2^x per lane for the softmax weights, x <= 0 (or any value in a lane the caller zeroes): x = n + f,
+ * |f| <= 1/2, 2^f by its degree-5 Taylor polynomial in f ln2 (relative error < 4e-6, far below the bf16
+ * rounding of the weights, 2^-9), times 2^n by VSCALEFPS (0 below 2^-149, no exponent arithmetic) */
+BF_INL __m512 bf_exp2(__m512 x)
+{
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(1.3333558e-3f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* the maximum of v's lanes, in every lane */
+BF_INL __m512 bf_max_bcast(__m512 v)
+{
+    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+    v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4E));
+    return _mm512_max_ps(v, _mm512_permute_ps(v, 0xB1));
+}
+
+/* The online softmax of one row over the keys a <= j < b of the tile, its scores s[4] (keys 16 v .. 16 v + 15,
+ * in log2 units: q was scaled by log2 e): the row's max *M (log2 units) and 16-lane partial sums Lv updated,
+ * *cr = 2^(old max - new max) for its weighted values, prow (KB/2) the weights 2^(s - max) as bf16 pairs, 0
+ * outside [a, b).  A whole tile (a = 0, b = KB: every tile of a long row but its edges) takes no masks. */
+BF_INL void bf_softmax_row(const __m512 s[4], uint32_t *prow, int a, int b, float *M, float *Lv, float *cr)
 {
     if (a >= b) { /* this tile is outside the row's window (causal or sliding) */
         memset(prow, 0, sizeof(uint32_t) * KB / 2);
         *cr = 1.0f;
         return;
     }
-    __m512 vm = _mm512_set1_ps(*M);
-    for (int v = 0; v < KB / 16; v++) {
-        const __mmask16 k = bf_range_mask(16 * v, a, b);
-        vm = _mm512_mask_max_ps(vm, k, vm, _mm512_maskz_loadu_ps(k, s + 16 * v));
+    const int whole = a == 0 && b == KB;
+    __mmask16 k[4] = {0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF};
+    __m512 vm;
+    if (whole) {
+        vm = _mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3]));
+    } else {
+        vm = _mm512_set1_ps(-INFINITY);
+        for (int v = 0; v < 4; v++) {
+            k[v] = bf_range_mask(16 * v, a, b);
+            vm = _mm512_mask_max_ps(vm, k[v], vm, s[v]);
+        }
     }
-    const float mx = _mm512_reduce_max_ps(vm);
-    /* e^0 = 1 without the call when the max stands (most tiles, once a long row's max is found) */
-    const float corr = *M == mx ? 1.0f : *M == -INFINITY ? 0.0f : expf(*M - mx);
+    const float m_old = *M, mt = _mm512_cvtss_f32(bf_max_bcast(vm));
+    const float mx = mt > m_old ? mt : m_old;
+    /* 2^0 = 1 without the call when the max stands (most tiles, once a long row's max is found) */
+    const float corr = mx == m_old ? 1.0f : m_old == -INFINITY ? 0.0f : _mm512_cvtss_f32(bf_exp2(_mm512_set1_ps(m_old - mx)));
     const __m512 vmx = _mm512_set1_ps(mx);
-    __m512 acc = _mm512_setzero_ps();
-    for (int v = 0; v < KB / 16; v += 2) {
-        const __mmask16 k0 = bf_range_mask(16 * v, a, b), k1 = bf_range_mask(16 * v + 16, a, b);
-        const __m512 e0 = _mm512_maskz_mov_ps(k0, bf_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k0, s + 16 * v), vmx)));
-        const __m512 e1 =
-            _mm512_maskz_mov_ps(k1, bf_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k1, s + 16 * v + 16), vmx)));
-        acc = _mm512_add_ps(acc, _mm512_add_ps(e0, e1));
-        _mm512_storeu_si512(prow + 8 * v, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+    __m512 e[4];
+    for (int v = 0; v < 4; v++) {
+        e[v] = bf_exp2(_mm512_sub_ps(s[v], vmx));
+        if (!whole) e[v] = _mm512_maskz_mov_ps(k[v], e[v]);
     }
-    *L = *L * corr + _mm512_reduce_add_ps(acc);
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3]));
+    _mm512_storeu_ps(Lv, _mm512_fmadd_ps(_mm512_loadu_ps(Lv), _mm512_set1_ps(corr), sum));
+    _mm512_storeu_si512(prow, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
+    _mm512_storeu_si512(prow + 16, (__m512i)_mm512_cvtne2ps_pbh(e[3], e[2]));
     *M = mx;
     *cr = corr;
 }
@@ -198,22 +217,34 @@ struct bf_tile {
     const struct tp_attn_geom *g;
     const struct tp_attn_rows *r;
     int j0, jn, kmin; /* the tile's first position and positions; the item's first key */
-    const uint32_t *Qb, *Kt, *Vv; /* (R, hd/2) q * scale; the tile's K^T and V (bf_convert, or a bf16 cache's) */
-    float *S, *O, *M, *L, *Cr;    /* (4, KB) one group's scores; (R, hd) weighted values; (R) max, sum; (4) */
+    const uint32_t *Qb, *Kt, *Vv; /* (R, hd/2) q * scale * log2 e; the tile's K^T and V (bf_convert, or a bf16 cache's) */
+    float *O, *M, *Lv, *Cr;       /* (R, hd) weighted values; (R) max (log2 units); (R, 16) partial sums; (4) */
     uint32_t *P;                  /* (4, KB/2) one group's weights */
 };
 
-/* Rows r0 .. r0+NR-1 (NR 1..4) of the item against the tile: scores, online softmax, weighted values */
+/* Rows r0 .. r0+NR-1 (NR 1..4) of the item against the tile: the scores (4 x 4 vectors held in registers: q's
+ * pair of a row broadcast into each product, a K^T vector shared by the NR rows), online softmax, weighted values */
 BF_INL void bf_group(const struct bf_tile *t, int r0, int NR)
 {
     const struct tp_attn_geom *g = t->g;
     const int hd = g->hd, np = hd / 2, nd = hd / 16, nkp = (t->jn + 1) / 2;
-    bf_scores(t->Qb + (size_t)r0 * np, t->Kt, np, NR, t->S);
+    const uint32_t *Qb = t->Qb + (size_t)r0 * np;
+    __m512 acc[4][4];
+    for (int i = 0; i < NR; i++)
+        for (int kg = 0; kg < 4; kg++) acc[i][kg] = _mm512_setzero_ps();
+    for (int p = 0; p < np; p++) {
+        __m512bh k[4];
+        for (int kg = 0; kg < 4; kg++) k[kg] = (__m512bh)_mm512_loadu_si512(t->Kt + ((size_t)p * 4 + kg) * 16);
+        for (int i = 0; i < NR; i++) {
+            const __m512bh q = (__m512bh)_mm512_set1_epi32((int)Qb[(size_t)i * np + p]);
+            for (int kg = 0; kg < 4; kg++) acc[i][kg] = _mm512_dpbf16_ps(acc[i][kg], q, k[kg]);
+        }
+    }
     for (int i = 0; i < NR; i++) {
         const int row = r0 + i, p = t->r->pos0 + row / t->r->ng;
         const int lo = tp_attn_first_key(g, p);
         const int a = TP_MAX(TP_MAX(t->j0, lo), t->kmin) - t->j0, b = TP_MIN(t->j0 + t->jn, p + 1) - t->j0;
-        bf_softmax_row(t->S + i * KB, t->P + i * (KB / 2), a, b, t->M + row, t->L + row, t->Cr + i);
+        bf_softmax_row(acc[i], t->P + i * (KB / 2), a, b, t->M + row, t->Lv + (size_t)row * 16, t->Cr + i);
     }
     float *O = t->O + (size_t)r0 * hd;
     int d0 = 0;
@@ -226,22 +257,23 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
 {
     const int hd = g->hd, nt = r->nt, ng = r->ng, R = nt * ng, nc = hd / 32;
     float *base = (float *)(((uintptr_t)scratch + 63u) & ~(uintptr_t)63u);
-    uint32_t *Qb = (uint32_t *)(void *)base;                 /* (R, hd/2) bf16 pairs: q * scale */
+    uint32_t *Qb = (uint32_t *)(void *)base;                 /* (R, hd/2) bf16 pairs: q * scale * log2 e */
     float *O = base + (size_t)R * hd / 2;                     /* (R, hd) running weighted values */
     uint32_t *Kt = (uint32_t *)(void *)(O + (size_t)R * hd); /* (hd/2, KB/16, 16) */
     uint32_t *Vv = Kt + (size_t)KB * hd / 2;                  /* (KB/2, hd/16, 16) */
-    float *S = (float *)(void *)(Vv + (size_t)KB * hd / 2);   /* (4, KB) */
-    uint32_t *P = (uint32_t *)(void *)(S + 4 * KB);           /* (4, KB/2) */
-    float *M = (float *)(void *)(P + 2 * KB), *L = M + R, *Cr = L + R;
+    uint32_t *P = Vv + (size_t)KB * hd / 2;                   /* (4, KB/2) */
+    float *Lv = (float *)(void *)(P + 2 * KB);                /* (R, 16) */
+    float *M = Lv + (size_t)16 * R, *L = M + R, *Cr = L + R;
 
-    const __m512 vscale = _mm512_set1_ps(g->scale);
+    /* scores in log2 units, so each weight is one 2^x */
+    const __m512 vscale = _mm512_set1_ps(g->scale * 1.44269504088896341f);
     for (int row = 0; row < R; row++) {
         const float *q = r->q + (size_t)(row / ng) * r->q_stride + (size_t)(row % ng) * hd;
         for (int c = 0; c < nc; c++)
             _mm512_storeu_si512(Qb + (size_t)row * hd / 2 + 16 * c, bf_scaled32(q + 32 * c, vscale));
         memset(O + (size_t)row * hd, 0, sizeof(float) * (size_t)hd);
+        _mm512_storeu_ps(Lv + (size_t)row * 16, _mm512_setzero_ps());
         M[row] = -INFINITY;
-        L[row] = 0.0f;
     }
     /* keys any row can see: from the first row's window start to the last row's position */
     const int lo0 = tp_attn_first_key(g, r->pos0);
@@ -249,7 +281,7 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
     /* a bf16 cache is read in place, a whole tile at a time from the one holding kmin (the keys outside
      * [kmin, kmax) masked); the other types are converted from kmin on */
     const int tiled = g->type == TP_KV_BF16, kend = tiled ? (kmax + KB - 1) / KB * KB : kmax;
-    struct bf_tile t = {g, r, 0, 0, kmin, Qb, Kt, Vv, S, O, M, L, Cr, P};
+    struct bf_tile t = {g, r, 0, 0, kmin, Qb, Kt, Vv, O, M, Lv, Cr, P};
     for (int j0 = tiled ? kmin - kmin % KB : kmin; j0 < kmax; j0 += KB) {
         t.j0 = j0;
         t.jn = TP_MIN(KB, kmax - j0);
@@ -277,6 +309,10 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
             }
         }
         tp_attn_pf_step(&pf, 1 << 30);
+    }
+    for (int row = 0; row < R; row++) { /* the sums and maxima as tp_attn_finish takes them: natural units */
+        L[row] = _mm512_reduce_add_ps(_mm512_loadu_ps(Lv + (size_t)row * 16));
+        if (M[row] > -INFINITY) M[row] *= 0.693147180559945309f;
     }
     tp_attn_finish(r, hd, M, L, O, o, o_stride, part);
 }
