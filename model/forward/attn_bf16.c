@@ -280,14 +280,21 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
     const int kmin = TP_MAX(k0, lo0), kmax = TP_MIN(k1, r->pos0 + nt), ngr = (R + 3) / 4;
     /* a bf16 cache is read in place, a whole tile at a time from the one holding kmin (the keys outside
      * [kmin, kmax) masked); the other types are converted from kmin on */
-    const int tiled = g->type == TP_KV_BF16, kend = tiled ? (kmax + KB - 1) / KB * KB : kmax;
+    const int tiled = g->type == TP_KV_BF16;
     struct bf_tile t = {g, r, 0, 0, kmin, Qb, Kt, Vv, O, M, Lv, Cr, P};
     for (int j0 = tiled ? kmin - kmin % KB : kmin; j0 < kmax; j0 += KB) {
         t.j0 = j0;
         t.jn = TP_MIN(KB, kmax - j0);
-        struct tp_attn_pf pf; /* the next tile's rows, requested over this tile's groups */
-        tp_attn_pf_init(&pf, kc, vc, j0 + KB, TP_MIN(j0 + 2 * KB, kend), g->cap, g->row_bytes);
+        /* the next tile's rows, requested over this tile's groups: a bf16 cache's next tile is one block of K and
+         * one of V (whole tiles), a run of lines per group; the converted types' rows go through the ring cursor */
+        struct tp_attn_pf pf;
+        tp_attn_pf_init(&pf, kc, vc, j0 + KB, tiled ? j0 + KB : TP_MIN(j0 + 2 * KB, kmax), g->cap, g->row_bytes);
         const int pfq = (int)((tp_attn_pf_lines(&pf) + (size_t)ngr - 1) / (size_t)ngr);
+        const uint8_t *nk = NULL, *nv = NULL;
+        if (tiled && j0 + KB < kmax) {
+            const size_t noff = (size_t)((j0 + KB) % g->cap) * g->row_bytes;
+            nk = kc + noff, nv = vc + noff;
+        }
         if (tiled) {
             const size_t off = (size_t)(j0 % g->cap) * g->row_bytes; /* the tile's start (cap: whole tiles) */
             t.Kt = (const uint32_t *)(const void *)(kc + off);
@@ -299,8 +306,14 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
         } else {
             bf_convert(g, kc, vc, j0, t.jn, Kt, Vv);
         }
+        const int tl = KB * (int)g->row_bytes / 64; /* lines per tile */
         for (int r0 = 0; r0 < R; r0 += 4) {
             tp_attn_pf_step(&pf, pfq);
+            if (nk)
+                for (int l = r0 / 4 * tl / ngr, le = (r0 / 4 + 1) * tl / ngr; l < le; l++) {
+                    _mm_prefetch((const char *)(nk + 64 * (size_t)l), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(nv + 64 * (size_t)l), _MM_HINT_T0);
+                }
             switch (TP_MIN(4, R - r0)) { /* the group's size a constant in each copy: its sums in registers */
             case 4: bf_group(&t, r0, 4); break;
             case 3: bf_group(&t, r0, 3); break;
