@@ -82,18 +82,34 @@ int tm_fill_layer_f32(const char *path, int n_layer, const char *suffix, float v
     return rc;
 }
 
+/* cfg (its other fields set by the caller) with path, threads, context and batch, opened */
+static tp_model_t *open_cfg(struct tp_model_config *cfg, const char *path, int threads, int n_ctx, int n_batch,
+                            struct tp_error *err)
+{
+    cfg->path = path;
+    cfg->n_threads = threads;
+    cfg->n_ctx = n_ctx;
+    cfg->n_batch = n_batch;
+    tp_model_t *m = NULL;
+    if (tp_model_init(cfg, &m, err) != TP_OK) return NULL;
+    return m;
+}
+
 tp_model_t *tm_open(const char *path, int threads, int n_ctx, int n_batch, const struct tp_model_shard *sh,
                     struct tp_error *err)
 {
     struct tp_model_config cfg = tp_model_default_config();
-    cfg.path = path;
-    cfg.n_threads = threads;
-    cfg.n_ctx = n_ctx;
-    cfg.n_batch = n_batch;
     cfg.shard = sh;
-    tp_model_t *m = NULL;
-    if (tp_model_init(&cfg, &m, err) != TP_OK) return NULL;
-    return m;
+    return open_cfg(&cfg, path, threads, n_ctx, n_batch, err);
+}
+
+tp_model_t *tm_open_kv(const char *path, int threads, int n_ctx, int n_seq, int n_batch, enum tp_kv_type kv,
+                       struct tp_error *err)
+{
+    struct tp_model_config cfg = tp_model_default_config();
+    cfg.n_seq = n_seq;
+    cfg.kv_type = kv;
+    return open_cfg(&cfg, path, threads, n_ctx, n_batch, err);
 }
 
 int tm_argmax(const float *x, int n)

@@ -45,6 +45,10 @@ tp_model_t *tm_open_model(const char *path, struct tp_error *e);
  * filled on failure. */
 tp_model_t *tm_open(const char *path, int threads, int n_ctx, int n_batch, const struct tp_model_shard *sh,
                     struct tp_error *err);
+/* Open path (dense) with the given threads, context, sequences, batch and KV cache type; NULL with err filled
+ * on failure. */
+tp_model_t *tm_open_kv(const char *path, int threads, int n_ctx, int n_seq, int n_batch, enum tp_kv_type kv,
+                       struct tp_error *err);
 /* TM_F32_ATTN(fn) defines fn_f32_attn: case fn run on the float32 attention (the AVX-512 loop, or the best
  * below it), the limit restored after.  For suites that hold whole models to a float64 reference at ~1e-9:
  * the AMX-BF16 path, the default where the CPU has it, rounds q, k, p and v to bf16 (~1e-5 NMSE; checked on

@@ -35,16 +35,10 @@ enum { NP = 1536, NB = 512, NG = 24 };
 static int run_path(const char *path, int level, float *lg, int V, int32_t *toks, int fill, float *gaps)
 {
     const int prev = tp_attn_isa_limit(level);
-    struct tp_model_config cfg = tp_model_default_config();
-    cfg.path = path;
-    cfg.n_threads = 2;
-    cfg.n_ctx = NP + NG + 8;
-    cfg.n_batch = NB;
-    cfg.kv_type = TP_KV_F16;
     struct tp_error err = {0};
-    tp_model_t *m = NULL;
+    tp_model_t *m = tm_open_kv(path, 2, NP + NG + 8, 1, NB, TP_KV_F16, &err);
     int rc = -1;
-    if (tp_model_init(&cfg, &m, &err) != TP_OK) {
+    if (!m) {
         fprintf(stderr, "tp_model_init: %s\n", err.msg);
         goto out;
     }

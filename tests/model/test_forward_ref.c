@@ -266,15 +266,8 @@ static tp_model_t *open_window_model(struct tm_ref *r, const char *file, uint64_
     CU_ASSERT_EQUAL_FATAL(tp_synth_write(&sc, &err), TP_OK);
     CU_ASSERT_EQUAL_FATAL(tp_gguf_open(path, &r->g, &err), TP_OK);
     r->window = r->s.sliding_window;
-    struct tp_model_config cfg = tp_model_default_config();
-    cfg.path = path;
-    cfg.n_threads = 2;
-    cfg.n_ctx = n_ctx;
-    cfg.n_seq = n_seq;
-    cfg.n_batch = nb;
-    cfg.kv_type = kt;
-    tp_model_t *m = NULL;
-    CU_ASSERT_EQUAL_FATAL(tp_model_init(&cfg, &m, &err), TP_OK);
+    tp_model_t *m = tm_open_kv(path, 2, n_ctx, n_seq, nb, kt, &err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     return m;
 }
 

@@ -28,15 +28,9 @@
 
 static tp_model_t *open_kv(const char *path, enum tp_kv_type t, int n_ctx, int n_batch)
 {
-    struct tp_model_config cfg = tp_model_default_config();
-    cfg.path = path;
-    cfg.n_threads = 2;
-    cfg.n_ctx = n_ctx;
-    cfg.n_batch = n_batch;
-    cfg.kv_type = t;
     struct tp_error err = {0};
-    tp_model_t *m = NULL;
-    if (tp_model_init(&cfg, &m, &err) != TP_OK) fprintf(stderr, "tp_model_init: %s\n", err.msg);
+    tp_model_t *m = tm_open_kv(path, 2, n_ctx, 1, n_batch, t, &err);
+    if (!m) fprintf(stderr, "tp_model_init: %s\n", err.msg);
     return m;
 }
 
