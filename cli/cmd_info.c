@@ -339,7 +339,7 @@ static void info_print_memory(const struct info_file *f, const struct tp_hparams
      * resolves it), layer by layer: a windowed layer keeps a ring of window + 512 (the default batch) positions,
      * the others ctx */
     const int batch = 512;
-    const int hd = hp->head_dim > 0 ? hp->head_dim : hp->n_head > 0 ? hp->n_embd / hp->n_head : 0;
+    const int hd = hp->head_dim; /* set and checked by the loader */
     const enum tp_kv_type given = kv_type;
     kv_type = tp_kv_type_resolve(kv_type, hd);
     const uint64_t kv_per_head = tp_kv_head_bytes(hp, ctx, batch, kv_type);
