@@ -22,7 +22,9 @@
  * weighted values 4 rows x 64 dims (a weight pair broadcast, a V vector
  * shared).  A decode item of 8 query heads per KV head is 2 groups, so a key
  * or value converted once feeds 8 rows.  The next tile's rows are requested
- * from memory while this tile's groups are computed.
+ * from memory while this tile's groups are computed, a few lines per step of
+ * the scores: requested in one burst, they held the products up until the
+ * lines arrived.
  *
  * Accuracy: as on the AMX path, q (after the 1/sqrt(hd) scale), k, the
  * softmax weights p and v are rounded to bf16 (8-bit mantissa, relative
@@ -220,6 +222,12 @@ struct bf_tile {
     const uint32_t *Qb, *Kt, *Vv; /* (R, hd/2) q * scale * log2 e; the tile's K^T and V (bf_convert, or a bf16 cache's) */
     float *O, *M, *Lv, *Cr;       /* (R, hd) weighted values; (R) max (log2 units); (R, 16) partial sums; (4) */
     uint32_t *P;                  /* (4, KB/2) one group's weights */
+    /* the group's share of the next tile's rows, requested a few lines per step of its scores so that the
+     * reads from memory overlap the arithmetic without stalling it: a bf16 cache's lines [0, pfl) of K at pfk
+     * and of V at pfv (pfl 0: none); the converted types' pfq lines from the ring cursor pf (NULL: none) */
+    const char *pfk, *pfv;
+    int pfl, pfq;
+    struct tp_attn_pf *pf;
 };
 
 /* Rows r0 .. r0+NR-1 (NR 1..4) of the item against the tile: the scores (4 x 4 vectors held in registers: q's
@@ -232,7 +240,14 @@ BF_INL void bf_group(const struct bf_tile *t, int r0, int NR)
     __m512 acc[4][4];
     for (int i = 0; i < NR; i++)
         for (int kg = 0; kg < 4; kg++) acc[i][kg] = _mm512_setzero_ps();
+    const int pfn = (t->pfl + np - 1) / np, pcn = (t->pfq + np - 1) / np; /* lines per step */
+    int pfi = 0;
     for (int p = 0; p < np; p++) {
+        for (int c = 0; c < pfn && pfi < t->pfl; c++, pfi++) {
+            _mm_prefetch(t->pfk + 64 * (size_t)pfi, _MM_HINT_T0);
+            _mm_prefetch(t->pfv + 64 * (size_t)pfi, _MM_HINT_T0);
+        }
+        if (t->pf) tp_attn_pf_step(t->pf, pcn);
         __m512bh k[4];
         for (int kg = 0; kg < 4; kg++) k[kg] = (__m512bh)_mm512_loadu_si512(t->Kt + ((size_t)p * 4 + kg) * 16);
         for (int i = 0; i < NR; i++) {
@@ -281,12 +296,13 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
     /* a bf16 cache is read in place, a whole tile at a time from the one holding kmin (the keys outside
      * [kmin, kmax) masked); the other types are converted from kmin on */
     const int tiled = g->type == TP_KV_BF16;
-    struct bf_tile t = {g, r, 0, 0, kmin, Qb, Kt, Vv, O, M, Lv, Cr, P};
+    struct bf_tile t = {g, r, 0, 0, kmin, Qb, Kt, Vv, O, M, Lv, Cr, P, NULL, NULL, 0, 0, NULL};
     for (int j0 = tiled ? kmin - kmin % KB : kmin; j0 < kmax; j0 += KB) {
         t.j0 = j0;
         t.jn = TP_MIN(KB, kmax - j0);
-        /* the next tile's rows, requested over this tile's groups: a bf16 cache's next tile is one block of K and
-         * one of V (whole tiles), a run of lines per group; the converted types' rows go through the ring cursor */
+        /* the next tile's rows, requested over this tile's groups (struct bf_tile): a bf16 cache's next tile is one
+         * block of K and one of V (whole tiles), a share of each per group; the converted types' rows go through
+         * the ring cursor */
         struct tp_attn_pf pf;
         tp_attn_pf_init(&pf, kc, vc, j0 + KB, tiled ? j0 + KB : TP_MIN(j0 + 2 * KB, kmax), g->cap, g->row_bytes);
         const int pfq = (int)((tp_attn_pf_lines(&pf) + (size_t)ngr - 1) / (size_t)ngr);
@@ -307,13 +323,14 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
             bf_convert(g, kc, vc, j0, t.jn, Kt, Vv);
         }
         const int tl = KB * (int)g->row_bytes / 64; /* lines per tile */
+        t.pf = tiled ? NULL : &pf, t.pfq = pfq;
         for (int r0 = 0; r0 < R; r0 += 4) {
-            tp_attn_pf_step(&pf, pfq);
-            if (nk)
-                for (int l = r0 / 4 * tl / ngr, le = (r0 / 4 + 1) * tl / ngr; l < le; l++) {
-                    _mm_prefetch((const char *)(nk + 64 * (size_t)l), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(nv + 64 * (size_t)l), _MM_HINT_T0);
-                }
+            t.pfl = 0;
+            if (nk) {
+                const int ls = r0 / 4 * tl / ngr, le = (r0 / 4 + 1) * tl / ngr;
+                t.pfk = (const char *)(nk + 64 * (size_t)ls), t.pfv = (const char *)(nv + 64 * (size_t)ls);
+                t.pfl = le - ls;
+            }
             switch (TP_MIN(4, R - r0)) { /* the group's size a constant in each copy: its sums in registers */
             case 4: bf_group(&t, r0, 4); break;
             case 3: bf_group(&t, r0, 3); break;
