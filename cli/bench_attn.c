@@ -7,8 +7,10 @@
  *            prefill work item) over the D keys before it.
  * Rates are FLOPs (4 x head_dim x query heads x keys) over the calling
  * thread's CPU time, best of --reps, so a busy machine changes them little;
- * the wall-clock rate is printed beside.  Uses tp_kern_attn_time
- * (model/kernels.h).  Not a test.
+ * the wall-clock rate is printed beside.  The cache is read from the CPU's
+ * caches, or with --mib M from memory (copies of it totalling M MiB, a
+ * different one per timed call), as a decode at depth reads it.  Uses
+ * tp_kern_attn_time (model/kernels.h).  Not a test.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +22,14 @@
 #include "model/model.h"
 
 struct ba_opts {
-    int hd, gqa, reps, json;
+    int hd, gqa, reps, mib, json;
     const char *depths, *kv_type;
     int dlist[16], nd;
 };
 
 static int ba_parse(int argc, char **argv, struct ba_opts *o)
 {
-    *o = (struct ba_opts){.hd = 64, .gqa = 8, .reps = 5, .depths = "2048,8192", .kv_type = "f16"};
+    *o = (struct ba_opts){.hd = 64, .gqa = 8, .reps = 5, .depths = "2048,8192", .kv_type = "auto"};
     const struct tp_opt opts[] = {
         {"head-dim", 0, TP_OPT_INT, &o->hd, "HD", "head dimension (default 64, TinyLlama / Llama; a multiple of 8)", 8,
          1024},
@@ -35,10 +37,15 @@ static int ba_parse(int argc, char **argv, struct ba_opts *o)
         {"depth", 0, TP_OPT_LIST, &o->depths, "D,D,..", "keys attended to (default 2048,8192)", 0, 0},
         {"kv-type", 0, TP_OPT_STRING, &o->kv_type, "T", TP_CLI_KV_TYPE_HELP, 0, 0},
         {"reps", 'r', TP_OPT_INT, &o->reps, "R", "timed calls per measurement, best reported (default 5)", 1, 1000},
+        {"mib", 0, TP_OPT_INT, &o->mib, "M",
+         "read the cache from memory: copies of it totalling M MiB (more than the CPU's caches, e.g. 512), a "
+         "different one per timed call (default 0: from the CPU's caches)",
+         0, 65536},
         {"json", 0, TP_OPT_FLAG, &o->json, NULL, "one JSON object per line", 0, 0},
         {0},
     };
-    const char *usage = "Usage: tpserve bench attn [--head-dim 64] [--gqa 8] [--depth 2048,8192] [--kv-type f16]\n"
+    const char *usage = "Usage: tpserve bench attn [--head-dim 64] [--gqa 8] [--depth 2048,8192] [--kv-type auto] "
+                        "[--mib 0]\n"
                         "Attention kernel GFLOP/s per path (this CPU's: amx, avx512bf16, avx512, avx2, c), one thread, decode "
                         "and prefill work items;\nFLOPs over thread CPU time (wall-clock rate beside).";
     int rc = tp_cli_parse("bench attn", usage, opts, argc, argv, NULL, 0, NULL, NULL, NULL);
@@ -56,7 +63,7 @@ static int ba_parse(int argc, char **argv, struct ba_opts *o)
     }
     enum tp_kv_type t;
     if (tp_kv_type_parse(o->kv_type, &t) != TP_OK || tp_kv_type_name(t) == NULL) {
-        fprintf(stderr, "tpserve bench attn: --kv-type '%s': want f32, f16, bf16 or q8_0\n", o->kv_type);
+        fprintf(stderr, "tpserve bench attn: --kv-type '%s': want auto, f32, f16, bf16 or q8_0\n", o->kv_type);
         return 2;
     }
     if (o->hd % 8 != 0) {
@@ -76,35 +83,29 @@ int tp_bench_attn(int argc, char **argv)
     kv = tp_kv_type_resolve(kv, o.hd); /* auto: what a model loaded here would use */
     static const char *const paths[] = {"amx", "avx512bf16", "avx512", "avx2", "c"};
     if (!o.json)
-        printf("attention kernel, head_dim %d, %d query heads per KV head, KV cache %s, one thread, best of %d\n"
-               "%-10s %-8s %7s %6s %10s %14s %14s\n",
-               o.hd, o.gqa, tp_kv_type_name(kv), o.reps, "path", "item", "depth", "rows", "ms/call", "GFLOP/s (cpu)",
-               "GFLOP/s (wall)");
+        printf("attention kernel, head_dim %d, %d query heads per KV head, KV cache %s read from %s, one thread, best "
+               "of %d\n%-10s %-8s %7s %6s %10s %14s %14s\n",
+               o.hd, o.gqa, tp_kv_type_name(kv), o.mib ? "memory" : "the CPU's caches", o.reps, "path", "item", "depth",
+               "rows", "ms/call", "GFLOP/s (cpu)", "GFLOP/s (wall)");
     for (int p = 0; p < (int)TP_ARRAY_LEN(paths); p++)
         for (int d = 0; d < o.nd; d++)
             for (int pre = 0; pre <= 1; pre++) {
                 const int nt = pre ? (64 / o.gqa > 1 ? 64 / o.gqa : 1) : 1;
                 double best_cpu = 0, best_wall = 0, flop = 0;
-                for (int r = 0; r < o.reps; r++) {
-                    double c = 0, w = 0;
-                    const enum tp_status st =
-                        tp_kern_attn_time(paths[p], kv, o.hd, nt, o.gqa, o.dlist[d], 1, &c, &w, &flop);
-                    if (st == TP_ERR_UNSUPPORTED) break; /* not on this CPU / build */
-                    if (st != TP_OK) {
-                        fprintf(stderr, "tpserve bench attn: %s at head_dim %d, kv %s: %s\n", paths[p], o.hd,
-                                tp_kv_type_name(kv), tp_status_str(st));
-                        return 1;
-                    }
-                    if (r == 0 || c < best_cpu) best_cpu = c;
-                    if (r == 0 || w < best_wall) best_wall = w;
+                const enum tp_status st = tp_kern_attn_time(paths[p], kv, o.hd, nt, o.gqa, o.dlist[d], o.reps, o.mib,
+                                                            &best_cpu, &best_wall, &flop);
+                if (st == TP_ERR_UNSUPPORTED) continue; /* not on this CPU / build */
+                if (st != TP_OK) {
+                    fprintf(stderr, "tpserve bench attn: %s at head_dim %d, kv %s: %s\n", paths[p], o.hd,
+                            tp_kv_type_name(kv), tp_status_str(st));
+                    return 1;
                 }
-                if (flop == 0) continue;
                 const double gc = best_cpu > 0 ? flop / best_cpu / 1e9 : 0, gw = best_wall > 0 ? flop / best_wall / 1e9 : 0;
                 if (o.json)
                     printf("{\"bench\":\"attn\",\"path\":\"%s\",\"item\":\"%s\",\"head_dim\":%d,\"gqa\":%d,"
-                           "\"kv_type\":\"%s\",\"depth\":%d,\"rows\":%d,\"flop\":%.0f,\"cpu_ms\":%.4f,"
-                           "\"gflops_cpu\":%.2f,\"gflops_wall\":%.2f}\n",
-                           paths[p], pre ? "prefill" : "decode", o.hd, o.gqa, tp_kv_type_name(kv), o.dlist[d],
+                           "\"kv_type\":\"%s\",\"stream_mib\":%d,\"depth\":%d,\"rows\":%d,\"flop\":%.0f,"
+                           "\"cpu_ms\":%.4f,\"gflops_cpu\":%.2f,\"gflops_wall\":%.2f}\n",
+                           paths[p], pre ? "prefill" : "decode", o.hd, o.gqa, tp_kv_type_name(kv), o.mib, o.dlist[d],
                            nt * o.gqa, flop, best_cpu * 1e3, gc, gw);
                 else
                     printf("%-10s %-8s %7d %6d %10.3f %14.1f %14.1f\n", paths[p], pre ? "prefill" : "decode", o.dlist[d],

@@ -117,12 +117,15 @@ const char *tp_kern_attn_isa(void);
  * positions x ng query heads sharing one KV head of head_dim hd (nt x ng <= 1024 rows), attending causally
  * to the n_keys cached positions of a `kv` cache (the last query at position n_keys - 1); path "amx",
  * "avx512bf16", "avx512", "avx2" or "c" (TP_ERR_UNSUPPORTED when this CPU or build lacks it); one warm-up
- * call, then reps calls.  *cpu_s / *wall_s: thread CPU / wall seconds per call; *flop: FLOPs per call
- * (4 x hd x ng x keys the rows see).  TP_ERR_INVALID_ARG for an unknown path or a bad shape (hd a
- * multiple of 8, and of 32 for q8_0 rows unless 16 or 8 divide it), TP_ERR_NOMEM.  Not while a forward
- * pass runs (the path choice is process-wide). */
+ * call, then reps timed calls.  stream_mib 0: one cache, read from the CPU's caches after the warm-up;
+ * else copies of it totalling at least stream_mib MiB, the calls going through them in turn, so that each
+ * reads its keys and values from memory as a long decode does.  *cpu_s / *wall_s: thread CPU / wall
+ * seconds of the fastest timed call by each clock; *flop: FLOPs per call (4 x hd x ng x keys the rows
+ * see).  TP_ERR_INVALID_ARG for an unknown path or a bad shape (hd a multiple of 8, and of 32 for q8_0
+ * rows unless 16 or 8 divide it; stream_mib 0..65536), TP_ERR_NOMEM.  Not while a forward pass runs (the
+ * path choice is process-wide). */
 enum tp_status tp_kern_attn_time(const char *path, enum tp_kv_type kv, int hd, int nt, int ng, int n_keys, int reps,
-                                 double *cpu_s, double *wall_s, double *flop);
+                                 int stream_mib, double *cpu_s, double *wall_s, double *flop);
 /* The instruction sets this CPU can run, index 0 = "scalar", last = the default. */
 int tp_kern_isa_count(void);
 const char *tp_kern_isa_name(int i); /* NULL when out of range */
