@@ -40,7 +40,7 @@ static int ba_parse(int argc, char **argv, struct ba_opts *o)
         {"mib", 0, TP_OPT_INT, &o->mib, "M",
          "read the cache from memory: copies of it totalling M MiB (more than the CPU's caches, e.g. 512), a "
          "different one per timed call (default 0: from the CPU's caches)",
-         0, 65536},
+         0, 1 << 30},
         {"json", 0, TP_OPT_FLAG, &o->json, NULL, "one JSON object per line", 0, 0},
         {0},
     };
@@ -68,6 +68,14 @@ static int ba_parse(int argc, char **argv, struct ba_opts *o)
     }
     if (o->hd % 8 != 0) {
         fprintf(stderr, "tpserve bench attn: --head-dim %d is not a multiple of 8\n", o->hd);
+        return 2;
+    }
+    const uint64_t ram = tp_mem_total_bytes(); /* the copies are written in full: keep them well inside memory */
+    if (ram > 0 && ((uint64_t)o->mib << 20) > ram / 2) {
+        fprintf(stderr,
+                "tpserve bench attn: --mib %d is more than half of this machine's %llu MiB of memory; a few times the "
+                "CPU's last-level cache (e.g. 512) is enough to read from memory\n",
+                o->mib, (unsigned long long)(ram >> 20));
         return 2;
     }
     return 0;

@@ -66,9 +66,12 @@ tp_expect_test(cli.bench_attn_bad_head RC 2 REGEX "--head-dim 12 is not a multip
 tp_expect_test(cli.bench_attn_runs RC 0 REGEX "path.:.c.,.item.:.prefill.,.head_dim.:32" LABELS unit
                TIMEOUT 60 COMMAND $<TARGET_FILE:tpserve> bench attn --head-dim 32 --gqa 4 --depth 256 --reps 1
                --kv-type q8_0 --json)
-# --mib: the cache read from copies in memory (here 1 MiB of them, 32 copies of 32 KiB); out of range is a usage error
+# --mib: the cache read from copies in memory (here 1 MiB of them, 32 copies of 32 KiB); out of range, or more than
+# half of the machine's memory (the test asks for 1 PiB), is a usage error
 tp_expect_test(cli.bench_attn_from_memory RC 0 REGEX "item.:.decode.,.head_dim.:32,.gqa.:4,.kv_type.:.f16.,.stream_mib.:1,"
                LABELS unit TIMEOUT 60 COMMAND $<TARGET_FILE:tpserve> bench attn --head-dim 32 --gqa 4 --depth 256
                --reps 3 --kv-type f16 --mib 1 --json)
-tp_expect_test(cli.bench_attn_bad_mib RC 2 REGEX "--mib must be between 0 and 65536, got -1" LABELS unit
+tp_expect_test(cli.bench_attn_bad_mib RC 2 REGEX "--mib must be between 0 and 1073741824, got -1" LABELS unit
                COMMAND $<TARGET_FILE:tpserve> bench attn --mib -1)
+tp_expect_test(cli.bench_attn_mib_past_memory RC 2 REGEX "--mib 1073741824 is more than half of this machine's"
+               LABELS unit COMMAND $<TARGET_FILE:tpserve> bench attn --mib 1073741824)

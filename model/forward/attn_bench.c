@@ -28,7 +28,7 @@ enum tp_status tp_kern_attn_time(const char *path, enum tp_kv_type kv, int hd, i
     const size_t rb = tp_kv_row_bytes(kv, hd);
     if (level < 0 || (int)kv < 0 || kv >= TP_KV_TYPE_COUNT || hd <= 0 || hd % 8 != 0 || hd > 1024 || rb == 0 ||
         nt < 1 || ng < 1 || nt * ng > 1024 || n_keys < nt || n_keys > (1 << 24) || reps < 1 || stream_mib < 0 ||
-        stream_mib > 65536)
+        stream_mib > (1 << 30))
         return TP_ERR_INVALID_ARG;
     const int rows = nt * ng;
     const int cap = (int)tp_kv_cap_rows(kv, n_keys); /* a bf16 cache holds whole tiles */

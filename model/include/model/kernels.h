@@ -122,7 +122,7 @@ const char *tp_kern_attn_isa(void);
  * reads its keys and values from memory as a long decode does.  *cpu_s / *wall_s: thread CPU / wall
  * seconds of the fastest timed call by each clock; *flop: FLOPs per call (4 x hd x ng x keys the rows
  * see).  TP_ERR_INVALID_ARG for an unknown path or a bad shape (hd a multiple of 8, and of 32 for q8_0
- * rows unless 16 or 8 divide it; stream_mib 0..65536), TP_ERR_NOMEM.  Not while a forward pass runs (the
+ * rows unless 16 or 8 divide it; stream_mib 0..2^30), TP_ERR_NOMEM.  Not while a forward pass runs (the
  * path choice is process-wide). */
 enum tp_status tp_kern_attn_time(const char *path, enum tp_kv_type kv, int hd, int nt, int ng, int n_keys, int reps,
                                  int stream_mib, double *cpu_s, double *wall_s, double *flop);
