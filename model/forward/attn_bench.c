@@ -34,9 +34,10 @@ enum tp_status tp_kern_attn_time(const char *path, enum tp_kv_type kv, int hd, i
     const int cap = (int)tp_kv_cap_rows(kv, n_keys); /* a bf16 cache holds whole tiles */
     const size_t one = (size_t)cap * rb; /* bytes of K (and of V) in one copy */
     const size_t want = (size_t)stream_mib << 20;
-    const int copies = want > 2 * one ? (int)((want + 2 * one - 1) / (2 * one)) : 1;
+    /* size_t: a large stream_mib of a small cache is more copies than an int holds, and calloc refuses the product */
+    const size_t copies = want > 2 * one ? (want + 2 * one - 1) / (2 * one) : 1;
     /* copy c's K at kc + c * one, V at vc + c * one (calloc: the pages a model's cache gets) */
-    uint8_t *kc = calloc((size_t)copies, one), *vc = calloc((size_t)copies, one);
+    uint8_t *kc = calloc(copies, one), *vc = calloc(copies, one);
     float *q = malloc(sizeof(float) * (size_t)rows * hd), *o = malloc(sizeof(float) * (size_t)rows * hd);
     float *x = malloc(sizeof(float) * (size_t)hd);
     float *scratch = malloc(sizeof(float) * (tp_attn_scratch_floats(hd, rows) + 16));
@@ -53,9 +54,9 @@ enum tp_status tp_kern_attn_time(const char *path, enum tp_kv_type kv, int hd, i
         }
         tp_kv_store_at(kv, j < n_keys ? kc : vc, j >= n_keys, j % n_keys, x, hd);
     }
-    for (int c = 1; c < copies; c++) {
-        memcpy(kc + (size_t)c * one, kc, one);
-        memcpy(vc + (size_t)c * one, vc, one);
+    for (size_t c = 1; c < copies; c++) {
+        memcpy(kc + c * one, kc, one);
+        memcpy(vc + c * one, vc, one);
     }
     for (int i = 0; i < rows * hd; i++) q[i] = (float)((i * 37 % 101) - 50) / 25.0f;
     const struct tp_attn_geom g = {hd, kv, rb, cap, 0, 1.0f / sqrtf((float)hd)};
@@ -68,7 +69,7 @@ enum tp_status tp_kern_attn_time(const char *path, enum tp_kv_type kv, int hd, i
     }
     tp_attn_tile(&g, &r, kc, vc, 0, n_keys, scratch, o, (size_t)ng * hd, NULL); /* warm-up */
     for (int k = 0; k < reps; k++) {
-        const size_t off = (size_t)((k + 1) % copies) * one; /* the warm-up read copy 0 */
+        const size_t off = ((size_t)k + 1) % copies * one; /* the warm-up read copy 0 */
         const double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = clock_s(CLOCK_MONOTONIC);
         tp_attn_tile(&g, &r, kc + off, vc + off, 0, n_keys, scratch, o, (size_t)ng * hd, NULL);
         const double c = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0, w = clock_s(CLOCK_MONOTONIC) - w0;
