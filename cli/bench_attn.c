@@ -70,15 +70,10 @@ static int ba_parse(int argc, char **argv, struct ba_opts *o)
         fprintf(stderr, "tpserve bench attn: --head-dim %d is not a multiple of 8\n", o->hd);
         return 2;
     }
-    const uint64_t ram = tp_mem_total_bytes(); /* the copies are written in full: keep them well inside memory */
-    if (ram > 0 && ((uint64_t)o->mib << 20) > ram / 2) {
-        fprintf(stderr,
-                "tpserve bench attn: --mib %d is more than half of this machine's %llu MiB of memory; a few times the "
-                "CPU's last-level cache (e.g. 512) is enough to read from memory\n",
-                o->mib, (unsigned long long)(ram >> 20));
-        return 2;
-    }
-    return 0;
+    char what[32];
+    snprintf(what, sizeof what, "--mib %d", o->mib); /* the copies are written in full: keep them well inside memory */
+    return tp_cli_check_memory("bench attn", what, (uint64_t)o->mib << 20,
+                               "a few times the CPU's last-level cache (e.g. 512) is enough to read from memory");
 }
 
 int tp_bench_attn(int argc, char **argv)

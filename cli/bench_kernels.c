@@ -59,6 +59,21 @@ struct bk_opts {
     int nt;
 };
 
+/* Bytes a run of o writes at its peak: the largest type's copies (bk_measure_type), the bandwidth probe's
+ * buffer beside them, and the activation and output rows (bk_run_init). */
+static uint64_t bk_peak_bytes(const struct bk_opts *o)
+{
+    const uint64_t stream = (uint64_t)o->mb << 20, n_x = (uint64_t)o->max_tok + 1;
+    uint64_t wall = 0;
+    for (int k = 0; k < o->nt; k++) {
+        const uint64_t wrb = tp_kern_row_bytes(o->tlist[k], o->cols);
+        const uint64_t mat = o->x16list[k] ? tp_kern_x16_bytes(o->rows, (size_t)wrb) : wrb * (uint64_t)o->rows;
+        const uint64_t copies = (stream + mat - 1) / mat;
+        wall = TP_MAX(wall, mat * TP_MAX(copies, 2));
+    }
+    return wall + stream + n_x * ((uint64_t)o->cols * 2 * sizeof(float) + (uint64_t)o->rows * sizeof(float));
+}
+
 /* Parse argv into o (and force --isa).  Returns what tp_cli_parse does: 0 to go on, 1 after --help, 2 after
  * printing a usage error. */
 static int bk_parse(int argc, char **argv, struct bk_opts *o)
@@ -137,7 +152,9 @@ static int bk_parse(int argc, char **argv, struct bk_opts *o)
         }
         o->x16list[o->nt++] = 0;
     }
-    return 0;
+    char what[128];
+    snprintf(what, sizeof what, "--rows %d --cols %d --mb %d with %d tokens", o->rows, o->cols, o->mb, o->max_tok);
+    return tp_cli_check_memory("bench kernels", what, bk_peak_bytes(o), "use smaller --rows / --cols, --mb or -p / --batch");
 }
 
 /* ------------------------------------------------------------------ run */

@@ -60,6 +60,10 @@ void tp_cli_setup_logging(const char *prefix);
 
 /* One-line error "tpserve CMD: message" to stderr; returns exit code 1. */
 int tp_cli_fail(const char *cmd, const char *fmt, ...) TP_PRINTF(2, 3);
+/* A usage check for a command that writes `bytes` of memory in full (benchmark buffers): 0 when they fit in
+ * half of this machine's memory (or its size is unknown); else prints "tpserve CMD: WHAT needs N MiB, more
+ * than half of this machine's M MiB of memory; FIX" to stderr and returns exit code 2. */
+int tp_cli_check_memory(const char *cmd, const char *what, uint64_t bytes, const char *fix);
 /* `serve` on a worker that rank 0 left out of the group (it re-planned without it, and refused the
  * worker when it came back: the only TP_ERR_CANCELLED a worker's group formation returns): `launch`
  * neither restarts it nor takes it for a failure (docs/cli.md). */

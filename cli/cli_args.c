@@ -195,3 +195,12 @@ int tp_cli_fail(const char *cmd, const char *fmt, ...)
     fprintf(stderr, "tpserve %s: %s\n", cmd, msg);
     return 1;
 }
+
+int tp_cli_check_memory(const char *cmd, const char *what, uint64_t bytes, const char *fix)
+{
+    const uint64_t ram = tp_mem_total_bytes();
+    if (ram == 0 || bytes <= ram / 2) return 0;
+    fprintf(stderr, "tpserve %s: %s needs %llu MiB, more than half of this machine's %llu MiB of memory; %s\n", cmd, what,
+            (unsigned long long)((bytes + (1u << 20) - 1) >> 20), (unsigned long long)(ram >> 20), fix);
+    return 2;
+}

@@ -73,5 +73,8 @@ tp_expect_test(cli.bench_attn_from_memory RC 0 REGEX "item.:.decode.,.head_dim.:
                --reps 3 --kv-type f16 --mib 1 --json)
 tp_expect_test(cli.bench_attn_bad_mib RC 2 REGEX "--mib must be between 0 and 1073741824, got -1" LABELS unit
                COMMAND $<TARGET_FILE:tpserve> bench attn --mib -1)
-tp_expect_test(cli.bench_attn_mib_past_memory RC 2 REGEX "--mib 1073741824 is more than half of this machine's"
+tp_expect_test(cli.bench_attn_mib_past_memory RC 2 REGEX "--mib 1073741824 needs 1073741824 MiB, more than half of this machine's"
                LABELS unit COMMAND $<TARGET_FILE:tpserve> bench attn --mib 1073741824)
+tp_expect_test(cli.bench_kernels_past_memory RC 2
+               REGEX "--rows 1048576 --cols 1048576 --mb 256 with 128 tokens needs [0-9]+ MiB, more than half of this machine's"
+               LABELS unit COMMAND $<TARGET_FILE:tpserve> bench kernels --type f32 --rows 1048576 --cols 1048576)
