@@ -506,7 +506,10 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
         fprintf(stderr, "tpserve bench gen: nothing to measure (-p 0 and -n 0)\n");
         return 2;
     }
-    return 0;
+    char what[32]; /* the probe's buffer is written in full, beside the model */
+    snprintf(what, sizeof what, "--bw-mib %d", o->bw_mib);
+    return tp_cli_check_memory("bench gen", what, (uint64_t)o->bw_mib << 20,
+                               "a few times the CPU's last-level cache (the default 1024 is plenty) measures memory");
 }
 
 /* ------------------------------------------------------------------ run */
