@@ -248,6 +248,14 @@ int tp_comm_rank(const tp_comm_t *c) { return c ? c->rank : -1; }
 int tp_comm_size(const tp_comm_t *c) { return c ? c->size : 0; }
 enum tp_comm_backend tp_comm_backend(const tp_comm_t *c) { return c ? c->backend : TP_COMM_BACKEND_RING; }
 
+const char *tp_comm_transport(const tp_comm_t *c)
+{
+    if (!c) return "";
+    if (c->size == 1) return "none";
+    if (c->net && c->net->tops && c->net->tops->name) return c->net->tops->name;
+    return c->backend == TP_COMM_BACKEND_MPI ? "mpi" : tp_comm_backend_name(c->backend);
+}
+
 void tp_comm_get_stats(const tp_comm_t *c, struct tp_comm_stats *out)
 {
     if (!out) return;

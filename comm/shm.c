@@ -238,44 +238,62 @@ enum tp_status tp_shm_attach(struct tp_net *net, uint32_t timeout_ms, int *attac
     }
     st->n = net->size;
     st->bytes = (size_t)net->size * (size_t)net->size * sizeof(struct shm_ring);
+    /* Where the rings cannot be set up (no /dev/shm, its size, a file-size or address-space limit) the
+     * group stays on TCP: rank 0 sends an empty name when it cannot create the segment, and every rank
+     * votes on its mapping before any of them uses it. */
+    char why[160] = "";
     memset(name, 0, sizeof name);
     if (net->rank == 0) {
         uint64_t salt = tp_now_ns() ^ ((uint64_t)getpid() << 20);
         snprintf(name, sizeof name, "/tpc%x%08x", (unsigned)getpid() & 0xfffffu, (unsigned)(salt & 0xffffffffu));
         fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
         if (fd < 0 || ftruncate(fd, (off_t)st->bytes) != 0) {
-            rc = tp_error_set(err, TP_ERR_IO, "shm: cannot create %s (%zu bytes): %s (set TP_COMM_SHM=0)", name,
-                              st->bytes, strerror(errno));
-            if (fd >= 0) shm_unlink(name);
-            goto out;
+            snprintf(why, sizeof why, "rank 0 cannot create %s (%zu bytes): %s", name, st->bytes, strerror(errno));
+            if (fd >= 0) {
+                close(fd);
+                fd = -1;
+                shm_unlink(name);
+            }
+            memset(name, 0, sizeof name); /* "no rings" */
         }
         for (int r = 1; r < net->size; r++)
             TP_CHECK_GOTO(tp_sock_write_full(net->fds[r], name, sizeof name, deadline, err), rc, unlink_out);
     } else {
         TP_CHECK_GOTO(tp_sock_read_full(net->fds[0], name, sizeof name, deadline, err), rc, out);
         name[sizeof name - 1] = '\0';
-        fd = shm_open(name, O_RDWR, 0600);
-        if (fd < 0) {
-            rc = tp_error_set(err, TP_ERR_IO, "shm: cannot open %s from rank 0: %s (set TP_COMM_SHM=0)", name,
-                              strerror(errno));
-            goto out;
+        if (!name[0]) snprintf(why, sizeof why, "rank 0 could not create the shared rings");
+        else if ((fd = shm_open(name, O_RDWR, 0600)) < 0)
+            snprintf(why, sizeof why, "rank %d cannot open %s: %s", net->rank, name, strerror(errno));
+    }
+    if (!name[0]) {
+        tp_log(TP_LOG_WARN, TP_COMM_MODULE, "shm: %s; staying on TCP", why);
+        goto out;
+    }
+    if (fd >= 0) {
+        st->base = mmap(NULL, st->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (st->base == MAP_FAILED) {
+            snprintf(why, sizeof why, "rank %d cannot map %zu bytes: %s", net->rank, st->bytes, strerror(errno));
+            st->base = NULL;
         }
     }
-    st->base = mmap(NULL, st->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (st->base == MAP_FAILED) {
-        rc = tp_error_set(err, TP_ERR_IO, "shm: mmap of %zu bytes failed: %s", st->bytes, strerror(errno));
-        goto unlink_out;
-    }
-    /* all mapped -> rank 0 unlinks (the mapping lives on) */
-    unsigned char ok = 1;
+    /* every rank mapped -> rank 0 unlinks (the mappings live on); any failure -> all stay on TCP */
+    unsigned char ok = st->base != NULL;
     TP_CHECK_GOTO(swap_all(net, &ok, votes, 1, deadline, err), rc, unlink_out);
+    int all_ok = ok;
+    for (int r = 0; r < net->size; r++)
+        if (r != net->rank && !votes[r]) all_ok = 0;
     if (net->rank == 0) shm_unlink(name);
+    if (!all_ok) {
+        tp_log(TP_LOG_WARN, TP_COMM_MODULE, "shm: %s; staying on TCP", why[0] ? why : "another rank could not map the shared rings");
+        goto out;
+    }
     close(fd);
     fd = -1;
     net->impl = st;
     net->tops = &shm_ops;
     st = NULL;
     *attached = 1;
+    tp_log(TP_LOG_DEBUG, TP_COMM_MODULE, "shm: %d ranks on shared-memory rings", net->size);
     goto out;
 unlink_out:
     if (net->rank == 0 && name[0]) shm_unlink(name);

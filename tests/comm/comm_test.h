@@ -32,6 +32,9 @@ struct ct_group {
 
 /* Nonzero: ranks started by ct_spawn* ask for the shared-memory transport. */
 extern int ct_shm;
+/* >= 0: that rank's file-size limit is set below the shared rings' size before tp_comm_init (with
+ * SIGXFSZ ignored), so it cannot create or grow the segment (the TCP fallback test); default -1. */
+extern int ct_shm_fsize_rank;
 
 /* Pick n free ports and write a hostfile for them (token may be NULL). */
 int ct_make_hostfile(struct ct_group *g, int n, const char *token);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 
 static int g_hostfile_seq;
 int ct_shm;
+int ct_shm_fsize_rank = -1;
 
 static int make_hostfile(struct ct_group *g, int n, const char *token, int hold)
 {
@@ -67,6 +69,11 @@ pid_t ct_spawn_one(struct ct_group *g, int r, ct_rank_fn fn, void *arg, const ch
     cfg.shm = ct_shm;
     if (g->listen_fd[r] > 2) cfg.listen_fd = g->listen_fd[r];
     if (op_timeout_ms) cfg.op_timeout_ms = op_timeout_ms;
+    if (r == ct_shm_fsize_rank) {
+        const struct rlimit lim = {64 * 1024, 64 * 1024};
+        signal(SIGXFSZ, SIG_IGN);
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(101);
+    }
     if (tp_comm_init(&cfg, &c, &err) != TP_OK) {
         fprintf(stderr, "    rank %d: tp_comm_init failed: %s\n", r, err.msg);
         _exit(100);

@@ -1,7 +1,8 @@
 /*
  * tests/comm/test_comm_shm.c - the shared-memory transport (cfg.shm) with
  * real rank processes on this host: every collective against the exact
- * oracle (the byte rings wrap many times at the large counts), send/recv
+ * oracle (the byte rings wrap many times at the large counts, every rank on
+ * "shm"), a rank 0 that cannot create the rings leaving every rank on TCP, send/recv
  * between every pair, a killed rank and a stopped rank still fail loudly
  * and in time (through the TCP side channel and the op timeout).
  */
@@ -15,24 +16,39 @@
 #include "comm_test.h"
 #include "tp_test.h"
 
+/* arg: the transport every rank must be on ("shm", or "tcp" after a fallback). */
 static int body_collectives(tp_comm_t *c, void *arg)
 {
-    (void)arg;
+    if (strcmp(tp_comm_transport(c), (const char *)arg) != 0) {
+        fprintf(stderr, "    rank %d: transport %s, want %s\n", tp_comm_rank(c), tp_comm_transport(c), (const char *)arg);
+        return 20;
+    }
     static const size_t counts[] = {0, 1, 7, 1000, (1u << 20) + 3};
     return ct_check_collectives(c, counts, 5, 1);
 }
 
-static void run_shm(int n, ct_rank_fn fn, int timeout_ms)
+static void run_shm(int n, ct_rank_fn fn, const char *arg, int timeout_ms)
 {
     ct_shm = 1;
-    ct_run_ok(n, fn, NULL, timeout_ms);
+    ct_run_ok(n, fn, (void *)arg, timeout_ms);
     ct_shm = 0;
 }
 
-static void test_collectives_w2(void) { run_shm(2, body_collectives, 90000); }
-static void test_collectives_w3(void) { run_shm(3, body_collectives, 90000); }
-static void test_p2p_w4(void) { run_shm(4, ct_body_p2p, 30000); }
-static void test_async_w2(void) { run_shm(2, ct_body_async, 30000); }
+static void test_collectives_w2(void) { run_shm(2, body_collectives, "shm", 90000); }
+static void test_collectives_w3(void) { run_shm(3, body_collectives, "shm", 90000); }
+
+/* Rank fr's file-size limit stops it growing a segment: rank 0 cannot create the rings, every rank
+ * stays on TCP (each one checks its transport) and the collectives are still exact. */
+static void fallback(int n, int fr)
+{
+    ct_shm_fsize_rank = fr;
+    run_shm(n, body_collectives, "tcp", 90000);
+    ct_shm_fsize_rank = -1;
+}
+static void test_fallback_create_w2(void) { fallback(2, 0); }
+static void test_fallback_create_w3(void) { fallback(3, 0); }
+static void test_p2p_w4(void) { run_shm(4, ct_body_p2p, NULL, 30000); }
+static void test_async_w2(void) { run_shm(2, ct_body_async, NULL, 30000); }
 
 static int body_until_error(tp_comm_t *c, void *arg)
 {
@@ -80,6 +96,8 @@ static void test_stopped(void) { kill_or_stop(SIGSTOP, 1500, 1.5 + 2.5); }
 static const struct tp_test_case shm_cases[] = {
     {"collectives_world2", test_collectives_w2},
     {"collectives_world3", test_collectives_w3},
+    {"fallback_to_tcp_world2", test_fallback_create_w2},
+    {"fallback_to_tcp_world3", test_fallback_create_w3},
     {"p2p_every_pair_world4", test_p2p_w4},
     {"nonblocking_world2", test_async_w2},
     {"rank_killed", test_killed},

@@ -86,7 +86,9 @@ struct tp_comm_config {
     uint32_t op_timeout_ms;      /* max wait in any collective (TP_COMM_TIMEOUT_MS) */
     uint32_t connect_timeout_ms; /* max time to form the group */
     int shm;                     /* ring: shared-memory rings when all ranks share one host
-                                    (TP_COMM_SHM=1); default 0 = TCP everywhere */
+                                    (TP_COMM_SHM=1); default 0 = TCP everywhere.  Where the rings
+                                    cannot be set up on some rank (no /dev/shm, its size or a limit)
+                                    every rank stays on TCP and logs why (tp_comm_transport) */
     int listen_fd;               /* ring/rdma: an inherited TCP socket already bound to this rank's
                                     hostfile port, or on rank 0 to the coordinator port (TP_LISTEN_FD; `tpserve launch` passes one, so no
                                     other process can take the port between choosing and binding it).
@@ -159,6 +161,10 @@ void tp_comm_free(tp_comm_t *c);
 int tp_comm_rank(const tp_comm_t *c);
 int tp_comm_size(const tp_comm_t *c);
 enum tp_comm_backend tp_comm_backend(const tp_comm_t *c);
+/* How this rank moves collective data: "tcp", "shm" (ring backend with cfg.shm, every rank on this
+ * host and the shared rings mapped on all of them), "rdma", "mpi", or "none" in a group of one; ""
+ * for NULL.  A static string. */
+const char *tp_comm_transport(const tp_comm_t *c);
 /* Text of the first failure on this group, "" if none.  Never NULL. */
 const char *tp_comm_last_error(const tp_comm_t *c);
 /* Nonzero once the group failed; all later calls return TP_ERR_POISONED. */
