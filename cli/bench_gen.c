@@ -1084,6 +1084,13 @@ static void gen_summarize(struct gen_run *R, const struct gen_opts *o, struct ge
     }
 }
 
+
+/* How rank 0 moved the collectives' data (tp_comm_transport), "none" for one rank. */
+static const char *gen_transport(const struct gen_run *R)
+{
+    const char *t = tp_comm_transport(tp_parallel_comm(R->g.par));
+    return *t ? t : "none";
+}
 static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, const struct gen_result *res)
 {
     const struct gen_bufs *b = &R->bufs;
@@ -1094,12 +1101,13 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
     printf(",\"type\":\"%s\",\"ranks\":%d,\"threads\":%d,\"isa\":\"%s\",\"attn_isa\":\"%s\","
            "\"pp_tokens\":%d,\"tg_tokens\":%d,\"reps\":%d,\"pp_tps\":%.2f,\"tg_tps\":%.2f,\"mem_bw_gbs\":%.2f,"
            "\"weight_bytes_per_token\":%llu,\"bw_fraction\":%.3f,\"tg_comm_frac\":%.3f,"
-           "\"comm_dtype\":\"%s\",\"compute_ms_per_token\":%.3f,\"comm_ms_per_token\":%.3f,"
+           "\"comm_dtype\":\"%s\",\"transport\":\"%s\",\"compute_ms_per_token\":%.3f,\"comm_ms_per_token\":%.3f,"
            "\"bytes_per_token\":%.0f,\"bw_method\":\"probe before each decode rep and after the last, "
            "%d MiB x %d passes, mean\",\"bw_fraction_min\":%.3f,\"bw_fraction_max\":%.3f",
            tp_wtype_name(tp_model_weight_type(m)), world, tp_model_n_threads(m), tp_kern_isa(), tp_kern_attn_isa(), o->p, n, reps,
            res->pp_tps, res->tg_tps, res->bw, (unsigned long long)res->bpt, res->frac, res->comm_frac,
-           tp_wire_dtype_name(R->pcfg.wire_dtype), res->cpt_ms, res->mpt_ms, res->bpt_sent, o->bw_mib,
+           tp_wire_dtype_name(R->pcfg.wire_dtype), gen_transport(R), res->cpt_ms,
+           res->mpt_ms, res->bpt_sent, o->bw_mib,
            o->bw_passes, res->frac_min, res->frac_max);
     if (o->comm_sync && n > 0) {
         printf(",\"comm_sync_ms_per_token\":%.3f,\"comm_wait_ms_per_token\":%.3f", R->tg_sync_ms, R->tg_wait_ms);
@@ -1222,8 +1230,9 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
                    res->tg_tps * b->rank_bytes[q] / 1e9, res->rank_bw[q], 100.0 * res->rank_fr[q]);
     }
     if (n > 0)
-        printf("per token (rank 0 of %d, comm dtype %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n", world,
-               tp_wire_dtype_name(R->pcfg.wire_dtype), res->cpt_ms, res->mpt_ms, res->bpt_sent);
+        printf("per token (rank 0 of %d, comm dtype %s over %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n",
+               world, tp_wire_dtype_name(R->pcfg.wire_dtype), gen_transport(R), res->cpt_ms,
+               res->mpt_ms, res->bpt_sent);
     if (o->comm_sync && n > 0) {
         printf("comm after every rank entered each collective (--comm-sync): %.3f ms per token; rank 0 waiting "
                "for the last rank to enter: %.3f ms per token\n", R->tg_sync_ms, R->tg_wait_ms);

@@ -100,6 +100,20 @@ static int respawn_local(struct tp_sup_child *c, int index, void *arg)
     return tp_sup_spawn(c, x->argv, env, (int)(TP_ARRAY_LEN(env) / 2), 0, 0, -1);
 }
 
+/* *out = TP_COMM_SHM for local ranks (NULL: leave it unset).  They share this host, so the ring
+ * backend's collectives go through shared memory unless --no-shm or TP_COMM_SHM says otherwise (comm/
+ * falls back to TCP by itself where the rings cannot be set up).  Returns 2 after a usage error. */
+static int launch_shm_value(int shm, int no_shm, enum tp_comm_backend be, const char **out)
+{
+    const char *env = getenv("TP_COMM_SHM");
+    if (shm && no_shm) {
+        fprintf(stderr, "tpserve launch: --shm and --no-shm contradict each other; give one\n");
+        return 2;
+    }
+    *out = no_shm ? "0" : shm ? "1" : env && *env ? env : be == TP_COMM_BACKEND_RING ? "1" : NULL;
+    return 0;
+}
+
 int tp_cmd_launch(int argc, char **argv)
 {
     /* `--hostfile FILE`: ranks on other machines over ssh (launch_ssh.c). */
@@ -108,9 +122,11 @@ int tp_cmd_launch(int argc, char **argv)
             return tp_launch_hostfile_main(argc, argv);
     int n = 2;
     const char *backend = "ring";
-    int grace_ms = LAUNCH_GRACE_MS, shm = 0, restarts = 0;
+    int grace_ms = LAUNCH_GRACE_MS, shm = 0, no_shm = 0, restarts = 0;
     const struct tp_opt opts[] = {
-        {"shm", 0, TP_OPT_FLAG, &shm, NULL, "ring: move data through shared memory (sets TP_COMM_SHM=1)", 0, 0},
+        {"shm", 0, TP_OPT_FLAG, &shm, NULL, "ring: collectives through shared memory (TP_COMM_SHM=1; default "
+         "unless TP_COMM_SHM is set)", 0, 0},
+        {"no-shm", 0, TP_OPT_FLAG, &no_shm, NULL, "ring: on loopback TCP instead (TP_COMM_SHM=0)", 0, 0},
         {"np", 'n', TP_OPT_INT, &n, "N", "number of local ranks (1..64, default 2)", 1, LAUNCH_MAX},
         {"backend", 'b', TP_OPT_STRING, &backend, "NAME", "ring (default), rdma or mpi (runs mpirun)", 0, 0},
         {"restart", 0, TP_OPT_INT, &restarts, "N",
@@ -138,6 +154,8 @@ int tp_cmd_launch(int argc, char **argv)
         fprintf(stderr, "tpserve launch: --backend must be ring, rdma or mpi, got '%s'\n", backend);
         return 2;
     }
+    const char *shm_val = NULL;
+    if (launch_shm_value(shm, no_shm, be, &shm_val)) return 2;
     char token[256];
     const char *given = getenv("TP_CLUSTER_TOKEN");
     if (given && strlen(given) >= sizeof token)
@@ -192,7 +210,7 @@ int tp_cmd_launch(int argc, char **argv)
         snprintf(rstr, sizeof rstr, "%d", r);
         snprintf(fdstr, sizeof fdstr, "%d", port_fds[r]);
         const char *env[] = {"TP_LISTEN_FD", fdstr, "TP_RANK", rstr, "TP_WORLD_SIZE", nstr, "TP_BACKEND", backend, "TP_HOSTFILE", hostfile,
-                             "TP_CLUSTER_TOKEN", token, "TP_COORDINATOR", NULL, "TP_COMM_SHM", shm ? "1" : getenv("TP_COMM_SHM"),
+                             "TP_CLUSTER_TOKEN", token, "TP_COORDINATOR", NULL, "TP_COMM_SHM", shm_val,
                              "TP_REJOIN", restarts > 0 ? "1" : getenv("TP_REJOIN")};
         memset(&kids[r], 0, sizeof kids[r]);
         if (tp_sup_spawn(&kids[r], rest_argv, env, (int)(TP_ARRAY_LEN(env) / 2), 0, 0, port_fds[r]) != 0) {
@@ -203,7 +221,7 @@ int tp_cmd_launch(int argc, char **argv)
     }
     release_ports(n, port_fds); /* each rank holds its own now */
     struct respawn_ctx rx = {.argv = rest_argv, .nstr = nstr, .backend = backend, .hostfile = hostfile,
-                             .token = token, .shm = shm ? "1" : getenv("TP_COMM_SHM")};
+                             .token = token, .shm = shm_val};
     const struct tp_sup_config sc = {.who = "launch", .grace_ms = grace_ms, .max_restarts = restarts,
                                      .left_out_status = TP_CLI_EXIT_LEFT_OUT, /* with or without --restart: never a failure */
                                      .respawn = respawn_local, .respawn_ctx = &rx};

@@ -255,6 +255,15 @@ static void test_bench_gen_json(void)
     CU_ASSERT(atof(k + strlen("\"compute_ms_per_token\":")) > 0.0);
     /* per token rank 0 sends at least its share of 2 all_sums x 5 layers x 64 bf16 values + its logits */
     CU_ASSERT(atof(b + strlen("\"bytes_per_token\":")) >= 5 * 2 * 64 * 2 / 2);
+    /* local ranks share this host: shared memory unless asked otherwise */
+    CU_ASSERT(strstr(out, "\"transport\":\"shm\"") != NULL);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s launch -n 2 --no-shm -- %s bench gen -m %s -p 8 -n 4 -t 1 --reps 1 --bw-mib 64 --json "
+             "2>/dev/null", tp_test_tpserve(), tp_test_tpserve(), m);
+    out = run(cmd, &st);
+    CU_ASSERT_EQUAL(st, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    CU_ASSERT(strstr(out, "\"transport\":\"tcp\"") != NULL);
     free(out);
 }
 
