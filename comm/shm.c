@@ -10,8 +10,10 @@
  * single-producer single-consumer byte stream (head written by the sender,
  * tail by the receiver, acquire/release atomics), so the collective
  * algorithms in algo.c run unchanged on it.  Waiting: spin, then
- * sched_yield(), then poll() on the TCP side channel (1 ms slices), which
- * also notices a dead peer (EOF) and the abort self-pipe.  A wait without
+ * sched_yield(), then poll() on the TCP side channel, which the peer rings
+ * with a byte when it moves a ring that a sleeper waits on (the ring's
+ * rx_sleep / tx_sleep flag), and which also shows a dead peer (EOF) and the
+ * abort self-pipe.  A wait without
  * progress ends after the op timeout, as on TCP.
  *
  * When the ranks are not all on one host the TCP transport stays in use.
@@ -34,11 +36,16 @@
 #define SHM_RING_BYTES (1u << 20) /* per ordered pair; power of two */
 #define SHM_SPIN_NS 50000u
 #define SHM_YIELD_NS 2000000u
+#define SHM_SLEEP_MS 20 /* longest poll() sleep: a doorbell ends it at once */
 #define SHM_NAME_BYTES 32
 
 struct shm_ring {
     _Alignas(64) atomic_uint_fast64_t head; /* bytes written (sender) */
     _Alignas(64) atomic_uint_fast64_t tail; /* bytes read (receiver) */
+    /* 1 while the receiver (rx) waiting for bytes or the sender (tx) waiting for space sleeps in poll():
+     * the other side, after moving head or tail, clears it and rings the side channel (doorbell). */
+    _Alignas(64) atomic_uint rx_sleep;
+    _Alignas(64) atomic_uint tx_sleep;
     _Alignas(64) unsigned char data[SHM_RING_BYTES];
 };
 
@@ -52,6 +59,20 @@ static struct shm_ring *ring(struct tp_net *net, int src, int dst)
 {
     struct shm_state *st = net->impl;
     return (struct shm_ring *)st->base + (size_t)src * (size_t)st->n + (size_t)dst;
+}
+
+/* Wake `peer` if it sleeps on ring r's flag f: one byte on the TCP side channel, which its poll()
+ * watches.  The flag was set before the sleeper's last look at the ring, and head / tail were moved
+ * before this look at the flag (both sequentially consistent), so either the sleeper saw the move or
+ * this sees the flag.  A full socket buffer already holds a doorbell: EAGAIN is fine. */
+static void shm_doorbell(struct tp_net *net, atomic_uint *f, int peer)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(f, memory_order_relaxed) && atomic_exchange(f, 0)) {
+        const char b = 0;
+        ssize_t r = send(net->fds[peer], &b, 1, tp_sock_send_flags() | MSG_DONTWAIT);
+        (void)r; /* a lost peer shows on the sleeper's side as EOF */
+    }
 }
 
 /* Move what fits; 1 on progress. */
@@ -70,6 +91,7 @@ static int shm_step(struct tp_net *net, struct tp_xfer *x)
         memcpy(r->data, buf + x->done + first, len - first);
         atomic_store_explicit(&r->head, head + len, memory_order_release);
         x->done += len;
+        shm_doorbell(net, &r->rx_sleep, x->peer);
         return 1;
     }
     struct shm_ring *r = ring(net, x->peer, net->rank);
@@ -82,7 +104,28 @@ static int shm_step(struct tp_net *net, struct tp_xfer *x)
     memcpy(buf + x->done + first, r->data, len - first);
     atomic_store_explicit(&r->tail, tail + len, memory_order_release);
     x->done += len;
+    shm_doorbell(net, &r->tx_sleep, x->peer);
     return 1;
+}
+
+/* The flag a waiting transfer sleeps on: its ring's rx_sleep (receive) or tx_sleep (send). */
+static atomic_uint *sleep_flag(struct tp_net *net, const struct tp_xfer *x)
+{
+    return x->is_send ? &ring(net, net->rank, x->peer)->tx_sleep : &ring(net, x->peer, net->rank)->rx_sleep;
+}
+
+/* Set (1) or clear (0) the sleep flags of the pending transfers; with 1, then look at the rings once
+ * more (shm_doorbell's other half).  Returns 1 if that look moved data. */
+static int shm_announce(struct tp_net *net, struct tp_xfer *x, int n, unsigned v)
+{
+    int moved = 0;
+    for (int i = 0; i < n; i++)
+        if (x[i].done < x[i].bytes && !tp_xfer_blocked(x, i)) atomic_store(sleep_flag(net, &x[i]), v);
+    if (!v) return 0;
+    atomic_thread_fence(memory_order_seq_cst);
+    for (int i = 0; i < n; i++)
+        if (x[i].done < x[i].bytes && !tp_xfer_blocked(x, i)) moved |= shm_step(net, &x[i]);
+    return moved;
 }
 
 static enum tp_status shm_xfer(struct tp_net *net, struct tp_xfer *x, int n, struct tp_error *err)
@@ -110,7 +153,13 @@ static enum tp_status shm_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
         if (now - last >= idle_ns) {
             return tp_net_timeout_error(net, x, n, err);
         }
-        /* Sleep briefly on the side channel: wakes on a dead peer (EOF) or an abort. */
+        /* Sleep on the side channel: a peer's doorbell (it moved a ring this rank waits on), a dead
+         * peer (EOF) or an abort wakes it; the slice bounds the wait for the op timeout's check. */
+        if (shm_announce(net, x, n, 1)) {
+            shm_announce(net, x, n, 0);
+            last = tp_now_ns();
+            continue;
+        }
         int np = 0, seen[TP_ALGO_MAX_RANKS] = {0};
         for (int i = 0; i < n; i++)
             if (x[i].done < x[i].bytes && !seen[x[i].peer]) {
@@ -118,16 +167,14 @@ static enum tp_status shm_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
                 pfd[np++] = (struct pollfd){.fd = net->fds[x[i].peer], .events = POLLIN};
             }
         pfd[np++] = (struct pollfd){.fd = net->wake_rd, .events = POLLIN};
-        if (poll(pfd, (nfds_t)np, 1) > 0) {
+        const int woke = poll(pfd, (nfds_t)np, SHM_SLEEP_MS);
+        shm_announce(net, x, n, 0);
+        if (woke > 0) {
             for (int i = 0; i + 1 < np; i++) {
-                char b;
+                char b[64];
                 if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-                ssize_t got = recv(pfd[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-                if (got > 0 || (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
-                    if (got > 0)
-                        tp_log(TP_LOG_DEBUG, TP_COMM_MODULE, "shm: unexpected data on a side channel");
-                    continue;
-                }
+                ssize_t got = recv(pfd[i].fd, b, sizeof b, MSG_DONTWAIT); /* doorbells: nothing else comes here */
+                if (got > 0 || (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) continue;
                 /* The peer is gone, but what it wrote before leaving is still
                  * in the rings: drain first, fail only when nothing moves. */
                 int more = 0;

@@ -47,6 +47,36 @@ static void fallback(int n, int fr)
 }
 static void test_fallback_create_w2(void) { fallback(2, 0); }
 static void test_fallback_create_w3(void) { fallback(3, 0); }
+/* A rank that waits past the spin and the yields sleeps in poll(), and its peer's doorbell must end
+ * that sleep at once (not at the end of the 20 ms slice): rank 1 comes to each collective 3 ms late,
+ * so rank 0 sleeps waiting for bytes (30 small all_sums) and then for ring space (10 all_sums of 4 MiB,
+ * four times a ring, whose sends wait on rank 1's reading).  Woken by doorbells the 40 take about
+ * 40 x 3 ms plus the copies; woken by the slice alone, at least 40 x 20 ms.  Exact sums checked. */
+static int body_sleepers(tp_comm_t *c, void *arg)
+{
+    (void)arg;
+    enum { BIG = 1 << 20 };
+    float *buf = malloc(BIG * sizeof *buf);
+    if (!buf) return 1;
+    const int me = tp_comm_rank(c);
+    const uint64_t t0 = tp_now_ns();
+    int bad = 0;
+    for (int it = 0; it < 40 && !bad; it++) {
+        const size_t n = it < 30 ? 64 : BIG;
+        for (size_t i = 0; i < n; i++) buf[i] = (float)(me + 1) * (float)(i % 7);
+        if (me == 1) tp_sleep_ms(3);
+        if (tp_comm_all_sum(c, buf, buf, n, TP_DTYPE_F32) != TP_OK) bad = 2;
+        for (size_t i = 0; i < n && !bad; i++)
+            if (buf[i] != 3.0f * (float)(i % 7)) bad = 3;
+    }
+    const double ms = (double)(tp_now_ns() - t0) / 1e6;
+    free(buf);
+    fprintf(stderr, "    rank %d: 40 late collectives in %.0f ms (woken by the 20 ms slice alone: >= 800)\n", me, ms);
+    return bad ? bad : me == 0 && ms > 600.0 ? 30 : 0;
+}
+
+static void test_sleepers(void) { run_shm(2, body_sleepers, NULL, 60000); }
+
 static void test_p2p_w4(void) { run_shm(4, ct_body_p2p, NULL, 30000); }
 static void test_async_w2(void) { run_shm(2, ct_body_async, NULL, 30000); }
 
@@ -96,6 +126,7 @@ static void test_stopped(void) { kill_or_stop(SIGSTOP, 1500, 1.5 + 2.5); }
 static const struct tp_test_case shm_cases[] = {
     {"collectives_world2", test_collectives_w2},
     {"collectives_world3", test_collectives_w3},
+    {"sleepers_woken_by_doorbell", test_sleepers},
     {"fallback_to_tcp_world2", test_fallback_create_w2},
     {"fallback_to_tcp_world3", test_fallback_create_w3},
     {"p2p_every_pair_world4", test_p2p_w4},
