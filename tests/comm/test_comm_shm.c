@@ -48,10 +48,10 @@ static void fallback(int n, int fr)
 static void test_fallback_create_w2(void) { fallback(2, 0); }
 static void test_fallback_create_w3(void) { fallback(3, 0); }
 /* A rank that waits past the spin and the yields sleeps in poll(), and its peer's doorbell must end
- * that sleep at once (not at the end of the 20 ms slice): rank 1 comes to each collective 3 ms late,
- * so rank 0 sleeps waiting for bytes (30 small all_sums) and then for ring space (5 all_sums of 2 MiB,
- * twice a ring, whose sends wait on rank 1's reading).  Woken by doorbells the 35 take about
- * 35 x 3 ms plus the copies; woken by the slice alone, at least 35 x 20 ms.  Exact sums checked. */
+ * that sleep at once (not at the end of the 20 ms slice): rank 1 comes 3 ms late to each of 30 small
+ * all_sums (rank 0 sleeps waiting for bytes) and to each of 5 receives of 2 MiB that rank 0 sends
+ * (twice a ring: rank 0 sleeps waiting for space until rank 1 reads).  Woken by doorbells the 35 take
+ * about 35 x 3 ms plus the copies; woken by the slice alone, at least 35 x 20 ms.  Exact data checked. */
 static int body_sleepers(tp_comm_t *c, void *arg)
 {
     (void)arg;
@@ -61,17 +61,26 @@ static int body_sleepers(tp_comm_t *c, void *arg)
     const int me = tp_comm_rank(c);
     const uint64_t t0 = tp_now_ns();
     int bad = 0;
-    for (int it = 0; it < 35 && !bad; it++) {
-        const size_t n = it < 30 ? 64 : BIG;
-        for (size_t i = 0; i < n; i++) buf[i] = (float)(me + 1) * (float)(i % 7);
+    for (int it = 0; it < 30 && !bad; it++) {
+        for (size_t i = 0; i < 64; i++) buf[i] = (float)(me + 1) * (float)(i % 7);
         if (me == 1) tp_sleep_ms(3);
-        if (tp_comm_all_sum(c, buf, buf, n, TP_DTYPE_F32) != TP_OK) bad = 2;
-        for (size_t i = 0; i < n && !bad; i++)
+        if (tp_comm_all_sum(c, buf, buf, 64, TP_DTYPE_F32) != TP_OK) bad = 2;
+        for (size_t i = 0; i < 64 && !bad; i++)
             if (buf[i] != 3.0f * (float)(i % 7)) bad = 3;
+    }
+    for (int it = 0; it < 5 && !bad; it++) {
+        for (size_t i = 0; i < BIG; i++) buf[i] = me == 0 ? (float)((i + (size_t)it) % 1000) : -1.0f;
+        if (me == 0 && tp_comm_send(c, buf, BIG, TP_DTYPE_F32, 1) != TP_OK) bad = 4;
+        if (me == 1) {
+            tp_sleep_ms(3);
+            if (tp_comm_recv(c, buf, BIG, TP_DTYPE_F32, 0) != TP_OK) bad = 5;
+            for (size_t i = 0; i < BIG && !bad; i++)
+                if (buf[i] != (float)((i + (size_t)it) % 1000)) bad = 6;
+        }
     }
     const double ms = (double)(tp_now_ns() - t0) / 1e6;
     free(buf);
-    fprintf(stderr, "    rank %d: 35 late collectives in %.0f ms (woken by the 20 ms slice alone: >= 700)\n", me, ms);
+    fprintf(stderr, "    rank %d: 35 late transfers in %.0f ms (woken by the 20 ms slice alone: >= 700)\n", me, ms);
     return bad ? bad : me == 0 && ms > 500.0 ? 30 : 0;
 }
 
