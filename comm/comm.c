@@ -261,6 +261,10 @@ void tp_comm_get_stats(const tp_comm_t *c, struct tp_comm_stats *out)
     if (!out) return;
     memset(out, 0, sizeof *out);
     if (c) *out = c->stats;
+    if (c && c->net) {
+        out->n_sleeps = atomic_load_explicit(&c->net->n_sleeps, memory_order_relaxed);
+        out->n_sleeps_full = atomic_load_explicit(&c->net->n_sleeps_full, memory_order_relaxed);
+    }
 }
 
 size_t tp_comm_op_times(const tp_comm_t *c, const uint64_t **ts)

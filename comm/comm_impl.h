@@ -97,6 +97,8 @@ struct tp_net {
     atomic_int poisoned;
     atomic_int err_claimed;               /* first writer of err wins (signal safe) */
     struct tp_error err;
+    atomic_uint_fast64_t n_sleeps, n_sleeps_full; /* tp_comm_stats: waits that slept in poll(), and
+                                                     sleeps that lasted their whole slice */
 };
 
 void tp_net_release(struct tp_net *net);

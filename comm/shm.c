@@ -169,6 +169,8 @@ static enum tp_status shm_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
         pfd[np++] = (struct pollfd){.fd = net->wake_rd, .events = POLLIN};
         const int woke = poll(pfd, (nfds_t)np, SHM_SLEEP_MS);
         shm_announce(net, x, n, 0);
+        atomic_fetch_add_explicit(&net->n_sleeps, 1, memory_order_relaxed);
+        if (woke == 0) atomic_fetch_add_explicit(&net->n_sleeps_full, 1, memory_order_relaxed);
         if (woke > 0) {
             for (int i = 0; i + 1 < np; i++) {
                 char b[64];

@@ -141,6 +141,8 @@ static enum tp_status tcp_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
         int to = left_ms < TCP_POLL_SLICE_MS ? (int)left_ms : TCP_POLL_SLICE_MS;
         int r = poll(pfd, (nfds_t)np, to);
         if (r < 0 && errno != EINTR) return tp_error_set(err, TP_ERR_IO, "poll failed: %s", strerror(errno));
+        atomic_fetch_add_explicit(&net->n_sleeps, 1, memory_order_relaxed);
+        if (r == 0) atomic_fetch_add_explicit(&net->n_sleeps_full, 1, memory_order_relaxed);
     }
 }
 
@@ -184,6 +186,8 @@ enum tp_status tp_tcp_net_create(int rank, int size, uint32_t op_timeout_ms, str
     }
     atomic_init(&net->refs, 1);
     atomic_init(&net->poisoned, 0);
+    atomic_init(&net->n_sleeps, 0);
+    atomic_init(&net->n_sleeps_full, 0);
     atomic_init(&net->err_claimed, 0);
     net->rank = rank;
     net->size = size;

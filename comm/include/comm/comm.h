@@ -259,6 +259,10 @@ struct tp_comm_stats {
     uint64_t bytes_sent;
     uint64_t bytes_received;
     uint64_t ns_in_comm;   /* wall time spent inside collectives */
+    /* This rank's waits (tcp, shm; shared with sub-groups): those that slept in poll() after spinning
+     * and yielding, and of those the sleeps that ran to the end of their slice, nothing having woken
+     * them (a peer far behind, or on shm a missed doorbell). */
+    uint64_t n_sleeps, n_sleeps_full;
 };
 void tp_comm_get_stats(const tp_comm_t *c, struct tp_comm_stats *out);
 /* The entry and exit times (tp_now_ns) of this rank's collectives while the op log of
