@@ -311,7 +311,8 @@ int tp_cmd_comm_selftest(int argc, char **argv)
         tp_comm_free(c);
         return tp_cli_exit_for(st);
     }
-    printf("comm-selftest: rank %d of %d ok (backend %s)\n", me, n, tp_comm_backend_name(tp_comm_backend(c)));
+    printf("comm-selftest: rank %d of %d ok (backend %s over %s)\n", me, n, tp_comm_backend_name(tp_comm_backend(c)),
+           tp_comm_transport(c));
     tp_comm_free(c);
     return 0;
 }

@@ -321,6 +321,9 @@ enum tp_status tp_ring_init(const struct tp_comm_config *cfg, struct tp_comm *c,
     if (cfg->shm && c->size <= TP_SHM_MAX_RANKS) {
         int attached = 0;
         TP_CHECK_GOTO(tp_shm_attach(c->net, cfg->connect_timeout_ms, &attached, err), rc, out);
+    } else if (cfg->shm && c->rank == 0) {
+        tp_log(TP_LOG_INFO, TP_COMM_MODULE, "shm: %d ranks are more than the shared rings serve (%d); staying on TCP",
+               c->size, TP_SHM_MAX_RANKS);
     }
     if (identity_peers(c) != TP_OK) rc = tp_error_set(err, TP_ERR_NOMEM, "out of memory");
 out:

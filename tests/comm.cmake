@@ -2,9 +2,17 @@
 set(_tp_bin $<TARGET_FILE:tpserve>)
 add_test(NAME comm.launch_selftest COMMAND sh -c
   "out=$(\"$0\" launch -n 3 -- \"$0\" comm-selftest) || exit 1; printf '%s\\n' \"$out\"; \
-   n=$(printf '%s\\n' \"$out\" | grep -c '^\\[rank [0-2]\\] comm-selftest: rank [0-2] of 3 ok'); [ \"$n\" -eq 3 ]"
+   n=$(printf '%s\\n' \"$out\" | grep -c '^\\[rank [0-2]\\] comm-selftest: rank [0-2] of 3 ok (backend ring over shm)'); \
+   [ \"$n\" -eq 3 ]"
   ${_tp_bin})
 set_tests_properties(comm.launch_selftest PROPERTIES LABELS multirank TIMEOUT 60)
+# Past the shared rings' 8 ranks launch's ranks stay on TCP, and rank 0 says so.
+add_test(NAME comm.launch_many_ranks_tcp COMMAND sh -c
+  "out=$(\"$0\" launch -n 9 -- \"$0\" comm-selftest 2>&1) || exit 1; printf '%s\\n' \"$out\"; \
+   n=$(printf '%s\\n' \"$out\" | grep -c 'comm-selftest: rank [0-8] of 9 ok (backend ring over tcp)'); [ \"$n\" -eq 9 ] && \
+   printf '%s\\n' \"$out\" | grep -q 'shm: 9 ranks are more than the shared rings serve (8); staying on TCP'"
+  ${_tp_bin})
+set_tests_properties(comm.launch_many_ranks_tcp PROPERTIES LABELS multirank TIMEOUT 60)
 # Every rank listens on the socket launch bound for it (TP_LISTEN_FD): no window for another process to take the port.
 add_test(NAME comm.launch_holds_ports COMMAND sh -c
   "out=$(TP_LOG_LEVEL=debug \"$0\" launch -n 3 -- \"$0\" comm-selftest 2>&1) || exit 1; \
@@ -33,7 +41,7 @@ set_tests_properties(comm.launch_reports_cause PROPERTIES LABELS multirank TIMEO
 if(TP_WITH_MPI AND TP_MPIEXEC)
   add_test(NAME comm.launch_mpi COMMAND sh -c
     "out=$(\"$0\" launch -n 2 --backend mpi -- \"$0\" comm-selftest) || exit 1; printf '%s\\n' \"$out\"; \
-     n=$(printf '%s\\n' \"$out\" | grep -c 'of 2 ok (backend mpi)'); [ \"$n\" -eq 2 ]"
+     n=$(printf '%s\\n' \"$out\" | grep -c 'of 2 ok (backend mpi over mpi)'); [ \"$n\" -eq 2 ]"
     ${_tp_bin})
   set_tests_properties(comm.launch_mpi PROPERTIES LABELS multirank TIMEOUT 60)
   # The documented comparison command: ring vs MPI in the same processes, started by launch --backend mpi.
