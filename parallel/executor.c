@@ -403,6 +403,7 @@ static void publish_view(tp_parallel_t *p)
     p->view.world = p->world;
     p->view.epoch = p->comm ? tp_comm_epoch(p->comm) : 0;
     p->view.backend = p->comm ? tp_comm_backend_name(tp_comm_backend(p->comm)) : "local";
+    p->view.transport = p->comm ? tp_comm_transport(p->comm) : "none";
     p->view.plan = p->plan;
     pthread_mutex_unlock(&p->view_mu);
 }
@@ -693,9 +694,10 @@ static void log_resident(tp_parallel_t *p, const struct tp_shard_rank_plan *rp)
     double kv = (double)tp_model_kv_bytes(p->model);
     tp_log(TP_LOG_INFO, TP_PARALLEL_MODULE,
            "rank %d/%d: resident weights %.1f MiB (plan %.1f MiB) + KV cache %.1f MiB, process RSS %.1f MiB, "
-           "comm dtype %s",
+           "comm dtype %s over %s",
            p->rank, p->world, (double)wb / 1048576.0, (double)(rp->sharded_bytes + rp->replicated_bytes) / 1048576.0,
-           kv / 1048576.0, (double)rss / 1048576.0, tp_wire_dtype_name(p->wire_dtype));
+           kv / 1048576.0, (double)rss / 1048576.0, tp_wire_dtype_name(p->wire_dtype),
+           p->comm ? tp_comm_transport(p->comm) : "none");
 }
 
 /* Step 3: load this rank's slice while a load-sync thread keeps the group's collectives going, then
@@ -778,6 +780,7 @@ enum tp_status tp_parallel_init(const struct tp_parallel_config *cfg, tp_paralle
     p->view_mu_inited = 1;
     p->view.world = 1;
     p->view.backend = "local";
+    p->view.transport = "none";
     p->wire_dtype = cfg->wire_dtype;
 
     TP_CHECK_GOTO(form_group(p, cfg), rc, fail);

@@ -91,6 +91,9 @@ static const cJSON *check_common(const cJSON *j, int world)
     CU_ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(j, "reason")));
     CU_ASSERT_EQUAL((int)num(j, "n_ranks"), world);
     CU_ASSERT_STRING_EQUAL(str(j, "backend"), world == 1 ? "local" : "ring");
+    /* the ranks are started without launch: TCP unless the environment asks for shared memory */
+    const char *shm = getenv("TP_COMM_SHM");
+    CU_ASSERT_STRING_EQUAL(str(j, "transport"), world == 1 ? "none" : shm && strcmp(shm, "1") == 0 ? "shm" : "tcp");
     CU_ASSERT_STRING_EQUAL(str(j, "wire_dtype"), "f32");
     CU_ASSERT_EQUAL((int)num(j, "n_parallel"), 8);
     CU_ASSERT_TRUE(num(j, "time") > 1.6e9);

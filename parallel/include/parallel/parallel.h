@@ -491,6 +491,8 @@ struct tp_parallel_view {
     int world;                 /* ranks in the group */
     uint32_t epoch;            /* its epoch (0 in a world of one and under mpi) */
     const char *backend;       /* "ring", "rdma", "mpi", or "local" in a world of one (static) */
+    const char *transport;     /* how this rank moves the collectives' data (tp_comm_transport: "tcp", "shm",
+                                  "rdma", "mpi"), "none" in a world of one (static) */
     struct tp_shard_plan plan; /* the plan its ranks agreed on */
 };
 void tp_parallel_get_view(const tp_parallel_t *p, struct tp_parallel_view *out);
