@@ -431,7 +431,8 @@
     $('c-gen').textContent = String(c.n_generated);
     const m = c.model || {};
     $('c-model').textContent = (m.id || '?') + (m.n_layer ? ' \u00b7 ' + m.n_layer + ' layers \u00b7 ' + bytes(m.weight_bytes) + ' weights' : '') +
-      (c.backend ? ' \u00b7 ' + c.backend + ', ' + c.wire_dtype + ' on the wire' : '');
+      (c.backend ? ' \u00b7 ' + c.backend + (c.transport && c.transport !== 'none' ? ' over ' + c.transport : '') + ', ' +
+        c.wire_dtype + ' on the wire' : '');
     showError($('cluster-error'), c.reason ? 'The cluster is ' + c.state + ': ' + c.reason : '');
     const box = $('ranks');
     box.replaceChildren();
