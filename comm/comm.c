@@ -253,7 +253,7 @@ const char *tp_comm_transport(const tp_comm_t *c)
     if (!c) return "";
     if (c->size == 1) return "none";
     if (c->net && c->net->tops && c->net->tops->name) return c->net->tops->name;
-    return c->backend == TP_COMM_BACKEND_MPI ? "mpi" : tp_comm_backend_name(c->backend);
+    return tp_comm_backend_name(c->backend); /* mpi */
 }
 
 void tp_comm_get_stats(const tp_comm_t *c, struct tp_comm_stats *out)

@@ -164,7 +164,7 @@ char *tp_cluster_json(struct tp_server *s)
         cJSON_AddNumberToObject(m, "weight_bytes", (double)v->plan.total_bytes);
         cJSON_AddNullToObject(m, "n_expert");
         cJSON_AddStringToObject(o, "backend", v->backend);
-        cJSON_AddStringToObject(o, "transport", v->transport ? v->transport : "none");
+        cJSON_AddStringToObject(o, "transport", v->transport);
         cJSON_AddStringToObject(o, "wire_dtype", tp_wire_dtype_name(tp_parallel_wire_dtype(s->par)));
     }
 
