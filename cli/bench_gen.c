@@ -1085,11 +1085,7 @@ static void gen_summarize(struct gen_run *R, const struct gen_opts *o, struct ge
 }
 
 /* How rank 0 moved the collectives' data (tp_comm_transport), "none" for one rank. */
-static const char *gen_transport(const struct gen_run *R)
-{
-    const char *t = tp_comm_transport(tp_parallel_comm(R->g.par));
-    return *t ? t : "none";
-}
+static const char *gen_transport(const struct gen_run *R) { return tp_comm_transport(tp_parallel_comm(R->g.par)); }
 
 static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, const struct gen_result *res)
 {

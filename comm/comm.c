@@ -250,8 +250,7 @@ enum tp_comm_backend tp_comm_backend(const tp_comm_t *c) { return c ? c->backend
 
 const char *tp_comm_transport(const tp_comm_t *c)
 {
-    if (!c) return "";
-    if (c->size == 1) return "none";
+    if (!c || c->size == 1) return "none";
     if (c->net && c->net->tops && c->net->tops->name) return c->net->tops->name;
     return tp_comm_backend_name(c->backend); /* mpi */
 }

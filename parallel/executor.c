@@ -403,7 +403,7 @@ static void publish_view(tp_parallel_t *p)
     p->view.world = p->world;
     p->view.epoch = p->comm ? tp_comm_epoch(p->comm) : 0;
     p->view.backend = p->comm ? tp_comm_backend_name(tp_comm_backend(p->comm)) : "local";
-    p->view.transport = p->comm ? tp_comm_transport(p->comm) : "none";
+    p->view.transport = tp_comm_transport(p->comm);
     p->view.plan = p->plan;
     pthread_mutex_unlock(&p->view_mu);
 }
@@ -697,7 +697,7 @@ static void log_resident(tp_parallel_t *p, const struct tp_shard_rank_plan *rp)
            "comm dtype %s over %s",
            p->rank, p->world, (double)wb / 1048576.0, (double)(rp->sharded_bytes + rp->replicated_bytes) / 1048576.0,
            kv / 1048576.0, (double)rss / 1048576.0, tp_wire_dtype_name(p->wire_dtype),
-           p->comm ? tp_comm_transport(p->comm) : "none");
+           tp_comm_transport(p->comm));
 }
 
 /* Step 3: load this rank's slice while a load-sync thread keeps the group's collectives going, then

@@ -95,6 +95,8 @@ static void test_size1(void)
     CU_ASSERT_EQUAL_FATAL(tp_comm_init(&cfg, &c, &err), TP_OK);
     CU_ASSERT_EQUAL(tp_comm_rank(c), 0);
     CU_ASSERT_EQUAL(tp_comm_size(c), 1);
+    CU_ASSERT_STRING_EQUAL(tp_comm_transport(c), "none");
+    CU_ASSERT_STRING_EQUAL(tp_comm_transport(NULL), "none");
     static const size_t counts[] = {0, 1, 7, 1000};
     CU_ASSERT_EQUAL(ct_check_collectives(c, counts, 4, 1), 0);
     CU_ASSERT_EQUAL(tp_comm_barrier(c), TP_OK);

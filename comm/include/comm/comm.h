@@ -162,8 +162,8 @@ int tp_comm_rank(const tp_comm_t *c);
 int tp_comm_size(const tp_comm_t *c);
 enum tp_comm_backend tp_comm_backend(const tp_comm_t *c);
 /* How this rank moves collective data: "tcp", "shm" (ring backend with cfg.shm, every rank on this
- * host and the shared rings mapped on all of them), "rdma", "mpi", or "none" in a group of one; ""
- * for NULL.  A static string. */
+ * host and the shared rings mapped on all of them), "rdma", "mpi", or "none" in a group of one or for
+ * NULL (no group).  A static string. */
 const char *tp_comm_transport(const tp_comm_t *c);
 /* Text of the first failure on this group, "" if none.  Never NULL. */
 const char *tp_comm_last_error(const tp_comm_t *c);
