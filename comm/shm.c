@@ -242,6 +242,22 @@ static void host_identity(char *out, size_t cap)
     snprintf(out, cap, "%s|%s", host, boot);
 }
 
+/* Reserve the segment's pages now (0, or an errno).  On Linux the segment lives on tmpfs, where ftruncate
+ * only sets the size: a /dev/shm too small for it (a container's default 64 MiB, or one nearly full) would
+ * otherwise show as SIGBUS at the first write into a page it cannot back, mid-collective. */
+static int shm_reserve(int fd, size_t bytes)
+{
+#ifdef __linux__
+    int e;
+    while ((e = posix_fallocate(fd, 0, (off_t)bytes)) == EINTR) {
+    }
+    return e;
+#else
+    (void)fd, (void)bytes;
+    return 0;
+#endif
+}
+
 /* Exchange fixed-size blobs with every peer (write all, then read all). */
 static enum tp_status swap_all(struct tp_net *net, const void *mine, void *theirs, size_t bytes, uint64_t deadline,
                                struct tp_error *err)
@@ -296,8 +312,10 @@ enum tp_status tp_shm_attach(struct tp_net *net, uint32_t timeout_ms, int *attac
         uint64_t salt = tp_now_ns() ^ ((uint64_t)getpid() << 20);
         snprintf(name, sizeof name, "/tpc%x%08x", (unsigned)getpid() & 0xfffffu, (unsigned)(salt & 0xffffffffu));
         fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd < 0 || ftruncate(fd, (off_t)st->bytes) != 0) {
-            snprintf(why, sizeof why, "rank 0 cannot create %s (%zu bytes): %s", name, st->bytes, strerror(errno));
+        int e = fd < 0 || ftruncate(fd, (off_t)st->bytes) != 0 ? errno : shm_reserve(fd, st->bytes);
+        if (e != 0) {
+            snprintf(why, sizeof why, "rank 0 cannot create %s (%zu bytes): %s%s", name, st->bytes, strerror(e),
+                     e == ENOSPC ? " (/dev/shm is too small; in a container, raise its --shm-size)" : "");
             if (fd >= 0) {
                 close(fd);
                 fd = -1;
