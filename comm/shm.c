@@ -348,10 +348,13 @@ enum tp_status tp_shm_attach(struct tp_net *net, uint32_t timeout_ms, int *attac
     TP_CHECK_GOTO(swap_all(net, &ok, votes, 1, deadline, err), rc, unlink_out);
     int all_ok = ok;
     for (int r = 0; r < net->size; r++)
-        if (r != net->rank && !votes[r]) all_ok = 0;
+        if (r != net->rank && !votes[r]) {
+            if (all_ok && !why[0]) snprintf(why, sizeof why, "rank %d could not open or map the shared rings", r);
+            all_ok = 0;
+        }
     if (net->rank == 0) shm_unlink(name);
     if (!all_ok) {
-        tp_log(TP_LOG_WARN, TP_COMM_MODULE, "shm: %s; staying on TCP", why[0] ? why : "another rank could not map the shared rings");
+        tp_log(TP_LOG_WARN, TP_COMM_MODULE, "shm: %s; staying on TCP", why);
         goto out;
     }
     close(fd);

@@ -26,6 +26,19 @@ add_test(NAME comm.launch_small_dev_shm COMMAND sh -c
    printf '%s\\n' \"$out\" | grep -q 'rank 0 cannot create .*No space left on device (/dev/shm is too small; in a container, raise its --shm-size); staying on TCP'"
   ${_tp_bin})
 set_tests_properties(comm.launch_small_dev_shm PROPERTIES LABELS multirank TIMEOUT 60 SKIP_RETURN_CODE 77)
+# A rank that cannot open the segment (rank 2 of 3 runs in a mount namespace of its own, with an empty
+# /dev/shm): it votes no, every rank stays on TCP, and ranks 0 and 1 name rank 2.  Skipped (77) where user
+# and mount namespaces are not allowed.
+add_test(NAME comm.launch_rank_cannot_open_shm COMMAND sh -c
+  "unshare --mount --map-root-user sh -c 'mount -t tmpfs tmpfs /dev/shm' 2>/dev/null || \
+     { echo 'skipped: no private mount namespace (unshare --mount --map-root-user) here'; exit 77; }; \
+   out=$(\"$0\" launch -n 3 -- sh -c 'if [ \"$TP_RANK\" = 2 ]; then exec unshare --mount --map-root-user sh -c \"mount -t tmpfs tmpfs /dev/shm && exec \\\"\\$0\\\" comm-selftest\" \"$0\"; else exec \"$0\" comm-selftest; fi' \"$0\" 2>&1) || \
+     { printf '%s\\n' \"$out\"; exit 1; }; printf '%s\\n' \"$out\"; \
+   n=$(printf '%s\\n' \"$out\" | grep -c 'comm-selftest: rank [0-2] of 3 ok (backend ring over tcp)'); [ \"$n\" -eq 3 ] && \
+   printf '%s\\n' \"$out\" | grep -q '^.rank 2. .warn. comm: shm: rank 2 cannot open /tpc[0-9a-f]*: No such file or directory; staying on TCP' && \
+   n=$(printf '%s\\n' \"$out\" | grep -c '^.rank [01]. .warn. comm: shm: rank 2 could not open or map the shared rings; staying on TCP'); [ \"$n\" -eq 2 ]"
+  ${_tp_bin})
+set_tests_properties(comm.launch_rank_cannot_open_shm PROPERTIES LABELS multirank TIMEOUT 60 SKIP_RETURN_CODE 77)
 # Every rank listens on the socket launch bound for it (TP_LISTEN_FD): no window for another process to take the port.
 add_test(NAME comm.launch_holds_ports COMMAND sh -c
   "out=$(TP_LOG_LEVEL=debug \"$0\" launch -n 3 -- \"$0\" comm-selftest 2>&1) || exit 1; \
