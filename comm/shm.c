@@ -108,6 +108,15 @@ static int shm_step(struct tp_net *net, struct tp_xfer *x)
     return 1;
 }
 
+/* One step of every unfinished transfer whose turn it is; 1 if any moved data. */
+static int shm_step_pending(struct tp_net *net, struct tp_xfer *x, int n)
+{
+    int moved = 0;
+    for (int i = 0; i < n; i++)
+        if (x[i].done < x[i].bytes && !tp_xfer_blocked(x, i)) moved |= shm_step(net, &x[i]);
+    return moved;
+}
+
 /* The flag a waiting transfer sleeps on: its ring's rx_sleep (receive) or tx_sleep (send). */
 static atomic_uint *sleep_flag(struct tp_net *net, const struct tp_xfer *x)
 {
@@ -118,14 +127,11 @@ static atomic_uint *sleep_flag(struct tp_net *net, const struct tp_xfer *x)
  * more (shm_doorbell's other half).  Returns 1 if that look moved data. */
 static int shm_announce(struct tp_net *net, struct tp_xfer *x, int n, unsigned v)
 {
-    int moved = 0;
     for (int i = 0; i < n; i++)
         if (x[i].done < x[i].bytes && !tp_xfer_blocked(x, i)) atomic_store(sleep_flag(net, &x[i]), v);
     if (!v) return 0;
     atomic_thread_fence(memory_order_seq_cst);
-    for (int i = 0; i < n; i++)
-        if (x[i].done < x[i].bytes && !tp_xfer_blocked(x, i)) moved |= shm_step(net, &x[i]);
-    return moved;
+    return shm_step_pending(net, x, n);
 }
 
 static enum tp_status shm_xfer(struct tp_net *net, struct tp_xfer *x, int n, struct tp_error *err)
@@ -179,10 +185,7 @@ static enum tp_status shm_xfer(struct tp_net *net, struct tp_xfer *x, int n, str
                 if (got > 0 || (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) continue;
                 /* The peer is gone, but what it wrote before leaving is still
                  * in the rings: drain first, fail only when nothing moves. */
-                int more = 0;
-                for (int k = 0; k < n; k++)
-                    if (x[k].done < x[k].bytes && !tp_xfer_blocked(x, k)) more |= shm_step(net, &x[k]);
-                if (more) {
+                if (shm_step_pending(net, x, n)) {
                     last = tp_now_ns();
                     break;
                 }

@@ -13,13 +13,15 @@ add_test(NAME comm.launch_many_ranks_tcp COMMAND sh -c
    printf '%s\\n' \"$out\" | grep -q 'shm: 9 ranks are more than the shared rings serve (8); staying on TCP'"
   ${_tp_bin})
 set_tests_properties(comm.launch_many_ranks_tcp PROPERTIES LABELS multirank TIMEOUT 60)
+# The /dev/shm tests below run a rank in a private mount namespace with a tmpfs of its own; where user and mount
+# namespaces are not allowed they exit 77 (skipped).
+set(_tp_need_mount_ns "unshare --mount --map-root-user sh -c 'mount -t tmpfs -o size=1m tmpfs /dev/shm' 2>/dev/null || \
+     { echo 'skipped: no private mount namespace (unshare --mount --map-root-user) here'; exit 77; };")
 # A /dev/shm too small for the rings (1 MiB here, in a private mount namespace; a container's 64 MiB for
 # 8 ranks): rank 0 cannot reserve the segment, says why and how to fix it, and every rank stays on TCP
-# (before, ftruncate alone succeeded and a rank died of SIGBUS at its first write).  Skipped (77) where
-# user and mount namespaces are not allowed.
+# (before, ftruncate alone succeeded and a rank died of SIGBUS at its first write).
 add_test(NAME comm.launch_small_dev_shm COMMAND sh -c
-  "unshare --mount --map-root-user sh -c 'mount -t tmpfs -o size=1m tmpfs /dev/shm' 2>/dev/null || \
-     { echo 'skipped: no private mount namespace (unshare --mount --map-root-user) here'; exit 77; }; \
+  "${_tp_need_mount_ns} \
    out=$(unshare --mount --map-root-user sh -c 'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec \"$0\" launch -n 2 -- \"$0\" comm-selftest' \"$0\" 2>&1) || \
      { printf '%s\\n' \"$out\"; exit 1; }; printf '%s\\n' \"$out\"; \
    n=$(printf '%s\\n' \"$out\" | grep -c 'comm-selftest: rank [01] of 2 ok (backend ring over tcp)'); [ \"$n\" -eq 2 ] && \
@@ -27,11 +29,9 @@ add_test(NAME comm.launch_small_dev_shm COMMAND sh -c
   ${_tp_bin})
 set_tests_properties(comm.launch_small_dev_shm PROPERTIES LABELS multirank TIMEOUT 60 SKIP_RETURN_CODE 77)
 # A rank that cannot open the segment (rank 2 of 3 runs in a mount namespace of its own, with an empty
-# /dev/shm): it votes no, every rank stays on TCP, and ranks 0 and 1 name rank 2.  Skipped (77) where user
-# and mount namespaces are not allowed.
+# /dev/shm): it votes no, every rank stays on TCP, and ranks 0 and 1 name rank 2.
 add_test(NAME comm.launch_rank_cannot_open_shm COMMAND sh -c
-  "unshare --mount --map-root-user sh -c 'mount -t tmpfs tmpfs /dev/shm' 2>/dev/null || \
-     { echo 'skipped: no private mount namespace (unshare --mount --map-root-user) here'; exit 77; }; \
+  "${_tp_need_mount_ns} \
    out=$(\"$0\" launch -n 3 -- sh -c 'if [ \"$TP_RANK\" = 2 ]; then exec unshare --mount --map-root-user sh -c \"mount -t tmpfs tmpfs /dev/shm && exec \\\"\\$0\\\" comm-selftest\" \"$0\"; else exec \"$0\" comm-selftest; fi' \"$0\" 2>&1) || \
      { printf '%s\\n' \"$out\"; exit 1; }; printf '%s\\n' \"$out\"; \
    n=$(printf '%s\\n' \"$out\" | grep -c 'comm-selftest: rank [0-2] of 3 ok (backend ring over tcp)'); [ \"$n\" -eq 3 ] && \
