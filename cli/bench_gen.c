@@ -1094,13 +1094,14 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
     const int n = o->n, reps = o->reps, world = R->world;
     printf("{\"bench\":\"gen\",\"model\":");
     print_json_str(tp_model_name(m));
-    printf(",\"type\":\"%s\",\"ranks\":%d,\"threads\":%d,\"isa\":\"%s\",\"attn_isa\":\"%s\","
+    printf(",\"type\":\"%s\",\"ranks\":%d,\"threads\":%d,\"isa\":\"%s\",\"prefetch\":\"%s\",\"attn_isa\":\"%s\","
            "\"pp_tokens\":%d,\"tg_tokens\":%d,\"reps\":%d,\"pp_tps\":%.2f,\"tg_tps\":%.2f,\"mem_bw_gbs\":%.2f,"
            "\"weight_bytes_per_token\":%llu,\"bw_fraction\":%.3f,\"tg_comm_frac\":%.3f,"
            "\"comm_dtype\":\"%s\",\"transport\":\"%s\",\"compute_ms_per_token\":%.3f,\"comm_ms_per_token\":%.3f,"
            "\"bytes_per_token\":%.0f,\"bw_method\":\"probe before each decode rep and after the last, "
            "%d MiB x %d passes, mean\",\"bw_fraction_min\":%.3f,\"bw_fraction_max\":%.3f",
-           tp_wtype_name(tp_model_weight_type(m)), world, tp_model_n_threads(m), tp_kern_isa(), tp_kern_attn_isa(), o->p, n, reps,
+           tp_wtype_name(tp_model_weight_type(m)), world, tp_model_n_threads(m), tp_kern_isa(),
+           tp_kern_prefetch_name(tp_kern_prefetch()), tp_kern_attn_isa(), o->p, n, reps,
            res->pp_tps, res->tg_tps, res->bw, (unsigned long long)res->bpt, res->frac, res->comm_frac,
            tp_wire_dtype_name(R->pcfg.wire_dtype), gen_transport(R), res->cpt_ms,
            res->mpt_ms, res->bpt_sent, o->bw_mib,
@@ -1192,10 +1193,11 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
     const tp_model_t *m = R->g.m;
     const int p = o->p, n = o->n, reps = o->reps, world = R->world;
     const double bpt = (double)res->bpt;
-    printf("model   %s (%s, %.1f MiB read per token%s), %d threads%s, %s kernels, %s attention, loaded in %.1f s\n",
+    printf("model   %s (%s, %.1f MiB read per token%s), %d threads%s, %s kernels (prefetch %s), %s attention, loaded in "
+           "%.1f s\n",
            tp_model_name(m), tp_wtype_name(tp_model_weight_type(m)), bpt / 1048576.0,
            world > 1 ? " by all ranks" : "", tp_model_n_threads(m), world > 1 ? " per rank" : "", tp_kern_isa(),
-           tp_kern_attn_isa(), R->t_load);
+           tp_kern_prefetch_name(tp_kern_prefetch()), tp_kern_attn_isa(), R->t_load);
     if (res->moe)
         printf("experts active bytes: attention, routers, output head and the experts the decoded tokens selected "
                "(measured); rank 0 holds %.1f MiB of which %.1f MiB experts\n",

@@ -50,7 +50,7 @@ static void bk_matmul(void *ctx, int ith, int nth)
 /* ------------------------------------------------------------------ parse */
 
 struct bk_opts {
-    const char *types, *isa, *batch;
+    const char *types, *isa, *prefetch, *batch;
     int rows, cols, tokens, threads, reps, mb, json;
     int blist[16], nbl;       /* --batch token counts */
     int max_tok;              /* the most activation rows any measurement uses */
@@ -74,7 +74,7 @@ static uint64_t bk_peak_bytes(const struct bk_opts *o)
     return wall + stream + n_x * ((uint64_t)o->cols * 2 * sizeof(float) + (uint64_t)o->rows * sizeof(float));
 }
 
-/* Parse argv into o (and force --isa).  Returns what tp_cli_parse does: 0 to go on, 1 after --help, 2 after
+/* Parse argv into o (and force --isa and --prefetch).  Returns what tp_cli_parse does: 0 to go on, 1 after --help, 2 after
  * printing a usage error. */
 static int bk_parse(int argc, char **argv, struct bk_opts *o)
 {
@@ -91,6 +91,8 @@ static int bk_parse(int argc, char **argv, struct bk_opts *o)
         {"reps", 0, TP_OPT_INT, &o->reps, "N", "repeats, best is reported (default 5)", 1, 1000},
         {"mb", 0, TP_OPT_INT, &o->mb, "MB", "bytes streamed per decode measurement (default 256)", 16, 65536},
         {"isa", 0, TP_OPT_STRING, &o->isa, "NAME", "kernel instruction set (default: best this CPU has)", 0, 0},
+        {"prefetch", 0, TP_OPT_STRING, &o->prefetch, "LEVEL",
+         "cache level the decode kernels prefetch into, l1 or l2 (default: this CPU's, or TP_KERN_PREFETCH)", 0, 0},
         {"batch", 0, TP_OPT_LIST, &o->batch, "LIST", "small-batch token counts, 2..64 (default 2,4,8,16; 0: none)",
          0, 0},
         {"json", 0, TP_OPT_FLAG, &o->json, NULL, "one JSON object per line instead of the table", 0, 0},
@@ -109,6 +111,10 @@ static int bk_parse(int argc, char **argv, struct bk_opts *o)
         fprintf(stderr, "tpserve bench kernels: --isa %s is not available on this CPU/build; have:", o->isa);
         for (int i = 0; i < tp_kern_isa_count(); i++) fprintf(stderr, " %s", tp_kern_isa_name(i));
         fprintf(stderr, "\n");
+        return 2;
+    }
+    if (o->prefetch && tp_kern_force_prefetch(o->prefetch) != TP_OK) {
+        fprintf(stderr, "tpserve bench kernels: --prefetch %s is not a level; use l1 or l2\n", o->prefetch);
         return 2;
     }
     char buf[256];
@@ -278,10 +284,11 @@ static void bk_report_type(const struct bk_opts *o, int th, double stream_gbs, c
 {
     const double best = res->dec_us / 1e6;
     if (o->json)
-        printf("{\"bench\":\"kernels\",\"isa\":\"%s\",\"threads\":%d,\"type\":\"%s\",\"rows\":%d,\"cols\":%d,"
-               "\"decode_gbs\":%.2f,\"stream_gbs\":%.2f,\"bw_fraction\":%.3f,\"decode_us\":%.1f,"
+        printf("{\"bench\":\"kernels\",\"isa\":\"%s\",\"prefetch\":\"%s\",\"threads\":%d,\"type\":\"%s\",\"rows\":%d,"
+               "\"cols\":%d,\"decode_gbs\":%.2f,\"stream_gbs\":%.2f,\"bw_fraction\":%.3f,\"decode_us\":%.1f,"
                "\"pp_tokens\":%d,\"pp_gops\":%.1f}\n",
-               tp_kern_isa(), th, res->tname, o->rows, o->cols, res->dec_gbs, stream_gbs, res->dec_gbs / stream_gbs,
+               tp_kern_isa(), tp_kern_prefetch_name(tp_kern_prefetch()), th, res->tname, o->rows, o->cols, res->dec_gbs,
+               stream_gbs, res->dec_gbs / stream_gbs,
                res->dec_us, o->tokens, res->pp_gops);
     else
         printf("%-7d %-7s %10.1f %12.2f %10.2f %12.1f %12.1f\n", th, res->tname, res->mat_bytes / 1e6, res->dec_gbs,
@@ -312,8 +319,8 @@ int tp_bench_kernels(int argc, char **argv)
     struct tp_error err = {0};
     enum tp_status st = bk_run_init(&R, &o, &err);
     if (st == TP_OK && !o.json) {
-        printf("kernels: ISA %s, matrix %d x %d, prefill %d tokens, best of %d\n", tp_kern_isa(), o.rows, o.cols,
-               o.tokens, o.reps);
+        printf("kernels: ISA %s, prefetch %s, matrix %d x %d, prefill %d tokens, best of %d\n", tp_kern_isa(),
+               tp_kern_prefetch_name(tp_kern_prefetch()), o.rows, o.cols, o.tokens, o.reps);
         printf("%-7s %-7s %10s %12s %10s %12s %12s\n", "threads", "type", "MB/matrix", "decode GB/s", "of stream",
                "decode us", "prefill GOP/s");
     }
@@ -341,6 +348,7 @@ int tp_bench_kernels(int argc, char **argv)
     }
     bk_run_free(&R);
     tp_kern_force_isa(NULL);
+    tp_kern_force_prefetch(NULL);
     if (st != TP_OK) return tp_cli_fail("bench kernels", "%s", err.msg);
     return 0;
 }

@@ -78,6 +78,8 @@ tp_expect_test(cli.bench_attn_mib_past_memory RC 2 REGEX "--mib 1073741824 needs
 tp_expect_test(cli.bench_kernels_past_memory RC 2
                REGEX "--rows 1048576 --cols 1048576 --mb 256 with 128 tokens needs [0-9]+ MiB, more than half of this machine's"
                LABELS unit COMMAND $<TARGET_FILE:tpserve> bench kernels --type f32 --rows 1048576 --cols 1048576)
+tp_expect_test(cli.bench_kernels_bad_prefetch RC 2 REGEX "--prefetch l3 is not a level; use l1 or l2"
+               LABELS unit COMMAND $<TARGET_FILE:tpserve> bench kernels --prefetch l3)
 tp_expect_test(cli.launch_shm_contradiction RC 2 REGEX "--shm and --no-shm contradict each other"
                LABELS unit COMMAND $<TARGET_FILE:tpserve> launch -n 2 --shm --no-shm -- true)
 tp_expect_test(cli.bench_gen_bw_past_memory RC 2 REGEX "--bw-mib 1048576 needs 1048576 MiB, more than half of this machine's"

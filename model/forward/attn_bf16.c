@@ -227,6 +227,7 @@ struct bf_tile {
      * and of V at pfv (pfl 0: none); the converted types' pfq lines from the ring cursor pf (NULL: none) */
     const char *pfk, *pfv;
     int pfl, pfq;
+    int pfl2; /* those requests into L2, not L1 (tp_kern_prefetch) */
     struct tp_attn_pf *pf;
 };
 
@@ -244,8 +245,13 @@ BF_INL void bf_group(const struct bf_tile *t, int r0, int NR)
     int pfi = 0;
     for (int p = 0; p < np; p++) {
         for (int c = 0; c < pfn && pfi < t->pfl; c++, pfi++) {
-            _mm_prefetch(t->pfk + 64 * (size_t)pfi, _MM_HINT_T0);
-            _mm_prefetch(t->pfv + 64 * (size_t)pfi, _MM_HINT_T0);
+            if (t->pfl2) {
+                _mm_prefetch(t->pfk + 64 * (size_t)pfi, _MM_HINT_T1);
+                _mm_prefetch(t->pfv + 64 * (size_t)pfi, _MM_HINT_T1);
+            } else {
+                _mm_prefetch(t->pfk + 64 * (size_t)pfi, _MM_HINT_T0);
+                _mm_prefetch(t->pfv + 64 * (size_t)pfi, _MM_HINT_T0);
+            }
         }
         if (t->pf) tp_attn_pf_step(t->pf, pcn);
         __m512bh k[4];
@@ -296,7 +302,8 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
     /* a bf16 cache is read in place, a whole tile at a time from the one holding kmin (the keys outside
      * [kmin, kmax) masked); the other types are converted from kmin on */
     const int tiled = g->type == TP_KV_BF16;
-    struct bf_tile t = {g, r, 0, 0, kmin, Qb, Kt, Vv, O, M, Lv, Cr, P, NULL, NULL, 0, 0, NULL};
+    struct bf_tile t = {g, r, 0, 0, kmin, Qb, Kt, Vv, O, M, Lv, Cr, P, NULL, NULL, 0, 0, 0, NULL};
+    t.pfl2 = tp_kern_prefetch() == TP_KERN_PF_L2;
     for (int j0 = tiled ? kmin - kmin % KB : kmin; j0 < kmax; j0 += KB) {
         t.j0 = j0;
         t.jn = TP_MIN(KB, kmax - j0);

@@ -17,6 +17,7 @@
 
 #include "common/common.h"
 #include "model/gguf.h"
+#include "model/kernels.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 
@@ -171,11 +172,13 @@ size_t tp_attn_scratch_floats(int hd, int rows);
 struct tp_attn_pf {
     const uint8_t *a[4], *e[4]; /* next line to request and end of each range */
     int i, n;                   /* current range, ranges */
+    int l2;                     /* request into L2, not L1 (tp_kern_prefetch) */
 };
 static inline void tp_attn_pf_init(struct tp_attn_pf *pf, const uint8_t *kc, const uint8_t *vc, int p0, int p1,
                                    int cap, size_t rb)
 {
     pf->i = pf->n = 0;
+    pf->l2 = tp_kern_prefetch() == TP_KERN_PF_L2;
     for (int c = 0; c < 2; c++)
         for (int p = p0; p < p1 && pf->n < 4;) {
             const int r0 = p % cap, n = p1 - p < cap - r0 ? p1 - p : cap - r0;
@@ -200,7 +203,10 @@ static inline void tp_attn_pf_step(struct tp_attn_pf *pf, int k)
             pf->i++;
             continue;
         }
-        __builtin_prefetch(pf->a[pf->i], 0, 3);
+        if (pf->l2)
+            __builtin_prefetch(pf->a[pf->i], 0, 2);
+        else
+            __builtin_prefetch(pf->a[pf->i], 0, 3);
         pf->a[pf->i] += 64;
         k--;
     }

@@ -3,7 +3,8 @@
  * preparation, reference quantize/dequantize, and the run-time choice of
  * instruction set (once, via pthread_once; TP_KERN_ISA=scalar|avx2|avx2-vnni|
  * avx512-vnni|neon|neon-dotprod|neon-i8mm in the environment pins one the CPU has, for
- * benchmarks).  F32 weights with many tokens go to BLAS (single-threaded:
+ * benchmarks) and of the cache level the decode kernels prefetch into (TP_KERN_PREFETCH=l1|l2
+ * pins it).  F32 weights with many tokens go to BLAS (single-threaded:
  * the caller already splits rows over its own threads), except on AVX-512,
  * where our own tile is used (f32_beats_blas).
  */
@@ -49,6 +50,8 @@ static const struct tp_kern_ops *g_best;
 static _Atomic(const struct tp_kern_ops *) g_cur;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 #define g_scalar g_isas[0]
+static enum tp_kern_prefetch g_pf_best;   /* this CPU's prefetch level (cpu_prefetch), or TP_KERN_PREFETCH's */
+static _Atomic int g_pf_cur;              /* the level in use (tp_kern_force_prefetch) */
 
 /* Append an ISA table: scalar entries overlaid with what the ISA implements; the MLX and
  * row-major MXFP4 kernels are those of the ISA named base (an ISA that adds instructions to
@@ -84,6 +87,21 @@ static int cpu_has_avxvnni(void)
 {
     unsigned a, b, c, d;
     return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1u);
+}
+
+/* The level the decode kernels prefetch into on this CPU (kernels.h says what it covers).  AMD family 19h
+ * (Zen 3 and Zen 4): into L2.  On a Zen 4 VM an L1 prefetch (_MM_HINT_T0) of data that comes from memory
+ * held the reads back: one thread's Q4_0 decode read 0.57 of a streaming read with it, 0.87 with
+ * _MM_HINT_T1, and the K-quants' 8-token pass was 1.9-2.4x faster (docs/performance.md).  Zen 3 fills L1
+ * on either hint, so it loses nothing.  Elsewhere into L1: on a Zen 5 VM that was the faster one (Q4_K
+ * one thread, 0.89-0.95 against 0.68-0.80 of a streaming read); no other CPU has been measured. */
+static enum tp_kern_prefetch cpu_prefetch(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u) return TP_KERN_PF_L1; /* "Auth"enticAMD */
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return TP_KERN_PF_L1;
+    const unsigned fam = (a >> 8 & 0xFu) + ((a >> 8 & 0xFu) == 0xFu ? (a >> 20 & 0xFFu) : 0u);
+    return fam == 0x19 ? TP_KERN_PF_L2 : TP_KERN_PF_L1;
 }
 
 static void avx2vnni_ops(struct tp_kern_ops *ops)
@@ -143,6 +161,20 @@ static void choose_isa(void)
                    g_best->name);
     }
     atomic_store(&g_cur, g_best);
+#if defined(__x86_64__) || defined(_M_X64)
+    g_pf_best = cpu_prefetch();
+#else
+    g_pf_best = TP_KERN_PF_L1;
+#endif
+    const char *pf = getenv("TP_KERN_PREFETCH"); /* benchmarks and CPUs not measured: pin the level */
+    if (pf && *pf) {
+        if (strcmp(pf, "l1") == 0 || strcmp(pf, "l2") == 0)
+            g_pf_best = pf[1] == '1' ? TP_KERN_PF_L1 : TP_KERN_PF_L2;
+        else
+            tp_log(TP_LOG_WARN, "kernels", "TP_KERN_PREFETCH=%s is not l1 or l2; using %s", pf,
+                   tp_kern_prefetch_name(g_pf_best));
+    }
+    atomic_store(&g_pf_cur, (int)g_pf_best);
 #if defined(TP_BLAS_OPENBLAS)
     openblas_set_num_threads(1); /* rows are already split over our own pool */
 #endif
@@ -194,6 +226,26 @@ enum tp_status tp_kern_force_isa(const char *name)
         }
     }
     return TP_ERR_UNSUPPORTED;
+}
+
+enum tp_kern_prefetch tp_kern_prefetch(void)
+{
+    pthread_once(&g_once, choose_isa);
+    return (enum tp_kern_prefetch)atomic_load_explicit(&g_pf_cur, memory_order_relaxed);
+}
+
+const char *tp_kern_prefetch_name(enum tp_kern_prefetch p) { return p == TP_KERN_PF_L2 ? "l2" : "l1"; }
+
+enum tp_status tp_kern_force_prefetch(const char *name)
+{
+    pthread_once(&g_once, choose_isa);
+    if (!name || !*name) {
+        atomic_store(&g_pf_cur, (int)g_pf_best);
+        return TP_OK;
+    }
+    if (strcmp(name, "l1") != 0 && strcmp(name, "l2") != 0) return TP_ERR_INVALID_ARG;
+    atomic_store(&g_pf_cur, name[1] == '1' ? (int)TP_KERN_PF_L1 : (int)TP_KERN_PF_L2);
+    return TP_OK;
 }
 
 size_t tp_kern_row_bytes(enum tp_wtype t, int64_t n)

@@ -80,6 +80,15 @@ XFN __m512i kx_dpb(__m512i acc, __m512i w, const int8_t *base, const int off)
 
 XFN __m512i kx_ld(const char *p) { return _mm512_loadu_si512(p); }
 
+/* The gbs bytes at p requested into L1, or into L2 where l2 (tp_kern_prefetch in kernels.h says which). */
+XFN void kx_prefetch(const char *p, const size_t gbs, const int l2)
+{
+    if (l2)
+        for (size_t o = 0; o < gbs; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+    else
+        for (size_t o = 0; o < gbs; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 /* Bytes of one 16-row super-block. */
 XFN size_t kx_gbs(const int type)
 {
@@ -330,14 +339,14 @@ XFN __mmask16 kx_keep(int64_t g0, int64_t r0, int64_t r1)
 
 /* One group (at gp) x Tk tokens over every super-block; outputs of tokens < T stored. */
 XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, const char *x, const size_t *xo, int T,
-                  float *y, int64_t ys, int64_t g0, __mmask16 keep)
+                  float *y, int64_t ys, int64_t g0, __mmask16 keep, const int l2)
 {
     _Alignas(64) float acc[KX_BT * 16]; /* token t's 16 outputs at 16 t */
     for (int t = 0; t < Tk; t++) _mm512_store_ps(acc + 16 * t, _mm512_setzero_ps());
     const size_t gbs = kx_gbs(type);
     for (int64_t i = 0; i < nb; i++) {
         const char *p = gp + (size_t)i * gbs;
-        for (size_t o = 0; o < gbs; o += 64) _mm_prefetch(p + KX_PF + o, _MM_HINT_T0);
+        kx_prefetch(p + KX_PF, gbs, l2);
         if (type == KX_Q6K)
             kx_sb_q6(Tk, p, x, xo, nb, i, acc);
         else
@@ -346,13 +355,15 @@ XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, cons
     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (int64_t)t * ys + g0, keep, _mm512_load_ps(acc + 16 * t));
 }
 
-/* Groups a decode pass reads side by side (that many weight streams), and each group's next
- * super-block prefetched into L1 while the current one is computed.  A K-quant super-block is
- * 2-3 KiB of work between loads; without the prefetch the hardware prefetcher alone kept too few
- * misses in flight across it (docs/performance.md: the decode from memory went from ~0.5 to ~0.9
- * of a streaming read, one thread). */
+/* Groups a decode pass reads side by side (that many weight streams), and each group's super-block
+ * KX_DPF ahead prefetched while the current one is computed: one ahead into L1, two into L2 (the
+ * prefetch level: tp_kern_prefetch).  A K-quant super-block is 2-3 KiB of work between loads; without
+ * the prefetch the hardware prefetcher alone kept too few misses in flight across it
+ * (docs/performance.md: on a Zen 5 VM the decode from memory went from ~0.5 to ~0.9 of a streaming
+ * read, one thread; on a Zen 4 VM Q4_K read 0.63-0.69 of it prefetched two ahead into L2, 0.55-0.59
+ * one ahead into L2 and 0.45-0.47 one ahead into L1). */
 #define KX_STREAMS 4
-#define KX_DPF 1 /* super-blocks ahead */
+#define KX_DPF(l2) ((l2) ? 2 : 1) /* super-blocks ahead */
 
 /* Decode (one token) of a Q4_K / Q5_K super-block p against activation block a (pair sums pr): the
  * 16 rows' dot before the token's d.  Each sub-block's dot is split over two accumulators (even and
@@ -460,8 +471,9 @@ XFN __m512 kx_dec_q6(const char *p, const tp_blk_q8_k *a, const int16_t *pr)
 
 /* One token, S groups at once from g0: each group's 16 sums in a register. */
 XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t g0,
-                          int64_t r0, int64_t r1, const int S)
+                          int64_t r0, int64_t r1, const int S, const int l2)
 {
+    const int64_t ahead = KX_DPF(l2);
     __m512 acc[KX_STREAMS];
     const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
     const size_t gbs = kx_gbs(type);
@@ -472,8 +484,7 @@ XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb,
         KX_OPAQUE(a);
         for (int k = 0; k < S; k++) {
             const char *p = gp + (size_t)k * 16 * wrb + (size_t)i * gbs;
-            if (i + KX_DPF < nb)
-                for (size_t o = 0; o < gbs; o += 64) _mm_prefetch(p + KX_DPF * gbs + o, _MM_HINT_T0);
+            if (i + ahead < nb) kx_prefetch(p + ahead * gbs, gbs, l2);
             const __m512 v = type == KX_Q6K ? kx_dec_q6(p, a, pr) : kx_dec_q45(type, p, a, pr);
             acc[k] = _mm512_fmadd_ps(v, _mm512_set1_ps(a->d), acc[k]);
         }
@@ -483,29 +494,29 @@ XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb,
 
 /* One token: rows [r0, r1), KX_STREAMS groups at a time, the rest together. */
 XFN void kx_decode(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t r0,
-                   int64_t r1)
+                   int64_t r1, const int l2)
 {
     int64_t g0 = r0 / 16 * 16;
     for (; g0 + 16 * (KX_STREAMS - 1) < r1; g0 += 16 * KX_STREAMS)
-        kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, KX_STREAMS);
+        kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, KX_STREAMS, l2);
     switch ((r1 - g0 + 15) / 16) {
 #if KX_STREAMS > 3
-    case 3: kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, 3); break;
+    case 3: kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, 3, l2); break;
 #endif
 #if KX_STREAMS > 2
-    case 2: kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, 2); break;
+    case 2: kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, 2, l2); break;
 #endif
-    case 1: kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, 1); break;
+    case 1: kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, 1, l2); break;
     default: break;
     }
 }
 
-XFN void kx_matmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
-                   float *y, int64_t ys, int64_t r0, int64_t r1)
+XFN void kx_matmul_at(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
+                      float *y, int64_t ys, int64_t r0, int64_t r1, const int l2)
 {
     const int64_t nb = n / TP_QK_K;
     if (n_tok == 1) {
-        kx_decode(type, (const char *)w, wrb, nb, (const char *)xq, y, r0, r1);
+        kx_decode(type, (const char *)w, wrb, nb, (const char *)xq, y, r0, r1, l2);
         return;
     }
     for (int64_t c0 = r0 / 16 * 16; c0 < r1; c0 += KX_BROWS) {
@@ -522,21 +533,31 @@ XFN void kx_matmul(const int type, const void *w, size_t wrb, int64_t n, const v
                 float *yt = y + (int64_t)t0 * ys;
                 switch (Tk) {
 #if !KX_FEW_T
-                case 1: kx_group(type, 1, gp, nb, x, xo, T, yt, ys, g0, keep); break;
-                case 2: kx_group(type, 2, gp, nb, x, xo, T, yt, ys, g0, keep); break;
-                case 3: kx_group(type, 3, gp, nb, x, xo, T, yt, ys, g0, keep); break;
-                case 4: kx_group(type, 4, gp, nb, x, xo, T, yt, ys, g0, keep); break;
-                case 5: kx_group(type, 5, gp, nb, x, xo, T, yt, ys, g0, keep); break;
-                case 6: kx_group(type, 6, gp, nb, x, xo, T, yt, ys, g0, keep); break;
-                case 7: kx_group(type, 7, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                case 1: kx_group(type, 1, gp, nb, x, xo, T, yt, ys, g0, keep, l2); break;
+                case 2: kx_group(type, 2, gp, nb, x, xo, T, yt, ys, g0, keep, l2); break;
+                case 3: kx_group(type, 3, gp, nb, x, xo, T, yt, ys, g0, keep, l2); break;
+                case 4: kx_group(type, 4, gp, nb, x, xo, T, yt, ys, g0, keep, l2); break;
+                case 5: kx_group(type, 5, gp, nb, x, xo, T, yt, ys, g0, keep, l2); break;
+                case 6: kx_group(type, 6, gp, nb, x, xo, T, yt, ys, g0, keep, l2); break;
+                case 7: kx_group(type, 7, gp, nb, x, xo, T, yt, ys, g0, keep, l2); break;
 #endif
-                default: kx_group(type, KX_BT, gp, nb, x, xo, T, yt, ys, g0, keep); break;
+                default: kx_group(type, KX_BT, gp, nb, x, xo, T, yt, ys, g0, keep, l2); break;
                 }
             }
         }
     }
 }
-_Static_assert(KX_BT == 8, "kx_matmul's switch assumes 8 tokens per pass");
+_Static_assert(KX_BT == 8, "kx_matmul_at's switch assumes 8 tokens per pass");
+
+/* The prefetch level (tp_kern_prefetch) a constant in each copy. */
+XFN void kx_matmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
+                   float *y, int64_t ys, int64_t r0, int64_t r1)
+{
+    if (tp_kern_prefetch() == TP_KERN_PF_L2)
+        kx_matmul_at(type, w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, 1);
+    else
+        kx_matmul_at(type, w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, 0);
+}
 
 #define KX_ENTRY(name, type)                                                                                    \
     XOUT void name(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,       \

@@ -110,9 +110,18 @@ XFN __m512 x16_slices(const char *p, __m512i W[8], const int q8)
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-XFN void x16_prefetch(const char *p, const int q8)
+/* The line at p requested into L1, or into L2 where l2 (tp_kern_prefetch in kernels.h says which). */
+XFN void x16_pf(const char *p, const int l2)
 {
-    for (int o = 0; o < X16_BS(q8); o += 64) _mm_prefetch(p + X16_PF + o, _MM_HINT_T0);
+    if (l2)
+        _mm_prefetch(p, _MM_HINT_T1);
+    else
+        _mm_prefetch(p, _MM_HINT_T0);
+}
+
+XFN void x16_prefetch(const char *p, const int q8, const int l2)
+{
+    for (int o = 0; o < X16_BS(q8); o += 64) x16_pf(p + X16_PF + o, l2);
 }
 
 /* Lanes [lo, hi) of a group's 16 outputs. */
@@ -154,14 +163,14 @@ XFN __m512 x16_blk(const char *p, const int8_t *qs, const float *ad, const int32
  * many streams to run ahead on, and a short software prefetch (X16_DPF) covers the
  * distance the prefetcher leaves.  Measured in docs/design-measurements.md. */
 #define X16_STREAMS 4
-/* Bytes ahead of each stream that a decode pass prefetches into L1, two blocks at a time: with the
+/* Bytes ahead of each stream that a decode pass prefetches, two blocks at a time: with the
  * x16 Q4_0 kernel's arithmetic between loads, the hardware prefetcher alone left part of the
  * bandwidth unused (docs/performance.md; Q8_0, with less arithmetic per byte, is unchanged by it). */
 #define X16_DPF 1152
 
 /* One token, S groups at once from g0 (S weight streams in flight). */
 XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *qs, const float *ad, const int32_t *as,
-                           float *y, int64_t g0, int64_t r0, int64_t r1, const int S, const int q8)
+                           float *y, int64_t g0, int64_t r0, int64_t r1, const int S, const int q8, const int l2)
 {
     const size_t bs = X16_BS(q8);
     const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
@@ -172,7 +181,7 @@ XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *
         if (b + 2 + X16_DPF / bs < (size_t)nb)
             for (int k = 0; k < S; k++)
                 for (size_t o = 0; o < 2 * bs; o += 64)
-                    _mm_prefetch(gp + (size_t)k * 16 * wrb + (size_t)b * bs + X16_DPF + o, _MM_HINT_T0);
+                    x16_pf(gp + (size_t)k * 16 * wrb + (size_t)b * bs + X16_DPF + o, l2);
         for (int h = 0; h < 2; h++)
             for (int k = 0; k < S; k++)
                 acc[k][h] = x16_blk(gp + (size_t)k * 16 * wrb + (size_t)(b + h) * bs, qs, ad, as, b + h, acc[k][h], q8);
@@ -185,7 +194,8 @@ XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *
 }
 
 /* One token: groups covering rows [r0, r1), activation row xq read in place. */
-XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0, int64_t r1, const int q8)
+XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0, int64_t r1, const int q8,
+                    const int l2)
 {
     const int64_t nb = n / TP_QK;
     const int8_t *qs = TP_A8_QS(xq);
@@ -193,15 +203,15 @@ XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float 
     const int32_t *as = TP_A8_S(xq, n);
     int64_t g0 = r0 / 16 * 16;
     for (; g0 + 16 * (X16_STREAMS - 1) < r1; g0 += 16 * X16_STREAMS)
-        x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, X16_STREAMS, q8);
+        x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, X16_STREAMS, q8, l2);
     switch ((r1 - g0 + 15) / 16) {
 #if X16_STREAMS > 3
-    case 3: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 3, q8); break;
+    case 3: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 3, q8, l2); break;
 #endif
 #if X16_STREAMS > 2
-    case 2: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 2, q8); break;
+    case 2: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 2, q8, l2); break;
 #endif
-    case 1: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 1, q8); break;
+    case 1: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 1, q8, l2); break;
     default: break;
     }
 }
@@ -216,13 +226,13 @@ XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float 
         acc##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##t), _mm512_mul_ps(dw, x16_bcf(p + TP_A8PACK_D + 4 * (t))), acc##t);
 
 /* One pass: the group at gp (at the slab's first block) x T packed tokens over nbs blocks. */
-XFN void x16_pass(const char *gp, const char *pk, int nbs, const int T, __m512 acc[X16_BT], const int q8)
+XFN void x16_pass(const char *gp, const char *pk, int nbs, const int T, __m512 acc[X16_BT], const int q8, const int l2)
 {
     __m512 acc0 = acc[0], acc1 = acc[1], acc2 = acc[2], acc3 = acc[3], acc4 = acc[4], acc5 = acc[5], acc6 = acc[6],
            acc7 = acc[7];
     for (int b = 0; b < nbs; b++) {
         const char *wp = gp + (size_t)b * X16_BS(q8);
-        x16_prefetch(wp, q8);
+        x16_prefetch(wp, q8, l2);
         __m512i W[8];
         const __m512 dw = x16_slices(wp, W, q8);
         const char *p = pk + (size_t)b * X16_PK;
@@ -247,7 +257,7 @@ XFN void x16_pass(const char *gp, const char *pk, int nbs, const int T, __m512 a
 #endif
 
 XFN void x16_batch(const char *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y, int64_t ys,
-                   int64_t r0, int64_t r1, const int q8)
+                   int64_t r0, int64_t r1, const int q8, const int l2)
 {
     const int64_t nb = n / TP_QK;
     _Alignas(64) char pk[X16_SLAB_MAX * X16_PK]; /* 80 KiB */
@@ -273,15 +283,15 @@ XFN void x16_batch(const char *w, size_t wrb, int64_t n, const void *xq, size_t 
                     const char *gp = w + (size_t)(g0 / 16) * 16 * wrb + (size_t)b0 * X16_BS(q8);
                     switch (Tk) {
 #if !X16_FEW_T
-                    case 1: x16_pass(gp, pk, nbs, 1, acc, q8); break;
-                    case 2: x16_pass(gp, pk, nbs, 2, acc, q8); break;
-                    case 3: x16_pass(gp, pk, nbs, 3, acc, q8); break;
-                    case 4: x16_pass(gp, pk, nbs, 4, acc, q8); break;
-                    case 5: x16_pass(gp, pk, nbs, 5, acc, q8); break;
-                    case 6: x16_pass(gp, pk, nbs, 6, acc, q8); break;
-                    case 7: x16_pass(gp, pk, nbs, 7, acc, q8); break;
+                    case 1: x16_pass(gp, pk, nbs, 1, acc, q8, l2); break;
+                    case 2: x16_pass(gp, pk, nbs, 2, acc, q8, l2); break;
+                    case 3: x16_pass(gp, pk, nbs, 3, acc, q8, l2); break;
+                    case 4: x16_pass(gp, pk, nbs, 4, acc, q8, l2); break;
+                    case 5: x16_pass(gp, pk, nbs, 5, acc, q8, l2); break;
+                    case 6: x16_pass(gp, pk, nbs, 6, acc, q8, l2); break;
+                    case 7: x16_pass(gp, pk, nbs, 7, acc, q8, l2); break;
 #endif
-                    default: x16_pass(gp, pk, nbs, X16_BT, acc, q8); break;
+                    default: x16_pass(gp, pk, nbs, X16_BT, acc, q8, l2); break;
                     }
                     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (int64_t)(t0 + t) * ys + g0, keep, acc[t]);
                 }
@@ -296,10 +306,15 @@ _Static_assert(X16_BT == 8 && X16_BT == TP_A8PACK_BT, "x16_batch's switch assume
     XOUT void name(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,       \
                    int64_t ys, int64_t r0, int64_t r1)                                                          \
     {                                                                                                           \
-        if (n_tok == 1)                                                                                         \
-            x16_decode(w, wrb, n, xq, y, r0, r1, q8);                                                           \
+        const int l2 = tp_kern_prefetch() == TP_KERN_PF_L2; /* a constant in each copy below */               \
+        if (n_tok == 1 && l2)                                                                                   \
+            x16_decode(w, wrb, n, xq, y, r0, r1, q8, 1);                                                        \
+        else if (n_tok == 1)                                                                                    \
+            x16_decode(w, wrb, n, xq, y, r0, r1, q8, 0);                                                        \
+        else if (l2)                                                                                            \
+            x16_batch(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, q8, 1);                                         \
         else                                                                                                    \
-            x16_batch(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, q8);                                            \
+            x16_batch(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, q8, 0);                                         \
     }
 X16_ENTRY(x16_matmul_q4_0, 0)
 X16_ENTRY(x16_matmul_q8_0, 1)

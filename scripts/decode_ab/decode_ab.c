@@ -9,6 +9,7 @@
  * (AVX2, as common/membw.c) and 64-byte loads; the threads split the rows statically (16-row
  * groups for x16).  Reports per variant the best, 25th-percentile and median GB/s and the best
  * as a fraction of the best probe.  On a shared machine compare only figures of one invocation.
+ * PF=l1,l2 in run.sh's environment adds the tree at each of those prefetch levels (kernels.h).
  * Usage: decode_ab TYPE[x16] THREADS REPS MB [rows cols]   (NTOK=k in the environment: k tokens)
  */
 #include <immintrin.h>
@@ -21,7 +22,7 @@
 #include "model/model.h"
 #include "kernels/kernels_impl.h"
 
-struct variant { const char *name; void (*fill)(struct tp_kern_ops *); };
+struct variant { const char *name; void (*fill)(struct tp_kern_ops *); const char *pf; }; /* pf: prefetch level, NULL default */
 #include "variants.h" /* static const struct variant VARS[]; NV */
 
 struct job {
@@ -116,6 +117,7 @@ int main(int argc, char **argv)
                 struct tp_kern_ops ops; memset(&ops, 0, sizeof ops); VARS[v].fill(&ops);
                 j.fn = x16 ? (t == TP_WTYPE_Q4_0 ? ops.matmul_q4_0_x16 : t == TP_WTYPE_Q8_0 ? ops.matmul_q8_0_x16 : t == TP_WTYPE_MXFP4 ? ops.matmul_mxfp4_x16 : ops.matmul_kq_x16[t == TP_WTYPE_Q4_K ? 0 : t == TP_WTYPE_Q5_K ? 1 : 2]) : ops.matmul[t];
                 if (!j.fn) { fprintf(stderr, "variant %s lacks type\n", VARS[v].name); return 1; }
+                if (tp_kern_force_prefetch(VARS[v].pf) != TP_OK) { fprintf(stderr, "bad prefetch level %s\n", VARS[v].pf); return 1; }
             } else { j.fn = NULL; j.probe512 = v == NV + 1; }
             double t0 = tp_now_s();
             tp_pool_run(pool, work, &j);

@@ -5,6 +5,7 @@
 # Usage: scripts/decode_ab/run.sh REV BUILD_DIR ISA TYPE THREADS [reps MB rows cols]
 #   ISA: avx512 (kernels_avx512.c + the x16 and K-quant x16 files) or avx2 (kernels_avx2.c + the x16 template)
 #   e.g. scripts/decode_ab/run.sh main /tmp/build avx512 q4_0x16 1 15 256
+#   PF=l1,l2 in the environment adds the tree at each prefetch level (NTOK=k: k tokens per matmul)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rev=${1:?usage: run.sh REV BUILD_DIR ISA TYPE THREADS [reps MB rows cols]}
@@ -25,6 +26,8 @@ ren=(-Dtp_kern_avx512_ops=ab_old_avx512_ops -Dtp_kern_x16_avx512_ops=ab_old_x16_
 if [ "$isa" = avx512 ]; then files=(kernels_avx512.c kernels_x16_avx512.c kernels_kx16_avx512.c); fill=avx512
 elif [ "$isa" = avx2 ]; then files=(kernels_avx2.c kernels_x16_avx2.c); fill=avx2
 else echo "run.sh: ISA is avx512 or avx2"; exit 2; fi
+pfv=""; npf=0 # PF=l1,l2: the tree again at each prefetch level (model/kernels.h, tp_kern_force_prefetch)
+for l in ${PF//,/ }; do pfv+=", {\"tree pf=$l\", tp_kern_${fill}_ops, \"$l\"}"; npf=$((npf + 1)); done
 objs=()
 for f in "${files[@]}"; do
   cc "${fl[@]}" "${ren[@]}" -c "$out/old/kernels/$f" -o "$out/old_$f.o"
@@ -33,8 +36,8 @@ done
 cat > "$out/variants.h" <<EOV
 void ab_old_${fill}_ops(struct tp_kern_ops *ops);
 void tp_kern_${fill}_ops(struct tp_kern_ops *ops);
-static const struct variant VARS[] = {{"$rev", ab_old_${fill}_ops}, {"tree", tp_kern_${fill}_ops}};
-enum { NV = 2 };
+static const struct variant VARS[] = {{"$rev", ab_old_${fill}_ops, NULL}, {"tree", tp_kern_${fill}_ops, NULL}$pfv};
+enum { NV = $((2 + npf)) };
 EOV
 cc "${fl[@]}" -Imodel/kernels -I"$out" -c scripts/decode_ab/decode_ab.c -o "$out/ab.o"
 tree=$(find "$build/model/CMakeFiles/tp_model_obj.dir" "$build/common/CMakeFiles/tp_common_obj.dir" -name '*.o')

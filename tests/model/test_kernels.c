@@ -139,7 +139,38 @@ static void test_isa_choice(void)
     CU_ASSERT_STRING_EQUAL(tp_kern_isa(), "scalar");
     tp_kern_force_scalar(0);
     CU_ASSERT_EQUAL(tp_kern_force_isa(NULL), TP_OK);
-    printf("\n  kernels: ISA %s (%d available)\n", tp_kern_isa(), tp_kern_isa_count());
+    printf("\n  kernels: ISA %s (%d available), prefetch %s\n", tp_kern_isa(), tp_kern_isa_count(),
+           tp_kern_prefetch_name(tp_kern_prefetch()));
+}
+
+/* The prefetch level: L2 on AMD family 19h, L1 elsewhere, unless TP_KERN_PREFETCH pins it; forced and restored. */
+static void test_prefetch_choice(void)
+{
+    enum tp_kern_prefetch want = TP_KERN_PF_L1;
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u && __get_cpuid(1, &a, &b, &c, &d)) { /* "Auth"enticAMD */
+        const unsigned base = a >> 8 & 0xFu, fam = base + (base == 0xFu ? (a >> 20 & 0xFFu) : 0u);
+        if (fam == 0x19) want = TP_KERN_PF_L2;
+    }
+#endif
+    const char *env = getenv("TP_KERN_PREFETCH");
+    if (env && (strcmp(env, "l1") == 0 || strcmp(env, "l2") == 0)) want = env[1] == '1' ? TP_KERN_PF_L1 : TP_KERN_PF_L2;
+    CU_ASSERT_EQUAL(tp_kern_prefetch(), want);
+    CU_ASSERT_STRING_EQUAL(tp_kern_prefetch_name(TP_KERN_PF_L1), "l1");
+    CU_ASSERT_STRING_EQUAL(tp_kern_prefetch_name(TP_KERN_PF_L2), "l2");
+    CU_ASSERT_EQUAL(tp_kern_force_prefetch("l2"), TP_OK);
+    CU_ASSERT_EQUAL(tp_kern_prefetch(), TP_KERN_PF_L2);
+    CU_ASSERT_EQUAL(tp_kern_force_prefetch("L1"), TP_ERR_INVALID_ARG); /* the names are lower case */
+    CU_ASSERT_EQUAL(tp_kern_force_prefetch("l3"), TP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(tp_kern_prefetch(), TP_KERN_PF_L2); /* a refused name changes nothing */
+    CU_ASSERT_EQUAL(tp_kern_force_prefetch("l1"), TP_OK);
+    CU_ASSERT_EQUAL(tp_kern_prefetch(), TP_KERN_PF_L1);
+    CU_ASSERT_EQUAL(tp_kern_force_prefetch(""), TP_OK);
+    CU_ASSERT_EQUAL(tp_kern_prefetch(), want);
+    CU_ASSERT_EQUAL(tp_kern_force_prefetch("l2"), TP_OK);
+    CU_ASSERT_EQUAL(tp_kern_force_prefetch(NULL), TP_OK);
+    CU_ASSERT_EQUAL(tp_kern_prefetch(), want);
 }
 
 /* ------------------------------------------------------------------ exact dequantization */
@@ -510,10 +541,19 @@ static void check_x16(struct mm_data *d, const double *sref, float *got, int64_t
         same &= memcmp(row, d->w + r * d->wrb, d->wrb) == 0;
     }
     CU_ASSERT(same);
+    float *got_l1 = malloc((size_t)n_out * sizeof(float));
+    CU_ASSERT_FATAL(got_l1 != NULL);
     for (int i = 0; i < tp_kern_isa_count(); i++) {
         CU_ASSERT_EQUAL_FATAL(tp_kern_force_isa(tp_kern_isa_name(i)), TP_OK);
+        /* each prefetch level runs its own copy of the decode and batch passes: the same results, bit for bit */
+        CU_ASSERT_EQUAL_FATAL(tp_kern_force_prefetch("l1"), TP_OK);
+        CU_ASSERT_EQUAL(mm_run_on(d, w16), 0);
+        mm_take(d, got_l1);
+        CU_ASSERT_EQUAL_FATAL(tp_kern_force_prefetch("l2"), TP_OK);
         CU_ASSERT_EQUAL(mm_run_on(d, w16), 0);
         mm_take(d, got);
+        CU_ASSERT(memcmp(got, got_l1, (size_t)n_out * sizeof(float)) == 0);
+        tp_kern_force_prefetch(NULL);
         const double e = nmse(got, sref, n_out);
         if (e > worst[TP_ARRAY_LEN(kTypes) + (size_t)i]) worst[TP_ARRAY_LEN(kTypes) + (size_t)i] = e;
         if (e > 1e-11)
@@ -522,6 +562,7 @@ static void check_x16(struct mm_data *d, const double *sref, float *got, int64_t
         CU_ASSERT(e <= 1e-11);
     }
     tp_kern_force_isa(NULL);
+    free(got_l1);
     free(w16);
     free(row);
 }
@@ -799,6 +840,7 @@ static void test_matmul_vs_float(void)
 static const struct tp_test_case kernel_cases[] = {
     {"wtype_table", test_wtype_table},
     {"isa_choice", test_isa_choice},
+    {"prefetch_choice", test_prefetch_choice},
     {"dequant_known_blocks", test_dequant_known_blocks},
     {"quant_roundtrip", test_quant_roundtrip},
     {"act_quant_identical", test_act_quant_identical},
