@@ -126,8 +126,8 @@ const char *tp_kern_attn_isa(void);
  * path choice is process-wide). */
 enum tp_status tp_kern_attn_time(const char *path, enum tp_kv_type kv, int hd, int nt, int ng, int n_keys, int reps,
                                  int stream_mib, double *cpu_s, double *wall_s, double *flop);
-/* Where the decode paths request the data they read next from memory (the x16 matmuls' weights and the
- * AVX-512 batch passes on x86, the AVX512_BF16 attention's K and V rows): TP_KERN_PF_L1 (_MM_HINT_T0)
+/* Where the decode paths request the data they read next from memory (the AVX-512 x16 matmuls' weights, in
+ * their decode and batch passes, and the attention's next K and V rows): TP_KERN_PF_L1 (_MM_HINT_T0)
  * or TP_KERN_PF_L2 (_MM_HINT_T1: into L2, leaving L1's miss buffers to the loads).  Chosen once per
  * process with the ISA: L2 on AMD family 19h (Zen 3 / Zen 4), L1 elsewhere (kernels.c says what was
  * measured); TP_KERN_PREFETCH=l1|l2 in the environment pins one.  Results are the same either way. */
