@@ -206,13 +206,14 @@ AMX_FN void tp_attn_amx_tile(const struct tp_attn_geom *g, const struct tp_attn_
      * the first row group's score products are issued), so their stores have drained by the time its tile
      * loads read them, and tile t + 2's rows are requested from memory over tile t's softmax. */
     if (kmin < kmax) amx_convert(g, kc, vc, kmin, TP_MIN(KB, kmax - kmin), st, Kt2, Vv2);
+    const int pfl2 = tp_kern_prefetch() == TP_KERN_PF_L2;
     for (int j0 = kmin, t = 0; j0 < kmax; j0 += KB, t++) {
         const int jn = TP_MIN(KB, kmax - j0), nkg = (jn + 15) / 16, nkc = (jn + 31) / 32;
         uint16_t *Kt = Kt2 + (size_t)(t & 1) * KB * hd, *Vv = Vv2 + (size_t)(t & 1) * KB * hd;
         uint16_t *Kn = Kt2 + (size_t)(~t & 1) * KB * hd, *Vn = Vv2 + (size_t)(~t & 1) * KB * hd;
         const int jn_next = TP_MIN(KB, kmax - j0 - KB); /* <= 0: this is the last tile */
         struct tp_attn_pf pf;
-        tp_attn_pf_init(&pf, kc, vc, j0 + 2 * KB, TP_MIN(j0 + 3 * KB, kmax), g->cap, g->row_bytes);
+        tp_attn_pf_init(&pf, kc, vc, j0 + 2 * KB, TP_MIN(j0 + 3 * KB, kmax), g->cap, g->row_bytes, pfl2);
         const int pfq = (int)((tp_attn_pf_lines(&pf) + 2 * (size_t)R - 1) / (2 * (size_t)R)); /* per row, twice */
         AMX_BARRIER();
         /* S^T mode: per row group, C tiles 0-3 = the 4 key groups x 16 rows, Q^T chunk in 4, K rows in 5 and

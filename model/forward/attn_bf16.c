@@ -311,7 +311,8 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
          * block of K and one of V (whole tiles), a share of each per group; the converted types' rows go through
          * the ring cursor */
         struct tp_attn_pf pf;
-        tp_attn_pf_init(&pf, kc, vc, j0 + KB, tiled ? j0 + KB : TP_MIN(j0 + 2 * KB, kmax), g->cap, g->row_bytes);
+        tp_attn_pf_init(&pf, kc, vc, j0 + KB, tiled ? j0 + KB : TP_MIN(j0 + 2 * KB, kmax), g->cap, g->row_bytes,
+                        t.pfl2);
         const int pfq = (int)((tp_attn_pf_lines(&pf) + (size_t)ngr - 1) / (size_t)ngr);
         const uint8_t *nk = NULL, *nv = NULL;
         if (tiled && j0 + KB < kmax) {

@@ -37,10 +37,11 @@ AT_FN void AT_NAME(tile)(const struct tp_attn_geom *g, const struct tp_attn_rows
     /* keys any row can see: from the first row's window start to the last row's position */
     int lo0 = tp_attn_first_key(g, r->pos0);
     const int kmin = TP_MAX(k0, lo0), kmax = TP_MIN(k1, r->pos0 + nt);
+    const int pfl2 = tp_kern_prefetch() == TP_KERN_PF_L2;
     for (int j0 = kmin; j0 < kmax; j0 += KB) {
         const int jn = TP_MIN(KB, kmax - j0);
         struct tp_attn_pf pf; /* the next tile's rows, requested over the rows' arithmetic */
-        tp_attn_pf_init(&pf, kc, vc, j0 + KB, TP_MIN(j0 + 2 * KB, kmax), g->cap, g->row_bytes);
+        tp_attn_pf_init(&pf, kc, vc, j0 + KB, TP_MIN(j0 + 2 * KB, kmax), g->cap, g->row_bytes, pfl2);
         const int pfq = (int)((tp_attn_pf_lines(&pf) + (size_t)R - 1) / (size_t)R);
         for (int j = 0; j < jn; j++)
             AT_NAME(load_pos)(g, kc, 0, j0 + j, Kt + (size_t)j * hd);

@@ -172,13 +172,13 @@ size_t tp_attn_scratch_floats(int hd, int rows);
 struct tp_attn_pf {
     const uint8_t *a[4], *e[4]; /* next line to request and end of each range */
     int i, n;                   /* current range, ranges */
-    int l2;                     /* request into L2, not L1 (tp_kern_prefetch) */
+    int l2;                     /* request into L2, not L1 (the caller's tp_kern_prefetch() == TP_KERN_PF_L2) */
 };
 static inline void tp_attn_pf_init(struct tp_attn_pf *pf, const uint8_t *kc, const uint8_t *vc, int p0, int p1,
-                                   int cap, size_t rb)
+                                   int cap, size_t rb, int l2)
 {
     pf->i = pf->n = 0;
-    pf->l2 = tp_kern_prefetch() == TP_KERN_PF_L2;
+    pf->l2 = l2;
     for (int c = 0; c < 2; c++)
         for (int p = p0; p < p1 && pf->n < 4;) {
             const int r0 = p % cap, n = p1 - p < cap - r0 ? p1 - p : cap - r0;

@@ -122,6 +122,16 @@ static void test_paths_vs_c(void)
         CU_ASSERT(worst <= bound);
         CU_ASSERT_EQUAL(far, 0);
         if (level <= TP_ATTN_ISA_AVX512) CU_ASSERT_EQUAL(flips, 0);
+        if (level == top) { /* the default path at the other prefetch level (model/kernels.h): the same logits */
+            float *other = malloc(sizeof(float) * (size_t)(NG + 1) * V);
+            CU_ASSERT_FATAL(other != NULL);
+            memcpy(mine, toks, sizeof toks);
+            CU_ASSERT_EQUAL(tp_kern_force_prefetch(tp_kern_prefetch() == TP_KERN_PF_L1 ? "l2" : "l1"), TP_OK);
+            CU_ASSERT_EQUAL(run_path(path, level, other, V, mine, 0, NULL), 0);
+            tp_kern_force_prefetch(NULL);
+            CU_ASSERT(memcmp(other, lg, sizeof(float) * (size_t)(NG + 1) * V) == 0);
+            free(other);
+        }
     }
     free(ref), free(lg);
 }
