@@ -92,7 +92,7 @@ static int cpu_has_avxvnni(void)
 /* The level the decode kernels prefetch into on this CPU (kernels.h says what it covers).  AMD family 19h
  * (Zen 3 and Zen 4): into L2.  On a Zen 4 VM an L1 prefetch (_MM_HINT_T0) of data that comes from memory
  * held the reads back: one thread's Q4_0 decode read 0.57 of a streaming read with it, 0.87 with
- * _MM_HINT_T1, and the K-quants' 8-token pass was 1.9-2.4x faster (docs/performance.md).  Zen 3 fills L1
+ * _MM_HINT_T1, and the K-quants' 8-token pass was 1.7-2.4x faster (docs/performance.md).  Zen 3 fills L1
  * on either hint, so it loses nothing.  Elsewhere into L1: on a Zen 5 VM that was the faster one (Q4_K
  * one thread, 0.89-0.95 against 0.68-0.80 of a streaming read); no other CPU has been measured. */
 static enum tp_kern_prefetch cpu_prefetch(void)
@@ -103,7 +103,17 @@ static enum tp_kern_prefetch cpu_prefetch(void)
     const unsigned fam = (a >> 8 & 0xFu) + ((a >> 8 & 0xFu) == 0xFu ? (a >> 20 & 0xFFu) : 0u);
     return fam == 0x19 ? TP_KERN_PF_L2 : TP_KERN_PF_L1;
 }
+#endif
 
+/* "l1" or "l2" into *out; 0 for any other name. */
+static int prefetch_parse(const char *name, enum tp_kern_prefetch *out)
+{
+    if (strcmp(name, "l1") != 0 && strcmp(name, "l2") != 0) return 0;
+    *out = name[1] == '1' ? TP_KERN_PF_L1 : TP_KERN_PF_L2;
+    return 1;
+}
+
+#if defined(__x86_64__) || defined(_M_X64)
 static void avx2vnni_ops(struct tp_kern_ops *ops)
 {
     tp_kern_avx2_ops(ops);
@@ -167,13 +177,9 @@ static void choose_isa(void)
     g_pf_best = TP_KERN_PF_L1;
 #endif
     const char *pf = getenv("TP_KERN_PREFETCH"); /* benchmarks and CPUs not measured: pin the level */
-    if (pf && *pf) {
-        if (strcmp(pf, "l1") == 0 || strcmp(pf, "l2") == 0)
-            g_pf_best = pf[1] == '1' ? TP_KERN_PF_L1 : TP_KERN_PF_L2;
-        else
-            tp_log(TP_LOG_WARN, "kernels", "TP_KERN_PREFETCH=%s is not l1 or l2; using %s", pf,
-                   tp_kern_prefetch_name(g_pf_best));
-    }
+    if (pf && *pf && !prefetch_parse(pf, &g_pf_best))
+        tp_log(TP_LOG_WARN, "kernels", "TP_KERN_PREFETCH=%s is not l1 or l2; using %s", pf,
+               tp_kern_prefetch_name(g_pf_best));
     atomic_store(&g_pf_cur, (int)g_pf_best);
 #if defined(TP_BLAS_OPENBLAS)
     openblas_set_num_threads(1); /* rows are already split over our own pool */
@@ -243,8 +249,9 @@ enum tp_status tp_kern_force_prefetch(const char *name)
         atomic_store(&g_pf_cur, (int)g_pf_best);
         return TP_OK;
     }
-    if (strcmp(name, "l1") != 0 && strcmp(name, "l2") != 0) return TP_ERR_INVALID_ARG;
-    atomic_store(&g_pf_cur, name[1] == '1' ? (int)TP_KERN_PF_L1 : (int)TP_KERN_PF_L2);
+    enum tp_kern_prefetch p;
+    if (!prefetch_parse(name, &p)) return TP_ERR_INVALID_ARG;
+    atomic_store(&g_pf_cur, (int)p);
     return TP_OK;
 }
 
