@@ -74,8 +74,8 @@ static uint64_t bk_peak_bytes(const struct bk_opts *o)
     return wall + stream + n_x * ((uint64_t)o->cols * 2 * sizeof(float) + (uint64_t)o->rows * sizeof(float));
 }
 
-/* Parse argv into o (and force --isa and --prefetch).  Returns what tp_cli_parse does: 0 to go on, 1 after --help, 2 after
- * printing a usage error. */
+/* Parse argv into o (and force --isa and --prefetch).  Returns what tp_cli_parse does: 0 to go on, 1 after
+ * --help, 2 after printing a usage error. */
 static int bk_parse(int argc, char **argv, struct bk_opts *o)
 {
     *o = (struct bk_opts){.types = "q4_0,q4_0x16,q8_0,q8_0x16,f16,bf16,f32", .batch = "2,4,8,16", .rows = 2048,

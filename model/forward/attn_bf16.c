@@ -245,13 +245,8 @@ BF_INL void bf_group(const struct bf_tile *t, int r0, int NR)
     int pfi = 0;
     for (int p = 0; p < np; p++) {
         for (int c = 0; c < pfn && pfi < t->pfl; c++, pfi++) {
-            if (t->pfl2) {
-                _mm_prefetch(t->pfk + 64 * (size_t)pfi, _MM_HINT_T1);
-                _mm_prefetch(t->pfv + 64 * (size_t)pfi, _MM_HINT_T1);
-            } else {
-                _mm_prefetch(t->pfk + 64 * (size_t)pfi, _MM_HINT_T0);
-                _mm_prefetch(t->pfv + 64 * (size_t)pfi, _MM_HINT_T0);
-            }
+            TP_PREFETCH(t->pfk + 64 * (size_t)pfi, t->pfl2);
+            TP_PREFETCH(t->pfv + 64 * (size_t)pfi, t->pfl2);
         }
         if (t->pf) tp_attn_pf_step(t->pf, pcn);
         __m512bh k[4];

@@ -203,10 +203,7 @@ static inline void tp_attn_pf_step(struct tp_attn_pf *pf, int k)
             pf->i++;
             continue;
         }
-        if (pf->l2)
-            __builtin_prefetch(pf->a[pf->i], 0, 2);
-        else
-            __builtin_prefetch(pf->a[pf->i], 0, 3);
+        TP_PREFETCH(pf->a[pf->i], pf->l2);
         pf->a[pf->i] += 64;
         k--;
     }

@@ -83,10 +83,7 @@ XFN __m512i kx_ld(const char *p) { return _mm512_loadu_si512(p); }
 /* The gbs bytes at p requested into L1, or into L2 where l2 (tp_kern_prefetch in kernels.h says which). */
 XFN void kx_prefetch(const char *p, const size_t gbs, const int l2)
 {
-    if (l2)
-        for (size_t o = 0; o < gbs; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
-    else
-        for (size_t o = 0; o < gbs; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    for (size_t o = 0; o < gbs; o += 64) TP_PREFETCH(p + o, l2);
 }
 
 /* Bytes of one 16-row super-block. */

@@ -110,18 +110,10 @@ XFN __m512 x16_slices(const char *p, __m512i W[8], const int q8)
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-/* The line at p requested into L1, or into L2 where l2 (tp_kern_prefetch in kernels.h says which). */
-XFN void x16_pf(const char *p, const int l2)
-{
-    if (l2)
-        _mm_prefetch(p, _MM_HINT_T1);
-    else
-        _mm_prefetch(p, _MM_HINT_T0);
-}
-
+/* The block X16_PF bytes past p requested into L1, or into L2 where l2 (tp_kern_prefetch in kernels.h). */
 XFN void x16_prefetch(const char *p, const int q8, const int l2)
 {
-    for (int o = 0; o < X16_BS(q8); o += 64) x16_pf(p + X16_PF + o, l2);
+    for (int o = 0; o < X16_BS(q8); o += 64) TP_PREFETCH(p + X16_PF + o, l2);
 }
 
 /* Lanes [lo, hi) of a group's 16 outputs. */
@@ -181,7 +173,7 @@ XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *
         if (b + 2 + X16_DPF / bs < (size_t)nb)
             for (int k = 0; k < S; k++)
                 for (size_t o = 0; o < 2 * bs; o += 64)
-                    x16_pf(gp + (size_t)k * 16 * wrb + (size_t)b * bs + X16_DPF + o, l2);
+                    TP_PREFETCH(gp + (size_t)k * 16 * wrb + (size_t)b * bs + X16_DPF + o, l2);
         for (int h = 0; h < 2; h++)
             for (int k = 0; k < S; k++)
                 acc[k][h] = x16_blk(gp + (size_t)k * 16 * wrb + (size_t)(b + h) * bs, qs, ad, as, b + h, acc[k][h], q8);
@@ -301,20 +293,25 @@ XFN void x16_batch(const char *w, size_t wrb, int64_t n, const void *xq, size_t 
 }
 _Static_assert(X16_BT == 8 && X16_BT == TP_A8PACK_BT, "x16_batch's switch assumes 8 tokens per pass");
 
-/* The matmul entry of one type (q8: 0 Q4_0, 1 Q8_0): decode or batch. */
+/* Decode or batch of one type (q8: 0 Q4_0, 1 Q8_0) at one prefetch level. */
+XFN void x16_matmul_at(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,
+                       int64_t ys, int64_t r0, int64_t r1, const int q8, const int l2)
+{
+    if (n_tok == 1)
+        x16_decode(w, wrb, n, xq, y, r0, r1, q8, l2);
+    else
+        x16_batch(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, q8, l2);
+}
+
+/* The matmul entry of one type: the prefetch level (tp_kern_prefetch) a constant in each copy. */
 #define X16_ENTRY(name, q8)                                                                                     \
     XOUT void name(const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok, float *y,       \
                    int64_t ys, int64_t r0, int64_t r1)                                                          \
     {                                                                                                           \
-        const int l2 = tp_kern_prefetch() == TP_KERN_PF_L2; /* a constant in each copy below */               \
-        if (n_tok == 1 && l2)                                                                                   \
-            x16_decode(w, wrb, n, xq, y, r0, r1, q8, 1);                                                        \
-        else if (n_tok == 1)                                                                                    \
-            x16_decode(w, wrb, n, xq, y, r0, r1, q8, 0);                                                        \
-        else if (l2)                                                                                            \
-            x16_batch(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, q8, 1);                                         \
+        if (tp_kern_prefetch() == TP_KERN_PF_L2)                                                                \
+            x16_matmul_at(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, q8, 1);                                     \
         else                                                                                                    \
-            x16_batch(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, q8, 0);                                         \
+            x16_matmul_at(w, wrb, n, xq, xrb, n_tok, y, ys, r0, r1, q8, 0);                                     \
     }
 X16_ENTRY(x16_matmul_q4_0, 0)
 X16_ENTRY(x16_matmul_q8_0, 1)

@@ -110,6 +110,13 @@ _Noreturn void tp_assert_fail(const char *expr, const char *file, int line);
 #define TP_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define TP_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TP_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* Request the cache line at p for reading ahead of its use: into L1 (l2 == 0; x86 prefetcht0) or into L2
+ * and not L1 (l2 != 0; prefetcht1).  A constant l2 (an inlined caller's) costs no branch. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TP_PREFETCH(p, l2) ((l2) ? __builtin_prefetch((p), 0, 2) : __builtin_prefetch((p), 0, 3))
+#else
+#define TP_PREFETCH(p, l2) ((void)(p), (void)(l2))
+#endif
 
 /* ------------------------------------------------------------------ logging */
 
