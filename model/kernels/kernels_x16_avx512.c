@@ -157,23 +157,36 @@ XFN __m512 x16_blk(const char *p, const int8_t *qs, const float *ad, const int32
 #define X16_STREAMS 4
 /* Bytes ahead of each stream that a decode pass prefetches, two blocks at a time: with the
  * x16 Q4_0 kernel's arithmetic between loads, the hardware prefetcher alone left part of the
- * bandwidth unused (docs/performance.md; Q8_0, with less arithmetic per byte, is unchanged by it). */
+ * bandwidth unused (docs/performance.md; Q8_0, with less arithmetic per byte, is unchanged by it).
+ * At the end of a pass the requests run on into the next pass's streams (x16_decode_prefetch). */
 #define X16_DPF 1152
 
-/* One token, S groups at once from g0 (S weight streams in flight). */
+/* The bytes a decode pass reads next, requested ahead: in stream k, the two blocks X16_DPF bytes
+ * past block b, or past the end of the row, those at that distance in the next pass's stream k (gn:
+ * the next pass's first group, Sn: its group count, 0 for none), so a pass starts on prefetched bytes. */
+XFN void x16_decode_prefetch(const char *gp, const char *gn, const int k, const int Sn, size_t wrb, size_t bs,
+                             int64_t nb, int64_t b, const int l2)
+{
+    const size_t o = (size_t)b * bs + X16_DPF, row = (size_t)nb * bs;
+    const char *q = o < row ? gp + (size_t)k * 16 * wrb + o : k < Sn && o - row < row ? gn + (size_t)k * 16 * wrb + (o - row) : NULL;
+    if (q)
+        for (size_t l = 0; l < 2 * bs; l += 64) TP_PREFETCH(q + l, l2);
+}
+
+/* One token, S groups at once from g0 (S weight streams in flight); Sn: the groups of the pass
+ * after this one (x16_decode_prefetch). */
 XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *qs, const float *ad, const int32_t *as,
-                           float *y, int64_t g0, int64_t r0, int64_t r1, const int S, const int q8, const int l2)
+                           float *y, int64_t g0, int64_t r0, int64_t r1, const int S, const int Sn, const int q8,
+                           const int l2)
 {
     const size_t bs = X16_BS(q8);
     const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
+    const char *gn = gp + (size_t)S * 16 * wrb;
     __m512 acc[X16_STREAMS][2];
     for (int k = 0; k < S; k++) acc[k][0] = acc[k][1] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        if (b + 2 + X16_DPF / bs < (size_t)nb)
-            for (int k = 0; k < S; k++)
-                for (size_t o = 0; o < 2 * bs; o += 64)
-                    TP_PREFETCH(gp + (size_t)k * 16 * wrb + (size_t)b * bs + X16_DPF + o, l2);
+        for (int k = 0; k < S; k++) x16_decode_prefetch(gp, gn, k, Sn, wrb, bs, nb, b, l2);
         for (int h = 0; h < 2; h++)
             for (int k = 0; k < S; k++)
                 acc[k][h] = x16_blk(gp + (size_t)k * 16 * wrb + (size_t)(b + h) * bs, qs, ad, as, b + h, acc[k][h], q8);
@@ -185,7 +198,15 @@ XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *
         _mm512_mask_storeu_ps(y + g0 + 16 * k, x16_keep(g0 + 16 * k, r0, r1), _mm512_add_ps(acc[k][0], acc[k][1]));
 }
 
-/* One token: groups covering rows [r0, r1), activation row xq read in place. */
+/* Groups of a decode pass from g0: X16_STREAMS, or the rest of rows [g0, r1). */
+XFN int x16_pass_groups(int64_t g0, int64_t r1)
+{
+    const int64_t n = (r1 - g0 + 15) / 16;
+    return n <= 0 ? 0 : n < X16_STREAMS ? (int)n : X16_STREAMS;
+}
+
+/* One token: groups covering rows [r0, r1), activation row xq read in place.  The first pass's
+ * first X16_DPF bytes of each stream are requested together before it starts. */
 XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0, int64_t r1, const int q8,
                     const int l2)
 {
@@ -194,17 +215,23 @@ XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float 
     const float *ad = TP_A8_D(xq, n);
     const int32_t *as = TP_A8_S(xq, n);
     int64_t g0 = r0 / 16 * 16;
-    for (; g0 + 16 * (X16_STREAMS - 1) < r1; g0 += 16 * X16_STREAMS)
-        x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, X16_STREAMS, q8, l2);
-    switch ((r1 - g0 + 15) / 16) {
+    const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
+    const size_t head = TP_MIN((size_t)X16_DPF, (size_t)nb * X16_BS(q8));
+    for (int k = 0; k < x16_pass_groups(g0, r1); k++)
+        for (size_t l = 0; l < head; l += 64) TP_PREFETCH(gp + (size_t)k * 16 * wrb + l, l2);
+    while (g0 < r1) {
+        const int S = x16_pass_groups(g0, r1), Sn = x16_pass_groups(g0 + 16 * S, r1);
+        switch (S) {
 #if X16_STREAMS > 3
-    case 3: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 3, q8, l2); break;
+        case 3: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 3, Sn, q8, l2); break;
 #endif
 #if X16_STREAMS > 2
-    case 2: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 2, q8, l2); break;
+        case 2: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 2, Sn, q8, l2); break;
 #endif
-    case 1: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 1, q8, l2); break;
-    default: break;
+        case 1: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 1, Sn, q8, l2); break;
+        default: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, X16_STREAMS, Sn, q8, l2); break;
+        }
+        g0 += 16 * S;
     }
 }
 

@@ -27,7 +27,7 @@ if [ "$isa" = avx512 ]; then files=(kernels_avx512.c kernels_x16_avx512.c kernel
 elif [ "$isa" = avx2 ]; then files=(kernels_avx2.c kernels_x16_avx2.c); fill=avx2
 else echo "run.sh: ISA is avx512 or avx2"; exit 2; fi
 pfv=""; npf=0 # PF=l1,l2: the tree again at each prefetch level (model/kernels.h, tp_kern_force_prefetch)
-for l in ${PF//,/ }; do pfv+=", {\"tree pf=$l\", tp_kern_${fill}_ops, \"$l\"}"; npf=$((npf + 1)); done
+for l in ${PF:+${PF//,/ }}; do pfv+=", {\"tree pf=$l\", tp_kern_${fill}_ops, \"$l\"}"; npf=$((npf + 1)); done
 objs=()
 for f in "${files[@]}"; do
   cc "${fl[@]}" "${ren[@]}" -c "$out/old/kernels/$f" -o "$out/old_$f.o"
