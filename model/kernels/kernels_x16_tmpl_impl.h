@@ -401,27 +401,33 @@ KV_FN void xt_half(const int type, const int Tk, const char *gp, int lb, int64_t
 #define XT_DPF_A8 1152
 
 /* One token, S groups from g0, both halves of each in the same pass over the blocks (so each
- * 64-byte line is used whole when it arrives): 2 S weight-stream halves, 2 S accumulators. */
+ * 64-byte line is used whole when it arrives): 2 S weight-stream halves, 2 S accumulators.  The
+ * prefetches run on past the end of the groups' rows into the next pass's Sn groups (0: none),
+ * so that pass starts on requested bytes. */
 KV_FN void xt_decode_groups(const int type, const char *w, size_t wrb, int64_t n, const char *x, float *y, int64_t g0,
-                            int64_t r0, int64_t r1, const int S)
+                            int64_t r0, int64_t r1, const int S, const int Sn)
 {
     kvf acc[2 * XT_STREAMS][KV_BT]; /* [k][0]: the (group k / 2, half k & 1) sums; the callees take KV_BT */
     const size_t xo[KV_BT] = {0};
     KX_UNROLL
     for (int k = 0; k < 2 * S; k++) acc[k][0] = kv_fzero();
     const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
+    const char *gn = gp + (size_t)S * 16 * wrb; /* the next pass's first group */
     const size_t gbs = xt_gbs(type);
     const int kq = type >= XT_Q4K;
     const int64_t nb = n / (kq ? TP_QK_K : TP_QK);
-    const size_t pfd = kq ? gbs : XT_DPF_A8; /* bytes ahead of each group's stream */
+    const size_t pfd = kq ? gbs : XT_DPF_A8, row = (size_t)nb * gbs; /* bytes ahead of each group's stream */
     for (int64_t i = 0; i < nb; i++) {
-        const int pf = (size_t)i * gbs + pfd < (size_t)nb * gbs; /* the line ahead is the group's */
+        const size_t o = (size_t)i * gbs + pfd;
         KX_UNROLL
         for (int k = 0; k < 2 * S; k++) {
             const char *p = gp + (size_t)(k / 2) * 16 * wrb + (size_t)i * gbs;
             const int lb = 32 * (k & 1);
-            if (lb == 0 && pf)
-                for (size_t o = 0; o < gbs; o += 64) kv_prefetch(p + pfd + o);
+            if (lb == 0) {
+                const char *q = o < row ? p + pfd : k / 2 < Sn && o - row < row ? gn + (size_t)(k / 2) * 16 * wrb + (o - row) : NULL;
+                if (q)
+                    for (size_t l = 0; l < gbs; l += 64) kv_prefetch(q + l);
+            }
             if (type == XT_Q6K)
                 xt_sb_q6(1, p, lb, x, xo, nb, i, acc[k]);
             else if (kq)
@@ -439,23 +445,37 @@ KV_FN void xt_decode_groups(const int type, const char *w, size_t wrb, int64_t n
     }
 }
 
+/* Groups of a decode pass from g0: NS, or the rest of rows [g0, r1). */
+KV_FN int xt_pass_groups(int64_t g0, int64_t r1, const int NS)
+{
+    const int64_t n = (r1 - g0 + 15) / 16;
+    return n <= 0 ? 0 : n < NS ? (int)n : NS;
+}
+
 KV_FN void xt_matmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
                      float *y, int64_t ys, int64_t r0, int64_t r1)
 {
     if (n_tok == 1) {
         const int NS = type >= XT_Q4K ? XT_STREAMS_K : XT_STREAMS_A8; /* a constant in each copy */
-        int64_t g0 = r0 / 16 * 16;
-        for (; g0 + 16 * (NS - 1) < r1; g0 += 16 * NS)
-            xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, NS);
-        switch ((r1 - g0 + 15) / 16) { /* the last groups side by side (a constant S in each call) */
-        case 3:
-            if (NS > 3) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 3);
-            break;
-        case 2:
-            if (NS > 2) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 2);
-            break;
-        case 1: xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 1); break;
-        default: break;
+        for (int64_t g0 = r0 / 16 * 16; g0 < r1;) {
+            const int S = xt_pass_groups(g0, r1, NS), Sn = xt_pass_groups(g0 + 16 * S, r1, NS);
+            switch (S) { /* a constant S in each call */
+#if XT_STREAMS > 3
+            case 4:
+                if (NS > 3) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 4, Sn);
+                break;
+#endif
+#if XT_STREAMS > 2
+            case 3:
+                if (NS > 2) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 3, Sn);
+                break;
+#endif
+            case 2:
+                if (NS > 1) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 2, Sn);
+                break;
+            default: xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 1, Sn); break;
+            }
+            g0 += 16 * S;
         }
         return;
     }
