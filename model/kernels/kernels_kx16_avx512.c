@@ -522,7 +522,8 @@ XFN void kx_decode(const int type, const char *w, size_t wrb, int64_t nb, const 
     const size_t gbs = kx_gbs(type);
     const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
     for (int k = 0; k < kx_pass_groups(g0, r1); k++)
-        for (int64_t j = 0; j < KX_DPF(l2) && j < nb; j++) kx_prefetch(gp + (size_t)k * 16 * wrb + (size_t)j * gbs, gbs, l2);
+        for (int64_t j = 0; j < KX_DPF(l2) && j < nb; j++)
+            kx_prefetch(gp + (size_t)k * 16 * wrb + (size_t)j * gbs, gbs, l2);
     while (g0 < r1) {
         const int S = kx_pass_groups(g0, r1), Sn = kx_pass_groups(g0 + 16 * S, r1);
         switch (S) {

@@ -168,7 +168,9 @@ XFN void x16_decode_prefetch(const char *gp, const char *gn, const int k, const 
                              int64_t nb, int64_t b, const int l2)
 {
     const size_t o = (size_t)b * bs + X16_DPF, row = (size_t)nb * bs;
-    const char *q = o < row ? gp + (size_t)k * 16 * wrb + o : k < Sn && o - row < row ? gn + (size_t)k * 16 * wrb + (o - row) : NULL;
+    const char *q = o < row                     ? gp + (size_t)k * 16 * wrb + o
+                    : k < Sn && o - row < row ? gn + (size_t)k * 16 * wrb + (o - row)
+                                              : NULL;
     if (q)
         for (size_t l = 0; l < 2 * bs; l += 64) TP_PREFETCH(q + l, l2);
 }

@@ -424,7 +424,9 @@ KV_FN void xt_decode_groups(const int type, const char *w, size_t wrb, int64_t n
             const char *p = gp + (size_t)(k / 2) * 16 * wrb + (size_t)i * gbs;
             const int lb = 32 * (k & 1);
             if (lb == 0) {
-                const char *q = o < row ? p + pfd : k / 2 < Sn && o - row < row ? gn + (size_t)(k / 2) * 16 * wrb + (o - row) : NULL;
+                const char *q = o < row                         ? p + pfd
+                                : k / 2 < Sn && o - row < row ? gn + (size_t)(k / 2) * 16 * wrb + (o - row)
+                                                              : NULL;
                 if (q)
                     for (size_t l = 0; l < gbs; l += 64) kv_prefetch(q + l);
             }
