@@ -99,6 +99,26 @@ typedef struct {
 #define TP_KX_Q6K_QH 288
 #define TP_KX_Q6K_QL 1312
 
+/* A one-token x16 decode walks up to ns groups side by side (a "pass"), each group's row of
+ * blocks one stream of `row` bytes.  Groups of the pass from group row g0: ns, or the rest of
+ * rows [g0, r1). */
+static inline int tp_x16_pass_groups(int64_t g0, int64_t r1, int ns)
+{
+    const int64_t n = (r1 - g0 + 15) / 16;
+    return n <= 0 ? 0 : n < ns ? (int)n : ns;
+}
+
+/* Byte o of stream k of the pass at gp (groups 16 rows of wrb bytes apart, each stream row bytes),
+ * or, o past the stream's end, byte o - row of stream k of the next pass (at gn, sn groups; 0 for
+ * none), so prefetches run on from one pass into the next; NULL beyond both. */
+static inline const char *tp_x16_ahead(const char *gp, const char *gn, int k, int sn, size_t wrb, size_t row,
+                                       size_t o)
+{
+    if (o < row) return gp + (size_t)k * 16 * wrb + o;
+    if (k < sn && o - row < row) return gn + (size_t)k * 16 * wrb + (o - row);
+    return NULL;
+}
+
 _Static_assert(sizeof(tp_blk_q8_0) == 34, "Q8_0 block must be 34 bytes");
 _Static_assert(sizeof(tp_blk_q4_0) == 18, "Q4_0 block must be 18 bytes");
 

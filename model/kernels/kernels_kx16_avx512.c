@@ -359,7 +359,7 @@ XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, cons
  * (docs/performance.md: on a Zen 5 VM the decode from memory went from ~0.5 to ~0.9 of a streaming
  * read, one thread; on a Zen 4 VM Q4_K read 0.63-0.69 of it prefetched two ahead into L2, 0.55-0.59
  * one ahead into L2 and 0.45-0.47 one ahead into L1).  The requests run on past the end of a pass
- * into the next pass's streams (kx_decode_prefetch): a row of 2048 values is 8 super-blocks, and
+ * into the next pass's streams (tp_x16_ahead): a row of 2048 values is 8 super-blocks, and
  * starting each pass on two unrequested ones cost 8-22% of the decode rate (docs/performance.md). */
 #define KX_STREAMS 4
 #define KX_DPF(l2) ((l2) ? 2 : 1) /* super-blocks ahead */
@@ -468,21 +468,9 @@ XFN __m512 kx_dec_q6(const char *p, const tp_blk_q8_k *a, const int16_t *pr)
     return _mm512_mul_ps(r, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)));
 }
 
-/* The super-blocks a decode pass reads next, requested ahead: stream k's super-block i + ahead,
- * or past the end of its row, the one at that distance in the next pass's stream k (gn: the next
- * pass's first group, Sn: its group count, 0 for none), so a pass starts on prefetched bytes. */
-XFN void kx_decode_prefetch(const char *gp, const char *gn, const int k, const int Sn, size_t wrb, size_t gbs,
-                            int64_t nb, int64_t i, int64_t ahead, const int l2)
-{
-    const int64_t j = i + ahead;
-    if (j < nb)
-        kx_prefetch(gp + (size_t)k * 16 * wrb + (size_t)j * gbs, gbs, l2);
-    else if (k < Sn && j - nb < nb)
-        kx_prefetch(gn + (size_t)k * 16 * wrb + (size_t)(j - nb) * gbs, gbs, l2);
-}
-
-/* One token, S groups at once from g0: each group's 16 sums in a register.  Sn: the groups of
- * the pass after this one (kx_decode_prefetch). */
+/* One token, S groups at once from g0: each group's 16 sums in a register.  Each stream's
+ * super-block KX_DPF ahead is requested, past the row's end in the next pass's Sn groups
+ * (tp_x16_ahead). */
 XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t g0,
                           int64_t r0, int64_t r1, const int S, const int Sn, const int l2)
 {
@@ -498,19 +486,13 @@ XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb,
         KX_OPAQUE(a);
         for (int k = 0; k < S; k++) {
             const char *p = gp + (size_t)k * 16 * wrb + (size_t)i * gbs;
-            kx_decode_prefetch(gp, gn, k, Sn, wrb, gbs, nb, i, ahead, l2);
+            const char *q = tp_x16_ahead(gp, gn, k, Sn, wrb, (size_t)nb * gbs, (size_t)(i + ahead) * gbs);
+            if (q) kx_prefetch(q, gbs, l2);
             const __m512 v = type == KX_Q6K ? kx_dec_q6(p, a, pr) : kx_dec_q45(type, p, a, pr);
             acc[k] = _mm512_fmadd_ps(v, _mm512_set1_ps(a->d), acc[k]);
         }
     }
     for (int k = 0; k < S; k++) _mm512_mask_storeu_ps(y + g0 + 16 * k, kx_keep(g0 + 16 * k, r0, r1), acc[k]);
-}
-
-/* Groups of a decode pass from g0: KX_STREAMS, or the rest of rows [g0, r1). */
-XFN int kx_pass_groups(int64_t g0, int64_t r1)
-{
-    const int64_t n = (r1 - g0 + 15) / 16;
-    return n <= 0 ? 0 : n < KX_STREAMS ? (int)n : KX_STREAMS;
 }
 
 /* One token: rows [r0, r1), KX_STREAMS groups at a time, the rest together.  The first pass's
@@ -521,11 +503,12 @@ XFN void kx_decode(const int type, const char *w, size_t wrb, int64_t nb, const 
     int64_t g0 = r0 / 16 * 16;
     const size_t gbs = kx_gbs(type);
     const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
-    for (int k = 0; k < kx_pass_groups(g0, r1); k++)
+    for (int k = 0; k < tp_x16_pass_groups(g0, r1, KX_STREAMS); k++)
         for (int64_t j = 0; j < KX_DPF(l2) && j < nb; j++)
             kx_prefetch(gp + (size_t)k * 16 * wrb + (size_t)j * gbs, gbs, l2);
     while (g0 < r1) {
-        const int S = kx_pass_groups(g0, r1), Sn = kx_pass_groups(g0 + 16 * S, r1);
+        const int S = tp_x16_pass_groups(g0, r1, KX_STREAMS);
+        const int Sn = tp_x16_pass_groups(g0 + 16 * S, r1, KX_STREAMS);
         switch (S) {
 #if KX_STREAMS > 3
         case 3: kx_decode_groups(type, w, wrb, nb, x, y, g0, r0, r1, 3, Sn, l2); break;

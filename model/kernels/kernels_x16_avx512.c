@@ -158,25 +158,11 @@ XFN __m512 x16_blk(const char *p, const int8_t *qs, const float *ad, const int32
 /* Bytes ahead of each stream that a decode pass prefetches, two blocks at a time: with the
  * x16 Q4_0 kernel's arithmetic between loads, the hardware prefetcher alone left part of the
  * bandwidth unused (docs/performance.md; Q8_0, with less arithmetic per byte, is unchanged by it).
- * At the end of a pass the requests run on into the next pass's streams (x16_decode_prefetch). */
+ * At the end of a pass the requests run on into the next pass's streams (tp_x16_ahead). */
 #define X16_DPF 1152
 
-/* The bytes a decode pass reads next, requested ahead: in stream k, the two blocks X16_DPF bytes
- * past block b, or past the end of the row, those at that distance in the next pass's stream k (gn:
- * the next pass's first group, Sn: its group count, 0 for none), so a pass starts on prefetched bytes. */
-XFN void x16_decode_prefetch(const char *gp, const char *gn, const int k, const int Sn, size_t wrb, size_t bs,
-                             int64_t nb, int64_t b, const int l2)
-{
-    const size_t o = (size_t)b * bs + X16_DPF, row = (size_t)nb * bs;
-    const char *q = o < row                     ? gp + (size_t)k * 16 * wrb + o
-                    : k < Sn && o - row < row ? gn + (size_t)k * 16 * wrb + (o - row)
-                                              : NULL;
-    if (q)
-        for (size_t l = 0; l < 2 * bs; l += 64) TP_PREFETCH(q + l, l2);
-}
-
-/* One token, S groups at once from g0 (S weight streams in flight); Sn: the groups of the pass
- * after this one (x16_decode_prefetch). */
+/* One token, S groups at once from g0 (S weight streams in flight).  Each stream's two blocks
+ * X16_DPF bytes ahead are requested, past the row's end in the next pass's Sn groups (tp_x16_ahead). */
 XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *qs, const float *ad, const int32_t *as,
                            float *y, int64_t g0, int64_t r0, int64_t r1, const int S, const int Sn, const int q8,
                            const int l2)
@@ -188,7 +174,11 @@ XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *
     for (int k = 0; k < S; k++) acc[k][0] = acc[k][1] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        for (int k = 0; k < S; k++) x16_decode_prefetch(gp, gn, k, Sn, wrb, bs, nb, b, l2);
+        for (int k = 0; k < S; k++) {
+            const char *q = tp_x16_ahead(gp, gn, k, Sn, wrb, (size_t)nb * bs, (size_t)b * bs + X16_DPF);
+            if (q)
+                for (size_t l = 0; l < 2 * bs; l += 64) TP_PREFETCH(q + l, l2);
+        }
         for (int h = 0; h < 2; h++)
             for (int k = 0; k < S; k++)
                 acc[k][h] = x16_blk(gp + (size_t)k * 16 * wrb + (size_t)(b + h) * bs, qs, ad, as, b + h, acc[k][h], q8);
@@ -198,13 +188,6 @@ XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *
             acc[k][0] = x16_blk(gp + (size_t)k * 16 * wrb + (size_t)b * bs, qs, ad, as, b, acc[k][0], q8);
     for (int k = 0; k < S; k++)
         _mm512_mask_storeu_ps(y + g0 + 16 * k, x16_keep(g0 + 16 * k, r0, r1), _mm512_add_ps(acc[k][0], acc[k][1]));
-}
-
-/* Groups of a decode pass from g0: X16_STREAMS, or the rest of rows [g0, r1). */
-XFN int x16_pass_groups(int64_t g0, int64_t r1)
-{
-    const int64_t n = (r1 - g0 + 15) / 16;
-    return n <= 0 ? 0 : n < X16_STREAMS ? (int)n : X16_STREAMS;
 }
 
 /* One token: groups covering rows [r0, r1), activation row xq read in place.  The first pass's
@@ -219,10 +202,11 @@ XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float 
     int64_t g0 = r0 / 16 * 16;
     const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
     const size_t head = TP_MIN((size_t)X16_DPF, (size_t)nb * X16_BS(q8));
-    for (int k = 0; k < x16_pass_groups(g0, r1); k++)
+    for (int k = 0; k < tp_x16_pass_groups(g0, r1, X16_STREAMS); k++)
         for (size_t l = 0; l < head; l += 64) TP_PREFETCH(gp + (size_t)k * 16 * wrb + l, l2);
     while (g0 < r1) {
-        const int S = x16_pass_groups(g0, r1), Sn = x16_pass_groups(g0 + 16 * S, r1);
+        const int S = tp_x16_pass_groups(g0, r1, X16_STREAMS);
+        const int Sn = tp_x16_pass_groups(g0 + 16 * S, r1, X16_STREAMS);
         switch (S) {
 #if X16_STREAMS > 3
         case 3: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 3, Sn, q8, l2); break;

@@ -424,9 +424,7 @@ KV_FN void xt_decode_groups(const int type, const char *w, size_t wrb, int64_t n
             const char *p = gp + (size_t)(k / 2) * 16 * wrb + (size_t)i * gbs;
             const int lb = 32 * (k & 1);
             if (lb == 0) {
-                const char *q = o < row                         ? p + pfd
-                                : k / 2 < Sn && o - row < row ? gn + (size_t)(k / 2) * 16 * wrb + (o - row)
-                                                              : NULL;
+                const char *q = tp_x16_ahead(gp, gn, k / 2, Sn, wrb, row, o);
                 if (q)
                     for (size_t l = 0; l < gbs; l += 64) kv_prefetch(q + l);
             }
@@ -447,20 +445,13 @@ KV_FN void xt_decode_groups(const int type, const char *w, size_t wrb, int64_t n
     }
 }
 
-/* Groups of a decode pass from g0: NS, or the rest of rows [g0, r1). */
-KV_FN int xt_pass_groups(int64_t g0, int64_t r1, const int NS)
-{
-    const int64_t n = (r1 - g0 + 15) / 16;
-    return n <= 0 ? 0 : n < NS ? (int)n : NS;
-}
-
 KV_FN void xt_matmul(const int type, const void *w, size_t wrb, int64_t n, const void *xq, size_t xrb, int n_tok,
                      float *y, int64_t ys, int64_t r0, int64_t r1)
 {
     if (n_tok == 1) {
         const int NS = type >= XT_Q4K ? XT_STREAMS_K : XT_STREAMS_A8; /* a constant in each copy */
         for (int64_t g0 = r0 / 16 * 16; g0 < r1;) {
-            const int S = xt_pass_groups(g0, r1, NS), Sn = xt_pass_groups(g0 + 16 * S, r1, NS);
+            const int S = tp_x16_pass_groups(g0, r1, NS), Sn = tp_x16_pass_groups(g0 + 16 * S, r1, NS);
             switch (S) { /* a constant S in each call */
 #if XT_STREAMS > 3
             case 4:
