@@ -45,7 +45,8 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-#define RP_TARGET __attribute__((target("avx512f,avx512vnni"), noinline))
+#define RP_ISA "avx512f,avx512vnni"
+#define RP_TARGET __attribute__((target(RP_ISA), noinline))
 
 RP_TARGET static uint64_t read_seq(const char *buf, size_t n)
 {
@@ -59,7 +60,7 @@ RP_TARGET static uint64_t read_seq(const char *buf, size_t n)
 
 /* The pattern over groups of `stride` bytes, S at a time; W vpdpbusd per line into W sums (W a constant in
  * each copy, so the sums stay in registers). */
-__attribute__((target("avx512f,avx512vnni"), always_inline)) static inline uint64_t
+__attribute__((target(RP_ISA), always_inline)) static inline uint64_t
 read_pattern_w(const char *buf, size_t n, size_t stride, const struct pattern *p, const int W)
 {
     __m512i z = _mm512_setzero_si512(), one = _mm512_set1_epi8(1), acc[8];
@@ -115,15 +116,15 @@ int main(int argc, char **argv)
     }
     char *end = NULL;
     const long Wl = strtol(argv[1], &end, 10);
-    const int W = end && *end == '\0' && end != argv[1] && Wl >= 0 && Wl <= 4 ? (int)Wl : -1;
+    const int W = *end == '\0' && end != argv[1] && Wl >= 0 && Wl <= 4 ? (int)Wl : -1; /* -1: not 0..4 */
     size_t stride = 73920; /* a 16-row group of Q6_K rows of 5632 values */
     int a = 2;
     if (a + 1 < argc && strcmp(argv[a], "--stride") == 0) {
         stride = strtoull(argv[a + 1], &end, 10);
-        if (!end || *end != '\0') stride = 0;
+        if (*end != '\0') stride = 0; /* refused below */
         a += 2;
     }
-    if (W < 0 || W > 4 || stride < 64 || stride > RP_BYTES / 64) {
+    if (W < 0 || stride < 64 || stride > RP_BYTES / 64) {
         fprintf(stderr, "read_pattern: W is 0..4 and the stride 64..%zu bytes\n", RP_BYTES / 64);
         return 2;
     }
