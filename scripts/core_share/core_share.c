@@ -9,7 +9,8 @@
  * vector FMA pipes busy (16 independent chains of 8-float multiply-adds) on CPU 0
  * alone, then on CPU 0 and CPU c together for every other CPU c, and prints
  * each thread's rate together as a fraction of CPU 0's alone: ~1.0 for CPUs on
- * separate cores, ~0.5 for siblings (or a CPU the host gave to someone else).
+ * separate cores, ~0.5 for siblings (a lone rate well under the CPU's usual
+ * one means someone else's work shares CPU 0's core).
  * Rates are over each thread's CPU time, so time the host takes the vCPU away
  * altogether does not count.  Pinning is Linux-only: elsewhere the threads
  * float, and a warning says the pairs are not the CPUs named.
