@@ -597,6 +597,8 @@ def scenario_replan(_g, _ref):
     """--on-rank-loss replan, 3 ranks from a hostfile: SIGKILL the middle one; after --replan-after 2 s rank 0 and
     the last worker (renumbered 2 -> 1) re-plan over 2 ranks, load their new slices, and serve the same greedy
     text; requests queued meanwhile complete; the killed rank started again is refused as left out (exit 88)."""
+    if not check(N_RANKS >= 3, "replan runs on 3 ranks or more (a survivor besides rank 0 to hold)"):
+        return
     g = HandGroup(N_RANKS, ["--on-rank-loss", "replan", "--replan-after", "2"], [], "replan_%d" % N_RANKS)
     clean = False
     try:
@@ -627,8 +629,6 @@ def scenario_replan(_g, _ref):
         # The survivors load stories260K's slices in milliseconds, between two of wait_health's 20 ms polls: one
         # survivor is held (SIGSTOP) so that rank 0's re-plan waits for it to re-form the group, and /health says
         # so for as long as it is held; SIGCONT, and the re-plan completes.
-        if not check(N_RANKS >= 3, "replan needs 3 ranks or more (a survivor besides rank 0 to hold)"):
-            return
         held = g.procs[2]
         held.send_signal(signal.SIGSTOP)
         try:
