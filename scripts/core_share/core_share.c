@@ -124,6 +124,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "core_share: cannot start a thread\n");
             return 1;
         }
+        unpinned += u0;
         for (long c = 1; c < ncpu; c++) {
             const int pair[2] = {0, (int)c};
             double g[2];
@@ -132,7 +133,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "core_share: cannot start a thread\n");
                 return 1;
             }
-            unpinned += u0 + u;
+            unpinned += u;
             const double f = (g[0] + g[1]) / 2 / alone;
             printf("%5d  0,%-3ld %14.1f  %8.1f %8.1f  %14.2f  %s\n", round + 1, c, alone, g[0], g[1], f,
                    f < 0.75 ? "yes" : f > 0.9 ? "no" : "partly");

@@ -25,12 +25,22 @@
 static const int SH[8][2] = {{2048, 2048}, {256, 2048}, {256, 2048}, {2048, 2048}, {5632, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
 #define NM (NL * 7 + 1)
 
-struct mat { const uint8_t *w; size_t wrb, bytes; int rows, cols; const void *xq; size_t xrb; };
+struct mat { const uint8_t *w; size_t wrb; int rows, cols; const void *xq; size_t xrb; };
 static struct mat M[NM];
 static float *Y;
 static enum tp_wtype T = TP_WTYPE_Q4_0;
 
-struct job { int mode; int mi; _Atomic long long next; uint64_t sink[8]; int chunk; };
+/* How a rep reads the matrices (the order of the report's rows). */
+enum { DS_PROBE, DS_NO_BARRIERS, DS_STATIC, DS_GUIDED, DS_N };
+
+struct job { int mode; int mi; _Atomic long long next; uint64_t sink[8]; };
+
+/* Matrix i's row of SH: the model's order (q, k, v, o, gate, up, down per layer, then the output), or
+ * `only` for every matrix. */
+static int shape_of(int i, int only)
+{
+    return only >= 0 ? only : i < NL * 7 ? i % 7 : 7;
+}
 
 static void mm(const struct mat *m, int64_t r0, int64_t r1)
 {
@@ -48,7 +58,7 @@ static uint64_t sum(const uint8_t *p, size_t n)
 static void work(void *ctx, int ith, int nth)
 {
     struct job *j = ctx;
-    if (j->mode == 0) { /* probe: each matrix's static halves, all in one run */
+    if (j->mode == DS_PROBE) { /* each matrix's static halves, all in one run */
         for (int i = 0; i < NM; i++) {
             int64_t g0, g1;
             const int64_t G = (M[i].rows + 15) / 16;
@@ -57,7 +67,7 @@ static void work(void *ctx, int ith, int nth)
         }
         return;
     }
-    if (j->mode == 1) { /* no barriers: every matrix's static half in one run */
+    if (j->mode == DS_NO_BARRIERS) { /* every matrix's static half in one run */
         for (int i = 0; i < NM; i++) {
             int64_t g0, g1;
             tp_split_range((M[i].rows + 15) / 16, ith, nth, &g0, &g1);
@@ -67,13 +77,13 @@ static void work(void *ctx, int ith, int nth)
     }
     const struct mat *m = &M[j->mi];
     const int64_t G = (m->rows + 15) / 16;
-    if (j->mode == 2) { /* one matrix, static halves */
+    if (j->mode == DS_STATIC) { /* one matrix, static halves */
         int64_t g0, g1;
         tp_split_range(G, ith, nth, &g0, &g1);
         mm(m, g0 * 16, TP_MIN(g1 * 16, m->rows));
         return;
     }
-    /* mode 3: one matrix, guided chunks as forward.c's job() */
+    /* DS_GUIDED: one matrix, guided chunks as forward.c's job() */
     const int64_t min = TP_MAX(1, G / (nth * 32));
     long long i0 = atomic_load(&j->next);
     while (i0 < G) {
@@ -125,14 +135,14 @@ int main(int argc, char **argv)
         if (!xq[s]) return oom();
         tp_kern_prepare_act(T, x, xq[s], cols);
     }
-    for (int i = 0; i < NM; i++) total += pbytes[only >= 0 ? only : i < NL * 7 ? i % 7 : 7];
+    for (int i = 0; i < NM; i++) total += pbytes[shape_of(i, only)];
     uint8_t *buf = tp_stream_alloc(total);
     if (!buf) return oom();
     size_t off = 0;
     for (int i = 0; i < NM; i++) {
-        const int s = only >= 0 ? only : i < NL * 7 ? i % 7 : 7;
+        const int s = shape_of(i, only);
         memcpy(buf + off, proto[s], pbytes[s]);
-        M[i] = (struct mat){buf + off, pwrb[s], pbytes[s], SH[s][0], SH[s][1], xq[s], tp_kern_act_row_bytes(T, SH[s][1])};
+        M[i] = (struct mat){buf + off, pwrb[s], SH[s][0], SH[s][1], xq[s], tp_kern_act_row_bytes(T, SH[s][1])};
         off += pbytes[s];
     }
     Y = malloc(32000 * 4);
@@ -141,16 +151,16 @@ int main(int argc, char **argv)
     pc.n_threads = 2;
     tp_pool_t *pool;
     if (tp_pool_init(&pc, &pool) != TP_OK) return oom();
-    double *tm = calloc(4 * (size_t)reps, sizeof(double));
+    double *tm = calloc(DS_N * (size_t)reps, sizeof(double));
     if (!tm) return oom();
-    const char *names[4] = {"probe", "no barriers", "barriers, static", "barriers, guided"};
+    const char *names[DS_N] = {"probe", "no barriers", "barriers, static", "barriers, guided"};
     printf("%.0f MB per pass\n", total / 1e6);
     for (int r = 0; r <= reps; r++)
-        for (int k = 0; k < 4; k++) {
-            const int v = (k + r) % 4;
+        for (int k = 0; k < DS_N; k++) {
+            const int v = (k + r) % DS_N;
             struct job j = {.mode = v};
             const double t0 = tp_now_s();
-            if (v < 2)
+            if (v == DS_PROBE || v == DS_NO_BARRIERS)
                 tp_pool_run(pool, work, &j);
             else
                 for (int i = 0; i < NM; i++) {
@@ -161,11 +171,11 @@ int main(int argc, char **argv)
             if (r > 0) tm[v * reps + r - 1] = tp_now_s() - t0;
         }
     /* per rep: fraction of that rep's probe */
-    for (int v = 1; v < 4; v++) {
+    for (int v = DS_NO_BARRIERS; v < DS_N; v++) {
         double fs[200], ss[200];
         int nf = 0, ns = 0;
         for (int r = 0; r < reps; r++) {
-            const double pg = total / tm[r] / 1e9, f = tm[r] / tm[v * reps + r];
+            const double tp = tm[DS_PROBE * reps + r], pg = total / tp / 1e9, f = tp / tm[v * reps + r];
             if (pg > 45) fs[nf++] = f; else ss[ns++] = f;
         }
         qsort(fs, nf, sizeof(double), cmpd);
