@@ -16,11 +16,12 @@
 #define KV_OUT static __attribute__((target("avx2,fma,f16c")))
 #define KV_BT 4
 #define KV_FILL tp_kern_x16_avx2_ops
-/* Decode: groups side by side, each prefetched ahead (the template says how far).  Measured by
- * scripts/decode_ab (docs/performance.md): the K-quants, with more live registers per group, were
- * faster with 2 than with 4 in the 16 ymm; Q4_0 / Q8_0 with 4. */
-#define KV_DSTREAMS_A8 4
-#define KV_DSTREAMS_K 2
+/* Decode: one group at a time, the groups in memory order (one weight stream for the hardware
+ * prefetcher), each prefetched ahead (the template says how far).  Measured by scripts/decode_ab
+ * (docs/performance.md): against 4 groups side by side (Q4_0, Q8_0) or 2 (the K-quants), 1.15x
+ * and 1.42-2.0x at one thread. */
+#define KV_DSTREAMS_A8 1
+#define KV_DSTREAMS_K 1
 #define kv_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 #include "kernels/kernels_x16_avx2_kv_impl.h"

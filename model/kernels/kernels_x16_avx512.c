@@ -13,7 +13,7 @@
  * in row order.
  *
  * One token (decode): the activation row is read in place (its slices are
- * embedded broadcasts), X16_STREAMS groups side by side.  Several tokens:
+ * embedded broadcasts), the groups walked in memory order.  Several tokens:
  * the kx_qbatch scheme - chunks of X16_BROWS rows x slabs of blocks x
  * passes of up to 8 tokens whose
  * activations are packed block by block into one stream - with the partial
@@ -146,52 +146,16 @@ XFN __m512 x16_blk(const char *p, const int8_t *qs, const float *ad, const int32
     return _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(ad[b])), acc);
 }
 
-/* Groups a decode pass reads at once.  One thread's share of a decode step is one long
- * sequential read, but a core streams from memory only as fast as it keeps misses in
- * flight: the hardware prefetcher runs a bounded distance ahead of each stream (and
- * restarts at page boundaries), and the kernel's arithmetic between loads keeps its
- * own demand misses fewer than a plain read loop has.  Walking X16_STREAMS groups
- * side by side (each group a stream 16 rows of bytes apart) gives the prefetcher that
- * many streams to run ahead on, and a short software prefetch (X16_DPF) covers the
- * distance the prefetcher leaves.  Measured in docs/design-measurements.md. */
-#define X16_STREAMS 4
-/* Bytes ahead of each stream that a decode pass prefetches, two blocks at a time: with the
- * x16 Q4_0 kernel's arithmetic between loads, the hardware prefetcher alone left part of the
- * bandwidth unused (docs/performance.md; Q8_0, with less arithmetic per byte, is unchanged by it).
- * At the end of a pass the requests run on into the next pass's streams (tp_x16_ahead). */
+/* Bytes ahead of the read that the one-token decode requests, two blocks at a time (measured
+ * in docs/design-measurements.md). */
 #define X16_DPF 1152
 
-/* One token, S groups at once from g0 (S weight streams in flight).  Each stream's two blocks
- * X16_DPF bytes ahead are requested, past the row's end in the next pass's Sn groups (tp_x16_ahead). */
-XFN void x16_decode_groups(const char *w, size_t wrb, int64_t nb, const int8_t *qs, const float *ad, const int32_t *as,
-                           float *y, int64_t g0, int64_t r0, int64_t r1, const int S, const int Sn, const int q8,
-                           const int l2)
-{
-    const size_t bs = X16_BS(q8);
-    const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
-    const char *gn = gp + (size_t)S * 16 * wrb;
-    __m512 acc[X16_STREAMS][2];
-    for (int k = 0; k < S; k++) acc[k][0] = acc[k][1] = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        for (int k = 0; k < S; k++) {
-            const char *q = tp_x16_ahead(gp, gn, k, Sn, wrb, (size_t)nb * bs, (size_t)b * bs + X16_DPF);
-            if (q)
-                for (size_t l = 0; l < 2 * bs; l += 64) TP_PREFETCH(q + l, l2);
-        }
-        for (int h = 0; h < 2; h++)
-            for (int k = 0; k < S; k++)
-                acc[k][h] = x16_blk(gp + (size_t)k * 16 * wrb + (size_t)(b + h) * bs, qs, ad, as, b + h, acc[k][h], q8);
-    }
-    if (b < nb)
-        for (int k = 0; k < S; k++)
-            acc[k][0] = x16_blk(gp + (size_t)k * 16 * wrb + (size_t)b * bs, qs, ad, as, b, acc[k][0], q8);
-    for (int k = 0; k < S; k++)
-        _mm512_mask_storeu_ps(y + g0 + 16 * k, x16_keep(g0 + 16 * k, r0, r1), _mm512_add_ps(acc[k][0], acc[k][1]));
-}
-
-/* One token: groups covering rows [r0, r1), activation row xq read in place.  The first pass's
- * first X16_DPF bytes of each stream are requested together before it starts. */
+/* One token: groups covering rows [r0, r1), activation row xq read in place.  The groups lie one
+ * after another in memory, so a thread's rows are one sequential read, and the decode walks them
+ * in that order, one group at a time: the hardware prefetcher follows one long stream, where a
+ * walk of several groups side by side starts that many new streams every few KiB and waits on
+ * each one's first lines (rows of 2048 values: 0.75 of a streaming read against 0.94,
+ * docs/performance.md).  Two accumulators per group, even and odd blocks. */
 XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float *y, int64_t r0, int64_t r1, const int q8,
                     const int l2)
 {
@@ -199,25 +163,26 @@ XFN void x16_decode(const char *w, size_t wrb, int64_t n, const void *xq, float 
     const int8_t *qs = TP_A8_QS(xq);
     const float *ad = TP_A8_D(xq, n);
     const int32_t *as = TP_A8_S(xq, n);
-    int64_t g0 = r0 / 16 * 16;
-    const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
-    const size_t head = TP_MIN((size_t)X16_DPF, (size_t)nb * X16_BS(q8));
-    for (int k = 0; k < tp_x16_pass_groups(g0, r1, X16_STREAMS); k++)
-        for (size_t l = 0; l < head; l += 64) TP_PREFETCH(gp + (size_t)k * 16 * wrb + l, l2);
-    while (g0 < r1) {
-        const int S = tp_x16_pass_groups(g0, r1, X16_STREAMS);
-        const int Sn = tp_x16_pass_groups(g0 + 16 * S, r1, X16_STREAMS);
-        switch (S) {
-#if X16_STREAMS > 3
-        case 3: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 3, Sn, q8, l2); break;
-#endif
-#if X16_STREAMS > 2
-        case 2: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 2, Sn, q8, l2); break;
-#endif
-        case 1: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, 1, Sn, q8, l2); break;
-        default: x16_decode_groups(w, wrb, nb, qs, ad, as, y, g0, r0, r1, X16_STREAMS, Sn, q8, l2); break;
+    const size_t bs = X16_BS(q8);
+    const int64_t g0 = r0 / 16 * 16;
+    const char *base = w + (size_t)(g0 / 16) * 16 * wrb;
+    const size_t total = (size_t)((r1 - g0 + 15) / 16) * 16 * wrb; /* the bytes of rows [g0, r1) */
+    for (size_t l = 0; l < X16_DPF && l < total; l += 64) TP_PREFETCH(base + l, l2);
+    size_t o = 0; /* offset of the next block in the stream */
+    for (int64_t g = g0; g < r1; g += 16) {
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        int64_t b = 0;
+        for (; b + 2 <= nb; b += 2, o += 2 * bs) {
+            if (o + X16_DPF + 2 * bs <= total)
+                for (size_t l = 0; l < 2 * bs; l += 64) TP_PREFETCH(base + o + X16_DPF + l, l2);
+            acc0 = x16_blk(base + o, qs, ad, as, b, acc0, q8);
+            acc1 = x16_blk(base + o + bs, qs, ad, as, b + 1, acc1, q8);
         }
-        g0 += 16 * S;
+        if (b < nb) {
+            acc0 = x16_blk(base + o, qs, ad, as, b, acc0, q8);
+            o += bs;
+        }
+        _mm512_mask_storeu_ps(y + g, x16_keep(g, r0, r1), _mm512_add_ps(acc0, acc1));
     }
 }
 

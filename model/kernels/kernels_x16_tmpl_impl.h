@@ -382,11 +382,12 @@ KV_FN void xt_half(const int type, const int Tk, const char *gp, int lb, int64_t
     }
 }
 
-/* Groups a decode pass reads side by side (both halves of each: 2 S weight streams in flight for
- * the hardware prefetcher; kernels_x16_avx512.c X16_STREAMS says why), for Q4_0 / Q8_0 / MXFP4 and
- * for the K-quants, and how far ahead of each group's stream the pass prefetches: the next
- * super-block (K-quants) or XT_DPF_A8 bytes (the others), as the AVX-512 kernels do.  An ISA
- * that does not define them keeps 2 streams and no software prefetch. */
+/* Groups a decode pass reads side by side, for Q4_0 / Q8_0 / MXFP4 and for the K-quants (both
+ * halves of each group together), and how far ahead of each group's stream the pass prefetches:
+ * the next super-block (K-quants) or XT_DPF_A8 bytes (the others).  The x86 ISAs take one group at
+ * a time, the groups in memory order, so that the hardware prefetcher follows one stream
+ * (docs/performance.md); an ISA that does not define them (NEON, where it is not measured) keeps 2
+ * and no software prefetch. */
 #ifdef KV_DSTREAMS_A8
 #define XT_STREAMS_A8 KV_DSTREAMS_A8
 #define XT_STREAMS_K KV_DSTREAMS_K
@@ -463,9 +464,11 @@ KV_FN void xt_matmul(const int type, const void *w, size_t wrb, int64_t n, const
                 if (NS > 2) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 3, Sn);
                 break;
 #endif
+#if XT_STREAMS > 1
             case 2:
                 if (NS > 1) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 2, Sn);
                 break;
+#endif
             default: xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 1, Sn); break;
             }
             g0 += 16 * S;
