@@ -86,6 +86,15 @@ XFN void kx_prefetch(const char *p, const size_t gbs, const int l2)
     for (size_t o = 0; o < gbs; o += 64) TP_PREFETCH(p + o, l2);
 }
 
+/* Step t of n of a super-block's computation: requests its share of the lines of the super-block
+ * of gbs bytes at pf (NULL: none), so that a decode's requests are spread over its arithmetic. */
+XFN void kx_prefetch_step(const char *pf, const size_t gbs, const int t, const int n, const int l2)
+{
+    if (!pf) return;
+    const int L = (int)((gbs + 63) / 64);
+    for (int l = t * L / n; l < (t + 1) * L / n; l++) TP_PREFETCH(pf + 64 * l, l2);
+}
+
 /* Bytes of one 16-row super-block. */
 XFN size_t kx_gbs(const int type)
 {
@@ -415,8 +424,9 @@ XFN __m512 kx_dec_q45(const int type, const char *p, const tp_blk_q8_k *a, const
 
 /* Decode of a Q6_K super-block (as kx_sb_q6 with one token): per half h the eight sub-blocks
  * 8h + 2q + b have their own accumulators, walked chunk position by position, so eight
- * independent vpdpbusd chains interleave; the scale terms are summed in four chains. */
-XFN __m512 kx_dec_q6(const char *p, const tp_blk_q8_k *a, const int16_t *pr)
+ * independent vpdpbusd chains interleave; the scale terms are summed in four chains.  The
+ * super-block at pf (NULL: none) is requested a sixteenth per step. */
+XFN __m512 kx_dec_q6(const char *p, const tp_blk_q8_k *a, const int16_t *pr, const char *pf, const int l2)
 {
     const __m512i mF = _mm512_set1_epi8(0x0F), m33 = _mm512_set1_epi8(0x33);
     const char *sc = p + TP_KX_Q6K_SC, *qh = p + TP_KX_Q6K_QH, *ql = p + TP_KX_Q6K_QL;
@@ -434,6 +444,7 @@ XFN __m512 kx_dec_q6(const char *p, const tp_blk_q8_k *a, const int16_t *pr)
         for (int s = 0; s < 4; s++)
             KX_UNROLL
             for (int b = 0; b < 2; b++) {
+                kx_prefetch_step(pf, kx_gbs(KX_Q6K), 8 * h + 2 * s + b, 16, l2);
                 const __m512i H = kx_ld(qh + 64 * (8 * h + 4 * b + s));
                 KX_UNROLL
                 for (int pq = 0; pq < 2; pq++) {
@@ -468,7 +479,7 @@ XFN __m512 kx_dec_q6(const char *p, const tp_blk_q8_k *a, const int16_t *pr)
     return _mm512_mul_ps(r, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)));
 }
 
-/* One token, S groups at once from g0: each group's 16 sums in a register.  Each stream's
+/* Q4_K / Q5_K, one token, S groups at once from g0: each group's 16 sums in a register.  Each stream's
  * super-block KX_DPF ahead is requested, past the row's end in the next pass's Sn groups
  * (tp_x16_ahead). */
 XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t g0,
@@ -488,18 +499,51 @@ XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb,
             const char *p = gp + (size_t)k * 16 * wrb + (size_t)i * gbs;
             const char *q = tp_x16_ahead(gp, gn, k, Sn, wrb, (size_t)nb * gbs, (size_t)(i + ahead) * gbs);
             if (q) kx_prefetch(q, gbs, l2);
-            const __m512 v = type == KX_Q6K ? kx_dec_q6(p, a, pr) : kx_dec_q45(type, p, a, pr);
-            acc[k] = _mm512_fmadd_ps(v, _mm512_set1_ps(a->d), acc[k]);
+            acc[k] = _mm512_fmadd_ps(kx_dec_q45(type, p, a, pr), _mm512_set1_ps(a->d), acc[k]);
         }
     }
     for (int k = 0; k < S; k++) _mm512_mask_storeu_ps(y + g0 + 16 * k, kx_keep(g0 + 16 * k, r0, r1), acc[k]);
 }
 
-/* One token: rows [r0, r1), KX_STREAMS groups at a time, the rest together.  The first pass's
- * first super-blocks are requested together before it starts (the later ones run ahead of it). */
+/* Q6_K, one token: rows [r0, r1), each group's 16 sums in a register.  The groups lie one after
+ * another in memory, so a thread's rows are one sequential read of super-blocks; this walks them in
+ * that order, one group at a time, and requests the super-block KX_DPF ahead in the stream spread
+ * over the current one's arithmetic (kx_dec_q6): against KX_STREAMS groups side by side with each
+ * request in one burst, 1.09-1.24x from memory (docs/performance.md; either change alone measured
+ * slower or alike, and Q4_K / Q5_K slower or alike with both). */
+XFN void kx_decode_q6(const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t r0, int64_t r1,
+                      const int l2)
+{
+    const int64_t g0 = r0 / 16 * 16;
+    const size_t gbs = kx_gbs(KX_Q6K);
+    const char *base = w + (size_t)(g0 / 16) * 16 * wrb;
+    const int64_t nsb = (r1 - g0 + 15) / 16 * nb; /* super-blocks in the stream */
+    const int64_t ahead = KX_DPF(l2);
+    for (int64_t j = 0; j < ahead && j < nsb; j++) kx_prefetch(base + (size_t)j * gbs, gbs, l2);
+    int64_t s = 0; /* super-block of the stream */
+    for (int64_t g = g0; g < r1; g += 16) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t i = 0; i < nb; i++, s++) {
+            const tp_blk_q8_k *a = (const tp_blk_q8_k *)x + i;
+            const int16_t *pr = TP_Q8K_PAIR(x, nb * TP_QK_K, i);
+            KX_OPAQUE(a);
+            const char *p = base + (size_t)s * gbs;
+            const char *pf = s + ahead < nsb ? p + (size_t)ahead * gbs : NULL;
+            acc = _mm512_fmadd_ps(kx_dec_q6(p, a, pr, pf, l2), _mm512_set1_ps(a->d), acc);
+        }
+        _mm512_mask_storeu_ps(y + g, kx_keep(g, r0, r1), acc);
+    }
+}
+
+/* One token: rows [r0, r1).  Q4_K / Q5_K: KX_STREAMS groups at a time, the rest together; the first
+ * pass's first super-blocks are requested together before it starts (the later ones run ahead of it). */
 XFN void kx_decode(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t r0,
                    int64_t r1, const int l2)
 {
+    if (type == KX_Q6K) {
+        kx_decode_q6(w, wrb, nb, x, y, r0, r1, l2);
+        return;
+    }
     int64_t g0 = r0 / 16 * 16;
     const size_t gbs = kx_gbs(type);
     const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
