@@ -361,15 +361,13 @@ XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, cons
     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (int64_t)t * ys + g0, keep, _mm512_load_ps(acc + 16 * t));
 }
 
-/* Groups a decode pass reads side by side (that many weight streams), and each group's super-block
- * KX_DPF ahead prefetched while the current one is computed: one ahead into L1, two into L2 (the
- * prefetch level: tp_kern_prefetch).  A K-quant super-block is 2-3 KiB of work between loads; without
- * the prefetch the hardware prefetcher alone kept too few misses in flight across it
- * (docs/performance.md: on a Zen 5 VM the decode from memory went from ~0.5 to ~0.9 of a streaming
- * read, one thread; on a Zen 4 VM Q4_K read 0.63-0.69 of it prefetched two ahead into L2, 0.55-0.59
- * one ahead into L2 and 0.45-0.47 one ahead into L1).  The requests run on past the end of a pass
- * into the next pass's streams (tp_x16_ahead): a row of 2048 values is 8 super-blocks, and
- * starting each pass on two unrequested ones cost 8-22% of the decode rate (docs/performance.md). */
+/* Groups a Q5_K decode pass reads side by side (that many weight streams), and the super-blocks ahead
+ * of a stream that a Q5_K or Q6_K decode requests while it computes the current one: one into L1, two
+ * into L2 (the prefetch level: tp_kern_prefetch).  Across several streams the hardware prefetcher alone
+ * kept too few misses in flight (docs/performance.md: on a Zen 4 VM Q4_K read 0.63-0.69 of a streaming
+ * read prefetched two ahead into L2, 0.55-0.59 one ahead into L2, 0.45-0.47 one ahead into L1).  The
+ * requests run on past the end of a pass into the next pass's streams (tp_x16_ahead): a row of 2048
+ * values is 8 super-blocks, and starting each pass on two unrequested ones cost 8-22% of the rate. */
 #define KX_STREAMS 4
 #define KX_DPF(l2) ((l2) ? 2 : 1) /* super-blocks ahead */
 
@@ -479,7 +477,7 @@ XFN __m512 kx_dec_q6(const char *p, const tp_blk_q8_k *a, const int16_t *pr, con
     return _mm512_mul_ps(r, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)));
 }
 
-/* Q4_K / Q5_K, one token, S groups at once from g0: each group's 16 sums in a register.  Each stream's
+/* Q5_K, one token, S groups at once from g0: each group's 16 sums in a register.  Each stream's
  * super-block KX_DPF ahead is requested, past the row's end in the next pass's Sn groups
  * (tp_x16_ahead). */
 XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t g0,
@@ -505,20 +503,21 @@ XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb,
     for (int k = 0; k < S; k++) _mm512_mask_storeu_ps(y + g0 + 16 * k, kx_keep(g0 + 16 * k, r0, r1), acc[k]);
 }
 
-/* Q6_K, one token: rows [r0, r1), each group's 16 sums in a register.  The groups lie one after
- * another in memory, so a thread's rows are one sequential read of super-blocks; this walks them in
- * that order, one group at a time, and requests the super-block KX_DPF ahead in the stream spread
- * over the current one's arithmetic (kx_dec_q6): against KX_STREAMS groups side by side with each
- * request in one burst, 1.09-1.24x from memory (docs/performance.md; either change alone measured
- * slower or alike, and Q4_K / Q5_K slower or alike with both). */
-XFN void kx_decode_q6(const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t r0, int64_t r1,
-                      const int l2)
+/* Q4_K and Q6_K, one token: rows [r0, r1), each group's 16 sums in a register.  The groups lie one
+ * after another in memory, so a thread's rows are one sequential read of super-blocks; this walks
+ * them in that order, one group at a time, so that the hardware prefetcher follows one stream
+ * (against KX_STREAMS groups side by side, docs/performance.md: Q4_K 1.09-1.32x, Q6_K 1.13-1.28x from
+ * memory).  Q4_K reads each super-block front to back and the hardware prefetcher alone keeps up;
+ * Q6_K reads its qh and ql chunks interleaved, and the super-block KX_DPF ahead is requested, spread
+ * over the current one's arithmetic (kx_dec_q6; in one burst it measured slower than four groups). */
+XFN void kx_decode_stream(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t r0,
+                          int64_t r1, const int l2)
 {
     const int64_t g0 = r0 / 16 * 16;
-    const size_t gbs = kx_gbs(KX_Q6K);
+    const size_t gbs = kx_gbs(type);
     const char *base = w + (size_t)(g0 / 16) * 16 * wrb;
     const int64_t nsb = (r1 - g0 + 15) / 16 * nb; /* super-blocks in the stream */
-    const int64_t ahead = KX_DPF(l2);
+    const int64_t ahead = type == KX_Q6K ? KX_DPF(l2) : 0;
     for (int64_t j = 0; j < ahead && j < nsb; j++) kx_prefetch(base + (size_t)j * gbs, gbs, l2);
     int64_t s = 0; /* super-block of the stream */
     for (int64_t g = g0; g < r1; g += 16) {
@@ -528,20 +527,25 @@ XFN void kx_decode_q6(const char *w, size_t wrb, int64_t nb, const char *x, floa
             const int16_t *pr = TP_Q8K_PAIR(x, nb * TP_QK_K, i);
             KX_OPAQUE(a);
             const char *p = base + (size_t)s * gbs;
-            const char *pf = s + ahead < nsb ? p + (size_t)ahead * gbs : NULL;
-            acc = _mm512_fmadd_ps(kx_dec_q6(p, a, pr, pf, l2), _mm512_set1_ps(a->d), acc);
+            __m512 v;
+            if (type == KX_Q6K)
+                v = kx_dec_q6(p, a, pr, s + ahead < nsb ? p + (size_t)ahead * gbs : NULL, l2);
+            else
+                v = kx_dec_q45(type, p, a, pr);
+            acc = _mm512_fmadd_ps(v, _mm512_set1_ps(a->d), acc);
         }
         _mm512_mask_storeu_ps(y + g, kx_keep(g, r0, r1), acc);
     }
 }
 
-/* One token: rows [r0, r1).  Q4_K / Q5_K: KX_STREAMS groups at a time, the rest together; the first
- * pass's first super-blocks are requested together before it starts (the later ones run ahead of it). */
+/* One token: rows [r0, r1).  Q5_K, which measured slower or alike in one stream (0.52-0.64x without
+ * requests, 0.94-1.12x with them spread): KX_STREAMS groups at a time, the rest together; the first pass's first super-blocks are requested together before it
+ * starts (the later ones run ahead of it).  Q4_K and Q6_K: kx_decode_stream. */
 XFN void kx_decode(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t r0,
                    int64_t r1, const int l2)
 {
-    if (type == KX_Q6K) {
-        kx_decode_q6(w, wrb, nb, x, y, r0, r1, l2);
+    if (type != KX_Q5K) {
+        kx_decode_stream(type, w, wrb, nb, x, y, r0, r1, l2);
         return;
     }
     int64_t g0 = r0 / 16 * 16;
