@@ -506,7 +506,7 @@ XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb,
 /* Q4_K and Q6_K, one token: rows [r0, r1), each group's 16 sums in a register.  The groups lie one
  * after another in memory, so a thread's rows are one sequential read of super-blocks; this walks
  * them in that order, one group at a time, so that the hardware prefetcher follows one stream
- * (against KX_STREAMS groups side by side, docs/performance.md: Q4_K 1.09-1.32x, Q6_K 1.13-1.28x from
+ * (against KX_STREAMS groups side by side, docs/performance.md: Q4_K 1.05-1.35x, Q6_K 1.13-1.28x from
  * memory).  Q4_K reads each super-block front to back and the hardware prefetcher alone keeps up;
  * Q6_K reads its qh and ql chunks interleaved, and the super-block KX_DPF ahead is requested, spread
  * over the current one's arithmetic (kx_dec_q6; in one burst it measured slower than four groups). */
@@ -539,8 +539,9 @@ XFN void kx_decode_stream(const int type, const char *w, size_t wrb, int64_t nb,
 }
 
 /* One token: rows [r0, r1).  Q5_K, which measured slower or alike in one stream (0.52-0.64x without
- * requests, 0.94-1.12x with them spread): KX_STREAMS groups at a time, the rest together; the first pass's first super-blocks are requested together before it
- * starts (the later ones run ahead of it).  Q4_K and Q6_K: kx_decode_stream. */
+ * requests, 0.94-1.12x with them spread): KX_STREAMS groups at a time, the rest together; the first
+ * pass's first super-blocks are requested together before it starts (the later ones run ahead of it).
+ * Q4_K and Q6_K: kx_decode_stream. */
 XFN void kx_decode(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t r0,
                    int64_t r1, const int l2)
 {

@@ -39,9 +39,9 @@
 #define KOUT static __attribute__((target(KX_TARGET)))
 #define KX_CHUNK 64
 #define KX_PF 12288 /* software prefetch distance of the row-major quantized decode (bytes) */
-/* Rows the float decode reads side by side: that many weight streams in flight for the
- * hardware prefetcher, no software prefetch (kernels_x16_avx512.c X16_STREAMS says why); the
- * activation loads are shared by the rows. */
+/* Rows the float decode reads side by side, no software prefetch; the activation loads are
+ * shared by the rows.  (The x16 decodes now read one stream, kernels_x16_avx512.c x16_decode;
+ * this one has not been measured that way.) */
 #ifndef KX_DROWS
 #define KX_DROWS 4
 #endif
