@@ -42,9 +42,16 @@ static int shape_of(int i, int only)
     return only >= 0 ? only : i < NL * 7 ? i % 7 : 7;
 }
 
-static void mm(const struct mat *m, int64_t r0, int64_t r1)
+/* Matrix m's 16-row groups [g0, g1). */
+static void mm(const struct mat *m, int64_t g0, int64_t g1)
 {
-    tp_kern_matmul_x16(T, m->w, m->wrb, m->cols, m->xq, m->xrb, 1, Y, m->rows, r0, r1);
+    tp_kern_matmul_x16(T, m->w, m->wrb, m->cols, m->xq, m->xrb, 1, Y, m->rows, g0 * 16, TP_MIN(g1 * 16, m->rows));
+}
+
+/* Thread ith's static share of matrix m's groups. */
+static void half(const struct mat *m, int ith, int nth, int64_t *g0, int64_t *g1)
+{
+    tp_split_range((m->rows + 15) / 16, ith, nth, g0, g1);
 }
 
 static uint64_t sum(const uint8_t *p, size_t n)
@@ -61,8 +68,7 @@ static void work(void *ctx, int ith, int nth)
     if (j->mode == DS_PROBE) { /* each matrix's static halves, all in one run */
         for (int i = 0; i < NM; i++) {
             int64_t g0, g1;
-            const int64_t G = (M[i].rows + 15) / 16;
-            tp_split_range(G, ith, nth, &g0, &g1);
+            half(&M[i], ith, nth, &g0, &g1);
             j->sink[ith] += sum(M[i].w + (size_t)g0 * 16 * M[i].wrb, (size_t)(g1 - g0) * 16 * M[i].wrb);
         }
         return;
@@ -70,20 +76,20 @@ static void work(void *ctx, int ith, int nth)
     if (j->mode == DS_NO_BARRIERS) { /* every matrix's static half in one run */
         for (int i = 0; i < NM; i++) {
             int64_t g0, g1;
-            tp_split_range((M[i].rows + 15) / 16, ith, nth, &g0, &g1);
-            mm(&M[i], g0 * 16, TP_MIN(g1 * 16, M[i].rows));
+            half(&M[i], ith, nth, &g0, &g1);
+            mm(&M[i], g0, g1);
         }
         return;
     }
     const struct mat *m = &M[j->mi];
-    const int64_t G = (m->rows + 15) / 16;
     if (j->mode == DS_STATIC) { /* one matrix, static halves */
         int64_t g0, g1;
-        tp_split_range(G, ith, nth, &g0, &g1);
-        mm(m, g0 * 16, TP_MIN(g1 * 16, m->rows));
+        half(m, ith, nth, &g0, &g1);
+        mm(m, g0, g1);
         return;
     }
     /* DS_GUIDED: one matrix, guided chunks as forward.c's job() */
+    const int64_t G = (m->rows + 15) / 16;
     const int64_t min = TP_MAX(1, G / (nth * 32));
     long long i0 = atomic_load(&j->next);
     while (i0 < G) {
@@ -91,7 +97,7 @@ static void work(void *ctx, int ith, int nth)
         if (len < min) len = min;
         const long long i1 = TP_MIN(i0 + len, G);
         if (atomic_compare_exchange_weak(&j->next, &i0, i1)) {
-            mm(m, i0 * 16, TP_MIN(i1 * 16, m->rows));
+            mm(m, i0, i1);
             i0 = atomic_load(&j->next);
         }
     }
