@@ -18,8 +18,8 @@
 #define KV_FILL tp_kern_x16_avx2_ops
 /* Decode: one group at a time, the groups in memory order (one weight stream for the hardware
  * prefetcher), each prefetched ahead (the template says how far).  Measured by scripts/decode_ab
- * (docs/performance.md): against 4 groups side by side (Q4_0, Q8_0) or 2 (the K-quants), 1.15x
- * and 1.42-2.0x at one thread. */
+ * (docs/performance.md): against 4 groups side by side (Q4_0, Q8_0) or 2 (the K-quants), 1.15-1.18x
+ * and 1.32-1.57x at one thread, 1.14-1.15x and 1.40-1.83x at two. */
 #define KV_DSTREAMS_A8 1
 #define KV_DSTREAMS_K 1
 #define kv_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
