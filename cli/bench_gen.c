@@ -534,6 +534,9 @@ struct gen_run {
     /* decode reps, rank 0's view: forward and all_sum time of its model, compute and communication time and
      * bytes sent of the engine, decoded tokens */
     uint64_t tg_ns_fwd, tg_ns_comm, tg_ns_compute, tg_ns_pcomm, tg_bytes, tg_count;
+    uint64_t tg_ns_phase[4];  /* of tg_ns_fwd: norms and quantization, matmuls, attention, logits (the model's
+                               * ns_prep, ns_matmul, ns_attn, ns_logits) */
+    double tg_s_sum;          /* decode reps' wall time, summed */
     size_t tg_op[100][2];     /* --comm-sync: each decode rep's collectives [first, end) in the op log */
     double tg_sync_ms;        /* --comm-sync: rank 0's decode communication ms per token after all ranks entered */
     double tg_wait_ms;        /* --comm-sync: rank 0's ms per token waiting for the last rank to enter */
@@ -686,6 +689,11 @@ static enum tp_status gen_rep(struct gen_run *R, const struct gen_opts *o, int r
     tp_parallel_get_stats(g->par, &ps1);
     R->tg_ns_fwd += st1.ns_forward - st0.ns_forward;
     R->tg_ns_comm += st1.ns_all_sum - st0.ns_all_sum;
+    R->tg_ns_phase[0] += st1.ns_prep - st0.ns_prep;
+    R->tg_ns_phase[1] += st1.ns_matmul - st0.ns_matmul;
+    R->tg_ns_phase[2] += st1.ns_attn - st0.ns_attn;
+    R->tg_ns_phase[3] += st1.ns_logits - st0.ns_logits;
+    R->tg_s_sum += b->tg_s[r];
     R->tg_ns_compute += ps1.ns_compute - ps0.ns_compute;
     R->tg_ns_pcomm += ps1.ns_comm - ps0.ns_comm;
     R->tg_bytes += ps1.bytes_sent - ps0.bytes_sent;
@@ -1006,6 +1014,9 @@ struct gen_result {
     double pp_tps, tg_tps;
     double comm_frac;                 /* all_sum share of rank 0's decode forward time */
     double cpt_ms, mpt_ms, bpt_sent;  /* rank 0 per decoded token: compute, communication, bytes sent */
+    /* rank 0's decode step, ms per token (mean over every rep): the step, tp_model_forward, of which norms and
+     * quantization, matmuls, attention, logits, all_sum; the weights' GB/s over matmuls + logits */
+    double step_ms, fwd_ms, ph_ms[4], allsum_ms, mm_gbs;
     double k1_ms;                     /* --seqs step time of 1 sequence, 0 when not measured */
     double k_pred[16], k_xpl[16];     /* --seqs, mixture of experts: the step's bytes over one sequence's
                                        * (predicted ratio), distinct experts run per layer (rank 0's) */
@@ -1031,6 +1042,12 @@ static void gen_seq_bytes(const struct gen_run *R, const struct gen_opts *o, str
         res->k_pred[ki] = other + x1 > 0.0 ? (other + R->k_xbytes[ki]) / (other + x1) : 0.0;
         res->k_xpl[ki] = n_layer > 0 ? R->k_xruns[ki] / n_layer : 0.0;
     }
+}
+
+/* Rank 0's forward time per token outside its timed parts (embedding, residual adds, routing, bookkeeping). */
+static double gen_forward_rest(const struct gen_result *res)
+{
+    return res->fwd_ms - res->ph_ms[0] - res->ph_ms[1] - res->ph_ms[2] - res->ph_ms[3] - res->allsum_ms;
 }
 
 static void gen_summarize(struct gen_run *R, const struct gen_opts *o, struct gen_result *res)
@@ -1081,6 +1098,12 @@ static void gen_summarize(struct gen_run *R, const struct gen_opts *o, struct ge
         res->cpt_ms = (double)R->tg_ns_compute / 1e6 / (double)R->tg_count;
         res->mpt_ms = (double)R->tg_ns_pcomm / 1e6 / (double)R->tg_count;
         res->bpt_sent = (double)R->tg_bytes / (double)R->tg_count;
+        res->step_ms = R->tg_s_sum * 1e3 / (double)R->tg_count;
+        res->fwd_ms = (double)R->tg_ns_fwd / 1e6 / (double)R->tg_count;
+        for (int i = 0; i < 4; i++) res->ph_ms[i] = (double)R->tg_ns_phase[i] / 1e6 / (double)R->tg_count;
+        res->allsum_ms = (double)R->tg_ns_comm / 1e6 / (double)R->tg_count;
+        const double mm_ms = res->ph_ms[1] + res->ph_ms[3];
+        res->mm_gbs = mm_ms > 0.0 ? b->rank_bytes[0] / (mm_ms * 1e6) : 0.0;
     }
 }
 
@@ -1106,6 +1129,12 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
            tp_wire_dtype_name(R->pcfg.wire_dtype), gen_transport(R), res->cpt_ms,
            res->mpt_ms, res->bpt_sent, o->bw_mib,
            o->bw_passes, res->frac_min, res->frac_max);
+    if (n > 0)
+        printf(",\"tg_rank0_ms_per_token\":{\"step\":%.3f,\"forward\":%.3f,\"prep\":%.3f,\"matmul\":%.3f,"
+               "\"attn\":%.3f,\"logits\":%.3f,\"all_sum\":%.3f,\"forward_rest\":%.3f,\"outside_forward\":%.3f},"
+               "\"tg_rank0_matmul_weight_gbs\":%.2f",
+               res->step_ms, res->fwd_ms, res->ph_ms[0], res->ph_ms[1], res->ph_ms[2], res->ph_ms[3], res->allsum_ms,
+               gen_forward_rest(res), res->step_ms - res->fwd_ms, res->mm_gbs);
     if (o->comm_sync && n > 0) {
         printf(",\"comm_sync_ms_per_token\":%.3f,\"comm_wait_ms_per_token\":%.3f", R->tg_sync_ms, R->tg_wait_ms);
         if (!isnan(R->tg_sync_us[0]))
@@ -1231,6 +1260,12 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
         printf("per token (rank 0 of %d, comm dtype %s over %s): compute %.3f ms, comm %.3f ms, %.0f bytes sent\n",
                world, tp_wire_dtype_name(R->pcfg.wire_dtype), gen_transport(R), res->cpt_ms,
                res->mpt_ms, res->bpt_sent);
+    if (n > 0)
+        printf("decode step on rank 0, ms per token (mean of every rep): %.3f = forward %.3f [matmuls %.3f + logits "
+               "%.3f (weights at %.2f GB/s), attention %.3f, norms and quantization %.3f, all_sum %.3f, rest %.3f] "
+               "+ outside the forward %.3f\n",
+               res->step_ms, res->fwd_ms, res->ph_ms[1], res->ph_ms[3], res->mm_gbs, res->ph_ms[2], res->ph_ms[0],
+               res->allsum_ms, gen_forward_rest(res), res->step_ms - res->fwd_ms);
     if (o->comm_sync && n > 0) {
         printf("comm after every rank entered each collective (--comm-sync): %.3f ms per token; rank 0 waiting "
                "for the last rank to enter: %.3f ms per token\n", R->tg_sync_ms, R->tg_wait_ms);

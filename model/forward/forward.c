@@ -407,11 +407,25 @@ static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t alig
     m->chunk_align = align;
     m->chunk_size = cs;
     atomic_store_explicit(&m->chunk_next, 0, memory_order_relaxed);
-    if (nth == 1 || work < TP_FWD_MIN_PARALLEL_WORK) {
-        job_range(m, 0, 0, total);
-        return;
+    const uint64_t t0 = tp_now_ns();
+    if (nth == 1 || work < TP_FWD_MIN_PARALLEL_WORK) job_range(m, 0, 0, total);
+    else tp_pool_run(m->pool, job, m);
+    const uint64_t ns = tp_now_ns() - t0;
+    switch (ph) {
+    case TP_PH_PREP: m->stats.ns_prep += ns; break;
+    case TP_PH_ATTN:
+    case TP_PH_ATTN_MERGE: m->stats.ns_attn += ns; break;
+    case TP_PH_LOGITS: m->stats.ns_logits += ns; break;
+    case TP_PH_QKV:
+    case TP_PH_O:
+    case TP_PH_FFN_UP:
+    case TP_PH_DOWN:
+    case TP_PH_ROUTER:
+    case TP_PH_MOE_UP:
+    case TP_PH_MOE_DOWN:
+    case TP_PH_SHEXP_UP:
+    case TP_PH_SHEXP_DOWN: m->stats.ns_matmul += ns; break;
     }
-    tp_pool_run(m->pool, job, m);
 }
 
 /*

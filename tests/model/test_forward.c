@@ -125,6 +125,9 @@ static void test_golden_greedy(void)
     CU_ASSERT_EQUAL(st.n_forward, (uint64_t)(REF_N - 1));
     CU_ASSERT_EQUAL(st.n_tokens, (uint64_t)(REF_N - 1));
     CU_ASSERT_EQUAL(st.ns_all_sum, 0u);
+    /* every kind of job ran, and together they fit in the forward calls' wall time */
+    CU_ASSERT(st.ns_prep > 0 && st.ns_matmul > 0 && st.ns_attn > 0 && st.ns_logits > 0);
+    CU_ASSERT(st.ns_prep + st.ns_matmul + st.ns_attn + st.ns_logits <= st.ns_forward);
     tp_model_free(m);
 }
 

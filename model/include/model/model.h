@@ -453,6 +453,12 @@ struct tp_model_stats {
     uint64_t n_tokens;
     uint64_t ns_forward;   /* wall time in tp_model_forward, hooks included */
     uint64_t ns_all_sum;   /* of which inside the all_sum hook */
+    /* Of ns_forward, the parallel jobs by kind, each from waking the threads to the last one done: */
+    uint64_t ns_prep;      /* the norms and the activations' quantization before each matmul */
+    uint64_t ns_matmul;    /* the layers' weight matmuls with what they fuse (QKV's bias, RoPE and cache store;
+                            * SwiGLU), the router and the experts */
+    uint64_t ns_attn;      /* attention over the KV cache, with the merge of split work items */
+    uint64_t ns_logits;    /* the output projection */
     uint64_t expert_bytes; /* mixture of experts: expert weight bytes streamed (each held expert that some
                             * token of a call selected, once per call) */
     uint64_t n_decode;     /* calls with a single token */
