@@ -358,12 +358,13 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
     }
 }
 
-/* Pool job: threads claim chunks of the work until none is left, so a thread
- * that is descheduled (shared cores) or slower does not hold up the others.
- * Guided sizes: each claim takes 1/(2 nth) of what is left (a multiple of
- * chunk_align, at least chunk_size), so the first chunks are long (few claims,
- * long contiguous weight streams) and the last are short (the threads finish
- * within one short chunk of each other at the barrier). */
+/* Pool job of the norms and the attention: threads claim chunks of the work
+ * until none is left, so a thread that is descheduled (shared cores) or slower
+ * does not hold up the others.  Guided sizes: each claim takes 1/(2 nth) of
+ * what is left (a multiple of chunk_align, at least chunk_size), so the first
+ * chunks are long (few claims) and the last are short (the threads finish
+ * within one short chunk of each other at the barrier); the attention's items
+ * are sorted longest first (attn_plan). */
 static void job(void *ctx, int ith, int nth)
 {
     tp_model_t *m = ctx;
@@ -382,6 +383,23 @@ static void job(void *ctx, int ith, int nth)
     }
 }
 
+/* Pool job of a matmul: each thread walks its own contiguous share of the rows
+ * front to back, so the weights it reads are one stream in memory order (a
+ * new stream at every claim, as the guided split made, costs the hardware
+ * prefetcher its start each time); a thread done with its share steals from
+ * the back of the others' (tp_worksplit), so one that is descheduled or slower
+ * does not hold up the rest.  Units of chunk_align rows. */
+static void job_owned(void *ctx, int ith, int nth)
+{
+    (void)nth;
+    tp_model_t *m = ctx;
+    const int64_t total = m->chunk_total, align = m->chunk_align;
+    uint64_t u0, u1;
+    int cursor = 0;
+    while (tp_worksplit_next(m->split, ith, &cursor, &u0, &u1))
+        job_range(m, ith, (int64_t)u0 * align, TP_MIN((int64_t)u1 * align, total));
+}
+
 /* Below this many bytes of work a job runs on the calling thread: waking the
  * pool costs more than it saves (and much more when cores are oversubscribed). */
 #define TP_FWD_MIN_PARALLEL_WORK (64u * 1024u)
@@ -392,10 +410,11 @@ static uint64_t mm_work(const struct tp_wmat *w, int n_tok)
     return (uint64_t)w->row_bytes * (uint64_t)w->rows * (uint64_t)(1 + n_tok / 8);
 }
 
-/* Run phase ph over total items; rows are claimed in guided chunks (see job())
- * of a multiple of `align` (kernels like whole groups of rows), the smallest
- * about 1/32 of a thread's share.  work: approximate bytes touched, to keep
- * tiny jobs off the pool. */
+/* Run phase ph over total items in chunks of a multiple of `align` (kernels
+ * like whole groups of rows), the smallest about 1/32 of a thread's share: a
+ * matmul in owned shares (job_owned()), the norms and the attention in guided
+ * chunks (job()).  work: approximate bytes touched, to keep tiny jobs off the
+ * pool. */
 static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t align, uint64_t work)
 {
     int nth = m->n_threads;
@@ -408,8 +427,14 @@ static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t alig
     m->chunk_size = cs;
     atomic_store_explicit(&m->chunk_next, 0, memory_order_relaxed);
     const uint64_t t0 = tp_now_ns();
-    if (nth == 1 || work < TP_FWD_MIN_PARALLEL_WORK) job_range(m, 0, 0, total);
-    else tp_pool_run(m->pool, job, m);
+    const int guided = ph == TP_PH_PREP || ph == TP_PH_ATTN || ph == TP_PH_ATTN_MERGE;
+    if (nth == 1 || work < TP_FWD_MIN_PARALLEL_WORK)
+        job_range(m, 0, 0, total);
+    else if (guided || tp_worksplit_reset(m->split, (uint64_t)((total + align - 1) / align),
+                                          (uint64_t)(cs / align)) != TP_OK)
+        tp_pool_run(m->pool, job, m);
+    else
+        tp_pool_run(m->pool, job_owned, m);
     const uint64_t ns = tp_now_ns() - t0;
     switch (ph) {
     case TP_PH_PREP: m->stats.ns_prep += ns; break;

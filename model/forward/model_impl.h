@@ -341,6 +341,7 @@ struct tp_model {
     /* per-call job description (read by pool workers) */
     enum tp_fwd_phase phase;
     atomic_llong chunk_next;   /* first unclaimed item of the current job (dynamic split over threads) */
+    tp_worksplit_t *split;     /* owned: the threads' shares of a matmul job (forward.c job_owned()) */
     int64_t chunk_total;       /* work items of the current job (rows, or (token, head) pairs) */
     int64_t chunk_size;        /* fewest items per chunk (chunks shrink towards it, see forward.c job()) */
     int64_t chunk_align;       /* chunk lengths are multiples of this (kernels' row groups) */

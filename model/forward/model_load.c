@@ -1332,6 +1332,8 @@ static enum tp_status setup_runtime(tp_model_t *m, const struct tp_model_config 
     if (tp_pool_init(&pc, &m->pool) != TP_OK)
         return tp_error_set(&m->err, TP_ERR_NOMEM, "cannot start %d compute threads", pc.n_threads);
     m->n_threads = tp_pool_size(m->pool);
+    if (tp_worksplit_init(m->n_threads, &m->split) != TP_OK)
+        return tp_error_set(&m->err, TP_ERR_NOMEM, "out of memory for %d compute threads' work shares", m->n_threads);
     for (int l = 0; m->hp.n_expert > 0 && l < m->hp.n_layer; l++)
         for (int e = m->expert0; e < m->expert0 + m->n_expert_l; e++) {
             const struct tp_layer *L = &m->layers[l];
@@ -1390,6 +1392,7 @@ fail:
 static void free_contents(tp_model_t *m)
 {
     tp_pool_free(m->pool);
+    tp_worksplit_free(m->split);
     if (m->layers) {
         for (int l = 0; l < m->hp.n_layer; l++) {
             struct tp_layer *L = &m->layers[l];

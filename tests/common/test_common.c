@@ -190,6 +190,80 @@ static void test_pool_sums(void)
     tp_pool_free(NULL);
 }
 
+/* tp_worksplit: every unit handed out once; a thread's own chunks run front to back; a thread that
+ * does not take part leaves its share to the others. */
+enum { WS_UNITS = 1000, WS_MAX_THREADS = 4 };
+struct ws_job {
+    tp_worksplit_t *ws;
+    _Atomic int taken[WS_UNITS]; /* times each unit was handed out */
+    int by[WS_UNITS];            /* the thread it went to */
+    int out_of_order;            /* a thread's own chunk that did not follow its previous one */
+    int absent;                  /* this thread waits until the others are done, then claims */
+    _Atomic int done;            /* threads other than `absent` that found nothing left */
+};
+
+static void ws_run(void *ctx, int ith, int nth)
+{
+    struct ws_job *j = ctx;
+    if (ith == j->absent)
+        for (int i = 0; i < 5000 && atomic_load(&j->done) < nth - 1; i++) tp_sleep_ms(1);
+    uint64_t u0, u1, own_next = (uint64_t)WS_UNITS * (uint64_t)ith / (uint64_t)nth;
+    int cursor = 0;
+    while (tp_worksplit_next(j->ws, ith, &cursor, &u0, &u1)) {
+        if (cursor == 0) {
+            if (u0 != own_next) j->out_of_order++;
+            own_next = u1;
+        }
+        for (uint64_t u = u0; u < u1; u++) {
+            atomic_fetch_add(&j->taken[u], 1);
+            j->by[u] = ith;
+        }
+    }
+    if (ith != j->absent) atomic_fetch_add(&j->done, 1);
+}
+
+static void test_worksplit(void)
+{
+    tp_worksplit_t *bad = NULL;
+    CU_ASSERT_EQUAL(tp_worksplit_init(0, &bad), TP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(bad);
+    for (int nt = 1; nt <= WS_MAX_THREADS; nt++) {
+        struct tp_pool_config cfg = tp_pool_default_config();
+        cfg.n_threads = nt;
+        tp_pool_t *pool = NULL;
+        CU_ASSERT_EQUAL_FATAL(tp_pool_init(&cfg, &pool), TP_OK);
+        static struct ws_job j;
+        CU_ASSERT_EQUAL_FATAL(tp_worksplit_init(nt, &j.ws), TP_OK);
+        CU_ASSERT_EQUAL(tp_worksplit_reset(j.ws, (uint64_t)TP_WORKSPLIT_MAX_UNITS + 1, 1), TP_ERR_INVALID_ARG);
+        for (int absent = -1; absent < nt && (absent < 0 || nt > 1); absent++) {
+            for (int rep = 0; rep < (absent < 0 ? 200 : 1); rep++) {
+                for (int u = 0; u < WS_UNITS; u++) atomic_init(&j.taken[u], 0);
+                j.out_of_order = 0;
+                j.absent = absent;
+                atomic_init(&j.done, 0);
+                CU_ASSERT_EQUAL_FATAL(tp_worksplit_reset(j.ws, WS_UNITS, 3), TP_OK);
+                tp_pool_run(pool, ws_run, &j);
+                int once = 0, stolen_from_absent = 0, absent_units = 0;
+                for (int u = 0; u < WS_UNITS; u++) {
+                    once += atomic_load(&j.taken[u]) == 1;
+                    const int owner = (int)((int64_t)u * nt / WS_UNITS);
+                    if (owner == absent) absent_units++, stolen_from_absent += j.by[u] != absent;
+                }
+                CU_ASSERT_EQUAL(once, WS_UNITS);
+                CU_ASSERT_EQUAL(j.out_of_order, 0);
+                if (absent >= 0) { /* the others emptied its share before it came */
+                    CU_ASSERT(absent_units > 0);
+                    CU_ASSERT_EQUAL(stolen_from_absent, absent_units);
+                }
+                if (once != WS_UNITS) break;
+            }
+        }
+        tp_worksplit_free(j.ws);
+        tp_pool_free(pool);
+    }
+    tp_worksplit_free(NULL);
+}
+
 static void test_clock_rss(void)
 {
     uint64_t t0 = tp_now_ns();
@@ -251,6 +325,7 @@ static const struct tp_test_case common_cases[] = {
     {"bf16", test_bf16},
     {"split_range", test_split_range},
     {"pool_sums", test_pool_sums},
+    {"worksplit", test_worksplit},
     {"clock_rss", test_clock_rss},
     {"log_hook", test_log_hook},
     {NULL, NULL},

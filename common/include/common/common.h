@@ -221,6 +221,25 @@ int tp_pool_size(const tp_pool_t *pool);
 void tp_pool_run(tp_pool_t *pool, tp_pool_fn fn, void *ctx);
 /* Split [0, n) into nth nearly equal parts; part ith is [*begin, *end). */
 void tp_split_range(int64_t n, int ith, int nth, int64_t *begin, int64_t *end);
+
+/*
+ * Owned shares with stealing, for a pool job over n units (rows, groups of rows): thread i owns the
+ * contiguous share [n * i / nth, n * (i + 1) / nth) and takes it front to back, in chunks of half of what is
+ * left (at least min_units), so its work is one walk in order (for a matmul, one stream of weights);
+ * a thread done with its share steals chunks from the back of the others', so one that is descheduled
+ * or slower does not hold up the rest.  Every unit is handed out exactly once per reset.
+ */
+typedef struct tp_worksplit tp_worksplit_t;
+#define TP_WORKSPLIT_MAX_UNITS 0xffffffffu
+/* n_threads: the pool's size (1..1024).  TP_ERR_INVALID_ARG / TP_ERR_NOMEM. */
+enum tp_status tp_worksplit_init(int n_threads, tp_worksplit_t **out);
+void tp_worksplit_free(tp_worksplit_t *ws); /* NULL safe */
+/* Before tp_pool_run (the calling thread): n_units (<= TP_WORKSPLIT_MAX_UNITS, else TP_ERR_INVALID_ARG)
+ * in shares, chunks of at least min_units (0: 1). */
+enum tp_status tp_worksplit_reset(tp_worksplit_t *ws, uint64_t n_units, uint64_t min_units);
+/* In the job, thread ith: its next chunk of units [*u0, *u1); *cursor, the thread's own, starts at 0.
+ * Returns 0 when every share is used up. */
+int tp_worksplit_next(tp_worksplit_t *ws, int ith, int *cursor, uint64_t *u0, uint64_t *u1);
 /* Online CPUs (>= 1). */
 int tp_cpu_count(void);
 
