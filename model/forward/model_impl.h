@@ -274,6 +274,9 @@ struct tp_model {
     struct tp_layer *layers;   /* (n_layer) */
     struct tp_wmat tok_embd;   /* (n_vocab, n_embd): whole, replicated */
     struct tp_wmat output;     /* (n_vocab_l, n_embd): rows [vocab_begin, vocab_end) */
+    /* owned: the re-laid (x16) matrices of every layer other than the experts, and the output head, one
+     * after another in layer order (repack.c; those matrices are views into it, owned NULL); NULL when none */
+    uint8_t *warena;
     float *output_norm;        /* (n_embd) owned */
     float *inv_freq;           /* (rope_dim/2) rotation frequency per pair, scaling applied */
     uint64_t weight_bytes;

@@ -1437,6 +1437,7 @@ static void free_contents(tp_model_t *m)
     }
     free_mat(&m->tok_embd);
     free_mat(&m->output);
+    tp_aligned_free(m->warena);
     tp_aligned_free(m->output_norm);
     tp_aligned_free(m->inv_freq);
     tp_aligned_free(m->k_cache);

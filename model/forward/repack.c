@@ -15,14 +15,20 @@
  * The re-laid copies sit on transparent huge pages where the system offers
  * them on request (Linux MADV_HUGEPAGE): a decode step streams every byte
  * once, and with 4 KiB pages every 4 KiB of that stream is a TLB miss (a
- * two-level walk under a hypervisor).  Matrices of 2 MiB and more get their
- * own 2 MiB-aligned buffer; a layer's held experts (often under 1 MiB each)
- * share buffers of at least TP_XARENA_BYTES, consecutive experts each, every
- * expert's three matrices a view into one.  Only the whole 2 MiB pages inside
- * a buffer are advised, so no page beyond the buffer's bytes becomes
- * resident; the slices the experts were read into are released after each
- * buffer (malloc_trim on glibc, whose heap keeps freed blocks resident), so
- * loading holds at most one buffer beyond the weights.
+ * two-level walk under a hypervisor).  Only the whole 2 MiB pages inside a
+ * buffer are advised, so no page beyond the buffer's bytes becomes resident,
+ * and a buffer's last partial page stays on 4 KiB pages: the layers' matrices
+ * (other than the experts) and the output head therefore share one buffer,
+ * one after another in layer order, with a single such tail, where a buffer
+ * per matrix left every matrix's tail (and every matrix under 2 MiB) on
+ * small pages.  Its pages become resident as they are written, and each
+ * matrix's row-major bytes are released right after it is re-laid, so
+ * loading holds no more than it did with a buffer per matrix.  A layer's
+ * held experts (often under 1 MiB each) share buffers of at least
+ * TP_XARENA_BYTES, consecutive experts each, every expert's three matrices a
+ * view into one; the slices the experts were read into are released after
+ * each buffer (malloc_trim on glibc, whose heap keeps freed blocks resident),
+ * so loading holds at most one buffer beyond the weights.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -146,23 +152,47 @@ static enum tp_status repack_experts(tp_model_t *m, struct tp_layer *L)
     return rc;
 }
 
+/* Bytes of w re-laid, rounded up to 64 (its share of a buffer); 0 when w is not re-laid. */
+static size_t x16_share(const struct tp_wmat *w)
+{
+    return repackable(w) ? (tp_kern_x16_bytes(w->rows, w->row_bytes) + 63) & ~(size_t)63 : 0;
+}
+
+/* The matrices of layer L that go into the model's buffer (m->warena), in order; returns how many. */
+static int layer_mats(struct tp_layer *L, struct tp_wmat *out[11])
+{
+    struct tp_wmat *ws[] = {&L->wq,   &L->wk,      &L->wv,    &L->wo,  &L->wgate, &L->wup,
+                            &L->wdown, &L->wrouter, &L->sgate, &L->sup, &L->sdown};
+    memcpy(out, ws, sizeof ws);
+    return (int)(sizeof ws / sizeof ws[0]);
+}
+
 enum tp_status tp_model_repack(tp_model_t *m)
 {
     if (!m->layers) return TP_OK;
-    enum tp_status rc = TP_OK;
-    for (int l = 0; l < m->hp.n_layer && rc == TP_OK; l++) {
-        struct tp_layer *L = &m->layers[l];
-        struct tp_wmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && rc == TP_OK; i++) rc = repack(m, ws[i], "a layer matrix", NULL);
-        if (rc == TP_OK) rc = repack(m, &L->wrouter, "a router matrix", NULL);
-        struct tp_wmat *sh[] = {&L->sgate, &L->sup, &L->sdown};
-        for (size_t i = 0; i < 3 && rc == TP_OK; i++) rc = repack(m, sh[i], "a shared-expert matrix", NULL);
-        /* the experts into one buffer: a view into a stacked tensor or an owned slice is re-laid
-         * there, and the bytes it covered are released (page by page from a mapping, as above) */
-        if (L->xgate && rc == TP_OK) rc = repack_experts(m, L);
-    }
     const uint8_t *e0 = m->tok_embd.data, *e1 = e0 + (size_t)m->tok_embd.rows * m->tok_embd.row_bytes;
     const int tied = m->output.data >= e0 && m->output.data < e1; /* the embedding's rows: stay row-major */
-    if (rc == TP_OK && !tied) rc = repack(m, &m->output, "output.weight", NULL);
+    size_t total = tied ? 0 : x16_share(&m->output);
+    struct tp_wmat *ws[11];
+    for (int l = 0; l < m->hp.n_layer; l++)
+        for (int i = 0, n = layer_mats(&m->layers[l], ws); i < n; i++) total += x16_share(ws[i]);
+    if (total > 0 && !(m->warena = weight_alloc(total)))
+        return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory re-laying the weights (%zu bytes) for the kernels",
+                            m->path, total);
+    enum tp_status rc = TP_OK;
+    size_t off = 0;
+    for (int l = 0; l < m->hp.n_layer && rc == TP_OK; l++) {
+        struct tp_layer *L = &m->layers[l];
+        for (int i = 0, n = layer_mats(L, ws); i < n && rc == TP_OK; i++) {
+            const size_t b = x16_share(ws[i]);
+            if (b == 0) continue;
+            rc = repack(m, ws[i], "a layer matrix", m->warena + off);
+            off += b;
+        }
+        /* the experts into buffers of their own: a view into a stacked tensor or an owned slice is
+         * re-laid there, and the bytes it covered are released (page by page from a mapping, as above) */
+        if (L->xgate && rc == TP_OK) rc = repack_experts(m, L);
+    }
+    if (rc == TP_OK && !tied && x16_share(&m->output) > 0) rc = repack(m, &m->output, "output.weight", m->warena + off);
     return rc;
 }
