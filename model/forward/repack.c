@@ -82,35 +82,31 @@ static int repackable(const struct tp_wmat *w)
     return tp_kern_x16_type(w->type) && tp_kern_x16_native(w->type) && !w->x16 && w->rows > 0 && !w->scales;
 }
 
-/* Re-lay w into dst (NULL: a buffer of its own, then owned by w; else a view into a buffer the caller
- * owns, of at least tp_kern_x16_bytes(w->rows, w->row_bytes) bytes, 64-byte aligned). */
-static enum tp_status repack(tp_model_t *m, struct tp_wmat *w, const char *what, uint8_t *into)
+/* Re-lay w into dst, a view into a buffer the caller owns (m->warena or an expert buffer) of at least
+ * tp_kern_x16_bytes(w->rows, w->row_bytes) bytes, 64-byte aligned; w's row-major bytes are released. */
+static void repack(tp_model_t *m, struct tp_wmat *w, uint8_t *dst)
 {
-    if (!repackable(w)) return TP_OK;
-    const size_t bytes = tp_kern_x16_bytes(w->rows, w->row_bytes);
-    uint8_t *dst = into ? into : weight_alloc(bytes);
-    if (!dst)
-        return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory re-laying %s (%zu bytes) for the kernels",
-                            m->path, what, bytes);
+    if (!repackable(w)) return;
     struct repack_job j = {w, dst};
     if (m->pool && w->rows >= 64) tp_pool_run(m->pool, repack_part, &j);
     else repack_part(&j, 0, 1);
     if (w->owned) tp_aligned_free(w->owned);
     else drop_pages(w->data, (size_t)w->rows * w->row_bytes);
-    w->owned = into ? NULL : dst;
+    w->owned = NULL;
     w->data = dst;
     w->x16 = 1;
-    return TP_OK;
 }
 
-/* Bytes of expert e's re-laid matrices (each rounded up to 64), 0 when none is re-laid. */
+/* Bytes of w re-laid, rounded up to 64 (its share of a buffer); 0 when w is not re-laid. */
+static size_t x16_share(const struct tp_wmat *w)
+{
+    return repackable(w) ? (tp_kern_x16_bytes(w->rows, w->row_bytes) + 63) & ~(size_t)63 : 0;
+}
+
+/* Bytes of expert e's re-laid matrices, 0 when none is re-laid. */
 static size_t expert_x16_bytes(const struct tp_layer *L, int e)
 {
-    const struct tp_wmat *xs[] = {&L->xgate[e], &L->xup[e], &L->xdown[e]};
-    size_t b = 0;
-    for (size_t i = 0; i < 3; i++)
-        if (repackable(xs[i])) b += (tp_kern_x16_bytes(xs[i]->rows, xs[i]->row_bytes) + 63) & ~(size_t)63;
-    return b;
+    return x16_share(&L->xgate[e]) + x16_share(&L->xup[e]) + x16_share(&L->xdown[e]);
 }
 
 /* Layer L's held experts re-laid, expert by expert (gate, up, down), into buffers of consecutive experts
@@ -120,8 +116,7 @@ static enum tp_status repack_experts(tp_model_t *m, struct tp_layer *L)
     const int X = m->hp.n_expert;
     L->xarena = calloc((size_t)X, sizeof *L->xarena);
     if (!L->xarena) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory", m->path);
-    enum tp_status rc = TP_OK;
-    for (int e0 = 0; e0 < X && rc == TP_OK;) {
+    for (int e0 = 0; e0 < X;) {
         size_t total = 0;
         int e1 = e0;
         while (e1 < X && total < TP_XARENA_BYTES) total += expert_x16_bytes(L, e1++);
@@ -135,12 +130,11 @@ static enum tp_status repack_experts(tp_model_t *m, struct tp_layer *L)
                                 "%s: out of memory re-laying experts (%zu bytes) for the kernels", m->path, total);
         L->xarena[L->n_xarena++] = a;
         size_t off = 0;
-        for (int e = e0; e < e1 && rc == TP_OK; e++) {
+        for (int e = e0; e < e1; e++) {
             struct tp_wmat *xs[] = {&L->xgate[e], &L->xup[e], &L->xdown[e]};
-            for (size_t i = 0; i < 3 && rc == TP_OK; i++) {
-                if (!repackable(xs[i])) continue;
-                const size_t b = (tp_kern_x16_bytes(xs[i]->rows, xs[i]->row_bytes) + 63) & ~(size_t)63;
-                rc = repack(m, xs[i], "an expert matrix", a + off);
+            for (size_t i = 0; i < 3; i++) {
+                const size_t b = x16_share(xs[i]);
+                repack(m, xs[i], a + off);
                 off += b;
             }
         }
@@ -149,13 +143,7 @@ static enum tp_status repack_experts(tp_model_t *m, struct tp_layer *L)
 #endif
         e0 = e1;
     }
-    return rc;
-}
-
-/* Bytes of w re-laid, rounded up to 64 (its share of a buffer); 0 when w is not re-laid. */
-static size_t x16_share(const struct tp_wmat *w)
-{
-    return repackable(w) ? (tp_kern_x16_bytes(w->rows, w->row_bytes) + 63) & ~(size_t)63 : 0;
+    return TP_OK;
 }
 
 /* The matrices of layer L that go into the model's buffer (m->warena), in order; returns how many. */
@@ -179,20 +167,22 @@ enum tp_status tp_model_repack(tp_model_t *m)
     if (total > 0 && !(m->warena = weight_alloc(total)))
         return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory re-laying the weights (%zu bytes) for the kernels",
                             m->path, total);
-    enum tp_status rc = TP_OK;
     size_t off = 0;
-    for (int l = 0; l < m->hp.n_layer && rc == TP_OK; l++) {
+    for (int l = 0; l < m->hp.n_layer; l++) {
         struct tp_layer *L = &m->layers[l];
-        for (int i = 0, n = layer_mats(L, ws); i < n && rc == TP_OK; i++) {
+        for (int i = 0, n = layer_mats(L, ws); i < n; i++) {
             const size_t b = x16_share(ws[i]);
-            if (b == 0) continue;
-            rc = repack(m, ws[i], "a layer matrix", m->warena + off);
+            if (b == 0) continue; /* not re-laid (and no buffer when nothing is) */
+            repack(m, ws[i], m->warena + off);
             off += b;
         }
         /* the experts into buffers of their own: a view into a stacked tensor or an owned slice is
          * re-laid there, and the bytes it covered are released (page by page from a mapping, as above) */
-        if (L->xgate && rc == TP_OK) rc = repack_experts(m, L);
+        if (L->xgate) {
+            enum tp_status rc = repack_experts(m, L);
+            if (rc != TP_OK) return rc;
+        }
     }
-    if (rc == TP_OK && !tied && x16_share(&m->output) > 0) rc = repack(m, &m->output, "output.weight", m->warena + off);
-    return rc;
+    if (!tied && x16_share(&m->output) > 0) repack(m, &m->output, m->warena + off);
+    return TP_OK;
 }
