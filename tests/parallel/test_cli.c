@@ -257,6 +257,16 @@ static void test_bench_gen_json(void)
     CU_ASSERT(atof(b + strlen("\"bytes_per_token\":")) >= 5 * 2 * 64 * 2 / 2);
     /* local ranks share this host: shared memory unless asked otherwise */
     CU_ASSERT(strstr(out, "\"transport\":\"shm\"") != NULL);
+    /* rank 0's step split: the matmuls and the all_sums ran, and fit in the step */
+    const char *ph = strstr(out, "\"tg_rank0_ms_per_token\":{");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ph);
+    const char *sp = strstr(ph, "\"step\":"), *mm = strstr(ph, "\"matmul\":"), *as = strstr(ph, "\"all_sum\":");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sp);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mm);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(as);
+    const double step = atof(sp + 7), matmul = atof(mm + 9), allsum = atof(as + 10);
+    CU_ASSERT(matmul > 0.0 && allsum > 0.0);
+    CU_ASSERT(matmul + allsum <= step);
     free(out);
     snprintf(cmd, sizeof cmd, "%s launch -n 2 --no-shm -- %s bench gen -m %s -p 8 -n 4 -t 1 --reps 1 --bw-mib 64 --json "
              "2>/dev/null", tp_test_tpserve(), tp_test_tpserve(), m);
