@@ -46,11 +46,12 @@ void tp_worksplit_free(tp_worksplit_t *ws)
 enum tp_status tp_worksplit_reset(tp_worksplit_t *ws, uint64_t n_units, uint64_t min_units)
 {
     if (!ws || n_units > TP_WORKSPLIT_MAX_UNITS) return TP_ERR_INVALID_ARG;
-    const uint64_t nth = (uint64_t)ws->n_threads;
     ws->min_units = min_units > 0 ? min_units : 1;
-    for (uint64_t i = 0; i < nth; i++)
-        atomic_store_explicit(&ws->share[i].fb, (n_units * i / nth) << 32 | (n_units * (i + 1) / nth),
-                              memory_order_relaxed);
+    for (int i = 0; i < ws->n_threads; i++) {
+        int64_t b, e;
+        tp_split_range((int64_t)n_units, i, ws->n_threads, &b, &e);
+        atomic_store_explicit(&ws->share[i].fb, (uint64_t)b << 32 | (uint64_t)e, memory_order_relaxed);
+    }
     return TP_OK;
 }
 

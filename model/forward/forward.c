@@ -426,21 +426,12 @@ static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t alig
     m->chunk_align = align;
     m->chunk_size = cs;
     atomic_store_explicit(&m->chunk_next, 0, memory_order_relaxed);
-    const uint64_t t0 = tp_now_ns();
-    const int guided = ph == TP_PH_PREP || ph == TP_PH_ATTN || ph == TP_PH_ATTN_MERGE;
-    if (nth == 1 || work < TP_FWD_MIN_PARALLEL_WORK)
-        job_range(m, 0, 0, total);
-    else if (guided || tp_worksplit_reset(m->split, (uint64_t)((total + align - 1) / align),
-                                          (uint64_t)(cs / align)) != TP_OK)
-        tp_pool_run(m->pool, job, m);
-    else
-        tp_pool_run(m->pool, job_owned, m);
-    const uint64_t ns = tp_now_ns() - t0;
+    uint64_t *ns_kind = &m->stats.ns_matmul; /* the stats counter of this kind of job (-Wswitch: every phase) */
     switch (ph) {
-    case TP_PH_PREP: m->stats.ns_prep += ns; break;
+    case TP_PH_PREP: ns_kind = &m->stats.ns_prep; break;
     case TP_PH_ATTN:
-    case TP_PH_ATTN_MERGE: m->stats.ns_attn += ns; break;
-    case TP_PH_LOGITS: m->stats.ns_logits += ns; break;
+    case TP_PH_ATTN_MERGE: ns_kind = &m->stats.ns_attn; break;
+    case TP_PH_LOGITS: ns_kind = &m->stats.ns_logits; break;
     case TP_PH_QKV:
     case TP_PH_O:
     case TP_PH_FFN_UP:
@@ -449,8 +440,18 @@ static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t alig
     case TP_PH_MOE_UP:
     case TP_PH_MOE_DOWN:
     case TP_PH_SHEXP_UP:
-    case TP_PH_SHEXP_DOWN: m->stats.ns_matmul += ns; break;
+    case TP_PH_SHEXP_DOWN: ns_kind = &m->stats.ns_matmul; break;
     }
+    const int matmul = ns_kind == &m->stats.ns_matmul || ns_kind == &m->stats.ns_logits;
+    const uint64_t t0 = tp_now_ns();
+    if (nth == 1 || work < TP_FWD_MIN_PARALLEL_WORK)
+        job_range(m, 0, 0, total);
+    else if (matmul &&
+             tp_worksplit_reset(m->split, (uint64_t)((total + align - 1) / align), (uint64_t)(cs / align)) == TP_OK)
+        tp_pool_run(m->pool, job_owned, m);
+    else
+        tp_pool_run(m->pool, job, m);
+    *ns_kind += tp_now_ns() - t0;
 }
 
 /*

@@ -4,8 +4,10 @@
  * pages) on two threads, three ways, against a two-thread streaming read of the same bytes, rotated
  * per rep in one process (run.sh builds it from a Release build's objects):
  *   - no barriers: one pool run in which each thread takes its static half of every matrix in turn;
- *   - barriers, static: one pool run per matrix, static halves (a barrier after each, as the model);
- *   - barriers, guided: one pool run per matrix, guided chunks as model/forward/forward.c's job().
+ *   - barriers, static: one pool run per matrix, static halves (a barrier after each; the model's
+ *     matmuls now split this way, model/forward/forward.c's job_owned());
+ *   - barriers, guided: one pool run per matrix, guided chunks as the model's matmuls were split
+ *     before (forward.c's job(), which the norms and the attention keep).
  * Each rep's time is taken as a fraction of the same rep's probe, and the medians are reported apart
  * for reps whose probe read over 45 GB/s ("fast") and the others: on a VM whose memory moves between
  * two levels, the fractions of one level compare.  SHAPE (0..7) puts every matrix in one shape of the

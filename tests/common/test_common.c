@@ -207,7 +207,9 @@ static void ws_run(void *ctx, int ith, int nth)
     struct ws_job *j = ctx;
     if (ith == j->absent)
         for (int i = 0; i < 5000 && atomic_load(&j->done) < nth - 1; i++) tp_sleep_ms(1);
-    uint64_t u0, u1, own_next = (uint64_t)WS_UNITS * (uint64_t)ith / (uint64_t)nth;
+    int64_t own_begin, own_end;
+    tp_split_range(WS_UNITS, ith, nth, &own_begin, &own_end);
+    uint64_t u0, u1, own_next = (uint64_t)own_begin;
     int cursor = 0;
     while (tp_worksplit_next(j->ws, ith, &cursor, &u0, &u1)) {
         if (cursor == 0) {
@@ -244,10 +246,11 @@ static void test_worksplit(void)
                 CU_ASSERT_EQUAL_FATAL(tp_worksplit_reset(j.ws, WS_UNITS, 3), TP_OK);
                 tp_pool_run(pool, ws_run, &j);
                 int once = 0, stolen_from_absent = 0, absent_units = 0;
+                int64_t ab = 0, ae = 0; /* the absent thread's share */
+                if (absent >= 0) tp_split_range(WS_UNITS, absent, nt, &ab, &ae);
                 for (int u = 0; u < WS_UNITS; u++) {
                     once += atomic_load(&j.taken[u]) == 1;
-                    const int owner = (int)((int64_t)u * nt / WS_UNITS);
-                    if (owner == absent) absent_units++, stolen_from_absent += j.by[u] != absent;
+                    if (u >= ab && u < ae) absent_units++, stolen_from_absent += j.by[u] != absent;
                 }
                 CU_ASSERT_EQUAL(once, WS_UNITS);
                 CU_ASSERT_EQUAL(j.out_of_order, 0);

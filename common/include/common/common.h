@@ -224,7 +224,7 @@ void tp_split_range(int64_t n, int ith, int nth, int64_t *begin, int64_t *end);
 
 /*
  * Owned shares with stealing, for a pool job over n units (rows, groups of rows): thread i owns the
- * contiguous share [n * i / nth, n * (i + 1) / nth) and takes it front to back, in chunks of half of what is
+ * contiguous share tp_split_range(n, i, nth) and takes it front to back, in chunks of half of what is
  * left (at least min_units), so its work is one walk in order (for a matmul, one stream of weights);
  * a thread done with its share steals chunks from the back of the others', so one that is descheduled
  * or slower does not hold up the rest.  Every unit is handed out exactly once per reset.
