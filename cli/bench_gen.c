@@ -86,7 +86,7 @@ static void gen_reset(struct gen_ctx *g) { g->reset = 1; }
  * call), so the steps attend over ctx.. positions as a server's do.  ids[k]
  * hold the first tokens and get the last.  *sec = elapsed time of the steps;
  * *during = what this rank's model counted over them (its stats after minus
- * before: expert_bytes and expert_runs are the ones read).
+ * before: expert_bytes, expert_runs and the ns_ phase times are the ones read).
  */
 static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, const int32_t *prompt, int n_prompt,
                                 int n_batch, int32_t *ids, int32_t *clear, double *sec, struct tp_model_stats *during)
@@ -131,6 +131,11 @@ static enum tp_status gen_multi(struct gen_ctx *g, int k, int steps, int ctx, co
     tp_model_get_stats(g->m, &s1);
     during->expert_bytes = s1.expert_bytes - s0.expert_bytes;
     during->expert_runs = s1.expert_runs - s0.expert_runs;
+    during->ns_forward = s1.ns_forward - s0.ns_forward;
+    during->ns_prep = s1.ns_prep - s0.ns_prep;
+    during->ns_matmul = s1.ns_matmul - s0.ns_matmul;
+    during->ns_attn = s1.ns_attn - s0.ns_attn;
+    during->ns_logits = s1.ns_logits - s0.ns_logits;
     return TP_OK;
 }
 
@@ -542,6 +547,8 @@ struct gen_run {
     double tg_wait_ms;        /* --comm-sync: rank 0's ms per token waiting for the last rank to enter */
     double tg_sync_us[3];     /* --comm-sync: mean synced us of a step header, an all_sum, an argmax gather */
     double k_ms[16];          /* --seqs: median ms per step for klist[i] */
+    double k_phase[16][5];    /* --seqs: rank 0's ms per step in its forward calls, its matmuls (the logits' too),
+                               * attention, norms and quantization, and the rest of the step (mean over the reps) */
     double k_xbytes[16], k_xruns[16]; /* --seqs, mixture of experts: rank 0's expert bytes streamed and (layer,
                                        * expert) runs per step for klist[i], mean over the reps (measured) */
     double p_tps[16];         /* --prompt-sizes: median prefill t/s for plist[i] */
@@ -706,6 +713,7 @@ static enum tp_status gen_seq_steps(struct gen_run *R, const struct gen_opts *o,
 {
     double ks[16 * 100]; /* (nk, reps) */
     int32_t ids[64], clear[64];
+    memset(R->k_phase, 0, sizeof R->k_phase);
     for (int ki = 0; ki < o->nk; ki++) R->k_xbytes[ki] = R->k_xruns[ki] = 0.0;
     for (int r = 0; r < o->reps; r++) {
         for (int ki = 0; ki < o->nk; ki++) {
@@ -719,6 +727,13 @@ static enum tp_status gen_seq_steps(struct gen_run *R, const struct gen_opts *o,
             ks[ki * o->reps + r] = sec * 1e3 / o->n;
             R->k_xbytes[ki] += (double)d.expert_bytes / o->n / o->reps;
             R->k_xruns[ki] += (double)d.expert_runs / o->n / o->reps;
+            const double per = 1e-6 / o->n / o->reps; /* ns over the steps -> ms per step, mean over the reps */
+            double *ph = R->k_phase[ki];
+            ph[0] += (double)d.ns_forward * per;
+            ph[1] += (double)(d.ns_matmul + d.ns_logits) * per;
+            ph[2] += (double)d.ns_attn * per;
+            ph[3] += (double)d.ns_prep * per;
+            ph[4] += (sec * 1e3 - (double)(d.ns_matmul + d.ns_logits + d.ns_attn + d.ns_prep) * 1e-6) / o->n / o->reps;
         }
     }
     for (int ki = 0; ki < o->nk; ki++) R->k_ms[ki] = tp_median(ks + ki * o->reps, o->reps);
@@ -1160,8 +1175,11 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
     if (o->nk > 0) {
         printf(",\"seq_steps\":[");
         for (int ki = 0; ki < o->nk; ki++) {
-            printf("%s{\"seqs\":%d,\"step_ms\":%.3f,\"agg_tps\":%.2f", ki ? "," : "", o->klist[ki], R->k_ms[ki],
-                   o->klist[ki] * 1e3 / R->k_ms[ki]);
+            const double *ph = R->k_phase[ki];
+            printf("%s{\"seqs\":%d,\"step_ms\":%.3f,\"agg_tps\":%.2f,\"rank0_ms\":{\"forward\":%.3f,\"matmul\":%.3f,"
+                   "\"attn\":%.3f,\"prep\":%.3f,\"rest\":%.3f}",
+                   ki ? "," : "", o->klist[ki], R->k_ms[ki], o->klist[ki] * 1e3 / R->k_ms[ki], ph[0], ph[1], ph[2], ph[3],
+                   ph[4]);
             if (res->moe)
                 printf(",\"experts_per_layer\":%.2f,\"expert_bytes_per_step\":%.0f,\"bytes_ratio\":%.3f", res->k_xpl[ki],
                        R->k_xbytes[ki], res->k_pred[ki]);
@@ -1322,15 +1340,18 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
             printf("(experts/layer: distinct experts the step's tokens selected%s, per layer; bytes x 1: the step's "
                    "weight bytes, non-expert + those experts, over one sequence's: the step ratio the bytes "
                    "predict)\n", world > 1 ? " among rank 0's" : "");
+        printf("(matmuls, attention, norms and rest: rank 0's ms of a step, mean of every rep; matmuls count the "
+               "logits', rest is all that is not these three, the all_sums included)\n");
         printf("%-6s %10s %12s", "seqs", "ms/step", "x 1 seq");
         if (res->moe) printf(" %14s %10s", "experts/layer", "bytes x 1");
-        printf(" %12s\n", "agg t/s");
+        printf(" %12s %9s %9s %9s %9s\n", "agg t/s", "matmuls", "attention", "norms", "rest");
         for (int ki = 0; ki < o->nk; ki++) {
+            const double *ph = R->k_phase[ki];
             printf("%-6d %10.2f ", o->klist[ki], R->k_ms[ki]);
             if (res->k1_ms > 0.0) printf("%12.2f", R->k_ms[ki] / res->k1_ms);
             else printf("%12s", "-");
             if (res->moe) printf(" %14.1f %10.2f", res->k_xpl[ki], res->k_pred[ki]);
-            printf(" %12.2f\n", o->klist[ki] * 1e3 / R->k_ms[ki]);
+            printf(" %12.2f %9.2f %9.2f %9.2f %9.2f\n", o->klist[ki] * 1e3 / R->k_ms[ki], ph[1], ph[2], ph[3], ph[4]);
         }
     }
 }

@@ -51,7 +51,8 @@ PY
 # 64 x 64 floats = 49152 bytes).  Oracles: one token selects exactly 3 distinct experts per layer; 4 tokens
 # at least 3 and at most 8; every row's expert bytes per step are its experts per layer x 2 layers x 49152;
 # the predicted ratio is (non-expert bytes + the step's expert bytes) / (the same for one token), the
-# non-expert bytes being the decode's active bytes less one token's 3 x 2 x 49152.
+# non-expert bytes being the decode's active bytes less one token's 3 x 2 x 49152.  Each row's split of rank
+# 0's step (rank0_ms) sums to its step time.
 MOE="$WORK/moe.gguf"
 timeout 120 "$TPSERVE" synth --shape test-tiny-qwen3moe --type f32 -q -o "$MOE" >"$WORK/out" 2>&1 ||
   { cat "$WORK/out"; fail "synth moe"; }
@@ -71,5 +72,14 @@ for s in (one, four):
 other = r["weight_bytes_per_token"] - 3 * 2 * per
 want = (other + four["expert_bytes_per_step"]) / (other + 3 * 2 * per)
 assert abs(one["bytes_ratio"] - 1.0) < 1e-3 and abs(four["bytes_ratio"] - want) <= 2e-3, (want, four)
+# each row's split of rank 0's step: the matmuls ran, the four parts are >= 0 (rest may be a hair
+# under 0 from timer rounding), the three timed parts fit in the forward calls and the parts sum to
+# the step (rest is the step less the three: a mean of every rep against step_ms' median of 1 rep)
+for s in (one, four):
+    ph = s["rank0_ms"]
+    assert ph["matmul"] > 0 and ph["attn"] >= 0 and ph["prep"] >= 0 and ph["rest"] > -0.01, s
+    assert ph["matmul"] + ph["attn"] + ph["prep"] <= ph["forward"] * 1.001 + 1e-3, s
+    total = ph["matmul"] + ph["attn"] + ph["prep"] + ph["rest"]
+    assert abs(total - s["step_ms"]) <= 0.01 * s["step_ms"] + 1e-3, (total, s)
 PY
 echo PASS
