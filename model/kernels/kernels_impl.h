@@ -87,7 +87,8 @@ typedef struct {
  * holds the same 4 bytes of all 16 rows.  Offsets in the 16-row super-block:
  *   Q4_K (2304 = 16 x 144): d[16] 0, dmin[16] 32, scales[3][16][4] 64, qs[32][16][4] 256
  *   Q5_K (2816 = 16 x 176): d 0, dmin 32, scales 64, qh[8][16][4] 256, qs[32][16][4] 768
- *   Q6_K (3360 = 16 x 210): d 0, scales[4][16][4] 32, qh[16][16][4] 288, ql[32][16][4] 1312
+ *   Q6_K (3360 = 16 x 210): d 0, scales[4][16][4] 32, then from 288 its 16 qh and 32 ql chunks as
+ *   16 triplets of 192 bytes in the order a one-token decode reads them (tp_kx_q6k_qh, tp_kx_q6k_ql)
  * tp_x16_fields (kernels_x16.c) lists them for every x16 type.
  */
 #define TP_KX_Q4K_DMIN 32
@@ -96,8 +97,17 @@ typedef struct {
 #define TP_KX_Q5K_QH 256
 #define TP_KX_Q5K_QS 768
 #define TP_KX_Q6K_SC 32
-#define TP_KX_Q6K_QH 288
-#define TP_KX_Q6K_QL 1312
+#define TP_KX_Q6K_Q 288 /* the first qh / ql triplet */
+
+/* Q6_K x16: half h (values 128h..), position b (the 16-value sub-blocks 8h + 2q + b) and chunk s of it:
+ * qh chunk 8h + 4b + s holds the high bits of four sub-blocks (quarters q = 0..3, two bits each) and
+ * ql chunks 16h + 4b + s (quarters 0 and 2) and 16h + 8 + 4b + s (quarters 1 and 3) their low nibbles.
+ * The three lie together, in triplet 8h + 2s + b: the order in which the one-token decode reads
+ * them, so that it streams each super-block front to back. */
+static inline size_t tp_kx_q6k_trip(int h, int b, int s) { return TP_KX_Q6K_Q + 192 * (size_t)(8 * h + 4 * b + s); }
+/* Offset of qh chunk k (0..15) and of ql chunk k (0..31) in a Q6_K x16 super-block. */
+static inline size_t tp_kx_q6k_qh(int k) { return tp_kx_q6k_trip(k >> 3, (k >> 2) & 1, k & 3); }
+static inline size_t tp_kx_q6k_ql(int k) { return tp_kx_q6k_trip(k >> 4, (k >> 2) & 1, k & 3) + 64 + 64 * ((k >> 3) & 1); }
 
 /* A one-token x16 decode walks up to ns groups side by side (a "pass"), each group's row of
  * blocks one stream of `row` bytes.  Groups of the pass from group row g0: ns, or the rest of

@@ -86,15 +86,6 @@ XFN void kx_prefetch(const char *p, const size_t gbs, const int l2)
     for (size_t o = 0; o < gbs; o += 64) TP_PREFETCH(p + o, l2);
 }
 
-/* Step t of n of a super-block's computation: requests its share of the lines of the super-block
- * of gbs bytes at pf (NULL: none), so that a decode's requests are spread over its arithmetic. */
-XFN void kx_prefetch_step(const char *pf, const size_t gbs, const int t, const int n, const int l2)
-{
-    if (!pf) return;
-    const int L = (int)((gbs + 63) / 64);
-    for (int l = t * L / n; l < (t + 1) * L / n; l++) TP_PREFETCH(pf + 64 * l, l2);
-}
-
 /* Bytes of one 16-row super-block. */
 XFN size_t kx_gbs(const int type)
 {
@@ -260,7 +251,7 @@ XFN void kx_sb_q6(const int Tk, const char *p, const char *x, const size_t *xo, 
 {
     KX_TOKENS(Tk)
     const __m512i mF = _mm512_set1_epi8(0x0F), m33 = _mm512_set1_epi8(0x33);
-    const char *sc = p + TP_KX_Q6K_SC, *qh = p + TP_KX_Q6K_QH, *ql = p + TP_KX_Q6K_QL;
+    const char *sc = p + TP_KX_Q6K_SC;
     /* quarters per pass: 4 (each qh / ql chunk loaded once), 2 (pairs q, q + 2 sharing a ql chunk) or 1 */
     const int NQ = Tk <= 2 ? 4 : Tk <= 4 ? 2 : 1;
     __m512 fs[KX_BT];
@@ -282,11 +273,11 @@ XFN void kx_sb_q6(const int Tk, const char *p, const char *x, const size_t *xo, 
                     for (int t = 0; t < Tk; t++) D[q][t] = _mm512_setzero_si512();
                 KX_UNROLL
                 for (int s = 0; s < 4; s++) {
-                    const __m512i H = kx_ld(qh + 64 * (8 * h + 4 * b + s));
+                    const __m512i H = kx_ld(p + tp_kx_q6k_qh(8 * h + 4 * b + s));
                     KX_UNROLL
                     for (int pq = 0; pq < 2; pq++) {
                         if (!KX_Q6_IN(pq) && !KX_Q6_IN(pq + 2)) continue;
-                        const __m512i L = kx_ld(ql + 64 * (16 * h + 8 * pq + 4 * b + s));
+                        const __m512i L = kx_ld(p + tp_kx_q6k_ql(16 * h + 8 * pq + 4 * b + s));
                         const __m512i X = _mm512_and_si512(pq ? _mm512_srli_epi16(H, 2) : H, m33);
                         const int jlo = 8 * h + 2 * pq + b, jhi = jlo + 4;
                         if (KX_Q6_IN(pq)) {
@@ -362,8 +353,8 @@ XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, cons
 }
 
 /* Groups a Q5_K decode pass reads side by side (that many weight streams), and the super-blocks ahead
- * of a stream that a Q5_K or Q6_K decode requests while it computes the current one: one into L1, two
- * into L2 (the prefetch level: tp_kern_prefetch).  Across several streams the hardware prefetcher alone
+ * of a stream that a Q5_K decode requests while it computes the current one: one into L1, two into L2
+ * (the prefetch level: tp_kern_prefetch).  Across several streams the hardware prefetcher alone
  * kept too few misses in flight (docs/performance.md: on a Zen 4 VM Q4_K read 0.63-0.69 of a streaming
  * read prefetched two ahead into L2, 0.55-0.59 one ahead into L2, 0.45-0.47 one ahead into L1).  The
  * requests run on past the end of a pass into the next pass's streams (tp_x16_ahead): a row of 2048
@@ -421,13 +412,13 @@ XFN __m512 kx_dec_q45(const int type, const char *p, const tp_blk_q8_k *a, const
 }
 
 /* Decode of a Q6_K super-block (as kx_sb_q6 with one token): per half h the eight sub-blocks
- * 8h + 2q + b have their own accumulators, walked chunk position by position, so eight
- * independent vpdpbusd chains interleave; the scale terms are summed in four chains.  The
- * super-block at pf (NULL: none) is requested a sixteenth per step. */
-XFN __m512 kx_dec_q6(const char *p, const tp_blk_q8_k *a, const int16_t *pr, const char *pf, const int l2)
+ * 8h + 2q + b have their own accumulators, and their qh / ql triplets are walked in memory order
+ * (b, then chunk s: kernels_impl.h), so the super-block is read front to back while eight
+ * independent vpdpbusd chains interleave; the scale terms are summed in four chains. */
+XFN __m512 kx_dec_q6(const char *p, const tp_blk_q8_k *a, const int16_t *pr)
 {
     const __m512i mF = _mm512_set1_epi8(0x0F), m33 = _mm512_set1_epi8(0x33);
-    const char *sc = p + TP_KX_Q6K_SC, *qh = p + TP_KX_Q6K_QH, *ql = p + TP_KX_Q6K_QL;
+    const char *sc = p + TP_KX_Q6K_SC;
     __m512 f[4];
     KX_UNROLL
     for (int u = 0; u < 4; u++) f[u] = _mm512_setzero_ps();
@@ -439,14 +430,13 @@ XFN __m512 kx_dec_q6(const char *p, const tp_blk_q8_k *a, const int16_t *pr, con
             KX_UNROLL
             for (int q = 0; q < 4; q++) D[b][q] = _mm512_setzero_si512();
         KX_UNROLL
-        for (int s = 0; s < 4; s++)
+        for (int b = 0; b < 2; b++)
             KX_UNROLL
-            for (int b = 0; b < 2; b++) {
-                kx_prefetch_step(pf, kx_gbs(KX_Q6K), 8 * h + 2 * s + b, 16, l2);
-                const __m512i H = kx_ld(qh + 64 * (8 * h + 4 * b + s));
+            for (int s = 0; s < 4; s++) {
+                const __m512i H = kx_ld(p + tp_kx_q6k_qh(8 * h + 4 * b + s));
                 KX_UNROLL
                 for (int pq = 0; pq < 2; pq++) {
-                    const __m512i L = kx_ld(ql + 64 * (16 * h + 8 * pq + 4 * b + s));
+                    const __m512i L = kx_ld(p + tp_kx_q6k_ql(16 * h + 8 * pq + 4 * b + s));
                     const __m512i X = _mm512_and_si512(pq ? _mm512_srli_epi16(H, 2) : H, m33);
                     const int jlo = 8 * h + 2 * pq + b, jhi = jlo + 4;
                     const __m512i vlo = _mm512_ternarylogic_epi32(L, _mm512_slli_epi16(X, 4), mF, 0xE4);
@@ -505,20 +495,17 @@ XFN void kx_decode_groups(const int type, const char *w, size_t wrb, int64_t nb,
 
 /* Q4_K and Q6_K, one token: rows [r0, r1), each group's 16 sums in a register.  The groups lie one
  * after another in memory, so a thread's rows are one sequential read of super-blocks; this walks
- * them in that order, one group at a time, so that the hardware prefetcher follows one stream
- * (against KX_STREAMS groups side by side, docs/performance.md: Q4_K 1.05-1.35x, Q6_K 1.13-1.28x from
- * memory).  Q4_K reads each super-block front to back and the hardware prefetcher alone keeps up;
- * Q6_K reads its qh and ql chunks interleaved, and the super-block KX_DPF ahead is requested, spread
- * over the current one's arithmetic (kx_dec_q6; in one burst it measured slower than four groups). */
+ * them in that order, one group at a time, each super-block front to back, so that the hardware
+ * prefetcher follows one stream and keeps ahead of it alone (against KX_STREAMS groups side by side,
+ * docs/performance.md: Q4_K 1.05-1.35x, Q6_K 1.13-1.28x from memory; Q6_K's requests two
+ * super-blocks ahead, which its old layout needed, cost it 0.69 against 0.94 of a one-thread read
+ * once its triplets were in read order, docs/design-measurements.md). */
 XFN void kx_decode_stream(const int type, const char *w, size_t wrb, int64_t nb, const char *x, float *y, int64_t r0,
-                          int64_t r1, const int l2)
+                          int64_t r1)
 {
     const int64_t g0 = r0 / 16 * 16;
     const size_t gbs = kx_gbs(type);
     const char *base = w + (size_t)(g0 / 16) * 16 * wrb;
-    const int64_t nsb = (r1 - g0 + 15) / 16 * nb; /* super-blocks in the stream */
-    const int64_t ahead = type == KX_Q6K ? KX_DPF(l2) : 0;
-    for (int64_t j = 0; j < ahead && j < nsb; j++) kx_prefetch(base + (size_t)j * gbs, gbs, l2);
     int64_t s = 0; /* super-block of the stream */
     for (int64_t g = g0; g < r1; g += 16) {
         __m512 acc = _mm512_setzero_ps();
@@ -527,11 +514,7 @@ XFN void kx_decode_stream(const int type, const char *w, size_t wrb, int64_t nb,
             const int16_t *pr = TP_Q8K_PAIR(x, nb * TP_QK_K, i);
             KX_OPAQUE(a);
             const char *p = base + (size_t)s * gbs;
-            __m512 v;
-            if (type == KX_Q6K)
-                v = kx_dec_q6(p, a, pr, s + ahead < nsb ? p + (size_t)ahead * gbs : NULL, l2);
-            else
-                v = kx_dec_q45(type, p, a, pr);
+            const __m512 v = type == KX_Q6K ? kx_dec_q6(p, a, pr) : kx_dec_q45(type, p, a, pr);
             acc = _mm512_fmadd_ps(v, _mm512_set1_ps(a->d), acc);
         }
         _mm512_mask_storeu_ps(y + g, kx_keep(g, r0, r1), acc);
@@ -546,7 +529,7 @@ XFN void kx_decode(const int type, const char *w, size_t wrb, int64_t nb, const 
                    int64_t r1, const int l2)
 {
     if (type != KX_Q5K) {
-        kx_decode_stream(type, w, wrb, nb, x, y, r0, r1, l2);
+        kx_decode_stream(type, w, wrb, nb, x, y, r0, r1);
         return;
     }
     int64_t g0 = r0 / 16 * 16;

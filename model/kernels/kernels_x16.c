@@ -49,10 +49,24 @@ int tp_kern_x16_native(enum tp_wtype t)
 }
 
 /* The fields of one block (kernels_impl.h): n bytes at src in the GGUF block
- * go to dst in the 16-row block; n == 1: u8 [16], n == 2: u16 [16], else [n/4][16][4]. */
+ * go to dst in the 16-row block; n == 1: u8 [16], n == 2: u16 [16], else [n/4][16][4],
+ * its 64-byte chunks one after another from dst (X16_RUN) or where Q6_K's triplets put
+ * them (X16_Q6K_QH, X16_Q6K_QL: tp_kx_q6k_qh, tp_kx_q6k_ql; dst unused). */
+enum { X16_RUN, X16_Q6K_QH, X16_Q6K_QL };
 struct x16_field {
-    uint16_t src, n, dst;
+    uint16_t src, n, dst, chunks;
 };
+
+/* Offset of chunk k of field f in the 16-row block. */
+static size_t x16_chunk(const struct x16_field *f, size_t k)
+{
+    switch (f->chunks) {
+    case X16_Q6K_QH: return tp_kx_q6k_qh((int)k);
+    case X16_Q6K_QL: return tp_kx_q6k_ql((int)k);
+    default: return (size_t)f->dst + 64 * k;
+    }
+}
+
 struct x16_fields {
     size_t bb; /* bytes of one row's block */
     int nf;
@@ -61,20 +75,30 @@ struct x16_fields {
 
 static const struct x16_fields *x16_fields(enum tp_wtype t)
 {
-    static const struct x16_fields q4_0 = {sizeof(tp_blk_q4_0), 2, {{0, 2, 0}, {2, 16, X16_QS_OFF}}};
-    static const struct x16_fields q8_0 = {sizeof(tp_blk_q8_0), 2, {{0, 2, 0}, {2, 32, X16_QS_OFF}}};
-    static const struct x16_fields mxfp4 = {sizeof(tp_blk_mxfp4), 2, {{0, 1, 0}, {1, 16, TP_X16_MXFP4_QS}}};
-    static const struct x16_fields q4_k = {
-        sizeof(tp_blk_q4_k), 4, {{0, 2, 0}, {2, 2, TP_KX_Q4K_DMIN}, {4, 12, TP_KX_Q4K_SC}, {16, 128, TP_KX_Q4K_QS}}};
+    static const struct x16_fields q4_0 = {sizeof(tp_blk_q4_0), 2, {{0, 2, 0, X16_RUN}, {2, 16, X16_QS_OFF, X16_RUN}}};
+    static const struct x16_fields q8_0 = {sizeof(tp_blk_q8_0), 2, {{0, 2, 0, X16_RUN}, {2, 32, X16_QS_OFF, X16_RUN}}};
+    static const struct x16_fields mxfp4 = {sizeof(tp_blk_mxfp4),
+                                            2,
+                                            {{0, 1, 0, X16_RUN}, {1, 16, TP_X16_MXFP4_QS, X16_RUN}}};
+    static const struct x16_fields q4_k = {sizeof(tp_blk_q4_k),
+                                           4,
+                                           {{0, 2, 0, X16_RUN},
+                                            {2, 2, TP_KX_Q4K_DMIN, X16_RUN},
+                                            {4, 12, TP_KX_Q4K_SC, X16_RUN},
+                                            {16, 128, TP_KX_Q4K_QS, X16_RUN}}};
     static const struct x16_fields q5_k = {sizeof(tp_blk_q5_k),
                                            5,
-                                           {{0, 2, 0},
-                                            {2, 2, TP_KX_Q4K_DMIN},
-                                            {4, 12, TP_KX_Q4K_SC},
-                                            {16, 32, TP_KX_Q5K_QH},
-                                            {48, 128, TP_KX_Q5K_QS}}};
-    static const struct x16_fields q6_k = {
-        sizeof(tp_blk_q6_k), 4, {{208, 2, 0}, {192, 16, TP_KX_Q6K_SC}, {128, 64, TP_KX_Q6K_QH}, {0, 128, TP_KX_Q6K_QL}}};
+                                           {{0, 2, 0, X16_RUN},
+                                            {2, 2, TP_KX_Q4K_DMIN, X16_RUN},
+                                            {4, 12, TP_KX_Q4K_SC, X16_RUN},
+                                            {16, 32, TP_KX_Q5K_QH, X16_RUN},
+                                            {48, 128, TP_KX_Q5K_QS, X16_RUN}}};
+    static const struct x16_fields q6_k = {sizeof(tp_blk_q6_k),
+                                           4,
+                                           {{208, 2, 0, X16_RUN},
+                                            {192, 16, TP_KX_Q6K_SC, X16_RUN},
+                                            {128, 64, 0, X16_Q6K_QH},
+                                            {0, 128, 0, X16_Q6K_QL}}};
     switch (t) {
     case TP_WTYPE_Q4_0: return &q4_0;
     case TP_WTYPE_Q8_0: return &q8_0;
@@ -97,7 +121,7 @@ static const struct x16_fields *x16_fields(enum tp_wtype t)
             COPY((size_t)f_->src, (size_t)f_->dst + 2 * (l), 2);                                   \
         } else {                                                                                   \
             for (size_t k_ = 0; k_ < (size_t)f_->n / 4; k_++)                                      \
-                COPY((size_t)f_->src + 4 * k_, (size_t)f_->dst + 64 * k_ + 4 * (l), 4);            \
+                COPY((size_t)f_->src + 4 * k_, x16_chunk(f_, k_) + 4 * (l), 4);                   \
         }                                                                                          \
     }
 

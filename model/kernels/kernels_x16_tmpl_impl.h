@@ -90,8 +90,8 @@ KV_FN kvi xt_slice_k(const int type, const char *p, int lb, int j, int m)
     const kvi mF = kv_b8(0x0F);
     if (type == XT_Q6K) {
         const int half = j >> 3, quarter = (j >> 1) & 3;
-        const kvi z = kv_ld(p + TP_KX_Q6K_QL + lb + 64 * (16 * half + 4 * (j & 1) + m + 8 * (quarter & 1)));
-        const kvi h = kv_ld(p + TP_KX_Q6K_QH + lb + 64 * (8 * half + 4 * (j & 1) + m));
+        const kvi z = kv_ld(p + lb + tp_kx_q6k_ql(16 * half + 4 * (j & 1) + m + 8 * (quarter & 1)));
+        const kvi h = kv_ld(p + lb + tp_kx_q6k_qh(8 * half + 4 * (j & 1) + m));
         const kvi bq = (quarter & 2) ? kv_srl16(z, 4) : z;
         /* bits 2q, 2q+1 of qh are the value's bits 4, 5 */
         const kvi hs = quarter == 0 ? kv_sll16(h, 4) : quarter == 1 ? kv_sll16(h, 2) : quarter == 2 ? h : kv_srl16(h, 2);
@@ -312,12 +312,12 @@ KV_FN void xt_sb_q6(const int Tk, const char *p, int lb, const char *x, const si
                     for (int t = 0; t < Tk; t++) D[q][t] = kv_zero();
                 KX_UNROLL
                 for (int s = 0; s < 4; s++) {
-                    const kvi H = kv_ld(p + TP_KX_Q6K_QH + lb + 64 * (8 * h + 4 * b + s));
+                    const kvi H = kv_ld(p + lb + tp_kx_q6k_qh(8 * h + 4 * b + s));
                     KX_UNROLL
                     for (int e = 0; e < 2; e++) {
                         if (e >= NP) break;
                         const int pq = p0 + e;
-                        const kvi L = kv_ld(p + TP_KX_Q6K_QL + lb + 64 * (16 * h + 8 * pq + 4 * b + s));
+                        const kvi L = kv_ld(p + lb + tp_kx_q6k_ql(16 * h + 8 * pq + 4 * b + s));
                         const kvi X = kv_and(pq ? kv_srl16(H, 2) : H, kv_b8(0x33));
                         const kvi vlo = kv_bsel(L, mF, kv_sll16(kv_and(X, kv_b8(0x03)), 4));
                         const kvi vhi = kv_bsel(kv_srl16(L, 4), mF, kv_and(X, kv_b8(0x30)));
