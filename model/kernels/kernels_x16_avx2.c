@@ -17,12 +17,12 @@
 #define KV_BT 4
 #define KV_FILL tp_kern_x16_avx2_ops
 /* Decode: one group at a time, the groups in memory order (one weight stream for the hardware
- * prefetcher), each prefetched ahead (the template says how far).  Measured by scripts/decode_ab
+ * prefetcher), no software prefetch (the template says why).  Measured by scripts/decode_ab
  * (docs/performance.md): against 4 groups side by side (Q4_0, Q8_0) or 2 (the K-quants), 1.15-1.18x
- * and 1.32-1.57x at one thread, 1.14-1.15x and 1.40-1.83x at two. */
+ * and 1.32-1.57x at one thread, 1.14-1.15x and 1.40-1.83x at two, with a software prefetch; without
+ * it, 1.08-1.45x more at one thread. */
 #define KV_DSTREAMS_A8 1
 #define KV_DSTREAMS_K 1
-#define kv_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 #include "kernels/kernels_x16_avx2_kv_impl.h"
 

@@ -17,11 +17,10 @@
 #define KV_OUT static __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define KV_BT 4
 #define KV_FILL tp_kern_x16_avxvnni_ops
-/* Decode: one group at a time, the groups in memory order, each prefetched ahead (the template
- * says how far; as kernels_x16_avx2.c, where it was measured). */
+/* Decode: one group at a time, the groups in memory order, no software prefetch (the template says
+ * why; as kernels_x16_avx2.c, where it was measured). */
 #define KV_DSTREAMS_A8 1
 #define KV_DSTREAMS_K 1
-#define kv_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 #include "kernels/kernels_x16_avx2_kv_impl.h"
 

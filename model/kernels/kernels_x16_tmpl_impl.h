@@ -24,10 +24,9 @@
  *   kv_mb16(w, a)           per lane the two i16 sums of pairs of u8 w x the 4 int8 at a
  *                           (vpmaddubsw against a broadcast), kv_add16 / kv_add32 (i16 / i32
  *                           adds), kv_madd16(a, b) per lane a.i16[0] b.i16[0] + a.i16[1] b.i16[1]
- *   Optional, for the decode's memory side (defaults: 2 streams, no prefetch):
+ *   Optional, for the decode's memory side (default: 2 streams):
  *   KV_DSTREAMS_A8, KV_DSTREAMS_K   groups a decode pass reads side by side (Q4_0 / Q8_0 /
  *                           MXFP4; K-quants)
- *   kv_prefetch(p)          request the 64-byte line at p into L1
  *
  * A 16-row group is computed as two halves of 8 rows (lane byte offset lb =
  * 0 or 32 in every 64-byte chunk, 2-byte fields at lb / 2), each over every
@@ -383,11 +382,11 @@ KV_FN void xt_half(const int type, const int Tk, const char *gp, int lb, int64_t
 }
 
 /* Groups a decode pass reads side by side, for Q4_0 / Q8_0 / MXFP4 and for the K-quants (both
- * halves of each group together), and how far ahead of each group's stream the pass prefetches:
- * the next super-block (K-quants) or XT_DPF_A8 bytes (the others).  The x86 ISAs take one group at
- * a time, the groups in memory order, so that the hardware prefetcher follows one stream
- * (docs/performance.md); an ISA that does not define them (NEON, where it is not measured) keeps 2
- * and no software prefetch. */
+ * halves of each group together).  The x86 ISAs take one group at a time, the groups in memory
+ * order, so that the hardware prefetcher follows one stream (docs/performance.md); an ISA that does
+ * not define them (NEON, where it is not measured) keeps 2.  No software prefetch: with one stream
+ * the hardware prefetcher keeps ahead, and requesting the next super-block or 1152 bytes ahead cost
+ * 8-30% of the rate at one thread on the Zen 4 VM (docs/design-measurements.md). */
 #ifdef KV_DSTREAMS_A8
 #define XT_STREAMS_A8 KV_DSTREAMS_A8
 #define XT_STREAMS_K KV_DSTREAMS_K
@@ -396,39 +395,25 @@ KV_FN void xt_half(const int type, const int Tk, const char *gp, int lb, int64_t
 #define XT_STREAMS_K 2
 #endif
 #define XT_STREAMS (XT_STREAMS_A8 > XT_STREAMS_K ? XT_STREAMS_A8 : XT_STREAMS_K) /* the most */
-#ifndef kv_prefetch
-#define kv_prefetch(p) ((void)(p))
-#endif
-#define XT_DPF_A8 1152
 
 /* One token, S groups from g0, both halves of each in the same pass over the blocks (so each
- * 64-byte line is used whole when it arrives): 2 S weight-stream halves, 2 S accumulators.  The
- * prefetches run on past the end of the groups' rows into the next pass's Sn groups (0: none),
- * so that pass starts on requested bytes. */
+ * 64-byte line is used whole when it arrives): 2 S weight-stream halves, 2 S accumulators. */
 KV_FN void xt_decode_groups(const int type, const char *w, size_t wrb, int64_t n, const char *x, float *y, int64_t g0,
-                            int64_t r0, int64_t r1, const int S, const int Sn)
+                            int64_t r0, int64_t r1, const int S)
 {
     kvf acc[2 * XT_STREAMS][KV_BT]; /* [k][0]: the (group k / 2, half k & 1) sums; the callees take KV_BT */
     const size_t xo[KV_BT] = {0};
     KX_UNROLL
     for (int k = 0; k < 2 * S; k++) acc[k][0] = kv_fzero();
     const char *gp = w + (size_t)(g0 / 16) * 16 * wrb;
-    const char *gn = gp + (size_t)S * 16 * wrb; /* the next pass's first group */
     const size_t gbs = xt_gbs(type);
     const int kq = type >= XT_Q4K;
     const int64_t nb = n / (kq ? TP_QK_K : TP_QK);
-    const size_t pfd = kq ? gbs : XT_DPF_A8, row = (size_t)nb * gbs; /* bytes ahead of each group's stream */
     for (int64_t i = 0; i < nb; i++) {
-        const size_t o = (size_t)i * gbs + pfd;
         KX_UNROLL
         for (int k = 0; k < 2 * S; k++) {
             const char *p = gp + (size_t)(k / 2) * 16 * wrb + (size_t)i * gbs;
             const int lb = 32 * (k & 1);
-            if (lb == 0) {
-                const char *q = tp_x16_ahead(gp, gn, k / 2, Sn, wrb, row, o);
-                if (q)
-                    for (size_t l = 0; l < gbs; l += 64) kv_prefetch(q + l);
-            }
             if (type == XT_Q6K)
                 xt_sb_q6(1, p, lb, x, xo, nb, i, acc[k]);
             else if (kq)
@@ -452,24 +437,24 @@ KV_FN void xt_matmul(const int type, const void *w, size_t wrb, int64_t n, const
     if (n_tok == 1) {
         const int NS = type >= XT_Q4K ? XT_STREAMS_K : XT_STREAMS_A8; /* a constant in each copy */
         for (int64_t g0 = r0 / 16 * 16; g0 < r1;) {
-            const int S = tp_x16_pass_groups(g0, r1, NS), Sn = tp_x16_pass_groups(g0 + 16 * S, r1, NS);
+            const int S = tp_x16_pass_groups(g0, r1, NS);
             switch (S) { /* a constant S in each call */
 #if XT_STREAMS > 3
             case 4:
-                if (NS > 3) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 4, Sn);
+                if (NS > 3) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 4);
                 break;
 #endif
 #if XT_STREAMS > 2
             case 3:
-                if (NS > 2) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 3, Sn);
+                if (NS > 2) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 3);
                 break;
 #endif
 #if XT_STREAMS > 1
             case 2:
-                if (NS > 1) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 2, Sn);
+                if (NS > 1) xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 2);
                 break;
 #endif
-            default: xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 1, Sn); break;
+            default: xt_decode_groups(type, (const char *)w, wrb, n, (const char *)xq, y, g0, r0, r1, 1); break;
             }
             g0 += 16 * S;
         }
