@@ -20,7 +20,7 @@
  * prefetcher), no software prefetch (the template says why).  Measured by scripts/decode_ab
  * (docs/performance.md): against 4 groups side by side (Q4_0, Q8_0) or 2 (the K-quants), 1.15-1.18x
  * and 1.32-1.57x at one thread, 1.14-1.15x and 1.40-1.83x at two, with a software prefetch; without
- * it, 1.08-1.45x more at one thread. */
+ * it, 1.01-1.43x more at one thread and 1.02-1.24x at two. */
 #define KV_DSTREAMS_A8 1
 #define KV_DSTREAMS_K 1
 

@@ -385,8 +385,8 @@ KV_FN void xt_half(const int type, const int Tk, const char *gp, int lb, int64_t
  * halves of each group together).  The x86 ISAs take one group at a time, the groups in memory
  * order, so that the hardware prefetcher follows one stream (docs/performance.md); an ISA that does
  * not define them (NEON, where it is not measured) keeps 2.  No software prefetch: with one stream
- * the hardware prefetcher keeps ahead, and requesting the next super-block or 1152 bytes ahead cost
- * 8-30% of the rate at one thread on the Zen 4 VM (docs/design-measurements.md). */
+ * the hardware prefetcher keeps ahead alone, and on the Zen 4 VM requesting the next super-block or
+ * 1152 bytes ahead left 0.70-0.99x of the rate without (docs/design-measurements.md). */
 #ifdef KV_DSTREAMS_A8
 #define XT_STREAMS_A8 KV_DSTREAMS_A8
 #define XT_STREAMS_K KV_DSTREAMS_K
