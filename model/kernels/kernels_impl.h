@@ -86,7 +86,8 @@ typedef struct {
  * as [n/4][16][4] (4-byte chunk k of row L at 64k + 4L), so one 64-byte load
  * holds the same 4 bytes of all 16 rows.  Offsets in the 16-row super-block:
  *   Q4_K (2304 = 16 x 144): d[16] 0, dmin[16] 32, scales[3][16][4] 64, qs[32][16][4] 256
- *   Q5_K (2816 = 16 x 176): d 0, dmin 32, scales 64, qh[8][16][4] 256, qs[32][16][4] 768
+ *   Q5_K (2816 = 16 x 176): d 0, dmin 32, scales 64, then from 256 qh chunk m and qs chunk m in
+ *   pairs for m = 0..7, then qs chunks 8..31 (tp_kx_q5k_qh, tp_kx_q5k_qs): the decode's read order
  *   Q6_K (3360 = 16 x 210): d 0, scales[4][16][4] 32, then from 288 its 16 qh and 32 ql chunks as
  *   16 triplets of 192 bytes in the order a one-token decode reads them (tp_kx_q6k_qh, tp_kx_q6k_ql)
  * tp_x16_fields (kernels_x16.c) lists them for every x16 type.
@@ -94,8 +95,11 @@ typedef struct {
 #define TP_KX_Q4K_DMIN 32
 #define TP_KX_Q4K_SC 64
 #define TP_KX_Q4K_QS 256
-#define TP_KX_Q5K_QH 256
-#define TP_KX_Q5K_QS 768
+/* Offset of qh chunk m (0..7) and of qs chunk k (0..31) in a Q5_K x16 super-block: the first eight qs
+ * chunks each after the qh chunk read with it (sub-blocks 0 and 1 take bits 0 and 1 of every qh chunk),
+ * so that the one-token decode reads the super-block front to back. */
+static inline size_t tp_kx_q5k_qh(int m) { return 256 + 128 * (size_t)m; }
+static inline size_t tp_kx_q5k_qs(int k) { return k < 8 ? 256 + 128 * (size_t)k + 64 : 768 + 64 * (size_t)k; }
 #define TP_KX_Q6K_SC 32
 #define TP_KX_Q6K_Q 288 /* the first qh / ql triplet */
 

@@ -92,6 +92,12 @@ XFN size_t kx_gbs(const int type)
     return 16 * (type == KX_Q6K ? sizeof(tp_blk_q6_k) : type == KX_Q5K ? sizeof(tp_blk_q5_k) : sizeof(tp_blk_q4_k));
 }
 
+/* Offset of Q4_K / Q5_K qs chunk k in a super-block (kernels_impl.h). */
+XFN size_t kx_qs(const int type, const int k)
+{
+    return type == KX_Q5K ? tp_kx_q5k_qs(k) : TP_KX_Q4K_QS + 64 * (size_t)k;
+}
+
 /* Byte j&3 of each dword of s as an i32 (unsigned), as a float. */
 XFN __m512 kx_byte_u(__m512i s, int j)
 {
@@ -185,8 +191,6 @@ XFN void kx_sb_q45(const int type, const int Tk, const char *p, const char *x, c
     KX_TOKENS(Tk)
     __m512i sclo, schi;
     kx_q45_scales(p, &sclo, &schi);
-    const char *qs = p + (type == KX_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS);
-    const char *qh = p + TP_KX_Q5K_QH;
     const int NJ = Tk <= 4 ? 2 : 1; /* sub-blocks per chunk load */
     __m512 fs[KX_BT];
     KX_UNROLL
@@ -202,8 +206,8 @@ XFN void kx_sb_q45(const int type, const int Tk, const char *p, const char *x, c
             for (int t = 0; t < Tk; t++) D[u][t] = _mm512_setzero_si512();
         KX_UNROLL
         for (int m = 0; m < 8; m++) {
-            const __m512i z = kx_ld(qs + 64 * (8 * (j0 >> 1) + m));
-            const __m512i h = type == KX_Q5K ? kx_ld(qh + 64 * m) : z;
+            const __m512i z = kx_ld(p + kx_qs(type, 8 * (j0 >> 1) + m));
+            const __m512i h = type == KX_Q5K ? kx_ld(p + tp_kx_q5k_qh(m)) : z;
             KX_UNROLL
             for (int u = 0; u < 2; u++) {
                 if (u >= NJ) break;
@@ -369,8 +373,6 @@ XFN void kx_group(const int type, const int Tk, const char *gp, int64_t nb, cons
  * chains each, and the caller keeps the sums in registers (no per-super-block store). */
 XFN __m512 kx_dec_q45(const int type, const char *p, const tp_blk_q8_k *a, const int16_t *pr)
 {
-    const char *qs = p + (type == KX_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS);
-    const char *qh = p + TP_KX_Q5K_QH;
     __m512i D[8];
     KX_UNROLL
     for (int k = 0; k < 4; k++) { /* sub-blocks 2k (low nibbles) and 2k + 1 (high) of chunks 8k..8k + 7 */
@@ -379,8 +381,8 @@ XFN __m512 kx_dec_q45(const int type, const char *p, const tp_blk_q8_k *a, const
         for (int u = 0; u < 2; u++) E[u][0] = E[u][1] = _mm512_setzero_si512();
         KX_UNROLL
         for (int m = 0; m < 8; m++) {
-            const __m512i z = kx_ld(qs + 64 * (8 * k + m));
-            const __m512i h = type == KX_Q5K ? kx_ld(qh + 64 * m) : z;
+            const __m512i z = kx_ld(p + kx_qs(type, 8 * k + m));
+            const __m512i h = type == KX_Q5K ? kx_ld(p + tp_kx_q5k_qh(m)) : z;
             KX_UNROLL
             for (int u = 0; u < 2; u++) {
                 const int j = 2 * k + u;

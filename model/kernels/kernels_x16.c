@@ -50,9 +50,9 @@ int tp_kern_x16_native(enum tp_wtype t)
 
 /* The fields of one block (kernels_impl.h): n bytes at src in the GGUF block
  * go to dst in the 16-row block; n == 1: u8 [16], n == 2: u16 [16], else [n/4][16][4],
- * its 64-byte chunks one after another from dst (X16_RUN) or where Q6_K's triplets put
- * them (X16_Q6K_QH, X16_Q6K_QL: tp_kx_q6k_qh, tp_kx_q6k_ql; dst unused). */
-enum { X16_RUN, X16_Q6K_QH, X16_Q6K_QL };
+ * its 64-byte chunks one after another from dst (X16_RUN) or where Q5_K's pairs or Q6_K's
+ * triplets put them (X16_Q5K_*, X16_Q6K_*: tp_kx_q5k_qh ... in kernels_impl.h; dst unused). */
+enum { X16_RUN, X16_Q5K_QH, X16_Q5K_QS, X16_Q6K_QH, X16_Q6K_QL };
 struct x16_field {
     uint16_t src, n, dst, chunks;
 };
@@ -61,6 +61,8 @@ struct x16_field {
 static size_t x16_chunk(const struct x16_field *f, size_t k)
 {
     switch (f->chunks) {
+    case X16_Q5K_QH: return tp_kx_q5k_qh((int)k);
+    case X16_Q5K_QS: return tp_kx_q5k_qs((int)k);
     case X16_Q6K_QH: return tp_kx_q6k_qh((int)k);
     case X16_Q6K_QL: return tp_kx_q6k_ql((int)k);
     default: return (size_t)f->dst + 64 * k;
@@ -91,8 +93,8 @@ static const struct x16_fields *x16_fields(enum tp_wtype t)
                                            {{0, 2, 0, X16_RUN},
                                             {2, 2, TP_KX_Q4K_DMIN, X16_RUN},
                                             {4, 12, TP_KX_Q4K_SC, X16_RUN},
-                                            {16, 32, TP_KX_Q5K_QH, X16_RUN},
-                                            {48, 128, TP_KX_Q5K_QS, X16_RUN}}};
+                                            {16, 32, 0, X16_Q5K_QH},
+                                            {48, 128, 0, X16_Q5K_QS}}};
     static const struct x16_fields q6_k = {sizeof(tp_blk_q6_k),
                                            4,
                                            {{208, 2, 0, X16_RUN},

@@ -96,10 +96,11 @@ KV_FN kvi xt_slice_k(const int type, const char *p, int lb, int j, int m)
         const kvi hs = quarter == 0 ? kv_sll16(h, 4) : quarter == 1 ? kv_sll16(h, 2) : quarter == 2 ? h : kv_srl16(h, 2);
         return kv_bsel(bq, mF, kv_and(hs, kv_b8(0x30)));
     }
-    const kvi z = kv_ld(p + (type == XT_Q5K ? TP_KX_Q5K_QS : TP_KX_Q4K_QS) + lb + 64 * (8 * (j >> 1) + m));
+    const int k = 8 * (j >> 1) + m; /* the qs chunk */
+    const kvi z = kv_ld(p + lb + (type == XT_Q5K ? tp_kx_q5k_qs(k) : TP_KX_Q4K_QS + 64 * (size_t)k));
     const kvi bq = (j & 1) ? kv_srl16(z, 4) : z;
     if (type != XT_Q5K) return kv_and(bq, mF);
-    const kvi h = kv_ld(p + TP_KX_Q5K_QH + lb + 64 * m); /* bit j: the 5th bit, to bit 4 */
+    const kvi h = kv_ld(p + lb + tp_kx_q5k_qh(m)); /* bit j: the 5th bit, to bit 4 */
     const kvi hs = j < 4 ? kv_sll16(h, 4 - j) : j == 4 ? h : kv_srl16(h, j - 4);
     return kv_bsel(bq, mF, kv_and(hs, kv_b8(0x10)));
 }
