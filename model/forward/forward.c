@@ -59,8 +59,9 @@ static void dequant_row(const struct tp_wmat *w, int64_t r, float *dst)
 /* Buffer of prepared activations for weight type t (prepared by prep_act). */
 static const uint8_t *act_for(const tp_model_t *m, enum tp_wtype t)
 {
+    const enum tp_wtype c = tp_kern_act_class(t);
     for (int i = 0; i < 3; i++)
-        if (m->act_type[i] == t) return m->act[i];
+        if (m->act_type[i] == c) return m->act[i];
     return m->act[0];
 }
 
@@ -83,16 +84,17 @@ static void prep_rows(tp_model_t *m, int64_t t0, int64_t t1)
 }
 
 /* Rows x[n_tok, n] (stride n), optionally RMS-normed with norm into dst
- * first, prepared for every distinct type among types[0..nt).  Many rows
+ * first, prepared once for each activation class among types[0..nt).  Many rows
  * (prefill) are split over the pool; a few (decode) run here. */
 static void prep_act(tp_model_t *m, const float *x, float *dst, const float *norm, int n_tok, int64_t n,
                      const enum tp_wtype *types, int nt)
 {
     int used = 0;
-    for (int i = 0; i < nt; i++) {
+    for (int i = 0; i < nt; i++) { /* one row per activation class (tp_kern_act_class) */
+        const enum tp_wtype c = tp_kern_act_class(types[i]);
         int seen = 0;
-        for (int j = 0; j < used; j++) seen |= m->act_type[j] == types[i];
-        if (!seen) m->act_type[used++] = types[i];
+        for (int j = 0; j < used; j++) seen |= m->act_type[j] == c;
+        if (!seen) m->act_type[used++] = c;
     }
     for (int j = used; j < 3; j++) m->act_type[j] = TP_WTYPE_COUNT;
     m->prep_src = x;

@@ -303,6 +303,17 @@ void tp_kern_quant_a8_scalar(const float *x, void *out, int64_t n, int kshift)
     }
 }
 
+enum tp_wtype tp_kern_act_class(enum tp_wtype wt)
+{
+    switch (wt) {
+    case TP_WTYPE_F16:
+    case TP_WTYPE_BF16: return TP_WTYPE_F32;
+    case TP_WTYPE_Q5_K:
+    case TP_WTYPE_Q6_K: return TP_WTYPE_Q4_K;
+    default: return wt;
+    }
+}
+
 void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
 {
     switch (wt) {

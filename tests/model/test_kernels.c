@@ -393,6 +393,37 @@ static void test_quant_roundtrip(void)
     free(q);
 }
 
+/* tp_kern_act_class: every type of a class prepares the same bytes as the class's own type, at the best
+ * ISA (the forward pass prepares one row per class and hands it to all of them); a type outside a
+ * class is its own. */
+static void test_act_class(void)
+{
+    rng_seed(12);
+    enum { N = 256 * 3 };
+    float x[N];
+    fill_random(x, N);
+    const enum tp_wtype same[][2] = {{TP_WTYPE_Q5_K, TP_WTYPE_Q4_K}, {TP_WTYPE_Q6_K, TP_WTYPE_Q4_K},
+                                     {TP_WTYPE_F16, TP_WTYPE_F32},   {TP_WTYPE_BF16, TP_WTYPE_F32}};
+    for (size_t k = 0; k < TP_ARRAY_LEN(same); k++) {
+        CU_ASSERT_EQUAL(tp_kern_act_class(same[k][0]), same[k][1]);
+        CU_ASSERT_EQUAL(tp_kern_act_class(same[k][1]), same[k][1]);
+        const size_t rb = tp_kern_act_row_bytes(same[k][1], N);
+        CU_ASSERT_FATAL(rb > 0 && tp_kern_act_row_bytes(same[k][0], N) == rb);
+        uint8_t *a = malloc(rb), *b = malloc(rb);
+        CU_ASSERT_FATAL(a && b);
+        memset(a, 0x11, rb);
+        memset(b, 0x22, rb);
+        tp_kern_prepare_act(same[k][0], x, a, N);
+        tp_kern_prepare_act(same[k][1], x, b, N);
+        CU_ASSERT(memcmp(a, b, rb) == 0);
+        free(a);
+        free(b);
+    }
+    const enum tp_wtype own[] = {TP_WTYPE_Q4_0, TP_WTYPE_Q8_0, TP_WTYPE_MXFP4, TP_WTYPE_MLX_Q4_G32,
+                                 TP_WTYPE_MLX_Q4_G64};
+    for (size_t k = 0; k < TP_ARRAY_LEN(own); k++) CU_ASSERT_EQUAL(tp_kern_act_class(own[k]), own[k]);
+}
+
 static void test_act_quant_identical(void)
 {
     rng_seed(11);
@@ -844,6 +875,7 @@ static const struct tp_test_case kernel_cases[] = {
     {"dequant_known_blocks", test_dequant_known_blocks},
     {"quant_roundtrip", test_quant_roundtrip},
     {"act_quant_identical", test_act_quant_identical},
+    {"act_class", test_act_class},
     {"matmul_f32", test_matmul_f32},
     {"matmul_f16", test_matmul_f16},
     {"matmul_bf16", test_matmul_bf16},

@@ -36,6 +36,9 @@ size_t tp_kern_row_bytes(enum tp_wtype t, int64_t n);
 size_t tp_kern_act_row_bytes(enum tp_wtype wt, int64_t n);
 /* Prepare (quantize or copy) one activation row x[n] into xq for weights of type wt. */
 void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n);
+/* The weight type whose prepared activations serve weights of type wt too (the same bytes): Q4_K for
+ * every K-quant, F32 for F16 and BF16, wt itself otherwise.  One prepared row serves a whole class. */
+enum tp_wtype tp_kern_act_class(enum tp_wtype wt);
 
 /*
  * y[t * y_stride + r] = dot(W[r, :], x[t, :]) for r in [r0, r1), t in [0, n_tok).
