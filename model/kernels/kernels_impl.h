@@ -99,19 +99,28 @@ typedef struct {
  * chunks each after the qh chunk read with it (sub-blocks 0 and 1 take bits 0 and 1 of every qh chunk),
  * so that the one-token decode reads the super-block front to back. */
 static inline size_t tp_kx_q5k_qh(int m) { return 256 + 128 * (size_t)m; }
-static inline size_t tp_kx_q5k_qs(int k) { return k < 8 ? 256 + 128 * (size_t)k + 64 : 768 + 64 * (size_t)k; }
+static inline size_t tp_kx_q5k_qs(int k)
+{
+    return k < 8 ? 256 + 128 * (size_t)k + 64 : 768 + 64 * (size_t)k;
+}
 #define TP_KX_Q6K_SC 32
 #define TP_KX_Q6K_Q 288 /* the first qh / ql triplet */
 
 /* Q6_K x16: half h (values 128h..), position b (the 16-value sub-blocks 8h + 2q + b) and chunk s of it:
  * qh chunk 8h + 4b + s holds the high bits of four sub-blocks (quarters q = 0..3, two bits each) and
  * ql chunks 16h + 4b + s (quarters 0 and 2) and 16h + 8 + 4b + s (quarters 1 and 3) their low nibbles.
- * The three lie together, in triplet 8h + 2s + b: the order in which the one-token decode reads
- * them, so that it streams each super-block front to back. */
-static inline size_t tp_kx_q6k_trip(int h, int b, int s) { return TP_KX_Q6K_Q + 192 * (size_t)(8 * h + 4 * b + s); }
+ * The three lie together, in triplet 8h + 4b + s: the order in which the one-token decodes (AVX-512's
+ * and the template's) read them, so that they stream each super-block front to back. */
+static inline size_t tp_kx_q6k_trip(int h, int b, int s)
+{
+    return TP_KX_Q6K_Q + 192 * (size_t)(8 * h + 4 * b + s);
+}
 /* Offset of qh chunk k (0..15) and of ql chunk k (0..31) in a Q6_K x16 super-block. */
 static inline size_t tp_kx_q6k_qh(int k) { return tp_kx_q6k_trip(k >> 3, (k >> 2) & 1, k & 3); }
-static inline size_t tp_kx_q6k_ql(int k) { return tp_kx_q6k_trip(k >> 4, (k >> 2) & 1, k & 3) + 64 + 64 * ((k >> 3) & 1); }
+static inline size_t tp_kx_q6k_ql(int k)
+{
+    return tp_kx_q6k_trip(k >> 4, (k >> 2) & 1, k & 3) + 64 + 64 * (size_t)((k >> 3) & 1);
+}
 
 /* A one-token x16 decode walks up to ns groups side by side (a "pass"), each group's row of
  * blocks one stream of `row` bytes.  Groups of the pass from group row g0: ns, or the rest of
