@@ -1234,6 +1234,36 @@ static void gen_report_json(const struct gen_run *R, const struct gen_opts *o, c
     printf("}\n");
 }
 
+/* The --seqs table: each k's step time, its ratio to one sequence's, the aggregate rate and rank 0's split
+ * of the step (and for a mixture of experts the experts each step read). */
+static void gen_report_seqs(const struct gen_run *R, const struct gen_opts *o, const struct gen_result *res)
+{
+    const int n = o->n, reps = o->reps, world = R->world;
+    if (o->seqs_ctx > 0)
+        printf("decode steps of k sequences (one token each, %d steps after %d cached tokens each, median of "
+               "%d):\n", n, o->seqs_ctx, reps);
+    else
+        printf("decode steps of k sequences (one token each, %d steps from empty caches, median of %d):\n", n,
+               reps);
+    if (res->moe)
+        printf("(experts/layer: distinct experts the step's tokens selected%s, per layer; bytes x 1: the step's "
+               "weight bytes, non-expert + those experts, over one sequence's: the step ratio the bytes "
+               "predict)\n", world > 1 ? " among rank 0's" : "");
+    printf("(matmuls, attention, norms and rest: rank 0's ms of a step, mean of every rep; matmuls count the "
+           "logits', rest is all that is not these three, the all_sums included)\n");
+    printf("%-6s %10s %12s", "seqs", "ms/step", "x 1 seq");
+    if (res->moe) printf(" %14s %10s", "experts/layer", "bytes x 1");
+    printf(" %12s %9s %9s %9s %9s\n", "agg t/s", "matmuls", "attention", "norms", "rest");
+    for (int ki = 0; ki < o->nk; ki++) {
+        const double *ph = R->k_phase[ki];
+        printf("%-6d %10.2f ", o->klist[ki], R->k_ms[ki]);
+        if (res->k1_ms > 0.0) printf("%12.2f", R->k_ms[ki] / res->k1_ms);
+        else printf("%12s", "-");
+        if (res->moe) printf(" %14.1f %10.2f", res->k_xpl[ki], res->k_pred[ki]);
+        printf(" %12.2f %9.2f %9.2f %9.2f %9.2f\n", o->klist[ki] * 1e3 / R->k_ms[ki], ph[1], ph[2], ph[3], ph[4]);
+    }
+}
+
 static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, const struct gen_result *res)
 {
     const struct gen_bufs *b = &R->bufs;
@@ -1329,31 +1359,7 @@ static void gen_report_text(const struct gen_run *R, const struct gen_opts *o, c
                    q->tokens ? (double)q->collectives / (double)q->tokens : 0.0);
         }
     }
-    if (o->nk > 0) {
-        if (o->seqs_ctx > 0)
-            printf("decode steps of k sequences (one token each, %d steps after %d cached tokens each, median of "
-                   "%d):\n", n, o->seqs_ctx, reps);
-        else
-            printf("decode steps of k sequences (one token each, %d steps from empty caches, median of %d):\n", n,
-                   reps);
-        if (res->moe)
-            printf("(experts/layer: distinct experts the step's tokens selected%s, per layer; bytes x 1: the step's "
-                   "weight bytes, non-expert + those experts, over one sequence's: the step ratio the bytes "
-                   "predict)\n", world > 1 ? " among rank 0's" : "");
-        printf("(matmuls, attention, norms and rest: rank 0's ms of a step, mean of every rep; matmuls count the "
-               "logits', rest is all that is not these three, the all_sums included)\n");
-        printf("%-6s %10s %12s", "seqs", "ms/step", "x 1 seq");
-        if (res->moe) printf(" %14s %10s", "experts/layer", "bytes x 1");
-        printf(" %12s %9s %9s %9s %9s\n", "agg t/s", "matmuls", "attention", "norms", "rest");
-        for (int ki = 0; ki < o->nk; ki++) {
-            const double *ph = R->k_phase[ki];
-            printf("%-6d %10.2f ", o->klist[ki], R->k_ms[ki]);
-            if (res->k1_ms > 0.0) printf("%12.2f", R->k_ms[ki] / res->k1_ms);
-            else printf("%12s", "-");
-            if (res->moe) printf(" %14.1f %10.2f", res->k_xpl[ki], res->k_pred[ki]);
-            printf(" %12.2f %9.2f %9.2f %9.2f %9.2f\n", o->klist[ki] * 1e3 / R->k_ms[ki], ph[1], ph[2], ph[3], ph[4]);
-        }
-    }
+    if (o->nk > 0) gen_report_seqs(R, o, res);
 }
 
 /* ------------------------------------------------------------------ command */
