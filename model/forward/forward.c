@@ -67,6 +67,10 @@ static const uint8_t *act_for(const tp_model_t *m, enum tp_wtype t)
 
 static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t align, uint64_t work);
 
+/* Below this many bytes of work a job runs on the calling thread: waking the
+ * pool costs more than it saves (and much more when cores are oversubscribed). */
+#define TP_FWD_MIN_PARALLEL_WORK (64u * 1024u)
+
 /* Rows [t0, t1) of the current preparation job. */
 static void prep_rows(tp_model_t *m, int64_t t0, int64_t t1)
 {
@@ -83,9 +87,36 @@ static void prep_rows(tp_model_t *m, int64_t t0, int64_t t1)
     }
 }
 
+/* Items [i0, i1) of a TP_PH_PREP_BLOCKS job: values [i0, i1) x prep_blk of every row, normed with the
+ * row's prep_scale (the same product as tp_op_rmsnorm's) and prepared block by block, so that each
+ * thread quantizes the part of the row its share covers (tp_kern_prepare_act_blocks). */
+static void prep_blocks(tp_model_t *m, int ith, int64_t i0, int64_t i1)
+{
+    const int64_t n = m->prep_n, v0 = i0 * m->prep_blk, v1 = i1 * m->prep_blk;
+    uint8_t *scratch = m->prep_scratch + (size_t)ith * m->act_row_max;
+    for (int t = 0; t < m->prep_rows; t++) {
+        const float *x = m->prep_src + (size_t)t * (size_t)n;
+        if (m->prep_norm) {
+            float *y = m->prep_dst + (size_t)t * (size_t)n;
+            const float s = m->prep_scale[t];
+            for (int64_t j = v0; j < v1; j++) y[j] = x[j] * s * m->prep_norm[j];
+            x = y;
+        }
+        for (int j = 0; j < m->prep_used; j++) {
+            const int64_t B = tp_kern_act_block(m->act_type[j]);
+            tp_kern_prepare_act_blocks(m->act_type[j], x, m->act[j] + (size_t)t * m->act_row_max, n, v0 / B, v1 / B,
+                                       scratch);
+        }
+    }
+}
+
 /* Rows x[n_tok, n] (stride n), optionally RMS-normed with norm into dst
  * first, prepared once for each activation class among types[0..nt).  Many rows
- * (prefill) are split over the pool; a few (decode) run here. */
+ * (prefill) are split over the pool by rows.  One or two rows of at least
+ * prep_split_min values are split by blocks in the threads' owned shares
+ * (TP_PH_PREP_BLOCKS): a row the last matmul wrote in shares is then mostly
+ * quantized by the thread that wrote each part, instead of the calling thread
+ * reading the others' parts. */
 static void prep_act(tp_model_t *m, const float *x, float *dst, const float *norm, int n_tok, int64_t n,
                      const enum tp_wtype *types, int nt)
 {
@@ -102,6 +133,19 @@ static void prep_act(tp_model_t *m, const float *x, float *dst, const float *nor
     m->prep_norm = norm;
     m->prep_n = n;
     m->prep_used = used;
+    int64_t blk = 1; /* the widest class's block (each divides the next: 1, 32, 256) */
+    for (int j = 0; j < used; j++) {
+        const int64_t b = tp_kern_act_block(m->act_type[j]);
+        blk = b > 0 && blk > 0 ? TP_MAX(blk, b) : 0;
+    }
+    if (m->n_threads > 1 && n_tok <= 2 && n >= m->prep_split_min && blk > 0 && n % blk == 0) {
+        for (int t = 0; t < n_tok; t++)
+            m->prep_scale[t] = norm ? tp_op_rms_scale(x + (size_t)t * (size_t)n, (int)n, m->hp.norm_eps) : 1.0f;
+        m->prep_rows = n_tok;
+        m->prep_blk = blk;
+        run(m, TP_PH_PREP_BLOCKS, n / blk, 1, TP_FWD_MIN_PARALLEL_WORK); /* the pool however small */
+        return;
+    }
     run(m, TP_PH_PREP, n_tok, 1, (uint64_t)n_tok * (uint64_t)n * 8u);
 }
 
@@ -272,6 +316,7 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
     size_t as = m->act_row_max;
     switch (m->phase) {
     case TP_PH_PREP: prep_rows(m, i0, i1); break;
+    case TP_PH_PREP_BLOCKS: prep_blocks(m, ith, i0, i1); break;
     case TP_PH_QKV: {
         int64_t nq = L->wq.rows, nk = L->wk.rows;
         mm(&L->wq, act_for(m, L->wq.type), as, n_tok, m->q, m->q_dim, TP_MAX(i0, 0), TP_MIN(i1, nq));
@@ -402,10 +447,6 @@ static void job_owned(void *ctx, int ith, int nth)
         job_range(m, ith, (int64_t)u0 * align, TP_MIN((int64_t)u1 * align, total));
 }
 
-/* Below this many bytes of work a job runs on the calling thread: waking the
- * pool costs more than it saves (and much more when cores are oversubscribed). */
-#define TP_FWD_MIN_PARALLEL_WORK (64u * 1024u)
-
 /* Bytes a matmul job streams: the weights, once per 8 tokens (tiles reuse them). */
 static uint64_t mm_work(const struct tp_wmat *w, int n_tok)
 {
@@ -430,7 +471,8 @@ static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t alig
     atomic_store_explicit(&m->chunk_next, 0, memory_order_relaxed);
     uint64_t *ns_kind = &m->stats.ns_matmul; /* the stats counter of this kind of job (-Wswitch: every phase) */
     switch (ph) {
-    case TP_PH_PREP: ns_kind = &m->stats.ns_prep; break;
+    case TP_PH_PREP:
+    case TP_PH_PREP_BLOCKS: ns_kind = &m->stats.ns_prep; break;
     case TP_PH_ATTN:
     case TP_PH_ATTN_MERGE: ns_kind = &m->stats.ns_attn; break;
     case TP_PH_LOGITS: ns_kind = &m->stats.ns_logits; break;
@@ -444,7 +486,8 @@ static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t alig
     case TP_PH_SHEXP_UP:
     case TP_PH_SHEXP_DOWN: ns_kind = &m->stats.ns_matmul; break;
     }
-    const int matmul = ns_kind == &m->stats.ns_matmul || ns_kind == &m->stats.ns_logits;
+    /* owned shares: the matmuls, and the split preparation (its shares the same parts of a row) */
+    const int matmul = ns_kind == &m->stats.ns_matmul || ns_kind == &m->stats.ns_logits || ph == TP_PH_PREP_BLOCKS;
     const uint64_t t0 = tp_now_ns();
     if (nth == 1 || work < TP_FWD_MIN_PARALLEL_WORK)
         job_range(m, 0, 0, total);

@@ -74,9 +74,15 @@ struct tp_layer {
     float *sgate_inp;
 };
 
+/* One or two activation rows of at least this many values are prepared split by blocks over the
+ * threads (forward.c prep_act; below it the calling thread prepares them, as waking the pool for a
+ * small row costs more than it saves). */
+#define TP_FWD_PREP_SPLIT 1024
+
 enum tp_fwd_phase {
     TP_PH_PREP = 0, TP_PH_QKV, TP_PH_ATTN, TP_PH_O, TP_PH_FFN_UP, TP_PH_DOWN, TP_PH_LOGITS,
-    TP_PH_ROUTER, TP_PH_MOE_UP, TP_PH_MOE_DOWN, TP_PH_SHEXP_UP, TP_PH_SHEXP_DOWN, TP_PH_ATTN_MERGE
+    TP_PH_ROUTER, TP_PH_MOE_UP, TP_PH_MOE_DOWN, TP_PH_SHEXP_UP, TP_PH_SHEXP_DOWN, TP_PH_ATTN_MERGE,
+    TP_PH_PREP_BLOCKS
 };
 
 /* ---- attn.c: tiled attention over the KV cache ---- */
@@ -354,12 +360,19 @@ struct tp_model {
     const struct tp_batch *batch;
     float *logits_out;
     int n_out;
-    /* TP_PH_PREP: rows t of prep_src (prep_n wide) -> [rmsnorm with prep_norm into prep_dst] -> act[0..prep_used) */
+    /* TP_PH_PREP: rows t of prep_src (prep_n wide) -> [rmsnorm with prep_norm into prep_dst] -> act[0..prep_used);
+     * TP_PH_PREP_BLOCKS: the same for prep_rows rows, items the rows' runs of prep_blk values (forward.c) */
     const float *prep_src;
     float *prep_dst;
     const float *prep_norm;
     int64_t prep_n;
     int prep_used;
+    int prep_rows;
+    int64_t prep_blk;
+    float prep_scale[2];      /* TP_PH_PREP_BLOCKS with a norm: each row's tp_op_rms_scale */
+    uint8_t *prep_scratch;    /* TP_PH_PREP_BLOCKS: act_row_max bytes per thread (tp_kern_prepare_act_blocks) */
+    int64_t prep_split_min;   /* one or two rows of at least this many values are split by blocks (forward.c
+                               * TP_FWD_PREP_SPLIT; tests lower it to reach the split with small models) */
 
     struct tp_model_stats stats;
 };
@@ -379,6 +392,8 @@ void tp_op_axpy_f16(float *y, float a, const uint16_t *x, int n);
 void tp_op_to_f16(uint16_t *dst, const float *src, int n);
 /* y = x / rms(x) * w, n elements (y may equal x). */
 void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+/* The factor tp_op_rmsnorm multiplies x[j] * w[j] by: 1 / sqrt(mean of x^2 + eps). */
+float tp_op_rms_scale(const float *x, int n, float eps);
 /* Rotate one head vector x[head_dim] in place using cs[rope_dim] = (cos,sin) pairs. */
 void tp_op_rope(float *x, const float *cs, int rope_dim, int neox);
 /* Fill cs[rope_dim] = (cos, sin) of pos * inv_freq[i] for i < rope_dim/2. */

@@ -1108,6 +1108,8 @@ static enum tp_status alloc_state(tp_model_t *m)
     amax = (amax + 63) & ~(size_t)63;
     m->act_row_max = amax;
     for (int i = 0; i < 3; i++) m->act[i] = zalloc(R, amax, &fail);
+    m->prep_scratch = zalloc((size_t)m->n_threads, amax, &fail);
+    m->prep_split_min = TP_FWD_PREP_SPLIT;
     if (fail) return tp_error_set(&m->err, TP_ERR_NOMEM, "%s: out of memory for activations (n_batch %d)", m->path, m->n_batch);
     return TP_OK;
 }
@@ -1463,6 +1465,7 @@ static void free_contents(tp_model_t *m)
     tp_aligned_free(m->moe_active);
     tp_aligned_free(m->moe_x);
     for (int i = 0; i < 3; i++) tp_aligned_free(m->act[i]);
+    tp_aligned_free(m->prep_scratch);
     tp_aligned_free(m->kv_off);
     tp_aligned_free(m->kv_cap);
     tp_aligned_free(m->seq_hi);

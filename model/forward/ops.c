@@ -241,7 +241,7 @@ float tp_op_dot_f16(const float *a, const uint16_t *b, int n) { return dot_f16_f
 void tp_op_axpy_f16(float *y, float a, const uint16_t *x, int n) { axpy_f16_fn(y, a, x, n); }
 void tp_op_to_f16(uint16_t *dst, const float *src, int n) { to_f16_fn(dst, src, n); }
 
-void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
+float tp_op_rms_scale(const float *x, int n, float eps)
 {
     /* the squares summed in eight fixed partial sums (the same order on every machine and ISA), so
      * the compiler can keep them in vector registers: one chain of dependent double adds cost
@@ -252,7 +252,12 @@ void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
         for (int k = 0; k < 8; k++) p[k] += (double)x[i + k] * x[i + k];
     for (; i < n; i++) ss += (double)x[i] * x[i];
     ss += ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
-    float s = (float)(1.0 / sqrt(ss / n + eps));
+    return (float)(1.0 / sqrt(ss / n + eps));
+}
+
+void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
+{
+    const float s = tp_op_rms_scale(x, n, eps);
     for (int j = 0; j < n; j++) y[j] = x[j] * s * w[j];
 }
 

@@ -314,6 +314,45 @@ enum tp_wtype tp_kern_act_class(enum tp_wtype wt)
     }
 }
 
+int64_t tp_kern_act_block(enum tp_wtype wt)
+{
+    switch (tp_kern_act_class(wt)) {
+    case TP_WTYPE_F32: return 1;
+    case TP_WTYPE_Q8_0:
+    case TP_WTYPE_Q4_0:
+    case TP_WTYPE_MXFP4: return TP_QK;
+    case TP_WTYPE_Q4_K: return TP_QK_K;
+    default: return 0;
+    }
+}
+
+/* The blocks are prepared as a row of their own in scratch, and each region of that row (kernels_impl.h:
+ * a8 qs, d, c and s; Q8_K blocks and pair sums) is copied to where the whole row keeps those blocks. */
+void tp_kern_prepare_act_blocks(enum tp_wtype wt, const float *x, void *xq, int64_t n, int64_t b0, int64_t b1,
+                                void *scratch)
+{
+    const int64_t B = tp_kern_act_block(wt), k = b1 - b0, m = k * B;
+    TP_ASSERT(B > 0 && n % B == 0 && 0 <= b0 && b0 <= b1 && b1 * B <= n);
+    if (k == 0) return;
+    char *o = xq;
+    const char *q = scratch;
+    switch (tp_kern_act_class(wt)) {
+    case TP_WTYPE_F32: memcpy(o + (size_t)b0 * sizeof(float), x + b0, (size_t)k * sizeof(float)); return;
+    case TP_WTYPE_Q4_K:
+        tp_kern_prepare_act(wt, x + b0 * B, scratch, m);
+        memcpy(o + (size_t)b0 * sizeof(tp_blk_q8_k), q, (size_t)k * sizeof(tp_blk_q8_k));
+        memcpy((void *)TP_Q8K_PAIR(o, n, b0), TP_Q8K_PAIR(q, m, 0), (size_t)k * TP_Q8K_PAIRS * sizeof(int16_t));
+        return;
+    default: /* a8: qs[n], d[n / 32] (f32), c[8 per block], s[1 per block] (i32) */
+        tp_kern_prepare_act(wt, x + b0 * B, scratch, m);
+        memcpy(o + b0 * B, q, (size_t)m);
+        memcpy(o + n + b0 * 4, q + m, (size_t)k * 4);
+        memcpy(o + n + (n / TP_QK) * 4 + b0 * 32, q + m + k * 4, (size_t)k * 32);
+        memcpy(o + n + (n / TP_QK) * 36 + b0 * 4, q + m + k * 36, (size_t)k * 4);
+        return;
+    }
+}
+
 void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
 {
     switch (wt) {

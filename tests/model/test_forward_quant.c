@@ -143,11 +143,19 @@ static void check_threads(enum tp_wtype t)
     CU_ASSERT_FATAL(m1 && m2);
     CU_ASSERT_EQUAL(tp_model_n_threads(m2), 2);
     CU_ASSERT_EQUAL_FATAL(run_greedy(m1, one), 0);
-    CU_ASSERT_EQUAL_FATAL(run_greedy(m2, two), 0);
-    int diff = 0;
-    for (size_t i = 0; i < n; i++) diff += memcmp(&one[i], &two[i], sizeof(float)) != 0;
-    if (diff) printf("\n  %s: %d of %zu logits differ between 1 and 2 threads\n", tp_wtype_name(t), diff, n);
-    CU_ASSERT_EQUAL(diff, 0);
+    /* 2 threads: the rows of a decode step prepared by the calling thread (this model's rows are under
+     * TP_FWD_PREP_SPLIT), then split by blocks over both threads (TP_PH_PREP_BLOCKS) */
+    for (int split = 0; split < 2; split++) {
+        m2->prep_split_min = split ? 1 : TP_FWD_PREP_SPLIT;
+        CU_ASSERT_EQUAL_FATAL(run_greedy(m2, two), 0);
+        int diff = 0;
+        for (size_t i = 0; i < n; i++) diff += memcmp(&one[i], &two[i], sizeof(float)) != 0;
+        if (diff)
+            printf("\n  %s: %d of %zu logits differ between 1 and 2 threads (%s)\n", tp_wtype_name(t), diff, n,
+                   split ? "rows split by blocks" : "rows on the calling thread");
+        CU_ASSERT_EQUAL(diff, 0);
+        tp_model_seq_truncate(m2, 0, 0); /* the next run starts from an empty sequence 0 */
+    }
     /* not a constant model: the greedy continuation visits several tokens */
     int distinct = 0;
     for (int s = 0; s < 20; s++) {

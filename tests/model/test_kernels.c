@@ -424,6 +424,52 @@ static void test_act_class(void)
     for (size_t k = 0; k < TP_ARRAY_LEN(own); k++) CU_ASSERT_EQUAL(tp_kern_act_class(own[k]), own[k]);
 }
 
+/* tp_kern_prepare_act_blocks: a row prepared in block ranges, the ranges in any order, equals the row
+ * prepared whole, byte for byte (the split prep of forward.c relies on it), at the best ISA; a range
+ * leaves the bytes of the other blocks as they were.  MLX rows are prepared whole only. */
+static void test_act_blocks(void)
+{
+    rng_seed(13);
+    enum { N = 256 * 5 };
+    float x[N];
+    fill_random(x, N);
+    const enum tp_wtype wts[] = {TP_WTYPE_Q4_0, TP_WTYPE_Q8_0, TP_WTYPE_MXFP4, TP_WTYPE_Q4_K,
+                                 TP_WTYPE_Q6_K, TP_WTYPE_F32,  TP_WTYPE_BF16};
+    for (size_t k = 0; k < TP_ARRAY_LEN(wts); k++) {
+        const int64_t B = tp_kern_act_block(wts[k]), nb = N / B;
+        CU_ASSERT_FATAL(B > 0 && N % B == 0);
+        const size_t rb = tp_kern_act_row_bytes(wts[k], N);
+        uint8_t *ref = malloc(rb), *got = malloc(rb), *one = malloc(rb), *scratch = malloc(rb);
+        CU_ASSERT_FATAL(ref && got && one && scratch);
+        tp_kern_prepare_act(wts[k], x, ref, N);
+        const int64_t cut[] = {0, nb / 3, nb / 3 + 1, nb - 1, nb}; /* ranges [cut[i], cut[i + 1]), last first */
+        memset(got, 0xA5, rb);
+        for (int i = 3; i >= 0; i--) tp_kern_prepare_act_blocks(wts[k], x, got, N, cut[i], cut[i + 1], scratch);
+        if (memcmp(ref, got, rb) != 0) printf("\n  %s: a row prepared in ranges differs\n", tp_wtype_name(wts[k]));
+        CU_ASSERT(memcmp(ref, got, rb) == 0);
+        /* one range: its bytes are the whole row's, and the row prepared from the other ranges on top of it
+         * still equals the whole row: no range wrote another's bytes with wrong values */
+        memset(one, 0xA5, rb);
+        tp_kern_prepare_act_blocks(wts[k], x, one, N, cut[1], cut[2], scratch);
+        size_t changed = 0, wrong = 0;
+        for (size_t i = 0; i < rb; i++) {
+            changed += one[i] != 0xA5;
+            wrong += one[i] != 0xA5 && one[i] != ref[i];
+        }
+        CU_ASSERT(changed > 0 && changed < rb / 2);
+        CU_ASSERT_EQUAL(wrong, 0);
+        tp_kern_prepare_act_blocks(wts[k], x, one, N, 0, 0, scratch); /* empty: nothing */
+        tp_kern_prepare_act_blocks(wts[k], x, one, N, cut[0], cut[1], scratch);
+        tp_kern_prepare_act_blocks(wts[k], x, one, N, cut[2], nb, scratch);
+        CU_ASSERT(memcmp(ref, one, rb) == 0);
+        free(ref);
+        free(got);
+        free(one);
+        free(scratch);
+    }
+    CU_ASSERT_EQUAL(tp_kern_act_block(TP_WTYPE_MLX_Q4_G32), 0);
+}
+
 static void test_act_quant_identical(void)
 {
     rng_seed(11);
@@ -876,6 +922,7 @@ static const struct tp_test_case kernel_cases[] = {
     {"quant_roundtrip", test_quant_roundtrip},
     {"act_quant_identical", test_act_quant_identical},
     {"act_class", test_act_class},
+    {"act_blocks", test_act_blocks},
     {"matmul_f32", test_matmul_f32},
     {"matmul_f16", test_matmul_f16},
     {"matmul_bf16", test_matmul_bf16},

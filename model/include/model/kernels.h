@@ -39,6 +39,15 @@ void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n);
 /* The weight type whose prepared activations serve weights of type wt too (the same bytes): Q4_K for
  * every K-quant, F32 for F16 and BF16, wt itself otherwise.  One prepared row serves a whole class. */
 enum tp_wtype tp_kern_act_class(enum tp_wtype wt);
+/* Values per activation block for weights of type wt: the prepared bytes of a row's blocks [b0, b1)
+ * depend on its values [b0 B, b1 B) alone, so threads can prepare one row's blocks apart
+ * (tp_kern_prepare_act_blocks); 0 for the types whose rows are prepared whole (MLX). */
+int64_t tp_kern_act_block(enum tp_wtype wt);
+/* Blocks [b0, b1) of the activation row xq (n values, prepared for wt as tp_kern_prepare_act would) from
+ * x[n]: the same bytes tp_kern_prepare_act writes there, no other byte of xq touched.  scratch: caller's,
+ * tp_kern_act_row_bytes(wt, n) bytes. */
+void tp_kern_prepare_act_blocks(enum tp_wtype wt, const float *x, void *xq, int64_t n, int64_t b0, int64_t b1,
+                                void *scratch);
 
 /*
  * y[t * y_stride + r] = dot(W[r, :], x[t, :]) for r in [r0, r1), t in [0, n_tok).
