@@ -88,7 +88,7 @@ static void prep_rows(tp_model_t *m, int64_t t0, int64_t t1)
 }
 
 /* Items [i0, i1) of a TP_PH_PREP_BLOCKS job: values [i0, i1) x prep_blk of every row, normed with the
- * row's prep_scale (the same product as tp_op_rmsnorm's) and prepared block by block, so that each
+ * row's prep_scale (tp_op_rms_apply, tp_op_rmsnorm's own product) and prepared block by block, so that each
  * thread quantizes the part of the row its share covers (tp_kern_prepare_act_blocks). */
 static void prep_blocks(tp_model_t *m, int ith, int64_t i0, int64_t i1)
 {
@@ -98,8 +98,7 @@ static void prep_blocks(tp_model_t *m, int ith, int64_t i0, int64_t i1)
         const float *x = m->prep_src + (size_t)t * (size_t)n;
         if (m->prep_norm) {
             float *y = m->prep_dst + (size_t)t * (size_t)n;
-            const float s = m->prep_scale[t];
-            for (int64_t j = v0; j < v1; j++) y[j] = x[j] * s * m->prep_norm[j];
+            tp_op_rms_apply(y + v0, x + v0, m->prep_norm + v0, m->prep_scale[t], (int)(v1 - v0));
             x = y;
         }
         for (int j = 0; j < m->prep_used; j++) {
@@ -487,11 +486,11 @@ static void run(tp_model_t *m, enum tp_fwd_phase ph, int64_t total, int64_t alig
     case TP_PH_SHEXP_DOWN: ns_kind = &m->stats.ns_matmul; break;
     }
     /* owned shares: the matmuls, and the split preparation (its shares the same parts of a row) */
-    const int matmul = ns_kind == &m->stats.ns_matmul || ns_kind == &m->stats.ns_logits || ph == TP_PH_PREP_BLOCKS;
+    const int owned = ns_kind == &m->stats.ns_matmul || ns_kind == &m->stats.ns_logits || ph == TP_PH_PREP_BLOCKS;
     const uint64_t t0 = tp_now_ns();
     if (nth == 1 || work < TP_FWD_MIN_PARALLEL_WORK)
         job_range(m, 0, 0, total);
-    else if (matmul &&
+    else if (owned &&
              tp_worksplit_reset(m->split, (uint64_t)((total + align - 1) / align), (uint64_t)(cs / align)) == TP_OK)
         tp_pool_run(m->pool, job_owned, m);
     else

@@ -394,6 +394,8 @@ void tp_op_to_f16(uint16_t *dst, const float *src, int n);
 void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 /* The factor tp_op_rmsnorm multiplies x[j] * w[j] by: 1 / sqrt(mean of x^2 + eps). */
 float tp_op_rms_scale(const float *x, int n, float eps);
+/* y[j] = x[j] * s * w[j], n elements: tp_op_rmsnorm's product, for a part of a row (y may equal x). */
+void tp_op_rms_apply(float *y, const float *x, const float *w, float s, int n);
 /* Rotate one head vector x[head_dim] in place using cs[rope_dim] = (cos,sin) pairs. */
 void tp_op_rope(float *x, const float *cs, int rope_dim, int neox);
 /* Fill cs[rope_dim] = (cos, sin) of pos * inv_freq[i] for i < rope_dim/2. */

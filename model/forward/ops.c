@@ -255,10 +255,14 @@ float tp_op_rms_scale(const float *x, int n, float eps)
     return (float)(1.0 / sqrt(ss / n + eps));
 }
 
+void tp_op_rms_apply(float *y, const float *x, const float *w, float s, int n)
+{
+    for (int j = 0; j < n; j++) y[j] = x[j] * s * w[j];
+}
+
 void tp_op_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 {
-    const float s = tp_op_rms_scale(x, n, eps);
-    for (int j = 0; j < n; j++) y[j] = x[j] * s * w[j];
+    tp_op_rms_apply(y, x, w, tp_op_rms_scale(x, n, eps), n);
 }
 
 void tp_op_rope_cs(float *cs, const float *inv_freq, int rope_dim, int pos)

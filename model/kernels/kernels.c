@@ -343,12 +343,12 @@ void tp_kern_prepare_act_blocks(enum tp_wtype wt, const float *x, void *xq, int6
         memcpy(o + (size_t)b0 * sizeof(tp_blk_q8_k), q, (size_t)k * sizeof(tp_blk_q8_k));
         memcpy((void *)TP_Q8K_PAIR(o, n, b0), TP_Q8K_PAIR(q, m, 0), (size_t)k * TP_Q8K_PAIRS * sizeof(int16_t));
         return;
-    default: /* a8: qs[n], d[n / 32] (f32), c[8 per block], s[1 per block] (i32) */
+    default: /* a8: qs, d, c (8 per block), s */
         tp_kern_prepare_act(wt, x + b0 * B, scratch, m);
         memcpy(o + b0 * B, q, (size_t)m);
-        memcpy(o + n + b0 * 4, q + m, (size_t)k * 4);
-        memcpy(o + n + (n / TP_QK) * 4 + b0 * 32, q + m + k * 4, (size_t)k * 32);
-        memcpy(o + n + (n / TP_QK) * 36 + b0 * 4, q + m + k * 36, (size_t)k * 4);
+        memcpy((void *)(TP_A8_D(o, n) + b0), TP_A8_D(q, m), (size_t)k * sizeof(float));
+        memcpy((void *)(TP_A8_C(o, n) + 8 * b0), TP_A8_C(q, m), (size_t)k * 8 * sizeof(int32_t));
+        memcpy((void *)(TP_A8_S(o, n) + b0), TP_A8_S(q, m), (size_t)k * sizeof(int32_t));
         return;
     }
 }
@@ -368,7 +368,7 @@ void tp_kern_prepare_act(enum tp_wtype wt, const float *x, void *xq, int64_t n)
         (o->quant_a8 ? o->quant_a8 : tp_kern_quant_a8_scalar)(x, xq, n, TP_A8_KSHIFT(wt));
         /* whole-block corrections s[b] (kernels_impl.h), the same for every ISA */
         const int32_t *c = TP_A8_C(xq, n);
-        char *s = (char *)xq + (size_t)n + (size_t)(n / TP_QK) * 9 * sizeof(int32_t); /* TP_A8_S */
+        char *s = (char *)TP_A8_S(xq, n);
         for (int64_t b = 0; b < n / TP_QK; b++) {
             int32_t v = 0;
             for (int j = 0; j < 8; j++) {
