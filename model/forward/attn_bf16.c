@@ -1,13 +1,14 @@
 /*
  * model/forward/attn_bf16.c - the tiled attention of attn.c on AVX512_BF16
- * vector products (x86-64 Linux CPUs with AVX512_BF16 and AVX512BW, with or
- * without AMX): the scores S = Q K^T and the weighted values P V are
- * VDPBF16PS products (per 32-bit lane, two bf16 products added into a
- * float32 sum: 32 products per instruction), and the online softmax runs on
- * AVX-512 between them, as in attn_tile_impl.h but in log2 units (q scaled by
- * log2 e, each weight one 2^x) and on the score registers directly; a row's
- * sum stays 16 lanes wide until the item ends, and whole tiles take no
- * masks.  Per tile of TP_ATTN_KB key positions the cache rows are converted
+ * vector products (x86-64 Linux CPUs with AVX512_BF16, AVX512BW and
+ * AVX512DQ, with or without AMX): the scores S = Q K^T and the weighted
+ * values P V are VDPBF16PS products (per 32-bit lane, two bf16 products added
+ * into a float32 sum: 32 products per instruction), and the online softmax
+ * runs on AVX-512 between them, as in attn_tile_impl.h but in log2 units (q
+ * scaled by log2 e, each weight one 2^x), with a lazy max (raised only when a
+ * score passes it by more than BF_MAX_SLACK, the score sums starting at minus
+ * the max); a row's sum stays 16 lanes wide until the item ends, and whole
+ * tiles take no masks.  Per tile of TP_ATTN_KB key positions the cache rows are converted
  * once (f32 / fp16 / q8_0 -> bf16; a bf16 cache is stored so and read in
  * place) into the layouts the products read, shared by every query row of
  * the item:
@@ -16,11 +17,13 @@
  *       transposes of 32-bit pairs);
  *   Vv  V in pairs of keys: vector (key pair kp, 16-dim chunk d) holds dims
  *       16 d .. 16 d + 15 of keys 2 kp and 2 kp + 1, interleaved.
- * Query rows go in groups of up to 4, each group's sums held in registers:
- * its scores over the tile's 64 keys are 4 x 4 vectors (q's pair of a row
- * broadcast into each product, a K^T vector shared by the 4 rows), its
- * weighted values 4 rows x 64 dims (a weight pair broadcast, a V vector
- * shared).  A decode item of 8 query heads per KV head is 2 groups, so a key
+ * A tile runs in three passes over the item's rows: the scores, in groups of
+ * up to 4 rows whose sums are held in registers (4 x 4 vectors over the
+ * tile's 64 keys: q's pair of a row broadcast into each product, a K^T
+ * vector shared by the 4 rows); every row's softmax, back to back so that the
+ * rows' dependent steps overlap; the weighted values, again in groups of 4
+ * rows x 64 dims (a weight pair broadcast, a V vector shared).  A decode item
+ * of 8 query heads per KV head is 2 groups, so a key
  * or value converted once feeds 8 rows.  The next tile's rows are requested
  * from memory while this tile's groups are computed, a few lines per step of
  * the scores: requested in one burst, they held the products up until the
@@ -49,8 +52,9 @@ _Static_assert(TP_ATTN_KB == 64, "attn_bf16.c holds a tile's keys as 4 vectors o
 size_t tp_attn_bf16_scratch_floats(int hd, int rows)
 {
     const size_t R = (size_t)rows, h = (size_t)hd;
-    /* Qb (bf16), O, K^T and V (bf16), one group's P (bf16), partial sums (16 per row), M, L, corr; plus 16 floats to align */
-    return R * h / 2 + R * h + (size_t)KB * h + 2 * KB + 16 * R + 3 * R + 16;
+    /* Qb (bf16), O, K^T and V (bf16), the tile's scores S and weights P (bf16), partial sums (16 per row), M, L,
+     * corr; plus 16 floats to align */
+    return R * h / 2 + R * h + (size_t)KB * h + R * KB + R * KB / 2 + 16 * R + 3 * R + 16;
 }
 
 #if defined(TP_ATTN_BF16)
@@ -58,11 +62,12 @@ size_t tp_attn_bf16_scratch_floats(int hd, int rows)
 int tp_attn_bf16_detect(void)
 {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((b >> 16) & 1) || !((b >> 30) & 1)) return 0; /* F, BW */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((b >> 16) & 1) || !((b >> 17) & 1) || !((b >> 30) & 1))
+        return 0; /* F, DQ, BW */
     return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1); /* AVX512_BF16 */
 }
 
-#define BF_TARGET "avx512f,avx512bw,avx512bf16,avx2,fma,f16c"
+#define BF_TARGET "avx512f,avx512bw,avx512dq,avx512bf16,avx2,fma,f16c"
 #define BF_FN __attribute__((target(BF_TARGET)))
 #define BF_INL __attribute__((always_inline, target(BF_TARGET))) static inline
 
@@ -112,26 +117,29 @@ BF_INL void bf_convert(const struct tp_attn_geom *g, const uint8_t *kc, const ui
     }
 }
 
-/* A bf16 cache tile's values (as tp_kv_store_at lays them out: Vv's layout) with the positions outside [ka, kb)
- * zeroed, for a tile the item reads only part of: their weights are 0, and 0 x a stale inf would be NaN. */
+/* A bf16 cache tile's values (as tp_kv_store_at lays them out: Vv's layout) that an item reads only from key ka to
+ * key kb: the key pairs [ka/2, (kb+1)/2) the products read, copied, with the pairs' one key outside [ka, kb) zeroed
+ * (key ka-1 for an odd ka, key kb for an odd kb): its weight is 0, and 0 x a stale inf would be NaN. */
 BF_INL void bf_edge_values(const uint8_t *tile, int hd, int ka, int kb, uint32_t *Vv)
 {
-    memcpy(Vv, tile, (size_t)KB * (size_t)hd * 2);
+    const size_t pair = (size_t)hd * 4, b0 = (size_t)(ka / 2) * pair, b1 = (size_t)((kb + 1) / 2) * pair;
+    memcpy((char *)Vv + b0, tile + b0, b1 - b0);
     uint16_t *v = (uint16_t *)(void *)Vv;
-    for (int k = 0; k < KB; k++)
-        if (k < ka || k >= kb)
-            for (int d = 0; d < hd; d++) v[tp_kv_bf16_index(1, k, d, hd)] = 0;
+    for (int d = 0; d < hd; d++) {
+        if (ka & 1) v[tp_kv_bf16_index(1, ka - 1, d, hd)] = 0;
+        if (kb & 1) v[tp_kv_bf16_index(1, kb, d, hd)] = 0;
+    }
 }
 
-/* Dims 16 d0 .. 16 (d0 + DN) - 1 of NR (1..4) rows O (NR, hd): O = O * corr + P V over the key pairs kp < nkp,
- * P (NR, KB/2) bf16 pairs of weights */
-BF_INL void bf_pv(const uint32_t *P, const uint32_t *Vv, int nkp, int nd, int d0, int NR, int DN, const float *Cr,
-                  float *O, int hd)
+/* Dims 16 d0 .. 16 (d0 + DN) - 1 of NR (1..4) rows O (NR, hd): O = O * corr + P V over the key pairs kp0 <= kp <
+ * nkp (the weights of the others 0), P (NR, KB/2) bf16 pairs of weights */
+BF_INL void bf_pv(const uint32_t *P, const uint32_t *Vv, int kp0, int nkp, int nd, int d0, int NR, int DN,
+                  const float *Cr, float *O, int hd)
 {
     __m512 acc[4][4];
     for (int i = 0; i < NR; i++)
         for (int c = 0; c < DN; c++) acc[i][c] = _mm512_setzero_ps();
-    for (int kp = 0; kp < nkp; kp++) {
+    for (int kp = kp0; kp < nkp; kp++) {
         __m512bh v[4];
         for (int c = 0; c < DN; c++) v[c] = (__m512bh)_mm512_loadu_si512(Vv + ((size_t)kp * nd + d0 + c) * 16);
         for (int i = 0; i < NR; i++) {
@@ -148,21 +156,23 @@ BF_INL void bf_pv(const uint32_t *P, const uint32_t *Vv, int nkp, int nd, int d0
     }
 }
 
-/* 2^x per lane for the softmax weights, x <= 0 (or any value in a lane the caller zeroes): x = n + f,
- * |f| <= 1/2, 2^f by its degree-5 Taylor polynomial in f ln2 (relative error < 4e-6, far below the bf16
- * rounding of the weights, 2^-9), times 2^n by VSCALEFPS (0 below 2^-149, no exponent arithmetic) */
+/* 2^x per lane for the softmax weights, x <= BF_MAX_SLACK past a row's max (or any value in a lane the caller
+ * zeroes): f = x - floor(x) in [0, 1) by VREDUCEPS, 2^f by a degree-3 minimax polynomial (relative error
+ * < 7.5e-5, measured over [0, 1) in float32; the weight's bf16 rounding is up to 2^-9 = 1.95e-3, and the
+ * error scales a key's weight and its share of the row's sum alike), times 2^floor(x) by VSCALEFPS, which
+ * floors its exponent operand itself (0 below 2^-149, no exponent arithmetic) */
 BF_INL __m512 bf_exp2(__m512 x)
 {
-    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.3333558e-3f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
+    const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 p = _mm512_set1_ps(7.80245215e-2f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.26067171e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.95833504e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.99925196e-1f));
+    return _mm512_scalef_ps(p, x);
 }
+
+/* How far a tile's scores may pass a row's max (log2 units) before the max is raised: bf_softmax_row */
+#define BF_MAX_SLACK 8.0f
 
 /* the maximum of v's lanes, in every lane */
 BF_INL __m512 bf_max_bcast(__m512 v)
@@ -174,7 +184,8 @@ BF_INL __m512 bf_max_bcast(__m512 v)
 }
 
 /* The online softmax of one row over the keys a <= j < b of the tile, its scores s[4] (keys 16 v .. 16 v + 15,
- * in log2 units: q was scaled by log2 e): the row's max *M (log2 units) and 16-lane partial sums Lv updated,
+ * in log2 units: q was scaled by log2 e) less the row's max *M where it has one (bf_scores starts the sums
+ * there): the row's max *M (log2 units) and 16-lane partial sums Lv updated,
  * *cr = 2^(old max - new max) for its weighted values, prow (KB/2) the weights 2^(s - max) as bf16 pairs, 0
  * outside [a, b).  A whole tile (a = 0, b = KB: every tile of a long row but its edges) takes no masks. */
 BF_INL void bf_softmax_row(const __m512 s[4], uint32_t *prow, int a, int b, float *M, float *Lv, float *cr)
@@ -196,21 +207,28 @@ BF_INL void bf_softmax_row(const __m512 s[4], uint32_t *prow, int a, int b, floa
             vm = _mm512_mask_max_ps(vm, k[v], vm, s[v]);
         }
     }
-    const float m_old = *M, mt = _mm512_cvtss_f32(bf_max_bcast(vm));
-    const float mx = mt > m_old ? mt : m_old;
-    /* 2^0 = 1 without the call when the max stands (most tiles, once a long row's max is found) */
-    const float corr = mx == m_old ? 1.0f : m_old == -INFINITY ? 0.0f : _mm512_cvtss_f32(bf_exp2(_mm512_set1_ps(m_old - mx)));
-    const __m512 vmx = _mm512_set1_ps(mx);
+    /* The max is raised only when a score passes it by more than BF_MAX_SLACK: the weights then stay <= 2^8
+     * (no float32 or bf16 range is near), and O and L, both relative to the same max, still give O / L.
+     * Once a row's max is found most tiles take the one compare, without the max across lanes, and their
+     * scores (already less the max) go to 2^x as they are. */
+    const float m_old = *M;
+    float corr = 1.0f;
     __m512 e[4];
-    for (int v = 0; v < 4; v++) {
-        e[v] = bf_exp2(_mm512_sub_ps(s[v], vmx));
-        if (!whole) e[v] = _mm512_maskz_mov_ps(k[v], e[v]);
+    if (_mm512_cmp_ps_mask(vm, _mm512_set1_ps(BF_MAX_SLACK), _CMP_GT_OQ) || m_old == -INFINITY) {
+        const float rise = _mm512_cvtss_f32(bf_max_bcast(vm)); /* > BF_MAX_SLACK but at the row's first tile */
+        corr = m_old == -INFINITY ? 0.0f : _mm512_cvtss_f32(bf_exp2(_mm512_set1_ps(-rise)));
+        *M = m_old == -INFINITY ? rise : m_old + rise;
+        const __m512 vr = _mm512_set1_ps(rise);
+        for (int v = 0; v < 4; v++) e[v] = bf_exp2(_mm512_sub_ps(s[v], vr));
+    } else {
+        for (int v = 0; v < 4; v++) e[v] = bf_exp2(s[v]);
     }
+    if (!whole)
+        for (int v = 0; v < 4; v++) e[v] = _mm512_maskz_mov_ps(k[v], e[v]);
     const __m512 sum = _mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3]));
     _mm512_storeu_ps(Lv, _mm512_fmadd_ps(_mm512_loadu_ps(Lv), _mm512_set1_ps(corr), sum));
     _mm512_storeu_si512(prow, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
     _mm512_storeu_si512(prow + 16, (__m512i)_mm512_cvtne2ps_pbh(e[3], e[2]));
-    *M = mx;
     *cr = corr;
 }
 
@@ -219,9 +237,11 @@ struct bf_tile {
     const struct tp_attn_geom *g;
     const struct tp_attn_rows *r;
     int j0, jn, kmin; /* the tile's first position and positions; the item's first key */
+    int kp0;          /* the first key pair the item reads in this tile (the pairs before it: weights 0) */
     const uint32_t *Qb, *Kt, *Vv; /* (R, hd/2) q * scale * log2 e; the tile's K^T and V (bf_convert, or a bf16 cache's) */
-    float *O, *M, *Lv, *Cr;       /* (R, hd) weighted values; (R) max (log2 units); (R, 16) partial sums; (4) */
-    uint32_t *P;                  /* (4, KB/2) one group's weights */
+    float *O, *M, *Lv, *Cr;       /* (R, hd) weighted values; (R) max (log2 units); (R, 16) partial sums; (R) */
+    float *S;                     /* (R, KB) the tile's scores (log2 units) less each row's max */
+    uint32_t *P;                  /* (R, KB/2) the tile's weights, bf16 pairs */
     /* the group's share of the next tile's rows, requested a few lines per step of its scores so that the
      * reads from memory overlap the arithmetic without stalling it: a bf16 cache's lines [0, pfl) of K at pfk
      * and of V at pfv (pfl 0: none); the converted types' pfq lines from the ring cursor pf (NULL: none) */
@@ -231,16 +251,18 @@ struct bf_tile {
     struct tp_attn_pf *pf;
 };
 
-/* Rows r0 .. r0+NR-1 (NR 1..4) of the item against the tile: the scores (4 x 4 vectors held in registers: q's
- * pair of a row broadcast into each product, a K^T vector shared by the NR rows), online softmax, weighted values */
-BF_INL void bf_group(const struct bf_tile *t, int r0, int NR)
+/* The scores of rows r0 .. r0+NR-1 (NR 1..4) of the item against the tile less each row's max so far (none:
+ * 0), into S (4 x 4 vectors held in registers while they sum: q's pair of a row broadcast into each product, a
+ * K^T vector shared by the NR rows) */
+BF_INL void bf_scores(const struct bf_tile *t, int r0, int NR)
 {
-    const struct tp_attn_geom *g = t->g;
-    const int hd = g->hd, np = hd / 2, nd = hd / 16, nkp = (t->jn + 1) / 2;
+    const int np = t->g->hd / 2;
     const uint32_t *Qb = t->Qb + (size_t)r0 * np;
     __m512 acc[4][4];
-    for (int i = 0; i < NR; i++)
-        for (int kg = 0; kg < 4; kg++) acc[i][kg] = _mm512_setzero_ps();
+    for (int i = 0; i < NR; i++) { /* the sums start at -max, so the softmax gets the scores less the max */
+        const float m = t->M[r0 + i];
+        for (int kg = 0; kg < 4; kg++) acc[i][kg] = _mm512_set1_ps(m == -INFINITY ? 0.0f : -m);
+    }
     const int pfn = (t->pfl + np - 1) / np, pcn = (t->pfq + np - 1) / np; /* lines per step */
     int pfi = 0;
     for (int p = 0; p < np; p++) {
@@ -256,16 +278,57 @@ BF_INL void bf_group(const struct bf_tile *t, int r0, int NR)
             for (int kg = 0; kg < 4; kg++) acc[i][kg] = _mm512_dpbf16_ps(acc[i][kg], q, k[kg]);
         }
     }
-    for (int i = 0; i < NR; i++) {
-        const int row = r0 + i, p = t->r->pos0 + row / t->r->ng;
-        const int lo = tp_attn_first_key(g, p);
-        const int a = TP_MAX(TP_MAX(t->j0, lo), t->kmin) - t->j0, b = TP_MIN(t->j0 + t->jn, p + 1) - t->j0;
-        bf_softmax_row(acc[i], t->P + i * (KB / 2), a, b, t->M + row, t->Lv + (size_t)row * 16, t->Cr + i);
-    }
+    for (int i = 0; i < NR; i++)
+        for (int kg = 0; kg < 4; kg++) _mm512_storeu_ps(t->S + (size_t)(r0 + i) * KB + 16 * kg, acc[i][kg]);
+}
+
+/* Rows r0 .. r0+NR-1 (NR 1..4) of the item: O = O * corr + P V over the tile, dims 4 x 16 at a time (hd/16 is
+ * even: 2 left at most) */
+BF_INL void bf_values(const struct bf_tile *t, int r0, int NR)
+{
+    const int hd = t->g->hd, nd = hd / 16, nkp = (t->jn + 1) / 2;
+    const uint32_t *P = t->P + (size_t)r0 * (KB / 2);
     float *O = t->O + (size_t)r0 * hd;
     int d0 = 0;
-    for (; d0 + 4 <= nd; d0 += 4) bf_pv(t->P, t->Vv, nkp, nd, d0, NR, 4, t->Cr, O, hd);
-    if (d0 < nd) bf_pv(t->P, t->Vv, nkp, nd, d0, NR, 2, t->Cr, O, hd); /* nd is even: 2 left */
+    for (; d0 + 4 <= nd; d0 += 4) bf_pv(P, t->Vv, t->kp0, nkp, nd, d0, NR, 4, t->Cr + r0, O, hd);
+    if (d0 < nd) bf_pv(P, t->Vv, t->kp0, nkp, nd, d0, NR, 2, t->Cr + r0, O, hd);
+}
+
+/* The item against one tile in three passes: every group's scores, every row's online softmax, every group's
+ * weighted values.  A row's softmax is a chain of dependent steps (the max across lanes, the new max, 2^x);
+ * run back to back, the rows' chains overlap one another, where between a group's scores and its values they
+ * would hold both up. */
+BF_INL void bf_tile_rows(const struct bf_tile *t, int R, int ngr, int tl, const uint8_t *nk, const uint8_t *nv)
+{
+    struct bf_tile u = *t;
+    for (int r0 = 0; r0 < R; r0 += 4) {
+        u.pfl = 0;
+        if (nk) { /* this group's share of the next tile's lines */
+            const int ls = r0 / 4 * tl / ngr, le = (r0 / 4 + 1) * tl / ngr;
+            u.pfk = (const char *)(nk + 64 * (size_t)ls), u.pfv = (const char *)(nv + 64 * (size_t)ls);
+            u.pfl = le - ls;
+        }
+        switch (TP_MIN(4, R - r0)) { /* the group's size a constant in each copy: its sums in registers */
+        case 4: bf_scores(&u, r0, 4); break;
+        case 3: bf_scores(&u, r0, 3); break;
+        case 2: bf_scores(&u, r0, 2); break;
+        default: bf_scores(&u, r0, 1); break;
+        }
+    }
+    for (int row = 0; row < R; row++) {
+        const int p = t->r->pos0 + row / t->r->ng, lo = tp_attn_first_key(t->g, p);
+        const int a = TP_MAX(TP_MAX(t->j0, lo), t->kmin) - t->j0, b = TP_MIN(t->j0 + t->jn, p + 1) - t->j0;
+        const float *sr = t->S + (size_t)row * KB;
+        const __m512 s[4] = {_mm512_loadu_ps(sr), _mm512_loadu_ps(sr + 16), _mm512_loadu_ps(sr + 32),
+                             _mm512_loadu_ps(sr + 48)};
+        bf_softmax_row(s, t->P + (size_t)row * (KB / 2), a, b, t->M + row, t->Lv + (size_t)row * 16, t->Cr + row);
+    }
+    for (int r0 = 0; r0 < R; r0 += 4) switch (TP_MIN(4, R - r0)) {
+        case 4: bf_values(t, r0, 4); break;
+        case 3: bf_values(t, r0, 3); break;
+        case 2: bf_values(t, r0, 2); break;
+        default: bf_values(t, r0, 1); break;
+        }
 }
 
 BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc,
@@ -277,8 +340,9 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
     float *O = base + (size_t)R * hd / 2;                     /* (R, hd) running weighted values */
     uint32_t *Kt = (uint32_t *)(void *)(O + (size_t)R * hd); /* (hd/2, KB/16, 16) */
     uint32_t *Vv = Kt + (size_t)KB * hd / 2;                  /* (KB/2, hd/16, 16) */
-    uint32_t *P = Vv + (size_t)KB * hd / 2;                   /* (4, KB/2) */
-    float *Lv = (float *)(void *)(P + 2 * KB);                /* (R, 16) */
+    float *S = (float *)(void *)(Vv + (size_t)KB * hd / 2);   /* (R, KB) */
+    uint32_t *P = (uint32_t *)(void *)(S + (size_t)R * KB);   /* (R, KB/2) */
+    float *Lv = (float *)(void *)(P + (size_t)R * KB / 2);    /* (R, 16) */
     float *M = Lv + (size_t)16 * R, *L = M + R, *Cr = L + R;
 
     /* scores in log2 units, so each weight is one 2^x */
@@ -297,7 +361,7 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
     /* a bf16 cache is read in place, a whole tile at a time from the one holding kmin (the keys outside
      * [kmin, kmax) masked); the other types are converted from kmin on */
     const int tiled = g->type == TP_KV_BF16;
-    struct bf_tile t = {g, r, 0, 0, kmin, Qb, Kt, Vv, O, M, Lv, Cr, P, NULL, NULL, 0, 0, 0, NULL};
+    struct bf_tile t = {g, r, 0, 0, kmin, 0, Qb, Kt, Vv, O, M, Lv, Cr, S, P, NULL, NULL, 0, 0, 0, NULL};
     t.pfl2 = tp_kern_prefetch() == TP_KERN_PF_L2;
     for (int j0 = tiled ? kmin - kmin % KB : kmin; j0 < kmax; j0 += KB) {
         t.j0 = j0;
@@ -318,8 +382,10 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
             const size_t off = (size_t)(j0 % g->cap) * g->row_bytes; /* the tile's start (cap: whole tiles) */
             t.Kt = (const uint32_t *)(const void *)(kc + off);
             t.Vv = (const uint32_t *)(const void *)(vc + off);
-            if (j0 < kmin || t.jn < KB) {
-                bf_edge_values(vc + off, hd, TP_MAX(kmin - j0, 0), t.jn, Vv);
+            const int ka = TP_MAX(kmin - j0, 0);
+            t.kp0 = ka / 2;
+            if ((ka | t.jn) & 1) {
+                bf_edge_values(vc + off, hd, ka, t.jn, Vv);
                 t.Vv = Vv;
             }
         } else {
@@ -327,20 +393,7 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
         }
         const int tl = KB * (int)g->row_bytes / 64; /* lines per tile */
         t.pf = tiled ? NULL : &pf, t.pfq = pfq;
-        for (int r0 = 0; r0 < R; r0 += 4) {
-            t.pfl = 0;
-            if (nk) {
-                const int ls = r0 / 4 * tl / ngr, le = (r0 / 4 + 1) * tl / ngr;
-                t.pfk = (const char *)(nk + 64 * (size_t)ls), t.pfv = (const char *)(nv + 64 * (size_t)ls);
-                t.pfl = le - ls;
-            }
-            switch (TP_MIN(4, R - r0)) { /* the group's size a constant in each copy: its sums in registers */
-            case 4: bf_group(&t, r0, 4); break;
-            case 3: bf_group(&t, r0, 3); break;
-            case 2: bf_group(&t, r0, 2); break;
-            default: bf_group(&t, r0, 1); break;
-            }
-        }
+        bf_tile_rows(&t, R, ngr, tl, nk, nv);
         tp_attn_pf_step(&pf, 1 << 30);
     }
     for (int row = 0; row < R; row++) { /* the sums and maxima as tp_attn_finish takes them: natural units */

@@ -40,6 +40,11 @@
 #include "tp_test.h"
 
 static uint64_t at_state = 0x9E3779B97F4A7C15ull;
+
+/* test_rising_max's key profile when set: keys before position 200 scaled by 0.1, then by 0.5, from 400 on by 3; the
+ * largest rise, over all rows of a case, of a row's max score (log2 units) from positions < 400 to >= 400 */
+static int at_rising;
+static double at_rise_seen;
 static float at_rand(void) /* uniform [-1, 1) */
 {
     at_state ^= at_state << 13;
@@ -111,8 +116,8 @@ static double run_case(int hd, enum tp_kv_type t, int n, int window, int nt, int
     CU_ASSERT_FATAL(kc && vc && kf && vf && x && q && o && o2 && od && scratch && parts);
     /* keys with a per-position offset so scores differ in scale across the sequence */
     for (int j = 0; j < n; j++) {
-        const float bias = 0.5f * sinf((float)j * 0.01f);
-        for (int i = 0; i < hd; i++) x[i] = at_rand() + bias;
+        const float bias = 0.5f * sinf((float)j * 0.01f), amp = !at_rising ? 1.0f : j < 200 ? 0.1f : j < 400 ? 0.5f : 3.0f;
+        for (int i = 0; i < hd; i++) x[i] = amp * (at_rand() + bias);
         tp_kv_store_at(t, kc, 0, j % cap, x, hd);
         tp_kv_load_at(t, kc, 0, j % cap, kf + (size_t)j * hd, hd);
         for (int i = 0; i < hd; i++) x[i] = at_rand();
@@ -136,6 +141,18 @@ static double run_case(int hd, enum tp_kv_type t, int n, int window, int nt, int
         for (int h = 0; h < ng; h++) {
             oracle(q + ((size_t)i * ng + h) * hd, kf, vf, pos0 + i, window, hd, 1.0 / sqrt((double)hd), sinks,
                    sink[h], od);
+            if (at_rising && pos0 + i >= 400) {
+                const float *qr = q + ((size_t)i * ng + h) * hd;
+                double m1 = -1e300, m2 = -1e300;
+                for (int j = 0; j <= pos0 + i; j++) {
+                    double d = 0;
+                    for (int c = 0; c < hd; c++) d += (double)qr[c] * kf[(size_t)j * hd + c];
+                    d *= 1.4426950408889634 / sqrt((double)hd);
+                    if (j < 400) m1 = d > m1 ? d : m1;
+                    else m2 = d > m2 ? d : m2;
+                }
+                if (m2 - m1 > at_rise_seen) at_rise_seen = m2 - m1;
+            }
             acc_add(&a1, o + ((size_t)i * ng + h) * hd, od, hd);
             acc_add(&a2, o2 + ((size_t)i * ng + h) * hd, od, hd);
         }
@@ -211,6 +228,39 @@ static void test_tile_long_at(void)
                 bound);
         CU_ASSERT(e <= bound);
     }
+}
+
+/* A row's max that rises late: keys scaled by 0.1 before position 200, by 1 up to 400, by 4 after, so a row's max
+ * rises within the AVX512_BF16 path's slack (8 in log2 units, attn_bf16.c) at 200 and past it at 400, where the
+ * kernel raises the max, rescaling the sums it holds.  Every path, f16 / bf16 / f32 caches, decode and prefill
+ * items, whole and split in 3; the profile must rise past the slack in some row (checked on the oracle's scores). */
+static void test_rising_max(void)
+{
+    static const struct {
+        int hd, t, nt, ng, sinks;
+    } cs[] = {{64, TP_KV_BF16, 1, 8, 0}, {64, TP_KV_F16, 8, 8, 1}, {128, TP_KV_BF16, 5, 4, 1}, {64, TP_KV_BF16, 1, 1, 0},
+              {64, TP_KV_F32, 1, 8, 1}};
+    const int prev = tp_attn_isa_limit(TP_ATTN_ISA_AMX);
+    const int top = tp_attn_isa_level();
+    at_rising = 1;
+    for (int level = top; level >= 0; level--) {
+        tp_attn_isa_limit(level);
+        /* The bf16 paths' error grows with the scores (q and k rounded: |s| 2^-9 each), here ~3x those of the other
+         * cases after position 400, and a row whose weight sits on a few keys keeps its error unaveraged: measured
+         * up to 8.3e-5 (single row) whether the max is raised at every tile or only past the slack; a sum or
+         * output left unrescaled at a rise is off by 2^rise. */
+        const double bound = level >= TP_ATTN_ISA_AVX512BF16 ? 2e-4 : level_bound();
+        for (size_t i = 0; i < TP_ARRAY_LEN(cs); i++) {
+            at_rise_seen = 0;
+            const double e = run_case(cs[i].hd, (enum tp_kv_type)cs[i].t, 700, 0, cs[i].nt, cs[i].ng, cs[i].sinks);
+            fprintf(stderr, "attn rising max case %zu (%s): NMSE %.3g (bound %.0e), largest rise %.1f\n", i,
+                    tp_attn_isa_name(level), e, bound, at_rise_seen);
+            CU_ASSERT(e <= bound);
+            CU_ASSERT(at_rise_seen > 8.0);
+        }
+    }
+    at_rising = 0;
+    tp_attn_isa_limit(prev);
 }
 
 /* The per-position reference and the kernel's float32 path on the same f32 / f16 cache (window 0, no sinks). */
@@ -318,6 +368,7 @@ static const struct tp_test_case attn_cases[] = {
     {"isa_default", test_isa_default},
     {"tile_oracle", test_tile_oracle},
     {"tile_vs_ref", test_tile_vs_ref},
+    {"rising_max", test_rising_max},
     {"q8_row", test_q8_row},
     {NULL, NULL},
 };
