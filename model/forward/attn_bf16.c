@@ -25,9 +25,10 @@
  * rows x 64 dims (a weight pair broadcast, a V vector shared).  A decode item
  * of 8 query heads per KV head is 2 groups, so a key
  * or value converted once feeds 8 rows.  The next tile's rows are requested
- * from memory while this tile's groups are computed, a few lines per step of
- * the scores: requested in one burst, they held the products up until the
- * lines arrived.
+ * from memory while this tile's groups are computed, a few lines per step:
+ * a bf16 cache's keys over the scores, its values over the weighted values
+ * (the converted types' rows over the scores).  Requested in one burst, they
+ * held the products up until the lines arrived.
  *
  * Accuracy: as on the AMX path, q (after the 1/sqrt(hd) scale), k, the
  * softmax weights p and v are rounded to bf16 (8-bit mantissa, relative
@@ -132,14 +133,18 @@ BF_INL void bf_edge_values(const uint8_t *tile, int hd, int ka, int kb, uint32_t
 }
 
 /* Dims 16 d0 .. 16 (d0 + DN) - 1 of NR (1..4) rows O (NR, hd): O = O * corr + P V over the key pairs kp0 <= kp <
- * nkp (the weights of the others 0), P (NR, KB/2) bf16 pairs of weights */
+ * nkp (the weights of the others 0), P (NR, KB/2) bf16 pairs of weights; the pfl lines at pf requested a few per
+ * key pair (tp_kern_prefetch's level: pfl2) */
 BF_INL void bf_pv(const uint32_t *P, const uint32_t *Vv, int kp0, int nkp, int nd, int d0, int NR, int DN,
-                  const float *Cr, float *O, int hd)
+                  const float *Cr, float *O, int hd, const char *pf, int pfl, int pfl2)
 {
     __m512 acc[4][4];
     for (int i = 0; i < NR; i++)
         for (int c = 0; c < DN; c++) acc[i][c] = _mm512_setzero_ps();
+    const int pfn = nkp > kp0 ? (pfl + nkp - kp0 - 1) / (nkp - kp0) : 0; /* lines per step */
+    int pfi = 0;
     for (int kp = kp0; kp < nkp; kp++) {
+        for (int c = 0; c < pfn && pfi < pfl; c++, pfi++) TP_PREFETCH(pf + 64 * (size_t)pfi, pfl2);
         __m512bh v[4];
         for (int c = 0; c < DN; c++) v[c] = (__m512bh)_mm512_loadu_si512(Vv + ((size_t)kp * nd + d0 + c) * 16);
         for (int i = 0; i < NR; i++) {
@@ -242,9 +247,10 @@ struct bf_tile {
     float *O, *M, *Lv, *Cr;       /* (R, hd) weighted values; (R) max (log2 units); (R, 16) partial sums; (R) */
     float *S;                     /* (R, KB) the tile's scores (log2 units) less each row's max */
     uint32_t *P;                  /* (R, KB/2) the tile's weights, bf16 pairs */
-    /* the group's share of the next tile's rows, requested a few lines per step of its scores so that the
-     * reads from memory overlap the arithmetic without stalling it: a bf16 cache's lines [0, pfl) of K at pfk
-     * and of V at pfv (pfl 0: none); the converted types' pfq lines from the ring cursor pf (NULL: none) */
+    /* the group's share of the next tile's rows, requested a few lines per step so that the reads from memory
+     * overlap the arithmetic without stalling it: a bf16 cache's lines [0, pfl) of K at pfk over its scores
+     * and of V at pfv over its weighted values (pfl 0: none); the converted types' pfq lines from the ring
+     * cursor pf over its scores (NULL: none) */
     const char *pfk, *pfv;
     int pfl, pfq;
     int pfl2; /* those requests into L2, not L1 (tp_kern_prefetch) */
@@ -266,10 +272,7 @@ BF_INL void bf_scores(const struct bf_tile *t, int r0, int NR)
     const int pfn = (t->pfl + np - 1) / np, pcn = (t->pfq + np - 1) / np; /* lines per step */
     int pfi = 0;
     for (int p = 0; p < np; p++) {
-        for (int c = 0; c < pfn && pfi < t->pfl; c++, pfi++) {
-            TP_PREFETCH(t->pfk + 64 * (size_t)pfi, t->pfl2);
-            TP_PREFETCH(t->pfv + 64 * (size_t)pfi, t->pfl2);
-        }
+        for (int c = 0; c < pfn && pfi < t->pfl; c++, pfi++) TP_PREFETCH(t->pfk + 64 * (size_t)pfi, t->pfl2);
         if (t->pf) tp_attn_pf_step(t->pf, pcn);
         __m512bh k[4];
         for (int kg = 0; kg < 4; kg++) k[kg] = (__m512bh)_mm512_loadu_si512(t->Kt + ((size_t)p * 4 + kg) * 16);
@@ -290,8 +293,20 @@ BF_INL void bf_values(const struct bf_tile *t, int r0, int NR)
     const uint32_t *P = t->P + (size_t)r0 * (KB / 2);
     float *O = t->O + (size_t)r0 * hd;
     int d0 = 0;
-    for (; d0 + 4 <= nd; d0 += 4) bf_pv(P, t->Vv, t->kp0, nkp, nd, d0, NR, 4, t->Cr + r0, O, hd);
-    if (d0 < nd) bf_pv(P, t->Vv, t->kp0, nkp, nd, d0, NR, 2, t->Cr + r0, O, hd);
+    for (; d0 + 4 <= nd; d0 += 4) /* the group's share of the next tile's values requested in the first */
+        bf_pv(P, t->Vv, t->kp0, nkp, nd, d0, NR, 4, t->Cr + r0, O, hd, t->pfv, d0 ? 0 : t->pfl, t->pfl2);
+    if (d0 < nd) bf_pv(P, t->Vv, t->kp0, nkp, nd, d0, NR, 2, t->Cr + r0, O, hd, t->pfv, d0 ? 0 : t->pfl, t->pfl2);
+}
+
+/* Group r0's share of a bf16 cache's next tile (its K lines at nk, V lines at nv; tl lines each, ngr groups) into
+ * u: its scores request the K lines, its weighted values the V lines, a few per step (none without nk) */
+BF_INL void bf_share(struct bf_tile *u, int r0, int ngr, int tl, const uint8_t *nk, const uint8_t *nv)
+{
+    u->pfl = 0;
+    if (!nk) return;
+    const int ls = r0 / 4 * tl / ngr, le = (r0 / 4 + 1) * tl / ngr;
+    u->pfk = (const char *)(nk + 64 * (size_t)ls), u->pfv = (const char *)(nv + 64 * (size_t)ls);
+    u->pfl = le - ls;
 }
 
 /* The item against one tile in three passes: every group's scores, every row's online softmax, every group's
@@ -302,12 +317,7 @@ BF_INL void bf_tile_rows(const struct bf_tile *t, int R, int ngr, int tl, const 
 {
     struct bf_tile u = *t;
     for (int r0 = 0; r0 < R; r0 += 4) {
-        u.pfl = 0;
-        if (nk) { /* this group's share of the next tile's lines */
-            const int ls = r0 / 4 * tl / ngr, le = (r0 / 4 + 1) * tl / ngr;
-            u.pfk = (const char *)(nk + 64 * (size_t)ls), u.pfv = (const char *)(nv + 64 * (size_t)ls);
-            u.pfl = le - ls;
-        }
+        bf_share(&u, r0, ngr, tl, nk, nv);
         switch (TP_MIN(4, R - r0)) { /* the group's size a constant in each copy: its sums in registers */
         case 4: bf_scores(&u, r0, 4); break;
         case 3: bf_scores(&u, r0, 3); break;
@@ -323,12 +333,15 @@ BF_INL void bf_tile_rows(const struct bf_tile *t, int R, int ngr, int tl, const 
                              _mm512_loadu_ps(sr + 48)};
         bf_softmax_row(s, t->P + (size_t)row * (KB / 2), a, b, t->M + row, t->Lv + (size_t)row * 16, t->Cr + row);
     }
-    for (int r0 = 0; r0 < R; r0 += 4) switch (TP_MIN(4, R - r0)) {
-        case 4: bf_values(t, r0, 4); break;
-        case 3: bf_values(t, r0, 3); break;
-        case 2: bf_values(t, r0, 2); break;
-        default: bf_values(t, r0, 1); break;
+    for (int r0 = 0; r0 < R; r0 += 4) {
+        bf_share(&u, r0, ngr, tl, nk, nv);
+        switch (TP_MIN(4, R - r0)) {
+        case 4: bf_values(&u, r0, 4); break;
+        case 3: bf_values(&u, r0, 3); break;
+        case 2: bf_values(&u, r0, 2); break;
+        default: bf_values(&u, r0, 1); break;
         }
+    }
 }
 
 BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_rows *r, const uint8_t *kc,
