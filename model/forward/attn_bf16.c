@@ -243,6 +243,7 @@ struct bf_tile {
     const struct tp_attn_rows *r;
     int j0, jn, kmin; /* the tile's first position and positions; the item's first key */
     int kp0;          /* the first key pair the item reads in this tile (the pairs before it: weights 0) */
+    int kg0, nkg;     /* the tile's 16-key vectors holding the item's keys: [kg0, kg0 + nkg) */
     const uint32_t *Qb, *Kt, *Vv; /* (R, hd/2) q * scale * log2 e; the tile's K^T and V (bf_convert, or a bf16 cache's) */
     float *O, *M, *Lv, *Cr;       /* (R, hd) weighted values; (R) max (log2 units); (R, 16) partial sums; (R) */
     float *S;                     /* (R, KB) the tile's scores (log2 units) less each row's max */
@@ -260,14 +261,14 @@ struct bf_tile {
 /* The scores of rows r0 .. r0+NR-1 (NR 1..4) of the item against the tile less each row's max so far (none:
  * 0), into S (4 x 4 vectors held in registers while they sum: q's pair of a row broadcast into each product, a
  * K^T vector shared by the NR rows) */
-BF_INL void bf_scores(const struct bf_tile *t, int r0, int NR)
+BF_INL void bf_scores_n(const struct bf_tile *t, int r0, int NR, int NK)
 {
-    const int np = t->g->hd / 2;
+    const int np = t->g->hd / 2, kg0 = t->kg0;
     const uint32_t *Qb = t->Qb + (size_t)r0 * np;
     __m512 acc[4][4];
     for (int i = 0; i < NR; i++) { /* the sums start at -max, so the softmax gets the scores less the max */
         const float m = t->M[r0 + i];
-        for (int kg = 0; kg < 4; kg++) acc[i][kg] = _mm512_set1_ps(m == -INFINITY ? 0.0f : -m);
+        for (int kg = 0; kg < NK; kg++) acc[i][kg] = _mm512_set1_ps(m == -INFINITY ? 0.0f : -m);
     }
     const int pfn = (t->pfl + np - 1) / np, pcn = (t->pfq + np - 1) / np; /* lines per step */
     int pfi = 0;
@@ -275,14 +276,30 @@ BF_INL void bf_scores(const struct bf_tile *t, int r0, int NR)
         for (int c = 0; c < pfn && pfi < t->pfl; c++, pfi++) TP_PREFETCH(t->pfk + 64 * (size_t)pfi, t->pfl2);
         if (t->pf) tp_attn_pf_step(t->pf, pcn);
         __m512bh k[4];
-        for (int kg = 0; kg < 4; kg++) k[kg] = (__m512bh)_mm512_loadu_si512(t->Kt + ((size_t)p * 4 + kg) * 16);
+        for (int kg = 0; kg < NK; kg++)
+            k[kg] = (__m512bh)_mm512_loadu_si512(t->Kt + ((size_t)p * 4 + kg0 + kg) * 16);
         for (int i = 0; i < NR; i++) {
             const __m512bh q = (__m512bh)_mm512_set1_epi32((int)Qb[(size_t)i * np + p]);
-            for (int kg = 0; kg < 4; kg++) acc[i][kg] = _mm512_dpbf16_ps(acc[i][kg], q, k[kg]);
+            for (int kg = 0; kg < NK; kg++) acc[i][kg] = _mm512_dpbf16_ps(acc[i][kg], q, k[kg]);
         }
     }
-    for (int i = 0; i < NR; i++)
-        for (int kg = 0; kg < 4; kg++) _mm512_storeu_ps(t->S + (size_t)(r0 + i) * KB + 16 * kg, acc[i][kg]);
+    for (int i = 0; i < NR; i++) { /* the key vectors outside the item's keys: 0, masked by the softmax */
+        float *sr = t->S + (size_t)(r0 + i) * KB;
+        for (int kg = 0; kg < 4 - NK; kg++) _mm512_storeu_ps(sr + 16 * ((kg0 + NK + kg) % 4), _mm512_setzero_ps());
+        for (int kg = 0; kg < NK; kg++) _mm512_storeu_ps(sr + 16 * (kg0 + kg), acc[i][kg]);
+    }
+}
+
+/* bf_scores_n over the tile's key vectors [kg0, kg0 + nkg): an item's first or last tile computes the scores of
+ * only the 16-key vectors holding its keys */
+BF_INL void bf_scores(const struct bf_tile *t, int r0, int NR)
+{
+    switch (t->nkg) {
+    case 1: bf_scores_n(t, r0, NR, 1); break;
+    case 2: bf_scores_n(t, r0, NR, 2); break;
+    case 3: bf_scores_n(t, r0, NR, 3); break;
+    default: bf_scores_n(t, r0, NR, 4); break;
+    }
 }
 
 /* Rows r0 .. r0+NR-1 (NR 1..4) of the item: O = O * corr + P V over the tile, dims 4 x 16 at a time (hd/16 is
@@ -374,11 +391,12 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
     /* a bf16 cache is read in place, a whole tile at a time from the one holding kmin (the keys outside
      * [kmin, kmax) masked); the other types are converted from kmin on */
     const int tiled = g->type == TP_KV_BF16;
-    struct bf_tile t = {g, r, 0, 0, kmin, 0, Qb, Kt, Vv, O, M, Lv, Cr, S, P, NULL, NULL, 0, 0, 0, NULL};
+    struct bf_tile t = {g, r, 0, 0, kmin, 0, 0, 4, Qb, Kt, Vv, O, M, Lv, Cr, S, P, NULL, NULL, 0, 0, 0, NULL};
     t.pfl2 = tp_kern_prefetch() == TP_KERN_PF_L2;
     for (int j0 = tiled ? kmin - kmin % KB : kmin; j0 < kmax; j0 += KB) {
         t.j0 = j0;
         t.jn = TP_MIN(KB, kmax - j0);
+        t.kg0 = 0; /* the converted types start at the item's first key; a bf16 tile: below */
         /* the next tile's rows, requested over this tile's groups (struct bf_tile): a bf16 cache's next tile is one
          * block of K and one of V (whole tiles), a share of each per group; the converted types' rows go through
          * the ring cursor */
@@ -397,6 +415,7 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
             t.Vv = (const uint32_t *)(const void *)(vc + off);
             const int ka = TP_MAX(kmin - j0, 0);
             t.kp0 = ka / 2;
+            t.kg0 = ka / 16;
             if ((ka | t.jn) & 1) {
                 bf_edge_values(vc + off, hd, ka, t.jn, Vv);
                 t.Vv = Vv;
@@ -404,6 +423,7 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
         } else {
             bf_convert(g, kc, vc, j0, t.jn, Kt, Vv);
         }
+        t.nkg = (t.jn + 15) / 16 - t.kg0; /* >= 1: kmin < kmax */
         const int tl = KB * (int)g->row_bytes / 64; /* lines per tile */
         t.pf = tiled ? NULL : &pf, t.pfq = pfq;
         bf_tile_rows(&t, R, ngr, tl, nk, nv);
