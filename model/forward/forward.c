@@ -111,11 +111,11 @@ static void prep_blocks(tp_model_t *m, int ith, int64_t i0, int64_t i1)
 
 /* Rows x[n_tok, n] (stride n), optionally RMS-normed with norm into dst
  * first, prepared once for each activation class among types[0..nt).  Many rows
- * (prefill) are split over the pool by rows.  One or two rows of at least
- * prep_split_min values are split by blocks in the threads' owned shares
- * (TP_PH_PREP_BLOCKS): a row the last matmul wrote in shares is then mostly
- * quantized by the thread that wrote each part, instead of the calling thread
- * reading the others' parts. */
+ * (prefill) are split over the pool by rows.  Up to TP_FWD_PREP_SPLIT_ROWS rows
+ * (a decode step's) of at least prep_split_min values are split by blocks in the
+ * threads' owned shares (TP_PH_PREP_BLOCKS): rows the last matmul wrote in shares
+ * are then mostly quantized by the thread that wrote each part, instead of each
+ * row's thread reading the others' parts. */
 static void prep_act(tp_model_t *m, const float *x, float *dst, const float *norm, int n_tok, int64_t n,
                      const enum tp_wtype *types, int nt)
 {
@@ -137,7 +137,7 @@ static void prep_act(tp_model_t *m, const float *x, float *dst, const float *nor
         const int64_t b = tp_kern_act_block(m->act_type[j]);
         blk = b > 0 && blk > 0 ? TP_MAX(blk, b) : 0;
     }
-    if (m->n_threads > 1 && n_tok <= 2 && n >= m->prep_split_min && blk > 0 && n % blk == 0) {
+    if (m->n_threads > 1 && n_tok <= TP_FWD_PREP_SPLIT_ROWS && n >= m->prep_split_min && blk > 0 && n % blk == 0) {
         for (int t = 0; t < n_tok; t++)
             m->prep_scale[t] = norm ? tp_op_rms_scale(x + (size_t)t * (size_t)n, (int)n, m->hp.norm_eps) : 1.0f;
         m->prep_rows = n_tok;

@@ -74,10 +74,11 @@ struct tp_layer {
     float *sgate_inp;
 };
 
-/* One or two activation rows of at least this many values are prepared split by blocks over the
- * threads (forward.c prep_act; below it the calling thread prepares them, as waking the pool for a
- * small row costs more than it saves). */
+/* Up to TP_FWD_PREP_SPLIT_ROWS activation rows of at least TP_FWD_PREP_SPLIT values are prepared split by
+ * blocks over the threads (forward.c prep_act; below it a row is prepared whole, by the calling thread or
+ * the pool by rows, as waking the pool for a small row costs more than it saves). */
 #define TP_FWD_PREP_SPLIT 1024
+#define TP_FWD_PREP_SPLIT_ROWS 8
 
 enum tp_fwd_phase {
     TP_PH_PREP = 0, TP_PH_QKV, TP_PH_ATTN, TP_PH_O, TP_PH_FFN_UP, TP_PH_DOWN, TP_PH_LOGITS,
@@ -369,9 +370,9 @@ struct tp_model {
     int prep_used;
     int prep_rows;
     int64_t prep_blk;
-    float prep_scale[2];      /* TP_PH_PREP_BLOCKS with a norm: each row's tp_op_rms_scale */
+    float prep_scale[TP_FWD_PREP_SPLIT_ROWS]; /* TP_PH_PREP_BLOCKS with a norm: each row's tp_op_rms_scale */
     uint8_t *prep_scratch;    /* TP_PH_PREP_BLOCKS: act_row_max bytes per thread (tp_kern_prepare_act_blocks) */
-    int64_t prep_split_min;   /* one or two rows of at least this many values are split by blocks (forward.c
+    int64_t prep_split_min;   /* a few rows of at least this many values are split by blocks (forward.c
                                * TP_FWD_PREP_SPLIT; tests lower it to reach the split with small models) */
 
     struct tp_model_stats stats;

@@ -100,8 +100,9 @@ static tp_model_t *fq_open(const char *path, int threads, int keep_layout)
     return m;
 }
 
-/* 13-token prefill (logits at every position) then 20 greedy steps of sequence 0;
- * all logits into out ((13 + 20) x vocab).  0 on success. */
+/* 13-token prefill in two calls of 8 and 5 tokens (batches up to TP_FWD_PREP_SPLIT_ROWS, which a decode-size
+ * preparation may split by blocks), logits at every position, then 20 greedy steps of sequence 0; all logits
+ * into out ((13 + 20) x vocab).  0 on success. */
 static int run_forced(tp_model_t *m, float *out, const float *force);
 static int run_greedy(tp_model_t *m, float *out) { return run_forced(m, out, NULL); }
 
@@ -117,8 +118,9 @@ static int run_forced(tp_model_t *m, float *out, const float *force)
         seq[i] = 0;
         want[i] = 1;
     }
-    struct tp_batch b = {13, tok, pos, seq, want};
-    if (tp_model_forward(m, &b, out) != TP_OK) return -1;
+    struct tp_batch b0 = {8, tok, pos, seq, want}, b1 = {5, tok + 8, pos + 8, seq + 8, want + 8};
+    if (tp_model_forward(m, &b0, out) != TP_OK || tp_model_forward(m, &b1, out + (size_t)8 * FQ_VOCAB) != TP_OK)
+        return -1;
     const float *src = force ? force : out;
     int32_t t = tm_argmax(src + 12 * FQ_VOCAB, FQ_VOCAB);
     for (int s = 0; s < 20; s++) {
@@ -143,8 +145,8 @@ static void check_threads(enum tp_wtype t)
     CU_ASSERT_FATAL(m1 && m2);
     CU_ASSERT_EQUAL(tp_model_n_threads(m2), 2);
     CU_ASSERT_EQUAL_FATAL(run_greedy(m1, one), 0);
-    /* 2 threads: the rows of a decode step prepared by the calling thread (this model's rows are under
-     * TP_FWD_PREP_SPLIT), then split by blocks over both threads (TP_PH_PREP_BLOCKS) */
+    /* 2 threads: the rows of a decode step and of the 8- and 5-token prefill calls prepared whole (this
+     * model's rows are under TP_FWD_PREP_SPLIT), then split by blocks over both threads (TP_PH_PREP_BLOCKS) */
     for (int split = 0; split < 2; split++) {
         m2->prep_split_min = split ? 1 : TP_FWD_PREP_SPLIT;
         CU_ASSERT_EQUAL_FATAL(run_greedy(m2, two), 0);
