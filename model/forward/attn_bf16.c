@@ -215,13 +215,16 @@ BF_INL void bf_softmax_row(const __m512 s[4], uint32_t *prow, int a, int b, floa
     /* The max is raised only when a score passes it by more than BF_MAX_SLACK: the weights then stay <= 2^8
      * (no float32 or bf16 range is near), and O and L, both relative to the same max, still give O / L.
      * Once a row's max is found most tiles take the one compare, without the max across lanes, and their
-     * scores (already less the max) go to 2^x as they are. */
+     * scores (already less the max) go to 2^x as they are.  The max is a whole number (log2 units), so a
+     * weight's bf16 rounding is the same whichever max it is taken against (a power of 2 apart): an item
+     * split into key ranges (the split decode) rounds its weights as the whole item does. */
     const float m_old = *M;
     float corr = 1.0f;
     __m512 e[4];
     if (_mm512_cmp_ps_mask(vm, _mm512_set1_ps(BF_MAX_SLACK), _CMP_GT_OQ) || m_old == -INFINITY) {
-        const float rise = _mm512_cvtss_f32(bf_max_bcast(vm)); /* > BF_MAX_SLACK but at the row's first tile */
-        corr = m_old == -INFINITY ? 0.0f : _mm512_cvtss_f32(bf_exp2(_mm512_set1_ps(-rise)));
+        /* a whole number: > BF_MAX_SLACK but at the row's first tile */
+        const float rise = ceilf(_mm512_cvtss_f32(bf_max_bcast(vm)));
+        corr = m_old == -INFINITY ? 0.0f : ldexpf(1.0f, -(int)rise);
         *M = m_old == -INFINITY ? rise : m_old + rise;
         const __m512 vr = _mm512_set1_ps(rise);
         for (int v = 0; v < 4; v++) e[v] = bf_exp2(_mm512_sub_ps(s[v], vr));
