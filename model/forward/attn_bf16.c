@@ -245,8 +245,8 @@ struct bf_tile {
     const struct tp_attn_geom *g;
     const struct tp_attn_rows *r;
     int j0, jn, kmin; /* the tile's first position and positions; the item's first key */
-    int kp0;          /* the first key pair the item reads in this tile (the pairs before it: weights 0) */
-    int kg0, nkg;     /* the tile's 16-key vectors holding the item's keys: [kg0, kg0 + nkg) */
+    int ka;           /* the item's first key in this tile (0 but in a bf16 cache's first tile): the key pairs
+                       * before ka / 2 and 16-key vectors before ka / 16 are not read (their weights 0) */
     const uint32_t *Qb, *Kt, *Vv; /* (R, hd/2) q * scale * log2 e; the tile's K^T and V (bf_convert, or a bf16 cache's) */
     float *O, *M, *Lv, *Cr;       /* (R, hd) weighted values; (R) max (log2 units); (R, 16) partial sums; (R) */
     float *S;                     /* (R, KB) the tile's scores (log2 units) less each row's max */
@@ -266,7 +266,7 @@ struct bf_tile {
  * K^T vector shared by the NR rows) */
 BF_INL void bf_scores_n(const struct bf_tile *t, int r0, int NR, int NK)
 {
-    const int np = t->g->hd / 2, kg0 = t->kg0;
+    const int np = t->g->hd / 2, kg0 = t->ka / 16;
     const uint32_t *Qb = t->Qb + (size_t)r0 * np;
     __m512 acc[4][4];
     for (int i = 0; i < NR; i++) { /* the sums start at -max, so the softmax gets the scores less the max */
@@ -293,11 +293,11 @@ BF_INL void bf_scores_n(const struct bf_tile *t, int r0, int NR, int NK)
     }
 }
 
-/* bf_scores_n over the tile's key vectors [kg0, kg0 + nkg): an item's first or last tile computes the scores of
- * only the 16-key vectors holding its keys */
+/* bf_scores_n over the tile's 16-key vectors holding the item's keys, [ka / 16, ceil(jn / 16)) (at least one:
+ * ka < jn): an item's first or last tile computes the scores of only those */
 BF_INL void bf_scores(const struct bf_tile *t, int r0, int NR)
 {
-    switch (t->nkg) {
+    switch ((t->jn + 15) / 16 - t->ka / 16) {
     case 1: bf_scores_n(t, r0, NR, 1); break;
     case 2: bf_scores_n(t, r0, NR, 2); break;
     case 3: bf_scores_n(t, r0, NR, 3); break;
@@ -314,8 +314,8 @@ BF_INL void bf_values(const struct bf_tile *t, int r0, int NR)
     float *O = t->O + (size_t)r0 * hd;
     int d0 = 0;
     for (; d0 + 4 <= nd; d0 += 4) /* the group's share of the next tile's values requested in the first */
-        bf_pv(P, t->Vv, t->kp0, nkp, nd, d0, NR, 4, t->Cr + r0, O, hd, t->pfv, d0 ? 0 : t->pfl, t->pfl2);
-    if (d0 < nd) bf_pv(P, t->Vv, t->kp0, nkp, nd, d0, NR, 2, t->Cr + r0, O, hd, t->pfv, d0 ? 0 : t->pfl, t->pfl2);
+        bf_pv(P, t->Vv, t->ka / 2, nkp, nd, d0, NR, 4, t->Cr + r0, O, hd, t->pfv, d0 ? 0 : t->pfl, t->pfl2);
+    if (d0 < nd) bf_pv(P, t->Vv, t->ka / 2, nkp, nd, d0, NR, 2, t->Cr + r0, O, hd, t->pfv, d0 ? 0 : t->pfl, t->pfl2);
 }
 
 /* Group r0's share of a bf16 cache's next tile (its K lines at nk, V lines at nv; tl lines each, ngr groups) into
@@ -394,12 +394,11 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
     /* a bf16 cache is read in place, a whole tile at a time from the one holding kmin (the keys outside
      * [kmin, kmax) masked); the other types are converted from kmin on */
     const int tiled = g->type == TP_KV_BF16;
-    struct bf_tile t = {g, r, 0, 0, kmin, 0, 0, 4, Qb, Kt, Vv, O, M, Lv, Cr, S, P, NULL, NULL, 0, 0, 0, NULL};
+    struct bf_tile t = {g, r, 0, 0, kmin, 0, Qb, Kt, Vv, O, M, Lv, Cr, S, P, NULL, NULL, 0, 0, 0, NULL};
     t.pfl2 = tp_kern_prefetch() == TP_KERN_PF_L2;
     for (int j0 = tiled ? kmin - kmin % KB : kmin; j0 < kmax; j0 += KB) {
         t.j0 = j0;
         t.jn = TP_MIN(KB, kmax - j0);
-        t.kg0 = 0; /* the converted types start at the item's first key; a bf16 tile: below */
         /* the next tile's rows, requested over this tile's groups (struct bf_tile): a bf16 cache's next tile is one
          * block of K and one of V (whole tiles), a share of each per group; the converted types' rows go through
          * the ring cursor */
@@ -416,17 +415,14 @@ BF_FN void tp_attn_bf16_tile(const struct tp_attn_geom *g, const struct tp_attn_
             const size_t off = (size_t)(j0 % g->cap) * g->row_bytes; /* the tile's start (cap: whole tiles) */
             t.Kt = (const uint32_t *)(const void *)(kc + off);
             t.Vv = (const uint32_t *)(const void *)(vc + off);
-            const int ka = TP_MAX(kmin - j0, 0);
-            t.kp0 = ka / 2;
-            t.kg0 = ka / 16;
-            if ((ka | t.jn) & 1) {
-                bf_edge_values(vc + off, hd, ka, t.jn, Vv);
+            t.ka = TP_MAX(kmin - j0, 0);
+            if ((t.ka | t.jn) & 1) {
+                bf_edge_values(vc + off, hd, t.ka, t.jn, Vv);
                 t.Vv = Vv;
             }
         } else {
-            bf_convert(g, kc, vc, j0, t.jn, Kt, Vv);
+            bf_convert(g, kc, vc, j0, t.jn, Kt, Vv); /* from the item's first key: ka 0 */
         }
-        t.nkg = (t.jn + 15) / 16 - t.kg0; /* >= 1: kmin < kmax */
         const int tl = KB * (int)g->row_bytes / 64; /* lines per tile */
         t.pf = tiled ? NULL : &pf, t.pfq = pfq;
         bf_tile_rows(&t, R, ngr, tl, nk, nv);
