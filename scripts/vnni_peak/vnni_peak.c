@@ -1,0 +1,98 @@
+/*
+ * scripts/vnni_peak/vnni_peak.c - how many zmm vpdpbusd one core retires per ns, alone and beside
+ * the other instructions of the x16 batch passes (model/kernels/kernels_kx16_avx512.c).
+ *
+ * A batch pass of 8 tokens is arithmetic: each 64-byte weight chunk feeds 8 vpdpbusd (one per
+ * token, the 4 activation bytes an embedded broadcast), and each sub-block adds per token a
+ * vcvtdq2ps and a vfmadd (its scale).  This times loops of those instructions on registers and L1
+ * only, 8 independent accumulator chains, so the figures are the core's issue limits: the ceiling
+ * a batch pass's rate (bench kernels -p 8 on an L2-sized matrix, GOP/s / 128 = vpdpbusd per ns)
+ * can be compared with.  The loops are inline assembly, so no compiler merges the identical chains.
+ * x86-64 with AVX512-VNNI only.  Usage: vnni_peak [rounds]   (default 2)
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#if defined(__x86_64__) && defined(__AVX512F__)
+static int32_t vp_act[64] __attribute__((aligned(64))); /* the broadcast "activations" */
+
+static double vp_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* zmm0-7 the 8 chains, zmm8-9 float sums, zmm20 the "weights", zmm21 a register operand */
+#define VP_ZERO                                                                                                  \
+    "vpxord %%zmm0,%%zmm0,%%zmm0\n vpxord %%zmm1,%%zmm1,%%zmm1\n vpxord %%zmm2,%%zmm2,%%zmm2\n"                   \
+    "vpxord %%zmm3,%%zmm3,%%zmm3\n vpxord %%zmm4,%%zmm4,%%zmm4\n vpxord %%zmm5,%%zmm5,%%zmm5\n"                   \
+    "vpxord %%zmm6,%%zmm6,%%zmm6\n vpxord %%zmm7,%%zmm7,%%zmm7\n vpxord %%zmm8,%%zmm8,%%zmm8\n"                   \
+    "vpxord %%zmm9,%%zmm9,%%zmm9\n vpternlogd $0xff,%%zmm20,%%zmm20,%%zmm20\n vpternlogd $0xff,%%zmm21,%%zmm21,%%zmm21\n"
+#define VP_REG(k) "vpdpbusd %%zmm21,%%zmm20,%%zmm" #k "\n"
+#define VP_BC(k, off) "vpdpbusd " #off "(%1)%{1to16%},%%zmm20,%%zmm" #k "\n"
+/* 8 vpdpbusd, register operands */
+#define VP_R8 VP_REG(0) VP_REG(1) VP_REG(2) VP_REG(3) VP_REG(4) VP_REG(5) VP_REG(6) VP_REG(7)
+/* 8 vpdpbusd, each an embedded broadcast of its own 4 bytes (the batch passes' form) */
+#define VP_B8 VP_BC(0, 0) VP_BC(1, 4) VP_BC(2, 8) VP_BC(3, 12) VP_BC(4, 16) VP_BC(5, 20) VP_BC(6, 24) VP_BC(7, 28)
+/* 1 or 2 scale products (a chain converted and multiplied into a float sum): per 8 vpdpbusd,
+ * a 32-value sub-block's share (Q4_0, Q4_K) or a 16-value one's (Q6_K) at 8 tokens */
+#define VP_CF1 "vcvtdq2ps %%zmm0,%%zmm16\n vfmadd231ps %%zmm16,%%zmm21,%%zmm8\n"
+#define VP_CF2 "vcvtdq2ps %%zmm0,%%zmm16\n vfmadd231ps %%zmm16,%%zmm21,%%zmm8\n vcvtdq2ps %%zmm4,%%zmm17\n vfmadd231ps %%zmm17,%%zmm21,%%zmm9\n"
+/* 4 lane-wise ops of a 6-bit unpack (shift, and, shift, bit select) */
+#define VP_AL4 "vpsrlw $2,%%zmm20,%%zmm18\n vpandd %%zmm21,%%zmm18,%%zmm18\n vpsllw $4,%%zmm18,%%zmm19\n vpternlogd $0xe4,%%zmm21,%%zmm19,%%zmm18\n"
+
+#define VP_ITERS 50000000L
+#define VP_LOOP(body)                                                                                            \
+    do {                                                                                                         \
+        long n_ = VP_ITERS;                                                                                      \
+        const int32_t *a_ = vp_act;                                                                              \
+        __asm__ volatile(VP_ZERO "1:\n" body "dec %0\n jnz 1b\n"                                                 \
+                         : "+r"(n_)                                                                              \
+                         : "r"(a_)                                                                               \
+                         : "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9",       \
+                           "zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "memory", "cc");                \
+    } while (0)
+
+static void vp_row(const char *name, double s)
+{
+    printf("  %-52s %6.2f vpdpbusd/ns\n", name, 8.0 * (double)VP_ITERS / s / 1e9);
+}
+
+int main(int argc, char **argv)
+{
+    const int rounds = argc > 1 ? atoi(argv[1]) : 2;
+    if (argc > 2 || rounds < 1) {
+        fprintf(stderr, "usage: vnni_peak [rounds]   (rounds >= 1, default 2)\n");
+        return 2;
+    }
+    for (int r = 0; r < rounds; r++) {
+        printf("round %d (per iteration: 8 vpdpbusd zmm in 8 chains, plus what the line names)\n", r + 1);
+        double t = vp_now();
+        VP_LOOP(VP_R8);
+        vp_row("register operands", vp_now() - t);
+        t = vp_now();
+        VP_LOOP(VP_B8);
+        vp_row("embedded broadcasts", vp_now() - t);
+        t = vp_now();
+        VP_LOOP(VP_B8 VP_CF1);
+        vp_row("+ 1 vcvtdq2ps + 1 vfmadd (Q4_0, Q4_K)", vp_now() - t);
+        t = vp_now();
+        VP_LOOP(VP_B8 VP_CF2);
+        vp_row("+ 2 vcvtdq2ps + 2 vfmadd (Q6_K)", vp_now() - t);
+        t = vp_now();
+        VP_LOOP(VP_B8 VP_CF2 VP_AL4);
+        vp_row("+ 2 vcvtdq2ps + 2 vfmadd + 4 lane-wise ops (Q6_K)", vp_now() - t);
+    }
+    return 0;
+}
+#else
+int main(void)
+{
+    fprintf(stderr, "vnni_peak: needs x86-64 with AVX-512 (built with -march=native on such a CPU)\n");
+    return 2;
+}
+#endif
