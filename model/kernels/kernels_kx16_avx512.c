@@ -278,6 +278,10 @@ XFN void kx_sb_q6(const int Tk, const char *p, const char *x, const size_t *xo, 
                 KX_UNROLL
                 for (int s = 0; s < 4; s++) {
                     const __m512i H = kx_ld(p + tp_kx_q6k_qh(8 * h + 4 * b + s));
+                    /* a pass of fewer than four quarters reads one of the triplet's two ql chunks: the
+                     * first (g = 0) requests the other into L1, so that the triplets' lines are first
+                     * read in memory order (the 5-8 token pass 11% faster from memory, performance.md) */
+                    if (NQ < 4 && g == 0) TP_PREFETCH(p + tp_kx_q6k_ql(16 * h + 8 + 4 * b + s), 0);
                     KX_UNROLL
                     for (int pq = 0; pq < 2; pq++) {
                         if (!KX_Q6_IN(pq) && !KX_Q6_IN(pq + 2)) continue;
