@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#if defined(__x86_64__) && defined(__AVX512F__)
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512VNNI__)
 static int32_t vp_act[64] __attribute__((aligned(64))); /* the broadcast "activations" */
 
 static double vp_now(void)
@@ -92,7 +92,7 @@ int main(int argc, char **argv)
 #else
 int main(void)
 {
-    fprintf(stderr, "vnni_peak: needs x86-64 with AVX-512 (built with -march=native on such a CPU)\n");
+    fprintf(stderr, "vnni_peak: needs x86-64 with AVX512-VNNI (built with -march=native on such a CPU)\n");
     return 2;
 }
 #endif
