@@ -12,7 +12,11 @@
  * separate cores, ~0.5 for siblings (a lone rate well under the CPU's usual
  * one means someone else's work shares CPU 0's core).
  * Rates are over each thread's CPU time, so time the host takes the vCPU away
- * altogether does not count.  Pinning is Linux-only: elsewhere the threads
+ * altogether does not count.  Each pair also passes a cache line back and forth
+ * (each thread waits for the other's store, then stores): the round trip, best
+ * of CS_PP_BATCHES, is what every fork and join of a thread pool pays, tens of ns
+ * between cores that share a cache and several hundred between cores that do
+ * not (another CCD, another socket: the VM may be moved between the two).  Pinning is Linux-only: elsewhere the threads
  * float, and a warning says the pairs are not the CPUs named.
  * Usage: core_share [rounds]   (default 3; the table is printed per round)
  */
@@ -82,6 +86,77 @@ static void *cs_thread(void *arg)
     return NULL;
 }
 
+#define CS_PP_TRIPS 100000L /* round trips per batch */
+#define CS_PP_BATCHES 5
+
+struct cs_pp {
+    int cpu;           /* in: the CPU to pin to; out: -1 where pinning failed or is not available */
+    int side;          /* 0: stores the odd values, 1: the even ones */
+    atomic_long *line; /* the value passed back and forth (a line of its own) */
+    atomic_int *ready;
+    double best_ns;    /* out (side 0): the fastest batch's ns per round trip */
+};
+
+static double wall_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void *cs_pingpong(void *arg)
+{
+    struct cs_pp *r = arg;
+#ifdef __linux__
+    if (r->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(r->cpu, &set);
+        if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) r->cpu = -1;
+    }
+#else
+    r->cpu = -1;
+#endif
+    atomic_fetch_add(r->ready, 1);
+    while (atomic_load(r->ready) < 2) {
+    }
+    r->best_ns = 1e30;
+    long v = 0;
+    for (int b = 0; b < CS_PP_BATCHES; b++) {
+        const double t0 = wall_s();
+        for (long i = 0; i < CS_PP_TRIPS; i++, v += 2) {
+            while (atomic_load_explicit(r->line, memory_order_acquire) != v + r->side) {
+            }
+            atomic_store_explicit(r->line, v + r->side + 1, memory_order_release);
+        }
+        const double ns = (wall_s() - t0) / CS_PP_TRIPS * 1e9;
+        if (ns < r->best_ns) r->best_ns = ns;
+    }
+    return NULL;
+}
+
+/* ns per round trip of a value between threads on cpus[0] and cpus[1]; -1 where a thread could not
+ * start; *unpinned += the threads that could not be pinned. */
+static double cs_roundtrip(const int *cpus, int *unpinned)
+{
+    static struct {
+        _Alignas(64) atomic_long v;
+    } line;
+    atomic_store(&line.v, 0);
+    atomic_int ready = 0;
+    pthread_t th[2];
+    struct cs_pp r[2];
+    for (int i = 0; i < 2; i++) {
+        r[i] = (struct cs_pp){cpus[i], i, &line.v, &ready, 0.0};
+        if (pthread_create(&th[i], NULL, cs_pingpong, &r[i]) != 0) return -1.0;
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        *unpinned += r[i].cpu < 0;
+    }
+    return r[0].best_ns;
+}
+
 /* Threads on cpus[0..n) at once (n <= 2); their rates into g.  -1: a thread could not start;
  * otherwise the number of threads that could not be pinned. */
 static int cs_together(const int *cpus, int n, double *g)
@@ -114,7 +189,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "core_share: %ld CPU online; it compares two\n", ncpu);
         return 2;
     }
-    printf("round  cpus   alone GFLOP/s  together GFLOP/s (each)  together/alone  one core?\n");
+    printf("round  cpus   alone GFLOP/s  together GFLOP/s (each)  together/alone  one core?  round trip ns\n");
     int unpinned = 0;
     for (int round = 0; round < rounds; round++) {
         double alone;
@@ -134,9 +209,14 @@ int main(int argc, char **argv)
                 return 1;
             }
             unpinned += u;
+            const double rt = cs_roundtrip(pair, &unpinned);
+            if (rt < 0) {
+                fprintf(stderr, "core_share: cannot start a thread\n");
+                return 1;
+            }
             const double f = (g[0] + g[1]) / 2 / alone;
-            printf("%5d  0,%-3ld %14.1f  %8.1f %8.1f  %14.2f  %s\n", round + 1, c, alone, g[0], g[1], f,
-                   f < 0.75 ? "yes" : f > 0.9 ? "no" : "partly");
+            printf("%5d  0,%-3ld %14.1f  %8.1f %8.1f  %14.2f  %-9s  %12.0f\n", round + 1, c, alone, g[0], g[1], f,
+                   f < 0.75 ? "yes" : f > 0.9 ? "no" : "partly", rt);
         }
     }
     if (unpinned)

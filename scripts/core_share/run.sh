@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/core_share/run.sh - build and run core_share.c: do this machine's CPUs share a
-# physical core right now (SMT siblings a cloud VM cannot see)?  Run it before a benchmark.
+# physical core right now (SMT siblings a cloud VM cannot see), and how far apart are they (a cache
+# line's round trip between them)?  Run it before a benchmark.
 # Usage: scripts/core_share/run.sh [rounds]
 set -euo pipefail
 cd "$(dirname "$0")"

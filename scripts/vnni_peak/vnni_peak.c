@@ -8,6 +8,8 @@
  * only, 8 independent accumulator chains, so the figures are the core's issue limits: the ceiling
  * a batch pass's rate (bench kernels -p 8 on an L2-sized matrix, GOP/s / 128 = vpdpbusd per ns)
  * can be compared with.  The loops are inline assembly, so no compiler merges the identical chains.
+ * Where the CPU has AVX512_BF16, also the zmm vdpbf16ps rate (16 lanes x 2 products: 64 FLOP each),
+ * the ceiling of the AVX512_BF16 attention tile (model/forward/attn_bf16.c, bench attn's GFLOP/s).
  * x86-64 with AVX512-VNNI only.  Usage: vnni_peak [rounds]   (default 2)
  */
 #define _POSIX_C_SOURCE 200809L
@@ -44,6 +46,10 @@ static double vp_now(void)
 #define VP_CF2 "vcvtdq2ps %%zmm0,%%zmm16\n vfmadd231ps %%zmm16,%%zmm21,%%zmm8\n vcvtdq2ps %%zmm4,%%zmm17\n vfmadd231ps %%zmm17,%%zmm21,%%zmm9\n"
 /* 4 lane-wise ops of a 6-bit unpack (shift, and, shift, bit select) */
 #define VP_AL4 "vpsrlw $2,%%zmm20,%%zmm18\n vpandd %%zmm21,%%zmm18,%%zmm18\n vpsllw $4,%%zmm18,%%zmm19\n vpternlogd $0xe4,%%zmm21,%%zmm19,%%zmm18\n"
+
+/* 8 vdpbf16ps, register operands (bf16 pairs in zmm20 / zmm21 into the float chains zmm0-7) */
+#define VP_BF(k) "vdpbf16ps %%zmm21,%%zmm20,%%zmm" #k "\n"
+#define VP_BF8 VP_BF(0) VP_BF(1) VP_BF(2) VP_BF(3) VP_BF(4) VP_BF(5) VP_BF(6) VP_BF(7)
 
 #define VP_ITERS 50000000L
 #define VP_LOOP(body)                                                                                            \
@@ -86,6 +92,12 @@ int main(int argc, char **argv)
         t = vp_now();
         VP_LOOP(VP_B8 VP_CF2 VP_AL4);
         vp_row("+ 2 vcvtdq2ps + 2 vfmadd + 4 lane-wise ops (Q6_K)", vp_now() - t);
+#if defined(__AVX512BF16__)
+        t = vp_now();
+        VP_LOOP(VP_BF8);
+        const double bf = 8.0 * (double)VP_ITERS / (vp_now() - t) / 1e9;
+        printf("  %-52s %6.2f vdpbf16ps/ns (%.0f GFLOP/s)\n", "vdpbf16ps, register operands", bf, 64.0 * bf);
+#endif
     }
     return 0;
 }
