@@ -456,7 +456,7 @@ struct tp_model_stats {
     /* Of ns_forward, the parallel jobs by kind, each from waking the threads to the last one done: */
     uint64_t ns_prep;      /* the norms and the activations' quantization before each matmul */
     uint64_t ns_matmul;    /* the layers' weight matmuls with what they fuse (QKV's bias, RoPE and cache store;
-                            * SwiGLU), the router and the experts */
+                            * SwiGLU; at one rank the O / down rows' residual add), the router and the experts */
     uint64_t ns_attn;      /* attention over the KV cache, with the merge of split work items */
     uint64_t ns_logits;    /* the output projection */
     uint64_t expert_bytes; /* mixture of experts: expert weight bytes streamed (each held expert that some
