@@ -44,26 +44,34 @@ struct cs_run {
     int n;
 };
 
-static double thread_cpu_s(void)
+static double clock_s(clockid_t c)
 {
     struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    clock_gettime(c, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static double thread_cpu_s(void) { return clock_s(CLOCK_THREAD_CPUTIME_ID); }
+
+/* The calling thread pinned to cpu (Linux): cpu, or -1 where it could not be (or cpu was -1). */
+static int pin_self(int cpu)
+{
+#ifdef __linux__
+    if (cpu < 0) return -1;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0 ? cpu : -1;
+#else
+    (void)cpu;
+    return -1;
+#endif
 }
 
 static void *cs_thread(void *arg)
 {
     struct cs_run *r = arg;
-#ifdef __linux__
-    if (r->cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(r->cpu, &set);
-        if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) r->cpu = -1;
-    }
-#else
-    r->cpu = -1;
-#endif
+    r->cpu = pin_self(r->cpu);
     /* 16 chains in named registers; x * m + a with m < 1 stays normal and is not folded away */
     const vf m = {0.999f, 0.999f, 0.999f, 0.999f, 0.999f, 0.999f, 0.999f, 0.999f};
     const vf a = m - m + 1e-3f;
@@ -97,39 +105,23 @@ struct cs_pp {
     double best_ns;    /* out (side 0): the fastest batch's ns per round trip */
 };
 
-static double wall_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void *cs_pingpong(void *arg)
 {
     struct cs_pp *r = arg;
-#ifdef __linux__
-    if (r->cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(r->cpu, &set);
-        if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) r->cpu = -1;
-    }
-#else
-    r->cpu = -1;
-#endif
+    r->cpu = pin_self(r->cpu);
     atomic_fetch_add(r->ready, 1);
     while (atomic_load(r->ready) < 2) {
     }
     r->best_ns = 1e30;
     long v = 0;
     for (int b = 0; b < CS_PP_BATCHES; b++) {
-        const double t0 = wall_s();
+        const double t0 = clock_s(CLOCK_MONOTONIC);
         for (long i = 0; i < CS_PP_TRIPS; i++, v += 2) {
             while (atomic_load_explicit(r->line, memory_order_acquire) != v + r->side) {
             }
             atomic_store_explicit(r->line, v + r->side + 1, memory_order_release);
         }
-        const double ns = (wall_s() - t0) / CS_PP_TRIPS * 1e9;
+        const double ns = (clock_s(CLOCK_MONOTONIC) - t0) / CS_PP_TRIPS * 1e9;
         if (ns < r->best_ns) r->best_ns = ns;
     }
     return NULL;
