@@ -307,9 +307,9 @@ static void qkv_post(tp_model_t *m, const struct tp_layer *L, int64_t i0, int64_
     }
 }
 
-/* x[t, i0..i1) += proj[t, i0..i1) for every token: the residual of the rows this thread just wrote
- * (one rank, where proj needs no all_sum first), so that no thread reads another's half of proj and
- * the next norm's blocks of x are mostly where the same thread wrote them (prep_blocks). */
+/* x[t, i0..i1) += proj[t, i0..i1) for every token.  At one rank (proj needs no all_sum first) the O and
+ * DOWN jobs call it for the rows each thread just wrote, so that no thread reads another's half of proj
+ * and the next norm's blocks of x are mostly where the same thread wrote them (prep_blocks). */
 static void residual_rows(tp_model_t *m, int64_t i0, int64_t i1)
 {
     const size_t E = (size_t)m->hp.n_embd;
@@ -343,7 +343,7 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
         break;
     case TP_PH_O:
         mm(&L->wo, act_for(m, L->wo.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
-        if (m->residual_in_job) residual_rows(m, i0, i1);
+        if (!m->shard.all_sum) residual_rows(m, i0, i1);
         break;
     case TP_PH_FFN_UP:
     case TP_PH_SHEXP_UP: {
@@ -360,7 +360,7 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
     }
     case TP_PH_DOWN:
         mm(&L->wdown, act_for(m, L->wdown.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
-        if (m->residual_in_job) residual_rows(m, i0, i1);
+        if (!m->shard.all_sum) residual_rows(m, i0, i1);
         break;
     case TP_PH_SHEXP_DOWN:
         mm(&L->sdown, act_for(m, L->sdown.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
@@ -617,17 +617,14 @@ static enum tp_status all_sum(tp_model_t *m, float *buf, size_t count)
     return rc;
 }
 
-/* The residual after an O or DOWN job: proj summed over the ranks, then added to x, unless the job
- * already added each thread's rows (residual_in_job, one rank). */
-static enum tp_status add_residual(tp_model_t *m, int n_tok)
+/* The residual after a block's output projection: proj summed over the ranks, then added to x, unless
+ * the O / DOWN job already added each thread's rows (job_added: one rank, see residual_rows). */
+static enum tp_status add_residual(tp_model_t *m, int n_tok, int job_added)
 {
-    const int done = m->residual_in_job;
-    m->residual_in_job = 0;
-    if (done) return TP_OK;
-    const size_t n = (size_t)n_tok * (size_t)m->hp.n_embd;
-    const enum tp_status rc = all_sum(m, m->proj, n);
+    if (job_added) return TP_OK;
+    const enum tp_status rc = all_sum(m, m->proj, (size_t)n_tok * (size_t)m->hp.n_embd);
     if (rc != TP_OK) return rc;
-    for (size_t i = 0; i < n; i++) m->x[i] += m->proj[i];
+    residual_rows(m, 0, m->hp.n_embd);
     return TP_OK;
 }
 
@@ -731,9 +728,8 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
             run(m, TP_PH_ATTN_MERGE, m->n_attn_merge, 1, (uint64_t)m->n_attn_merge * (uint64_t)m->hd * 64u);
         enum tp_wtype o_type = L->wo.type;
         prep_act(m, m->att, NULL, NULL, n_tok, m->q_dim, &o_type, 1);
-        m->residual_in_job = m->shard.all_sum == NULL;
         run(m, TP_PH_O, L->wo.rows, 16, mm_work(&L->wo, n_tok));
-        TP_CHECK_GOTO(add_residual(m, n_tok), rc, out);
+        TP_CHECK_GOTO(add_residual(m, n_tok, !m->shard.all_sum), rc, out);
         if (L->bo) /* attn_output bias (gpt-oss): every rank, after the sum */
             for (int t = 0; t < n_tok; t++) tp_op_axpy(m->x + (size_t)t * E, 1.0f, L->bo, E);
         /* feed-forward */
@@ -746,10 +742,9 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
             run(m, TP_PH_FFN_UP, L->wgate.rows, 16, mm_work(&L->wgate, n_tok) + mm_work(&L->wup, n_tok));
             enum tp_wtype d_type = L->wdown.type;
             prep_act(m, m->hb, NULL, NULL, n_tok, m->n_ff_l, &d_type, 1);
-            m->residual_in_job = m->shard.all_sum == NULL;
             run(m, TP_PH_DOWN, L->wdown.rows, 16, mm_work(&L->wdown, n_tok));
         }
-        TP_CHECK_GOTO(add_residual(m, n_tok), rc, out);
+        TP_CHECK_GOTO(add_residual(m, n_tok, !m->shard.all_sum && hp->n_expert == 0), rc, out);
     }
     /* sequences now hold the new positions */
     memcpy(m->seq_len, m->seq_tmp, (size_t)m->n_seq * sizeof(int));

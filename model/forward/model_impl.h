@@ -356,7 +356,6 @@ struct tp_model {
     int64_t chunk_size;        /* fewest items per chunk (chunks shrink towards it, see forward.c job()) */
     int64_t chunk_align;       /* chunk lengths are multiples of this (kernels' row groups) */
     int cur_layer;
-    int residual_in_job;       /* the O / DOWN job adds each thread's proj rows into x (one rank: no all_sum) */
     int n_tok;
     int hidden_valid;          /* the last forward completed: x holds its tokens' final residuals */
     const struct tp_batch *batch;
