@@ -7,7 +7,9 @@
  * vcvtdq2ps and a vfmadd (its scale).  This times loops of those instructions on registers and L1
  * only, 8 independent accumulator chains, so the figures are the core's issue limits: the ceiling
  * a batch pass's rate (bench kernels -p 8 on an L2-sized matrix, GOP/s / 128 = vpdpbusd per ns)
- * can be compared with.  The loops are inline assembly, so no compiler merges the identical chains.
+ * can be compared with.  Two rows time a whole super-block of one token as the Q4_K and Q6_K passes
+ * issue it (their scale products, unpack, mins or offset and the token's sum), the ceiling of those
+ * passes in particular.  The loops are inline assembly, so no compiler merges the identical chains.
  * Where the CPU has AVX512_BF16, also the zmm vdpbf16ps rate (16 lanes x 2 products: 64 FLOP each),
  * the ceiling of the AVX512_BF16 attention tile (model/forward/attn_bf16.c, bench attn's GFLOP/s).
  * x86-64 with AVX512-VNNI only.  Usage: vnni_peak [rounds]   (default 2)
@@ -28,12 +30,12 @@ static double vp_now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* zmm0-7 the 8 chains, zmm8-9 float sums, zmm20 the "weights", zmm21 a register operand */
+/* zmm0-7 the 8 chains, zmm8-9 float sums, zmm10 the vpdpwssd chain, zmm20 the "weights", zmm21 a register operand */
 #define VP_ZERO                                                                                                  \
     "vpxord %%zmm0,%%zmm0,%%zmm0\n vpxord %%zmm1,%%zmm1,%%zmm1\n vpxord %%zmm2,%%zmm2,%%zmm2\n"                   \
     "vpxord %%zmm3,%%zmm3,%%zmm3\n vpxord %%zmm4,%%zmm4,%%zmm4\n vpxord %%zmm5,%%zmm5,%%zmm5\n"                   \
     "vpxord %%zmm6,%%zmm6,%%zmm6\n vpxord %%zmm7,%%zmm7,%%zmm7\n vpxord %%zmm8,%%zmm8,%%zmm8\n"                   \
-    "vpxord %%zmm9,%%zmm9,%%zmm9\n vpternlogd $0xff,%%zmm20,%%zmm20,%%zmm20\n vpternlogd $0xff,%%zmm21,%%zmm21,%%zmm21\n"
+    "vpxord %%zmm9,%%zmm9,%%zmm9\n vpxord %%zmm10,%%zmm10,%%zmm10\n vpternlogd $0xff,%%zmm20,%%zmm20,%%zmm20\n vpternlogd $0xff,%%zmm21,%%zmm21,%%zmm21\n"
 #define VP_REG(k) "vpdpbusd %%zmm21,%%zmm20,%%zmm" #k "\n"
 #define VP_BC(k, off) "vpdpbusd " #off "(%1)%{1to16%},%%zmm20,%%zmm" #k "\n"
 /* 8 vpdpbusd, register operands */
@@ -47,20 +49,40 @@ static double vp_now(void)
 /* 4 lane-wise ops of a 6-bit unpack (shift, and, shift, bit select) */
 #define VP_AL4 "vpsrlw $2,%%zmm20,%%zmm18\n vpandd %%zmm21,%%zmm18,%%zmm18\n vpsllw $4,%%zmm18,%%zmm19\n vpternlogd $0xe4,%%zmm21,%%zmm19,%%zmm18\n"
 
+/* A whole super-block of one token in the 8-token passes, per 64 vpdpbusd (kx_sb_q45 / kx_sb_q6 in
+ * kernels_kx16_avx512.c): Q4_K's 8 sub-block scale products, then its mins (4 vpdpwssd of i16
+ * pairs against broadcast pair sums, converted, times dmin, d applied by an fmsub) and the fma into
+ * the token's sum; Q6_K's 16 scale products and 32 lane-wise unpack ops, then its -32 offset
+ * (8 vpdpwssd, converted, an fma) and the same fma into the sum. */
+#define VP_B8CF1 VP_B8 VP_CF1
+#define VP_B8CF2AL VP_B8 VP_CF2 VP_AL4
+#define VP_WS(off) "vpdpwssd " #off "(%1)%{1to16%},%%zmm20,%%zmm10\n"
+#define VP_Q4K_TAIL                                                                                              \
+    VP_WS(32) VP_WS(36) VP_WS(40) VP_WS(44) "vcvtdq2ps %%zmm10,%%zmm16\n vmulps %%zmm21,%%zmm16,%%zmm16\n"      \
+    "vfmsub213ps %%zmm16,%%zmm21,%%zmm8\n vfmadd231ps %%zmm8,%%zmm21,%%zmm9\n"
+#define VP_Q6K_TAIL                                                                                              \
+    VP_WS(32) VP_WS(36) VP_WS(40) VP_WS(44) VP_WS(48) VP_WS(52) VP_WS(56) VP_WS(60)                              \
+    "vcvtdq2ps %%zmm10,%%zmm16\n vfmadd231ps %%zmm16,%%zmm21,%%zmm8\n vfmadd231ps %%zmm8,%%zmm21,%%zmm9\n"
+#define VP_X8(b) b b b b b b b b
+#define VP_Q4K_SB VP_X8(VP_B8CF1) VP_Q4K_TAIL
+#define VP_Q6K_SB VP_X8(VP_B8CF2AL) VP_Q6K_TAIL
+
 /* 8 vdpbf16ps, register operands (bf16 pairs in zmm20 / zmm21 into the float chains zmm0-7) */
 #define VP_BF(k) "vdpbf16ps %%zmm21,%%zmm20,%%zmm" #k "\n"
 #define VP_BF8 VP_BF(0) VP_BF(1) VP_BF(2) VP_BF(3) VP_BF(4) VP_BF(5) VP_BF(6) VP_BF(7)
 
 #define VP_ITERS 50000000L
-#define VP_LOOP(body)                                                                                            \
+#define VP_LOOP(body) VP_LOOPN(body, VP_ITERS)
+/* iters iterations of body (VP_ITERS / 8 for the 64-vpdpbusd bodies, so each loop times as many) */
+#define VP_LOOPN(body, iters)                                                                                    \
     do {                                                                                                         \
-        long n_ = VP_ITERS;                                                                                      \
+        long n_ = (iters);                                                                                       \
         const int32_t *a_ = vp_act;                                                                              \
         __asm__ volatile(VP_ZERO "1:\n" body "dec %0\n jnz 1b\n"                                                 \
                          : "+r"(n_)                                                                              \
                          : "r"(a_)                                                                               \
                          : "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9",       \
-                           "zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "memory", "cc");                \
+                           "zmm10", "zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "memory", "cc");                \
     } while (0)
 
 static void vp_row(const char *name, double s)
@@ -92,6 +114,12 @@ int main(int argc, char **argv)
         t = vp_now();
         VP_LOOP(VP_B8 VP_CF2 VP_AL4);
         vp_row("+ 2 vcvtdq2ps + 2 vfmadd + 4 lane-wise ops (Q6_K)", vp_now() - t);
+        t = vp_now();
+        VP_LOOPN(VP_Q4K_SB, VP_ITERS / 8);
+        vp_row("Q4_K super-block x token, whole (+ mins, d, sum)", vp_now() - t);
+        t = vp_now();
+        VP_LOOPN(VP_Q6K_SB, VP_ITERS / 8);
+        vp_row("Q6_K super-block x token, whole (+ offset, sum)", vp_now() - t);
 #if defined(__AVX512BF16__)
         t = vp_now();
         VP_LOOP(VP_BF8);
