@@ -307,9 +307,13 @@ static void qkv_post(tp_model_t *m, const struct tp_layer *L, int64_t i0, int64_
     }
 }
 
-/* x[t, i0..i1) += proj[t, i0..i1) for every token.  At one rank (proj needs no all_sum first) the O and
- * DOWN jobs call it for the rows each thread just wrote, so that no thread reads another's half of proj
- * and the next norm's blocks of x are mostly where the same thread wrote them (prep_blocks). */
+/* Whether the dense O and DOWN jobs add their rows into the residual themselves (residual_rows): at one
+ * rank, where proj needs no all_sum first. */
+static int residual_in_jobs(const tp_model_t *m) { return !m->shard.all_sum; }
+
+/* x[t, i0..i1) += proj[t, i0..i1) for every token.  Where residual_in_jobs, the O and DOWN jobs call it
+ * for the rows each thread just wrote, so that no thread reads another's half of proj and the next
+ * norm's blocks of x are mostly where the same thread wrote them (prep_blocks). */
 static void residual_rows(tp_model_t *m, int64_t i0, int64_t i1)
 {
     const size_t E = (size_t)m->hp.n_embd;
@@ -343,7 +347,7 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
         break;
     case TP_PH_O:
         mm(&L->wo, act_for(m, L->wo.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
-        if (!m->shard.all_sum) residual_rows(m, i0, i1);
+        if (residual_in_jobs(m)) residual_rows(m, i0, i1);
         break;
     case TP_PH_FFN_UP:
     case TP_PH_SHEXP_UP: {
@@ -360,7 +364,7 @@ static void job_range(tp_model_t *m, int ith, int64_t i0, int64_t i1)
     }
     case TP_PH_DOWN:
         mm(&L->wdown, act_for(m, L->wdown.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
-        if (!m->shard.all_sum) residual_rows(m, i0, i1);
+        if (residual_in_jobs(m)) residual_rows(m, i0, i1);
         break;
     case TP_PH_SHEXP_DOWN:
         mm(&L->sdown, act_for(m, L->sdown.type), as, n_tok, m->proj, m->hp.n_embd, i0, i1);
@@ -618,7 +622,7 @@ static enum tp_status all_sum(tp_model_t *m, float *buf, size_t count)
 }
 
 /* The residual after a block's output projection: proj summed over the ranks, then added to x, unless
- * the O / DOWN job already added each thread's rows (job_added: one rank, see residual_rows). */
+ * the O / DOWN job already added each thread's rows (job_added: that job ran and residual_in_jobs). */
 static enum tp_status add_residual(tp_model_t *m, int n_tok, int job_added)
 {
     if (job_added) return TP_OK;
@@ -729,7 +733,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
         enum tp_wtype o_type = L->wo.type;
         prep_act(m, m->att, NULL, NULL, n_tok, m->q_dim, &o_type, 1);
         run(m, TP_PH_O, L->wo.rows, 16, mm_work(&L->wo, n_tok));
-        TP_CHECK_GOTO(add_residual(m, n_tok, !m->shard.all_sum), rc, out);
+        TP_CHECK_GOTO(add_residual(m, n_tok, residual_in_jobs(m)), rc, out);
         if (L->bo) /* attn_output bias (gpt-oss): every rank, after the sum */
             for (int t = 0; t < n_tok; t++) tp_op_axpy(m->x + (size_t)t * E, 1.0f, L->bo, E);
         /* feed-forward */
@@ -744,7 +748,7 @@ enum tp_status tp_model_forward(tp_model_t *m, const struct tp_batch *b, float *
             prep_act(m, m->hb, NULL, NULL, n_tok, m->n_ff_l, &d_type, 1);
             run(m, TP_PH_DOWN, L->wdown.rows, 16, mm_work(&L->wdown, n_tok));
         }
-        TP_CHECK_GOTO(add_residual(m, n_tok, !m->shard.all_sum && hp->n_expert == 0), rc, out);
+        TP_CHECK_GOTO(add_residual(m, n_tok, residual_in_jobs(m) && hp->n_expert == 0), rc, out);
     }
     /* sequences now hold the new positions */
     memcpy(m->seq_len, m->seq_tmp, (size_t)m->n_seq * sizeof(int));
