@@ -16,8 +16,9 @@
  * (each thread waits for the other's store, then stores): the round trip, best
  * of CS_PP_BATCHES, is what every fork and join of a thread pool pays, tens of ns
  * between cores that share a cache and several hundred between cores that do
- * not (another CCD, another socket: the VM may be moved between the two).  Pinning is Linux-only: elsewhere the threads
- * float, and a warning says the pairs are not the CPUs named.
+ * not (another CCD, another socket: the VM may be moved between the two).
+ * Pinning is Linux-only: elsewhere the threads float, and a warning says the
+ * pairs are not the CPUs named.
  * Usage: core_share [rounds]   (default 3; the table is printed per round)
  */
 #define _GNU_SOURCE

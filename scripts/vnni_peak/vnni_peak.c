@@ -35,7 +35,8 @@ static double vp_now(void)
     "vpxord %%zmm0,%%zmm0,%%zmm0\n vpxord %%zmm1,%%zmm1,%%zmm1\n vpxord %%zmm2,%%zmm2,%%zmm2\n"                   \
     "vpxord %%zmm3,%%zmm3,%%zmm3\n vpxord %%zmm4,%%zmm4,%%zmm4\n vpxord %%zmm5,%%zmm5,%%zmm5\n"                   \
     "vpxord %%zmm6,%%zmm6,%%zmm6\n vpxord %%zmm7,%%zmm7,%%zmm7\n vpxord %%zmm8,%%zmm8,%%zmm8\n"                   \
-    "vpxord %%zmm9,%%zmm9,%%zmm9\n vpxord %%zmm10,%%zmm10,%%zmm10\n vpternlogd $0xff,%%zmm20,%%zmm20,%%zmm20\n vpternlogd $0xff,%%zmm21,%%zmm21,%%zmm21\n"
+    "vpxord %%zmm9,%%zmm9,%%zmm9\n vpxord %%zmm10,%%zmm10,%%zmm10\n"                                           \
+    "vpternlogd $0xff,%%zmm20,%%zmm20,%%zmm20\n vpternlogd $0xff,%%zmm21,%%zmm21,%%zmm21\n"
 #define VP_REG(k) "vpdpbusd %%zmm21,%%zmm20,%%zmm" #k "\n"
 #define VP_BC(k, off) "vpdpbusd " #off "(%1)%{1to16%},%%zmm20,%%zmm" #k "\n"
 /* 8 vpdpbusd, register operands */
@@ -82,13 +83,19 @@ static double vp_now(void)
                          : "+r"(n_)                                                                              \
                          : "r"(a_)                                                                               \
                          : "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9",       \
-                           "zmm10", "zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "memory", "cc");                \
+                           "zmm10", "zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "memory", "cc");       \
     } while (0)
 
-static void vp_row(const char *name, double s)
-{
-    printf("  %-52s %6.2f vpdpbusd/ns\n", name, 8.0 * (double)VP_ITERS / s / 1e9);
-}
+/* Instructions per ns: 8 per VP_ITERS iteration (the 64-instruction bodies run an eighth as many), in s seconds. */
+static double vp_rate(double s) { return 8.0 * (double)VP_ITERS / s / 1e9; }
+
+/* Times iters iterations of body and prints its row. */
+#define VP_ROW(name, body, iters)                                                                                \
+    do {                                                                                                         \
+        const double t_ = vp_now();                                                                              \
+        VP_LOOPN(body, iters);                                                                                   \
+        printf("  %-52s %6.2f vpdpbusd/ns\n", name, vp_rate(vp_now() - t_));                                     \
+    } while (0)
 
 int main(int argc, char **argv)
 {
@@ -99,31 +106,17 @@ int main(int argc, char **argv)
     }
     for (int r = 0; r < rounds; r++) {
         printf("round %d (per iteration: 8 vpdpbusd zmm in 8 chains, plus what the line names)\n", r + 1);
-        double t = vp_now();
-        VP_LOOP(VP_R8);
-        vp_row("register operands", vp_now() - t);
-        t = vp_now();
-        VP_LOOP(VP_B8);
-        vp_row("embedded broadcasts", vp_now() - t);
-        t = vp_now();
-        VP_LOOP(VP_B8 VP_CF1);
-        vp_row("+ 1 vcvtdq2ps + 1 vfmadd (Q4_0, Q4_K)", vp_now() - t);
-        t = vp_now();
-        VP_LOOP(VP_B8 VP_CF2);
-        vp_row("+ 2 vcvtdq2ps + 2 vfmadd (Q6_K)", vp_now() - t);
-        t = vp_now();
-        VP_LOOP(VP_B8 VP_CF2 VP_AL4);
-        vp_row("+ 2 vcvtdq2ps + 2 vfmadd + 4 lane-wise ops (Q6_K)", vp_now() - t);
-        t = vp_now();
-        VP_LOOPN(VP_Q4K_SB, VP_ITERS / 8);
-        vp_row("Q4_K super-block x token, whole (+ mins, d, sum)", vp_now() - t);
-        t = vp_now();
-        VP_LOOPN(VP_Q6K_SB, VP_ITERS / 8);
-        vp_row("Q6_K super-block x token, whole (+ offset, sum)", vp_now() - t);
+        VP_ROW("register operands", VP_R8, VP_ITERS);
+        VP_ROW("embedded broadcasts", VP_B8, VP_ITERS);
+        VP_ROW("+ 1 vcvtdq2ps + 1 vfmadd (Q4_0, Q4_K)", VP_B8 VP_CF1, VP_ITERS);
+        VP_ROW("+ 2 vcvtdq2ps + 2 vfmadd (Q6_K)", VP_B8 VP_CF2, VP_ITERS);
+        VP_ROW("+ 2 vcvtdq2ps + 2 vfmadd + 4 lane-wise ops (Q6_K)", VP_B8 VP_CF2 VP_AL4, VP_ITERS);
+        VP_ROW("Q4_K super-block x token, whole (+ mins, d, sum)", VP_Q4K_SB, VP_ITERS / 8);
+        VP_ROW("Q6_K super-block x token, whole (+ offset, sum)", VP_Q6K_SB, VP_ITERS / 8);
 #if defined(__AVX512BF16__)
-        t = vp_now();
+        const double t = vp_now();
         VP_LOOP(VP_BF8);
-        const double bf = 8.0 * (double)VP_ITERS / (vp_now() - t) / 1e9;
+        const double bf = vp_rate(vp_now() - t);
         printf("  %-52s %6.2f vdpbf16ps/ns (%.0f GFLOP/s)\n", "vdpbf16ps, register operands", bf, 64.0 * bf);
 #endif
     }
